@@ -1,0 +1,211 @@
+"""Metrics of the EmoPrefer / EMER-Ranker papers, plus the length control EmoPrefer-Data needs.
+
+Recognition (EmoPrefer section 3.3): weighted-average F1 (WAF) and accuracy, two-class (gold ties excluded)
+and three-class. Swap consistency (EmoPrefer eq. 1). Multi-run consistency (EMER-Ranker section 4.2).
+Length control (beyond the papers): on EmoPrefer-Data "prefer the longer description" scores ~80% two-class
+accuracy, so every report shows that baseline and the accuracy on length-aligned and length-counter pairs.
+
+Labels and predictions are strings: `"1"`, `"2"`, `"tie"`, and `"invalid"` for predictions only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+from scipy.stats import spearmanr
+from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
+
+from emoreward.data import PreferencePair
+
+
+Setting = Literal["two-class", "three-class"]
+TiePolicy = Literal["wrong", "first"]
+PRED_LABELS = ("1", "2", "tie", "invalid")
+
+
+def _apply_policy(y_pred: Sequence[str], setting: Setting, tie_policy: TiePolicy) -> list[str]:
+    if tie_policy == "wrong":
+        return list(y_pred)
+    if tie_policy == "first":
+        # published EmoPrefer code: an unparseable answer becomes a tie; in two-class scoring a tie becomes "1"
+        mapped = ["tie" if p == "invalid" else p for p in y_pred]
+        if setting == "two-class":
+            mapped = ["1" if p == "tie" else p for p in mapped]
+        return mapped
+    raise ValueError(f"unknown tie_policy {tie_policy!r}; available: ['wrong', 'first']")
+
+
+def recognition(
+    y_true: Sequence[str], y_pred: Sequence[str], setting: Setting = "two-class", tie_policy: TiePolicy = "wrong"
+) -> dict:
+    """WAF and accuracy of predictions against human labels (EmoPrefer, section 3.3).
+
+    Args:
+        y_true: gold labels, `"1"`, `"2"` or `"tie"`; length N.
+        y_pred: predictions, `"1"`, `"2"`, `"tie"` or `"invalid"`; length N, same order.
+        setting: `"two-class"` drops pairs whose gold label is a tie; `"three-class"` keeps all.
+        tie_policy: `"wrong"` (default): a predicted tie (two-class) or invalid answer counts as an error
+            and as no class's prediction, so a judge that never answers cannot score 50; `"first"`: the
+            published EmoPrefer code (invalid -> tie; in two-class, tie -> description 1).
+
+    Returns:
+        dict with `waf` and `acc` in percent, `n` (pairs scored), `n_pred_tie`, `n_invalid` (before the
+        policy), and `confusion` (rows: gold `labels`, columns: predicted `pred_labels`).
+
+    Raises:
+        ValueError: unequal lengths, unknown labels, unknown setting or policy, or no pair to score.
+    """
+    if len(y_true) != len(y_pred):
+        raise ValueError(f"y_true has {len(y_true)} labels but y_pred has {len(y_pred)}")
+    bad = {str(y) for y in y_true} - {"1", "2", "tie"} | {str(p) for p in y_pred} - set(PRED_LABELS)
+    if bad:
+        raise ValueError(f"unknown labels {sorted(bad)}; gold: 1/2/tie, predictions: 1/2/tie/invalid")
+    if setting == "two-class":
+        keep = [i for i, y in enumerate(y_true) if y != "tie"]
+        labels = ["1", "2"]
+    elif setting == "three-class":
+        keep = list(range(len(y_true)))
+        labels = ["1", "2", "tie"]
+    else:
+        raise ValueError(f"unknown setting {setting!r}; available: ['two-class', 'three-class']")
+    true = [y_true[i] for i in keep]
+    raw = [y_pred[i] for i in keep]
+    if not true:
+        raise ValueError(f"no pair to score in the {setting} setting")
+    pred = _apply_policy(raw, setting, tie_policy)
+    # labels= restricts the F1 average to the gold classes; any other prediction is a miss for its row.
+    waf = f1_score(true, pred, labels=labels, average="weighted", zero_division=0)
+    acc = accuracy_score(true, pred)
+    pred_labels = list(PRED_LABELS)
+    return {
+        "waf": 100.0 * waf,
+        "acc": 100.0 * acc,
+        "n": len(true),
+        "n_pred_tie": sum(p == "tie" for p in raw),
+        "n_invalid": sum(p == "invalid" for p in raw),
+        "labels": labels,
+        "pred_labels": pred_labels,
+        "confusion": confusion_matrix(true, pred, labels=pred_labels)[: len(labels)].tolist(),
+    }
+
+
+def swap_consistency(normal: Sequence[str], swapped: Sequence[str]) -> float:
+    """Share (percent) of pairs whose verdict is the same in normal and swapped order (EmoPrefer eq. 1).
+
+    Both sequences hold verdicts in the ORIGINAL pair order (swapped verdicts already mapped back); an
+    invalid answer in either order counts as inconsistent.
+    """
+    if len(normal) != len(swapped) or not normal:
+        raise ValueError(f"need two equal, non-empty verdict lists, got {len(normal)} and {len(swapped)}")
+    same = [a == b and a != "invalid" for a, b in zip(normal, swapped)]
+    return 100.0 * float(np.mean(same))
+
+
+def multi_run_consistency(runs: Sequence[Sequence[str]]) -> float:
+    """Share (percent) of pairs on which every repeated run gives the same valid verdict (EMER-Ranker 4.2)."""
+    if len(runs) < 2:
+        raise ValueError("multi-run consistency needs at least two runs")
+    n = len(runs[0])
+    if any(len(r) != n for r in runs) or n == 0:
+        raise ValueError("every run must judge the same, non-empty list of pairs")
+    same = [len({r[i] for r in runs}) == 1 and runs[0][i] != "invalid" for i in range(n)]
+    return 100.0 * float(np.mean(same))
+
+
+def description_length(text: str, unit: Literal["chars", "words"] = "chars") -> int:
+    """Length of a description in characters (default, as in the EmoPrefer-Data facts) or words."""
+    if unit == "chars":
+        return len(text)
+    if unit == "words":
+        return len(text.split())
+    raise ValueError(f"unknown length unit {unit!r}; available: ['chars', 'words']")
+
+
+def length_verdicts(pairs: Sequence[PreferencePair], unit: Literal["chars", "words"] = "chars") -> list[str]:
+    """The length baseline: prefer the longer description (`"tie"` when equally long)."""
+    out = []
+    for p in pairs:
+        a, b = description_length(p.description_1, unit), description_length(p.description_2, unit)
+        out.append("1" if a > b else "2" if b > a else "tie")
+    return out
+
+
+def length_subsets(pairs: Sequence[PreferencePair], unit: Literal["chars", "words"] = "chars") -> dict[str, list[int]]:
+    """Indices of length-aligned pairs (the longer description won) and length-counter pairs (the shorter won).
+
+    Gold ties and equally long descriptions belong to neither subset.
+    """
+    longer = length_verdicts(pairs, unit)
+    aligned, counter = [], []
+    for i, (p, lv) in enumerate(zip(pairs, longer)):
+        if p.label in ("1", "2") and lv != "tie":
+            (aligned if p.label == lv else counter).append(i)
+    return {"aligned": aligned, "counter": counter}
+
+
+def length_control(
+    pairs: Sequence[PreferencePair], y_pred: Sequence[str], unit: Literal["chars", "words"] = "chars"
+) -> dict:
+    """Accuracy on length-aligned and length-counter pairs, their mean (length-debiased accuracy), and the
+    judge's rate of preferring the longer description.
+
+    The length baseline scores 100 on aligned pairs, 0 on counter pairs, so 50 length-debiased: a judge that
+    only reads length cannot beat 50. Accuracies are percent; a subset with no pair gives `None`.
+    """
+    subsets = length_subsets(pairs, unit)
+    longer = length_verdicts(pairs, unit)
+    out: dict = {"n_aligned": len(subsets["aligned"]), "n_counter": len(subsets["counter"])}
+    for name, idx in subsets.items():
+        out[f"acc_{name}"] = 100.0 * float(np.mean([y_pred[i] == pairs[i].label for i in idx])) if idx else None
+    accs = [out["acc_aligned"], out["acc_counter"]]
+    out["length_debiased_acc"] = float(np.mean(accs)) if None not in accs else None
+    decided = [i for i, p in enumerate(y_pred) if p in ("1", "2") and longer[i] != "tie"]
+    out["prefers_longer_rate"] = (
+        100.0 * float(np.mean([y_pred[i] == longer[i] for i in decided])) if decided else None
+    )
+    return out
+
+
+def reward_length_correlation(rewards: Sequence[float], lengths: Sequence[int]) -> float | None:
+    """Spearman correlation between rewards and description lengths (None when either is constant)."""
+    if len(rewards) < 3 or np.std(rewards) == 0 or np.std(lengths) == 0:
+        return None
+    return float(spearmanr(rewards, lengths).statistic)
+
+
+def random_baseline(
+    y_true: Sequence[str], setting: Setting = "two-class", n_draws: int = 200, seed: int = 0
+) -> dict:
+    """Expected WAF / accuracy of uniform random verdicts (over {1, 2}, plus tie in three-class), averaged over
+    `n_draws` seeded draws."""
+    rng = np.random.default_rng(seed)
+    choices = np.array(["1", "2"] if setting == "two-class" else ["1", "2", "tie"])
+    draws = [recognition(y_true, list(rng.choice(choices, size=len(y_true))), setting) for _ in range(n_draws)]
+    return {"waf": float(np.mean([d["waf"] for d in draws])), "acc": float(np.mean([d["acc"] for d in draws]))}
+
+
+def calibrate_tie_threshold(differences: Sequence[float], y_true: Sequence[str]) -> float:
+    """The |r1 - r2| threshold below which a reward model predicts a tie, chosen on training pairs to maximise
+    three-class WAF (ties broken toward the smaller threshold; 0 = never predict a tie).
+
+    Args:
+        differences: r(description 1) - r(description 2) per pair, shape `(N,)`.
+        y_true: gold labels of the same pairs.
+    """
+    d = np.abs(np.asarray(differences, dtype=float))
+    if len(d) != len(y_true):
+        raise ValueError(f"{len(d)} differences but {len(y_true)} labels")
+    if "tie" not in y_true:
+        return 0.0
+    sorted_d = np.unique(d)
+    candidates = np.concatenate([[0.0], (sorted_d[:-1] + sorted_d[1:]) / 2]) if len(sorted_d) > 1 else [0.0]
+    best, best_waf = 0.0, -1.0
+    diffs = np.asarray(differences, dtype=float)
+    for t in candidates:
+        pred = np.where(np.abs(diffs) < t, "tie", np.where(diffs > 0, "1", "2"))
+        waf = recognition(y_true, list(pred), "three-class")["waf"]
+        if waf > best_waf + 1e-12:
+            best, best_waf = float(t), waf
+    return best

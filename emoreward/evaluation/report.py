@@ -1,0 +1,141 @@
+"""Reports: flatten evaluations into headline metrics, aggregate folds (mean ± std), render Markdown, plot.
+
+Every table puts the judge beside the length baseline ("prefer the longer description") and random
+verdicts, so no number is read without the ~80% a length heuristic already reaches on EmoPrefer-Data.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+
+# (key, label) of the headline metrics, in table order
+HEADLINE: list[tuple[str, str]] = [
+    ("two_class_waf", "2-class WAF"),
+    ("two_class_acc", "2-class ACC"),
+    ("three_class_waf", "3-class WAF"),
+    ("three_class_acc", "3-class ACC"),
+    ("swap_consistency", "swap consistency"),
+    ("acc_aligned", "ACC, length-aligned pairs"),
+    ("acc_counter", "ACC, length-counter pairs"),
+    ("length_debiased_acc", "length-debiased ACC"),
+    ("prefers_longer_rate", "prefers the longer description"),
+    ("reward_length_spearman", "reward-length Spearman"),
+]
+COLUMNS = ("judge", "length_baseline", "random_baseline")
+COLUMN_TITLES = {"judge": "this judge", "length_baseline": "length baseline", "random_baseline": "random"}
+
+
+def headline(evaluation: dict) -> dict[str, dict[str, float | None]]:
+    """The headline metrics of one evaluation (from `harness.evaluate_judgements`), per column."""
+    out: dict[str, dict[str, float | None]] = {}
+    for column in COLUMNS:
+        part = evaluation.get(column, {})
+        row: dict[str, float | None] = {}
+        for setting in ("two_class", "three_class"):
+            if setting in part:
+                row[f"{setting}_waf"] = part[setting]["waf"]
+                row[f"{setting}_acc"] = part[setting]["acc"]
+        if column == "judge":
+            row["swap_consistency"] = part.get("swap_consistency")
+            row["reward_length_spearman"] = part.get("reward_length_spearman")
+        elif column == "length_baseline":
+            row["swap_consistency"] = 100.0  # pointwise by construction
+        lc = part.get("length_control")
+        if lc:
+            for key in ("acc_aligned", "acc_counter", "length_debiased_acc", "prefers_longer_rate"):
+                row[key] = lc[key]
+        out[column] = row
+    return out
+
+
+def aggregate(evaluations: Sequence[dict]) -> dict[str, dict[str, dict[str, float | None]]]:
+    """Mean and standard deviation (population, ddof=0, as numpy) over folds or runs, per column and metric.
+
+    Returns `{column: {metric: {"mean": m, "std": s, "n": k}}}`; a metric missing in some fold is averaged
+    over the folds that have it (`n` says how many).
+    """
+    heads = [headline(e) for e in evaluations]
+    out: dict = {}
+    for column in COLUMNS:
+        out[column] = {}
+        for key, _ in HEADLINE:
+            values = [h[column][key] for h in heads if h.get(column, {}).get(key) is not None]
+            if values:
+                out[column][key] = {"mean": float(np.mean(values)), "std": float(np.std(values)), "n": len(values)}
+    return out
+
+
+def _fmt(cell) -> str:
+    if cell is None:
+        return "-"
+    if isinstance(cell, dict):
+        if cell["n"] > 1:
+            return f"{cell['mean']:.2f} ± {cell['std']:.2f}"
+        return f"{cell['mean']:.2f}"
+    if isinstance(cell, float) and math.isnan(cell):
+        return "-"
+    return f"{cell:.2f}"
+
+
+def markdown_table(summary: dict, title: str | None = None) -> str:
+    """A Markdown table of headline metrics: rows = metrics, columns = judge / length baseline / random.
+
+    `summary` is either `aggregate(...)` output (cells mean ± std) or `headline(...)` output (single values).
+    Metrics are percent except the Spearman correlation.
+    """
+    lines = []
+    if title:
+        lines += [f"### {title}", ""]
+    lines.append("| metric | " + " | ".join(COLUMN_TITLES[c] for c in COLUMNS) + " |")
+    lines.append("|---|" + "---:|" * len(COLUMNS))
+    for key, label in HEADLINE:
+        cells = [summary.get(c, {}).get(key) for c in COLUMNS]
+        if all(c is None for c in cells):
+            continue
+        lines.append(f"| {label} | " + " | ".join(_fmt(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_confusion(confusion: Sequence[Sequence[int]], labels: Sequence[str], pred_labels: Sequence[str], path: str | Path, title: str = "") -> Path:
+    """Save a confusion-matrix heat map (rows: gold labels, columns: predictions) as PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    matrix = np.asarray(confusion)
+    fig, ax = plt.subplots(figsize=(1.2 * len(pred_labels) + 1.5, 1.1 * len(labels) + 1.2))
+    ax.imshow(matrix, cmap="Blues")
+    ax.set_xticks(range(len(pred_labels)), [f"pred {p}" for p in pred_labels])
+    ax.set_yticks(range(len(labels)), [f"gold {g}" for g in labels])
+    for i in range(matrix.shape[0]):
+        for j in range(matrix.shape[1]):
+            ax.text(j, i, str(matrix[i, j]), ha="center", va="center", color="black")
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_json(data: dict, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, default=_json_default) + "\n")
+    return path
+
+
+def _json_default(value):
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

@@ -1,0 +1,71 @@
+"""Percentile-based initialisation of candidate scores from preliminary estimates (E3mo-Bench, supp. D.3).
+
+The supplement's mapping equation was lost in extraction. Its text asks for a map that preserves the central
+ordering, clips extreme values and keeps candidates away from the [1, 9] endpoints. We chose: clip the
+preliminary values at two percentiles (default 5th and 95th) of their own distribution and map the clipped
+interval linearly onto an inner score interval (default [2, 8]). Compute it separately per perspective and VAD
+dimension (one call per group), as the supplement says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from scipy.stats import rankdata
+
+from emoreward.ranking.bpa.config import InitMethod, check_literal
+
+
+def initial_scores(
+    candidates: Sequence[str],
+    preliminary: Mapping[str, float] | None = None,
+    method: InitMethod = "percentile",
+    percentiles: tuple[float, float] = (5.0, 95.0),
+    target_range: tuple[float, float] = (2.0, 8.0),
+) -> dict[str, float]:
+    """Initial scores ``mu^(0)`` of the candidates on the BPA score scale.
+
+    Args:
+        candidates (`Sequence[str]`): candidate names.
+        preliminary (`Mapping[str, float]`, optional): unbounded preliminary estimates (e.g. standardised VAD
+            from bootstrap annotations), one per candidate that has one. Candidates without one start mid-range.
+        method (`InitMethod`): ``"percentile"`` (clip at ``percentiles``, map linearly onto ``target_range``),
+            ``"rank"`` (mid-ranks spread uniformly over ``target_range``) or ``"midpoint"`` (all mid-range).
+        percentiles (`tuple[float, float]`): lower/upper clip percentiles in [0, 100].
+        target_range (`tuple[float, float]`): score interval, inside [1, 9], onto which the values are mapped.
+
+    Returns:
+        `dict[str, float]`: initial score per candidate, in ``target_range``.
+
+    Raises:
+        ValueError: for an unknown ``method`` (listing the choices), a non-finite preliminary value, or bad
+            percentile / range bounds.
+
+    Source: E3mo-Bench, supp. D.3 (mapping chosen here, see module docstring).
+    """
+    check_literal("initial_scores", "method", method, InitMethod)
+    lo_p, hi_p = percentiles
+    if not 0.0 <= lo_p < hi_p <= 100.0:
+        raise ValueError(f"percentiles must satisfy 0 <= low < high <= 100, got {percentiles}")
+    r_lo, r_hi = target_range
+    if not r_lo < r_hi:
+        raise ValueError(f"target_range must satisfy low < high, got {target_range}")
+    mid = 0.5 * (r_lo + r_hi)
+    out = {c: mid for c in candidates}
+    known = [c for c in candidates if preliminary is not None and c in preliminary]
+    if method == "midpoint" or not known:
+        return out
+    values = np.array([float(preliminary[c]) for c in known])  # type: ignore[index]
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"preliminary value of {known[int(np.argmin(np.isfinite(values)))]!r} is not finite")
+    if method == "rank":
+        unit = (rankdata(values) - 0.5) / len(values)
+    if method == "percentile":
+        lo, hi = np.percentile(values, [lo_p, hi_p])
+        if hi <= lo:
+            return out
+        unit = (np.clip(values, lo, hi) - lo) / (hi - lo)
+    mapped = r_lo + unit * (r_hi - r_lo)
+    out.update({c: float(v) for c, v in zip(known, mapped)})
+    return out

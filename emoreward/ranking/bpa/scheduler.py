@@ -1,0 +1,418 @@
+"""Online pair scheduling of BPA and the active-ranking loop.
+
+Source: E3mo-Bench, "Online Pair Scheduling" (tripartite 50/30/20 policy inspired by Hybrid-MST, Li et al.
+2018), supp. D.2 (TrueSkill provisional updates, Herbrich et al. 2006, via the ``trueskill`` library; anchors
+restored after every comparison they take part in) and "Periodic Bayesian Optimization" (global refit after a
+fixed number of new comparisons, stopping on mean candidate uncertainty).
+
+Choices where the paper is silent:
+
+- Exploration: the focus candidate is drawn with probability proportional to its provisional variance
+  ``u_i^2``; its partner is the candidate maximising TrueSkill match quality (Herbrich et al. 2006, eq. 4:
+  the draw probability of an evenly matched pair, high when scores are close and uncertainties large) divided
+  by ``1 + n_ij`` (how often the pair was already compared), so a pair is not asked over and over.
+- Anchor calibration: focus candidate drawn as above; partner is the least-compared among its
+  ``anchor_neighbours`` nearest anchors by provisional score.
+- Bridge sampling: while the comparison graph has several components, join a candidate of the smallest
+  component to the closest-scored item of another; otherwise split [1, 9] into ``n_levels`` equal-width levels,
+  take two adjacent non-empty levels at random and one candidate from each (drawn proportional to ``u^2``).
+- After each refit the provisional TrueSkill state is replaced by the BPA estimates (``m_i = mu_i``,
+  ``u_i = sigma_i``), as supp. D.2 says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import trueskill
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
+
+from emoreward.ranking.bpa.config import BPAConfig, SchedulerConfig
+from emoreward.ranking.bpa.initialization import initial_scores
+from emoreward.ranking.bpa.model import BPAFit, fit_bpa
+from emoreward.ranking.records import OUTCOMES, PairwiseRecord
+
+
+JudgeFn = Callable[[str, str], "str | PairwiseRecord"]
+STRATEGIES: tuple[str, ...] = ("exploration", "anchor", "bridge", "random")
+
+
+class BPAScheduler:
+    """Stateful BPA scheduler: proposes pairs, takes judgements, refits periodically, says when to stop.
+
+    Args:
+        candidates (`Sequence[str]`): items to score.
+        anchors (`Mapping[str, float]`, optional): golden anchors and their fixed scores on [1, 9].
+        preliminary (`Mapping[str, float]`, optional): preliminary estimates for percentile initialisation
+            (supp. D.3); ignored for candidates given in ``init_scores``.
+        init_scores (`Mapping[str, float]`, optional): initial scores already on the [1, 9] scale.
+        config (`BPAConfig`, optional): model / uncertainty configuration.
+        scheduler_config (`SchedulerConfig`, optional): scheduling configuration.
+
+    Raises:
+        ValueError: if fewer than two candidates are given, candidates repeat or overlap anchors, or an anchor
+            score is outside [score_min, score_max].
+
+    Usage::
+
+        sched = BPAScheduler(items, anchors={"ref1": 2.0, "ref2": 8.0})
+        while not sched.done:
+            a, b, strategy = sched.next_pair()
+            sched.observe(a, b, judge(a, b), annotator="rater-3", strategy=strategy)
+        fit = sched.refit()
+    """
+
+    def __init__(
+        self,
+        candidates: Sequence[str],
+        anchors: Mapping[str, float] | None = None,
+        preliminary: Mapping[str, float] | None = None,
+        init_scores: Mapping[str, float] | None = None,
+        config: BPAConfig | None = None,
+        scheduler_config: SchedulerConfig | None = None,
+    ) -> None:
+        self.config = config or BPAConfig()
+        self.sconfig = scheduler_config or SchedulerConfig()
+        self.candidates = list(candidates)
+        if len(self.candidates) < 2:
+            raise ValueError(f"BPAScheduler needs at least 2 candidates, got {len(self.candidates)}")
+        if len(set(self.candidates)) != len(self.candidates):
+            raise ValueError("BPAScheduler candidates contain duplicates")
+        self.anchors = dict(anchors or {})
+        overlap = set(self.anchors) & set(self.candidates)
+        if overlap:
+            raise ValueError(f"items are both candidates and anchors: {sorted(overlap)[:5]}")
+        for name, value in self.anchors.items():
+            if not self.config.score_min <= value <= self.config.score_max:
+                raise ValueError(
+                    f"anchor {name!r} score {value} outside [{self.config.score_min}, {self.config.score_max}]"
+                )
+        sc = self.sconfig
+        init = initial_scores(self.candidates, preliminary, sc.init_method, sc.init_percentiles, sc.init_range)
+        init.update({k: float(v) for k, v in (init_scores or {}).items() if k in init})
+        self.init_scores = init
+        self.items = self.candidates + list(self.anchors)
+        self._index = {name: i for i, name in enumerate(self.items)}
+        self.n_candidates = len(self.candidates)
+        self.rng = np.random.default_rng(sc.seed)
+        mid = 0.5 * (self.config.score_min + self.config.score_max)
+        self.env = trueskill.TrueSkill(
+            mu=mid,
+            sigma=self.config.sigma_init,
+            beta=sc.ts_beta,
+            tau=sc.ts_tau,
+            draw_probability=sc.ts_draw_probability,
+        )
+        self.ratings: list[trueskill.Rating] = [
+            self.env.create_rating(init[c], self.config.sigma_init) for c in self.candidates
+        ]
+        self.ratings += [self.env.create_rating(v, sc.anchor_sigma) for v in self.anchors.values()]
+        self.pair_counts = np.zeros((len(self.items), len(self.items)), dtype=np.int64)
+        self.records: list[PairwiseRecord] = []
+        self.strategy_counts: dict[str, int] = dict.fromkeys(STRATEGIES, 0)
+        self.fit: BPAFit | None = None
+        self._since_refit = 0
+        self.history: list[tuple[int, float]] = []
+
+    # -- provisional state -----------------------------------------------------------------------------------------
+    @property
+    def provisional_scores(self) -> dict[str, float]:
+        """Provisional TrueSkill means ``m_i`` of every item (supp. D.2)."""
+        return {name: float(r.mu) for name, r in zip(self.items, self.ratings)}
+
+    @property
+    def provisional_sigma(self) -> dict[str, float]:
+        """Provisional TrueSkill standard deviations ``u_i`` of every item (supp. D.2)."""
+        return {name: float(r.sigma) for name, r in zip(self.items, self.ratings)}
+
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        m = np.array([r.mu for r in self.ratings])
+        u = np.array([r.sigma for r in self.ratings])
+        return m, u
+
+    # -- pair selection ----------------------------------------------------------------------------------------------
+    def next_pair(self) -> tuple[str, str, str]:
+        """Propose the next pair to judge.
+
+        Returns:
+            (`str`, `str`, `str`): ``item_a``, ``item_b`` and the strategy (one of ``STRATEGIES``). Presentation
+            order is randomised so that position bias of a judge does not align with the strategy.
+        """
+        sc = self.sconfig
+        if sc.policy == "random":
+            (i, j), strategy = self._random_pair(), "random"
+        elif sc.policy == "trueskill":
+            (i, j), strategy = self._exploration_pair(), "exploration"
+        elif sc.policy == "bpa":
+            draw = self.rng.random()
+            if draw < sc.exploration_share:
+                (i, j), strategy = self._exploration_pair(), "exploration"
+            elif draw < sc.exploration_share + sc.anchor_share and self.anchors:
+                (i, j), strategy = self._anchor_pair(), "anchor"
+            elif draw < sc.exploration_share + sc.anchor_share:
+                (i, j), strategy = self._exploration_pair(), "exploration"  # no anchors: give the share to exploration
+            else:
+                (i, j), strategy = self._bridge_pair(), "bridge"
+        else:  # unreachable: SchedulerConfig checks policy
+            raise ValueError(f"unknown policy {sc.policy!r}")
+        if self.rng.random() < 0.5:
+            i, j = j, i
+        return self.items[i], self.items[j], strategy
+
+    def _focus(self, u: np.ndarray, pool: np.ndarray | None = None) -> int:
+        pool = np.arange(self.n_candidates) if pool is None else pool
+        w = u[pool] ** 2
+        return int(pool[self.rng.choice(len(pool), p=w / w.sum())])
+
+    def _best_partner(self, i: int, pool: np.ndarray, m: np.ndarray, u: np.ndarray) -> int:
+        beta2 = self.sconfig.ts_beta**2
+        c2 = 2 * beta2 + u[i] ** 2 + u[pool] ** 2
+        quality = np.sqrt(2 * beta2 / c2) * np.exp(-((m[i] - m[pool]) ** 2) / (2 * c2))
+        score = quality / (1.0 + self.pair_counts[i, pool]) * (1.0 + 1e-6 * self.rng.random(len(pool)))
+        return int(pool[np.argmax(score)])
+
+    def _random_pair(self) -> tuple[int, int]:
+        n_items = len(self.items)
+        while True:
+            i, j = self.rng.choice(n_items, size=2, replace=False)
+            if i < self.n_candidates or j < self.n_candidates:
+                return int(i), int(j)
+
+    def _exploration_pair(self) -> tuple[int, int]:
+        m, u = self._arrays()
+        i = self._focus(u)
+        pool = np.delete(np.arange(self.n_candidates), i)
+        return i, self._best_partner(i, pool, m, u)
+
+    def _anchor_pair(self) -> tuple[int, int]:
+        m, u = self._arrays()
+        i = self._focus(u)
+        anchor_idx = np.arange(self.n_candidates, len(self.items))
+        a_scores = np.array(list(self.anchors.values()))
+        near = anchor_idx[np.argsort(np.abs(a_scores - m[i]), kind="stable")[: self.sconfig.anchor_neighbours]]
+        counts = self.pair_counts[i, near] + 1e-3 * self.rng.random(len(near))
+        return i, int(near[np.argmin(counts)])
+
+    def _bridge_pair(self) -> tuple[int, int]:
+        m, u = self._arrays()
+        n_comp, labels = connected_components(csr_matrix(self.pair_counts > 0), directed=False)
+        cand_labels = labels[: self.n_candidates]
+        if n_comp > 1 and len(np.unique(cand_labels)) + (1 if self.anchors else 0) > 1:
+            sizes = np.bincount(labels, minlength=n_comp)
+            comp = min(np.unique(cand_labels), key=lambda c: (sizes[c], self.rng.random()))
+            members = np.flatnonzero(cand_labels == comp)
+            i = self._focus(u, members)
+            others = np.flatnonzero(labels != comp)
+            return i, self._best_partner(i, others, m, u)
+        lo, hi = self.config.score_min, self.config.score_max
+        level = np.clip(
+            ((m[: self.n_candidates] - lo) / (hi - lo) * self.sconfig.n_levels).astype(int),
+            0,
+            self.sconfig.n_levels - 1,
+        )
+        occupied = np.unique(level)
+        if len(occupied) < 2:
+            i, j = self.rng.choice(self.n_candidates, size=2, replace=False)
+            return int(i), int(j)
+        k = int(self.rng.integers(len(occupied) - 1))
+        i = self._focus(u, np.flatnonzero(level == occupied[k]))
+        j = self._focus(u, np.flatnonzero(level == occupied[k + 1]))
+        return i, j
+
+    # -- observations -------------------------------------------------------------------------------------------------
+    def observe(
+        self,
+        item_a: str,
+        item_b: str,
+        outcome: str,
+        annotator: str = "judge",
+        strategy: str | None = None,
+        sample: str | None = None,
+    ) -> BPAFit | None:
+        """Record one judgement, update the provisional TrueSkill state, refit when ``refit_every`` is reached.
+
+        Args:
+            item_a, item_b (`str`): compared items (candidates or anchors).
+            outcome (`str`): ``"a"``, ``"b"`` or ``"tie"``.
+            annotator (`str`): who judged (Crowd-BT reliabilities are per annotator).
+            strategy (`str`, optional): the strategy that proposed the pair (counted for reports).
+            sample (`str`, optional): stored on the record.
+
+        Returns:
+            `BPAFit` or `None`: the new global fit if this observation triggered a refit.
+
+        Raises:
+            ValueError: for an unknown item or outcome, or an item compared with itself.
+
+        Source: supp. D.2 (the same TrueSkill update for every strategy; anchors restored afterwards).
+        """
+        record = PairwiseRecord(item_a, item_b, outcome, annotator, sample)  # validates outcome / self-pair
+        return self.add_record(record, strategy=strategy)
+
+    def add_record(self, record: PairwiseRecord, strategy: str | None = None) -> BPAFit | None:
+        """Same as `observe`, for a ready `PairwiseRecord` (e.g. from the evaluation harness)."""
+        for name in (record.item_a, record.item_b):
+            if name not in self._index:
+                raise ValueError(f"unknown item {name!r}: neither a candidate nor an anchor of this scheduler")
+        if record.outcome not in OUTCOMES:
+            raise ValueError(f"outcome must be one of {OUTCOMES}, got {record.outcome!r}")
+        i, j = self._index[record.item_a], self._index[record.item_b]
+        ri, rj = self.ratings[i], self.ratings[j]
+        if record.outcome == "a":
+            ri, rj = self.env.rate_1vs1(ri, rj)
+        elif record.outcome == "b":
+            rj, ri = self.env.rate_1vs1(rj, ri)
+        elif record.outcome == "tie":
+            ri, rj = self.env.rate_1vs1(ri, rj, drawn=True)
+        # anchors keep their fixed reference state (supp. D.2): restore right after the update
+        self.ratings[i] = ri if i < self.n_candidates else self.ratings[i]
+        self.ratings[j] = rj if j < self.n_candidates else self.ratings[j]
+        self.pair_counts[i, j] += 1
+        self.pair_counts[j, i] += 1
+        self.records.append(record)
+        if strategy is not None:
+            self.strategy_counts[strategy] = self.strategy_counts.get(strategy, 0) + 1
+        self._since_refit += 1
+        if self._since_refit >= self.sconfig.refit_every:
+            return self.refit()
+        return None
+
+    def add_records(self, records: Sequence[PairwiseRecord]) -> BPAFit | None:
+        """Add many records (e.g. an earlier annotation round); returns the last refit, if any happened."""
+        fit = None
+        for rec in records:
+            fit = self.add_record(rec) or fit
+        return fit
+
+    # -- refit and stopping -----------------------------------------------------------------------------------------
+    def refit(self) -> BPAFit:
+        """Global MAP refit over all records; replaces the provisional candidate states by its estimates.
+
+        Returns:
+            `BPAFit`.
+
+        Source: E3mo-Bench, "Periodic Bayesian Optimization"; supp. D.2 (provisional states replaced).
+        """
+        self.fit = fit_bpa(
+            self.records, self.candidates, self.anchors, self.init_scores, self.config, previous=self.fit
+        )
+        for i, c in enumerate(self.candidates):
+            self.ratings[i] = self.env.create_rating(self.fit.scores[c], self.fit.sigma[c])
+        self._since_refit = 0
+        self.history.append((len(self.records), self.fit.mean_sigma))
+        return self.fit
+
+    @property
+    def n_comparisons(self) -> int:
+        """Number of records collected so far."""
+        return len(self.records)
+
+    @property
+    def converged(self) -> bool:
+        """True once a refit's mean candidate uncertainty is below ``sigma_tau`` (after ``min_comparisons``)."""
+        return (
+            self.fit is not None
+            and self.n_comparisons >= self.sconfig.min_comparisons
+            and self.fit.mean_sigma < self.config.sigma_tau
+        )
+
+    @property
+    def done(self) -> bool:
+        """True when converged or the comparison budget is spent."""
+        return self.converged or self.n_comparisons >= self.sconfig.budget
+
+
+@dataclass
+class ActiveRankingResult:
+    """Outcome of `run_active_ranking`.
+
+    Attributes:
+        fit (`BPAFit`): the final global fit (always refitted on all records at the end).
+        records (`list[PairwiseRecord]`): every judgement, in collection order.
+        converged (`bool`): mean uncertainty fell below ``sigma_tau`` before the budget ran out.
+        strategy_counts (`dict[str, int]`): pairs proposed per strategy.
+        history (`list[tuple[int, float]]`): ``(n_comparisons, mean_sigma)`` after each refit.
+    """
+
+    fit: BPAFit
+    records: list[PairwiseRecord]
+    converged: bool
+    strategy_counts: dict[str, int] = field(default_factory=dict)
+    history: list[tuple[int, float]] = field(default_factory=list)
+
+    @property
+    def n_comparisons(self) -> int:
+        """Number of judgements collected."""
+        return len(self.records)
+
+
+def run_active_ranking(
+    items: Sequence[str],
+    judge_fn: JudgeFn,
+    budget: int | None = None,
+    anchors: Mapping[str, float] | None = None,
+    preliminary: Mapping[str, float] | None = None,
+    config: BPAConfig | None = None,
+    scheduler_config: SchedulerConfig | None = None,
+    annotator: str = "judge",
+    on_refit: Callable[[int, BPAFit], None] | None = None,
+) -> ActiveRankingResult:
+    """Run the BPA loop: propose a pair, ask ``judge_fn``, update, refit periodically, stop on uncertainty.
+
+    Args:
+        items (`Sequence[str]`): candidate items to score.
+        judge_fn (`Callable[[str, str], str | PairwiseRecord]`): returns ``"a"``, ``"b"`` or ``"tie"`` for
+            ``(item_a, item_b)``, or a `PairwiseRecord` for that pair (to name the annotator, e.g. a crowd or
+            a `CommitteeJudge`).
+        budget (`int`, optional): maximum comparisons; overrides ``scheduler_config.budget``.
+        anchors (`Mapping[str, float]`, optional): golden anchors with fixed scores.
+        preliminary (`Mapping[str, float]`, optional): preliminary estimates for initialisation (supp. D.3).
+        config (`BPAConfig`, optional): model / uncertainty configuration.
+        scheduler_config (`SchedulerConfig`, optional): scheduling configuration.
+        annotator (`str`): annotator name recorded when ``judge_fn`` returns a bare outcome.
+        on_refit (`Callable[[int, BPAFit], None]`, optional): called after each periodic refit with the number
+            of comparisons so far and the fit (for monitoring / benchmarks).
+
+    Returns:
+        `ActiveRankingResult`.
+
+    Raises:
+        ValueError: if ``judge_fn`` returns an unknown outcome or a record for another pair, or for invalid
+            configuration / items (see `BPAScheduler`).
+
+    Source: E3mo-Bench, "Algorithm Overview" (scheduling, periodic MAP, stopping on sigma_tau), supp. D.2-D.4.
+    """
+    sconfig = scheduler_config or SchedulerConfig()
+    if budget is not None:
+        sconfig = SchedulerConfig(**{**sconfig.__dict__, "budget": budget})
+    sched = BPAScheduler(items, anchors=anchors, preliminary=preliminary, config=config, scheduler_config=sconfig)
+    while not sched.done:
+        a, b, strategy = sched.next_pair()
+        answer = judge_fn(a, b)
+        if isinstance(answer, PairwiseRecord):
+            if {answer.item_a, answer.item_b} != {a, b}:
+                raise ValueError(
+                    f"judge_fn returned a record for ({answer.item_a!r}, {answer.item_b!r}), asked ({a!r}, {b!r})"
+                )
+            record = answer
+        else:
+            if answer not in OUTCOMES:
+                raise ValueError(f"judge_fn must return one of {OUTCOMES} or a PairwiseRecord, got {answer!r}")
+            record = PairwiseRecord(a, b, answer, annotator)
+        fit = sched.add_record(record, strategy=strategy)
+        if fit is not None and on_refit is not None:
+            on_refit(sched.n_comparisons, fit)
+    if sched.fit is None or sched._since_refit > 0:
+        fit = sched.refit()
+        if on_refit is not None:
+            on_refit(sched.n_comparisons, fit)
+    return ActiveRankingResult(
+        fit=sched.fit,  # type: ignore[arg-type]
+        records=list(sched.records),
+        converged=sched.converged,
+        strategy_counts=dict(sched.strategy_counts),
+        history=list(sched.history),
+    )

@@ -1,0 +1,72 @@
+"""Simulated items, annotators and judgements for testing and benchmarking BPA (issue 8, item 6).
+
+Judgements are drawn from the model BPA assumes (Rao-Kupper with a tie margin, so ties fall near equal scores;
+Crowd-BT mixture, so an annotator with reliability ``eta`` answers uniformly at random otherwise). This checks
+that the estimator and scheduler recover what they should; it does not test model misspecification.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from emoreward.ranking.bpa.model import rao_kupper_probabilities
+from emoreward.ranking.records import OUTCOMES, PairwiseRecord
+
+
+def make_items(
+    n_candidates: int, n_anchors: int, rng: np.random.Generator, low: float = 1.5, high: float = 8.5
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Items with known latent scores.
+
+    Args:
+        n_candidates (`int`): candidates, true scores uniform on ``[low, high]``.
+        n_anchors (`int`): anchors, evenly spaced on ``[low, high]`` (their scores are known to BPA).
+        rng (`np.random.Generator`): randomness.
+        low, high (`float`): score range inside [1, 9].
+
+    Returns:
+        (`dict[str, float]`, `dict[str, float]`): true candidate scores and anchor scores.
+    """
+    truth = {f"c{i:03d}": float(v) for i, v in enumerate(rng.uniform(low, high, n_candidates))}
+    anchors = {f"anchor{i:02d}": float(v) for i, v in enumerate(np.linspace(low, high, n_anchors))}
+    return truth, anchors
+
+
+@dataclass
+class SimulatedCrowd:
+    """A pool of simulated annotators; each call asks one of them, chosen uniformly at random.
+
+    Args:
+        scores (`Mapping[str, float]`): true scores of every item (candidates and anchors).
+        reliabilities (`Mapping[str, float]`): annotator -> true Crowd-BT ``eta`` in [0, 1] (0: pure guesser).
+        delta (`float`): true Rao-Kupper tie margin.
+        slope (`float`): logistic slope per score unit.
+        seed (`int`): seed of the crowd's generator.
+    """
+
+    scores: Mapping[str, float]
+    reliabilities: Mapping[str, float]
+    delta: float = 0.6
+    slope: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self.rng = np.random.default_rng(self.seed)
+        self.names: Sequence[str] = list(self.reliabilities)
+
+    def answer(self, annotator: str, item_a: str, item_b: str) -> str:
+        """One simulated answer of ``annotator``: ``"a"``, ``"b"`` or ``"tie"``."""
+        if self.rng.random() < self.reliabilities[annotator]:
+            p = rao_kupper_probabilities(
+                np.array([self.scores[item_a] - self.scores[item_b]]), self.delta, self.slope
+            )[0]
+            return OUTCOMES[int(self.rng.choice(3, p=p))]
+        return OUTCOMES[int(self.rng.integers(3))]
+
+    def __call__(self, item_a: str, item_b: str) -> PairwiseRecord:
+        """Judgement of a randomly chosen annotator, as a `PairwiseRecord` naming that annotator."""
+        who = self.names[int(self.rng.integers(len(self.names)))]
+        return PairwiseRecord(item_a, item_b, self.answer(who, item_a, item_b), who)  # type: ignore[arg-type]

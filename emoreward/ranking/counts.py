@@ -1,0 +1,222 @@
+"""Win / loss / tie count matrices over compared items, and the comparison-graph connectivity check.
+
+From judge verdicts over M items (models) and N samples we count, for every ordered pair ``(i, j)``, how often
+``i`` was preferred to ``j`` (``wins[i, j]``) and how often the two tied (``ties[i, j] == ties[j, i]``). These
+are the raw results of EMER-Ranker, section 4.4, figure 11(a) and the ``win_ij``, ``lose_ij``, ``tie_ij`` of
+EmoPrefer, appendix F, eq. 3. :meth:`PairwiseCounts.binarized` gives EMER-Ranker's matrix W (section 2, eq. 1).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
+
+from emoreward.ranking.records import PairwiseRecord
+
+
+EqualCounts = Literal["half", "drop"]
+EQUAL_COUNTS: tuple[str, ...] = ("half", "drop")
+OnDisconnected = Literal["error", "warn"]
+ON_DISCONNECTED: tuple[str, ...] = ("error", "warn")
+
+
+@dataclass(frozen=True)
+class PairwiseCounts:
+    """Pairwise win and tie counts over a fixed list of items.
+
+    Attributes:
+        items (`list[str]`): the M compared items; row/column ``i`` of every matrix is ``items[i]``.
+        wins (`np.ndarray` of shape `(M, M)`, float): ``wins[i, j]`` = number of comparisons ``i`` won against
+            ``j`` (weighted: a binarized matrix holds 0, 0.5 or 1). The diagonal is 0.
+        ties (`np.ndarray` of shape `(M, M)`, float, symmetric): ``ties[i, j]`` = number of ties between ``i`` and
+            ``j``, stored in both ``[i, j]`` and ``[j, i]``; counted once per comparison.
+
+    Raises:
+        ValueError: if shapes disagree with ``items``, items repeat, counts are negative or not finite, ``ties``
+            is not symmetric or a diagonal entry is non-zero.
+    """
+
+    items: list[str]
+    wins: np.ndarray
+    ties: np.ndarray
+
+    def __post_init__(self) -> None:
+        m = len(self.items)
+        if len(set(self.items)) != m:
+            raise ValueError(f"PairwiseCounts.items must be unique, got {self.items}")
+        wins = np.asarray(self.wins, dtype=float)
+        ties = np.asarray(self.ties, dtype=float)
+        for name, mat in (("wins", wins), ("ties", ties)):
+            if mat.shape != (m, m):
+                raise ValueError(f"PairwiseCounts.{name} must have shape ({m}, {m}), got {mat.shape}")
+            if not np.all(np.isfinite(mat)) or np.any(mat < 0):
+                raise ValueError(f"PairwiseCounts.{name} must hold finite non-negative counts")
+            if np.any(np.diag(mat) != 0):
+                raise ValueError(f"PairwiseCounts.{name} must have a zero diagonal (no self-comparisons)")
+        if not np.array_equal(ties, ties.T):
+            raise ValueError("PairwiseCounts.ties must be symmetric (ties[i, j] == ties[j, i])")
+        object.__setattr__(self, "items", list(self.items))
+        object.__setattr__(self, "wins", wins)
+        object.__setattr__(self, "ties", ties)
+
+    @classmethod
+    def from_records(cls, records: Iterable[PairwiseRecord], items: Sequence[str] | None = None) -> PairwiseCounts:
+        """Count wins and ties from pairwise records.
+
+        Args:
+            records (`Iterable[PairwiseRecord]`): the judgements; every record adds one comparison.
+            items (`Sequence[str]`, *optional*): fixed item order (may include items never compared). Default:
+                the sorted set of items named by the records.
+
+        Returns:
+            `PairwiseCounts` with ``wins[i, j]`` = records where ``items[i]`` beat ``items[j]`` and ``ties`` the
+            symmetric tie counts.
+
+        Raises:
+            ValueError: if a record names an item missing from ``items``, or there are no items at all.
+        """
+        records = list(records)
+        if items is None:
+            items = sorted({r.item_a for r in records} | {r.item_b for r in records})
+        items = list(items)
+        if not items:
+            raise ValueError("PairwiseCounts.from_records got no records and no items")
+        index = {name: k for k, name in enumerate(items)}
+        if len(index) != len(items):
+            raise ValueError(f"PairwiseCounts.from_records: items must be unique, got {items}")
+        m = len(items)
+        wins = np.zeros((m, m))
+        ties = np.zeros((m, m))
+        for a, b, outcome in _encode(records, index):
+            if outcome == 0:
+                wins[a, b] += 1
+            elif outcome == 1:
+                wins[b, a] += 1
+            else:
+                ties[a, b] += 1
+                ties[b, a] += 1
+        return cls(items, wins, ties)
+
+    @property
+    def n_items(self) -> int:
+        """Number of items M."""
+        return len(self.items)
+
+    @property
+    def n_comparisons(self) -> float:
+        """Total number of comparisons: all wins plus every tie counted once (a float for weighted counts)."""
+        return float(self.wins.sum() + np.triu(self.ties, 1).sum())
+
+    @property
+    def totals(self) -> np.ndarray:
+        """Comparisons per pair, `np.ndarray` of shape `(M, M)`, symmetric: ``wins + wins.T + ties``."""
+        return self.wins + self.wins.T + self.ties
+
+    def binarized(self, equal: EqualCounts = "half") -> PairwiseCounts:
+        """EMER-Ranker's binarized preference matrix W (EMER-Ranker, section 2, eq. 1).
+
+        For every compared pair, ``W[i, j] = 1`` and ``W[j, i] = 0`` when ``i`` won more comparisons against ``j``
+        than it lost (``wins[i, j] > wins[j, i]``; ties do not count for either side, as in "humans prefer the
+        outputs of m_i more frequently than those of m_j"). Each compared pair then contributes exactly one
+        comparison to the Bradley-Terry likelihood (eq. 3-4). Pairs never compared stay empty (the paper's -1
+        in figure 11(b)).
+
+        The paper does not say what happens when a compared pair has equal win counts (including a pair that
+        only tied). ``equal="half"`` (default) records half a win for each side (``W[i, j] = W[j, i] = 0.5``,
+        the chess draw), which keeps the pair in the comparison graph and pulls the two strengths together;
+        ``equal="drop"`` leaves the pair out, as if it had not been compared.
+
+        Args:
+            equal (`Literal["half", "drop"]`): what to do with a compared pair whose win counts are equal.
+
+        Returns:
+            `PairwiseCounts` with ``wins`` in {0, 0.5, 1} and ``ties`` all zero.
+
+        Raises:
+            ValueError: if ``equal`` is not one of ``"half"``, ``"drop"``.
+        """
+        if equal not in EQUAL_COUNTS:
+            raise ValueError(f"equal must be one of {EQUAL_COUNTS}, got {equal!r}")
+        compared = self.totals > 0
+        w = np.zeros_like(self.wins)
+        w[compared & (self.wins > self.wins.T)] = 1.0
+        if equal == "half":
+            w[compared & (self.wins == self.wins.T)] = 0.5
+        np.fill_diagonal(w, 0.0)
+        return PairwiseCounts(self.items, w, np.zeros_like(self.ties))
+
+    def subset(self, items: Sequence[str]) -> PairwiseCounts:
+        """The counts restricted to ``items`` (in that order). Raises ValueError on an unknown item."""
+        missing = [name for name in items if name not in self.items]
+        if missing:
+            raise ValueError(f"unknown items {missing}; available: {self.items}")
+        idx = [self.items.index(name) for name in items]
+        return PairwiseCounts(list(items), self.wins[np.ix_(idx, idx)], self.ties[np.ix_(idx, idx)])
+
+
+def _encode(records: Iterable[PairwiseRecord], index: dict[str, int]) -> Iterable[tuple[int, int, int]]:
+    """Yield ``(a, b, outcome)`` index triples; outcome 0 = a won, 1 = b won, 2 = tie."""
+    code = {"a": 0, "b": 1, "tie": 2}
+    for r in records:
+        try:
+            yield index[r.item_a], index[r.item_b], code[r.outcome]
+        except KeyError as err:
+            raise ValueError(
+                f"record compares {r.item_a!r} and {r.item_b!r} but {err.args[0]!r} is not in items {list(index)}"
+            ) from None
+
+
+def connected_item_groups(counts: PairwiseCounts) -> list[list[str]]:
+    """Connected components of the comparison graph, largest first.
+
+    Two items are joined when they were compared at least once, whatever the outcome (wins, losses and ties all
+    connect). An item never compared forms its own component.
+
+    Args:
+        counts (`PairwiseCounts`): the counts over M items.
+
+    Returns:
+        `list[list[str]]`: the components, each in ``counts.items`` order, sorted by size (largest first).
+    """
+    adjacency = csr_matrix(counts.totals > 0)
+    n_comp, labels = connected_components(adjacency, directed=False)
+    groups = [[counts.items[k] for k in np.flatnonzero(labels == c)] for c in range(n_comp)]
+    return sorted(groups, key=len, reverse=True)
+
+
+def check_connected(counts: PairwiseCounts, on_disconnected: OnDisconnected = "error") -> list[list[str]]:
+    """Check that every item is linked to every other through a chain of comparisons.
+
+    Bradley-Terry strengths are only comparable within a connected component of the comparison graph; across
+    components only the prior decides (Hunter 2004, assumption 1; Ford 1957). The graph is built with
+    ``scipy.sparse.csgraph.connected_components`` on ``wins + wins.T + ties > 0``.
+
+    Args:
+        counts (`PairwiseCounts`): the counts over M items.
+        on_disconnected (`Literal["error", "warn"]`): raise or warn when there is more than one component.
+
+    Returns:
+        `list[list[str]]`: the connected components (see :func:`connected_item_groups`); one when connected.
+
+    Raises:
+        ValueError: if the graph is disconnected and ``on_disconnected="error"`` (the message names the
+            components), or ``on_disconnected`` is not a known choice.
+    """
+    if on_disconnected not in ON_DISCONNECTED:
+        raise ValueError(f"on_disconnected must be one of {ON_DISCONNECTED}, got {on_disconnected!r}")
+    groups = connected_item_groups(counts)
+    if len(groups) > 1:
+        message = (
+            f"comparison graph is disconnected: {len(groups)} components {groups}; "
+            "scores are not comparable across components"
+        )
+        if on_disconnected == "error":
+            raise ValueError(message)
+        warnings.warn(message, UserWarning, stacklevel=2)
+    return groups

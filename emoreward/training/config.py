@@ -1,0 +1,150 @@
+"""Training configuration: one dataclass, read from a recipe YAML, shared by `emoreward train` and
+`scripts/train_reward.py`.
+
+`EmoRewardConfig` extends TRL's `RewardConfig` (itself `transformers.TrainingArguments`), so every Trainer
+option (epochs, learning rate, batch size, `report_to`, DeepSpeed, ...) is available under its usual name.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import yaml
+from transformers import HfArgumentParser
+from trl import RewardConfig
+
+
+TieMode = Literal["drop", "rao-kupper", "davidson"]
+TruncationMode = Literal["drop", "truncate"]
+TwoClassTiePolicy = Literal["wrong", "first"]
+
+
+@dataclass
+class EmoRewardConfig(RewardConfig):
+    """Configuration of one reward-model training run (a recipe). Fields beyond `trl.RewardConfig`:"""
+
+    # ------------------------------------------------------------------ model
+    model_name_or_path: str = field(
+        default="minilm",
+        metadata={"help": "Backbone: a registered name (minilm, smollm2), a local path or a hub model id."},
+    )
+    gguf_file: str | None = field(default=None, metadata={"help": "GGUF file inside model_name_or_path, if any."})
+    use_peft: bool = field(default=True, metadata={"help": "Train LoRA adapters (True) or all weights (False)."})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha (scale = alpha / r)."})
+    lora_dropout: float = field(default=0.0, metadata={"help": "Dropout on the LoRA path."})
+    lora_target_modules: list[str] | None = field(
+        default=None, metadata={"help": "Linear layers to adapt; None = the backbone's default from the registry."}
+    )
+    instruction: str | None = field(
+        default=None,
+        metadata={"help": "Context prefix (user turn) for the description; None = the backbone's default."},
+    )
+
+    # ------------------------------------------------------------------ data
+    train_file: str = field(
+        default="emoprefer",
+        metadata={"help": "Preference pairs: CSV / JSONL path, or the bundled dataset name 'emoprefer'."},
+    )
+    eval_file: str | None = field(
+        default=None, metadata={"help": "Held-out pairs to evaluate after training (None: cross-validation only)."}
+    )
+    ties: TieMode = field(
+        default="drop",
+        metadata={
+            "help": "Tie pairs: 'drop' (counted in the report), or a tie-aware Bradley-Terry likelihood: "
+            "'rao-kupper' (Rao & Kupper 1967) or 'davidson' (Davidson 1970)."
+        },
+    )
+    tie_parameter: float = field(
+        default=1.0,
+        metadata={"help": "Rao-Kupper log-threshold epsilon (> 0) or Davidson nu (> 0); fixed during training."},
+    )
+    truncation: TruncationMode = field(
+        default="drop",
+        metadata={
+            "help": "Pairs longer than max_length: 'drop' them (counted), or 'truncate' the description "
+            "(pairs whose token ids then become identical are dropped and counted)."
+        },
+    )
+
+    # ------------------------------------------------------------------ evaluation
+    cv_folds: int = field(
+        default=5, metadata={"help": "Stratified k-fold cross-validation folds before the final fit (0 or 1: none)."}
+    )
+    final_fit: bool = field(
+        default=True, metadata={"help": "After cross-validation, train on all pairs and save the model."}
+    )
+    two_class_tie_policy: TwoClassTiePolicy = field(
+        default="wrong",
+        metadata={
+            "help": "How a predicted tie / invalid answer counts in two-class scoring: 'wrong' (default), or "
+            "'first' (the published EmoPrefer code: counted as description 1)."
+        },
+    )
+    calibrate_tie_threshold: bool = field(
+        default=True,
+        metadata={"help": "Fit the |reward difference| tie threshold on the training split (three-class WAF)."},
+    )
+    score_batch_size: int = field(default=32, metadata={"help": "Sequences per forward pass when scoring."})
+    wandb_project: str = field(default="emoreward", metadata={"help": "W&B project when report_to has wandb."})
+
+    def __post_init__(self):
+        for name, literal in (
+            ("ties", TieMode),
+            ("truncation", TruncationMode),
+            ("two_class_tie_policy", TwoClassTiePolicy),
+        ):
+            allowed = get_args(literal)
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name}={getattr(self, name)!r} is not one of {list(allowed)}")
+        if self.ties != "drop" and not (self.tie_parameter > 0 and math.isfinite(self.tie_parameter)):
+            raise ValueError(f"tie_parameter must be a finite number > 0 for ties={self.ties!r}, got {self.tie_parameter}")
+        if self.cv_folds < 0:
+            raise ValueError(f"cv_folds must be >= 0, got {self.cv_folds}")
+        if self.lora_r <= 0:
+            raise ValueError(f"lora_r must be > 0, got {self.lora_r}")
+        if self.max_length is None or self.max_length <= 0:
+            raise ValueError(f"max_length must be a positive number of tokens, got {self.max_length}")
+        if self.bf16 is None and not self.fp16:
+            # TRL turns bf16 on when unset, which fails on CPU-only machines: use it where a GPU supports it
+            import torch
+
+            self.bf16 = bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+        super().__post_init__()
+
+
+def default_recipe_path() -> Path:
+    """The recipe `emoreward train` uses with no `--config`: MiniLM + LoRA on the bundled EmoPrefer pairs."""
+    from importlib import resources
+
+    return Path(str(resources.files("emoreward") / "resources" / "default_recipe.yaml"))
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> EmoRewardConfig:
+    """Parse a recipe YAML (flat keys) into an `EmoRewardConfig`, with optional overrides.
+
+    Args:
+        path: the recipe; None = the bundled default recipe.
+        overrides: keys that replace the recipe's (e.g. `{"output_dir": ...}` from the command line).
+
+    Raises:
+        ValueError: an unknown key (named, with the file), or a value a field rejects.
+        FileNotFoundError: if the recipe does not exist.
+    """
+    path = Path(path) if path is not None else default_recipe_path()
+    if not path.exists():
+        raise FileNotFoundError(f"recipe not found: {path}")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a recipe is a mapping of keys to values, got {type(data).__name__}")
+    data.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    known = {f.name for f in fields(EmoRewardConfig) if f.init}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"{path}: unknown key(s) {unknown}; see `emoreward train --help-config` for the fields")
+    (config,) = HfArgumentParser(EmoRewardConfig).parse_dict(data, allow_extra_keys=False)
+    return config

@@ -1,0 +1,108 @@
+"""Turn preference pairs into the tokenized chosen / rejected dataset TRL's RewardTrainer consumes.
+
+Nothing is dropped silently: every pair left out is counted under its reason in an `ExclusionReport`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from datasets import Dataset
+
+from emoreward.data import PreferencePair
+from emoreward.models import EmoRewardModel
+
+
+EXCLUSION_REASONS = {
+    "tie_dropped": "tie pairs dropped (ties='drop')",
+    "too_long": "pairs with a sequence longer than max_length (truncation='drop')",
+    "identical_after_truncation": "pairs whose chosen and rejected token ids are identical after truncation",
+    "identical_descriptions": "pairs whose two descriptions have identical token ids (no preference signal)",
+}
+
+
+@dataclass
+class ExclusionReport:
+    """Counts (and sample ids) of the pairs left out of training, by reason (`EXCLUSION_REASONS`)."""
+
+    n_input: int = 0
+    n_kept: int = 0
+    excluded: dict[str, list[str]] = field(default_factory=dict)
+
+    def add(self, reason: str, sample_id: str) -> None:
+        if reason not in EXCLUSION_REASONS:
+            raise ValueError(f"unknown exclusion reason {reason!r}; known: {sorted(EXCLUSION_REASONS)}")
+        self.excluded.setdefault(reason, []).append(sample_id)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {reason: len(self.excluded.get(reason, [])) for reason in EXCLUSION_REASONS}
+
+    def to_dict(self) -> dict:
+        return {"n_input": self.n_input, "n_kept": self.n_kept, "excluded": self.counts, "excluded_ids": self.excluded}
+
+    def summary(self) -> str:
+        parts = [f"{n} {reason}" for reason, n in self.counts.items() if n]
+        return f"{self.n_kept} of {self.n_input} pairs used for training" + (
+            f"; left out: {', '.join(parts)}" if parts else "; none left out"
+        )
+
+
+def build_reward_dataset(
+    pairs: list[PreferencePair],
+    model: EmoRewardModel,
+    *,
+    ties: str = "drop",
+    truncation: str = "drop",
+) -> tuple[Dataset, ExclusionReport]:
+    """Encode labelled pairs as `chosen_ids` / `rejected_ids` (+ `tie` flag) rows.
+
+    For a tie pair (kept only with a tie-aware loss), `chosen` is description 1 and `rejected` description 2,
+    and `tie` is 1.0; the tie-aware loss is symmetric in the two.
+
+    Args:
+        pairs: labelled preference pairs.
+        model: the reward model whose `encode` lays the text out (the same function scoring uses).
+        ties: `"drop"` or a tie-aware loss name (ties kept).
+        truncation: `"drop"` pairs that exceed `max_length`, or `"truncate"` their descriptions.
+
+    Returns:
+        (`datasets.Dataset` with columns `chosen_ids`, `rejected_ids`, `tie`, `length` (longer of the two, in
+        tokens, for `train_sampling_strategy: group_by_length`), `sample_id`; the report).
+
+    Raises:
+        ValueError: an unlabelled pair (the message names its row).
+    """
+    report = ExclusionReport(n_input=len(pairs))
+    rows: dict[str, list] = {"chosen_ids": [], "rejected_ids": [], "tie": [], "length": [], "sample_id": []}
+    for pair in pairs:
+        if pair.label is None:
+            raise ValueError(f"pair {pair.sample_id!r} (row {pair.row}) has no label; training needs labels")
+        if pair.label == "tie" and ties == "drop":
+            report.add("tie_dropped", pair.sample_id)
+            continue
+        first = model.encode(pair.description_1, pair.media.subtitle, truncate=truncation == "truncate")
+        second = model.encode(pair.description_2, pair.media.subtitle, truncate=truncation == "truncate")
+        if truncation == "drop" and (first.truncated or second.truncated):
+            report.add("too_long", pair.sample_id)
+            continue
+        if first.input_ids == second.input_ids:
+            reason = "identical_after_truncation" if (first.truncated or second.truncated) else "identical_descriptions"
+            report.add(reason, pair.sample_id)
+            continue
+        chosen, rejected = (second, first) if pair.label == "2" else (first, second)
+        rows["chosen_ids"].append(chosen.input_ids)
+        rows["rejected_ids"].append(rejected.input_ids)
+        rows["tie"].append(1.0 if pair.label == "tie" else 0.0)
+        rows["length"].append(max(len(chosen.input_ids), len(rejected.input_ids)))
+        rows["sample_id"].append(pair.sample_id)
+    report.n_kept = len(rows["tie"])
+    if report.n_kept == 0:
+        raise ValueError(f"no pair is left for training: {report.summary()}")
+    return Dataset.from_dict(rows), report
+
+
+def label_counts(pairs: list[PreferencePair]) -> dict[str, int]:
+    """Number of pairs per label (`"1"`, `"2"`, `"tie"`, `None`)."""
+    return dict(Counter(str(p.label) for p in pairs))

@@ -1,0 +1,166 @@
+"""Reward model: training changes every trainable parameter and raises pair accuracy; save / load / merge
+round trips reproduce scores; scores do not depend on padding side or batch neighbours."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from conftest import synthetic_pairs
+from peft import LoraConfig
+from transformers import AutoModelForSequenceClassification
+
+from emoreward.evaluation.harness import evaluate_judgements, run_judge
+from emoreward.evaluation.judge import RewardModelJudge
+from emoreward.models import EmoRewardModel
+from emoreward.training.config import load_config
+from emoreward.training.run import fit_reward_model
+
+
+TEXTS = [
+    "She smiles.",
+    "In the video the man frowns, his voice trembles, and he sounds angry at first but calmer at the end.",
+    "A neutral face; flat tone.",
+]
+
+
+def tiny_config(model_dir, tmp_path, **extra):
+    overrides = {
+        "model_name_or_path": str(model_dir),
+        "lora_target_modules": ["query", "value"] if "bert" in str(model_dir) else ["q_proj", "v_proj"],
+        "lora_r": 4,
+        "lora_alpha": 8,
+        "num_train_epochs": 6,
+        "per_device_train_batch_size": 8,
+        "learning_rate": 1e-2,
+        "max_length": 64,
+        "report_to": ["none"],
+        "output_dir": str(tmp_path / "out"),
+        "cv_folds": 0,
+        "logging_steps": 1,
+        "train_sampling_strategy": "random",
+        "gradient_checkpointing": False,
+        "disable_tqdm": True,
+    }
+    overrides.update(extra)
+    return load_config(overrides=overrides)
+
+
+def pair_accuracy(model, pairs):
+    r1, r2 = RewardModelJudge(model).pair_rewards(pairs)
+    labels = np.array([p.label for p in pairs])
+    return float(np.mean(np.where(r1 > r2, "1", "2") == labels))
+
+
+@pytest.mark.parametrize("which", ["tiny_bert_dir", "tiny_llama_dir"])
+def test_training_changes_every_trainable_parameter_and_raises_accuracy(which, request, tmp_path):
+    model_dir = request.getfixturevalue(which)
+    config = tiny_config(model_dir, tmp_path)
+    pairs = synthetic_pairs(40)
+    torch.manual_seed(config.seed)
+    before_model = EmoRewardModel.from_backbone(
+        str(model_dir), lora_config=LoraConfig(task_type="SEQ_CLS", r=4, lora_alpha=8, target_modules=config.lora_target_modules), max_length=64
+    )
+    before = before_model.trainable_parameters()
+    acc_before = pair_accuracy(before_model, pairs)
+    fit = fit_reward_model(config, pairs, output_dir=tmp_path / "out", run_name="t", save=False)
+    after = fit.model.trainable_parameters()
+    assert set(after) == set(before) and len(after) > 0
+    unchanged = [name for name in after if torch.equal(after[name], before[name])]
+    assert unchanged == [], f"parameters that did not change: {unchanged}"
+    assert any("score" in n or "classifier" in n for n in after), "the value head must be trainable"
+    acc_after = pair_accuracy(fit.model, pairs)
+    assert acc_after >= 0.9 and acc_after > acc_before
+    assert fit.exclusions.n_kept == 40
+
+
+def test_pad_token_in_tokenizer_and_config(tiny_llama_dir):
+    model = EmoRewardModel.from_backbone(str(tiny_llama_dir), max_length=64)
+    tok = model.tokenizer
+    assert tok.pad_token_id is not None and tok.pad_token_id != tok.eos_token_id
+    assert model.model.config.pad_token_id == tok.pad_token_id
+    assert model.settings.input_format == "chat"
+
+
+@pytest.mark.parametrize("which", ["tiny_bert_dir", "tiny_llama_dir"])
+def test_scores_do_not_depend_on_padding_or_batch(which, request):
+    model = EmoRewardModel.from_backbone(str(request.getfixturevalue(which)), max_length=64)
+    alone = np.array([model.score([t])[0] for t in TEXTS])
+    together = model.score(TEXTS, batch_size=3)
+    model.tokenizer.padding_side = "left" if model.tokenizer.padding_side == "right" else "right"
+    flipped = model.score(list(reversed(TEXTS)), batch_size=2)[::-1]
+    np.testing.assert_allclose(together, alone, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(flipped, alone, atol=1e-5, rtol=0)
+    assert np.ptp(alone) > 0  # a constant scorer would pass the checks above trivially
+
+
+def test_truncation_counts_and_identical_pairs(tiny_bert_dir):
+    from emoreward.data import PreferencePair
+    from emoreward.training.preprocess import build_reward_dataset
+
+    model = EmoRewardModel.from_backbone(str(tiny_bert_dir), max_length=12)
+    long_a = "angry " * 30 + "at the end"
+    long_b = "angry " * 30 + "at the start"
+    pairs = [
+        PreferencePair("ok", "happy", "sad", "1"),
+        PreferencePair("long", long_a, "sad", "2"),
+        PreferencePair("same_after_cut", long_a, long_b, "1"),
+        PreferencePair("tie", "happy", "sad", "tie"),
+        PreferencePair("dup", "happy", "happy", "2"),
+    ]
+    _, dropped = build_reward_dataset(pairs, model, ties="drop", truncation="drop")
+    assert dropped.counts == {"tie_dropped": 1, "too_long": 2, "identical_after_truncation": 0, "identical_descriptions": 1}
+    ds, cut = build_reward_dataset(pairs, model, ties="rao-kupper", truncation="truncate")
+    assert cut.counts == {"tie_dropped": 0, "too_long": 0, "identical_after_truncation": 1, "identical_descriptions": 1}
+    assert cut.n_kept == 3 and list(ds["tie"]) == [0.0, 0.0, 1.0]
+    assert max(len(x) for x in list(ds["chosen_ids"]) + list(ds["rejected_ids"])) == 12
+    # the label decides which side is chosen
+    row = list(ds["sample_id"]).index("long")
+    assert ds["chosen_ids"][row] == model.encode("sad").input_ids
+
+
+@pytest.mark.parametrize("which", ["tiny_bert_dir", "tiny_llama_dir"])
+def test_save_load_in_fresh_process_and_merged_export(which, request, tmp_path):
+    model_dir = request.getfixturevalue(which)
+    config = tiny_config(model_dir, tmp_path, num_train_epochs=1)
+    fit = fit_reward_model(config, synthetic_pairs(16), output_dir=tmp_path / "out", run_name="t", save=False)
+    fit.model.settings.tie_threshold = 0.125
+    expected = fit.model.score(TEXTS)
+    saved = fit.model.save_pretrained(tmp_path / "saved")
+    assert (saved / "adapter_model.safetensors").exists() and not list(saved.glob("*.bin"))
+    code = (
+        "import json, sys; from emoreward.models import EmoRewardModel; "
+        f"m = EmoRewardModel.from_pretrained({str(saved)!r}); "
+        f"print(json.dumps({{'s': m.score({TEXTS!r}).tolist(), 't': m.settings.tie_threshold}}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert loaded["t"] == 0.125
+    np.testing.assert_array_equal(np.array(loaded["s"]), expected)  # exactly the same
+
+    merged_dir = fit.model.export_merged(tmp_path / "merged")
+    plain, info = AutoModelForSequenceClassification.from_pretrained(merged_dir, output_loading_info=True)
+    assert info["missing_keys"] == [] and info["unexpected_keys"] == [] if isinstance(info["missing_keys"], list) else not info["missing_keys"]
+    assert not info["unexpected_keys"]
+    merged = EmoRewardModel(plain.eval(), fit.model.tokenizer, fit.model.settings)
+    np.testing.assert_allclose(merged.score(TEXTS), expected, atol=1e-5, rtol=0)
+    again = EmoRewardModel.from_pretrained(merged_dir)
+    assert again.settings.merged
+    np.testing.assert_allclose(again.score(TEXTS), expected, atol=1e-5, rtol=0)
+
+
+def test_reward_model_judge_is_swap_consistent(tiny_bert_dir):
+    model = EmoRewardModel.from_backbone(str(tiny_bert_dir), max_length=64)
+    pairs = synthetic_pairs(12)
+    judge = RewardModelJudge(model, tie_threshold=0.0)
+    result = run_judge(judge, pairs, swap=True, runs=2)
+    evaluation = evaluate_judgements(result)
+    assert evaluation["judge"]["swap_consistency"] == 100.0
+    assert evaluation["judge"]["multi_run_consistency"] == 100.0
+    assert judge.n_scored == 24  # each description scored once across orders and runs
+    normal, swapped = result.normal[0], result.swapped[0]
+    assert [j.reward_1 for j in normal] == [j.reward_1 for j in swapped]

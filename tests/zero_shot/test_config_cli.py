@@ -1,0 +1,80 @@
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from zero_shot.cli import add_judge_arguments, run_judge_command
+from zero_shot.config import available_judges, build_backend, judge_config_from_dict, load_judge_config
+from zero_shot.prompts import PROMPT_DIR, load_prompts
+from zero_shot.testing import ScriptedBackend
+
+
+def test_every_judge_yaml_parses_with_the_real_parser():
+    judges = available_judges()
+    assert {"smollm2-135m-text", "qwen2.5-omni-7b", "qwen2.5-vl-7b", "qwen2-audio-7b"} <= set(judges)
+    for name in judges:
+        cfg = load_judge_config(name)
+        assert cfg.name == name
+        load_prompts(cfg.prompts)
+
+
+def test_unknown_judge_lists_the_available_ones():
+    with pytest.raises(ValueError, match=r"unknown judge 'nope'; available: \[.*smollm2-135m-text"):
+        load_judge_config("nope")
+
+
+def test_invalid_definitions_name_the_field():
+    base = {"name": "x", "mllm": {"backend": "transformers-text", "model": "m"}}
+    with pytest.raises(ValueError, match="backend: unknown 'vllm'"):
+        judge_config_from_dict({**base, "mllm": {"backend": "vllm", "model": "m"}})
+    with pytest.raises(ValueError, match="unknown keys"):
+        judge_config_from_dict({**base, "temperature": 0.7})
+    with pytest.raises(ValueError, match="family: unknown"):
+        judge_config_from_dict({**base, "mllm": {"backend": "transformers-mllm", "model": "m", "family": "llava"}})
+    with pytest.raises(ValueError, match="base_url"):
+        build_backend(judge_config_from_dict({**base, "mllm": {"backend": "openai", "model": "m"}}).mllm)
+
+
+def test_prompt_sets_are_versioned_and_checked(tmp_path):
+    prompts = load_prompts("emoprefer_v1")
+    assert prompts.tag == "emoprefer-v1" and len(prompts.digest) == 12
+    text = prompts.render("compare_media", media="text", subtitle=None, description_1="A", description_2="B")
+    assert "Description 1: A" in text and "The person says" not in text and "alone" in text
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((PROMPT_DIR / "emoprefer_v1.yaml").read_text().replace("{reasoning}", "{secret}"))
+    with pytest.raises(ValueError, match="unknown placeholders"):
+        load_prompts(bad)
+
+
+def test_cli_help_and_list():
+    out = subprocess.run([sys.executable, "-m", "zero_shot", "--help"], capture_output=True, text=True, check=True)
+    assert "--strategy" in out.stdout and "--references" in out.stdout
+    parser = argparse.ArgumentParser()
+    add_judge_arguments(parser)
+    assert run_judge_command(parser.parse_args(["--list"])) == 0
+
+
+def test_cli_s2_without_references_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    import zero_shot.runner as runner
+
+    monkeypatch.setattr(runner, "build_backend", lambda cfg: ScriptedBackend())
+    parser = argparse.ArgumentParser()
+    add_judge_arguments(parser)
+    args = parser.parse_args(["--judge", "smollm2-135m-text", "--strategy", "S2", "--limit", "3", "--output", str(tmp_path), "--no-progress"])
+    assert run_judge_command(args) == 2
+    assert "reference-description file" in capsys.readouterr().err
+
+
+def test_cli_runs_s1_on_the_bundled_pairs(tmp_path, capsys, monkeypatch):
+    import zero_shot.runner as runner
+
+    monkeypatch.setattr(runner, "build_backend", lambda cfg: ScriptedBackend())
+    parser = argparse.ArgumentParser()
+    add_judge_arguments(parser)
+    args = parser.parse_args(["--judge", "configs/judges/smollm2-135m-text.yaml", "--strategy", "S1", "--data", "emoprefer",
+                              "--limit", "40", "--output", str(tmp_path), "--no-progress"])
+    assert run_judge_command(args) == 0
+    out = capsys.readouterr().out
+    assert "| smollm2-135m-text | S1 |" in out and "length baseline" in out
+    assert (tmp_path / "report.json").exists() and (tmp_path / "calls.jsonl").exists()
