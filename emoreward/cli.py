@@ -61,7 +61,9 @@ def run_train(args: argparse.Namespace) -> int:
     if args.no_wandb:
         overrides["report_to"] = ["none"]
     config = load_config(args.config, overrides)
-    print(f"emoreward train: backbone {config.model_name_or_path}, data {config.train_file}, output {config.output_dir}")
+    print(
+        f"emoreward train: backbone {config.model_name_or_path}, data {config.train_file}, output {config.output_dir}"
+    )
     report = run_training(config)
     print()
     print(report.get("markdown", ""))
@@ -71,7 +73,9 @@ def run_train(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------- evaluate
 def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="a model directory written by `emoreward train` (or a merged export)")
+    p.add_argument(
+        "--model", required=True, help="a model directory written by `emoreward train` (or a merged export)"
+    )
     p.add_argument("--data", required=True, help="labelled pairs: EmoPrefer CSV (4 or 6 columns) or JSONL")
     p.add_argument("--output", help="write the report as JSON here (a Markdown copy and confusion plot beside it)")
     p.add_argument(

@@ -17,7 +17,9 @@ def test_there_are_recipes():
     assert any("minilm" in str(p) for p in RECIPES) and any("smollm2" in str(p) for p in RECIPES)
 
 
-@pytest.mark.parametrize("path", [p for p in RECIPES if "accelerate_configs" not in str(p)], ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize(
+    "path", [p for p in RECIPES if "accelerate_configs" not in str(p)], ids=lambda p: str(p.relative_to(ROOT))
+)
 def test_recipe_parses(path):
     config = load_config(path)
     assert config.model_name_or_path and config.output_dir

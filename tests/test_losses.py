@@ -33,7 +33,9 @@ def test_rao_kupper_closed_form():
     tie = (theta**2 - 1) * pi_i * pi_j / ((pi_i + theta * pi_j) * (pi_j + theta * pi_i))
     got = torch.exp(-rao_kupper_nll(torch.tensor([d]), torch.tensor([1.0]), eps)).item()
     assert got == pytest.approx(tie)
-    assert torch.exp(-rao_kupper_nll(torch.tensor([d]), torch.tensor([0.0]), eps)).item() == pytest.approx(pi_i / (pi_i + theta * pi_j))
+    assert torch.exp(-rao_kupper_nll(torch.tensor([d]), torch.tensor([0.0]), eps)).item() == pytest.approx(
+        pi_i / (pi_i + theta * pi_j)
+    )
 
 
 def test_davidson_closed_form_and_bt_limit():

@@ -101,7 +101,14 @@ def test_main_job_report_and_evaluate_cli(tiny_bert_dir, tmp_path, capsys):
     assert "2-fold cross-validation on 24 pairs" in out and "length baseline" in out and "±" in out
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     summary = report["cross_validation"]["summary"]
-    for key in ("two_class_waf", "two_class_acc", "three_class_waf", "three_class_acc", "swap_consistency", "length_debiased_acc"):
+    for key in (
+        "two_class_waf",
+        "two_class_acc",
+        "three_class_waf",
+        "three_class_acc",
+        "swap_consistency",
+        "length_debiased_acc",
+    ):
         assert key in summary["judge"]
     assert summary["judge"]["swap_consistency"]["mean"] == 100.0
     assert report["recipe"]["seed"] == 3
@@ -110,12 +117,23 @@ def test_main_job_report_and_evaluate_cli(tiny_bert_dir, tmp_path, capsys):
     assert "length baseline" in (model_dir / "README.md").read_text()
 
     unseen = write_pairs_csv(tmp_path / "unseen.csv", synthetic_pairs(10, seed=7))
-    assert main(["evaluate", "--model", str(model_dir), "--data", str(unseen), "--output", str(tmp_path / "ev.json")]) == 0
+    assert (
+        main(["evaluate", "--model", str(model_dir), "--data", str(unseen), "--output", str(tmp_path / "ev.json")])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "2-class WAF" in out and "length baseline" in out
     ev = json.loads((tmp_path / "ev.json").read_text())
     assert ev["n_pairs"] == 10 and ev["judge"]["swap_consistency"] == 100.0
     assert (tmp_path / "ev.md").exists() and (tmp_path / "ev.png").exists()
+
+    # an interrupted or repeated run reuses finished folds and the finished final model
+    (tmp_path / "out" / "cv" / "fold1" / "finished.json").unlink()
+    assert main(["train", "--config", str(recipe), "--set", "seed=3"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("finished earlier") == 2  # fold 0 and the final model; fold 1 is trained again
+    again = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert again["cross_validation"]["summary"] == summary
 
 
 def test_cli_reports_bad_data_with_file_row_field(tiny_bert_dir, tmp_path, capsys):

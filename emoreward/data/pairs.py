@@ -188,7 +188,10 @@ def pairs_from_records(
             raise DataError(source, row, _name_of(record, "sample_id"), "empty sample id")
         if sample_id in seen:
             raise DataError(
-                source, row, _name_of(record, "sample_id"), f"duplicate sample id {sample_id!r} (first at row {seen[sample_id]})"
+                source,
+                row,
+                _name_of(record, "sample_id"),
+                f"duplicate sample id {sample_id!r} (first at row {seen[sample_id]})",
             )
         seen[sample_id] = row
         for key in ("description_1", "description_2"):
@@ -205,7 +208,10 @@ def pairs_from_records(
             label = _LABEL_MAP.get(str(raw_label).strip().lower())
             if label is None:
                 raise DataError(
-                    source, row, _name_of(record, "label"), f"unknown label {raw_label!r}; expected one of {sorted(_LABEL_MAP)}"
+                    source,
+                    row,
+                    _name_of(record, "label"),
+                    f"unknown label {raw_label!r}; expected one of {sorted(_LABEL_MAP)}",
                 )
         media = MediaRef(*(_opt_str(values[k]) for k in ("video", "audio", "subtitle")))
         pairs.append(
@@ -232,7 +238,10 @@ def _read_text(path: Path) -> str:
     except UnicodeDecodeError as err:
         line = raw[: err.start].count(b"\n") + 1
         raise DataError(
-            str(path), f"at line {line}", None, f"undecodable bytes {raw[err.start:err.end]!r} (the file must be UTF-8)"
+            str(path),
+            f"at line {line}",
+            None,
+            f"undecodable bytes {raw[err.start : err.end]!r} (the file must be UTF-8)",
         ) from err
 
 
@@ -244,7 +253,9 @@ def _csv_records(source: str, text: str) -> Iterable[tuple[int, dict[str, Any]]]
     for i, record in enumerate(reader, start=1):
         if None in record or len([v for v in record.values() if v is not None]) < n_columns:
             extra = "more" if None in record else "fewer"
-            raise DataError(source, i, None, f"{extra} cells than the {n_columns} header columns (line {reader.line_num})")
+            raise DataError(
+                source, i, None, f"{extra} cells than the {n_columns} header columns (line {reader.line_num})"
+            )
         yield i, record
 
 

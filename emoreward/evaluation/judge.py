@@ -42,7 +42,13 @@ class RewardModelJudge:
         batch_size: sequences per forward pass.
     """
 
-    def __init__(self, model: EmoRewardModel, tie_threshold: float | None = None, batch_size: int = 32, name: str = "reward-model"):
+    def __init__(
+        self,
+        model: EmoRewardModel,
+        tie_threshold: float | None = None,
+        batch_size: int = 32,
+        name: str = "reward-model",
+    ):
         self.model = model
         self.tie_threshold = model.settings.tie_threshold if tie_threshold is None else tie_threshold
         self.batch_size = batch_size

@@ -162,9 +162,7 @@ def length_control(
     accs = [out["acc_aligned"], out["acc_counter"]]
     out["length_debiased_acc"] = float(np.mean(accs)) if None not in accs else None
     decided = [i for i, p in enumerate(y_pred) if p in ("1", "2") and longer[i] != "tie"]
-    out["prefers_longer_rate"] = (
-        100.0 * float(np.mean([y_pred[i] == longer[i] for i in decided])) if decided else None
-    )
+    out["prefers_longer_rate"] = 100.0 * float(np.mean([y_pred[i] == longer[i] for i in decided])) if decided else None
     return out
 
 
@@ -175,9 +173,7 @@ def reward_length_correlation(rewards: Sequence[float], lengths: Sequence[int]) 
     return float(spearmanr(rewards, lengths).statistic)
 
 
-def random_baseline(
-    y_true: Sequence[str], setting: Setting = "two-class", n_draws: int = 200, seed: int = 0
-) -> dict:
+def random_baseline(y_true: Sequence[str], setting: Setting = "two-class", n_draws: int = 200, seed: int = 0) -> dict:
     """Expected WAF / accuracy of uniform random verdicts (over {1, 2}, plus tie in three-class), averaged over
     `n_draws` seeded draws."""
     rng = np.random.default_rng(seed)

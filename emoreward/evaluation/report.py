@@ -102,7 +102,13 @@ def markdown_table(summary: dict, title: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_confusion(confusion: Sequence[Sequence[int]], labels: Sequence[str], pred_labels: Sequence[str], path: str | Path, title: str = "") -> Path:
+def plot_confusion(
+    confusion: Sequence[Sequence[int]],
+    labels: Sequence[str],
+    pred_labels: Sequence[str],
+    path: str | Path,
+    title: str = "",
+) -> Path:
     """Save a confusion-matrix heat map (rows: gold labels, columns: predictions) as PNG."""
     import matplotlib
 

@@ -103,9 +103,11 @@ def load_backbone(
     kwargs = dict(model_kwargs or {})
     if spec.gguf_file:
         kwargs["gguf_file"] = spec.gguf_file
-    tokenizer = AutoTokenizer.from_pretrained(
-        path, gguf_file=spec.gguf_file, trust_remote_code=trust_remote_code
-    ) if spec.gguf_file else AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    tokenizer = (
+        AutoTokenizer.from_pretrained(path, gguf_file=spec.gguf_file, trust_remote_code=trust_remote_code)
+        if spec.gguf_file
+        else AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    )
     with suppress_seqcls_warning():
         model = AutoModelForSequenceClassification.from_pretrained(
             path, num_labels=1, dtype=dtype, trust_remote_code=trust_remote_code, **kwargs

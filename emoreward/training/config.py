@@ -102,7 +102,9 @@ class EmoRewardConfig(RewardConfig):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name}={getattr(self, name)!r} is not one of {list(allowed)}")
         if self.ties != "drop" and not (self.tie_parameter > 0 and math.isfinite(self.tie_parameter)):
-            raise ValueError(f"tie_parameter must be a finite number > 0 for ties={self.ties!r}, got {self.tie_parameter}")
+            raise ValueError(
+                f"tie_parameter must be a finite number > 0 for ties={self.ties!r}, got {self.tie_parameter}"
+            )
         if self.cv_folds < 0:
             raise ValueError(f"cv_folds must be >= 0, got {self.cv_folds}")
         if self.lora_r <= 0:

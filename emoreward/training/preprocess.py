@@ -88,7 +88,9 @@ def build_reward_dataset(
             report.add("too_long", pair.sample_id)
             continue
         if first.input_ids == second.input_ids:
-            reason = "identical_after_truncation" if (first.truncated or second.truncated) else "identical_descriptions"
+            reason = (
+                "identical_after_truncation" if (first.truncated or second.truncated) else "identical_descriptions"
+            )
             report.add(reason, pair.sample_id)
             continue
         chosen, rejected = (second, first) if pair.label == "2" else (first, second)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +36,9 @@ from emoreward.training.trainer import EmoRewardTrainer
 
 
 logger = logging.getLogger(__name__)
+
+# written last into a fold or model directory: the work there is complete (an interrupted run skips it)
+FINISHED_FILE = "finished.json"
 
 
 @dataclass
@@ -66,7 +69,9 @@ def configure_wandb(config: EmoRewardConfig) -> str | None:
     Path(os.environ["WANDB_DIR"]).mkdir(parents=True, exist_ok=True)
     if "WANDB_MODE" not in os.environ and not _has_wandb_key():
         os.environ["WANDB_MODE"] = "offline"
-        logger.warning("no W&B API key found: logging offline to %s (sync later with `wandb sync`)", os.environ["WANDB_DIR"])
+        logger.warning(
+            "no W&B API key found: logging offline to %s (sync later with `wandb sync`)", os.environ["WANDB_DIR"]
+        )
     os.environ.setdefault("WANDB_LOG_MODEL", "false")
     return os.environ.get("WANDB_MODE", "online")
 
@@ -114,7 +119,9 @@ def fit_reward_model(
     )
     dataset, exclusions = build_reward_dataset(pairs, model, ties=config.ties, truncation=config.truncation)
     logger.info("%s: %s", run_name, exclusions.summary())
-    args = _replace(config, output_dir=str(output_dir), run_name=run_name, save_strategy=config.save_strategy if save else "no")
+    args = _replace(
+        config, output_dir=str(output_dir), run_name=run_name, save_strategy=config.save_strategy if save else "no"
+    )
     trainer = EmoRewardTrainer(model=model.model, args=args, train_dataset=dataset, processing_class=model.tokenizer)
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=_last_checkpoint(output_dir) if save else None)
@@ -145,7 +152,9 @@ def _last_checkpoint(output_dir: str | Path) -> str | None:
     return get_last_checkpoint(str(output_dir)) if Path(output_dir).is_dir() else None
 
 
-def evaluate_model(model: EmoRewardModel, pairs: list[PreferencePair], *, tie_policy: str = "wrong", batch_size: int = 32) -> dict:
+def evaluate_model(
+    model: EmoRewardModel, pairs: list[PreferencePair], *, tie_policy: str = "wrong", batch_size: int = 32
+) -> dict:
     """Judge labelled pairs with a reward model in normal and swapped order and compute every metric."""
     judge = RewardModelJudge(model, batch_size=batch_size)
     start = time.perf_counter()
@@ -174,7 +183,12 @@ def _log_to_wandb(evaluation: dict, prefix: str = "harness") -> None:
 
     if wandb.run is None:
         return
-    flat = {f"{prefix}/{column}/{k}": v for column, row in headline(evaluation).items() for k, v in row.items() if v is not None}
+    flat = {
+        f"{prefix}/{column}/{k}": v
+        for column, row in headline(evaluation).items()
+        for k, v in row.items()
+        if v is not None
+    }
     wandb.log(flat)
     wandb.run.summary.update(flat)
 
@@ -206,14 +220,28 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
     if config.cv_folds > 1:
         fold_reports = []
         for k, (train_idx, test_idx) in enumerate(stratified_folds(pairs, config.cv_folds, config.seed)):
+            fold_dir = out / "cv" / f"fold{k}"
+            fingerprint = _fold_fingerprint(config, pairs, train_idx, test_idx)
+            evaluation = _load_finished(fold_dir, fingerprint)
+            if evaluation is not None:
+                log(f"fold {k + 1}/{config.cv_folds}: finished earlier, reusing {fold_dir / FINISHED_FILE}")
+                fold_reports.append(evaluation)
+                continue
             train = [pairs[i] for i in train_idx]
             test = [pairs[i] for i in test_idx]
-            fit = fit_reward_model(config, train, output_dir=out / "cv" / f"fold{k}", run_name=f"{config.run_name or 'emoreward'}-fold{k}", save=False)
-            evaluation = evaluate_model(fit.model, test, tie_policy=config.two_class_tie_policy, batch_size=config.score_batch_size)
-            evaluation.update(fold=k, train_seconds=fit.train_seconds, exclusions=fit.exclusions.to_dict(), n_train=len(train))
+            fit = fit_reward_model(
+                config, train, output_dir=fold_dir, run_name=f"{config.run_name or 'emoreward'}-fold{k}", save=False
+            )
+            evaluation = evaluate_model(
+                fit.model, test, tie_policy=config.two_class_tie_policy, batch_size=config.score_batch_size
+            )
+            evaluation.update(
+                fold=k, train_seconds=fit.train_seconds, exclusions=fit.exclusions.to_dict(), n_train=len(train)
+            )
             if wandb_enabled(config):
                 _log_to_wandb(evaluation)
                 _finish_wandb()
+            write_json({"fingerprint": fingerprint, "evaluation": evaluation}, fold_dir / FINISHED_FILE)
             fold_reports.append(evaluation)
             h = headline(evaluation)
             log(
@@ -223,27 +251,61 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
                 f"{fit.exclusions.summary()}"
             )
         summary = aggregate(fold_reports)
-        report["cross_validation"] = {"k": config.cv_folds, "seed": config.seed, "summary": summary, "folds": fold_reports}
-        cm = np.sum([f["judge"]["three_class"]["confusion"] for f in fold_reports], axis=0)
-        plot_confusion(cm, ["1", "2", "tie"], fold_reports[0]["judge"]["three_class"]["pred_labels"], out / "confusion.png", title=f"{config.cv_folds}-fold CV, held-out pairs")
-        report["markdown"] = markdown_table(summary, f"{config.cv_folds}-fold cross-validation on {len(pairs)} pairs (mean ± std over folds, held-out folds)")
-    if config.final_fit:
-        fit = fit_reward_model(config, pairs, output_dir=out / "checkpoints", run_name=config.run_name or "emoreward-final", save=True)
-        model_dir = out / "model"
-        fit.model.save_pretrained(model_dir, model_card=model_card(config, report, fit))
-        report["final"] = {
-            "model_dir": str(model_dir),
-            "train_seconds": fit.train_seconds,
-            "tie_threshold": fit.tie_threshold,
-            "exclusions": fit.exclusions.to_dict(),
-            "train_log": fit.log_history,
+        report["cross_validation"] = {
+            "k": config.cv_folds,
+            "seed": config.seed,
+            "summary": summary,
+            "folds": fold_reports,
         }
-        log(f"final model (all {len(pairs)} pairs) saved to {model_dir}; {fit.exclusions.summary()}")
+        cm = np.sum([f["judge"]["three_class"]["confusion"] for f in fold_reports], axis=0)
+        plot_confusion(
+            cm,
+            ["1", "2", "tie"],
+            fold_reports[0]["judge"]["three_class"]["pred_labels"],
+            out / "confusion.png",
+            title=f"{config.cv_folds}-fold CV, held-out pairs",
+        )
+        report["markdown"] = markdown_table(
+            summary,
+            f"{config.cv_folds}-fold cross-validation on {len(pairs)} pairs (mean ± std over folds, held-out folds)",
+        )
+    if config.final_fit:
+        model_dir = out / "model"
+        all_idx = list(range(len(pairs)))
+        fingerprint = _fold_fingerprint(config, pairs, all_idx, [])
+        final = _load_finished(model_dir, fingerprint)
+        if final is not None:
+            log(f"final model: finished earlier, reusing {model_dir}")
+            fit = FitResult(
+                EmoRewardModel.from_pretrained(model_dir), None, final["train_seconds"], [], final["tie_threshold"]
+            )  # type: ignore[arg-type]
+            report["final"] = final
+        else:
+            fit = fit_reward_model(
+                config, pairs, output_dir=out / "checkpoints", run_name=config.run_name or "emoreward-final", save=True
+            )
+            fit.model.save_pretrained(model_dir, model_card=model_card(config, report, fit))
+            report["final"] = {
+                "model_dir": str(model_dir),
+                "train_seconds": fit.train_seconds,
+                "tie_threshold": fit.tie_threshold,
+                "exclusions": fit.exclusions.to_dict(),
+                "train_log": fit.log_history,
+            }
+            # written last: its presence means the model directory is complete
+            write_json({"fingerprint": fingerprint, "evaluation": report["final"]}, model_dir / FINISHED_FILE)
+            log(f"final model (all {len(pairs)} pairs) saved to {model_dir}; {fit.exclusions.summary()}")
         if config.eval_file:
             eval_pairs = load_pairs(config.eval_file)
-            evaluation = evaluate_model(fit.model, eval_pairs, tie_policy=config.two_class_tie_policy, batch_size=config.score_batch_size)
+            evaluation = evaluate_model(
+                fit.model, eval_pairs, tie_policy=config.two_class_tie_policy, batch_size=config.score_batch_size
+            )
             report["eval_file"] = {"path": str(config.eval_file), "evaluation": evaluation}
-            report["markdown"] = report.get("markdown", "") + "\n" + markdown_table(headline(evaluation), f"held-out file {config.eval_file}")
+            report["markdown"] = (
+                report.get("markdown", "")
+                + "\n"
+                + markdown_table(headline(evaluation), f"held-out file {config.eval_file}")
+            )
             if wandb_enabled(config):
                 _log_to_wandb(evaluation, prefix="eval_file")
         if wandb_enabled(config):
@@ -251,6 +313,31 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
     write_json(report, out / "report.json")
     (out / "report.md").write_text(report.get("markdown", ""))
     return report
+
+
+def _fold_fingerprint(config: EmoRewardConfig, pairs: list[PreferencePair], train_idx, test_idx) -> str:
+    """Identifies a fold's work: the recipe (minus where it is written and logged), the data and the split."""
+    import hashlib
+    import json
+
+    recipe = {k: v for k, v in _public_config(config).items() if k not in _NOT_FINGERPRINTED}
+    data = [(p.sample_id, p.description_1, p.description_2, p.label) for p in pairs]
+    blob = json.dumps([recipe, data, list(map(int, train_idx)), list(map(int, test_idx))], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+_NOT_FINGERPRINTED = {"output_dir", "run_name", "logging_dir", "report_to", "logging_steps", "disable_tqdm"}
+
+
+def _load_finished(directory: Path, fingerprint: str) -> dict | None:
+    """The saved evaluation of a fold finished by an earlier, interrupted run of the same recipe and data."""
+    import json
+
+    path = directory / FINISHED_FILE
+    if not path.exists():
+        return None
+    saved = json.loads(path.read_text())
+    return saved["evaluation"] if saved.get("fingerprint") == fingerprint else None
 
 
 def _public_config(config: EmoRewardConfig) -> dict:
@@ -273,7 +360,7 @@ A scalar reward r(description | context) for emotion descriptions, trained with 
 on human preference pairs. Load it with `EmoRewardModel.from_pretrained(path)`.
 
 - Backbone: `{config.model_name_or_path}`{f" (GGUF `{fit.model.settings.gguf_file}`)" if fit.model.settings.gguf_file else ""}; LoRA r={config.lora_r}, alpha={config.lora_alpha}; value head in the adapter.
-- Data: `{config.train_file}` ({report['n_pairs']} pairs; {fit.exclusions.summary()}). Ties: `{config.ties}`.
+- Data: `{config.train_file}` ({report["n_pairs"]} pairs; {fit.exclusions.summary()}). Ties: `{config.ties}`.
 - Input: text only (descriptions{", with subtitles when present" if True else ""}); max length {config.max_length} tokens.
 - Tie threshold (three-class verdicts): {fit.tie_threshold:.4g}, calibrated on the training pairs.
 
