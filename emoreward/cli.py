@@ -114,9 +114,35 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- wiring
+def _lazy(module: str, add: str, run: str):
+    """Argument adder and runner from a module imported only when its command is used (fast `--help`)."""
+    import importlib
+
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        getattr(importlib.import_module(module), add)(parser)
+
+    def run_command(args: argparse.Namespace) -> int:
+        _quiet_libraries()
+        return getattr(importlib.import_module(module), run)(args)
+
+    return add_arguments, run_command
+
+
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "train": ("train a reward model (cross-validation, final fit, report)", add_train_arguments, run_train),
     "evaluate": ("evaluate a saved reward model on labelled pairs", add_evaluate_arguments, run_evaluate),
+    "rank": (
+        "rank description-writing models with a judge (Bradley-Terry, 95% bootstrap intervals)",
+        *_lazy("emoreward.ranking.cli", "add_rank_arguments", "run_rank"),
+    ),
+    "serve": (
+        "serve a reward model over HTTP (JSON endpoint and OpenRLHF remote_rm_url endpoint)",
+        *_lazy("emoreward.export.server", "add_serve_arguments", "run_serve"),
+    ),
+    "export": (
+        "export a merged reward model that AutoModelForSequenceClassification loads, and verify it",
+        *_lazy("emoreward.export.cli", "add_export_arguments", "run_export"),
+    ),
 }
 
 
@@ -138,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         return args._run(args)
-    except (ValueError, FileNotFoundError, ImportError) as err:
+    except (ValueError, FileNotFoundError, ImportError, RuntimeError) as err:
         # data and configuration errors: one clear line, no traceback
         print(f"emoreward {args.command}: error: {err}", file=sys.stderr)
         return 2

@@ -106,3 +106,18 @@ def test_calibrated_tie_threshold():
 def test_random_baseline_is_near_fifty():
     r = metrics.random_baseline(["1", "2"] * 100, "two-class", seed=1)
     assert 45 < r["acc"] < 55
+
+
+def test_length_controlled_preference_separates_signal_from_length():
+    import numpy as np
+
+    pairs = load_pairs("emoprefer")
+    rng = np.random.default_rng(0)
+    gold = np.array([{"1": 1.0, "2": -1.0, "tie": 0.0}[p.label] for p in pairs])
+    noise = metrics.length_controlled_preference(pairs, rng.normal(size=len(pairs)))
+    informed = metrics.length_controlled_preference(pairs, gold + rng.normal(scale=1.0, size=len(pairs)))
+    assert noise["n"] == informed["n"] == 450
+    assert noise["lr_pvalue"] > 0.01 and abs(noise["coef_judge"]) < 3 * noise["se_judge"]
+    assert informed["coef_judge"] > 0 and informed["lr_pvalue"] < 1e-6
+    assert noise["coef_length"] > 5 * noise["se_length"]  # length predicts the label on EmoPrefer
+    assert metrics.length_controlled_preference(pairs[:5], [0.0] * 5) is None

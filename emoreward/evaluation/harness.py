@@ -111,6 +111,10 @@ def evaluate_judgements(result: JudgementSet, *, tie_policy: metrics.TiePolicy =
         rewards = [j.reward_1 for j in first] + [j.reward_2 for j in first]
         lengths = [len(p.description_1) for p in pairs] + [len(p.description_2) for p in pairs]
         judge["reward_length_spearman"] = metrics.reward_length_correlation(rewards, lengths)
+        signal = [j.reward_1 - j.reward_2 for j in first]
+    else:
+        signal = [{"1": 1.0, "2": -1.0}.get(v, 0.0) for v in pred]
+    judge["length_controlled"] = metrics.length_controlled_preference(pairs, signal)
     length_pred = metrics.length_verdicts(pairs)
     return {
         "judge_name": result.judge_name,

@@ -205,3 +205,69 @@ def calibrate_tie_threshold(differences: Sequence[float], y_true: Sequence[str])
         if waf > best_waf + 1e-12:
             best, best_waf = float(t), waf
     return best
+
+
+def length_controlled_preference(
+    pairs: Sequence[PreferencePair],
+    signal: Sequence[float],
+    unit: Literal["chars", "words"] = "chars",
+) -> dict | None:
+    """A logistic model of the human verdict on the judge's signal and the standardised length difference,
+    in the spirit of AlpacaEval's length-controlled win rate (Dubois et al. 2024).
+
+    P(description 1 preferred) = sigmoid(b0 + b_judge * z(signal) + b_length * z(len1 - len2)), fitted by
+    maximum likelihood (scikit-learn, no penalty) on the non-tie pairs; both regressors are z-scored so the
+    coefficients compare. A likelihood-ratio test against the length-only model says whether the judge adds
+    information beyond length.
+
+    Args:
+        pairs: labelled pairs (gold ties are left out of the fit).
+        signal: per pair, r(d1) - r(d2) for a reward model, or +1 / -1 / 0 for a verdict of 1 / 2 / tie.
+
+    Returns:
+        dict with `coef_judge`, `coef_length`, `intercept`, their standard errors (`se_*`, from the observed
+        Fisher information), `lr_stat` and `lr_pvalue` (chi-squared, 1 degree of freedom), `n`; None when fewer
+        than 10 non-tie pairs or a regressor is constant.
+    """
+    from scipy.stats import chi2
+    from sklearn.linear_model import LogisticRegression
+
+    idx = [i for i, p in enumerate(pairs) if p.label in ("1", "2")]
+    if len(idx) < 10:
+        return None
+    y = np.array([1 if pairs[i].label == "1" else 0 for i in idx])
+    s = np.array([float(signal[i]) for i in idx])
+    dl = np.array(
+        [
+            description_length(pairs[i].description_1, unit) - description_length(pairs[i].description_2, unit)
+            for i in idx
+        ],
+        dtype=float,
+    )
+    if s.std() == 0 or dl.std() == 0 or len(set(y)) < 2:
+        return None
+    x = np.column_stack([(s - s.mean()) / s.std(), (dl - dl.mean()) / dl.std()])
+
+    def fit(features: np.ndarray) -> tuple[LogisticRegression, float]:
+        model = LogisticRegression(C=np.inf, max_iter=1000).fit(features, y)  # unpenalised MLE
+        p = np.clip(model.predict_proba(features)[:, 1], 1e-12, 1 - 1e-12)
+        return model, float(np.sum(y * np.log(p) + (1 - y) * np.log(1 - p)))
+
+    full, ll_full = fit(x)
+    _, ll_length = fit(x[:, 1:])
+    design = np.column_stack([np.ones(len(y)), x])
+    p = full.predict_proba(x)[:, 1]
+    fisher = design.T @ (design * (p * (1 - p))[:, None])
+    se = np.sqrt(np.diag(np.linalg.pinv(fisher)))
+    lr = max(0.0, 2 * (ll_full - ll_length))
+    return {
+        "n": len(y),
+        "intercept": float(full.intercept_[0]),
+        "coef_judge": float(full.coef_[0, 0]),
+        "coef_length": float(full.coef_[0, 1]),
+        "se_intercept": float(se[0]),
+        "se_judge": float(se[1]),
+        "se_length": float(se[2]),
+        "lr_stat": lr,
+        "lr_pvalue": float(chi2.sf(lr, df=1)),
+    }

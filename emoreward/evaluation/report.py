@@ -26,6 +26,8 @@ HEADLINE: list[tuple[str, str]] = [
     ("length_debiased_acc", "length-debiased ACC"),
     ("prefers_longer_rate", "prefers the longer description"),
     ("reward_length_spearman", "reward-length Spearman"),
+    ("lc_coef_judge", "length-controlled logit: judge coef."),
+    ("lc_coef_length", "length-controlled logit: length coef."),
 ]
 COLUMNS = ("judge", "length_baseline", "random_baseline")
 COLUMN_TITLES = {"judge": "this judge", "length_baseline": "length baseline", "random_baseline": "random"}
@@ -44,6 +46,9 @@ def headline(evaluation: dict) -> dict[str, dict[str, float | None]]:
         if column == "judge":
             row["swap_consistency"] = part.get("swap_consistency")
             row["reward_length_spearman"] = part.get("reward_length_spearman")
+            lcp = part.get("length_controlled")
+            if lcp:
+                row["lc_coef_judge"], row["lc_coef_length"] = lcp["coef_judge"], lcp["coef_length"]
         elif column == "length_baseline":
             row["swap_consistency"] = 100.0  # pointwise by construction
         lc = part.get("length_control")
@@ -87,7 +92,7 @@ def markdown_table(summary: dict, title: str | None = None) -> str:
     """A Markdown table of headline metrics: rows = metrics, columns = judge / length baseline / random.
 
     `summary` is either `aggregate(...)` output (cells mean ± std) or `headline(...)` output (single values).
-    Metrics are percent except the Spearman correlation.
+    Metrics are percent except the Spearman correlation and the logistic coefficients (per standard deviation).
     """
     lines = []
     if title:

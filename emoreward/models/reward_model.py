@@ -44,6 +44,9 @@ class RewardModelSettings:
         max_length: length limit in tokens of one (context, description) sequence.
         tie_threshold: |r1 - r2| below this is a predicted tie (calibrated on the training split; 0 = never).
         merged: True for a merged export (full weights, no adapter).
+        num_heads: 1, or 2 for a disentangled reward (head 0 = quality, the reward; head 1 = length, ODIN).
+        length_penalty: `{"alpha", "mean", "std"}`: the reward is r - alpha * (chars - mean) / std (the
+            length-penalised baseline of `length_debias: penalty`), or None.
     """
 
     backbone: str = "minilm"
@@ -53,6 +56,8 @@ class RewardModelSettings:
     max_length: int = 512
     tie_threshold: float = 0.0
     merged: bool = False
+    num_heads: int = 1
+    length_penalty: dict | None = None
     extra: dict = field(default_factory=dict)
 
     @classmethod
@@ -88,8 +93,10 @@ def load_backbone(
     dtype: torch.dtype = torch.float32,
     trust_remote_code: bool = False,
     model_kwargs: dict | None = None,
+    num_heads: int = 1,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load a backbone as a one-output sequence-classification model and its tokenizer, pad token set.
+    """Load a backbone as a sequence-classification model with `num_heads` outputs (1: the reward; 2: the
+    quality and length heads of a disentangled reward) and its tokenizer, pad token set.
 
     The new value head is initialised by transformers (normal, std = `initializer_range`), after the caller's
     `set_seed`. `trust_remote_code` stays off unless asked for.
@@ -110,7 +117,7 @@ def load_backbone(
     )
     with suppress_seqcls_warning():
         model = AutoModelForSequenceClassification.from_pretrained(
-            path, num_labels=1, dtype=dtype, trust_remote_code=trust_remote_code, **kwargs
+            path, num_labels=num_heads, dtype=dtype, trust_remote_code=trust_remote_code, **kwargs
         )
     set_pad_token(model, tokenizer)
     return model, tokenizer
@@ -171,6 +178,7 @@ class EmoRewardModel:
         trust_remote_code: bool = False,
         model_kwargs: dict | None = None,
         train_head_bias: bool = False,
+        num_heads: int = 1,
     ) -> EmoRewardModel:
         """A fresh reward model on a backbone; with `lora_config` (a `peft.LoraConfig`) wrapped in LoRA.
 
@@ -183,7 +191,7 @@ class EmoRewardModel:
         """
         spec = get_backbone(backbone, gguf_file=gguf_file)
         model, tokenizer = load_backbone(
-            spec, dtype=dtype, trust_remote_code=trust_remote_code, model_kwargs=model_kwargs
+            spec, dtype=dtype, trust_remote_code=trust_remote_code, model_kwargs=model_kwargs, num_heads=num_heads
         )
         input_format = spec.input_format
         if input_format == "auto":
@@ -206,6 +214,7 @@ class EmoRewardModel:
             input_format=input_format,
             instruction=instruction,
             max_length=max_length,
+            num_heads=num_heads,
         )
         return cls(model, tokenizer, settings)
 
@@ -229,7 +238,9 @@ class EmoRewardModel:
             from peft import PeftModel
 
             spec = get_backbone(settings.backbone, gguf_file=settings.gguf_file)
-            base, _ = load_backbone(spec, dtype=dtype, trust_remote_code=trust_remote_code)
+            base, _ = load_backbone(
+                spec, dtype=dtype, trust_remote_code=trust_remote_code, num_heads=settings.num_heads
+            )
             base.config.pad_token_id = tokenizer.pad_token_id
             model = PeftModel.from_pretrained(base, directory)
         model.eval()
@@ -326,7 +337,7 @@ class EmoRewardModel:
             if self.settings.input_format == "chat":
                 inputs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0).to(device)
             logits = self.model(**inputs).logits
-            out[idx] = logits.float().squeeze(-1).cpu().numpy()
+            out[idx] = logits[:, 0].float().cpu().numpy()  # head 0: the reward (quality head if disentangled)
         return out
 
     def score(
@@ -341,13 +352,19 @@ class EmoRewardModel:
 
         Returns:
             `np.ndarray` of shape `(N,)`, float64, unnormalised rewards. Descriptions longer than `max_length`
-            are truncated (count them with `count_truncated`).
+            are truncated (count them with `count_truncated`). With a `length_penalty` in the settings,
+            the penalty is subtracted here (it is not part of the network, so `export_merged` cannot carry it).
         """
         subtitles = subtitles if subtitles is not None else [None] * len(descriptions)
         if len(subtitles) != len(descriptions):
             raise ValueError(f"{len(descriptions)} descriptions but {len(subtitles)} subtitles")
         encoded = [self.encode(d, s).input_ids for d, s in zip(descriptions, subtitles)]
-        return self.score_ids(encoded, batch_size=batch_size)
+        rewards = self.score_ids(encoded, batch_size=batch_size)
+        penalty = self.settings.length_penalty
+        if penalty:
+            lengths = np.array([len(d) for d in descriptions], dtype=np.float64)
+            rewards = rewards - penalty["alpha"] * (lengths - penalty["mean"]) / penalty["std"]
+        return rewards
 
     def count_truncated(self, descriptions: list[str], subtitles: list[str | None] | None = None) -> int:
         """How many of these descriptions `score` would truncate to fit `max_length`."""
@@ -376,13 +393,40 @@ class EmoRewardModel:
         model = self.model
         if hasattr(model, "merge_and_unload"):
             model = copy.deepcopy(model).merge_and_unload()
-        merged = EmoRewardModel(model, self.tokenizer, copy.deepcopy(self.settings))
+        elif self.settings.num_heads > 1:
+            model = copy.deepcopy(model)
+        if self.settings.length_penalty:
+            logger.warning(
+                "export_merged: the length penalty is applied by EmoRewardModel.score only, not by the export"
+            )
+        settings = copy.deepcopy(self.settings)
+        if settings.num_heads > 1:
+            _keep_first_head(model)  # ODIN: export only the quality reward
+            settings.num_heads = 1
+        merged = EmoRewardModel(model, self.tokenizer, settings)
         merged.settings.merged = True
         return merged.save_pretrained(directory, model_card=model_card)
 
     def trainable_parameters(self) -> dict[str, torch.Tensor]:
         """Detached copies of every trainable parameter, by name (to check that training changed them)."""
         return {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+
+
+def _keep_first_head(model: PreTrainedModel) -> None:
+    """Cut a multi-output sequence-classification head down to its first output, in place."""
+    for name in ("score", "classifier"):
+        head = getattr(model, name, None)
+        if isinstance(head, torch.nn.Linear):
+            new = torch.nn.Linear(head.in_features, 1, bias=head.bias is not None, dtype=head.weight.dtype)
+            with torch.no_grad():
+                new.weight.copy_(head.weight[:1])
+                if head.bias is not None:
+                    new.bias.copy_(head.bias[:1])
+            setattr(model, name, new)
+            model.config.num_labels = 1
+            model.num_labels = 1
+            return
+    raise ValueError(f"no `score` or `classifier` Linear head found on {type(model).__name__}")
 
 
 DEFAULT_INSTRUCTION = (

@@ -20,6 +20,7 @@ from trl import RewardConfig
 TieMode = Literal["drop", "rao-kupper", "davidson"]
 TruncationMode = Literal["drop", "truncate"]
 TwoClassTiePolicy = Literal["wrong", "first"]
+LengthDebias = Literal["none", "reweight", "penalty", "disentangled"]
 
 
 @dataclass
@@ -71,6 +72,24 @@ class EmoRewardConfig(RewardConfig):
         },
     )
 
+    # ------------------------------------------------------------------ length control
+    length_debias: LengthDebias = field(
+        default="none",
+        metadata={
+            "help": "Keep the reward from learning length: 'none'; 'reweight' (length-aligned and length-counter "
+            "pairs weigh equally); 'penalty' (reward minus a fitted multiple of standardised length); "
+            "'disentangled' (ODIN, Chen et al. 2024: a length head absorbs length, only the quality head is "
+            "the reward)."
+        },
+    )
+    odin_length_weight: float = field(
+        default=1.0,
+        metadata={"help": "ODIN: weight of |corr(quality, length)| - corr(length head, length) in the loss."},
+    )
+    odin_orthogonal_weight: float = field(
+        default=1.0, metadata={"help": "ODIN: weight of |cos(w_quality, w_length)| of the two head vectors."}
+    )
+
     # ------------------------------------------------------------------ evaluation
     cv_folds: int = field(
         default=5, metadata={"help": "Stratified k-fold cross-validation folds before the final fit (0 or 1: none)."}
@@ -97,6 +116,7 @@ class EmoRewardConfig(RewardConfig):
             ("ties", TieMode),
             ("truncation", TruncationMode),
             ("two_class_tie_policy", TwoClassTiePolicy),
+            ("length_debias", LengthDebias),
         ):
             allowed = get_args(literal)
             if getattr(self, name) not in allowed:

@@ -69,13 +69,22 @@ def build_reward_dataset(
 
     Returns:
         (`datasets.Dataset` with columns `chosen_ids`, `rejected_ids`, `tie`, `length` (longer of the two, in
-        tokens, for `train_sampling_strategy: group_by_length`), `sample_id`; the report).
+        tokens, for `train_sampling_strategy: group_by_length`), `length_chosen` / `length_rejected`
+        (characters), `weight` (length-balance weight), `sample_id`; the report).
 
     Raises:
         ValueError: an unlabelled pair (the message names its row).
     """
     report = ExclusionReport(n_input=len(pairs))
-    rows: dict[str, list] = {"chosen_ids": [], "rejected_ids": [], "tie": [], "length": [], "sample_id": []}
+    rows: dict[str, list] = {
+        "chosen_ids": [],
+        "rejected_ids": [],
+        "tie": [],
+        "length": [],
+        "length_chosen": [],
+        "length_rejected": [],
+        "sample_id": [],
+    }
     for pair in pairs:
         if pair.label is None:
             raise ValueError(f"pair {pair.sample_id!r} (row {pair.row}) has no label; training needs labels")
@@ -94,6 +103,11 @@ def build_reward_dataset(
             report.add(reason, pair.sample_id)
             continue
         chosen, rejected = (second, first) if pair.label == "2" else (first, second)
+        texts = (
+            (pair.description_2, pair.description_1) if pair.label == "2" else (pair.description_1, pair.description_2)
+        )
+        rows["length_chosen"].append(float(len(texts[0])))
+        rows["length_rejected"].append(float(len(texts[1])))
         rows["chosen_ids"].append(chosen.input_ids)
         rows["rejected_ids"].append(rejected.input_ids)
         rows["tie"].append(1.0 if pair.label == "tie" else 0.0)
@@ -102,7 +116,23 @@ def build_reward_dataset(
     report.n_kept = len(rows["tie"])
     if report.n_kept == 0:
         raise ValueError(f"no pair is left for training: {report.summary()}")
+    rows["weight"] = length_balance_weights(rows["length_chosen"], rows["length_rejected"], rows["tie"])
     return Dataset.from_dict(rows), report
+
+
+def length_balance_weights(length_chosen: list[float], length_rejected: list[float], tie: list[float]) -> list[float]:
+    """Per-pair weights under which length-aligned pairs (the chosen description is longer) and length-counter
+    pairs (it is shorter) weigh equally; ties and equally long pairs weigh 1. The mean weight is 1.
+
+    Used by `length_debias: reweight` (the weights are computed always, and used only then).
+    """
+    aligned = [c > r and t == 0 for c, r, t in zip(length_chosen, length_rejected, tie)]
+    counter = [c < r and t == 0 for c, r, t in zip(length_chosen, length_rejected, tie)]
+    n_a, n_c = sum(aligned), sum(counter)
+    if n_a == 0 or n_c == 0:
+        return [1.0] * len(tie)
+    w_a, w_c = (n_a + n_c) / (2 * n_a), (n_a + n_c) / (2 * n_c)
+    return [w_a if a else w_c if c else 1.0 for a, c in zip(aligned, counter)]
 
 
 def label_counts(pairs: list[PreferencePair]) -> dict[str, int]:

@@ -31,6 +31,7 @@ from emoreward.evaluation.metrics import calibrate_tie_threshold
 from emoreward.evaluation.report import aggregate, headline, markdown_table, plot_confusion, write_json
 from emoreward.models import EmoRewardModel
 from emoreward.training.config import EmoRewardConfig
+from emoreward.training.length import fit_length_penalty
 from emoreward.training.preprocess import ExclusionReport, build_reward_dataset
 from emoreward.training.trainer import EmoRewardTrainer
 
@@ -100,10 +101,19 @@ def _lora_config(config: EmoRewardConfig):
 
 
 def fit_reward_model(
-    config: EmoRewardConfig, pairs: list[PreferencePair], *, output_dir: str | Path, run_name: str, save: bool
+    config: EmoRewardConfig,
+    pairs: list[PreferencePair],
+    *,
+    output_dir: str | Path,
+    run_name: str,
+    save: bool,
+    eval_pairs: list[PreferencePair] | None = None,
 ) -> FitResult:
     """Train one reward model on `pairs` with TRL (through `EmoRewardTrainer`), then calibrate its tie
-    threshold on the same pairs. With `save`, the trainer's checkpoints go to `output_dir`."""
+    threshold on the same pairs. With `save`, the trainer's checkpoints go to `output_dir` and an interrupted
+    run resumes from the last one. With `eval_pairs` and `eval_strategy` set, the trainer evaluates on them
+    (eval reward accuracy) and `load_best_model_at_end` keeps the best checkpoint; without `eval_pairs`
+    evaluation during training is off."""
     set_seed(config.seed)
     dtype = torch.float32  # master weights; `bf16: true` in the recipe turns on autocast for the compute
     model = EmoRewardModel.from_backbone(
@@ -116,18 +126,33 @@ def fit_reward_model(
         trust_remote_code=config.trust_remote_code,
         model_kwargs=config.model_init_kwargs if isinstance(config.model_init_kwargs, dict) else None,
         train_head_bias=config.center_rewards_coefficient is not None,
+        num_heads=2 if config.length_debias == "disentangled" else 1,
     )
     dataset, exclusions = build_reward_dataset(pairs, model, ties=config.ties, truncation=config.truncation)
     logger.info("%s: %s", run_name, exclusions.summary())
-    args = _replace(
-        config, output_dir=str(output_dir), run_name=run_name, save_strategy=config.save_strategy if save else "no"
+    changes = {"output_dir": str(output_dir), "run_name": run_name, "save_strategy": config.save_strategy}
+    if not save:
+        changes.update(save_strategy="no", load_best_model_at_end=False)
+    eval_dataset = None
+    if eval_pairs and config.eval_strategy != "no":
+        eval_dataset, _ = build_reward_dataset(eval_pairs, model, ties=config.ties, truncation=config.truncation)
+    else:  # no held-out pairs (e.g. a cross-validation fold: its test fold must not pick the checkpoint)
+        changes.update(eval_strategy="no", load_best_model_at_end=False)
+    args = _replace(config, **changes)
+    trainer = _DistributedSafeTrainer(
+        model=model.model,
+        args=args,
+        train_dataset=dataset,
+        eval_dataset=eval_dataset,
+        processing_class=model.tokenizer,
     )
-    trainer = EmoRewardTrainer(model=model.model, args=args, train_dataset=dataset, processing_class=model.tokenizer)
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=_last_checkpoint(output_dir) if save else None)
     seconds = time.perf_counter() - start
     model.model = trainer.model
     model.model.eval()
+    if config.length_debias == "penalty":
+        model.settings.length_penalty = fit_length_penalty(model, pairs, batch_size=config.score_batch_size)
     threshold = 0.0
     if config.calibrate_tie_threshold:
         judge = RewardModelJudge(model, tie_threshold=0.0, batch_size=config.score_batch_size)
@@ -135,6 +160,68 @@ def fit_reward_model(
         threshold = calibrate_tie_threshold(r1 - r2, [p.label for p in pairs])
     model.settings.tie_threshold = threshold
     return FitResult(model, exclusions, seconds, list(trainer.state.log_history), threshold)
+
+
+class _DistributedSafeTrainer(EmoRewardTrainer):
+    """`EmoRewardTrainer` whose saves under DeepSpeed ZeRO-3 + LoRA write whole tensors.
+
+    transformers gathers only the trainable parameters of a peft model under ZeRO-3
+    (`exclude_frozen_parameters=True`), but the value head is a peft `modules_to_save` module whose bias is frozen
+    (it gets no gradient from a pairwise loss), and peft needs every tensor of that module to save it
+    (`KeyError: 'modules_to_save.default.bias'`). Here the adapter and value-head parameters, frozen or not, are
+    gathered from their shards (on every process) and the main process writes them.
+    """
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        if not (self.is_deepspeed_enabled and _zero3_enabled() and hasattr(self.model, "peft_config")):
+            return super().save_model(output_dir, _internal_call)
+        state_dict = _gather_adapter_state_dict(self.model)
+        if self.args.should_save:
+            self._save(output_dir or self.args.output_dir, state_dict=state_dict)
+
+
+def _zero3_enabled() -> bool:
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    return is_deepspeed_zero3_enabled()
+
+
+def _adapter_parameters(model: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
+    """What a peft save writes: trainable parameters (LoRA) and the whole value head (`modules_to_save`)."""
+    return {n: p for n, p in model.named_parameters() if p.requires_grad or "modules_to_save" in n}
+
+
+def _gather_adapter_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Whole CPU copies of the adapter and value-head parameters, gathered from their ZeRO-3 shards.
+    Every process must call it (the gather is collective)."""
+    import deepspeed
+
+    out = {}
+    for name, param in _adapter_parameters(model).items():
+        with deepspeed.zero.GatheredParameters([param], modifier_rank=None):
+            out[name] = param.detach().cpu().clone()
+    return out
+
+
+def _save_final_model(model: EmoRewardModel, directory: Path, config: EmoRewardConfig, model_card: str) -> None:
+    """Save on the main process only. Under ZeRO-3 every process first gathers the adapter and value head from
+    their shards (all weights for full fine-tuning), so each saved tensor is whole."""
+    if _zero3_enabled():
+        import deepspeed
+
+        peft = hasattr(model.model, "peft_config")
+        params = list(_adapter_parameters(model.model).values() if peft else model.model.parameters())
+        with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
+            if config.process_index == 0:
+                model.save_pretrained(directory, model_card=model_card)
+    elif config.process_index == 0:
+        model.save_pretrained(directory, model_card=model_card)
+    _wait_for_everyone(config)
+
+
+def _wait_for_everyone(config: EmoRewardConfig) -> None:
+    if config.world_size > 1:
+        config.distributed_state.wait_for_everyone()
 
 
 def _replace(config: EmoRewardConfig, **changes) -> EmoRewardConfig:
@@ -168,6 +255,13 @@ def evaluate_model(
         [p.media.subtitle for p in pairs] * 2,
     )
     evaluation["scoring_seconds"] = seconds
+    first = result.normal[0]
+    # per-pair rewards in the normal order: the reward histogram, and checks that a saved model scores the same
+    evaluation["pair_rewards"] = {
+        "sample_id": [p.sample_id for p in pairs],
+        "reward_1": [j.reward_1 for j in first],
+        "reward_2": [j.reward_2 for j in first],
+    }
     return evaluation
 
 
@@ -178,19 +272,71 @@ def stratified_folds(pairs: list[PreferencePair], k: int, seed: int) -> list[tup
     return [(list(tr), list(te)) for tr, te in splitter.split(np.zeros(len(labels)), labels)]
 
 
-def _log_to_wandb(evaluation: dict, prefix: str = "harness") -> None:
+def _log_to_wandb(
+    evaluation: dict,
+    prefix: str = "harness",
+    *,
+    config: EmoRewardConfig | None = None,
+    kind: str = "",
+    title: str = "",
+) -> None:
+    """Log one harness evaluation to the active W&B run (the main process's; other processes have none): the
+    headline metrics as scalars and as a table (judge beside the baselines), the three-class confusion matrix
+    and the reward histogram as images, and tags naming the run's kind and setup (added to `WANDB_TAGS`)."""
+    import tempfile
+
     import wandb
 
     if wandb.run is None:
         return
-    flat = {
-        f"{prefix}/{column}/{k}": v
-        for column, row in headline(evaluation).items()
-        for k, v in row.items()
-        if v is not None
-    }
-    wandb.log(flat)
+    rows = headline(evaluation)
+    flat = {f"{prefix}/{column}/{k}": v for column, row in rows.items() for k, v in row.items() if v is not None}
+    metrics = list(dict.fromkeys(k for row in rows.values() for k in row))
+    table = wandb.Table(columns=["metric", *rows], data=[[m, *(rows[c].get(m) for c in rows)] for m in metrics])
+    media = {f"{prefix}/metrics": table}
+    with tempfile.TemporaryDirectory() as tmp:
+        three = evaluation["judge"]["three_class"]
+        cm_path = plot_confusion(
+            three["confusion"], three["labels"], three["pred_labels"], Path(tmp) / "confusion.png", title=title
+        )
+        media[f"{prefix}/confusion_matrix"] = wandb.Image(str(cm_path))
+        if "pair_rewards" in evaluation:
+            hist_path = _plot_reward_histogram(evaluation["pair_rewards"], Path(tmp) / "rewards.png", title=title)
+            media[f"{prefix}/reward_histogram"] = wandb.Image(str(hist_path))
+        wandb.log({**flat, **media})
     wandb.run.summary.update(flat)
+    if config is not None:
+        wandb.run.tags = tuple(dict.fromkeys([*(wandb.run.tags or ()), *_wandb_tags(config, kind)]))
+
+
+def _wandb_tags(config: EmoRewardConfig, kind: str) -> list[str]:
+    """Tags of a run: the project, the run's kind, backbone, tie handling and how it was distributed."""
+    backbone = Path(config.model_name_or_path).name[:48]
+    tags = ["emoreward", f"backbone:{backbone}", f"ties:{config.ties}", f"world_size:{config.world_size}"]
+    if config.deepspeed or os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
+        tags.append("deepspeed")
+    return tags + ([kind] if kind else [])
+
+
+def _plot_reward_histogram(pair_rewards: dict, path: Path, title: str = "") -> Path:
+    """Histogram of the rewards of both descriptions of every pair, and of the differences r1 - r2."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    r1, r2 = np.asarray(pair_rewards["reward_1"]), np.asarray(pair_rewards["reward_2"])
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(8, 3))
+    ax1.hist(np.concatenate([r1, r2]), bins=30)
+    ax1.set_xlabel("reward r(description)")
+    ax2.hist(r1 - r2, bins=30)
+    ax2.set_xlabel("r1 - r2")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def _finish_wandb() -> None:
@@ -208,6 +354,10 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
     """
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    # under `accelerate launch` every process runs this; only the main one prints and writes files
+    is_main = config.process_index == 0
+    if not is_main:
+        log = _silent
     wandb_mode = configure_wandb(config)
     pairs = load_pairs(config.train_file)
     log(f"loaded {len(pairs)} pairs from {config.train_file}")
@@ -239,9 +389,10 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
                 fold=k, train_seconds=fit.train_seconds, exclusions=fit.exclusions.to_dict(), n_train=len(train)
             )
             if wandb_enabled(config):
-                _log_to_wandb(evaluation)
+                _log_to_wandb(evaluation, config=config, kind="cv-fold", title=f"fold {k}, held-out pairs")
                 _finish_wandb()
-            write_json({"fingerprint": fingerprint, "evaluation": evaluation}, fold_dir / FINISHED_FILE)
+            if is_main:
+                write_json({"fingerprint": fingerprint, "evaluation": evaluation}, fold_dir / FINISHED_FILE)
             fold_reports.append(evaluation)
             h = headline(evaluation)
             log(
@@ -258,13 +409,14 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
             "folds": fold_reports,
         }
         cm = np.sum([f["judge"]["three_class"]["confusion"] for f in fold_reports], axis=0)
-        plot_confusion(
-            cm,
-            ["1", "2", "tie"],
-            fold_reports[0]["judge"]["three_class"]["pred_labels"],
-            out / "confusion.png",
-            title=f"{config.cv_folds}-fold CV, held-out pairs",
-        )
+        if is_main:
+            plot_confusion(
+                cm,
+                ["1", "2", "tie"],
+                fold_reports[0]["judge"]["three_class"]["pred_labels"],
+                out / "confusion.png",
+                title=f"{config.cv_folds}-fold CV, held-out pairs",
+            )
         report["markdown"] = markdown_table(
             summary,
             f"{config.cv_folds}-fold cross-validation on {len(pairs)} pairs (mean ± std over folds, held-out folds)",
@@ -282,9 +434,14 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
             report["final"] = final
         else:
             fit = fit_reward_model(
-                config, pairs, output_dir=out / "checkpoints", run_name=config.run_name or "emoreward-final", save=True
+                config,
+                pairs,
+                output_dir=out / "checkpoints",
+                run_name=config.run_name or "emoreward-final",
+                save=True,
+                eval_pairs=load_pairs(config.eval_file) if config.eval_file else None,
             )
-            fit.model.save_pretrained(model_dir, model_card=model_card(config, report, fit))
+            _save_final_model(fit.model, model_dir, config, model_card(config, report, fit))
             report["final"] = {
                 "model_dir": str(model_dir),
                 "train_seconds": fit.train_seconds,
@@ -293,7 +450,8 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
                 "train_log": fit.log_history,
             }
             # written last: its presence means the model directory is complete
-            write_json({"fingerprint": fingerprint, "evaluation": report["final"]}, model_dir / FINISHED_FILE)
+            if is_main:
+                write_json({"fingerprint": fingerprint, "evaluation": report["final"]}, model_dir / FINISHED_FILE)
             log(f"final model (all {len(pairs)} pairs) saved to {model_dir}; {fit.exclusions.summary()}")
         if config.eval_file:
             eval_pairs = load_pairs(config.eval_file)
@@ -307,12 +465,20 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
                 + markdown_table(headline(evaluation), f"held-out file {config.eval_file}")
             )
             if wandb_enabled(config):
-                _log_to_wandb(evaluation, prefix="eval_file")
+                _log_to_wandb(
+                    evaluation, prefix="eval_file", config=config, kind="final-fit", title=f"{config.eval_file}"
+                )
         if wandb_enabled(config):
             _finish_wandb()
-    write_json(report, out / "report.json")
-    (out / "report.md").write_text(report.get("markdown", ""))
+    if is_main:
+        write_json(report, out / "report.json")
+        (out / "report.md").write_text(report.get("markdown", ""))
+    _wait_for_everyone(config)
     return report
+
+
+def _silent(*_args, **_kwargs) -> None:
+    return None
 
 
 def _fold_fingerprint(config: EmoRewardConfig, pairs: list[PreferencePair], train_idx, test_idx) -> str:

