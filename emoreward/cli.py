@@ -50,8 +50,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_train(args: argparse.Namespace) -> int:
     _quiet_libraries()
-    from emoreward.training.config import load_config
-    from emoreward.training.run import run_training
+    from emoreward.training.config import load_recipe
 
     overrides = _parse_set(args.set)
     if args.output_dir:
@@ -60,11 +59,15 @@ def run_train(args: argparse.Namespace) -> int:
         overrides["cv_folds"] = args.cv_folds
     if args.no_wandb:
         overrides["report_to"] = ["none"]
-    config = load_config(args.config, overrides)
+    config = load_recipe(args.config, overrides)
+    if hasattr(config, "media_root"):  # a multimodal recipe
+        from emoreward.training.multimodal import run_multimodal_training as run
+    else:
+        from emoreward.training.run import run_training as run
     print(
         f"emoreward train: backbone {config.model_name_or_path}, data {config.train_file}, output {config.output_dir}"
     )
-    report = run_training(config)
+    report = run(config)
     print()
     print(report.get("markdown", ""))
     print(f"report: {Path(config.output_dir) / 'report.json'} (Markdown: report.md, plot: confusion.png)")
@@ -85,6 +88,7 @@ def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
         help="predicted tie / invalid in two-class scoring: 'wrong' (default) or 'first' (published EmoPrefer code)",
     )
     p.add_argument("--batch-size", type=int, default=32, help="sequences per forward pass")
+    p.add_argument("--media-root", help="multimodal models: folder with video/<sample>.mp4 and audio/<sample>.wav")
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
@@ -95,14 +99,21 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from emoreward.training.run import evaluate_model
 
     pairs = load_pairs(args.data)
-    model = EmoRewardModel.from_pretrained(args.model)
-    evaluation = evaluate_model(model, pairs, tie_policy=args.two_class_ties, batch_size=args.batch_size)
+    if (Path(args.model) / "emoreward_multimodal.json").exists():
+        from emoreward.training.multimodal import evaluate_multimodal_model
+
+        evaluation = evaluate_multimodal_model(
+            args.model, pairs, media_root=args.media_root, tie_policy=args.two_class_ties
+        )
+    else:
+        model = EmoRewardModel.from_pretrained(args.model)
+        evaluation = evaluate_model(model, pairs, tie_policy=args.two_class_ties, batch_size=args.batch_size)
     evaluation.update(model=str(args.model), data=str(args.data))
     table = markdown_table(headline(evaluation), f"{args.model} on {args.data} ({len(pairs)} pairs)")
     print(table)
     print(
         f"scored {evaluation['n_descriptions_scored']} descriptions in {evaluation['scoring_seconds']:.1f}s; "
-        f"tie threshold {evaluation['tie_threshold']:.4g}; truncated {evaluation['n_truncated_at_scoring']}"
+        f"tie threshold {evaluation['tie_threshold']:.4g}; truncated {evaluation.get('n_truncated_at_scoring', 0)}"
     )
     if args.output:
         out = write_json(evaluation, args.output)
@@ -131,6 +142,10 @@ def _lazy(module: str, add: str, run: str):
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "train": ("train a reward model (cross-validation, final fit, report)", add_train_arguments, run_train),
     "evaluate": ("evaluate a saved reward model on labelled pairs", add_evaluate_arguments, run_evaluate),
+    "judge": (
+        "run a zero-shot judge (strategies S1-S4) and print the Table-2-style report",
+        *_lazy("zero_shot.cli", "add_judge_arguments", "run_judge_command"),
+    ),
     "rank": (
         "rank description-writing models with a judge (Bradley-Terry, 95% bootstrap intervals)",
         *_lazy("emoreward.ranking.cli", "add_rank_arguments", "run_rank"),

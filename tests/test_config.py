@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from emoreward.training.config import default_recipe_path, load_config
+from emoreward.training.config import default_recipe_path, load_config, load_recipe
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,7 +21,7 @@ def test_there_are_recipes():
     "path", [p for p in RECIPES if "accelerate_configs" not in str(p)], ids=lambda p: str(p.relative_to(ROOT))
 )
 def test_recipe_parses(path):
-    config = load_config(path)
+    config = load_recipe(path)
     assert config.model_name_or_path and config.output_dir
 
 

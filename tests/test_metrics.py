@@ -121,3 +121,17 @@ def test_length_controlled_preference_separates_signal_from_length():
     assert informed["coef_judge"] > 0 and informed["lr_pvalue"] < 1e-6
     assert noise["coef_length"] > 5 * noise["se_length"]  # length predicts the label on EmoPrefer
     assert metrics.length_controlled_preference(pairs[:5], [0.0] * 5) is None
+
+
+@pytest.mark.parametrize("setting", ["two-class", "three-class"])
+def test_random_baseline_equals_sklearn_on_the_same_draws(setting):
+    import numpy as np
+
+    y = ["1"] * 7 + ["2"] * 4 + ["tie"] * 2
+    labels = ["1", "2"] if setting == "two-class" else ["1", "2", "tie"]
+    kept = [t for t in y if setting == "three-class" or t != "tie"]
+    draws = np.random.default_rng(3).integers(0, len(labels), size=(50, len(kept)))
+    direct = [metrics.recognition(kept, [labels[i] for i in row], setting) for row in draws]
+    fast = metrics.random_baseline(y, setting, n_draws=50, seed=3)
+    assert fast["waf"] == pytest.approx(np.mean([d["waf"] for d in direct]))
+    assert fast["acc"] == pytest.approx(np.mean([d["acc"] for d in direct]))

@@ -144,7 +144,7 @@ def test_cli_reports_bad_data_with_file_row_field(tiny_bert_dir, tmp_path, capsy
     assert f"{bad}, row 2, field 'preference': unknown label 'maybe'" in err
 
 
-@pytest.mark.parametrize("command", [[], ["train"], ["evaluate"]])
+@pytest.mark.parametrize("command", [[], ["train"], ["evaluate"], ["judge"], ["rank"], ["serve"], ["export"]])
 def test_help(command, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main([*command, "--help"])

@@ -175,11 +175,29 @@ def reward_length_correlation(rewards: Sequence[float], lengths: Sequence[int]) 
 
 def random_baseline(y_true: Sequence[str], setting: Setting = "two-class", n_draws: int = 200, seed: int = 0) -> dict:
     """Expected WAF / accuracy of uniform random verdicts (over {1, 2}, plus tie in three-class), averaged over
-    `n_draws` seeded draws."""
+    `n_draws` seeded draws (vectorised; the same definitions as `recognition`)."""
+    labels = ["1", "2"] if setting == "two-class" else ["1", "2", "tie"]
+    true = np.array([y for y in y_true if setting == "three-class" or y != "tie"])
+    if len(true) == 0:
+        raise ValueError(f"no pair to score in the {setting} setting")
     rng = np.random.default_rng(seed)
-    choices = np.array(["1", "2"] if setting == "two-class" else ["1", "2", "tie"])
-    draws = [recognition(y_true, list(rng.choice(choices, size=len(y_true))), setting) for _ in range(n_draws)]
-    return {"waf": float(np.mean([d["waf"] for d in draws])), "acc": float(np.mean([d["acc"] for d in draws]))}
+    pred = rng.integers(0, len(labels), size=(n_draws, len(true)))
+    gold = (
+        np.searchsorted(np.array(labels), true)
+        if setting == "two-class"
+        else np.array([labels.index(t) for t in true])
+    )
+    acc = (pred == gold).mean(axis=1)
+    waf = np.zeros(n_draws)
+    for k in range(len(labels)):
+        support = (gold == k).sum()
+        if support == 0:
+            continue
+        tp = ((pred == k) & (gold == k)).sum(axis=1)
+        predicted = (pred == k).sum(axis=1)
+        f1 = np.where(predicted + support > 0, 2 * tp / np.maximum(predicted + support, 1), 0.0)
+        waf += f1 * support / len(gold)
+    return {"waf": 100.0 * float(waf.mean()), "acc": 100.0 * float(acc.mean())}
 
 
 def calibrate_tie_threshold(differences: Sequence[float], y_true: Sequence[str]) -> float:

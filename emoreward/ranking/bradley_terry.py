@@ -11,15 +11,17 @@ All fits are maximum a-posteriori estimates of the log-strengths ``s_i = log(the
 Gaussian prior ``s_i ~ N(0, prior_variance)`` (default variance 10, i.e. a strength ratio of e^sqrt(10) ~ 24 is
 one prior standard deviation), so that an undefeated or winless item keeps a finite score. The papers use the
 plain maximum-likelihood estimate, which is infinite in that case. Every optimisation is
-``scipy.optimize.minimize(method="L-BFGS-B")`` with the analytic gradient. Reported scores are log-strengths
-centred to mean 0 (natural-log units: ``exp(s_i - s_j)`` is the odds of ``i`` beating ``j`` under
-Bradley-Terry).
+``scipy.optimize.minimize(method="L-BFGS-B")`` with the analytic gradient, over centred log-strengths with a
+diagonal preconditioner (see ``_minimize``; neither moves the optimum); bootstrap refits start from the full-data
+fit. Reported scores are log-strengths centred to mean 0 (natural-log units: ``exp(s_i - s_j)`` is the odds of
+``i`` beating ``j`` under Bradley-Terry).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import itertools
 import math
 import warnings
@@ -30,9 +32,9 @@ from typing import Any, Literal
 import numpy as np
 from scipy.optimize import minimize
 from scipy.sparse import csr_matrix
-from scipy.special import expit, logsumexp
+from scipy.special import expit
 
-from emoreward.ranking.counts import EqualCounts, OnDisconnected, PairwiseCounts, check_connected
+from emoreward.ranking.counts import EqualCounts, OnDisconnected, PairwiseCounts, check_connected, encode_records
 from emoreward.ranking.records import PairwiseRecord
 
 
@@ -162,21 +164,50 @@ class BootstrapCI:
 
 def _pairs(counts: PairwiseCounts) -> tuple[np.ndarray, ...]:
     """Compared unordered pairs ``i < j`` with their wins of i, wins of j and ties, each of shape `(P,)`."""
-    i, j = np.triu_indices(counts.n_items, k=1)
+    i, j = _upper_pairs(counts.n_items)
     keep = counts.totals[i, j] > 0
     i, j = i[keep], j[keep]
     return i, j, counts.wins[i, j], counts.wins[j, i], counts.ties[i, j]
+
+
+@functools.lru_cache(maxsize=8)
+def _upper_pairs(m: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.triu_indices(m, k=1)``, cached (read-only) because every bootstrap refit needs it."""
+    i, j = np.triu_indices(m, k=1)
+    i.flags.writeable = False
+    j.flags.writeable = False
+    return i, j
 
 
 def _softplus(x: np.ndarray) -> np.ndarray:
     return np.logaddexp(0.0, x)
 
 
+def _softplus_expit(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``softplus(x) = log(1 + e^x)`` and ``expit(x) = 1 / (1 + e^-x)``, stably, from one ``exp(-|x|)``.
+
+    Several times faster than ``np.logaddexp(0, x)`` plus ``scipy.special.expit``, and as accurate (to a few ulp).
+    """
+    e = np.exp(-np.abs(x))
+    return np.maximum(x, 0.0) + np.log1p(e), np.where(x >= 0, 1.0, e) / (1.0 + e)
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    """``sum(a * b)`` without BLAS (whose threads, when not limited, spin on a loaded machine)."""
+    return float(np.sum(a * b))
+
+
 def _bt_nll(s: np.ndarray, i: np.ndarray, j: np.ndarray, w: np.ndarray, lo: np.ndarray) -> tuple[float, np.ndarray]:
-    """Bradley-Terry negative log-likelihood and gradient in log-strengths (EMER-Ranker, eq. 4)."""
+    """Bradley-Terry negative log-likelihood and gradient in log-strengths (EMER-Ranker, eq. 4).
+
+    With ``d = s_i - s_j`` and ``softplus(-d) = softplus(d) - d``: ``nll = sum(w softplus(-d) + lo softplus(d))
+    = sum((w + lo) softplus(d) - w d)`` and ``d nll / d d = (w + lo) expit(d) - w``.
+    """
     d = s[i] - s[j]
-    nll = float(np.sum(w * _softplus(-d) + lo * _softplus(d)))
-    g = lo * expit(d) - w * expit(-d)
+    n = w + lo
+    sp, sig = _softplus_expit(d)
+    nll = _dot(n, sp) - _dot(w, d)
+    g = n * sig - w
     m = s.shape[0]
     return nll, np.bincount(i, g, m) - np.bincount(j, g, m)
 
@@ -187,52 +218,122 @@ def _tie_nll(
     """Negative log-likelihood and gradient of a tie model in ``x = [log theta (M), eta]``.
 
     - emoprefer: P(i>j), P(j>i), P(tie) proportional to theta_i, theta_j, beta, with ``beta = exp(eta)``.
-    - davidson: proportional to theta_i, theta_j, nu * sqrt(theta_i theta_j), with ``nu = exp(eta)``.
+    - davidson: proportional to theta_i, theta_j, nu * sqrt(theta_i theta_j), with ``nu = exp(eta)``; dividing by
+      sqrt(theta_i theta_j) leaves logits ``d/2, -d/2, eta`` with ``d = s_i - s_j``.
     - rao-kupper: P(i>j) = theta_i / (theta_i + nu theta_j), P(tie) = 1 - P(i>j) - P(j>i), ``nu = 1 + exp(eta)``.
+
+    The three-way log-sum-exp is written out (max shift, three ``exp``, one ``log``) rather than calling
+    ``scipy.special.logsumexp`` on a stacked array, which was most of the cost of a fit.
     """
-    s, eta = x[:-1], x[-1]
+    s, eta = x[:-1], float(x[-1])
     m = s.shape[0]
-    grad = np.zeros_like(x)
+    grad = np.empty_like(x)
+    n = w + lo + t
+    n_ties = float(t.sum())
     if model in ("emoprefer", "davidson"):
-        half = 0.5 if model == "davidson" else 0.0
-        z = np.stack([s[i], s[j], eta + half * (s[i] + s[j])])  # (3, P) logits of win / loss / tie
-        logp = z - logsumexp(z, axis=0)
-        c = np.stack([w, lo, t])
-        nll = -float(np.sum(c * logp))
-        g = (w + lo + t) * np.exp(logp) - c  # d nll / d logits
-        grad[:m] = np.bincount(i, g[0] + half * g[2], m) + np.bincount(j, g[1] + half * g[2], m)
-        grad[-1] = g[2].sum()
+        if model == "davidson":
+            z0 = 0.5 * (s[i] - s[j])
+            z1 = -z0
+        else:
+            z0, z1 = s[i], s[j]
+        top = np.maximum(np.maximum(z0, z1), eta)
+        e0, e1, e2 = np.exp(z0 - top), np.exp(z1 - top), np.exp(eta - top)
+        total = e0 + e1 + e2
+        lse = top + np.log(total)
+        nll = _dot(n, lse) - _dot(w, z0) - _dot(lo, z1) - eta * n_ties
+        r = n / total
+        g0, g1 = r * e0 - w, r * e1 - lo  # d nll / d logits of win and loss
+        if model == "davidson":
+            gd = 0.5 * (g0 - g1)
+            grad[:m] = np.bincount(i, gd, m) - np.bincount(j, gd, m)
+        else:
+            grad[:m] = np.bincount(i, g0, m) + np.bincount(j, g1, m)
+        grad[-1] = _dot(r, e2) - n_ties
         return nll, grad
     # rao-kupper: log P(i>j) = -softplus(a - d), log P(j>i) = -softplus(a + d), P(tie) = (nu^2 - 1) P(i>j) P(j>i)
-    a = _softplus(eta)  # log nu
-    log_nu2m1 = eta + np.logaddexp(math.log(2.0), eta)  # log(nu^2 - 1)
+    a = float(_softplus(eta))  # log nu
+    log_nu2m1 = eta + float(np.logaddexp(math.log(2.0), eta))  # log(nu^2 - 1)
     d = s[i] - s[j]
     wt, lt = w + t, lo + t
-    nll = float(np.sum(wt * _softplus(a - d) + lt * _softplus(a + d)) - t.sum() * log_nu2m1)
-    sw, sl = expit(a - d), expit(a + d)
+    sp_w, sw = _softplus_expit(a - d)
+    sp_l, sl = _softplus_expit(a + d)
+    nll = _dot(wt, sp_w) + _dot(lt, sp_l) - n_ties * log_nu2m1
     gd = lt * sl - wt * sw
     grad[:m] = np.bincount(i, gd, m) - np.bincount(j, gd, m)
-    grad[-1] = float(np.sum(wt * sw + lt * sl)) * expit(eta) - t.sum() * (1.0 + expit(eta - math.log(2.0)))
+    grad[-1] = (_dot(wt, sw) + _dot(lt, sl)) * float(expit(eta)) - n_ties * (1.0 + float(expit(eta - math.log(2.0))))
     return nll, grad
 
 
-def _minimize(fun: Callable, x0: np.ndarray, bounds: list | None, what: str, scale: float) -> np.ndarray:
+def _minimize(
+    fun: Callable,
+    x0: np.ndarray,
+    bounds: list | None,
+    what: str,
+    scale: float,
+    n_scores: int | None = None,
+    curvature: np.ndarray | None = None,
+) -> np.ndarray:
     """L-BFGS-B with the analytic gradient; warns unless the solution is a stationary point.
 
     L-BFGS-B can stop with "ABNORMAL" when the objective is flat to machine precision at the optimum, so
     convergence is judged on the projected gradient, relative to ``scale`` (the number of comparisons).
+
+    Two changes of variable speed it up without moving the optimum (``x = T(y)``, minimised over ``y``):
+
+    - ``n_scores``: the first ``n_scores`` coordinates (the log-strengths) are kept centred to mean 0. The
+      likelihoods depend on differences of log-strengths only (EmoPrefer's on ``s`` and ``log beta`` shifted
+      together), so with the prior ``N(0, v)`` the optimum is centred anyway; without it the centred optimum is the
+      one reported. This removes the flat direction ``s + c`` (curvature ``1 / v``, thousands of times smaller
+      than the rest), which made L-BFGS-B take many more iterations.
+    - ``curvature``: a positive estimate of the diagonal of the Hessian; ``x = y / sqrt(curvature)`` (diagonal
+      preconditioning), so that strengths compared often and the tie parameter (curvature ~ the number of
+      comparisons) are on one scale.
     """
+    m = x0.shape[0]
+    c = np.ones(m) if curvature is None else 1.0 / np.sqrt(curvature)
+    k = 0 if n_scores is None else n_scores
+
+    def to_x(y: np.ndarray) -> np.ndarray:
+        x = y * c
+        if k:
+            x[:k] -= x[:k].mean()
+        return x
+
+    def fun_y(y: np.ndarray) -> tuple[float, np.ndarray]:
+        f, g = fun(to_x(y))
+        g = np.array(g, dtype=float)
+        if k:
+            g[:k] -= g[:k].mean()
+        return f, g * c
+
+    start = np.array(x0, dtype=float)
+    if k:
+        start[:k] -= start[:k].mean()
+    y_bounds = None
+    if bounds is not None:
+        y_bounds = [
+            (None if lo is None else lo / c[n], None if hi is None else hi / c[n]) for n, (lo, hi) in enumerate(bounds)
+        ]
     with _single_blas_thread():
-        res = minimize(fun, x0, jac=True, method="L-BFGS-B", bounds=bounds, options=_OPTIONS)
+        res = minimize(fun_y, start / c, jac=True, method="L-BFGS-B", bounds=y_bounds, options=_OPTIONS)
+    x = to_x(res.x)
     if not res.success:
-        grad = np.array(res.jac, dtype=float)
+        grad = np.array(res.jac, dtype=float) / c
         if bounds is not None:
             lo = np.array([-np.inf if b[0] is None else b[0] for b in bounds])
             hi = np.array([np.inf if b[1] is None else b[1] for b in bounds])
-            grad[((res.x <= lo) & (grad > 0)) | ((res.x >= hi) & (grad < 0))] = 0.0
+            grad[((x <= lo) & (grad > 0)) | ((x >= hi) & (grad < 0))] = 0.0
         if np.max(np.abs(grad)) > 1e-6 * (1.0 + scale):
             warnings.warn(f"{what}: L-BFGS-B did not converge ({res.message})", RuntimeWarning, stacklevel=3)
-    return res.x
+    return x
+
+
+def _score_curvature(s: np.ndarray, i: np.ndarray, j: np.ndarray, n: np.ndarray, precision: float) -> np.ndarray:
+    """Diagonal of the Bradley-Terry Hessian at ``s`` for ``n`` comparisons per pair, plus the prior precision."""
+    e = np.exp(-np.abs(s[i] - s[j]))
+    v = n * e / (1.0 + e) ** 2  # n expit(d) expit(-d)
+    h = np.bincount(i, v, s.shape[0]) + np.bincount(j, v, s.shape[0]) + precision
+    return np.where(h > 0, h, 1.0)
 
 
 @functools.lru_cache(maxsize=1)
@@ -313,7 +414,8 @@ def fit_bradley_terry(
         return nll + 0.5 * precision * float(s @ s), grad + precision * s
 
     x0 = _initial(initial_scores, m)
-    s = _minimize(fun, x0, None, "fit_bradley_terry", float(w.sum() + lo.sum()))
+    curvature = _score_curvature(x0, i, j, w + lo, precision)
+    s = _minimize(fun, x0, None, "fit_bradley_terry", float(w.sum() + lo.sum()), n_scores=m, curvature=curvature)
     s = s - s.mean()
     return BTResult(
         items=list(counts.items),
@@ -350,6 +452,7 @@ def fit_bradley_terry_ties(
     prior_variance: float | None = DEFAULT_PRIOR_VARIANCE,
     on_disconnected: OnDisconnected = "error",
     initial_scores: np.ndarray | None = None,
+    initial_tie_parameter: float | None = None,
 ) -> BTResult:
     """Fit strengths and a tie parameter jointly to win/loss/tie counts.
 
@@ -373,7 +476,10 @@ def fit_bradley_terry_ties(
         tie_model (`Literal["emoprefer", "rao-kupper", "davidson"]`): the tie model.
         prior_variance (`float` or `None`): variance of the prior on log-strengths; ``None`` for plain MLE.
         on_disconnected (`Literal["error", "warn"]`): what to do if the comparison graph is disconnected.
-        initial_scores (`np.ndarray` of shape `(M,)`, *optional*): starting log-strengths.
+        initial_scores (`np.ndarray` of shape `(M,)`, *optional*): starting log-strengths (warm start).
+        initial_tie_parameter (`float`, *optional*): starting ``beta`` or ``nu``, on the scale of
+            ``BTResult.tie_parameter`` (warm start, e.g. from a previous fit together with its ``scores``).
+            Default: the value at which ``P(tie)`` between equal items matches the observed tie rate.
 
     Returns:
         `BTResult` with ``model=tie_model``, scores of shape `(M,)` centred to mean 0 and the fitted
@@ -396,16 +502,12 @@ def fit_bradley_terry_ties(
         grad[:-1] += precision * s
         return nll + 0.5 * precision * float(s @ s), grad
 
-    # Start the tie parameter where P(tie) between equal items matches the observed tie rate.
     n = float(w.sum() + lo.sum() + t.sum())
-    rate = min(max(float(t.sum()) / n if n > 0 else 0.0, 1e-3), 0.999)
-    if tie_model == "rao-kupper":
-        eta0 = math.log((1 + rate) / (1 - rate) - 1)  # nu = (1 + rate) / (1 - rate)
-    else:
-        eta0 = math.log(2 * rate / (1 - rate))  # beta (or nu) = 2 rate / (1 - rate)
-    x0 = np.append(_initial(initial_scores, m), eta0)
+    x0 = np.append(_initial(initial_scores, m), _initial_tie_log(tie_model, initial_tie_parameter, t.sum(), n))
     bounds = [(None, None)] * m + [_TIE_LOG_BOUNDS]
-    x = _minimize(fun, x0, bounds, f"fit_bradley_terry_ties({tie_model})", n)
+    rate = min(max(float(t.sum()) / n if n > 0 else 0.0, 1e-3), 0.999)
+    curvature = np.append(_score_curvature(x0[:-1], i, j, w + lo + t, precision), max(n * rate * (1 - rate), 1.0))
+    x = _minimize(fun, x0, bounds, f"fit_bradley_terry_ties({tie_model})", n, n_scores=m, curvature=curvature)
     shift = x[:-1].mean()
     x[:-1] -= shift
     if tie_model == "emoprefer":
@@ -424,6 +526,21 @@ def fit_bradley_terry_ties(
         tie_parameter=tie_parameter,
         prior_variance=prior_variance,
     )
+
+
+def _initial_tie_log(tie_model: str, initial: float | None, n_ties: float, n: float) -> float:
+    """Starting tie log-parameter ``eta``: from ``initial`` (``beta``/``nu``) or from the observed tie rate."""
+    if initial is not None:
+        value = float(initial)
+        offset = 1.0 if tie_model == "rao-kupper" else 0.0  # nu = 1 + exp(eta)
+        if not (math.isfinite(value) and value > offset):
+            raise ValueError(f"initial_tie_parameter must be finite and > {offset:g} for {tie_model}, got {initial!r}")
+        return min(max(math.log(value - offset), _TIE_LOG_BOUNDS[0]), _TIE_LOG_BOUNDS[1])
+    # P(tie) between equal items matches the observed tie rate.
+    rate = min(max(float(n_ties) / n if n > 0 else 0.0, 1e-3), 0.999)
+    if tie_model == "rao-kupper":
+        return math.log((1 + rate) / (1 - rate) - 1)  # nu = (1 + rate) / (1 - rate)
+    return math.log(2 * rate / (1 - rate))  # beta (or nu) = 2 rate / (1 - rate)
 
 
 def _initial(initial_scores: np.ndarray | None, m: int) -> np.ndarray:
@@ -445,6 +562,7 @@ def bootstrap_ci(
     alpha: float = 0.05,
     seed: int | None = 0,
     items: Sequence[str] | None = None,
+    warm_start: bool = True,
 ) -> BootstrapCI:
     """Percentile bootstrap intervals of fitted scores, resampling samples with replacement.
 
@@ -453,6 +571,14 @@ def bootstrap_ci(
     sample is its own unit (so data without samples resamples records). Each resample's counts are built as a
     weighted sum of per-unit count matrices (one sparse matrix product), then ``fit_fn`` is called on them.
     Percentile intervals follow Efron & Tibshirani (1993), ch. 13.
+
+    With ``warm_start`` (default), every refit starts from the full-data estimate: ``fit_fn`` gets
+    ``initial_scores=estimate.scores`` (and ``initial_tie_parameter=estimate.tie_parameter`` for a tie model) when
+    its signature accepts them (as :func:`fit_bradley_terry`, :func:`fit_binarized_bradley_terry`,
+    :func:`fit_bradley_terry_ties` and ``functools.partial`` of them do; other callables are called with the
+    counts only). The optimum is the same as from a cold start (the objectives are convex in the log-strengths;
+    the fits stop at a tight tolerance), only fewer iterations are needed; ``warm_start=False`` starts every refit
+    from zero as before.
 
     Args:
         records (`Iterable[PairwiseRecord]`): all comparisons.
@@ -463,6 +589,7 @@ def bootstrap_ci(
         alpha (`float`): 1 - coverage, in (0, 1); the interval is the ``[alpha/2, 1 - alpha/2]`` percentiles.
         seed (`int` or `None`): seed of ``numpy.random.default_rng``; the same seed gives the same result.
         items (`Sequence[str]`, *optional*): fixed item order (default: sorted item names).
+        warm_start (`bool`): start every refit from the full-data fit (see above).
 
     Returns:
         `BootstrapCI` with ``lower``/``upper`` of shape `(M,)`, ``scores`` of shape `(n_boot, M)` and ``estimate``,
@@ -476,25 +603,15 @@ def bootstrap_ci(
         raise ValueError(f"n_boot must be >= 1, got {n_boot}")
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    records = list(records)
+    records = records if isinstance(records, list) else list(records)
     if not records:
         raise ValueError("bootstrap_ci needs at least one record")
-    full = PairwiseCounts.from_records(records, items)
+    encoded = encode_records(records, items)
+    full = PairwiseCounts.from_encoded(encoded)
     m = full.n_items
-    index = {name: k for k, name in enumerate(full.items)}
-    unit_ids: dict[Any, int] = {}
-    units = np.empty(len(records), dtype=np.int64)
-    cols = np.empty(len(records), dtype=np.int64)
-    is_tie = np.zeros(len(records), dtype=bool)
-    for r_idx, r in enumerate(records):
-        key = ("sample", r.sample) if r.sample is not None else ("record", r_idx)
-        units[r_idx] = unit_ids.setdefault(key, len(unit_ids))
-        a, b = index[r.item_a], index[r.item_b]
-        if r.outcome == "b":
-            a, b = b, a
-        cols[r_idx] = a * m + b
-        is_tie[r_idx] = r.outcome == "tie"
-    n_units = len(unit_ids)
+    units, n_units = _sample_units([r.sample for r in records])
+    cols = encoded.winner_loser_cells()
+    is_tie = encoded.outcome == 2
 
     def per_unit(mask: np.ndarray) -> csr_matrix:
         ones = np.ones(int(mask.sum()))
@@ -502,16 +619,45 @@ def bootstrap_ci(
 
     unit_wins_t, unit_ties_t = per_unit(~is_tie).T.tocsr(), per_unit(is_tie).T.tocsr()
     estimate = fit_fn(full)
+    warm: dict[str, Any] = {}
+    if warm_start and _accepts(fit_fn, "initial_scores"):
+        warm["initial_scores"] = estimate.scores
+        if estimate.tie_parameter is not None and _accepts(fit_fn, "initial_tie_parameter"):
+            warm["initial_tie_parameter"] = estimate.tie_parameter
     rng = np.random.default_rng(seed)
     boot = np.empty((n_boot, m))
-    for b in range(n_boot):
-        weight = np.bincount(rng.integers(0, n_units, n_units), minlength=n_units).astype(float)
-        wins = (unit_wins_t @ weight).reshape(m, m)
-        ties = (unit_ties_t @ weight).reshape(m, m)
-        boot[b] = fit_fn(PairwiseCounts(full.items, wins, ties + ties.T)).scores
+    with _single_blas_thread():  # once for the loop; the fits' own (nested) limits are then no-ops
+        for b in range(n_boot):
+            weight = np.bincount(rng.integers(0, n_units, n_units), minlength=n_units).astype(float)
+            wins = (unit_wins_t @ weight).reshape(m, m)
+            ties = (unit_ties_t @ weight).reshape(m, m)
+            boot[b] = fit_fn(PairwiseCounts(full.items, wins, ties + ties.T), **warm).scores
     lower, upper = np.percentile(boot, [100 * alpha / 2, 100 * (1 - alpha / 2)], axis=0)
     ci = BootstrapCI(list(full.items), lower, upper, boot, alpha, n_units, estimate)
     return replace(ci, estimate=estimate.with_ci(ci))
+
+
+def _sample_units(samples: list[Any]) -> tuple[np.ndarray, int]:
+    """Bootstrap unit of every record, numbered in order of first appearance: its sample, or itself if none."""
+    if None not in samples:
+        first = dict.fromkeys(samples)  # insertion-ordered unique samples
+        index = {sample: k for k, sample in enumerate(first)}
+        return np.fromiter(map(index.__getitem__, samples), dtype=np.int64, count=len(samples)), len(index)
+    unit_ids: dict[Any, int] = {}
+    keys = [("sample", s) if s is not None else ("record", k) for k, s in enumerate(samples)]
+    units = np.fromiter((unit_ids.setdefault(key, len(unit_ids)) for key in keys), dtype=np.int64, count=len(keys))
+    return units, len(unit_ids)
+
+
+def _accepts(fn: Callable, name: str) -> bool:
+    """Whether ``fn`` takes a keyword argument ``name`` (explicitly or through ``**kwargs``)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    if name in params:
+        return params[name].kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 # ---------------------------------------------------------------------------------------------- hierarchical

@@ -69,6 +69,9 @@ class PairwiseCounts:
     def from_records(cls, records: Iterable[PairwiseRecord], items: Sequence[str] | None = None) -> PairwiseCounts:
         """Count wins and ties from pairwise records.
 
+        The records are encoded to index arrays once (see :func:`encode_records`) and counted with
+        ``numpy.bincount``; there is no per-record Python arithmetic.
+
         Args:
             records (`Iterable[PairwiseRecord]`): the judgements; every record adds one comparison.
             items (`Sequence[str]`, *optional*): fixed item order (may include items never compared). Default:
@@ -81,27 +84,17 @@ class PairwiseCounts:
         Raises:
             ValueError: if a record names an item missing from ``items``, or there are no items at all.
         """
-        records = list(records)
-        if items is None:
-            items = sorted({r.item_a for r in records} | {r.item_b for r in records})
-        items = list(items)
-        if not items:
-            raise ValueError("PairwiseCounts.from_records got no records and no items")
-        index = {name: k for k, name in enumerate(items)}
-        if len(index) != len(items):
-            raise ValueError(f"PairwiseCounts.from_records: items must be unique, got {items}")
-        m = len(items)
-        wins = np.zeros((m, m))
-        ties = np.zeros((m, m))
-        for a, b, outcome in _encode(records, index):
-            if outcome == 0:
-                wins[a, b] += 1
-            elif outcome == 1:
-                wins[b, a] += 1
-            else:
-                ties[a, b] += 1
-                ties[b, a] += 1
-        return cls(items, wins, ties)
+        encoded = encode_records(records, items)
+        return cls.from_encoded(encoded)
+
+    @classmethod
+    def from_encoded(cls, encoded: EncodedRecords) -> PairwiseCounts:
+        """Counts from records already encoded by :func:`encode_records` (one ``bincount`` per matrix)."""
+        m = len(encoded.items)
+        is_tie = encoded.outcome == 2
+        wins = np.bincount(encoded.winner_loser_cells()[~is_tie], minlength=m * m).reshape(m, m).astype(float)
+        ties = np.bincount(encoded.a[is_tie] * m + encoded.b[is_tie], minlength=m * m).reshape(m, m).astype(float)
+        return cls(encoded.items, wins, ties + ties.T)
 
     @property
     def n_items(self) -> int:
@@ -160,16 +153,70 @@ class PairwiseCounts:
         return PairwiseCounts(list(items), self.wins[np.ix_(idx, idx)], self.ties[np.ix_(idx, idx)])
 
 
-def _encode(records: Iterable[PairwiseRecord], index: dict[str, int]) -> Iterable[tuple[int, int, int]]:
-    """Yield ``(a, b, outcome)`` index triples; outcome 0 = a won, 1 = b won, 2 = tie."""
-    code = {"a": 0, "b": 1, "tie": 2}
-    for r in records:
-        try:
-            yield index[r.item_a], index[r.item_b], code[r.outcome]
-        except KeyError as err:
-            raise ValueError(
-                f"record compares {r.item_a!r} and {r.item_b!r} but {err.args[0]!r} is not in items {list(index)}"
-            ) from None
+@dataclass(frozen=True)
+class EncodedRecords:
+    """Pairwise records as integer arrays over a fixed item list (see :func:`encode_records`).
+
+    Attributes:
+        items (`list[str]`): the item order; ``a``, ``b`` index into it.
+        a, b (`np.ndarray` of shape `(N,)`, int64): indices of ``item_a`` and ``item_b`` of every record.
+        outcome (`np.ndarray` of shape `(N,)`, int8): 0 = ``item_a`` won, 1 = ``item_b`` won, 2 = tie.
+    """
+
+    items: list[str]
+    a: np.ndarray
+    b: np.ndarray
+    outcome: np.ndarray
+
+    def winner_loser_cells(self) -> np.ndarray:
+        """Flat index ``winner * M + loser`` of every record (``a * M + b`` for a tie)."""
+        m = len(self.items)
+        b_won = self.outcome == 1
+        return np.where(b_won, self.b, self.a) * m + np.where(b_won, self.a, self.b)
+
+
+_OUTCOME_CODE = {"a": 0, "b": 1, "tie": 2}
+
+
+def encode_records(records: Iterable[PairwiseRecord], items: Sequence[str] | None = None) -> EncodedRecords:
+    """Encode records as index arrays: one C-level pass (``map``/``numpy.fromiter``) per field, no Python loop.
+
+    Args:
+        records (`Iterable[PairwiseRecord]`): the judgements.
+        items (`Sequence[str]`, *optional*): fixed item order (may include items never compared). Default:
+            the sorted set of items named by the records.
+
+    Returns:
+        `EncodedRecords` in record order.
+
+    Raises:
+        ValueError: if a record names an item missing from ``items``, items repeat, or there are no items.
+    """
+    records = records if isinstance(records, list) else list(records)
+    names_a = [r.item_a for r in records]
+    names_b = [r.item_b for r in records]
+    if items is None:
+        items = sorted(set(names_a) | set(names_b))
+    items = list(items)
+    if not items:
+        raise ValueError("PairwiseCounts.from_records got no records and no items")
+    index = {name: k for k, name in enumerate(items)}
+    if len(index) != len(items):
+        raise ValueError(f"PairwiseCounts.from_records: items must be unique, got {items}")
+    n = len(records)
+    try:
+        a = np.fromiter(map(index.__getitem__, names_a), dtype=np.int64, count=n)
+        b = np.fromiter(map(index.__getitem__, names_b), dtype=np.int64, count=n)
+        outcome = np.fromiter(map(_OUTCOME_CODE.__getitem__, [r.outcome for r in records]), dtype=np.int8, count=n)
+    except KeyError:
+        for r in records:  # error path only: name the first offending record
+            for key, table in ((r.item_a, index), (r.item_b, index), (r.outcome, _OUTCOME_CODE)):
+                if key not in table:
+                    raise ValueError(
+                        f"record compares {r.item_a!r} and {r.item_b!r} but {key!r} is not in items {list(index)}"
+                    ) from None
+        raise
+    return EncodedRecords(items, a, b, outcome)
 
 
 def connected_item_groups(counts: PairwiseCounts) -> list[list[str]]:
@@ -184,10 +231,18 @@ def connected_item_groups(counts: PairwiseCounts) -> list[list[str]]:
     Returns:
         `list[list[str]]`: the components, each in ``counts.items`` order, sorted by size (largest first).
     """
-    adjacency = csr_matrix(counts.totals > 0)
-    n_comp, labels = connected_components(adjacency, directed=False)
+    n_comp, labels = connected_components(_adjacency(counts.totals > 0), directed=False)
     groups = [[counts.items[k] for k in np.flatnonzero(labels == c)] for c in range(n_comp)]
     return sorted(groups, key=len, reverse=True)
+
+
+def _adjacency(compared: np.ndarray) -> csr_matrix:
+    """CSR matrix of a dense boolean adjacency, built from its index arrays (cheaper than ``csr_matrix(dense)``)."""
+    m = compared.shape[0]
+    cols = np.nonzero(compared)[1].astype(np.int32)
+    indptr = np.zeros(m + 1, dtype=np.int32)
+    np.cumsum(compared.sum(axis=1), out=indptr[1:])
+    return csr_matrix((np.ones(cols.size), cols, indptr), shape=(m, m))
 
 
 def check_connected(counts: PairwiseCounts, on_disconnected: OnDisconnected = "error") -> list[list[str]]:

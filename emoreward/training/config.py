@@ -170,3 +170,18 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         raise ValueError(f"{path}: unknown key(s) {unknown}; see `emoreward train --help-config` for the fields")
     (config,) = HfArgumentParser(EmoRewardConfig).parse_dict(data, allow_extra_keys=False)
     return config
+
+
+def load_recipe(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> EmoRewardConfig:
+    """Parse any recipe: a multimodal one (it names a `backbone:`) into a `MultimodalRewardConfig`, any other
+    into an `EmoRewardConfig`. This is the one dispatch rule `emoreward train` and `scripts/train_reward.py` use.
+
+    Raises:
+        ValueError / FileNotFoundError: as `load_config`.
+    """
+    if path is not None:
+        from emoreward.training.multimodal import is_multimodal_recipe, load_multimodal_config
+
+        if Path(path).exists() and is_multimodal_recipe(path):
+            return load_multimodal_config(path, overrides)
+    return load_config(path, overrides)

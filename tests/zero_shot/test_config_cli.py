@@ -10,6 +10,14 @@ from zero_shot.prompts import PROMPT_DIR, load_prompts
 from zero_shot.testing import ScriptedBackend
 
 
+@pytest.fixture
+def fast_random_baseline(monkeypatch):
+    """The harness's random baseline averages 200 sklearn scorings; these tests do not read it."""
+    from emoreward.evaluation import metrics
+
+    monkeypatch.setattr(metrics, "random_baseline", lambda y_true, setting="two-class", **kw: {"waf": 0.0, "acc": 0.0})
+
+
 def test_every_judge_yaml_parses_with_the_real_parser():
     judges = available_judges()
     assert {"smollm2-135m-text", "qwen2.5-omni-7b", "qwen2.5-vl-7b", "qwen2-audio-7b"} <= set(judges)
@@ -61,19 +69,44 @@ def test_cli_s2_without_references_is_a_clear_error(tmp_path, capsys, monkeypatc
     monkeypatch.setattr(runner, "build_backend", lambda cfg: ScriptedBackend())
     parser = argparse.ArgumentParser()
     add_judge_arguments(parser)
-    args = parser.parse_args(["--judge", "smollm2-135m-text", "--strategy", "S2", "--limit", "3", "--output", str(tmp_path), "--no-progress"])
+    args = parser.parse_args(
+        [
+            "--judge",
+            "smollm2-135m-text",
+            "--strategy",
+            "S2",
+            "--limit",
+            "3",
+            "--output",
+            str(tmp_path),
+            "--no-progress",
+        ]
+    )
     assert run_judge_command(args) == 2
     assert "reference-description file" in capsys.readouterr().err
 
 
-def test_cli_runs_s1_on_the_bundled_pairs(tmp_path, capsys, monkeypatch):
+def test_cli_runs_s1_on_the_bundled_pairs(tmp_path, capsys, monkeypatch, fast_random_baseline):
     import zero_shot.runner as runner
 
     monkeypatch.setattr(runner, "build_backend", lambda cfg: ScriptedBackend())
     parser = argparse.ArgumentParser()
     add_judge_arguments(parser)
-    args = parser.parse_args(["--judge", "configs/judges/smollm2-135m-text.yaml", "--strategy", "S1", "--data", "emoprefer",
-                              "--limit", "40", "--output", str(tmp_path), "--no-progress"])
+    args = parser.parse_args(
+        [
+            "--judge",
+            "configs/judges/smollm2-135m-text.yaml",
+            "--strategy",
+            "S1",
+            "--data",
+            "emoprefer",
+            "--limit",
+            "40",
+            "--output",
+            str(tmp_path),
+            "--no-progress",
+        ]
+    )
     assert run_judge_command(args) == 0
     out = capsys.readouterr().out
     assert "| smollm2-135m-text | S1 |" in out and "length baseline" in out

@@ -18,15 +18,20 @@ def test_majority_vote_tie_breaks_are_explicit():
 def _set(normal_runs, swapped_runs):
     pairs = [PreferencePair(f"s{i}", "a" * (i + 1), "b", "1") for i in range(len(normal_runs[0]))]
     js = JudgementSet("j", pairs)
-    js.normal = [[Judgement(p.sample_id, Verdict(v), run=r) for p, v in zip(pairs, run)] for r, run in enumerate(normal_runs)]
+    js.normal = [
+        [Judgement(p.sample_id, Verdict(v), run=r) for p, v in zip(pairs, run)] for r, run in enumerate(normal_runs)
+    ]
     js.swapped = [
-        [Judgement(p.sample_id, Verdict(v), "swapped", run=r) for p, v in zip(pairs, run)] for r, run in enumerate(swapped_runs)
+        [Judgement(p.sample_id, Verdict(v), "swapped", run=r) for p, v in zip(pairs, run)]
+        for r, run in enumerate(swapped_runs)
     ]
     return js
 
 
 def test_normal_swapped_combination_majority_of_four():
-    js = _set([["1", "2", "1", "invalid"], ["1", "2", "2", "invalid"]], [["1", "1", "2", "invalid"], ["2", "1", "2", "2"]])
+    js = _set(
+        [["1", "2", "1", "invalid"], ["1", "2", "2", "invalid"]], [["1", "1", "2", "invalid"], ["2", "1", "2", "2"]]
+    )
     # pair 0: 1,1,1,2 -> 1; pair 1: 2,1,2,1 -> split -> tie; pair 2: 1,2,2,2 -> 2; pair 3: only one valid vote
     assert combine_normal_swapped(js, tie_break="tie") == ["1", "tie", "2", "2"]
     # first-voter order: normal run 0, swapped run 0, ...

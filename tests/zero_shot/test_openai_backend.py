@@ -41,10 +41,18 @@ class FakeServer:
                         return
                     if action == "busy":
                         time.sleep(0.15)
-                    payload = b"not json" if action == "garbage" else json.dumps(
-                        {"choices": [{"message": {"content": f"Answer: {body['messages'][-1]['content'][-1]}"}}],
-                         "usage": {"prompt_tokens": 7, "completion_tokens": 3}}
-                    ).encode()
+                    payload = (
+                        b"not json"
+                        if action == "garbage"
+                        else json.dumps(
+                            {
+                                "choices": [
+                                    {"message": {"content": f"Answer: {body['messages'][-1]['content'][-1]}"}}
+                                ],
+                                "usage": {"prompt_tokens": 7, "completion_tokens": 3},
+                            }
+                        ).encode()
+                    )
                     self.send_response(200)
                     self.send_header("Content-Type", "application/json")
                     self.end_headers()

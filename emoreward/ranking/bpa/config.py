@@ -20,7 +20,8 @@ from typing import Literal, get_args
 
 
 Optimizer = Literal["L-BFGS-B", "TNC"]
-Policy = Literal["bpa", "random", "trueskill"]
+Policy = Literal["bpa", "exploration", "random", "trueskill"]
+ExplorationRule = Literal["match_quality", "ranking_variance"]
 InitMethod = Literal["percentile", "rank", "midpoint"]
 Weighting = Literal["log_odds", "accuracy", "equal"]
 
@@ -157,8 +158,18 @@ class SchedulerConfig:
     policy: Policy = field(
         default="bpa",
         metadata={
-            "help": "'bpa': 50/30/20 exploration/anchor/bridge; 'trueskill': exploration only; "
-            "'random': uniformly random candidate pairs (baseline)."
+            "help": "'bpa': exploration/anchor/bridge at the shares below (paper: 50/30/20); 'exploration': "
+            "exploration only, by exploration_rule; 'trueskill': exploration only by TrueSkill match quality (paper "
+            "tab. 4, row 1); 'random': uniformly random pairs with at least one candidate (baseline)."
+        },
+    )
+    exploration_rule: ExplorationRule = field(
+        default="match_quality",
+        metadata={
+            "help": "How exploration picks a pair. 'match_quality' (paper, supp. D.2): focus candidate drawn "
+            "proportional to u^2, partner of highest TrueSkill match quality. 'ranking_variance' (ours, see "
+            "emoreward.ranking.bpa.design): the pair whose expected Fisher information most reduces the posterior "
+            "variance of the score differences whose order is still in doubt (full Laplace covariance)."
         },
     )
     exploration_share: float = field(default=0.5, metadata={"help": "Share of exploration pairs (paper: 0.5)."})
@@ -204,6 +215,7 @@ class SchedulerConfig:
     def __post_init__(self) -> None:
         name = type(self).__name__
         check_literal(name, "policy", self.policy, Policy)
+        check_literal(name, "exploration_rule", self.exploration_rule, ExplorationRule)
         check_literal(name, "init_method", self.init_method, InitMethod)
         for share in ("exploration_share", "anchor_share", "bridge_share"):
             _unit(name, share, getattr(self, share))

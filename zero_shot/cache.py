@@ -1,0 +1,139 @@
+"""An append-only JSONL cache of model calls, so a killed run resumes without redoing finished calls.
+
+Each line is one finished call:
+
+    {"judge": ..., "strategy": "S1" | "shared", "step": "compare" | "describe" | ..., "sample": ..., "order":
+     "normal" | "swapped" | "-", "run": 0, "input_hash": ..., "output": "...", "probs": {...} | null, "meta": {...}}
+
+The key is (judge, strategy, step, sample, order, run). Step-1 descriptions are stored once under strategy
+`shared` and order `-`, so S2, S3 and S4 read the same description of a sample for a given run. The
+`input_hash` (prompt, media, model and sampling) guards against silently reusing a call made with another
+prompt or model: a key whose hash differs is an error, not a hit.
+
+A SIGKILL can leave a half-written last line; it is ignored on load and the next append starts a new line.
+Failed calls are never written, so a rerun retries them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CallKey:
+    """Identity of one model call (see the module docstring)."""
+
+    judge: str
+    strategy: str
+    step: str
+    sample: str
+    order: str
+    run: int
+
+    def as_tuple(self) -> tuple:
+        return (self.judge, self.strategy, self.step, self.sample, self.order, self.run)
+
+
+class CacheMismatchError(RuntimeError):
+    """A cached call has the same key but a different input (prompt, model or sampling changed)."""
+
+
+class CallCache:
+    """Append-only JSONL call cache.
+
+    Args:
+        path: the JSONL file (created with its folder when missing); None keeps the cache in memory only.
+
+    Attributes:
+        n_corrupt: lines that could not be read on load (a half-written last line after a kill).
+        n_duplicates: lines whose key was already present on load (the first one is kept).
+    """
+
+    def __init__(self, path: str | Path | None):
+        self.path = Path(path) if path is not None else None
+        self._rows: dict[tuple, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self.n_corrupt = 0
+        self.n_duplicates = 0
+        if self.path is not None and self.path.exists():
+            self._load()
+
+    def _load(self) -> None:
+        if self.path is None:
+            return
+        with self.path.open("r", encoding="utf-8") as fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                    key = CallKey(
+                        row["judge"], row["strategy"], row["step"], row["sample"], row["order"], int(row["run"])
+                    ).as_tuple()
+                except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                    self.n_corrupt += 1
+                    continue
+                if key in self._rows:
+                    self.n_duplicates += 1
+                    continue
+                self._rows[key] = row
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __contains__(self, key: CallKey) -> bool:
+        return key.as_tuple() in self._rows
+
+    def get(self, key: CallKey, input_hash: str) -> dict[str, Any] | None:
+        """The cached row for `key`, or None.
+
+        Raises:
+            CacheMismatchError: the key is cached with a different input hash.
+        """
+        row = self._rows.get(key.as_tuple())
+        if row is None:
+            return None
+        if row.get("input_hash") != input_hash:
+            raise CacheMismatchError(
+                f"cache {self.path}: call {key.as_tuple()} was made with a different input (prompt, media, model or "
+                f"sampling changed: {row.get('input_hash')} != {input_hash}); write to a fresh output folder"
+            )
+        return row
+
+    def put(
+        self, key: CallKey, input_hash: str, output: str, probs: dict | None = None, meta: dict | None = None
+    ) -> None:
+        """Append one finished call (flushed and fsynced, so a kill right after loses nothing)."""
+        row = {
+            "judge": key.judge,
+            "strategy": key.strategy,
+            "step": key.step,
+            "sample": key.sample,
+            "order": key.order,
+            "run": key.run,
+            "input_hash": input_hash,
+            "output": output,
+            "probs": probs,
+            "meta": meta or {},
+        }
+        with self._lock:
+            if key.as_tuple() in self._rows:
+                return
+            self._rows[key.as_tuple()] = row
+            if self.path is None:
+                return
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a+b") as fh:
+                fh.seek(0, os.SEEK_END)
+                if fh.tell() > 0:
+                    fh.seek(-1, os.SEEK_END)
+                    if fh.read(1) != b"\n":  # a half-written line from a killed run
+                        fh.write(b"\n")
+                fh.write((json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8"))
+                fh.flush()
+                os.fsync(fh.fileno())

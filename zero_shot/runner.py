@@ -1,0 +1,288 @@
+"""Run a YAML-defined zero-shot judge over preference pairs with strategies S1-S4, and write the report.
+
+    result = run_zero_shot(load_judge_config("smollm2-135m-text"), load_pairs("emoprefer"), ["S1"],
+                           runs=2, output_dir="outputs/judge-smollm2")
+    print(result["markdown"])
+
+Each strategy runs through `emoreward.evaluation.harness.run_judge` (normal + swapped order, R runs), so the
+numbers are computed by the same code as a reward model's. Every model call lands in
+`output_dir/calls.jsonl` (see `zero_shot.cache`); rerunning the same command resumes from it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from emoreward.data import PreferencePair
+from emoreward.evaluation import metrics
+from emoreward.evaluation.harness import JudgementSet, evaluate_judgements, run_judge
+from emoreward.evaluation.report import write_json
+from zero_shot.backends.base import Backend
+from zero_shot.cache import CallCache
+from zero_shot.config import JudgeConfig, build_backend
+from zero_shot.crowd import combine_normal_swapped, crowd_member, crowdsource, per_run_summary
+from zero_shot.prompts import load_prompts
+from zero_shot.strategies import STRATEGIES, CallStats, ZeroShotJudge
+
+
+logger = logging.getLogger(__name__)
+CACHE_FILE = "calls.jsonl"
+
+
+def judgement_rows(result: JudgementSet) -> list[dict]:
+    """Flat JSON-safe rows (one per pair, order and run) for `judgements.jsonl`."""
+    rows = []
+    for order, runs in (("normal", result.normal), ("swapped", result.swapped)):
+        for run in runs:
+            for j in run:
+                rows.append(
+                    {
+                        "judge": result.judge_name,
+                        "sample_id": j.sample_id,
+                        "order": order,
+                        "run": j.run,
+                        "verdict": j.verdict.value,
+                        "p_first": j.p_first,
+                        "p_second": j.p_second,
+                        "p_tie": j.p_tie,
+                        "raw": j.raw,
+                        "steps": j.steps,
+                    }
+                )
+    return rows
+
+
+def summarize(result: JudgementSet, strategy: str, tie_policy: metrics.TiePolicy = "wrong") -> dict:
+    """Evaluation of one judge and strategy: the harness report plus mean ± std over runs, the normal+swapped
+    combination (when 2 normal and 2 swapped runs exist) and invalid counts."""
+    evaluation = evaluate_judgements(result, tie_policy=tie_policy)
+    out = {"strategy": strategy, "evaluation": evaluation, "per_run": per_run_summary(result, tie_policy)}
+    if len(result.normal) >= 2 and len(result.swapped) >= 2:
+        y_true = [p.label for p in result.pairs]
+        combined = combine_normal_swapped(result, tie_break="tie")
+        out["normal_swapped"] = {
+            "tie_break": "tie",
+            "two_class": metrics.recognition(y_true, combined, "two-class", tie_policy),
+            "three_class": metrics.recognition(y_true, combined, "three-class", tie_policy),
+        }
+    return out
+
+
+def _cell(stat: dict | None) -> str:
+    if stat is None:
+        return "-"
+    if isinstance(stat, dict):
+        return f"{stat['mean']:.2f}±{stat['std']:.2f}" if stat.get("n", 1) > 1 else f"{stat['mean']:.2f}"
+    return f"{stat:.2f}"
+
+
+def table2_markdown(judge_name: str, summaries: Sequence[dict]) -> str:
+    """A table in the layout of EmoPrefer Table 2 (model, strategy, two-class WAF/ACC, three-class WAF/ACC, swap
+    consistency; mean ± std over runs), with extra columns (multi-run consistency, normal+swapped two-class
+    WAF, preference for the longer description, invalid verdicts per run) and the length-baseline row."""
+    head = (
+        "| Model | S. | 2-class WAF | 2-class ACC | 3-class WAF | 3-class ACC | Swap cons. | Multi-run cons. "
+        "| N+S 2-class WAF | Prefers longer | Invalid/run |"
+    )
+    lines = [head, "|---|---|" + "---:|" * 9]
+    for s in summaries:
+        pr = s["per_run"]
+        ns = s.get("normal_swapped")
+        lines.append(
+            f"| {judge_name} | {s['strategy']} | {_cell(pr['2c_waf'])} | {_cell(pr['2c_acc'])} | {_cell(pr['3c_waf'])} "
+            f"| {_cell(pr['3c_acc'])} | {_cell(pr['swap'])} | {_cell(pr.get('multi_run_consistency'))} "
+            f"| {_cell(ns['two_class']['waf']) if ns else '-'} | {_cell(pr['longer'])} | {_cell(pr['invalid'])} |"
+        )
+    if summaries:
+        lb = summaries[0]["evaluation"]["length_baseline"]
+        lines.append(
+            f"| length baseline (prefer the longer) | - | {lb['two_class']['waf']:.2f} | {lb['two_class']['acc']:.2f} "
+            f"| {lb['three_class']['waf']:.2f} | {lb['three_class']['acc']:.2f} | 100.00 | 100.00 | - | 100.00 | 0 |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def crowd_markdown(crowd: dict) -> str:
+    """The top-k crowdsourcing sweep as a Markdown table."""
+    lines = [
+        f"Kept (WAF and swap consistency >= floor, ranked by WAF): {', '.join(crowd['kept']) or 'none'}",
+        *(f"- dropped {name}: {why}" for name, why in crowd["dropped"].items()),
+        "",
+        "| k | members | 2-class WAF | 2-class ACC | 3-class WAF | 3-class ACC | Swap cons. |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in crowd["rows"]:
+        swap = f"{row['swap_consistency']:.2f}" if row["swap_consistency"] is not None else "-"
+        lines.append(
+            f"| {row['k']} | {', '.join(row['members'])} | {row['two_class']['waf']:.2f} | {row['two_class']['acc']:.2f} "
+            f"| {row['three_class']['waf']:.2f} | {row['three_class']['acc']:.2f} | {swap} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def run_zero_shot(
+    config: JudgeConfig,
+    pairs: Sequence[PreferencePair],
+    strategies: Sequence[str] = ("S1",),
+    *,
+    runs: int = 2,
+    swap: bool = True,
+    output_dir: str | Path | None = None,
+    references: dict[str, str] | None = None,
+    media_root: str | Path | None = None,
+    ignore_media: bool = False,
+    tie_policy: metrics.TiePolicy = "wrong",
+    backends: dict[str, Backend] | None = None,
+    progress: bool = True,
+    crowd_floor: tuple[float, float] = (60.0, 60.0),
+) -> dict:
+    """Judge every pair with each strategy (normal + swapped order, `runs` runs) and build the report.
+
+    Args:
+        config: the judge definition.
+        pairs: labelled pairs.
+        strategies: any of `"S1"`...`"S4"`.
+        runs: repeated runs R (>= 1; the normal+swapped combination needs 2).
+        output_dir: where `calls.jsonl` (the cache), `judgements.jsonl`, `report.json` and `report.md` go;
+            None keeps everything in memory.
+        references: sample id -> reference description for S2-S4 samples without media.
+        backends: `{"mllm": ..., "llm": ...}` to use instead of building them from the config (tests, reuse).
+        crowd_floor: (WAF, swap consistency) floors of the crowdsourcing sweep over the strategies run.
+
+    Returns:
+        the report dict (also `report.json`); `markdown` holds the Table-2-style text.
+
+    Raises:
+        ValueError: unknown strategy, runs < 1; `MissingReferenceError` for S2-S4 without media or references.
+    """
+    unknown = [s for s in strategies if s not in STRATEGIES]
+    if unknown:
+        raise ValueError(f"unknown strategies {unknown}; available: {list(STRATEGIES)}")
+    if runs < 1:
+        raise ValueError(f"runs must be >= 1, got {runs}")
+    pairs = list(pairs)
+    out_dir = Path(output_dir) if output_dir is not None else None
+    cache = CallCache(out_dir / CACHE_FILE if out_dir is not None else None)
+    n_cached_before = len(cache)
+    prompts = load_prompts(config.prompts)
+    backends = dict(backends or {})
+    if "mllm" not in backends:
+        backends["mllm"] = build_backend(config.mllm)
+    if "llm" not in backends and config.llm is not None and any(s in ("S3", "S4") for s in strategies):
+        backends["llm"] = build_backend(config.llm)
+    no_media = [p.sample_id for p in pairs if ignore_media or _no_media(p, media_root)]
+    stats = CallStats()
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        orders = 2 if swap else 1
+        total = 0
+        for s in strategies:
+            per = 2 if s == "S4" else 1
+            total += runs * (orders * per * len(pairs) + (0 if s == "S1" else len(pairs) - len(no_media)))
+        bar = tqdm(total=total, desc=f"judge {config.name}", unit="call", dynamic_ncols=True)
+    started = time.perf_counter()
+    summaries, results = [], {}
+    try:
+        for strategy in strategies:
+            judge = ZeroShotJudge(
+                config.name,
+                strategy,  # type: ignore[arg-type]
+                mllm=backends["mllm"],
+                llm=backends.get("llm"),
+                prompts=prompts,
+                sampling=config.sampling,
+                cache=cache,
+                verdict_mode=config.verdict,
+                references=references,
+                media_root=media_root,
+                ignore_media=ignore_media,
+                chunk_size=max(
+                    getattr(backends["mllm"], "batch_size", 8), getattr(backends["mllm"], "concurrency", 1)
+                ),
+                progress=bar,
+                stats=stats,
+            )
+            judge.register(pairs)
+            result = run_judge(judge, pairs, swap=swap, runs=runs)
+            results[strategy] = result
+            summaries.append(summarize(result, strategy, tie_policy))
+            if out_dir is not None:
+                _write_jsonl(out_dir / f"judgements_{strategy}.jsonl", judgement_rows(result))
+    finally:
+        if bar is not None:
+            bar.close()
+    elapsed = time.perf_counter() - started
+    y_true = [p.label for p in pairs]
+    crowd = None
+    members = [crowd_member(f"{config.name}/{s}", r, tie_policy) for s, r in results.items()]
+    if swap and len(members) > 1:
+        probe = crowdsource(members, y_true, ks=[], min_waf=crowd_floor[0], min_swap_consistency=crowd_floor[1])
+        if probe["kept"]:
+            crowd = crowdsource(members, y_true, min_waf=crowd_floor[0], min_swap_consistency=crowd_floor[1])
+        else:
+            crowd = probe
+    text_only = sorted(set(no_media))
+    notes = []
+    if "S1" in strategies and text_only:
+        notes.append(f"S1 ran on the descriptions alone (no media) for {len(text_only)} of {len(pairs)} pairs.")
+    if any(s in ("S3", "S4") for s in strategies) and config.llm is None and "llm" not in backends:
+        notes.append("No external LLM is defined: the MLLM also performed the S3/S4 text steps.")
+    markdown = f"## Zero-shot judge `{config.name}` (prompts {prompts.tag}, verdicts from {config.verdict})\n\n"
+    markdown += table2_markdown(config.name, summaries)
+    markdown += (
+        f"\nMean ± std over {runs} run(s); swap consistency per run (run r normal vs run r swapped); "
+        f"two-class ties/invalid counted as `{tie_policy}`; N+S = majority over 2 normal + 2 swapped runs, "
+        "split votes -> tie.\n"
+    )
+    if notes:
+        markdown += "\n" + "\n".join(f"- {n}" for n in notes) + "\n"
+    if crowd is not None:
+        markdown += "\n### Model-based crowdsourcing over the strategies run\n\n" + crowd_markdown(crowd)
+    report = {
+        "judge": config.name,
+        "judge_source": config.source,
+        "prompts": {"tag": prompts.tag, "digest": prompts.digest, "source": prompts.source},
+        "sampling": config.sampling.as_dict(),
+        "verdict_mode": config.verdict,
+        "backends": {k: b.identity for k, b in backends.items()},
+        "runs": runs,
+        "swap": swap,
+        "n_pairs": len(pairs),
+        "text_only_samples": len(text_only),
+        "strategies": {s["strategy"]: s for s in summaries},
+        "crowd": crowd,
+        "notes": notes,
+        "calls": {
+            "made": stats.made,
+            "cached": stats.cached,
+            "failed": stats.failed,
+            "in_cache_before": n_cached_before,
+            "seconds": elapsed,
+            "prefill_s": stats.prefill_s,
+            "decode_s": stats.decode_s,
+        },
+        "markdown": markdown,
+    }
+    if out_dir is not None:
+        write_json({k: v for k, v in report.items()}, out_dir / "report.json")
+        (out_dir / "report.md").write_text(markdown)
+    return report
+
+
+def _no_media(pair: PreferencePair, media_root) -> bool:
+    from zero_shot.strategies import resolve_media
+
+    return resolve_media(pair, media_root) is None
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
