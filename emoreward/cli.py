@@ -64,13 +64,17 @@ def run_train(args: argparse.Namespace) -> int:
         from emoreward.training.multimodal import run_multimodal_training as run
     else:
         from emoreward.training.run import run_training as run
-    print(
-        f"emoreward train: backbone {config.model_name_or_path}, data {config.train_file}, output {config.output_dir}"
-    )
+    main_process = config.process_index == 0  # under `accelerate launch`, only rank 0 prints
+    if main_process:
+        print(
+            f"emoreward train: backbone {config.model_name_or_path}, data {config.train_file}, "
+            f"output {config.output_dir}"
+        )
     report = run(config)
-    print()
-    print(report.get("markdown", ""))
-    print(f"report: {Path(config.output_dir) / 'report.json'} (Markdown: report.md, plot: confusion.png)")
+    if main_process:
+        print()
+        print(report.get("markdown", ""))
+        print(f"report: {Path(config.output_dir) / 'report.json'} (Markdown: report.md, plot: confusion.png)")
     return 0
 
 
@@ -147,7 +151,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
         *_lazy("zero_shot.cli", "add_judge_arguments", "run_judge_command"),
     ),
     "rank": (
-        "rank description-writing models with a judge (Bradley-Terry, 95% bootstrap intervals)",
+        "rank description-writing models with a judge (Bradley-Terry, 95%% bootstrap intervals)",
         *_lazy("emoreward.ranking.cli", "add_rank_arguments", "run_rank"),
     ),
     "serve": (

@@ -92,7 +92,9 @@ def main() -> None:
 
     if args.smollm2:
         del model
-        wall, model, info = train_once("recipes/smollm2/rm/config_lora.yaml", {"cv_folds": 0, "num_train_epochs": 1, "save_strategy": "no"})
+        wall, model, info = train_once(
+            "recipes/smollm2/rm/config_lora.yaml", {"cv_folds": 0, "num_train_epochs": 1, "save_strategy": "no"}
+        )
         steps = info["optimizer_steps"] or 1
         results["smollm2_train"] = {"wall_seconds": wall, "seconds_per_step": info["trainer_seconds"] / steps, **info}
         print(

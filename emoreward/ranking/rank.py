@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from emoreward.ranking.bpa import BPAConfig, BPAFit, BPAScheduler, SchedulerConfig
 from emoreward.ranking.bradley_terry import (
     DEFAULT_PRIOR_VARIANCE,
     TIE_MODELS,
@@ -753,6 +754,319 @@ def rank_with_judge(
     return RankingReport(list(models), counts, binarized, ties, lengths, cost, None, hierarchical, meta)
 
 
+# ------------------------------------------------------------------------------- BPA: the judge in the loop
+
+
+PairAnswer = Callable[[str, str, str], list[PairwiseRecord]]
+"""``(sample, model_a, model_b) -> records``: the judge's verdicts on one sample's two descriptions (may be empty)."""
+
+
+class RewardModelPairs:
+    """Answer pair queries with a reward model, scoring each description at most once (cache on disk).
+
+    A query ``(sample, a, b)`` scores the two descriptions that are not cached yet and returns one record: ``a``
+    if ``r_a - r_b > 0``, ``b`` if ``< 0``, ``tie`` when ``|r_a - r_b| <`` the tie threshold (the rule of
+    :func:`records_from_scores`).
+
+    Args:
+        model (`EmoRewardModel`): the judge (anything with ``settings.tie_threshold`` and ``score(texts, subtitles)``).
+        table (`DescriptionTable`): the descriptions.
+        cache (`ScoreCache`, *optional*): scores kept between runs.
+        tie_threshold (`float`, *optional*): default the model's calibrated ``settings.tie_threshold``.
+        batch_size (`int`): sequences per forward pass.
+
+    Attributes:
+        n_queries (`int`): pair queries answered; n_scored / n_cached (`int`): distinct descriptions scored now /
+        found in the cache; seconds (`float`): time spent scoring.
+    """
+
+    name = "reward-model"
+
+    def __init__(
+        self,
+        model: EmoRewardModel,
+        table: DescriptionTable,
+        cache: ScoreCache | None = None,
+        tie_threshold: float | None = None,
+        batch_size: int = 32,
+    ):
+        self.model, self.table, self.batch_size = model, table, batch_size
+        self.cache = cache if cache is not None else ScoreCache(None)
+        self.tie_threshold = model.settings.tie_threshold if tie_threshold is None else tie_threshold
+        if not (self.tie_threshold >= 0 and math.isfinite(self.tie_threshold)):
+            raise ValueError(f"tie_threshold must be a finite number >= 0, got {self.tie_threshold}")
+        self.n_queries = self.n_scored = self.n_cached = 0
+        self.seconds = 0.0
+        self._seen: set[str] = set()
+
+    def __call__(self, sample: str, model_a: str, model_b: str) -> list[PairwiseRecord]:
+        start = time.perf_counter()
+        subtitle = self.table.subtitle(sample)
+        texts = [self.table.descriptions[sample, m] for m in (model_a, model_b)]
+        keys = [_text_key(t, subtitle) for t in texts]
+        todo = {k: t for k, t in zip(keys, texts) if self.cache.get(k) is None}
+        if todo:
+            scores = self.model.score(list(todo.values()), [subtitle] * len(todo), batch_size=self.batch_size)
+            self.cache.put({k: float(v) for k, v in zip(todo, scores)})
+        new = set(keys) - self._seen
+        self.n_scored += len(todo)
+        self.n_cached += len(new - set(todo))
+        self._seen |= new
+        self.n_queries += 1
+        self.seconds += time.perf_counter() - start
+        d = self.cache.get(keys[0]) - self.cache.get(keys[1])
+        outcome = "tie" if (abs(d) < self.tie_threshold or d == 0) else ("a" if d > 0 else "b")
+        return [PairwiseRecord(model_a, model_b, outcome, self.name, sample)]
+
+    def cost(self) -> dict[str, Any]:
+        return {
+            "judge": "reward-model",
+            "n_queries": self.n_queries,
+            "n_scored": self.n_scored,
+            "n_cached": self.n_cached,
+            "scoring_seconds": self.seconds,
+        }
+
+
+class JudgePairs:
+    """Answer pair queries with a generative judge through the harness (:func:`judge_records` on one sample).
+
+    Args:
+        judge (`Judge`): the judge.
+        table (`DescriptionTable`): the descriptions.
+        swap, runs, combine: as in :func:`judge_records` (normal and swapped order by default; INVALID verdicts
+            are dropped and counted, never turned into a class).
+
+    Attributes:
+        n_queries (`int`): pair queries; n_calls (`int`): judge calls (queries x orders x runs); n_invalid (`int`).
+    """
+
+    def __init__(
+        self, judge: Judge, table: DescriptionTable, swap: bool = True, runs: int = 1, combine: OrderCombine = "each"
+    ):
+        self.judge, self.table, self.swap, self.runs, self.combine = judge, table, swap, runs, combine
+        self.name = judge.name
+        self.n_queries = self.n_calls = self.n_invalid = 0
+
+    def __call__(self, sample: str, model_a: str, model_b: str) -> list[PairwiseRecord]:
+        one = DescriptionTable(
+            [model_a, model_b],
+            [sample],
+            {(sample, m): self.table.descriptions[sample, m] for m in (model_a, model_b)},
+            {sample: self.table.media[sample]} if sample in self.table.media else {},
+            self.table.source,
+        )
+        got = judge_records(self.judge, one, [(model_a, model_b)], self.swap, self.runs, self.combine)
+        self.n_queries += 1
+        self.n_calls += got.n_calls
+        self.n_invalid += got.n_invalid
+        return got.records
+
+    def cost(self) -> dict[str, Any]:
+        return {"judge": self.name, "n_queries": self.n_queries, "n_calls": self.n_calls, "n_invalid": self.n_invalid}
+
+
+@dataclass
+class BPARankingReport:
+    """What `emoreward rank --method bpa` reports.
+
+    Attributes:
+        models (`list[str]`): the M ranked models.
+        fit (`BPAFit`): the final BPA fit (scores on [1, 9] with uncertainty ``sigma``, judge reliability, delta).
+        records (`list[PairwiseRecord]`): every verdict, in the order asked.
+        n_pairs (`int`): pair queries asked (model pair x sample); ``full_pairs``: C(M, 2) x N over the samples
+            both models described (what a full ranking asks, per order and run).
+        stopped_by (`str`): ``"sigma_tau"`` (mean uncertainty fell below ``sigma_tau``), ``"budget"``, or
+            ``"exhausted"`` (every (model pair, sample) was asked).
+        strategy_counts (`dict[str, int]`): pairs per scheduling strategy.
+        history (`list[tuple[int, float]]`): ``(records, mean sigma)`` after each refit.
+        cost (`dict`): judge queries, calls / scorings.
+        meta (`dict`): options and timings.
+    """
+
+    models: list[str]
+    fit: BPAFit
+    records: list[PairwiseRecord]
+    n_pairs: int
+    full_pairs: int
+    stopped_by: str
+    strategy_counts: dict[str, int]
+    history: list[tuple[int, float]]
+    cost: dict[str, Any]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ranking(self) -> list[str]:
+        """Models, best first (by BPA score)."""
+        return sorted(self.models, key=lambda m: -self.fit.scores[m])
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict."""
+        return {
+            **self.meta,
+            "method": "bpa",
+            "models": list(self.models),
+            "ranking": self.ranking,
+            "scores": {m: self.fit.scores[m] for m in self.models},
+            "sigma": {m: self.fit.sigma[m] for m in self.models},
+            "n_comparisons": self.fit.n_comparisons,
+            "reliabilities": self.fit.reliabilities,
+            "delta": self.fit.delta,
+            "n_pairs": self.n_pairs,
+            "full_pairs": self.full_pairs,
+            "n_records": len(self.records),
+            "stopped_by": self.stopped_by,
+            "strategy_counts": self.strategy_counts,
+            "history": [list(h) for h in self.history],
+            "cost": self.cost,
+        }
+
+    def to_markdown(self, digits: int = 2) -> str:
+        """Ranking table with score ± sigma, comparisons used vs the full C(M,2) x N, and why it stopped."""
+        lines = ["| rank | model | BPA score ± sigma (1-9 scale) | comparisons |", "|---:|---|---|---:|"]
+        for rank, m in enumerate(self.ranking, start=1):
+            lines.append(
+                f"| {rank} | {m} | {self.fit.scores[m]:.{digits}f} ± {self.fit.sigma[m]:.{digits}f} "
+                f"| {self.fit.n_comparisons[m]} |"
+            )
+        share = 100.0 * self.n_pairs / self.full_pairs if self.full_pairs else math.nan
+        sigma_tau = self.meta.get("sigma_tau")
+        why = {
+            "sigma_tau": f"mean sigma {self.fit.mean_sigma:.3f} fell below sigma_tau {sigma_tau}",
+            "budget": f"budget of {self.meta.get('budget')} pairs spent (mean sigma {self.fit.mean_sigma:.3f}, "
+            f"sigma_tau {sigma_tau})",
+            "exhausted": f"every (model pair, sample) was asked (mean sigma {self.fit.mean_sigma:.3f})",
+        }[self.stopped_by]
+        rel = ", ".join(f"{k} {v:.2f}" for k, v in self.fit.reliabilities.items())
+        lines += [
+            "",
+            f"Comparisons: {self.n_pairs} pairs asked of the full C(M,2) x N = {self.full_pairs} ({share:.1f}%), "
+            f"{len(self.records)} verdicts; strategies {self.strategy_counts}.",
+            f"Stopped by {self.stopped_by}: {why}.",
+            f"Judge reliability (Crowd-BT eta): {rel}; tie margin delta {self.fit.delta:.2f}.",
+            _bpa_cost_line(self.cost),
+        ]
+        return "\n".join(lines) + "\n"
+
+
+def _bpa_cost_line(cost: dict[str, Any]) -> str:
+    if cost["judge"] == "reward-model":
+        return (
+            f"Judge queries: {cost['n_queries']} pair verdicts from {cost['n_scored']} reward-model scorings "
+            f"(+ {cost['n_cached']} descriptions from the cache, {cost['scoring_seconds']:.1f} s)."
+        )
+    return (
+        f"Judge queries: {cost['n_queries']} pairs, {cost['n_calls']} judge calls (orders x runs); "
+        f"{cost['n_invalid']} invalid verdicts dropped."
+    )
+
+
+def rank_with_bpa(
+    answer: PairAnswer,
+    table: DescriptionTable,
+    budget: int | None = None,
+    config: BPAConfig | None = None,
+    scheduler_config: SchedulerConfig | None = None,
+    seed: int = 0,
+    cost: Callable[[], dict[str, Any]] | None = None,
+) -> BPARankingReport:
+    """Rank the table's models with BPA, asking the judge only for the pairs the scheduler picks.
+
+    The candidates are the M models (no anchors, mid-scale initial scores). Each scheduler proposal ``(a, b)``
+    becomes one query on one sample: for each model pair we walk through the samples both models described in a
+    seeded random order (a cycle: no sample is asked twice for a pair before all were asked), so repeated asks of a
+    pair see different samples. Every verdict the judge returns is a record for BPA (several with swapped order /
+    repeated runs, none when it was INVALID). The loop stops when a refit's mean uncertainty falls below
+    ``config.sigma_tau`` (after ``scheduler_config.min_comparisons`` records), when ``budget`` queries were asked,
+    or when every (model pair, sample) was asked.
+
+    Args:
+        answer (`PairAnswer`): the judge, e.g. `RewardModelPairs` or `JudgePairs`.
+        table (`DescriptionTable`): the descriptions.
+        budget (`int`, *optional*): maximum pair queries; default ``scheduler_config.budget``.
+        config (`BPAConfig`, *optional*): model, uncertainty and ``sigma_tau``.
+        scheduler_config (`SchedulerConfig`, *optional*): policy, exploration rule, refit period.
+        seed (`int`): seed of the sample order (the scheduler has its own, ``scheduler_config.seed``).
+        cost (`Callable[[], dict]`, *optional*): returns the judge's cost counters for the report (default
+            ``answer.cost`` when it has one).
+
+    Returns:
+        `BPARankingReport`.
+
+    Raises:
+        ValueError: if fewer than two models, ``budget < 1``, or no two models share a sample.
+
+    Source: E3mo-Bench, "Algorithm Overview" (scheduling, periodic MAP refits, stopping on sigma_tau).
+    """
+    config = config or BPAConfig()
+    sconfig = scheduler_config or SchedulerConfig()
+    budget = sconfig.budget if budget is None else budget
+    if budget < 1:
+        raise ValueError(f"budget must be >= 1, got {budget}")
+    models = list(table.models)
+    rng = np.random.default_rng(seed)
+    shared = {
+        (a, b): [s for s in table.samples if (s, a) in table.descriptions and (s, b) in table.descriptions]
+        for a, b in itertools.combinations(models, 2)
+    }
+    full_pairs = sum(len(v) for v in shared.values())
+    if full_pairs == 0:
+        raise ValueError("no two models described the same sample: nothing to compare")
+    queues: dict[tuple[str, str], list[str]] = {}
+    sched = BPAScheduler(models, config=config, scheduler_config=sconfig)
+    n_pairs, n_skipped, stopped_by = 0, 0, "budget"
+    start = time.perf_counter()
+    while n_pairs < budget:
+        if n_pairs >= full_pairs:
+            stopped_by = "exhausted"
+            break
+        a, b, strategy = sched.next_pair()
+        key = (a, b) if (a, b) in shared else (b, a)
+        if not shared[key]:  # two models with no sample in common: propose again
+            n_skipped += 1
+            if n_skipped > 1000:
+                raise ValueError(f"the scheduler keeps proposing model pairs without a shared sample, e.g. {key}")
+            continue
+        if not queues.get(key):
+            queues[key] = [shared[key][k] for k in rng.permutation(len(shared[key]))]
+        sample = queues[key].pop()
+        n_pairs += 1
+        fit = None
+        for record in answer(sample, a, b):
+            fit = sched.add_record(record, strategy=strategy) or fit
+        if fit is not None and sched.converged:
+            stopped_by = "sigma_tau"
+            break
+    if sched.fit is None or sched.n_since_refit > 0:
+        sched.refit()
+        if stopped_by == "budget" and sched.converged:
+            stopped_by = "sigma_tau"
+    cost_fn = cost or getattr(answer, "cost", None)
+    meta = {
+        "n_models": table.n_models,
+        "n_samples": table.n_samples,
+        "budget": budget,
+        "sigma_tau": config.sigma_tau,
+        "policy": sconfig.policy,
+        "exploration_rule": sconfig.exploration_rule,
+        "refit_every": sconfig.refit_every,
+        "seed": seed,
+        "loop_seconds": time.perf_counter() - start,
+    }
+    return BPARankingReport(
+        models,
+        sched.fit,
+        list(sched.records),
+        n_pairs,
+        full_pairs,
+        stopped_by,
+        dict(sched.strategy_counts),
+        list(sched.history),
+        cost_fn() if cost_fn else {"judge": "custom", "n_queries": n_pairs},
+        meta,
+    )
+
+
 # --------------------------------------------------------------------------------------------------- judges
 
 
@@ -801,9 +1115,12 @@ def cache_path_for(model_dir: str | Path, cache_dir: str | Path | None = None) -
 
 __all__ = [
     "ORDER_COMBINE",
+    "BPARankingReport",
     "DescriptionTable",
+    "JudgePairs",
     "JudgeRun",
     "RankingReport",
+    "RewardModelPairs",
     "ScoreCache",
     "ScoreMatrix",
     "TableError",
@@ -816,6 +1133,7 @@ __all__ = [
     "load_rank_judge",
     "model_fingerprint",
     "parse_groups",
+    "rank_with_bpa",
     "rank_with_judge",
     "rank_with_reward_model",
     "records_from_scores",

@@ -283,6 +283,77 @@ def test_bootstrap_resamples_whole_samples():
         bootstrap_ci(records, fit_bradley_terry, alpha=1.5)
 
 
+@pytest.mark.parametrize("model", ["bradley-terry", "binarized", *TIE_MODELS])
+def test_warm_started_bootstrap_matches_cold_start(model):
+    # Refits start from the full-data estimate by default; the intervals must not depend on it (beyond 1e-4).
+    strengths = [1.1, 0.6, 0.2, -0.1, -0.5, -1.3]
+    items, records = simulate(strengths, 30, tie_model="davidson", tie=0.8, seed=11)
+    if model == "bradley-terry":
+        fit = fit_bradley_terry
+    elif model == "binarized":
+        fit = functools.partial(fit_binarized_bradley_terry, on_disconnected="warn")
+    else:
+        fit = functools.partial(fit_bradley_terry_ties, tie_model=model)
+    warm = bootstrap_ci(records, fit, n_boot=60, seed=3)
+    cold = bootstrap_ci(records, fit, n_boot=60, seed=3, warm_start=False)
+    np.testing.assert_allclose(warm.lower, cold.lower, atol=1e-4, rtol=0)
+    np.testing.assert_allclose(warm.upper, cold.upper, atol=1e-4, rtol=0)
+    np.testing.assert_allclose(warm.scores, cold.scores, atol=1e-4, rtol=0)
+    np.testing.assert_array_equal(warm.estimate.scores, cold.estimate.scores)
+
+
+def test_bootstrap_warm_start_passes_full_fit_only_to_fits_that_accept_it():
+    items, records = simulate([0.7, 0.0, -0.7], 20, tie_model="rao-kupper", tie=1.5, seed=12)
+    seen = []
+
+    def spy(counts, **kwargs):
+        seen.append(kwargs)
+        return fit_bradley_terry_ties(counts, "rao-kupper", **kwargs)
+
+    ci = bootstrap_ci(records, spy, n_boot=5, seed=0)
+    assert seen[0] == {} and len(seen) == 6
+    for kwargs in seen[1:]:
+        np.testing.assert_array_equal(kwargs["initial_scores"], ci.estimate.scores)
+        assert kwargs["initial_tie_parameter"] == ci.estimate.tie_parameter
+    # a fit without the keyword is called with the counts only
+    plain = bootstrap_ci(records, lambda counts: fit_bradley_terry(counts), n_boot=5, seed=0)
+    np.testing.assert_allclose(
+        plain.scores, bootstrap_ci(records, fit_bradley_terry, n_boot=5, seed=0).scores, atol=1e-6
+    )
+    # a warm start from the answer stays at the answer; a bad starting tie parameter is rejected
+    counts = PairwiseCounts.from_records(records)
+    cold = fit_bradley_terry_ties(counts, "rao-kupper")
+    again = fit_bradley_terry_ties(
+        counts, "rao-kupper", initial_scores=cold.scores, initial_tie_parameter=cold.tie_parameter
+    )
+    np.testing.assert_allclose(again.scores, cold.scores, atol=1e-6)
+    assert again.tie_parameter == pytest.approx(cold.tie_parameter, rel=1e-5)
+    with pytest.raises(ValueError, match="initial_tie_parameter"):
+        fit_bradley_terry_ties(counts, "rao-kupper", initial_tie_parameter=0.5)  # nu >= 1
+
+
+def test_counts_from_records_match_a_loop_over_records():
+    rng = np.random.default_rng(13)
+    names = [f"x{k}" for k in range(7)]
+    records = []
+    for n in range(400):
+        a, b = rng.choice(7, size=2, replace=False)
+        records.append(rec(names[a], names[b], ("a", "b", "tie")[rng.integers(3)], sample=f"s{n % 9}"))
+    items = names + ["never"]
+    counts = PairwiseCounts.from_records(iter(records), items)
+    wins, ties = np.zeros((8, 8)), np.zeros((8, 8))
+    for r in records:
+        a, b = items.index(r.item_a), items.index(r.item_b)
+        if r.outcome == "tie":
+            ties[a, b] += 1
+            ties[b, a] += 1
+        else:
+            wins[(a, b) if r.outcome == "a" else (b, a)] += 1
+    np.testing.assert_array_equal(counts.wins, wins)
+    np.testing.assert_array_equal(counts.ties, ties)
+    assert PairwiseCounts.from_records([], items=["p", "q"]).n_comparisons == 0
+
+
 # ------------------------------------------------------------------------------------------------- hierarchical
 
 

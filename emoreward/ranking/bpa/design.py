@@ -58,9 +58,7 @@ def outcome_fisher_information(
     pt = 1.0 - pa - pb
     da, db = pa * (1.0 - pa), -pb * (1.0 - pb)
     guess = (1.0 - eta) / 3.0
-    info = sum(
-        (eta * d) ** 2 / np.maximum(eta * p + guess, 1e-300) for p, d in ((pa, da), (pb, db), (pt, -da - db))
-    )
+    info = sum((eta * d) ** 2 / np.maximum(eta * p + guess, 1e-300) for p, d in ((pa, da), (pb, db), (pt, -da - db)))
     return slope**2 * info
 
 
@@ -78,9 +76,7 @@ def expected_fisher_information(
     return info @ _GH_WEIGHTS
 
 
-def record_information_matrix(
-    idx_a: np.ndarray, idx_b: np.ndarray, info: np.ndarray, n_candidates: int
-) -> np.ndarray:
+def record_information_matrix(idx_a: np.ndarray, idx_b: np.ndarray, info: np.ndarray, n_candidates: int) -> np.ndarray:
     """Information matrix over candidate scores from pairwise records (anchors are fixed: diagonal terms only).
 
     Args:
@@ -138,8 +134,8 @@ def ranking_variance_gains(
     return gain
 
 
-def rank_one_update(cov: np.ndarray, k: int, l: int, info: float) -> np.ndarray:
-    """Covariance after one more answer on ``(k, l)`` with Fisher information ``info`` (Sherman-Morrison).
+def rank_one_update(cov: np.ndarray, i: int, j: int, info: float) -> np.ndarray:
+    """Covariance after one more answer on ``(i, j)`` with Fisher information ``info`` (Sherman-Morrison).
 
     Indices ``>= n`` (``cov`` is ``n x n``) are anchors, which have no score variable.
 
@@ -148,10 +144,10 @@ def rank_one_update(cov: np.ndarray, k: int, l: int, info: float) -> np.ndarray:
     """
     n = cov.shape[0]
     e = np.zeros(n)
-    if k < n:
-        e[k] += 1.0
-    if l < n:
-        e[l] -= 1.0
+    if i < n:
+        e[i] += 1.0
+    if j < n:
+        e[j] -= 1.0
     v = cov @ e
     denom = 1.0 + info * float(e @ v)
     return cov - info * np.outer(v, v) / denom

@@ -7,10 +7,13 @@ fixed number of new comparisons, stopping on mean candidate uncertainty).
 
 Choices where the paper is silent:
 
-- Exploration: the focus candidate is drawn with probability proportional to its provisional variance
+- Exploration (``exploration_rule="match_quality"``, the default): the focus candidate is drawn with probability proportional to its provisional variance
   ``u_i^2``; its partner is the candidate maximising TrueSkill match quality (Herbrich et al. 2006, eq. 4:
   the draw probability of an evenly matched pair, high when scores are close and uncertainties large) divided
   by ``1 + n_ij`` (how often the pair was already compared), so a pair is not asked over and over.
+- Exploration (``exploration_rule="ranking_variance"``, ours): the pair of largest expected reduction of the
+  doubt-weighted variance of score differences under the full Laplace covariance
+  (`emoreward.ranking.bpa.design`); the covariance is rebuilt at each refit and updated after every answer.
 - Anchor calibration: focus candidate drawn as above; partner is the least-compared among its
   ``anchor_neighbours`` nearest anchors by provisional score.
 - Bridge sampling: while the comparison graph has several components, join a candidate of the smallest
@@ -31,6 +34,13 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
 from emoreward.ranking.bpa.config import BPAConfig, SchedulerConfig
+from emoreward.ranking.bpa.design import (
+    expected_fisher_information,
+    outcome_fisher_information,
+    rank_one_update,
+    ranking_variance_gains,
+    record_information_matrix,
+)
 from emoreward.ranking.bpa.initialization import initial_scores
 from emoreward.ranking.bpa.model import BPAFit, fit_bpa
 from emoreward.ranking.records import OUTCOMES, PairwiseRecord
@@ -116,6 +126,10 @@ class BPAScheduler:
         self.fit: BPAFit | None = None
         self._since_refit = 0
         self.history: list[tuple[int, float]] = []
+        # full-covariance state of the ranking_variance rule (design.py); unused by the other rules
+        self._track_cov = sc.exploration_rule == "ranking_variance" and sc.policy in ("bpa", "exploration")
+        self._cov = np.eye(self.n_candidates) * self.config.sigma_init**2
+        self._delta, self._eta = self.config.delta_init, self.config.eta_init
 
     # -- provisional state -----------------------------------------------------------------------------------------
     @property
@@ -145,6 +159,8 @@ class BPAScheduler:
         if sc.policy == "random":
             (i, j), strategy = self._random_pair(), "random"
         elif sc.policy == "trueskill":
+            (i, j), strategy = self._match_quality_pair(), "exploration"
+        elif sc.policy == "exploration":
             (i, j), strategy = self._exploration_pair(), "exploration"
         elif sc.policy == "bpa":
             draw = self.rng.random()
@@ -182,6 +198,23 @@ class BPAScheduler:
                 return int(i), int(j)
 
     def _exploration_pair(self) -> tuple[int, int]:
+        if self.sconfig.exploration_rule == "ranking_variance":
+            return self._ranking_variance_pair()
+        return self._match_quality_pair()
+
+    def _ranking_variance_pair(self) -> tuple[int, int]:
+        m, _ = self._arrays()
+        gain = ranking_variance_gains(m, self._cov, self._delta, self.config.slope, self._eta)
+        gain = gain * (1.0 + 1e-6 * self.rng.random(gain.shape))  # random tie-break
+        i, j = np.unravel_index(int(np.argmax(gain)), gain.shape)
+        return int(i), int(j)
+
+    def _pair_variance(self, i: int, j: int) -> float:
+        n = self.n_candidates
+        var = (self._cov[i, i] if i < n else 0.0) + (self._cov[j, j] if j < n else 0.0)
+        return var - (2.0 * self._cov[i, j] if i < n and j < n else 0.0)
+
+    def _match_quality_pair(self) -> tuple[int, int]:
         m, u = self._arrays()
         i = self._focus(u)
         pool = np.delete(np.arange(self.n_candidates), i)
@@ -273,6 +306,11 @@ class BPAScheduler:
         self.pair_counts[i, j] += 1
         self.pair_counts[j, i] += 1
         self.records.append(record)
+        if self._track_cov:
+            m, _ = self._arrays()
+            var = self._pair_variance(i, j)
+            info = float(expected_fisher_information(m[i] - m[j], var, self._delta, self.config.slope, self._eta))
+            self._cov = rank_one_update(self._cov, i, j, info)
         if strategy is not None:
             self.strategy_counts[strategy] = self.strategy_counts.get(strategy, 0) + 1
         self._since_refit += 1
@@ -301,14 +339,35 @@ class BPAScheduler:
         )
         for i, c in enumerate(self.candidates):
             self.ratings[i] = self.env.create_rating(self.fit.scores[c], self.fit.sigma[c])
+        if self._track_cov:
+            self._refresh_covariance()
         self._since_refit = 0
         self.history.append((len(self.records), self.fit.mean_sigma))
         return self.fit
+
+    def _refresh_covariance(self) -> None:
+        """Laplace covariance of the candidate scores from the expected Fisher information at the refit."""
+        fit, c = self.fit, self.config
+        idx_a = np.array([self._index[r.item_a] for r in self.records], dtype=np.int64)
+        idx_b = np.array([self._index[r.item_b] for r in self.records], dtype=np.int64)
+        eta = np.array([fit.reliabilities[r.annotator] for r in self.records])
+        scores = np.array([fit.scores[name] for name in self.items])
+        info = outcome_fisher_information(scores[idx_a] - scores[idx_b], fit.delta, c.slope, eta)
+        precision = record_information_matrix(idx_a, idx_b, info, self.n_candidates)
+        n_i = np.array([fit.n_comparisons[name] for name in self.candidates], dtype=float)
+        precision[np.diag_indices(self.n_candidates)] += c.lambda0 * (1.0 + n_i) ** (-c.gamma)
+        self._cov = np.linalg.inv(precision)
+        self._delta, self._eta = fit.delta, float(eta.mean()) if eta.size else self.config.eta_init
 
     @property
     def n_comparisons(self) -> int:
         """Number of records collected so far."""
         return len(self.records)
+
+    @property
+    def n_since_refit(self) -> int:
+        """Records added since the last refit (a final refit is due when > 0)."""
+        return self._since_refit
 
     @property
     def converged(self) -> bool:
@@ -405,7 +464,7 @@ def run_active_ranking(
         fit = sched.add_record(record, strategy=strategy)
         if fit is not None and on_refit is not None:
             on_refit(sched.n_comparisons, fit)
-    if sched.fit is None or sched._since_refit > 0:
+    if sched.fit is None or sched.n_since_refit > 0:
         fit = sched.refit()
         if on_refit is not None:
             on_refit(sched.n_comparisons, fit)
