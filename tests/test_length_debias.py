@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import synthetic_pairs
+from _helpers import synthetic_pairs
 from test_reward_model import TEXTS, tiny_config
 from transformers import AutoModelForSequenceClassification
 

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import synthetic_pairs
+from _helpers import synthetic_pairs
 from peft import LoraConfig
 from transformers import AutoModelForSequenceClassification
 
@@ -201,7 +201,7 @@ def test_real_minilm_backbone_trains_on_emoprefer_pairs(tmp_path):
 @pytest.mark.slow
 @pytest.mark.smollm2
 def test_real_smollm2_backbone_from_gguf(tmp_path):
-    from conftest import smollm2_available
+    from _helpers import smollm2_available
 
     from emoreward.data import load_pairs
 

@@ -7,7 +7,7 @@ import struct
 
 import pytest
 import yaml
-from conftest import synthetic_pairs
+from _helpers import synthetic_pairs
 
 from emoreward.cli import main
 from emoreward.training.config import load_config

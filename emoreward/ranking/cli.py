@@ -3,6 +3,8 @@
     emoreward rank --judge MODEL_DIR_or_JUDGE.yaml --data TABLE.jsonl [--output REPORT.json]
                    [--samples N | --sample-ids FILE] [--models A,B,...] [--hierarchical "A,B|C,D" | K]
                    [--tie-model emoprefer] [--n-boot 1000] [--cache-dir DIR | --no-cache]
+    emoreward rank --method bpa --judge ... --data ... [--budget N] [--sigma-tau 0.3] [--refit-every 10]
+                   [--exploration match_quality | ranking_variance] [--policy bpa | exploration]
 
 ``--data ovmerd`` ranks the vendored OV-MERD table (10 models x 332 samples).
 """
@@ -23,6 +25,13 @@ def add_rank_arguments(p: argparse.ArgumentParser) -> None:
         "--data", required=True, help="description table JSONL (sample, model, description[, video, audio, subtitle])"
     )
     p.add_argument("--output", help="write the report as JSON here (Markdown, scores and W plots beside it)")
+    p.add_argument(
+        "--method",
+        choices=["full", "bpa"],
+        default="full",
+        help="'full': judge every (model pair, sample), Bradley-Terry with bootstrap intervals (default); 'bpa': "
+        "E3mo-Bench BPA, the judge answers only the pairs the scheduler picks, until --budget or --sigma-tau",
+    )
     g = p.add_argument_group("subsets")
     g.add_argument("--samples", type=int, help="rank on a random subset of N samples (seeded by --seed)")
     g.add_argument("--sample-ids", help="file with one sample id a line: rank on these samples only")
@@ -42,6 +51,27 @@ def add_rank_arguments(p: argparse.ArgumentParser) -> None:
     f.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples over samples (default 1000)")
     f.add_argument("--alpha", type=float, default=0.05, help="1 - interval coverage (default 0.05: 95%% intervals)")
     f.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of --samples")
+    b = p.add_argument_group("bpa (--method bpa)")
+    b.add_argument(
+        "--budget", type=int, help="maximum pair queries (model pair x sample); default C(M,2) x N, all of them"
+    )
+    b.add_argument(
+        "--sigma-tau", type=float, default=0.3, help="stop when the mean model uncertainty (1-9 scale) is below this"
+    )
+    b.add_argument("--refit-every", type=int, default=10, help="global MAP refit after this many new verdicts")
+    b.add_argument(
+        "--policy",
+        choices=["bpa", "exploration"],
+        default="bpa",
+        help="'bpa': 50/30/20 exploration / anchor / bridge (no anchors here: 80/20 exploration / bridge); "
+        "'exploration': exploration only",
+    )
+    b.add_argument(
+        "--exploration",
+        choices=["match_quality", "ranking_variance"],
+        default="match_quality",
+        help="exploration rule: TrueSkill match quality (paper) or ranking-variance design (emoreward.ranking.bpa)",
+    )
     r = p.add_argument_group("reward-model judge")
     r.add_argument("--tie-threshold", type=float, help="|r1 - r2| below this is a tie (default: the model's own)")
     r.add_argument("--batch-size", type=int, default=32, help="sequences per forward pass")
@@ -85,6 +115,8 @@ def run_rank(args: argparse.Namespace) -> int:
         rank_with_reward_model,
     )
 
+    if getattr(args, "method", "full") == "bpa":
+        return run_rank_bpa(args)
     if args.n_boot < 1:
         raise ValueError(f"--n-boot must be >= 1, got {args.n_boot}")
     start = time.perf_counter()
@@ -135,10 +167,70 @@ def run_rank(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_rank_bpa(args: argparse.Namespace) -> int:
+    """`emoreward rank --method bpa`: the judge in the BPA loop; prints the ranking with scores ± sigma."""
+    from emoreward.ranking.bpa import BPAConfig, SchedulerConfig
+    from emoreward.ranking.rank import (
+        JudgePairs,
+        RewardModelPairs,
+        ScoreCache,
+        cache_path_for,
+        load_rank_judge,
+        rank_with_bpa,
+    )
+
+    if args.hierarchical:
+        raise ValueError("--hierarchical is a --method full option; BPA picks its own pairs")
+    start = time.perf_counter()
+    table = _load_table(args)
+    kind, judge = load_rank_judge(args.judge)
+    load_seconds = time.perf_counter() - start
+    cache_file = None
+    if kind == "reward-model":
+        cache_file = None if args.no_cache else cache_path_for(args.judge, args.cache_dir)
+        answer = RewardModelPairs(
+            judge, table, ScoreCache(cache_file), tie_threshold=args.tie_threshold, batch_size=args.batch_size
+        )
+    else:
+        answer = JudgePairs(judge, table, swap=not args.no_swap, runs=args.runs, combine=args.combine)
+    config = BPAConfig(sigma_tau=args.sigma_tau)
+    sconfig = SchedulerConfig(
+        policy=args.policy, exploration_rule=args.exploration, refit_every=args.refit_every, seed=args.seed
+    )
+    budget = args.budget
+    if budget is None:
+        budget = sum(
+            sum((s, a) in table.descriptions and (s, b) in table.descriptions for s in table.samples)
+            for i, a in enumerate(table.models)
+            for b in table.models[i + 1 :]
+        )
+    report = rank_with_bpa(answer, table, budget=budget, config=config, scheduler_config=sconfig, seed=args.seed)
+    total = time.perf_counter() - start
+    report.meta.update(
+        judge=str(args.judge),
+        data=str(table.source),
+        score_cache=None if cache_file is None else str(cache_file),
+        seconds={"load": load_seconds, "total": total},
+    )
+    _echo(f"emoreward rank --method bpa: {table.n_models} models x {table.n_samples} samples from {table.source}")
+    _echo("")
+    _echo(report.to_markdown())
+    _echo(f"wall time {total:.1f} s (judge loading {load_seconds:.1f} s)")
+    if cache_file is not None:
+        _echo(f"score cache: {cache_file}")
+    if args.output:
+        out = Path(args.output)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+        out.with_suffix(".md").write_text(report.to_markdown())
+        _echo(f"report: {out} (Markdown beside it)")
+    return 0
+
+
 def _echo(text: str) -> None:
     """CLI output on stdout (this module is a command's front end)."""
     sys.stdout.write(f"{text}\n")
     sys.stdout.flush()
 
 
-__all__ = ["add_rank_arguments", "run_rank"]
+__all__ = ["add_rank_arguments", "run_rank", "run_rank_bpa"]

@@ -16,6 +16,10 @@ Two kinds of judge:
 
 The hierarchical scheme of EMER-Ranker, section 5 (rank within groups, then compare the group winners) is an
 option; with a generative judge it only asks the judge about the pairs it needs.
+
+`rank_with_bpa` (``emoreward rank --method bpa``) puts the judge in the BPA loop (E3mo-Bench, `emoreward.ranking.bpa`):
+it asks only the (model pair, sample) queries the scheduler picks, refits periodically, and stops on the mean
+uncertainty ``sigma_tau`` or a query budget; a reward model then scores only the descriptions those queries touch.
 """
 
 from __future__ import annotations

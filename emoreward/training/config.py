@@ -146,12 +146,15 @@ def default_recipe_path() -> Path:
     return Path(str(resources.files("emoreward") / "resources" / "default_recipe.yaml"))
 
 
-def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> EmoRewardConfig:
-    """Parse a recipe YAML (flat keys) into an `EmoRewardConfig`, with optional overrides.
+def load_config(
+    path: str | Path | None = None, overrides: dict[str, Any] | None = None, config_class: type = EmoRewardConfig
+) -> EmoRewardConfig:
+    """Parse a recipe YAML (flat keys) into an `EmoRewardConfig` (or `config_class`), with optional overrides.
 
     Args:
         path: the recipe; None = the bundled default recipe.
         overrides: keys that replace the recipe's (e.g. `{"output_dir": ...}` from the command line).
+        config_class: `EmoRewardConfig` or a subclass (e.g. `MultimodalRewardConfig`).
 
     Raises:
         ValueError: an unknown key (named, with the file), or a value a field rejects.
@@ -164,11 +167,14 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a recipe is a mapping of keys to values, got {type(data).__name__}")
     data.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    known = {f.name for f in fields(EmoRewardConfig) if f.init}
+    known = {f.name for f in fields(config_class) if f.init}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise ValueError(f"{path}: unknown key(s) {unknown}; see `emoreward train --help-config` for the fields")
-    (config,) = HfArgumentParser(EmoRewardConfig).parse_dict(data, allow_extra_keys=False)
+        raise ValueError(
+            f"{path}: unknown key(s) {unknown}; the fields are those of {config_class.__name__} "
+            "(emoreward/training/config.py) and transformers.TrainingArguments"
+        )
+    (config,) = HfArgumentParser(config_class).parse_dict(data, allow_extra_keys=False)
     return config
 
 

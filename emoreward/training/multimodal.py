@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict, defaultdict
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 from datasets import Dataset
-from transformers import HfArgumentParser, set_seed
+from transformers import set_seed
 
 from emoreward.data import PreferencePair, load_pairs
 from emoreward.data.media import MediaError, MediaOptions, load_sample_media
@@ -43,7 +43,7 @@ from emoreward.models.multimodal import (
     get_multimodal_backbone,
     pad_sequences,
 )
-from emoreward.training.config import EmoRewardConfig
+from emoreward.training.config import EmoRewardConfig, load_config
 from emoreward.training.losses import pairwise_nll
 from emoreward.training.preprocess import EXCLUSION_REASONS, ExclusionReport
 from emoreward.training.trainer import EmoRewardTrainer
@@ -116,19 +116,7 @@ def load_multimodal_config(path: str | Path, overrides: dict[str, Any] | None = 
         ValueError: an unknown key (named, with the file) or a value a field rejects.
         FileNotFoundError: the recipe does not exist.
     """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"recipe not found: {path}")
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: a recipe is a mapping of keys to values, got {type(data).__name__}")
-    data.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    known = {f.name for f in fields(MultimodalRewardConfig) if f.init}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ValueError(f"{path}: unknown key(s) {unknown}")
-    (config,) = HfArgumentParser(MultimodalRewardConfig).parse_dict(data, allow_extra_keys=False)
-    return config
+    return load_config(path, overrides, config_class=MultimodalRewardConfig)
 
 
 def is_multimodal_recipe(path: str | Path) -> bool:
@@ -170,14 +158,7 @@ class MultimodalExclusionReport(ExclusionReport):
 
     errors: dict[str, str] = field(default_factory=dict)
 
-    def add(self, reason: str, sample_id: str) -> None:
-        if reason not in MULTIMODAL_EXCLUSION_REASONS:
-            raise ValueError(f"unknown exclusion reason {reason!r}; known: {sorted(MULTIMODAL_EXCLUSION_REASONS)}")
-        self.excluded.setdefault(reason, []).append(sample_id)
-
-    @property
-    def counts(self) -> dict[str, int]:
-        return {reason: len(self.excluded.get(reason, [])) for reason in MULTIMODAL_EXCLUSION_REASONS}
+    REASONS = MULTIMODAL_EXCLUSION_REASONS
 
     def to_dict(self) -> dict:
         return {**super().to_dict(), "media_errors": self.errors}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from datasets import Dataset
 
@@ -29,15 +30,16 @@ class ExclusionReport:
     n_input: int = 0
     n_kept: int = 0
     excluded: dict[str, list[str]] = field(default_factory=dict)
+    REASONS: ClassVar[dict[str, str]] = EXCLUSION_REASONS
 
     def add(self, reason: str, sample_id: str) -> None:
-        if reason not in EXCLUSION_REASONS:
-            raise ValueError(f"unknown exclusion reason {reason!r}; known: {sorted(EXCLUSION_REASONS)}")
+        if reason not in self.REASONS:
+            raise ValueError(f"unknown exclusion reason {reason!r}; known: {sorted(self.REASONS)}")
         self.excluded.setdefault(reason, []).append(sample_id)
 
     @property
     def counts(self) -> dict[str, int]:
-        return {reason: len(self.excluded.get(reason, [])) for reason in EXCLUSION_REASONS}
+        return {reason: len(self.excluded.get(reason, [])) for reason in self.REASONS}
 
     def to_dict(self) -> dict:
         return {"n_input": self.n_input, "n_kept": self.n_kept, "excluded": self.counts, "excluded_ids": self.excluded}

@@ -97,7 +97,9 @@ class EmoRewardTrainer(RewardTrainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         extras = {key: inputs.pop(key) for key in EXTRA_COLUMNS if key in inputs}
         if not self._custom_loss:
-            return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
+            return super().compute_loss(
+                model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+            )
         mode = "train" if self.model.training else "eval"
         inputs["use_cache"] = False
         outputs = model(**inputs)

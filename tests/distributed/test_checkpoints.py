@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import synthetic_pairs
+from _helpers import synthetic_pairs
 from test_training_run import tiny_recipe, write_pairs_csv
 from transformers import TrainerCallback
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import synthetic_pairs
+from _helpers import synthetic_pairs
 from test_training_run import write_pairs_csv
 
 
@@ -114,7 +114,7 @@ def test_deepspeed_two_cpu_processes(stage, tiny_bert_dir, tmp_path):
 @pytest.mark.slow
 def test_ddp_cpu_recipe_as_in_the_readme(tmp_path):
     """The acceptance line itself: the shipped CPU recipe with MiniLM on EmoPrefer-Data, unchanged."""
-    from conftest import minilm_dir
+    from _helpers import minilm_dir
 
     minilm_dir()  # skips without the weights package
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", "recipes/accelerate_configs/ddp.yaml"]

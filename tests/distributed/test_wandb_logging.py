@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import synthetic_pairs
+from _helpers import synthetic_pairs
 from test_training_run import read_wandb_records, tiny_recipe, write_pairs_csv
 
 from emoreward.training import run as run_module
