@@ -224,10 +224,18 @@ class EmoRewardModel:
     ) -> EmoRewardModel:
         """Load a model written by `save_pretrained` (adapter + head) or `export_merged` (full weights).
 
+        A multimodal model directory (`emoreward_multimodal.json`) loads as a
+        `emoreward.models.multimodal.MultimodalEmoRewardModel` (score with `score_descriptions(media, subtitle,
+        descriptions)`).
+
         Raises:
-            FileNotFoundError: if `directory` has no `emoreward_config.json`.
+            FileNotFoundError: if `directory` has no `emoreward_config.json` (nor `emoreward_multimodal.json`).
         """
         directory = Path(directory)
+        if (directory / "emoreward_multimodal.json").exists():
+            from emoreward.models.multimodal import MultimodalEmoRewardModel
+
+            return MultimodalEmoRewardModel.from_pretrained(directory, dtype=dtype)  # type: ignore[return-value]
         settings = RewardModelSettings.load(directory)
         tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=trust_remote_code)
         if settings.merged or not (directory / "adapter_config.json").exists():

@@ -230,6 +230,12 @@ def test_train_save_reload_fresh_process_and_merge(tiny_backbone_dir, media_root
     )
     assert merged.settings.merged and not hasattr(merged.model, "peft_config")
     np.testing.assert_allclose(merged.score_descriptions(media, "hi", descriptions), scores, atol=1e-5)
+    # the one entry point for text and multimodal reward models
+    from emoreward.models import EmoRewardModel
+
+    via_entry = EmoRewardModel.from_pretrained(saved)
+    assert isinstance(via_entry, MultimodalEmoRewardModel)
+    np.testing.assert_array_equal(via_entry.score_descriptions(media, "hi", descriptions), scores)
 
 
 @pytest.mark.slow
