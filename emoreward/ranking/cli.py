@@ -141,29 +141,7 @@ def run_rank(args: argparse.Namespace) -> int:
         report = rank_with_judge(
             judge, table, groups, swap=not args.no_swap, runs=args.runs, combine=args.combine, **fit
         )
-    total = time.perf_counter() - start
-    report.meta.update(
-        judge=str(args.judge),
-        data=str(table.source),
-        score_cache=None if cache_file is None else str(cache_file),
-        seconds={"load": load_seconds, "total": total},
-    )
-    _echo(f"emoreward rank: {table.n_models} models x {table.n_samples} samples from {table.source}")
-    _echo("")
-    _echo(report.to_markdown())
-    _echo(f"wall time {total:.1f} s (judge loading {load_seconds:.1f} s)")
-    if cache_file is not None:
-        _echo(f"score cache: {cache_file}")
-    if args.output:
-        from emoreward.ranking.plots import plot_scores, plot_win_matrix
-
-        out = Path(args.output)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
-        out.with_suffix(".md").write_text(report.to_markdown())
-        plot_scores(report.ties.estimate, out.with_name(out.stem + "_scores.png"))
-        plot_win_matrix(report.counts, out.with_name(out.stem + "_W.png"))
-        _echo(f"report: {out} (Markdown, scores and W plots beside it)")
+    _finish(args, report, table, cache_file, start, load_seconds, "emoreward rank", plots=True)
     return 0
 
 
@@ -205,6 +183,12 @@ def run_rank_bpa(args: argparse.Namespace) -> int:
             for b in table.models[i + 1 :]
         )
     report = rank_with_bpa(answer, table, budget=budget, config=config, scheduler_config=sconfig, seed=args.seed)
+    _finish(args, report, table, cache_file, start, load_seconds, "emoreward rank --method bpa", plots=False)
+    return 0
+
+
+def _finish(args, report, table, cache_file, start: float, load_seconds: float, title: str, *, plots: bool) -> None:
+    """Print a ranking report and write it (JSON, Markdown and, with `plots`, the scores and W plots)."""
     total = time.perf_counter() - start
     report.meta.update(
         judge=str(args.judge),
@@ -212,19 +196,26 @@ def run_rank_bpa(args: argparse.Namespace) -> int:
         score_cache=None if cache_file is None else str(cache_file),
         seconds={"load": load_seconds, "total": total},
     )
-    _echo(f"emoreward rank --method bpa: {table.n_models} models x {table.n_samples} samples from {table.source}")
+    _echo(f"{title}: {table.n_models} models x {table.n_samples} samples from {table.source}")
     _echo("")
     _echo(report.to_markdown())
     _echo(f"wall time {total:.1f} s (judge loading {load_seconds:.1f} s)")
     if cache_file is not None:
         _echo(f"score cache: {cache_file}")
-    if args.output:
-        out = Path(args.output)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
-        out.with_suffix(".md").write_text(report.to_markdown())
+    if not args.output:
+        return
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    out.with_suffix(".md").write_text(report.to_markdown())
+    if plots:
+        from emoreward.ranking.plots import plot_scores, plot_win_matrix
+
+        plot_scores(report.ties.estimate, out.with_name(out.stem + "_scores.png"))
+        plot_win_matrix(report.counts, out.with_name(out.stem + "_W.png"))
+        _echo(f"report: {out} (Markdown, scores and W plots beside it)")
+    else:
         _echo(f"report: {out} (Markdown beside it)")
-    return 0
 
 
 def _echo(text: str) -> None:
