@@ -54,3 +54,10 @@ def test_bad_values(override, message):
 
 def test_trust_remote_code_is_off_by_default():
     assert load_config().trust_remote_code is False
+
+
+def test_evaluation_during_training_needs_an_eval_file():
+    with pytest.raises(ValueError, match="need eval_file"):
+        load_config(overrides={"eval_strategy": "steps", "eval_steps": 5})
+    config = load_config(overrides={"eval_strategy": "steps", "eval_steps": 5, "eval_file": "emoprefer"})
+    assert config.eval_file == "emoprefer"

@@ -131,6 +131,12 @@ class EmoRewardConfig(RewardConfig):
             raise ValueError(f"lora_r must be > 0, got {self.lora_r}")
         if self.max_length is None or self.max_length <= 0:
             raise ValueError(f"max_length must be a positive number of tokens, got {self.max_length}")
+        eval_strategy = getattr(self.eval_strategy, "value", self.eval_strategy)
+        if self.eval_file is None and (eval_strategy != "no" or self.load_best_model_at_end):
+            raise ValueError(
+                f"eval_strategy={eval_strategy!r} / load_best_model_at_end={self.load_best_model_at_end} need "
+                "eval_file: held-out pairs to evaluate on during training (cross-validation folds never do)"
+            )
         if self.bf16 is None and not self.fp16:
             # TRL turns bf16 on when unset, which fails on CPU-only machines: use it where a GPU supports it
             import torch
