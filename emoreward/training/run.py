@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import time
@@ -394,12 +395,15 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
             if is_main:
                 write_json({"fingerprint": fingerprint, "evaluation": evaluation}, fold_dir / FINISHED_FILE)
             fold_reports.append(evaluation)
+            train_seconds, summary = fit.train_seconds, fit.exclusions.summary()
+            del fit  # free this fold's model and optimizer before the next fold builds its own
+            gc.collect()
             h = headline(evaluation)
             log(
                 f"fold {k + 1}/{config.cv_folds}: 2-class WAF {h['judge']['two_class_waf']:.2f} "
                 f"(length baseline {h['length_baseline']['two_class_waf']:.2f}), "
-                f"length-debiased ACC {h['judge']['length_debiased_acc']:.2f}, trained {fit.train_seconds:.0f}s; "
-                f"{fit.exclusions.summary()}"
+                f"length-debiased ACC {h['judge']['length_debiased_acc']:.2f}, trained {train_seconds:.0f}s; "
+                f"{summary}"
             )
         summary = aggregate(fold_reports)
         report["cross_validation"] = {
