@@ -33,8 +33,11 @@ def _parse_set(values: list[str]) -> dict:
     out = {}
     for item in values or []:
         if "=" not in item:
-            raise SystemExit(f"--set expects KEY=VALUE, got {item!r}")
+            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
         key, value = item.split("=", 1)
+        if key.strip().lower().endswith(("hub_token", "api_key", "secret")) or key.strip().lower() == "token":
+            # command lines end up in shell history and W&B run metadata: secrets come from the environment
+            raise ValueError(f"--set {key.strip()}=...: pass tokens and keys through the environment (e.g. HF_TOKEN)")
         out[key.strip()] = yaml.safe_load(value)
     return out
 
@@ -73,8 +76,13 @@ def run_train(args: argparse.Namespace) -> int:
     report = run(config)
     if main_process:
         print()
-        print(report.get("markdown", ""))
-        print(f"report: {Path(config.output_dir) / 'report.json'} (Markdown: report.md, plot: confusion.png)")
+        out = Path(config.output_dir)
+        if report.get("markdown"):
+            print(report["markdown"])
+            extras = [name for name in ("report.md", "confusion.png") if (out / name).exists()]
+            print(f"report: {out / 'report.json'} ({', '.join(extras)} beside it)")
+        else:
+            print(f"no evaluation was run (cv_folds={config.cv_folds}, no eval_file); report: {out / 'report.json'}")
     return 0
 
 
@@ -183,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         return args._run(args)
-    except (ValueError, FileNotFoundError, ImportError, RuntimeError) as err:
+    except (ValueError, OSError, ImportError, RuntimeError) as err:
         # data and configuration errors: one clear line, no traceback
         print(f"emoreward {args.command}: error: {err}", file=sys.stderr)
         return 2

@@ -61,3 +61,13 @@ def test_evaluation_during_training_needs_an_eval_file():
         load_config(overrides={"eval_strategy": "steps", "eval_steps": 5})
     config = load_config(overrides={"eval_strategy": "steps", "eval_steps": 5, "eval_file": "emoprefer"})
     assert config.eval_file == "emoprefer"
+
+
+def test_value_types_are_checked_before_any_work(tmp_path):
+    with pytest.raises(ValueError, match="num_train_epochs must be a float, got 'two'"):
+        load_config(overrides={"num_train_epochs": "two"})
+    assert load_config(overrides={"learning_rate": "3e-4", "lora_r": "8"}).learning_rate == pytest.approx(3e-4)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model_name_or_path: minilm\n  lora_r: : 4\n")
+    with pytest.raises(ValueError, match="not valid YAML"):
+        load_config(bad)

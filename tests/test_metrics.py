@@ -135,3 +135,15 @@ def test_random_baseline_equals_sklearn_on_the_same_draws(setting):
     fast = metrics.random_baseline(y, setting, n_draws=50, seed=3)
     assert fast["waf"] == pytest.approx(np.mean([d["waf"] for d in direct]))
     assert fast["acc"] == pytest.approx(np.mean([d["acc"] for d in direct]))
+
+
+def test_tie_threshold_predicts_no_more_ties_than_the_gold_labels():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    diffs = rng.normal(scale=2.0, size=200)
+    labels = ["1" if d > 0 else "2" for d in diffs]
+    for i in range(4):  # four gold ties among the smallest differences, and many near-zero non-ties
+        labels[int(np.argsort(np.abs(diffs))[i * 10])] = "tie"
+    t = metrics.calibrate_tie_threshold(diffs, labels)
+    assert int(np.sum(np.abs(diffs) < t)) <= 4

@@ -127,6 +127,12 @@ def test_main_job_report_and_evaluate_cli(tiny_bert_dir, tmp_path, capsys):
     assert ev["n_pairs"] == 10 and ev["judge"]["swap_consistency"] == 100.0
     assert (tmp_path / "ev.md").exists() and (tmp_path / "ev.png").exists()
 
+    # exporting into the model's own directory is refused before anything is written
+    before = sorted(p.name for p in model_dir.iterdir())
+    assert main(["export", "--model", str(model_dir), "--output", str(model_dir)]) == 2
+    assert "would overwrite it" in capsys.readouterr().err
+    assert sorted(p.name for p in model_dir.iterdir()) == before
+
     # an interrupted or repeated run reuses finished folds and the finished final model
     (tmp_path / "out" / "cv" / "fold1" / "finished.json").unlink()
     assert main(["train", "--config", str(recipe), "--set", "seed=3"]) == 0
@@ -134,6 +140,12 @@ def test_main_job_report_and_evaluate_cli(tiny_bert_dir, tmp_path, capsys):
     assert out.count("finished earlier") == 2  # fold 0 and the final model; fold 1 is trained again
     again = json.loads((tmp_path / "out" / "report.json").read_text())
     assert again["cross_validation"]["summary"] == summary
+
+
+def test_cli_refuses_secrets_on_the_command_line(capsys):
+    assert main(["train", "--set", "hub_token=hf_abc"]) == 2
+    assert "through the environment" in capsys.readouterr().err
+    assert main(["train", "--set", "noequals"]) == 2
 
 
 def test_cli_reports_bad_data_with_file_row_field(tiny_bert_dir, tmp_path, capsys):

@@ -151,6 +151,8 @@ def load_pairs(source: str | Path | Any, *, require_labels: bool = True) -> list
         path = Path(source)
         if not path.exists():
             raise FileNotFoundError(f"preference data file not found: {path}")
+        if path.is_dir():
+            raise DataError(str(path), 0, None, "is a directory; give a .csv or .jsonl file")
         text = _read_text(path)
         if not text.strip():
             raise DataError(str(path), 0, None, "the file is empty")

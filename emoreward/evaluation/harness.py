@@ -90,11 +90,11 @@ def evaluate_judgements(result: JudgementSet, *, tie_policy: metrics.TiePolicy =
         raise ValueError(f"{len(unlabeled)} pairs have no label (rows {unlabeled[:5]}...); evaluation needs labels")
     y_true = [p.label for p in pairs]
     pred = result.verdicts("normal", 0)
-    judge: dict = {
-        "two_class": metrics.recognition(y_true, pred, "two-class", tie_policy),
-        "three_class": metrics.recognition(y_true, pred, "three-class", tie_policy),
-        "length_control": metrics.length_control(pairs, pred),
-    }
+    has_two_class = any(y != "tie" for y in y_true)  # a file of ties only has no two-class metrics
+    judge: dict = {"three_class": metrics.recognition(y_true, pred, "three-class", tie_policy)}
+    if has_two_class:
+        judge["two_class"] = metrics.recognition(y_true, pred, "two-class", tie_policy)
+    judge["length_control"] = metrics.length_control(pairs, pred)
     if result.swapped:
         per_run = [
             metrics.swap_consistency(result.verdicts("normal", r), result.verdicts("swapped", r))
@@ -123,12 +123,16 @@ def evaluate_judgements(result: JudgementSet, *, tie_policy: metrics.TiePolicy =
         "label_counts": {k: sum(y == k for y in y_true) for k in ("1", "2", "tie")},
         "judge": judge,
         "length_baseline": {
-            "two_class": metrics.recognition(y_true, length_pred, "two-class", tie_policy),
+            **(
+                {"two_class": metrics.recognition(y_true, length_pred, "two-class", tie_policy)}
+                if has_two_class
+                else {}
+            ),
             "three_class": metrics.recognition(y_true, length_pred, "three-class", tie_policy),
             "length_control": metrics.length_control(pairs, length_pred),
         },
         "random_baseline": {
-            "two_class": metrics.random_baseline(y_true, "two-class", seed=seed),
+            **({"two_class": metrics.random_baseline(y_true, "two-class", seed=seed)} if has_two_class else {}),
             "three_class": metrics.random_baseline(y_true, "three-class", seed=seed),
         },
     }

@@ -202,21 +202,24 @@ def random_baseline(y_true: Sequence[str], setting: Setting = "two-class", n_dra
 
 def calibrate_tie_threshold(differences: Sequence[float], y_true: Sequence[str]) -> float:
     """The |r1 - r2| threshold below which a reward model predicts a tie, chosen on training pairs to maximise
-    three-class WAF (ties broken toward the smaller threshold; 0 = never predict a tie).
+    three-class WAF, among thresholds that predict no more ties than the gold labels hold (a reward scale
+    fitted on training pairs is wider there than on new data, so an unconstrained threshold turns most new
+    pairs into ties). Ties are broken toward the smaller threshold; 0 = never predict a tie.
 
     Args:
         differences: r(description 1) - r(description 2) per pair, shape `(N,)`.
         y_true: gold labels of the same pairs.
     """
-    d = np.abs(np.asarray(differences, dtype=float))
-    if len(d) != len(y_true):
-        raise ValueError(f"{len(d)} differences but {len(y_true)} labels")
-    if "tie" not in y_true:
-        return 0.0
-    sorted_d = np.unique(d)
-    candidates = np.concatenate([[0.0], (sorted_d[:-1] + sorted_d[1:]) / 2]) if len(sorted_d) > 1 else [0.0]
-    best, best_waf = 0.0, -1.0
     diffs = np.asarray(differences, dtype=float)
+    if len(diffs) != len(y_true):
+        raise ValueError(f"{len(diffs)} differences but {len(y_true)} labels")
+    n_ties = sum(y == "tie" for y in y_true)
+    if n_ties == 0:
+        return 0.0
+    d = np.sort(np.abs(diffs))
+    # a threshold t predicts a tie for |d| < t: at most n_ties predicted ties means t <= d[n_ties]
+    candidates = [0.0] + [float((a + b) / 2) for a, b in zip(d[:n_ties], d[1 : n_ties + 1])]
+    best, best_waf = 0.0, -1.0
     for t in candidates:
         pred = np.where(np.abs(diffs) < t, "tie", np.where(diffs > 0, "1", "2"))
         waf = recognition(y_true, list(pred), "three-class")["waf"]

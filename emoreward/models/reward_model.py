@@ -62,6 +62,8 @@ class RewardModelSettings:
 
     @classmethod
     def load(cls, directory: str | Path) -> RewardModelSettings:
+        if not Path(directory).is_dir():
+            raise FileNotFoundError(f"model directory not found: {directory}")
         path = Path(directory) / SETTINGS_FILE
         if not path.exists():
             raise FileNotFoundError(f"{directory} is not an emoreward model directory: {SETTINGS_FILE} is missing")

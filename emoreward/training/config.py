@@ -169,7 +169,10 @@ def load_config(
     path = Path(path) if path is not None else default_recipe_path()
     if not path.exists():
         raise FileNotFoundError(f"recipe not found: {path}")
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ValueError(f"{path}: not valid YAML: {err}") from err
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a recipe is a mapping of keys to values, got {type(data).__name__}")
     data.update({k: v for k, v in (overrides or {}).items() if v is not None})
@@ -177,11 +180,35 @@ def load_config(
     unknown = sorted(set(data) - known)
     if unknown:
         raise ValueError(
-            f"{path}: unknown key(s) {unknown}; the fields are those of {config_class.__name__} "
+            f"{path} (or --set): unknown key(s) {unknown}; the fields are those of {config_class.__name__} "
             "(emoreward/training/config.py) and transformers.TrainingArguments"
         )
+    data = {key: _check_type(config_class, key, value, path) for key, value in data.items()}
     (config,) = HfArgumentParser(config_class).parse_dict(data, allow_extra_keys=False)
     return config
+
+
+def _check_type(config_class: type, key: str, value: Any, path: Path) -> Any:
+    """A recipe value of the field's scalar type: numbers written as strings (YAML reads `3e-4` as a string) are
+    converted; anything else that does not fit is a `ValueError` naming the field, before any work starts."""
+    import typing
+
+    hint = typing.get_type_hints(config_class).get(key)
+    allowed = set(typing.get_args(hint)) or {hint}
+    scalar = [t for t in (bool, int, float) if t in allowed]
+    if not scalar or value is None or isinstance(value, bool) and bool in scalar:
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and (float in scalar or isinstance(value, int)):
+        return value
+    if isinstance(value, str) and str not in allowed:
+        for kind in (int, float) if int in scalar else (float,):
+            try:
+                return kind(value)
+            except ValueError:
+                continue
+    if str in allowed:
+        return value
+    raise ValueError(f"{path}: {key} must be a {' or '.join(t.__name__ for t in scalar)}, got {value!r}")
 
 
 def load_recipe(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> EmoRewardConfig:
