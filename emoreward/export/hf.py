@@ -126,15 +126,15 @@ def export_hf(
         ExportMismatchError: if the loaded export has missing / unexpected keys or its rewards differ by more
             than ``atol``.
     """
+    if isinstance(model, (str, Path)) and Path(directory).resolve() == Path(model).resolve():
+        raise ValueError(
+            f"export into the model's own directory {directory} would overwrite it; choose another --output"
+        )
     if not isinstance(model, EmoRewardModel):
         model = EmoRewardModel.from_pretrained(model)
     probes = list(DEFAULT_PROBES if probes is None else probes)
     subtitles = [None] * len(probes) if subtitles is None else list(subtitles)
     directory = Path(directory)
-    if isinstance(model, (str, Path)) and directory.resolve() == Path(model).resolve():
-        raise ValueError(
-            f"export into the model's own directory {directory} would overwrite it; choose another --output"
-        )
     card = model_card(model.settings)
     model.export_merged(directory, model_card=card)
     (directory / "reward_input_format.json").write_text(
