@@ -100,6 +100,12 @@ def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
         help="predicted tie / invalid in two-class scoring: 'wrong' (default) or 'first' (published EmoPrefer code)",
     )
     p.add_argument("--batch-size", type=int, default=32, help="sequences per forward pass")
+    p.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16"],
+        default="float32",
+        help="score with LoRA merged in this dtype (bfloat16: ~3x faster on CPUs with AVX512-BF16, rewards within ~1e-2)",
+    )
     p.add_argument("--media-root", help="multimodal models: folder with video/<sample>.mp4 and audio/<sample>.wav")
 
 
@@ -119,6 +125,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
         )
     else:
         model = EmoRewardModel.from_pretrained(args.model)
+        if args.dtype == "bfloat16":
+            import torch
+
+            model = model.inference_copy(torch.bfloat16)
         evaluation = evaluate_model(model, pairs, tie_policy=args.two_class_ties, batch_size=args.batch_size)
     evaluation.update(model=str(args.model), data=str(args.data))
     table = markdown_table(headline(evaluation), f"{args.model} on {args.data} ({len(pairs)} pairs)")

@@ -5,7 +5,8 @@ Usage:
 
 Measures, on the bundled 459 EmoPrefer pairs, with W&B off:
   1. training the default recipe (MiniLM + LoRA) for its 2 epochs on all pairs: wall time;
-  2. scoring all pairs (each description once, both orders judged): pairs per second, fp32 and bf16;
+  2. scoring all pairs (each description once, both orders judged): pairs per second with the LoRA adapter
+     (fp32), and with `EmoRewardModel.inference_copy` (LoRA merged) in fp32 and bf16;
   3. peak resident memory of this process (ru_maxrss);
   4. with --smollm2: seconds per optimizer step and total time of one epoch of the SmolLM2 recipe.
 Targets (issue 2): training <= 180 s on 2 cores, scoring >= 100 pairs/s, peak memory <= 3 GiB.
@@ -52,19 +53,18 @@ def train_once(recipe: str | None, overrides: dict) -> tuple[float, object, dict
 
 
 def scoring_speed(model, pairs, dtype) -> float:
-    import torch
 
     from emoreward.evaluation.harness import run_judge
     from emoreward.evaluation.judge import RewardModelJudge
 
-    model.model.to(dtype)
-    judge = RewardModelJudge(model, batch_size=32)
+    if dtype is not None:
+        model = model.inference_copy(dtype)  # LoRA merged, in dtype
+    judge = RewardModelJudge(model, batch_size=16)
     run_judge(judge, pairs[:32], swap=True)  # warm-up
-    judge = RewardModelJudge(model, batch_size=32)
+    judge = RewardModelJudge(model, batch_size=16)
     start = time.perf_counter()
     run_judge(judge, pairs, swap=True)
     seconds = time.perf_counter() - start
-    model.model.to(torch.float32)
     return len(pairs) / seconds
 
 
@@ -83,7 +83,7 @@ def main() -> None:
     wall, model, info = train_once(None, {"cv_folds": 0})
     results["minilm_train"] = {"wall_seconds": wall, **info}
     print(f"MiniLM LoRA, {info['epochs']} epochs on {info['pairs_used']} pairs: {wall:.1f} s (target <= 180 s)")
-    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+    for name, dtype in (("adapter_fp32", None), ("merged_fp32", torch.float32), ("merged_bf16", torch.bfloat16)):
         rate = scoring_speed(model, pairs, dtype)
         results[f"minilm_scoring_pairs_per_second_{name}"] = rate
         print(f"scoring ({name}): {rate:.1f} pairs/s over {len(pairs)} pairs, normal + swapped (target >= 100)")
@@ -101,7 +101,7 @@ def main() -> None:
             f"SmolLM2 LoRA, 1 epoch on {info['pairs_used']} pairs: {wall:.1f} s total, "
             f"{info['trainer_seconds'] / steps:.2f} s per step ({steps} steps)"
         )
-        results["smollm2_scoring_pairs_per_second_fp32"] = scoring_speed(model, pairs, torch.float32)
+        results["smollm2_scoring_pairs_per_second_merged_fp32"] = scoring_speed(model, pairs, torch.float32)
         results["peak_rss_gib_after_smollm2"] = peak_rss_gib()
     with open(args.output, "w") as f:
         json.dump(results, f, indent=2)

@@ -227,3 +227,15 @@ def test_real_smollm2_backbone_from_gguf(tmp_path):
     scores = model.score(TEXTS)
     saved = model.save_pretrained(tmp_path / "saved")
     np.testing.assert_array_equal(EmoRewardModel.from_pretrained(saved).score(TEXTS), scores)
+
+
+def test_inference_copy_merges_lora_and_keeps_scores(tiny_bert_dir, tmp_path):
+    config = tiny_config(tiny_bert_dir, tmp_path, num_train_epochs=1)
+    fit = fit_reward_model(config, synthetic_pairs(16), output_dir=tmp_path / "o", run_name="t", save=False)
+    expected = fit.model.score(TEXTS)
+    fast = fit.model.inference_copy(torch.float32)
+    assert not hasattr(fast.model, "peft_config") and hasattr(fit.model.model, "peft_config")
+    np.testing.assert_allclose(fast.score(TEXTS), expected, atol=1e-5, rtol=0)
+    half = fit.model.inference_copy(torch.bfloat16)
+    np.testing.assert_allclose(half.score(TEXTS), expected, atol=5e-2, rtol=0)
+    np.testing.assert_array_equal(fit.model.score(TEXTS), expected)  # the original is untouched

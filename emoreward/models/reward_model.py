@@ -417,6 +417,19 @@ class EmoRewardModel:
         merged.settings.merged = True
         return merged.save_pretrained(directory, model_card=model_card)
 
+    def inference_copy(self, dtype: torch.dtype = torch.float32) -> EmoRewardModel:
+        """A copy with LoRA merged into the weights, in `dtype`, for fast scoring; this model is unchanged.
+
+        Merging removes the adapter's extra matmuls (float32: rewards equal within about 1e-6); bfloat16 is
+        about 3x faster again on CPUs with AVX512-BF16 or AMX, with rewards within about 1e-2 (a pair whose two
+        rewards are that close can change verdict).
+        """
+        model = copy.deepcopy(self.model)
+        if hasattr(model, "merge_and_unload"):
+            model = model.merge_and_unload()
+        model.to(dtype).eval()
+        return EmoRewardModel(model, self.tokenizer, copy.deepcopy(self.settings))
+
     def trainable_parameters(self) -> dict[str, torch.Tensor]:
         """Detached copies of every trainable parameter, by name (to check that training changed them)."""
         return {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
