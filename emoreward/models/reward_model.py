@@ -121,8 +121,22 @@ def load_backbone(
         model = AutoModelForSequenceClassification.from_pretrained(
             path, num_labels=num_heads, dtype=dtype, trust_remote_code=trust_remote_code, **kwargs
         )
+    if spec.gguf_file:
+        _forget_gguf_quantization(model)
     set_pad_token(model, tokenizer)
     return model, tokenizer
+
+
+def _forget_gguf_quantization(model: PreTrainedModel) -> None:
+    """transformers dequantizes GGUF weights to plain float tensors on load but keeps a GGUF quantizer on the
+    model, which the Trainer refuses to train and which a saved export would carry. The tensors are ordinary
+    weights: drop the marker."""
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer = None
+    if getattr(model, "is_quantized", False) and not isinstance(type(model).__dict__.get("is_quantized"), property):
+        model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
 
 
 def set_pad_token(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
