@@ -198,7 +198,6 @@ def test_real_minilm_backbone_trains_on_emoprefer_pairs(tmp_path):
     assert fit.log_history[-1]["step"] == 3 and fit.log_history[-1]["train_loss"] > 0
 
 
-@pytest.mark.slow
 @pytest.mark.smollm2
 def test_real_smollm2_backbone_from_gguf(tmp_path):
     from _helpers import smollm2_available
