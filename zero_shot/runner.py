@@ -23,7 +23,7 @@ from emoreward.evaluation.harness import JudgementSet, evaluate_judgements, run_
 from emoreward.evaluation.report import write_json
 from zero_shot.backends.base import Backend
 from zero_shot.cache import CallCache
-from zero_shot.config import JudgeConfig, build_backend
+from zero_shot.config import JudgeConfig, LazyBackend
 from zero_shot.crowd import combine_normal_swapped, crowd_member, crowdsource, per_run_summary
 from zero_shot.prompts import load_prompts
 from zero_shot.strategies import STRATEGIES, CallStats, ZeroShotJudge
@@ -170,10 +170,11 @@ def run_zero_shot(
     n_cached_before = len(cache)
     prompts = load_prompts(config.prompts)
     backends = dict(backends or {})
+    # models load on the first call the cache cannot answer: a finished job reruns without loading any
     if "mllm" not in backends:
-        backends["mllm"] = build_backend(config.mllm)
+        backends["mllm"] = LazyBackend(config.mllm)
     if "llm" not in backends and config.llm is not None and any(s in ("S3", "S4") for s in strategies):
-        backends["llm"] = build_backend(config.llm)
+        backends["llm"] = LazyBackend(config.llm)
     no_media = [p.sample_id for p in pairs if ignore_media or _no_media(p, media_root)]
     stats = CallStats()
     bar = None
@@ -266,6 +267,7 @@ def run_zero_shot(
             "seconds": elapsed,
             "prefill_s": stats.prefill_s,
             "decode_s": stats.decode_s,
+            "models_loaded": {k: getattr(b, "loaded", True) for k, b in backends.items()},
         },
         "markdown": markdown,
     }

@@ -117,7 +117,7 @@ def resolve_media(pair: PreferencePair, media_root: str | Path | None) -> MediaI
     audio = find(pair.media.audio, "audio", (".wav", ".flac", ".mp3"))
     if video is None and audio is None:
         return None
-    return MediaInput(video=video, audio=audio)
+    return MediaInput(video=video, audio=audio, sample_id=pair.sample_id)
 
 
 def call_seed(base: int, *parts: object) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 from emoreward.data import PreferencePair
 from zero_shot.backends.base import ChatRequest, Generation, SamplingConfig
@@ -11,19 +12,24 @@ from zero_shot.backends.base import ChatRequest, Generation, SamplingConfig
 class ScriptedBackend:
     """A fake text backend: prefers the description that shares more words with the reference (or, without
     one, the longer description); it mentions the other label mid-reasoning, as real models do.
-    `crash_after` raises after that many calls (a simulated kill); `fail_samples` makes calls fail."""
+    `crash_after` raises after that many calls (a simulated kill); `fail_if` makes calls whose prompt contains it
+    fail; `delay_s` sleeps that long per request (a slow model, so a test can kill a run midway). Judge YAMLs reach
+    it as `backend: scripted`."""
 
     modalities = frozenset({"text"})
 
-    def __init__(self, identity="scripted", crash_after=None, fail_if=None):
+    def __init__(self, identity="scripted", crash_after=None, fail_if=None, *, batch_size=4, delay_s=0.0):
         self.identity = identity
         self.calls: list[ChatRequest] = []
         self.crash_after = crash_after
         self.fail_if = fail_if
-        self.batch_size = 4
+        self.batch_size = batch_size
+        self.delay_s = delay_s
 
     def generate(self, requests: list[ChatRequest], sampling: SamplingConfig) -> list[Generation]:
         out = []
+        if self.delay_s:
+            time.sleep(self.delay_s * len(requests))
         for r in requests:
             if self.crash_after is not None and len(self.calls) >= self.crash_after:
                 raise KeyboardInterrupt("simulated kill")

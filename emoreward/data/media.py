@@ -88,6 +88,20 @@ def have_pyav() -> bool:
     return importlib.util.find_spec("av") is not None
 
 
+def check_file(sample_id: str, path: str | Path, what: str = "media") -> Path:
+    """`path` as a `Path` if it is an existing, non-empty file.
+
+    Raises:
+        MediaError: the file does not exist or has zero bytes (`what` names it in the message: video, audio).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise MediaError(sample_id, path, f"{what} file not found")
+    if path.stat().st_size == 0:
+        raise MediaError(sample_id, path, f"{what} file is empty (0 bytes)")
+    return path
+
+
 def resolve_paths(
     sample_id: str, ref: MediaRef, options: MediaOptions, *, need_video: bool, need_audio: bool
 ) -> tuple[Path | None, Path | None]:
@@ -108,11 +122,7 @@ def resolve_paths(
             path = Path(options.media_root) / subdir / f"{sample_id}{suffix}"
         else:
             raise MediaError(sample_id, None, f"no {what} file: the pair gives none and no media_root is set")
-        if not path.exists():
-            raise MediaError(sample_id, path, f"{what} file not found")
-        if path.stat().st_size == 0:
-            raise MediaError(sample_id, path, f"{what} file is empty (0 bytes)")
-        return path
+        return check_file(sample_id, path, what)
 
     video = (
         locate(ref.video, VIDEO_SUBDIR, VIDEO_SUFFIX, "video")
@@ -160,9 +170,9 @@ def load_frames(sample_id: str, path: str | Path, fps: float, max_frames: int) -
         effective sampling rate in frames per second of video).
 
     Raises:
-        MediaError: no video stream, no decodable frame, undecodable data, PyAV missing.
+        MediaError: missing or empty file, no video stream, no decodable frame, undecodable data, PyAV missing.
     """
-    path = Path(path)
+    path = check_file(sample_id, path, "video")
     av = _require_av(sample_id, path, "video")
     frames, times = [], []
     try:
@@ -195,9 +205,10 @@ def load_audio(sample_id: str, path: str | Path, sampling_rate: int = 16000) -> 
     track of a video (PyAV; 16-bit PCM WAV is read with the standard library when PyAV is absent).
 
     Raises:
-        MediaError: no audio stream, no samples, undecodable data, PyAV missing for a non-WAV file.
+        MediaError: missing or empty file, no audio stream (a video without a soundtrack), no samples, undecodable
+            data, PyAV missing for a non-WAV file.
     """
-    path = Path(path)
+    path = check_file(sample_id, path, "audio")
     if path.suffix.lower() == ".wav" and not have_pyav():
         try:
             with wave.open(str(path), "rb") as fh:
@@ -232,3 +243,20 @@ def load_audio(sample_id: str, path: str | Path, sampling_rate: int = 16000) -> 
     if data.size == 0:
         raise MediaError(sample_id, path, "the audio has no samples")
     return data
+
+
+def has_audio_stream(sample_id: str, path: str | Path) -> bool:
+    """Whether a media file has an audio stream (a `.wav` file always has one; other files are probed with PyAV).
+
+    Raises:
+        MediaError: missing or empty file, a file PyAV cannot open, PyAV missing for a non-WAV file.
+    """
+    path = check_file(sample_id, path)
+    if path.suffix.lower() == ".wav":
+        return True
+    av = _require_av(sample_id, path, "streams")
+    try:
+        with av.open(str(path)) as container:
+            return bool(container.streams.audio)
+    except Exception as err:  # PyAV has its own error hierarchy
+        raise MediaError(sample_id, path, f"cannot open ({type(err).__name__}: {err})") from err

@@ -8,13 +8,16 @@ calibrated on training pairs. It is swap-consistent by construction (the harness
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
 from emoreward.data import PreferencePair
 from emoreward.evaluation.verdicts import Judgement, Verdict
-from emoreward.models import EmoRewardModel
+
+
+if TYPE_CHECKING:  # importing the models pulls in transformers; judges that are not reward models don't need it
+    from emoreward.models import EmoRewardModel
 
 
 @runtime_checkable

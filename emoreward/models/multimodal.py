@@ -3,8 +3,15 @@ Qwen2.5-Omni thinker, Qwen2-Audio, or any text LM.
 
 `MultimodalRewardModel` (a `torch.nn.Module`) is the backbone's decoder stack (`backbone.model`, no LM head)
 plus a value head `score = Linear(hidden, 1, bias=False)` read at the last non-pad token, the convention verl,
-OpenRLHF and TRL use. `MultimodalEmoRewardModel` adds what turns a sample into inputs (`RewardPromptBuilder`:
-chat layout, video patches, audio features), LoRA, scoring, save / load and merged export.
+OpenRLHF and TRL use. `MultimodalEmoRewardModel` adds what turns a sample into inputs (`RewardPromptBuilder`),
+LoRA, scoring, save / load and merged export.
+
+Inputs come from the backbone's official transformers processor (`Qwen2_5_VLProcessor`, `Qwen2_5OmniProcessor`,
+`Qwen2AudioProcessor`): its placeholder expansion, Whisper features and, for Qwen2.5-Omni with
+`use_audio_in_video`, its time-interleaved audio-in-video layout. The one replaced piece is the video processor:
+transformers' `Qwen2VLVideoProcessor` needs torchvision, so `SampledFramesVideoProcessor` runs the official
+torchvision-free `Qwen2VLImageProcessorPil` on every sampled frame and stacks frame pairs in the official
+temporal-patch order (tests compare both with the official code).
 
 Scoring many descriptions of one sample (`score_descriptions`) runs the media prefix once and scores every
 description against its KV cache; equal to scoring each full sequence on its own (`shared_prefix=False`)
@@ -16,10 +23,16 @@ Layout of one sequence (Qwen chat template, rendered by the tokenizer's own temp
     {description}<|im_end|>\\n
     '---------------------- prefix (never truncated) ------------------------------'------ suffix ------'
 
-Media spans: Qwen2.5-VL `<|vision_start|><|video_pad|>*N<|vision_end|>`; Omni the same with its video token,
-then `<|audio_bos|><|AUDIO|>*K<|audio_eos|>`; Qwen2-Audio the audio span only. With `use_audio_in_video` the
-audio span holds the video's own track; Omni's time-interleaved audio-in-video layout (TMRoPE chunks) is not
-used: audio and video are two consecutive spans.
+Media spans, as the official processors expand them:
+
+- Qwen2.5-VL: `<|vision_start|><|video_pad|>*N<|vision_end|>`.
+- Qwen2.5-Omni, audio from a separate file: `<|vision_bos|><|VIDEO|>*N<|vision_eos|>` then
+  `<|audio_bos|><|AUDIO|>*K<|audio_eos|>`.
+- Qwen2.5-Omni with `use_audio_in_video` (the video's own track): one span
+  `<|vision_bos|><|audio_bos|> V..V A..A V..V A..A ... <|audio_eos|><|vision_eos|>`, video and audio tokens
+  interleaved in chunks of `seconds_per_chunk` seconds (TMRoPE, Qwen2.5-Omni report, section 2.2); the thinker
+  is run with `use_audio_in_video=True` so its 3-D rotary positions follow that layout.
+- Qwen2-Audio: `<|audio_bos|><|AUDIO|>*K<|audio_eos|>`.
 """
 
 from __future__ import annotations
@@ -28,13 +41,14 @@ import copy
 import inspect
 import json
 import logging
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
+from transformers import Qwen2_5_VLProcessor, Qwen2_5OmniProcessor, Qwen2AudioProcessor
+from transformers.video_processing_utils import VideoProcessorMixin
 
 from emoreward.data.media import MediaOptions, SampleMedia
 
@@ -64,6 +78,10 @@ class MultimodalBackboneSpec:
         default_model: hub id of the 7B checkpoint the recipes use.
         sees_video, hears_audio: which media the backbone takes.
         mrope: the decoder uses 3-D multimodal rotary positions (`rope_deltas` after a prefix pass).
+        processor_class: `transformers` class name of the official processor that lays out the inputs.
+        interleaves_audio_in_video: with `use_audio_in_video`, the official processor interleaves the video's
+            audio with its frames and the model must be told (Qwen2.5-Omni); other audio backbones just take
+            the video's track as their audio.
         encoders: sub-modules of `backbone.model` frozen by default (vision / audio encoders).
         projectors: sub-modules trained with `train_projector` (encoder-to-LM projections).
     """
@@ -74,6 +92,8 @@ class MultimodalBackboneSpec:
     sees_video: bool
     hears_audio: bool
     mrope: bool
+    processor_class: str | None = None
+    interleaves_audio_in_video: bool = False
     encoders: tuple[str, ...] = ()
     projectors: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
@@ -92,6 +112,7 @@ MULTIMODAL_BACKBONES: dict[str, MultimodalBackboneSpec] = {
         sees_video=True,
         hears_audio=False,
         mrope=True,
+        processor_class="Qwen2_5_VLProcessor",
         encoders=("visual",),
         projectors=("visual.merger",),
     ),
@@ -102,6 +123,8 @@ MULTIMODAL_BACKBONES: dict[str, MultimodalBackboneSpec] = {
         sees_video=True,
         hears_audio=True,
         mrope=True,
+        processor_class="Qwen2_5OmniProcessor",
+        interleaves_audio_in_video=True,
         encoders=("visual", "audio_tower"),
         projectors=("visual.merger", "audio_tower.proj"),
         aliases=("qwen2.5-omni",),
@@ -113,6 +136,7 @@ MULTIMODAL_BACKBONES: dict[str, MultimodalBackboneSpec] = {
         sees_video=False,
         hears_audio=True,
         mrope=False,
+        processor_class="Qwen2AudioProcessor",
         encoders=("audio_tower",),
         projectors=("multi_modal_projector",),
     ),
@@ -164,16 +188,25 @@ class MultimodalRewardModel(nn.Module):
         backbone: the full `transformers` model (`Qwen2_5_VLForConditionalGeneration`, ...); its `.model`
             (decoder stack with media merging, no LM head) is run.
         spec: its registry entry.
+        use_audio_in_video: the sequences carry the video's own audio interleaved with its frames (the official
+            Qwen2.5-Omni processor's `load_audio_from_video` layout); passed to the thinker so its rotary
+            positions follow that layout. Must match how the inputs were built (`MediaOptions`).
+
+    Raises:
+        ValueError: `use_audio_in_video` for a backbone without that layout (`spec.interleaves_audio_in_video`).
     """
 
     main_input_name = "input_ids"
     base_model_prefix = ""  # peft asks for it (transformers weight-conversion scopes)
     supports_gradient_checkpointing = True
 
-    def __init__(self, backbone: nn.Module, spec: MultimodalBackboneSpec):
+    def __init__(self, backbone: nn.Module, spec: MultimodalBackboneSpec, *, use_audio_in_video: bool = False):
         super().__init__()
+        if use_audio_in_video and not spec.interleaves_audio_in_video:
+            raise ValueError(f"{spec.name!r} has no interleaved audio-in-video layout (use_audio_in_video)")
         self.backbone = backbone
         self.spec = spec
+        self.use_audio_in_video = use_audio_in_video
         text_config = backbone.config.get_text_config()
         weight = next(backbone.parameters())
         self.score = nn.Linear(text_config.hidden_size, 1, bias=False, dtype=weight.dtype, device=weight.device)
@@ -191,7 +224,8 @@ class MultimodalRewardModel(nn.Module):
             video_id = self.config.video_token_id
             kwargs["mm_token_type_ids"] = (input_ids == video_id).int() * 2  # text 0, image 1, video 2
         if self.spec.name == "qwen2.5-omni-thinker":
-            kwargs["use_audio_in_video"] = False  # separate audio span (see the module docstring)
+            # the interleaved audio-in-video layout changes how the thinker counts spans and assigns positions
+            kwargs["use_audio_in_video"] = self.use_audio_in_video
         return kwargs
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **media) -> torch.Tensor:
@@ -294,7 +328,11 @@ class MultimodalRewardModel(nn.Module):
 # ---------------------------------------------------------------------------------------------- inputs
 @dataclass
 class VisionPatching:
-    """Qwen2-VL video patching parameters (from the backbone's image processor); see `patchify_video`."""
+    """Qwen2-VL video processing parameters (from the backbone's image processor config, saved with a model).
+
+    `min_pixels` / `max_pixels` bound the area of every frame after resizing (`smart_resize`); the rest are the
+    vision encoder's patch geometry and the pixel normalisation.
+    """
 
     patch_size: int = 14
     temporal_patch_size: int = 2
@@ -306,6 +344,7 @@ class VisionPatching:
 
     @classmethod
     def from_image_processor(cls, processor, *, min_pixels: int | None = None, max_pixels: int | None = None):
+        """Parameters of a loaded Qwen2-VL image processor; `min_pixels` / `max_pixels` override its size."""
         size = getattr(processor, "size", None) or {}
         get = size.get if isinstance(size, dict) else lambda k, d=None: getattr(size, k, d)
         return cls(
@@ -318,71 +357,245 @@ class VisionPatching:
             max_pixels=max_pixels or get("longest_edge", None) or getattr(processor, "max_pixels", cls.max_pixels),
         )
 
+    @property
+    def size(self) -> dict[str, int]:
+        """The `size` argument of the Qwen2-VL processors (pixel area bounds)."""
+        return {"shortest_edge": self.min_pixels, "longest_edge": self.max_pixels}
 
-def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
-    """Qwen2-VL's resize rule: both sides multiples of `factor`, area within [min_pixels, max_pixels]."""
-    h_bar, w_bar = max(factor, round(height / factor) * factor), max(factor, round(width / factor) * factor)
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt(height * width / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar, w_bar = math.ceil(height * beta / factor) * factor, math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
+    def image_processor(self):
+        """The official torchvision-free `transformers.Qwen2VLImageProcessorPil` with these parameters."""
+        from transformers import Qwen2VLImageProcessorPil
+
+        return Qwen2VLImageProcessorPil(
+            patch_size=self.patch_size,
+            temporal_patch_size=self.temporal_patch_size,
+            merge_size=self.merge_size,
+            image_mean=list(self.image_mean),
+            image_std=list(self.image_std),
+            min_pixels=self.min_pixels,
+            max_pixels=self.max_pixels,
+        )
 
 
-def patchify_video(frames: np.ndarray, p: VisionPatching) -> tuple[torch.Tensor, torch.Tensor]:
-    """Qwen2-VL video patches of `uint8` frames `(T, H, W, 3)` (T a multiple of the temporal patch).
+class SampledFramesVideoProcessor(VideoProcessorMixin):
+    """Qwen2-VL video processing of frames that `emoreward.data.media` already sampled, without torchvision.
 
-    Frames are resized (PIL bicubic) by `smart_resize`, scaled to [0, 1], normalised, and cut into
-    `temporal_patch x patch x patch` patches ordered as Qwen2-VL's video processor orders them (2x2 merge
-    windows contiguous).
+    transformers' `Qwen2VLVideoProcessor` (the video part of the Qwen2.5-VL and Qwen2.5-Omni processors) imports
+    torchvision, which cannot be installed beside every torch build. This processor gives the same outputs from
+    official code that does not: every frame goes through `transformers.Qwen2VLImageProcessorPil` (smart_resize,
+    PIL bicubic resize, rescale, normalise, spatial patch order with 2x2 merge windows contiguous); the only step
+    done here is stacking consecutive frames into temporal patches, in the order of
+    `Qwen2VLVideoProcessor.patchify`. Tests check both exactly: a two-frame clip of one frame equals the official
+    image processor's output for that frame, and any clip equals the official `patchify` (executed from the
+    transformers source) on the image processor's normalised frames. The one known difference to the
+    torchvision processor is the resize kernel (PIL's bicubic here, torchvision's antialiased bicubic there).
+
+    Called by the official processors as their `video_processor` (see `official_processor`).
+
+    Args:
+        image_processor: a `Qwen2VLImageProcessorPil` (its patch geometry, normalisation and size are used).
+    """
+
+    model_input_names = ["pixel_values_videos", "video_grid_thw"]
+
+    def __init__(self, image_processor, **kwargs):
+        super().__init__(**kwargs)
+        self.image_processor = image_processor
+        self.patch_size = image_processor.patch_size
+        self.temporal_patch_size = image_processor.temporal_patch_size
+        self.merge_size = image_processor.merge_size
+        self.size = dict(image_processor.size)
+
+    def __call__(
+        self,
+        videos,
+        *,
+        fps: float | None = None,
+        size: dict[str, int] | None = None,
+        return_metadata: bool = False,
+        return_tensors=None,
+        **kwargs,
+    ):
+        """Patches of already-sampled videos.
+
+        Args:
+            videos: one video or a list of them; each a `uint8` array of shape `(T, H, W, 3)`.
+            fps: the rate the frames were sampled at (frames per second of video); gives the metadata's
+                `sampled_fps`, from which the processors derive the temporal positions.
+            size: `{"shortest_edge": min_pixels, "longest_edge": max_pixels}` (default: the image processor's).
+            return_metadata: also return `video_metadata` (a `VideoMetadata` per video).
+
+        Returns:
+            `BatchFeature` with `pixel_values_videos` (`torch.FloatTensor` of shape
+            `(sum of grid_t * grid_h * grid_w, 3 * temporal_patch * patch * patch)`), `video_grid_thw`
+            (`torch.LongTensor` of shape `(num_videos, 3)`) and, with `return_metadata`, `video_metadata`.
+
+        Raises:
+            ValueError: no `fps`, a video that is not `(T, H, W, 3)` uint8, or an option this processor does not
+                implement (frame sampling, custom resizing) given a value.
+        """
+        from transformers.image_processing_utils import BatchFeature
+        from transformers.video_utils import VideoMetadata, make_batched_videos
+
+        unsupported = {k: v for k, v in kwargs.items() if v is not None and k not in _IGNORED_VIDEO_KWARGS}
+        if unsupported:
+            raise ValueError(
+                f"SampledFramesVideoProcessor takes frames already sampled and implements only fps, size and "
+                f"return_metadata; got {sorted(unsupported)}"
+            )
+        if fps is None or not fps > 0:
+            raise ValueError(f"the sampling rate of the frames is needed (fps > 0), got {fps!r}")
+        tp, ps = self.temporal_patch_size, self.patch_size
+        pixels, grids, metadata = [], [], []
+        for video in make_batched_videos(videos):
+            video = np.asarray(video)
+            if video.ndim != 4 or video.shape[-1] != 3 or video.dtype != np.uint8:
+                raise ValueError(
+                    f"a video must be a uint8 array of shape (T, H, W, 3), got {video.dtype} {video.shape}"
+                )
+            n_frames = len(video)
+            if n_frames % tp:  # the official patchify repeats the last frame
+                video = np.concatenate([video, np.repeat(video[-1:], tp - n_frames % tp, axis=0)])
+            out = self.image_processor(images=list(video), size=size or self.size, return_tensors="np")
+            grid = np.asarray(out["image_grid_thw"])  # (T, 3): [1, grid_h, grid_w] per frame
+            grid_h, grid_w = int(grid[0, 1]), int(grid[0, 2])
+            n_patches = grid_h * grid_w
+            flat = np.asarray(out["pixel_values"])  # (T * n_patches, C * tp * ps * ps), each frame repeated tp times
+            channels = flat.shape[1] // (tp * ps * ps)
+            frames = flat.reshape(len(video), n_patches, channels, tp, ps, ps)[:, :, :, 0]
+            grid_t = len(video) // tp
+            # (grid_t, tp, patches, C, ps, ps) -> (grid_t, patches, C, tp, ps, ps): Qwen2VLVideoProcessor.patchify
+            patches = frames.reshape(grid_t, tp, n_patches, channels, ps, ps).transpose(0, 2, 3, 1, 4, 5)
+            pixels.append(np.ascontiguousarray(patches).reshape(grid_t * n_patches, channels * tp * ps * ps))
+            grids.append([grid_t, grid_h, grid_w])
+            metadata.append(VideoMetadata(total_num_frames=n_frames, fps=fps, frames_indices=list(range(n_frames))))
+        data = {
+            "pixel_values_videos": torch.from_numpy(np.concatenate(pixels)),
+            "video_grid_thw": torch.tensor(grids, dtype=torch.long),
+        }
+        if return_metadata:
+            data["video_metadata"] = metadata
+        return BatchFeature(data, skip_tensor_conversion=["video_metadata"])
+
+
+# options the official processors may pass that do not change the result for pre-sampled RGB frames
+_IGNORED_VIDEO_KWARGS = {"do_sample_frames", "do_convert_rgb", "input_data_format", "device", "video_metadata"}
+
+
+class _AcceptsAnyVideoProcessor:
+    """Mixin for an official processor class: its constructor's type check accepts any `VideoProcessorMixin` as
+    the video processor (transformers resolves the expected class through its video processor registry, which
+    is empty without torchvision). Nothing else of the official class changes."""
+
+    def check_argument_for_proper_class(self, argument_name, argument):
+        if argument_name == "video_processor":
+            if not isinstance(argument, VideoProcessorMixin):
+                raise TypeError(f"video_processor must be a VideoProcessorMixin, got {type(argument).__name__}")
+            return type(argument)
+        return super().check_argument_for_proper_class(argument_name, argument)
+
+
+class Qwen2_5_VLFramesProcessor(_AcceptsAnyVideoProcessor, Qwen2_5_VLProcessor):
+    """`transformers.Qwen2_5_VLProcessor` taking a `SampledFramesVideoProcessor`."""
+
+
+class Qwen2_5OmniFramesProcessor(_AcceptsAnyVideoProcessor, Qwen2_5OmniProcessor):
+    """`transformers.Qwen2_5OmniProcessor` taking a `SampledFramesVideoProcessor`."""
+
+
+_PROCESSORS = {
+    "Qwen2_5_VLProcessor": Qwen2_5_VLFramesProcessor,
+    "Qwen2_5OmniProcessor": Qwen2_5OmniFramesProcessor,
+    "Qwen2AudioProcessor": Qwen2AudioProcessor,
+}
+_OMNI_TOKEN_NAMES = (
+    "image_token", "video_token", "audio_token", "vision_bos_token", "vision_eos_token", "audio_bos_token",
+    "audio_eos_token",
+)  # fmt: skip
+
+
+def official_processor(spec: MultimodalBackboneSpec, tokenizer, image_processor=None, feature_extractor=None):
+    """The backbone's official `transformers` processor (`spec.processor_class`), with
+    `SampledFramesVideoProcessor` as its video processor for video backbones (the official class unchanged but
+    for its constructor's type check, see `_AcceptsAnyVideoProcessor`).
+
+    Args:
+        tokenizer: the checkpoint's tokenizer. Qwen2.5-Omni's must name its media tokens (`video_token`,
+            `audio_bos_token`, ... in `tokenizer_config.json`, as the release ships them).
+        image_processor: a `Qwen2VLImageProcessorPil` (video backbones).
+        feature_extractor: a `WhisperFeatureExtractor` (audio backbones).
 
     Returns:
-        (pixel_values_videos of shape `(grid_t * grid_h * grid_w, 3 * tp * patch * patch)`, float32;
-        video_grid_thw of shape `(1, 3)`).
-    """
-    from PIL import Image
+        the processor, or None for the text backbone.
 
-    t, height, width, _ = frames.shape
-    tp, ps, ms = p.temporal_patch_size, p.patch_size, p.merge_size
-    if t % tp:
-        frames = np.concatenate([frames, np.repeat(frames[-1:], tp - t % tp, axis=0)])
-        t = frames.shape[0]
-    rh, rw = smart_resize(height, width, ps * ms, p.min_pixels, p.max_pixels)
-    resized = np.stack([np.asarray(Image.fromarray(f).resize((rw, rh), Image.BICUBIC)) for f in frames])
-    x = resized.astype(np.float32) / 255.0
-    x = (x - np.array(p.image_mean, np.float32)) / np.array(p.image_std, np.float32)
-    x = x.transpose(0, 3, 1, 2)  # (T, C, H, W)
-    gt, gh, gw = t // tp, rh // ps, rw // ps
-    x = x.reshape(gt, tp, 3, gh // ms, ms, ps, gw // ms, ms, ps).transpose(0, 3, 6, 4, 7, 2, 1, 5, 8)
-    flat = np.ascontiguousarray(x).reshape(gt * gh * gw, 3 * tp * ps * ps)
-    return torch.from_numpy(flat), torch.tensor([[gt, gh, gw]])
+    Raises:
+        ValueError: a Qwen2.5-Omni tokenizer without its media token names, or a missing part.
+    """
+    if spec.processor_class is None:
+        return None
+    cls = _PROCESSORS[spec.processor_class]
+    if spec.sees_video and image_processor is None:
+        raise ValueError(f"{spec.name} sees video: it needs its image processor")
+    if spec.hears_audio and feature_extractor is None:
+        raise ValueError(f"{spec.name} hears audio: it needs its feature extractor")
+    if cls is Qwen2_5_VLFramesProcessor:
+        video = SampledFramesVideoProcessor(image_processor)
+        return cls(image_processor=image_processor, tokenizer=tokenizer, video_processor=video)
+    if cls is Qwen2_5OmniFramesProcessor:
+        missing = [n for n in _OMNI_TOKEN_NAMES if getattr(tokenizer, n, None) is None]
+        if missing:
+            raise ValueError(
+                f"the Qwen2.5-Omni tokenizer does not name its media tokens {missing} (tokenizer_config.json of "
+                "the release has them, e.g. video_token: <|VIDEO|>)"
+            )
+        video = SampledFramesVideoProcessor(image_processor)
+        return cls(
+            image_processor=image_processor,
+            video_processor=video,
+            feature_extractor=feature_extractor,
+            tokenizer=tokenizer,
+        )
+    return cls(feature_extractor=feature_extractor, tokenizer=tokenizer)
 
 
 @dataclass
 class EncodedPrefix:
-    """The media + context part of a sequence (never truncated) and its media tensors (batch of one)."""
+    """The media + context part of a sequence (never truncated) and its media tensors (batch of one).
+
+    Attributes:
+        input_ids: token ids of the prefix.
+        media: the backbone's media tensors (`pixel_values_videos`, `video_grid_thw`, `second_per_grid_ts` or
+            `video_second_per_grid`, `input_features`, `feature_attention_mask`), leading dimension per item.
+        n_media_tokens: tokens of the media spans, their start / end markers included.
+    """
 
     input_ids: list[int]
     media: dict[str, torch.Tensor]
     n_media_tokens: int
 
 
+# processor outputs that are not media tensors: the text side is rebuilt per sequence
+_TEXT_KEYS = {"input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids"}
+
+
 class RewardPromptBuilder:
     """Turns (media, subtitle, description) into token ids and media tensors, the same way for training and
-    scoring.
+    scoring, through the backbone's official processor (see the module docstring for the layout).
 
     Args:
         spec: backbone family.
         tokenizer: its tokenizer (chat template used when present, else ChatML).
-        model_config: the backbone config (media token ids, hidden size).
-        media_options: fps, frame cap, the `use_audio_in_video` flag.
-        vision: video patching parameters (video backbones).
+        model_config: the backbone config (media token ids; Qwen2.5-Omni's `seconds_per_chunk` and
+            `position_id_per_seconds`, so the interleaved layout matches the thinker's rotary positions).
+        media_options: fps, frame cap, the `use_audio_in_video` flag, audio sampling rate.
+        vision: video processing parameters (video backbones).
         feature_extractor: Whisper feature extractor (audio backbones).
         instruction: the user turn's text before the subtitle.
         max_length: token limit of one full sequence.
+
+    Raises:
+        ValueError: a part the backbone needs is missing, `use_audio_in_video` for a backbone without audio, or the
+            tokenizer's media tokens differ from the model config's.
     """
 
     def __init__(
@@ -398,7 +611,7 @@ class RewardPromptBuilder:
         max_length: int = 4096,
     ):
         if spec.sees_video and vision is None:
-            raise ValueError(f"{spec.name} sees video: give `vision` (patching parameters)")
+            raise ValueError(f"{spec.name} sees video: give `vision` (video processing parameters)")
         if spec.hears_audio and feature_extractor is None:
             raise ValueError(f"{spec.name} hears audio: give a `feature_extractor`")
         if media_options.use_audio_in_video and not spec.hears_audio:
@@ -406,7 +619,11 @@ class RewardPromptBuilder:
         self.spec, self.tokenizer, self.config = spec, tokenizer, model_config
         self.options, self.vision, self.feature_extractor = media_options, vision, feature_extractor
         self.instruction, self.max_length = instruction, max_length
-        self._templates: dict[str, tuple[list[int], list[int], list[int]]] = {}
+        self.processor = official_processor(
+            spec, tokenizer, vision.image_processor() if vision is not None else None, feature_extractor
+        )
+        self._templates: dict[str, tuple[str, str, str]] = {}
+        self._media_ids = self._check_media_tokens()
 
     @property
     def needs_video(self) -> bool:
@@ -419,15 +636,32 @@ class RewardPromptBuilder:
     def _ids(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
 
-    def _token(self, attr: str, fallback: str) -> int:
-        value = getattr(self.config, attr, None)
-        if value is None:
-            value = self.tokenizer.convert_tokens_to_ids(fallback)
-            if value is None or value == self.tokenizer.unk_token_id:
-                raise ValueError(f"the tokenizer has no {fallback!r} token and the config no {attr}")
-        return int(value)
+    def _check_media_tokens(self) -> set[int]:
+        """Ids of every media token (spans and their markers); the processor's must be the model's."""
+        if self.processor is None:
+            return set()
+        config, proc = self.config, self.processor
+        pairs = {"video_token_id": getattr(proc, "video_token_id", None)}
+        pairs["audio_token_id" if self.spec.name != "qwen2-audio" else "audio_token_index"] = (
+            self.tokenizer.convert_tokens_to_ids(proc.audio_token) if hasattr(proc, "audio_token") else None
+        )
+        for attr, proc_id in pairs.items():
+            model_id = getattr(config, attr, None)
+            if proc_id is not None and model_id is not None and int(model_id) != int(proc_id):
+                raise ValueError(
+                    f"the tokenizer's media token has id {proc_id} but the model config's {attr} is {model_id}: "
+                    "tokenizer and weights come from different checkpoints"
+                )
+        names = ["vision_start_token_id", "vision_end_token_id", "video_token_id", "audio_token_id",
+                 "audio_start_token_id", "audio_end_token_id", "audio_token_index"]  # fmt: skip
+        ids = {int(getattr(config, n)) for n in names if getattr(config, n, None) is not None}
+        for name in ("audio_bos_token", "audio_eos_token", "audio_token", "video_token"):
+            if getattr(proc, name, None):
+                ids.add(int(self.tokenizer.convert_tokens_to_ids(getattr(proc, name))))
+        return ids
 
-    def _template(self, context: str) -> tuple[list[int], list[int], list[int]]:
+    def _template(self, context: str) -> tuple[str, str, str]:
+        """(text before the media, text between media and description, text after the description)."""
         if context not in self._templates:
             messages = [
                 {"role": "user", "content": _MEDIA + context},
@@ -439,7 +673,7 @@ class RewardPromptBuilder:
                 text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
             head, rest = text.split(_MEDIA)
             middle, tail = rest.split(_DESCRIPTION)
-            self._templates[context] = (self._ids(head), self._ids(middle), self._ids(tail))
+            self._templates[context] = (head, middle, tail)
         return self._templates[context]
 
     def context(self, subtitle: str | None) -> str:
@@ -448,44 +682,67 @@ class RewardPromptBuilder:
             parts.append(f"Subtitle: {subtitle}")
         return "\n".join(parts)
 
+    def _placeholders_and_inputs(self, media: SampleMedia | None) -> tuple[str, dict]:
+        """The unexpanded media placeholders (as the official chat templates write them) and the processor
+        arguments that expand them."""
+        proc, name = self.processor, self.spec.name
+        if self.spec.sees_video and (media is None or media.frames is None):
+            raise ValueError(f"{name} needs video frames")
+        if self.spec.hears_audio and (media is None or media.audio is None):
+            raise ValueError(f"{name} needs audio")
+        kwargs: dict = {}
+        text = ""
+        if self.spec.sees_video:
+            if name == "qwen2.5-vl":
+                start, end = (self.tokenizer.convert_ids_to_tokens(int(getattr(self.config, a)))
+                              for a in ("vision_start_token_id", "vision_end_token_id"))  # fmt: skip
+            else:
+                start, end = proc.vision_bos_token, proc.vision_eos_token
+            text += start + proc.video_token + end
+            kwargs.update(videos=[media.frames], videos_kwargs={"fps": media.fps, "size": self.vision.size})
+        if self.spec.hears_audio:
+            # max_length: Whisper's own default (30 s), stated so that a tokenizer's text max_length cannot leak in
+            kwargs.update(
+                audio=[media.audio],
+                audio_kwargs={
+                    "sampling_rate": self.options.sampling_rate,
+                    "max_length": self.feature_extractor.n_samples,
+                },
+            )
+            if self.options.use_audio_in_video and self.spec.interleaves_audio_in_video:
+                kwargs.update(
+                    load_audio_from_video=True,
+                    audio_from_video_indices=[0],  # the one audio is the video's own track, decoded already
+                    seconds_per_chunk=float(self.config.seconds_per_chunk),
+                    position_id_per_seconds=self.config.position_id_per_seconds,
+                )
+            else:
+                text += proc.audio_bos_token + proc.audio_token + proc.audio_eos_token
+        return text, kwargs
+
     def encode_prefix(self, media: SampleMedia | None, subtitle: str | None) -> EncodedPrefix:
-        """Token ids and media tensors of the prefix (see the module docstring for the layout).
+        """Token ids and media tensors of the prefix (see the module docstring for the layout), laid out by the
+        backbone's official processor.
 
         Raises:
-            ValueError: the backbone needs media that `media` lacks.
+            ValueError: the backbone needs media that `media` lacks, or the processor rejects the inputs.
         """
         head, middle, _ = self._template(self.context(subtitle))
-        spans: list[int] = []
-        tensors: dict[str, torch.Tensor] = {}
-        if self.spec.sees_video:
-            if media is None or media.frames is None:
-                raise ValueError(f"{self.spec.name} needs video frames")
-            pixels, grid = patchify_video(media.frames, self.vision)
-            n = int(grid.prod()) // self.vision.merge_size**2
-            spans += [self._token("vision_start_token_id", "<|vision_start|>")]
-            spans += [self._token("video_token_id", "<|video_pad|>")] * n
-            spans += [self._token("vision_end_token_id", "<|vision_end|>")]
-            seconds = torch.tensor([self.vision.temporal_patch_size / media.fps], dtype=torch.float)
-            key = "second_per_grid_ts" if self.spec.name == "qwen2.5-vl" else "video_second_per_grid"
-            tensors.update(pixel_values_videos=pixels, video_grid_thw=grid, **{key: seconds})
-        if self.spec.hears_audio:
-            if media is None or media.audio is None:
-                raise ValueError(f"{self.spec.name} needs audio")
-            features = self.feature_extractor(
-                media.audio,
-                sampling_rate=self.options.sampling_rate,
-                return_attention_mask=True,
-                padding="max_length",
-                return_tensors="pt",
+        if self.processor is None:
+            return EncodedPrefix(self._ids(head) + self._ids(middle), {}, 0)
+        placeholders, kwargs = self._placeholders_and_inputs(media)
+        # truncation off: a media span is never cut (a tokenizer's own max_length must not apply either)
+        text_kwargs = {"add_special_tokens": False, "truncation": False}
+        try:
+            out = self.processor(
+                text=[head + placeholders + middle], text_kwargs=text_kwargs, return_tensors="pt", **kwargs
             )
-            feature_mask = features["attention_mask"]
-            length = int(feature_mask.sum())
-            n = ((length - 1) // 2 + 1 - 2) // 2 + 1  # the audio encoder's conv + pooling strides
-            spans += [self._token("audio_start_token_id", "<|audio_bos|>")]
-            spans += [self._token("audio_token_id", "<|AUDIO|>")] * n
-            spans += [self._token("audio_end_token_id", "<|audio_eos|>")]
-            tensors.update(input_features=features["input_features"], feature_attention_mask=feature_mask)
-        return EncodedPrefix(head + spans + middle, tensors, len(spans))
+        except ValueError as err:  # e.g. a subtitle that spells a media placeholder token
+            source = media.video_path or media.audio_path or "the given media"
+            raise ValueError(f"{source}: {type(self.processor).__name__} rejected the prompt: {err}") from err
+        ids = out["input_ids"][0].tolist()
+        tensors = {k: v for k, v in out.items() if k not in _TEXT_KEYS}
+        return EncodedPrefix(ids, tensors, sum(i in self._media_ids for i in ids))
 
     def encode_suffix(self, description: str, prefix_length: int, *, truncate: bool) -> tuple[list[int], bool]:
         """Token ids of the description and the closing template tokens, and whether it had to be cut to fit
@@ -494,7 +751,7 @@ class RewardPromptBuilder:
         Raises:
             ValueError: the prefix and the closing tokens alone leave no room for a description token.
         """
-        _, _, tail = self._template("")
+        tail = self._ids(self._template("")[2])
         body = self._ids(description)
         room = self.max_length - prefix_length - len(tail)
         if room <= 0:
@@ -547,6 +804,11 @@ class MultimodalRewardSettings:
     train_projector: bool = False
     extra: dict = field(default_factory=dict)
 
+    @property
+    def interleaved_audio_in_video(self) -> bool:
+        """The video's audio is interleaved with its frames (Qwen2.5-Omni with `use_audio_in_video`)."""
+        return self.use_audio_in_video and get_multimodal_backbone(self.backbone).interleaves_audio_in_video
+
     def media_options(self, media_root: str | None = None) -> MediaOptions:
         return MediaOptions(media_root, self.fps, self.max_frames, self.use_audio_in_video, self.sampling_rate)
 
@@ -572,8 +834,9 @@ class MultimodalRewardSettings:
 
 
 def load_processor_parts(path: str | Path, spec: MultimodalBackboneSpec):
-    """(tokenizer, image processor or None, feature extractor or None) of a checkpoint, without the composite
-    processor (whose video processor needs torchvision). `trust_remote_code` stays off."""
+    """(tokenizer, image processor or None, feature extractor or None) of a checkpoint: the parts
+    `official_processor` assembles (`AutoProcessor` would also load the torchvision video processor).
+    `trust_remote_code` stays off."""
     from transformers import AutoFeatureExtractor, AutoImageProcessor, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -645,7 +908,7 @@ class MultimodalEmoRewardModel:
             vision=None if vision is None else asdict(vision),
             train_projector=train_projector,
         )
-        model = MultimodalRewardModel(net, spec)
+        model = MultimodalRewardModel(net, spec, use_audio_in_video=settings.interleaved_audio_in_video)
         model.requires_grad_(False)
         model.score.requires_grad_(True)
         if lora_config is not None:
@@ -699,13 +962,14 @@ class MultimodalEmoRewardModel:
         vision = VisionPatching(**settings.vision) if settings.vision else None
         if settings.merged:
             net = spec.load_class().from_pretrained(directory, dtype=dtype, trust_remote_code=False)
-            model = MultimodalRewardModel(net, spec)
+            model = MultimodalRewardModel(net, spec, use_audio_in_video=settings.interleaved_audio_in_video)
             model.score.load_state_dict(load_file(str(directory / VALUE_HEAD_FILE)))
         else:
             from peft import PeftModel
 
             net = spec.load_class().from_pretrained(settings.model_name_or_path, dtype=dtype, trust_remote_code=False)
-            model = PeftModel.from_pretrained(MultimodalRewardModel(net, spec), directory)
+            module = MultimodalRewardModel(net, spec, use_audio_in_video=settings.interleaved_audio_in_video)
+            model = PeftModel.from_pretrained(module, directory)
         model.eval()
         return cls(
             model, cls._builder(spec, tokenizer, net.config, settings, vision, feature_extractor, media_root), settings
@@ -730,6 +994,7 @@ class MultimodalEmoRewardModel:
         *,
         shared_prefix: bool = True,
         batch_size: int = 16,
+        prefix: EncodedPrefix | None = None,
     ) -> np.ndarray:
         """Rewards of several descriptions of ONE sample.
 
@@ -737,11 +1002,17 @@ class MultimodalEmoRewardModel:
         otherwise every full sequence runs on its own (the reference path). Descriptions are truncated to fit
         `max_length` (the media prefix never is).
 
+        Args:
+            media, subtitle: the sample (processed by `builder.encode_prefix`), unless `prefix` is given.
+            prefix: the sample's already-processed prefix (`builder.encode_prefix(media, subtitle)`), for callers
+                that score the same sample more than once; `media` and `subtitle` are then not read.
+
         Returns:
             `np.ndarray` of shape `(len(descriptions),)`, float64.
         """
         self.model.eval()
-        prefix = self.builder.encode_prefix(media, subtitle)
+        if prefix is None:
+            prefix = self.builder.encode_prefix(media, subtitle)
         n = len(prefix.input_ids)
         suffixes = [self.builder.encode_suffix(d, n, truncate=True)[0] for d in descriptions]
         pad = self.tokenizer.pad_token_id

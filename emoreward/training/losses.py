@@ -8,6 +8,7 @@ descriptions does not matter (the tie likelihoods are even in `d`).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -62,3 +63,67 @@ def pairwise_nll(d: torch.Tensor, tie: torch.Tensor | None, mode: str, parameter
     if mode == "davidson":
         return davidson_nll(d, tie, parameter)
     raise ValueError(f"unknown tie mode {mode!r}; available: ['drop', 'rao-kupper', 'davidson']")
+
+
+def pearson(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Pearson correlation of two `(n,)` tensors (differentiable; 0 if either is constant)."""
+    x, y = x - x.mean(), y - y.mean()
+    return (x * y).sum() / (x.norm() * y.norm() + 1e-8)
+
+
+@dataclass
+class RewardLoss:
+    """Output of `reward_model_loss`: the scalar `loss`, and for the disentangled reward the correlations of
+    the quality head and of the length head with length (`corr_quality_length`, `corr_lengthhead_length`)."""
+
+    loss: torch.Tensor
+    corr_quality_length: torch.Tensor | None = None
+    corr_lengthhead_length: torch.Tensor | None = None
+
+
+def reward_model_loss(
+    logits: torch.Tensor,
+    *,
+    tie: torch.Tensor | None,
+    ties: str,
+    tie_parameter: float,
+    weights: torch.Tensor | None = None,
+    lengths: torch.Tensor | None = None,
+    head_weight: torch.Tensor | None = None,
+    odin_length_weight: float = 1.0,
+    odin_orthogonal_weight: float = 1.0,
+) -> RewardLoss:
+    """The reward-model loss of `EmoRewardTrainer` (and of value-head probes), for every `length_debias` option.
+
+    Args:
+        logits: `(2 * batch, num_heads)` value-head outputs, the chosen rows first, then the rejected ones.
+            With two heads (`length_debias: disentangled`, ODIN) head 0 is the quality reward and head 1 the
+            length reward; the pairwise likelihood sees their sum.
+        tie: `(batch,)` 1.0 for tie pairs; `ties`, `tie_parameter`: see `pairwise_nll`.
+        weights: `(batch,)` per-pair weights (`length_debias: reweight`), or None for the plain mean.
+        lengths: `(2 * batch,)` description lengths, needed with two heads.
+        head_weight: `(2, hidden)` value-head weights, needed with two heads (orthogonality term).
+        odin_length_weight, odin_orthogonal_weight: ODIN's weights (Chen et al. 2024, "ODIN: Disentangled Reward
+            Mitigates Hacking in RLHF", eq. 3): |corr(quality, length)| - corr(length head, length), and
+            |cos(w_quality, w_length)|.
+
+    Returns:
+        `RewardLoss`.
+
+    Raises:
+        ValueError: two heads without `lengths` or `head_weight`.
+    """
+    disentangled = logits.shape[-1] == 2
+    total = logits[:, 0] + logits[:, 1] if disentangled else logits[:, 0]
+    chosen, rejected = torch.chunk(total, chunks=2)
+    nll = pairwise_nll(chosen - rejected, tie, ties, tie_parameter)
+    loss = (nll * weights).sum() / weights.sum() if weights is not None else nll.mean()
+    if not disentangled:
+        return RewardLoss(loss)
+    if lengths is None or head_weight is None:
+        raise ValueError("the disentangled (two-head) reward needs `lengths` and `head_weight`")
+    lengths = lengths.to(logits.dtype)
+    corr_q, corr_l = pearson(logits[:, 0], lengths), pearson(logits[:, 1], lengths)
+    cos = F.cosine_similarity(head_weight[0], head_weight[1], dim=0)
+    loss = loss + odin_length_weight * (corr_q.abs() - corr_l) + odin_orthogonal_weight * cos.abs()
+    return RewardLoss(loss, corr_q, corr_l)

@@ -12,6 +12,9 @@
   go to every `report_to` logger (W&B included).
 - `MultimodalRewardJudge` is the reward model as a `Judge` for the shared evaluation harness; it scores both
   descriptions of a sample against one cached media prefix.
+- `run_multimodal_training` is `emoreward train` for a multimodal recipe: the text path's stages and fold
+  machinery (`emoreward.training.run`: stratified k-fold CV with `finished.json` resume, final fit, rank-0
+  saving, mean ± std report) around `fit_multimodal_model` and `evaluate_multimodal`.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from emoreward.models.multimodal import (
 from emoreward.training.config import EmoRewardConfig, load_config
 from emoreward.training.losses import pairwise_nll
 from emoreward.training.preprocess import EXCLUSION_REASONS, ExclusionReport
+from emoreward.training.run import FitResult
 from emoreward.training.trainer import EmoRewardTrainer
 
 
@@ -92,16 +96,21 @@ class MultimodalRewardConfig(EmoRewardConfig):
         default="raise",
         metadata={"help": "Missing / unreadable media: 'raise' (names sample and file) or 'skip' (counted)."},
     )
-    cv_folds: int = field(default=0, metadata={"help": "Not supported for multimodal runs yet: must be 0 or 1."})
+    cv_folds: int = field(
+        default=0,
+        metadata={"help": "Stratified k-fold cross-validation folds before the final fit (0 or 1: none; k fits)."},
+    )
 
     def __post_init__(self):
-        get_multimodal_backbone(self.backbone)  # ValueError listing the available ones
+        spec = get_multimodal_backbone(self.backbone)  # ValueError listing the available ones
         if self.media_errors not in get_args(MediaErrorPolicy):
             raise ValueError(f"media_errors={self.media_errors!r} is not one of {list(get_args(MediaErrorPolicy))}")
-        if self.cv_folds > 1:
-            raise ValueError(f"cv_folds={self.cv_folds}: cross-validation is not implemented for multimodal runs")
+        if self.model_name_or_path is None:  # the family's 7B checkpoint, written into the report
+            if spec.default_model is None:
+                raise ValueError(f"backbone {self.backbone!r} needs model_name_or_path (a text LM path or hub id)")
+            self.model_name_or_path = spec.default_model
         self.media_options()  # checks fps and max_frames
-        if self.use_audio_in_video and not get_multimodal_backbone(self.backbone).hears_audio:
+        if self.use_audio_in_video and not spec.hears_audio:
             raise ValueError(f"use_audio_in_video=True but backbone {self.backbone!r} cannot hear audio")
         super().__post_init__()
 
@@ -203,7 +212,10 @@ def build_multimodal_dataset(
                 report.add("media_error", pair.sample_id)
                 report.errors[pair.sample_id] = str(err)
                 continue
-        prefix = builder.encode_prefix(media, pair.media.subtitle)
+        try:
+            prefix = builder.encode_prefix(media, pair.media.subtitle)
+        except ValueError as err:
+            raise ValueError(f"pair {pair.sample_id!r} (row {pair.row}): {err}") from err
         n = len(prefix.input_ids)
         try:
             first, cut1 = builder.encode_suffix(pair.description_1, n, truncate=truncation == "truncate")
@@ -412,89 +424,208 @@ class MultimodalRewardJudge:
 
 
 # ---------------------------------------------------------------------------------------------- run
-def run_multimodal_training(config: MultimodalRewardConfig, *, log=print) -> dict:
-    """Fit a multimodal reward model on `config.train_file`, calibrate its tie threshold, save it (adapter +
-    head + processor config + model card) to `<output_dir>/model`, evaluate it on `config.eval_file` with the
-    shared harness, write `report.json` / `report.md`.
+def fit_multimodal_model(
+    config: MultimodalRewardConfig,
+    pairs: list[PreferencePair],
+    *,
+    output_dir: str | Path,
+    run_name: str,
+    save: bool,
+) -> FitResult:
+    """Train one multimodal reward model on `pairs` (`MultimodalRewardTrainer`), then calibrate its tie
+    threshold on the same pairs. With `save`, the trainer's checkpoints (if `save_strategy` asks for any) go to
+    `output_dir` and an interrupted run resumes from the last one; without, nothing is written (a CV fold).
 
     Returns:
-        the report dict.
-    """
-    from emoreward.evaluation.harness import evaluate_judgements, run_judge
-    from emoreward.evaluation.metrics import calibrate_tie_threshold
-    from emoreward.evaluation.report import headline, markdown_table, write_json
-    from emoreward.training.run import configure_wandb
+        a `emoreward.training.run.FitResult` whose `model` is the `MultimodalEmoRewardModel`.
 
-    out = Path(config.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    wandb_mode = configure_wandb(config)
-    pairs = load_pairs(config.train_file)
-    log(f"loaded {len(pairs)} pairs from {config.train_file}")
+    Raises:
+        MediaError: bad media with `media_errors: raise`.
+        ValueError: no pair left after exclusions.
+    """
+    from emoreward.evaluation.metrics import calibrate_tie_threshold
+    from emoreward.training.run import _last_checkpoint, _replace
+
     set_seed(config.seed)
     model = build_model(config)
     options = config.media_options()
     dataset, exclusions = build_multimodal_dataset(
         pairs, model, options, ties=config.ties, truncation=config.truncation, media_errors=config.media_errors
     )
-    log(exclusions.summary())
-    trainer = MultimodalRewardTrainer(model, config, dataset)
+    logger.info("%s: %s", run_name, exclusions.summary())
+    changes = {"output_dir": str(output_dir), "run_name": run_name}
+    if not save:
+        changes.update(save_strategy="no", load_best_model_at_end=False)
+    trainer = MultimodalRewardTrainer(model, _replace(config, **changes), dataset)
     start = time.perf_counter()
-    trainer.train()
-    train_seconds = time.perf_counter() - start
+    trainer.train(resume_from_checkpoint=_last_checkpoint(output_dir) if save else None)
+    seconds = time.perf_counter() - start
     model.model = trainer.model
     model.model.eval()
-    kept = {*dataset["sample_id"]}
-    train_pairs = [p for p in pairs if p.sample_id in kept or p.label == "tie"]
-    judge = MultimodalRewardJudge(model, options, tie_threshold=0.0, media_errors="skip")
     threshold = 0.0
     if config.calibrate_tie_threshold:
-        r1, r2 = judge.pair_rewards(train_pairs)
+        kept = {*dataset["sample_id"]}
+        train_pairs = [p for p in pairs if p.sample_id in kept or p.label == "tie"]
+        r1, r2 = MultimodalRewardJudge(model, options, tie_threshold=0.0, media_errors="skip").pair_rewards(
+            train_pairs
+        )
         ok = ~np.isnan(r1)
         threshold = calibrate_tie_threshold((r1 - r2)[ok], [p.label for p, k in zip(train_pairs, ok) if k])
     model.settings.tie_threshold = threshold
+    return FitResult(model, exclusions, seconds, list(trainer.state.log_history), threshold)
+
+
+def evaluate_multimodal(
+    model: MultimodalEmoRewardModel,
+    pairs: list[PreferencePair],
+    options: MediaOptions,
+    *,
+    tie_policy: str = "wrong",
+    media_errors: MediaErrorPolicy = "raise",
+) -> dict:
+    """Judge labelled pairs with a multimodal reward model in normal and swapped order (the shared harness) and
+    compute every metric; the dict also holds the per-pair rewards in the normal order (`pair_rewards`) and the
+    media errors of skipped samples (`media_errors`).
+
+    Raises:
+        MediaError: bad media with `media_errors="raise"`.
+    """
+    from emoreward.evaluation.harness import evaluate_judgements, run_judge
+
+    judge = MultimodalRewardJudge(model, options, media_errors=media_errors)
+    start = time.perf_counter()
+    result = run_judge(judge, pairs, swap=True)
+    seconds = time.perf_counter() - start
+    evaluation = evaluate_judgements(result, tie_policy=tie_policy)
+    first = result.normal[0]
+    evaluation.update(
+        tie_threshold=judge.tie_threshold,
+        n_descriptions_scored=judge.n_scored,
+        scoring_seconds=seconds,
+        media_errors=dict(judge.errors),
+        pair_rewards={
+            "sample_id": [p.sample_id for p in pairs],
+            "reward_1": [j.reward_1 for j in first],
+            "reward_2": [j.reward_2 for j in first],
+        },
+    )
+    return evaluation
+
+
+def run_multimodal_training(config: MultimodalRewardConfig, *, log=print) -> dict:
+    """The main job for a multimodal recipe, laid out as the text path's (`emoreward.training.run.run_training`)
+    and sharing its fold machinery (stratified folds, `finished.json` resume, mean ± std over folds):
+
+    1. with `cv_folds > 1`, stratified k-fold cross-validation: per fold, fit on k-1 folds (nothing saved),
+       calibrate the tie threshold on them, judge the held-out fold with the shared harness, write
+       `cv/fold<k>/finished.json` (a rerun of the same recipe and data reuses it);
+    2. with `final_fit`, fit on all pairs and save adapter + head + processor config + model card to
+       `<output_dir>/model` (main process only; whole tensors under ZeRO-3);
+    3. evaluate on `config.eval_file`;
+    4. write `report.json` / `report.md` (and `confusion.png` after CV).
+
+    Under `accelerate launch` every process runs this; only the main one logs and writes files.
+
+    Returns:
+        the report dict.
+    """
+    from emoreward.evaluation.report import headline, markdown_table, write_json
+    from emoreward.training.run import (
+        FINISHED_FILE,
+        _finish_wandb,
+        _fold_fingerprint,
+        _load_finished,
+        _log_to_wandb,
+        _public_config,
+        _save_final_model,
+        _silent,
+        _wait_for_everyone,
+        configure_wandb,
+        run_cross_validation,
+        wandb_enabled,
+    )
+
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    is_main = config.process_index == 0
+    if not is_main:
+        log = _silent
+    wandb_mode = configure_wandb(config)
+    pairs = load_pairs(config.train_file)
+    log(f"loaded {len(pairs)} pairs from {config.train_file}")
+    options = config.media_options()
     report: dict = {
-        "recipe": {k: v for k, v in config.to_dict().items() if "token" not in k.lower()},
+        "recipe": _public_config(config),
         "train_file": str(config.train_file),
         "n_pairs": len(pairs),
         "wandb_mode": wandb_mode,
-        "exclusions": exclusions.to_dict(),
-        "train_seconds": train_seconds,
-        "train_log": list(trainer.state.log_history),
-        "tie_threshold": threshold,
     }
-    if config.eval_file:
-        eval_pairs = load_pairs(config.eval_file)
-        eval_judge = MultimodalRewardJudge(model, options, media_errors=config.media_errors)
-        evaluation = evaluate_judgements(
-            run_judge(eval_judge, eval_pairs, swap=True), tie_policy=config.two_class_tie_policy
+    if config.cv_folds > 1:
+        report["cross_validation"], report["markdown"] = run_cross_validation(
+            config,
+            pairs,
+            fit=lambda train, fold_dir, name: fit_multimodal_model(
+                config, train, output_dir=fold_dir, run_name=name, save=False
+            ),
+            evaluate=lambda model, test: evaluate_multimodal(
+                model, test, options, tie_policy=config.two_class_tie_policy, media_errors=config.media_errors
+            ),
+            log=log,
         )
-        report["eval_file"] = {"path": str(config.eval_file), "evaluation": evaluation}
-        report["markdown"] = markdown_table(headline(evaluation), f"held-out file {config.eval_file}")
-    model_dir = out / "model"
-    card = default_model_card(
-        model.settings, data=f"`{config.train_file}` ({exclusions.summary()}); ties: `{config.ties}`",
-        metrics=report.get("markdown", ""),
-    )  # fmt: skip
-    model.save_pretrained(model_dir, model_card=card)
-    report["model_dir"] = str(model_dir)
-    write_json(report, out / "report.json")
-    (out / "report.md").write_text(report.get("markdown", ""))
-    log(f"model saved to {model_dir}; report {out / 'report.json'}")
+    if config.final_fit:
+        model_dir = out / "model"
+        fingerprint = _fold_fingerprint(config, pairs, list(range(len(pairs))), [])
+        final = _load_finished(model_dir, fingerprint)
+        if final is not None:
+            log(f"final model: finished earlier, reusing {model_dir}")
+            model = MultimodalEmoRewardModel.from_pretrained(model_dir, media_root=config.media_root)
+            report["final"] = final
+        else:
+            fit = fit_multimodal_model(
+                config, pairs, output_dir=out / "checkpoints", run_name=config.run_name or "emoreward-final", save=True
+            )
+            model = fit.model
+            cv = report.get("cross_validation")
+            card = default_model_card(
+                model.settings,
+                data=f"`{config.train_file}` ({len(pairs)} pairs; {fit.exclusions.summary()}); ties: `{config.ties}`",
+                metrics=cv and markdown_table(cv["summary"], f"{cv['k']}-fold cross-validation (held-out folds)"),
+            )
+            _save_final_model(model, model_dir, config, card)
+            report["final"] = {
+                "model_dir": str(model_dir),
+                "train_seconds": fit.train_seconds,
+                "tie_threshold": fit.tie_threshold,
+                "exclusions": fit.exclusions.to_dict(),
+                "train_log": fit.log_history,
+            }
+            if is_main:  # written last: its presence means the model directory is complete
+                write_json({"fingerprint": fingerprint, "evaluation": report["final"]}, model_dir / FINISHED_FILE)
+            log(f"final model (all {len(pairs)} pairs) saved to {model_dir}; {fit.exclusions.summary()}")
+        if config.eval_file:
+            evaluation = evaluate_multimodal(
+                model, load_pairs(config.eval_file), options,
+                tie_policy=config.two_class_tie_policy, media_errors=config.media_errors,
+            )  # fmt: skip
+            report["eval_file"] = {"path": str(config.eval_file), "evaluation": evaluation}
+            table = markdown_table(headline(evaluation), f"held-out file {config.eval_file}")
+            report["markdown"] = (report.get("markdown", "") + "\n" + table).lstrip("\n")
+            if wandb_enabled(config):
+                _log_to_wandb(evaluation, prefix="eval_file", config=config, kind="final-fit", title=config.eval_file)
+        if wandb_enabled(config):
+            _finish_wandb()
+    if is_main:
+        write_json(report, out / "report.json")
+        (out / "report.md").write_text(report.get("markdown", ""))
+        log(f"report {out / 'report.json'}")
+    _wait_for_everyone(config)
     return report
 
 
 def evaluate_multimodal_model(
     model_dir: str | Path, pairs: list[PreferencePair], *, media_root: str | None = None, tie_policy: str = "wrong"
 ) -> dict:
-    """Load a saved multimodal reward model and evaluate it on labelled pairs with the shared harness."""
-    from emoreward.evaluation.harness import evaluate_judgements, run_judge
-
+    """Load a saved multimodal reward model and evaluate it on labelled pairs with the shared harness (the
+    `emoreward evaluate` path for multimodal model directories)."""
     model = MultimodalEmoRewardModel.from_pretrained(model_dir, media_root=media_root)
-    judge = MultimodalRewardJudge(model, model.builder.options)
-    start = time.perf_counter()
-    evaluation = evaluate_judgements(run_judge(judge, pairs, swap=True), tie_policy=tie_policy)
-    evaluation.update(
-        tie_threshold=judge.tie_threshold, n_descriptions_scored=judge.n_scored,
-        scoring_seconds=time.perf_counter() - start,
-    )  # fmt: skip
-    return evaluation
+    return evaluate_multimodal(model, pairs, model.builder.options, tie_policy=tie_policy)

@@ -17,6 +17,7 @@ import gc
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -347,6 +348,82 @@ def _finish_wandb() -> None:
         wandb.finish()
 
 
+def _num(value: float | None) -> str:
+    """A metric for a log line: two decimals, or "n/a" when undefined (e.g. no length-counter pair)."""
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+def run_cross_validation(
+    config: EmoRewardConfig,
+    pairs: list[PreferencePair],
+    *,
+    fit: Callable[[list[PreferencePair], Path, str], FitResult],
+    evaluate: Callable[[object, list[PreferencePair]], dict],
+    log=print,
+) -> tuple[dict, str]:
+    """Stratified k-fold cross-validation (`config.cv_folds` folds, `config.seed`) of any reward model.
+
+    Per fold: `fit(train_pairs, fold_dir, run_name)` trains on k-1 folds (nothing saved) and calibrates the tie
+    threshold on them; `evaluate(model, test_pairs)` judges the held-out fold with the shared harness;
+    `<output_dir>/cv/fold<k>/finished.json` is written last, so a rerun of the same recipe and data reuses a
+    finished fold and redoes an interrupted one. Only the main process writes files; every process trains.
+
+    Returns:
+        (`{"k", "seed", "summary": mean ± std over folds, "folds": [evaluation, ...]}`, Markdown table). Also
+        writes `<output_dir>/confusion.png` (three-class confusion summed over the held-out folds).
+    """
+    out = Path(config.output_dir)
+    is_main = config.process_index == 0
+    fold_reports = []
+    for k, (train_idx, test_idx) in enumerate(stratified_folds(pairs, config.cv_folds, config.seed)):
+        fold_dir = out / "cv" / f"fold{k}"
+        fingerprint = _fold_fingerprint(config, pairs, train_idx, test_idx)
+        evaluation = _load_finished(fold_dir, fingerprint)
+        if evaluation is not None:
+            log(f"fold {k + 1}/{config.cv_folds}: finished earlier, reusing {fold_dir / FINISHED_FILE}")
+            fold_reports.append(evaluation)
+            continue
+        train = [pairs[i] for i in train_idx]
+        test = [pairs[i] for i in test_idx]
+        result = fit(train, fold_dir, f"{config.run_name or 'emoreward'}-fold{k}")
+        evaluation = evaluate(result.model, test)
+        evaluation.update(
+            fold=k, train_seconds=result.train_seconds, exclusions=result.exclusions.to_dict(), n_train=len(train)
+        )
+        if wandb_enabled(config):
+            _log_to_wandb(evaluation, config=config, kind="cv-fold", title=f"fold {k}, held-out pairs")
+            _finish_wandb()
+        if is_main:
+            write_json({"fingerprint": fingerprint, "evaluation": evaluation}, fold_dir / FINISHED_FILE)
+        fold_reports.append(evaluation)
+        train_seconds, summary = result.train_seconds, result.exclusions.summary()
+        del result  # free this fold's model and optimizer before the next fold builds its own
+        gc.collect()
+        h = headline(evaluation)
+        log(
+            f"fold {k + 1}/{config.cv_folds}: 2-class WAF {_num(h['judge']['two_class_waf'])} "
+            f"(length baseline {_num(h['length_baseline']['two_class_waf'])}), "
+            f"length-debiased ACC {_num(h['judge']['length_debiased_acc'])}, trained {train_seconds:.0f}s; "
+            f"{summary}"
+        )
+    summary = aggregate(fold_reports)
+    cross_validation = {"k": config.cv_folds, "seed": config.seed, "summary": summary, "folds": fold_reports}
+    if is_main:
+        cm = np.sum([f["judge"]["three_class"]["confusion"] for f in fold_reports], axis=0)
+        plot_confusion(
+            cm,
+            ["1", "2", "tie"],
+            fold_reports[0]["judge"]["three_class"]["pred_labels"],
+            out / "confusion.png",
+            title=f"{config.cv_folds}-fold CV, held-out pairs",
+        )
+    markdown = markdown_table(
+        summary,
+        f"{config.cv_folds}-fold cross-validation on {len(pairs)} pairs (mean ± std over folds, held-out folds)",
+    )
+    return cross_validation, markdown
+
+
 def run_training(config: EmoRewardConfig, *, log=print) -> dict:
     """Run the main job (cross-validation, final fit, evaluation, reports); see the module docstring.
 
@@ -369,61 +446,16 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
         "wandb_mode": wandb_mode,
     }
     if config.cv_folds > 1:
-        fold_reports = []
-        for k, (train_idx, test_idx) in enumerate(stratified_folds(pairs, config.cv_folds, config.seed)):
-            fold_dir = out / "cv" / f"fold{k}"
-            fingerprint = _fold_fingerprint(config, pairs, train_idx, test_idx)
-            evaluation = _load_finished(fold_dir, fingerprint)
-            if evaluation is not None:
-                log(f"fold {k + 1}/{config.cv_folds}: finished earlier, reusing {fold_dir / FINISHED_FILE}")
-                fold_reports.append(evaluation)
-                continue
-            train = [pairs[i] for i in train_idx]
-            test = [pairs[i] for i in test_idx]
-            fit = fit_reward_model(
-                config, train, output_dir=fold_dir, run_name=f"{config.run_name or 'emoreward'}-fold{k}", save=False
-            )
-            evaluation = evaluate_model(
-                fit.model, test, tie_policy=config.two_class_tie_policy, batch_size=config.score_batch_size
-            )
-            evaluation.update(
-                fold=k, train_seconds=fit.train_seconds, exclusions=fit.exclusions.to_dict(), n_train=len(train)
-            )
-            if wandb_enabled(config):
-                _log_to_wandb(evaluation, config=config, kind="cv-fold", title=f"fold {k}, held-out pairs")
-                _finish_wandb()
-            if is_main:
-                write_json({"fingerprint": fingerprint, "evaluation": evaluation}, fold_dir / FINISHED_FILE)
-            fold_reports.append(evaluation)
-            train_seconds, summary = fit.train_seconds, fit.exclusions.summary()
-            del fit  # free this fold's model and optimizer before the next fold builds its own
-            gc.collect()
-            h = headline(evaluation)
-            log(
-                f"fold {k + 1}/{config.cv_folds}: 2-class WAF {h['judge']['two_class_waf']:.2f} "
-                f"(length baseline {h['length_baseline']['two_class_waf']:.2f}), "
-                f"length-debiased ACC {h['judge']['length_debiased_acc']:.2f}, trained {train_seconds:.0f}s; "
-                f"{summary}"
-            )
-        summary = aggregate(fold_reports)
-        report["cross_validation"] = {
-            "k": config.cv_folds,
-            "seed": config.seed,
-            "summary": summary,
-            "folds": fold_reports,
-        }
-        cm = np.sum([f["judge"]["three_class"]["confusion"] for f in fold_reports], axis=0)
-        if is_main:
-            plot_confusion(
-                cm,
-                ["1", "2", "tie"],
-                fold_reports[0]["judge"]["three_class"]["pred_labels"],
-                out / "confusion.png",
-                title=f"{config.cv_folds}-fold CV, held-out pairs",
-            )
-        report["markdown"] = markdown_table(
-            summary,
-            f"{config.cv_folds}-fold cross-validation on {len(pairs)} pairs (mean ± std over folds, held-out folds)",
+        report["cross_validation"], report["markdown"] = run_cross_validation(
+            config,
+            pairs,
+            fit=lambda train, fold_dir, name: fit_reward_model(
+                config, train, output_dir=fold_dir, run_name=name, save=False
+            ),
+            evaluate=lambda model, test: evaluate_model(
+                model, test, tie_policy=config.two_class_tie_policy, batch_size=config.score_batch_size
+            ),
+            log=log,
         )
     if config.final_fit:
         model_dir = out / "model"

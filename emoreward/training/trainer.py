@@ -23,7 +23,7 @@ import torch
 from trl import RewardTrainer
 from trl.trainer.reward_trainer import DataCollatorForPreference
 
-from emoreward.training.losses import pairwise_nll
+from emoreward.training.losses import reward_model_loss
 
 
 EXTRA_COLUMNS = ("tie", "weight", "length_chosen", "length_rejected")
@@ -40,11 +40,6 @@ class EmoPreferenceCollator(DataCollatorForPreference):
             if key in examples[0]:
                 output[key] = torch.tensor([float(e[key]) for e in examples], dtype=torch.float)
         return output
-
-
-def _corr(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    x, y = x - x.mean(), y - y.mean()
-    return (x * y).sum() / (x.norm() * y.norm() + 1e-8)
 
 
 def value_head_weight(model: torch.nn.Module) -> torch.Tensor:
@@ -106,22 +101,21 @@ class EmoRewardTrainer(RewardTrainer):
         logits = outputs.logits  # (2 * batch, num_heads): chosen rows first, then rejected
         quality = logits[:, 0]
         disentangled = self.args.length_debias == "disentangled"
-        total = logits[:, 0] + logits[:, 1] if disentangled else quality
-        chosen, rejected = torch.chunk(total, chunks=2)
-        nll = pairwise_nll(chosen - rejected, extras.get("tie"), self.args.ties, self.args.tie_parameter)
-        if self.args.length_debias == "reweight" and "weight" in extras:
-            loss = (nll * extras["weight"]).sum() / extras["weight"].sum()
-        else:
-            loss = nll.mean()
+        out = reward_model_loss(
+            logits,
+            tie=extras.get("tie"),
+            ties=self.args.ties,
+            tie_parameter=self.args.tie_parameter,
+            weights=extras.get("weight") if self.args.length_debias == "reweight" else None,
+            lengths=torch.cat([extras["length_chosen"], extras["length_rejected"]]) if disentangled else None,
+            head_weight=value_head_weight(model) if disentangled else None,
+            odin_length_weight=self.args.odin_length_weight,
+            odin_orthogonal_weight=self.args.odin_orthogonal_weight,
+        )
+        loss = out.loss
         if disentangled:
-            lengths = torch.cat([extras["length_chosen"], extras["length_rejected"]]).to(logits.dtype)
-            corr_q, corr_l = _corr(quality, lengths), _corr(logits[:, 1], lengths)
-            head = value_head_weight(model)
-            cos = torch.nn.functional.cosine_similarity(head[0], head[1], dim=0)
-            loss = loss + self.args.odin_length_weight * (corr_q.abs() - corr_l)
-            loss = loss + self.args.odin_orthogonal_weight * cos.abs()
-            self._metrics[mode]["corr_quality_length"].append(corr_q.item())
-            self._metrics[mode]["corr_lengthhead_length"].append(corr_l.item())
+            self._metrics[mode]["corr_quality_length"].append(out.corr_quality_length.item())
+            self._metrics[mode]["corr_lengthhead_length"].append(out.corr_lengthhead_length.item())
         q_chosen, q_rejected = torch.chunk(quality, chunks=2)
         if self.args.center_rewards_coefficient is not None:
             loss = loss + self.args.center_rewards_coefficient * torch.mean((q_chosen + q_rejected) ** 2)

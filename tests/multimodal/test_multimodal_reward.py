@@ -5,6 +5,7 @@ truncation."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -19,7 +20,7 @@ from emoreward.data.pairs import MediaRef
 
 av = pytest.importorskip("av", reason="multimodal tests make and decode video files with PyAV (media extra)")
 
-from conftest import write_video, write_wav  # noqa: E402
+from tiny_media import write_video, write_wav  # noqa: E402
 
 from emoreward.models.multimodal import (  # noqa: E402
     MultimodalEmoRewardModel,
@@ -222,7 +223,8 @@ def test_train_save_reload_fresh_process_and_merge(tiny_backbone_dir, media_root
         "media = load_sample_media('s2', MediaRef(), b.options, need_video=b.needs_video, need_audio=b.needs_audio)\n"
         f"print(json.dumps(m.score_descriptions(media, 'hi', {descriptions!r}).tolist()))\n"
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # a shared 2-core machine: see conftest.one_torch_thread
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, env=env)
     reloaded = json.loads(out.stdout.strip().splitlines()[-1])
     np.testing.assert_array_equal(np.array(reloaded), scores)
     merged = MultimodalEmoRewardModel.from_pretrained(

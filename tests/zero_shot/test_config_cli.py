@@ -5,7 +5,14 @@ import sys
 import pytest
 
 from zero_shot.cli import add_judge_arguments, run_judge_command
-from zero_shot.config import available_judges, build_backend, judge_config_from_dict, load_judge_config
+from zero_shot.config import (
+    BACKENDS,
+    available_judges,
+    backend_identity,
+    build_backend,
+    judge_config_from_dict,
+    load_judge_config,
+)
 from zero_shot.prompts import PROMPT_DIR, load_prompts
 from zero_shot.testing import ScriptedBackend
 
@@ -42,6 +49,12 @@ def test_invalid_definitions_name_the_field():
         judge_config_from_dict({**base, "mllm": {"backend": "transformers-mllm", "model": "m", "family": "llava"}})
     with pytest.raises(ValueError, match="base_url"):
         build_backend(judge_config_from_dict({**base, "mllm": {"backend": "openai", "model": "m"}}).mllm)
+    mllm = {"backend": "transformers-mllm", "model": "m", "family": "qwen2.5-vl"}
+    with pytest.raises(ValueError, match="min_pixels, max_pixels: give both or neither"):
+        judge_config_from_dict({**base, "mllm": {**mllm, "max_pixels": 1000}})
+    scripted = judge_config_from_dict({**base, "mllm": {"backend": "scripted", "model": "fake", "delay_s": 0.5}})
+    backend = build_backend(scripted.mllm)
+    assert backend.identity == backend_identity(scripted.mllm) == "scripted:fake" and backend.delay_s == 0.5
 
 
 def test_prompt_sets_are_versioned_and_checked(tmp_path):
@@ -64,9 +77,7 @@ def test_cli_help_and_list():
 
 
 def test_cli_s2_without_references_is_a_clear_error(tmp_path, capsys, monkeypatch):
-    import zero_shot.runner as runner
-
-    monkeypatch.setattr(runner, "build_backend", lambda cfg: ScriptedBackend())
+    monkeypatch.setitem(BACKENDS, "transformers-text", lambda cfg: ScriptedBackend(backend_identity(cfg)))
     parser = argparse.ArgumentParser()
     add_judge_arguments(parser)
     args = parser.parse_args(
@@ -87,9 +98,7 @@ def test_cli_s2_without_references_is_a_clear_error(tmp_path, capsys, monkeypatc
 
 
 def test_cli_runs_s1_on_the_bundled_pairs(tmp_path, capsys, monkeypatch, fast_random_baseline):
-    import zero_shot.runner as runner
-
-    monkeypatch.setattr(runner, "build_backend", lambda cfg: ScriptedBackend())
+    monkeypatch.setitem(BACKENDS, "transformers-text", lambda cfg: ScriptedBackend(backend_identity(cfg)))
     parser = argparse.ArgumentParser()
     add_judge_arguments(parser)
     args = parser.parse_args(
@@ -111,3 +120,10 @@ def test_cli_runs_s1_on_the_bundled_pairs(tmp_path, capsys, monkeypatch, fast_ra
     out = capsys.readouterr().out
     assert "| smollm2-135m-text | S1 |" in out and "length baseline" in out
     assert (tmp_path / "report.json").exists() and (tmp_path / "calls.jsonl").exists()
+
+
+def test_benchmark_script_help():
+    out = subprocess.run(
+        [sys.executable, "scripts/benchmark_zero_shot.py", "--help"], capture_output=True, text=True, check=True
+    )
+    assert "--n" in out.stdout and "prefill" in out.stdout and "Cached rerun" in out.stdout

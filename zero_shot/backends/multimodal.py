@@ -1,17 +1,26 @@
 """Local MLLM judges through their transformers processors: Qwen2.5-Omni (thinker only), Qwen2.5-VL, Qwen2-Audio.
 
 The audio track of a video is used or not according to ONE flag, `use_audio_in_video` (judge YAML, `mllm`
-section). The backend reads it in one place (`MultimodalBackend.__init__`) and derives from it what media
-extraction decodes, what the processor is told (`load_audio_from_video`), what the model is told
-(`use_audio_in_video`) and what the prompt says the model gets. After processing, the number of audio and
-video placeholder tokens is checked against what was extracted: a mismatch between media extraction and
-processor is an error, never a silently deaf or blind judge.
+section), held in one place: the backend's `emoreward.data.media.MediaOptions` (`MultimodalBackend.media`), the
+same options object the reward models use. Everything else is derived from it: what media extraction decodes
+(`emoreward.data.media.load_frames` / `load_audio`, PyAV), what the processor is told (`load_audio_from_video`),
+what the model is told (`use_audio_in_video`) and what the prompt says the model gets (`select_media_kind`).
+After processing, the audio and video placeholder tokens are checked against what was extracted: a mismatch
+between media extraction and processor is a `MediaError` naming the sample and the file, never a silently deaf or
+blind judge.
 
-| family                 | model class                                    | video frames | audio file | video's audio track |
-|------------------------|------------------------------------------------|--------------|------------|---------------------|
-| `qwen2.5-omni-thinker` | `Qwen2_5OmniThinkerForConditionalGeneration`   | yes          | yes        | if the flag is set  |
-| `qwen2.5-vl`           | `Qwen2_5_VLForConditionalGeneration`           | yes          | no         | never (flag must be false) |
-| `qwen2-audio`          | `Qwen2AudioForConditionalGeneration`           | no           | yes        | if the flag is set (its only use of a video) |
+| family                 | model class                                  | video frames | audio file         | video's audio track |
+|------------------------|----------------------------------------------|--------------|--------------------|---------------------|
+| `qwen2.5-omni-thinker` | `Qwen2_5OmniThinkerForConditionalGeneration` | yes          | samples w/o video  | if the flag is set (interleaved with the frames, TMRoPE) |
+| `qwen2.5-vl`           | `Qwen2_5_VLForConditionalGeneration`         | yes          | no                 | never (flag must be false) |
+| `qwen2-audio`          | `Qwen2AudioForConditionalGeneration`         | no           | yes                | if the flag is set (instead of the audio file) |
+
+Processors: `AutoProcessor` where torchvision is installed; without it (CPU machines where no torchvision build
+matches torch) the video families get their official processor classes with the torchvision-free video processor
+of the reward models, `emoreward.models.multimodal.SampledFramesVideoProcessor` (`load_processor`). Frames come
+sampled by `load_frames`; their effective rate reaches the processor as `fps` and `video_metadata`, from which
+Qwen2.5-VL derives `second_per_grid_ts` and Qwen2.5-Omni `video_second_per_grid` (temporal positions). A
+processor call takes one rate, so a batch whose clips were sampled at different rates is processed clip by clip.
 """
 
 from __future__ import annotations
@@ -22,9 +31,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from emoreward.data.media import MediaError, MediaOptions, load_audio, load_frames
 from zero_shot.backends.base import ChatRequest, Generation, MediaInput, SamplingConfig, build_messages
 from zero_shot.backends.hf_common import pick_device, pick_dtype, resolve_model_path, timed_generate
-from zero_shot.backends.media import MediaError, load_audio, load_video_frames
 
 
 logger = logging.getLogger(__name__)
@@ -35,22 +44,120 @@ class Family:
     model_class: str
     sees_video: bool
     hears_audio: bool
-    audio_in_video: bool  # can interleave a video's audio track with its frames
+    audio_in_video: bool  # interleaves a video's audio track with its frames (one video span)
 
 
-FAMILIES: dict[str, Family] = {
-    "qwen2.5-omni-thinker": Family("Qwen2_5OmniThinkerForConditionalGeneration", True, True, True),
-    "qwen2.5-vl": Family("Qwen2_5_VLForConditionalGeneration", True, False, False),
-    "qwen2-audio": Family("Qwen2AudioForConditionalGeneration", False, True, False),
-}
+def _family(name: str) -> Family:
+    """A judge family from the reward-model backbone registry (one source for classes and modalities)."""
+    from emoreward.models.multimodal import get_multimodal_backbone
+
+    spec = get_multimodal_backbone(name)
+    return Family(spec.model_class, spec.sees_video, spec.hears_audio, spec.name == "qwen2.5-omni-thinker")
+
+
+FAMILIES: dict[str, Family] = {name: _family(name) for name in ("qwen2.5-omni-thinker", "qwen2.5-vl", "qwen2-audio")}
+
+
+def check_family(family: str, use_audio_in_video: bool) -> Family:
+    """The family's entry.
+
+    Raises:
+        ValueError: unknown family (lists the available ones); the flag set for a family that cannot hear.
+    """
+    if family not in FAMILIES:
+        raise ValueError(f"unknown MLLM family {family!r}; available: {sorted(FAMILIES)}")
+    spec = FAMILIES[family]
+    if use_audio_in_video and not spec.hears_audio:
+        raise ValueError(f"{family} cannot hear: use_audio_in_video must be false for it")
+    return spec
+
+
+def mllm_identity(
+    base: str,
+    *,
+    use_audio_in_video: bool,
+    fps: float,
+    max_frames: int,
+    min_pixels: int | None = None,
+    max_pixels: int | None = None,
+) -> str:
+    """The backend identity (part of every cache input hash): weights plus the media settings that change inputs.
+
+    Computed without loading anything, so a fully cached run can check its cache before a model is loaded.
+    """
+    identity = f"{base}:audio_in_video={use_audio_in_video}:fps={fps}:max_frames={max_frames}"
+    if min_pixels is not None or max_pixels is not None:
+        identity += f":pixels={min_pixels}-{max_pixels}"
+    return identity
+
+
+def family_modalities(family: str, use_audio_in_video: bool) -> frozenset[str]:
+    """What a family's judge takes: text, plus `video` (frames, or the video's track for an audio model with the
+    flag) and `audio`."""
+    spec = check_family(family, use_audio_in_video)
+    kinds = {"text"} | ({"video"} if spec.sees_video or use_audio_in_video else set())
+    return frozenset(kinds | ({"audio"} if spec.hears_audio else set()))
+
+
+def select_media_kind(family: str, use_audio_in_video: bool, media: MediaInput) -> str:
+    """What a `family` model gets of a sample's media under the flag, as the prompt names it: `video` (frames and
+    the video's own soundtrack), `video_frames` (frames only) or `audio`.
+
+    Raises:
+        MediaError: the sample has no media this family can use under the flag (names the sample and the files).
+    """
+    spec = check_family(family, use_audio_in_video)
+    has_video = media.video is not None or media.frames is not None
+    has_audio = media.audio is not None or media.waveform is not None
+    if spec.sees_video and has_video:
+        return "video" if use_audio_in_video else "video_frames"
+    if spec.hears_audio and (has_audio or (has_video and use_audio_in_video)):
+        return "audio"
+    raise MediaError(
+        media.sample_id or "?",
+        media.video or media.audio,
+        f"{family} cannot use this sample's media (video={has_video}, audio file={has_audio}, "
+        f"use_audio_in_video={use_audio_in_video})",
+    )
+
+
+def load_processor(path: str, family: str, *, trust_remote_code: bool = False):
+    """The processor of a checkpoint folder or hub id.
+
+    `AutoProcessor` where torchvision is installed or the family takes no video. Otherwise the family's official
+    processor class (`emoreward.models.multimodal.official_processor`) with the checkpoint's own tokenizer,
+    `Qwen2VLImageProcessorPil`, Whisper feature extractor and chat template, and the torchvision-free
+    `SampledFramesVideoProcessor` (official PIL image-processor code on each sampled frame) as video processor.
+    """
+    from transformers import AutoProcessor, AutoTokenizer, Qwen2VLImageProcessorPil, WhisperFeatureExtractor
+    from transformers.processing_utils import ProcessorMixin
+    from transformers.utils import is_torchvision_available
+
+    spec = FAMILIES[family]
+    if not spec.sees_video or is_torchvision_available():
+        return AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
+    from emoreward.models.multimodal import get_multimodal_backbone, official_processor
+
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    processor = official_processor(
+        get_multimodal_backbone(family),
+        tokenizer,
+        image_processor=Qwen2VLImageProcessorPil.from_pretrained(path),
+        feature_extractor=WhisperFeatureExtractor.from_pretrained(path) if spec.hears_audio else None,
+    )
+    processor_dict, _ = ProcessorMixin.get_processor_dict(path)  # chat_template.jinja / .json, as from_pretrained
+    processor.chat_template = processor_dict.get("chat_template") or tokenizer.chat_template
+    return processor
 
 
 @dataclass
 class _Prepared:
+    sample: str
     frames: np.ndarray | None
     fps: float | None
     audio: np.ndarray | None
-    audio_from_video: bool
+    audio_from_video: bool  # Omni with the flag: the audio is the video's track, interleaved with its frames
+    files: str | None  # the media files, for error messages
 
 
 class MultimodalBackend:
@@ -61,12 +168,14 @@ class MultimodalBackend:
         model: the loaded model (e.g. from `from_pretrained`, or a tiny random-weight one in tests).
         processor: its processor (tokenizer + image/video processor and/or feature extractor, chat template).
         use_audio_in_video: THE flag (see the module docstring).
-        identity: names the weights and settings (cache input hash).
-        fps, max_frames: video frame sampling.
+        identity: names the weights (cache input hash); the media settings are appended (`mllm_identity`).
+        fps, max_frames: video frame sampling (`emoreward.data.media.load_frames`).
+        min_pixels, max_pixels: resized frame area bounds passed to the video processor (`size`); None keeps the
+            processor's defaults. Give both or neither.
         batch_size: requests per `generate` call.
 
     Raises:
-        ValueError: unknown family; the flag set for a family that cannot hear (`qwen2.5-vl`).
+        ValueError: unknown family; the flag set for a family that cannot hear (`qwen2.5-vl`); one pixel bound only.
     """
 
     def __init__(
@@ -79,39 +188,49 @@ class MultimodalBackend:
         identity: str,
         fps: float = 2.0,
         max_frames: int = 16,
+        min_pixels: int | None = None,
+        max_pixels: int | None = None,
         batch_size: int = 1,
     ):
-        if family not in FAMILIES:
-            raise ValueError(f"unknown MLLM family {family!r}; available: {sorted(FAMILIES)}")
+        self.spec = check_family(family, use_audio_in_video)
         self.family = family
-        self.spec = FAMILIES[family]
-        if use_audio_in_video and not self.spec.hears_audio:
-            raise ValueError(f"{family} cannot hear: use_audio_in_video must be false for it")
-        self.use_audio_in_video = use_audio_in_video
+        if (min_pixels is None) != (max_pixels is None):
+            raise ValueError(f"give both min_pixels and max_pixels or neither, got {min_pixels}, {max_pixels}")
+        sampling_rate = getattr(getattr(processor, "feature_extractor", None), "sampling_rate", 16000)
+        self.media = MediaOptions(
+            fps=fps, max_frames=max_frames, use_audio_in_video=use_audio_in_video, sampling_rate=sampling_rate
+        )
+        self.pixels = None if min_pixels is None else {"shortest_edge": min_pixels, "longest_edge": max_pixels}
         self.model = model.eval()
         self.processor = processor
         self.tokenizer = processor.tokenizer
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.identity = f"{identity}:audio_in_video={use_audio_in_video}:fps={fps}:max_frames={max_frames}"
-        self.fps = fps
-        self.max_frames = max_frames
+        self.identity = mllm_identity(
+            identity,
+            use_audio_in_video=use_audio_in_video,
+            fps=fps,
+            max_frames=max_frames,
+            min_pixels=min_pixels,
+            max_pixels=max_pixels,
+        )
         self.batch_size = batch_size
-        kinds = {"text"} | ({"video"} if self.spec.sees_video or use_audio_in_video else set())
-        self.modalities = frozenset(kinds | ({"audio"} if self.spec.hears_audio else set()))
-        self.sampling_rate = getattr(getattr(processor, "feature_extractor", None), "sampling_rate", 16000)
+        self.modalities = family_modalities(family, use_audio_in_video)
+
+    @property
+    def use_audio_in_video(self) -> bool:
+        return self.media.use_audio_in_video
 
     @classmethod
     def from_pretrained(cls, cfg) -> MultimodalBackend:
         """Load model and processor from the hub or a local folder (`cfg`: `zero_shot.config.ModelConfig`)."""
         import transformers
-        from transformers import AutoProcessor
 
-        spec = FAMILIES[cfg.family]
+        spec = check_family(cfg.family, cfg.use_audio_in_video)
         path = resolve_model_path(cfg.model)
         device = pick_device(cfg.device)
-        processor = AutoProcessor.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
+        processor = load_processor(path, cfg.family, trust_remote_code=cfg.trust_remote_code)
         model_cls = getattr(transformers, spec.model_class)
         model = model_cls.from_pretrained(
             path, dtype=pick_dtype(cfg.dtype, device), trust_remote_code=cfg.trust_remote_code
@@ -121,62 +240,51 @@ class MultimodalBackend:
             model,
             processor,
             use_audio_in_video=cfg.use_audio_in_video,
-            identity=f"mllm:{cfg.family}:{cfg.model}:{cfg.dtype}",
+            identity=identity_base(cfg),
             fps=cfg.fps,
             max_frames=cfg.max_frames,
+            min_pixels=cfg.min_pixels,
+            max_pixels=cfg.max_pixels,
             batch_size=cfg.batch_size,
         )
 
     # ------------------------------------------------------------------ media
     def media_kind(self, media: MediaInput) -> str:
-        """What the prompt tells the model it gets (`video`, `video_frames`, `audio`).
-
-        Raises:
-            MediaError: the sample has no media this family can use under the flag.
-        """
-        has_video = media.video is not None or media.frames is not None
-        has_audio = media.audio is not None or media.waveform is not None
-        if self.spec.sees_video and has_video:
-            return "video" if self.use_audio_in_video else "video_frames"
-        if self.spec.hears_audio and (has_audio or (has_video and self.use_audio_in_video)):
-            return "audio"
-        raise MediaError(
-            f"{self.family} cannot use the media of this sample (video={has_video}, audio file={has_audio}, "
-            f"use_audio_in_video={self.use_audio_in_video})"
-        )
+        """What the prompt tells the model it gets (see `select_media_kind`)."""
+        return select_media_kind(self.family, self.use_audio_in_video, media)
 
     def _prepare(self, media: MediaInput | None) -> _Prepared:
         if media is None or not media.kinds():
-            return _Prepared(None, None, None, False)
+            return _Prepared("?", None, None, None, False, None)
+        sample = media.sample_id or "?"
         kind = self.media_kind(media)
-        frames = fps = audio = None
-        from_video = False
+        files = ", ".join(p for p in (media.video, media.audio) if p) or None
+        frames = fps = None
         if kind in ("video", "video_frames"):
             if media.frames is not None:
-                frames, fps = np.asarray(media.frames, dtype=np.uint8), self.fps
+                frames, fps = np.asarray(media.frames, dtype=np.uint8), self.media.fps
             else:
-                frames, fps = load_video_frames(media.video, self.fps, self.max_frames)
-        if kind == "video":  # the flag is on: the video's audio track is interleaved with its frames
-            audio, from_video = self._audio(media, prefer_file=True), True
-        elif kind == "audio":
-            audio = self._audio(media, prefer_file=True)
-        return _Prepared(frames, fps, audio, from_video)
+                frames, fps = load_frames(sample, media.video, self.media.fps, self.media.max_frames)
+        audio = self._audio(sample, media) if kind in ("video", "audio") else None
+        return _Prepared(sample, frames, fps, audio, kind == "video" and self.spec.audio_in_video, files)
 
-    def _audio(self, media: MediaInput, prefer_file: bool) -> np.ndarray:
+    def _audio(self, sample: str, media: MediaInput) -> np.ndarray:
+        """The waveform a sample is heard through: a pre-decoded waveform, else (flag set) the video's own track,
+        else the audio file. A video without an audio stream is a `MediaError` when its track is asked for."""
         if media.waveform is not None:
             return np.asarray(media.waveform, dtype=np.float32)
-        if media.audio is not None and prefer_file:
-            return load_audio(media.audio, self.sampling_rate)
-        if media.video is not None:
-            return load_audio(media.video, self.sampling_rate)  # MediaError if the video has no audio stream
-        raise MediaError("no audio for this sample")
+        if self.use_audio_in_video and media.video is not None:
+            return load_audio(sample, media.video, self.media.sampling_rate)
+        if media.audio is not None:
+            return load_audio(sample, media.audio, self.media.sampling_rate)
+        raise MediaError(sample, media.video, "no audio for this sample (no audio file, use_audio_in_video=False)")
 
     # ------------------------------------------------------------------ processing
     def _messages(self, request: ChatRequest, prep: _Prepared) -> list[dict]:
         parts = []
         if prep.frames is not None:
             parts.append({"type": "video", "video": "<frames>"})
-        if prep.audio is not None and not (prep.audio_from_video and self.family == "qwen2.5-omni-thinker"):
+        if prep.audio is not None and not prep.audio_from_video:  # Omni's audio-in-video shares the video span
             parts.append({"type": "audio", "audio": "<waveform>", "audio_url": "<waveform>"})
         return build_messages(request, parts or None)
 
@@ -185,30 +293,49 @@ class MultimodalBackend:
             self.processor.apply_chat_template(self._messages(r, p), tokenize=False, add_generation_prompt=True)
             for r, p in zip(requests, preps)
         ]
-        videos = [p.frames for p in preps if p.frames is not None]
+        with_video = [p for p in preps if p.frames is not None]
         audios = [p.audio for p in preps if p.audio is not None]
         kwargs: dict = {"text": texts, "return_tensors": "pt", "padding": True}
-        if videos:
-            kwargs["videos"] = videos
-            kwargs["videos_kwargs"] = {"do_sample_frames": False}
+        if with_video:
+            from transformers.video_utils import VideoMetadata
+
+            videos_kwargs: dict = {
+                "do_sample_frames": False,  # frames come sampled by load_frames
+                "video_metadata": [
+                    VideoMetadata(total_num_frames=len(p.frames), fps=p.fps, frames_indices=list(range(len(p.frames))))
+                    for p in with_video
+                ],
+                "fps": with_video[0].fps,  # one rate per call: `_batch` splits batches of clips with different rates
+            }
+            if self.pixels is not None:
+                videos_kwargs["size"] = dict(self.pixels)
+            kwargs["videos"] = [p.frames for p in with_video]
+            kwargs["videos_kwargs"] = videos_kwargs
         if audios:
             kwargs["audio"] = audios
-            kwargs["sampling_rate"] = self.sampling_rate
-        if self.family == "qwen2.5-omni-thinker":
-            kwargs["load_audio_from_video"] = self.use_audio_in_video and bool(videos)
+            kwargs["sampling_rate"] = self.media.sampling_rate
+        if self.spec.audio_in_video:
+            kwargs["load_audio_from_video"] = any(p.audio_from_video for p in preps)
             if kwargs["load_audio_from_video"]:
                 kwargs["audio_from_video_indices"] = self._audio_slots(preps)
-        inputs = self.processor(**kwargs)
-        self._check_tokens(inputs["input_ids"], preps)
+        try:
+            inputs = self.processor(**kwargs)
+        except (ValueError, TypeError, IndexError) as err:
+            p = preps[0]
+            raise MediaError(
+                p.sample, p.files, f"the {self.family} processor rejected the extracted media ({err})"
+            ) from err
+        self._check_tokens(inputs, preps)
         return inputs
 
     @staticmethod
     def _audio_slots(preps: list[_Prepared]) -> list[int | None]:
+        """Source of each audio the processor gets: the index of the video it belongs to, or None (standalone)."""
         slots, video_idx = [], 0
         for p in preps:
             if p.frames is not None:
                 if p.audio is not None:
-                    slots.append(video_idx)
+                    slots.append(video_idx if p.audio_from_video else None)
                 video_idx += 1
             elif p.audio is not None:
                 slots.append(None)
@@ -225,24 +352,42 @@ class MultimodalBackend:
                     return tid
         return None
 
-    def _check_tokens(self, input_ids: torch.Tensor, preps: list[_Prepared]) -> None:
-        """Media extraction and processor must agree: audio / video placeholders present iff extracted."""
+    def _check_tokens(self, inputs, preps: list[_Prepared]) -> None:
+        """Media extraction and processor must agree, per request: video placeholders iff frames were extracted, and
+        exactly `grid_t * grid_h * grid_w / merge_size**2` of them; audio placeholders iff audio was extracted.
+
+        Raises:
+            MediaError: naming the sample, its files, what was extracted and what the processor produced.
+        """
         audio_id = self._token_id("audio_token_id", "audio_token")
         video_id = self._token_id("video_token_id", "video_token")
-        for row, prep in zip(input_ids, preps):
+        grids = inputs.get("video_grid_thw")
+        merge = getattr(getattr(self.processor, "video_processor", None), "merge_size", 1)
+        video_idx = 0
+        for row, prep in zip(inputs["input_ids"], preps):
             if video_id is not None:
                 n_video = int((row == video_id).sum())
-                if (prep.frames is not None) != (n_video > 0):
+                expected = 0
+                if prep.frames is not None and grids is not None:
+                    expected = int(grids[video_idx].prod()) // merge**2
+                    video_idx += 1
+                if n_video != expected or (prep.frames is not None) != (n_video > 0):
                     raise MediaError(
-                        f"{self.family}: {len(prep.frames) if prep.frames is not None else 0} frames extracted but "
-                        f"{n_video} video tokens after processing (processor and media extraction disagree)"
+                        prep.sample,
+                        prep.files,
+                        f"{self.family}: {len(prep.frames) if prep.frames is not None else 0} frames extracted, "
+                        f"{expected} video tokens expected but {n_video} after processing (the processor and media "
+                        "extraction disagree)",
                     )
-            if audio_id is not None:
-                n_audio = int((row == audio_id).sum())
+            if audio_id is not None or prep.audio is not None:
+                n_audio = int((row == audio_id).sum()) if audio_id is not None else 0
                 if (prep.audio is not None) != (n_audio > 0):
                     raise MediaError(
+                        prep.sample,
+                        prep.files,
                         f"{self.family}: audio {'extracted' if prep.audio is not None else 'not extracted'} "
-                        f"(use_audio_in_video={self.use_audio_in_video}) but {n_audio} audio tokens after processing"
+                        f"(use_audio_in_video={self.use_audio_in_video}) but {n_audio} audio tokens after processing "
+                        "(the processor and media extraction disagree)",
                     )
 
     # ------------------------------------------------------------------ generation
@@ -257,6 +402,8 @@ class MultimodalBackend:
             return [Generation(error="logit-based verdicts are implemented for text backends only") for _ in batch]
         try:
             preps = [self._prepare(r.media) for r in batch]
+            if len(batch) > 1 and len({p.fps for p in preps if p.frames is not None}) > 1:  # one rate per call
+                return [g for r in batch for g in self._batch([r], sampling)]
             inputs = self._inputs(batch, preps)
         except MediaError as err:
             if len(batch) > 1:  # isolate the sample at fault
@@ -266,7 +413,7 @@ class MultimodalBackend:
         for key in ("pixel_values_videos", "input_features", "pixel_values"):
             if key in inputs and torch.is_floating_point(inputs[key]):
                 inputs[key] = inputs[key].to(self.model.dtype)
-        if self.family == "qwen2.5-omni-thinker":
+        if self.spec.audio_in_video:
             inputs["use_audio_in_video"] = any(p.audio_from_video for p in preps)
         try:
             new, prefill, decode = timed_generate(
@@ -279,9 +426,15 @@ class MultimodalBackend:
         return [
             Generation(
                 text=t.strip(),
-                completion_tokens=int(len(row)),
+                prompt_tokens=int(mask.sum()),
+                completion_tokens=int((row != self.tokenizer.pad_token_id).sum()),
                 prefill_s=prefill / len(batch),
                 decode_s=decode / len(batch),
             )
-            for t, row in zip(texts, new)
+            for t, row, mask in zip(texts, new, inputs["attention_mask"])
         ]
+
+
+def identity_base(cfg) -> str:
+    """The weights part of an MLLM backend's identity (`cfg`: `zero_shot.config.ModelConfig`)."""
+    return f"mllm:{cfg.family}:{cfg.model}:{cfg.dtype}"

@@ -23,6 +23,11 @@ logger = logging.getLogger(__name__)
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
 
+def openai_identity(base_url: str, model: str) -> str:
+    """The identity of an OpenAI-compatible backend (part of every cache input hash)."""
+    return f"openai:{base_url.rstrip('/')}:{model}"
+
+
 class OpenAIChatBackend:
     """Chat completions over HTTP.
 
@@ -72,7 +77,7 @@ class OpenAIChatBackend:
         self.max_backoff_s = max_backoff_s
         self.concurrency = concurrency
         self.modalities = frozenset({"text", *modalities})
-        self.identity = f"openai:{base_url.rstrip('/')}:{model}"
+        self.identity = openai_identity(base_url, model)
         self.n_attempts = 0
 
     def generate(self, requests: list[ChatRequest], sampling: SamplingConfig) -> list[Generation]:

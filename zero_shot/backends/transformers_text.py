@@ -18,6 +18,11 @@ from zero_shot.parsing import verdict_from_logits
 logger = logging.getLogger(__name__)
 
 
+def text_identity(model_name_or_path: str, gguf_file: str | None, dtype: str) -> str:
+    """The identity of a `from_pretrained` text backend (part of every cache input hash), known before loading."""
+    return f"text:{model_name_or_path}" + (f":{gguf_file}" if gguf_file else "") + f":{dtype}"
+
+
 class TransformersTextBackend:
     """A causal LM with a chat template, generating in left-padded batches.
 
@@ -67,8 +72,9 @@ class TransformersTextBackend:
         model = AutoModelForCausalLM.from_pretrained(
             path, dtype=pick_dtype(dtype, dev), trust_remote_code=trust_remote_code, **extra
         ).to(dev)
-        identity = f"text:{model_name_or_path}" + (f":{gguf_file}" if gguf_file else "") + f":{dtype}"
-        return cls(model, tokenizer, identity=identity, batch_size=batch_size)
+        return cls(
+            model, tokenizer, identity=text_identity(model_name_or_path, gguf_file, dtype), batch_size=batch_size
+        )
 
     def _prompt_text(self, request: ChatRequest) -> str:
         if request.media is not None and request.media.kinds():

@@ -1,0 +1,204 @@
+"""Speed and memory of the multimodal reward models on this machine (tiny random-weight backbones, CPU).
+
+Usage:
+    python scripts/benchmark_multimodal.py [--threads N] [--pairs 8] [--repeats 3] [--output benchmark_multimodal.json]
+
+Measures, with W&B off and the tiny models and media the tests build (tests/multimodal/tiny_media.py):
+  1. training the tiny multimodal recipe (tests/multimodal/config_tiny.yaml: Qwen2.5-Omni thinker, hidden 32,
+     2 layers, the video's own audio interleaved with its frames) on a generated media set: seconds per optimizer
+     step (median after the first, from a trainer callback), total trainer time, and the peak resident memory of
+     this process (ru_maxrss) after training;
+  2. scoring M = 10 descriptions of one video with >= 1,000 media tokens (median seconds over `--repeats` runs):
+     `score_descriptions` with the media prefix shared (run once, descriptions scored against its KV cache) vs
+     one by one (`shared_prefix=False`: media processed once, each full sequence run on its own), the speed-up
+     (issue 4 target: >= 3x) with and without the media processing both modes share, 10 independent
+     one-description calls, and the largest reward difference (must be <= 1e-4). For Qwen2.5-VL (video only)
+     and Qwen2.5-Omni (video + its interleaved audio).
+The load average of the machine is printed next to the figures: on a shared machine they move with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("WANDB_MODE", "disabled")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "multimodal"))
+
+DESCRIPTIONS = [f"Description {i}: the man is {'calm' if i % 2 else 'tense'} and speaks slowly." for i in range(10)]
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+def train_tiny_recipe(work: Path, n_pairs: int) -> dict:
+    """Fit the tiny recipe on `n_pairs` generated pairs; per-step times from a trainer callback."""
+    from tiny_media import TINY_RECIPE, build_tiny, write_media_set
+    from transformers import TrainerCallback
+
+    from emoreward.data import load_pairs
+    from emoreward.training.multimodal import (
+        MultimodalRewardTrainer,
+        build_model,
+        build_multimodal_dataset,
+        load_multimodal_config,
+    )
+
+    class StepTimer(TrainerCallback):
+        def __init__(self):
+            self.seconds: list[float] = []
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self._start = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.seconds.append(time.perf_counter() - self._start)
+
+    pairs_file = write_media_set(work / "media", n_pairs)
+    overrides = {
+        "model_name_or_path": str(build_tiny("qwen2.5-omni-thinker", work / "tiny-omni")),
+        "media_root": str(work / "media"),
+        "train_file": str(pairs_file),
+        "output_dir": str(work / "out"),
+    }
+    config = load_multimodal_config(TINY_RECIPE, overrides)
+    model = build_model(config)
+    dataset, exclusions = build_multimodal_dataset(load_pairs(pairs_file), model, config.media_options())
+    timer = StepTimer()
+    trainer = MultimodalRewardTrainer(model, config, dataset, callbacks=[timer])
+    start = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - start
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    return {
+        "recipe": str(TINY_RECIPE.relative_to(Path(__file__).resolve().parents[1])),
+        "pairs": exclusions.n_kept,
+        "sequences_per_step": 2 * config.per_device_train_batch_size,
+        "tokens_per_sequence": max(dataset["length"]),
+        "optimizer_steps": len(timer.seconds),
+        "seconds_per_step_median": statistics.median(timer.seconds[1:] or timer.seconds),
+        "first_step_seconds": timer.seconds[0],
+        "trainer_seconds": seconds,
+        "loss_first_last": [losses[0], losses[-1]],
+        "peak_rss_mib_after_training": peak_rss_mib(),
+    }
+
+
+def prefix_sharing(work: Path, family: str, repeats: int) -> dict:
+    """M = 10 descriptions of one 4 s clip (32 frames of 224 x 224 at 8 fps: 1,024 video tokens)."""
+    import numpy as np
+    import torch
+    from tiny_media import build_tiny, write_video
+
+    from emoreward.data.media import MediaOptions, load_sample_media
+    from emoreward.data.pairs import MediaRef
+    from emoreward.models.multimodal import MultimodalEmoRewardModel
+
+    pixels = 224 * 224
+    path = build_tiny(family, work / f"score-{family}", min_pixels=pixels, max_pixels=pixels)
+    write_video(work / "score-media" / "video" / "v.mp4", seconds=4.0, fps=8, size=224)
+    omni = family == "qwen2.5-omni-thinker"
+    options = MediaOptions(str(work / "score-media"), fps=8.0, max_frames=32, use_audio_in_video=omni)
+    torch.manual_seed(0)
+    model = MultimodalEmoRewardModel.from_backbone(family, str(path), media_options=options, max_length=4096)
+    b = model.builder
+    media = load_sample_media("v", MediaRef(), options, need_video=b.needs_video, need_audio=b.needs_audio)
+    prefix = b.encode_prefix(media, None)
+    model.score_descriptions(media, None, DESCRIPTIONS[:2])  # warm-up
+    modes = {
+        "media_prefix_only": lambda: b.encode_prefix(media, None),
+        "shared_prefix": lambda: model.score_descriptions(media, None, DESCRIPTIONS, shared_prefix=True),
+        "one_by_one": lambda: model.score_descriptions(media, None, DESCRIPTIONS, shared_prefix=False),
+        "independent_calls": lambda: [
+            model.score_descriptions(media, None, [d], shared_prefix=False) for d in DESCRIPTIONS
+        ],
+    }
+    timings: dict[str, list[float]] = {mode: [] for mode in modes}
+    scores = {}
+    for _ in range(repeats):
+        for mode, run in modes.items():
+            start = time.perf_counter()
+            scores[mode] = run()
+            timings[mode].append(time.perf_counter() - start)
+    t = {mode: statistics.median(values) for mode, values in timings.items()}
+    shared, naive = scores["shared_prefix"], scores["one_by_one"]
+    return {
+        "family": family,
+        "media_tokens": prefix.n_media_tokens,
+        "prefix_tokens": len(prefix.input_ids),
+        "descriptions": len(DESCRIPTIONS),
+        "seconds": t,
+        # both modes process the media (frames, audio features) once per call: the first ratio includes it
+        "speedup": t["one_by_one"] / t["shared_prefix"],
+        "speedup_model_only": (t["one_by_one"] - t["media_prefix_only"])
+        / (t["shared_prefix"] - t["media_prefix_only"]),
+        "speedup_vs_independent_calls": t["independent_calls"] / t["shared_prefix"],
+        "max_abs_reward_difference": float(np.max(np.abs(shared - naive))),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--pairs", type=int, default=8, help="generated pairs for the training measurement")
+    parser.add_argument("--repeats", type=int, default=3, help="timed scoring runs per mode (median reported)")
+    parser.add_argument("--output", help="also write the figures as JSON here")
+    args = parser.parse_args()
+
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    result = {"torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "load_before": load()}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        # ---- 1. training step time and peak memory of the tiny recipe
+        result["training"] = train_tiny_recipe(work, args.pairs)
+        result["load_after_training"] = load()
+        # ---- 2. prefix-shared vs one-by-one scoring, >= 1,000 media tokens
+        result["scoring"] = [prefix_sharing(work, f, args.repeats) for f in ("qwen2.5-vl", "qwen2.5-omni-thinker")]
+    result["load_after"] = load()
+    result["peak_rss_mib"] = peak_rss_mib()
+
+    t = result["training"]
+    print(
+        f"torch threads {result['torch_threads']} on {result['cpu_count']} CPUs; load average {result['load_before']}"
+    )
+    print(
+        f"training ({t['recipe']}, {t['pairs']} pairs, {t['sequences_per_step']} sequences of <= "
+        f"{t['tokens_per_sequence']} tokens per step): {t['seconds_per_step_median']:.3f} s/step (median of "
+        f"{t['optimizer_steps'] - 1}; first {t['first_step_seconds']:.3f} s), trainer {t['trainer_seconds']:.1f} s, "
+        f"peak RSS {t['peak_rss_mib_after_training']:.0f} MiB; load average {result['load_after_training']}"
+    )
+    for s in result["scoring"]:
+        t = s["seconds"]
+        print(
+            f"scoring {s['descriptions']} descriptions of one clip, {s['family']}, {s['media_tokens']} media tokens: "
+            f"shared prefix {t['shared_prefix']:.3f} s, one by one {t['one_by_one']:.3f} s -> x{s['speedup']:.1f} "
+            f"(model only x{s['speedup_model_only']:.1f}; media processing {t['media_prefix_only']:.3f} s in both); "
+            f"10 independent calls {t['independent_calls']:.3f} s -> x{s['speedup_vs_independent_calls']:.1f}; "
+            f"max |reward diff| {s['max_abs_reward_difference']:.1e}"
+        )
+    print(f"peak RSS {result['peak_rss_mib']:.0f} MiB; load average after {result['load_after']}")
+    if args.output:
+        Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
