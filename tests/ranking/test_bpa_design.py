@@ -6,6 +6,8 @@ from scipy.stats import spearmanr
 
 from emoreward.ranking.bpa import BPAConfig, BPAScheduler, SchedulerConfig, SimulatedCrowd, make_items
 from emoreward.ranking.bpa.design import (
+    centred_design_comparisons,
+    crowd_fisher_information,
     expected_fisher_information,
     outcome_fisher_information,
     rank_one_update,
@@ -86,3 +88,39 @@ def test_trueskill_policy_ignores_the_exploration_rule():
     assert not sched._track_cov
     with pytest.raises(ValueError, match="exploration_rule must be one of"):
         SchedulerConfig(exploration_rule="entropy")
+
+
+def test_crowd_information_averages_annotators_not_reliabilities():
+    # Delta = 0, delta = 0.6, eta = 1: P(a) = P(b) = sigmoid(-0.6) = 0.354344, dP/dDelta = +-0.228784, dP(tie) = 0,
+    # so J = 2 * 0.228784^2 / 0.354344 = 0.295430; a guesser adds nothing
+    j0 = 2 * 0.228784**2 / 0.354344
+    assert outcome_fisher_information(0.0, 0.6) == pytest.approx(j0, rel=1e-5)
+    assert crowd_fisher_information(0.0, 0.6, 1.0, [1.0, 0.0]) == pytest.approx(0.5 * j0, rel=1e-5)
+    assert crowd_fisher_information(0.0, 0.6, 1.0, [1.0, 0.0], weights=[0.25, 0.75]) == pytest.approx(
+        0.25 * j0, rel=1e-5
+    )
+    # the mixture over annotators is not the information at the mean reliability
+    assert crowd_fisher_information(0.0, 0.6, 1.0, [1.0, 0.0]) != pytest.approx(
+        outcome_fisher_information(0.0, 0.6, 1.0, 0.5)
+    )
+    d, var, etas = np.array([0.0, 1.5, -3.0]), np.array([0.0, 0.5, 2.0]), [0.9, 0.6]
+    expected = np.mean([expected_fisher_information(d, var, 0.6, 1.0, e) for e in etas], axis=0)
+    np.testing.assert_allclose(crowd_fisher_information(d, 0.6, 1.0, etas, diff_var=var), expected)
+
+
+def test_centred_design_bound():
+    j0 = 2 * 0.228784**2 / 0.354344
+    # at huge precision every centred pair has Delta ~ 0: raising precision by 1 takes 1 / (2 J(0)) per candidate
+    assert centred_design_comparisons(1e8, 1e8 + 1.0, 0.6, 1.0, [1.0]) == pytest.approx(1 / (2 * j0), rel=1e-4)
+    # in general the trapezoid rule over 1 / (2 E[J]) with Delta ~ N(0, 2 / P)
+    grid = np.linspace(0.25, 1.5, 5)
+    info = np.array([expected_fisher_information(0.0, 2 / p, 0.6, 1.0, 0.8) for p in grid])
+    by_hand = np.sum((grid[1:] - grid[:-1]) * (1 / info[1:] + 1 / info[:-1]) / 4)
+    assert centred_design_comparisons(0.25, 1.5, 0.6, 1.0, [0.8], n_grid=5) == pytest.approx(by_hand)
+    # uncertain candidates carry less information per comparison than known ones: the bound exceeds 1.25 / (2 J(0))
+    assert centred_design_comparisons(0.25, 1.5, 0.6, 1.0, [1.0]) > 1.25 / (2 * j0)
+    for bad in [(0.0, 1.0), (2.0, 1.0)]:
+        with pytest.raises(ValueError, match="precision_from"):
+            centred_design_comparisons(*bad, 0.6, 1.0, [1.0])
+    with pytest.raises(ValueError, match="n_grid"):
+        centred_design_comparisons(0.25, 1.0, 0.6, 1.0, [1.0], n_grid=1)
