@@ -33,7 +33,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_MODE", "disabled")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "multimodal"))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "tests" / sub) for sub in ("multimodal", "")]
 
 DESCRIPTIONS = [f"Description {i}: the man is {'calm' if i % 2 else 'tense'} and speaks slowly." for i in range(10)]
 

@@ -536,30 +536,15 @@ def run_multimodal_training(config: MultimodalRewardConfig, *, log=print) -> dic
         _fold_fingerprint,
         _load_finished,
         _log_to_wandb,
-        _public_config,
         _save_final_model,
-        _silent,
         _wait_for_everyone,
-        configure_wandb,
         run_cross_validation,
+        start_job,
         wandb_enabled,
     )
 
-    out = Path(config.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    is_main = config.process_index == 0
-    if not is_main:
-        log = _silent
-    wandb_mode = configure_wandb(config)
-    pairs = load_pairs(config.train_file)
-    log(f"loaded {len(pairs)} pairs from {config.train_file}")
+    out, is_main, log, pairs, report = start_job(config, log)
     options = config.media_options()
-    report: dict = {
-        "recipe": _public_config(config),
-        "train_file": str(config.train_file),
-        "n_pairs": len(pairs),
-        "wandb_mode": wandb_mode,
-    }
     if config.cv_folds > 1:
         report["cross_validation"], report["markdown"] = run_cross_validation(
             config,

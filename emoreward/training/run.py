@@ -424,15 +424,16 @@ def run_cross_validation(
     return cross_validation, markdown
 
 
-def run_training(config: EmoRewardConfig, *, log=print) -> dict:
-    """Run the main job (cross-validation, final fit, evaluation, reports); see the module docstring.
+def start_job(config: EmoRewardConfig, log=print) -> tuple[Path, bool, Callable, list[PreferencePair], dict]:
+    """The common start of a main job (text or multimodal): create the output folder, configure W&B, load the
+    pairs and open the report. Under `accelerate launch` every process runs the job; only the main one logs and
+    writes files, so other processes get a silent `log`.
 
     Returns:
-        the report dict also written to `<output_dir>/report.json`.
+        `(output_dir, is_main, log, pairs, report)`.
     """
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    # under `accelerate launch` every process runs this; only the main one prints and writes files
     is_main = config.process_index == 0
     if not is_main:
         log = _silent
@@ -445,6 +446,16 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
         "n_pairs": len(pairs),
         "wandb_mode": wandb_mode,
     }
+    return out, is_main, log, pairs, report
+
+
+def run_training(config: EmoRewardConfig, *, log=print) -> dict:
+    """Run the main job (cross-validation, final fit, evaluation, reports); see the module docstring.
+
+    Returns:
+        the report dict also written to `<output_dir>/report.json`.
+    """
+    out, is_main, log, pairs, report = start_job(config, log)
     if config.cv_folds > 1:
         report["cross_validation"], report["markdown"] = run_cross_validation(
             config,

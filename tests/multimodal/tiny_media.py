@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import wave
 from pathlib import Path
 
 import numpy as np
+from media_files import voiced, write_clip
+from media_files import write_wav as _write_wav
 
 
 CHATML = (
@@ -158,20 +159,12 @@ def build_tiny(family: str, path: Path, **pixels) -> Path:
 
 
 def speechlike(seconds: float, rate: int = 16000, freq: float = 180.0) -> np.ndarray:
-    t = np.arange(int(seconds * rate)) / rate
-    signal = sum(np.sin(2 * np.pi * freq * k * t) / k for k in range(1, 5)) * (0.5 + 0.5 * np.sin(2 * np.pi * 4 * t))
-    return (0.3 * signal / np.abs(signal).max()).astype(np.float32)
+    """A speech-like mono signal (`_helpers.voiced`)."""
+    return voiced(seconds, rate, freq)
 
 
 def write_wav(path: Path, seconds: float = 1.0, freq: float = 180.0, rate: int = 16000) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = (speechlike(seconds, rate, freq) * 32767).astype("<i2")
-    with wave.open(str(path), "wb") as fh:
-        fh.setnchannels(1)
-        fh.setsampwidth(2)
-        fh.setframerate(rate)
-        fh.writeframes(data.tobytes())
-    return path
+    return _write_wav(path, seconds=seconds, rate=rate, freq=freq)
 
 
 def write_video(
@@ -183,35 +176,15 @@ def write_video(
     seed: int = 0,
     freq: float = 180.0,
 ) -> Path:
-    """An MPEG-4 clip of moving colour blocks with a speech-like AAC track (PyAV)."""
-    import av
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    base = rng.integers(0, 255, (size, size, 3), dtype=np.uint8)
-    with av.open(str(path), "w") as container:
-        vstream = container.add_stream("mpeg4", rate=fps)
-        vstream.width, vstream.height, vstream.pix_fmt = size, size, "yuv420p"
-        astream = container.add_stream("aac", rate=16000) if audio else None
-        for i in range(int(seconds * fps)):
-            frame = av.VideoFrame.from_ndarray(np.roll(base, 4 * i, axis=1), format="rgb24")
-            for packet in vstream.encode(frame):
-                container.mux(packet)
-        if astream is not None:
-            wave_ = speechlike(seconds, 16000, freq)
-            chunk = 1024
-            for start in range(0, len(wave_), chunk):
-                piece = wave_[start : start + chunk][None, :]
-                aframe = av.AudioFrame.from_ndarray(np.ascontiguousarray(piece), format="flt", layout="mono")
-                aframe.sample_rate = 16000
-                aframe.pts = start
-                for packet in astream.encode(aframe):
-                    container.mux(packet)
-            for packet in astream.encode():
-                container.mux(packet)
-        for packet in vstream.encode():
-            container.mux(packet)
-    return path
+    """An MPEG-4 clip (`_helpers.write_clip`, `size` x `size`) with a speech-like AAC track at `freq` Hz, or none."""
+    return write_clip(
+        path,
+        seconds=seconds,
+        fps=fps,
+        size=(size, size),
+        audio=voiced(seconds, 16000, freq) if audio else None,
+        seed=seed,
+    )
 
 
 TINY_RECIPE = Path(__file__).with_name("config_tiny.yaml")

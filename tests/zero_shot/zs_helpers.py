@@ -17,11 +17,11 @@ import importlib.util
 import shutil
 import subprocess
 import tempfile
-import wave
 from pathlib import Path
 
 import numpy as np
 import pytest
+from media_files import voiced, write_clip, write_wav  # noqa: F401 - re-exported for the zero-shot tests
 
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -177,13 +177,6 @@ def tiny_mllm_checkpoint(family: str) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------- media
-def voiced(seconds: float, rate: int = 16000, freq: float = 180.0) -> np.ndarray:
-    """A speech-like mono signal in [-0.3, 0.3]: harmonics of `freq` under a 4 Hz syllable envelope."""
-    t = np.arange(int(seconds * rate)) / rate
-    signal = sum(np.sin(2 * np.pi * freq * k * t) / k for k in range(1, 5)) * (0.5 + 0.5 * np.sin(2 * np.pi * 4 * t))
-    return (0.3 * signal / np.abs(signal).max()).astype(np.float32)
-
-
 def speech(text: str, seconds: float, tmp_dir: Path, rate: int = 16000, freq: float = 180.0) -> np.ndarray:
     """`seconds` of speech saying `text` at `rate` Hz: espeak-ng's voice when it is installed (decoded and
     resampled by `emoreward.data.media.load_audio`), else `voiced`; padded or cut to length."""
@@ -197,58 +190,3 @@ def speech(text: str, seconds: float, tmp_dir: Path, rate: int = 16000, freq: fl
     data = load_audio("espeak", wav, rate)
     n = int(seconds * rate)
     return np.pad(data, (0, max(0, n - len(data))))[:n].astype(np.float32)
-
-
-def write_wav(path: Path, seconds: float = 1.5, rate: int = 16000, freq: float = 220.0) -> Path:
-    """A 16-bit PCM mono WAV file of `voiced` signal."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = (voiced(seconds, rate, freq) * 32767).astype("<i2")
-    with wave.open(str(path), "wb") as fh:
-        fh.setnchannels(1)
-        fh.setsampwidth(2)
-        fh.setframerate(rate)
-        fh.writeframes(data.tobytes())
-    return path
-
-
-def write_clip(
-    path: Path,
-    *,
-    seconds: float = 2.0,
-    fps: int = 8,
-    size: tuple[int, int] = (48, 64),
-    audio: np.ndarray | None = None,
-    rate: int = 16000,
-    seed: int = 0,
-) -> Path:
-    """An MPEG-4 clip of a moving face-like blob (`size` = height, width) with, when `audio` is given, that mono
-    waveform as its AAC soundtrack (PyAV)."""
-    av = pytest.importorskip("av")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    height, width = size
-    rng = np.random.default_rng(seed)
-    background = rng.integers(0, 80, (height, width, 3), dtype=np.uint8)
-    yy, xx = np.mgrid[:height, :width]
-    with av.open(str(path), "w") as container:
-        vstream = container.add_stream("mpeg4", rate=fps)
-        vstream.width, vstream.height, vstream.pix_fmt = width, height, "yuv420p"
-        astream = container.add_stream("aac", rate=rate) if audio is not None else None
-        for i in range(int(seconds * fps)):
-            cx = width * (0.3 + 0.4 * i / max(1, seconds * fps - 1))
-            blob = ((yy - height / 2) ** 2 + (xx - cx) ** 2) < (height / 4) ** 2
-            frame = background.copy()
-            frame[blob] = (220, 180, 150)
-            for packet in vstream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
-                container.mux(packet)
-        if astream is not None:
-            for start in range(0, len(audio), 1024):
-                piece = np.ascontiguousarray(audio[start : start + 1024][None, :], dtype=np.float32)
-                aframe = av.AudioFrame.from_ndarray(piece, format="flt", layout="mono")
-                aframe.sample_rate, aframe.pts = rate, start
-                for packet in astream.encode(aframe):
-                    container.mux(packet)
-            for packet in astream.encode():
-                container.mux(packet)
-        for packet in vstream.encode():
-            container.mux(packet)
-    return path
