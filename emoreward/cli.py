@@ -205,6 +205,15 @@ def main(argv: list[str] | None = None) -> int:
         # data and configuration errors: one clear line, no traceback
         print(f"emoreward {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(INTERRUPTED.format(prog=f"emoreward {args.command}"), file=sys.stderr)
+        return 130
+
+
+INTERRUPTED = (
+    "{prog}: interrupted. Finished work (cached judge calls, finished folds, trainer checkpoints) is kept: "
+    "run the same command again to resume."
+)
 
 
 if __name__ == "__main__":

@@ -98,4 +98,10 @@ def run_judge_command(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m zero_shot", description=__doc__.split("\n")[0])
     add_judge_arguments(parser)
-    return run_judge_command(parser.parse_args(argv))
+    try:
+        return run_judge_command(parser.parse_args(argv))
+    except KeyboardInterrupt:
+        from emoreward.cli import INTERRUPTED
+
+        print(INTERRUPTED.format(prog="python -m zero_shot"), file=sys.stderr)
+        return 130

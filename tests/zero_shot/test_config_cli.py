@@ -127,3 +127,24 @@ def test_benchmark_script_help():
         [sys.executable, "scripts/benchmark_zero_shot.py", "--help"], capture_output=True, text=True, check=True
     )
     assert "--n" in out.stdout and "prefill" in out.stdout and "Cached rerun" in out.stdout
+
+
+def test_ctrl_c_says_how_to_resume(monkeypatch, capsys):
+    import emoreward.cli
+    import zero_shot.cli
+
+    def interrupted(_args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(zero_shot.cli, "run_judge_command", interrupted)
+    assert zero_shot.cli.main(["--judge", "smollm2-135m-text", "--data", "emoprefer", "--output", "x"]) == 130
+    err = capsys.readouterr().err
+    assert "python -m zero_shot: interrupted" in err and "run the same command again to resume" in err
+    assert "Traceback" not in err
+    parser = emoreward.cli.build_parser()
+    monkeypatch.setattr(emoreward.cli, "build_parser", lambda: parser)
+    args = parser.parse_args(["judge", "--judge", "smollm2-135m-text", "--data", "emoprefer", "--output", "x"])
+    monkeypatch.setattr(parser, "parse_args", lambda argv=None: args)
+    monkeypatch.setattr(args, "_run", interrupted, raising=False)
+    assert emoreward.cli.main([]) == 130
+    assert "emoreward judge: interrupted" in capsys.readouterr().err
