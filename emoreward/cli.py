@@ -169,7 +169,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
         *_lazy("zero_shot.cli", "add_judge_arguments", "run_judge_command"),
     ),
     "rank": (
-        "rank description-writing models with a judge (Bradley-Terry, 95%% bootstrap intervals)",
+        "rank description-writing models with a judge (Bradley-Terry with 95 percent bootstrap intervals)",
         *_lazy("emoreward.ranking.cli", "add_rank_arguments", "run_rank"),
     ),
     "serve": (

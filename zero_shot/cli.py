@@ -18,9 +18,13 @@ def add_judge_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of the `judge` subcommand."""
     p.add_argument("--judge", help="a judge name registered in configs/judges/ or the path of a judge YAML")
     p.add_argument("--strategy", nargs="+", default=["S1"], choices=["S1", "S2", "S3", "S4"], help="strategies to run")
-    p.add_argument("--data", default="emoprefer", help="labelled pairs: CSV/JSONL path or a bundled name (emoprefer)")
+    p.add_argument(
+        "--data",
+        default="emoprefer",
+        help="labelled pairs: CSV/JSONL path or a bundled name (default: emoprefer, the 459 bundled pairs)",
+    )
     p.add_argument("--output", help="output folder (call cache, judgements, report.json, report.md)")
-    p.add_argument("--runs", type=int, default=2, help="repeated runs R (default 2, as in EmoPrefer)")
+    p.add_argument("--runs", type=_positive_int, default=2, help="repeated runs R (default 2, as in EmoPrefer)")
     p.add_argument("--no-swap", action="store_true", help="skip the swapped order (no swap consistency)")
     p.add_argument(
         "--references", help="reference descriptions (JSONL/CSV: sample_id, description) for S2-S4 without media"
@@ -29,7 +33,7 @@ def add_judge_arguments(p: argparse.ArgumentParser) -> None:
         "--media-root", help="folder media paths are relative to (MER layout video/<id>.mp4, audio/<id>.wav)"
     )
     p.add_argument("--ignore-media", action="store_true", help="judge from the descriptions alone even if media exist")
-    p.add_argument("--limit", type=int, help="judge only the first N pairs (smoke runs)")
+    p.add_argument("--limit", type=_positive_int, help="judge only the first N pairs (smoke runs)")
     p.add_argument(
         "--two-class-ties",
         choices=["wrong", "first"],
@@ -93,6 +97,17 @@ def run_judge_command(args: argparse.Namespace) -> int:
         f"{calls['seconds']:.1f} s; report: {os.path.join(output, 'report.md')}\n"
     )
     return 0
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (a count of runs or pairs)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -148,3 +148,13 @@ def test_ctrl_c_says_how_to_resume(monkeypatch, capsys):
     monkeypatch.setattr(args, "_run", interrupted, raising=False)
     assert emoreward.cli.main([]) == 130
     assert "emoreward judge: interrupted" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option", [["--limit", "0"], ["--limit", "-3"], ["--runs", "0"]])
+def test_counts_below_one_are_usage_errors(option, capsys):
+    import zero_shot.cli
+
+    with pytest.raises(SystemExit) as exc:
+        zero_shot.cli.main(["--judge", "smollm2-135m-text", "--output", "x", *option])
+    assert exc.value.code == 2
+    assert f"argument {option[0]}: expected an integer >= 1" in capsys.readouterr().err
