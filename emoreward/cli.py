@@ -63,15 +63,13 @@ def run_train(args: argparse.Namespace) -> int:
     if args.no_wandb:
         overrides["report_to"] = ["none"]
     config = load_recipe(args.config, overrides)
-    if hasattr(config, "media_root"):  # a multimodal recipe
-        from emoreward.training.multimodal import run_multimodal_training as run
-    else:
-        from emoreward.training.run import run_training as run
+    from emoreward.training.pipeline import run_training as run
+
     main_process = config.process_index == 0  # under `accelerate launch`, only rank 0 prints
     if main_process:
         print(
-            f"emoreward train: backbone {config.model_name_or_path}, data {config.train_file}, "
-            f"output {config.output_dir}"
+            f"emoreward train: {config.kind} backbone {config.backbone or config.model_name_or_path}, "
+            f"data {config.train_file}, output {config.output_dir}"
         )
     report = run(config)
     if main_process:
@@ -113,23 +111,18 @@ def run_evaluate(args: argparse.Namespace) -> int:
     _quiet_libraries()
     from emoreward.data import load_pairs
     from emoreward.evaluation.report import headline, markdown_table, plot_confusion, write_json
-    from emoreward.models import EmoRewardModel
-    from emoreward.training.run import evaluate_model
+    from emoreward.models import load_reward_model
+    from emoreward.training.pipeline import evaluate_model
 
     pairs = load_pairs(args.data)
-    if (Path(args.model) / "emoreward_multimodal.json").exists():
-        from emoreward.training.multimodal import evaluate_multimodal_model
+    model = load_reward_model(args.model, media_root=args.media_root)
+    if args.dtype == "bfloat16":
+        if model.kind != "text":
+            raise ValueError("--dtype bfloat16 is available for text reward models only")
+        import torch
 
-        evaluation = evaluate_multimodal_model(
-            args.model, pairs, media_root=args.media_root, tie_policy=args.two_class_ties
-        )
-    else:
-        model = EmoRewardModel.from_pretrained(args.model)
-        if args.dtype == "bfloat16":
-            import torch
-
-            model = model.inference_copy(torch.bfloat16)
-        evaluation = evaluate_model(model, pairs, tie_policy=args.two_class_ties, batch_size=args.batch_size)
+        model = model.inference_copy(torch.bfloat16)
+    evaluation = evaluate_model(model, pairs, tie_policy=args.two_class_ties, batch_size=args.batch_size)
     evaluation.update(model=str(args.model), data=str(args.data))
     table = markdown_table(headline(evaluation), f"{args.model} on {args.data} ({len(pairs)} pairs)")
     print(table)

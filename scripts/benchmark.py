@@ -6,7 +6,7 @@ Usage:
 Measures, on the bundled 459 EmoPrefer pairs, with W&B off:
   1. training the default recipe (MiniLM + LoRA) for its 2 epochs on all pairs: wall time;
   2. scoring all pairs (each description once, both orders judged): pairs per second with the LoRA adapter
-     (fp32), and with `EmoRewardModel.inference_copy` (LoRA merged) in fp32 and bf16;
+     (fp32), and with `TextRewardModel.inference_copy` (LoRA merged) in fp32 and bf16;
   3. peak resident memory of this process (ru_maxrss);
   4. with --smollm2: seconds per optimizer step and total time of one epoch of the SmolLM2 recipe.
 Targets (issue 2): training <= 180 s on 2 cores, scoring >= 100 pairs/s, peak memory <= 3 GiB.
@@ -33,7 +33,7 @@ def peak_rss_gib() -> float:
 def train_once(recipe: str | None, overrides: dict) -> tuple[float, object, dict]:
     from emoreward.data import load_pairs
     from emoreward.training.config import load_config
-    from emoreward.training.run import fit_reward_model
+    from emoreward.training.pipeline import fit_reward_model
 
     with tempfile.TemporaryDirectory() as out:
         config = load_config(recipe, {"report_to": ["none"], "output_dir": out, "disable_tqdm": True, **overrides})

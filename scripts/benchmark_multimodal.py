@@ -53,12 +53,9 @@ def train_tiny_recipe(work: Path, n_pairs: int) -> dict:
     from transformers import TrainerCallback
 
     from emoreward.data import load_pairs
-    from emoreward.training.multimodal import (
-        MultimodalRewardTrainer,
-        build_model,
-        build_multimodal_dataset,
-        load_multimodal_config,
-    )
+    from emoreward.training.adapters import adapter_for
+    from emoreward.training.config import load_config
+    from emoreward.training.trainer import EmoRewardTrainer
 
     class StepTimer(TrainerCallback):
         def __init__(self):
@@ -77,11 +74,20 @@ def train_tiny_recipe(work: Path, n_pairs: int) -> dict:
         "train_file": str(pairs_file),
         "output_dir": str(work / "out"),
     }
-    config = load_multimodal_config(TINY_RECIPE, overrides)
-    model = build_model(config)
-    dataset, exclusions = build_multimodal_dataset(load_pairs(pairs_file), model, config.media_options())
+    config = load_config(TINY_RECIPE, overrides)
+    adapter = adapter_for(config)
+    model = adapter.build_model(config)
+    dataset, exclusions = adapter.build_dataset(load_pairs(pairs_file), model, config)
     timer = StepTimer()
-    trainer = MultimodalRewardTrainer(model, config, dataset, callbacks=[timer])
+    trainer = EmoRewardTrainer(
+        adapter=adapter,
+        model=model.model,
+        args=config,
+        train_dataset=dataset,
+        processing_class=model.tokenizer,
+        data_collator=adapter.collator(model, config),
+        callbacks=[timer],
+    )
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
@@ -106,9 +112,9 @@ def prefix_sharing(work: Path, family: str, repeats: int) -> dict:
     import torch
     from tiny_media import build_tiny, write_video
 
-    from emoreward.data.media import MediaOptions, load_sample_media
-    from emoreward.data.pairs import MediaRef
-    from emoreward.models.multimodal import MultimodalEmoRewardModel
+    from emoreward.data.media import MediaOptions
+    from emoreward.models.base import RewardContext
+    from emoreward.models.media import MediaRewardModel
 
     pixels = 224 * 224
     path = build_tiny(family, work / f"score-{family}", min_pixels=pixels, max_pixels=pixels)
@@ -116,17 +122,20 @@ def prefix_sharing(work: Path, family: str, repeats: int) -> dict:
     omni = family == "qwen2.5-omni-thinker"
     options = MediaOptions(str(work / "score-media"), fps=8.0, max_frames=32, use_audio_in_video=omni)
     torch.manual_seed(0)
-    model = MultimodalEmoRewardModel.from_backbone(family, str(path), media_options=options, max_length=4096)
-    b = model.builder
-    media = load_sample_media("v", MediaRef(), options, need_video=b.needs_video, need_audio=b.needs_audio)
-    prefix = b.encode_prefix(media, None)
-    model.score_descriptions(media, None, DESCRIPTIONS[:2])  # warm-up
+    model = MediaRewardModel.from_backbone(family, str(path), media_options=options, max_length=4096)
+    context = RewardContext(sample_id="v")
+    media = model.load_media(context)
+    decoded = RewardContext(sample_id="v", decoded=media)
+    prefix = model.encode_prefix(decoded)
+    model.score_prefix(prefix, DESCRIPTIONS[:2])  # warm-up
     modes = {
-        "media_prefix_only": lambda: b.encode_prefix(media, None),
-        "shared_prefix": lambda: model.score_descriptions(media, None, DESCRIPTIONS, shared_prefix=True),
-        "one_by_one": lambda: model.score_descriptions(media, None, DESCRIPTIONS, shared_prefix=False),
+        "media_prefix_only": lambda: model.encode_prefix(decoded),
+        "shared_prefix": lambda: model.score_prefix(model.encode_prefix(decoded), DESCRIPTIONS).rewards,
+        "one_by_one": lambda: model.score_prefix(
+            model.encode_prefix(decoded), DESCRIPTIONS, shared_prefix=False
+        ).rewards,
         "independent_calls": lambda: [
-            model.score_descriptions(media, None, [d], shared_prefix=False) for d in DESCRIPTIONS
+            model.score_prefix(model.encode_prefix(decoded), [d], shared_prefix=False).rewards for d in DESCRIPTIONS
         ],
     }
     timings: dict[str, list[float]] = {mode: [] for mode in modes}

@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 
 from emoreward.training.config import load_config
-from emoreward.training.run import run_training
+from emoreward.training.pipeline import run_training
 
 
 COLUMNS = [
@@ -95,11 +95,11 @@ def probe_study(args: argparse.Namespace, out: Path) -> dict[str, dict]:
     import torch
 
     from emoreward.data import load_pairs
-    from emoreward.models import EmoRewardModel
+    from emoreward.models.text import TextRewardModel
     from emoreward.training.probe import ProbeConfig, probe_cross_validation
 
     config = load_config(args.recipe, {"report_to": ["none"], "output_dir": str(out)})
-    model = EmoRewardModel.from_backbone(
+    model = TextRewardModel.from_backbone(
         config.model_name_or_path,
         gguf_file=config.gguf_file,
         instruction=config.instruction,

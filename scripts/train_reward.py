@@ -6,7 +6,7 @@ Usage:
     accelerate launch --config_file recipes/accelerate_configs/zero3.yaml scripts/train_reward.py --config RECIPE.yaml
 
 It is `emoreward train` itself: one configuration class (`EmoRewardConfig`, read from the recipe YAML, unknown
-keys are errors) and one code path (`emoreward.training.run.run_training`). Under a launcher every process runs
+keys are errors) and one code path (`emoreward.training.pipeline.run_training`, for text and multimodal recipes alike). Under a launcher every process runs
 it; only the main process (RANK 0) prints to stdout, writes reports and saves the model. Errors still go to
 stderr on every process.
 """

@@ -41,3 +41,40 @@ def synthetic_pairs(n: int = 40, seed: int = 0):
         else:
             pairs.append(PreferencePair(f"s{i}", rejected, chosen, "2", row=i + 1))
     return pairs
+
+
+class StubRewardModel:
+    """A deterministic text reward model for tests of the routes around a model (harness, ranking, serving): it
+    implements the `emoreward.models.RewardModel` interface with a closed-form reward, `reward(description,
+    subtitle)`, that subclasses define, and counts what it scores."""
+
+    kind = "text"
+
+    def __init__(self, tie_threshold: float = 0.0):
+        from emoreward.models import TextSettings
+
+        self.settings = TextSettings(tie_threshold=tie_threshold)
+        self.n_scored = 0
+
+    @property
+    def modalities(self):
+        return frozenset()
+
+    def reward(self, description: str, subtitle: str | None) -> float:
+        raise NotImplementedError
+
+    def context_key(self, context):
+        return (context.subtitle or None,)
+
+    def score_info(self, descriptions, contexts=None, *, batch_size=None):
+        import numpy as np
+
+        from emoreward.models.base import ScoreInfo, broadcast_contexts
+
+        contexts = broadcast_contexts(contexts, len(descriptions))
+        self.n_scored += len(descriptions)
+        rewards = np.array([self.reward(d, c.subtitle) for d, c in zip(descriptions, contexts)], dtype=np.float64)
+        return ScoreInfo(rewards, np.zeros(len(rewards), dtype=bool), np.zeros(len(rewards), dtype=np.int64))
+
+    def score(self, descriptions, contexts=None, *, batch_size=None):
+        return self.score_info(descriptions, contexts, batch_size=batch_size).rewards

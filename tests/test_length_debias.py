@@ -8,9 +8,9 @@ from _helpers import synthetic_pairs
 from test_reward_model import TEXTS, tiny_config
 from transformers import AutoModelForSequenceClassification
 
-from emoreward.models import EmoRewardModel
+from emoreward.models import TextRewardModel
+from emoreward.training.pipeline import fit_reward_model
 from emoreward.training.preprocess import length_balance_weights
-from emoreward.training.run import fit_reward_model
 
 
 def test_length_balance_weights_hand_case():
@@ -31,15 +31,16 @@ def test_length_penalty_removes_length_correlation_on_training_data(tiny_bert_di
     pairs = synthetic_pairs(24)
     config = tiny_config(tiny_bert_dir, tmp_path, length_debias="penalty", num_train_epochs=2)
     fit = fit_reward_model(config, pairs, output_dir=tmp_path / "o", run_name="t", save=False)
-    penalty = fit.model.settings.length_penalty
-    assert set(penalty) == {"alpha", "mean", "std"} and penalty["std"] > 0
+    penalty = fit.model.settings.score_transform
+    assert set(penalty) == {"type", "alpha", "mean", "std"} and penalty["type"] == "length_penalty"
+    assert penalty["std"] > 0 and fit.model.settings.objective == "penalty"
     texts = sorted({p.description_1 for p in pairs} | {p.description_2 for p in pairs})
     rewards = fit.model.score(texts)
     lengths = np.array([len(t) for t in texts], dtype=float)
     assert abs(np.corrcoef(rewards, lengths)[0, 1]) < 1e-6
     saved = fit.model.save_pretrained(tmp_path / "saved")
-    again = EmoRewardModel.from_pretrained(saved)
-    assert again.settings.length_penalty == penalty
+    again = TextRewardModel.from_pretrained(saved)
+    assert again.settings.score_transform == penalty
     np.testing.assert_array_equal(again.score(texts), rewards)
 
 
@@ -52,8 +53,8 @@ def test_disentangled_reward_trains_two_heads_and_exports_the_quality_head(tiny_
     assert logged, "ODIN correlation terms must be logged"
     quality = model.score(TEXTS)
     saved = model.save_pretrained(tmp_path / "saved")
-    np.testing.assert_array_equal(EmoRewardModel.from_pretrained(saved).score(TEXTS), quality)
+    np.testing.assert_array_equal(TextRewardModel.from_pretrained(saved).score(TEXTS), quality)
     merged = model.export_merged(tmp_path / "merged")
     plain = AutoModelForSequenceClassification.from_pretrained(merged)
     assert plain.config.num_labels == 1 and plain.score.weight.shape[0] == 1
-    np.testing.assert_allclose(EmoRewardModel.from_pretrained(merged).score(TEXTS), quality, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(TextRewardModel.from_pretrained(merged).score(TEXTS), quality, atol=1e-5, rtol=0)

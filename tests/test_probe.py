@@ -9,7 +9,7 @@ import pytest
 import torch
 from _helpers import synthetic_pairs
 
-from emoreward.models import EmoRewardModel
+from emoreward.models import TextRewardModel
 from emoreward.training.losses import reward_model_loss
 from emoreward.training.probe import (
     FeatureCache,
@@ -51,7 +51,7 @@ def test_reward_model_loss_odin_terms_hand_values():
 
 @pytest.mark.parametrize("fixture", ["tiny_bert_dir", "tiny_llama_dir"])
 def test_value_head_inputs_reproduce_the_rewards(fixture, request):
-    model = EmoRewardModel.from_backbone(str(request.getfixturevalue(fixture)), max_length=64)
+    model = TextRewardModel.from_backbone(str(request.getfixturevalue(fixture)), max_length=64)
     feats = value_head_inputs(model, TEXTS, batch_size=3)  # raises itself if head(features) != score
     assert feats.shape == (len(TEXTS), model.model.config.hidden_size)
     alone = value_head_inputs(model, TEXTS[1:2], batch_size=1)  # independent of batch and padding
@@ -113,7 +113,7 @@ def test_fit_probe_length_variants():
 def test_feature_cache_resumes_and_refuses_other_texts(tiny_bert_dir, tmp_path, monkeypatch):
     import emoreward.training.probe as probe_module
 
-    model = EmoRewardModel.from_backbone(str(tiny_bert_dir), max_length=64)
+    model = TextRewardModel.from_backbone(str(tiny_bert_dir), max_length=64)
     texts = [(t, None) for t in TEXTS] + [("one more", "a subtitle")]
     cache = FeatureCache(tmp_path / "f", chunk_size=2)
     full = cache.features(model, texts, log=lambda *_: None)
@@ -132,7 +132,7 @@ def test_feature_cache_resumes_and_refuses_other_texts(tiny_bert_dir, tmp_path, 
 
 
 def test_probe_cross_validation_on_the_harness(tiny_bert_dir, tmp_path):
-    model = EmoRewardModel.from_backbone(str(tiny_bert_dir), max_length=64)
+    model = TextRewardModel.from_backbone(str(tiny_bert_dir), max_length=64)
     pairs = synthetic_pairs(30)
     out = probe_cross_validation(
         model, pairs, ["none", "penalty"], folds=3, seed=0, cache_dir=tmp_path / "c", log=lambda *_: None

@@ -16,9 +16,9 @@ from transformers import AutoModelForSequenceClassification
 
 from emoreward.evaluation.harness import evaluate_judgements, run_judge
 from emoreward.evaluation.judge import RewardModelJudge
-from emoreward.models import EmoRewardModel
+from emoreward.models import TextRewardModel
 from emoreward.training.config import load_config
-from emoreward.training.run import fit_reward_model
+from emoreward.training.pipeline import fit_reward_model
 
 
 TEXTS = [
@@ -62,7 +62,7 @@ def test_training_changes_every_trainable_parameter_and_raises_accuracy(which, r
     config = tiny_config(model_dir, tmp_path)
     pairs = synthetic_pairs(40)
     torch.manual_seed(config.seed)
-    before_model = EmoRewardModel.from_backbone(
+    before_model = TextRewardModel.from_backbone(
         str(model_dir),
         lora_config=LoraConfig(task_type="SEQ_CLS", r=4, lora_alpha=8, target_modules=config.lora_target_modules),
         max_length=64,
@@ -81,7 +81,7 @@ def test_training_changes_every_trainable_parameter_and_raises_accuracy(which, r
 
 
 def test_pad_token_in_tokenizer_and_config(tiny_llama_dir):
-    model = EmoRewardModel.from_backbone(str(tiny_llama_dir), max_length=64)
+    model = TextRewardModel.from_backbone(str(tiny_llama_dir), max_length=64)
     tok = model.tokenizer
     assert tok.pad_token_id is not None and tok.pad_token_id != tok.eos_token_id
     assert model.model.config.pad_token_id == tok.pad_token_id
@@ -90,7 +90,7 @@ def test_pad_token_in_tokenizer_and_config(tiny_llama_dir):
 
 @pytest.mark.parametrize("which", ["tiny_bert_dir", "tiny_llama_dir"])
 def test_scores_do_not_depend_on_padding_or_batch(which, request):
-    model = EmoRewardModel.from_backbone(str(request.getfixturevalue(which)), max_length=64)
+    model = TextRewardModel.from_backbone(str(request.getfixturevalue(which)), max_length=64)
     alone = np.array([model.score([t])[0] for t in TEXTS])
     together = model.score(TEXTS, batch_size=3)
     model.tokenizer.padding_side = "left" if model.tokenizer.padding_side == "right" else "right"
@@ -102,9 +102,9 @@ def test_scores_do_not_depend_on_padding_or_batch(which, request):
 
 def test_truncation_counts_and_identical_pairs(tiny_bert_dir):
     from emoreward.data import PreferencePair
-    from emoreward.training.preprocess import build_reward_dataset
+    from emoreward.training.preprocess import build_text_dataset
 
-    model = EmoRewardModel.from_backbone(str(tiny_bert_dir), max_length=12)
+    model = TextRewardModel.from_backbone(str(tiny_bert_dir), max_length=12)
     long_a = "angry " * 30 + "at the end"
     long_b = "angry " * 30 + "at the start"
     pairs = [
@@ -114,19 +114,23 @@ def test_truncation_counts_and_identical_pairs(tiny_bert_dir):
         PreferencePair("tie", "happy", "sad", "tie"),
         PreferencePair("dup", "happy", "happy", "2"),
     ]
-    _, dropped = build_reward_dataset(pairs, model, ties="drop", truncation="drop")
+    _, dropped = build_text_dataset(pairs, model, ties="drop", truncation="drop")
     assert dropped.counts == {
         "tie_dropped": 1,
         "too_long": 2,
         "identical_after_truncation": 0,
         "identical_descriptions": 1,
+        "media_error": 0,
+        "media_span_too_long": 0,
     }
-    ds, cut = build_reward_dataset(pairs, model, ties="rao-kupper", truncation="truncate")
+    ds, cut = build_text_dataset(pairs, model, ties="rao-kupper", truncation="truncate")
     assert cut.counts == {
         "tie_dropped": 0,
         "too_long": 0,
         "identical_after_truncation": 1,
         "identical_descriptions": 1,
+        "media_error": 0,
+        "media_span_too_long": 0,
     }
     assert cut.n_kept == 3 and list(ds["tie"]) == [0.0, 0.0, 1.0]
     assert max(len(x) for x in list(ds["chosen_ids"]) + list(ds["rejected_ids"])) == 12
@@ -145,8 +149,8 @@ def test_save_load_in_fresh_process_and_merged_export(which, request, tmp_path):
     saved = fit.model.save_pretrained(tmp_path / "saved")
     assert (saved / "adapter_model.safetensors").exists() and not list(saved.glob("*.bin"))
     code = (
-        "import json, sys; from emoreward.models import EmoRewardModel; "
-        f"m = EmoRewardModel.from_pretrained({str(saved)!r}); "
+        "import json, sys; from emoreward.models import TextRewardModel; "
+        f"m = TextRewardModel.from_pretrained({str(saved)!r}); "
         f"print(json.dumps({{'s': m.score({TEXTS!r}).tolist(), 't': m.settings.tie_threshold}}))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -157,15 +161,15 @@ def test_save_load_in_fresh_process_and_merged_export(which, request, tmp_path):
     merged_dir = fit.model.export_merged(tmp_path / "merged")
     plain, info = AutoModelForSequenceClassification.from_pretrained(merged_dir, output_loading_info=True)
     assert len(info["missing_keys"]) == 0 and len(info["unexpected_keys"]) == 0, info
-    merged = EmoRewardModel(plain.eval(), fit.model.tokenizer, fit.model.settings)
+    merged = TextRewardModel(plain.eval(), fit.model.tokenizer, fit.model.settings)
     np.testing.assert_allclose(merged.score(TEXTS), expected, atol=1e-5, rtol=0)
-    again = EmoRewardModel.from_pretrained(merged_dir)
+    again = TextRewardModel.from_pretrained(merged_dir)
     assert again.settings.merged
     np.testing.assert_allclose(again.score(TEXTS), expected, atol=1e-5, rtol=0)
 
 
 def test_reward_model_judge_is_swap_consistent(tiny_bert_dir):
-    model = EmoRewardModel.from_backbone(str(tiny_bert_dir), max_length=64)
+    model = TextRewardModel.from_backbone(str(tiny_bert_dir), max_length=64)
     pairs = synthetic_pairs(12)
     judge = RewardModelJudge(model, tie_threshold=0.0)
     result = run_judge(judge, pairs, swap=True, runs=2)
@@ -225,7 +229,7 @@ def test_real_smollm2_backbone_from_gguf(tmp_path):
     assert model.model.config.pad_token_id == model.tokenizer.pad_token_id
     scores = model.score(TEXTS)
     saved = model.save_pretrained(tmp_path / "saved")
-    np.testing.assert_array_equal(EmoRewardModel.from_pretrained(saved).score(TEXTS), scores)
+    np.testing.assert_array_equal(TextRewardModel.from_pretrained(saved).score(TEXTS), scores)
 
 
 def test_inference_copy_merges_lora_and_keeps_scores(tiny_bert_dir, tmp_path):

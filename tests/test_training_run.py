@@ -11,7 +11,7 @@ from _helpers import synthetic_pairs
 
 from emoreward.cli import main
 from emoreward.training.config import load_config
-from emoreward.training.run import run_training
+from emoreward.training.pipeline import run_training
 
 
 def read_wandb_records(path):

@@ -9,7 +9,7 @@ the model all read it from there.
 
 A missing, empty or undecodable file raises `MediaError` naming the sample and the file; nothing is ever
 replaced by a zero tensor. Callers that prefer to skip such samples catch `MediaError` and count them
-(`emoreward.training.multimodal` does, with `media_errors: skip`).
+(training does, with `media_errors: skip`; so does `RewardModelJudge`).
 """
 
 from __future__ import annotations

@@ -1,14 +1,15 @@
-"""The judge protocol, and the reward model as a judge.
+"""The judge protocol, the single tie rule, and the reward model (any kind) as a judge.
 
 Any judge maps pairs to judgements; the harness runs it in normal and swapped order. A reward model is a
-pointwise judge: verdict from the sign of r(x, d1) - r(x, d2), TIE when |difference| < a threshold
-calibrated on training pairs. It is swap-consistent by construction (the harness tests that it is).
+pointwise judge: verdict from the sign of r(x, d1) - r(x, d2), TIE when |difference| < a threshold calibrated on
+training pairs (`verdict_from_difference`, the one tie rule every route uses). It is swap-consistent by
+construction (the harness measures it anyway).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -17,7 +18,7 @@ from emoreward.evaluation.verdicts import Judgement, Verdict
 
 
 if TYPE_CHECKING:  # importing the models pulls in transformers; judges that are not reward models don't need it
-    from emoreward.models import EmoRewardModel
+    from emoreward.models.base import RewardContext, RewardModel
 
 
 @runtime_checkable
@@ -33,46 +34,101 @@ class Judge(Protocol):
     def judge(self, pairs: Sequence[PreferencePair], *, run: int = 0) -> list[Judgement]: ...
 
 
-class RewardModelJudge:
-    """A reward model used as a judge.
-
-    Each distinct (description, subtitle) is scored once and cached, so the swapped order and repeated runs
-    cost no model calls.
+def verdict_from_difference(difference: float, tie_threshold: float = 0.0) -> Verdict:
+    """The tie rule: TIE when |r1 - r2| < `tie_threshold` (or the rewards are equal), else FIRST if r1 > r2 and
+    SECOND if r1 < r2. NaN (a reward that could not be computed) gives INVALID.
 
     Args:
-        model: the reward model.
+        difference: r1 - r2, reward units.
+        tie_threshold: >= 0, reward units (a model's calibrated `settings.tie_threshold`; 0 = ties only on equality).
+    """
+    if difference != difference:  # NaN
+        return Verdict.INVALID
+    if abs(difference) < tie_threshold or difference == 0:
+        return Verdict.TIE
+    return Verdict.FIRST if difference > 0 else Verdict.SECOND
+
+
+class RewardModelJudge:
+    """A reward model (text or multimodal) used as a judge.
+
+    Each distinct (description, context) is scored once and cached, so the swapped order and repeated runs cost no
+    model calls; a multimodal model scores all descriptions of a sample behind one media prefix.
+
+    Args:
+        model: any `RewardModel`.
         tie_threshold: |r1 - r2| below which the verdict is TIE; None = the model's calibrated threshold.
-        batch_size: sequences per forward pass.
+        batch_size: sequences per forward pass (None: the model's default).
+        name: the judge's name in reports.
+        media_errors: `"raise"`, or `"skip"`: a sample whose media cannot be read gets NaN rewards and INVALID
+            verdicts carrying the error (counted in `errors`).
+
+    Attributes:
+        n_scored: descriptions scored (model work); n_truncated: of those, cut to fit `max_length`;
+        errors: sample id -> media error message (skip policy).
     """
 
     def __init__(
         self,
-        model: EmoRewardModel,
+        model: RewardModel,
         tie_threshold: float | None = None,
-        batch_size: int = 32,
+        batch_size: int | None = None,
         name: str = "reward-model",
+        media_errors: Literal["raise", "skip"] = "raise",
     ):
+        if media_errors not in ("raise", "skip"):
+            raise ValueError(f"media_errors must be 'raise' or 'skip', got {media_errors!r}")
         self.model = model
         self.tie_threshold = model.settings.tie_threshold if tie_threshold is None else tie_threshold
         self.batch_size = batch_size
         self.name = name
-        self._cache: dict[tuple[str, str | None], float] = {}
+        self.media_errors = media_errors
+        self._cache: dict[tuple[str, Hashable], float] = {}
         self.n_scored = 0
+        self.n_truncated = 0
+        self.errors: dict[str, str] = {}
 
-    def rewards(self, descriptions: Sequence[str], subtitles: Sequence[str | None]) -> np.ndarray:
-        """Rewards, shape `(N,)`, scoring only the descriptions not seen before."""
-        keys = list(zip(descriptions, subtitles))
-        todo = list(dict.fromkeys(k for k in keys if k not in self._cache))
+    @property
+    def config(self) -> dict:
+        return {"kind": self.model.kind, "backbone": self.model.settings.backbone, "tie_threshold": self.tie_threshold}
+
+    def rewards(self, descriptions: Sequence[str], contexts: Sequence[RewardContext]) -> np.ndarray:
+        """Rewards, shape `(N,)`, scoring only the (description, context) items not seen before; NaN where media
+        could not be read (`media_errors="skip"`)."""
+        from emoreward.data.media import MediaError
+
+        keys = [(d, self.model.context_key(c)) for d, c in zip(descriptions, contexts)]
+        todo: dict[tuple[str, Hashable], RewardContext] = {}
+        for key, ctx in zip(keys, contexts):
+            if key not in self._cache:
+                todo.setdefault(key, ctx)
         if todo:
-            scores = self.model.score([d for d, _ in todo], [s for _, s in todo], batch_size=self.batch_size)
-            self._cache.update(zip(todo, scores.tolist()))
-            self.n_scored += len(todo)
+            # a media model is asked one sample at a time, so that one unreadable sample fails alone
+            groups: dict[Hashable, list[tuple[str, Hashable]]] = {}
+            for key in todo:
+                groups.setdefault(key[1] if self.model.kind == "media" else None, []).append(key)
+            for group in groups.values():
+                try:
+                    info = self.model.score_info(
+                        [d for d, _ in group], [todo[k] for k in group], batch_size=self.batch_size
+                    )
+                except MediaError as err:
+                    if self.media_errors == "raise":
+                        raise
+                    self.errors[err.sample_id] = str(err)
+                    self._cache.update({k: float("nan") for k in group})
+                    continue
+                self._cache.update(zip(group, info.rewards.tolist()))
+                self.n_scored += len(group)
+                self.n_truncated += int(info.truncated.sum())
         return np.array([self._cache[k] for k in keys], dtype=np.float64)
 
     def pair_rewards(self, pairs: Sequence[PreferencePair]) -> tuple[np.ndarray, np.ndarray]:
-        """(r1, r2), each of shape `(len(pairs),)`."""
-        subs = [p.media.subtitle for p in pairs]
-        both = self.rewards([p.description_1 for p in pairs] + [p.description_2 for p in pairs], subs + subs)
+        """(r1, r2), each of shape `(len(pairs),)` (NaN for pairs whose media could not be read)."""
+        from emoreward.models.base import RewardContext
+
+        contexts = [RewardContext.from_pair(p) for p in pairs]
+        both = self.rewards([p.description_1 for p in pairs] + [p.description_2 for p in pairs], contexts + contexts)
         return both[: len(pairs)], both[len(pairs) :]
 
     def judge(self, pairs: Sequence[PreferencePair], *, run: int = 0) -> list[Judgement]:
@@ -80,12 +136,11 @@ class RewardModelJudge:
         out = []
         for pair, a, b in zip(pairs, r1, r2):
             verdict = verdict_from_difference(a - b, self.tie_threshold)
-            out.append(Judgement(pair.sample_id, verdict, run=run, reward_1=float(a), reward_2=float(b)))
+            if verdict == Verdict.INVALID:
+                out.append(Judgement(pair.sample_id, verdict, run=run, raw=self.errors.get(pair.sample_id)))
+            else:
+                out.append(Judgement(pair.sample_id, verdict, run=run, reward_1=float(a), reward_2=float(b)))
         return out
 
 
-def verdict_from_difference(difference: float, tie_threshold: float = 0.0) -> Verdict:
-    """FIRST if r1 - r2 >= threshold (and > 0), SECOND if <= -threshold (and < 0), else TIE."""
-    if abs(difference) < tie_threshold or difference == 0:
-        return Verdict.TIE
-    return Verdict.FIRST if difference > 0 else Verdict.SECOND
+__all__ = ["Judge", "RewardModelJudge", "verdict_from_difference"]

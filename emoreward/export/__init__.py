@@ -2,7 +2,7 @@
 (verl, OpenRLHF) and an HTTP reward server (OpenRLHF `--remote_rm_url`)."""
 
 from emoreward.export.grpo import EmotionReward, completion_text
-from emoreward.export.hf import ExportMismatchError, ExportReport, export_hf, hf_input_ids
+from emoreward.export.hf import ExportMismatchError, ExportReport, export_hf
 from emoreward.export.server import RewardServer, RewardService, ServerLimits
 
 
@@ -15,5 +15,4 @@ __all__ = [
     "ServerLimits",
     "completion_text",
     "export_hf",
-    "hf_input_ids",
 ]

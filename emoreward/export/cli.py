@@ -1,4 +1,5 @@
-"""`emoreward export`: write a merged checkpoint that `AutoModelForSequenceClassification` loads, and verify it.
+"""`emoreward export`: write a merged checkpoint (LoRA folded in) of any reward model and verify it reloads with the
+same rewards (text: with `AutoModelForSequenceClassification`; multimodal: with emoreward, on a synthetic clip).
 
 emoreward export --model DIR --output EXPORT_DIR [--atol 1e-5]
 """
@@ -21,11 +22,18 @@ def run_export(args: argparse.Namespace) -> int:
     from emoreward.export.hf import export_hf
 
     report = export_hf(args.model, args.output, atol=args.atol)
-    _echo(
-        f"emoreward export: {report.path} loads with AutoModelForSequenceClassification; max |reward difference| "
-        f"{report.max_abs_diff:.2e} (same ids), {report.max_abs_diff_plain:.2e} (tokenizer-only ids) "
-        f"on {report.n_probes} probes"
-    )
+    if report.kind == "text":
+        how = (
+            f"loads with AutoModelForSequenceClassification; max |reward difference| {report.max_abs_diff:.2e} "
+            f"(same ids), {report.max_abs_diff_plain:.2e} (ids from the exported recipe)"
+        )
+    else:
+        how = (
+            f"reloads with emoreward.models.load_reward_model (transformers has no sequence-classification class for "
+            f"this backbone: see its README for the RL stacks that read it); max |reward difference| "
+            f"{report.max_abs_diff:.2e} on a synthetic clip"
+        )
+    _echo(f"emoreward export: {report.path} {how}; {report.n_probes} probes")
     return 0
 
 

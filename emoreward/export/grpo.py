@@ -8,8 +8,10 @@
 
 GRPOTrainer calls each reward function as ``f(prompts=..., completions=..., completion_ids=..., **columns)``,
 where ``columns`` holds every dataset column except ``prompt`` (repeated for each generation), plus
-``trainer_state``, ``log_extra`` and ``log_metric``. This function reads the sample's media from the columns
-``subtitle``, ``video`` and ``audio`` (names configurable) and returns one float reward per completion.
+``trainer_state``, ``log_extra`` and ``log_metric``. This function reads the sample's context from the columns
+``subtitle``, ``video``, ``audio`` and ``sample_id`` (names configurable) and returns one float reward per
+completion. A multimodal reward model scores every completion with the sample's media (the generations of one
+sample share one media prefix); a text reward model reads the subtitle only.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from emoreward.models import EmoRewardModel
+from emoreward.models.base import RewardContext, RewardModel, load_reward_model
 
 
 def completion_text(completion: Any) -> str:
@@ -43,16 +45,17 @@ class EmotionReward:
     """Reward function with GRPOTrainer's signature: ``(prompts, completions, **kwargs) -> list[float]``.
 
     Each completion is taken as an emotion description of the sample its prompt came from; its reward is
-    r(description | instruction, subtitle) from the reward model (unnormalised logit; GRPO normalises
-    advantages within each group of generations anyway).
+    r(description | context) from the reward model (unnormalised; GRPO normalises advantages within each group of
+    generations anyway), the same reward `emoreward evaluate`, `rank` and `serve` give for that input.
 
     Args:
-        model (`EmoRewardModel`, `str` or `Path`): the reward model or a saved model directory.
-        subtitle_column (`str`): dataset column with the sample's subtitle (missing column or ``None``: none).
-        video_column, audio_column (`str`): dataset columns with media paths. The current reward models are
-            text-only: when these columns hold paths, ``on_unused_media`` says what happens.
-        on_unused_media (`"warn"`, `"error"` or `"ignore"`): a text-only model given video / audio paths
-            warns once (default), raises ValueError, or says nothing.
+        model (`RewardModel`, `str` or `Path`): a reward model (text or multimodal) or a saved model directory.
+        media_root (`str`, *optional*): folder relative media paths resolve in (multimodal models).
+        subtitle_column, video_column, audio_column, sample_column (`str`): dataset columns holding the sample's
+            subtitle, video path, audio path and id (a missing column or ``None`` value: none). Without a path a
+            multimodal model looks for ``<media_root>/video/<sample_id>.mp4`` (``audio/<sample_id>.wav``).
+        on_unused_media (`"warn"`, `"error"` or `"ignore"`): a text-only model given video / audio paths warns once
+            (default), raises ValueError, or says nothing.
         batch_size (`int`): sequences per forward pass.
         scale (`float`): multiply rewards by this (e.g. to weigh this reward against others).
         name (`str`): the name GRPOTrainer logs the reward under (``rewards/<name>/mean``).
@@ -60,10 +63,12 @@ class EmotionReward:
 
     def __init__(
         self,
-        model: EmoRewardModel | str | Path,
+        model: RewardModel | str | Path,
+        media_root: str | None = None,
         subtitle_column: str = "subtitle",
         video_column: str = "video",
         audio_column: str = "audio",
+        sample_column: str = "sample_id",
         on_unused_media: str = "warn",
         batch_size: int = 16,
         scale: float = 1.0,
@@ -71,9 +76,13 @@ class EmotionReward:
     ):
         if on_unused_media not in ("warn", "error", "ignore"):
             raise ValueError(f"on_unused_media must be 'warn', 'error' or 'ignore', got {on_unused_media!r}")
-        self.model = model if isinstance(model, EmoRewardModel) else EmoRewardModel.from_pretrained(model)
-        self.subtitle_column = subtitle_column
-        self.media_columns = (video_column, audio_column)
+        if isinstance(model, (str, Path)):
+            model = load_reward_model(model, media_root=media_root)
+        elif media_root is not None and model.kind == "media":
+            model.media_root = media_root
+        self.model = model
+        self.columns = {"subtitle": subtitle_column, "video": video_column, "audio": audio_column}
+        self.sample_column = sample_column
         self.on_unused_media = on_unused_media
         self.batch_size = batch_size
         self.scale = float(scale)
@@ -87,29 +96,45 @@ class EmotionReward:
 
         Raises:
             ValueError: if a column's length differs from ``len(completions)``, a completion has an unknown
-                shape, or media paths are given with ``on_unused_media="error"``.
+                shape, or media paths are given to a text model with ``on_unused_media="error"``.
+            MediaError: a multimodal model cannot read a sample's media (names the sample and the file).
         """
         n = len(completions)
         if prompts is not None and len(prompts) != n:
             raise ValueError(f"{len(prompts)} prompts but {n} completions")
-        subtitles = self._column(kwargs, self.subtitle_column, n)
-        for column in self.media_columns:
-            values = self._column(kwargs, column, n)
-            if any(v for v in values) and self.on_unused_media != "ignore":
+        values = {key: self._column(kwargs, column, n) for key, column in self.columns.items()}
+        samples = self._column(kwargs, self.sample_column, n)
+        if self.model.kind == "text":
+            self._check_unused_media(values)
+        contexts = [
+            RewardContext(
+                values["subtitle"][k] or None,
+                values["video"][k] or None,
+                values["audio"][k] or None,
+                None if samples[k] is None else str(samples[k]),
+            )
+            for k in range(n)
+        ]
+        texts = [completion_text(c) for c in completions]
+        scores = self.model.score(texts, contexts, batch_size=self.batch_size)
+        self.n_calls += 1
+        self.n_scored += n
+        return (self.scale * np.asarray(scores, dtype=np.float64)).tolist()
+
+    def _check_unused_media(self, values: dict[str, list[Any]]) -> None:
+        if self.on_unused_media == "ignore":
+            return
+        for key in ("video", "audio"):
+            if any(v for v in values[key]):
                 message = (
-                    f"column {column!r} holds media paths, but this reward model is text-only: it conditions on "
-                    f"the subtitle ({self.subtitle_column!r}) only"
+                    f"column {self.columns[key]!r} holds media paths, but this reward model is text-only: it "
+                    f"conditions on the subtitle ({self.columns['subtitle']!r}) only"
                 )
                 if self.on_unused_media == "error":
                     raise ValueError(message)
                 if not self._warned:
-                    warnings.warn(message, UserWarning, stacklevel=2)
+                    warnings.warn(message, UserWarning, stacklevel=3)
                     self._warned = True
-        texts = [completion_text(c) for c in completions]
-        scores = self.model.score(texts, [s if s else None for s in subtitles], batch_size=self.batch_size)
-        self.n_calls += 1
-        self.n_scored += n
-        return (self.scale * np.asarray(scores, dtype=np.float64)).tolist()
 
     @staticmethod
     def _column(kwargs: dict[str, Any], column: str, n: int) -> list[Any]:

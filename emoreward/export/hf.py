@@ -1,29 +1,40 @@
-"""Export a text reward model as a plain `transformers` checkpoint that verl and OpenRLHF load.
+"""Export a trained reward model (text or multimodal) as a merged checkpoint for RL pipelines, and verify it.
 
-:func:`export_hf` merges LoRA into the backbone (:meth:`EmoRewardModel.export_merged`), writes a model card that
-says how to build the input text, loads the result back with ``AutoModelForSequenceClassification`` (no missing
-or unexpected keys allowed) and checks that it gives the same rewards as the original model on probe
-descriptions. :func:`hf_input_ids` builds the input ids with nothing but the exported tokenizer, the way an RL
-framework does, and :func:`score_with_transformers` scores with nothing but `transformers`.
+:func:`export_hf` merges LoRA into the backbone, writes the input recipe (`emoreward_config.json`) and a model card
+that says exactly how the checkpoint must be read and which RL stacks can read it, reloads the export and checks
+that it gives the same rewards as the original model:
+
+- text backbones: the export is a plain `AutoModelForSequenceClassification` checkpoint (no missing or unexpected
+  keys); the check reads it with nothing but `transformers`, on ids that `emoreward.models.text.text_input_ids`
+  builds from the EXPORTED tokenizer and settings alone (the one input function of every route);
+- multimodal backbones: transformers has no sequence-classification class for Qwen2.5-VL, the Qwen2.5-Omni thinker
+  or Qwen2-Audio, so the export is the merged `<model_class>` checkpoint plus `value_head.safetensors`; the check
+  reloads it with `emoreward.models.load_reward_model` in the same process and compares rewards on a synthetic
+  clip (decoded frames and audio made in memory, no files needed).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedTokenizerBase
 
-from emoreward.models import EmoRewardModel, RewardModelSettings
+from emoreward.models.base import (
+    RewardContext,
+    RewardModel,
+    TextSettings,
+    as_context,
+    load_reward_model,
+    load_settings,
+)
 
 
 DEFAULT_PROBES = (
     "The speaker smiles broadly and her voice rises: she is happy, and the joy grows stronger towards the end.",
     "He frowns, speaks slowly in a low voice and looks away; he seems sad and tired.",
-    "Neutral.",
+    "  Neutral.",
     "",
 )
 
@@ -38,54 +49,21 @@ class ExportReport:
 
     Attributes:
         path (`Path`): the export directory.
-        max_abs_diff (`float`): largest |reward difference| between the original model and the export loaded
-            with ``AutoModelForSequenceClassification`` (same input ids).
-        max_abs_diff_plain (`float`): the same with ids built by :func:`hf_input_ids` (tokenizer only).
+        kind (`str`): `"text"` or `"media"`.
+        max_abs_diff (`float`): largest |reward difference| between the original model and the reloaded export
+            (text: `AutoModelForSequenceClassification` on the model's own ids; media: `load_reward_model`).
+        max_abs_diff_plain (`float`): text: the same with ids built from the exported tokenizer and settings alone
+            (equal to `max_abs_diff` for media exports).
         n_probes (`int`): probe descriptions compared.
-        ids_match (`bool`): whether :func:`hf_input_ids` reproduced the model's own input ids on every probe.
+        ids_match (`bool`): text: the exported recipe reproduced the model's own input ids on every probe.
     """
 
     path: Path
+    kind: str
     max_abs_diff: float
     max_abs_diff_plain: float
     n_probes: int
     ids_match: bool
-
-
-def hf_input_ids(
-    tokenizer: PreTrainedTokenizerBase,
-    settings: RewardModelSettings,
-    description: str,
-    subtitle: str | None = None,
-) -> list[int]:
-    """Input ids of one (context, description) sequence built from the tokenizer alone (no emoreward model).
-
-    - ``"pair"`` (encoders): ``[CLS] context [SEP] description [SEP]`` (``[CLS] description [SEP]`` without
-      context); feed them with all-zero ``token_type_ids`` (or none), as the reward model was trained.
-    - ``"chat"`` (decoders): the chat template on ``[user: context, assistant: description]`` (no user turn
-      without context); the value head reads the last token.
-
-    The context is the settings' instruction plus ``"Subtitle: ..."`` when a subtitle is known. No truncation:
-    keep sequences within ``settings.max_length``.
-    """
-    parts = [settings.instruction] if settings.instruction else []
-    if subtitle:
-        parts.append(f"Subtitle: {subtitle}")
-    context = "\n".join(parts)
-    if settings.input_format == "chat":
-        messages = [{"role": "assistant", "content": description}]
-        if context:
-            messages.insert(0, {"role": "user", "content": context})
-        text = tokenizer.apply_chat_template(messages, tokenize=False)
-        return tokenizer(text, add_special_tokens=False)["input_ids"]
-    # [CLS] context [SEP] description [SEP]: what `tokenizer(context, description)` gives, spelled out so that an
-    # empty description keeps its closing [SEP] as in training
-    cls_ids = [tokenizer.cls_token_id] if tokenizer.cls_token_id is not None else []
-    sep_ids = [tokenizer.sep_token_id] if tokenizer.sep_token_id is not None else []
-    body = tokenizer(description, add_special_tokens=False)["input_ids"]
-    if context:
-        return cls_ids + tokenizer(context, add_special_tokens=False)["input_ids"] + sep_ids + body + sep_ids
-    return cls_ids + body + sep_ids
 
 
 @torch.inference_mode()
@@ -103,44 +81,84 @@ def score_with_transformers(model: torch.nn.Module, sequences: list[list[int]]) 
     return out
 
 
+def synthetic_context(model: RewardModel, seconds: float = 2.0, seed: int = 0) -> RewardContext:
+    """A context with decoded media made in memory (random frames at the model's fps, a voiced tone), to compare a
+    multimodal model with its export without any media file."""
+    from emoreward.data.media import SampleMedia
+
+    settings = model.settings
+    rng = np.random.default_rng(seed)
+    media = SampleMedia()
+    if "video" in model.modalities:
+        n = max(2, min(settings.max_frames, int(round(seconds * settings.fps))))
+        n += n % 2
+        media.frames = rng.integers(0, 256, size=(n, 64, 64, 3), dtype=np.uint8)
+        media.fps = settings.fps
+    if "audio" in model.modalities:
+        t = np.arange(int(seconds * settings.sampling_rate)) / settings.sampling_rate
+        media.audio = (0.3 * np.sin(2 * np.pi * 220 * t) * (1 + 0.5 * np.sin(2 * np.pi * 3 * t))).astype(np.float32)
+    return RewardContext(subtitle="I can't believe it.", sample_id="export-probe", decoded=media)
+
+
 def export_hf(
-    model: EmoRewardModel | str | Path,
+    model: RewardModel | str | Path,
     directory: str | Path,
     probes: list[str] | None = None,
-    subtitles: list[str | None] | None = None,
+    contexts: list[RewardContext | None] | None = None,
     atol: float = 1e-5,
 ) -> ExportReport:
-    """Merge, save and verify a text reward model for `AutoModelForSequenceClassification`.
+    """Merge, save and verify a reward model (text or multimodal) for RL pipelines.
 
     Args:
-        model (`EmoRewardModel` or path): the model, or a directory written by `emoreward train`.
-        directory (`str` or `Path`): the export folder (created).
+        model (`RewardModel` or path): the model, or a directory written by `emoreward train`.
+        directory (`str` or `Path`): the export folder (created; must not be the model's own directory).
         probes (`list[str]`, *optional*): descriptions compared before and after (default: a few fixed ones).
-        subtitles (`list[str | None]`, *optional*): subtitles aligned with ``probes``.
+        contexts (`list[RewardContext | None]`, *optional*): contexts aligned with ``probes`` (default: none for text
+            models, a synthetic clip for multimodal ones).
         atol (`float`): largest allowed |reward difference|.
 
     Returns:
         `ExportReport`.
 
     Raises:
-        ExportMismatchError: if the loaded export has missing / unexpected keys or its rewards differ by more
-            than ``atol``.
+        ValueError: ``directory`` is the model's own directory or an existing file.
+        ExportMismatchError: the loaded export has missing / unexpected keys or its rewards differ by more than
+            ``atol``.
     """
-    if isinstance(model, (str, Path)) and Path(directory).resolve() == Path(model).resolve():
-        raise ValueError(
-            f"export into the model's own directory {directory} would overwrite it; choose another --output"
-        )
-    if not isinstance(model, EmoRewardModel):
-        model = EmoRewardModel.from_pretrained(model)
-    probes = list(DEFAULT_PROBES if probes is None else probes)
-    subtitles = [None] * len(probes) if subtitles is None else list(subtitles)
     directory = Path(directory)
-    card = model_card(model.settings)
-    model.export_merged(directory, model_card=card)
-    (directory / "reward_input_format.json").write_text(
-        json.dumps({"input_format": model.settings.input_format, "instruction": model.settings.instruction}, indent=2)
-        + "\n"
-    )
+    if isinstance(model, (str, Path)):
+        if directory.resolve() == Path(model).resolve():
+            raise ValueError(
+                f"export into the model's own directory {directory} would overwrite it; choose another --output"
+            )
+        model = load_reward_model(model)
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(f"--output {directory} is a file; give a directory for the export")
+    probes = list(DEFAULT_PROBES if probes is None else probes)
+    if contexts is None:
+        contexts = [synthetic_context(model) if model.kind == "media" else None] * len(probes)
+    contexts = [as_context(c) for c in contexts]
+    expected = model.score(probes, contexts)
+    model.export_merged(directory, model_card=export_card(model))
+    if model.kind == "media":
+        again = load_reward_model(directory, media_root=getattr(model, "media_root", None))
+        got = again.score(probes, contexts)
+        diff = float(np.max(np.abs(got - expected)))
+        report = ExportReport(directory, "media", diff, diff, len(probes), True)
+    else:
+        report = _check_text_export(model, directory, probes, contexts, expected)
+    if report.max_abs_diff > atol or report.max_abs_diff_plain > atol:
+        raise ExportMismatchError(
+            f"{directory}: exported rewards differ from the original model by {report.max_abs_diff:.3g} "
+            f"(recipe ids: {report.max_abs_diff_plain:.3g}) > atol {atol}"
+        )
+    return report
+
+
+def _check_text_export(model, directory: Path, probes, contexts, expected: np.ndarray) -> ExportReport:
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from emoreward.models.text import text_input_ids
 
     loaded, info = AutoModelForSequenceClassification.from_pretrained(
         directory, dtype=torch.float32, output_loading_info=True
@@ -149,57 +167,118 @@ def export_hf(
     if bad:
         raise ExportMismatchError(f"{directory}: AutoModelForSequenceClassification loading problems {bad}")
     tokenizer = AutoTokenizer.from_pretrained(directory)
-    expected = model.score(probes, subtitles)
-    own_ids = [model.encode(d, s).input_ids for d, s in zip(probes, subtitles)]
-    plain_ids = [hf_input_ids(tokenizer, model.settings, d, s) for d, s in zip(probes, subtitles)]
+    settings = load_settings(directory)
+    assert isinstance(settings, TextSettings)
+    own_ids = [model.encode(d, c).input_ids for d, c in zip(probes, contexts)]
+    recipe_ids = [text_input_ids(tokenizer, settings, d, c.subtitle).input_ids for d, c in zip(probes, contexts)]
+    transform = model.settings.score_transform
+    if transform:  # not part of the network: compare the raw head output
+        from emoreward.models.base import apply_score_transform
+
+        expected = expected - (apply_score_transform(np.zeros(len(probes)), [len(d) for d in probes], transform))
     got = score_with_transformers(loaded, own_ids)
-    got_plain = score_with_transformers(loaded, plain_ids)
-    report = ExportReport(
+    got_plain = score_with_transformers(loaded, recipe_ids)
+    return ExportReport(
         directory,
+        "text",
         float(np.max(np.abs(got - expected))),
         float(np.max(np.abs(got_plain - expected))),
         len(probes),
-        own_ids == plain_ids,
+        own_ids == recipe_ids,
     )
-    if report.max_abs_diff > atol or report.max_abs_diff_plain > atol:
-        raise ExportMismatchError(
-            f"{directory}: exported rewards differ from the original model by {report.max_abs_diff:.3g} "
-            f"(tokenizer-only ids: {report.max_abs_diff_plain:.3g}) > atol {atol}"
+
+
+def export_card(model: RewardModel) -> str:
+    """The export's model card: what the checkpoint is, exactly how to build its input and read the reward, and
+    which RL stacks read it directly (each claim is tested in tests/export)."""
+    from emoreward.models.cards import front_matter
+
+    s = model.settings
+    if s.score_transform:
+        transform = (
+            f"\n**Score transform not in the weights.** This model was trained with `length_debias: {s.objective}`: "
+            f"its reward is the network output minus a length penalty ({s.score_transform}). Readers that run the "
+            "network alone get the untransformed output; emoreward's `score`, `serve` and `EmotionReward` apply it.\n"
         )
-    return report
+    else:
+        transform = ""
+    head = front_matter(s, library="transformers" if model.kind == "text" else "emoreward")
+    instruction = s.instruction.replace("\n", " ") or "(none)"
+    if model.kind == "media":
+        return f"""{head}
+# emoreward multimodal reward model ({s.backbone}, merged export)
 
+A scalar reward r(description | media, subtitle): the merged `{model.spec.model_class}` checkpoint (LoRA folded in)
+whose decoder stack (`model.model`) is read at the last non-pad token by the value head in `value_head.safetensors`
+(`score`: Linear(hidden, {s.num_heads}, bias=False); column 0 is the reward). `emoreward_config.json` is the input
+recipe: instruction, frame rate ({s.fps} fps, at most {s.max_frames} frames), audio source
+({"the video's own track, interleaved with the frames" if s.use_audio_in_video else "the sample's .wav"}), video
+patching, max length {s.max_length} tokens, tie threshold {s.tie_threshold:.4g}.
 
-def model_card(settings: RewardModelSettings) -> str:
-    """A short model card: what the checkpoint is and how to build its input text."""
-    if settings.input_format == "chat":
+**transformers has no sequence-classification class for {s.backbone}**, so no RL stack loads this checkpoint with
+`AutoModelForSequenceClassification`: TRL, OpenRLHF and verl cannot read it directly. Use it through emoreward:
+
+- `emoreward.models.load_reward_model(path, media_root=...)` and `.score(descriptions, contexts)`;
+- `emoreward serve --model PATH --media-root DIR` (OpenRLHF `--remote_rm_url`, verl through a custom reward
+  function calling the server);
+- `emoreward.export.EmotionReward(PATH, media_root=...)` in TRL's `GRPOTrainer` (reads `video` / `audio` columns).
+
+Instruction: {instruction}
+{transform}"""
+    assert isinstance(s, TextSettings)
+    if s.input_format == "chat":
         layout = (
-            "Render `[{'role': 'user', 'content': CONTEXT}, {'role': 'assistant', 'content': DESCRIPTION}]` with "
-            "the tokenizer's chat template; the value head `score` is read at the last non-pad token."
+            "Render `[{'role': 'user', 'content': CONTEXT}, {'role': 'assistant', 'content': DESCRIPTION}]` with the "
+            "tokenizer's chat template (no user turn without context), drop the whitespace the template writes "
+            "after the assistant's end-of-turn token, and tokenize the whole text with `add_special_tokens=False`: "
+            "the sequence ends at the end-of-turn token, where the value head `score` reads it (the last non-pad "
+            "token; either padding side, with position ids from the attention mask)."
+        )
+        readers = (
+            "- `transformers.AutoModelForSequenceClassification` (TRL's reward models): reads `logits[:, 0]` at the "
+            "last non-pad token; right or left padding.\n"
+            "- OpenRLHF (`--reward_pretrain PATH`): its reward model reads the value head `score` at the last "
+            "non-pad token; send the sequence ending at the end-of-turn token, as above.\n"
+            "- verl: its reward-model worker loads `AutoModelForTokenClassification`, whose head has a bias this "
+            "checkpoint does not have (initialised at random on load), so its rewards are shifted by that bias: use "
+            "`emoreward serve` with verl's custom reward function (`emoreward.export.verl`) instead.\n"
         )
     else:
         layout = (
-            "Tokenize `tokenizer(CONTEXT, DESCRIPTION)` (or `tokenizer(DESCRIPTION)` without context) and pass "
-            "`input_ids` and `attention_mask` only (no `token_type_ids`, as in training)."
+            "Token ids `[CLS] CONTEXT [SEP] DESCRIPTION [SEP]` (`[CLS] DESCRIPTION [SEP]` without context): what "
+            "`tokenizer(CONTEXT, DESCRIPTION)` gives. Pass `input_ids` and `attention_mask` only (all-zero "
+            "`token_type_ids` or none: the model was trained that way) and pad on the RIGHT (absolute position "
+            "embeddings). The reward is `logits[:, 0]` of BERT's pooled `[CLS]` head."
         )
-    instruction = settings.instruction.replace("\n", " ") or "(none)"
-    return (
-        "# emoreward emotion reward model (merged export)\n\n"
-        "A scalar reward r(description | context) for emotion descriptions: "
-        "`AutoModelForSequenceClassification` with one output (`logits[:, 0]`, unnormalised).\n\n"
-        f"- input layout: `{settings.input_format}`; {layout}\n"
-        f"- CONTEXT = instruction, plus a line `Subtitle: <subtitle>` when the sample has a subtitle; "
-        f"instruction: {instruction}\n"
-        f"- max length: {settings.max_length} tokens; calibrated tie threshold: {settings.tie_threshold:.4g}\n"
-        "- `emoreward.export.hf.hf_input_ids` builds the ids from the tokenizer alone.\n"
-    )
+        readers = (
+            "- `transformers.AutoModelForSequenceClassification` with right padding and no `token_type_ids`.\n"
+            "- Not OpenRLHF or verl directly: both read a decoder's value head at the last token, while this encoder's "
+            "reward is pooled at `[CLS]`. Use `emoreward serve` (OpenRLHF `--remote_rm_url`, verl's custom reward "
+            "function `emoreward.export.verl`) or `emoreward.export.EmotionReward` (TRL GRPO).\n"
+        )
+    return f"""{head}
+# emoreward emotion reward model ({s.backbone}, merged export)
+
+A scalar reward r(description | context) for emotion descriptions: `AutoModelForSequenceClassification` with one
+output (`logits[:, 0]`, unnormalised), LoRA merged in.
+
+- Input: {layout}
+- CONTEXT = the instruction, plus a line `Subtitle: <subtitle>` when the sample has one; instruction: {instruction}
+- Max length: {s.max_length} tokens (longer descriptions were cut, and counted, in training); tie threshold:
+  {s.tie_threshold:.4g}.
+- `emoreward.models.text.text_input_ids(tokenizer, settings, description, subtitle)` builds the ids from this
+  folder alone (`load_settings(path)`): the same function training and every emoreward route use.
+
+Readers:
+{readers}{transform}"""
 
 
 __all__ = [
     "DEFAULT_PROBES",
     "ExportMismatchError",
     "ExportReport",
+    "export_card",
     "export_hf",
-    "hf_input_ids",
-    "model_card",
     "score_with_transformers",
+    "synthetic_context",
 ]

@@ -31,7 +31,10 @@ import time
 from dataclasses import asdict, dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+
+from emoreward.models.base import RewardContext
 
 
 logger = logging.getLogger(__name__)
@@ -74,11 +77,13 @@ class RewardService:
     """The scoring behind the endpoints: validates request bodies and scores them with one reward model.
 
     Args:
-        model (`EmoRewardModel`): the reward model (text: conditions on the subtitle only).
+        model (`RewardModel`): the reward model, text (conditions on the subtitle only) or multimodal.
         limits (`ServerLimits`): request limits.
         batch_size (`int`): sequences per forward pass.
         openrlhf_labels (`"ignore"` or `"subtitle"`): what OpenRLHF ``labels`` are.
         allow_unused_media (`bool`): accept video / audio paths the text model cannot use (otherwise 400).
+        media_root (`str` or `Path`, *optional*): the only folder media paths may point into (multimodal models);
+            without it every media path is refused.
         name (`str`): the model name returned to clients.
     """
 
@@ -90,6 +95,7 @@ class RewardService:
         openrlhf_labels: str = "ignore",
         allow_unused_media: bool = False,
         name: str = "emoreward",
+        media_root: str | Path | None = None,
     ):
         if openrlhf_labels not in ("ignore", "subtitle"):
             raise ValueError(f"openrlhf_labels must be 'ignore' or 'subtitle', got {openrlhf_labels!r}")
@@ -99,6 +105,9 @@ class RewardService:
         self.openrlhf_labels = openrlhf_labels
         self.allow_unused_media = allow_unused_media
         self.name = name
+        self.media_root = None if media_root is None else Path(media_root).resolve()
+        if self.media_root is not None and not self.media_root.is_dir():
+            raise ValueError(f"--media-root {media_root} is not a directory")
         self._model_lock = threading.Lock()  # one forward pass at a time bounds memory
         self._slots = threading.BoundedSemaphore(self.limits.max_concurrent)
         self.n_requests = 0
@@ -131,39 +140,85 @@ class RewardService:
             )
         return item
 
-    def _media(self, media: Any, n: int) -> list[str | None]:
-        """Subtitles, one per description, from ``media`` (object, list of objects or None)."""
+    def _media(self, media: Any, n: int) -> list[RewardContext]:
+        """Contexts, one per description, from ``media`` (an object, a list of objects, or None).
+
+        A text model reads the subtitle only (media paths are a 400 unless ``allow_unused_media``). A multimodal
+        model reads ``video`` / ``audio`` paths relative to the server's media root: absolute paths, ``..`` parts
+        and paths that leave the root through a symlink are a 400 naming the field, and no file is read for them.
+        """
         if media is None:
-            return [None] * n
-        if isinstance(media, dict):
+            media = [None] * n
+        elif isinstance(media, dict):
             media = [media] * n
         if not isinstance(media, list) or len(media) != n:
             raise RequestError(
                 HTTPStatus.BAD_REQUEST, "'media' must be an object or a list with one object per description"
             )
-        subtitles = []
+        contexts = []
         for k, ref in enumerate(media):
             if ref is None:
-                subtitles.append(None)
-                continue
+                ref = {}
             if not isinstance(ref, dict):
                 raise RequestError(HTTPStatus.BAD_REQUEST, f"'media[{k}]' must be an object")
             unknown = sorted(set(ref) - {"subtitle", "video", "audio"})
             if unknown:
                 raise RequestError(HTTPStatus.BAD_REQUEST, f"'media[{k}]' has unknown keys {unknown}")
-            for key in ("video", "audio"):
-                if self._string(ref.get(key), f"media[{k}].{key}") and not self.allow_unused_media:
+            paths = {key: self._string(ref.get(key), f"media[{k}].{key}") for key in ("video", "audio")}
+            subtitle = self._string(ref.get("subtitle"), f"media[{k}].subtitle")
+            if self.model.kind == "text":
+                given = [key for key, value in paths.items() if value]
+                if given and not self.allow_unused_media:
                     raise RequestError(
                         HTTPStatus.BAD_REQUEST,
-                        f"'media[{k}].{key}' given, but this reward model is text-only (it uses the subtitle); "
+                        f"'media[{k}].{given[0]}' given, but this reward model is text-only (it uses the subtitle); "
                         "start the server with --allow-unused-media to accept and ignore media paths",
                     )
-            subtitles.append(self._string(ref.get("subtitle"), f"media[{k}].subtitle"))
-        return subtitles
+                contexts.append(RewardContext(subtitle))
+                continue
+            resolved = {key: self._media_path(value, f"media[{k}].{key}") for key, value in paths.items()}
+            for needed in sorted(self.model.modalities):
+                if resolved[needed] is None and not (needed == "audio" and self._audio_from_video(resolved)):
+                    raise RequestError(
+                        HTTPStatus.BAD_REQUEST, f"'media[{k}].{needed}' is required: this reward model reads {needed}"
+                    )
+            contexts.append(RewardContext(subtitle, resolved["video"], resolved["audio"], sample_id=f"media[{k}]"))
+        return contexts
 
-    def _score(self, descriptions: list[str], subtitles: list[str | None]) -> list[float]:
+    def _audio_from_video(self, resolved: dict[str, str | None]) -> bool:
+        return bool(self.model.settings.use_audio_in_video and resolved["video"])
+
+    def _media_path(self, value: str | None, field: str) -> str | None:
+        """The absolute path of a media file inside the media root, or a 400 naming `field`."""
+        if not value:
+            return None
+        if self.media_root is None:
+            raise RequestError(
+                HTTPStatus.BAD_REQUEST,
+                f"'{field}': media paths are refused: the server was started without --media-root",
+            )
+        path = Path(value)
+        if path.is_absolute() or ".." in path.parts or "\x00" in value:
+            raise RequestError(
+                HTTPStatus.BAD_REQUEST, f"'{field}' must be a relative path inside the media root, without '..'"
+            )
+        full = (self.media_root / path).resolve()
+        if not full.is_relative_to(self.media_root):
+            raise RequestError(HTTPStatus.BAD_REQUEST, f"'{field}' leaves the media root (through a symlink)")
+        if not full.is_file():
+            raise RequestError(HTTPStatus.BAD_REQUEST, f"'{field}': no such file in the media root: {value}")
+        return str(full)
+
+    def _score(self, descriptions: list[str], contexts: list[RewardContext]) -> list[float]:
+        from emoreward.data.media import MediaError
+
         with self._model_lock:
-            scores = self.model.score(descriptions, subtitles, batch_size=self.batch_size)
+            try:
+                scores = self.model.score(descriptions, contexts, batch_size=self.batch_size)
+            except MediaError as err:
+                raise RequestError(
+                    HTTPStatus.BAD_REQUEST, f"{err.sample_id}: cannot read media: {err.problem}"
+                ) from None
         self.n_requests += 1
         self.n_scored += len(descriptions)
         return [float(s) for s in scores]
@@ -179,8 +234,8 @@ class RewardService:
         if "descriptions" not in body:
             raise RequestError(HTTPStatus.BAD_REQUEST, "missing field 'descriptions'")
         descriptions = self._strings(body["descriptions"], "descriptions")
-        subtitles = self._media(body.get("media"), len(descriptions))
-        return {"rewards": self._score(descriptions, subtitles), "model": self.name}
+        contexts = self._media(body.get("media"), len(descriptions))
+        return {"rewards": self._score(descriptions, contexts), "model": self.name}
 
     def openrlhf(self, body: Any) -> dict[str, Any]:
         """``/get_reward``: OpenRLHF ``{"query", "prompts", "labels"}`` -> ``{"rewards", "scores", "extra_logs"}``."""
@@ -210,7 +265,13 @@ class RewardService:
             if len(labels) != n:
                 raise RequestError(HTTPStatus.BAD_REQUEST, f"{len(labels)} labels for {n} queries")
             subtitles = [label or None for label in labels]
-        rewards = self._score(descriptions, subtitles)
+        if self.model.modalities:
+            raise RequestError(
+                HTTPStatus.BAD_REQUEST,
+                "/get_reward carries no media and this reward model reads "
+                f"{' and '.join(sorted(self.model.modalities))}: use /v1/rewards with 'media'",
+            )
+        rewards = self._score(descriptions, [RewardContext(s) for s in subtitles])
         return {"rewards": rewards, "scores": rewards, "extra_logs": {"emotion_reward": rewards}}
 
     def health(self) -> dict[str, Any]:
@@ -372,15 +433,20 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         default="ignore",
         help="what the 'labels' of OpenRLHF requests are (--label_key): ignored, or the sample's subtitle",
     )
-    p.add_argument("--allow-unused-media", action="store_true", help="accept (and ignore) video/audio paths")
+    p.add_argument("--allow-unused-media", action="store_true", help="text models: accept (and ignore) media paths")
+    p.add_argument(
+        "--media-root",
+        help="multimodal models: the only folder request media paths may point into (relative paths); without it "
+        "media paths are refused",
+    )
 
 
 def run_serve(args: argparse.Namespace) -> int:
     """Load the model and serve until interrupted (Ctrl-C)."""
-    from emoreward.models import EmoRewardModel
+    from emoreward.models import load_reward_model
 
     limits = ServerLimits(args.max_body_bytes, args.max_items, args.max_chars, args.max_concurrent)
-    model = EmoRewardModel.from_pretrained(args.model)
+    model = load_reward_model(args.model, media_root=args.media_root)
     service = RewardService(
         model,
         limits,
@@ -388,6 +454,7 @@ def run_serve(args: argparse.Namespace) -> int:
         openrlhf_labels=args.openrlhf_labels,
         allow_unused_media=args.allow_unused_media,
         name=str(args.model),
+        media_root=args.media_root,
     )
     server = RewardServer(service, args.host, args.port)
     _echo(f"emoreward serve: {args.model} on {server.url}  (POST /v1/rewards, POST /get_reward, GET /health)")

@@ -1,22 +1,48 @@
-"""Reward models: backbones, the value head, LoRA, save / load / merged export."""
+"""Reward models: one interface (`RewardModel`), one backbone registry, text and multimodal implementations.
+
+Load any saved model with `load_reward_model(directory)`; score with `model.score(descriptions, contexts)`.
+The implementations (`TextRewardModel`, `MediaRewardModel`) import transformers and are loaded on first use.
+"""
 
 from emoreward.models.backbones import BACKBONES, BackboneSpec, get_backbone
-from emoreward.models.reward_model import EmoRewardModel, Encoded, RewardModelSettings
+from emoreward.models.base import (
+    SETTINGS_FILE,
+    MediaSettings,
+    RewardContext,
+    RewardModel,
+    RewardSettings,
+    ScoreInfo,
+    TextSettings,
+    load_reward_model,
+    load_settings,
+)
 
 
-__all__ = ["BACKBONES", "BackboneSpec", "EmoRewardModel", "Encoded", "RewardModelSettings", "get_backbone"]
+def __getattr__(name: str):
+    if name == "TextRewardModel":
+        from emoreward.models.text import TextRewardModel
+
+        return TextRewardModel
+    if name == "MediaRewardModel":
+        from emoreward.models.media import MediaRewardModel
+
+        return MediaRewardModel
+    raise AttributeError(f"module 'emoreward.models' has no attribute {name!r}")
 
 
-def load_reward_model(directory, **kwargs):
-    """Load any saved emoreward reward model (text or multimodal) from its directory.
-
-    Transitional entry point: the class is picked from the files in the directory. Every route (evaluate,
-    rank, serve, GRPO reward, export) loads reward models through this function.
-
-    Raises:
-        FileNotFoundError: `directory` is not an emoreward model directory.
-    """
-    return EmoRewardModel.from_pretrained(directory, **kwargs)
-
-
-__all__ += ["load_reward_model"]
+__all__ = [
+    "BACKBONES",
+    "SETTINGS_FILE",
+    "BackboneSpec",
+    "MediaRewardModel",
+    "MediaSettings",
+    "RewardContext",
+    "RewardModel",
+    "RewardSettings",
+    "ScoreInfo",
+    "TextRewardModel",
+    "TextSettings",
+    "get_backbone",
+    "load_reward_model",
+    "load_settings",
+]

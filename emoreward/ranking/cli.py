@@ -75,6 +75,9 @@ def add_rank_arguments(p: argparse.ArgumentParser) -> None:
     r = p.add_argument_group("reward-model judge")
     r.add_argument("--tie-threshold", type=float, help="|r1 - r2| below this is a tie (default: the model's own)")
     r.add_argument("--batch-size", type=int, default=32, help="sequences per forward pass")
+    r.add_argument(
+        "--media-root", help="multimodal reward models: folder the table's media paths (or video/<sample>.mp4) are in"
+    )
     r.add_argument("--cache-dir", help="score cache folder (default $EMOREWARD_CACHE or ~/.cache/emoreward/rank)")
     r.add_argument("--no-cache", action="store_true", help="score every description again and keep nothing")
     z = p.add_argument_group("generative judge")
@@ -122,7 +125,7 @@ def run_rank(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     table = _load_table(args)
     groups = parse_groups(args.hierarchical, table.models) if args.hierarchical else None
-    kind, judge = load_rank_judge(args.judge)
+    kind, judge = load_rank_judge(args.judge, media_root=args.media_root)
     load_seconds = time.perf_counter() - start
     fit = {"tie_model": args.tie_model, "n_boot": args.n_boot, "alpha": args.alpha, "seed": args.seed}
     cache_file = None
@@ -161,7 +164,7 @@ def run_rank_bpa(args: argparse.Namespace) -> int:
         raise ValueError("--hierarchical is a --method full option; BPA picks its own pairs")
     start = time.perf_counter()
     table = _load_table(args)
-    kind, judge = load_rank_judge(args.judge)
+    kind, judge = load_rank_judge(args.judge, media_root=args.media_root)
     load_seconds = time.perf_counter() - start
     cache_file = None
     if kind == "reward-model":

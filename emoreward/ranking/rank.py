@@ -57,7 +57,7 @@ from emoreward.ranking.records import PairwiseRecord
 if TYPE_CHECKING:
     from emoreward.data import MediaRef
     from emoreward.evaluation.judge import Judge
-    from emoreward.models import EmoRewardModel
+    from emoreward.models.base import RewardContext, RewardModel
 
 
 OrderCombine = Literal["each", "consensus"]
@@ -309,6 +309,7 @@ class ScoreMatrix:
         n_scored (`int`): descriptions the model scored in this run (forward passes, one per description).
         n_cached (`int`): descriptions whose score came from the cache.
         seconds (`float`): wall time of scoring (cache lookups included).
+        n_truncated (`int`): of the descriptions scored now, those cut to fit the model's length limit.
     """
 
     models: list[str]
@@ -317,49 +318,95 @@ class ScoreMatrix:
     n_scored: int = 0
     n_cached: int = 0
     seconds: float = 0.0
+    n_truncated: int = 0
+
+
+def table_context(table: DescriptionTable, sample: str) -> RewardContext:
+    """The reward-model context of one table sample (subtitle, video and audio paths, sample id)."""
+    from emoreward.models.base import RewardContext
+
+    return RewardContext.from_media(sample, table.media.get(sample))
+
+
+def score_key(model: RewardModel, description: str, context: RewardContext) -> str:
+    """The score-cache key of one (description, context): sha256 of the description and the part of the context the
+    model reads; for a multimodal model the media files' sizes and modification times are part of it, so a file
+    replaced under the same name is scored again."""
+    if model.kind == "text":
+        return _text_key(description, context.subtitle)
+    stamps = []
+    for path in (context.video, context.audio):
+        full = Path(path) if path and (Path(path).is_absolute() or not getattr(model, "media_root", None)) else None
+        if path and full is None:
+            full = Path(model.media_root) / path
+        stat = full.stat() if full is not None and full.exists() else None
+        stamps.append(None if stat is None else [stat.st_size, stat.st_mtime_ns])
+    payload = json.dumps([description, [str(k) for k in model.context_key(context)], stamps], ensure_ascii=False)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
 def score_table(
-    model: EmoRewardModel,
+    model: RewardModel,
     table: DescriptionTable,
     cache: ScoreCache | None = None,
-    batch_size: int = 32,
+    batch_size: int | None = None,
     chunk_size: int = 512,
 ) -> ScoreMatrix:
-    """Score each description of the table once with a reward model (M x N scorings), reusing cached scores.
+    """Score each description of the table once with a reward model, text or multimodal (M x N scorings), reusing
+    cached scores.
 
-    Identical (description, subtitle) texts are scored once. New scores are written to ``cache`` every
-    ``chunk_size`` descriptions.
+    Identical (description, context) items are scored once; a multimodal model scores the descriptions of one
+    sample behind one media prefix (N media encodings for M x N scorings). New scores are written to ``cache`` in
+    chunks of about ``chunk_size`` descriptions (a sample's descriptions are never split across chunks).
 
     Returns:
         `ScoreMatrix` with ``scores`` of shape `(M, N)` (unnormalised rewards, NaN where a model has no
-        description of a sample).
+        description of a sample), and ``n_truncated``: descriptions cut to fit the model's length limit.
+
+    Raises:
+        MediaError: a multimodal model cannot read a sample's media (names the sample and the file).
     """
     start = time.perf_counter()
     cache = cache if cache is not None else ScoreCache(None)
     keys: dict[tuple[str, str], str] = {}
-    todo: dict[str, tuple[str, str | None]] = {}
+    todo: dict[str, tuple[str, RewardContext]] = {}
+    contexts = {sample: table_context(table, sample) for sample in table.samples}
     n_cached = 0
     for (sample, name), text in table.descriptions.items():
-        subtitle = table.subtitle(sample)
-        key = _text_key(text, subtitle)
+        key = score_key(model, text, contexts[sample])
         keys[sample, name] = key
         if cache.get(key) is not None:
             n_cached += 1
         elif key not in todo:
-            todo[key] = (text, subtitle)
-    pending = list(todo.items())
-    for begin in range(0, len(pending), chunk_size):
-        part = pending[begin : begin + chunk_size]
-        scores = model.score([t for _, (t, _) in part], [s for _, (_, s) in part], batch_size=batch_size)
-        cache.put({k: float(v) for (k, _), v in zip(part, scores)})
+            todo[key] = (text, contexts[sample])
+    by_context: dict[Any, list[tuple[str, tuple[str, RewardContext]]]] = {}
+    for item in todo.items():
+        by_context.setdefault(model.context_key(item[1][1]), []).append(item)
+    chunks: list[list[tuple[str, tuple[str, RewardContext]]]] = [[]]
+    for group in by_context.values():
+        if chunks[-1] and len(chunks[-1]) + len(group) > chunk_size:
+            chunks.append([])
+        chunks[-1].extend(group)
+    n_truncated = 0
+    for part in chunks:
+        if not part:
+            continue
+        info = model.score_info([t for _, (t, _) in part], [c for _, (_, c) in part], batch_size=batch_size)
+        n_truncated += int(info.truncated.sum())
+        cache.put({k: float(v) for (k, _), v in zip(part, info.rewards)})
     matrix = np.full((table.n_models, table.n_samples), np.nan)
     m_index = {m: i for i, m in enumerate(table.models)}
     s_index = {s: j for j, s in enumerate(table.samples)}
     for (sample, name), key in keys.items():
         matrix[m_index[name], s_index[sample]] = cache.get(key)
     return ScoreMatrix(
-        list(table.models), list(table.samples), matrix, len(pending), n_cached, time.perf_counter() - start
+        list(table.models),
+        list(table.samples),
+        matrix,
+        len(todo),
+        n_cached,
+        time.perf_counter() - start,
+        n_truncated,
     )
 
 
@@ -664,7 +711,7 @@ def parse_groups(spec: str, models: Sequence[str]) -> list[list[str]]:
 
 
 def rank_with_reward_model(
-    model: EmoRewardModel,
+    model: RewardModel,
     table: DescriptionTable,
     cache: ScoreCache | None = None,
     tie_threshold: float | None = None,
@@ -675,7 +722,7 @@ def rank_with_reward_model(
     """Rank the table's models with a reward model: M x N scorings (cached), verdicts from score differences.
 
     Args:
-        model (`EmoRewardModel`): the judge.
+        model (`RewardModel`): the judge, text or multimodal.
         table (`DescriptionTable`): descriptions to rank.
         cache (`ScoreCache`, *optional*): where scores are kept between runs.
         tie_threshold (`float`, *optional*): |r_a - r_b| below this is a tie; default the model's calibrated
@@ -699,6 +746,7 @@ def rank_with_reward_model(
         "n_scorings": int(np.isfinite(scores.scores).sum()),
         "n_scored": scores.n_scored,
         "n_cached": scores.n_cached,
+        "n_truncated": scores.n_truncated,
         "scoring_seconds": scores.seconds,
         "n_pair_verdicts": n_pairs,
         "generative_pair_calls": n_pairs,
@@ -773,7 +821,7 @@ class RewardModelPairs:
     :func:`records_from_scores`).
 
     Args:
-        model (`EmoRewardModel`): the judge (anything with ``settings.tie_threshold`` and ``score(texts, subtitles)``).
+        model (`RewardModel`): the judge, text or multimodal.
         table (`DescriptionTable`): the descriptions.
         cache (`ScoreCache`, *optional*): scores kept between runs.
         tie_threshold (`float`, *optional*): default the model's calibrated ``settings.tie_threshold``.
@@ -788,7 +836,7 @@ class RewardModelPairs:
 
     def __init__(
         self,
-        model: EmoRewardModel,
+        model: RewardModel,
         table: DescriptionTable,
         cache: ScoreCache | None = None,
         tie_threshold: float | None = None,
@@ -804,13 +852,15 @@ class RewardModelPairs:
         self._seen: set[str] = set()
 
     def __call__(self, sample: str, model_a: str, model_b: str) -> list[PairwiseRecord]:
+        from emoreward.evaluation.judge import verdict_from_difference
+
         start = time.perf_counter()
-        subtitle = self.table.subtitle(sample)
+        context = table_context(self.table, sample)
         texts = [self.table.descriptions[sample, m] for m in (model_a, model_b)]
-        keys = [_text_key(t, subtitle) for t in texts]
+        keys = [score_key(self.model, t, context) for t in texts]
         todo = {k: t for k, t in zip(keys, texts) if self.cache.get(k) is None}
         if todo:
-            scores = self.model.score(list(todo.values()), [subtitle] * len(todo), batch_size=self.batch_size)
+            scores = self.model.score(list(todo.values()), context, batch_size=self.batch_size)
             self.cache.put({k: float(v) for k, v in zip(todo, scores)})
         new = set(keys) - self._seen
         self.n_scored += len(todo)
@@ -818,8 +868,8 @@ class RewardModelPairs:
         self._seen |= new
         self.n_queries += 1
         self.seconds += time.perf_counter() - start
-        d = self.cache.get(keys[0]) - self.cache.get(keys[1])
-        outcome = "tie" if (abs(d) < self.tie_threshold or d == 0) else ("a" if d > 0 else "b")
+        verdict = verdict_from_difference(self.cache.get(keys[0]) - self.cache.get(keys[1]), self.tie_threshold)
+        outcome = {"1": "a", "2": "b", "tie": "tie"}[verdict.value]
         return [PairwiseRecord(model_a, model_b, outcome, self.name, sample)]
 
     def cost(self) -> dict[str, Any]:
@@ -1074,14 +1124,14 @@ def rank_with_bpa(
 # --------------------------------------------------------------------------------------------------- judges
 
 
-def load_rank_judge(spec: str | Path) -> tuple[str, Any]:
+def load_rank_judge(spec: str | Path, media_root: str | None = None) -> tuple[str, Any]:
     """Resolve ``--judge``: a reward-model directory (``emoreward_config.json`` inside) or a judge YAML.
 
     A YAML judge is built by the ``zero_shot`` package (``zero_shot.load_judge(path) -> Judge``), imported only
     here so ranking with a reward model never needs it.
 
     Returns:
-        ``("reward-model", EmoRewardModel)`` or ``("judge", Judge)``.
+        ``("reward-model", RewardModel)`` or ``("judge", Judge)``.
 
     Raises:
         FileNotFoundError: if ``spec`` does not exist; ImportError: a YAML judge without ``zero_shot``;
@@ -1091,12 +1141,11 @@ def load_rank_judge(spec: str | Path) -> tuple[str, Any]:
     if not path.exists():
         raise FileNotFoundError(f"judge {spec} does not exist (give a reward-model directory or a judge YAML)")
     if path.is_dir():
-        from emoreward.models import EmoRewardModel
-        from emoreward.models.reward_model import SETTINGS_FILE
+        from emoreward.models import SETTINGS_FILE, load_reward_model
 
         if not (path / SETTINGS_FILE).exists():
             raise ValueError(f"{path} is a directory without {SETTINGS_FILE}: not an emoreward reward model")
-        return "reward-model", EmoRewardModel.from_pretrained(path)
+        return "reward-model", load_reward_model(path, media_root=media_root)
     if path.suffix.lower() in (".yaml", ".yml"):
         try:
             import zero_shot

@@ -1,18 +1,30 @@
-"""Turn preference pairs into the tokenized chosen / rejected dataset TRL's RewardTrainer consumes.
+"""Turn preference pairs into the tokenized chosen / rejected datasets TRL's RewardTrainer consumes, for text and
+multimodal reward models, and the collators that batch them.
 
-Nothing is dropped silently: every pair left out is counted under its reason in an `ExclusionReport`.
+Both builders lay out sequences with the model's own input function (`TextRewardModel.encode`, the media model's
+prompt builder), the one scoring uses, and give every row the same per-pair columns (`tie`, `weight`,
+`length_chosen`, `length_rejected`) so one trainer and one objective registry serve both. Nothing is dropped
+silently: every pair left out is counted under its reason in an `ExclusionReport`.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
+import torch
 from datasets import Dataset
+from trl.trainer.reward_trainer import DataCollatorForPreference
 
 from emoreward.data import PreferencePair
-from emoreward.models import EmoRewardModel
+from emoreward.data.media import MediaError
+from emoreward.models.base import RewardContext
+
+
+if TYPE_CHECKING:
+    from emoreward.models.media import MediaRewardModel
+    from emoreward.models.text import TextRewardModel
 
 
 EXCLUSION_REASONS = {
@@ -20,7 +32,11 @@ EXCLUSION_REASONS = {
     "too_long": "pairs with a sequence longer than max_length (truncation='drop')",
     "identical_after_truncation": "pairs whose chosen and rejected token ids are identical after truncation",
     "identical_descriptions": "pairs whose two descriptions have identical token ids (no preference signal)",
+    "media_error": "pairs whose media is missing or unreadable (media_errors='skip')",
+    "media_span_too_long": "pairs whose media prefix alone does not fit max_length (a media span is never cut)",
 }
+# per-pair float columns every dataset has, batched by the collators as tensors of shape (batch,)
+EXTRA_COLUMNS = ("tie", "weight", "length_chosen", "length_rejected")
 
 
 @dataclass
@@ -30,6 +46,7 @@ class ExclusionReport:
     n_input: int = 0
     n_kept: int = 0
     excluded: dict[str, list[str]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
     REASONS: ClassVar[dict[str, str]] = EXCLUSION_REASONS
 
     def add(self, reason: str, sample_id: str) -> None:
@@ -42,7 +59,10 @@ class ExclusionReport:
         return {reason: len(self.excluded.get(reason, [])) for reason in self.REASONS}
 
     def to_dict(self) -> dict:
-        return {"n_input": self.n_input, "n_kept": self.n_kept, "excluded": self.counts, "excluded_ids": self.excluded}
+        out = {"n_input": self.n_input, "n_kept": self.n_kept, "excluded": self.counts, "excluded_ids": self.excluded}
+        if self.errors:
+            out["media_errors"] = self.errors
+        return out
 
     def summary(self) -> str:
         parts = [f"{n} {reason}" for reason, n in self.counts.items() if n]
@@ -51,14 +71,14 @@ class ExclusionReport:
         )
 
 
-def build_reward_dataset(
+def build_text_dataset(
     pairs: list[PreferencePair],
-    model: EmoRewardModel,
+    model: TextRewardModel,
     *,
     ties: str = "drop",
     truncation: str = "drop",
 ) -> tuple[Dataset, ExclusionReport]:
-    """Encode labelled pairs as `chosen_ids` / `rejected_ids` (+ `tie` flag) rows.
+    """Encode labelled pairs as `chosen_ids` / `rejected_ids` (+ `tie` flag) rows for a text reward model.
 
     For a tie pair (kept only with a tie-aware loss), `chosen` is description 1 and `rejected` description 2,
     and `tie` is 1.0; the tie-aware loss is symmetric in the two.
@@ -93,8 +113,9 @@ def build_reward_dataset(
         if pair.label == "tie" and ties == "drop":
             report.add("tie_dropped", pair.sample_id)
             continue
-        first = model.encode(pair.description_1, pair.media.subtitle, truncate=truncation == "truncate")
-        second = model.encode(pair.description_2, pair.media.subtitle, truncate=truncation == "truncate")
+        context = RewardContext.from_pair(pair)
+        first = model.encode(pair.description_1, context, truncate=truncation == "truncate")
+        second = model.encode(pair.description_2, context, truncate=truncation == "truncate")
         if truncation == "drop" and (first.truncated or second.truncated):
             report.add("too_long", pair.sample_id)
             continue
@@ -104,22 +125,165 @@ def build_reward_dataset(
             )
             report.add(reason, pair.sample_id)
             continue
-        chosen, rejected = (second, first) if pair.label == "2" else (first, second)
-        texts = (
-            (pair.description_2, pair.description_1) if pair.label == "2" else (pair.description_1, pair.description_2)
-        )
-        rows["length_chosen"].append(float(len(texts[0])))
-        rows["length_rejected"].append(float(len(texts[1])))
-        rows["chosen_ids"].append(chosen.input_ids)
-        rows["rejected_ids"].append(rejected.input_ids)
-        rows["tie"].append(1.0 if pair.label == "tie" else 0.0)
-        rows["length"].append(max(len(chosen.input_ids), len(rejected.input_ids)))
-        rows["sample_id"].append(pair.sample_id)
+        _add_pair_row(rows, pair, first.input_ids, second.input_ids)
+    return _finish(rows, report)
+
+
+def _add_pair_row(rows: dict[str, list], pair: PreferencePair, first: list[int], second: list[int]) -> None:
+    """Append one pair in chosen / rejected orientation (a tie keeps the pair's order) with its shared columns."""
+    swap = pair.label == "2"
+    chosen, rejected = (second, first) if swap else (first, second)
+    texts = (pair.description_2, pair.description_1) if swap else (pair.description_1, pair.description_2)
+    rows["chosen_ids"].append(chosen)
+    rows["rejected_ids"].append(rejected)
+    rows["tie"].append(1.0 if pair.label == "tie" else 0.0)
+    rows["length"].append(max(len(chosen), len(rejected)))
+    rows["length_chosen"].append(float(len(texts[0])))
+    rows["length_rejected"].append(float(len(texts[1])))
+    rows["sample_id"].append(pair.sample_id)
+
+
+def _finish(rows: dict[str, list], report: ExclusionReport) -> tuple[Dataset, ExclusionReport]:
     report.n_kept = len(rows["tie"])
     if report.n_kept == 0:
         raise ValueError(f"no pair is left for training: {report.summary()}")
     rows["weight"] = length_balance_weights(rows["length_chosen"], rows["length_rejected"], rows["tie"])
-    return Dataset.from_dict(rows), report
+    return Dataset.from_dict(dict(rows)), report
+
+
+def build_media_dataset(
+    pairs: list[PreferencePair],
+    model: MediaRewardModel,
+    *,
+    ties: str = "drop",
+    truncation: str = "drop",
+    media_errors: str = "raise",
+) -> tuple[Dataset, ExclusionReport]:
+    """Encode labelled pairs for a multimodal reward model: rows `chosen_ids`, `rejected_ids` (full sequences, the
+    same media prefix in both), `prefix_length`, the shared per-pair columns, and the sample's `video`, `audio`,
+    `subtitle` (the collator decodes the media again per batch).
+
+    Every sample's media is decoded once here, so bad media surfaces before training starts. A pair whose media
+    prefix alone does not fit `max_length` is dropped and counted (a media span is never cut), as are pairs with
+    missing or unreadable media when `media_errors="skip"`.
+
+    Raises:
+        MediaError: missing / unreadable media with `media_errors="raise"` (names the sample and the file).
+        ValueError: an unlabelled pair, a prompt the processor rejects (names the pair), or no pair left.
+    """
+    report = ExclusionReport(n_input=len(pairs))
+    rows: dict[str, list] = defaultdict(list)
+    builder = model.builder
+    for pair in pairs:
+        if pair.label is None:
+            raise ValueError(f"pair {pair.sample_id!r} (row {pair.row}) has no label; training needs labels")
+        if pair.label == "tie" and ties == "drop":
+            report.add("tie_dropped", pair.sample_id)
+            continue
+        try:
+            prefix = model.encode_prefix(RewardContext.from_pair(pair))
+        except MediaError as err:
+            if media_errors == "raise":
+                raise
+            report.add("media_error", pair.sample_id)
+            report.errors[pair.sample_id] = str(err)
+            continue
+        except ValueError as err:
+            raise ValueError(f"pair {pair.sample_id!r} (row {pair.row}): {err}") from err
+        n = len(prefix.input_ids)
+        try:
+            first, cut1 = builder.encode_suffix(pair.description_1, n, truncate=truncation == "truncate")
+            second, cut2 = builder.encode_suffix(pair.description_2, n, truncate=truncation == "truncate")
+        except ValueError:
+            report.add("media_span_too_long", pair.sample_id)
+            continue
+        if truncation == "drop" and (cut1 or cut2):
+            report.add("too_long", pair.sample_id)
+            continue
+        if first == second:
+            report.add("identical_after_truncation" if (cut1 or cut2) else "identical_descriptions", pair.sample_id)
+            continue
+        _add_pair_row(rows, pair, prefix.input_ids + first, prefix.input_ids + second)
+        rows["prefix_length"].append(n)
+        rows["video"].append(pair.media.video or "")
+        rows["audio"].append(pair.media.audio or "")
+        rows["subtitle"].append(pair.media.subtitle or "")
+    return _finish(rows, report)
+
+
+# ---------------------------------------------------------------------------------------------- collators
+def _extras(examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    return {
+        key: torch.tensor([float(e[key]) for e in examples], dtype=torch.float)
+        for key in EXTRA_COLUMNS
+        if key in examples[0]
+    }
+
+
+@dataclass
+class TextPreferenceCollator(DataCollatorForPreference):
+    """TRL's preference collator (`input_ids`, `attention_mask` of shape `(2 * batch, longest)`, chosen rows
+    first) plus the per-pair float tensors of shape `(batch,)`: `tie`, `weight`, `length_chosen`,
+    `length_rejected`."""
+
+    def torch_call(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
+        return {**super().torch_call(examples), **_extras(examples)}
+
+
+@dataclass
+class MediaPreferenceCollator:
+    """Batch of multimodal pairs -> `input_ids`, `attention_mask` of shape `(2 * batch, longest)` (chosen rows
+    first, right padding, to a multiple of `pad_to_multiple_of` when set), the media tensors of the `2 * batch`
+    sequences in that order, and the per-pair float tensors of shape `(batch,)` (`tie`, `weight`, ...).
+
+    Raises:
+        MediaError: a file became unreadable since the dataset was built.
+        ValueError: the re-encoded media prefix differs from the one in the dataset.
+    """
+
+    model: MediaRewardModel
+    pad_token_id: int
+    pad_to_multiple_of: int | None = None
+    cache_size: int = 64  # encoded media prefixes kept (LRU): a sample seen again skips decoding and features
+    _cache: OrderedDict = field(default_factory=OrderedDict, repr=False)
+
+    def _prefix(self, ex: dict[str, Any]):
+        context = RewardContext(ex["subtitle"] or None, ex["video"] or None, ex["audio"] or None, ex["sample_id"])
+        key = self.model.context_key(context)
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
+        prefix = self.model.encode_prefix(context)
+        if self.cache_size > 0:
+            self._cache[key] = prefix
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        return prefix
+
+    def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
+        from emoreward.models.media import collate_media
+
+        media_items = []
+        for ex in examples:
+            prefix = self._prefix(ex)
+            if prefix.input_ids != list(ex["chosen_ids"][: ex["prefix_length"]]):
+                raise ValueError(f"sample {ex['sample_id']!r}: the media prefix changed since the dataset was built")
+            media_items.append(prefix.media)
+        sequences = [list(e["chosen_ids"]) for e in examples] + [list(e["rejected_ids"]) for e in examples]
+        width = max(len(s) for s in sequences)
+        if self.pad_to_multiple_of:
+            width = -(-width // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        input_ids = torch.full((len(sequences), width), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
+        for row, seq in enumerate(sequences):
+            input_ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+            attention_mask[row, : len(seq)] = 1
+        return {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            **_extras(examples),
+            **collate_media(media_items + media_items),
+        }
 
 
 def length_balance_weights(length_chosen: list[float], length_rejected: list[float], tie: list[float]) -> list[float]:

@@ -3,7 +3,7 @@
 A probe is the `use_peft: false`, frozen-backbone corner of the reward model: the same backbone, the same input
 format and the same value head (a linear map of the hidden state the head reads, at the last non-pad token for
 decoders and at the pooled [CLS] state for encoders), trained with the same pairwise likelihoods and the same
-length-robust options as `EmoRewardTrainer` (`emoreward.training.losses.reward_model_loss`). Because the backbone
+length-robust objectives as `EmoRewardTrainer` (`emoreward.training.objectives`). Because the backbone
 never changes, its features are computed once, so a k-fold study of every `length_debias` variant costs one
 forward pass over the distinct descriptions instead of one LoRA fine-tuning per fold and variant (on 2 CPU cores
 about 3 minutes for SmolLM2-135M instead of about 2 hours). It is the linear-probe baseline of representation
@@ -11,7 +11,7 @@ learning (Alain & Bengio 2016, "Understanding intermediate layers using linear c
 
 The probe reward of a description is `w . h(description)` (`num_heads` rows of `w` with `length_debias:
 disentangled`; head 0 is the quality reward). `value_head_inputs` checks that the value head applied to the
-features it returns gives the rewards of `EmoRewardModel.score_ids`, so the features are exactly what the value
+features it returns gives the rewards of `TextRewardModel.score_ids`, so the features are exactly what the value
 head sees.
 """
 
@@ -28,8 +28,9 @@ import torch
 
 from emoreward.data import PreferencePair
 from emoreward.evaluation.judge import RewardModelJudge
-from emoreward.models import EmoRewardModel
-from emoreward.training.losses import reward_model_loss
+from emoreward.models.base import RewardContext, apply_score_transform
+from emoreward.models.text import TextRewardModel
+from emoreward.training.objectives import get_objective, length_penalty_from_rewards
 from emoreward.training.preprocess import length_balance_weights
 
 
@@ -44,9 +45,9 @@ def _value_head(model: torch.nn.Module) -> torch.nn.Module:
 
 @torch.inference_mode()
 def value_head_inputs(
-    model: EmoRewardModel, descriptions: Sequence[str], subtitles: Sequence[str | None] | None = None, batch_size=16
+    model: TextRewardModel, descriptions: Sequence[str], subtitles: Sequence[str | None] | None = None, batch_size=16
 ) -> np.ndarray:
-    """The hidden states the value head reads for each description, as `EmoRewardModel.score` would see them.
+    """The hidden states the value head reads for each description, as `TextRewardModel.score` would see them.
 
     Args:
         model: a reward model (its LoRA, if any, is applied: the features of a fine-tuned model are allowed).
@@ -64,7 +65,7 @@ def value_head_inputs(
     head = _value_head(model.model)
     captured: list[torch.Tensor] = []
     handle = head.register_forward_hook(lambda _m, args, _out: captured.append(args[0].detach()))
-    sequences = [model.encode(d, s).input_ids for d, s in zip(descriptions, subtitles)]
+    sequences = [model.encode(d, RewardContext(subtitle=s)).input_ids for d, s in zip(descriptions, subtitles)]
     try:
         out, rewards = None, np.empty(len(sequences))
         order = np.argsort([len(s) for s in sequences], kind="stable")
@@ -133,21 +134,19 @@ class Probe:
 
     Attributes:
         weight: `(num_heads, hidden)` value-head weights; `mean`, `scale`: feature standardisation.
-        length_penalty: `{"alpha", "mean", "std"}` for `length_debias: penalty`, else None.
+        score_transform: the `penalty` objective's length penalty (`emoreward.models.base.apply_score_transform`),
+            else None.
     """
 
     weight: np.ndarray
     mean: np.ndarray
     scale: np.ndarray
-    length_penalty: dict | None = None
+    score_transform: dict | None = None
 
     def rewards(self, features: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """Quality rewards, shape `(N,)`, for features `(N, hidden)` and lengths `(N,)` in characters."""
         r = ((features - self.mean) / self.scale) @ self.weight[0]
-        if self.length_penalty:
-            p = self.length_penalty
-            r = r - p["alpha"] * (np.asarray(lengths, float) - p["mean"]) / p["std"]
-        return r
+        return apply_score_transform(r, lengths, self.score_transform)  # as a fine-tuned model's `score` does
 
 
 def fit_probe(
@@ -167,37 +166,36 @@ def fit_probe(
         config: loss and length options.
 
     Returns:
-        the trained `Probe`. The loss is `reward_model_loss`, the one `EmoRewardTrainer` uses, with the
-        `reweight` weights of `length_balance_weights`; `penalty` fits alpha on the training descriptions
-        afterwards, as `emoreward.training.length.fit_length_penalty` does for a fine-tuned model.
+        the trained `Probe`. The loss is the objective's (`emoreward.training.objectives`), the one
+        `EmoRewardTrainer` uses, with the `reweight` weights of `length_balance_weights`; `penalty` fits alpha on
+        the training descriptions afterwards (`length_penalty_from_rewards`, as for a fine-tuned model).
     """
     both = np.concatenate([chosen, rejected])
     mean, scale = both.mean(0), both.std(0) + 1e-6
     x = torch.tensor((both - mean) / scale, dtype=torch.float64)
     n = len(chosen)
-    heads = 2 if config.length_debias == "disentangled" else 1
+    objective = get_objective(config.length_debias)
+    heads = objective.num_heads
     gen = torch.Generator().manual_seed(config.seed)
     weight = (torch.randn(heads, x.shape[1], generator=gen, dtype=torch.float64) * 0.01).requires_grad_()
     tie_t = torch.tensor(tie, dtype=torch.float64)
     lengths = torch.tensor(np.concatenate([length_chosen, length_rejected]), dtype=torch.float64)
-    weights = None
-    if config.length_debias == "reweight":
-        weights = torch.tensor(
-            length_balance_weights(list(length_chosen), list(length_rejected), list(tie)), dtype=torch.float64
-        )
+    weights = torch.tensor(
+        length_balance_weights(list(length_chosen), list(length_rejected), list(tie)), dtype=torch.float64
+    )
     optimizer = torch.optim.LBFGS([weight], lr=1.0, max_iter=config.epochs, line_search_fn="strong_wolfe")
 
     def closure():
         optimizer.zero_grad()
         logits = x @ weight.T  # (2 * n, heads): chosen rows first
-        loss = reward_model_loss(
+        loss = objective.loss(
             logits,
             tie=tie_t,
             ties=config.ties,
             tie_parameter=config.tie_parameter,
-            weights=weights,
-            lengths=lengths if heads == 2 else None,
-            head_weight=weight if heads == 2 else None,
+            weight=weights,
+            lengths=lengths,
+            head_weight=weight,
             odin_length_weight=config.odin_length_weight,
             odin_orthogonal_weight=config.odin_orthogonal_weight,
         ).loss
@@ -207,15 +205,10 @@ def fit_probe(
 
     optimizer.step(closure)
     probe = Probe(weight.detach().numpy(), mean, scale)
-    if config.length_debias == "penalty":
+    if objective.after_fit is not None:  # penalty: fitted on the distinct training descriptions
         distinct = np.unique(np.concatenate([both, lengths.numpy()[:, None]], axis=1), axis=0)
         feats, lens = distinct[:, :-1], distinct[:, -1]
-        r = probe.rewards(feats, lens)
-        if lens.std() == 0:
-            raise ValueError("cannot fit a length penalty: every description has the same length")
-        z = (lens - lens.mean()) / lens.std()
-        alpha = float(np.dot(z, r - r.mean()) / np.dot(z, z))
-        probe.length_penalty = {"alpha": alpha, "mean": float(lens.mean()), "std": float(lens.std())}
+        probe.score_transform = length_penalty_from_rewards(probe.rewards(feats, lens), lens)
     return probe
 
 
@@ -232,7 +225,7 @@ class FeatureCache:
         self.chunk_size = chunk_size
 
     def features(
-        self, model: EmoRewardModel, texts: Sequence[tuple[str, str | None]], batch_size: int = 16, log=print
+        self, model: TextRewardModel, texts: Sequence[tuple[str, str | None]], batch_size: int = 16, log=print
     ) -> np.ndarray:
         """Features `(len(texts), hidden)` of `texts` (distinct, fixed order), computing only missing chunks.
 
@@ -267,10 +260,10 @@ class ProbeJudge(RewardModelJudge):
 
     def __init__(self, probe: Probe, features: dict[tuple[str, str | None], np.ndarray], tie_threshold: float):
         self.probe, self.table = probe, features
-        self.tie_threshold, self.name, self.n_scored, self._cache = tie_threshold, "probe", 0, {}
+        self.tie_threshold, self.name, self.n_scored, self._cache, self.errors = tie_threshold, "probe", 0, {}, {}
 
-    def rewards(self, descriptions: Sequence[str], subtitles: Sequence[str | None]) -> np.ndarray:
-        feats = np.array([self.table[(d, s)] for d, s in zip(descriptions, subtitles)])
+    def rewards(self, descriptions: Sequence[str], contexts: Sequence[RewardContext]) -> np.ndarray:
+        feats = np.array([self.table[(d, c.subtitle)] for d, c in zip(descriptions, contexts)])
         return self.probe.rewards(feats, np.array([len(d) for d in descriptions], dtype=float))
 
 
@@ -288,7 +281,7 @@ def _oriented(pairs: Sequence[PreferencePair], table) -> tuple[np.ndarray, ...]:
 
 
 def probe_cross_validation(
-    model: EmoRewardModel,
+    model: TextRewardModel,
     pairs: list[PreferencePair],
     variants: Sequence[str],
     *,
@@ -301,7 +294,7 @@ def probe_cross_validation(
 ) -> dict[str, dict]:
     """k-fold cross-validation of value-head probes, one per `length_debias` variant, on the shared harness.
 
-    The folds are `emoreward.training.run.stratified_folds` (the same split as `run_training` with the same
+    The folds are `emoreward.training.pipeline.stratified_folds` (the same split as `run_training` with the same
     seed); the tie threshold is calibrated on the training folds as for a fine-tuned model; every held-out fold
     is judged in normal and swapped order and scored by `evaluate_judgements`.
 
@@ -311,7 +304,7 @@ def probe_cross_validation(
     from emoreward.evaluation import evaluate_judgements, run_judge
     from emoreward.evaluation.metrics import calibrate_tie_threshold
     from emoreward.evaluation.report import aggregate
-    from emoreward.training.run import stratified_folds
+    from emoreward.training.pipeline import stratified_folds
 
     base = config or ProbeConfig()
     texts = list(dict.fromkeys((d, p.media.subtitle) for p in pairs for d in (p.description_1, p.description_2)))

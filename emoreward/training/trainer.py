@@ -1,45 +1,29 @@
-"""`EmoRewardTrainer`: TRL's RewardTrainer with tie-aware and length-controlled losses.
+"""`EmoRewardTrainer`: TRL's RewardTrainer for every reward model emoreward trains, text or multimodal.
 
-With `ties: drop` and `length_debias: none` (or `penalty`, which acts after training) it is TRL's trainer and
-loss unchanged. Otherwise `compute_loss` is replaced, keeping TRL's metrics (reward accuracy, margin, min /
-mean / max reward, tokens):
+The backbone adapter (`emoreward.training.adapters`) gives the network's value-head outputs for a batch; the
+objective (`emoreward.training.objectives`, the recipe's `length_debias`) gives the loss: the pairwise likelihood
+(Bradley-Terry, or Rao-Kupper / Davidson with `ties`), the length-balance weights of `reweight`, ODIN's terms of
+`disentangled`, plus TRL's `center_rewards_coefficient`. TRL's metrics (reward accuracy, margin, min / mean / max
+reward, tokens) go to every `report_to` logger. With `ties: drop` and `length_debias: none` the loss equals
+TRL's own (-log sigmoid(r_chosen - r_rejected)).
 
-- `ties: rao-kupper | davidson`: tie pairs stay in the data and the loss is the negative log-likelihood of each
-  pair's outcome (`losses.py`);
-- `length_debias: reweight`: each pair's loss is weighted so that length-aligned and length-counter pairs weigh
-  equally (`preprocess.length_balance_weights`);
-- `length_debias: disentangled` (ODIN, Chen et al. 2024, "Disentangled Reward Mitigates Hacking in RLHF",
-  section 3): two heads, quality q and length l; the preference likelihood uses q + l, and
-  `odin_length_weight * (|corr(q, L)| - corr(l, L))` over the batch's sequences plus
-  `odin_orthogonal_weight * |cos(w_q, w_l)|` push length into l and out of q. Only q is the reward.
+Saves under DeepSpeed ZeRO-3 + LoRA gather the adapter and value head from their shards, so each saved tensor is
+whole (see `save_model`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from trl import RewardTrainer
-from trl.trainer.reward_trainer import DataCollatorForPreference
 
-from emoreward.training.losses import reward_model_loss
-
-
-EXTRA_COLUMNS = ("tie", "weight", "length_chosen", "length_rejected")
+from emoreward.training.objectives import get_objective
+from emoreward.training.preprocess import EXTRA_COLUMNS
 
 
-@dataclass
-class EmoPreferenceCollator(DataCollatorForPreference):
-    """TRL's preference collator plus per-pair float tensors of shape `(batch,)`: `tie`, `weight`,
-    `length_chosen`, `length_rejected` (those present in the examples)."""
-
-    def torch_call(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
-        output = super().torch_call(examples)
-        for key in EXTRA_COLUMNS:
-            if key in examples[0]:
-                output[key] = torch.tensor([float(e[key]) for e in examples], dtype=torch.float)
-        return output
+if TYPE_CHECKING:
+    from emoreward.training.adapters import BackboneAdapter
 
 
 def value_head_weight(model: torch.nn.Module) -> torch.Tensor:
@@ -55,19 +39,22 @@ def value_head_weight(model: torch.nn.Module) -> torch.Tensor:
 
 
 class EmoRewardTrainer(RewardTrainer):
-    """RewardTrainer whose loss follows `args.ties` and `args.length_debias` (an `EmoRewardConfig`)."""
+    """RewardTrainer whose batches come from a backbone adapter and whose loss follows `args.ties` and
+    `args.length_debias` (an `EmoRewardConfig`).
 
-    def __init__(self, *args, **kwargs):
-        config = kwargs.get("args")
-        if kwargs.get("data_collator") is None and config is not None:
-            processing_class = kwargs["processing_class"]
-            kwargs["data_collator"] = EmoPreferenceCollator(
-                pad_token_id=processing_class.pad_token_id, pad_to_multiple_of=config.pad_to_multiple_of
-            )
+    Args:
+        adapter: the backbone adapter of the reward model's kind (collator, signature columns, value-head outputs).
+        model: the network to train (`reward_model.model`).
+        args: the `EmoRewardConfig`.
+        **kwargs: `train_dataset`, `eval_dataset`, `processing_class`, ... as for `trl.RewardTrainer`.
+    """
+
+    def __init__(self, *args, adapter: BackboneAdapter, **kwargs):
+        self.adapter = adapter
+        self.objective = get_objective(kwargs["args"].length_debias)
         model = kwargs.get("model")
         heads = getattr(getattr(model, "config", None), "num_labels", 1)
-        if heads > 1:
-            # TRL accepts only one-output models; the disentangled reward has two heads and its own loss
+        if heads > 1:  # TRL accepts only one-output models; the disentangled reward has two heads
             model.config.num_labels = 1
         try:
             super().__init__(*args, **kwargs)
@@ -75,55 +62,44 @@ class EmoRewardTrainer(RewardTrainer):
             if heads > 1:
                 model.config.num_labels = heads
 
-    @property
-    def _custom_loss(self) -> bool:
-        return self.args.ties != "drop" or self.args.length_debias in ("reweight", "disentangled")
-
     def _set_signature_columns_if_needed(self):
         if self._signature_columns is None:
-            self._signature_columns = [
-                "chosen_ids",
-                "rejected_ids",
-                "margin",
-                self.args.length_column_name,
-                *EXTRA_COLUMNS,
-            ]
+            self._signature_columns = list(self.adapter.signature_columns(self.args))
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        extras = {key: inputs.pop(key) for key in EXTRA_COLUMNS if key in inputs}
-        if not self._custom_loss:
-            return super().compute_loss(
-                model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
-            )
         mode = "train" if self.model.training else "eval"
-        inputs["use_cache"] = False
-        outputs = model(**inputs)
-        logits = outputs.logits  # (2 * batch, num_heads): chosen rows first, then rejected
-        quality = logits[:, 0]
-        disentangled = self.args.length_debias == "disentangled"
-        out = reward_model_loss(
+        extras = {key: inputs.pop(key) for key in EXTRA_COLUMNS if key in inputs}
+        logits = self.adapter.logits(model, inputs)  # (2 * batch, num_heads): chosen rows first, then rejected
+        objective = self.objective
+        out = objective.loss(
             logits,
             tie=extras.get("tie"),
             ties=self.args.ties,
             tie_parameter=self.args.tie_parameter,
-            weights=extras.get("weight") if self.args.length_debias == "reweight" else None,
-            lengths=torch.cat([extras["length_chosen"], extras["length_rejected"]]) if disentangled else None,
-            head_weight=value_head_weight(model) if disentangled else None,
+            weight=extras.get("weight"),
+            lengths=torch.cat([extras["length_chosen"], extras["length_rejected"]])
+            if objective.disentangled
+            else None,
+            head_weight=value_head_weight(model) if objective.disentangled else None,
             odin_length_weight=self.args.odin_length_weight,
             odin_orthogonal_weight=self.args.odin_orthogonal_weight,
         )
         loss = out.loss
-        if disentangled:
+        quality = logits[:, 0]
+        chosen, rejected = torch.chunk(quality, chunks=2)
+        if self.args.center_rewards_coefficient is not None:
+            loss = loss + self.args.center_rewards_coefficient * torch.mean((chosen + rejected) ** 2)
+        if objective.disentangled:
             self._metrics[mode]["corr_quality_length"].append(out.corr_quality_length.item())
             self._metrics[mode]["corr_lengthhead_length"].append(out.corr_lengthhead_length.item())
-        q_chosen, q_rejected = torch.chunk(quality, chunks=2)
-        if self.args.center_rewards_coefficient is not None:
-            loss = loss + self.args.center_rewards_coefficient * torch.mean((q_chosen + q_rejected) ** 2)
-        self._log_reward_metrics(mode, inputs, quality, q_chosen, q_rejected)
-        return (loss, outputs) if return_outputs else loss
+        self._log_reward_metrics(mode, inputs, quality, chosen, rejected, extras.get("tie"))
+        if return_outputs:
+            return loss, {"rewards_chosen": chosen, "rewards_rejected": rejected}
+        return loss
 
-    def _log_reward_metrics(self, mode, inputs, rewards, chosen, rejected) -> None:
-        """TRL's reward metrics (as in `RewardTrainer.compute_loss`), for the reward head."""
+    def _log_reward_metrics(self, mode, inputs, rewards, chosen, rejected, tie) -> None:
+        """TRL's reward metrics (as in `RewardTrainer.compute_loss`), on the reward head; accuracy and margin over
+        the decided (non-tie) pairs."""
         if mode == "train":
             tokens = self.accelerator.gather_for_metrics(inputs["attention_mask"].sum()).sum().item()
             self._total_train_tokens += tokens // self._tp_size
@@ -133,7 +109,28 @@ class EmoRewardTrainer(RewardTrainer):
             self._metrics[mode]["min_reward"].append(all_rewards.min().item())
             self._metrics[mode]["mean_reward"].append(all_rewards.mean().item())
             self._metrics[mode]["max_reward"].append(all_rewards.max().item())
-            accuracy = self.accelerator.gather_for_metrics((chosen > rejected).float().mean()).mean().item()
-            self._metrics[mode]["accuracy"].append(accuracy)
-            margin = self.accelerator.gather_for_metrics((chosen - rejected).mean()).mean().item()
-            self._metrics[mode]["margin"].append(margin)
+            decided = torch.ones_like(chosen, dtype=torch.bool) if tie is None else tie < 0.5
+            if decided.any():
+                accuracy = (chosen > rejected)[decided].float().mean()
+                margin = (chosen - rejected)[decided].mean()
+                self._metrics[mode]["accuracy"].append(self.accelerator.gather_for_metrics(accuracy).mean().item())
+                self._metrics[mode]["margin"].append(self.accelerator.gather_for_metrics(margin).mean().item())
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """Under DeepSpeed ZeRO-3 + LoRA, gather the adapter and the whole value head (frozen bias included) from
+        their shards on every process and write them from the main one.
+
+        transformers gathers only the trainable parameters of a peft model under ZeRO-3
+        (`exclude_frozen_parameters=True`), but the value head is a peft `modules_to_save` module whose bias is
+        frozen (it gets no gradient from a pairwise loss), and peft needs every tensor of that module to save it.
+        """
+        from emoreward.training.distributed import gather_adapter_state_dict, zero3_enabled
+
+        if not (self.is_deepspeed_enabled and zero3_enabled() and hasattr(self.model, "peft_config")):
+            return super().save_model(output_dir, _internal_call)
+        state_dict = gather_adapter_state_dict(self.model)
+        if self.args.should_save:
+            self._save(output_dir or self.args.output_dir, state_dict=state_dict)
+
+
+__all__ = ["EmoRewardTrainer", "value_head_weight"]

@@ -11,9 +11,9 @@ from _helpers import synthetic_pairs
 from test_training_run import tiny_recipe, write_pairs_csv
 from transformers import TrainerCallback
 
-from emoreward.training import run as run_module
+from emoreward.training import pipeline as run_module
 from emoreward.training.config import load_config
-from emoreward.training.run import run_training
+from emoreward.training.pipeline import run_training
 
 
 class Interrupted(Exception):
@@ -53,14 +53,14 @@ def test_interrupted_run_resumes_to_the_same_final_metrics(tiny_bert_dir, tmp_pa
     uninterrupted = run_training(load_config(recipe(tmp_path, tiny_bert_dir, "a")), log=lambda *_: None)
 
     config = load_config(recipe(tmp_path, tiny_bert_dir, "b"))
-    base = run_module._DistributedSafeTrainer
+    base = run_module.EmoRewardTrainer
 
     class KilledTrainer(base):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.add_callback(InterruptAt(5))  # after checkpoint-3, mid-epoch 2
 
-    monkeypatch.setattr(run_module, "_DistributedSafeTrainer", KilledTrainer)
+    monkeypatch.setattr(run_module, "EmoRewardTrainer", KilledTrainer)
     with pytest.raises(Interrupted):
         run_training(config, log=lambda *_: None)
     out = tmp_path / "b" / "out"
@@ -78,7 +78,7 @@ def test_interrupted_run_resumes_to_the_same_final_metrics(tiny_bert_dir, tmp_pa
             super().__init__(*args, **kwargs)
             self.add_callback(StepRecorder())
 
-    monkeypatch.setattr(run_module, "_DistributedSafeTrainer", ResumedTrainer)
+    monkeypatch.setattr(run_module, "EmoRewardTrainer", ResumedTrainer)
     resumed = run_training(load_config(tmp_path / "b" / "recipe.yaml"), log=lambda *_: None)
     # it resumed from checkpoint-3: only steps 4-8 were trained again (steps 4 and 5 of the killed run are lost)
     assert steps_run == [4, 5, 6, 7, 8]

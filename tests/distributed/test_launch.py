@@ -59,11 +59,11 @@ def check_run(result: subprocess.CompletedProcess, tmp_path: Path) -> dict:
     from safetensors.torch import load_file
 
     from emoreward.data import load_pairs
-    from emoreward.models import EmoRewardModel
+    from emoreward.models import TextRewardModel
 
     out = tmp_path / "out"
     # one copy of the report on stdout: the second process is silent
-    assert result.stdout.count("emoreward train: backbone") == 1
+    assert result.stdout.count("emoreward train: text backbone") == 1
     report = json.loads((out / "report.json").read_text())
     steps = [e["step"] for e in report["final"]["train_log"] if "loss" in e]
     # 32 pairs, 4 per process and step: 4 optimizer steps per epoch with 2 processes (8 with one)
@@ -72,7 +72,7 @@ def check_run(result: subprocess.CompletedProcess, tmp_path: Path) -> dict:
     assert [p.name for p in checkpoints] == ["checkpoint-6", "checkpoint-8"]  # save_total_limit: 2
 
     model_dir = out / "model"
-    model = EmoRewardModel.from_pretrained(model_dir)
+    model = TextRewardModel.from_pretrained(model_dir)
     # every saved tensor is whole: the shapes peft expects for this model's adapter and value head
     from peft import get_peft_model_state_dict
 

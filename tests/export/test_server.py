@@ -4,23 +4,26 @@ import http.client
 import json
 import threading
 
-import numpy as np
 import pytest
+from _helpers import StubRewardModel
 
 from emoreward.export.server import RewardServer, RewardService, ServerLimits, add_serve_arguments
 
 
-class WordsModel:
+class WordsModel(StubRewardModel):
     """Stand-in reward model: words / 10, +1 with a subtitle."""
 
     def __init__(self, gate=None):
+        super().__init__()
         self.gate = gate
 
-    def score(self, descriptions, subtitles=None, batch_size=16):
+    def score_info(self, descriptions, contexts=None, *, batch_size=None):
         if self.gate is not None:
             self.gate.wait(timeout=5)
-        subtitles = subtitles or [None] * len(descriptions)
-        return np.array([len(d.split()) / 10 + (1.0 if s else 0.0) for d, s in zip(descriptions, subtitles)])
+        return super().score_info(descriptions, contexts, batch_size=batch_size)
+
+    def reward(self, description, subtitle):
+        return len(description.split()) / 10 + (1.0 if subtitle else 0.0)
 
 
 def post(server, path, payload=None, raw=None, headers=None):

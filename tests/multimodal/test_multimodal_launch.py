@@ -34,8 +34,8 @@ def test_ddp_two_cpu_processes_train_save_once_and_reload(tiny_backbone_dir, tmp
     from safetensors.torch import load_file
 
     from emoreward.data import load_pairs
-    from emoreward.models.multimodal import MultimodalEmoRewardModel
-    from emoreward.training.multimodal import MultimodalRewardJudge
+    from emoreward.evaluation.judge import RewardModelJudge
+    from emoreward.models import load_reward_model
 
     pairs_file = write_media_set(tmp_path / "media", N_PAIRS)
     out = tmp_path / "out"
@@ -57,7 +57,7 @@ def test_ddp_two_cpu_processes_train_save_once_and_reload(tiny_backbone_dir, tmp
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
 
     # one copy of the report and one save, both by rank 0
-    assert result.stdout.count("emoreward train: backbone") == 1
+    assert result.stdout.count("emoreward train: media backbone") == 1
     assert result.stdout.count(f"final model (all {N_PAIRS} pairs) saved to {out / 'model'}") == 1
     report = json.loads((out / "report.json").read_text())
     steps = [e["step"] for e in report["final"]["train_log"] if "loss" in e]
@@ -67,7 +67,7 @@ def test_ddp_two_cpu_processes_train_save_once_and_reload(tiny_backbone_dir, tmp
     # the saved adapter and value head are whole and trained; the model reloads in this single process and gives
     # the rewards the training processes computed
     model_dir = out / "model"
-    model = MultimodalEmoRewardModel.from_pretrained(model_dir, media_root=str(tmp_path / "media"))
+    model = load_reward_model(model_dir, media_root=str(tmp_path / "media"))
     saved = load_file(model_dir / "adapter_model.safetensors")
     expected = {k: tuple(v.shape) for k, v in get_peft_model_state_dict(model.model).items()}
     assert {k: tuple(v.shape) for k, v in saved.items()} == expected
@@ -75,7 +75,7 @@ def test_ddp_two_cpu_processes_train_save_once_and_reload(tiny_backbone_dir, tmp
     assert lora_b and all(t.abs().sum() > 0 for t in lora_b)  # LoRA B starts at zero
     assert model.settings.use_audio_in_video and model.module.use_audio_in_video
     pairs = load_pairs(pairs_file)
-    r1, r2 = MultimodalRewardJudge(model, model.builder.options).pair_rewards(pairs)
+    r1, r2 = RewardModelJudge(model).pair_rewards(pairs)
     reported = report["eval_file"]["evaluation"]["pair_rewards"]
     np.testing.assert_allclose(r1, reported["reward_1"], atol=1e-6, rtol=0)
     np.testing.assert_allclose(r2, reported["reward_2"], atol=1e-6, rtol=0)

@@ -17,12 +17,9 @@ pytest.importorskip("av", reason="multimodal tests make and decode video files w
 
 from tiny_media import TINY_RECIPE, build_tiny, write_media_set, write_video  # noqa: E402
 
-from emoreward.training.multimodal import (  # noqa: E402
-    MultimodalRewardConfig,
-    build_model,
-    is_multimodal_recipe,
-    load_multimodal_config,
-)
+from emoreward.models.base import RewardContext  # noqa: E402
+from emoreward.training.adapters import adapter_for  # noqa: E402
+from emoreward.training.config import EmoRewardConfig, load_config  # noqa: E402
 
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
@@ -32,9 +29,8 @@ SEVEN_B = {"qwen2.5-vl-7b": "qwen2.5-vl", "qwen2.5-omni-7b": "qwen2.5-omni-think
 @pytest.mark.parametrize("recipe", sorted(SEVEN_B))
 def test_7b_recipe_parses_and_builds_its_model_class(recipe, tiny_backbone_dir, tmp_path):
     path = RECIPES / recipe / "rm" / "config_lora.yaml"
-    assert is_multimodal_recipe(path)
-    config = load_multimodal_config(path)  # bf16 unset: on where the GPU supports it, off on this CPU
-    assert isinstance(config, MultimodalRewardConfig) and config.backbone == SEVEN_B[recipe]
+    config = load_config(path)  # bf16 unset: on where the GPU supports it, off on this CPU
+    assert isinstance(config, EmoRewardConfig) and config.kind == "media" and config.backbone == SEVEN_B[recipe]
     assert config.use_peft and config.gradient_checkpointing and config.model_name_or_path.startswith("Qwen/")
     assert "bf16" not in yaml.safe_load(path.read_text())
     readme = (RECIPES / recipe / "rm" / "README.md").read_text()
@@ -43,7 +39,7 @@ def test_7b_recipe_parses_and_builds_its_model_class(recipe, tiny_backbone_dir, 
         in readme
     )
     config.model_name_or_path = str(tiny_backbone_dir(config.backbone))
-    model = build_model(config)
+    model = adapter_for(config).build_model(config)
     import transformers
 
     expected = {
@@ -57,11 +53,11 @@ def test_7b_recipe_parses_and_builds_its_model_class(recipe, tiny_backbone_dir, 
 def test_unknown_backbone_in_recipe_is_an_error(tmp_path):
     path = tmp_path / "r.yaml"
     path.write_text("backbone: qwen9-vl\noutput_dir: x\n")
-    with pytest.raises(ValueError, match="unknown multimodal backbone 'qwen9-vl'; available"):
-        load_multimodal_config(path)
+    with pytest.raises(ValueError, match="unknown backbone 'qwen9-vl'; registered"):
+        load_config(path)
     path.write_text("backbone: qwen2.5-vl\nfpss: 3\n")
     with pytest.raises(ValueError, match=r"unknown key\(s\) \['fpss'\]"):
-        load_multimodal_config(path)
+        load_config(path)
 
 
 def train_tiny(tmp_path: Path, tiny_backbone_dir, *extra: str, n: int = 6, ties: int = 0) -> tuple[Path, Path]:
@@ -98,7 +94,8 @@ def test_tiny_recipe_trains_and_evaluates_with_the_harness(tiny_backbone_dir, tm
     assert "length_baseline" in report["eval_file"]["evaluation"] and "| this judge | length baseline" in printed
     saved = Path(final["model_dir"])
     assert (saved / "README.md").exists() and (saved / "adapter_model.safetensors").exists()
-    assert json.loads((saved / "emoreward_multimodal.json").read_text())["use_audio_in_video"] is True
+    settings = json.loads((saved / "emoreward_config.json").read_text())
+    assert settings["kind"] == "media" and settings["use_audio_in_video"] is True
     # `emoreward evaluate` on the saved model: the same rewards the training run reported
     assert main(["evaluate", "--model", str(saved), "--data", str(pairs), "--media-root", str(tmp_path / "media"),
                  "--output", str(tmp_path / "eval.json")]) == 0  # fmt: skip
@@ -144,22 +141,22 @@ def test_prefix_sharing_equals_naive_with_1000_media_tokens(tmp_path):
 
     from emoreward.data.media import MediaOptions, load_sample_media
     from emoreward.data.pairs import MediaRef
-    from emoreward.models.multimodal import MultimodalEmoRewardModel
+    from emoreward.models.media import MediaRewardModel
 
     pixels = 224 * 224
     path = build_tiny("qwen2.5-vl", tmp_path / "vl", min_pixels=pixels, max_pixels=pixels)
     write_video(tmp_path / "m" / "video" / "v.mp4", seconds=4.0, fps=8)
     options = MediaOptions(str(tmp_path / "m"), fps=8.0, max_frames=32)
     torch.manual_seed(0)
-    model = MultimodalEmoRewardModel.from_backbone("qwen2.5-vl", str(path), media_options=options, max_length=4096)
+    model = MediaRewardModel.from_backbone("qwen2.5-vl", str(path), media_options=options, max_length=4096)
     media = load_sample_media("v", MediaRef(), options, need_video=True, need_audio=False)
     prefix = model.builder.encode_prefix(media, None)
     assert prefix.n_media_tokens >= 1000
     descriptions = [
         f"Description {i}: the man is {'calm' if i % 2 else 'tense'} and speaks slowly." for i in range(10)
     ]
-    shared = model.score_descriptions(None, None, descriptions, shared_prefix=True, prefix=prefix)
-    naive = model.score_descriptions(None, None, descriptions, shared_prefix=False, prefix=prefix)
+    shared = model.score_prefix(prefix, descriptions, shared_prefix=True).rewards
+    naive = model.score_prefix(prefix, descriptions, shared_prefix=False).rewards
     np.testing.assert_allclose(shared, naive, atol=1e-4)
-    np.testing.assert_array_equal(shared, model.score_descriptions(media, None, descriptions))
+    np.testing.assert_array_equal(shared, model.score_info(descriptions, RewardContext(None, decoded=media)).rewards)
     assert np.ptp(shared) > 0  # the descriptions are told apart

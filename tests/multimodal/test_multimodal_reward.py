@@ -22,11 +22,9 @@ av = pytest.importorskip("av", reason="multimodal tests make and decode video fi
 
 from tiny_media import write_video, write_wav  # noqa: E402
 
-from emoreward.models.multimodal import (  # noqa: E402
-    MultimodalEmoRewardModel,
-    get_multimodal_backbone,
-    lora_target_regex,
-)
+from emoreward.models.backbones import get_backbone, lora_target_regex  # noqa: E402
+from emoreward.models.base import RewardContext, load_reward_model  # noqa: E402
+from emoreward.models.media import MediaRewardModel  # noqa: E402
 
 
 FAMILIES = ["qwen2.5-vl", "qwen2.5-omni-thinker", "qwen2-audio"]
@@ -52,7 +50,7 @@ def lora(r=4):
 def make(family, tiny_backbone_dir, media_root, **kw):
     torch.manual_seed(0)
     options = MediaOptions(str(media_root), fps=2.0, max_frames=4, use_audio_in_video=family == "qwen2.5-omni-thinker")
-    return MultimodalEmoRewardModel.from_backbone(
+    return MediaRewardModel.from_backbone(
         family, str(tiny_backbone_dir(family)), lora_config=kw.pop("lora_config", lora()), media_options=options,
         max_length=kw.pop("max_length", 256), **kw,
     )  # fmt: skip
@@ -60,7 +58,7 @@ def make(family, tiny_backbone_dir, media_root, **kw):
 
 def sample_media(model, sample_id, media_root):
     b = model.builder
-    return load_sample_media(sample_id, MediaRef(), b.options, need_video=b.needs_video, need_audio=b.needs_audio)
+    return load_sample_media(sample_id, MediaRef(), model.options, need_video=b.needs_video, need_audio=b.needs_audio)
 
 
 def pairs(n=8, seed=0):
@@ -76,9 +74,9 @@ def pairs(n=8, seed=0):
 
 def test_unknown_backbone_lists_available():
     with pytest.raises(ValueError, match=r"qwen2\.5-vl.*") as err:
-        get_multimodal_backbone("qwen3-vl")
+        get_backbone("qwen3-vl")
     assert "qwen2-audio" in str(err.value) and "qwen2.5-omni-thinker" in str(err.value)
-    assert get_multimodal_backbone("qwen2.5-omni").name == "qwen2.5-omni-thinker"
+    assert get_backbone("qwen2.5-omni").name == "qwen2.5-omni-thinker"
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -95,8 +93,8 @@ def test_value_head_rewards_and_prefix_sharing(family, tiny_backbone_dir, media_
     descriptions = ["She is happy and smiling.", "He looks angry, shouting loudly at someone nearby.", "Sad."]
     prefix = model.builder.encode_prefix(media, "hello")
     assert prefix.n_media_tokens > 2
-    # forward on a batch: rewards of shape (batch,), read at the last non-pad token
-    from emoreward.models.multimodal import collate_media, pad_sequences
+    # forward on a batch: value-head outputs of shape (batch, num_heads), read at the last non-pad token
+    from emoreward.models.media import collate_media, pad_sequences
 
     seqs = [
         prefix.input_ids + model.builder.encode_suffix(d, len(prefix.input_ids), truncate=True)[0]
@@ -104,10 +102,13 @@ def test_value_head_rewards_and_prefix_sharing(family, tiny_backbone_dir, media_
     ]
     ids, mask = pad_sequences(seqs, model.tokenizer.pad_token_id)
     with torch.no_grad():
-        rewards = model.model(ids, mask, **collate_media([prefix.media] * 3))
-    assert rewards.shape == (3,)
-    naive = model.score_descriptions(media, "hello", descriptions, shared_prefix=False)
-    shared = model.score_descriptions(media, "hello", descriptions, shared_prefix=True, batch_size=2)
+        logits = model.model(ids, mask, **collate_media([prefix.media] * 3))
+    assert logits.shape == (3, 1)
+    rewards = logits[:, 0]
+    naive = model.score_info(descriptions, RewardContext("hello", decoded=media), shared_prefix=False).rewards
+    shared = model.score_info(
+        descriptions, RewardContext("hello", decoded=media), shared_prefix=True, batch_size=2
+    ).rewards
     np.testing.assert_allclose(shared, naive, atol=1e-4, rtol=0)
     np.testing.assert_allclose(rewards.numpy(), naive, atol=1e-4, rtol=0)  # batched + padded == one by one
     assert len(set(np.round(naive, 6))) == 3
@@ -116,7 +117,7 @@ def test_value_head_rewards_and_prefix_sharing(family, tiny_backbone_dir, media_
 def test_lora_regex_excludes_encoders():
     import re
 
-    regex = lora_target_regex(get_multimodal_backbone("qwen2.5-omni-thinker"))
+    regex = lora_target_regex(get_backbone("qwen2.5-omni-thinker"))
     assert re.fullmatch(regex, "backbone.model.language_model.layers.0.self_attn.q_proj")
     assert not re.fullmatch(regex, "backbone.model.audio_tower.layers.0.self_attn.q_proj")
     assert not re.fullmatch(regex, "backbone.model.visual.blocks.0.mlp.gate_proj")
@@ -154,14 +155,14 @@ def test_frame_sampling_follows_fps_and_cap(tmp_path):
 
 
 def test_dataset_drops_and_counts_bad_media_and_long_prefixes(tiny_backbone_dir, media_root, tmp_path):
-    from emoreward.training.multimodal import build_multimodal_dataset
+    from emoreward.training.preprocess import build_media_dataset
 
     model = make("qwen2-audio", tiny_backbone_dir, media_root)
     data = pairs(4)
     broken = PreferencePair("missing", "Happy.", "Sad.", "1")
     with pytest.raises(MediaError, match="sample 'missing'.*audio/missing.wav"):
-        build_multimodal_dataset([*data, broken], model, model.builder.options)
-    dataset, report = build_multimodal_dataset([*data, broken], model, model.builder.options, media_errors="skip")
+        build_media_dataset([*data, broken], model)
+    dataset, report = build_media_dataset([*data, broken], model, media_errors="skip")
     assert report.counts["media_error"] == 1 and len(dataset) == 4 and "missing" in report.errors
     # every row: chosen and rejected share the same media prefix
     for row in dataset:
@@ -171,9 +172,9 @@ def test_dataset_drops_and_counts_bad_media_and_long_prefixes(tiny_backbone_dir,
     n_prefix = dataset[0]["prefix_length"]
     model.builder.max_length = n_prefix
     with pytest.raises(ValueError, match="no pair is left"):
-        build_multimodal_dataset(data, model, model.builder.options, truncation="truncate")
+        build_media_dataset(data, model, truncation="truncate")
     model.builder.max_length = n_prefix + 6
-    dataset, report = build_multimodal_dataset(data, model, model.builder.options, truncation="truncate")
+    dataset, report = build_media_dataset(data, model, truncation="truncate")
     assert all(len(r["chosen_ids"]) <= n_prefix + 6 for r in dataset)
     audio_id = model.module.config.audio_token_id
     for row in dataset:  # the whole audio span survives truncation
@@ -183,21 +184,24 @@ def test_dataset_drops_and_counts_bad_media_and_long_prefixes(tiny_backbone_dir,
 
 
 def test_train_save_reload_fresh_process_and_merge(tiny_backbone_dir, media_root, tmp_path):
-    from emoreward.training.multimodal import MultimodalRewardConfig, MultimodalRewardTrainer, build_multimodal_dataset
+    from tiny_media import media_trainer
+
+    from emoreward.training.config import EmoRewardConfig
+    from emoreward.training.preprocess import build_media_dataset
 
     family = "qwen2.5-vl"
     model = make(family, tiny_backbone_dir, media_root)
     data = pairs(8)
-    config = MultimodalRewardConfig(
+    config = EmoRewardConfig(
         output_dir=str(tmp_path / "out"), backbone=family, model_name_or_path=str(tiny_backbone_dir(family)),
         media_root=str(media_root), fps=2.0, max_frames=4, max_length=256, per_device_train_batch_size=4,
         learning_rate=5e-3, num_train_epochs=6, logging_steps=1, save_strategy="no", report_to=[],
         gradient_checkpointing=True, ties="rao-kupper", use_cpu=True, dataloader_num_workers=0, disable_tqdm=True,
     )  # fmt: skip
-    dataset, _ = build_multimodal_dataset(data, model, config.media_options(), ties="rao-kupper")
+    dataset, _ = build_media_dataset(data, model, ties="rao-kupper")
     before = model.trainable_parameters()
     frozen = {n: p.detach().clone() for n, p in model.module.backbone.model.visual.named_parameters()}
-    trainer = MultimodalRewardTrainer(model, config, dataset)
+    trainer = media_trainer(model, config, dataset)
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert logs[-1]["loss"] < logs[0]["loss"]
@@ -207,56 +211,51 @@ def test_train_save_reload_fresh_process_and_merge(tiny_backbone_dir, media_root
     assert any("lora" in n for n in changed) and any("score" in n for n in changed)
     assert all(torch.equal(p, frozen[n]) for n, p in model.module.backbone.model.visual.named_parameters())
     model.model.eval()
-    media = sample_media(model, "s2", media_root)
     descriptions = ["The woman is joyful and smiling warmly.", "The woman is gloomy and frowning."]
-    scores = model.score_descriptions(media, "hi", descriptions)
+    context = RewardContext("hi", sample_id="s2")  # media read from <media_root>/video/s2.mp4
+    scores = model.score(descriptions, context)
+    decoded = RewardContext("hi", sample_id="s2", decoded=sample_media(model, "s2", media_root))
+    np.testing.assert_array_equal(model.score(descriptions, decoded), scores)
     saved = model.save_pretrained(tmp_path / "model")
-    assert {"adapter_model.safetensors", "emoreward_multimodal.json", "README.md"} <= {p.name for p in saved.iterdir()}
+    assert {"adapter_model.safetensors", "emoreward_config.json", "README.md"} <= {p.name for p in saved.iterdir()}
     assert "qwen2.5-vl" in (saved / "README.md").read_text()
+    assert json.loads((saved / "emoreward_config.json").read_text())["kind"] == "media"
     script = (
-        "import json, sys\n"
-        "from emoreward.data.media import load_sample_media\n"
-        "from emoreward.data.pairs import MediaRef\n"
-        "from emoreward.models.multimodal import MultimodalEmoRewardModel\n"
-        f"m = MultimodalEmoRewardModel.from_pretrained({str(saved)!r}, media_root={str(media_root)!r})\n"
-        "b = m.builder\n"
-        "media = load_sample_media('s2', MediaRef(), b.options, need_video=b.needs_video, need_audio=b.needs_audio)\n"
-        f"print(json.dumps(m.score_descriptions(media, 'hi', {descriptions!r}).tolist()))\n"
+        "import json\n"
+        "from emoreward.models import RewardContext, load_reward_model\n"
+        f"m = load_reward_model({str(saved)!r}, media_root={str(media_root)!r})\n"
+        f"print(json.dumps(m.score({descriptions!r}, RewardContext('hi', sample_id='s2')).tolist()))\n"
     )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # a shared 2-core machine: see conftest.one_torch_thread
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, env=env)
     reloaded = json.loads(out.stdout.strip().splitlines()[-1])
     np.testing.assert_array_equal(np.array(reloaded), scores)
-    merged = MultimodalEmoRewardModel.from_pretrained(
-        model.export_merged(tmp_path / "merged"), media_root=str(media_root)
-    )
+    merged = load_reward_model(model.export_merged(tmp_path / "merged"), media_root=str(media_root))
+    assert isinstance(merged, MediaRewardModel)
     assert merged.settings.merged and not hasattr(merged.model, "peft_config")
-    np.testing.assert_allclose(merged.score_descriptions(media, "hi", descriptions), scores, atol=1e-5)
-    # the one entry point for text and multimodal reward models
-    from emoreward.models import EmoRewardModel
-
-    via_entry = EmoRewardModel.from_pretrained(saved)
-    assert isinstance(via_entry, MultimodalEmoRewardModel)
-    np.testing.assert_array_equal(via_entry.score_descriptions(media, "hi", descriptions), scores)
+    np.testing.assert_allclose(merged.score(descriptions, context), scores, atol=1e-5)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["qwen2.5-omni-thinker", "qwen2-audio"])
 def test_training_changes_lora_and_head_every_family(family, tiny_backbone_dir, media_root, tmp_path):
-    from emoreward.training.multimodal import MultimodalRewardConfig, MultimodalRewardTrainer, build_multimodal_dataset
+    from tiny_media import media_trainer
+
+    from emoreward.training.config import EmoRewardConfig
+    from emoreward.training.preprocess import build_media_dataset
 
     model = make(family, tiny_backbone_dir, media_root, train_projector=True)
-    config = MultimodalRewardConfig(
+    config = EmoRewardConfig(
         output_dir=str(tmp_path), backbone=family, model_name_or_path=str(tiny_backbone_dir(family)),
         media_root=str(media_root), max_frames=4, max_length=256, per_device_train_batch_size=4, learning_rate=5e-3,
         num_train_epochs=4, logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True,
         use_audio_in_video=family == "qwen2.5-omni-thinker",
     )  # fmt: skip
-    dataset, _ = build_multimodal_dataset(pairs(8), model, config.media_options())
+    dataset, _ = build_media_dataset(pairs(8), model)
     before = model.trainable_parameters()
     encoder = "audio_tower"
     frozen = {n: p.detach().clone() for n, p in model.module.named_parameters() if encoder in n and ".proj." not in n}
-    trainer = MultimodalRewardTrainer(model, config, dataset)
+    trainer = media_trainer(model, config, dataset)
     trainer.train()
     after = model.trainable_parameters()
     changed = [n for n in before if not torch.equal(before[n], after[n])]

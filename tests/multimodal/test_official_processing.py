@@ -27,8 +27,9 @@ from tiny_media import write_video  # noqa: E402
 from emoreward.data import PreferencePair  # noqa: E402
 from emoreward.data.media import MediaOptions, load_sample_media  # noqa: E402
 from emoreward.data.pairs import MediaRef  # noqa: E402
-from emoreward.models.multimodal import (  # noqa: E402
-    MultimodalEmoRewardModel,
+from emoreward.models.base import RewardContext
+from emoreward.models.media import (  # noqa: E402
+    MediaRewardModel,
     SampledFramesVideoProcessor,
     collate_media,
     pad_sequences,
@@ -105,7 +106,7 @@ def omni(tiny_backbone_dir, tmp_path_factory):
     torch.manual_seed(0)
     from peft import LoraConfig
 
-    model = MultimodalEmoRewardModel.from_backbone(
+    model = MediaRewardModel.from_backbone(
         "qwen2.5-omni-thinker", str(tiny_backbone_dir("qwen2.5-omni-thinker")), media_options=options,
         max_length=512, lora_config=LoraConfig(r=4, lora_alpha=8, init_lora_weights=False),
     )  # fmt: skip
@@ -182,7 +183,7 @@ def test_omni_thinker_positions_follow_the_interleaved_layout(omni):
     seq, _ = model.builder.encode_suffix("She is furious.", len(prefix.input_ids), truncate=True)
     full_ids, full_mask = pad_sequences([prefix.input_ids + seq], model.tokenizer.pad_token_id)
     with torch.no_grad():
-        reward = module(full_ids, full_mask, **media_t)
+        reward = module(full_ids, full_mask, **media_t)[:, 0]
         rewards = {}
         for flag in (True, False):
             module.inner.rope_deltas = None
@@ -195,12 +196,17 @@ def test_omni_thinker_positions_follow_the_interleaved_layout(omni):
 
 
 def test_omni_interleaved_scoring_and_training(omni, tmp_path):
-    from emoreward.training.multimodal import MultimodalRewardConfig, MultimodalRewardTrainer, build_multimodal_dataset
+    from tiny_media import media_trainer
+
+    from emoreward.training.config import EmoRewardConfig
+    from emoreward.training.preprocess import build_media_dataset
 
     model, options, media = omni
     descriptions = ["She is calm.", "He shouts angrily, red in the face.", "A sad, quiet voice."]
-    naive = model.score_descriptions(media, "hi", descriptions, shared_prefix=False)
-    shared = model.score_descriptions(media, "hi", descriptions, shared_prefix=True, batch_size=2)
+    naive = model.score_info(descriptions, RewardContext("hi", decoded=media), shared_prefix=False).rewards
+    shared = model.score_info(
+        descriptions, RewardContext("hi", decoded=media), shared_prefix=True, batch_size=2
+    ).rewards
     np.testing.assert_allclose(shared, naive, atol=1e-4, rtol=0)
     # a batch of two samples with different audio lengths pads and still scores each sequence as alone
     other = load_sample_media("v1", MediaRef(), options, need_video=True, need_audio=True)
@@ -209,36 +215,38 @@ def test_omni_interleaved_scoring_and_training(omni, tmp_path):
     ids, mask = pad_sequences(seqs, model.tokenizer.pad_token_id)
     with torch.no_grad():
         batched = model.model(ids, mask, **collate_media([p.media for p in prefixes]))
-    alone = model.score_descriptions(other, "hi", descriptions[:1], shared_prefix=False)
-    np.testing.assert_allclose(batched[1].item(), alone[0], atol=1e-5)
+    alone = model.score_info(descriptions[:1], RewardContext("hi", decoded=other), shared_prefix=False).rewards
+    np.testing.assert_allclose(batched[1, 0].item(), alone[0], atol=1e-5)
 
     pairs = [
         PreferencePair(f"v{i % 2}", "The man is furious, shouting.", "The man is calm and relaxed.", "1")
         for i in range(4)
     ]
-    config = MultimodalRewardConfig(
+    config = EmoRewardConfig(
         output_dir=str(tmp_path), backbone="qwen2.5-omni-thinker", model_name_or_path="unused",
         media_root=options.media_root, fps=2.0, max_frames=8, use_audio_in_video=True, max_length=512,
         per_device_train_batch_size=2, learning_rate=1e-2, num_train_epochs=2, logging_steps=1, save_strategy="no",
         report_to=[], use_cpu=True, disable_tqdm=True,
     )  # fmt: skip
-    dataset, report = build_multimodal_dataset(pairs, model, config.media_options())
+    dataset, report = build_media_dataset(pairs, model)
     assert report.n_kept == 4
     before = model.trainable_parameters()
-    trainer = MultimodalRewardTrainer(model, config, dataset)
+    trainer = media_trainer(model, config, dataset)
     trainer.train()
     after = model.trainable_parameters()
     changed = [n for n in before if not torch.equal(before[n], after[n])]
     assert any("lora" in n for n in changed) and any("score" in n for n in changed)
     model.model.eval()
-    r = model.score_descriptions(media, None, ["The man is furious, shouting.", "The man is calm and relaxed."])
+    r = model.score_info(
+        ["The man is furious, shouting.", "The man is calm and relaxed."], RewardContext(None, decoded=media)
+    ).rewards
     assert r[0] > r[1]
 
 
 def test_qwen2_audio_hears_the_video_track_as_one_audio_span(tiny_backbone_dir, omni):
     """`use_audio_in_video` for Qwen2-Audio only changes where the audio comes from: no video, no interleaving."""
     _, options, media = omni
-    model = MultimodalEmoRewardModel.from_backbone(
+    model = MediaRewardModel.from_backbone(
         "qwen2-audio", str(tiny_backbone_dir("qwen2-audio")), media_options=options, max_length=512
     )
     assert not model.module.use_audio_in_video and model.builder.needs_video is False
@@ -253,11 +261,11 @@ def test_qwen2_audio_hears_the_video_track_as_one_audio_span(tiny_backbone_dir, 
 
 
 def test_a_prompt_the_processor_rejects_names_the_sample(omni):
-    from emoreward.training.multimodal import build_multimodal_dataset
+    from emoreward.training.preprocess import build_media_dataset
 
     model, options, media = omni
     with pytest.raises(ValueError, match=r"v0\.mp4: Qwen2_5OmniFramesProcessor rejected the prompt"):
         model.builder.encode_prefix(media, "he says <|VIDEO|> twice")  # a second video placeholder, one video
     bad = PreferencePair("v0", "Calm.", "Angry.", "1", media=MediaRef(subtitle="<|VIDEO|>"), row=7)
     with pytest.raises(ValueError, match=r"pair 'v0' \(row 7\): .*v0\.mp4"):
-        build_multimodal_dataset([bad], model, options)
+        build_media_dataset([bad], model)

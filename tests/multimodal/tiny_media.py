@@ -199,3 +199,20 @@ def write_media_set(root: Path, n: int, *, seconds: float = 2.0, wav: bool = Fal
         rows.append({"sample_id": f"c{i}", "description_1": d1, "description_2": d2, "label": label, "subtitle": "oh"})
     (root / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return root / "pairs.jsonl"
+
+
+def media_trainer(model, config, dataset):
+    """`EmoRewardTrainer` for a multimodal reward model and a dataset from `build_media_dataset` (what
+    `emoreward.training.pipeline.fit_reward_model` builds, for tests that inspect the trainer)."""
+    from emoreward.training.adapters import MediaAdapter
+    from emoreward.training.trainer import EmoRewardTrainer
+
+    adapter = MediaAdapter()
+    return EmoRewardTrainer(
+        adapter=adapter,
+        model=model.model,
+        args=config,
+        train_dataset=dataset,
+        processing_class=model.tokenizer,
+        data_collator=adapter.collator(model, config),
+    )

@@ -8,10 +8,10 @@ import math
 
 import numpy as np
 import pytest
+from _helpers import StubRewardModel
 from scipy.stats import spearmanr
 
 from emoreward.evaluation.verdicts import Judgement, Verdict
-from emoreward.models import RewardModelSettings
 from emoreward.ranking.rank import (
     DescriptionTable,
     ScoreCache,
@@ -29,17 +29,11 @@ from emoreward.ranking.rank import (
 )
 
 
-class LengthModel:
+class LengthModel(StubRewardModel):
     """A stand-in reward model: reward = words / 10 (+ 1 with a subtitle); counts what it scores."""
 
-    def __init__(self, tie_threshold=0.0):
-        self.settings = RewardModelSettings(tie_threshold=tie_threshold)
-        self.n_scored = 0
-
-    def score(self, descriptions, subtitles=None, batch_size=32):
-        self.n_scored += len(descriptions)
-        subtitles = subtitles or [None] * len(descriptions)
-        return np.array([len(d.split()) / 10 + (1.0 if s else 0.0) for d, s in zip(descriptions, subtitles)])
+    def reward(self, description, subtitle):
+        return len(description.split()) / 10 + (1.0 if subtitle else 0.0)
 
 
 class LongerJudge:

@@ -4,10 +4,10 @@ import argparse
 
 import numpy as np
 import pytest
+from _helpers import StubRewardModel
 from scipy.stats import spearmanr
 
 from emoreward.evaluation.verdicts import Judgement, Verdict
-from emoreward.models import RewardModelSettings
 from emoreward.ranking import rank as rank_module
 from emoreward.ranking.bpa import BPAConfig, SchedulerConfig
 from emoreward.ranking.cli import add_rank_arguments, run_rank
@@ -32,16 +32,14 @@ def quality(text):
     return float(text.split(" q")[1])
 
 
-class QualityModel:
+class QualityModel(StubRewardModel):
     """Stand-in reward model: reward = the quality written in the description; counts what it scores."""
 
     def __init__(self, tie_threshold=0.1):
-        self.settings = RewardModelSettings(tie_threshold=tie_threshold)
-        self.n_scored = 0
+        super().__init__(tie_threshold)
 
-    def score(self, descriptions, subtitles=None, batch_size=32):
-        self.n_scored += len(descriptions)
-        return np.array([quality(d) for d in descriptions])
+    def reward(self, description, subtitle):
+        return quality(description)
 
 
 class NoisyJudge:
@@ -143,7 +141,7 @@ def test_cli_method_bpa(tmp_path, monkeypatch, capsys):
             json.dumps({"sample": s, "model": m, "description": d}) + "\n" for (s, m), d in table.descriptions.items()
         )
     )
-    monkeypatch.setattr(rank_module, "load_rank_judge", lambda spec: ("reward-model", QualityModel()))
+    monkeypatch.setattr(rank_module, "load_rank_judge", lambda spec, **kw: ("reward-model", QualityModel()))
     out = tmp_path / "bpa.json"
     argv = [
         "--method",

@@ -12,7 +12,7 @@ import torch
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
 from emoreward.evaluation.verdicts import Judgement, Verdict
-from emoreward.models import EmoRewardModel, RewardModelSettings
+from emoreward.models import TextRewardModel, TextSettings
 from emoreward.ranking.cli import add_rank_arguments, run_rank
 from emoreward.ranking.rank import load_rank_judge
 
@@ -33,8 +33,8 @@ def tiny_reward_model(seed=0):
         initializer_range=0.5,  # rewards that differ visibly between texts
     )
     torch.manual_seed(seed)
-    settings = RewardModelSettings(backbone="minilm", input_format="pair", max_length=128, tie_threshold=1e-3)
-    return EmoRewardModel(BertForSequenceClassification(config).eval(), tokenizer, settings)
+    settings = TextSettings(backbone="minilm", input_format="pair", max_length=128, tie_threshold=1e-3)
+    return TextRewardModel(BertForSequenceClassification(config).eval(), tokenizer, settings)
 
 
 def parser():
@@ -85,7 +85,7 @@ def test_rank_cli_writes_report_and_reuses_cache(tmp_path, model_dir, capsys):
     for suffix in (".md", "_scores.png", "_W.png"):
         assert out.with_name("rank" + suffix).exists()
     # the scores the CLI used are the model's own
-    model = EmoRewardModel.from_pretrained(model_dir)
+    model = TextRewardModel.from_pretrained(model_dir)
     desc = [json.loads(line) for line in data.read_text().splitlines()]
     mean_alpha = float(model.score([r["description"] for r in desc if r["model"] == "alpha"]).mean())
     assert report["mean_reward"]["alpha"] == pytest.approx(mean_alpha, abs=1e-6)

@@ -17,7 +17,7 @@ blind judge.
 
 Processors: `AutoProcessor` where torchvision is installed; without it (CPU machines where no torchvision build
 matches torch) the video families get their official processor classes with the torchvision-free video processor
-of the reward models, `emoreward.models.multimodal.SampledFramesVideoProcessor` (`load_processor`). Frames come
+of the reward models, `emoreward.models.media.SampledFramesVideoProcessor` (`load_processor`). Frames come
 sampled by `load_frames`; their effective rate reaches the processor as `fps` and `video_metadata`, from which
 Qwen2.5-VL derives `second_per_grid_ts` and Qwen2.5-Omni `video_second_per_grid` (temporal positions). A
 processor call takes one rate, so a batch whose clips were sampled at different rates is processed clip by clip.
@@ -49,9 +49,9 @@ class Family:
 
 def _family(name: str) -> Family:
     """A judge family from the reward-model backbone registry (one source for classes and modalities)."""
-    from emoreward.models.multimodal import get_multimodal_backbone
+    from emoreward.models.backbones import get_backbone
 
-    spec = get_multimodal_backbone(name)
+    spec = get_backbone(name)
     return Family(spec.model_class, spec.sees_video, spec.hears_audio, spec.name == "qwen2.5-omni-thinker")
 
 
@@ -125,7 +125,7 @@ def load_processor(path: str, family: str, *, trust_remote_code: bool = False):
     """The processor of a checkpoint folder or hub id.
 
     `AutoProcessor` where torchvision is installed or the family takes no video. Otherwise the family's official
-    processor class (`emoreward.models.multimodal.official_processor`) with the checkpoint's own tokenizer,
+    processor class (`emoreward.models.media.official_processor`) with the checkpoint's own tokenizer,
     `Qwen2VLImageProcessorPil`, Whisper feature extractor and chat template, and the torchvision-free
     `SampledFramesVideoProcessor` (official PIL image-processor code on each sampled frame) as video processor.
     """
@@ -136,11 +136,12 @@ def load_processor(path: str, family: str, *, trust_remote_code: bool = False):
     spec = FAMILIES[family]
     if not spec.sees_video or is_torchvision_available():
         return AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
-    from emoreward.models.multimodal import get_multimodal_backbone, official_processor
+    from emoreward.models.backbones import get_backbone
+    from emoreward.models.media import official_processor
 
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     processor = official_processor(
-        get_multimodal_backbone(family),
+        get_backbone(family),
         tokenizer,
         image_processor=Qwen2VLImageProcessorPil.from_pretrained(path),
         feature_extractor=WhisperFeatureExtractor.from_pretrained(path) if spec.hears_audio else None,

@@ -1,0 +1,361 @@
+"""The one reward-model interface that every route (training, evaluation, ranking, serving, GRPO, export) uses.
+
+A reward model maps an emotion description and the context it describes (subtitle, video, audio of the sample)
+to a scalar reward r(description | context). Two kinds implement `RewardModel`:
+
+- `emoreward.models.text.TextRewardModel` (`kind = "text"`): a transformers text backbone; reads the subtitle.
+- `emoreward.models.media.MediaRewardModel` (`kind = "media"`): Qwen2.5-VL, the Qwen2.5-Omni thinker or
+  Qwen2-Audio; reads the video and/or audio and the subtitle, and scores all descriptions of one sample behind
+  one shared media prefix.
+
+A saved model directory holds `emoreward_config.json` (`RewardSettings`, with its `kind`); `load_reward_model`
+reads the kind and loads the right class. The tie rule that turns two rewards into a verdict is
+`emoreward.evaluation.judge.verdict_from_difference` (the model's calibrated `tie_threshold` is in its settings).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Hashable, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
+
+import numpy as np
+
+
+if TYPE_CHECKING:
+    from emoreward.data import MediaRef, PreferencePair
+    from emoreward.data.media import SampleMedia
+
+
+SETTINGS_FILE = "emoreward_config.json"
+RewardKind = Literal["text", "media"]
+
+
+# ---------------------------------------------------------------------------------------------- context
+@dataclass(frozen=True)
+class RewardContext:
+    """What a description is conditioned on: the sample's subtitle and media.
+
+    Attributes:
+        subtitle: the transcript spoken in the clip, or None.
+        video, audio: media file paths (absolute, or relative to the model's media root), or None; a media model
+            without a path looks for `<media_root>/video/<sample_id>.mp4` / `audio/<sample_id>.wav`.
+        sample_id: the sample, for default media paths and error messages.
+        decoded: already-decoded media (`emoreward.data.media.SampleMedia`), used instead of reading the files.
+    """
+
+    subtitle: str | None = None
+    video: str | None = None
+    audio: str | None = None
+    sample_id: str | None = None
+    decoded: SampleMedia | None = field(default=None, compare=False, hash=False, repr=False)
+
+    @classmethod
+    def from_media(cls, sample_id: str | None, media: MediaRef | None) -> RewardContext:
+        """The context of a sample with `MediaRef` media (video / audio path, subtitle)."""
+        if media is None:
+            return cls(sample_id=sample_id)
+        return cls(media.subtitle, media.video, media.audio, sample_id)
+
+    @classmethod
+    def from_pair(cls, pair: PreferencePair) -> RewardContext:
+        """The context both descriptions of a preference pair share."""
+        return cls.from_media(pair.sample_id, pair.media)
+
+    @property
+    def has_media(self) -> bool:
+        return bool(self.video or self.audio or self.decoded is not None)
+
+    def media_ref(self) -> MediaRef:
+        from emoreward.data import MediaRef
+
+        return MediaRef(self.video, self.audio, self.subtitle)
+
+
+def as_context(value: RewardContext | str | None) -> RewardContext:
+    """A `RewardContext` from a context, a subtitle string (shorthand for a context with only a subtitle) or None.
+
+    Raises:
+        ValueError: any other type.
+    """
+    if value is None:
+        return RewardContext()
+    if isinstance(value, RewardContext):
+        return value
+    if isinstance(value, str):
+        return RewardContext(subtitle=value)
+    raise ValueError(f"a context must be a RewardContext, a subtitle string or None, got {type(value).__name__}")
+
+
+def broadcast_contexts(
+    contexts: Sequence[RewardContext | str | None] | RewardContext | str | None, n: int
+) -> list[RewardContext]:
+    """`n` contexts from one context (shared by all descriptions), a list of `n`, or None (no context); a string is
+    a subtitle.
+
+    Raises:
+        ValueError: a list whose length is not `n`, or an item that is not a context, a string or None.
+    """
+    if contexts is None or isinstance(contexts, (RewardContext, str)):
+        return [as_context(contexts)] * n
+    contexts = list(contexts)
+    if len(contexts) != n:
+        raise ValueError(f"{n} descriptions but {len(contexts)} contexts")
+    try:
+        return [as_context(c) for c in contexts]
+    except ValueError as err:
+        raise ValueError(f"contexts: {err}") from None
+
+
+# ---------------------------------------------------------------------------------------------- settings
+@dataclass
+class RewardSettings:
+    """What a saved reward model needs besides its weights (`emoreward_config.json`).
+
+    Attributes:
+        backbone: registry name (`emoreward.models.backbones`) or path / hub id of the base text model.
+        model_name_or_path: where the base weights were loaded from (a path or hub id; equals `backbone` for text
+            backbones).
+        instruction: the user-turn / context text before the subtitle.
+        max_length: token limit of one (context, description) sequence; longer descriptions are truncated and
+            counted, never silently.
+        tie_threshold: |r1 - r2| below this is a predicted tie (calibrated on the training split; 0 = never).
+        merged: True for a merged export (full weights, no adapter).
+        num_heads: outputs of the value head: 1, or 2 for the disentangled reward (head 0 = quality = the reward).
+        objective: the training objective (`emoreward.training.objectives`), for the model card and reloads.
+        score_transform: a transform applied to the value head's output by `score` (see `apply_score_transform`),
+            or None. It is not part of the network, so merged exports do not carry it (their card says so).
+        extra: free-form metadata.
+    """
+
+    kind: ClassVar[RewardKind]
+    backbone: str = ""
+    model_name_or_path: str = ""
+    instruction: str = ""
+    max_length: int = 512
+    tie_threshold: float = 0.0
+    merged: bool = False
+    num_heads: int = 1
+    objective: str = "none"
+    score_transform: dict | None = None
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, **asdict(self)}
+
+    def save(self, directory: str | Path) -> Path:
+        from emoreward import __version__
+        from emoreward.utils.io import atomic_write_text
+
+        path = Path(directory) / SETTINGS_FILE
+        atomic_write_text(path, json.dumps({"emoreward_version": __version__, **self.to_dict()}, indent=2) + "\n")
+        return path
+
+
+@dataclass
+class TextSettings(RewardSettings):
+    """Settings of a text reward model.
+
+    Attributes:
+        gguf_file: GGUF file name when the base weights are a GGUF file.
+        input_format: `"pair"` (encoders: `[CLS] context [SEP] description [SEP]`) or `"chat"` (decoders: the chat
+            template, the sequence ending at the assistant turn's end-of-turn token).
+    """
+
+    kind: ClassVar[RewardKind] = "text"
+    gguf_file: str | None = None
+    input_format: Literal["pair", "chat"] = "pair"
+
+
+@dataclass
+class MediaSettings(RewardSettings):
+    """Settings of a multimodal reward model.
+
+    Attributes:
+        fps, max_frames: video frame sampling (frames per second of video, frame cap).
+        use_audio_in_video: the audio is the video's own track (else `audio/<sample>.wav`); for Qwen2.5-Omni the
+            video and audio tokens are then interleaved in time.
+        sampling_rate: audio sampling rate (Hz) of the feature extractor.
+        vision: the video patching parameters (`emoreward.models.media.VisionPatching` as a dict), or None.
+        train_projector: the encoder-to-LM projectors were trained.
+    """
+
+    kind: ClassVar[RewardKind] = "media"
+    max_length: int = 4096
+    fps: float = 2.0
+    max_frames: int = 16
+    use_audio_in_video: bool = False
+    sampling_rate: int = 16000
+    vision: dict | None = None
+    train_projector: bool = False
+
+
+SETTINGS_CLASSES: dict[str, type[RewardSettings]] = {"text": TextSettings, "media": MediaSettings}
+
+
+def load_settings(directory: str | Path) -> RewardSettings:
+    """Read `emoreward_config.json` of a model directory into the settings class of its `kind`.
+
+    Raises:
+        FileNotFoundError: `directory` does not exist or is not an emoreward model directory.
+        ValueError: an unknown `kind` or unknown keys (named, with the file).
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"model directory not found: {directory}")
+    path = directory / SETTINGS_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{directory} is not an emoreward model directory: {SETTINGS_FILE} is missing")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from None
+    data.pop("emoreward_version", None)
+    kind = data.pop("kind", "text")
+    if kind not in SETTINGS_CLASSES:
+        raise ValueError(f"{path}: unknown kind {kind!r}; known: {sorted(SETTINGS_CLASSES)}")
+    cls = SETTINGS_CLASSES[kind]
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {unknown} for a {kind} reward model")
+    return cls(**data)
+
+
+# ---------------------------------------------------------------------------------------------- transforms
+def apply_score_transform(rewards: np.ndarray, lengths: Sequence[float], transform: dict | None) -> np.ndarray:
+    """The saved transform of a model's raw value-head output.
+
+    `{"type": "length_penalty", "alpha", "mean", "std"}`: r - alpha * (chars - mean) / std, the length-penalised
+    reward of `length_debias: penalty` (`emoreward.training.objectives`).
+
+    Args:
+        rewards: `(N,)` raw rewards; lengths: `(N,)` description lengths in characters; transform: the settings'
+            `score_transform` (None: rewards unchanged).
+
+    Raises:
+        ValueError: an unknown transform type.
+    """
+    if not transform:
+        return rewards
+    if transform.get("type") == "length_penalty":
+        lengths = np.asarray(lengths, dtype=np.float64)
+        return rewards - transform["alpha"] * (lengths - transform["mean"]) / transform["std"]
+    raise ValueError(f"unknown score transform {transform!r}")
+
+
+# ---------------------------------------------------------------------------------------------- the protocol
+@dataclass
+class ScoreInfo:
+    """Rewards with what happened while computing them.
+
+    Attributes:
+        rewards: `np.ndarray` of shape `(N,)`, float64.
+        truncated: `np.ndarray` of shape `(N,)`, bool: the description was cut to fit `max_length` tokens.
+        n_tokens: `np.ndarray` of shape `(N,)`, int: tokens the model read for each description (full sequence).
+    """
+
+    rewards: np.ndarray
+    truncated: np.ndarray
+    n_tokens: np.ndarray
+
+
+@runtime_checkable
+class RewardModel(Protocol):
+    """A scalar emotion reward model r(description | context); see the module docstring.
+
+    Attributes:
+        kind: `"text"` or `"media"`.
+        settings: its `RewardSettings` (tie threshold, length limit, ...).
+        modalities: the media it reads, a subset of `{"video", "audio"}` (empty for text models).
+    """
+
+    kind: ClassVar[RewardKind]
+    settings: RewardSettings
+
+    @property
+    def modalities(self) -> frozenset[str]: ...
+
+    def score(
+        self,
+        descriptions: Sequence[str],
+        contexts: Sequence[RewardContext | None] | RewardContext | None = None,
+        *,
+        batch_size: int | None = None,
+    ) -> np.ndarray:
+        """Rewards, `np.ndarray` of shape `(len(descriptions),)`, float64 (unnormalised)."""
+        ...
+
+    def score_info(
+        self,
+        descriptions: Sequence[str],
+        contexts: Sequence[RewardContext | None] | RewardContext | None = None,
+        *,
+        batch_size: int | None = None,
+    ) -> ScoreInfo:
+        """`score` with the per-description truncation flags and token counts."""
+        ...
+
+    def context_key(self, context: RewardContext) -> Hashable:
+        """The part of a context this model reads (equal keys give equal rewards for the same description)."""
+        ...
+
+    def save_pretrained(self, directory: str | Path, *, model_card: str | None = None) -> Path: ...
+
+    def export_merged(self, directory: str | Path, *, model_card: str | None = None) -> Path: ...
+
+
+MODEL_CLASSES: dict[str, str] = {
+    "text": "emoreward.models.text:TextRewardModel",
+    "media": "emoreward.models.media:MediaRewardModel",
+}
+
+
+def model_class(kind: str) -> type:
+    """The reward-model class of a kind (imported on first use).
+
+    Raises:
+        ValueError: an unknown kind (lists the known ones).
+    """
+    if kind not in MODEL_CLASSES:
+        raise ValueError(f"unknown reward-model kind {kind!r}; known: {sorted(MODEL_CLASSES)}")
+    module, name = MODEL_CLASSES[kind].split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def load_reward_model(directory: str | Path, **kwargs: Any) -> RewardModel:
+    """Load any saved emoreward reward model, text or multimodal, from its directory.
+
+    The class comes from the `kind` in `emoreward_config.json`. Keyword arguments go to that class's
+    `from_pretrained` (`dtype`, and `media_root` for media models: the folder relative media paths resolve in).
+
+    Raises:
+        FileNotFoundError: `directory` is not an emoreward model directory.
+        ValueError: its settings are invalid.
+    """
+    settings = load_settings(directory)
+    cls = model_class(settings.kind)
+    if settings.kind == "text":
+        kwargs.pop("media_root", None)  # a text model reads no media files
+    return cls.from_pretrained(directory, **kwargs)
+
+
+__all__ = [
+    "SETTINGS_FILE",
+    "MediaSettings",
+    "RewardContext",
+    "RewardKind",
+    "RewardModel",
+    "RewardSettings",
+    "ScoreInfo",
+    "TextSettings",
+    "apply_score_transform",
+    "as_context",
+    "broadcast_contexts",
+    "load_reward_model",
+    "load_settings",
+    "model_class",
+]

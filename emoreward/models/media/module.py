@@ -1,0 +1,182 @@
+"""The multimodal reward network: a backbone's decoder stack (`backbone.model`, no LM head) plus a value head
+`score = Linear(hidden, num_heads, bias=False)` read at the last non-pad token, the convention verl, OpenRLHF and
+TRL use for scalar reward models.
+
+`score_shared_prefix` scores many descriptions of one sample behind one media prefix: the prefix (and its media
+encoders) runs once and every description continues its KV cache, equal to running each full sequence within
+float rounding.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+
+import torch
+from torch import nn
+
+from emoreward.models.backbones import BackboneSpec
+
+
+def init_value_head(head: nn.Linear, std: float) -> None:
+    """Normal(0, std) initialisation that is correct under DeepSpeed ZeRO-3, where a parameter created inside
+    `zero.Init` is a 0-sized shard: gather it, initialise on rank 0, let DeepSpeed scatter it back."""
+    weight = head.weight
+    if hasattr(weight, "ds_id"):  # a ZeRO-3 partitioned parameter
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters([weight], modifier_rank=0):
+            nn.init.normal_(weight, mean=0.0, std=std)
+    else:
+        nn.init.normal_(weight, mean=0.0, std=std)
+
+
+class ValueHeadModel(nn.Module):
+    """Backbone decoder + value head `score` (Linear(hidden, num_heads, bias=False)) read at the last non-pad token.
+
+    Args:
+        backbone: the full `transformers` model (`Qwen2_5_VLForConditionalGeneration`, ...); its `.model`
+            (decoder stack with media merging, no LM head) is run.
+        spec: its registry entry.
+        use_audio_in_video: the sequences carry the video's own audio interleaved with its frames (the official
+            Qwen2.5-Omni processor's `load_audio_from_video` layout); passed to the thinker so its rotary
+            positions follow that layout. Must match how the inputs were built (`MediaOptions`).
+        num_heads: value-head outputs: 1 (the reward), or 2 for the disentangled reward (head 0 = quality = the
+            reward, head 1 = length; ODIN).
+
+    Raises:
+        ValueError: `use_audio_in_video` for a backbone without that layout (`spec.interleaves_audio_in_video`).
+    """
+
+    main_input_name = "input_ids"
+    base_model_prefix = ""  # peft asks for it (transformers weight-conversion scopes)
+    supports_gradient_checkpointing = True
+
+    def __init__(
+        self, backbone: nn.Module, spec: BackboneSpec, *, use_audio_in_video: bool = False, num_heads: int = 1
+    ):
+        super().__init__()
+        if use_audio_in_video and not spec.interleaves_audio_in_video:
+            raise ValueError(f"{spec.name!r} has no interleaved audio-in-video layout (use_audio_in_video)")
+        self.backbone = backbone
+        self.spec = spec
+        self.use_audio_in_video = use_audio_in_video
+        text_config = backbone.config.get_text_config()
+        weight = next(backbone.parameters())
+        self.num_heads = num_heads
+        self.score = nn.Linear(
+            text_config.hidden_size, num_heads, bias=False, dtype=weight.dtype, device=weight.device
+        )
+        init_value_head(self.score, getattr(text_config, "initializer_range", 0.02))
+        self.config = backbone.config
+        self.config.num_labels = 1  # TRL's RewardTrainer checks it
+
+    @property
+    def inner(self) -> nn.Module:
+        return self.backbone.model
+
+    def _media_kwargs(self, input_ids: torch.Tensor, media: dict) -> dict:
+        kwargs = {k: v for k, v in media.items() if v is not None}
+        if self.spec.name == "qwen2.5-vl" and "pixel_values_videos" in kwargs:
+            video_id = self.config.video_token_id
+            kwargs["mm_token_type_ids"] = (input_ids == video_id).int() * 2  # text 0, image 1, video 2
+        if self.spec.name == "qwen2.5-omni-thinker":
+            # the interleaved audio-in-video layout changes how the thinker counts spans and assigns positions
+            kwargs["use_audio_in_video"] = self.use_audio_in_video
+        return kwargs
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **media) -> torch.Tensor:
+        """Value-head outputs of a batch of sequences (column 0 is the reward).
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, seq_len)`), attention_mask (same shape; padding
+                on either side).
+            **media: the backbone's media tensors (`pixel_values_videos`, `video_grid_thw`,
+                `second_per_grid_ts` / `video_second_per_grid`, `input_features`, `feature_attention_mask`),
+                one media item per sequence that has media, in batch order.
+
+        Returns:
+            logits (`torch.Tensor` of shape `(batch_size, num_heads)`): unnormalised; column 0 is the reward.
+        """
+        if getattr(self.inner, "rope_deltas", None) is not None:
+            self.inner.rope_deltas = None  # stateful across calls in transformers; always recompute
+        out = self.inner(
+            input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **self._media_kwargs(input_ids, media)
+        )
+        hidden = out.last_hidden_state
+        positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+        last = (attention_mask.long() * positions).argmax(-1)  # last non-pad token, whatever the padding side
+        return self.score(hidden[torch.arange(hidden.shape[0], device=hidden.device), last])
+
+    @torch.no_grad()
+    def score_shared_prefix(
+        self, prefix_ids: list[int], media: dict, suffixes: list[list[int]], *, pad_token_id: int, batch_size: int = 16
+    ) -> torch.Tensor:
+        """Rewards of `prefix + suffix` for every suffix, running the prefix (and its media encoders) once.
+
+        The prefix's KV cache is repeated over a batch of suffixes; suffix positions continue the prefix's
+        (for M-RoPE backbones: text positions shifted by the prefix's `rope_deltas`), so every reward equals
+        `forward` on the full sequence up to float rounding.
+
+        Returns:
+            `torch.Tensor` of shape `(len(suffixes),)`: the reward (value-head column 0) of each sequence.
+        """
+        inner = self.inner
+        lm = getattr(inner, "language_model", inner)
+        device = self.score.weight.device
+        if getattr(inner, "rope_deltas", None) is not None:
+            inner.rope_deltas = None
+        ids = torch.tensor([prefix_ids], device=device)
+        mask = torch.ones_like(ids)
+        media = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in media.items()}
+        out = inner(input_ids=ids, attention_mask=mask, use_cache=True, **self._media_kwargs(ids, media))
+        cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+        delta = getattr(inner, "rope_deltas", None) if self.spec.mrope else None
+        cache_kw = "cache" if "cache" in inspect.signature(lm.forward).parameters else "past_key_values"
+        n_prefix = len(prefix_ids)
+        rewards = []
+        for start in range(0, len(suffixes), batch_size):
+            chunk = suffixes[start : start + batch_size]
+            m, width = len(chunk), max(len(s) for s in chunk)
+            sids = torch.full((m, width), pad_token_id, dtype=torch.long, device=device)
+            smask = torch.zeros((m, width), dtype=torch.long, device=device)
+            for row, seq in enumerate(chunk):
+                sids[row, : len(seq)] = torch.tensor(seq, device=device)
+                smask[row, : len(seq)] = 1
+            chunk_cache = copy.deepcopy(cache)
+            chunk_cache.batch_repeat_interleave(m)
+            pos = (n_prefix + torch.arange(width, device=device)).unsqueeze(0).expand(m, -1)
+            if self.spec.mrope:
+                shift = delta.to(device).reshape(-1)[0] if delta is not None else 0
+                pos = (pos + shift).unsqueeze(0).expand(3, -1, -1)
+            hidden = lm(
+                inputs_embeds=lm.get_input_embeddings()(sids),
+                attention_mask=torch.cat([torch.ones((m, n_prefix), dtype=torch.long, device=device), smask], dim=1),
+                position_ids=pos,
+                use_cache=True,
+                **{cache_kw: chunk_cache},
+            ).last_hidden_state
+            last = smask.sum(-1) - 1
+            rewards.append(self.score(hidden[torch.arange(m, device=device), last])[:, 0])
+        return torch.cat(rewards)
+
+    # Trainer / peft hooks, delegated to the backbone
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict | None = None, **kwargs) -> None:
+        self.backbone.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs=gradient_checkpointing_kwargs, **kwargs
+        )
+
+    def activation_checkpointing_enable(self, *args, **kwargs) -> None:
+        self.backbone.activation_checkpointing_enable(*args, **kwargs)
+
+    def gradient_checkpointing_disable(self) -> None:
+        self.backbone.gradient_checkpointing_disable()
+
+    def enable_input_require_grads(self) -> None:
+        self.backbone.enable_input_require_grads()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.backbone.get_input_embeddings()
+
+    def add_model_tags(self, tags: list[str] | str) -> None:
+        self.backbone.add_model_tags(tags)

@@ -1,0 +1,617 @@
+"""Text reward models: r(description | instruction, subtitle) from a value head on a transformers text backbone.
+
+The network is a `transformers` sequence-classification model with `num_heads` outputs (1 normally), the
+convention TRL's RewardTrainer trains and OpenRLHF loads: for decoders the value head `score`
+(Linear(hidden, 1, bias=False)) is read at the last non-pad token; for BERT-style encoders the model's own head
+reads the pooled `[CLS]` token. LoRA adapters (peft) adapt the backbone; the head is a `modules_to_save` module,
+so it is saved with the adapter.
+
+`text_input_ids` is the ONE function that lays out a (description, context) sequence. Training, scoring,
+serving, the GRPO reward and the export recipe all call it, so every route reads the same token ids:
+
+- `"pair"` (encoders): `[CLS] context [SEP] description [SEP]` (`[CLS] description [SEP]` without context), the ids
+  `tokenizer(context, description)` gives; no `token_type_ids` (all zero), right padding.
+- `"chat"` (decoders): the tokenizer's chat template on `[user: context, assistant: description]` (no user turn
+  without context), tokenized as ONE text (so a description's leading spaces tokenize as they do inside the
+  rendered conversation) and ending at the assistant turn's end-of-turn token (whitespace the template writes after
+  it, e.g. ChatML's newline, is not part of the sequence): the value head reads that token, which is also where a
+  generated response ends.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from emoreward.models.backbones import BackboneSpec, get_backbone
+from emoreward.models.base import (
+    RewardContext,
+    RewardKind,
+    ScoreInfo,
+    TextSettings,
+    apply_score_transform,
+    as_context,
+    broadcast_contexts,
+    load_settings,
+)
+
+
+logger = logging.getLogger(__name__)
+
+_SENTINEL = "\u2063EMOREWARD_DESCRIPTION\u2063"
+
+DEFAULT_INSTRUCTION = (
+    "Describe the emotional state of the person in the video: facial expression, voice, words, "
+    "intensity and how it changes over time."
+)
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+def context_text(instruction: str, subtitle: str | None) -> str:
+    """The text a description is conditioned on: the instruction, plus `Subtitle: ...` when the sample has one."""
+    parts = [instruction] if instruction else []
+    if subtitle:
+        parts.append(f"Subtitle: {subtitle}")
+    return "\n".join(parts)
+
+
+@dataclass
+class Encoded:
+    """One tokenized (context, description) sequence.
+
+    Attributes:
+        input_ids: the token ids.
+        truncated: the description did not fit `max_length` (with `truncate`, it was cut to fit).
+    """
+
+    input_ids: list[int]
+    truncated: bool
+
+
+@dataclass(frozen=True)
+class _ChatFrame:
+    head: str  # rendered text before the description
+    tail: str  # rendered text after it, up to the end-of-turn token (trailing whitespace dropped)
+    verbatim: bool  # the template inserts the description unchanged (head + description + tail is the rendering)
+
+
+_FRAMES: dict[tuple[int, str], _ChatFrame] = {}
+
+
+def _chat_frame(tokenizer: PreTrainedTokenizerBase, context: str) -> _ChatFrame:
+    key = (id(tokenizer), context)
+    if key not in _FRAMES:
+        head, tail = _render(tokenizer, context, _SENTINEL).split(_SENTINEL)
+        probe = "  probe\t text \n"
+        verbatim = _render(tokenizer, context, probe) == head + probe + tail
+        _FRAMES[key] = _ChatFrame(head, tail.rstrip(), verbatim)
+    return _FRAMES[key]
+
+
+def _render(tokenizer: PreTrainedTokenizerBase, context: str, description: str) -> str:
+    messages = [{"role": "assistant", "content": description}]
+    if context:
+        messages.insert(0, {"role": "user", "content": context})
+    return tokenizer.apply_chat_template(messages, tokenize=False)
+
+
+def text_input_ids(
+    tokenizer: PreTrainedTokenizerBase,
+    settings: TextSettings,
+    description: str,
+    subtitle: str | None = None,
+    *,
+    truncate: bool = True,
+) -> Encoded:
+    """Token ids of one (context, description) sequence: the one layout of every route (see the module docstring).
+
+    Only the description is ever cut to fit `settings.max_length` (never the context or the closing tokens).
+
+    Args:
+        tokenizer: the model's tokenizer (a fast tokenizer for `"chat"`: token offsets are needed).
+        settings: input format, instruction, length limit.
+        description: the emotion description.
+        subtitle: the sample's subtitle (context), or None.
+        truncate: cut the description to fit; otherwise the full sequence is returned and only flagged.
+
+    Returns:
+        `Encoded` (ids and whether the description did not fit).
+
+    Raises:
+        ValueError: the context and closing tokens alone leave no room for the description.
+    """
+    context = context_text(settings.instruction, subtitle)
+    if settings.input_format == "chat":
+        return _chat_ids(tokenizer, settings.max_length, context, description, truncate)
+    cls_ids = [tokenizer.cls_token_id] if tokenizer.cls_token_id is not None else []
+    sep_ids = [tokenizer.sep_token_id] if tokenizer.sep_token_id is not None else []
+    prefix = cls_ids + (tokenizer(context, add_special_tokens=False)["input_ids"] + sep_ids if context else [])
+    body = tokenizer(description, add_special_tokens=False)["input_ids"]
+    room = settings.max_length - len(prefix) - len(sep_ids)
+    _check_room(room, settings.max_length, len(prefix) + len(sep_ids))
+    truncated = len(body) > room
+    if truncated and truncate:
+        body = body[:room]
+    return Encoded(prefix + body + sep_ids, truncated)
+
+
+def _chat_ids(tokenizer, max_length: int, context: str, description: str, truncate: bool) -> Encoded:
+    frame = _chat_frame(tokenizer, context)
+    if frame.verbatim:
+        text, start, end = frame.head + description + frame.tail, len(frame.head), len(frame.head) + len(description)
+    else:  # e.g. a template that trims the content: take its own rendering
+        rendered = _render(tokenizer, context, description)
+        full_tail = rendered[len(frame.head) :]
+        end = len(frame.head) + len(full_tail.rstrip()) - len(frame.tail)
+        text, start = rendered[:end] + frame.tail, len(frame.head)
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = list(enc["input_ids"]), enc["offset_mapping"]
+    if len(ids) <= max_length:
+        return Encoded(ids, False)
+    # description tokens: those that start inside the description; the tail starts at the first token at or after
+    # its end (a token that straddles the head/description border stays with the head)
+    first = next((k for k, (s, _) in enumerate(offsets) if s >= start), len(ids))
+    tail_at = next((k for k, (s, e) in enumerate(offsets) if s >= end and e > s), len(ids))
+    removable = tail_at - first
+    excess = len(ids) - max_length
+    _check_room(removable - excess, max_length, len(ids) - removable)
+    if not truncate:
+        return Encoded(ids, True)
+    return Encoded(ids[: tail_at - excess] + ids[tail_at:], True)
+
+
+def _check_room(room: int, max_length: int, fixed: int) -> None:
+    if room <= 0:
+        raise ValueError(
+            f"max_length={max_length} leaves no room for the description (the context and special tokens take "
+            f"{fixed} tokens)"
+        )
+
+
+# ---------------------------------------------------------------------------------------------- loading
+def load_backbone(
+    spec: BackboneSpec,
+    *,
+    dtype: torch.dtype = torch.float32,
+    trust_remote_code: bool = False,
+    model_kwargs: dict | None = None,
+    num_heads: int = 1,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A text backbone as a sequence-classification model with `num_heads` outputs (1: the reward; 2: the quality
+    and length heads of a disentangled reward) and its tokenizer, pad token set.
+
+    The new value head is initialised by transformers (normal, std = `initializer_range`), after the caller's
+    `set_seed`. `trust_remote_code` stays off unless asked for.
+
+    Raises:
+        ImportError: the package that carries the weights is not installed.
+    """
+    from trl.trainer.reward_trainer import suppress_seqcls_warning
+
+    path = spec.resolve()
+    kwargs = dict(model_kwargs or {})
+    gguf = {"gguf_file": spec.gguf_file} if spec.gguf_file else {}
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, **gguf)
+    with suppress_seqcls_warning(), _quiet_load_report():
+        model = AutoModelForSequenceClassification.from_pretrained(
+            path, num_labels=num_heads, dtype=dtype, trust_remote_code=trust_remote_code, **gguf, **kwargs
+        )
+    if spec.gguf_file:
+        _forget_gguf_quantization(model)
+    set_pad_token(model, tokenizer)
+    return model, tokenizer
+
+
+class _quiet_load_report:
+    """transformers prints a load report listing the new value head as MISSING before anyone fills it (a LoRA
+    adapter or `from_pretrained` of the head); the head being new is expected, so silence that report."""
+
+    def __enter__(self):
+        from transformers.utils import logging as hf_logging
+
+        self._level = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()
+
+    def __exit__(self, *exc):
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity(self._level)
+
+
+def _forget_gguf_quantization(model: PreTrainedModel) -> None:
+    """transformers dequantizes GGUF weights to plain float tensors on load but keeps a GGUF quantizer on the
+    model, which the Trainer refuses to train and which a saved export would carry. The tensors are ordinary
+    weights: drop the marker."""
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer = None
+    if getattr(model, "is_quantized", False) and not isinstance(type(model).__dict__.get("is_quantized"), property):
+        model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+
+
+def set_pad_token(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+    """Give the tokenizer and the model config the same pad token id.
+
+    A decoder's value head is read at the last token that is not padding, so a pad token equal to EOS would
+    hide a trailing EOS: prefer an existing special token distinct from EOS (`<|endoftext|>`, `<pad>`, unk).
+    """
+    eos = tokenizer.eos_token_id
+    if tokenizer.pad_token_id is None or (eos is not None and tokenizer.pad_token_id == eos):
+        vocab = tokenizer.get_vocab()
+        for candidate in ("<|endoftext|>", "<pad>", "<|pad|>", "[PAD]", tokenizer.unk_token):
+            if candidate and candidate in vocab and vocab[candidate] != eos:
+                tokenizer.pad_token = candidate
+                break
+        else:
+            if tokenizer.pad_token_id is None:
+                tokenizer.pad_token = tokenizer.eos_token
+    model.config.pad_token_id = tokenizer.pad_token_id
+    if hasattr(model.config, "get_text_config"):
+        model.config.get_text_config().pad_token_id = tokenizer.pad_token_id
+
+
+def save_tokenizer(tokenizer: PreTrainedTokenizerBase, directory: str | Path) -> None:
+    """Save a tokenizer so that transformers 4.x (pinned by vLLM-based RL stacks) loads it as well as 5.x.
+
+    transformers 5 writes `tokenizer_class: TokenizersBackend`, a class 4.x does not have; both read
+    `PreTrainedTokenizerFast` (the same `tokenizer.json`).
+    """
+    import json
+
+    from emoreward.utils.io import atomic_write_text
+
+    tokenizer.save_pretrained(directory)
+    path = Path(directory) / "tokenizer_config.json"
+    if path.exists():
+        config = json.loads(path.read_text(encoding="utf-8"))
+        if config.get("tokenizer_class") == "TokenizersBackend":
+            config["tokenizer_class"] = "PreTrainedTokenizerFast"
+            atomic_write_text(path, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------- the model
+class TextRewardModel:
+    """A text emotion reward model r(description | instruction, subtitle) (`RewardModel`, kind `"text"`).
+
+    Use `from_backbone` to start training, `from_pretrained` (or `emoreward.models.load_reward_model`) to load a
+    saved or merged model, `score` to get rewards, `save_pretrained` / `export_merged` to write it out.
+
+    Args:
+        model: a `num_heads`-output sequence-classification model, optionally a peft `PeftModel`.
+        tokenizer: its tokenizer, pad token set.
+        settings: input layout, length limit, tie threshold.
+        batch_size: default sequences per forward pass of `score`.
+    """
+
+    kind: ClassVar[RewardKind] = "text"
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        settings: TextSettings,
+        *,
+        batch_size: int = 32,
+    ):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.settings = settings
+        self.batch_size = batch_size
+        if settings.input_format == "pair":
+            self.tokenizer.padding_side = "right"  # absolute position embeddings: padding must go on the right
+
+    @property
+    def modalities(self) -> frozenset[str]:
+        return frozenset()
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_backbone(
+        cls,
+        backbone: str = "minilm",
+        *,
+        gguf_file: str | None = None,
+        lora_config=None,
+        instruction: str | None = None,
+        max_length: int = 512,
+        dtype: torch.dtype = torch.float32,
+        trust_remote_code: bool = False,
+        model_kwargs: dict | None = None,
+        train_head_bias: bool = False,
+        num_heads: int = 1,
+    ) -> TextRewardModel:
+        """A fresh reward model on a text backbone; with `lora_config` (a `peft.LoraConfig`) wrapped in LoRA.
+
+        A pairwise (Bradley-Terry, Rao-Kupper, Davidson) loss depends on reward differences only, so a bias in the
+        value head gets no gradient: it is frozen unless `train_head_bias` (e.g. with a reward-centering term).
+
+        Raises:
+            ValueError: unknown backbone name, or a media backbone; ImportError: weights package missing.
+        """
+        spec = get_backbone(backbone, gguf_file=gguf_file)
+        if spec.kind != "text":
+            raise ValueError(f"backbone {spec.name!r} is a {spec.kind} backbone; use MediaRewardModel")
+        model, tokenizer = load_backbone(
+            spec, dtype=dtype, trust_remote_code=trust_remote_code, model_kwargs=model_kwargs, num_heads=num_heads
+        )
+        input_format = spec.input_format
+        if input_format == "auto":
+            input_format = "chat" if tokenizer.chat_template else "pair"
+        if instruction is None:
+            instruction = DEFAULT_INSTRUCTION if input_format == "chat" else ""
+        if lora_config is not None:
+            from peft import get_peft_model
+
+            if lora_config.target_modules is None:
+                target = spec.lora_target_modules
+                lora_config.target_modules = list(target) if isinstance(target, tuple) else target
+            model = get_peft_model(model, lora_config)
+        if not train_head_bias:
+            for name, param in model.named_parameters():
+                if name.endswith("bias") and ("classifier" in name or "score" in name):
+                    param.requires_grad_(False)
+        settings = TextSettings(
+            backbone=spec.name,
+            model_name_or_path=spec.name,
+            gguf_file=spec.gguf_file,
+            input_format=input_format,
+            instruction=instruction,
+            max_length=max_length,
+            num_heads=num_heads,
+        )
+        return cls(model, tokenizer, settings)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        directory: str | Path,
+        *,
+        dtype: torch.dtype = torch.float32,
+        trust_remote_code: bool = False,
+        batch_size: int = 32,
+    ) -> TextRewardModel:
+        """Load a model written by `save_pretrained` (adapter + head) or `export_merged` (full weights).
+
+        Raises:
+            FileNotFoundError: `directory` is not an emoreward model directory; ValueError: it holds a media model.
+        """
+        directory = Path(directory)
+        settings = load_settings(directory)
+        if not isinstance(settings, TextSettings):
+            raise ValueError(f"{directory} holds a {settings.kind} reward model; load it with load_reward_model")
+        tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=trust_remote_code)
+        if settings.merged or not (directory / "adapter_config.json").exists():
+            model = AutoModelForSequenceClassification.from_pretrained(
+                directory, dtype=dtype, trust_remote_code=trust_remote_code
+            )
+        else:
+            from peft import PeftModel
+
+            spec = get_backbone(settings.backbone, gguf_file=settings.gguf_file)
+            base, _ = load_backbone(
+                spec, dtype=dtype, trust_remote_code=trust_remote_code, num_heads=settings.num_heads
+            )
+            base.config.pad_token_id = tokenizer.pad_token_id
+            model = PeftModel.from_pretrained(base, directory)
+        model.eval()
+        return cls(model, tokenizer, settings, batch_size=batch_size)
+
+    # ------------------------------------------------------------------ inputs
+    def context_key(self, context: RewardContext) -> Hashable:
+        """A text model reads the subtitle only."""
+        return (context.subtitle or None,)
+
+    def encode(
+        self, description: str, context: RewardContext | str | None = None, *, truncate: bool = True
+    ) -> Encoded:
+        """Token ids of one (context, description) sequence (`text_input_ids`; a string context is a subtitle;
+        media in `context` are not read)."""
+        subtitle = as_context(context).subtitle
+        return text_input_ids(self.tokenizer, self.settings, description, subtitle, truncate=truncate)
+
+    # ------------------------------------------------------------------ scoring
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    @torch.inference_mode()
+    def score_ids(
+        self, sequences: Sequence[Sequence[int]], batch_size: int | None = None, max_batch_tokens: int = 16384
+    ) -> np.ndarray:
+        """Raw value-head rewards (head 0) of already-encoded sequences.
+
+        Sequences are sorted by length and cut into batches of at most `batch_size` rows and `max_batch_tokens`
+        padded tokens, so little compute goes to padding; decoders take position ids from the attention mask. A
+        score does not depend on the other sequences in the batch or on the padding side.
+
+        Returns:
+            `np.ndarray` of shape `(len(sequences),)`, float64: unnormalised rewards (value-head logits).
+        """
+        self.model.eval()
+        batch_size = batch_size or self.batch_size
+        out = np.empty(len(sequences), dtype=np.float64)
+        lengths = np.array([len(s) for s in sequences])
+        order = np.argsort(lengths, kind="stable")
+        pad_id = self.tokenizer.pad_token_id
+        chat = self.settings.input_format == "chat"
+        left = chat and self.tokenizer.padding_side == "left"
+        device = self.device
+        start = 0
+        while start < len(order):
+            stop = start + 1
+            while (
+                stop < len(order)
+                and stop - start < batch_size
+                and (stop - start + 1) * lengths[order[stop]] <= max_batch_tokens
+            ):
+                stop += 1
+            idx = order[start:stop]
+            width = int(lengths[idx].max())
+            ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
+            mask = torch.zeros((len(idx), width), dtype=torch.long)
+            for row, i in enumerate(idx):
+                seq = torch.as_tensor(sequences[i], dtype=torch.long)
+                if left:
+                    ids[row, width - len(seq) :], mask[row, width - len(seq) :] = seq, 1
+                else:
+                    ids[row, : len(seq)], mask[row, : len(seq)] = seq, 1
+            inputs = {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
+            if chat:
+                inputs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0).to(device)
+            logits = self.model(**inputs).logits
+            out[idx] = logits[:, 0].float().cpu().numpy()  # head 0: the reward (quality head if disentangled)
+            start = stop
+        return out
+
+    def score_info(
+        self,
+        descriptions: Sequence[str],
+        contexts: Sequence[RewardContext | None] | RewardContext | None = None,
+        *,
+        batch_size: int | None = None,
+    ) -> ScoreInfo:
+        """Rewards r(description | context), with truncation flags and token counts (see `ScoreInfo`).
+
+        Args:
+            descriptions: `N` emotion descriptions.
+            contexts: one `RewardContext` for all, `N` of them, or None; only the subtitle is read.
+            batch_size: most sequences per forward pass (default: the model's).
+
+        Returns:
+            `ScoreInfo` with rewards of shape `(N,)`, float64. Descriptions longer than `max_length` are cut and
+            flagged. The settings' `score_transform` (length penalty) is applied.
+        """
+        descriptions = list(descriptions)
+        contexts = broadcast_contexts(contexts, len(descriptions))
+        encoded = [self.encode(d, c) for d, c in zip(descriptions, contexts)]
+        rewards = self.score_ids([e.input_ids for e in encoded], batch_size=batch_size)
+        rewards = apply_score_transform(rewards, [len(d) for d in descriptions], self.settings.score_transform)
+        return ScoreInfo(
+            rewards,
+            np.array([e.truncated for e in encoded], dtype=bool),
+            np.array([len(e.input_ids) for e in encoded], dtype=np.int64),
+        )
+
+    def score(
+        self,
+        descriptions: Sequence[str],
+        contexts: Sequence[RewardContext | None] | RewardContext | None = None,
+        *,
+        batch_size: int | None = None,
+    ) -> np.ndarray:
+        """Rewards, `np.ndarray` of shape `(N,)`, float64 (`score_info(...).rewards`)."""
+        return self.score_info(descriptions, contexts, batch_size=batch_size).rewards
+
+    # ------------------------------------------------------------------ saving
+    def save_pretrained(self, directory: str | Path, *, model_card: str | None = None) -> Path:
+        """Write adapter + value head (or full weights), tokenizer, settings and model card (safetensors)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(directory, safe_serialization=True)
+        save_tokenizer(self.tokenizer, directory)
+        _portable_adapter_config(directory)
+        self.settings.save(directory)
+        if model_card:
+            (directory / "README.md").write_text(model_card, encoding="utf-8")
+        return directory
+
+    def export_merged(self, directory: str | Path, *, model_card: str | None = None) -> Path:
+        """Merge LoRA into the backbone and save a plain checkpoint that
+        `AutoModelForSequenceClassification.from_pretrained(directory)` loads with no missing or unexpected keys.
+
+        The merge runs on a copy: this model keeps its adapter (for a 7B model the copy needs a second set of
+        weights in CPU memory). A disentangled (two-head) model exports its quality head only.
+        """
+        model = self.model
+        if hasattr(model, "merge_and_unload"):
+            model = copy.deepcopy(model).merge_and_unload()
+        elif self.settings.num_heads > 1:
+            model = copy.deepcopy(model)
+        settings = copy.deepcopy(self.settings)
+        if settings.num_heads > 1:
+            _keep_first_head(model)  # ODIN: export only the quality reward
+            settings.num_heads = 1
+        settings.merged = True
+        return TextRewardModel(model, self.tokenizer, settings).save_pretrained(directory, model_card=model_card)
+
+    def inference_copy(self, dtype: torch.dtype = torch.float32) -> TextRewardModel:
+        """A copy with LoRA merged into the weights, in `dtype`, for fast scoring; this model is unchanged.
+
+        Merging removes the adapter's extra matmuls (float32: rewards equal within about 1e-6); bfloat16 is faster
+        again on CPUs and GPUs with bf16 matrix units, with rewards within about 1e-2.
+        """
+        model = copy.deepcopy(self.model)
+        if hasattr(model, "merge_and_unload"):
+            model = model.merge_and_unload()
+        model.to(dtype).eval()
+        return TextRewardModel(model, self.tokenizer, copy.deepcopy(self.settings), batch_size=self.batch_size)
+
+    def trainable_parameters(self) -> dict[str, torch.Tensor]:
+        """Detached copies of every trainable parameter, by name (to check that training changed them)."""
+        return {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+
+
+def _portable_adapter_config(directory: Path) -> None:
+    """peft records the base model's absolute path of the training machine in `adapter_config.json`; a registered
+    backbone whose package carries the hub checkpoint's own weights is stored by its hub id, which
+    `peft.AutoPeftModel*` resolves on any machine (GGUF weights are a re-quantised copy, so they keep the path and
+    load through emoreward)."""
+    import json
+
+    from emoreward.utils.io import atomic_write_text
+
+    path = directory / "adapter_config.json"
+    if not path.exists():
+        return
+    config = json.loads(path.read_text(encoding="utf-8"))
+    base = config.get("base_model_name_or_path")
+    if base and Path(base).is_absolute():
+        from emoreward.models.backbones import BACKBONES
+
+        for spec in BACKBONES.values():
+            if spec.package and not spec.gguf_file and spec.resolve() == base:
+                config["base_model_name_or_path"] = spec.aliases[-1] if spec.aliases else spec.name
+                atomic_write_text(path, json.dumps(config, indent=2) + "\n")
+                return
+
+
+def _keep_first_head(model: PreTrainedModel) -> None:
+    """Cut a multi-output sequence-classification head down to its first output, in place."""
+    for name in ("score", "classifier"):
+        head = getattr(model, name, None)
+        if isinstance(head, torch.nn.Linear):
+            new = torch.nn.Linear(head.in_features, 1, bias=head.bias is not None, dtype=head.weight.dtype)
+            with torch.no_grad():
+                new.weight.copy_(head.weight[:1])
+                if head.bias is not None:
+                    new.bias.copy_(head.bias[:1])
+            setattr(model, name, new)
+            model.config.num_labels = 1
+            model.num_labels = 1
+            return
+    raise ValueError(f"no `score` or `classifier` Linear head found on {type(model).__name__}")
+
+
+__all__ = [
+    "DEFAULT_INSTRUCTION",
+    "Encoded",
+    "TextRewardModel",
+    "context_text",
+    "load_backbone",
+    "save_tokenizer",
+    "set_pad_token",
+    "text_input_ids",
+]

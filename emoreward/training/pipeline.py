@@ -1,0 +1,411 @@
+"""The main job, one pipeline for text and multimodal reward models: cross-validate, fit, calibrate, evaluate.
+
+`run_training(config)` is the single code path behind `emoreward train` and `scripts/train_reward.py`:
+
+1. load and validate the pairs (`config.train_file`, and `config.eval_file` before any training);
+2. stratified k-fold cross-validation: per fold, fit on k-1 folds, calibrate the tie threshold on them, judge
+   the held-out fold in normal and swapped order, compute the metrics beside the length and random baselines;
+   `cv/fold<k>/finished.json` is written last, so a rerun reuses finished folds;
+3. fit on all pairs, calibrate, save the adapter + value head (and a model card);
+4. optionally evaluate on `config.eval_file`;
+5. write `report.json`, `report.md` and `confusion.png` to the output directory and return the report.
+
+What differs between backbone kinds (model, dataset, collator, forward) is the adapter's
+(`emoreward.training.adapters`); the objective (`length_debias`) is the registry's
+(`emoreward.training.objectives`). Under `accelerate launch` every process runs the job; only the main one logs
+and writes files.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from sklearn.model_selection import StratifiedKFold
+from transformers import set_seed
+
+from emoreward.data import PreferencePair, load_pairs
+from emoreward.evaluation.harness import evaluate_judgements, run_judge
+from emoreward.evaluation.judge import RewardModelJudge
+from emoreward.evaluation.metrics import calibrate_tie_threshold
+from emoreward.evaluation.report import aggregate, headline, markdown_table, plot_confusion, write_json
+from emoreward.models.base import RewardModel, load_reward_model
+from emoreward.training.adapters import adapter_for
+from emoreward.training.config import EmoRewardConfig
+from emoreward.training.distributed import save_final_model, wait_for_everyone
+from emoreward.training.objectives import get_objective
+from emoreward.training.preprocess import ExclusionReport
+from emoreward.training.tracking import configure_wandb, finish_wandb, log_evaluation, wandb_enabled
+from emoreward.training.trainer import EmoRewardTrainer
+from emoreward.utils.io import read_json_or_none
+
+
+logger = logging.getLogger(__name__)
+
+# written last into a fold or model directory: the work there is complete (an interrupted run skips it)
+FINISHED_FILE = "finished.json"
+
+
+@dataclass
+class FitResult:
+    """One fitted reward model and what happened while fitting it."""
+
+    model: RewardModel
+    exclusions: ExclusionReport | None
+    train_seconds: float
+    log_history: list[dict]
+    tie_threshold: float
+
+
+def fit_reward_model(
+    config: EmoRewardConfig,
+    pairs: list[PreferencePair],
+    *,
+    output_dir: str | Path,
+    run_name: str,
+    save: bool,
+    eval_pairs: list[PreferencePair] | None = None,
+) -> FitResult:
+    """Train one reward model (any backbone kind) on `pairs` with `EmoRewardTrainer`, run the objective's
+    after-fit step (the `penalty` transform), then calibrate the tie threshold on the same pairs.
+
+    With `save`, the trainer's checkpoints go to `output_dir` and an interrupted run resumes from the last one. With
+    `eval_pairs` and `eval_strategy` set, the trainer evaluates on them (eval reward accuracy) and
+    `load_best_model_at_end` keeps the best checkpoint; without `eval_pairs` evaluation during training is off.
+
+    Raises:
+        MediaError: unreadable media with `media_errors: raise`; ValueError: no pair left after exclusions.
+    """
+    set_seed(config.seed)
+    adapter = adapter_for(config)
+    model = adapter.build_model(config)
+    dataset, exclusions = adapter.build_dataset(pairs, model, config)
+    logger.info("%s: %s", run_name, exclusions.summary())
+    changes = {"output_dir": str(output_dir), "run_name": run_name, "save_strategy": config.save_strategy}
+    if not save:
+        changes.update(save_strategy="no", load_best_model_at_end=False)
+    eval_dataset = None
+    if eval_pairs and config.eval_strategy != "no":
+        eval_dataset, _ = adapter.build_dataset(eval_pairs, model, config)
+    else:  # no held-out pairs (e.g. a cross-validation fold: its test fold must not pick the checkpoint)
+        changes.update(eval_strategy="no", load_best_model_at_end=False)
+    args = _replace(config, **changes)
+    trainer = EmoRewardTrainer(
+        adapter=adapter,
+        model=model.model,
+        args=args,
+        train_dataset=dataset,
+        eval_dataset=eval_dataset,
+        processing_class=model.tokenizer,
+        data_collator=adapter.collator(model, args),
+    )
+    start = time.perf_counter()
+    trainer.train(resume_from_checkpoint=_last_checkpoint(output_dir) if save else None)
+    seconds = time.perf_counter() - start
+    model.model = trainer.model
+    model.model.eval()
+    model.settings.objective = config.length_debias
+    objective = get_objective(config.length_debias)
+    if objective.after_fit is not None:
+        model.settings.score_transform = objective.after_fit(model, pairs, config.score_batch_size)
+    threshold = 0.0
+    if config.calibrate_tie_threshold:
+        judge = RewardModelJudge(model, tie_threshold=0.0, batch_size=config.score_batch_size, media_errors="skip")
+        r1, r2 = judge.pair_rewards(pairs)
+        ok = ~np.isnan(r1 - r2)
+        threshold = calibrate_tie_threshold((r1 - r2)[ok], [p.label for p, k in zip(pairs, ok) if k])
+    model.settings.tie_threshold = threshold
+    return FitResult(model, exclusions, seconds, list(trainer.state.log_history), threshold)
+
+
+def _replace(config: EmoRewardConfig, **changes) -> EmoRewardConfig:
+    new = copy.deepcopy(config)
+    for key, value in changes.items():
+        setattr(new, key, value)
+    return new
+
+
+def _last_checkpoint(output_dir: str | Path) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(output_dir)) if Path(output_dir).is_dir() else None
+
+
+def evaluate_model(
+    model: RewardModel,
+    pairs: list[PreferencePair],
+    *,
+    tie_policy: str = "wrong",
+    batch_size: int | None = None,
+    media_errors: str = "raise",
+    tie_threshold: float | None = None,
+) -> dict:
+    """Judge labelled pairs with any reward model in normal and swapped order (the shared harness) and compute every
+    metric; the dict also holds the per-pair rewards in the normal order (`pair_rewards`), the truncation count
+    and, for skipped media, `media_errors`.
+
+    Raises:
+        MediaError: bad media with `media_errors="raise"`.
+    """
+    judge = RewardModelJudge(model, tie_threshold=tie_threshold, batch_size=batch_size, media_errors=media_errors)
+    start = time.perf_counter()
+    result = run_judge(judge, pairs, swap=True)
+    seconds = time.perf_counter() - start
+    evaluation = evaluate_judgements(result, tie_policy=tie_policy)
+    first = result.normal[0]
+    evaluation.update(
+        tie_threshold=judge.tie_threshold,
+        n_descriptions_scored=judge.n_scored,
+        n_truncated_at_scoring=judge.n_truncated,
+        scoring_seconds=seconds,
+        # per-pair rewards in the normal order: the reward histogram, and checks that a saved model scores the same
+        pair_rewards={
+            "sample_id": [p.sample_id for p in pairs],
+            "reward_1": [j.reward_1 for j in first],
+            "reward_2": [j.reward_2 for j in first],
+        },
+    )
+    if judge.errors:
+        evaluation["media_errors"] = dict(judge.errors)
+    return evaluation
+
+
+def stratified_folds(pairs: list[PreferencePair], k: int, seed: int) -> list[tuple[list[int], list[int]]]:
+    """Stratified k-fold split of pair indices by label (scikit-learn `StratifiedKFold`, shuffled, seeded)."""
+    labels = [p.label for p in pairs]
+    splitter = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
+    return [(list(tr), list(te)) for tr, te in splitter.split(np.zeros(len(labels)), labels)]
+
+
+def _num(value: float | None) -> str:
+    """A metric for a log line: two decimals, or "n/a" when undefined (e.g. no length-counter pair)."""
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+def run_cross_validation(
+    config: EmoRewardConfig,
+    pairs: list[PreferencePair],
+    *,
+    fit: Callable[[list[PreferencePair], Path, str], FitResult] | None = None,
+    evaluate: Callable[[RewardModel, list[PreferencePair]], dict] | None = None,
+    log=print,
+) -> tuple[dict, str]:
+    """Stratified k-fold cross-validation (`config.cv_folds` folds, `config.seed`) of a reward model.
+
+    Per fold: `fit(train_pairs, fold_dir, run_name)` trains on k-1 folds (nothing saved) and calibrates the tie
+    threshold on them (default: `fit_reward_model`); `evaluate(model, test_pairs)` judges the held-out fold with the
+    shared harness (default: `evaluate_model`); `<output_dir>/cv/fold<k>/finished.json` is written last, so a rerun
+    of the same recipe and data reuses a finished fold and redoes an interrupted one. Only the main process writes
+    files; every process trains.
+
+    Returns:
+        (`{"k", "seed", "summary": mean ± std over folds, "folds": [evaluation, ...]}`, Markdown table). Also
+        writes `<output_dir>/confusion.png` (three-class confusion summed over the held-out folds).
+    """
+    fit = fit or (
+        lambda train, fold_dir, name: fit_reward_model(config, train, output_dir=fold_dir, run_name=name, save=False)
+    )
+    evaluate = evaluate or (
+        lambda model, test: evaluate_model(
+            model,
+            test,
+            tie_policy=config.two_class_tie_policy,
+            batch_size=config.score_batch_size,
+            media_errors=config.media_errors,
+        )
+    )
+    out = Path(config.output_dir)
+    is_main = config.process_index == 0
+    fold_reports = []
+    for k, (train_idx, test_idx) in enumerate(stratified_folds(pairs, config.cv_folds, config.seed)):
+        fold_dir = out / "cv" / f"fold{k}"
+        fingerprint = _fold_fingerprint(config, pairs, train_idx, test_idx)
+        evaluation = _load_finished(fold_dir, fingerprint)
+        if evaluation is not None:
+            log(f"fold {k + 1}/{config.cv_folds}: finished earlier, reusing {fold_dir / FINISHED_FILE}")
+            fold_reports.append(evaluation)
+            continue
+        train = [pairs[i] for i in train_idx]
+        test = [pairs[i] for i in test_idx]
+        result = fit(train, fold_dir, f"{config.run_name or 'emoreward'}-fold{k}")
+        evaluation = evaluate(result.model, test)
+        evaluation.update(
+            fold=k, train_seconds=result.train_seconds, exclusions=result.exclusions.to_dict(), n_train=len(train)
+        )
+        if wandb_enabled(config):
+            log_evaluation(evaluation, config=config, kind="cv-fold", title=f"fold {k}, held-out pairs")
+            finish_wandb()
+        if is_main:
+            write_json({"fingerprint": fingerprint, "evaluation": evaluation}, fold_dir / FINISHED_FILE)
+        fold_reports.append(evaluation)
+        train_seconds, summary = result.train_seconds, result.exclusions.summary()
+        del result  # free this fold's model and optimizer before the next fold builds its own
+        gc.collect()
+        h = headline(evaluation)
+        log(
+            f"fold {k + 1}/{config.cv_folds}: 2-class WAF {_num(h['judge'].get('two_class_waf'))} "
+            f"(length baseline {_num(h['length_baseline'].get('two_class_waf'))}), "
+            f"length-debiased ACC {_num(h['judge'].get('length_debiased_acc'))}, trained {train_seconds:.0f}s; "
+            f"{summary}"
+        )
+    summary = aggregate(fold_reports)
+    cross_validation = {"k": config.cv_folds, "seed": config.seed, "summary": summary, "folds": fold_reports}
+    if is_main:
+        cm = np.sum([f["judge"]["three_class"]["confusion"] for f in fold_reports], axis=0)
+        plot_confusion(
+            cm,
+            ["1", "2", "tie"],
+            fold_reports[0]["judge"]["three_class"]["pred_labels"],
+            out / "confusion.png",
+            title=f"{config.cv_folds}-fold CV, held-out pairs",
+        )
+    markdown = markdown_table(
+        summary,
+        f"{config.cv_folds}-fold cross-validation on {len(pairs)} pairs (mean ± std over folds, held-out folds)",
+    )
+    return cross_validation, markdown
+
+
+def run_training(config: EmoRewardConfig, *, log=print) -> dict:
+    """Run the main job (cross-validation, final fit, evaluation, reports) for any backbone kind; see the module
+    docstring.
+
+    Returns:
+        the report dict also written to `<output_dir>/report.json`.
+
+    Raises:
+        DataError / ValueError: bad training or evaluation data (both are read before any training starts).
+    """
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    is_main = config.process_index == 0
+    if not is_main:
+        log = _silent
+    wandb_mode = configure_wandb(config)
+    pairs = load_pairs(config.train_file)
+    eval_pairs = load_pairs(config.eval_file) if config.eval_file else None  # fail before any fold trains
+    log(f"loaded {len(pairs)} pairs from {config.train_file}")
+    report: dict = {
+        "recipe": public_config(config),
+        "kind": config.kind,
+        "train_file": str(config.train_file),
+        "n_pairs": len(pairs),
+        "wandb_mode": wandb_mode,
+    }
+    if config.cv_folds > 1:
+        report["cross_validation"], report["markdown"] = run_cross_validation(config, pairs, log=log)
+    if config.final_fit:
+        model = _final_fit(config, pairs, eval_pairs, report, out, log)
+        if eval_pairs is not None:
+            evaluation = evaluate_model(
+                model,
+                eval_pairs,
+                tie_policy=config.two_class_tie_policy,
+                batch_size=config.score_batch_size,
+                media_errors=config.media_errors,
+            )
+            report["eval_file"] = {"path": str(config.eval_file), "evaluation": evaluation}
+            table = markdown_table(headline(evaluation), f"held-out file {config.eval_file}")
+            report["markdown"] = (report.get("markdown", "") + "\n" + table).lstrip("\n")
+            if wandb_enabled(config):
+                log_evaluation(evaluation, prefix="eval_file", config=config, kind="final-fit", title=config.eval_file)
+        if wandb_enabled(config):
+            finish_wandb()
+    if is_main:
+        write_json(report, out / "report.json")
+        if report.get("markdown"):
+            (out / "report.md").write_text(report["markdown"], encoding="utf-8")
+    wait_for_everyone(config)
+    return report
+
+
+def _final_fit(config, pairs, eval_pairs, report: dict, out: Path, log) -> RewardModel:
+    """Fit on all pairs and save to `<output_dir>/model` (or reuse a finished earlier fit of the same recipe)."""
+    model_dir = out / "model"
+    fingerprint = _fold_fingerprint(config, pairs, list(range(len(pairs))), [])
+    final = _load_finished(model_dir, fingerprint)
+    if final is not None:
+        log(f"final model: finished earlier, reusing {model_dir}")
+        report["final"] = final
+        return load_reward_model(model_dir, media_root=config.media_root)
+    fit = fit_reward_model(
+        config,
+        pairs,
+        output_dir=out / "checkpoints",
+        run_name=config.run_name or "emoreward-final",
+        save=True,
+        eval_pairs=eval_pairs,
+    )
+    save_final_model(fit.model, model_dir, config, model_card(config, report, fit))
+    report["final"] = {
+        "model_dir": str(model_dir),
+        "train_seconds": fit.train_seconds,
+        "tie_threshold": fit.tie_threshold,
+        "exclusions": fit.exclusions.to_dict(),
+        "train_log": fit.log_history,
+    }
+    if config.process_index == 0:  # written last: its presence means the model directory is complete
+        write_json({"fingerprint": fingerprint, "evaluation": report["final"]}, model_dir / FINISHED_FILE)
+    log(f"final model (all {len(pairs)} pairs) saved to {model_dir}; {fit.exclusions.summary()}")
+    return fit.model
+
+
+def _silent(*_args, **_kwargs) -> None:
+    return None
+
+
+_NOT_FINGERPRINTED = {"output_dir", "run_name", "logging_dir", "report_to", "logging_steps", "disable_tqdm"}
+
+
+def _fold_fingerprint(config: EmoRewardConfig, pairs: list[PreferencePair], train_idx, test_idx) -> str:
+    """Identifies a fold's work: the recipe (minus where it is written and logged), the data and the split."""
+    recipe = {k: v for k, v in public_config(config).items() if k not in _NOT_FINGERPRINTED}
+    data = [(p.sample_id, p.description_1, p.description_2, p.label, p.media.video, p.media.audio) for p in pairs]
+    blob = json.dumps([recipe, data, list(map(int, train_idx)), list(map(int, test_idx))], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _load_finished(directory: Path, fingerprint: str) -> dict | None:
+    """The saved evaluation of work finished by an earlier, interrupted run of the same recipe and data; None when
+    there is none, it belongs to other work, or the marker is empty or torn (warned, naming the file)."""
+    saved = read_json_or_none(directory / FINISHED_FILE, what="finished-work marker")
+    if not isinstance(saved, dict) or saved.get("fingerprint") != fingerprint:
+        return None
+    return saved.get("evaluation")
+
+
+def public_config(config: EmoRewardConfig) -> dict:
+    """The resolved recipe without secrets (hub tokens and the like are masked by transformers' `to_dict`)."""
+    data = config.to_dict()
+    return {k: v for k, v in data.items() if "token" not in k.lower() or k in ("pad_token", "eos_token")}
+
+
+def model_card(config: EmoRewardConfig, report: dict, fit: FitResult) -> str:
+    """README.md for a saved model directory: backbone, inputs, data, metrics with baselines, intended use."""
+    from emoreward.models.cards import reward_model_card
+
+    cv = report.get("cross_validation")
+    metrics = cv and markdown_table(cv["summary"], f"{cv['k']}-fold cross-validation (held-out folds)")
+    data = f"`{config.train_file}` ({report['n_pairs']} pairs; {fit.exclusions.summary()}); ties: `{config.ties}`"
+    return reward_model_card(fit.model.settings, data=data, metrics=metrics or "", lora=config.use_peft)
+
+
+__all__ = [
+    "FINISHED_FILE",
+    "FitResult",
+    "evaluate_model",
+    "fit_reward_model",
+    "model_card",
+    "public_config",
+    "run_cross_validation",
+    "run_training",
+    "stratified_folds",
+]
