@@ -131,9 +131,9 @@ def prefix_sharing(work: Path, family: str, repeats: int) -> dict:
     modes = {
         "media_prefix_only": lambda: model.encode_prefix(decoded),
         "shared_prefix": lambda: model.score_prefix(model.encode_prefix(decoded), DESCRIPTIONS).rewards,
-        "one_by_one": lambda: model.score_prefix(
-            model.encode_prefix(decoded), DESCRIPTIONS, shared_prefix=False
-        ).rewards,
+        "one_by_one": lambda: (
+            model.score_prefix(model.encode_prefix(decoded), DESCRIPTIONS, shared_prefix=False).rewards
+        ),
         "independent_calls": lambda: [
             model.score_prefix(model.encode_prefix(decoded), [d], shared_prefix=False).rewards for d in DESCRIPTIONS
         ],

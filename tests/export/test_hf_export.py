@@ -82,7 +82,9 @@ def test_export_matches_within_1e5(tmp_path, lora_minilm):
 def test_plain_ids_match_the_model_inputs(lora_minilm):
     tok = lora_minilm.tokenizer
     for desc, sub in zip(PROBES, ["x", None, None, "y"]):
-        assert text_input_ids(tok, lora_minilm.settings, desc, sub).input_ids == lora_minilm.encode(desc, sub).input_ids
+        assert (
+            text_input_ids(tok, lora_minilm.settings, desc, sub).input_ids == lora_minilm.encode(desc, sub).input_ids
+        )
 
 
 def test_tiny_decoder_export_matches(tmp_path):
