@@ -199,6 +199,10 @@ def test_missing_label_is_named_by_the_file_layout(tmp_path):
     with pytest.raises(DataError) as info:
         load_pairs(path)
     assert (info.value.row, info.value.field_name) == ("header", "label")
+    assert str(info.value) == (
+        f"{path}, header, field 'label': missing column ('preference' in the EmoPrefer layout); "
+        "found columns ['sample_id', 'description_1', 'description_2']"
+    )
     prefer = write(tmp_path, "prefer.jsonl", json.dumps({"name": "a", "a1": "x", "a2": "y"}) + "\n")
     with pytest.raises(DataError) as info:
         load_pairs(prefer)

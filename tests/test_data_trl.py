@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from datasets import Dataset
@@ -127,6 +128,9 @@ def test_conversational_explicit_prompt_maps_media_parts(tmp_path):
     dataset = Dataset.from_list([{k: as_parts(v) for k, v in row.items()} for row in CONVERSATIONAL_EXPLICIT])
     assert dataset[1]["prompt"][0]["content"][0]["video"] is None
     assert as_tuples(load_pairs(dataset)) == expected
+    frame = dataset.to_pandas()  # list columns become NumPy object arrays
+    assert type(frame["chosen"][0]).__name__ == "ndarray"
+    assert as_tuples(load_pairs(frame)) == expected
 
 
 def test_media_columns_agree_with_or_override_the_prompt():
@@ -180,3 +184,16 @@ def test_trl_columns_need_both_and_no_second_layout(tmp_path):
         load_pairs([{"chosen": "a", "rejected": "b", "a1": "c"}])
     with pytest.raises(DataError, match=r"row 2, field 'sample_id': duplicate sample id 's'"):
         load_pairs([{"sample_id": "s", **IMPLICIT[0]}, {"sample_id": "s", **IMPLICIT[0]}])
+
+
+def test_the_readme_example_line_loads_as_documented(tmp_path):
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("## Data\n") : readme.index("## Reward model\n")]
+    line = section.split("```json\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "readme.jsonl"
+    path.write_text(line)
+    loaded = read_pairs(path)
+    assert as_tuples(loaded.pairs) == [
+        ("row-1", "Surprised, then hurt.", "Happy.", "1", MediaRef(subtitle="I can't believe it."), 1)
+    ]
+    assert loaded.summary() == f"1 pair from 1 record of {path} (trl layout)"

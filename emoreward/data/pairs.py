@@ -189,9 +189,14 @@ class LoadedPairs:
     n_blank_lines: int = 0
 
     def summary(self) -> str:
-        n = self.n_blank_lines
-        blank = f", {n} blank line{'s' if n > 1 else ''} skipped" if n else ""
-        return f"{len(self.pairs)} pairs from {self.n_records} records of {self.source} ({self.layout} layout{blank})"
+        def count(n: int, noun: str) -> str:
+            return f"{n} {noun}{'' if n == 1 else 's'}"
+
+        blank = f", {count(self.n_blank_lines, 'blank line')} skipped" if self.n_blank_lines else ""
+        return (
+            f"{count(len(self.pairs), 'pair')} from {count(self.n_records, 'record')} of {self.source} "
+            f"({self.layout} layout{blank})"
+        )
 
 
 def load_pairs(
@@ -255,7 +260,8 @@ def _read_source(source: Any, split: str | None) -> Records:
         if split is not None:
             raise DataError(source, None, None, "give the split inside the id (hf://OWNER/NAME:SPLIT), not as split=")
         spec = hub.parse_hub_spec(source)
-        return records_from_rows(str(spec), hub.load_hub_dataset(spec))
+        dataset = hub.load_hub_dataset(spec)
+        return records_from_rows(str(spec), dataset, n_physical=dataset.num_rows)
     if isinstance(source, str) and source in BUNDLED:
         source = bundled_dataset_path(source)
     if isinstance(source, (str, Path)):
@@ -357,13 +363,13 @@ def _check_columns(columns: Sequence[str], layout: Layout, source: str, require_
     for key in _REQUIRED + (("label",) if require_labels else ()):
         if not any(name in columns for name in _FIELDS[key]):
             name = _field_name(key, columns, layout)
-            other = [n for n in _FIELDS[key] if n != name and n != "sample"]
+            other = "emoreward" if layout == "emoprefer" else "EmoPrefer"
+            alias = [n for n in _FIELDS[key] if n != name and n != "sample"][0]
             raise DataError(
                 source,
                 "header",
                 name,
-                f"missing column ({layout} layout; {' or '.join(repr(n) for n in other)} in the other); "
-                f"found columns {list(columns)}",
+                f"missing column ({alias!r} in the {other} layout); found columns {list(columns)}",
             )
 
 
@@ -397,10 +403,18 @@ def is_missing(value: Any) -> bool:
 
 
 def _plain(value: Any) -> Any:
-    """NumPy scalars as Python values (pandas and `datasets` hand them out)."""
-    item = getattr(value, "item", None)
-    if type(value).__module__ == "numpy" and callable(item) and getattr(value, "ndim", 1) == 0:
-        return item()
+    """NumPy scalars and 1-d arrays as Python values, also inside lists and dicts (pandas hands list columns out
+    as object arrays, e.g. conversational `chosen` read with `pandas.read_parquet`)."""
+    if type(value).__module__ == "numpy" and hasattr(value, "ndim"):
+        if value.ndim == 0:
+            return value.item()
+        if value.ndim == 1:
+            return [_plain(v) for v in value.tolist()]
+        return value
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
     return value
 
 
@@ -521,7 +535,7 @@ def _plain_pair(
 
 
 def _trl_pair(record: Mapping[str, Any], row: int, source: str, has_ids: bool) -> PreferencePair:
-    chosen, rejected = record.get("chosen"), record.get("rejected")
+    chosen, rejected = _plain(record.get("chosen")), _plain(record.get("rejected"))
     context: list[Any] = []
     if isinstance(chosen, list) or isinstance(rejected, list):
         description_1, before_1 = _final_turn(chosen, source, row, "chosen")
