@@ -62,7 +62,7 @@ def test_jsonl_and_dataset_give_the_same_pairs(tmp_path):
 @pytest.mark.parametrize(
     "content, row, field, words",
     [
-        ("name,a1,preference\nv1,x,a1\n", "header", "a2 or description_2", "missing column"),
+        ("name,a1,preference\nv1,x,a1\n", "header", "a2", "missing column"),
         ("name,a1,a2,preference\nv1,x,y,a1\nv2,x,y,better\n", 2, "preference", "unknown label"),
         ("name,a1,a2,preference\nv1,x,  ,a1\n", 1, "a2", "empty description"),
         ("name,a1,a2,preference\nv1,x,y,a1\nv2,x,y,a2\nv1,z,w,a2\n", 3, "name", "duplicate sample id"),
@@ -88,8 +88,9 @@ def test_empty_file(tmp_path):
 
 def test_undecodable_bytes_report_the_line(tmp_path):
     path = write(tmp_path, "latin1.csv", "name,a1,a2,preference\nv1,ok,y,a1\nv2,caf\xe9,y,a2\n".encode("latin-1"))
-    with pytest.raises(DataError, match=r"row at line 3: undecodable bytes b'\\xe9'"):
+    with pytest.raises(DataError, match=r"latin1\.csv, line 3: undecodable bytes b'\\xe9'") as info:
         load_pairs(path)
+    assert (info.value.line, info.value.row) == (3, None)
 
 
 def test_bad_jsonl_line(tmp_path):

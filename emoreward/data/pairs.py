@@ -1,37 +1,73 @@
-"""Loading emotion-preference pairs (EmoPrefer-Data format) from CSV, JSONL and `datasets` datasets.
+"""Loading emotion-preference pairs from EmoPrefer CSVs, JSON lines, TRL preference data and `datasets`.
 
-Accepted columns (EmoPrefer release names first, emoreward names second):
+Three column layouts (the layout is recognised from the column names; other columns are ignored):
 
-| field           | EmoPrefer     | emoreward        | required |
-|-----------------|---------------|------------------|----------|
-| sample id       | `name`        | `sample_id`      | yes      |
-| description 1   | `a1`          | `description_1`  | yes      |
-| description 2   | `a2`          | `description_2`  | yes      |
-| label           | `preference`  | `label`          | for training and evaluation |
-| writer of 1 / 2 | `model1`/`model2` | `model_1`/`model_2` | no |
-| media           | -             | `video`, `audio`, `subtitle` | no |
+| field           | EmoPrefer         | emoreward                    | TRL preference                        |
+|-----------------|-------------------|------------------------------|---------------------------------------|
+| sample id       | `name`            | `sample_id`                  | `sample_id` (optional: `row-<n>`)     |
+| description 1   | `a1`              | `description_1`              | `chosen`                              |
+| description 2   | `a2`              | `description_2`              | `rejected`                            |
+| label           | `preference`      | `label`                      | `"1"`, or `"tie"` where `tie` is true |
+| writer of 1 / 2 | `model1`/`model2` | `model_1`/`model_2`          | -                                     |
+| media           | `video`, `audio`, `subtitle` (all layouts; TRL also reads them from `prompt`)    |
 
 Labels `a1`/`a2`/`same` (EmoPrefer) and `1`/`2`/`tie` map to `"1"`, `"2"`, `"tie"`.
-Every problem raises `DataError` naming the file, the row and the field; nothing is skipped silently.
+
+TRL layout (TRL's preference type, https://huggingface.co/docs/trl/dataset_formats): `chosen` and `rejected`
+are the two descriptions, either strings ("standard" format) or lists of `{"role", "content"}` messages
+("conversational" format, where the description is the final message, which must be the assistant's, and any
+earlier turns, the implicit prompt, must be the same in both). An optional `prompt` (a string or messages) holds
+the context. TRL's layout has no place for ties, so an extra boolean column `tie` marks them: a pair maps to
+description_1 = chosen, description_2 = rejected, label `"1"`, or `"tie"` where `tie` is true (absent, null or
+false: not a tie; for a tie, which description sits in `chosen` carries no meaning). Media come from the columns
+`video` / `audio` / `subtitle` when present, else from the context: the text after a line starting
+`Subtitle:` (the layout emoreward's reward models use), and message parts `{"type": "video", "video": PATH}` /
+`{"type": "audio", "audio": PATH}` (`path` or `url` keys are read too). Other prompt text (an instruction) is
+not kept: the reward model supplies its own.
+
+Sources `load_pairs` takes: a `.csv`, `.jsonl`, `.json` (JSON lines, or one array of objects) or `.parquet`
+file; a bundled dataset name (`"emoprefer"`); a local dataset folder (written by `Dataset.save_to_disk`, or data
+files in the Hub repository layout); a Hub dataset `hf://OWNER/NAME[/CONFIG][@REVISION][:SPLIT]` (see
+`emoreward.data.hub`); or a `datasets.Dataset`, a pandas DataFrame or a sequence of mappings.
+
+Missing values: `None`, float NaN, `pandas.NA` / `NaT` (what pandas and `datasets` give for an empty or `NA`
+cell) are missing in every field: an error in a required field (sample id, descriptions, label when labels are
+required, `chosen` / `rejected`), "absent" in an optional one.
+
+Every problem raises `DataError` naming the source, the row (or line) and the field; nothing is skipped
+silently. Each reader counts the source's records a second way and the loader checks that the pairs it returns
+account for all of them (`LoadedPairs`).
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import json
-from collections.abc import Iterable, Mapping
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
+from emoreward.data.errors import DataError
+from emoreward.data.readers import (
+    Records,
+    check_count,
+    read_csv,
+    read_json_array,
+    read_jsonl,
+    read_parquet,
+    read_text,
+    records_from_rows,
+)
+
 
 Label = Literal["1", "2", "tie"]
 LABELS: tuple[str, ...] = ("1", "2", "tie")
+Layout = Literal["emoprefer", "emoreward", "trl"]
 
 _LABEL_MAP = {"a1": "1", "a2": "2", "same": "tie", "1": "1", "2": "2", "tie": "tie"}
-# Alternative column names, checked in order.
+# Column names per field, checked in order; a source may use only one name per field.
 _FIELDS: dict[str, tuple[str, ...]] = {
     "sample_id": ("name", "sample_id", "sample"),
     "description_1": ("a1", "description_1"),
@@ -44,20 +80,22 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "subtitle": ("subtitle",),
 }
 _REQUIRED = ("sample_id", "description_1", "description_2")
+# The name each layout gives a field (used to name a field the source lacks).
+_LAYOUT_NAMES: dict[str, dict[str, str]] = {
+    "emoprefer": {"sample_id": "name", "description_1": "a1", "description_2": "a2", "label": "preference"},
+    "emoreward": {"sample_id": "sample_id", "description_1": "description_1", "description_2": "description_2"},
+}
+_EMOPREFER_ONLY = {"name", "a1", "a2", "preference", "model1", "model2"}
+_EMOREWARD_ONLY = {"sample_id", "sample", "description_1", "description_2", "label", "model_1", "model_2"}
+_TRL_COLUMNS = ("chosen", "rejected")
+# Text pandas reads as a missing value (its default `na_values`): a sample id spelled so is an export artefact.
+_NA_TEXT = {"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>"}
+_NA_TEXT |= {"N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"}
 
 BUNDLED = {
     "emoprefer": "emoprefer_dev_with_modelnames.csv",
     "emoprefer-4col": "emoprefer_dev.csv",
 }
-
-
-class DataError(ValueError):
-    """Invalid preference data; the message names the source file, the row and the field."""
-
-    def __init__(self, source: str, row: int | str, field_name: str | None, problem: str):
-        self.source, self.row, self.field_name, self.problem = source, row, field_name, problem
-        where = f"{source}, row {row}" + (f", field {field_name!r}" if field_name else "")
-        super().__init__(f"{where}: {problem}")
 
 
 @dataclass(frozen=True)
@@ -129,178 +167,505 @@ def bundled_dataset_path(name: str = "emoprefer") -> Path:
     return Path(str(resources.files("emoreward.data") / "files" / "emoprefer" / BUNDLED[name]))
 
 
-def load_pairs(source: str | Path | Any, *, require_labels: bool = True) -> list[PreferencePair]:
-    """Load preference pairs from a CSV or JSONL file, a bundled dataset name, or a `datasets.Dataset`.
+@dataclass(frozen=True)
+class LoadedPairs:
+    """Pairs of one source with the counts that account for every data record in it.
+
+    Attributes:
+        pairs (`list[PreferencePair]`): in source order.
+        source (`str`): the file path, `hf://` id or dataset label.
+        layout (`"emoprefer"`, `"emoreward"` or `"trl"`): the column layout recognised.
+        n_records (`int`): data records in the source (counted by the reader, checked against a physical count).
+        n_blank_lines (`int`): blank lines skipped in a text file (not records).
+
+    `len(pairs) == n_records` always holds: the loader excludes nothing (every bad record raises `DataError`),
+    and it checks this before returning.
+    """
+
+    pairs: list[PreferencePair]
+    source: str
+    layout: Layout
+    n_records: int
+    n_blank_lines: int = 0
+
+    def summary(self) -> str:
+        def count(n: int, noun: str) -> str:
+            return f"{n} {noun}{'' if n == 1 else 's'}"
+
+        blank = f", {count(self.n_blank_lines, 'blank line')} skipped" if self.n_blank_lines else ""
+        return (
+            f"{count(len(self.pairs), 'pair')} from {count(self.n_records, 'record')} of {self.source} "
+            f"({self.layout} layout{blank})"
+        )
+
+
+def load_pairs(
+    source: str | Path | Any, *, require_labels: bool = True, split: str | None = None
+) -> list[PreferencePair]:
+    """Load preference pairs from a file, a bundled dataset, a dataset folder, the Hub or an in-memory dataset.
 
     Args:
-        source: a path ending in `.csv`, `.jsonl` or `.json` (JSON lines), the name of a bundled dataset
-            (`"emoprefer"`), or a `datasets.Dataset` (or any sequence of mappings) with the columns above.
-        require_labels: if True, a missing or empty label is an error.
+        source: a path ending in `.csv`, `.jsonl`, `.json` or `.parquet`; a bundled dataset name (`"emoprefer"`);
+            a local dataset folder; `"hf://OWNER/NAME[/CONFIG][@REVISION][:SPLIT]"` (a Hub dataset); or a
+            `datasets.Dataset`, pandas DataFrame or sequence of mappings. The layouts are in the module docstring.
+        require_labels: if True, a missing or empty label is an error (TRL-layout pairs always have labels).
+        split: the split of a local dataset folder (default: `train`, or the only split). Hub ids carry their
+            split in the id.
 
     Returns:
-        `list[PreferencePair]` in source order.
+        `list[PreferencePair]` in source order (`read_pairs` returns them with their counts).
 
     Raises:
-        DataError: empty file, undecodable bytes, malformed JSON, missing column, empty description,
-            unknown label or duplicate sample id; the message names file, row and field.
+        DataError: a bad source or record, named by file, row or line, and field. Among them: empty file,
+            undecodable bytes, an unclosed or misplaced quote in a CSV, duplicate header column, malformed JSON,
+            missing column, missing value (None / NaN), empty description, unknown label, duplicate sample id,
+            a Hub dataset that cannot be loaded (one line naming the dataset id).
         FileNotFoundError: if the path does not exist.
     """
-    if isinstance(source, str) and source in BUNDLED:
-        source = bundled_dataset_path(source)
-    if isinstance(source, (str, Path)):
-        path = Path(source)
-        if not path.exists():
-            raise FileNotFoundError(f"preference data file not found: {path}")
-        if path.is_dir():
-            raise DataError(str(path), 0, None, "is a directory; give a .csv or .jsonl file")
-        text = _read_text(path)
-        if not text.strip():
-            raise DataError(str(path), 0, None, "the file is empty")
-        suffix = path.suffix.lower()
-        if suffix == ".csv":
-            records = _csv_records(str(path), text)
-        elif suffix in (".jsonl", ".json"):
-            records = _jsonl_records(str(path), text)
-        else:
-            raise DataError(str(path), 0, None, f"unsupported file type {suffix!r}; use .csv or .jsonl")
-        return pairs_from_records(records, str(path), require_labels=require_labels)
-    name = getattr(source, "info", None)
-    label = f"<dataset {getattr(name, 'dataset_name', None) or type(source).__name__}>"
-    records = ((i + 1, dict(r)) for i, r in enumerate(source))
-    return pairs_from_records(records, label, require_labels=require_labels)
+    return read_pairs(source, require_labels=require_labels, split=split).pairs
+
+
+def read_pairs(source: str | Path | Any, *, require_labels: bool = True, split: str | None = None) -> LoadedPairs:
+    """`load_pairs`, returning the pairs with the record counts they account for (`LoadedPairs`)."""
+    records = _read_source(source, split)
+    check_count(records)
+    if not records.rows:
+        raise DataError(records.source, None, None, "no data rows")
+    pairs, layout = _build_pairs(records.rows, records.columns, records.source, require_labels)
+    if len(pairs) != len(records.rows):  # nothing is excluded here: every bad record raised above
+        raise DataError(records.source, None, None, f"{len(records.rows)} records gave {len(pairs)} pairs")
+    return LoadedPairs(pairs, records.source, layout, len(records.rows), records.n_blank_lines)
 
 
 def pairs_from_records(
     records: Iterable[tuple[int, Mapping[str, Any]]], source: str, *, require_labels: bool = True
 ) -> list[PreferencePair]:
-    """Validate `(row_number, mapping)` records into pairs (see `load_pairs` for fields and errors)."""
+    """Validate `(row_number, mapping)` records into pairs (see `load_pairs` for layouts and errors)."""
+    rows = [(row, dict(record)) for row, record in records]
+    if not rows:
+        raise DataError(source, None, None, "no data rows")
+    columns: dict[str, None] = {}
+    for _, record in rows:
+        columns.update(dict.fromkeys(record))
+    return _build_pairs(rows, list(columns), source, require_labels)[0]
+
+
+# ------------------------------------------------------------------------------------------------------ sources
+
+
+def _read_source(source: Any, split: str | None) -> Records:
+    from emoreward.data import hub
+
+    if isinstance(source, str) and hub.is_hub_spec(source):
+        if split is not None:
+            raise DataError(source, None, None, "give the split inside the id (hf://OWNER/NAME:SPLIT), not as split=")
+        spec = hub.parse_hub_spec(source)
+        dataset = hub.load_hub_dataset(spec)
+        return records_from_rows(str(spec), dataset, n_physical=dataset.num_rows)
+    if isinstance(source, str) and source in BUNDLED:
+        source = bundled_dataset_path(source)
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        if not path.exists():
+            hint = ""
+            if isinstance(source, str) and re.fullmatch(r"[\w.-]+/[\w.-]+", source):
+                hint = f"; for the Hub dataset {source!r} write hf://{source}"
+            raise FileNotFoundError(f"preference data file not found: {path}{hint}")
+        if path.is_dir():
+            dataset = hub.load_local_dataset(path, split)
+            return records_from_rows(str(path), dataset, n_physical=dataset.num_rows)
+        if split is not None:
+            raise DataError(str(path), None, None, f"split={split!r} applies to dataset folders, not to a file")
+        return _read_file(path)
+    if split is not None:
+        raise DataError(_dataset_label(source), None, None, "split= applies to dataset folders; pick the split first")
+    return _read_object(source)
+
+
+def _read_file(path: Path) -> Records:
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        return read_parquet(path)
+    if suffix not in (".csv", ".jsonl", ".json"):
+        raise DataError(
+            str(path), None, None, f"unsupported file type {suffix!r}; use .csv, .jsonl, .json or .parquet"
+        )
+    text = read_text(path)
+    if not text.strip():
+        raise DataError(str(path), None, None, "the file is empty")
+    if suffix == ".csv":
+        return read_csv(str(path), text, _looks_like_row)
+    if suffix == ".json" and text.lstrip().startswith("["):
+        return read_json_array(str(path), text)
+    return read_jsonl(str(path), text)
+
+
+def _read_object(source: Any) -> Records:
+    label = _dataset_label(source)
+    if hasattr(source, "keys") and hasattr(source, "column_names") and isinstance(source.column_names, dict):
+        raise DataError(label, None, None, f"a DatasetDict: pick one split (one of {sorted(source.keys())})")
+    if hasattr(source, "to_dict") and hasattr(source, "columns") and hasattr(source, "iloc"):  # pandas DataFrame
+        return records_from_rows(label, source.to_dict(orient="records"), n_physical=len(source))
+    if isinstance(source, (str, bytes, Mapping)) or not isinstance(source, Iterable):
+        raise DataError(label, None, None, f"cannot read preference pairs from a {type(source).__name__}")
+    n_rows = getattr(source, "num_rows", None)
+    if n_rows is None and isinstance(source, Sequence):
+        n_rows = len(source)
+    return records_from_rows(label, source, n_physical=n_rows)
+
+
+def _dataset_label(source: Any) -> str:
+    info = getattr(source, "info", None)
+    name = getattr(info, "dataset_name", None) or getattr(info, "builder_name", None)
+    return f"<dataset {name or type(source).__name__}>"
+
+
+# ------------------------------------------------------------------------------------------------------- layout
+
+
+def _detect_layout(columns: Sequence[str], source: str) -> Layout:
+    cols = set(columns)
+    trl = [c for c in _TRL_COLUMNS if c in cols]
+    if trl:
+        clash = sorted(cols & {"a1", "a2", "description_1", "description_2", "preference", "label"})
+        if clash:
+            raise DataError(
+                source,
+                "header",
+                None,
+                f"columns {trl} (TRL layout) and {clash} (pair layout) together; keep one layout",
+            )
+        return "trl"
+    for key, names in _FIELDS.items():
+        present = [n for n in names if n in cols]
+        if len(present) > 1:
+            raise DataError(
+                source, "header", present[0], f"columns {present} all give the {key.replace('_', ' ')}; keep one"
+            )
+    return "emoprefer" if len(cols & _EMOPREFER_ONLY) > len(cols & _EMOREWARD_ONLY) else "emoreward"
+
+
+def _field_name(key: str, columns: Iterable[str], layout: Layout) -> str:
+    """The name of `key` in this source: its column if present, else the layout's name for it."""
+    cols = set(columns)
+    for name in _FIELDS[key]:
+        if name in cols:
+            return name
+    return _LAYOUT_NAMES.get(layout, {}).get(key) or (key if layout == "emoreward" else _FIELDS[key][0])
+
+
+def _check_columns(columns: Sequence[str], layout: Layout, source: str, require_labels: bool) -> None:
+    if layout == "trl":
+        needed = [c for c in _TRL_COLUMNS if c not in columns]
+        if needed:
+            raise DataError(source, "header", needed[0], f"missing column (TRL layout); found columns {list(columns)}")
+        return
+    for key in _REQUIRED + (("label",) if require_labels else ()):
+        if not any(name in columns for name in _FIELDS[key]):
+            name = _field_name(key, columns, layout)
+            other = "emoreward" if layout == "emoprefer" else "EmoPrefer"
+            alias = [n for n in _FIELDS[key] if n != name and n != "sample"][0]
+            raise DataError(
+                source,
+                "header",
+                name,
+                f"missing column ({alias!r} in the {other} layout); found columns {list(columns)}",
+            )
+
+
+def _looks_like_row(cells: dict[str, str]) -> bool:
+    """Whether one physical CSV line, read on its own, is a plausible data row (used to find unclosed quotes)."""
+    for name in _FIELDS["label"]:
+        if name in cells:
+            return cells[name].strip().lower() in _LABEL_MAP
+    if "tie" in cells:
+        return cells["tie"].strip().lower() in _TIE_TEXT
+    return True
+
+
+# -------------------------------------------------------------------------------------------------------- values
+
+
+def is_missing(value: Any) -> bool:
+    """Whether a cell holds a missing value: `None`, float NaN (also NumPy's), `pandas.NA` or `NaT`."""
+    if value is None:
+        return True
+    if isinstance(value, float):
+        return math.isnan(value)
+    if isinstance(value, (str, bool, int, list, dict, tuple)):
+        return False
+    if type(value).__name__ in ("NAType", "NaTType"):
+        return True
+    item = getattr(value, "item", None)
+    if type(value).__module__ == "numpy" and callable(item) and getattr(value, "ndim", 1) == 0:
+        return is_missing(item())
+    return False
+
+
+def _plain(value: Any) -> Any:
+    """NumPy scalars and 1-d arrays as Python values, also inside lists and dicts (pandas hands list columns out
+    as object arrays, e.g. conversational `chosen` read with `pandas.read_parquet`)."""
+    if type(value).__module__ == "numpy" and hasattr(value, "ndim"):
+        if value.ndim == 0:
+            return value.item()
+        if value.ndim == 1:
+            return [_plain(v) for v in value.tolist()]
+        return value
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _sample_id(value: Any, source: str, row: int, name: str) -> str:
+    value = _plain(value)
+    if is_missing(value):
+        raise DataError(source, row, name, f"missing value ({value!r})")
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        hint = " (pandas turns an integer column with an empty cell into floats)" if isinstance(value, float) else ""
+        raise DataError(
+            source, row, name, f"sample id {value!r} is a {type(value).__name__}; use text or integers{hint}"
+        )
+    text = str(value).strip()
+    if not text:
+        raise DataError(source, row, name, "empty sample id")
+    if text in _NA_TEXT:
+        raise DataError(source, row, name, f"missing value: the sample id {text!r} is how a missing value is written")
+    return text
+
+
+def _text(value: Any, source: str, row: int, name: str, what: str = "description") -> str:
+    value = _plain(value)
+    if is_missing(value):
+        raise DataError(source, row, name, f"missing value ({value!r})")
+    if not isinstance(value, str):
+        raise DataError(source, row, name, f"expected text, got {type(value).__name__}")
+    if not value.strip():
+        raise DataError(source, row, name, f"empty {what}")
+    return value
+
+
+def _optional_text(value: Any, source: str, row: int, name: str) -> str | None:
+    value = _plain(value)
+    if is_missing(value):
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise DataError(source, row, name, f"expected text, got {type(value).__name__}")
+    return str(value).strip() or None
+
+
+def _label(value: Any, source: str, row: int, name: str, required: bool) -> Label | None:
+    value = _plain(value)
+    if is_missing(value) or (isinstance(value, str) and not value.strip()):
+        if required:
+            raise DataError(source, row, name, "missing label")
+        return None
+    key = None
+    if isinstance(value, str):
+        key = value.strip().lower()
+    elif isinstance(value, int) and not isinstance(value, bool):
+        key = str(value)
+    elif isinstance(value, float) and value in (1.0, 2.0):  # an integer column pandas made float
+        key = str(int(value))
+    label = _LABEL_MAP.get(key) if key is not None else None
+    if label is None:
+        raise DataError(source, row, name, f"unknown label {value!r}; expected one of {sorted(_LABEL_MAP)}")
+    return label  # type: ignore[return-value]
+
+
+_TIE_TEXT = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False, "": False}
+
+
+def _tie(value: Any, source: str, row: int) -> bool:
+    value = _plain(value)
+    if is_missing(value):
+        return False
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TIE_TEXT:
+        return _TIE_TEXT[value.strip().lower()]
+    raise DataError(source, row, "tie", f"expected true or false, got {value!r}")
+
+
+# -------------------------------------------------------------------------------------------------------- pairs
+
+
+def _build_pairs(
+    rows: list[tuple[int, dict[str, Any]]], columns: Sequence[str], source: str, require_labels: bool
+) -> tuple[list[PreferencePair], Layout]:
+    layout = _detect_layout(columns, source)
+    _check_columns(columns, layout, source, require_labels)
+    names = {key: _field_name(key, columns, layout) for key in _FIELDS}
     pairs: list[PreferencePair] = []
     seen: dict[str, int] = {}
-    columns_checked = False
-    for row, record in records:
-        if not columns_checked:
-            _check_columns(source, record, require_labels)
-            columns_checked = True
-        values = {key: _get(record, key) for key in _FIELDS}
-        for key in _REQUIRED:
-            if values[key] is None:
-                raise DataError(source, row, _name_of(record, key), "missing value")
-        sample_id = str(values["sample_id"]).strip()
-        if not sample_id:
-            raise DataError(source, row, _name_of(record, "sample_id"), "empty sample id")
-        if sample_id in seen:
+    for row, record in rows:
+        if layout == "trl":
+            pair = _trl_pair(record, row, source, "sample_id" in columns)
+        else:
+            pair = _plain_pair(record, row, source, names, require_labels)
+        if pair.sample_id in seen:
+            name = names["sample_id"] if layout != "trl" else "sample_id"
+            raise DataError(
+                source, row, name, f"duplicate sample id {pair.sample_id!r} (first at row {seen[pair.sample_id]})"
+            )
+        seen[pair.sample_id] = row
+        pairs.append(pair)
+    return pairs, layout
+
+
+def _plain_pair(
+    record: Mapping[str, Any], row: int, source: str, names: dict[str, str], require_labels: bool
+) -> PreferencePair:
+    def value(key: str) -> Any:
+        return record.get(names[key])
+
+    return PreferencePair(
+        sample_id=_sample_id(value("sample_id"), source, row, names["sample_id"]),
+        description_1=_text(value("description_1"), source, row, names["description_1"]),
+        description_2=_text(value("description_2"), source, row, names["description_2"]),
+        label=_label(value("label"), source, row, names["label"], require_labels),
+        model_1=_optional_text(value("model_1"), source, row, names["model_1"]),
+        model_2=_optional_text(value("model_2"), source, row, names["model_2"]),
+        media=MediaRef(*(_optional_text(value(k), source, row, k) for k in ("video", "audio", "subtitle"))),
+        row=row,
+    )
+
+
+def _trl_pair(record: Mapping[str, Any], row: int, source: str, has_ids: bool) -> PreferencePair:
+    chosen, rejected = _plain(record.get("chosen")), _plain(record.get("rejected"))
+    context: list[Any] = []
+    if isinstance(chosen, list) or isinstance(rejected, list):
+        description_1, before_1 = _final_turn(chosen, source, row, "chosen")
+        description_2, before_2 = _final_turn(rejected, source, row, "rejected")
+        if before_1 != before_2:
             raise DataError(
                 source,
                 row,
-                _name_of(record, "sample_id"),
-                f"duplicate sample id {sample_id!r} (first at row {seen[sample_id]})",
+                "rejected",
+                "the turns before the final assistant message differ from those in 'chosen'; "
+                "both descriptions must answer the same prompt",
             )
-        seen[sample_id] = row
-        for key in ("description_1", "description_2"):
-            if not isinstance(values[key], str):
-                raise DataError(source, row, _name_of(record, key), f"expected text, got {type(values[key]).__name__}")
-            if not values[key].strip():
-                raise DataError(source, row, _name_of(record, key), "empty description")
-        raw_label = values["label"]
-        label = None
-        if raw_label is None or str(raw_label).strip() == "":
-            if require_labels:
-                raise DataError(source, row, _name_of(record, "label"), "missing label")
+        context.extend(before_1)
+    else:
+        description_1 = _text(chosen, source, row, "chosen")
+        description_2 = _text(rejected, source, row, "rejected")
+    prompt = _plain(record.get("prompt"))
+    if not is_missing(prompt):
+        if isinstance(prompt, str):
+            context.insert(0, prompt)
+        elif isinstance(prompt, list):
+            context[:0] = _messages(prompt, source, row, "prompt")
         else:
-            label = _LABEL_MAP.get(str(raw_label).strip().lower())
-            if label is None:
-                raise DataError(
-                    source,
-                    row,
-                    _name_of(record, "label"),
-                    f"unknown label {raw_label!r}; expected one of {sorted(_LABEL_MAP)}",
-                )
-        media = MediaRef(*(_opt_str(values[k]) for k in ("video", "audio", "subtitle")))
-        pairs.append(
-            PreferencePair(
-                sample_id=sample_id,
-                description_1=values["description_1"],
-                description_2=values["description_2"],
-                label=label,  # type: ignore[arg-type]
-                model_1=_opt_str(values["model_1"]),
-                model_2=_opt_str(values["model_2"]),
-                media=media,
-                row=row,
+            raise DataError(source, row, "prompt", f"expected text or a list of messages, got {type(prompt).__name__}")
+    media = _context_media(context, source, row)
+    for key in ("video", "audio", "subtitle"):
+        given = _optional_text(record.get(key), source, row, key)
+        if given is not None and media.get(key) not in (None, given):
+            raise DataError(
+                source, row, key, f"{given!r} differs from the {key} in the prompt ({media[key]!r}); give one"
             )
-        )
-    if not pairs:
-        raise DataError(source, 0, None, "no data rows")
-    return pairs
+        if given is not None:
+            media[key] = given
+    sample_id = _sample_id(record.get("sample_id"), source, row, "sample_id") if has_ids else f"row-{row}"
+    return PreferencePair(
+        sample_id=sample_id,
+        description_1=description_1,
+        description_2=description_2,
+        label="tie" if _tie(record.get("tie"), source, row) else "1",
+        media=MediaRef(media.get("video"), media.get("audio"), media.get("subtitle")),
+        row=row,
+    )
 
 
-def _read_text(path: Path) -> str:
-    raw = path.read_bytes()
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
+def _messages(value: Any, source: str, row: int, name: str) -> list[Mapping[str, Any]]:
+    if not isinstance(value, list) or not value:
+        raise DataError(source, row, name, "expected a non-empty list of {'role', 'content'} messages")
+    for i, message in enumerate(value):
+        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str) or "content" not in message:
+            raise DataError(source, row, name, f"message {i} is not a {{'role', 'content'}} mapping: {message!r:.80}")
+    return value
+
+
+def _final_turn(value: Any, source: str, row: int, name: str) -> tuple[str, list[Mapping[str, Any]]]:
+    value = _plain(value)
+    if is_missing(value):
+        raise DataError(source, row, name, f"missing value ({value!r})")
+    messages = _messages(value, source, row, name)
+    last = messages[-1]
+    if last["role"] != "assistant":
         raise DataError(
-            str(path),
-            f"at line {line}",
-            None,
-            f"undecodable bytes {raw[err.start : err.end]!r} (the file must be UTF-8)",
-        ) from err
+            source,
+            row,
+            name,
+            f"the final message is the {last['role']!r} turn; the description must be the assistant's",
+        )
+    return _text(_content_text(last["content"]), source, row, name), list(messages[:-1])
 
 
-def _csv_records(source: str, text: str) -> Iterable[tuple[int, dict[str, Any]]]:
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    if not reader.fieldnames:
-        raise DataError(source, 0, None, "no header row")
-    n_columns = len(reader.fieldnames)
-    for i, record in enumerate(reader, start=1):
-        if None in record or len([v for v in record.values() if v is not None]) < n_columns:
-            extra = "more" if None in record else "fewer"
-            raise DataError(
-                source, i, None, f"{extra} cells than the {n_columns} header columns (line {reader.line_num})"
-            )
-        yield i, record
+def _content_text(content: Any) -> Any:
+    """A message's text: the string, or the text parts of a multimodal content list joined by newlines."""
+    if isinstance(content, list):
+        return "\n".join(
+            str(part.get("text"))
+            for part in content
+            if isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str)
+        )
+    return content
 
 
-def _jsonl_records(source: str, text: str) -> Iterable[tuple[int, dict[str, Any]]]:
-    row = 0
-    for line_no, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
+_SUBTITLE = re.compile(r"^Subtitle:[ \t]*", re.MULTILINE)
+_MEDIA_KEYS = {"video": ("video", "path", "url"), "audio": ("audio", "path", "url", "audio_url")}
+
+
+def _context_media(context: list[Any], source: str, row: int) -> dict[str, str | None]:
+    """Subtitle and media paths named in a prompt (strings or messages; see the module docstring)."""
+    found: dict[str, str | None] = {}
+
+    def put(key: str, value: str) -> None:
+        if found.get(key) not in (None, value):
+            raise DataError(source, row, "prompt", f"names two {key}s ({found[key]!r} and {value!r})")
+        found[key] = value
+
+    texts: list[str] = []
+    for item in context:
+        content = item.get("content") if isinstance(item, Mapping) else item
+        if isinstance(content, str):
+            texts.append(content)
             continue
-        row += 1
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DataError(source, row, None, f"invalid JSON on line {line_no}: {err.msg}") from err
-        if not isinstance(record, dict):
-            raise DataError(source, row, None, f"line {line_no} is a JSON {type(record).__name__}, expected an object")
-        yield row, record
+        for part in content if isinstance(content, list) else []:
+            if not isinstance(part, Mapping):
+                continue
+            kind = part.get("type")
+            if kind == "text" and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            elif kind in _MEDIA_KEYS:
+                paths = [part.get(k) for k in _MEDIA_KEYS[kind] if not is_missing(part.get(k))]
+                if not paths or not isinstance(paths[0], str):
+                    held = type(paths[0]).__name__ if paths else "nothing"
+                    raise DataError(source, row, "prompt", f"a {kind} part holds {held}, not a path")
+                put(kind, paths[0])
+    for text in texts:
+        match = _SUBTITLE.search(text)
+        if match:
+            subtitle = text[match.end() :].strip()
+            if subtitle:
+                put("subtitle", subtitle)
+    return found
 
 
-def _check_columns(source: str, record: Mapping[str, Any], require_labels: bool) -> None:
-    needed = _REQUIRED + (("label",) if require_labels else ())
-    for key in needed:
-        if not any(name in record for name in _FIELDS[key]):
-            raise DataError(
-                source, "header", " or ".join(_FIELDS[key]), f"missing column; found columns {sorted(record)}"
-            )
-
-
-def _get(record: Mapping[str, Any], key: str) -> Any:
-    for name in _FIELDS[key]:
-        if name in record:
-            return record[name]
-    return None
-
-
-def _name_of(record: Mapping[str, Any], key: str) -> str:
-    for name in _FIELDS[key]:
-        if name in record:
-            return name
-    return _FIELDS[key][0]
-
-
-def _opt_str(value: Any) -> str | None:
-    if value is None:
-        return None
-    value = str(value).strip()
-    return value or None
+__all__ = [
+    "BUNDLED",
+    "LABELS",
+    "DataError",
+    "LoadedPairs",
+    "MediaRef",
+    "PreferencePair",
+    "bundled_dataset_path",
+    "is_missing",
+    "load_pairs",
+    "pairs_from_records",
+    "read_pairs",
+]

@@ -1,0 +1,179 @@
+"""Writing result records (judgements, rankings, per-pair scores) as datasets: JSON lines, parquet or the Hub.
+
+`write_records(rows, path)` writes one file that `datasets.load_dataset("json" | "parquet", data_files=path)`
+reads back equal to the rows: values and column types survive exactly (floats are written at full precision).
+Rows are mappings of column name to value; a key missing from a row is written as null (`None`), so columns are
+the union of all rows' keys, in first-seen order. Each column needs one type across rows (as in any dataset).
+
+`push_records_to_hub(rows, repo_id)` uploads the same table as one split of a Hub dataset through
+`datasets.Dataset.push_to_hub` (parquet shards plus a dataset card); the repository is private unless asked.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+
+FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+
+
+class HubPushError(RuntimeError):
+    """A push to the Hub failed; the one-line message names the repository."""
+
+
+def records_to_dataset(rows: Iterable[Mapping[str, Any]]) -> Any:
+    """The rows as a `datasets.Dataset` (columns: union of the rows' keys in first-seen order; missing: None).
+
+    Raises:
+        ValueError: no rows, a row that is not a mapping, or a column whose values do not share one type (the
+            message names the column and the first row that disagrees).
+    """
+    import datasets
+
+    rows = list(rows)
+    if not rows:
+        raise ValueError("no records to write")
+    columns: dict[str, None] = {}
+    for i, row in enumerate(rows, start=1):
+        if not isinstance(row, Mapping):
+            raise ValueError(f"record {i} is a {type(row).__name__}, expected a mapping of column names to values")
+        columns.update(dict.fromkeys(row))
+    table = {name: [row.get(name) for row in rows] for name in columns}
+    try:
+        return datasets.Dataset.from_dict(table)
+    except Exception as err:  # pyarrow's type errors do not say which column
+        raise ValueError(_column_problem(table) or f"records do not form a table: {err}") from None
+
+
+def _column_problem(table: dict[str, list[Any]]) -> str | None:
+    import pyarrow as pa
+
+    for name, values in table.items():
+        try:
+            pa.array(values)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as err:
+            for i in range(1, len(values) + 1):
+                try:
+                    pa.array(values[:i])
+                except (pa.ArrowException, TypeError, ValueError, OverflowError):
+                    return f"column {name!r}: record {i} ({values[i - 1]!r:.60}) does not match the type of the earlier records ({err})"
+    return None
+
+
+def write_records(rows: Iterable[Mapping[str, Any]], path: str | Path) -> Path:
+    """Write rows as JSON lines (`.jsonl`, `.json`) or parquet (`.parquet`), chosen by the file's suffix.
+
+    The file appears complete or not at all (written beside it, then renamed), so an interrupted run never
+    leaves half a file behind.
+
+    Args:
+        rows: mappings of column name to value (str, int, float, bool, None, lists and dicts of them).
+        path: the output file; its folder is created.
+
+    Returns:
+        `Path` of the file written.
+
+    Raises:
+        ValueError: unknown suffix, no rows, mixed types in a column, or NaN / infinity in a JSON file (JSON has
+            no such numbers; the message names the record and column; parquet keeps them).
+    """
+    path = Path(path)
+    kind = FORMATS.get(path.suffix.lower())
+    if kind is None:
+        raise ValueError(f"{path}: unknown suffix {path.suffix!r}; use one of {sorted(FORMATS)}")
+    dataset = records_to_dataset(rows)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        if kind == "json":
+            with open(tmp, "w", encoding="utf-8") as handle:
+                for i, row in enumerate(dataset.to_list(), start=1):
+                    handle.write(_json_line(row, i, path) + "\n")
+        else:
+            import pyarrow.parquet as pq
+
+            pq.write_table(dataset.data.table, tmp)  # the schema carries the `datasets` features
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def _json_line(row: dict[str, Any], index: int, path: Path) -> str:
+    try:
+        return json.dumps(row, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        bad = next((k for k, v in row.items() if _has_non_finite(v)), "?")
+        raise ValueError(
+            f"{path}: record {index}, column {bad!r}: NaN or infinity cannot be written to JSON; "
+            "use None, or write parquet"
+        ) from None
+
+
+def _has_non_finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_has_non_finite(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_non_finite(v) for v in value)
+    return False
+
+
+def push_records_to_hub(
+    rows: Iterable[Mapping[str, Any]],
+    repo_id: str,
+    *,
+    split: str = "train",
+    config_name: str = "default",
+    revision: str | None = None,
+    private: bool = True,
+    token: str | None = None,
+    commit_message: str | None = None,
+) -> Any:
+    """Upload rows as one split of a Hub dataset (`datasets.Dataset.push_to_hub`).
+
+    Args:
+        rows: as for `write_records`.
+        repo_id: `OWNER/NAME` of the dataset repository (created if missing).
+        split: the split to write (replaces an earlier upload of the same split).
+        config_name: the dataset configuration (subset).
+        revision: the branch to push to; None: the default branch.
+        private: create the repository private (the default; judgements often hold licensed text).
+        token: a Hub token; None: the logged-in user's (`hf auth login` or `HF_TOKEN`). Never logged.
+        commit_message: the commit message.
+
+    Returns:
+        The `huggingface_hub.CommitInfo` of the commit.
+
+    Raises:
+        ValueError: bad rows (see `records_to_dataset`).
+        HubPushError: offline (`HF_HUB_OFFLINE=1`), or the Hub refused or could not be reached (one line).
+    """
+    from huggingface_hub import constants
+
+    dataset = records_to_dataset(rows)
+    offline = constants.is_offline_mode() if hasattr(constants, "is_offline_mode") else constants.HF_HUB_OFFLINE
+    if offline:
+        raise HubPushError(f"cannot push to the Hub dataset {repo_id!r}: offline mode is on (HF_HUB_OFFLINE=1)")
+    try:
+        return dataset.push_to_hub(
+            repo_id,
+            config_name=config_name,
+            split=split,
+            revision=revision,
+            private=private,
+            token=token,
+            commit_message=commit_message,
+        )
+    except Exception as err:  # transport and Hub errors of several libraries: one line, no traceback
+        text = " ".join(str(err).split())[:300]
+        raise HubPushError(f"cannot push to the Hub dataset {repo_id!r}: {type(err).__name__}: {text}") from None
+
+
+__all__ = ["FORMATS", "HubPushError", "push_records_to_hub", "records_to_dataset", "write_records"]
