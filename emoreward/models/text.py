@@ -135,12 +135,14 @@ def text_input_ids(
     sep_ids = [tokenizer.sep_token_id] if tokenizer.sep_token_id is not None else []
     prefix = cls_ids + (tokenizer(context, add_special_tokens=False)["input_ids"] + sep_ids if context else [])
     body = tokenizer(description, add_special_tokens=False)["input_ids"]
-    room = settings.max_length - len(prefix) - len(sep_ids)
-    _check_room(room, settings.max_length, len(prefix) + len(sep_ids))
+    # `tokenizer(context, "")` drops the empty second segment and its [SEP]: the same here
+    closing = sep_ids if (description or not context) else []
+    room = settings.max_length - len(prefix) - len(closing)
+    _check_room(room, settings.max_length, len(prefix) + len(closing))
     truncated = len(body) > room
     if truncated and truncate:
         body = body[:room]
-    return Encoded(prefix + body + sep_ids, truncated)
+    return Encoded(prefix + body + closing, truncated)
 
 
 def _chat_ids(tokenizer, max_length: int, context: str, description: str, truncate: bool) -> Encoded:
