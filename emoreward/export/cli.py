@@ -1,7 +1,7 @@
 """`emoreward export`: write a merged checkpoint (LoRA folded in) of any reward model and verify it reloads with the
 same rewards (text: with `AutoModelForSequenceClassification`; multimodal: with emoreward, on a synthetic clip).
 
-emoreward export --model DIR --output EXPORT_DIR [--atol 1e-5]
+emoreward export --model DIR --output EXPORT_DIR [--atol 1e-5] [--push-to-hub OWNER/NAME [--public]]
 """
 
 from __future__ import annotations
@@ -15,6 +15,12 @@ def add_export_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="a reward-model directory written by `emoreward train`")
     p.add_argument("--output", required=True, help="export folder (merged weights, tokenizer, model card)")
     p.add_argument("--atol", type=float, default=1e-5, help="largest allowed reward difference after export")
+    p.add_argument(
+        "--push-to-hub",
+        metavar="OWNER/NAME",
+        help="after the check, upload the export to this Hub model repository (token from HF_TOKEN)",
+    )
+    p.add_argument("--public", action="store_true", help="with --push-to-hub: create the repository public")
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -34,6 +40,11 @@ def run_export(args: argparse.Namespace) -> int:
             f"{report.max_abs_diff:.2e} on a synthetic clip"
         )
     _echo(f"emoreward export: {report.path} {how}; {report.n_probes} probes")
+    if args.push_to_hub:
+        from emoreward.export.hub import push_reward_model
+
+        info = push_reward_model(report.path, args.push_to_hub, private=not args.public)
+        _echo(f"pushed to {args.push_to_hub} ({getattr(info, 'oid', '')})")
     return 0
 
 
