@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 
+from emoreward.evaluation.verdicts import Verdict
 from emoreward.ranking.bpa import (
     CommitteeConfig,
     CommitteeJudge,
@@ -16,7 +17,7 @@ from emoreward.ranking.bpa import (
     weighted_vote,
     weights_from_agreement,
 )
-from emoreward.ranking.records import PairwiseRecord
+from emoreward.ranking.records import PairwiseRecord, as_outcome
 
 
 # --- loading ----------------------------------------------------------------------------------------------------
@@ -117,9 +118,11 @@ def test_log_odds_weights_hand_values():
 
 def test_weighted_vote_rules():
     weights = {"strong": 2.0, "weak1": 0.8, "weak2": 0.8}
-    assert weighted_vote({"strong": "a", "weak1": "b", "weak2": "b"}, weights) == "a"
-    assert weighted_vote({"strong": "a", "weak1": "b", "weak2": "b"}, {**weights, "weak2": 1.2}) == "tie"  # 2 vs 2
-    assert weighted_vote({"strong": "tie", "weak1": "b", "weak2": "b"}, weights) == "tie"
+    assert weighted_vote({"strong": "a", "weak1": "b", "weak2": "b"}, weights) is Verdict.FIRST
+    assert (
+        weighted_vote({"strong": "a", "weak1": "b", "weak2": "b"}, {**weights, "weak2": 1.2}) is Verdict.TIE
+    )  # 2 vs 2
+    assert weighted_vote({"strong": Verdict.TIE, "weak1": "2", "weak2": "b"}, weights) is Verdict.TIE
     with pytest.raises(ValueError, match="weight 0"):
         weighted_vote({"x": "a"}, {"x": 0.0})
     with pytest.raises(ValueError, match="'INVALID'"):
@@ -143,10 +146,10 @@ def test_calibrated_committee_follows_reliable_judge():
     assert weights["truthful"] > 2.0 and weights["guess1"] < 0.5 and weights["guess2"] < 0.5
     committee = CommitteeJudge(judges, weights, name="e3mo")
     test_pairs = [(names[i], names[j]) for i in range(10, 30) for j in range(i + 1, 30)]
-    agree = np.mean([committee(a, b).outcome == truthful(a, b) for a, b in test_pairs])
+    agree = np.mean([committee(a, b).outcome is as_outcome(truthful(a, b)) for a, b in test_pairs])
     assert agree == 1.0
     assert committee(names[0], names[1]).annotator == "e3mo"
     equal = CommitteeJudge(judges, dict.fromkeys(judges, 1.0))
-    assert np.mean([equal(a, b).outcome == truthful(a, b) for a, b in test_pairs]) < 0.9
+    assert np.mean([equal(a, b).outcome is as_outcome(truthful(a, b)) for a, b in test_pairs]) < 0.9
     with pytest.raises(ValueError, match="no reference score"):
         estimate_judge_weights(judges, [("g0", "unknown")], ref)
