@@ -34,6 +34,19 @@ def test_jsonl_round_trip(tmp_path):
     path = tmp_path / "out.jsonl"
     save_pairwise_records(records, path)
     assert load_pairwise_records(path) == records
+    # written in the one encoding, the Verdict values
+    assert [json.loads(line)["outcome"] for line in path.read_text().splitlines()] == ["1", "tie"]
+    assert [r.outcome for r in load_pairwise_records(path)] == [Verdict.FIRST, Verdict.TIE]
+
+
+def test_byte_order_mark_and_undecodable_bytes(tmp_path):
+    path = tmp_path / "pairs.csv"
+    path.write_bytes(b"\xef\xbb\xbfitem_a,item_b,outcome,annotator\nm1,m2,2,ann1\n")
+    assert load_pairwise_records(path) == [PairwiseRecord("m1", "m2", Verdict.SECOND, "ann1")]
+    path = tmp_path / "pairs.jsonl"
+    path.write_bytes(b'{"item_a": "x", "item_b": "y", "outcome": "a", "annotator": "k"}\n{"item_a": "\xe9"}\n')
+    with pytest.raises(PairwiseDataError, match=r"pairs\.jsonl, line 2: undecodable bytes"):
+        load_pairwise_records(path)
 
 
 def test_csv_loading(tmp_path):
