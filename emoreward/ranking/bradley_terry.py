@@ -252,15 +252,16 @@ def equal_score_groups(items: Sequence[str], scores: np.ndarray, tol: float = SC
         `list[list[str]]`: the groups, covering every item once.
     """
     scores = np.asarray(scores, dtype=float)
-    order = sorted(range(len(items)), key=lambda k: (-scores[k] if np.isfinite(scores[k]) else math.inf, items[k]))
-    groups: list[list[int]] = []
-    for k in order:
-        prev = groups[-1][-1] if groups else None
-        if prev is not None and np.isfinite(scores[k]) and abs(scores[prev] - scores[k]) <= tol:
-            groups[-1].append(k)
-        else:
-            groups.append([k])
-    return [sorted(items[k] for k in g) for g in groups]
+    key = np.where(np.isfinite(scores), -scores, np.inf)
+    order = np.argsort(key, kind="stable")
+    ordered = key[order]
+    with np.errstate(invalid="ignore"):  # inf - inf between two NaN scores
+        # a new group where the gap exceeds tol, and at every non-finite score (each NaN its own group)
+        breaks = (np.flatnonzero(~(np.diff(ordered) <= tol) | ~np.isfinite(ordered[1:])) + 1).tolist()
+    order = order.tolist()
+    bounds = [0, *breaks, len(order)]
+    groups = [order[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
+    return [[items[g[0]]] if len(g) == 1 else sorted(items[k] for k in g) for g in groups]
 
 
 # ----------------------------------------------------------------------------------------------- likelihoods
@@ -687,8 +688,9 @@ def bootstrap_ci(
     The interval always contains the estimate. Resample scores within ``SCORE_TOLERANCE`` of the estimate count
     as equal to it: a resample that reproduces the full-data comparisons (as is common for the binarized W, a
     discrete statistic) then lands exactly on the estimate, not 1e-9 beside it. If the percentile interval still
-    excludes the estimate (the bootstrap distribution lies on one side of it, e.g. a prior-shrunk estimate of an
-    item that wins every comparison), the interval is extended to the estimate and ``widened`` flags the item.
+    excludes the estimate (the bootstrap distribution lies on one side of it: for the binarized W, resampling
+    flips or evens out close pairs, which shrinks every resample's scores toward 0), the interval is extended to
+    the estimate and ``widened`` flags the item.
 
     With ``warm_start`` (default), every refit starts from the full-data estimate: ``fit_fn`` gets
     ``initial_scores=estimate.scores`` (and ``initial_tie_parameter=estimate.tie_parameter`` for a tie model) when
@@ -759,6 +761,7 @@ def bootstrap_ci(
     rng = np.random.default_rng(seed)
     boot = np.empty((n_boot, m))
     n_disconnected = 0
+    hub = int(np.argmax((full.totals > 0).sum(axis=1)))  # the item compared with most others
     with _single_blas_thread(), warnings.catch_warnings():  # BLAS limit once for the loop
         warnings.filterwarnings("ignore", message="comparison graph is disconnected")
         for b in tqdm(range(n_boot), desc=desc, disable=_tqdm_disable(progress), leave=False, mininterval=0.5):
@@ -771,7 +774,7 @@ def bootstrap_ci(
             if not present.all():
                 scores[~present] = np.nan
                 scores[present] += estimate.scores[present].mean() - scores[present].mean()
-            n_disconnected += _n_components(counts.totals[np.ix_(present, present)] > 0) > 1
+            n_disconnected += not _connected(counts, present, hub)
             boot[b] = scores
     est = np.asarray(estimate.scores, dtype=float)
     boot = np.where(np.abs(boot - est) <= SCORE_TOLERANCE, est, boot)  # NaN stays NaN
@@ -802,11 +805,21 @@ def bootstrap_ci(
     return replace(ci, estimate=estimate.with_ci(ci))
 
 
-def _n_components(compared: np.ndarray) -> int:
-    """Connected components of a comparison graph given as a dense boolean adjacency matrix."""
-    if compared.shape[0] < 2:
-        return compared.shape[0]
-    return int(connected_components(csr_matrix(compared), directed=False)[0])
+def _connected(counts: PairwiseCounts, present: np.ndarray, hub: int) -> bool:
+    """Whether the comparison graph over the ``present`` items is connected.
+
+    Fast path: the ``hub`` item compared with every other present item (common in dense designs) connects them
+    all; otherwise the components are counted.
+    """
+    if present.sum() < 2:
+        return True
+    if present[hub]:
+        row = (counts.wins[hub] + counts.wins[:, hub] + counts.ties[hub]) > 0
+        row[hub] = True
+        if row[present].all():
+            return True
+    compared = counts.totals[np.ix_(present, present)] > 0
+    return int(connected_components(csr_matrix(compared), directed=False)[0]) == 1
 
 
 def _tqdm_disable(progress: bool | None) -> bool | None:

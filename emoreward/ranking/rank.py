@@ -720,7 +720,8 @@ def ranking_warnings(report: RankingReport) -> list[str]:
         if p_tie >= TIE_PROBABILITY_WARNING:
             out.append(
                 f"{name}: fitted tie parameter {est.tie_parameter:.3g} gives two equal models P(tie) = {p_tie:.3f}, "
-                "at the edge of plausibility: ties dominate the likelihood and the scores are compressed toward 0."
+                "at the edge of plausibility: ties dominate the likelihood, so the scores rest on the few decisive "
+                "verdicts and their scale on the tie parameter."
             )
     for name, ci in report.fits().items():
         for group in ci.estimate.tied_groups():
@@ -1168,8 +1169,8 @@ class BPARankingReport:
         records (`list[PairwiseRecord]`): every verdict, in the order asked.
         n_pairs (`int`): pair queries asked (model pair x sample); ``full_pairs``: C(M, 2) x N over the samples
             both models described (what a full ranking asks, per order and run).
-        stopped_by (`str`): ``"sigma_tau"`` (mean uncertainty fell below ``sigma_tau``), ``"budget"``, or
-            ``"exhausted"`` (every (model pair, sample) was asked).
+        stopped_by (`str`): ``"sigma_tau"`` (mean uncertainty fell below ``sigma_tau``), ``"budget"``,
+            ``"exhausted"`` (every (model pair, sample) was asked) or ``"on_refit"`` (the callback said stop).
         strategy_counts (`dict[str, int]`): pairs per scheduling strategy.
         history (`list[tuple[int, float]]`): ``(records, mean sigma)`` after each refit.
         cost (`dict`): judge queries, calls / scorings.
@@ -1242,6 +1243,7 @@ class BPARankingReport:
             "budget": f"budget of {self.meta.get('budget')} pairs spent (mean sigma {self.fit.mean_sigma:.3f}, "
             f"sigma_tau {sigma_tau})",
             "exhausted": f"every (model pair, sample) was asked (mean sigma {self.fit.mean_sigma:.3f})",
+            "on_refit": f"the on_refit callback asked to stop (mean sigma {self.fit.mean_sigma:.3f})",
         }[self.stopped_by]
         rel = ", ".join(f"{k} {v:.2f}" for k, v in self.fit.reliabilities.items())
         lines += [
@@ -1275,7 +1277,7 @@ def rank_with_bpa(
     scheduler_config: SchedulerConfig | None = None,
     seed: int = 0,
     cost: Callable[[], dict[str, Any]] | None = None,
-    on_refit: Callable[[int, BPAFit], None] | None = None,
+    on_refit: Callable[[int, BPAFit], bool | None] | None = None,
     progress: bool | None = False,
 ) -> BPARankingReport:
     """Rank the table's models with BPA, asking the judge only for the pairs the scheduler picks.
@@ -1303,8 +1305,9 @@ def rank_with_bpa(
         seed (`int`): seed of the sample order (the scheduler has its own, ``scheduler_config.seed``).
         cost (`Callable[[], dict]`, *optional*): returns the judge's cost counters for the report (default
             ``answer.cost`` when it has one).
-        on_refit (`Callable[[int, BPAFit], None]`, *optional*): called after every refit with the pair queries
-            asked so far and the fit (for monitoring and benchmarks).
+        on_refit (`Callable[[int, BPAFit], bool | None]`, *optional*): called after every refit with the pair
+            queries asked so far and the fit (for monitoring and benchmarks); a true return value stops the loop
+            (``stopped_by="on_refit"``).
         progress (`bool` or `None`): a tqdm bar of the queries on stderr (``None``: only when stderr is a
             terminal).
 
@@ -1358,8 +1361,9 @@ def rank_with_bpa(
             fit = sched.add_record(record, strategy=strategy) or fit
         if fit is not None:
             bar.set_postfix(mean_sigma=f"{fit.mean_sigma:.3f}", refresh=False)
-            if on_refit is not None:
-                on_refit(n_pairs, fit)
+            if on_refit is not None and on_refit(n_pairs, fit):
+                stopped_by = "on_refit"
+                break
             if sched.converged:
                 stopped_by = "sigma_tau"
                 break

@@ -112,7 +112,7 @@ def rare_model_records():
 def test_bootstrap_uses_only_resamples_where_a_model_was_compared():
     records = rare_model_records()
     items = ["a", "b", "c", "rare"]
-    n_boot, seed = 400, 7
+    n_boot, seed = 200, 7
     fit = lambda counts, **kw: fit_bradley_terry_ties(counts, tie_model="davidson", on_disconnected="warn", **kw)  # noqa: E731
     ci = bootstrap_ci(records, fit, n_boot=n_boot, seed=seed, items=items)
     # the resamples that contain s3 (unit 3: samples are numbered in order of first appearance), drawn as
