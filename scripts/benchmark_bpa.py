@@ -22,10 +22,11 @@ design that always pairs candidates whose posterior means coincide
 
 Policies:
     random             uniformly random pairs with at least one candidate (baseline)
-    bpa                paper default: 50/30/20 exploration (TrueSkill match quality) / anchor / bridge
+    bpa                the paper's policy (SchedulerConfig's default, for anchored runs): 50/30/20 exploration
+                       (TrueSkill match quality) / anchor / bridge
     trueskill          exploration only, TrueSkill match quality (paper tab. 4, row 1)
     bpa-rv             50/30/20 with ranking-variance exploration (emoreward.ranking.bpa.design)
-    rv                 ranking-variance exploration only
+    rv                 ranking-variance exploration only (the `emoreward rank --method bpa` default, no anchors)
 
 Usage:
     python scripts/benchmark_bpa.py                              # 60 candidates, 6 anchors, 10 seeds, all
@@ -33,7 +34,8 @@ Usage:
 
 Result (``nice -n 5 python scripts/benchmark_bpa.py --seeds 40 --workers 1``, 443 s on a loaded 2-core machine):
 random 666 ± 171 comparisons to Spearman 0.9; rv 479 ± 86 (0.77 ± 0.25 of random per seed, 0.72 of the mean);
-paper-default bpa 630 ± 118 (1.02 ± 0.35, 0.95). The information bound line says 0.65 for an ideal design.
+the paper's bpa 630 ± 118 (1.02 ± 0.35, 0.95). The information bound line says 0.65 for an ideal design.
+The real-task counterpart (OV-MERD, a reward-model judge, no anchors) is scripts/benchmark_bpa_ovmerd.py.
 """
 
 from __future__ import annotations

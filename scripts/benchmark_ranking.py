@@ -42,6 +42,7 @@ from collections.abc import Callable
 import numpy as np
 from scipy.stats import spearmanr
 
+from emoreward.evaluation.verdicts import Verdict
 from emoreward.ranking.bradley_terry import (
     bootstrap_ci,
     fit_binarized_bradley_terry,
@@ -49,7 +50,7 @@ from emoreward.ranking.bradley_terry import (
     fit_bradley_terry_ties,
 )
 from emoreward.ranking.counts import PairwiseCounts
-from emoreward.ranking.records import PairwiseRecord
+from emoreward.ranking.records import OUTCOMES, PairwiseRecord
 
 
 TARGET_SECONDS = 5.0
@@ -68,9 +69,8 @@ def simulate(n_models: int, n_samples: int, per_sample: int) -> tuple[np.ndarray
     u = rng.random(n) * (ta + tb + tie)
     outcome = np.where(u < ta, 0, np.where(u < ta + tb, 1, 2))
     names = [f"model{k:03d}" for k in range(n_models)]
-    labels = ("a", "b", "tie")
     records = [
-        PairwiseRecord(names[x], names[y], labels[o], sample=f"s{k // per_sample:05d}")
+        PairwiseRecord(names[x], names[y], OUTCOMES[o], sample=f"s{k // per_sample:05d}")
         for k, (x, y, o) in enumerate(zip(a.tolist(), b.tolist(), outcome.tolist()))
     ]
     return strengths, records
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
 
     (truth, records), sim_wall, _ = timed(simulate, args.models, args.samples, args.per_sample)
     items = [f"model{k:03d}" for k in range(args.models)]
-    n_ties = sum(r.outcome == "tie" for r in records)
+    n_ties = sum(r.outcome is Verdict.TIE for r in records)
     print(
         f"# Ranking benchmark: M={args.models}, {len(records):,} comparisons ({n_ties / len(records):.1%} ties) "
         f"over {args.samples:,} samples x {args.per_sample}, {args.n_boot} bootstrap refits "

@@ -2,11 +2,14 @@
 
     emoreward rank --judge MODEL_DIR_or_JUDGE.yaml --data TABLE.jsonl [--output REPORT.json]
                    [--samples N | --sample-ids FILE] [--models A,B,...] [--hierarchical "A,B|C,D" | K]
-                   [--tie-model emoprefer] [--n-boot 1000] [--cache-dir DIR | --no-cache]
+                   [--tie-model davidson] [--n-boot 1000] [--cache-dir DIR | --no-cache] [--quiet]
     emoreward rank --method bpa --judge ... --data ... [--budget N] [--sigma-tau 0.3] [--refit-every 10]
-                   [--exploration match_quality | ranking_variance] [--policy bpa | exploration]
+                   [--policy exploration | bpa | random] [--exploration ranking_variance | match_quality]
 
-``--data ovmerd`` ranks the vendored OV-MERD table (10 models x 332 samples).
+``--data ovmerd`` ranks the vendored OV-MERD table (10 models x 332 samples). Warnings about the fits (tie share,
+degenerate tie parameter, identical scores, one-sided intervals, sparse models, empty or truncated descriptions)
+are printed with the report and stored in it. Progress bars go to stderr, only when it is a terminal and
+``--quiet`` is not given.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ def add_rank_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--output", help="write the report as JSON here (Markdown, scores and W plots beside it)")
     p.add_argument(
+        "--quiet", action="store_true", help="no progress bars (they are off anyway when stderr is not a TTY)"
+    )
+    p.add_argument(
         "--method",
         choices=["full", "bpa"],
         default="full",
@@ -44,9 +50,10 @@ def add_rank_arguments(p: argparse.ArgumentParser) -> None:
     f = p.add_argument_group("fit")
     f.add_argument(
         "--tie-model",
-        choices=["emoprefer", "rao-kupper", "davidson"],
-        default="emoprefer",
-        help="Bradley-Terry with ties variant (default: EmoPrefer appendix F)",
+        choices=["davidson", "rao-kupper", "emoprefer"],
+        default="davidson",
+        help="Bradley-Terry with ties variant that ranks (default: Davidson 1970, a tie counts as half a win and "
+        "half a loss); EmoPrefer appendix F, where a tie lowers both models like a loss, is always shown beside it",
     )
     f.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples over samples (default 1000)")
     f.add_argument("--alpha", type=float, default=0.05, help="1 - interval coverage (default 0.05: 95%% intervals)")
@@ -61,16 +68,18 @@ def add_rank_arguments(p: argparse.ArgumentParser) -> None:
     b.add_argument("--refit-every", type=int, default=10, help="global MAP refit after this many new verdicts")
     b.add_argument(
         "--policy",
-        choices=["bpa", "exploration"],
-        default="bpa",
-        help="'bpa': 50/30/20 exploration / anchor / bridge (no anchors here: 80/20 exploration / bridge); "
-        "'exploration': exploration only",
+        choices=["exploration", "bpa", "random"],
+        default="exploration",
+        help="'exploration': exploration only (default; with ranking-variance exploration the best policy measured, "
+        "README); 'bpa': the paper's 50/30/20 exploration / anchor / bridge (no anchors here: 80/20 exploration / "
+        "bridge); 'random': uniformly random model pairs (baseline)",
     )
     b.add_argument(
         "--exploration",
-        choices=["match_quality", "ranking_variance"],
-        default="match_quality",
-        help="exploration rule: TrueSkill match quality (paper) or ranking-variance design (emoreward.ranking.bpa)",
+        choices=["ranking_variance", "match_quality"],
+        default="ranking_variance",
+        help="exploration rule: ranking-variance design (default, emoreward.ranking.bpa.design) or TrueSkill match "
+        "quality (the paper's; use with --policy bpa for the paper's scheduler)",
     )
     r = p.add_argument_group("reward-model judge")
     r.add_argument("--tie-threshold", type=float, help="|r1 - r2| below this is a tie (default: the model's own)")
@@ -127,7 +136,13 @@ def run_rank(args: argparse.Namespace) -> int:
     groups = parse_groups(args.hierarchical, table.models) if args.hierarchical else None
     kind, judge = load_rank_judge(args.judge, media_root=args.media_root)
     load_seconds = time.perf_counter() - start
-    fit = {"tie_model": args.tie_model, "n_boot": args.n_boot, "alpha": args.alpha, "seed": args.seed}
+    fit = {
+        "tie_model": args.tie_model,
+        "n_boot": args.n_boot,
+        "alpha": args.alpha,
+        "seed": args.seed,
+        "progress": _progress(args),
+    }
     cache_file = None
     if kind == "reward-model":
         cache_file = None if args.no_cache else cache_path_for(args.judge, args.cache_dir)
@@ -185,9 +200,16 @@ def run_rank_bpa(args: argparse.Namespace) -> int:
             for i, a in enumerate(table.models)
             for b in table.models[i + 1 :]
         )
-    report = rank_with_bpa(answer, table, budget=budget, config=config, scheduler_config=sconfig, seed=args.seed)
+    report = rank_with_bpa(
+        answer, table, budget=budget, config=config, scheduler_config=sconfig, seed=args.seed, progress=_progress(args)
+    )
     _finish(args, report, table, cache_file, start, load_seconds, "emoreward rank --method bpa", plots=False)
     return 0
+
+
+def _progress(args: argparse.Namespace) -> bool | None:
+    """Progress bars: off with --quiet, else tqdm decides (shown only when stderr is a terminal)."""
+    return False if getattr(args, "quiet", False) else None
 
 
 def _finish(args, report, table, cache_file, start: float, load_seconds: float, title: str, *, plots: bool) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
-from emoreward.ranking.records import PairwiseRecord
+from emoreward.ranking.records import OUTCOMES, PairwiseRecord
 
 
 EqualCounts = Literal["half", "drop"]
@@ -160,7 +160,8 @@ class EncodedRecords:
     Attributes:
         items (`list[str]`): the item order; ``a``, ``b`` index into it.
         a, b (`np.ndarray` of shape `(N,)`, int64): indices of ``item_a`` and ``item_b`` of every record.
-        outcome (`np.ndarray` of shape `(N,)`, int8): 0 = ``item_a`` won, 1 = ``item_b`` won, 2 = tie.
+        outcome (`np.ndarray` of shape `(N,)`, int8): 0 = ``item_a`` won (``Verdict.FIRST``), 1 = ``item_b`` won
+            (``Verdict.SECOND``), 2 = tie.
     """
 
     items: list[str]
@@ -175,7 +176,7 @@ class EncodedRecords:
         return np.where(b_won, self.b, self.a) * m + np.where(b_won, self.a, self.b)
 
 
-_OUTCOME_CODE = {"a": 0, "b": 1, "tie": 2}
+_OUTCOME_CODE = {outcome: code for code, outcome in enumerate(OUTCOMES)}  # FIRST 0, SECOND 1, TIE 2
 
 
 def encode_records(records: Iterable[PairwiseRecord], items: Sequence[str] | None = None) -> EncodedRecords:

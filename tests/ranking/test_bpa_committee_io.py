@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 
+from emoreward.evaluation.verdicts import Verdict
 from emoreward.ranking.bpa import (
     CommitteeConfig,
     CommitteeJudge,
@@ -16,7 +17,7 @@ from emoreward.ranking.bpa import (
     weighted_vote,
     weights_from_agreement,
 )
-from emoreward.ranking.records import PairwiseRecord
+from emoreward.ranking.records import PairwiseRecord, as_outcome
 
 
 # --- loading ----------------------------------------------------------------------------------------------------
@@ -33,6 +34,19 @@ def test_jsonl_round_trip(tmp_path):
     path = tmp_path / "out.jsonl"
     save_pairwise_records(records, path)
     assert load_pairwise_records(path) == records
+    # written in the one encoding, the Verdict values
+    assert [json.loads(line)["outcome"] for line in path.read_text().splitlines()] == ["1", "tie"]
+    assert [r.outcome for r in load_pairwise_records(path)] == [Verdict.FIRST, Verdict.TIE]
+
+
+def test_byte_order_mark_and_undecodable_bytes(tmp_path):
+    path = tmp_path / "pairs.csv"
+    path.write_bytes(b"\xef\xbb\xbfitem_a,item_b,outcome,annotator\nm1,m2,2,ann1\n")
+    assert load_pairwise_records(path) == [PairwiseRecord("m1", "m2", Verdict.SECOND, "ann1")]
+    path = tmp_path / "pairs.jsonl"
+    path.write_bytes(b'{"item_a": "x", "item_b": "y", "outcome": "a", "annotator": "k"}\n{"item_a": "\xe9"}\n')
+    with pytest.raises(PairwiseDataError, match=r"pairs\.jsonl, line 2: undecodable bytes"):
+        load_pairwise_records(path)
 
 
 def test_csv_loading(tmp_path):
@@ -117,9 +131,11 @@ def test_log_odds_weights_hand_values():
 
 def test_weighted_vote_rules():
     weights = {"strong": 2.0, "weak1": 0.8, "weak2": 0.8}
-    assert weighted_vote({"strong": "a", "weak1": "b", "weak2": "b"}, weights) == "a"
-    assert weighted_vote({"strong": "a", "weak1": "b", "weak2": "b"}, {**weights, "weak2": 1.2}) == "tie"  # 2 vs 2
-    assert weighted_vote({"strong": "tie", "weak1": "b", "weak2": "b"}, weights) == "tie"
+    assert weighted_vote({"strong": "a", "weak1": "b", "weak2": "b"}, weights) is Verdict.FIRST
+    assert (
+        weighted_vote({"strong": "a", "weak1": "b", "weak2": "b"}, {**weights, "weak2": 1.2}) is Verdict.TIE
+    )  # 2 vs 2
+    assert weighted_vote({"strong": Verdict.TIE, "weak1": "2", "weak2": "b"}, weights) is Verdict.TIE
     with pytest.raises(ValueError, match="weight 0"):
         weighted_vote({"x": "a"}, {"x": 0.0})
     with pytest.raises(ValueError, match="'INVALID'"):
@@ -143,10 +159,10 @@ def test_calibrated_committee_follows_reliable_judge():
     assert weights["truthful"] > 2.0 and weights["guess1"] < 0.5 and weights["guess2"] < 0.5
     committee = CommitteeJudge(judges, weights, name="e3mo")
     test_pairs = [(names[i], names[j]) for i in range(10, 30) for j in range(i + 1, 30)]
-    agree = np.mean([committee(a, b).outcome == truthful(a, b) for a, b in test_pairs])
+    agree = np.mean([committee(a, b).outcome is as_outcome(truthful(a, b)) for a, b in test_pairs])
     assert agree == 1.0
     assert committee(names[0], names[1]).annotator == "e3mo"
     equal = CommitteeJudge(judges, dict.fromkeys(judges, 1.0))
-    assert np.mean([equal(a, b).outcome == truthful(a, b) for a, b in test_pairs]) < 0.9
+    assert np.mean([equal(a, b).outcome is as_outcome(truthful(a, b)) for a, b in test_pairs]) < 0.9
     with pytest.raises(ValueError, match="no reference score"):
         estimate_judge_weights(judges, [("g0", "unknown")], ref)

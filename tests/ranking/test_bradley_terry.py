@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from scipy.stats import spearmanr
 
+from emoreward.evaluation.verdicts import Verdict
 from emoreward.ranking.bradley_terry import (
     TIE_MODELS,
     BTResult,
@@ -142,7 +143,7 @@ def test_matches_choix_map_and_mle():
     counts = PairwiseCounts.from_records(records)
     data = [
         (items.index(r.item_a), items.index(r.item_b))
-        if r.outcome == "a"
+        if r.outcome is Verdict.FIRST
         else (items.index(r.item_b), items.index(r.item_a))
         for r in records
     ]
@@ -344,11 +345,11 @@ def test_counts_from_records_match_a_loop_over_records():
     wins, ties = np.zeros((8, 8)), np.zeros((8, 8))
     for r in records:
         a, b = items.index(r.item_a), items.index(r.item_b)
-        if r.outcome == "tie":
+        if r.outcome is Verdict.TIE:
             ties[a, b] += 1
             ties[b, a] += 1
         else:
-            wins[(a, b) if r.outcome == "a" else (b, a)] += 1
+            wins[(a, b) if r.outcome is Verdict.FIRST else (b, a)] += 1
     np.testing.assert_array_equal(counts.wins, wins)
     np.testing.assert_array_equal(counts.ties, ties)
     assert PairwiseCounts.from_records([], items=["p", "q"]).n_comparisons == 0

@@ -11,6 +11,7 @@ import pytest
 from _helpers import StubRewardModel
 from scipy.stats import spearmanr
 
+from emoreward.evaluation.judge import verdict_from_difference
 from emoreward.evaluation.verdicts import Judgement, Verdict
 from emoreward.ranking.rank import (
     DescriptionTable,
@@ -154,9 +155,17 @@ def test_verdicts_from_scores_use_the_tie_threshold():
     assert scores.scores.shape == (3, 2) and np.isnan(scores.scores[1, 1])
     np.testing.assert_allclose(scores.scores[:, 0], [1.0, 0.9, 2.0])
     got = {(r.item_a, r.item_b): r.outcome for r in records_from_scores(scores, tie_threshold=0.15)}
-    assert got == {("a", "b"): "tie", ("a", "c"): "b", ("b", "c"): "b"}
+    assert got == {("a", "b"): Verdict.TIE, ("a", "c"): Verdict.SECOND, ("b", "c"): Verdict.SECOND}
     got = {(r.item_a, r.item_b): r.outcome for r in records_from_scores(scores, tie_threshold=0.0)}
-    assert got[("a", "b")] == "a"
+    assert got[("a", "b")] is Verdict.FIRST
+    # the one tie rule: the verdict of verdict_from_difference on r_a - r_b, at the threshold's edge too
+    for threshold in (0.0, 0.1 - 1e-12, 0.1, 0.1 + 1e-12, 1.0, 1.1):
+        got = {(r.item_a, r.item_b): r.outcome for r in records_from_scores(scores, tie_threshold=threshold)}
+        expected = {
+            (x, y): verdict_from_difference(float(scores.scores[i, 0] - scores.scores[j, 0]), threshold)
+            for (i, x), (j, y) in itertools.combinations(enumerate("abc"), 2)
+        }
+        assert got == expected
     assert all(r.sample == "s1" for r in records_from_scores(scores))
     with pytest.raises(ValueError):
         records_from_scores(scores, tie_threshold=-1)
@@ -241,7 +250,7 @@ def test_position_biased_judge_gives_ties_under_consensus():
     got = judge_records(LongerJudge(bias_first=True), table, combine="consensus")
     assert got.n_calls == 2 * 3 * 10 and {r.outcome for r in got.records} == {"tie"}
     each = judge_records(LongerJudge(bias_first=True), table, combine="each")
-    assert sorted({r.outcome for r in each.records}) == ["a", "b"]
+    assert {r.outcome for r in each.records} == {Verdict.FIRST, Verdict.SECOND}
     with pytest.raises(ValueError):
         judge_records(LongerJudge(), table, combine="consensus", swap=False)
 

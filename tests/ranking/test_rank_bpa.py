@@ -1,20 +1,24 @@
 """`emoreward rank --method bpa`: BPA with the judge in the loop on synthetic description tables."""
 
 import argparse
+import importlib.util
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 from _helpers import StubRewardModel
 from scipy.stats import spearmanr
 
+from emoreward.cli import main
 from emoreward.evaluation.verdicts import Judgement, Verdict
-from emoreward.ranking import rank as rank_module
 from emoreward.ranking.bpa import BPAConfig, SchedulerConfig
-from emoreward.ranking.cli import add_rank_arguments, run_rank
-from emoreward.ranking.rank import DescriptionTable, JudgePairs, RewardModelPairs, rank_with_bpa
+from emoreward.ranking.cli import add_rank_arguments
+from emoreward.ranking.rank import DEFAULT_BPA_POLICY, DescriptionTable, JudgePairs, RewardModelPairs, rank_with_bpa
 
 
 STRENGTHS = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
 def strength_table(strengths=STRENGTHS, n_samples=40, seed=0):
@@ -131,37 +135,72 @@ def test_help_lists_bpa_options(capsys):
         assert flag in out
 
 
-def test_cli_method_bpa(tmp_path, monkeypatch, capsys):
+def test_cli_method_bpa_defaults_to_ranking_variance_exploration(tmp_path, tiny_rm_dir, capsys):
     table = strength_table(n_samples=20)
     path = tmp_path / "table.jsonl"
-    import json
-
     path.write_text(
         "".join(
             json.dumps({"sample": s, "model": m, "description": d}) + "\n" for (s, m), d in table.descriptions.items()
         )
     )
-    monkeypatch.setattr(rank_module, "load_rank_judge", lambda spec, **kw: ("reward-model", QualityModel()))
     out = tmp_path / "bpa.json"
-    argv = [
-        "--method",
-        "bpa",
-        "--judge",
-        "fake",
-        "--data",
-        str(path),
-        "--no-cache",
-        "--budget",
-        "80",
-        "--sigma-tau",
-        "0.001",
-        "--output",
-        str(out),
-    ]
-    assert run_rank(parser().parse_args(argv)) == 0
-    printed = capsys.readouterr().out
-    assert "80 pairs asked of the full C(M,2) x N = 300" in printed and "Stopped by budget" in printed
+    argv = ["rank", "--method", "bpa", "--judge", str(tiny_rm_dir), "--data", str(path), "--no-cache"]
+    argv += ["--budget", "80", "--sigma-tau", "0.001", "--output", str(out)]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "80 pairs asked of the full C(M,2) x N = 300" in captured.out and "Stopped by budget" in captured.out
+    assert "BPA queries" not in captured.err  # no progress bar: stderr is not a terminal
     data = json.loads(out.read_text())
-    assert data["method"] == "bpa" and data["n_pairs"] == 80 and data["ranking"][0] == "m5"
-    with pytest.raises(ValueError, match="--hierarchical"):
-        run_rank(parser().parse_args(argv + ["--hierarchical", "2"]))
+    assert data["method"] == "bpa" and data["n_pairs"] == 80 and sorted(data["ranking"]) == sorted(table.models)
+    assert (data["policy"], data["exploration_rule"]) == ("exploration", "ranking_variance")
+    assert data["strategy_counts"]["exploration"] == 80
+    # the paper's scheduler stays an option
+    assert main([*argv, "--policy", "bpa", "--exploration", "match_quality", "--quiet"]) == 0
+    data = json.loads(out.read_text())
+    assert (data["policy"], data["exploration_rule"]) == ("bpa", "match_quality")
+    assert data["strategy_counts"]["bridge"] > 0 and data["strategy_counts"]["anchor"] == 0
+    assert main([*argv, "--hierarchical", "2"]) == 2
+    assert "--hierarchical" in capsys.readouterr().err
+
+
+def test_library_default_scheduling_on_refit_and_progress(capsys):
+    table = strength_table(n_samples=20)
+    seen = []
+    report = rank_with_bpa(
+        RewardModelPairs(QualityModel(), table),
+        table,
+        budget=45,
+        config=BPAConfig(sigma_tau=1e-3),
+        on_refit=lambda n, fit: seen.append((n, fit.mean_sigma)),
+        progress=True,
+    )
+    assert (report.meta["policy"], report.meta["exploration_rule"]) == ("exploration", "ranking_variance")
+    assert DEFAULT_BPA_POLICY == {"policy": "exploration", "exploration_rule": "ranking_variance"}
+    # SchedulerConfig's refit_every is 50 records: no periodic refit in 45 queries, one final refit
+    assert [n for n, _ in seen] == [45] and seen[-1][1] == pytest.approx(report.fit.mean_sigma)
+    assert "BPA queries" in capsys.readouterr().err
+    sconfig = SchedulerConfig(refit_every=10, **DEFAULT_BPA_POLICY)
+    seen.clear()
+    rank_with_bpa(
+        RewardModelPairs(QualityModel(), table),
+        table,
+        budget=45,
+        config=BPAConfig(sigma_tau=1e-3),
+        scheduler_config=sconfig,
+        on_refit=lambda n, fit: seen.append(n),
+    )
+    assert seen == [10, 20, 30, 40, 45]
+    assert capsys.readouterr().err == ""
+
+
+def test_ovmerd_benchmark_script_runs_on_a_subset(tiny_rm_dir, tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("benchmark_bpa_ovmerd", SCRIPTS / "benchmark_bpa_ovmerd.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    argv = ["--judge", str(tiny_rm_dir), "--samples", "6", "--seeds", "2", "--budget", "60", "--target", "0.5"]
+    script.main([*argv, "--cache-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "OV-MERD: 10 models x 6 samples, 270 pair verdicts" in out
+    rows = {line.split(" | ")[0].strip("| "): line for line in out.splitlines() if line.startswith("| ")}
+    assert set(rows) >= {"random", "paper", "rv"} and "| 1.00, 1.00 |" in rows["random"]
+    assert "the full ranking asks 270 pair queries" in out

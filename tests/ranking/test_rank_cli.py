@@ -66,7 +66,16 @@ def test_help_lists_the_options(capsys):
         parser().parse_args(["--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    for flag in ("--judge", "--data", "--output", "--samples", "--hierarchical", "--tie-model", "--no-cache"):
+    for flag in (
+        "--judge",
+        "--data",
+        "--output",
+        "--samples",
+        "--hierarchical",
+        "--tie-model",
+        "--no-cache",
+        "--quiet",
+    ):
         assert flag in out
 
 

@@ -17,11 +17,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 
+from emoreward.evaluation.verdicts import Verdict
 from emoreward.ranking.bpa.config import CommitteeConfig
-from emoreward.ranking.records import OUTCOMES, PairwiseRecord
+from emoreward.ranking.records import OUTCOMES, PairwiseRecord, as_outcome
 
 
-def known_outcome(score_a: float, score_b: float, tie_threshold: float) -> str:
+def known_outcome(score_a: float, score_b: float, tie_threshold: float) -> Verdict:
     """Correct answer for a pair with known scores: ``"tie"`` if ``|score_a - score_b| <= tie_threshold``.
 
     Args:
@@ -29,11 +30,11 @@ def known_outcome(score_a: float, score_b: float, tie_threshold: float) -> str:
         tie_threshold (`float`): score difference treated as indistinguishable.
 
     Returns:
-        `str`: ``"a"``, ``"b"`` or ``"tie"``.
+        `Verdict`: ``FIRST`` (``score_a`` higher), ``SECOND`` or ``TIE``.
     """
     if abs(score_a - score_b) <= tie_threshold:
-        return "tie"
-    return "a" if score_a > score_b else "b"
+        return Verdict.TIE
+    return Verdict.FIRST if score_a > score_b else Verdict.SECOND
 
 
 def weights_from_agreement(
@@ -78,7 +79,7 @@ def weights_from_agreement(
 
 
 def estimate_judge_weights(
-    judges: Mapping[str, Callable[[str, str], str]],
+    judges: Mapping[str, Callable[[str, str], Verdict | str]],
     calibration_pairs: Sequence[tuple[str, str]],
     reference_scores: Mapping[str, float],
     config: CommitteeConfig | None = None,
@@ -86,8 +87,8 @@ def estimate_judge_weights(
     """Ask every judge the calibration pairs and turn its agreement with the known answers into a weight.
 
     Args:
-        judges (`Mapping[str, Callable[[str, str], str]]`): judge name -> function returning ``"a"``, ``"b"`` or
-            ``"tie"`` for ``(item_a, item_b)``.
+        judges (`Mapping[str, Callable[[str, str], Verdict | str]]`): judge name -> function returning the outcome
+            for ``(item_a, item_b)``: a `Verdict` or a spelling `as_outcome` accepts (``"a"``, ``"b"``, ``"tie"``).
         calibration_pairs (`Sequence[tuple[str, str]]`): pairs of items with reference scores (golden anchors).
         reference_scores (`Mapping[str, float]`): known scores of the calibration items.
         config (`CommitteeConfig`, optional): weighting rule, smoothing, tie threshold.
@@ -97,7 +98,7 @@ def estimate_judge_weights(
 
     Raises:
         ValueError: if ``calibration_pairs`` is empty, a pair item has no reference score, or a judge answers
-            something other than ``"a"``, ``"b"``, ``"tie"`` (an invalid answer is never turned into a class).
+            something that is not an outcome (an invalid answer is never turned into a class).
 
     Source: E3mo-Bench, "E3mo-Score" (a subset of golden anchors calibrates each model's confidence weight).
     """
@@ -112,34 +113,38 @@ def estimate_judge_weights(
         truth.append(known_outcome(reference_scores[a], reference_scores[b], config.tie_threshold))
     correct, total = {}, {}
     for name, judge in judges.items():
-        answers = [judge(a, b) for a, b in calibration_pairs]
-        for ans in answers:
-            if ans not in OUTCOMES:
-                raise ValueError(f"judge {name!r} answered {ans!r}; expected one of {OUTCOMES}")
+        answers = [_answer(name, judge(a, b)) for a, b in calibration_pairs]
         correct[name] = sum(ans == t for ans, t in zip(answers, truth))
         total[name] = len(answers)
     return weights_from_agreement(correct, total, config)
 
 
-def weighted_vote(votes: Mapping[str, str], weights: Mapping[str, float]) -> str:
+def _answer(judge: str, vote: object) -> Verdict:
+    """A judge's answer as an outcome (`as_outcome`), with the judge named when it is not one."""
+    try:
+        return as_outcome(vote)  # type: ignore[arg-type]
+    except ValueError as err:
+        raise ValueError(f"judge {judge!r} answered {vote!r}: {err}") from None
+
+
+def weighted_vote(votes: Mapping[str, Verdict | str], weights: Mapping[str, float]) -> Verdict:
     """Weighted plurality of the judges' answers.
 
     Args:
-        votes (`Mapping[str, str]`): judge -> ``"a"``, ``"b"`` or ``"tie"``.
+        votes (`Mapping[str, Verdict | str]`): judge -> outcome (a `Verdict` or a spelling `as_outcome` accepts).
         weights (`Mapping[str, float]`): judge -> non-negative weight.
 
     Returns:
-        `str`: the outcome with the largest total weight. When the largest totals are equal (e.g. ``a`` and
-        ``b`` with the same weight) the committee answers ``"tie"``: conflicting evidence of equal weight is
-        read as "no meaningful difference".
+        `Verdict`: the outcome with the largest total weight. When the largest totals are equal (e.g. FIRST and
+        SECOND with the same weight) the committee answers ``Verdict.TIE``: conflicting evidence of equal weight
+        is read as "no meaningful difference".
 
     Raises:
         ValueError: for an unknown outcome, a judge without weight, a negative weight, or all weights zero.
     """
     totals = dict.fromkeys(OUTCOMES, 0.0)
     for judge, vote in votes.items():
-        if vote not in OUTCOMES:
-            raise ValueError(f"judge {judge!r} voted {vote!r}; expected one of {OUTCOMES}")
+        vote = _answer(judge, vote)
         if judge not in weights:
             raise ValueError(f"judge {judge!r} has no weight")
         if weights[judge] < 0:
@@ -149,7 +154,7 @@ def weighted_vote(votes: Mapping[str, str], weights: Mapping[str, float]) -> str
     if best <= 0:
         raise ValueError("weighted_vote: every voting judge has weight 0")
     winners = [o for o, t in totals.items() if math.isclose(t, best, rel_tol=1e-12, abs_tol=1e-12)]
-    return winners[0] if len(winners) == 1 else "tie"
+    return winners[0] if len(winners) == 1 else Verdict.TIE
 
 
 class CommitteeJudge:
@@ -159,7 +164,7 @@ class CommitteeJudge:
     `PairwiseRecord` with ``annotator=name``, ready for `run_active_ranking` / `fit_bpa`.
 
     Args:
-        judges (`Mapping[str, Callable[[str, str], str]]`): member name -> judge function.
+        judges (`Mapping[str, Callable[[str, str], Verdict | str]]`): member name -> judge function.
         weights (`Mapping[str, float]`): member weights (e.g. from `estimate_judge_weights`).
         name (`str`): annotator name of the committee's records.
 
@@ -168,7 +173,10 @@ class CommitteeJudge:
     """
 
     def __init__(
-        self, judges: Mapping[str, Callable[[str, str], str]], weights: Mapping[str, float], name: str = "committee"
+        self,
+        judges: Mapping[str, Callable[[str, str], Verdict | str]],
+        weights: Mapping[str, float],
+        name: str = "committee",
     ) -> None:
         missing = set(judges) - set(weights)
         if missing:
@@ -178,12 +186,12 @@ class CommitteeJudge:
         self.judges = dict(judges)
         self.weights = {j: float(weights[j]) for j in judges}
         self.name = name
-        self.votes: list[dict[str, str]] = []
+        self.votes: list[dict[str, Verdict]] = []
 
     @classmethod
     def calibrated(
         cls,
-        judges: Mapping[str, Callable[[str, str], str]],
+        judges: Mapping[str, Callable[[str, str], Verdict | str]],
         calibration_pairs: Sequence[tuple[str, str]],
         reference_scores: Mapping[str, float],
         config: CommitteeConfig | None = None,
@@ -194,6 +202,6 @@ class CommitteeJudge:
 
     def __call__(self, item_a: str, item_b: str) -> PairwiseRecord:
         """Weighted committee verdict on one pair, as a `PairwiseRecord` (member votes kept in ``votes``)."""
-        votes = {name: judge(item_a, item_b) for name, judge in self.judges.items()}
+        votes = {name: _answer(name, judge(item_a, item_b)) for name, judge in self.judges.items()}
         self.votes.append(votes)
-        return PairwiseRecord(item_a, item_b, weighted_vote(votes, self.weights), self.name)  # type: ignore[arg-type]
+        return PairwiseRecord(item_a, item_b, weighted_vote(votes, self.weights), self.name)

@@ -1,18 +1,23 @@
 """Loading per-annotator pairwise records from JSONL or CSV files (issue 8, item 5).
 
-Each row holds ``item_a``, ``item_b``, ``outcome`` (``a``, ``b`` or ``tie``) and ``annotator``, optionally
-``sample``. Every error is a `PairwiseDataError` naming the file, the row (1-based data row; for CSV the
-header is not counted) with its line, and the field.
+Each row holds ``item_a``, ``item_b``, ``outcome`` and ``annotator``, optionally ``sample``. ``outcome`` is
+``1`` or ``a`` (``item_a`` preferred), ``2`` or ``b`` (``item_b`` preferred) or ``tie``, read by the one
+conversion `emoreward.ranking.records.as_outcome`; files are written with the `Verdict` values ``1`` / ``2`` /
+``tie``. Files are UTF-8 (a byte-order mark is accepted). Every error is a `PairwiseDataError` naming the file,
+the row (1-based data row; for CSV the header is not counted) with its line, and the field; an undecodable byte
+names its line.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from emoreward.ranking.records import OUTCOMES, PairwiseRecord
+from emoreward.data.tables import read_utf8
+from emoreward.ranking.records import OUTCOME_SPELLINGS, PairwiseRecord, as_outcome
 
 
 REQUIRED_FIELDS: tuple[str, ...] = ("item_a", "item_b", "outcome", "annotator")
@@ -59,40 +64,40 @@ def records_from_rows(
             if value is None:
                 raise PairwiseDataError(f"{where}: field {name!r} is missing or empty")
             values[name] = value
-        outcome = values["outcome"].lower()
-        if outcome not in OUTCOMES:
+        try:
+            outcome = as_outcome(values["outcome"])
+        except ValueError:
             raise PairwiseDataError(
-                f"{where}: field 'outcome' must be one of {list(OUTCOMES)}, got {values['outcome']!r}"
-            )
+                f"{where}: field 'outcome' must be one of {list(OUTCOME_SPELLINGS)}, got {values['outcome']!r}"
+            ) from None
         if values["item_a"] == values["item_b"]:
             raise PairwiseDataError(f"{where}: fields 'item_a' and 'item_b' are the same item {values['item_a']!r}")
         sample = _text(row.get("sample"))
-        records.append(PairwiseRecord(values["item_a"], values["item_b"], outcome, values["annotator"], sample))  # type: ignore[arg-type]
+        records.append(PairwiseRecord(values["item_a"], values["item_b"], outcome, values["annotator"], sample))
     if not records:
         raise PairwiseDataError(f"{source}: empty file, no pairwise records")
     return records
 
 
 def _jsonl_rows(path: Path):
-    with path.open(encoding="utf-8") as fh:
-        row_no = 0
-        for line_no, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            row_no += 1
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise PairwiseDataError(f"{path}, row {row_no} (line {line_no}): invalid JSON ({err.msg})") from err
-            if not isinstance(row, dict):
-                raise PairwiseDataError(
-                    f"{path}, row {row_no} (line {line_no}): expected a JSON object, got {type(row).__name__}"
-                )
-            yield line_no, row
+    row_no = 0
+    for line_no, line in enumerate(read_utf8(path, PairwiseDataError).split("\n"), start=1):
+        if not line.strip():
+            continue
+        row_no += 1
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise PairwiseDataError(f"{path}, row {row_no} (line {line_no}): invalid JSON ({err.msg})") from err
+        if not isinstance(row, dict):
+            raise PairwiseDataError(
+                f"{path}, row {row_no} (line {line_no}): expected a JSON object, got {type(row).__name__}"
+            )
+        yield line_no, row
 
 
 def _csv_rows(path: Path):
-    with path.open(encoding="utf-8", newline="") as fh:
+    with io.StringIO(read_utf8(path, PairwiseDataError), newline="") as fh:
         reader = csv.DictReader(fh)
         if reader.fieldnames is None:
             return
@@ -143,7 +148,7 @@ def save_pairwise_records(records: Iterable[PairwiseRecord], path: str | Path) -
         raise ValueError(f"{path}: save_pairwise_records writes '.jsonl' only")
     with path.open("w", encoding="utf-8") as fh:
         for r in records:
-            row = {"item_a": r.item_a, "item_b": r.item_b, "outcome": r.outcome, "annotator": r.annotator}
+            row = {"item_a": r.item_a, "item_b": r.item_b, "outcome": r.outcome.value, "annotator": r.annotator}
             if r.sample is not None:
                 row["sample"] = r.sample
             fh.write(json.dumps(row) + "\n")

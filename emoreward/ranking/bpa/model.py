@@ -35,10 +35,10 @@ from scipy.optimize import minimize
 from scipy.special import expit, log_expit
 
 from emoreward.ranking.bpa.config import BPAConfig
-from emoreward.ranking.records import PairwiseRecord
+from emoreward.ranking.records import OUTCOMES, PairwiseRecord
 
 
-_OUTCOME_CODE = {"a": 0, "b": 1, "tie": 2}
+_OUTCOME_CODE = {outcome: code for code, outcome in enumerate(OUTCOMES)}  # FIRST 0, SECOND 1, TIE 2
 
 
 def rao_kupper_probabilities(score_diff: np.ndarray, delta: float, slope: float = 1.0) -> np.ndarray:

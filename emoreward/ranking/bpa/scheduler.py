@@ -33,6 +33,7 @@ import trueskill
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
+from emoreward.evaluation.verdicts import Verdict
 from emoreward.ranking.bpa.config import BPAConfig, SchedulerConfig
 from emoreward.ranking.bpa.design import (
     expected_fisher_information,
@@ -43,10 +44,10 @@ from emoreward.ranking.bpa.design import (
 )
 from emoreward.ranking.bpa.initialization import initial_scores
 from emoreward.ranking.bpa.model import BPAFit, fit_bpa
-from emoreward.ranking.records import OUTCOMES, PairwiseRecord
+from emoreward.ranking.records import OUTCOMES, PairwiseRecord, as_outcome
 
 
-JudgeFn = Callable[[str, str], "str | PairwiseRecord"]
+JudgeFn = Callable[[str, str], "Verdict | str | PairwiseRecord"]
 STRATEGIES: tuple[str, ...] = ("exploration", "anchor", "bridge", "random")
 
 
@@ -260,7 +261,7 @@ class BPAScheduler:
         self,
         item_a: str,
         item_b: str,
-        outcome: str,
+        outcome: Verdict | str,
         annotator: str = "judge",
         strategy: str | None = None,
         sample: str | None = None,
@@ -269,7 +270,8 @@ class BPAScheduler:
 
         Args:
             item_a, item_b (`str`): compared items (candidates or anchors).
-            outcome (`str`): ``"a"``, ``"b"`` or ``"tie"``.
+            outcome (`Verdict` or `str`): ``Verdict.FIRST`` (``item_a`` won), ``SECOND`` or ``TIE``, or a spelling
+                that :func:`emoreward.ranking.records.as_outcome` accepts (``"a"``, ``"b"``, ``"tie"``).
             annotator (`str`): who judged (Crowd-BT reliabilities are per annotator).
             strategy (`str`, optional): the strategy that proposed the pair (counted for reports).
             sample (`str`, optional): stored on the record.
@@ -290,16 +292,16 @@ class BPAScheduler:
         for name in (record.item_a, record.item_b):
             if name not in self._index:
                 raise ValueError(f"unknown item {name!r}: neither a candidate nor an anchor of this scheduler")
-        if record.outcome not in OUTCOMES:
-            raise ValueError(f"outcome must be one of {OUTCOMES}, got {record.outcome!r}")
         i, j = self._index[record.item_a], self._index[record.item_b]
         ri, rj = self.ratings[i], self.ratings[j]
-        if record.outcome == "a":
+        if record.outcome is Verdict.FIRST:
             ri, rj = self.env.rate_1vs1(ri, rj)
-        elif record.outcome == "b":
+        elif record.outcome is Verdict.SECOND:
             rj, ri = self.env.rate_1vs1(rj, ri)
-        elif record.outcome == "tie":
+        elif record.outcome is Verdict.TIE:
             ri, rj = self.env.rate_1vs1(ri, rj, drawn=True)
+        else:  # unreachable: PairwiseRecord holds FIRST, SECOND or TIE
+            raise ValueError(f"outcome must be one of {OUTCOMES}, got {record.outcome!r}")
         # anchors keep their fixed reference state (supp. D.2): restore right after the update
         self.ratings[i] = ri if i < self.n_candidates else self.ratings[i]
         self.ratings[j] = rj if j < self.n_candidates else self.ratings[j]
@@ -423,9 +425,9 @@ def run_active_ranking(
 
     Args:
         items (`Sequence[str]`): candidate items to score.
-        judge_fn (`Callable[[str, str], str | PairwiseRecord]`): returns ``"a"``, ``"b"`` or ``"tie"`` for
-            ``(item_a, item_b)``, or a `PairwiseRecord` for that pair (to name the annotator, e.g. a crowd or
-            a `CommitteeJudge`).
+        judge_fn (`Callable[[str, str], Verdict | str | PairwiseRecord]`): returns the outcome for
+            ``(item_a, item_b)`` (a `Verdict` or a spelling ``as_outcome`` accepts), or a `PairwiseRecord` for
+            that pair (to name the annotator, e.g. a crowd or a `CommitteeJudge`).
         budget (`int`, optional): maximum comparisons; overrides ``scheduler_config.budget``.
         anchors (`Mapping[str, float]`, optional): golden anchors with fixed scores.
         preliminary (`Mapping[str, float]`, optional): preliminary estimates for initialisation (supp. D.3).
@@ -458,9 +460,7 @@ def run_active_ranking(
                 )
             record = answer
         else:
-            if answer not in OUTCOMES:
-                raise ValueError(f"judge_fn must return one of {OUTCOMES} or a PairwiseRecord, got {answer!r}")
-            record = PairwiseRecord(a, b, answer, annotator)
+            record = PairwiseRecord(a, b, as_outcome(answer), annotator)
         fit = sched.add_record(record, strategy=strategy)
         if fit is not None and on_refit is not None:
             on_refit(sched.n_comparisons, fit)

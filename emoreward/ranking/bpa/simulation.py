@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from emoreward.evaluation.verdicts import Verdict
 from emoreward.ranking.bpa.model import rao_kupper_probabilities
 from emoreward.ranking.records import OUTCOMES, PairwiseRecord
 
@@ -57,8 +58,8 @@ class SimulatedCrowd:
         self.rng = np.random.default_rng(self.seed)
         self.names: Sequence[str] = list(self.reliabilities)
 
-    def answer(self, annotator: str, item_a: str, item_b: str) -> str:
-        """One simulated answer of ``annotator``: ``"a"``, ``"b"`` or ``"tie"``."""
+    def answer(self, annotator: str, item_a: str, item_b: str) -> Verdict:
+        """One simulated answer of ``annotator``: ``Verdict.FIRST`` (``item_a`` preferred), ``SECOND`` or ``TIE``."""
         if self.rng.random() < self.reliabilities[annotator]:
             p = rao_kupper_probabilities(
                 np.array([self.scores[item_a] - self.scores[item_b]]), self.delta, self.slope
@@ -69,4 +70,4 @@ class SimulatedCrowd:
     def __call__(self, item_a: str, item_b: str) -> PairwiseRecord:
         """Judgement of a randomly chosen annotator, as a `PairwiseRecord` naming that annotator."""
         who = self.names[int(self.rng.integers(len(self.names)))]
-        return PairwiseRecord(item_a, item_b, self.answer(who, item_a, item_b), who)  # type: ignore[arg-type]
+        return PairwiseRecord(item_a, item_b, self.answer(who, item_a, item_b), who)

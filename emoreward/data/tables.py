@@ -1,0 +1,230 @@
+"""Description tables: the descriptions M models wrote for N samples, the input of ranking (EMER-Ranker, section 2).
+
+A table is JSONL, one ``{"sample", "model", "description"[, "video", "audio", "subtitle"]}`` object a line, read
+as UTF-8 (a leading byte-order mark is accepted, as the preference-pair loader accepts it). Bad input raises
+`TableError` naming the file, the line and the field; an undecodable byte names its line too. Empty or
+whitespace-only descriptions are kept (a judge scores them as given) and counted per model
+(`DescriptionTable.lengths`, ``n_empty``), so a report can say how many there were.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from emoreward.data.pairs import MediaRef
+
+
+MEDIA_FIELDS: tuple[str, ...] = ("video", "audio", "subtitle")
+
+
+class TableError(ValueError):
+    """Invalid description table; the message names the file, the line and the field."""
+
+
+def read_utf8(path: str | Path, error: type[ValueError] = TableError) -> str:
+    """The text of a UTF-8 file, with a leading byte-order mark (``utf-8-sig``) removed.
+
+    Args:
+        path (`str` or `Path`): the file.
+        error (`type[ValueError]`): the exception class raised on undecodable bytes (each loader its own).
+
+    Returns:
+        `str`: the decoded text.
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist.
+        error: on bytes that are not UTF-8; the message names the file, the line (1-based) and the bytes.
+    """
+    path = Path(path)
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise error(
+            f"{path}, line {line}: undecodable bytes {raw[err.start : err.end]!r} (the file must be UTF-8; "
+            "re-save it as UTF-8, e.g. `iconv -f latin1 -t utf-8`)"
+        ) from None
+
+
+@dataclass(frozen=True)
+class DescriptionTable:
+    """Descriptions written by M models for N samples (one description per model and sample).
+
+    Attributes:
+        models (`list[str]`): the M models, in order of first appearance.
+        samples (`list[str]`): the N samples, in order of first appearance.
+        descriptions (`dict[tuple[str, str], str]`): ``(sample, model) -> description``; a model may miss samples.
+        media (`dict[str, MediaRef]`): per-sample media (video / audio path, subtitle) when the table gives them.
+        source (`str`): where the table came from (for reports).
+    """
+
+    models: list[str]
+    samples: list[str]
+    descriptions: dict[tuple[str, str], str]
+    media: dict[str, MediaRef] = field(default_factory=dict)
+    source: str = "<memory>"
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[dict[str, Any]], source: str = "<memory>") -> DescriptionTable:
+        """Build a table from dict rows with ``sample``, ``model``, ``description`` and optional media fields.
+
+        ``video``, ``audio`` and ``subtitle`` describe the sample, so every row of a sample must agree on them.
+        Errors name the row's position (1-based) as its line.
+
+        Raises:
+            TableError: on a missing or non-string field, a repeated ``(sample, model)``, rows of one sample
+                that disagree on its media, or no rows.
+        """
+        return cls._from_numbered(enumerate(rows, start=1), source)
+
+    @classmethod
+    def _from_numbered(cls, rows: Iterable[tuple[int, Any]], source: str) -> DescriptionTable:
+        """`from_rows` on ``(line number, row)`` pairs, so that errors name the line of the file."""
+        models: dict[str, None] = {}
+        samples: dict[str, None] = {}
+        descriptions: dict[tuple[str, str], str] = {}
+        media: dict[str, MediaRef] = {}
+        for line, row in rows:
+            if not isinstance(row, dict):
+                raise TableError(f"{source}, line {line}: expected a JSON object, got {type(row).__name__}")
+            for key in ("sample", "model", "description"):
+                if not isinstance(row.get(key), str):
+                    raise TableError(f"{source}, line {line}, field {key!r}: missing or not a string")
+            sample, model = row["sample"], row["model"]
+            for key in ("sample", "model"):
+                if not row[key].strip():
+                    raise TableError(f"{source}, line {line}, field {key!r}: empty")
+            for key in MEDIA_FIELDS:
+                if row.get(key) is not None and not isinstance(row[key], str):
+                    raise TableError(f"{source}, line {line}, field {key!r}: not a string")
+            if (sample, model) in descriptions:
+                raise TableError(f"{source}, line {line}: a second description of sample {sample!r} by {model!r}")
+            ref = MediaRef(**{k: row.get(k) for k in MEDIA_FIELDS})
+            if sample in media and media[sample] != ref:
+                raise TableError(f"{source}, line {line}: sample {sample!r} has different media on another row")
+            media[sample] = ref
+            models.setdefault(model)
+            samples.setdefault(sample)
+            descriptions[sample, model] = row["description"]
+        if not descriptions:
+            raise TableError(f"{source}: no rows")
+        media = {s: m for s, m in media.items() if not m.is_empty()}
+        return cls(list(models), list(samples), descriptions, media, source)
+
+    @property
+    def n_models(self) -> int:
+        return len(self.models)
+
+    @property
+    def n_samples(self) -> int:
+        return len(self.samples)
+
+    def subtitle(self, sample: str) -> str | None:
+        """The sample's subtitle, or ``None``."""
+        ref = self.media.get(sample)
+        return None if ref is None else ref.subtitle
+
+    def texts(self, model: str) -> tuple[list[str], list[str | None]]:
+        """The model's descriptions in sample order, and the matching subtitles (``None`` when unknown)."""
+        samples = [s for s in self.samples if (s, model) in self.descriptions]
+        return [self.descriptions[s, model] for s in samples], [self.subtitle(s) for s in samples]
+
+    def subset(self, samples: Sequence[str] | None = None, models: Sequence[str] | None = None) -> DescriptionTable:
+        """The table restricted to ``samples`` and ``models`` (each in the given order; ``None`` keeps all).
+
+        Raises:
+            TableError: on an unknown sample or model, or an empty selection.
+        """
+        samples = list(self.samples if samples is None else samples)
+        models = list(self.models if models is None else models)
+        for kind, wanted, known in (("samples", samples, self.samples), ("models", models, self.models)):
+            unknown = sorted(set(wanted) - set(known))
+            if unknown:
+                raise TableError(f"unknown {kind} {unknown[:5]}; the table has {len(known)} {kind}")
+            if not wanted:
+                raise TableError(f"subset selects no {kind}")
+        keep_s, keep_m = set(samples), set(models)
+        descriptions = {k: v for k, v in self.descriptions.items() if k[0] in keep_s and k[1] in keep_m}
+        media = {s: m for s, m in self.media.items() if s in keep_s}
+        return DescriptionTable(models, samples, descriptions, media, self.source)
+
+    def sample_subset(self, n: int, seed: int = 0) -> DescriptionTable:
+        """A random subset of ``n`` samples (EMER-Ranker, section 5: fewer comparison samples), table order kept.
+
+        Raises:
+            TableError: if ``n`` is not in ``[1, n_samples]``.
+        """
+        if not 1 <= n <= self.n_samples:
+            raise TableError(f"sample subset size must be in [1, {self.n_samples}], got {n}")
+        chosen = set(np.random.default_rng(seed).choice(self.n_samples, size=n, replace=False).tolist())
+        return self.subset([s for k, s in enumerate(self.samples) if k in chosen])
+
+    def lengths(self) -> dict[str, dict[str, float]]:
+        """Per model: mean description length and counts, ``{"chars", "words", "n", "n_empty"}``.
+
+        ``n`` is the number of descriptions the model wrote; ``n_empty`` how many of them are empty or
+        whitespace-only (they stay in the table and are judged as given).
+        """
+        out = {}
+        for model in self.models:
+            texts = self.texts(model)[0]
+            out[model] = {
+                "chars": float(np.mean([len(t) for t in texts])) if texts else math.nan,
+                "words": float(np.mean([len(t.split()) for t in texts])) if texts else math.nan,
+                "n": len(texts),
+                "n_empty": sum(not t.strip() for t in texts),
+            }
+        return out
+
+
+def load_description_table(path: str | Path) -> DescriptionTable:
+    """Read a JSONL description table (one ``{"sample", "model", "description"[, media]}`` object a line).
+
+    The file is UTF-8, with or without a byte-order mark. Blank lines are skipped; anything else that is not a
+    JSON object raises.
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist.
+        TableError: on undecodable bytes, invalid JSON or invalid rows (the message names the file and the line).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"description table {path} does not exist")
+    text = read_utf8(path)
+
+    def rows() -> Iterable[tuple[int, Any]]:
+        # split on newlines only: str.splitlines would also split on U+2028 etc., legal inside a JSON string
+        for line_no, line in enumerate(text.split("\n"), start=1):
+            if not line.strip():
+                continue
+            try:
+                yield line_no, json.loads(line)
+            except json.JSONDecodeError as err:
+                raise TableError(f"{path}, line {line_no}: invalid JSON ({err.msg})") from None
+
+    return DescriptionTable._from_numbered(rows(), source=str(path))
+
+
+def bundled_ovmerd_path() -> Path:
+    """The vendored OV-MERD description table (10 models x 332 samples; see ``data/files/NOTICE``)."""
+    from importlib import resources
+
+    return Path(str(resources.files("emoreward") / "data" / "files" / "ovmerd" / "ovmerd_descriptions_subtitle.jsonl"))
+
+
+__all__ = [
+    "MEDIA_FIELDS",
+    "DescriptionTable",
+    "TableError",
+    "bundled_ovmerd_path",
+    "load_description_table",
+    "read_utf8",
+]
