@@ -29,6 +29,16 @@ def add_rank_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--output", help="write the report as JSON here (Markdown, scores and W plots beside it)")
     p.add_argument(
+        "--dataset",
+        metavar="FILE",
+        help="also write the ranking as a dataset table, one row per model (.jsonl or .parquet; datasets reads it)",
+    )
+    p.add_argument(
+        "--push-to-hub",
+        metavar="OWNER/NAME",
+        help="upload the ranking table to this Hub dataset repository (private; token from HF_TOKEN)",
+    )
+    p.add_argument(
         "--quiet", action="store_true", help="no progress bars (they are off anyway when stderr is not a TTY)"
     )
     p.add_argument(
@@ -227,12 +237,22 @@ def _finish(args, report, table, cache_file, start: float, load_seconds: float, 
     _echo(f"wall time {total:.1f} s (judge loading {load_seconds:.1f} s)")
     if cache_file is not None:
         _echo(f"score cache: {cache_file}")
+    if getattr(args, "dataset", None) or getattr(args, "push_to_hub", None):
+        from emoreward.data import push_records_to_hub, write_records
+
+        rows = report.dataset_rows()
+        if args.dataset:
+            _echo(f"ranking dataset: {write_records(rows, args.dataset)}")
+        if args.push_to_hub:
+            push_records_to_hub(rows, args.push_to_hub, commit_message=f"emoreward rank {table.source}")
+            _echo(f"ranking pushed to the Hub dataset {args.push_to_hub}")
     if not args.output:
         return
+    from emoreward.utils.io import atomic_write_text
+
     out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
-    out.with_suffix(".md").write_text(report.to_markdown())
+    atomic_write_text(out, json.dumps(report.to_dict(), indent=2) + "\n")
+    atomic_write_text(out.with_suffix(".md"), report.to_markdown())
     if plots:
         from emoreward.ranking.plots import plot_scores, plot_win_matrix
 

@@ -615,6 +615,34 @@ class RankingReport:
         out["BT binarized W"] = self.binarized
         return out
 
+    def dataset_rows(self) -> list[dict[str, Any]]:
+        """One row per model, best first, for a `datasets` table (`emoreward rank --dataset`): rank, model, every
+        fit's score with its interval, reward effect (reward-model judges), win and tie rate, comparisons, length."""
+        t = self.ties.estimate
+        totals = self.counts.totals.sum(axis=1)
+        rows = []
+        for rank, name in zip(t.ranks, t.ranking):
+            row: dict[str, Any] = {"rank": int(rank), "model": name}
+            for label, ci in self.fits().items():
+                k = ci.items.index(name)
+                key = label.replace(" ", "_").replace("(", "").replace(")", "").replace(",", "").lower()
+                row[key] = float(ci.estimate.scores[k])
+                row[f"{key}_lower"], row[f"{key}_upper"] = float(ci.lower[k]), float(ci.upper[k])
+            if self.reward_effects is not None:
+                k = self.reward_effects.items.index(name)
+                row["reward_effect"] = float(self.reward_effects.scores[k])
+            c = self.counts.items.index(name)
+            n = float(totals[c])
+            row.update(
+                win_rate=float(self.counts.wins[c].sum() / n) if n else None,
+                tie_rate=float(self.counts.ties[c].sum() / n) if n else None,
+                comparisons=n,
+                mean_words=self.lengths.get(name, {}).get("words"),
+                mean_chars=self.lengths.get(name, {}).get("chars"),
+            )
+            rows.append(row)
+        return rows
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict (plain lists and floats)."""
         return {
@@ -1282,6 +1310,19 @@ class BPARankingReport:
 
     def _groups(self) -> list[list[str]]:
         return equal_score_groups(self.models, np.array([self.fit.scores[m] for m in self.models]))
+
+    def dataset_rows(self) -> list[dict[str, Any]]:
+        """One row per model, best first: rank, model, BPA score, sigma, comparisons (`emoreward rank --dataset`)."""
+        return [
+            {
+                "rank": int(rank),
+                "model": m,
+                "bpa_score": float(self.fit.scores[m]),
+                "sigma": float(self.fit.sigma[m]),
+                "comparisons": int(self.fit.n_comparisons[m]),
+            }
+            for rank, m in zip(self.ranks, self.ranking)
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict."""

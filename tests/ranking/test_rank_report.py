@@ -214,3 +214,24 @@ def test_report_for_scores_without_truncation_flags(tmp_path, tiny_rm_dir):
     assert scores.n_scored > 0 and report.cost["n_scored"] == 0
     assert report.n_truncated is None and not any("longer than the judge" in w for w in report.warnings)
     assert report.to_dict()["n_truncated"] is None
+
+
+def test_the_ranking_is_written_as_a_dataset_table(tmp_path, tiny_rm_dir, capsys):
+    import datasets
+
+    data = write_rows(tmp_path / "t.jsonl", table_rows(n_samples=6))
+    table = tmp_path / "ranking.parquet"
+    code, printed, _ = run(
+        ["--judge", str(tiny_rm_dir), "--data", str(data), "--n-boot", "5", "--no-cache", "--dataset", str(table),
+         "--output", str(tmp_path / "r.json")],
+        capsys,
+    )  # fmt: skip
+    assert code == 0 and f"ranking dataset: {table}" in printed
+    rows = datasets.load_dataset("parquet", data_files=str(table), split="train").to_list()
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert [r["model"] for r in rows] == report["ranking"]
+    assert [r["rank"] for r in rows] == sorted(r["rank"] for r in rows)
+    first = rows[0]
+    assert first["bt-ties_davidson"] == pytest.approx(max(report["bradley_terry_ties"]["scores"]))
+    assert first["bt-ties_davidson_lower"] <= first["bt-ties_davidson"] <= first["bt-ties_davidson_upper"]
+    assert 0 <= first["win_rate"] <= 1 and first["comparisons"] > 0 and "reward_effect" in first
