@@ -29,10 +29,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-import yaml
-
 from zero_shot.backends.base import Backend, ChatRequest, Generation, SamplingConfig
-from zero_shot.prompts import CONFIG_DIR
+from zero_shot.prompts import CONFIG_DIR, read_yaml
 
 
 JUDGE_DIR = CONFIG_DIR / "judges"
@@ -175,8 +173,9 @@ def available_judges(directory: Path = JUDGE_DIR) -> dict[str, Path]:
     """Registered judges: name (the file's `name`) -> YAML path, from `configs/judges/`."""
     out = {}
     for path in sorted(directory.glob("*.yaml")):
-        raw = yaml.safe_load(path.read_text()) or {}
-        out[str(raw.get("name", path.stem))] = path
+        raw = read_yaml(path) or {}
+        name = str(raw.get("name", path.stem)) if isinstance(raw, dict) else path.stem
+        out[name] = path
     return out
 
 
@@ -197,7 +196,7 @@ def load_judge_config(name_or_path: str | Path, directory: Path = JUDGE_DIR) -> 
         if text not in registry:
             raise ValueError(f"unknown judge {text!r}; available: {sorted(registry)}")
         path = registry[text]
-    return judge_config_from_dict(yaml.safe_load(path.read_text()), str(path))
+    return judge_config_from_dict(read_yaml(path), str(path))
 
 
 # ---------------------------------------------------------------------------------------------- backends
