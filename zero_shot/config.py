@@ -54,7 +54,9 @@ class ModelConfig:
         fps, max_frames: video frame sampling for MLLMs (`emoreward.data.media.load_frames`).
         min_pixels, max_pixels: bounds on a resized video frame's area (the video processor's `size`); both or
             neither (None: the checkpoint processor's defaults).
-        base_url, api_key_env, timeout_s, max_retries, backoff_s, concurrency, modalities: `openai` settings.
+        base_url, api_key_env, timeout_s, max_retries, backoff_s, concurrency, modalities, media_transport: `openai`
+            settings (`modalities`: what the served model takes, `text` plus `video` / `audio`; `media_transport`:
+            `data` sends base64 data URLs, `file` sends `file://` URLs the server reads itself).
         delay_s: `scripted` only: seconds per answered request (lets tests kill a run midway).
     """
 
@@ -78,6 +80,7 @@ class ModelConfig:
     backoff_s: float = 1.0
     concurrency: int = 8
     modalities: tuple[str, ...] = ("text",)
+    media_transport: str = "data"
     delay_s: float = 0.0
 
     def __post_init__(self):
@@ -92,6 +95,14 @@ class ModelConfig:
                 raise ValueError(f"family: unknown {self.family!r}; available: {sorted(FAMILIES)}")
             if self.use_audio_in_video and not FAMILIES[self.family].hears_audio:
                 raise ValueError(f"use_audio_in_video: {self.family} cannot hear, the flag must be false for it")
+        if self.backend == "openai":
+            unknown = set(self.modalities) - {"text", "video", "audio"}
+            if unknown:
+                raise ValueError(f"modalities: unknown {sorted(unknown)}; available: ['audio', 'text', 'video']")
+            if self.use_audio_in_video and "audio" not in self.modalities:
+                raise ValueError("use_audio_in_video: the served model must hear (add 'audio' to modalities)")
+            if self.media_transport not in ("data", "file"):
+                raise ValueError(f"media_transport: unknown {self.media_transport!r}; available: ['data', 'file']")
         if self.batch_size < 1:
             raise ValueError(f"batch_size: must be >= 1, got {self.batch_size}")
         if (self.min_pixels is None) != (self.max_pixels is None):
@@ -231,6 +242,8 @@ def _build_openai(cfg: ModelConfig) -> Backend:
         backoff_s=cfg.backoff_s,
         concurrency=cfg.concurrency,
         modalities=cfg.modalities,
+        use_audio_in_video=cfg.use_audio_in_video,
+        media_transport=cfg.media_transport,  # type: ignore[arg-type]
     )
 
 
@@ -272,7 +285,7 @@ def backend_identity(cfg: ModelConfig) -> str:
     if cfg.backend == "openai":
         from zero_shot.backends.openai_compat import openai_identity
 
-        return openai_identity(cfg.base_url or "", cfg.model)
+        return openai_identity(cfg.base_url or "", cfg.model, cfg.modalities, cfg.use_audio_in_video)
     if cfg.backend == "scripted":
         return f"scripted:{cfg.model}"
     raise ValueError(f"unknown backend {cfg.backend!r}; available: {sorted(BACKENDS)}")
@@ -299,8 +312,12 @@ class LazyBackend:
         self._backend: Backend | None = None
         self.identity = backend_identity(cfg)
         if cfg.backend == "openai":
+            from zero_shot.backends.openai_compat import openai_media_kind
+
             self.concurrency = cfg.concurrency
             self.modalities = frozenset({"text", *cfg.modalities})
+            if self.modalities != {"text"}:
+                self.media_kind = partial(openai_media_kind, self.modalities, cfg.use_audio_in_video)
         else:
             self.batch_size = cfg.batch_size
             self.modalities = frozenset({"text"})
