@@ -58,6 +58,7 @@ class ModelConfig:
             settings (`modalities`: what the served model takes, `text` plus `video` / `audio`; `media_transport`:
             `data` sends base64 data URLs, `file` sends `file://` URLs the server reads itself).
         delay_s: `scripted` only: seconds per answered request (lets tests kill a run midway).
+        calls_log: `scripted` only: a file that gets one line per answered request (tests count calls with it).
     """
 
     backend: BackendName
@@ -82,6 +83,7 @@ class ModelConfig:
     modalities: tuple[str, ...] = ("text",)
     media_transport: str = "data"
     delay_s: float = 0.0
+    calls_log: str | None = None
 
     def __post_init__(self):
         if self.backend not in get_args(BackendName):
@@ -250,7 +252,9 @@ def _build_openai(cfg: ModelConfig) -> Backend:
 def _build_scripted(cfg: ModelConfig) -> Backend:
     from zero_shot.testing import ScriptedBackend
 
-    return ScriptedBackend(backend_identity(cfg), batch_size=cfg.batch_size, delay_s=cfg.delay_s)
+    return ScriptedBackend(
+        backend_identity(cfg), batch_size=cfg.batch_size, delay_s=cfg.delay_s, calls_log=cfg.calls_log
+    )
 
 
 BACKENDS: dict[str, Callable[[ModelConfig], Backend]] = {
