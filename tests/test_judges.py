@@ -184,3 +184,31 @@ def test_a_failed_call_stops_a_ranking_judge_after_caching_the_others(tmp_path):
     with pytest.raises(JudgeCallError, match=r"1 of 6 judge calls failed \(e\.g\. sample 's4': HTTP 500"):
         judge.judge(demo_pairs())
     assert len(zero_shot.CallCache(judge.cache_path)) == 5  # the finished calls are kept for the rerun
+
+
+@pytest.mark.slow
+def test_a_wheel_ships_the_registered_judges_and_prompts(tmp_path):
+    """`pip wheel` the project, unpack it away from the checkout, and list the judges from there."""
+    import zipfile
+
+    root = Path(__file__).resolve().parent.parent
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", str(root), "-w", str(tmp_path)],
+        check=True,
+        capture_output=True,
+    )
+    [wheel] = tmp_path.glob("emoreward-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    judges = sorted(p.name for p in (root / "configs" / "judges").glob("*.yaml"))
+    assert sorted(n.rsplit("/", 1)[1] for n in names if n.startswith("zero_shot/configs/judges/")) == judges
+    assert "zero_shot/configs/prompts/emoprefer_v1.yaml" in names
+    zipfile.ZipFile(wheel).extractall(tmp_path / "site")
+    listed = subprocess.run(
+        [sys.executable, "-m", "zero_shot", "--list"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert len(listed.splitlines()) == len(judges) and str(tmp_path / "site" / "zero_shot" / "configs") in listed

@@ -17,7 +17,16 @@ from typing import Literal
 import yaml
 
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+def _config_dir() -> Path:
+    """`configs/`: the top-level folder of a source checkout, reached through the package's `configs` link (which
+    wheels install as package data, `zero_shot/configs/{judges,prompts}`); the checkout's folder directly where the
+    link is not followed (a checkout without symlink support)."""
+    package = Path(__file__).resolve().parent
+    linked = package / "configs"
+    return linked.resolve() if (linked / "judges").is_dir() else package.parent / "configs"
+
+
+CONFIG_DIR = _config_dir()
 PROMPT_DIR = CONFIG_DIR / "prompts"
 
 TEMPLATES: dict[str, tuple[str, ...]] = {
