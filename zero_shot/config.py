@@ -12,9 +12,10 @@ S2 and step 1 of S3/S4), and optionally the external text LLM of S3/S4. Example
     llm: null                # S3/S4 fall back to `mllm` when null
 
 Backends: `transformers-text` (a local chat LLM), `transformers-mllm` (Qwen2.5-Omni thinker, Qwen2.5-VL,
-Qwen2-Audio), `openai` (OpenAI-compatible HTTP server), `scripted` (a deterministic fake that answers from the
-prompt text, `zero_shot.testing.ScriptedBackend`, for tests and smoke runs, like lm-evaluation-harness's `dummy`
-model). Unknown names raise `ValueError` listing what exists.
+Qwen2-Audio), `openai` (OpenAI-compatible HTTP server, text or media: `modalities`, `use_audio_in_video`,
+`media_transport`), `scripted` (a deterministic fake that answers from the prompt text,
+`zero_shot.testing.ScriptedBackend`, for tests and smoke runs, like lm-evaluation-harness's `dummy` model). Unknown
+names raise `ValueError` listing what exists. Invalid YAML is one `ValueError` naming file, line and column.
 
 A run builds its backends lazily (`LazyBackend`): the identity that keys the call cache is computed from the
 config alone, and the model is loaded on the first call the cache cannot answer, so rerunning a finished job

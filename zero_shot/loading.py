@@ -20,7 +20,7 @@ from zero_shot.backends.base import Backend
 from zero_shot.cache import CallCache
 from zero_shot.config import JudgeConfig, LazyBackend, load_judge_config
 from zero_shot.prompts import load_prompts
-from zero_shot.strategies import STRATEGIES, CallStats, ZeroShotJudge, load_references
+from zero_shot.strategies import STRATEGIES, CallStats, ZeroShotJudge, default_chunk_size, load_references
 
 
 def judge_fingerprint(config: JudgeConfig) -> str:
@@ -110,7 +110,7 @@ def load_judge(
         references=refs,
         media_root=media_root,
         ignore_media=ignore_media,
-        chunk_size=max(getattr(mllm, "batch_size", 8), getattr(mllm, "concurrency", 1)),
+        chunk_size=default_chunk_size(mllm),
         progress=bar,
         stats=CallStats(),
         on_failed_call=on_failed_call,

@@ -25,7 +25,7 @@ from zero_shot.cache import CallCache, atomic_write_text
 from zero_shot.config import JudgeConfig, LazyBackend
 from zero_shot.crowd import combine_normal_swapped, crowd_member, crowdsource, per_run_summary
 from zero_shot.prompts import load_prompts
-from zero_shot.strategies import STRATEGIES, CallStats, ZeroShotJudge
+from zero_shot.strategies import STRATEGIES, CallStats, ZeroShotJudge, default_chunk_size
 
 
 logger = logging.getLogger(__name__)
@@ -207,9 +207,7 @@ def run_zero_shot(
                 references=references,
                 media_root=media_root,
                 ignore_media=ignore_media,
-                chunk_size=max(
-                    getattr(backends["mllm"], "batch_size", 8), getattr(backends["mllm"], "concurrency", 1)
-                ),
+                chunk_size=default_chunk_size(backends["mllm"]),
                 progress=bar,
                 stats=stats,
             )

@@ -175,6 +175,16 @@ def media_kind(backend: Backend, media: MediaInput | None) -> MediaKind:
     return chooser(media)
 
 
+CHUNK_BATCHES = 4  # a chunk of calls is this many backend batches: room to group prompts of similar length
+
+
+def default_chunk_size(backend: Backend) -> int:
+    """Calls handed to a backend at once: `CHUNK_BATCHES` batches (local models, which sort a chunk's prompts by
+    length into batches) or the concurrency (HTTP), whichever is larger. A chunk's calls are cached when it
+    returns, so a kill loses at most one chunk."""
+    return max(CHUNK_BATCHES * getattr(backend, "batch_size", 2), getattr(backend, "concurrency", 1))
+
+
 @dataclass
 class _Call:
     key: CallKey
@@ -211,6 +221,9 @@ class ZeroShotJudge:
     Raises:
         ValueError: unknown strategy, verdict mode or `on_failed_call`.
     """
+
+    cache_path: Path | None = None  # set by `zero_shot.load_judge`: where the call cache lives
+    config = None  # set by `zero_shot.load_judge`: the `JudgeConfig` it was built from
 
     def __init__(
         self,
