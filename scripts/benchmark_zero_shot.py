@@ -21,7 +21,7 @@ Stages (`main`):
    prompt tokens (real, padded, and computed: the shared prefix counted once a batch), and the achieved FLOP
    rate. With `--repeats R` each mode runs R times in A B B A order (drift on a shared machine cancels) and the
    median run by `generate` seconds is reported, all seconds beside it.
-4. Cached rerun (last mode): the job again on its folder; every call is a cache hit, no model is loaded.
+4. Cached rerun (the last job): the job again on its folder; every call is a cache hit, no model is loaded.
 
 FLOPs per token come from the model config (`flops_per_token`): a decoder layer's matmuls cost 2 FLOPs per
 weight per token (q, k, v, o projections and the gated MLP), attention adds 4 * d_model FLOPs per earlier
@@ -209,10 +209,11 @@ def main(args: argparse.Namespace) -> dict:
     if len({m["markdown"] for m in modes.values()}) > 1:
         print("note: the modes' reports differ (float rounding in padded vs prefix-cached batches changed an answer)")
     # 4. cached rerun of the last job: lazy backend from the config, every call a cache hit
-    last = args.modes[-1]
     start = time.perf_counter()
-    rerun = run_zero_shot(config, pairs, ["S1"], runs=1, output_dir=Path(tmp.name) / f"{last}-{len(order) - 1}",
+    rerun = run_zero_shot(config, pairs, ["S1"], runs=1, output_dir=Path(tmp.name) / f"{order[-1]}-{len(order) - 1}",
                           ignore_media=True, progress=False)  # fmt: skip
+    if rerun["calls"]["made"]:
+        raise SystemExit(f"the cached rerun made {rerun['calls']['made']} calls: {rerun['calls']}")
     rerun_s = time.perf_counter() - start
     tmp.cleanup()
     last_peaks = {name: matmul_gflops(getattr(torch, name), args.matmul_size) for name in ("float32", "bfloat16")}
