@@ -1,33 +1,36 @@
-"""Speed of the zero-shot judge with SmolLM2-135M-Instruct on this machine (issue 3, "Speed").
+"""Throughput of the zero-shot judge with SmolLM2-135M-Instruct on this machine: prefill / decode split and the
+achieved FLOP rate against this machine's measured matmul peak, before and after the batching changes.
 
 Usage:
-    python scripts/benchmark_zero_shot.py                     # first 32 EmoPrefer pairs, S1, normal + swapped
-    python scripts/benchmark_zero_shot.py --n 8 --json benchmark_zero_shot.json --threads 2
+    python scripts/benchmark_zero_shot.py --n 16                 # first 16 EmoPrefer pairs, S1, normal + swapped
+    python scripts/benchmark_zero_shot.py --n 16 --threads 1 --repeats 2      # before, after, after, before
+    python scripts/benchmark_zero_shot.py --n 8 --modes after --threads 2 --json out.json
 
-Runs the real judge definition `configs/judges/smollm2-135m-text.yaml` (S1, text only: descriptions alone) on the
-first N bundled EmoPrefer pairs in normal and swapped order (`--runs` repeated runs), in a fresh output folder
-(a temporary one unless `--output` is given), and measures:
+Stages (`main`):
 
-1. Model load: `build_backend` (SmolLM2 GGUF dequantised to float32 on CPU), timed on its own.
-2. First run: `run_zero_shot` with that backend, every call made. Pairs judged per second = N * R / seconds, a
-   pair counting as judged once both its orders are; given for the generation time alone (the `generate` calls)
-   and end to end (prompting, cache writes, parsing, metrics and report included).
-3. Prefill vs decoding, two ways:
-   a. generation hook (what every run records, `zero_shot.backends.hf_common.timed_generate`): a logits processor
-      notes when `generate` first asks for next-token scores, i.e. when the prompt forward pass (prefill,
-      producing the first token's logits) is done; prefill = start -> that moment, decoding = the rest.
-   b. forward pass: the same prompt batches (recorded during the run, same batching and padding) are run
-      through one `model(**batch)` forward with the KV cache on, as `generate` runs its first step; prefill =
-      the sum of those forwards, decoding = total `generate` time (as the hook measured it) - prefill.
-   Both give shares of the time spent inside `generate` (tokenising prompts and detokenising answers are
-   outside it); the two prefill estimates should agree within noise.
-4. Cached rerun: the same job again on the same output folder through the normal entry (`run_zero_shot` with
-   the backend built lazily from the config): every call is a cache hit, so no model is loaded. Its time as a
-   share of the first run (load included, as a user rerunning the command sees it; and without the load).
-   Target: < 5 %.
+1. Peak: square matmuls (`--matmul-size`, default 1024) in float32 and bfloat16, best of 5 after a warm-up, in
+   this process and with this process's torch threads: GFLOP/s = 2 n^3 / seconds.
+2. Model load: `build_backend` on `configs/judges/smollm2-135m-text.yaml` (GGUF dequantised to float32 on CPU).
+3. One job per mode on the first N bundled pairs, S1 text only, normal + swapped order, in a fresh output folder:
+   - `before`: prompts batched in request order with left padding, a chunk of calls = one batch (the judge as
+     it was);
+   - `after`: chunks of 4 batches, prompts sorted by token length into batches, and each batch's shared prompt
+     prefix run once with its KV cache reused (`zero_shot.backends.transformers_text`).
+   For each: wall time of the `generate` calls, pairs per second, prefill vs decode seconds (the generation hook
+   of `zero_shot.backends.hf_common.timed_generate`: prefill ends when the first decoding step asks for logits),
+   prompt tokens (real, padded, and computed: the shared prefix counted once a batch), and the achieved FLOP
+   rate. With `--repeats R` each mode runs R times in A B B A order (drift on a shared machine cancels) and the
+   median run by `generate` seconds is reported, all seconds beside it.
+4. Cached rerun (the last job): the job again on its folder; every call is a cache hit, no model is loaded.
 
-Results go to `--json` (and stdout). Run it on a quiet machine: other processes on the same cores distort every
-figure (on a shared 2-core machine torch's default two threads contend with them; `--threads` sets the count).
+FLOPs per token come from the model config (`flops_per_token`): a decoder layer's matmuls cost 2 FLOPs per
+weight per token (q, k, v, o projections and the gated MLP), attention adds 4 * d_model FLOPs per earlier
+position per layer (scores and weighted values), and the LM head 2 * vocab * d_model per token whose logits are
+computed (the last prompt token and each generated token but the last). Only real tokens are counted, never
+padding, so the rate is the useful work per second. The achieved rate = total FLOPs / `generate` seconds, given
+as a share of the float32 peak (the dtype the judge runs in here) and of the bfloat16 peak.
+
+Run it on a quiet machine: other processes on the same cores distort every figure.
 """
 
 from __future__ import annotations
@@ -48,47 +51,130 @@ JUDGE = "smollm2-135m-text"
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--n", type=int, default=32, help="first N EmoPrefer pairs (default 32)")
-    parser.add_argument("--runs", type=int, default=1, help="repeated runs R (default 1)")
+    parser.add_argument("--n", type=int, default=16, help="first N EmoPrefer pairs (default 16)")
     parser.add_argument("--judge", default=JUDGE, help=f"judge name or YAML (default {JUDGE})")
+    parser.add_argument("--modes", nargs="+", choices=["before", "after"], default=["before", "after"])
     parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's own choice)")
-    parser.add_argument("--output", help="output folder for the job (must not exist; default: a temporary one)")
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="jobs per mode, run A B B A ... to cancel drift; medians reported"
+    )
+    parser.add_argument("--matmul-size", type=int, default=1024, help="n of the n x n peak matmuls")
     parser.add_argument("--json", default="benchmark_zero_shot.json", help="where the results go")
     return parser.parse_args()
 
 
+def matmul_gflops(dtype, n: int, repeats: int = 5) -> float:
+    """Best-of-`repeats` GFLOP/s of an n x n @ n x n matmul in `dtype` (2 n^3 FLOPs)."""
+    import torch
+
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    torch.matmul(a, b)  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.matmul(a, b)
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best / 1e9
+
+
+def flops_per_token(config) -> dict[str, float]:
+    """FLOP coefficients of a Llama-style decoder (see the module docstring)."""
+    text = getattr(config, "text_config", config)
+    d, layers, ff = text.hidden_size, text.num_hidden_layers, text.intermediate_size
+    heads = text.num_attention_heads
+    kv = getattr(text, "num_key_value_heads", heads) or heads
+    head_dim = getattr(text, "head_dim", None) or d // heads
+    weights = layers * (2 * d * heads * head_dim + 2 * d * kv * head_dim + 3 * d * ff)
+    return {"linear": 2.0 * weights, "attention_per_position": 4.0 * layers * heads * head_dim,
+            "head": 2.0 * text.vocab_size * d}  # fmt: skip
+
+
+def generation_flops(coef: dict[str, float], prompt: int, completion: int) -> tuple[float, float]:
+    """(prefill FLOPs, decode FLOPs) of one call: `prompt` tokens in, `completion` tokens out."""
+    prefill = coef["linear"] * prompt + coef["attention_per_position"] * prompt * (prompt + 1) / 2 + coef["head"]
+    steps = max(completion - 1, 0)  # the first new token comes from the prefill's logits
+    positions = sum(prompt + j for j in range(1, steps + 1))
+    decode = (coef["linear"] + coef["head"]) * steps + coef["attention_per_position"] * positions
+    return prefill, decode
+
+
 class RecordingBackend:
-    """Wraps a backend: records every `generate` batch (requests, generations, seconds)."""
+    """Wraps a backend: records every `generate` call (generations, seconds)."""
 
     def __init__(self, backend):
         self.backend = backend
         self.identity, self.modalities, self.batch_size = backend.identity, backend.modalities, backend.batch_size
-        self.batches: list[tuple[list, list, float]] = []
+        self.calls: list[tuple[list, float]] = []
 
     def generate(self, requests, sampling):
         start = time.perf_counter()
         gens = self.backend.generate(requests, sampling)
-        self.batches.append((list(requests), gens, time.perf_counter() - start))
+        self.calls.append((gens, time.perf_counter() - start))
         return gens
 
 
-def forward_prefill_seconds(backend, batches) -> float:
-    """Seconds of one forward pass (KV cache on) over each recorded prompt batch, tokenised as the backend does.
+def run_mode(mode: str, config, pairs, backend, coef, peaks, out: Path) -> dict:
+    """One judge job in `mode` (`before` / `after`); returns its figures."""
+    from zero_shot import strategies
+    from zero_shot.runner import run_zero_shot
 
-    The backend splits a `generate` call into `batch_size` chunks; so does this."""
-    import torch
+    inner = backend.backend
+    inner.sort_by_length = inner.reuse_prefix = mode == "after"
+    strategies.CHUNK_BATCHES = 4 if mode == "after" else 1  # before: one batch per chunk, as the judge was
+    try:
+        start = time.perf_counter()
+        report = run_zero_shot(
+            config, pairs, ["S1"], runs=1, swap=True, output_dir=out, ignore_media=True, progress=False,
+            backends={"mllm": backend},
+        )  # fmt: skip
+        wall = time.perf_counter() - start
+    finally:
+        strategies.CHUNK_BATCHES = 4
+    gens = [g for batch, _ in backend.calls for g in batch]
+    generate_s = sum(seconds for _, seconds in backend.calls)
+    backend.calls.clear()
+    prefill_flops = decode_flops = 0.0
+    for g in gens:
+        p, d = generation_flops(coef, g.prompt_tokens or 0, g.completion_tokens or 0)
+        prefill_flops, decode_flops = prefill_flops + p, decode_flops + d
+    prefill_s, decode_s = report["calls"]["prefill_s"], report["calls"]["decode_s"]
+    total = prefill_flops + decode_flops
+    achieved = total / generate_s / 1e9
+    return {
+        "mode": mode,
+        "calls": report["calls"]["made"],
+        "wall_s": wall,
+        "generate_s": generate_s,
+        "pairs_per_s_generation": len(pairs) / generate_s,
+        "prefill_s": prefill_s,
+        "decode_s": decode_s,
+        "prefill_share": prefill_s / (prefill_s + decode_s),
+        "prompt_tokens": sum(g.prompt_tokens or 0 for g in gens),
+        "completion_tokens": sum(g.completion_tokens or 0 for g in gens),
+        "shared_prefix_tokens_per_batch": max((g.extra.get("shared_prefix_tokens", 0) for g in gens), default=0),
+        "prompt_tokens_padded": sum(g.extra.get("padded_width", 0) for g in gens),
+        # tokens the prefill ran through the model: each row's own (padded) part, plus the shared prefix once a batch
+        "prompt_tokens_computed": round(
+            sum(
+                g.extra.get("padded_width", 0)
+                - g.extra.get("shared_prefix_tokens", 0)
+                + g.extra.get("shared_prefix_tokens", 0) / g.extra.get("batch_rows", 1)
+                for g in gens
+            )
+        ),
+        "gflop": {"prefill": prefill_flops / 1e9, "decode": decode_flops / 1e9, "total": total / 1e9},
+        "achieved_gflops": achieved,
+        "prefill_gflops": prefill_flops / 1e9 / prefill_s,
+        "decode_gflops": decode_flops / 1e9 / decode_s,
+        "share_of_fp32_peak": achieved / peaks["float32"],
+        "share_of_bf16_peak": achieved / peaks["bfloat16"],
+        "markdown": report["markdown"],
+    }
 
-    total = 0.0
-    for requests, _, _ in batches:
-        for start in range(0, len(requests), backend.batch_size):
-            texts = [backend._prompt_text(r) for r in requests[start : start + backend.batch_size]]
-            enc = backend.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-            enc = {k: v.to(backend.model.device) for k, v in enc.items()}
-            begin = time.perf_counter()
-            with torch.inference_mode():
-                backend.model(**enc, use_cache=True)
-            total += time.perf_counter() - begin
-    return total
+
+def _median_run(runs: list[dict]) -> dict:
+    """The run with the median `generate_s` (the lower middle one for an even count)."""
+    return sorted(runs, key=lambda r: r["generate_s"])[(len(runs) - 1) // 2]
 
 
 def main(args: argparse.Namespace) -> dict:
@@ -100,49 +186,47 @@ def main(args: argparse.Namespace) -> dict:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    # 1. this machine's matmul peak, in this process (measured again at the end; the higher figure is the peak)
+    peaks = {name: matmul_gflops(getattr(torch, name), args.matmul_size) for name in ("float32", "bfloat16")}
+    first_peaks = dict(peaks)
+    # 2. model load
     config = load_judge_config(args.judge)
     pairs = load_pairs("emoprefer")[: args.n]
-    tmp = tempfile.TemporaryDirectory(prefix="benchmark-zero-shot-") if args.output is None else None
-    out = Path(args.output) if args.output else Path(tmp.name) / "job"
-    if out.exists() and any(out.iterdir()):
-        raise SystemExit(f"{out} is not empty: the first run needs an empty call cache")
-    job = dict(strategies=["S1"], runs=args.runs, swap=True, output_dir=out, ignore_media=True, progress=False)
-
-    # 1. model load
     start = time.perf_counter()
     backend = RecordingBackend(build_backend(config.mllm))
     load_s = time.perf_counter() - start
+    coef = flops_per_token(backend.backend.model.config)
+    from zero_shot.backends.base import ChatRequest, SamplingConfig
 
-    # 2. first run, every call made
+    backend.backend.generate([ChatRequest("Hello.")] * 2, SamplingConfig(max_new_tokens=4))  # warm-up, not timed
+    # 3. the job in each mode, each in a fresh folder
+    tmp = tempfile.TemporaryDirectory(prefix="benchmark-zero-shot-")
+    order = [m for k in range(args.repeats) for m in (args.modes if k % 2 == 0 else args.modes[::-1])]
+    runs: dict[str, list[dict]] = {m: [] for m in args.modes}
+    for k, m in enumerate(order):
+        runs[m].append(run_mode(m, config, pairs, backend, coef, peaks, Path(tmp.name) / f"{m}-{k}"))
+    modes = {m: _median_run(rs) for m, rs in runs.items()}
+    if len({m["markdown"] for m in modes.values()}) > 1:
+        print("note: the modes' reports differ (float rounding in padded vs prefix-cached batches changed an answer)")
+    # 4. cached rerun of the last job: lazy backend from the config, every call a cache hit
     start = time.perf_counter()
-    first = run_zero_shot(config, pairs, backends={"mllm": backend}, **job)
-    first_s = time.perf_counter() - start
-    generate_s = sum(seconds for _, _, seconds in backend.batches)
-    gens = [g for _, batch, _ in backend.batches for g in batch]
-
-    # 3. prefill vs decoding: (a) the generation hook, (b) a forward pass over the same prompt batches
-    hook_prefill, hook_decode = first["calls"]["prefill_s"], first["calls"]["decode_s"]
-    forward_prefill = forward_prefill_seconds(backend.backend, backend.batches)
-
-    # 4. cached rerun through the normal entry: lazy backend, nothing to generate, no model to load
-    start = time.perf_counter()
-    rerun = run_zero_shot(config, pairs, **job)
+    rerun = run_zero_shot(config, pairs, ["S1"], runs=1, output_dir=Path(tmp.name) / f"{order[-1]}-{len(order) - 1}",
+                          ignore_media=True, progress=False)  # fmt: skip
+    if rerun["calls"]["made"]:
+        raise SystemExit(f"the cached rerun made {rerun['calls']['made']} calls: {rerun['calls']}")
     rerun_s = time.perf_counter() - start
-    if rerun["calls"]["made"] or rerun["calls"]["models_loaded"] != {"mllm": False}:
-        raise SystemExit(f"the rerun was not answered from the cache alone: {rerun['calls']}")
-    if rerun["markdown"] != first["markdown"]:
-        raise SystemExit("the cached rerun's report differs from the first run's")
-
-    n_judged = len(pairs) * args.runs
-    hook_total = hook_prefill + hook_decode
+    tmp.cleanup()
+    last_peaks = {name: matmul_gflops(getattr(torch, name), args.matmul_size) for name in ("float32", "bfloat16")}
+    for name, value in last_peaks.items():
+        if value > peaks[name]:  # the job's shares were computed with the first figure: rescale to the higher one
+            for m in modes.values():
+                key = "share_of_fp32_peak" if name == "float32" else "share_of_bf16_peak"
+                m[key] = m["achieved_gflops"] / value
+            peaks[name] = value
     results = {
         "judge": config.name,
         "backend": backend.identity,
-        "sampling": config.sampling.as_dict(),
-        "strategy": "S1 (text only)",
         "n_pairs": len(pairs),
-        "runs": args.runs,
-        "calls": first["calls"]["made"],
         "batch_size": backend.batch_size,
         "machine": {
             "cpu_count": os.cpu_count(),
@@ -151,34 +235,17 @@ def main(args: argparse.Namespace) -> dict:
             "python": platform.python_version(),
             "load_average_1min": os.getloadavg()[0],
         },
+        "matmul_peak_gflops": peaks,
+        "matmul_gflops_measured": {"start": first_peaks, "end": last_peaks},
+        "flops_per_token": coef,
         "model_load_s": load_s,
-        "first_run_s": first_s,
-        "generate_s": generate_s,
-        "pairs_per_s_generation": n_judged / generate_s,
-        "pairs_per_s_end_to_end": n_judged / first_s,
-        "calls_per_s_generation": len(gens) / generate_s,
-        "prompt_tokens": sum(g.prompt_tokens or 0 for g in gens),
-        "completion_tokens": sum(g.completion_tokens or 0 for g in gens),
-        "prefill_decode_hook": {
-            "prefill_s": hook_prefill,
-            "decode_s": hook_decode,
-            "prefill_share": hook_prefill / hook_total,
-            "decode_share": hook_decode / hook_total,
-        },
-        "prefill_decode_forward": {
-            "prefill_s": forward_prefill,
-            "decode_s": hook_total - forward_prefill,
-            "prefill_share": forward_prefill / hook_total,
-            "decode_share": 1 - forward_prefill / hook_total,
-        },
+        "modes": {k: {kk: vv for kk, vv in v.items() if kk != "markdown"} for k, v in modes.items()},
+        "generate_s_per_repeat": {m: [r["generate_s"] for r in rs] for m, rs in runs.items()},
         "cached_rerun_s": rerun_s,
-        "cached_rerun_share_of_first_run": rerun_s / (load_s + first_s),
-        "cached_rerun_share_without_load": rerun_s / first_s,
-        "cached_rerun_under_5_percent": rerun_s / (load_s + first_s) < 0.05,
-        "invalid_verdicts_per_run": first["strategies"]["S1"]["per_run"]["invalid"],
+        "cached_rerun_models_loaded": rerun["calls"]["models_loaded"],
     }
-    if tmp is not None:
-        tmp.cleanup()
+    if "before" in modes and "after" in modes:
+        results["speedup_generation"] = modes["before"]["generate_s"] / modes["after"]["generate_s"]
     return results
 
 

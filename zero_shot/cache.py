@@ -10,18 +10,43 @@ The key is (judge, strategy, step, sample, order, run). Step-1 descriptions are 
 `input_hash` (prompt, media, model and sampling) guards against silently reusing a call made with another
 prompt or model: a key whose hash differs is an error, not a hit.
 
-A SIGKILL can leave a half-written last line; it is ignored on load and the next append starts a new line.
-Failed calls are never written, so a rerun retries them.
+A SIGKILL can leave a half-written last line, cut anywhere, also inside a multi-byte UTF-8 character (judges
+answer in Chinese): each line is decoded on its own, an undecodable or unparseable one is counted as corrupt
+(`n_corrupt`) and skipped, and the next append starts a new line. Failed calls are never written, so a rerun
+retries them. Whole-file writes next to the cache (reports, judgements) go through `atomic_write_text`.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+
+logger = logging.getLogger(__name__)
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write `text` (UTF-8) to `path` through a temporary file in the same folder and a rename, so a kill leaves
+    either the old file or the new one, never half of it. Creates the folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
 
 
 @dataclass(frozen=True)
@@ -66,22 +91,31 @@ class CallCache:
     def _load(self) -> None:
         if self.path is None:
             return
-        with self.path.open("r", encoding="utf-8") as fh:
-            for line in fh:
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                    key = CallKey(
-                        row["judge"], row["strategy"], row["step"], row["sample"], row["order"], int(row["run"])
-                    ).as_tuple()
-                except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                    self.n_corrupt += 1
-                    continue
-                if key in self._rows:
-                    self.n_duplicates += 1
-                    continue
-                self._rows[key] = row
+        try:
+            data = self.path.read_bytes()
+        except OSError as err:
+            raise OSError(f"call cache {self.path}: cannot be read ({err.strerror or err})") from err
+        for raw in data.split(b"\n"):
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw.decode("utf-8"))  # strict: a line cut inside a character is corrupt
+                key = CallKey(
+                    row["judge"], row["strategy"], row["step"], row["sample"], row["order"], int(row["run"])
+                ).as_tuple()
+            except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError):
+                self.n_corrupt += 1
+                continue
+            if key in self._rows:
+                self.n_duplicates += 1
+                continue
+            self._rows[key] = row
+        if self.n_corrupt:
+            logger.warning(
+                "call cache %s: skipped %d corrupt line(s) (a killed write); those calls are redone",
+                self.path,
+                self.n_corrupt,
+            )
 
     def __len__(self) -> int:
         return len(self._rows)

@@ -5,6 +5,10 @@
     emoreward judge --list
 
 Rerunning the same command with the same `--output` resumes from `DIR/calls.jsonl`.
+
+Exit status: 0 every call answered; 1 the run finished but some calls failed (server or model errors, reported
+apart from unparseable answers; rerun to retry them); 2 bad arguments, data or judge definition, or calls the
+judge cannot make at all (HTTP 401/403/404), each as one line on stderr; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -48,9 +52,10 @@ def run_judge_command(args: argparse.Namespace) -> int:
     """Run the `judge` subcommand; returns the exit status (0 ok, 2 bad arguments or data)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from emoreward.data import DataError, load_pairs
+    from zero_shot.cache import CacheMismatchError
     from zero_shot.config import available_judges, load_judge_config
     from zero_shot.runner import run_zero_shot
-    from zero_shot.strategies import MissingReferenceError, load_references
+    from zero_shot.strategies import JudgeCallError, MissingReferenceError, load_references
 
     if args.list:
         for name, path in available_judges().items():
@@ -65,8 +70,8 @@ def run_judge_command(args: argparse.Namespace) -> int:
         if args.limit:
             pairs = pairs[: args.limit]
         references = load_references(args.references) if args.references else None
-    except (ValueError, FileNotFoundError, DataError) as err:
-        sys.stderr.write(f"emoreward judge: {err}\n")
+    except (ValueError, OSError, DataError) as err:
+        sys.stderr.write(f"emoreward judge: error: {err}\n")
         return 2
     output = args.output or os.path.join("outputs", f"judge-{config.name}")
     sys.stdout.write(
@@ -87,15 +92,22 @@ def run_judge_command(args: argparse.Namespace) -> int:
             tie_policy=args.two_class_ties,
             progress=not args.no_progress,
         )
-    except MissingReferenceError as err:
-        sys.stderr.write(f"emoreward judge: {err}\n")
+    except (MissingReferenceError, JudgeCallError, CacheMismatchError, OSError) as err:
+        sys.stderr.write(f"emoreward judge: error: {err}\n")
         return 2
     calls = report["calls"]
     sys.stdout.write("\n" + report["markdown"] + "\n")
+    reused = f", {calls['reused_greedy']} reused from run 1 (greedy)" if calls["reused_greedy"] else ""
     sys.stdout.write(
-        f"calls: {calls['made']} made, {calls['cached']} from cache, {calls['failed']} failed, "
+        f"calls: {calls['made']} made, {calls['cached']} from cache{reused}, {calls['failed']} failed, "
         f"{calls['seconds']:.1f} s; report: {os.path.join(output, 'report.md')}\n"
     )
+    if calls["failed"]:
+        sys.stderr.write(
+            f"emoreward judge: {calls['failed']} call(s) failed (not unparseable answers: no answer came back; see "
+            "`error` in the judgements files); rerun the same command to retry them\n"
+        )
+        return 1
     return 0
 
 

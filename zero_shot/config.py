@@ -12,9 +12,10 @@ S2 and step 1 of S3/S4), and optionally the external text LLM of S3/S4. Example
     llm: null                # S3/S4 fall back to `mllm` when null
 
 Backends: `transformers-text` (a local chat LLM), `transformers-mllm` (Qwen2.5-Omni thinker, Qwen2.5-VL,
-Qwen2-Audio), `openai` (OpenAI-compatible HTTP server), `scripted` (a deterministic fake that answers from the
-prompt text, `zero_shot.testing.ScriptedBackend`, for tests and smoke runs, like lm-evaluation-harness's `dummy`
-model). Unknown names raise `ValueError` listing what exists.
+Qwen2-Audio), `openai` (OpenAI-compatible HTTP server, text or media: `modalities`, `use_audio_in_video`,
+`media_transport`), `scripted` (a deterministic fake that answers from the prompt text,
+`zero_shot.testing.ScriptedBackend`, for tests and smoke runs, like lm-evaluation-harness's `dummy` model). Unknown
+names raise `ValueError` listing what exists. Invalid YAML is one `ValueError` naming file, line and column.
 
 A run builds its backends lazily (`LazyBackend`): the identity that keys the call cache is computed from the
 config alone, and the model is loaded on the first call the cache cannot answer, so rerunning a finished job
@@ -29,10 +30,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-import yaml
-
 from zero_shot.backends.base import Backend, ChatRequest, Generation, SamplingConfig
-from zero_shot.prompts import CONFIG_DIR
+from zero_shot.prompts import CONFIG_DIR, read_yaml
 
 
 JUDGE_DIR = CONFIG_DIR / "judges"
@@ -56,8 +55,11 @@ class ModelConfig:
         fps, max_frames: video frame sampling for MLLMs (`emoreward.data.media.load_frames`).
         min_pixels, max_pixels: bounds on a resized video frame's area (the video processor's `size`); both or
             neither (None: the checkpoint processor's defaults).
-        base_url, api_key_env, timeout_s, max_retries, backoff_s, concurrency, modalities: `openai` settings.
+        base_url, api_key_env, timeout_s, max_retries, backoff_s, concurrency, modalities, media_transport: `openai`
+            settings (`modalities`: what the served model takes, `text` plus `video` / `audio`; `media_transport`:
+            `data` sends base64 data URLs, `file` sends `file://` URLs the server reads itself).
         delay_s: `scripted` only: seconds per answered request (lets tests kill a run midway).
+        calls_log: `scripted` only: a file that gets one line per answered request (tests count calls with it).
     """
 
     backend: BackendName
@@ -80,7 +82,9 @@ class ModelConfig:
     backoff_s: float = 1.0
     concurrency: int = 8
     modalities: tuple[str, ...] = ("text",)
+    media_transport: str = "data"
     delay_s: float = 0.0
+    calls_log: str | None = None
 
     def __post_init__(self):
         if self.backend not in get_args(BackendName):
@@ -94,6 +98,14 @@ class ModelConfig:
                 raise ValueError(f"family: unknown {self.family!r}; available: {sorted(FAMILIES)}")
             if self.use_audio_in_video and not FAMILIES[self.family].hears_audio:
                 raise ValueError(f"use_audio_in_video: {self.family} cannot hear, the flag must be false for it")
+        if self.backend == "openai":
+            unknown = set(self.modalities) - {"text", "video", "audio"}
+            if unknown:
+                raise ValueError(f"modalities: unknown {sorted(unknown)}; available: ['audio', 'text', 'video']")
+            if self.use_audio_in_video and "audio" not in self.modalities:
+                raise ValueError("use_audio_in_video: the served model must hear (add 'audio' to modalities)")
+            if self.media_transport not in ("data", "file"):
+                raise ValueError(f"media_transport: unknown {self.media_transport!r}; available: ['data', 'file']")
         if self.batch_size < 1:
             raise ValueError(f"batch_size: must be >= 1, got {self.batch_size}")
         if (self.min_pixels is None) != (self.max_pixels is None):
@@ -175,8 +187,9 @@ def available_judges(directory: Path = JUDGE_DIR) -> dict[str, Path]:
     """Registered judges: name (the file's `name`) -> YAML path, from `configs/judges/`."""
     out = {}
     for path in sorted(directory.glob("*.yaml")):
-        raw = yaml.safe_load(path.read_text()) or {}
-        out[str(raw.get("name", path.stem))] = path
+        raw = read_yaml(path) or {}
+        name = str(raw.get("name", path.stem)) if isinstance(raw, dict) else path.stem
+        out[name] = path
     return out
 
 
@@ -197,7 +210,7 @@ def load_judge_config(name_or_path: str | Path, directory: Path = JUDGE_DIR) -> 
         if text not in registry:
             raise ValueError(f"unknown judge {text!r}; available: {sorted(registry)}")
         path = registry[text]
-    return judge_config_from_dict(yaml.safe_load(path.read_text()), str(path))
+    return judge_config_from_dict(read_yaml(path), str(path))
 
 
 # ---------------------------------------------------------------------------------------------- backends
@@ -232,13 +245,17 @@ def _build_openai(cfg: ModelConfig) -> Backend:
         backoff_s=cfg.backoff_s,
         concurrency=cfg.concurrency,
         modalities=cfg.modalities,
+        use_audio_in_video=cfg.use_audio_in_video,
+        media_transport=cfg.media_transport,  # type: ignore[arg-type]
     )
 
 
 def _build_scripted(cfg: ModelConfig) -> Backend:
     from zero_shot.testing import ScriptedBackend
 
-    return ScriptedBackend(backend_identity(cfg), batch_size=cfg.batch_size, delay_s=cfg.delay_s)
+    return ScriptedBackend(
+        backend_identity(cfg), batch_size=cfg.batch_size, delay_s=cfg.delay_s, calls_log=cfg.calls_log
+    )
 
 
 BACKENDS: dict[str, Callable[[ModelConfig], Backend]] = {
@@ -273,7 +290,7 @@ def backend_identity(cfg: ModelConfig) -> str:
     if cfg.backend == "openai":
         from zero_shot.backends.openai_compat import openai_identity
 
-        return openai_identity(cfg.base_url or "", cfg.model)
+        return openai_identity(cfg.base_url or "", cfg.model, cfg.modalities, cfg.use_audio_in_video)
     if cfg.backend == "scripted":
         return f"scripted:{cfg.model}"
     raise ValueError(f"unknown backend {cfg.backend!r}; available: {sorted(BACKENDS)}")
@@ -300,8 +317,12 @@ class LazyBackend:
         self._backend: Backend | None = None
         self.identity = backend_identity(cfg)
         if cfg.backend == "openai":
+            from zero_shot.backends.openai_compat import openai_media_kind
+
             self.concurrency = cfg.concurrency
             self.modalities = frozenset({"text", *cfg.modalities})
+            if self.modalities != {"text"}:
+                self.media_kind = partial(openai_media_kind, self.modalities, cfg.use_audio_in_video)
         else:
             self.batch_size = cfg.batch_size
             self.modalities = frozenset({"text"})

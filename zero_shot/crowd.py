@@ -84,10 +84,12 @@ def mean_std(values: Sequence[float | None]) -> dict | None:
 def per_run_summary(result: JudgementSet, tie_policy: metrics.TiePolicy = "wrong") -> dict:
     """Mean ± std over runs (EmoPrefer runs each experiment twice) of recognition on the normal order, swap
     consistency (run r normal vs run r swapped), the rate of preferring the longer description, and the
-    number of invalid verdicts; plus multi-run consistency over the normal runs.
+    number of invalid verdicts per run (both orders), split into failed calls and unparseable answers; plus
+    multi-run consistency over the normal runs.
     """
     y_true = [p.label for p in result.pairs]
-    per_run: dict[str, list] = {k: [] for k in ("2c_waf", "2c_acc", "3c_waf", "3c_acc", "swap", "longer", "invalid")}
+    keys = ("2c_waf", "2c_acc", "3c_waf", "3c_acc", "swap", "longer", "invalid", "failed", "unparseable")
+    per_run: dict[str, list] = {k: [] for k in keys}
     for r in range(len(result.normal)):
         pred = result.verdicts("normal", r)
         two = metrics.recognition(y_true, pred, "two-class", tie_policy)
@@ -97,12 +99,14 @@ def per_run_summary(result: JudgementSet, tie_policy: metrics.TiePolicy = "wrong
         per_run["3c_waf"].append(three["waf"])
         per_run["3c_acc"].append(three["acc"])
         per_run["longer"].append(metrics.length_control(result.pairs, pred)["prefers_longer_rate"])
-        invalid = sum(v == "invalid" for v in pred)
+        judged = list(result.normal[r]) + (list(result.swapped[r]) if r < len(result.swapped) else [])
         if r < len(result.swapped):
-            swapped = result.verdicts("swapped", r)
-            per_run["swap"].append(metrics.swap_consistency(pred, swapped))
-            invalid += sum(v == "invalid" for v in swapped)
+            per_run["swap"].append(metrics.swap_consistency(pred, result.verdicts("swapped", r)))
+        invalid = sum(j.verdict.value == "invalid" for j in judged)
+        failed = sum(j.verdict.value == "invalid" and "error" in j.steps for j in judged)
         per_run["invalid"].append(invalid)
+        per_run["failed"].append(failed)  # the call failed: no answer to read
+        per_run["unparseable"].append(invalid - failed)  # an answer that names no verdict
     out = {key: mean_std(vals) for key, vals in per_run.items()}
     out["n_runs"] = len(result.normal)
     if len(result.normal) > 1:

@@ -17,7 +17,16 @@ from typing import Literal
 import yaml
 
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+def _config_dir() -> Path:
+    """`configs/`: the top-level folder of a source checkout, reached through the package's `configs` link (which
+    wheels install as package data, `zero_shot/configs/{judges,prompts}`); the checkout's folder directly where the
+    link is not followed (a checkout without symlink support)."""
+    package = Path(__file__).resolve().parent
+    linked = package / "configs"
+    return linked.resolve() if (linked / "judges").is_dir() else package.parent / "configs"
+
+
+CONFIG_DIR = _config_dir()
 PROMPT_DIR = CONFIG_DIR / "prompts"
 
 TEMPLATES: dict[str, tuple[str, ...]] = {
@@ -29,6 +38,30 @@ TEMPLATES: dict[str, tuple[str, ...]] = {
     "extract_answer": ("reasoning",),
 }
 MediaKind = Literal["video", "video_frames", "audio", "text"]
+
+
+def read_yaml(path: str | Path):
+    """Parse one YAML file.
+
+    Raises:
+        ValueError: invalid YAML, as one line naming the file, line and column (`judge.yaml, line 3, column 9:
+            mapping values are not allowed here`); undecodable bytes, naming the file.
+        FileNotFoundError: the file does not exist.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text (byte {err.start}: {err.reason})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        context = getattr(err, "context", None)
+        detail = f"{problem} ({context})" if context and getattr(err, "problem", None) else problem
+        raise ValueError(f"{path}{where}: invalid YAML: {detail}") from None
 
 
 @dataclass(frozen=True)
@@ -105,7 +138,7 @@ def load_prompts(name_or_path: str | Path) -> PromptSet:
             raise ValueError(f"unknown prompt set {name_or_path!r}; available: {available}")
     if not path.exists():
         raise FileNotFoundError(f"prompt file not found: {path}")
-    raw = yaml.safe_load(path.read_text())
+    raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: expected a mapping of templates")
     for key in ("name", "version", *TEMPLATES, "media_hint", "subtitle_line"):

@@ -20,13 +20,12 @@ from pathlib import Path
 from emoreward.data import PreferencePair
 from emoreward.evaluation import metrics
 from emoreward.evaluation.harness import JudgementSet, evaluate_judgements, run_judge
-from emoreward.evaluation.report import write_json
 from zero_shot.backends.base import Backend
-from zero_shot.cache import CallCache
+from zero_shot.cache import CallCache, atomic_write_text
 from zero_shot.config import JudgeConfig, LazyBackend
 from zero_shot.crowd import combine_normal_swapped, crowd_member, crowdsource, per_run_summary
 from zero_shot.prompts import load_prompts
-from zero_shot.strategies import STRATEGIES, CallStats, ZeroShotJudge
+from zero_shot.strategies import STRATEGIES, CallStats, ZeroShotJudge, default_chunk_size
 
 
 logger = logging.getLogger(__name__)
@@ -86,22 +85,27 @@ def table2_markdown(judge_name: str, summaries: Sequence[dict]) -> str:
     WAF, preference for the longer description, invalid verdicts per run) and the length-baseline row."""
     head = (
         "| Model | S. | 2-class WAF | 2-class ACC | 3-class WAF | 3-class ACC | Swap cons. | Multi-run cons. "
-        "| N+S 2-class WAF | Prefers longer | Invalid/run |"
+        "| N+S 2-class WAF | Prefers longer | Unparseable/run | Failed calls/run |"
     )
-    lines = [head, "|---|---|" + "---:|" * 9]
+    lines = [head, "|---|---|" + "---:|" * 10]
     for s in summaries:
         pr = s["per_run"]
         ns = s.get("normal_swapped")
+        multi = (
+            "100 (greedy, by construction)" if s.get("greedy_runs_reused") else _cell(pr.get("multi_run_consistency"))
+        )
         lines.append(
             f"| {judge_name} | {s['strategy']} | {_cell(pr['2c_waf'])} | {_cell(pr['2c_acc'])} | {_cell(pr['3c_waf'])} "
-            f"| {_cell(pr['3c_acc'])} | {_cell(pr['swap'])} | {_cell(pr.get('multi_run_consistency'))} "
-            f"| {_cell(ns['two_class']['waf']) if ns else '-'} | {_cell(pr['longer'])} | {_cell(pr['invalid'])} |"
+            f"| {_cell(pr['3c_acc'])} | {_cell(pr['swap'])} | {multi} "
+            f"| {_cell(ns['two_class']['waf']) if ns else '-'} | {_cell(pr['longer'])} | {_cell(pr['unparseable'])} "
+            f"| {_cell(pr['failed'])} |"
         )
     if summaries:
         lb = summaries[0]["evaluation"]["length_baseline"]
         lines.append(
             f"| length baseline (prefer the longer) | - | {lb['two_class']['waf']:.2f} | {lb['two_class']['acc']:.2f} "
-            f"| {lb['three_class']['waf']:.2f} | {lb['three_class']['acc']:.2f} | 100.00 | 100.00 | - | 100.00 | 0 |"
+            f"| {lb['three_class']['waf']:.2f} | {lb['three_class']['acc']:.2f} | 100.00 | 100.00 | - | 100.00 | 0 "
+            "| 0 |"
         )
     return "\n".join(lines) + "\n"
 
@@ -203,16 +207,19 @@ def run_zero_shot(
                 references=references,
                 media_root=media_root,
                 ignore_media=ignore_media,
-                chunk_size=max(
-                    getattr(backends["mllm"], "batch_size", 8), getattr(backends["mllm"], "concurrency", 1)
-                ),
+                chunk_size=default_chunk_size(backends["mllm"]),
                 progress=bar,
                 stats=stats,
             )
             judge.register(pairs)
             result = run_judge(judge, pairs, swap=swap, runs=runs)
             results[strategy] = result
-            summaries.append(summarize(result, strategy, tie_policy))
+            summary = summarize(result, strategy, tie_policy)
+            if judge.greedy and runs > 1:
+                # runs 2..R are run 0's calls again: identical by construction, nothing was measured
+                summary["greedy_runs_reused"] = True
+                summary["per_run"]["multi_run_consistency"] = None
+            summaries.append(summary)
             if out_dir is not None:
                 _write_jsonl(out_dir / f"judgements_{strategy}.jsonl", judgement_rows(result))
     finally:
@@ -234,6 +241,19 @@ def run_zero_shot(
         notes.append(f"S1 ran on the descriptions alone (no media) for {len(text_only)} of {len(pairs)} pairs.")
     if any(s in ("S3", "S4") for s in strategies) and config.llm is None and "llm" not in backends:
         notes.append("No external LLM is defined: the MLLM also performed the S3/S4 text steps.")
+    if runs > 1 and not config.sampling.do_sample:
+        notes.append(
+            f"Greedy decoding (do_sample: false): runs 2-{runs} reuse run 1's calls, so every run gives the same "
+            "answers. Multi-run consistency is therefore trivial (100% by construction, not measured) and the std "
+            "over runs is 0; sample (do_sample: true) to measure it."
+        )
+    if stats.failed:
+        notes.append(
+            f"{stats.failed} call(s) FAILED (no answer: server or model errors, see `error` in judgements_*.jsonl). "
+            "They count as INVALID in the metrics but are listed apart from unparseable answers ('Failed calls/run'); "
+            "failed calls are not cached: run the same command again to retry them."
+        )
+
     markdown = f"## Zero-shot judge `{config.name}` (prompts {prompts.tag}, verdicts from {config.verdict})\n\n"
     markdown += table2_markdown(config.name, summaries)
     markdown += (
@@ -262,7 +282,9 @@ def run_zero_shot(
         "calls": {
             "made": stats.made,
             "cached": stats.cached,
+            "reused_greedy": stats.reused,
             "failed": stats.failed,
+            "cache_corrupt_lines": cache.n_corrupt,
             "in_cache_before": n_cached_before,
             "seconds": elapsed,
             "prefill_s": stats.prefill_s,
@@ -272,9 +294,17 @@ def run_zero_shot(
         "markdown": markdown,
     }
     if out_dir is not None:
-        write_json({k: v for k, v in report.items()}, out_dir / "report.json")
-        (out_dir / "report.md").write_text(markdown)
+        atomic_write_text(out_dir / "report.json", json.dumps(report, indent=2, default=_json_default) + "\n")
+        atomic_write_text(out_dir / "report.md", markdown)
     return report
+
+
+def _json_default(value):
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
 def _no_media(pair: PreferencePair, media_root) -> bool:
@@ -284,7 +314,4 @@ def _no_media(pair: PreferencePair, media_root) -> bool:
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    atomic_write_text(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))

@@ -11,7 +11,16 @@ A sample with no media runs S1 on the descriptions alone (the prompt says so), a
 from a reference-description file instead of step 1; with neither, S2-S4 refuse with a clear error.
 
 Every call goes through the `CallCache`: a finished call is never redone, and a killed run resumes where it
-stopped. Step-1 references are keyed without strategy and order, so S2, S3 and S4 share them.
+stopped. Step-1 references are keyed without strategy and order, so S2, S3 and S4 share them. A comparison is
+keyed by its sample and, when the pair names them, by the two writers (`sample|model_a|model_b`, the original
+order), so the many pairs of one sample in a ranking never share a key. With greedy decoding
+(`do_sample: false`) every repeated run reuses run 0's calls (the answer cannot change), so runs 2..R cost nothing
+and multi-run consistency is 100% by construction, not a measurement.
+
+Failed calls: a call whose backend reports a fatal error (HTTP 401/403/404) stops the run with `JudgeCallError`;
+other failures are counted (`CallStats.failed`), never cached, and become INVALID verdicts whose `steps["error"]`
+says why (secrets scrubbed), or, with `on_failed_call="raise"`, a `JudgeCallError` once the finished calls of the
+batch are cached.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ from typing import Literal, get_args
 
 from emoreward.data import PreferencePair
 from emoreward.evaluation.verdicts import Judgement, Verdict
-from zero_shot.backends.base import Backend, ChatRequest, Generation, MediaInput, SamplingConfig
+from zero_shot.backends.base import Backend, ChatRequest, Generation, MediaInput, SamplingConfig, scrub_secrets
 from zero_shot.cache import CallCache, CallKey
 from zero_shot.parsing import parse_verdict
 from zero_shot.prompts import MediaKind, PromptSet
@@ -43,12 +52,18 @@ class MissingReferenceError(ValueError):
     """S2-S4 on a sample with no media and no reference description."""
 
 
+class JudgeCallError(RuntimeError):
+    """Judge calls failed in a way a rerun of the same run cannot fix alone (a fatal backend error, e.g. HTTP 401),
+    or failed while the judge was asked to stop on failures (`on_failed_call="raise"`). Finished calls are cached."""
+
+
 @dataclass
 class CallStats:
     """Counts shown by the progress bar and written to the report."""
 
     made: int = 0
     cached: int = 0
+    reused: int = 0  # greedy runs 2..R answered by run 0's calls
     failed: int = 0
     started: float = field(default_factory=time.perf_counter)
     prefill_s: float = 0.0
@@ -56,7 +71,7 @@ class CallStats:
 
     @property
     def done(self) -> int:
-        return self.made + self.cached
+        return self.made + self.cached + self.reused
 
     def postfix(self) -> dict:
         elapsed = max(time.perf_counter() - self.started, 1e-9)
@@ -73,27 +88,44 @@ def load_references(path: str | Path) -> dict[str, str]:
     or CSV with the same columns.
 
     Raises:
-        ValueError: a row without sample id or description, or a duplicate sample id (names file and row).
+        FileNotFoundError: the file does not exist.
+        ValueError: malformed JSON, undecodable bytes, a row without sample id or description, or a duplicate
+            sample id; the message names the file and its line (JSONL: the line in the file; CSV: the line of the
+            row, the header being line 1).
     """
     import csv
 
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"reference-description file not found: {path}")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = path.read_bytes()[: err.start].count(b"\n") + 1
+        raise ValueError(f"{path}, line {line}: not UTF-8 text ({err.reason})") from None
+    rows: list[tuple[int, object]] = []
     if path.suffix.lower() == ".csv":
-        with path.open(newline="", encoding="utf-8-sig") as fh:
-            rows = list(csv.DictReader(fh))
+        reader = csv.DictReader(text.splitlines())
+        rows = [(reader.line_num, row) for row in reader]
     else:
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append((number, json.loads(line)))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}, line {number}: malformed JSON ({err.msg}, column {err.colno})") from None
     out: dict[str, str] = {}
-    for i, row in enumerate(rows, start=1):
+    for number, row in rows:
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}, line {number}: expected a JSON object, got {type(row).__name__}")
         sample = row.get("sample_id") or row.get("name") or row.get("sample")
-        text = row.get("description") or row.get("reference")
-        if not sample or not text or not str(text).strip():
-            raise ValueError(f"{path}, row {i}: need a sample id (sample_id/name) and a description")
+        text_value = row.get("description") or row.get("reference")
+        if not sample or not text_value or not str(text_value).strip():
+            raise ValueError(f"{path}, line {number}: need a sample id (sample_id/name) and a description")
         if str(sample) in out:
-            raise ValueError(f"{path}, row {i}: duplicate sample id {sample!r}")
-        out[str(sample)] = str(text).strip()
+            raise ValueError(f"{path}, line {number}: duplicate sample id {sample!r}")
+        out[str(sample)] = str(text_value).strip()
     return out
 
 
@@ -143,12 +175,23 @@ def media_kind(backend: Backend, media: MediaInput | None) -> MediaKind:
     return chooser(media)
 
 
+CHUNK_BATCHES = 4  # a chunk of calls is this many backend batches: room to group prompts of similar length
+
+
+def default_chunk_size(backend: Backend) -> int:
+    """Calls handed to a backend at once: `CHUNK_BATCHES` batches (local models, which sort a chunk's prompts by
+    length into batches) or the concurrency (HTTP), whichever is larger. A chunk's calls are cached when it
+    returns, so a kill loses at most one chunk."""
+    return max(CHUNK_BATCHES * getattr(backend, "batch_size", 2), getattr(backend, "concurrency", 1))
+
+
 @dataclass
 class _Call:
     key: CallKey
     backend: Backend
     request: ChatRequest
     input_hash: str
+    run: int = 0  # the run asking (the key's run is 0 when greedy runs share run 0's calls)
     result: Generation | None = None
 
 
@@ -170,10 +213,17 @@ class ZeroShotJudge:
         chunk_size: calls per backend batch; the partition into chunks is fixed over the full call list, so
             a resumed run batches (and seeds) its missing calls as the uninterrupted run would.
         progress: a tqdm bar to update (optional); `stats` holds the counts either way.
+        on_failed_call: `"invalid"` (default): a failed call is an INVALID verdict, counted apart from unparseable
+            answers; `"raise"`: `judge` raises `JudgeCallError` after caching the calls that succeeded (rankings,
+            which must not silently drop comparisons).
+        reuse_greedy_runs: with greedy decoding, runs >= 1 reuse run 0's calls (default True).
 
     Raises:
-        ValueError: unknown strategy or verdict mode.
+        ValueError: unknown strategy, verdict mode or `on_failed_call`.
     """
+
+    cache_path: Path | None = None  # set by `zero_shot.load_judge`: where the call cache lives
+    config = None  # set by `zero_shot.load_judge`: the `JudgeConfig` it was built from
 
     def __init__(
         self,
@@ -192,7 +242,11 @@ class ZeroShotJudge:
         chunk_size: int = 8,
         progress=None,
         stats: CallStats | None = None,
+        on_failed_call: Literal["invalid", "raise"] = "invalid",
+        reuse_greedy_runs: bool = True,
     ):
+        if on_failed_call not in ("invalid", "raise"):
+            raise ValueError(f"on_failed_call: unknown {on_failed_call!r}; available: ['invalid', 'raise']")
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {strategy!r}; available: {list(STRATEGIES)}")
         if verdict_mode not in ("text", "logits"):
@@ -212,22 +266,39 @@ class ZeroShotJudge:
         self.chunk_size = chunk_size
         self.progress = progress
         self.stats = stats or CallStats()
-        self._originals: dict[str, tuple[str, str]] = {}
+        self.on_failed_call = on_failed_call
+        self.reuse_greedy_runs = reuse_greedy_runs
+        self._originals: dict[tuple, tuple] = {}
         self._references: dict[tuple[str, int], tuple[str | None, str]] = {}  # (sample, run) -> step-1 result
 
     # ------------------------------------------------------------------ orders
     def register(self, pairs: Sequence[PreferencePair]) -> None:
         """Record the original order of each pair (the harness later passes swapped copies)."""
         for p in pairs:
-            self._originals.setdefault(p.sample_id, (p.description_1, p.description_2))
+            self._identify(p)
+
+    @property
+    def greedy(self) -> bool:
+        """Whether repeated runs reuse run 0's calls (greedy decoding: a call's answer cannot change)."""
+        return self.reuse_greedy_runs and not self.sampling.do_sample
+
+    def _identify(self, pair: PreferencePair) -> tuple[str, str]:
+        """(the pair's key in the call cache, `"normal"` or `"swapped"` relative to the first order seen)."""
+        writers = None if pair.model_1 is None or pair.model_2 is None else frozenset((pair.model_1, pair.model_2))
+        ident = (pair.sample_id, writers)
+        original = self._originals.setdefault(
+            ident, (pair.model_1, pair.model_2, pair.description_1, pair.description_2)
+        )
+        key = pair.sample_id if writers is None else f"{pair.sample_id}|{original[0]}|{original[1]}"
+        here = (pair.model_1, pair.model_2, pair.description_1, pair.description_2)
+        if here == original:
+            return key, "normal"
+        if (pair.model_2, pair.model_1, pair.description_2, pair.description_1) == original:
+            return key, "swapped"
+        raise ValueError(f"sample {pair.sample_id!r} was seen before with other descriptions (pair {key})")
 
     def _order(self, pair: PreferencePair) -> str:
-        original = self._originals.setdefault(pair.sample_id, (pair.description_1, pair.description_2))
-        if (pair.description_1, pair.description_2) == original:
-            return "normal"
-        if (pair.description_2, pair.description_1) == original:
-            return "swapped"
-        raise ValueError(f"sample {pair.sample_id!r} was seen before with other descriptions")
+        return self._identify(pair)[1]
 
     # ------------------------------------------------------------------ planning
     def n_calls_per_pair_order(self) -> int:
@@ -264,8 +335,10 @@ class ZeroShotJudge:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def _make_call(self, backend, step, strategy, pair, order, run, prompt, media=None, final=False) -> _Call:
-        key = CallKey(self.judge_name, strategy, step, pair.sample_id, order, run)
-        seed = call_seed(self.sampling.seed, strategy, step, pair.sample_id, order, run)
+        sample = pair.sample_id if step == "describe" else self._identify(pair)[0]
+        key_run = 0 if self.greedy else run
+        key = CallKey(self.judge_name, strategy, step, sample, order, key_run)
+        seed = call_seed(self.sampling.seed, strategy, step, sample, order, key_run)
         logits = final and self.verdict_mode == "logits"
         request = ChatRequest(
             prompt=prompt,
@@ -275,7 +348,7 @@ class ZeroShotJudge:
             score_labels=VERDICT_LABELS if logits else None,
             answer_prefix=self.prompts.logit_answer_prefix if logits else "",
         )
-        return _Call(key, backend, request, self._hash(backend, request, step))
+        return _Call(key, backend, request, self._hash(backend, request, step), run=run)
 
     def _execute(self, calls: list[_Call]) -> None:
         """Fill `call.result` for every call: cache hits first, then the missing ones in fixed chunks."""
@@ -283,7 +356,10 @@ class ZeroShotJudge:
             row = self.cache.get(call.key, call.input_hash)
             if row is not None:
                 call.result = Generation(text=row["output"], probs=row.get("probs"))
-                self.stats.cached += 1
+                if call.run != call.key.run:
+                    self.stats.reused += 1
+                else:
+                    self.stats.cached += 1
                 self._tick()
         for start in range(0, len(calls), self.chunk_size):
             chunk = [c for c in calls[start : start + self.chunk_size] if c.result is None]
@@ -303,8 +379,15 @@ class ZeroShotJudge:
                         self.stats.prefill_s += g.prefill_s or 0.0
                         self.stats.decode_s += g.decode_s or 0.0
                     else:
+                        g.error = scrub_secrets(g.error)
                         self.stats.failed += 1
                     self._tick()
+                fatal = next((g for g in gens if g.error is not None and g.fatal), None)
+                if fatal is not None:
+                    raise JudgeCallError(
+                        f"{group[0].backend.identity} refused the call: {fatal.error}. Stopped; no further calls "
+                        "made (check the judge's base_url, model and api_key_env). Finished calls are cached."
+                    )
 
     def _tick(self) -> None:
         if self.progress is not None:
@@ -396,14 +479,23 @@ class ZeroShotJudge:
                     prompt = self.prompts.render("extract_answer", reasoning=call.result.text)
                     final[i] = self._make_call(backend, "extract", "S4", p, order, run, prompt, final=True)
             self._execute([c for c in final if c is not None])
-        return [self._judgement(p, order, run, call, s) for p, order, call, s in zip(pairs, orders, final, steps)]
+        out = [self._judgement(p, order, run, call, s) for p, order, call, s in zip(pairs, orders, final, steps)]
+        if self.on_failed_call == "raise":
+            failed = [j for j in out if "error" in j.steps]
+            if failed:
+                raise JudgeCallError(
+                    f"{self.name}: {len(failed)} of {len(out)} judge calls failed (e.g. sample "
+                    f"{failed[0].sample_id!r}: {failed[0].steps['error']}). The finished calls are cached: run the "
+                    "same command again to retry the failed ones"
+                )
+        return out
 
     def _judgement(self, pair, order, run, call: _Call | None, steps: dict[str, str]) -> Judgement:
         g = call.result if call is not None else None
         if g is None or g.error is not None:
-            error = g.error if g is not None else "an earlier step failed"
+            error = scrub_secrets(str(g.error)) if g is not None else "an earlier step failed"
             return Judgement(
-                pair.sample_id, Verdict.INVALID, order=order, run=run, raw=None, steps={**steps, "error": str(error)}
+                pair.sample_id, Verdict.INVALID, order=order, run=run, raw=None, steps={**steps, "error": error}
             )
         probs = g.probs or {}
         verdict = parse_verdict(g.text)

@@ -13,18 +13,22 @@ class ScriptedBackend:
     """A fake text backend: prefers the description that shares more words with the reference (or, without
     one, the longer description); it mentions the other label mid-reasoning, as real models do.
     `crash_after` raises after that many calls (a simulated kill); `fail_if` makes calls whose prompt contains it
-    fail; `delay_s` sleeps that long per request (a slow model, so a test can kill a run midway). Judge YAMLs reach
-    it as `backend: scripted`."""
+    fail; `delay_s` sleeps that long per request (a slow model, so a test can kill a run midway); `calls_log`
+    appends one line per answered request to that file (so a test in another process can count the calls a
+    subprocess made). Judge YAMLs reach it as `backend: scripted`."""
 
     modalities = frozenset({"text"})
 
-    def __init__(self, identity="scripted", crash_after=None, fail_if=None, *, batch_size=4, delay_s=0.0):
+    def __init__(
+        self, identity="scripted", crash_after=None, fail_if=None, *, batch_size=4, delay_s=0.0, calls_log=None
+    ):
         self.identity = identity
         self.calls: list[ChatRequest] = []
         self.crash_after = crash_after
         self.fail_if = fail_if
         self.batch_size = batch_size
         self.delay_s = delay_s
+        self.calls_log = calls_log
 
     def generate(self, requests: list[ChatRequest], sampling: SamplingConfig) -> list[Generation]:
         out = []
@@ -38,6 +42,9 @@ class ScriptedBackend:
                 out.append(Generation(error="HTTP 500: boom"))
                 continue
             out.append(Generation(text=self._answer(r.prompt)))
+        if self.calls_log:
+            with open(self.calls_log, "a", encoding="utf-8") as fh:
+                fh.write("".join(f"{r.seed}\n" for r in requests))
         return out
 
     @staticmethod

@@ -97,9 +97,19 @@ def add_rank_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument(
         "--media-root", help="multimodal reward models: folder the table's media paths (or video/<sample>.mp4) are in"
     )
-    r.add_argument("--cache-dir", help="score cache folder (default $EMOREWARD_CACHE or ~/.cache/emoreward/rank)")
+    r.add_argument(
+        "--cache-dir",
+        help="score cache folder, and the zero-shot call cache below it (default $EMOREWARD_CACHE or "
+        "~/.cache/emoreward/rank)",
+    )
     r.add_argument("--no-cache", action="store_true", help="score every description again and keep nothing")
     z = p.add_argument_group("generative judge")
+    z.add_argument(
+        "--strategy",
+        choices=["S1", "S2", "S3", "S4"],
+        default="S1",
+        help="zero-shot judges: the strategy (default S1)",
+    )
     z.add_argument("--runs", type=int, default=1, help="repeated runs per pair and order")
     z.add_argument("--no-swap", action="store_true", help="judge the normal order only")
     z.add_argument(
@@ -144,7 +154,9 @@ def run_rank(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     table = _load_table(args)
     groups = parse_groups(args.hierarchical, table.models) if args.hierarchical else None
-    kind, judge = load_rank_judge(args.judge, media_root=args.media_root)
+    kind, judge = load_rank_judge(
+        args.judge, media_root=args.media_root, strategy=args.strategy, cache_dir=args.cache_dir
+    )
     load_seconds = time.perf_counter() - start
     fit = {
         "tie_model": args.tie_model,
@@ -189,7 +201,9 @@ def run_rank_bpa(args: argparse.Namespace) -> int:
         raise ValueError("--hierarchical is a --method full option; BPA picks its own pairs")
     start = time.perf_counter()
     table = _load_table(args)
-    kind, judge = load_rank_judge(args.judge, media_root=args.media_root)
+    kind, judge = load_rank_judge(
+        args.judge, media_root=args.media_root, strategy=args.strategy, cache_dir=args.cache_dir
+    )
     load_seconds = time.perf_counter() - start
     cache_file = None
     if kind == "reward-model":

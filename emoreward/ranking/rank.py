@@ -1523,41 +1523,40 @@ def rank_with_bpa(
 # --------------------------------------------------------------------------------------------------- judges
 
 
-def load_rank_judge(spec: str | Path, media_root: str | None = None) -> tuple[str, Any]:
-    """Resolve ``--judge``: a reward-model directory (``emoreward_config.json`` inside) or a judge YAML.
+def load_rank_judge(
+    spec: str | Path,
+    media_root: str | None = None,
+    *,
+    strategy: str = "S1",
+    cache_dir: str | Path | None = None,
+) -> tuple[str, Any]:
+    """Resolve ``--judge`` through :func:`emoreward.judges.load_judge`: a reward-model directory (text or
+    multimodal), a judge YAML or a registered judge name.
 
-    A YAML judge is built by the ``zero_shot`` package (``zero_shot.load_judge(path) -> Judge``), imported only
-    here so ranking with a reward model never needs it.
+    A zero-shot judge runs ``strategy`` with its call cache under ``cache_dir`` (default :func:`default_cache_dir`,
+    ``$EMOREWARD_CACHE``), ``judges/zero-shot/<name>-<fingerprint>.jsonl``, so a killed ranking resumes; a failed
+    call stops the ranking (after caching the finished calls) instead of silently dropping a comparison.
 
     Returns:
         ``("reward-model", RewardModel)`` or ``("judge", Judge)``.
 
     Raises:
         FileNotFoundError: if ``spec`` does not exist; ImportError: a YAML judge without ``zero_shot``;
-        ValueError: a path that is neither.
+        ValueError: a path that is neither, or an invalid judge definition.
     """
-    path = Path(spec)
-    if not path.exists():
-        raise FileNotFoundError(f"judge {spec} does not exist (give a reward-model directory or a judge YAML)")
-    if path.is_dir():
-        from emoreward.models import SETTINGS_FILE, load_reward_model
+    import sys
 
-        if not (path / SETTINGS_FILE).exists():
-            raise ValueError(f"{path} is a directory without {SETTINGS_FILE}: not an emoreward reward model")
-        return "reward-model", load_reward_model(path, media_root=media_root)
-    if path.suffix.lower() in (".yaml", ".yml"):
-        try:
-            import zero_shot
-        except ImportError as err:
-            raise ImportError(
-                f"judge {path} is a YAML zero-shot judge, which needs the `zero_shot` package "
-                f"(installed with the project; import failed: {err})"
-            ) from err
-        loader: Callable | None = getattr(zero_shot, "load_judge", None)
-        if loader is None:
-            raise ImportError("the installed `zero_shot` package has no `load_judge(path)`; cannot build a YAML judge")
-        return "judge", loader(path)
-    raise ValueError(f"judge {path} is neither a reward-model directory nor a .yaml judge definition")
+    from emoreward.judges import is_reward_model_dir, load_judge
+
+    if is_reward_model_dir(spec):
+        return "reward-model", load_judge(spec, media_root=media_root).model  # the RewardModelJudge's model
+    return "judge", load_judge(
+        spec,
+        strategy=strategy,
+        cache_dir=Path(cache_dir or default_cache_dir()) / "judges",
+        media_root=media_root,
+        progress=sys.stderr.isatty(),
+    )
 
 
 def cache_path_for(model_dir: str | Path, cache_dir: str | Path | None = None) -> Path:

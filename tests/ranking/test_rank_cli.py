@@ -3,15 +3,12 @@
 import argparse
 import importlib.util
 import json
-import sys
-import types
 from pathlib import Path
 
 import pytest
 import torch
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-from emoreward.evaluation.verdicts import Judgement, Verdict
 from emoreward.models import TextRewardModel, TextSettings
 from emoreward.ranking.cli import add_rank_arguments, run_rank
 from emoreward.ranking.rank import load_rank_judge
@@ -114,39 +111,6 @@ def test_rank_cli_subsets(tmp_path, model_dir, capsys):
     assert "3 models x 4 samples" in capsys.readouterr().out
     assert run_rank(parser().parse_args([*argv, "--samples", "5"])) == 0
     assert "4 models x 5 samples" in capsys.readouterr().out
-
-
-def test_yaml_judge_goes_through_zero_shot(tmp_path, monkeypatch, capsys):
-    yaml_path = tmp_path / "judge.yaml"
-    yaml_path.write_text("strategy: S1\n")
-
-    class Longer:
-        name = "fake-s1"
-
-        def judge(self, pairs, *, run=0):
-            out = []
-            for p in pairs:
-                a, b = len(p.description_1), len(p.description_2)
-                out.append(
-                    Judgement(p.sample_id, Verdict.FIRST if a > b else Verdict.SECOND if b > a else Verdict.TIE)
-                )
-            return out
-
-    loaded = []
-    fake = types.ModuleType("zero_shot")
-    fake.load_judge = lambda path: loaded.append(Path(path)) or Longer()
-    monkeypatch.setitem(sys.modules, "zero_shot", fake)
-    data = write_table(tmp_path / "table.jsonl", n_samples=6)
-    assert run_rank(parser().parse_args(["--judge", str(yaml_path), "--data", str(data), "--n-boot", "5"])) == 0
-    assert loaded == [yaml_path]
-    assert "Judge calls: 72 (36 pairs" in capsys.readouterr().out  # C(4,2) x 6 pairs, both orders
-
-    monkeypatch.setitem(sys.modules, "zero_shot", types.ModuleType("zero_shot"))
-    with pytest.raises(ImportError, match="load_judge"):
-        load_rank_judge(yaml_path)
-    monkeypatch.setitem(sys.modules, "zero_shot", None)  # import fails
-    with pytest.raises(ImportError, match="zero_shot"):
-        load_rank_judge(yaml_path)
 
 
 def test_bad_judge_paths(tmp_path):

@@ -158,3 +158,55 @@ def test_counts_below_one_are_usage_errors(option, capsys):
         zero_shot.cli.main(["--judge", "smollm2-135m-text", "--output", "x", *option])
     assert exc.value.code == 2
     assert f"argument {option[0]}: expected an integer >= 1" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------- bad input, early
+def test_invalid_yaml_is_one_line_with_file_line_and_column(tmp_path, capsys):
+    from emoreward.cli import main
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "name: broken\ndescription: a judge\nprompts: emoprefer_v1: x\nmllm: {backend: scripted, model: m}\n"
+    )
+    assert main(["judge", "--judge", str(bad), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"emoreward judge: error: {bad}, line 3, column 22: invalid YAML: mapping values are not allowed here"
+    ]
+    with pytest.raises(ValueError, match=r"bad\.yaml, line 3, column 22"):
+        load_judge_config(bad)
+
+
+def test_broken_references_line_names_file_and_line(tmp_path, capsys):
+    from emoreward.cli import main
+    from zero_shot.strategies import load_references
+
+    refs = tmp_path / "refs.jsonl"
+    refs.write_text('{"sample_id": "s1", "description": "calm"}\n\n{"sample_id": "s2", "description": \n')
+    with pytest.raises(ValueError, match=rf"{refs}, line 3: malformed JSON"):
+        load_references(refs)
+    csv_refs = tmp_path / "refs.csv"
+    csv_refs.write_text("sample_id,description\ns1,calm\ns2,\n")
+    with pytest.raises(ValueError, match=rf"{csv_refs}, line 3: need a sample id"):
+        load_references(csv_refs)
+    judge = tmp_path / "j.yaml"
+    judge.write_text("name: j\nmllm: {backend: scripted, model: m}\n")
+    assert main(["judge", "--judge", str(judge), "--strategy", "S2", "--references", str(refs), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{refs}, line 3: malformed JSON" in err[0]
+
+
+def test_a_cache_line_torn_inside_a_multibyte_character_is_skipped(tmp_path):
+    from zero_shot.cache import CallCache, CallKey
+
+    path = tmp_path / "calls.jsonl"
+    cache = CallCache(path)
+    cache.put(CallKey("j", "S1", "compare", "s1", "normal", 0), "h1", "描述2更好。答案：2")
+    with path.open("ab") as fh:  # a SIGKILL in the middle of writing "描述" (3 bytes per character)
+        fh.write('{"judge": "j", "strategy": "S1", "output": "描述'.encode()[:-2])
+    reloaded = CallCache(path)
+    assert len(reloaded) == 1 and reloaded.n_corrupt == 1
+    reloaded.put(CallKey("j", "S1", "compare", "s2", "normal", 0), "h2", "答案：1")
+    again = CallCache(path)
+    assert len(again) == 2 and again.n_corrupt == 1
+    assert again.get(CallKey("j", "S1", "compare", "s1", "normal", 0), "h1")["output"] == "描述2更好。答案：2"

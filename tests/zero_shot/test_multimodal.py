@@ -254,21 +254,49 @@ def config_token(model_dir, name: str) -> int:
 
 
 @needs_pyav
-def test_omni_flag_off_sees_frames_only_and_mismatches_are_clear_errors(tmp_path, processed):
+def test_omni_judge_hears_what_the_reward_model_hears(tmp_path, processed):
+    """One flag, the reward models' rule (`emoreward.data.media.load_sample_media`): with both a video and a wav,
+    `use_audio_in_video: false` feeds the wav (its own audio span after the video), `true` the video's own track
+    (interleaved with the frames); the flag off without a wav is an error, as for the reward model."""
+    from emoreward.data.media import MediaOptions, load_sample_media
+
     model_dir = tiny_mllm_checkpoint("qwen2.5-omni-thinker")
     clip = write_clip(tmp_path / "v" / "c1.mp4", audio=speech("Oh no.", 1.0, tmp_path))
+    wav = write_wav(tmp_path / "a" / "c1.wav", seconds=0.8, freq=300.0)
     silent = write_clip(tmp_path / "v" / "c2.mp4", audio=None)
-    media = MediaInput(video=str(clip), sample_id="c1")
+    media = MediaInput(video=str(clip), audio=str(wav), sample_id="c1")
+    ref = MediaRef(video=str(clip), audio=str(wav))
+
+    def reward_model_audio(flag):
+        return load_sample_media("c1", ref, MediaOptions(use_audio_in_video=flag), need_video=True, need_audio=True)
+
     off = MultimodalBackend.from_pretrained(mllm_judge("qwen2.5-omni-thinker", model_dir).mllm)
-    assert off.media_kind(media) == "video_frames"
+    assert off.media_kind(media) == "video"
     [gen] = off.generate([ChatRequest("Describe.", media=media)], SamplingConfig(max_new_tokens=2))
     assert gen.error is None
     [(_, [prep], inputs)] = processed
-    assert prep.audio is None and "input_features" not in inputs
-    assert (inputs["input_ids"] == config_token(model_dir, "audio")).sum() == 0
+    expected = reward_model_audio(False)
+    assert expected.audio_path == str(wav) and np.array_equal(prep.audio, expected.audio)
+    assert not prep.audio_from_video and prep.audio.shape == (int(0.8 * 16000),)
+    ids = inputs["input_ids"][0].tolist()
+    tokens = {n: config_token(model_dir, n) for n in ("video", "audio", "bos", "eos")}
+    video_pos = [i for i, t in enumerate(ids) if t == tokens["video"]]
+    audio_pos = [i for i, t in enumerate(ids) if t == tokens["audio"]]
+    # a separate audio span after the whole video span, not interleaved
+    assert video_pos and audio_pos and video_pos[-1] < ids.index(tokens["bos"]) < audio_pos[0]
 
     on = MultimodalBackend.from_pretrained(mllm_judge("qwen2.5-omni-thinker", model_dir, use_audio_in_video=True).mllm)
     assert on.media_kind(media) == "video" and on.identity != off.identity
+    prep_on = on._prepare(media)
+    expected_on = reward_model_audio(True)
+    assert expected_on.audio_path == str(clip) and np.array_equal(prep_on.audio, expected_on.audio)
+    assert prep_on.audio_from_video and not np.array_equal(prep_on.audio[: len(prep.audio)], prep.audio)
+
+    # the flag off and no wav: the reward model cannot be fed this sample, and neither is the judge
+    with pytest.raises(MediaError, match=r"sample 'c1': .*c1\.mp4: use_audio_in_video=False takes the audio from"):
+        off.media_kind(MediaInput(video=str(clip), sample_id="c1"))
+    with pytest.raises(MediaError, match="no audio file"):
+        load_sample_media("c1", MediaRef(video=str(clip)), MediaOptions(), need_video=True, need_audio=True)
     # the flag asks for the clip's own track, and this clip has none: the error names the sample and the file
     [gen] = on.generate([ChatRequest("x", media=MediaInput(video=str(silent), sample_id="c2"))], SamplingConfig())
     assert "sample 'c2'" in gen.error and str(silent) in gen.error and "no audio stream" in gen.error
@@ -278,10 +306,9 @@ def test_omni_flag_off_sees_frames_only_and_mismatches_are_clear_errors(tmp_path
     assert gen.error.startswith("MediaError: sample 'c1'") and str(clip) in gen.error
     assert "processor rejected the extracted media" in gen.error
     # extraction and processor token counts are checked even when the processor does not complain
-    prep = on._prepare(media)
     with pytest.raises(MediaError, match=r"sample 'c1'.*0 video tokens expected but 3 after processing"):
         on._check_tokens({"input_ids": torch.full((1, 3), config_token(model_dir, "video"))}, [dataclasses.replace(
-            prep, frames=None, audio=None)])  # fmt: skip
+            prep_on, frames=None, audio=None)])  # fmt: skip
 
 
 def test_zero_length_and_missing_videos_name_sample_and_file(tmp_path):

@@ -1,3 +1,7 @@
+import collections
+import json
+from pathlib import Path
+
 import pytest
 
 from emoreward.evaluation import metrics
@@ -42,6 +46,57 @@ from zero_shot.parsing import parse_verdict, verdict_from_logits
 )
 def test_parse_verdict_reads_the_final_verdict(text, expected):
     assert parse_verdict(text).value == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "allowed"),
+    [
+        # a marker's answer is read as a whole, not by its first word
+        ("Answer: Both capture sadness, but Description 1 is more accurate.", {"1", "invalid"}),
+        ("Verdict: Both are plausible; Description 2 is better.", {"2", "invalid"}),
+        ("Final answer: Description 1 and Description 2 are equally good.", {"tie", "invalid"}),
+        ("Answer: Description 1 is worse than Description 2.", {"2", "invalid"}),
+        ("Final answer: Description 1 is less accurate, so I choose Description 2", {"2", "invalid"}),
+        # negation never flips a claim into its opposite
+        ("I would not say Description 1 is better.", {"invalid"}),
+        ("I don't think Description 2 is better. Description 1 fits the anger.", {"invalid", "1"}),
+        # numbers that merely start with a label
+        ("Answer: 12", {"invalid"}),
+        ("Answer: 10", {"invalid"}),
+        # JSON answers
+        ('{"answer": 2, "reason": "..."}', {"2"}),
+        ('{"answer": 1}', {"1"}),
+        ('{"verdict": 2}', {"2"}),
+        ('```json\n{"answer": 1}\n```', {"1"}),
+    ],
+)
+def test_reported_misreadings(text, allowed):
+    assert parse_verdict(text).value in allowed
+
+
+CORPUS = Path(__file__).with_name("verdict_corpus.jsonl")
+
+
+def test_labelled_corpus_no_wrong_class():
+    """The parser on `verdict_corpus.jsonl` (realistic judge outputs, each labelled with its verdict or INVALID).
+
+    A wrong class is worse than INVALID: zero are allowed. Agreement is printed per kind (`pytest -s`)."""
+    rows = [json.loads(line) for line in CORPUS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert len(rows) >= 60 and {r["verdict"] for r in rows} == {"1", "2", "tie", "invalid"}
+    assert {"chinese", "json", "negation", "truncated", "tie", "comparative"} <= {r["kind"] for r in rows}
+    per_kind = collections.defaultdict(lambda: [0, 0])
+    wrong, missed = [], []
+    for row in rows:
+        got = parse_verdict(row["text"]).value
+        per_kind[row["kind"]][0] += got == row["verdict"]
+        per_kind[row["kind"]][1] += 1
+        if got != row["verdict"]:
+            (missed if got == "invalid" else wrong).append((row["text"], row["verdict"], got))
+    agreement = sum(a for a, _ in per_kind.values()) / len(rows)
+    print(f"verdict corpus: {agreement:.1%} agreement on {len(rows)} outputs; " + ", ".join(
+        f"{k} {a}/{n}" for k, (a, n) in sorted(per_kind.items())))  # fmt: skip
+    assert wrong == [], f"wrong classes (worse than INVALID): {wrong}"
+    assert agreement >= 0.95, f"unread verdicts: {missed}"
 
 
 def test_invalid_answers_are_counted_not_mapped():

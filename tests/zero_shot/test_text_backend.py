@@ -76,8 +76,10 @@ def test_tiny_text_judge_end_to_end_counts_invalid(tiny_backend, tmp_path):
         judge, demo_pairs()[:4], ["S1"], runs=2, backends={"mllm": tiny_backend}, output_dir=tmp_path, progress=False
     )
     s1 = report["strategies"]["S1"]
-    assert report["calls"]["made"] == 4 * 2 * 2
-    assert s1["per_run"]["multi_run_consistency"] == 100.0 or s1["per_run"]["invalid"]["mean"] > 0  # greedy: stable
+    # greedy decoding: run 2 reuses run 1's calls, and multi-run consistency is not measured
+    assert report["calls"]["made"] == 4 * 2 and report["calls"]["reused_greedy"] == 4 * 2
+    assert s1["greedy_runs_reused"] and s1["per_run"]["multi_run_consistency"] is None
+    assert s1["per_run"]["2c_acc"]["std"] == 0.0
     n_invalid = s1["evaluation"]["judge"]["three_class"]["n_invalid"]
     assert 0 <= n_invalid <= 4  # random weights: gibberish is INVALID and counted, never mapped
 
@@ -102,3 +104,30 @@ def test_logits_judge_end_to_end(tiny_backend, tmp_path):
     normal, swapped = rows[0], rows[3]
     assert normal["sample_id"] == swapped["sample_id"] and swapped["order"] == "swapped"
     assert report["strategies"]["S1"]["evaluation"]["judge"]["three_class"]["n_invalid"] == 0
+
+
+@needs_smollm2
+def test_length_sorted_batches_and_shared_prefix_give_the_same_answers(tiny_backend):
+    """Throughput changes are exact: batching by length and reusing the shared prefix's KV cache give the greedy
+    answers of plain left-padded batches, in the request order."""
+    system = "You are an expert in human emotion understanding. You judge emotion descriptions carefully."
+    bodies = ["Short.", "A much longer description of a person who is sad and tired, speaking slowly.", "Angry!",
+              "Calm and relaxed, smiling.", "Fearful, with a trembling voice and wide eyes, avoiding contact.", "Hm."]  # fmt: skip
+    reqs = [ChatRequest(f"Description 1: {b}", system=system) for b in bodies]
+    greedy = SamplingConfig(max_new_tokens=6)
+    tiny_backend.sort_by_length, tiny_backend.reuse_prefix = False, False
+    try:
+        plain = tiny_backend.generate(reqs, greedy)
+        tiny_backend.sort_by_length, tiny_backend.reuse_prefix = True, True
+        fast = tiny_backend.generate(reqs, greedy)
+    finally:
+        tiny_backend.sort_by_length, tiny_backend.reuse_prefix = True, True
+    assert [g.text for g in fast] == [g.text for g in plain]
+    assert [g.prompt_tokens for g in fast] == [g.prompt_tokens for g in plain]
+    assert all(g.extra["shared_prefix_tokens"] > 20 for g in fast)  # system prompt and template head, once a batch
+    assert all(g.extra["shared_prefix_tokens"] == 0 for g in plain)
+    # sorted batches pad less: batch_size 4 over 6 prompts, the widest batch is no wider than without sorting
+    assert sum(g.extra["padded_width"] for g in fast) <= sum(g.extra["padded_width"] for g in plain)
+    ids = [tiny_backend._prompt_ids(r) for r in reqs]
+    n = TransformersTextBackend.shared_prefix_length(ids)
+    assert all(i[:n] == ids[0][:n] for i in ids) and len({i[n] for i in ids}) > 1

@@ -2,8 +2,27 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
+
+
+# secret-shaped strings (OpenAI-style `sk-...` keys, Hugging Face `hf_...` tokens, bearer tokens)
+_SECRET_SHAPES = re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}|\bhf_[A-Za-z0-9]{8,}|(?i:\bbearer\s+)[A-Za-z0-9._~+/=\-]{8,}")
+REDACTED = "[REDACTED]"
+
+
+def scrub_secrets(text: str | None, secrets: Iterable[str | None] = ()) -> str | None:
+    """`text` with every given secret (e.g. the configured API key) and every `sk-`/`hf_`/bearer-shaped token
+    replaced by `[REDACTED]`. Applied to every error a backend stores or prints (servers echo keys back in 401
+    bodies)."""
+    if not text:
+        return text
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, REDACTED)
+    return _SECRET_SHAPES.sub(REDACTED, text)
 
 
 @dataclass(frozen=True)
@@ -93,7 +112,10 @@ class Generation:
     Attributes:
         text: generated text ("" when the call failed).
         probs: label -> probability when the request asked for `score_labels`.
-        error: why the call failed (None on success); failed calls are counted and never cached.
+        error: why the call failed (None on success); failed calls are counted and never cached. Secrets are
+            scrubbed from it (`scrub_secrets`).
+        fatal: the failure is not about this request but about the judge itself (HTTP 401/403/404: wrong key,
+            no permission, unknown model or URL): no further call can succeed, so the run stops.
         prompt_tokens, completion_tokens: token counts where the backend knows them.
         prefill_s, decode_s: seconds spent on the prompt and on generated tokens (local backends).
     """
@@ -101,6 +123,7 @@ class Generation:
     text: str = ""
     probs: dict[str, float] | None = None
     error: str | None = None
+    fatal: bool = False
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     prefill_s: float | None = None

@@ -56,12 +56,13 @@ class _FirstStepTimer:
         return scores
 
 
-def timed_generate(model, inputs: dict, sampling: SamplingConfig, seed: int, pad_token_id: int | None):
+def timed_generate(model, inputs: dict, sampling: SamplingConfig, seed: int, pad_token_id: int | None, **extra):
     """`model.generate` on a padded batch, timing prefill (prompt forward) and decoding separately.
 
     Args:
         inputs: processor / tokenizer output (`input_ids` of shape `(batch, prompt_len)`, masks, media tensors).
         seed: seeds torch's generator before generation (sampling only).
+        extra: more `generate` arguments (e.g. `cache`: a KV cache of a shared prompt prefix).
 
     Returns:
         (`new_tokens` of shape `(batch, new_len)`, prefill seconds, decode seconds).
@@ -75,7 +76,7 @@ def timed_generate(model, inputs: dict, sampling: SamplingConfig, seed: int, pad
         torch.manual_seed(seed)
     start = time.perf_counter()
     with torch.inference_mode():
-        out = model.generate(**inputs, **kwargs, logits_processor=LogitsProcessorList([timer]))
+        out = model.generate(**inputs, **kwargs, **extra, logits_processor=LogitsProcessorList([timer]))
     end = time.perf_counter()
     first = timer.first or end
     sequences = out.sequences if hasattr(out, "sequences") else out

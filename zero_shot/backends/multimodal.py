@@ -9,11 +9,14 @@ After processing, the audio and video placeholder tokens are checked against wha
 between media extraction and processor is a `MediaError` naming the sample and the file, never a silently deaf or
 blind judge.
 
-| family                 | model class                                  | video frames | audio file         | video's audio track |
-|------------------------|----------------------------------------------|--------------|--------------------|---------------------|
-| `qwen2.5-omni-thinker` | `Qwen2_5OmniThinkerForConditionalGeneration` | yes          | samples w/o video  | if the flag is set (interleaved with the frames, TMRoPE) |
-| `qwen2.5-vl`           | `Qwen2_5_VLForConditionalGeneration`         | yes          | no                 | never (flag must be false) |
-| `qwen2-audio`          | `Qwen2AudioForConditionalGeneration`         | no           | yes                | if the flag is set (instead of the audio file) |
+| family                 | model class                                  | video frames | audio file                  | video's audio track |
+|------------------------|----------------------------------------------|--------------|-----------------------------|---------------------|
+| `qwen2.5-omni-thinker` | `Qwen2_5OmniThinkerForConditionalGeneration` | yes          | flag off (its own span)     | flag on (interleaved with the frames, TMRoPE) |
+| `qwen2.5-vl`           | `Qwen2_5_VLForConditionalGeneration`         | yes          | no                          | never (flag must be false) |
+| `qwen2-audio`          | `Qwen2AudioForConditionalGeneration`         | no           | flag off                    | flag on (instead of the audio file) |
+
+This is the reward models' rule (`emoreward.data.media.resolve_paths`, `RewardPromptBuilder`), applied through
+`zero_shot.media.plan_media`: a sample without the file the flag asks for is a `MediaError`, not a deaf judge.
 
 Processors: `AutoProcessor` where torchvision is installed; without it (CPU machines where no torchvision build
 matches torch) the video families get their official processor classes with the torchvision-free video processor
@@ -34,6 +37,7 @@ import torch
 from emoreward.data.media import MediaError, MediaOptions, load_audio, load_frames
 from zero_shot.backends.base import ChatRequest, Generation, MediaInput, SamplingConfig, build_messages
 from zero_shot.backends.hf_common import pick_device, pick_dtype, resolve_model_path, timed_generate
+from zero_shot.media import plan_media
 
 
 logger = logging.getLogger(__name__)
@@ -101,24 +105,20 @@ def family_modalities(family: str, use_audio_in_video: bool) -> frozenset[str]:
 
 def select_media_kind(family: str, use_audio_in_video: bool, media: MediaInput) -> str:
     """What a `family` model gets of a sample's media under the flag, as the prompt names it: `video` (frames and
-    the video's own soundtrack), `video_frames` (frames only) or `audio`.
+    sound: the video's own track with the flag, else the `.wav`), `video_frames` (frames only) or `audio`
+    (`zero_shot.media.plan_media`, the reward models' rule; no file is opened here).
 
     Raises:
-        MediaError: the sample has no media this family can use under the flag (names the sample and the files).
+        MediaError: the sample lacks media this family needs under the flag (names the sample and the files).
     """
     spec = check_family(family, use_audio_in_video)
-    has_video = media.video is not None or media.frames is not None
-    has_audio = media.audio is not None or media.waveform is not None
-    if spec.sees_video and has_video:
-        return "video" if use_audio_in_video else "video_frames"
-    if spec.hears_audio and (has_audio or (has_video and use_audio_in_video)):
-        return "audio"
-    raise MediaError(
-        media.sample_id or "?",
-        media.video or media.audio,
-        f"{family} cannot use this sample's media (video={has_video}, audio file={has_audio}, "
-        f"use_audio_in_video={use_audio_in_video})",
-    )
+    return plan_media(
+        media,
+        sees_video=spec.sees_video,
+        hears_audio=spec.hears_audio,
+        use_audio_in_video=use_audio_in_video,
+        check_files=False,
+    ).kind
 
 
 def load_processor(path: str, family: str, *, trust_remote_code: bool = False):
@@ -255,30 +255,34 @@ class MultimodalBackend:
         return select_media_kind(self.family, self.use_audio_in_video, media)
 
     def _prepare(self, media: MediaInput | None) -> _Prepared:
+        """Decode what the plan says (`zero_shot.media.plan_media`): frames of the video; audio from the video's
+        own track when the flag is set, else from the `.wav` file (the reward models' `RewardPromptBuilder`
+        gets the same). For Qwen2.5-Omni the video's track is interleaved with its frames; a `.wav` gets its own
+        audio span after the video."""
         if media is None or not media.kinds():
             return _Prepared("?", None, None, None, False, None)
         sample = media.sample_id or "?"
-        kind = self.media_kind(media)
+        plan = plan_media(
+            media,
+            sees_video=self.spec.sees_video,
+            hears_audio=self.spec.hears_audio,
+            use_audio_in_video=self.use_audio_in_video,
+        )
         files = ", ".join(p for p in (media.video, media.audio) if p) or None
         frames = fps = None
-        if kind in ("video", "video_frames"):
+        if self.spec.sees_video:
             if media.frames is not None:
                 frames, fps = np.asarray(media.frames, dtype=np.uint8), self.media.fps
             else:
-                frames, fps = load_frames(sample, media.video, self.media.fps, self.media.max_frames)
-        audio = self._audio(sample, media) if kind in ("video", "audio") else None
-        return _Prepared(sample, frames, fps, audio, kind == "video" and self.spec.audio_in_video, files)
-
-    def _audio(self, sample: str, media: MediaInput) -> np.ndarray:
-        """The waveform a sample is heard through: a pre-decoded waveform, else (flag set) the video's own track,
-        else the audio file. A video without an audio stream is a `MediaError` when its track is asked for."""
-        if media.waveform is not None:
-            return np.asarray(media.waveform, dtype=np.float32)
-        if self.use_audio_in_video and media.video is not None:
-            return load_audio(sample, media.video, self.media.sampling_rate)
-        if media.audio is not None:
-            return load_audio(sample, media.audio, self.media.sampling_rate)
-        raise MediaError(sample, media.video, "no audio for this sample (no audio file, use_audio_in_video=False)")
+                frames, fps = load_frames(sample, plan.video, self.media.fps, self.media.max_frames)
+        audio = None
+        if self.spec.hears_audio:
+            if media.waveform is not None:
+                audio = np.asarray(media.waveform, dtype=np.float32)
+            else:
+                audio = load_audio(sample, plan.audio, self.media.sampling_rate)
+        interleaved = plan.audio_from_video and frames is not None and self.spec.audio_in_video
+        return _Prepared(sample, frames, fps, audio, interleaved, files)
 
     # ------------------------------------------------------------------ processing
     def _messages(self, request: ChatRequest, prep: _Prepared) -> list[dict]:

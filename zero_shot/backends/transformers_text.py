@@ -1,8 +1,18 @@
-"""Local text LLM judge through `transformers` generation (S1 text-only, S3/S4 external LLM)."""
+"""Local text LLM judge through `transformers` generation (S1 text-only, S3/S4 external LLM).
+
+Throughput: a request list is generated in batches of prompts of similar length (sorted by token count, answers
+returned in the request order), so little of a batch is padding; and a batch whose prompts share a token prefix
+(the system prompt and the template up to the first description) runs that prefix through the model once and
+reuses its KV cache for every prompt of the batch (the rest of each prompt is padded between the prefix and
+itself, which the attention mask and the mask-derived positions make exact: tests compare both ways).
+"""
 
 from __future__ import annotations
 
 import logging
+import time
+
+import torch
 
 from zero_shot.backends.base import ChatRequest, Generation, SamplingConfig, build_messages
 from zero_shot.backends.hf_common import (
@@ -16,6 +26,7 @@ from zero_shot.parsing import verdict_from_logits
 
 
 logger = logging.getLogger(__name__)
+MIN_SHARED_PREFIX = 8  # tokens; a shorter common prefix is not worth a separate forward pass
 
 
 def text_identity(model_name_or_path: str, gguf_file: str | None, dtype: str) -> str:
@@ -31,6 +42,8 @@ class TransformersTextBackend:
         tokenizer: its tokenizer; must have a chat template.
         identity: string naming the weights and loading settings (part of the cache input hash).
         batch_size: requests per `generate` call.
+        sort_by_length: batch prompts of similar token length together (see the module docstring).
+        reuse_prefix: run a batch's shared prompt prefix once and reuse its KV cache.
 
     Raises:
         ValueError: the tokenizer has no chat template.
@@ -38,7 +51,16 @@ class TransformersTextBackend:
 
     modalities = frozenset({"text"})
 
-    def __init__(self, model, tokenizer, *, identity: str, batch_size: int = 8):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        identity: str,
+        batch_size: int = 8,
+        sort_by_length: bool = True,
+        reuse_prefix: bool = True,
+    ):
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError(f"tokenizer of {identity!r} has no chat template; a chat (instruct) model is needed")
         if batch_size < 1:
@@ -50,6 +72,8 @@ class TransformersTextBackend:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.identity = identity
         self.batch_size = batch_size
+        self.sort_by_length = sort_by_length
+        self.reuse_prefix = reuse_prefix
 
     @classmethod
     def from_pretrained(
@@ -82,43 +106,81 @@ class TransformersTextBackend:
         return self.tokenizer.apply_chat_template(build_messages(request), tokenize=False, add_generation_prompt=True)
 
     def generate(self, requests: list[ChatRequest], sampling: SamplingConfig) -> list[Generation]:
-        out: list[Generation] = []
-        for start in range(0, len(requests), self.batch_size):
-            batch = requests[start : start + self.batch_size]
-            to_score = [r for r in batch if r.score_labels]
-            to_generate = [r for r in batch if not r.score_labels]
-            results: dict[int, Generation] = {}
-            for r in to_score:
-                results[id(r)] = self._score(r)
-            if to_generate:
-                for r, g in zip(to_generate, self._generate_batch(to_generate, sampling)):
-                    results[id(r)] = g
-            out.extend(results[id(r)] for r in batch)
-        return out
+        results: dict[int, Generation] = {}
+        to_generate: list[tuple[int, list[int]]] = []
+        for i, r in enumerate(requests):
+            if r.score_labels:
+                results[i] = self._score(r)
+                continue
+            try:
+                to_generate.append((i, self._prompt_ids(r)))
+            except Exception as err:  # noqa: BLE001 - a request that cannot be templated fails alone
+                results[i] = Generation(error=f"{type(err).__name__}: {err}")
+        if self.sort_by_length:
+            to_generate.sort(key=lambda item: len(item[1]))  # stable: equal lengths keep the request order
+        for start in range(0, len(to_generate), self.batch_size):
+            batch = to_generate[start : start + self.batch_size]
+            gens = self._generate_batch([ids for _, ids in batch], sampling, requests[batch[0][0]].seed)
+            results.update({i: g for (i, _), g in zip(batch, gens)})
+        return [results[i] for i in range(len(requests))]
 
-    def _generate_batch(self, batch: list[ChatRequest], sampling: SamplingConfig) -> list[Generation]:
+    def _prompt_ids(self, request: ChatRequest) -> list[int]:
+        return self.tokenizer(self._prompt_text(request), add_special_tokens=False)["input_ids"]
+
+    @staticmethod
+    def shared_prefix_length(sequences: list[list[int]]) -> int:
+        """Tokens every sequence starts with, leaving at least one token of each sequence after the prefix."""
+        shortest = min(len(s) for s in sequences)
+        n = 0
+        while n < shortest - 1 and all(s[n] == sequences[0][n] for s in sequences):
+            n += 1
+        return n
+
+    def _generate_batch(self, batch: list[list[int]], sampling: SamplingConfig, seed: int) -> list[Generation]:
+        """Generate for token-id prompts; left-padded, or with the shared prefix run once (`reuse_prefix`)."""
+        pad = self.tokenizer.pad_token_id
+        prefix = self.shared_prefix_length(batch) if self.reuse_prefix and len(batch) > 1 else 0
+        if prefix < MIN_SHARED_PREFIX:
+            prefix = 0
+        rest = [ids[prefix:] for ids in batch]
+        width = max(len(r) for r in rest)
+        ids = torch.full((len(batch), prefix + width), pad, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        ids[:, :prefix] = torch.tensor(batch[0][:prefix], dtype=torch.long)
+        mask[:, :prefix] = 1
+        for row, r in enumerate(rest):  # padding sits between the shared prefix and each prompt's own tokens
+            ids[row, prefix + width - len(r) :] = torch.tensor(r, dtype=torch.long)
+            mask[row, prefix + width - len(r) :] = 1
+        device = self.model.device
         try:
-            texts = [self._prompt_text(r) for r in batch]
-            enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-            enc = {k: v.to(self.model.device) for k, v in enc.items()}
+            extra, prefix_s = {}, 0.0
+            if prefix:
+                begin = time.perf_counter()
+                with torch.inference_mode():
+                    out = self.model(input_ids=ids[:1, :prefix].to(device), use_cache=True)
+                cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+                cache.batch_repeat_interleave(len(batch))
+                extra["cache"] = cache
+                prefix_s = time.perf_counter() - begin
             new, prefill, decode = timed_generate(
-                self.model, enc, sampling, batch[0].seed, self.tokenizer.pad_token_id
-            )
+                self.model, {"input_ids": ids.to(device), "attention_mask": mask.to(device)}, sampling, seed, pad,
+                **extra,
+            )  # fmt: skip
+            prefill += prefix_s
         except Exception as err:  # noqa: BLE001 - a failed batch becomes failed calls, counted by the runner
             logger.warning("generation failed for %d requests: %s", len(batch), err)
             return [Generation(error=f"{type(err).__name__}: {err}") for _ in batch]
         gens = []
-        prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
-        for row, n_prompt in zip(new, prompt_lens):
+        for row, prompt in zip(new, batch):
             text = self.tokenizer.decode(row, skip_special_tokens=True)
-            n_new = int((row != self.tokenizer.pad_token_id).sum())
             gens.append(
                 Generation(
                     text=text.strip(),
-                    prompt_tokens=int(n_prompt),
-                    completion_tokens=n_new,
+                    prompt_tokens=len(prompt),
+                    completion_tokens=int((row != pad).sum()),
                     prefill_s=prefill / len(batch),
                     decode_s=decode / len(batch),
+                    extra={"shared_prefix_tokens": prefix, "padded_width": prefix + width, "batch_rows": len(batch)},
                 )
             )
         return gens
