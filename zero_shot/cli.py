@@ -45,6 +45,16 @@ def add_judge_arguments(p: argparse.ArgumentParser) -> None:
         help="how predicted ties/invalid count in two-class scoring",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--dataset",
+        metavar="FILE",
+        help="also write every judgement (all strategies, orders, runs) as one dataset table (.jsonl or .parquet)",
+    )
+    p.add_argument(
+        "--push-to-hub",
+        metavar="OWNER/NAME",
+        help="upload the judgements table to this Hub dataset repository (private; token from HF_TOKEN)",
+    )
     p.add_argument("--list", action="store_true", help="list the registered judges and exit")
 
 
@@ -102,6 +112,15 @@ def run_judge_command(args: argparse.Namespace) -> int:
         f"calls: {calls['made']} made, {calls['cached']} from cache{reused}, {calls['failed']} failed, "
         f"{calls['seconds']:.1f} s; report: {os.path.join(output, 'report.md')}\n"
     )
+    if args.dataset or args.push_to_hub:
+        from emoreward.data import push_records_to_hub, write_records
+
+        rows = judgement_dataset_rows(output, args.strategy)
+        if args.dataset:
+            sys.stdout.write(f"judgements dataset: {write_records(rows, args.dataset)} ({len(rows)} rows)\n")
+        if args.push_to_hub:
+            push_records_to_hub(rows, args.push_to_hub, commit_message=f"emoreward judge {config.name}")
+            sys.stdout.write(f"judgements pushed to the Hub dataset {args.push_to_hub}\n")
     if calls["failed"]:
         sys.stderr.write(
             f"emoreward judge: {calls['failed']} call(s) failed (not unparseable answers: no answer came back; see "
@@ -109,6 +128,23 @@ def run_judge_command(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def judgement_dataset_rows(output: str, strategies: list[str]) -> list[dict]:
+    """Every judgement of a finished run, one row per (strategy, pair, order, run), from `judgements_<S>.jsonl`;
+    the intermediate step outputs become a JSON string column so that the table has one schema."""
+    import json
+
+    rows = []
+    for strategy in strategies:
+        path = os.path.join(output, f"judgements_{strategy}.jsonl")
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                row = json.loads(line)
+                row["strategy"] = strategy
+                row["steps"] = json.dumps(row.get("steps") or {}, ensure_ascii=False)
+                rows.append(row)
+    return rows
 
 
 def _positive_int(text: str) -> int:

@@ -210,3 +210,24 @@ def test_a_cache_line_torn_inside_a_multibyte_character_is_skipped(tmp_path):
     again = CallCache(path)
     assert len(again) == 2 and again.n_corrupt == 1
     assert again.get(CallKey("j", "S1", "compare", "s1", "normal", 0), "h1")["output"] == "描述2更好。答案：2"
+
+
+def test_judgements_are_written_as_one_dataset_table(tmp_path, capsys):
+    import datasets
+
+    from emoreward.cli import main
+
+    judge = tmp_path / "scripted.yaml"
+    judge.write_text("name: scripted-judge\nmllm: {backend: scripted, model: m}\n")
+    out = tmp_path / "out"
+    table = tmp_path / "judgements.parquet"
+    argv = ["judge", "--judge", str(judge), "--strategy", "S1", "--data", "emoprefer", "--limit", "6"]
+    argv += ["--runs", "2", "--output", str(out), "--no-progress", "--dataset", str(table)]
+    assert main(argv) == 0
+    assert f"judgements dataset: {table} (24 rows)" in capsys.readouterr().out  # 6 pairs x 2 orders x 2 runs
+    rows = datasets.load_dataset("parquet", data_files=str(table), split="train").to_list()
+    assert len(rows) == 24 and {r["strategy"] for r in rows} == {"S1"}
+    assert {r["order"] for r in rows} == {"normal", "swapped"} and {r["run"] for r in rows} == {0, 1}
+    # the JSONL the run writes reads back as a dataset as well
+    again = datasets.load_dataset("json", data_files=str(out / "judgements_S1.jsonl"), split="train")
+    assert again.num_rows == 24
