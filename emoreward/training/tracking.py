@@ -39,7 +39,9 @@ def configure_wandb(config: EmoRewardConfig) -> str | None:
         logger.warning(
             "no W&B API key found: logging offline to %s (sync later with `wandb sync`)", os.environ["WANDB_DIR"]
         )
-    os.environ.setdefault("WANDB_LOG_MODEL", "false")  # the model artifact is ours (`wandb_log_model`), not the Trainer's
+    os.environ.setdefault(
+        "WANDB_LOG_MODEL", "false"
+    )  # the model artifact is ours (`wandb_log_model`), not the Trainer's
     os.environ.setdefault("WANDB_SILENT", "true")  # no banner, history and sync hints per run (200 lines for 5 folds)
     return os.environ.get("WANDB_MODE", "online")
 
