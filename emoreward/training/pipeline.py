@@ -143,9 +143,26 @@ def _replace(config: EmoRewardConfig, **changes) -> EmoRewardConfig:
 
 
 def _last_checkpoint(output_dir: str | Path) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
+    """The newest complete `checkpoint-<step>` in `output_dir`: one whose `trainer_state.json` (the Trainer writes
+    it after the weights, optimizer and RNG states) reads back and names that step. A checkpoint that a kill cut
+    short is skipped with a warning, and the run resumes from the one before it."""
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-    return get_last_checkpoint(str(output_dir)) if Path(output_dir).is_dir() else None
+    if not Path(output_dir).is_dir():
+        return None
+    steps = {}
+    for path in Path(output_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*"):
+        suffix = path.name.rsplit("-", 1)[1]
+        if path.is_dir() and suffix.isdigit():
+            steps[int(suffix)] = path
+    for step in sorted(steps, reverse=True):
+        state = read_json_or_none(steps[step] / "trainer_state.json", what="trainer state")
+        if isinstance(state, dict) and state.get("global_step") == step:
+            return str(steps[step])
+        logger.warning(
+            "checkpoint %s is incomplete (interrupted while saving): resuming from an earlier one", steps[step]
+        )
+    return None
 
 
 def evaluate_model(
