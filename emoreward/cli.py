@@ -9,6 +9,7 @@ Other commands register themselves through `COMMANDS` (name -> (add_arguments, r
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import sys
@@ -23,6 +24,13 @@ def quiet_libraries() -> None:
 
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*")
+    # the Trainer's default pin_memory=True is a no-op without a GPU; torch warns once per dataloader (per fold)
+    warnings.filterwarnings("ignore", message=".*'pin_memory' argument is set as true but no accelerator is found")
+    if "DS_ACCELERATOR" not in os.environ and importlib.util.find_spec("deepspeed") is not None:
+        import torch
+
+        if not torch.cuda.is_available():  # what DeepSpeed would pick, without its warning about not finding a GPU
+            os.environ["DS_ACCELERATOR"] = "cpu"
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()

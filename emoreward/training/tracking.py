@@ -36,7 +36,7 @@ def configure_wandb(config: EmoRewardConfig) -> str | None:
     Path(os.environ["WANDB_DIR"]).mkdir(parents=True, exist_ok=True)
     if "WANDB_MODE" not in os.environ and not has_wandb_key():
         os.environ["WANDB_MODE"] = "offline"
-        logger.warning(
+        logger.info(  # the main job prints where the offline runs are
             "no W&B API key found: logging offline to %s (sync later with `wandb sync`)", os.environ["WANDB_DIR"]
         )
     os.environ.setdefault(
