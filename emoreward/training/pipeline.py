@@ -41,7 +41,7 @@ from emoreward.evaluation.report import aggregate, headline, markdown_table, plo
 from emoreward.models.base import RewardModel, load_reward_model
 from emoreward.training.adapters import adapter_for
 from emoreward.training.config import EmoRewardConfig
-from emoreward.training.distributed import save_final_model, wait_for_everyone
+from emoreward.training.distributed import distributed_setup, save_final_model, wait_for_everyone
 from emoreward.training.objectives import get_objective
 from emoreward.training.preprocess import ExclusionReport
 from emoreward.training.provenance import identical_descriptions, write_training_data
@@ -340,6 +340,7 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
         "train_file": str(config.train_file),
         "n_pairs": len(pairs),
         "wandb_mode": wandb_mode,
+        "distributed": distributed_setup(config),
     }
     if config.cv_folds > 1:
         report["cross_validation"], report["markdown"] = run_cross_validation(config, pairs, log=log)
