@@ -116,6 +116,7 @@ def require_deepspeed() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.deepspeed
 @pytest.mark.parametrize("stage", ["zero2", "zero3"])
 def test_deepspeed_two_cpu_processes(stage, tiny_bert_dir, tmp_path):
     require_deepspeed()
@@ -145,6 +146,7 @@ def test_ddp_cpu_recipe_as_in_the_readme(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.deepspeed
 def test_deepspeed_zero3_multimodal_step(tmp_path):
     """A tiny Qwen2.5-Omni thinker (video with its audio track, LoRA on the language model, encoders frozen) trained
     by two ZeRO-3 processes with the weights created sharded (`zero3_init_flag`); the gathered save reloads in one
