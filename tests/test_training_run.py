@@ -237,3 +237,22 @@ def test_train_script_help():
     )
     assert result.returncode == 0, result.stderr
     assert "usage: train_reward.py" in result.stdout and "--learning_rate" in result.stdout
+
+
+def test_confusion_counts_are_readable_on_dark_cells(tmp_path):
+    """The count in the darkest cell is written in white: near-white text pixels inside the dark-blue cell."""
+    import numpy as np
+    from matplotlib import colormaps
+    from matplotlib.image import imread
+
+    from emoreward.evaluation.report import plot_confusion
+
+    path = plot_confusion([[0, 100]], ["1"], ["1", "2"], tmp_path / "cm.png")
+    pixels = imread(path)[..., :3]
+    darkest = np.array(colormaps["Blues"](1.0)[:3])
+    rows, cols = np.nonzero(np.abs(pixels - darkest).max(axis=-1) < 0.02)
+    cell = pixels[rows.min() : rows.max() + 1, cols.min() : cols.max() + 1]
+    assert cell.shape[0] > 50 and cell.shape[1] > 50  # the whole dark cell
+    text = cell.min(axis=-1) > 0.8  # white glyphs of "100"
+    assert text.sum() > 20
+    assert (cell.max(axis=-1) < 0.1).sum() == 0  # no black glyphs
