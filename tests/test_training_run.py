@@ -256,3 +256,20 @@ def test_confusion_counts_are_readable_on_dark_cells(tmp_path):
     text = cell.min(axis=-1) > 0.8  # white glyphs of "100"
     assert text.sum() > 20
     assert (cell.max(axis=-1) < 0.1).sum() == 0  # no black glyphs
+
+
+def test_evaluate_reports_bad_data_before_loading_torch(tmp_path):
+    """`emoreward evaluate` reads the data first: a data error comes before torch (and the model) load."""
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,a1,a2,preference\nv1,x,y,a1\nv2,x,y,maybe\n")
+    code = (
+        "import sys; from emoreward.cli import main; "
+        f"status = main(['evaluate', '--model', {str(tmp_path)!r}, '--data', {str(bad)!r}]); "
+        "print(status, 'torch' in sys.modules, 'transformers' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.stdout.split() == ["2", "False", "False"], result.stderr
+    assert result.stderr.startswith(
+        f"emoreward evaluate: error: {bad}, row 2, field 'preference': unknown label 'maybe'"
+    )
+    assert result.stderr.count("\n") == 1
