@@ -2,7 +2,8 @@
 
 `run_training(config)` is the single code path behind `emoreward train` and `scripts/train_reward.py`:
 
-1. load and validate the pairs (`config.train_file`, and `config.eval_file` before any training);
+1. check that the backbone has positions for `max_length`, load and validate the pairs (`config.train_file`, and
+   `config.eval_file` before any training);
 2. stratified k-fold cross-validation: per fold, fit on k-1 folds, calibrate the tie threshold on them, judge
    the held-out fold in normal and swapped order, compute the metrics beside the length and random baselines;
    `cv/fold<k>/finished.json` is written last, so a rerun reuses finished folds;
@@ -412,7 +413,17 @@ def _silent(*_args, **_kwargs) -> None:
     return None
 
 
-_NOT_FINGERPRINTED = {"output_dir", "run_name", "logging_dir", "report_to", "logging_steps", "disable_tqdm"}
+# where a run writes and logs, not what it computes: changing these reuses finished folds
+_NOT_FINGERPRINTED = {
+    "output_dir",
+    "run_name",
+    "logging_dir",
+    "report_to",
+    "logging_steps",
+    "disable_tqdm",
+    "wandb_project",
+    "wandb_log_model",
+}
 
 
 def _fold_fingerprint(config: EmoRewardConfig, pairs: list[PreferencePair], train_idx, test_idx) -> str:
@@ -464,4 +475,5 @@ __all__ = [
     "run_cross_validation",
     "run_training",
     "stratified_folds",
+    "wandb_group",
 ]
