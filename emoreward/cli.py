@@ -1,6 +1,6 @@
 """The `emoreward` command line.
 
-    emoreward train [--config RECIPE.yaml] [--output-dir DIR] [--set KEY=VALUE ...]
+    emoreward train [--config RECIPE.yaml] [--FIELD VALUE ...] [--set FIELD=VALUE ...] [--no-wandb] [--quiet]
     emoreward evaluate --model DIR --data FILE [--output REPORT.json]
 
 Other commands register themselves through `COMMANDS` (name -> (add_arguments, run)).
@@ -9,6 +9,7 @@ Other commands register themselves through `COMMANDS` (name -> (add_arguments, r
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import sys
@@ -16,62 +17,58 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def _quiet_libraries() -> None:
+def quiet_libraries() -> None:
+    """Keep library noise down: no FutureWarnings, transformers at ERROR (its load reports, deprecation notes)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import warnings
 
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*")
+    # the Trainer's default pin_memory=True is a no-op without a GPU; torch warns once per dataloader (per fold)
+    warnings.filterwarnings("ignore", message=".*'pin_memory' argument is set as true but no accelerator is found")
+    if "DS_ACCELERATOR" not in os.environ and importlib.util.find_spec("deepspeed") is not None:
+        import torch
+
+        if not torch.cuda.is_available():  # what DeepSpeed would pick, without its warning about not finding a GPU
+            os.environ["DS_ACCELERATOR"] = "cpu"
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
-
-
-def _parse_set(values: list[str]) -> dict:
-    import yaml
-
-    out = {}
-    for item in values or []:
-        if "=" not in item:
-            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
-        key, value = item.split("=", 1)
-        if key.strip().lower().endswith(("hub_token", "api_key", "secret")) or key.strip().lower() == "token":
-            # command lines end up in shell history and W&B run metadata: secrets come from the environment
-            raise ValueError(f"--set {key.strip()}=...: pass tokens and keys through the environment (e.g. HF_TOKEN)")
-        out[key.strip()] = yaml.safe_load(value)
-    return out
+    # load and save bars of weights and datasets; the training progress bar is the Trainer's own (tqdm)
+    hf_logging.disable_progress_bar()
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 # ---------------------------------------------------------------------------------------------- train
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="recipe YAML (default: the bundled MiniLM + LoRA recipe on EmoPrefer-Data)")
-    p.add_argument("--output-dir", help="where models, checkpoints and reports go (overrides the recipe)")
-    p.add_argument("--cv-folds", type=int, help="cross-validation folds (0: none; overrides the recipe)")
-    p.add_argument("--no-wandb", action="store_true", help="do not log to W&B (report_to: none)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override any recipe field (repeatable)")
+    """The options of `emoreward train`: those of `scripts/train_reward.py` (`RecipeParser`: `--config`, every
+    recipe field as `--field value`, `--set field=value`, `--no-wandb`, `--quiet`)."""
+    from emoreward.training.config import RecipeParser
+
+    p._add_container_actions(RecipeParser(add_help=False))  # what argparse's `parents=` does
 
 
 def run_train(args: argparse.Namespace) -> int:
-    _quiet_libraries()
-    from emoreward.training.config import load_recipe
+    quiet_libraries()
+    from emoreward.training.config import config_from_arguments
 
-    overrides = _parse_set(args.set)
-    if args.output_dir:
-        overrides["output_dir"] = args.output_dir
-    if args.cv_folds is not None:
-        overrides["cv_folds"] = args.cv_folds
-    if args.no_wandb:
-        overrides["report_to"] = ["none"]
-    config = load_recipe(args.config, overrides)
-    from emoreward.training.pipeline import run_training as run
+    return train_and_report(config_from_arguments(args))
+
+
+def train_and_report(config) -> int:
+    """Run the main job for a resolved `EmoRewardConfig` and print the report (main process only); the body of
+    `emoreward train` and `scripts/train_reward.py`."""
+    from emoreward.training.pipeline import run_training
 
     main_process = config.process_index == 0  # under `accelerate launch`, only rank 0 prints
     if main_process:
         print(
             f"emoreward train: {config.kind} backbone {config.backbone or config.model_name_or_path}, "
-            f"data {config.train_file}, output {config.output_dir}"
+            f"data {config.train_file}, output {config.output_dir}",
+            flush=True,
         )
-    report = run(config)
+    report = run_training(config)
     if main_process:
         print()
         out = Path(config.output_dir)
@@ -108,13 +105,32 @@ def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    _quiet_libraries()
+    # the data first, before torch loads: a bad file is reported in about a second
     from emoreward.data import load_pairs
-    from emoreward.evaluation.report import headline, markdown_table, plot_confusion, write_json
-    from emoreward.models import load_reward_model
-    from emoreward.training.pipeline import evaluate_model
+    from emoreward.training.provenance import TRAINING_DATA_FILE, identical_descriptions, in_sample_pairs
 
     pairs = load_pairs(args.data)
+    n_in_sample, train_file = in_sample_pairs(args.model, pairs)
+    if n_in_sample:
+        print(
+            f"emoreward evaluate: warning: {n_in_sample} of {len(pairs)} pairs in {args.data} are pairs the model was "
+            f"trained on ({Path(args.model) / TRAINING_DATA_FILE}: {train_file}): in-sample metrics overstate how "
+            "it does on new pairs",
+            file=sys.stderr,
+        )
+    identical = identical_descriptions(pairs)
+    if identical:
+        print(
+            f"emoreward evaluate: {len(identical)} of {len(pairs)} pairs have two identical descriptions (a reward "
+            f"model always calls them ties): {', '.join(identical[:5])}{' ...' if len(identical) > 5 else ''}",
+            file=sys.stderr,
+        )
+    quiet_libraries()
+    from emoreward.evaluation.report import headline, markdown_table, plot_confusion
+    from emoreward.models import load_reward_model
+    from emoreward.training.pipeline import evaluate_model
+    from emoreward.utils.io import atomic_write_json, atomic_write_text
+
     model = load_reward_model(args.model, media_root=args.media_root)
     if args.dtype == "bfloat16":
         if model.kind != "text":
@@ -123,16 +139,18 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
         model = model.inference_copy(torch.bfloat16)
     evaluation = evaluate_model(model, pairs, tie_policy=args.two_class_ties, batch_size=args.batch_size)
-    evaluation.update(model=str(args.model), data=str(args.data))
-    table = markdown_table(headline(evaluation), f"{args.model} on {args.data} ({len(pairs)} pairs)")
+    evaluation.update(model=str(args.model), data=str(args.data), n_in_sample_pairs=n_in_sample)
+    title = f"{args.model} on {args.data} ({len(pairs)} pairs{', IN-SAMPLE' if n_in_sample else ''})"
+    table = markdown_table(headline(evaluation), title)
     print(table)
     print(
         f"scored {evaluation['n_descriptions_scored']} descriptions in {evaluation['scoring_seconds']:.1f}s; "
-        f"tie threshold {evaluation['tie_threshold']:.4g}; truncated {evaluation.get('n_truncated_at_scoring', 0)}"
+        f"tie threshold {evaluation['tie_threshold']:.4g}; truncated {evaluation.get('n_truncated_at_scoring', 0)}; "
+        f"pairs with identical descriptions {evaluation['n_identical_descriptions']}"
     )
     if args.output:
-        out = write_json(evaluation, args.output)
-        out.with_suffix(".md").write_text(table)
+        out = atomic_write_json(args.output, evaluation)
+        atomic_write_text(out.with_suffix(".md"), table)
         three = evaluation["judge"]["three_class"]
         plot_confusion(three["confusion"], three["labels"], three["pred_labels"], out.with_suffix(".png"))
         print(f"report: {out}")
@@ -148,7 +166,7 @@ def _lazy(module: str, add: str, run: str):
         getattr(importlib.import_module(module), add)(parser)
 
     def run_command(args: argparse.Namespace) -> int:
-        _quiet_libraries()
+        quiet_libraries()
         return getattr(importlib.import_module(module), run)(args)
 
     return add_arguments, run_command
@@ -176,15 +194,38 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
 }
 
 
+class CommandParser(argparse.ArgumentParser):
+    """The parser of one command: its options are added on first use (`emoreward rank ...` does not import the
+    training stack to build `train`'s options), and a usage error is one line."""
+
+    populate: Callable[[argparse.ArgumentParser], None] | None = None
+
+    def _populated(self) -> None:
+        if self.populate is not None:
+            populate, self.populate = self.populate, None
+            populate(self)
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._populated()
+        return super().parse_known_args(args, namespace)
+
+    def format_help(self) -> str:
+        self._populated()
+        return super().format_help()
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from emoreward import __version__
 
-    parser = argparse.ArgumentParser(prog="emoreward", description="Emotion-preference reward models and judges.")
+    parser = CommandParser(prog="emoreward", description="Emotion-preference reward models and judges.")
     parser.add_argument("--version", action="version", version=f"emoreward {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=CommandParser)
     for name, (help_text, add_arguments, run) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
-        add_arguments(p)
+        p = sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
+        p.populate = add_arguments
         p.set_defaults(_run=run)
     return parser
 
@@ -192,14 +233,19 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    return guarded(f"emoreward {args.command}", lambda: args._run(args))
+
+
+def guarded(prog: str, run: Callable[[], int]) -> int:
+    """Run a command: data and configuration errors print one line and return 2, Ctrl-C says how to resume (130)."""
     try:
-        return args._run(args)
+        return run()
     except (ValueError, OSError, ImportError, RuntimeError) as err:
         # data and configuration errors: one clear line, no traceback
-        print(f"emoreward {args.command}: error: {err}", file=sys.stderr)
+        print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(INTERRUPTED.format(prog=f"emoreward {args.command}"), file=sys.stderr)
+        print(INTERRUPTED.format(prog=prog), file=sys.stderr)
         return 130
 
 
@@ -213,4 +259,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["COMMANDS", "build_parser", "main"]
+__all__ = ["COMMANDS", "CommandParser", "build_parser", "guarded", "main", "quiet_libraries", "train_and_report"]

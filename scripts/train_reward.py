@@ -1,23 +1,36 @@
-"""Train an emotion reward model: the `accelerate launch` entry point.
+"""Train an emotion reward model: the `accelerate launch` entry point, the same job as `emoreward train`.
 
 Usage:
-    python scripts/train_reward.py --config recipes/minilm/rm/config_lora.yaml [--output-dir DIR] [--set KEY=VALUE]
+    python scripts/train_reward.py --config recipes/minilm/rm/config_lora.yaml [--learning_rate 1e-4] [--set KEY=VALUE]
     accelerate launch --config_file recipes/accelerate_configs/ddp.yaml scripts/train_reward.py --config RECIPE.yaml
     accelerate launch --config_file recipes/accelerate_configs/zero3.yaml scripts/train_reward.py --config RECIPE.yaml
 
-It is `emoreward train` itself: one configuration class (`EmoRewardConfig`, read from the recipe YAML, unknown
-keys are errors) and one code path (`emoreward.training.pipeline.run_training`, for text and multimodal recipes alike). Under a launcher every process runs
-it; only the main process (RANK 0) prints to stdout, writes reports and saves the model. Errors still go to
-stderr on every process.
+Options are TRL's (`TrlParser`): `--config RECIPE.yaml`, then any recipe field as `--field value` (or
+`--set field=value`), the command line over the YAML. Every value is read by its field's declared type, unknown
+recipe keys and credentials are errors naming the file and line (`emoreward.training.config.RecipeParser`). One
+configuration class (`EmoRewardConfig`) and one code path (`emoreward.training.pipeline.run_training`) serve text
+and multimodal recipes. Under a launcher every process runs this script; only the main process (RANK 0) prints to
+stdout, writes reports and saves the model. Errors go to stderr as one line (exit status 2).
 """
 
 import os
 import sys
 
-from emoreward.cli import main
+from emoreward.cli import guarded, quiet_libraries, train_and_report
+
+
+def main(argv: list[str] | None = None) -> int:
+    # 1. the recipe: YAML, then command-line overrides (TrlParser precedence)
+    quiet_libraries()
+    from emoreward.training.config import RecipeParser
+
+    parser = RecipeParser(prog="train_reward.py", description="Train an emotion reward model from a recipe.")
+    (config,) = parser.parse_args_and_config(argv)
+    # 2. cross-validation, final fit, evaluation and reports (emoreward.training.pipeline.run_training); 3. print
+    return train_and_report(config)
 
 
 if __name__ == "__main__":
     if int(os.environ.get("RANK", "0")) != 0:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - one copy of the report, not one per process
-    sys.exit(main(["train", *sys.argv[1:]]))
+    sys.exit(guarded("train_reward.py", main))

@@ -12,6 +12,21 @@ from _helpers import CHAT_TEMPLATE, minilm_dir
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Tiny models are dominated by per-op overhead: on a shared 2-core machine two intra-op threads wait on each other
+# and a test runs 3-10x slower. One thread here and in every subprocess a test starts (they inherit the
+# environment); TEST_TORCH_THREADS overrides.
+THREADS = os.environ.get("TEST_TORCH_THREADS", "1")
+os.environ["OMP_NUM_THREADS"] = THREADS
+os.environ["MKL_NUM_THREADS"] = THREADS
+
+
+@pytest.fixture(scope="session", autouse=True)
+def pinned_torch_threads():
+    """One intra-op thread for the whole run (also when torch was imported before this file set OMP_NUM_THREADS)."""
+    import torch
+
+    torch.set_num_threads(int(THREADS))
+    yield
 
 
 @pytest.fixture(scope="session")

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import json
 import struct
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import yaml
 from _helpers import synthetic_pairs
 
 from emoreward.cli import main
-from emoreward.training.config import load_config
-from emoreward.training.pipeline import run_training
+from emoreward.data import PreferencePair
+
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def read_wandb_records(path):
@@ -48,6 +54,19 @@ def write_pairs_csv(path, pairs):
     return path
 
 
+def held_out_pairs(n: int) -> list[PreferencePair]:
+    """Synthetic pairs that share no description with `synthetic_pairs(...)` of any size (the clip is a scene)."""
+    return [
+        replace(
+            p,
+            sample_id=f"held-out-{i}",
+            description_1=p.description_1.replace("clip", "scene"),
+            description_2=p.description_2.replace("clip", "scene"),
+        )
+        for i, p in enumerate(synthetic_pairs(n, seed=7))
+    ]
+
+
 def tiny_recipe(tmp_path, model_dir, **extra):
     recipe = {
         "model_name_or_path": str(model_dir),
@@ -72,33 +91,14 @@ def tiny_recipe(tmp_path, model_dir, **extra):
     return path
 
 
-def test_offline_wandb_run_holds_training_and_harness_metrics(tiny_bert_dir, tmp_path, monkeypatch):
-    monkeypatch.delenv("WANDB_MODE", raising=False)
-    monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc: no W&B key
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-dir"))
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    recipe = tiny_recipe(tmp_path, tiny_bert_dir, report_to=["wandb"], hub_token="hf_SECRET_do_not_log")
-    report = run_training(load_config(recipe), log=lambda *_: None)
-    assert report["wandb_mode"] == "offline"
-    runs = sorted((tmp_path / "wandb-dir" / "wandb").glob("offline-run-*/run-*.wandb"))
-    assert len(runs) == 3  # two folds and the final fit
-    keys, raw = set(), b""
-    for run in runs:
-        raw += run.read_bytes()
-        for record in read_wandb_records(run):
-            if record.WhichOneof("record_type") == "history":
-                keys |= {item.key or "/".join(item.nested_key) for item in record.history.item}
-    assert {"train/loss", "train/accuracy", "train/margin", "train/mean_reward"} <= keys
-    assert {"harness/judge/two_class_waf", "harness/length_baseline/two_class_acc"} <= keys
-    assert b"hf_SECRET_do_not_log" not in raw
-
-
-def test_main_job_report_and_evaluate_cli(tiny_bert_dir, tmp_path, capsys):
-    recipe = tiny_recipe(tmp_path, tiny_bert_dir)
-    assert main(["train", "--config", str(recipe), "--set", "seed=3"]) == 0
+def test_main_job_report_and_evaluate_cli(tiny_bert_dir, tmp_path, capsys, caplog):
+    recipe = tiny_recipe(tmp_path, tiny_bert_dir, save_strategy="steps")
+    # TRL-style options beside the recipe: --field value and --set, read by the field's type
+    argv = ["train", "--config", str(recipe), "--seed", "3", "--set", "save_strategy=no", "--learning-rate", "0.01"]
+    assert main(argv) == 0
     out = capsys.readouterr().out
     assert "2-fold cross-validation on 24 pairs" in out and "length baseline" in out and "±" in out
+    assert "{'loss'" not in out  # losses go to the report and W&B, not one printed dict per logging step
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     summary = report["cross_validation"]["summary"]
     for key in (
@@ -111,21 +111,42 @@ def test_main_job_report_and_evaluate_cli(tiny_bert_dir, tmp_path, capsys):
     ):
         assert key in summary["judge"]
     assert summary["judge"]["swap_consistency"]["mean"] == 100.0
-    assert report["recipe"]["seed"] == 3
+    assert report["recipe"]["seed"] == 3 and report["recipe"]["save_strategy"] == "no"
+    assert not list((tmp_path / "out").rglob("checkpoint-*"))  # save_strategy=no reached the trainer
     assert (tmp_path / "out" / "confusion.png").stat().st_size > 1000
     model_dir = tmp_path / "out" / "model"
     assert "length baseline" in (model_dir / "README.md").read_text()
+    assert json.loads((model_dir / "training_data.json").read_text())["n_pairs"] == 24
 
-    unseen = write_pairs_csv(tmp_path / "unseen.csv", synthetic_pairs(10, seed=7))
+    unseen = write_pairs_csv(tmp_path / "unseen.csv", held_out_pairs(10))
     assert (
         main(["evaluate", "--model", str(model_dir), "--data", str(unseen), "--output", str(tmp_path / "ev.json")])
         == 0
     )
-    out = capsys.readouterr().out
-    assert "2-class WAF" in out and "length baseline" in out
+    captured = capsys.readouterr()
+    assert "2-class WAF" in captured.out and "length baseline" in captured.out
+    assert "trained on" not in captured.err
     ev = json.loads((tmp_path / "ev.json").read_text())
     assert ev["n_pairs"] == 10 and ev["judge"]["swap_consistency"] == 100.0
+    assert ev["n_in_sample_pairs"] == 0 and ev["n_identical_descriptions"] == 0
     assert (tmp_path / "ev.md").exists() and (tmp_path / "ev.png").exists()
+
+    # the model's own training pairs (here 5 of them, one swapped, beside 2 new pairs and one with identical
+    # descriptions): flagged as in-sample, and the undecidable pair counted
+    train = synthetic_pairs(24)
+    swapped = PreferencePair(
+        "x0", train[0].description_2, train[0].description_1, "2" if train[0].label == "1" else "1"
+    )
+    same = PreferencePair("same", "She smiles.", "She smiles.", "tie")
+    mixed = write_pairs_csv(tmp_path / "mixed.csv", [*train[1:5], swapped, *held_out_pairs(2), same])
+    assert main(["evaluate", "--model", str(model_dir), "--data", str(mixed)]) == 0
+    captured = capsys.readouterr()
+    assert (
+        f"emoreward evaluate: warning: 5 of 8 pairs in {mixed} are pairs the model was trained on "
+        f"({model_dir / 'training_data.json'}: {tmp_path / 'train.csv'})"
+    ) in captured.err
+    assert "1 of 8 pairs have two identical descriptions (a reward model always calls them ties): same" in captured.err
+    assert "IN-SAMPLE" in captured.out and "pairs with identical descriptions 1" in captured.out
 
     # exporting into the model's own directory is refused before anything is written
     before = sorted(p.name for p in model_dir.iterdir())
@@ -133,19 +154,62 @@ def test_main_job_report_and_evaluate_cli(tiny_bert_dir, tmp_path, capsys):
     assert "would overwrite it" in capsys.readouterr().err
     assert sorted(p.name for p in model_dir.iterdir()) == before
 
-    # an interrupted or repeated run reuses finished folds and the finished final model
-    (tmp_path / "out" / "cv" / "fold1" / "finished.json").unlink()
-    assert main(["train", "--config", str(recipe), "--set", "seed=3"]) == 0
-    out = capsys.readouterr().out
-    assert out.count("finished earlier") == 2  # fold 0 and the final model; fold 1 is trained again
+    # an interrupted or repeated run reuses finished folds and the finished final model; a torn finished.json
+    # (what a kill during a non-atomic write leaves) is named in a warning and its fold is trained again
+    (tmp_path / "out" / "cv" / "fold1" / "finished.json").write_text('{"fingerprint": "ab')
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert captured.out.count("finished earlier") == 2  # fold 0 and the final model; fold 1 is trained again
+    torn = tmp_path / "out" / "cv" / "fold1" / "finished.json"
+    assert f"finished-work marker {torn} is empty or unreadable" in caplog.text  # a warning (stderr in the CLI)
     again = json.loads((tmp_path / "out" / "report.json").read_text())
     assert again["cross_validation"]["summary"] == summary
 
 
-def test_cli_refuses_secrets_on_the_command_line(capsys):
+def test_cli_refuses_secrets_on_the_command_line_and_in_recipes(tmp_path, capsys):
+    from emoreward.training.parsing import SECRET_HINT
+
     assert main(["train", "--set", "hub_token=hf_abc"]) == 2
-    assert "through the environment" in capsys.readouterr().err
+    assert capsys.readouterr().err == f"emoreward train: error: --set hub_token=...: {SECRET_HINT}\n"
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("seed: 3\nhub_token: hf_abc\n")
+    assert main(["train", "--config", str(recipe)]) == 2
+    assert capsys.readouterr().err == f"emoreward train: error: {recipe}, line 2: hub_token: {SECRET_HINT}\n"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--hub_token", "hf_abc"])
+    assert exit_info.value.code == 2 and SECRET_HINT in capsys.readouterr().err
     assert main(["train", "--set", "noequals"]) == 2
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"num_train_epochs": 0}, "num_train_epochs=0.0 (with max_steps=-1) trains zero steps"),
+        ("lora_r: 4\n  seed: : 3\n", "recipe.yaml, line 2, column 7: not valid YAML: mapping values are not allowed"),
+        ({"max_length": 200}, "max_length=200 exceeds the 128 token positions of backbone"),
+        ({"eval_file": "missing.csv"}, "missing.csv"),
+    ],
+)
+def test_bad_recipes_stop_before_any_training_in_one_line(change, message, tiny_bert_dir, tmp_path, capsys):
+    """Exit status 2, one line on stderr, nothing trained (no output directory), for: a zero-step recipe, invalid
+    YAML, a max_length beyond the backbone's positions, an eval_file that cannot be read."""
+    recipe = tiny_recipe(tmp_path, tiny_bert_dir, **(change if isinstance(change, dict) else {}))
+    if isinstance(change, str):
+        recipe.write_text(change)
+    assert main(["train", "--config", str(recipe)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and captured.err.startswith("emoreward train: error: ")
+    assert message in captured.err
+    assert not (tmp_path / "out").exists()
+
+
+def test_no_report_md_without_an_evaluation(tiny_bert_dir, tmp_path, capsys):
+    recipe = tiny_recipe(tmp_path, tiny_bert_dir, cv_folds=0, max_steps=1)
+    assert main(["train", "--config", str(recipe)]) == 0
+    assert "no evaluation was run (cv_folds=0, no eval_file)" in capsys.readouterr().out
+    out = tmp_path / "out"
+    assert (out / "report.json").exists() and (out / "model" / "finished.json").exists()
+    assert not (out / "report.md").exists()
 
 
 def test_cli_reports_bad_data_with_file_row_field(tiny_bert_dir, tmp_path, capsys):
@@ -161,4 +225,51 @@ def test_help(command, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main([*command, "--help"])
     assert exit_info.value.code == 0
-    assert "usage: emoreward" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "usage: emoreward" in out
+    if command == ["train"]:  # every recipe field, TRL-style
+        assert "--learning_rate" in out and "--cv_folds" in out and "--set KEY=VALUE" in out and "--quiet" in out
+
+
+def test_train_script_help():
+    result = subprocess.run(
+        [sys.executable, "scripts/train_reward.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    assert "usage: train_reward.py" in result.stdout and "--learning_rate" in result.stdout
+
+
+def test_confusion_counts_are_readable_on_dark_cells(tmp_path):
+    """The count in the darkest cell is written in white: near-white text pixels inside the dark-blue cell."""
+    import numpy as np
+    from matplotlib import colormaps
+    from matplotlib.image import imread
+
+    from emoreward.evaluation.report import plot_confusion
+
+    path = plot_confusion([[0, 100]], ["1"], ["1", "2"], tmp_path / "cm.png")
+    pixels = imread(path)[..., :3]
+    darkest = np.array(colormaps["Blues"](1.0)[:3])
+    rows, cols = np.nonzero(np.abs(pixels - darkest).max(axis=-1) < 0.02)
+    cell = pixels[rows.min() : rows.max() + 1, cols.min() : cols.max() + 1]
+    assert cell.shape[0] > 50 and cell.shape[1] > 50  # the whole dark cell
+    text = cell.min(axis=-1) > 0.8  # white glyphs of "100"
+    assert text.sum() > 20
+    assert (cell.max(axis=-1) < 0.1).sum() == 0  # no black glyphs
+
+
+def test_evaluate_reports_bad_data_before_loading_torch(tmp_path):
+    """`emoreward evaluate` reads the data first: a data error comes before torch (and the model) load."""
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,a1,a2,preference\nv1,x,y,a1\nv2,x,y,maybe\n")
+    code = (
+        "import sys; from emoreward.cli import main; "
+        f"status = main(['evaluate', '--model', {str(tmp_path)!r}, '--data', {str(bad)!r}]); "
+        "print(status, 'torch' in sys.modules, 'transformers' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.stdout.split() == ["2", "False", "False"], result.stderr
+    assert result.stderr.startswith(
+        f"emoreward evaluate: error: {bad}, row 2, field 'preference': unknown label 'maybe'"
+    )
+    assert result.stderr.count("\n") == 1

@@ -114,7 +114,8 @@ def plot_confusion(
     path: str | Path,
     title: str = "",
 ) -> Path:
-    """Save a confusion-matrix heat map (rows: gold labels, columns: predictions) as PNG."""
+    """Save a confusion-matrix heat map (rows: gold labels, columns: predictions) as PNG. Each count is written in
+    white on dark cells and black on light ones (by the cell colour's luminance), so every number stays readable."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -122,12 +123,14 @@ def plot_confusion(
 
     matrix = np.asarray(confusion)
     fig, ax = plt.subplots(figsize=(1.2 * len(pred_labels) + 1.5, 1.1 * len(labels) + 1.2))
-    ax.imshow(matrix, cmap="Blues")
+    image = ax.imshow(matrix, cmap="Blues")
     ax.set_xticks(range(len(pred_labels)), [f"pred {p}" for p in pred_labels])
     ax.set_yticks(range(len(labels)), [f"gold {g}" for g in labels])
     for i in range(matrix.shape[0]):
         for j in range(matrix.shape[1]):
-            ax.text(j, i, str(matrix[i, j]), ha="center", va="center", color="black")
+            red, green, blue, _ = image.cmap(image.norm(matrix[i, j]))
+            dark = 0.299 * red + 0.587 * green + 0.114 * blue < 0.5  # ITU-R BT.601 luma
+            ax.text(j, i, str(matrix[i, j]), ha="center", va="center", color="white" if dark else "black")
     if title:
         ax.set_title(title)
     fig.tight_layout()

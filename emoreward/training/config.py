@@ -7,20 +7,36 @@ option (epochs, learning rate, batch size, `report_to`, DeepSpeed, ...) is avail
 Whether a recipe trains a text or a multimodal reward model is decided in one place, `EmoRewardConfig.kind`
 (the backbone registry's kind of `backbone`, or of `model_name_or_path` when no `backbone` is named). A field the
 chosen backbone does not read (`FIELD_SUPPORT`) is an error when set, never silently ignored.
+
+`RecipeParser` (a `trl.TrlParser`) is the command-line front end of both entry points: `--config RECIPE.yaml`,
+`--field value` for any field and `--set field=value`, the command line over the YAML; every value is read by its
+field's declared type (`emoreward.training.parsing`).
 """
 
 from __future__ import annotations
 
+import argparse
+import functools
 import math
+import sys
+import typing
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-import yaml
-from transformers import HfArgumentParser
-from trl import RewardConfig
+from trl import RewardConfig, TrlParser
 
 from emoreward.models.backbones import BackboneSpec, get_backbone, registered_names
+from emoreward.training.parsing import (
+    SECRET_HINT,
+    RecipeError,
+    is_secret_key,
+    parse_value,
+    parse_yaml_value,
+    read_recipe_file,
+    split_override,
+    unknown_key_message,
+)
 
 
 TieMode = Literal["drop", "rao-kupper", "davidson"]
@@ -143,7 +159,16 @@ class EmoRewardConfig(RewardConfig):
         metadata={"help": "Fit the |reward difference| tie threshold on the training split (three-class WAF)."},
     )
     score_batch_size: int = field(default=32, metadata={"help": "Sequences per forward pass when scoring."})
-    wandb_project: str = field(default="emoreward", metadata={"help": "W&B project when report_to has wandb."})
+    wandb_project: str = field(
+        default="emoreward", metadata={"help": "W&B project when report_to has wandb (WANDB_PROJECT wins)."}
+    )
+    wandb_log_model: bool = field(
+        default=False,
+        metadata={
+            "help": "With report_to wandb: log the final model directory (adapter, value head, tokenizer, settings) "
+            "as a W&B artifact of type 'model' on the final-fit run."
+        },
+    )
 
     @property
     def backbone_spec(self) -> BackboneSpec:
@@ -154,6 +179,43 @@ class EmoRewardConfig(RewardConfig):
     def kind(self) -> str:
         """`"text"` or `"media"`: the one rule that decides which reward model a recipe trains."""
         return self.backbone_spec.kind
+
+    def backbone_positions(self) -> int | None:
+        """How many token positions the backbone's language model has (`max_position_embeddings` of its text
+        config, less RoBERTa's padding offset), read from the backbone's config file; None when that file cannot be
+        read here (e.g. a hub id offline: the model build reports that)."""
+        from transformers import AutoConfig
+
+        spec = self.backbone_spec
+        source = spec.resolve() if spec.kind == "text" else self.model_name_or_path
+        kwargs = {"gguf_file": spec.gguf_file} if spec.kind == "text" and spec.gguf_file else {}
+        try:
+            backbone_config = AutoConfig.from_pretrained(source, trust_remote_code=False, **kwargs)
+        except (OSError, ValueError, KeyError, ImportError):
+            return None
+        text_config = backbone_config.get_text_config()
+        positions = getattr(text_config, "max_position_embeddings", None)
+        if positions is None:
+            return None
+        if "roberta" in str(getattr(text_config, "model_type", "")):  # positions start after the padding index
+            positions -= int(getattr(text_config, "pad_token_id", 1) or 1) + 1
+        return int(positions)
+
+    def check_max_length(self) -> None:
+        """Refuse a `max_length` beyond the backbone's positions before any training (a pair longer than the
+        positions would otherwise stop training mid-epoch with a tensor-size error that names nothing).
+
+        Raises:
+            ValueError: naming max_length, the backbone and its `max_position_embeddings`.
+        """
+        positions = self.backbone_positions()
+        if positions is not None and self.max_length > positions:
+            default = " (TRL's default when a recipe does not set max_length)" if self.max_length == 1024 else ""
+            raise ValueError(
+                f"max_length={self.max_length}{default} exceeds the {positions} token positions of backbone "
+                f"{self.backbone or self.model_name_or_path!r} (max_position_embeddings in its config): "
+                f"set max_length: {positions} or less"
+            )
 
     def media_options(self):
         """The `emoreward.data.media.MediaOptions` of a multimodal recipe."""
@@ -179,6 +241,14 @@ class EmoRewardConfig(RewardConfig):
         self._check_backbone()
         if self.cv_folds < 0:
             raise ValueError(f"cv_folds must be >= 0, got {self.cv_folds}")
+        if self.cv_folds <= 1 and not self.final_fit:
+            raise ValueError(f"cv_folds={self.cv_folds} and final_fit=false: the recipe trains nothing")
+        if self.max_steps <= 0 and not (self.num_train_epochs > 0 and math.isfinite(self.num_train_epochs)):
+            # transformers would run zero optimizer steps and save the untrained value head
+            raise ValueError(
+                f"num_train_epochs={self.num_train_epochs} (with max_steps={self.max_steps}) trains zero steps: "
+                "set num_train_epochs > 0 or max_steps > 0"
+            )
         if self.lora_r <= 0:
             raise ValueError(f"lora_r must be > 0, got {self.lora_r}")
         if self.max_length is None or self.max_length <= 0:
@@ -189,6 +259,10 @@ class EmoRewardConfig(RewardConfig):
                 f"eval_strategy={eval_strategy!r} / load_best_model_at_end={self.load_best_model_at_end} need "
                 "eval_file: held-out pairs to evaluate on during training (cross-validation folds never do)"
             )
+        if self.disable_tqdm is None:
+            # transformers switches the progress bar off whenever its log level is above WARNING (the CLI sets
+            # ERROR to keep library noise down): show it on a terminal, as tqdm users expect, and not in logs
+            self.disable_tqdm = not sys.stderr.isatty()
         if self.bf16 is None and not self.fp16:
             # TRL turns bf16 on when unset, which fails on CPU-only machines: use it where a GPU supports it
             import torch
@@ -274,6 +348,7 @@ FIELD_SUPPORT: dict[str, frozenset[str]] = {
     "calibrate_tie_threshold": _BOTH,
     "score_batch_size": _BOTH,
     "wandb_project": _BOTH,
+    "wandb_log_model": _BOTH,
 }
 FIELD_NOTES = {
     "chat_template_path": "the chat template is the backbone tokenizer's own, read before the data are tokenized",
@@ -296,6 +371,74 @@ def default_recipe_path() -> Path:
     return Path(str(resources.files("emoreward") / "resources" / "default_recipe.yaml"))
 
 
+def recipe_fields(config_class: type = EmoRewardConfig) -> dict[str, Any]:
+    """Every field a recipe may set, with its resolved type annotation."""
+    hints = typing.get_type_hints(config_class)
+    return {f.name: hints[f.name] for f in fields(config_class) if f.init}
+
+
+def resolve_config(
+    path: str | Path | None = None,
+    *,
+    overrides: dict[str, Any] | None = None,
+    options: dict[str, Any] | None = None,
+    sets: list[str] | None = None,
+    config_class: type = EmoRewardConfig,
+) -> EmoRewardConfig:
+    """Build a config from a recipe YAML and command-line values; later sources win: the dataclass defaults, the
+    recipe, `overrides` (Python), `options` (`--field value`, already typed by `RecipeParser`), `sets`
+    (`--set field=value` strings). Every text value is read by its field's declared type
+    (`emoreward.training.parsing.parse_value`).
+
+    Raises:
+        FileNotFoundError: the recipe does not exist.
+        ValueError: invalid YAML (file, line, column), an unknown key (file and line, or the option), a credential
+            in the recipe or on the command line, a value its field cannot read, or a value `__post_init__` refuses.
+    """
+    path = Path(path) if path is not None else default_recipe_path()
+    known = recipe_fields(config_class)
+    values: dict[str, Any] = {}
+    entries = read_recipe_file(path)
+    unknown = [key for key in entries if key not in known]
+    if unknown:
+        hint = (
+            " (emoreward recipes set no environment variables: export them in the shell)" if "env" in unknown else ""
+        )
+        raise RecipeError(
+            f"{path}, line {entries[unknown[0]].line}: {unknown_key_message(unknown, list(known))}{hint}; the fields "
+            f"are those of {config_class.__name__} (emoreward/training/config.py) and transformers.TrainingArguments"
+        )
+    for key, entry in entries.items():
+        where = f"{path}, line {entry.line}"
+        try:
+            values[key] = (
+                parse_value(known[key], entry.value, key)
+                if entry.scalar
+                else parse_yaml_value(known[key], entry.value, key)
+            )
+        except ValueError as err:
+            raise RecipeError(f"{where}: {err}") from None
+    for key, value in (overrides or {}).items():
+        if key not in known:
+            raise RecipeError(f"override {key}: {unknown_key_message(key, list(known))}")
+        if is_secret_key(key):
+            raise RecipeError(f"{key}: {SECRET_HINT}")
+        try:
+            values[key] = parse_yaml_value(known[key], value, key)
+        except ValueError as err:
+            raise RecipeError(str(err)) from None
+    values.update(options or {})
+    for item in sets or []:
+        key, text = split_override(item)
+        if key not in known:
+            raise RecipeError(f"--set {item}: {unknown_key_message(key, list(known))}")
+        try:
+            values[key] = parse_value(known[key], text, key)
+        except ValueError as err:
+            raise RecipeError(f"--set {item}: {err}") from None
+    return config_class(**values)
+
+
 def load_config(
     path: str | Path | None = None, overrides: dict[str, Any] | None = None, config_class: type = EmoRewardConfig
 ) -> EmoRewardConfig:
@@ -303,56 +446,138 @@ def load_config(
 
     Args:
         path: the recipe; None = the bundled default recipe.
-        overrides: keys that replace the recipe's (e.g. `{"output_dir": ...}` from the command line).
+        overrides: fields that replace the recipe's; text values are read by the field's type (`"3e-4"` is a float
+            for `learning_rate`, `"no"` a strategy for `save_strategy`).
         config_class: `EmoRewardConfig` or a subclass.
 
     Raises:
-        ValueError: an unknown key (named, with the file), or a value a field rejects.
-        FileNotFoundError: if the recipe does not exist.
+        ValueError: an unknown key (named, with the file and line), invalid YAML, a credential, or a value a field
+            rejects. FileNotFoundError: the recipe does not exist.
     """
-    path = Path(path) if path is not None else default_recipe_path()
-    if not path.exists():
-        raise FileNotFoundError(f"recipe not found: {path}")
+    return resolve_config(path, overrides=overrides, config_class=config_class)
+
+
+class RecipeParser(TrlParser):
+    """TRL's `TrlParser` for emoreward recipes: `--config RECIPE.yaml`, then `--field value` for any field (TRL's
+    option names, with underscores or dashes: `--learning_rate 1e-4`, `--output-dir DIR`) and `--set field=value`;
+    the command line wins over the YAML, the YAML over the defaults (TRL's precedence).
+
+    What differs from `TrlParser.parse_args_and_config`: every value, in the YAML too, is read by its field's
+    declared type (`save_strategy: no` is the strategy "no", not YAML's `False`); an empty value is an error; an
+    unknown recipe key names the file and line; invalid YAML names file, line and column; credentials
+    (`hub_token`, `*_token`, `api_key`, `secret`) are refused in recipes and on the command line; abbreviated
+    options are not accepted. `parse_args_and_config` returns a one-element tuple, like TrlParser.
+
+    Args:
+        config_class: `EmoRewardConfig` or a subclass.
+        **kwargs: passed to `argparse.ArgumentParser` (`prog`, `add_help`, ...).
+    """
+
+    def __init__(self, config_class: type = EmoRewardConfig, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", argparse.HelpFormatter)
+        super().__init__(dataclass_types=[config_class], **kwargs)
+        self.config_class = config_class
+        type_recipe_options(self, config_class)
+        add_recipe_file_options(self)
+
+    def parse_args_and_config(self, args: list[str] | None = None) -> tuple[EmoRewardConfig]:
+        """Parse `args` (default `sys.argv[1:]`) into `(config,)`.
+
+        Raises:
+            SystemExit(2): a malformed command line (argparse's usage message). ValueError / FileNotFoundError: see
+            `resolve_config`.
+        """
+        return (config_from_arguments(self.parse_args(args), self.config_class),)
+
+    def error(self, message: str):
+        # one line: the usage of ~150 options would bury the message
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
+
+
+def add_recipe_file_options(parser: argparse.ArgumentParser) -> None:
+    """`--config`, `--set`, `--no-wandb` and `--quiet`: the options `RecipeParser` adds beside the fields'."""
+    parser.add_argument(
+        "--config",
+        metavar="RECIPE.yaml",
+        help="recipe YAML (flat keys; default: the bundled MiniLM + LoRA recipe on EmoPrefer-Data)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a recipe field, read by the field's type (repeatable; the same as --KEY VALUE)",
+    )
+    parser.add_argument("--no-wandb", action="store_true", help="do not log to W&B (the same as --report_to none)")
+    parser.add_argument(
+        "--quiet", action="store_true", help="no progress bars (the same as --disable_tqdm true, unless that is given)"
+    )
+
+
+def type_recipe_options(parser: argparse.ArgumentParser, config_class: type = EmoRewardConfig) -> None:
+    """Make the field options `HfArgumentParser` added read values with `parse_value` (the field's declared type,
+    null for None, empty values refused) and leave unset fields out of the namespace, so that a recipe value is
+    replaced only by an option actually given."""
+    known = recipe_fields(config_class)
+    defaults = {f.name: f for f in fields(config_class)}
+    for action in parser._actions:
+        if action.dest not in known:
+            continue
+        hint = known[action.dest]
+        if is_secret_key(action.dest):
+            action.type = functools.partial(_refuse_secret, action.dest)
+            action.default = argparse.SUPPRESS
+            continue
+        if action.nargs == 0:  # `--no_<field>` of a boolean that defaults to True
+            action.default = argparse.SUPPRESS
+            continue
+        if action.choices is not None:
+            action.metavar = "{" + ",".join(str(c) for c in action.choices) + "}"
+            action.choices = None
+        if action.nargs == "+":
+            element = next(
+                (typing.get_args(m) or (str,) for m in _union_members(hint) if typing.get_origin(m) is list), (str,)
+            )[0]
+            action.type = functools.partial(_argparse_value, element, action.dest)
+        else:
+            action.type = functools.partial(_argparse_value, hint, action.dest)
+        f = defaults[action.dest]
+        default = f.default if f.default is not MISSING else None
+        if action.help and default not in (None, "") and "(default" not in action.help:
+            action.help = f"{action.help} (default: {getattr(default, 'value', default)})".replace("%", "%%")
+        action.default = argparse.SUPPRESS
+
+
+def _refuse_secret(name: str, _text: str) -> Any:
+    raise argparse.ArgumentTypeError(SECRET_HINT)
+
+
+def _argparse_value(hint: Any, name: str, text: str) -> Any:
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ValueError(f"{path}: not valid YAML: {err}") from err
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: a recipe is a mapping of keys to values, got {type(data).__name__}")
-    data.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    known = {f.name for f in fields(config_class) if f.init}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ValueError(
-            f"{path} (or --set): unknown key(s) {unknown}; the fields are those of {config_class.__name__} "
-            "(emoreward/training/config.py) and transformers.TrainingArguments"
-        )
-    data = {key: _check_type(config_class, key, value, path) for key, value in data.items()}
-    (config,) = HfArgumentParser(config_class).parse_dict(data, allow_extra_keys=False)
-    return config
+        return parse_value(hint, text, name)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def _check_type(config_class: type, key: str, value: Any, path: Path) -> Any:
-    """A recipe value of the field's scalar type: numbers written as strings (YAML reads `3e-4` as a string) are
-    converted; anything else that does not fit is a `ValueError` naming the field, before any work starts."""
-    import typing
+def _union_members(hint: Any) -> tuple:
+    import types
 
-    hint = typing.get_type_hints(config_class).get(key)
-    allowed = set(typing.get_args(hint)) or {hint}
-    scalar = [t for t in (bool, int, float) if t in allowed]
-    if not scalar or value is None or isinstance(value, bool) and bool in scalar:
-        return value
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and (float in scalar or isinstance(value, int)):
-        return value
-    if isinstance(value, str) and str not in allowed:
-        for kind in (int, float) if int in scalar else (float,):
-            try:
-                return kind(value)
-            except ValueError:
-                continue
-    if str in allowed:
-        return value
-    raise ValueError(f"{path}: {key} must be a {' or '.join(t.__name__ for t in scalar)}, got {value!r}")
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return typing.get_args(hint)
+    return (hint,)
+
+
+def config_from_arguments(namespace: argparse.Namespace, config_class: type = EmoRewardConfig) -> EmoRewardConfig:
+    """The config a parsed command line describes: the recipe (`--config`, or the bundled default), then the field
+    options given (`--no-wandb`: `report_to: [none]`; `--quiet`: `disable_tqdm: true`), then `--set`; see
+    `resolve_config`."""
+    known = recipe_fields(config_class)
+    options = {k: v for k, v in vars(namespace).items() if k in known}
+    if getattr(namespace, "no_wandb", False):
+        options["report_to"] = ["none"]
+    if getattr(namespace, "quiet", False):
+        options.setdefault("disable_tqdm", True)
+    return resolve_config(namespace.config, options=options, sets=list(namespace.set or []), config_class=config_class)
 
 
 def load_recipe(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> EmoRewardConfig:

@@ -54,6 +54,15 @@ def save_final_model(model: RewardModel, directory: Path, config: EmoRewardConfi
     wait_for_everyone(config)
 
 
+def distributed_setup(config: EmoRewardConfig) -> dict:
+    """How the run is spread: `{"world_size": processes, "deepspeed_zero_stage": 2 | 3 | None}` (for the report)."""
+    from transformers.integrations.deepspeed import deepspeed_config
+
+    ds = deepspeed_config() or {}
+    stage = ds.get("zero_optimization", {}).get("stage") if isinstance(ds, dict) else None
+    return {"world_size": int(config.world_size), "deepspeed_zero_stage": int(stage) if stage is not None else None}
+
+
 def wait_for_everyone(config: EmoRewardConfig) -> None:
     """A barrier across the processes of an `accelerate launch` run (no-op in a single process)."""
     if config.world_size > 1:

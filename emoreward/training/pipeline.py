@@ -2,7 +2,8 @@
 
 `run_training(config)` is the single code path behind `emoreward train` and `scripts/train_reward.py`:
 
-1. load and validate the pairs (`config.train_file`, and `config.eval_file` before any training);
+1. check that the backbone has positions for `max_length`, load and validate the pairs (`config.train_file`, and
+   `config.eval_file` before any training);
 2. stratified k-fold cross-validation: per fold, fit on k-1 folds, calibrate the tie threshold on them, judge
    the held-out fold in normal and swapped order, compute the metrics beside the length and random baselines;
    `cv/fold<k>/finished.json` is written last, so a rerun reuses finished folds;
@@ -23,6 +24,7 @@ import gc
 import hashlib
 import json
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,16 +38,24 @@ from emoreward.data import PreferencePair, load_pairs
 from emoreward.evaluation.harness import evaluate_judgements, run_judge
 from emoreward.evaluation.judge import RewardModelJudge
 from emoreward.evaluation.metrics import calibrate_tie_threshold
-from emoreward.evaluation.report import aggregate, headline, markdown_table, plot_confusion, write_json
+from emoreward.evaluation.report import aggregate, headline, markdown_table, plot_confusion
 from emoreward.models.base import RewardModel, load_reward_model
 from emoreward.training.adapters import adapter_for
 from emoreward.training.config import EmoRewardConfig
-from emoreward.training.distributed import save_final_model, wait_for_everyone
+from emoreward.training.distributed import distributed_setup, save_final_model, wait_for_everyone
 from emoreward.training.objectives import get_objective
 from emoreward.training.preprocess import ExclusionReport
-from emoreward.training.tracking import configure_wandb, finish_wandb, log_evaluation, wandb_enabled
+from emoreward.training.provenance import identical_descriptions, write_training_data
+from emoreward.training.tracking import (
+    configure_wandb,
+    finish_wandb,
+    log_evaluation,
+    log_model_artifact,
+    start_wandb_run,
+    wandb_enabled,
+)
 from emoreward.training.trainer import EmoRewardTrainer
-from emoreward.utils.io import read_json_or_none
+from emoreward.utils.io import atomic_write_json, atomic_write_text, read_json_or_none
 
 
 logger = logging.getLogger(__name__)
@@ -134,9 +144,26 @@ def _replace(config: EmoRewardConfig, **changes) -> EmoRewardConfig:
 
 
 def _last_checkpoint(output_dir: str | Path) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
+    """The newest complete `checkpoint-<step>` in `output_dir`: one whose `trainer_state.json` (the Trainer writes
+    it after the weights, optimizer and RNG states) reads back and names that step. A checkpoint that a kill cut
+    short is skipped with a warning, and the run resumes from the one before it."""
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-    return get_last_checkpoint(str(output_dir)) if Path(output_dir).is_dir() else None
+    if not Path(output_dir).is_dir():
+        return None
+    steps = {}
+    for path in Path(output_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*"):
+        suffix = path.name.rsplit("-", 1)[1]
+        if path.is_dir() and suffix.isdigit():
+            steps[int(suffix)] = path
+    for step in sorted(steps, reverse=True):
+        state = read_json_or_none(steps[step] / "trainer_state.json", what="trainer state")
+        if isinstance(state, dict) and state.get("global_step") == step:
+            return str(steps[step])
+        logger.warning(
+            "checkpoint %s is incomplete (interrupted while saving): resuming from an earlier one", steps[step]
+        )
+    return None
 
 
 def evaluate_model(
@@ -173,6 +200,10 @@ def evaluate_model(
             "reward_2": [j.reward_2 for j in first],
         },
     )
+    identical = identical_descriptions(pairs)
+    evaluation["n_identical_descriptions"] = len(identical)  # always judged ties: a zero reward difference
+    if identical:
+        evaluation["identical_description_ids"] = identical
     if judge.errors:
         evaluation["media_errors"] = dict(judge.errors)
     return evaluation
@@ -224,6 +255,7 @@ def run_cross_validation(
     )
     out = Path(config.output_dir)
     is_main = config.process_index == 0
+    group = wandb_group(config, pairs)
     fold_reports = []
     for k, (train_idx, test_idx) in enumerate(stratified_folds(pairs, config.cv_folds, config.seed)):
         fold_dir = out / "cv" / f"fold{k}"
@@ -235,7 +267,10 @@ def run_cross_validation(
             continue
         train = [pairs[i] for i in train_idx]
         test = [pairs[i] for i in test_idx]
-        result = fit(train, fold_dir, f"{config.run_name or 'emoreward'}-fold{k}")
+        run_name = f"{config.run_name or 'emoreward'}-fold{k}"
+        if wandb_enabled(config):
+            start_wandb_run(config, name=run_name, job_type="fold", group=group, kind="cv-fold")
+        result = fit(train, fold_dir, run_name)
         evaluation = evaluate(result.model, test)
         evaluation.update(
             fold=k, train_seconds=result.train_seconds, exclusions=result.exclusions.to_dict(), n_train=len(train)
@@ -243,8 +278,8 @@ def run_cross_validation(
         if wandb_enabled(config):
             log_evaluation(evaluation, config=config, kind="cv-fold", title=f"fold {k}, held-out pairs")
             finish_wandb()
-        if is_main:
-            write_json({"fingerprint": fingerprint, "evaluation": evaluation}, fold_dir / FINISHED_FILE)
+        if is_main:  # written last and atomically: a rerun reuses the fold only when this file is whole
+            atomic_write_json(fold_dir / FINISHED_FILE, {"fingerprint": fingerprint, "evaluation": evaluation})
         fold_reports.append(evaluation)
         train_seconds, summary = result.train_seconds, result.exclusions.summary()
         del result  # free this fold's model and optimizer before the next fold builds its own
@@ -284,21 +319,29 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
     Raises:
         DataError / ValueError: bad training or evaluation data (both are read before any training starts).
     """
+    config.check_max_length()  # a recipe the backbone cannot run fails here, not on the first long pair
+    pairs = load_pairs(config.train_file)
+    eval_pairs = load_pairs(config.eval_file) if config.eval_file else None  # fail before any fold trains
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     is_main = config.process_index == 0
     if not is_main:
         log = _silent
     wandb_mode = configure_wandb(config)
-    pairs = load_pairs(config.train_file)
-    eval_pairs = load_pairs(config.eval_file) if config.eval_file else None  # fail before any fold trains
     log(f"loaded {len(pairs)} pairs from {config.train_file}")
+    if wandb_mode is not None:
+        log(
+            f"W&B ({wandb_mode}): project {os.environ.get('WANDB_PROJECT')}, group {wandb_group(config, pairs)}, "
+            f"files under {os.environ.get('WANDB_DIR')}"
+            + (" (upload later with `wandb sync`)" if wandb_mode == "offline" else "")
+        )
     report: dict = {
         "recipe": public_config(config),
         "kind": config.kind,
         "train_file": str(config.train_file),
         "n_pairs": len(pairs),
         "wandb_mode": wandb_mode,
+        "distributed": distributed_setup(config),
     }
     if config.cv_folds > 1:
         report["cross_validation"], report["markdown"] = run_cross_validation(config, pairs, log=log)
@@ -320,9 +363,9 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
         if wandb_enabled(config):
             finish_wandb()
     if is_main:
-        write_json(report, out / "report.json")
-        if report.get("markdown"):
-            (out / "report.md").write_text(report["markdown"], encoding="utf-8")
+        atomic_write_json(out / "report.json", report)
+        if report.get("markdown"):  # no evaluation (cv_folds <= 1, no eval_file): no report.md, not an empty one
+            atomic_write_text(out / "report.md", report["markdown"])
     wait_for_everyone(config)
     return report
 
@@ -336,15 +379,23 @@ def _final_fit(config, pairs, eval_pairs, report: dict, out: Path, log) -> Rewar
         log(f"final model: finished earlier, reusing {model_dir}")
         report["final"] = final
         return load_reward_model(model_dir, media_root=config.media_root)
+    run_name = config.run_name or "emoreward-final"
+    if wandb_enabled(config):
+        start_wandb_run(config, name=run_name, job_type="final", group=wandb_group(config, pairs), kind="final-fit")
     fit = fit_reward_model(
         config,
         pairs,
         output_dir=out / "checkpoints",
-        run_name=config.run_name or "emoreward-final",
+        run_name=run_name,
         save=True,
         eval_pairs=eval_pairs,
     )
     save_final_model(fit.model, model_dir, config, model_card(config, report, fit))
+    if config.process_index == 0:
+        write_training_data(model_dir, config.train_file, pairs)  # `emoreward evaluate` flags in-sample pairs
+    if config.wandb_log_model and wandb_enabled(config) and config.process_index == 0:
+        name = log_model_artifact(model_dir, f"{run_name}-model", {"train_file": str(config.train_file)})
+        log(f"W&B: model directory logged as artifact {name}:final")
     report["final"] = {
         "model_dir": str(model_dir),
         "train_seconds": fit.train_seconds,
@@ -352,8 +403,8 @@ def _final_fit(config, pairs, eval_pairs, report: dict, out: Path, log) -> Rewar
         "exclusions": fit.exclusions.to_dict(),
         "train_log": fit.log_history,
     }
-    if config.process_index == 0:  # written last: its presence means the model directory is complete
-        write_json({"fingerprint": fingerprint, "evaluation": report["final"]}, model_dir / FINISHED_FILE)
+    if config.process_index == 0:  # written last, atomically: its presence means the model directory is complete
+        atomic_write_json(model_dir / FINISHED_FILE, {"fingerprint": fingerprint, "evaluation": report["final"]})
     log(f"final model (all {len(pairs)} pairs) saved to {model_dir}; {fit.exclusions.summary()}")
     return fit.model
 
@@ -362,7 +413,17 @@ def _silent(*_args, **_kwargs) -> None:
     return None
 
 
-_NOT_FINGERPRINTED = {"output_dir", "run_name", "logging_dir", "report_to", "logging_steps", "disable_tqdm"}
+# where a run writes and logs, not what it computes: changing these reuses finished folds
+_NOT_FINGERPRINTED = {
+    "output_dir",
+    "run_name",
+    "logging_dir",
+    "report_to",
+    "logging_steps",
+    "disable_tqdm",
+    "wandb_project",
+    "wandb_log_model",
+}
 
 
 def _fold_fingerprint(config: EmoRewardConfig, pairs: list[PreferencePair], train_idx, test_idx) -> str:
@@ -371,6 +432,12 @@ def _fold_fingerprint(config: EmoRewardConfig, pairs: list[PreferencePair], trai
     data = [(p.sample_id, p.description_1, p.description_2, p.label, p.media.video, p.media.audio) for p in pairs]
     blob = json.dumps([recipe, data, list(map(int, train_idx)), list(map(int, test_idx))], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def wandb_group(config: EmoRewardConfig, pairs: list[PreferencePair]) -> str:
+    """The W&B group of one job's runs (folds and final fit): the run name and 8 hex digits of the recipe and data,
+    so a resumed job logs into the same group and another recipe into another."""
+    return f"{config.run_name or 'emoreward'}-{_fold_fingerprint(config, pairs, [], [])[:8]}"
 
 
 def _load_finished(directory: Path, fingerprint: str) -> dict | None:
@@ -408,4 +475,5 @@ __all__ = [
     "run_cross_validation",
     "run_training",
     "stratified_folds",
+    "wandb_group",
 ]

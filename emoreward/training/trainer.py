@@ -9,6 +9,14 @@ TRL's own (-log sigmoid(r_chosen - r_rejected)).
 
 Saves under DeepSpeed ZeRO-3 + LoRA gather the adapter and value head from their shards, so each saved tensor is
 whole (see `save_model`).
+
+Two departures from the Trainer's defaults, both for resumable, readable runs:
+- with `train_sampling_strategy: group_by_length` the batches of an epoch depend on (seed, epoch) alone
+  (`EpochSeededLengthGroupedSampler`), so a run resumed from a step checkpoint trains on the same batches as one
+  that was never interrupted (transformers draws them from the global RNG, which a resumed process has in another
+  state);
+- progress is a tqdm bar whose postfix shows the latest loss and reward accuracy (`RewardProgressCallback`), not a
+  printed dict per logging step; the logged values go to `report_to` and the report's `train_log`.
 """
 
 from __future__ import annotations
@@ -16,6 +24,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
+from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
 from trl import RewardTrainer
 
 from emoreward.training.objectives import get_objective
@@ -61,6 +71,18 @@ class EmoRewardTrainer(RewardTrainer):
         finally:
             if heads > 1:
                 model.config.num_labels = heads
+        # one progress bar, no dict printed per logging step (the values reach report_to and the report)
+        self.remove_callback(PrinterCallback)
+        self.remove_callback(ProgressCallback)
+        if not self.args.disable_tqdm:
+            self.add_callback(RewardProgressCallback())
+
+    def _get_train_sampler(self, train_dataset=None):
+        sampler = super()._get_train_sampler(train_dataset)
+        if type(sampler) is LengthGroupedSampler:
+            seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+            return EpochSeededLengthGroupedSampler(sampler.batch_size, sampler.lengths, seed=seed)
+        return sampler
 
     def _set_signature_columns_if_needed(self):
         if self._signature_columns is None:
@@ -133,4 +155,46 @@ class EmoRewardTrainer(RewardTrainer):
             self._save(output_dir or self.args.output_dir, state_dict=state_dict)
 
 
-__all__ = ["EmoRewardTrainer", "value_head_weight"]
+class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
+    """transformers' `LengthGroupedSampler` (random mega-batches, each sorted by length) drawn from a generator
+    seeded with `seed + epoch`: the order of an epoch is a function of the seed and the epoch alone. The Trainer
+    calls `set_epoch` before every epoch, also when it resumes mid-epoch from a checkpoint.
+
+    Args:
+        batch_size: pairs per optimizer step (`train_batch_size * gradient_accumulation_steps`), the mega-batch unit.
+        lengths: per-example lengths (the dataset's `length_column_name`).
+        seed: `data_seed`, else `seed`.
+    """
+
+    def __init__(self, batch_size: int, lengths: list[int], *, seed: int):
+        super().__init__(batch_size, lengths=list(lengths))
+        self.seed = int(seed)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __iter__(self):
+        generator = torch.Generator()
+        generator.manual_seed(self.seed + self.epoch)
+        return iter(get_length_grouped_indices(self.lengths, self.batch_size, generator=generator))
+
+
+class RewardProgressCallback(ProgressCallback):
+    """The training progress bar (main process), named after the run, with the latest loss and reward accuracy as
+    its postfix instead of a printed dict per logging step."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        super().on_train_begin(args, state, control, **kwargs)
+        if self.training_bar is not None and args.run_name:
+            self.training_bar.set_description(args.run_name)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not (state.is_world_process_zero and self.training_bar is not None and logs):
+            return
+        shown = {k: f"{logs[k]:.3g}" for k in ("loss", "accuracy", "eval_accuracy") if isinstance(logs.get(k), float)}
+        if shown:
+            self.training_bar.set_postfix(shown, refresh=False)
+
+
+__all__ = ["EmoRewardTrainer", "EpochSeededLengthGroupedSampler", "RewardProgressCallback", "value_head_weight"]

@@ -1,6 +1,7 @@
-"""W&B from the main job, offline (no API key): run names and tags, the full resolved recipe without secrets,
-the harness metrics as a table, confusion-matrix and reward-histogram images, WANDB_* variables respected; and
-cross-validation folds never pick a checkpoint on their own test fold."""
+"""W&B from the main job, offline (no API key): fold runs and the final fit in one group with job_type fold /
+final, run names and tags, the full resolved recipe without secrets, training metrics, the harness metrics as a
+table, confusion-matrix and reward-histogram images, the final model as an artifact (`wandb_log_model`), WANDB_*
+variables respected, quiet console; and cross-validation folds never pick a checkpoint on their own test fold."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from _helpers import synthetic_pairs
 from test_training_run import read_wandb_records, tiny_recipe, write_pairs_csv
 
+from emoreward.data import load_pairs
 from emoreward.training import pipeline as run_module
 from emoreward.training.config import load_config
 from emoreward.training.pipeline import run_training
@@ -26,14 +28,17 @@ def fresh_wandb():
     wandb.teardown()
 
 
-def test_wandb_offline_run_names_tags_config_table_images(fresh_wandb, tiny_bert_dir, tmp_path, monkeypatch):
+def test_wandb_offline_run_names_tags_config_table_images(fresh_wandb, tiny_bert_dir, tmp_path, monkeypatch, capfd):
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc: no W&B key
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-dir"))
     monkeypatch.setenv("WANDB_PROJECT", "my-emo-project")  # the user's WANDB_* win over the recipe
     monkeypatch.setenv("WANDB_TAGS", "my-tag")
-    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_SILENT", raising=False)  # the job keeps W&B quiet itself
+    monkeypatch.delenv("WANDB_RUN_GROUP", raising=False)
+    monkeypatch.delenv("WANDB_JOB_TYPE", raising=False)
+    monkeypatch.setenv("HF_TOKEN", "hf_SECRET_do_not_log")  # a secret in the environment never reaches W&B
     seen = []
     base = run_module.EmoRewardTrainer
 
@@ -49,14 +54,24 @@ def test_wandb_offline_run_names_tags_config_table_images(fresh_wandb, tiny_bert
         report_to=["wandb"],
         run_name="emo-run",
         wandb_project="recipe-project",
-        hub_token="hf_SECRET_do_not_log",
+        wandb_log_model=True,
         eval_file=str(write_pairs_csv(tmp_path / "eval.csv", synthetic_pairs(12, seed=5))),
         eval_strategy="steps",
         eval_steps=2,
         max_steps=2,
     )
-    report = run_training(load_config(recipe), log=lambda *_: None)
+    lines = []
+    report = run_training(load_config(recipe), log=lines.append)
     assert report["wandb_mode"] == "offline"
+    group = run_module.wandb_group(load_config(recipe), load_pairs(tmp_path / "train.csv"))
+    assert group.startswith("emo-run-") and len(group) == len("emo-run-") + 8
+    assert lines[1] == (
+        f"W&B (offline): project my-emo-project, group {group}, files under {tmp_path / 'wandb-dir'} "
+        "(upload later with `wandb sync`)"
+    )
+    assert "W&B: model directory logged as artifact emo-run-model:final" in lines
+    console = capfd.readouterr()
+    assert "wandb:" not in console.out + console.err  # no banner, history or sync hints per run
 
     # folds train without evaluation during training (their test fold must not pick a checkpoint); the final
     # fit evaluates on the held-out file
@@ -65,28 +80,43 @@ def test_wandb_offline_run_names_tags_config_table_images(fresh_wandb, tiny_bert
 
     run_dirs = sorted((tmp_path / "wandb-dir" / "wandb").glob("offline-run-*"))
     assert len(run_dirs) == 3  # two folds and the final fit
-    names, tags, projects, keys, raw, config = [], [], set(), [], b"", {}
+    names, tags, projects, keys, raw, config, groups, job_types, artifacts = [], [], set(), [], b"", {}, [], [], []
     for run_dir in run_dirs:
         (log,) = run_dir.glob("run-*.wandb")
         raw += log.read_bytes()
-        run_keys, run_tags, run_names = set(), set(), set()
+        run_keys, run_tags, run_names, run_groups, run_job_types = set(), set(), set(), set(), set()
         for record in read_wandb_records(log):
             kind = record.WhichOneof("record_type")
             if kind == "run":
                 run_names.add(record.run.display_name)
                 run_tags |= set(record.run.tags)
                 projects.add(record.run.project)
+                run_groups.add(record.run.run_group)
+                run_job_types.add(record.run.job_type)
+            elif kind == "artifact":
+                artifacts.append((run_dir, record.artifact))
             elif kind == "history":
                 run_keys |= {item.key or "/".join(item.nested_key) for item in record.history.item}
             elif kind == "config":
                 config.update({item.key: item.value_json for item in record.config.update})
         tags.append(run_tags)
         names.append(run_names)
+        groups.append(run_groups)
+        job_types.append(run_job_types)
         keys.append(run_keys)
         assert len(list((run_dir / "files" / "media" / "images").rglob("*.png"))) == 2, run_dir
         assert list((run_dir / "files" / "media" / "table").rglob("*.table.json")), run_dir
     assert names == [{"emo-run-fold0"}, {"emo-run-fold1"}, {"emo-run"}]
     assert projects == {"my-emo-project"}
+    assert groups == [{group}] * 3 and job_types == [{"fold"}, {"fold"}, {"final"}]
+    # the final model as an artifact of type "model" on the final-fit run, with the adapter and value head
+    ((artifact_run, artifact),) = [(r, a) for r, a in artifacts if a.type == "model"]
+    assert artifact_run == run_dirs[2] and artifact.name == "emo-run-model"
+    assert "final" in artifact.aliases
+    manifest = {entry.path for entry in artifact.manifest.contents}
+    if not manifest:  # large manifests go to a file beside the run
+        manifest = set(json.loads(open(artifact.manifest.manifest_file_path).read())["contents"])
+    assert {"adapter_model.safetensors", "adapter_config.json", "emoreward_config.json"} <= manifest
     for run_tags, kind in zip(tags, ["cv-fold", "cv-fold", "final-fit"]):
         assert {"my-tag", "emoreward", kind, "ties:drop", "world_size:1"} <= run_tags
         assert any(t.startswith("backbone:") for t in run_tags)
@@ -97,12 +127,14 @@ def test_wandb_offline_run_names_tags_config_table_images(fresh_wandb, tiny_bert
             assert f"{prefix}/{media_key}/_type" in run_keys, (prefix, media_key)
         assert f"{prefix}/judge/two_class_waf" in run_keys
     assert "eval/accuracy" in keys[2]  # eval reward accuracy during the final fit
+    for run_keys in keys:  # TRL's training metrics
+        assert {"train/loss", "train/accuracy", "train/margin", "train/mean_reward"} <= run_keys
     # the full resolved recipe, secrets masked
     for field in ("ties", "cv_folds", "model_name_or_path", "lora_r", "max_length", "two_class_tie_policy"):
         assert field in config, field
     assert json.loads(config["lora_r"]) == 4
+    assert json.loads(config["hub_token"]) in (None, "<HUB_TOKEN>")
     assert b"hf_SECRET_do_not_log" not in raw
-    for run_dir in run_dirs:
-        for path in run_dir.rglob("*"):
-            if path.is_file():
-                assert b"hf_SECRET_do_not_log" not in path.read_bytes(), path
+    for path in [*(tmp_path / "wandb-dir").rglob("*"), *(tmp_path / "out").rglob("*")]:
+        if path.is_file():
+            assert b"hf_SECRET_do_not_log" not in path.read_bytes(), path

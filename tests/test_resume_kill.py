@@ -1,0 +1,88 @@
+"""kill -9 and resume: `scripts/train_reward.py` killed by SIGKILL during cross-validation and again during the
+final fit, then rerun, ends with the report and model of a run that was never interrupted (same cross-validation
+summary, same rewards), reusing the finished fold and resuming from the last complete checkpoint; a checkpoint cut
+short while saving is skipped with a warning."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from _helpers import synthetic_pairs
+from test_training_run import tiny_recipe, write_pairs_csv
+
+from emoreward.training.config import load_config
+from emoreward.training.pipeline import run_training
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def start(recipe: Path, log: Path) -> subprocess.Popen:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+    with open(log, "a") as out:
+        return subprocess.Popen(
+            [sys.executable, "scripts/train_reward.py", "--config", str(recipe)],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def kill_when(process: subprocess.Popen, ready: Path, timeout: float = 600) -> None:
+    """SIGKILL the training process as soon as `ready` exists (checked every 20 ms)."""
+    deadline = time.monotonic() + timeout
+    while not ready.exists():
+        assert process.poll() is None, f"the run ended (status {process.returncode}) before {ready} appeared"
+        assert time.monotonic() < deadline, f"{ready} did not appear in {timeout} s"
+        time.sleep(0.02)
+    os.kill(process.pid, signal.SIGKILL)
+    assert process.wait(timeout=60) == -signal.SIGKILL
+
+
+def test_sigkill_during_folds_and_final_fit_then_resume(tiny_bert_dir, tmp_path):
+    settings = {
+        "train_file": str(write_pairs_csv(tmp_path / "train.csv", synthetic_pairs(24))),
+        "eval_file": str(write_pairs_csv(tmp_path / "eval.csv", synthetic_pairs(8, seed=5))),
+        "cv_folds": 2,
+        "num_train_epochs": 2,
+        "per_device_train_batch_size": 2,  # folds: 6 steps per epoch; final fit: 12
+        "train_sampling_strategy": "group_by_length",  # the default recipe's sampler
+        "save_strategy": "steps",
+        "save_steps": 4,
+    }
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "run").mkdir()
+    reference = run_training(load_config(tiny_recipe(tmp_path / "ref", tiny_bert_dir, **settings)), log=lambda *_: 0)
+    recipe = tiny_recipe(tmp_path / "run", tiny_bert_dir, **settings)
+    out, log = tmp_path / "run" / "out", tmp_path / "run" / "log.txt"
+
+    # 1. killed during fold 2 (fold 1 finished)
+    kill_when(start(recipe, log), out / "cv" / "fold0" / "finished.json")
+    assert not (out / "cv" / "fold1" / "finished.json").exists() and not (out / "model").exists()
+    # 2. killed during the final fit, after its checkpoint at step 8
+    kill_when(start(recipe, log), out / "checkpoints" / "checkpoint-8" / "trainer_state.json")
+    assert not (out / "model" / "finished.json").exists() and not (out / "report.json").exists()
+    # what a kill while saving leaves: a newer checkpoint folder without its trainer state
+    torn = out / "checkpoints" / "checkpoint-11"
+    torn.mkdir()
+    (torn / "adapter_model.safetensors").write_bytes(b"\0" * 10)
+    # 3. the same command again: reuses fold 1 and fold 2, resumes the final fit from checkpoint-8
+    process = start(recipe, log)
+    assert process.wait(timeout=900) == 0, log.read_text()[-4000:]
+    text = log.read_text()
+    assert "fold 1/2: finished earlier" in text and "fold 2/2: finished earlier" in text
+    assert f"checkpoint {torn} is incomplete (interrupted while saving): resuming from an earlier one" in text
+    resumed = json.loads((out / "report.json").read_text())
+    steps = [e["step"] for e in resumed["final"]["train_log"] if "loss" in e]
+    assert steps == list(range(1, 25))
+    assert resumed["cross_validation"]["summary"] == reference["cross_validation"]["summary"]
+    ref_rewards = reference["eval_file"]["evaluation"]["pair_rewards"]
+    assert resumed["eval_file"]["evaluation"]["pair_rewards"] == ref_rewards
+    assert resumed["final"]["tie_threshold"] == reference["final"]["tie_threshold"]
