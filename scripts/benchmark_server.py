@@ -237,7 +237,8 @@ def start_server(tree: Path, model: Path, extra: list[str], threads: int | None)
         env["OMP_NUM_THREADS"] = str(threads)
     code = "import sys; from emoreward.cli import main; sys.exit(main(sys.argv[1:]))"
     cmd = [sys.executable, "-c", code, "serve", "--model", str(model), "--port", "0", *extra]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # cwd = the tree: `python -c` puts the working directory first on sys.path
+    proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 120
     while time.time() < deadline:
         line = proc.stdout.readline()

@@ -6,10 +6,10 @@ or refused; the character cap follows the token limit."""
 import http.client
 import json
 
+import bpe_chat
 import numpy as np
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForSequenceClassification, PreTrainedTokenizerFast
 
 from emoreward.export.server import (
     RewardServer,
@@ -22,10 +22,6 @@ from emoreward.export.server import (
 from emoreward.models import TextRewardModel, TextSettings
 
 
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 DESCRIPTIONS = [
     "She smiles broadly; her voice rises: happy.",
     "  He is calm.\nThen he frowns, ANGRY!  ",  # leading / trailing spaces and a newline are part of the text
@@ -44,47 +40,13 @@ def post(server, path, payload):
 
 @pytest.fixture(scope="module")
 def qwen_like_tokenizer():
-    """A byte-level BPE tokenizer with Qwen's special tokens and ChatML template (eos <|im_end|>, pad
-    <|endoftext|>): decode(encode(text)) == text, as for Qwen / Llama 3 policies."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    corpus = [*DESCRIPTIONS, "Describe the emotional state of the person.", "The woman looks happy."] * 10
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(corpus, trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", clean_up_tokenization_spaces=False
-    )
-    fast.chat_template = CHATML
-    return fast
+    return bpe_chat.qwen_like_tokenizer()
 
 
 @pytest.fixture(scope="module")
 def chat_model(qwen_like_tokenizer):
     """A tiny Llama reward model (value head `score`, chat layout) on that tokenizer."""
-    tok = qwen_like_tokenizer
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        num_labels=1,
-        pad_token_id=tok.pad_token_id,
-        initializer_range=0.2,
-    )
-    torch.manual_seed(0)
-    settings = TextSettings(backbone="tiny-llama", input_format="chat", instruction="Rate it.", max_length=96)
-    return TextRewardModel(LlamaForSequenceClassification(config).eval(), tok, settings)
+    return bpe_chat.tiny_chat_reward_model(qwen_like_tokenizer)
 
 
 @pytest.fixture(scope="module")
