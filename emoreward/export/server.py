@@ -520,10 +520,7 @@ class RewardService:
                 return
             job = jobs[0]
             if isinstance(err, MediaError):
-                where = next((f for f, c in zip(job.fields, job.contexts) if c.sample_id == err.sample_id), "media")
-                job.error = RequestError(
-                    HTTPStatus.BAD_REQUEST, f"'{where}' ({err.sample_id}): cannot read media: {err.problem}"
-                )
+                job.error = RequestError(HTTPStatus.BAD_REQUEST, self._media_error_message(job, err))
             elif isinstance(err, ValueError):
                 job.error = RequestError(HTTPStatus.BAD_REQUEST, f"cannot score this request: {err}")
             else:
@@ -536,6 +533,22 @@ class RewardService:
             stop = start + job.n
             job.info = ScoreInfo(info.rewards[start:stop], info.truncated[start:stop], info.n_tokens[start:stop])
             start = stop
+
+    def _media_error_message(self, job: Job, err: Any) -> str:
+        """A `MediaError` as the client sees it: the request field and the path it sent (the server's own paths,
+        also inside the decoder's message, replaced by the client's)."""
+        where, shown, problem = "media", str(err.sample_id), str(err.problem)
+        for k, context in enumerate(job.contexts):
+            if context.sample_id == err.sample_id:
+                key = "audio" if err.path is not None and err.path == context.audio else "video"
+                where = f"media[{k}].{key}"
+                break
+        if err.path is not None and self.media_root is not None and Path(err.path).is_relative_to(self.media_root):
+            shown = str(Path(err.path).relative_to(self.media_root))
+            problem = problem.replace(err.path, shown)
+        if self.media_root is not None:
+            problem = problem.replace(str(self.media_root), "<media root>")
+        return f"'{where}' ({shown}): cannot read media: {problem}"
 
     def reply(self, job: Job) -> dict[str, Any]:
         """The JSON reply of a scored job.
