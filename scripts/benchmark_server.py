@@ -2,8 +2,8 @@
 rewards lost after the client's retries.
 
 Usage:
-    python scripts/benchmark_server.py [--model DIR] [--tree PATH] [--texts short|ovmerd]
-        [--per-sample 64 256] [--requests-per-client 4] [--batch 1024] [--throughput-clients 4 64]
+    python scripts/benchmark_server.py [--model DIR] [--tree PATH] [--texts words|short|ovmerd]
+        [--per-sample 64 256] [--requests-per-client 4] [--batch 1024] [--throughput-clients 4 64] [--threads N]
         [--server-arg=--max-batch-tokens=8192 ...] [--output bench.json]
 
 The server is started as a subprocess (`emoreward serve`, importing emoreward from `--tree`, default this checkout:
@@ -24,6 +24,10 @@ What the client does, read from OpenRLHF (github.com/OpenRLHF/OpenRLHF):
 - throughput: `--throughput-clients C` clients each send `--throughput-requests` requests of 4 descriptions to
   ``/v1/rewards`` back to back, without retries (a 503 counts as failed): the "requests/s at 4 descriptions per
   request" figure.
+
+Each scenario also reports the server process's CPU time and descriptions per second of server CPU
+(``desc/server-CPU-s``): on a machine shared with other jobs the wall-clock rates move with their load, the CPU
+figure much less (with ``--threads 1``: no thread of the server waits spinning for another).
 
 The client is a minimal asyncio HTTP/1.1 client (one connection per attempt, as OpenRLHF's), so that little of
 the 2 shared cores goes to the client: on an RL cluster the rollout workers that send these requests run on
@@ -72,6 +76,13 @@ def short_texts(n: int, seed: int = 0) -> list[str]:
     ]
     end = ["; the feeling grows stronger.", ", then relaxes.", ".", "; it fades by the end.", ", mixed with fear."]
     return [f"{rng.choice(who)} {rng.choice(state)} {rng.choice(how)}{rng.choice(end)}" for _ in range(n)]
+
+
+def word_texts(n: int, seed: int = 0) -> list[str]:
+    """Three- to five-word descriptions (about 5-8 tokens): the regime where per-request overhead dominates."""
+    rng = random.Random(seed)
+    who, state = ["She", "He", "The man", "The girl"], ["is happy", "looks sad", "is angry", "seems calm"]
+    return [f"{rng.choice(who)} {rng.choice(state)}." for _ in range(n)]
 
 
 def ovmerd_texts(n: int, seed: int = 0) -> list[str]:
@@ -148,6 +159,12 @@ async def openrlhf_post(host: str, port: int, path: str, payload: dict, tally: T
     tally.lost += 1
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def summary(name: str, tally: Tally, wall: float, sent: int, descriptions_per_request: int) -> dict:
     lat = sorted(tally.latencies)
     answered = len(lat)
@@ -159,6 +176,7 @@ def summary(name: str, tally: Tally, wall: float, sent: int, descriptions_per_re
         "scenario": name,
         "requests": sent,
         "answered": answered,
+        "descriptions": answered * descriptions_per_request,
         "lost": tally.lost,
         "failed_attempts": tally.failed_attempts,
         "wall_s": round(wall, 3),
@@ -265,7 +283,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", type=Path, help="reward-model directory (default: fresh MiniLM value head, seed 0)")
     p.add_argument("--tree", type=Path, default=ROOT, help="checkout whose emoreward the server runs")
-    p.add_argument("--texts", choices=["short", "ovmerd"], default="short", help="description set")
+    p.add_argument("--texts", choices=["words", "short", "ovmerd"], default="short", help="description set")
     p.add_argument("--per-sample", type=int, nargs="*", default=[64, 256], help="OpenRLHF samples in flight")
     p.add_argument("--requests-per-client", type=int, default=4, help="samples each per-sample client sends")
     p.add_argument("--batch", type=int, nargs="*", default=[1024], help="older OpenRLHF: items in one request")
@@ -279,22 +297,31 @@ def main() -> int:
 
     sys.path.insert(0, str(ROOT))
     n_texts = 4096
-    texts = short_texts(n_texts) if args.texts == "short" else ovmerd_texts(n_texts)
+    texts = {"words": word_texts, "short": short_texts, "ovmerd": ovmerd_texts}[args.texts](n_texts)
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model or fresh_minilm(Path(tmp) / "minilm-rm")
         proc, port = start_server(args.tree.resolve(), model, args.server_arg, args.threads)
         results = []
         try:
 
+            async def measured(scenario) -> None:
+                cpu = cpu_seconds(proc.pid)
+                result = await scenario
+                used = cpu_seconds(proc.pid) - cpu
+                # descriptions per second of server CPU: what a dedicated machine would do, whatever else runs here
+                result["server_cpu_s"] = round(used, 2)
+                result["descriptions_per_server_cpu_s"] = round(result["descriptions"] / max(used, 1e-9), 1)
+                results.append(result)
+
             async def run_all() -> None:
                 host = "127.0.0.1"
                 await throughput(host, port, texts, 1, args.warmup)  # warm up (not reported)
                 for n in args.throughput_clients:
-                    results.append(await throughput(host, port, texts, n, args.throughput_requests))
+                    await measured(throughput(host, port, texts, n, args.throughput_requests))
                 for n in args.per_sample:
-                    results.append(await per_sample(host, port, list(texts), n, args.requests_per_client))
+                    await measured(per_sample(host, port, list(texts), n, args.requests_per_client))
                 for n in args.batch:
-                    results.append(await batch(host, port, texts, n))
+                    await measured(batch(host, port, texts, n))
 
             asyncio.run(run_all())
         finally:
@@ -302,7 +329,8 @@ def main() -> int:
     header = {"tree": str(args.tree.resolve()), "texts": args.texts, "server_args": args.server_arg}
     print(json.dumps(header))
     cols = ["scenario", "requests", "answered", "lost", "requests_per_s", "descriptions_per_s", "p50_ms", "p99_ms"]
-    print(" | ".join(cols + ["failed attempts", "load"]))
+    cols += ["descriptions_per_server_cpu_s"]
+    print(" | ".join(cols + ["failed attempts", "load"]).replace("descriptions_per_server_cpu_s", "desc/server-CPU-s"))
     for r in results:
         print(" | ".join(str(r[c]) for c in cols) + f" | {r['failed_attempts'] or '-'} | {r['load_1min']}")
     print("server output (last lines):\n" + "\n".join(log.strip().splitlines()[-4:]))

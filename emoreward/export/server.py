@@ -288,7 +288,7 @@ class RewardService:
         self,
         model: Any,
         limits: ServerLimits | None = None,
-        batch_size: int = 32,
+        batch_size: int = 64,
         openrlhf_labels: str = "ignore",
         allow_unused_media: bool = False,
         name: str = "emoreward",
@@ -1082,7 +1082,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="serve on a non-loopback --host without a token and without asking",
     )
-    p.add_argument("--batch-size", type=int, default=32, help="sequences per forward pass (default 32)")
+    p.add_argument("--batch-size", type=int, default=64, help="sequences per forward pass (default 64)")
     p.add_argument(
         "--max-batch-tokens",
         type=int,
