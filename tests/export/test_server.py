@@ -29,6 +29,7 @@ class WordsModel(StubRewardModel):
         super().__init__()
         self.gate = gate
         self.calls = []
+        self.batch_sizes = []
         self.entered = threading.Event()
 
     def score_info(self, descriptions, contexts=None, *, batch_size=None):
@@ -38,6 +39,7 @@ class WordsModel(StubRewardModel):
         if "boom" in descriptions:
             raise ValueError("cannot score 'boom'")
         self.calls.append(len(descriptions))
+        self.batch_sizes.append(batch_size)
         return super().score_info(descriptions, contexts, batch_size=batch_size)
 
     def reward(self, description, subtitle):
@@ -253,7 +255,8 @@ def test_a_failing_request_does_not_fail_its_batch():
 def test_non_finite_reward_is_a_500_not_invalid_json():
     with RewardServer(RewardService(WordsModel()), port=0) as srv:
         status, data = post(srv, "/v1/rewards", {"descriptions": ["nan"]})
-    assert status == 500 and "non-finite" in data["error"]
+    assert status == 500 and "non-finite reward for descriptions[0]" in data["error"]
+    assert srv.service.stats.failures == 1 and srv.service.stats.requests == 0
 
 
 def test_idle_connections_hold_no_thread_and_are_capped():
@@ -388,3 +391,27 @@ def test_cli_serves_and_shuts_down_on_sigterm(tmp_path, tiny_bert_dir):
     assert np.isclose(data["rewards"][0], expected, atol=1e-6)
     assert "bearer token required" in line and "shutting down" in out
     assert "served 1 requests (1 descriptions: 0 empty, 0 truncated)" in out and token not in line + out
+
+
+def test_a_model_returning_too_few_rewards_is_a_500_and_the_server_goes_on():
+    class Short(WordsModel):
+        def score_info(self, descriptions, contexts=None, *, batch_size=None):
+            info = super().score_info(descriptions, contexts, batch_size=batch_size)
+            if len(descriptions) == 2:
+                info.rewards, info.truncated = info.rewards[:1], info.truncated[:1]
+            return info
+
+    with RewardServer(RewardService(Short()), port=0) as srv:
+        status, data = post(srv, "/v1/rewards", {"descriptions": ["a", "b"]})
+        assert status == 500 and "see the server log" in data["error"]
+        status, data = post(srv, "/v1/rewards", {"descriptions": ["a b"]})  # the scorer thread is still alive
+        assert status == 200 and data["rewards"] == [0.2]
+
+
+def test_rows_per_forward_pass_follow_the_description_length():
+    """Long descriptions of varied lengths go in fewer rows per forward pass (less padding); short ones in many."""
+    model = WordsModel()
+    with RewardServer(RewardService(model, forward_tokens=1024, batch_size=64), port=0) as srv:
+        post(srv, "/v1/rewards", {"descriptions": ["a"] * 4})
+        post(srv, "/v1/rewards", {"descriptions": ["word " * 80] * 4})  # 400 characters: about 102 tokens
+    assert model.batch_sizes == [64, 1024 // 102]
