@@ -44,8 +44,8 @@ are open, more get 503) and one thread runs the model.
 
 Limits are in tokens: a description longer than the model's ``max_length`` tokens (with its context) is cut and
 flagged (``truncated``), or refused with 413 under ``--overlong refuse``. ``--max-chars`` refuses longer text
-fields before tokenizing; its default is derived from ``max_length`` (`max_chars_for`) so that it never refuses a
-text that could fit in ``max_length`` tokens.
+fields before tokenizing; its default is derived from ``max_length`` (`max_chars_for`) so that it refuses no text
+that could fit in ``max_length`` tokens (runs of whitespace a tokenizer drops aside).
 
 Errors are JSON ``{"error": "..."}`` naming the field: 400 (invalid JSON, JSON nested too deeply, text that is not
 valid Unicode such as a lone surrogate, wrong fields, a media path outside the media root: absolute, with ``..``

@@ -185,17 +185,17 @@ def test_decoder_card_does_not_claim_a_random_verl_bias(decoder_export):
 
 
 def test_exported_tokenizer_loads_as_pretrained_tokenizer_fast(decoder_export, encoder_export):
+    # classes transformers 4.x has (transformers 5 writes `TokenizersBackend` for a plain fast tokenizer)
+    expected_class = {decoder_export[1]: "PreTrainedTokenizerFast", encoder_export[1]: "BertTokenizer"}
     for model, path in (decoder_export, encoder_export):
         config = json.loads((path / "tokenizer_config.json").read_text())
-        assert config["tokenizer_class"] in ("PreTrainedTokenizerFast", "BertTokenizer", "BertTokenizerFast")
+        assert config["tokenizer_class"] == expected_class[path]
         loaded = PreTrainedTokenizerFast.from_pretrained(path)
         text = "  He is calm.\nThen ANGRY!"
         assert (
             loaded(text, add_special_tokens=False)["input_ids"]
             == model.tokenizer(text, add_special_tokens=False)["input_ids"]
         )
-    config = json.loads((decoder_export[1] / "tokenizer_config.json").read_text())
-    assert config["tokenizer_class"] == "PreTrainedTokenizerFast"  # not TokenizersBackend (transformers 5 only)
     assert (
         decoder_export[0].tokenizer.chat_template
         == PreTrainedTokenizerFast.from_pretrained(decoder_export[1]).chat_template

@@ -415,3 +415,17 @@ def test_rows_per_forward_pass_follow_the_description_length():
         post(srv, "/v1/rewards", {"descriptions": ["a"] * 4})
         post(srv, "/v1/rewards", {"descriptions": ["word " * 80] * 4})  # 400 characters: about 102 tokens
     assert model.batch_sizes == [64, 1024 // 102]
+
+
+def test_the_readme_request_example_is_served():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("### Reward server") : readme.index("### verl")]
+    example = json.loads(section.split("```json\n", 1)[1].split("```", 1)[0])
+    service = RewardService(WordsModel(), allow_unused_media=True)  # a text model: the video is accepted, unused
+    with RewardServer(service, port=0) as srv:
+        status, data = post(srv, "/v1/rewards", example)
+    assert status == 200 and data["rewards"] == pytest.approx([1.3, 1.2])
+    assert set(data) == {"rewards", "truncated", "empty", "n_tokens", "model"}
+    assert all(key in section for key in data)  # every reply field is documented

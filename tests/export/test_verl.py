@@ -194,3 +194,18 @@ def test_errors_are_raised_not_turned_into_rewards(reward_model):
 def test_module_file_is_loadable_standalone():
     path = Path(verl_module.__file__)
     assert load_extern_object(str(path), "compute_score").__name__ == "compute_score"
+
+
+def test_the_readme_config_calls_the_documented_function(reward_model):
+    import yaml
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("### verl") :]
+    config = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
+    assert config["custom_reward_function"]["path"] == "pkg://emoreward.export.verl"
+    with RewardServer(RewardService(reward_model), port=0) as srv:
+        config["custom_reward_function"]["reward_kwargs"]["server_url"] = srv.url
+        score = get_custom_reward_fn(config)(
+            data_source="emotion", solution_str="Sad.", ground_truth="", extra_info={}
+        )
+    assert score["score"] == pytest.approx(float(reward_model.score(["Sad."])[0]), abs=1e-6)
