@@ -191,7 +191,7 @@ def summary(name: str, tally: Tally, wall: float, sent: int, descriptions_per_re
 async def per_sample(host, port, texts, clients: int, per_client: int) -> dict:
     """`clients` OpenRLHF samples in flight at once, each client sending `per_client` samples back to back."""
     tally = Tally()
-    rng = random.Random(clients)
+    random.Random(clients).shuffle(texts)
 
     async def client(c: int) -> None:
         for r in range(per_client):
@@ -202,7 +202,6 @@ async def per_sample(host, port, texts, clients: int, per_client: int) -> dict:
             )
 
     start = time.perf_counter()
-    rng.shuffle(texts)
     await asyncio.gather(*(client(c) for c in range(clients)))
     return summary(f"per-sample x{clients}", tally, time.perf_counter() - start, clients * per_client, 1)
 
