@@ -1,9 +1,10 @@
-"""Hand a trained reward model to RL pipelines: a GRPO reward function (TRL), a merged `transformers` export
-(verl, OpenRLHF) and an HTTP reward server (OpenRLHF `--remote_rm_url`)."""
+"""Hand a trained reward model to RL pipelines: a GRPO reward function (TRL), a merged `transformers` export, an HTTP
+reward server (OpenRLHF `--remote_rm_url`, any client) and verl custom reward functions."""
 
 from emoreward.export.grpo import EmotionReward, completion_text
 from emoreward.export.hf import ExportMismatchError, ExportReport, export_hf
 from emoreward.export.server import RewardServer, RewardService, ServerLimits
+from emoreward.export.verl import compute_score, compute_score_batch
 
 
 __all__ = [
@@ -14,5 +15,7 @@ __all__ = [
     "RewardService",
     "ServerLimits",
     "completion_text",
+    "compute_score",
+    "compute_score_batch",
     "export_hf",
 ]

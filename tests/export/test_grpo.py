@@ -140,3 +140,95 @@ def test_grpo_trainer_steps_with_this_reward(tmp_path, tokenizer, reward_model):
     assert logged and all(np.isfinite(logged))
     changed = any(not torch.equal(before[n], p.detach()) for n, p in policy.named_parameters())
     assert changed, "GRPO steps did not change the policy"
+
+
+def test_grpo_trainer_steps_with_a_multimodal_reward_and_a_video_column(tmp_path):
+    """Two GRPOTrainer steps whose reward is a (tiny, random-weight) Qwen2.5-VL reward model reading each row's
+    `video` column: every completion is scored with the clip of the row its prompt came from."""
+    pytest.importorskip("av", reason="writes and decodes video files with PyAV (media extra)")
+    import sys
+
+    from datasets import Dataset
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from trl import GRPOConfig, GRPOTrainer
+
+    from emoreward.data.media import MediaOptions
+    from emoreward.models.base import RewardContext
+    from emoreward.models.media import MediaRewardModel
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "multimodal"))
+    from tiny_media import build_tiny, write_video
+
+    root = tmp_path / "media"
+    clips = [f"video/c{i}.mp4" for i in range(2)]
+    for i, clip in enumerate(clips):
+        write_video(root / clip, seconds=1.0, seed=i, audio=False)
+    torch.manual_seed(0)
+    reward_model = MediaRewardModel.from_backbone(
+        "qwen2.5-vl",
+        str(build_tiny("qwen2.5-vl", tmp_path / "tiny-vl")),
+        media_options=MediaOptions(None, fps=2.0, max_frames=4),
+        max_length=256,
+    )
+    reward = EmotionReward(reward_model, media_root=str(root))
+    seen = []
+
+    def recording_reward(prompts, completions, **kwargs):
+        out = reward(prompts, completions, **kwargs)
+        seen.append((list(prompts), list(completions), list(kwargs["video"]), list(kwargs["subtitle"]), out))
+        return out
+
+    recording_reward.__name__ = "emotion_reward"
+    policy_tok = AutoTokenizer.from_pretrained(MINILM)
+    policy_tok.eos_token = "[SEP]"
+    policy_tok.padding_side = "left"
+    config = LlamaConfig(
+        vocab_size=policy_tok.vocab_size,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=128,
+        pad_token_id=policy_tok.pad_token_id,
+        eos_token_id=policy_tok.sep_token_id,
+        bos_token_id=policy_tok.cls_token_id,
+    )
+    policy = LlamaForCausalLM(config)
+    before = {n: p.detach().clone() for n, p in policy.named_parameters()}
+    dataset = Dataset.from_dict(
+        {
+            "prompt": [f"Describe the emotion in {c}." for c in clips],
+            "video": clips,
+            "subtitle": ["I got the job!", "Leave me alone."],
+            "sample_id": ["c0", "c1"],
+        }
+    )
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "grpo"),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=6,
+        max_steps=2,
+        learning_rate=1e-2,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        seed=0,
+        bf16=False,
+    )
+    trainer = GRPOTrainer(
+        model=policy, reward_funcs=[recording_reward], args=args, train_dataset=dataset, processing_class=policy_tok
+    )
+    trainer.train()
+
+    assert len(seen) >= 2
+    for prompts, completions, videos, subtitles, rewards in seen:
+        assert videos == [p.split(" in ", 1)[1].rstrip(".") for p in prompts]  # the row's own clip
+        contexts = [RewardContext(s, str(root / v)) for s, v in zip(subtitles, videos)]
+        np.testing.assert_allclose(rewards, reward_model.score(completions, contexts), atol=1e-4, rtol=0)
+    scored = {v for _, _, videos, _, _ in seen for v in videos}
+    assert scored == set(clips)
+    changed = any(not torch.equal(before[n], p.detach()) for n, p in policy.named_parameters())
+    assert changed, "GRPO steps did not change the policy"

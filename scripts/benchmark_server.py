@@ -1,0 +1,342 @@
+"""Replay OpenRLHF's remote reward-model client against `emoreward serve` on loopback: requests/s, latency, and
+rewards lost after the client's retries.
+
+Usage:
+    python scripts/benchmark_server.py [--model DIR] [--tree PATH] [--texts words|short|ovmerd]
+        [--per-sample 64 256] [--requests-per-client 4] [--batch 1024] [--throughput-clients 4 64] [--threads N]
+        [--server-arg=--max-batch-tokens=8192 ...] [--output bench.json]
+
+The server is started as a subprocess (`emoreward serve`, importing emoreward from `--tree`, default this checkout:
+point it at another checkout to measure that version with the same client), on a reward model in `--model` or,
+by default, a fresh value head on the registered MiniLM backbone (`TextRewardModel.from_backbone("minilm")`, seed 0).
+
+What the client does, read from OpenRLHF (github.com/OpenRLHF/OpenRLHF):
+
+- per-sample (current OpenRLHF, `openrlhf/utils/agent.py::SingleTurnAgentExecutor`): every generated sample, as
+  soon as it is generated, posts ``{"query": [decode(prompt_ids + response_ids, skip_special_tokens=False)],
+  "prompts": [prompt], "labels": [label]}`` on a NEW connection (a fresh `aiohttp.ClientSession` per attempt),
+  with a 180 s total timeout, raises on any 4xx/5xx, and tries 5 times, sleeping 1 s after each failure; after
+  the fifth it logs at info level and the sample trains on without that reward (counted here as LOST). All
+  samples of a rollout are in flight at once (`asyncio.gather`). Here `--per-sample N` clients each send
+  `--requests-per-client` samples back to back.
+- batch (older OpenRLHF, `openrlhf/utils/remote_rm_utils.py::request_api_wrapper`): the whole rollout batch in ONE
+  request (``requests.post(..., timeout=180)``, 5 tries 1 s apart), queries decoded from padded sequences.
+- throughput: `--throughput-clients C` clients each send `--throughput-requests` requests of 4 descriptions to
+  ``/v1/rewards`` back to back, without retries (a 503 counts as failed): the "requests/s at 4 descriptions per
+  request" figure.
+
+Each scenario also reports the server process's CPU time and descriptions per second of server CPU
+(``desc/server-CPU-s``): on a machine shared with other jobs the wall-clock rates move with their load, the CPU
+figure much less (with ``--threads 1``: no thread of the server waits spinning for another).
+
+The client is a minimal asyncio HTTP/1.1 client (one connection per attempt, as OpenRLHF's), so that little of
+the 2 shared cores goes to the client: on an RL cluster the rollout workers that send these requests run on
+other machines. The 1-minute load average is printed next to the figures: on a shared machine they move with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPT = (
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nDescribe the emotional state "
+    "of the person in the video: facial expression, voice, words, intensity and how it changes.<|im_end|>\n"
+    "<|im_start|>assistant\n"
+)
+EOS = "<|im_end|>"
+PAD = "<|endoftext|>"
+TRIES, RETRY_SLEEP_S, TIMEOUT_S = 5, 1.0, 180.0  # OpenRLHF's _post_request / request_api_wrapper
+
+
+# ---------------------------------------------------------------------------------------------- payloads
+def short_texts(n: int, seed: int = 0) -> list[str]:
+    """One-sentence descriptions, 12-20 words (about 15-25 tokens)."""
+    rng = random.Random(seed)
+    who = ["The woman", "The man", "The speaker", "She", "He", "The girl", "The old man"]
+    state = ["looks happy", "seems sad", "is clearly angry", "is surprised", "sounds worried", "is calm", "is tense"]
+    how = [
+        "and smiles broadly while talking",
+        "with a trembling voice and lowered eyes",
+        "frowning and raising her voice towards the end",
+        "her eyebrows raised and mouth open",
+        "speaking slowly, looking away from the camera",
+        "with relaxed shoulders and a steady voice",
+    ]
+    end = ["; the feeling grows stronger.", ", then relaxes.", ".", "; it fades by the end.", ", mixed with fear."]
+    return [f"{rng.choice(who)} {rng.choice(state)} {rng.choice(how)}{rng.choice(end)}" for _ in range(n)]
+
+
+def word_texts(n: int, seed: int = 0) -> list[str]:
+    """Three- to five-word descriptions (about 5-8 tokens): the regime where per-request overhead dominates."""
+    rng = random.Random(seed)
+    who, state = ["She", "He", "The man", "The girl"], ["is happy", "looks sad", "is angry", "seems calm"]
+    return [f"{rng.choice(who)} {rng.choice(state)}." for _ in range(n)]
+
+
+def ovmerd_texts(n: int, seed: int = 0) -> list[str]:
+    """Real MLLM-written emotion descriptions (OV-MERD, shipped in emoreward/data/files; median 680 characters)."""
+    path = ROOT / "emoreward" / "data" / "files" / "ovmerd" / "ovmerd_descriptions_subtitle.jsonl"
+    rows = [json.loads(line)["description"] for line in path.read_text(encoding="utf-8").splitlines() if line]
+    rows = [r for r in rows if r.strip()]
+    rng = random.Random(seed)
+    return [rng.choice(rows) for _ in range(n)]
+
+
+# ---------------------------------------------------------------------------------------------- the client
+class HTTPError(Exception):
+    def __init__(self, status: int, body: bytes):
+        super().__init__(f"HTTP {status}")
+        self.status = status
+        self.body = body
+
+
+async def post_once(host: str, port: int, path: str, body: bytes, headers: dict[str, str] | None = None) -> dict:
+    """One POST on a new connection; the JSON reply, or HTTPError on a 4xx/5xx (raise_for_status)."""
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        head = [f"POST {path} HTTP/1.1", f"Host: {host}:{port}", "Content-Type: application/json"]
+        head += [f"Content-Length: {len(body)}", *(f"{k}: {v}" for k, v in (headers or {}).items())]
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+        await writer.drain()
+        status_line = await reader.readline()
+        if not status_line:
+            raise ConnectionError("server closed the connection")
+        status = int(status_line.split()[1])
+        length = 0
+        while True:
+            line = await reader.readline()
+            if line in (b"\r\n", b"\n", b""):
+                break
+            name, _, value = line.decode("latin-1").partition(":")
+            if name.strip().lower() == "content-length":
+                length = int(value.strip())
+        data = await reader.readexactly(length) if length else b""
+    finally:
+        writer.close()
+    if status >= 400:
+        raise HTTPError(status, data)
+    return json.loads(data)
+
+
+class Tally:
+    """What the clients saw: latencies of answered requests, lost requests, failed attempts by cause."""
+
+    def __init__(self):
+        self.latencies: list[float] = []
+        self.lost = 0
+        self.failed_attempts: dict[str, int] = {}
+
+    def fail(self, err: BaseException) -> None:
+        key = f"HTTP {err.status}" if isinstance(err, HTTPError) else type(err).__name__
+        self.failed_attempts[key] = self.failed_attempts.get(key, 0) + 1
+
+
+async def openrlhf_post(host: str, port: int, path: str, payload: dict, tally: Tally, retries: bool = True) -> None:
+    """OpenRLHF's `_post_request`: up to 5 tries, each on a new connection with a 180 s total timeout, 1 s apart."""
+    body = json.dumps(payload).encode("utf-8")
+    start = time.perf_counter()
+    for _ in range(TRIES if retries else 1):
+        try:
+            await asyncio.wait_for(post_once(host, port, path, body), TIMEOUT_S)
+            tally.latencies.append(time.perf_counter() - start)
+            return
+        except (OSError, asyncio.TimeoutError, HTTPError, ValueError, asyncio.IncompleteReadError) as err:
+            tally.fail(err)
+        if retries:
+            await asyncio.sleep(RETRY_SLEEP_S)
+    tally.lost += 1
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def summary(name: str, tally: Tally, wall: float, sent: int, descriptions_per_request: int) -> dict:
+    lat = sorted(tally.latencies)
+    answered = len(lat)
+
+    def pct(q: float) -> float:
+        return 1000 * lat[min(len(lat) - 1, int(q * len(lat)))] if lat else float("nan")
+
+    return {
+        "scenario": name,
+        "requests": sent,
+        "answered": answered,
+        "descriptions": answered * descriptions_per_request,
+        "lost": tally.lost,
+        "failed_attempts": tally.failed_attempts,
+        "wall_s": round(wall, 3),
+        "requests_per_s": round(answered / wall, 1),
+        "descriptions_per_s": round(answered * descriptions_per_request / wall, 1),
+        "p50_ms": round(pct(0.50), 1),
+        "p99_ms": round(pct(0.99), 1),
+        "load_1min": round(os.getloadavg()[0], 2),
+    }
+
+
+async def per_sample(host, port, texts, clients: int, per_client: int) -> dict:
+    """`clients` OpenRLHF samples in flight at once, each client sending `per_client` samples back to back."""
+    tally = Tally()
+    random.Random(clients).shuffle(texts)
+
+    async def client(c: int) -> None:
+        for r in range(per_client):
+            text = texts[(c * per_client + r) % len(texts)]
+            query = PROMPT + text + EOS
+            await openrlhf_post(
+                host, port, "/get_reward", {"query": [query], "prompts": [PROMPT], "labels": [""]}, tally
+            )
+
+    start = time.perf_counter()
+    await asyncio.gather(*(client(c) for c in range(clients)))
+    return summary(f"per-sample x{clients}", tally, time.perf_counter() - start, clients * per_client, 1)
+
+
+async def batch(host, port, texts, n: int) -> dict:
+    """Older OpenRLHF: the whole rollout batch in one request, queries decoded from left- and right-padded rows."""
+    tally = Tally()
+    width = max(len(t) for t in texts[:n])
+    queries = []
+    for k in range(n):
+        text = texts[k % len(texts)]
+        left, right = (k % 3), (width - len(text)) // 40  # a few pad tokens on both sides, as batch_decode writes
+        queries.append(PAD * left + PROMPT + text + EOS + PAD * right)
+    payload = {"query": queries, "prompts": [PROMPT] * n, "labels": [""] * n}
+    start = time.perf_counter()
+    await openrlhf_post(host, port, "/get_reward", payload, tally)
+    return summary(f"batch of {n}", tally, time.perf_counter() - start, 1, n)
+
+
+async def throughput(host, port, texts, clients: int, per_client: int) -> dict:
+    """`clients` clients x `per_client` requests of 4 descriptions on /v1/rewards, no retries (503 = failed)."""
+    tally = Tally()
+
+    async def client(c: int) -> None:
+        for r in range(per_client):
+            k = 4 * (c * per_client + r)
+            descriptions = [texts[(k + j) % len(texts)] for j in range(4)]
+            await openrlhf_post(host, port, "/v1/rewards", {"descriptions": descriptions}, tally, retries=False)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(client(c) for c in range(clients)))
+    return summary(f"throughput x{clients}", tally, time.perf_counter() - start, clients * per_client, 4)
+
+
+# ---------------------------------------------------------------------------------------------- the server
+def fresh_minilm(directory: Path) -> Path:
+    import torch
+
+    from emoreward.models import TextRewardModel
+
+    torch.manual_seed(0)
+    TextRewardModel.from_backbone("minilm").save_pretrained(directory)
+    return directory
+
+
+def start_server(tree: Path, model: Path, extra: list[str], threads: int | None) -> tuple[subprocess.Popen, int]:
+    env = {**os.environ, "PYTHONPATH": str(tree), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env.pop("OMP_NUM_THREADS", None)
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    code = "import sys; from emoreward.cli import main; sys.exit(main(sys.argv[1:]))"
+    cmd = [sys.executable, "-c", code, "serve", "--model", str(model), "--port", "0", *extra]
+    # cwd = the tree: `python -c` puts the working directory first on sys.path
+    proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line and proc.poll() is not None:
+            raise RuntimeError(f"the server exited with {proc.returncode}")
+        match = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+        if match:
+            return proc, int(match.group(1))
+    proc.kill()
+    raise RuntimeError("the server did not print its address within 120 s")
+
+
+def stop_server(proc: subprocess.Popen) -> str:
+    proc.terminate()
+    try:
+        out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", type=Path, help="reward-model directory (default: fresh MiniLM value head, seed 0)")
+    p.add_argument("--tree", type=Path, default=ROOT, help="checkout whose emoreward the server runs")
+    p.add_argument("--texts", choices=["words", "short", "ovmerd"], default="short", help="description set")
+    p.add_argument("--per-sample", type=int, nargs="*", default=[64, 256], help="OpenRLHF samples in flight")
+    p.add_argument("--requests-per-client", type=int, default=4, help="samples each per-sample client sends")
+    p.add_argument("--batch", type=int, nargs="*", default=[1024], help="older OpenRLHF: items in one request")
+    p.add_argument("--throughput-clients", type=int, nargs="*", default=[4, 64], help="clients of /v1/rewards")
+    p.add_argument("--throughput-requests", type=int, default=20, help="requests each throughput client sends")
+    p.add_argument("--warmup", type=int, default=32, help="requests sent (and not measured) before measuring")
+    p.add_argument("--threads", type=int, help="OMP_NUM_THREADS of the server (default: torch's, all cores)")
+    p.add_argument("--server-arg", action="append", default=[], help="extra `emoreward serve` argument")
+    p.add_argument("--output", type=Path, help="write the results as JSON")
+    args = p.parse_args()
+
+    sys.path.insert(0, str(ROOT))
+    n_texts = 4096
+    texts = {"words": word_texts, "short": short_texts, "ovmerd": ovmerd_texts}[args.texts](n_texts)
+    with tempfile.TemporaryDirectory() as tmp:
+        model = args.model or fresh_minilm(Path(tmp) / "minilm-rm")
+        proc, port = start_server(args.tree.resolve(), model, args.server_arg, args.threads)
+        results = []
+        try:
+
+            async def measured(scenario) -> None:
+                cpu = cpu_seconds(proc.pid)
+                result = await scenario
+                used = cpu_seconds(proc.pid) - cpu
+                # descriptions per second of server CPU: what a dedicated machine would do, whatever else runs here
+                result["server_cpu_s"] = round(used, 2)
+                result["descriptions_per_server_cpu_s"] = round(result["descriptions"] / max(used, 1e-9), 1)
+                results.append(result)
+
+            async def run_all() -> None:
+                host = "127.0.0.1"
+                await throughput(host, port, texts, 1, args.warmup)  # warm up (not reported)
+                for n in args.throughput_clients:
+                    await measured(throughput(host, port, texts, n, args.throughput_requests))
+                for n in args.per_sample:
+                    await measured(per_sample(host, port, list(texts), n, args.requests_per_client))
+                for n in args.batch:
+                    await measured(batch(host, port, texts, n))
+
+            asyncio.run(run_all())
+        finally:
+            log = stop_server(proc)
+    header = {"tree": str(args.tree.resolve()), "texts": args.texts, "server_args": args.server_arg}
+    print(json.dumps(header))
+    cols = ["scenario", "requests", "answered", "lost", "requests_per_s", "descriptions_per_s", "p50_ms", "p99_ms"]
+    cols += ["descriptions_per_server_cpu_s"]
+    print(" | ".join(cols + ["failed attempts", "load"]).replace("descriptions_per_server_cpu_s", "desc/server-CPU-s"))
+    for r in results:
+        print(" | ".join(str(r[c]) for c in cols) + f" | {r['failed_attempts'] or '-'} | {r['load_1min']}")
+    print("server output (last lines):\n" + "\n".join(log.strip().splitlines()[-4:]))
+    if args.output:
+        args.output.write_text(json.dumps({**header, "results": results}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

