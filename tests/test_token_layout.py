@@ -132,7 +132,7 @@ def _media(subtitle):
     return MediaRef(subtitle=subtitle)
 
 
-def test_pair_layout_is_what_the_tokenizer_gives_for_a_sentence_pair():
+def test_pair_layout_is_what_the_tokenizer_gives_for_a_batch_of_sentence_pairs():
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(minilm_dir())
@@ -141,7 +141,7 @@ def test_pair_layout_is_what_the_tokenizer_gives_for_a_sentence_pair():
     for _ in range(100):
         d, s = random_text(rng), rng.choice([None, "oh no", "为什么"])
         context = "Rate it." + (f"\nSubtitle: {s}" if s else "")
-        assert text_input_ids(tok, settings, d, s).input_ids == tok(context, d)["input_ids"]
+        assert text_input_ids(tok, settings, d, s).input_ids == tok([context], [d])["input_ids"][0]
 
 
 def test_over_long_descriptions_are_flagged_not_cut_silently(chat_model):

@@ -239,14 +239,16 @@ Instruction: {instruction}
             "last non-pad token; right or left padding.\n"
             "- OpenRLHF (`--reward_pretrain PATH`): its reward model reads the value head `score` at the last "
             "non-pad token; send the sequence ending at the end-of-turn token, as above.\n"
-            "- verl: its reward-model worker loads `AutoModelForTokenClassification`, whose head has a bias this "
-            "checkpoint does not have (initialised at random on load), so its rewards are shifted by that bias: use "
-            "`emoreward serve` with verl's custom reward function (`emoreward.export.verl`) instead.\n"
+            "- verl's reward-model worker (`AutoModelForTokenClassification`, read at the last non-pad token): the "
+            "same rewards (the token-classification head's bias, absent here, loads as zero).\n"
+            "- OpenRLHF and verl feed the policy's own prompt as CONTEXT; the rewards above hold when the RL prompt "
+            "is built as CONTEXT is here (instruction and subtitle). Otherwise use `emoreward serve` "
+            "(`/get_reward`, or verl's custom reward function `emoreward.export.verl`), which rebuilds the context.\n"
         )
     else:
         layout = (
             "Token ids `[CLS] CONTEXT [SEP] DESCRIPTION [SEP]` (`[CLS] DESCRIPTION [SEP]` without context): what "
-            "`tokenizer(CONTEXT, DESCRIPTION)` gives. Pass `input_ids` and `attention_mask` only (all-zero "
+            "the batched `tokenizer(CONTEXTS, DESCRIPTIONS)` gives (an empty description keeps its `[SEP]`). Pass `input_ids` and `attention_mask` only (all-zero "
             "`token_type_ids` or none: the model was trained that way) and pad on the RIGHT (absolute position "
             "embeddings). The reward is `logits[:, 0]` of BERT's pooled `[CLS]` head."
         )

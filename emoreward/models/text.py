@@ -135,8 +135,9 @@ def text_input_ids(
     sep_ids = [tokenizer.sep_token_id] if tokenizer.sep_token_id is not None else []
     prefix = cls_ids + (tokenizer(context, add_special_tokens=False)["input_ids"] + sep_ids if context else [])
     body = tokenizer(description, add_special_tokens=False)["input_ids"]
-    # `tokenizer(context, "")` drops the empty second segment and its [SEP]: the same here
-    closing = sep_ids if (description or not context) else []
+    # an empty description keeps its closing [SEP], as batched `tokenizer([context], [""])` gives (a single call
+    # `tokenizer(context, "")` drops the empty segment; RL stacks tokenize in batches)
+    closing = sep_ids
     room = settings.max_length - len(prefix) - len(closing)
     _check_room(room, settings.max_length, len(prefix) + len(closing))
     truncated = len(body) > room
