@@ -88,9 +88,9 @@ def test_empty_file(tmp_path):
 
 def test_undecodable_bytes_report_the_line(tmp_path):
     path = write(tmp_path, "latin1.csv", "name,a1,a2,preference\nv1,ok,y,a1\nv2,caf\xe9,y,a2\n".encode("latin-1"))
-    with pytest.raises(DataError, match=r"latin1\.csv, line 3: undecodable bytes b'\\xe9'") as info:
+    with pytest.raises(DataError, match=r"latin1\.csv, row 2, line 3, field 'a1': undecodable bytes b'\\xe9'") as info:
         load_pairs(path)
-    assert (info.value.line, info.value.row) == (3, None)
+    assert (info.value.line, info.value.row, info.value.field_name) == (3, 2, "a1")
 
 
 def test_bad_jsonl_line(tmp_path):

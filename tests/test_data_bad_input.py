@@ -251,7 +251,7 @@ def test_a_utf8_byte_order_mark_is_accepted_by_every_text_reader(tmp_path, name,
 
 def test_undecodable_jsonl_and_utf16_files(tmp_path):
     path = write(tmp_path, "bad.jsonl", json.dumps(ROW).encode() + b"\n" + b'{"name": "caf\xe9"}\n')
-    with pytest.raises(DataError, match=r"bad\.jsonl, line 2: undecodable bytes b'\\xe9'"):
+    with pytest.raises(DataError, match=r"bad\.jsonl, row 2, line 2, field 'name': undecodable bytes b'\\xe9'"):
         load_pairs(path)
     utf16 = write(tmp_path, "u16.csv", (HEADER + "v1,x,y,a1\n").encode("utf-16"))
     with pytest.raises(DataError, match=r"u16\.csv: the file is UTF-16 or UTF-32"):

@@ -62,7 +62,8 @@ def read_text(path: Path) -> str:
     """The file decoded as UTF-8 (a leading byte order mark is dropped).
 
     Raises:
-        DataError: a UTF-16/32 file, or undecodable bytes (names the line of the first one).
+        DataError: a UTF-16/32 file, or undecodable bytes (names the line of the first one and, in a CSV or JSON
+            lines file, its row and field).
     """
     raw = path.read_bytes()
     if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
@@ -76,13 +77,77 @@ def read_text(path: Path) -> str:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         line = raw[: err.start].count(b"\n") + 1
+        container = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}.get(path.suffix.lower())
+        row, field = locate_undecodable(raw, err.start, container) if container else (None, None)
         raise DataError(
             str(path),
-            None,
-            None,
-            f"undecodable bytes {raw[err.start : err.end]!r} (the file must be UTF-8)",
+            row,
+            field,
+            f"undecodable bytes {raw[err.start : err.end]!r} (the file must be UTF-8; re-save it as UTF-8, e.g. "
+            "`iconv -f latin1 -t utf-8`)",
             line=line,
         ) from None
+
+
+_REPLACEMENT = "\ufffd"
+
+
+def locate_undecodable(raw: bytes, start: int, container: str) -> tuple[int | str | None, str | None]:
+    """The data row and the field that hold the first undecodable byte of a file, for its error message.
+
+    The file is decoded with U+FFFD for bad bytes; the bad byte at ``start`` is the first U+FFFD after those the
+    (cleanly decoded) text before it already holds.
+
+    Args:
+        raw: the file's bytes.
+        start: offset of the first undecodable byte (`UnicodeDecodeError.start`).
+        container: `"csv"` (the row is the data row, the header not counted; `"header"` for the header) or
+            `"jsonl"` (the row counts non-blank lines; the field is the key whose key or value holds the byte).
+
+    Returns:
+        `(row, field)`; either is None when the file cannot be read far enough to tell.
+    """
+    seen_before = raw[:start].decode("utf-8-sig").count(_REPLACEMENT)
+    if container == "jsonl":
+        line_start = raw.rfind(b"\n", 0, start) + 1
+        line_end = raw.find(b"\n", start)
+        text = raw[line_start : None if line_end < 0 else line_end].decode("utf-8", errors="replace")
+        row = sum(1 for piece in raw[:line_start].split(b"\n") if piece.strip()) + 1 if line_start else 1
+        seen = raw[:line_start].decode("utf-8-sig").count(_REPLACEMENT)
+        try:
+            record = json.loads(text.lstrip(_BOM))
+        except json.JSONDecodeError:
+            return row, None
+        if not isinstance(record, dict):
+            return row, None
+        for key, value in record.items():
+            seen += key.count(_REPLACEMENT) + json.dumps(value, ensure_ascii=False).count(_REPLACEMENT)
+            if seen > seen_before:
+                return row, key
+        return row, None
+    text = raw.decode("utf-8-sig", errors="replace")
+    header: list[str] | None = None
+    row, seen = 0, 0
+    try:
+        for cells in csv.reader(io.StringIO(text, newline="")):
+            if not cells:
+                continue
+            for k, cell in enumerate(cells):
+                seen += cell.count(_REPLACEMENT)
+                if seen > seen_before:
+                    if header is None:
+                        return "header", f"column {k + 1}"
+                    return row + 1, header[k] if k < len(header) and header[k] else f"cell {k + 1}"
+            if header is None:
+                header = [c.strip() for c in cells]
+            else:
+                row += 1
+    except csv.Error:
+        pass
+    return None, None
+
+
+_BOM = "\ufeff"
 
 
 # ----------------------------------------------------------------------------------------------------------- CSV
@@ -387,6 +452,7 @@ __all__ = [
     "read_json_array",
     "read_jsonl",
     "read_parquet",
+    "locate_undecodable",
     "read_text",
     "records_from_rows",
 ]

@@ -65,6 +65,19 @@ def _column_problem(table: dict[str, list[Any]]) -> str | None:
     return None
 
 
+def check_records_path(path: str | Path, option: str | None = None) -> Path:
+    """Refuse a records path whose suffix `write_records` cannot write (checked before a run, not after it).
+
+    Raises:
+        ValueError: naming the option (when given), the path and the suffixes that work.
+    """
+    path = Path(path)
+    if path.suffix.lower() not in FORMATS:
+        where = f"{option} {path}" if option else str(path)
+        raise ValueError(f"{where}: unknown suffix {path.suffix!r}; use one of {sorted(FORMATS)}")
+    return path
+
+
 def write_records(rows: Iterable[Mapping[str, Any]], path: str | Path) -> Path:
     """Write rows as JSON lines (`.jsonl`, `.json`) or parquet (`.parquet`), chosen by the file's suffix.
 
@@ -83,9 +96,7 @@ def write_records(rows: Iterable[Mapping[str, Any]], path: str | Path) -> Path:
             no such numbers; the message names the record and column; parquet keeps them).
     """
     path = Path(path)
-    kind = FORMATS.get(path.suffix.lower())
-    if kind is None:
-        raise ValueError(f"{path}: unknown suffix {path.suffix!r}; use one of {sorted(FORMATS)}")
+    kind = FORMATS[check_records_path(path).suffix.lower()]
     dataset = records_to_dataset(rows)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -176,4 +187,11 @@ def push_records_to_hub(
         raise HubPushError(f"cannot push to the Hub dataset {repo_id!r}: {type(err).__name__}: {text}") from None
 
 
-__all__ = ["FORMATS", "HubPushError", "push_records_to_hub", "records_to_dataset", "write_records"]
+__all__ = [
+    "FORMATS",
+    "HubPushError",
+    "check_records_path",
+    "push_records_to_hub",
+    "records_to_dataset",
+    "write_records",
+]

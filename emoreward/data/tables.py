@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from emoreward.data.pairs import MediaRef
+from emoreward.data.readers import locate_undecodable
 
 
 MEDIA_FIELDS: tuple[str, ...] = ("video", "audio", "subtitle")
@@ -40,7 +41,8 @@ def read_utf8(path: str | Path, error: type[ValueError] = TableError) -> str:
 
     Raises:
         FileNotFoundError: if ``path`` does not exist.
-        error: on bytes that are not UTF-8; the message names the file, the line (1-based) and the bytes.
+        error: on bytes that are not UTF-8; the message names the file, the line (1-based), for JSON lines the
+            field, and the bytes.
     """
     path = Path(path)
     raw = path.read_bytes()
@@ -48,8 +50,10 @@ def read_utf8(path: str | Path, error: type[ValueError] = TableError) -> str:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         line = raw[: err.start].count(b"\n") + 1
+        field_name = locate_undecodable(raw, err.start, "jsonl")[1] if path.suffix.lower() == ".jsonl" else None
+        where = f", field {field_name!r}" if field_name else ""
         raise error(
-            f"{path}, line {line}: undecodable bytes {raw[err.start : err.end]!r} (the file must be UTF-8; "
+            f"{path}, line {line}{where}: undecodable bytes {raw[err.start : err.end]!r} (the file must be UTF-8; "
             "re-save it as UTF-8, e.g. `iconv -f latin1 -t utf-8`)"
         ) from None
 
@@ -64,6 +68,8 @@ class DescriptionTable:
         descriptions (`dict[tuple[str, str], str]`): ``(sample, model) -> description``; a model may miss samples.
         media (`dict[str, MediaRef]`): per-sample media (video / audio path, subtitle) when the table gives them.
         source (`str`): where the table came from (for reports).
+        lines (`dict[tuple[str, str], int]`): ``(sample, model) -> line`` of the file (or 1-based row), for error
+            messages; empty for a table built in code.
     """
 
     models: list[str]
@@ -71,6 +77,7 @@ class DescriptionTable:
     descriptions: dict[tuple[str, str], str]
     media: dict[str, MediaRef] = field(default_factory=dict)
     source: str = "<memory>"
+    lines: dict[tuple[str, str], int] = field(default_factory=dict)
 
     @classmethod
     def from_rows(cls, rows: Iterable[dict[str, Any]], source: str = "<memory>") -> DescriptionTable:
@@ -92,32 +99,53 @@ class DescriptionTable:
         samples: dict[str, None] = {}
         descriptions: dict[tuple[str, str], str] = {}
         media: dict[str, MediaRef] = {}
+        lines: dict[tuple[str, str], int] = {}
         for line, row in rows:
             if not isinstance(row, dict):
                 raise TableError(f"{source}, line {line}: expected a JSON object, got {type(row).__name__}")
             for key in ("sample", "model", "description"):
-                if not isinstance(row.get(key), str):
-                    raise TableError(f"{source}, line {line}, field {key!r}: missing or not a string")
+                if key not in row or row[key] is None:
+                    raise TableError(f"{source}, line {line}, field {key!r}: missing")
+                if not isinstance(row[key], str):
+                    raise TableError(
+                        f"{source}, line {line}, field {key!r}: expected a string, got {type(row[key]).__name__}"
+                    )
             sample, model = row["sample"], row["model"]
             for key in ("sample", "model"):
                 if not row[key].strip():
                     raise TableError(f"{source}, line {line}, field {key!r}: empty")
             for key in MEDIA_FIELDS:
                 if row.get(key) is not None and not isinstance(row[key], str):
-                    raise TableError(f"{source}, line {line}, field {key!r}: not a string")
+                    raise TableError(
+                        f"{source}, line {line}, field {key!r}: expected a string, got {type(row[key]).__name__}"
+                    )
             if (sample, model) in descriptions:
-                raise TableError(f"{source}, line {line}: a second description of sample {sample!r} by {model!r}")
+                raise TableError(
+                    f"{source}, line {line}, field 'model': a second description of sample {sample!r} by {model!r} "
+                    f"(the first is on line {lines[sample, model]})"
+                )
             ref = MediaRef(**{k: row.get(k) for k in MEDIA_FIELDS})
             if sample in media and media[sample] != ref:
-                raise TableError(f"{source}, line {line}: sample {sample!r} has different media on another row")
+                key = next(k for k in MEDIA_FIELDS if getattr(ref, k) != getattr(media[sample], k))
+                first = min(n for (s, _), n in lines.items() if s == sample)
+                raise TableError(
+                    f"{source}, line {line}, field {key!r}: sample {sample!r} has {key} {getattr(ref, key)!r} here "
+                    f"but {getattr(media[sample], key)!r} on line {first}; every row of a sample must agree"
+                )
             media[sample] = ref
             models.setdefault(model)
             samples.setdefault(sample)
             descriptions[sample, model] = row["description"]
+            lines[sample, model] = line
         if not descriptions:
             raise TableError(f"{source}: no rows")
         media = {s: m for s, m in media.items() if not m.is_empty()}
-        return cls(list(models), list(samples), descriptions, media, source)
+        return cls(list(models), list(samples), descriptions, media, source, lines)
+
+    def sample_line(self, sample: str) -> int | None:
+        """The first line of the table that describes ``sample`` (None for a table built without line numbers)."""
+        found = [n for (s, _), n in self.lines.items() if s == sample]
+        return min(found) if found else None
 
     @property
     def n_models(self) -> int:
@@ -154,7 +182,8 @@ class DescriptionTable:
         keep_s, keep_m = set(samples), set(models)
         descriptions = {k: v for k, v in self.descriptions.items() if k[0] in keep_s and k[1] in keep_m}
         media = {s: m for s, m in self.media.items() if s in keep_s}
-        return DescriptionTable(models, samples, descriptions, media, self.source)
+        lines = {k: v for k, v in self.lines.items() if k in descriptions}
+        return DescriptionTable(models, samples, descriptions, media, self.source, lines)
 
     def sample_subset(self, n: int, seed: int = 0) -> DescriptionTable:
         """A random subset of ``n`` samples (EMER-Ranker, section 5: fewer comparison samples), table order kept.

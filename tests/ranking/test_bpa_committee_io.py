@@ -45,7 +45,7 @@ def test_byte_order_mark_and_undecodable_bytes(tmp_path):
     assert load_pairwise_records(path) == [PairwiseRecord("m1", "m2", Verdict.SECOND, "ann1")]
     path = tmp_path / "pairs.jsonl"
     path.write_bytes(b'{"item_a": "x", "item_b": "y", "outcome": "a", "annotator": "k"}\n{"item_a": "\xe9"}\n')
-    with pytest.raises(PairwiseDataError, match=r"pairs\.jsonl, line 2: undecodable bytes"):
+    with pytest.raises(PairwiseDataError, match=r"pairs\.jsonl, line 2, field 'item_a': undecodable bytes"):
         load_pairwise_records(path)
 
 

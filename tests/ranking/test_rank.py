@@ -93,7 +93,10 @@ def test_vendored_ovmerd_is_the_release():
 
 def test_table_errors_name_the_line(tmp_path):
     good = {"sample": "s1", "model": "a", "description": "x"}
-    with pytest.raises(TableError, match="line 2: a second description"):
+    with pytest.raises(
+        TableError,
+        match="line 2, field 'model': a second description of sample 's1' by 'a' \\(the first is on line 1\\)",
+    ):
         load_description_table(write_jsonl(tmp_path / "dup.jsonl", [good, good]))
     with pytest.raises(TableError, match="line 1, field 'description'"):
         load_description_table(write_jsonl(tmp_path / "miss.jsonl", [{"sample": "s1", "model": "a"}]))
@@ -101,7 +104,9 @@ def test_table_errors_name_the_line(tmp_path):
     with pytest.raises(TableError, match="line 2: invalid JSON"):
         load_description_table(tmp_path / "bad.jsonl")
     rows = [good, {**good, "model": "b", "subtitle": "other"}]
-    with pytest.raises(TableError, match="different media"):
+    with pytest.raises(
+        TableError, match="line 2, field 'subtitle': sample 's1' has subtitle 'other' here but None on line 1"
+    ):
         load_description_table(write_jsonl(tmp_path / "media.jsonl", rows))
     with pytest.raises(FileNotFoundError):
         load_description_table(tmp_path / "nope.jsonl")

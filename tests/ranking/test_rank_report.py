@@ -139,10 +139,10 @@ def test_latin1_byte_names_file_and_line(tmp_path, tiny_rm_dir, capsys):
     lines = data.read_bytes().split(b"\n")
     lines[2] = lines[2].replace(b'"description": "', b'"description": "h\xe9las ')  # Latin-1 e-acute, line 3
     data.write_bytes(b"\n".join(lines))
-    with pytest.raises(TableError, match=r"latin\.jsonl, line 3: undecodable bytes b'\\xe9'"):
+    with pytest.raises(TableError, match=r"latin\.jsonl, line 3, field 'description': undecodable bytes b'\\xe9'"):
         load_description_table(data)
     code, _, err = run(["--judge", str(tiny_rm_dir), "--data", str(data), "--no-cache"], capsys)
-    assert code == 2 and f"{data}, line 3: undecodable bytes" in err
+    assert code == 2 and f"{data}, line 3, field 'description': undecodable bytes" in err
     with pytest.raises(ValueError, match="line 1: undecodable"):
         read_utf8(write_rows(tmp_path / "x.jsonl", [], prefix=b"\xff"), ValueError)
 
@@ -156,7 +156,7 @@ def test_rows_name_their_file_line_even_after_blank_lines(tmp_path):
     with pytest.raises(TableError, match="line 1, field 'model': empty"):
         load_description_table(path)
     path.write_text('{"sample": "s", "model": "a", "description": "x", "subtitle": 3}\n')
-    with pytest.raises(TableError, match="line 1, field 'subtitle': not a string"):
+    with pytest.raises(TableError, match="line 1, field 'subtitle': expected a string, got int"):
         load_description_table(path)
     # a line separator inside a JSON string is text, not a line break
     path.write_text(json.dumps({"sample": "s", "model": "a", "description": "one\u2028two"}) + "\n")

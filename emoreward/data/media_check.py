@@ -1,0 +1,102 @@
+"""Media files of a data source checked before scoring, and media errors named by the row and field they come from.
+
+A multimodal reward model reads each sample's video and / or audio while it scores (`emoreward.data.media`). A file
+that is missing or empty would stop a long run midway with a message that names the sample but not the data file;
+`check_pair_media` and `check_table_media` look every needed file up first (no decoding: existence and size only),
+and `locate_media_error` turns a `MediaError` raised while scoring (a file that does not decode) into an error that
+names the data file, the row (or line) and the field. Text reward models read no media: both checks return at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from emoreward.data.errors import DataError
+from emoreward.data.media import MediaError, resolve_paths
+from emoreward.data.pairs import MediaRef, PreferencePair
+from emoreward.data.tables import DescriptionTable, TableError
+
+
+def _needs(model: Any) -> tuple[bool, bool] | None:
+    """(needs video, needs audio) of a multimodal reward model; None for a model that reads no media."""
+    if getattr(model, "kind", "text") != "media":
+        return None
+    spec = model.spec
+    return bool(spec.sees_video), bool(spec.hears_audio)
+
+
+def _first_missing(model: Any, sample_id: str, ref: MediaRef) -> tuple[str, MediaError] | None:
+    """The first needed media field of a sample whose file is missing or empty: `(field, error)`, or None."""
+    needs = _needs(model)
+    if needs is None:
+        return None
+    for key, wanted in (("video", needs[0]), ("audio", needs[1])):
+        if not wanted:
+            continue
+        try:
+            resolve_paths(sample_id, ref, model.options, need_video=key == "video", need_audio=key == "audio")
+        except MediaError as err:
+            # with use_audio_in_video the audio is the video's own track: the file stands in the video field
+            field = "video" if key == "audio" and model.options.use_audio_in_video else key
+            return field, err
+    return None
+
+
+def check_pair_media(model: Any, pairs: Sequence[PreferencePair], source: str) -> None:
+    """Check that every media file the model will read for `pairs` exists and is not empty.
+
+    Args:
+        model: a reward model (`kind`, and for `"media"` models `spec` and `options`).
+        pairs: the pairs to be scored.
+        source: the data file, for the message.
+
+    Raises:
+        DataError: ``"<source>, row <n>, field 'video': sample '<id>': <file>: video file not found"`` (or empty).
+    """
+    if _needs(model) is None:
+        return
+    for pair in pairs:
+        found = _first_missing(model, pair.sample_id, pair.media)
+        if found is not None:
+            field, err = found
+            raise DataError(source, pair.row, field, str(err))
+
+
+def check_table_media(model: Any, table: DescriptionTable) -> None:
+    """Check that every media file the model will read for a description table exists and is not empty.
+
+    Raises:
+        TableError: ``"<table>, line <n>, field 'video': sample '<id>': <file>: video file not found"`` (or empty).
+    """
+    if _needs(model) is None:
+        return
+    for sample in table.samples:
+        found = _first_missing(model, sample, table.media.get(sample, MediaRef()))
+        if found is not None:
+            field, err = found
+            raise TableError(f"{table.source}, line {table.sample_line(sample)}, field {field!r}: {err}")
+
+
+def _field_of(err: MediaError) -> str:
+    return "audio" if "audio" in err.problem.split(" (")[0] else "video"
+
+
+def locate_media_error(err: MediaError, pairs: Sequence[PreferencePair], source: str) -> DataError | MediaError:
+    """A `MediaError` raised while scoring `pairs` as a `DataError` naming the data file, the pair's row and the
+    media field; the error itself when no pair has its sample."""
+    for pair in pairs:
+        if pair.sample_id == err.sample_id:
+            return DataError(source, pair.row, _field_of(err), str(err))
+    return err
+
+
+def locate_table_media_error(err: MediaError, table: DescriptionTable) -> TableError | MediaError:
+    """A `MediaError` raised while scoring a description table as a `TableError` naming the table, the sample's
+    first line and the media field; the error itself when the table has no such sample."""
+    if err.sample_id not in table.samples:
+        return err
+    return TableError(f"{table.source}, line {table.sample_line(err.sample_id)}, field {_field_of(err)!r}: {err}")
+
+
+__all__ = ["check_pair_media", "check_table_media", "locate_media_error", "locate_table_media_error"]
