@@ -201,7 +201,7 @@ def test_max_length_beyond_the_backbone_positions_is_refused(tiny_bert_dir, tmp_
     with pytest.raises(ValueError) as err:
         config.check_max_length()
     assert str(err.value) == (
-        f"max_length=129 exceeds the 128 token positions of backbone '{tiny_bert_dir}' (max_position_embeddings in "
+        f"override max_length=129: max_length=129 exceeds the 128 token positions of backbone '{tiny_bert_dir}' (max_position_embeddings in "
         "its config): set max_length: 128 or less"
     )
 

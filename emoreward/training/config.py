@@ -201,6 +201,36 @@ class EmoRewardConfig(RewardConfig):
             positions -= int(getattr(text_config, "pad_token_id", 1) or 1) + 1
         return int(positions)
 
+    # where each field was set ("recipe.yaml, line 4", "--max_length 64", "--set ..."), filled by `resolve_config`
+    # (not dataclass fields: not part of the recipe, its fingerprint or `to_dict`)
+    recipe_path: typing.ClassVar[str | None] = None
+    field_origins: typing.ClassVar[dict[str, str]] = {}
+
+    def origin(self, name: str) -> str:
+        """Where field `name` was set, for error messages: the recipe file and line, the command-line option, or
+        the recipe file when the field kept its default."""
+        where = self.field_origins.get(name)
+        if where:
+            return where
+        return f"{self.recipe_path} ({name} not set: its default)" if self.recipe_path else name
+
+    def check_data_files(self) -> None:
+        """Refuse a `train_file` / `eval_file` path that does not exist before anything else runs (the data
+        themselves are read, and every row checked, by the training pipeline before any fold trains).
+
+        Raises:
+            FileNotFoundError: naming the field, where it was set and the path.
+        """
+        from emoreward.data.hub import is_hub_spec
+        from emoreward.data.pairs import BUNDLED
+
+        for name in ("train_file", "eval_file"):
+            value = getattr(self, name)
+            if not isinstance(value, (str, Path)) or is_hub_spec(value) or value in BUNDLED:
+                continue
+            if not Path(value).exists():
+                raise FileNotFoundError(f"{self.origin(name)}: {name}: preference data file not found: {value}")
+
     def check_max_length(self) -> None:
         """Refuse a `max_length` beyond the backbone's positions before any training (a pair longer than the
         positions would otherwise stop training mid-epoch with a tensor-size error that names nothing).
@@ -211,8 +241,9 @@ class EmoRewardConfig(RewardConfig):
         positions = self.backbone_positions()
         if positions is not None and self.max_length > positions:
             default = " (TRL's default when a recipe does not set max_length)" if self.max_length == 1024 else ""
+            where = f"{self.origin('max_length')}: " if self.field_origins or self.recipe_path else ""
             raise ValueError(
-                f"max_length={self.max_length}{default} exceeds the {positions} token positions of backbone "
+                f"{where}max_length={self.max_length}{default} exceeds the {positions} token positions of backbone "
                 f"{self.backbone or self.model_name_or_path!r} (max_position_embeddings in its config): "
                 f"set max_length: {positions} or less"
             )
@@ -399,6 +430,7 @@ def resolve_config(
     known = recipe_fields(config_class)
     values: dict[str, Any] = {}
     entries = read_recipe_file(path)
+    origins = {key: f"{path}, line {entry.line}" for key, entry in entries.items()}
     unknown = [key for key in entries if key not in known]
     if unknown:
         hint = (
@@ -427,7 +459,9 @@ def resolve_config(
             values[key] = parse_yaml_value(known[key], value, key)
         except ValueError as err:
             raise RecipeError(str(err)) from None
+        origins[key] = f"override {key}={value!r}"
     values.update(options or {})
+    origins.update({key: f"--{key} {getattr(value, 'value', value)}" for key, value in (options or {}).items()})
     for item in sets or []:
         key, text = split_override(item)
         if key not in known:
@@ -436,7 +470,26 @@ def resolve_config(
             values[key] = parse_value(known[key], text, key)
         except ValueError as err:
             raise RecipeError(f"--set {item}: {err}") from None
-    return config_class(**values)
+        origins[key] = f"--set {item}"
+    try:
+        config = config_class(**values)
+    except ValueError as err:  # a value __post_init__ refuses: say where it was set
+        raise RecipeError(locate_field_error(str(err), origins, path, known)) from None
+    config.recipe_path, config.field_origins = str(path), origins
+    return config
+
+
+def locate_field_error(message: str, origins: dict[str, str], recipe: str | Path, known) -> str:
+    """An error about a recipe field, prefixed with where that field was set: the recipe file and line, the
+    command-line option, or (left at its default) the recipe file. The field is the first name in the message
+    that is a recipe field (messages start with it: `num_train_epochs=0 ...`, `lora_r must be ...`)."""
+    import re
+
+    for name in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", message):
+        if name in known:
+            where = origins.get(name) or f"{recipe} ({name} not set: its default)"
+            return f"{where}: {message}"
+    return f"{recipe}: {message}"
 
 
 def load_config(

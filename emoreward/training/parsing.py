@@ -23,6 +23,7 @@ from __future__ import annotations
 import difflib
 import enum
 import json
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -68,8 +69,10 @@ def parse_value(hint: Any, text: str, name: str) -> Any:
         raise ValueError(f"{name}: empty value; give a value{' or null' if _allows_none(hint) else ''}")
     text = str(text).strip()
     members = _members(hint)
-    if type(None) in members and text.lower() in NULL_WORDS:
-        return None
+    if text.lower() in NULL_WORDS:
+        if type(None) in members:
+            return None
+        raise ValueError(f"{name}: null or an empty value, but this field takes {_type_name(hint)} (it has no null)")
     enums = [m for m in members if isinstance(m, type) and issubclass(m, enum.Enum)]
     if enums:  # `SaveStrategy | str`: the `str` is a typing convenience, the values are the enum's
         for kind in enums:
@@ -215,10 +218,17 @@ def read_recipe_file(path: str | Path) -> dict[str, RecipeEntry]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"recipe not found: {path}")
+    raw = path.read_bytes()
     try:
-        text = path.read_text(encoding="utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise RecipeError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+        line = raw[: err.start].count(b"\n") + 1
+        line_text = raw.split(b"\n")[line - 1].decode("utf-8", errors="replace")
+        key = re.match(r"\s*([A-Za-z_][\w.-]*)\s*:", line_text)
+        raise RecipeError(
+            f"{path}, line {line}: {key.group(1) + ': ' if key else ''}undecodable bytes "
+            f"{raw[err.start : err.end]!r} (a recipe is UTF-8 text; re-save it as UTF-8)"
+        ) from None
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as err:
