@@ -40,6 +40,106 @@ def quiet_libraries() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
+# ---------------------------------------------------------------------------------------------- option checks
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (a batch size, a count of resamples or runs)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _number(text: str, what: str) -> float:
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0 (a timeout, a threshold)."""
+    value = _number(text, "a number > 0")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def nonnegative_float(text: str) -> float:
+    """argparse type: a finite number >= 0 (a tie threshold)."""
+    value = _number(text, "a number >= 0")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def open_unit_float(text: str) -> float:
+    """argparse type: a number strictly between 0 and 1 (a significance level)."""
+    value = _number(text, "a number between 0 and 1")
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1 (exclusive), got {text!r}")
+    return value
+
+
+def _file_ancestor(path: Path) -> Path | None:
+    """The first existing ancestor of `path` that is not a folder (so nothing can be written below it), or None."""
+    for parent in path.parents:
+        if parent.exists():
+            return None if parent.is_dir() else parent
+    return None
+
+
+def check_output_file(path: str | Path, option: str) -> Path:
+    """Refuse an output file path that cannot be written (checked before any work, so no result is printed and then
+    lost): an existing folder, or a path below an existing file.
+
+    Raises:
+        ValueError: naming the option and the path.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{option} {path} is a folder; give a file path, e.g. {path / 'report.json'}")
+    blocker = _file_ancestor(path)
+    if blocker is not None:
+        raise ValueError(f"{option} {path}: {blocker} is a file, not a folder")
+    return path
+
+
+def check_output_dir(path: str | Path, option: str) -> Path:
+    """Refuse an output folder path that is an existing file or lies below one.
+
+    Raises:
+        ValueError: naming the option and the path.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{option} {path} is a file; give a folder")
+    blocker = _file_ancestor(path)
+    if blocker is not None:
+        raise ValueError(f"{option} {path}: {blocker} is a file, not a folder")
+    return path
+
+
+def check_media_root(path: str | Path, option: str = "--media-root") -> Path:
+    """Refuse a media root that is not an existing folder (a typo would otherwise look like missing media files,
+    or, for a judge that can work without media, be ignored).
+
+    Raises:
+        ValueError: naming the option and the path.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise ValueError(f"{option} {path}: {'not a folder' if path.exists() else 'no such folder'}")
+    return path
+
+
 # ---------------------------------------------------------------------------------------------- train
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
     """The options of `emoreward train`: those of `scripts/train_reward.py` (`RecipeParser`: `--config`, every
@@ -61,6 +161,10 @@ def train_and_report(config) -> int:
     `emoreward train` and `scripts/train_reward.py`."""
     from emoreward.training.pipeline import run_training
 
+    # paths and limits that need no data read, before the first line of output (the pipeline reads and checks the
+    # data themselves before any fold trains)
+    config.check_data_files()
+    config.check_max_length()
     main_process = config.process_index == 0  # under `accelerate launch`, only rank 0 prints
     if main_process:
         print(
@@ -94,7 +198,7 @@ def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
         default="wrong",
         help="predicted tie / invalid in two-class scoring: 'wrong' (default) or 'first' (published EmoPrefer code)",
     )
-    p.add_argument("--batch-size", type=int, default=32, help="sequences per forward pass")
+    p.add_argument("--batch-size", type=positive_int, default=32, help="sequences per forward pass")
     p.add_argument(
         "--dtype",
         choices=["float32", "bfloat16"],
@@ -105,10 +209,14 @@ def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    # the data first, before torch loads: a bad file is reported in about a second
+    # the options and the data first, before torch loads: a bad file is reported in about a second
     from emoreward.data import load_pairs
     from emoreward.training.provenance import TRAINING_DATA_FILE, identical_descriptions, in_sample_pairs
 
+    if args.output:
+        check_output_file(args.output, "--output")
+    if args.media_root:
+        check_media_root(args.media_root)
     pairs = load_pairs(args.data)
     n_in_sample, train_file = in_sample_pairs(args.model, pairs)
     if n_in_sample:
@@ -126,19 +234,25 @@ def run_evaluate(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     quiet_libraries()
+    from emoreward.data.media import MediaError
+    from emoreward.data.media_check import check_pair_media, locate_media_error
     from emoreward.evaluation.report import headline, markdown_table, plot_confusion
     from emoreward.models import load_reward_model
     from emoreward.training.pipeline import evaluate_model
     from emoreward.utils.io import atomic_write_json, atomic_write_text
 
     model = load_reward_model(args.model, media_root=args.media_root)
+    check_pair_media(model, pairs, str(args.data))  # every media file exists and is not empty, before scoring
     if args.dtype == "bfloat16":
         if model.kind != "text":
             raise ValueError("--dtype bfloat16 is available for text reward models only")
         import torch
 
         model = model.inference_copy(torch.bfloat16)
-    evaluation = evaluate_model(model, pairs, tie_policy=args.two_class_ties, batch_size=args.batch_size)
+    try:
+        evaluation = evaluate_model(model, pairs, tie_policy=args.two_class_ties, batch_size=args.batch_size)
+    except MediaError as err:  # a file that exists but does not decode: name the pair's row and field
+        raise locate_media_error(err, pairs, str(args.data)) from None
     evaluation.update(model=str(args.model), data=str(args.data), n_in_sample_pairs=n_in_sample)
     title = f"{args.model} on {args.data} ({len(pairs)} pairs{', IN-SAMPLE' if n_in_sample else ''})"
     table = markdown_table(headline(evaluation), title)
@@ -259,4 +373,19 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["COMMANDS", "CommandParser", "build_parser", "guarded", "main", "quiet_libraries", "train_and_report"]
+__all__ = [
+    "COMMANDS",
+    "CommandParser",
+    "build_parser",
+    "check_media_root",
+    "check_output_dir",
+    "check_output_file",
+    "guarded",
+    "main",
+    "nonnegative_float",
+    "open_unit_float",
+    "positive_float",
+    "positive_int",
+    "quiet_libraries",
+    "train_and_report",
+]

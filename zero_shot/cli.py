@@ -20,6 +20,8 @@ import sys
 
 def add_judge_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of the `judge` subcommand."""
+    from emoreward.cli import positive_int
+
     p.add_argument("--judge", help="a judge name registered in configs/judges/ or the path of a judge YAML")
     p.add_argument("--strategy", nargs="+", default=["S1"], choices=["S1", "S2", "S3", "S4"], help="strategies to run")
     p.add_argument(
@@ -28,7 +30,7 @@ def add_judge_arguments(p: argparse.ArgumentParser) -> None:
         help="labelled pairs: CSV/JSONL path or a bundled name (default: emoprefer, the 459 bundled pairs)",
     )
     p.add_argument("--output", help="output folder (call cache, judgements, report.json, report.md)")
-    p.add_argument("--runs", type=_positive_int, default=2, help="repeated runs R (default 2, as in EmoPrefer)")
+    p.add_argument("--runs", type=positive_int, default=2, help="repeated runs R (default 2, as in EmoPrefer)")
     p.add_argument("--no-swap", action="store_true", help="skip the swapped order (no swap consistency)")
     p.add_argument(
         "--references", help="reference descriptions (JSONL/CSV: sample_id, description) for S2-S4 without media"
@@ -37,7 +39,7 @@ def add_judge_arguments(p: argparse.ArgumentParser) -> None:
         "--media-root", help="folder media paths are relative to (MER layout video/<id>.mp4, audio/<id>.wav)"
     )
     p.add_argument("--ignore-media", action="store_true", help="judge from the descriptions alone even if media exist")
-    p.add_argument("--limit", type=_positive_int, help="judge only the first N pairs (smoke runs)")
+    p.add_argument("--limit", type=positive_int, help="judge only the first N pairs (smoke runs)")
     p.add_argument(
         "--two-class-ties",
         choices=["wrong", "first"],
@@ -75,11 +77,13 @@ def run_judge_command(args: argparse.Namespace) -> int:
         sys.stderr.write("emoreward judge: --judge is required (see --list)\n")
         return 2
     try:
+        check_judge_options(args)
         config = load_judge_config(args.judge)
         pairs = load_pairs(args.data)
         if args.limit:
             pairs = pairs[: args.limit]
         references = load_references(args.references) if args.references else None
+        check_references(args, pairs, references)
     except (ValueError, OSError, DataError) as err:
         sys.stderr.write(f"emoreward judge: error: {err}\n")
         return 2
@@ -130,6 +134,55 @@ def run_judge_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_judge_options(args: argparse.Namespace) -> None:
+    """Options that need no data, checked before anything runs (a run whose results could not be written, or a
+    media folder that does not exist, is refused at once, not after the judge has answered).
+
+    Raises:
+        ValueError: naming the option.
+    """
+    from emoreward.cli import check_media_root, check_output_dir, check_output_file
+
+    if args.output:
+        check_output_dir(args.output, "--output")
+    if args.media_root:
+        check_media_root(args.media_root)
+    if args.dataset:
+        from emoreward.data.records import check_records_path
+
+        check_output_file(args.dataset, "--dataset")
+        check_records_path(args.dataset, "--dataset")
+
+
+def check_references(args: argparse.Namespace, pairs: list, references: dict[str, str] | None) -> None:
+    """S2-S4 compare against a reference description: from the media (step 1) or, for a sample without media, from
+    `--references`. Refuse, before any call, pairs that have neither.
+
+    Raises:
+        ValueError: naming the references file (or its absence), the first such pair's row and the count.
+    """
+    steps = [s for s in args.strategy if s != "S1"]
+    if not steps:
+        return
+    from zero_shot.strategies import resolve_media
+
+    lacking = [
+        pair
+        for pair in pairs
+        if pair.sample_id not in (references or {})
+        and (args.ignore_media or resolve_media(pair, args.media_root) is None)
+    ]
+    if not lacking:
+        return
+    first = lacking[0]
+    where = f"--references {args.references}" if args.references else "no --references file was given"
+    raise ValueError(
+        f"{where}: no reference description for sample {first.sample_id!r} ({args.data}, row {first.row}), which has "
+        f"no media either ({len(lacking)} of {len(pairs)} pairs are so); {' '.join(steps)} need one or the other: "
+        "a reference-description file (JSONL or CSV with sample_id and description) or media (--media-root DIR)"
+    )
+
+
 def judgement_dataset_rows(output: str, strategies: list[str]) -> list[dict]:
     """Every judgement of a finished run, one row per (strategy, pair, order, run), from `judgements_<S>.jsonl`;
     the intermediate step outputs become a JSON string column so that the table has one schema."""
@@ -145,17 +198,6 @@ def judgement_dataset_rows(output: str, strategies: list[str]) -> list[dict]:
                 row["steps"] = json.dumps(row.get("steps") or {}, ensure_ascii=False)
                 rows.append(row)
     return rows
-
-
-def _positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (a count of runs or pairs)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -135,52 +135,163 @@ class JudgeConfig:
             raise ValueError(f"verdict: unknown {self.verdict!r}; available: {list(get_args(VerdictMode))}")
 
 
-def _model_config(raw: Any, where: str) -> ModelConfig:
-    if not isinstance(raw, dict):
-        raise ValueError(f"{where}: expected a mapping, got {type(raw).__name__}")
-    known = {f.name for f in fields(ModelConfig)}
-    unknown = set(raw) - known
-    if unknown:
-        raise ValueError(f"{where}: unknown keys {sorted(unknown)}; known: {sorted(known)}")
+Lines = dict[tuple[str, ...], int]
+
+
+def yaml_key_lines(path: str | Path) -> Lines:
+    """The 1-based line of every mapping key of a YAML file, by key path (`("mllm", "backend") -> 3`), for error
+    messages; empty when the file does not parse (`read_yaml` reports that)."""
+    import yaml
+
     try:
-        return ModelConfig(**raw)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{where}: {err}") from err
+        root = yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    except (yaml.YAMLError, UnicodeDecodeError, OSError):
+        return {}
+    lines: Lines = {}
+
+    def walk(node: Any, prefix: tuple[str, ...]) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode):
+                    lines.setdefault((*prefix, key.value), key.start_mark.line + 1)
+                    walk(value, (*prefix, key.value))
+
+    if root is not None:
+        walk(root, ())
+    return lines
 
 
-def judge_config_from_dict(raw: dict, source: str = "<dict>") -> JudgeConfig:
+class _Where:
+    """Error locations in one judge definition: `"<file>, line <n>: <section>.<key>: <problem>"`."""
+
+    def __init__(self, source: str, lines: Lines | None):
+        self.source, self.lines = source, lines or {}
+
+    def __call__(self, *keys: str) -> str:
+        line = None
+        for k in range(len(keys), 0, -1):  # the key's own line, else its section's
+            line = self.lines.get(tuple(keys[:k]))
+            if line is not None:
+                break
+        return f"{self.source}, line {line}" if line is not None else self.source
+
+    def error(self, keys: tuple[str, ...], problem: str) -> ValueError:
+        return ValueError(f"{self(*keys)}: {'.'.join(keys)}: {problem}" if keys else f"{self()}: {problem}")
+
+    def from_message(self, section: tuple[str, ...], names: set[str], message: str) -> ValueError:
+        """A `__post_init__` message ("backend: unknown ...") located at the first field it names."""
+        import re
+
+        named = next((n for n in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", message) if n in names), None)
+        keys = (*section, named) if named else section
+        prefix = ".".join(section) + ": " if section else ""
+        return ValueError(f"{self(*keys)}: {prefix}{message}")
+
+
+def _type_problem(hint: Any, value: Any) -> str | None:
+    """Why `value` does not have the type a config field declares (str, bool, int, float, optional, tuple of
+    str, Literal of str), or None when it does."""
+    import types
+    import typing
+
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        members = typing.get_args(hint)
+        if value is None and type(None) in members:
+            return None
+        problems = [_type_problem(m, value) for m in members if m is not type(None)]
+        return None if any(p is None for p in problems) else problems[0]
+    if origin is Literal:
+        return None if isinstance(value, str) else f"expected one of {list(typing.get_args(hint))}, got {value!r}"
+    if origin is tuple or hint is tuple:
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            return None
+        return f"expected a list of strings, got {value!r}"
+    expected = {str: (str,), bool: (bool,), int: (int,), float: (int, float)}.get(hint)
+    if expected is None:
+        return None
+    if isinstance(value, bool) and hint is not bool or not isinstance(value, expected):
+        name = {str: "text", bool: "true or false", int: "an integer", float: "a number"}[hint]
+        return f"expected {name}, got {type(value).__name__} ({value!r})"
+    return None
+
+
+def _build(cls: type, raw: Any, where: _Where, section: tuple[str, ...]) -> Any:
+    """`cls(**raw)` for a config dataclass, every problem named by file, line and key: not a mapping, unknown or
+    missing keys, values of the wrong type, and what `cls.__post_init__` refuses."""
+    import typing
+
+    if not isinstance(raw, dict):
+        raise where.error(section, f"expected a mapping of keys to values, got {type(raw).__name__} ({raw!r:.60})")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(str(k) for k in set(raw) - known)
+    if unknown:
+        raise where.error((*section, unknown[0]), f"unknown key; the keys of {'.'.join(section)} are {sorted(known)}")
+    from dataclasses import MISSING
+
+    required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
+    missing = [name for name in required if name not in raw]
+    if missing:
+        raise where.error(section, f"missing key {missing[0]!r} (required: {required})")
+    for key, value in raw.items():
+        problem = _type_problem(hints[key], value)
+        if problem:
+            raise where.error((*section, key), problem)
+    try:
+        return cls(**raw)
+    except ValueError as err:
+        raise where.from_message(section, known, str(err)) from None
+
+
+def _model_config(raw: Any, where: _Where, section: str) -> ModelConfig:
+    return _build(ModelConfig, raw, where, (section,))
+
+
+def judge_config_from_dict(raw: dict, source: str = "<dict>", lines: Lines | None = None) -> JudgeConfig:
     """Validate a parsed judge YAML (see `ModelConfig` and `JudgeConfig` for fields).
 
+    Args:
+        raw: the parsed YAML.
+        source: the file, for messages.
+        lines: the line of each key (`yaml_key_lines`), so that messages name it.
+
     Raises:
-        ValueError: unknown or missing keys, bad values; the message names the file and the key.
+        ValueError: unknown or missing keys, values of the wrong type, bad values, an unknown prompt set; one line
+            naming the file, the key's line and the key (`judge.yaml, line 3: mllm.backend: unknown 'vllm'; ...`).
     """
+    from zero_shot.prompts import PROMPT_DIR
+
+    where = _Where(source, lines)
     if not isinstance(raw, dict):
-        raise ValueError(f"{source}: a judge definition is a mapping")
-    known = {"name", "mllm", "llm", "prompts", "verdict", "sampling", "description"}
-    unknown = set(raw) - known
+        raise where.error((), f"a judge definition is a mapping of keys to values, got {type(raw).__name__}")
+    known = ["description", "llm", "mllm", "name", "prompts", "sampling", "verdict"]
+    unknown = sorted(str(k) for k in set(raw) - set(known))
     if unknown:
-        raise ValueError(f"{source}: unknown keys {sorted(unknown)}; known: {sorted(known)}")
+        raise where.error((unknown[0],), f"unknown key; the keys of a judge are {known}")
     for key in ("name", "mllm"):
         if key not in raw:
-            raise ValueError(f"{source}: missing key {key!r}")
-    sampling_raw = raw.get("sampling") or {}
-    try:
-        sampling = SamplingConfig(**sampling_raw)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{source}: sampling: {err}") from err
+            raise where.error((), f"missing key {key!r} (required: ['mllm', 'name'])")
+    sampling = _build(SamplingConfig, raw.get("sampling") or {}, where, ("sampling",))
+    prompts = str(raw.get("prompts", "emoprefer_v1"))
+    if not Path(prompts).suffix and not (PROMPT_DIR / f"{prompts}.yaml").exists():
+        available = sorted(p.stem for p in PROMPT_DIR.glob("*.yaml"))
+        raise where.error(("prompts",), f"unknown prompt set {prompts!r}; available: {available}")
+    mllm = _model_config(raw["mllm"], where, "mllm")
+    llm = _model_config(raw["llm"], where, "llm") if raw.get("llm") else None
     try:
         return JudgeConfig(
             name=str(raw["name"]),
-            mllm=_model_config(raw["mllm"], f"{source}: mllm"),
-            llm=_model_config(raw["llm"], f"{source}: llm") if raw.get("llm") else None,
-            prompts=str(raw.get("prompts", "emoprefer_v1")),
+            mllm=mllm,
+            llm=llm,
+            prompts=prompts,
             verdict=raw.get("verdict", "text"),
             sampling=sampling,
             description=str(raw.get("description", "")),
             source=source,
         )
     except ValueError as err:
-        raise ValueError(f"{source}: {err}") from err
+        raise where.from_message((), set(known), str(err)) from None
 
 
 def available_judges(directory: Path = JUDGE_DIR) -> dict[str, Path]:
@@ -210,7 +321,7 @@ def load_judge_config(name_or_path: str | Path, directory: Path = JUDGE_DIR) -> 
         if text not in registry:
             raise ValueError(f"unknown judge {text!r}; available: {sorted(registry)}")
         path = registry[text]
-    return judge_config_from_dict(read_yaml(path), str(path))
+    return judge_config_from_dict(read_yaml(path), str(path), yaml_key_lines(path))
 
 
 # ---------------------------------------------------------------------------------------------- backends

@@ -45,14 +45,18 @@ def read_yaml(path: str | Path):
 
     Raises:
         ValueError: invalid YAML, as one line naming the file, line and column (`judge.yaml, line 3, column 9:
-            mapping values are not allowed here`); undecodable bytes, naming the file.
+            mapping values are not allowed here`); undecodable bytes, naming the file and the line.
         FileNotFoundError: the file does not exist.
     """
     path = Path(path)
+    raw = path.read_bytes()
     try:
-        text = path.read_text(encoding="utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise ValueError(f"{path}: not UTF-8 text (byte {err.start}: {err.reason})") from None
+        line = raw[: err.start].count(b"\n") + 1
+        raise ValueError(
+            f"{path}, line {line}: undecodable bytes {raw[err.start : err.end]!r} (the file must be UTF-8 text)"
+        ) from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as err:

@@ -26,6 +26,7 @@ batch are cached.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import time
@@ -89,26 +90,38 @@ def load_references(path: str | Path) -> dict[str, str]:
 
     Raises:
         FileNotFoundError: the file does not exist.
-        ValueError: malformed JSON, undecodable bytes, a row without sample id or description, or a duplicate
-            sample id; the message names the file and its line (JSONL: the line in the file; CSV: the line of the
-            row, the header being line 1).
+        ValueError: malformed JSON, undecodable bytes, a row without sample id or description, a value that is
+            not text, or a duplicate sample id; the message names the file, its line (JSONL: the line in the file;
+            CSV: the line the row starts on, the header being line 1) and the field.
     """
     import csv
+
+    from emoreward.data.readers import locate_undecodable
 
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"reference-description file not found: {path}")
+    is_csv = path.suffix.lower() == ".csv"
+    raw = path.read_bytes()
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        line = path.read_bytes()[: err.start].count(b"\n") + 1
-        raise ValueError(f"{path}, line {line}: not UTF-8 text ({err.reason})") from None
+        line = raw[: err.start].count(b"\n") + 1
+        field = locate_undecodable(raw, err.start, "csv" if is_csv else "jsonl")[1]
+        where = f", field {field!r}" if field else ""
+        raise ValueError(
+            f"{path}, line {line}{where}: undecodable bytes {raw[err.start : err.end]!r} (the file must be UTF-8)"
+        ) from None
     rows: list[tuple[int, object]] = []
-    if path.suffix.lower() == ".csv":
-        reader = csv.DictReader(text.splitlines())
-        rows = [(reader.line_num, row) for row in reader]
+    if is_csv:
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        start = 2
+        for row in reader:
+            rows.append((start, row))
+            start = reader.line_num + 1
     else:
-        for number, line in enumerate(text.splitlines(), start=1):
+        # lines end at "\n" only: a U+2028 inside a JSON string is text
+        for number, line in enumerate(text.split("\n"), start=1):
             if not line.strip():
                 continue
             try:
@@ -116,16 +129,26 @@ def load_references(path: str | Path) -> dict[str, str]:
             except json.JSONDecodeError as err:
                 raise ValueError(f"{path}, line {number}: malformed JSON ({err.msg}, column {err.colno})") from None
     out: dict[str, str] = {}
+    first: dict[str, int] = {}
     for number, row in rows:
         if not isinstance(row, dict):
             raise ValueError(f"{path}, line {number}: expected a JSON object, got {type(row).__name__}")
-        sample = row.get("sample_id") or row.get("name") or row.get("sample")
-        text_value = row.get("description") or row.get("reference")
-        if not sample or not text_value or not str(text_value).strip():
-            raise ValueError(f"{path}, line {number}: need a sample id (sample_id/name) and a description")
-        if str(sample) in out:
-            raise ValueError(f"{path}, line {number}: duplicate sample id {sample!r}")
-        out[str(sample)] = str(text_value).strip()
+        values = {}
+        for names in (("sample_id", "name", "sample"), ("description", "reference")):
+            name = next((n for n in names if row.get(n) not in (None, "")), names[0])
+            value = row.get(name)
+            if value is None or (isinstance(value, str) and not value.strip()):
+                raise ValueError(f"{path}, line {number}, field {name!r}: missing (one of {list(names)} is needed)")
+            if not isinstance(value, str) and not (names[0] == "sample_id" and type(value) is int):
+                raise ValueError(f"{path}, line {number}, field {name!r}: expected text, got {type(value).__name__}")
+            values[names[0]] = (name, str(value).strip())
+        (id_field, sample), (_, description) = values["sample_id"], values["description"]
+        if sample in out:
+            raise ValueError(
+                f"{path}, line {number}, field {id_field!r}: duplicate sample id {sample!r} (first on line "
+                f"{first[sample]})"
+            )
+        out[sample], first[sample] = description, number
     return out
 
 

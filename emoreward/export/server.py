@@ -481,7 +481,7 @@ class RewardService:
         if body.get("prompts") is not None:
             given = self._list(body["prompts"], "prompts")
             if len(given) != n:
-                raise RequestError(HTTPStatus.BAD_REQUEST, f"{len(given)} prompts for {n} queries")
+                raise RequestError(HTTPStatus.BAD_REQUEST, f"'prompts' has {len(given)} items for {n} queries")
             prompts = [self._text(p, f"prompts[{k}]", cap=False) for k, p in enumerate(given)]
         descriptions = []
         for k, (query, prompt) in enumerate(zip(queries, prompts)):
@@ -497,8 +497,8 @@ class RewardService:
         labels = body.get("labels")
         if self.openrlhf_labels == "subtitle" and labels is not None:
             if not isinstance(labels, list) or len(labels) != n:
-                count = len(labels) if isinstance(labels, list) else "no list of"
-                raise RequestError(HTTPStatus.BAD_REQUEST, f"{count} labels for {n} queries")
+                count = f"{len(labels)} items" if isinstance(labels, list) else "no list"
+                raise RequestError(HTTPStatus.BAD_REQUEST, f"'labels' has {count} for {n} queries")
             subtitles = [self._text(s, f"labels[{k}]", allow_none=True) or None for k, s in enumerate(labels)]
         if self.model.modalities:
             raise RequestError(
@@ -943,13 +943,24 @@ def parse_json(raw: bytes) -> Any:
         RequestError: 400 for a body that is not UTF-8, not JSON, or nested too deeply to parse.
     """
     try:
-        return json.loads(raw.decode("utf-8"))
+        return json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
     except UnicodeDecodeError as err:
         raise RequestError(HTTPStatus.BAD_REQUEST, f"the body is not UTF-8: {err}") from None
     except json.JSONDecodeError as err:
         raise RequestError(HTTPStatus.BAD_REQUEST, f"invalid JSON body: {err}") from None
     except RecursionError:
         raise RequestError(HTTPStatus.BAD_REQUEST, "invalid JSON body: nested too deeply") from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different (JSON leaves duplicates undefined; Python keeps the last one,
+    so `{"descriptions": [...], "descriptions": [...]}` would silently score only the second list)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise RequestError(HTTPStatus.BAD_REQUEST, f"'{key}' appears twice in one JSON object")
+        out[key] = value
+    return out
 
 
 class RewardServer:
@@ -1097,12 +1108,25 @@ async def _close(writer: asyncio.StreamWriter) -> None:
 # ---------------------------------------------------------------------------------------------------- CLI
 
 
+def port_number(text: str) -> int:
+    """argparse type: a TCP port, 0 (pick a free one) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number (0-65535), got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number (0-65535), got {value}")
+    return value
+
+
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of `emoreward serve`."""
+    from emoreward.cli import positive_float, positive_int
+
     d = ServerLimits()
     p.add_argument("--model", required=True, help="a reward-model directory (emoreward train, or a merged export)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0 picks a free one)")
+    p.add_argument("--port", type=port_number, default=8000, help="TCP port (default 8000; 0 picks a free one)")
     p.add_argument(
         "--token-env",
         default=TOKEN_ENV,
@@ -1113,36 +1137,36 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="serve on a non-loopback --host without a token and without asking",
     )
-    p.add_argument("--batch-size", type=int, default=64, help="most sequences per forward pass (default 64)")
+    p.add_argument("--batch-size", type=positive_int, default=64, help="most sequences per forward pass (default 64)")
     p.add_argument(
         "--forward-tokens",
-        type=int,
+        type=positive_int,
         help="text models: about this many tokens per forward pass (default: 1024 on CPU, 16384 on a GPU)",
     )
     p.add_argument(
         "--max-batch-tokens",
-        type=int,
+        type=positive_int,
         default=d.max_batch_tokens,
         help=f"estimated tokens of queued requests scored in one model call (default {d.max_batch_tokens})",
     )
     p.add_argument(
         "--max-queue",
-        type=int,
+        type=positive_int,
         default=d.max_queue,
         help=f"descriptions queued or being scored; beyond it requests get 503 + Retry-After (default {d.max_queue})",
     )
     p.add_argument(
         "--queue-timeout",
-        type=float,
+        type=positive_float,
         default=d.queue_timeout,
         help=f"seconds a request may wait to be scored before a 503 + Retry-After (default {d.queue_timeout:g})",
     )
-    p.add_argument("--max-connections", type=int, default=d.max_connections, help="open connections at most")
-    p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes, help="largest request body")
-    p.add_argument("--max-items", type=int, default=d.max_items, help="most descriptions per request")
+    p.add_argument("--max-connections", type=positive_int, default=d.max_connections, help="open connections at most")
+    p.add_argument("--max-body-bytes", type=positive_int, default=d.max_body_bytes, help="largest request body")
+    p.add_argument("--max-items", type=positive_int, default=d.max_items, help="most descriptions per request")
     p.add_argument(
         "--max-chars",
-        type=int,
+        type=positive_int,
         help="longest text field in characters (default: derived from the model's max_length tokens, so that "
         "no text that fits is refused)",
     )
@@ -1172,8 +1196,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         help="multimodal models: the only folder request media paths may point into (relative paths); without it "
         "media paths are refused",
     )
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--log-every", type=float, default=60.0, help="seconds between counter lines in the log")
+    p.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--log-every", type=positive_float, default=60.0, help="seconds between counter lines in the log")
 
 
 def _confirm_no_auth(args: argparse.Namespace) -> bool:
@@ -1193,6 +1217,14 @@ def run_serve(args: argparse.Namespace) -> int:
             f"refusing to serve on {args.host} without authentication: set the environment variable "
             f"{args.token_env} to a token (clients send 'Authorization: Bearer <token>'), bind 127.0.0.1, or pass "
             "--insecure-no-auth"
+        )
+    if args.media_root:
+        from emoreward.cli import check_media_root
+
+        check_media_root(args.media_root)  # before the model loads
+    if args.max_items > args.max_queue:
+        raise ValueError(
+            f"--max-items {args.max_items} exceeds --max-queue {args.max_queue}: no request that large fits"
         )
     limits = ServerLimits(
         max_body_bytes=args.max_body_bytes,

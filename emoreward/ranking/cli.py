@@ -15,10 +15,20 @@ are printed with the report and stored in it. Progress bars go to stderr, only w
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
 from pathlib import Path
+
+from emoreward.cli import (
+    check_media_root,
+    check_output_file,
+    nonnegative_float,
+    open_unit_float,
+    positive_float,
+    positive_int,
+)
 
 
 def add_rank_arguments(p: argparse.ArgumentParser) -> None:
@@ -49,7 +59,7 @@ def add_rank_arguments(p: argparse.ArgumentParser) -> None:
         "E3mo-Bench BPA, the judge answers only the pairs the scheduler picks, until --budget or --sigma-tau",
     )
     g = p.add_argument_group("subsets")
-    g.add_argument("--samples", type=int, help="rank on a random subset of N samples (seeded by --seed)")
+    g.add_argument("--samples", type=positive_int, help="rank on a random subset of N samples (seeded by --seed)")
     g.add_argument("--sample-ids", help="file with one sample id a line: rank on these samples only")
     g.add_argument("--models", help="comma-separated models to rank (default: all in the table)")
     g.add_argument(
@@ -65,17 +75,26 @@ def add_rank_arguments(p: argparse.ArgumentParser) -> None:
         help="Bradley-Terry with ties variant that ranks (default: Davidson 1970, a tie counts as half a win and "
         "half a loss); EmoPrefer appendix F, where a tie lowers both models like a loss, is always shown beside it",
     )
-    f.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples over samples (default 1000)")
-    f.add_argument("--alpha", type=float, default=0.05, help="1 - interval coverage (default 0.05: 95%% intervals)")
+    f.add_argument("--n-boot", type=positive_int, default=1000, help="bootstrap resamples over samples (default 1000)")
+    f.add_argument(
+        "--alpha", type=open_unit_float, default=0.05, help="1 - interval coverage (default 0.05: 95%% intervals)"
+    )
     f.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of --samples")
     b = p.add_argument_group("bpa (--method bpa)")
     b.add_argument(
-        "--budget", type=int, help="maximum pair queries (model pair x sample); default C(M,2) x N, all of them"
+        "--budget",
+        type=positive_int,
+        help="maximum pair queries (model pair x sample); default C(M,2) x N, all of them",
     )
     b.add_argument(
-        "--sigma-tau", type=float, default=0.3, help="stop when the mean model uncertainty (1-9 scale) is below this"
+        "--sigma-tau",
+        type=positive_float,
+        default=0.3,
+        help="stop when the mean model uncertainty (1-9 scale) is below this",
     )
-    b.add_argument("--refit-every", type=int, default=10, help="global MAP refit after this many new verdicts")
+    b.add_argument(
+        "--refit-every", type=positive_int, default=10, help="global MAP refit after this many new verdicts"
+    )
     b.add_argument(
         "--policy",
         choices=["exploration", "bpa", "random"],
@@ -92,8 +111,10 @@ def add_rank_arguments(p: argparse.ArgumentParser) -> None:
         "quality (the paper's; use with --policy bpa for the paper's scheduler)",
     )
     r = p.add_argument_group("reward-model judge")
-    r.add_argument("--tie-threshold", type=float, help="|r1 - r2| below this is a tie (default: the model's own)")
-    r.add_argument("--batch-size", type=int, default=32, help="sequences per forward pass")
+    r.add_argument(
+        "--tie-threshold", type=nonnegative_float, help="|r1 - r2| below this is a tie (default: the model's own)"
+    )
+    r.add_argument("--batch-size", type=positive_int, default=32, help="sequences per forward pass")
     r.add_argument(
         "--media-root", help="multimodal reward models: folder the table's media paths (or video/<sample>.mp4) are in"
     )
@@ -110,7 +131,7 @@ def add_rank_arguments(p: argparse.ArgumentParser) -> None:
         default="S1",
         help="zero-shot judges: the strategy (default S1)",
     )
-    z.add_argument("--runs", type=int, default=1, help="repeated runs per pair and order")
+    z.add_argument("--runs", type=positive_int, default=1, help="repeated runs per pair and order")
     z.add_argument("--no-swap", action="store_true", help="judge the normal order only")
     z.add_argument(
         "--combine",
@@ -120,20 +141,83 @@ def add_rank_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def check_rank_options(args: argparse.Namespace) -> None:
+    """The options that need no table or judge, checked before either loads (a result that could not be written,
+    or a media folder that does not exist, is reported before any scoring).
+
+    Raises:
+        ValueError: naming the option.
+    """
+    if args.output:
+        check_output_file(args.output, "--output")
+    if getattr(args, "dataset", None):
+        from emoreward.data.records import check_records_path
+
+        check_output_file(args.dataset, "--dataset")
+        check_records_path(args.dataset, "--dataset")
+    if args.media_root:
+        check_media_root(args.media_root)
+
+
+def _read_sample_ids(path: str, table) -> list[str]:
+    """The sample ids of a ``--sample-ids`` file (one a line), each checked against the table."""
+    from emoreward.data.tables import read_utf8
+    from emoreward.ranking.rank import TableError
+
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"--sample-ids {file}: no such file")
+    known = set(table.samples)
+    samples: list[str] = []
+    for number, line in enumerate(read_utf8(file).split("\n"), start=1):
+        sample = line.strip()
+        if not sample:
+            continue
+        if sample not in known:
+            raise TableError(
+                f"{file}, line {number}: sample {sample!r} is not in the table {table.source} ({table.n_samples} "
+                "samples)"
+            )
+        samples.append(sample)
+    if not samples:
+        raise TableError(f"--sample-ids {file}: no sample ids in the file")
+    return samples
+
+
 def _load_table(args: argparse.Namespace):
-    from emoreward.ranking.rank import bundled_ovmerd_path, load_description_table
+    from emoreward.ranking.rank import TableError, bundled_ovmerd_path, load_description_table
 
     path = bundled_ovmerd_path() if args.data == "ovmerd" else Path(args.data)
     table = load_description_table(path)
-    models = [m.strip() for m in args.models.split(",")] if args.models else None
-    samples = None
-    if args.sample_ids:
-        samples = [line.strip() for line in Path(args.sample_ids).read_text().splitlines() if line.strip()]
+    models = None
+    if args.models:
+        models = [m.strip() for m in args.models.split(",") if m.strip()]
+        unknown = [m for m in models if m not in table.models]
+        if unknown:
+            raise TableError(f"--models: {unknown} not in the table {table.source}; its models are {table.models}")
+        if len(set(models)) < 2:
+            raise TableError(f"--models: a ranking needs at least two models, got {models}")
+    samples = _read_sample_ids(args.sample_ids, table) if args.sample_ids else None
     if models or samples:
         table = table.subset(samples, models)
     if args.samples is not None:
+        if args.samples > table.n_samples:
+            raise TableError(
+                f"--samples {args.samples}: the table {table.source} has {table.n_samples} samples"
+                + (" after the other selections" if models or samples else "")
+            )
         table = table.sample_subset(args.samples, seed=args.seed)
     return table
+
+
+def _groups(args: argparse.Namespace, table):
+    """``--hierarchical`` parsed against the table's models (errors name the option)."""
+    from emoreward.ranking.rank import parse_groups
+
+    try:
+        return parse_groups(args.hierarchical, table.models)
+    except ValueError as err:
+        raise ValueError(f"--hierarchical {args.hierarchical!r}: {err}") from None
 
 
 def run_rank(args: argparse.Namespace) -> int:
@@ -142,21 +226,20 @@ def run_rank(args: argparse.Namespace) -> int:
         ScoreCache,
         cache_path_for,
         load_rank_judge,
-        parse_groups,
         rank_with_judge,
         rank_with_reward_model,
     )
 
     if getattr(args, "method", "full") == "bpa":
         return run_rank_bpa(args)
-    if args.n_boot < 1:
-        raise ValueError(f"--n-boot must be >= 1, got {args.n_boot}")
+    check_rank_options(args)
     start = time.perf_counter()
     table = _load_table(args)
-    groups = parse_groups(args.hierarchical, table.models) if args.hierarchical else None
+    groups = _groups(args, table) if args.hierarchical else None
     kind, judge = load_rank_judge(
         args.judge, media_root=args.media_root, strategy=args.strategy, cache_dir=args.cache_dir
     )
+    _check_media(kind, judge, table)
     load_seconds = time.perf_counter() - start
     fit = {
         "tie_model": args.tie_model,
@@ -168,15 +251,16 @@ def run_rank(args: argparse.Namespace) -> int:
     cache_file = None
     if kind == "reward-model":
         cache_file = None if args.no_cache else cache_path_for(args.judge, args.cache_dir)
-        report = rank_with_reward_model(
-            judge,
-            table,
-            ScoreCache(cache_file),
-            tie_threshold=args.tie_threshold,
-            groups=groups,
-            batch_size=args.batch_size,
-            **fit,
-        )
+        with _media_errors_located(table):
+            report = rank_with_reward_model(
+                judge,
+                table,
+                ScoreCache(cache_file),
+                tie_threshold=args.tie_threshold,
+                groups=groups,
+                batch_size=args.batch_size,
+                **fit,
+            )
     else:
         report = rank_with_judge(
             judge, table, groups, swap=not args.no_swap, runs=args.runs, combine=args.combine, **fit
@@ -199,11 +283,13 @@ def run_rank_bpa(args: argparse.Namespace) -> int:
 
     if args.hierarchical:
         raise ValueError("--hierarchical is a --method full option; BPA picks its own pairs")
+    check_rank_options(args)
     start = time.perf_counter()
     table = _load_table(args)
     kind, judge = load_rank_judge(
         args.judge, media_root=args.media_root, strategy=args.strategy, cache_dir=args.cache_dir
     )
+    _check_media(kind, judge, table)
     load_seconds = time.perf_counter() - start
     cache_file = None
     if kind == "reward-model":
@@ -224,11 +310,39 @@ def run_rank_bpa(args: argparse.Namespace) -> int:
             for i, a in enumerate(table.models)
             for b in table.models[i + 1 :]
         )
-    report = rank_with_bpa(
-        answer, table, budget=budget, config=config, scheduler_config=sconfig, seed=args.seed, progress=_progress(args)
-    )
+    with _media_errors_located(table):
+        report = rank_with_bpa(
+            answer,
+            table,
+            budget=budget,
+            config=config,
+            scheduler_config=sconfig,
+            seed=args.seed,
+            progress=_progress(args),
+        )
     _finish(args, report, table, cache_file, start, load_seconds, "emoreward rank --method bpa", plots=False)
     return 0
+
+
+def _check_media(kind: str, judge, table) -> None:
+    """A multimodal reward model's media files, looked up before any scoring (missing or empty: an error naming the
+    table, the line and the field)."""
+    if kind == "reward-model":
+        from emoreward.data.media_check import check_table_media
+
+        check_table_media(judge, table)
+
+
+@contextlib.contextmanager
+def _media_errors_located(table):
+    """A media file that does not decode while scoring: the error names the table, the line and the field."""
+    from emoreward.data.media import MediaError
+    from emoreward.data.media_check import locate_table_media_error
+
+    try:
+        yield
+    except MediaError as err:
+        raise locate_table_media_error(err, table) from None
 
 
 def _progress(args: argparse.Namespace) -> bool | None:

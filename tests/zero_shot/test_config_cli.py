@@ -43,7 +43,7 @@ def test_invalid_definitions_name_the_field():
     base = {"name": "x", "mllm": {"backend": "transformers-text", "model": "m"}}
     with pytest.raises(ValueError, match="backend: unknown 'vllm'"):
         judge_config_from_dict({**base, "mllm": {"backend": "vllm", "model": "m"}})
-    with pytest.raises(ValueError, match="unknown keys"):
+    with pytest.raises(ValueError, match="temperature: unknown key"):
         judge_config_from_dict({**base, "temperature": 0.7})
     with pytest.raises(ValueError, match="family: unknown"):
         judge_config_from_dict({**base, "mllm": {"backend": "transformers-mllm", "model": "m", "family": "llava"}})
@@ -187,7 +187,7 @@ def test_broken_references_line_names_file_and_line(tmp_path, capsys):
         load_references(refs)
     csv_refs = tmp_path / "refs.csv"
     csv_refs.write_text("sample_id,description\ns1,calm\ns2,\n")
-    with pytest.raises(ValueError, match=rf"{csv_refs}, line 3: need a sample id"):
+    with pytest.raises(ValueError, match=rf"{csv_refs}, line 3, field 'description': missing"):
         load_references(csv_refs)
     judge = tmp_path / "j.yaml"
     judge.write_text("name: j\nmllm: {backend: scripted, model: m}\n")
