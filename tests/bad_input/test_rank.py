@@ -1,0 +1,141 @@
+"""Bad input to `emoreward rank`: description tables, subset options (`--models`, `--samples`, `--sample-ids`,
+`--hierarchical`), fit and judge options, judges that are not judges, and outputs that could not be written. Every
+problem is refused before any scoring, in one line naming the file, the line and the field, or the option."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from bad_input_helpers import TABLE_ROWS, fails, jsonl, run, write
+
+
+GOOD = jsonl(TABLE_ROWS)  # 9 lines: line 10 is the first one a case adds
+
+
+@pytest.fixture()
+def rank(tmp_path, rm_dir):
+    """The argv of `emoreward rank` with the tiny reward model, a cache folder in tmp_path and 5 resamples."""
+
+    def argv(data, *options, judge=None):
+        cache = ["--cache-dir", tmp_path / "cache", "--n-boot", "5", "--quiet"]
+        return ["rank", "--judge", judge or rm_dir, "--data", data, *cache, *options]
+
+    return argv
+
+
+TABLES = [
+    # (id, content, fragments after "<table>")
+    ("bad-json-line", GOOD + '{"sample": "s9", "model": "A", "description": \n', [", line 10: invalid JSON"]),
+    ("missing-field", GOOD + '{"sample": "s9", "model": "A"}\n', [", line 10, field 'description': missing"]),
+    ("wrong-type", GOOD + '{"sample": "s9", "model": "A", "description": 7}\n',
+     [", line 10, field 'description': expected a string, got int"]),
+    ("empty-model", GOOD + '{"sample": "s9", "model": "  ", "description": "x"}\n', [", line 10, field 'model': empty"]),
+    ("duplicate-sample-model", GOOD + json.dumps(TABLE_ROWS[4]) + "\n",
+     [", line 10, field 'model': a second description of sample 's1' by 'B' (the first is on line 5)"]),
+    ("media-disagree", GOOD + '{"sample": "s0", "model": "D", "description": "x", "subtitle": "hi"}\n',
+     [", line 10, field 'subtitle': sample 's0' has subtitle 'hi' here but None on line 1"]),
+    ("media-wrong-type", GOOD + '{"sample": "s9", "model": "A", "description": "x", "video": 3}\n',
+     [", line 10, field 'video': expected a string, got int"]),
+    ("not-an-object", GOOD + "[1, 2]\n", [", line 10: expected a JSON object, got list"]),
+    ("latin1", GOOD.encode() + b'{"sample": "s9", "model": "A", "description": "h\xe9las"}\n',
+     [", line 10, field 'description': undecodable bytes b'\\xe9'"]),
+    ("empty-file", "", [": no rows"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("content, fragments", [c[1:] for c in TABLES], ids=[c[0] for c in TABLES])
+def test_bad_tables_name_file_line_and_field(rank, tmp_path, capsys, content, fragments):
+    table = write(tmp_path / "table.jsonl", content)
+    fails(rank(table), capsys, f"{table}{fragments[0]}", *fragments[1:])
+
+
+def test_a_missing_table(rank, tmp_path, capsys):
+    fails(rank(tmp_path / "nope.jsonl"), capsys, f"description table {tmp_path / 'nope.jsonl'} does not exist")
+
+
+def test_a_byte_order_mark_is_fine(rank, tmp_path, capsys):
+    table = write(tmp_path / "bom.jsonl", b"\xef\xbb\xbf" + GOOD.encode())
+    code, out, err = run(rank(table), capsys)
+    assert code == 0 and err == "" and f"3 models x 3 samples from {table}" in out
+
+
+SUBSETS = [
+    # (id, options, fragments)
+    ("unknown-model", ["--models", "A,Z"], ["--models: ['Z'] not in the table {table}; its models are ['A', 'B', 'C']"]),
+    ("one-model", ["--models", "B"], ["--models: a ranking needs at least two models, got ['B']"]),
+    ("samples-zero", ["--samples", "0"], ["argument --samples: expected an integer >= 1, got 0"]),
+    ("samples-beyond-the-table", ["--samples", "99"], ["--samples 99: the table {table} has 3 samples"]),
+    ("hierarchical-unknown-model", ["--hierarchical", "A,B|Z"], ["--hierarchical 'A,B|Z': unknown models in groups: ['Z']"]),
+    ("hierarchical-too-many-groups", ["--hierarchical", "9"], ["--hierarchical '9': number of groups must be in [2, 3]"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("options, fragments", [c[1:] for c in SUBSETS], ids=[c[0] for c in SUBSETS])
+def test_bad_subsets_name_the_option_and_the_table(rank, good_table, capsys, options, fragments):
+    fails(rank(good_table, *options), capsys, *[f.format(table=good_table) for f in fragments])
+
+
+def test_sample_ids_not_in_the_table(rank, good_table, tmp_path, capsys):
+    ids = write(tmp_path / "ids.txt", "s0\n\ns7\n")
+    fails(
+        rank(good_table, "--sample-ids", ids), capsys, f"{ids}, line 3: sample 's7' is not in the table {good_table}"
+    )
+
+
+def test_a_missing_sample_ids_file(rank, good_table, tmp_path, capsys):
+    fails(
+        rank(good_table, "--sample-ids", tmp_path / "ids.txt"), capsys, f"--sample-ids {tmp_path / 'ids.txt'}: no such"
+    )
+
+
+OPTIONS = [
+    ("n-boot-negative", ["--n-boot", "-5"], ["argument --n-boot: expected an integer >= 1, got -5"]),
+    ("n-boot-zero", ["--n-boot", "0"], ["argument --n-boot: expected an integer >= 1, got 0"]),
+    ("alpha-above-one", ["--alpha", "1.5"], ["argument --alpha: expected a number between 0 and 1 (exclusive)"]),
+    ("unknown-tie-model", ["--tie-model", "bogus"], ["argument --tie-model: invalid choice: 'bogus'"]),
+    ("unknown-strategy", ["--strategy", "S7"], ["argument --strategy: invalid choice: 'S7'"]),
+    ("batch-size-zero", ["--batch-size", "0"], ["argument --batch-size: expected an integer >= 1, got 0"]),
+    ("negative-tie-threshold", ["--tie-threshold", "-1"], ["argument --tie-threshold: expected a number >= 0"]),
+    ("nan-tie-threshold", ["--tie-threshold", "nan"], ["argument --tie-threshold: expected a number >= 0, got 'nan'"]),
+    ("zero-runs", ["--runs", "0"], ["argument --runs: expected an integer >= 1, got 0"]),
+    ("bpa-zero-budget", ["--method", "bpa", "--budget", "0"], ["argument --budget: expected an integer >= 1, got 0"]),
+    ("bpa-zero-refit", ["--method", "bpa", "--refit-every", "0"], ["argument --refit-every: expected an integer >= 1"]),
+    ("bpa-negative-sigma", ["--method", "bpa", "--sigma-tau", "-1"], ["argument --sigma-tau: expected a number > 0"]),
+    ("bpa-hierarchical", ["--method", "bpa", "--hierarchical", "2"], ["--hierarchical is a --method full option"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("options, fragments", [c[1:] for c in OPTIONS], ids=[c[0] for c in OPTIONS])
+def test_bad_options_name_the_option(rank, good_table, capsys, options, fragments):
+    fails(rank(good_table, *options), capsys, *fragments)
+
+
+def test_output_that_is_a_folder_is_refused_before_scoring(rank, good_table, tmp_path, capsys):
+    fails(rank(good_table, "--output", tmp_path), capsys, f"--output {tmp_path} is a folder")
+    assert not (tmp_path / "cache").exists()  # nothing was scored
+
+
+def test_a_dataset_file_of_an_unknown_kind_is_refused_before_scoring(rank, good_table, tmp_path, capsys):
+    target = tmp_path / "ranking.csv"
+    fails(rank(good_table, "--dataset", target), capsys, f"--dataset {target}: unknown suffix '.csv'")
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_media_root_that_does_not_exist(rank, good_table, tmp_path, capsys):
+    fails(rank(good_table, "--media-root", tmp_path / "media"), capsys, f"--media-root {tmp_path / 'media'}: no such")
+
+
+def test_a_judge_folder_that_is_not_a_model(rank, good_table, tmp_path, capsys):
+    folder = tmp_path / "not-a-model"
+    folder.mkdir()
+    fails(rank(good_table, judge=folder), capsys, f"{folder} is a directory without emoreward_config.json")
+
+
+def test_a_judge_that_does_not_exist(rank, good_table, tmp_path, capsys):
+    fails(rank(good_table, judge=tmp_path / "nope"), capsys, f"judge {tmp_path / 'nope'} does not exist")
+
+
+def test_a_bad_judge_yaml(rank, good_table, tmp_path, capsys):
+    spec = write(tmp_path / "j.yaml", "name: j\nmllm:\n  backend: scripted\n  model: m\n  fps: fast\n")
+    fails(rank(good_table, judge=spec), capsys, f"{spec}, line 5: mllm.fps: expected a number, got str ('fast')")
