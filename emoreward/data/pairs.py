@@ -264,6 +264,8 @@ def _read_source(source: Any, split: str | None) -> Records:
         return records_from_rows(str(spec), dataset, n_physical=dataset.num_rows)
     if isinstance(source, str) and source in BUNDLED:
         source = bundled_dataset_path(source)
+    if isinstance(source, str) and not source.strip():
+        raise DataError(repr(source), None, None, "an empty path names no data source")
     if isinstance(source, (str, Path)):
         path = Path(source)
         if not path.exists():

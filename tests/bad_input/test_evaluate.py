@@ -94,6 +94,14 @@ def test_hub_ids_offline_or_malformed(rm_dir, capsys, monkeypatch, spec, fragmen
     fails(evaluate(rm_dir, spec), capsys, *fragments)
 
 
+def test_an_empty_data_path(rm_dir, capsys):
+    fails(evaluate(rm_dir, ""), capsys, "'': an empty path names no data source")
+
+
+def test_a_folder_that_is_not_a_dataset(rm_dir, tmp_path, capsys):
+    fails(evaluate(rm_dir, tmp_path), capsys, f"{tmp_path}: not a dataset folder datasets can read")
+
+
 def test_a_byte_order_mark_is_fine(rm_dir, tmp_path, capsys):
     data = write(tmp_path / "bom.csv", b"\xef\xbb\xbf" + GOOD_PAIRS.encode())
     code, out, err = run(evaluate(rm_dir, data), capsys)
@@ -127,6 +135,13 @@ def test_a_torn_settings_file(broken_model, good_pairs, capsys):
     fails(
         evaluate(model, good_pairs), capsys, f"{model / 'emoreward_config.json'}: not valid JSON", "line 1 column 18"
     )
+
+
+def test_a_model_folder_without_weights(rm_dir, tmp_path, good_pairs, capsys):
+    model = tmp_path / "model"
+    shutil.copytree(rm_dir, model)
+    (model / "model.safetensors").unlink()
+    fails(evaluate(model, good_pairs), capsys, "no file named model.safetensors", str(model))
 
 
 def test_an_unknown_model_kind(broken_model, good_pairs, capsys):
