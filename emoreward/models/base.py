@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import types
+import typing
 from collections.abc import Hashable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -213,6 +215,8 @@ def load_settings(directory: str | Path) -> RewardSettings:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object of settings, got {type(data).__name__}")
     data.pop("emoreward_version", None)
     kind = data.pop("kind", "text")
     if kind not in SETTINGS_CLASSES:
@@ -222,7 +226,33 @@ def load_settings(directory: str | Path) -> RewardSettings:
     unknown = sorted(set(data) - known)
     if unknown:
         raise ValueError(f"{path}: unknown keys {unknown} for a {kind} reward model")
+    hints = typing.get_type_hints(cls)
+    for key, value in data.items():
+        if not _fits(value, hints[key]):
+            raise ValueError(f"{path}, field {key!r}: expected {_type_name(hints[key])}, got {value!r}")
     return cls(**data)
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether a JSON value fits a settings field's declared type (scalars, dicts, Literal, Optional)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Literal:
+        return value in args
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin is dict or hint is dict:
+        return isinstance(value, dict)
+    return isinstance(value, hint) if isinstance(hint, type) else True
+
+
+def _type_name(hint: Any) -> str:
+    return str(hint).replace("typing.", "").replace("<class '", "").replace("'>", "")
 
 
 # ---------------------------------------------------------------------------------------------- transforms

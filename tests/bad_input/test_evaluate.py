@@ -193,3 +193,15 @@ def test_output_below_a_file_is_refused_before_scoring(rm_dir, good_pairs, capsy
 
 def test_a_media_root_that_does_not_exist(rm_dir, good_pairs, tmp_path, capsys):
     fails(evaluate(rm_dir, good_pairs, "--media-root", tmp_path / "media"), capsys, "--media-root", "no such folder")
+
+
+def test_settings_that_are_not_an_object(broken_model, good_pairs, capsys):
+    model = broken_model("[1]")
+    fails(evaluate(model, good_pairs), capsys, f"{model / 'emoreward_config.json'}: expected a JSON object")
+
+
+def test_a_settings_value_of_the_wrong_type(broken_model, good_pairs, capsys):
+    model = broken_model('{"kind": "text", "max_length": "long"}')
+    fails(
+        evaluate(model, good_pairs), capsys, f"{model / 'emoreward_config.json'}, field 'max_length'", "expected int"
+    )
