@@ -1,4 +1,4 @@
-"""Structural rules of the code base: no import cycles in `emoreward/`, no module reaching into another module's
+"""Structural rules of the code base (and its tests: unique test-file basenames): no import cycles in `emoreward/`, no module reaching into another module's
 private names, `emoreward` importing `zero_shot` only through `load_judge`, and every recipe field either read by a
 backbone kind or refused for it."""
 
@@ -172,3 +172,14 @@ def test_every_recipe_field_is_read_or_refused_by_each_backbone_kind(tmp_path):
     for base in KIND_BASES.values():
         config = EmoRewardConfig(output_dir=str(tmp_path), report_to=[], length_debias="disentangled", **base)
         assert config.length_debias == "disentangled"
+
+
+def test_test_modules_have_unique_basenames():
+    """pytest's default (rootdir-less, no __init__.py) import mode refuses two test files with one basename."""
+    seen: dict[str, Path] = {}
+    clashes = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        if path.name in seen:
+            clashes.append(f"{seen[path.name].relative_to(ROOT)} and {path.relative_to(ROOT)}")
+        seen.setdefault(path.name, path)
+    assert not clashes, "test files share a basename: " + "; ".join(clashes)
