@@ -14,6 +14,7 @@ environment pins what "auto" means (e.g. a test suite that compares rewards to f
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -23,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 
 logger = logging.getLogger(__name__)
@@ -129,6 +132,7 @@ def resolve_dtype(
     device: torch.device | str | None = None,
     *,
     bf16_agreement: float | None = None,
+    bf16_units: bool | None = None,
 ) -> torch.dtype:
     """The dtype to compute in: an explicit dtype as given; `"auto"`: bfloat16 where `device` has bf16 matrix units
     (`has_bf16_matrix_units`), else float32.
@@ -151,7 +155,7 @@ def resolve_dtype(
             raise ValueError(f"${ENV_VAR}: {err}") from None
         if pinned != "auto":
             return pinned
-    if not has_bf16_matrix_units(device):
+    if not (has_bf16_matrix_units(device) if bf16_units is None else bf16_units):
         return torch.float32
     if bf16_agreement is not None and bf16_agreement < MIN_BF16_AGREEMENT:
         logger.info(
@@ -233,12 +237,88 @@ def record_bf16_agreement(model, pairs, *, max_pairs: int = 256, batch_size: int
     return check
 
 
+# ---------------------------------------------------------------------------------------------- bf16 emulation
+_MATMULS = {
+    F.linear,
+    torch.matmul,
+    torch.Tensor.matmul,
+    torch.Tensor.__matmul__,
+    torch.mm,
+    torch.Tensor.mm,
+    torch.bmm,
+    torch.Tensor.bmm,
+    torch.addmm,
+    torch.baddbmm,
+}
+
+
+def _is_bf16(x) -> bool:
+    return isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16
+
+
+def _up(x):
+    return x.float() if _is_bf16(x) else x
+
+
+def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """bf16 scaled-dot-product attention as the CPU flash kernel computes it: scores and softmax in float32 from
+    bf16 q, k; probabilities rounded to bf16 before the float32-accumulated product with v; output rounded."""
+    if dropout_p:
+        raise ValueError("emulated attention: dropout is not emulated (scoring runs in eval mode)")
+    q, k, v = q.float(), k.float(), v.float()
+    if enable_gqa and k.shape[-3] != q.shape[-3]:
+        rep = q.shape[-3] // k.shape[-3]
+        k, v = k.repeat_interleave(rep, dim=-3), v.repeat_interleave(rep, dim=-3)
+    scale = scale if scale is not None else q.shape[-1] ** -0.5
+    scores = (q @ k.transpose(-2, -1)) * scale
+    low = torch.finfo(torch.float32).min
+    if is_causal:
+        n, m = scores.shape[-2:]
+        causal = torch.ones(n, m, dtype=torch.bool, device=scores.device).tril(m - n)
+        scores = scores.masked_fill(~causal, low)
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, low)
+        else:
+            scores = (scores + attn_mask.float()).clamp(min=low)
+    probs = torch.softmax(scores, dim=-1).to(torch.bfloat16).float()
+    return (probs @ v).to(torch.bfloat16)
+
+
+class EmulatedBf16Matmuls(TorchFunctionMode):
+    """Inside this mode every matrix multiply with a bf16 operand runs in float32 on the bf16 values and its result is
+    rounded to bf16: what bf16 matrix units compute (exact products of bf16 numbers, float32 accumulation, bf16
+    output), up to the order of summation, at float32 speed. Every other op runs in real bf16. Used to measure bf16
+    agreement on machines whose CPU has no bf16 units (torch's own bf16 matmul there is exact but ~50x slower)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention and any(_is_bf16(a) for a in args[:3]):
+            return _sdpa(*args, **kwargs)
+        if func in _MATMULS and (any(_is_bf16(a) for a in args) or any(_is_bf16(v) for v in kwargs.values())):
+            out = func(*[_up(a) for a in args], **{k: _up(v) for k, v in kwargs.items()})
+            return out.to(torch.bfloat16)
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def bf16_arithmetic(emulate: bool):
+    """`EmulatedBf16Matmuls` when `emulate`, else nothing (real bf16 kernels)."""
+    if emulate:
+        with EmulatedBf16Matmuls():
+            yield
+    else:
+        yield
+
+
 __all__ = [
     "CPU_BF16_FLAGS",
+    "EmulatedBf16Matmuls",
     "ENV_VAR",
     "MIN_BF16_AGREEMENT",
     "cpu_flags",
     "cpu_has_bf16_matrix_units",
+    "bf16_arithmetic",
     "dtype_name",
     "has_bf16_matrix_units",
     "parse_dtype",
