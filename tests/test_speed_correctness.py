@@ -239,3 +239,40 @@ def test_score_info_reports_unknown_share(tiny_bert_dir):
     model = TextRewardModel.from_backbone(str(tiny_bert_dir), max_length=64)
     info = model.score_info(["He is happy 😀", "他很开心"])
     assert isinstance(info, CoverageScoreInfo) and info.unknown_share[0] == 0.25 and info.unknown_share[1] > 0.5
+
+
+# ---------------------------------------------------------------------------------------------- length groups
+def test_split_by_length_is_optimal_on_a_hand_example():
+    from emoreward.training.preprocess import split_by_length
+
+    # sorted 5 7 9 12 30 30: {5,7} {9,12} {30,30} pads to 2*7 + 2*12 + 2*30 = 98 tokens, the least with 3 groups
+    assert split_by_length([30, 5, 12, 7, 30, 9], max_groups=3, overhead_tokens=0) == [[1, 3], [5, 2], [0, 4]]
+    assert split_by_length([10] * 8, max_groups=3) == [list(range(8))]  # equal lengths: one pass
+    assert split_by_length([100, 10, 101, 12], max_groups=3, overhead_tokens=64) == [[1, 3], [0, 2]]
+
+
+@pytest.mark.parametrize("fixture", ["tiny_bert_dir", "tiny_llama_dir"])
+def test_length_split_forward_equals_one_padded_batch(fixture, request, tmp_path):
+    from emoreward.training.preprocess import LengthSplitAdapter
+
+    config = tiny_config(request.getfixturevalue(fixture), tmp_path)
+    adapter = adapter_for(config)
+    torch.manual_seed(0)
+    model = adapter.build_model(config)
+    dataset, _ = encoded_dataset(
+        synthetic_pairs(6) + [type(synthetic_pairs(1)[0])("x", "short", "a much longer " * 8, "1")], model, config
+    )
+    batch = adapter.collator(model, config)([dataset[i] for i in range(len(dataset))])
+    batch = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask")}
+    network = model.model.eval()  # no dropout: both passes see the same network
+    whole = adapter.logits(network, dict(batch))
+    split = LengthSplitAdapter(adapter).logits(network, dict(batch))
+    assert split.shape == whole.shape
+    torch.testing.assert_close(split, whole, atol=1e-5, rtol=0)
+    grads = []
+    for out in (whole, split):
+        network.zero_grad()
+        out.sum().backward(retain_graph=True)
+        grads.append([p.grad.clone() for p in network.parameters() if p.requires_grad])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
