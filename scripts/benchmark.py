@@ -46,7 +46,15 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_MODE", "disabled")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchmark_common import Peak, forward_flops, load_average, peak_rss_gib, rate, training_flops  # noqa: E402
+from benchmark_common import (  # noqa: E402
+    Peak,
+    forward_flops,
+    load_average,
+    peak_rss_gib,
+    rate,
+    shape_setup_ms,
+    training_flops,
+)
 
 
 def fresh_model_dir(work: Path, backbone: str = "minilm") -> Path:
@@ -79,6 +87,7 @@ def _flops(model, texts) -> tuple[float, int]:
 
 def score_path(model_dir: Path, texts: list[str], short: int, force_bf16: bool) -> dict:
     """Cold short run and warm full run per scoring mode (see the module docstring)."""
+    import torch
 
     from emoreward.models import load_reward_model
     from emoreward.models.precision import dtype_name, has_bf16_matrix_units
@@ -87,6 +96,8 @@ def score_path(model_dir: Path, texts: list[str], short: int, force_bf16: bool) 
     if has_bf16_matrix_units("cpu") or force_bf16:
         modes = {"merged_bf16": "bfloat16", **modes}  # bf16 first: its cold start is measured in a fresh process
     out: dict = {"n_texts": len(texts), "short": short}
+    dtypes = [torch.float32] + ([torch.bfloat16] if has_bf16_matrix_units("cpu") or force_bf16 else [])
+    out["new_shape_setup"] = {dtype_name(d): shape_setup_ms(d) for d in dtypes}
     reference = load_reward_model(model_dir, dtype=None)
     flops_all, tokens_all = _flops(reference, texts)
     flops_short, tokens_short = _flops(reference, texts[:short])
@@ -164,16 +175,20 @@ def rank_path(model_dir: Path, work: Path, cli: bool) -> dict:
     return out
 
 
-def train_path(steps: int) -> dict:
+def train_path(steps: int, split: bool = True) -> dict:
+    """Optimizer steps of the default recipe; `split`: forward passes in length groups, as `fit_reward_model` runs
+    them (`LengthSplitAdapter`), else one padded batch (TRL's way)."""
     from transformers import TrainerCallback
 
     from emoreward.data import load_pairs
     from emoreward.training.adapters import adapter_for
     from emoreward.training.config import load_config
+    from emoreward.training.preprocess import LengthSplitAdapter
     from emoreward.training.trainer import EmoRewardTrainer
 
     class StepTimer(TrainerCallback):
-        seconds: list[float] = []
+        def __init__(self):
+            self.seconds: list[float] = []
 
         def on_step_begin(self, args, state, control, **kwargs):
             self._start = time.perf_counter()
@@ -194,6 +209,8 @@ def train_path(steps: int) -> dict:
         adapter = adapter_for(config)
         model = adapter.build_model(config)
         dataset, _ = adapter.build_dataset(load_pairs(config.train_file), model, config)
+        if split:
+            adapter = LengthSplitAdapter(adapter)
         timer = StepTimer()
         trainer = EmoRewardTrainer(
             adapter=adapter, model=model.model, args=config, train_dataset=dataset, processing_class=model.tokenizer,
@@ -205,6 +222,7 @@ def train_path(steps: int) -> dict:
     mean_len = tokens / (steps * 2 * config.per_device_train_batch_size * config.gradient_accumulation_steps)
     flops = training_flops(model.model, model.model.config, [mean_len] * 1, causal=False) / mean_len * tokens
     return {
+        "length_groups": split,
         "steps": steps,
         "pairs_per_step": config.per_device_train_batch_size * config.gradient_accumulation_steps,
         "seconds_per_step_median": per_step,
@@ -238,9 +256,27 @@ def agreement_path(model_dir: Path) -> dict:
 
 
 def main_path(work: Path, extra: str) -> dict:
+    """`emoreward train` (default recipe) in a subprocess; useful FLOPs estimated from the data: every fit trains
+    `epochs` passes over its pairs (k folds at (k-1)/k of them plus the final fit: k passes over all tokens per
+    epoch) and scores every description once (calibration on its training pairs, evaluation of its test fold)."""
+    from emoreward.data import load_pairs
+    from emoreward.training.adapters import adapter_for
+    from emoreward.training.config import load_config
+
     out_dir = work / "main"
     cmd = [sys.executable, "-m", "emoreward.cli", "train", "--output-dir", str(out_dir), "--set", "report_to=[none]"]
     cmd += shlex.split(extra)
+    config = load_config(overrides={"report_to": ["none"], "output_dir": str(out_dir)})
+    model = adapter_for(config).build_model(config)
+    lengths = [
+        len(model.encode(d).input_ids)
+        for p in load_pairs(config.train_file)
+        for d in (p.description_1, p.description_2)
+    ]
+    folds = max(config.cv_folds, 1)
+    network = model.model
+    flops = config.num_train_epochs * folds * training_flops(network, network.config, lengths, causal=False)
+    flops += (folds + 1) * forward_flops(network, network.config, lengths, causal=False)
     before = peak_rss_gib(children=True)
     peak_before = Peak.measure()
     start = time.perf_counter()
@@ -251,12 +287,13 @@ def main_path(work: Path, extra: str) -> dict:
         raise RuntimeError(f"emoreward train failed:\n{done.stderr[-3000:]}")
     report = json.loads((out_dir / "report.json").read_text())
     summary = report.get("cross_validation", {}).get("summary", {}).get("judge", {})
+    peak = Peak((peak_before.fp32 + peak_after.fp32) / 2, (peak_before.bf16 + peak_after.bf16) / 2)
     return {
         "command": " ".join(cmd[1:]),
         "wall_seconds": wall,
         "peak_rss_gib": max(peak_rss_gib(children=True), before),
-        "peak_fp32_gflops": (peak_before.fp32 + peak_after.fp32) / 2,
-        "peak_bf16_gflops": (peak_before.bf16 + peak_after.bf16) / 2,
+        "useful_tflops": flops / 1e12,
+        **rate(flops, wall, peak, __import__("torch").float32),
         "cv_summary": {k: summary.get(k) for k in ("two_class_waf", "two_class_acc", "three_class_waf")},
     }
 
@@ -303,6 +340,8 @@ def main() -> None:
             r = results["scoring_minilm"] = score_path(
                 model_dir or fresh_model_dir(work), _texts(), args.short, args.force_bf16
             )
+            for dt, setup in r["new_shape_setup"].items():
+                print(f"new matrix shape, {dt}: {setup['mean_first_call_extra_ms']:.1f} ms extra on its first use")
             for name, m in r["modes"].items():
                 print(
                     f"scoring MiniLM [{name}, {m['dtype']}]: {m['descriptions_per_second']:.1f} descriptions/s warm "
@@ -335,11 +374,15 @@ def main() -> None:
                 )
             )
         if "train" in paths:
-            r = results["train_step"] = train_path(args.train_steps)
-            print(
-                f"training step (16 pairs): {r['seconds_per_step_median']:.2f} s median ({r['gflops']:.1f} GFLOP/s = "
-                f"{100 * r['of_fp32_peak']:.0f}% of the fp32 peak), bf16 autocast {r['bf16_autocast']}"
-            )
+            for split in (False, True):
+                r = results[f"train_step{'_length_groups' if split else '_one_padded_batch'}"] = train_path(
+                    args.train_steps, split
+                )
+                print(
+                    f"training step (16 pairs, {'length groups' if split else 'one padded batch'}): "
+                    f"{r['seconds_per_step_median']:.2f} s median ({r['gflops']:.1f} GFLOP/s useful = "
+                    f"{100 * r['of_fp32_peak']:.0f}% of the fp32 peak), bf16 autocast {r['bf16_autocast']}"
+                )
         if "agreement" in paths and model_dir:
             r = results["bf16_agreement"] = agreement_path(model_dir)
             print(
@@ -350,7 +393,8 @@ def main() -> None:
             r = results["main_job"] = main_path(work, args.main_args)
             print(
                 f"main job (5-fold CV + final fit): {r['wall_seconds']:.0f} s, peak RSS {r['peak_rss_gib']:.2f} GiB, "
-                f"matmul peak fp32 {r['peak_fp32_gflops']:.0f} GFLOP/s; CV {r['cv_summary']}"
+                f"{r['useful_tflops']:.0f} TFLOP useful = {r['gflops']:.1f} GFLOP/s = {100 * r['of_fp32_peak']:.0f}% "
+                f"of the fp32 peak (measured before and after only); CV {r['cv_summary']}"
             )
     results["load_after"] = load_average()
     results["peak_rss_gib"] = peak_rss_gib()

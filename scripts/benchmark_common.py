@@ -74,6 +74,25 @@ class Peak:
         return result, wall, peak
 
 
+def shape_setup_ms(dtype: torch.dtype, widths=(37, 61, 93, 131, 177, 215), rows: int = 32) -> dict:
+    """What a new matrix shape costs on its first use: a MiniLM-sized linear layer (384 -> 1536) on `rows` x width
+    tokens, first call vs the median of 3 repeats, per width (ms). oneDNN (bf16 on CPUs with bf16 units) creates
+    and JIT-compiles a kernel per new shape; MKL's float32 GEMM has no such step. `ONEDNN_VERBOSE=1` in the
+    environment lists the primitive creations with their times."""
+    layer = torch.nn.Linear(384, 1536).to(dtype).eval()
+    out = {}
+    with torch.inference_mode():
+        for width in widths:
+            x = torch.randn(rows * width, 384).to(dtype)
+            start = time.perf_counter()
+            layer(x)
+            first = time.perf_counter() - start
+            _, again = median_time(lambda x=x: layer(x), 3)
+            out[width] = {"first_ms": 1e3 * first, "repeat_ms": 1e3 * again}
+    extra = [v["first_ms"] - v["repeat_ms"] for v in out.values()]
+    return {"per_width": out, "mean_first_call_extra_ms": statistics.mean(extra)}
+
+
 # ---------------------------------------------------------------------------------------------- FLOPs
 def linear_params(network: torch.nn.Module) -> int:
     """Weights of every `nn.Linear` in the network (LoRA's A and B included): 2 x this = matmul FLOPs per token of
@@ -158,5 +177,6 @@ __all__ = [
     "median_time",
     "peak_rss_gib",
     "rate",
+    "shape_setup_ms",
     "training_flops",
 ]
