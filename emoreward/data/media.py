@@ -165,12 +165,85 @@ def _require_av(sample_id: str, path: Path, what: str):
 def load_frames(sample_id: str, path: str | Path, fps: float, max_frames: int) -> tuple[np.ndarray, float]:
     """Frames of a video sampled at `fps` per second (at most `max_frames`, evenly spread), decoded with PyAV.
 
+    Only the sampled frames are converted to RGB (the conversion, not the decoding, is most of the cost; every
+    frame is still decoded, since inter-coded frames depend on the ones before them): a first pass reads the
+    packets' presentation times without decoding, which gives the frame count and duration and so the sampled
+    indices; the second pass decodes and converts those frames. If the decoded frames do not match the packets
+    (a codec that does not give one frame per packet), the video is decoded again converting every frame. The
+    result equals `load_frames_reference` exactly (tested).
+
     Returns:
         (`uint8` array of shape `(T, H, W, 3)` with T even and >= 2 (the last frame repeats to make T even),
         effective sampling rate in frames per second of video).
 
     Raises:
         MediaError: missing or empty file, no video stream, no decodable frame, undecodable data, PyAV missing.
+    """
+    path = check_file(sample_id, path, "video")
+    av = _require_av(sample_id, path, "video")
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise MediaError(sample_id, path, "has no video stream")
+            stream = container.streams.video[0]
+            # pass 1: the packets' presentation times, no decoding
+            stamps = [p.pts for p in container.demux(stream) if p.size]
+            valid = sorted(float(t * stream.time_base) for t in stamps if t is not None)
+        if not stamps:
+            raise MediaError(sample_id, path, "the video has no decodable frame")
+        wanted, _ = _sampled_indices(
+            len(stamps), valid[0] if valid else None, valid[-1] if valid else None, fps, max_frames
+        )
+        keep = set(wanted.tolist())
+        # pass 2: decode every frame, convert the sampled ones
+        converted: dict[int, np.ndarray] = {}
+        times = []
+        with av.open(str(path)) as container:
+            stream = container.streams.video[0]
+            for k, frame in enumerate(container.decode(stream)):
+                if k in keep:
+                    converted[k] = frame.to_ndarray(format="rgb24")
+                times.append(float(frame.time) if frame.time is not None else float("nan"))
+    except MediaError:
+        raise
+    except Exception as err:  # PyAV has its own error hierarchy
+        raise MediaError(sample_id, path, f"cannot decode video ({type(err).__name__}: {err})") from err
+    decoded_valid = [t for t in times if np.isfinite(t)]
+    idx, duration = _sampled_indices(
+        len(times),
+        decoded_valid[0] if decoded_valid else None,
+        decoded_valid[-1] if decoded_valid else None,
+        fps,
+        max_frames,
+    )
+    if len(times) != len(stamps) or not np.array_equal(idx, wanted) or not set(idx.tolist()) <= converted.keys():
+        return load_frames_reference(sample_id, path, fps, max_frames)  # packets and frames differ: convert all
+    return _finish_frames([converted[i] for i in idx], duration)
+
+
+def _sampled_indices(n_frames: int, first: float | None, last: float | None, fps: float, max_frames: int):
+    """(indices of the sampled frames, clip duration in seconds) from the decoded frame count and the first and
+    last valid presentation times (None when the stream has none): the rule of `load_frames`."""
+    duration = (last - first) if (first is not None and last is not None and n_frames > 1) else 0.0
+    rate = (n_frames - 1) / duration if duration > 0 else 25.0  # the stream's frame rate
+    duration = n_frames / rate
+    n = int(min(max_frames, max(2, round(duration * fps))))
+    return np.linspace(0, n_frames - 1, n).round().astype(int), duration
+
+
+def _finish_frames(frames: list[np.ndarray], duration: float) -> tuple[np.ndarray, float]:
+    picked = np.stack(frames)
+    if len(picked) % 2:
+        picked = np.concatenate([picked, picked[-1:]])
+    return picked, len(picked) / duration
+
+
+def load_frames_reference(sample_id: str, path: str | Path, fps: float, max_frames: int) -> tuple[np.ndarray, float]:
+    """`load_frames` converting every decoded frame to RGB and then picking the sampled ones: the reference the
+    fast path is tested against, and its fallback.
+
+    Raises:
+        MediaError: as `load_frames`.
     """
     path = check_file(sample_id, path, "video")
     av = _require_av(sample_id, path, "video")
@@ -189,15 +262,10 @@ def load_frames(sample_id: str, path: str | Path, fps: float, max_frames: int) -
     if not frames:
         raise MediaError(sample_id, path, "the video has no decodable frame")
     valid = [t for t in times if np.isfinite(t)]
-    duration = (valid[-1] - valid[0]) if len(valid) > 1 else 0.0
-    rate = (len(frames) - 1) / duration if duration > 0 else 25.0  # the stream's frame rate
-    duration = len(frames) / rate
-    n = int(min(max_frames, max(2, round(duration * fps))))
-    idx = np.linspace(0, len(frames) - 1, n).round().astype(int)
-    picked = np.stack([frames[i] for i in idx])
-    if len(picked) % 2:
-        picked = np.concatenate([picked, picked[-1:]])
-    return picked, len(picked) / duration
+    idx, duration = _sampled_indices(
+        len(frames), valid[0] if valid else None, valid[-1] if valid else None, fps, max_frames
+    )
+    return _finish_frames([frames[i] for i in idx], duration)
 
 
 def load_audio(sample_id: str, path: str | Path, sampling_rate: int = 16000) -> np.ndarray:

@@ -97,35 +97,75 @@ def build_text_dataset(
     Raises:
         ValueError: an unlabelled pair (the message names its row).
     """
+    return dataset_from_encodings(pairs, [encode_text_pair(p, model, ties=ties, truncation=truncation) for p in pairs])
+
+
+@dataclass(frozen=True)
+class PairEncoding:
+    """One labelled pair as the trainer sees it: its row (full sequences in chosen / rejected orientation, plus
+    the media columns of a multimodal pair), or the reason it is left out (`EXCLUSION_REASONS`).
+
+    The encoding of a pair depends only on the pair and the model's input settings, so a run encodes every pair
+    once and each cross-validation fold selects its rows (`dataset_from_encodings`).
+    """
+
+    first: tuple[int, ...] = ()
+    second: tuple[int, ...] = ()
+    excluded: str | None = None
+    error: str | None = None  # the media error of an `excluded == "media_error"` pair
+    prefix_length: int | None = None  # multimodal pairs: the shared media prefix's length
+
+
+def _check_labelled(pair: PreferencePair) -> None:
+    if pair.label is None:
+        raise ValueError(f"pair {pair.sample_id!r} (row {pair.row}) has no label; training needs labels")
+
+
+def encode_text_pair(pair: PreferencePair, model: TextRewardModel, *, ties: str, truncation: str) -> PairEncoding:
+    """The `PairEncoding` of one labelled pair for a text reward model (see `build_text_dataset`).
+
+    Raises:
+        ValueError: an unlabelled pair (names its row).
+    """
+    _check_labelled(pair)
+    if pair.label == "tie" and ties == "drop":
+        return PairEncoding(excluded="tie_dropped")
+    context = RewardContext.from_pair(pair)
+    first = model.encode(pair.description_1, context, truncate=truncation == "truncate")
+    second = model.encode(pair.description_2, context, truncate=truncation == "truncate")
+    if truncation == "drop" and (first.truncated or second.truncated):
+        return PairEncoding(excluded="too_long")
+    if first.input_ids == second.input_ids:
+        cut = first.truncated or second.truncated
+        return PairEncoding(excluded="identical_after_truncation" if cut else "identical_descriptions")
+    return PairEncoding(tuple(first.input_ids), tuple(second.input_ids))
+
+
+def dataset_from_encodings(
+    pairs: list[PreferencePair], encodings: list[PairEncoding]
+) -> tuple[Dataset, ExclusionReport]:
+    """The training dataset and exclusion report of `pairs` from their `PairEncoding`s (same order): the rows and
+    columns `build_text_dataset` / `build_media_dataset` describe; length-balance weights over the kept pairs.
+
+    Raises:
+        ValueError: no pair left.
+    """
     report = ExclusionReport(n_input=len(pairs))
-    rows: dict[str, list] = {
-        "chosen_ids": [],
-        "rejected_ids": [],
-        "tie": [],
-        "length": [],
-        "length_chosen": [],
-        "length_rejected": [],
-        "sample_id": [],
-    }
-    for pair in pairs:
-        if pair.label is None:
-            raise ValueError(f"pair {pair.sample_id!r} (row {pair.row}) has no label; training needs labels")
-        if pair.label == "tie" and ties == "drop":
-            report.add("tie_dropped", pair.sample_id)
+    rows: dict[str, list] = defaultdict(list)
+    for key in ("chosen_ids", "rejected_ids", "tie", "length", "length_chosen", "length_rejected", "sample_id"):
+        rows[key] = []
+    for pair, enc in zip(pairs, encodings, strict=True):
+        if enc.excluded is not None:
+            report.add(enc.excluded, pair.sample_id)
+            if enc.error is not None:
+                report.errors[pair.sample_id] = enc.error
             continue
-        context = RewardContext.from_pair(pair)
-        first = model.encode(pair.description_1, context, truncate=truncation == "truncate")
-        second = model.encode(pair.description_2, context, truncate=truncation == "truncate")
-        if truncation == "drop" and (first.truncated or second.truncated):
-            report.add("too_long", pair.sample_id)
-            continue
-        if first.input_ids == second.input_ids:
-            reason = (
-                "identical_after_truncation" if (first.truncated or second.truncated) else "identical_descriptions"
-            )
-            report.add(reason, pair.sample_id)
-            continue
-        _add_pair_row(rows, pair, first.input_ids, second.input_ids)
+        _add_pair_row(rows, pair, list(enc.first), list(enc.second))
+        if enc.prefix_length is not None:
+            rows["prefix_length"].append(enc.prefix_length)
+            rows["video"].append(pair.media.video or "")
+            rows["audio"].append(pair.media.audio or "")
+            rows["subtitle"].append(pair.media.subtitle or "")
     return _finish(rows, report)
 
 
@@ -171,44 +211,43 @@ def build_media_dataset(
         MediaError: missing / unreadable media with `media_errors="raise"` (names the sample and the file).
         ValueError: an unlabelled pair, a prompt the processor rejects (names the pair), or no pair left.
     """
-    report = ExclusionReport(n_input=len(pairs))
-    rows: dict[str, list] = defaultdict(list)
-    builder = model.builder
-    for pair in pairs:
-        if pair.label is None:
-            raise ValueError(f"pair {pair.sample_id!r} (row {pair.row}) has no label; training needs labels")
-        if pair.label == "tie" and ties == "drop":
-            report.add("tie_dropped", pair.sample_id)
-            continue
-        try:
-            prefix = model.encode_prefix(RewardContext.from_pair(pair))
-        except MediaError as err:
-            if media_errors == "raise":
-                raise
-            report.add("media_error", pair.sample_id)
-            report.errors[pair.sample_id] = str(err)
-            continue
-        except ValueError as err:
-            raise ValueError(f"pair {pair.sample_id!r} (row {pair.row}): {err}") from err
-        n = len(prefix.input_ids)
-        try:
-            first, cut1 = builder.encode_suffix(pair.description_1, n, truncate=truncation == "truncate")
-            second, cut2 = builder.encode_suffix(pair.description_2, n, truncate=truncation == "truncate")
-        except ValueError:
-            report.add("media_span_too_long", pair.sample_id)
-            continue
-        if truncation == "drop" and (cut1 or cut2):
-            report.add("too_long", pair.sample_id)
-            continue
-        if first == second:
-            report.add("identical_after_truncation" if (cut1 or cut2) else "identical_descriptions", pair.sample_id)
-            continue
-        _add_pair_row(rows, pair, prefix.input_ids + first, prefix.input_ids + second)
-        rows["prefix_length"].append(n)
-        rows["video"].append(pair.media.video or "")
-        rows["audio"].append(pair.media.audio or "")
-        rows["subtitle"].append(pair.media.subtitle or "")
-    return _finish(rows, report)
+    return dataset_from_encodings(
+        pairs,
+        [encode_media_pair(p, model, ties=ties, truncation=truncation, media_errors=media_errors) for p in pairs],
+    )
+
+
+def encode_media_pair(
+    pair: PreferencePair, model: MediaRewardModel, *, ties: str, truncation: str, media_errors: str
+) -> PairEncoding:
+    """The `PairEncoding` of one labelled pair for a multimodal reward model (see `build_media_dataset`).
+
+    Raises:
+        MediaError: unreadable media with `media_errors="raise"`; ValueError: an unlabelled pair or a prompt the
+        processor rejects (names the pair).
+    """
+    _check_labelled(pair)
+    if pair.label == "tie" and ties == "drop":
+        return PairEncoding(excluded="tie_dropped")
+    try:
+        prefix = model.encode_prefix(RewardContext.from_pair(pair))
+    except MediaError as err:
+        if media_errors == "raise":
+            raise
+        return PairEncoding(excluded="media_error", error=str(err))
+    except ValueError as err:
+        raise ValueError(f"pair {pair.sample_id!r} (row {pair.row}): {err}") from err
+    n = len(prefix.input_ids)
+    try:
+        first, cut1 = model.builder.encode_suffix(pair.description_1, n, truncate=truncation == "truncate")
+        second, cut2 = model.builder.encode_suffix(pair.description_2, n, truncate=truncation == "truncate")
+    except ValueError:
+        return PairEncoding(excluded="media_span_too_long")
+    if truncation == "drop" and (cut1 or cut2):
+        return PairEncoding(excluded="too_long")
+    if first == second:
+        return PairEncoding(excluded="identical_after_truncation" if (cut1 or cut2) else "identical_descriptions")
+    return PairEncoding(tuple(prefix.input_ids + first), tuple(prefix.input_ids + second), prefix_length=n)
 
 
 # ---------------------------------------------------------------------------------------------- collators
@@ -304,3 +343,80 @@ def length_balance_weights(length_chosen: list[float], length_rejected: list[flo
 def label_counts(pairs: list[PreferencePair]) -> dict[str, int]:
     """Number of pairs per label (`"1"`, `"2"`, `"tie"`, `None`)."""
     return dict(Counter(str(p.label) for p in pairs))
+
+
+# ---------------------------------------------------------------------------------------------- length split
+def split_by_length(lengths, max_groups: int = 3, overhead_tokens: int = 64) -> list[list[int]]:
+    """Groups of sequence indices that waste the least compute on padding: the sequences sorted by length and cut
+    into at most `max_groups` runs, each padded to its own longest, minimising padded tokens plus
+    `overhead_tokens` per extra forward pass (dynamic programming over the cut points).
+
+    Args:
+        lengths: `(n,)` real token counts.
+
+    Returns:
+        index lists (into `lengths`), shortest group first.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    sorted_len = [lengths[i] for i in order]
+    n = len(order)
+    inf = float("inf")
+    # best[g][j]: least cost of the first j sequences in g groups; a group i..j-1 costs (j - i) * sorted_len[j - 1]
+    best = [[inf] * (n + 1) for _ in range(max_groups + 1)]
+    cut = [[0] * (n + 1) for _ in range(max_groups + 1)]
+    best[0][0] = 0.0
+    for g in range(1, max_groups + 1):
+        for j in range(1, n + 1):
+            for i in range(g - 1, j):
+                cost = best[g - 1][i] + (j - i) * sorted_len[j - 1] + overhead_tokens
+                if cost < best[g][j]:
+                    best[g][j], cut[g][j] = cost, i
+    groups = min(range(1, max_groups + 1), key=lambda g: best[g][n]) if n else 0
+    bounds, j = [], n
+    for g in range(groups, 0, -1):
+        bounds.append((cut[g][j], j))
+        j = cut[g][j]
+    return [order[i:j] for i, j in reversed(bounds)]
+
+
+class LengthSplitAdapter:
+    """A text backbone adapter whose training forward pass runs a batch's `2 * batch` chosen and rejected sequences
+    in up to `max_groups` length groups (`split_by_length`), each cut to its own longest sequence.
+
+    TRL's collator pads every sequence of a batch to the longest one; grouping pairs by length cannot help the
+    shorter description of each pair (on EmoPrefer the two descriptions of a pair differ by 78 tokens on average),
+    so about 30% of the tokens a MiniLM step computed were padding; in length groups about 10% are. Right padding
+    (the collator's) means cutting columns drops only padding; value-head outputs are put back in batch order, so
+    the loss sees the same `(2 * batch, num_heads)` logits (up to float rounding).
+    """
+
+    def __init__(self, adapter, max_groups: int = 3):
+        self.adapter = adapter
+        self.max_groups = max_groups
+
+    def __getattr__(self, name):
+        return getattr(self.adapter, name)
+
+    def logits(self, network, inputs: dict) -> torch.Tensor:
+        mask = inputs["attention_mask"]
+        lengths = mask.sum(-1).tolist()
+        if len(lengths) < 2 or self.max_groups < 2:
+            return self.adapter.logits(network, inputs)
+        parts, order = [], []
+        for group in split_by_length(lengths, self.max_groups):
+            width = int(max(lengths[i] for i in group))
+            idx = torch.tensor(group, device=mask.device)
+            sub = {
+                k: (
+                    v.index_select(0, idx)[:, :width]
+                    if torch.is_tensor(v) and v.dim() == 2 and v.shape == mask.shape
+                    else v
+                )
+                for k, v in inputs.items()
+            }
+            parts.append(self.adapter.logits(network, sub))
+            order.extend(group)
+        logits = torch.cat(parts)
+        inverse = torch.empty(len(order), dtype=torch.long, device=logits.device)
+        inverse[torch.tensor(order, device=logits.device)] = torch.arange(len(order), device=logits.device)
+        return logits.index_select(0, inverse)

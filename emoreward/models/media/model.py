@@ -4,13 +4,17 @@ thinker or Qwen2-Audio (`RewardModel`, kind `"media"`).
 `MediaRewardModel` holds the network (`ValueHeadModel`, LoRA-wrapped when training with peft), the prompt builder
 (`RewardPromptBuilder`: the official processor) and the settings. `score(descriptions, contexts)` groups the
 descriptions by sample and scores every group behind ONE media prefix (media decoded, processed and run through the
-encoders once per sample), whichever route calls it: evaluation, ranking, serving, the GRPO reward.
+encoders once per sample), whichever route calls it: evaluation, ranking, serving, the GRPO reward. Processed
+prefixes are cached (`emoreward.models.media.cache`, keyed by file content and processing settings), so a clip seen
+again (another call, a BPA query, a server request, another run with a cache folder) skips decoding and patching.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import logging
+import os
 from collections.abc import Hashable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -20,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from emoreward.data.media import MediaOptions, SampleMedia, load_sample_media
+from emoreward.data.media import MediaOptions, SampleMedia, load_sample_media, resolve_paths
 from emoreward.models.backbones import BackboneSpec, get_backbone, lora_target_regex
 from emoreward.models.base import (
     MediaSettings,
@@ -31,6 +35,9 @@ from emoreward.models.base import (
     broadcast_contexts,
     load_settings,
 )
+from emoreward.models.coverage import CoverageScoreInfo, unknown_token_share
+from emoreward.models.media.cache import ENV_VAR as MEDIA_CACHE_ENV
+from emoreward.models.media.cache import MediaPrefixCache
 from emoreward.models.media.module import ValueHeadModel
 from emoreward.models.media.processing import (
     DEFAULT_MEDIA_INSTRUCTION,
@@ -40,6 +47,7 @@ from emoreward.models.media.processing import (
     load_processor_parts,
     pad_sequences,
 )
+from emoreward.models.precision import resolve_dtype
 from emoreward.models.text import save_tokenizer
 
 
@@ -60,6 +68,8 @@ class MediaRewardModel:
         settings: the `MediaSettings`.
         media_root: the folder relative media paths (and `video/<sample>.mp4`, `audio/<sample>.wav`) resolve in.
         batch_size: descriptions per forward pass behind a shared prefix.
+        media_cache: the processed-prefix cache (`MediaPrefixCache`); default: in memory, plus the folder
+            `$EMOREWARD_MEDIA_CACHE` on disk when that is set. None turns caching off.
     """
 
     kind: ClassVar[RewardKind] = "media"
@@ -72,11 +82,16 @@ class MediaRewardModel:
         *,
         media_root: str | None = None,
         batch_size: int = 16,
+        media_cache: MediaPrefixCache | None | str = "default",
     ):
         self.model, self.builder, self.settings = model, builder, settings
         self.tokenizer = builder.tokenizer
         self.media_root = media_root
         self.batch_size = batch_size
+        if media_cache == "default":
+            media_cache = MediaPrefixCache(directory=os.environ.get(MEDIA_CACHE_ENV) or None)
+        self.media_cache: MediaPrefixCache | None = media_cache
+        self._processing_key: str | None = None
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
 
@@ -172,14 +187,18 @@ class MediaRewardModel:
         cls,
         directory: str | Path,
         *,
-        dtype: torch.dtype = torch.float32,
+        dtype: str | torch.dtype = "auto",
         media_root: str | None = None,
         batch_size: int = 16,
+        media_cache: MediaPrefixCache | None | str = "default",
     ) -> MediaRewardModel:
         """Load a directory written by `save_pretrained` (adapter + head) or `export_merged` (full weights).
 
         Args:
+            dtype: the weights' dtype: `"auto"` (default: bfloat16 where the CPU the weights load on has bf16
+                matrix units, float32 elsewhere; `emoreward.models.precision`), a dtype or its name.
             media_root: the folder relative media paths resolve in (see `RewardContext`).
+            media_cache: see the class (`"default"`: memory, plus `$EMOREWARD_MEDIA_CACHE` on disk).
 
         Raises:
             FileNotFoundError: `directory` is not an emoreward model directory; ValueError: it holds a text model.
@@ -188,6 +207,7 @@ class MediaRewardModel:
         from transformers import AutoFeatureExtractor, AutoTokenizer
 
         directory = Path(directory)
+        dtype = resolve_dtype(dtype, "cpu")
         settings = load_settings(directory)
         if not isinstance(settings, MediaSettings):
             raise ValueError(f"{directory} holds a {settings.kind} reward model; load it with load_reward_model")
@@ -208,7 +228,7 @@ class MediaRewardModel:
             model = PeftModel.from_pretrained(module, directory)
         model.eval()
         builder = _builder(spec, tokenizer, net.config, settings, vision, feature_extractor)
-        return cls(model, builder, settings, media_root=media_root, batch_size=batch_size)
+        return cls(model, builder, settings, media_root=media_root, batch_size=batch_size, media_cache=media_cache)
 
     # ------------------------------------------------------------------ inputs
     @property
@@ -250,13 +270,46 @@ class MediaRewardModel:
             need_audio=spec.hears_audio,
         )
 
+    def processing_key(self) -> str:
+        """Everything besides the media files and the subtitle that a processed prefix depends on (part of the media
+        cache key): backbone, frame sampling, audio options, pixel bounds, instruction, tokenizer and chat template,
+        the feature extractor's parameters, the transformers version."""
+        if self._processing_key is None:
+            import transformers
+
+            s, tok, fe = self.settings, self.tokenizer, self.builder.feature_extractor
+            self._processing_key = json.dumps(
+                [
+                    s.backbone, s.fps, s.max_frames, s.use_audio_in_video, s.sampling_rate, s.vision, s.instruction,
+                    tok.name_or_path, len(tok), tok.chat_template, fe.to_json_string() if fe is not None else None,
+                    transformers.__version__,
+                ],
+                sort_keys=True,
+                default=str,
+            )  # fmt: skip
+        return self._processing_key
+
     def encode_prefix(self, context: RewardContext) -> EncodedPrefix:
-        """Token ids and media tensors of a context's prefix (media decoded and processed once).
+        """Token ids and media tensors of a context's prefix (media decoded and processed once per clip: a prefix
+        processed before, in memory or in the cache folder, is reused; see `media_cache`).
 
         Raises:
             MediaError: unreadable media; ValueError: the processor rejects the inputs.
         """
-        return self.builder.encode_prefix(self.load_media(context), context.subtitle)
+        spec = self.spec
+        cache = self.media_cache
+        if cache is None or context.decoded is not None or not (spec.sees_video or spec.hears_audio):
+            return self.builder.encode_prefix(self.load_media(context), context.subtitle)
+        sample = context.sample_id or "(no sample id)"
+        video, audio = resolve_paths(
+            sample, context.media_ref(), self.options, need_video=spec.sees_video, need_audio=spec.hears_audio
+        )
+        key = cache.key([video, audio], self.processing_key(), context.subtitle)
+        prefix = cache.get(key)
+        if prefix is None:
+            prefix = self.builder.encode_prefix(self.load_media(context), context.subtitle)
+            cache.put(key, prefix)
+        return prefix
 
     # ------------------------------------------------------------------ scoring
     @torch.no_grad()
@@ -300,7 +353,7 @@ class MediaRewardModel:
         *,
         batch_size: int | None = None,
         shared_prefix: bool = True,
-    ) -> ScoreInfo:
+    ) -> CoverageScoreInfo:
         """Rewards r(description | media, subtitle), with truncation flags and token counts.
 
         Descriptions are grouped by sample (`context_key`); each group's media is decoded, processed and encoded
@@ -313,7 +366,8 @@ class MediaRewardModel:
             shared_prefix: False runs every full sequence on its own (the reference path; same rewards).
 
         Returns:
-            `ScoreInfo` with rewards of shape `(N,)`, float64 (settings' `score_transform` applied).
+            `CoverageScoreInfo` (a `ScoreInfo`) with rewards of shape `(N,)`, float64 (settings' `score_transform`
+            applied) and the unknown-token share of every description (`emoreward.models.coverage`).
 
         Raises:
             MediaError: a sample's media cannot be read (names sample and file).
@@ -333,7 +387,7 @@ class MediaRewardModel:
             )
             rewards[idx], truncated[idx], n_tokens[idx] = part.rewards, part.truncated, part.n_tokens
         rewards = apply_score_transform(rewards, [len(d) for d in descriptions], self.settings.score_transform)
-        return ScoreInfo(rewards, truncated, n_tokens)
+        return CoverageScoreInfo(rewards, truncated, n_tokens, unknown_token_share(self.tokenizer, descriptions))
 
     def score(
         self,

@@ -31,6 +31,25 @@ def init_value_head(head: nn.Linear, std: float) -> None:
         nn.init.normal_(weight, mean=0.0, std=std)
 
 
+def _cache_restorer(cache):
+    """A function that puts the prefix's key / value tensors back into `cache`, or None for a cache whose layers do
+    not hold them as `keys` / `values` attributes (then each chunk works on a deep copy).
+
+    A dynamic cache replaces its tensors (repeat for the batch, concatenation of new tokens) and never writes into
+    them, so keeping references to the prefix's tensors is enough to reuse them for the next chunk without copying
+    the whole cache first."""
+    layers = getattr(cache, "layers", None)
+    if not layers or not all(torch.is_tensor(getattr(layer, "keys", None)) for layer in layers):
+        return None
+    saved = [(layer.keys, layer.values) for layer in layers]
+
+    def restore() -> None:
+        for layer, (keys, values) in zip(layers, saved):
+            layer.keys, layer.values = keys, values
+
+    return restore
+
+
 class ValueHeadModel(nn.Module):
     """Backbone decoder + value head `score` (Linear(hidden, num_heads, bias=False)) read at the last non-pad token.
 
@@ -134,6 +153,7 @@ class ValueHeadModel(nn.Module):
         delta = getattr(inner, "rope_deltas", None) if self.spec.mrope else None
         cache_kw = "cache" if "cache" in inspect.signature(lm.forward).parameters else "past_key_values"
         n_prefix = len(prefix_ids)
+        restore = _cache_restorer(cache)
         rewards = []
         for start in range(0, len(suffixes), batch_size):
             chunk = suffixes[start : start + batch_size]
@@ -143,7 +163,11 @@ class ValueHeadModel(nn.Module):
             for row, seq in enumerate(chunk):
                 sids[row, : len(seq)] = torch.tensor(seq, device=device)
                 smask[row, : len(seq)] = 1
-            chunk_cache = copy.deepcopy(cache)
+            if restore is not None:
+                restore()  # the prefix's own tensors again (the last chunk replaced them with longer, repeated ones)
+                chunk_cache = cache
+            else:
+                chunk_cache = copy.deepcopy(cache)
             chunk_cache.batch_repeat_interleave(m)
             pos = (n_prefix + torch.arange(width, device=device)).unsqueeze(0).expand(m, -1)
             if self.spec.mrope:

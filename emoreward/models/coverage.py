@@ -1,0 +1,76 @@
+"""How much of a description the backbone's vocabulary can read: the share of its tokens that are the unknown token.
+
+A WordPiece backbone turns a character outside its vocabulary into `[UNK]`: Chinese through the default MiniLM
+(all-MiniLM-L6-v2, an English uncased vocabulary) comes out largely as `[UNK]`, so two different Chinese sentences
+can differ by one token and get nearly the same reward, silently. Byte-level BPE backbones (SmolLM2, the Qwen2.5
+family) have no unknown token: every script is tokenized (Qwen2.5 is trained on Chinese; SmolLM2 mostly on English,
+so its rewards for Chinese text are unreliable even without `[UNK]`). Which backbones read Chinese: the Qwen2.5
+media backbones (`qwen2.5-vl`, `qwen2.5-omni-thinker`, `qwen2-audio`); not `minilm`; `smollm2` tokenizes it but was
+not trained for it.
+
+`CoverageScoreInfo` (a `ScoreInfo` with `unknown_share`) is what `TextRewardModel.score_info` and
+`MediaRewardModel.score_info` return; `coverage_summary` counts the descriptions above a share for reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from emoreward.models.base import ScoreInfo
+
+
+# share of [UNK] tokens above which a description is counted as not readable by the backbone
+DEFAULT_UNKNOWN_SHARE = 0.1
+
+
+@dataclass
+class CoverageScoreInfo(ScoreInfo):
+    """`ScoreInfo` with the unknown-token share of every description.
+
+    Attributes:
+        unknown_share: `np.ndarray` of shape `(N,)`, float64 in [0, 1]: the share of the description's own tokens
+            (context and template tokens excluded) that are the tokenizer's unknown token; 0 for an empty
+            description and for tokenizers without an unknown token (byte-level BPE).
+    """
+
+    unknown_share: np.ndarray
+
+
+def unknown_token_share(tokenizer, descriptions: Sequence[str]) -> np.ndarray:
+    """The share of each description's tokens that are the tokenizer's unknown token (see the module docstring).
+
+    Args:
+        tokenizer: a transformers tokenizer.
+        descriptions: `N` texts.
+
+    Returns:
+        `np.ndarray` of shape `(N,)`, float64 in [0, 1].
+    """
+    unk = tokenizer.unk_token_id
+    out = np.zeros(len(descriptions), dtype=np.float64)
+    if unk is None or not len(descriptions):
+        return out
+    ids = tokenizer(list(descriptions), add_special_tokens=False)["input_ids"]
+    for i, seq in enumerate(ids):
+        if seq:
+            out[i] = sum(t == unk for t in seq) / len(seq)
+    return out
+
+
+def coverage_summary(unknown_share: np.ndarray, threshold: float = DEFAULT_UNKNOWN_SHARE) -> dict:
+    """Counts for a report: `{"threshold", "n_above"` (descriptions with a share > threshold), `"n"`,
+    `"max_share"`, `"mean_share"}`."""
+    share = np.asarray(unknown_share, dtype=np.float64)
+    return {
+        "threshold": threshold,
+        "n_above": int(np.sum(share > threshold)),
+        "n": int(share.size),
+        "max_share": float(share.max()) if share.size else 0.0,
+        "mean_share": float(share.mean()) if share.size else 0.0,
+    }
+
+
+__all__ = ["DEFAULT_UNKNOWN_SHARE", "CoverageScoreInfo", "coverage_summary", "unknown_token_share"]
