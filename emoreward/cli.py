@@ -201,9 +201,10 @@ def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=positive_int, default=32, help="sequences per forward pass")
     p.add_argument(
         "--dtype",
-        choices=["float32", "bfloat16"],
-        default="float32",
-        help="score with LoRA merged in this dtype (bfloat16: ~3x faster on CPUs with AVX512-BF16, rewards within ~1e-2)",
+        choices=["auto", "float32", "bfloat16"],
+        default="auto",
+        help="scoring precision: auto (default: bfloat16 where the CPU or GPU has bf16 matrix units and the model's "
+        "recorded bf16 verdict agreement is >= 99.5%%, else float32; emoreward.models.precision), or fixed",
     )
     p.add_argument("--media-root", help="multimodal models: folder with video/<sample>.mp4 and audio/<sample>.wav")
 
@@ -213,6 +214,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from emoreward.data import load_pairs
     from emoreward.training.provenance import TRAINING_DATA_FILE, identical_descriptions, in_sample_pairs
 
+    if Path(args.model).suffix.lower() in {".yaml", ".yml"} and Path(args.model).is_file():
+        raise ValueError(
+            f"--model {args.model} is a judge spec (YAML), not a reward-model directory: zero-shot judges go through "
+            f"the same harness with `emoreward judge --judge {args.model} --data {args.data}`"
+        )
     if args.output:
         check_output_file(args.output, "--output")
     if args.media_root:
@@ -241,14 +247,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from emoreward.training.pipeline import evaluate_model
     from emoreward.utils.io import atomic_write_json, atomic_write_text
 
-    model = load_reward_model(args.model, media_root=args.media_root)
+    model = load_reward_model(args.model, media_root=args.media_root, dtype=args.dtype)
     check_pair_media(model, pairs, str(args.data))  # every media file exists and is not empty, before scoring
-    if args.dtype == "bfloat16":
-        if model.kind != "text":
-            raise ValueError("--dtype bfloat16 is available for text reward models only")
-        import torch
-
-        model = model.inference_copy(torch.bfloat16)
     try:
         evaluation = evaluate_model(model, pairs, tie_policy=args.two_class_ties, batch_size=args.batch_size)
     except MediaError as err:  # a file that exists but does not decode: name the pair's row and field
@@ -258,7 +258,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
     table = markdown_table(headline(evaluation), title)
     print(table)
     print(
-        f"scored {evaluation['n_descriptions_scored']} descriptions in {evaluation['scoring_seconds']:.1f}s; "
+        f"scored {evaluation['n_descriptions_scored']} descriptions in {evaluation['scoring_seconds']:.1f}s "
+        f"({evaluation['scoring_dtype']}); "
         f"tie threshold {evaluation['tie_threshold']:.4g}; truncated {evaluation.get('n_truncated_at_scoring', 0)}; "
         f"pairs with identical descriptions {evaluation['n_identical_descriptions']}"
     )

@@ -16,6 +16,7 @@ sample share one media prefix); a text reward model reads the subtitle only.
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +25,9 @@ from typing import Any
 import numpy as np
 
 from emoreward.models.base import RewardContext, RewardModel, load_reward_model
+
+
+logger = logging.getLogger(__name__)
 
 
 def completion_text(completion: Any) -> str:
@@ -89,7 +93,9 @@ class EmotionReward:
         self.__name__ = name
         self.n_calls = 0
         self.n_scored = 0
+        self.n_truncated = 0  # completions cut at the model's max_length before scoring (warned once)
         self._warned = False
+        self._warned_truncation = False
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
         """Rewards, one per completion (``len(completions)`` floats).
@@ -116,9 +122,23 @@ class EmotionReward:
             for k in range(n)
         ]
         texts = [completion_text(c) for c in completions]
-        scores = self.model.score(texts, contexts, batch_size=self.batch_size)
+        info = self.model.score_info(texts, contexts, batch_size=self.batch_size)
+        scores = info.rewards
         self.n_calls += 1
         self.n_scored += n
+        cut = int(np.count_nonzero(info.truncated))
+        if cut:
+            self.n_truncated += cut
+            if not self._warned_truncation:
+                logger.warning(
+                    "%d of %d completions are longer than the reward model's max_length (%s tokens) and were cut "
+                    "before scoring: what they say after the cut earns no reward (EmotionReward.n_truncated counts "
+                    "them; warned once)",
+                    cut,
+                    n,
+                    getattr(self.model.settings, "max_length", "?"),
+                )
+                self._warned_truncation = True
         return (self.scale * np.asarray(scores, dtype=np.float64)).tolist()
 
     def _check_unused_media(self, values: dict[str, list[Any]]) -> None:

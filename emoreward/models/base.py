@@ -198,6 +198,26 @@ class MediaSettings(RewardSettings):
 SETTINGS_CLASSES: dict[str, type[RewardSettings]] = {"text": TextSettings, "media": MediaSettings}
 
 
+def check_weight_files(directory: str | Path) -> None:
+    """Open the header of every `*.safetensors` file in `directory` (no tensors are read), so that a file cut short
+    (an interrupted copy or download) is refused by name before a library fails on it with a bare message.
+
+    Raises:
+        ValueError: a weights file that is not a complete safetensors file (names the file and the cause).
+    """
+    from safetensors import SafetensorError, safe_open
+
+    for path in sorted(Path(directory).glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="pt") as fh:
+                fh.keys()
+        except (SafetensorError, OSError) as err:
+            raise ValueError(
+                f"{path}: not a complete safetensors file ({err}); it may have been cut short by an interrupted "
+                "copy or download: copy or save the model again"
+            ) from None
+
+
 def load_settings(directory: str | Path) -> RewardSettings:
     """Read `emoreward_config.json` of a model directory into the settings class of its `kind`.
 
@@ -385,6 +405,7 @@ __all__ = [
     "apply_score_transform",
     "as_context",
     "broadcast_contexts",
+    "check_weight_files",
     "load_reward_model",
     "load_settings",
     "model_class",

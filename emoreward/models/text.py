@@ -39,6 +39,7 @@ from emoreward.models.base import (
     apply_score_transform,
     as_context,
     broadcast_contexts,
+    check_weight_files,
     load_settings,
 )
 from emoreward.models.coverage import CoverageScoreInfo, unknown_token_share
@@ -404,14 +405,15 @@ class TextRewardModel:
         with the saved network as it is: the exact reference).
 
         Raises:
-            FileNotFoundError: `directory` is not an emoreward model directory; ValueError: it holds a media model or
-            `dtype` is unknown.
+            FileNotFoundError: `directory` is not an emoreward model directory; ValueError: it holds a media model,
+            `dtype` is unknown or a weights file is cut short (`check_weight_files`).
         """
         scoring_dtype = None if dtype is None else parse_dtype(dtype)
         directory = Path(directory)
         settings = load_settings(directory)
         if not isinstance(settings, TextSettings):
             raise ValueError(f"{directory} holds a {settings.kind} reward model; load it with load_reward_model")
+        check_weight_files(directory)
         tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=trust_remote_code)
         if settings.merged or not (directory / "adapter_config.json").exists():
             model = AutoModelForSequenceClassification.from_pretrained(

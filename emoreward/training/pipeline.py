@@ -215,6 +215,7 @@ def evaluate_model(
         n_descriptions_scored=judge.n_scored,
         n_truncated_at_scoring=judge.n_truncated,
         scoring_seconds=seconds,
+        scoring_dtype=str(getattr(model, "scoring_precision", None) or model.dtype).removeprefix("torch."),
         # per-pair rewards in the normal order: the reward histogram, and checks that a saved model scores the same
         pair_rewards={
             "sample_id": [p.sample_id for p in pairs],

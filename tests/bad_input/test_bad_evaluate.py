@@ -126,6 +126,10 @@ def test_a_folder_that_is_not_a_model(good_pairs, tmp_path, capsys):
     fails(evaluate(tmp_path, good_pairs), capsys, f"{tmp_path} is not an emoreward model directory: emoreward_config")
 
 
+def test_a_judge_spec_given_as_the_model(judge_yaml, good_pairs, capsys):
+    fails(evaluate(judge_yaml, good_pairs), capsys, f"--model {judge_yaml} is a judge spec", "emoreward judge --judge")
+
+
 def test_a_model_folder_that_does_not_exist(good_pairs, tmp_path, capsys):
     fails(evaluate(tmp_path / "nope", good_pairs), capsys, f"model directory not found: {tmp_path / 'nope'}")
 
@@ -142,6 +146,17 @@ def test_a_model_folder_without_weights(rm_dir, tmp_path, good_pairs, capsys):
     shutil.copytree(rm_dir, model)
     (model / "model.safetensors").unlink()
     fails(evaluate(model, good_pairs), capsys, "no file named model.safetensors", str(model))
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.999])
+def test_a_weights_file_cut_short(rm_dir, tmp_path, good_pairs, capsys, keep):
+    """An interrupted copy: the header cut (50%) or only the last bytes of the tensors missing (99.9%)."""
+    model = tmp_path / "model"
+    shutil.copytree(rm_dir, model)
+    weights = model / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: int(len(data) * keep)])
+    fails(evaluate(model, good_pairs), capsys, f"{weights}: not a complete safetensors file", "copy or save")
 
 
 def test_an_unknown_model_kind(broken_model, good_pairs, capsys):

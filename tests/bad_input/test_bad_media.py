@@ -55,6 +55,19 @@ def test_evaluate_with_good_media_runs(vl_dir, media_root, tmp_path, capsys):
     assert code == 0 and "(2 pairs)" in out, err
 
 
+def test_evaluate_with_a_media_model_whose_weights_were_cut_short(vl_dir, media_root, tmp_path, capsys):
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(vl_dir, model)
+    weights = sorted(model.glob("*.safetensors"))
+    assert weights, f"no safetensors file in {vl_dir}"
+    data = weights[0].read_bytes()
+    weights[0].write_bytes(data[: len(data) - 16])
+    argv = ["evaluate", "--model", model, "--data", pairs_file(tmp_path, "video/s0.mp4"), "--media-root", media_root]
+    fails(argv, capsys, f"{weights[0]}: not a complete safetensors file")
+
+
 @pytest.mark.parametrize(
     "video, problem",
     [("video/nope.mp4", "video file not found"), ("video/empty.mp4", "video file is empty (0 bytes)")],

@@ -63,6 +63,25 @@ def test_media_columns_and_errors(reward_model):
     assert completion_text([{"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}]) == "a\nb"
 
 
+def test_long_completions_are_counted_and_warned_once(reward_model, caplog):
+    import copy
+    import dataclasses
+
+    model = copy.copy(reward_model)
+    model.settings = dataclasses.replace(reward_model.settings, max_length=16)
+    reward = EmotionReward(model)
+    long = "She smiles warmly and her voice rises with delight as she speaks " * 4
+    with caplog.at_level("WARNING", logger="emoreward.export.grpo"):
+        got = reward(["p", "p", "p"], [long, "calm", long])
+        reward(["p"], [long])
+    assert reward.n_truncated == 3 and reward.n_scored == 4
+    warnings = [r.getMessage() for r in caplog.records if r.name == "emoreward.export.grpo"]
+    assert len(warnings) == 1 and warnings[0].startswith("2 of 3 completions are longer than the reward model's")
+    assert "max_length (16 tokens)" in warnings[0]
+    # the reward is the truncated sequence's reward, the same as `score` gives
+    np.testing.assert_allclose(got, model.score([long, "calm", long]), atol=0)
+
+
 def test_loads_from_a_directory(tmp_path, reward_model):
     reward_model.save_pretrained(tmp_path / "rm")
     reward = EmotionReward(tmp_path / "rm")

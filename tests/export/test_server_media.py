@@ -94,7 +94,12 @@ def test_media_rewards_match_model_score_and_batch_across_samples(vl_model, medi
     ]
     expected = vl_model.score(descriptions, contexts)
     assert len(set(np.round(expected, 6))) == 3
+    assert sorted(set(loads.paths)) == [str(root / "video/s0.mp4"), str(root / "video/s1.mp4")]
+    # the processed-prefix cache now holds both clips: a second score decodes nothing
     loads.paths.clear()
+    np.testing.assert_array_equal(vl_model.score(descriptions, contexts), expected)
+    assert loads.paths == []
+    vl_model.media_cache.clear()  # the server's batch below decodes each clip once again
     gate, calls = threading.Event(), []
     score_info = vl_model.score_info
 

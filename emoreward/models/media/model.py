@@ -33,6 +33,7 @@ from emoreward.models.base import (
     ScoreInfo,
     apply_score_transform,
     broadcast_contexts,
+    check_weight_files,
     load_settings,
 )
 from emoreward.models.coverage import CoverageScoreInfo, unknown_token_share
@@ -201,7 +202,8 @@ class MediaRewardModel:
             media_cache: see the class (`"default"`: memory, plus `$EMOREWARD_MEDIA_CACHE` on disk).
 
         Raises:
-            FileNotFoundError: `directory` is not an emoreward model directory; ValueError: it holds a text model.
+            FileNotFoundError: `directory` is not an emoreward model directory; ValueError: it holds a text model or
+            a weights file cut short (`check_weight_files`).
         """
         from safetensors.torch import load_file
         from transformers import AutoFeatureExtractor, AutoTokenizer
@@ -211,6 +213,7 @@ class MediaRewardModel:
         settings = load_settings(directory)
         if not isinstance(settings, MediaSettings):
             raise ValueError(f"{directory} holds a {settings.kind} reward model; load it with load_reward_model")
+        check_weight_files(directory)
         spec = get_backbone(settings.backbone)
         tokenizer = AutoTokenizer.from_pretrained(directory)
         feature_extractor = AutoFeatureExtractor.from_pretrained(directory) if spec.hears_audio else None
