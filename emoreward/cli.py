@@ -188,7 +188,10 @@ def train_and_report(config) -> int:
 # ---------------------------------------------------------------------------------------------- evaluate
 def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--model", required=True, help="a model directory written by `emoreward train` (or a merged export)"
+        "--model",
+        required=True,
+        help="a model directory written by `emoreward train` (or a merged export), or a zero-shot judge (YAML or "
+        "registered name: run through `emoreward judge`, strategy S1)",
     )
     p.add_argument("--data", required=True, help="labelled pairs: EmoPrefer CSV (4 or 6 columns) or JSONL")
     p.add_argument("--output", help="write the report as JSON here (a Markdown copy and confusion plot beside it)")
@@ -209,16 +212,32 @@ def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--media-root", help="multimodal models: folder with video/<sample>.mp4 and audio/<sample>.wav")
 
 
+def evaluate_zero_shot(args: argparse.Namespace) -> int:
+    """`emoreward evaluate --model <judge YAML or registered name>`: the zero-shot judge runs through the judge
+    harness (`emoreward judge`, strategy S1, 2 runs, normal and swapped order; the same report). `--output
+    report.json` becomes the folder `report/` (call cache, judgements, report.json and report.md)."""
+    from emoreward.judges import run_zero_shot_command
+
+    if args.dtype != "auto":
+        raise ValueError(f"--dtype {args.dtype} applies to reward models; {args.model} is a zero-shot judge")
+    argv = ["--judge", str(args.model), "--data", str(args.data), "--two-class-ties", args.two_class_ties]
+    if args.media_root:
+        argv += ["--media-root", str(args.media_root)]
+    if args.output:
+        folder = Path(args.output).with_suffix("")
+        argv += ["--output", str(folder)]
+    print(f"emoreward evaluate: {args.model} is a zero-shot judge: running `emoreward judge {' '.join(argv)}`")
+    return run_zero_shot_command(argv)
+
+
 def run_evaluate(args: argparse.Namespace) -> int:
     # the options and the data first, before torch loads: a bad file is reported in about a second
     from emoreward.data import load_pairs
+    from emoreward.judges import is_zero_shot_spec
     from emoreward.training.provenance import TRAINING_DATA_FILE, identical_descriptions, in_sample_pairs
 
-    if Path(args.model).suffix.lower() in {".yaml", ".yml"} and Path(args.model).is_file():
-        raise ValueError(
-            f"--model {args.model} is a judge spec (YAML), not a reward-model directory: zero-shot judges go through "
-            f"the same harness with `emoreward judge --judge {args.model} --data {args.data}`"
-        )
+    if is_zero_shot_spec(args.model):
+        return evaluate_zero_shot(args)
     if args.output:
         check_output_file(args.output, "--output")
     if args.media_root:
@@ -289,7 +308,11 @@ def _lazy(module: str, add: str, run: str):
 
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "train": ("train a reward model (cross-validation, final fit, report)", add_train_arguments, run_train),
-    "evaluate": ("evaluate a saved reward model on labelled pairs", add_evaluate_arguments, run_evaluate),
+    "evaluate": (
+        "evaluate a saved reward model (or a zero-shot judge) on labelled pairs",
+        add_evaluate_arguments,
+        run_evaluate,
+    ),
     "judge": (
         "run a zero-shot judge (strategies S1-S4) and print the Table-2-style report",
         *_lazy("zero_shot.cli", "add_judge_arguments", "run_judge_command"),

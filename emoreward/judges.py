@@ -86,10 +86,37 @@ def load_judge(spec: str | Path, **options: Any) -> Judge:
     return zero_shot.load_judge(path if path.exists() else str(spec), **options)
 
 
+def is_zero_shot_spec(spec: str | Path) -> bool:
+    """Whether `spec` names a zero-shot judge: an existing `.yaml` / `.yml` file, or a bare name registered in
+    `configs/judges/` (a path with a folder part, or a directory, is a reward model's)."""
+    path = Path(spec).expanduser()
+    if path.suffix.lower() in (".yaml", ".yml"):
+        return path.is_file()
+    if path.exists() or len(path.parts) != 1:
+        return False
+    try:
+        from zero_shot.config import available_judges
+    except ImportError:
+        return False
+    return str(spec) in available_judges()
+
+
+def run_zero_shot_command(argv: list[str]) -> int:
+    """Run `emoreward judge` with these arguments (`zero_shot.cli`): the harness every zero-shot judge goes through,
+    for commands that accept any judge (`emoreward evaluate --model <judge.yaml>`). Returns its exit status."""
+    import argparse
+
+    from zero_shot.cli import add_judge_arguments, run_judge_command
+
+    parser = argparse.ArgumentParser(prog="emoreward judge")
+    add_judge_arguments(parser)
+    return run_judge_command(parser.parse_args(argv))
+
+
 def _check_options(options: dict[str, Any], allowed: frozenset[str], what: str) -> None:
     unknown = sorted(set(options) - allowed)
     if unknown:
         raise ValueError(f"{what}: options {unknown} do not apply; it takes {sorted(allowed)}")
 
 
-__all__ = ["REWARD_MODEL_FILES", "is_reward_model_dir", "load_judge"]
+__all__ = ["REWARD_MODEL_FILES", "is_reward_model_dir", "is_zero_shot_spec", "load_judge", "run_zero_shot_command"]

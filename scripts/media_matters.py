@@ -95,6 +95,7 @@ def accuracy(rows: list[dict], evaluation: dict) -> dict:
         out[kind] = figures([i for i, r in enumerate(rows) if r["kind"] == kind])
     out["harness_two_class_acc"] = evaluation["judge"]["two_class"]["acc"]
     out["length_baseline_two_class_acc"] = evaluation["length_baseline"]["two_class"]["acc"]
+    out["n_in_sample_pairs"] = evaluation["n_in_sample_pairs"]  # held-out clips: 0 (same texts, other clips)
     return out
 
 

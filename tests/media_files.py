@@ -52,36 +52,16 @@ def write_clip(
 ) -> Path:
     """An MPEG-4 clip of a moving face-like blob (`size` = height, width) with, when `audio` is given, that mono
     waveform as its AAC soundtrack (PyAV)."""
-    import av
-
-    path.parent.mkdir(parents=True, exist_ok=True)
     height, width = size
     rng = np.random.default_rng(seed)
     background = rng.integers(0, 80, (height, width, 3), dtype=np.uint8)
     yy, xx = np.mgrid[:height, :width]
-    with av.open(str(path), "w") as container:
-        vstream = container.add_stream("mpeg4", rate=fps)
-        vstream.width, vstream.height, vstream.pix_fmt = width, height, "yuv420p"
-        astream = container.add_stream("aac", rate=rate) if audio is not None else None
-        for i in range(int(seconds * fps)):
-            cx = width * (0.3 + 0.4 * i / max(1, seconds * fps - 1))
-            blob = ((yy - height / 2) ** 2 + (xx - cx) ** 2) < (height / 4) ** 2
-            frame = background.copy()
-            frame[blob] = (220, 180, 150)
-            for packet in vstream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
-                container.mux(packet)
-        if astream is not None:
-            for start in range(0, len(audio), 1024):
-                piece = np.ascontiguousarray(audio[start : start + 1024][None, :], dtype=np.float32)
-                aframe = av.AudioFrame.from_ndarray(piece, format="flt", layout="mono")
-                aframe.sample_rate, aframe.pts = rate, start
-                for packet in astream.encode(aframe):
-                    container.mux(packet)
-            for packet in astream.encode():
-                container.mux(packet)
-        for packet in vstream.encode():
-            container.mux(packet)
-    return path
+    n = int(seconds * fps)
+    frames = np.repeat(background[None], n, axis=0)
+    for i in range(n):
+        cx = width * (0.3 + 0.4 * i / max(1, seconds * fps - 1))
+        frames[i][((yy - height / 2) ** 2 + (xx - cx) ** 2) < (height / 4) ** 2] = (220, 180, 150)
+    return write_frames(path, frames, fps=fps, audio=audio, rate=rate)
 
 
 # ---------------------------------------------------------------------------------------------- media-only task

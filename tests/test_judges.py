@@ -212,3 +212,50 @@ def test_a_wheel_ships_the_registered_judges_and_prompts(tmp_path):
         check=True,
     ).stdout
     assert len(listed.splitlines()) == len(judges) and str(tmp_path / "site" / "zero_shot" / "configs") in listed
+
+
+def test_evaluate_and_judge_take_either_kind_of_judge(tmp_path, tiny_bert_dir, capsys):
+    """`evaluate --model <judge YAML>` runs the zero-shot harness (the same report as `judge`), and `judge --judge
+    <reward-model directory>` runs `evaluate` (the same report as `evaluate`)."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from emoreward.models import TextRewardModel, TextSettings
+
+    judge = tmp_path / "judge.yaml"
+    judge.write_text(
+        "name: scripted-judge\nprompts: emoprefer_v1\nsampling: {do_sample: false, max_new_tokens: 16, seed: 0}\n"
+        "mllm: {backend: scripted, model: longer-wins}\n"
+    )
+    assert emoreward_main(["evaluate", "--model", str(judge), "--data", "emoprefer",
+                           "--output", str(tmp_path / "ev" / "zs.json")]) == 0  # fmt: skip
+    assert "is a zero-shot judge: running `emoreward judge --judge" in capsys.readouterr().out
+    assert (
+        emoreward_main(["judge", "--judge", str(judge), "--data", "emoprefer", "--output", str(tmp_path / "j")]) == 0
+    )
+    via_evaluate = json.loads((tmp_path / "ev" / "zs" / "report.json").read_text())
+    via_judge = json.loads((tmp_path / "j" / "report.json").read_text())
+    assert via_evaluate["n_pairs"] == 459 and via_evaluate["strategies"] == via_judge["strategies"]
+    # the scripted judge prefers the longer description: the length baseline's 2-class accuracy
+    assert via_evaluate["strategies"]["S1"]["per_run"]["2c_acc"]["mean"] == pytest.approx(79.56, abs=0.01)
+    with pytest.raises(SystemExit):  # argparse: not a dtype choice
+        emoreward_main(["evaluate", "--model", str(judge), "--data", "emoprefer", "--dtype", "float16"])
+    assert emoreward_main(["evaluate", "--model", str(judge), "--data", "emoprefer", "--dtype", "float32"]) == 2
+    assert "--dtype float32 applies to reward models" in capsys.readouterr().err
+
+    settings = TextSettings(backbone="minilm", input_format="pair", max_length=64, tie_threshold=0.05)
+    TextRewardModel(
+        AutoModelForSequenceClassification.from_pretrained(tiny_bert_dir).eval(),
+        AutoTokenizer.from_pretrained(tiny_bert_dir),
+        settings,
+    ).save_pretrained(tmp_path / "rm")
+    rm = str(tmp_path / "rm")
+    assert emoreward_main(["judge", "--judge", rm, "--data", "emoprefer", "--output", str(tmp_path / "jr")]) == 0
+    assert "is a reward model: running `emoreward evaluate --model" in capsys.readouterr().out
+    assert (
+        emoreward_main(["evaluate", "--model", rm, "--data", "emoprefer", "--output", str(tmp_path / "er.json")]) == 0
+    )
+    via_judge = json.loads((tmp_path / "jr" / "report.json").read_text())
+    via_evaluate = json.loads((tmp_path / "er.json").read_text())
+    assert via_judge["judge"] == via_evaluate["judge"] and via_judge["pair_rewards"] == via_evaluate["pair_rewards"]
+    assert emoreward_main(["judge", "--judge", rm, "--data", "emoprefer", "--strategy", "S2", "--runs", "3"]) == 2
+    assert "is a reward model; --strategy, --runs apply to zero-shot judges" in capsys.readouterr().err

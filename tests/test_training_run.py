@@ -135,7 +135,7 @@ def test_main_job_report_and_evaluate_cli(tiny_bert_dir, tmp_path, capsys, caplo
     # descriptions): flagged as in-sample, and the undecidable pair counted
     train = synthetic_pairs(24)
     swapped = PreferencePair(
-        "x0", train[0].description_2, train[0].description_1, "2" if train[0].label == "1" else "1"
+        train[0].sample_id, train[0].description_2, train[0].description_1, "2" if train[0].label == "1" else "1"
     )
     same = PreferencePair("same", "She smiles.", "She smiles.", "tie")
     mixed = write_pairs_csv(tmp_path / "mixed.csv", [*train[1:5], swapped, *held_out_pairs(2), same])
@@ -273,3 +273,20 @@ def test_evaluate_reports_bad_data_before_loading_torch(tmp_path):
         f"emoreward evaluate: error: {bad}, row 2, field 'preference': unknown label 'maybe'"
     )
     assert result.stderr.count("\n") == 1
+
+
+def test_pair_keys_count_the_sample_so_new_clips_with_old_texts_are_new_pairs(tmp_path):
+    """A multimodal pair is its media too: the same two texts about another clip are not in-sample. Records
+    written before the sample id was part of the key (no `pair_key` field) match on the texts."""
+    from emoreward.training.provenance import in_sample_pairs, pair_key, write_training_data
+
+    a = PreferencePair("clip-1", "She is happy.", "She is sad.", "1")
+    swapped = PreferencePair("clip-1", "She is sad.", "She is happy.", "2")
+    other_clip = PreferencePair("clip-2", "She is happy.", "She is sad.", "2")
+    assert pair_key(a) == pair_key(swapped) != pair_key(other_clip)
+    assert pair_key(a, "descriptions") == pair_key(other_clip, "descriptions")
+    write_training_data(tmp_path, "train.jsonl", [a])
+    assert in_sample_pairs(tmp_path, [swapped, other_clip]) == (1, "train.jsonl")
+    legacy = {"train_file": "old.csv", "n_pairs": 1, "pair_keys": [pair_key(a, "descriptions")]}
+    (tmp_path / "training_data.json").write_text(json.dumps(legacy))
+    assert in_sample_pairs(tmp_path, [swapped, other_clip]) == (2, "old.csv")

@@ -13,7 +13,8 @@ prompt or model: a key whose hash differs is an error, not a hit.
 A SIGKILL can leave a half-written last line, cut anywhere, also inside a multi-byte UTF-8 character (judges
 answer in Chinese): each line is decoded on its own, an undecodable or unparseable one is counted as corrupt
 (`n_corrupt`) and skipped, and the next append starts a new line. Failed calls are never written, so a rerun
-retries them. Whole-file writes next to the cache (reports, judgements) go through `atomic_write_text`.
+retries them. Whole-file writes next to the cache (reports, judgements) go through
+`emoreward.utils.io.atomic_write_text`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,24 +29,6 @@ from typing import Any
 
 
 logger = logging.getLogger(__name__)
-
-
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write `text` (UTF-8) to `path` through a temporary file in the same folder and a rename, so a kill leaves
-    either the old file or the new one, never half of it. Creates the folder."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,11 @@ def add_judge_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of the `judge` subcommand."""
     from emoreward.cli import positive_int
 
-    p.add_argument("--judge", help="a judge name registered in configs/judges/ or the path of a judge YAML")
+    p.add_argument(
+        "--judge",
+        help="a judge name registered in configs/judges/, the path of a judge YAML, or a reward-model directory "
+        "(run as `emoreward evaluate --model DIR`)",
+    )
     p.add_argument("--strategy", nargs="+", default=["S1"], choices=["S1", "S2", "S3", "S4"], help="strategies to run")
     p.add_argument(
         "--data",
@@ -76,6 +80,10 @@ def run_judge_command(args: argparse.Namespace) -> int:
     if not args.judge:
         sys.stderr.write("emoreward judge: --judge is required (see --list)\n")
         return 2
+    from emoreward.judges import is_reward_model_dir
+
+    if is_reward_model_dir(args.judge):
+        return judge_with_reward_model(args)
     try:
         check_judge_options(args)
         config = load_judge_config(args.judge)
@@ -132,6 +140,32 @@ def run_judge_command(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+# options of `judge` that a reward model has no use for, with their defaults
+ZERO_SHOT_ONLY = {"strategy": ["S1"], "runs": 2, "no_swap": False, "references": None, "ignore_media": False,
+                  "limit": None, "dataset": None, "push_to_hub": None}  # fmt: skip
+
+
+def judge_with_reward_model(args: argparse.Namespace) -> int:
+    """`emoreward judge --judge <reward-model directory>`: the same harness as `emoreward evaluate` (one
+    deterministic run, normal and swapped order). `--output DIR` gets `DIR/report.json` (and .md, .png)."""
+    from emoreward.cli import main as emoreward
+
+    given = [name for name, default in ZERO_SHOT_ONLY.items() if getattr(args, name) != default]
+    if given:
+        options = ", ".join("--" + name.replace("_", "-") for name in given)
+        sys.stderr.write(
+            f"emoreward judge: error: {args.judge} is a reward model; {options} apply to zero-shot judges\n"
+        )
+        return 2
+    argv = ["evaluate", "--model", args.judge, "--data", args.data, "--two-class-ties", args.two_class_ties]
+    if args.media_root:
+        argv += ["--media-root", args.media_root]
+    if args.output:
+        argv += ["--output", os.path.join(args.output, "report.json")]
+    sys.stdout.write(f"emoreward judge: {args.judge} is a reward model: running `emoreward {' '.join(argv)}`\n")
+    return emoreward(argv)
 
 
 def check_judge_options(args: argparse.Namespace) -> None:

@@ -20,8 +20,9 @@ from pathlib import Path
 from emoreward.data import PreferencePair
 from emoreward.evaluation import metrics
 from emoreward.evaluation.harness import JudgementSet, evaluate_judgements, run_judge
+from emoreward.utils.io import atomic_write_text
 from zero_shot.backends.base import Backend
-from zero_shot.cache import CallCache, atomic_write_text
+from zero_shot.cache import CallCache
 from zero_shot.config import JudgeConfig, LazyBackend
 from zero_shot.crowd import combine_normal_swapped, crowd_member, crowdsource, per_run_summary
 from zero_shot.prompts import load_prompts

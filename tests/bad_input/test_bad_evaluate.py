@@ -126,10 +126,6 @@ def test_a_folder_that_is_not_a_model(good_pairs, tmp_path, capsys):
     fails(evaluate(tmp_path, good_pairs), capsys, f"{tmp_path} is not an emoreward model directory: emoreward_config")
 
 
-def test_a_judge_spec_given_as_the_model(judge_yaml, good_pairs, capsys):
-    fails(evaluate(judge_yaml, good_pairs), capsys, f"--model {judge_yaml} is a judge spec", "emoreward judge --judge")
-
-
 def test_a_model_folder_that_does_not_exist(good_pairs, tmp_path, capsys):
     fails(evaluate(tmp_path / "nope", good_pairs), capsys, f"model directory not found: {tmp_path / 'nope'}")
 

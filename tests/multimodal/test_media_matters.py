@@ -131,8 +131,9 @@ def test_media_decide_and_blanked_media_fall_to_chance(tmp_path):
     assert media["all"]["acc"] >= 0.9, figures
     assert chance[0] <= blank["all"]["acc"] <= chance[1], figures
     # the harness's own two-class accuracy agrees (no predicted ties: the recipe does not calibrate a threshold)
-    assert media["harness_two_class_acc"] == pytest.approx(media["all"]["acc"])
-    assert media["length_baseline_two_class_acc"] == 0.5
+    assert media["harness_two_class_acc"] == pytest.approx(100 * media["all"]["acc"])  # the harness reports percent
+    assert media["length_baseline_two_class_acc"] == 50.0
+    assert media["n_in_sample_pairs"] == 0  # the texts are the training texts; the clips are new
     # each medium decides its own kind of pair: without the video the colour pairs fall to chance, without the audio
     # the tone pairs do, and the other kind stays learned
     assert within_chance(figures["no_video"]["colour"]) and figures["no_video"]["tone"]["acc"] >= 0.9, figures
