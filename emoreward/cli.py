@@ -13,6 +13,7 @@ import importlib.util
 import logging
 import os
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -379,7 +380,9 @@ def guarded(prog: str, run: Callable[[], int]) -> int:
     try:
         return run()
     except (ValueError, OSError, ImportError, RuntimeError) as err:
-        # data and configuration errors: one clear line, no traceback
+        # data and configuration errors: one clear line, no traceback (EMOREWARD_TRACEBACK=1 shows it)
+        if os.environ.get("EMOREWARD_TRACEBACK"):
+            traceback.print_exc()
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

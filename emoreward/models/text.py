@@ -457,8 +457,9 @@ class TextRewardModel:
     @property
     def scoring_precision(self) -> torch.dtype:
         """The dtype `score` computes in: `scoring_dtype` resolved on this model's device (see
-        `emoreward.models.precision.resolve_dtype`), or the master weights' dtype without one."""
-        if self.scoring_dtype is None:
+        `emoreward.models.precision.resolve_dtype`), or the master weights' dtype without one (and under ZeRO-3,
+        where `model` itself scores)."""
+        if self.scoring_dtype is None or _zero3_partitioned(self.model):
             return self.dtype
         agreement = (self.settings.extra or {}).get("bf16_agreement")
         return resolve_dtype(self.scoring_dtype, self.device, bf16_agreement=agreement)
@@ -467,8 +468,10 @@ class TextRewardModel:
     def scoring_network(self) -> torch.nn.Module:
         """The network `score` runs: `model` itself without `scoring_dtype` (or when it has no adapter and is already
         in the scoring dtype), else an inference copy of it (LoRA merged, cast), kept until the master weights change
-        (their version counters move with every in-place update: optimizer steps, `load_state_dict`)."""
-        if self.scoring_dtype is None:
+        (their version counters move with every in-place update: optimizer steps, `load_state_dict`). Under
+        DeepSpeed ZeRO-3 the parameters are partitioned across processes (a copy would hold empty shards): `model`
+        itself scores, its hooks gathering each layer's weights."""
+        if self.scoring_dtype is None or _zero3_partitioned(self.model):
             return self.model
         dtype = self.scoring_precision
         if not hasattr(self.model, "merge_and_unload") and self.dtype == dtype:
@@ -660,6 +663,11 @@ class TextRewardModel:
     def trainable_parameters(self) -> dict[str, torch.Tensor]:
         """Detached copies of every trainable parameter, by name (to check that training changed them)."""
         return {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+
+
+def _zero3_partitioned(model: torch.nn.Module) -> bool:
+    """Whether DeepSpeed ZeRO-3 has partitioned `model`'s parameters (they carry a `ds_id`)."""
+    return any(hasattr(p, "ds_id") for p in model.parameters())
 
 
 def _inference_network(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:

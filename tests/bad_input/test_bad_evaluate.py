@@ -126,6 +126,13 @@ def test_a_folder_that_is_not_a_model(good_pairs, tmp_path, capsys):
     fails(evaluate(tmp_path, good_pairs), capsys, f"{tmp_path} is not an emoreward model directory: emoreward_config")
 
 
+def test_the_traceback_on_request(good_pairs, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("EMOREWARD_TRACEBACK", "1")  # for bug reports: the one line, and the traceback above it
+    code, _, err = run(evaluate(tmp_path / "nope", good_pairs), capsys)
+    assert code == 2 and "Traceback (most recent call last)" in err
+    assert err.strip().splitlines()[-1] == f"emoreward evaluate: error: model directory not found: {tmp_path / 'nope'}"
+
+
 def test_a_model_folder_that_does_not_exist(good_pairs, tmp_path, capsys):
     fails(evaluate(tmp_path / "nope", good_pairs), capsys, f"model directory not found: {tmp_path / 'nope'}")
 
