@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 
@@ -97,9 +97,10 @@ def _file_ancestor(path: Path) -> Path | None:
     return None
 
 
-def check_output_file(path: str | Path, option: str) -> Path:
+def check_output_file(path: str | Path, option: str, inputs: Sequence[str | Path | None] = ()) -> Path:
     """Refuse an output file path that cannot be written (checked before any work, so no result is printed and then
-    lost): an existing folder, or a path below an existing file.
+    lost): an existing folder, a path below an existing file, a folder that cannot be created or written, or one
+    of the command's `inputs` (writing the report there would destroy the data).
 
     Raises:
         ValueError: naming the option and the path.
@@ -110,7 +111,23 @@ def check_output_file(path: str | Path, option: str) -> Path:
     blocker = _file_ancestor(path)
     if blocker is not None:
         raise ValueError(f"{option} {path}: {blocker} is a file, not a folder")
+    for source in inputs:
+        if source is not None and Path(source).exists() and path.exists() and path.samefile(source):
+            raise ValueError(f"{option} {path} is the input file {source}: writing the report there would destroy it")
+    _check_writable_folder(path.parent, option, path)
     return path
+
+
+def _check_writable_folder(folder: Path, option: str, path: Path) -> None:
+    """Create `folder` (the output goes there anyway) and write a probe file in it."""
+    import tempfile
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        raise ValueError(f"{option} {path}: cannot write in {folder} ({err.strerror or err})") from None
 
 
 def check_output_dir(path: str | Path, option: str) -> Path:
@@ -125,6 +142,7 @@ def check_output_dir(path: str | Path, option: str) -> Path:
     blocker = _file_ancestor(path)
     if blocker is not None:
         raise ValueError(f"{option} {path}: {blocker} is a file, not a folder")
+    _check_writable_folder(path, option, path)
     return path
 
 
@@ -240,9 +258,13 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if is_zero_shot_spec(args.model):
         return evaluate_zero_shot(args)
     if args.output:
-        check_output_file(args.output, "--output")
+        check_output_file(args.output, "--output", inputs=[args.data])
     if args.media_root:
         check_media_root(args.media_root)
+    if not Path(args.model).is_dir():  # before the data and torch load: a typo is reported at once
+        if Path(args.model).exists():
+            raise ValueError(f"--model {args.model} is a file, not a model directory")
+        raise FileNotFoundError(f"model directory not found: {args.model}")
     pairs = load_pairs(args.data)
     n_in_sample, train_file = in_sample_pairs(args.model, pairs)
     if n_in_sample:

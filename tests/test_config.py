@@ -222,3 +222,14 @@ def test_trl_default_max_length_on_minilm_is_refused_with_the_reason(tmp_path):
     ):
         config.check_max_length()
     load_config().check_max_length()  # the default recipe: 512
+
+
+def test_a_local_checkpoint_is_recorded_by_its_absolute_path(tmp_path, tiny_bert_dir, monkeypatch):
+    """A saved adapter names its base model: a relative path would only resolve from the training directory."""
+    import shutil
+
+    shutil.copytree(tiny_bert_dir, tmp_path / "ckpt")
+    monkeypatch.chdir(tmp_path)
+    config = load_config(overrides={"model_name_or_path": "ckpt", "report_to": ["none"]})
+    assert config.model_name_or_path == str((tmp_path / "ckpt").resolve())
+    assert load_config(overrides={"report_to": ["none"]}).model_name_or_path == "minilm"  # a registered name stays

@@ -198,6 +198,28 @@ class MediaSettings(RewardSettings):
 SETTINGS_CLASSES: dict[str, type[RewardSettings]] = {"text": TextSettings, "media": MediaSettings}
 
 
+def check_model_files(directory: str | Path, settings: RewardSettings) -> None:
+    """The files a saved model needs besides its settings: the tokenizer (`tokenizer.json`: without it transformers
+    may build a different tokenizer from what is left and score every text alike), and the weights: the adapter
+    (`adapter_model.safetensors`) or, merged, the full model (`model.safetensors` or its shard index).
+
+    Raises:
+        FileNotFoundError: naming the directory and the missing file.
+    """
+    directory = Path(directory)
+    needed = ["tokenizer.json"]
+    if (directory / "adapter_config.json").exists() and not settings.merged:
+        needed.append("adapter_model.safetensors")
+    elif settings.merged or not (directory / "adapter_config.json").exists():
+        if not any((directory / n).exists() for n in ("model.safetensors", "model.safetensors.index.json")):
+            needed.append("model.safetensors")
+    for name in needed:
+        if not (directory / name).exists():
+            raise FileNotFoundError(
+                f"{directory}: {name} is missing (save_pretrained writes it); copy or save the model again"
+            )
+
+
 def check_weight_files(directory: str | Path) -> None:
     """Open the header of every `*.safetensors` file in `directory` (no tensors are read), so that a file cut short
     (an interrupted copy or download) is refused by name before a library fails on it with a bare message.
@@ -405,6 +427,7 @@ __all__ = [
     "apply_score_transform",
     "as_context",
     "broadcast_contexts",
+    "check_model_files",
     "check_weight_files",
     "load_reward_model",
     "load_settings",

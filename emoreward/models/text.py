@@ -39,6 +39,7 @@ from emoreward.models.base import (
     apply_score_transform,
     as_context,
     broadcast_contexts,
+    check_model_files,
     check_weight_files,
     load_settings,
 )
@@ -372,7 +373,10 @@ class TextRewardModel:
             if lora_config.target_modules is None:
                 target = spec.lora_target_modules
                 lora_config.target_modules = list(target) if isinstance(target, tuple) else target
-            model = get_peft_model(model, lora_config)
+            try:
+                model = get_peft_model(model, lora_config)
+            except ValueError as err:  # peft: "Target modules ... not found in the base model"
+                raise ValueError(f"lora_target_modules={lora_config.target_modules!r}: {err}") from None
         if not train_head_bias:
             for name, param in model.named_parameters():
                 if name.endswith("bias") and ("classifier" in name or "score" in name):
@@ -414,6 +418,7 @@ class TextRewardModel:
         if not isinstance(settings, TextSettings):
             raise ValueError(f"{directory} holds a {settings.kind} reward model; load it with load_reward_model")
         check_weight_files(directory)
+        check_model_files(directory, settings)
         tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=trust_remote_code)
         if settings.merged or not (directory / "adapter_config.json").exists():
             model = AutoModelForSequenceClassification.from_pretrained(

@@ -149,7 +149,7 @@ def check_rank_options(args: argparse.Namespace) -> None:
         ValueError: naming the option.
     """
     if args.output:
-        check_output_file(args.output, "--output")
+        check_output_file(args.output, "--output", inputs=[getattr(args, "data", None)])
     if getattr(args, "dataset", None):
         from emoreward.data.records import check_records_path
 

@@ -270,6 +270,11 @@ class EmoRewardConfig(RewardConfig):
                 f"tie_parameter must be a finite number > 0 for ties={self.ties!r}, got {self.tie_parameter}"
             )
         self._check_backbone()
+        local = self.model_name_or_path and Path(str(self.model_name_or_path)).expanduser()
+        if local and local.exists() and str(self.model_name_or_path) not in registered_names():
+            # a local checkpoint is recorded by its absolute path: the saved adapter must find its base model from
+            # any working directory
+            self.model_name_or_path = str(local.resolve())
         if self.cv_folds < 0:
             raise ValueError(f"cv_folds must be >= 0, got {self.cv_folds}")
         if self.cv_folds <= 1 and not self.final_fit:
@@ -282,6 +287,14 @@ class EmoRewardConfig(RewardConfig):
             )
         if self.lora_r <= 0:
             raise ValueError(f"lora_r must be > 0, got {self.lora_r}")
+        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
+                     "score_batch_size"):  # fmt: skip
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not (self.learning_rate >= 0 and math.isfinite(self.learning_rate)):
+            raise ValueError(f"learning_rate must be a finite number >= 0, got {self.learning_rate}")
+        if self.output_dir and Path(self.output_dir).exists() and not Path(self.output_dir).is_dir():
+            raise ValueError(f"output_dir {self.output_dir} is a file; give a folder")
         if self.max_length is None or self.max_length <= 0:
             raise ValueError(f"max_length must be a positive number of tokens, got {self.max_length}")
         eval_strategy = getattr(self.eval_strategy, "value", self.eval_strategy)

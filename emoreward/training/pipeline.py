@@ -235,6 +235,8 @@ def evaluate_model(
 def stratified_folds(pairs: list[PreferencePair], k: int, seed: int) -> list[tuple[list[int], list[int]]]:
     """Stratified k-fold split of pair indices by label (scikit-learn `StratifiedKFold`, shuffled, seeded)."""
     labels = [p.label for p in pairs]
+    if k > len(labels):
+        raise ValueError(f"cv_folds={k} is more folds than the {len(labels)} pairs to split")
     splitter = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
     return [(list(tr), list(te)) for tr, te in splitter.split(np.zeros(len(labels)), labels)]
 

@@ -101,3 +101,17 @@ def good_pairs(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def good_table(tmp_path_factory) -> Path:
     return write(tmp_path_factory.mktemp("bad-input-table") / "table.jsonl", jsonl(TABLE_ROWS))
+
+
+@pytest.fixture(scope="session")
+def tiny_adapter_dir(tmp_path_factory, tiny_bert_dir) -> Path:
+    """A saved LoRA reward model (adapter + value head) on the tiny BERT backbone of `tests/conftest.py`."""
+    from peft import LoraConfig
+
+    from emoreward.models import TextRewardModel
+
+    lora = LoraConfig(r=2, lora_alpha=4, target_modules=["query", "value"], task_type="SEQ_CLS")
+    model = TextRewardModel.from_backbone(str(tiny_bert_dir), lora_config=lora, max_length=32)
+    path = tmp_path_factory.mktemp("bad-input-adapter") / "model"
+    model.save_pretrained(path)
+    return path

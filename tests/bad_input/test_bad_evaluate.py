@@ -133,6 +133,33 @@ def test_the_traceback_on_request(good_pairs, tmp_path, capsys, monkeypatch):
     assert err.strip().splitlines()[-1] == f"emoreward evaluate: error: model directory not found: {tmp_path / 'nope'}"
 
 
+def test_output_that_is_the_data_file_itself_is_refused(rm_dir, tmp_path, capsys):
+    data = write(tmp_path / "pairs.csv", GOOD_PAIRS)
+    before = data.read_bytes()
+    fails(evaluate(rm_dir, data, "--output", data), capsys, f"--output {data} is the input file")
+    assert data.read_bytes() == before
+
+
+def test_output_where_nothing_can_be_written_is_refused_before_scoring(rm_dir, good_pairs, capsys):
+    fails(
+        evaluate(rm_dir, good_pairs, "--output", "/proc/emoreward/r.json"), capsys, "cannot write in /proc/emoreward"
+    )
+
+
+def test_a_model_that_is_a_file(good_pairs, capsys):
+    fails(evaluate(good_pairs, good_pairs), capsys, f"--model {good_pairs} is a file, not a model directory")
+
+
+@pytest.mark.parametrize("missing", ["tokenizer.json", "adapter_model.safetensors"])
+def test_a_model_folder_missing_a_file(tiny_adapter_dir, tmp_path, good_pairs, capsys, missing):
+    """Without tokenizer.json transformers builds another tokenizer from what is left, and every text got the same
+    reward: refused instead, as a missing adapter is (peft's own message named no file)."""
+    model = tmp_path / "model"
+    shutil.copytree(tiny_adapter_dir, model)
+    (model / missing).unlink()
+    fails(evaluate(model, good_pairs), capsys, f"{model}: {missing} is missing")
+
+
 def test_a_model_folder_that_does_not_exist(good_pairs, tmp_path, capsys):
     fails(evaluate(tmp_path / "nope", good_pairs), capsys, f"model directory not found: {tmp_path / 'nope'}")
 
@@ -148,7 +175,7 @@ def test_a_model_folder_without_weights(rm_dir, tmp_path, good_pairs, capsys):
     model = tmp_path / "model"
     shutil.copytree(rm_dir, model)
     (model / "model.safetensors").unlink()
-    fails(evaluate(model, good_pairs), capsys, "no file named model.safetensors", str(model))
+    fails(evaluate(model, good_pairs), capsys, f"{model}: model.safetensors is missing")
 
 
 @pytest.mark.parametrize("keep", [0.5, 0.999])

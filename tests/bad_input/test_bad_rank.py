@@ -116,6 +116,18 @@ def test_output_that_is_a_folder_is_refused_before_scoring(rank, good_table, tmp
     assert not (tmp_path / "cache").exists()  # nothing was scored
 
 
+def test_output_that_is_the_table_itself_is_refused(rank, good_table, tmp_path, capsys):
+    before = good_table.read_bytes()
+    fails(rank(good_table, "--output", good_table), capsys, f"--output {good_table} is the input file")
+    assert good_table.read_bytes() == before
+
+
+def test_output_where_nothing_can_be_written_is_refused_before_scoring(rank, good_table, capsys):
+    fails(
+        rank(good_table, "--output", "/proc/emoreward/r.json"), capsys, "--output /proc/emoreward/r.json: cannot write"
+    )
+
+
 def test_a_dataset_file_of_an_unknown_kind_is_refused_before_scoring(rank, good_table, tmp_path, capsys):
     target = tmp_path / "ranking.csv"
     fails(rank(good_table, "--dataset", target), capsys, f"--dataset {target}: unknown suffix '.csv'")

@@ -5,7 +5,7 @@ recipe file and line (or the option) and the field, or the data file, row and fi
 from __future__ import annotations
 
 import pytest
-from bad_input_helpers import GOOD_PAIRS, fails, write
+from bad_input_helpers import GOOD_PAIRS, fails, run, write
 
 
 BASE = "model_name_or_path: {bert}\ncv_folds: 0\nmax_length: 64\nreport_to: [none]\noutput_dir: {out}\n"
@@ -46,6 +46,8 @@ RECIPE_CASES = [
     ("media-field-on-text", "fps: 4\n", ["line 6: fps=4.0: the text backbone", "does not read this field"]),
     ("eval-strategy-without-file", "eval_strategy: steps\n", ["line 6: eval_strategy='steps'", "need eval_file"]),
     ("latin1-bytes", "run_name: caf\xe9\n", ["line 6: run_name: undecodable bytes b'\\xe9'"]),
+    ("batch-size-zero", "per_device_train_batch_size: 0\n", ["line 6: per_device_train_batch_size must be >= 1"]),
+    ("negative-learning-rate", "learning_rate: -1\n", ["line 6: learning_rate must be a finite number >= 0"]),
 ]
 
 
@@ -147,9 +149,11 @@ def test_bad_rows_in_training_or_evaluation_data(recipe, capsys, tmp_path, key, 
         (["--learning_rate", "fast"], ["argument --learning_rate/--learning-rate: learning_rate must be a number"]),
         (["--num_train_epochs", "0"], ["--num_train_epochs 0.0: num_train_epochs=0.0", "trains zero steps"]),
         (["--set", "lora_r=-4"], ["--set lora_r=-4: lora_r must be > 0, got -4"]),
+        (["--per_device_train_batch_size", "0"], ["--per_device_train_batch_size 0: per_device_train_batch_size must"]),
+        (["--learning_rate", "-1"], ["--learning_rate -1.0: learning_rate must be a finite number >= 0"]),
     ],
     ids=["set-wrong-type", "set-unknown-key", "set-without-value", "option-wrong-type", "option-zero-steps",
-         "set-negative-rank"],
+         "set-negative-rank", "option-batch-size-zero", "option-negative-learning-rate"],
 )  # fmt: skip
 def test_command_line_overrides_name_the_option(recipe, capsys, options, fragments):
     fails(train(recipe(), *options), capsys, *fragments)
@@ -159,3 +163,23 @@ def test_command_line_overrides_name_the_option(recipe, capsys, options, fragmen
 def test_a_credential_on_the_command_line_is_refused_without_echoing_it(recipe, capsys, options):
     line = fails(train(recipe(), *options), capsys, "hub_token", "pass tokens and keys through the environment")
     assert "hf_SECRETxyz" not in line
+
+
+def test_more_folds_than_pairs(recipe, capsys, tmp_path):
+    data = write(tmp_path / "pairs.csv", GOOD_PAIRS)
+    # found once the data are read (the run's first lines are out by then), before any fold trains
+    code, _, err = run(train(recipe(), "--train_file", data, "--cv_folds", "50"), capsys)
+    assert code == 2 and "emoreward train: error: cv_folds=50 is more folds than the 2 pairs to split" in err
+    assert not (tmp_path / "out" / "cv").exists()
+
+
+def test_lora_target_modules_that_match_nothing(recipe, capsys, tmp_path):
+    data = write(tmp_path / "pairs.csv", GOOD_PAIRS)
+    # found when the model is built (the run's first lines are out by then), before any step
+    code, _, err = run(train(recipe(), "--train_file", data, "--lora_target_modules", "nonexistent_mod"), capsys)
+    assert code == 2 and "error: lora_target_modules={'nonexistent_mod'}: No modules were targeted" in err
+
+
+def test_an_output_dir_that_is_a_file(recipe, capsys, tmp_path):
+    data = write(tmp_path / "pairs.csv", GOOD_PAIRS)
+    fails(train(recipe(), "--train_file", data, "--output_dir", data), capsys, f"output_dir {data} is a file")

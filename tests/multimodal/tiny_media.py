@@ -201,6 +201,23 @@ def write_media_set(root: Path, n: int, *, seconds: float = 2.0, wav: bool = Fal
     return root / "pairs.jsonl"
 
 
+def write_description_table(pairs_file: Path, path: Path) -> Path:
+    """A description table for `emoreward rank` from a `write_media_set` pairs file: model "cheerful-writer" wrote
+    each pair's chosen description, "gloomy-writer" the other one; rows `sample, model, description, video`."""
+    import json
+
+    rows = []
+    for line in Path(pairs_file).read_text().splitlines():
+        pair = json.loads(line)
+        chosen = pair["description_2"] if pair["label"] == "2" else pair["description_1"]
+        other = pair["description_1"] if chosen == pair["description_2"] else pair["description_2"]
+        for model, text in (("cheerful-writer", chosen), ("gloomy-writer", other)):
+            video = f"video/{pair['sample_id']}.mp4"
+            rows.append({"sample": pair["sample_id"], "model": model, "description": text, "video": video})
+    Path(path).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return Path(path)
+
+
 def media_trainer(model, config, dataset):
     """`EmoRewardTrainer` for a multimodal reward model and a dataset from `build_media_dataset` (what
     `emoreward.training.pipeline.fit_reward_model` builds, for tests that inspect the trainer)."""

@@ -33,6 +33,7 @@ from emoreward.models.base import (
     ScoreInfo,
     apply_score_transform,
     broadcast_contexts,
+    check_model_files,
     check_weight_files,
     load_settings,
 )
@@ -173,7 +174,10 @@ class MediaRewardModel:
                 lora_config.target_modules = lora_target_regex(spec)
             extra = ["score"] + ([f"backbone.model.{p}" for p in spec.projectors] if train_projector else [])
             lora_config.modules_to_save = list(dict.fromkeys([*(lora_config.modules_to_save or []), *extra]))
-            model = get_peft_model(model, lora_config)
+            try:
+                model = get_peft_model(model, lora_config)
+            except ValueError as err:  # peft: "Target modules ... not found in the base model"
+                raise ValueError(f"lora_target_modules={lora_config.target_modules!r}: {err}") from None
         else:
             for name, param in model.named_parameters():  # full fine-tuning of the language model
                 in_encoder = any(f"backbone.model.{e}." in name for e in spec.encoders)
@@ -214,6 +218,7 @@ class MediaRewardModel:
         if not isinstance(settings, MediaSettings):
             raise ValueError(f"{directory} holds a {settings.kind} reward model; load it with load_reward_model")
         check_weight_files(directory)
+        check_model_files(directory, settings)
         spec = get_backbone(settings.backbone)
         tokenizer = AutoTokenizer.from_pretrained(directory)
         feature_extractor = AutoFeatureExtractor.from_pretrained(directory) if spec.hears_audio else None
