@@ -119,13 +119,20 @@ def check_output_file(path: str | Path, option: str, inputs: Sequence[str | Path
 
 
 def _check_writable_folder(folder: Path, option: str, path: Path) -> None:
-    """Create `folder` (the output goes there anyway) and write a probe file in it."""
+    """Probe the nearest existing folder of `folder` with a temporary file (created nothing else): a folder that
+    cannot be written, or created, is refused before any work."""
     import tempfile
 
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if existing is None or not existing.is_dir():
+        return  # a file in the way is reported by _file_ancestor
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
+        with tempfile.TemporaryFile(dir=existing):
             pass
+        if existing != folder:  # the folders still to create: can the first one be made?
+            first = folder.relative_to(existing).parts[0]
+            probe = Path(tempfile.mkdtemp(prefix=f".{first}.", dir=existing))
+            probe.rmdir()
     except OSError as err:
         raise ValueError(f"{option} {path}: cannot write in {folder} ({err.strerror or err})") from None
 
@@ -261,11 +268,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
         check_output_file(args.output, "--output", inputs=[args.data])
     if args.media_root:
         check_media_root(args.media_root)
-    if not Path(args.model).is_dir():  # before the data and torch load: a typo is reported at once
+    pairs = load_pairs(args.data)
+    if not Path(args.model).is_dir():  # before torch loads: a typo is reported at once
         if Path(args.model).exists():
             raise ValueError(f"--model {args.model} is a file, not a model directory")
         raise FileNotFoundError(f"model directory not found: {args.model}")
-    pairs = load_pairs(args.data)
     n_in_sample, train_file = in_sample_pairs(args.model, pairs)
     if n_in_sample:
         print(
