@@ -53,6 +53,7 @@ from benchmark_common import (  # noqa: E402
     peak_rss_gib,
     rate,
     shape_setup_ms,
+    step_timer,
     training_flops,
 )
 
@@ -178,23 +179,12 @@ def rank_path(model_dir: Path, work: Path, cli: bool) -> dict:
 def train_path(steps: int, split: bool = True) -> dict:
     """Optimizer steps of the default recipe; `split`: forward passes in length groups, as `fit_reward_model` runs
     them (`LengthSplitAdapter`), else one padded batch (TRL's way)."""
-    from transformers import TrainerCallback
 
     from emoreward.data import load_pairs
     from emoreward.training.adapters import adapter_for
     from emoreward.training.config import load_config
     from emoreward.training.preprocess import LengthSplitAdapter
     from emoreward.training.trainer import EmoRewardTrainer
-
-    class StepTimer(TrainerCallback):
-        def __init__(self):
-            self.seconds: list[float] = []
-
-        def on_step_begin(self, args, state, control, **kwargs):
-            self._start = time.perf_counter()
-
-        def on_step_end(self, args, state, control, **kwargs):
-            self.seconds.append(time.perf_counter() - self._start)
 
     with tempfile.TemporaryDirectory() as tmp:
         config = load_config(
@@ -211,7 +201,7 @@ def train_path(steps: int, split: bool = True) -> dict:
         dataset, _ = adapter.build_dataset(load_pairs(config.train_file), model, config)
         if split:
             adapter = LengthSplitAdapter(adapter)
-        timer = StepTimer()
+        timer = step_timer()
         trainer = EmoRewardTrainer(
             adapter=adapter, model=model.model, args=config, train_dataset=dataset, processing_class=model.tokenizer,
             data_collator=adapter.collator(model, config), callbacks=[timer],

@@ -167,7 +167,25 @@ def median_time(run: Callable[[], object], repeats: int = 3) -> tuple[object, fl
     return result, statistics.median(times)
 
 
+def step_timer():
+    """A transformers `TrainerCallback` that records the wall time of every optimizer step (`.seconds`)."""
+    from transformers import TrainerCallback
+
+    class StepTimer(TrainerCallback):
+        def __init__(self):
+            self.seconds: list[float] = []
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self._start = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.seconds.append(time.perf_counter() - self._start)
+
+    return StepTimer()
+
+
 __all__ = [
+    "step_timer",
     "Peak",
     "attention_flops_per_token",
     "forward_flops",

@@ -37,6 +37,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_MODE", "disabled")
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "tests" / sub) for sub in ("multimodal", "")]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmark_common import step_timer  # noqa: E402
+
 
 DESCRIPTIONS = [f"Description {i}: the man is {'calm' if i % 2 else 'tense'} and speaks slowly." for i in range(10)]
 
@@ -53,22 +56,11 @@ def load() -> str:
 def train_tiny_recipe(work: Path, n_pairs: int) -> dict:
     """Fit the tiny recipe on `n_pairs` generated pairs; per-step times from a trainer callback."""
     from tiny_media import TINY_RECIPE, build_tiny, write_media_set
-    from transformers import TrainerCallback
 
     from emoreward.data import load_pairs
     from emoreward.training.adapters import adapter_for
     from emoreward.training.config import load_config
     from emoreward.training.trainer import EmoRewardTrainer
-
-    class StepTimer(TrainerCallback):
-        def __init__(self):
-            self.seconds: list[float] = []
-
-        def on_step_begin(self, args, state, control, **kwargs):
-            self._start = time.perf_counter()
-
-        def on_step_end(self, args, state, control, **kwargs):
-            self.seconds.append(time.perf_counter() - self._start)
 
     pairs_file = write_media_set(work / "media", n_pairs)
     overrides = {
@@ -81,7 +73,7 @@ def train_tiny_recipe(work: Path, n_pairs: int) -> dict:
     adapter = adapter_for(config)
     model = adapter.build_model(config)
     dataset, exclusions = adapter.build_dataset(load_pairs(pairs_file), model, config)
-    timer = StepTimer()
+    timer = step_timer()
     trainer = EmoRewardTrainer(
         adapter=adapter,
         model=model.model,
