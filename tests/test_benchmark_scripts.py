@@ -1,0 +1,56 @@
+"""The benchmark scripts the README documents (`make benchmark`, scripts/benchmark.py, benchmark_multimodal.py):
+their FLOP arithmetic against hand counts, the ratio to the peak, and their command lines. Their speed figures are
+measured by running them, never asserted in tests."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from benchmark_common import Peak, attention_flops_per_token, forward_flops, rate, training_flops  # noqa: E402
+
+
+class TinyConfig:
+    num_hidden_layers, hidden_size, num_attention_heads = 2, 8, 2
+
+
+class TwoLinears(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(8, 4, bias=False)  # 32 weights
+        self.b = torch.nn.Linear(4, 8, bias=False)  # 32 weights, frozen below
+        self.b.weight.requires_grad_(False)
+
+
+def test_flop_counts_match_a_hand_count():
+    net, config = TwoLinears(), TinyConfig()
+    # attention: 4 x layers x heads x head_dim x keys = 4 x 2 x 2 x 4 x keys
+    assert attention_flops_per_token(config, 10, causal=False) == 4 * 2 * 2 * 4 * 10
+    assert attention_flops_per_token(config, 10, causal=True) == 4 * 2 * 2 * 4 * 5
+    # forward: per token 2 x 64 linear weights + attention over its own sequence
+    assert forward_flops(net, config, [3, 5], causal=False) == 3 * (128 + 64 * 3) + 5 * (128 + 64 * 5)
+    # training: 2 x forward linear FLOPs + 2 x trainable weights (32) + 3 x attention, per token
+    assert training_flops(net, config, [3], causal=False) == 3 * (2 * 128 + 2 * 32 + 3 * 64 * 3)
+
+
+def test_rate_is_achieved_over_peak():
+    peak = Peak(200.0, 50.0)
+    r = rate(3e11, 2.0, peak, torch.float32)  # 150 GFLOP/s
+    assert r["gflops"] == pytest.approx(150.0) and r["of_fp32_peak"] == pytest.approx(0.75)
+    assert rate(3e11, 2.0, peak, torch.bfloat16)["of_dtype_peak"] == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize("script", ["benchmark.py", "benchmark_multimodal.py"])
+def test_benchmark_scripts_start(script):
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / script), "--help"], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "--output" in out.stdout
