@@ -199,37 +199,29 @@ SETTINGS_CLASSES: dict[str, type[RewardSettings]] = {"text": TextSettings, "medi
 
 
 def check_model_files(directory: str | Path, settings: RewardSettings) -> None:
-    """The files a saved model needs besides its settings: the tokenizer (`tokenizer.json`: without it transformers
-    may build a different tokenizer from what is left and score every text alike), and the weights: the adapter
-    (`adapter_model.safetensors`) or, merged, the full model (`model.safetensors` or its shard index).
+    """The files a saved model needs besides its settings, before any library reads them: the tokenizer
+    (`tokenizer.json`: without it transformers may build a different tokenizer from what is left and score every
+    text alike), the weights (the adapter `adapter_model.safetensors`, or for a merged model `model.safetensors`
+    or its shard index), and every `*.safetensors` file complete (its header opens; no tensor is read), so a file
+    cut short by an interrupted copy or download is named instead of failing later with a bare message.
 
     Raises:
-        FileNotFoundError: naming the directory and the missing file.
+        FileNotFoundError: naming the directory and the missing file; ValueError: naming a file cut short.
     """
+    from safetensors import SafetensorError, safe_open
+
     directory = Path(directory)
     needed = ["tokenizer.json"]
     if (directory / "adapter_config.json").exists() and not settings.merged:
         needed.append("adapter_model.safetensors")
-    elif settings.merged or not (directory / "adapter_config.json").exists():
-        if not any((directory / n).exists() for n in ("model.safetensors", "model.safetensors.index.json")):
-            needed.append("model.safetensors")
+    elif not (directory / "model.safetensors.index.json").exists():
+        needed.append("model.safetensors")
     for name in needed:
         if not (directory / name).exists():
             raise FileNotFoundError(
                 f"{directory}: {name} is missing (save_pretrained writes it); copy or save the model again"
             )
-
-
-def check_weight_files(directory: str | Path) -> None:
-    """Open the header of every `*.safetensors` file in `directory` (no tensors are read), so that a file cut short
-    (an interrupted copy or download) is refused by name before a library fails on it with a bare message.
-
-    Raises:
-        ValueError: a weights file that is not a complete safetensors file (names the file and the cause).
-    """
-    from safetensors import SafetensorError, safe_open
-
-    for path in sorted(Path(directory).glob("*.safetensors")):
+    for path in sorted(directory.glob("*.safetensors")):
         try:
             with safe_open(str(path), framework="pt") as fh:
                 fh.keys()
@@ -428,7 +420,6 @@ __all__ = [
     "as_context",
     "broadcast_contexts",
     "check_model_files",
-    "check_weight_files",
     "load_reward_model",
     "load_settings",
     "model_class",

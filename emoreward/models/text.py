@@ -40,7 +40,6 @@ from emoreward.models.base import (
     as_context,
     broadcast_contexts,
     check_model_files,
-    check_weight_files,
     load_settings,
 )
 from emoreward.models.coverage import CoverageScoreInfo, unknown_token_share
@@ -410,14 +409,13 @@ class TextRewardModel:
 
         Raises:
             FileNotFoundError: `directory` is not an emoreward model directory; ValueError: it holds a media model,
-            `dtype` is unknown or a weights file is cut short (`check_weight_files`).
+            `dtype` is unknown or a weights file is cut short (`check_model_files`).
         """
         scoring_dtype = None if dtype is None else parse_dtype(dtype)
         directory = Path(directory)
         settings = load_settings(directory)
         if not isinstance(settings, TextSettings):
             raise ValueError(f"{directory} holds a {settings.kind} reward model; load it with load_reward_model")
-        check_weight_files(directory)
         check_model_files(directory, settings)
         tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=trust_remote_code)
         if settings.merged or not (directory / "adapter_config.json").exists():

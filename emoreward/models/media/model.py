@@ -34,7 +34,6 @@ from emoreward.models.base import (
     apply_score_transform,
     broadcast_contexts,
     check_model_files,
-    check_weight_files,
     load_settings,
 )
 from emoreward.models.coverage import CoverageScoreInfo, unknown_token_share
@@ -207,7 +206,7 @@ class MediaRewardModel:
 
         Raises:
             FileNotFoundError: `directory` is not an emoreward model directory; ValueError: it holds a text model or
-            a weights file cut short (`check_weight_files`).
+            a weights file cut short (`check_model_files`).
         """
         from safetensors.torch import load_file
         from transformers import AutoFeatureExtractor, AutoTokenizer
@@ -217,7 +216,6 @@ class MediaRewardModel:
         settings = load_settings(directory)
         if not isinstance(settings, MediaSettings):
             raise ValueError(f"{directory} holds a {settings.kind} reward model; load it with load_reward_model")
-        check_weight_files(directory)
         check_model_files(directory, settings)
         spec = get_backbone(settings.backbone)
         tokenizer = AutoTokenizer.from_pretrained(directory)
