@@ -39,9 +39,14 @@ import argparse
 import json
 import os
 import platform
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmark_common import matmul_gflops  # noqa: E402
 
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -61,20 +66,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--matmul-size", type=int, default=1024, help="n of the n x n peak matmuls")
     parser.add_argument("--json", default="benchmark_zero_shot.json", help="where the results go")
     return parser.parse_args()
-
-
-def matmul_gflops(dtype, n: int, repeats: int = 5) -> float:
-    """Best-of-`repeats` GFLOP/s of an n x n @ n x n matmul in `dtype` (2 n^3 FLOPs)."""
-    import torch
-
-    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
-    torch.matmul(a, b)  # warm-up
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        torch.matmul(a, b)
-        best = min(best, time.perf_counter() - start)
-    return 2 * n**3 / best / 1e9
 
 
 def flops_per_token(config) -> dict[str, float]:

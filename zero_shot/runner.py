@@ -20,7 +20,7 @@ from pathlib import Path
 from emoreward.data import PreferencePair
 from emoreward.evaluation import metrics
 from emoreward.evaluation.harness import JudgementSet, evaluate_judgements, run_judge
-from emoreward.utils.io import atomic_write_text
+from emoreward.utils.io import atomic_write_json, atomic_write_text
 from zero_shot.backends.base import Backend
 from zero_shot.cache import CallCache
 from zero_shot.config import JudgeConfig, LazyBackend
@@ -295,17 +295,9 @@ def run_zero_shot(
         "markdown": markdown,
     }
     if out_dir is not None:
-        atomic_write_text(out_dir / "report.json", json.dumps(report, indent=2, default=_json_default) + "\n")
+        atomic_write_json(out_dir / "report.json", report)
         atomic_write_text(out_dir / "report.md", markdown)
     return report
-
-
-def _json_default(value):
-    if hasattr(value, "item"):  # numpy scalars
-        return value.item()
-    if isinstance(value, Path):
-        return str(value)
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
 def _no_media(pair: PreferencePair, media_root) -> bool:

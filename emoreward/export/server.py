@@ -64,6 +64,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import functools
 import hmac
 import json
 import logging
@@ -175,6 +176,13 @@ class RequestError(Exception):
 
 # ---------------------------------------------------------------------------------------------- OpenRLHF queries
 def _marker_pattern(markers: list[str], at: str) -> re.Pattern:
+    return _compiled_marker_pattern(tuple(markers), at)
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled_marker_pattern(markers: tuple[str, ...], at: str) -> re.Pattern:
+    """The regex of a run of `markers` at the start or end of a query (compiled once per marker set: the markers
+    are fixed for a server's life, and every OpenRLHF query is matched against them)."""
     alternatives = "|".join(re.escape(m) for m in sorted(set(markers), key=len, reverse=True) if m)
     if at == "start":
         return re.compile(rf"^(?:\s*(?:{alternatives}))+")
@@ -380,46 +388,46 @@ class RewardService:
         model reads ``video`` / ``audio`` paths relative to the server's media root: absolute paths, ``..`` parts
         and paths that leave the root through a symlink are a 400 naming the field, and no file is read for them.
         """
+        if isinstance(media, dict):  # one object for every description: checked and resolved once
+            return [self._context(media, 0)] * n
         if media is None:
             media = [None] * n
-        elif isinstance(media, dict):
-            media = [media] * n
         if not isinstance(media, list) or len(media) != n:
             raise RequestError(
                 HTTPStatus.BAD_REQUEST, "'media' must be an object or a list with one object per description"
             )
-        contexts = []
-        for k, ref in enumerate(media):
-            if ref is None:
-                ref = {}
-            if not isinstance(ref, dict):
-                raise RequestError(HTTPStatus.BAD_REQUEST, f"'media[{k}]' must be an object")
-            unknown = sorted(set(ref) - {"subtitle", "video", "audio"})
-            if unknown:
-                raise RequestError(HTTPStatus.BAD_REQUEST, f"'media[{k}]' has unknown keys {unknown}")
-            paths = {key: self._text(ref.get(key), f"media[{k}].{key}", allow_none=True) for key in ("video", "audio")}
-            subtitle = self._text(ref.get("subtitle"), f"media[{k}].subtitle", allow_none=True)
-            if self.model.kind == "text":
-                given = [key for key, value in paths.items() if value]
-                if given and not self.allow_unused_media:
-                    raise RequestError(
-                        HTTPStatus.BAD_REQUEST,
-                        f"'media[{k}].{given[0]}' given, but this reward model is text-only (it uses the subtitle); "
-                        "start the server with --allow-unused-media to accept and ignore media paths",
-                    )
-                contexts.append(RewardContext(subtitle or None))
-                continue
-            resolved = {key: self._media_path(value, f"media[{k}].{key}") for key, value in paths.items()}
-            for needed in sorted(self.model.modalities):
-                if resolved[needed] is None and not (needed == "audio" and self._audio_from_video(resolved)):
-                    raise RequestError(
-                        HTTPStatus.BAD_REQUEST, f"'media[{k}].{needed}' is required: this reward model reads {needed}"
-                    )
-            # the sample id names the media as the client wrote it: equal media share one prefix, and errors name
-            # the client's path, not the server's file layout
-            sample = paths["video"] or paths["audio"]
-            contexts.append(RewardContext(subtitle or None, resolved["video"], resolved["audio"], sample_id=sample))
-        return contexts
+        return [self._context(ref, k) for k, ref in enumerate(media)]
+
+    def _context(self, ref: Any, k: int) -> RewardContext:
+        """The context of one `media[k]` object (None: no media)."""
+        if ref is None:
+            ref = {}
+        if not isinstance(ref, dict):
+            raise RequestError(HTTPStatus.BAD_REQUEST, f"'media[{k}]' must be an object")
+        unknown = sorted(set(ref) - {"subtitle", "video", "audio"})
+        if unknown:
+            raise RequestError(HTTPStatus.BAD_REQUEST, f"'media[{k}]' has unknown keys {unknown}")
+        paths = {key: self._text(ref.get(key), f"media[{k}].{key}", allow_none=True) for key in ("video", "audio")}
+        subtitle = self._text(ref.get("subtitle"), f"media[{k}].subtitle", allow_none=True)
+        if self.model.kind == "text":
+            given = [key for key, value in paths.items() if value]
+            if given and not self.allow_unused_media:
+                raise RequestError(
+                    HTTPStatus.BAD_REQUEST,
+                    f"'media[{k}].{given[0]}' given, but this reward model is text-only (it uses the subtitle); "
+                    "start the server with --allow-unused-media to accept and ignore media paths",
+                )
+            return RewardContext(subtitle or None)
+        resolved = {key: self._media_path(value, f"media[{k}].{key}") for key, value in paths.items()}
+        for needed in sorted(self.model.modalities):
+            if resolved[needed] is None and not (needed == "audio" and self._audio_from_video(resolved)):
+                raise RequestError(
+                    HTTPStatus.BAD_REQUEST, f"'media[{k}].{needed}' is required: this reward model reads {needed}"
+                )
+        # the sample id names the media as the client wrote it: equal media share one prefix, and errors name the
+        # client's path, not the server's file layout
+        sample = paths["video"] or paths["audio"]
+        return RewardContext(subtitle or None, resolved["video"], resolved["audio"], sample_id=sample)
 
     def _audio_from_video(self, resolved: dict[str, str | None]) -> bool:
         return bool(getattr(self.model.settings, "use_audio_in_video", False) and resolved["video"])

@@ -14,7 +14,6 @@ environment pins what "auto" means (e.g. a test suite that compares rewards to f
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import os
@@ -301,16 +300,6 @@ class EmulatedBf16Matmuls(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-@contextlib.contextmanager
-def bf16_arithmetic(emulate: bool):
-    """`EmulatedBf16Matmuls` when `emulate`, else nothing (real bf16 kernels)."""
-    if emulate:
-        with EmulatedBf16Matmuls():
-            yield
-    else:
-        yield
-
-
 __all__ = [
     "CPU_BF16_FLAGS",
     "EmulatedBf16Matmuls",
@@ -318,7 +307,6 @@ __all__ = [
     "MIN_BF16_AGREEMENT",
     "cpu_flags",
     "cpu_has_bf16_matrix_units",
-    "bf16_arithmetic",
     "dtype_name",
     "has_bf16_matrix_units",
     "parse_dtype",

@@ -137,15 +137,14 @@ def text_input_ids(
     sep_ids = [tokenizer.sep_token_id] if tokenizer.sep_token_id is not None else []
     prefix = cls_ids + (tokenizer(context, add_special_tokens=False)["input_ids"] + sep_ids if context else [])
     body = tokenizer(description, add_special_tokens=False)["input_ids"]
-    # an empty description keeps its closing [SEP], as batched `tokenizer([context], [""])` gives (a single call
-    # `tokenizer(context, "")` drops the empty segment; RL stacks tokenize in batches)
-    closing = sep_ids
-    room = settings.max_length - len(prefix) - len(closing)
-    _check_room(room, settings.max_length, len(prefix) + len(closing))
+    # the closing [SEP] stays even after an empty description, as batched `tokenizer([context], [""])` gives (a
+    # single call `tokenizer(context, "")` drops the empty segment; RL stacks tokenize in batches)
+    room = settings.max_length - len(prefix) - len(sep_ids)
+    _check_room(room, settings.max_length, len(prefix) + len(sep_ids))
     truncated = len(body) > room
     if truncated and truncate:
         body = body[:room]
-    return Encoded(prefix + body + closing, truncated)
+    return Encoded(prefix + body + sep_ids, truncated)
 
 
 def _chat_ids(tokenizer, max_length: int, context: str, description: str, truncate: bool) -> Encoded:

@@ -764,7 +764,7 @@ def bootstrap_ci(
     hub = int(np.argmax((full.totals > 0).sum(axis=1)))  # the item compared with most others
     with _single_blas_thread(), warnings.catch_warnings():  # BLAS limit once for the loop
         warnings.filterwarnings("ignore", message="comparison graph is disconnected")
-        for b in tqdm(range(n_boot), desc=desc, disable=_tqdm_disable(progress), leave=False, mininterval=0.5):
+        for b in tqdm(range(n_boot), desc=desc, disable=tqdm_disable(progress), leave=False, mininterval=0.5):
             weight = np.bincount(rng.integers(0, n_units, n_units), minlength=n_units).astype(float)
             wins = (unit_wins_t @ weight).reshape(m, m)
             ties = (unit_ties_t @ weight).reshape(m, m)
@@ -822,7 +822,7 @@ def _connected(counts: PairwiseCounts, present: np.ndarray, hub: int) -> bool:
     return int(connected_components(csr_matrix(compared), directed=False)[0]) == 1
 
 
-def _tqdm_disable(progress: bool | None) -> bool | None:
+def tqdm_disable(progress: bool | None) -> bool | None:
     """tqdm's ``disable`` for ``progress``: ``None`` lets tqdm hide the bar when its stream is not a terminal."""
     return None if progress is None else not progress
 

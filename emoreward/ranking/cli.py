@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 import time
 from pathlib import Path
@@ -376,10 +375,10 @@ def _finish(args, report, table, cache_file, start: float, load_seconds: float, 
             _echo(f"ranking pushed to the Hub dataset {args.push_to_hub}")
     if not args.output:
         return
-    from emoreward.utils.io import atomic_write_text
+    from emoreward.utils.io import atomic_write_json, atomic_write_text
 
     out = Path(args.output)
-    atomic_write_text(out, json.dumps(report.to_dict(), indent=2) + "\n")
+    atomic_write_json(out, report.to_dict())
     atomic_write_text(out.with_suffix(".md"), report.to_markdown())
     if plots:
         from emoreward.ranking.plots import plot_scores, plot_win_matrix

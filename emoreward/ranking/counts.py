@@ -17,7 +17,7 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
-from emoreward.ranking.records import OUTCOMES, PairwiseRecord
+from emoreward.ranking.records import OUTCOME_CODE, PairwiseRecord
 
 
 EqualCounts = Literal["half", "drop"]
@@ -176,9 +176,6 @@ class EncodedRecords:
         return np.where(b_won, self.b, self.a) * m + np.where(b_won, self.a, self.b)
 
 
-_OUTCOME_CODE = {outcome: code for code, outcome in enumerate(OUTCOMES)}  # FIRST 0, SECOND 1, TIE 2
-
-
 def encode_records(records: Iterable[PairwiseRecord], items: Sequence[str] | None = None) -> EncodedRecords:
     """Encode records as index arrays: one C-level pass (``map``/``numpy.fromiter``) per field, no Python loop.
 
@@ -208,10 +205,10 @@ def encode_records(records: Iterable[PairwiseRecord], items: Sequence[str] | Non
     try:
         a = np.fromiter(map(index.__getitem__, names_a), dtype=np.int64, count=n)
         b = np.fromiter(map(index.__getitem__, names_b), dtype=np.int64, count=n)
-        outcome = np.fromiter(map(_OUTCOME_CODE.__getitem__, [r.outcome for r in records]), dtype=np.int8, count=n)
+        outcome = np.fromiter(map(OUTCOME_CODE.__getitem__, [r.outcome for r in records]), dtype=np.int8, count=n)
     except KeyError:
         for r in records:  # error path only: name the first offending record
-            for key, table in ((r.item_a, index), (r.item_b, index), (r.outcome, _OUTCOME_CODE)):
+            for key, table in ((r.item_a, index), (r.item_b, index), (r.outcome, OUTCOME_CODE)):
                 if key not in table:
                     raise ValueError(
                         f"record compares {r.item_a!r} and {r.item_b!r} but {key!r} is not in items {list(index)}"

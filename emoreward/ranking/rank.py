@@ -59,6 +59,7 @@ from emoreward.ranking.bradley_terry import (
     fit_binarized_bradley_terry,
     fit_bradley_terry_ties,
     rank_hierarchical,
+    tqdm_disable,
 )
 from emoreward.ranking.counts import PairwiseCounts
 from emoreward.ranking.records import PairwiseRecord
@@ -534,7 +535,7 @@ def fit_reward_effects(
     estimate = _additive_effects(rewards, observed, np.ones(n))
     rng = np.random.default_rng(seed)
     boot = np.empty((n_boot, rewards.shape[0]))
-    for b in tqdm(range(n_boot), desc="bootstrap reward effects", disable=_tqdm_disable(progress), leave=False):
+    for b in tqdm(range(n_boot), desc="bootstrap reward effects", disable=tqdm_disable(progress), leave=False):
         weight = np.bincount(rng.integers(0, n, n), minlength=n).astype(float)
         effects = _additive_effects(rewards, observed, weight)
         present = np.isfinite(effects) & np.isfinite(estimate)
@@ -1134,11 +1135,6 @@ def rank_with_judge(
     return report
 
 
-def _tqdm_disable(progress: bool | None) -> bool | None:
-    """tqdm's ``disable`` for ``progress``: ``None`` lets tqdm hide the bar when its stream is not a terminal."""
-    return None if progress is None else not progress
-
-
 def _float(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(float(x)) else float(x)
 
@@ -1459,7 +1455,7 @@ def rank_with_bpa(
     sched = BPAScheduler(models, config=config, scheduler_config=sconfig)
     n_pairs, n_skipped, stopped_by = 0, 0, "budget"
     start = time.perf_counter()
-    bar = tqdm(total=min(budget, full_pairs), desc="BPA queries", disable=_tqdm_disable(progress), leave=False)
+    bar = tqdm(total=min(budget, full_pairs), desc="BPA queries", disable=tqdm_disable(progress), leave=False)
     while n_pairs < budget:
         if n_pairs >= full_pairs:
             stopped_by = "exhausted"
@@ -1547,9 +1543,10 @@ def load_rank_judge(
     import sys
 
     from emoreward.judges import is_reward_model_dir, load_judge
+    from emoreward.models import load_reward_model
 
     if is_reward_model_dir(spec):
-        return "reward-model", load_judge(spec, media_root=media_root).model  # the RewardModelJudge's model
+        return "reward-model", load_reward_model(spec, media_root=media_root)
     return "judge", load_judge(
         spec,
         strategy=strategy,

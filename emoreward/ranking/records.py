@@ -21,6 +21,8 @@ from emoreward.evaluation.verdicts import Verdict
 Outcome = Verdict
 OUTCOMES: tuple[Verdict, ...] = (Verdict.FIRST, Verdict.SECOND, Verdict.TIE)
 """The three outcomes of a record, in the index order the fits use (0 = item_a won, 1 = item_b won, 2 = tie)."""
+OUTCOME_CODE: dict[Verdict, int] = {outcome: code for code, outcome in enumerate(OUTCOMES)}
+"""Outcome -> its index in `OUTCOMES` (FIRST 0, SECOND 1, TIE 2)."""
 
 # Spellings accepted on input, each mapped to one Verdict. "a"/"b" are the item letters of the BPA annotation files
 # (item_a / item_b); "1"/"2"/"tie" are the Verdict values themselves.

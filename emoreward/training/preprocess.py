@@ -9,7 +9,7 @@ silently: every pair left out is counted under its reason in an `ExclusionReport
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict, defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -283,21 +283,12 @@ class MediaPreferenceCollator:
     model: MediaRewardModel
     pad_token_id: int
     pad_to_multiple_of: int | None = None
-    cache_size: int = 64  # encoded media prefixes kept (LRU): a sample seen again skips decoding and features
-    _cache: OrderedDict = field(default_factory=OrderedDict, repr=False)
 
     def _prefix(self, ex: dict[str, Any]):
+        """The sample's encoded media prefix (`MediaRewardModel.encode_prefix`, which keeps processed prefixes in
+        its `media_cache`: a sample seen again skips decoding and features)."""
         context = RewardContext(ex["subtitle"] or None, ex["video"] or None, ex["audio"] or None, ex["sample_id"])
-        key = self.model.context_key(context)
-        if key in self._cache:
-            self._cache.move_to_end(key)
-            return self._cache[key]
-        prefix = self.model.encode_prefix(context)
-        if self.cache_size > 0:
-            self._cache[key] = prefix
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
-        return prefix
+        return self.model.encode_prefix(context)
 
     def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
         from emoreward.models.media import collate_media

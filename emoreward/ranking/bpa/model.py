@@ -35,10 +35,7 @@ from scipy.optimize import minimize
 from scipy.special import expit, log_expit
 
 from emoreward.ranking.bpa.config import BPAConfig
-from emoreward.ranking.records import OUTCOMES, PairwiseRecord
-
-
-_OUTCOME_CODE = {outcome: code for code, outcome in enumerate(OUTCOMES)}  # FIRST 0, SECOND 1, TIE 2
+from emoreward.ranking.records import OUTCOME_CODE, PairwiseRecord
 
 
 def rao_kupper_probabilities(score_diff: np.ndarray, delta: float, slope: float = 1.0) -> np.ndarray:
@@ -150,7 +147,7 @@ def encode_records(
             raise ValueError(f"record {r_i} names unknown annotator {rec.annotator!r}")
         idx_a[r_i] = index[rec.item_a]
         idx_b[r_i] = index[rec.item_b]
-        outcome[r_i] = _OUTCOME_CODE[rec.outcome]
+        outcome[r_i] = OUTCOME_CODE[rec.outcome]
         annotator[r_i] = ann_index[rec.annotator]
     return EncodedRecords(
         candidates=candidates,
