@@ -56,3 +56,23 @@ def test_benchmark_scripts_start(script):
                          timeout=120, cwd=ROOT)  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "--output" in out.stdout or "--json" in out.stdout  # where its figures are written
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["benchmark_ranking.py", "--models", "3", "--samples", "6", "--per-sample", "2", "--n-boot", "5",
+          "--repeats", "1"], "counts + fit + boot"),
+        (["benchmark_bpa.py", "--candidates", "10", "--anchors", "2", "--seeds", "1", "--budget", "200",
+          "--refit-every", "50", "--workers", "1"], "wall time"),
+        (["length_study.py", "--help"], "--variants"),
+    ],
+    ids=["benchmark_ranking", "benchmark_bpa", "length_study"],
+)  # fmt: skip
+def test_more_documented_scripts_run_small(argv, expected):
+    """The ranking and BPA benchmarks on small settings (seconds); the length study's command line (its runs train
+    5 folds per variant: minutes)."""
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / argv[0]), *argv[1:]], capture_output=True,
+                         text=True, timeout=300, cwd=ROOT)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert expected in out.stdout
