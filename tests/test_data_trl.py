@@ -186,9 +186,8 @@ def test_trl_columns_need_both_and_no_second_layout(tmp_path):
         load_pairs([{"sample_id": "s", **IMPLICIT[0]}, {"sample_id": "s", **IMPLICIT[0]}])
 
 
-def test_the_readme_example_line_loads_as_documented(tmp_path):
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme[readme.index("## Data\n") : readme.index("## Reward model\n")]
+def test_the_docs_example_line_loads_as_documented(tmp_path):
+    section = (Path(__file__).resolve().parents[1] / "docs" / "data.md").read_text()
     line = section.split("```json\n", 1)[1].split("```", 1)[0]
     path = tmp_path / "readme.jsonl"
     path.write_text(line)

@@ -417,11 +417,11 @@ def test_rows_per_forward_pass_follow_the_description_length():
     assert model.batch_sizes == [64, 1024 // 102]
 
 
-def test_the_readme_request_example_is_served():
+def test_the_docs_request_example_is_served():
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme[readme.index("### Reward server") : readme.index("### verl")]
+    page = (Path(__file__).resolve().parents[2] / "docs" / "serving.md").read_text()
+    section = page[page.index("### Reward server") : page.index("### verl")]
     example = json.loads(section.split("```json\n", 1)[1].split("```", 1)[0])
     service = RewardService(WordsModel(), allow_unused_media=True)  # a text model: the video is accepted, unused
     with RewardServer(service, port=0) as srv:

@@ -196,11 +196,11 @@ def test_module_file_is_loadable_standalone():
     assert load_extern_object(str(path), "compute_score").__name__ == "compute_score"
 
 
-def test_the_readme_config_calls_the_documented_function(reward_model):
+def test_the_docs_config_calls_the_documented_function(reward_model):
     import yaml
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme[readme.index("### verl") :]
+    page = (Path(__file__).resolve().parents[2] / "docs" / "serving.md").read_text()
+    section = page[page.index("### verl") :]
     config = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
     assert config["custom_reward_function"]["path"] == "pkg://emoreward.export.verl"
     with RewardServer(RewardService(reward_model), port=0) as srv:

@@ -1,4 +1,4 @@
-"""The README's multimodal worked example, as written: its code block is read from README.md and run line by line
+"""The multimodal worked example of docs/multimodal.md, as written: its code block is read from the page and run line by line
 through the real `emoreward` entry point (train, evaluate, rank, export; `serve` is started, asked for one reward
 with `media.video` and stopped with SIGTERM). The rewards agree across the routes."""
 
@@ -23,10 +23,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def example_lines() -> list[str]:
-    """The commands of the README block that follows "Worked example", continuation lines joined."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    """The commands of the docs/multimodal.md block that follows "Worked example", continuation lines joined."""
+    text = (ROOT / "docs" / "multimodal.md").read_text(encoding="utf-8")
     block = re.search(r"^Worked example.*?```bash\n(.*?)```", text, re.S | re.M)
-    assert block, "README.md has no worked example block"
+    assert block, "docs/multimodal.md has no worked example block"
     joined = block.group(1).replace("\\\n", " ")
     lines, current = [], ""
     for line in joined.splitlines():  # a quoted python -c program spans lines
@@ -49,7 +49,7 @@ def run_line(line: str, cwd: Path, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
 
 
-def test_the_readme_worked_example_runs_as_written(tmp_path):
+def test_the_docs_worked_example_runs_as_written(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     lines = example_lines()
