@@ -121,6 +121,38 @@ def _layout(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     return i, j, one_i, one_j
 
 
+def strongly_connected_rows(directed: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """Whether each table's directed graph over its ``present`` items is strongly connected (every item reaches
+    every other); for a symmetric graph, whether it is connected.
+
+    With ``directed[b, i, j]`` = "i beat (or tied) j in table b", this is Ford's (1957) condition for a finite
+    maximum-likelihood Bradley-Terry fit (Hunter 2004, assumption 1): where it fails, a group of items never lost
+    to the rest (separation) and its MLE is infinite.
+
+    Args:
+        directed (`np.ndarray` of shape `(B, M, M)`, bool): the edges of every table.
+        present (`np.ndarray` of shape `(B, M)`, bool): the items of each table.
+
+    Returns:
+        `np.ndarray` of shape `(B,)`, bool (True for a table with fewer than two items).
+    """
+    n_rows, m = present.shape
+    rows = np.arange(n_rows)
+    first = np.argmax(present, axis=1)
+    connected = np.ones(n_rows, dtype=bool)
+    for adjacency in (directed, np.swapaxes(directed, 1, 2)):  # reached from the first item, and reaching it
+        edges = adjacency.astype(float)
+        reached = np.zeros((n_rows, m), dtype=bool)
+        reached[rows, first] = present[rows, first]
+        for _ in range(m):  # breadth-first growth, all tables at once
+            grown = reached | ((np.einsum("bij,bj->bi", edges, reached.astype(float)) > 0) & present)
+            if np.array_equal(grown, reached):
+                break
+            reached = grown
+        connected &= (reached == present).all(axis=1)
+    return connected | (present.sum(axis=1) < 2)
+
+
 def _softplus(x: np.ndarray) -> np.ndarray:
     return np.maximum(x, 0.0) + np.log1p(np.exp(-np.abs(x)))
 
@@ -347,6 +379,12 @@ def fit_batch(
         eta = x[:, m] - (x[:, :m].mean(axis=1) if model == "emoprefer" else 0.0)
         tie = 1.0 + np.exp(eta) if model == "rao-kupper" else np.exp(eta)
     ok = np.isfinite(scores).all(axis=1) & converged
+    if precision == 0.0:  # no prior: a finite optimum needs every item to beat (or tie) and be beaten by the rest
+        beats = (w + t > 0, lo + t > 0)  # i -> j and j -> i, per pair
+        directed = np.zeros((n_rows, m, m), dtype=bool)
+        directed[:, i, j], directed[:, j, i] = beats
+        present = (w + lo + t) @ one_i + (w + lo + t) @ one_j > 0
+        ok &= strongly_connected_rows(directed, present)
     return BatchFit(scores, tie, ok, iterations)
 
 

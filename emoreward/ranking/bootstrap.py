@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from scipy.sparse import csr_matrix
 
-from emoreward.ranking.batched import batch_spec, fit_batch
+from emoreward.ranking.batched import batch_spec, fit_batch, strongly_connected_rows
 from emoreward.ranking.bradley_terry import (
     SCORE_TOLERANCE,
     BTResult,
@@ -207,7 +207,7 @@ def bootstrap_ci(
     all_ties = np.asarray(unit_ties_t @ weights_t).T.reshape(n_boot, m, m)
     all_ties = all_ties + np.swapaxes(all_ties, 1, 2)
     present = np.asarray(appears_t @ weights_t).T > 0
-    connected = connected_rows(all_wins + np.swapaxes(all_wins, 1, 2) + all_ties > 0, present)
+    connected = strongly_connected_rows(all_wins + np.swapaxes(all_wins, 1, 2) + all_ties > 0, present)
     boot = np.empty((n_boot, m))
     refit = np.arange(n_boot)
     spec = batch_spec(fit_fn) if batched else None
@@ -258,29 +258,6 @@ def bootstrap_ci(
         n_disconnected,
     )
     return replace(ci, estimate=estimate.with_ci(ci))
-
-
-def connected_rows(compared: np.ndarray, present: np.ndarray) -> np.ndarray:
-    """Whether each table's comparison graph over its ``present`` items is connected.
-
-    Args:
-        compared (`np.ndarray` of shape `(B, M, M)`, bool): ``compared[b, i, j]``: i and j were compared in table b.
-        present (`np.ndarray` of shape `(B, M)`, bool): the items of each table.
-
-    Returns:
-        `np.ndarray` of shape `(B,)`, bool (True for a table with fewer than two items).
-    """
-    n_rows, m = present.shape
-    adjacency = compared.astype(float)
-    reached = np.zeros((n_rows, m), dtype=bool)
-    first = np.argmax(present, axis=1)
-    reached[np.arange(n_rows), first] = present[np.arange(n_rows), first]
-    for _ in range(m):  # breadth-first growth, all tables at once
-        grown = reached | (np.einsum("bij,bj->bi", adjacency, reached.astype(float)) > 0)
-        if np.array_equal(grown, reached):
-            break
-        reached = grown
-    return (reached == present).all(axis=1) | (present.sum(axis=1) < 2)
 
 
 def tqdm_disable(progress: bool | None) -> bool | None:
