@@ -4,7 +4,7 @@
                    [--samples N | --sample-ids FILE] [--models A,B,...] [--hierarchical "A,B|C,D" | K]
                    [--tie-model davidson] [--n-boot 1000] [--cache-dir DIR | --no-cache] [--quiet]
     emoreward rank --method bpa --judge ... --data ... [--budget N] [--sigma-tau 0.3] [--refit-every 10]
-                   [--policy exploration | bpa | random] [--exploration ranking_variance | match_quality]
+                   [--policy exploration | paper | bpa | random] [--exploration ranking_variance | match_quality]
 
 ``--data ovmerd`` ranks the vendored OV-MERD table (10 models x 332 samples). Warnings about the fits (tie share,
 degenerate tie parameter, identical scores, one-sided intervals, sparse models, empty or truncated descriptions)
@@ -96,18 +96,19 @@ def add_rank_arguments(p: argparse.ArgumentParser) -> None:
     )
     b.add_argument(
         "--policy",
-        choices=["exploration", "bpa", "random"],
+        choices=["exploration", "paper", "bpa", "random"],
         default="exploration",
         help="'exploration': exploration only (default; with ranking-variance exploration the best policy measured, "
-        "README); 'bpa': the paper's 50/30/20 exploration / anchor / bridge (no anchors here: 80/20 exploration / "
-        "bridge); 'random': uniformly random model pairs (baseline)",
+        "docs); 'paper': the paper's scheduler, 50/30/20 exploration by TrueSkill match quality / anchor / bridge (no "
+        "anchors here: 80/20 exploration / bridge); 'bpa': those shares with --exploration's rule; 'random': "
+        "uniformly random model pairs (baseline)",
     )
     b.add_argument(
         "--exploration",
         choices=["ranking_variance", "match_quality"],
-        default="ranking_variance",
+        default=None,
         help="exploration rule: ranking-variance design (default, emoreward.ranking.bpa.design) or TrueSkill match "
-        "quality (the paper's; use with --policy bpa for the paper's scheduler)",
+        "quality (the paper's, the default of --policy paper)",
     )
     r = p.add_argument_group("reward-model judge")
     r.add_argument(
@@ -160,8 +161,7 @@ def check_rank_options(args: argparse.Namespace) -> None:
 
 def _read_sample_ids(path: str, table) -> list[str]:
     """The sample ids of a ``--sample-ids`` file (one a line), each checked against the table."""
-    from emoreward.data.tables import read_utf8
-    from emoreward.ranking.rank import TableError
+    from emoreward.data.tables import TableError, read_utf8
 
     file = Path(path)
     if not file.is_file():
@@ -184,7 +184,7 @@ def _read_sample_ids(path: str, table) -> list[str]:
 
 
 def _load_table(args: argparse.Namespace):
-    from emoreward.ranking.rank import TableError, bundled_ovmerd_path, load_description_table
+    from emoreward.data.tables import TableError, bundled_ovmerd_path, load_description_table
 
     path = bundled_ovmerd_path() if args.data == "ovmerd" else Path(args.data)
     table = load_description_table(path)
@@ -221,13 +221,9 @@ def _groups(args: argparse.Namespace, table):
 
 def run_rank(args: argparse.Namespace) -> int:
     """Run `emoreward rank`; prints the ranking table and returns 0. Errors raise ValueError / FileNotFoundError."""
-    from emoreward.ranking.rank import (
-        ScoreCache,
-        cache_path_for,
-        load_rank_judge,
-        rank_with_judge,
-        rank_with_reward_model,
-    )
+    from emoreward.ranking.judging import load_rank_judge
+    from emoreward.ranking.rank import rank_with_judge, rank_with_reward_model
+    from emoreward.ranking.score_cache import ScoreCache, cache_path_for
 
     if getattr(args, "method", "full") == "bpa":
         return run_rank_bpa(args)
@@ -270,15 +266,10 @@ def run_rank(args: argparse.Namespace) -> int:
 
 def run_rank_bpa(args: argparse.Namespace) -> int:
     """`emoreward rank --method bpa`: the judge in the BPA loop; prints the ranking with scores ± sigma."""
-    from emoreward.ranking.bpa import BPAConfig, SchedulerConfig
-    from emoreward.ranking.rank import (
-        JudgePairs,
-        RewardModelPairs,
-        ScoreCache,
-        cache_path_for,
-        load_rank_judge,
-        rank_with_bpa,
-    )
+    from emoreward.ranking.active import RewardModelPairs, rank_with_bpa
+    from emoreward.ranking.bpa import PAPER_SCHEDULING, BPAConfig, SchedulerConfig
+    from emoreward.ranking.judging import JudgePairs, load_rank_judge
+    from emoreward.ranking.score_cache import ScoreCache, cache_path_for
 
     if args.hierarchical:
         raise ValueError("--hierarchical is a --method full option; BPA picks its own pairs")
@@ -299,9 +290,10 @@ def run_rank_bpa(args: argparse.Namespace) -> int:
     else:
         answer = JudgePairs(judge, table, swap=not args.no_swap, runs=args.runs, combine=args.combine)
     config = BPAConfig(sigma_tau=args.sigma_tau)
-    sconfig = SchedulerConfig(
-        policy=args.policy, exploration_rule=args.exploration, refit_every=args.refit_every, seed=args.seed
-    )
+    policy = dict(PAPER_SCHEDULING) if args.policy == "paper" else {"policy": args.policy}
+    if args.exploration is not None:
+        policy["exploration_rule"] = args.exploration
+    sconfig = SchedulerConfig(**policy, refit_every=args.refit_every, seed=args.seed)
     budget = args.budget
     if budget is None:
         budget = sum(
