@@ -18,7 +18,7 @@ import time
 from emoreward.export.serve.http import RewardServer
 from emoreward.export.serve.openrlhf import DEFAULT_QUERY_MARKERS
 from emoreward.export.serve.protocol import LOOPBACK, TOKEN_ENV, ServerLimits
-from emoreward.export.serve.service import RewardService
+from emoreward.export.serve.service import OPENRLHF_LABELS, RewardService
 
 
 logger = logging.getLogger("emoreward.export.serve")
@@ -63,7 +63,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--max-batch-tokens",
         type=positive_int,
         default=d.max_batch_tokens,
-        help=f"estimated tokens of queued requests scored in one model call (default {d.max_batch_tokens})",
+        help=f"most estimated tokens of queued requests scored in one model call (default {d.max_batch_tokens})",
+    )
+    p.add_argument(
+        "--max-call-seconds",
+        type=positive_float,
+        default=d.max_call_seconds,
+        help="target seconds of one model call: larger requests are scored in slices, interleaved with the "
+        f"requests queued after them (default {d.max_call_seconds:g})",
     )
     p.add_argument(
         "--max-queue",
@@ -95,9 +102,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--openrlhf-labels",
-        choices=["ignore", "subtitle"],
+        choices=list(OPENRLHF_LABELS),
         default="ignore",
-        help="what the 'labels' of OpenRLHF requests are (--label_key): ignored, or the sample's subtitle",
+        help="what the 'labels' of OpenRLHF requests are (its --data.label_key / --label_key column): ignored, the "
+        "sample's subtitle, or its clip (a sample id, a media path under --media-root, or an object with "
+        "sample_id / subtitle / video / audio)",
     )
     p.add_argument(
         "--query-marker",
@@ -149,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
         max_queue=args.max_queue,
         queue_timeout=args.queue_timeout,
         max_batch_tokens=args.max_batch_tokens,
+        max_call_seconds=args.max_call_seconds,
         max_connections=args.max_connections,
     )
     if args.threads:

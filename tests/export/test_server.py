@@ -114,7 +114,8 @@ def test_a_whole_rollout_batch_in_one_request():
         queries = [f"P:{'w ' * (k % 7 + 1)}<|im_end|><|endoftext|>" for k in range(1024)]
         status, data = post(srv, "/get_reward", {"query": queries, "prompts": ["P:"] * 1024, "labels": [""] * 1024})
     assert status == 200 and len(data["rewards"]) == 1024
-    assert data["rewards"][:3] == pytest.approx([0.1, 0.2, 0.3]) and model.calls == [1024]
+    # scored in slices of about one second of model time each, put back together in order
+    assert data["rewards"] == pytest.approx([(k % 7 + 1) / 10 for k in range(1024)]) and sum(model.calls) == 1024
 
 
 @pytest.mark.parametrize(

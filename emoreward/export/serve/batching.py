@@ -1,5 +1,12 @@
 """The queue in front of the model: `Job` (one request's descriptions on their way to a model call) and `Batcher`
-(a bounded FIFO queue and the one scoring thread that merges queued jobs into model calls)."""
+(a bounded queue and the one scoring thread that merges queued jobs into model calls, a large job in slices).
+
+Fairness (issue 23): every model call takes at most a budget of estimated tokens, sized so that one call lasts
+about ``ServerLimits.max_call_seconds`` at the measured scoring rate (never more than ``max_batch_tokens``). A job
+larger than the budget is scored in slices, and after each slice it goes to the back of the queue: requests
+queued behind a large one are scored in the next model call, so no request inside the limits can hold the model
+for longer than one call. Jobs whose client has gone (``Job.cancelled``) are dropped before their next slice.
+"""
 
 from __future__ import annotations
 
@@ -20,25 +27,64 @@ from emoreward.models.base import RewardContext, ScoreInfo
 
 logger = logging.getLogger(__name__)
 
+# tokens of the first model calls, before a scoring rate is measured
+FIRST_CALL_TOKENS = 1024
+
 
 @dataclass
 class Job:
-    """One request's descriptions on their way through the queue (filled by `RewardService.score_jobs`)."""
+    """One request's descriptions on their way through the queue (filled by `RewardService.score_jobs`).
+
+    Attributes:
+        route (`str`): ``"rewards"`` or ``"openrlhf"``.
+        descriptions, contexts, fields: one entry per description (``fields``: the request field naming it, for
+            error messages, e.g. ``"descriptions[3]"``).
+        costs (`list[int]`): estimated tokens of each description with its context.
+        offset (`int`): index of ``descriptions[0]`` in its request (a slice of a larger job starts past 0).
+        cancelled (`bool`): the client has gone; the job is dropped before its next model call.
+        info, error: the result (`ScoreInfo` for the job's descriptions) or the error its request gets.
+    """
 
     route: str
     descriptions: list[str]
     contexts: list[RewardContext]
     fields: list[str]
-    tokens: int
+    costs: list[int]
+    offset: int = 0
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future, repr=False)
     deadline: float = math.inf
     cancelled: bool = False
     info: ScoreInfo | None = None
     error: RequestError | None = None
+    taken: int = field(default=0, repr=False)  # descriptions handed to model calls so far
+    scored: int = field(default=0, repr=False)  # descriptions whose model call has returned
+    parts: list[ScoreInfo] = field(default_factory=list, repr=False)
 
     @property
     def n(self) -> int:
         return len(self.descriptions)
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.costs)
+
+    def part(self, start: int, stop: int) -> Job:
+        """The sub-job of descriptions ``start:stop`` (scored like any job; its fields keep the request's names)."""
+        return Job(
+            self.route,
+            self.descriptions[start:stop],
+            self.contexts[start:stop],
+            self.fields[start:stop],
+            self.costs[start:stop],
+            offset=self.offset + start,
+        )
+
+    def finish(self) -> None:
+        """Wake whoever waits on the job (once; a waiter that has gone is no error)."""
+        try:
+            self.future.set_result(None)
+        except concurrent.futures.InvalidStateError:
+            pass
 
 
 class Scorer(Protocol):
@@ -50,10 +96,16 @@ class Scorer(Protocol):
 
     def reply(self, job: Job) -> dict[str, Any]: ...
 
+    def count(self, **increments: int) -> None: ...
+
 
 class Batcher:
-    """The bounded queue and the one scoring thread: jobs wait in FIFO order, and each model call takes the queued
-    jobs that fit ``max_batch_tokens`` (at least one), so concurrent requests share forward passes."""
+    """The bounded queue and the one scoring thread: each model call takes queued jobs in order up to the call's
+    token budget (at least one description), so concurrent requests share forward passes, and a job that does
+    not fit is cut: its first part is scored now and the rest waits at the back of the queue.
+
+    Use `run` from an event loop or `score` from any thread; `start` first, `close` at the end.
+    """
 
     def __init__(self, service: Scorer):
         self.service = service
@@ -62,6 +114,7 @@ class Batcher:
         self._queue: deque[Job] = deque()
         self.pending = 0  # descriptions queued or being scored
         self._rate: float | None = None  # descriptions per second, smoothed
+        self._token_rate: float | None = None  # estimated tokens per second, smoothed
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="emoreward-scorer", daemon=True)
 
@@ -78,6 +131,14 @@ class Batcher:
 
     def full(self) -> bool:
         return self._stopping or self.pending >= self.limits.max_queue
+
+    def call_budget(self) -> int:
+        """Estimated tokens one model call may take: ``max_call_seconds`` at the measured rate, at least
+        `FIRST_CALL_TOKENS` (also before a rate is known) and at most ``max_batch_tokens``."""
+        floor = min(FIRST_CALL_TOKENS, self.limits.max_batch_tokens)
+        if self._token_rate is None:
+            return floor
+        return max(floor, min(self.limits.max_batch_tokens, int(self._token_rate * self.limits.max_call_seconds)))
 
     def submit(self, job: Job) -> None:
         """Queue a job.
@@ -98,34 +159,61 @@ class Batcher:
             self._cv.notify()
 
     async def run(self, job: Job) -> dict[str, Any]:
-        """Queue a job, wait for its model call, return its reply.
+        """Queue a job, wait for its model calls, return its reply (from an event loop).
 
         Raises:
             RequestError: 503 (queue full or timed out), or the job's own error.
         """
+        if job.info is not None:  # nothing to score (an empty OpenRLHF query)
+            return self.service.reply(job)
         self.submit(job)
         try:
-            await asyncio.wrap_future(job.future)
+            await asyncio.shield(asyncio.wrap_future(job.future))
         except asyncio.CancelledError:
             job.cancelled = True
             raise
         return self.service.reply(job)
 
-    def _take(self) -> tuple[list[Job], list[Job]]:
-        batch: list[Job] = []
-        expired: list[Job] = []
-        tokens = 0
+    def score(self, job: Job) -> dict[str, Any]:
+        """Queue a job, block until it is scored, return its reply (from any thread; concurrent callers share
+        model calls).
+
+        Raises:
+            RequestError: 503 (queue full or timed out), or the job's own error.
+        """
+        if job.info is None:  # else nothing to score (an empty OpenRLHF query)
+            self.submit(job)
+            job.future.result()
+        return self.service.reply(job)
+
+    def _take(self) -> tuple[list[tuple[Job, Job]], list[Job]]:
+        """(parent job, the part of it to score) for the next model call, and the jobs dropped from the queue."""
+        batch: list[tuple[Job, Job]] = []
+        dropped: list[Job] = []
+        budget, tokens = self.call_budget(), 0
         now = time.monotonic()
         while self._queue:
             job = self._queue[0]
-            if job.cancelled or now > job.deadline:
-                expired.append(self._queue.popleft())
+            if job.cancelled or job.error is not None or (job.taken == 0 and now > job.deadline):
+                dropped.append(self._queue.popleft())
                 continue
-            if batch and tokens + job.tokens > self.limits.max_batch_tokens:
+            start = stop = job.taken
+            size = 0
+            while stop < job.n and tokens + size + job.costs[stop] <= budget:
+                size += job.costs[stop]
+                stop += 1
+            if stop == start:
+                if batch:
+                    break
+                size, stop = job.costs[start], start + 1  # at least one description per call
+            self._queue.popleft()
+            job.taken = stop
+            batch.append((job, job if (start, stop) == (0, job.n) else job.part(start, stop)))
+            tokens += size
+            if stop < job.n:  # the rest waits behind the jobs queued after it
+                self._queue.append(job)
                 break
-            batch.append(self._queue.popleft())
-            tokens += job.tokens
-        return batch, expired
+        return batch, dropped
 
     def _run(self) -> None:
         while True:
@@ -134,28 +222,57 @@ class Batcher:
                     self._cv.wait()
                 if not self._queue:
                     return
-                batch, expired = self._take()
-            for job in expired:
-                job.error = self.busy(
-                    f"waited {self.limits.queue_timeout:g} s in the queue without being scored; retry later"
-                )
+                batch, dropped = self._take()
+                self.pending -= sum(job.n - job.taken for job in dropped)  # no part of them is in a model call
+            for job in dropped:
+                if job.cancelled:
+                    pass  # nobody waits for the reply
+                elif job.error is None:
+                    job.error = self.busy(
+                        f"waited {self.limits.queue_timeout:g} s in the queue without being scored; retry later"
+                    )
+                job.finish()
             if batch:
-                start = time.perf_counter()
-                try:
-                    self.service.score_jobs(batch)
-                except Exception:  # e.g. a model returning the wrong number of rewards: never leave a job waiting
-                    logger.exception("scoring failed")
-                    for job in batch:
-                        job.error = RequestError(
-                            HTTPStatus.INTERNAL_SERVER_ERROR, "scoring failed; see the server log"
-                        )
-                n = sum(job.n for job in batch)
-                rate = n / max(time.perf_counter() - start, 1e-6)
-                self._rate = rate if self._rate is None else 0.8 * self._rate + 0.2 * rate
-            with self._cv:
-                self.pending -= sum(job.n for job in batch) + sum(job.n for job in expired)
-            for job in expired + batch:
-                job.future.set_result(None)
+                self._score(batch)
+
+    def _score(self, batch: list[tuple[Job, Job]]) -> None:
+        parts = [part for _, part in batch]
+        start = time.perf_counter()
+        try:
+            self.service.score_jobs(parts)
+        except Exception:  # e.g. a model returning the wrong number of rewards: never leave a job waiting
+            logger.exception("scoring failed")
+            for part in parts:
+                part.error = RequestError(HTTPStatus.INTERNAL_SERVER_ERROR, "scoring failed; see the server log")
+        seconds = max(time.perf_counter() - start, 1e-6)
+        rate, token_rate = sum(p.n for p in parts) / seconds, sum(p.tokens for p in parts) / seconds
+        self._rate = rate if self._rate is None else 0.8 * self._rate + 0.2 * rate
+        self._token_rate = token_rate if self._token_rate is None else 0.8 * self._token_rate + 0.2 * token_rate
+        finished = []
+        with self._cv:
+            for job, part in batch:
+                self.pending -= part.n
+                job.scored += part.n
+                if part is not job:
+                    if part.error is not None:
+                        job.error = job.error or part.error
+                    elif part.info is not None:
+                        job.parts.append(part.info)
+                if job.error is not None and job.taken < job.n:  # the rest of a failed job is never scored
+                    if job in self._queue:
+                        self._queue.remove(job)
+                    self.pending -= job.n - job.taken
+                    job.taken = job.scored = job.n
+                if job.scored == job.n:
+                    finished.append(job)
+        for job in finished:
+            if job.parts and job.error is None and job.info is None:
+                job.info = ScoreInfo(
+                    [r for p in job.parts for r in p.rewards],
+                    [t for p in job.parts for t in p.truncated],
+                    [t for p in job.parts for t in p.n_tokens],
+                )
+            job.finish()
 
     def close(self, timeout: float) -> bool:
         """Stop taking jobs, score the queued ones, wait for the thread (at most ``timeout`` s); True when done."""

@@ -13,7 +13,7 @@ from typing import Any
 
 import h11
 
-from emoreward.export.serve.batching import Batcher
+from emoreward.export.serve.batching import Batcher, Job
 from emoreward.export.serve.protocol import LOOPBACK, ROUTES, RequestError, check_bearer, parse_json
 from emoreward.export.serve.service import RewardService
 
@@ -96,7 +96,9 @@ class _Connection:
             self._authorize(headers)
             body = await self._receive_json(headers)
             job = service.parse(route, body)
-            result = await self.server.batcher.run(job)
+            result = await self._scored(job)
+            if result is None:
+                return  # the client has gone: no reply to send
         except RequestError as err:
             service.record_error(err)
             logger.info("%s %s -> %d %s", method, path, err.status.value, err.message)
@@ -108,6 +110,36 @@ class _Connection:
             await self._send(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error; see the server log"})
             return
         await self._send(HTTPStatus.OK, result)
+
+    async def _scored(self, job: Job) -> dict[str, Any] | None:
+        """The reply to a job once it is scored, or None when the client closes the connection while it waits:
+        the job is then dropped before its next model call (a client that half-closes its side after the
+        request counts as gone). Bytes of a pipelined next request are handed to h11 for the next cycle."""
+        if job.info is not None:  # nothing to score (an empty OpenRLHF query)
+            return self.service.reply(job)
+        self.server.batcher.submit(job)
+        scored = asyncio.wrap_future(job.future)
+        watch: asyncio.Future | None = None
+        try:
+            while True:
+                watch = asyncio.ensure_future(self.reader.read(READ_CHUNK))
+                await asyncio.wait((scored, watch), return_when=asyncio.FIRST_COMPLETED)
+                if scored.done():
+                    return self.service.reply(job)
+                try:
+                    data = watch.result()
+                except OSError:  # reset by the peer
+                    data = b""
+                if not data:
+                    job.cancelled = True
+                    self.service.count(abandoned=1)
+                    return None
+                self.conn.receive_data(data)
+        finally:
+            if watch is not None and not watch.done():
+                watch.cancel()
+            if not scored.done():  # cancelled (shutdown): nobody reads the reply
+                job.cancelled = True
 
     def _authorize(self, headers: dict[str, str]) -> None:
         check_bearer(headers, self.server.token)

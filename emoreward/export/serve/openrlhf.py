@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import functools
 import re
+from http import HTTPStatus
+from pathlib import PurePosixPath
 from typing import Any
+
+from emoreward.data.media import AUDIO_SUBDIR, AUDIO_SUFFIX, VIDEO_SUBDIR, VIDEO_SUFFIX
+from emoreward.export.serve.protocol import RequestError
 
 
 # End-of-turn, EOS and pad markers of common chat models, as `tokenizer.decode(..., skip_special_tokens=False)`
@@ -73,3 +78,60 @@ def query_markers(model: Any, extra: list[str] | tuple[str, ...] = ()) -> tuple[
     pad = [*DEFAULT_QUERY_MARKERS, *own, *extra]
     end = pad + ([sep] if isinstance(sep, str) and sep else [])
     return pad, end
+
+
+# ---------------------------------------------------------------------------------------------- labels naming the clip
+LABEL_OBJECT_KEYS = ("sample_id", "subtitle", "video", "audio")
+
+
+def clip_from_label(label: Any, where: str, modalities: frozenset[str] | set[str], audio_from_video: bool) -> dict:
+    """The media object (``subtitle`` / ``video`` / ``audio`` paths relative to the media root, ``sample_id``) an
+    OpenRLHF label names under ``--openrlhf-labels clip``. OpenRLHF's query is decoded text, so the clip of a
+    sample can only travel in its label (the dataset's ``--data.label_key`` column):
+
+    - a sample id (text without a path separator or a file suffix): the media root's layout,
+      ``video/<id>.mp4`` and ``audio/<id>.wav`` (`emoreward.data.media`), for the media the model reads;
+    - a media path relative to the media root (``video/s1.mp4``): the one file a model that reads one medium
+      needs (a model reading video and audio needs a sample id or an object, unless its audio comes from the
+      video);
+    - an object with the keys ``sample_id``, ``subtitle``, ``video``, ``audio`` (all optional).
+
+    None (or an empty string) names nothing. Paths are only parsed here; the caller confines them to the media
+    root (`RewardService`).
+
+    Raises:
+        RequestError: 400 naming ``where`` for a label of another type, unknown keys, or a path whose medium is
+            ambiguous.
+    """
+    if label is None or label == "":
+        return {}
+    if isinstance(label, dict):
+        unknown = sorted(set(label) - set(LABEL_OBJECT_KEYS))
+        if unknown:
+            raise RequestError(
+                HTTPStatus.BAD_REQUEST, f"'{where}' has unknown keys {unknown}; expected {list(LABEL_OBJECT_KEYS)}"
+            )
+        return dict(label)
+    if not isinstance(label, str):
+        raise RequestError(
+            HTTPStatus.BAD_REQUEST,
+            f"'{where}' must be a sample id, a media path or an object, got {type(label).__name__}",
+        )
+    text = label.strip()
+    if "/" in text or "\\" in text or PurePosixPath(text).suffix:
+        wanted = set(modalities) - ({"audio"} if audio_from_video else set())
+        if len(wanted) != 1:
+            raise RequestError(
+                HTTPStatus.BAD_REQUEST,
+                f"'{where}' is a media path, but this reward model reads {' and '.join(sorted(modalities)) or 'no media'}: "
+                "name the sample id, or give an object with 'video' and 'audio'",
+            )
+        return {next(iter(wanted)): text, "sample_id": text}
+    reads = set(modalities)
+    return {
+        "video": f"{VIDEO_SUBDIR}/{text}{VIDEO_SUFFIX}"
+        if "video" in reads or ("audio" in reads and audio_from_video)
+        else None,
+        "audio": f"{AUDIO_SUBDIR}/{text}{AUDIO_SUFFIX}" if "audio" in reads and not audio_from_video else None,
+        "sample_id": text,
+    }

@@ -85,7 +85,10 @@ class ServerLimits:
             before tokenizing; None: derived from the model's ``max_length`` tokens (`max_chars_for`).
         max_queue (`int`): descriptions queued or being scored; a request that would exceed it gets 503.
         queue_timeout (`float`): seconds a request may wait in the queue before it is answered 503.
-        max_batch_tokens (`int`): estimated tokens (about 4 characters each) merged into one model call.
+        max_batch_tokens (`int`): most estimated tokens (about 4 characters each) merged into one model call.
+        max_call_seconds (`float`): target duration of one model call: a call takes the queued descriptions that
+            the measured scoring rate scores in this time (at most ``max_batch_tokens``); a larger request is
+            scored in slices, interleaved with the requests queued after it.
         max_connections (`int`): open connections; more are answered 503 and closed.
         keepalive_timeout (`float`): seconds an idle keep-alive connection stays open.
         read_timeout (`float`): seconds to receive one request (headers and body).
@@ -97,6 +100,7 @@ class ServerLimits:
     max_queue: int = 32768
     queue_timeout: float = 150.0
     max_batch_tokens: int = 16384
+    max_call_seconds: float = 1.0
     max_connections: int = 1024
     keepalive_timeout: float = 15.0
     read_timeout: float = 60.0

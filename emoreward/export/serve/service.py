@@ -20,12 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from emoreward.export.serve.batching import Job
-from emoreward.export.serve.openrlhf import description_from_query, query_markers
+from emoreward.export.serve.openrlhf import LABEL_OBJECT_KEYS, clip_from_label, description_from_query, query_markers
 from emoreward.export.serve.protocol import RequestError, ServerLimits, max_chars_for
 from emoreward.models.base import RewardContext, ScoreInfo
 
 
 logger = logging.getLogger(__name__)
+
+OPENRLHF_LABELS = ("ignore", "subtitle", "clip")
 
 
 @dataclass
@@ -38,6 +40,7 @@ class ServerStats:
     truncated: int = 0
     refused_overlong: int = 0
     busy: int = 0  # answered 503
+    abandoned: int = 0  # client gone before the reply (not answered; dropped before scoring)
     bad_requests: int = 0  # answered 4xx
     failures: int = 0  # answered 500
     batches: int = 0
@@ -46,7 +49,8 @@ class ServerStats:
         return (
             f"{self.requests} requests ({self.descriptions} descriptions: {self.empty} empty, {self.truncated} "
             f"truncated) in {self.batches} model calls; {self.busy} answered 503 (busy), {self.bad_requests} bad "
-            f"requests ({self.refused_overlong} over-long refused), {self.failures} failures"
+            f"requests ({self.refused_overlong} over-long refused), {self.failures} failures, {self.abandoned} "
+            "abandoned by their clients"
         )
 
 
@@ -62,7 +66,8 @@ class RewardService:
             characters a token): the rows per pass are ``forward_tokens // mean tokens``, at most ``batch_size``, so
             that long descriptions of varied lengths are not all padded to the longest. None: 1024 on CPU (measured
             best there: OV-MERD descriptions score 2x faster in rows of 4-8 than of 64), 16384 on a GPU.
-        openrlhf_labels (`"ignore"` or `"subtitle"`): what OpenRLHF ``labels`` are.
+        openrlhf_labels (`"ignore"`, `"subtitle"` or `"clip"`): what OpenRLHF ``labels`` are: ignored, the
+            sample's subtitle, or its clip (a sample id, a media path or a media object: `clip_from_label`).
         allow_unused_media (`bool`): a text model accepts (and ignores) video / audio paths (otherwise 400).
         name (`str`): the model name returned to clients.
         media_root (`str` or `Path`, *optional*): the only folder media paths may point into (multimodal models);
@@ -89,8 +94,8 @@ class RewardService:
         extra_query_markers: list[str] | tuple[str, ...] = (),
         forward_tokens: int | None = None,
     ):
-        if openrlhf_labels not in ("ignore", "subtitle"):
-            raise ValueError(f"openrlhf_labels must be 'ignore' or 'subtitle', got {openrlhf_labels!r}")
+        if openrlhf_labels not in OPENRLHF_LABELS:
+            raise ValueError(f"openrlhf_labels must be one of {OPENRLHF_LABELS}, got {openrlhf_labels!r}")
         if overlong not in ("flag", "refuse"):
             raise ValueError(f"overlong must be 'flag' or 'refuse', got {overlong!r}")
         self.model = model
@@ -146,17 +151,18 @@ class RewardService:
         """
         try:
             job = self.parse(route, body)
-            self.score_jobs([job])
+            if job.info is None:
+                self.score_jobs([job])
             return self.reply(job)
         except RequestError as err:
             self.record_error(err)
             raise
 
     # ------------------------------------------------------------------ validation helpers
-    def _list(self, value: Any, field_name: str) -> list:
+    def _list(self, value: Any, field_name: str, allow_empty: bool = False) -> list:
         if not isinstance(value, list):
             raise RequestError(HTTPStatus.BAD_REQUEST, f"'{field_name}' must be a list")
-        if not value:
+        if not value and not allow_empty:
             raise RequestError(HTTPStatus.BAD_REQUEST, f"'{field_name}' is empty")
         if len(value) > self.limits.max_items:
             raise RequestError(
@@ -191,8 +197,8 @@ class RewardService:
         return min(tokens, self.max_length) if self.max_length else tokens
 
     def _job(self, route: str, descriptions: list[str], contexts: list[RewardContext], fields: list[str]) -> Job:
-        tokens = sum(self._estimate_tokens(d, c) for d, c in zip(descriptions, contexts))
-        return Job(route, descriptions, contexts, fields, tokens)
+        costs = [self._estimate_tokens(d, c) for d, c in zip(descriptions, contexts)]
+        return Job(route, descriptions, contexts, fields, costs)
 
     def _media(self, media: Any, n: int) -> list[RewardContext]:
         """Contexts, one per description, from ``media`` (an object, a list of objects, or None).
@@ -202,44 +208,46 @@ class RewardService:
         and paths that leave the root through a symlink are a 400 naming the field, and no file is read for them.
         """
         if isinstance(media, dict):  # one object for every description: checked and resolved once
-            return [self._context(media, 0)] * n
+            return [self._context(media, "media[0]")] * n
         if media is None:
             media = [None] * n
         if not isinstance(media, list) or len(media) != n:
             raise RequestError(
                 HTTPStatus.BAD_REQUEST, "'media' must be an object or a list with one object per description"
             )
-        return [self._context(ref, k) for k, ref in enumerate(media)]
+        return [self._context(ref, f"media[{k}]") for k, ref in enumerate(media)]
 
-    def _context(self, ref: Any, k: int) -> RewardContext:
-        """The context of one `media[k]` object (None: no media)."""
+    def _context(self, ref: Any, where: str, keys: tuple[str, ...] = ("subtitle", "video", "audio")) -> RewardContext:
+        """The context of one media object (None: no media) found at ``where`` in the request (``media[3]``, or
+        ``labels[3]`` for an OpenRLHF label that names the clip, which may also carry a ``sample_id``)."""
         if ref is None:
             ref = {}
         if not isinstance(ref, dict):
-            raise RequestError(HTTPStatus.BAD_REQUEST, f"'media[{k}]' must be an object")
-        unknown = sorted(set(ref) - {"subtitle", "video", "audio"})
+            raise RequestError(HTTPStatus.BAD_REQUEST, f"'{where}' must be an object")
+        unknown = sorted(set(ref) - set(keys))
         if unknown:
-            raise RequestError(HTTPStatus.BAD_REQUEST, f"'media[{k}]' has unknown keys {unknown}")
-        paths = {key: self._text(ref.get(key), f"media[{k}].{key}", allow_none=True) for key in ("video", "audio")}
-        subtitle = self._text(ref.get("subtitle"), f"media[{k}].subtitle", allow_none=True)
+            raise RequestError(HTTPStatus.BAD_REQUEST, f"'{where}' has unknown keys {unknown}")
+        paths = {key: self._text(ref.get(key), f"{where}.{key}", allow_none=True) for key in ("video", "audio")}
+        subtitle = self._text(ref.get("subtitle"), f"{where}.subtitle", allow_none=True)
+        sample_id = self._text(ref.get("sample_id"), f"{where}.sample_id", allow_none=True)
         if self.model.kind == "text":
             given = [key for key, value in paths.items() if value]
             if given and not self.allow_unused_media:
                 raise RequestError(
                     HTTPStatus.BAD_REQUEST,
-                    f"'media[{k}].{given[0]}' given, but this reward model is text-only (it uses the subtitle); "
+                    f"'{where}.{given[0]}' given, but this reward model is text-only (it uses the subtitle); "
                     "start the server with --allow-unused-media to accept and ignore media paths",
                 )
             return RewardContext(subtitle or None)
-        resolved = {key: self._media_path(value, f"media[{k}].{key}") for key, value in paths.items()}
+        resolved = {key: self._media_path(value, f"{where}.{key}") for key, value in paths.items()}
         for needed in sorted(self.model.modalities):
             if resolved[needed] is None and not (needed == "audio" and self._audio_from_video(resolved)):
                 raise RequestError(
-                    HTTPStatus.BAD_REQUEST, f"'media[{k}].{needed}' is required: this reward model reads {needed}"
+                    HTTPStatus.BAD_REQUEST, f"'{where}.{needed}' is required: this reward model reads {needed}"
                 )
         # the sample id names the media as the client wrote it: equal media share one prefix, and errors name the
         # client's path, not the server's file layout
-        sample = paths["video"] or paths["audio"]
+        sample = sample_id or paths["video"] or paths["audio"]
         return RewardContext(subtitle or None, resolved["video"], resolved["audio"], sample_id=sample)
 
     def _audio_from_video(self, resolved: dict[str, str | None]) -> bool:
@@ -260,7 +268,13 @@ class RewardService:
             raise RequestError(
                 HTTPStatus.BAD_REQUEST, f"'{field_name}' must be a relative path inside the media root, without '..'"
             )
-        full = (self.media_root / path).resolve()
+        try:
+            full = (self.media_root / path).resolve()
+        except (RuntimeError, OSError):  # a symlink loop (RuntimeError before Python 3.13, OSError after)
+            raise RequestError(
+                HTTPStatus.BAD_REQUEST,
+                f"'{field_name}' cannot be resolved in the media root (a symlink loop?): {value}",
+            ) from None
         if not full.is_relative_to(self.media_root):
             raise RequestError(HTTPStatus.BAD_REQUEST, f"'{field_name}' leaves the media root (through a symlink)")
         if not full.is_file():
@@ -296,11 +310,15 @@ class RewardService:
     def _parse_openrlhf(self, body: dict) -> Job:
         if "query" not in body:
             raise RequestError(HTTPStatus.BAD_REQUEST, "missing field 'query' (OpenRLHF remote reward model request)")
-        queries = [self._text(q, f"query[{k}]", cap=False) for k, q in enumerate(self._list(body["query"], "query"))]
+        # an empty query is a request too: OpenRLHF with several --remote_rm_url endpoints splits a batch over them
+        queries = [
+            self._text(q, f"query[{k}]", cap=False)
+            for k, q in enumerate(self._list(body["query"], "query", allow_empty=True))
+        ]
         n = len(queries)
         prompts: list[str | None] = [None] * n
         if body.get("prompts") is not None:
-            given = self._list(body["prompts"], "prompts")
+            given = self._list(body["prompts"], "prompts", allow_empty=True)
             if len(given) != n:
                 raise RequestError(HTTPStatus.BAD_REQUEST, f"'prompts' has {len(given)} items for {n} queries")
             prompts = [self._text(p, f"prompts[{k}]", cap=False) for k, p in enumerate(given)]
@@ -314,21 +332,33 @@ class RewardService:
                     "prompt + response as OpenRLHF does",
                 )
             descriptions.append(self._text(description, f"query[{k}] (its response)"))
-        subtitles: list[str | None] = [None] * n
         labels = body.get("labels")
-        if self.openrlhf_labels == "subtitle" and labels is not None:
-            if not isinstance(labels, list) or len(labels) != n:
-                count = f"{len(labels)} items" if isinstance(labels, list) else "no list"
-                raise RequestError(HTTPStatus.BAD_REQUEST, f"'labels' has {count} for {n} queries")
-            subtitles = [self._text(s, f"labels[{k}]", allow_none=True) or None for k, s in enumerate(labels)]
-        if self.model.modalities:
+        if self.openrlhf_labels == "ignore" or labels is None:
+            labels = [None] * n
+        elif not isinstance(labels, list) or len(labels) != n:
+            count = f"{len(labels)} items" if isinstance(labels, list) else "no list"
+            raise RequestError(HTTPStatus.BAD_REQUEST, f"'labels' has {count} for {n} queries")
+        if self.model.modalities and self.openrlhf_labels != "clip":
             raise RequestError(
                 HTTPStatus.BAD_REQUEST,
                 "/get_reward carries no media and this reward model reads "
-                f"{' and '.join(sorted(self.model.modalities))}: use /v1/rewards with 'media'",
+                f"{' and '.join(sorted(self.model.modalities))}: start the server with --openrlhf-labels clip and "
+                "name each sample's clip in its label, or use /v1/rewards with 'media'",
             )
-        contexts = [RewardContext(s) for s in subtitles]
-        return self._job("openrlhf", descriptions, contexts, [f"query[{k}]" for k in range(n)])
+        if self.openrlhf_labels == "clip":
+            audio_from_video = bool(getattr(self.model.settings, "use_audio_in_video", False))
+            refs = [
+                clip_from_label(label, f"labels[{k}]", self.model.modalities, audio_from_video)
+                for k, label in enumerate(labels)
+            ]
+            contexts = [self._context(ref, f"labels[{k}]", LABEL_OBJECT_KEYS) for k, ref in enumerate(refs)]
+        else:
+            subtitles = [self._text(s, f"labels[{k}]", allow_none=True) or None for k, s in enumerate(labels)]
+            contexts = [RewardContext(s) for s in subtitles]
+        job = self._job("openrlhf", descriptions, contexts, [f"query[{k}]" for k in range(n)])
+        if not n:
+            job.info = ScoreInfo([], [], [])  # answered at once, never queued
+        return job
 
     # ------------------------------------------------------------------ scoring
     def score_jobs(self, jobs: list[Job]) -> None:
@@ -380,7 +410,7 @@ class RewardService:
         for k, context in enumerate(job.contexts):
             if context.sample_id == err.sample_id:
                 key = "audio" if err.path is not None and err.path == context.audio else "video"
-                where = f"media[{k}].{key}"
+                where = f"{'labels' if job.route == 'openrlhf' else 'media'}[{job.offset + k}].{key}"
                 break
         if err.path is not None and self.media_root is not None and Path(err.path).is_relative_to(self.media_root):
             shown = str(Path(err.path).relative_to(self.media_root))
