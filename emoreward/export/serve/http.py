@@ -40,11 +40,12 @@ class _Connection:
         self.server, self.service = server, server.service
         self.reader, self.writer = reader, writer
         self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self.idle = True  # waiting for a request on a kept-alive connection (the shutdown closes it at once)
 
     async def serve(self) -> None:
         limits = self.service.limits
         while not self.server.closing:
-            idle = self.conn.their_state is h11.IDLE
+            idle = self.idle = self.conn.their_state is h11.IDLE and not self.conn.trailing_data[0]
             try:
                 event = await self._next_event(limits.keepalive_timeout if idle else limits.read_timeout)
             except asyncio.TimeoutError:
@@ -55,6 +56,8 @@ class _Connection:
                 status = HTTPStatus(err.error_status_hint)
                 await self._send(status, {"error": f"malformed HTTP request: {err}"}, close=True)
                 return
+            finally:
+                self.idle = False
             if not isinstance(event, h11.Request):
                 return  # ConnectionClosed, or a protocol state we do not continue from
             await self._handle(event)
@@ -160,6 +163,8 @@ class _Connection:
             raise RequestError(
                 HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body of {length} bytes; the limit is {limits.max_body_bytes}"
             )
+        if self.server.closing:
+            raise RequestError(HTTPStatus.SERVICE_UNAVAILABLE, "the server is shutting down")
         if self.server.batcher.full():
             raise self.server.batcher.busy("the queue is full; retry later")
         raw = await self._read_body(limits.max_body_bytes)
@@ -242,7 +247,7 @@ class RewardServer:
         self._bind = (host, port)
         self._address: tuple[str, int] | None = None
         self._server: asyncio.base_events.Server | None = None
-        self._tasks: set[asyncio.Task] = set()
+        self._connections: dict[asyncio.Task, _Connection] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self.closing = False
@@ -270,37 +275,43 @@ class RewardServer:
         self.started_at = time.time()
 
     async def shutdown(self, grace: float = 60.0) -> bool:
-        """Stop accepting, score what is queued (at most ``grace`` s), answer it and close every connection.
+        """Stop accepting, score what is queued (at most ``grace`` s), answer it and close every connection, quietly:
+        idle keep-alive connections are closed at once, the others after their reply, and no connection task is
+        cancelled while it has work (a cancelled stream handler is logged by asyncio as an error).
         True when every queued request was scored in time."""
         self.closing = True
         if self._server is not None:
             self._server.close()
+        for connection in list(self._connections.values()):
+            if connection.idle:
+                connection.writer.close()  # its read ends with EOF
         done = await asyncio.get_running_loop().run_in_executor(None, self.batcher.close, grace)
-        if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=5)
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=5)
+        for last_resort in (False, True):
+            if self._connections:
+                await asyncio.wait(list(self._connections), timeout=10)
+            for task, connection in list(self._connections.items()):
+                if last_resort:
+                    task.cancel()
+                else:
+                    connection.writer.close()
         return done
 
     async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
-        if self.closing or len(self._tasks) >= self.service.limits.max_connections:
+        if self.closing or len(self._connections) >= self.service.limits.max_connections:
             self.service.count(busy=1)
             message = "shutting down" if self.closing else "too many open connections; retry later"
             writer.write(_raw_response(HTTPStatus.SERVICE_UNAVAILABLE, message, self.batcher.retry_after()))
             await _close(writer)
             return
-        self._tasks.add(task)
+        connection = _Connection(self, reader, writer)
+        self._connections[task] = connection
         try:
-            await _Connection(self, reader, writer).serve()
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        except asyncio.CancelledError:  # shutdown closes the connections still open; end quietly
-            pass
+            await connection.serve()
+        except (OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass  # the client has gone, or the shutdown closed the connection: end quietly
         finally:
-            self._tasks.discard(task)
+            self._connections.pop(task, None)
             await _close(writer)
 
     async def log_stats(self, every: float) -> None:
@@ -358,5 +369,5 @@ async def _close(writer: asyncio.StreamWriter) -> None:
     writer.close()
     try:
         await writer.wait_closed()
-    except (ConnectionError, OSError):
+    except (OSError, asyncio.CancelledError):  # a connection handler ends quietly, also when cancelled
         pass
