@@ -17,6 +17,7 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, Protocol
@@ -42,6 +43,8 @@ class Job:
         costs (`list[int]`): estimated tokens of each description with its context.
         offset (`int`): index of ``descriptions[0]`` in its request (a slice of a larger job starts past 0).
         cancelled (`bool`): the client has gone; the job is dropped before its next model call.
+        gone (callable, *optional*): True once the client has gone (read by the scoring thread before each model
+            call: the HTTP server passes its connection's ``reader.at_eof``, a flag the event loop sets).
         info, error: the result (`ScoreInfo` for the job's descriptions) or the error its request gets.
     """
 
@@ -54,6 +57,7 @@ class Job:
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future, repr=False)
     deadline: float = math.inf
     cancelled: bool = False
+    gone: Callable[[], bool] | None = field(default=None, repr=False)
     info: ScoreInfo | None = None
     error: RequestError | None = None
     taken: int = field(default=0, repr=False)  # descriptions handed to model calls so far
@@ -158,8 +162,9 @@ class Batcher:
             self.pending += job.n
             self._cv.notify()
 
-    async def run(self, job: Job) -> dict[str, Any]:
-        """Queue a job, wait for its model calls, return its reply (from an event loop).
+    async def run(self, job: Job) -> dict[str, Any] | None:
+        """Queue a job, wait for its model calls, return its reply (from an event loop); None when the job was
+        dropped because its client has gone (`Job.gone`).
 
         Raises:
             RequestError: 503 (queue full or timed out), or the job's own error.
@@ -172,7 +177,7 @@ class Batcher:
         except asyncio.CancelledError:
             job.cancelled = True
             raise
-        return self.service.reply(job)
+        return None if job.cancelled else self.service.reply(job)
 
     def score(self, job: Job) -> dict[str, Any]:
         """Queue a job, block until it is scored, return its reply (from any thread; concurrent callers share
@@ -194,7 +199,10 @@ class Batcher:
         now = time.monotonic()
         while self._queue:
             job = self._queue[0]
-            if job.cancelled or job.error is not None or (job.taken == 0 and now > job.deadline):
+            if not job.cancelled and job.gone is not None and job.gone():
+                job.cancelled = True
+                self.service.count(abandoned=1)
+            if job.cancelled or (job.taken == 0 and now > job.deadline):
                 dropped.append(self._queue.popleft())
                 continue
             start = stop = job.taken

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 import threading
 import time
 from http import HTTPStatus
@@ -40,12 +41,15 @@ class _Connection:
         self.server, self.service = server, server.service
         self.reader, self.writer = reader, writer
         self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
-        self.idle = True  # waiting for a request on a kept-alive connection (the shutdown closes it at once)
+        self.idle = False  # waiting for a request on a kept-alive connection (the shutdown closes it at once)
 
     async def serve(self) -> None:
         limits = self.service.limits
-        while not self.server.closing:
-            idle = self.idle = self.conn.their_state is h11.IDLE and not self.conn.trailing_data[0]
+        first = True  # an accepted connection's first request is read and answered, also during the shutdown
+        while first or not self.server.closing:
+            idle = self.conn.their_state is h11.IDLE and not self.conn.trailing_data[0]  # no byte of a request yet
+            self.idle = idle and not first  # kept alive after a reply: the shutdown closes it at once
+            first = False
             try:
                 event = await self._next_event(limits.keepalive_timeout if idle else limits.read_timeout)
             except asyncio.TimeoutError:
@@ -75,8 +79,7 @@ class _Connection:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise asyncio.TimeoutError
-            data = await asyncio.wait_for(self.reader.read(READ_CHUNK), remaining)
-            self.conn.receive_data(data)
+            self.conn.receive_data(await _read(self.reader, remaining))
 
     async def _handle(self, request: h11.Request) -> None:
         path = request.target.decode("latin-1").split("?", 1)[0]
@@ -115,34 +118,11 @@ class _Connection:
         await self._send(HTTPStatus.OK, result)
 
     async def _scored(self, job: Job) -> dict[str, Any] | None:
-        """The reply to a job once it is scored, or None when the client closes the connection while it waits:
-        the job is then dropped before its next model call (a client that half-closes its side after the
-        request counts as gone). Bytes of a pipelined next request are handed to h11 for the next cycle."""
-        if job.info is not None:  # nothing to score (an empty OpenRLHF query)
-            return self.service.reply(job)
-        self.server.batcher.submit(job)
-        scored = asyncio.wrap_future(job.future)
-        watch: asyncio.Future | None = None
-        try:
-            while True:
-                watch = asyncio.ensure_future(self.reader.read(READ_CHUNK))
-                await asyncio.wait((scored, watch), return_when=asyncio.FIRST_COMPLETED)
-                if scored.done():
-                    return self.service.reply(job)
-                try:
-                    data = watch.result()
-                except OSError:  # reset by the peer
-                    data = b""
-                if not data:
-                    job.cancelled = True
-                    self.service.count(abandoned=1)
-                    return None
-                self.conn.receive_data(data)
-        finally:
-            if watch is not None and not watch.done():
-                watch.cancel()
-            if not scored.done():  # cancelled (shutdown): nobody reads the reply
-                job.cancelled = True
+        """The reply to a job once it is scored, or None when the client has closed the connection meanwhile: the
+        batcher drops such a job before its next model call (`Job.gone` reads the connection's end of stream; a
+        client that half-closes its side after the request counts as gone)."""
+        job.gone = self.reader.at_eof
+        return await self.server.batcher.run(job)
 
     def _authorize(self, headers: dict[str, str]) -> None:
         check_bearer(headers, self.server.token)
@@ -363,6 +343,20 @@ class RewardServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+if sys.version_info >= (3, 11):
+
+    async def _read(reader: asyncio.StreamReader, timeout: float) -> bytes:
+        """Up to `READ_CHUNK` bytes (b"" at the end of the stream) within ``timeout`` s, else TimeoutError (no task
+        is created per read, unlike `asyncio.wait_for` before Python 3.12)."""
+        async with asyncio.timeout(timeout):
+            return await reader.read(READ_CHUNK)
+
+else:  # pragma: no cover - Python 3.10
+
+    async def _read(reader: asyncio.StreamReader, timeout: float) -> bytes:
+        return await asyncio.wait_for(reader.read(READ_CHUNK), timeout)
 
 
 async def _close(writer: asyncio.StreamWriter) -> None:
