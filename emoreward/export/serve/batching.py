@@ -58,6 +58,7 @@ class Job:
     deadline: float = math.inf
     cancelled: bool = False
     gone: Callable[[], bool] | None = field(default=None, repr=False)
+    waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future] | None = field(default=None, repr=False)
     info: ScoreInfo | None = None
     error: RequestError | None = None
     taken: int = field(default=0, repr=False)  # descriptions handed to model calls so far
@@ -171,9 +172,11 @@ class Batcher:
         """
         if job.info is not None:  # nothing to score (an empty OpenRLHF query)
             return self.service.reply(job)
+        loop = asyncio.get_running_loop()
+        job.waiter = (loop, loop.create_future())
         self.submit(job)
         try:
-            await asyncio.shield(asyncio.wrap_future(job.future))
+            await job.waiter[1]
         except asyncio.CancelledError:
             job.cancelled = True
             raise
@@ -233,13 +236,11 @@ class Batcher:
                 batch, dropped = self._take()
                 self.pending -= sum(job.n - job.taken for job in dropped)  # no part of them is in a model call
             for job in dropped:
-                if job.cancelled:
-                    pass  # nobody waits for the reply
-                elif job.error is None:
+                if not job.cancelled and job.error is None:
                     job.error = self.busy(
                         f"waited {self.limits.queue_timeout:g} s in the queue without being scored; retry later"
                     )
-                job.finish()
+            _finish(dropped)
             if batch:
                 self._score(batch)
 
@@ -280,7 +281,7 @@ class Batcher:
                     [t for p in job.parts for t in p.truncated],
                     [t for p in job.parts for t in p.n_tokens],
                 )
-            job.finish()
+        _finish(finished)
 
     def close(self, timeout: float) -> bool:
         """Stop taking jobs, score the queued ones, wait for the thread (at most ``timeout`` s); True when done."""
@@ -290,3 +291,25 @@ class Batcher:
         if self._thread.is_alive():
             self._thread.join(timeout)
         return not self._thread.is_alive()
+
+
+def _finish(jobs: list[Job]) -> None:
+    """Wake whoever waits on ``jobs``: threads through each job's future, event loops with ONE callback per loop
+    for the whole list (not one wake-up of the loop per job)."""
+    waiting: dict[asyncio.AbstractEventLoop, list[asyncio.Future]] = {}
+    for job in jobs:
+        if job.waiter is None:
+            job.finish()
+        else:
+            waiting.setdefault(job.waiter[0], []).append(job.waiter[1])
+    for loop, futures in waiting.items():
+        try:
+            loop.call_soon_threadsafe(_wake, futures)
+        except RuntimeError:  # the loop has closed: nobody waits any more
+            pass
+
+
+def _wake(futures: list[asyncio.Future]) -> None:
+    for future in futures:
+        if not future.done():  # a cancelled waiter (its client's task ended) stays cancelled
+            future.set_result(None)
