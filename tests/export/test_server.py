@@ -18,7 +18,10 @@ import numpy as np
 import pytest
 from _helpers import StubRewardModel
 
-from emoreward.export.server import RewardServer, RewardService, ServerLimits, add_serve_arguments
+from emoreward.export.serve.http import RewardServer
+from emoreward.export.serve.protocol import ServerLimits
+from emoreward.export.serve.service import RewardService
+from emoreward.serve_command import add_arguments as add_serve_arguments
 
 
 class WordsModel(StubRewardModel):
@@ -111,7 +114,8 @@ def test_a_whole_rollout_batch_in_one_request():
         queries = [f"P:{'w ' * (k % 7 + 1)}<|im_end|><|endoftext|>" for k in range(1024)]
         status, data = post(srv, "/get_reward", {"query": queries, "prompts": ["P:"] * 1024, "labels": [""] * 1024})
     assert status == 200 and len(data["rewards"]) == 1024
-    assert data["rewards"][:3] == pytest.approx([0.1, 0.2, 0.3]) and model.calls == [1024]
+    # scored in slices of about one second of model time each, put back together in order
+    assert data["rewards"] == pytest.approx([(k % 7 + 1) / 10 for k in range(1024)]) and sum(model.calls) == 1024
 
 
 @pytest.mark.parametrize(
@@ -293,7 +297,7 @@ def test_keep_alive_and_idle_timeout():
 
 def test_bearer_token(caplog):
     token = "s3cret-token-value"
-    caplog.set_level(logging.INFO, logger="emoreward.export.server")
+    caplog.set_level(logging.INFO, logger="emoreward.export.serve")
     with RewardServer(RewardService(WordsModel()), port=0, token=token) as srv:
         status, data, resp = request(srv, "POST", "/v1/rewards", {"descriptions": ["a"]})
         assert status == 401 and "Bearer" in resp.getheader("WWW-Authenticate") and token not in json.dumps(data)

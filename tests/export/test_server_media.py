@@ -19,7 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "multimodal"))
 from tiny_media import build_tiny, have_minilm, write_video  # noqa: E402
 
 from emoreward.data.media import MediaOptions  # noqa: E402
-from emoreward.export.server import RewardServer, RewardService  # noqa: E402
+from emoreward.export.serve.http import RewardServer  # noqa: E402
+from emoreward.export.serve.service import RewardService  # noqa: E402
 from emoreward.models.base import RewardContext  # noqa: E402
 
 
@@ -45,6 +46,8 @@ def media(tmp_path_factory):
     write_video(outside / "secret.mp4", seconds=1.0, seed=2, audio=False)
     (root / "link.mp4").symlink_to(outside / "secret.mp4")
     (root / "escape").symlink_to(outside, target_is_directory=True)
+    (root / "loop.mp4").symlink_to(root / "loop2.mp4")  # a symlink loop: resolving it fails
+    (root / "loop2.mp4").symlink_to(root / "loop.mp4")
     return root, outside
 
 
@@ -140,6 +143,7 @@ def test_media_rewards_match_model_score_and_batch_across_samples(vl_model, medi
         ("video/../../outside/secret.mp4", "without '..'"),
         ("link.mp4", "leaves the media root (through a symlink)"),
         ("escape/secret.mp4", "leaves the media root (through a symlink)"),
+        ("loop.mp4", "cannot be resolved in the media root (a symlink loop?)"),  # was a 500
         ("video/none.mp4", "no such file in the media root"),
     ],
 )
@@ -174,3 +178,50 @@ def test_media_requests_that_cannot_be_scored(vl_model, media):
     with RewardServer(RewardService(vl_model), port=0) as srv:  # no media root: every path refused
         status, data = post(srv, {"descriptions": ["x"], "media": {"video": "video/s0.mp4"}})
         assert status == 400 and "without --media-root" in data["error"]
+
+
+def test_openrlhf_labels_name_the_clip(vl_model, media):
+    """``--openrlhf-labels clip``: OpenRLHF's query is text only, so the clip travels in the label: a sample id
+    (the media root's layout), a media path, or an object; rewards equal `model.score` on the same files, and the
+    label's path is confined to the media root like any media path."""
+    root = media[0]
+    prompt = "Describe the emotion.\n"
+    descriptions = ["She smiles.", "He frowns and shouts.", "Calm."]
+    labels = ["s0", "video/s1.mp4", {"video": "video/s0.mp4", "subtitle": "hi"}]
+    contexts = [
+        RewardContext(None, str(root / "video/s0.mp4")),
+        RewardContext(None, str(root / "video/s1.mp4")),
+        RewardContext("hi", str(root / "video/s0.mp4")),
+    ]
+    expected = vl_model.score(descriptions, contexts)
+    body = {"query": [prompt + d for d in descriptions], "prompts": [prompt] * 3, "labels": labels}
+    service = RewardService(vl_model, media_root=root, openrlhf_labels="clip")
+    with RewardServer(service, port=0) as srv:
+        status, data = post_to(srv, "/get_reward", body)
+        assert status == 200, data
+        np.testing.assert_allclose(data["rewards"], expected, atol=1e-4, rtol=0)
+        for label, match in [
+            ("../outside/secret.mp4", "'labels[0].video' must be a relative path inside the media root"),
+            ("link.mp4", "'labels[0].video' leaves the media root (through a symlink)"),
+            ("loop.mp4", "'labels[0].video' cannot be resolved in the media root"),
+            ("nope", "'labels[0].video': no such file in the media root: video/nope.mp4"),
+            ({"clip": "s0"}, "'labels[0]' has unknown keys ['clip']"),
+            (7, "'labels[0]' must be a sample id, a media path or an object"),
+        ]:
+            status, data = post_to(
+                srv, "/get_reward", {"query": [prompt + "x"], "prompts": [prompt], "labels": [label]}
+            )
+            assert status == 400 and match in data["error"], (label, data)
+            assert str(root) not in data["error"]
+    with RewardServer(RewardService(vl_model, media_root=root), port=0) as srv:  # labels not read as clips
+        status, data = post_to(srv, "/get_reward", body)
+        assert status == 400 and "--openrlhf-labels clip" in data["error"]
+
+
+def post_to(server, path, payload):
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=60)
+    conn.request("POST", path, body=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    data = json.loads(resp.read())
+    conn.close()
+    return resp.status, data

@@ -1,0 +1,315 @@
+"""The queue in front of the model: `Job` (one request's descriptions on their way to a model call) and `Batcher`
+(a bounded queue and the one scoring thread that merges queued jobs into model calls, a large job in slices).
+
+Fairness (issue 23): every model call takes at most a budget of estimated tokens, sized so that one call lasts
+about ``ServerLimits.max_call_seconds`` at the measured scoring rate (never more than ``max_batch_tokens``). A job
+larger than the budget is scored in slices, and after each slice it goes to the back of the queue: requests
+queued behind a large one are scored in the next model call, so no request inside the limits can hold the model
+for longer than one call. Jobs whose client has gone (``Job.cancelled``) are dropped before their next slice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any, Protocol
+
+from emoreward.export.serve.protocol import RequestError, ServerLimits
+from emoreward.models.base import RewardContext, ScoreInfo
+
+
+logger = logging.getLogger(__name__)
+
+# tokens of the first model calls, before a scoring rate is measured
+FIRST_CALL_TOKENS = 1024
+
+
+@dataclass
+class Job:
+    """One request's descriptions on their way through the queue (filled by `RewardService.score_jobs`).
+
+    Attributes:
+        route (`str`): ``"rewards"`` or ``"openrlhf"``.
+        descriptions, contexts, fields: one entry per description (``fields``: the request field naming it, for
+            error messages, e.g. ``"descriptions[3]"``).
+        costs (`list[int]`): estimated tokens of each description with its context.
+        offset (`int`): index of ``descriptions[0]`` in its request (a slice of a larger job starts past 0).
+        cancelled (`bool`): the client has gone; the job is dropped before its next model call.
+        gone (callable, *optional*): True once the client has gone (read by the scoring thread before each model
+            call: the HTTP server passes its connection's ``reader.at_eof``, a flag the event loop sets).
+        info, error: the result (`ScoreInfo` for the job's descriptions) or the error its request gets.
+    """
+
+    route: str
+    descriptions: list[str]
+    contexts: list[RewardContext]
+    fields: list[str]
+    costs: list[int]
+    offset: int = 0
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future, repr=False)
+    deadline: float = math.inf
+    cancelled: bool = False
+    gone: Callable[[], bool] | None = field(default=None, repr=False)
+    waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future] | None = field(default=None, repr=False)
+    info: ScoreInfo | None = None
+    error: RequestError | None = None
+    taken: int = field(default=0, repr=False)  # descriptions handed to model calls so far
+    scored: int = field(default=0, repr=False)  # descriptions whose model call has returned
+    parts: list[ScoreInfo] = field(default_factory=list, repr=False)
+
+    @property
+    def n(self) -> int:
+        return len(self.descriptions)
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.costs)
+
+    def part(self, start: int, stop: int) -> Job:
+        """The sub-job of descriptions ``start:stop`` (scored like any job; its fields keep the request's names)."""
+        return Job(
+            self.route,
+            self.descriptions[start:stop],
+            self.contexts[start:stop],
+            self.fields[start:stop],
+            self.costs[start:stop],
+            offset=self.offset + start,
+        )
+
+    def finish(self) -> None:
+        """Wake whoever waits on the job (once; a waiter that has gone is no error)."""
+        try:
+            self.future.set_result(None)
+        except concurrent.futures.InvalidStateError:
+            pass
+
+
+class Scorer(Protocol):
+    """What a `Batcher` drives (`RewardService`)."""
+
+    limits: ServerLimits
+
+    def score_jobs(self, jobs: list[Job]) -> None: ...
+
+    def reply(self, job: Job) -> dict[str, Any]: ...
+
+    def count(self, **increments: int) -> None: ...
+
+
+class Batcher:
+    """The bounded queue and the one scoring thread: each model call takes queued jobs in order up to the call's
+    token budget (at least one description), so concurrent requests share forward passes, and a job that does
+    not fit is cut: its first part is scored now and the rest waits at the back of the queue.
+
+    Use `run` from an event loop or `score` from any thread; `start` first, `close` at the end.
+    """
+
+    def __init__(self, service: Scorer):
+        self.service = service
+        self.limits = service.limits
+        self._cv = threading.Condition()
+        self._queue: deque[Job] = deque()
+        self.pending = 0  # descriptions queued or being scored
+        self._rate: float | None = None  # descriptions per second, smoothed
+        self._token_rate: float | None = None  # estimated tokens per second, smoothed
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="emoreward-scorer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def retry_after(self) -> int:
+        """Seconds until the queue has room, estimated from the recent scoring rate (1 to 60)."""
+        rate = self._rate or 1.0
+        return int(min(60, max(1, math.ceil(self.pending / rate))))
+
+    def busy(self, message: str) -> RequestError:
+        return RequestError(HTTPStatus.SERVICE_UNAVAILABLE, message, [("Retry-After", str(self.retry_after()))])
+
+    def full(self) -> bool:
+        return self._stopping or self.pending >= self.limits.max_queue
+
+    def call_budget(self) -> int:
+        """Estimated tokens one model call may take: ``max_call_seconds`` at the measured rate, at least
+        `FIRST_CALL_TOKENS` (also before a rate is known) and at most ``max_batch_tokens``."""
+        floor = min(FIRST_CALL_TOKENS, self.limits.max_batch_tokens)
+        if self._token_rate is None:
+            return floor
+        return max(floor, min(self.limits.max_batch_tokens, int(self._token_rate * self.limits.max_call_seconds)))
+
+    def submit(self, job: Job) -> None:
+        """Queue a job.
+
+        Raises:
+            RequestError: 503 with Retry-After when the queue cannot take it, or the server is stopping.
+        """
+        with self._cv:
+            if self._stopping:
+                raise RequestError(HTTPStatus.SERVICE_UNAVAILABLE, "the server is shutting down")
+            if self.pending and self.pending + job.n > self.limits.max_queue:
+                raise self.busy(
+                    f"the queue holds {self.pending} descriptions (limit {self.limits.max_queue}); retry later"
+                )
+            job.deadline = time.monotonic() + self.limits.queue_timeout
+            self._queue.append(job)
+            self.pending += job.n
+            self._cv.notify()
+
+    async def run(self, job: Job) -> dict[str, Any] | None:
+        """Queue a job, wait for its model calls, return its reply (from an event loop); None when the job was
+        dropped because its client has gone (`Job.gone`).
+
+        Raises:
+            RequestError: 503 (queue full or timed out), or the job's own error.
+        """
+        if job.info is not None:  # nothing to score (an empty OpenRLHF query)
+            return self.service.reply(job)
+        loop = asyncio.get_running_loop()
+        job.waiter = (loop, loop.create_future())
+        self.submit(job)
+        try:
+            await job.waiter[1]
+        except asyncio.CancelledError:
+            job.cancelled = True
+            raise
+        return None if job.cancelled else self.service.reply(job)
+
+    def score(self, job: Job) -> dict[str, Any]:
+        """Queue a job, block until it is scored, return its reply (from any thread; concurrent callers share
+        model calls).
+
+        Raises:
+            RequestError: 503 (queue full or timed out), or the job's own error.
+        """
+        if job.info is None:  # else nothing to score (an empty OpenRLHF query)
+            self.submit(job)
+            job.future.result()
+        return self.service.reply(job)
+
+    def _take(self) -> tuple[list[tuple[Job, Job]], list[Job]]:
+        """(parent job, the part of it to score) for the next model call, and the jobs dropped from the queue."""
+        batch: list[tuple[Job, Job]] = []
+        dropped: list[Job] = []
+        budget, tokens = self.call_budget(), 0
+        now = time.monotonic()
+        while self._queue:
+            job = self._queue[0]
+            if not job.cancelled and job.gone is not None and job.gone():
+                job.cancelled = True
+                self.service.count(abandoned=1)
+            if job.cancelled or (job.taken == 0 and now > job.deadline):
+                dropped.append(self._queue.popleft())
+                continue
+            start = stop = job.taken
+            size = 0
+            while stop < job.n and tokens + size + job.costs[stop] <= budget:
+                size += job.costs[stop]
+                stop += 1
+            if stop == start:
+                if batch:
+                    break
+                size, stop = job.costs[start], start + 1  # at least one description per call
+            self._queue.popleft()
+            job.taken = stop
+            batch.append((job, job if (start, stop) == (0, job.n) else job.part(start, stop)))
+            tokens += size
+            if stop < job.n:  # the rest waits behind the jobs queued after it
+                self._queue.append(job)
+                break
+        return batch, dropped
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._queue and not self._stopping:
+                    self._cv.wait()
+                if not self._queue:
+                    return
+                batch, dropped = self._take()
+                self.pending -= sum(job.n - job.taken for job in dropped)  # no part of them is in a model call
+            for job in dropped:
+                if not job.cancelled and job.error is None:
+                    job.error = self.busy(
+                        f"waited {self.limits.queue_timeout:g} s in the queue without being scored; retry later"
+                    )
+            _finish(dropped)
+            if batch:
+                self._score(batch)
+
+    def _score(self, batch: list[tuple[Job, Job]]) -> None:
+        parts = [part for _, part in batch]
+        start = time.perf_counter()
+        try:
+            self.service.score_jobs(parts)
+        except Exception:  # e.g. a model returning the wrong number of rewards: never leave a job waiting
+            logger.exception("scoring failed")
+            for part in parts:
+                part.error = RequestError(HTTPStatus.INTERNAL_SERVER_ERROR, "scoring failed; see the server log")
+        seconds = max(time.perf_counter() - start, 1e-6)
+        rate, token_rate = sum(p.n for p in parts) / seconds, sum(p.tokens for p in parts) / seconds
+        self._rate = rate if self._rate is None else 0.8 * self._rate + 0.2 * rate
+        self._token_rate = token_rate if self._token_rate is None else 0.8 * self._token_rate + 0.2 * token_rate
+        finished = []
+        with self._cv:
+            for job, part in batch:
+                self.pending -= part.n
+                job.scored += part.n
+                if part is not job:
+                    if part.error is not None:
+                        job.error = job.error or part.error
+                    elif part.info is not None:
+                        job.parts.append(part.info)
+                if job.error is not None and job.taken < job.n:  # the rest of a failed job is never scored
+                    if job in self._queue:
+                        self._queue.remove(job)
+                    self.pending -= job.n - job.taken
+                    job.taken = job.scored = job.n
+                if job.scored == job.n:
+                    finished.append(job)
+        for job in finished:
+            if job.parts and job.error is None and job.info is None:
+                job.info = ScoreInfo(
+                    [r for p in job.parts for r in p.rewards],
+                    [t for p in job.parts for t in p.truncated],
+                    [t for p in job.parts for t in p.n_tokens],
+                )
+        _finish(finished)
+
+    def close(self, timeout: float) -> bool:
+        """Stop taking jobs, score the queued ones, wait for the thread (at most ``timeout`` s); True when done."""
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+
+def _finish(jobs: list[Job]) -> None:
+    """Wake whoever waits on ``jobs``: threads through each job's future, event loops with ONE callback per loop
+    for the whole list (not one wake-up of the loop per job)."""
+    waiting: dict[asyncio.AbstractEventLoop, list[asyncio.Future]] = {}
+    for job in jobs:
+        if job.waiter is None:
+            job.finish()
+        else:
+            waiting.setdefault(job.waiter[0], []).append(job.waiter[1])
+    for loop, futures in waiting.items():
+        try:
+            loop.call_soon_threadsafe(_wake, futures)
+        except RuntimeError:  # the loop has closed: nobody waits any more
+            pass
+
+
+def _wake(futures: list[asyncio.Future]) -> None:
+    for future in futures:
+        if not future.done():  # a cancelled waiter (its client's task ended) stays cancelled
+            future.set_result(None)

@@ -1,0 +1,77 @@
+"""OpenRLHF's Python-file reward route: this file, given as OpenRLHF's remote reward URL, scores every sample with
+an emoreward reward model inside the rollout process (no server):
+
+    export EMOREWARD_RM_MODEL=outputs/minilm-lora-rm/model     # the reward-model directory
+    python -m openrlhf.cli.train_ppo_ray ... \\
+        --reward.remote_url $(python -c "import emoreward.export.serve.reward_func as m; print(m.__file__)")
+        # OpenRLHF < 0.10.4: --remote_rm_url <the same path>; the sample's subtitle / clip: --data.label_key
+
+OpenRLHF loads the file with ``importlib.util.spec_from_file_location("reward_func", path)`` and calls
+``reward_func([query], [prompt], [label])`` once per sample from a thread (``asyncio.to_thread``), many at once:
+the model is loaded once per process (`local.shared_batcher`, however often the file is loaded) and concurrent
+calls are scored together. Queries are decoded and given their context exactly as ``POST /get_reward`` does
+(`RewardService`), so a reward equals the server's for the same sample.
+
+Settings (environment variables: OpenRLHF passes nothing else to the file):
+    EMOREWARD_RM_MODEL: the reward-model directory (required).
+    EMOREWARD_RM_LABELS: what the labels are: ``ignore`` (default), ``subtitle``, or ``clip`` (a sample id, a
+        media path under the media root, or an object; `openrlhf.clip_from_label`).
+    EMOREWARD_RM_MEDIA_ROOT: the only folder media paths may point into (multimodal models, ``clip`` labels).
+    EMOREWARD_RM_QUERY_MARKERS: the policy's special-token strings to strip from queries when they are not
+        among `openrlhf.DEFAULT_QUERY_MARKERS` (separated by spaces).
+    EMOREWARD_RM_BATCH_SIZE: most sequences per forward pass (default 64).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+ENV_MODEL, ENV_LABELS, ENV_MEDIA_ROOT = "EMOREWARD_RM_MODEL", "EMOREWARD_RM_LABELS", "EMOREWARD_RM_MEDIA_ROOT"
+ENV_MARKERS, ENV_BATCH_SIZE = "EMOREWARD_RM_QUERY_MARKERS", "EMOREWARD_RM_BATCH_SIZE"
+
+
+def reward_func(queries: list[str], prompts: list[str], labels: list[Any], **kwargs: Any) -> dict[str, Any]:
+    """Rewards of OpenRLHF samples (its ``reward_func`` contract).
+
+    Args:
+        queries: ``tokenizer.decode(prompt_ids + response_ids, skip_special_tokens=False)`` per sample.
+        prompts: the prompt of each sample (removed from the query; its ``Subtitle:`` line is the context).
+        labels: the ``--data.label_key`` value of each sample (see ``EMOREWARD_RM_LABELS``); None when unset.
+        **kwargs: ignored (OpenRLHF may pass more in future versions).
+
+    Returns:
+        ``{"rewards": Tensor (n,), "scores": Tensor (n,), "extra_logs": {name: Tensor (n,)}}``: float32 tensors,
+        the reward r(description | context) per sample, as ``/get_reward`` replies (``extra_logs``: the reward,
+        and 0/1 flags for a description cut to ``max_length`` tokens or empty).
+
+    Raises:
+        ValueError: ``EMOREWARD_RM_MODEL`` is unset, or a sample cannot be scored (the message names it, as the
+            server's 400 would).
+    """
+    import torch
+
+    from emoreward.export.serve.local import score_request, shared_batcher
+    from emoreward.export.serve.protocol import RequestError
+
+    model = os.environ.get(ENV_MODEL)
+    if not model:
+        raise ValueError(f"set {ENV_MODEL} to the reward-model directory this OpenRLHF reward file scores with")
+    batcher = shared_batcher(
+        model,
+        media_root=os.environ.get(ENV_MEDIA_ROOT) or None,
+        openrlhf_labels=os.environ.get(ENV_LABELS, "ignore"),
+        extra_query_markers=tuple(os.environ.get(ENV_MARKERS, "").split()),
+        batch_size=int(os.environ.get(ENV_BATCH_SIZE, "64")),
+    )
+    body = {"query": list(queries), "prompts": list(prompts), "labels": list(labels)}
+    try:
+        reply = score_request("openrlhf", body, batcher)
+    except RequestError as err:
+        raise ValueError(f"emoreward reward_func: {err.message}") from None
+    return {
+        "rewards": torch.tensor(reply["rewards"], dtype=torch.float32),
+        "scores": torch.tensor(reply["scores"], dtype=torch.float32),
+        "extra_logs": {key: torch.tensor(value, dtype=torch.float32) for key, value in reply["extra_logs"].items()},
+    }

@@ -1,0 +1,139 @@
+"""OpenRLHF, both of its routes (issue 23, item 2): ``POST /get_reward`` answers an empty query (OpenRLHF with
+several endpoints splits a batch over them), and the Python reward file OpenRLHF loads by path scores in-process,
+loading the model once, with the same decoding and context rule as the server."""
+
+import asyncio
+import http.client
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+import torch
+from _helpers import StubRewardModel
+
+import emoreward.export.serve.reward_func as reward_file
+from emoreward.export.serve.http import RewardServer
+from emoreward.export.serve.local import shared_batcher
+from emoreward.export.serve.service import RewardService
+from emoreward.models import load_reward_model
+from emoreward.models.base import RewardContext
+
+
+def post(server, path, payload):
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=30)
+    conn.request("POST", path, body=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    data = json.loads(resp.read())
+    conn.close()
+    return resp.status, data
+
+
+class Words(StubRewardModel):
+    def reward(self, description, subtitle):
+        return len(description.split()) / 10 + (1.0 if subtitle else 0.0)
+
+
+def test_an_empty_query_gets_empty_rewards_and_every_key():
+    with RewardServer(RewardService(Words(), openrlhf_labels="subtitle"), port=0) as srv:
+        for body in ({"query": []}, {"query": [], "prompts": [], "labels": []}):
+            status, data = post(srv, "/get_reward", body)
+            assert status == 200, data
+            assert data["rewards"] == [] and data["scores"] == [] and data["truncated"] == [] and data["empty"] == []
+            assert data["extra_logs"] == {
+                "emotion_reward": [],
+                "emotion_reward_truncated": [],
+                "emotion_reward_empty": [],
+            }
+        status, data = post(srv, "/get_reward", {"query": [], "prompts": ["p"]})
+        assert status == 400 and "'prompts' has 1 items for 0 queries" in data["error"]
+        assert post(srv, "/v1/rewards", {"descriptions": []})[0] == 400  # our own endpoint still wants descriptions
+    assert srv.service.stats.requests == 2 and srv.service.stats.batches == 0  # never queued, no model call
+
+
+PROMPT = "<|im_start|>user\nDescribe the emotion in the clip.<|im_end|>\n<|im_start|>assistant\n"
+DESCRIPTIONS = ["She smiles broadly: happy.", "He frowns and shouts, ANGRY!", " Calm.", ""] * 8
+SUBTITLES = ["I won!", None, "Leave me alone.", "ok"] * 8
+
+
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory, tiny_bert_dir):
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    from emoreward.models import TextRewardModel, TextSettings
+
+    model = TextRewardModel(
+        BertForSequenceClassification.from_pretrained(tiny_bert_dir, dtype=torch.float32),
+        AutoTokenizer.from_pretrained(tiny_bert_dir),
+        TextSettings(backbone="tiny-bert", input_format="pair", max_length=64),
+    )
+    path = tmp_path_factory.mktemp("rm") / "model"
+    model.save_pretrained(path)
+    return path
+
+
+def load_like_openrlhf():
+    """`SingleTurnAgentExecutor.__init__` (OpenRLHF 0.11): the file is executed as a module named reward_func."""
+    spec = importlib.util.spec_from_file_location("reward_func", reward_file.__file__)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.reward_func
+
+
+def as_openrlhf_experience(info):
+    """What `SamplesGenerator._process_response_into_experience` (OpenRLHF 0.11) makes of one sample's reply."""
+    out = {"reward": torch.tensor([info["rewards"]]), "score": torch.tensor([info["scores"]])}
+    for key, value in info["extra_logs"].items():
+        if isinstance(value, torch.Tensor):
+            value = value.flatten()[0].item()
+        out[key] = torch.tensor([value])
+    return out
+
+
+def test_the_python_reward_file_scores_like_the_server_loading_the_model_once(saved_model, monkeypatch):
+    monkeypatch.setenv("EMOREWARD_DTYPE", "float32")  # fp32 on every CPU: rewards do not depend on the batch
+    monkeypatch.setenv("EMOREWARD_RM_MODEL", str(saved_model))
+    monkeypatch.setenv("EMOREWARD_RM_LABELS", "subtitle")
+    queries = [PROMPT + d + "<|im_end|>" for d in DESCRIPTIONS]
+    first, second = load_like_openrlhf(), load_like_openrlhf()  # two executors in one process
+
+    async def rollout():  # `_fetch_rewards_via_func`: one sample per call, each in a thread, all at once
+        calls = [
+            asyncio.to_thread(fn, [q], [PROMPT], [s])
+            for k, (q, s) in enumerate(zip(queries, SUBTITLES))
+            for fn in [first if k % 2 else second]
+        ]
+        return await asyncio.gather(*calls)
+
+    infos = asyncio.run(rollout())
+    experiences = [as_openrlhf_experience(info) for info in infos]
+    rewards = torch.cat([e["reward"] for e in experiences]).numpy()
+    model = load_reward_model(str(saved_model))
+    expected = model.score(DESCRIPTIONS, [RewardContext(s) for s in SUBTITLES])
+    assert len(set(np.round(expected[:4], 6))) == 4  # the four samples differ
+    np.testing.assert_allclose(rewards, expected, atol=1e-6, rtol=0)
+    assert torch.equal(torch.cat([e["score"] for e in experiences]), torch.cat([e["reward"] for e in experiences]))
+    assert [float(e["emotion_reward_empty"][0]) for e in experiences[:4]] == [0.0, 0.0, 0.0, 1.0]
+    # the server's /get_reward gives the same rewards for the same request
+    with RewardServer(RewardService(model, openrlhf_labels="subtitle"), port=0) as srv:
+        status, data = post(srv, "/get_reward", {"query": queries, "prompts": [PROMPT] * 32, "labels": SUBTITLES})
+    assert status == 200
+    np.testing.assert_allclose(data["rewards"], rewards, atol=1e-6, rtol=0)
+    # one model per process: both loaded copies of the file scored with the same service
+    batcher = shared_batcher(saved_model, openrlhf_labels="subtitle")
+    assert batcher.service.stats.requests == 32 and batcher.service.stats.batches <= 32
+    # a whole batch in one call (older OpenRLHF) and an empty one
+    info = first(queries[:4], [PROMPT] * 4, SUBTITLES[:4])
+    assert info["rewards"].shape == (4,) and np.allclose(info["rewards"].numpy(), expected[:4], atol=1e-6, rtol=0)
+    assert first([], [], [])["rewards"].shape == (0,)
+
+
+def test_the_python_reward_file_errors_name_the_sample(saved_model, monkeypatch):
+    monkeypatch.delenv("EMOREWARD_RM_MODEL", raising=False)
+    fn = load_like_openrlhf()
+    with pytest.raises(ValueError, match="set EMOREWARD_RM_MODEL"):
+        fn(["x"], ["p"], [None])
+    monkeypatch.setenv("EMOREWARD_DTYPE", "float32")
+    monkeypatch.setenv("EMOREWARD_RM_MODEL", str(saved_model))
+    with pytest.raises(ValueError, match=r"query\[0\] does not start with prompts\[0\]"):
+        fn(["something else"], [PROMPT], [None])
