@@ -109,7 +109,9 @@ def evaluate_judgements(result: JudgementSet, *, tie_policy: metrics.TiePolicy =
     first = result.normal[0]
     if all(j.reward_1 is not None for j in first):
         rewards = [j.reward_1 for j in first] + [j.reward_2 for j in first]
-        lengths = [len(p.description_1) for p in pairs] + [len(p.description_2) for p in pairs]
+        lengths = [metrics.description_length(p.description_1) for p in pairs] + [
+            metrics.description_length(p.description_2) for p in pairs
+        ]
         judge["reward_length_spearman"] = metrics.reward_length_correlation(rewards, lengths)
         signal = [j.reward_1 - j.reward_2 for j in first]
     else:
