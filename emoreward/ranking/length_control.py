@@ -62,7 +62,7 @@ from emoreward.ranking.bradley_terry import (
     _sample_units,
     equal_score_groups,
 )
-from emoreward.ranking.counts import check_connected, encode_records, PairwiseCounts
+from emoreward.ranking.counts import PairwiseCounts, check_connected, encode_records
 from emoreward.ranking.records import PairwiseRecord
 
 
