@@ -82,8 +82,9 @@ def test_where_length_explains_every_verdict_all_models_are_equal_within_their_i
     records, descriptions = _length_only_table()
     names, features = description_features(descriptions, ["log_length"])
     fit = fit_length_controlled(records, features, names, items=MODELS, n_boot=300)
-    plain = bootstrap_ci(records, functools.partial(fit_bradley_terry_ties, tie_model="davidson"), n_boot=300,
-                         items=MODELS)
+    plain = bootstrap_ci(
+        records, functools.partial(fit_bradley_terry_ties, tie_model="davidson"), n_boot=300, items=MODELS
+    )
     assert fit.warnings == [] and fit.n_failed == 0
     # every controlled interval holds 0 (the common value) and every pair of intervals overlaps
     assert np.all(fit.ci_lower < 0) and np.all(fit.ci_upper > 0)
