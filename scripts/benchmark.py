@@ -132,8 +132,10 @@ def score_path(model_dir: Path, texts: list[str], short: int, force_bf16: bool) 
 
 
 def rank_path(model_dir: Path, work: Path, cli: bool) -> dict:
+    from emoreward.data.tables import bundled_ovmerd_path, load_description_table
     from emoreward.models import load_reward_model
-    from emoreward.ranking.rank import ScoreCache, bundled_ovmerd_path, load_description_table, rank_with_reward_model
+    from emoreward.ranking.rank import rank_with_reward_model
+    from emoreward.ranking.score_cache import ScoreCache
 
     table = load_description_table(bundled_ovmerd_path())
     start = time.perf_counter()

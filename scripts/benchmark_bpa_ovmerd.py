@@ -3,7 +3,7 @@
 The bundled OV-MERD table (10 models x 332 samples, C(10, 2) x 332 = 14,940 (model pair, sample) queries) is
 ranked in full once: every description scored by the reward model, every pair a verdict (the model's calibrated
 tie threshold), Bradley-Terry with ties on all of it (the ``emoreward rank`` default, Davidson). That ranking is
-the reference. Then ``emoreward.ranking.rank.rank_with_bpa`` runs with the same judge under each scheduling
+the reference. Then ``emoreward.ranking.active.rank_with_bpa`` runs with the same judge under each scheduling
 policy and several seeds, refitting every ``--refit-every`` queries; we record the pair queries (judge calls) at
 the first refit whose BPA scores reach Spearman ``--target`` with the reference, and (the robust figure, since
 with 10 models an early refit can reach it by luck and fall back) the queries from which every later refit
@@ -39,18 +39,13 @@ from scipy.stats import spearmanr  # noqa: E402
 
 from emoreward.data.tables import bundled_ovmerd_path, load_description_table  # noqa: E402
 from emoreward.evaluation.verdicts import Verdict  # noqa: E402
+from emoreward.ranking.active import RewardModelPairs, rank_with_bpa  # noqa: E402
 from emoreward.ranking.bpa import BPAConfig, SchedulerConfig, fit_bpa  # noqa: E402
 from emoreward.ranking.bradley_terry import fit_bradley_terry_ties  # noqa: E402
 from emoreward.ranking.counts import PairwiseCounts  # noqa: E402
-from emoreward.ranking.rank import (  # noqa: E402
-    DEFAULT_TIE_MODEL,
-    RewardModelPairs,
-    ScoreCache,
-    cache_path_for,
-    rank_with_bpa,
-    records_from_scores,
-    score_table,
-)
+from emoreward.ranking.rank import DEFAULT_TIE_MODEL  # noqa: E402
+from emoreward.ranking.score_cache import ScoreCache, cache_path_for  # noqa: E402
+from emoreward.ranking.scoring import records_from_scores, score_table  # noqa: E402
 
 
 POLICIES = {

@@ -43,12 +43,8 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from emoreward.evaluation.verdicts import Verdict
-from emoreward.ranking.bradley_terry import (
-    bootstrap_ci,
-    fit_binarized_bradley_terry,
-    fit_bradley_terry,
-    fit_bradley_terry_ties,
-)
+from emoreward.ranking.bootstrap import bootstrap_ci
+from emoreward.ranking.bradley_terry import fit_binarized_bradley_terry, fit_bradley_terry, fit_bradley_terry_ties
 from emoreward.ranking.counts import PairwiseCounts
 from emoreward.ranking.records import OUTCOMES, PairwiseRecord
 

@@ -124,7 +124,7 @@ def test_a_reward_model_directory_becomes_a_reward_model_judge(tmp_path, tiny_be
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from emoreward.models import TextRewardModel, TextSettings
-    from emoreward.ranking.rank import load_rank_judge
+    from emoreward.ranking.judging import load_rank_judge
     from zero_shot.testing import demo_pairs
 
     settings = TextSettings(backbone="minilm", input_format="pair", max_length=64, tie_threshold=0.25)

@@ -4,8 +4,8 @@
   (EMER-Ranker, section 2, eq. 1-4; :func:`fit_binarized_bradley_terry` does both steps).
 - :func:`fit_bradley_terry_ties`: tie-aware models on win/loss/tie counts: EmoPrefer's additive form
   (EmoPrefer, appendix F, eq. 2-3), Rao-Kupper (1967) and Davidson (1970).
-- :func:`bootstrap_ci`: percentile confidence intervals by resampling samples (videos) with replacement.
-- :func:`rank_hierarchical`: EMER-Ranker's hierarchical comparison (section 5).
+
+Bootstrap intervals are in `emoreward.ranking.bootstrap`, the hierarchical scheme in `emoreward.ranking.hierarchical`.
 
 All fits are maximum a-posteriori estimates of the log-strengths ``s_i = log(theta_i)`` under a weak isotropic
 Gaussian prior ``s_i ~ N(0, prior_variance)`` (default variance 10, i.e. a strength ratio of e^sqrt(10) ~ 24 is
@@ -21,18 +21,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
-import itertools
 import math
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from scipy.optimize import minimize
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import connected_components
 from scipy.special import expit
 
 from emoreward.ranking.counts import (
@@ -40,9 +36,12 @@ from emoreward.ranking.counts import (
     OnDisconnected,
     PairwiseCounts,
     check_connected,
-    encode_records,
 )
 from emoreward.ranking.records import PairwiseRecord
+
+
+if TYPE_CHECKING:
+    from emoreward.ranking.bootstrap import BootstrapCI
 
 
 TieModel = Literal["emoprefer", "rao-kupper", "davidson"]
@@ -136,16 +135,16 @@ class BTResult:
         return {
             "model": self.model,
             "items": list(self.items),
-            "scores": _floats(self.scores),
+            "scores": finite_floats(self.scores),
             "ranking": list(self.ranking),
             "ranks": list(self.ranks),
-            "tie_parameter": _float(self.tie_parameter),
-            "log_likelihood": _float(self.log_likelihood),
-            "n_comparisons": _float(self.n_comparisons),
-            "prior_variance": _float(self.prior_variance),
-            "ci_lower": None if self.ci_lower is None else _floats(self.ci_lower),
-            "ci_upper": None if self.ci_upper is None else _floats(self.ci_upper),
-            "ci_level": _float(self.ci_level),
+            "tie_parameter": finite_float(self.tie_parameter),
+            "log_likelihood": finite_float(self.log_likelihood),
+            "n_comparisons": finite_float(self.n_comparisons),
+            "prior_variance": finite_float(self.prior_variance),
+            "ci_lower": None if self.ci_lower is None else finite_floats(self.ci_lower),
+            "ci_upper": None if self.ci_upper is None else finite_floats(self.ci_upper),
+            "ci_level": finite_float(self.ci_level),
         }
 
     def to_markdown(self, digits: int = 3) -> str:
@@ -165,76 +164,6 @@ class BTResult:
         if self.tie_parameter is not None:
             caption += f"; tie parameter={self.tie_parameter:.{digits}f}"
         return "\n".join(lines) + f"\n\n{caption}\n"
-
-
-@dataclass(frozen=True)
-class BootstrapCI:
-    """Bootstrap distribution of fitted scores and the percentile intervals drawn from it.
-
-    Attributes:
-        items (`list[str]`): the M items, column order of ``scores``.
-        lower, upper (`np.ndarray` of shape `(M,)`): percentile interval ``[alpha/2, 1 - alpha/2]`` per item,
-            over the resamples in which the item was compared (NaN if it never was); always contains the estimate
-            (see ``widened``).
-        scores (`np.ndarray` of shape `(n_boot, M)`): the fitted scores of every resample, NaN where the item was
-            not compared in that resample (its score there is the prior's, not the data's).
-        alpha (`float`): 1 - coverage.
-        n_units (`int`): number of resampled units (samples, or records when there are no samples).
-        estimate (`BTResult`): the fit on all records, with this interval attached.
-        n_compared (`np.ndarray` of shape `(M,)`, int): resamples in which the item was compared (its interval
-            rests on these).
-        unit_counts (`np.ndarray` of shape `(M,)`, int): units (samples) on which the item was compared in the
-            full data.
-        widened (`np.ndarray` of shape `(M,)`, bool): the percentile interval excluded the estimate and was
-            extended to it (reported as a warning; see :func:`bootstrap_ci`).
-        n_disconnected (`int`): resamples whose comparison graph (over the items compared there) was disconnected.
-    """
-
-    items: list[str]
-    lower: np.ndarray
-    upper: np.ndarray
-    scores: np.ndarray
-    alpha: float
-    n_units: int
-    estimate: BTResult
-    n_compared: np.ndarray = None  # type: ignore[assignment]
-    unit_counts: np.ndarray = None  # type: ignore[assignment]
-    widened: np.ndarray = None  # type: ignore[assignment]
-    n_disconnected: int = 0
-
-    def __post_init__(self) -> None:
-        m, n_boot = len(self.items), self.scores.shape[0]
-        if self.n_compared is None:
-            object.__setattr__(self, "n_compared", np.full(m, n_boot, dtype=np.int64))
-        if self.unit_counts is None:
-            object.__setattr__(self, "unit_counts", np.full(m, self.n_units, dtype=np.int64))
-        if self.widened is None:
-            object.__setattr__(self, "widened", np.zeros(m, dtype=bool))
-
-    @property
-    def n_boot(self) -> int:
-        """Number of resamples."""
-        return int(self.scores.shape[0])
-
-    @property
-    def at_edge(self) -> np.ndarray:
-        """`np.ndarray` of shape `(M,)`, bool: the estimate is an end of a non-degenerate interval.
-
-        This happens when the bootstrap distribution sits on one side of the estimate, e.g. for EMER-Ranker's
-        binarized W: a model that wins (or loses) all its pairs there can only lose (or win) some in a resample.
-        """
-        est = self.estimate.scores
-        wide = self.upper - self.lower > SCORE_TOLERANCE
-        return wide & ((np.abs(est - self.lower) <= SCORE_TOLERANCE) | (np.abs(est - self.upper) <= SCORE_TOLERANCE))
-
-    def sparse_items(self, min_units: int = 10) -> list[str]:
-        """Items with few comparisons: compared on fewer than ``min_units`` units, or absent from some resamples
-        (their interval then rests on fewer than ``n_boot`` resamples)."""
-        return [
-            name
-            for k, name in enumerate(self.items)
-            if self.unit_counts[k] < min_units or self.n_compared[k] < self.n_boot
-        ]
 
 
 def equal_score_groups(items: Sequence[str], scores: np.ndarray, tol: float = SCORE_TOLERANCE) -> list[list[str]]:
@@ -419,7 +348,7 @@ def _minimize(
         y_bounds = [
             (None if lo is None else lo / c[n], None if hi is None else hi / c[n]) for n, (lo, hi) in enumerate(bounds)
         ]
-    with _single_blas_thread():
+    with single_blas_thread():
         res = minimize(fun_y, start / c, jac=True, method="L-BFGS-B", bounds=y_bounds, options=_OPTIONS)
     x = to_x(res.x)
     if not res.success:
@@ -450,7 +379,7 @@ def _blas_controller() -> Any:
     return ThreadpoolController()
 
 
-def _single_blas_thread() -> contextlib.AbstractContextManager:
+def single_blas_thread() -> contextlib.AbstractContextManager:
     """Limit BLAS to one thread for a tiny optimisation.
 
     L-BFGS-B's small BLAS calls gain nothing from threads, and on a loaded machine OpenBLAS's spinning threads
@@ -657,316 +586,11 @@ def _initial(initial_scores: np.ndarray | None, m: int) -> np.ndarray:
     return x0.copy()
 
 
-# ------------------------------------------------------------------------------------------------- bootstrap
-
-
-def bootstrap_ci(
-    records: Iterable[PairwiseRecord],
-    fit_fn: FitFn,
-    n_boot: int = 1000,
-    alpha: float = 0.05,
-    seed: int | None = 0,
-    items: Sequence[str] | None = None,
-    warm_start: bool = True,
-    progress: bool | None = False,
-    desc: str = "bootstrap",
-) -> BootstrapCI:
-    """Percentile bootstrap intervals of fitted scores, resampling samples with replacement.
-
-    The resampled unit is the sample (``PairwiseRecord.sample``, e.g. a video): all comparisons made on a
-    sample are kept or repeated together, because judgements on one sample are correlated. A record without a
-    sample is its own unit (so data without samples resamples records). Each resample's counts are built as a
-    weighted sum of per-unit count matrices (one sparse matrix product), then ``fit_fn`` is called on them.
-    Percentile intervals follow Efron & Tibshirani (1993), ch. 13.
-
-    Items absent from a resample: an item never compared in a resample gets its score from the prior alone
-    (0, whatever the data say), so it does not enter that item's interval: each item's interval is drawn from
-    the resamples in which it was compared (``n_compared`` says how many). Scores are identified up to a
-    common shift only, so every resample is shifted so that the items it compared have the mean they have in
-    the full-data fit (a no-op when every item is compared: both means are 0).
-
-    The interval always contains the estimate. Resample scores within ``SCORE_TOLERANCE`` of the estimate count
-    as equal to it: a resample that reproduces the full-data comparisons (as is common for the binarized W, a
-    discrete statistic) then lands exactly on the estimate, not 1e-9 beside it. If the percentile interval still
-    excludes the estimate (the bootstrap distribution lies on one side of it: for the binarized W, resampling
-    flips or evens out close pairs, which shrinks every resample's scores toward 0), the interval is extended to
-    the estimate and ``widened`` flags the item.
-
-    With ``warm_start`` (default), every refit starts from the full-data estimate: ``fit_fn`` gets
-    ``initial_scores=estimate.scores`` (and ``initial_tie_parameter=estimate.tie_parameter`` for a tie model) when
-    its signature accepts them (as :func:`fit_bradley_terry`, :func:`fit_binarized_bradley_terry`,
-    :func:`fit_bradley_terry_ties` and ``functools.partial`` of them do; other callables are called with the
-    counts only). The optimum is the same as from a cold start (the objectives are convex in the log-strengths;
-    the fits stop at a tight tolerance), only fewer iterations are needed; ``warm_start=False`` starts every refit
-    from zero as before.
-
-    Args:
-        records (`Iterable[PairwiseRecord]`): all comparisons.
-        fit_fn (`Callable[[PairwiseCounts], BTResult]`): the fit, e.g. ``fit_bradley_terry``,
-            ``fit_binarized_bradley_terry`` or ``functools.partial(fit_bradley_terry_ties, tie_model="davidson")``.
-            With sparse designs pass ``on_disconnected="warn"``, since a resample may drop a bridging sample
-            (resamples with a disconnected graph are counted in ``n_disconnected``, not warned about one by one).
-        n_boot (`int`): number of resamples (>= 1).
-        alpha (`float`): 1 - coverage, in (0, 1); the interval is the ``[alpha/2, 1 - alpha/2]`` percentiles.
-        seed (`int` or `None`): seed of ``numpy.random.default_rng``; the same seed gives the same result.
-        items (`Sequence[str]`, *optional*): fixed item order (default: sorted item names).
-        warm_start (`bool`): start every refit from the full-data fit (see above).
-        progress (`bool` or `None`): a tqdm progress bar on stderr; ``None`` shows it only when stderr is a
-            terminal.
-        desc (`str`): the progress bar's label.
-
-    Returns:
-        `BootstrapCI` with ``lower``/``upper`` of shape `(M,)`, ``scores`` of shape `(n_boot, M)` and ``estimate``,
-        the fit on all records with the interval attached.
-
-    Raises:
-        ValueError: if there are no records, ``n_boot < 1`` or ``alpha`` is outside (0, 1); errors of ``fit_fn``
-            (e.g. a disconnected resample) propagate.
-    """
-    from tqdm.auto import tqdm
-
-    if n_boot < 1:
-        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
-    if not 0.0 < alpha < 1.0:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    records = records if isinstance(records, list) else list(records)
-    if not records:
-        raise ValueError("bootstrap_ci needs at least one record")
-    encoded = encode_records(records, items)
-    full = PairwiseCounts.from_encoded(encoded)
-    m = full.n_items
-    units, n_units = _sample_units([r.sample for r in records])
-    cols = encoded.winner_loser_cells()
-    is_tie = encoded.outcome == 2
-
-    def per_unit(mask: np.ndarray) -> csr_matrix:
-        ones = np.ones(int(mask.sum()))
-        return csr_matrix((ones, (units[mask], cols[mask])), shape=(n_units, m * m))
-
-    unit_wins_t, unit_ties_t = per_unit(~is_tie).T.tocsr(), per_unit(is_tie).T.tocsr()
-    # units x items: 1 where the item was compared on the unit
-    appears = csr_matrix(  # converting from (row, col) sums duplicates; then 1 per (unit, item)
-        (np.ones(2 * len(records)), (np.concatenate([units, units]), np.concatenate([encoded.a, encoded.b]))),
-        shape=(n_units, m),
-    )
-    appears.data[:] = 1.0
-    unit_counts = np.asarray(appears.sum(axis=0)).ravel().astype(np.int64)
-    appears_t = appears.T.tocsr()
-    estimate = fit_fn(full)
-    warm: dict[str, Any] = {}
-    if warm_start and _accepts(fit_fn, "initial_scores"):
-        warm["initial_scores"] = estimate.scores
-        if estimate.tie_parameter is not None and _accepts(fit_fn, "initial_tie_parameter"):
-            warm["initial_tie_parameter"] = estimate.tie_parameter
-    rng = np.random.default_rng(seed)
-    boot = np.empty((n_boot, m))
-    n_disconnected = 0
-    hub = int(np.argmax((full.totals > 0).sum(axis=1)))  # the item compared with most others
-    with _single_blas_thread(), warnings.catch_warnings():  # BLAS limit once for the loop
-        warnings.filterwarnings("ignore", message="comparison graph is disconnected")
-        for b in tqdm(range(n_boot), desc=desc, disable=tqdm_disable(progress), leave=False, mininterval=0.5):
-            weight = np.bincount(rng.integers(0, n_units, n_units), minlength=n_units).astype(float)
-            wins = (unit_wins_t @ weight).reshape(m, m)
-            ties = (unit_ties_t @ weight).reshape(m, m)
-            counts = PairwiseCounts(full.items, wins, ties + ties.T)
-            scores = np.array(fit_fn(counts, **warm).scores, dtype=float)
-            present = (appears_t @ weight) > 0
-            if not present.all():
-                scores[~present] = np.nan
-                scores[present] += estimate.scores[present].mean() - scores[present].mean()
-            n_disconnected += not _connected(counts, present, hub)
-            boot[b] = scores
-    est = np.asarray(estimate.scores, dtype=float)
-    boot = np.where(np.abs(boot - est) <= SCORE_TOLERANCE, est, boot)  # NaN stays NaN
-    n_compared = np.sum(np.isfinite(boot), axis=0).astype(np.int64)
-    lower, upper = np.full(m, np.nan), np.full(m, np.nan)
-    seen = n_compared > 0
-    if seen.any():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns are handled by `seen`
-            lo, hi = np.nanpercentile(boot[:, seen], [100 * alpha / 2, 100 * (1 - alpha / 2)], axis=0)
-        lower[seen], upper[seen] = lo, hi
-    widened = seen & ((est < lower - SCORE_TOLERANCE) | (est > upper + SCORE_TOLERANCE))
-    lower = np.where(seen, np.fmin(lower, est), lower)
-    upper = np.where(seen, np.fmax(upper, est), upper)
-    ci = BootstrapCI(
-        list(full.items),
-        lower,
-        upper,
-        boot,
-        alpha,
-        n_units,
-        estimate,
-        n_compared,
-        unit_counts,
-        widened,
-        n_disconnected,
-    )
-    return replace(ci, estimate=estimate.with_ci(ci))
-
-
-def _connected(counts: PairwiseCounts, present: np.ndarray, hub: int) -> bool:
-    """Whether the comparison graph over the ``present`` items is connected.
-
-    Fast path: the ``hub`` item compared with every other present item (common in dense designs) connects them
-    all; otherwise the components are counted.
-    """
-    if present.sum() < 2:
-        return True
-    if present[hub]:
-        row = (counts.wins[hub] + counts.wins[:, hub] + counts.ties[hub]) > 0
-        row[hub] = True
-        if row[present].all():
-            return True
-    compared = counts.totals[np.ix_(present, present)] > 0
-    return int(connected_components(csr_matrix(compared), directed=False)[0]) == 1
-
-
-def tqdm_disable(progress: bool | None) -> bool | None:
-    """tqdm's ``disable`` for ``progress``: ``None`` lets tqdm hide the bar when its stream is not a terminal."""
-    return None if progress is None else not progress
-
-
-def _sample_units(samples: list[Any]) -> tuple[np.ndarray, int]:
-    """Bootstrap unit of every record, numbered in order of first appearance: its sample, or itself if none."""
-    if None not in samples:
-        first = dict.fromkeys(samples)  # insertion-ordered unique samples
-        index = {sample: k for k, sample in enumerate(first)}
-        return np.fromiter(map(index.__getitem__, samples), dtype=np.int64, count=len(samples)), len(index)
-    unit_ids: dict[Any, int] = {}
-    keys = [("sample", s) if s is not None else ("record", k) for k, s in enumerate(samples)]
-    units = np.fromiter((unit_ids.setdefault(key, len(unit_ids)) for key in keys), dtype=np.int64, count=len(keys))
-    return units, len(unit_ids)
-
-
-def _accepts(fn: Callable, name: str) -> bool:
-    """Whether ``fn`` takes a keyword argument ``name`` (explicitly or through ``**kwargs``)."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    if name in params:
-        return params[name].kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-
-
-# ---------------------------------------------------------------------------------------------- hierarchical
-
-
-@dataclass(frozen=True)
-class HierarchicalResult:
-    """Outcome of :func:`rank_hierarchical`.
-
-    Attributes:
-        groups (`list[list[str]]`): the groups as given.
-        group_results (`list[BTResult]`): the within-group fit of each group (``None`` for a one-item group).
-        final (`BTResult`): the fit over the group winners.
-        winner (`str`): the best item overall (``final.ranking[0]``).
-        n_comparisons (`int`): records used in all stages together.
-    """
-
-    groups: list[list[str]]
-    group_results: list[BTResult | None]
-    final: BTResult
-    winner: str
-    n_comparisons: int
-
-    @property
-    def group_winners(self) -> list[str]:
-        """The winner of each group, in group order."""
-        return [g[0] if res is None else res.ranking[0] for g, res in zip(self.groups, self.group_results)]
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict of every stage."""
-        return {
-            "groups": [list(g) for g in self.groups],
-            "group_winners": self.group_winners,
-            "group_results": [None if r is None else r.to_dict() for r in self.group_results],
-            "final": self.final.to_dict(),
-            "winner": self.winner,
-            "n_comparisons": self.n_comparisons,
-        }
-
-
-def rank_hierarchical(
-    records: Iterable[PairwiseRecord] | RecordsFn,
-    groups: Sequence[Sequence[str]],
-    fit_fn: FitFn = fit_binarized_bradley_terry,
-) -> HierarchicalResult:
-    """EMER-Ranker's hierarchical comparison (EMER-Ranker, section 5).
-
-    To save annotations, the M models are split into groups; models are compared pairwise only within each group
-    to find each group's top model, and the group winners are then compared with each other. With two groups of
-    M/2 models this needs ``2 * C(M/2, 2) * N + N`` comparisons over N samples instead of ``C(M, 2) * N`` (the
-    paper writes ``C(M/2, 2) * N + N``, which counts one group only). Section 5 only identifies the overall best
-    model; the within-group and final fits are all returned, but scores are not comparable across stages.
-    With more than two groups the winners are compared round-robin and ranked with ``fit_fn``.
-
-    Args:
-        records (`Iterable[PairwiseRecord]` or `Callable[[list[tuple[str, str]]], Iterable[PairwiseRecord]]`):
-            either all available judgements (only the within-group pairs, then the winners' pairs, are used, which
-            simulates the cheaper design), or a function that returns judgements for the requested item pairs
-            (e.g. runs a judge or collects annotations on demand), called once per group and once for the final.
-        groups (`Sequence[Sequence[str]]`): at least two disjoint, non-empty groups of item names.
-        fit_fn (`Callable[[PairwiseCounts], BTResult]`): the fit used at every stage; default EMER-Ranker's
-            Bradley-Terry on the binarized W (:func:`fit_binarized_bradley_terry`).
-
-    Returns:
-        `HierarchicalResult` with per-group fits, the final fit over the group winners and the overall winner.
-
-    Raises:
-        ValueError: if fewer than two groups are given, a group is empty, an item is in two groups, a function
-            returns a record for a pair it was not asked for, or a stage has no comparisons (raised by the fit).
-    """
-    groups = [list(g) for g in groups]
-    if len(groups) < 2:
-        raise ValueError(f"rank_hierarchical needs at least two groups, got {len(groups)}")
-    if any(len(g) == 0 for g in groups):
-        raise ValueError("rank_hierarchical: every group must contain at least one item")
-    flat = [name for g in groups for name in g]
-    if len(set(flat)) != len(flat):
-        raise ValueError(f"rank_hierarchical: groups must be disjoint, got {groups}")
-    pool = None if callable(records) else list(records)
-    n_used = 0
-
-    def stage(stage_items: list[str]) -> BTResult:
-        nonlocal n_used
-        wanted = list(itertools.combinations(stage_items, 2))
-        allowed = set(wanted) | {(b, a) for a, b in wanted}
-        if pool is None:
-            got = list(records(wanted))  # type: ignore[operator]
-            bad = [(r.item_a, r.item_b) for r in got if (r.item_a, r.item_b) not in allowed]
-            if bad:
-                raise ValueError(f"records function returned pairs it was not asked for: {bad[:5]}")
-        else:
-            got = [r for r in pool if (r.item_a, r.item_b) in allowed]
-        n_used += len(got)
-        return fit_fn(PairwiseCounts.from_records(got, stage_items))
-
-    group_results: list[BTResult | None] = []
-    winners = []
-    for g in groups:
-        res = stage(g) if len(g) > 1 else None
-        group_results.append(res)
-        winners.append(g[0] if res is None else _top(res, f"group {g}"))
-    final = stage(winners)
-    return HierarchicalResult(groups, group_results, final, _top(final, "final stage"), n_used)
-
-
-def _top(result: BTResult, where: str) -> str:
-    """Best item, warning when the top two scores are equal (the order between them is then arbitrary)."""
-    order = np.sort(result.scores)[::-1]
-    if order.size > 1 and order[0] - order[1] < 1e-6:
-        warnings.warn(f"{where}: the top two items have equal scores; picking {result.ranking[0]!r}", stacklevel=3)
-    return result.ranking[0]
-
-
-# ---------------------------------------------------------------------------------------------------- helpers
-
-
-def _float(x: float | None) -> float | None:
+def finite_float(x: float | None) -> float | None:
+    """``x`` as a float for JSON, ``None`` when it is missing or not finite."""
     return None if x is None or not math.isfinite(float(x)) else float(x)
 
 
-def _floats(xs: np.ndarray) -> list[float | None]:
-    return [_float(v) for v in np.asarray(xs, dtype=float).tolist()]
+def finite_floats(xs: np.ndarray) -> list[float | None]:
+    """:func:`finite_float` of every element (a JSON list)."""
+    return [finite_float(v) for v in np.asarray(xs, dtype=float).tolist()]

@@ -160,8 +160,7 @@ def check_rank_options(args: argparse.Namespace) -> None:
 
 def _read_sample_ids(path: str, table) -> list[str]:
     """The sample ids of a ``--sample-ids`` file (one a line), each checked against the table."""
-    from emoreward.data.tables import read_utf8
-    from emoreward.ranking.rank import TableError
+    from emoreward.data.tables import TableError, read_utf8
 
     file = Path(path)
     if not file.is_file():
@@ -184,7 +183,7 @@ def _read_sample_ids(path: str, table) -> list[str]:
 
 
 def _load_table(args: argparse.Namespace):
-    from emoreward.ranking.rank import TableError, bundled_ovmerd_path, load_description_table
+    from emoreward.data.tables import TableError, bundled_ovmerd_path, load_description_table
 
     path = bundled_ovmerd_path() if args.data == "ovmerd" else Path(args.data)
     table = load_description_table(path)
@@ -221,13 +220,9 @@ def _groups(args: argparse.Namespace, table):
 
 def run_rank(args: argparse.Namespace) -> int:
     """Run `emoreward rank`; prints the ranking table and returns 0. Errors raise ValueError / FileNotFoundError."""
-    from emoreward.ranking.rank import (
-        ScoreCache,
-        cache_path_for,
-        load_rank_judge,
-        rank_with_judge,
-        rank_with_reward_model,
-    )
+    from emoreward.ranking.judging import load_rank_judge
+    from emoreward.ranking.rank import rank_with_judge, rank_with_reward_model
+    from emoreward.ranking.score_cache import ScoreCache, cache_path_for
 
     if getattr(args, "method", "full") == "bpa":
         return run_rank_bpa(args)
@@ -270,15 +265,10 @@ def run_rank(args: argparse.Namespace) -> int:
 
 def run_rank_bpa(args: argparse.Namespace) -> int:
     """`emoreward rank --method bpa`: the judge in the BPA loop; prints the ranking with scores ± sigma."""
+    from emoreward.ranking.active import RewardModelPairs, rank_with_bpa
     from emoreward.ranking.bpa import BPAConfig, SchedulerConfig
-    from emoreward.ranking.rank import (
-        JudgePairs,
-        RewardModelPairs,
-        ScoreCache,
-        cache_path_for,
-        load_rank_judge,
-        rank_with_bpa,
-    )
+    from emoreward.ranking.judging import JudgePairs, load_rank_judge
+    from emoreward.ranking.score_cache import ScoreCache, cache_path_for
 
     if args.hierarchical:
         raise ValueError("--hierarchical is a --method full option; BPA picks its own pairs")

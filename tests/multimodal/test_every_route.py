@@ -40,7 +40,9 @@ assert main(["export", "--model", model_dir, "--output", out + "/export"]) == 0
 
 from emoreward.export import EmotionReward
 from emoreward.models import RewardContext, load_reward_model
-from emoreward.ranking.rank import ScoreCache, load_description_table, score_key, table_context
+from emoreward.data.tables import load_description_table
+from emoreward.ranking.score_cache import ScoreCache, score_key
+from emoreward.ranking.scoring import table_context
 
 model = load_reward_model(model_dir, media_root=media)
 tab = load_description_table(table)

@@ -12,16 +12,16 @@ import pytest
 from scipy.stats import spearmanr
 
 from emoreward.evaluation.verdicts import Verdict
+from emoreward.ranking.bootstrap import bootstrap_ci
 from emoreward.ranking.bradley_terry import (
     TIE_MODELS,
     BTResult,
-    bootstrap_ci,
     fit_binarized_bradley_terry,
     fit_bradley_terry,
     fit_bradley_terry_ties,
-    rank_hierarchical,
 )
 from emoreward.ranking.counts import PairwiseCounts, check_connected, connected_item_groups
+from emoreward.ranking.hierarchical import rank_hierarchical
 from emoreward.ranking.plots import plot_scores, plot_win_matrix
 from emoreward.ranking.records import PairwiseRecord
 

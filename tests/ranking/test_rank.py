@@ -11,23 +11,13 @@ import pytest
 from _helpers import StubRewardModel
 from scipy.stats import spearmanr
 
+from emoreward.data.tables import DescriptionTable, TableError, bundled_ovmerd_path, load_description_table
 from emoreward.evaluation.judge import verdict_from_difference
 from emoreward.evaluation.verdicts import Judgement, Verdict
-from emoreward.ranking.rank import (
-    DescriptionTable,
-    ScoreCache,
-    TableError,
-    bundled_ovmerd_path,
-    judge_records,
-    load_description_table,
-    model_fingerprint,
-    parse_groups,
-    rank_with_judge,
-    rank_with_reward_model,
-    records_from_scores,
-    score_table,
-    table_pairs,
-)
+from emoreward.ranking.judging import judge_records
+from emoreward.ranking.rank import parse_groups, rank_with_judge, rank_with_reward_model
+from emoreward.ranking.score_cache import ScoreCache, model_fingerprint
+from emoreward.ranking.scoring import records_from_scores, score_table, table_pairs
 
 
 class LengthModel(StubRewardModel):

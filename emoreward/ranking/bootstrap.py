@@ -1,0 +1,283 @@
+"""Percentile bootstrap intervals of Bradley-Terry fits, resampling samples with replacement (`bootstrap_ci`,
+`BootstrapCI`; Efron & Tibshirani 1993, ch. 13)."""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
+
+from emoreward.ranking.bradley_terry import (
+    SCORE_TOLERANCE,
+    BTResult,
+    FitFn,
+    single_blas_thread,
+)
+from emoreward.ranking.counts import PairwiseCounts, encode_records
+from emoreward.ranking.records import PairwiseRecord
+
+
+@dataclass(frozen=True)
+class BootstrapCI:
+    """Bootstrap distribution of fitted scores and the percentile intervals drawn from it.
+
+    Attributes:
+        items (`list[str]`): the M items, column order of ``scores``.
+        lower, upper (`np.ndarray` of shape `(M,)`): percentile interval ``[alpha/2, 1 - alpha/2]`` per item,
+            over the resamples in which the item was compared (NaN if it never was); always contains the estimate
+            (see ``widened``).
+        scores (`np.ndarray` of shape `(n_boot, M)`): the fitted scores of every resample, NaN where the item was
+            not compared in that resample (its score there is the prior's, not the data's).
+        alpha (`float`): 1 - coverage.
+        n_units (`int`): number of resampled units (samples, or records when there are no samples).
+        estimate (`BTResult`): the fit on all records, with this interval attached.
+        n_compared (`np.ndarray` of shape `(M,)`, int): resamples in which the item was compared (its interval
+            rests on these).
+        unit_counts (`np.ndarray` of shape `(M,)`, int): units (samples) on which the item was compared in the
+            full data.
+        widened (`np.ndarray` of shape `(M,)`, bool): the percentile interval excluded the estimate and was
+            extended to it (reported as a warning; see :func:`bootstrap_ci`).
+        n_disconnected (`int`): resamples whose comparison graph (over the items compared there) was disconnected.
+    """
+
+    items: list[str]
+    lower: np.ndarray
+    upper: np.ndarray
+    scores: np.ndarray
+    alpha: float
+    n_units: int
+    estimate: BTResult
+    n_compared: np.ndarray = None  # type: ignore[assignment]
+    unit_counts: np.ndarray = None  # type: ignore[assignment]
+    widened: np.ndarray = None  # type: ignore[assignment]
+    n_disconnected: int = 0
+
+    def __post_init__(self) -> None:
+        m, n_boot = len(self.items), self.scores.shape[0]
+        if self.n_compared is None:
+            object.__setattr__(self, "n_compared", np.full(m, n_boot, dtype=np.int64))
+        if self.unit_counts is None:
+            object.__setattr__(self, "unit_counts", np.full(m, self.n_units, dtype=np.int64))
+        if self.widened is None:
+            object.__setattr__(self, "widened", np.zeros(m, dtype=bool))
+
+    @property
+    def n_boot(self) -> int:
+        """Number of resamples."""
+        return int(self.scores.shape[0])
+
+    @property
+    def at_edge(self) -> np.ndarray:
+        """`np.ndarray` of shape `(M,)`, bool: the estimate is an end of a non-degenerate interval.
+
+        This happens when the bootstrap distribution sits on one side of the estimate, e.g. for EMER-Ranker's
+        binarized W: a model that wins (or loses) all its pairs there can only lose (or win) some in a resample.
+        """
+        est = self.estimate.scores
+        wide = self.upper - self.lower > SCORE_TOLERANCE
+        return wide & ((np.abs(est - self.lower) <= SCORE_TOLERANCE) | (np.abs(est - self.upper) <= SCORE_TOLERANCE))
+
+    def sparse_items(self, min_units: int = 10) -> list[str]:
+        """Items with few comparisons: compared on fewer than ``min_units`` units, or absent from some resamples
+        (their interval then rests on fewer than ``n_boot`` resamples)."""
+        return [
+            name
+            for k, name in enumerate(self.items)
+            if self.unit_counts[k] < min_units or self.n_compared[k] < self.n_boot
+        ]
+
+
+def bootstrap_ci(
+    records: Iterable[PairwiseRecord],
+    fit_fn: FitFn,
+    n_boot: int = 1000,
+    alpha: float = 0.05,
+    seed: int | None = 0,
+    items: Sequence[str] | None = None,
+    warm_start: bool = True,
+    progress: bool | None = False,
+    desc: str = "bootstrap",
+) -> BootstrapCI:
+    """Percentile bootstrap intervals of fitted scores, resampling samples with replacement.
+
+    The resampled unit is the sample (``PairwiseRecord.sample``, e.g. a video): all comparisons made on a
+    sample are kept or repeated together, because judgements on one sample are correlated. A record without a
+    sample is its own unit (so data without samples resamples records). Each resample's counts are built as a
+    weighted sum of per-unit count matrices (one sparse matrix product), then ``fit_fn`` is called on them.
+    Percentile intervals follow Efron & Tibshirani (1993), ch. 13.
+
+    Items absent from a resample: an item never compared in a resample gets its score from the prior alone
+    (0, whatever the data say), so it does not enter that item's interval: each item's interval is drawn from
+    the resamples in which it was compared (``n_compared`` says how many). Scores are identified up to a
+    common shift only, so every resample is shifted so that the items it compared have the mean they have in
+    the full-data fit (a no-op when every item is compared: both means are 0).
+
+    The interval always contains the estimate. Resample scores within ``SCORE_TOLERANCE`` of the estimate count
+    as equal to it: a resample that reproduces the full-data comparisons (as is common for the binarized W, a
+    discrete statistic) then lands exactly on the estimate, not 1e-9 beside it. If the percentile interval still
+    excludes the estimate (the bootstrap distribution lies on one side of it: for the binarized W, resampling
+    flips or evens out close pairs, which shrinks every resample's scores toward 0), the interval is extended to
+    the estimate and ``widened`` flags the item.
+
+    With ``warm_start`` (default), every refit starts from the full-data estimate: ``fit_fn`` gets
+    ``initial_scores=estimate.scores`` (and ``initial_tie_parameter=estimate.tie_parameter`` for a tie model) when
+    its signature accepts them (as :func:`fit_bradley_terry`, :func:`fit_binarized_bradley_terry`,
+    :func:`fit_bradley_terry_ties` and ``functools.partial`` of them do; other callables are called with the
+    counts only). The optimum is the same as from a cold start (the objectives are convex in the log-strengths;
+    the fits stop at a tight tolerance), only fewer iterations are needed; ``warm_start=False`` starts every refit
+    from zero as before.
+
+    Args:
+        records (`Iterable[PairwiseRecord]`): all comparisons.
+        fit_fn (`Callable[[PairwiseCounts], BTResult]`): the fit, e.g. ``fit_bradley_terry``,
+            ``fit_binarized_bradley_terry`` or ``functools.partial(fit_bradley_terry_ties, tie_model="davidson")``.
+            With sparse designs pass ``on_disconnected="warn"``, since a resample may drop a bridging sample
+            (resamples with a disconnected graph are counted in ``n_disconnected``, not warned about one by one).
+        n_boot (`int`): number of resamples (>= 1).
+        alpha (`float`): 1 - coverage, in (0, 1); the interval is the ``[alpha/2, 1 - alpha/2]`` percentiles.
+        seed (`int` or `None`): seed of ``numpy.random.default_rng``; the same seed gives the same result.
+        items (`Sequence[str]`, *optional*): fixed item order (default: sorted item names).
+        warm_start (`bool`): start every refit from the full-data fit (see above).
+        progress (`bool` or `None`): a tqdm progress bar on stderr; ``None`` shows it only when stderr is a
+            terminal.
+        desc (`str`): the progress bar's label.
+
+    Returns:
+        `BootstrapCI` with ``lower``/``upper`` of shape `(M,)`, ``scores`` of shape `(n_boot, M)` and ``estimate``,
+        the fit on all records with the interval attached.
+
+    Raises:
+        ValueError: if there are no records, ``n_boot < 1`` or ``alpha`` is outside (0, 1); errors of ``fit_fn``
+            (e.g. a disconnected resample) propagate.
+    """
+    from tqdm.auto import tqdm
+
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    records = records if isinstance(records, list) else list(records)
+    if not records:
+        raise ValueError("bootstrap_ci needs at least one record")
+    encoded = encode_records(records, items)
+    full = PairwiseCounts.from_encoded(encoded)
+    m = full.n_items
+    units, n_units = _sample_units([r.sample for r in records])
+    cols = encoded.winner_loser_cells()
+    is_tie = encoded.outcome == 2
+
+    def per_unit(mask: np.ndarray) -> csr_matrix:
+        ones = np.ones(int(mask.sum()))
+        return csr_matrix((ones, (units[mask], cols[mask])), shape=(n_units, m * m))
+
+    unit_wins_t, unit_ties_t = per_unit(~is_tie).T.tocsr(), per_unit(is_tie).T.tocsr()
+    # units x items: 1 where the item was compared on the unit
+    appears = csr_matrix(  # converting from (row, col) sums duplicates; then 1 per (unit, item)
+        (np.ones(2 * len(records)), (np.concatenate([units, units]), np.concatenate([encoded.a, encoded.b]))),
+        shape=(n_units, m),
+    )
+    appears.data[:] = 1.0
+    unit_counts = np.asarray(appears.sum(axis=0)).ravel().astype(np.int64)
+    appears_t = appears.T.tocsr()
+    estimate = fit_fn(full)
+    warm: dict[str, Any] = {}
+    if warm_start and _accepts(fit_fn, "initial_scores"):
+        warm["initial_scores"] = estimate.scores
+        if estimate.tie_parameter is not None and _accepts(fit_fn, "initial_tie_parameter"):
+            warm["initial_tie_parameter"] = estimate.tie_parameter
+    rng = np.random.default_rng(seed)
+    boot = np.empty((n_boot, m))
+    n_disconnected = 0
+    hub = int(np.argmax((full.totals > 0).sum(axis=1)))  # the item compared with most others
+    with single_blas_thread(), warnings.catch_warnings():  # BLAS limit once for the loop
+        warnings.filterwarnings("ignore", message="comparison graph is disconnected")
+        for b in tqdm(range(n_boot), desc=desc, disable=tqdm_disable(progress), leave=False, mininterval=0.5):
+            weight = np.bincount(rng.integers(0, n_units, n_units), minlength=n_units).astype(float)
+            wins = (unit_wins_t @ weight).reshape(m, m)
+            ties = (unit_ties_t @ weight).reshape(m, m)
+            counts = PairwiseCounts(full.items, wins, ties + ties.T)
+            scores = np.array(fit_fn(counts, **warm).scores, dtype=float)
+            present = (appears_t @ weight) > 0
+            if not present.all():
+                scores[~present] = np.nan
+                scores[present] += estimate.scores[present].mean() - scores[present].mean()
+            n_disconnected += not _connected(counts, present, hub)
+            boot[b] = scores
+    est = np.asarray(estimate.scores, dtype=float)
+    boot = np.where(np.abs(boot - est) <= SCORE_TOLERANCE, est, boot)  # NaN stays NaN
+    n_compared = np.sum(np.isfinite(boot), axis=0).astype(np.int64)
+    lower, upper = np.full(m, np.nan), np.full(m, np.nan)
+    seen = n_compared > 0
+    if seen.any():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns are handled by `seen`
+            lo, hi = np.nanpercentile(boot[:, seen], [100 * alpha / 2, 100 * (1 - alpha / 2)], axis=0)
+        lower[seen], upper[seen] = lo, hi
+    widened = seen & ((est < lower - SCORE_TOLERANCE) | (est > upper + SCORE_TOLERANCE))
+    lower = np.where(seen, np.fmin(lower, est), lower)
+    upper = np.where(seen, np.fmax(upper, est), upper)
+    ci = BootstrapCI(
+        list(full.items),
+        lower,
+        upper,
+        boot,
+        alpha,
+        n_units,
+        estimate,
+        n_compared,
+        unit_counts,
+        widened,
+        n_disconnected,
+    )
+    return replace(ci, estimate=estimate.with_ci(ci))
+
+
+def _connected(counts: PairwiseCounts, present: np.ndarray, hub: int) -> bool:
+    """Whether the comparison graph over the ``present`` items is connected.
+
+    Fast path: the ``hub`` item compared with every other present item (common in dense designs) connects them
+    all; otherwise the components are counted.
+    """
+    if present.sum() < 2:
+        return True
+    if present[hub]:
+        row = (counts.wins[hub] + counts.wins[:, hub] + counts.ties[hub]) > 0
+        row[hub] = True
+        if row[present].all():
+            return True
+    compared = counts.totals[np.ix_(present, present)] > 0
+    return int(connected_components(csr_matrix(compared), directed=False)[0]) == 1
+
+
+def tqdm_disable(progress: bool | None) -> bool | None:
+    """tqdm's ``disable`` for ``progress``: ``None`` lets tqdm hide the bar when its stream is not a terminal."""
+    return None if progress is None else not progress
+
+
+def _sample_units(samples: list[Any]) -> tuple[np.ndarray, int]:
+    """Bootstrap unit of every record, numbered in order of first appearance: its sample, or itself if none."""
+    if None not in samples:
+        first = dict.fromkeys(samples)  # insertion-ordered unique samples
+        index = {sample: k for k, sample in enumerate(first)}
+        return np.fromiter(map(index.__getitem__, samples), dtype=np.int64, count=len(samples)), len(index)
+    unit_ids: dict[Any, int] = {}
+    keys = [("sample", s) if s is not None else ("record", k) for k, s in enumerate(samples)]
+    units = np.fromiter((unit_ids.setdefault(key, len(unit_ids)) for key in keys), dtype=np.int64, count=len(keys))
+    return units, len(unit_ids)
+
+
+def _accepts(fn: Callable, name: str) -> bool:
+    """Whether ``fn`` takes a keyword argument ``name`` (explicitly or through ``**kwargs``)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    if name in params:
+        return params[name].kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())

@@ -1,0 +1,141 @@
+"""Reward effects of a ranking: the additive model of the raw rewards with no tie threshold (`RewardEffects`,
+`fit_reward_effects`), and the tie probability a fitted tie parameter implies (`tie_probability_between_equals`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from emoreward.ranking.bootstrap import tqdm_disable
+from emoreward.ranking.bradley_terry import (
+    SCORE_TOLERANCE,
+    TIE_MODELS,
+    finite_floats,
+)
+from emoreward.ranking.scoring import ScoreMatrix
+
+
+if TYPE_CHECKING:
+    pass
+
+
+def tie_probability_between_equals(model: str, tie_parameter: float) -> float:
+    """P(tie) between two models of equal strength implied by a fitted tie parameter.
+
+    EmoPrefer (appendix F): ``beta / (2 + beta)`` (``beta`` on the centred scale, theta = 1); Davidson (1970):
+    ``nu / (2 + nu)``; Rao-Kupper (1967): ``(nu - 1) / (nu + 1)``.
+
+    Raises:
+        ValueError: for an unknown tie model.
+    """
+    if model in ("emoprefer", "davidson"):
+        return tie_parameter / (2.0 + tie_parameter)
+    if model == "rao-kupper":
+        return (tie_parameter - 1.0) / (tie_parameter + 1.0)
+    raise ValueError(f"unknown tie model {model!r}; choose one of {TIE_MODELS}")
+
+
+@dataclass
+class RewardEffects:
+    """Model effects of an additive model of the raw rewards, with no tie threshold (reward-model judges).
+
+    ``r[m, s] = a_m + b_s + noise`` over the descriptions present, fitted by least squares with a free effect
+    ``b_s`` per sample and ``sum_m a_m = 0``: ``a_m - a_k`` is the mean reward difference between models m and k
+    on the same samples (exactly that when every model described every sample). This ranks by the continuous
+    reward differences that the thresholded verdicts turn into win / loss / tie.
+
+    Attributes:
+        items (`list[str]`): the M models.
+        scores (`np.ndarray` of shape `(M,)`): effects ``a_m`` in reward units (value-head logits), mean 0.
+        lower, upper (`np.ndarray` of shape `(M,)`): percentile bootstrap interval over samples (the resamples in
+            which the model was compared; shifted like :func:`emoreward.ranking.bradley_terry.bootstrap_ci`).
+        n_compared (`np.ndarray` of shape `(M,)`, int): resamples in which the model was compared.
+        alpha (`float`): 1 - coverage.
+    """
+
+    items: list[str]
+    scores: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    n_compared: np.ndarray
+    alpha: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict."""
+        return {
+            "items": list(self.items),
+            "scores": finite_floats(self.scores),
+            "ci_lower": finite_floats(self.lower),
+            "ci_upper": finite_floats(self.upper),
+            "n_compared": self.n_compared.tolist(),
+            "ci_level": 1.0 - self.alpha,
+            "units": "reward (value-head logits)",
+        }
+
+
+def _additive_effects(rewards: np.ndarray, observed: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """Least-squares model effects of ``r[m, s] = a_m + b_s`` with sample weights; NaN for models not compared.
+
+    Eliminating ``b_s`` leaves ``L a = c`` with ``L = diag(sum_s w_s O_ms) - O diag(w / n) O^T`` and
+    ``c_m = sum_s w_s O_ms (r_ms - mean_k r_ks)``, an M x M system (``O`` the observed mask, ``n_s`` models per
+    sample; samples with one model carry no difference and drop out).
+    """
+    o = observed.astype(float)
+    n_s = o.sum(axis=0)
+    w = np.where(n_s >= 2, weight, 0.0)
+    safe_n = np.maximum(n_s, 1.0)
+    centred = np.where(observed, rewards - (np.where(observed, rewards, 0.0).sum(axis=0) / safe_n), 0.0)
+    lap = np.diag((o * w).sum(axis=1)) - (o * (w / safe_n)) @ o.T
+    c = (centred * w).sum(axis=1)
+    present = np.diag(lap) > 0
+    out = np.full(observed.shape[0], np.nan)
+    if present.any():
+        sol = np.linalg.lstsq(lap[np.ix_(present, present)], c[present], rcond=None)[0]
+        out[present] = sol - sol.mean()
+    return out
+
+
+def fit_reward_effects(
+    scores: ScoreMatrix, n_boot: int = 1000, alpha: float = 0.05, seed: int = 0, progress: bool | None = False
+) -> RewardEffects:
+    """Fit `RewardEffects` to a reward matrix, with a percentile bootstrap over samples.
+
+    Args:
+        scores (`ScoreMatrix`): rewards of shape `(M, N)`, NaN where a model has no description.
+        n_boot (`int`): resamples (>= 1); alpha (`float`): 1 - coverage; seed (`int`): resampling seed.
+        progress (`bool` or `None`): tqdm bar (``None``: only when stderr is a terminal).
+
+    Returns:
+        `RewardEffects`.
+
+    Raises:
+        ValueError: if ``n_boot < 1`` or ``alpha`` is outside (0, 1).
+    """
+    from tqdm.auto import tqdm
+
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    rewards = np.asarray(scores.scores, dtype=float)
+    observed = np.isfinite(rewards)
+    n = rewards.shape[1]
+    estimate = _additive_effects(rewards, observed, np.ones(n))
+    rng = np.random.default_rng(seed)
+    boot = np.empty((n_boot, rewards.shape[0]))
+    for b in tqdm(range(n_boot), desc="bootstrap reward effects", disable=tqdm_disable(progress), leave=False):
+        weight = np.bincount(rng.integers(0, n, n), minlength=n).astype(float)
+        effects = _additive_effects(rewards, observed, weight)
+        present = np.isfinite(effects) & np.isfinite(estimate)
+        effects[present] += estimate[present].mean() - effects[present].mean()
+        boot[b] = effects
+    boot = np.where(np.abs(boot - estimate) <= SCORE_TOLERANCE, estimate, boot)
+    n_compared = np.isfinite(boot).sum(axis=0).astype(np.int64)
+    lower, upper = np.full(len(estimate), np.nan), np.full(len(estimate), np.nan)
+    seen = n_compared > 0
+    if seen.any():
+        lo, hi = np.nanpercentile(boot[:, seen], [100 * alpha / 2, 100 * (1 - alpha / 2)], axis=0)
+        lower[seen], upper[seen] = np.fmin(lo, estimate[seen]), np.fmax(hi, estimate[seen])
+    return RewardEffects(list(scores.models), estimate, lower, upper, n_compared, alpha)

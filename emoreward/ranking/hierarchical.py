@@ -1,0 +1,129 @@
+"""EMER-Ranker's hierarchical comparison (section 5): rank within groups, then compare the group winners
+(`rank_hierarchical`, `HierarchicalResult`)."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from emoreward.ranking.bradley_terry import (
+    BTResult,
+    FitFn,
+    RecordsFn,
+    fit_binarized_bradley_terry,
+)
+from emoreward.ranking.counts import PairwiseCounts
+from emoreward.ranking.records import PairwiseRecord
+
+
+@dataclass(frozen=True)
+class HierarchicalResult:
+    """Outcome of :func:`rank_hierarchical`.
+
+    Attributes:
+        groups (`list[list[str]]`): the groups as given.
+        group_results (`list[BTResult]`): the within-group fit of each group (``None`` for a one-item group).
+        final (`BTResult`): the fit over the group winners.
+        winner (`str`): the best item overall (``final.ranking[0]``).
+        n_comparisons (`int`): records used in all stages together.
+    """
+
+    groups: list[list[str]]
+    group_results: list[BTResult | None]
+    final: BTResult
+    winner: str
+    n_comparisons: int
+
+    @property
+    def group_winners(self) -> list[str]:
+        """The winner of each group, in group order."""
+        return [g[0] if res is None else res.ranking[0] for g, res in zip(self.groups, self.group_results)]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict of every stage."""
+        return {
+            "groups": [list(g) for g in self.groups],
+            "group_winners": self.group_winners,
+            "group_results": [None if r is None else r.to_dict() for r in self.group_results],
+            "final": self.final.to_dict(),
+            "winner": self.winner,
+            "n_comparisons": self.n_comparisons,
+        }
+
+
+def rank_hierarchical(
+    records: Iterable[PairwiseRecord] | RecordsFn,
+    groups: Sequence[Sequence[str]],
+    fit_fn: FitFn = fit_binarized_bradley_terry,
+) -> HierarchicalResult:
+    """EMER-Ranker's hierarchical comparison (EMER-Ranker, section 5).
+
+    To save annotations, the M models are split into groups; models are compared pairwise only within each group
+    to find each group's top model, and the group winners are then compared with each other. With two groups of
+    M/2 models this needs ``2 * C(M/2, 2) * N + N`` comparisons over N samples instead of ``C(M, 2) * N`` (the
+    paper writes ``C(M/2, 2) * N + N``, which counts one group only). Section 5 only identifies the overall best
+    model; the within-group and final fits are all returned, but scores are not comparable across stages.
+    With more than two groups the winners are compared round-robin and ranked with ``fit_fn``.
+
+    Args:
+        records (`Iterable[PairwiseRecord]` or `Callable[[list[tuple[str, str]]], Iterable[PairwiseRecord]]`):
+            either all available judgements (only the within-group pairs, then the winners' pairs, are used, which
+            simulates the cheaper design), or a function that returns judgements for the requested item pairs
+            (e.g. runs a judge or collects annotations on demand), called once per group and once for the final.
+        groups (`Sequence[Sequence[str]]`): at least two disjoint, non-empty groups of item names.
+        fit_fn (`Callable[[PairwiseCounts], BTResult]`): the fit used at every stage; default EMER-Ranker's
+            Bradley-Terry on the binarized W (:func:`fit_binarized_bradley_terry`).
+
+    Returns:
+        `HierarchicalResult` with per-group fits, the final fit over the group winners and the overall winner.
+
+    Raises:
+        ValueError: if fewer than two groups are given, a group is empty, an item is in two groups, a function
+            returns a record for a pair it was not asked for, or a stage has no comparisons (raised by the fit).
+    """
+    groups = [list(g) for g in groups]
+    if len(groups) < 2:
+        raise ValueError(f"rank_hierarchical needs at least two groups, got {len(groups)}")
+    if any(len(g) == 0 for g in groups):
+        raise ValueError("rank_hierarchical: every group must contain at least one item")
+    flat = [name for g in groups for name in g]
+    if len(set(flat)) != len(flat):
+        raise ValueError(f"rank_hierarchical: groups must be disjoint, got {groups}")
+    pool = None if callable(records) else list(records)
+    n_used = 0
+
+    def stage(stage_items: list[str]) -> BTResult:
+        nonlocal n_used
+        wanted = list(itertools.combinations(stage_items, 2))
+        allowed = set(wanted) | {(b, a) for a, b in wanted}
+        if pool is None:
+            got = list(records(wanted))  # type: ignore[operator]
+            bad = [(r.item_a, r.item_b) for r in got if (r.item_a, r.item_b) not in allowed]
+            if bad:
+                raise ValueError(f"records function returned pairs it was not asked for: {bad[:5]}")
+        else:
+            got = [r for r in pool if (r.item_a, r.item_b) in allowed]
+        n_used += len(got)
+        return fit_fn(PairwiseCounts.from_records(got, stage_items))
+
+    group_results: list[BTResult | None] = []
+    winners = []
+    for g in groups:
+        res = stage(g) if len(g) > 1 else None
+        group_results.append(res)
+        winners.append(g[0] if res is None else _top(res, f"group {g}"))
+    final = stage(winners)
+    return HierarchicalResult(groups, group_results, final, _top(final, "final stage"), n_used)
+
+
+def _top(result: BTResult, where: str) -> str:
+    """Best item, warning when the top two scores are equal (the order between them is then arbitrary)."""
+    order = np.sort(result.scores)[::-1]
+    if order.size > 1 and order[0] - order[1] < 1e-6:
+        warnings.warn(f"{where}: the top two items have equal scores; picking {result.ranking[0]!r}", stacklevel=3)
+    return result.ranking[0]

@@ -1,0 +1,157 @@
+"""Generative judging of a description table: every (sample, model pair) through the harness in both orders
+(`judge_records`, `JudgeRun`), pair queries for BPA (`JudgePairs`), and the ``--judge`` resolver (`load_rank_judge`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from emoreward.data.tables import DescriptionTable
+from emoreward.evaluation.verdicts import Verdict
+from emoreward.ranking.records import PairwiseRecord
+from emoreward.ranking.score_cache import default_cache_dir
+from emoreward.ranking.scoring import table_pairs
+
+
+if TYPE_CHECKING:
+    from emoreward.evaluation.judge import Judge
+
+
+OrderCombine = Literal["each", "consensus"]
+ORDER_COMBINE: tuple[str, ...] = ("each", "consensus")
+
+
+@dataclass
+class JudgeRun:
+    """Records from a generative judge, with what it cost."""
+
+    records: list[PairwiseRecord]
+    n_calls: int
+    n_invalid: int
+    n_pairs: int
+
+
+def judge_records(
+    judge: Judge,
+    table: DescriptionTable,
+    model_pairs: Sequence[tuple[str, str]] | None = None,
+    swap: bool = True,
+    runs: int = 1,
+    combine: OrderCombine = "each",
+) -> JudgeRun:
+    """Run a generative judge on every (sample, model pair) through the harness, both orders, and make records.
+
+    ``combine="each"`` keeps every valid verdict (normal and swapped, every run) as its own record;
+    ``"consensus"`` makes one record per pair and run: the shared verdict when the normal and swapped verdicts
+    agree, a tie when they disagree (position bias), none when either is INVALID. INVALID verdicts are never
+    turned into a class: they are dropped and counted.
+
+    Returns:
+        `JudgeRun`: records, judge calls made (pairs x orders x runs), invalid verdicts and pairs.
+
+    Raises:
+        ValueError: on an unknown ``combine`` or ``combine="consensus"`` without ``swap``.
+    """
+    from emoreward.evaluation.harness import run_judge
+
+    if combine not in ORDER_COMBINE:
+        raise ValueError(f"combine must be one of {ORDER_COMBINE}, got {combine!r}")
+    if combine == "consensus" and not swap:
+        raise ValueError("combine='consensus' needs the swapped order (swap=True)")
+    pairs = table_pairs(table, model_pairs)
+    if not pairs:
+        return JudgeRun([], 0, 0, 0)
+    result = run_judge(judge, pairs, swap=swap, runs=runs)
+    records: list[PairwiseRecord] = []
+    n_invalid = 0
+    for r in range(runs):
+        orders = [result.normal[r]] + ([result.swapped[r]] if swap else [])
+        n_invalid += sum(j.verdict == Verdict.INVALID for js in orders for j in js)
+        for k, pair in enumerate(pairs):
+            verdicts = [js[k].verdict for js in orders]
+            if combine == "each":
+                chosen = [v for v in verdicts if v != Verdict.INVALID]
+            elif Verdict.INVALID in verdicts:
+                chosen = []
+            else:
+                chosen = [verdicts[0] if verdicts[0] == verdicts[1] else Verdict.TIE]
+            records.extend(PairwiseRecord(pair.model_1, pair.model_2, v, judge.name, pair.sample_id) for v in chosen)
+    n_calls = len(pairs) * runs * (2 if swap else 1)
+    return JudgeRun(records, n_calls, n_invalid, len(pairs))
+
+
+class JudgePairs:
+    """Answer pair queries with a generative judge through the harness (:func:`judge_records` on one sample).
+
+    Args:
+        judge (`Judge`): the judge.
+        table (`DescriptionTable`): the descriptions.
+        swap, runs, combine: as in :func:`judge_records` (normal and swapped order by default; INVALID verdicts
+            are dropped and counted, never turned into a class).
+
+    Attributes:
+        n_queries (`int`): pair queries; n_calls (`int`): judge calls (queries x orders x runs); n_invalid (`int`).
+    """
+
+    def __init__(
+        self, judge: Judge, table: DescriptionTable, swap: bool = True, runs: int = 1, combine: OrderCombine = "each"
+    ):
+        self.judge, self.table, self.swap, self.runs, self.combine = judge, table, swap, runs, combine
+        self.name = judge.name
+        self.n_queries = self.n_calls = self.n_invalid = 0
+
+    def __call__(self, sample: str, model_a: str, model_b: str) -> list[PairwiseRecord]:
+        one = DescriptionTable(
+            [model_a, model_b],
+            [sample],
+            {(sample, m): self.table.descriptions[sample, m] for m in (model_a, model_b)},
+            {sample: self.table.media[sample]} if sample in self.table.media else {},
+            self.table.source,
+        )
+        got = judge_records(self.judge, one, [(model_a, model_b)], self.swap, self.runs, self.combine)
+        self.n_queries += 1
+        self.n_calls += got.n_calls
+        self.n_invalid += got.n_invalid
+        return got.records
+
+    def cost(self) -> dict[str, Any]:
+        return {"judge": self.name, "n_queries": self.n_queries, "n_calls": self.n_calls, "n_invalid": self.n_invalid}
+
+
+def load_rank_judge(
+    spec: str | Path,
+    media_root: str | None = None,
+    *,
+    strategy: str = "S1",
+    cache_dir: str | Path | None = None,
+) -> tuple[str, Any]:
+    """Resolve ``--judge`` through :func:`emoreward.judges.load_judge`: a reward-model directory (text or
+    multimodal), a judge YAML or a registered judge name.
+
+    A zero-shot judge runs ``strategy`` with its call cache under ``cache_dir`` (default :func:`default_cache_dir`,
+    ``$EMOREWARD_CACHE``), ``judges/zero-shot/<name>-<fingerprint>.jsonl``, so a killed ranking resumes; a failed
+    call stops the ranking (after caching the finished calls) instead of silently dropping a comparison.
+
+    Returns:
+        ``("reward-model", RewardModel)`` or ``("judge", Judge)``.
+
+    Raises:
+        FileNotFoundError: if ``spec`` does not exist; ImportError: a YAML judge without ``zero_shot``;
+        ValueError: a path that is neither, or an invalid judge definition.
+    """
+    import sys
+
+    from emoreward.judges import is_reward_model_dir, load_judge
+    from emoreward.models import load_reward_model
+
+    if is_reward_model_dir(spec):
+        return "reward-model", load_reward_model(spec, media_root=media_root)
+    return "judge", load_judge(
+        spec,
+        strategy=strategy,
+        cache_dir=Path(cache_dir or default_cache_dir()) / "judges",
+        media_root=media_root,
+        progress=sys.stderr.isatty(),
+    )

@@ -1,0 +1,488 @@
+"""Ranking reports: what `emoreward rank` prints and writes (`RankingReport`, `BPARankingReport`: JSON, Markdown,
+dataset rows) and the warnings a reader must know before using the numbers (`ranking_warnings`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from emoreward.ranking.bootstrap import BootstrapCI
+from emoreward.ranking.bpa import BPAFit
+from emoreward.ranking.bradley_terry import (
+    equal_score_groups,
+    finite_float,
+)
+from emoreward.ranking.counts import PairwiseCounts
+from emoreward.ranking.effects import RewardEffects, tie_probability_between_equals
+from emoreward.ranking.hierarchical import HierarchicalResult
+from emoreward.ranking.records import PairwiseRecord
+
+
+if TYPE_CHECKING:
+    pass
+
+
+TIE_SHARE_WARNING = 0.5
+"""Warn when more than this share of the verdicts are ties (the thresholded fits then rest on few verdicts)."""
+TIE_PROBABILITY_WARNING = 0.9
+"""Warn when a fitted tie parameter gives two equal models at least this probability of a tie."""
+MIN_SAMPLES = 10
+"""Flag a model compared on fewer samples than this (or absent from some bootstrap resamples)."""
+
+
+@dataclass
+class RankingReport:
+    """Everything `emoreward rank` reports.
+
+    Attributes:
+        models (`list[str]`): the M ranked models.
+        counts (`PairwiseCounts`): win / tie counts W over all records.
+        binarized (`BootstrapCI`): EMER-Ranker's Bradley-Terry on the binarized W, with bootstrap interval.
+        ties (`BootstrapCI`): Bradley-Terry with ties (``tie_model``, default Davidson) on the counts; the ranking.
+        lengths (`dict`): per model: mean description length (chars, words), descriptions ``n`` and empty or
+            whitespace-only ones ``n_empty`` (scored as given).
+        cost (`dict`): judge calls / scorings made and cached, with the equivalent generative pair calls.
+        mean_reward (`dict[str, float]` or `None`): mean reward per model (reward-model judges).
+        hierarchical (`HierarchicalResult` or `None`): EMER-Ranker section 5 result when requested.
+        meta (`dict`): judge, data, options and timings.
+        paper (`BootstrapCI` or `None`): EmoPrefer's appendix-F fit (the paper's column) when ``ties`` is another
+            tie model.
+        reward_effects (`RewardEffects` or `None`): the fit on the raw reward differences, no threshold
+            (reward-model judges).
+        n_truncated (`dict[str, int]` or `None`): per model, descriptions longer than the judge reads (cut to its
+            length limit when scored); ``None`` when the judge does not say. Filled from the judge's
+            per-description truncation flags of the scores (see :func:`truncation_counts`).
+        warnings (`list[str]`): what a reader must know before using the numbers (degenerate fits, tie share,
+            sparse models, empty or truncated descriptions); see :func:`ranking_warnings`.
+    """
+
+    models: list[str]
+    counts: PairwiseCounts
+    binarized: BootstrapCI
+    ties: BootstrapCI
+    lengths: dict[str, dict[str, float]]
+    cost: dict[str, Any]
+    mean_reward: dict[str, float] | None = None
+    hierarchical: HierarchicalResult | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    paper: BootstrapCI | None = None
+    reward_effects: RewardEffects | None = None
+    n_truncated: dict[str, int] | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def fits(self) -> dict[str, BootstrapCI]:
+        """The Bradley-Terry fits by column name: the tie-aware ranking, the paper's tie model, binarized W."""
+        out = {f"BT-ties ({self.ties.estimate.model})": self.ties}
+        if self.paper is not None:
+            out[f"BT-ties ({self.paper.estimate.model}, paper)"] = self.paper
+        out["BT binarized W"] = self.binarized
+        return out
+
+    def dataset_rows(self) -> list[dict[str, Any]]:
+        """One row per model, best first, for a `datasets` table (`emoreward rank --dataset`): rank, model, every
+        fit's score with its interval, reward effect (reward-model judges), win and tie rate, comparisons, length."""
+        t = self.ties.estimate
+        totals = self.counts.totals.sum(axis=1)
+        rows = []
+        for rank, name in zip(t.ranks, t.ranking):
+            row: dict[str, Any] = {"rank": int(rank), "model": name}
+            for label, ci in self.fits().items():
+                k = ci.items.index(name)
+                key = label.replace(" ", "_").replace("(", "").replace(")", "").replace(",", "").lower()
+                row[key] = float(ci.estimate.scores[k])
+                row[f"{key}_lower"], row[f"{key}_upper"] = float(ci.lower[k]), float(ci.upper[k])
+            if self.reward_effects is not None:
+                k = self.reward_effects.items.index(name)
+                row["reward_effect"] = float(self.reward_effects.scores[k])
+            c = self.counts.items.index(name)
+            n = float(totals[c])
+            row.update(
+                win_rate=float(self.counts.wins[c].sum() / n) if n else None,
+                tie_rate=float(self.counts.ties[c].sum() / n) if n else None,
+                comparisons=n,
+                mean_words=self.lengths.get(name, {}).get("words"),
+                mean_chars=self.lengths.get(name, {}).get("chars"),
+            )
+            rows.append(row)
+        return rows
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict (plain lists and floats)."""
+        return {
+            **self.meta,
+            "models": list(self.models),
+            "ranking": self.ties.estimate.ranking,
+            "ranks": self.ties.estimate.ranks,
+            "warnings": list(self.warnings),
+            "bradley_terry_ties": _ci_dict(self.ties),
+            "bradley_terry_ties_paper": None if self.paper is None else _ci_dict(self.paper),
+            "bradley_terry_binarized": _ci_dict(self.binarized),
+            "reward_effects": None if self.reward_effects is None else self.reward_effects.to_dict(),
+            "W": {
+                "items": list(self.counts.items),
+                "wins": self.counts.wins.tolist(),
+                "ties": self.counts.ties.tolist(),
+                "binarized": self.counts.binarized().wins.tolist(),
+            },
+            "tie_share": finite_float(_tie_share(self.counts)),
+            "lengths": self.lengths,
+            "empty_descriptions": {m: int(v["n_empty"]) for m, v in self.lengths.items()},
+            "n_truncated": self.n_truncated,
+            "mean_reward": self.mean_reward,
+            "cost": self.cost,
+            "hierarchical": None if self.hierarchical is None else self.hierarchical.to_dict(),
+        }
+
+    def to_markdown(self, digits: int = 2) -> str:
+        """The ranking table (best first, by the tie-aware fit; equal scores share a rank, marked ``=``), the W
+        matrix, the judge-call count and the warnings."""
+        t = self.ties.estimate
+        level = f"{100 * (t.ci_level or 0):g}%"
+        fits = self.fits()
+        effects = self.reward_effects
+        head = "| rank | model | " + " | ".join(f"{name} [{level} CI]" for name in fits)
+        head += f" | reward effect, no threshold [{level} CI]" if effects is not None else ""
+        head += " | win rate | tie rate | comparisons | mean length (words / chars) |"
+        lines = [head, "|---:|---|" + "---|" * (len(fits) + (effects is not None)) + "---:|" * 4]
+        totals = self.counts.totals.sum(axis=1)
+        shared = {r for r in t.ranks if t.ranks.count(r) > 1}
+        sparse = set().union(*(ci.sparse_items(MIN_SAMPLES) for ci in fits.values()))
+        widened = False
+        for rank, name in zip(t.ranks, t.ranking):
+            cells = []
+            for ci in fits.values():
+                k = ci.items.index(name)
+                flag = "*" if ci.widened[k] else ""
+                widened |= bool(ci.widened[k])
+                cells.append(_interval(ci.estimate.scores[k], ci.lower[k], ci.upper[k], digits) + flag)
+            if effects is not None:
+                k = effects.items.index(name)
+                cells.append(_interval(effects.scores[k], effects.lower[k], effects.upper[k], digits + 1))
+            c = self.counts.items.index(name)
+            n = totals[c] if totals[c] > 0 else math.nan
+            win, tie = self.counts.wins[c].sum() / n, self.counts.ties[c].sum() / n
+            length = self.lengths.get(name, {"words": math.nan, "chars": math.nan})
+            label = f"{rank}{'=' if rank in shared else ''}"
+            lines.append(
+                f"| {label} | {name}{' †' if name in sparse else ''} | " + " | ".join(cells) + f" | {win:.3f} "
+                f"| {tie:.3f} | {totals[c]:g} | {length['words']:.1f} / {length['chars']:.0f} |"
+            )
+        params = "; ".join(
+            f"{ci.estimate.model} tie parameter {ci.estimate.tie_parameter:.3g}"
+            for ci in fits.values()
+            if ci.estimate.tie_parameter is not None
+        )
+        lines += [
+            "",
+            f"Scores: centred log-strengths (natural log); {level} percentile bootstrap over samples "
+            f"({self.ties.n_boot} resamples); {params}. Rank `=`: equal scores, a shared rank.",
+        ]
+        if effects is not None:
+            lines.append(
+                "Reward effect: least-squares model effect on the raw rewards with a per-sample effect (mean reward "
+                "difference to the other models on the same samples, reward units), no tie threshold."
+            )
+        if sparse:
+            lines.append(
+                f"†: compared on fewer than {MIN_SAMPLES} samples or absent from some resamples; its interval uses "
+                "only the resamples in which it was compared."
+            )
+        if widened:
+            lines.append("*: the percentile interval excluded the estimate and was extended to it (see warnings).")
+        lines += ["", "W (row beat column; `wins/ties`):", ""]
+        short = [name[:10] for name in self.counts.items]
+        lines.append("| | " + " | ".join(short) + " |")
+        lines.append("|---|" + "---:|" * len(short))
+        for i, name in enumerate(self.counts.items):
+            cells = []
+            for j in range(len(self.counts.items)):
+                if i == j:
+                    cells.append("-")
+                else:
+                    w, tt = self.counts.wins[i, j], self.counts.ties[i, j]
+                    cells.append(f"{w:g}/{tt:g}" if tt else f"{w:g}")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines += ["", _cost_line(self.cost)]
+        if self.hierarchical is not None:
+            h = self.hierarchical
+            lines.append(
+                f"Hierarchical (EMER-Ranker section 5): groups {h.groups}, group winners {h.group_winners}, "
+                f"overall winner {h.winner!r} from {h.n_comparisons} comparisons."
+            )
+        if self.warnings:
+            lines += ["", f"Warnings ({len(self.warnings)}):", ""]
+            lines += [f"- {w}" for w in self.warnings]
+        return "\n".join(lines) + "\n"
+
+
+def _interval(score: float, lower: float, upper: float, digits: int) -> str:
+    return f"{score:+.{digits}f} [{lower:+.{digits}f}, {upper:+.{digits}f}]"
+
+
+def _ci_dict(ci: BootstrapCI) -> dict[str, Any]:
+    """A fit with its bootstrap diagnostics, JSON-safe."""
+    return {
+        **ci.estimate.to_dict(),
+        "n_boot": ci.n_boot,
+        "n_compared": ci.n_compared.tolist(),
+        "samples_compared": ci.unit_counts.tolist(),
+        "interval_widened": ci.widened.tolist(),
+        "estimate_at_interval_edge": ci.at_edge.tolist(),
+        "n_disconnected_resamples": ci.n_disconnected,
+        "tie_probability_between_equals": (
+            None
+            if ci.estimate.tie_parameter is None
+            else tie_probability_between_equals(ci.estimate.model, ci.estimate.tie_parameter)
+        ),
+    }
+
+
+def _tie_share(counts: PairwiseCounts) -> float:
+    n = counts.n_comparisons
+    return float(np.triu(counts.ties, 1).sum() / n) if n > 0 else math.nan
+
+
+def _names(items: Iterable[str], limit: int = 6) -> str:
+    items = list(items)
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def ranking_warnings(report: RankingReport) -> list[str]:
+    """What is wrong or fragile in a ranking, one sentence each (printed by `emoreward rank`, kept in the report).
+
+    Checks: the share of tie verdicts (above ``TIE_SHARE_WARNING``), a tie parameter at the edge of plausibility
+    (P(tie) between equal models at least ``TIE_PROBABILITY_WARNING``, or the optimiser's bound), models with
+    identical scores, intervals that excluded their estimate (extended to it) or end at it (one-sided),
+    models with few comparisons, disconnected resamples, empty and truncated descriptions.
+
+    Returns:
+        `list[str]`: the warnings, most important first; empty when nothing is wrong.
+    """
+    out = []
+    share = _tie_share(report.counts)
+    n = report.counts.n_comparisons
+    if share > TIE_SHARE_WARNING:
+        threshold = report.meta.get("tie_threshold")
+        cause = (
+            f" below the tie threshold |r1 - r2| < {threshold:.3g} (calibrated on the reward model's training "
+            "pairs, whose rewards may differ more than these descriptions')"
+            if threshold is not None
+            else ""
+        )
+        extra = (
+            " the reward effects (no threshold) show the differences the verdicts hide;"
+            if report.reward_effects
+            else ""
+        )
+        out.append(
+            f"{100 * share:.1f}% of the {n:g} verdicts are ties{cause}: the thresholded fits rest on "
+            f"{n * (1 - share):.0f} decisive verdicts;{extra} lower the threshold (--tie-threshold) to use more."
+        )
+    for name, ci in report.fits().items():
+        est = ci.estimate
+        if est.tie_parameter is None:
+            continue
+        p_tie = tie_probability_between_equals(est.model, est.tie_parameter)
+        if p_tie >= TIE_PROBABILITY_WARNING:
+            out.append(
+                f"{name}: fitted tie parameter {est.tie_parameter:.3g} gives two equal models P(tie) = {p_tie:.3f}, "
+                "at the edge of plausibility: ties dominate the likelihood, so the scores rest on the few decisive "
+                "verdicts and their scale on the tie parameter."
+            )
+    for name, ci in report.fits().items():
+        for group in ci.estimate.tied_groups():
+            out.append(
+                f"{name}: {len(group)} models have identical scores ({_names(group)}; "
+                f"{ci.estimate.score(group[0]):+.3f}): the data do not separate them; they share a rank."
+            )
+    for name, ci in report.fits().items():
+        if ci.widened.any():
+            items = [m for m, w in zip(ci.items, ci.widened) if w]
+            out.append(
+                f"{name}: the percentile interval of {_names(items)} excluded its estimate (the bootstrap "
+                "distribution lies on one side of it); the interval was extended to the estimate (marked *)."
+            )
+        edge = [m for m, e, w in zip(ci.items, ci.at_edge, ci.widened) if e and not w]
+        if edge:
+            why = (
+                "W is a majority vote per model pair, so a model that wins (or loses) all its pairs can only "
+                "lose (or win) some in a resample"
+                if ci is report.binarized
+                else "the bootstrap distribution sits on one side of the estimate"
+            )
+            out.append(f"{name}: the estimate of {_names(edge)} is an end of its interval ({why}): one-sided.")
+    sparse = sorted(set().union(*(ci.sparse_items(MIN_SAMPLES) for ci in report.fits().values())))
+    if sparse:
+        ci = report.ties
+        detail = ", ".join(
+            f"{m} ({ci.unit_counts[ci.items.index(m)]} samples, in {ci.n_compared[ci.items.index(m)]}/{ci.n_boot} "
+            "resamples)"
+            for m in sparse
+        )
+        out.append(f"few comparisons: {detail}; their intervals use only the resamples in which they were compared.")
+    disconnected = max(ci.n_disconnected for ci in report.fits().values())
+    if disconnected:
+        out.append(
+            f"{disconnected} of {report.ties.n_boot} resamples had a disconnected comparison graph: scores across "
+            "its components rest on the prior there."
+        )
+    empty = {m: int(v["n_empty"]) for m, v in report.lengths.items() if v.get("n_empty")}
+    if empty:
+        out.append(
+            f"{sum(empty.values())} empty or whitespace-only descriptions were judged as given: "
+            + ", ".join(f"{m} {k}" for m, k in empty.items())
+            + "."
+        )
+    if report.n_truncated and any(report.n_truncated.values()):
+        cut = {m: k for m, k in report.n_truncated.items() if k}
+        limit = report.meta.get("max_length")
+        out.append(
+            f"{sum(cut.values())} descriptions are longer than the judge reads"
+            + (f" ({limit} tokens)" if limit else "")
+            + " and were cut when scored: "
+            + ", ".join(f"{m} {k}" for m, k in cut.items())
+            + "."
+        )
+    return out
+
+
+def _cost_line(cost: dict[str, Any]) -> str:
+    if cost["judge"] == "reward-model":
+        return (
+            f"Judge calls: {cost['n_scorings']} reward-model scorings ({cost['n_scored']} distinct texts scored, "
+            f"{cost['n_cached']} from cache, {cost['scoring_seconds']:.1f} s) giving {cost['n_pair_verdicts']} pair verdicts; a "
+            f"generative judge would need {cost['generative_pair_calls']} pair calls "
+            f"(C(M,2) x N, x2 with the swapped order: {2 * cost['generative_pair_calls']})."
+        )
+    return (
+        f"Judge calls: {cost['n_judge_calls']} ({cost['n_pairs']} pairs x orders x runs); "
+        f"{cost['n_invalid']} invalid verdicts dropped; {cost['n_records']} records."
+    )
+
+
+@dataclass
+class BPARankingReport:
+    """What `emoreward rank --method bpa` reports.
+
+    Attributes:
+        models (`list[str]`): the M ranked models.
+        fit (`BPAFit`): the final BPA fit (scores on [1, 9] with uncertainty ``sigma``, judge reliability, delta).
+        records (`list[PairwiseRecord]`): every verdict, in the order asked.
+        n_pairs (`int`): pair queries asked (model pair x sample); ``full_pairs``: C(M, 2) x N over the samples
+            both models described (what a full ranking asks, per order and run).
+        stopped_by (`str`): ``"sigma_tau"`` (mean uncertainty fell below ``sigma_tau``), ``"budget"``,
+            ``"exhausted"`` (every (model pair, sample) was asked) or ``"on_refit"`` (the callback said stop).
+        strategy_counts (`dict[str, int]`): pairs per scheduling strategy.
+        history (`list[tuple[int, float]]`): ``(records, mean sigma)`` after each refit.
+        cost (`dict`): judge queries, calls / scorings.
+        meta (`dict`): options and timings.
+    """
+
+    models: list[str]
+    fit: BPAFit
+    records: list[PairwiseRecord]
+    n_pairs: int
+    full_pairs: int
+    stopped_by: str
+    strategy_counts: dict[str, int]
+    history: list[tuple[int, float]]
+    cost: dict[str, Any]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ranking(self) -> list[str]:
+        """Models, best first (by BPA score); equal scores (within ``SCORE_TOLERANCE``) listed by name."""
+        return [m for g in self._groups() for m in g]
+
+    @property
+    def ranks(self) -> list[int]:
+        """The rank of every model of ``ranking`` (same order), shared by equal scores ("1, 2, 2, 4")."""
+        ranks: list[int] = []
+        for g in self._groups():
+            ranks += [len(ranks) + 1] * len(g)
+        return ranks
+
+    def _groups(self) -> list[list[str]]:
+        return equal_score_groups(self.models, np.array([self.fit.scores[m] for m in self.models]))
+
+    def dataset_rows(self) -> list[dict[str, Any]]:
+        """One row per model, best first: rank, model, BPA score, sigma, comparisons (`emoreward rank --dataset`)."""
+        return [
+            {
+                "rank": int(rank),
+                "model": m,
+                "bpa_score": float(self.fit.scores[m]),
+                "sigma": float(self.fit.sigma[m]),
+                "comparisons": int(self.fit.n_comparisons[m]),
+            }
+            for rank, m in zip(self.ranks, self.ranking)
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict."""
+        return {
+            **self.meta,
+            "method": "bpa",
+            "models": list(self.models),
+            "ranking": self.ranking,
+            "ranks": self.ranks,
+            "scores": {m: self.fit.scores[m] for m in self.models},
+            "sigma": {m: self.fit.sigma[m] for m in self.models},
+            "n_comparisons": self.fit.n_comparisons,
+            "reliabilities": self.fit.reliabilities,
+            "delta": self.fit.delta,
+            "n_pairs": self.n_pairs,
+            "full_pairs": self.full_pairs,
+            "n_records": len(self.records),
+            "stopped_by": self.stopped_by,
+            "strategy_counts": self.strategy_counts,
+            "history": [list(h) for h in self.history],
+            "cost": self.cost,
+        }
+
+    def to_markdown(self, digits: int = 2) -> str:
+        """Ranking table with score ± sigma, comparisons used vs the full C(M,2) x N, and why it stopped."""
+        lines = ["| rank | model | BPA score ± sigma (1-9 scale) | comparisons |", "|---:|---|---|---:|"]
+        ranks = self.ranks
+        for rank, m in zip(ranks, self.ranking):
+            shared = "=" if ranks.count(rank) > 1 else ""
+            lines.append(
+                f"| {rank}{shared} | {m} | {self.fit.scores[m]:.{digits}f} ± {self.fit.sigma[m]:.{digits}f} "
+                f"| {self.fit.n_comparisons[m]} |"
+            )
+        share = 100.0 * self.n_pairs / self.full_pairs if self.full_pairs else math.nan
+        sigma_tau = self.meta.get("sigma_tau")
+        why = {
+            "sigma_tau": f"mean sigma {self.fit.mean_sigma:.3f} fell below sigma_tau {sigma_tau}",
+            "budget": f"budget of {self.meta.get('budget')} pairs spent (mean sigma {self.fit.mean_sigma:.3f}, "
+            f"sigma_tau {sigma_tau})",
+            "exhausted": f"every (model pair, sample) was asked (mean sigma {self.fit.mean_sigma:.3f})",
+            "on_refit": f"the on_refit callback asked to stop (mean sigma {self.fit.mean_sigma:.3f})",
+        }[self.stopped_by]
+        rel = ", ".join(f"{k} {v:.2f}" for k, v in self.fit.reliabilities.items())
+        lines += [
+            "",
+            f"Comparisons: {self.n_pairs} pairs asked of the full C(M,2) x N = {self.full_pairs} ({share:.1f}%), "
+            f"{len(self.records)} verdicts; strategies {self.strategy_counts}.",
+            f"Stopped by {self.stopped_by}: {why}.",
+            f"Judge reliability (Crowd-BT eta): {rel}; tie margin delta {self.fit.delta:.2f}.",
+            _bpa_cost_line(self.cost),
+        ]
+        return "\n".join(lines) + "\n"
+
+
+def _bpa_cost_line(cost: dict[str, Any]) -> str:
+    if cost["judge"] == "reward-model":
+        return (
+            f"Judge queries: {cost['n_queries']} pair verdicts from {cost['n_scored']} reward-model scorings "
+            f"(+ {cost['n_cached']} descriptions from the cache, {cost['scoring_seconds']:.1f} s)."
+        )
+    return (
+        f"Judge queries: {cost['n_queries']} pairs, {cost['n_calls']} judge calls (orders x runs); "
+        f"{cost['n_invalid']} invalid verdicts dropped."
+    )

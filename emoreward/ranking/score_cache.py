@@ -1,0 +1,129 @@
+"""The score cache of a reward-model ranking: reward scores on disk keyed by (model fingerprint, description,
+context), appended as they are computed (`ScoreCache`, `model_fingerprint`, `score_key`, `cache_path_for`,
+`default_cache_dir`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+
+if TYPE_CHECKING:
+    from emoreward.models.base import RewardContext, RewardModel
+
+
+def model_fingerprint(directory: str | Path, chunk: int = 1 << 20) -> str:
+    """A content fingerprint of a saved model directory, for the score cache key.
+
+    Hashes every file's name and size, small files (< 2 chunks) whole and large ones by their first and last
+    ``chunk`` bytes, so a retrained or re-exported model gets a new fingerprint without reading 7B weights.
+
+    Raises:
+        FileNotFoundError: if ``directory`` is not a directory.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"{directory} is not a directory")
+    h = hashlib.sha256()
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        size = path.stat().st_size
+        h.update(f"{path.relative_to(directory).as_posix()}\0{size}\0".encode())
+        with path.open("rb") as fh:
+            if size <= 2 * chunk:
+                h.update(fh.read())
+            else:
+                h.update(fh.read(chunk))
+                fh.seek(size - chunk)
+                h.update(fh.read(chunk))
+    return h.hexdigest()[:16]
+
+
+def _text_key(description: str, subtitle: str | None) -> str:
+    payload = json.dumps([description, subtitle], ensure_ascii=False)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+class ScoreCache:
+    """Reward scores on disk, one JSON line ``{"key": sha256(description, context), "score": float, "truncated":
+    bool}`` each (``truncated``: the description was cut to fit the model's length limit).
+
+    The file belongs to one model (its name carries the model fingerprint); new scores are appended as they
+    are computed, so an interrupted run keeps what it scored. A torn last line (a killed run) is ignored.
+
+    Args:
+        path (`str` or `Path` or `None`): the JSONL file; ``None`` keeps scores in memory only.
+    """
+
+    def __init__(self, path: str | Path | None):
+        self.path = None if path is None else Path(path)
+        self._scores: dict[str, float] = {}
+        self._truncated: dict[str, bool] = {}
+        if self.path is not None and self.path.exists():
+            with self.path.open("rb") as fh:
+                for line in fh:
+                    try:
+                        entry = json.loads(line.decode("utf-8"))
+                        self._scores[entry["key"]] = float(entry["score"])
+                        if "truncated" in entry:
+                            self._truncated[entry["key"]] = bool(entry["truncated"])
+                    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError):
+                        continue
+
+    def __len__(self) -> int:
+        return len(self._scores)
+
+    def get(self, key: str) -> float | None:
+        return self._scores.get(key)
+
+    def truncated(self, key: str) -> bool | None:
+        """Whether the cached score's description was cut to fit (None: not recorded)."""
+        return self._truncated.get(key)
+
+    def put(self, items: dict[str, float], truncated: dict[str, bool] | None = None) -> None:
+        """Add scores (and, when known, truncation flags) and append them to the file."""
+        truncated = truncated or {}
+        self._scores.update(items)
+        self._truncated.update(truncated)
+
+        def line(key: str, value: float) -> str:
+            entry = {"key": key, "score": value}
+            if key in truncated:
+                entry["truncated"] = bool(truncated[key])
+            return json.dumps(entry) + "\n"
+
+        if self.path is not None and items:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a", encoding="utf-8") as fh:
+                fh.writelines(line(k, v) for k, v in items.items())
+
+
+def default_cache_dir() -> Path:
+    """``$EMOREWARD_CACHE`` or ``$XDG_CACHE_HOME/emoreward/rank`` (default ``~/.cache/emoreward/rank``)."""
+    if os.environ.get("EMOREWARD_CACHE"):
+        return Path(os.environ["EMOREWARD_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "emoreward" / "rank"
+
+
+def score_key(model: RewardModel, description: str, context: RewardContext) -> str:
+    """The score-cache key of one (description, context): sha256 of the description and the part of the context the
+    model reads; for a multimodal model the media files' sizes and modification times are part of it, so a file
+    replaced under the same name is scored again."""
+    if model.kind == "text":
+        return _text_key(description, context.subtitle)
+    stamps = []
+    for path in (context.video, context.audio):
+        full = Path(path) if path and (Path(path).is_absolute() or not getattr(model, "media_root", None)) else None
+        if path and full is None:
+            full = Path(model.media_root) / path
+        stat = full.stat() if full is not None and full.exists() else None
+        stamps.append(None if stat is None else [stat.st_size, stat.st_mtime_ns])
+    payload = json.dumps([description, [str(k) for k in model.context_key(context)], stamps], ensure_ascii=False)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+def cache_path_for(model_dir: str | Path, cache_dir: str | Path | None = None) -> Path:
+    """The score-cache file of a reward model: ``<cache_dir>/scores-<fingerprint>.jsonl``."""
+    return Path(cache_dir or default_cache_dir()) / f"scores-{model_fingerprint(model_dir)}.jsonl"

@@ -1,0 +1,205 @@
+"""Scoring a description table: a reward model scores each description once (`score_table`, M x N scorings into a
+`ScoreMatrix`), its pair verdicts come from the reward differences (`records_from_scores`), and a generative
+judge's pairs are built from the table (`table_pairs`)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from emoreward.data.tables import DescriptionTable
+from emoreward.evaluation.judge import verdict_from_difference
+from emoreward.ranking.records import PairwiseRecord
+from emoreward.ranking.score_cache import ScoreCache, score_key
+
+
+if TYPE_CHECKING:
+    from emoreward.models.base import RewardContext, RewardModel
+
+
+@dataclass
+class ScoreMatrix:
+    """Rewards of every description in a table.
+
+    Attributes:
+        models (`list[str]`), samples (`list[str]`): row and column labels.
+        scores (`np.ndarray` of shape `(M, N)`): reward of model m's description of sample n (NaN when missing).
+        n_scored (`int`): descriptions the model scored in this run (forward passes, one per description).
+        n_cached (`int`): descriptions whose score came from the cache.
+        seconds (`float`): wall time of scoring (cache lookups included).
+        n_truncated (`int`): of the descriptions scored now, those cut to fit the model's length limit.
+        truncated (`np.ndarray` of shape `(M, N)` or `None`): 1.0 where model m's description of sample n was cut
+            to fit, 0.0 where not, NaN where unknown (no description, or a cache entry without the flag).
+    """
+
+    models: list[str]
+    samples: list[str]
+    scores: np.ndarray
+    n_scored: int = 0
+    n_cached: int = 0
+    seconds: float = 0.0
+    n_truncated: int = 0
+    truncated: np.ndarray | None = None
+
+
+def table_context(table: DescriptionTable, sample: str) -> RewardContext:
+    """The reward-model context of one table sample (subtitle, video and audio paths, sample id)."""
+    from emoreward.models.base import RewardContext
+
+    return RewardContext.from_media(sample, table.media.get(sample))
+
+
+def score_table(
+    model: RewardModel,
+    table: DescriptionTable,
+    cache: ScoreCache | None = None,
+    batch_size: int | None = None,
+    chunk_size: int = 512,
+) -> ScoreMatrix:
+    """Score each description of the table once with a reward model, text or multimodal (M x N scorings), reusing
+    cached scores.
+
+    Identical (description, context) items are scored once; a multimodal model scores the descriptions of one
+    sample behind one media prefix (N media encodings for M x N scorings). New scores are written to ``cache`` in
+    chunks of about ``chunk_size`` descriptions (a sample's descriptions are never split across chunks).
+
+    Returns:
+        `ScoreMatrix` with ``scores`` of shape `(M, N)` (unnormalised rewards, NaN where a model has no
+        description of a sample), and ``n_truncated``: descriptions cut to fit the model's length limit.
+
+    Raises:
+        MediaError: a multimodal model cannot read a sample's media (names the sample and the file).
+    """
+    start = time.perf_counter()
+    cache = cache if cache is not None else ScoreCache(None)
+    keys: dict[tuple[str, str], str] = {}
+    todo: dict[str, tuple[str, RewardContext]] = {}
+    contexts = {sample: table_context(table, sample) for sample in table.samples}
+    n_cached = 0
+    for (sample, name), text in table.descriptions.items():
+        key = score_key(model, text, contexts[sample])
+        keys[sample, name] = key
+        if cache.get(key) is not None:
+            n_cached += 1
+        elif key not in todo:
+            todo[key] = (text, contexts[sample])
+    by_context: dict[Any, list[tuple[str, tuple[str, RewardContext]]]] = {}
+    for item in todo.items():
+        by_context.setdefault(model.context_key(item[1][1]), []).append(item)
+    chunks: list[list[tuple[str, tuple[str, RewardContext]]]] = [[]]
+    for group in by_context.values():
+        if chunks[-1] and len(chunks[-1]) + len(group) > chunk_size:
+            chunks.append([])
+        chunks[-1].extend(group)
+    n_truncated = 0
+    for part in chunks:
+        if not part:
+            continue
+        info = model.score_info([t for _, (t, _) in part], [c for _, (_, c) in part], batch_size=batch_size)
+        n_truncated += int(info.truncated.sum())
+        cache.put(
+            {k: float(v) for (k, _), v in zip(part, info.rewards)},
+            {k: bool(t) for (k, _), t in zip(part, info.truncated)},
+        )
+    matrix = np.full((table.n_models, table.n_samples), np.nan)
+    cut = np.full((table.n_models, table.n_samples), np.nan)
+    m_index = {m: i for i, m in enumerate(table.models)}
+    s_index = {s: j for j, s in enumerate(table.samples)}
+    for (sample, name), key in keys.items():
+        matrix[m_index[name], s_index[sample]] = cache.get(key)
+        flag = cache.truncated(key)
+        if flag is not None:
+            cut[m_index[name], s_index[sample]] = float(flag)
+    return ScoreMatrix(
+        list(table.models),
+        list(table.samples),
+        matrix,
+        len(todo),
+        n_cached,
+        time.perf_counter() - start,
+        n_truncated,
+        cut,
+    )
+
+
+def records_from_scores(
+    scores: ScoreMatrix, tie_threshold: float = 0.0, annotator: str = "reward-model"
+) -> list[PairwiseRecord]:
+    """Pair verdicts from pointwise rewards: for every sample and every pair of models with descriptions, the
+    verdict of :func:`emoreward.evaluation.judge.verdict_from_difference` on ``r_a - r_b`` (FIRST if > 0, SECOND
+    if < 0, TIE when ``|r_a - r_b| < tie_threshold`` or equal).
+
+    Returns:
+        `list[PairwiseRecord]`: C(M, 2) records per sample (fewer where descriptions are missing), with
+        ``item_a`` before ``item_b`` in ``scores.models`` order.
+
+    Raises:
+        ValueError: if ``tie_threshold`` is negative or not finite.
+    """
+    if not (tie_threshold >= 0 and math.isfinite(tie_threshold)):
+        raise ValueError(f"tie_threshold must be a finite number >= 0, got {tie_threshold}")
+    out = []
+    s = scores.scores
+    for a, b in itertools.combinations(range(len(scores.models)), 2):
+        diff = s[a] - s[b]
+        for j in np.flatnonzero(~np.isnan(diff)):
+            verdict = verdict_from_difference(float(diff[j]), tie_threshold)
+            out.append(PairwiseRecord(scores.models[a], scores.models[b], verdict, annotator, scores.samples[j]))
+    return out
+
+
+def truncation_counts(scores: ScoreMatrix) -> dict[str, int] | None:
+    """Per model, how many of its descriptions the reward model cut to its length limit when scoring them.
+
+    The source of ``RankingReport.n_truncated``: the per-description flags of `score_table` (kept in the score
+    cache with each score). None ("not known", never 0) when a flag is missing, e.g. from a cache written without
+    them.
+
+    Returns:
+        `dict[str, int]` or `None`.
+    """
+    if scores.truncated is None:
+        return None
+    present = ~np.isnan(scores.scores)
+    if np.isnan(scores.truncated[present]).any():
+        return None
+    return {m: int(np.nansum(scores.truncated[i])) for i, m in enumerate(scores.models)}
+
+
+def table_pairs(table: DescriptionTable, model_pairs: Sequence[tuple[str, str]] | None = None) -> list:
+    """One `PreferencePair` per sample and model pair (both models must have described the sample).
+
+    Args:
+        table (`DescriptionTable`): the descriptions.
+        model_pairs (`Sequence[tuple[str, str]]`, *optional*): the model pairs to compare (default: all C(M, 2)).
+
+    Returns:
+        `list[PreferencePair]` with ``model_1``/``model_2`` set and the sample's media, unlabelled.
+    """
+    from emoreward.data import MediaRef, PreferencePair
+
+    if model_pairs is None:
+        model_pairs = list(itertools.combinations(table.models, 2))
+    pairs = []
+    for sample in table.samples:
+        media = table.media.get(sample, MediaRef())
+        for a, b in model_pairs:
+            if (sample, a) in table.descriptions and (sample, b) in table.descriptions:
+                pairs.append(
+                    PreferencePair(
+                        sample,
+                        table.descriptions[sample, a],
+                        table.descriptions[sample, b],
+                        model_1=a,
+                        model_2=b,
+                        media=media,
+                        row=len(pairs) + 1,
+                    )
+                )
+    return pairs
