@@ -36,7 +36,7 @@ verdict correctly) has an infinite maximum-likelihood coefficient, so scores, co
 intervals.
 
 Intervals: percentile bootstrap over samples (videos), the resampling of
-:func:`emoreward.ranking.bradley_terry.bootstrap_ci` (same unit, same random draws for the same seed), with all
+:func:`emoreward.ranking.bootstrap.bootstrap_ci` (same unit, same random draws for the same seed), with all
 resamples fitted together by one batched Newton iteration (`(n_boot, M + K)` parameters).
 """
 
@@ -53,13 +53,12 @@ from scipy.optimize import linprog
 from scipy.stats import norm
 
 from emoreward.data.tables import description_length
+from emoreward.ranking.bootstrap import BootstrapCI, _sample_units
 from emoreward.ranking.bradley_terry import (
     DEFAULT_PRIOR_VARIANCE,
     SCORE_TOLERANCE,
-    BootstrapCI,
     BTResult,
     _check_prior,
-    _sample_units,
     equal_score_groups,
 )
 from emoreward.ranking.counts import PairwiseCounts, check_connected, encode_records
@@ -468,7 +467,7 @@ def fit_length_controlled(
         items (`Sequence[str]`, *optional*): item order (default: sorted names).
         prior_variance (`float` or `None`): Gaussian prior on the model effects, as the plain fits.
         n_boot (`int`): resamples (>= 1); alpha: 1 - coverage; seed: as
-            :func:`~emoreward.ranking.bradley_terry.bootstrap_ci` (same seed, same resamples).
+            :func:`~emoreward.ranking.bootstrap.bootstrap_ci` (same seed, same resamples).
 
     Returns:
         `ControlledFit`; a degenerate covariate or fit shows in ``warnings`` (each also raised as a

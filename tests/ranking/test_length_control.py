@@ -9,7 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from emoreward.ranking.bradley_terry import bootstrap_ci, fit_bradley_terry, fit_bradley_terry_ties
+from emoreward.ranking.bootstrap import bootstrap_ci
+from emoreward.ranking.bradley_terry import fit_bradley_terry, fit_bradley_terry_ties
 from emoreward.ranking.length_control import (
     comparison_markdown,
     description_features,
