@@ -74,6 +74,7 @@ COVARIATES: dict[str, Callable[[str], float]] = {
     "lines": lambda text: float(text.count("\n") + 1 if text.strip() else 0),
 }
 """Per-description covariates by name: ``log(1 + characters)`` (the default), ``log(1 + words)``, line count."""
+DEFAULT_COVARIATES: tuple[str, ...] = ("log_length",)
 
 # A logit change beyond this per standard deviation of a covariate (odds e^15 ~ 3e6) only arises when the
 # covariate separates the verdicts: such a resample's fit is a solver artefact, not an estimate.
@@ -447,7 +448,7 @@ def _collinear(x: np.ndarray, m: int) -> bool:
 def fit_length_controlled(
     records: Sequence[PairwiseRecord],
     features: Mapping[tuple[str, str], np.ndarray],
-    covariates: Sequence[str] = ("log_length",),
+    covariates: Sequence[str] = DEFAULT_COVARIATES,
     model: ControlledModel = "davidson",
     items: Sequence[str] | None = None,
     prior_variance: float | None = DEFAULT_PRIOR_VARIANCE,
@@ -543,6 +544,14 @@ def fit_length_controlled(
         se[kept] = np.sqrt(np.maximum(np.diag(cov)[m:p], 0.0))
         with np.errstate(divide="ignore", invalid="ignore"):
             pval[kept] = 2.0 * norm.sf(np.abs(coef[kept] / se[kept]))
+    if not unidentified and k_kept and (not ok[0] or np.max(np.abs(est[m:p])) > _DIVERGED):
+        notes.append(
+            f"covariates {[c for c, k in zip(covariates, kept) if k]} nearly separate the verdicts (fitted "
+            f"coefficient beyond {_DIVERGED:g} logits per RMS difference, or no convergence): the estimate rests on "
+            "the few verdicts length does not decide; scores, coefficients and p-values reported as null"
+        )
+        unidentified = True
+        coef[:] = se[:] = pval[:] = np.nan
     scores = est[:m] - est[:m].mean()
     tie_parameter = math.exp(float(est[-1])) if davidson else None
     log_lik = -_newton_nll(design, est, davidson)
