@@ -144,3 +144,57 @@ def test_bad_input_names_the_record_and_the_covariate():
         description_features(descriptions, ["verbosity"])
     with pytest.raises(ValueError, match="unknown model"):
         fit_length_controlled(records, features, names, model="rao-kupper", n_boot=5)
+
+
+def _write_table(path, n_samples=16):
+    """Four models; on every sample each writes a different number of words (so length varies within a model)."""
+    import json
+
+    words = ["happy", "sad", "angry", "calm", "voice", "smile", "frown", "tears", "loud", "quiet"]
+    rows = []
+    for s in range(n_samples):
+        for m, name in enumerate(["alpha", "beta", "gamma", "delta"]):
+            n_words = 2 + (3 * s + 5 * m) % 7
+            text = " ".join(words[(s + m + k) % len(words)] for k in range(n_words))
+            rows.append({"sample": f"s{s}", "model": name, "description": text})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_rank_reports_the_controlled_fit_beside_the_plain_one(tmp_path, tiny_rm_dir):
+    import argparse
+    import json
+
+    from emoreward.data.tables import load_description_table
+    from emoreward.models.base import load_reward_model
+    from emoreward.ranking.cli import add_rank_arguments, run_rank
+    from emoreward.ranking.rank import rank_with_reward_model
+    from emoreward.ranking.scoring import records_from_scores, score_table
+
+    table = load_description_table(_write_table(tmp_path / "table.jsonl"))
+    model = load_reward_model(tiny_rm_dir)
+    report = rank_with_reward_model(model, table, n_boot=40, seed=1)
+    # the same fit as the library call on the route's own verdicts and the table's lengths
+    records = records_from_scores(score_table(model, table), model.settings.tie_threshold)
+    names, features = description_features(table.descriptions, ["log_length"])
+    direct = fit_length_controlled(records, features, names, "davidson", table.models, n_boot=40, seed=1)
+    np.testing.assert_allclose(report.controlled.scores, direct.scores, atol=1e-9)
+    np.testing.assert_allclose(report.controlled.coefficients, direct.coefficients, atol=1e-9)
+    out = report.to_dict()
+    assert out["length_controlled"]["covariates"]["log_length"]["coefficient"] == pytest.approx(
+        float(direct.coefficients[0]), abs=1e-9
+    )
+    assert out["length_control_order_changes"] == [list(p) for p in order_changes(report.ties, direct)]
+    assert "Length-controlled ranking (davidson + log_length" in report.to_markdown()
+
+    p = argparse.ArgumentParser()
+    add_rank_arguments(p)
+    json_out = tmp_path / "rank.json"
+    run_rank(p.parse_args(["--judge", str(tiny_rm_dir), "--data", str(tmp_path / "table.jsonl"), "--n-boot", "20",
+                           "--no-cache", "--quiet", "--output", str(json_out)]))  # fmt: skip
+    written = json.loads(json_out.read_text())
+    assert written["length_controlled"]["items"] == table.models
+    assert (tmp_path / "rank_scores_length_controlled.png").is_file() == report.controlled.identified
+    run_rank(p.parse_args(["--judge", str(tiny_rm_dir), "--data", str(tmp_path / "table.jsonl"), "--n-boot", "20",
+                           "--no-cache", "--quiet", "--no-length-control", "--output", str(json_out)]))  # fmt: skip
+    assert json.loads(json_out.read_text())["length_controlled"] is None
