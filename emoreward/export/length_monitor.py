@@ -138,4 +138,17 @@ def defined(figures: dict[str, float | None]) -> dict[str, float]:
     return {k: float(v) for k, v in figures.items() if v is not None and math.isfinite(v)}
 
 
-__all__ = ["LengthHackingWarning", "LengthMonitor", "batch_length_figures", "defined"]
+def per_sample(figures: dict[str, float | None], n: int) -> dict[str, list[float]]:
+    """The defined batch figures repeated once per sample, for frameworks that log per-sample lists and average them:
+    OpenRLHF's ``extra_logs`` (every key a list of the batch's length) and verl's per-response dicts (whose extra
+    keys the reward manager gathers into ``reward_extra_info`` lists); the mean of each list is the batch figure.
+
+    Raises:
+        ValueError: if ``n < 1``.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    return {key: [value] * n for key, value in defined(figures).items()}
+
+
+__all__ = ["LengthHackingWarning", "LengthMonitor", "batch_length_figures", "defined", "per_sample"]

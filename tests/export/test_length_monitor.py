@@ -11,7 +11,7 @@ import torch
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
 from emoreward.export.grpo import EmotionReward
-from emoreward.export.length_monitor import LengthHackingWarning, LengthMonitor, batch_length_figures
+from emoreward.export.length_monitor import LengthHackingWarning, LengthMonitor, batch_length_figures, per_sample
 from emoreward.models import TextRewardModel, TextSettings
 
 
@@ -28,6 +28,9 @@ def test_batch_figures_by_hand():
     assert batch_length_figures([1.0, 1.0, 1.0], ["a", "bb", "ccc"])["length/reward_spearman"] is None
     with pytest.raises(ValueError, match="one reward per description"):
         batch_length_figures([1.0], ["a", "b"])
+    # OpenRLHF extra_logs / verl extra keys: one value per sample, undefined figures left out
+    flat = per_sample(batch_length_figures([1.0, 1.0, 1.0], ["a", "bb", "ccc"]), 3)
+    assert flat == {"length/mean": [2.0] * 3, "length/std": [pytest.approx((2 / 3) ** 0.5)] * 3, "length/n": [3.0] * 3}
 
 
 def test_windowed_correlation_warns_once_per_crossing():
