@@ -50,6 +50,7 @@ from typing import Any, Literal
 
 import numpy as np
 from scipy.optimize import linprog
+from scipy.sparse import csr_matrix
 from scipy.stats import norm
 
 from emoreward.data.tables import description_length
@@ -317,12 +318,19 @@ def _newton(
         converged `(B,)` bool, and the Hessian of shape `(B, P, P)` at the solution.
     """
     x, m = design.x, design.m
-    n_rec, p = x.shape
+    p = x.shape[1]
     q = p + davidson
     n_b = weights.shape[0]
     y = design.outcome
     yw, yl, yt = (y == 0).astype(float), (y == 1).astype(float), (y == 2).astype(float)
-    outer = (x[:, :, None] * x[:, None, :]).reshape(n_rec, p * p)
+    xs, xs_t, outer_t = _sparse_design(design)
+
+    def times_x(v: np.ndarray) -> np.ndarray:  # (B, N) @ x, through the sparse transpose
+        return np.asarray(xs_t @ v.T).T
+
+    def times_outer(v: np.ndarray) -> np.ndarray:  # (B, N) @ (row outer products of x), shape (B, P, P)
+        return np.asarray(outer_t @ v.T).T.reshape(v.shape[0], p, p)
+
     has_ties = (weights @ yt) > 0 if davidson else np.zeros(n_b, dtype=bool)
     theta = np.zeros((n_b, q)) if x0 is None else np.broadcast_to(x0, (n_b, q)).copy()
     if davidson:
@@ -330,7 +338,7 @@ def _newton(
     scale = 1.0 + weights.sum(axis=1)
 
     def objective(th: np.ndarray, full: bool):
-        u = th[:, :p] @ x.T  # (B, N)
+        u = np.asarray(xs @ th[:, :p].T).T  # (B, N)
         s = th[:, :m]
         penalty = 0.5 * precision * np.sum(s * s, axis=1) + 0.5 * s.sum(axis=1) ** 2 / m
         if not davidson:
@@ -342,8 +350,8 @@ def _newton(
             sig = 1.0 / (1.0 + np.exp(sign * u))  # sigmoid(-sign u)
             gu = -sign * sig
             hu = sig * (1.0 - sig)
-            grad = (weights * gu) @ x
-            hess = ((weights * hu) @ outer).reshape(n_b, p, p)
+            grad = times_x(weights * gu)
+            hess = times_outer(weights * hu)
         else:
             eta = th[:, -1:]
             half = 0.5 * u
@@ -360,10 +368,10 @@ def _newton(
             huu = 0.25 * (pw + pl) - 0.25 * (pw - pl) ** 2
             hue = -0.5 * (pw - pl) * pt
             hee = pt * (1.0 - pt)
-            grad = np.concatenate([(weights * gu) @ x, np.sum(weights * ge, axis=1, keepdims=True)], axis=1)
+            grad = np.concatenate([times_x(weights * gu), np.sum(weights * ge, axis=1, keepdims=True)], axis=1)
             hess = np.zeros((n_b, q, q))
-            hess[:, :p, :p] = ((weights * huu) @ outer).reshape(n_b, p, p)
-            hess[:, :p, -1] = hess[:, -1, :p] = (weights * hue) @ x
+            hess[:, :p, :p] = times_outer(weights * huu)
+            hess[:, :p, -1] = hess[:, -1, :p] = times_x(weights * hue)
             hess[:, -1, -1] = np.sum(weights * hee, axis=1)
         grad[:, :m] += precision * s + s.sum(axis=1, keepdims=True) / m
         hess[:, :m, :m] += precision * np.eye(m) + 1.0 / m
@@ -397,6 +405,26 @@ def _newton(
         theta = np.where(active[:, None], trial, theta)
     f, grad, hess = objective(theta, True)
     return theta, converged, hess
+
+
+def _sparse_design(design: _Design) -> tuple[csr_matrix, csr_matrix, csr_matrix]:
+    """``x`` as a sparse matrix, its transpose, and the transpose of its row outer products (shape `(P^2, N)`).
+
+    A row has ``2 + K`` non-zeros (``+1``, ``-1`` and the covariates), so the batched gradient and Hessian cost
+    ``B N (2 + K)^2`` instead of ``B N P^2``.
+    """
+    x, m = design.x, design.m
+    n, p = x.shape
+    cols = np.concatenate([design.a[:, None], design.b[:, None], np.broadcast_to(np.arange(m, p), (n, p - m))], axis=1)
+    vals = x[np.arange(n)[:, None], cols]
+    rows = np.repeat(np.arange(n), cols.shape[1])
+    xs = csr_matrix((vals.ravel(), (rows, cols.ravel())), shape=(n, p))
+    pair_cols = (cols[:, :, None] * p + cols[:, None, :]).reshape(n, -1)
+    pair_vals = (vals[:, :, None] * vals[:, None, :]).reshape(n, -1)
+    outer = csr_matrix(
+        (pair_vals.ravel(), (np.repeat(np.arange(n), pair_cols.shape[1]), pair_cols.ravel())), shape=(n, p * p)
+    )
+    return xs, xs.T.tocsr(), outer.T.tocsr()
 
 
 def _solve(hess: np.ndarray, grad: np.ndarray) -> np.ndarray:
