@@ -54,8 +54,8 @@ DEFAULT_PRIOR_VARIANCE = 10.0
 # fits stop at a tight tolerance, so items the data cannot separate land within ~1e-8 of each other, not exactly.
 SCORE_TOLERANCE = 1e-6
 # Bounds on the tie log-parameter keep the fit finite when a data set (or bootstrap resample) has no ties.
-_TIE_LOG_BOUNDS = (-30.0, 30.0)
-_OPTIONS = {"maxiter": 2000, "ftol": 1e-13, "gtol": 1e-8}
+TIE_LOG_BOUNDS = (-30.0, 30.0)
+_OPTIONS = {"maxiter": 2000, "ftol": 1e-15, "gtol": 1e-10}
 
 FitFn = Callable[[PairwiseCounts], "BTResult"]
 RecordsFn = Callable[[list[tuple[str, str]]], Iterable[PairwiseRecord]]
@@ -389,7 +389,7 @@ def single_blas_thread() -> contextlib.AbstractContextManager:
     return contextlib.nullcontext() if controller is None else controller.limit(limits=1)
 
 
-def _check_prior(prior_variance: float | None) -> float:
+def prior_precision(prior_variance: float | None) -> float:
     """Precision of the prior (0 for none)."""
     if prior_variance is None:
         return 0.0
@@ -436,7 +436,7 @@ def fit_bradley_terry(
     """
     if ties not in TIE_HANDLING:
         raise ValueError(f"ties must be one of {TIE_HANDLING}, got {ties!r}")
-    precision = _check_prior(prior_variance)
+    precision = prior_precision(prior_variance)
     wins = counts.wins + 0.5 * counts.ties if ties == "half" else counts.wins
     used = PairwiseCounts(counts.items, wins, np.zeros_like(counts.ties))
     check_connected(used, on_disconnected)
@@ -525,7 +525,7 @@ def fit_bradley_terry_ties(
     """
     if tie_model not in TIE_MODELS:
         raise ValueError(f"unknown tie_model {tie_model!r}; choose one of {TIE_MODELS}")
-    precision = _check_prior(prior_variance)
+    precision = prior_precision(prior_variance)
     check_connected(counts, on_disconnected)
     i, j, w, lo, t = _pairs(counts)
     m = counts.n_items
@@ -537,8 +537,8 @@ def fit_bradley_terry_ties(
         return nll + 0.5 * precision * float(s @ s), grad
 
     n = float(w.sum() + lo.sum() + t.sum())
-    x0 = np.append(_initial(initial_scores, m), _initial_tie_log(tie_model, initial_tie_parameter, t.sum(), n))
-    bounds = [(None, None)] * m + [_TIE_LOG_BOUNDS]
+    x0 = np.append(_initial(initial_scores, m), initial_tie_log(tie_model, initial_tie_parameter, t.sum(), n))
+    bounds = [(None, None)] * m + [TIE_LOG_BOUNDS]
     rate = min(max(float(t.sum()) / n if n > 0 else 0.0, 1e-3), 0.999)
     curvature = np.append(_score_curvature(x0[:-1], i, j, w + lo + t, precision), max(n * rate * (1 - rate), 1.0))
     x = _minimize(fun, x0, bounds, f"fit_bradley_terry_ties({tie_model})", n, n_scores=m, curvature=curvature)
@@ -562,14 +562,14 @@ def fit_bradley_terry_ties(
     )
 
 
-def _initial_tie_log(tie_model: str, initial: float | None, n_ties: float, n: float) -> float:
+def initial_tie_log(tie_model: str, initial: float | None, n_ties: float, n: float) -> float:
     """Starting tie log-parameter ``eta``: from ``initial`` (``beta``/``nu``) or from the observed tie rate."""
     if initial is not None:
         value = float(initial)
         offset = 1.0 if tie_model == "rao-kupper" else 0.0  # nu = 1 + exp(eta)
         if not (math.isfinite(value) and value > offset):
             raise ValueError(f"initial_tie_parameter must be finite and > {offset:g} for {tie_model}, got {initial!r}")
-        return min(max(math.log(value - offset), _TIE_LOG_BOUNDS[0]), _TIE_LOG_BOUNDS[1])
+        return min(max(math.log(value - offset), TIE_LOG_BOUNDS[0]), TIE_LOG_BOUNDS[1])
     # P(tie) between equal items matches the observed tie rate.
     rate = min(max(float(n_ties) / n if n > 0 else 0.0, 1e-3), 0.999)
     if tie_model == "rao-kupper":
