@@ -59,8 +59,8 @@ from emoreward.ranking.bradley_terry import (
     DEFAULT_PRIOR_VARIANCE,
     SCORE_TOLERANCE,
     BTResult,
-    _check_prior,
     equal_score_groups,
+    prior_precision,
 )
 from emoreward.ranking.counts import PairwiseCounts, check_connected, encode_records
 from emoreward.ranking.records import PairwiseRecord
@@ -513,7 +513,7 @@ def fit_length_controlled(
         raise ValueError(f"n_boot must be >= 1, got {n_boot}")
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    precision = _check_prior(prior_variance)
+    precision = prior_precision(prior_variance)
     records = list(records)
     if not records:
         raise ValueError("fit_length_controlled needs at least one record")
