@@ -18,7 +18,7 @@ all records. Ties enter through Davidson's model as in the plain fit
 ``exp(u/2), exp(-u/2), nu`` with ``u`` the linear predictor above (with ``u = b_i - b_j`` it is exactly the plain
 Davidson fit). ``b`` gets the plain fits' Gaussian prior ``N(0, prior_variance)`` and is centred to mean 0
 (natural-log units, as :class:`~emoreward.ranking.bradley_terry.BTResult`); ``gamma`` is unpenalised
-(maximum likelihood), so its Wald p-value means what it says.
+(maximum likelihood), so its p-value (normal, bootstrap standard error over samples) means what it says.
 
 Two choices differ from FastChat, both because a description pair has no natural order: FastChat divides the
 difference by the sum (``(a - b) / (a + b + 1)``) and z-scores it; we take the log-length difference (the same
@@ -82,6 +82,7 @@ DEFAULT_COVARIATES: tuple[str, ...] = ("log_length",)
 _DIVERGED = 15.0
 _TIE_LOG_BOUNDS = (-30.0, 30.0)  # as the plain tie fits
 _MAX_ITER = 100
+_MIN_BOOT_SE = 20  # resamples needed for a bootstrap standard error; below, the Wald one is reported
 _CHUNK_CELLS = 2_000_000  # resamples x records per batch
 
 
@@ -139,8 +140,10 @@ class ControlledFit:
         coefficients (`np.ndarray` of shape `(K,)`): ``gamma_k``, logit per root-mean-square of the covariate
             difference; NaN for a dropped, collinear or separated covariate.
         coef_lower, coef_upper (`np.ndarray` of shape `(K,)`): bootstrap interval of ``coefficients``.
-        std_errors, p_values (`np.ndarray` of shape `(K,)`): Wald standard error (observed information at the
-            fit) and two-sided p-value of ``gamma_k = 0``.
+        std_errors, p_values (`np.ndarray` of shape `(K,)`): standard error of ``gamma_k`` and the two-sided
+            normal p-value of ``gamma_k = 0``. The standard error is the bootstrap one over samples (the verdicts on
+            one sample are correlated); with fewer than 20 usable resamples, the Wald one (observed information,
+            records taken as independent, which understates it).
         scales (`np.ndarray` of shape `(K,)`): ``sigma_k``, root-mean-square of the raw covariate differences.
         model (`str`): ``"bradley-terry"`` (ties dropped) or ``"davidson"``.
         tie_parameter (`float` or `None`): Davidson's ``nu``; ``None`` for Bradley-Terry.
@@ -629,6 +632,13 @@ def fit_length_controlled(
         notes.append("the full-data Newton iteration did not converge: treat the fit with care")
     lo_s, hi_s = _percentile(boot_s, scores, alpha)
     lo_c, hi_c = _percentile(boot_c, coef, alpha)
+    good_boot = np.isfinite(boot_c[:, kept]).all(axis=1) if k_kept else np.zeros(n_boot, dtype=bool)
+    if not unidentified and good_boot.sum() >= _MIN_BOOT_SE:
+        # the verdicts on one sample are correlated (C(M, 2) per sample): the bootstrap over samples gives the
+        # standard error, the observed information (records as independent) understates it
+        se[kept] = np.std(boot_c[good_boot][:, kept], axis=0, ddof=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            pval[kept] = 2.0 * norm.sf(np.abs(coef[kept] / se[kept]))
     for note in notes:
         warnings.warn(f"length-controlled fit: {note}", UserWarning, stacklevel=2)
     return ControlledFit(
