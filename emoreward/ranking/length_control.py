@@ -54,7 +54,7 @@ from scipy.sparse import csr_matrix
 from scipy.stats import norm
 
 from emoreward.data.tables import description_length
-from emoreward.ranking.bootstrap import BootstrapCI, _sample_units
+from emoreward.ranking.bootstrap import BootstrapCI, sample_units
 from emoreward.ranking.bradley_terry import (
     DEFAULT_PRIOR_VARIANCE,
     SCORE_TOLERANCE,
@@ -293,7 +293,7 @@ def _design(
     records: list[PairwiseRecord], items: list[str], raw: np.ndarray, model: str
 ) -> tuple[_Design, np.ndarray]:
     encoded = encode_records(records, items)
-    units, n_units = _sample_units([r.sample for r in records])
+    units, n_units = sample_units([r.sample for r in records])
     keep = np.ones(len(records), dtype=bool) if model == "davidson" else encoded.outcome != 2
     m, n = len(items), int(keep.sum())
     a, b = encoded.a[keep], encoded.b[keep]
