@@ -59,7 +59,8 @@ from emoreward.ranking.bradley_terry import (
     DEFAULT_PRIOR_VARIANCE,
     SCORE_TOLERANCE,
     BTResult,
-    equal_score_groups,
+    finite_float,
+    finite_floats,
     prior_precision,
 )
 from emoreward.ranking.counts import PairwiseCounts, check_connected, encode_records
@@ -186,13 +187,9 @@ class ControlledFit:
     ranks: list[int] = field(init=False)
 
     def __post_init__(self) -> None:
-        groups = equal_score_groups(self.items, self.scores)
-        object.__setattr__(self, "ranking", [name for g in groups for name in g])
-        ranks, position = [], 1
-        for g in groups:
-            ranks += [position] * len(g)
-            position += len(g)
-        object.__setattr__(self, "ranks", ranks)
+        ranked = BTResult(list(self.items), self.scores, self.model, self.log_likelihood, float(self.n_comparisons))
+        object.__setattr__(self, "ranking", ranked.ranking)  # shared ranks as every plain fit's
+        object.__setattr__(self, "ranks", ranked.ranks)
 
     @property
     def identified(self) -> bool:
@@ -226,27 +223,27 @@ class ControlledFit:
         return {
             "model": self.model,
             "items": list(self.items),
-            "scores": _floats(self.scores),
-            "ci_lower": _floats(self.ci_lower),
-            "ci_upper": _floats(self.ci_upper),
+            "scores": finite_floats(self.scores),
+            "ci_lower": finite_floats(self.ci_lower),
+            "ci_upper": finite_floats(self.ci_upper),
             "ranking": list(self.ranking) if self.identified else None,
             "ranks": list(self.ranks) if self.identified else None,
             "covariates": {
                 name: {
-                    "coefficient": _float(self.coefficients[k]),
-                    "ci_lower": _float(self.coef_lower[k]),
-                    "ci_upper": _float(self.coef_upper[k]),
-                    "std_error": _float(self.std_errors[k]),
-                    "p_value": _float(self.p_values[k]),
-                    "scale": _float(self.scales[k]),
-                    "per_doubling": _float(self.coefficient_per_doubling[k]),
+                    "coefficient": finite_float(self.coefficients[k]),
+                    "ci_lower": finite_float(self.coef_lower[k]),
+                    "ci_upper": finite_float(self.coef_upper[k]),
+                    "std_error": finite_float(self.std_errors[k]),
+                    "p_value": finite_float(self.p_values[k]),
+                    "scale": finite_float(self.scales[k]),
+                    "per_doubling": finite_float(self.coefficient_per_doubling[k]),
                 }
                 for k, name in enumerate(self.covariates)
             },
-            "tie_parameter": _float(self.tie_parameter),
-            "log_likelihood": _float(self.log_likelihood),
+            "tie_parameter": finite_float(self.tie_parameter),
+            "log_likelihood": finite_float(self.log_likelihood),
             "n_comparisons": int(self.n_comparisons),
-            "prior_variance": _float(self.prior_variance),
+            "prior_variance": finite_float(self.prior_variance),
             "ci_level": self.ci_level,
             "n_boot": self.n_boot,
             "n_failed": self.n_failed,
@@ -752,11 +749,3 @@ def comparison_markdown(plain: BootstrapCI | BTResult, controlled: ControlledFit
             f"| {result.scores[j]:.{digits}f} | {pci} |"
         )
     return "\n".join(lines) + "\n\n" + controlled.coefficients_markdown(digits)
-
-
-def _float(x: float | None) -> float | None:
-    return None if x is None or not math.isfinite(float(x)) else float(x)
-
-
-def _floats(xs: np.ndarray) -> list[float | None]:
-    return [_float(v) for v in np.asarray(xs, dtype=float).tolist()]

@@ -102,6 +102,11 @@ class RankingReport:
             if self.reward_effects is not None:
                 k = self.reward_effects.items.index(name)
                 row["reward_effect"] = float(self.reward_effects.scores[k])
+            if self.controlled is not None:
+                k = self.controlled.items.index(name)
+                for key, values in (("", self.controlled.scores), ("_lower", self.controlled.ci_lower),
+                                    ("_upper", self.controlled.ci_upper)):  # fmt: skip
+                    row[f"length_controlled{key}"] = finite_float(values[k])
             c = self.counts.items.index(name)
             n = float(totals[c])
             row.update(

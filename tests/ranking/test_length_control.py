@@ -186,6 +186,9 @@ def test_rank_reports_the_controlled_fit_beside_the_plain_one(tmp_path, tiny_rm_
     )
     assert out["length_control_order_changes"] == [list(p) for p in order_changes(report.ties, direct)]
     assert "Length-controlled ranking (davidson + log_length" in report.to_markdown()
+    rows = {row["model"]: row for row in report.dataset_rows()}
+    for k, name in enumerate(table.models):
+        assert rows[name]["length_controlled"] == pytest.approx(float(direct.scores[k]), abs=1e-9)
 
     p = argparse.ArgumentParser()
     add_rank_arguments(p)
