@@ -22,11 +22,12 @@ design that always pairs candidates whose posterior means coincide
 
 Policies:
     random             uniformly random pairs with at least one candidate (baseline)
-    bpa                the paper's policy (SchedulerConfig's default, for anchored runs): 50/30/20 exploration
+    bpa                the paper's policy (``PAPER_SCHEDULING``, ``--policy paper``): 50/30/20 exploration
                        (TrueSkill match quality) / anchor / bridge
     trueskill          exploration only, TrueSkill match quality (paper tab. 4, row 1)
     bpa-rv             50/30/20 with ranking-variance exploration (emoreward.ranking.bpa.design)
-    rv                 ranking-variance exploration only (the `emoreward rank --method bpa` default, no anchors)
+    rv                 ranking-variance exploration only (``SchedulerConfig``'s default, and `emoreward rank
+                       --method bpa`'s)
 
 Usage:
     python scripts/benchmark_bpa.py                              # 60 candidates, 6 anchors, 10 seeds, all
@@ -54,17 +55,24 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 from scipy.stats import spearmanr  # noqa: E402
 
-from emoreward.ranking.bpa import BPAConfig, SchedulerConfig, SimulatedCrowd, make_items, run_active_ranking  # noqa: E402
+from emoreward.ranking.bpa import (  # noqa: E402
+    PAPER_SCHEDULING,
+    BPAConfig,
+    SchedulerConfig,
+    SimulatedCrowd,
+    make_items,
+    run_active_ranking,
+)
 from emoreward.ranking.bpa.design import centred_design_comparisons, crowd_fisher_information  # noqa: E402
 
 
 RELIABILITIES = {"rater_a": 0.95, "rater_b": 0.9, "rater_c": 0.8, "rater_d": 0.6, "guesser_1": 0.0, "guesser_2": 0.0}
 POLICIES = {
     "random": {"policy": "random"},
-    "bpa": {"policy": "bpa", "exploration_rule": "match_quality"},
+    "bpa": PAPER_SCHEDULING,
     "trueskill": {"policy": "trueskill"},
     "bpa-rv": {"policy": "bpa", "exploration_rule": "ranking_variance"},
-    "rv": {"policy": "exploration", "exploration_rule": "ranking_variance"},
+    "rv": {},  # SchedulerConfig's default: exploration only, ranking-variance rule
 }
 
 

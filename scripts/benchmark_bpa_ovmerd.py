@@ -40,7 +40,7 @@ from scipy.stats import spearmanr  # noqa: E402
 from emoreward.data.tables import bundled_ovmerd_path, load_description_table  # noqa: E402
 from emoreward.evaluation.verdicts import Verdict  # noqa: E402
 from emoreward.ranking.active import RewardModelPairs, rank_with_bpa  # noqa: E402
-from emoreward.ranking.bpa import BPAConfig, SchedulerConfig, fit_bpa  # noqa: E402
+from emoreward.ranking.bpa import PAPER_SCHEDULING, BPAConfig, SchedulerConfig, fit_bpa  # noqa: E402
 from emoreward.ranking.bradley_terry import fit_bradley_terry_ties  # noqa: E402
 from emoreward.ranking.counts import PairwiseCounts  # noqa: E402
 from emoreward.ranking.rank import DEFAULT_TIE_MODEL  # noqa: E402
@@ -50,8 +50,8 @@ from emoreward.ranking.scoring import records_from_scores, score_table  # noqa: 
 
 POLICIES = {
     "random": {"policy": "random"},
-    "paper": {"policy": "bpa", "exploration_rule": "match_quality"},
-    "rv": {"policy": "exploration", "exploration_rule": "ranking_variance"},
+    "paper": PAPER_SCHEDULING,
+    "rv": {},  # SchedulerConfig's default: exploration only, ranking-variance rule
 }
 
 

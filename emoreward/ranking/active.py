@@ -25,11 +25,6 @@ if TYPE_CHECKING:
     from emoreward.models.base import RewardModel
 
 
-DEFAULT_BPA_POLICY: dict[str, str] = {"policy": "exploration", "exploration_rule": "ranking_variance"}
-"""Scheduling of `rank_with_bpa` (no anchors): exploration only, ranking-variance rule, the best policy measured
-(README, "How many comparisons active scheduling saves"). The paper's 50/30/20 policy is for anchored runs."""
-
-
 PairAnswer = Callable[[str, str, str], list[PairwiseRecord]]
 """``(sample, model_a, model_b) -> records``: the judge's verdicts on one sample's two descriptions (may be empty)."""
 
@@ -125,10 +120,10 @@ def rank_with_bpa(
     ``config.sigma_tau`` (after ``scheduler_config.min_comparisons`` records), when ``budget`` queries were asked,
     or when every (model pair, sample) was asked.
 
-    The default scheduling is exploration only by the ranking-variance rule (``DEFAULT_BPA_POLICY``): with no
-    anchors, the case here, it needed 0.72 of random pairs' comparisons on the simulation benchmark against 0.95
-    for the paper's 50/30/20 policy (README, ``scripts/benchmark_bpa.py``). The paper's policy is
-    ``SchedulerConfig(policy="bpa", exploration_rule="match_quality")``; its anchor share becomes exploration here.
+    The default scheduling is `SchedulerConfig`'s: exploration only by the ranking-variance rule, the best measured
+    on the simulation benchmark (``scripts/benchmark_bpa.py``). The paper's 50/30/20 scheduler is
+    ``SchedulerConfig(**PAPER_SCHEDULING)`` (``--policy paper``); with no anchors, the case here, its anchor share
+    becomes exploration.
 
     Args:
         answer (`PairAnswer`): the judge, e.g. `RewardModelPairs` or `JudgePairs`.
@@ -136,7 +131,7 @@ def rank_with_bpa(
         budget (`int`, *optional*): maximum pair queries; default ``scheduler_config.budget``.
         config (`BPAConfig`, *optional*): model, uncertainty and ``sigma_tau``.
         scheduler_config (`SchedulerConfig`, *optional*): policy, exploration rule, refit period (default
-            ``SchedulerConfig(**DEFAULT_BPA_POLICY)``).
+            ``SchedulerConfig()``).
         seed (`int`): seed of the sample order (the scheduler has its own, ``scheduler_config.seed``).
         cost (`Callable[[], dict]`, *optional*): returns the judge's cost counters for the report (default
             ``answer.cost`` when it has one).
@@ -157,7 +152,7 @@ def rank_with_bpa(
     from tqdm.auto import tqdm
 
     config = config or BPAConfig()
-    sconfig = scheduler_config or SchedulerConfig(**DEFAULT_BPA_POLICY)
+    sconfig = scheduler_config or SchedulerConfig()
     budget = sconfig.budget if budget is None else budget
     if budget < 1:
         raise ValueError(f"budget must be >= 1, got {budget}")

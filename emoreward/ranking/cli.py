@@ -4,7 +4,7 @@
                    [--samples N | --sample-ids FILE] [--models A,B,...] [--hierarchical "A,B|C,D" | K]
                    [--tie-model davidson] [--n-boot 1000] [--cache-dir DIR | --no-cache] [--quiet]
     emoreward rank --method bpa --judge ... --data ... [--budget N] [--sigma-tau 0.3] [--refit-every 10]
-                   [--policy exploration | bpa | random] [--exploration ranking_variance | match_quality]
+                   [--policy exploration | paper | bpa | random] [--exploration ranking_variance | match_quality]
 
 ``--data ovmerd`` ranks the vendored OV-MERD table (10 models x 332 samples). Warnings about the fits (tie share,
 degenerate tie parameter, identical scores, one-sided intervals, sparse models, empty or truncated descriptions)
@@ -102,18 +102,19 @@ def add_rank_arguments(p: argparse.ArgumentParser) -> None:
     )
     b.add_argument(
         "--policy",
-        choices=["exploration", "bpa", "random"],
+        choices=["exploration", "paper", "bpa", "random"],
         default="exploration",
         help="'exploration': exploration only (default; with ranking-variance exploration the best policy measured, "
-        "README); 'bpa': the paper's 50/30/20 exploration / anchor / bridge (no anchors here: 80/20 exploration / "
-        "bridge); 'random': uniformly random model pairs (baseline)",
+        "docs); 'paper': the paper's scheduler, 50/30/20 exploration by TrueSkill match quality / anchor / bridge (no "
+        "anchors here: 80/20 exploration / bridge); 'bpa': those shares with --exploration's rule; 'random': "
+        "uniformly random model pairs (baseline)",
     )
     b.add_argument(
         "--exploration",
         choices=["ranking_variance", "match_quality"],
-        default="ranking_variance",
+        default=None,
         help="exploration rule: ranking-variance design (default, emoreward.ranking.bpa.design) or TrueSkill match "
-        "quality (the paper's; use with --policy bpa for the paper's scheduler)",
+        "quality (the paper's, the default of --policy paper)",
     )
     r = p.add_argument_group("reward-model judge")
     r.add_argument(
@@ -273,7 +274,7 @@ def run_rank(args: argparse.Namespace) -> int:
 def run_rank_bpa(args: argparse.Namespace) -> int:
     """`emoreward rank --method bpa`: the judge in the BPA loop; prints the ranking with scores ± sigma."""
     from emoreward.ranking.active import RewardModelPairs, rank_with_bpa
-    from emoreward.ranking.bpa import BPAConfig, SchedulerConfig
+    from emoreward.ranking.bpa import PAPER_SCHEDULING, BPAConfig, SchedulerConfig
     from emoreward.ranking.judging import JudgePairs, load_rank_judge
     from emoreward.ranking.score_cache import ScoreCache, cache_path_for
 
@@ -296,9 +297,10 @@ def run_rank_bpa(args: argparse.Namespace) -> int:
     else:
         answer = JudgePairs(judge, table, swap=not args.no_swap, runs=args.runs, combine=args.combine)
     config = BPAConfig(sigma_tau=args.sigma_tau)
-    sconfig = SchedulerConfig(
-        policy=args.policy, exploration_rule=args.exploration, refit_every=args.refit_every, seed=args.seed
-    )
+    policy = dict(PAPER_SCHEDULING) if args.policy == "paper" else {"policy": args.policy}
+    if args.exploration is not None:
+        policy["exploration_rule"] = args.exploration
+    sconfig = SchedulerConfig(**policy, refit_every=args.refit_every, seed=args.seed)
     budget = args.budget
     if budget is None:
         budget = sum(

@@ -96,8 +96,15 @@ class ScoreCache:
 
         if self.path is not None and items:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a", encoding="utf-8") as fh:
-                fh.writelines(line(k, v) for k, v in items.items())
+            with self.path.open("a+b") as fh:
+                torn = False
+                size = fh.seek(0, os.SEEK_END)
+                if size:
+                    fh.seek(size - 1)
+                    torn = fh.read(1) != b"\n"
+                text = ("\n" if torn else "") + "".join(line(k, v) for k, v in items.items())
+                fh.write(text.encode("utf-8"))  # a killed run's torn last line stays a line of its own
+                fh.flush()
 
 
 def default_cache_dir() -> Path:

@@ -65,9 +65,11 @@ def score_table(
     """Score each description of the table once with a reward model, text or multimodal (M x N scorings), reusing
     cached scores.
 
-    Identical (description, context) items are scored once; a multimodal model scores the descriptions of one
-    sample behind one media prefix (N media encodings for M x N scorings). New scores are written to ``cache`` in
-    chunks of about ``chunk_size`` descriptions (a sample's descriptions are never split across chunks).
+    Identical (description, context) items are scored once, through the model's own `score_info` (the path of
+    `emoreward evaluate`: length-sorted batches under the model's token budget, on its merged scoring network); a
+    multimodal model scores the descriptions of one sample behind one media prefix (N media encodings for M x N
+    scorings). The work is cut into chunks of at most ``chunk_size`` descriptions (:func:`score_chunks`), and each
+    chunk's scores are appended to ``cache`` as soon as it is scored, so a killed run keeps all finished chunks.
 
     Returns:
         `ScoreMatrix` with ``scores`` of shape `(M, N)` (unnormalised rewards, NaN where a model has no
@@ -89,14 +91,7 @@ def score_table(
             n_cached += 1
         elif key not in todo:
             todo[key] = (text, contexts[sample])
-    by_context: dict[Any, list[tuple[str, tuple[str, RewardContext]]]] = {}
-    for item in todo.items():
-        by_context.setdefault(model.context_key(item[1][1]), []).append(item)
-    chunks: list[list[tuple[str, tuple[str, RewardContext]]]] = [[]]
-    for group in by_context.values():
-        if chunks[-1] and len(chunks[-1]) + len(group) > chunk_size:
-            chunks.append([])
-        chunks[-1].extend(group)
+    chunks = score_chunks(model, list(todo.items()), chunk_size)
     n_truncated = 0
     for part in chunks:
         if not part:
@@ -126,6 +121,38 @@ def score_table(
         n_truncated,
         cut,
     )
+
+
+def score_chunks(model: RewardModel, items: list[tuple[str, Any]], chunk_size: int = 512) -> list[list]:
+    """The order and pieces in which `score_table` scores ``items`` (``(key, (description, context))``).
+
+    A text model's items are put in order of length (characters of description and subtitle, a proxy for tokens
+    that needs no tokenizer) and cut into consecutive pieces of ``chunk_size``: each piece is a slice of the
+    length-sorted whole, so its batches are close to those of one call on everything, while every piece is
+    written to the cache on its own. A multimodal model's items stay grouped by context (one media prefix per
+    sample); groups are packed into pieces of at most ``chunk_size`` items, a larger group split.
+
+    Raises:
+        ValueError: if ``chunk_size < 1``.
+    """
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    if model.kind == "media":
+        groups: dict[Any, list] = {}
+        for item in items:
+            groups.setdefault(model.context_key(item[1][1]), []).append(item)
+        ordered = list(groups.values())
+    else:
+        ordered = [sorted(items, key=lambda item: len(item[1][0]) + len(item[1][1].subtitle or ""))]
+    chunks: list[list] = []
+    for group in ordered:
+        for begin in range(0, len(group), chunk_size):
+            piece = group[begin : begin + chunk_size]
+            if chunks and model.kind == "media" and len(chunks[-1]) + len(piece) <= chunk_size:
+                chunks[-1].extend(piece)
+            else:
+                chunks.append(list(piece))
+    return chunks
 
 
 def records_from_scores(

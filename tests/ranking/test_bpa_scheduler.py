@@ -5,6 +5,7 @@ import pytest
 from scipy.stats import spearmanr
 
 from emoreward.ranking.bpa import (
+    PAPER_SCHEDULING,
     BPAConfig,
     BPAScheduler,
     SchedulerConfig,
@@ -45,7 +46,7 @@ def test_bridge_pairs_keep_both_updates():
 
 
 def test_policy_shares_are_50_30_20():
-    sched = _scheduler(n=30, seed=1)
+    sched = _scheduler(n=30, seed=1, **PAPER_SCHEDULING)
     counts = {"exploration": 0, "anchor": 0, "bridge": 0}
     for _ in range(2000):
         _, _, strategy = sched.next_pair()
@@ -56,7 +57,7 @@ def test_policy_shares_are_50_30_20():
 
 
 def test_exploration_pairs_close_scores_and_anchor_pairs_nearby_anchors():
-    sched = _scheduler(n=40, seed=2, policy="bpa")
+    sched = _scheduler(n=40, seed=2, **PAPER_SCHEDULING)
     m = sched.provisional_scores
     gaps = {"exploration": [], "anchor": []}
     for _ in range(600):

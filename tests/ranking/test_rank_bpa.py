@@ -13,8 +13,8 @@ from scipy.stats import spearmanr
 from emoreward.cli import main
 from emoreward.data.tables import DescriptionTable
 from emoreward.evaluation.verdicts import Judgement, Verdict
-from emoreward.ranking.active import DEFAULT_BPA_POLICY, RewardModelPairs, rank_with_bpa
-from emoreward.ranking.bpa import BPAConfig, SchedulerConfig
+from emoreward.ranking.active import RewardModelPairs, rank_with_bpa
+from emoreward.ranking.bpa import PAPER_SCHEDULING, BPAConfig, SchedulerConfig
 from emoreward.ranking.cli import add_rank_arguments
 from emoreward.ranking.judging import JudgePairs
 
@@ -156,8 +156,8 @@ def test_cli_method_bpa_defaults_to_ranking_variance_exploration(tmp_path, tiny_
     assert data["method"] == "bpa" and data["n_pairs"] == 80 and sorted(data["ranking"]) == sorted(table.models)
     assert (data["policy"], data["exploration_rule"]) == ("exploration", "ranking_variance")
     assert data["strategy_counts"]["exploration"] == 80
-    # the paper's scheduler stays an option
-    assert main([*argv, "--policy", "bpa", "--exploration", "match_quality", "--quiet"]) == 0
+    # the paper's scheduler stays one option away, named as such
+    assert main([*argv, "--policy", "paper", "--quiet"]) == 0
     data = json.loads(out.read_text())
     assert (data["policy"], data["exploration_rule"]) == ("bpa", "match_quality")
     assert data["strategy_counts"]["bridge"] > 0 and data["strategy_counts"]["anchor"] == 0
@@ -177,11 +177,19 @@ def test_library_default_scheduling_on_refit_and_progress(capsys):
         progress=True,
     )
     assert (report.meta["policy"], report.meta["exploration_rule"]) == ("exploration", "ranking_variance")
-    assert DEFAULT_BPA_POLICY == {"policy": "exploration", "exploration_rule": "ranking_variance"}
+    default = SchedulerConfig()
+    assert (default.policy, default.exploration_rule) == ("exploration", "ranking_variance")
+    paper = SchedulerConfig(**PAPER_SCHEDULING)
+    assert (paper.policy, paper.exploration_rule, paper.exploration_share, paper.anchor_share) == (
+        "bpa",
+        "match_quality",
+        0.5,
+        0.3,
+    )
     # SchedulerConfig's refit_every is 50 records: no periodic refit in 45 queries, one final refit
     assert [n for n, _ in seen] == [45] and seen[-1][1] == pytest.approx(report.fit.mean_sigma)
     assert "BPA queries" in capsys.readouterr().err
-    sconfig = SchedulerConfig(refit_every=10, **DEFAULT_BPA_POLICY)
+    sconfig = SchedulerConfig(refit_every=10)
     seen.clear()
     rank_with_bpa(
         RewardModelPairs(QualityModel(), table),

@@ -18,7 +18,7 @@ from emoreward.ranking.bpa.committee import (
     weighted_vote,
     weights_from_agreement,
 )
-from emoreward.ranking.bpa.config import BPAConfig, CommitteeConfig, SchedulerConfig
+from emoreward.ranking.bpa.config import PAPER_SCHEDULING, BPAConfig, CommitteeConfig, SchedulerConfig
 from emoreward.ranking.bpa.initialization import initial_scores
 from emoreward.ranking.bpa.io import PairwiseDataError, load_pairwise_records, save_pairwise_records
 from emoreward.ranking.bpa.model import (
@@ -42,6 +42,7 @@ __all__ = [
     "CommitteeConfig",
     "CommitteeJudge",
     "PairwiseDataError",
+    "PAPER_SCHEDULING",
     "SchedulerConfig",
     "SimulatedCrowd",
     "encode_records",

@@ -1,0 +1,73 @@
+"""The score cache keeps finished work: `rank` appends each scored chunk as it is done, also when every
+description shares one context (a text model on a table without subtitles), and a rerun after a kill reuses the
+finished scores unchanged and scores only the rest."""
+
+import json
+
+import numpy as np
+import pytest
+
+from emoreward.data.tables import bundled_ovmerd_path, load_description_table
+from emoreward.models import load_reward_model
+from emoreward.ranking.rank import rank_with_reward_model
+from emoreward.ranking.score_cache import ScoreCache
+from emoreward.ranking.scoring import score_chunks, score_table, table_context
+
+
+class Interrupted(KeyboardInterrupt):
+    """What a Ctrl-C (or a kill) does to the scoring loop: it stops between two chunks at the latest."""
+
+
+def cache_lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_a_killed_ranking_keeps_its_finished_chunks_and_the_rerun_reuses_them(tmp_path, tiny_rm_dir, monkeypatch):
+    table = load_description_table(bundled_ovmerd_path())  # 3,320 descriptions, no subtitles: one shared context
+    assert len({table_context(table, s).subtitle for s in table.samples}) == 1
+    model = load_reward_model(tiny_rm_dir, dtype="float32")
+    score_info, calls = model.score_info, []
+
+    def killed_on_the_third_chunk(*args, **kwargs):
+        calls.append(len(args[0]))
+        if len(calls) == 3:
+            raise Interrupted
+        return score_info(*args, **kwargs)
+
+    path = tmp_path / "scores.jsonl"
+    monkeypatch.setattr(model, "score_info", killed_on_the_third_chunk)
+    with pytest.raises(Interrupted):
+        rank_with_reward_model(model, table, ScoreCache(path), n_boot=5)
+    kept = cache_lines(path)
+    assert len(kept) == calls[0] + calls[1] == 2 * 512  # two finished chunks on disk
+    with path.open("a") as fh:
+        fh.write('{"key": "torn by the kill", "sco')  # a line cut short by a kill mid-write
+    monkeypatch.undo()
+
+    rerun = rank_with_reward_model(model, table, ScoreCache(path), n_boot=5)
+    distinct = len(ScoreCache(path))  # distinct (description, context) items of the table
+    assert rerun.cost["n_scored"] == distinct - 2 * 512  # only the unfinished work is scored again
+    assert rerun.cost["n_cached"] >= 2 * 512  # (descriptions written twice in the table count twice)
+    readable = [line for line in path.read_text().splitlines() if line.strip()]
+    assert len(readable) == distinct + 1  # every entry on its own line; the torn one alone, skipped on load
+
+    fresh = score_table(model, table, ScoreCache(tmp_path / "fresh.jsonl"))
+    again = score_table(model, table, ScoreCache(path))
+    assert again.n_scored == 0 and again.n_cached == len(table.descriptions)
+    reused = {entry["key"]: entry["score"] for entry in kept}
+    cache = ScoreCache(path)
+    assert all(cache.get(key) == value for key, value in reused.items())  # reused exactly, never rescored
+    np.testing.assert_allclose(again.scores, fresh.scores, atol=1e-5)  # fp32: batch composition moves ~1e-6
+
+
+def test_text_chunks_are_consecutive_slices_of_one_length_order(tiny_rm_dir):
+    model = load_reward_model(tiny_rm_dir, dtype="float32")
+    table = load_description_table(bundled_ovmerd_path()).subset(models=["Otter", "Video-LLaVA"])
+    context = table_context(table, table.samples[0])
+    items = [(f"k{n}", (text, context)) for n, text in enumerate(table.descriptions.values())]
+    chunks = score_chunks(model, items, chunk_size=100)
+    assert [len(c) for c in chunks] == [100] * 6 + [64]
+    lengths = [len(text) for chunk in chunks for _, (text, _) in chunk]
+    assert lengths == sorted(lengths)
+    with pytest.raises(ValueError, match="chunk_size"):
+        score_chunks(model, items, chunk_size=0)
