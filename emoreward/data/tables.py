@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -23,6 +23,28 @@ from emoreward.data.readers import locate_undecodable
 
 
 MEDIA_FIELDS: tuple[str, ...] = ("video", "audio", "subtitle")
+
+
+def description_length(text: str, unit: Literal["chars", "words"] = "chars") -> int:
+    """The length of a description, the one definition every length figure uses (tables, the length baseline,
+    judge and reward length bias, length-controlled ranking, the RL length monitor).
+
+    Args:
+        text (`str`): the description.
+        unit (`Literal["chars", "words"]`): characters (default, as in the EmoPrefer-Data facts) or
+            whitespace-separated words.
+
+    Returns:
+        `int`: the length.
+
+    Raises:
+        ValueError: on an unknown unit.
+    """
+    if unit == "chars":
+        return len(text)
+    if unit == "words":
+        return len(text.split())
+    raise ValueError(f"unknown length unit {unit!r}; available: ['chars', 'words']")
 
 
 class TableError(ValueError):
@@ -206,8 +228,8 @@ class DescriptionTable:
         for model in self.models:
             texts = self.texts(model)[0]
             out[model] = {
-                "chars": float(np.mean([len(t) for t in texts])) if texts else math.nan,
-                "words": float(np.mean([len(t.split()) for t in texts])) if texts else math.nan,
+                "chars": float(np.mean([description_length(t, "chars") for t in texts])) if texts else math.nan,
+                "words": float(np.mean([description_length(t, "words") for t in texts])) if texts else math.nan,
                 "n": len(texts),
                 "n_empty": sum(not t.strip() for t in texts),
             }

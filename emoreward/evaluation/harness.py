@@ -2,8 +2,9 @@
 
 `run_judge` asks a judge about every pair in normal and (optionally) swapped order, for R runs, and stores
 every verdict in the original pair order. `evaluate_judgements` turns those verdicts into the report:
-recognition (two- and three-class WAF / ACC), swap consistency, multi-run consistency, the length and random
-baselines and the length-control diagnostics.
+recognition (two- and three-class WAF / ACC), swap consistency and JudgeLM's position-bias figures, multi-run
+consistency, the length and random baselines and the length-control diagnostics (with the judge's and the humans'
+longer-description rates on the same pairs).
 """
 
 from __future__ import annotations
@@ -74,6 +75,11 @@ def _check(judge: Judge, judgements: list[Judgement], pairs: list[PreferencePair
         raise ValueError(f"judge {judge.name!r} returned {len(judgements)} judgements for {len(pairs)} pairs")
 
 
+def _mean_over_runs(per_run: list[dict]) -> dict:
+    """Each figure's mean over runs (a count, such as ``n_pairs``, is the same in every run)."""
+    return {key: float(np.mean([run[key] for run in per_run])) for key in per_run[0]}
+
+
 def evaluate_judgements(result: JudgementSet, *, tie_policy: metrics.TiePolicy = "wrong", seed: int = 0) -> dict:
     """The metrics of one judge on labelled pairs (run 0 for recognition; all runs for consistency).
 
@@ -102,6 +108,14 @@ def evaluate_judgements(result: JudgementSet, *, tie_policy: metrics.TiePolicy =
         ]
         judge["swap_consistency"] = float(np.mean(per_run))
         judge["swap_consistency_std"] = float(np.std(per_run))
+    judge["position_bias"] = _mean_over_runs(
+        [
+            metrics.position_bias(
+                result.verdicts("normal", r), result.verdicts("swapped", r) if result.swapped else None
+            )
+            for r in range(len(result.swapped) if result.swapped else 1)
+        ]
+    )
     if len(result.normal) > 1:
         judge["multi_run_consistency"] = metrics.multi_run_consistency(
             [result.verdicts("normal", r) for r in range(len(result.normal))]
@@ -109,7 +123,9 @@ def evaluate_judgements(result: JudgementSet, *, tie_policy: metrics.TiePolicy =
     first = result.normal[0]
     if all(j.reward_1 is not None for j in first):
         rewards = [j.reward_1 for j in first] + [j.reward_2 for j in first]
-        lengths = [len(p.description_1) for p in pairs] + [len(p.description_2) for p in pairs]
+        lengths = [metrics.description_length(p.description_1) for p in pairs] + [
+            metrics.description_length(p.description_2) for p in pairs
+        ]
         judge["reward_length_spearman"] = metrics.reward_length_correlation(rewards, lengths)
         signal = [j.reward_1 - j.reward_2 for j in first]
     else:

@@ -1,7 +1,7 @@
 """Metrics of the EmoPrefer / EMER-Ranker papers, plus the length control EmoPrefer-Data needs.
 
 Recognition (EmoPrefer section 3.3): weighted-average F1 (WAF) and accuracy, two-class (gold ties excluded)
-and three-class. Swap consistency (EmoPrefer eq. 1). Multi-run consistency (EMER-Ranker section 4.2).
+and three-class. Swap consistency (EmoPrefer eq. 1) and JudgeLM's position-bias figures (`position_bias`). Multi-run consistency (EMER-Ranker section 4.2).
 Length control (beyond the papers): on EmoPrefer-Data "prefer the longer description" scores ~80% two-class
 accuracy, so every report shows that baseline and the accuracy on length-aligned and length-counter pairs.
 
@@ -18,6 +18,7 @@ from scipy.stats import spearmanr
 from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
 
 from emoreward.data import PreferencePair
+from emoreward.data.tables import description_length
 
 
 Setting = Literal["two-class", "three-class"]
@@ -103,6 +104,65 @@ def swap_consistency(normal: Sequence[str], swapped: Sequence[str]) -> float:
     return 100.0 * float(np.mean(same))
 
 
+def position_bias(normal: Sequence[str], swapped: Sequence[str] | None = None) -> dict:
+    """Position-bias figures of a pairwise judge (JudgeLM, Zhu et al. 2023, section 5 and table 4: consistency,
+    bias toward the 1st / 2nd answer, delta bias), with INVALID as its own class.
+
+    Args:
+        normal (`Sequence[str]`): verdicts (`"1"`, `"2"`, `"tie"`, `"invalid"`) in the original pair order, N pairs.
+        swapped (`Sequence[str]`, *optional*): the verdicts of the swapped run, mapped back to the original order
+            (as `harness.run_judge` stores them); N pairs.
+
+    Returns:
+        dict of percentages over the N pairs (or the 2N verdicts for the rates):
+
+        - ``prefer_first_rate``, ``prefer_second_rate``, ``tie_rate``, ``invalid_rate``: share of all verdicts (both
+          orders) that chose the description SHOWN first / shown second / a tie / were invalid (sum 100);
+        - with ``swapped``: ``consistency`` (same valid verdict in both orders, EmoPrefer eq. 1),
+          ``first_wins_both`` (JudgeLM's "bias toward 1st": the description shown first wins in both orders),
+          ``second_wins_both`` ("bias toward 2nd"), ``delta_bias`` = ``|first_wins_both - second_wins_both|``,
+          ``tie_inconsistent`` (a tie in one order, a winner in the other) and ``invalid_either`` (an invalid
+          answer in either order); consistency + first/second wins both + tie_inconsistent + invalid_either = 100;
+        - ``n_pairs``, ``n_verdicts``.
+
+    Raises:
+        ValueError: on an empty or unequal verdict list, or an unknown verdict.
+    """
+    normal = [str(v) for v in normal]
+    if not normal or (swapped is not None and len(swapped) != len(normal)):
+        raise ValueError(f"need non-empty, equal verdict lists, got {len(normal)} and {len(swapped or [])}")
+    bad = (set(normal) | set(map(str, swapped or []))) - set(PRED_LABELS)
+    if bad:
+        raise ValueError(f"unknown verdicts {sorted(bad)}; available: {list(PRED_LABELS)}")
+    # what each verdict chose by position: the swapped run showed description 2 first
+    shown = normal + ([{"1": "2", "2": "1"}.get(v, v) for v in map(str, swapped)] if swapped is not None else [])
+    n = len(shown)
+    out: dict = {
+        "prefer_first_rate": 100.0 * shown.count("1") / n,
+        "prefer_second_rate": 100.0 * shown.count("2") / n,
+        "tie_rate": 100.0 * shown.count("tie") / n,
+        "invalid_rate": 100.0 * shown.count("invalid") / n,
+        "n_pairs": len(normal),
+        "n_verdicts": n,
+    }
+    if swapped is not None:
+        pairs = list(zip(normal, map(str, swapped)))
+        k = len(pairs)
+        invalid = sum("invalid" in p for p in pairs)
+        same = sum(a == b and a != "invalid" for a, b in pairs)
+        first_both = sum(p == ("1", "2") for p in pairs)  # shown first won in normal and in swapped order
+        second_both = sum(p == ("2", "1") for p in pairs)
+        out.update(
+            consistency=100.0 * same / k,
+            first_wins_both=100.0 * first_both / k,
+            second_wins_both=100.0 * second_both / k,
+            delta_bias=100.0 * abs(first_both - second_both) / k,
+            tie_inconsistent=100.0 * (k - same - first_both - second_both - invalid) / k,
+            invalid_either=100.0 * invalid / k,
+        )
+    return out
+
+
 def multi_run_consistency(runs: Sequence[Sequence[str]]) -> float:
     """Share (percent) of pairs on which every repeated run gives the same valid verdict (EMER-Ranker 4.2)."""
     if len(runs) < 2:
@@ -112,15 +172,6 @@ def multi_run_consistency(runs: Sequence[Sequence[str]]) -> float:
         raise ValueError("every run must judge the same, non-empty list of pairs")
     same = [len({r[i] for r in runs}) == 1 and runs[0][i] != "invalid" for i in range(n)]
     return 100.0 * float(np.mean(same))
-
-
-def description_length(text: str, unit: Literal["chars", "words"] = "chars") -> int:
-    """Length of a description in characters (default, as in the EmoPrefer-Data facts) or words."""
-    if unit == "chars":
-        return len(text)
-    if unit == "words":
-        return len(text.split())
-    raise ValueError(f"unknown length unit {unit!r}; available: ['chars', 'words']")
 
 
 def length_verdicts(pairs: Sequence[PreferencePair], unit: Literal["chars", "words"] = "chars") -> list[str]:
@@ -153,6 +204,10 @@ def length_control(
 
     The length baseline scores 100 on aligned pairs, 0 on counter pairs, so 50 length-debiased: a judge that
     only reads length cannot beat 50. Accuracies are percent; a subset with no pair gives `None`.
+
+    ``prefers_longer_rate``: share (percent) of the judge's decisive verdicts on pairs of unequal length that pick
+    the longer description (``n_longer_decided`` pairs); ``human_prefers_longer_rate``: the same share for the
+    human labels on those of these pairs humans decided (``n_longer_human``), so the two compare on one set.
     """
     subsets = length_subsets(pairs, unit)
     longer = length_verdicts(pairs, unit)
@@ -163,6 +218,13 @@ def length_control(
     out["length_debiased_acc"] = float(np.mean(accs)) if None not in accs else None
     decided = [i for i, p in enumerate(y_pred) if p in ("1", "2") and longer[i] != "tie"]
     out["prefers_longer_rate"] = 100.0 * float(np.mean([y_pred[i] == longer[i] for i in decided])) if decided else None
+    # the human rate on the same pairs: of those the judge decided, the ones humans decided too
+    human = [i for i in decided if pairs[i].label in ("1", "2")]
+    out["human_prefers_longer_rate"] = (
+        100.0 * float(np.mean([pairs[i].label == longer[i] for i in human])) if human else None
+    )
+    out["n_longer_decided"] = len(decided)
+    out["n_longer_human"] = len(human)
     return out
 
 

@@ -1,7 +1,9 @@
 """Reports: flatten evaluations into headline metrics, aggregate folds (mean ± std), render Markdown, plot.
 
 Every table puts the judge beside the length baseline ("prefer the longer description") and random
-verdicts, so no number is read without the ~80% a length heuristic already reaches on EmoPrefer-Data.
+verdicts, so no number is read without the ~80% a length heuristic already reaches on EmoPrefer-Data; the judge's
+bias figures (position: JudgeLM's prefer-first / prefer-second rates, the two kinds of swap inconsistency and delta
+bias, INVALID answers; length: its longer-description rate beside the humans' on the same pairs) are rows of it.
 """
 
 from __future__ import annotations
@@ -25,10 +27,20 @@ HEADLINE: list[tuple[str, str]] = [
     ("acc_counter", "ACC, length-counter pairs"),
     ("length_debiased_acc", "length-debiased ACC"),
     ("prefers_longer_rate", "prefers the longer description"),
+    ("human_prefers_longer_rate", "humans prefer the longer description (same pairs)"),
+    ("prefer_first_rate", "prefers the description shown first"),
+    ("prefer_second_rate", "prefers the description shown second"),
+    ("invalid_rate", "invalid answers"),
+    ("first_wins_both", "swap-inconsistent: first shown wins both"),
+    ("second_wins_both", "swap-inconsistent: second shown wins both"),
+    ("delta_bias", "delta bias |first - second wins both|"),
     ("reward_length_spearman", "reward-length Spearman"),
     ("lc_coef_judge", "length-controlled logit: judge coef."),
     ("lc_coef_length", "length-controlled logit: length coef."),
 ]
+POSITION_KEYS = ("prefer_first_rate", "prefer_second_rate", "invalid_rate", "first_wins_both", "second_wins_both",
+                 "delta_bias")  # fmt: skip
+"""JudgeLM's position-bias figures (`metrics.position_bias`) shown in the headline table."""
 COLUMNS = ("judge", "length_baseline", "random_baseline")
 COLUMN_TITLES = {"judge": "this judge", "length_baseline": "length baseline", "random_baseline": "random"}
 
@@ -46,6 +58,9 @@ def headline(evaluation: dict) -> dict[str, dict[str, float | None]]:
         if column == "judge":
             row["swap_consistency"] = part.get("swap_consistency")
             row["reward_length_spearman"] = part.get("reward_length_spearman")
+            bias = part.get("position_bias") or {}
+            for key in POSITION_KEYS:
+                row[key] = bias.get(key)
             lcp = part.get("length_controlled")
             if lcp:
                 row["lc_coef_judge"], row["lc_coef_length"] = lcp["coef_judge"], lcp["coef_length"]
@@ -55,6 +70,8 @@ def headline(evaluation: dict) -> dict[str, dict[str, float | None]]:
         if lc:
             for key in ("acc_aligned", "acc_counter", "length_debiased_acc", "prefers_longer_rate"):
                 row[key] = lc[key]
+            if column == "judge":
+                row["human_prefers_longer_rate"] = lc.get("human_prefers_longer_rate")
         out[column] = row
     return out
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from emoreward.export.length_monitor import LengthMonitor, defined
 from emoreward.models.base import RewardContext, RewardModel, load_reward_model
 
 
@@ -63,6 +64,12 @@ class EmotionReward:
         batch_size (`int`): sequences per forward pass.
         scale (`float`): multiply rewards by this (e.g. to weigh this reward against others).
         name (`str`): the name GRPOTrainer logs the reward under (``rewards/<name>/mean``).
+        length_monitor (`LengthMonitor`, `bool` or `None`): the RL length-hacking monitor
+            (`emoreward.export.length_monitor`); ``True`` (default) makes one with its defaults (window 20, threshold
+            0.5), ``False``/``None`` turns it off. Its per-batch figures (``length/mean``, ``length/std``,
+            ``length/reward_spearman``, ``length/reward_spearman_window``, ``length/hacking``) go to GRPOTrainer's
+            logs (and W&B) through the ``log_metric`` callable TRL passes to reward functions; the latest are in
+            ``last_length_figures``.
     """
 
     def __init__(
@@ -77,6 +84,7 @@ class EmotionReward:
         batch_size: int = 16,
         scale: float = 1.0,
         name: str = "emotion_reward",
+        length_monitor: LengthMonitor | bool | None = True,
     ):
         if on_unused_media not in ("warn", "error", "ignore"):
             raise ValueError(f"on_unused_media must be 'warn', 'error' or 'ignore', got {on_unused_media!r}")
@@ -96,6 +104,8 @@ class EmotionReward:
         self.n_truncated = 0  # completions cut at the model's max_length before scoring (warned once)
         self._warned = False
         self._warned_truncation = False
+        self.length_monitor = LengthMonitor() if length_monitor is True else (length_monitor or None)
+        self.last_length_figures: dict[str, float | None] | None = None
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
         """Rewards, one per completion (``len(completions)`` floats).
@@ -139,7 +149,14 @@ class EmotionReward:
                     getattr(self.model.settings, "max_length", "?"),
                 )
                 self._warned_truncation = True
-        return (self.scale * np.asarray(scores, dtype=np.float64)).tolist()
+        rewards = (self.scale * np.asarray(scores, dtype=np.float64)).tolist()
+        if self.length_monitor is not None:
+            self.last_length_figures = self.length_monitor.update(rewards, texts)
+            log_metric = kwargs.get("log_metric")
+            if callable(log_metric):  # TRL >= 1.0 GRPOTrainer: averaged per logging step, beside kl and entropy
+                for key, value in defined(self.last_length_figures).items():
+                    log_metric(key, value)
+        return rewards
 
     def _check_unused_media(self, values: dict[str, list[Any]]) -> None:
         if self.on_unused_media == "ignore":

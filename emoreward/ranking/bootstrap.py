@@ -174,7 +174,7 @@ def bootstrap_ci(
     encoded = encode_records(records, items)
     full = PairwiseCounts.from_encoded(encoded)
     m = full.n_items
-    units, n_units = _sample_units([r.sample for r in records])
+    units, n_units = sample_units([r.sample for r in records])
     cols = encoded.winner_loser_cells()
     is_tie = encoded.outcome == 2
 
@@ -265,7 +265,7 @@ def tqdm_disable(progress: bool | None) -> bool | None:
     return None if progress is None else not progress
 
 
-def _sample_units(samples: list[Any]) -> tuple[np.ndarray, int]:
+def sample_units(samples: list[Any]) -> tuple[np.ndarray, int]:
     """Bootstrap unit of every record, numbered in order of first appearance: its sample, or itself if none."""
     if None not in samples:
         first = dict.fromkeys(samples)  # insertion-ordered unique samples

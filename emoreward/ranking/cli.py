@@ -74,6 +74,12 @@ def add_rank_arguments(p: argparse.ArgumentParser) -> None:
         help="Bradley-Terry with ties variant that ranks (default: Davidson 1970, a tie counts as half a win and "
         "half a loss); EmoPrefer appendix F, where a tie lowers both models like a loss, is always shown beside it",
     )
+    f.add_argument(
+        "--no-length-control",
+        action="store_true",
+        help="skip the length-controlled fit (Davidson with the standardised log-length difference as a covariate, "
+        "Chatbot Arena's style control) reported beside the plain ranking",
+    )
     f.add_argument("--n-boot", type=positive_int, default=1000, help="bootstrap resamples over samples (default 1000)")
     f.add_argument(
         "--alpha", type=open_unit_float, default=0.05, help="1 - interval coverage (default 0.05: 95%% intervals)"
@@ -242,6 +248,7 @@ def run_rank(args: argparse.Namespace) -> int:
         "alpha": args.alpha,
         "seed": args.seed,
         "progress": _progress(args),
+        "length_control": not args.no_length_control,
     }
     cache_file = None
     if kind == "reward-model":
@@ -376,6 +383,8 @@ def _finish(args, report, table, cache_file, start: float, load_seconds: float, 
         from emoreward.ranking.plots import plot_scores, plot_win_matrix
 
         plot_scores(report.ties.estimate, out.with_name(out.stem + "_scores.png"))
+        if report.controlled is not None and report.controlled.identified:
+            plot_scores(report.controlled.as_bt_result(), out.with_name(out.stem + "_scores_length_controlled.png"))
         plot_win_matrix(report.counts, out.with_name(out.stem + "_W.png"))
         _echo(f"report: {out} (Markdown, scores and W plots beside it)")
     else:

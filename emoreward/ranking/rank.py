@@ -32,7 +32,7 @@ uncertainty ``sigma_tau`` or a query budget; a reward model then scores only the
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -52,6 +52,12 @@ from emoreward.ranking.counts import PairwiseCounts
 from emoreward.ranking.effects import fit_reward_effects
 from emoreward.ranking.hierarchical import rank_hierarchical
 from emoreward.ranking.judging import OrderCombine, judge_records
+from emoreward.ranking.length_control import (
+    DEFAULT_COVARIATES,
+    ControlledFit,
+    description_features,
+    fit_length_controlled,
+)
 from emoreward.ranking.records import PairwiseRecord
 from emoreward.ranking.report import RankingReport, ranking_warnings
 from emoreward.ranking.score_cache import ScoreCache
@@ -81,12 +87,15 @@ class RankingFits:
         binarized (`BootstrapCI`): EMER-Ranker's Bradley-Terry on the binarized W (eq. 1-4).
         ties (`BootstrapCI`): Bradley-Terry with ties (``tie_model``, default Davidson) on the counts.
         paper (`BootstrapCI` or `None`): EmoPrefer's appendix-F tie model, when ``tie_model`` is another one.
+        controlled (`ControlledFit` or `None`): the length-controlled Davidson fit
+            (`emoreward.ranking.length_control`), when description covariates were given.
     """
 
     counts: PairwiseCounts
     binarized: BootstrapCI
     ties: BootstrapCI
     paper: BootstrapCI | None = None
+    controlled: ControlledFit | None = None
 
 
 def fit_ranking(
@@ -99,6 +108,8 @@ def fit_ranking(
     prior_variance: float | None = DEFAULT_PRIOR_VARIANCE,
     paper: bool = True,
     progress: bool | None = False,
+    features: Mapping[tuple[str, str], np.ndarray] | None = None,
+    covariates: Sequence[str] = DEFAULT_COVARIATES,
 ) -> RankingFits:
     """W counts, EMER-Ranker's binarized Bradley-Terry and Bradley-Terry with ties, all with bootstrap CIs.
 
@@ -111,6 +122,10 @@ def fit_ranking(
         prior_variance (`float` or `None`): Gaussian prior on log-strengths.
         paper (`bool`): also fit EmoPrefer's appendix-F model (the paper's column) when ``tie_model`` differs.
         progress (`bool` or `None`): tqdm bars on the bootstraps (``None``: only when stderr is a terminal).
+        features (`Mapping[tuple[str, str], np.ndarray]`, *optional*): ``(sample, model) -> covariates`` of the
+            descriptions (:func:`~emoreward.ranking.length_control.description_features`); with them the
+            length-controlled Davidson fit runs too, on the same resamples.
+        covariates (`Sequence[str]`): names of the ``features`` columns.
 
     Returns:
         `RankingFits` (each ``BootstrapCI.estimate`` is the full-data fit).
@@ -140,7 +155,21 @@ def fit_ranking(
 
     ties = tie_fit(tie_model)
     paper_fit = tie_fit(PAPER_TIE_MODEL) if paper and tie_model != PAPER_TIE_MODEL else None
-    return RankingFits(counts, binarized, ties, paper_fit)
+    controlled = None
+    if features is not None:
+        controlled = fit_length_controlled(
+            records, features, covariates, "davidson", models, prior_variance, n_boot, alpha, seed
+        )
+    return RankingFits(counts, binarized, ties, paper_fit, controlled)
+
+
+def _with_features(table: DescriptionTable, fit_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``fit_kwargs`` with the table's description covariates, unless ``length_control=False`` was passed."""
+    fit_kwargs = dict(fit_kwargs)
+    if fit_kwargs.pop("length_control", True) and "features" not in fit_kwargs:
+        names, values = description_features(table.descriptions, fit_kwargs.get("covariates", DEFAULT_COVARIATES))
+        fit_kwargs.update(features=values, covariates=names)
+    return fit_kwargs
 
 
 def parse_groups(spec: str, models: Sequence[str]) -> list[list[str]]:
@@ -202,6 +231,7 @@ def rank_with_reward_model(
     scores = score_table(model, table, cache, batch_size=batch_size)
     records = records_from_scores(scores, threshold)
     start = time.perf_counter()
+    fit_kwargs = _with_features(table, fit_kwargs)
     fits = fit_ranking(records, table.models, **fit_kwargs)
     effects = fit_reward_effects(
         scores,
@@ -244,6 +274,7 @@ def rank_with_reward_model(
         paper=fits.paper,
         reward_effects=effects,
         n_truncated=truncation_counts(scores),
+        controlled=fits.controlled,
     )
     report.warnings = ranking_warnings(report)
     return report
@@ -289,7 +320,7 @@ def rank_with_judge(
         records = [r for r in records if r.item_a in models and r.item_b in models]
     else:
         records, models = run(None), list(table.models)
-    fits = fit_ranking(records, models, **fit_kwargs)
+    fits = fit_ranking(records, models, **_with_features(table, fit_kwargs))
     cost = {"judge": judge.name, **calls, "n_records": len(collected)}
     lengths = {m: v for m, v in table.lengths().items() if m in models}
     meta = {
@@ -301,7 +332,17 @@ def rank_with_judge(
         "combine": combine,
     }
     report = RankingReport(
-        list(models), fits.counts, fits.binarized, fits.ties, lengths, cost, None, hierarchical, meta, paper=fits.paper
+        list(models),
+        fits.counts,
+        fits.binarized,
+        fits.ties,
+        lengths,
+        cost,
+        None,
+        hierarchical,
+        meta,
+        paper=fits.paper,
+        controlled=fits.controlled,
     )
     report.warnings = ranking_warnings(report)
     return report

