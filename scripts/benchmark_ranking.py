@@ -42,7 +42,7 @@ from collections.abc import Callable
 import numpy as np
 from scipy.stats import spearmanr
 
-from emoreward.evaluation.verdicts import Verdict
+from emoreward.data.verdicts import Verdict
 from emoreward.ranking.bradley_terry import (
     bootstrap_ci,
     fit_binarized_bradley_terry,

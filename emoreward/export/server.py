@@ -1129,7 +1129,7 @@ def port_number(text: str) -> int:
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of `emoreward serve`."""
-    from emoreward.cli import positive_float, positive_int
+    from emoreward.cli.options import positive_float, positive_int
 
     d = ServerLimits()
     p.add_argument("--model", required=True, help="a reward-model directory (emoreward train, or a merged export)")
@@ -1227,7 +1227,7 @@ def run_serve(args: argparse.Namespace) -> int:
             "--insecure-no-auth"
         )
     if args.media_root:
-        from emoreward.cli import check_media_root
+        from emoreward.cli.options import check_media_root
 
         check_media_root(args.media_root)  # before the model loads
     if args.max_items > args.max_queue:

@@ -15,7 +15,7 @@ Two kinds of judge:
 - a trained reward model (pointwise): every description is scored once (M x N scorings instead of the
   C(M, 2) x N pair calls of EMER-Ranker), the scores are cached on disk (rerunning reuses them), and the verdict
   of a pair is the sign of the reward difference, TIE below the model's calibrated tie threshold
-  (:func:`emoreward.evaluation.judge.verdict_from_difference`);
+  (:func:`emoreward.data.verdicts.verdict_from_difference`);
 - any generative judge (the `Judge` protocol, e.g. a zero-shot S1-S4 judge): every pair runs through
   :func:`emoreward.evaluation.harness.run_judge` in normal and swapped order.
 
@@ -44,8 +44,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from emoreward.data.tables import DescriptionTable, TableError, bundled_ovmerd_path, load_description_table
-from emoreward.evaluation.judge import verdict_from_difference
-from emoreward.evaluation.verdicts import Verdict
+from emoreward.data.verdicts import Verdict, verdict_from_difference
 from emoreward.ranking.bpa import BPAConfig, BPAFit, BPAScheduler, SchedulerConfig
 from emoreward.ranking.bradley_terry import (
     DEFAULT_PRIOR_VARIANCE,
@@ -297,7 +296,7 @@ def records_from_scores(
     scores: ScoreMatrix, tie_threshold: float = 0.0, annotator: str = "reward-model"
 ) -> list[PairwiseRecord]:
     """Pair verdicts from pointwise rewards: for every sample and every pair of models with descriptions, the
-    verdict of :func:`emoreward.evaluation.judge.verdict_from_difference` on ``r_a - r_b`` (FIRST if > 0, SECOND
+    verdict of :func:`emoreward.data.verdicts.verdict_from_difference` on ``r_a - r_b`` (FIRST if > 0, SECOND
     if < 0, TIE when ``|r_a - r_b| < tie_threshold`` or equal).
 
     Returns:
@@ -1193,7 +1192,7 @@ class RewardModelPairs:
         self._seen: set[str] = set()
 
     def __call__(self, sample: str, model_a: str, model_b: str) -> list[PairwiseRecord]:
-        from emoreward.evaluation.judge import verdict_from_difference
+        from emoreward.data.verdicts import verdict_from_difference
 
         start = time.perf_counter()
         context = table_context(self.table, sample)

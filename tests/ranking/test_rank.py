@@ -11,8 +11,8 @@ import pytest
 from _helpers import StubRewardModel
 from scipy.stats import spearmanr
 
-from emoreward.evaluation.judge import verdict_from_difference
-from emoreward.evaluation.verdicts import Judgement, Verdict
+from emoreward.data.verdicts import verdict_from_difference
+from emoreward.data.verdicts import Judgement, Verdict
 from emoreward.ranking.rank import (
     DescriptionTable,
     ScoreCache,
