@@ -140,7 +140,10 @@ def test_a_reward_model_directory_becomes_a_reward_model_judge(tmp_path, tiny_be
     r1, r2 = judge.pair_rewards(pairs)
     assert result.verdicts("normal", 0) == ["1" if a > b else "2" if b > a else "tie" for a, b in zip(r1, r2)]
     assert load_judge(tmp_path / "rm").tie_threshold == 0.25  # the model's calibrated threshold by default
-    assert judge_kind(tmp_path / "rm") == "reward-model" and load_judge(tmp_path / "rm").model.settings.tie_threshold == 0.25
+    assert (
+        judge_kind(tmp_path / "rm") == "reward-model"
+        and load_judge(tmp_path / "rm").model.settings.tie_threshold == 0.25
+    )
     with pytest.raises(ValueError, match=r"options \['strategy'\] do not apply"):
         load_judge(tmp_path / "rm", strategy="S2")
 

@@ -37,7 +37,9 @@ def check_side_effects(config) -> None:
     if getattr(config, "push_to_hub", False):
         from emoreward.data.records import check_hub_push
 
-        check_hub_push(config.hub_model_id or Path(config.output_dir).name, "model", token=getattr(config, "hub_token", None))
+        check_hub_push(
+            config.hub_model_id or Path(config.output_dir).name, "model", token=getattr(config, "hub_token", None)
+        )
 
 
 def train_and_report(config) -> int:

@@ -141,7 +141,9 @@ def test_a_media_root_that_does_not_exist(rank, good_table, tmp_path, capsys):
 def test_a_judge_folder_that_is_not_a_model(rank, good_table, tmp_path, capsys):
     folder = tmp_path / "not-a-model"
     folder.mkdir()
-    fails(rank(good_table, judge=folder), capsys, f"{folder} is not an emoreward model directory: emoreward_config.json")
+    fails(
+        rank(good_table, judge=folder), capsys, f"{folder} is not an emoreward model directory: emoreward_config.json"
+    )
 
 
 def test_a_judge_that_does_not_exist(rank, good_table, tmp_path, capsys):

@@ -11,9 +11,9 @@ from _helpers import StubRewardModel
 from scipy.stats import spearmanr
 
 from emoreward.cli import main
+from emoreward.cli.rank import add_arguments as add_rank_arguments
 from emoreward.data.verdicts import Judgement, Verdict
 from emoreward.ranking.bpa import BPAConfig, SchedulerConfig
-from emoreward.cli.rank import add_arguments as add_rank_arguments
 from emoreward.ranking.rank import DEFAULT_BPA_POLICY, DescriptionTable, JudgePairs, RewardModelPairs, rank_with_bpa
 
 

