@@ -39,13 +39,14 @@ ZERO_SHOT_OPTIONS = frozenset(
 def judge_kind(spec: str | Path) -> JudgeKind:
     """The kind of judge `spec` names; the one place this is decided.
 
-    - `"reward-model"`: an existing directory (`load_reward_model` reports what it lacks, if anything);
+    - `"reward-model"`: an existing directory, or a path with a folder part and no YAML suffix (a model
+      directory; `load_reward_model` reports one that is missing or incomplete, so a command can check its data
+      first);
     - `"zero-shot"`: a `.yaml` / `.yml` path, or a bare name (a judge registered in `configs/judges/`; zero_shot
       reports a missing file or an unknown name).
 
     Raises:
         ValueError: an existing file that is not YAML (neither kind).
-        FileNotFoundError: a path with a folder part and no YAML suffix that does not exist (a model directory).
     """
     path = Path(spec).expanduser()
     if path.is_dir():
@@ -55,7 +56,7 @@ def judge_kind(spec: str | Path) -> JudgeKind:
         raise ValueError(f"{spec} is a file, not a model directory or a .yaml judge definition")
     if is_yaml or len(path.parts) == 1:
         return "zero-shot"
-    raise FileNotFoundError(f"model directory not found: {spec}")
+    return "reward-model"
 
 
 def load_judge(spec: str | Path, **options: Any) -> Judge:
@@ -82,9 +83,9 @@ def load_judge(spec: str | Path, **options: Any) -> Judge:
         from emoreward.evaluation.judge import RewardModelJudge
         from emoreward.models import load_reward_model
 
-        loading = {key: options.pop(key) for key in ("media_root", "dtype") if options.get(key) is not None}
-        options.pop("media_root", None), options.pop("dtype", None)
-        return RewardModelJudge(load_reward_model(path, **loading), **options)
+        loading = {key: options.pop(key, None) for key in ("media_root", "dtype")}  # the model's, not the judge's
+        model = load_reward_model(path, **{key: value for key, value in loading.items() if value is not None})
+        return RewardModelJudge(model, **options)
     _check_options(options, ZERO_SHOT_OPTIONS, f"zero-shot judge {spec}")
     try:
         import zero_shot

@@ -203,6 +203,20 @@ def cycles_of(graph: dict[str, set[str]]) -> list[list[str]]:
     return cycles
 
 
+def test_the_options_module_is_a_leaf_and_every_command_module_keeps_the_contract():
+    """`emoreward.cli.options` imports nothing of the project (any command module, script or test can use it);
+    each module the dispatcher names defines `add_arguments(parser)` and `run(args)`."""
+    from emoreward.cli.main import COMMANDS
+
+    leaf = [ours(imp) for imp in IMPORTS["emoreward.cli.options"] if ours(imp) is not None]
+    assert not leaf, f"emoreward.cli.options imports {leaf}"
+    for name, (_help, module) in COMMANDS.items():
+        tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+        defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        defined |= {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
+        assert {"add_arguments", "run"} <= defined, f"command {name}: {module} lacks add_arguments or run"
+
+
 def test_no_import_cycles_at_module_level():
     graph = {m: set() for m in MODULES}
     for name, found in IMPORTS.items():
