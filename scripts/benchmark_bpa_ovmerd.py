@@ -38,7 +38,7 @@ import numpy as np  # noqa: E402
 from scipy.stats import spearmanr  # noqa: E402
 
 from emoreward.data.tables import bundled_ovmerd_path, load_description_table  # noqa: E402
-from emoreward.evaluation.verdicts import Verdict  # noqa: E402
+from emoreward.data.verdicts import Verdict  # noqa: E402
 from emoreward.ranking.active import RewardModelPairs, rank_with_bpa  # noqa: E402
 from emoreward.ranking.bpa import PAPER_SCHEDULING, BPAConfig, SchedulerConfig, fit_bpa  # noqa: E402
 from emoreward.ranking.bradley_terry import fit_bradley_terry_ties  # noqa: E402

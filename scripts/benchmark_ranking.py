@@ -45,7 +45,7 @@ from collections.abc import Callable
 import numpy as np
 from scipy.stats import spearmanr
 
-from emoreward.evaluation.verdicts import Verdict
+from emoreward.data.verdicts import Verdict
 from emoreward.ranking.bootstrap import bootstrap_ci
 from emoreward.ranking.bradley_terry import fit_binarized_bradley_terry, fit_bradley_terry, fit_bradley_terry_ties
 from emoreward.ranking.counts import PairwiseCounts

@@ -16,7 +16,9 @@ stdout, writes reports and saves the model. Errors go to stderr as one line (exi
 import os
 import sys
 
-from emoreward.cli import guarded, quiet_libraries, train_and_report
+from emoreward.cli.main import guarded
+from emoreward.cli.options import quiet_libraries
+from emoreward.cli.train import train_and_report
 
 
 def main(argv: list[str] | None = None) -> int:

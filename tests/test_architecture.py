@@ -1,6 +1,9 @@
-"""Structural rules of the code base (and its tests: unique test-file basenames): no import cycles in `emoreward/`, no module reaching into another module's
-private names, `emoreward` importing `zero_shot` only through `load_judge`, and every recipe field either read by a
-backbone kind or refused for it."""
+"""Structural rules of the code base, read from the source with `ast`: every import (module level, inside functions,
+and module names given as strings, as the command dispatcher's `importlib` table does) goes down the floors
+utils < data < models < evaluation < training | ranking | export | zero_shot < judges < cli, never up or sideways;
+no import cycle at module level; no module reaching into another module's private names; a size budget and an
+opening docstring for every library file. Also: every recipe field is read by a backbone kind or refused for it,
+and test files have unique basenames."""
 
 from __future__ import annotations
 
@@ -13,7 +16,24 @@ import pytest
 
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ROOT / "emoreward"
+LIBRARY = ("emoreward", "zero_shot")
+MAX_LINES = 800
+
+# floor of each top-level part (a package below `emoreward`, or `zero_shot`); imports go to a lower floor, or stay
+# inside their own part; the parts of one floor do not import each other
+FLOORS = {
+    "emoreward": 0,  # the package root: `__version__` only
+    "utils": 0,
+    "data": 1,
+    "models": 2,
+    "evaluation": 3,
+    "training": 4,
+    "ranking": 4,
+    "export": 4,
+    "zero_shot": 4,
+    "judges": 5,
+    "cli": 6,
+}
 
 
 def module_name(path: Path) -> str:
@@ -21,6 +41,27 @@ def module_name(path: Path) -> str:
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
+
+
+FILES = sorted(p for package in LIBRARY for p in (ROOT / package).rglob("*.py"))
+MODULES = {module_name(p): p for p in FILES}
+
+
+def part(module: str) -> str:
+    """The floor part of a module: `emoreward.ranking.bpa.model` -> `ranking`, `zero_shot.runner` -> `zero_shot`."""
+    names = module.split(".")
+    if names[0] == "zero_shot":
+        return "zero_shot"
+    return names[1] if len(names) > 1 else "emoreward"
+
+
+@dataclasses.dataclass(frozen=True)
+class Import:
+    target: str  # the imported module (for `from m import n`: `m.n` when that is a module, else `m`)
+    names: tuple[str, ...]  # names imported from it (`from m import a, b`), empty for `import m` and strings
+    line: int
+    module_level: bool  # runs when the importing module is imported (not inside a function or TYPE_CHECKING)
+    how: str  # "import", "from" or "string"
 
 
 def resolve(module: str, node: ast.ImportFrom, is_package: bool) -> str:
@@ -32,51 +73,116 @@ def resolve(module: str, node: ast.ImportFrom, is_package: bool) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def imports(path: Path, *, top_level_only: bool) -> list[tuple[str, list[str]]]:
-    """(imported module, imported names) of a file; with `top_level_only`, only imports that run when the module is
-    imported (not inside functions, not under `if TYPE_CHECKING:`)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    module = module_name(path)
-    is_package = path.name == "__init__.py"
-    out = []
+def owner(target: str, modules) -> str | None:
+    """The module of ours that `target` names (`emoreward.cli.main:main` and `a.b.func` -> their module)."""
+    target = target.split(":")[0]
+    while target and target not in modules:
+        target = target.rpartition(".")[0]
+    return target or None
 
-    def visit(nodes):
+
+def read_imports(source: str, module: str, is_package: bool, modules) -> list[Import]:
+    """Every import of a module's source: `import` and `from ... import` statements anywhere (module level, in
+    functions and methods, under `try`/`if`), and string constants that name one of `modules` (`"pkg.mod"` or
+    `"pkg.mod:attr"`, what `importlib.import_module` tables hold; docstrings excluded)."""
+    tree = ast.parse(source)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    module_level: set[int] = set()
+
+    def mark(nodes) -> None:
         for node in nodes:
-            if isinstance(node, ast.Import):
-                out.extend((alias.name, []) for alias in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                out.append((resolve(module, node, is_package), [alias.name for alias in node.names]))
-            elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
                 continue
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and top_level_only:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                mark(node.orelse)
                 continue
-            elif isinstance(node, ast.ClassDef) and top_level_only:
-                visit(node.body)
-            elif hasattr(node, "body") and isinstance(node.body, list):
-                visit(node.body)
-                for extra in ("orelse", "finalbody", "handlers"):
-                    visit(getattr(node, extra, []) or [])
+            module_level.add(id(node))
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                mark(getattr(node, field, None) or [])
 
-    visit(tree.body)
-    return out
+    mark(tree.body)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [Import(a.name, (), node.lineno, id(node) in module_level, "import") for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = resolve(module, node, is_package)
+            names = tuple(a.name for a in node.names)
+            submodules = [f"{base}.{n}" for n in names if f"{base}.{n}" in modules]
+            # `from package import submodule` needs the submodule, not what the package's __init__ imports (Python
+            # finds the submodule even while that __init__ is still running)
+            for target in submodules if len(submodules) == len(names) else {base, *submodules}:
+                found.append(Import(target, names, node.lineno, id(node) in module_level, "from"))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            if node.value.split(":")[0] in modules:
+                found.append(Import(node.value.split(":")[0], (), node.lineno, False, "string"))
+    return found
 
 
-FILES = sorted(PACKAGE.rglob("*.py"))
-MODULES = {module_name(p): p for p in FILES}
+IMPORTS = {
+    name: read_imports(path.read_text(encoding="utf-8"), name, path.name == "__init__.py", MODULES)
+    for name, path in MODULES.items()
+}
 
 
-def test_no_import_cycles_in_emoreward():
-    graph = {m: set() for m in MODULES}
-    for name, path in MODULES.items():
-        for target, names in imports(path, top_level_only=True):
-            submodules = [f"{target}.{n}" for n in names if f"{target}.{n}" in MODULES]
-            # `from package import submodule` needs the submodule, not what the package's __init__ imports
-            candidates = submodules if submodules and len(submodules) == len(names) else [target, *submodules]
-            for c in candidates:
-                if c in MODULES and c != name:
-                    graph[name].add(c)
-    # importing a package imports its __init__: a submodule importing its own package's __init__ that imports it
-    # back is a cycle like any other
+def ours(imp: Import) -> str | None:
+    return owner(imp.target, MODULES) if imp.target.split(".")[0] in LIBRARY else None
+
+
+def test_the_reader_sees_function_level_type_checking_and_string_imports():
+    modules = {"emoreward.cli.main", "emoreward.cli.train", "emoreward.data", "emoreward.data.pairs"}
+    source = (
+        '"""doc naming emoreward.cli.train"""\n'
+        "from typing import TYPE_CHECKING\n"
+        "from emoreward.data import pairs\n"
+        "if TYPE_CHECKING:\n    from emoreward.cli import train\n"
+        "TABLE = {'train': 'emoreward.cli.train'}\n"
+        "def f():\n    import emoreward.data.pairs\n"
+    )
+    found = read_imports(source, "emoreward.cli.main", False, modules)
+    got = {(i.target, i.how, i.module_level) for i in found if i.target.startswith("emoreward")}
+    assert got == {
+        ("emoreward.data.pairs", "from", True),
+        ("emoreward.cli.train", "from", False),
+        ("emoreward.cli.train", "string", False),
+        ("emoreward.data.pairs", "import", False),
+    }
+
+
+def test_every_library_module_has_a_floor():
+    unknown = sorted({part(m) for m in MODULES} - set(FLOORS))
+    assert not unknown, f"packages without a floor in FLOORS (say where they sit): {unknown}"
+
+
+def test_imports_go_down_the_floors():
+    """data < models < evaluation < training | ranking | export | zero_shot < judges < cli (utils lowest): an
+    import stays inside its own part or goes to a lower floor, at module level and inside functions alike."""
+    offenders = []
+    for name, found in IMPORTS.items():
+        here = part(name)
+        for imp in found:
+            target = ours(imp)
+            if target is None or part(target) == here:
+                continue
+            there = part(target)
+            if FLOORS[there] >= FLOORS[here] and there != "emoreward":
+                direction = "up" if FLOORS[there] > FLOORS[here] else "sideways"
+                kind = "module level" if imp.module_level else imp.how if imp.how == "string" else "in a function"
+                offenders.append(
+                    f"{MODULES[name].relative_to(ROOT)}:{imp.line} {name} -> {target} ({direction}, {kind})"
+                )
+    assert not offenders, "imports that do not go down the floors:\n" + "\n".join(sorted(set(offenders)))
+
+
+def cycles_of(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Import cycles of a module graph (at least one per strongly connected part that has one)."""
     cycles = []
     state: dict[str, int] = {}
 
@@ -94,27 +200,71 @@ def test_no_import_cycles_in_emoreward():
     for node in sorted(graph):
         if node not in state:
             dfs(node, [])
+    return cycles
+
+
+def test_the_options_module_is_a_leaf_and_every_command_module_keeps_the_contract():
+    """`emoreward.cli.options` imports nothing of the project (any command module, script or test can use it);
+    each module the dispatcher names defines `add_arguments(parser)` and `run(args)`."""
+    from emoreward.cli.main import COMMANDS
+
+    leaf = [ours(imp) for imp in IMPORTS["emoreward.cli.options"] if ours(imp) is not None]
+    assert not leaf, f"emoreward.cli.options imports {leaf}"
+    for name, (_help, module) in COMMANDS.items():
+        tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+        defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        defined |= {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
+        assert {"add_arguments", "run"} <= defined, f"command {name}: {module} lacks add_arguments or run"
+
+
+def test_no_import_cycles_at_module_level():
+    graph = {m: set() for m in MODULES}
+    for name, found in IMPORTS.items():
+        for imp in found:
+            target = ours(imp)
+            if imp.module_level and target is not None and target != name:
+                graph[name].add(target)
+    # importing a package imports its __init__: a submodule importing its own package's __init__ that imports it
+    # back is a cycle like any other
+    cycles = cycles_of(graph)
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_no_import_cycles_between_modules_even_inside_functions():
+    """A function-level import that closes a loop (`pipeline -> tracking -> pipeline`) hides a dependency the
+    wrong way round just as well. Aside: packages' `__init__` re-exports, and registries naming their
+    implementations by string (`models.base.MODEL_CLASSES`: the protocol's module picks the class by name)."""
+    packages = {name for name, path in MODULES.items() if path.name == "__init__.py"}
+    graph = {m: set() for m in MODULES if m not in packages}
+    for name, found in IMPORTS.items():
+        for imp in found:
+            target = ours(imp)
+            if name in graph and target in graph and target != name and imp.how != "string":
+                graph[name].add(target)
+    cycles = cycles_of(graph)
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
 def test_no_module_imports_another_modules_private_names():
     offenders = []
-    for name, path in MODULES.items():
-        for target, names in imports(path, top_level_only=False):
-            private = [n for n in names if n.startswith("_") and not n.startswith("__")]
-            if private and target != name and target.startswith(("emoreward", "zero_shot")):
+    for name, found in IMPORTS.items():
+        for imp in found:
+            private = [n for n in imp.names if n.startswith("_") and not n.startswith("__")]
+            target = ours(imp)
+            if private and target is not None and target != name and f"{target}.{private[0]}" not in MODULES:
                 offenders.append(f"{name} imports {private} from {target}")
     assert not offenders, offenders
 
 
-def test_emoreward_imports_zero_shot_only_in_load_judge():
-    offenders = [
-        name
-        for name, path in MODULES.items()
-        for target, _ in imports(path, top_level_only=False)
-        if target.split(".")[0] == "zero_shot" and name != "emoreward.judges"
-    ]
-    assert not offenders, f"emoreward modules importing zero_shot: {sorted(set(offenders))}"
+def test_library_files_have_a_docstring_and_stay_within_the_size_budget():
+    no_docstring = [str(p.relative_to(ROOT)) for p in FILES if not ast.get_docstring(ast.parse(p.read_text("utf-8")))]
+    too_long = {
+        str(p.relative_to(ROOT)): n
+        for p in FILES
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert not no_docstring, f"files without an opening docstring naming their concern: {no_docstring}"
+    assert not too_long, f"library files over {MAX_LINES} lines (split along their concerns): {too_long}"
 
 
 # ---------------------------------------------------------------------------------------------- recipe fields

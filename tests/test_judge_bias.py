@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from emoreward.data import PreferencePair
+from emoreward.data.verdicts import Judgement, Verdict
 from emoreward.evaluation import harness, metrics, report
-from emoreward.evaluation.verdicts import Judgement, Verdict
 
 
 def test_position_bias_by_hand():

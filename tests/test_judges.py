@@ -16,7 +16,7 @@ import pytest
 from emoreward.cli import main as emoreward_main
 from emoreward.evaluation.harness import run_judge
 from emoreward.evaluation.judge import RewardModelJudge
-from emoreward.judges import load_judge
+from emoreward.judges import judge_kind, load_judge
 
 
 MODELS = ("alpha", "beta", "gamma", "delta")
@@ -124,7 +124,6 @@ def test_a_reward_model_directory_becomes_a_reward_model_judge(tmp_path, tiny_be
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from emoreward.models import TextRewardModel, TextSettings
-    from emoreward.ranking.judging import load_rank_judge
     from zero_shot.testing import demo_pairs
 
     settings = TextSettings(backbone="minilm", input_format="pair", max_length=64, tie_threshold=0.25)
@@ -141,8 +140,10 @@ def test_a_reward_model_directory_becomes_a_reward_model_judge(tmp_path, tiny_be
     r1, r2 = judge.pair_rewards(pairs)
     assert result.verdicts("normal", 0) == ["1" if a > b else "2" if b > a else "tie" for a, b in zip(r1, r2)]
     assert load_judge(tmp_path / "rm").tie_threshold == 0.25  # the model's calibrated threshold by default
-    kind, loaded = load_rank_judge(tmp_path / "rm")
-    assert kind == "reward-model" and loaded.settings.tie_threshold == 0.25
+    assert (
+        judge_kind(tmp_path / "rm") == "reward-model"
+        and load_judge(tmp_path / "rm").model.settings.tie_threshold == 0.25
+    )
     with pytest.raises(ValueError, match=r"options \['strategy'\] do not apply"):
         load_judge(tmp_path / "rm", strategy="S2")
 
@@ -158,14 +159,17 @@ def test_names_yaml_paths_and_bad_specs(tmp_path):
     assert by_path.name == "smollm2-135m-text/S4" and by_path.cache_path == judge.cache_path  # one cache per judge
     with pytest.raises(ValueError, match="unknown judge 'no-such-judge'; available: .*smollm2-135m-text"):
         load_judge("no-such-judge")
-    with pytest.raises(FileNotFoundError, match="does not exist"):
+    with pytest.raises(FileNotFoundError, match="judge definition not found"):
         load_judge(tmp_path / "missing.yaml")
+    with pytest.raises(FileNotFoundError, match="model directory not found"):
+        load_judge(tmp_path / "missing")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ValueError, match="emoreward_config.json"):
+    with pytest.raises(FileNotFoundError, match="emoreward_config.json is missing"):
         load_judge(tmp_path / "empty")
     (tmp_path / "judge.txt").write_text("x")
-    with pytest.raises(ValueError, match="neither"):
+    with pytest.raises(ValueError, match="is a file, not a model directory or a .yaml judge definition"):
         load_judge(tmp_path / "judge.txt")
+    assert judge_kind("smollm2-135m-text") == judge_kind(tmp_path / "missing.yaml") == "zero-shot"
     with pytest.raises(ValueError, match=r"options \['tie_threshold'\] do not apply"):
         load_judge("smollm2-135m-text", tie_threshold=0.1)
     with pytest.raises(ValueError, match="unknown strategy 'S9'"):
@@ -204,7 +208,7 @@ def test_a_wheel_ships_the_registered_judges_and_prompts(tmp_path):
     assert "zero_shot/configs/prompts/emoprefer_v1.yaml" in names
     zipfile.ZipFile(wheel).extractall(tmp_path / "site")
     listed = subprocess.run(
-        [sys.executable, "-m", "zero_shot", "--list"],
+        [sys.executable, "-m", "emoreward.cli", "judge", "--list"],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
         capture_output=True,
@@ -216,7 +220,7 @@ def test_a_wheel_ships_the_registered_judges_and_prompts(tmp_path):
 
 def test_evaluate_and_judge_take_either_kind_of_judge(tmp_path, tiny_bert_dir, capsys):
     """`evaluate --model <judge YAML>` runs the zero-shot harness (the same report as `judge`), and `judge --judge
-    <reward-model directory>` runs `evaluate` (the same report as `evaluate`)."""
+    <reward-model directory>` the reward model's (the same report as `evaluate`): one code path, no argv rebuilt."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from emoreward.models import TextRewardModel, TextSettings
@@ -228,7 +232,7 @@ def test_evaluate_and_judge_take_either_kind_of_judge(tmp_path, tiny_bert_dir, c
     )
     assert emoreward_main(["evaluate", "--model", str(judge), "--data", "emoprefer",
                            "--output", str(tmp_path / "ev" / "zs.json")]) == 0  # fmt: skip
-    assert "is a zero-shot judge: running `emoreward judge --judge" in capsys.readouterr().out
+    assert "emoreward evaluate: scripted-judge (" in (out := capsys.readouterr().out) and "is a zero-shot judge" in out
     assert (
         emoreward_main(["judge", "--judge", str(judge), "--data", "emoprefer", "--output", str(tmp_path / "j")]) == 0
     )
@@ -250,7 +254,7 @@ def test_evaluate_and_judge_take_either_kind_of_judge(tmp_path, tiny_bert_dir, c
     ).save_pretrained(tmp_path / "rm")
     rm = str(tmp_path / "rm")
     assert emoreward_main(["judge", "--judge", rm, "--data", "emoprefer", "--output", str(tmp_path / "jr")]) == 0
-    assert "is a reward model: running `emoreward evaluate --model" in capsys.readouterr().out
+    assert f"emoreward judge: {rm} is a reward model: one deterministic run" in capsys.readouterr().out
     assert (
         emoreward_main(["evaluate", "--model", rm, "--data", "emoprefer", "--output", str(tmp_path / "er.json")]) == 0
     )

@@ -1,8 +1,11 @@
-"""`python -m zero_shot` = `emoreward judge`."""
+"""`python -m zero_shot` is gone: zero-shot judges run through the one entry point, `emoreward judge`."""
 
 import sys
 
-from zero_shot.cli import main
 
-
-sys.exit(main())
+sys.stderr.write(
+    "python -m zero_shot: the zero-shot judge command is `emoreward judge` (same options), e.g. "
+    "`emoreward judge --judge smollm2-135m-text --data emoprefer --output DIR`; `emoreward judge --list` lists "
+    "the registered judges\n"
+)
+sys.exit(2)

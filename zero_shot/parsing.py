@@ -42,7 +42,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
-from emoreward.evaluation.verdicts import Verdict
+from emoreward.data.verdicts import Verdict
 
 
 # A clause reads as a verdict, as nothing (`None`), or as an attempt that cannot be read (AMBIGUOUS).

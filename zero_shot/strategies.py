@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from emoreward.data import PreferencePair
-from emoreward.evaluation.verdicts import Judgement, Verdict
+from emoreward.data.verdicts import Judgement, Verdict
 from zero_shot.backends.base import Backend, ChatRequest, Generation, MediaInput, SamplingConfig, scrub_secrets
 from zero_shot.cache import CallCache, CallKey
 from zero_shot.parsing import parse_verdict

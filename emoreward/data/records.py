@@ -16,7 +16,7 @@ import math
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 
 FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
@@ -24,6 +24,24 @@ FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
 class HubPushError(RuntimeError):
     """A push to the Hub failed; the one-line message names the repository."""
+
+
+def check_hub_push(repo_id: str, repo_type: Literal["dataset", "model"] = "dataset", token: str | None = None) -> None:
+    """Refuse a Hub push that cannot succeed, so that a command can refuse it before its work, not after: offline
+    mode (`HF_HUB_OFFLINE=1`), or no token (`token`, `HF_TOKEN` or `hf auth login`; `huggingface_hub.get_token`).
+
+    Raises:
+        HubPushError: naming the repository and the reason (one line).
+    """
+    from huggingface_hub import constants, get_token
+
+    offline = constants.is_offline_mode() if hasattr(constants, "is_offline_mode") else constants.HF_HUB_OFFLINE
+    if offline:
+        raise HubPushError(f"cannot push to the Hub {repo_type} {repo_id!r}: offline mode is on (HF_HUB_OFFLINE=1)")
+    if token is None and get_token() is None:
+        raise HubPushError(
+            f"cannot push to the Hub {repo_type} {repo_id!r}: no Hub token (set HF_TOKEN or run `hf auth login`)"
+        )
 
 
 def records_to_dataset(rows: Iterable[Mapping[str, Any]]) -> Any:
@@ -164,14 +182,10 @@ def push_records_to_hub(
 
     Raises:
         ValueError: bad rows (see `records_to_dataset`).
-        HubPushError: offline (`HF_HUB_OFFLINE=1`), or the Hub refused or could not be reached (one line).
+        HubPushError: offline (`HF_HUB_OFFLINE=1`), no token (`check_hub_push`), or the Hub refused or could not be reached (one line).
     """
-    from huggingface_hub import constants
-
     dataset = records_to_dataset(rows)
-    offline = constants.is_offline_mode() if hasattr(constants, "is_offline_mode") else constants.HF_HUB_OFFLINE
-    if offline:
-        raise HubPushError(f"cannot push to the Hub dataset {repo_id!r}: offline mode is on (HF_HUB_OFFLINE=1)")
+    check_hub_push(repo_id, "dataset", token)
     try:
         return dataset.push_to_hub(
             repo_id,
@@ -190,6 +204,7 @@ def push_records_to_hub(
 __all__ = [
     "FORMATS",
     "HubPushError",
+    "check_hub_push",
     "check_records_path",
     "push_records_to_hub",
     "records_to_dataset",

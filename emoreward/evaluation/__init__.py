@@ -1,17 +1,8 @@
-"""One evaluation harness for reward models and zero-shot judges: verdicts, metrics, reports."""
+"""One evaluation harness for reward models and zero-shot judges: judges, metrics, reports (the verdicts themselves
+are `emoreward.data.verdicts`)."""
 
-from emoreward.evaluation.harness import JudgementSet, evaluate_judgements, run_judge
-from emoreward.evaluation.judge import Judge, RewardModelJudge, verdict_from_difference
-from emoreward.evaluation.verdicts import Judgement, Verdict
+from emoreward.evaluation.harness import JudgementSet, evaluate_judgements, evaluate_model, run_judge
+from emoreward.evaluation.judge import Judge, RewardModelJudge
 
 
-__all__ = [
-    "Judge",
-    "Judgement",
-    "JudgementSet",
-    "RewardModelJudge",
-    "Verdict",
-    "evaluate_judgements",
-    "run_judge",
-    "verdict_from_difference",
-]
+__all__ = ["Judge", "JudgementSet", "RewardModelJudge", "evaluate_judgements", "evaluate_model", "run_judge"]

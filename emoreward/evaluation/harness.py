@@ -4,20 +4,27 @@
 every verdict in the original pair order. `evaluate_judgements` turns those verdicts into the report:
 recognition (two- and three-class WAF / ACC), swap consistency and JudgeLM's position-bias figures, multi-run
 consistency, the length and random baselines and the length-control diagnostics (with the judge's and the humans'
-longer-description rates on the same pairs).
+longer-description rates on the same pairs). `evaluate_model` is the whole evaluation of a reward model on labelled
+pairs (what `emoreward evaluate`, cross-validation folds and the final fit report).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from emoreward.data import PreferencePair
+from emoreward.data.verdicts import Judgement
 from emoreward.evaluation import metrics
-from emoreward.evaluation.judge import Judge
-from emoreward.evaluation.verdicts import Judgement
+from emoreward.evaluation.judge import Judge, RewardModelJudge
+
+
+if TYPE_CHECKING:  # importing the models pulls in transformers; the zero-shot harness does not need it
+    from emoreward.models.base import RewardModel
 
 
 @dataclass
@@ -152,3 +159,67 @@ def evaluate_judgements(result: JudgementSet, *, tie_policy: metrics.TiePolicy =
             "three_class": metrics.random_baseline(y_true, "three-class", seed=seed),
         },
     }
+
+
+def identical_descriptions(pairs: Sequence[PreferencePair]) -> list[str]:
+    """Sample ids of the pairs whose two descriptions are the same text (after stripping whitespace): a reward
+    model gives them a zero difference, so they are always judged ties."""
+    return [p.sample_id for p in pairs if p.description_1.strip() == p.description_2.strip()]
+
+
+def evaluate_model(
+    model: RewardModel,
+    pairs: list[PreferencePair],
+    *,
+    tie_policy: str = "wrong",
+    batch_size: int | None = None,
+    media_errors: str = "raise",
+    tie_threshold: float | None = None,
+) -> dict:
+    """Judge labelled pairs with any reward model in normal and swapped order and compute every metric
+    (`evaluate_reward_judge` on a `RewardModelJudge` built with these settings).
+
+    Raises:
+        MediaError: bad media with `media_errors="raise"`.
+    """
+    judge = RewardModelJudge(model, tie_threshold=tie_threshold, batch_size=batch_size, media_errors=media_errors)
+    return evaluate_reward_judge(judge, pairs, tie_policy=tie_policy)
+
+
+def evaluate_reward_judge(judge: RewardModelJudge, pairs: list[PreferencePair], *, tie_policy: str = "wrong") -> dict:
+    """The evaluation of a reward model as a judge (the shared harness, normal and swapped order, one run) with
+    every metric of `evaluate_judgements`; the dict also holds the tie threshold, the scoring cost and precision
+    (`scoring_seconds`, `scoring_dtype`), the per-pair rewards in the normal order (`pair_rewards`), the truncation
+    count, the pairs with identical descriptions and, for skipped media, `media_errors`.
+
+    Raises:
+        MediaError: bad media with the judge's `media_errors="raise"`.
+    """
+    from emoreward.models.precision import dtype_name
+
+    model = judge.model
+    start = time.perf_counter()
+    result = run_judge(judge, pairs, swap=True)
+    seconds = time.perf_counter() - start
+    evaluation = evaluate_judgements(result, tie_policy=tie_policy)
+    first = result.normal[0]
+    evaluation.update(
+        tie_threshold=judge.tie_threshold,
+        n_descriptions_scored=judge.n_scored,
+        n_truncated_at_scoring=judge.n_truncated,
+        scoring_seconds=seconds,
+        scoring_dtype=dtype_name(getattr(model, "scoring_precision", None) or model.dtype),
+        # per-pair rewards in the normal order: the reward histogram, and checks that a saved model scores the same
+        pair_rewards={
+            "sample_id": [p.sample_id for p in pairs],
+            "reward_1": [j.reward_1 for j in first],
+            "reward_2": [j.reward_2 for j in first],
+        },
+    )
+    identical = identical_descriptions(pairs)
+    evaluation["n_identical_descriptions"] = len(identical)  # always judged ties: a zero reward difference
+    if identical:
+        evaluation["identical_description_ids"] = identical
+    if judge.errors:
+        evaluation["media_errors"] = dict(judge.errors)
+    return evaluation

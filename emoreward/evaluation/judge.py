@@ -1,8 +1,8 @@
-"""The judge protocol, the single tie rule, and the reward model (any kind) as a judge.
+"""The judge protocol and the reward model (any kind) as a judge.
 
 Any judge maps pairs to judgements; the harness runs it in normal and swapped order. A reward model is a
 pointwise judge: verdict from the sign of r(x, d1) - r(x, d2), TIE when |difference| < a threshold calibrated on
-training pairs (`verdict_from_difference`, the one tie rule every route uses). It is swap-consistent by
+training pairs (`emoreward.data.verdicts.verdict_from_difference`, the one tie rule every route uses). It is swap-consistent by
 construction (the harness measures it anyway).
 """
 
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 import numpy as np
 
 from emoreward.data import PreferencePair
-from emoreward.evaluation.verdicts import Judgement, Verdict
+from emoreward.data.verdicts import Judgement, Verdict, verdict_from_difference
 
 
 if TYPE_CHECKING:  # importing the models pulls in transformers; judges that are not reward models don't need it
@@ -32,21 +32,6 @@ class Judge(Protocol):
     name: str
 
     def judge(self, pairs: Sequence[PreferencePair], *, run: int = 0) -> list[Judgement]: ...
-
-
-def verdict_from_difference(difference: float, tie_threshold: float = 0.0) -> Verdict:
-    """The tie rule: TIE when |r1 - r2| < `tie_threshold` (or the rewards are equal), else FIRST if r1 > r2 and
-    SECOND if r1 < r2. NaN (a reward that could not be computed) gives INVALID.
-
-    Args:
-        difference: r1 - r2, reward units.
-        tie_threshold: >= 0, reward units (a model's calibrated `settings.tie_threshold`; 0 = ties only on equality).
-    """
-    if difference != difference:  # NaN
-        return Verdict.INVALID
-    if abs(difference) < tie_threshold or difference == 0:
-        return Verdict.TIE
-    return Verdict.FIRST if difference > 0 else Verdict.SECOND
 
 
 class RewardModelJudge:
@@ -143,4 +128,4 @@ class RewardModelJudge:
         return out
 
 
-__all__ = ["Judge", "RewardModelJudge", "verdict_from_difference"]
+__all__ = ["Judge", "RewardModelJudge"]

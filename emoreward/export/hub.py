@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from emoreward.data.records import HubPushError
+from emoreward.data.records import HubPushError, check_hub_push
 from emoreward.models.base import load_settings
 
 
@@ -43,18 +43,16 @@ def push_reward_model(
     Raises:
         FileNotFoundError: `directory` is not an emoreward model directory.
         ValueError: it has no model card with Hub front matter.
-        HubPushError: offline (`HF_HUB_OFFLINE=1`), or the Hub refused or could not be reached (one line).
+        HubPushError: offline (`HF_HUB_OFFLINE=1`), no token (`check_hub_push`), or the Hub refused or could not be reached (one line).
     """
-    from huggingface_hub import HfApi, constants
+    from huggingface_hub import HfApi
 
     directory = Path(directory)
     settings = load_settings(directory)
     card = directory / "README.md"
     if not card.exists() or not card.read_text(encoding="utf-8").startswith("---\n"):
         raise ValueError(f"{directory}: no model card with Hub front matter (README.md); save it with emoreward")
-    offline = constants.is_offline_mode() if hasattr(constants, "is_offline_mode") else constants.HF_HUB_OFFLINE
-    if offline:
-        raise HubPushError(f"cannot push to the Hub model {repo_id!r}: offline mode is on (HF_HUB_OFFLINE=1)")
+    check_hub_push(repo_id, "model", token)
     message = commit_message or f"emoreward {settings.kind} reward model ({settings.backbone})"
     api = HfApi(token=token)
     try:

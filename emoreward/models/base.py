@@ -10,7 +10,7 @@ to a scalar reward r(description | context). Two kinds implement `RewardModel`:
 
 A saved model directory holds `emoreward_config.json` (`RewardSettings`, with its `kind`); `load_reward_model`
 reads the kind and loads the right class. The tie rule that turns two rewards into a verdict is
-`emoreward.evaluation.judge.verdict_from_difference` (the model's calibrated `tie_threshold` is in its settings).
+`emoreward.data.verdicts.verdict_from_difference` (the model's calibrated `tie_threshold` is in its settings).
 """
 
 from __future__ import annotations

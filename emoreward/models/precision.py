@@ -173,13 +173,13 @@ def verdict_agreement(
 
     Args:
         reference, other: `(r1, r2)`, each of shape `(n_pairs,)`: the rewards of the two descriptions of each pair.
-        tie_threshold: the tie rule's threshold (`emoreward.evaluation.judge.verdict_from_difference`).
+        tie_threshold: the tie rule's threshold (`emoreward.data.verdicts.verdict_from_difference`).
 
     Returns:
         `{"agreement"` (share of pairs with the same verdict, 0-1), `"n_pairs"`, `"n_changed"`,
         `"max_abs_reward_diff"` (largest |reward difference| over all descriptions, reward units)`}`.
     """
-    from emoreward.evaluation.judge import verdict_from_difference
+    from emoreward.data.verdicts import verdict_from_difference
 
     (a1, a2), (b1, b2) = (
         (np.asarray(x, dtype=np.float64) for x in reference),

@@ -68,7 +68,7 @@ class RewardModelPairs:
         self._seen: set[str] = set()
 
     def __call__(self, sample: str, model_a: str, model_b: str) -> list[PairwiseRecord]:
-        from emoreward.evaluation.judge import verdict_from_difference
+        from emoreward.data.verdicts import verdict_from_difference
 
         start = time.perf_counter()
         context = table_context(self.table, sample)

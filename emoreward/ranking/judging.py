@@ -1,17 +1,15 @@
 """Generative judging of a description table: every (sample, model pair) through the harness in both orders
-(`judge_records`, `JudgeRun`), pair queries for BPA (`JudgePairs`), and the ``--judge`` resolver (`load_rank_judge`)."""
+(`judge_records`, `JudgeRun`), pair queries for BPA (`JudgePairs`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from emoreward.data.tables import DescriptionTable
-from emoreward.evaluation.verdicts import Verdict
+from emoreward.data.verdicts import Verdict
 from emoreward.ranking.records import PairwiseRecord
-from emoreward.ranking.score_cache import default_cache_dir
 from emoreward.ranking.scoring import table_pairs
 
 
@@ -118,40 +116,3 @@ class JudgePairs:
 
     def cost(self) -> dict[str, Any]:
         return {"judge": self.name, "n_queries": self.n_queries, "n_calls": self.n_calls, "n_invalid": self.n_invalid}
-
-
-def load_rank_judge(
-    spec: str | Path,
-    media_root: str | None = None,
-    *,
-    strategy: str = "S1",
-    cache_dir: str | Path | None = None,
-) -> tuple[str, Any]:
-    """Resolve ``--judge`` through :func:`emoreward.judges.load_judge`: a reward-model directory (text or
-    multimodal), a judge YAML or a registered judge name.
-
-    A zero-shot judge runs ``strategy`` with its call cache under ``cache_dir`` (default :func:`default_cache_dir`,
-    ``$EMOREWARD_CACHE``), ``judges/zero-shot/<name>-<fingerprint>.jsonl``, so a killed ranking resumes; a failed
-    call stops the ranking (after caching the finished calls) instead of silently dropping a comparison.
-
-    Returns:
-        ``("reward-model", RewardModel)`` or ``("judge", Judge)``.
-
-    Raises:
-        FileNotFoundError: if ``spec`` does not exist; ImportError: a YAML judge without ``zero_shot``;
-        ValueError: a path that is neither, or an invalid judge definition.
-    """
-    import sys
-
-    from emoreward.judges import is_reward_model_dir, load_judge
-    from emoreward.models import load_reward_model
-
-    if is_reward_model_dir(spec):
-        return "reward-model", load_reward_model(spec, media_root=media_root)
-    return "judge", load_judge(
-        spec,
-        strategy=strategy,
-        cache_dir=Path(cache_dir or default_cache_dir()) / "judges",
-        media_root=media_root,
-        progress=sys.stderr.isatty(),
-    )

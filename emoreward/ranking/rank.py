@@ -17,7 +17,7 @@ Two kinds of judge:
 - a trained reward model (pointwise): every description is scored once (M x N scorings instead of the
   C(M, 2) x N pair calls of EMER-Ranker), the scores are cached on disk (rerunning reuses them), and the verdict
   of a pair is the sign of the reward difference, TIE below the model's calibrated tie threshold
-  (:func:`emoreward.evaluation.judge.verdict_from_difference`);
+  (:func:`emoreward.data.verdicts.verdict_from_difference`);
 - any generative judge (the `Judge` protocol, e.g. a zero-shot S1-S4 judge): every pair runs through
   :func:`emoreward.evaluation.harness.run_judge` in normal and swapped order.
 

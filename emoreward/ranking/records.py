@@ -4,7 +4,7 @@ A record says that, on one sample, a judge (human annotator, zero-shot MLLM judg
 the outputs of two items (description-generating models, or descriptions) and preferred ``item_a``,
 ``item_b`` or neither (tie).
 
-One encoding of pairwise outcomes: a record's outcome is a `Verdict` of `emoreward.evaluation.verdicts` read in
+One encoding of pairwise outcomes: a record's outcome is a `Verdict` of `emoreward.data.verdicts` read in
 the record's own order, ``Verdict.FIRST`` when ``item_a`` won, ``Verdict.SECOND`` when ``item_b`` won and
 ``Verdict.TIE``; ``Verdict.INVALID`` is never a record (a caller drops and counts it). Other spellings (the
 letters ``"a"`` / ``"b"`` of annotation files, ``"1"`` / ``"2"``) are converted in exactly one place,
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from emoreward.evaluation.verdicts import Verdict
+from emoreward.data.verdicts import Verdict
 
 
 Outcome = Verdict

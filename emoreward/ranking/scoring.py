@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from emoreward.data.tables import DescriptionTable
-from emoreward.evaluation.judge import verdict_from_difference
+from emoreward.data.verdicts import verdict_from_difference
 from emoreward.ranking.records import PairwiseRecord
 from emoreward.ranking.score_cache import ScoreCache, score_key
 

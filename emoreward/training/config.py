@@ -415,6 +415,13 @@ def default_recipe_path() -> Path:
     return Path(str(resources.files("emoreward") / "resources" / "default_recipe.yaml"))
 
 
+def public_config(config: EmoRewardConfig) -> dict:
+    """The resolved recipe without secrets (hub tokens and the like are masked by transformers' `to_dict`): what
+    the report, the W&B run config and the run fingerprint record."""
+    data = config.to_dict()
+    return {k: v for k, v in data.items() if "token" not in k.lower() or k in ("pad_token", "eos_token")}
+
+
 def recipe_fields(config_class: type = EmoRewardConfig) -> dict[str, Any]:
     """Every field a recipe may set, with its resolved type annotation."""
     hints = typing.get_type_hints(config_class)

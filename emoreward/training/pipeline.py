@@ -35,18 +35,17 @@ from sklearn.model_selection import StratifiedKFold
 from transformers import set_seed
 
 from emoreward.data import PreferencePair, load_pairs
-from emoreward.evaluation.harness import evaluate_judgements, run_judge
+from emoreward.evaluation.harness import evaluate_model
 from emoreward.evaluation.judge import RewardModelJudge
 from emoreward.evaluation.metrics import calibrate_tie_threshold
 from emoreward.evaluation.report import aggregate, headline, markdown_table, plot_confusion
 from emoreward.models.base import RewardModel, load_reward_model
-from emoreward.models.precision import dtype_name
 from emoreward.training.adapters import adapter_for
-from emoreward.training.config import EmoRewardConfig
+from emoreward.training.config import EmoRewardConfig, public_config
 from emoreward.training.distributed import distributed_setup, save_final_model, wait_for_everyone
 from emoreward.training.objectives import get_objective
 from emoreward.training.preprocess import ExclusionReport
-from emoreward.training.provenance import identical_descriptions, write_training_data
+from emoreward.training.provenance import write_training_data
 from emoreward.training.tracking import (
     configure_wandb,
     finish_wandb,
@@ -187,50 +186,6 @@ def _last_checkpoint(output_dir: str | Path) -> str | None:
             "checkpoint %s is incomplete (interrupted while saving): resuming from an earlier one", steps[step]
         )
     return None
-
-
-def evaluate_model(
-    model: RewardModel,
-    pairs: list[PreferencePair],
-    *,
-    tie_policy: str = "wrong",
-    batch_size: int | None = None,
-    media_errors: str = "raise",
-    tie_threshold: float | None = None,
-) -> dict:
-    """Judge labelled pairs with any reward model in normal and swapped order (the shared harness) and compute every
-    metric; the dict also holds the per-pair rewards in the normal order (`pair_rewards`), the truncation count
-    and, for skipped media, `media_errors`.
-
-    Raises:
-        MediaError: bad media with `media_errors="raise"`.
-    """
-    judge = RewardModelJudge(model, tie_threshold=tie_threshold, batch_size=batch_size, media_errors=media_errors)
-    start = time.perf_counter()
-    result = run_judge(judge, pairs, swap=True)
-    seconds = time.perf_counter() - start
-    evaluation = evaluate_judgements(result, tie_policy=tie_policy)
-    first = result.normal[0]
-    evaluation.update(
-        tie_threshold=judge.tie_threshold,
-        n_descriptions_scored=judge.n_scored,
-        n_truncated_at_scoring=judge.n_truncated,
-        scoring_seconds=seconds,
-        scoring_dtype=dtype_name(getattr(model, "scoring_precision", None) or model.dtype),
-        # per-pair rewards in the normal order: the reward histogram, and checks that a saved model scores the same
-        pair_rewards={
-            "sample_id": [p.sample_id for p in pairs],
-            "reward_1": [j.reward_1 for j in first],
-            "reward_2": [j.reward_2 for j in first],
-        },
-    )
-    identical = identical_descriptions(pairs)
-    evaluation["n_identical_descriptions"] = len(identical)  # always judged ties: a zero reward difference
-    if identical:
-        evaluation["identical_description_ids"] = identical
-    if judge.errors:
-        evaluation["media_errors"] = dict(judge.errors)
-    return evaluation
 
 
 def stratified_folds(pairs: list[PreferencePair], k: int, seed: int) -> list[tuple[list[int], list[int]]]:
@@ -475,12 +430,6 @@ def _load_finished(directory: Path, fingerprint: str) -> dict | None:
     return saved.get("evaluation")
 
 
-def public_config(config: EmoRewardConfig) -> dict:
-    """The resolved recipe without secrets (hub tokens and the like are masked by transformers' `to_dict`)."""
-    data = config.to_dict()
-    return {k: v for k, v in data.items() if "token" not in k.lower() or k in ("pad_token", "eos_token")}
-
-
 def model_card(config: EmoRewardConfig, report: dict, fit: FitResult) -> str:
     """README.md for a saved model directory: backbone, inputs, data, metrics with baselines, intended use."""
     from emoreward.models.cards import reward_model_card
@@ -494,10 +443,8 @@ def model_card(config: EmoRewardConfig, report: dict, fit: FitResult) -> str:
 __all__ = [
     "FINISHED_FILE",
     "FitResult",
-    "evaluate_model",
     "fit_reward_model",
     "model_card",
-    "public_config",
     "run_cross_validation",
     "run_training",
     "stratified_folds",

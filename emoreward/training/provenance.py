@@ -67,10 +67,4 @@ def in_sample_pairs(model_dir: str | Path, pairs: Sequence[PreferencePair]) -> t
     return sum(pair_key(p, scheme) in trained for p in pairs), str(record.get("train_file"))
 
 
-def identical_descriptions(pairs: Sequence[PreferencePair]) -> list[str]:
-    """Sample ids of the pairs whose two descriptions are the same text (after stripping whitespace): a reward
-    model gives them a zero difference, so they are always judged ties."""
-    return [p.sample_id for p in pairs if p.description_1.strip() == p.description_2.strip()]
-
-
-__all__ = ["TRAINING_DATA_FILE", "identical_descriptions", "in_sample_pairs", "pair_key", "write_training_data"]
+__all__ = ["TRAINING_DATA_FILE", "in_sample_pairs", "pair_key", "write_training_data"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from emoreward.evaluation.report import headline, plot_confusion
-from emoreward.training.config import EmoRewardConfig
+from emoreward.training.config import EmoRewardConfig, public_config
 
 
 logger = logging.getLogger(__name__)
@@ -58,8 +58,6 @@ def start_wandb_run(config: EmoRewardConfig, *, name: str, job_type: str, group:
         return
     if wandb.run is not None:
         wandb.finish()
-    from emoreward.training.pipeline import public_config
-
     user_tags = [t for t in os.environ.get("WANDB_TAGS", "").split(",") if t.strip()]
     wandb.init(
         project=os.environ.get("WANDB_PROJECT") or config.wandb_project,

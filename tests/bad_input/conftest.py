@@ -15,7 +15,7 @@ from bad_input_helpers import GOOD_PAIRS, TABLE_ROWS, jsonl, write
 def libraries_loaded():
     """Import the ML stack once, before any case runs: import-time notices of the libraries (accelerator probes and
     the like) must not land in the one line a case captures."""
-    from emoreward.cli import quiet_libraries
+    from emoreward.cli.options import quiet_libraries
 
     quiet_libraries()
     import peft  # noqa: F401

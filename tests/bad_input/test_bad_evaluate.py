@@ -147,7 +147,7 @@ def test_output_where_nothing_can_be_written_is_refused_before_scoring(rm_dir, g
 
 
 def test_a_model_that_is_a_file(good_pairs, capsys):
-    fails(evaluate(good_pairs, good_pairs), capsys, f"--model {good_pairs} is a file, not a model directory")
+    fails(evaluate(good_pairs, good_pairs), capsys, f"{good_pairs} is a file, not a model directory")
 
 
 @pytest.mark.parametrize("missing", ["tokenizer.json", "adapter_model.safetensors"])

@@ -141,11 +141,13 @@ def test_a_media_root_that_does_not_exist(rank, good_table, tmp_path, capsys):
 def test_a_judge_folder_that_is_not_a_model(rank, good_table, tmp_path, capsys):
     folder = tmp_path / "not-a-model"
     folder.mkdir()
-    fails(rank(good_table, judge=folder), capsys, f"{folder} is a directory without emoreward_config.json")
+    fails(
+        rank(good_table, judge=folder), capsys, f"{folder} is not an emoreward model directory: emoreward_config.json"
+    )
 
 
 def test_a_judge_that_does_not_exist(rank, good_table, tmp_path, capsys):
-    fails(rank(good_table, judge=tmp_path / "nope"), capsys, f"judge {tmp_path / 'nope'} does not exist")
+    fails(rank(good_table, judge=tmp_path / "nope"), capsys, f"model directory not found: {tmp_path / 'nope'}")
 
 
 def test_a_bad_judge_yaml(rank, good_table, tmp_path, capsys):

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 from _helpers import StubRewardModel
 
+from emoreward.cli.serve import add_arguments as add_serve_arguments
 from emoreward.export.serve.http import RewardServer
 from emoreward.export.serve.protocol import ServerLimits
 from emoreward.export.serve.service import RewardService
-from emoreward.serve_command import add_arguments as add_serve_arguments
 
 
 class WordsModel(StubRewardModel):

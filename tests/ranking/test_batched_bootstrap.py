@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-from emoreward.evaluation.verdicts import Verdict
+from emoreward.data.verdicts import Verdict
 from emoreward.ranking.batched import batch_spec, fit_batch, strongly_connected_rows
 from emoreward.ranking.bootstrap import bootstrap_ci
 from emoreward.ranking.bradley_terry import fit_binarized_bradley_terry, fit_bradley_terry, fit_bradley_terry_ties

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from emoreward.evaluation.verdicts import Verdict
+from emoreward.data.verdicts import Verdict
 from emoreward.ranking.bpa import (
     CommitteeConfig,
     CommitteeJudge,

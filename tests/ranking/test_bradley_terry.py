@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy.stats import spearmanr
 
-from emoreward.evaluation.verdicts import Verdict
+from emoreward.data.verdicts import Verdict
 from emoreward.ranking.bootstrap import bootstrap_ci
 from emoreward.ranking.bradley_terry import (
     TIE_MODELS,

@@ -165,9 +165,10 @@ def test_rank_reports_the_controlled_fit_beside_the_plain_one(tmp_path, tiny_rm_
     import argparse
     import json
 
+    from emoreward.cli.rank import add_arguments as add_rank_arguments
+    from emoreward.cli.rank import run as run_rank
     from emoreward.data.tables import load_description_table
     from emoreward.models.base import load_reward_model
-    from emoreward.ranking.cli import add_rank_arguments, run_rank
     from emoreward.ranking.rank import rank_with_reward_model
     from emoreward.ranking.scoring import records_from_scores, score_table
 

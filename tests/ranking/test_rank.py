@@ -12,8 +12,7 @@ from _helpers import StubRewardModel
 from scipy.stats import spearmanr
 
 from emoreward.data.tables import DescriptionTable, TableError, bundled_ovmerd_path, load_description_table
-from emoreward.evaluation.judge import verdict_from_difference
-from emoreward.evaluation.verdicts import Judgement, Verdict
+from emoreward.data.verdicts import Judgement, Verdict, verdict_from_difference
 from emoreward.ranking.judging import judge_records
 from emoreward.ranking.rank import parse_groups, rank_with_judge, rank_with_reward_model
 from emoreward.ranking.score_cache import ScoreCache, model_fingerprint

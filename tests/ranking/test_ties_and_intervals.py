@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from tqdm import tqdm
 
-from emoreward.evaluation.verdicts import Verdict
+from emoreward.data.verdicts import Verdict
 from emoreward.ranking.bootstrap import bootstrap_ci
 from emoreward.ranking.bradley_terry import (
     BTResult,

@@ -1,10 +1,10 @@
-import argparse
+import importlib
 import subprocess
 import sys
 
 import pytest
 
-from zero_shot.cli import add_judge_arguments, run_judge_command
+from emoreward.cli import main as emoreward
 from zero_shot.config import (
     BACKENDS,
     available_judges,
@@ -68,55 +68,28 @@ def test_prompt_sets_are_versioned_and_checked(tmp_path):
         load_prompts(bad)
 
 
-def test_cli_help_and_list():
-    out = subprocess.run([sys.executable, "-m", "zero_shot", "--help"], capture_output=True, text=True, check=True)
+def test_cli_help_and_list(capsys):
+    command = [sys.executable, "-m", "emoreward.cli", "judge", "--help"]
+    out = subprocess.run(command, capture_output=True, text=True, check=True)
     assert "--strategy" in out.stdout and "--references" in out.stdout
-    parser = argparse.ArgumentParser()
-    add_judge_arguments(parser)
-    assert run_judge_command(parser.parse_args(["--list"])) == 0
+    assert emoreward(["judge", "--list"]) == 0
+    assert "smollm2-135m-text\t" in capsys.readouterr().out
+    # the old entry point points at the new one
+    old = subprocess.run([sys.executable, "-m", "zero_shot", "--list"], capture_output=True, text=True)
+    assert old.returncode == 2 and "`emoreward judge`" in old.stderr and old.stdout == ""
 
 
 def test_cli_s2_without_references_is_a_clear_error(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(BACKENDS, "transformers-text", lambda cfg: ScriptedBackend(backend_identity(cfg)))
-    parser = argparse.ArgumentParser()
-    add_judge_arguments(parser)
-    args = parser.parse_args(
-        [
-            "--judge",
-            "smollm2-135m-text",
-            "--strategy",
-            "S2",
-            "--limit",
-            "3",
-            "--output",
-            str(tmp_path),
-            "--no-progress",
-        ]
-    )
-    assert run_judge_command(args) == 2
+    argv = ["judge", "--judge", "smollm2-135m-text", "--strategy", "S2", "--limit", "3", "--output", str(tmp_path)]
+    assert emoreward([*argv, "--no-progress"]) == 2
     assert "reference-description file" in capsys.readouterr().err
 
 
 def test_cli_runs_s1_on_the_bundled_pairs(tmp_path, capsys, monkeypatch, fast_random_baseline):
     monkeypatch.setitem(BACKENDS, "transformers-text", lambda cfg: ScriptedBackend(backend_identity(cfg)))
-    parser = argparse.ArgumentParser()
-    add_judge_arguments(parser)
-    args = parser.parse_args(
-        [
-            "--judge",
-            "configs/judges/smollm2-135m-text.yaml",
-            "--strategy",
-            "S1",
-            "--data",
-            "emoprefer",
-            "--limit",
-            "40",
-            "--output",
-            str(tmp_path),
-            "--no-progress",
-        ]
-    )
-    assert run_judge_command(args) == 0
+    argv = ["judge", "--judge", "configs/judges/smollm2-135m-text.yaml", "--strategy", "S1", "--data", "emoprefer"]
+    assert emoreward([*argv, "--limit", "40", "--output", str(tmp_path), "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "| smollm2-135m-text | S1 |" in out and "length baseline" in out
     assert (tmp_path / "report.json").exists() and (tmp_path / "calls.jsonl").exists()
@@ -130,32 +103,22 @@ def test_benchmark_script_help():
 
 
 def test_ctrl_c_says_how_to_resume(monkeypatch, capsys):
-    import emoreward.cli
-    import zero_shot.cli
+    judge = importlib.import_module("emoreward.cli.judge")  # the dispatcher runs `judge.run` (evaluate's run)
 
     def interrupted(_args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(zero_shot.cli, "run_judge_command", interrupted)
-    assert zero_shot.cli.main(["--judge", "smollm2-135m-text", "--data", "emoprefer", "--output", "x"]) == 130
+    monkeypatch.setattr(judge, "run", interrupted)
+    assert emoreward(["judge", "--judge", "smollm2-135m-text", "--data", "emoprefer", "--output", "x"]) == 130
     err = capsys.readouterr().err
-    assert "python -m zero_shot: interrupted" in err and "run the same command again to resume" in err
+    assert "emoreward judge: interrupted" in err and "run the same command again to resume" in err
     assert "Traceback" not in err
-    parser = emoreward.cli.build_parser()
-    monkeypatch.setattr(emoreward.cli, "build_parser", lambda: parser)
-    args = parser.parse_args(["judge", "--judge", "smollm2-135m-text", "--data", "emoprefer", "--output", "x"])
-    monkeypatch.setattr(parser, "parse_args", lambda argv=None: args)
-    monkeypatch.setattr(args, "_run", interrupted, raising=False)
-    assert emoreward.cli.main([]) == 130
-    assert "emoreward judge: interrupted" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("option", [["--limit", "0"], ["--limit", "-3"], ["--runs", "0"]])
 def test_counts_below_one_are_usage_errors(option, capsys):
-    import zero_shot.cli
-
     with pytest.raises(SystemExit) as exc:
-        zero_shot.cli.main(["--judge", "smollm2-135m-text", "--output", "x", *option])
+        emoreward(["judge", "--judge", "smollm2-135m-text", "--output", "x", *option])
     assert exc.value.code == 2
     assert f"argument {option[0]}: expected an integer >= 1" in capsys.readouterr().err
 

@@ -1,8 +1,8 @@
 import pytest
 
 from emoreward.data import PreferencePair
+from emoreward.data.verdicts import Judgement, Verdict
 from emoreward.evaluation.harness import JudgementSet
-from emoreward.evaluation.verdicts import Judgement, Verdict
 from zero_shot.crowd import CrowdMember, combine_normal_swapped, crowdsource, majority_vote, per_run_summary
 
 

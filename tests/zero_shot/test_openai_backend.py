@@ -196,7 +196,7 @@ SECRET = "sk-proj-S3cr3tKeyThatMustNeverBeStored0123"
 
 
 def test_unauthorized_stops_the_run_with_one_line_and_no_key_anywhere(tmp_path, monkeypatch, capsys):
-    from zero_shot.cli import main
+    from emoreward.cli import main
 
     def refuse(headers, body):  # what some servers do: echo the key they were given
         return 401, {"error": {"message": f"Incorrect API key provided: {headers['Authorization'][7:]}"}}
@@ -205,7 +205,8 @@ def test_unauthorized_stops_the_run_with_one_line_and_no_key_anywhere(tmp_path, 
     out = tmp_path / "out"
     with Loopback(refuse) as server:
         judge = _judge_yaml(tmp_path, server.url, api_key_env="SERVED_JUDGE_KEY")
-        argv = ["--judge", str(judge), "--data", str(_pairs_file(tmp_path)), "--output", str(out), "--no-progress"]
+        argv = ["judge", "--judge", str(judge), "--data", str(_pairs_file(tmp_path)), "--output", str(out)]
+        argv += ["--no-progress"]
         status = main(argv)
     err = capsys.readouterr().err
     assert status == 2
@@ -218,7 +219,7 @@ def test_unauthorized_stops_the_run_with_one_line_and_no_key_anywhere(tmp_path, 
 
 
 def test_failed_calls_are_reported_apart_and_exit_non_zero(tmp_path, monkeypatch, capsys):
-    from zero_shot.cli import main
+    from emoreward.cli import main
 
     def flaky(headers, body):
         prompt = body["messages"][-1]["content"]
@@ -231,7 +232,8 @@ def test_failed_calls_are_reported_apart_and_exit_non_zero(tmp_path, monkeypatch
     out = tmp_path / "out"
     with Loopback(flaky) as server:
         judge = _judge_yaml(tmp_path, server.url)
-        argv = ["--judge", str(judge), "--data", str(_pairs_file(tmp_path)), "--output", str(out), "--no-progress"]
+        argv = ["judge", "--judge", str(judge), "--data", str(_pairs_file(tmp_path)), "--output", str(out)]
+        argv += ["--no-progress"]
         assert main([*argv, "--runs", "1"]) == 1
     captured = capsys.readouterr()
     assert "2 call(s) failed" in captured.err and "retry" in captured.err

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from emoreward.data.verdicts import Verdict
 from emoreward.evaluation import metrics
-from emoreward.evaluation.verdicts import Verdict
 from zero_shot.parsing import parse_verdict, verdict_from_logits
 
 

@@ -252,7 +252,7 @@ mllm: {backend: scripted, model: fake-judge, batch_size: 2, delay_s: 0.02}
 
 
 def test_sigkill_midway_then_restart_gives_the_uninterrupted_report(tmp_path, capsys):
-    """A judge job in a subprocess (`python -m zero_shot`, a YAML-defined scripted backend) is killed with SIGKILL
+    """A judge job in a subprocess (`python -m emoreward.cli judge`, a YAML-defined scripted backend) is killed with SIGKILL
     after some calls are cached, then restarted with the same command line (in process, to spare a second
     interpreter start): same report as an uninterrupted run, no duplicate cache rows, and a torn last line (a kill
     in the middle of a write) tolerated."""
@@ -296,7 +296,7 @@ def test_sigkill_midway_then_restart_gives_the_uninterrupted_report(tmp_path, ca
     assert full["calls"]["made"] == n_calls
 
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "zero_shot", "--judge", str(judge), "--strategy", "S1", "S4", "--data", str(data),
+    cmd = [sys.executable, "-m", "emoreward.cli", "judge", "--judge", str(judge), "--strategy", "S1", "S4", "--data", str(data),
            "--references", str(refs), "--output", str(out), "--runs", "2", "--no-progress"]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -314,10 +314,10 @@ def test_sigkill_midway_then_restart_gives_the_uninterrupted_report(tmp_path, ca
     with cache.open("ab") as fh:  # a kill in the middle of a write, inside a multi-byte character (Chinese answer)
         fh.write('{"judge": "scripted-killable", "strategy": "S4", "output": "描述'.encode()[:-1])
 
-    from zero_shot.cli import main
+    from emoreward.cli import main
 
     capsys.readouterr()
-    assert main(cmd[3:]) == 0  # the same arguments as `python -m zero_shot ...`
+    assert main(cmd[3:]) == 0  # the same arguments as `python -m emoreward.cli judge ...`
     assert f"calls: {n_calls - done} made, {done} from cache, {n_calls} reused from run 1 (greedy), 0 failed" in (
         capsys.readouterr().out
     )

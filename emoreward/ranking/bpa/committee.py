@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 
-from emoreward.evaluation.verdicts import Verdict
+from emoreward.data.verdicts import Verdict
 from emoreward.ranking.bpa.config import CommitteeConfig
 from emoreward.ranking.records import OUTCOMES, PairwiseRecord, as_outcome
 

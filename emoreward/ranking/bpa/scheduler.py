@@ -33,7 +33,7 @@ import trueskill
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
-from emoreward.evaluation.verdicts import Verdict
+from emoreward.data.verdicts import Verdict
 from emoreward.ranking.bpa.config import BPAConfig, SchedulerConfig
 from emoreward.ranking.bpa.design import (
     expected_fisher_information,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from emoreward.evaluation.verdicts import Verdict
+from emoreward.data.verdicts import Verdict
 from emoreward.ranking.bpa.model import rao_kupper_probabilities
 from emoreward.ranking.records import OUTCOMES, PairwiseRecord
 

@@ -9,7 +9,9 @@
 ``--data ovmerd`` ranks the vendored OV-MERD table (10 models x 332 samples). Warnings about the fits (tie share,
 degenerate tie parameter, identical scores, one-sided intervals, sparse models, empty or truncated descriptions)
 are printed with the report and stored in it. Progress bars go to stderr, only when it is a terminal and
-``--quiet`` is not given.
+``--quiet`` is not given. The judge is resolved by :func:`emoreward.judges.load_judge`. Outputs are written in
+this order: ``--output`` (and its Markdown and plots), ``--dataset``, then the ``--push-to-hub`` upload, which is
+refused before any scoring when it cannot succeed (offline, no token).
 """
 
 from __future__ import annotations
@@ -20,17 +22,19 @@ import sys
 import time
 from pathlib import Path
 
-from emoreward.cli import (
+from emoreward.cli.options import (
+    EXIT_OK,
     check_media_root,
     check_output_file,
     nonnegative_float,
     open_unit_float,
     positive_float,
     positive_int,
+    quiet_libraries,
 )
 
 
-def add_rank_arguments(p: argparse.ArgumentParser) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of `emoreward rank`."""
     p.add_argument("--judge", required=True, help="a reward-model directory (emoreward train) or a judge YAML")
     p.add_argument(
@@ -45,7 +49,8 @@ def add_rank_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--push-to-hub",
         metavar="OWNER/NAME",
-        help="upload the ranking table to this Hub dataset repository (private; token from HF_TOKEN)",
+        help="upload the ranking table to this Hub dataset repository (private; token from HF_TOKEN), after every "
+        "local output is written; refused before any scoring when it cannot succeed (offline, no token)",
     )
     p.add_argument(
         "--quiet", action="store_true", help="no progress bars (they are off anyway when stderr is not a TTY)"
@@ -163,6 +168,10 @@ def check_rank_options(args: argparse.Namespace) -> None:
         check_records_path(args.dataset, "--dataset")
     if args.media_root:
         check_media_root(args.media_root)
+    if getattr(args, "push_to_hub", None):
+        from emoreward.data.records import check_hub_push
+
+        check_hub_push(args.push_to_hub, "dataset")
 
 
 def _read_sample_ids(path: str, table) -> list[str]:
@@ -225,21 +234,19 @@ def _groups(args: argparse.Namespace, table):
         raise ValueError(f"--hierarchical {args.hierarchical!r}: {err}") from None
 
 
-def run_rank(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Run `emoreward rank`; prints the ranking table and returns 0. Errors raise ValueError / FileNotFoundError."""
-    from emoreward.ranking.judging import load_rank_judge
+    quiet_libraries()
     from emoreward.ranking.rank import rank_with_judge, rank_with_reward_model
     from emoreward.ranking.score_cache import ScoreCache, cache_path_for
 
     if getattr(args, "method", "full") == "bpa":
-        return run_rank_bpa(args)
+        return run_bpa(args)
     check_rank_options(args)
     start = time.perf_counter()
     table = _load_table(args)
     groups = _groups(args, table) if args.hierarchical else None
-    kind, judge = load_rank_judge(
-        args.judge, media_root=args.media_root, strategy=args.strategy, cache_dir=args.cache_dir
-    )
+    kind, judge = _load_judge(args)
     _check_media(kind, judge, table)
     load_seconds = time.perf_counter() - start
     fit = {
@@ -268,14 +275,14 @@ def run_rank(args: argparse.Namespace) -> int:
             judge, table, groups, swap=not args.no_swap, runs=args.runs, combine=args.combine, **fit
         )
     _finish(args, report, table, cache_file, start, load_seconds, "emoreward rank", plots=True)
-    return 0
+    return EXIT_OK
 
 
-def run_rank_bpa(args: argparse.Namespace) -> int:
+def run_bpa(args: argparse.Namespace) -> int:
     """`emoreward rank --method bpa`: the judge in the BPA loop; prints the ranking with scores ± sigma."""
     from emoreward.ranking.active import RewardModelPairs, rank_with_bpa
     from emoreward.ranking.bpa import PAPER_SCHEDULING, BPAConfig, SchedulerConfig
-    from emoreward.ranking.judging import JudgePairs, load_rank_judge
+    from emoreward.ranking.judging import JudgePairs
     from emoreward.ranking.score_cache import ScoreCache, cache_path_for
 
     if args.hierarchical:
@@ -283,9 +290,7 @@ def run_rank_bpa(args: argparse.Namespace) -> int:
     check_rank_options(args)
     start = time.perf_counter()
     table = _load_table(args)
-    kind, judge = load_rank_judge(
-        args.judge, media_root=args.media_root, strategy=args.strategy, cache_dir=args.cache_dir
-    )
+    kind, judge = _load_judge(args)
     _check_media(kind, judge, table)
     load_seconds = time.perf_counter() - start
     cache_file = None
@@ -319,7 +324,26 @@ def run_rank_bpa(args: argparse.Namespace) -> int:
             progress=_progress(args),
         )
     _finish(args, report, table, cache_file, start, load_seconds, "emoreward rank --method bpa", plots=False)
-    return 0
+    return EXIT_OK
+
+
+def _load_judge(args: argparse.Namespace) -> tuple[str, object]:
+    """``--judge`` through :func:`emoreward.judges.load_judge`: ``("reward-model", RewardModel)`` (scored once per
+    description, through the score cache) or ``("judge", Judge)`` (a zero-shot judge running ``--strategy``, its
+    call cache under ``<cache dir>/judges`` so that a killed ranking resumes; a failed call stops the ranking,
+    after caching the finished calls, instead of silently dropping a comparison)."""
+    from emoreward.judges import judge_kind, load_judge
+    from emoreward.ranking.rank import default_cache_dir
+
+    if judge_kind(args.judge) == "reward-model":
+        return "reward-model", load_judge(args.judge, media_root=args.media_root).model
+    return "judge", load_judge(
+        args.judge,
+        strategy=args.strategy,
+        cache_dir=Path(args.cache_dir or default_cache_dir()) / "judges",
+        media_root=args.media_root,
+        progress=sys.stderr.isatty() and not getattr(args, "quiet", False),
+    )
 
 
 def _check_media(kind: str, judge, table) -> None:
@@ -349,7 +373,8 @@ def _progress(args: argparse.Namespace) -> bool | None:
 
 
 def _finish(args, report, table, cache_file, start: float, load_seconds: float, title: str, *, plots: bool) -> None:
-    """Print a ranking report and write it (JSON, Markdown and, with `plots`, the scores and W plots)."""
+    """Print a ranking report and write it (JSON, Markdown and, with `plots`, the scores and W plots), then the
+    dataset table, then push it (the one step that can fail for reasons outside this machine)."""
     total = time.perf_counter() - start
     report.meta.update(
         judge=str(args.judge),
@@ -363,32 +388,31 @@ def _finish(args, report, table, cache_file, start: float, load_seconds: float, 
     _echo(f"wall time {total:.1f} s (judge loading {load_seconds:.1f} s)")
     if cache_file is not None:
         _echo(f"score cache: {cache_file}")
+    if args.output:
+        from emoreward.utils.io import atomic_write_json, atomic_write_text
+
+        out = Path(args.output)
+        atomic_write_json(out, report.to_dict())
+        atomic_write_text(out.with_suffix(".md"), report.to_markdown())
+        if plots:
+            from emoreward.ranking.plots import plot_scores, plot_win_matrix
+
+            plot_scores(report.ties.estimate, out.with_name(out.stem + "_scores.png"))
+            if report.controlled is not None and report.controlled.identified:
+                plot_scores(report.controlled.as_bt_result(), out.with_name(out.stem + "_scores_length_controlled.png"))
+            plot_win_matrix(report.counts, out.with_name(out.stem + "_W.png"))
+            _echo(f"report: {out} (Markdown, scores and W plots beside it)")
+        else:
+            _echo(f"report: {out} (Markdown beside it)")
     if getattr(args, "dataset", None) or getattr(args, "push_to_hub", None):
         from emoreward.data import push_records_to_hub, write_records
 
         rows = report.dataset_rows()
         if args.dataset:
             _echo(f"ranking dataset: {write_records(rows, args.dataset)}")
-        if args.push_to_hub:
+        if args.push_to_hub:  # last: every local output is written, whatever the Hub says
             push_records_to_hub(rows, args.push_to_hub, commit_message=f"emoreward rank {table.source}")
             _echo(f"ranking pushed to the Hub dataset {args.push_to_hub}")
-    if not args.output:
-        return
-    from emoreward.utils.io import atomic_write_json, atomic_write_text
-
-    out = Path(args.output)
-    atomic_write_json(out, report.to_dict())
-    atomic_write_text(out.with_suffix(".md"), report.to_markdown())
-    if plots:
-        from emoreward.ranking.plots import plot_scores, plot_win_matrix
-
-        plot_scores(report.ties.estimate, out.with_name(out.stem + "_scores.png"))
-        if report.controlled is not None and report.controlled.identified:
-            plot_scores(report.controlled.as_bt_result(), out.with_name(out.stem + "_scores_length_controlled.png"))
-        plot_win_matrix(report.counts, out.with_name(out.stem + "_W.png"))
-        _echo(f"report: {out} (Markdown, scores and W plots beside it)")
-    else:
-        _echo(f"report: {out} (Markdown beside it)")
 
 
 def _echo(text: str) -> None:
@@ -397,4 +421,4 @@ def _echo(text: str) -> None:
     sys.stdout.flush()
 
 
-__all__ = ["add_rank_arguments", "run_rank", "run_rank_bpa"]
+__all__ = ["add_arguments", "check_rank_options", "run", "run_bpa"]

@@ -1,4 +1,6 @@
-"""Verdicts and judgements: what any judge (reward model or zero-shot MLLM) says about a pair."""
+"""The tie vocabulary: what any judge (reward model or zero-shot MLLM) says about a pair (`Verdict`, `Judgement`)
+and the one tie rule that turns a reward difference into a verdict (`verdict_from_difference`). It lives on the
+lowest floor so that models (precision checks), evaluation, ranking and zero_shot all reach it without climbing."""
 
 from __future__ import annotations
 
@@ -55,3 +57,21 @@ class Judgement:
     p_tie: float | None = None
     raw: str | None = None
     steps: dict[str, str] = field(default_factory=dict)
+
+
+def verdict_from_difference(difference: float, tie_threshold: float = 0.0) -> Verdict:
+    """The tie rule: TIE when |r1 - r2| < `tie_threshold` (or the rewards are equal), else FIRST if r1 > r2 and
+    SECOND if r1 < r2. NaN (a reward that could not be computed) gives INVALID.
+
+    Args:
+        difference: r1 - r2, reward units.
+        tie_threshold: >= 0, reward units (a model's calibrated `settings.tie_threshold`; 0 = ties only on equality).
+    """
+    if difference != difference:  # NaN
+        return Verdict.INVALID
+    if abs(difference) < tie_threshold or difference == 0:
+        return Verdict.TIE
+    return Verdict.FIRST if difference > 0 else Verdict.SECOND
+
+
+__all__ = ["Judgement", "Order", "Verdict", "verdict_from_difference"]

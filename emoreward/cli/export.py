@@ -1,7 +1,10 @@
 """`emoreward export`: write a merged checkpoint (LoRA folded in) of any reward model and verify it reloads with the
 same rewards (text: with `AutoModelForSequenceClassification`; multimodal: with emoreward, on a synthetic clip).
 
-emoreward export --model DIR --output EXPORT_DIR [--atol 1e-5] [--push-to-hub OWNER/NAME [--public]]
+    emoreward export --model DIR --output EXPORT_DIR [--atol 1e-5] [--push-to-hub OWNER/NAME [--public]]
+
+The export folder is written and checked before the push; a push that cannot succeed (offline, no token) is
+refused before the export starts.
 """
 
 from __future__ import annotations
@@ -9,8 +12,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from emoreward.cli.options import EXIT_OK, quiet_libraries
 
-def add_export_arguments(p: argparse.ArgumentParser) -> None:
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of `emoreward export`."""
     p.add_argument("--model", required=True, help="a reward-model directory written by `emoreward train`")
     p.add_argument("--output", required=True, help="export folder (merged weights, tokenizer, model card)")
@@ -23,8 +28,13 @@ def add_export_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--public", action="store_true", help="with --push-to-hub: create the repository public")
 
 
-def run_export(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Merge, save, reload with transformers and compare rewards; 0 on success (a mismatch raises)."""
+    if args.push_to_hub:
+        from emoreward.data.records import check_hub_push
+
+        check_hub_push(args.push_to_hub, "model")
+    quiet_libraries()
     from emoreward.export.hf import export_hf
 
     report = export_hf(args.model, args.output, atol=args.atol)
@@ -45,7 +55,7 @@ def run_export(args: argparse.Namespace) -> int:
 
         info = push_reward_model(report.path, args.push_to_hub, private=not args.public)
         _echo(f"pushed to {args.push_to_hub} ({getattr(info, 'oid', '')})")
-    return 0
+    return EXIT_OK
 
 
 def _echo(text: str) -> None:
@@ -54,4 +64,4 @@ def _echo(text: str) -> None:
     sys.stdout.flush()
 
 
-__all__ = ["add_export_arguments", "run_export"]
+__all__ = ["add_arguments", "run"]

@@ -37,7 +37,7 @@ def port_number(text: str) -> int:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of `emoreward serve`."""
-    from emoreward.cli import positive_float, positive_int
+    from emoreward.cli.options import positive_float, positive_int
 
     d = ServerLimits()
     p.add_argument("--model", required=True, help="a reward-model directory (emoreward train, or a merged export)")
@@ -136,6 +136,9 @@ def _confirm_no_auth(args: argparse.Namespace) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     """Load the model and serve until SIGTERM or Ctrl-C; then finish the queued requests and print a summary."""
+    from emoreward.cli.options import quiet_libraries
+
+    quiet_libraries()
     token = os.environ.get(args.token_env) or None
     if token is None and not _confirm_no_auth(args):
         raise ValueError(
@@ -144,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
             "--insecure-no-auth"
         )
     if args.media_root:
-        from emoreward.cli import check_media_root
+        from emoreward.cli.options import check_media_root
 
         check_media_root(args.media_root)  # before the model loads
     if args.max_items > args.max_queue:

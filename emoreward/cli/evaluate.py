@@ -1,0 +1,326 @@
+"""`emoreward evaluate` (and `emoreward judge`, the same code path): judge labelled pairs with any judge, a reward
+model or a zero-shot judge, in normal and swapped order, and print and write the report.
+
+    emoreward evaluate --model DIR_OR_JUDGE --data FILE [--output REPORT.json] [--two-class-ties wrong|first]
+                       [--batch-size N] [--dtype auto|float32|bfloat16] [--media-root DIR]
+
+The judge is resolved by `emoreward.judges` (`judge_kind`, `load_judge`). A reward model runs once
+(deterministic), its report is `REPORT.json` (Markdown and confusion plot beside it); a zero-shot judge runs
+strategy S1 twice (`emoreward judge` for S2-S4 and the other options), its report is the folder `REPORT/` (call
+cache, judgements, report.json and report.md). `emoreward judge` (`emoreward.cli.judge`) adds the zero-shot
+options and takes an output folder.
+
+Exit status: 0 done; 1 (zero-shot) the run finished but some calls got no answer (rerun to retry them); 2 bad
+arguments, data, model or judge definition, or calls the judge cannot make at all, as one line on stderr; 130
+interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from emoreward.cli.options import (
+    EXIT_FAILED_CALLS,
+    EXIT_OK,
+    check_media_root,
+    check_output_dir,
+    check_output_file,
+    positive_int,
+    quiet_libraries,
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of `emoreward evaluate`."""
+    p.add_argument(
+        "--model",
+        required=True,
+        help="a model directory written by `emoreward train` (or a merged export), or a zero-shot judge (YAML or "
+        "registered name: strategy S1, 2 runs; `emoreward judge` has the other strategies)",
+    )
+    p.add_argument("--data", required=True, help="labelled pairs: EmoPrefer CSV (4 or 6 columns) or JSONL")
+    p.add_argument("--output", help="write the report as JSON here (a Markdown copy and confusion plot beside it)")
+    add_tie_policy(p)
+    p.add_argument("--batch-size", type=positive_int, default=32, help="sequences per forward pass")
+    p.add_argument(
+        "--dtype",
+        choices=["auto", "float32", "bfloat16"],
+        default="auto",
+        help="scoring precision: auto (default: bfloat16 where the CPU or GPU has bf16 matrix units and the model's "
+        "recorded bf16 verdict agreement is >= 99.5%%, else float32; emoreward.models.precision), or fixed",
+    )
+    p.add_argument("--media-root", help="multimodal models: folder with video/<sample>.mp4 and audio/<sample>.wav")
+
+
+def add_tie_policy(p: argparse.ArgumentParser) -> None:
+    """`--two-class-ties`, shared by `evaluate` and `judge`."""
+    p.add_argument(
+        "--two-class-ties",
+        choices=["wrong", "first"],
+        default="wrong",
+        help="predicted tie / invalid in two-class scoring: 'wrong' (default) or 'first' (published EmoPrefer code)",
+    )
+
+
+# the zero-shot options of `judge` with their defaults: a reward model has no use for them
+ZERO_SHOT_ONLY = {"strategy": ["S1"], "runs": 2, "no_swap": False, "references": None, "ignore_media": False,
+                  "limit": None, "dataset": None, "push_to_hub": None}  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run `emoreward evaluate` or `emoreward judge` (the namespace of either); returns the exit status."""
+    from emoreward.judges import judge_kind
+
+    if getattr(args, "list", False):
+        from zero_shot.config import available_judges
+
+        for name, path in available_judges().items():
+            sys.stdout.write(f"{name}\t{path}\n")
+        return EXIT_OK
+    spec = _spec(args)
+    if judge_kind(spec) == "reward-model":
+        return _run_reward_model(args, spec)
+    return _run_zero_shot(args, spec)
+
+
+def _command(args: argparse.Namespace) -> str:
+    """`"evaluate"` or `"judge"`: which command's namespace this is (`--model` is evaluate's, `--judge` judge's)."""
+    return "evaluate" if hasattr(args, "model") else "judge"
+
+
+def _spec(args: argparse.Namespace) -> str:
+    spec = args.model if _command(args) == "evaluate" else args.judge
+    if not spec:
+        raise ValueError("--judge is required (see --list)")
+    return str(spec)
+
+
+# ---------------------------------------------------------------------------------------------- reward model
+def _run_reward_model(args: argparse.Namespace, spec: str) -> int:
+    """One deterministic run, normal and swapped order (`emoreward.evaluation.harness.evaluate_reward_judge`)."""
+    # the options and the data first, before torch loads: a bad file is reported in about a second
+    from emoreward.data import load_pairs
+    from emoreward.evaluation.harness import identical_descriptions
+    from emoreward.training.provenance import TRAINING_DATA_FILE, in_sample_pairs
+
+    prog = f"emoreward {_command(args)}"
+    if _command(args) == "judge":
+        given = [name for name, default in ZERO_SHOT_ONLY.items() if getattr(args, name) != default]
+        if given:
+            options = ", ".join("--" + name.replace("_", "-") for name in given)
+            raise ValueError(f"{spec} is a reward model; {options} apply to zero-shot judges")
+    report_file = _reward_model_report(args)
+    if report_file:
+        check_output_file(report_file, "--output", inputs=[args.data])
+    if args.media_root:
+        check_media_root(args.media_root)
+    pairs = load_pairs(args.data)
+    n_in_sample, train_file = in_sample_pairs(spec, pairs)
+    if n_in_sample:
+        print(
+            f"{prog}: warning: {n_in_sample} of {len(pairs)} pairs in {args.data} are pairs the model was "
+            f"trained on ({Path(spec) / TRAINING_DATA_FILE}: {train_file}): in-sample metrics overstate how "
+            "it does on new pairs",
+            file=sys.stderr,
+        )
+    identical = identical_descriptions(pairs)
+    if identical:
+        print(
+            f"{prog}: {len(identical)} of {len(pairs)} pairs have two identical descriptions (a reward "
+            f"model always calls them ties): {', '.join(identical[:5])}{' ...' if len(identical) > 5 else ''}",
+            file=sys.stderr,
+        )
+    quiet_libraries()
+    from emoreward.data.media import MediaError
+    from emoreward.data.media_check import check_pair_media, locate_media_error
+    from emoreward.evaluation.harness import evaluate_reward_judge
+    from emoreward.evaluation.report import headline, markdown_table, plot_confusion
+    from emoreward.judges import load_judge
+    from emoreward.utils.io import atomic_write_json, atomic_write_text
+
+    judge = load_judge(
+        spec, media_root=args.media_root, dtype=getattr(args, "dtype", "auto"), batch_size=_batch_size(args)
+    )
+    check_pair_media(judge.model, pairs, str(args.data))  # every media file exists and is not empty, before scoring
+    if _command(args) == "judge":
+        print(f"{prog}: {spec} is a reward model: one deterministic run, normal and swapped order")
+    try:
+        evaluation = evaluate_reward_judge(judge, pairs, tie_policy=args.two_class_ties)
+    except MediaError as err:  # a file that exists but does not decode: name the pair's row and field
+        raise locate_media_error(err, pairs, str(args.data)) from None
+    evaluation.update(model=spec, data=str(args.data), n_in_sample_pairs=n_in_sample)
+    title = f"{spec} on {args.data} ({len(pairs)} pairs{', IN-SAMPLE' if n_in_sample else ''})"
+    table = markdown_table(headline(evaluation), title)
+    print(table)
+    print(
+        f"scored {evaluation['n_descriptions_scored']} descriptions in {evaluation['scoring_seconds']:.1f}s "
+        f"({evaluation['scoring_dtype']}); "
+        f"tie threshold {evaluation['tie_threshold']:.4g}; truncated {evaluation.get('n_truncated_at_scoring', 0)}; "
+        f"pairs with identical descriptions {evaluation['n_identical_descriptions']}"
+    )
+    if report_file:
+        out = atomic_write_json(report_file, evaluation)
+        atomic_write_text(out.with_suffix(".md"), table)
+        three = evaluation["judge"]["three_class"]
+        plot_confusion(three["confusion"], three["labels"], three["pred_labels"], out.with_suffix(".png"))
+        print(f"report: {out}")
+    return EXIT_OK
+
+
+def _reward_model_report(args: argparse.Namespace) -> str | None:
+    """The report file of a reward model: `--output` (evaluate) or `--output DIR` + `report.json` (judge)."""
+    if not args.output:
+        return None
+    return args.output if _command(args) == "evaluate" else os.path.join(args.output, "report.json")
+
+
+def _batch_size(args: argparse.Namespace) -> int:
+    return getattr(args, "batch_size", 32)
+
+
+# ---------------------------------------------------------------------------------------------- zero-shot judge
+def _run_zero_shot(args: argparse.Namespace, spec: str) -> int:
+    """Strategies S1-S4 through `zero_shot.runner.run_zero_shot` (call cache, judgements, report in one folder)."""
+    quiet_libraries()
+    from emoreward.data import load_pairs
+    from emoreward.judges import load_judge
+    from zero_shot.runner import run_zero_shot
+    from zero_shot.strategies import load_references
+
+    prog = f"emoreward {_command(args)}"
+    if getattr(args, "dtype", "auto") != "auto":
+        raise ValueError(f"--dtype {args.dtype} applies to reward models; {spec} is a zero-shot judge")
+    options = {name: getattr(args, name, default) for name, default in ZERO_SHOT_ONLY.items()}
+    check_zero_shot_options(args, options)
+    judge = load_judge(spec, strategy=options["strategy"][0], media_root=args.media_root)  # the definition, checked
+    config = judge.config
+    pairs = load_pairs(args.data)
+    if options["limit"]:
+        pairs = pairs[: options["limit"]]
+    references = load_references(options["references"]) if options["references"] else None
+    check_references(args, options, pairs, references)
+    output = _zero_shot_folder(args) or os.path.join("outputs", f"judge-{config.name}")
+    sys.stdout.write(
+        f"{prog}: {config.name} ({config.source}) is a zero-shot judge: {len(pairs)} pairs, strategies "
+        f"{' '.join(options['strategy'])}, {options['runs']} run(s), output {output}\n"
+    )
+    report = run_zero_shot(
+        config,
+        pairs,
+        options["strategy"],
+        runs=options["runs"],
+        swap=not options["no_swap"],
+        output_dir=output,
+        references=references,
+        media_root=args.media_root,
+        ignore_media=options["ignore_media"],
+        tie_policy=args.two_class_ties,
+        progress=not getattr(args, "no_progress", False),
+    )
+    calls = report["calls"]
+    sys.stdout.write("\n" + report["markdown"] + "\n")
+    reused = f", {calls['reused_greedy']} reused from run 1 (greedy)" if calls["reused_greedy"] else ""
+    sys.stdout.write(
+        f"calls: {calls['made']} made, {calls['cached']} from cache{reused}, {calls['failed']} failed, "
+        f"{calls['seconds']:.1f} s; report: {os.path.join(output, 'report.md')}\n"
+    )
+    if options["dataset"] or options["push_to_hub"]:
+        from emoreward.data import push_records_to_hub, write_records
+
+        rows = judgement_dataset_rows(output, options["strategy"])
+        if options["dataset"]:  # every local output is written before the push (which can fail)
+            sys.stdout.write(f"judgements dataset: {write_records(rows, options['dataset'])} ({len(rows)} rows)\n")
+        if options["push_to_hub"]:
+            push_records_to_hub(rows, options["push_to_hub"], commit_message=f"emoreward judge {config.name}")
+            sys.stdout.write(f"judgements pushed to the Hub dataset {options['push_to_hub']}\n")
+    if calls["failed"]:
+        sys.stderr.write(
+            f"{prog}: {calls['failed']} call(s) failed (not unparseable answers: no answer came back; see "
+            "`error` in the judgements files); rerun the same command to retry them\n"
+        )
+        return EXIT_FAILED_CALLS
+    return EXIT_OK
+
+
+def _zero_shot_folder(args: argparse.Namespace) -> str | None:
+    """The output folder of a zero-shot run: `--output DIR` (judge) or `--output REPORT.json` without its suffix
+    (evaluate: `REPORT/`)."""
+    if not args.output:
+        return None
+    return args.output if _command(args) == "judge" else str(Path(args.output).with_suffix(""))
+
+
+def check_zero_shot_options(args: argparse.Namespace, options: dict) -> None:
+    """Options that need no data, checked before anything runs (a run whose results could not be written or pushed,
+    or a media folder that does not exist, is refused at once, not after the judge has answered).
+
+    Raises:
+        ValueError: naming the option; HubPushError: a push that cannot succeed (offline, no token).
+    """
+    folder = _zero_shot_folder(args)
+    if folder:
+        check_output_dir(folder, "--output")
+    if args.media_root:
+        check_media_root(args.media_root)
+    if options["dataset"]:
+        from emoreward.data.records import check_records_path
+
+        check_output_file(options["dataset"], "--dataset")
+        check_records_path(options["dataset"], "--dataset")
+    if options["push_to_hub"]:
+        from emoreward.data.records import check_hub_push
+
+        check_hub_push(options["push_to_hub"], "dataset")
+
+
+def check_references(args: argparse.Namespace, options: dict, pairs: list, references: dict[str, str] | None) -> None:
+    """S2-S4 compare against a reference description: from the media (step 1) or, for a sample without media, from
+    `--references`. Refuse, before any call, pairs that have neither.
+
+    Raises:
+        ValueError: naming the references file (or its absence), the first such pair's row and the count.
+    """
+    steps = [s for s in options["strategy"] if s != "S1"]
+    if not steps:
+        return
+    from zero_shot.strategies import resolve_media
+
+    lacking = [
+        pair
+        for pair in pairs
+        if pair.sample_id not in (references or {})
+        and (options["ignore_media"] or resolve_media(pair, args.media_root) is None)
+    ]
+    if not lacking:
+        return
+    first = lacking[0]
+    refs = options["references"]
+    where = f"--references {refs}" if refs else "no --references file was given"
+    raise ValueError(
+        f"{where}: no reference description for sample {first.sample_id!r} ({args.data}, row {first.row}), which has "
+        f"no media either ({len(lacking)} of {len(pairs)} pairs are so); {' '.join(steps)} need one or the other: "
+        "a reference-description file (JSONL or CSV with sample_id and description) or media (--media-root DIR)"
+    )
+
+
+def judgement_dataset_rows(output: str, strategies: list[str]) -> list[dict]:
+    """Every judgement of a finished run, one row per (strategy, pair, order, run), from `judgements_<S>.jsonl`;
+    the intermediate step outputs become a JSON string column so that the table has one schema."""
+    import json
+
+    rows = []
+    for strategy in strategies:
+        path = os.path.join(output, f"judgements_{strategy}.jsonl")
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                row = json.loads(line)
+                row["strategy"] = strategy
+                row["steps"] = json.dumps(row.get("steps") or {}, ensure_ascii=False)
+                rows.append(row)
+    return rows
+
+
+__all__ = ["add_arguments", "add_tie_policy", "judgement_dataset_rows", "run"]

@@ -1,0 +1,118 @@
+"""The `emoreward` dispatcher: the parser of every command (each command's options are added on first use, so
+`--help` and a run import only that command's module), one-line errors and the exit codes of `options`.
+
+    emoreward train | evaluate | judge | rank | serve | export ...
+
+A command is a module of this package with `add_arguments(parser)` and `run(args) -> int`, named in `COMMANDS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Callable
+
+from emoreward.cli.options import EXIT_ERROR, EXIT_INTERRUPTED, INTERRUPTED
+
+
+# name -> (help, command module); modules are imported only when their command is used
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("train a reward model (cross-validation, final fit, report)", "emoreward.cli.train"),
+    "evaluate": (
+        "evaluate a saved reward model (or a zero-shot judge) on labelled pairs",
+        "emoreward.cli.evaluate",
+    ),
+    "judge": (
+        "run a zero-shot judge (strategies S1-S4; or a reward model) and print the Table-2-style report",
+        "emoreward.cli.judge",
+    ),
+    "rank": (
+        "rank description-writing models with a judge (Bradley-Terry with 95 percent bootstrap intervals)",
+        "emoreward.cli.rank",
+    ),
+    "serve": (
+        "serve a reward model over HTTP (JSON endpoint and OpenRLHF remote_rm_url endpoint)",
+        "emoreward.cli.serve",
+    ),
+    "export": (
+        "export a merged reward model that AutoModelForSequenceClassification loads, and verify it",
+        "emoreward.cli.export",
+    ),
+}
+
+
+class CommandParser(argparse.ArgumentParser):
+    """The parser of one command: its options are added on first use (`emoreward rank ...` does not import the
+    training stack to build `train`'s options), and a usage error is one line."""
+
+    populate: Callable[[argparse.ArgumentParser], None] | None = None
+
+    def _populated(self) -> None:
+        if self.populate is not None:
+            populate, self.populate = self.populate, None
+            populate(self)
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._populated()
+        return super().parse_known_args(args, namespace)
+
+    def format_help(self) -> str:
+        self._populated()
+        return super().format_help()
+
+    def error(self, message: str):
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
+
+
+def command_module(name: str):
+    """The module of command `name` (`COMMANDS`), imported on first use."""
+    return importlib.import_module(COMMANDS[name][1])
+
+
+def _run_command(name: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        return command_module(name).run(args)
+
+    return run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from emoreward import __version__
+
+    parser = CommandParser(prog="emoreward", description="Emotion-preference reward models and judges.")
+    parser.add_argument("--version", action="version", version=f"emoreward {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=CommandParser)
+    for name, (help_text, _module) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
+        p.populate = lambda parser, name=name: command_module(name).add_arguments(parser)
+        p.set_defaults(_run=_run_command(name))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The `emoreward` entry point: parse `argv` (default `sys.argv[1:]`), run the command, return its exit code."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    return guarded(f"emoreward {args.command}", lambda: args._run(args))
+
+
+def guarded(prog: str, run: Callable[[], int]) -> int:
+    """Run a command: data and configuration errors print one line and return 2, Ctrl-C says how to resume (130)."""
+    try:
+        return run()
+    except (ValueError, OSError, ImportError, RuntimeError) as err:
+        # data and configuration errors: one clear line, no traceback (EMOREWARD_TRACEBACK=1 shows it)
+        if os.environ.get("EMOREWARD_TRACEBACK"):
+            traceback.print_exc()
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print(INTERRUPTED.format(prog=prog), file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+__all__ = ["COMMANDS", "CommandParser", "build_parser", "command_module", "guarded", "main"]

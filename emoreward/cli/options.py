@@ -1,0 +1,187 @@
+"""The leaf of the command line: argparse types, checks of output and input paths made before any work, exit
+codes, the interrupt message and the library-noise settings. It imports nothing of emoreward or zero_shot, so every
+command module (and `scripts/`) can use it without pulling in another command."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+
+# ---------------------------------------------------------------------------------------------- exit codes
+EXIT_OK = 0
+EXIT_FAILED_CALLS = 1  # a judge run finished, but some calls got no answer (rerun to retry them)
+EXIT_ERROR = 2  # bad arguments, data, model or judge definition: one line on stderr
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+
+INTERRUPTED = (
+    "{prog}: interrupted. Finished work (cached judge calls, finished folds, trainer checkpoints) is kept: "
+    "run the same command again to resume."
+)
+
+
+def quiet_libraries() -> None:
+    """Keep library noise down: no FutureWarnings, transformers at ERROR (its load reports, deprecation notes)."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*")
+    # the Trainer's default pin_memory=True is a no-op without a GPU; torch warns once per dataloader (per fold)
+    warnings.filterwarnings("ignore", message=".*'pin_memory' argument is set as true but no accelerator is found")
+    if "DS_ACCELERATOR" not in os.environ and importlib.util.find_spec("deepspeed") is not None:
+        import torch
+
+        if not torch.cuda.is_available():  # what DeepSpeed would pick, without its warning about not finding a GPU
+            os.environ["DS_ACCELERATOR"] = "cpu"
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    # load and save bars of weights and datasets; the training progress bar is the Trainer's own (tqdm)
+    hf_logging.disable_progress_bar()
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
+# ---------------------------------------------------------------------------------------------- argument types
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (a batch size, a count of resamples or runs)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _number(text: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0 (a timeout, a threshold)."""
+    value = _number(text, "a number > 0")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def nonnegative_float(text: str) -> float:
+    """argparse type: a finite number >= 0 (a tie threshold)."""
+    value = _number(text, "a number >= 0")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def open_unit_float(text: str) -> float:
+    """argparse type: a number strictly between 0 and 1 (a significance level)."""
+    value = _number(text, "a number between 0 and 1")
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1 (exclusive), got {text!r}")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------- path checks
+def _file_ancestor(path: Path) -> Path | None:
+    """The first existing ancestor of `path` that is not a folder (so nothing can be written below it), or None."""
+    for parent in path.parents:
+        if parent.exists():
+            return None if parent.is_dir() else parent
+    return None
+
+
+def check_output_file(path: str | Path, option: str, inputs: Sequence[str | Path | None] = ()) -> Path:
+    """Refuse an output file path that cannot be written (checked before any work, so no result is printed and then
+    lost): an existing folder, a path below an existing file, a folder that cannot be created or written, or one
+    of the command's `inputs` (writing the report there would destroy the data).
+
+    Raises:
+        ValueError: naming the option and the path.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{option} {path} is a folder; give a file path, e.g. {path / 'report.json'}")
+    blocker = _file_ancestor(path)
+    if blocker is not None:
+        raise ValueError(f"{option} {path}: {blocker} is a file, not a folder")
+    for source in inputs:
+        if source is not None and Path(source).exists() and path.exists() and path.samefile(source):
+            raise ValueError(f"{option} {path} is the input file {source}: writing the report there would destroy it")
+    _check_writable_folder(path.parent, option, path)
+    return path
+
+
+def _check_writable_folder(folder: Path, option: str, path: Path) -> None:
+    """Probe the nearest existing folder of `folder` with a temporary file (created nothing else): a folder that
+    cannot be written, or created, is refused before any work."""
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if existing is None or not existing.is_dir():
+        return  # a file in the way is reported by _file_ancestor
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+        if existing != folder:  # the folders still to create: can the first one be made?
+            first = folder.relative_to(existing).parts[0]
+            probe = Path(tempfile.mkdtemp(prefix=f".{first}.", dir=existing))
+            probe.rmdir()
+    except OSError as err:
+        raise ValueError(f"{option} {path}: cannot write in {folder} ({err.strerror or err})") from None
+
+
+def check_output_dir(path: str | Path, option: str) -> Path:
+    """Refuse an output folder path that is an existing file or lies below one.
+
+    Raises:
+        ValueError: naming the option and the path.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{option} {path} is a file; give a folder")
+    blocker = _file_ancestor(path)
+    if blocker is not None:
+        raise ValueError(f"{option} {path}: {blocker} is a file, not a folder")
+    _check_writable_folder(path, option, path)
+    return path
+
+
+def check_media_root(path: str | Path, option: str = "--media-root") -> Path:
+    """Refuse a media root that is not an existing folder (a typo would otherwise look like missing media files,
+    or, for a judge that can work without media, be ignored).
+
+    Raises:
+        ValueError: naming the option and the path.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise ValueError(f"{option} {path}: {'not a folder' if path.exists() else 'no such folder'}")
+    return path
+
+
+__all__ = [
+    "EXIT_ERROR",
+    "EXIT_FAILED_CALLS",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "INTERRUPTED",
+    "check_media_root",
+    "check_output_dir",
+    "check_output_file",
+    "nonnegative_float",
+    "open_unit_float",
+    "positive_float",
+    "positive_int",
+    "quiet_libraries",
+]

@@ -1,0 +1,75 @@
+"""`emoreward train`: train a reward model from a recipe (cross-validation, final fit, report), the command form of
+`scripts/train_reward.py`.
+
+    emoreward train [--config RECIPE.yaml] [--FIELD VALUE ...] [--set FIELD=VALUE ...] [--no-wandb] [--quiet]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from emoreward.cli.options import EXIT_OK, quiet_libraries
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of `emoreward train`: those of `scripts/train_reward.py` (`RecipeParser`: `--config`, every
+    recipe field as `--field value`, `--set field=value`, `--no-wandb`, `--quiet`)."""
+    from emoreward.training.config import RecipeParser
+
+    p._add_container_actions(RecipeParser(add_help=False))  # what argparse's `parents=` does
+
+
+def run(args: argparse.Namespace) -> int:
+    quiet_libraries()
+    from emoreward.training.config import config_from_arguments
+
+    return train_and_report(config_from_arguments(args))
+
+
+def check_side_effects(config) -> None:
+    """Refuse, before any training, a Hub push the recipe asks for (`push_to_hub`) that cannot succeed (offline,
+    no token): the Trainer would otherwise fail at its first save, after the work.
+
+    Raises:
+        HubPushError: naming the repository and the reason.
+    """
+    if getattr(config, "push_to_hub", False):
+        from emoreward.data.records import check_hub_push
+
+        check_hub_push(
+            config.hub_model_id or Path(config.output_dir).name, "model", token=getattr(config, "hub_token", None)
+        )
+
+
+def train_and_report(config) -> int:
+    """Run the main job for a resolved `EmoRewardConfig` and print the report (main process only); the body of
+    `emoreward train` and `scripts/train_reward.py`."""
+    from emoreward.training.pipeline import run_training
+
+    # paths and limits that need no data read, before the first line of output (the pipeline reads and checks the
+    # data themselves before any fold trains)
+    config.check_data_files()
+    config.check_max_length()
+    check_side_effects(config)
+    main_process = config.process_index == 0  # under `accelerate launch`, only rank 0 prints
+    if main_process:
+        print(
+            f"emoreward train: {config.kind} backbone {config.backbone or config.model_name_or_path}, "
+            f"data {config.train_file}, output {config.output_dir}",
+            flush=True,
+        )
+    report = run_training(config)
+    if main_process:
+        print()
+        out = Path(config.output_dir)
+        if report.get("markdown"):
+            print(report["markdown"])
+            extras = [name for name in ("report.md", "confusion.png") if (out / name).exists()]
+            print(f"report: {out / 'report.json'} ({', '.join(extras)} beside it)")
+        else:
+            print(f"no evaluation was run (cv_folds={config.cv_folds}, no eval_file); report: {out / 'report.json'}")
+    return EXIT_OK
+
+
+__all__ = ["add_arguments", "check_side_effects", "run", "train_and_report"]
