@@ -333,7 +333,7 @@ def _load_judge(args: argparse.Namespace) -> tuple[str, object]:
     call cache under ``<cache dir>/judges`` so that a killed ranking resumes; a failed call stops the ranking,
     after caching the finished calls, instead of silently dropping a comparison)."""
     from emoreward.judges import judge_kind, load_judge
-    from emoreward.ranking.rank import default_cache_dir
+    from emoreward.ranking.score_cache import default_cache_dir
 
     if judge_kind(args.judge) == "reward-model":
         return "reward-model", load_judge(args.judge, media_root=args.media_root).model

@@ -32,6 +32,7 @@ uncertainty ``sigma_tau`` or a query budget; a reward model then scores only the
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -157,9 +158,11 @@ def fit_ranking(
     paper_fit = tie_fit(PAPER_TIE_MODEL) if paper and tie_model != PAPER_TIE_MODEL else None
     controlled = None
     if features is not None:
-        controlled = fit_length_controlled(
-            records, features, covariates, "davidson", models, prior_variance, n_boot, alpha, seed
-        )
+        with warnings.catch_warnings():  # its notes travel in `ControlledFit.warnings`, printed with the report
+            warnings.filterwarnings("ignore", message="length-controlled fit:", category=UserWarning)
+            controlled = fit_length_controlled(
+                records, features, covariates, "davidson", models, prior_variance, n_boot, alpha, seed
+            )
     return RankingFits(counts, binarized, ties, paper_fit, controlled)
 
 
