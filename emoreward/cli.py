@@ -353,7 +353,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
     ),
     "serve": (
         "serve a reward model over HTTP (JSON endpoint and OpenRLHF remote_rm_url endpoint)",
-        *_lazy("emoreward.export.server", "add_serve_arguments", "run_serve"),
+        *_lazy("emoreward.serve_command", "add_arguments", "run"),
     ),
     "export": (
         "export a merged reward model that AutoModelForSequenceClassification loads, and verify it",

@@ -3,7 +3,9 @@ reward server (OpenRLHF `--remote_rm_url`, any client) and verl custom reward fu
 
 from emoreward.export.grpo import EmotionReward, completion_text
 from emoreward.export.hf import ExportMismatchError, ExportReport, export_hf
-from emoreward.export.server import RewardServer, RewardService, ServerLimits
+from emoreward.export.serve.http import RewardServer
+from emoreward.export.serve.protocol import ServerLimits
+from emoreward.export.serve.service import RewardService
 from emoreward.export.verl import compute_score, compute_score_batch
 
 

@@ -84,7 +84,8 @@ def test_rank_names_the_line_and_field_of_bad_media(vl_dir, media_root, tmp_path
 # ---------------------------------------------------------------------------------------------- the server
 @pytest.fixture(scope="module")
 def media_server(vl_dir, media_root):
-    from emoreward.export.server import RewardServer, RewardService
+    from emoreward.export.serve.http import RewardServer
+    from emoreward.export.serve.service import RewardService
     from emoreward.models import load_reward_model
 
     service = RewardService(load_reward_model(vl_dir, media_root=str(media_root)), media_root=media_root)

@@ -19,7 +19,9 @@ AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 
 @pytest.fixture(scope="module")
 def server(rm_dir):
-    from emoreward.export.server import RewardServer, RewardService, ServerLimits
+    from emoreward.export.serve.http import RewardServer
+    from emoreward.export.serve.protocol import ServerLimits
+    from emoreward.export.serve.service import RewardService
     from emoreward.models import load_reward_model
 
     limits = ServerLimits(max_items=4, max_body_bytes=1_000_000)

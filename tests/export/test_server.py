@@ -18,7 +18,10 @@ import numpy as np
 import pytest
 from _helpers import StubRewardModel
 
-from emoreward.export.server import RewardServer, RewardService, ServerLimits, add_serve_arguments
+from emoreward.export.serve.http import RewardServer
+from emoreward.export.serve.protocol import ServerLimits
+from emoreward.export.serve.service import RewardService
+from emoreward.serve_command import add_arguments as add_serve_arguments
 
 
 class WordsModel(StubRewardModel):
@@ -293,7 +296,7 @@ def test_keep_alive_and_idle_timeout():
 
 def test_bearer_token(caplog):
     token = "s3cret-token-value"
-    caplog.set_level(logging.INFO, logger="emoreward.export.server")
+    caplog.set_level(logging.INFO, logger="emoreward.export.serve")
     with RewardServer(RewardService(WordsModel()), port=0, token=token) as srv:
         status, data, resp = request(srv, "POST", "/v1/rewards", {"descriptions": ["a"]})
         assert status == 401 and "Bearer" in resp.getheader("WWW-Authenticate") and token not in json.dumps(data)

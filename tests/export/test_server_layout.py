@@ -11,14 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from emoreward.export.server import (
-    RewardServer,
-    RewardService,
-    ServerLimits,
-    description_from_query,
-    max_chars_for,
-    query_markers,
-)
+from emoreward.export.serve.http import RewardServer
+from emoreward.export.serve.openrlhf import description_from_query, query_markers
+from emoreward.export.serve.protocol import ServerLimits, max_chars_for
+from emoreward.export.serve.service import RewardService
 from emoreward.models import TextRewardModel, TextSettings
 
 

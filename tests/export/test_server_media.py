@@ -19,7 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "multimodal"))
 from tiny_media import build_tiny, have_minilm, write_video  # noqa: E402
 
 from emoreward.data.media import MediaOptions  # noqa: E402
-from emoreward.export.server import RewardServer, RewardService  # noqa: E402
+from emoreward.export.serve.http import RewardServer  # noqa: E402
+from emoreward.export.serve.service import RewardService  # noqa: E402
 from emoreward.models.base import RewardContext  # noqa: E402
 
 

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 import emoreward.export.verl as verl_module
-from emoreward.export.server import RewardServer, RewardService
+from emoreward.export.serve.http import RewardServer
+from emoreward.export.serve.service import RewardService
 
 
 DESCRIPTIONS = ["She smiles broadly; her voice rises: happy.", "  He is calm.\nThen he frowns, ANGRY!  ", "Sad."]

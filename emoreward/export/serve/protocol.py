@@ -1,0 +1,184 @@
+"""The reward server's protocol: endpoints, request and response schemas, limits, strict JSON, error codes and
+bearer authentication, shared by every engine that serves them (`emoreward serve`, single process or Ray Serve).
+
+Endpoints (JSON in, JSON out; UTF-8):
+
+``POST /v1/rewards``
+    Request: ``{"descriptions": [str, ...], "media": MEDIA}`` where ``MEDIA`` is omitted (no context), one object
+    for every description, or a list with one object (or ``null``) per description. A media object has the keys
+    ``subtitle`` (the sample's transcript, read by every model), ``video`` and ``audio`` (paths RELATIVE to the
+    server's ``--media-root``, read by multimodal models; a text model refuses them unless started with
+    ``--allow-unused-media``). A multimodal model needs the media it reads (``video`` for Qwen2.5-VL, ``audio``
+    for Qwen2-Audio, both for the Qwen2.5-Omni thinker unless its audio comes from the video).
+
+    Reply: ``{"rewards": [float, ...], "truncated": [bool, ...], "empty": [bool, ...], "n_tokens": [int, ...],
+    "model": str}``: one reward per description (the model's r(description | context), unnormalised, what
+    `model.score` returns), whether the description was cut to fit the model's ``max_length`` tokens, whether it
+    was empty or whitespace only (it is still scored), and the tokens the model read for it.
+
+``POST /get_reward``
+    OpenRLHF's remote reward model. Request: ``{"query": [str, ...], "prompts": [str, ...], "labels": [...]}``:
+    ``query`` is OpenRLHF's decoded sequence (``tokenizer.decode(prompt_ids + response_ids,
+    skip_special_tokens=False)``: current OpenRLHF sends one sample per request; older versions send the whole
+    rollout batch, decoded from left- and right-padded rows). The description is recovered exactly (see
+    `description_from_query`: pad / EOS markers stripped from both ends, the prompt removed, the trailing
+    end-of-turn / EOS / pad markers removed) and scored like ``/v1/rewards`` (the same token layout, so the same
+    reward). ``labels`` are the samples' subtitles with ``--openrlhf-labels subtitle`` and are ignored otherwise.
+
+    Reply: ``{"rewards": [...], "scores": [...], "truncated": [...], "empty": [...], "extra_logs":
+    {"emotion_reward": [...], "emotion_reward_truncated": [0/1, ...], "emotion_reward_empty": [0/1, ...]}}``
+    (the shape of ``openrlhf.cli.serve_rm``; OpenRLHF logs every ``extra_logs`` key). Multimodal models need
+    ``/v1/rewards`` (OpenRLHF's request carries no media).
+
+``GET /health``
+    ``{"status": "ok", "model", "kind", "max_length_tokens", "limits", "queue", "stats"}``.
+
+Load (RL rollouts send hundreds of samples at once): requests wait in a bounded queue and concurrent requests are
+scored together, in one model call of up to ``--max-batch-tokens`` estimated tokens (requests of different samples
+too: a multimodal model still groups descriptions by sample behind one media prefix). A request is refused with
+503 and a ``Retry-After`` header only when the queue holds ``--max-queue`` descriptions, or when it waited
+``--queue-timeout`` seconds without being scored (below OpenRLHF's 180 s client timeout, so its retry applies).
+One event-loop thread serves every connection (idle connections hold no thread; at most ``--max-connections``
+are open, more get 503) and one thread runs the model.
+
+Limits are in tokens: a description longer than the model's ``max_length`` tokens (with its context) is cut and
+flagged (``truncated``), or refused with 413 under ``--overlong refuse``. ``--max-chars`` refuses longer text
+fields before tokenizing; its default is derived from ``max_length`` (`max_chars_for`) so that it refuses no text
+that could fit in ``max_length`` tokens (runs of whitespace a tokenizer drops aside).
+
+Errors are JSON ``{"error": "..."}`` naming the field: 400 (invalid JSON, JSON nested too deeply, text that is not
+valid Unicode such as a lone surrogate, wrong fields, a media path outside the media root: absolute, with ``..``
+or through a symlink; no file is read for it), 401 (missing or wrong bearer token), 404, 405, 408 (request not
+received in time), 411 (no Content-Length), 413 (body, item count or text over the limits; ``--overlong
+refuse``), 415 (not JSON), 503 (busy, see above, or shutting down). 500 only for a failure inside the model.
+
+Security: binds 127.0.0.1 by default. With the environment variable named by ``--token-env`` (default
+``EMOREWARD_SERVE_TOKEN``) set, every endpoint needs ``Authorization: Bearer <token>`` (the token is never logged).
+A non-loopback ``--host`` without a token asks for confirmation (or needs ``--insecure-no-auth``).
+SIGTERM and Ctrl-C stop accepting, finish the queued requests and print a summary.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from dataclasses import asdict, dataclass
+from http import HTTPStatus
+from typing import Any
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+TOKEN_ENV = "EMOREWARD_SERVE_TOKEN"
+
+# path -> route name (what `RewardService.parse` takes)
+ROUTES = {"/v1/rewards": "rewards", "/get_reward": "openrlhf"}
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """Request limits and queueing (defaults sized for RL rollouts: hundreds of samples in flight).
+
+    Attributes:
+        max_body_bytes (`int`): largest request body (older OpenRLHF posts a whole rollout batch at once).
+        max_items (`int`): most descriptions (or queries) in one request.
+        max_chars (`int` or `None`): longest text field (description, subtitle, query) in characters, checked
+            before tokenizing; None: derived from the model's ``max_length`` tokens (`max_chars_for`).
+        max_queue (`int`): descriptions queued or being scored; a request that would exceed it gets 503.
+        queue_timeout (`float`): seconds a request may wait in the queue before it is answered 503.
+        max_batch_tokens (`int`): estimated tokens (about 4 characters each) merged into one model call.
+        max_connections (`int`): open connections; more are answered 503 and closed.
+        keepalive_timeout (`float`): seconds an idle keep-alive connection stays open.
+        read_timeout (`float`): seconds to receive one request (headers and body).
+    """
+
+    max_body_bytes: int = 64 * 1024 * 1024
+    max_items: int = 8192
+    max_chars: int | None = None
+    max_queue: int = 32768
+    queue_timeout: float = 150.0
+    max_batch_tokens: int = 16384
+    max_connections: int = 1024
+    keepalive_timeout: float = 15.0
+    read_timeout: float = 60.0
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if name == "max_chars" and value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"ServerLimits.{name} must be positive, got {value!r}")
+        if self.max_items > self.max_queue:
+            raise ValueError(f"ServerLimits.max_items ({self.max_items}) exceeds max_queue ({self.max_queue})")
+
+
+def max_chars_for(model: Any, fallback: int = 32_000) -> int:
+    """The longest text (characters) that can still fit in the model's ``max_length`` tokens.
+
+    ``max_length`` times the longest token of the model's vocabulary in characters (a byte-level token, a word
+    piece or a sentencepiece never decodes to more characters than its vocabulary entry has), and for WordPiece
+    tokenizers at least the longest word that becomes one ``[UNK]``. Whitespace that a tokenizer drops is not
+    bounded by this; such text is refused as over-long. Without a tokenizer: ``fallback``.
+    """
+    tokenizer = getattr(model, "tokenizer", None)
+    max_length = int(getattr(getattr(model, "settings", None), "max_length", 0) or 0)
+    if tokenizer is None or not max_length or not hasattr(tokenizer, "get_vocab"):
+        return fallback
+    longest = max((len(token) for token in tokenizer.get_vocab()), default=1)
+    backend = getattr(getattr(tokenizer, "backend_tokenizer", None), "model", None)
+    longest = max(longest, int(getattr(backend, "max_input_chars_per_word", 0) or 0))
+    return max_length * max(1, longest)
+
+
+class RequestError(Exception):
+    """A request answered with an error: HTTP status, a message for the client, extra headers."""
+
+    def __init__(self, status: HTTPStatus | int, message: str, headers: list[tuple[str, str]] | None = None):
+        super().__init__(message)
+        self.status = HTTPStatus(status)
+        self.message = message
+        self.headers = headers or []
+
+
+def parse_json(raw: bytes) -> Any:
+    """A request body as JSON.
+
+    Raises:
+        RequestError: 400 for a body that is not UTF-8, not JSON, or nested too deeply to parse.
+    """
+    try:
+        return json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
+    except UnicodeDecodeError as err:
+        raise RequestError(HTTPStatus.BAD_REQUEST, f"the body is not UTF-8: {err}") from None
+    except json.JSONDecodeError as err:
+        raise RequestError(HTTPStatus.BAD_REQUEST, f"invalid JSON body: {err}") from None
+    except RecursionError:
+        raise RequestError(HTTPStatus.BAD_REQUEST, "invalid JSON body: nested too deeply") from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different (JSON leaves duplicates undefined; Python keeps the last one,
+    so `{"descriptions": [...], "descriptions": [...]}` would silently score only the second list)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise RequestError(HTTPStatus.BAD_REQUEST, f"'{key}' appears twice in one JSON object")
+        out[key] = value
+    return out
+
+
+def check_bearer(headers: dict[str, str], token: str | None) -> None:
+    """Refuse a request without ``Authorization: Bearer <token>`` (``headers``: lower-case names; no check when
+    ``token`` is None). Compared in constant time; the token is never logged.
+
+    Raises:
+        RequestError: 401 with ``WWW-Authenticate``.
+    """
+    if token is None:
+        return
+    scheme, _, given = headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
+        raise RequestError(
+            HTTPStatus.UNAUTHORIZED,
+            "missing or wrong bearer token: send 'Authorization: Bearer <token>'",
+            [("WWW-Authenticate", 'Bearer realm="emoreward"')],
+        )

@@ -1,0 +1,458 @@
+"""The serving logic, no HTTP: `RewardService` turns a parsed request body into a `Job` (validation, media
+resolution, OpenRLHF decoding), scores jobs with one reward model (several requests in one model call), and builds
+the reply. `http.RewardServer` serves it over HTTP; any other engine (Ray Serve) can call it directly:
+
+    service = RewardService(load_reward_model(path), ServerLimits())
+    reply = service.handle("rewards", {"descriptions": ["..."]})     # or route "openrlhf"; raises RequestError
+
+or, to batch requests itself: ``jobs = [service.parse(route, body), ...]``, ``service.score_jobs(jobs)`` (one model
+call), then ``service.reply(job)`` per job.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from dataclasses import asdict, dataclass
+from http import HTTPStatus
+from pathlib import Path
+from typing import Any
+
+from emoreward.export.serve.batching import Job
+from emoreward.export.serve.openrlhf import description_from_query, query_markers
+from emoreward.export.serve.protocol import RequestError, ServerLimits, max_chars_for
+from emoreward.models.base import RewardContext, ScoreInfo
+
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ServerStats:
+    """Counters of a running server (every answered request is in exactly one of the request counters)."""
+
+    requests: int = 0  # answered 200
+    descriptions: int = 0
+    empty: int = 0
+    truncated: int = 0
+    refused_overlong: int = 0
+    busy: int = 0  # answered 503
+    bad_requests: int = 0  # answered 4xx
+    failures: int = 0  # answered 500
+    batches: int = 0
+
+    def line(self) -> str:
+        return (
+            f"{self.requests} requests ({self.descriptions} descriptions: {self.empty} empty, {self.truncated} "
+            f"truncated) in {self.batches} model calls; {self.busy} answered 503 (busy), {self.bad_requests} bad "
+            f"requests ({self.refused_overlong} over-long refused), {self.failures} failures"
+        )
+
+
+class RewardService:
+    """What the endpoints do: validate request bodies into `Job`s, score queued jobs together with one reward model,
+    and build the replies. No HTTP here (`RewardServer` serves it).
+
+    Args:
+        model (`RewardModel`): the reward model, text (reads the subtitle only) or multimodal.
+        limits (`ServerLimits`): request limits.
+        batch_size (`int`): most sequences per forward pass.
+        forward_tokens (`int`, *optional*): text models: about this many tokens per forward pass (estimated, 4
+            characters a token): the rows per pass are ``forward_tokens // mean tokens``, at most ``batch_size``, so
+            that long descriptions of varied lengths are not all padded to the longest. None: 1024 on CPU (measured
+            best there: OV-MERD descriptions score 2x faster in rows of 4-8 than of 64), 16384 on a GPU.
+        openrlhf_labels (`"ignore"` or `"subtitle"`): what OpenRLHF ``labels`` are.
+        allow_unused_media (`bool`): a text model accepts (and ignores) video / audio paths (otherwise 400).
+        name (`str`): the model name returned to clients.
+        media_root (`str` or `Path`, *optional*): the only folder media paths may point into (multimodal models);
+            without it every media path is refused.
+        overlong (`"flag"` or `"refuse"`): a description over ``max_length`` tokens is cut and flagged in the reply,
+            or its request is refused with 413.
+        extra_query_markers (`list[str]`): more special-token strings to strip from OpenRLHF queries (the
+            policy's EOS / pad / end-of-turn text when not in `DEFAULT_QUERY_MARKERS`).
+
+    Raises:
+        ValueError: an unknown ``openrlhf_labels`` / ``overlong``, or a ``media_root`` that is not a directory.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        limits: ServerLimits | None = None,
+        batch_size: int = 64,
+        openrlhf_labels: str = "ignore",
+        allow_unused_media: bool = False,
+        name: str = "emoreward",
+        media_root: str | Path | None = None,
+        overlong: str = "flag",
+        extra_query_markers: list[str] | tuple[str, ...] = (),
+        forward_tokens: int | None = None,
+    ):
+        if openrlhf_labels not in ("ignore", "subtitle"):
+            raise ValueError(f"openrlhf_labels must be 'ignore' or 'subtitle', got {openrlhf_labels!r}")
+        if overlong not in ("flag", "refuse"):
+            raise ValueError(f"overlong must be 'flag' or 'refuse', got {overlong!r}")
+        self.model = model
+        self.limits = limits or ServerLimits()
+        self.max_chars = self.limits.max_chars or max_chars_for(model)
+        self.max_length = int(getattr(model.settings, "max_length", 0) or 0)
+        self.batch_size = batch_size
+        if forward_tokens is None:
+            device = getattr(model, "device", None)
+            forward_tokens = 1024 if getattr(device, "type", "cpu") == "cpu" else 16384
+        self.forward_tokens = forward_tokens
+        self.openrlhf_labels = openrlhf_labels
+        self.allow_unused_media = allow_unused_media
+        self.name = name
+        self.overlong = overlong
+        self.media_root = None if media_root is None else Path(media_root).resolve()
+        if self.media_root is not None and not self.media_root.is_dir():
+            raise ValueError(f"--media-root {media_root} is not a directory")
+        self.pad_markers, self.end_markers = query_markers(model, list(extra_query_markers))
+        self.stats = ServerStats()
+        self._stats_lock = threading.Lock()
+        self._warned_truncation = False
+
+    def count(self, **increments: int) -> None:
+        with self._stats_lock:
+            for key, value in increments.items():
+                setattr(self.stats, key, getattr(self.stats, key) + value)
+
+    def record_error(self, err: RequestError) -> None:
+        """Count a request answered with ``err`` (503: busy, 5xx: failure, other: bad request)."""
+        if err.status == HTTPStatus.SERVICE_UNAVAILABLE:
+            self.count(busy=1)
+        elif err.status >= 500:
+            self.count(failures=1)
+        else:
+            self.count(bad_requests=1)
+
+    def handle(self, route: str, body: Any) -> dict[str, Any]:
+        """The reply to one parsed request body, scored now in the caller's thread (no queue, no HTTP): what an
+        engine that batches and schedules on its own (Ray Serve) calls. Synchronous; the model is not thread-safe,
+        so call it from one thread at a time (or batch with `parse` / `score_jobs` / `reply`).
+
+        Args:
+            route (`str`): ``"rewards"`` (``POST /v1/rewards``) or ``"openrlhf"`` (``POST /get_reward``).
+            body: the request body as `protocol.parse_json` returns it.
+
+        Returns:
+            The reply's JSON object (see `protocol` for its keys).
+
+        Raises:
+            RequestError: the HTTP status and message the client gets (400 / 413 for the request, 500 for a
+                failure inside the model); counted in ``stats`` like the HTTP server counts it.
+        """
+        try:
+            job = self.parse(route, body)
+            self.score_jobs([job])
+            return self.reply(job)
+        except RequestError as err:
+            self.record_error(err)
+            raise
+
+    # ------------------------------------------------------------------ validation helpers
+    def _list(self, value: Any, field_name: str) -> list:
+        if not isinstance(value, list):
+            raise RequestError(HTTPStatus.BAD_REQUEST, f"'{field_name}' must be a list")
+        if not value:
+            raise RequestError(HTTPStatus.BAD_REQUEST, f"'{field_name}' is empty")
+        if len(value) > self.limits.max_items:
+            raise RequestError(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                f"'{field_name}' has {len(value)} items; the limit is {self.limits.max_items} per request",
+            )
+        return value
+
+    def _text(self, item: Any, field_name: str, allow_none: bool = False, cap: bool = True) -> str | None:
+        if item is None and allow_none:
+            return None
+        if not isinstance(item, str):
+            raise RequestError(HTTPStatus.BAD_REQUEST, f"'{field_name}' must be a string")
+        try:
+            item.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise RequestError(
+                HTTPStatus.BAD_REQUEST,
+                f"'{field_name}' is not valid Unicode text: a lone surrogate (\\u{ord(item[err.start]):04x}) at "
+                f"character {err.start}",
+            ) from None
+        if cap and len(item) > self.max_chars:
+            raise RequestError(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                f"'{field_name}' has {len(item)} characters; the limit is {self.max_chars} (no text that long fits "
+                f"the model's {self.max_length} tokens)",
+            )
+        return item
+
+    def _estimate_tokens(self, description: str, context: RewardContext) -> int:
+        tokens = 2 + (len(description) + len(context.subtitle or "")) // 4
+        return min(tokens, self.max_length) if self.max_length else tokens
+
+    def _job(self, route: str, descriptions: list[str], contexts: list[RewardContext], fields: list[str]) -> Job:
+        tokens = sum(self._estimate_tokens(d, c) for d, c in zip(descriptions, contexts))
+        return Job(route, descriptions, contexts, fields, tokens)
+
+    def _media(self, media: Any, n: int) -> list[RewardContext]:
+        """Contexts, one per description, from ``media`` (an object, a list of objects, or None).
+
+        A text model reads the subtitle only (media paths are a 400 unless ``allow_unused_media``). A multimodal
+        model reads ``video`` / ``audio`` paths relative to the server's media root: absolute paths, ``..`` parts
+        and paths that leave the root through a symlink are a 400 naming the field, and no file is read for them.
+        """
+        if isinstance(media, dict):  # one object for every description: checked and resolved once
+            return [self._context(media, 0)] * n
+        if media is None:
+            media = [None] * n
+        if not isinstance(media, list) or len(media) != n:
+            raise RequestError(
+                HTTPStatus.BAD_REQUEST, "'media' must be an object or a list with one object per description"
+            )
+        return [self._context(ref, k) for k, ref in enumerate(media)]
+
+    def _context(self, ref: Any, k: int) -> RewardContext:
+        """The context of one `media[k]` object (None: no media)."""
+        if ref is None:
+            ref = {}
+        if not isinstance(ref, dict):
+            raise RequestError(HTTPStatus.BAD_REQUEST, f"'media[{k}]' must be an object")
+        unknown = sorted(set(ref) - {"subtitle", "video", "audio"})
+        if unknown:
+            raise RequestError(HTTPStatus.BAD_REQUEST, f"'media[{k}]' has unknown keys {unknown}")
+        paths = {key: self._text(ref.get(key), f"media[{k}].{key}", allow_none=True) for key in ("video", "audio")}
+        subtitle = self._text(ref.get("subtitle"), f"media[{k}].subtitle", allow_none=True)
+        if self.model.kind == "text":
+            given = [key for key, value in paths.items() if value]
+            if given and not self.allow_unused_media:
+                raise RequestError(
+                    HTTPStatus.BAD_REQUEST,
+                    f"'media[{k}].{given[0]}' given, but this reward model is text-only (it uses the subtitle); "
+                    "start the server with --allow-unused-media to accept and ignore media paths",
+                )
+            return RewardContext(subtitle or None)
+        resolved = {key: self._media_path(value, f"media[{k}].{key}") for key, value in paths.items()}
+        for needed in sorted(self.model.modalities):
+            if resolved[needed] is None and not (needed == "audio" and self._audio_from_video(resolved)):
+                raise RequestError(
+                    HTTPStatus.BAD_REQUEST, f"'media[{k}].{needed}' is required: this reward model reads {needed}"
+                )
+        # the sample id names the media as the client wrote it: equal media share one prefix, and errors name the
+        # client's path, not the server's file layout
+        sample = paths["video"] or paths["audio"]
+        return RewardContext(subtitle or None, resolved["video"], resolved["audio"], sample_id=sample)
+
+    def _audio_from_video(self, resolved: dict[str, str | None]) -> bool:
+        return bool(getattr(self.model.settings, "use_audio_in_video", False) and resolved["video"])
+
+    def _media_path(self, value: str | None, field_name: str) -> str | None:
+        """The absolute path of a media file inside the media root, or a 400 naming `field_name` (no file is read
+        for a refused path: only the path is resolved)."""
+        if not value:
+            return None
+        if self.media_root is None:
+            raise RequestError(
+                HTTPStatus.BAD_REQUEST,
+                f"'{field_name}': media paths are refused: the server was started without --media-root",
+            )
+        path = Path(value)
+        if path.is_absolute() or ".." in path.parts or "\x00" in value:
+            raise RequestError(
+                HTTPStatus.BAD_REQUEST, f"'{field_name}' must be a relative path inside the media root, without '..'"
+            )
+        full = (self.media_root / path).resolve()
+        if not full.is_relative_to(self.media_root):
+            raise RequestError(HTTPStatus.BAD_REQUEST, f"'{field_name}' leaves the media root (through a symlink)")
+        if not full.is_file():
+            raise RequestError(HTTPStatus.BAD_REQUEST, f"'{field_name}': no such file in the media root: {value}")
+        return str(full)
+
+    # ------------------------------------------------------------------ requests -> jobs
+    def parse(self, route: str, body: Any) -> Job:
+        """A validated `Job` from a request body (``route``: ``"rewards"`` or ``"openrlhf"``).
+
+        Raises:
+            RequestError: 400 / 413 naming the field.
+        """
+        if not isinstance(body, dict):
+            raise RequestError(HTTPStatus.BAD_REQUEST, "the body must be a JSON object")
+        if route == "rewards":
+            return self._parse_rewards(body)
+        if route == "openrlhf":
+            return self._parse_openrlhf(body)
+        raise ValueError(f"unknown route {route!r}")
+
+    def _parse_rewards(self, body: dict) -> Job:
+        unknown = sorted(set(body) - {"descriptions", "media"})
+        if unknown:
+            raise RequestError(HTTPStatus.BAD_REQUEST, f"unknown fields {unknown}; expected 'descriptions', 'media'")
+        if "descriptions" not in body:
+            raise RequestError(HTTPStatus.BAD_REQUEST, "missing field 'descriptions'")
+        items = self._list(body["descriptions"], "descriptions")
+        descriptions = [self._text(d, f"descriptions[{k}]") for k, d in enumerate(items)]
+        contexts = self._media(body.get("media"), len(descriptions))
+        return self._job("rewards", descriptions, contexts, [f"descriptions[{k}]" for k in range(len(items))])
+
+    def _parse_openrlhf(self, body: dict) -> Job:
+        if "query" not in body:
+            raise RequestError(HTTPStatus.BAD_REQUEST, "missing field 'query' (OpenRLHF remote reward model request)")
+        queries = [self._text(q, f"query[{k}]", cap=False) for k, q in enumerate(self._list(body["query"], "query"))]
+        n = len(queries)
+        prompts: list[str | None] = [None] * n
+        if body.get("prompts") is not None:
+            given = self._list(body["prompts"], "prompts")
+            if len(given) != n:
+                raise RequestError(HTTPStatus.BAD_REQUEST, f"'prompts' has {len(given)} items for {n} queries")
+            prompts = [self._text(p, f"prompts[{k}]", cap=False) for k, p in enumerate(given)]
+        descriptions = []
+        for k, (query, prompt) in enumerate(zip(queries, prompts)):
+            description = description_from_query(query, prompt, self.pad_markers, self.end_markers)
+            if description is None:
+                raise RequestError(
+                    HTTPStatus.BAD_REQUEST,
+                    f"query[{k}] does not start with prompts[{k}] (after its left padding); send the decoded "
+                    "prompt + response as OpenRLHF does",
+                )
+            descriptions.append(self._text(description, f"query[{k}] (its response)"))
+        subtitles: list[str | None] = [None] * n
+        labels = body.get("labels")
+        if self.openrlhf_labels == "subtitle" and labels is not None:
+            if not isinstance(labels, list) or len(labels) != n:
+                count = f"{len(labels)} items" if isinstance(labels, list) else "no list"
+                raise RequestError(HTTPStatus.BAD_REQUEST, f"'labels' has {count} for {n} queries")
+            subtitles = [self._text(s, f"labels[{k}]", allow_none=True) or None for k, s in enumerate(labels)]
+        if self.model.modalities:
+            raise RequestError(
+                HTTPStatus.BAD_REQUEST,
+                "/get_reward carries no media and this reward model reads "
+                f"{' and '.join(sorted(self.model.modalities))}: use /v1/rewards with 'media'",
+            )
+        contexts = [RewardContext(s) for s in subtitles]
+        return self._job("openrlhf", descriptions, contexts, [f"query[{k}]" for k in range(n)])
+
+    # ------------------------------------------------------------------ scoring
+    def score_jobs(self, jobs: list[Job]) -> None:
+        """Score several jobs in ONE model call (`model.score_info`); fills each job's ``info`` or ``error``.
+
+        A failure is isolated: the jobs are then scored one by one, so only the request that caused it fails
+        (unreadable media or a context too long: 400 naming the field; anything else: 500).
+
+        Raises:
+            RuntimeError: the model returned a different number of rewards than descriptions (a broken model).
+        """
+        from emoreward.data.media import MediaError
+
+        descriptions = [d for job in jobs for d in job.descriptions]
+        contexts = [c for job in jobs for c in job.contexts]
+        batch_size = self.batch_size
+        if self.model.kind == "text" and descriptions:
+            mean_tokens = sum(job.tokens for job in jobs) / len(descriptions)
+            batch_size = max(1, min(batch_size, int(self.forward_tokens // max(mean_tokens, 1.0))))
+        try:
+            info = self.model.score_info(descriptions, contexts, batch_size=batch_size)
+        except Exception as err:
+            if len(jobs) > 1:
+                for job in jobs:
+                    self.score_jobs([job])
+                return
+            job = jobs[0]
+            if isinstance(err, MediaError):
+                job.error = RequestError(HTTPStatus.BAD_REQUEST, self._media_error_message(job, err))
+            elif isinstance(err, ValueError):
+                job.error = RequestError(HTTPStatus.BAD_REQUEST, f"cannot score this request: {err}")
+            else:
+                logger.exception("scoring failed")
+                job.error = RequestError(HTTPStatus.INTERNAL_SERVER_ERROR, "scoring failed; see the server log")
+            return
+        if not len(info.rewards) == len(info.truncated) == len(descriptions):
+            raise RuntimeError(f"the model returned {len(info.rewards)} rewards for {len(descriptions)} descriptions")
+        self.count(batches=1)
+        start = 0
+        for job in jobs:
+            stop = start + job.n
+            job.info = ScoreInfo(info.rewards[start:stop], info.truncated[start:stop], info.n_tokens[start:stop])
+            start = stop
+
+    def _media_error_message(self, job: Job, err: Any) -> str:
+        """A `MediaError` as the client sees it: the request field and the path it sent (the server's own paths,
+        also inside the decoder's message, replaced by the client's)."""
+        where, shown, problem = "media", str(err.sample_id), str(err.problem)
+        for k, context in enumerate(job.contexts):
+            if context.sample_id == err.sample_id:
+                key = "audio" if err.path is not None and err.path == context.audio else "video"
+                where = f"media[{k}].{key}"
+                break
+        if err.path is not None and self.media_root is not None and Path(err.path).is_relative_to(self.media_root):
+            shown = str(Path(err.path).relative_to(self.media_root))
+            problem = problem.replace(err.path, shown)
+        if self.media_root is not None:
+            problem = problem.replace(str(self.media_root), "<media root>")
+        return f"'{where}' ({shown}): cannot read media: {problem}"
+
+    def reply(self, job: Job) -> dict[str, Any]:
+        """The JSON reply of a scored job.
+
+        Raises:
+            RequestError: the job failed, or (``overlong="refuse"``) a description did not fit ``max_length``.
+        """
+        if job.error is not None:
+            raise job.error
+        info = job.info
+        truncated = [bool(t) for t in info.truncated]
+        empty = [not d.strip() for d in job.descriptions]
+        if any(truncated):
+            if self.overlong == "refuse":
+                over = [f for f, t in zip(job.fields, truncated) if t]
+                self.count(refused_overlong=1)
+                raise RequestError(
+                    HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                    f"{', '.join(over[:5])}{' ...' if len(over) > 5 else ''}: over the model's max_length of "
+                    f"{self.max_length} tokens (with the context); shorten it, or start the server without "
+                    "--overlong refuse to score it cut to fit (flagged in 'truncated')",
+                )
+            if not self._warned_truncation:
+                self._warned_truncation = True
+                logger.warning(
+                    "descriptions over the model's max_length of %d tokens are cut to fit and flagged "
+                    "('truncated' in the reply); --overlong refuse refuses them",
+                    self.max_length,
+                )
+        rewards = [float(r) for r in info.rewards]
+        bad = [f for f, r in zip(job.fields, rewards) if not math.isfinite(r)]
+        if bad:  # a broken model; JSON could not carry the value anyway
+            logger.error("the model returned a non-finite reward for %s", ", ".join(bad[:5]))
+            raise RequestError(
+                HTTPStatus.INTERNAL_SERVER_ERROR, f"the model returned a non-finite reward for {bad[0]}"
+            )
+        self.count(requests=1, descriptions=job.n, empty=sum(empty), truncated=sum(truncated))
+        if job.route == "openrlhf":
+            return {
+                "rewards": rewards,
+                "scores": rewards,
+                "truncated": truncated,
+                "empty": empty,
+                "extra_logs": {
+                    "emotion_reward": rewards,
+                    "emotion_reward_truncated": [float(t) for t in truncated],
+                    "emotion_reward_empty": [float(e) for e in empty],
+                },
+            }
+        return {
+            "rewards": rewards,
+            "truncated": truncated,
+            "empty": empty,
+            "n_tokens": [int(t) for t in info.n_tokens],
+            "model": self.name,
+        }
+
+    def health(self) -> dict[str, Any]:
+        limits = {**asdict(self.limits), "max_chars": self.max_chars}
+        return {
+            "status": "ok",
+            "model": self.name,
+            "kind": self.model.kind,
+            "max_length_tokens": self.max_length,
+            "overlong": self.overlong,
+            "limits": limits,
+            "stats": asdict(self.stats),
+        }

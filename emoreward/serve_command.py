@@ -1,0 +1,209 @@
+"""`emoreward serve`: the command (its options, loading the model, serving until SIGTERM / Ctrl-C, the summary).
+
+    emoreward serve --model DIR [--host 127.0.0.1] [--port 8000] [--media-root DIR]
+
+The endpoints and their schemas: `emoreward.export.serve.protocol`; the server: `emoreward.export.serve.http`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+import time
+
+from emoreward.export.serve.http import RewardServer
+from emoreward.export.serve.openrlhf import DEFAULT_QUERY_MARKERS
+from emoreward.export.serve.protocol import LOOPBACK, TOKEN_ENV, ServerLimits
+from emoreward.export.serve.service import RewardService
+
+
+logger = logging.getLogger("emoreward.export.serve")
+
+
+def port_number(text: str) -> int:
+    """argparse type: a TCP port, 0 (pick a free one) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number (0-65535), got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number (0-65535), got {value}")
+    return value
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Arguments of `emoreward serve`."""
+    from emoreward.cli import positive_float, positive_int
+
+    d = ServerLimits()
+    p.add_argument("--model", required=True, help="a reward-model directory (emoreward train, or a merged export)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=port_number, default=8000, help="TCP port (default 8000; 0 picks a free one)")
+    p.add_argument(
+        "--token-env",
+        default=TOKEN_ENV,
+        help=f"environment variable holding the bearer token clients must send (default {TOKEN_ENV}; unset: none)",
+    )
+    p.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="serve on a non-loopback --host without a token and without asking",
+    )
+    p.add_argument("--batch-size", type=positive_int, default=64, help="most sequences per forward pass (default 64)")
+    p.add_argument(
+        "--forward-tokens",
+        type=positive_int,
+        help="text models: about this many tokens per forward pass (default: 1024 on CPU, 16384 on a GPU)",
+    )
+    p.add_argument(
+        "--max-batch-tokens",
+        type=positive_int,
+        default=d.max_batch_tokens,
+        help=f"estimated tokens of queued requests scored in one model call (default {d.max_batch_tokens})",
+    )
+    p.add_argument(
+        "--max-queue",
+        type=positive_int,
+        default=d.max_queue,
+        help=f"descriptions queued or being scored; beyond it requests get 503 + Retry-After (default {d.max_queue})",
+    )
+    p.add_argument(
+        "--queue-timeout",
+        type=positive_float,
+        default=d.queue_timeout,
+        help=f"seconds a request may wait to be scored before a 503 + Retry-After (default {d.queue_timeout:g})",
+    )
+    p.add_argument("--max-connections", type=positive_int, default=d.max_connections, help="open connections at most")
+    p.add_argument("--max-body-bytes", type=positive_int, default=d.max_body_bytes, help="largest request body")
+    p.add_argument("--max-items", type=positive_int, default=d.max_items, help="most descriptions per request")
+    p.add_argument(
+        "--max-chars",
+        type=positive_int,
+        help="longest text field in characters (default: derived from the model's max_length tokens, so that "
+        "no text that fits is refused)",
+    )
+    p.add_argument(
+        "--overlong",
+        choices=["flag", "refuse"],
+        default="flag",
+        help="a description over the model's max_length tokens: cut to fit and flagged in 'truncated' (default), "
+        "or refused with 413",
+    )
+    p.add_argument(
+        "--openrlhf-labels",
+        choices=["ignore", "subtitle"],
+        default="ignore",
+        help="what the 'labels' of OpenRLHF requests are (--label_key): ignored, or the sample's subtitle",
+    )
+    p.add_argument(
+        "--query-marker",
+        action="append",
+        default=[],
+        help="a special-token string of the policy to strip from OpenRLHF queries (its EOS / pad / end-of-turn "
+        "text) when it is not one of: " + " ".join(DEFAULT_QUERY_MARKERS) + " (repeatable)",
+    )
+    p.add_argument("--allow-unused-media", action="store_true", help="text models: accept (and ignore) media paths")
+    p.add_argument(
+        "--media-root",
+        help="multimodal models: the only folder request media paths may point into (relative paths); without it "
+        "media paths are refused",
+    )
+    p.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--log-every", type=positive_float, default=60.0, help="seconds between counter lines in the log")
+
+
+def _confirm_no_auth(args: argparse.Namespace) -> bool:
+    if args.host in LOOPBACK or args.insecure_no_auth:
+        return True
+    if not sys.stdin.isatty():
+        return False
+    answer = input(f"Serve on {args.host} WITHOUT authentication (anyone who reaches it can use it)? [y/N] ")
+    return answer.strip().lower() in ("y", "yes")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load the model and serve until SIGTERM or Ctrl-C; then finish the queued requests and print a summary."""
+    token = os.environ.get(args.token_env) or None
+    if token is None and not _confirm_no_auth(args):
+        raise ValueError(
+            f"refusing to serve on {args.host} without authentication: set the environment variable "
+            f"{args.token_env} to a token (clients send 'Authorization: Bearer <token>'), bind 127.0.0.1, or pass "
+            "--insecure-no-auth"
+        )
+    if args.media_root:
+        from emoreward.cli import check_media_root
+
+        check_media_root(args.media_root)  # before the model loads
+    if args.max_items > args.max_queue:
+        raise ValueError(
+            f"--max-items {args.max_items} exceeds --max-queue {args.max_queue}: no request that large fits"
+        )
+    limits = ServerLimits(
+        max_body_bytes=args.max_body_bytes,
+        max_items=args.max_items,
+        max_chars=args.max_chars,
+        max_queue=args.max_queue,
+        queue_timeout=args.queue_timeout,
+        max_batch_tokens=args.max_batch_tokens,
+        max_connections=args.max_connections,
+    )
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    from emoreward.models import load_reward_model
+
+    model = load_reward_model(args.model, media_root=args.media_root)
+    service = RewardService(
+        model,
+        limits,
+        batch_size=args.batch_size,
+        openrlhf_labels=args.openrlhf_labels,
+        allow_unused_media=args.allow_unused_media,
+        name=str(args.model),
+        media_root=args.media_root,
+        overlong=args.overlong,
+        extra_query_markers=args.query_marker,
+        forward_tokens=args.forward_tokens,
+    )
+    logger.setLevel(logging.INFO)  # counters and refused requests; never bodies or the token
+    server = RewardServer(service, args.host, args.port, token=token)
+    start = time.time()
+    finished = asyncio.run(_serve_until_signal(server, args, token is not None))
+    stats = service.stats
+    _echo(f"served {stats.line()} in {time.time() - start:.0f} s")
+    if not finished:
+        _echo("warning: the shutdown grace period ended before every queued request was scored")
+    return 0
+
+
+async def _serve_until_signal(server: RewardServer, args: argparse.Namespace, auth: bool) -> bool:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await server.open()
+    s = server.service
+    _echo(
+        f"emoreward serve: {args.model} on {server.url}  (POST /v1/rewards, POST /get_reward, GET /health; "
+        f"{'bearer token required' if auth else 'no authentication'}; max_length {s.max_length} tokens, "
+        f"queue {s.limits.max_queue} descriptions)"
+    )
+    stats_task = asyncio.create_task(server.log_stats(args.log_every))
+    await stop.wait()
+    _echo(f"shutting down: finishing {server.batcher.pending} queued descriptions")
+    stats_task.cancel()
+    return await server.shutdown()
+
+
+def _echo(text: str) -> None:
+    """CLI output on stdout (this module is a command's front end)."""
+    sys.stdout.write(f"{text}\n")
+    sys.stdout.flush()
+
+
+__all__ = ["add_arguments", "port_number", "run"]
