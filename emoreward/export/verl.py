@@ -155,7 +155,7 @@ def score_descriptions(
     if request.model is not None:
         return request.results(_local_scorer(request.model, request.media_root).submit(request).result())
     client = _client(request)
-    chunks = request.split(client.limits())
+    chunks = request.split(client.limits()) if len(request.descriptions) > 1 else [range(1)]
     if len(chunks) == 1:
         return request.results(client.post("/v1/rewards", request.payload()))
     workers = min(len(chunks), 2 * len(client.urls))
@@ -264,16 +264,26 @@ class _LocalScorer:
 
         model = load_reward_model(path, media_root=media_root)
         # no request limits in process: the queue is as long as the callers make it, and nothing times out
-        limits = ServerLimits(max_items=2**31, max_queue=2**31, queue_timeout=1e9)
-        self.service = RewardService(model, limits, name=path, allow_unused_media=True)
+        limits = ServerLimits(max_items=2**31, max_queue=2**31, queue_timeout=1e9, max_chars=2**31)
+        self.service = RewardService(model, limits, name=path, allow_unused_media=True, media_root=media_root)
         self.batcher = Batcher(self.service)
         self.batcher.start()
 
     def submit(self, request: _Request):
-        """A `concurrent.futures.Future` of the reply dict (``rewards``, ``truncated``) of `request`."""
+        """A `concurrent.futures.Future` of the reply dict (``rewards``, ``truncated``) of `request`, validated with
+        the server's own rules (`RewardService.parse`: media paths confined to ``media_root``).
+
+        Raises:
+            ValueError: a description or media path the server would refuse (the message names the field).
+        """
         from concurrent.futures import Future
 
-        job = self.service.job("rewards", request.descriptions, request.contexts)
+        from emoreward.export.serve.protocol import RequestError
+
+        try:
+            job = self.service.parse("rewards", request.payload())
+        except RequestError as err:
+            raise ValueError(f"emoreward.export.verl (model={self.service.name}): {err.message}") from None
         self.batcher.submit(job)
         out: Future = Future()
 
@@ -344,6 +354,10 @@ class RewardClient:
         self._pool_limits = pool
         self._limits: dict | None = None
         self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Close the sync pool (async pools close with their event loop)."""
+        self._sync.close()
 
     def _next_url(self) -> str:
         return self.urls[next(self._turn) % len(self.urls)]
@@ -441,6 +455,16 @@ _CLIENTS: dict[tuple, RewardClient] = {}
 _CLIENTS_LOCK = threading.Lock()
 
 
+def close_pools() -> None:
+    """Close this process's connection pools (their keep-alive connections); the next call opens new ones. For a
+    worker that shuts down, and tests."""
+    with _CLIENTS_LOCK:
+        clients = list(_CLIENTS.values())
+        _CLIENTS.clear()
+    for client in clients:
+        client.close()
+
+
 def _client(request: _Request) -> RewardClient:
     """The process's client for these servers and options (one connection pool per worker process)."""
     o = request.options
@@ -459,6 +483,7 @@ __all__ = [
     "RewardClient",
     "compute_score",
     "compute_score_async",
+    "close_pools",
     "compute_score_batch",
     "score_descriptions",
     "server_urls",

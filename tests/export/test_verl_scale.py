@@ -38,6 +38,11 @@ def fresh_pools(monkeypatch):
     monkeypatch.setattr(verl, "_LOCAL", {})
     monkeypatch.setattr(verl, "_CLIENTS", {})
     monkeypatch.setenv("EMOREWARD_DTYPE", "float32")
+    yield
+    verl.close_pools()
+
+
+QUICK = ServerLimits(keepalive_timeout=0.5)  # idle keep-alive connections of the client pools end quickly at stop
 
 
 def test_32_executor_threads_load_the_local_model_once_and_share_model_calls(saved, monkeypatch):
@@ -62,7 +67,7 @@ def test_32_executor_threads_load_the_local_model_once_and_share_model_calls(sav
 
 def test_async_variant_on_one_pool_and_urls_round_robin(saved):
     path, model = saved
-    with RewardServer(RewardService(model), port=0) as a, RewardServer(RewardService(model), port=0) as b:
+    with RewardServer(RewardService(model, QUICK), port=0) as a, RewardServer(RewardService(model, QUICK), port=0) as b:
 
         async def rollout():
             calls = [
@@ -130,7 +135,7 @@ def test_a_10000_response_rollout_is_split_within_the_server_limits(saved):
     path, model = saved
     n, max_items = 10_000, 512
     texts = [f"{DESCRIPTIONS[k % 3]} {k % 5}" for k in range(n)]
-    limits = ServerLimits(max_items=max_items, max_batch_tokens=4096)
+    limits = ServerLimits(max_items=max_items, max_batch_tokens=4096, keepalive_timeout=0.5)
     with RewardServer(RewardService(model, limits), port=0) as srv:
         scores = verl.compute_score_batch(
             data_sources=["emotion"] * n,

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hmac
 import logging
 import os
 import signal
@@ -84,19 +83,16 @@ class RewardReplica:
 
     async def __call__(self, request: Any) -> Any:
         """An HTTP request (a Starlette ``Request`` from Ray Serve's proxy) -> a JSON ``Response``."""
-        from starlette.responses import Response
+        from starlette.responses import JSONResponse
 
         status, payload, headers = await self.handle(
             request.method, request.url.path, dict(request.headers), request.body
         )
-        from emoreward.export.serve.protocol import encode_reply
-
-        status, data = encode_reply(status, payload)
-        return Response(data, status_code=int(status), headers=dict(headers), media_type="application/json")
+        return JSONResponse(payload, status_code=int(status), headers={"Server": "emoreward-serve", **dict(headers)})
 
     async def handle(self, method: str, path: str, headers: dict[str, str], read_body) -> tuple[int, dict, list]:
         """(status, JSON payload, extra headers) of one request, as the single-process server answers it."""
-        from emoreward.export.serve.protocol import ROUTES, RequestError, check_body_headers, parse_json
+        from emoreward.export.serve.protocol import ROUTES, RequestError, check_bearer, check_body_headers, parse_json
 
         service = self.service
         headers = {k.lower(): v for k, v in headers.items()}
@@ -105,7 +101,7 @@ class RewardReplica:
             if path == "/health":
                 if method != "GET":
                     raise RequestError(HTTPStatus.METHOD_NOT_ALLOWED, "/health takes GET", [("Allow", "GET")])
-                self._authorize(headers)
+                check_bearer(headers, self.token)
                 health = {**service.health(), "queue": self.batcher.pending, "engine": "ray", "replica": self.replica}
                 return HTTPStatus.OK, health, []
             route = ROUTES.get(path)
@@ -113,7 +109,7 @@ class RewardReplica:
                 raise RequestError(HTTPStatus.NOT_FOUND, f"no endpoint {path}; try /v1/rewards or /get_reward")
             if method != "POST":
                 raise RequestError(HTTPStatus.METHOD_NOT_ALLOWED, f"{path} takes POST", [("Allow", "POST")])
-            self._authorize(headers)
+            check_bearer(headers, self.token)
             check_body_headers(headers, service.limits)
             if self.batcher.full():
                 raise self.batcher.busy("the queue is full; retry later")
@@ -130,12 +126,7 @@ class RewardReplica:
             job = service.parse(route, body)
             return HTTPStatus.OK, await self.batcher.run(job), []
         except RequestError as err:
-            if err.status == HTTPStatus.SERVICE_UNAVAILABLE:
-                service.count(busy=1)
-            elif err.status >= 500:
-                service.count(failures=1)
-            else:
-                service.count(bad_requests=1)
+            service.record_error(err)
             logger.info("%s %s -> %d %s", method, path, err.status.value, err.message)
             return err.status, {"error": err.message}, err.headers
         except Exception:
@@ -143,23 +134,10 @@ class RewardReplica:
             service.count(failures=1)
             return HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error; see the server log"}, []
 
-    def _authorize(self, headers: dict[str, str]) -> None:
-        from emoreward.export.serve.protocol import RequestError
-
-        if self.token is None:
-            return
-        scheme, _, given = headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.token.encode()):
-            raise RequestError(
-                HTTPStatus.UNAUTHORIZED,
-                "missing or wrong bearer token: send 'Authorization: Bearer <token>'",
-                [("WWW-Authenticate", 'Bearer realm="emoreward"')],
-            )
-
     def check_health(self) -> None:
         """Ray Serve's health check (every ``health_check_period_s``): raises when the scoring thread has died, so
         that Ray replaces the replica."""
-        if not self.batcher.alive():
+        if not self.batcher._thread.is_alive():  # noqa: SLF001 - the Batcher has no public liveness yet
             raise RuntimeError("the scoring thread of this replica has stopped")
 
 
