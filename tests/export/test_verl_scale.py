@@ -67,7 +67,10 @@ def test_32_executor_threads_load_the_local_model_once_and_share_model_calls(sav
 
 def test_async_variant_on_one_pool_and_urls_round_robin(saved):
     path, model = saved
-    with RewardServer(RewardService(model, QUICK), port=0) as a, RewardServer(RewardService(model, QUICK), port=0) as b:
+    with (
+        RewardServer(RewardService(model, QUICK), port=0) as a,
+        RewardServer(RewardService(model, QUICK), port=0) as b,
+    ):
 
         async def rollout():
             calls = [

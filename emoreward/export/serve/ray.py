@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import os
 import signal
 import sys
@@ -159,8 +160,8 @@ def deployment_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.min_replicas is not None or args.max_replicas is not None:
         low = args.min_replicas if args.min_replicas is not None else 1
         high = args.max_replicas if args.max_replicas is not None else max(low, args.replicas)
-        if low > high:
-            raise ValueError(f"--min-replicas {low} exceeds --max-replicas {high}")
+        if low < 0 or low > high:
+            raise ValueError(f"--min-replicas {low} must be between 0 and --max-replicas {high}")
         options["autoscaling_config"] = {
             "min_replicas": low,
             "max_replicas": high,
@@ -172,10 +173,11 @@ def deployment_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
-def build_app(args: argparse.Namespace, service_options: dict[str, Any], token: str | None):
-    """The Ray Serve application: `RewardReplica` bound to the model path and the service options."""
+def build_app(args: argparse.Namespace, service_options: dict[str, Any], token: str | None, options=None):
+    """The Ray Serve application: `RewardReplica` bound to the model path and the service options (``options``:
+    the `deployment_options`)."""
     _, serve = _import_serve()
-    deployment = serve.deployment(RewardReplica).options(**deployment_options(args))
+    deployment = serve.deployment(RewardReplica).options(**(options or deployment_options(args)))
     threads = args.threads or max(1, int(args.num_cpus))
     return deployment.bind(str(args.model), service_options, token, threads)
 
@@ -189,7 +191,9 @@ def connect(address: str | None, num_cpus: int) -> bool:
     if address:
         ray.init(address=address, logging_level=logging.WARNING)
         return False
-    ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING)
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report leaves the machine unless asked
+    # a local cluster on loopback only (its own services included), sized for the replicas and Serve's proxy
+    ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING, _node_ip_address="127.0.0.1")
     return True
 
 
@@ -203,11 +207,14 @@ def run_ray_serve(args: argparse.Namespace, service_options: dict[str, Any], tok
         token (`str`, *optional*): the bearer token.
     """
     ray, serve = _import_serve()
-    need = args.num_cpus * max(args.replicas, args.max_replicas or 0, args.min_replicas or 0)
-    started = connect(args.ray_address, num_cpus=max(1, int(-(-need // 1)) + 1))
+    if args.port == 0:
+        raise ValueError("--engine ray needs a fixed --port (Ray Serve's proxy binds it; 0 cannot be read back)")
+    options = deployment_options(args)  # bad bounds fail before Ray starts
+    most = max(args.replicas, args.max_replicas or 0, args.min_replicas or 0)
+    started = connect(args.ray_address, num_cpus=math.ceil(args.num_cpus * most) + 1)
     serve.start(http_options={"host": args.host, "port": args.port})
     try:
-        app = build_app(args, service_options, token)
+        app = build_app(args, service_options, token, options)
         serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
         host = f"[{args.host}]" if ":" in args.host else args.host
         replicas = (
