@@ -410,8 +410,9 @@ async def run_scenarios(args, texts, proc, port: int, label: str, reference, beg
         result = await scenario
         used = tree_cpu_seconds(proc.pid) - cpu
         # descriptions per second of server CPU: what a dedicated machine would do, whatever else runs here
-        result["server_cpu_s"] = round(used, 2)
-        result["descriptions_per_server_cpu_s"] = round(result["descriptions"] / max(used, 1e-9), 1)
+        # (a killed process takes its CPU time with it: then there is no figure)
+        result["server_cpu_s"] = round(used, 2) if used > 0 else None
+        result["descriptions_per_server_cpu_s"] = round(result["descriptions"] / used, 1) if used > 0 else None
         result["engine"] = label
         if reference:
             result["overhead"] = round(result["descriptions_per_s"] / reference["descriptions_per_s"], 3)

@@ -41,6 +41,8 @@ APP_NAME = "emoreward"
 DEPLOYMENT_NAME = "EmoRewardReplica"
 # concurrent requests a replica takes from the proxy: many, so that its batcher can merge them (Ray's default is 5)
 MAX_ONGOING_REQUESTS = 512
+# no access-log line per request (at RL rates it costs CPU the replicas need); warnings and errors still logged
+QUIET_LOGS = {"enable_access_log": False, "log_level": "WARNING"}
 
 
 def _import_serve():
@@ -212,10 +214,10 @@ def run_ray_serve(args: argparse.Namespace, service_options: dict[str, Any], tok
     options = deployment_options(args)  # bad bounds fail before Ray starts
     most = max(args.replicas, args.max_replicas or 0, args.min_replicas or 0)
     started = connect(args.ray_address, num_cpus=math.ceil(args.num_cpus * most) + 1)
-    serve.start(http_options={"host": args.host, "port": args.port})
+    serve.start(http_options={"host": args.host, "port": args.port}, logging_config=QUIET_LOGS)
     try:
         app = build_app(args, service_options, token, options)
-        serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
+        serve.run(app, name=APP_NAME, route_prefix="/", blocking=False, logging_config=QUIET_LOGS)
         host = f"[{args.host}]" if ":" in args.host else args.host
         replicas = (
             f"{args.replicas} replicas"
