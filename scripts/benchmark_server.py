@@ -271,11 +271,11 @@ async def throughput(host, port, texts, clients: int, per_client: int) -> dict:
     return summary(f"throughput x{clients}", tally, time.perf_counter() - start, clients * per_client, 4)
 
 
-async def verl_per_sample(url: str, texts, clients: int, per_client: int) -> dict:
+async def verl_per_sample(url: str, texts, clients: int, per_client: int, tally: Tally | None = None) -> dict:
     """verl's reward loop: `clients` tasks awaiting `compute_score_async`, each `per_client` samples in a row."""
     from emoreward.export import verl
 
-    tally = Tally()
+    tally = tally or Tally()
 
     async def client(c: int) -> None:
         for r in range(per_client):
@@ -293,16 +293,20 @@ async def verl_per_sample(url: str, texts, clients: int, per_client: int) -> dic
     return summary(f"verl x{clients}", tally, time.perf_counter() - start, clients * per_client, 1)
 
 
-async def killed_replica(host, port, texts, clients: int, per_client: int) -> dict:
-    """The per-sample load with one replica process killed (SIGKILL) once a third of the samples are answered."""
+async def killed_replica(host, port, texts, clients: int, per_client: int, verl: bool = False) -> dict:
+    """The per-sample load (OpenRLHF's client, or verl's with ``verl``) with one replica process killed (SIGKILL) once
+    a third of the samples are answered."""
     victim = int((await get_json(host, port, "/health"))["replica"])
     tally = Tally()
-    load = asyncio.ensure_future(per_sample(host, port, texts, clients, per_client, tally))
+    if verl:
+        load = asyncio.ensure_future(verl_per_sample(f"http://{host}:{port}", texts, clients, per_client, tally))
+    else:
+        load = asyncio.ensure_future(per_sample(host, port, texts, clients, per_client, tally))
     while not load.done() and len(tally.latencies) < clients * per_client // 3:
         await asyncio.sleep(0.02)
     os.kill(victim, signal.SIGKILL)
     result = await load
-    result["scenario"] = f"per-sample x{clients}, a replica killed at 1/3"
+    result["scenario"] += ", a replica killed at 1/3"
     return result
 
 
@@ -429,6 +433,8 @@ async def run_scenarios(args, texts, proc, port: int, label: str, reference, beg
         await measured(batch(host, port, texts, n))
     if args.kill_replica and label.startswith("ray") and label != "ray x1" and args.per_sample:
         await measured(killed_replica(host, port, list(texts), max(args.per_sample), args.requests_per_client))
+        for n in args.verl_clients:
+            await measured(killed_replica(host, port, list(texts), n, args.requests_per_client, verl=True))
 
 
 def main() -> int:

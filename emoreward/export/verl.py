@@ -29,27 +29,24 @@ returns ``{"score": reward, "truncated": 0/1, "empty": 0/1}`` (verl logs every k
         # media_root: /data/mer2025         # local multimodal model: where relative media paths resolve
         # token_env: EMOREWARD_SERVE_TOKEN  # the environment variable holding the servers' bearer token
 
-Connections: one HTTP connection pool per worker process (and per event loop for the async variant), shared by all
-threads and tasks. A 503 is retried after its ``Retry-After``; a refused or broken connection, a 502 / 504, and a
-500 that is not the server's own JSON error (Ray Serve's proxy answers so while it replaces a dead replica) after 1 s,
-each on the next URL. Any other error, or ``retries`` failed attempts, raises: verl then stops instead of training on
-a made-up reward.
+Connections (`emoreward.export.reward_client`): one keep-alive pool per worker process (and per event loop for the
+async variant), shared by all threads and tasks. A 503 is retried after its ``Retry-After``; a refused or broken
+connection, a 502 / 504, and a 500 that is not the server's own JSON error (Ray Serve's proxy answers so while it
+replaces a dead replica) after 1 s, each on the next URL. Any other error, or ``retries`` failed attempts, raises:
+verl then stops instead of training on a made-up reward.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
-import json
 import math
 import os
 import threading
-import time
-import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from emoreward.export.reward_client import RewardClient
 from emoreward.models.base import RewardContext
 
 
@@ -64,8 +61,6 @@ VERL_KWARGS = frozenset(
         "reward_model_tokenizer",
     }
 )
-MAX_WAIT = 60.0  # seconds: the longest Retry-After honoured
-POOL_CONNECTIONS = 64  # connections per pool (verl's reward loop runs many samples at once)
 
 
 # ---------------------------------------------------------------------------------------------- verl's functions
@@ -329,126 +324,6 @@ def server_urls(server_url: Any) -> tuple[str, ...]:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"reward_kwargs 'server_url': {url!r} is not an http:// or https:// URL")
     return urls
-
-
-class RewardClient:
-    """Clients of one or more emoreward servers, shared by every thread and task of a worker process.
-
-    Args:
-        urls (`tuple[str]`): base URLs, used round-robin (a retry goes to the next one).
-        token (`str`, *optional*): bearer token.
-        timeout (`float`): seconds per request; retries (`int`): attempts per request.
-    """
-
-    def __init__(self, urls: tuple[str, ...], token: str | None, timeout: float, retries: int):
-        import httpx
-
-        self.urls, self.timeout, self.retries = urls, float(timeout), max(1, int(retries))
-        self.headers = {"Content-Type": "application/json"}
-        if token:
-            self.headers["Authorization"] = f"Bearer {token}"
-        self._turn = itertools.count()
-        pool = httpx.Limits(max_connections=POOL_CONNECTIONS, max_keepalive_connections=POOL_CONNECTIONS)
-        self._sync = httpx.Client(timeout=self.timeout, limits=pool, headers=self.headers)
-        self._async: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> httpx.AsyncClient
-        self._pool_limits = pool
-        self._limits: dict | None = None
-        self._lock = threading.Lock()
-
-    def close(self) -> None:
-        """Close the sync pool (async pools close with their event loop)."""
-        self._sync.close()
-
-    def _next_url(self) -> str:
-        return self.urls[next(self._turn) % len(self.urls)]
-
-    def limits(self) -> dict:
-        """The servers' request limits (``GET /health`` of one of them, read once)."""
-        if self._limits is None:
-            health = self.get("/health")
-            self._limits = dict(health.get("limits") or {})
-        return self._limits
-
-    def get(self, path: str) -> dict:
-        return self._retrying(lambda url: self._sync.get(url + path), path)
-
-    def post(self, path: str, payload: dict) -> dict:
-        """The JSON reply of a POST (thread-safe), retried as the module docstring says."""
-        body = json.dumps(payload).encode("utf-8")
-        return self._retrying(lambda url: self._sync.post(url + path, content=body), path)
-
-    def _retrying(self, send, path: str) -> dict:
-        import httpx
-
-        last = "no attempt"
-        for attempt in range(self.retries):
-            url = self._next_url()
-            try:
-                response = send(url)
-            except httpx.TransportError as err:
-                last, wait = f"{url}: {type(err).__name__}: {err}", 1.0
-            else:
-                done, value, wait = _outcome(url + path, response.status_code, response.headers, response.content)
-                if done:
-                    return value
-                last = value
-            if attempt + 1 < self.retries:
-                time.sleep(wait)
-        raise RuntimeError(f"{path} did not answer after {self.retries} attempts (last: {last})")
-
-    async def apost(self, path: str, payload: dict) -> dict:
-        """`post` on this event loop's connection pool, sleeping with ``asyncio.sleep`` between attempts."""
-        import httpx
-
-        loop = asyncio.get_running_loop()
-        client = self._async.get(loop)
-        if client is None:
-            client = httpx.AsyncClient(timeout=self.timeout, limits=self._pool_limits, headers=self.headers)
-            self._async[loop] = client
-        body = json.dumps(payload).encode("utf-8")
-        last = "no attempt"
-        for attempt in range(self.retries):
-            url = self._next_url()
-            try:
-                response = await client.post(url + path, content=body)
-            except httpx.TransportError as err:
-                last, wait = f"{url}: {type(err).__name__}: {err}", 1.0
-            else:
-                done, value, wait = _outcome(url + path, response.status_code, response.headers, response.content)
-                if done:
-                    return value
-                last = value
-            if attempt + 1 < self.retries:
-                await asyncio.sleep(wait)
-        raise RuntimeError(f"{path} did not answer after {self.retries} attempts (last: {last})")
-
-
-def _outcome(url: str, status: int, headers, content: bytes) -> tuple[bool, Any, float]:
-    """(done, reply or reason, seconds to wait before the retry) of one HTTP answer.
-
-    Raises:
-        RuntimeError: an error that a retry cannot mend (4xx, the server's own 500).
-    """
-    text = content.decode("utf-8", "replace")
-    if status == 200:
-        return True, json.loads(text), 0.0
-    if status == 503:
-        try:
-            wait = float(headers.get("Retry-After") or 1.0)
-        except ValueError:  # an HTTP date: not sent by emoreward
-            wait = 1.0
-        return False, f"{url}: 503: {text[:200]}", min(max(wait, 0.0), MAX_WAIT)
-    if status in (502, 504) or (status == 500 and not _own_error(text)):
-        return False, f"{url}: {status}: {text[:200]}", 1.0
-    raise RuntimeError(f"{url} answered {status}: {text[:1000]}")
-
-
-def _own_error(text: str) -> bool:
-    """Whether a body is an emoreward server's JSON error (not a proxy's page)."""
-    try:
-        return isinstance(json.loads(text), dict) and "error" in json.loads(text)
-    except ValueError:
-        return False
 
 
 _CLIENTS: dict[tuple, RewardClient] = {}

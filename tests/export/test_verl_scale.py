@@ -151,3 +151,20 @@ def test_a_10000_response_rollout_is_split_within_the_server_limits(saved):
     unique = sorted(set(texts))
     expected = dict(zip(unique, model.score(unique, ["Hi."] * len(unique))))
     np.testing.assert_allclose([s["score"] for s in scores], [expected[t] for t in texts], atol=1e-5, rtol=0)
+
+
+def test_a_connection_the_server_closed_while_idle_is_replaced_without_a_retry(saved):
+    _, model = saved
+    with RewardServer(RewardService(model, ServerLimits(keepalive_timeout=0.3)), port=0) as srv:
+
+        async def twice():
+            first = await verl.compute_score_async(solution_str="Sad.", server_url=srv.url, retries=1)
+            await asyncio.sleep(0.8)  # the server closes the idle keep-alive connection
+            return first, await verl.compute_score_async(solution_str="Sad.", server_url=srv.url, retries=1)
+
+        first = verl.compute_score(solution_str="Sad.", server_url=srv.url, retries=1)
+        time.sleep(0.8)
+        again = verl.compute_score(solution_str="Sad.", server_url=srv.url, retries=1)
+        first_async, again_async = asyncio.run(twice())
+        assert srv.service.stats.requests == 4
+    assert first == again == first_async == again_async
