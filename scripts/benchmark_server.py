@@ -37,7 +37,10 @@ What the client does, read from OpenRLHF (github.com/OpenRLHF/OpenRLHF):
 With ``--engine ray`` the server is ``emoreward serve --engine ray --replicas R --num-cpus 1`` (a local Ray cluster,
 ``--threads`` torch threads per replica), once per ``--replicas`` value. ``in-process`` is the rate of
 `RewardService.score_jobs` in this process (one torch thread) on the same texts merged 64 per model call, as the
-server merges 64 concurrent per-sample requests; ``overhead`` = server descriptions/s / in-process descriptions/s.
+server merges 64 concurrent per-sample requests; ``overhead`` = server descriptions/s / in-process descriptions/s
+(wall clock), ``overhead_cpu`` = server descriptions per CPU-second (every server process: for Ray the driver,
+raylet, GCS, Serve controller, proxy and replicas) / in-process descriptions per CPU-second: on a shared machine the
+wall-clock figures move with the other jobs' load, the CPU figures much less.
 
 Each scenario also reports the server process's CPU time and descriptions per second of server CPU
 (``desc/server-CPU-s``): on a machine shared with other jobs the wall-clock rates move with their load, the CPU
@@ -293,10 +296,14 @@ async def verl_per_sample(url: str, texts, clients: int, per_client: int, tally:
     return summary(f"verl x{clients}", tally, time.perf_counter() - start, clients * per_client, 1)
 
 
-async def killed_replica(host, port, texts, clients: int, per_client: int, verl: bool = False) -> dict:
+async def killed_replica(host, port, texts, clients: int, per_client: int, replicas: int, verl: bool = False) -> dict:
     """The per-sample load (OpenRLHF's client, or verl's with ``verl``) with one replica process killed (SIGKILL) once
-    a third of the samples are answered."""
-    victim = int((await get_json(host, port, "/health"))["replica"])
+    a third of the samples are answered; first every replica is up (one killed before has been replaced)."""
+    deadline, seen = time.monotonic() + 300, set()
+    while len(seen) < replicas and time.monotonic() < deadline:
+        seen.add(int((await get_json(host, port, "/health"))["replica"]))
+        await asyncio.sleep(0.05)
+    victim = min(seen)
     tally = Tally()
     if verl:
         load = asyncio.ensure_future(verl_per_sample(f"http://{host}:{port}", texts, clients, per_client, tally))
@@ -335,14 +342,15 @@ def in_process_rate(model_dir: Path, texts: list[str], merged: int = 64, n: int 
         service = RewardService(load_reward_model(model_dir))
         jobs = [service.parse("rewards", {"descriptions": [t]}) for t in texts[:n]]
         service.score_jobs(jobs[:merged])  # warm-up
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         for k in range(0, len(jobs), merged):
             service.score_jobs(jobs[k : k + merged])
-        wall = time.perf_counter() - start
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     finally:
         torch.set_num_threads(threads)
     return {"scenario": f"in-process, {merged} per call", "descriptions": len(jobs), "wall_s": round(wall, 3),
-            "descriptions_per_s": round(len(jobs) / wall, 1)}  # fmt: skip
+            "descriptions_per_s": round(len(jobs) / wall, 1),
+            "descriptions_per_cpu_s": round(len(jobs) / cpu, 1)}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------- the server
@@ -418,8 +426,10 @@ async def run_scenarios(args, texts, proc, port: int, label: str, reference, beg
         result["server_cpu_s"] = round(used, 2) if used > 0 else None
         result["descriptions_per_server_cpu_s"] = round(result["descriptions"] / used, 1) if used > 0 else None
         result["engine"] = label
-        if reference:
+        if reference:  # wall: moves with the machine's other load; CPU: what the server spends per description
             result["overhead"] = round(result["descriptions_per_s"] / reference["descriptions_per_s"], 3)
+            per_cpu = result["descriptions_per_server_cpu_s"]
+            result["overhead_cpu"] = round(per_cpu / reference["descriptions_per_cpu_s"], 3) if per_cpu else None
         results.append(result)
 
     await throughput(host, port, texts, 1, args.warmup)  # warm up (not reported)
@@ -432,9 +442,11 @@ async def run_scenarios(args, texts, proc, port: int, label: str, reference, beg
     for n in args.batch:
         await measured(batch(host, port, texts, n))
     if args.kill_replica and label.startswith("ray") and label != "ray x1" and args.per_sample:
-        await measured(killed_replica(host, port, list(texts), max(args.per_sample), args.requests_per_client))
+        replicas = int(label.split("x")[1])
+        n, per = max(args.per_sample), args.requests_per_client
+        await measured(killed_replica(host, port, list(texts), n, per, replicas))
         for n in args.verl_clients:
-            await measured(killed_replica(host, port, list(texts), n, args.requests_per_client, verl=True))
+            await measured(killed_replica(host, port, list(texts), n, per, replicas, verl=True))
 
 
 def main() -> int:
@@ -478,7 +490,7 @@ def main() -> int:
     header |= {"engine": args.engine, "threads": args.threads, "in_process": reference}
     print(json.dumps(header))
     cols = ["engine", "scenario", "requests", "answered", "lost", "requests_per_s", "descriptions_per_s", "p50_ms"]
-    cols += ["p99_ms", "descriptions_per_server_cpu_s"] + (["overhead"] if reference else [])
+    cols += ["p99_ms", "descriptions_per_server_cpu_s"] + (["overhead", "overhead_cpu"] if reference else [])
     print(" | ".join(cols + ["failed attempts", "load"]).replace("descriptions_per_server_cpu_s", "desc/server-CPU-s"))
     for r in results:
         print(" | ".join(str(r[c]) for c in cols) + f" | {r['failed_attempts'] or '-'} | {r['load_1min']}")
