@@ -208,10 +208,10 @@ def run_ray_serve(args: argparse.Namespace, service_options: dict[str, Any], tok
         service_options (`dict`): keyword arguments of `RewardService` (picklable: they travel to every replica).
         token (`str`, *optional*): the bearer token.
     """
-    ray, serve = _import_serve()
     if args.port == 0:
         raise ValueError("--engine ray needs a fixed --port (Ray Serve's proxy binds it; 0 cannot be read back)")
     options = deployment_options(args)  # bad bounds fail before Ray starts
+    ray, serve = _import_serve()
     most = max(args.replicas, args.max_replicas or 0, args.min_replicas or 0)
     started = connect(args.ray_address, num_cpus=math.ceil(args.num_cpus * most) + 1)
     serve.start(http_options={"host": args.host, "port": args.port}, logging_config=QUIET_LOGS)
