@@ -5,6 +5,8 @@ Usage:
     python scripts/benchmark_server.py [--model DIR] [--tree PATH] [--texts words|short|ovmerd]
         [--per-sample 64 256] [--requests-per-client 4] [--batch 1024] [--throughput-clients 4 64] [--threads N]
         [--server-arg=--max-batch-tokens=8192 ...] [--output bench.json]
+    python scripts/benchmark_server.py --engine ray --replicas 1 2 --threads 1 --per-sample 64 256 \
+        --verl-clients 64 --kill-replica --throughput-clients --batch --output ray.json
 
 The server is started as a subprocess (`emoreward serve`, importing emoreward from `--tree`, default this checkout:
 point it at another checkout to measure that version with the same client), on a reward model in `--model` or,
@@ -25,6 +27,21 @@ What the client does, read from OpenRLHF (github.com/OpenRLHF/OpenRLHF):
   ``/v1/rewards`` back to back, without retries (a 503 counts as failed): the "requests/s at 4 descriptions per
   request" figure.
 
+- verl (`--verl-clients C`): verl's reward loop, one asyncio task per sample awaiting
+  ``emoreward.export.verl.compute_score_async`` (this checkout's client: one connection pool, Retry-After honoured,
+  5 tries), C in flight, each sending `--requests-per-client` samples back to back.
+- kill (`--kill-replica`, Ray only, 2+ replicas): the per-sample load of the largest `--per-sample`, with one replica
+  process killed (SIGKILL) a third of the way in; Ray Serve restarts it, the clients' own retries carry the requests
+  that were on it. Lost rewards are what the retries did not save.
+
+With ``--engine ray`` the server is ``emoreward serve --engine ray --replicas R --num-cpus 1`` (a local Ray cluster,
+``--threads`` torch threads per replica), once per ``--replicas`` value. ``in-process`` is the rate of
+`RewardService.score_jobs` in this process (one torch thread) on the same texts merged 64 per model call, as the
+server merges 64 concurrent per-sample requests; ``overhead`` = server descriptions/s / in-process descriptions/s
+(wall clock), ``overhead_cpu`` = server descriptions per CPU-second (every server process: for Ray the driver,
+raylet, GCS, Serve controller, proxy and replicas) / in-process descriptions per CPU-second: on a shared machine the
+wall-clock figures move with the other jobs' load, the CPU figures much less.
+
 Each scenario also reports the server process's CPU time and descriptions per second of server CPU
 (``desc/server-CPU-s``): on a machine shared with other jobs the wall-clock rates move with their load, the CPU
 figure much less (with ``--threads 1``: no thread of the server waits spinning for another).
@@ -42,6 +59,7 @@ import json
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -165,6 +183,26 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU time of a process and all its descendants (a Ray server: the driver, raylet, proxy and replicas)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            total += cpu_seconds(current)
+        except OSError:
+            pass
+        todo += children.get(current, [])
+    return total
+
+
 def summary(name: str, tally: Tally, wall: float, sent: int, descriptions_per_request: int) -> dict:
     lat = sorted(tally.latencies)
     answered = len(lat)
@@ -188,9 +226,9 @@ def summary(name: str, tally: Tally, wall: float, sent: int, descriptions_per_re
     }
 
 
-async def per_sample(host, port, texts, clients: int, per_client: int) -> dict:
+async def per_sample(host, port, texts, clients: int, per_client: int, tally: Tally | None = None) -> dict:
     """`clients` OpenRLHF samples in flight at once, each client sending `per_client` samples back to back."""
-    tally = Tally()
+    tally = tally or Tally()
     random.Random(clients).shuffle(texts)
 
     async def client(c: int) -> None:
@@ -236,6 +274,85 @@ async def throughput(host, port, texts, clients: int, per_client: int) -> dict:
     return summary(f"throughput x{clients}", tally, time.perf_counter() - start, clients * per_client, 4)
 
 
+async def verl_per_sample(url: str, texts, clients: int, per_client: int, tally: Tally | None = None) -> dict:
+    """verl's reward loop: `clients` tasks awaiting `compute_score_async`, each `per_client` samples in a row."""
+    from emoreward.export import verl
+
+    tally = tally or Tally()
+
+    async def client(c: int) -> None:
+        for r in range(per_client):
+            text = texts[(c * per_client + r) % len(texts)]
+            start = time.perf_counter()
+            try:
+                await verl.compute_score_async(solution_str=text, extra_info={}, server_url=url)
+                tally.latencies.append(time.perf_counter() - start)
+            except RuntimeError as err:
+                tally.fail(err)
+                tally.lost += 1
+
+    start = time.perf_counter()
+    await asyncio.gather(*(client(c) for c in range(clients)))
+    return summary(f"verl x{clients}", tally, time.perf_counter() - start, clients * per_client, 1)
+
+
+async def killed_replica(host, port, texts, clients: int, per_client: int, replicas: int, verl: bool = False) -> dict:
+    """The per-sample load (OpenRLHF's client, or verl's with ``verl``) with one replica process killed (SIGKILL) once
+    a third of the samples are answered; first every replica is up (one killed before has been replaced)."""
+    deadline, seen = time.monotonic() + 300, set()
+    while len(seen) < replicas and time.monotonic() < deadline:
+        seen.add(int((await get_json(host, port, "/health"))["replica"]))
+        await asyncio.sleep(0.05)
+    victim = min(seen)
+    tally = Tally()
+    if verl:
+        load = asyncio.ensure_future(verl_per_sample(f"http://{host}:{port}", texts, clients, per_client, tally))
+    else:
+        load = asyncio.ensure_future(per_sample(host, port, texts, clients, per_client, tally))
+    while not load.done() and len(tally.latencies) < clients * per_client // 3:
+        await asyncio.sleep(0.02)
+    os.kill(victim, signal.SIGKILL)
+    result = await load
+    result["scenario"] += ", a replica killed at 1/3"
+    return result
+
+
+async def get_json(host: str, port: int, path: str) -> dict:
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n".encode())
+        await writer.drain()
+        data = await reader.read()
+    finally:
+        writer.close()
+    return json.loads(data.split(b"\r\n\r\n", 1)[1])
+
+
+def in_process_rate(model_dir: Path, texts: list[str], merged: int = 64, n: int = 1024) -> dict:
+    """Descriptions/s of `RewardService.score_jobs` here (one torch thread), `merged` one-description jobs per model
+    call: what the server does with `merged` concurrent per-sample requests, without HTTP."""
+    import torch
+
+    from emoreward.export.serve.service import RewardService
+    from emoreward.models import load_reward_model
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        service = RewardService(load_reward_model(model_dir))
+        jobs = [service.parse("rewards", {"descriptions": [t]}) for t in texts[:n]]
+        service.score_jobs(jobs[:merged])  # warm-up
+        start, cpu = time.perf_counter(), time.process_time()
+        for k in range(0, len(jobs), merged):
+            service.score_jobs(jobs[k : k + merged])
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    finally:
+        torch.set_num_threads(threads)
+    return {"scenario": f"in-process, {merged} per call", "descriptions": len(jobs), "wall_s": round(wall, 3),
+            "descriptions_per_s": round(len(jobs) / wall, 1),
+            "descriptions_per_cpu_s": round(len(jobs) / cpu, 1)}  # fmt: skip
+
+
 # ---------------------------------------------------------------------------------------------- the server
 def fresh_minilm(directory: Path) -> Path:
     import torch
@@ -247,16 +364,31 @@ def fresh_minilm(directory: Path) -> Path:
     return directory
 
 
-def start_server(tree: Path, model: Path, extra: list[str], threads: int | None) -> tuple[subprocess.Popen, int]:
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(
+    tree: Path, model: Path, extra: list[str], threads: int | None, replicas: int | None = None
+) -> tuple[subprocess.Popen, int]:
+    """`emoreward serve` in a subprocess (``replicas``: ``--engine ray`` with that many replicas)."""
     env = {**os.environ, "PYTHONPATH": str(tree), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     env.pop("OMP_NUM_THREADS", None)
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     code = "import sys; from emoreward.cli import main; sys.exit(main(sys.argv[1:]))"
     cmd = [sys.executable, "-c", code, "serve", "--model", str(model), "--port", "0", *extra]
+    if replicas:
+        cmd[cmd.index("0")] = str(free_port())
+        cmd += ["--engine", "ray", "--replicas", str(replicas), "--num-cpus", "1", "--threads", str(threads or 1)]
     # cwd = the tree: `python -c` puts the working directory first on sys.path
     proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 120
+    deadline = time.time() + 180
     while time.time() < deadline:
         line = proc.stdout.readline()
         if not line and proc.poll() is not None:
@@ -265,7 +397,7 @@ def start_server(tree: Path, model: Path, extra: list[str], threads: int | None)
         if match:
             return proc, int(match.group(1))
     proc.kill()
-    raise RuntimeError("the server did not print its address within 120 s")
+    raise RuntimeError("the server did not print its address within 180 s")
 
 
 def stop_server(proc: subprocess.Popen) -> str:
@@ -278,6 +410,45 @@ def stop_server(proc: subprocess.Popen) -> str:
     return out
 
 
+async def run_scenarios(args, texts, proc, port: int, label: str, reference, began: float, results: list) -> None:
+    """Every requested scenario against one running server, appended to ``results`` (skipped past the time limit)."""
+    host = "127.0.0.1"
+
+    async def measured(scenario) -> None:
+        if time.monotonic() - began > args.time_limit:
+            scenario.close()
+            return
+        cpu = tree_cpu_seconds(proc.pid)
+        result = await scenario
+        used = tree_cpu_seconds(proc.pid) - cpu
+        # descriptions per second of server CPU: what a dedicated machine would do, whatever else runs here
+        # (a killed process takes its CPU time with it: then there is no figure)
+        result["server_cpu_s"] = round(used, 2) if used > 0 else None
+        result["descriptions_per_server_cpu_s"] = round(result["descriptions"] / used, 1) if used > 0 else None
+        result["engine"] = label
+        if reference:  # wall: moves with the machine's other load; CPU: what the server spends per description
+            result["overhead"] = round(result["descriptions_per_s"] / reference["descriptions_per_s"], 3)
+            per_cpu = result["descriptions_per_server_cpu_s"]
+            result["overhead_cpu"] = round(per_cpu / reference["descriptions_per_cpu_s"], 3) if per_cpu else None
+        results.append(result)
+
+    await throughput(host, port, texts, 1, args.warmup)  # warm up (not reported)
+    for n in args.throughput_clients:
+        await measured(throughput(host, port, texts, n, args.throughput_requests))
+    for n in args.per_sample:
+        await measured(per_sample(host, port, list(texts), n, args.requests_per_client))
+    for n in args.verl_clients:
+        await measured(verl_per_sample(f"http://{host}:{port}", texts, n, args.requests_per_client))
+    for n in args.batch:
+        await measured(batch(host, port, texts, n))
+    if args.kill_replica and label.startswith("ray") and label != "ray x1" and args.per_sample:
+        replicas = int(label.split("x")[1])
+        n, per = max(args.per_sample), args.requests_per_client
+        await measured(killed_replica(host, port, list(texts), n, per, replicas))
+        for n in args.verl_clients:
+            await measured(killed_replica(host, port, list(texts), n, per, replicas, verl=True))
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", type=Path, help="reward-model directory (default: fresh MiniLM value head, seed 0)")
@@ -288,8 +459,14 @@ def main() -> int:
     p.add_argument("--batch", type=int, nargs="*", default=[1024], help="older OpenRLHF: items in one request")
     p.add_argument("--throughput-clients", type=int, nargs="*", default=[4, 64], help="clients of /v1/rewards")
     p.add_argument("--throughput-requests", type=int, default=20, help="requests each throughput client sends")
+    p.add_argument("--verl-clients", type=int, nargs="*", default=[], help="verl reward-loop tasks in flight")
     p.add_argument("--warmup", type=int, default=32, help="requests sent (and not measured) before measuring")
     p.add_argument("--threads", type=int, help="OMP_NUM_THREADS of the server (default: torch's, all cores)")
+    p.add_argument("--engine", choices=["single", "ray"], default="single", help="emoreward serve --engine")
+    p.add_argument("--replicas", type=int, nargs="*", default=[1], help="--engine ray: replica counts to measure")
+    p.add_argument("--kill-replica", action="store_true", help="--engine ray: kill a replica under load")
+    p.add_argument("--in-process", action="store_true", help="also measure the in-process score rate (overhead)")
+    p.add_argument("--time-limit", type=float, default=900.0, help="seconds; scenarios after it are skipped")
     p.add_argument("--server-arg", action="append", default=[], help="extra `emoreward serve` argument")
     p.add_argument("--output", type=Path, help="write the results as JSON")
     args = p.parse_args()
@@ -297,42 +474,28 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     n_texts = 4096
     texts = {"words": word_texts, "short": short_texts, "ovmerd": ovmerd_texts}[args.texts](n_texts)
+    began = time.monotonic()
+    results, logs = [], []
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model or fresh_minilm(Path(tmp) / "minilm-rm")
-        proc, port = start_server(args.tree.resolve(), model, args.server_arg, args.threads)
-        results = []
-        try:
-
-            async def measured(scenario) -> None:
-                cpu = cpu_seconds(proc.pid)
-                result = await scenario
-                used = cpu_seconds(proc.pid) - cpu
-                # descriptions per second of server CPU: what a dedicated machine would do, whatever else runs here
-                result["server_cpu_s"] = round(used, 2)
-                result["descriptions_per_server_cpu_s"] = round(result["descriptions"] / max(used, 1e-9), 1)
-                results.append(result)
-
-            async def run_all() -> None:
-                host = "127.0.0.1"
-                await throughput(host, port, texts, 1, args.warmup)  # warm up (not reported)
-                for n in args.throughput_clients:
-                    await measured(throughput(host, port, texts, n, args.throughput_requests))
-                for n in args.per_sample:
-                    await measured(per_sample(host, port, list(texts), n, args.requests_per_client))
-                for n in args.batch:
-                    await measured(batch(host, port, texts, n))
-
-            asyncio.run(run_all())
-        finally:
-            log = stop_server(proc)
+        reference = in_process_rate(model, texts) if args.in_process else None
+        for replicas in args.replicas if args.engine == "ray" else [None]:
+            proc, port = start_server(args.tree.resolve(), model, args.server_arg, args.threads, replicas)
+            label = f"ray x{replicas}" if replicas else "single"
+            try:
+                asyncio.run(run_scenarios(args, texts, proc, port, label, reference, began, results))
+            finally:
+                logs.append(stop_server(proc))
     header = {"tree": str(args.tree.resolve()), "texts": args.texts, "server_args": args.server_arg}
+    header |= {"engine": args.engine, "threads": args.threads, "in_process": reference}
     print(json.dumps(header))
-    cols = ["scenario", "requests", "answered", "lost", "requests_per_s", "descriptions_per_s", "p50_ms", "p99_ms"]
-    cols += ["descriptions_per_server_cpu_s"]
+    cols = ["engine", "scenario", "requests", "answered", "lost", "requests_per_s", "descriptions_per_s", "p50_ms"]
+    cols += ["p99_ms", "descriptions_per_server_cpu_s"] + (["overhead", "overhead_cpu"] if reference else [])
     print(" | ".join(cols + ["failed attempts", "load"]).replace("descriptions_per_server_cpu_s", "desc/server-CPU-s"))
     for r in results:
         print(" | ".join(str(r[c]) for c in cols) + f" | {r['failed_attempts'] or '-'} | {r['load_1min']}")
-    print("server output (last lines):\n" + "\n".join(log.strip().splitlines()[-4:]))
+    for log in logs:
+        print("server output (last lines):\n" + "\n".join(log.strip().splitlines()[-4:]))
     if args.output:
         args.output.write_text(json.dumps({**header, "results": results}, indent=2) + "\n")
     return 0

@@ -19,7 +19,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 # distribution name -> import name, where they differ
 IMPORT_NAMES = {"scikit-learn": "sklearn", "pyyaml": "yaml", "huggingface-hub": "huggingface_hub"}
 # imported only by optional features, each declared in an extra
-OPTIONAL = {"deepspeed": "deepspeed", "av": "media"}
+OPTIONAL = {"deepspeed": "deepspeed", "av": "media", "ray": "ray", "starlette": "ray"}
 
 
 def distribution(requirement: str) -> str:
@@ -64,3 +64,9 @@ def test_the_makefile_installs_deepspeed_for_the_distributed_stage():
     assert 'DS_BUILD_OPS=0 $(BIN)/python -m pip install -q -e ".[deepspeed]"' in makefile
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make test" in ci and "make test-distributed" in ci
+
+
+def test_the_makefile_installs_ray_for_the_ray_stage():
+    makefile = (ROOT / "Makefile").read_text()
+    assert '$(BIN)/python -m pip install -q -e ".[ray]"' in makefile and "-m ray" in makefile
+    assert "make test-ray" in (ROOT / ".ci" / "run").read_text()

@@ -123,6 +123,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--log-every", type=positive_float, default=60.0, help="seconds between counter lines in the log")
+    ray = p.add_argument_group("Ray Serve (--engine ray; needs the ray extra: pip install 'emoreward[ray]')")
+    ray.add_argument(
+        "--engine",
+        choices=["single", "ray"],
+        default="single",
+        help="single: one process, one model (default); ray: one model per Ray Serve replica",
+    )
+    ray.add_argument("--replicas", type=positive_int, default=1, help="replicas (default 1; autoscaling: initial)")
+    ray.add_argument("--min-replicas", type=int, help="autoscaling: fewest replicas (0 allowed)")
+    ray.add_argument("--max-replicas", type=positive_int, help="autoscaling: most replicas")
+    ray.add_argument(
+        "--target-ongoing-requests",
+        type=positive_float,
+        default=64.0,
+        help="autoscaling: requests in flight per replica it aims at (default 64)",
+    )
+    ray.add_argument(
+        "--ray-address",
+        help="'auto' or an address: attach to a running Ray cluster (verl's, OpenRLHF's); default: start a local one",
+    )
+    ray.add_argument("--num-cpus", type=positive_float, default=1.0, help="CPUs per replica (default 1)")
+    ray.add_argument("--num-gpus", type=float, default=0.0, help="GPUs per replica (default 0; 1: a GPU each)")
 
 
 def _confirm_no_auth(args: argparse.Namespace) -> bool:
@@ -164,16 +186,8 @@ def run(args: argparse.Namespace) -> int:
         max_call_seconds=args.max_call_seconds,
         max_connections=args.max_connections,
     )
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
-    from emoreward.models import load_reward_model
-
-    model = load_reward_model(args.model, media_root=args.media_root)
-    service = RewardService(
-        model,
-        limits,
+    options = dict(  # RewardService's options, for this process or for every Ray Serve replica
+        limits=limits,
         batch_size=args.batch_size,
         openrlhf_labels=args.openrlhf_labels,
         allow_unused_media=args.allow_unused_media,
@@ -183,6 +197,18 @@ def run(args: argparse.Namespace) -> int:
         extra_query_markers=args.query_marker,
         forward_tokens=args.forward_tokens,
     )
+    if args.engine == "ray":
+        from emoreward.export.serve.ray import run_ray_serve
+
+        return run_ray_serve(args, options, token)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    from emoreward.models import load_reward_model
+
+    model = load_reward_model(args.model, media_root=args.media_root)
+    service = RewardService(model, **options)
     logger.setLevel(logging.INFO)  # counters and refused requests; never bodies or the token
     server = RewardServer(service, args.host, args.port, token=token)
     start = time.time()

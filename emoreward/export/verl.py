@@ -1,44 +1,52 @@
 """verl hand-off: custom reward functions that score emotion descriptions with an emoreward reward model, loaded in
-the reward worker or behind a running `emoreward serve`.
+the reward worker or behind running `emoreward serve` servers (one process, or Ray Serve replicas).
 
-verl calls a custom reward function (`custom_reward_function` in its trainer config; `verl/trainer/ppo/reward.py`
+verl calls a custom reward function (``custom_reward_function`` in its trainer config; ``get_custom_reward_fn``
 merges ``reward_kwargs`` into every call) in one of two shapes:
 
-- per sample (reward managers ``naive``, ``dapo``, and the experimental reward loop):
-  ``compute_score(data_source=..., solution_str=..., ground_truth=..., extra_info=..., **reward_kwargs)``;
+- per sample (reward managers ``naive``, ``dapo``, and the reward loop):
+  ``compute_score(data_source=..., solution_str=..., ground_truth=..., extra_info=..., **reward_kwargs)``. verl's
+  reward loop (``verl/experimental/reward_loop``) runs one asyncio task per sample across ``reward.num_workers``
+  workers: it awaits a coroutine function (``inspect.iscoroutinefunction``: use ``compute_score_async``) and runs a
+  plain function in the event loop's default executor (``compute_score``: up to 32 threads call it at once, so it
+  is thread-safe). Older verl versions call the function synchronously: use ``compute_score``;
 - per batch (reward manager ``batch``): ``compute_score_batch(data_sources=..., solution_strs=..., ground_truths=...,
-  extra_infos=..., **reward_kwargs)``, one list each.
+  extra_infos=..., **reward_kwargs)``, one list each; a rollout larger than the server takes in one request is split
+  into requests within the limits the server reports at ``/health``.
 
-``solution_str`` is the response decoded with ``skip_special_tokens=True`` (no EOS or pad text): it is the emotion
-description, scored as it is. The sample's context comes from ``extra_info`` (the dataset's ``extra_info`` column):
-``subtitle``, ``video``, ``audio`` and ``sample_id`` (names configurable; ``subtitle_key="ground_truth"`` reads the
-subtitle from ``reward_model.ground_truth`` instead). Each call returns ``{"score": reward, "truncated": 0/1,
-"empty": 0/1}`` (verl logs every key; ``score`` is the reward). Example config::
+``solution_str`` is the response decoded with ``skip_special_tokens=True``: the emotion description, scored as it
+is. The sample's context comes from ``extra_info``: ``subtitle``, ``video``, ``audio`` and ``sample_id`` (names
+configurable; ``subtitle_key="ground_truth"`` reads the subtitle from ``reward_model.ground_truth``). Each call
+returns ``{"score": reward, "truncated": 0/1, "empty": 0/1}`` (verl logs every key; ``score`` is the reward)::
 
     custom_reward_function:
       path: pkg://emoreward.export.verl
-      name: compute_score              # compute_score_batch with reward_model.reward_manager=batch
+      name: compute_score_async        # compute_score (older verl), compute_score_batch (reward_manager=batch)
       reward_kwargs:
-        server_url: http://127.0.0.1:8000   # a running `emoreward serve` (batches all workers' requests)
-        # model: /path/to/reward-model      # or: load the model in every reward worker
+        server_url: http://127.0.0.1:8000   # or a list / comma-separated URLs, spread round-robin; a Ray Serve
+                                            # application (`emoreward serve --engine ray`) is one URL
+        # model: /path/to/reward-model      # or: load the model once in every reward worker process
         # media_root: /data/mer2025         # local multimodal model: where relative media paths resolve
-        # token_env: EMOREWARD_SERVE_TOKEN  # the environment variable holding the server's bearer token
+        # token_env: EMOREWARD_SERVE_TOKEN  # the environment variable holding the servers' bearer token
 
-A failure (server unreachable after the retries, a 4xx) raises: verl then stops instead of training on a made-up
-reward.
+Connections (`emoreward.export.reward_client`): one keep-alive pool per worker process (and per event loop for the
+async variant), shared by all threads and tasks. A 503 is retried after its ``Retry-After``; a refused or broken
+connection, a 502 / 504, and a 500 that is not the server's own JSON error (Ray Serve's proxy answers so while it
+replaces a dead replica) after 1 s, each on the next URL. Any other error, or ``retries`` failed attempts, raises:
+verl then stops instead of training on a made-up reward.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
+import math
 import os
-import time
-import urllib.error
-import urllib.request
+import threading
 from collections.abc import Sequence
-from functools import lru_cache
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from emoreward.export.reward_client import RewardClient
 from emoreward.models.base import RewardContext
 
 
@@ -55,6 +63,7 @@ VERL_KWARGS = frozenset(
 )
 
 
+# ---------------------------------------------------------------------------------------------- verl's functions
 def compute_score(
     data_source: Any = None,
     solution_str: str = "",
@@ -62,7 +71,7 @@ def compute_score(
     extra_info: dict | None = None,
     **kwargs: Any,
 ) -> dict[str, float]:
-    """verl's per-sample custom reward function: the reward of one description.
+    """verl's per-sample custom reward function (thread-safe: verl's reward loop runs it in executor threads).
 
     Args:
         data_source: the sample's data source (unused: every sample is scored by the reward model).
@@ -80,6 +89,23 @@ def compute_score(
     return score_descriptions([solution_str], [ground_truth], [extra_info], **kwargs)[0]
 
 
+async def compute_score_async(
+    data_source: Any = None,
+    solution_str: str = "",
+    ground_truth: Any = None,
+    extra_info: dict | None = None,
+    **kwargs: Any,
+) -> dict[str, float]:
+    """`compute_score` as a coroutine function, for verl's reward loop (it awaits coroutine functions: many samples
+    in flight on one event loop, no executor thread each). Same arguments, result and errors."""
+    request = _Request.build([solution_str], [ground_truth], [extra_info], kwargs)
+    if request.model is not None:
+        info = await asyncio.wrap_future(_local_scorer(request.model, request.media_root).submit(request))
+    else:
+        info = await _client(request).apost("/v1/rewards", request.payload())
+    return request.results(info)[0]
+
+
 def compute_score_batch(
     data_sources: Sequence[Any] = (),
     solution_strs: Sequence[str] = (),
@@ -87,8 +113,9 @@ def compute_score_batch(
     extra_infos: Sequence[dict | None] = (),
     **kwargs: Any,
 ) -> list[dict[str, float]]:
-    """verl's batch custom reward function (``reward_model.reward_manager=batch``): one model call, or one request,
-    for the whole batch. Arguments as `compute_score`, one list each; returns one dict per response."""
+    """verl's batch custom reward function (``reward_model.reward_manager=batch``): one model call for the whole
+    batch, or requests within the server's ``/health`` limits (``max_items`` descriptions, ``max_body_bytes``), a
+    few in flight per server. Arguments as `compute_score`, one list each; returns one dict per response."""
     n = len(solution_strs)
     ground_truths = list(ground_truths) if len(ground_truths) else [None] * n
     extra_infos = list(extra_infos) if len(extra_infos) else [None] * n
@@ -98,108 +125,241 @@ def compute_score_batch(
 
 
 def score_descriptions(
-    descriptions: list[str],
-    ground_truths: list[Any],
-    extra_infos: list[dict | None],
-    *,
-    server_url: str | None = None,
-    model: str | None = None,
-    media_root: str | None = None,
-    subtitle_key: str = "subtitle",
-    video_key: str = "video",
-    audio_key: str = "audio",
-    sample_key: str = "sample_id",
-    token_env: str = TOKEN_ENV,
-    timeout: float = 180.0,
-    retries: int = 5,
-    **verl_kwargs: Any,
+    descriptions: list[str], ground_truths: list[Any], extra_infos: list[dict | None], **kwargs: Any
 ) -> list[dict[str, float]]:
-    """Rewards of descriptions with their samples' contexts, from a server or a local model.
+    """Rewards of descriptions with their samples' contexts, from servers or a local model.
 
     Args:
         descriptions (`list[str]`): N descriptions; ground_truths, extra_infos: N each.
-        server_url (`str`): base URL of a running `emoreward serve` (``/v1/rewards`` is posted to); media paths are
-            then relative to the server's ``--media-root``.
-        model (`str`): a reward-model directory to load in this process instead (cached per process).
+        server_url (`str` or `list[str]`): base URL(s) of running `emoreward serve` servers (``/v1/rewards`` is
+            posted to), spread round-robin; media paths are then relative to the servers' ``--media-root``.
+        model (`str`): a reward-model directory to load in this process instead (once per process).
         media_root (`str`): with ``model``: the folder relative media paths resolve in.
-        subtitle_key, video_key, audio_key, sample_key (`str`): ``extra_info`` keys of the context
-            (``subtitle_key="ground_truth"``: the subtitle is the ground truth).
-        token_env (`str`): environment variable with the server's bearer token (sent when set).
-        timeout (`float`): seconds per HTTP request; retries (`int`): attempts on a 503 (after its Retry-After) or a
-            connection error.
+        subtitle_key, video_key, audio_key, sample_key (`str`): ``extra_info`` keys of the context.
+        token_env (`str`): environment variable with the servers' bearer token (sent when set).
+        timeout (`float`): seconds per HTTP request; retries (`int`): attempts per request.
 
     Returns:
         `list[dict]`: ``{"score", "truncated", "empty"}`` per description.
 
     Raises:
         ValueError: neither or both of ``server_url`` and ``model``, or an unknown keyword argument.
-        RuntimeError: the server answered an error, or did not answer after ``retries`` attempts.
+        RuntimeError: a server answered an error, or did not answer after ``retries`` attempts.
     """
-    unknown = sorted(set(verl_kwargs) - VERL_KWARGS)
-    if unknown:
-        raise ValueError(f"unknown reward_kwargs {unknown} for emoreward.export.verl")
-    if (server_url is None) == (model is None):
-        raise ValueError("give exactly one of reward_kwargs 'server_url' (a running emoreward serve) or 'model'")
-    contexts = []
-    for truth, info in zip(ground_truths, extra_infos):
-        info = info or {}
-        subtitle = truth if subtitle_key == "ground_truth" else info.get(subtitle_key)
-        contexts.append(
-            RewardContext(
-                str(subtitle) if subtitle else None,
-                info.get(video_key) or None,
-                info.get(audio_key) or None,
-                None if info.get(sample_key) is None else str(info.get(sample_key)),
-            )
-        )
-    if model is not None:
-        info = _local_model(str(model), media_root).score_info(descriptions, contexts)
-        rewards, truncated = info.rewards.tolist(), info.truncated.tolist()
-    else:
+    request = _Request.build(descriptions, ground_truths, extra_infos, kwargs)
+    if request.model is not None:
+        return request.results(_local_scorer(request.model, request.media_root).submit(request).result())
+    client = _client(request)
+    chunks = request.split(client.limits()) if len(request.descriptions) > 1 else [range(1)]
+    if len(chunks) == 1:
+        return request.results(client.post("/v1/rewards", request.payload()))
+    workers = min(len(chunks), 2 * len(client.urls))
+    with ThreadPoolExecutor(workers, thread_name_prefix="emoreward-verl") as pool:
+        replies = list(pool.map(lambda part: client.post("/v1/rewards", request.payload(part)), chunks))
+    out = []
+    for part, reply in zip(chunks, replies):
+        out += request.results(reply, part)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- one call's request
+class _Request:
+    """The descriptions, contexts and options of one call."""
+
+    def __init__(self, descriptions, contexts, options):
+        self.descriptions: list[str] = descriptions
+        self.contexts: list[RewardContext] = contexts
+        self.model = options["model"]
+        self.media_root = options["media_root"]
+        self.options = options
+
+    @classmethod
+    def build(cls, descriptions, ground_truths, extra_infos, kwargs: dict) -> _Request:
+        options = {
+            "server_url": None,
+            "model": None,
+            "media_root": None,
+            "subtitle_key": "subtitle",
+            "video_key": "video",
+            "audio_key": "audio",
+            "sample_key": "sample_id",
+            "token_env": TOKEN_ENV,
+            "timeout": 180.0,
+            "retries": 5,
+        }
+        unknown = sorted(set(kwargs) - set(options) - VERL_KWARGS)
+        if unknown:
+            raise ValueError(f"unknown reward_kwargs {unknown} for emoreward.export.verl")
+        options.update({k: v for k, v in kwargs.items() if k in options})
+        if (options["server_url"] is None) == (options["model"] is None):
+            raise ValueError("give exactly one of reward_kwargs 'server_url' (running emoreward servers) or 'model'")
+        if options["model"] is not None:
+            options["model"] = str(options["model"])
+        keys = [options[k] for k in ("subtitle_key", "video_key", "audio_key", "sample_key")]
+        contexts = [_context(truth, info, *keys) for truth, info in zip(ground_truths, extra_infos)]
+        return cls([str(d) for d in descriptions], contexts, options)
+
+    def payload(self, part: range | None = None) -> dict:
+        part = part or range(len(self.descriptions))
         media = [
             {k: v for k, v in (("subtitle", c.subtitle), ("video", c.video), ("audio", c.audio)) if v}
-            for c in contexts
+            for c in (self.contexts[i] for i in part)
         ]
-        reply = _post(server_url, {"descriptions": descriptions, "media": media}, token_env, timeout, retries)
+        return {"descriptions": [self.descriptions[i] for i in part], "media": media}
+
+    def split(self, limits: dict) -> list[range]:
+        """Consecutive parts of at most ``max_items`` descriptions and about ``max_body_bytes / 2`` bytes of JSON."""
+        n = len(self.descriptions)
+        most = max(1, int(limits.get("max_items") or n))
+        budget = max(1024, int(limits.get("max_body_bytes") or 2**62) // 2)
+        parts, start, size = [], 0, 0
+        for i in range(n):
+            c = self.contexts[i]
+            item = 64 + sum(len(s or "") for s in (self.descriptions[i], c.subtitle, c.video, c.audio)) * 6
+            if i > start and (i - start >= most or size + item > budget):
+                parts.append(range(start, i))
+                start, size = i, 0
+            size += item
+        parts.append(range(start, n))
+        return parts
+
+    def results(self, reply: dict, part: range | None = None) -> list[dict[str, float]]:
+        part = part or range(len(self.descriptions))
         rewards, truncated = reply["rewards"], reply["truncated"]
-    return [
-        {"score": float(r), "truncated": float(bool(t)), "empty": float(not d.strip())}
-        for r, t, d in zip(rewards, truncated, descriptions)
-    ]
+        if len(rewards) != len(part):
+            raise RuntimeError(f"the server returned {len(rewards)} rewards for {len(part)} descriptions")
+        return [
+            {"score": float(r), "truncated": float(bool(t)), "empty": float(not self.descriptions[i].strip())}
+            for r, t, i in zip(rewards, truncated, part)
+        ]
 
 
-@lru_cache(maxsize=4)
-def _local_model(path: str, media_root: str | None):
-    from emoreward.models import load_reward_model
+def _context(truth: Any, info: dict | None, subtitle_key, video_key, audio_key, sample_key) -> RewardContext:
+    info = info or {}
+    subtitle = truth if subtitle_key == "ground_truth" else info.get(subtitle_key)
+    sample = info.get(sample_key)
+    return RewardContext(
+        str(subtitle) if subtitle else None,
+        info.get(video_key) or None,
+        info.get(audio_key) or None,
+        None if sample is None else str(sample),
+    )
 
-    return load_reward_model(path, media_root=media_root)
 
+# ---------------------------------------------------------------------------------------------- local model
+class _LocalScorer:
+    """A reward model loaded once in this process, behind the server's batcher: calls from many threads (verl's
+    executor) or tasks are queued and scored together, one model call at a time."""
 
-def _post(server_url: str, payload: dict, token_env: str, timeout: float, retries: int) -> dict:
-    url = server_url.rstrip("/") + "/v1/rewards"
-    headers = {"Content-Type": "application/json"}
-    token = os.environ.get(token_env)
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    body = json.dumps(payload).encode("utf-8")
-    last = "no attempt"
-    for attempt in range(max(1, retries)):
-        request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    def __init__(self, path: str, media_root: str | None):
+        from emoreward.export.serve.batching import Batcher
+        from emoreward.export.serve.protocol import ServerLimits
+        from emoreward.export.serve.service import RewardService
+        from emoreward.models import load_reward_model
+
+        model = load_reward_model(path, media_root=media_root)
+        # no request limits in process: the queue is as long as the callers make it, and nothing times out
+        limits = ServerLimits(max_items=2**31, max_queue=2**31, queue_timeout=1e9, max_chars=2**31)
+        self.service = RewardService(model, limits, name=path, allow_unused_media=True, media_root=media_root)
+        self.batcher = Batcher(self.service)
+        self.batcher.start()
+
+    def submit(self, request: _Request):
+        """A `concurrent.futures.Future` of the reply dict (``rewards``, ``truncated``) of `request`, validated with
+        the server's own rules (`RewardService.parse`: media paths confined to ``media_root``).
+
+        Raises:
+            ValueError: a description or media path the server would refuse (the message names the field).
+        """
+        from concurrent.futures import Future
+
+        from emoreward.export.serve.protocol import RequestError
+
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as err:
-            detail = err.read().decode("utf-8", "replace")
-            if err.code != 503:
-                raise RuntimeError(f"{url} answered {err.code}: {detail}") from None
-            last = f"503: {detail}"
-            wait = float(err.headers.get("Retry-After") or 1)
-        except (urllib.error.URLError, TimeoutError, ConnectionError) as err:
-            last = str(err)
-            wait = 1.0
-        if attempt + 1 < retries:
-            time.sleep(min(wait, 60.0))
-    raise RuntimeError(f"{url} did not answer after {retries} attempts (last: {last})")
+            job = self.service.parse("rewards", request.payload())
+        except RequestError as err:
+            raise ValueError(f"emoreward.export.verl (model={self.service.name}): {err.message}") from None
+        self.batcher.submit(job)
+        out: Future = Future()
+
+        def done(_):
+            try:
+                out.set_result(self.service.reply(job))
+            except Exception as err:
+                out.set_exception(RuntimeError(f"scoring failed: {getattr(err, 'message', err)}"))
+
+        job.future.add_done_callback(done)
+        return out
 
 
-__all__ = ["compute_score", "compute_score_batch", "score_descriptions"]
+_LOCAL: dict[tuple[str, str | None], _LocalScorer] = {}
+_LOCAL_LOCK = threading.Lock()
+
+
+def _local_scorer(path: str, media_root: str | None) -> _LocalScorer:
+    """The process's scorer of ``path`` (loaded on first use; concurrent first calls wait for one load)."""
+    key = (path, media_root)
+    scorer = _LOCAL.get(key)
+    if scorer is None:
+        with _LOCAL_LOCK:
+            scorer = _LOCAL.get(key)
+            if scorer is None:
+                scorer = _LOCAL[key] = _LocalScorer(path, media_root)
+    return scorer
+
+
+# ---------------------------------------------------------------------------------------------- HTTP client
+def server_urls(server_url: Any) -> tuple[str, ...]:
+    """The base URLs of ``server_url``: one URL, comma-separated URLs, or a list (an OmegaConf ``ListConfig``
+    too), trailing slashes removed.
+
+    Raises:
+        ValueError: no URL, or one that is not ``http://`` / ``https://``.
+    """
+    items = server_url.split(",") if isinstance(server_url, str) else list(server_url)
+    urls = tuple(str(u).strip().rstrip("/") for u in items if str(u).strip())
+    if not urls:
+        raise ValueError("reward_kwargs 'server_url' names no server")
+    for url in urls:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"reward_kwargs 'server_url': {url!r} is not an http:// or https:// URL")
+    return urls
+
+
+_CLIENTS: dict[tuple, RewardClient] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def close_pools() -> None:
+    """Close this process's connection pools (their keep-alive connections); the next call opens new ones. For a
+    worker that shuts down, and tests."""
+    with _CLIENTS_LOCK:
+        clients = list(_CLIENTS.values())
+        _CLIENTS.clear()
+    for client in clients:
+        client.close()
+
+
+def _client(request: _Request) -> RewardClient:
+    """The process's client for these servers and options (one connection pool per worker process)."""
+    o = request.options
+    timeout = float(o["timeout"])
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"reward_kwargs 'timeout' must be a positive number of seconds, got {o['timeout']!r}")
+    key = (server_urls(o["server_url"]), os.environ.get(o["token_env"]) or None, timeout, int(o["retries"]))
+    client = _CLIENTS.get(key)
+    if client is None:
+        with _CLIENTS_LOCK:
+            client = _CLIENTS.get(key) or _CLIENTS.setdefault(key, RewardClient(*key))
+    return client
+
+
+__all__ = [
+    "RewardClient",
+    "compute_score",
+    "compute_score_async",
+    "close_pools",
+    "compute_score_batch",
+    "score_descriptions",
+    "server_urls",
+]

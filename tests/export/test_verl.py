@@ -137,6 +137,7 @@ def test_naive_manager_with_a_running_server_and_a_token(tok, reward_model, non_
         }
         reward_tensor, extra = naive_reward_manager(tok, get_custom_reward_fn(config), batch, non_tensor)
         assert srv.service.stats.requests == 3
+        verl_module.close_pools()  # the pool's keep-alive connections would hold the server's stop
     expected = reward_model.score(DESCRIPTIONS, SUBTITLES)
     lengths = batch["attention_mask"][:, batch["prompts"].shape[-1] :].sum(-1)
     got = [float(reward_tensor[i, lengths[i] - 1]) for i in range(3)]
@@ -188,6 +189,7 @@ def test_errors_are_raised_not_turned_into_rewards(reward_model):
                 srv.token = None
                 del os.environ["EMOREWARD_SERVE_TOKEN"]
         port = srv.port
+        verl_module.close_pools()
     with pytest.raises(RuntimeError, match="did not answer after 2 attempts"):
         verl_module.compute_score(solution_str="x", server_url=f"http://127.0.0.1:{port}", retries=2, timeout=2)
 
@@ -209,4 +211,5 @@ def test_the_docs_config_calls_the_documented_function(reward_model):
         score = get_custom_reward_fn(config)(
             data_source="emotion", solution_str="Sad.", ground_truth="", extra_info={}
         )
+        verl_module.close_pools()
     assert score["score"] == pytest.approx(float(reward_model.score(["Sad."])[0]), abs=1e-6)

@@ -170,6 +170,25 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def check_body_headers(headers: dict[str, str], limits: ServerLimits) -> None:
+    """The checks of a POST that need no body (``headers``: lower-case names), so that a refused request's body is
+    never read: JSON content type, a Content-Length (no chunked bodies), within ``limits.max_body_bytes``.
+
+    Raises:
+        RequestError: 415, 411 or 413.
+    """
+    ctype = headers.get("content-type", "application/json").split(";")[0].strip().lower()
+    if ctype != "application/json":
+        raise RequestError(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, f"Content-Type must be application/json, got {ctype}")
+    length = headers.get("content-length", "")
+    if "chunked" in headers.get("transfer-encoding", "").lower() or not length.strip().isdigit():
+        raise RequestError(HTTPStatus.LENGTH_REQUIRED, "send a Content-Length header (chunked bodies are refused)")
+    if int(length) > limits.max_body_bytes:
+        raise RequestError(
+            HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body of {int(length)} bytes; the limit is {limits.max_body_bytes}"
+        )
+
+
 def check_bearer(headers: dict[str, str], token: str | None) -> None:
     """Refuse a request without ``Authorization: Bearer <token>`` (``headers``: lower-case names; no check when
     ``token`` is None). Compared in constant time; the token is never logged.

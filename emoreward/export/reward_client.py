@@ -1,0 +1,234 @@
+"""HTTP client of running `emoreward serve` servers for RL reward workers: keep-alive connection pools shared by every
+thread (one per process) and every task (one per event loop), several servers used round-robin, retries that
+honour ``Retry-After``. Standard library and h11 only (h11 parses the responses on the asyncio side).
+
+Retries (each attempt on the next URL): a 503 after its ``Retry-After`` (at most `MAX_WAIT` s); a refused, reset or
+timed-out connection, a 502 / 504, and a 500 that is not the server's own JSON error (Ray Serve's proxy answers so
+while it replaces a dead replica) after 1 s. A stale keep-alive connection (closed by the server while idle) is
+replaced at once, without counting as an attempt. Any other status raises: a 4xx or the server's own 500 is not
+mended by asking again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import itertools
+import json
+import queue
+import ssl
+import threading
+import time
+import urllib.parse
+import weakref
+from typing import Any
+
+import h11
+
+
+MAX_WAIT = 60.0  # seconds: the longest Retry-After honoured
+POOL_CONNECTIONS = 64  # idle keep-alive connections kept per server (per process, and per event loop)
+TRANSPORT_ERRORS = (OSError, http.client.HTTPException, h11.ProtocolError, asyncio.TimeoutError)
+
+
+class RewardClient:
+    """A client of one or more emoreward servers, thread-safe and usable from any event loop.
+
+    Args:
+        urls (`tuple[str]`): base URLs (``http://host:port``), used round-robin.
+        token (`str`, *optional*): bearer token sent with every request.
+        timeout (`float`): seconds per attempt; retries (`int`): attempts per request (at least 1).
+    """
+
+    def __init__(self, urls: tuple[str, ...], token: str | None, timeout: float, retries: int):
+        self.urls, self.timeout, self.retries = tuple(urls), float(timeout), max(1, int(retries))
+        self.headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if token:
+            self.headers["Authorization"] = f"Bearer {token}"
+        self._turn = itertools.count()  # next() on a count is atomic: threads share the round-robin
+        self._idle = {url: queue.LifoQueue(POOL_CONNECTIONS) for url in self.urls}
+        self._async_idle: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loop -> {url: [streams]}
+        self._limits: dict | None = None
+        self._lock = threading.Lock()
+
+    def _next_url(self) -> str:
+        return self.urls[next(self._turn) % len(self.urls)]
+
+    # ------------------------------------------------------------------ sync (threads)
+    def limits(self) -> dict:
+        """The servers' request limits (``GET /health`` of one of them, read once)."""
+        if self._limits is None:
+            self._limits = dict(self.request("GET", "/health").get("limits") or {})
+        return self._limits
+
+    def post(self, path: str, payload: dict) -> dict:
+        """The JSON reply of a POST of ``payload`` to ``path``, retried as the module docstring says.
+
+        Raises:
+            RuntimeError: an error status, or no answer after ``retries`` attempts.
+        """
+        return self.request("POST", path, json.dumps(payload).encode("utf-8"))
+
+    def request(self, method: str, path: str, body: bytes | None = None) -> dict:
+        last = "no attempt"
+        for attempt in range(self.retries):
+            url = self._next_url()
+            try:
+                status, headers, content = self._send(url, method, path, body)
+            except TRANSPORT_ERRORS as err:
+                last, wait = f"{url}: {type(err).__name__}: {err}", 1.0
+            else:
+                done, value, wait = outcome(url + path, status, headers, content)
+                if done:
+                    return value
+                last = value
+            if attempt + 1 < self.retries:
+                time.sleep(wait)
+        raise RuntimeError(f"{path} did not answer after {self.retries} attempts (last: {last})")
+
+    def _send(self, url: str, method: str, path: str, body: bytes | None):
+        parts = urllib.parse.urlsplit(url)
+        idle = self._idle[url]
+        for reuse in (True, False):
+            conn = None
+            if reuse:
+                try:
+                    conn = idle.get_nowait()
+                except queue.Empty:
+                    continue
+            if conn is None:
+                kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+                conn = kind(parts.hostname, parts.port, timeout=self.timeout)
+            try:
+                conn.request(method, parts.path + path, body=body, headers=self.headers)
+                response = conn.getresponse()
+                content = response.read()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                conn.close()
+                if reuse:  # the server closed it while it was idle: once more on a new connection
+                    continue
+                raise
+            except BaseException:
+                conn.close()
+                raise
+            if response.will_close:
+                conn.close()
+            else:
+                try:
+                    idle.put_nowait(conn)
+                except queue.Full:
+                    conn.close()
+            return response.status, response.headers, content
+        raise ConnectionError(f"{url}: no connection")  # not reached
+
+    def close(self) -> None:
+        """Close the idle connections of this process's pool (event-loop pools end with their loops)."""
+        for idle in self._idle.values():
+            while True:
+                try:
+                    idle.get_nowait().close()
+                except queue.Empty:
+                    break
+
+    # ------------------------------------------------------------------ async (one pool per event loop)
+    async def apost(self, path: str, payload: dict) -> dict:
+        """`post` on this event loop's connection pool (waits with ``asyncio.sleep``)."""
+        body = json.dumps(payload).encode("utf-8")
+        last = "no attempt"
+        for attempt in range(self.retries):
+            url = self._next_url()
+            try:
+                status, headers, content = await asyncio.wait_for(self._asend(url, path, body), self.timeout)
+            except TRANSPORT_ERRORS as err:
+                last, wait = f"{url}: {type(err).__name__}: {err}", 1.0
+            else:
+                done, value, wait = outcome(url + path, status, headers, content)
+                if done:
+                    return value
+                last = value
+            if attempt + 1 < self.retries:
+                await asyncio.sleep(wait)
+        raise RuntimeError(f"{path} did not answer after {self.retries} attempts (last: {last})")
+
+    async def _asend(self, url: str, path: str, body: bytes):
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            idle = self._async_idle.setdefault(loop, {}).setdefault(url, [])
+        parts = urllib.parse.urlsplit(url)
+        target = (parts.path + path).encode("ascii")
+        head = [("Host", parts.netloc), ("Content-Length", str(len(body))), *self.headers.items()]
+        for reuse in (True, False):
+            if reuse and not idle:
+                continue
+            if reuse:
+                reader, writer = idle.pop()
+            else:
+                context = ssl.create_default_context() if parts.scheme == "https" else None
+                port = parts.port or (443 if context else 80)
+                reader, writer = await asyncio.open_connection(parts.hostname, port, ssl=context)
+            conn = h11.Connection(h11.CLIENT)
+            status, headers, chunks = None, {}, []
+            try:
+                writer.write(
+                    conn.send(h11.Request(method="POST", target=target, headers=head))
+                    + conn.send(h11.Data(data=body))
+                    + conn.send(h11.EndOfMessage())
+                )
+                await writer.drain()
+                while True:
+                    event = conn.next_event()
+                    if event is h11.NEED_DATA:
+                        conn.receive_data(await reader.read(64 * 1024))
+                    elif isinstance(event, h11.Response):
+                        status = event.status_code
+                        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in event.headers}
+                    elif isinstance(event, h11.Data):
+                        chunks.append(bytes(event.data))
+                    elif isinstance(event, h11.EndOfMessage):
+                        break
+                    elif isinstance(event, h11.ConnectionClosed):
+                        raise ConnectionResetError("the server closed the connection")
+            except BaseException as err:
+                writer.close()
+                if reuse and status is None and isinstance(err, TRANSPORT_ERRORS):
+                    continue  # closed by the server while idle: once more on a new connection
+                raise
+            if conn.our_state is h11.DONE and conn.their_state is h11.DONE and len(idle) < POOL_CONNECTIONS:
+                idle.append((reader, writer))
+            else:
+                writer.close()
+            return status, headers, b"".join(chunks)
+        raise ConnectionError(f"{url}: no connection")  # not reached
+
+
+def outcome(url: str, status: int, headers: Any, content: bytes) -> tuple[bool, Any, float]:
+    """(done, reply or reason, seconds to wait before the retry) of one HTTP answer (``headers``: a mapping whose
+    ``get`` finds lower-case names).
+
+    Raises:
+        RuntimeError: an error that a retry cannot mend (4xx, the server's own 500).
+    """
+    text = content.decode("utf-8", "replace")
+    if status == 200:
+        return True, json.loads(text), 0.0
+    if status == 503:
+        try:
+            wait = float(headers.get("retry-after") or 1.0)
+        except ValueError:  # an HTTP date: emoreward never sends one
+            wait = 1.0
+        return False, f"{url}: 503: {text[:200]}", min(max(wait, 0.0), MAX_WAIT)
+    if status in (502, 504) or (status == 500 and not _own_error(text)):
+        return False, f"{url}: {status}: {text[:200]}", 1.0
+    raise RuntimeError(f"{url} answered {status}: {text[:1000]}")
+
+
+def _own_error(text: str) -> bool:
+    """Whether a body is an emoreward server's JSON error (not a proxy's page)."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(body, dict) and "error" in body
+
+
+__all__ = ["MAX_WAIT", "POOL_CONNECTIONS", "RewardClient", "outcome"]

@@ -1,0 +1,256 @@
+"""`emoreward serve --engine ray`: the reward server as a Ray Serve application, one reward model per replica.
+
+    emoreward serve --engine ray --model DIR --replicas 2 [--ray-address auto] [--num-cpus 1] [--num-gpus 0]
+    emoreward serve --engine ray --model DIR --min-replicas 1 --max-replicas 8     # autoscaling
+
+Same endpoints, request / response schemas and error codes as the single-process server (`emoreward.export.serve`):
+``POST /v1/rewards``, ``POST /get_reward`` (OpenRLHF ``--remote_rm_url``), ``GET /health``. Each replica is a Ray
+actor that loads the model once, validates requests with the shared `RewardService` and scores them through the
+shared `Batcher` (concurrent requests of one replica share forward passes). Ray Serve's HTTP proxy spreads requests
+over the replicas, restarts a replica whose actor died or whose `check_health` failed, and scales between
+``--min-replicas`` and ``--max-replicas`` on the ongoing requests per replica.
+
+Ray itself: ``--ray-address auto`` (or an address) attaches to a running cluster (the one verl or OpenRLHF started:
+set ``--num-gpus 1`` to give each replica its own GPU); without it a local cluster is started (no dashboard,
+``num_cpus`` bounded by what the replicas need). Requests reach a replica through Ray Serve's own proxy, which binds
+``--host`` / ``--port`` (loopback by default); a bearer token (``--token-env``) is checked in the replica.
+
+Source: Ray Serve deployments (``@serve.deployment``, ``ray_actor_options``, ``autoscaling_config``,
+``max_ongoing_requests``, a user ``check_health`` method; a deployment without ``@serve.ingress`` receives raw
+Starlette requests), https://docs.ray.io/en/latest/serve/ (Ray 2.40-2.60).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from http import HTTPStatus
+from typing import Any
+
+
+logger = logging.getLogger(__name__)
+
+APP_NAME = "emoreward"
+DEPLOYMENT_NAME = "EmoRewardReplica"
+# concurrent requests a replica takes from the proxy: many, so that its batcher can merge them (Ray's default is 5)
+MAX_ONGOING_REQUESTS = 512
+# no access-log line per request (at RL rates it costs CPU the replicas need); warnings and errors still logged
+QUIET_LOGS = {"enable_access_log": False, "log_level": "WARNING"}
+
+
+def _import_serve():
+    """ray and ray.serve, or an ImportError that says how to install them (the ``ray`` extra)."""
+    try:
+        import ray
+        from ray import serve
+    except ImportError as err:  # pragma: no cover - the extra is installed in CI
+        raise ImportError(
+            "--engine ray needs Ray Serve: pip install 'emoreward[ray]' (or pip install 'ray[serve]>=2.40')"
+        ) from err
+    return ray, serve
+
+
+class RewardReplica:
+    """One Ray Serve replica: the reward model, the shared request validation and the shared batcher.
+
+    Args:
+        model_path (`str`): the reward-model directory (loaded once, in the replica's process).
+        service_options (`dict`): keyword arguments of `RewardService` (limits included, as a `ServerLimits`).
+        token (`str`, *optional*): the bearer token every request must carry.
+        threads (`int`, *optional*): torch CPU threads of this replica.
+    """
+
+    def __init__(self, model_path: str, service_options: dict[str, Any], token: str | None, threads: int | None):
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)
+        from emoreward.export.serve.batching import Batcher
+        from emoreward.export.serve.service import RewardService
+        from emoreward.models import load_reward_model
+
+        options = dict(service_options)
+        model = load_reward_model(model_path, media_root=options.get("media_root"))
+        self.service = RewardService(model, **options)
+        self.batcher = Batcher(self.service)
+        self.batcher.start()
+        self.token = token or None
+        self.replica = os.getpid()
+
+    async def __call__(self, request: Any) -> Any:
+        """An HTTP request (a Starlette ``Request`` from Ray Serve's proxy) -> a JSON ``Response``."""
+        from starlette.responses import JSONResponse
+
+        status, payload, headers = await self.handle(
+            request.method, request.url.path, dict(request.headers), request.body
+        )
+        return JSONResponse(payload, status_code=int(status), headers={"Server": "emoreward-serve", **dict(headers)})
+
+    async def handle(self, method: str, path: str, headers: dict[str, str], read_body) -> tuple[int, dict, list]:
+        """(status, JSON payload, extra headers) of one request, as the single-process server answers it."""
+        from emoreward.export.serve.protocol import ROUTES, RequestError, check_bearer, check_body_headers, parse_json
+
+        service = self.service
+        headers = {k.lower(): v for k, v in headers.items()}
+        path = path.rstrip("/") or "/"
+        try:
+            if path == "/health":
+                if method != "GET":
+                    raise RequestError(HTTPStatus.METHOD_NOT_ALLOWED, "/health takes GET", [("Allow", "GET")])
+                check_bearer(headers, self.token)
+                health = {**service.health(), "queue": self.batcher.pending, "engine": "ray", "replica": self.replica}
+                return HTTPStatus.OK, health, []
+            route = ROUTES.get(path)
+            if route is None:
+                raise RequestError(HTTPStatus.NOT_FOUND, f"no endpoint {path}; try /v1/rewards or /get_reward")
+            if method != "POST":
+                raise RequestError(HTTPStatus.METHOD_NOT_ALLOWED, f"{path} takes POST", [("Allow", "POST")])
+            check_bearer(headers, self.token)
+            check_body_headers(headers, service.limits)
+            if self.batcher.full():
+                raise self.batcher.busy("the queue is full; retry later")
+            raw = await read_body()
+            if len(raw) > service.limits.max_body_bytes:
+                raise RequestError(
+                    HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                    f"body of {len(raw)} bytes; the limit is {service.limits.max_body_bytes}",
+                )
+            if len(raw) > 1024 * 1024:  # a large body is parsed off the event loop
+                body = await asyncio.get_running_loop().run_in_executor(None, parse_json, raw)
+            else:
+                body = parse_json(raw)
+            job = service.parse(route, body)
+            return HTTPStatus.OK, await self.batcher.run(job), []
+        except RequestError as err:
+            service.record_error(err)
+            logger.info("%s %s -> %d %s", method, path, err.status.value, err.message)
+            return err.status, {"error": err.message}, err.headers
+        except Exception:
+            logger.exception("request failed")
+            service.count(failures=1)
+            return HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error; see the server log"}, []
+
+    def check_health(self) -> None:
+        """Ray Serve's health check (every ``health_check_period_s``): raises when the scoring thread has died, so
+        that Ray replaces the replica."""
+        if not self.batcher._thread.is_alive():  # noqa: SLF001 - the Batcher has no public liveness yet
+            raise RuntimeError("the scoring thread of this replica has stopped")
+
+
+def deployment_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``@serve.deployment`` options from the command line: fixed ``--replicas`` or autoscaling bounds, and each
+    replica's ``ray_actor_options`` (``num_cpus`` / ``num_gpus``).
+
+    Raises:
+        ValueError: ``--min-replicas`` above ``--max-replicas``.
+    """
+    options: dict[str, Any] = {
+        "name": DEPLOYMENT_NAME,
+        "ray_actor_options": {"num_cpus": args.num_cpus, "num_gpus": args.num_gpus},
+        "max_ongoing_requests": MAX_ONGOING_REQUESTS,
+        "health_check_period_s": 10.0,
+        "health_check_timeout_s": 30.0,
+        "graceful_shutdown_timeout_s": 60.0,
+    }
+    if args.min_replicas is not None or args.max_replicas is not None:
+        low = args.min_replicas if args.min_replicas is not None else 1
+        high = args.max_replicas if args.max_replicas is not None else max(low, args.replicas)
+        if low < 0 or low > high:
+            raise ValueError(f"--min-replicas {low} must be between 0 and --max-replicas {high}")
+        options["autoscaling_config"] = {
+            "min_replicas": low,
+            "max_replicas": high,
+            "initial_replicas": min(max(args.replicas, low), high),
+            "target_ongoing_requests": args.target_ongoing_requests,
+        }
+    else:
+        options["num_replicas"] = args.replicas
+    return options
+
+
+def build_app(args: argparse.Namespace, service_options: dict[str, Any], token: str | None, options=None):
+    """The Ray Serve application: `RewardReplica` bound to the model path and the service options (``options``:
+    the `deployment_options`)."""
+    _, serve = _import_serve()
+    deployment = serve.deployment(RewardReplica).options(**(options or deployment_options(args)))
+    threads = args.threads or max(1, int(args.num_cpus))
+    return deployment.bind(str(args.model), service_options, token, threads)
+
+
+def connect(address: str | None, num_cpus: int) -> bool:
+    """Attach to a running Ray cluster (``address``: ``"auto"`` or ``host:port`` / ``ray://...``) or start a local
+    one with ``num_cpus`` CPUs and no dashboard. True when this process started the cluster."""
+    ray, _ = _import_serve()
+    if ray.is_initialized():
+        return False
+    if address:
+        ray.init(address=address, logging_level=logging.WARNING)
+        return False
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report leaves the machine unless asked
+    # a local cluster on loopback only (its own services included), sized for the replicas and Serve's proxy
+    ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING, _node_ip_address="127.0.0.1")
+    return True
+
+
+def run_ray_serve(args: argparse.Namespace, service_options: dict[str, Any], token: str | None) -> int:
+    """Deploy the replicas on Ray Serve and serve until SIGTERM or Ctrl-C; then delete the application (and stop
+    the local cluster when this process started it) and print a summary.
+
+    Args:
+        args: the parsed ``emoreward serve`` arguments (``--engine ray`` options included).
+        service_options (`dict`): keyword arguments of `RewardService` (picklable: they travel to every replica).
+        token (`str`, *optional*): the bearer token.
+    """
+    if args.port == 0:
+        raise ValueError("--engine ray needs a fixed --port (Ray Serve's proxy binds it; 0 cannot be read back)")
+    options = deployment_options(args)  # bad bounds fail before Ray starts
+    ray, serve = _import_serve()
+    most = max(args.replicas, args.max_replicas or 0, args.min_replicas or 0)
+    started = connect(args.ray_address, num_cpus=math.ceil(args.num_cpus * most) + 1)
+    serve.start(http_options={"host": args.host, "port": args.port}, logging_config=QUIET_LOGS)
+    try:
+        app = build_app(args, service_options, token, options)
+        serve.run(app, name=APP_NAME, route_prefix="/", blocking=False, logging_config=QUIET_LOGS)
+        host = f"[{args.host}]" if ":" in args.host else args.host
+        replicas = (
+            f"{args.replicas} replicas"
+            if args.min_replicas is None and args.max_replicas is None
+            else f"{args.min_replicas or 1}-{args.max_replicas or args.replicas} replicas (autoscaling)"
+        )
+        _echo(
+            f"emoreward serve (ray, {replicas}, {args.num_cpus:g} CPU / {args.num_gpus:g} GPU each): {args.model} "
+            f"on http://{host}:{args.port}  (POST /v1/rewards, POST /get_reward, GET /health; "
+            f"{'bearer token required' if token else 'no authentication'})"
+        )
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        while not stop.wait(1.0):
+            pass
+        _echo("shutting down: the replicas finish their queued requests")
+    finally:
+        start = time.time()
+        try:
+            serve.delete(APP_NAME)
+            if started:
+                serve.shutdown()
+        finally:
+            if started:
+                ray.shutdown()
+        _echo(f"stopped in {time.time() - start:.0f} s")
+    return 0
+
+
+def _echo(text: str) -> None:
+    sys.stdout.write(f"{text}\n")
+    sys.stdout.flush()
+
+
+__all__ = ["APP_NAME", "RewardReplica", "build_app", "connect", "deployment_options", "run_ray_serve"]
