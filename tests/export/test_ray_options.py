@@ -6,7 +6,7 @@ import argparse
 import pytest
 
 from emoreward.export.serve.ray import MAX_ONGOING_REQUESTS, deployment_options, run_ray_serve
-from emoreward.serve_command import add_arguments
+from emoreward.cli.serve import add_arguments
 
 
 def parse(*argv):
