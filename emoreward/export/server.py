@@ -83,6 +83,8 @@ from typing import Any
 
 import h11
 
+from emoreward.data.context import openrlhf_context, reward_context
+from emoreward.data.errors import DataError
 from emoreward.models.base import RewardContext, ScoreInfo
 
 
@@ -417,7 +419,7 @@ class RewardService:
                     f"'media[{k}].{given[0]}' given, but this reward model is text-only (it uses the subtitle); "
                     "start the server with --allow-unused-media to accept and ignore media paths",
                 )
-            return RewardContext(subtitle or None)
+            return reward_context(subtitle=subtitle)
         resolved = {key: self._media_path(value, f"media[{k}].{key}") for key, value in paths.items()}
         for needed in sorted(self.model.modalities):
             if resolved[needed] is None and not (needed == "audio" and self._audio_from_video(resolved)):
@@ -427,7 +429,7 @@ class RewardService:
         # the sample id names the media as the client wrote it: equal media share one prefix, and errors name the
         # client's path, not the server's file layout
         sample = paths["video"] or paths["audio"]
-        return RewardContext(subtitle or None, resolved["video"], resolved["audio"], sample_id=sample)
+        return reward_context(subtitle=subtitle, video=resolved["video"], audio=resolved["audio"], sample_id=sample)
 
     def _audio_from_video(self, resolved: dict[str, str | None]) -> bool:
         return bool(getattr(self.model.settings, "use_audio_in_video", False) and resolved["video"])
@@ -508,13 +510,19 @@ class RewardService:
                 count = f"{len(labels)} items" if isinstance(labels, list) else "no list"
                 raise RequestError(HTTPStatus.BAD_REQUEST, f"'labels' has {count} for {n} queries")
             subtitles = [self._text(s, f"labels[{k}]", allow_none=True) or None for k, s in enumerate(labels)]
+        try:  # the one context rule: the label, else the prompt's Subtitle: line (emoreward.data.context)
+            contexts = [
+                openrlhf_context(p, s, labels="subtitle", end_markers=self.end_markers, row=k + 1)
+                for k, (p, s) in enumerate(zip(prompts, subtitles))
+            ]
+        except DataError as err:
+            raise RequestError(HTTPStatus.BAD_REQUEST, str(err)) from None
         if self.model.modalities:
             raise RequestError(
                 HTTPStatus.BAD_REQUEST,
                 "/get_reward carries no media and this reward model reads "
                 f"{' and '.join(sorted(self.model.modalities))}: use /v1/rewards with 'media'",
             )
-        contexts = [RewardContext(s) for s in subtitles]
         return self._job("openrlhf", descriptions, contexts, [f"query[{k}]" for k in range(n)])
 
     # ------------------------------------------------------------------ scoring

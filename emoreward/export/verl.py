@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from emoreward.models.base import RewardContext
+from emoreward.data.context import verl_context
 
 
 TOKEN_ENV = "EMOREWARD_SERVE_TOKEN"
@@ -140,18 +140,10 @@ def score_descriptions(
         raise ValueError(f"unknown reward_kwargs {unknown} for emoreward.export.verl")
     if (server_url is None) == (model is None):
         raise ValueError("give exactly one of reward_kwargs 'server_url' (a running emoreward serve) or 'model'")
-    contexts = []
-    for truth, info in zip(ground_truths, extra_infos):
-        info = info or {}
-        subtitle = truth if subtitle_key == "ground_truth" else info.get(subtitle_key)
-        contexts.append(
-            RewardContext(
-                str(subtitle) if subtitle else None,
-                info.get(video_key) or None,
-                info.get(audio_key) or None,
-                None if info.get(sample_key) is None else str(info.get(sample_key)),
-            )
-        )
+    keys = {"subtitle_key": subtitle_key, "video_key": video_key, "audio_key": audio_key, "sample_key": sample_key}
+    contexts = [
+        verl_context(info, truth, **keys, row=k + 1) for k, (truth, info) in enumerate(zip(ground_truths, extra_infos))
+    ]
     if model is not None:
         info = _local_model(str(model), media_root).score_info(descriptions, contexts)
         rewards, truncated = info.rewards.tolist(), info.truncated.tolist()
