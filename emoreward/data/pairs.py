@@ -31,6 +31,9 @@ file; a bundled dataset name (`"emoprefer"`); a local dataset folder (written by
 files in the Hub repository layout); a Hub dataset `hf://OWNER/NAME[/CONFIG][@REVISION][:SPLIT]` (see
 `emoreward.data.hub`); or a `datasets.Dataset`, a pandas DataFrame or a sequence of mappings.
 
+Names: sample ids and writers (`model1` / `model_2`) are read in their normal form (Unicode NFC, whitespace runs
+collapsed; `emoreward.data.text.normal_name`), with a warning where two spellings in one source meet.
+
 Missing values: `None`, float NaN, `pandas.NA` / `NaT` (what pandas and `datasets` give for an empty or `NA`
 cell) are missing in every field: an error in a required field (sample id, descriptions, label when labels are
 required, `chosen` / `rejected`), "absent" in an optional one.
@@ -44,7 +47,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -61,6 +64,7 @@ from emoreward.data.readers import (
     read_text,
     records_from_rows,
 )
+from emoreward.data.text import NameNormaliser
 from emoreward.data.values import is_missing, optional_text, plain
 
 
@@ -464,11 +468,19 @@ def _build_pairs(
     names = {key: _field_name(key, columns, layout) for key in _FIELDS}
     pairs: list[PreferencePair] = []
     seen: dict[str, int] = {}
+    ids, writers = NameNormaliser("sample id", source), NameNormaliser("model name", source)
     for row, record in rows:
         if layout == "trl":
             pair = _trl_pair(record, row, source, "sample_id" in columns)
         else:
             pair = _plain_pair(record, row, source, names, require_labels)
+        where = f"row {row}"
+        pair = replace(
+            pair,
+            sample_id=ids(pair.sample_id, where),
+            model_1=None if pair.model_1 is None else writers(pair.model_1, where),
+            model_2=None if pair.model_2 is None else writers(pair.model_2, where),
+        )
         if pair.sample_id in seen:
             name = names["sample_id"] if layout != "trl" else "sample_id"
             raise DataError(

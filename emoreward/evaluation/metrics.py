@@ -18,6 +18,7 @@ from scipy.stats import spearmanr
 from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
 
 from emoreward.data import PreferencePair
+from emoreward.data.text import description_length
 
 
 Setting = Literal["two-class", "three-class"]
@@ -112,15 +113,6 @@ def multi_run_consistency(runs: Sequence[Sequence[str]]) -> float:
         raise ValueError("every run must judge the same, non-empty list of pairs")
     same = [len({r[i] for r in runs}) == 1 and runs[0][i] != "invalid" for i in range(n)]
     return 100.0 * float(np.mean(same))
-
-
-def description_length(text: str, unit: Literal["chars", "words"] = "chars") -> int:
-    """Length of a description in characters (default, as in the EmoPrefer-Data facts) or words."""
-    if unit == "chars":
-        return len(text)
-    if unit == "words":
-        return len(text.split())
-    raise ValueError(f"unknown length unit {unit!r}; available: ['chars', 'words']")
 
 
 def length_verdicts(pairs: Sequence[PreferencePair], unit: Literal["chars", "words"] = "chars") -> list[str]:

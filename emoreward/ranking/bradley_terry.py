@@ -35,6 +35,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.special import expit
 
+from emoreward.data.text import markdown_cell
 from emoreward.ranking.counts import (
     EqualCounts,
     OnDisconnected,
@@ -155,7 +156,7 @@ class BTResult:
         lines = [f"| rank | item | score |{ci_head}", "|---:|---|---:|" + ("---|" if has_ci else "")]
         for rank, item in zip(self.ranks, self.ranking):
             k = self.items.index(item)
-            row = f"| {rank} | {item} | {self.scores[k]:.{digits}f} |"
+            row = f"| {rank} | {markdown_cell(item)} | {self.scores[k]:.{digits}f} |"
             if has_ci:
                 row += f" [{self.ci_lower[k]:.{digits}f}, {self.ci_upper[k]:.{digits}f}] |"
             lines.append(row)

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from emoreward.data.tables import DescriptionTable, TableError, bundled_ovmerd_path, load_description_table
+from emoreward.data.text import markdown_cell, short_names
 from emoreward.evaluation.judge import verdict_from_difference
 from emoreward.evaluation.verdicts import Verdict
 from emoreward.ranking.bpa import BPAConfig, BPAFit, BPAScheduler, SchedulerConfig
@@ -702,7 +703,9 @@ class RankingReport:
             length = self.lengths.get(name, {"words": math.nan, "chars": math.nan})
             label = f"{rank}{'=' if rank in shared else ''}"
             lines.append(
-                f"| {label} | {name}{' †' if name in sparse else ''} | " + " | ".join(cells) + f" | {win:.3f} "
+                f"| {label} | {markdown_cell(name)}{' †' if name in sparse else ''} | "
+                + " | ".join(cells)
+                + f" | {win:.3f} "
                 f"| {tie:.3f} | {totals[c]:g} | {length['words']:.1f} / {length['chars']:.0f} |"
             )
         params = "; ".join(
@@ -728,7 +731,7 @@ class RankingReport:
         if widened:
             lines.append("*: the percentile interval excluded the estimate and was extended to it (see warnings).")
         lines += ["", "W (row beat column; `wins/ties`):", ""]
-        short = [name[:10] for name in self.counts.items]
+        short = [markdown_cell(name) for name in short_names(self.counts.items)]
         lines.append("| | " + " | ".join(short) + " |")
         lines.append("|---|" + "---:|" * len(short))
         for i, name in enumerate(self.counts.items):
@@ -739,7 +742,7 @@ class RankingReport:
                 else:
                     w, tt = self.counts.wins[i, j], self.counts.ties[i, j]
                     cells.append(f"{w:g}/{tt:g}" if tt else f"{w:g}")
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+            lines.append(f"| {markdown_cell(name)} | " + " | ".join(cells) + " |")
         lines += ["", _cost_line(self.cost)]
         if self.hierarchical is not None:
             h = self.hierarchical
@@ -1349,7 +1352,7 @@ class BPARankingReport:
         for rank, m in zip(ranks, self.ranking):
             shared = "=" if ranks.count(rank) > 1 else ""
             lines.append(
-                f"| {rank}{shared} | {m} | {self.fit.scores[m]:.{digits}f} ± {self.fit.sigma[m]:.{digits}f} "
+                f"| {rank}{shared} | {markdown_cell(m)} | {self.fit.scores[m]:.{digits}f} ± {self.fit.sigma[m]:.{digits}f} "
                 f"| {self.fit.n_comparisons[m]} |"
             )
         share = 100.0 * self.n_pairs / self.full_pairs if self.full_pairs else math.nan
