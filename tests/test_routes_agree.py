@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import random
 import sys
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -318,18 +319,90 @@ def test_generated_inputs_agree_on_every_route_text_model(fp32, tmp_path):
     assert subtitled
 
 
-@pytest.mark.parametrize("family", ["qwen2.5-omni-thinker", pytest.param("qwen2.5-vl", marks=pytest.mark.slow)])
-def test_generated_inputs_agree_on_every_route_media_model(family, fp32, tmp_path, tiny_backbone_dir):
+@pytest.fixture(scope="module")
+def media_model(tmp_path_factory, tiny_backbone_dir):
+    """`make(family)`: (model directory, media root) of a tiny multimodal reward model and three clips."""
     pytest.importorskip("av", reason="multimodal routes decode video files with PyAV (media extra)")
-    from tiny_media import write_video
+    from tiny_media import write_video, write_wav
 
-    media = tmp_path / "media"
-    videos = []
-    for k in range(3):
-        write_video(media / "video" / f"c{k}.mp4", seconds=1.0, seed=k, freq=140 + 40 * k)
-        videos.append(f"video/c{k}.mp4")
+    made: dict[str, tuple[Path, Path, list[str]]] = {}
+
+    def make(family: str):
+        if family not in made:
+            tmp = tmp_path_factory.mktemp(f"routes-{family}")
+            media = tmp / "media"
+            videos = []
+            for k in range(3):
+                write_video(media / "video" / f"c{k}.mp4", seconds=1.0, seed=k, freq=140 + 40 * k)
+                videos.append(f"video/c{k}.mp4")
+            write_wav(media / "audio" / "noise.wav", seconds=1.0, freq=900.0)
+            made[family] = (media_model_dir(tmp, family, tiny_backbone_dir(family), media), media, videos)
+        return made[family]
+
+    return make
+
+
+@pytest.mark.parametrize("family", ["qwen2.5-omni-thinker", pytest.param("qwen2.5-vl", marks=pytest.mark.slow)])
+def test_generated_inputs_agree_on_every_route_media_model(family, fp32, tmp_path, media_model):
+    model_dir, media, videos = media_model(family)
     cases = generate(random.Random(1), 6, videos=videos)
-    model_dir = media_model_dir(tmp_path, family, tiny_backbone_dir(family), media)
     rewards = route_rewards(model_dir, cases, media, tmp_path)
     assert len(rewards) == 8  # no /get_reward: OpenRLHF's request carries no media
     check_agree(rewards, 2 * len(cases))
+
+
+@pytest.mark.parametrize("audio", ["audio/noise.wav", "audio/does-not-exist.wav"])
+def test_an_audio_file_the_model_does_not_read_is_refused_on_every_route(audio, fp32, tmp_path, media_model, capsys):
+    """The Omni thinker with use_audio_in_video hears the clip's own track: an `audio` file (noise, or one that does
+    not exist) would not change the reward, so every route refuses it, naming the field."""
+    from emoreward.cli import main
+    from emoreward.data.media import MediaError
+    from emoreward.export import EmotionReward
+    from emoreward.export.server import RewardServer, RewardService
+    from emoreward.export.verl import compute_score
+    from emoreward.models import load_reward_model
+
+    model_dir, media, videos = media_model("qwen2.5-omni-thinker")
+    row = {"sample_id": "c0", "description_1": "Happy.", "description_2": "Sad.", "label": "1", "video": videos[0]}
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(json.dumps(row | {"audio": audio}) + "\n")
+    argv = ["evaluate", "--model", str(model_dir), "--data", str(pairs), "--media-root", str(media)]
+    assert main([*argv, "--output", str(tmp_path / "e.json")]) != 0
+    assert f"{pairs}, row 1, field 'audio'" in capsys.readouterr().err
+
+    table = tmp_path / "table.jsonl"
+    lines = [{"sample": "c0", "model": m, "description": d, "video": videos[0], "audio": audio} for m, d in
+             (("a", "Happy."), ("b", "Sad."))]  # fmt: skip
+    table.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    argv = ["rank", "--judge", str(model_dir), "--data", str(table), "--media-root", str(media), "--n-boot", "5"]
+    assert main([*argv, "--cache-dir", str(tmp_path / "c"), "--output", str(tmp_path / "r.json")]) != 0
+    assert f"{table}, line 1, field 'audio'" in capsys.readouterr().err
+
+    with pytest.raises(MediaError, match="audio file given, but it hears the video's own audio track"):
+        EmotionReward(model_dir, media_root=str(media))(["p"], ["Happy."], video=videos[:1], audio=[audio])
+    with pytest.raises(MediaError, match="audio file given"):
+        compute_score("emotion", "Happy.", "", {"video": videos[0], "audio": audio}, model=str(model_dir),
+                      media_root=str(media))  # fmt: skip
+    model = load_reward_model(model_dir, media_root=str(media), dtype="float32")
+    with pytest.raises(MediaError, match="audio file given"):
+        model.score(["Happy."], [clip_context(videos[0], audio)])
+    with RewardServer(RewardService(model, media_root=media), port=0) as server:
+        request = urllib.request.Request(
+            f"http://{server.host}:{server.port}/v1/rewards",
+            json.dumps({"descriptions": ["Happy."], "media": {"video": videos[0], "audio": audio}}).encode(),
+            {"Content-Type": "application/json"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(request, timeout=60)
+        assert (
+            err.value.code == 400
+            and "'media[0].audio' given, but it hears the video's own" in err.value.read().decode()
+        )
+    # without the audio field every route scores the clip
+    assert np.isfinite(model.score(["Happy."], [clip_context(videos[0], None)])).all()
+
+
+def clip_context(video, audio):
+    from emoreward.models import RewardContext
+
+    return RewardContext(None, video, audio, "c0")

@@ -85,6 +85,8 @@ import h11
 
 from emoreward.data.context import openrlhf_context, reward_context
 from emoreward.data.errors import DataError
+from emoreward.data.media import unused_media
+from emoreward.data.pairs import MediaRef
 from emoreward.models.base import RewardContext, ScoreInfo
 
 
@@ -420,6 +422,14 @@ class RewardService:
                     "start the server with --allow-unused-media to accept and ignore media paths",
                 )
             return reward_context(subtitle=subtitle)
+        spec, options = self.model.spec, self.model.options  # the one media rule (emoreward.data.media)
+        ref = MediaRef(paths["video"], paths["audio"])
+        for key, why in unused_media(ref, need_video=spec.sees_video, need_audio=spec.hears_audio,
+                                     use_audio_in_video=options.use_audio_in_video):  # fmt: skip
+            raise RequestError(
+                HTTPStatus.BAD_REQUEST,
+                f"'media[{k}].{key}' given, but {why}: remove it (it would not change the reward)",
+            )
         resolved = {key: self._media_path(value, f"media[{k}].{key}") for key, value in paths.items()}
         for needed in sorted(self.model.modalities):
             if resolved[needed] is None and not (needed == "audio" and self._audio_from_video(resolved)):
