@@ -28,6 +28,8 @@ from emoreward.data.text import (
 )
 
 
+VIDEO_PART = {"type": "video", "video": "v/c1.mp4"}
+ASSISTANT_UPSET = {"role": "assistant", "content": "Upset."}
 PROMPT = "Describe the emotion.\nSubtitle:  Oh no, not again!  \nAnswer in one sentence.\nBe specific."
 
 
@@ -48,8 +50,8 @@ def test_trl_rows_read_the_subtitle_line_and_not_the_instruction_after_it(tmp_pa
         {"prompt": PROMPT, "chosen": "She is upset.", "rejected": "Calm."},
         {"chosen": [{"role": "user", "content": PROMPT}, {"role": "assistant", "content": "Upset."}],
          "rejected": [{"role": "user", "content": PROMPT}, {"role": "assistant", "content": "Calm."}]},
-        {"prompt": [{"role": "user", "content": [{"type": "video", "video": "v/c1.mp4"}, {"type": "text", "text": PROMPT}]}],
-         "chosen": [{"role": "assistant", "content": "Upset."}], "rejected": [{"role": "assistant", "content": "Calm."}]},
+        {"prompt": [{"role": "user", "content": [VIDEO_PART, {"type": "text", "text": PROMPT}]}],
+         "chosen": [ASSISTANT_UPSET], "rejected": [{"role": "assistant", "content": "Calm."}]},
         {"prompt": [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "Describe."}]}],
          "chosen": "Upset.", "rejected": "Calm.", "video": "v/c2.mp4", "subtitle": " oh "},
     ]  # fmt: skip

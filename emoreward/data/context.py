@@ -3,18 +3,14 @@ input form, by one rule.
 
 `reward_context` is the one function every route calls; the input forms only differ in where the fields come from:
 
-| input form                                   | subtitle                                   | video / audio            | sample id       |
-|----------------------------------------------|--------------------------------------------|--------------------------|-----------------|
-| our CSV / JSONL pairs, description tables    | `subtitle` column                          | `video` / `audio`        | `sample_id` ... |
-| TRL standard / conversational (explicit or   | `subtitle` column, else the prompt's       | columns, else the        | `sample_id`     |
-| implicit prompt)                             | `Subtitle:` line                           | prompt's media parts     | (or `row-<n>`)  |
-| TRL GRPO rows (`EmotionReward`)              | `subtitle` column, else `prompts[k]`'s     | columns, else media      | `sample_id`     |
-|                                              | `Subtitle:` line                           | parts of `prompts[k]`    |                 |
-| verl (`compute_score`)                       | `extra_info["subtitle"]` (or the ground    | `extra_info` keys        | `extra_info`    |
-|                                              | truth with `subtitle_key="ground_truth"`)  |                          |                 |
-| OpenRLHF (`/get_reward`)                     | `labels[k]` (`--openrlhf-labels subtitle`),| none (text)              | none            |
-|                                              | else `prompts[k]`'s `Subtitle:` line       |                          |                 |
-| server `/v1/rewards`                         | `media[k].subtitle`                        | `media[k].video/audio`   | the media path  |
+- our CSV / JSONL pairs and description tables: the `subtitle`, `video`, `audio` columns, the sample id column;
+- TRL standard and conversational rows (explicit `prompt` or the implicit prompt before the final assistant turn):
+  the `subtitle` / `video` / `audio` columns, else the prompt's `Subtitle:` line and media parts; `sample_id`;
+- TRL GRPO rows (`EmotionReward`): the same columns, else `prompts[k]`'s `Subtitle:` line and media parts;
+- verl (`compute_score`): `extra_info` keys (the subtitle from the ground truth with `subtitle_key="ground_truth"`);
+- OpenRLHF (`/get_reward`): `labels[k]` (`--openrlhf-labels subtitle`), else `prompts[k]`'s `Subtitle:` line;
+  no media;
+- server `/v1/rewards`: `media[k].subtitle`, `.video`, `.audio`; the media path is the sample id.
 
 The `Subtitle:` rule (`subtitle_from_text`): a line that starts with `Subtitle:` (after optional spaces or tabs)
 names the subtitle; the subtitle is the rest of THAT LINE, with surrounding whitespace removed (and, for decoded

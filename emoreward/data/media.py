@@ -9,9 +9,10 @@ the model all read it from there.
 
 A missing, empty or undecodable file raises `MediaError` naming the sample and the file; nothing is ever
 replaced by a zero tensor. A file named for a modality the model does not read (an audio file for a model that hears
-the video's own track, a video for an audio-only model, any media for a text model) is refused the same way
-(`unused_media`, `refuse_unused_media`): it would not change the reward. Callers that prefer to skip such samples catch `MediaError` and count them
-(training does, with `media_errors: skip`; so does `RewardModelJudge`).
+the video's own track, audio for a video-only model, video for an audio-only model) is refused the same way
+(`unused_media`, `refuse_unused_media`): it would not change the reward. Text models read no media (the routes warn
+about given paths; the server refuses them unless `--allow-unused-media`). Callers that prefer to skip such samples
+catch `MediaError` and count them (training does, with `media_errors: skip`; so does `RewardModelJudge`).
 """
 
 from __future__ import annotations

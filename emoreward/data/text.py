@@ -48,8 +48,8 @@ class NameNormaliser:
         if seen[0] != name and normal not in self.warned:
             self.warned.add(normal)
             warnings.warn(
-                f"{self.source}: {self.what}s {seen[0]!r} ({seen[1]}) and {name!r} ({where}) differ only in whitespace "
-                f"or Unicode form; both are read as {normal!r}",
+                f"{self.source}: {self.what}s {seen[0]!r} ({seen[1]}) and {name!r} ({where}) differ only in "
+                f"whitespace or Unicode form; both are read as {normal!r}",
                 UserWarning,
                 stacklevel=3,
             )

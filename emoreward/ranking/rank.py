@@ -1352,7 +1352,8 @@ class BPARankingReport:
         for rank, m in zip(ranks, self.ranking):
             shared = "=" if ranks.count(rank) > 1 else ""
             lines.append(
-                f"| {rank}{shared} | {markdown_cell(m)} | {self.fit.scores[m]:.{digits}f} ± {self.fit.sigma[m]:.{digits}f} "
+                f"| {rank}{shared} | {markdown_cell(m)} "
+                f"| {self.fit.scores[m]:.{digits}f} ± {self.fit.sigma[m]:.{digits}f} "
                 f"| {self.fit.n_comparisons[m]} |"
             )
         share = 100.0 * self.n_pairs / self.full_pairs if self.full_pairs else math.nan
