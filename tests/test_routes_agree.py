@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).with_name("multimodal")))
 
 ATOL = 1e-5
 WORDS = ["She", "smiles", "warmly", "frowns", "and", "her", "voice", "trembles", "joy", "anger", "calm", "très", "|"]
+EDGES = ["", "", " ", "\n"]  # descriptions are scored as written, surrounding whitespace included
 SUBTITLES = [None, "oh", "  I can't believe it!  ", "Ça va? Non.", "No | way"]
 INSTRUCTION = "Describe the emotion of the person in the clip."
 AFTER = "Answer in one or two sentences.\nBe specific."
@@ -55,7 +56,10 @@ class Case:
 def generate(rng: random.Random, n: int, videos: list[str] | None) -> list[Case]:
     cases = []
     for k in range(n):
-        descriptions = tuple(" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 9))) + "." for _ in range(2))
+        descriptions = tuple(
+            rng.choice(EDGES) + " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 9))) + "." + rng.choice(EDGES)
+            for _ in range(2)
+        )
         if descriptions[0] == descriptions[1]:
             descriptions = (descriptions[0], descriptions[1] + " Indeed.")
         cases.append(
