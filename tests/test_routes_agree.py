@@ -144,7 +144,14 @@ def fp32():
     mp.undo()
 
 
-def text_model_dir(tmp: Path) -> Path:
+def text_model_dir(tmp: Path, layout: str = "pair") -> Path:
+    """A tiny text reward model saved to `tmp`: BERT in the pair layout (WordPiece: whitespace is not a token), or
+    Llama in the chat layout on a byte-level BPE tokenizer (every character is a token, as for Qwen / Llama 3)."""
+    if layout == "chat":
+        sys.path.insert(0, str(Path(__file__).with_name("export")))
+        from bpe_chat import qwen_like_tokenizer, tiny_chat_reward_model
+
+        return tiny_chat_reward_model(qwen_like_tokenizer(), max_length=256).save_pretrained(tmp / "chat-rm")
     import torch
     from _helpers import minilm_dir
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
@@ -313,9 +320,10 @@ def check_agree(rewards: dict[str, np.ndarray], n: int) -> float:
     return worst
 
 
-def test_generated_inputs_agree_on_every_route_text_model(fp32, tmp_path):
+@pytest.mark.parametrize("layout", ["pair", "chat"])
+def test_generated_inputs_agree_on_every_route_text_model(layout, fp32, tmp_path):
     cases = generate(random.Random(0), 12, videos=None)
-    rewards = route_rewards(text_model_dir(tmp_path), cases, None, tmp_path)
+    rewards = route_rewards(text_model_dir(tmp_path, layout), cases, None, tmp_path)
     assert len(rewards) == 9
     check_agree(rewards, 2 * len(cases))
     # the subtitle changes the reward, so the routes above did read it
