@@ -24,7 +24,8 @@ Endpoints (JSON in, JSON out; UTF-8):
     rollout batch, decoded from left- and right-padded rows). The description is recovered exactly (see
     `description_from_query`: pad / EOS markers stripped from both ends, the prompt removed, the trailing
     end-of-turn / EOS / pad markers removed) and scored like ``/v1/rewards`` (the same token layout, so the same
-    reward). ``labels`` are the samples' subtitles with ``--openrlhf-labels subtitle`` and are ignored otherwise.
+    reward). The subtitle is ``labels[k]`` with ``--openrlhf-labels subtitle`` (labels are ignored otherwise), else
+    the ``Subtitle:`` line of ``prompts[k]`` (`emoreward.data.context`: that line only, up to an end-of-turn marker).
 
     Reply: ``{"rewards": [...], "scores": [...], "truncated": [...], "empty": [...], "extra_logs":
     {"emotion_reward": [...], "emotion_reward_truncated": [0/1, ...], "emotion_reward_empty": [0/1, ...]}}``
