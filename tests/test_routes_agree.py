@@ -323,12 +323,35 @@ def check_agree(rewards: dict[str, np.ndarray], n: int) -> float:
 @pytest.mark.parametrize("layout", ["pair", "chat"])
 def test_generated_inputs_agree_on_every_route_text_model(layout, fp32, tmp_path):
     cases = generate(random.Random(0), 12, videos=None)
-    rewards = route_rewards(text_model_dir(tmp_path, layout), cases, None, tmp_path)
+    model_dir = text_model_dir(tmp_path, layout)
+    rewards = route_rewards(model_dir, cases, None, tmp_path)
     assert len(rewards) == 9
     check_agree(rewards, 2 * len(cases))
-    # the subtitle changes the reward, so the routes above did read it
-    subtitled = [k for k, c in enumerate(cases) if c.clean_subtitle]
-    assert subtitled
+    if layout == "pair":
+        unused_media_is_warned_by_text_routes(model_dir, tmp_path)
+
+
+def unused_media_is_warned_by_text_routes(model_dir: Path, tmp: Path) -> None:
+    """A text model reads no media: evaluate, rank, EmotionReward and verl warn about a given path (the server
+    refuses it, tests/export/test_server_media.py), and score as without it."""
+    from emoreward.cli import main
+    from emoreward.export import EmotionReward
+    from emoreward.export.verl import compute_score
+
+    pairs = tmp / "with-video.jsonl"
+    row = {"sample_id": "a", "description_1": "Happy.", "description_2": "Sad.", "label": "1", "video": "v/a.mp4"}
+    pairs.write_text(json.dumps(row) + "\n")
+    with pytest.warns(
+        UserWarning, match=r"with-video\.jsonl, row 1, field 'video': video path given, but this reward"
+    ):
+        assert (
+            main(["evaluate", "--model", str(model_dir), "--data", str(pairs), "--output", str(tmp / "w.json")]) == 0
+        )
+    with pytest.warns(UserWarning, match="text-only"):
+        EmotionReward(model_dir)(["p"], ["Happy."], video=["v/a.mp4"])
+    with pytest.warns(UserWarning, match=r"verl extra_info, sample 1, field 'audio'"):
+        with_audio = compute_score("emotion", "Happy.", "", {"audio": "a.wav"}, model=str(model_dir))
+    assert with_audio == compute_score("emotion", "Happy.", "", {}, model=str(model_dir))
 
 
 @pytest.fixture(scope="module")

@@ -40,6 +40,7 @@ from functools import lru_cache
 from typing import Any
 
 from emoreward.data.context import verl_context
+from emoreward.data.media_check import warn_text_media
 
 
 TOKEN_ENV = "EMOREWARD_SERVE_TOKEN"
@@ -145,7 +146,9 @@ def score_descriptions(
         verl_context(info, truth, **keys, row=k + 1) for k, (truth, info) in enumerate(zip(ground_truths, extra_infos))
     ]
     if model is not None:
-        info = _local_model(str(model), media_root).score_info(descriptions, contexts)
+        local = _local_model(str(model), media_root)
+        warn_text_media(local, [(f"sample {k + 1}", c.media_ref()) for k, c in enumerate(contexts)], "verl extra_info")
+        info = local.score_info(descriptions, contexts)
         rewards, truncated = info.rewards.tolist(), info.truncated.tolist()
     else:
         media = [
