@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from emoreward.data import PreferencePair
+from emoreward.data.text import markdown_cell
 from emoreward.evaluation import metrics
 from emoreward.evaluation.harness import JudgementSet, evaluate_judgements, run_judge
 from emoreward.utils.io import atomic_write_json, atomic_write_text
@@ -96,8 +97,8 @@ def table2_markdown(judge_name: str, summaries: Sequence[dict]) -> str:
             "100 (greedy, by construction)" if s.get("greedy_runs_reused") else _cell(pr.get("multi_run_consistency"))
         )
         lines.append(
-            f"| {judge_name} | {s['strategy']} | {_cell(pr['2c_waf'])} | {_cell(pr['2c_acc'])} | {_cell(pr['3c_waf'])} "
-            f"| {_cell(pr['3c_acc'])} | {_cell(pr['swap'])} | {multi} "
+            f"| {markdown_cell(judge_name)} | {s['strategy']} | {_cell(pr['2c_waf'])} | {_cell(pr['2c_acc'])} "
+            f"| {_cell(pr['3c_waf'])} | {_cell(pr['3c_acc'])} | {_cell(pr['swap'])} | {multi} "
             f"| {_cell(ns['two_class']['waf']) if ns else '-'} | {_cell(pr['longer'])} | {_cell(pr['unparseable'])} "
             f"| {_cell(pr['failed'])} |"
         )

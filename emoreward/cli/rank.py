@@ -399,7 +399,9 @@ def _finish(args, report, table, cache_file, start: float, load_seconds: float, 
 
             plot_scores(report.ties.estimate, out.with_name(out.stem + "_scores.png"))
             if report.controlled is not None and report.controlled.identified:
-                plot_scores(report.controlled.as_bt_result(), out.with_name(out.stem + "_scores_length_controlled.png"))
+                plot_scores(
+                    report.controlled.as_bt_result(), out.with_name(out.stem + "_scores_length_controlled.png")
+                )
             plot_win_matrix(report.counts, out.with_name(out.stem + "_W.png"))
             _echo(f"report: {out} (Markdown, scores and W plots beside it)")
         else:

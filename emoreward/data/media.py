@@ -8,8 +8,11 @@ audio track. That flag lives in ONE place, `MediaOptions.use_audio_in_video`: th
 the model all read it from there.
 
 A missing, empty or undecodable file raises `MediaError` naming the sample and the file; nothing is ever
-replaced by a zero tensor. Callers that prefer to skip such samples catch `MediaError` and count them
-(training does, with `media_errors: skip`; so does `RewardModelJudge`).
+replaced by a zero tensor. A file named for a modality the model does not read (an audio file for a model that hears
+the video's own track, audio for a video-only model, video for an audio-only model) is refused the same way
+(`unused_media`, `refuse_unused_media`): it would not change the reward. Text models read no media (the routes warn
+about given paths; the server refuses them unless `--allow-unused-media`). Callers that prefer to skip such samples
+catch `MediaError` and count them (training does, with `media_errors: skip`; so does `RewardModelJudge`).
 """
 
 from __future__ import annotations
@@ -34,10 +37,12 @@ class MediaError(ValueError):
     Attributes:
         sample_id (`str`): the sample.
         path (`str` or `None`): the offending file (None when no file was given or found).
+        field (`str` or `None`): the media field (`"video"`, `"audio"`) when known.
     """
 
-    def __init__(self, sample_id: str, path: str | Path | None, problem: str):
+    def __init__(self, sample_id: str, path: str | Path | None, problem: str, *, field: str | None = None):
         self.sample_id, self.path, self.problem = sample_id, None if path is None else str(path), problem
+        self.field = field
         super().__init__(f"sample {sample_id!r}: {path if path is not None else '(no file)'}: {problem}")
 
 
@@ -133,6 +138,54 @@ def resolve_paths(
     if need_audio:
         audio = video if options.use_audio_in_video else locate(ref.audio, AUDIO_SUBDIR, AUDIO_SUFFIX, "audio")
     return (video if need_video else None), audio
+
+
+def unused_media(
+    ref: MediaRef, *, need_video: bool, need_audio: bool, use_audio_in_video: bool = False
+) -> list[tuple[str, str]]:
+    """The media fields a sample names that a model does not read, each with the reason: `[(field, why), ...]`.
+
+    THE rule of what a model reads (every route: evaluate, rank, serve, GRPO, verl, export checks):
+    a model that sees video reads `video`; one that hears audio reads `audio`, or, with `use_audio_in_video`, the
+    video's own track (then it reads `video` and NOT `audio`); a text model (`need_video = need_audio = False`)
+    reads neither. A field given for a file the model does not read would change nothing (noise, another tone or a
+    file that does not exist would all give the same reward), so the routes refuse it (`refuse_unused_media`).
+    """
+    reads_video = need_video or (need_audio and use_audio_in_video)
+    reads_audio = need_audio and not use_audio_in_video
+    out = []
+    if ref.video and not reads_video:
+        why = "this reward model is text-only (it reads the subtitle)" if not need_audio else "it reads no video"
+        out.append(("video", why))
+    if ref.audio and not reads_audio:
+        if not need_video and not need_audio:
+            why = "this reward model is text-only (it reads the subtitle)"
+        elif need_audio:
+            why = "it hears the video's own audio track (use_audio_in_video), not a separate audio file"
+        else:
+            why = "it reads no audio (it sees the video frames only)"
+        out.append(("audio", why))
+    return out
+
+
+def refuse_unused_media(
+    sample_id: str, ref: MediaRef, options: MediaOptions, *, need_video: bool, need_audio: bool
+) -> None:
+    """Raise for the first media field a sample names that the model does not read (see `unused_media`).
+
+    Raises:
+        MediaError: ``"sample '<id>': <file>: audio file given, but it hears the video's own audio track ...;
+            remove the 'audio' field"`` (its `field` attribute names the field).
+    """
+    for key, why in unused_media(
+        ref, need_video=need_video, need_audio=need_audio, use_audio_in_video=options.use_audio_in_video
+    ):
+        raise MediaError(
+            sample_id,
+            getattr(ref, key),
+            f"{key} file given, but {why}: it would not change the reward; remove the {key!r} field",
+            field=key,
+        )
 
 
 def load_sample_media(

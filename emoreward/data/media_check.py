@@ -4,16 +4,18 @@ A multimodal reward model reads each sample's video and / or audio while it scor
 that is missing or empty would stop a long run midway with a message that names the sample but not the data file;
 `check_pair_media` and `check_table_media` look every needed file up first (no decoding: existence and size only),
 and `locate_media_error` turns a `MediaError` raised while scoring (a file that does not decode) into an error that
-names the data file, the row (or line) and the field. Text reward models read no media: both checks return at once.
+names the data file, the row (or line) and the field. A file the model does not read is refused the same way
+(`emoreward.data.media.unused_media`); text reward models read no media: given paths are warned about once.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 from emoreward.data.errors import DataError
-from emoreward.data.media import MediaError, resolve_paths
+from emoreward.data.media import MediaError, refuse_unused_media, resolve_paths, unused_media
 from emoreward.data.pairs import MediaRef, PreferencePair
 from emoreward.data.tables import DescriptionTable, TableError
 
@@ -27,10 +29,15 @@ def _needs(model: Any) -> tuple[bool, bool] | None:
 
 
 def _first_missing(model: Any, sample_id: str, ref: MediaRef) -> tuple[str, MediaError] | None:
-    """The first needed media field of a sample whose file is missing or empty: `(field, error)`, or None."""
+    """The first media field of a sample that the model cannot use: a needed file missing or empty, or a file the
+    model does not read (`emoreward.data.media.unused_media`): `(field, error)`, or None."""
     needs = _needs(model)
     if needs is None:
         return None
+    try:
+        refuse_unused_media(sample_id, ref, model.options, need_video=needs[0], need_audio=needs[1])
+    except MediaError as err:
+        return err.field or "video", err
     for key, wanted in (("video", needs[0]), ("audio", needs[1])):
         if not wanted:
             continue
@@ -41,6 +48,33 @@ def _first_missing(model: Any, sample_id: str, ref: MediaRef) -> tuple[str, Medi
             field = "video" if key == "audio" and model.options.use_audio_in_video else key
             return field, err
     return None
+
+
+def warn_text_media(model: Any, named: Sequence[tuple[str, MediaRef]], source: str) -> bool:
+    """Warn once (`UserWarning`) when a text reward model is given media paths it does not read.
+
+    Args:
+        model: a reward model; nothing happens unless ``model.kind == "text"``.
+        named: ``(where, media)`` per input (``where``: ``"row 3"``, ``"line 7"``).
+        source: the data file or route, for the message.
+
+    Returns:
+        `bool`: whether a warning was issued.
+    """
+    if getattr(model, "kind", "text") != "text":
+        return False
+    for where, ref in named:
+        found = unused_media(ref, need_video=False, need_audio=False)
+        if found:
+            key, why = found[0]
+            warnings.warn(
+                f"{source}, {where}, field {key!r}: {key} path given, but {why}: media paths do not change its "
+                "rewards (warned once)",
+                UserWarning,
+                stacklevel=3,
+            )
+            return True
+    return False
 
 
 def check_pair_media(model: Any, pairs: Sequence[PreferencePair], source: str) -> None:
@@ -55,6 +89,7 @@ def check_pair_media(model: Any, pairs: Sequence[PreferencePair], source: str) -
         DataError: ``"<source>, row <n>, field 'video': sample '<id>': <file>: video file not found"`` (or empty).
     """
     if _needs(model) is None:
+        warn_text_media(model, [(f"row {p.row}", p.media) for p in pairs], source)
         return
     for pair in pairs:
         found = _first_missing(model, pair.sample_id, pair.media)
@@ -70,6 +105,8 @@ def check_table_media(model: Any, table: DescriptionTable) -> None:
         TableError: ``"<table>, line <n>, field 'video': sample '<id>': <file>: video file not found"`` (or empty).
     """
     if _needs(model) is None:
+        media = [(f"line {table.sample_line(s)}", table.media.get(s, MediaRef())) for s in table.samples]
+        warn_text_media(model, media, table.source)
         return
     for sample in table.samples:
         found = _first_missing(model, sample, table.media.get(sample, MediaRef()))
@@ -79,6 +116,8 @@ def check_table_media(model: Any, table: DescriptionTable) -> None:
 
 
 def _field_of(err: MediaError) -> str:
+    if getattr(err, "field", None):
+        return err.field
     return "audio" if "audio" in err.problem.split(" (")[0] else "video"
 
 
@@ -99,4 +138,10 @@ def locate_table_media_error(err: MediaError, table: DescriptionTable) -> TableE
     return TableError(f"{table.source}, line {table.sample_line(err.sample_id)}, field {_field_of(err)!r}: {err}")
 
 
-__all__ = ["check_pair_media", "check_table_media", "locate_media_error", "locate_table_media_error"]
+__all__ = [
+    "check_pair_media",
+    "check_table_media",
+    "locate_media_error",
+    "locate_table_media_error",
+    "warn_text_media",
+]

@@ -20,8 +20,9 @@ earlier turns, the implicit prompt, must be the same in both). An optional `prom
 the context. TRL's layout has no place for ties, so an extra boolean column `tie` marks them: a pair maps to
 description_1 = chosen, description_2 = rejected, label `"1"`, or `"tie"` where `tie` is true (absent, null or
 false: not a tie; for a tie, which description sits in `chosen` carries no meaning). Media come from the columns
-`video` / `audio` / `subtitle` when present, else from the context: the text after a line starting
-`Subtitle:` (the layout emoreward's reward models use), and message parts `{"type": "video", "video": PATH}` /
+`video` / `audio` / `subtitle` when present, else from the context (`emoreward.data.context.reward_context`, the
+rule every route uses): the rest of a line starting `Subtitle:` (that line only; the layout emoreward's reward
+models use), and message parts `{"type": "video", "video": PATH}` /
 `{"type": "audio", "audio": PATH}` (`path` or `url` keys are read too). Other prompt text (an instruction) is
 not kept: the reward model supplies its own.
 
@@ -29,6 +30,9 @@ Sources `load_pairs` takes: a `.csv`, `.jsonl`, `.json` (JSON lines, or one arra
 file; a bundled dataset name (`"emoprefer"`); a local dataset folder (written by `Dataset.save_to_disk`, or data
 files in the Hub repository layout); a Hub dataset `hf://OWNER/NAME[/CONFIG][@REVISION][:SPLIT]` (see
 `emoreward.data.hub`); or a `datasets.Dataset`, a pandas DataFrame or a sequence of mappings.
+
+Names: sample ids and writers (`model1` / `model_2`) are read in their normal form (Unicode NFC, whitespace runs
+collapsed; `emoreward.data.text.normal_name`), with a warning where two spellings in one source meet.
 
 Missing values: `None`, float NaN, `pandas.NA` / `NaT` (what pandas and `datasets` give for an empty or `NA`
 cell) are missing in every field: an error in a required field (sample id, descriptions, label when labels are
@@ -41,14 +45,14 @@ account for all of them (`LoadedPairs`).
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
+from emoreward.data.context import reward_context
 from emoreward.data.errors import DataError
 from emoreward.data.readers import (
     Records,
@@ -60,6 +64,8 @@ from emoreward.data.readers import (
     read_text,
     records_from_rows,
 )
+from emoreward.data.text import NameNormaliser
+from emoreward.data.values import is_missing, optional_text, plain
 
 
 Label = Literal["1", "2", "tie"]
@@ -388,40 +394,8 @@ def _looks_like_row(cells: dict[str, str]) -> bool:
 # -------------------------------------------------------------------------------------------------------- values
 
 
-def is_missing(value: Any) -> bool:
-    """Whether a cell holds a missing value: `None`, float NaN (also NumPy's), `pandas.NA` or `NaT`."""
-    if value is None:
-        return True
-    if isinstance(value, float):
-        return math.isnan(value)
-    if isinstance(value, (str, bool, int, list, dict, tuple)):
-        return False
-    if type(value).__name__ in ("NAType", "NaTType"):
-        return True
-    item = getattr(value, "item", None)
-    if type(value).__module__ == "numpy" and callable(item) and getattr(value, "ndim", 1) == 0:
-        return is_missing(item())
-    return False
-
-
-def _plain(value: Any) -> Any:
-    """NumPy scalars and 1-d arrays as Python values, also inside lists and dicts (pandas hands list columns out
-    as object arrays, e.g. conversational `chosen` read with `pandas.read_parquet`)."""
-    if type(value).__module__ == "numpy" and hasattr(value, "ndim"):
-        if value.ndim == 0:
-            return value.item()
-        if value.ndim == 1:
-            return [_plain(v) for v in value.tolist()]
-        return value
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
-
-
 def _sample_id(value: Any, source: str, row: int, name: str) -> str:
-    value = _plain(value)
+    value = plain(value)
     if is_missing(value):
         raise DataError(source, row, name, f"missing value ({value!r})")
     if isinstance(value, bool) or not isinstance(value, (str, int)):
@@ -438,7 +412,7 @@ def _sample_id(value: Any, source: str, row: int, name: str) -> str:
 
 
 def _text(value: Any, source: str, row: int, name: str, what: str = "description") -> str:
-    value = _plain(value)
+    value = plain(value)
     if is_missing(value):
         raise DataError(source, row, name, f"missing value ({value!r})")
     if not isinstance(value, str):
@@ -448,17 +422,8 @@ def _text(value: Any, source: str, row: int, name: str, what: str = "description
     return value
 
 
-def _optional_text(value: Any, source: str, row: int, name: str) -> str | None:
-    value = _plain(value)
-    if is_missing(value):
-        return None
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise DataError(source, row, name, f"expected text, got {type(value).__name__}")
-    return str(value).strip() or None
-
-
 def _label(value: Any, source: str, row: int, name: str, required: bool) -> Label | None:
-    value = _plain(value)
+    value = plain(value)
     if is_missing(value) or (isinstance(value, str) and not value.strip()):
         if required:
             raise DataError(source, row, name, "missing label")
@@ -480,7 +445,7 @@ _TIE_TEXT = {"true": True, "false": False, "1": True, "0": False, "yes": True, "
 
 
 def _tie(value: Any, source: str, row: int) -> bool:
-    value = _plain(value)
+    value = plain(value)
     if is_missing(value):
         return False
     if isinstance(value, bool):
@@ -503,11 +468,19 @@ def _build_pairs(
     names = {key: _field_name(key, columns, layout) for key in _FIELDS}
     pairs: list[PreferencePair] = []
     seen: dict[str, int] = {}
+    ids, writers = NameNormaliser("sample id", source), NameNormaliser("model name", source)
     for row, record in rows:
         if layout == "trl":
             pair = _trl_pair(record, row, source, "sample_id" in columns)
         else:
             pair = _plain_pair(record, row, source, names, require_labels)
+        where = f"row {row}"
+        pair = replace(
+            pair,
+            sample_id=ids(pair.sample_id, where),
+            model_1=None if pair.model_1 is None else writers(pair.model_1, where),
+            model_2=None if pair.model_2 is None else writers(pair.model_2, where),
+        )
         if pair.sample_id in seen:
             name = names["sample_id"] if layout != "trl" else "sample_id"
             raise DataError(
@@ -529,15 +502,19 @@ def _plain_pair(
         description_1=_text(value("description_1"), source, row, names["description_1"]),
         description_2=_text(value("description_2"), source, row, names["description_2"]),
         label=_label(value("label"), source, row, names["label"], require_labels),
-        model_1=_optional_text(value("model_1"), source, row, names["model_1"]),
-        model_2=_optional_text(value("model_2"), source, row, names["model_2"]),
-        media=MediaRef(*(_optional_text(value(k), source, row, k) for k in ("video", "audio", "subtitle"))),
+        model_1=optional_text(value("model_1"), source, row, names["model_1"]),
+        model_2=optional_text(value("model_2"), source, row, names["model_2"]),
+        media=_media(
+            reward_context(
+                subtitle=value("subtitle"), video=value("video"), audio=value("audio"), source=source, row=row
+            )
+        ),
         row=row,
     )
 
 
 def _trl_pair(record: Mapping[str, Any], row: int, source: str, has_ids: bool) -> PreferencePair:
-    chosen, rejected = _plain(record.get("chosen")), _plain(record.get("rejected"))
+    chosen, rejected = plain(record.get("chosen")), plain(record.get("rejected"))
     context: list[Any] = []
     if isinstance(chosen, list) or isinstance(rejected, list):
         description_1, before_1 = _final_turn(chosen, source, row, "chosen")
@@ -554,7 +531,7 @@ def _trl_pair(record: Mapping[str, Any], row: int, source: str, has_ids: bool) -
     else:
         description_1 = _text(chosen, source, row, "chosen")
         description_2 = _text(rejected, source, row, "rejected")
-    prompt = _plain(record.get("prompt"))
+    prompt = plain(record.get("prompt"))
     if not is_missing(prompt):
         if isinstance(prompt, str):
             context.insert(0, prompt)
@@ -562,24 +539,27 @@ def _trl_pair(record: Mapping[str, Any], row: int, source: str, has_ids: bool) -
             context[:0] = _messages(prompt, source, row, "prompt")
         else:
             raise DataError(source, row, "prompt", f"expected text or a list of messages, got {type(prompt).__name__}")
-    media = _context_media(context, source, row)
-    for key in ("video", "audio", "subtitle"):
-        given = _optional_text(record.get(key), source, row, key)
-        if given is not None and media.get(key) not in (None, given):
-            raise DataError(
-                source, row, key, f"{given!r} differs from the {key} in the prompt ({media[key]!r}); give one"
-            )
-        if given is not None:
-            media[key] = given
+    ctx = reward_context(
+        prompt=context,
+        subtitle=record.get("subtitle"),
+        video=record.get("video"),
+        audio=record.get("audio"),
+        source=source,
+        row=row,
+    )
     sample_id = _sample_id(record.get("sample_id"), source, row, "sample_id") if has_ids else f"row-{row}"
     return PreferencePair(
         sample_id=sample_id,
         description_1=description_1,
         description_2=description_2,
         label="tie" if _tie(record.get("tie"), source, row) else "1",
-        media=MediaRef(media.get("video"), media.get("audio"), media.get("subtitle")),
+        media=_media(ctx),
         row=row,
     )
+
+
+def _media(context) -> MediaRef:
+    return MediaRef(context.video, context.audio, context.subtitle)
 
 
 def _messages(value: Any, source: str, row: int, name: str) -> list[Mapping[str, Any]]:
@@ -592,7 +572,7 @@ def _messages(value: Any, source: str, row: int, name: str) -> list[Mapping[str,
 
 
 def _final_turn(value: Any, source: str, row: int, name: str) -> tuple[str, list[Mapping[str, Any]]]:
-    value = _plain(value)
+    value = plain(value)
     if is_missing(value):
         raise DataError(source, row, name, f"missing value ({value!r})")
     messages = _messages(value, source, row, name)
@@ -616,46 +596,6 @@ def _content_text(content: Any) -> Any:
             if isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str)
         )
     return content
-
-
-_SUBTITLE = re.compile(r"^Subtitle:[ \t]*", re.MULTILINE)
-_MEDIA_KEYS = {"video": ("video", "path", "url"), "audio": ("audio", "path", "url", "audio_url")}
-
-
-def _context_media(context: list[Any], source: str, row: int) -> dict[str, str | None]:
-    """Subtitle and media paths named in a prompt (strings or messages; see the module docstring)."""
-    found: dict[str, str | None] = {}
-
-    def put(key: str, value: str) -> None:
-        if found.get(key) not in (None, value):
-            raise DataError(source, row, "prompt", f"names two {key}s ({found[key]!r} and {value!r})")
-        found[key] = value
-
-    texts: list[str] = []
-    for item in context:
-        content = item.get("content") if isinstance(item, Mapping) else item
-        if isinstance(content, str):
-            texts.append(content)
-            continue
-        for part in content if isinstance(content, list) else []:
-            if not isinstance(part, Mapping):
-                continue
-            kind = part.get("type")
-            if kind == "text" and isinstance(part.get("text"), str):
-                texts.append(part["text"])
-            elif kind in _MEDIA_KEYS:
-                paths = [part.get(k) for k in _MEDIA_KEYS[kind] if not is_missing(part.get(k))]
-                if not paths or not isinstance(paths[0], str):
-                    held = type(paths[0]).__name__ if paths else "nothing"
-                    raise DataError(source, row, "prompt", f"a {kind} part holds {held}, not a path")
-                put(kind, paths[0])
-    for text in texts:
-        match = _SUBTITLE.search(text)
-        if match:
-            subtitle = text[match.end() :].strip()
-            if subtitle:
-                put("subtitle", subtitle)
-    return found
 
 
 __all__ = [

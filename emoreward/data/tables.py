@@ -4,7 +4,9 @@ A table is JSONL, one ``{"sample", "model", "description"[, "video", "audio", "s
 as UTF-8 (a leading byte-order mark is accepted, as the preference-pair loader accepts it). Bad input raises
 `TableError` naming the file, the line and the field; an undecodable byte names its line too. Empty or
 whitespace-only descriptions are kept (a judge scores them as given) and counted per model
-(`DescriptionTable.lengths`, ``n_empty``), so a report can say how many there were.
+(`DescriptionTable.lengths`, ``n_empty``), so a report can say how many there were. Sample ids and model names
+are read in their normal form (`emoreward.data.text.normal_name`; a warning when two spellings meet), the media
+fields by the one context rule (`emoreward.data.context.reward_context`).
 """
 
 from __future__ import annotations
@@ -14,37 +16,17 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
+from emoreward.data.context import reward_context
 from emoreward.data.pairs import MediaRef
 from emoreward.data.readers import locate_undecodable
+from emoreward.data.text import NameNormaliser, description_length
 
 
 MEDIA_FIELDS: tuple[str, ...] = ("video", "audio", "subtitle")
-
-
-def description_length(text: str, unit: Literal["chars", "words"] = "chars") -> int:
-    """The length of a description, the one definition every length figure uses (tables, the length baseline,
-    judge and reward length bias, length-controlled ranking, the RL length monitor).
-
-    Args:
-        text (`str`): the description.
-        unit (`Literal["chars", "words"]`): characters (default, as in the EmoPrefer-Data facts) or
-            whitespace-separated words.
-
-    Returns:
-        `int`: the length.
-
-    Raises:
-        ValueError: on an unknown unit.
-    """
-    if unit == "chars":
-        return len(text)
-    if unit == "words":
-        return len(text.split())
-    raise ValueError(f"unknown length unit {unit!r}; available: ['chars', 'words']")
 
 
 class TableError(ValueError):
@@ -122,6 +104,7 @@ class DescriptionTable:
         descriptions: dict[tuple[str, str], str] = {}
         media: dict[str, MediaRef] = {}
         lines: dict[tuple[str, str], int] = {}
+        sample_names, model_names = NameNormaliser("sample id", source), NameNormaliser("model name", source)
         for line, row in rows:
             if not isinstance(row, dict):
                 raise TableError(f"{source}, line {line}: expected a JSON object, got {type(row).__name__}")
@@ -132,10 +115,10 @@ class DescriptionTable:
                     raise TableError(
                         f"{source}, line {line}, field {key!r}: expected a string, got {type(row[key]).__name__}"
                     )
-            sample, model = row["sample"], row["model"]
             for key in ("sample", "model"):
                 if not row[key].strip():
                     raise TableError(f"{source}, line {line}, field {key!r}: empty")
+            sample, model = sample_names(row["sample"], f"line {line}"), model_names(row["model"], f"line {line}")
             for key in MEDIA_FIELDS:
                 if row.get(key) is not None and not isinstance(row[key], str):
                     raise TableError(
@@ -146,7 +129,9 @@ class DescriptionTable:
                     f"{source}, line {line}, field 'model': a second description of sample {sample!r} by {model!r} "
                     f"(the first is on line {lines[sample, model]})"
                 )
-            ref = MediaRef(**{k: row.get(k) for k in MEDIA_FIELDS})
+            # the one context rule (types checked above, so it raises nothing here)
+            context = reward_context(**{k: row.get(k) for k in MEDIA_FIELDS}, source=source, row=line)
+            ref = MediaRef(context.video, context.audio, context.subtitle)
             if sample in media and media[sample] != ref:
                 key = next(k for k in MEDIA_FIELDS if getattr(ref, k) != getattr(media[sample], k))
                 first = min(n for (s, _), n in lines.items() if s == sample)

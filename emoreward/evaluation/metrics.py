@@ -18,7 +18,7 @@ from scipy.stats import spearmanr
 from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
 
 from emoreward.data import PreferencePair
-from emoreward.data.tables import description_length
+from emoreward.data.text import description_length
 
 
 Setting = Literal["two-class", "three-class"]

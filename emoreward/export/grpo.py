@@ -8,10 +8,13 @@
 
 GRPOTrainer calls each reward function as ``f(prompts=..., completions=..., completion_ids=..., **columns)``,
 where ``columns`` holds every dataset column except ``prompt`` (repeated for each generation), plus
-``trainer_state``, ``log_extra`` and ``log_metric``. This function reads the sample's context from the columns
-``subtitle``, ``video``, ``audio`` and ``sample_id`` (names configurable) and returns one float reward per
-completion. A multimodal reward model scores every completion with the sample's media (the generations of one
-sample share one media prefix); a text reward model reads the subtitle only.
+``trainer_state``, ``log_extra`` and ``log_metric``. This function reads the sample's context by the rule every
+route uses (`emoreward.data.context.reward_context`): the columns ``subtitle``, ``video``, ``audio`` and
+``sample_id`` (names configurable), else what the prompt names (its ``Subtitle:`` line, its media parts), and
+returns one float reward per completion. So a TRL prompt gives the same reward here as in `emoreward train` /
+`evaluate`. A multimodal reward model scores every completion with the sample's media (the generations of one
+sample share one media prefix) and refuses a file it does not read (`emoreward.data.media.unused_media`); a text
+reward model reads the subtitle only.
 """
 
 from __future__ import annotations
@@ -24,8 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from emoreward.data.context import reward_context
+from emoreward.data.media import unused_media
+from emoreward.data.pairs import MediaRef
 from emoreward.export.length_monitor import LengthMonitor, defined
-from emoreward.models.base import RewardContext, RewardModel, load_reward_model
+from emoreward.models.base import RewardModel, load_reward_model
 
 
 logger = logging.getLogger(__name__)
@@ -113,6 +119,8 @@ class EmotionReward:
         Raises:
             ValueError: if a column's length differs from ``len(completions)``, a completion has an unknown
                 shape, or media paths are given to a text model with ``on_unused_media="error"``.
+            DataError: a column and the prompt name different subtitles / media (names the column and the row,
+                1-based within the call).
             MediaError: a multimodal model cannot read a sample's media (names the sample and the file).
         """
         n = len(completions)
@@ -120,17 +128,22 @@ class EmotionReward:
             raise ValueError(f"{len(prompts)} prompts but {n} completions")
         values = {key: self._column(kwargs, column, n) for key, column in self.columns.items()}
         samples = self._column(kwargs, self.sample_column, n)
-        if self.model.kind == "text":
-            self._check_unused_media(values)
+        names = {**self.columns, "sample_id": self.sample_column, "prompt": "prompts"}
         contexts = [
-            RewardContext(
-                values["subtitle"][k] or None,
-                values["video"][k] or None,
-                values["audio"][k] or None,
-                None if samples[k] is None else str(samples[k]),
+            reward_context(
+                prompt=None if prompts is None else prompts[k],
+                subtitle=values["subtitle"][k],
+                video=values["video"][k],
+                audio=values["audio"][k],
+                sample_id=samples[k],
+                source="EmotionReward",
+                row=k + 1,
+                names=names,
             )
             for k in range(n)
         ]
+        if self.model.kind == "text":
+            self._check_unused_media(contexts)
         texts = [completion_text(c) for c in completions]
         info = self.model.score_info(texts, contexts, batch_size=self.batch_size)
         scores = info.rewards
@@ -158,20 +171,21 @@ class EmotionReward:
                     log_metric(key, value)
         return rewards
 
-    def _check_unused_media(self, values: dict[str, list[Any]]) -> None:
+    def _check_unused_media(self, contexts) -> None:
         if self.on_unused_media == "ignore":
             return
-        for key in ("video", "audio"):
-            if any(v for v in values[key]):
+        for context in contexts:
+            for key, why in unused_media(MediaRef(context.video, context.audio), need_video=False, need_audio=False):
                 message = (
-                    f"column {self.columns[key]!r} holds media paths, but this reward model is text-only: it "
-                    f"conditions on the subtitle ({self.columns['subtitle']!r}) only"
+                    f"column {self.columns[key]!r} holds media paths, but {why}: "
+                    f"it conditions on the subtitle ({self.columns['subtitle']!r}) only"
                 )
                 if self.on_unused_media == "error":
                     raise ValueError(message)
                 if not self._warned:
                     warnings.warn(message, UserWarning, stacklevel=3)
                     self._warned = True
+                return
 
     @staticmethod
     def _column(kwargs: dict[str, Any], column: str, n: int) -> list[Any]:

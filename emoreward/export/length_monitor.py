@@ -23,7 +23,7 @@ from typing import Literal
 
 import numpy as np
 
-from emoreward.data.tables import description_length
+from emoreward.data.text import description_length
 from emoreward.evaluation.metrics import reward_length_correlation
 
 

@@ -46,8 +46,9 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from emoreward.data.context import RewardContext, verl_context
+from emoreward.data.media_check import warn_text_media
 from emoreward.export.reward_client import RewardClient
-from emoreward.models.base import RewardContext
 
 
 TOKEN_ENV = "EMOREWARD_SERVE_TOKEN"
@@ -196,7 +197,9 @@ class _Request:
         if options["model"] is not None:
             options["model"] = str(options["model"])
         keys = [options[k] for k in ("subtitle_key", "video_key", "audio_key", "sample_key")]
-        contexts = [_context(truth, info, *keys) for truth, info in zip(ground_truths, extra_infos)]
+        contexts = [
+            _context(truth, info, *keys, row=k + 1) for k, (truth, info) in enumerate(zip(ground_truths, extra_infos))
+        ]
         return cls([str(d) for d in descriptions], contexts, options)
 
     def payload(self, part: range | None = None) -> dict:
@@ -234,16 +237,10 @@ class _Request:
         ]
 
 
-def _context(truth: Any, info: dict | None, subtitle_key, video_key, audio_key, sample_key) -> RewardContext:
-    info = info or {}
-    subtitle = truth if subtitle_key == "ground_truth" else info.get(subtitle_key)
-    sample = info.get(sample_key)
-    return RewardContext(
-        str(subtitle) if subtitle else None,
-        info.get(video_key) or None,
-        info.get(audio_key) or None,
-        None if sample is None else str(sample),
-    )
+def _context(truth: Any, info: dict | None, subtitle_key, video_key, audio_key, sample_key, row=None) -> RewardContext:
+    """The one context rule for a verl sample (`emoreward.data.context.verl_context`)."""
+    keys = {"subtitle_key": subtitle_key, "video_key": video_key, "audio_key": audio_key, "sample_key": sample_key}
+    return verl_context(info, truth, **keys, row=row)
 
 
 # ---------------------------------------------------------------------------------------------- local model
@@ -275,6 +272,8 @@ class _LocalScorer:
 
         from emoreward.export.serve.protocol import RequestError
 
+        named = [(f"sample {k + 1}", c.media_ref()) for k, c in enumerate(request.contexts)]
+        warn_text_media(self.service.model, named, "verl extra_info")
         try:
             job = self.service.parse("rewards", request.payload())
         except RequestError as err:

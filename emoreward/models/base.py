@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_chec
 
 import numpy as np
 
+from emoreward.data.context import RewardContext
+
 
 if TYPE_CHECKING:
-    from emoreward.data import MediaRef, PreferencePair
-    from emoreward.data.media import SampleMedia
+    pass
 
 
 SETTINGS_FILE = "emoreward_config.json"
@@ -37,46 +38,6 @@ RewardKind = Literal["text", "media"]
 
 
 # ---------------------------------------------------------------------------------------------- context
-@dataclass(frozen=True)
-class RewardContext:
-    """What a description is conditioned on: the sample's subtitle and media.
-
-    Attributes:
-        subtitle: the transcript spoken in the clip, or None.
-        video, audio: media file paths (absolute, or relative to the model's media root), or None; a media model
-            without a path looks for `<media_root>/video/<sample_id>.mp4` / `audio/<sample_id>.wav`.
-        sample_id: the sample, for default media paths and error messages.
-        decoded: already-decoded media (`emoreward.data.media.SampleMedia`), used instead of reading the files.
-    """
-
-    subtitle: str | None = None
-    video: str | None = None
-    audio: str | None = None
-    sample_id: str | None = None
-    decoded: SampleMedia | None = field(default=None, compare=False, hash=False, repr=False)
-
-    @classmethod
-    def from_media(cls, sample_id: str | None, media: MediaRef | None) -> RewardContext:
-        """The context of a sample with `MediaRef` media (video / audio path, subtitle)."""
-        if media is None:
-            return cls(sample_id=sample_id)
-        return cls(media.subtitle, media.video, media.audio, sample_id)
-
-    @classmethod
-    def from_pair(cls, pair: PreferencePair) -> RewardContext:
-        """The context both descriptions of a preference pair share."""
-        return cls.from_media(pair.sample_id, pair.media)
-
-    @property
-    def has_media(self) -> bool:
-        return bool(self.video or self.audio or self.decoded is not None)
-
-    def media_ref(self) -> MediaRef:
-        from emoreward.data import MediaRef
-
-        return MediaRef(self.video, self.audio, self.subtitle)
-
-
 def as_context(value: RewardContext | str | None) -> RewardContext:
     """A `RewardContext` from a context, a subtitle string (shorthand for a context with only a subtitle) or None.
 

@@ -31,6 +31,7 @@ import numpy as np
 from scipy.optimize import minimize
 from scipy.special import expit
 
+from emoreward.data.text import markdown_cell
 from emoreward.ranking.counts import (
     EqualCounts,
     OnDisconnected,
@@ -154,7 +155,7 @@ class BTResult:
         lines = [f"| rank | item | score |{ci_head}", "|---:|---|---:|" + ("---|" if has_ci else "")]
         for rank, item in zip(self.ranks, self.ranking):
             k = self.items.index(item)
-            row = f"| {rank} | {item} | {self.scores[k]:.{digits}f} |"
+            row = f"| {rank} | {markdown_cell(item)} | {self.scores[k]:.{digits}f} |"
             if has_ci:
                 row += f" [{self.ci_lower[k]:.{digits}f}, {self.ci_upper[k]:.{digits}f}] |"
             lines.append(row)

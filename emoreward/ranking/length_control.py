@@ -53,7 +53,7 @@ from scipy.optimize import linprog
 from scipy.sparse import csr_matrix
 from scipy.stats import norm
 
-from emoreward.data.tables import description_length
+from emoreward.data.text import description_length, markdown_cell
 from emoreward.ranking.bootstrap import BootstrapCI, sample_units
 from emoreward.ranking.bradley_terry import (
     DEFAULT_PRIOR_VARIANCE,
@@ -260,10 +260,10 @@ class ControlledFit:
         for k, name in enumerate(self.covariates):
             c = self.coefficients[k]
             if not math.isfinite(c):
-                lines.append(f"| {name} | - | - | - | - | - |")
+                lines.append(f"| {markdown_cell(name)} | - | - | - | - | - |")
                 continue
             lines.append(
-                f"| {name} | {c:.{digits}f} | [{self.coef_lower[k]:.{digits}f}, {self.coef_upper[k]:.{digits}f}] "
+                f"| {markdown_cell(name)} | {c:.{digits}f} | [{self.coef_lower[k]:.{digits}f}, {self.coef_upper[k]:.{digits}f}] "
                 f"| {self.std_errors[k]:.{digits}f} | {self.p_values[k]:.2g} "
                 f"| {self.coefficient_per_doubling[k]:.{digits}f} |"
             )
@@ -745,7 +745,7 @@ def comparison_markdown(plain: BootstrapCI | BTResult, controlled: ControlledFit
         j = result.items.index(name)
         pci = "-" if result.ci_lower is None else f"[{result.ci_lower[j]:.{digits}f}, {result.ci_upper[j]:.{digits}f}]"
         lines.append(
-            f"| {'-' if rank is None else rank} | {name} | {ctrl} | {ci} | {result.rank(name)} "
+            f"| {'-' if rank is None else rank} | {markdown_cell(name)} | {ctrl} | {ci} | {result.rank(name)} "
             f"| {result.scores[j]:.{digits}f} | {pci} |"
         )
     return "\n".join(lines) + "\n\n" + controlled.coefficients_markdown(digits)

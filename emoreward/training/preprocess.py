@@ -18,6 +18,7 @@ from datasets import Dataset
 from trl.trainer.reward_trainer import DataCollatorForPreference
 
 from emoreward.data import PreferencePair
+from emoreward.data.context import reward_context
 from emoreward.data.media import MediaError
 from emoreward.models.base import RewardContext
 
@@ -287,7 +288,9 @@ class MediaPreferenceCollator:
     def _prefix(self, ex: dict[str, Any]):
         """The sample's encoded media prefix (`MediaRewardModel.encode_prefix`, which keeps processed prefixes in
         its `media_cache`: a sample seen again skips decoding and features)."""
-        context = RewardContext(ex["subtitle"] or None, ex["video"] or None, ex["audio"] or None, ex["sample_id"])
+        context = reward_context(
+            subtitle=ex["subtitle"], video=ex["video"], audio=ex["audio"], sample_id=ex["sample_id"]
+        )
         return self.model.encode_prefix(context)
 
     def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Any]:

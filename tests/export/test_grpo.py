@@ -251,3 +251,20 @@ def test_grpo_trainer_steps_with_a_multimodal_reward_and_a_video_column(tmp_path
     assert scored == set(clips)
     changed = any(not torch.equal(before[n], p.detach()) for n, p in policy.named_parameters())
     assert changed, "GRPO steps did not change the policy"
+
+
+def test_the_prompt_subtitle_line_is_read_as_training_reads_it(reward_model):
+    """GRPO rows whose prompt carries the subtitle (a `Subtitle:` line, then more instructions) get the reward the
+    same TRL prompt gets in `emoreward train` / `evaluate` (`emoreward.data.context.reward_context`)."""
+    from emoreward.data import DataError, load_pairs
+
+    prompt = "Describe the emotion.\nSubtitle: yay!\nAnswer in one sentence."
+    messages = [{"role": "user", "content": prompt}]
+    reward = EmotionReward(reward_model)
+    got = reward([prompt, messages, "Describe."], ["She is delighted."] * 3, subtitle=[None, None, "yay!"])
+    [pair] = load_pairs([{"prompt": prompt, "chosen": "She is delighted.", "rejected": "x"}])
+    assert pair.media.subtitle == "yay!"
+    expected = reward_model.score(["She is delighted."], [pair.media.subtitle])[0]
+    np.testing.assert_allclose(got, [expected] * 3, atol=0)
+    with pytest.raises(DataError, match=r"EmotionReward, row 1, field 'subtitle': 'other' differs from the subtitle"):
+        reward([prompt], ["x"], subtitle=["other"])

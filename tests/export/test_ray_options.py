@@ -5,8 +5,8 @@ import argparse
 
 import pytest
 
-from emoreward.export.serve.ray import MAX_ONGOING_REQUESTS, deployment_options, run_ray_serve
 from emoreward.cli.serve import add_arguments
+from emoreward.export.serve.ray import MAX_ONGOING_REQUESTS, deployment_options, run_ray_serve
 
 
 def parse(*argv):

@@ -19,10 +19,14 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
+from emoreward.data.context import RewardContext, openrlhf_context, reward_context
+from emoreward.data.errors import DataError
+from emoreward.data.media import unused_media
+from emoreward.data.pairs import MediaRef
 from emoreward.export.serve.batching import Job
 from emoreward.export.serve.openrlhf import LABEL_OBJECT_KEYS, clip_from_label, description_from_query, query_markers
 from emoreward.export.serve.protocol import RequestError, ServerLimits, max_chars_for
-from emoreward.models.base import RewardContext, ScoreInfo
+from emoreward.models.base import ScoreInfo
 
 
 logger = logging.getLogger(__name__)
@@ -217,9 +221,17 @@ class RewardService:
             )
         return [self._context(ref, f"media[{k}]") for k, ref in enumerate(media)]
 
-    def _context(self, ref: Any, where: str, keys: tuple[str, ...] = ("subtitle", "video", "audio")) -> RewardContext:
+    def _context(
+        self,
+        ref: Any,
+        where: str,
+        keys: tuple[str, ...] = ("subtitle", "video", "audio"),
+        prompt: str | None = None,
+    ) -> RewardContext:
         """The context of one media object (None: no media) found at ``where`` in the request (``media[3]``, or
-        ``labels[3]`` for an OpenRLHF label that names the clip, which may also carry a ``sample_id``)."""
+        ``labels[3]`` for an OpenRLHF label that names the clip, which may also carry a ``sample_id``; its
+        ``prompt`` may name the subtitle on a ``Subtitle:`` line), by the one context rule
+        (`emoreward.data.context.reward_context`) and the one media rule (`emoreward.data.media.unused_media`)."""
         if ref is None:
             ref = {}
         if not isinstance(ref, dict):
@@ -238,7 +250,14 @@ class RewardService:
                     f"'{where}.{given[0]}' given, but this reward model is text-only (it uses the subtitle); "
                     "start the server with --allow-unused-media to accept and ignore media paths",
                 )
-            return RewardContext(subtitle or None)
+            return self._rule(where, subtitle=subtitle, prompt=prompt)
+        spec, options = self.model.spec, self.model.options
+        ref_paths = MediaRef(paths["video"], paths["audio"])
+        for key, why in unused_media(ref_paths, need_video=spec.sees_video, need_audio=spec.hears_audio,
+                                     use_audio_in_video=options.use_audio_in_video):  # fmt: skip
+            raise RequestError(
+                HTTPStatus.BAD_REQUEST, f"'{where}.{key}' given, but {why}: remove it (it would not change the reward)"
+            )
         resolved = {key: self._media_path(value, f"{where}.{key}") for key, value in paths.items()}
         for needed in sorted(self.model.modalities):
             if resolved[needed] is None and not (needed == "audio" and self._audio_from_video(resolved)):
@@ -248,7 +267,18 @@ class RewardService:
         # the sample id names the media as the client wrote it: equal media share one prefix, and errors name the
         # client's path, not the server's file layout
         sample = sample_id or paths["video"] or paths["audio"]
-        return RewardContext(subtitle or None, resolved["video"], resolved["audio"], sample_id=sample)
+        return self._rule(
+            where, subtitle=subtitle, prompt=prompt, video=resolved["video"], audio=resolved["audio"], sample_id=sample
+        )
+
+    def _rule(self, where: str, **fields: Any) -> RewardContext:
+        """`reward_context` of the request's fields; a conflict (a subtitle field and a prompt's `Subtitle:` line
+        that differ) is a 400 naming the field."""
+        try:
+            return reward_context(**fields, source="request", names={"subtitle": f"{where}.subtitle"},
+                                  end_markers=self.end_markers)  # fmt: skip
+        except DataError as err:
+            raise RequestError(HTTPStatus.BAD_REQUEST, str(err)) from None
 
     def _audio_from_video(self, resolved: dict[str, str | None]) -> bool:
         return bool(getattr(self.model.settings, "use_audio_in_video", False) and resolved["video"])
@@ -351,10 +381,18 @@ class RewardService:
                 clip_from_label(label, f"labels[{k}]", self.model.modalities, audio_from_video)
                 for k, label in enumerate(labels)
             ]
-            contexts = [self._context(ref, f"labels[{k}]", LABEL_OBJECT_KEYS) for k, ref in enumerate(refs)]
+            contexts = [
+                self._context(ref, f"labels[{k}]", LABEL_OBJECT_KEYS, prompt=prompts[k]) for k, ref in enumerate(refs)
+            ]
         else:
             subtitles = [self._text(s, f"labels[{k}]", allow_none=True) or None for k, s in enumerate(labels)]
-            contexts = [RewardContext(s) for s in subtitles]
+            try:  # the one context rule: the label, else the prompt's Subtitle: line (emoreward.data.context)
+                contexts = [
+                    openrlhf_context(p, s, labels="subtitle", end_markers=self.end_markers, row=k + 1)
+                    for k, (p, s) in enumerate(zip(prompts, subtitles))
+                ]
+            except DataError as err:
+                raise RequestError(HTTPStatus.BAD_REQUEST, str(err)) from None
         job = self._job("openrlhf", descriptions, contexts, [f"query[{k}]" for k in range(n)])
         if not n:
             job.info = ScoreInfo([], [], [])  # answered at once, never queued

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from emoreward.data.media import MediaOptions, SampleMedia, load_sample_media, resolve_paths
+from emoreward.data.media import MediaOptions, SampleMedia, load_sample_media, refuse_unused_media, resolve_paths
 from emoreward.models.backbones import BackboneSpec, get_backbone, lora_target_regex
 from emoreward.models.base import (
     MediaSettings,
@@ -261,20 +261,17 @@ class MediaRewardModel:
         """The decoded media of a context (`context.decoded` when given), or None for a backbone without media.
 
         Raises:
-            MediaError: a needed file is missing, empty or undecodable (names the sample and the file).
+            MediaError: a needed file is missing, empty or undecodable, or a file the model does not read is named
+                (`emoreward.data.media.unused_media`; names the sample, the file and the field).
         """
         spec = self.spec
         if not (spec.sees_video or spec.hears_audio):
             return None
         if context.decoded is not None:
             return context.decoded
-        return load_sample_media(
-            context.sample_id or "(no sample id)",
-            context.media_ref(),
-            self.options,
-            need_video=spec.sees_video,
-            need_audio=spec.hears_audio,
-        )
+        sample, ref = context.sample_id or "(no sample id)", context.media_ref()
+        refuse_unused_media(sample, ref, self.options, need_video=spec.sees_video, need_audio=spec.hears_audio)
+        return load_sample_media(sample, ref, self.options, need_video=spec.sees_video, need_audio=spec.hears_audio)
 
     def processing_key(self) -> str:
         """Everything besides the media files and the subtitle that a processed prefix depends on (part of the media
@@ -306,9 +303,10 @@ class MediaRewardModel:
         cache = self.media_cache
         if cache is None or context.decoded is not None or not (spec.sees_video or spec.hears_audio):
             return self.builder.encode_prefix(self.load_media(context), context.subtitle)
-        sample = context.sample_id or "(no sample id)"
+        sample, ref = context.sample_id or "(no sample id)", context.media_ref()
+        refuse_unused_media(sample, ref, self.options, need_video=spec.sees_video, need_audio=spec.hears_audio)
         video, audio = resolve_paths(
-            sample, context.media_ref(), self.options, need_video=spec.sees_video, need_audio=spec.hears_audio
+            sample, ref, self.options, need_video=spec.sees_video, need_audio=spec.hears_audio
         )
         key = cache.key([video, audio], self.processing_key(), context.subtitle)
         prefix = cache.get(key)

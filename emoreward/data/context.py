@@ -1,0 +1,284 @@
+"""The reward context of a description: what it is conditioned on (subtitle, media paths, sample id), from every
+input form, by one rule.
+
+`reward_context` is the one function every route calls; the input forms only differ in where the fields come from:
+
+- our CSV / JSONL pairs and description tables: the `subtitle`, `video`, `audio` columns, the sample id column;
+- TRL standard and conversational rows (explicit `prompt` or the implicit prompt before the final assistant turn):
+  the `subtitle` / `video` / `audio` columns, else the prompt's `Subtitle:` line and media parts; `sample_id`;
+- TRL GRPO rows (`EmotionReward`): the same columns, else `prompts[k]`'s `Subtitle:` line and media parts;
+- verl (`compute_score`): `extra_info` keys (the subtitle from the ground truth with `subtitle_key="ground_truth"`);
+- OpenRLHF (`/get_reward`): `labels[k]` (`--openrlhf-labels subtitle`), else `prompts[k]`'s `Subtitle:` line;
+  no media;
+- server `/v1/rewards`: `media[k].subtitle`, `.video`, `.audio`; the media path is the sample id.
+
+The `Subtitle:` rule (`subtitle_from_text`): a line that starts with `Subtitle:` (after optional spaces or tabs)
+names the subtitle; the subtitle is the rest of THAT LINE, with surrounding whitespace removed (and, for decoded
+chat text, cut at the first end-of-turn marker such as `<|im_end|>`). Lines after it (an instruction, a question)
+are not part of it. A subtitle that spans lines must be given in a `subtitle` field. Two `Subtitle:` lines naming
+different subtitles, or a field that disagrees with the prompt, are an error naming the source, row and field.
+Every field: missing (None, NaN, `pandas.NA`), empty or whitespace-only means "none"; text is stripped of
+surrounding whitespace; other prompt text (an instruction) is not kept: the reward model supplies its own.
+
+Message parts `{"type": "video", "video": PATH}` / `{"type": "audio", "audio": PATH}` (`path` / `url` /
+`audio_url` keys too) name media paths; a part without a path is a placeholder (TRL's multimodal prompts carry the
+media in a column) and names nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from emoreward.data.errors import DataError
+from emoreward.data.values import is_missing, optional_text, plain
+
+
+if TYPE_CHECKING:
+    from emoreward.data.media import SampleMedia
+    from emoreward.data.pairs import MediaRef, PreferencePair
+
+
+CONTEXT_FIELDS: tuple[str, ...] = ("subtitle", "video", "audio")
+SUBTITLE_LINE = re.compile(r"^[ \t]*Subtitle:[ \t]*(.*)$", re.MULTILINE)
+_MEDIA_KEYS = {"video": ("video", "path", "url"), "audio": ("audio", "path", "url", "audio_url")}
+
+
+@dataclass(frozen=True)
+class RewardContext:
+    """What a description is conditioned on: the sample's subtitle and media.
+
+    Attributes:
+        subtitle: the transcript spoken in the clip, or None.
+        video, audio: media file paths (absolute, or relative to the model's media root), or None; a media model
+            without a path looks for `<media_root>/video/<sample_id>.mp4` / `audio/<sample_id>.wav`.
+        sample_id: the sample, for default media paths and error messages.
+        decoded: already-decoded media (`emoreward.data.media.SampleMedia`), used instead of reading the files.
+    """
+
+    subtitle: str | None = None
+    video: str | None = None
+    audio: str | None = None
+    sample_id: str | None = None
+    decoded: SampleMedia | None = field(default=None, compare=False, hash=False, repr=False)
+
+    @classmethod
+    def from_media(cls, sample_id: str | None, media: MediaRef | None) -> RewardContext:
+        """The context of a sample with `MediaRef` media (video / audio path, subtitle)."""
+        if media is None:
+            return cls(sample_id=sample_id)
+        return cls(media.subtitle, media.video, media.audio, sample_id)
+
+    @classmethod
+    def from_pair(cls, pair: PreferencePair) -> RewardContext:
+        """The context both descriptions of a preference pair share (the loader applied `reward_context`)."""
+        return cls.from_media(pair.sample_id, pair.media)
+
+    @property
+    def has_media(self) -> bool:
+        return bool(self.video or self.audio or self.decoded is not None)
+
+    def media_ref(self) -> MediaRef:
+        from emoreward.data.pairs import MediaRef
+
+        return MediaRef(self.video, self.audio, self.subtitle)
+
+
+# ---------------------------------------------------------------------------------------------- prompt parsing
+def subtitle_from_text(
+    text: str, end_markers: Sequence[str] = (), *, source: str = "<prompt>", row: int | None = None, name="prompt"
+) -> str | None:
+    """The subtitle a prompt text names (see the module docstring): the rest of its `Subtitle:` line.
+
+    Args:
+        text: the prompt (or one message's) text.
+        end_markers: end-of-turn markers that end the line early (decoded chat text: `<|im_end|>`, EOS).
+
+    Returns:
+        The subtitle, or None when no line names one (or the line is empty).
+
+    Raises:
+        DataError: two `Subtitle:` lines name different subtitles (named by source, row and field).
+    """
+    found: str | None = None
+    for match in SUBTITLE_LINE.finditer(text):
+        line = match.group(1)
+        for marker in end_markers:
+            if marker and marker in line:
+                line = line[: line.index(marker)]
+        line = line.strip()
+        if not line:
+            continue
+        if found is not None and found != line:
+            raise DataError(source, row, name, f"names two subtitles ({found!r} and {line!r}); give one")
+        found = line
+    return found
+
+
+def prompt_fields(
+    prompt: Any, *, source: str = "<prompt>", row: int | None = None, name: str = "prompt", end_markers=()
+) -> dict[str, str]:
+    """Subtitle and media paths a prompt names: a string, a list of `{"role", "content"}` messages, or a list of
+    such items (strings and messages: an explicit prompt followed by an implicit one).
+
+    Returns:
+        `dict` with the keys among ``"subtitle"``, ``"video"``, ``"audio"`` that the prompt names.
+
+    Raises:
+        DataError: the prompt names two different values of one field, or a media part holds no path text.
+    """
+    found: dict[str, str] = {}
+
+    def put(key: str, value: str) -> None:
+        if found.get(key) not in (None, value):
+            raise DataError(source, row, name, f"names two {key}s ({found[key]!r} and {value!r})")
+        found[key] = value
+
+    prompt = plain(prompt)
+    if is_missing(prompt):
+        return found
+    items = prompt if isinstance(prompt, list) else [prompt]
+    texts: list[str] = []
+    for item in items:
+        content = item.get("content") if isinstance(item, Mapping) else item
+        if isinstance(content, str):
+            texts.append(content)
+            continue
+        for part in content if isinstance(content, list) else []:
+            if isinstance(part, str):
+                texts.append(part)
+                continue
+            if not isinstance(part, Mapping):
+                continue
+            kind = part.get("type")
+            if kind == "text" and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            elif kind in _MEDIA_KEYS:
+                paths = [part.get(k) for k in _MEDIA_KEYS[kind] if not is_missing(part.get(k))]
+                if not paths:
+                    continue  # a placeholder: the media come from a column
+                if not isinstance(paths[0], str):
+                    raise DataError(source, row, name, f"a {kind} part holds {type(paths[0]).__name__}, not a path")
+                if paths[0].strip():
+                    put(kind, paths[0].strip())
+    for text in texts:
+        subtitle = subtitle_from_text(text, end_markers, source=source, row=row, name=name)
+        if subtitle is not None:
+            put("subtitle", subtitle)
+    return found
+
+
+# ---------------------------------------------------------------------------------------------- the one rule
+def reward_context(
+    *,
+    prompt: Any = None,
+    subtitle: Any = None,
+    video: Any = None,
+    audio: Any = None,
+    sample_id: Any = None,
+    source: str = "<input>",
+    row: int | None = None,
+    names: Mapping[str, str] | None = None,
+    end_markers: Sequence[str] = (),
+) -> RewardContext:
+    """THE reward context of one description, from explicit fields and / or a prompt (rule: module docstring).
+
+    Args:
+        prompt: a prompt (text, messages, or a list of both) whose `Subtitle:` line and media parts name fields.
+        subtitle, video, audio, sample_id: explicit fields (missing / empty: none; text stripped; an integer
+            sample id is its decimal text).
+        source, row: where the input comes from, for error messages; names: how the source names each field
+            (default: the field's own name).
+        end_markers: end-of-turn markers that end a `Subtitle:` line early (decoded chat text).
+
+    Returns:
+        `RewardContext`.
+
+    Raises:
+        DataError: a field that is not text, a prompt naming two values of a field, or an explicit field that
+            differs from the one the prompt names (named by source, row and field).
+    """
+    names = dict(names or {})
+    given = {
+        key: optional_text(value, source, row, names.get(key, key))
+        for key, value in (("subtitle", subtitle), ("video", video), ("audio", audio))
+    }
+    from_prompt = prompt_fields(
+        prompt, source=source, row=row, name=names.get("prompt", "prompt"), end_markers=end_markers
+    )
+    for key in CONTEXT_FIELDS:
+        if given[key] is not None and from_prompt.get(key) not in (None, given[key]):
+            raise DataError(
+                source,
+                row,
+                names.get(key, key),
+                f"{given[key]!r} differs from the {key} in the prompt ({from_prompt[key]!r}); give one",
+            )
+        if given[key] is None:
+            given[key] = from_prompt.get(key)
+    sample = optional_text(sample_id, source, row, names.get("sample_id", "sample_id"))
+    return RewardContext(given["subtitle"], given["video"], given["audio"], sample)
+
+
+def verl_context(
+    extra_info: Mapping[str, Any] | None,
+    ground_truth: Any = None,
+    *,
+    subtitle_key: str = "subtitle",
+    video_key: str = "video",
+    audio_key: str = "audio",
+    sample_key: str = "sample_id",
+    row: int | None = None,
+) -> RewardContext:
+    """The context of one verl sample: ``extra_info`` keys (``subtitle_key="ground_truth"``: the subtitle is
+    ``reward_model.ground_truth``); see `reward_context`.
+
+    Raises:
+        DataError: ``extra_info`` is not a mapping, or a field is not text.
+    """
+    if extra_info is not None and not isinstance(extra_info, Mapping):
+        raise DataError("verl extra_info", row, None, f"expected a dict, got {type(extra_info).__name__}")
+    info = extra_info or {}
+    by_truth = subtitle_key == "ground_truth"
+    return reward_context(
+        subtitle=ground_truth if by_truth else info.get(subtitle_key),
+        video=info.get(video_key),
+        audio=info.get(audio_key),
+        sample_id=info.get(sample_key),
+        source="verl extra_info",
+        row=row,
+        names={"subtitle": "ground_truth" if by_truth else subtitle_key, "video": video_key, "audio": audio_key,
+               "sample_id": sample_key},
+    )  # fmt: skip
+
+
+def openrlhf_context(
+    prompt: str | None, label: Any = None, *, labels: str = "ignore", end_markers: Sequence[str] = (), row=None
+) -> RewardContext:
+    """The context of one OpenRLHF sample: the subtitle is its label (``labels="subtitle"``), else the prompt's
+    `Subtitle:` line (the decoded prompt, its end-of-turn markers ending the line); no media.
+
+    Raises:
+        DataError: the label and the prompt name different subtitles, or the prompt names two.
+    """
+    return reward_context(
+        prompt=prompt,
+        subtitle=label if labels == "subtitle" else None,
+        source="OpenRLHF request",
+        row=row,
+        names={"subtitle": "labels", "prompt": "prompts"},
+        end_markers=end_markers,
+    )
+
+
+__all__ = [
+    "CONTEXT_FIELDS",
+    "RewardContext",
+    "openrlhf_context",
+    "prompt_fields",
+    "reward_context",
+    "subtitle_from_text",
+    "verl_context",
+]

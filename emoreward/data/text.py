@@ -1,0 +1,88 @@
+"""Names and description text: the one normal form of a name, the one length of a description, and how reports
+write names (Markdown cells, column headings that never collide).
+
+A *name* is a model name in a description table or a preference pair (`model`, `model1` / `model_2`), a sample id
+or a label. Its normal form (`normal_name`) is Unicode NFC with every run of whitespace (spaces, tabs, newlines,
+no-break spaces) collapsed to one space and none at either end: ``"GPT\u00a04o "`` and ``"GPT 4o"`` are one model,
+as are ``"Cafe\u0301"`` (decomposed) and ``"Café"``. Loaders apply it once, when they read a name
+(`NameNormaliser` warns when two names of one source differ only by that). Descriptions themselves are never
+normalised: they are scored as written.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+import warnings
+from collections.abc import Sequence
+from typing import Literal
+
+
+LengthUnit = Literal["chars", "words"]
+
+
+def normal_name(name: str) -> str:
+    """The normal form of a name: NFC, whitespace runs collapsed to one space, stripped (module docstring)."""
+    return " ".join(unicodedata.normalize("NFC", name).split())
+
+
+class NameNormaliser:
+    """Normalises the names of one kind in one source and warns, once per name, when two spellings meet.
+
+    Args:
+        what (`str`): what the names are (``"model name"``, ``"sample id"``), for the warning.
+        source (`str`): the data file or dataset, for the warning.
+
+    Calling it with ``(name, where)`` returns `normal_name(name)`; the first time a second spelling of an already
+    seen normal form appears (e.g. ``"GPT-4o"`` on line 2 and ``"GPT-4o "`` on line 9) it warns (`UserWarning`)
+    naming both places; both then count as the one name.
+    """
+
+    def __init__(self, what: str, source: str):
+        self.what, self.source = what, source
+        self.first: dict[str, tuple[str, str]] = {}  # normal form -> (first spelling, where)
+        self.warned: set[str] = set()
+
+    def __call__(self, name: str, where: str) -> str:
+        normal = normal_name(name)
+        seen = self.first.setdefault(normal, (name, where))
+        if seen[0] != name and normal not in self.warned:
+            self.warned.add(normal)
+            warnings.warn(
+                f"{self.source}: {self.what}s {seen[0]!r} ({seen[1]}) and {name!r} ({where}) differ only in "
+                f"whitespace or Unicode form; both are read as {normal!r}",
+                UserWarning,
+                stacklevel=3,
+            )
+        return normal
+
+
+def description_length(text: str, unit: LengthUnit = "chars") -> int:
+    """THE length of a description (the length baseline, length-bias figures, table statistics): characters
+    (default, as in the EmoPrefer-Data facts) or whitespace-separated words.
+
+    Raises:
+        ValueError: an unknown unit.
+    """
+    if unit == "chars":
+        return len(text)
+    if unit == "words":
+        return len(text.split())
+    raise ValueError(f"unknown length unit {unit!r}; available: ['chars', 'words']")
+
+
+def markdown_cell(text: str) -> str:
+    """`text` safe inside a Markdown table cell: `|` and backslashes escaped, line breaks as spaces."""
+    return " ".join(text.replace("\\", "\\\\").replace("|", "\\|").splitlines())
+
+
+def short_names(names: Sequence[str], width: int = 10) -> list[str]:
+    """Column headings for `names`: each cut to `width` characters where that keeps every heading distinct, the
+    full name otherwise (a report never shows two columns under one heading)."""
+    short = [n[:width] for n in names]
+    counts: dict[str, int] = {}
+    for s in short:
+        counts[s] = counts.get(s, 0) + 1
+    return [s if counts[s] == 1 else n for s, n in zip(short, names)]
+
+
+__all__ = ["NameNormaliser", "description_length", "markdown_cell", "normal_name", "short_names"]
