@@ -84,6 +84,7 @@ from typing import Any
 import h11
 
 from emoreward.models.base import RewardContext, ScoreInfo
+from emoreward.models.precision import precision_record
 
 
 logger = logging.getLogger(__name__)
@@ -639,6 +640,7 @@ class RewardService:
             "model": self.name,
             "kind": self.model.kind,
             "max_length_tokens": self.max_length,
+            "precision": precision_record(self.model),  # the dtype every reward of this server is computed in
             "overlong": self.overlong,
             "limits": limits,
             "stats": asdict(self.stats),

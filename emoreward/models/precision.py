@@ -166,6 +166,68 @@ def resolve_dtype(
     return torch.bfloat16
 
 
+# largest |reward difference| two computations of the same model may show, as multiples of the reduced dtype's
+# machine epsilon (bf16: 2^-7 = 7.8e-3) times the rewards' magnitude: the output of a bf16 network is rounded to bf16,
+# so a change of rounding anywhere inside (another batch, padding width, kernel, merged or live LoRA) moves it by up to
+# one unit in the last place (measured: <= 1 eps on the bundled models); against float32 the bf16 rounding of every
+# layer adds up (measured: <= 3 eps on the tiny test models, 0.3 eps on MiniLM)
+SAME_PRECISION_EPS = 2.0
+CROSS_PRECISION_EPS = 4.0
+FLOAT32_ATOL = 1e-5
+
+
+def reward_tolerance(
+    dtype: torch.dtype | str, reference: torch.dtype | str | None = None, *, magnitude: float = 1.0
+) -> float:
+    """The absolute tolerance of a reward comparison: rewards computed in `dtype` against rewards computed in
+    `reference` (default: the same dtype) by the same model, the two computations differing in rounding only (other
+    batch composition or padding, merged or live LoRA, another process, a reloaded export).
+
+    float32 (or float64) on both sides: `FLOAT32_ATOL` (1e-5; float32 rounding of these models is about 1e-6). A
+    reduced precision on either side: `k * eps * max(1, magnitude)` with `eps` the reduced dtype's machine epsilon
+    (`torch.finfo(dtype).eps`, bf16: 2^-7), `k = SAME_PRECISION_EPS` (2) when both sides compute in it and
+    `CROSS_PRECISION_EPS` (4) against float32. Every self-check of the project (export reload, save / load, the
+    same reward on every route) compares with this bound: like with like in fp32 at 1e-5, bf16 at its own bound.
+
+    Args:
+        dtype, reference: torch dtypes or their names (`"auto"` is resolved on the CPU, `resolve_dtype`).
+        magnitude: the largest |reward| compared (reward units); below 1 the bound does not shrink.
+
+    Returns:
+        the tolerance, reward units.
+    """
+    a = resolve_dtype(dtype)
+    b = a if reference is None else resolve_dtype(reference)
+    full = (torch.float32, torch.float64)
+    if a in full and b in full:
+        return FLOAT32_ATOL
+    eps = max(torch.finfo(d).eps for d in (a, b) if d not in full)
+    k = SAME_PRECISION_EPS if a == b else CROSS_PRECISION_EPS
+    return float(k * eps * max(1.0, float(magnitude)))
+
+
+def model_precision(model) -> torch.dtype:
+    """The dtype a loaded reward model scores in: a text model's `scoring_precision` (resolved once, when it was
+    loaded), a multimodal model's weights' dtype (chosen by `resolve_dtype` when it was loaded)."""
+    precision = getattr(model, "scoring_precision", None)
+    return precision if isinstance(precision, torch.dtype) else model.dtype
+
+
+def precision_record(model) -> dict:
+    """What every report records about the precision of a reward model's scores: `{"dtype": "bfloat16" |
+    "float32" | ..., "bf16_units": bool (this machine's CPU or the model's device has bf16 matrix units),
+    "pinned_by": "$EMOREWARD_DTYPE=..." | None, "tolerance": reward_tolerance(dtype)}` (reward units)."""
+    dtype = model_precision(model)
+    device = getattr(model, "device", None)
+    env = os.environ.get(ENV_VAR, "").strip()
+    return {
+        "dtype": dtype_name(dtype),
+        "bf16_units": has_bf16_matrix_units(device),
+        "pinned_by": f"${ENV_VAR}={env}" if env and env.lower() != "auto" else None,
+        "tolerance": reward_tolerance(dtype),
+    }
+
+
 def verdict_agreement(
     reference: tuple[np.ndarray, np.ndarray], other: tuple[np.ndarray, np.ndarray], tie_threshold: float = 0.0
 ) -> dict[str, float]:
@@ -303,12 +365,18 @@ class EmulatedBf16Matmuls(TorchFunctionMode):
 __all__ = [
     "CPU_BF16_FLAGS",
     "EmulatedBf16Matmuls",
+    "CROSS_PRECISION_EPS",
     "ENV_VAR",
+    "FLOAT32_ATOL",
     "MIN_BF16_AGREEMENT",
+    "SAME_PRECISION_EPS",
     "cpu_flags",
     "cpu_has_bf16_matrix_units",
     "dtype_name",
     "has_bf16_matrix_units",
+    "model_precision",
+    "precision_record",
+    "reward_tolerance",
     "parse_dtype",
     "record_bf16_agreement",
     "resolve_dtype",

@@ -196,6 +196,12 @@ class ScoreMatrix:
     truncated: np.ndarray | None = None
 
 
+def _precision(model: RewardModel) -> dict:
+    from emoreward.models.precision import precision_record
+
+    return precision_record(model)
+
+
 def table_context(table: DescriptionTable, sample: str) -> RewardContext:
     """The reward-model context of one table sample (subtitle, video and audio paths, sample id)."""
     from emoreward.models.base import RewardContext
@@ -1058,6 +1064,7 @@ def rank_with_reward_model(
         "n_samples": table.n_samples,
         "n_models": table.n_models,
         "max_length": getattr(getattr(model, "settings", None), "max_length", None),
+        "precision": _precision(model),  # the dtype every score of this ranking was computed in
     }
     report = RankingReport(
         list(table.models),
@@ -1221,6 +1228,7 @@ class RewardModelPairs:
             "n_scored": self.n_scored,
             "n_cached": self.n_cached,
             "scoring_seconds": self.seconds,
+            "precision": _precision(self.model),
         }
 
 

@@ -40,7 +40,7 @@ from emoreward.evaluation.judge import RewardModelJudge
 from emoreward.evaluation.metrics import calibrate_tie_threshold
 from emoreward.evaluation.report import aggregate, headline, markdown_table, plot_confusion
 from emoreward.models.base import RewardModel, load_reward_model
-from emoreward.models.precision import dtype_name
+from emoreward.models.precision import precision_record
 from emoreward.training.adapters import adapter_for
 from emoreward.training.config import EmoRewardConfig
 from emoreward.training.distributed import distributed_setup, save_final_model, wait_for_everyone
@@ -216,7 +216,8 @@ def evaluate_model(
         n_descriptions_scored=judge.n_scored,
         n_truncated_at_scoring=judge.n_truncated,
         scoring_seconds=seconds,
-        scoring_dtype=dtype_name(getattr(model, "scoring_precision", None) or model.dtype),
+        scoring_dtype=precision_record(model)["dtype"],
+        precision=precision_record(model),
         # per-pair rewards in the normal order: the reward histogram, and checks that a saved model scores the same
         pair_rewards={
             "sample_id": [p.sample_id for p in pairs],
