@@ -44,6 +44,7 @@ from emoreward.models.base import (
 )
 from emoreward.models.coverage import CoverageScoreInfo, unknown_token_share
 from emoreward.models.precision import dtype_name, parse_dtype, resolve_dtype
+from emoreward.utils.cache_key import remember_source
 
 
 logger = logging.getLogger(__name__)
@@ -431,7 +432,9 @@ class TextRewardModel:
             base.config.pad_token_id = tokenizer.pad_token_id
             model = PeftModel.from_pretrained(base, directory)
         model.eval()
-        return cls(model, tokenizer, settings, batch_size=batch_size, scoring_dtype=scoring_dtype)
+        loaded = cls(model, tokenizer, settings, batch_size=batch_size, scoring_dtype=scoring_dtype)
+        remember_source(loaded, directory)  # its content fingerprint: part of every cache key of its outputs
+        return loaded
 
     # ------------------------------------------------------------------ inputs
     def context_key(self, context: RewardContext) -> Hashable:

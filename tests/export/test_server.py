@@ -392,7 +392,9 @@ def test_cli_serves_and_shuts_down_on_sigterm(tmp_path, tiny_bert_dir):
             proc.kill()
     assert proc.returncode == 0, out
     dtype = getattr(torch, health["precision"]["dtype"])  # the precision the server scores in, as it reports it
-    assert health["precision"]["dtype"] == dtype_name(TextRewardModel.from_pretrained(tmp_path / "rm").scoring_precision)
+    assert health["precision"]["dtype"] == dtype_name(
+        TextRewardModel.from_pretrained(tmp_path / "rm").scoring_precision
+    )
     expected = float(model.inference_copy(dtype).score(["He smiles."])[0])  # like with like
     assert np.isclose(data["rewards"][0], expected, atol=reward_tolerance(dtype), rtol=0)
     assert "bearer token required" in line and "shutting down" in out
