@@ -20,8 +20,6 @@ from emoreward.models.precision import (
 )
 
 
-pytestmark = pytest.mark.precision
-
 EPS = 2.0**-7  # bf16 machine epsilon
 DESCRIPTIONS = [
     "She smiles broadly and her voice rises: she is happy.",

@@ -140,6 +140,7 @@ def test_truncation_counts_and_identical_pairs(tiny_bert_dir):
     assert ds["chosen_ids"][row] == model.encode("sad").input_ids
 
 
+@pytest.mark.precision  # depends on the scoring precision: `make test-precision` runs it in the other one
 @pytest.mark.parametrize("which", ["tiny_bert_dir", "tiny_llama_dir"])
 def test_save_load_in_fresh_process_and_merged_export(which, request, tmp_path):
     model_dir = request.getfixturevalue(which)
@@ -235,6 +236,7 @@ def test_real_smollm2_backbone_from_gguf(tmp_path):
     np.testing.assert_array_equal(TextRewardModel.from_pretrained(saved).score(TEXTS), scores)
 
 
+@pytest.mark.precision  # depends on the scoring precision: `make test-precision` runs it in the other one
 def test_inference_copy_merges_lora_and_keeps_scores(tiny_bert_dir, tmp_path):
     config = tiny_config(tiny_bert_dir, tmp_path, num_train_epochs=1)
     fit = fit_reward_model(config, synthetic_pairs(16), output_dir=tmp_path / "o", run_name="t", save=False)

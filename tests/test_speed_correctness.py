@@ -113,6 +113,7 @@ def test_plan_sorts_by_length_and_fills_the_budget(tiny_bert_dir):
 
 
 # ---------------------------------------------------------------------------------------------- scoring copy
+@pytest.mark.precision  # depends on the scoring precision: `make test-precision` runs it in the other one
 def test_scoring_copy_follows_the_master_weights(tiny_bert_dir, tmp_path):
     config = tiny_config(tiny_bert_dir, tmp_path, num_train_epochs=1)
     fit = fit_reward_model(config, synthetic_pairs(16), output_dir=tmp_path / "o", run_name="t", save=False)

@@ -83,6 +83,7 @@ def test_long_completions_are_counted_and_warned_once(reward_model, caplog):
     np.testing.assert_allclose(got, model.score([long, "calm", long]), atol=0)
 
 
+@pytest.mark.precision  # depends on the scoring precision: `make test-precision` runs it in the other one
 def test_loads_from_a_directory(tmp_path, reward_model):
     reward_model.save_pretrained(tmp_path / "rm")
     reward = EmotionReward(tmp_path / "rm")

@@ -53,6 +53,7 @@ def lora_minilm():
     return TextRewardModel(model.eval(), tokenizer, settings)
 
 
+@pytest.mark.precision  # depends on the scoring precision: `make test-precision` runs it in the other one
 def test_export_matches_within_1e5(tmp_path, lora_minilm):
     subtitles = ["I did it!", None, "okay", None]
     report = export_hf(lora_minilm, tmp_path / "export", probes=PROBES, contexts=subtitles)

@@ -34,6 +34,7 @@ print("RESULT " + json.dumps({"scores": scores, "dtype": dtype_name(model_precis
 """
 
 
+@pytest.mark.precision  # depends on the scoring precision: `make test-precision` runs it in the other one
 def test_export_push_and_load_back_through_a_hub_on_loopback(tiny_bert_dir, tmp_path):
     model = TextRewardModel.from_backbone(str(tiny_bert_dir), max_length=64)
     model.save_pretrained(tmp_path / "model", model_card=reward_model_card(model.settings))

@@ -338,6 +338,7 @@ def test_cli_refuses_a_public_host_without_a_token(monkeypatch, capsys, tmp_path
     assert code == 2 and "model directory not found" in capsys.readouterr().err
 
 
+@pytest.mark.precision  # depends on the scoring precision: `make test-precision` runs it in the other one
 def test_cli_serves_and_shuts_down_on_sigterm(tmp_path, tiny_bert_dir):
     """The real entry point in a subprocess: token from the environment, one scored request, SIGTERM -> the
     summary, exit 0, and the token nowhere in the output."""

@@ -146,6 +146,7 @@ def test_naive_manager_with_a_running_server_and_a_token(tok, reward_model, non_
     assert extra["truncated"] == [0.0] * 3 and extra["empty"] == [0.0] * 3
 
 
+@pytest.mark.precision  # depends on the scoring precision: `make test-precision` runs it in the other one
 def test_batch_manager_with_a_local_model_loaded_from_the_module_file(tok, reward_model, non_tensor, tmp_path):
     reward_model.save_pretrained(tmp_path / "rm")
     config = {

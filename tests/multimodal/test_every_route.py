@@ -103,6 +103,7 @@ def post(url: str, payload: dict) -> dict:
         return json.loads(response.read())
 
 
+@pytest.mark.precision  # depends on the scoring precision: `make test-precision` runs it in the other one
 @pytest.mark.parametrize("family", ["qwen2.5-omni-thinker", pytest.param("qwen2.5-vl", marks=pytest.mark.slow)])
 def test_same_reward_on_every_route(family, tiny_backbone_dir, tmp_path):
     from emoreward.cli import main

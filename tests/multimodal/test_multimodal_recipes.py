@@ -78,6 +78,7 @@ def train_tiny(tmp_path: Path, tiny_backbone_dir, *extra: str, n: int = 6, ties:
     return out, pairs
 
 
+@pytest.mark.precision  # depends on the scoring precision: `make test-precision` runs it in the other one
 def test_tiny_recipe_trains_and_evaluates_with_the_harness(tiny_backbone_dir, tmp_path, capsys):
     """The acceptance lines: `emoreward train --config <tiny recipe>` on generated media, then `emoreward evaluate`
     on the saved model, both reporting through the shared harness."""

@@ -184,6 +184,7 @@ def test_dataset_drops_and_counts_bad_media_and_long_prefixes(tiny_backbone_dir,
         assert row["chosen_ids"].count(audio_id) == full.count(audio_id)
 
 
+@pytest.mark.precision  # depends on the scoring precision: `make test-precision` runs it in the other one
 def test_train_save_reload_fresh_process_and_merge(tiny_backbone_dir, media_root, tmp_path):
     from tiny_media import media_trainer
 

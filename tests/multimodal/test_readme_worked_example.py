@@ -49,6 +49,7 @@ def run_line(line: str, cwd: Path, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
 
 
+@pytest.mark.precision  # depends on the scoring precision: `make test-precision` runs it in the other one
 def test_the_readme_worked_example_runs_as_written(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
