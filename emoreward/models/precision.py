@@ -207,25 +207,29 @@ def reward_tolerance(
     return float(k * eps * max(1.0, float(magnitude)))
 
 
-def model_precision(model) -> torch.dtype:
+def model_precision(model) -> torch.dtype | None:
     """The dtype a loaded reward model scores in: a text model's `scoring_precision` (resolved once, when it was
-    loaded), a multimodal model's weights' dtype (chosen by `resolve_dtype` when it was loaded)."""
+    loaded), a multimodal model's weights' dtype (chosen by `resolve_dtype` when it was loaded); None for a reward
+    without a torch network (a closed-form stand-in)."""
     precision = getattr(model, "scoring_precision", None)
-    return precision if isinstance(precision, torch.dtype) else model.dtype
+    if isinstance(precision, torch.dtype):
+        return precision
+    dtype = getattr(model, "dtype", None)
+    return dtype if isinstance(dtype, torch.dtype) else None
 
 
 def precision_record(model) -> dict:
     """What every report records about the precision of a reward model's scores: `{"dtype": "bfloat16" |
-    "float32" | ..., "bf16_units": bool (this machine's CPU or the model's device has bf16 matrix units),
+    "float32" | ... (None: no torch network), "bf16_units": bool (this machine's CPU or the model's device has bf16 matrix units),
     "pinned_by": "$EMOREWARD_DTYPE=..." | None, "tolerance": reward_tolerance(dtype)}` (reward units)."""
     dtype = model_precision(model)
     device = getattr(model, "device", None)
     env = os.environ.get(ENV_VAR, "").strip()
     return {
-        "dtype": dtype_name(dtype),
-        "bf16_units": has_bf16_matrix_units(device),
+        "dtype": None if dtype is None else dtype_name(dtype),
+        "bf16_units": has_bf16_matrix_units(device if isinstance(device, torch.device) else None),
         "pinned_by": f"${ENV_VAR}={env}" if env and env.lower() != "auto" else None,
-        "tolerance": reward_tolerance(dtype),
+        "tolerance": FLOAT32_ATOL if dtype is None else reward_tolerance(dtype),
     }
 
 

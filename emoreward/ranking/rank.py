@@ -212,7 +212,7 @@ def score_key(model: RewardModel, description: str, context: RewardContext) -> s
     return cache_key(
         purpose="score",
         model=reward_model_fingerprint(model),
-        precision=dtype_name(model_precision(model)),
+        precision=None if model_precision(model) is None else dtype_name(model_precision(model)),
         length_limit=model.settings.max_length,
         layout=layout,
         context=[[str(k) for k in model.context_key(context)], stamps],

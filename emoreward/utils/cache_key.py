@@ -131,7 +131,8 @@ def weights_fingerprint(module) -> str:
 
 def reward_model_fingerprint(model) -> str:
     """The content of a reward model (`emoreward.models.RewardModel`): its folder's `content_fingerprint` when it
-    was loaded from one and is unchanged since (`source_dir`), else the `weights_fingerprint` of its network."""
+    was loaded from one and is unchanged since (`source_dir`), else the `weights_fingerprint` of its network (`model`;
+    without one, its class)."""
     source = getattr(model, "source_dir", None)
     network = getattr(model, "model", None)
     if source is not None and Path(source).is_dir():
@@ -141,6 +142,8 @@ def reward_model_fingerprint(model) -> str:
             if cached is None:  # computed once per loaded model (a key is built for every scored item)
                 cached = model._source_fingerprint = content_fingerprint(source)
             return cached
+    if network is None:  # a reward without weights (a closed-form stand-in): its code is its content
+        return f"{type(model).__module__}.{type(model).__qualname__}"
     return weights_fingerprint(network)
 
 
