@@ -2,11 +2,13 @@
 
 Usage:
     python scripts/benchmark.py [--model DIR] [--paths scoring,smollm2,rank,train,agreement,main] [--short 230]
-        [--smollm2-n 64] [--train-steps 6] [--main-args "--set bf16=true"] [--output benchmark.json]
+        [--n-texts N] [--smollm2-n 64] [--train-steps 6] [--main-args "--set bf16=true"] [--output benchmark.json]
 
-Every path reports its wall time and its achieved FLOP rate (FLOPs per token from the model x tokens processed /
-wall time; `benchmark_common.forward_flops` / `training_flops`) divided by the fp32 and bf16 matmul peaks measured
-just before and after it (`benchmark_common.Peak.around`), so the figures stay comparable on a loaded machine.
+Every path reports its wall time, the precision its matrix multiplies ran in (`dtype`) and its achieved FLOP rate
+(FLOPs per token from the model x tokens processed / wall time; `benchmark_common.forward_flops` / `training_flops`)
+as a share of the peak of THAT precision (`of_dtype_peak`) and of the fp32 peak (`of_fp32_peak`), the peaks
+measured just before and after it (`benchmark_common.Peak.around`), so the figures stay comparable on a loaded
+machine.
 
 Paths (default: scoring, rank, train, agreement with --model; scoring and train without):
   scoring    MiniLM (`--model DIR`, else a fresh LoRA MiniLM saved to a temporary folder) on the bundled EmoPrefer
@@ -221,6 +223,7 @@ def train_path(steps: int, split: bool = True) -> dict:
         "first_step_seconds": timer.seconds[0],
         "tokens": tokens,
         "bf16_autocast": bool(config.bf16),
+        "dtype": "bfloat16" if config.bf16 else "float32",  # the matmuls' precision under autocast
         **rate(flops, wall, peak, __import__("torch").bfloat16 if config.bf16 else __import__("torch").float32),
     }
 
@@ -280,14 +283,25 @@ def main_path(work: Path, extra: str) -> dict:
     report = json.loads((out_dir / "report.json").read_text())
     summary = report.get("cross_validation", {}).get("summary", {}).get("judge", {})
     peak = Peak((peak_before.fp32 + peak_after.fp32) / 2, (peak_before.bf16 + peak_after.bf16) / 2)
+    bf16 = bool(report.get("config", {}).get("bf16")) or "bf16=true" in extra.replace(" ", "")
+    dtype = __import__("torch").bfloat16 if bf16 else __import__("torch").float32
     return {
         "command": " ".join(cmd[1:]),
+        "dtype": "bfloat16" if bf16 else "float32",
         "wall_seconds": wall,
         "peak_rss_gib": max(peak_rss_gib(children=True), before),
         "useful_tflops": flops / 1e12,
-        **rate(flops, wall, peak, __import__("torch").float32),
+        **rate(flops, wall, peak, dtype),
         "cv_summary": {k: summary.get(k) for k in ("two_class_waf", "two_class_acc", "three_class_waf")},
     }
+
+
+def share(result: dict) -> str:
+    """`"<dtype>, 41% of the bfloat16 peak (130% of the fp32 peak)"`: a path's rate against the peak of the precision
+    it computed in (`result["dtype"]`, `rate`'s `of_dtype_peak`), and against the fp32 peak for comparison."""
+    dtype = result["dtype"]
+    text = f"{dtype}, {100 * result['of_dtype_peak']:.0f}% of the {dtype} peak"
+    return text if dtype == "float32" else f"{text} ({100 * result['of_fp32_peak']:.0f}% of the fp32 peak)"
 
 
 def main() -> None:
@@ -295,6 +309,9 @@ def main() -> None:
     parser.add_argument("--model", help="a trained reward-model directory (rank, agreement; scoring uses it too)")
     parser.add_argument("--paths", help="comma-separated: scoring,smollm2,rank,train,agreement,main")
     parser.add_argument("--short", type=int, default=230, help="descriptions of the cold short run")
+    parser.add_argument(
+        "--n-texts", type=int, help="scoring path: the first N bundled descriptions (default: all 918)"
+    )
     parser.add_argument("--smollm2-n", type=int, default=64, help="descriptions scored with SmolLM2")
     parser.add_argument("--train-steps", type=int, default=6)
     parser.add_argument("--rank-cli", action="store_true", help="also time `emoreward rank` in a subprocess")
@@ -330,15 +347,17 @@ def main() -> None:
         model_dir = Path(args.model) if args.model else None
         if "scoring" in paths:
             r = results["scoring_minilm"] = score_path(
-                model_dir or fresh_model_dir(work), _texts(), args.short, args.force_bf16
+                model_dir or fresh_model_dir(work),
+                _texts(args.n_texts),
+                min(args.short, args.n_texts or args.short),
+                args.force_bf16,
             )
             for dt, setup in r["new_shape_setup"].items():
                 print(f"new matrix shape, {dt}: {setup['mean_first_call_extra_ms']:.1f} ms extra on its first use")
             for name, m in r["modes"].items():
                 print(
                     f"scoring MiniLM [{name}, {m['dtype']}]: {m['descriptions_per_second']:.1f} descriptions/s warm "
-                    f"({m['gflops']:.1f} GFLOP/s = {100 * m['of_fp32_peak']:.0f}% of the fp32 peak, "
-                    f"{100 * m['of_dtype_peak']:.0f}% of the {m['dtype']} peak), x{m['speedup_vs_adapter_fp32']:.2f} "
+                    f"({m['gflops']:.1f} GFLOP/s = {share(m)}), x{m['speedup_vs_adapter_fp32']:.2f} "
                     f"vs adapter fp32; cold {r['short']} descriptions {m['cold_short_seconds']:.2f} s "
                     f"(x{m['cold_speedup_vs_adapter_fp32']:.2f}); max |reward diff| "
                     f"{m['max_abs_reward_diff_vs_adapter_fp32']:.1e}"
@@ -351,13 +370,13 @@ def main() -> None:
             for name, m in r["modes"].items():
                 print(
                     f"scoring SmolLM2 [{name}, {m['dtype']}]: {m['descriptions_per_second']:.2f} descriptions/s "
-                    f"({100 * m['of_fp32_peak']:.0f}% of the fp32 peak), x{m['speedup_vs_adapter_fp32']:.2f}"
+                    f"({share(m)}), x{m['speedup_vs_adapter_fp32']:.2f}"
                 )
         if "rank" in paths and model_dir:
             r = results["rank_ovmerd"] = rank_path(model_dir, work, args.rank_cli)
             print(
                 f"rank 10 x 332 [{r['dtype']}]: {r['rank_seconds']:.1f} s for {r['distinct_texts']} texts "
-                f"({r['gflops']:.1f} GFLOP/s = {100 * r['of_fp32_peak']:.0f}% of the fp32 peak), rerun from cache "
+                f"({r['gflops']:.1f} GFLOP/s = {share(r)}), rerun from cache "
                 f"{r['rerun_from_cache_seconds']:.2f} s, model load {r['model_load_seconds']:.1f} s"
                 + (
                     f"; CLI {r['cli_seconds']:.1f} s, CLI rerun {r['cli_rerun_seconds']:.1f} s"
@@ -373,7 +392,7 @@ def main() -> None:
                 print(
                     f"training step (16 pairs, {'length groups' if split else 'one padded batch'}): "
                     f"{r['seconds_per_step_median']:.2f} s median ({r['gflops']:.1f} GFLOP/s useful = "
-                    f"{100 * r['of_fp32_peak']:.0f}% of the fp32 peak), bf16 autocast {r['bf16_autocast']}"
+                    f"{share(r)}), bf16 autocast {r['bf16_autocast']}"
                 )
         if "agreement" in paths and model_dir:
             r = results["bf16_agreement"] = agreement_path(model_dir)
@@ -385,8 +404,8 @@ def main() -> None:
             r = results["main_job"] = main_path(work, args.main_args)
             print(
                 f"main job (5-fold CV + final fit): {r['wall_seconds']:.0f} s, peak RSS {r['peak_rss_gib']:.2f} GiB, "
-                f"{r['useful_tflops']:.0f} TFLOP useful = {r['gflops']:.1f} GFLOP/s = {100 * r['of_fp32_peak']:.0f}% "
-                f"of the fp32 peak (measured before and after only); CV {r['cv_summary']}"
+                f"{r['useful_tflops']:.0f} TFLOP useful = {r['gflops']:.1f} GFLOP/s = {share(r)} "
+                f"(peaks measured before and after only); CV {r['cv_summary']}"
             )
     results["load_after"] = load_average()
     results["peak_rss_gib"] = peak_rss_gib()

@@ -46,6 +46,52 @@ class CallKey:
         return (self.judge, self.strategy, self.step, self.sample, self.order, self.run)
 
 
+def media_array_digest(array) -> str | None:
+    """sha256 of an in-memory media array's dtype, shape and every value (its `repr` shows only the corners, so two
+    different clips could share it), or None without one."""
+    if array is None:
+        return None
+    import hashlib
+
+    import numpy as np
+
+    a = np.ascontiguousarray(array)
+    return hashlib.sha256(f"{a.dtype}{a.shape}".encode() + a.tobytes()).hexdigest()
+
+
+def call_input_hash(
+    *,
+    backend,
+    step: str,
+    system: str | None,
+    prompt: str,
+    media: list | None,
+    sampling: dict,
+    score_labels=None,
+    answer_prefix: str | None = None,
+    prompts_tag: str | None = None,
+) -> str:
+    """The `input_hash` of one model call (`emoreward.utils.cache_key.cache_key`, 16 hex characters): the backend's
+    identity (weights and media settings) as the model, the precision its local weights compute in (None for a
+    remote server, whose precision is its own), the length limit (`sampling["max_new_tokens"]` cuts the answer),
+    the prompt template tag as the layout, the media (`media`: content digests) as the context, the system and
+    user prompt as the prompt, and the sampling, the scored labels and the answer prefix."""
+    from emoreward.utils.cache_key import cache_key
+
+    network = getattr(backend, "model", None)
+    dtype = getattr(network, "dtype", None)
+    return cache_key(
+        purpose="judge-call",
+        model=backend.identity,
+        precision=None if dtype is None else str(dtype),
+        length_limit=sampling.get("max_new_tokens"),
+        layout=prompts_tag,
+        context=media,
+        prompt=[step, system, prompt],
+        extra=[sampling, score_labels, answer_prefix],
+    )[:16]
+
+
 class CacheMismatchError(RuntimeError):
     """A cached call has the same key but a different input (prompt, model or sampling changed)."""
 

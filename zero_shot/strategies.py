@@ -38,7 +38,7 @@ from typing import Literal, get_args
 from emoreward.data import PreferencePair
 from emoreward.data.verdicts import Judgement, Verdict
 from zero_shot.backends.base import Backend, ChatRequest, Generation, MediaInput, SamplingConfig, scrub_secrets
-from zero_shot.cache import CallCache, CallKey
+from zero_shot.cache import CallCache, CallKey, call_input_hash, media_array_digest
 from zero_shot.parsing import parse_verdict
 from zero_shot.prompts import MediaKind, PromptSet
 
@@ -332,30 +332,25 @@ class ZeroShotJudge:
         return None if self.ignore_media else resolve_media(pair, self.media_root)
 
     def _hash(self, backend: Backend, request: ChatRequest, step: str) -> str:
+        from emoreward.models.media.cache import file_digest
+
         media = request.media
         media_id = None
         if media is not None:
-            media_id = [
-                (p, os.path.getsize(p) if p and os.path.exists(p) else None) for p in (media.video, media.audio)
-            ]
+            media_id = [(p, file_digest(p) if p and os.path.isfile(p) else None) for p in (media.video, media.audio)]
             if media.frames is not None or media.waveform is not None:
-                media_id.append(("arrays", hashlib.sha256(repr((media.frames, media.waveform)).encode()).hexdigest()))
-        blob = json.dumps(
-            [
-                backend.identity,
-                step,
-                request.system,
-                request.prompt,
-                media_id,
-                self.sampling.as_dict(),
-                request.score_labels,
-                request.answer_prefix,
-                self.prompts.tag,
-            ],
-            sort_keys=True,
-            default=str,
+                media_id.append(("arrays", [media_array_digest(media.frames), media_array_digest(media.waveform)]))
+        return call_input_hash(
+            backend=backend,
+            step=step,
+            system=request.system,
+            prompt=request.prompt,
+            media=media_id,
+            sampling=self.sampling.as_dict(),
+            score_labels=request.score_labels,
+            answer_prefix=request.answer_prefix,
+            prompts_tag=self.prompts.tag,
         )
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def _make_call(self, backend, step, strategy, pair, order, run, prompt, media=None, final=False) -> _Call:
         sample = pair.sample_id if step == "describe" else self._identify(pair)[0]

@@ -19,7 +19,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of `emoreward export`."""
     p.add_argument("--model", required=True, help="a reward-model directory written by `emoreward train`")
     p.add_argument("--output", required=True, help="export folder (merged weights, tokenizer, model card)")
-    p.add_argument("--atol", type=float, default=1e-5, help="largest allowed reward difference after export")
+    p.add_argument(
+        "--atol",
+        type=float,
+        default=None,
+        help="largest allowed reward difference after export (default: 1e-5; the check compares the float32 master "
+        "weights with the export reloaded in float32, whatever precision `auto` picks on this machine)",
+    )
     p.add_argument(
         "--push-to-hub",
         metavar="OWNER/NAME",
@@ -49,7 +55,10 @@ def run(args: argparse.Namespace) -> int:
             f"this backbone: see its README for the RL stacks that read it); max |reward difference| "
             f"{report.max_abs_diff:.2e} on a synthetic clip"
         )
-    _echo(f"emoreward export: {report.path} {how}; {report.n_probes} probes")
+    _echo(
+        f"emoreward export: {report.path} {how}; {report.n_probes} probes, original and export both scored in "
+        f"{report.dtype} (atol {report.atol:.3g})"
+    )
     if args.push_to_hub:
         from emoreward.export.hub import push_reward_model
 

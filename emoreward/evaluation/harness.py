@@ -195,7 +195,7 @@ def evaluate_reward_judge(judge: RewardModelJudge, pairs: list[PreferencePair], 
     Raises:
         MediaError: bad media with the judge's `media_errors="raise"`.
     """
-    from emoreward.models.precision import dtype_name
+    from emoreward.models.precision import precision_record
 
     model = judge.model
     start = time.perf_counter()
@@ -208,7 +208,8 @@ def evaluate_reward_judge(judge: RewardModelJudge, pairs: list[PreferencePair], 
         n_descriptions_scored=judge.n_scored,
         n_truncated_at_scoring=judge.n_truncated,
         scoring_seconds=seconds,
-        scoring_dtype=dtype_name(getattr(model, "scoring_precision", None) or model.dtype),
+        scoring_dtype=precision_record(model)["dtype"],
+        precision=precision_record(model),
         # per-pair rewards in the normal order: the reward histogram, and checks that a saved model scores the same
         pair_rewards={
             "sample_id": [p.sample_id for p in pairs],

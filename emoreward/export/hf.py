@@ -29,6 +29,7 @@ from emoreward.models.base import (
     load_reward_model,
     load_settings,
 )
+from emoreward.models.precision import dtype_name, reward_tolerance
 
 
 DEFAULT_PROBES = (
@@ -56,6 +57,11 @@ class ExportReport:
             (equal to `max_abs_diff` for media exports).
         n_probes (`int`): probe descriptions compared.
         ids_match (`bool`): text: the exported recipe reproduced the model's own input ids on every probe.
+        dtype (`str`): the precision both sides of the check computed in (`"float32"`: the original's float32
+            master weights against the export reloaded in float32; a model whose weights are bf16 is compared with
+            its export reloaded in bf16).
+        atol (`float`): the tolerance the check used (`emoreward.models.precision.reward_tolerance(dtype)` unless
+            given).
     """
 
     path: Path
@@ -64,6 +70,8 @@ class ExportReport:
     max_abs_diff_plain: float
     n_probes: int
     ids_match: bool
+    dtype: str = "float32"
+    atol: float = 1e-5
 
 
 @torch.inference_mode()
@@ -105,7 +113,7 @@ def export_hf(
     directory: str | Path,
     probes: list[str] | None = None,
     contexts: list[RewardContext | None] | None = None,
-    atol: float = 1e-5,
+    atol: float | None = None,
 ) -> ExportReport:
     """Merge, save and verify a reward model (text or multimodal) for RL pipelines.
 
@@ -115,7 +123,14 @@ def export_hf(
         probes (`list[str]`, *optional*): descriptions compared before and after (default: a few fixed ones).
         contexts (`list[RewardContext | None]`, *optional*): contexts aligned with ``probes`` (default: none for text
             models, a synthetic clip for multimodal ones).
-        atol (`float`): largest allowed |reward difference|.
+        atol (`float`, *optional*): largest allowed |reward difference| (default:
+            `emoreward.models.precision.reward_tolerance` of the check's precision: 1e-5 in float32).
+
+    The check compares like with like: the original model's float32 master weights (a path loads in float32,
+    whatever `"auto"` would pick on this machine; a text model keeps float32 master weights) against the export
+    reloaded in float32. A model object whose weights are in another dtype (a multimodal model loaded in bf16) is
+    compared with its export reloaded in that dtype, at that dtype's tolerance; its export holds the weights in that
+    dtype (load the model in float32 for a float32 export).
 
     Returns:
         `ExportReport`.
@@ -131,38 +146,52 @@ def export_hf(
             raise ValueError(
                 f"export into the model's own directory {directory} would overwrite it; choose another --output"
             )
-        model = load_reward_model(model)
+        model = load_reward_model(model, dtype=torch.float32)  # the master weights as saved: a float32 export
     if directory.exists() and not directory.is_dir():
         raise ValueError(f"--output {directory} is a file; give a directory for the export")
     probes = list(DEFAULT_PROBES if probes is None else probes)
     if contexts is None:
         contexts = [synthetic_context(model) if model.kind == "media" else None] * len(probes)
     contexts = [as_context(c) for c in contexts]
-    expected = model.score(probes, contexts)
+    dtype = model.dtype  # the master weights' dtype: the original scores in it, the export is reloaded in it
+    expected = _reference(model, dtype).score(probes, contexts)
     model.export_merged(directory, model_card=export_card(model))
     if model.kind == "media":
-        again = load_reward_model(directory, media_root=getattr(model, "media_root", None))
+        again = load_reward_model(directory, media_root=getattr(model, "media_root", None), dtype=dtype)
         got = again.score(probes, contexts)
         diff = float(np.max(np.abs(got - expected)))
         report = ExportReport(directory, "media", diff, diff, len(probes), True)
     else:
-        report = _check_text_export(model, directory, probes, contexts, expected)
-    if report.max_abs_diff > atol or report.max_abs_diff_plain > atol:
+        report = _check_text_export(model, directory, probes, contexts, expected, dtype)
+    report.dtype = dtype_name(dtype)
+    report.atol = reward_tolerance(dtype, magnitude=float(np.max(np.abs(expected)))) if atol is None else atol
+    if report.max_abs_diff > report.atol or report.max_abs_diff_plain > report.atol:
         raise ExportMismatchError(
             f"{directory}: exported rewards differ from the original model by {report.max_abs_diff:.3g} "
-            f"(recipe ids: {report.max_abs_diff_plain:.3g}) > atol {atol}"
+            f"(recipe ids: {report.max_abs_diff_plain:.3g}) > atol {report.atol:.3g}, both computed in "
+            f"{report.dtype}"
         )
     return report
 
 
-def _check_text_export(model, directory: Path, probes, contexts, expected: np.ndarray) -> ExportReport:
+def _reference(model: RewardModel, dtype: torch.dtype) -> RewardModel:
+    """The original model scoring in `dtype`: a text model on its master weights as they are (adapter live, no
+    copy), a multimodal model as loaded (its weights are in `dtype`)."""
+    if model.kind == "text" and model.scoring_precision != dtype:
+        from emoreward.models.text import TextRewardModel
+
+        return TextRewardModel(model.model, model.tokenizer, model.settings, batch_size=model.batch_size)
+    return model
+
+
+def _check_text_export(
+    model, directory: Path, probes, contexts, expected: np.ndarray, dtype: torch.dtype
+) -> ExportReport:
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from emoreward.models.text import text_input_ids
 
-    loaded, info = AutoModelForSequenceClassification.from_pretrained(
-        directory, dtype=torch.float32, output_loading_info=True
-    )
+    loaded, info = AutoModelForSequenceClassification.from_pretrained(directory, dtype=dtype, output_loading_info=True)
     bad = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
     if bad:
         raise ExportMismatchError(f"{directory}: AutoModelForSequenceClassification loading problems {bad}")

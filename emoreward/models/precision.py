@@ -166,6 +166,73 @@ def resolve_dtype(
     return torch.bfloat16
 
 
+# largest |reward difference| two computations of the same model may show, as multiples of the reduced dtype's
+# machine epsilon (bf16: 2^-7 = 7.8e-3) times the rewards' magnitude (at least 1): a bf16 network's output is rounded
+# to bf16, so a change of rounding anywhere inside (another padded width or number of rows, whose kernels block the
+# sums differently; merged or live LoRA; a reloaded export) moves a reward by about one unit in its last place
+# (measured 2026-12-01, Xeon with AMX, MiniLM: 6.3e-3 = 0.8 eps alone vs in a batch); against float32 the rounding of
+# every layer adds up (measured: 1.5e-2 = 2 eps on MiniLM with a random head, up to 3 eps on the tiny test models)
+SAME_PRECISION_EPS = 2.0
+CROSS_PRECISION_EPS = 4.0
+FLOAT32_ATOL = 1e-5
+
+
+def reward_tolerance(
+    dtype: torch.dtype | str, reference: torch.dtype | str | None = None, *, magnitude: float = 1.0
+) -> float:
+    """The absolute tolerance of a reward comparison: rewards computed in `dtype` against rewards computed in
+    `reference` (default: the same dtype) by the same model, the two computations differing in rounding only (other
+    batch composition or padding, merged or live LoRA, another process, a reloaded export).
+
+    float32 (or float64) on both sides: `FLOAT32_ATOL` (1e-5; float32 rounding of these models is about 1e-6). A
+    reduced precision on either side: `k * eps * max(1, magnitude)` with `eps` the reduced dtype's machine epsilon
+    (`torch.finfo(dtype).eps`, bf16: 2^-7), `k = SAME_PRECISION_EPS` (2) when both sides compute in it and
+    `CROSS_PRECISION_EPS` (4) against float32. Every self-check of the project (export reload, save / load, the
+    same reward on every route) compares with this bound: like with like in fp32 at 1e-5, bf16 at its own bound.
+
+    Args:
+        dtype, reference: torch dtypes or their names (`"auto"` is resolved on the CPU, `resolve_dtype`).
+        magnitude: the largest |reward| compared (reward units); below 1 the bound does not shrink.
+
+    Returns:
+        the tolerance, reward units.
+    """
+    a = resolve_dtype(dtype)
+    b = a if reference is None else resolve_dtype(reference)
+    full = (torch.float32, torch.float64)
+    if a in full and b in full:
+        return FLOAT32_ATOL
+    eps = max(torch.finfo(d).eps for d in (a, b) if d not in full)
+    k = SAME_PRECISION_EPS if a == b else CROSS_PRECISION_EPS
+    return float(k * eps * max(1.0, float(magnitude)))
+
+
+def model_precision(model) -> torch.dtype | None:
+    """The dtype a loaded reward model scores in: a text model's `scoring_precision` (resolved once, when it was
+    loaded), a multimodal model's weights' dtype (chosen by `resolve_dtype` when it was loaded); None for a reward
+    without a torch network (a closed-form stand-in)."""
+    precision = getattr(model, "scoring_precision", None)
+    if isinstance(precision, torch.dtype):
+        return precision
+    dtype = getattr(model, "dtype", None)
+    return dtype if isinstance(dtype, torch.dtype) else None
+
+
+def precision_record(model) -> dict:
+    """What every report records about the precision of a reward model's scores: `{"dtype": "bfloat16" |
+    "float32" | ... (None: no torch network), "bf16_units": bool (this machine's CPU or the model's device has bf16 matrix units),
+    "pinned_by": "$EMOREWARD_DTYPE=..." | None, "tolerance": reward_tolerance(dtype)}` (reward units)."""
+    dtype = model_precision(model)
+    device = getattr(model, "device", None)
+    env = os.environ.get(ENV_VAR, "").strip()
+    return {
+        "dtype": None if dtype is None else dtype_name(dtype),
+        "bf16_units": has_bf16_matrix_units(device if isinstance(device, torch.device) else None),
+        "pinned_by": f"${ENV_VAR}={env}" if env and env.lower() != "auto" else None,
+        "tolerance": FLOAT32_ATOL if dtype is None else reward_tolerance(dtype),
+    }
+
+
 def verdict_agreement(
     reference: tuple[np.ndarray, np.ndarray], other: tuple[np.ndarray, np.ndarray], tie_threshold: float = 0.0
 ) -> dict[str, float]:
@@ -303,12 +370,18 @@ class EmulatedBf16Matmuls(TorchFunctionMode):
 __all__ = [
     "CPU_BF16_FLAGS",
     "EmulatedBf16Matmuls",
+    "CROSS_PRECISION_EPS",
     "ENV_VAR",
+    "FLOAT32_ATOL",
     "MIN_BF16_AGREEMENT",
+    "SAME_PRECISION_EPS",
     "cpu_flags",
     "cpu_has_bf16_matrix_units",
     "dtype_name",
     "has_bf16_matrix_units",
+    "model_precision",
+    "precision_record",
+    "reward_tolerance",
     "parse_dtype",
     "record_bf16_agreement",
     "resolve_dtype",

@@ -44,6 +44,7 @@ from emoreward.models.base import (
 )
 from emoreward.models.coverage import CoverageScoreInfo, unknown_token_share
 from emoreward.models.precision import dtype_name, parse_dtype, resolve_dtype
+from emoreward.utils.cache_key import remember_source
 
 
 logger = logging.getLogger(__name__)
@@ -319,10 +320,10 @@ class TextRewardModel:
         self.tokenizer = tokenizer
         self.settings = settings
         self.batch_size = batch_size
-        self.scoring_dtype = None if scoring_dtype is None else parse_dtype(scoring_dtype)
         self.max_batch_tokens = max_batch_tokens
         self._scorer: torch.nn.Module | None = None
         self._scorer_key: tuple | None = None
+        self.scoring_dtype = scoring_dtype
         if settings.input_format == "pair":
             self.tokenizer.padding_side = "right"  # absolute position embeddings: padding must go on the right
 
@@ -431,7 +432,9 @@ class TextRewardModel:
             base.config.pad_token_id = tokenizer.pad_token_id
             model = PeftModel.from_pretrained(base, directory)
         model.eval()
-        return cls(model, tokenizer, settings, batch_size=batch_size, scoring_dtype=scoring_dtype)
+        loaded = cls(model, tokenizer, settings, batch_size=batch_size, scoring_dtype=scoring_dtype)
+        remember_source(loaded, directory)  # its content fingerprint: part of every cache key of its outputs
+        return loaded
 
     # ------------------------------------------------------------------ inputs
     def context_key(self, context: RewardContext) -> Hashable:
@@ -457,14 +460,30 @@ class TextRewardModel:
         return next(self.model.parameters()).dtype
 
     @property
+    def scoring_dtype(self) -> torch.dtype | str | None:
+        """The requested scoring precision: None (the master weights as they are), `"auto"` or a torch dtype.
+        Setting it (a dtype, its name, `"auto"` or None) resolves the precision again (`scoring_precision`)."""
+        return self._scoring_dtype
+
+    @scoring_dtype.setter
+    def scoring_dtype(self, value: str | torch.dtype | None) -> None:
+        self._scoring_dtype = None if value is None else parse_dtype(value)
+        self._resolved: tuple | None = None
+
+    @property
     def scoring_precision(self) -> torch.dtype:
-        """The dtype `score` computes in: `scoring_dtype` resolved on this model's device (see
-        `emoreward.models.precision.resolve_dtype`), or the master weights' dtype without one (and under ZeRO-3,
-        where `model` itself scores)."""
+        """The dtype `score` computes in: `scoring_dtype` resolved on this model's device by the one rule
+        (`emoreward.models.precision.resolve_dtype`, with this model's recorded bf16 agreement) the first time it is
+        needed and kept (a later change of `$EMOREWARD_DTYPE` does not move a loaded model; setting `scoring_dtype`
+        or moving the model to another device resolves again), or the master weights' dtype without one (and under
+        ZeRO-3, where `model` itself scores)."""
         if self.scoring_dtype is None or _zero3_partitioned(self.model):
             return self.dtype
-        agreement = (self.settings.extra or {}).get("bf16_agreement")
-        return resolve_dtype(self.scoring_dtype, self.device, bf16_agreement=agreement)
+        device = self.device
+        if self._resolved is None or self._resolved[0] != device:
+            agreement = (self.settings.extra or {}).get("bf16_agreement")
+            self._resolved = (device, resolve_dtype(self.scoring_dtype, device, bf16_agreement=agreement))
+        return self._resolved[1]
 
     @property
     def scoring_network(self) -> torch.nn.Module:

@@ -96,6 +96,7 @@ class RewardModelPairs:
             "n_scored": self.n_scored,
             "n_cached": self.n_cached,
             "scoring_seconds": self.seconds,
+            "precision": _precision_record(self.model),
         }
 
 
@@ -228,3 +229,10 @@ def rank_with_bpa(
         cost_fn() if cost_fn else {"judge": "custom", "n_queries": n_pairs},
         meta,
     )
+
+
+def _precision_record(model) -> dict:
+    """`emoreward.models.precision.precision_record` (imported when used: torch is not needed to read a ranking)."""
+    from emoreward.models.precision import precision_record
+
+    return precision_record(model)

@@ -263,6 +263,8 @@ def rank_with_reward_model(
         "n_samples": table.n_samples,
         "n_models": table.n_models,
         "max_length": getattr(getattr(model, "settings", None), "max_length", None),
+        "precision": _precision_record(model),  # the dtype every score of this ranking was computed in
+        "precision": _precision(model),  # the dtype every score of this ranking was computed in
     }
     report = RankingReport(
         list(table.models),
@@ -349,3 +351,10 @@ def rank_with_judge(
     )
     report.warnings = ranking_warnings(report)
     return report
+
+
+def _precision_record(model) -> dict:
+    """`emoreward.models.precision.precision_record` (imported when used: torch is not needed to read a ranking)."""
+    from emoreward.models.precision import precision_record
+
+    return precision_record(model)

@@ -4,9 +4,9 @@ context), appended as they are computed (`ScoreCache`, `model_fingerprint`, `sco
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,39 +16,21 @@ if TYPE_CHECKING:
 
 
 def model_fingerprint(directory: str | Path, chunk: int = 1 << 20) -> str:
-    """A content fingerprint of a saved model directory, for the score cache key.
-
-    Hashes every file's name and size, small files (< 2 chunks) whole and large ones by their first and last
-    ``chunk`` bytes, so a retrained or re-exported model gets a new fingerprint without reading 7B weights.
+    """A content fingerprint of a saved model directory, for the score cache's file name
+    (`emoreward.utils.cache_key.content_fingerprint`: every file's name and size, small files whole, large ones by
+    their first and last ``chunk`` bytes).
 
     Raises:
         FileNotFoundError: if ``directory`` is not a directory.
     """
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise FileNotFoundError(f"{directory} is not a directory")
-    h = hashlib.sha256()
-    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        size = path.stat().st_size
-        h.update(f"{path.relative_to(directory).as_posix()}\0{size}\0".encode())
-        with path.open("rb") as fh:
-            if size <= 2 * chunk:
-                h.update(fh.read())
-            else:
-                h.update(fh.read(chunk))
-                fh.seek(size - chunk)
-                h.update(fh.read(chunk))
-    return h.hexdigest()[:16]
+    from emoreward.utils.cache_key import content_fingerprint
 
-
-def _text_key(description: str, subtitle: str | None) -> str:
-    payload = json.dumps([description, subtitle], ensure_ascii=False)
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+    return content_fingerprint(directory, chunk)
 
 
 class ScoreCache:
-    """Reward scores on disk, one JSON line ``{"key": sha256(description, context), "score": float, "truncated":
-    bool}`` each (``truncated``: the description was cut to fit the model's length limit).
+    """Reward scores on disk, one JSON line ``{"key": score_key(model, description, context), "score": float,
+    "truncated": bool}`` each (``truncated``: the description was cut to fit the model's length limit).
 
     The file belongs to one model (its name carries the model fingerprint); new scores are appended as they
     are computed, so an interrupted run keeps what it scored. A torn last line (a killed run) is ignored.
@@ -115,20 +97,34 @@ def default_cache_dir() -> Path:
 
 
 def score_key(model: RewardModel, description: str, context: RewardContext) -> str:
-    """The score-cache key of one (description, context): sha256 of the description and the part of the context the
-    model reads; for a multimodal model the media files' sizes and modification times are part of it, so a file
-    replaced under the same name is scored again."""
-    if model.kind == "text":
-        return _text_key(description, context.subtitle)
+    """The score-cache key of one (description, context): `emoreward.utils.cache_key.cache_key` over everything
+    that changes the score: the model's content (`reward_model_fingerprint`), the precision it scores in, its length
+    limit, its input layout (settings), the part of the context the model reads (for a multimodal model the media
+    files' content digests too, so a file replaced under the same name is scored again) and the description."""
+    from emoreward.models.precision import dtype_name, model_precision
+    from emoreward.utils.cache_key import cache_key, reward_model_fingerprint
+
     stamps = []
-    for path in (context.video, context.audio):
-        full = Path(path) if path and (Path(path).is_absolute() or not getattr(model, "media_root", None)) else None
-        if path and full is None:
-            full = Path(model.media_root) / path
-        stat = full.stat() if full is not None and full.exists() else None
-        stamps.append(None if stat is None else [stat.st_size, stat.st_mtime_ns])
-    payload = json.dumps([description, [str(k) for k in model.context_key(context)], stamps], ensure_ascii=False)
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+    if model.kind != "text":
+        from emoreward.models.media.cache import file_digest
+
+        for path in (context.video, context.audio):
+            root = getattr(model, "media_root", None)
+            full = Path(path) if path and (Path(path).is_absolute() or not root) else None
+            if path and full is None:
+                full = Path(root) / path
+            stamps.append(file_digest(full) if full is not None and full.is_file() else None)
+    layout = {k: v for k, v in asdict(model.settings).items() if k not in ("tie_threshold", "extra")}
+    precision = model_precision(model)
+    return cache_key(
+        purpose="score",
+        model=reward_model_fingerprint(model),
+        precision=None if precision is None else dtype_name(precision),
+        length_limit=model.settings.max_length,
+        layout=layout,
+        context=[[str(k) for k in model.context_key(context)], stamps],
+        prompt=description,
+    )
 
 
 def cache_path_for(model_dir: str | Path, cache_dir: str | Path | None = None) -> Path:

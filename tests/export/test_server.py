@@ -16,12 +16,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+import torch
 from _helpers import StubRewardModel
 
 from emoreward.cli.serve import add_arguments as add_serve_arguments
 from emoreward.export.serve.http import RewardServer
 from emoreward.export.serve.protocol import ServerLimits
 from emoreward.export.serve.service import RewardService
+from emoreward.models.precision import dtype_name, reward_tolerance
 
 
 class WordsModel(StubRewardModel):
@@ -340,6 +342,7 @@ def test_cli_refuses_a_public_host_without_a_token(monkeypatch, capsys, tmp_path
     assert code == 2 and "model directory not found" in capsys.readouterr().err
 
 
+@pytest.mark.precision  # depends on the scoring precision: `make test-precision` runs it in the other one
 def test_cli_serves_and_shuts_down_on_sigterm(tmp_path, tiny_bert_dir):
     """The real entry point in a subprocess: token from the environment, one scored request, SIGTERM -> the
     summary, exit 0, and the token nowhere in the output."""
@@ -353,7 +356,6 @@ def test_cli_serves_and_shuts_down_on_sigterm(tmp_path, tiny_bert_dir):
         TextSettings(backbone="tiny-bert", input_format="pair", max_length=64),
     )
     model.save_pretrained(tmp_path / "rm")
-    expected = float(model.score(["He smiles."])[0])
     token = "tok-123456789"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "MY_TOKEN": token, "OMP_NUM_THREADS": "1"}
     code = "import sys; from emoreward.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -385,6 +387,8 @@ def test_cli_serves_and_shuts_down_on_sigterm(tmp_path, tiny_bert_dir):
             headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
         )
         data = json.loads(conn.getresponse().read())
+        conn.request("GET", "/health", headers={"Authorization": f"Bearer {token}"})
+        health = json.loads(conn.getresponse().read())
         conn.close()
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
@@ -392,7 +396,12 @@ def test_cli_serves_and_shuts_down_on_sigterm(tmp_path, tiny_bert_dir):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, out
-    assert np.isclose(data["rewards"][0], expected, atol=1e-6)
+    dtype = getattr(torch, health["precision"]["dtype"])  # the precision the server scores in, as it reports it
+    assert health["precision"]["dtype"] == dtype_name(
+        TextRewardModel.from_pretrained(tmp_path / "rm").scoring_precision
+    )
+    expected = float(model.inference_copy(dtype).score(["He smiles."])[0])  # like with like
+    assert np.isclose(data["rewards"][0], expected, atol=reward_tolerance(dtype), rtol=0)
     assert "bearer token required" in line and "shutting down" in out
     assert "served 1 requests (1 descriptions: 0 empty, 0 truncated)" in out and token not in line + out
 

@@ -16,6 +16,8 @@ import torch
 import emoreward.export.verl as verl_module
 from emoreward.export.serve.http import RewardServer
 from emoreward.export.serve.service import RewardService
+from emoreward.models import load_reward_model
+from emoreward.models.precision import model_precision, reward_tolerance
 
 
 DESCRIPTIONS = ["She smiles broadly; her voice rises: happy.", "  He is calm.\nThen he frowns, ANGRY!  ", "Sad."]
@@ -146,6 +148,7 @@ def test_naive_manager_with_a_running_server_and_a_token(tok, reward_model, non_
     assert extra["truncated"] == [0.0] * 3 and extra["empty"] == [0.0] * 3
 
 
+@pytest.mark.precision  # depends on the scoring precision: `make test-precision` runs it in the other one
 def test_batch_manager_with_a_local_model_loaded_from_the_module_file(tok, reward_model, non_tensor, tmp_path):
     reward_model.save_pretrained(tmp_path / "rm")
     config = {
@@ -156,7 +159,9 @@ def test_batch_manager_with_a_local_model_loaded_from_the_module_file(tok, rewar
         }
     }
     scores = batch_reward_manager(tok, get_custom_reward_fn(config), rollout_batch(tok, DESCRIPTIONS), non_tensor)
-    np.testing.assert_allclose([s["score"] for s in scores], reward_model.score(DESCRIPTIONS, SUBTITLES), atol=1e-5)
+    dtype = model_precision(load_reward_model(tmp_path / "rm"))  # what the module's loaded model scores in here
+    expected = reward_model.inference_copy(dtype).score(DESCRIPTIONS, SUBTITLES)  # like with like
+    np.testing.assert_allclose([s["score"] for s in scores], expected, atol=reward_tolerance(dtype), rtol=0)
     # the ground truth as the subtitle
     per_sample = verl_module.compute_score(
         data_source="emotion",
@@ -166,7 +171,10 @@ def test_batch_manager_with_a_local_model_loaded_from_the_module_file(tok, rewar
         model=str(tmp_path / "rm"),
         subtitle_key="ground_truth",
     )
-    assert per_sample["score"] == pytest.approx(scores[0]["score"], abs=1e-6)
+    # alone or in a batch of 3: the same reward within the precision's bound (bf16: batch composition moves it)
+    assert per_sample["score"] == pytest.approx(
+        scores[0]["score"], abs=1e-6 if dtype == torch.float32 else reward_tolerance(dtype)
+    )
 
 
 def test_errors_are_raised_not_turned_into_rewards(reward_model):

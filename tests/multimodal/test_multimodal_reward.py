@@ -25,6 +25,7 @@ from tiny_media import write_video, write_wav  # noqa: E402
 from emoreward.models.backbones import get_backbone, lora_target_regex  # noqa: E402
 from emoreward.models.base import RewardContext, load_reward_model  # noqa: E402
 from emoreward.models.media import MediaRewardModel  # noqa: E402
+from emoreward.models.precision import dtype_name  # noqa: E402
 
 
 FAMILIES = ["qwen2.5-vl", "qwen2.5-omni-thinker", "qwen2-audio"]
@@ -183,6 +184,7 @@ def test_dataset_drops_and_counts_bad_media_and_long_prefixes(tiny_backbone_dir,
         assert row["chosen_ids"].count(audio_id) == full.count(audio_id)
 
 
+@pytest.mark.precision  # depends on the scoring precision: `make test-precision` runs it in the other one
 def test_train_save_reload_fresh_process_and_merge(tiny_backbone_dir, media_root, tmp_path):
     from tiny_media import media_trainer
 
@@ -223,14 +225,15 @@ def test_train_save_reload_fresh_process_and_merge(tiny_backbone_dir, media_root
     script = (
         "import json\n"
         "from emoreward.models import RewardContext, load_reward_model\n"
-        f"m = load_reward_model({str(saved)!r}, media_root={str(media_root)!r})\n"
+        f"m = load_reward_model({str(saved)!r}, media_root={str(media_root)!r}, dtype={dtype_name(model.dtype)!r})\n"
         f"print(json.dumps(m.score({descriptions!r}, RewardContext('hi', sample_id='s2')).tolist()))\n"
     )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # a shared 2-core machine: see conftest.one_torch_thread
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, env=env)
     reloaded = json.loads(out.stdout.strip().splitlines()[-1])
     np.testing.assert_array_equal(np.array(reloaded), scores)
-    merged = load_reward_model(model.export_merged(tmp_path / "merged"), media_root=str(media_root))
+    # like with like: the reloads score in the trained model's precision (float32), not what "auto" picks here
+    merged = load_reward_model(model.export_merged(tmp_path / "merged"), media_root=str(media_root), dtype=model.dtype)
     assert isinstance(merged, MediaRewardModel)
     assert merged.settings.merged and not hasattr(merged.model, "peft_config")
     np.testing.assert_allclose(merged.score(descriptions, context), scores, atol=1e-5)

@@ -35,13 +35,18 @@ def pick_device(device: str) -> torch.device:
 
 
 def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """`"auto"` -> bfloat16 on CUDA, float32 on CPU; else `float32`, `float16`, `bfloat16`."""
-    table = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    if dtype not in table:
-        raise ValueError(f"unknown dtype {dtype!r}; available: ['auto', {', '.join(map(repr, table))}]")
-    return table[dtype]
+    """The dtype a local judge computes in: the reward models' one rule (`emoreward.models.precision.resolve_dtype`:
+    `"auto"` -> bfloat16 where `device` has bf16 matrix units, Ampere+ GPUs and CPUs with AMX / AVX512-BF16, else
+    float32; `$EMOREWARD_DTYPE` pins it), or `float32`, `float16`, `bfloat16` as given.
+
+    Raises:
+        ValueError: an unknown name.
+    """
+    from emoreward.models.precision import resolve_dtype
+
+    if dtype != "auto" and dtype not in ("float32", "float16", "bfloat16"):
+        raise ValueError(f"unknown dtype {dtype!r}; available: ['auto', 'float32', 'float16', 'bfloat16']")
+    return resolve_dtype(dtype, device)
 
 
 class _FirstStepTimer:

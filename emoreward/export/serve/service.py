@@ -27,6 +27,7 @@ from emoreward.export.serve.batching import Job
 from emoreward.export.serve.openrlhf import LABEL_OBJECT_KEYS, clip_from_label, description_from_query, query_markers
 from emoreward.export.serve.protocol import RequestError, ServerLimits, max_chars_for
 from emoreward.models.base import ScoreInfo
+from emoreward.models.precision import precision_record
 
 
 logger = logging.getLogger(__name__)
@@ -520,6 +521,7 @@ class RewardService:
             "model": self.name,
             "kind": self.model.kind,
             "max_length_tokens": self.max_length,
+            "precision": precision_record(self.model),  # the dtype every reward of this server is computed in
             "overlong": self.overlong,
             "limits": limits,
             "stats": asdict(self.stats),

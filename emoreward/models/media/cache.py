@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from emoreward.models.media.processing import EncodedPrefix
+from emoreward.utils.cache_key import cache_key
 
 
 logger = logging.getLogger(__name__)
@@ -78,11 +79,21 @@ class MediaPrefixCache:
 
     @staticmethod
     def key(files: Sequence[str | Path | None], settings: str, subtitle: str | None) -> str:
-        """The cache key: sha256 over the files' content digests, the processing settings and the subtitle."""
-        blob = json.dumps(
-            [CACHE_FORMAT, [None if f is None else file_digest(f) for f in files], settings, subtitle or None]
+        """The cache key (`emoreward.utils.cache_key.cache_key`): the files' content digests and the subtitle (the
+        context), the processing settings (the layout: backbone, frame sampling, pixel bounds, audio options,
+        instruction, tokenizer, processor, transformers version). A prefix holds the processor's output, before
+        any weights: no model content, no precision (its tensors are cast when the network reads them) and no
+        length limit (a media prefix is never cut) enter it."""
+        return cache_key(
+            purpose="media-prefix",
+            model=None,
+            precision=None,
+            length_limit=None,
+            layout=settings,
+            context=[[None if f is None else file_digest(f) for f in files], subtitle or None],
+            prompt=None,
+            extra=CACHE_FORMAT,
         )
-        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
     def __len__(self) -> int:
         return len(self._items)

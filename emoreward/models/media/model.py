@@ -50,6 +50,7 @@ from emoreward.models.media.processing import (
 )
 from emoreward.models.precision import resolve_dtype
 from emoreward.models.text import save_tokenizer
+from emoreward.utils.cache_key import remember_source
 
 
 logger = logging.getLogger(__name__)
@@ -234,7 +235,9 @@ class MediaRewardModel:
             model = PeftModel.from_pretrained(module, directory)
         model.eval()
         builder = _builder(spec, tokenizer, net.config, settings, vision, feature_extractor)
-        return cls(model, builder, settings, media_root=media_root, batch_size=batch_size, media_cache=media_cache)
+        loaded = cls(model, builder, settings, media_root=media_root, batch_size=batch_size, media_cache=media_cache)
+        remember_source(loaded, directory)  # its content fingerprint: part of every cache key of its outputs
+        return loaded
 
     # ------------------------------------------------------------------ inputs
     @property

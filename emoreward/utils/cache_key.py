@@ -1,0 +1,169 @@
+"""Cache keys: one function builds the key of every cache that holds model outputs (the score cache of `rank`, the
+processed-media prefix cache, the zero-shot judge call cache), from everything that changes the output.
+
+A key is the sha256 of a canonical JSON document of named parts, and every part must be given (None where it does
+not apply to the cache, said so at the call), so no cache can leave one out by accident:
+
+- `purpose`: which cache (a score, a media prefix, a judge call): equal inputs of two caches never collide;
+- `model`: the model's content (`content_fingerprint` of its folder, `weights_fingerprint` of weights in memory,
+  or the identity a remote backend gives);
+- `precision`: the dtype the output was computed in (`"bfloat16"`, `"float32"`; resolved, never `"auto"`);
+- `length_limit`: the token limit inputs are cut at;
+- `layout`: how the input is built from the parts (input format, instruction, chat template, media processing);
+- `context`: what the model reads besides the item (subtitle, media content);
+- `prompt`: the item itself (a description, a judge prompt);
+- `extra`: anything else that changes the output (sampling settings, a format version).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+
+KEY_VERSION = 1
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, Path):
+        return value.as_posix()
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)  # torch dtypes, enums: their names
+
+
+def cache_key(
+    *,
+    purpose: str,
+    model: Any,
+    precision: str | None,
+    length_limit: int | None,
+    layout: Any,
+    context: Any,
+    prompt: Any,
+    extra: Any = None,
+) -> str:
+    """The cache key of one model output (see the module docstring for the parts).
+
+    Args:
+        purpose: the cache's name (`"score"`, `"media-prefix"`, `"judge-call"`).
+        model, layout, context, prompt, extra: JSON-serialisable values (paths, dtypes and other objects are
+            written as strings; dict keys sorted).
+        precision: a resolved dtype name, or None where the output does not depend on it.
+        length_limit: tokens, or None where nothing is cut.
+
+    Returns:
+        64 hex characters (sha256).
+
+    Raises:
+        ValueError: `precision` is `"auto"` (resolve it first: `emoreward.models.precision.resolve_dtype`).
+    """
+    if isinstance(precision, str) and precision.lower() == "auto":
+        raise ValueError('cache_key: precision "auto" names no precision; pass the resolved dtype')
+    document = {
+        "version": KEY_VERSION,
+        "purpose": purpose,
+        "model": model,
+        "precision": None if precision is None else str(precision).removeprefix("torch."),
+        "length_limit": length_limit,
+        "layout": layout,
+        "context": context,
+        "prompt": prompt,
+        "extra": extra,
+    }
+    blob = json.dumps(_canonical(document), sort_keys=True, ensure_ascii=False, allow_nan=True)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def content_fingerprint(directory: str | Path, chunk: int = 1 << 20) -> str:
+    """A content fingerprint of a folder (a saved model), 16 hex characters.
+
+    Hashes every file's relative name and size, small files (< 2 chunks) whole and large ones by their first and
+    last `chunk` bytes, so a retrained or re-exported model gets a new fingerprint without reading 7B weights.
+
+    Raises:
+        FileNotFoundError: `directory` is not a directory.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"{directory} is not a directory")
+    h = hashlib.sha256()
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        size = path.stat().st_size
+        h.update(f"{path.relative_to(directory).as_posix()}\0{size}\0".encode())
+        with path.open("rb") as fh:
+            if size <= 2 * chunk:
+                h.update(fh.read())
+            else:
+                h.update(fh.read(chunk))
+                fh.seek(size - chunk)
+                h.update(fh.read(chunk))
+    return h.hexdigest()[:16]
+
+
+def weights_fingerprint(module) -> str:
+    """A content fingerprint of a torch module's parameters and buffers in memory (names, shapes, dtypes, values),
+    16 hex characters; remembered on the module until a parameter changes in place (version counters)."""
+    import torch
+
+    tensors = [(n, t) for n, t in module.state_dict().items() if isinstance(t, torch.Tensor)]
+    versions = tuple(t._version for _, t in tensors)
+    cached = getattr(module, "_emoreward_fingerprint", None)
+    if cached is not None and cached[0] == versions:
+        return cached[1]
+    h = hashlib.sha256()
+    for name, t in tensors:
+        h.update(f"{name}\0{tuple(t.shape)}\0{t.dtype}\0".encode())
+        h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    digest = h.hexdigest()[:16]
+    try:
+        module._emoreward_fingerprint = (versions, digest)
+    except AttributeError:
+        pass
+    return digest
+
+
+def reward_model_fingerprint(model) -> str:
+    """The content of a reward model (`emoreward.models.RewardModel`): its folder's `content_fingerprint` when it
+    was loaded from one and is unchanged since (`source_dir`), else the `weights_fingerprint` of its network (`model`;
+    without one, its class)."""
+    source = getattr(model, "source_dir", None)
+    network = getattr(model, "model", None)
+    if source is not None and Path(source).is_dir():
+        stamp = getattr(model, "_source_versions", None)
+        if network is None or stamp is None or stamp == _versions(network):
+            cached = getattr(model, "_source_fingerprint", None)
+            if cached is None:  # computed once per loaded model (a key is built for every scored item)
+                cached = model._source_fingerprint = content_fingerprint(source)
+            return cached
+    if network is None:  # a reward without weights (a closed-form stand-in): its code is its content
+        return f"{type(model).__module__}.{type(model).__qualname__}"
+    return weights_fingerprint(network)
+
+
+def _versions(module) -> tuple:
+    return tuple(p._version for p in module.parameters())
+
+
+def remember_source(model, directory: str | Path) -> None:
+    """Record on a just-loaded reward model the folder it came from (for `reward_model_fingerprint`); a later
+    in-place change of its weights (training) makes the fingerprint come from the weights instead."""
+    model.source_dir = Path(directory)
+    network = getattr(model, "model", None)
+    model._source_versions = None if network is None else _versions(network)
+
+
+__all__ = [
+    "KEY_VERSION",
+    "cache_key",
+    "content_fingerprint",
+    "remember_source",
+    "reward_model_fingerprint",
+    "weights_fingerprint",
+]

@@ -1,0 +1,131 @@
+"""The precision a reward model scores in: chosen once when it is loaded, recorded in every report, one tolerance for
+every self-check (`reward_tolerance`), bf16 rewards within a stated bound of each other whatever the batch, and an
+export that the check accepts in any precision. Each test pins the dtype it is about (none depends on the machine:
+bf16 without bf16 units is exact but slower, and the tiny models keep it cheap)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from emoreward.models import TextRewardModel
+from emoreward.models.precision import (
+    ENV_VAR,
+    model_precision,
+    precision_record,
+    reward_tolerance,
+)
+
+
+EPS = 2.0**-7  # bf16 machine epsilon
+DESCRIPTIONS = [
+    "She smiles broadly and her voice rises: she is happy.",
+    "He frowns, speaks slowly and looks away; sad and tired.",
+    "Neutral.",
+    "A calm voice, a faint smile; content, perhaps relieved after the long wait that came before.",
+    "Angry shouting.",
+    "",
+    "The woman laughs, then her face falls and she whispers something; surprise turning into worry.",
+]
+
+
+@pytest.fixture(scope="module")
+def lora_dir(tiny_bert_dir, tmp_path_factory):
+    """A saved tiny BERT reward model with a non-zero LoRA adapter (so merged and live weights differ)."""
+    from peft import LoraConfig
+
+    torch.manual_seed(0)
+    lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["query", "value"], modules_to_save=None)
+    model = TextRewardModel.from_backbone(str(tiny_bert_dir), max_length=64, lora_config=lora)
+    with torch.no_grad():
+        for name, p in model.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.2)
+            if "classifier" in name and name.endswith("weight"):
+                p.normal_(0, 1.0)
+    return model.save_pretrained(tmp_path_factory.mktemp("lora") / "model")
+
+
+def test_reward_tolerance_by_hand():
+    assert reward_tolerance(torch.float32) == reward_tolerance("float32", torch.float64) == 1e-5
+    assert reward_tolerance(torch.bfloat16) == pytest.approx(2 * EPS)  # bf16 against bf16
+    assert reward_tolerance("bf16", "float32") == pytest.approx(4 * EPS)  # bf16 against float32
+    assert reward_tolerance(torch.bfloat16, magnitude=3.0) == pytest.approx(6 * EPS)  # grows with the rewards
+    assert reward_tolerance(torch.bfloat16, magnitude=0.2) == pytest.approx(2 * EPS)  # never below 1 x eps units
+    assert reward_tolerance(torch.float32, magnitude=100.0) == 1e-5
+
+
+def test_the_precision_is_chosen_once_when_the_model_is_loaded(lora_dir, monkeypatch):
+    monkeypatch.setenv(ENV_VAR, "bfloat16")
+    model = TextRewardModel.from_pretrained(lora_dir)
+    assert model.scoring_precision == torch.bfloat16 and model_precision(model) == torch.bfloat16
+    monkeypatch.setenv(ENV_VAR, "float32")  # a later change of the environment does not move a loaded model
+    assert model.scoring_precision == torch.bfloat16
+    record = precision_record(model)
+    assert record["dtype"] == "bfloat16" and record["pinned_by"] == f"${ENV_VAR}=float32"
+    assert record["tolerance"] == pytest.approx(2 * EPS)
+    model.scoring_dtype = "auto"  # asking again resolves again, by the same rule
+    assert model.scoring_precision == torch.float32
+    assert TextRewardModel.from_pretrained(lora_dir).scoring_precision == torch.float32
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_reward_does_not_depend_on_the_batch_beyond_the_stated_bound(lora_dir, dtype):
+    """Alone, in one batch, in other mixes and other padding widths: float32 within 1e-5; bf16 within
+    `reward_tolerance(bf16)` (2 bf16 units in the last place of the largest reward; the padded width and the
+    number of rows change the kernels' blocking, measured up to 0.8 eps on MiniLM)."""
+    model = TextRewardModel.from_pretrained(lora_dir, dtype=dtype)
+    together = model.score(DESCRIPTIONS)
+    bound = reward_tolerance(dtype, magnitude=float(np.max(np.abs(together))))
+    alone = np.array([model.score([d])[0] for d in DESCRIPTIONS])
+    np.testing.assert_allclose(alone, together, atol=bound, rtol=0)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        idx = rng.permutation(len(DESCRIPTIONS))[:4]
+        mix = model.score([DESCRIPTIONS[i] for i in idx] + ["Another client's much longer request " * 5])
+        np.testing.assert_allclose(mix[:4], together[idx], atol=bound, rtol=0)
+    narrow = model.score_ids([model.encode(d).input_ids for d in DESCRIPTIONS], batch_size=2, pad_to_multiple_of=64)
+    np.testing.assert_allclose(narrow, together, atol=bound, rtol=0)
+
+
+def test_bf16_rewards_stay_within_the_cross_precision_bound_of_float32(lora_dir):
+    full = TextRewardModel.from_pretrained(lora_dir, dtype="float32").score(DESCRIPTIONS)
+    half = TextRewardModel.from_pretrained(lora_dir, dtype="bfloat16").score(DESCRIPTIONS)
+    bound = reward_tolerance(torch.bfloat16, torch.float32, magnitude=float(np.max(np.abs(full))))
+    assert 0 < np.max(np.abs(half - full)) <= bound  # bf16 does differ, and by no more than the bound
+
+
+@pytest.mark.parametrize("pinned", ["bfloat16", "float32"])
+def test_export_accepts_the_default_model_in_either_precision(lora_dir, tmp_path, monkeypatch, capsys, pinned):
+    """`emoreward export` on a LoRA model where "auto" is bf16 (today's main refused it: the bf16 original against a
+    float32 reload) and where it is float32: the check compares float32 with float32 at 1e-5 and says so."""
+    from emoreward.cli import main
+
+    monkeypatch.setenv(ENV_VAR, pinned)
+    assert main(["export", "--model", str(lora_dir), "--output", str(tmp_path / "export")]) == 0
+    out = capsys.readouterr().out
+    assert "both scored in float32 (atol 1e-05)" in out
+    exported = TextRewardModel.from_pretrained(tmp_path / "export", dtype="float32").score(DESCRIPTIONS)
+    original = TextRewardModel.from_pretrained(lora_dir, dtype=None).score(DESCRIPTIONS)  # live adapter, float32
+    np.testing.assert_allclose(exported, original, atol=1e-5, rtol=0)
+    settings = json.loads((tmp_path / "export" / "emoreward_config.json").read_text())
+    assert settings["merged"] is True
+
+
+def test_evaluate_records_the_precision(lora_dir, tmp_path, monkeypatch):
+    from emoreward.cli import main
+    from emoreward.data import load_pairs
+
+    pairs = tmp_path / "pairs.jsonl"
+    rows = [{"sample_id": p.sample_id, "description_1": p.description_1, "description_2": p.description_2,
+             "label": p.label} for p in load_pairs("emoprefer")[:4]]  # fmt: skip
+    pairs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for dtype in ("float32", "bfloat16"):
+        assert main(["evaluate", "--model", str(lora_dir), "--data", str(pairs), "--dtype", dtype,
+                     "--output", str(tmp_path / f"{dtype}.json")]) == 0  # fmt: skip
+        report = json.loads((tmp_path / f"{dtype}.json").read_text())
+        assert report["scoring_dtype"] == report["precision"]["dtype"] == dtype
+        assert report["precision"]["tolerance"] == reward_tolerance(dtype)
