@@ -264,7 +264,6 @@ def rank_with_reward_model(
         "n_models": table.n_models,
         "max_length": getattr(getattr(model, "settings", None), "max_length", None),
         "precision": _precision_record(model),  # the dtype every score of this ranking was computed in
-        "precision": _precision(model),  # the dtype every score of this ranking was computed in
     }
     report = RankingReport(
         list(table.models),
