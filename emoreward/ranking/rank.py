@@ -45,10 +45,12 @@ from emoreward.ranking.bradley_terry import (
     DEFAULT_PRIOR_VARIANCE,
     TIE_MODELS,
     TieModel,
+    finite_float,
     fit_binarized_bradley_terry,
     fit_bradley_terry_ties,
 )
 from emoreward.ranking.counts import PairwiseCounts
+from emoreward.ranking.edges import reward_edges
 from emoreward.ranking.effects import fit_reward_effects
 from emoreward.ranking.hierarchical import rank_hierarchical
 from emoreward.ranking.judging import OrderCombine, judge_records
@@ -223,7 +225,11 @@ def rank_with_reward_model(
         "generative_pair_calls": n_pairs,
         "fit_seconds": time.perf_counter() - start,
     }
-    mean_reward = {m: float(np.nanmean(scores.scores[i])) for i, m in enumerate(scores.models)}
+    present = np.isfinite(scores.scores)
+    mean_reward = {
+        m: finite_float(scores.scores[i][present[i]].mean()) if present[i].any() else None
+        for i, m in enumerate(scores.models)
+    }
     meta = {
         "tie_threshold": threshold,
         "tie_model": fits.ties.estimate.model,
@@ -245,7 +251,7 @@ def rank_with_reward_model(
         reward_effects=effects,
         n_truncated=truncation_counts(scores),
     )
-    report.warnings = ranking_warnings(report)
+    report.warnings = ranking_warnings(report) + reward_edges(scores.scores, scores.models)
     return report
 
 
