@@ -101,6 +101,7 @@ def fit_ranking(
     prior_variance: float | None = DEFAULT_PRIOR_VARIANCE,
     paper: bool = True,
     progress: bool | None = False,
+    batched: bool = True,
 ) -> RankingFits:
     """W counts, EMER-Ranker's binarized Bradley-Terry and Bradley-Terry with ties, all with bootstrap CIs.
 
@@ -113,6 +114,8 @@ def fit_ranking(
         prior_variance (`float` or `None`): Gaussian prior on log-strengths.
         paper (`bool`): also fit EmoPrefer's appendix-F model (the paper's column) when ``tie_model`` differs.
         progress (`bool` or `None`): tqdm bars on the bootstraps (``None``: only when stderr is a terminal).
+        batched (`bool`): fit every resample at once (default; :func:`emoreward.ranking.batched.fit_batch`), or
+            one at a time (``False``, the reference path; the same optimum to about 1e-8).
 
     Returns:
         `RankingFits` (each ``BootstrapCI.estimate`` is the full-data fit).
@@ -131,7 +134,7 @@ def fit_ranking(
     boot_kwargs = {"on_disconnected": "warn", **common}
     # the full-data fits must be connected: check with an error first
     fit_binarized_bradley_terry(counts, **common)
-    boot = {"n_boot": n_boot, "alpha": alpha, "seed": seed, "items": models, "progress": progress}
+    boot = {"n_boot": n_boot, "alpha": alpha, "seed": seed, "items": models, "progress": progress, "batched": batched}
     fit_bin = partial(fit_binarized_bradley_terry, **boot_kwargs)
     binarized = bootstrap_ci(records, fit_bin, desc="bootstrap BT binarized W", **boot)
 
@@ -195,7 +198,8 @@ def rank_with_reward_model(
         groups (`Sequence[Sequence[str]]`, *optional*): run the hierarchical scheme (EMER-Ranker, section 5) too.
         batch_size (`int`): sequences per forward pass.
         **fit_kwargs: passed to :func:`fit_ranking` (``tie_model``, ``n_boot``, ``alpha``, ``seed``, ``progress``,
-            ...).
+            ``batched``, ...); ``n_boot``, ``alpha``, ``seed``, ``progress`` and ``batched`` also to
+            :func:`emoreward.ranking.effects.fit_reward_effects`.
 
     Returns:
         `RankingReport`.
@@ -211,6 +215,7 @@ def rank_with_reward_model(
         alpha=fit_kwargs.get("alpha", 0.05),
         seed=fit_kwargs.get("seed", 0),
         progress=fit_kwargs.get("progress", False),
+        batched=fit_kwargs.get("batched", True),
     )
     hierarchical = rank_hierarchical(records, groups) if groups else None
     n_pairs = len(records)
