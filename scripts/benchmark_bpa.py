@@ -36,6 +36,8 @@ Usage:
 Result (``nice -n 5 python scripts/benchmark_bpa.py --seeds 40 --workers 1``, 443 s on a loaded 2-core machine):
 random 666 ± 171 comparisons to Spearman 0.9; rv 479 ± 86 (0.77 ± 0.25 of random per seed, 0.72 of the mean);
 the paper's bpa 630 ± 118 (1.02 ± 0.35, 0.95). The information bound line says 0.65 for an ideal design.
+``--seeds 4 --workers 1`` (2026-12-01, 588 s at load 12-16): random 575 ± 69; rv, the default, 400 ± 86 (0.69 ±
+0.08 per seed, 0.70 of the mean); the paper's bpa 600 ± 110 (1.06 ± 0.25, 1.04); information bound 0.68.
 The real-task counterpart (OV-MERD, a reward-model judge, no anchors) is scripts/benchmark_bpa_ovmerd.py.
 """
 

@@ -66,8 +66,9 @@ def test_benchmark_scripts_start(script):
         (["benchmark_bpa.py", "--candidates", "10", "--anchors", "2", "--seeds", "1", "--budget", "200",
           "--refit-every", "50", "--workers", "1"], "wall time"),
         (["length_study.py", "--help"], "--variants"),
+        (["benchmark_rank.py", "--n-boot", "5", "--repeats", "1"], "rerun from the score cache"),
     ],
-    ids=["benchmark_ranking", "benchmark_bpa", "length_study"],
+    ids=["benchmark_ranking", "benchmark_bpa", "length_study", "benchmark_rank"],
 )  # fmt: skip
 def test_more_documented_scripts_run_small(argv, expected):
     """The ranking and BPA benchmarks on small settings (seconds); the length study's command line (its runs train

@@ -225,10 +225,9 @@ def _pair_terms(model: str, x: np.ndarray, i, j, w, lo, t, derivatives: bool):
     q = _expit(eta)
     g1 = 1.0 + _expit(eta - _LOG2)
     g2 = _expit(eta - _LOG2) * (1.0 - _expit(eta - _LOG2))
-    t_pair = t  # the -T log(nu^2 - 1) term, spread over pairs by their ties
-    fe = fa * q - t_pair * g1
+    fe = fa * q - t * g1  # the -T log(nu^2 - 1) term, spread over the pairs by their ties
     fde = fda * q
-    fee = fdd * q**2 + fa * q * (1 - q) - t_pair * g2
+    fee = fdd * q**2 + fa * q * (1 - q) - t * g2
     return nll, {"i": fd, "j": -fd, "e": fe}, {"ii": fdd, "jj": fdd, "ij": -fdd, "ie": fde, "je": -fde, "ee": fee}
 
 

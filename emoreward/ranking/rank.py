@@ -46,10 +46,12 @@ from emoreward.ranking.bradley_terry import (
     DEFAULT_PRIOR_VARIANCE,
     TIE_MODELS,
     TieModel,
+    finite_float,
     fit_binarized_bradley_terry,
     fit_bradley_terry_ties,
 )
 from emoreward.ranking.counts import PairwiseCounts
+from emoreward.ranking.edges import reward_edges
 from emoreward.ranking.effects import fit_reward_effects
 from emoreward.ranking.hierarchical import rank_hierarchical
 from emoreward.ranking.judging import OrderCombine, judge_records
@@ -111,6 +113,7 @@ def fit_ranking(
     progress: bool | None = False,
     features: Mapping[tuple[str, str], np.ndarray] | None = None,
     covariates: Sequence[str] = DEFAULT_COVARIATES,
+    batched: bool = True,
 ) -> RankingFits:
     """W counts, EMER-Ranker's binarized Bradley-Terry and Bradley-Terry with ties, all with bootstrap CIs.
 
@@ -127,6 +130,8 @@ def fit_ranking(
             descriptions (:func:`~emoreward.ranking.length_control.description_features`); with them the
             length-controlled Davidson fit runs too, on the same resamples.
         covariates (`Sequence[str]`): names of the ``features`` columns.
+        batched (`bool`): fit every resample at once (default; :func:`emoreward.ranking.batched.fit_batch`), or
+            one at a time (``False``, the reference path; the same optimum to about 1e-8).
 
     Returns:
         `RankingFits` (each ``BootstrapCI.estimate`` is the full-data fit).
@@ -145,7 +150,7 @@ def fit_ranking(
     boot_kwargs = {"on_disconnected": "warn", **common}
     # the full-data fits must be connected: check with an error first
     fit_binarized_bradley_terry(counts, **common)
-    boot = {"n_boot": n_boot, "alpha": alpha, "seed": seed, "items": models, "progress": progress}
+    boot = {"n_boot": n_boot, "alpha": alpha, "seed": seed, "items": models, "progress": progress, "batched": batched}
     fit_bin = partial(fit_binarized_bradley_terry, **boot_kwargs)
     binarized = bootstrap_ci(records, fit_bin, desc="bootstrap BT binarized W", **boot)
 
@@ -225,7 +230,8 @@ def rank_with_reward_model(
         groups (`Sequence[Sequence[str]]`, *optional*): run the hierarchical scheme (EMER-Ranker, section 5) too.
         batch_size (`int`): sequences per forward pass.
         **fit_kwargs: passed to :func:`fit_ranking` (``tie_model``, ``n_boot``, ``alpha``, ``seed``, ``progress``,
-            ...).
+            ``batched``, ...); ``n_boot``, ``alpha``, ``seed``, ``progress`` and ``batched`` also to
+            :func:`emoreward.ranking.effects.fit_reward_effects`.
 
     Returns:
         `RankingReport`.
@@ -242,6 +248,7 @@ def rank_with_reward_model(
         alpha=fit_kwargs.get("alpha", 0.05),
         seed=fit_kwargs.get("seed", 0),
         progress=fit_kwargs.get("progress", False),
+        batched=fit_kwargs.get("batched", True),
     )
     hierarchical = rank_hierarchical(records, groups) if groups else None
     n_pairs = len(records)
@@ -256,7 +263,11 @@ def rank_with_reward_model(
         "generative_pair_calls": n_pairs,
         "fit_seconds": time.perf_counter() - start,
     }
-    mean_reward = {m: float(np.nanmean(scores.scores[i])) for i, m in enumerate(scores.models)}
+    present = np.isfinite(scores.scores)
+    mean_reward = {
+        m: finite_float(scores.scores[i][present[i]].mean()) if present[i].any() else None
+        for i, m in enumerate(scores.models)
+    }
     meta = {
         "tie_threshold": threshold,
         "tie_model": fits.ties.estimate.model,
@@ -280,7 +291,7 @@ def rank_with_reward_model(
         n_truncated=truncation_counts(scores),
         controlled=fits.controlled,
     )
-    report.warnings = ranking_warnings(report)
+    report.warnings = ranking_warnings(report) + reward_edges(scores.scores, scores.models)
     return report
 
 

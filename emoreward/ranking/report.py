@@ -17,6 +17,7 @@ from emoreward.ranking.bradley_terry import (
     finite_float,
 )
 from emoreward.ranking.counts import PairwiseCounts
+from emoreward.ranking.edges import FitEdges, edge_warnings, fit_edges, null_where_open
 from emoreward.ranking.effects import RewardEffects, tie_probability_between_equals
 from emoreward.ranking.hierarchical import HierarchicalResult
 from emoreward.ranking.length_control import ControlledFit, comparison_markdown, order_changes
@@ -86,11 +87,16 @@ class RankingReport:
         out["BT binarized W"] = self.binarized
         return out
 
+    def edges(self) -> dict[str, FitEdges]:
+        """What each fit's data cannot support, by the column names of :meth:`fits` (see `emoreward.ranking.edges`)."""
+        return {name: fit_edges(ci, self.counts) for name, ci in self.fits().items()}
+
     def dataset_rows(self) -> list[dict[str, Any]]:
         """One row per model, best first, for a `datasets` table (`emoreward rank --dataset`): rank, model, every
         fit's score with its interval, reward effect (reward-model judges), win and tie rate, comparisons, length."""
         t = self.ties.estimate
         totals = self.counts.totals.sum(axis=1)
+        edges = self.edges()
         rows = []
         for rank, name in zip(t.ranks, t.ranking):
             row: dict[str, Any] = {"rank": int(rank), "model": name}
@@ -98,7 +104,9 @@ class RankingReport:
                 k = ci.items.index(name)
                 key = label.replace(" ", "_").replace("(", "").replace(")", "").replace(",", "").lower()
                 row[key] = float(ci.estimate.scores[k])
-                row[f"{key}_lower"], row[f"{key}_upper"] = float(ci.lower[k]), float(ci.upper[k])
+                open_lower, open_upper = edges[label].open_ends(name)
+                row[f"{key}_lower"] = None if open_lower else float(ci.lower[k])
+                row[f"{key}_upper"] = None if open_upper else float(ci.upper[k])
             if self.reward_effects is not None:
                 k = self.reward_effects.items.index(name)
                 row["reward_effect"] = float(self.reward_effects.scores[k])
@@ -127,9 +135,9 @@ class RankingReport:
             "ranking": self.ties.estimate.ranking,
             "ranks": self.ties.estimate.ranks,
             "warnings": list(self.warnings),
-            "bradley_terry_ties": _ci_dict(self.ties),
-            "bradley_terry_ties_paper": None if self.paper is None else _ci_dict(self.paper),
-            "bradley_terry_binarized": _ci_dict(self.binarized),
+            "bradley_terry_ties": _ci_dict(self.ties, self.counts),
+            "bradley_terry_ties_paper": None if self.paper is None else _ci_dict(self.paper, self.counts),
+            "bradley_terry_binarized": _ci_dict(self.binarized, self.counts),
             "reward_effects": None if self.reward_effects is None else self.reward_effects.to_dict(),
             "W": {
                 "items": list(self.counts.items),
@@ -164,14 +172,18 @@ class RankingReport:
         totals = self.counts.totals.sum(axis=1)
         shared = {r for r in t.ranks if t.ranks.count(r) > 1}
         sparse = set().union(*(ci.sparse_items(MIN_SAMPLES) for ci in fits.values()))
+        edges = self.edges()
         widened = False
         for rank, name in zip(t.ranks, t.ranking):
             cells = []
-            for ci in fits.values():
+            for label, ci in fits.items():
                 k = ci.items.index(name)
                 flag = "*" if ci.widened[k] else ""
                 widened |= bool(ci.widened[k])
-                cells.append(_interval(ci.estimate.scores[k], ci.lower[k], ci.upper[k], digits) + flag)
+                interval = _interval(
+                    ci.estimate.scores[k], ci.lower[k], ci.upper[k], digits, edges[label].open_ends(name)
+                )
+                cells.append(interval + flag)
             if effects is not None:
                 k = effects.items.index(name)
                 cells.append(_interval(effects.scores[k], effects.lower[k], effects.upper[k], digits + 1))
@@ -242,14 +254,27 @@ class RankingReport:
         return "\n".join(lines) + "\n"
 
 
-def _interval(score: float, lower: float, upper: float, digits: int) -> str:
-    return f"{score:+.{digits}f} [{lower:+.{digits}f}, {upper:+.{digits}f}]"
+def _interval(
+    score: float, lower: float, upper: float, digits: int, open_ends: tuple[bool, bool] = (False, False)
+) -> str:
+    """``+0.12 [-0.30, +0.50]``; an end only the prior bounds (separation) is shown as ``-inf`` / ``+inf``."""
+    lo = "-inf" if open_ends[0] else f"{lower:+.{digits}f}"
+    hi = "+inf" if open_ends[1] else f"{upper:+.{digits}f}"
+    return f"{score:+.{digits}f} [{lo}, {hi}]"
 
 
-def _ci_dict(ci: BootstrapCI) -> dict[str, Any]:
-    """A fit with its bootstrap diagnostics, JSON-safe."""
+def _ci_dict(ci: BootstrapCI, counts: PairwiseCounts) -> dict[str, Any]:
+    """A fit with its bootstrap diagnostics, JSON-safe; ``null`` where the data do not support a number (interval
+    ends only the prior bounds, a tie parameter at its bound; see `emoreward.ranking.edges`)."""
+    edges = fit_edges(ci, counts)
+    at_bound = edges.tie_parameter is not None
     return {
         **ci.estimate.to_dict(),
+        "ci_lower": null_where_open(ci.lower, edges, ci.items, "lower"),
+        "ci_upper": null_where_open(ci.upper, edges, ci.items, "upper"),
+        "separated": dict(edges.separated),
+        "tie_parameter": None if at_bound else finite_float(ci.estimate.tie_parameter),
+        "tie_parameter_at_bound": edges.tie_parameter,
         "n_boot": ci.n_boot,
         "n_compared": ci.n_compared.tolist(),
         "samples_compared": ci.unit_counts.tolist(),
@@ -258,7 +283,7 @@ def _ci_dict(ci: BootstrapCI) -> dict[str, Any]:
         "n_disconnected_resamples": ci.n_disconnected,
         "tie_probability_between_equals": (
             None
-            if ci.estimate.tie_parameter is None
+            if ci.estimate.tie_parameter is None or at_bound
             else tie_probability_between_equals(ci.estimate.model, ci.estimate.tie_parameter)
         ),
     }
@@ -278,8 +303,9 @@ def _names(items: Iterable[str], limit: int = 6) -> str:
 def ranking_warnings(report: RankingReport) -> list[str]:
     """What is wrong or fragile in a ranking, one sentence each (printed by `emoreward rank`, kept in the report).
 
-    Checks: the share of tie verdicts (above ``TIE_SHARE_WARNING``), a tie parameter at the edge of plausibility
-    (P(tie) between equal models at least ``TIE_PROBABILITY_WARNING``, or the optimiser's bound), models with
+    Checks: the share of tie verdicts (above ``TIE_SHARE_WARNING``), the edges of every fit (separation, a tie
+    parameter at its bound with no ties or only ties, too few resampling units: `emoreward.ranking.edges`), a tie
+    parameter at the edge of plausibility (P(tie) between equal models at least ``TIE_PROBABILITY_WARNING``), models with
     identical scores, intervals that excluded their estimate (extended to it) or end at it (one-sided),
     models with few comparisons, disconnected resamples, empty and truncated descriptions.
 
@@ -306,9 +332,12 @@ def ranking_warnings(report: RankingReport) -> list[str]:
             f"{100 * share:.1f}% of the {n:g} verdicts are ties{cause}: the thresholded fits rest on "
             f"{n * (1 - share):.0f} decisive verdicts;{extra} lower the threshold (--tie-threshold) to use more."
         )
+    edges = report.edges()
+    for name, ci in report.fits().items():
+        out += edge_warnings(name, edges[name], ci.estimate.prior_variance)
     for name, ci in report.fits().items():
         est = ci.estimate
-        if est.tie_parameter is None:
+        if est.tie_parameter is None or edges[name].tie_parameter is not None:
             continue
         p_tie = tie_probability_between_equals(est.model, est.tie_parameter)
         if p_tie >= TIE_PROBABILITY_WARNING:
@@ -330,7 +359,8 @@ def ranking_warnings(report: RankingReport) -> list[str]:
                 f"{name}: the percentile interval of {_names(items)} excluded its estimate (the bootstrap "
                 "distribution lies on one side of it); the interval was extended to the estimate (marked *)."
             )
-        edge = [m for m, e, w in zip(ci.items, ci.at_edge, ci.widened) if e and not w]
+        separated = edges[name].separated  # warned about above, with the reason
+        edge = [m for m, e, w in zip(ci.items, ci.at_edge, ci.widened) if e and not w and m not in separated]
         if edge:
             why = (
                 "W is a majority vote per model pair, so a model that wins (or loses) all its pairs can only "

@@ -51,9 +51,17 @@ def test_all_ties_print_and_store_the_degenerate_fit_warnings(tmp_path, tiny_rm_
     warnings = report["warnings"]
     assert warnings[0].startswith("100.0% of the 72 verdicts are ties below the tie threshold |r1 - r2| < 1e+06")
     assert report["tie_share"] == 1.0
-    # every tie model: a tie parameter at the edge, and four identical scores sharing rank 1
-    for fit in ("BT-ties (davidson)", "BT-ties (emoprefer, paper)"):
-        assert any(w.startswith(f"{fit}: fitted tie parameter") and "P(tie) = 1.000" in w for w in warnings)
+    # every tie model: a tie parameter at its bound (null, not an estimate), and four identical scores at rank 1
+    for fit, key in (
+        ("BT-ties (davidson)", "bradley_terry_ties"),
+        ("BT-ties (emoprefer, paper)", "bradley_terry_ties_paper"),
+    ):
+        assert any(
+            w.startswith(f"{fit}: every verdict is a tie: the tie parameter sits at its upper bound") for w in warnings
+        )
+        assert not any(w.startswith(f"{fit}: fitted tie parameter") for w in warnings)
+        assert report[key]["tie_parameter"] is None and report[key]["tie_parameter_at_bound"] == "only ties"
+        assert report[key]["tie_probability_between_equals"] is None
         assert f"{fit}: 4 models have identical scores (alpha, beta, delta, gamma; +0.000)" in printed
     assert report["ranks"] == [1, 1, 1, 1] and report["ranking"] == ["alpha", "beta", "delta", "gamma"]
     assert "| 1= | alpha |" in printed and f"Warnings ({len(warnings)}):" in printed

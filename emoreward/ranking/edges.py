@@ -1,0 +1,192 @@
+"""Fits at the edge of what the data support, detected once for every fitted quantity of a ranking: separation
+(a group of models that never lost, or never won, against the rest), a tie parameter with no ties or only ties
+to fit, too few resampling units, and rewards with no variance.
+
+Each check says what is wrong in one sentence (for `ranking_warnings`) and which numbers would mislead (for the
+reports, which write ``null`` there): an interval end that only the prior bounds, a tie parameter at its
+optimiser bound. Sources: Ford (1957) and Hunter (2004, assumption 1) for the existence of the Bradley-Terry
+maximum-likelihood estimate; Albert & Anderson (1984) for separation in logistic models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
+
+from emoreward.ranking.bootstrap import BootstrapCI
+from emoreward.ranking.counts import PairwiseCounts
+
+
+MIN_UNITS_FOR_INTERVALS = 2
+"""Fewer resampling units (samples) than this: every resample is the data itself, so an interval is a point."""
+
+
+@dataclass(frozen=True)
+class FitEdges:
+    """What one fit's data cannot support.
+
+    Attributes:
+        separated (`dict[str, str]`): per model in a separated group, ``"never lost"`` (nobody outside its group
+            beat it, so only the prior bounds its score from above) or ``"never won"`` (from below).
+        tie_parameter (`str` or `None`): ``"no ties"`` or ``"only ties"`` when the tie parameter sits at its
+            optimiser bound (its value and the P(tie) it implies are then not estimates); ``None`` otherwise.
+        n_units (`int`): resampling units (samples) behind the interval.
+    """
+
+    separated: dict[str, str] = field(default_factory=dict)
+    tie_parameter: str | None = None
+    n_units: int = 0
+
+    @property
+    def intervals_defined(self) -> bool:
+        """Whether the bootstrap can vary the data at all (at least ``MIN_UNITS_FOR_INTERVALS`` units)."""
+        return self.n_units >= MIN_UNITS_FOR_INTERVALS
+
+    def open_ends(self, item: str) -> tuple[bool, bool]:
+        """``(lower, upper)``: which ends of ``item``'s interval only the prior bounds (or no data at all)."""
+        if not self.intervals_defined:
+            return True, True
+        kind = self.separated.get(item)
+        return kind == "never won", kind == "never lost"
+
+
+def separated_groups(counts: PairwiseCounts, ties_bind: bool) -> dict[str, str]:
+    """Models whose score the data do not bound on one side (Ford 1957: the MLE exists iff, for every split of the
+    models into two groups, someone in each group beat someone in the other).
+
+    The directed graph has an edge i -> j when i beat j (and both ways when they tied, if ``ties_bind``: a tie
+    model fits the ties, so a tie bounds the difference). Its strongly connected components are ordered; a
+    component nobody outside beat is ``"never lost"``, one that beat nobody outside ``"never won"``, others that
+    are not alone ``"between"``. Models never compared are left out (the connectivity check reports them).
+
+    Args:
+        counts (`PairwiseCounts`): the counts the fit used (the binarized W for EMER-Ranker's fit).
+        ties_bind (`bool`): ties are in the likelihood (tie models, ties counted as half wins).
+
+    Returns:
+        `dict[str, str]`: empty when the data bound every score (the usual case).
+    """
+    beat = counts.wins > 0
+    if ties_bind:
+        beat = beat | (counts.ties > 0)
+    compared = (counts.totals > 0).any(axis=1)
+    keep = np.flatnonzero(compared)
+    if len(keep) < 2:
+        return {}
+    graph = beat[np.ix_(keep, keep)]
+    n_comp, labels = connected_components(csr_matrix(graph.astype(float)), directed=True, connection="strong")
+    if n_comp == 1:
+        return {}
+    _, weak = connected_components(csr_matrix((graph | graph.T).astype(float)), directed=False)
+    out = {}
+    for c in range(n_comp):
+        members = labels == c
+        outside = ~members & (weak == weak[members][0])  # the models it is compared with, directly or not
+        if not outside.any():
+            continue  # a component of its own: disconnected, not separated
+        lost = graph[np.ix_(outside, members)].any()
+        won = graph[np.ix_(members, outside)].any()
+        if lost and won:
+            continue  # ordered between separated groups: its own differences are bounded
+        kind = "never lost" if not lost else "never won"
+        out.update({counts.items[keep[k]]: kind for k in np.flatnonzero(members)})
+    return out
+
+
+def fit_edges(ci: BootstrapCI, counts: PairwiseCounts) -> FitEdges:
+    """The edges of one ranking fit: separation in the counts it used, its tie parameter, its resampling units.
+
+    Args:
+        ci (`BootstrapCI`): the fit with its interval (``ci.estimate.model``: ``"bradley-terry"`` for EMER-Ranker's
+            fit on the binarized W, else a tie model fitted to ``counts``).
+        counts (`PairwiseCounts`): the raw win / tie counts of the ranking.
+
+    Returns:
+        `FitEdges`.
+    """
+    tie_model = ci.estimate.tie_parameter is not None
+    used = counts if tie_model else counts.binarized()
+    separated = separated_groups(used, ties_bind=tie_model)
+    tie = None
+    if tie_model:
+        n_ties = float(np.triu(counts.ties, 1).sum())
+        if n_ties == 0:
+            tie = "no ties"
+        elif counts.wins.sum() == 0:
+            tie = "only ties"
+    return FitEdges(separated, tie, int(ci.n_units))
+
+
+def edge_warnings(name: str, edges: FitEdges, prior_variance: float | None) -> list[str]:
+    """One sentence per edge of the fit called ``name`` (see `FitEdges`)."""
+    out = []
+    if edges.separated:
+        groups: dict[str, list[str]] = {}
+        for model, kind in edges.separated.items():
+            groups.setdefault(kind, []).append(model)
+        prior = f"the prior (variance {prior_variance:g})" if prior_variance else "nothing (no prior)"
+        parts = [f"{kind}: {', '.join(groups[kind])}" for kind in ("never lost", "never won") if kind in groups]
+        out.append(
+            f"{name}: separation ({'; '.join(parts)} against the models they were compared with): the data put no "
+            f"bound on these scores on that side, only {prior} does; the open interval ends are null in the JSON."
+        )
+    if edges.tie_parameter == "no ties":
+        out.append(
+            f"{name}: no ties in the data: the tie parameter sits at its lower bound (not an estimate; null in the "
+            "JSON) and the fit is Bradley-Terry's."
+        )
+    elif edges.tie_parameter == "only ties":
+        out.append(
+            f"{name}: every verdict is a tie: the tie parameter sits at its upper bound (null in the JSON) and the "
+            "scores carry no information."
+        )
+    if not edges.intervals_defined:
+        out.append(
+            f"{name}: {edges.n_units} resampling unit(s): the bootstrap cannot vary the data; intervals are null."
+        )
+    return out
+
+
+def reward_edges(rewards: np.ndarray, models: list[str]) -> list[str]:
+    """Warnings about a reward matrix (`RewardEffects`' data, shape `(M, N)`, NaN where missing): no variance at
+    all (the judge gave every description the same reward), a model with no rewards or on one sample only."""
+    rewards = np.asarray(rewards, dtype=float)
+    finite = np.isfinite(rewards)
+    out = []
+    if finite.sum() >= 2 and np.nanmax(rewards) - np.nanmin(rewards) == 0:
+        out.append(
+            "reward effects: every description got the same reward (no variance): the judge separates nothing; "
+            "every effect is 0 by construction."
+        )
+    counts = finite.sum(axis=1)
+    none = [m for m, k in zip(models, counts) if k == 0]
+    one = [m for m, k in zip(models, counts) if k == 1]
+    if none:
+        out.append(f"reward effects: no rewards for {', '.join(none)}: their effect and mean reward are null.")
+    if one:
+        out.append(f"reward effects: {', '.join(one)} scored on one sample only: its effect rests on that sample.")
+    return out
+
+
+def null_where_open(values: Any, edges: FitEdges, items: list[str], side: str) -> list[float | None]:
+    """``values`` (one per item) as JSON floats, ``None`` at the interval ends ``edges`` marks open (``side``:
+    ``"lower"`` or ``"upper"``)."""
+    from emoreward.ranking.bradley_terry import finite_float
+
+    index = 0 if side == "lower" else 1
+    return [None if edges.open_ends(item)[index] else finite_float(v) for item, v in zip(items, values)]
+
+
+__all__ = [
+    "MIN_UNITS_FOR_INTERVALS",
+    "FitEdges",
+    "edge_warnings",
+    "fit_edges",
+    "null_where_open",
+    "reward_edges",
+    "separated_groups",
+]
