@@ -3,9 +3,10 @@
 
 Fairness (issue 23): every model call takes at most a budget of estimated tokens, sized so that one call lasts
 about ``ServerLimits.max_call_seconds`` at the measured scoring rate (never more than ``max_batch_tokens``). A job
-larger than the budget is scored in slices, and after each slice it goes to the back of the queue: requests
-queued behind a large one are scored in the next model call, so no request inside the limits can hold the model
-for longer than one call. Jobs whose client has gone (``Job.cancelled``) are dropped before their next slice.
+larger than the budget is scored in slices of at least half of each call, and requests queued behind it take the
+rest of the next call: no request inside the limits can hold the model for longer than one call, and large
+requests are finished one after another (oldest first), not all late together. Jobs whose client has gone
+(``Job.gone``) are dropped before their next model call.
 """
 
 from __future__ import annotations
@@ -195,35 +196,47 @@ class Batcher:
         return self.service.reply(job)
 
     def _take(self) -> tuple[list[tuple[Job, Job]], list[Job]]:
-        """(parent job, the part of it to score) for the next model call, and the jobs dropped from the queue."""
+        """(parent job, the part of it to score) for the next model call, and the jobs dropped from the queue.
+
+        The call's budget goes to whole jobs in arrival order, except that while a job larger than the budget is
+        queued, the oldest such job gets at least half of every call (in slices, until it is done) and later large
+        jobs wait for it: small jobs pass a large one, and large jobs finish one after another instead of all
+        late together."""
         batch: list[tuple[Job, Job]] = []
         dropped: list[Job] = []
         budget, tokens = self.call_budget(), 0
         now = time.monotonic()
-        while self._queue:
-            job = self._queue[0]
+        large: Job | None = None
+        for job in list(self._queue):
             if not job.cancelled and job.gone is not None and job.gone():
                 job.cancelled = True
                 self.service.count(abandoned=1)
             if job.cancelled or (job.taken == 0 and now > job.deadline):
-                dropped.append(self._queue.popleft())
+                self._queue.remove(job)
+                dropped.append(job)
                 continue
-            start = stop = job.taken
+            rest = sum(job.costs[job.taken :])
+            if rest > budget:
+                large = large or job  # the oldest large job is sliced below; later ones wait
+                continue
+            if tokens + rest > budget - (budget // 2 if large is not None else 0):
+                break  # small jobs keep their order too
+            self._queue.remove(job)
+            batch.append((job, job.part(job.taken, job.n) if job.taken else job))
+            job.taken, tokens = job.n, tokens + rest
+        if large is not None and large.costs:
+            start = stop = large.taken
             size = 0
-            while stop < job.n and tokens + size + job.costs[stop] <= budget:
-                size += job.costs[stop]
+            while stop < large.n and tokens + size + large.costs[stop] <= budget:
+                size += large.costs[stop]
                 stop += 1
-            if stop == start:
-                if batch:
-                    break
-                size, stop = job.costs[start], start + 1  # at least one description per call
-            self._queue.popleft()
-            job.taken = stop
-            batch.append((job, job if (start, stop) == (0, job.n) else job.part(start, stop)))
-            tokens += size
-            if stop < job.n:  # the rest waits behind the jobs queued after it
-                self._queue.append(job)
-                break
+            if stop == start and not batch:
+                stop = start + 1  # at least one description per call
+            if stop > start:
+                large.taken = stop
+                batch.append((large, large.part(start, stop)))
+                if stop == large.n:
+                    self._queue.remove(large)
         return batch, dropped
 
     def _run(self) -> None:

@@ -23,19 +23,24 @@ Endpoints (JSON in, JSON out; UTF-8):
     rollout batch, decoded from left- and right-padded rows). The description is recovered exactly (see
     `description_from_query`: pad / EOS markers stripped from both ends, the prompt removed, the trailing
     end-of-turn / EOS / pad markers removed) and scored like ``/v1/rewards`` (the same token layout, so the same
-    reward). ``labels`` are the samples' subtitles with ``--openrlhf-labels subtitle`` and are ignored otherwise.
+    reward). ``labels`` are ignored (``--openrlhf-labels ignore``), the samples' subtitles (``subtitle``), or name
+    each sample's clip (``clip``: a sample id, a media path under the media root, or an object with ``sample_id``
+    / ``subtitle`` / ``video`` / ``audio``; `openrlhf.clip_from_label`). An empty ``query`` (OpenRLHF splits a
+    batch over several endpoints) is answered at once with empty lists.
 
     Reply: ``{"rewards": [...], "scores": [...], "truncated": [...], "empty": [...], "extra_logs":
     {"emotion_reward": [...], "emotion_reward_truncated": [0/1, ...], "emotion_reward_empty": [0/1, ...]}}``
     (the shape of ``openrlhf.cli.serve_rm``; OpenRLHF logs every ``extra_logs`` key). Multimodal models need
-    ``/v1/rewards`` (OpenRLHF's request carries no media).
+    ``--openrlhf-labels clip`` (OpenRLHF's query is text only: the clip travels in the label) or ``/v1/rewards``.
 
 ``GET /health``
     ``{"status": "ok", "model", "kind", "max_length_tokens", "limits", "queue", "stats"}``.
 
 Load (RL rollouts send hundreds of samples at once): requests wait in a bounded queue and concurrent requests are
-scored together, in one model call of up to ``--max-batch-tokens`` estimated tokens (requests of different samples
-too: a multimodal model still groups descriptions by sample behind one media prefix). A request is refused with
+scored together, in model calls of about ``--max-call-seconds`` of work (at most ``--max-batch-tokens`` estimated
+tokens; requests of different samples too: a multimodal model still groups descriptions by sample behind one media
+prefix). A larger request is scored in slices interleaved with the requests queued after it, and a request whose
+client has closed its connection is dropped before its next model call. A request is refused with
 503 and a ``Retry-After`` header only when the queue holds ``--max-queue`` descriptions, or when it waited
 ``--queue-timeout`` seconds without being scored (below OpenRLHF's 180 s client timeout, so its retry applies).
 One event-loop thread serves every connection (idle connections hold no thread; at most ``--max-connections``
@@ -47,15 +52,16 @@ fields before tokenizing; its default is derived from ``max_length`` (`max_chars
 that could fit in ``max_length`` tokens (runs of whitespace a tokenizer drops aside).
 
 Errors are JSON ``{"error": "..."}`` naming the field: 400 (invalid JSON, JSON nested too deeply, text that is not
-valid Unicode such as a lone surrogate, wrong fields, a media path outside the media root: absolute, with ``..``
-or through a symlink; no file is read for it), 401 (missing or wrong bearer token), 404, 405, 408 (request not
+valid Unicode such as a lone surrogate, wrong fields, a media path outside the media root: absolute, with ``..``,
+through a symlink, or a symlink loop; no file is read for it), 401 (missing or wrong bearer token), 404, 405, 408 (request not
 received in time), 411 (no Content-Length), 413 (body, item count or text over the limits; ``--overlong
 refuse``), 415 (not JSON), 503 (busy, see above, or shutting down). 500 only for a failure inside the model.
 
 Security: binds 127.0.0.1 by default. With the environment variable named by ``--token-env`` (default
 ``EMOREWARD_SERVE_TOKEN``) set, every endpoint needs ``Authorization: Bearer <token>`` (the token is never logged).
 A non-loopback ``--host`` without a token asks for confirmation (or needs ``--insecure-no-auth``).
-SIGTERM and Ctrl-C stop accepting, finish the queued requests and print a summary.
+SIGTERM and Ctrl-C stop accepting, close idle keep-alive connections, answer every queued request and print a
+summary (and nothing else).
 """
 
 from __future__ import annotations
