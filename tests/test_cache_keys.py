@@ -11,7 +11,8 @@ import torch
 
 from emoreward.models import RewardContext, TextRewardModel
 from emoreward.models.media.cache import MediaPrefixCache
-from emoreward.ranking.rank import ScoreCache, score_key, score_table
+from emoreward.ranking.score_cache import ScoreCache, score_key
+from emoreward.ranking.scoring import score_table
 from emoreward.utils.cache_key import cache_key, content_fingerprint
 from zero_shot.backends.base import ChatRequest, MediaInput, SamplingConfig
 from zero_shot.cache import call_input_hash, media_array_digest

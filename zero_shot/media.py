@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from emoreward.data.context import MediaRef
 from emoreward.data.media import MediaError, MediaOptions, resolve_paths
-from emoreward.data.pairs import MediaRef
 from zero_shot.backends.base import MediaInput
 
 

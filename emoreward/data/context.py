@@ -30,20 +30,33 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from emoreward.data.errors import DataError
 from emoreward.data.values import is_missing, optional_text, plain
 
 
-if TYPE_CHECKING:
-    from emoreward.data.media import SampleMedia
-    from emoreward.data.pairs import MediaRef, PreferencePair
-
-
 CONTEXT_FIELDS: tuple[str, ...] = ("subtitle", "video", "audio")
 SUBTITLE_LINE = re.compile(r"^[ \t]*Subtitle:[ \t]*(.*)$", re.MULTILINE)
 _MEDIA_KEYS = {"video": ("video", "path", "url"), "audio": ("audio", "path", "url", "audio_url")}
+
+
+@dataclass(frozen=True)
+class MediaRef:
+    """Media of one sample; every part optional (text-only runs use none).
+
+    Attributes:
+        video (`str` or `None`): path to the video file (e.g. `video/<sample>.mp4` in the MER2025 layout).
+        audio (`str` or `None`): path to the audio file (`audio/<sample>.wav`).
+        subtitle (`str` or `None`): the transcript spoken in the clip.
+    """
+
+    video: str | None = None
+    audio: str | None = None
+    subtitle: str | None = None
+
+    def is_empty(self) -> bool:
+        return self.video is None and self.audio is None and self.subtitle is None
 
 
 @dataclass(frozen=True)
@@ -55,14 +68,14 @@ class RewardContext:
         video, audio: media file paths (absolute, or relative to the model's media root), or None; a media model
             without a path looks for `<media_root>/video/<sample_id>.mp4` / `audio/<sample_id>.wav`.
         sample_id: the sample, for default media paths and error messages.
-        decoded: already-decoded media (`emoreward.data.media.SampleMedia`), used instead of reading the files.
+        decoded: already-decoded media (an `emoreward.data.media.SampleMedia`), used instead of reading the files.
     """
 
     subtitle: str | None = None
     video: str | None = None
     audio: str | None = None
     sample_id: str | None = None
-    decoded: SampleMedia | None = field(default=None, compare=False, hash=False, repr=False)
+    decoded: Any = field(default=None, compare=False, hash=False, repr=False)
 
     @classmethod
     def from_media(cls, sample_id: str | None, media: MediaRef | None) -> RewardContext:
@@ -72,8 +85,9 @@ class RewardContext:
         return cls(media.subtitle, media.video, media.audio, sample_id)
 
     @classmethod
-    def from_pair(cls, pair: PreferencePair) -> RewardContext:
-        """The context both descriptions of a preference pair share (the loader applied `reward_context`)."""
+    def from_pair(cls, pair: Any) -> RewardContext:
+        """The context both descriptions of a preference pair (`emoreward.data.pairs.PreferencePair`) share (the
+        loader applied `reward_context`)."""
         return cls.from_media(pair.sample_id, pair.media)
 
     @property
@@ -81,8 +95,6 @@ class RewardContext:
         return bool(self.video or self.audio or self.decoded is not None)
 
     def media_ref(self) -> MediaRef:
-        from emoreward.data.pairs import MediaRef
-
         return MediaRef(self.video, self.audio, self.subtitle)
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from emoreward.data.pairs import MediaRef
+from emoreward.data.context import MediaRef
 
 
 VIDEO_SUBDIR, VIDEO_SUFFIX = "video", ".mp4"

@@ -14,9 +14,10 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from emoreward.data.context import MediaRef
 from emoreward.data.errors import DataError
 from emoreward.data.media import MediaError, refuse_unused_media, resolve_paths, unused_media
-from emoreward.data.pairs import MediaRef, PreferencePair
+from emoreward.data.pairs import PreferencePair
 from emoreward.data.tables import DescriptionTable, TableError
 
 

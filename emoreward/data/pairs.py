@@ -52,7 +52,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from emoreward.data.context import reward_context
+from emoreward.data.context import MediaRef, reward_context
 from emoreward.data.errors import DataError
 from emoreward.data.readers import (
     Records,
@@ -102,24 +102,6 @@ BUNDLED = {
     "emoprefer": "emoprefer_dev_with_modelnames.csv",
     "emoprefer-4col": "emoprefer_dev.csv",
 }
-
-
-@dataclass(frozen=True)
-class MediaRef:
-    """Media of one sample; every part optional (text-only runs use none).
-
-    Attributes:
-        video (`str` or `None`): path to the video file (e.g. `video/<sample>.mp4` in the MER2025 layout).
-        audio (`str` or `None`): path to the audio file (`audio/<sample>.wav`).
-        subtitle (`str` or `None`): the transcript spoken in the clip.
-    """
-
-    video: str | None = None
-    audio: str | None = None
-    subtitle: str | None = None
-
-    def is_empty(self) -> bool:
-        return self.video is None and self.audio is None and self.subtitle is None
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from emoreward.data.context import reward_context
-from emoreward.data.pairs import MediaRef
+from emoreward.data.context import MediaRef, reward_context
 from emoreward.data.readers import locate_undecodable
 from emoreward.data.text import NameNormaliser, description_length
 

@@ -27,9 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from emoreward.data.context import reward_context
+from emoreward.data.context import MediaRef, reward_context
 from emoreward.data.media import unused_media
-from emoreward.data.pairs import MediaRef
 from emoreward.export.length_monitor import LengthMonitor, defined
 from emoreward.models.base import RewardModel, load_reward_model
 

@@ -257,7 +257,9 @@ def bootstrap_ci(
         widened,
         n_disconnected,
     )
-    return replace(ci, estimate=estimate.with_ci(ci))
+    if list(ci.items) != list(estimate.items):
+        raise ValueError(f"bootstrap items {ci.items} differ from result items {estimate.items}")
+    return replace(ci, estimate=estimate.with_interval(ci.lower, ci.upper, 1.0 - ci.alpha))
 
 
 def tqdm_disable(progress: bool | None) -> bool | None:

@@ -25,7 +25,7 @@ import math
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 from scipy.optimize import minimize
@@ -39,10 +39,6 @@ from emoreward.ranking.counts import (
     check_connected,
 )
 from emoreward.ranking.records import PairwiseRecord
-
-
-if TYPE_CHECKING:
-    from emoreward.ranking.bootstrap import BootstrapCI
 
 
 TieModel = Literal["emoprefer", "rao-kupper", "davidson"]
@@ -125,11 +121,10 @@ class BTResult:
             raise ValueError(f"unknown item {item!r}; available: {self.items}")
         return float(self.scores[self.items.index(item)])
 
-    def with_ci(self, ci: BootstrapCI) -> BTResult:
-        """A copy with the bootstrap interval of ``ci`` attached; raises ValueError if the items differ."""
-        if list(ci.items) != list(self.items):
-            raise ValueError(f"bootstrap items {ci.items} differ from result items {self.items}")
-        return replace(self, ci_lower=ci.lower.copy(), ci_upper=ci.upper.copy(), ci_level=1.0 - ci.alpha)
+    def with_interval(self, lower: np.ndarray, upper: np.ndarray, level: float) -> BTResult:
+        """A copy with a confidence interval attached (`lower`, `upper` of shape `(M,)`, in ``items`` order; `level`
+        its coverage, e.g. 0.95), as `emoreward.ranking.bootstrap.bootstrap_ci` computes it."""
+        return replace(self, ci_lower=np.array(lower, copy=True), ci_upper=np.array(upper, copy=True), ci_level=level)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict (plain floats, lists and ``None``; non-finite numbers become ``None``)."""

@@ -144,8 +144,8 @@ def test_prefix_sharing_equals_naive_with_1000_media_tokens(tmp_path):
     scores within 1e-4. (Its speed-up is measured by scripts/benchmark_multimodal.py, not asserted here.)"""
     import torch
 
+    from emoreward.data.context import MediaRef
     from emoreward.data.media import MediaOptions, load_sample_media
-    from emoreward.data.pairs import MediaRef
     from emoreward.models.media import MediaRewardModel
 
     pixels = 224 * 224

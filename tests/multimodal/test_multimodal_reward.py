@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from emoreward.data import PreferencePair
+from emoreward.data.context import MediaRef
 from emoreward.data.media import MediaError, MediaOptions, load_sample_media
-from emoreward.data.pairs import MediaRef
 
 
 av = pytest.importorskip("av", reason="multimodal tests make and decode video files with PyAV (media extra)")

@@ -25,8 +25,8 @@ pytest.importorskip("av", reason="multimodal tests make and decode video files w
 from tiny_media import write_video  # noqa: E402
 
 from emoreward.data import PreferencePair  # noqa: E402
+from emoreward.data.context import MediaRef  # noqa: E402
 from emoreward.data.media import MediaOptions, load_sample_media  # noqa: E402
-from emoreward.data.pairs import MediaRef  # noqa: E402
 from emoreward.models.base import RewardContext
 from emoreward.models.media import (  # noqa: E402
     MediaRewardModel,

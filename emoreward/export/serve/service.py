@@ -19,10 +19,9 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
-from emoreward.data.context import RewardContext, openrlhf_context, reward_context
+from emoreward.data.context import MediaRef, RewardContext, openrlhf_context, reward_context
 from emoreward.data.errors import DataError
 from emoreward.data.media import unused_media
-from emoreward.data.pairs import MediaRef
 from emoreward.export.serve.batching import Job
 from emoreward.export.serve.openrlhf import LABEL_OBJECT_KEYS, clip_from_label, description_from_query, query_markers
 from emoreward.export.serve.protocol import RequestError, ServerLimits, max_chars_for
