@@ -195,7 +195,9 @@ def route_rewards(model_dir: Path, cases: list[Case], media: Path | None, tmp: P
     from emoreward.export.serve.service import RewardService
     from emoreward.export.verl import compute_score
     from emoreward.models import RewardContext, load_reward_model
-    from emoreward.ranking.rank import ScoreCache, load_description_table, score_key, table_context
+    from emoreward.data.tables import load_description_table
+    from emoreward.ranking.score_cache import ScoreCache, score_key
+    from emoreward.ranking.scoring import table_context
 
     items = [(c, d) for c in cases for d in c.descriptions]
     descriptions = [d for _, d in items]

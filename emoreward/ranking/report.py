@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from emoreward.data.text import markdown_cell, short_names
 from emoreward.ranking.bootstrap import BootstrapCI
 from emoreward.ranking.bpa import BPAFit
 from emoreward.ranking.bradley_terry import (
@@ -193,7 +194,7 @@ class RankingReport:
             length = self.lengths.get(name, {"words": math.nan, "chars": math.nan})
             label = f"{rank}{'=' if rank in shared else ''}"
             lines.append(
-                f"| {label} | {name}{' †' if name in sparse else ''} | " + " | ".join(cells) + f" | {win:.3f} "
+                f"| {label} | {markdown_cell(name)}{' †' if name in sparse else ''} | " + " | ".join(cells) + f" | {win:.3f} "
                 f"| {tie:.3f} | {totals[c]:g} | {length['words']:.1f} / {length['chars']:.0f} |"
             )
         params = "; ".join(
@@ -219,7 +220,7 @@ class RankingReport:
         if widened:
             lines.append("*: the percentile interval excluded the estimate and was extended to it (see warnings).")
         lines += ["", "W (row beat column; `wins/ties`):", ""]
-        short = [name[:10] for name in self.counts.items]
+        short = [markdown_cell(name) for name in short_names(self.counts.items)]
         lines.append("| | " + " | ".join(short) + " |")
         lines.append("|---|" + "---:|" * len(short))
         for i, name in enumerate(self.counts.items):
@@ -230,7 +231,7 @@ class RankingReport:
                 else:
                     w, tt = self.counts.wins[i, j], self.counts.ties[i, j]
                     cells.append(f"{w:g}/{tt:g}" if tt else f"{w:g}")
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+            lines.append(f"| {markdown_cell(name)} | " + " | ".join(cells) + " |")
         if self.controlled is not None:
             c = self.controlled
             lines += [
@@ -515,7 +516,7 @@ class BPARankingReport:
         for rank, m in zip(ranks, self.ranking):
             shared = "=" if ranks.count(rank) > 1 else ""
             lines.append(
-                f"| {rank}{shared} | {m} | {self.fit.scores[m]:.{digits}f} ± {self.fit.sigma[m]:.{digits}f} "
+                f"| {rank}{shared} | {markdown_cell(m)} | {self.fit.scores[m]:.{digits}f} ± {self.fit.sigma[m]:.{digits}f} "
                 f"| {self.fit.n_comparisons[m]} |"
             )
         share = 100.0 * self.n_pairs / self.full_pairs if self.full_pairs else math.nan
