@@ -79,10 +79,11 @@ class RewardContext:
 
     @classmethod
     def from_media(cls, sample_id: str | None, media: MediaRef | None) -> RewardContext:
-        """The context of a sample with `MediaRef` media (video / audio path, subtitle)."""
+        """The context of a sample with `MediaRef` media (video / audio path, subtitle), by the one rule
+        (`reward_context`: text stripped, empty means none)."""
         if media is None:
-            return cls(sample_id=sample_id)
-        return cls(media.subtitle, media.video, media.audio, sample_id)
+            return reward_context(sample_id=sample_id)
+        return reward_context(subtitle=media.subtitle, video=media.video, audio=media.audio, sample_id=sample_id)
 
     @classmethod
     def from_pair(cls, pair: Any) -> RewardContext:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_chec
 
 import numpy as np
 
-from emoreward.data.context import RewardContext
+from emoreward.data.context import RewardContext, reward_context
 
 
 if TYPE_CHECKING:
@@ -39,7 +39,8 @@ RewardKind = Literal["text", "media"]
 
 # ---------------------------------------------------------------------------------------------- context
 def as_context(value: RewardContext | str | None) -> RewardContext:
-    """A `RewardContext` from a context, a subtitle string (shorthand for a context with only a subtitle) or None.
+    """A `RewardContext` from a context, a subtitle string (shorthand for a context with only a subtitle, read by the
+    one context rule, `emoreward.data.context.reward_context`: stripped, empty means none) or None.
 
     Raises:
         ValueError: any other type.
@@ -49,7 +50,7 @@ def as_context(value: RewardContext | str | None) -> RewardContext:
     if isinstance(value, RewardContext):
         return value
     if isinstance(value, str):
-        return RewardContext(subtitle=value)
+        return reward_context(subtitle=value)
     raise ValueError(f"a context must be a RewardContext, a subtitle string or None, got {type(value).__name__}")
 
 

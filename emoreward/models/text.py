@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from emoreward.data.context import reward_context
 from emoreward.models.backbones import BackboneSpec, get_backbone
 from emoreward.models.base import (
     RewardContext,
@@ -59,8 +60,10 @@ DEFAULT_INSTRUCTION = (
 
 # ---------------------------------------------------------------------------------------------- inputs
 def context_text(instruction: str, subtitle: str | None) -> str:
-    """The text a description is conditioned on: the instruction, plus `Subtitle: ...` when the sample has one."""
+    """The text a description is conditioned on: the instruction, plus `Subtitle: ...` when the sample has one (the
+    subtitle read by the one context rule, `emoreward.data.context.reward_context`: stripped, empty means none)."""
     parts = [instruction] if instruction else []
+    subtitle = reward_context(subtitle=subtitle).subtitle
     if subtitle:
         parts.append(f"Subtitle: {subtitle}")
     return "\n".join(parts)

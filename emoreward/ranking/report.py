@@ -194,7 +194,9 @@ class RankingReport:
             length = self.lengths.get(name, {"words": math.nan, "chars": math.nan})
             label = f"{rank}{'=' if rank in shared else ''}"
             lines.append(
-                f"| {label} | {markdown_cell(name)}{' †' if name in sparse else ''} | " + " | ".join(cells) + f" | {win:.3f} "
+                f"| {label} | {markdown_cell(name)}{' †' if name in sparse else ''} | "
+                + " | ".join(cells)
+                + f" | {win:.3f} "
                 f"| {tie:.3f} | {totals[c]:g} | {length['words']:.1f} / {length['chars']:.0f} |"
             )
         params = "; ".join(

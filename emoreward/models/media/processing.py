@@ -37,6 +37,7 @@ from transformers.video_processing_utils import VideoProcessorMixin
 
 from emoreward.data.media import MediaOptions, SampleMedia
 from emoreward.models.backbones import BackboneSpec
+from emoreward.models.text import context_text
 
 
 _MEDIA = "\u2063EMOREWARD_MEDIA\u2063"
@@ -400,10 +401,8 @@ class RewardPromptBuilder:
         return self._templates[context]
 
     def context(self, subtitle: str | None) -> str:
-        parts = [self.instruction] if self.instruction else []
-        if subtitle:
-            parts.append(f"Subtitle: {subtitle}")
-        return "\n".join(parts)
+        """The text the description is conditioned on: the one layout of text models (`context_text`)."""
+        return context_text(self.instruction, subtitle)
 
     def _placeholders_and_inputs(self, media: SampleMedia | None) -> tuple[str, dict]:
         """The unexpanded media placeholders (as the official chat templates write them) and the processor
