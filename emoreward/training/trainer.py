@@ -30,6 +30,7 @@ from trl import RewardTrainer
 
 from emoreward.training.objectives import get_objective
 from emoreward.training.preprocess import EXTRA_COLUMNS
+from emoreward.training.step_plan import gather_reward_metrics
 
 
 if TYPE_CHECKING:
@@ -105,6 +106,7 @@ class EmoRewardTrainer(RewardTrainer):
             head_weight=value_head_weight(model) if objective.disentangled else None,
             odin_length_weight=self.args.odin_length_weight,
             odin_orthogonal_weight=self.args.odin_orthogonal_weight,
+            margin=extras.get("margin"),
         )
         loss = out.loss
         quality = logits[:, 0]
@@ -121,22 +123,15 @@ class EmoRewardTrainer(RewardTrainer):
 
     def _log_reward_metrics(self, mode, inputs, rewards, chosen, rejected, tie) -> None:
         """TRL's reward metrics (as in `RewardTrainer.compute_loss`), on the reward head; accuracy and margin over
-        the decided (non-tie) pairs."""
+        the decided (non-tie) pairs of every process (`emoreward.training.step_plan.gather_reward_metrics`)."""
         if mode == "train":
             tokens = self.accelerator.gather_for_metrics(inputs["attention_mask"].sum()).sum().item()
             self._total_train_tokens += tokens // self._tp_size
         self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
-        with torch.no_grad():
-            all_rewards = self.accelerator.gather(rewards.detach())
-            self._metrics[mode]["min_reward"].append(all_rewards.min().item())
-            self._metrics[mode]["mean_reward"].append(all_rewards.mean().item())
-            self._metrics[mode]["max_reward"].append(all_rewards.max().item())
-            decided = torch.ones_like(chosen, dtype=torch.bool) if tie is None else tie < 0.5
-            if decided.any():
-                accuracy = (chosen > rejected)[decided].float().mean()
-                margin = (chosen - rejected)[decided].mean()
-                self._metrics[mode]["accuracy"].append(self.accelerator.gather_for_metrics(accuracy).mean().item())
-                self._metrics[mode]["margin"].append(self.accelerator.gather_for_metrics(margin).mean().item())
+        metrics = gather_reward_metrics(self.accelerator, chosen, rejected, tie)  # the same gathers on every rank
+        for key, value in metrics.items():
+            if value is not None:
+                self._metrics[mode][key].append(value)
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """Under DeepSpeed ZeRO-3 + LoRA, gather the adapter and the whole value head (frozen bias included) from
