@@ -170,6 +170,14 @@ class EmoRewardConfig(RewardConfig):
         },
     )
 
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Start over in output_dir even when it holds another run's checkpoints or finished work (other "
+            "data, labels or recipe): they are removed. Without it such a folder is refused; the same run resumes."
+        },
+    )
+
     @property
     def backbone_spec(self) -> BackboneSpec:
         """The registry entry of the backbone this recipe trains (`backbone`, else `model_name_or_path`)."""
@@ -393,6 +401,7 @@ FIELD_SUPPORT: dict[str, frozenset[str]] = {
     "score_batch_size": _BOTH,
     "wandb_project": _BOTH,
     "wandb_log_model": _BOTH,
+    "overwrite_output_dir": _BOTH,
 }
 FIELD_NOTES = {
     "chat_template_path": "the chat template is the backbone tokenizer's own, read before the data are tokenized",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -74,9 +75,18 @@ def train(model_dir: Path, tmp_path: Path, name: str, processes: int, batch: int
     else:
         cmd = [sys.executable, *script]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    # a hang (ranks waiting on different collectives) fails here instead of blocking CI
-    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    # a hang (ranks waiting on different collectives; before the step plan this launch hung at step 1) fails
+    # here instead of blocking CI, and the whole process group (launcher and ranks) is killed
+    process = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        pytest.fail(f"{processes}-process training did not finish in 300 s (ranks waiting on each other?)")
+    assert process.returncode == 0, stdout[-3000:] + stderr[-6000:]
     return out / "model"
 
 
