@@ -278,6 +278,7 @@ class EmoRewardConfig(RewardConfig):
                 f"tie_parameter must be a finite number > 0 for ties={self.ties!r}, got {self.tie_parameter}"
             )
         self._check_backbone()
+        check_remote_code(self)
         local = self.model_name_or_path and Path(str(self.model_name_or_path)).expanduser()
         if local and local.exists() and str(self.model_name_or_path) not in registered_names():
             # a local checkpoint is recorded by its absolute path: the saved adapter must find its base model from
@@ -355,7 +356,7 @@ _TEXT, _MEDIA, _NONE = frozenset({"text"}), frozenset({"media"}), frozenset()
 FIELD_SUPPORT: dict[str, frozenset[str]] = {
     # TRL RewardConfig
     "model_init_kwargs": _BOTH,
-    "trust_remote_code": _TEXT,
+    "trust_remote_code": _BOTH,  # checked by check_remote_code (refused for media, asked for on the command line)
     "chat_template_path": _NONE,
     "disable_dropout": _BOTH,
     "dataset_num_proc": _NONE,
@@ -408,7 +409,6 @@ FIELD_NOTES = {
     "dataset_num_proc": "emoreward tokenizes the pairs itself, counting every pair it leaves out",
     "eos_token": "the sequence ends at the chat template's end-of-turn token",
     "pad_token": "emoreward picks a pad token distinct from the end-of-turn token the value head reads",
-    "trust_remote_code": "multimodal backbones load with their transformers classes only",
 }
 _DEFAULTS = {
     f.name: (f.default if f.default is not MISSING else f.default_factory())
@@ -498,7 +498,33 @@ def resolve_config(
     except ValueError as err:  # a value __post_init__ refuses: say where it was set
         raise RecipeError(locate_field_error(str(err), origins, path, known)) from None
     config.recipe_path, config.field_origins = str(path), origins
+    check_remote_code(config)
     return config
+
+
+def check_remote_code(config: EmoRewardConfig) -> None:
+    """The one rule for `trust_remote_code` (running Python code from a model repository), for text and
+    multimodal recipes alike: a multimodal backbone never takes it (those load with their transformers classes
+    only); a text backbone takes it only when the user asks on the command line (`--trust_remote_code`,
+    `--set trust_remote_code=true`) or in Python, never from a recipe file (which may come from anywhere).
+
+    Raises:
+        RecipeError: naming where it was set and how to allow it.
+    """
+    if not config.trust_remote_code:
+        return
+    where = config.field_origins.get("trust_remote_code", "")
+    if config.kind == "media":
+        raise RecipeError(
+            f"{where + ': ' if where else ''}trust_remote_code=True: the multimodal backbone "
+            f"{config.backbone_spec.name!r} loads with its transformers classes only; remove trust_remote_code"
+        )
+    if config.recipe_path and where.startswith(f"{config.recipe_path}, line"):
+        raise RecipeError(
+            f"{where}: trust_remote_code: true would run Python code from the model repository "
+            f"{config.model_name_or_path!r}; a recipe file cannot turn it on. If you trust that code, ask for it "
+            "on the command line: --trust_remote_code (or --set trust_remote_code=true)"
+        )
 
 
 def locate_field_error(message: str, origins: dict[str, str], recipe: str | Path, known) -> str:
@@ -616,6 +642,10 @@ def type_recipe_options(parser: argparse.ArgumentParser, config_class: type = Em
             action.type = functools.partial(_argparse_value, element, action.dest)
         else:
             action.type = functools.partial(_argparse_value, hint, action.dest)
+            if action.nargs is None and bool in _union_members(hint):
+                # `--bf16` alone means true for every boolean field, `bool | None` ones too (HfArgumentParser
+                # gives the bare flag to plain `bool` fields only)
+                action.nargs, action.const = "?", True
         f = defaults[action.dest]
         default = f.default if f.default is not MISSING else None
         if action.help and default not in (None, "") and "(default" not in action.help:
