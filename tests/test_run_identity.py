@@ -21,7 +21,6 @@ from emoreward.training.config import load_config
 from emoreward.training.run_identity import identity_differences, run_identity
 
 
-
 class Run:
     def __init__(self, returncode: int, stdout: str, stderr: str):
         self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
@@ -95,7 +94,9 @@ def test_resume_matrix_through_emoreward_train(tiny_bert_dir, tmp_path, capsys):
     cases = {
         "data": (write_pairs_csv(tmp_path / "other.csv", synthetic_pairs(24, seed=9)), "the training data"),
         "labels": (
-            write_pairs_csv(tmp_path / "flipped.csv", [replace(p, label={"1": "2", "2": "1"}[p.label]) for p in pairs]),
+            write_pairs_csv(
+                tmp_path / "flipped.csv", [replace(p, label={"1": "2", "2": "1"}[p.label]) for p in pairs]
+            ),
             "the labels",
         ),
     }

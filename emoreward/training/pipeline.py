@@ -439,6 +439,10 @@ def _final_fit(config, pairs, eval_pairs, report: dict, out: Path, log) -> Rewar
         eval_pairs=eval_pairs,
         log=log,
     )
+    from emoreward.models.cards import data_metadata
+
+    # the card's (and the export's) licence and datasets: the training data's own
+    fit.model.settings.extra["data"] = data_metadata(config.train_file).to_dict()
     save_final_model(fit.model, model_dir, config, model_card(config, report, fit))
     if config.process_index == 0:
         write_training_data(model_dir, config.train_file, pairs)  # `emoreward evaluate` flags in-sample pairs

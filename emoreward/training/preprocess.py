@@ -153,7 +153,16 @@ def dataset_from_encodings(
     """
     report = ExclusionReport(n_input=len(pairs))
     rows: dict[str, list] = defaultdict(list)
-    for key in ("chosen_ids", "rejected_ids", "tie", "length", "length_chosen", "length_rejected", "margin", "sample_id"):
+    for key in (
+        "chosen_ids",
+        "rejected_ids",
+        "tie",
+        "length",
+        "length_chosen",
+        "length_rejected",
+        "margin",
+        "sample_id",
+    ):
         rows[key] = []
     for pair, enc in zip(pairs, encodings, strict=True):
         if enc.excluded is not None:

@@ -70,7 +70,13 @@ def train(model_dir: Path, tmp_path: Path, name: str, processes: int, batch: int
     for key, value in overrides.items():
         script += ["--set", f"{key}={value}"]
     if processes > 1:
-        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", "recipes/accelerate_configs/ddp.yaml"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--config_file",
+            "recipes/accelerate_configs/ddp.yaml",
+        ]
         cmd += ["--num_processes", str(processes), "--main_process_port", "0", *script]
     else:
         cmd = [sys.executable, *script]
