@@ -98,9 +98,9 @@ def train(model_dir: Path, tmp_path: Path, name: str, processes: int, batch: int
 
 def test_group_counts_differ_between_the_ranks_batches():
     """The data really gives the two ranks different local choices (else the launch below tests nothing)."""
+    from _helpers import minilm_dir
     from transformers import AutoTokenizer
 
-    from _helpers import minilm_dir
     from emoreward.training.step_plan import split_by_length
 
     tokenizer = AutoTokenizer.from_pretrained(minilm_dir())
