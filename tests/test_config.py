@@ -271,3 +271,50 @@ def test_trust_remote_code_needs_the_command_line(tmp_path):
     for argv in (["--trust_remote_code"], ["--set", "trust_remote_code=true"]):
         with pytest.raises(ValueError, match="loads with its transformers classes only"):
             parser.parse_args_and_config(["--config", str(media), *argv])
+
+
+def test_bf16_training_follows_the_scoring_rule(monkeypatch):
+    """`bf16: auto` (the default) trains in bf16 exactly where scoring picks bf16 (bf16 matrix units), and sets
+    `use_cpu` for CPU bf16 (transformers needs it); `bf16: true` works with the units and is refused without them;
+    `EMOREWARD_DTYPE=float32` pins float32. The rule's input (`bf16_units`) is given, so the test is the same on
+    every machine."""
+    import torch
+
+    from emoreward.training.config import resolve_training_bf16
+
+    if torch.cuda.is_available():
+        pytest.skip("the CPU cases of the rule (a GPU is visible)")
+    monkeypatch.delenv("EMOREWARD_DTYPE", raising=False)
+    assert resolve_training_bf16("auto", bf16_units=True) == (True, True)
+    assert resolve_training_bf16(None, bf16_units=True) == (True, True)
+    assert resolve_training_bf16("auto", bf16_units=False) == (False, False)
+    assert resolve_training_bf16("auto", bf16_units=True, fp16=True) == (False, False)
+    assert resolve_training_bf16(True, bf16_units=True) == (True, True)
+    assert resolve_training_bf16(False, bf16_units=True) == (False, False)
+    with pytest.raises(ValueError, match=r"bf16=True: this CPU has no bf16 matrix units \(AMX-BF16, AVX512-BF16"):
+        resolve_training_bf16(True, bf16_units=False)
+    monkeypatch.setenv("EMOREWARD_DTYPE", "float32")
+    assert resolve_training_bf16("auto", bf16_units=True) == (False, False)
+    monkeypatch.setenv("EMOREWARD_DTYPE", "bfloat16")  # emulated bf16 scoring never makes training emulate
+    assert resolve_training_bf16("auto", bf16_units=False) == (False, False)
+
+
+def test_bf16_values_read_from_recipes_and_the_command_line(monkeypatch):
+    from emoreward.models.precision import has_bf16_matrix_units
+
+    monkeypatch.delenv("EMOREWARD_DTYPE", raising=False)
+    units = has_bf16_matrix_units("cpu")
+    parser = RecipeParser(prog="train")
+    for argv in (["--set", "bf16=auto"], ["--bf16", "auto"], []):
+        (config,) = parser.parse_args_and_config(argv)
+        assert config.bf16 is units and config.use_cpu is units
+    (config,) = parser.parse_args_and_config(["--bf16", "false"])
+    assert config.bf16 is False
+    if units:
+        (config,) = parser.parse_args_and_config(["--set", "bf16=true"])
+        assert config.bf16 is True and config.use_cpu is True
+    else:
+        with pytest.raises(ValueError, match="no bf16 matrix units"):
+            parser.parse_args_and_config(["--set", "bf16=true"])
+    with pytest.raises(ValueError, match="bf16"):
+        parser.parse_args_and_config(["--set", "bf16=maybe"])

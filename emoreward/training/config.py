@@ -170,6 +170,16 @@ class EmoRewardConfig(RewardConfig):
         },
     )
 
+    # declared `str | None` for HfArgumentParser (one type per option); recipes read it as `BF16_HINT`
+    bf16: str | None = field(
+        default="auto",
+        metadata={
+            "help": "Train with bf16 autocast: 'auto' (default) where the device has bf16 matrix units (Ampere+ GPUs; "
+            "CPUs with AMX-BF16 / AVX512-BF16 / Arm BF16), by the rule scoring uses "
+            "(emoreward.models.precision.resolve_dtype); true refuses a device without them (emulated bf16 is "
+            "~100x slower); on CPU it sets use_cpu, which transformers needs for CPU bf16."
+        },
+    )
     overwrite_output_dir: bool = field(
         default=False,
         metadata={
@@ -316,11 +326,7 @@ class EmoRewardConfig(RewardConfig):
             # transformers switches the progress bar off whenever its log level is above WARNING (the CLI sets
             # ERROR to keep library noise down): show it on a terminal, as tqdm users expect, and not in logs
             self.disable_tqdm = not sys.stderr.isatty()
-        if self.bf16 is None and not self.fp16:
-            # TRL turns bf16 on when unset, which fails on CPU-only machines: use it where a GPU supports it
-            import torch
-
-            self.bf16 = bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+        self.bf16, self.use_cpu = resolve_training_bf16(self.bf16, use_cpu=self.use_cpu, fp16=self.fp16)
         super().__post_init__()
 
     def _check_backbone(self) -> None:
@@ -347,6 +353,53 @@ class EmoRewardConfig(RewardConfig):
             self.media_options()  # checks fps and max_frames
             if self.use_audio_in_video and not spec.hears_audio:
                 raise ValueError(f"use_audio_in_video=True but backbone {spec.name!r} cannot hear audio")
+
+
+def resolve_training_bf16(
+    bf16: bool | str | None, *, use_cpu: bool = False, fp16: bool = False, bf16_units: bool | None = None
+) -> tuple[bool, bool]:
+    """Whether a run trains with bf16 autocast, by the rule scoring uses for its precision
+    (`emoreward.models.precision.resolve_dtype`: bf16 where the training device has bf16 matrix units).
+
+    Args:
+        bf16: the recipe's value: `"auto"` / None (the rule), True (asked for: refused without the units), False.
+        use_cpu: the recipe's `use_cpu`; the device is the GPU when one is visible and `use_cpu` is off, else the CPU.
+        fp16: the recipe's `fp16` (then `auto` means no bf16).
+        bf16_units: whether the device has bf16 matrix units (`has_bf16_matrix_units(device)` when None): the rule's
+            input, given by tests.
+
+    Returns:
+        `(bf16, use_cpu)`; `use_cpu` is turned on for bf16 on a CPU (transformers refuses CPU bf16 without it).
+
+    Raises:
+        ValueError: `bf16=True` on a device without bf16 matrix units (naming the device and the alternatives).
+    """
+    import torch
+
+    from emoreward.models.precision import has_bf16_matrix_units, resolve_dtype
+
+    device = "cuda" if torch.cuda.is_available() and not use_cpu else "cpu"
+    units = has_bf16_matrix_units(device) if bf16_units is None else bf16_units
+    if bf16 in (None, "auto"):
+        # units first: EMOREWARD_DTYPE=bfloat16 emulates bf16 scoring products, but never makes training emulate
+        on = not fp16 and units and resolve_dtype("auto", device, bf16_units=units) == torch.bfloat16
+    elif bf16 is True:
+        if not units:
+            what = (
+                "this GPU is older than Ampere (compute capability < 8.0)"
+                if device == "cuda"
+                else "this CPU has no bf16 matrix units (AMX-BF16, AVX512-BF16 or Arm BF16)"
+            )
+            raise ValueError(
+                f"bf16=True: {what}, so torch would emulate bf16 matrix multiplies (one to two orders of magnitude "
+                "slower than float32); use bf16: auto (float32 here) or bf16: false"
+            )
+        on = True
+    elif bf16 is False:
+        on = False
+    else:
+        raise ValueError(f"bf16={bf16!r} is not one of [true, false, auto]")
+    return on, bool(use_cpu or (on and device == "cpu"))
 
 
 # Recipe fields beyond transformers.TrainingArguments and the backbone kinds that read them. A field set (to
@@ -424,10 +477,16 @@ def default_recipe_path() -> Path:
     return Path(str(resources.files("emoreward") / "resources" / "default_recipe.yaml"))
 
 
+# how a recipe value of these fields is read, where the dataclass annotation cannot say it (HfArgumentParser takes
+# one type per option): `bf16` is true / false / auto
+BF16_HINT = bool | Literal["auto"] | None
+RECIPE_TYPES: dict[str, Any] = {"bf16": BF16_HINT}
+
+
 def recipe_fields(config_class: type = EmoRewardConfig) -> dict[str, Any]:
-    """Every field a recipe may set, with its resolved type annotation."""
+    """Every field a recipe may set, with the type its values are read as (the annotation, or `RECIPE_TYPES`)."""
     hints = typing.get_type_hints(config_class)
-    return {f.name: hints[f.name] for f in fields(config_class) if f.init}
+    return {f.name: RECIPE_TYPES.get(f.name, hints[f.name]) for f in fields(config_class) if f.init}
 
 
 def resolve_config(
