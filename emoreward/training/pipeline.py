@@ -48,7 +48,6 @@ from emoreward.training.provenance import identical_descriptions, write_training
 from emoreward.training.run_identity import (
     check_checkpoint,
     check_resumable,
-    identity_callback,
     public_config,
     run_identity,
     work_fingerprint,
@@ -146,7 +145,7 @@ def fit_reward_model(
     checkpoint = None
     if save:
         identity = run_identity(config, pairs)
-        trainer.add_callback(identity_callback(identity))
+        trainer.run_identity = identity
         checkpoint = _last_checkpoint(output_dir)
         if checkpoint is not None:
             check_checkpoint(checkpoint, identity)

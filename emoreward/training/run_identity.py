@@ -8,7 +8,7 @@ changes the result, i.e. all but where a run writes and logs: `NOT_RESULT_FIELDS
 `fingerprint`. Every other key (a fold's finished marker, the W&B group) is derived from it.
 
 The identity is written to `<output_dir>/run_identity.json` when a run starts and into every step checkpoint
-(`IdentityCallback`); `check_resumable` refuses to continue in a folder that holds another run's work, naming what
+before its weights (`EmoRewardTrainer._save_checkpoint`, `write_identity`); `check_resumable` refuses to continue in a folder that holds another run's work, naming what
 differs and the two ways out (`--overwrite_output_dir`, or a new `--output-dir`), as `transformers` users expect
 from a non-empty output directory. This module imports no ML library.
 """
@@ -198,21 +198,11 @@ def work_fingerprint(identity: dict, *parts: Any) -> str:
     return _digest([identity["fingerprint"], *parts])
 
 
-def identity_callback(identity: dict):
-    """A `transformers.TrainerCallback` that writes `identity` into every step checkpoint the trainer saves (on the
-    main process), beside the weights and `trainer_state.json`."""
-    from transformers import TrainerCallback
-    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
-    class IdentityCallback(TrainerCallback):
-        def on_save(self, args, state, control, **kwargs):
-            if state.is_world_process_zero:
-                folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
-                if folder.is_dir():
-                    atomic_write_json(folder / IDENTITY_FILE, identity)
-            return control
-
-    return IdentityCallback()
+def write_identity(folder: str | Path, identity: dict) -> Path:
+    """Write `identity` as `<folder>/run_identity.json` (atomic; the folder is created), e.g. into a step
+    checkpoint before the trainer writes its weights and state (`EmoRewardTrainer._save_checkpoint`)."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    return atomic_write_json(Path(folder) / IDENTITY_FILE, identity)
 
 
 __all__ = [
@@ -221,9 +211,9 @@ __all__ = [
     "RunIdentityError",
     "check_checkpoint",
     "check_resumable",
-    "identity_callback",
     "identity_differences",
     "public_config",
     "run_identity",
     "work_fingerprint",
+    "write_identity",
 ]

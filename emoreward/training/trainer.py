@@ -22,6 +22,7 @@ Two departures from the Trainer's defaults, both for resumable, readable runs:
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -79,6 +80,7 @@ class EmoRewardTrainer(RewardTrainer):
         if not self.args.disable_tqdm:
             self.add_callback(RewardProgressCallback())
 
+    run_identity: dict | None = None  # written into every step checkpoint (emoreward.training.run_identity)
     hold_frozen_bf16 = True  # see frozen_linears_in_bf16 (False: autocast casts the frozen weights in every pass)
 
     def train(self, *args, **kwargs):
@@ -88,6 +90,20 @@ class EmoRewardTrainer(RewardTrainer):
         cpu_bf16 = cpu_bf16 and self.hold_frozen_bf16
         with frozen_linears_in_bf16(self.model, enabled=cpu_bf16):
             return super().train(*args, **kwargs)
+
+    def _save_checkpoint(self, model, trial):
+        """The Trainer's checkpoint, with the run's identity written into the folder first: a checkpoint complete
+        enough to resume from (its `trainer_state.json` is written last) always names its run."""
+        if self.run_identity is not None and self.args.should_save:
+            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+            from emoreward.training.run_identity import write_identity
+
+            write_identity(
+                Path(self._get_output_dir(trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}",
+                self.run_identity,
+            )
+        return super()._save_checkpoint(model, trial)
 
     def _get_train_sampler(self, train_dataset=None):
         sampler = super()._get_train_sampler(train_dataset)
