@@ -305,9 +305,12 @@ def test_bf16_values_read_from_recipes_and_the_command_line(monkeypatch):
     monkeypatch.delenv("EMOREWARD_DTYPE", raising=False)
     units = has_bf16_matrix_units("cpu")
     parser = RecipeParser(prog="train")
-    for argv in (["--set", "bf16=auto"], ["--bf16", "auto"], []):
+    for argv in (["--set", "bf16=auto"], ["--bf16", "auto"]):
         (config,) = parser.parse_args_and_config(argv)
         assert config.bf16 is units and config.use_cpu is units
+    assert load_config(overrides={"bf16": None}).bf16 is units  # unset: the rule, as TRL's None
+    (config,) = parser.parse_args_and_config([])  # the default recipe pins float32 until bf16's CV is measured
+    assert config.bf16 is False
     (config,) = parser.parse_args_and_config(["--bf16", "false"])
     assert config.bf16 is False
     if units:
