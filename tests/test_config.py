@@ -233,3 +233,91 @@ def test_a_local_checkpoint_is_recorded_by_its_absolute_path(tmp_path, tiny_bert
     config = load_config(overrides={"model_name_or_path": "ckpt", "report_to": ["none"]})
     assert config.model_name_or_path == str((tmp_path / "ckpt").resolve())
     assert load_config(overrides={"report_to": ["none"]}).model_name_or_path == "minilm"  # a registered name stays
+
+
+def test_every_boolean_field_takes_a_bare_flag():
+    """`--field` alone means true for every boolean recipe field, `bool | None` ones (`--bf16`, `--tf32`,
+    `--disable_tqdm`) as for plain `bool` ones; `--field false` still reads false."""
+    import typing
+
+    from emoreward.training.config import recipe_fields
+
+    parser = RecipeParser(prog="train")
+    booleans = [name for name, hint in recipe_fields().items() if bool in (typing.get_args(hint) or (hint,))]
+    assert {"bf16", "tf32", "disable_tqdm", "use_cpu", "final_fit", "overwrite_output_dir"} <= set(booleans)
+    for name in booleans:
+        assert getattr(parser.parse_args([f"--{name}"]), name) is True, name
+        assert getattr(parser.parse_args([f"--{name}", "false"]), name) is False, name
+    (config,) = parser.parse_args_and_config(["--disable_tqdm", "--overwrite-output-dir"])
+    assert config.disable_tqdm is True and config.overwrite_output_dir is True
+
+
+def test_trust_remote_code_needs_the_command_line(tmp_path):
+    """A recipe file cannot turn on remote code for a text backbone (refused, naming file and line and the way to
+    ask for it); the command line can; a multimodal recipe refuses it however it is given (one rule:
+    `check_remote_code`)."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("model_name_or_path: minilm\ntrust_remote_code: true\n")
+    with pytest.raises(ValueError, match=re.escape(f"{recipe}, line 2: trust_remote_code: true would run Python")):
+        load_config(recipe)
+    with pytest.raises(ValueError, match="--trust_remote_code"):
+        RecipeParser(prog="train").parse_args_and_config(["--config", str(recipe)])
+    parser = RecipeParser(prog="train")
+    (config,) = parser.parse_args_and_config(["--config", str(recipe), "--trust_remote_code"])
+    assert config.trust_remote_code is True
+    (config,) = parser.parse_args_and_config(["--config", str(recipe), "--set", "trust_remote_code=true"])
+    assert config.trust_remote_code is True
+    media = ROOT / "recipes" / "qwen2.5-omni-7b" / "rm" / "config_lora.yaml"
+    for argv in (["--trust_remote_code"], ["--set", "trust_remote_code=true"]):
+        with pytest.raises(ValueError, match="loads with its transformers classes only"):
+            parser.parse_args_and_config(["--config", str(media), *argv])
+
+
+def test_bf16_training_follows_the_scoring_rule(monkeypatch):
+    """`bf16: auto` (the default) trains in bf16 exactly where scoring picks bf16 (bf16 matrix units), and sets
+    `use_cpu` for CPU bf16 (transformers needs it); `bf16: true` works with the units and is refused without them;
+    `EMOREWARD_DTYPE=float32` pins float32. The rule's input (`bf16_units`) is given, so the test is the same on
+    every machine."""
+    import torch
+
+    from emoreward.training.config import resolve_training_bf16
+
+    if torch.cuda.is_available():
+        pytest.skip("the CPU cases of the rule (a GPU is visible)")
+    monkeypatch.delenv("EMOREWARD_DTYPE", raising=False)
+    assert resolve_training_bf16("auto", bf16_units=True) == (True, True)
+    assert resolve_training_bf16(None, bf16_units=True) == (True, True)
+    assert resolve_training_bf16("auto", bf16_units=False) == (False, False)
+    assert resolve_training_bf16("auto", bf16_units=True, fp16=True) == (False, False)
+    assert resolve_training_bf16(True, bf16_units=True) == (True, True)
+    assert resolve_training_bf16(False, bf16_units=True) == (False, False)
+    with pytest.raises(ValueError, match=r"bf16=True: this CPU has no bf16 matrix units \(AMX-BF16, AVX512-BF16"):
+        resolve_training_bf16(True, bf16_units=False)
+    monkeypatch.setenv("EMOREWARD_DTYPE", "float32")
+    assert resolve_training_bf16("auto", bf16_units=True) == (False, False)
+    monkeypatch.setenv("EMOREWARD_DTYPE", "bfloat16")  # emulated bf16 scoring never makes training emulate
+    assert resolve_training_bf16("auto", bf16_units=False) == (False, False)
+
+
+def test_bf16_values_read_from_recipes_and_the_command_line(monkeypatch):
+    from emoreward.models.precision import has_bf16_matrix_units
+
+    monkeypatch.delenv("EMOREWARD_DTYPE", raising=False)
+    units = has_bf16_matrix_units("cpu")
+    parser = RecipeParser(prog="train")
+    for argv in (["--set", "bf16=auto"], ["--bf16", "auto"]):
+        (config,) = parser.parse_args_and_config(argv)
+        assert config.bf16 is units and config.use_cpu is units
+    assert load_config(overrides={"bf16": None}).bf16 is units  # unset: the rule, as TRL's None
+    (config,) = parser.parse_args_and_config([])  # the default recipe pins float32 until bf16's CV is measured
+    assert config.bf16 is False
+    (config,) = parser.parse_args_and_config(["--bf16", "false"])
+    assert config.bf16 is False
+    if units:
+        (config,) = parser.parse_args_and_config(["--set", "bf16=true"])
+        assert config.bf16 is True and config.use_cpu is True
+    else:
+        with pytest.raises(ValueError, match="no bf16 matrix units"):
+            parser.parse_args_and_config(["--set", "bf16=true"])
+    with pytest.raises(ValueError, match="bf16"):
+        parser.parse_args_and_config(["--set", "bf16=maybe"])

@@ -251,7 +251,7 @@ def test_score_info_reports_unknown_share(tiny_bert_dir):
 
 # ---------------------------------------------------------------------------------------------- length groups
 def test_split_by_length_is_optimal_on_a_hand_example():
-    from emoreward.training.preprocess import split_by_length
+    from emoreward.training.step_plan import split_by_length
 
     # sorted 5 7 9 12 30 30: {5,7} {9,12} {30,30} pads to 2*7 + 2*12 + 2*30 = 98 tokens, the least with 3 groups
     assert split_by_length([30, 5, 12, 7, 30, 9], max_groups=3, overhead_tokens=0) == [[1, 3], [5, 2], [0, 4]]

@@ -23,7 +23,8 @@ false: not a tie; for a tie, which description sits in `chosen` carries no meani
 `video` / `audio` / `subtitle` when present, else from the context (`emoreward.data.context.reward_context`, the
 rule every route uses): the rest of a line starting `Subtitle:` (that line only; the layout emoreward's reward
 models use), and message parts `{"type": "video", "video": PATH}` /
-`{"type": "audio", "audio": PATH}` (`path` or `url` keys are read too). Other prompt text (an instruction) is
+`{"type": "audio", "audio": PATH}` (`path` or `url` keys are read too). TRL's optional `margin` column (a number per
+pair) is kept and enters the training loss as in TRL (`-logsigmoid(chosen - rejected - margin)`). Other prompt text (an instruction) is
 not kept: the reward model supplies its own.
 
 Sources `load_pairs` takes: a `.csv`, `.jsonl`, `.json` (JSON lines, or one array of objects) or `.parquet`
@@ -115,6 +116,8 @@ class PreferencePair:
         model_1 (`str` or `None`), model_2 (`str` or `None`): who wrote each description.
         media (`MediaRef`): video/audio/subtitle of the sample.
         row (`int`): 1-based data row in the source, for error messages and reports.
+        margin (`float` or `None`): TRL's `margin` column (how much more the chosen description is preferred);
+            training subtracts it from the reward difference, as TRL does.
     """
 
     sample_id: str
@@ -125,6 +128,7 @@ class PreferencePair:
     model_2: str | None = None
     media: MediaRef = field(default_factory=MediaRef)
     row: int = 0
+    margin: float | None = None
 
     def swapped(self) -> PreferencePair:
         """The pair in swapped order (descriptions, writers and label exchanged)."""
@@ -138,6 +142,7 @@ class PreferencePair:
             self.model_1,
             self.media,
             self.row,
+            self.margin,
         )
 
 
@@ -537,11 +542,30 @@ def _trl_pair(record: Mapping[str, Any], row: int, source: str, has_ids: bool) -
         label="tie" if _tie(record.get("tie"), source, row) else "1",
         media=_media(ctx),
         row=row,
+        margin=_margin(record.get("margin"), source, row),
     )
 
 
 def _media(context) -> MediaRef:
     return MediaRef(context.video, context.audio, context.subtitle)
+
+
+def _margin(value: Any, source: str, row: int) -> float | None:
+    """TRL's optional `margin` column: a finite number, or missing."""
+    value = _plain(value)
+    if is_missing(value) or (isinstance(value, str) and not value.strip()):
+        return None
+    number = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+    elif isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            number = None
+    if number is None or not math.isfinite(number):
+        raise DataError(source, row, "margin", f"expected a finite number, got {value!r}")
+    return number
 
 
 def _messages(value: Any, source: str, row: int, name: str) -> list[Mapping[str, Any]]:

@@ -170,6 +170,24 @@ class EmoRewardConfig(RewardConfig):
         },
     )
 
+    # declared `str | None` for HfArgumentParser (one type per option); recipes read it as `BF16_HINT`
+    bf16: str | None = field(
+        default="auto",
+        metadata={
+            "help": "Train with bf16 autocast: 'auto' (default) where the device has bf16 matrix units (Ampere+ GPUs; "
+            "CPUs with AMX-BF16 / AVX512-BF16 / Arm BF16), by the rule scoring uses "
+            "(emoreward.models.precision.resolve_dtype); true refuses a device without them (emulated bf16 is "
+            "~100x slower); on CPU it sets use_cpu, which transformers needs for CPU bf16."
+        },
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Start over in output_dir even when it holds another run's checkpoints or finished work (other "
+            "data, labels or recipe): they are removed. Without it such a folder is refused; the same run resumes."
+        },
+    )
+
     @property
     def backbone_spec(self) -> BackboneSpec:
         """The registry entry of the backbone this recipe trains (`backbone`, else `model_name_or_path`)."""
@@ -270,6 +288,7 @@ class EmoRewardConfig(RewardConfig):
                 f"tie_parameter must be a finite number > 0 for ties={self.ties!r}, got {self.tie_parameter}"
             )
         self._check_backbone()
+        check_remote_code(self)
         local = self.model_name_or_path and Path(str(self.model_name_or_path)).expanduser()
         if local and local.exists() and str(self.model_name_or_path) not in registered_names():
             # a local checkpoint is recorded by its absolute path: the saved adapter must find its base model from
@@ -307,11 +326,7 @@ class EmoRewardConfig(RewardConfig):
             # transformers switches the progress bar off whenever its log level is above WARNING (the CLI sets
             # ERROR to keep library noise down): show it on a terminal, as tqdm users expect, and not in logs
             self.disable_tqdm = not sys.stderr.isatty()
-        if self.bf16 is None and not self.fp16:
-            # TRL turns bf16 on when unset, which fails on CPU-only machines: use it where a GPU supports it
-            import torch
-
-            self.bf16 = bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+        self.bf16, self.use_cpu = resolve_training_bf16(self.bf16, use_cpu=self.use_cpu, fp16=self.fp16)
         super().__post_init__()
 
     def _check_backbone(self) -> None:
@@ -340,6 +355,53 @@ class EmoRewardConfig(RewardConfig):
                 raise ValueError(f"use_audio_in_video=True but backbone {spec.name!r} cannot hear audio")
 
 
+def resolve_training_bf16(
+    bf16: bool | str | None, *, use_cpu: bool = False, fp16: bool = False, bf16_units: bool | None = None
+) -> tuple[bool, bool]:
+    """Whether a run trains with bf16 autocast, by the rule scoring uses for its precision
+    (`emoreward.models.precision.resolve_dtype`: bf16 where the training device has bf16 matrix units).
+
+    Args:
+        bf16: the recipe's value: `"auto"` / None (the rule), True (asked for: refused without the units), False.
+        use_cpu: the recipe's `use_cpu`; the device is the GPU when one is visible and `use_cpu` is off, else the CPU.
+        fp16: the recipe's `fp16` (then `auto` means no bf16).
+        bf16_units: whether the device has bf16 matrix units (`has_bf16_matrix_units(device)` when None): the rule's
+            input, given by tests.
+
+    Returns:
+        `(bf16, use_cpu)`; `use_cpu` is turned on for bf16 on a CPU (transformers refuses CPU bf16 without it).
+
+    Raises:
+        ValueError: `bf16=True` on a device without bf16 matrix units (naming the device and the alternatives).
+    """
+    import torch
+
+    from emoreward.models.precision import has_bf16_matrix_units, resolve_dtype
+
+    device = "cuda" if torch.cuda.is_available() and not use_cpu else "cpu"
+    units = has_bf16_matrix_units(device) if bf16_units is None else bf16_units
+    if bf16 in (None, "auto"):
+        # units first: EMOREWARD_DTYPE=bfloat16 emulates bf16 scoring products, but never makes training emulate
+        on = not fp16 and units and resolve_dtype("auto", device, bf16_units=units) == torch.bfloat16
+    elif bf16 is True:
+        if not units:
+            what = (
+                "this GPU is older than Ampere (compute capability < 8.0)"
+                if device == "cuda"
+                else "this CPU has no bf16 matrix units (AMX-BF16, AVX512-BF16 or Arm BF16)"
+            )
+            raise ValueError(
+                f"bf16=True: {what}, so torch would emulate bf16 matrix multiplies (one to two orders of magnitude "
+                "slower than float32); use bf16: auto (float32 here) or bf16: false"
+            )
+        on = True
+    elif bf16 is False:
+        on = False
+    else:
+        raise ValueError(f"bf16={bf16!r} is not one of [true, false, auto]")
+    return on, bool(use_cpu or (on and device == "cpu"))
+
+
 # Recipe fields beyond transformers.TrainingArguments and the backbone kinds that read them. A field set (to
 # anything but its default) for a kind that does not read it is refused by `EmoRewardConfig.__post_init__`.
 _BOTH = frozenset({"text", "media"})
@@ -347,7 +409,7 @@ _TEXT, _MEDIA, _NONE = frozenset({"text"}), frozenset({"media"}), frozenset()
 FIELD_SUPPORT: dict[str, frozenset[str]] = {
     # TRL RewardConfig
     "model_init_kwargs": _BOTH,
-    "trust_remote_code": _TEXT,
+    "trust_remote_code": _BOTH,  # checked by check_remote_code (refused for media, asked for on the command line)
     "chat_template_path": _NONE,
     "disable_dropout": _BOTH,
     "dataset_num_proc": _NONE,
@@ -393,13 +455,13 @@ FIELD_SUPPORT: dict[str, frozenset[str]] = {
     "score_batch_size": _BOTH,
     "wandb_project": _BOTH,
     "wandb_log_model": _BOTH,
+    "overwrite_output_dir": _BOTH,
 }
 FIELD_NOTES = {
     "chat_template_path": "the chat template is the backbone tokenizer's own, read before the data are tokenized",
     "dataset_num_proc": "emoreward tokenizes the pairs itself, counting every pair it leaves out",
     "eos_token": "the sequence ends at the chat template's end-of-turn token",
     "pad_token": "emoreward picks a pad token distinct from the end-of-turn token the value head reads",
-    "trust_remote_code": "multimodal backbones load with their transformers classes only",
 }
 _DEFAULTS = {
     f.name: (f.default if f.default is not MISSING else f.default_factory())
@@ -422,10 +484,16 @@ def public_config(config: EmoRewardConfig) -> dict:
     return {k: v for k, v in data.items() if "token" not in k.lower() or k in ("pad_token", "eos_token")}
 
 
+# how a recipe value of these fields is read, where the dataclass annotation cannot say it (HfArgumentParser takes
+# one type per option): `bf16` is true / false / auto
+BF16_HINT = bool | Literal["auto"] | None
+RECIPE_TYPES: dict[str, Any] = {"bf16": BF16_HINT}
+
+
 def recipe_fields(config_class: type = EmoRewardConfig) -> dict[str, Any]:
-    """Every field a recipe may set, with its resolved type annotation."""
+    """Every field a recipe may set, with the type its values are read as (the annotation, or `RECIPE_TYPES`)."""
     hints = typing.get_type_hints(config_class)
-    return {f.name: hints[f.name] for f in fields(config_class) if f.init}
+    return {f.name: RECIPE_TYPES.get(f.name, hints[f.name]) for f in fields(config_class) if f.init}
 
 
 def resolve_config(
@@ -496,7 +564,33 @@ def resolve_config(
     except ValueError as err:  # a value __post_init__ refuses: say where it was set
         raise RecipeError(locate_field_error(str(err), origins, path, known)) from None
     config.recipe_path, config.field_origins = str(path), origins
+    check_remote_code(config)
     return config
+
+
+def check_remote_code(config: EmoRewardConfig) -> None:
+    """The one rule for `trust_remote_code` (running Python code from a model repository), for text and
+    multimodal recipes alike: a multimodal backbone never takes it (those load with their transformers classes
+    only); a text backbone takes it only when the user asks on the command line (`--trust_remote_code`,
+    `--set trust_remote_code=true`) or in Python, never from a recipe file (which may come from anywhere).
+
+    Raises:
+        RecipeError: naming where it was set and how to allow it.
+    """
+    if not config.trust_remote_code:
+        return
+    where = config.field_origins.get("trust_remote_code", "")
+    if config.kind == "media":
+        raise RecipeError(
+            f"{where + ': ' if where else ''}trust_remote_code=True: the multimodal backbone "
+            f"{config.backbone_spec.name!r} loads with its transformers classes only; remove trust_remote_code"
+        )
+    if config.recipe_path and where.startswith(f"{config.recipe_path}, line"):
+        raise RecipeError(
+            f"{where}: trust_remote_code: true would run Python code from the model repository "
+            f"{config.model_name_or_path!r}; a recipe file cannot turn it on. If you trust that code, ask for it "
+            "on the command line: --trust_remote_code (or --set trust_remote_code=true)"
+        )
 
 
 def locate_field_error(message: str, origins: dict[str, str], recipe: str | Path, known) -> str:
@@ -614,6 +708,10 @@ def type_recipe_options(parser: argparse.ArgumentParser, config_class: type = Em
             action.type = functools.partial(_argparse_value, element, action.dest)
         else:
             action.type = functools.partial(_argparse_value, hint, action.dest)
+            if action.nargs is None and bool in _union_members(hint):
+                # `--bf16` alone means true for every boolean field, `bool | None` ones too (HfArgumentParser
+                # gives the bare flag to plain `bool` fields only)
+                action.nargs, action.const = "?", True
         f = defaults[action.dest]
         default = f.default if f.default is not MISSING else None
         if action.help and default not in (None, "") and "(default" not in action.help:

@@ -92,6 +92,7 @@ def reward_model_loss(
     head_weight: torch.Tensor | None = None,
     odin_length_weight: float = 1.0,
     odin_orthogonal_weight: float = 1.0,
+    margin: torch.Tensor | None = None,
 ) -> RewardLoss:
     """The reward-model loss of `EmoRewardTrainer` (and of value-head probes), for every `length_debias` option.
 
@@ -103,6 +104,10 @@ def reward_model_loss(
         weights: `(batch,)` per-pair weights (`length_debias: reweight`), or None for the plain mean.
         lengths: `(2 * batch,)` description lengths, needed with two heads.
         head_weight: `(2, hidden)` value-head weights, needed with two heads (orthogonality term).
+        margin: `(batch,)` TRL's per-pair margin (the data's `margin` column, 0 where absent): the pairwise
+            likelihood of a decided pair reads `chosen - rejected - margin`, TRL's
+            `-logsigmoid(r_chosen - r_rejected - margin)` (`trl.RewardTrainer.compute_loss`; Touvron et al. 2023,
+            Llama 2, eq. 2); tie pairs ignore it.
         odin_length_weight, odin_orthogonal_weight: ODIN's weights (Chen et al. 2024, "ODIN: Disentangled Reward
             Mitigates Hacking in RLHF", eq. 3): |corr(quality, length)| - corr(length head, length), and
             |cos(w_quality, w_length)|.
@@ -116,7 +121,10 @@ def reward_model_loss(
     disentangled = logits.shape[-1] == 2
     total = logits[:, 0] + logits[:, 1] if disentangled else logits[:, 0]
     chosen, rejected = torch.chunk(total, chunks=2)
-    nll = pairwise_nll(chosen - rejected, tie, ties, tie_parameter)
+    d = chosen - rejected
+    if margin is not None:
+        d = d - (margin.to(d.dtype) if tie is None else margin.to(d.dtype) * (1 - tie.to(d.dtype)))
+    nll = pairwise_nll(d, tie, ties, tie_parameter)
     loss = (nll * weights).sum() / weights.sum() if weights is not None else nll.mean()
     if not disentangled:
         return RewardLoss(loss)

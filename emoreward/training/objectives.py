@@ -63,6 +63,7 @@ class Objective:
         head_weight: torch.Tensor | None = None,
         odin_length_weight: float = 1.0,
         odin_orthogonal_weight: float = 1.0,
+        margin: torch.Tensor | None = None,
     ) -> RewardLoss:
         """The loss of a batch (`emoreward.training.losses.reward_model_loss` with this objective's terms).
 
@@ -72,6 +73,7 @@ class Objective:
             weight: `(batch,)` length-balance weights (read only by `reweight`).
             lengths: `(2 * batch,)` description lengths in characters (read only by `disentangled`).
             head_weight: `(num_heads, hidden)` value-head weight (read only by `disentangled`).
+            margin: `(batch,)` TRL's per-pair margin (every objective; see `reward_model_loss`).
         """
         return reward_model_loss(
             logits,
@@ -83,6 +85,7 @@ class Objective:
             head_weight=head_weight if self.disentangled else None,
             odin_length_weight=odin_length_weight,
             odin_orthogonal_weight=odin_orthogonal_weight,
+            margin=margin,
         )
 
 

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import copy
 import gc
-import hashlib
-import json
 import logging
 import os
 import time
@@ -46,6 +44,7 @@ from emoreward.training.distributed import distributed_setup, save_final_model, 
 from emoreward.training.objectives import get_objective
 from emoreward.training.preprocess import ExclusionReport
 from emoreward.training.provenance import write_training_data
+from emoreward.training.run_identity import check_checkpoint, check_resumable, run_identity, work_fingerprint
 from emoreward.training.tracking import (
     configure_wandb,
     finish_wandb,
@@ -83,6 +82,7 @@ def fit_reward_model(
     run_name: str,
     save: bool,
     eval_pairs: list[PreferencePair] | None = None,
+    log=None,
 ) -> FitResult:
     """Train one reward model (any backbone kind) on `pairs` with `EmoRewardTrainer`, run the objective's
     after-fit step (the `penalty` transform), then calibrate the tie threshold on the same pairs.
@@ -95,7 +95,9 @@ def fit_reward_model(
     verdict agreement with float32 on the training pairs (`settings.extra["bf16_agreement"]`), and keeps float32
     below 99.5%, before the tie threshold is calibrated.
 
-    With `save`, the trainer's checkpoints go to `output_dir` and an interrupted run resumes from the last one. With
+    With `save`, the trainer's checkpoints go to `output_dir`, each with the run's identity
+    (`emoreward.training.run_identity`), and an interrupted run resumes from the last one when it is the same run
+    (else `RunIdentityError`). With
     `eval_pairs` and `eval_strategy` set, the trainer evaluates on them (eval reward accuracy) and
     `load_best_model_at_end` keeps the best checkpoint; without `eval_pairs` evaluation during training is off.
 
@@ -133,8 +135,16 @@ def fit_reward_model(
         processing_class=model.tokenizer,
         data_collator=adapter.collator(model, args),
     )
+    checkpoint = None
+    if save:
+        identity = run_identity(config, pairs)
+        trainer.run_identity = identity
+        checkpoint = _last_checkpoint(output_dir)
+        if checkpoint is not None:
+            check_checkpoint(checkpoint, identity)
+            (log or logger.info)(f"{run_name}: resuming the same run from {checkpoint}")
     start = time.perf_counter()
-    trainer.train(resume_from_checkpoint=_last_checkpoint(output_dir) if save else None)
+    trainer.train(resume_from_checkpoint=checkpoint)
     seconds = time.perf_counter() - start
     model.model = trainer.model
     model.model.eval()
@@ -236,11 +246,12 @@ def run_cross_validation(
     )
     out = Path(config.output_dir)
     is_main = config.process_index == 0
+    identity = run_identity(config, pairs)
     group = wandb_group(config, pairs)
     fold_reports = []
     for k, (train_idx, test_idx) in enumerate(stratified_folds(pairs, config.cv_folds, config.seed)):
         fold_dir = out / "cv" / f"fold{k}"
-        fingerprint = _fold_fingerprint(config, pairs, train_idx, test_idx)
+        fingerprint = work_fingerprint(identity, list(map(int, train_idx)), list(map(int, test_idx)))
         evaluation = _load_finished(fold_dir, fingerprint)
         if evaluation is not None:
             log(f"fold {k + 1}/{config.cv_folds}: finished earlier, reusing {fold_dir / FINISHED_FILE}")
@@ -308,6 +319,10 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
     is_main = config.process_index == 0
     if not is_main:
         log = _silent
+    # resume only the same run: another run's checkpoints or finished work here are refused (or, with
+    # overwrite_output_dir, removed)
+    check_resumable(config, run_identity(config, pairs), is_main=is_main)
+    wait_for_everyone(config)
     wandb_mode = configure_wandb(config)
     log(f"loaded {len(pairs)} pairs from {config.train_file}")
     if wandb_mode is not None:
@@ -354,7 +369,7 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
 def _final_fit(config, pairs, eval_pairs, report: dict, out: Path, log) -> RewardModel:
     """Fit on all pairs and save to `<output_dir>/model` (or reuse a finished earlier fit of the same recipe)."""
     model_dir = out / "model"
-    fingerprint = _fold_fingerprint(config, pairs, list(range(len(pairs))), [])
+    fingerprint = work_fingerprint(run_identity(config, pairs), list(range(len(pairs))), [])
     final = _load_finished(model_dir, fingerprint)
     if final is not None:
         log(f"final model: finished earlier, reusing {model_dir}")
@@ -370,7 +385,12 @@ def _final_fit(config, pairs, eval_pairs, report: dict, out: Path, log) -> Rewar
         run_name=run_name,
         save=True,
         eval_pairs=eval_pairs,
+        log=log,
     )
+    from emoreward.models.cards import data_metadata
+
+    # the card's (and the export's) licence and datasets: the training data's own
+    fit.model.settings.extra["data"] = data_metadata(config.train_file).to_dict()
     save_final_model(fit.model, model_dir, config, model_card(config, report, fit))
     if config.process_index == 0:
         write_training_data(model_dir, config.train_file, pairs)  # `emoreward evaluate` flags in-sample pairs
@@ -394,31 +414,10 @@ def _silent(*_args, **_kwargs) -> None:
     return None
 
 
-# where a run writes and logs, not what it computes: changing these reuses finished folds
-_NOT_FINGERPRINTED = {
-    "output_dir",
-    "run_name",
-    "logging_dir",
-    "report_to",
-    "logging_steps",
-    "disable_tqdm",
-    "wandb_project",
-    "wandb_log_model",
-}
-
-
-def _fold_fingerprint(config: EmoRewardConfig, pairs: list[PreferencePair], train_idx, test_idx) -> str:
-    """Identifies a fold's work: the recipe (minus where it is written and logged), the data and the split."""
-    recipe = {k: v for k, v in public_config(config).items() if k not in _NOT_FINGERPRINTED}
-    data = [(p.sample_id, p.description_1, p.description_2, p.label, p.media.video, p.media.audio) for p in pairs]
-    blob = json.dumps([recipe, data, list(map(int, train_idx)), list(map(int, test_idx))], sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
 def wandb_group(config: EmoRewardConfig, pairs: list[PreferencePair]) -> str:
-    """The W&B group of one job's runs (folds and final fit): the run name and 8 hex digits of the recipe and data,
-    so a resumed job logs into the same group and another recipe into another."""
-    return f"{config.run_name or 'emoreward'}-{_fold_fingerprint(config, pairs, [], [])[:8]}"
+    """The W&B group of one job's runs (folds and final fit): the run name and 8 hex digits of the run identity
+    (`emoreward.training.run_identity`), so a resumed job logs into the same group and another recipe into another."""
+    return f"{config.run_name or 'emoreward'}-{run_identity(config, pairs)['fingerprint'][:8]}"
 
 
 def _load_finished(directory: Path, fingerprint: str) -> dict | None:

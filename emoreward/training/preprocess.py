@@ -3,7 +3,7 @@ multimodal reward models, and the collators that batch them.
 
 Both builders lay out sequences with the model's own input function (`TextRewardModel.encode`, the media model's
 prompt builder), the one scoring uses, and give every row the same per-pair columns (`tie`, `weight`,
-`length_chosen`, `length_rejected`) so one trainer and one objective registry serve both. Nothing is dropped
+`length_chosen`, `length_rejected`, `margin`) so one trainer and one objective registry serve both. Nothing is dropped
 silently: every pair left out is counted under its reason in an `ExclusionReport`.
 """
 
@@ -21,6 +21,7 @@ from emoreward.data import PreferencePair
 from emoreward.data.context import reward_context
 from emoreward.data.media import MediaError
 from emoreward.models.base import RewardContext
+from emoreward.training.step_plan import plan_forward_groups
 
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ EXCLUSION_REASONS = {
     "media_span_too_long": "pairs whose media prefix alone does not fit max_length (a media span is never cut)",
 }
 # per-pair float columns every dataset has, batched by the collators as tensors of shape (batch,)
-EXTRA_COLUMNS = ("tie", "weight", "length_chosen", "length_rejected")
+EXTRA_COLUMNS = ("tie", "weight", "length_chosen", "length_rejected", "margin")
 
 
 @dataclass
@@ -153,7 +154,16 @@ def dataset_from_encodings(
     """
     report = ExclusionReport(n_input=len(pairs))
     rows: dict[str, list] = defaultdict(list)
-    for key in ("chosen_ids", "rejected_ids", "tie", "length", "length_chosen", "length_rejected", "sample_id"):
+    for key in (
+        "chosen_ids",
+        "rejected_ids",
+        "tie",
+        "length",
+        "length_chosen",
+        "length_rejected",
+        "margin",
+        "sample_id",
+    ):
         rows[key] = []
     for pair, enc in zip(pairs, encodings, strict=True):
         if enc.excluded is not None:
@@ -178,6 +188,7 @@ def _add_pair_row(rows: dict[str, list], pair: PreferencePair, first: list[int],
     rows["chosen_ids"].append(chosen)
     rows["rejected_ids"].append(rejected)
     rows["tie"].append(1.0 if pair.label == "tie" else 0.0)
+    rows["margin"].append(float(pair.margin or 0.0))  # TRL's `margin` column (0: none); see reward_model_loss
     rows["length"].append(max(len(chosen), len(rejected)))
     rows["length_chosen"].append(float(len(texts[0])))
     rows["length_rejected"].append(float(len(texts[1])))
@@ -340,42 +351,10 @@ def label_counts(pairs: list[PreferencePair]) -> dict[str, int]:
 
 
 # ---------------------------------------------------------------------------------------------- length split
-def split_by_length(lengths, max_groups: int = 3, overhead_tokens: int = 64) -> list[list[int]]:
-    """Groups of sequence indices that waste the least compute on padding: the sequences sorted by length and cut
-    into at most `max_groups` runs, each padded to its own longest, minimising padded tokens plus
-    `overhead_tokens` per extra forward pass (dynamic programming over the cut points).
-
-    Args:
-        lengths: `(n,)` real token counts.
-
-    Returns:
-        index lists (into `lengths`), shortest group first.
-    """
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    sorted_len = [lengths[i] for i in order]
-    n = len(order)
-    inf = float("inf")
-    # best[g][j]: least cost of the first j sequences in g groups; a group i..j-1 costs (j - i) * sorted_len[j - 1]
-    best = [[inf] * (n + 1) for _ in range(max_groups + 1)]
-    cut = [[0] * (n + 1) for _ in range(max_groups + 1)]
-    best[0][0] = 0.0
-    for g in range(1, max_groups + 1):
-        for j in range(1, n + 1):
-            for i in range(g - 1, j):
-                cost = best[g - 1][i] + (j - i) * sorted_len[j - 1] + overhead_tokens
-                if cost < best[g][j]:
-                    best[g][j], cut[g][j] = cost, i
-    groups = min(range(1, max_groups + 1), key=lambda g: best[g][n]) if n else 0
-    bounds, j = [], n
-    for g in range(groups, 0, -1):
-        bounds.append((cut[g][j], j))
-        j = cut[g][j]
-    return [order[i:j] for i, j in reversed(bounds)]
-
-
 class LengthSplitAdapter:
     """A text backbone adapter whose training forward pass runs a batch's `2 * batch` chosen and rejected sequences
-    in up to `max_groups` length groups (`split_by_length`), each cut to its own longest sequence.
+    in up to `max_groups` length groups (`emoreward.training.step_plan.plan_forward_groups`: as many on every
+    process), each cut to its own longest sequence.
 
     TRL's collator pads every sequence of a batch to the longest one; grouping pairs by length cannot help the
     shorter description of each pair (on EmoPrefer the two descriptions of a pair differ by 78 tokens on average),
@@ -394,10 +373,13 @@ class LengthSplitAdapter:
     def logits(self, network, inputs: dict) -> torch.Tensor:
         mask = inputs["attention_mask"]
         lengths = mask.sum(-1).tolist()
-        if len(lengths) < 2 or self.max_groups < 2:
+        # the number of forward passes is the step plan's, the same on every process (each DDP forward is a
+        # collective: ranks that ran different counts would wait on each other forever)
+        groups = plan_forward_groups(lengths, self.max_groups, device=mask.device)
+        if len(groups) == 1:
             return self.adapter.logits(network, inputs)
         parts, order = [], []
-        for group in split_by_length(lengths, self.max_groups):
+        for group in groups:
             width = int(max(lengths[i] for i in group))
             idx = torch.tensor(group, device=mask.device)
             sub = {

@@ -1,0 +1,214 @@
+"""Run identity: what makes two training runs the same run, so that work kept in an output folder (finished folds,
+the final model, the trainer's step checkpoints) is resumed only by the run that produced it.
+
+`run_identity(config, pairs)` is the one function that owns the fact. It gives three parts: `data` (SHA-256 of
+every pair's sample id, descriptions, writers, media paths and TRL margin, in file order), `labels` (SHA-256 of the
+labels in that order: a relabelled copy of the same file is another run) and `recipe` (every recipe field that
+changes the result, i.e. all but where a run writes and logs: `NOT_RESULT_FIELDS`), and their digest,
+`fingerprint`. Every other key (a fold's finished marker, the W&B group) is derived from it.
+
+The identity is written to `<output_dir>/run_identity.json` when a run starts and into every step checkpoint
+before its weights (`EmoRewardTrainer._save_checkpoint`, `write_identity`); `check_resumable` refuses to continue in a folder that holds another run's work, naming what
+differs and the two ways out (`--overwrite_output_dir`, or a new `--output-dir`), as `transformers` users expect
+from a non-empty output directory. This module imports no ML library.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from emoreward.utils.io import atomic_write_json, read_json_or_none
+
+
+if TYPE_CHECKING:
+    from emoreward.data import PreferencePair
+    from emoreward.training.config import EmoRewardConfig
+
+
+IDENTITY_FILE = "run_identity.json"
+
+# where a run writes, logs and keeps checkpoints, not what it computes: changing these resumes the same run
+NOT_RESULT_FIELDS = frozenset(
+    {
+        "output_dir",
+        "overwrite_output_dir",
+        "run_name",
+        "logging_dir",
+        "logging_strategy",
+        "logging_steps",
+        "logging_first_step",
+        "logging_nan_inf_filter",
+        "report_to",
+        "disable_tqdm",
+        "wandb_project",
+        "wandb_log_model",
+        "save_strategy",
+        "save_steps",
+        "save_total_limit",
+        "save_only_model",
+        "push_to_hub",
+        "hub_model_id",
+        "hub_strategy",
+        "hub_private_repo",
+        "resume_from_checkpoint",
+        "dataloader_num_workers",
+        "dataloader_persistent_workers",
+        "dataloader_prefetch_factor",
+        "score_batch_size",
+    }
+)
+
+
+class RunIdentityError(ValueError):
+    """An output folder holds the work of another run (other data, labels or recipe)."""
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+
+
+def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> dict:
+    """The identity of a training run.
+
+    Args:
+        config: the resolved recipe (`public_config` values: secrets masked).
+        pairs: the training pairs as loaded.
+
+    Returns:
+        `{"data": hex, "labels": hex, "n_pairs": int, "train_file": str, "recipe": {field: value}, "fingerprint":
+        hex}`; `fingerprint` digests data, labels and recipe (not `train_file`: the same pairs under another path
+        are the same run).
+    """
+    from emoreward.training.config import public_config  # the recipe class and its masking of secrets
+
+    recipe = {k: v for k, v in public_config(config).items() if k not in NOT_RESULT_FIELDS}
+    recipe = json.loads(json.dumps(recipe, sort_keys=True, default=str))  # as it reads back from the JSON file
+    data = [
+        (p.sample_id, p.description_1, p.description_2, p.model_1, p.model_2, p.media.video, p.media.audio,
+         p.media.subtitle, p.margin)
+        for p in pairs
+    ]  # fmt: skip
+    identity = {
+        "data": _digest(data),
+        "labels": _digest([p.label for p in pairs]),
+        "n_pairs": len(pairs),
+        "train_file": str(config.train_file),
+        "recipe": recipe,
+    }
+    identity["fingerprint"] = _digest([identity["data"], identity["labels"], recipe])
+    return identity
+
+
+def identity_differences(saved: dict, current: dict) -> list[str]:
+    """What differs between two identities, in words: `"the training data (pairs)"`, `"the labels"`, and one
+    `"recipe field NAME (A -> B)"` per changed field; empty when they are the same run."""
+    out = []
+    if saved.get("data") != current["data"]:
+        out.append(
+            f"the training data (pairs of {saved.get('train_file')}, {saved.get('n_pairs')} pairs -> "
+            f"{current['train_file']}, {current['n_pairs']} pairs: other content)"
+        )
+    if saved.get("labels") != current["labels"]:
+        out.append("the labels (the same pairs with other preference labels)")
+    old, new = saved.get("recipe") or {}, current["recipe"]
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) != new.get(key):
+            out.append(f"recipe field {key} ({old.get(key, '<unset>')!r} -> {new.get(key, '<unset>')!r})")
+    if not out and saved.get("fingerprint") != current["fingerprint"]:
+        out.append("the run identity (written by another emoreward version)")
+    return out
+
+
+def _kept_work(out: Path) -> list[Path]:
+    """What an earlier run left in `out` that a new run could resume: step checkpoints, finished markers."""
+    found = sorted((out / "checkpoints").glob("checkpoint-*")) if (out / "checkpoints").is_dir() else []
+    found += sorted(out.glob("cv/fold*/finished.json"))
+    if (out / "model" / "finished.json").exists():
+        found.append(out / "model" / "finished.json")
+    return found
+
+
+def check_resumable(config: EmoRewardConfig, identity: dict, *, is_main: bool = True) -> None:
+    """Before a run trains in `config.output_dir`: refuse the work of another run kept there, or, with
+    `overwrite_output_dir`, remove it (step checkpoints, finished markers; main process only); then record this
+    run's identity in `<output_dir>/run_identity.json`.
+
+    Raises:
+        RunIdentityError: the folder holds another run's checkpoints or finished work; the message names the
+            folder, what differs and the options.
+    """
+    out = Path(config.output_dir)
+    kept = _kept_work(out)
+    saved = read_json_or_none(out / IDENTITY_FILE, what="run identity")
+    for checkpoint in (p for p in kept if p.name.startswith("checkpoint-")):
+        if isinstance(saved, dict):
+            break
+        saved = read_json_or_none(checkpoint / IDENTITY_FILE, what="run identity")
+    if kept and not config.overwrite_output_dir:
+        if not isinstance(saved, dict):
+            differences = ["the run identity (the folder's work has none: written by an older emoreward)"]
+        else:
+            differences = identity_differences(saved, identity)
+        if differences:
+            raise RunIdentityError(
+                f"output_dir {out} holds the checkpoints or finished work of another run ({len(kept)} items, e.g. "
+                f"{kept[0]}); it differs in: {'; '.join(differences)}. Resuming would continue that run's model. "
+                "Pass --overwrite_output_dir (or --set overwrite_output_dir=true) to start over in this folder, or "
+                "give a new --output-dir"
+            )
+    if is_main:
+        if kept and config.overwrite_output_dir:
+            shutil.rmtree(out / "checkpoints", ignore_errors=True)
+            for marker in kept:
+                if marker.name == "finished.json":
+                    marker.unlink(missing_ok=True)
+        atomic_write_json(out / IDENTITY_FILE, identity)
+
+
+def check_checkpoint(checkpoint: str | Path, identity: dict) -> None:
+    """Refuse to resume from a step checkpoint whose recorded identity is another run's.
+
+    Raises:
+        RunIdentityError: naming the checkpoint, what differs and the options.
+    """
+    saved = read_json_or_none(Path(checkpoint) / IDENTITY_FILE, what="run identity")
+    differences = (
+        identity_differences(saved, identity)
+        if isinstance(saved, dict)
+        else ["the run identity (the checkpoint has none: written by an older emoreward)"]
+    )
+    if differences:
+        raise RunIdentityError(
+            f"checkpoint {checkpoint} belongs to another run; it differs in: {'; '.join(differences)}. Pass "
+            "--overwrite_output_dir to start over, or give a new --output-dir"
+        )
+
+
+def work_fingerprint(identity: dict, *parts: Any) -> str:
+    """The key of one piece of a run's work (a fold: its train / test indices): the run's fingerprint and `parts`."""
+    return _digest([identity["fingerprint"], *parts])
+
+
+def write_identity(folder: str | Path, identity: dict) -> Path:
+    """Write `identity` as `<folder>/run_identity.json` (atomic; the folder is created), e.g. into a step
+    checkpoint before the trainer writes its weights and state (`EmoRewardTrainer._save_checkpoint`)."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    return atomic_write_json(Path(folder) / IDENTITY_FILE, identity)
+
+
+__all__ = [
+    "IDENTITY_FILE",
+    "NOT_RESULT_FIELDS",
+    "RunIdentityError",
+    "check_checkpoint",
+    "check_resumable",
+    "identity_differences",
+    "run_identity",
+    "work_fingerprint",
+    "write_identity",
+]
