@@ -46,6 +46,7 @@ account for all of them (`LoadedPairs`).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -552,7 +553,7 @@ def _media(context) -> MediaRef:
 
 def _margin(value: Any, source: str, row: int) -> float | None:
     """TRL's optional `margin` column: a finite number, or missing."""
-    value = _plain(value)
+    value = plain(value)
     if is_missing(value) or (isinstance(value, str) and not value.strip()):
         return None
     number = None
