@@ -78,6 +78,8 @@ def test_progress_bar_on_a_terminal_and_quiet_libraries(tiny_llama_dir, tmp_path
             "--no-wandb",
             "--cv_folds",
             "0",
+            "--output-dir",  # another run (other cv_folds and learning rate): its own folder (run identity)
+            str(tmp_path / "quiet-run"),
         ],
         {**env, "WANDB_MODE": "disabled"},
     )

@@ -8,7 +8,7 @@ import numpy as np
 from _helpers import StubRewardModel
 
 from emoreward.data.tables import DescriptionTable
-from emoreward.evaluation.verdicts import Judgement, Verdict
+from emoreward.data.verdicts import Judgement, Verdict
 from emoreward.ranking.counts import PairwiseCounts
 from emoreward.ranking.edges import reward_edges, separated_groups
 from emoreward.ranking.rank import rank_with_judge, rank_with_reward_model
