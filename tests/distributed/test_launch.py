@@ -22,6 +22,8 @@ import pytest
 from _helpers import synthetic_pairs
 from test_training_run import write_pairs_csv
 
+from emoreward.models.precision import reward_tolerance
+
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_RECIPE = ROOT / "recipes" / "minilm" / "rm" / "config_cpu.yaml"
@@ -78,7 +80,10 @@ def check_run(result: subprocess.CompletedProcess, tmp_path: Path, *, exact: boo
     model_dir = out / "model"
     # exact: under ZeRO-3 the training processes score with the partitioned network itself (no merged copy), so
     # the bit-for-bit reference is the saved network as it is (dtype=None); the merged default agrees within 1e-6
-    model = TextRewardModel.from_pretrained(model_dir, dtype=None if exact else "auto")
+    # the reload scores in the precision the training processes recorded for their scores (like with like)
+    recorded = report["eval_file"]["evaluation"]["precision"]["dtype"]
+    full = recorded == "float32"
+    model = TextRewardModel.from_pretrained(model_dir, dtype=None if exact and full else recorded)
     # every saved tensor is whole: the shapes peft expects for this model's adapter and value head
     from peft import get_peft_model_state_dict
 
@@ -95,10 +100,11 @@ def check_run(result: subprocess.CompletedProcess, tmp_path: Path, *, exact: boo
     reported = report["eval_file"]["evaluation"]["pair_rewards"]
     r1 = model.score([p.description_1 for p in pairs])
     r2 = model.score([p.description_2 for p in pairs])
-    np.testing.assert_allclose(r1, reported["reward_1"], atol=0 if exact else 1e-6, rtol=0)
-    np.testing.assert_allclose(r2, reported["reward_2"], atol=0 if exact else 1e-6, rtol=0)
-    if exact:
-        merged = TextRewardModel.from_pretrained(model_dir)
+    atol = (0 if exact else 1e-6) if full else reward_tolerance(recorded)
+    np.testing.assert_allclose(r1, reported["reward_1"], atol=atol, rtol=0)
+    np.testing.assert_allclose(r2, reported["reward_2"], atol=atol, rtol=0)
+    if exact and full:
+        merged = TextRewardModel.from_pretrained(model_dir, dtype="float32")  # the merged copy, like with like
         np.testing.assert_allclose(merged.score([p.description_1 for p in pairs]), r1, atol=1e-6, rtol=0)
     assert report["final"]["tie_threshold"] == model.settings.tie_threshold
     return report
@@ -187,8 +193,10 @@ def test_deepspeed_zero3_multimodal_step(tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert report["kind"] == "media" and report["distributed"] == {"world_size": 2, "deepspeed_zero_stage": 3}
     assert [e["step"] for e in report["final"]["train_log"] if "loss" in e] == [1, 2]  # 4 pairs, 2 per step
-    model = load_reward_model(out / "model", media_root=str(tmp_path / "media"))
+    recorded = report["eval_file"]["evaluation"]["precision"]["dtype"]  # like with like
+    model = load_reward_model(out / "model", media_root=str(tmp_path / "media"), dtype=recorded)
     r1, r2 = RewardModelJudge(model).pair_rewards(load_pairs(pairs_file))
     reported = report["eval_file"]["evaluation"]["pair_rewards"]
-    np.testing.assert_allclose(r1, reported["reward_1"], atol=1e-6, rtol=0)
-    np.testing.assert_allclose(r2, reported["reward_2"], atol=1e-6, rtol=0)
+    atol = 1e-6 if recorded == "float32" else reward_tolerance(recorded)
+    np.testing.assert_allclose(r1, reported["reward_1"], atol=atol, rtol=0)
+    np.testing.assert_allclose(r2, reported["reward_2"], atol=atol, rtol=0)
