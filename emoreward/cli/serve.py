@@ -35,6 +35,17 @@ def port_number(text: str) -> int:
     return value
 
 
+def _correlation(text: str) -> float:
+    """argparse type: a correlation threshold in [-1, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [-1, 1], got {text!r}") from None
+    if not -1.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [-1, 1], got {value}")
+    return value
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of `emoreward serve`."""
     from emoreward.cli.options import positive_float, positive_int
@@ -114,6 +125,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=[],
         help="a special-token string of the policy to strip from OpenRLHF queries (its EOS / pad / end-of-turn "
         "text) when it is not one of: " + " ".join(DEFAULT_QUERY_MARKERS) + " (repeatable)",
+    )
+    p.add_argument(
+        "--length-window",
+        type=positive_int,
+        default=512,
+        help="RL length-hacking monitor: the last N rewarded descriptions its figures cover (OpenRLHF extra_logs, "
+        "/health; default 512)",
+    )
+    p.add_argument(
+        "--length-threshold",
+        type=_correlation,
+        default=0.5,
+        help="warn when the reward-length Spearman correlation over --length-window exceeds this (default 0.5)",
     )
     p.add_argument("--allow-unused-media", action="store_true", help="text models: accept (and ignore) media paths")
     p.add_argument(
@@ -196,6 +220,8 @@ def run(args: argparse.Namespace) -> int:
         overlong=args.overlong,
         extra_query_markers=args.query_marker,
         forward_tokens=args.forward_tokens,
+        length_window=args.length_window,
+        length_threshold=args.length_threshold,
     )
     if args.engine == "ray":
         from emoreward.export.serve.ray import run_ray_serve

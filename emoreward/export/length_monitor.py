@@ -7,15 +7,18 @@ lengths (characters, :func:`emoreward.data.tables.description_length`) and the S
 reward and length (:func:`emoreward.evaluation.metrics.reward_length_correlation`); over a window of the last
 batches, the mean of the per-batch correlations, with a warning when it exceeds a threshold the user sets.
 
-Every RL route calls :meth:`LengthMonitor.update` once per batch and shows the returned dict the way its framework
-shows metrics: TRL GRPO through the ``log_metric`` callable it passes to reward functions (`EmotionReward` does
-this), OpenRLHF as the ``extra_logs`` of the reward response, verl as extra keys of the returned dict.
+Every RL route shows the figures the way its framework shows metrics: TRL GRPO through the ``log_metric`` callable
+it passes to reward functions (`EmotionReward`, one `LengthMonitor.update` per batch); the server as the
+``extra_logs`` of each OpenRLHF reply and under ``length_monitor`` in ``/health``, and verl as extra keys of every
+returned dict. OpenRLHF and verl send one sample per call, where one call's correlation is undefined: the server and
+the verl adapter keep a `StreamLengthMonitor`, the figures over the last ``size`` rewarded descriptions.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import threading
 import warnings
 from collections import deque
 from collections.abc import Sequence
@@ -133,6 +136,95 @@ class LengthMonitor:
         return figures
 
 
+class StreamLengthMonitor:
+    """The length figures over the last ``size`` rewarded descriptions, for routes that see a few samples per call
+    (OpenRLHF posts one request per sample; verl calls its reward function once per response): every call adds its
+    descriptions and returns the figures of the stream so far. Thread-safe (server threads, verl's executor).
+
+    Args:
+        size (`int`): descriptions in the rolling window (>= 3).
+        threshold (`float`): warn (`LengthHackingWarning`, once per crossing) when the window's reward-length
+            Spearman correlation exceeds this, in [-1, 1].
+        min_descriptions (`int`, *optional*): descriptions the window must hold before it may warn (default
+            ``min(size, 64)``).
+        unit (`Literal["chars", "words"]`): length unit.
+
+    Raises:
+        ValueError: on ``size < 3``, a threshold outside [-1, 1], or ``min_descriptions`` outside [3, size].
+    """
+
+    def __init__(
+        self,
+        size: int = 512,
+        threshold: float = 0.5,
+        min_descriptions: int | None = None,
+        unit: Literal["chars", "words"] = "chars",
+    ):
+        if size < 3:
+            raise ValueError(f"size must be >= 3, got {size}")
+        if not (-1.0 <= threshold <= 1.0):
+            raise ValueError(f"threshold must be in [-1, 1], got {threshold}")
+        min_descriptions = min(size, 64) if min_descriptions is None else min_descriptions
+        if not 3 <= min_descriptions <= size:
+            raise ValueError(f"min_descriptions must be in [3, {size}], got {min_descriptions}")
+        self.size, self.threshold, self.min_descriptions, self.unit = size, float(threshold), min_descriptions, unit
+        self.rewards: deque[float] = deque(maxlen=size)
+        self.texts: deque[str] = deque(maxlen=size)
+        self.n_seen = 0
+        self.n_warnings = 0
+        self._alarm = False
+        self._lock = threading.Lock()
+
+    def update(self, rewards: Sequence[float], descriptions: Sequence[str]) -> dict[str, float | None]:
+        """Add one call's rewarded descriptions; return the window's figures.
+
+        Returns:
+            :func:`batch_length_figures` of the window (``length/n`` is the window's size so far),
+            ``length/seen`` (descriptions seen in all) and ``length/hacking`` (1.0 while the window's correlation
+            exceeds the threshold with at least ``min_descriptions`` in it, else 0.0); empty for an empty call.
+
+        Raises:
+            ValueError: if the two sequences differ in length.
+        """
+        if len(rewards) != len(descriptions):
+            raise ValueError(f"need one reward per description, got {len(rewards)} rewards, {len(descriptions)} texts")
+        if not descriptions:
+            return {}
+        with self._lock:
+            self.rewards.extend(float(r) for r in rewards)
+            self.texts.extend(descriptions)
+            self.n_seen += len(descriptions)
+            figures = batch_length_figures(list(self.rewards), list(self.texts), self.unit)
+            rho = figures[f"{PREFIX}/reward_spearman"]
+            alarm = rho is not None and len(self.texts) >= self.min_descriptions and rho > self.threshold
+            crossed = alarm and not self._alarm
+            self._alarm = alarm
+            if crossed:
+                self.n_warnings += 1
+        if crossed:
+            message = (
+                f"reward-length Spearman correlation {rho:.2f} over the last {len(self.texts)} rewarded descriptions "
+                f"exceeds {self.threshold:g}: the policy may be learning to write longer descriptions for reward "
+                f"(mean length {figures[f'{PREFIX}/mean']:.0f} {self.unit})"
+            )
+            logger.warning(message)
+            warnings.warn(message, LengthHackingWarning, stacklevel=2)
+        figures[f"{PREFIX}/seen"] = float(self.n_seen)
+        figures[f"{PREFIX}/hacking"] = 1.0 if alarm else 0.0
+        return figures
+
+    def figures(self) -> dict[str, float | None]:
+        """The window's figures as it stands, adding nothing (empty before the first description)."""
+        with self._lock:
+            if not self.texts:
+                return {}
+            figures = batch_length_figures(list(self.rewards), list(self.texts), self.unit)
+            alarm = self._alarm
+        figures[f"{PREFIX}/seen"] = float(self.n_seen)
+        figures[f"{PREFIX}/hacking"] = 1.0 if alarm else 0.0
+        return figures
+
+
 def defined(figures: dict[str, float | None]) -> dict[str, float]:
     """The figures with a value (a logger averaging over steps must not receive ``None`` or NaN)."""
     return {k: float(v) for k, v in figures.items() if v is not None and math.isfinite(v)}
@@ -151,4 +243,11 @@ def per_sample(figures: dict[str, float | None], n: int) -> dict[str, list[float
     return {key: [value] * n for key, value in defined(figures).items()}
 
 
-__all__ = ["LengthHackingWarning", "LengthMonitor", "batch_length_figures", "defined", "per_sample"]
+__all__ = [
+    "LengthHackingWarning",
+    "LengthMonitor",
+    "StreamLengthMonitor",
+    "batch_length_figures",
+    "defined",
+    "per_sample",
+]

@@ -17,7 +17,10 @@ merges ``reward_kwargs`` into every call) in one of two shapes:
 ``solution_str`` is the response decoded with ``skip_special_tokens=True``: the emotion description, scored as it
 is. The sample's context comes from ``extra_info``: ``subtitle``, ``video``, ``audio`` and ``sample_id`` (names
 configurable; ``subtitle_key="ground_truth"`` reads the subtitle from ``reward_model.ground_truth``). Each call
-returns ``{"score": reward, "truncated": 0/1, "empty": 0/1}`` (verl logs every key; ``score`` is the reward)::
+returns ``{"score": reward, "truncated": 0/1, "empty": 0/1}`` plus the RL length-hacking monitor's figures
+(``length/mean``, ``length/std``, ``length/reward_spearman``, ``length/hacking``, ...: over the last ``length_window``
+descriptions this worker rewarded, `emoreward.export.length_monitor.StreamLengthMonitor`; a warning when the
+correlation exceeds ``length_threshold``) (verl logs every key; ``score`` is the reward)::
 
     custom_reward_function:
       path: pkg://emoreward.export.verl
@@ -48,6 +51,7 @@ from typing import Any
 
 from emoreward.data.context import RewardContext, verl_context
 from emoreward.data.media_check import warn_text_media
+from emoreward.export.length_monitor import StreamLengthMonitor, defined
 from emoreward.export.reward_client import RewardClient
 
 
@@ -82,7 +86,7 @@ def compute_score(
         **kwargs: verl's ``reward_kwargs``: see `score_descriptions`.
 
     Returns:
-        ``{"score": float, "truncated": 0.0 | 1.0, "empty": 0.0 | 1.0}``.
+        ``{"score": float, "truncated": 0.0 | 1.0, "empty": 0.0 | 1.0}`` and the length monitor's ``length/...`` figures.
 
     Raises:
         ValueError: no ``server_url`` or ``model``, or unknown keyword arguments; RuntimeError: the server failed.
@@ -104,7 +108,7 @@ async def compute_score_async(
         info = await asyncio.wrap_future(_local_scorer(request.model, request.media_root).submit(request))
     else:
         info = await _client(request).apost("/v1/rewards", request.payload())
-    return request.results(info)[0]
+    return _monitored(request, request.results(info))[0]
 
 
 def compute_score_batch(
@@ -139,9 +143,11 @@ def score_descriptions(
         subtitle_key, video_key, audio_key, sample_key (`str`): ``extra_info`` keys of the context.
         token_env (`str`): environment variable with the servers' bearer token (sent when set).
         timeout (`float`): seconds per HTTP request; retries (`int`): attempts per request.
+        length_window (`int`), length_threshold (`float`): the length-hacking monitor's window (descriptions) and
+            warning threshold (reward-length Spearman correlation).
 
     Returns:
-        `list[dict]`: ``{"score", "truncated", "empty"}`` per description.
+        `list[dict]`: ``{"score", "truncated", "empty", "length/...": figures}`` per description.
 
     Raises:
         ValueError: neither or both of ``server_url`` and ``model``, or an unknown keyword argument.
@@ -149,18 +155,40 @@ def score_descriptions(
     """
     request = _Request.build(descriptions, ground_truths, extra_infos, kwargs)
     if request.model is not None:
-        return request.results(_local_scorer(request.model, request.media_root).submit(request).result())
-    client = _client(request)
-    chunks = request.split(client.limits()) if len(request.descriptions) > 1 else [range(1)]
-    if len(chunks) == 1:
-        return request.results(client.post("/v1/rewards", request.payload()))
-    workers = min(len(chunks), 2 * len(client.urls))
-    with ThreadPoolExecutor(workers, thread_name_prefix="emoreward-verl") as pool:
-        replies = list(pool.map(lambda part: client.post("/v1/rewards", request.payload(part)), chunks))
-    out = []
-    for part, reply in zip(chunks, replies):
-        out += request.results(reply, part)
-    return out
+        out = request.results(_local_scorer(request.model, request.media_root).submit(request).result())
+    else:
+        client = _client(request)
+        chunks = request.split(client.limits()) if len(request.descriptions) > 1 else [range(1)]
+        if len(chunks) == 1:
+            out = request.results(client.post("/v1/rewards", request.payload()))
+        else:
+            workers = min(len(chunks), 2 * len(client.urls))
+            with ThreadPoolExecutor(workers, thread_name_prefix="emoreward-verl") as pool:
+                replies = list(pool.map(lambda part: client.post("/v1/rewards", request.payload(part)), chunks))
+            out = []
+            for part, reply in zip(chunks, replies):
+                out += request.results(reply, part)
+    return _monitored(request, out)
+
+
+def _monitored(request: _Request, out: list[dict[str, float]]) -> list[dict[str, float]]:
+    """The results with this worker's length-monitor figures after adding the call's rewards (every route)."""
+    monitor = _length_monitor(request.options["length_window"], request.options["length_threshold"])
+    figures = defined(monitor.update([r["score"] for r in out], request.descriptions))
+    return [{**r, **figures} for r in out]
+
+
+_MONITORS: dict[tuple[int, float], StreamLengthMonitor] = {}
+_MONITORS_LOCK = threading.Lock()
+
+
+def _length_monitor(window: int, threshold: float) -> StreamLengthMonitor:
+    """This worker process's length monitor (one per setting; shared by verl's threads and tasks)."""
+    with _MONITORS_LOCK:
+        key = (int(window), float(threshold))
+        if key not in _MONITORS:
+            _MONITORS[key] = StreamLengthMonitor(*key)
+        return _MONITORS[key]
 
 
 # ---------------------------------------------------------------------------------------------- one call's request
@@ -187,6 +215,8 @@ class _Request:
             "token_env": TOKEN_ENV,
             "timeout": 180.0,
             "retries": 5,
+            "length_window": 512,
+            "length_threshold": 0.5,
         }
         unknown = sorted(set(kwargs) - set(options) - VERL_KWARGS)
         if unknown:

@@ -106,3 +106,59 @@ def test_grpo_step_logs_the_length_figures(tmp_path, reward_model):
     np.testing.assert_allclose([h["length/mean"] for h in logged[:2]], [f["length/mean"] for _, _, f in seen[:2]],
                                rtol=1e-6)  # fmt: skip
     assert all("length/std" in h and "length/hacking" in h for h in logged)
+
+
+def test_stream_monitor_rolls_its_window_and_warns_once_per_crossing():
+    from emoreward.export.length_monitor import StreamLengthMonitor
+
+    monitor = StreamLengthMonitor(size=4, threshold=0.5, min_descriptions=3)
+    assert monitor.update([], []) == {} and monitor.figures() == {}
+    one = monitor.update([0.2], ["ab"])  # one description: no correlation yet, and below min_descriptions
+    assert one["length/mean"] == 2.0 and one["length/reward_spearman"] is None and one["length/hacking"] == 0.0
+    with pytest.warns(LengthHackingWarning, match="over the last 3 rewarded descriptions exceeds 0.5"):
+        three = monitor.update([0.4, 0.6], ["abcd", "abcdef"])  # lengths 2, 4, 6 rise with the rewards: rho 1
+    assert three["length/reward_spearman"] == 1.0 and three["length/hacking"] == 1.0 and three["length/seen"] == 3.0
+    # the window keeps the last 4: lengths 4, 6, 1, 8 with rewards 0.4, 0.6, 0.9, 0.1: rank differences
+    # d = (0, 0, 3, -3), rho = 1 - 6 * 18 / (4 * 15) = -0.8
+    rolled = monitor.update([0.9, 0.1], ["a", "abcdefgh"])
+    assert rolled["length/n"] == 4.0 and rolled["length/mean"] == pytest.approx(19 / 4)
+    assert rolled["length/reward_spearman"] == pytest.approx(-0.8) and rolled["length/hacking"] == 0.0
+    assert monitor.n_warnings == 1 and monitor.figures()["length/seen"] == 5.0
+    with pytest.raises(ValueError, match="size must be >= 3"):
+        StreamLengthMonitor(size=2)
+
+
+def test_a_real_server_request_carries_the_monitor_figures(reward_model):
+    """OpenRLHF's /get_reward: the figures in `extra_logs` (one value per sample, as OpenRLHF logs them), and in
+    /health; verl's functions through the same server add them to every returned dict."""
+    import json
+    import urllib.request
+
+    from emoreward.export import verl
+    from emoreward.export.serve.http import RewardServer
+    from emoreward.export.serve.service import RewardService
+
+    texts = ["Sad.", "She is quietly sad.", "He is furious and shouting at everyone in the room."]
+    with RewardServer(RewardService(reward_model, length_window=8), port=0) as srv:
+        body = json.dumps({"query": texts, "prompts": [""] * 3}).encode()
+        request = urllib.request.Request(srv.url + "/get_reward", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            data = json.loads(reply.read())
+        expected = batch_length_figures(data["rewards"], texts)
+        logs = data["extra_logs"]
+        assert logs["length/mean"] == [pytest.approx(expected["length/mean"])] * 3
+        assert logs["length/std"] == [pytest.approx(expected["length/std"])] * 3
+        if expected["length/reward_spearman"] is not None:
+            assert logs["length/reward_spearman"] == [pytest.approx(expected["length/reward_spearman"])] * 3
+        assert logs["length/n"] == [3.0] * 3 and len(logs["emotion_reward"]) == 3
+        with urllib.request.urlopen(srv.url + "/health", timeout=60) as reply:
+            health = json.loads(reply.read())["length_monitor"]
+        assert health["window"] == 8 and health["length/n"] == 3.0
+        assert health["length/mean"] == pytest.approx(expected["length/mean"])
+        # verl through the server: the verl worker keeps its own window (what this worker rewarded: these 2)
+        batch = verl.compute_score_batch(solution_strs=texts[:2], server_url=srv.url, length_window=7)
+        with urllib.request.urlopen(srv.url + "/health", timeout=60) as reply:
+            assert json.loads(reply.read())["length_monitor"]["length/n"] == 5.0  # the server's: 3 + 2
+    assert [b["length/n"] for b in batch] == [2.0, 2.0]
+    assert batch[0]["length/mean"] == pytest.approx(np.mean([len(t) for t in texts[:2]]))
+    verl.close_pools()

@@ -22,6 +22,7 @@ from typing import Any
 from emoreward.data.context import MediaRef, RewardContext, openrlhf_context, reward_context
 from emoreward.data.errors import DataError
 from emoreward.data.media import unused_media
+from emoreward.export.length_monitor import StreamLengthMonitor, defined, per_sample
 from emoreward.export.serve.batching import Job
 from emoreward.export.serve.openrlhf import LABEL_OBJECT_KEYS, clip_from_label, description_from_query, query_markers
 from emoreward.export.serve.protocol import RequestError, ServerLimits, max_chars_for
@@ -97,6 +98,8 @@ class RewardService:
         overlong: str = "flag",
         extra_query_markers: list[str] | tuple[str, ...] = (),
         forward_tokens: int | None = None,
+        length_window: int = 512,
+        length_threshold: float = 0.5,
     ):
         if openrlhf_labels not in OPENRLHF_LABELS:
             raise ValueError(f"openrlhf_labels must be one of {OPENRLHF_LABELS}, got {openrlhf_labels!r}")
@@ -121,6 +124,8 @@ class RewardService:
         self.pad_markers, self.end_markers = query_markers(model, list(extra_query_markers))
         self.stats = ServerStats()
         self._stats_lock = threading.Lock()
+        # the RL length-hacking monitor over the last `length_window` rewarded descriptions (every route)
+        self.length_monitor = StreamLengthMonitor(length_window, length_threshold)
         self._warned_truncation = False
 
     def count(self, **increments: int) -> None:
@@ -493,6 +498,7 @@ class RewardService:
                 HTTPStatus.INTERNAL_SERVER_ERROR, f"the model returned a non-finite reward for {bad[0]}"
             )
         self.count(requests=1, descriptions=job.n, empty=sum(empty), truncated=sum(truncated))
+        figures = self.length_monitor.update(rewards, job.descriptions)
         if job.route == "openrlhf":
             return {
                 "rewards": rewards,
@@ -503,6 +509,8 @@ class RewardService:
                     "emotion_reward": rewards,
                     "emotion_reward_truncated": [float(t) for t in truncated],
                     "emotion_reward_empty": [float(e) for e in empty],
+                    # the length-hacking monitor's figures over the server's recent rewards, once per sample
+                    **(per_sample(figures, job.n) if job.n else {}),
                 },
             }
         return {
@@ -524,4 +532,10 @@ class RewardService:
             "overlong": self.overlong,
             "limits": limits,
             "stats": asdict(self.stats),
+            "length_monitor": {
+                "window": self.length_monitor.size,
+                "threshold": self.length_monitor.threshold,
+                "warnings": self.length_monitor.n_warnings,
+                **defined(self.length_monitor.figures()),
+            },
         }
