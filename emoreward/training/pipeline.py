@@ -356,12 +356,17 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
             report["markdown"] = (report.get("markdown", "") + "\n" + table).lstrip("\n")
             if wandb_enabled(config):
                 log_evaluation(evaluation, prefix="eval_file", config=config, kind="final-fit", title=config.eval_file)
-        if wandb_enabled(config):
-            finish_wandb()
-    if is_main:
+    if is_main:  # the outputs first: an upload that fails below loses nothing
         atomic_write_json(out / "report.json", report)
         if report.get("markdown"):  # no evaluation (cv_folds <= 1, no eval_file): no report.md, not an empty one
             atomic_write_text(out / "report.md", report["markdown"])
+    if config.final_fit and wandb_enabled(config):
+        if config.wandb_log_model and config.process_index == 0 and "model_dir" in report.get("final", {}):
+            name = f"{config.run_name or 'emoreward-final'}-model"
+            name = log_model_artifact(report["final"]["model_dir"], name, {"train_file": str(config.train_file)})
+            if name is not None:  # None: no active run (a final fit reused from an earlier, finished run)
+                log(f"W&B: model directory logged as artifact {name}:final")
+        finish_wandb()  # the upload (online mode) happens here, after every local output is written
     wait_for_everyone(config)
     return report
 
@@ -394,9 +399,6 @@ def _final_fit(config, pairs, eval_pairs, report: dict, out: Path, log) -> Rewar
     save_final_model(fit.model, model_dir, config, model_card(config, report, fit))
     if config.process_index == 0:
         write_training_data(model_dir, config.train_file, pairs)  # `emoreward evaluate` flags in-sample pairs
-    if config.wandb_log_model and wandb_enabled(config) and config.process_index == 0:
-        name = log_model_artifact(model_dir, f"{run_name}-model", {"train_file": str(config.train_file)})
-        log(f"W&B: model directory logged as artifact {name}:final")
     report["final"] = {
         "model_dir": str(model_dir),
         "train_seconds": fit.train_seconds,
