@@ -77,3 +77,6 @@ def test_the_evaluation_report_shows_every_bias_figure():
                   "prefers the description shown first", "humans prefer the longer description"):  # fmt: skip
         assert label in table
     assert "| swap-inconsistent: first shown wins both | 80.00 | - | - |" in table
+    # every row has the header's cells: no label may break the Markdown table (a `|` in it is escaped)
+    rows = [line for line in table.splitlines() if line.startswith("|")]
+    assert len({line.replace("\\|", "").count("|") for line in rows}) == 1, rows

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from emoreward.data.text import markdown_cell
+
 
 # (key, label) of the headline metrics, in table order
 HEADLINE: list[tuple[str, str]] = [
@@ -33,7 +35,7 @@ HEADLINE: list[tuple[str, str]] = [
     ("invalid_rate", "invalid answers"),
     ("first_wins_both", "swap-inconsistent: first shown wins both"),
     ("second_wins_both", "swap-inconsistent: second shown wins both"),
-    ("delta_bias", "delta bias |first - second wins both|"),
+    ("delta_bias", "delta bias: first minus second wins both, absolute"),
     ("reward_length_spearman", "reward-length Spearman"),
     ("lc_coef_judge", "length-controlled logit: judge coef."),
     ("lc_coef_length", "length-controlled logit: length coef."),
@@ -120,7 +122,7 @@ def markdown_table(summary: dict, title: str | None = None) -> str:
         cells = [summary.get(c, {}).get(key) for c in COLUMNS]
         if all(c is None for c in cells):
             continue
-        lines.append(f"| {label} | " + " | ".join(_fmt(c) for c in cells) + " |")
+        lines.append(f"| {markdown_cell(label)} | " + " | ".join(_fmt(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 
