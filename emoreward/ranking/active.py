@@ -17,7 +17,7 @@ from emoreward.ranking.bootstrap import tqdm_disable
 from emoreward.ranking.bpa import BPAConfig, BPAFit, BPAScheduler, SchedulerConfig
 from emoreward.ranking.records import PairwiseRecord
 from emoreward.ranking.report import BPARankingReport
-from emoreward.ranking.score_cache import ScoreCache, score_key
+from emoreward.ranking.score_cache import ScoreCache, model_key_parts, score_key
 from emoreward.ranking.scoring import table_context
 
 
@@ -66,6 +66,7 @@ class RewardModelPairs:
         self.n_queries = self.n_scored = self.n_cached = 0
         self.seconds = 0.0
         self._seen: set[str] = set()
+        self.key_parts = model_key_parts(model)  # the model's part of every score key (it does not change here)
 
     def __call__(self, sample: str, model_a: str, model_b: str) -> list[PairwiseRecord]:
         from emoreward.data.verdicts import verdict_from_difference
@@ -73,7 +74,7 @@ class RewardModelPairs:
         start = time.perf_counter()
         context = table_context(self.table, sample)
         texts = [self.table.descriptions[sample, m] for m in (model_a, model_b)]
-        keys = [score_key(self.model, t, context) for t in texts]
+        keys = [score_key(self.model, t, context, self.key_parts) for t in texts]
         todo = {k: t for k, t in zip(keys, texts) if self.cache.get(k) is None}
         if todo:
             info = self.model.score_info(list(todo.values()), context, batch_size=self.batch_size)

@@ -305,17 +305,24 @@ def _design(
 
 
 def _newton(
-    design: _Design, weights: np.ndarray, precision: float, davidson: bool, x0: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    design: _Design,
+    weights: np.ndarray,
+    precision: float,
+    davidson: bool,
+    x0: np.ndarray | None = None,
+    hessian: bool = True,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Penalised maximum likelihood for B weightings of the records at once.
 
     Minimises, per row of ``weights`` (shape `(B, N)`), ``sum_r w_r nll_r + precision/2 |b|^2 + (sum b)^2 / (2M)``;
     the last term only fixes the shift of ``b`` (the likelihood depends on differences), so its optimum has
     ``sum b = 0`` and the others are unchanged. Damped Newton (step halving until the objective decreases).
 
+    Rows that converged (or diverged) drop out of the iteration: the others are evaluated alone.
+
     Returns:
         ``(params, converged, hessian)``: params of shape `(B, P)` (``P = M + K``, plus Davidson's ``log nu``),
-        converged `(B,)` bool, and the Hessian of shape `(B, P, P)` at the solution.
+        converged `(B,)` bool, and the Hessian of shape `(B, P, P)` at the solution (``None`` unless ``hessian``).
     """
     x, m = design.x, design.m
     p = x.shape[1]
@@ -337,7 +344,8 @@ def _newton(
         theta[:, -1] = np.where(has_ties, np.clip(theta[:, -1], *_TIE_LOG_BOUNDS), _TIE_LOG_BOUNDS[0])
     scale = 1.0 + weights.sum(axis=1)
 
-    def objective(th: np.ndarray, full: bool):
+    def objective(th: np.ndarray, full: bool, weights: np.ndarray):
+        n_b = th.shape[0]
         u = np.asarray(xs @ th[:, :p].T).T  # (B, N)
         s = th[:, :m]
         penalty = 0.5 * precision * np.sum(s * s, axis=1) + 0.5 * s.sum(axis=1) ** 2 / m
@@ -378,32 +386,41 @@ def _newton(
         return f, grad, hess
 
     converged = np.zeros(n_b, dtype=bool)
+    rows = np.arange(n_b)  # the rows still iterating, and their weights
+    w = weights
     for _ in range(_MAX_ITER):
-        f, grad, hess = objective(theta, True)
+        th = theta[rows]
+        f, grad, hess = objective(th, True, w)
         if davidson:  # a resample without ties keeps log nu at its lower bound, as the plain fit does
-            grad[~has_ties, -1] = 0.0
-            hess[~has_ties, -1, :] = 0.0
-            hess[~has_ties, :, -1] = 0.0
-            hess[~has_ties, -1, -1] = 1.0
-        converged = np.max(np.abs(grad), axis=1) <= 1e-10 * scale
-        diverged = np.max(np.abs(theta[:, m:p]), axis=1, initial=0.0) > 4 * _DIVERGED
-        active = ~converged & ~diverged
+            no_ties = ~has_ties[rows]
+            grad[no_ties, -1] = 0.0
+            hess[no_ties, -1, :] = 0.0
+            hess[no_ties, :, -1] = 0.0
+            hess[no_ties, -1, -1] = 1.0
+        done = np.max(np.abs(grad), axis=1) <= 1e-10 * scale[rows]
+        converged[rows] = done
+        diverged = np.max(np.abs(th[:, m:p]), axis=1, initial=0.0) > 4 * _DIVERGED
+        active = ~done & ~diverged
         if not active.any():
             break
-        step = np.zeros_like(theta)
-        step[active] = _solve(hess[active], grad[active])
-        t = np.ones(n_b)
+        if not active.all():  # converged and diverged rows stay where they are
+            rows, w, th, f, grad, hess = rows[active], w[active], th[active], f[active], grad[active], hess[active]
+        step = _solve(hess, grad)
+        t = np.ones(len(rows))
+        row_scale = scale[rows]
         for _ in range(40):
-            trial = theta - t[:, None] * step
+            trial = th - t[:, None] * step
             if davidson:
                 trial[:, -1] = np.clip(trial[:, -1], *_TIE_LOG_BOUNDS)
-            f_new = objective(trial, False)
-            bad = active & ~(f_new <= f + 1e-12 * scale)
+            f_new = objective(trial, False, w)
+            bad = ~(f_new <= f + 1e-12 * row_scale)
             if not bad.any():
                 break
             t[bad] *= 0.5
-        theta = np.where(active[:, None], trial, theta)
-    f, grad, hess = objective(theta, True)
+        theta[rows] = trial
+    if not hessian:
+        return theta, converged, None
+    _, _, hess = objective(theta, True, weights)
     return theta, converged, hess
 
 
@@ -602,7 +619,7 @@ def fit_length_controlled(
                     for _ in range(start, stop)
                 ]
             ).astype(float)
-            th, conv, _ = _newton(design, unit_w[:, design.units], precision, davidson, est)
+            th, conv, _ = _newton(design, unit_w[:, design.units], precision, davidson, est, hessian=False)
             good = conv & (np.max(np.abs(th[:, m:p]), axis=1, initial=0.0) <= _DIVERGED)
             n_failed += int((~good).sum())
             present = (unit_w @ present_rows) > 0

@@ -96,13 +96,28 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "emoreward" / "rank"
 
 
-def score_key(model: RewardModel, description: str, context: RewardContext) -> str:
-    """The score-cache key of one (description, context): `emoreward.utils.cache_key.cache_key` over everything
-    that changes the score: the model's content (`reward_model_fingerprint`), the precision it scores in, its length
-    limit, its input layout (settings), the part of the context the model reads (for a multimodal model the media
-    files' content digests too, so a file replaced under the same name is scored again) and the description."""
+def model_key_parts(model: RewardModel) -> dict:
+    """The parts of every score-cache key that belong to the model, not to one description: its content
+    (`reward_model_fingerprint`), the precision it scores in, its length limit and its input layout (settings without
+    the tie threshold). Computed once per scoring pass (`score_key`'s ``parts``): they read every weight's version."""
     from emoreward.models.precision import dtype_name, model_precision
-    from emoreward.utils.cache_key import cache_key, reward_model_fingerprint
+    from emoreward.utils.cache_key import reward_model_fingerprint
+
+    precision = model_precision(model)
+    return {
+        "model": reward_model_fingerprint(model),
+        "precision": None if precision is None else dtype_name(precision),
+        "length_limit": model.settings.max_length,
+        "layout": {k: v for k, v in asdict(model.settings).items() if k not in ("tie_threshold", "extra")},
+    }
+
+
+def score_key(model: RewardModel, description: str, context: RewardContext, parts: dict | None = None) -> str:
+    """The score-cache key of one (description, context): `emoreward.utils.cache_key.cache_key` over everything
+    that changes the score: the model's parts (`model_key_parts`; pass ``parts`` to reuse them over a table), the
+    part of the context the model reads (for a multimodal model the media files' content digests too, so a file
+    replaced under the same name is scored again) and the description."""
+    from emoreward.utils.cache_key import cache_key
 
     stamps = []
     if model.kind != "text":
@@ -114,14 +129,9 @@ def score_key(model: RewardModel, description: str, context: RewardContext) -> s
             if path and full is None:
                 full = Path(root) / path
             stamps.append(file_digest(full) if full is not None and full.is_file() else None)
-    layout = {k: v for k, v in asdict(model.settings).items() if k not in ("tie_threshold", "extra")}
-    precision = model_precision(model)
     return cache_key(
         purpose="score",
-        model=reward_model_fingerprint(model),
-        precision=None if precision is None else dtype_name(precision),
-        length_limit=model.settings.max_length,
-        layout=layout,
+        **(parts if parts is not None else model_key_parts(model)),
         context=[[str(k) for k in model.context_key(context)], stamps],
         prompt=description,
     )

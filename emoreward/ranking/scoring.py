@@ -16,7 +16,7 @@ import numpy as np
 from emoreward.data.tables import DescriptionTable
 from emoreward.data.verdicts import verdict_from_difference
 from emoreward.ranking.records import PairwiseRecord
-from emoreward.ranking.score_cache import ScoreCache, score_key
+from emoreward.ranking.score_cache import ScoreCache, model_key_parts, score_key
 
 
 if TYPE_CHECKING:
@@ -84,8 +84,9 @@ def score_table(
     todo: dict[str, tuple[str, RewardContext]] = {}
     contexts = {sample: table_context(table, sample) for sample in table.samples}
     n_cached = 0
+    parts = model_key_parts(model)  # once per pass: the model does not change while it scores the table
     for (sample, name), text in table.descriptions.items():
-        key = score_key(model, text, contexts[sample])
+        key = score_key(model, text, contexts[sample], parts)
         keys[sample, name] = key
         if cache.get(key) is not None:
             n_cached += 1
