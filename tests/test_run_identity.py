@@ -53,6 +53,9 @@ def test_identity_parts_name_what_differs(tiny_bert_dir, tmp_path):
     ]
     edited = [replace(pairs[0], description_1=pairs[0].description_1 + "!"), *pairs[1:]]
     assert identity_differences(base, run_identity(config, edited))[0].startswith("the training data")
+    # a subset of the same pairs, labels untouched: other data, and no word about labels
+    subset = identity_differences(base, run_identity(config, pairs[:-2]))
+    assert len(subset) == 1 and subset[0].startswith("the training data"), subset
     assert identity_differences(base, run_identity(load_config(recipe, {"learning_rate": 0.02}), pairs)) == [
         "recipe field learning_rate (0.01 -> 0.02)"
     ]

@@ -113,7 +113,7 @@ def identity_differences(saved: dict, current: dict) -> list[str]:
             f"the training data (pairs of {saved.get('train_file')}, {saved.get('n_pairs')} pairs -> "
             f"{current['train_file']}, {current['n_pairs']} pairs: other content)"
         )
-    if saved.get("labels") != current["labels"]:
+    if saved.get("data") == current["data"] and saved.get("labels") != current["labels"]:
         out.append("the labels (the same pairs with other preference labels)")
     old, new = saved.get("recipe") or {}, current["recipe"]
     for key in sorted(set(old) | set(new)):

@@ -17,12 +17,24 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 
+def _umask() -> int:
+    mask = os.umask(0)  # the only way to read it; set back at once (at import, before any thread of ours runs)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     """Write `data` to `path` atomically (temporary file in the same folder, fsync, rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp makes the file owner-only (0600): give it the mode an ordinary write would (the target's, else
+        # 0666 less the umask), so that a report is as readable as the plots beside it
+        os.chmod(tmp, path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_UMASK)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
