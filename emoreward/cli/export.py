@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from emoreward.cli.options import EXIT_OK, quiet_libraries
+from emoreward.cli.options import EXIT_OK, nonnegative_float, quiet_libraries
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", required=True, help="export folder (merged weights, tokenizer, model card)")
     p.add_argument(
         "--atol",
-        type=float,
+        type=nonnegative_float,
         default=None,
         help="largest allowed reward difference after export (default: 1e-5; the check compares the float32 master "
         "weights with the export reloaded in float32, whatever precision `auto` picks on this machine)",

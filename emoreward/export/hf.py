@@ -15,6 +15,8 @@ that it gives the same rewards as the original model:
 
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,15 +134,21 @@ def export_hf(
     compared with its export reloaded in that dtype, at that dtype's tolerance; its export holds the weights in that
     dtype (load the model in float32 for a float32 export).
 
+    The export is written and checked in a temporary sibling folder and moved into ``directory`` only when the
+    check passes: ``directory`` never holds an export that failed it (a failed one is kept for inspection as
+    ``<directory>.failed-check``, which the error names).
+
     Returns:
         `ExportReport`.
 
     Raises:
-        ValueError: ``directory`` is the model's own directory or an existing file.
+        ValueError: ``directory`` is the model's own directory or an existing file, or ``atol`` is negative.
         ExportMismatchError: the loaded export has missing / unexpected keys or its rewards differ by more than
             ``atol``.
     """
     directory = Path(directory)
+    if atol is not None and not atol >= 0:
+        raise ValueError(f"atol must be a number >= 0 (reward units), got {atol}")
     if isinstance(model, (str, Path)):
         if directory.resolve() == Path(model).resolve():
             raise ValueError(
@@ -155,22 +163,42 @@ def export_hf(
     contexts = [as_context(c) for c in contexts]
     dtype = model.dtype  # the master weights' dtype: the original scores in it, the export is reloaded in it
     expected = _reference(model, dtype).score(probes, contexts)
-    model.export_merged(directory, model_card=export_card(model))
-    if model.kind == "media":
-        again = load_reward_model(directory, media_root=getattr(model, "media_root", None), dtype=dtype)
-        got = again.score(probes, contexts)
-        diff = float(np.max(np.abs(got - expected)))
-        report = ExportReport(directory, "media", diff, diff, len(probes), True)
-    else:
-        report = _check_text_export(model, directory, probes, contexts, expected, dtype)
-    report.dtype = dtype_name(dtype)
-    report.atol = reward_tolerance(dtype, magnitude=float(np.max(np.abs(expected)))) if atol is None else atol
-    if report.max_abs_diff > report.atol or report.max_abs_diff_plain > report.atol:
-        raise ExportMismatchError(
-            f"{directory}: exported rewards differ from the original model by {report.max_abs_diff:.3g} "
-            f"(recipe ids: {report.max_abs_diff_plain:.3g}) > atol {report.atol:.3g}, both computed in "
-            f"{report.dtype}"
-        )
+    staging = directory.with_name(f".{directory.name}.exporting")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        model.export_merged(staging, model_card=export_card(model))
+        if model.kind == "media":
+            again = load_reward_model(staging, media_root=getattr(model, "media_root", None), dtype=dtype)
+            got = again.score(probes, contexts)
+            diff = float(np.max(np.abs(got - expected)))
+            report = ExportReport(directory, "media", diff, diff, len(probes), True)
+        else:
+            report = _check_text_export(model, staging, probes, contexts, expected, dtype)
+        report.path = directory
+        report.dtype = dtype_name(dtype)
+        report.atol = reward_tolerance(dtype, magnitude=float(np.max(np.abs(expected)))) if atol is None else atol
+        if report.max_abs_diff > report.atol or report.max_abs_diff_plain > report.atol:
+            raise ExportMismatchError(
+                f"exported rewards differ from the original model by {report.max_abs_diff:.3g} "
+                f"(recipe ids: {report.max_abs_diff_plain:.3g}) > atol {report.atol:.3g}, both computed in "
+                f"{report.dtype}"
+            )
+    except ExportMismatchError as err:
+        failed = directory.with_name(f"{directory.name}.failed-check")
+        shutil.rmtree(failed, ignore_errors=True)
+        staging.rename(failed)
+        raise ExportMismatchError(f"{directory}: {err}; nothing was written there (the export that failed the check "
+                                  f"is kept for inspection in {failed})") from None  # fmt: skip
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    directory.mkdir(parents=True, exist_ok=True)
+    for item in staging.iterdir():  # the checked export, moved into place
+        target = directory / item.name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        os.replace(item, target)
+    staging.rmdir()
     return report
 
 
@@ -194,7 +222,7 @@ def _check_text_export(
     loaded, info = AutoModelForSequenceClassification.from_pretrained(directory, dtype=dtype, output_loading_info=True)
     bad = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
     if bad:
-        raise ExportMismatchError(f"{directory}: AutoModelForSequenceClassification loading problems {bad}")
+        raise ExportMismatchError(f"AutoModelForSequenceClassification loading problems {bad}")
     tokenizer = AutoTokenizer.from_pretrained(directory)
     settings = load_settings(directory)
     assert isinstance(settings, TextSettings)

@@ -133,9 +133,21 @@ def test_tiny_decoder_export_matches(tmp_path):
     np.testing.assert_allclose(score_with_transformers(loaded, ids), rm.score(PROBES), atol=1e-5)
 
 
-def test_mismatch_is_reported(tmp_path, lora_minilm, monkeypatch):
-    import emoreward.export.hf as hf
+def test_a_failed_check_leaves_nothing_in_the_output(tmp_path, lora_minilm):
+    # atol 0: the merged export rounds differently from the live adapter (a real difference, about 1e-7)
+    with pytest.raises(ExportMismatchError, match=r"differ from the original model by [1-9][^ ]* .* > atol 0") as err:
+        export_hf(lora_minilm, tmp_path / "bad", probes=PROBES[:2], atol=0.0)
+    assert "nothing was written there" in str(err.value) and "bad.failed-check" in str(err.value)
+    assert not (tmp_path / "bad").exists()  # no export that failed its check where a user would load it
+    assert (tmp_path / "bad.failed-check" / "model.safetensors").exists()  # kept for inspection, named apart
+    with pytest.raises(ValueError, match="atol must be a number >= 0"):
+        export_hf(lora_minilm, tmp_path / "neg", probes=PROBES[:2], atol=-1.0)
+    assert not (tmp_path / "neg").exists()
 
-    monkeypatch.setattr(hf, "score_with_transformers", lambda model, ids: np.full(len(ids), 123.0))
-    with pytest.raises(ExportMismatchError, match="differ"):
-        export_hf(lora_minilm, tmp_path / "bad", probes=PROBES[:2])
+
+def test_the_export_command_refuses_a_negative_atol(tmp_path, capsys):
+    from emoreward.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["export", "--model", str(tmp_path), "--output", str(tmp_path / "out"), "--atol", "-1"])
+    assert exit_.value.code == 2 and "--atol" in capsys.readouterr().err
