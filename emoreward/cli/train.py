@@ -53,13 +53,7 @@ def train_and_report(config) -> int:
     config.check_max_length()
     check_side_effects(config)
     main_process = config.process_index == 0  # under `accelerate launch`, only rank 0 prints
-    if main_process:
-        print(
-            f"emoreward train: {config.kind} backbone {config.backbone or config.model_name_or_path}, "
-            f"data {config.train_file}, output {config.output_dir}",
-            flush=True,
-        )
-    report = run_training(config)
+    report = run_training(config)  # its first line comes once the data and the output folder are checked
     if main_process:
         print()
         out = Path(config.output_dir)

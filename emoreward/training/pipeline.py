@@ -324,6 +324,12 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
     check_resumable(config, run_identity(config, pairs), is_main=is_main)
     wait_for_everyone(config)
     wandb_mode = configure_wandb(config)
+    # the first line of output: everything that can refuse the job without training has run (nothing on stdout
+    # before an error)
+    log(
+        f"emoreward train: {config.kind} backbone {config.backbone or config.model_name_or_path}, "
+        f"data {config.train_file}, output {config.output_dir}"
+    )
     log(f"loaded {len(pairs)} pairs from {config.train_file}")
     if wandb_mode is not None:
         log(

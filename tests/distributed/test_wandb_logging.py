@@ -65,7 +65,8 @@ def test_wandb_offline_run_names_tags_config_table_images(fresh_wandb, tiny_bert
     assert report["wandb_mode"] == "offline"
     group = run_module.wandb_group(load_config(recipe), load_pairs(tmp_path / "train.csv"))
     assert group.startswith("emo-run-") and len(group) == len("emo-run-") + 8
-    assert lines[1] == (
+    assert lines[0].startswith("emoreward train: text backbone")  # the job's first line, once its inputs are checked
+    assert lines[2] == (
         f"W&B (offline): project my-emo-project, group {group}, files under {tmp_path / 'wandb-dir'} "
         "(upload later with `wandb sync`)"
     )
