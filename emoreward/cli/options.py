@@ -94,6 +94,25 @@ def open_unit_float(text: str) -> float:
     return value
 
 
+def correlation(text: str) -> float:
+    """argparse type: a correlation in [-1, 1] (a warning threshold)."""
+    value = _number(text, "a number in [-1, 1]")
+    if not -1.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [-1, 1], got {text!r}")
+    return value
+
+
+def port_number(text: str) -> int:
+    """argparse type: a TCP port, 0 (pick a free one) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number (0-65535), got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number (0-65535), got {value}")
+    return value
+
+
 # ---------------------------------------------------------------------------------------------- path checks
 def _file_ancestor(path: Path) -> Path | None:
     """The first existing ancestor of `path` that is not a folder (so nothing can be written below it), or None."""
@@ -179,8 +198,10 @@ __all__ = [
     "check_media_root",
     "check_output_dir",
     "check_output_file",
+    "correlation",
     "nonnegative_float",
     "open_unit_float",
+    "port_number",
     "positive_float",
     "positive_int",
     "quiet_libraries",

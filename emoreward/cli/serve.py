@@ -24,31 +24,9 @@ from emoreward.export.serve.service import OPENRLHF_LABELS, RewardService
 logger = logging.getLogger("emoreward.export.serve")
 
 
-def port_number(text: str) -> int:
-    """argparse type: a TCP port, 0 (pick a free one) to 65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number (0-65535), got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port number (0-65535), got {value}")
-    return value
-
-
-def _correlation(text: str) -> float:
-    """argparse type: a correlation threshold in [-1, 1]."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [-1, 1], got {text!r}") from None
-    if not -1.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in [-1, 1], got {value}")
-    return value
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of `emoreward serve`."""
-    from emoreward.cli.options import positive_float, positive_int
+    from emoreward.cli.options import correlation, port_number, positive_float, positive_int
 
     d = ServerLimits()
     p.add_argument("--model", required=True, help="a reward-model directory (emoreward train, or a merged export)")
@@ -135,7 +113,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--length-threshold",
-        type=_correlation,
+        type=correlation,
         default=0.5,
         help="warn when the reward-length Spearman correlation over --length-window exceeds this (default 0.5)",
     )
@@ -271,4 +249,4 @@ def _echo(text: str) -> None:
     sys.stdout.flush()
 
 
-__all__ = ["add_arguments", "port_number", "run"]
+__all__ = ["add_arguments", "run"]
