@@ -8,6 +8,7 @@ import argparse
 import importlib.util
 import math
 import os
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,13 +40,23 @@ def quiet_libraries() -> None:
 
         if not torch.cuda.is_available():  # what DeepSpeed would pick, without its warning about not finding a GPU
             os.environ["DS_ACCELERATOR"] = "cpu"
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    # load and save bars of weights and datasets; the training progress bar is the Trainer's own (tqdm)
-    hf_logging.disable_progress_bar()
+    # load and save bars of weights and datasets; the training progress bar is the Trainer's own (tqdm).
+    # Set through the environment, read when the libraries are imported: a command that needs no weights (a ranking
+    # rerun from the score cache) never imports transformers
+    # (a verbosity the user set in $TRANSFORMERS_VERBOSITY is kept)
+    verbosity = os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules:  # already imported: the environment comes too late
+        from transformers.utils import logging as hf_logging
+
+        if verbosity == "error":
+            hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    elif "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
 
 
 # ---------------------------------------------------------------------------------------------- argument types

@@ -246,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     table = _load_table(args)
     groups = _groups(args, table) if args.hierarchical else None
-    kind, judge = _load_judge(args)
+    kind, judge = _load_judge(args, saved=True)
     _check_media(kind, judge, table)
     load_seconds = time.perf_counter() - start
     fit = {
@@ -327,15 +327,23 @@ def run_bpa(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _load_judge(args: argparse.Namespace) -> tuple[str, object]:
+def _load_judge(args: argparse.Namespace, saved: bool = False) -> tuple[str, object]:
     """``--judge`` through :func:`emoreward.judges.load_judge`: ``("reward-model", RewardModel)`` (scored once per
     description, through the score cache) or ``("judge", Judge)`` (a zero-shot judge running ``--strategy``, its
     call cache under ``<cache dir>/judges`` so that a killed ranking resumes; a failed call stops the ranking,
-    after caching the finished calls, instead of silently dropping a comparison)."""
+    after caching the finished calls, instead of silently dropping a comparison). With ``saved``, a text reward
+    model comes as its folder (`emoreward.models.saved.SavedRewardModel`), its weights loaded only when a
+    description misses the score cache."""
     from emoreward.judges import judge_kind, load_judge
     from emoreward.ranking.score_cache import default_cache_dir
 
     if judge_kind(args.judge) == "reward-model":
+        from emoreward.models.base import load_settings
+
+        if saved and load_settings(args.judge).kind == "text":
+            from emoreward.models.saved import SavedRewardModel
+
+            return "reward-model", SavedRewardModel(args.judge)
         return "reward-model", load_judge(args.judge, media_root=args.media_root).model
     return "judge", load_judge(
         args.judge,

@@ -99,6 +99,13 @@ class RewardContext:
         return MediaRef(self.video, self.audio, self.subtitle)
 
 
+def subtitle_key(context: RewardContext) -> tuple[str | None]:
+    """The part of a context a text reward model reads: `(subtitle or None,)` (equal keys give equal rewards for
+    the same description). `TextRewardModel.context_key` and a saved model read without its weights
+    (`emoreward.models.saved.SavedRewardModel`) both return it."""
+    return (context.subtitle or None,)
+
+
 # ---------------------------------------------------------------------------------------------- prompt parsing
 def subtitle_from_text(
     text: str, end_markers: Sequence[str] = (), *, source: str = "<prompt>", row: int | None = None, name="prompt"
@@ -293,5 +300,6 @@ __all__ = [
     "prompt_fields",
     "reward_context",
     "subtitle_from_text",
+    "subtitle_key",
     "verl_context",
 ]

@@ -207,6 +207,21 @@ def reward_tolerance(
     return float(k * eps * max(1.0, float(magnitude)))
 
 
+def recorded_precision(
+    requested: str | torch.dtype, settings, device: torch.device | str | None = None
+) -> torch.dtype:
+    """The precision a reward model with these saved settings scores in on `device`: `resolve_dtype(requested,
+    device, bf16_agreement=...)` with the model's recorded bf16 verdict agreement (`settings.extra["bf16_agreement"]`,
+    written at training time). The one rule for a loaded model (`TextRewardModel.scoring_precision`) and for a saved
+    one read without its weights (`emoreward.models.saved.SavedRewardModel`).
+
+    Raises:
+        ValueError: an unknown dtype name (`resolve_dtype`).
+    """
+    agreement = (getattr(settings, "extra", None) or {}).get("bf16_agreement")
+    return resolve_dtype(requested, device, bf16_agreement=agreement)
+
+
 def model_precision(model) -> torch.dtype | None:
     """The dtype a loaded reward model scores in: a text model's `scoring_precision` (resolved once, when it was
     loaded), a multimodal model's weights' dtype (chosen by `resolve_dtype` when it was loaded); None for a reward
@@ -384,6 +399,7 @@ __all__ = [
     "reward_tolerance",
     "parse_dtype",
     "record_bf16_agreement",
+    "recorded_precision",
     "resolve_dtype",
     "verdict_agreement",
 ]

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from emoreward.data.context import reward_context
+from emoreward.data.context import reward_context, subtitle_key
 from emoreward.models.backbones import BackboneSpec, get_backbone
 from emoreward.models.base import (
     RewardContext,
@@ -44,7 +44,7 @@ from emoreward.models.base import (
     load_settings,
 )
 from emoreward.models.coverage import CoverageScoreInfo, unknown_token_share
-from emoreward.models.precision import dtype_name, parse_dtype, resolve_dtype
+from emoreward.models.precision import dtype_name, parse_dtype, recorded_precision, resolve_dtype
 from emoreward.utils.cache_key import remember_source
 
 
@@ -441,8 +441,8 @@ class TextRewardModel:
 
     # ------------------------------------------------------------------ inputs
     def context_key(self, context: RewardContext) -> Hashable:
-        """A text model reads the subtitle only."""
-        return (context.subtitle or None,)
+        """A text model reads the subtitle only (`emoreward.data.context.subtitle_key`)."""
+        return subtitle_key(context)
 
     def encode(
         self, description: str, context: RewardContext | str | None = None, *, truncate: bool = True
@@ -484,8 +484,7 @@ class TextRewardModel:
             return self.dtype
         device = self.device
         if self._resolved is None or self._resolved[0] != device:
-            agreement = (self.settings.extra or {}).get("bf16_agreement")
-            self._resolved = (device, resolve_dtype(self.scoring_dtype, device, bf16_agreement=agreement))
+            self._resolved = (device, recorded_precision(self.scoring_dtype, device=device, settings=self.settings))
         return self._resolved[1]
 
     @property

@@ -21,6 +21,7 @@ from emoreward.ranking.score_cache import ScoreCache, model_key_parts, score_key
 
 if TYPE_CHECKING:
     from emoreward.models.base import RewardContext, RewardModel
+    from emoreward.models.saved import SavedRewardModel
 
 
 @dataclass
@@ -56,7 +57,7 @@ def table_context(table: DescriptionTable, sample: str) -> RewardContext:
 
 
 def score_table(
-    model: RewardModel,
+    model: RewardModel | SavedRewardModel,
     table: DescriptionTable,
     cache: ScoreCache | None = None,
     batch_size: int | None = None,
@@ -70,6 +71,8 @@ def score_table(
     multimodal model scores the descriptions of one sample behind one media prefix (N media encodings for M x N
     scorings). The work is cut into chunks of at most ``chunk_size`` descriptions (:func:`score_chunks`), and each
     chunk's scores are appended to ``cache`` as soon as it is scored, so a killed run keeps all finished chunks.
+    A `SavedRewardModel` (a text model's folder) keys the descriptions without its weights and loads them only
+    when one misses the cache: a rerun from a full cache loads no network.
 
     Returns:
         `ScoreMatrix` with ``scores`` of shape `(M, N)` (unnormalised rewards, NaN where a model has no
@@ -77,6 +80,7 @@ def score_table(
 
     Raises:
         MediaError: a multimodal model cannot read a sample's media (names the sample and the file).
+        RuntimeError: a `SavedRewardModel` loaded to score keys its scores differently from its folder.
     """
     start = time.perf_counter()
     cache = cache if cache is not None else ScoreCache(None)
@@ -92,6 +96,10 @@ def score_table(
             n_cached += 1
         elif key not in todo:
             todo[key] = (text, contexts[sample])
+    from emoreward.models.saved import SavedRewardModel
+
+    if todo and isinstance(model, SavedRewardModel):  # a description to score: now the weights are needed
+        model = _loaded(model, parts)
     chunks = score_chunks(model, list(todo.items()), chunk_size)
     n_truncated = 0
     for part in chunks:
@@ -122,6 +130,23 @@ def score_table(
         n_truncated,
         cut,
     )
+
+
+def _loaded(saved: SavedRewardModel, parts: dict) -> RewardModel:
+    """The model of a `SavedRewardModel`, checked to key its scores as its folder did.
+
+    Raises:
+        RuntimeError: the loaded model's key parts differ from the folder's (its scores would be cached under keys
+            that no rerun looks up).
+    """
+    model = saved.load()
+    loaded_parts = model_key_parts(model)
+    if loaded_parts != parts:
+        changed = sorted(k for k in parts if parts[k] != loaded_parts.get(k))
+        raise RuntimeError(
+            f"{saved.source_dir}: the loaded model's cache-key parts {changed} differ from its folder's"
+        )
+    return model
 
 
 def score_chunks(model: RewardModel, items: list[tuple[str, Any]], chunk_size: int = 512) -> list[list]:

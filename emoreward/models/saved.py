@@ -1,0 +1,71 @@
+"""A saved text reward model known by its folder alone: what its outputs depend on (content, precision, settings,
+the part of a context it reads), read without loading its weights, and the model itself loaded on first use.
+
+A ranking rerun whose scores are all in the score cache needs no weights: `emoreward.ranking.scoring.score_table`
+keys every description with `SavedRewardModel` and loads the network only when a description misses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from pathlib import Path
+
+import torch
+
+from emoreward.data.context import RewardContext, subtitle_key
+from emoreward.models.base import RewardModel, TextSettings, load_reward_model, load_settings
+from emoreward.models.precision import recorded_precision
+
+
+class SavedRewardModel:
+    """A text reward model's folder, with the attributes the score cache keys are built from.
+
+    The same values as the loaded model (`load_reward_model(directory, dtype=dtype)`) would give:
+    `kind`, `settings`, `source_dir` (its content fingerprint: `emoreward.utils.cache_key.reward_model_fingerprint`),
+    `scoring_precision` (`emoreward.models.precision.recorded_precision` on the CPU, where that loader puts a text
+    model), `device` and `context_key` (`emoreward.data.context.subtitle_key`). `load()` loads the model once.
+
+    Args:
+        directory: a folder written by `save_pretrained` or `export_merged`.
+        dtype: the scoring precision asked for (`"auto"`, a dtype or its name), as for `TextRewardModel.from_pretrained`.
+
+    Raises:
+        FileNotFoundError: not an emoreward model directory; ValueError: it holds a multimodal model (those load
+        their weights in their precision: use `load_reward_model`), or its settings or `dtype` are invalid.
+    """
+
+    kind = "text"
+
+    def __init__(self, directory: str | Path, *, dtype: str | torch.dtype = "auto"):
+        self.source_dir = Path(directory)
+        self.settings = load_settings(self.source_dir)
+        if not isinstance(self.settings, TextSettings):
+            raise ValueError(f"{directory} holds a {self.settings.kind} reward model; load it with load_reward_model")
+        self.device = torch.device("cpu")
+        self._dtype = dtype
+        self.scoring_precision = recorded_precision(dtype, self.settings, device=self.device)
+        self._loaded: RewardModel | None = None
+
+    def context_key(self, context: RewardContext) -> Hashable:
+        """The part of a context the model reads (`subtitle_key`)."""
+        return subtitle_key(context)
+
+    def load(self) -> RewardModel:
+        """The model itself (`load_reward_model`), loaded on the first call.
+
+        Raises:
+            RuntimeError: the loaded model scores in another precision than the folder said (a changed
+                `$EMOREWARD_DTYPE` or device between the two: its cache keys would differ).
+        """
+        if self._loaded is None:
+            model = load_reward_model(self.source_dir, dtype=self._dtype)
+            if model.scoring_precision != self.scoring_precision:
+                raise RuntimeError(
+                    f"{self.source_dir}: the loaded model scores in {model.scoring_precision}, its folder said "
+                    f"{self.scoring_precision}"
+                )
+            self._loaded = model
+        return self._loaded
+
+
+__all__ = ["SavedRewardModel"]

@@ -1,0 +1,110 @@
+"""A ranking rerun from a full score cache loads no weights: `SavedRewardModel` keys every description as the loaded
+model does (same key parts in every precision), `score_table` loads the network only for a miss, and the CLI's
+rerun gives the cold run's report without importing transformers."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from test_rank_cli import write_table
+
+from emoreward.data.context import RewardContext
+from emoreward.data.tables import load_description_table
+from emoreward.models import load_reward_model
+from emoreward.models.saved import SavedRewardModel
+from emoreward.ranking.score_cache import ScoreCache, model_key_parts, score_key
+from emoreward.ranking.scoring import score_table
+
+
+@pytest.mark.parametrize("pinned", ["float32", "bfloat16", None])
+def test_the_folder_keys_descriptions_as_the_loaded_model_does(tiny_rm_dir, monkeypatch, pinned):
+    if pinned is None:
+        monkeypatch.delenv("EMOREWARD_DTYPE", raising=False)
+    else:
+        monkeypatch.setenv("EMOREWARD_DTYPE", pinned)
+    saved, loaded = SavedRewardModel(tiny_rm_dir), load_reward_model(tiny_rm_dir)
+    assert saved.scoring_precision == loaded.scoring_precision
+    if pinned is not None:
+        assert saved.scoring_precision == getattr(torch, pinned)
+    parts = model_key_parts(saved)
+    assert parts == model_key_parts(loaded)
+    for context in (
+        RewardContext(),
+        RewardContext(subtitle=" Hello there. "),
+        RewardContext(subtitle="x", video="v.mp4"),
+    ):
+        assert saved.context_key(context) == loaded.context_key(context)
+        assert score_key(saved, "A calm voice.", context, parts) == score_key(loaded, "A calm voice.", context)
+
+
+def test_a_recorded_low_bf16_agreement_keeps_the_folder_in_float32(tiny_rm_dir, tmp_path, monkeypatch):
+    import shutil
+
+    monkeypatch.delenv("EMOREWARD_DTYPE", raising=False)
+    folder = tmp_path / "low"
+    shutil.copytree(tiny_rm_dir, folder)
+    config = json.loads((folder / "emoreward_config.json").read_text())
+    config["extra"] = {**(config.get("extra") or {}), "bf16_agreement": 0.9}
+    (folder / "emoreward_config.json").write_text(json.dumps(config))
+    saved, loaded = SavedRewardModel(folder), load_reward_model(folder)
+    assert saved.scoring_precision == loaded.scoring_precision == torch.float32
+    assert model_key_parts(saved) == model_key_parts(loaded)
+
+
+def test_score_table_loads_the_weights_only_for_a_miss(tiny_rm_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("EMOREWARD_DTYPE", "float32")
+    table = load_description_table(write_table(tmp_path / "table.jsonl"))
+    path = tmp_path / "scores.jsonl"
+    cold = score_table(load_reward_model(tiny_rm_dir), table, ScoreCache(path))
+    distinct = cold.n_scored  # distinct (description, context) items of the 48 descriptions
+    assert 30 < distinct <= 48 and len(path.read_text().splitlines()) == distinct
+
+    saved = SavedRewardModel(tiny_rm_dir)
+    rerun = score_table(saved, table, ScoreCache(path))
+    assert saved._loaded is None  # every description from the cache: no weights read
+    assert rerun.n_scored == 0 and np.array_equal(rerun.scores, cold.scores)
+
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:30]) + "\n")  # the rest of the scores lost
+    partial = score_table(saved, table, ScoreCache(path))
+    assert saved._loaded is not None and partial.n_scored == distinct - 30
+    np.testing.assert_allclose(partial.scores, cold.scores, atol=1e-6)
+
+
+def test_a_folder_of_a_media_model_is_refused(tmp_path):
+    folder = tmp_path / "media"
+    folder.mkdir()
+    (folder / "emoreward_config.json").write_text(json.dumps({"kind": "media", "backbone": "qwen2.5-omni"}))
+    with pytest.raises(ValueError, match="holds a media reward model"):
+        SavedRewardModel(folder)
+
+
+def test_the_cli_rerun_from_a_full_cache_imports_no_transformers(tiny_rm_dir, tmp_path):
+    data = write_table(tmp_path / "table.jsonl")
+    argv = ["rank", "--judge", str(tiny_rm_dir), "--data", str(data), "--n-boot", "20", "--quiet"]
+    argv += ["--cache-dir", str(tmp_path / "cache")]
+    code = (
+        "import sys; from emoreward.cli.main import main; code = main(sys.argv[1:]); "
+        "print('transformers' in sys.modules, file=sys.stderr); sys.exit(code)"
+    )
+    env = {**os.environ, "EMOREWARD_DTYPE": "float32", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    runs = []
+    for name in ("cold.json", "rerun.json"):
+        done = subprocess.run(
+            [sys.executable, "-c", code, *argv, "--output", str(tmp_path / name)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        runs.append(done.stderr.strip().splitlines()[-1])
+    assert runs == ["True", "False"]  # the cold run loads the model; the rerun does not
+    cold, rerun = (json.loads((tmp_path / n).read_text()) for n in ("cold.json", "rerun.json"))
+    assert rerun["cost"]["n_scored"] == 0 and rerun["cost"]["n_cached"] == 48
+    for key in ("ranking", "bradley_terry_ties", "mean_reward", "precision", "tie_threshold", "max_length"):
+        assert rerun[key] == cold[key], key
