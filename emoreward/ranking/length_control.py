@@ -417,22 +417,29 @@ def fit_length_controlled(
 def _covariate_differences(
     records: list[PairwiseRecord], features: Mapping[tuple[str, str], np.ndarray], covariates: list[str]
 ) -> np.ndarray:
-    """``f(d_a) - f(d_b)`` of every record, shape `(N, K)`; a ValueError names a record without features."""
+    """``f(d_a) - f(d_b)`` of every record, shape `(N, K)`; a ValueError names the first record without features
+    (or with a vector of the wrong shape)."""
     k_cov = len(covariates)
-    raw = np.empty((len(records), k_cov))
-    for n, r in enumerate(records):
-        fa, fb = features.get((r.sample, r.item_a)), features.get((r.sample, r.item_b))
-        if r.sample is None or fa is None or fb is None:
-            missing = r.item_a if fa is None else r.item_b
+    index = {key: row for row, key in enumerate(features)}
+    vectors = [np.asarray(v, dtype=float) for v in features.values()]
+    shaped = np.array([v.shape == (k_cov,) for v in vectors] + [False])  # the last entry: no features
+    table = np.array([v if ok else np.zeros(k_cov) for v, ok in zip(vectors, shaped)]).reshape(-1, k_cov)
+    missing = len(vectors)
+    rows_a = np.fromiter((index.get((r.sample, r.item_a), missing) for r in records), np.int64, len(records))
+    rows_b = np.fromiter((index.get((r.sample, r.item_b), missing) for r in records), np.int64, len(records))
+    no_sample = np.fromiter((r.sample is None for r in records), bool, len(records))
+    bad = np.flatnonzero(no_sample | ~(shaped[rows_a] & shaped[rows_b]))
+    if len(bad):
+        n = int(bad[0])
+        r = records[n]
+        if rows_a[n] == missing or rows_b[n] == missing or r.sample is None:
+            name = r.item_a if rows_a[n] == missing else r.item_b
             raise ValueError(
-                f"record {n} ({r.item_a} vs {r.item_b}, sample {r.sample!r}): no covariates for "
-                f"model {missing!r} on this sample"
+                f"record {n} ({r.item_a} vs {r.item_b}, sample {r.sample!r}): no covariates for model {name!r} on "
+                "this sample"
             )
-        fa, fb = np.asarray(fa, dtype=float), np.asarray(fb, dtype=float)
-        if fa.shape != (k_cov,) or fb.shape != (k_cov,):
-            raise ValueError(f"record {n}: covariate vectors must have shape ({k_cov},) for {covariates}")
-        raw[n] = fa - fb
-    return raw
+        raise ValueError(f"record {n}: covariate vectors must have shape ({k_cov},) for {covariates}")
+    return table[rows_a] - table[rows_b]
 
 
 @dataclass(frozen=True)
