@@ -61,6 +61,7 @@ from emoreward.ranking.bradley_terry import (
     finite_float,
     finite_floats,
     prior_precision,
+    single_blas_thread,
 )
 from emoreward.ranking.counts import PairwiseCounts, check_connected
 from emoreward.ranking.length_batched import DIVERGED, Design, build_design, damped_newton, data_nll, fit_resamples
@@ -361,12 +362,13 @@ def fit_length_controlled(
         notes.append(f"covariate {covariates[k]!r} does not differ within any compared pair: dropped")
     design, _ = build_design(records, items, raw[:, kept] / scales[kept], model)
     davidson = model == "davidson"
-    full = _full_fit(design, [c for c, k in zip(covariates, kept) if k], precision, davidson, notes)
     boot_s = np.full((n_boot, len(items)), np.nan)
     boot_c = np.full((n_boot, len(covariates)), np.nan)
     n_failed = 0
-    if full.identified:
-        boot_s, boot_c[:, kept], n_failed = _bootstrap(design, full, precision, davidson, n_boot, seed, batched)
+    with single_blas_thread():  # small products: OpenBLAS threads only spin
+        full = _full_fit(design, [c for c, k in zip(covariates, kept) if k], precision, davidson, notes)
+        if full.identified:
+            boot_s, boot_c[:, kept], n_failed = _bootstrap(design, full, precision, davidson, n_boot, seed, batched)
     if n_failed:
         notes.append(
             f"{n_failed} of {n_boot} resamples separated (their coefficients diverged): left out of the intervals"
