@@ -35,9 +35,10 @@ verdict correctly) has an infinite maximum-likelihood coefficient, so scores, co
 ``None``. Resamples whose Newton iterations diverge (separated resamples) are counted and left out of the
 intervals.
 
-Intervals: percentile bootstrap over samples (videos), the resampling of
-:func:`emoreward.ranking.bootstrap.bootstrap_ci` (same unit, same random draws for the same seed), with all
-resamples fitted together by one batched Newton iteration (`(n_boot, M + K)` parameters).
+Intervals: percentile bootstrap over samples (videos), the resamples of
+:func:`emoreward.ranking.bootstrap.bootstrap_ci` (:func:`~emoreward.ranking.bootstrap.resample_unit_weights`: same
+unit, same draws for the same seed), all fitted together from per-sample sufficient statistics
+(:func:`emoreward.ranking.length_batched.fit_resamples`, where the solvers live).
 """
 
 from __future__ import annotations
