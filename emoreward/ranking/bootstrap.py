@@ -197,11 +197,7 @@ def bootstrap_ci(
         warm["initial_scores"] = estimate.scores
         if estimate.tie_parameter is not None and _accepts(fit_fn, "initial_tie_parameter"):
             warm["initial_tie_parameter"] = estimate.tie_parameter
-    rng = np.random.default_rng(seed)
-    # every resample's unit weights at once (the same draws, in the same order, as one resample at a time)
-    picks = rng.integers(0, n_units, (n_boot, n_units))
-    offsets = (np.arange(n_boot) * n_units)[:, None]
-    weights = np.bincount((picks + offsets).ravel(), minlength=n_boot * n_units).reshape(n_boot, n_units)
+    weights = resample_unit_weights(n_units, n_boot, seed)
     weights_t = weights.T.astype(float)
     all_wins = np.asarray(unit_wins_t @ weights_t).T.reshape(n_boot, m, m)
     all_ties = np.asarray(unit_ties_t @ weights_t).T.reshape(n_boot, m, m)
@@ -265,6 +261,22 @@ def bootstrap_ci(
 def tqdm_disable(progress: bool | None) -> bool | None:
     """tqdm's ``disable`` for ``progress``: ``None`` lets tqdm hide the bar when its stream is not a terminal."""
     return None if progress is None else not progress
+
+
+def resample_unit_weights(n_units: int, n_boot: int, seed: int | None) -> np.ndarray:
+    """How often each unit is drawn in each bootstrap resample: ``n_units`` draws with replacement per resample.
+
+    Every bootstrap of the ranking (:func:`bootstrap_ci`, the length-controlled fit) takes its resamples here, so
+    the same seed gives the same resamples in all of them.
+
+    Returns:
+        `np.ndarray` of shape `(n_boot, n_units)`, int: row ``b`` sums to ``n_units``.
+    """
+    rng = np.random.default_rng(seed)
+    # every resample at once: the same draws, in the same order, as one resample at a time
+    picks = rng.integers(0, n_units, (n_boot, n_units))
+    offsets = (np.arange(n_boot) * n_units)[:, None]
+    return np.bincount((picks + offsets).ravel(), minlength=n_boot * n_units).reshape(n_boot, n_units)
 
 
 def sample_units(samples: list[Any]) -> tuple[np.ndarray, int]:

@@ -35,9 +35,10 @@ verdict correctly) has an infinite maximum-likelihood coefficient, so scores, co
 ``None``. Resamples whose Newton iterations diverge (separated resamples) are counted and left out of the
 intervals.
 
-Intervals: percentile bootstrap over samples (videos), the resampling of
-:func:`emoreward.ranking.bootstrap.bootstrap_ci` (same unit, same random draws for the same seed), with all
-resamples fitted together by one batched Newton iteration (`(n_boot, M + K)` parameters).
+Intervals: percentile bootstrap over samples (videos), the resamples of
+:func:`emoreward.ranking.bootstrap.bootstrap_ci` (:func:`~emoreward.ranking.bootstrap.resample_unit_weights`: same
+unit, same draws for the same seed), all fitted together from per-sample sufficient statistics
+(:func:`emoreward.ranking.length_batched.fit_resamples`, where the solvers live).
 """
 
 from __future__ import annotations
@@ -50,11 +51,10 @@ from typing import Any, Literal
 
 import numpy as np
 from scipy.optimize import linprog
-from scipy.sparse import csr_matrix
 from scipy.stats import norm
 
 from emoreward.data.text import description_length, markdown_cell
-from emoreward.ranking.bootstrap import BootstrapCI, sample_units
+from emoreward.ranking.bootstrap import BootstrapCI, resample_unit_weights
 from emoreward.ranking.bradley_terry import (
     DEFAULT_PRIOR_VARIANCE,
     SCORE_TOLERANCE,
@@ -62,8 +62,10 @@ from emoreward.ranking.bradley_terry import (
     finite_float,
     finite_floats,
     prior_precision,
+    single_blas_thread,
 )
-from emoreward.ranking.counts import PairwiseCounts, check_connected, encode_records
+from emoreward.ranking.counts import PairwiseCounts, check_connected
+from emoreward.ranking.length_batched import DIVERGED, Design, build_design, damped_newton, data_nll, fit_resamples
 from emoreward.ranking.records import PairwiseRecord
 
 
@@ -78,13 +80,7 @@ COVARIATES: dict[str, Callable[[str], float]] = {
 """Per-description covariates by name: ``log(1 + characters)`` (the default), ``log(1 + words)``, line count."""
 DEFAULT_COVARIATES: tuple[str, ...] = ("log_length",)
 
-# A logit change beyond this per standard deviation of a covariate (odds e^15 ~ 3e6) only arises when the
-# covariate separates the verdicts: such a resample's fit is a solver artefact, not an estimate.
-_DIVERGED = 15.0
-_TIE_LOG_BOUNDS = (-30.0, 30.0)  # as the plain tie fits
-_MAX_ITER = 100
 _MIN_BOOT_SE = 20  # resamples needed for a bootstrap standard error; below, the Wald one is reported
-_CHUNK_CELLS = 2_000_000  # resamples x records per batch
 
 
 def description_features(
@@ -270,187 +266,6 @@ class ControlledFit:
         return "\n".join(lines) + "\n"
 
 
-# ------------------------------------------------------------------------------------------------ the design
-
-
-@dataclass(frozen=True)
-class _Design:
-    """Records as arrays: design rows ``x_r = (e_a - e_b, z_r)`` of shape `(N, M + K)`, outcome codes, units."""
-
-    x: np.ndarray
-    outcome: np.ndarray
-    units: np.ndarray
-    n_units: int
-    a: np.ndarray
-    b: np.ndarray
-    m: int
-
-
-def _design(
-    records: list[PairwiseRecord], items: list[str], raw: np.ndarray, model: str
-) -> tuple[_Design, np.ndarray]:
-    encoded = encode_records(records, items)
-    units, n_units = sample_units([r.sample for r in records])
-    keep = np.ones(len(records), dtype=bool) if model == "davidson" else encoded.outcome != 2
-    m, n = len(items), int(keep.sum())
-    a, b = encoded.a[keep], encoded.b[keep]
-    x = np.zeros((n, m + raw.shape[1]))
-    x[np.arange(n), a] = 1.0
-    x[np.arange(n), b] = -1.0
-    x[:, m:] = raw[keep]
-    return _Design(x, encoded.outcome[keep].astype(np.int64), units[keep], n_units, a, b, m), keep
-
-
-# ---------------------------------------------------------------------------------------------- batched Newton
-
-
-def _newton(
-    design: _Design,
-    weights: np.ndarray,
-    precision: float,
-    davidson: bool,
-    x0: np.ndarray | None = None,
-    hessian: bool = True,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Penalised maximum likelihood for B weightings of the records at once.
-
-    Minimises, per row of ``weights`` (shape `(B, N)`), ``sum_r w_r nll_r + precision/2 |b|^2 + (sum b)^2 / (2M)``;
-    the last term only fixes the shift of ``b`` (the likelihood depends on differences), so its optimum has
-    ``sum b = 0`` and the others are unchanged. Damped Newton (step halving until the objective decreases).
-
-    Rows that converged (or diverged) drop out of the iteration: the others are evaluated alone.
-
-    Returns:
-        ``(params, converged, hessian)``: params of shape `(B, P)` (``P = M + K``, plus Davidson's ``log nu``),
-        converged `(B,)` bool, and the Hessian of shape `(B, P, P)` at the solution (``None`` unless ``hessian``).
-    """
-    x, m = design.x, design.m
-    p = x.shape[1]
-    q = p + davidson
-    n_b = weights.shape[0]
-    y = design.outcome
-    yw, yl, yt = (y == 0).astype(float), (y == 1).astype(float), (y == 2).astype(float)
-    xs, xs_t, outer_t = _sparse_design(design)
-
-    def times_x(v: np.ndarray) -> np.ndarray:  # (B, N) @ x, through the sparse transpose
-        return np.asarray(xs_t @ v.T).T
-
-    def times_outer(v: np.ndarray) -> np.ndarray:  # (B, N) @ (row outer products of x), shape (B, P, P)
-        return np.asarray(outer_t @ v.T).T.reshape(v.shape[0], p, p)
-
-    has_ties = (weights @ yt) > 0 if davidson else np.zeros(n_b, dtype=bool)
-    theta = np.zeros((n_b, q)) if x0 is None else np.broadcast_to(x0, (n_b, q)).copy()
-    if davidson:
-        theta[:, -1] = np.where(has_ties, np.clip(theta[:, -1], *_TIE_LOG_BOUNDS), _TIE_LOG_BOUNDS[0])
-    scale = 1.0 + weights.sum(axis=1)
-
-    def objective(th: np.ndarray, full: bool, weights: np.ndarray):
-        n_b = th.shape[0]
-        u = np.asarray(xs @ th[:, :p].T).T  # (B, N)
-        s = th[:, :m]
-        penalty = 0.5 * precision * np.sum(s * s, axis=1) + 0.5 * s.sum(axis=1) ** 2 / m
-        if not davidson:
-            sign = np.where(y == 0, 1.0, -1.0)
-            nll = np.logaddexp(0.0, -sign * u)
-            f = np.sum(weights * nll, axis=1) + penalty
-            if not full:
-                return f
-            sig = 1.0 / (1.0 + np.exp(sign * u))  # sigmoid(-sign u)
-            gu = -sign * sig
-            hu = sig * (1.0 - sig)
-            grad = times_x(weights * gu)
-            hess = times_outer(weights * hu)
-        else:
-            eta = th[:, -1:]
-            half = 0.5 * u
-            top = np.maximum(np.abs(half), eta)
-            ew, el, et = np.exp(half - top), np.exp(-half - top), np.exp(eta - top)
-            total = ew + el + et
-            nll = top + np.log(total) - (yw - yl) * half - yt * eta
-            f = np.sum(weights * nll, axis=1) + penalty
-            if not full:
-                return f
-            pw, pl, pt = ew / total, el / total, et / total
-            gu = 0.5 * (pw - pl) - 0.5 * (yw - yl)
-            ge = pt - yt
-            huu = 0.25 * (pw + pl) - 0.25 * (pw - pl) ** 2
-            hue = -0.5 * (pw - pl) * pt
-            hee = pt * (1.0 - pt)
-            grad = np.concatenate([times_x(weights * gu), np.sum(weights * ge, axis=1, keepdims=True)], axis=1)
-            hess = np.zeros((n_b, q, q))
-            hess[:, :p, :p] = times_outer(weights * huu)
-            hess[:, :p, -1] = hess[:, -1, :p] = times_x(weights * hue)
-            hess[:, -1, -1] = np.sum(weights * hee, axis=1)
-        grad[:, :m] += precision * s + s.sum(axis=1, keepdims=True) / m
-        hess[:, :m, :m] += precision * np.eye(m) + 1.0 / m
-        return f, grad, hess
-
-    converged = np.zeros(n_b, dtype=bool)
-    rows = np.arange(n_b)  # the rows still iterating, and their weights
-    w = weights
-    for _ in range(_MAX_ITER):
-        th = theta[rows]
-        f, grad, hess = objective(th, True, w)
-        if davidson:  # a resample without ties keeps log nu at its lower bound, as the plain fit does
-            no_ties = ~has_ties[rows]
-            grad[no_ties, -1] = 0.0
-            hess[no_ties, -1, :] = 0.0
-            hess[no_ties, :, -1] = 0.0
-            hess[no_ties, -1, -1] = 1.0
-        done = np.max(np.abs(grad), axis=1) <= 1e-10 * scale[rows]
-        converged[rows] = done
-        diverged = np.max(np.abs(th[:, m:p]), axis=1, initial=0.0) > 4 * _DIVERGED
-        active = ~done & ~diverged
-        if not active.any():
-            break
-        if not active.all():  # converged and diverged rows stay where they are
-            rows, w, th, f, grad, hess = rows[active], w[active], th[active], f[active], grad[active], hess[active]
-        step = _solve(hess, grad)
-        t = np.ones(len(rows))
-        row_scale = scale[rows]
-        for _ in range(40):
-            trial = th - t[:, None] * step
-            if davidson:
-                trial[:, -1] = np.clip(trial[:, -1], *_TIE_LOG_BOUNDS)
-            f_new = objective(trial, False, w)
-            bad = ~(f_new <= f + 1e-12 * row_scale)
-            if not bad.any():
-                break
-            t[bad] *= 0.5
-        theta[rows] = trial
-    if not hessian:
-        return theta, converged, None
-    _, _, hess = objective(theta, True, weights)
-    return theta, converged, hess
-
-
-def _sparse_design(design: _Design) -> tuple[csr_matrix, csr_matrix, csr_matrix]:
-    """``x`` as a sparse matrix, its transpose, and the transpose of its row outer products (shape `(P^2, N)`).
-
-    A row has ``2 + K`` non-zeros (``+1``, ``-1`` and the covariates), so the batched gradient and Hessian cost
-    ``B N (2 + K)^2`` instead of ``B N P^2``.
-    """
-    x, m = design.x, design.m
-    n, p = x.shape
-    cols = np.concatenate([design.a[:, None], design.b[:, None], np.broadcast_to(np.arange(m, p), (n, p - m))], axis=1)
-    vals = x[np.arange(n)[:, None], cols]
-    rows = np.repeat(np.arange(n), cols.shape[1])
-    xs = csr_matrix((vals.ravel(), (rows, cols.ravel())), shape=(n, p))
-    pair_cols = (cols[:, :, None] * p + cols[:, None, :]).reshape(n, -1)
-    pair_vals = (vals[:, :, None] * vals[:, None, :]).reshape(n, -1)
-    outer = csr_matrix(
-        (pair_vals.ravel(), (np.repeat(np.arange(n), pair_cols.shape[1]), pair_cols.ravel())), shape=(n, p * p)
-    )
-    return xs, xs.T.tocsr(), outer.T.tocsr()
-
-
-def _solve(hess: np.ndarray, grad: np.ndarray) -> np.ndarray:
-    try:
-        return np.linalg.solve(hess, grad[..., None])[..., 0]
-    except np.linalg.LinAlgError:
-        return np.einsum("bij,bj->bi", np.linalg.pinv(hess), grad)
-
-
 # ------------------------------------------------------------------------------------------- edge diagnostics
 
 
@@ -500,6 +315,7 @@ def fit_length_controlled(
     n_boot: int = 1000,
     alpha: float = 0.05,
     seed: int | None = 0,
+    batched: bool = True,
 ) -> ControlledFit:
     """Fit the length-controlled model of the module docstring, with bootstrap intervals over samples.
 
@@ -514,6 +330,8 @@ def fit_length_controlled(
         prior_variance (`float` or `None`): Gaussian prior on the model effects, as the plain fits.
         n_boot (`int`): resamples (>= 1); alpha: 1 - coverage; seed: as
             :func:`~emoreward.ranking.bootstrap.bootstrap_ci` (same seed, same resamples).
+        batched (`bool`): fit every resample at once (default, :func:`emoreward.ranking.length_batched.
+            fit_resamples`) or one at a time (``False``, the reference path; the same optimum to about 1e-8).
 
     Returns:
         `ControlledFit`; a degenerate covariate or fit shows in ``warnings`` (each also raised as a
@@ -535,124 +353,42 @@ def fit_length_controlled(
     if not records:
         raise ValueError("fit_length_controlled needs at least one record")
     covariates = list(covariates)
-    k_cov = len(covariates)
-    raw = np.empty((len(records), k_cov))
-    for n, r in enumerate(records):
-        fa, fb = features.get((r.sample, r.item_a)), features.get((r.sample, r.item_b))
-        if r.sample is None or fa is None or fb is None:
-            missing = r.item_a if fa is None else r.item_b
-            raise ValueError(
-                f"record {n} ({r.item_a} vs {r.item_b}, sample {r.sample!r}): no covariates for "
-                f"model {missing!r} on this sample"
-            )
-        fa, fb = np.asarray(fa, dtype=float), np.asarray(fb, dtype=float)
-        if fa.shape != (k_cov,) or fb.shape != (k_cov,):
-            raise ValueError(f"record {n}: covariate vectors must have shape ({k_cov},) for {covariates}")
-        raw[n] = fa - fb
+    raw = _covariate_differences(records, features, covariates)
     items = sorted({r.item_a for r in records} | {r.item_b for r in records}) if items is None else list(items)
     check_connected(PairwiseCounts.from_records(records, items), "error")
     notes: list[str] = []
-    scales = np.sqrt(np.mean(raw**2, axis=0)) if len(raw) else np.zeros(k_cov)
+    scales = np.sqrt(np.mean(raw**2, axis=0)) if len(raw) else np.zeros(len(covariates))
     kept = scales > 0
     for k in np.flatnonzero(~kept):
         notes.append(f"covariate {covariates[k]!r} does not differ within any compared pair: dropped")
-    z = raw[:, kept] / scales[kept]
-    design, _ = _design(records, items, z, model)
-    m, k_kept = len(items), int(kept.sum())
+    design, _ = build_design(records, items, raw[:, kept] / scales[kept], model)
     davidson = model == "davidson"
-    unidentified = False
-    if k_kept and _collinear(design.x, m):
-        notes.append(
-            f"covariates {[c for c, k in zip(covariates, kept) if k]} are collinear with model identity (each "
-            "model's relative length is the same on every sample): model effects and coefficients are not "
-            "separately identified; reported as null"
-        )
-        unidentified = True
-    elif k_kept and _separated(design.x[:, m:], design.outcome):
-        notes.append(
-            f"covariates {[c for c, k in zip(covariates, kept) if k]} separate the verdicts (the longer/shorter "
-            "description wins every decisive verdict): the maximum-likelihood coefficient is infinite; scores, "
-            "coefficients and p-values reported as null"
-        )
-        unidentified = True
-
-    ones = np.ones((1, design.x.shape[0]))
-    theta, ok, hess = _newton(design, ones, precision, davidson)
-    est = theta[0]
-    cov = np.linalg.pinv(hess[0])
-    p = design.x.shape[1]
-    se = np.full(k_cov, np.nan)
-    coef = np.full(k_cov, np.nan)
-    pval = np.full(k_cov, np.nan)
-    if not unidentified:
-        coef[kept] = est[m:p]
-        se[kept] = np.sqrt(np.maximum(np.diag(cov)[m:p], 0.0))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            pval[kept] = 2.0 * norm.sf(np.abs(coef[kept] / se[kept]))
-    if not unidentified and k_kept and (not ok[0] or np.max(np.abs(est[m:p])) > _DIVERGED):
-        notes.append(
-            f"covariates {[c for c, k in zip(covariates, kept) if k]} nearly separate the verdicts (fitted "
-            f"coefficient beyond {_DIVERGED:g} logits per RMS difference, or no convergence): the estimate rests on "
-            "the few verdicts length does not decide; scores, coefficients and p-values reported as null"
-        )
-        unidentified = True
-        coef[:] = se[:] = pval[:] = np.nan
-    scores = est[:m] - est[:m].mean()
-    tie_parameter = math.exp(float(est[-1])) if davidson else None
-    log_lik = -_newton_nll(design, est, davidson)
-
-    # bootstrap: the resamples of bootstrap_ci (one bincount of n_units draws per resample, same generator)
-    rng = np.random.default_rng(seed)
-    boot_s = np.full((n_boot, m), np.nan)
-    boot_c = np.full((n_boot, k_cov), np.nan)
+    boot_s = np.full((n_boot, len(items)), np.nan)
+    boot_c = np.full((n_boot, len(covariates)), np.nan)
     n_failed = 0
-    present_rows = np.zeros((design.n_units, m))
-    np.add.at(present_rows, (design.units, design.a), 1.0)
-    np.add.at(present_rows, (design.units, design.b), 1.0)
-    chunk = max(1, _CHUNK_CELLS // max(1, design.x.shape[0]))
-    if not unidentified:
-        for start in range(0, n_boot, chunk):
-            stop = min(n_boot, start + chunk)
-            unit_w = np.stack(
-                [
-                    np.bincount(rng.integers(0, design.n_units, design.n_units), minlength=design.n_units)
-                    for _ in range(start, stop)
-                ]
-            ).astype(float)
-            th, conv, _ = _newton(design, unit_w[:, design.units], precision, davidson, est, hessian=False)
-            good = conv & (np.max(np.abs(th[:, m:p]), axis=1, initial=0.0) <= _DIVERGED)
-            n_failed += int((~good).sum())
-            present = (unit_w @ present_rows) > 0
-            s = th[:, :m].copy()
-            s[~present] = np.nan
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                shift = np.nanmean(np.where(present, scores, np.nan), axis=1) - np.nanmean(s, axis=1)
-            s += shift[:, None]
-            s[~good] = np.nan
-            c = np.full((stop - start, k_cov), np.nan)
-            c[:, kept] = th[:, m:p]
-            c[~good] = np.nan
-            boot_s[start:stop], boot_c[start:stop] = s, c
-    else:
-        scores = np.full(m, np.nan)
-        for _ in range(n_boot):  # keep the generator's state in step with an identified fit
-            rng.integers(0, design.n_units, design.n_units)
+    with single_blas_thread():  # small products: OpenBLAS threads only spin
+        full = _full_fit(design, [c for c, k in zip(covariates, kept) if k], precision, davidson, notes)
+        if full.identified:
+            boot_s, boot_c[:, kept], n_failed = _bootstrap(design, full, precision, davidson, n_boot, seed, batched)
     if n_failed:
         notes.append(
             f"{n_failed} of {n_boot} resamples separated (their coefficients diverged): left out of the intervals"
         )
-    if not ok[0] and not unidentified:
+    if not full.converged and full.identified:
         notes.append("the full-data Newton iteration did not converge: treat the fit with care")
-    lo_s, hi_s = _percentile(boot_s, scores, alpha)
-    lo_c, hi_c = _percentile(boot_c, coef, alpha)
-    good_boot = np.isfinite(boot_c[:, kept]).all(axis=1) if k_kept else np.zeros(n_boot, dtype=bool)
-    if not unidentified and good_boot.sum() >= _MIN_BOOT_SE:
-        # the verdicts on one sample are correlated (C(M, 2) per sample): the bootstrap over samples gives the
-        # standard error, the observed information (records as independent) understates it
-        se[kept] = np.std(boot_c[good_boot][:, kept], axis=0, ddof=1)
+    scores = full.scores if full.identified else np.full(len(items), np.nan)
+    coef, se, pval = (np.full(len(covariates), np.nan) for _ in range(3))
+    if full.identified:
+        coef[kept], se[kept] = full.coefficients, full.wald_se
+        good = np.isfinite(boot_c[:, kept]).all(axis=1) if kept.any() else np.zeros(n_boot, dtype=bool)
+        if good.sum() >= _MIN_BOOT_SE:
+            # the verdicts on one sample are correlated (C(M, 2) per sample): the bootstrap over samples gives the
+            # standard error, the observed information (records as independent) understates it
+            se[kept] = np.std(boot_c[good][:, kept], axis=0, ddof=1)
         with np.errstate(divide="ignore", invalid="ignore"):
             pval[kept] = 2.0 * norm.sf(np.abs(coef[kept] / se[kept]))
+    lo_s, hi_s = _percentile(boot_s, scores, alpha)
+    lo_c, hi_c = _percentile(boot_c, coef, alpha)
     for note in notes:
         warnings.warn(f"length-controlled fit: {note}", UserWarning, stacklevel=2)
     return ControlledFit(
@@ -668,8 +404,8 @@ def fit_length_controlled(
         p_values=pval,
         scales=scales,
         model=model,
-        tie_parameter=tie_parameter,
-        log_likelihood=log_lik,
+        tie_parameter=full.tie_parameter,
+        log_likelihood=full.log_likelihood,
         n_comparisons=int(design.x.shape[0]),
         ci_level=1.0 - alpha,
         n_boot=n_boot,
@@ -681,18 +417,112 @@ def fit_length_controlled(
     )
 
 
-def _newton_nll(design: _Design, theta: np.ndarray, davidson: bool) -> float:
-    """Data negative log-likelihood (no prior) at one parameter vector."""
-    p = design.x.shape[1]
-    u = design.x @ theta[:p]
-    y = design.outcome
-    if not davidson:
-        return float(np.sum(np.logaddexp(0.0, -np.where(y == 0, 1.0, -1.0) * u)))
-    eta = float(theta[-1])
-    logits = np.stack([0.5 * u, -0.5 * u, np.full_like(u, eta)], axis=1)
-    top = logits.max(axis=1)
-    lse = top + np.log(np.exp(logits - top[:, None]).sum(axis=1))
-    return float(np.sum(lse - logits[np.arange(len(y)), y]))
+def _covariate_differences(
+    records: list[PairwiseRecord], features: Mapping[tuple[str, str], np.ndarray], covariates: list[str]
+) -> np.ndarray:
+    """``f(d_a) - f(d_b)`` of every record, shape `(N, K)`; a ValueError names the first record without features
+    (or with a vector of the wrong shape)."""
+    k_cov = len(covariates)
+    index = {key: row for row, key in enumerate(features)}
+    vectors = [np.asarray(v, dtype=float) for v in features.values()]
+    shaped = np.array([v.shape == (k_cov,) for v in vectors] + [False])  # the last entry: no features
+    table = np.array([v if ok else np.zeros(k_cov) for v, ok in zip(vectors, shaped)]).reshape(-1, k_cov)
+    missing = len(vectors)
+    rows_a = np.fromiter((index.get((r.sample, r.item_a), missing) for r in records), np.int64, len(records))
+    rows_b = np.fromiter((index.get((r.sample, r.item_b), missing) for r in records), np.int64, len(records))
+    no_sample = np.fromiter((r.sample is None for r in records), bool, len(records))
+    bad = np.flatnonzero(no_sample | ~(shaped[rows_a] & shaped[rows_b]))
+    if len(bad):
+        n = int(bad[0])
+        r = records[n]
+        if rows_a[n] == missing or rows_b[n] == missing or r.sample is None:
+            name = r.item_a if rows_a[n] == missing else r.item_b
+            raise ValueError(
+                f"record {n} ({r.item_a} vs {r.item_b}, sample {r.sample!r}): no covariates for model {name!r} on "
+                "this sample"
+            )
+        raise ValueError(f"record {n}: covariate vectors must have shape ({k_cov},) for {covariates}")
+    return table[rows_a] - table[rows_b]
+
+
+@dataclass(frozen=True)
+class _FullFit:
+    """The full-data fit: parameters (``estimate``, uncentred), centred ``scores``, kept ``coefficients`` with
+    their Wald standard errors, and whether the model effects are identified (not collinear nor separated)."""
+
+    estimate: np.ndarray
+    scores: np.ndarray
+    coefficients: np.ndarray
+    wald_se: np.ndarray
+    tie_parameter: float | None
+    log_likelihood: float
+    converged: bool
+    identified: bool
+
+
+def _full_fit(design: Design, kept: list[str], precision: float, davidson: bool, notes: list[str]) -> _FullFit:
+    """Fit all records; collinear, separated and nearly separated covariates make it unidentified (noted)."""
+    m, p = design.m, design.x.shape[1]
+    identified = True
+    if kept and _collinear(design.x, m):
+        notes.append(
+            f"covariates {kept} are collinear with model identity (each model's relative length is the same on every "
+            "sample): model effects and coefficients are not separately identified; reported as null"
+        )
+        identified = False
+    elif kept and _separated(design.x[:, m:], design.outcome):
+        notes.append(
+            f"covariates {kept} separate the verdicts (the longer/shorter description wins every decisive verdict): "
+            "the maximum-likelihood coefficient is infinite; scores, coefficients and p-values reported as null"
+        )
+        identified = False
+    theta, ok, hess = damped_newton(design, np.ones((1, design.x.shape[0])), precision, davidson)
+    est = theta[0]
+    wald_se = np.sqrt(np.maximum(np.diag(np.linalg.pinv(hess[0]))[m:p], 0.0))
+    if identified and kept and (not ok[0] or np.max(np.abs(est[m:p])) > DIVERGED):
+        notes.append(
+            f"covariates {kept} nearly separate the verdicts (fitted coefficient beyond {DIVERGED:g} logits per RMS "
+            "difference, or no convergence): the estimate rests on the few verdicts length does not decide; scores, "
+            "coefficients and p-values reported as null"
+        )
+        identified = False
+    return _FullFit(
+        estimate=est,
+        scores=est[:m] - est[:m].mean(),
+        coefficients=est[m:p],
+        wald_se=wald_se,
+        tie_parameter=math.exp(float(est[-1])) if davidson else None,
+        log_likelihood=-data_nll(design, est, davidson),
+        converged=bool(ok[0]),
+        identified=identified,
+    )
+
+
+def _bootstrap(
+    design: Design, full: _FullFit, precision: float, davidson: bool, n_boot: int, seed: int | None, batched: bool
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Every resample's centred scores `(n_boot, M)` and kept coefficients `(n_boot, K_kept)`, NaN where a model
+    was not compared (scores) or the resample failed (separated: not converged or beyond ``DIVERGED``), and the
+    number of failed resamples. The resamples are :func:`~emoreward.ranking.bootstrap.bootstrap_ci`'s."""
+    m, p = design.m, design.x.shape[1]
+    unit_w = resample_unit_weights(design.n_units, n_boot, seed).astype(float)
+    fits = fit_resamples(design, full.estimate, unit_w, precision, davidson, batched)
+    theta = fits.params
+    good = fits.converged & (np.max(np.abs(theta[:, m:p]), axis=1, initial=0.0) <= DIVERGED)
+    present_rows = np.zeros((design.n_units, m))
+    np.add.at(present_rows, (design.units, design.a), 1.0)
+    np.add.at(present_rows, (design.units, design.b), 1.0)
+    present = (unit_w @ present_rows) > 0
+    scores = theta[:, :m].copy()
+    scores[~present] = np.nan
+    with warnings.catch_warnings():  # centred on the estimate's mean over the models the resample compared
+        warnings.simplefilter("ignore", RuntimeWarning)
+        shift = np.nanmean(np.where(present, full.scores, np.nan), axis=1) - np.nanmean(scores, axis=1)
+    scores += shift[:, None]
+    scores[~good] = np.nan
+    coefficients = theta[:, m:p].copy()
+    coefficients[~good] = np.nan
+    return scores, coefficients, int((~good).sum())
 
 
 def _percentile(boot: np.ndarray, est: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:

@@ -130,8 +130,9 @@ def fit_ranking(
             descriptions (:func:`~emoreward.ranking.length_control.description_features`); with them the
             length-controlled Davidson fit runs too, on the same resamples.
         covariates (`Sequence[str]`): names of the ``features`` columns.
-        batched (`bool`): fit every resample at once (default; :func:`emoreward.ranking.batched.fit_batch`), or
-            one at a time (``False``, the reference path; the same optimum to about 1e-8).
+        batched (`bool`): fit every resample at once (default; :func:`emoreward.ranking.batched.fit_batch`, and
+            :func:`emoreward.ranking.length_batched.fit_resamples` for the length-controlled fit), or one at a time
+            (``False``, the reference path; the same optimum to about 1e-8).
 
     Returns:
         `RankingFits` (each ``BootstrapCI.estimate`` is the full-data fit).
@@ -166,7 +167,7 @@ def fit_ranking(
         with warnings.catch_warnings():  # its notes travel in `ControlledFit.warnings`, printed with the report
             warnings.filterwarnings("ignore", message="length-controlled fit:", category=UserWarning)
             controlled = fit_length_controlled(
-                records, features, covariates, "davidson", models, prior_variance, n_boot, alpha, seed
+                records, features, covariates, "davidson", models, prior_variance, n_boot, alpha, seed, batched
             )
     return RankingFits(counts, binarized, ties, paper_fit, controlled)
 
