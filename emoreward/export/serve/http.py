@@ -4,8 +4,12 @@ scoring thread, bearer authentication, start-up and graceful shutdown) and the h
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import json
 import logging
+import select
+import socket
+import struct
 import sys
 import threading
 import time
@@ -23,6 +27,10 @@ logger = logging.getLogger(__name__)
 
 MAX_HEAD_BYTES = 16 * 1024  # request line + headers
 READ_CHUNK = 64 * 1024
+# seconds a closing connection keeps reading (and discarding) what its client still sends (see `_close`)
+LINGER_S = 2.0
+# seconds the shutdown waits for the kernel's accept queue to be taken (see `RewardServer._stop_listening`)
+DRAIN_S = 5.0
 
 
 def _raw_response(status: HTTPStatus, message: str, retry_after: int | None = None) -> bytes:
@@ -228,6 +236,7 @@ class RewardServer:
         self._address: tuple[str, int] | None = None
         self._server: asyncio.base_events.Server | None = None
         self._connections: dict[asyncio.Task, _Connection] = {}
+        self._refusing: set[asyncio.Task] = set()  # connections answered 503 at once (full, or shutting down)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self.closing = False
@@ -260,15 +269,15 @@ class RewardServer:
         cancelled while it has work (a cancelled stream handler is logged by asyncio as an error).
         True when every queued request was scored in time."""
         self.closing = True
-        if self._server is not None:
-            self._server.close()
         for connection in list(self._connections.values()):
             if connection.idle:
                 connection.writer.close()  # its read ends with EOF
+        await self._stop_listening()
         done = await asyncio.get_running_loop().run_in_executor(None, self.batcher.close, grace)
         for last_resort in (False, True):
-            if self._connections:
-                await asyncio.wait(list(self._connections), timeout=10)
+            tasks = [*self._connections, *self._refusing]
+            if tasks:
+                await asyncio.wait(tasks, timeout=10)
             for task, connection in list(self._connections.items()):
                 if last_resort:
                     task.cancel()
@@ -276,13 +285,36 @@ class RewardServer:
                     connection.writer.close()
         return done
 
+    async def _stop_listening(self) -> None:
+        """Close the listening socket without resetting the connections the kernel has already accepted for it.
+
+        Closing a listening socket resets (TCP RST) every connection still in its accept queue: their clients had
+        connected and sent a request, and read "connection reset" instead of a reply (under load the queue holds
+        dozens). So first the kernel is told to drop new connection attempts (a socket filter, Linux; their
+        clients retry the handshake and are refused once the socket is closed: nothing was sent), then the queued
+        connections are accepted (each answered 503 "shutting down"), then the socket is closed."""
+        if self._server is None:
+            return
+        sockets = list(self._server.sockets)
+        if all(_refuse_new_connections(sock) for sock in sockets):
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + DRAIN_S
+            while any(_has_pending_connection(sock) for sock in sockets) and loop.time() < deadline:
+                await asyncio.sleep(0.005)  # the event loop's accept callback takes them
+            await asyncio.sleep(0)  # let the last accepted connections start
+        self._server.close()
+
     async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         if self.closing or len(self._connections) >= self.service.limits.max_connections:
             self.service.count(busy=1)
             message = "shutting down" if self.closing else "too many open connections; retry later"
-            writer.write(_raw_response(HTTPStatus.SERVICE_UNAVAILABLE, message, self.batcher.retry_after()))
-            await _close(writer)
+            self._refusing.add(task)
+            try:
+                writer.write(_raw_response(HTTPStatus.SERVICE_UNAVAILABLE, message, self.batcher.retry_after()))
+                await _close(reader, writer)
+            finally:
+                self._refusing.discard(task)
             return
         connection = _Connection(self, reader, writer)
         self._connections[task] = connection
@@ -292,7 +324,7 @@ class RewardServer:
             pass  # the client has gone, or the shutdown closed the connection: end quietly
         finally:
             self._connections.pop(task, None)
-            await _close(writer)
+            await _close(reader, writer)
 
     async def log_stats(self, every: float) -> None:
         """Log the counters every ``every`` seconds while they change."""
@@ -359,9 +391,52 @@ else:  # pragma: no cover - Python 3.10
         return await asyncio.wait_for(reader.read(READ_CHUNK), timeout)
 
 
-async def _close(writer: asyncio.StreamWriter) -> None:
+async def _close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Close a connection without resetting it: a socket closed while the client's bytes are still unread (a
+    request refused before its body was read, a 503 sent without reading the request) makes the kernel send a
+    TCP RST, which can destroy the reply before the client reads it. So the reply is followed by a FIN
+    (half-close), what the client still sends is read and discarded until it closes its side (at most
+    `LINGER_S` s), and only then is the socket closed (the "lingering close" of HTTP servers)."""
+    try:
+        if not reader.at_eof() and not writer.is_closing() and writer.can_write_eof():
+            writer.write_eof()
+            deadline = time.monotonic() + LINGER_S
+            while (remaining := deadline - time.monotonic()) > 0 and await _read(reader, remaining):
+                pass
+    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
+        pass
+    except asyncio.CancelledError:  # the shutdown's last resort: close now
+        pass
     writer.close()
     try:
         await writer.wait_closed()
     except (OSError, asyncio.CancelledError):  # a connection handler ends quietly, also when cancelled
         pass
+
+
+# one classic-BPF instruction, BPF_RET | BPF_K with k = 0: keep 0 bytes of every packet, i.e. drop it
+_DROP_ALL = struct.pack("HBBI", 0x06, 0, 0, 0)
+_SO_ATTACH_FILTER = 26  # Linux, <asm-generic/socket.h>
+
+
+def _refuse_new_connections(sock: Any) -> bool:
+    """Make the kernel drop every packet that reaches the listening socket ``sock`` (connection attempts and
+    handshakes in progress), leaving the connections already in its accept queue intact: they are sockets of
+    their own. Linux only (a socket filter, SO_ATTACH_FILTER); True when done."""
+    if not sys.platform.startswith("linux"):
+        return False
+    program = ctypes.create_string_buffer(_DROP_ALL, len(_DROP_ALL))
+    fprog = struct.pack("HP", 1, ctypes.addressof(program))  # struct sock_fprog {len, filter}; the kernel copies it
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, fprog)
+    except OSError:
+        return False
+    return True
+
+
+def _has_pending_connection(sock: Any) -> bool:
+    """Whether the listening socket has an accepted connection waiting in the kernel's queue (it polls readable)."""
+    try:
+        return bool(select.select([sock.fileno()], [], [], 0)[0])
+    except (OSError, ValueError):
+        return False
