@@ -193,7 +193,7 @@ def test_connections_waiting_in_the_accept_queue_at_shutdown_get_a_reply_not_a_r
             time.sleep(0.5)
             asyncio.ensure_future(srv.shutdown())
 
-        srv._loop.call_soon_threadsafe(hold_then_shut_down)  # noqa: SLF001 - the test holds the server's loop
+        srv.loop.call_soon_threadsafe(hold_then_shut_down)  # the test holds the server's event loop
         time.sleep(0.05)
         body = json.dumps({"descriptions": ["a b"]}).encode()
         head = f"POST /v1/rewards HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
