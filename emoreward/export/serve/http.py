@@ -429,7 +429,7 @@ class RewardServer:
         """Serve from a background thread (returns once the socket is bound)."""
         ready = threading.Event()
         failure: list[BaseException] = []
-        loop = asyncio.new_event_loop()
+        loop = new_event_loop()
 
         def run() -> None:
             try:
@@ -465,6 +465,24 @@ class RewardServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """The server's event loop: uvloop's when it is installed (it comes with the ``ray`` extra; about 20% less
+    event-loop CPU per request), else asyncio's. Both serve identically."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def run(main: Any) -> Any:
+    """``asyncio.run(main)`` on `new_event_loop` (Python 3.11+; asyncio's own loop on 3.10)."""
+    if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
+        return asyncio.run(main)
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        return runner.run(main)
 
 
 def _error_body(message: str) -> bytes:
