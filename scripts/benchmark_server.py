@@ -344,7 +344,8 @@ class InProcess:
     """The in-process reference: descriptions/s of `RewardService.score_jobs` in this process (one torch thread),
     ``merged`` one-description jobs per model call, what the server does when ``merged`` per-sample requests are
     queued together. Measured at the mean batch size the server formed in the scenario it is compared with
-    (``merged`` = descriptions / model calls from the server's /health counters), once per size."""
+    (``merged`` = descriptions / model calls from the server's /health counters), right after that scenario: on a
+    shared machine both then run under about the same load."""
 
     def __init__(self, model_dir: Path, texts: list[str], n: int = 1024):
         from emoreward.export.serve.service import RewardService
@@ -352,29 +353,29 @@ class InProcess:
 
         self.service = RewardService(load_reward_model(model_dir))
         self.jobs = [self.service.parse("rewards", {"descriptions": [t]}) for t in texts[:n]]
-        self.rates: dict[int, dict] = {}
+        self.rates: list[dict] = []
 
     def rate(self, merged: int) -> dict:
         import torch
 
         merged = max(1, int(merged))
-        if merged not in self.rates:
-            threads = torch.get_num_threads()
-            torch.set_num_threads(1)
-            try:
-                jobs, score = self.jobs, self.service.score_jobs
-                for k in range(0, min(len(jobs), 4 * merged), merged):  # warm-up: this size's shapes
-                    score(jobs[k : k + merged])
-                start, cpu = time.perf_counter(), time.process_time()
-                for k in range(0, len(jobs), merged):
-                    score(jobs[k : k + merged])
-                wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-            finally:
-                torch.set_num_threads(threads)
-            self.rates[merged] = {"merged": merged, "descriptions": len(jobs), "wall_s": round(wall, 3),
-                                  "descriptions_per_s": round(len(jobs) / wall, 1),
-                                  "descriptions_per_cpu_s": round(len(jobs) / cpu, 1)}  # fmt: skip
-        return self.rates[merged]
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            jobs, score = self.jobs, self.service.score_jobs
+            for k in range(0, min(len(jobs), 4 * merged), merged):  # warm-up: this size's shapes
+                score(jobs[k : k + merged])
+            start, cpu = time.perf_counter(), time.process_time()
+            for k in range(0, len(jobs), merged):
+                score(jobs[k : k + merged])
+            wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+        finally:
+            torch.set_num_threads(threads)
+        self.rates.append({"merged": merged, "descriptions": len(jobs), "wall_s": round(wall, 3),
+                           "descriptions_per_s": round(len(jobs) / wall, 1),
+                           "descriptions_per_cpu_s": round(len(jobs) / cpu, 1),
+                           "load_1min": round(os.getloadavg()[0], 2)})  # fmt: skip
+        return self.rates[-1]
 
 
 async def model_calls(host: str, port: int, replicas: int = 1) -> int:
@@ -538,7 +539,7 @@ def main() -> int:
                 logs.append(stop_server(proc))
     header = {"tree": str(args.tree.resolve()), "texts": args.texts, "server_args": args.server_arg}
     header |= {"engine": args.engine, "threads": args.threads, "cores": os.cpu_count()}
-    header["in_process"] = sorted(reference.rates.values(), key=lambda r: r["merged"]) if reference else None
+    header["in_process"] = reference.rates if reference else None
     print(json.dumps(header))
     cols = ["engine", "scenario", "requests", "answered", "lost", "requests_per_s", "descriptions_per_s", "p50_ms"]
     cols += ["p99_ms", "descriptions_per_call", "server_cpu_s", "client_cpu_s", "descriptions_per_server_cpu_s"]
