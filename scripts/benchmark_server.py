@@ -467,6 +467,8 @@ async def run_scenarios(args, texts, proc, port: int, label: str, reference, beg
         # (a killed process takes its CPU time with it: then there is no figure)
         result["server_cpu_s"] = round(used, 2) if used > 0 and not killed else None
         result["server_cpu_by_role"] = by_role
+        # the cores the server got (CPU seconds / wall seconds): on a shared machine, what its rate had to work with
+        result["server_cores"] = round(used / result["wall_s"], 2) if result["wall_s"] else None
         result["descriptions_per_server_cpu_s"] = round(result["descriptions"] / used, 1) if used > 0 else None
         result["engine"] = label
         if not killed:
@@ -487,10 +489,11 @@ async def run_scenarios(args, texts, proc, port: int, label: str, reference, beg
         await per_sample(host, port, list(texts), max(args.per_sample + args.verl_clients), 2)
     for n in args.throughput_clients:
         await measured(throughput(host, port, texts, n, args.throughput_requests))
-    for n in args.per_sample:
-        await measured(per_sample(host, port, list(texts), n, args.requests_per_client))
-    for n in args.verl_clients:
-        await measured(verl_per_sample(f"http://{host}:{port}", texts, n, args.requests_per_client))
+    for _ in range(args.repeat):  # each run followed by its in-process reference: paired under the same load
+        for n in args.per_sample:
+            await measured(per_sample(host, port, list(texts), n, args.requests_per_client))
+        for n in args.verl_clients:
+            await measured(verl_per_sample(f"http://{host}:{port}", texts, n, args.requests_per_client))
     for n in args.batch:
         await measured(batch(host, port, texts, n))
     if args.kill_replica and label.startswith("ray") and label != "ray x1" and args.per_sample:
@@ -498,6 +501,25 @@ async def run_scenarios(args, texts, proc, port: int, label: str, reference, beg
         await measured(killed_replica(host, port, list(texts), n, per, replicas), killed=True)
         for n in args.verl_clients:
             await measured(killed_replica(host, port, list(texts), n, per, replicas, verl=True), killed=True)
+
+
+def median(values: list) -> float | None:
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else round((values[mid - 1] + values[mid]) / 2, 3)
+
+
+def medians(results: list[dict]) -> dict[str, dict[str, list]]:
+    """The server / in-process ratios of every run, by engine and scenario."""
+    out: dict[str, dict[str, list]] = {}
+    for r in results:
+        if "overhead" in r:
+            runs = out.setdefault(f"{r['engine']} {r['scenario']}", {"overhead": [], "overhead_cpu": []})
+            runs["overhead"].append(r["overhead"])
+            runs["overhead_cpu"].append(r["overhead_cpu"])
+    return out
 
 
 def main() -> int:
@@ -512,6 +534,7 @@ def main() -> int:
     p.add_argument("--throughput-requests", type=int, default=20, help="requests each throughput client sends")
     p.add_argument("--verl-clients", type=int, nargs="*", default=[], help="verl reward-loop tasks in flight")
     p.add_argument("--warmup", type=int, default=32, help="requests sent (and not measured) before measuring")
+    p.add_argument("--repeat", type=int, default=1, help="runs of each per-sample / verl scenario (median reported)")
     p.add_argument("--threads", type=int, help="OMP_NUM_THREADS of the server (default: torch's, all cores)")
     p.add_argument("--engine", choices=["single", "ray"], default="single", help="emoreward serve --engine")
     p.add_argument("--replicas", type=int, nargs="*", default=[1], help="--engine ray: replica counts to measure")
@@ -549,6 +572,16 @@ def main() -> int:
         print(" | ".join(str(r.get(c)) for c in cols) + f" | {r['failed_attempts'] or '-'} | {r['load_1min']}")
     for r in results:
         print(f"{r['engine']} {r['scenario']}: server CPU by process {r['server_cpu_by_role']}")
+    for scenario in {r["scenario"] for r in results if r["engine"].startswith("ray x")}:
+        runs = {r["engine"]: r for r in results if r["scenario"] == scenario}
+        if "ray x1" in runs and "ray x2" in runs:
+            one, two = runs["ray x1"], runs["ray x2"]
+            print(f"ray x2 / x1, {scenario}: {two['descriptions_per_s'] / one['descriptions_per_s']:.2f} "
+                  f"(the server had {one['server_cores']} then {two['server_cores']} cores)")  # fmt: skip
+    if reference:
+        for key, runs in medians(results).items():
+            print(f"median over {len(runs['overhead'])} runs, {key}: server / in-process rate {median(runs['overhead'])}"
+                  f" (wall), {median(runs['overhead_cpu'])} (per CPU-second)")  # fmt: skip
     for log in logs:
         print("server output (last lines):\n" + "\n".join(log.strip().splitlines()[-4:]))
     if args.output:

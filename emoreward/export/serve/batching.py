@@ -57,7 +57,8 @@ class Job:
     fields: list[str]
     costs: list[int]
     offset: int = 0
-    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future, repr=False)
+    # what a caller waiting in a thread blocks on (`Batcher.score` makes it; event loops use `waiter`)
+    future: concurrent.futures.Future | None = field(default=None, repr=False)
     deadline: float = math.inf
     cancelled: bool = False
     gone: Callable[[], bool] | None = field(default=None, repr=False)
@@ -91,6 +92,8 @@ class Job:
 
     def finish(self) -> None:
         """Wake whoever waits on the job (once; a waiter that has gone is no error)."""
+        if self.future is None:
+            return
         try:
             self.future.set_result(None)
         except concurrent.futures.InvalidStateError:
@@ -196,6 +199,7 @@ class Batcher:
             RequestError: 503 (queue full or timed out), or the job's own error.
         """
         if job.info is None:  # else nothing to score (an empty OpenRLHF query)
+            job.future = concurrent.futures.Future()
             self.submit(job)
             job.future.result()
         return self.service.reply(job)
