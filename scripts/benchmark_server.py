@@ -35,20 +35,25 @@ What the client does, read from OpenRLHF (github.com/OpenRLHF/OpenRLHF):
   that were on it. Lost rewards are what the retries did not save.
 
 With ``--engine ray`` the server is ``emoreward serve --engine ray --replicas R --num-cpus 1`` (a local Ray cluster,
-``--threads`` torch threads per replica), once per ``--replicas`` value. ``in-process`` is the rate of
-`RewardService.score_jobs` in this process (one torch thread) on the same texts merged 64 per model call, as the
-server merges 64 concurrent per-sample requests; ``overhead`` = server descriptions/s / in-process descriptions/s
-(wall clock), ``overhead_cpu`` = server descriptions per CPU-second (every server process: for Ray the driver,
-raylet, GCS, Serve controller, proxy and replicas) / in-process descriptions per CPU-second: on a shared machine the
-wall-clock figures move with the other jobs' load, the CPU figures much less.
+``--threads`` torch threads per replica), once per ``--replicas`` value. ``in-process`` (``--in-process``) is the
+rate of `RewardService.score_jobs` in this process (one torch thread) on the same texts, at the batch size the server
+formed in the scenario (its descriptions / model calls, from /health), measured right after that scenario, so that
+both run under about the same load; ``overhead`` = server descriptions/s / in-process descriptions/s (wall clock),
+``overhead_cpu`` = server descriptions per CPU-second (every server process: for Ray the driver, raylet, GCS, Serve
+controller, proxy and replicas) / in-process descriptions per CPU-second. ``--repeat N`` runs each per-sample / verl
+scenario N times (each paired with its reference) and prints the medians.
 
-Each scenario also reports the server process's CPU time and descriptions per second of server CPU
-(``desc/server-CPU-s``): on a machine shared with other jobs the wall-clock rates move with their load, the CPU
-figure much less (with ``--threads 1``: no thread of the server waits spinning for another).
+Each scenario also reports the server's CPU time by process (``server_cpu_by_role``: for Ray the replicas, proxy,
+controller, raylet and GCS), the cores it got (CPU seconds / wall seconds: on a shared machine what its rate had to
+work with), the clients' CPU time (they run in this process, on the same cores), and descriptions per second of
+server CPU (``desc/server-CPU-s``): on a machine shared with other jobs the wall-clock rates move with their load,
+the CPU figures much less (with ``--threads 1``: no thread of the server waits spinning for another).
 
 The client is a minimal asyncio HTTP/1.1 client (one connection per attempt, as OpenRLHF's), so that little of
-the 2 shared cores goes to the client: on an RL cluster the rollout workers that send these requests run on
-other machines. The 1-minute load average is printed next to the figures: on a shared machine they move with it.
+the 2 shared cores goes to the client (about 0.15 ms of CPU per request; verl's own client about 0.3 ms): on an RL
+cluster the rollout workers that send these requests run on other machines. The warm-up also runs the largest
+per-sample load once (the model's shapes at the server's batch sizes). The 1-minute load average is printed next to
+the figures: on a shared machine they move with it.
 """
 
 from __future__ import annotations
