@@ -489,6 +489,8 @@ async def run_scenarios(args, texts, proc, port: int, label: str, reference, beg
             result["overhead_cpu"] = round(per_cpu / ref["descriptions_per_cpu_s"], 3) if per_cpu else None
         results.append(result)
 
+    if args.verl_clients:
+        from emoreward.export import verl  # noqa: F401 - imported before any clock starts (it imports torch)
     await throughput(host, port, texts, 1, args.warmup)  # warm up (not reported) ...
     if args.per_sample or args.verl_clients:  # ... also at the load's batch sizes
         await per_sample(host, port, list(texts), max(args.per_sample + args.verl_clients), 2)
