@@ -473,7 +473,7 @@ async def run_scenarios(args, texts, proc, port: int, label: str, reference, beg
         result["server_cpu_s"] = round(used, 2) if used > 0 and not killed else None
         result["server_cpu_by_role"] = by_role
         # the cores the server got (CPU seconds / wall seconds): on a shared machine, what its rate had to work with
-        result["server_cores"] = round(used / result["wall_s"], 2) if result["wall_s"] else None
+        result["server_cores"] = round(used / result["wall_s"], 2) if result["wall_s"] and not killed else None
         result["descriptions_per_server_cpu_s"] = round(result["descriptions"] / used, 1) if used > 0 else None
         result["engine"] = label
         if not killed:
