@@ -6,7 +6,8 @@ Each connection is an `asyncio.Protocol`: bytes arrive in `data_received`, a com
 queued in that callback, and the batcher's scoring thread wakes the loop once per model call, which answers every
 request of that call from a callback. No task, coroutine or stream object is made per request: at RL rates (one
 request per sample) the event loop's cost per request is what separates the server's rate from the model's.
-The wire format is `http11`.
+HTTP/1.1 itself (request parsing, body framing, responses, keep-alive, ``100 Continue``) is h11's, sans-IO: one
+`h11.Connection` per connection, fed the bytes `data_received` gets.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ import time
 from http import HTTPStatus
 from typing import Any
 
+import h11
+
 from emoreward.export.serve.batching import Batcher, Job
-from emoreward.export.serve.http11 import CONTINUE, HEAD_END, MAX_HEAD_BYTES, Request, parse_head, response
 from emoreward.export.serve.protocol import (
     LOOPBACK,
     ROUTES,
@@ -47,23 +49,34 @@ DRAIN_S = 5.0
 PIPELINE_BYTES = 64 * 1024
 # a body larger than this is parsed off the event loop
 LARGE_BODY = 1024 * 1024
+# bytes of a request head (request line and header fields) at most: a longer one is a 431
+MAX_HEAD_BYTES = 16 * 1024
+SERVER_HEADER = (b"Server", b"emoreward-serve")
+_REASONS = {status: status.phrase.encode("latin-1") for status in HTTPStatus}
 
 
 class _Connection(asyncio.Protocol):
-    """One client connection: HTTP/1.1 with keep-alive; pipelined requests are answered in order, one at a time.
+    """One client connection: HTTP/1.1 parsed and framed by h11 (one `h11.Connection` per connection, fed from
+    `data_received`), keep-alive; pipelined requests are answered in order, one at a time.
 
-    A request goes: head received and parsed (`http11.parse_head`), the checks that need no body (route, method,
-    token, body headers, queue room: a refused request's body is never waited for), the body, then the job is
-    queued and `_scored` answers it from the batcher's wake-up. A client that closes or half-closes its side while
-    its job waits has gone (`Job.gone`): the batcher drops the job before its next model call.
+    A request goes: its head (`h11.Request`), the checks that need no body (route, method, token, body headers,
+    queue room: a refused request's body is never waited for), ``100 Continue`` when the client waits for it, the
+    body (`h11.Data` up to `h11.EndOfMessage`), then the job is queued and `_scored` answers it from the batcher's
+    wake-up. Bytes that arrive while a request is answered (the next, pipelined requests) are held until its reply
+    is sent and h11 starts its next cycle. A client that closes or half-closes its side while its job waits has gone
+    (`Job.gone`): the batcher drops the job before its next model call.
     """
 
     def __init__(self, server: RewardServer):
         self.server, self.service = server, server.service
         self.transport: asyncio.Transport | None = None
-        self.buffer = bytearray()
-        self.request: Request | None = None  # the request being received or answered
+        self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self.fresh = True  # no byte of the next request received yet (h11 holds none)
+        self.held = bytearray()  # bytes received while a request is answered
+        self.method = self.path = "-"  # of the request being received or answered (for the log)
         self.route: str | None = None  # its route once its head passed the checks; "health" for GET /health
+        self.body: list[bytes] = []
+        self.body_bytes = self.body_limit = 0
         self.busy = False  # a complete request is being answered (parsed, queued or scored)
         self.eof = False  # the client closed (or half-closed) its side, or the connection was lost
         self.closed = False  # closing (lingering) or closed: nothing more is read or answered
@@ -84,7 +97,7 @@ class _Connection(asyncio.Protocol):
             self.service.count(busy=1)
             message = "shutting down" if server.closing else "too many open connections; retry later"
             retry = [("Retry-After", str(server.batcher.retry_after()))]
-            self.transport.write(response(HTTPStatus.SERVICE_UNAVAILABLE, _error_body(message), retry, close=True))
+            self._send(HTTPStatus.SERVICE_UNAVAILABLE, _error_body(message), retry, close=True)
             self.close()
             return
         server.open_connections += 1
@@ -93,13 +106,13 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return  # lingering: what the client still sends is discarded
-        self.buffer += data
         if self.busy:
-            if len(self.buffer) > PIPELINE_BYTES and not self.paused:
+            self.held += data
+            if len(self.held) > PIPELINE_BYTES and not self.paused:
                 self.paused = True
                 self.transport.pause_reading()
             return
-        self._advance()
+        self._feed(data)
 
     def eof_received(self) -> bool:
         self.eof = True
@@ -121,64 +134,107 @@ class _Connection(asyncio.Protocol):
     def idle(self) -> bool:
         """Kept alive after a reply, waiting for the next request with no byte of it yet (the shutdown closes such
         a connection at once; a new connection's first request is still read and answered)."""
-        return self.answered > 0 and not self.busy and not self.buffer and self.request is None and not self.closed
+        return self.answered > 0 and self.fresh and not self.busy and not self.held and not self.closed
+
+    def _feed(self, data: bytes) -> None:
+        if self.fresh:
+            data = data.lstrip(b"\r\n")  # blank lines before a request are ignored (RFC 9112, 2.2); h11 refuses them
+            if not data:
+                return
+            self.fresh = False
+        self.conn.receive_data(data)
+        self._advance()
 
     def _advance(self) -> None:
-        """Take the next request's head, then its body, out of the buffer; answer a complete request."""
-        if self.request is None:
-            while self.buffer[:2] == b"\r\n":  # blank lines before a request are ignored (RFC 9112, 2.2)
-                del self.buffer[:2]
-            end = self.buffer.find(HEAD_END)
-            if end < 0:
-                if len(self.buffer) > MAX_HEAD_BYTES:
-                    self._fail(RequestError(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "request head too large"))
-                elif self.buffer and self.timer_kind != "head":
+        """Take h11's events for the request being received: its head, its body; answer it once complete."""
+        conn = self.conn
+        while True:
+            try:
+                event = conn.next_event()
+            except h11.RemoteProtocolError as err:
+                self._fail(_protocol_error(err))
+                return
+            if event is h11.NEED_DATA:
+                if conn.their_state is h11.SEND_BODY:
+                    self._arm(self.service.limits.read_timeout, self._read_timeout, "body")  # restarted by every chunk
+                elif self.timer_kind != "head":
                     self._arm(self.service.limits.read_timeout, self._read_timeout, "head")
                 return
-            if end > MAX_HEAD_BYTES:
-                self._fail(RequestError(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "request head too large"))
+            if isinstance(event, h11.Request):
+                if not self._head(event):
+                    return
+            elif isinstance(event, h11.Data):
+                self.body.append(event.data)
+                self.body_bytes += len(event.data)
+                if self.body_bytes > self.body_limit:  # a chunked body (a Content-Length was checked before)
+                    self._fail(RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {self.body_limit} bytes"))
+                    return
+            elif isinstance(event, h11.EndOfMessage):
+                self._cancel_timer()
+                self.busy = True
+                body = self.body[0] if len(self.body) == 1 else b"".join(self.body)
+                self.body, self.body_bytes = [], 0
+                self._answer(body)
                 return
-            head = bytes(self.buffer[:end])
-            del self.buffer[: end + len(HEAD_END)]
-            try:
-                self.request = parse_head(head)
-                self.route = self._check(self.request)
-            except RequestError as err:
-                self._fail(err)
+            else:  # PAUSED or ConnectionClosed: h11 is never fed an end of stream (`eof_received` handles it)
                 return
-            if self.request.length > len(self.buffer) and self.request.expect_continue and not self.buffer:
-                self.transport.write(CONTINUE)
-        if self.request.length > len(self.buffer):
-            self._arm(self.service.limits.read_timeout, self._read_timeout, "body")  # restarted by every chunk
-            return
-        body = bytes(self.buffer[: self.request.length])
-        del self.buffer[: self.request.length]
-        self._cancel_timer()
-        self.busy = True
-        self._answer(body)
 
-    def _check(self, request: Request) -> str:
+    def _head(self, event: h11.Request) -> bool:
+        """Check a request head (`_check`) and send ``100 Continue`` when its client waits for it; False when it was
+        refused (answered)."""
+        headers: dict[str, str] = {}
+        size = len(event.method) + len(event.target) + 12  # the request line
+        for name, value in event.headers:  # h11 gives lower-case names
+            size += len(name) + len(value) + 4
+            key, text = name.decode("ascii"), value.decode("latin-1")
+            headers[key] = f"{headers[key]}, {text}" if key in headers else text
+        self.method = event.method.decode("ascii")
+        self.path = event.target.decode("latin-1").split("?", 1)[0]
+        try:
+            if size > MAX_HEAD_BYTES:  # h11 bounds an incomplete head only; this bounds one received at once
+                raise RequestError(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "request head too large")
+            if event.http_version not in (b"1.1", b"1.0"):
+                raise RequestError(HTTPStatus.HTTP_VERSION_NOT_SUPPORTED, "only HTTP/1.0 and HTTP/1.1 are served")
+        except RequestError as err:
+            self._fail(err)  # and close
+            return False
+        try:
+            self.route = self._check(headers)
+        except RequestError as err:
+            if "transfer-encoding" not in headers and headers.get("content-length", "0") == "0":
+                self.conn.next_event()  # its empty body's EndOfMessage: the connection stays usable after the reply
+            self._fail(err)
+            return False
+        if self.conn.client_is_waiting_for_100_continue and not self.conn.trailing_data[0]:
+            self.transport.write(
+                self.conn.send(h11.InformationalResponse(status_code=100, headers=[], reason=b"Continue"))
+            )
+        return True
+
+    def _check(self, headers: dict[str, str]) -> str:
         """The request's route ("health" for GET /health) after every check that needs no body (the queue check
-        too), so a refused request's body is never waited for.
+        too), so a refused request's body is never waited for. Sets the body's limit.
 
         Raises:
             RequestError: 404, 405, 401, 415, 411, 413 or 503.
         """
-        service, server = self.service, self.server
-        if request.path == "/health":
-            if request.method != "GET":
+        service, server, path = self.service, self.server, self.path
+        if path == "/health":
+            if self.method != "GET":
                 raise RequestError(HTTPStatus.METHOD_NOT_ALLOWED, "/health takes GET", [("Allow", "GET")])
-            check_bearer(request.headers, server.token)
-            if request.length > MAX_HEAD_BYTES:
-                raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {MAX_HEAD_BYTES} bytes")
+            check_bearer(headers, server.token)
+            self.body_limit = MAX_HEAD_BYTES
+            if int(headers.get("content-length", 0)) > self.body_limit:  # h11 has checked it is a number
+                raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {self.body_limit} bytes")
             return "health"
-        route = ROUTES.get(request.path)
+        route = ROUTES.get(path)
         if route is None:
-            raise RequestError(HTTPStatus.NOT_FOUND, f"no endpoint {request.path}; try /v1/rewards or /get_reward")
-        if request.method != "POST":
-            raise RequestError(HTTPStatus.METHOD_NOT_ALLOWED, f"{request.path} takes POST", [("Allow", "POST")])
-        check_bearer(request.headers, server.token)
-        check_body_headers(request.headers, service.limits)
+            raise RequestError(HTTPStatus.NOT_FOUND, f"no endpoint {path}; try /v1/rewards or /get_reward")
+        if self.method != "POST":
+            raise RequestError(HTTPStatus.METHOD_NOT_ALLOWED, f"{path} takes POST", [("Allow", "POST")])
+        check_bearer(headers, server.token)
+        check_body_headers(headers, service.limits)  # a Content-Length within the limit; chunked bodies are a 411
+        self.body_limit = service.limits.max_body_bytes
         if server.closing:
             raise RequestError(HTTPStatus.SERVICE_UNAVAILABLE, "the server is shutting down")
         if server.batcher.full():
@@ -243,8 +299,7 @@ class _Connection(asyncio.Protocol):
     def _fail(self, err: RequestError) -> None:
         """Answer ``err`` (counted and logged like every refused request)."""
         self.service.record_error(err)
-        method, path = (self.request.method, self.request.path) if self.request else ("-", "-")
-        logger.info("%s %s -> %d %s", method, path, err.status.value, err.message)
+        logger.info("%s %s -> %d %s", self.method, self.path, err.status.value, err.message)
         self._reply(err.status, {"error": err.message}, err.headers)
 
     def _reply(
@@ -258,25 +313,65 @@ class _Connection(asyncio.Protocol):
             logger.error("the model returned a non-finite reward")
             self.service.count(failures=1)
             status, data = HTTPStatus.INTERNAL_SERVER_ERROR, _error_body("the model returned a non-finite reward")
-        request = self.request
-        # a request refused before its body was received leaves the connection unusable: close it
-        unread = request is None or (not self.busy and request.length > 0)
-        close = unread or not request.keep_alive or self.server.closing
-        self.transport.write(response(status, data, headers, close=close))
+        conn = self.conn
+        # a request not received in full (refused before its body, malformed, timed out) leaves the connection
+        # unusable: close it
+        if not self._send(status, data, headers, close=conn.their_state is not h11.DONE or self.server.closing):
+            return
         self.answered += 1
-        if close:
+        self.route, self.method, self.path = None, "-", "-"
+        if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:  # closing (HTTP/1.0 included)
             self.close()
             return
-        self.request = self.route = None
         self.busy = False
         if self.eof:
             self._shut()
             return
+        conn.start_next_cycle()
+        trailing = conn.trailing_data[0]  # bytes of the next request that h11 already holds
+        if trailing[:1] in (b"\r", b"\n"):  # blank lines before a request are ignored (RFC 9112, 2.2)
+            self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+            trailing = trailing.lstrip(b"\r\n")
+            self.conn.receive_data(trailing)
+        self.fresh = not trailing
         if self.paused:
             self.paused = False
             self.transport.resume_reading()
         self._arm(self.service.limits.keepalive_timeout, self._idle_timeout)
-        if self.buffer:
+        if self.held or trailing:
+            self.busy = True  # the next request is taken from a callback: no recursion through pipelined replies
+            self.server.loop.call_soon(self._next)
+
+    def _send(self, status: HTTPStatus, data: bytes, headers: list[tuple[str, str]] | None, close: bool) -> bool:
+        """Write a response (JSON ``data``, ``headers``: the server's own, e.g. ``Retry-After``) through h11, which
+        adds ``Connection: close`` when the connection ends after it; False (and closed) when h11 refuses it."""
+        head = [(b"Content-Type", b"application/json"), (b"Content-Length", b"%d" % len(data)), SERVER_HEADER]
+        if headers:
+            head += headers
+        if close:
+            head.append((b"Connection", b"close"))
+        try:
+            out = self.conn.send(h11.Response(status_code=status.value, headers=head, reason=_REASONS[status]))
+            out += self.conn.send(h11.Data(data=data)) + self.conn.send(h11.EndOfMessage())
+        except h11.LocalProtocolError:  # e.g. h11 in an error state: nothing more can be sent
+            logger.exception("response not sent")
+            self._shut()
+            return False
+        self.transport.write(out)
+        return True
+
+    def _next(self) -> None:
+        """Take the next (pipelined) request: what h11 holds, then what arrived while the last one was answered."""
+        if self.closed:
+            return
+        self.busy = False
+        if self.eof:
+            self._shut()
+            return
+        held, self.held = bytes(self.held), bytearray()
+        if held:
+            self._feed(held)
+        else:
             self._advance()
 
     # ------------------------------------------------------------------ timers and closing
@@ -291,12 +386,11 @@ class _Connection(asyncio.Protocol):
             self.timer = self.timer_kind = None
 
     def _idle_timeout(self) -> None:
-        if not self.busy and not self.buffer and self.request is None:
+        if not self.busy and self.fresh and not self.held:
             self._shut()
 
     def _read_timeout(self) -> None:
         if not self.busy and not self.closed:
-            self.request = None  # its body is not read: `_reply` closes the connection
             self._fail(RequestError(HTTPStatus.REQUEST_TIMEOUT, "request not received in time"))
 
     def close(self) -> None:
@@ -487,6 +581,18 @@ def run(main: Any) -> Any:
 
 def _error_body(message: str) -> bytes:
     return json.dumps({"error": message}).encode("utf-8")
+
+
+def _protocol_error(err: h11.RemoteProtocolError) -> RequestError:
+    """h11's refusal of what a client sent -> the error it is answered with (h11's status hint: 400, 431 for a head
+    over `MAX_HEAD_BYTES`, 501 for a transfer coding other than chunked), naming the problem."""
+    status = HTTPStatus(err.error_status_hint)
+    if status == HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE:
+        return RequestError(status, "request head too large")
+    problem = str(err)[:200]  # h11's message may quote the offending line
+    if status == HTTPStatus.BAD_REQUEST:
+        return RequestError(status, f"malformed HTTP request: {problem}")
+    return RequestError(status, f"HTTP request not served: {problem}")
 
 
 # one classic-BPF instruction, BPF_RET | BPF_K with k = 0: keep 0 bytes of every packet, i.e. drop it
