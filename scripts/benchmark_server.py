@@ -35,20 +35,25 @@ What the client does, read from OpenRLHF (github.com/OpenRLHF/OpenRLHF):
   that were on it. Lost rewards are what the retries did not save.
 
 With ``--engine ray`` the server is ``emoreward serve --engine ray --replicas R --num-cpus 1`` (a local Ray cluster,
-``--threads`` torch threads per replica), once per ``--replicas`` value. ``in-process`` is the rate of
-`RewardService.score_jobs` in this process (one torch thread) on the same texts merged 64 per model call, as the
-server merges 64 concurrent per-sample requests; ``overhead`` = server descriptions/s / in-process descriptions/s
-(wall clock), ``overhead_cpu`` = server descriptions per CPU-second (every server process: for Ray the driver,
-raylet, GCS, Serve controller, proxy and replicas) / in-process descriptions per CPU-second: on a shared machine the
-wall-clock figures move with the other jobs' load, the CPU figures much less.
+``--threads`` torch threads per replica), once per ``--replicas`` value. ``in-process`` (``--in-process``) is the
+rate of `RewardService.score_jobs` in this process (one torch thread) on the same texts, at the batch size the server
+formed in the scenario (its descriptions / model calls, from /health), measured right after that scenario, so that
+both run under about the same load; ``overhead`` = server descriptions/s / in-process descriptions/s (wall clock),
+``overhead_cpu`` = server descriptions per CPU-second (every server process: for Ray the driver, raylet, GCS, Serve
+controller, proxy and replicas) / in-process descriptions per CPU-second. ``--repeat N`` runs each per-sample / verl
+scenario N times (each paired with its reference) and prints the medians.
 
-Each scenario also reports the server process's CPU time and descriptions per second of server CPU
-(``desc/server-CPU-s``): on a machine shared with other jobs the wall-clock rates move with their load, the CPU
-figure much less (with ``--threads 1``: no thread of the server waits spinning for another).
+Each scenario also reports the server's CPU time by process (``server_cpu_by_role``: for Ray the replicas, proxy,
+controller, raylet and GCS), the cores it got (CPU seconds / wall seconds: on a shared machine what its rate had to
+work with), the clients' CPU time (they run in this process, on the same cores), and descriptions per second of
+server CPU (``desc/server-CPU-s``): on a machine shared with other jobs the wall-clock rates move with their load,
+the CPU figures much less (with ``--threads 1``: no thread of the server waits spinning for another).
 
 The client is a minimal asyncio HTTP/1.1 client (one connection per attempt, as OpenRLHF's), so that little of
-the 2 shared cores goes to the client: on an RL cluster the rollout workers that send these requests run on
-other machines. The 1-minute load average is printed next to the figures: on a shared machine they move with it.
+the 2 shared cores goes to the client (about 0.15 ms of CPU per request; verl's own client about 0.3 ms): on an RL
+cluster the rollout workers that send these requests run on other machines. The warm-up also runs the largest
+per-sample load once (the model's shapes at the server's batch sizes). The 1-minute load average is printed next to
+the figures: on a shared machine they move with it.
 """
 
 from __future__ import annotations
@@ -183,8 +188,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """CPU time of a process and all its descendants (a Ray server: the driver, raylet, proxy and replicas)."""
+ROLES = ("ServeReplica", "ProxyActor", "ServeController", "raylet", "gcs_server")
+
+
+def tree_cpu_by_role(pid: int) -> dict[str, float]:
+    """CPU seconds of a process and all its descendants, by role: a Ray server's replicas, proxy, controller,
+    raylet and GCS by their process titles, ``server`` for the root process, ``other`` for the rest."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -192,15 +201,23 @@ def tree_cpu_seconds(pid: int) -> float:
         except OSError:
             continue
         children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    total, todo = 0.0, [pid]
+    roles: dict[str, float] = {}
+    todo = [pid]
     while todo:
         current = todo.pop()
         try:
-            total += cpu_seconds(current)
+            title = Path(f"/proc/{current}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            role = "server" if current == pid else next((r for r in ROLES if r in title), "other")
+            roles[role] = roles.get(role, 0.0) + cpu_seconds(current)
         except OSError:
             pass
         todo += children.get(current, [])
-    return total
+    return roles
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU time of a process and all its descendants (a Ray server: the driver, raylet, proxy and replicas)."""
+    return sum(tree_cpu_by_role(pid).values())
 
 
 def summary(name: str, tally: Tally, wall: float, sent: int, descriptions_per_request: int) -> dict:
@@ -328,29 +345,53 @@ async def get_json(host: str, port: int, path: str) -> dict:
     return json.loads(data.split(b"\r\n\r\n", 1)[1])
 
 
-def in_process_rate(model_dir: Path, texts: list[str], merged: int = 64, n: int = 1024) -> dict:
-    """Descriptions/s of `RewardService.score_jobs` here (one torch thread), `merged` one-description jobs per model
-    call: what the server does with `merged` concurrent per-sample requests, without HTTP."""
-    import torch
+class InProcess:
+    """The in-process reference: descriptions/s of `RewardService.score_jobs` in this process (one torch thread),
+    ``merged`` one-description jobs per model call, what the server does when ``merged`` per-sample requests are
+    queued together. Measured at the mean batch size the server formed in the scenario it is compared with
+    (``merged`` = descriptions / model calls from the server's /health counters), right after that scenario: on a
+    shared machine both then run under about the same load."""
 
-    from emoreward.export.serve.service import RewardService
-    from emoreward.models import load_reward_model
+    def __init__(self, model_dir: Path, texts: list[str], n: int = 1024):
+        from emoreward.export.serve.service import RewardService
+        from emoreward.models import load_reward_model
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        service = RewardService(load_reward_model(model_dir))
-        jobs = [service.parse("rewards", {"descriptions": [t]}) for t in texts[:n]]
-        service.score_jobs(jobs[:merged])  # warm-up
-        start, cpu = time.perf_counter(), time.process_time()
-        for k in range(0, len(jobs), merged):
-            service.score_jobs(jobs[k : k + merged])
-        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-    finally:
-        torch.set_num_threads(threads)
-    return {"scenario": f"in-process, {merged} per call", "descriptions": len(jobs), "wall_s": round(wall, 3),
-            "descriptions_per_s": round(len(jobs) / wall, 1),
-            "descriptions_per_cpu_s": round(len(jobs) / cpu, 1)}  # fmt: skip
+        self.service = RewardService(load_reward_model(model_dir))
+        self.jobs = [self.service.parse("rewards", {"descriptions": [t]}) for t in texts[:n]]
+        self.rates: list[dict] = []
+
+    def rate(self, merged: int) -> dict:
+        import torch
+
+        merged = max(1, int(merged))
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            jobs, score = self.jobs, self.service.score_jobs
+            for k in range(0, min(len(jobs), 4 * merged), merged):  # warm-up: this size's shapes
+                score(jobs[k : k + merged])
+            start, cpu = time.perf_counter(), time.process_time()
+            for k in range(0, len(jobs), merged):
+                score(jobs[k : k + merged])
+            wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+        finally:
+            torch.set_num_threads(threads)
+        self.rates.append({"merged": merged, "descriptions": len(jobs), "wall_s": round(wall, 3),
+                           "descriptions_per_s": round(len(jobs) / wall, 1),
+                           "descriptions_per_cpu_s": round(len(jobs) / cpu, 1),
+                           "load_1min": round(os.getloadavg()[0], 2)})  # fmt: skip
+        return self.rates[-1]
+
+
+async def model_calls(host: str, port: int, replicas: int = 1) -> int:
+    """Model calls so far (``stats.batches`` of /health), summed over the replicas (each /health answers from one)."""
+    seen: dict[int, int] = {}
+    for _ in range(20 * replicas):
+        health = await get_json(host, port, "/health")
+        seen[int(health.get("replica", 0))] = int(health["stats"]["batches"])
+        if len(seen) >= replicas:
+            break
+    return sum(seen.values())
 
 
 # ---------------------------------------------------------------------------------------------- the server
@@ -414,39 +455,78 @@ async def run_scenarios(args, texts, proc, port: int, label: str, reference, beg
     """Every requested scenario against one running server, appended to ``results`` (skipped past the time limit)."""
     host = "127.0.0.1"
 
-    async def measured(scenario) -> None:
+    replicas = int(label.split("x")[1]) if label.startswith("ray") else 1
+
+    async def measured(scenario, killed: bool = False) -> None:
         if time.monotonic() - began > args.time_limit:
             scenario.close()
             return
-        cpu = tree_cpu_seconds(proc.pid)
+        roles, client, calls = tree_cpu_by_role(proc.pid), time.process_time(), await model_calls(host, port, replicas)
         result = await scenario
-        used = tree_cpu_seconds(proc.pid) - cpu
+        # the clients run in this process, on the same cores as the server: their CPU is reported beside it
+        result["client_cpu_s"] = round(time.process_time() - client, 2)
+        after = tree_cpu_by_role(proc.pid)
+        by_role = {role: round(after[role] - roles.get(role, 0.0), 2) for role in after}
+        used = sum(by_role.values())
         # descriptions per second of server CPU: what a dedicated machine would do, whatever else runs here
         # (a killed process takes its CPU time with it: then there is no figure)
-        result["server_cpu_s"] = round(used, 2) if used > 0 else None
+        result["server_cpu_s"] = round(used, 2) if used > 0 and not killed else None
+        result["server_cpu_by_role"] = by_role
+        # the cores the server got (CPU seconds / wall seconds): on a shared machine, what its rate had to work with
+        result["server_cores"] = round(used / result["wall_s"], 2) if result["wall_s"] and not killed else None
         result["descriptions_per_server_cpu_s"] = round(result["descriptions"] / used, 1) if used > 0 else None
         result["engine"] = label
-        if reference:  # wall: moves with the machine's other load; CPU: what the server spends per description
-            result["overhead"] = round(result["descriptions_per_s"] / reference["descriptions_per_s"], 3)
+        if not killed:
+            calls = await model_calls(host, port, replicas) - calls
+            result["model_calls"] = calls
+            result["descriptions_per_call"] = round(result["descriptions"] / calls, 1) if calls else None
+        if reference is not None and result.get("descriptions_per_call"):
+            # wall: moves with the machine's other load; CPU: what the server spends per description
+            ref = reference.rate(round(result["descriptions_per_call"]))
+            result["in_process"] = ref
+            result["overhead"] = round(result["descriptions_per_s"] / ref["descriptions_per_s"], 3)
             per_cpu = result["descriptions_per_server_cpu_s"]
-            result["overhead_cpu"] = round(per_cpu / reference["descriptions_per_cpu_s"], 3) if per_cpu else None
+            result["overhead_cpu"] = round(per_cpu / ref["descriptions_per_cpu_s"], 3) if per_cpu else None
         results.append(result)
 
-    await throughput(host, port, texts, 1, args.warmup)  # warm up (not reported)
+    if args.verl_clients:
+        from emoreward.export import verl  # noqa: F401 - imported before any clock starts (it imports torch)
+    await throughput(host, port, texts, 1, args.warmup)  # warm up (not reported) ...
+    if args.per_sample or args.verl_clients:  # ... also at the load's batch sizes
+        await per_sample(host, port, list(texts), max(args.per_sample + args.verl_clients), 2)
     for n in args.throughput_clients:
         await measured(throughput(host, port, texts, n, args.throughput_requests))
-    for n in args.per_sample:
-        await measured(per_sample(host, port, list(texts), n, args.requests_per_client))
-    for n in args.verl_clients:
-        await measured(verl_per_sample(f"http://{host}:{port}", texts, n, args.requests_per_client))
+    for _ in range(args.repeat):  # each run followed by its in-process reference: paired under the same load
+        for n in args.per_sample:
+            await measured(per_sample(host, port, list(texts), n, args.requests_per_client))
+        for n in args.verl_clients:
+            await measured(verl_per_sample(f"http://{host}:{port}", texts, n, args.requests_per_client))
     for n in args.batch:
         await measured(batch(host, port, texts, n))
     if args.kill_replica and label.startswith("ray") and label != "ray x1" and args.per_sample:
-        replicas = int(label.split("x")[1])
         n, per = max(args.per_sample), args.requests_per_client
-        await measured(killed_replica(host, port, list(texts), n, per, replicas))
+        await measured(killed_replica(host, port, list(texts), n, per, replicas), killed=True)
         for n in args.verl_clients:
-            await measured(killed_replica(host, port, list(texts), n, per, replicas, verl=True))
+            await measured(killed_replica(host, port, list(texts), n, per, replicas, verl=True), killed=True)
+
+
+def median(values: list) -> float | None:
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else round((values[mid - 1] + values[mid]) / 2, 3)
+
+
+def medians(results: list[dict]) -> dict[str, dict[str, list]]:
+    """The server / in-process ratios of every run, by engine and scenario."""
+    out: dict[str, dict[str, list]] = {}
+    for r in results:
+        if "overhead" in r:
+            runs = out.setdefault(f"{r['engine']} {r['scenario']}", {"overhead": [], "overhead_cpu": []})
+            runs["overhead"].append(r["overhead"])
+            runs["overhead_cpu"].append(r["overhead_cpu"])
+    return out
 
 
 def main() -> int:
@@ -461,6 +541,7 @@ def main() -> int:
     p.add_argument("--throughput-requests", type=int, default=20, help="requests each throughput client sends")
     p.add_argument("--verl-clients", type=int, nargs="*", default=[], help="verl reward-loop tasks in flight")
     p.add_argument("--warmup", type=int, default=32, help="requests sent (and not measured) before measuring")
+    p.add_argument("--repeat", type=int, default=1, help="runs of each per-sample / verl scenario (median reported)")
     p.add_argument("--threads", type=int, help="OMP_NUM_THREADS of the server (default: torch's, all cores)")
     p.add_argument("--engine", choices=["single", "ray"], default="single", help="emoreward serve --engine")
     p.add_argument("--replicas", type=int, nargs="*", default=[1], help="--engine ray: replica counts to measure")
@@ -478,7 +559,7 @@ def main() -> int:
     results, logs = [], []
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model or fresh_minilm(Path(tmp) / "minilm-rm")
-        reference = in_process_rate(model, texts) if args.in_process else None
+        reference = InProcess(model, texts) if args.in_process else None
         for replicas in args.replicas if args.engine == "ray" else [None]:
             proc, port = start_server(args.tree.resolve(), model, args.server_arg, args.threads, replicas)
             label = f"ray x{replicas}" if replicas else "single"
@@ -487,13 +568,27 @@ def main() -> int:
             finally:
                 logs.append(stop_server(proc))
     header = {"tree": str(args.tree.resolve()), "texts": args.texts, "server_args": args.server_arg}
-    header |= {"engine": args.engine, "threads": args.threads, "in_process": reference}
+    header |= {"engine": args.engine, "threads": args.threads, "cores": os.cpu_count()}
+    header["in_process"] = reference.rates if reference else None
     print(json.dumps(header))
     cols = ["engine", "scenario", "requests", "answered", "lost", "requests_per_s", "descriptions_per_s", "p50_ms"]
-    cols += ["p99_ms", "descriptions_per_server_cpu_s"] + (["overhead", "overhead_cpu"] if reference else [])
+    cols += ["p99_ms", "descriptions_per_call", "server_cpu_s", "client_cpu_s", "descriptions_per_server_cpu_s"]
+    cols += ["overhead", "overhead_cpu"] if reference else []
     print(" | ".join(cols + ["failed attempts", "load"]).replace("descriptions_per_server_cpu_s", "desc/server-CPU-s"))
     for r in results:
-        print(" | ".join(str(r[c]) for c in cols) + f" | {r['failed_attempts'] or '-'} | {r['load_1min']}")
+        print(" | ".join(str(r.get(c)) for c in cols) + f" | {r['failed_attempts'] or '-'} | {r['load_1min']}")
+    for r in results:
+        print(f"{r['engine']} {r['scenario']}: server CPU by process {r['server_cpu_by_role']}")
+    for scenario in {r["scenario"] for r in results if r["engine"].startswith("ray x")}:
+        runs = {r["engine"]: r for r in results if r["scenario"] == scenario}
+        if "ray x1" in runs and "ray x2" in runs:
+            one, two = runs["ray x1"], runs["ray x2"]
+            print(f"ray x2 / x1, {scenario}: {two['descriptions_per_s'] / one['descriptions_per_s']:.2f} "
+                  f"(the server had {one['server_cores']} then {two['server_cores']} cores)")  # fmt: skip
+    if reference:
+        for key, runs in medians(results).items():
+            print(f"median over {len(runs['overhead'])} runs, {key}: server / in-process rate {median(runs['overhead'])}"
+                  f" (wall), {median(runs['overhead_cpu'])} (per CPU-second)")  # fmt: skip
     for log in logs:
         print("server output (last lines):\n" + "\n".join(log.strip().splitlines()[-4:]))
     if args.output:

@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 
+from emoreward.export.serve import http as serve_http
 from emoreward.export.serve.http import RewardServer
 from emoreward.export.serve.openrlhf import DEFAULT_QUERY_MARKERS
 from emoreward.export.serve.protocol import LOOPBACK, TOKEN_ENV, ServerLimits
@@ -216,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
     logger.setLevel(logging.INFO)  # counters and refused requests; never bodies or the token
     server = RewardServer(service, args.host, args.port, token=token)
     start = time.time()
-    finished = asyncio.run(_serve_until_signal(server, args, token is not None))
+    finished = serve_http.run(_serve_until_signal(server, args, token is not None))
     stats = service.stats
     _echo(f"served {stats.line()} in {time.time() - start:.0f} s")
     if not finished:

@@ -60,11 +60,16 @@ def batch_length_figures(
     """
     if len(rewards) != len(descriptions) or not descriptions:
         raise ValueError(f"need one reward per description, got {len(rewards)} rewards, {len(descriptions)} texts")
-    lengths = np.array([description_length(t, unit) for t in descriptions], dtype=float)
+    return _figures(np.asarray(rewards, dtype=float), np.array([description_length(t, unit) for t in descriptions]))
+
+
+def _figures(rewards: np.ndarray, lengths: np.ndarray) -> dict[str, float | None]:
+    """`batch_length_figures` of rewards and lengths (both of shape `(B,)`, B >= 1)."""
+    lengths = lengths.astype(float, copy=False)
     return {
         f"{PREFIX}/mean": float(lengths.mean()),
         f"{PREFIX}/std": float(lengths.std()),
-        f"{PREFIX}/reward_spearman": reward_length_correlation(list(map(float, rewards)), lengths.tolist()),
+        f"{PREFIX}/reward_spearman": reward_length_correlation(rewards, lengths),
         f"{PREFIX}/n": float(len(lengths)),
     }
 
@@ -168,15 +173,23 @@ class StreamLengthMonitor:
         if not 3 <= min_descriptions <= size:
             raise ValueError(f"min_descriptions must be in [3, {size}], got {min_descriptions}")
         self.size, self.threshold, self.min_descriptions, self.unit = size, float(threshold), min_descriptions, unit
-        self.rewards: deque[float] = deque(maxlen=size)
-        self.texts: deque[str] = deque(maxlen=size)
+        # the window as two ring buffers (rewards, lengths measured once as they come): the figures are
+        # permutation-invariant, so they are computed on the buffers as they lie, without copying
+        self._rewards = np.empty(size, dtype=float)
+        self._lengths = np.empty(size, dtype=float)
+        self._next = 0  # where the next description goes
+        self._count = 0  # descriptions in the window
         self.n_seen = 0
         self.n_warnings = 0
         self._alarm = False
+        self._last: dict[str, float | None] = {}  # the window's figures after the last update
         self._lock = threading.Lock()
 
     def update(self, rewards: Sequence[float], descriptions: Sequence[str]) -> dict[str, float | None]:
         """Add one call's rewarded descriptions; return the window's figures.
+
+        One update costs O(``size``) numpy work (about 0.05 ms for 512) whatever the number of descriptions: a
+        server adds each model call's descriptions in one update, not one per request.
 
         Returns:
             :func:`batch_length_figures` of the window (``length/n`` is the window's size so far),
@@ -191,38 +204,39 @@ class StreamLengthMonitor:
         if not descriptions:
             return {}
         with self._lock:
-            self.rewards.extend(float(r) for r in rewards)
-            self.texts.extend(descriptions)
+            new_rewards = np.asarray(rewards, dtype=float)[-self.size :]
+            new_lengths = [description_length(t, self.unit) for t in descriptions[-self.size :]]
+            where = (self._next + np.arange(len(new_rewards))) % self.size
+            self._rewards[where], self._lengths[where] = new_rewards, new_lengths
+            self._next = int(where[-1] + 1) % self.size
+            self._count = min(self.size, self._count + len(new_rewards))
             self.n_seen += len(descriptions)
-            figures = batch_length_figures(list(self.rewards), list(self.texts), self.unit)
+            figures = _figures(self._rewards[: self._count], self._lengths[: self._count])
             rho = figures[f"{PREFIX}/reward_spearman"]
-            alarm = rho is not None and len(self.texts) >= self.min_descriptions and rho > self.threshold
+            alarm = rho is not None and self._count >= self.min_descriptions and rho > self.threshold
             crossed = alarm and not self._alarm
             self._alarm = alarm
             if crossed:
                 self.n_warnings += 1
+            figures[f"{PREFIX}/seen"] = float(self.n_seen)
+            figures[f"{PREFIX}/hacking"] = 1.0 if alarm else 0.0
+            self._last = figures
+            window = self._count
         if crossed:
             message = (
-                f"reward-length Spearman correlation {rho:.2f} over the last {len(self.texts)} rewarded descriptions "
+                f"reward-length Spearman correlation {rho:.2f} over the last {window} rewarded descriptions "
                 f"exceeds {self.threshold:g}: the policy may be learning to write longer descriptions for reward "
                 f"(mean length {figures[f'{PREFIX}/mean']:.0f} {self.unit})"
             )
             logger.warning(message)
             warnings.warn(message, LengthHackingWarning, stacklevel=2)
-        figures[f"{PREFIX}/seen"] = float(self.n_seen)
-        figures[f"{PREFIX}/hacking"] = 1.0 if alarm else 0.0
-        return figures
+        return dict(figures)
 
     def figures(self) -> dict[str, float | None]:
-        """The window's figures as it stands, adding nothing (empty before the first description)."""
+        """The window's figures as the last update left them, computing nothing (empty before the first
+        description)."""
         with self._lock:
-            if not self.texts:
-                return {}
-            figures = batch_length_figures(list(self.rewards), list(self.texts), self.unit)
-            alarm = self._alarm
-        figures[f"{PREFIX}/seen"] = float(self.n_seen)
-        figures[f"{PREFIX}/hacking"] = 1.0 if alarm else 0.0
-        return figures
+            return dict(self._last)
 
 
 def defined(figures: dict[str, float | None]) -> dict[str, float]:

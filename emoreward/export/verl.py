@@ -308,6 +308,7 @@ class _LocalScorer:
             job = self.service.parse("rewards", request.payload())
         except RequestError as err:
             raise ValueError(f"emoreward.export.verl (model={self.service.name}): {err.message}") from None
+        job.future = Future()
         self.batcher.submit(job)
         out: Future = Future()
 

@@ -162,3 +162,46 @@ def test_a_real_server_request_carries_the_monitor_figures(reward_model):
     assert [b["length/n"] for b in batch] == [2.0, 2.0]
     assert batch[0]["length/mean"] == pytest.approx(np.mean([len(t) for t in texts[:2]]))
     verl.close_pools()
+
+
+def test_rank_correlation_is_scipys_spearman_ties_included():
+    """`reward_length_correlation` (numpy average ranks, what every monitor update computes) equals
+    `scipy.stats.spearmanr` on data with many ties, and keeps its None / NaN cases."""
+    from scipy.stats import spearmanr
+
+    from emoreward.evaluation.metrics import reward_length_correlation
+
+    rng = np.random.default_rng(0)
+    for n in (3, 4, 7, 64, 512):
+        for _ in range(20):
+            rewards = rng.normal(size=n).round(int(rng.integers(0, 3)))  # rounded: tied rewards
+            lengths = rng.integers(1, 2 + int(rng.integers(1, 40)), size=n)  # few distinct lengths: ties
+            if np.ptp(rewards) == 0 or np.ptp(lengths) == 0:
+                continue
+            assert reward_length_correlation(rewards, lengths) == pytest.approx(
+                spearmanr(rewards, lengths).statistic, abs=1e-12
+            )
+    assert reward_length_correlation([1.0, 1.0, 1.0], [1, 2, 3]) is None
+    assert reward_length_correlation([1.0, 2.0], [1, 2]) is None
+    assert np.isnan(reward_length_correlation([1.0, 2.0, float("nan")], [1, 2, 3]))
+
+
+def test_stream_monitor_window_equals_the_figures_of_its_last_descriptions():
+    """A long stream of updates of mixed sizes (one larger than the window): the window's figures are always those
+    of the last `size` descriptions computed from scratch."""
+    from emoreward.export.length_monitor import StreamLengthMonitor
+
+    rng = np.random.default_rng(1)
+    monitor = StreamLengthMonitor(size=16, threshold=0.99)
+    rewards, texts = [], []
+    for step in range(60):
+        k = 40 if step == 30 else int(rng.integers(1, 6))
+        new_rewards = rng.normal(size=k).tolist()
+        new_texts = ["x" * int(n) for n in rng.integers(1, 30, size=k)]
+        rewards += new_rewards
+        texts += new_texts
+        got = monitor.update(new_rewards, new_texts)
+        expected = batch_length_figures(rewards[-16:], texts[-16:])
+        for key, value in expected.items():
+            assert got[key] == pytest.approx(value, abs=1e-12), (step, key)
+        assert got["length/seen"] == len(texts) and monitor.figures() == got

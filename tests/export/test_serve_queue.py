@@ -180,6 +180,38 @@ def test_sigterm_under_load_answers_every_queued_request_quietly(tmp_path, tiny_
     assert "Traceback" not in err and "Error" not in err and "Exception" not in err, err[:2000]
 
 
+def test_connections_waiting_in_the_accept_queue_at_shutdown_get_a_reply_not_a_reset():
+    """Closing a listening socket resets (TCP RST) the connections still in the kernel's accept queue: under load
+    their clients had connected and sent a request, and read "connection reset" (the flaky SIGTERM test above: up
+    to 28 of them). The shutdown stops new handshakes, accepts the queued connections and answers them (503
+    "shutting down") before it closes the socket; each reply is followed by a FIN, never a reset."""
+    import asyncio
+
+    with RewardServer(RewardService(TimedWords()), port=0) as srv:
+
+        def hold_then_shut_down():  # the event loop accepts nothing meanwhile: the kernel queues the clients
+            time.sleep(0.5)
+            asyncio.ensure_future(srv.shutdown())
+
+        srv.loop.call_soon_threadsafe(hold_then_shut_down)  # the test holds the server's event loop
+        time.sleep(0.05)
+        body = json.dumps({"descriptions": ["a b"]}).encode()
+        head = f"POST /v1/rewards HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        clients = [socket.create_connection((srv.host, srv.port), timeout=10) for _ in range(8)]
+        for sock in clients:
+            sock.sendall(head.encode() + body)
+        replies = []
+        for sock in clients:
+            with sock:
+                data = b""
+                while chunk := sock.recv(65536):  # a reset raises ConnectionResetError here
+                    data += chunk
+                replies.append(data)
+    assert len(replies) == 8
+    for reply in replies:
+        assert reply.startswith(b"HTTP/1.1 503") and b"shutting down" in reply, reply[:200]
+
+
 def test_large_requests_finish_one_after_another_while_small_ones_pass():
     """Three requests larger than a model call's budget and small ones sent meanwhile: the large ones finish in
     the order they came (each took at least half of every call while it was the oldest), the small ones all

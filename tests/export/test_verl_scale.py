@@ -12,12 +12,14 @@ from concurrent.futures import ThreadPoolExecutor
 import bpe_chat
 import numpy as np
 import pytest
+import torch
 
 import emoreward.export.verl as verl
 import emoreward.models
 from emoreward.export.serve.http import RewardServer
 from emoreward.export.serve.protocol import ServerLimits
 from emoreward.export.serve.service import RewardService
+from emoreward.models.precision import reward_tolerance
 
 
 DESCRIPTIONS = ["She smiles broadly; her voice rises: happy.", "  He is calm.\nThen he frowns, ANGRY!  ", "Sad."]
@@ -62,7 +64,10 @@ def test_32_executor_threads_load_the_local_model_once_and_share_model_calls(sav
     assert len(loads) == 1
     scorer = verl._LOCAL[(str(path), None)]
     assert scorer.service.stats.descriptions == 32 and scorer.service.stats.batches < 32  # calls were merged
-    np.testing.assert_allclose([g["score"] for g in got], model.score(texts), atol=1e-6, rtol=0)
+    # the threads' calls are merged into batches of another composition (other padding) than one score call: float32
+    # rounding differs by about 1e-6 (measured up to 1.07e-6), within the project's float32 bound
+    tolerance = reward_tolerance(torch.float32)
+    np.testing.assert_allclose([g["score"] for g in got], model.score(texts), atol=tolerance, rtol=0)
 
 
 def test_async_variant_on_one_pool_and_urls_round_robin(saved):

@@ -5,5 +5,6 @@
 - `openrlhf`: OpenRLHF's decoded queries -> the descriptions the policy wrote;
 - `service`: `RewardService`, the serving logic without HTTP (parse, score, reply);
 - `batching`: `Job` and `Batcher`, the bounded queue and the scoring thread;
-- `http`: `RewardServer`, HTTP/1.1 (h11) on one asyncio event loop, authentication, lifecycle.
+- `http`: `RewardServer`, HTTP/1.1 on one asyncio event loop (a protocol per connection, parsed and framed by
+  h11), authentication, lifecycle.
 """

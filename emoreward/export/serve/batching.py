@@ -45,7 +45,9 @@ class Job:
         offset (`int`): index of ``descriptions[0]`` in its request (a slice of a larger job starts past 0).
         cancelled (`bool`): the client has gone; the job is dropped before its next model call.
         gone (callable, *optional*): True once the client has gone (read by the scoring thread before each model
-            call: the HTTP server passes its connection's ``reader.at_eof``, a flag the event loop sets).
+            call: the HTTP server passes a check of its connection's end-of-stream flag, which the event loop sets).
+        waiter: ``(event loop, callback)``: called in the loop's thread when the job is finished (`Batcher.run`
+            and the HTTP server set it; threads wait on ``future`` instead).
         info, error: the result (`ScoreInfo` for the job's descriptions) or the error its request gets.
     """
 
@@ -55,11 +57,14 @@ class Job:
     fields: list[str]
     costs: list[int]
     offset: int = 0
-    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future, repr=False)
+    # what a caller waiting in a thread blocks on (`Batcher.score` makes it; event loops use `waiter`)
+    future: concurrent.futures.Future | None = field(default=None, repr=False)
     deadline: float = math.inf
     cancelled: bool = False
     gone: Callable[[], bool] | None = field(default=None, repr=False)
-    waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future] | None = field(default=None, repr=False)
+    # (event loop, callback): the callback runs in that loop's thread once the job is finished (scored, failed or
+    # dropped); None: the job's `future` is set instead (a caller waiting in a thread)
+    waiter: tuple[asyncio.AbstractEventLoop, Callable[[], None]] | None = field(default=None, repr=False)
     info: ScoreInfo | None = None
     error: RequestError | None = None
     taken: int = field(default=0, repr=False)  # descriptions handed to model calls so far
@@ -87,6 +92,8 @@ class Job:
 
     def finish(self) -> None:
         """Wake whoever waits on the job (once; a waiter that has gone is no error)."""
+        if self.future is None:
+            return
         try:
             self.future.set_result(None)
         except concurrent.futures.InvalidStateError:
@@ -174,10 +181,11 @@ class Batcher:
         if job.info is not None:  # nothing to score (an empty OpenRLHF query)
             return self.service.reply(job)
         loop = asyncio.get_running_loop()
-        job.waiter = (loop, loop.create_future())
+        finished = loop.create_future()
+        job.waiter = (loop, lambda: finished.done() or finished.set_result(None))
         self.submit(job)
         try:
-            await job.waiter[1]
+            await finished
         except asyncio.CancelledError:
             job.cancelled = True
             raise
@@ -191,6 +199,7 @@ class Batcher:
             RequestError: 503 (queue full or timed out), or the job's own error.
         """
         if job.info is None:  # else nothing to score (an empty OpenRLHF query)
+            job.future = concurrent.futures.Future()
             self.submit(job)
             job.future.result()
         return self.service.reply(job)
@@ -307,22 +316,24 @@ class Batcher:
 
 
 def _finish(jobs: list[Job]) -> None:
-    """Wake whoever waits on ``jobs``: threads through each job's future, event loops with ONE callback per loop
-    for the whole list (not one wake-up of the loop per job)."""
-    waiting: dict[asyncio.AbstractEventLoop, list[asyncio.Future]] = {}
+    """Wake whoever waits on ``jobs``: threads through each job's future, event loops with ONE call per loop for
+    the whole list (not one wake-up of the loop per job)."""
+    waiting: dict[asyncio.AbstractEventLoop, list[Callable[[], None]]] = {}
     for job in jobs:
         if job.waiter is None:
             job.finish()
         else:
             waiting.setdefault(job.waiter[0], []).append(job.waiter[1])
-    for loop, futures in waiting.items():
+    for loop, callbacks in waiting.items():
         try:
-            loop.call_soon_threadsafe(_wake, futures)
+            loop.call_soon_threadsafe(_wake, callbacks)
         except RuntimeError:  # the loop has closed: nobody waits any more
             pass
 
 
-def _wake(futures: list[asyncio.Future]) -> None:
-    for future in futures:
-        if not future.done():  # a cancelled waiter (its client's task ended) stays cancelled
-            future.set_result(None)
+def _wake(callbacks: list[Callable[[], None]]) -> None:
+    for callback in callbacks:
+        try:
+            callback()
+        except Exception:  # one waiter's failure must not leave the others waiting
+            logger.exception("waking a finished request failed")

@@ -445,6 +445,7 @@ class RewardService:
             stop = start + job.n
             job.info = ScoreInfo(info.rewards[start:stop], info.truncated[start:stop], info.n_tokens[start:stop])
             start = stop
+        self._monitor(jobs)
 
     def _media_error_message(self, job: Job, err: Any) -> str:
         """A `MediaError` as the client sees it: the request field and the path it sent (the server's own paths,
@@ -462,6 +463,36 @@ class RewardService:
             problem = problem.replace(str(self.media_root), "<media root>")
         return f"'{where}' ({shown}): cannot read media: {problem}"
 
+    def _refusal(self, job: Job) -> RequestError | None:
+        """The error a scored job's request gets although it was scored (``overlong="refuse"`` and a description
+        cut to fit, or a non-finite reward: a broken model, and JSON could not carry the value), else None."""
+        info = job.info
+        if self.overlong == "refuse" and any(info.truncated):
+            over = [f for f, t in zip(job.fields, info.truncated) if t]
+            return RequestError(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                f"{', '.join(over[:5])}{' ...' if len(over) > 5 else ''}: over the model's max_length of "
+                f"{self.max_length} tokens (with the context); shorten it, or start the server without "
+                "--overlong refuse to score it cut to fit (flagged in 'truncated')",
+            )
+        bad = [f for f, r in zip(job.fields, info.rewards) if not math.isfinite(r)]
+        if bad:
+            return RequestError(
+                HTTPStatus.INTERNAL_SERVER_ERROR, f"the model returned a non-finite reward for {bad[0]}"
+            )
+        return None
+
+    def _monitor(self, jobs: list[Job]) -> None:
+        """Add one model call's rewarded descriptions to the length monitor, in ONE update (its figures cost
+        O(window), so they are computed once per model call, not once per request; every reply of the call
+        carries the window's figures after it)."""
+        rewarded = [job for job in jobs if job.info is not None and job.n and self._refusal(job) is None]
+        if rewarded:
+            self.length_monitor.update(
+                [float(r) for job in rewarded for r in job.info.rewards],
+                [d for job in rewarded for d in job.descriptions],
+            )
+
     def reply(self, job: Job) -> dict[str, Any]:
         """The JSON reply of a scored job.
 
@@ -471,34 +502,24 @@ class RewardService:
         if job.error is not None:
             raise job.error
         info = job.info
+        refusal = self._refusal(job)
+        if refusal is not None:
+            if refusal.status == HTTPStatus.REQUEST_ENTITY_TOO_LARGE:
+                self.count(refused_overlong=1)
+            else:
+                logger.error("%s", refusal.message)
+            raise refusal
         truncated = [bool(t) for t in info.truncated]
         empty = [not d.strip() for d in job.descriptions]
-        if any(truncated):
-            if self.overlong == "refuse":
-                over = [f for f, t in zip(job.fields, truncated) if t]
-                self.count(refused_overlong=1)
-                raise RequestError(
-                    HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                    f"{', '.join(over[:5])}{' ...' if len(over) > 5 else ''}: over the model's max_length of "
-                    f"{self.max_length} tokens (with the context); shorten it, or start the server without "
-                    "--overlong refuse to score it cut to fit (flagged in 'truncated')",
-                )
-            if not self._warned_truncation:
-                self._warned_truncation = True
-                logger.warning(
-                    "descriptions over the model's max_length of %d tokens are cut to fit and flagged "
-                    "('truncated' in the reply); --overlong refuse refuses them",
-                    self.max_length,
-                )
-        rewards = [float(r) for r in info.rewards]
-        bad = [f for f, r in zip(job.fields, rewards) if not math.isfinite(r)]
-        if bad:  # a broken model; JSON could not carry the value anyway
-            logger.error("the model returned a non-finite reward for %s", ", ".join(bad[:5]))
-            raise RequestError(
-                HTTPStatus.INTERNAL_SERVER_ERROR, f"the model returned a non-finite reward for {bad[0]}"
+        if not self._warned_truncation and any(truncated):
+            self._warned_truncation = True
+            logger.warning(
+                "descriptions over the model's max_length of %d tokens are cut to fit and flagged "
+                "('truncated' in the reply); --overlong refuse refuses them",
+                self.max_length,
             )
+        rewards = [float(r) for r in info.rewards]
         self.count(requests=1, descriptions=job.n, empty=sum(empty), truncated=sum(truncated))
-        figures = self.length_monitor.update(rewards, job.descriptions)
         if job.route == "openrlhf":
             return {
                 "rewards": rewards,
@@ -510,7 +531,7 @@ class RewardService:
                     "emotion_reward_truncated": [float(t) for t in truncated],
                     "emotion_reward_empty": [float(e) for e in empty],
                     # the length-hacking monitor's figures over the server's recent rewards, once per sample
-                    **(per_sample(figures, job.n) if job.n else {}),
+                    **(per_sample(self.length_monitor.figures(), job.n) if job.n else {}),
                 },
             }
         return {
