@@ -20,7 +20,9 @@ Paths (default: scoring, rank, train, agreement with --model; scoring and train 
   rank       `rank_with_reward_model` on the bundled OV-MERD table (10 models x 332 samples) with `--model`:
              cold (empty score cache) and rerun (scores from the cache file), and `emoreward rank` end to end in a
              subprocess (imports and model loading included) with `--rank-cli`.
-  train      seconds per optimizer step of the default recipe (MiniLM + LoRA, 16 pairs per step).
+  train      seconds per optimizer step of the default recipe (MiniLM + LoRA, 16 pairs per step, length groups) in
+             float32 and, with bf16 matrix units, in bf16 (`--set bf16=true`); the share of padding in the computed
+             tokens; `--train-one-padded-batch` adds float32 in one padded batch.
   agreement  `--model`'s verdicts on the 459 bundled pairs in bf16 vs fp32 (its calibrated tie threshold): share
              that agree, largest reward difference; real bf16 with bf16 units, emulated (`EmulatedBf16Matmuls`)
              without.
@@ -36,6 +38,7 @@ import argparse
 import json
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -180,14 +183,22 @@ def rank_path(model_dir: Path, work: Path, cli: bool) -> dict:
     return out
 
 
-def train_path(steps: int, split: bool = True) -> dict:
-    """Optimizer steps of the default recipe; `split`: forward passes in length groups, as `fit_reward_model` runs
-    them (`LengthSplitAdapter`), else one padded batch (TRL's way)."""
+def train_path(steps: int, bf16: bool, split: bool = True) -> dict:
+    """Optimizer steps of the default recipe (MiniLM + LoRA, 16 pairs per step) in one precision, through
+    `EmoRewardTrainer` as `emoreward train` runs them: `bf16` is CPU bf16 training (`--set bf16=true`:
+    `emoreward.training.cpu_bf16`), else float32; `split`: forward passes in length groups (`LengthSplitAdapter`, as
+    `fit_reward_model` runs them), else one padded batch (TRL's way).
+
+    The rate is the useful FLOPs of the timed steps (all but the first: `training_flops` over the real length of
+    every sequence they trained on) over their wall time, as a share of the peak of that precision measured around
+    the run (`rate`); `padded_share` is the share of padding in the tokens the forward passes computed."""
+    import torch
 
     from emoreward.data import load_pairs
     from emoreward.training.adapters import adapter_for
     from emoreward.training.config import load_config
     from emoreward.training.preprocess import LengthSplitAdapter
+    from emoreward.training.step_plan import padded_width, plan_forward_groups
     from emoreward.training.trainer import EmoRewardTrainer
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -198,33 +209,52 @@ def train_path(steps: int, split: bool = True) -> dict:
                 "disable_tqdm": True,
                 "max_steps": steps,
                 "cv_folds": 0,
+                "bf16": bf16,
             }
         )
         adapter = adapter_for(config)
         model = adapter.build_model(config)
         dataset, _ = adapter.build_dataset(load_pairs(config.train_file), model, config)
+        multiple = config.pad_to_multiple_of or 1
         if split:
-            adapter = LengthSplitAdapter(adapter)
+            adapter = LengthSplitAdapter(adapter, multiple=multiple)
+        collate, batches = adapter.collator(model, config), []
+
+        def recording_collator(examples):  # the real collator; keeps each micro-batch's real sequence lengths
+            batch = collate(examples)
+            batches.append(batch["attention_mask"].sum(-1).tolist())
+            return batch
+
         timer = step_timer()
         trainer = EmoRewardTrainer(
             adapter=adapter, model=model.model, args=config, train_dataset=dataset, processing_class=model.tokenizer,
-            data_collator=adapter.collator(model, config), callbacks=[timer],
+            data_collator=recording_collator, callbacks=[timer],
         )  # fmt: skip
-        _, wall, peak = Peak.around(trainer.train)
-        tokens = trainer._total_train_tokens
-    per_step = sorted(timer.seconds[1:] or timer.seconds)[len(timer.seconds[1:] or timer.seconds) // 2]
-    mean_len = tokens / (steps * 2 * config.per_device_train_batch_size * config.gradient_accumulation_steps)
-    flops = training_flops(model.model, model.model.config, [mean_len] * 1, causal=False) / mean_len * tokens
+        _, _, peak = Peak.around(trainer.train)
+    accumulation = config.gradient_accumulation_steps
+    timed = [n for batch in batches[accumulation : steps * accumulation] for n in batch]  # steps 2..steps
+    computed = 0
+    for batch in batches[accumulation : steps * accumulation]:
+        width = padded_width(max(batch), multiple)
+        groups = plan_forward_groups(batch, 3, multiple=multiple) if split else [list(range(len(batch)))]
+        computed += sum(len(g) * min(width, padded_width(max(batch[i] for i in g), multiple)) for g in groups)
+    seconds = timer.seconds[1:] or timer.seconds
+    dtype = torch.bfloat16 if config.bf16 else torch.float32
+    flops = training_flops(model.model, model.model.config, timed, causal=False)
     return {
         "length_groups": split,
         "steps": steps,
-        "pairs_per_step": config.per_device_train_batch_size * config.gradient_accumulation_steps,
-        "seconds_per_step_median": per_step,
+        "pairs_per_step": config.per_device_train_batch_size * accumulation,
+        "torch_threads": torch.get_num_threads(),
+        "seconds_per_step_median": sorted(seconds)[len(seconds) // 2],
         "first_step_seconds": timer.seconds[0],
-        "tokens": tokens,
-        "bf16_autocast": bool(config.bf16),
-        "dtype": "bfloat16" if config.bf16 else "float32",  # the matmuls' precision under autocast
-        **rate(flops, wall, peak, __import__("torch").bfloat16 if config.bf16 else __import__("torch").float32),
+        "cpu_seconds_per_step_mean": statistics.mean(timer.cpu_seconds[1:] or timer.cpu_seconds),
+        "tokens_timed": sum(timed),
+        "padded_share": 1 - sum(timed) / computed if computed else 0.0,
+        "pad_to_multiple_of": multiple,
+        "bf16": bool(config.bf16),
+        "dtype": "bfloat16" if config.bf16 else "float32",  # the matmuls' precision (bf16: autocast)
+        **rate(flops, sum(seconds), peak, dtype),
     }
 
 
@@ -313,7 +343,10 @@ def main() -> None:
         "--n-texts", type=int, help="scoring path: the first N bundled descriptions (default: all 918)"
     )
     parser.add_argument("--smollm2-n", type=int, default=64, help="descriptions scored with SmolLM2")
-    parser.add_argument("--train-steps", type=int, default=6)
+    parser.add_argument("--train-steps", type=int, default=8)
+    parser.add_argument(
+        "--train-one-padded-batch", action="store_true", help="train path: also fp32 in one padded batch (TRL's way)"
+    )
     parser.add_argument("--rank-cli", action="store_true", help="also time `emoreward rank` in a subprocess")
     parser.add_argument("--force-bf16", action="store_true", help="time bf16 scoring even without bf16 units")
     parser.add_argument("--main-args", default="", help="extra arguments of the `main` path's `emoreward train`")
@@ -385,14 +418,16 @@ def main() -> None:
                 )
             )
         if "train" in paths:
-            for split in (False, True):
-                r = results[f"train_step{'_length_groups' if split else '_one_padded_batch'}"] = train_path(
-                    args.train_steps, split
-                )
+            precisions = [False] + ([True] if has_bf16_matrix_units("cpu") else [])
+            runs = [(bf16, True) for bf16 in precisions] + ([(False, False)] if args.train_one_padded_batch else [])
+            for bf16, split in runs:
+                name = f"train_step_{'bf16' if bf16 else 'fp32'}" + ("" if split else "_one_padded_batch")
+                r = results[name] = train_path(args.train_steps, bf16, split)
                 print(
-                    f"training step (16 pairs, {'length groups' if split else 'one padded batch'}): "
-                    f"{r['seconds_per_step_median']:.2f} s median ({r['gflops']:.1f} GFLOP/s useful = "
-                    f"{share(r)}), bf16 autocast {r['bf16_autocast']}"
+                    f"training step [{r['dtype']}] (16 pairs, {'length groups' if split else 'one padded batch'}, "
+                    f"{r['torch_threads']} threads): {r['seconds_per_step_median']:.2f} s median wall, "
+                    f"{r['cpu_seconds_per_step_mean']:.2f} s CPU ({r['gflops']:.1f} GFLOP/s useful = {share(r)}); "
+                    f"padding {100 * r['padded_share']:.1f}% of the computed tokens"
                 )
         if "agreement" in paths and model_dir:
             r = results["bf16_agreement"] = agreement_path(model_dir)

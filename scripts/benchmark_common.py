@@ -168,18 +168,21 @@ def median_time(run: Callable[[], object], repeats: int = 3) -> tuple[object, fl
 
 
 def step_timer():
-    """A transformers `TrainerCallback` that records the wall time of every optimizer step (`.seconds`)."""
+    """A transformers `TrainerCallback` that records the wall time (`.seconds`) and the process's CPU time
+    (`.cpu_seconds`, all threads) of every optimizer step."""
     from transformers import TrainerCallback
 
     class StepTimer(TrainerCallback):
         def __init__(self):
             self.seconds: list[float] = []
+            self.cpu_seconds: list[float] = []
 
         def on_step_begin(self, args, state, control, **kwargs):
-            self._start = time.perf_counter()
+            self._start, self._cpu = time.perf_counter(), time.process_time()
 
         def on_step_end(self, args, state, control, **kwargs):
             self.seconds.append(time.perf_counter() - self._start)
+            self.cpu_seconds.append(time.process_time() - self._cpu)
 
     return StepTimer()
 

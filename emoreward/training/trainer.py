@@ -21,7 +21,6 @@ Two departures from the Trainer's defaults, both for resumable, readable runs:
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -81,14 +80,19 @@ class EmoRewardTrainer(RewardTrainer):
             self.add_callback(RewardProgressCallback())
 
     run_identity: dict | None = None  # written into every step checkpoint (emoreward.training.run_identity)
-    hold_frozen_bf16 = True  # see frozen_linears_in_bf16 (False: autocast casts the frozen weights in every pass)
 
     def train(self, *args, **kwargs):
-        """`Trainer.train`, with the frozen linear weights held in bf16 for a CPU bf16-autocast run
-        (`frozen_linears_in_bf16`)."""
-        cpu_bf16 = bool(self.args.bf16) and self.args.device.type == "cpu" and not self.is_deepspeed_enabled
-        cpu_bf16 = cpu_bf16 and self.hold_frozen_bf16
-        with frozen_linears_in_bf16(self.model, enabled=cpu_bf16):
+        """`Trainer.train`; on a CPU (no DeepSpeed) LoRA linear layers run as one autograd function each
+        (`emoreward.training.fused_lora`), and a bf16 run trains in `emoreward.training.cpu_bf16.cpu_bf16_training`
+        (frozen modules in bf16, float32 attention, no per-pass casts); both undo themselves when training ends."""
+        from emoreward.training.cpu_bf16 import cpu_bf16_training
+        from emoreward.training.fused_lora import fused_lora_linears
+
+        cpu = self.args.device.type == "cpu" and not self.is_deepspeed_enabled
+        with (
+            fused_lora_linears(self.model, enabled=cpu),
+            cpu_bf16_training(self.model, enabled=cpu and bool(self.args.bf16)),
+        ):
             return super().train(*args, **kwargs)
 
     def _save_checkpoint(self, model, trial):
@@ -177,34 +181,6 @@ class EmoRewardTrainer(RewardTrainer):
             self._save(output_dir or self.args.output_dir, state_dict=state_dict)
 
 
-@contextlib.contextmanager
-def frozen_linears_in_bf16(model: torch.nn.Module, *, enabled: bool = True):
-    """Hold the weights and biases of the frozen `nn.Linear` layers (a LoRA run's base model) in bfloat16 while
-    training under bf16 autocast, and give back the float32 tensors afterwards.
-
-    Autocast casts a float32 weight to bf16 in every forward pass, and caches the cast only for weights that take
-    gradients: with LoRA the frozen base weights were cast again in every pass (profile of the default recipe on an
-    AMX CPU: `aten::copy_` 28% of a step's time). Autocast's cast is round-to-nearest bf16, which is what
-    `.to(torch.bfloat16)` gives, so the products are the same; the master weights (LoRA, value head, norms,
-    embeddings) stay float32, and the frozen weights are exactly the float32 originals again after training
-    (the scoring copy and its float32 agreement check read them)."""
-    if not enabled:
-        yield
-        return
-    kept = []
-    for module in model.modules():
-        if type(module) is torch.nn.Linear:  # peft's LoRA wrappers are not nn.Linear; their base_layer is
-            for param in (module.weight, module.bias):
-                if param is not None and not param.requires_grad and param.dtype == torch.float32:
-                    kept.append((param, param.data))
-                    param.data = param.data.to(torch.bfloat16)
-    try:
-        yield
-    finally:
-        for param, data in kept:
-            param.data = data
-
-
 class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
     """transformers' `LengthGroupedSampler` (random mega-batches, each sorted by length) drawn from a generator
     seeded with `seed + epoch`: the order of an epoch is a function of the seed and the epoch alone. The Trainer
@@ -250,7 +226,6 @@ class RewardProgressCallback(ProgressCallback):
 __all__ = [
     "EmoRewardTrainer",
     "EpochSeededLengthGroupedSampler",
-    "frozen_linears_in_bf16",
     "RewardProgressCallback",
     "value_head_weight",
 ]
