@@ -2,7 +2,8 @@
 
 Usage:
     python scripts/benchmark.py [--model DIR] [--paths scoring,smollm2,rank,train,agreement,main] [--short 230]
-        [--n-texts N] [--smollm2-n 64] [--train-steps 6] [--main-args "--set bf16=true"] [--output benchmark.json]
+        [--n-texts N] [--smollm2-n 64] [--train-steps 8] [--train-profile] [--main-args "--set bf16=true"]
+        [--output benchmark.json]
 
 Every path reports its wall time, the precision its matrix multiplies ran in (`dtype`) and its achieved FLOP rate
 (FLOPs per token from the model x tokens processed / wall time; `benchmark_common.forward_flops` / `training_flops`)
@@ -22,7 +23,8 @@ Paths (default: scoring, rank, train, agreement with --model; scoring and train 
              subprocess (imports and model loading included) with `--rank-cli`.
   train      seconds per optimizer step of the default recipe (MiniLM + LoRA, 16 pairs per step, length groups) in
              float32 and, with bf16 matrix units, in bf16 (`--set bf16=true`); the share of padding in the computed
-             tokens; `--train-one-padded-batch` adds float32 in one padded batch.
+             tokens; `--train-one-padded-batch` adds float32 in one padded batch; `--train-profile` prints the
+             share of the step's CPU time by kind of op (matmul, LoRA matmul, attention, casts, ...).
   agreement  `--model`'s verdicts on the 459 bundled pairs in bf16 vs fp32 (its calibrated tie threshold): share
              that agree, largest reward difference; real bf16 with bf16 units, emulated (`EmulatedBf16Matmuls`)
              without.
@@ -58,6 +60,7 @@ from benchmark_common import (  # noqa: E402
     peak_rss_gib,
     rate,
     shape_setup_ms,
+    step_profiler,
     step_timer,
     training_flops,
 )
@@ -183,7 +186,7 @@ def rank_path(model_dir: Path, work: Path, cli: bool) -> dict:
     return out
 
 
-def train_path(steps: int, bf16: bool, split: bool = True) -> dict:
+def train_path(steps: int, bf16: bool, split: bool = True, profile: bool = False) -> dict:
     """Optimizer steps of the default recipe (MiniLM + LoRA, 16 pairs per step) in one precision, through
     `EmoRewardTrainer` as `emoreward train` runs them: `bf16` is CPU bf16 training (`--set bf16=true`:
     `emoreward.training.cpu_bf16`), else float32; `split`: forward passes in length groups (`LengthSplitAdapter`, as
@@ -191,7 +194,8 @@ def train_path(steps: int, bf16: bool, split: bool = True) -> dict:
 
     The rate is the useful FLOPs of the timed steps (all but the first: `training_flops` over the real length of
     every sequence they trained on) over their wall time, as a share of the peak of that precision measured around
-    the run (`rate`); `padded_share` is the share of padding in the tokens the forward passes computed."""
+    the run (`rate`); `padded_share` is the share of padding in the tokens the forward passes computed. `profile`:
+    steps 3.. run under `torch.profiler` (so they are slower) and `profile_shares` gives where their time went."""
     import torch
 
     from emoreward.data import load_pairs
@@ -225,10 +229,10 @@ def train_path(steps: int, bf16: bool, split: bool = True) -> dict:
             batches.append(batch["attention_mask"].sum(-1).tolist())
             return batch
 
-        timer = step_timer()
+        timer, profiler = step_timer(), step_profiler() if profile else None
         trainer = EmoRewardTrainer(
             adapter=adapter, model=model.model, args=config, train_dataset=dataset, processing_class=model.tokenizer,
-            data_collator=recording_collator, callbacks=[timer],
+            data_collator=recording_collator, callbacks=[timer] + ([profiler] if profile else []),
         )  # fmt: skip
         _, _, peak = Peak.around(trainer.train)
     accumulation = config.gradient_accumulation_steps
@@ -239,6 +243,7 @@ def train_path(steps: int, bf16: bool, split: bool = True) -> dict:
         groups = plan_forward_groups(batch, 3, multiple=multiple) if split else [list(range(len(batch)))]
         computed += sum(len(g) * min(width, padded_width(max(batch[i] for i in g), multiple)) for g in groups)
     seconds = timer.seconds[1:] or timer.seconds
+    cpu_seconds = timer.cpu_seconds[1:] or timer.cpu_seconds
     dtype = torch.bfloat16 if config.bf16 else torch.float32
     flops = training_flops(model.model, model.model.config, timed, causal=False)
     return {
@@ -248,13 +253,16 @@ def train_path(steps: int, bf16: bool, split: bool = True) -> dict:
         "torch_threads": torch.get_num_threads(),
         "seconds_per_step_median": sorted(seconds)[len(seconds) // 2],
         "first_step_seconds": timer.seconds[0],
-        "cpu_seconds_per_step_mean": statistics.mean(timer.cpu_seconds[1:] or timer.cpu_seconds),
+        "cpu_seconds_per_step_mean": statistics.mean(cpu_seconds),
         "tokens_timed": sum(timed),
         "padded_share": 1 - sum(timed) / computed if computed else 0.0,
         "pad_to_multiple_of": multiple,
         "bf16": bool(config.bf16),
         "dtype": "bfloat16" if config.bf16 else "float32",  # the matmuls' precision (bf16: autocast)
         **rate(flops, sum(seconds), peak, dtype),
+        # the same over CPU seconds per thread: what the steps got of the cores on a loaded machine
+        "by_cpu_time": rate(flops, sum(cpu_seconds) / torch.get_num_threads(), peak, dtype),
+        **({"profile_shares": profiler.shares()} if profile else {}),
     }
 
 
@@ -347,6 +355,11 @@ def main() -> None:
     parser.add_argument(
         "--train-one-padded-batch", action="store_true", help="train path: also fp32 in one padded batch (TRL's way)"
     )
+    parser.add_argument(
+        "--train-profile",
+        action="store_true",
+        help="train path: where the step's time goes (torch.profiler, steps 3..)",
+    )
     parser.add_argument("--rank-cli", action="store_true", help="also time `emoreward rank` in a subprocess")
     parser.add_argument("--force-bf16", action="store_true", help="time bf16 scoring even without bf16 units")
     parser.add_argument("--main-args", default="", help="extra arguments of the `main` path's `emoreward train`")
@@ -422,13 +435,16 @@ def main() -> None:
             runs = [(bf16, True) for bf16 in precisions] + ([(False, False)] if args.train_one_padded_batch else [])
             for bf16, split in runs:
                 name = f"train_step_{'bf16' if bf16 else 'fp32'}" + ("" if split else "_one_padded_batch")
-                r = results[name] = train_path(args.train_steps, bf16, split)
+                r = results[name] = train_path(args.train_steps, bf16, split, args.train_profile)
                 print(
                     f"training step [{r['dtype']}] (16 pairs, {'length groups' if split else 'one padded batch'}, "
                     f"{r['torch_threads']} threads): {r['seconds_per_step_median']:.2f} s median wall, "
-                    f"{r['cpu_seconds_per_step_mean']:.2f} s CPU ({r['gflops']:.1f} GFLOP/s useful = {share(r)}); "
+                    f"{r['cpu_seconds_per_step_mean']:.2f} s CPU ({r['gflops']:.1f} GFLOP/s useful = {share(r)}; "
+                    f"by CPU time {100 * r['by_cpu_time']['of_dtype_peak']:.0f}%); "
                     f"padding {100 * r['padded_share']:.1f}% of the computed tokens"
                 )
+                if "profile_shares" in r:
+                    print("  profile: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in r["profile_shares"].items()))
         if "agreement" in paths and model_dir:
             r = results["bf16_agreement"] = agreement_path(model_dir)
             print(

@@ -141,7 +141,6 @@ def require_bf16_units():
         pytest.skip("CPU bf16 training needs bf16 matrix units (bf16=true is refused here)")
 
 
-@pytest.mark.precision
 def test_bf16_training_reaches_the_float32_verdicts_on_the_bundled_pairs(tiny_bert_dir, tmp_path):
     """The stated tolerance: a bf16-trained model gives the float32-trained model's verdict on >= 99% of the 459
     bundled pairs and its pair accuracy within 1 point (same seed, recipe and data; both scored in float32)."""
