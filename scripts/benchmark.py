@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shlex
 import statistics
 import subprocess
@@ -312,22 +313,31 @@ def main_path(work: Path, extra: str) -> dict:
     flops += (folds + 1) * forward_flops(network, network.config, lengths, causal=False)
     before = peak_rss_gib(children=True)
     peak_before = Peak.measure()
-    start = time.perf_counter()
+    start, children = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_seconds = (after.ru_utime - children.ru_utime) + (after.ru_stime - children.ru_stime)
     peak_after = Peak.measure()
     if done.returncode:
         raise RuntimeError(f"emoreward train failed:\n{done.stderr[-3000:]}")
     report = json.loads((out_dir / "report.json").read_text())
     summary = report.get("cross_validation", {}).get("summary", {}).get("judge", {})
     peak = Peak((peak_before.fp32 + peak_after.fp32) / 2, (peak_before.bf16 + peak_after.bf16) / 2)
-    bf16 = bool(report.get("config", {}).get("bf16")) or "bf16=true" in extra.replace(" ", "")
+    bf16 = bool(report["recipe"].get("bf16"))  # the resolved value (`auto` resolved by the run)
     dtype = __import__("torch").bfloat16 if bf16 else __import__("torch").float32
+    folds = report.get("cross_validation", {}).get("folds", [])
+    waf = [f["judge"]["two_class"]["waf"] for f in folds]
     return {
         "command": " ".join(cmd[1:]),
         "dtype": "bfloat16" if bf16 else "float32",
         "wall_seconds": wall,
+        "cpu_seconds": cpu_seconds,
         "peak_rss_gib": max(peak_rss_gib(children=True), before),
+        "fold_train_seconds": [f.get("train_seconds") for f in folds],
+        "final_train_seconds": report.get("final", {}).get("train_seconds"),
+        "fold_two_class_waf": waf,
+        "two_class_waf_sample_std": statistics.stdev(waf) if len(waf) > 1 else None,
         "useful_tflops": flops / 1e12,
         **rate(flops, wall, peak, dtype),
         "cv_summary": {k: summary.get(k) for k in ("two_class_waf", "two_class_acc", "three_class_waf")},
@@ -454,7 +464,10 @@ def main() -> None:
         if "main" in paths:
             r = results["main_job"] = main_path(work, args.main_args)
             print(
-                f"main job (5-fold CV + final fit): {r['wall_seconds']:.0f} s, peak RSS {r['peak_rss_gib']:.2f} GiB, "
+                f"main job [{r['dtype']}] (5-fold CV + final fit): {r['wall_seconds']:.0f} s wall, "
+                f"{r['cpu_seconds']:.0f} s CPU, peak RSS {r['peak_rss_gib']:.2f} GiB, folds trained in "
+                f"{', '.join(f'{s:.0f}' for s in r['fold_train_seconds'])} s, "
+                f"final fit {r['final_train_seconds']:.0f} s, "
                 f"{r['useful_tflops']:.0f} TFLOP useful = {r['gflops']:.1f} GFLOP/s = {share(r)} "
                 f"(peaks measured before and after only); CV {r['cv_summary']}"
             )

@@ -163,10 +163,14 @@ def test_bf16_training_reaches_the_float32_verdicts_on_the_bundled_pairs(tiny_be
 
 def test_bf16_training_saves_float32_safetensors(tiny_bert_dir, tmp_path):
     """A CPU bf16 run saves what a float32 run saves: its step checkpoints and the final model directory hold the
-    same tensors (adapter and value head), all float32, in safetensors; the network is float32 again after it."""
+    same tensors (adapter and value head), all float32, in safetensors; the network is float32 again after it and
+    scores in float32 (the live adapter equals the merged float32 copy to 1e-5)."""
     require_bf16_units()
     from safetensors.torch import load_file
 
+    from emoreward.models.text import TextRewardModel
+
+    texts = ["She smiles.", "A long, flat and tired voice says nothing at all today."]
     saved = {}
     for bf16 in (False, True):
         model = tiny_fit(
@@ -179,6 +183,9 @@ def test_bf16_training_saves_float32_safetensors(tiny_bert_dir, tmp_path):
             save_steps=1,
         )
         assert {p.dtype for p in model.model.parameters()} == {torch.float32}
+        # the network computes in float32 again (accelerate's autocast forward is gone): live adapter = merged copy
+        live = TextRewardModel(model.model, model.tokenizer, model.settings).score(texts)
+        np.testing.assert_allclose(live, model.inference_copy("float32").score(texts), atol=1e-5, rtol=0)
         out = model.save_pretrained(tmp_path / f"model-{bf16}")
         checkpoint = tmp_path / ("bf16" if bf16 else "fp32") / "checkpoint-1"
         files = [*checkpoint.glob("*.safetensors"), *out.glob("*.safetensors")]

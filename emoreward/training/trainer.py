@@ -89,11 +89,14 @@ class EmoRewardTrainer(RewardTrainer):
         from emoreward.training.fused_lora import fused_lora_linears
 
         cpu = self.args.device.type == "cpu" and not self.is_deepspeed_enabled
-        with (
-            fused_lora_linears(self.model, enabled=cpu),
-            cpu_bf16_training(self.model, enabled=cpu and bool(self.args.bf16)),
-        ):
-            return super().train(*args, **kwargs)
+        try:
+            with (
+                fused_lora_linears(self.model, enabled=cpu),
+                cpu_bf16_training(self.model, enabled=cpu and bool(self.args.bf16)),
+            ):
+                return super().train(*args, **kwargs)
+        finally:
+            drop_mixed_precision_forward(self.model)
 
     def _save_checkpoint(self, model, trial):
         """The Trainer's checkpoint, with the run's identity written into the folder first: a checkpoint complete
@@ -181,6 +184,19 @@ class EmoRewardTrainer(RewardTrainer):
             self._save(output_dir or self.args.output_dir, state_dict=state_dict)
 
 
+def drop_mixed_precision_forward(model: torch.nn.Module) -> None:
+    """Give `model` its own forward again after a mixed-precision run: accelerate's `prepare_model` wraps
+    `model.forward` in autocast (keeping the original as `_original_forward`) and the Trainer leaves it wrapped, so
+    a bf16-trained network would go on computing in bf16 when it scores in float32 afterwards."""
+    original = model.__dict__.pop("_original_forward", None)
+    if original is None:
+        return
+    if getattr(original, "__func__", None) is getattr(type(model), "forward", None):
+        model.__dict__.pop("forward", None)  # the class's own forward
+    else:
+        model.forward = original
+
+
 class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
     """transformers' `LengthGroupedSampler` (random mega-batches, each sorted by length) drawn from a generator
     seeded with `seed + epoch`: the order of an epoch is a function of the seed and the epoch alone. The Trainer
@@ -226,6 +242,7 @@ class RewardProgressCallback(ProgressCallback):
 __all__ = [
     "EmoRewardTrainer",
     "EpochSeededLengthGroupedSampler",
+    "drop_mixed_precision_forward",
     "RewardProgressCallback",
     "value_head_weight",
 ]
