@@ -5,7 +5,7 @@ the default recipe's step (MiniLM + LoRA r=16, 16 pairs in length groups, Intel 
 thread; see docs/training.md, "bf16 training"): autocast alone made the step no faster than float32 (1.47 s vs
 1.48 s of CPU), because
 
-- the CPU flash-attention backward is about 4x slower in bf16 than in float32 (43% of the bf16 step);
+- the CPU flash-attention backward is 3-5x slower in bf16 than in float32 (43% of the bf16 step);
 - autocast casts a float32 weight to bf16 in every pass and caches the cast only for weights that take gradients,
   so with LoRA every frozen base weight was cast again in every pass;
 - the hidden states leave each float32 LayerNorm in float32, so each linear layer and each LoRA branch that reads
@@ -43,7 +43,7 @@ def sdpa_fp32_attention(module, query, key, value, attention_mask, **kwargs):
     cast to float32, autocast is off inside, and the output is cast back to the query's dtype.
 
     Why: torch's CPU flash-attention kernel is slower in bf16 than in float32 (fwd + bwd of MiniLM-sized heads,
-    8 x 12 x 140 x 32 with a padding mask, torch 2.13 on AMX: 58 ms vs 18 ms), and attention is a small share of
+    8 x 12 x 140 x 32 with a padding mask, torch 2.13 on AMX: 40-58 ms vs 13-18 ms), and attention is a small share of
     the FLOPs, so float32 costs only the casts of q, k, v. Other devices and float32 inputs call `sdpa` unchanged.
 
     Returns:
@@ -77,12 +77,12 @@ def frozen_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
     """The float32 parameters of the modules that have no trainable parameter of their own (a LoRA run's base
     model); a module with any trainable parameter (LoRA's A / B, the value head with its frozen bias) is left
     whole."""
-    out = []
+    out = {}  # by identity: a tied parameter is held once
     for module in model.modules():
         own = list(module.parameters(recurse=False))
         if own and not any(p.requires_grad for p in own):
-            out.extend(p for p in own if p.dtype == torch.float32)
-    return out
+            out.update((id(p), p) for p in own if p.dtype == torch.float32)
+    return list(out.values())
 
 
 @contextlib.contextmanager
