@@ -17,6 +17,11 @@ Two departures from the Trainer's defaults, both for resumable, readable runs:
   state);
 - progress is a tqdm bar whose postfix shows the latest loss and reward accuracy (`RewardProgressCallback`), not a
   printed dict per logging step; the logged values go to `report_to` and the report's `train_log`.
+
+And two for speed on a CPU, undone when training ends: LoRA linear layers run as one autograd function each
+(`emoreward.training.fused_lora`), and bf16 runs hold the frozen modules in bf16 with float32 attention
+(`emoreward.training.cpu_bf16`). After any mixed-precision run the network's own forward comes back
+(`drop_mixed_precision_forward`: accelerate leaves it wrapped in autocast).
 """
 
 from __future__ import annotations
