@@ -2,7 +2,8 @@
 
 Usage:
     python scripts/benchmark.py [--model DIR] [--paths scoring,smollm2,rank,train,agreement,main] [--short 230]
-        [--n-texts N] [--smollm2-n 64] [--train-steps 6] [--main-args "--set bf16=true"] [--output benchmark.json]
+        [--n-texts N] [--smollm2-n 64] [--train-steps 8] [--train-profile] [--main-args "--set bf16=true"]
+        [--output benchmark.json]
 
 Every path reports its wall time, the precision its matrix multiplies ran in (`dtype`) and its achieved FLOP rate
 (FLOPs per token from the model x tokens processed / wall time; `benchmark_common.forward_flops` / `training_flops`)
@@ -20,7 +21,10 @@ Paths (default: scoring, rank, train, agreement with --model; scoring and train 
   rank       `rank_with_reward_model` on the bundled OV-MERD table (10 models x 332 samples) with `--model`:
              cold (empty score cache) and rerun (scores from the cache file), and `emoreward rank` end to end in a
              subprocess (imports and model loading included) with `--rank-cli`.
-  train      seconds per optimizer step of the default recipe (MiniLM + LoRA, 16 pairs per step).
+  train      seconds per optimizer step of the default recipe (MiniLM + LoRA, 16 pairs per step, length groups) in
+             float32 and, with bf16 matrix units, in bf16 (`--set bf16=true`); the share of padding in the computed
+             tokens; `--train-one-padded-batch` adds float32 in one padded batch; `--train-profile` prints the
+             share of the step's CPU time by kind of op (matmul, LoRA matmul, attention, casts, ...).
   agreement  `--model`'s verdicts on the 459 bundled pairs in bf16 vs fp32 (its calibrated tie threshold): share
              that agree, largest reward difference; real bf16 with bf16 units, emulated (`EmulatedBf16Matmuls`)
              without.
@@ -35,7 +39,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -55,6 +61,7 @@ from benchmark_common import (  # noqa: E402
     peak_rss_gib,
     rate,
     shape_setup_ms,
+    step_profiler,
     step_timer,
     training_flops,
 )
@@ -180,14 +187,23 @@ def rank_path(model_dir: Path, work: Path, cli: bool) -> dict:
     return out
 
 
-def train_path(steps: int, split: bool = True) -> dict:
-    """Optimizer steps of the default recipe; `split`: forward passes in length groups, as `fit_reward_model` runs
-    them (`LengthSplitAdapter`), else one padded batch (TRL's way)."""
+def train_path(steps: int, bf16: bool, split: bool = True, profile: bool = False) -> dict:
+    """Optimizer steps of the default recipe (MiniLM + LoRA, 16 pairs per step) in one precision, through
+    `EmoRewardTrainer` as `emoreward train` runs them: `bf16` is CPU bf16 training (`--set bf16=true`:
+    `emoreward.training.cpu_bf16`), else float32; `split`: forward passes in length groups (`LengthSplitAdapter`, as
+    `fit_reward_model` runs them), else one padded batch (TRL's way).
+
+    The rate is the useful FLOPs of the timed steps (all but the first: `training_flops` over the real length of
+    every sequence they trained on) over their wall time, as a share of the peak of that precision measured around
+    the run (`rate`); `padded_share` is the share of padding in the tokens the forward passes computed. `profile`:
+    steps 3.. run under `torch.profiler` (so they are slower) and `profile_shares` gives where their time went."""
+    import torch
 
     from emoreward.data import load_pairs
     from emoreward.training.adapters import adapter_for
     from emoreward.training.config import load_config
     from emoreward.training.preprocess import LengthSplitAdapter
+    from emoreward.training.step_plan import padded_width, plan_forward_groups
     from emoreward.training.trainer import EmoRewardTrainer
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -198,33 +214,56 @@ def train_path(steps: int, split: bool = True) -> dict:
                 "disable_tqdm": True,
                 "max_steps": steps,
                 "cv_folds": 0,
+                "bf16": bf16,
             }
         )
         adapter = adapter_for(config)
         model = adapter.build_model(config)
         dataset, _ = adapter.build_dataset(load_pairs(config.train_file), model, config)
+        multiple = config.pad_to_multiple_of or 1
         if split:
-            adapter = LengthSplitAdapter(adapter)
-        timer = step_timer()
+            adapter = LengthSplitAdapter(adapter, multiple=multiple)
+        collate, batches = adapter.collator(model, config), []
+
+        def recording_collator(examples):  # the real collator; keeps each micro-batch's real sequence lengths
+            batch = collate(examples)
+            batches.append(batch["attention_mask"].sum(-1).tolist())
+            return batch
+
+        timer, profiler = step_timer(), step_profiler() if profile else None
         trainer = EmoRewardTrainer(
             adapter=adapter, model=model.model, args=config, train_dataset=dataset, processing_class=model.tokenizer,
-            data_collator=adapter.collator(model, config), callbacks=[timer],
+            data_collator=recording_collator, callbacks=[timer] + ([profiler] if profile else []),
         )  # fmt: skip
-        _, wall, peak = Peak.around(trainer.train)
-        tokens = trainer._total_train_tokens
-    per_step = sorted(timer.seconds[1:] or timer.seconds)[len(timer.seconds[1:] or timer.seconds) // 2]
-    mean_len = tokens / (steps * 2 * config.per_device_train_batch_size * config.gradient_accumulation_steps)
-    flops = training_flops(model.model, model.model.config, [mean_len] * 1, causal=False) / mean_len * tokens
+        _, _, peak = Peak.around(trainer.train)
+    accumulation = config.gradient_accumulation_steps
+    timed = [n for batch in batches[accumulation : steps * accumulation] for n in batch]  # steps 2..steps
+    computed = 0
+    for batch in batches[accumulation : steps * accumulation]:
+        width = padded_width(max(batch), multiple)
+        groups = plan_forward_groups(batch, 3, multiple=multiple) if split else [list(range(len(batch)))]
+        computed += sum(len(g) * min(width, padded_width(max(batch[i] for i in g), multiple)) for g in groups)
+    seconds = timer.seconds[1:] or timer.seconds
+    cpu_seconds = timer.cpu_seconds[1:] or timer.cpu_seconds
+    dtype = torch.bfloat16 if config.bf16 else torch.float32
+    flops = training_flops(model.model, model.model.config, timed, causal=False)
     return {
         "length_groups": split,
         "steps": steps,
-        "pairs_per_step": config.per_device_train_batch_size * config.gradient_accumulation_steps,
-        "seconds_per_step_median": per_step,
+        "pairs_per_step": config.per_device_train_batch_size * accumulation,
+        "torch_threads": torch.get_num_threads(),
+        "seconds_per_step_median": sorted(seconds)[len(seconds) // 2],
         "first_step_seconds": timer.seconds[0],
-        "tokens": tokens,
-        "bf16_autocast": bool(config.bf16),
-        "dtype": "bfloat16" if config.bf16 else "float32",  # the matmuls' precision under autocast
-        **rate(flops, wall, peak, __import__("torch").bfloat16 if config.bf16 else __import__("torch").float32),
+        "cpu_seconds_per_step_mean": statistics.mean(cpu_seconds),
+        "tokens_timed": sum(timed),
+        "padded_share": 1 - sum(timed) / computed if computed else 0.0,
+        "pad_to_multiple_of": multiple,
+        "bf16": bool(config.bf16),
+        "dtype": "bfloat16" if config.bf16 else "float32",  # the matmuls' precision (bf16: autocast)
+        **rate(flops, sum(seconds), peak, dtype),
+        # the same over CPU seconds per thread: what the steps got of the cores on a loaded machine
+        "by_cpu_time": rate(flops, sum(cpu_seconds) / torch.get_num_threads(), peak, dtype),
+        **({"profile_shares": profiler.shares()} if profile else {}),
     }
 
 
@@ -274,22 +313,31 @@ def main_path(work: Path, extra: str) -> dict:
     flops += (folds + 1) * forward_flops(network, network.config, lengths, causal=False)
     before = peak_rss_gib(children=True)
     peak_before = Peak.measure()
-    start = time.perf_counter()
+    start, children = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_seconds = (after.ru_utime - children.ru_utime) + (after.ru_stime - children.ru_stime)
     peak_after = Peak.measure()
     if done.returncode:
         raise RuntimeError(f"emoreward train failed:\n{done.stderr[-3000:]}")
     report = json.loads((out_dir / "report.json").read_text())
     summary = report.get("cross_validation", {}).get("summary", {}).get("judge", {})
     peak = Peak((peak_before.fp32 + peak_after.fp32) / 2, (peak_before.bf16 + peak_after.bf16) / 2)
-    bf16 = bool(report.get("config", {}).get("bf16")) or "bf16=true" in extra.replace(" ", "")
+    bf16 = bool(report["recipe"].get("bf16"))  # the resolved value (`auto` resolved by the run)
     dtype = __import__("torch").bfloat16 if bf16 else __import__("torch").float32
+    folds = report.get("cross_validation", {}).get("folds", [])
+    waf = [f["judge"]["two_class"]["waf"] for f in folds]
     return {
         "command": " ".join(cmd[1:]),
         "dtype": "bfloat16" if bf16 else "float32",
         "wall_seconds": wall,
+        "cpu_seconds": cpu_seconds,
         "peak_rss_gib": max(peak_rss_gib(children=True), before),
+        "fold_train_seconds": [f.get("train_seconds") for f in folds],
+        "final_train_seconds": report.get("final", {}).get("train_seconds"),
+        "fold_two_class_waf": waf,
+        "two_class_waf_sample_std": statistics.stdev(waf) if len(waf) > 1 else None,
         "useful_tflops": flops / 1e12,
         **rate(flops, wall, peak, dtype),
         "cv_summary": {k: summary.get(k) for k in ("two_class_waf", "two_class_acc", "three_class_waf")},
@@ -313,7 +361,15 @@ def main() -> None:
         "--n-texts", type=int, help="scoring path: the first N bundled descriptions (default: all 918)"
     )
     parser.add_argument("--smollm2-n", type=int, default=64, help="descriptions scored with SmolLM2")
-    parser.add_argument("--train-steps", type=int, default=6)
+    parser.add_argument("--train-steps", type=int, default=8)
+    parser.add_argument(
+        "--train-one-padded-batch", action="store_true", help="train path: also fp32 in one padded batch (TRL's way)"
+    )
+    parser.add_argument(
+        "--train-profile",
+        action="store_true",
+        help="train path: where the step's time goes (torch.profiler, steps 3..)",
+    )
     parser.add_argument("--rank-cli", action="store_true", help="also time `emoreward rank` in a subprocess")
     parser.add_argument("--force-bf16", action="store_true", help="time bf16 scoring even without bf16 units")
     parser.add_argument("--main-args", default="", help="extra arguments of the `main` path's `emoreward train`")
@@ -385,15 +441,20 @@ def main() -> None:
                 )
             )
         if "train" in paths:
-            for split in (False, True):
-                r = results[f"train_step{'_length_groups' if split else '_one_padded_batch'}"] = train_path(
-                    args.train_steps, split
-                )
+            precisions = [False] + ([True] if has_bf16_matrix_units("cpu") else [])
+            runs = [(bf16, True) for bf16 in precisions] + ([(False, False)] if args.train_one_padded_batch else [])
+            for bf16, split in runs:
+                name = f"train_step_{'bf16' if bf16 else 'fp32'}" + ("" if split else "_one_padded_batch")
+                r = results[name] = train_path(args.train_steps, bf16, split, args.train_profile)
                 print(
-                    f"training step (16 pairs, {'length groups' if split else 'one padded batch'}): "
-                    f"{r['seconds_per_step_median']:.2f} s median ({r['gflops']:.1f} GFLOP/s useful = "
-                    f"{share(r)}), bf16 autocast {r['bf16_autocast']}"
+                    f"training step [{r['dtype']}] (16 pairs, {'length groups' if split else 'one padded batch'}, "
+                    f"{r['torch_threads']} threads): {r['seconds_per_step_median']:.2f} s median wall, "
+                    f"{r['cpu_seconds_per_step_mean']:.2f} s CPU ({r['gflops']:.1f} GFLOP/s useful = {share(r)}; "
+                    f"by CPU time {100 * r['by_cpu_time']['of_dtype_peak']:.0f}%); "
+                    f"padding {100 * r['padded_share']:.1f}% of the computed tokens"
                 )
+                if "profile_shares" in r:
+                    print("  profile: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in r["profile_shares"].items()))
         if "agreement" in paths and model_dir:
             r = results["bf16_agreement"] = agreement_path(model_dir)
             print(
@@ -403,7 +464,10 @@ def main() -> None:
         if "main" in paths:
             r = results["main_job"] = main_path(work, args.main_args)
             print(
-                f"main job (5-fold CV + final fit): {r['wall_seconds']:.0f} s, peak RSS {r['peak_rss_gib']:.2f} GiB, "
+                f"main job [{r['dtype']}] (5-fold CV + final fit): {r['wall_seconds']:.0f} s wall, "
+                f"{r['cpu_seconds']:.0f} s CPU, peak RSS {r['peak_rss_gib']:.2f} GiB, folds trained in "
+                f"{', '.join(f'{s:.0f}' for s in r['fold_train_seconds'])} s, "
+                f"final fit {r['final_train_seconds']:.0f} s, "
                 f"{r['useful_tflops']:.0f} TFLOP useful = {r['gflops']:.1f} GFLOP/s = {share(r)} "
                 f"(peaks measured before and after only); CV {r['cv_summary']}"
             )

@@ -168,23 +168,90 @@ def median_time(run: Callable[[], object], repeats: int = 3) -> tuple[object, fl
 
 
 def step_timer():
-    """A transformers `TrainerCallback` that records the wall time of every optimizer step (`.seconds`)."""
+    """A transformers `TrainerCallback` that records the wall time (`.seconds`) and the process's CPU time
+    (`.cpu_seconds`, all threads) of every optimizer step."""
     from transformers import TrainerCallback
 
     class StepTimer(TrainerCallback):
         def __init__(self):
             self.seconds: list[float] = []
+            self.cpu_seconds: list[float] = []
 
         def on_step_begin(self, args, state, control, **kwargs):
-            self._start = time.perf_counter()
+            self._start, self._cpu = time.perf_counter(), time.process_time()
 
         def on_step_end(self, args, state, control, **kwargs):
             self.seconds.append(time.perf_counter() - self._start)
+            self.cpu_seconds.append(time.process_time() - self._cpu)
 
     return StepTimer()
 
 
+def op_category(name: str, shapes: str) -> str:
+    """The kind of work a profiled op is (a `torch.profiler` key and its input shapes): `matmul` (frozen-size
+    products), `lora matmul` (a product with a rank-16 or smaller side: LoRA's A and B), `attention`, `cast/copy`,
+    `gelu`, `layernorm`, `elementwise`, `optimizer`, `data` (the data loader), else `other` (views, autograd and
+    Python overhead, allocation, indexing)."""
+    import re
+
+    if name in ("aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::baddbmm"):
+        dims = [int(x) for x in re.findall(r"\d+", shapes)]
+        return "lora matmul" if dims and min(dims) <= 16 else "matmul"
+    if "scaled_dot_product" in name or "softmax" in name:
+        return "attention"
+    if name in ("aten::copy_", "aten::_to_copy"):
+        return "cast/copy"
+    if "gelu" in name:
+        return "gelu"
+    if "layer_norm" in name:
+        return "layernorm"
+    if name in ("aten::add", "aten::add_", "aten::mul", "aten::mul_", "aten::div", "aten::sub", "aten::where"):
+        return "elementwise"
+    if "foreach" in name or "Optimizer" in name or "addcdiv" in name or "addcmul" in name or "lerp" in name:
+        return "optimizer"
+    if "DataLoader" in name:
+        return "data"
+    return "other"
+
+
+def profile_shares(profiler) -> dict[str, float]:
+    """Shares of a finished `torch.profiler.profile(record_shapes=True)`'s self CPU time by `op_category`."""
+    totals: dict[str, float] = {}
+    for event in profiler.key_averages(group_by_input_shape=True):
+        kind = op_category(event.key, str(event.input_shapes))
+        totals[kind] = totals.get(kind, 0.0) + event.self_cpu_time_total
+    whole = sum(totals.values()) or 1.0
+    return {k: v / whole for k, v in sorted(totals.items(), key=lambda kv: -kv[1])}
+
+
+def step_profiler(start_step: int = 2):
+    """A `TrainerCallback` that runs `torch.profiler` (CPU, input shapes) from optimizer step `start_step` to the
+    end of training; `.shares()` gives `profile_shares` of what it recorded."""
+    from torch.profiler import ProfilerActivity, profile
+    from transformers import TrainerCallback
+
+    class StepProfiler(TrainerCallback):
+        profiler = None
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            if state.global_step == start_step and self.profiler is None:
+                self.profiler = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
+                self.profiler.__enter__()
+
+        def on_train_end(self, args, state, control, **kwargs):
+            if self.profiler is not None:
+                self.profiler.__exit__(None, None, None)
+
+        def shares(self) -> dict[str, float]:
+            return profile_shares(self.profiler) if self.profiler is not None else {}
+
+    return StepProfiler()
+
+
 __all__ = [
+    "op_category",
+    "profile_shares",
+    "step_profiler",
     "step_timer",
     "Peak",
     "attention_flops_per_token",

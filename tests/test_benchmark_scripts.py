@@ -15,7 +15,14 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from benchmark_common import Peak, attention_flops_per_token, forward_flops, rate, training_flops  # noqa: E402
+from benchmark_common import (  # noqa: E402
+    Peak,
+    attention_flops_per_token,
+    forward_flops,
+    op_category,
+    rate,
+    training_flops,
+)
 
 
 class TinyConfig:
@@ -46,6 +53,14 @@ def test_rate_is_achieved_over_peak():
     r = rate(3e11, 2.0, peak, torch.float32)  # 150 GFLOP/s
     assert r["gflops"] == pytest.approx(150.0) and r["of_fp32_peak"] == pytest.approx(0.75)
     assert rate(3e11, 2.0, peak, torch.bfloat16)["of_dtype_peak"] == pytest.approx(3.0)
+
+
+def test_profile_categories_name_the_ops_of_a_lora_step():
+    assert op_category("aten::addmm", "[[1536], [1096, 384], [384, 1536], [], []]") == "matmul"
+    assert op_category("aten::mm", "[[1096, 16], [16, 384]]") == "lora matmul"
+    assert op_category("aten::_scaled_dot_product_flash_attention_for_cpu_backward", "") == "attention"
+    assert op_category("aten::copy_", "[[8, 12, 146, 32], [8, 12, 146, 32], []]") == "cast/copy"
+    assert op_category("aten::gelu_backward", "") == "gelu" and op_category("aten::view", "") == "other"
 
 
 @pytest.mark.parametrize(

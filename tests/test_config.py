@@ -309,8 +309,8 @@ def test_bf16_values_read_from_recipes_and_the_command_line(monkeypatch):
         (config,) = parser.parse_args_and_config(argv)
         assert config.bf16 is units and config.use_cpu is units
     assert load_config(overrides={"bf16": None}).bf16 is units  # unset: the rule, as TRL's None
-    (config,) = parser.parse_args_and_config([])  # the default recipe pins float32 until bf16's CV is measured
-    assert config.bf16 is False
+    (config,) = parser.parse_args_and_config([])  # the default recipe: `auto`
+    assert config.bf16 is units and config.use_cpu is units
     (config,) = parser.parse_args_and_config(["--bf16", "false"])
     assert config.bf16 is False
     if units:

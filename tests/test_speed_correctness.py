@@ -259,6 +259,18 @@ def test_split_by_length_is_optimal_on_a_hand_example():
     assert split_by_length([100, 10, 101, 12], max_groups=3, overhead_tokens=64) == [[1, 3], [0, 2]]
 
 
+def test_length_groups_round_their_widths_to_pad_to_multiple_of():
+    """With `pad_to_multiple_of` a group costs its longest rounded up: 5 7 9 12 30 30 in widths of 16 pad
+    {5..12} to 16 and {30, 30} to 32 (4 * 16 + 2 * 32 = 128), where a third group saves nothing."""
+    from emoreward.training.step_plan import padded_width, split_by_length
+
+    assert [padded_width(n, 16) for n in (1, 16, 17, 30)] == [16, 16, 32, 32] and padded_width(30, None) == 30
+    assert split_by_length([30, 5, 12, 7, 30, 9], max_groups=3, overhead_tokens=0, multiple=16) == [
+        [1, 3, 5, 2],
+        [0, 4],
+    ]
+
+
 @pytest.mark.parametrize("fixture", ["tiny_bert_dir", "tiny_llama_dir"])
 def test_length_split_forward_equals_one_padded_batch(fixture, request, tmp_path):
     from emoreward.training.preprocess import LengthSplitAdapter

@@ -113,7 +113,7 @@ def fit_reward_model(
     set_seed(config.seed)
     adapter = adapter_for(config)
     if adapter.kind == "text":  # forward passes in length groups: little padding (see LengthSplitAdapter)
-        adapter = LengthSplitAdapter(adapter)
+        adapter = LengthSplitAdapter(adapter, multiple=config.pad_to_multiple_of)
     model = adapter.build_model(config)
     dataset, exclusions = encoded_dataset(pairs, model, config)
     logger.info("%s: %s", run_name, exclusions.summary())

@@ -21,7 +21,7 @@ from emoreward.data import PreferencePair
 from emoreward.data.context import reward_context
 from emoreward.data.media import MediaError
 from emoreward.models.base import RewardContext
-from emoreward.training.step_plan import plan_forward_groups
+from emoreward.training.step_plan import padded_width, plan_forward_groups
 
 
 if TYPE_CHECKING:
@@ -360,12 +360,15 @@ class LengthSplitAdapter:
     shorter description of each pair (on EmoPrefer the two descriptions of a pair differ by 78 tokens on average),
     so about 30% of the tokens a MiniLM step computed were padding; in length groups about 10% are. Right padding
     (the collator's) means cutting columns drops only padding; value-head outputs are put back in batch order, so
-    the loss sees the same `(2 * batch, num_heads)` logits (up to float rounding).
+    the loss sees the same `(2 * batch, num_heads)` logits (up to float rounding). With `multiple` (the recipe's
+    `pad_to_multiple_of`, which the collator pads the whole batch to) each group's width is its longest rounded up
+    to that multiple (`emoreward.training.step_plan.padded_width`).
     """
 
-    def __init__(self, adapter, max_groups: int = 3):
+    def __init__(self, adapter, max_groups: int = 3, multiple: int | None = None):
         self.adapter = adapter
         self.max_groups = max_groups
+        self.multiple = max(1, int(multiple or 1))
 
     def __getattr__(self, name):
         return getattr(self.adapter, name)
@@ -375,12 +378,12 @@ class LengthSplitAdapter:
         lengths = mask.sum(-1).tolist()
         # the number of forward passes is the step plan's, the same on every process (each DDP forward is a
         # collective: ranks that ran different counts would wait on each other forever)
-        groups = plan_forward_groups(lengths, self.max_groups, device=mask.device)
+        groups = plan_forward_groups(lengths, self.max_groups, multiple=self.multiple, device=mask.device)
         if len(groups) == 1:
             return self.adapter.logits(network, inputs)
         parts, order = [], []
         for group in groups:
-            width = int(max(lengths[i] for i in group))
+            width = min(mask.shape[1], padded_width(max(lengths[i] for i in group), self.multiple))
             idx = torch.tensor(group, device=mask.device)
             sub = {
                 k: (

@@ -20,21 +20,23 @@ import torch
 
 
 def split_by_length(
-    lengths, max_groups: int = 3, overhead_tokens: int = 64, *, groups: int | None = None
+    lengths, max_groups: int = 3, overhead_tokens: int = 64, *, groups: int | None = None, multiple: int = 1
 ) -> list[list[int]]:
     """Groups of sequence indices that waste the least compute on padding: the sequences sorted by length and cut
-    into at most `max_groups` runs (exactly `groups` runs when given), each padded to its own longest, minimising
-    padded tokens plus `overhead_tokens` per extra forward pass (dynamic programming over the cut points).
+    into at most `max_groups` runs (exactly `groups` runs when given), each padded to its own longest rounded up to
+    `multiple` (`padded_width`), minimising padded tokens plus `overhead_tokens` per extra forward pass (dynamic
+    programming over the cut points).
 
     Args:
         lengths: `(n,)` real token counts.
         groups: the exact number of runs (1 <= groups <= n), e.g. the step plan's.
+        multiple: the recipe's `pad_to_multiple_of` (1: none).
 
     Returns:
         index lists (into `lengths`), shortest group first.
     """
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    sorted_len = [lengths[i] for i in order]
+    sorted_len = [padded_width(lengths[i], multiple) for i in order]
     n = len(order)
     top = max(max_groups, groups or 0)
     inf = float("inf")
@@ -60,6 +62,14 @@ def split_by_length(
     return [order[i:j] for i, j in reversed(bounds)]
 
 
+def padded_width(longest: int, multiple: int = 1) -> int:
+    """The width a group of sequences is padded to: its longest, rounded up to `multiple` (the recipe's
+    `pad_to_multiple_of`; None or 1: the longest itself). On a CPU in bf16 few distinct widths pay: oneDNN creates
+    (JIT-compiles) a kernel for every new matrix shape."""
+    multiple = max(1, int(multiple or 1))
+    return -(-int(longest) // multiple) * multiple
+
+
 def agreed_group_count(proposals: list[int], sizes: list[int]) -> int:
     """The one number of forward passes every process runs: the largest process's proposal (its padding-optimal
     count), capped by the smallest batch (a group is never empty).
@@ -77,7 +87,7 @@ def _world_size() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
-def plan_forward_groups(lengths: list[int], max_groups: int, *, device=None) -> list[list[int]]:
+def plan_forward_groups(lengths: list[int], max_groups: int, *, multiple: int = 1, device=None) -> list[list[int]]:
     """This process's length groups for one training or evaluation step, in as many groups as on every other
     process (`agreed_group_count` over all processes' proposals; one all-reduce per call under a multi-process
     launch, none in a single process). Every process must call it once per step.
@@ -85,13 +95,16 @@ def plan_forward_groups(lengths: list[int], max_groups: int, *, device=None) -> 
     Args:
         lengths: `(2 * batch,)` real token counts of this process's chosen and rejected sequences.
         max_groups: at most this many forward passes (< 2: one pass).
+        multiple: each group's width is rounded up to this (`padded_width`).
         device: where the all-reduce tensor lives (the batch's device: CUDA under NCCL).
 
     Returns:
         index lists into `lengths` (see `split_by_length`); `[list(range(n))]` for one pass.
     """
     n = len(lengths)
-    proposal = len(split_by_length(lengths, max(1, max_groups))) if n >= 2 and max_groups >= 2 else 1
+    proposal = (
+        len(split_by_length(lengths, max(1, max_groups), multiple=multiple)) if n >= 2 and max_groups >= 2 else 1
+    )
     if _world_size() > 1:
         import torch.distributed as dist
 
@@ -103,7 +116,7 @@ def plan_forward_groups(lengths: list[int], max_groups: int, *, device=None) -> 
         count = agreed_group_count([proposal], [n])
     if count <= 1 or n == 0:
         return [list(range(n))]
-    return split_by_length(lengths, max_groups, groups=count)
+    return split_by_length(lengths, max_groups, groups=count, multiple=multiple)
 
 
 def gather_reward_metrics(accelerator, chosen: torch.Tensor, rejected: torch.Tensor, tie: torch.Tensor | None) -> dict:
@@ -135,4 +148,4 @@ def gather_reward_metrics(accelerator, chosen: torch.Tensor, rejected: torch.Ten
     }
 
 
-__all__ = ["agreed_group_count", "gather_reward_metrics", "plan_forward_groups", "split_by_length"]
+__all__ = ["agreed_group_count", "gather_reward_metrics", "padded_width", "plan_forward_groups", "split_by_length"]

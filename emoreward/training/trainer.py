@@ -17,11 +17,15 @@ Two departures from the Trainer's defaults, both for resumable, readable runs:
   state);
 - progress is a tqdm bar whose postfix shows the latest loss and reward accuracy (`RewardProgressCallback`), not a
   printed dict per logging step; the logged values go to `report_to` and the report's `train_log`.
+
+And two for speed on a CPU, undone when training ends: LoRA linear layers run as one autograd function each
+(`emoreward.training.fused_lora`), and bf16 runs hold the frozen modules in bf16 with float32 attention
+(`emoreward.training.cpu_bf16`). After any mixed-precision run the network's own forward comes back
+(`drop_mixed_precision_forward`: accelerate leaves it wrapped in autocast).
 """
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -81,15 +85,23 @@ class EmoRewardTrainer(RewardTrainer):
             self.add_callback(RewardProgressCallback())
 
     run_identity: dict | None = None  # written into every step checkpoint (emoreward.training.run_identity)
-    hold_frozen_bf16 = True  # see frozen_linears_in_bf16 (False: autocast casts the frozen weights in every pass)
 
     def train(self, *args, **kwargs):
-        """`Trainer.train`, with the frozen linear weights held in bf16 for a CPU bf16-autocast run
-        (`frozen_linears_in_bf16`)."""
-        cpu_bf16 = bool(self.args.bf16) and self.args.device.type == "cpu" and not self.is_deepspeed_enabled
-        cpu_bf16 = cpu_bf16 and self.hold_frozen_bf16
-        with frozen_linears_in_bf16(self.model, enabled=cpu_bf16):
-            return super().train(*args, **kwargs)
+        """`Trainer.train`; on a CPU (no DeepSpeed) LoRA linear layers run as one autograd function each
+        (`emoreward.training.fused_lora`), and a bf16 run trains in `emoreward.training.cpu_bf16.cpu_bf16_training`
+        (frozen modules in bf16, float32 attention, no per-pass casts); both undo themselves when training ends."""
+        from emoreward.training.cpu_bf16 import cpu_bf16_training
+        from emoreward.training.fused_lora import fused_lora_linears
+
+        cpu = self.args.device.type == "cpu" and not self.is_deepspeed_enabled
+        try:
+            with (
+                fused_lora_linears(self.model, enabled=cpu),
+                cpu_bf16_training(self.model, enabled=cpu and bool(self.args.bf16)),
+            ):
+                return super().train(*args, **kwargs)
+        finally:
+            drop_mixed_precision_forward(self.model)
 
     def _save_checkpoint(self, model, trial):
         """The Trainer's checkpoint, with the run's identity written into the folder first: a checkpoint complete
@@ -177,32 +189,17 @@ class EmoRewardTrainer(RewardTrainer):
             self._save(output_dir or self.args.output_dir, state_dict=state_dict)
 
 
-@contextlib.contextmanager
-def frozen_linears_in_bf16(model: torch.nn.Module, *, enabled: bool = True):
-    """Hold the weights and biases of the frozen `nn.Linear` layers (a LoRA run's base model) in bfloat16 while
-    training under bf16 autocast, and give back the float32 tensors afterwards.
-
-    Autocast casts a float32 weight to bf16 in every forward pass, and caches the cast only for weights that take
-    gradients: with LoRA the frozen base weights were cast again in every pass (profile of the default recipe on an
-    AMX CPU: `aten::copy_` 28% of a step's time). Autocast's cast is round-to-nearest bf16, which is what
-    `.to(torch.bfloat16)` gives, so the products are the same; the master weights (LoRA, value head, norms,
-    embeddings) stay float32, and the frozen weights are exactly the float32 originals again after training
-    (the scoring copy and its float32 agreement check read them)."""
-    if not enabled:
-        yield
+def drop_mixed_precision_forward(model: torch.nn.Module) -> None:
+    """Give `model` its own forward again after a mixed-precision run: accelerate's `prepare_model` wraps
+    `model.forward` in autocast (keeping the original as `_original_forward`) and the Trainer leaves it wrapped, so
+    a bf16-trained network would go on computing in bf16 when it scores in float32 afterwards."""
+    original = model.__dict__.pop("_original_forward", None)
+    if original is None:
         return
-    kept = []
-    for module in model.modules():
-        if type(module) is torch.nn.Linear:  # peft's LoRA wrappers are not nn.Linear; their base_layer is
-            for param in (module.weight, module.bias):
-                if param is not None and not param.requires_grad and param.dtype == torch.float32:
-                    kept.append((param, param.data))
-                    param.data = param.data.to(torch.bfloat16)
-    try:
-        yield
-    finally:
-        for param, data in kept:
-            param.data = data
+    if getattr(original, "__func__", None) is getattr(type(model), "forward", None):
+        model.__dict__.pop("forward", None)  # the class's own forward
+    else:
+        model.forward = original
 
 
 class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
@@ -250,7 +247,7 @@ class RewardProgressCallback(ProgressCallback):
 __all__ = [
     "EmoRewardTrainer",
     "EpochSeededLengthGroupedSampler",
-    "frozen_linears_in_bf16",
+    "drop_mixed_precision_forward",
     "RewardProgressCallback",
     "value_head_weight",
 ]

@@ -1,0 +1,124 @@
+"""CPU bf16 training: what bf16 autocast leaves undone on a CPU with bf16 matrix units (AMX-BF16, AVX512-BF16).
+
+With `bf16` on a CPU the Trainer runs every forward pass under `torch.autocast("cpu", torch.bfloat16)`. Profile of
+the default recipe's step (MiniLM + LoRA r=16, 16 pairs in length groups, Intel Xeon with AMX, torch 2.13, one
+thread; see docs/training.md, "bf16 training"): autocast alone made the step no faster than float32 (1.47 s vs
+1.48 s of CPU), because
+
+- the CPU flash-attention backward is 3-5x slower in bf16 than in float32 (43% of the bf16 step);
+- autocast casts a float32 weight to bf16 in every pass and caches the cast only for weights that take gradients,
+  so with LoRA every frozen base weight was cast again in every pass;
+- the hidden states leave each float32 LayerNorm in float32, so each linear layer and each LoRA branch that reads
+  them cast them to bf16 again (and back in the backward); peft also casts a LoRA branch's input to the adapter's
+  float32, which autocast then casts back.
+
+`cpu_bf16_training(model)` removes those costs for the duration of a training run:
+
+- every module with no trainable parameter (the frozen base model: embeddings, linear layers, LayerNorms) holds its
+  floating-point parameters in bf16, so the whole forward runs in bf16 as the bf16 scoring copy does
+  (`emoreward.models.text`), with no cast; modules that train (LoRA's A and B, the value head) stay float32 (the
+  master weights, their gradients and the optimizer states), autocast computing with bf16 copies of them;
+- attention computes in float32 (`sdpa_fp32_attention`, the `sdpa` kernel on float32 copies of q, k, v);
+- peft's LoRA input cast is off (`peft.helpers.disable_input_dtype_casting`): autocast runs the branch in bf16.
+
+On exit every frozen parameter is the float32 tensor it was before, and the attention setting is restored: what
+is saved (adapter, value head) and what scores afterwards is exactly what a float32 run holds. A checkpoint saved
+during training stores only trainable modules, which were never cast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+
+# the attention function `cpu_bf16_training` switches sdpa models to (registered with transformers on first use)
+SDPA_FP32 = "emoreward_sdpa_fp32"
+
+
+def sdpa_fp32_attention(module, query, key, value, attention_mask, **kwargs):
+    """transformers' `sdpa` attention (`integrations.sdpa_attention.sdpa_attention_forward`, same arguments) computed
+    in float32 on a CPU: bf16 `query`, `key`, `value` (`(batch, heads, seq, head_dim)`) and a floating-point mask are
+    cast to float32, autocast is off inside, and the output is cast back to the query's dtype.
+
+    Why: torch's CPU flash-attention kernel is slower in bf16 than in float32 (fwd + bwd of MiniLM-sized heads,
+    8 x 12 x 140 x 32 with a padding mask, torch 2.13 on AMX: 40-58 ms vs 13-18 ms), and attention is a small share of
+    the FLOPs, so float32 costs only the casts of q, k, v. Other devices and float32 inputs call `sdpa` unchanged.
+
+    Returns:
+        `(attn_output, attn_weights)` as `sdpa_attention_forward`: `(batch, seq, heads, head_dim)` in the query's
+        dtype, and None.
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    dtype = query.dtype
+    if query.device.type != "cpu" or dtype == torch.float32:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    if attention_mask is not None and attention_mask.is_floating_point():
+        attention_mask = attention_mask.float()
+    with torch.autocast("cpu", enabled=False):
+        out, weights = sdpa_attention_forward(
+            module, query.float(), key.float(), value.float(), attention_mask, **kwargs
+        )
+    return out.to(dtype), weights
+
+
+def _register_sdpa_fp32() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+
+    AttentionInterface.register(SDPA_FP32, sdpa_fp32_attention)
+    # the same masks as sdpa (a custom name without a mask function would get no padding mask at all)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(SDPA_FP32, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+
+
+def frozen_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The float32 parameters of the modules that have no trainable parameter of their own (a LoRA run's base
+    model); a module with any trainable parameter (LoRA's A / B, the value head with its frozen bias) is left
+    whole."""
+    out = {}  # by identity: a tied parameter is held once
+    for module in model.modules():
+        own = list(module.parameters(recurse=False))
+        if own and not any(p.requires_grad for p in own):
+            out.update((id(p), p) for p in own if p.dtype == torch.float32)
+    return list(out.values())
+
+
+@contextlib.contextmanager
+def cpu_bf16_training(model: torch.nn.Module, *, enabled: bool = True):
+    """Train `model` under CPU bf16 autocast without the casts and the slow kernels autocast leaves (see the
+    module docstring): frozen modules held in bf16, float32 attention, peft's LoRA input cast off; everything is
+    restored on exit, the frozen parameters to their float32 tensors.
+
+    Args:
+        model: the network the Trainer trains (a peft model or a plain transformers model).
+        enabled: False: do nothing (float32 runs, GPU runs, DeepSpeed).
+    """
+    if not enabled:
+        yield
+        return
+    from peft.helpers import disable_input_dtype_casting
+
+    _register_sdpa_fp32()
+    kept = [(p, p.data) for p in frozen_parameters(model)]
+    configs = {}
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if getattr(config, "_attn_implementation", None) == "sdpa":
+            configs[id(config)] = config
+    try:
+        for param, data in kept:
+            param.data = data.to(torch.bfloat16)
+        for config in configs.values():
+            config._attn_implementation = SDPA_FP32
+        with disable_input_dtype_casting(model):
+            yield
+    finally:
+        for param, data in kept:
+            param.data = data
+        for config in configs.values():
+            config._attn_implementation = "sdpa"
+
+
+__all__ = ["SDPA_FP32", "cpu_bf16_training", "frozen_parameters", "sdpa_fp32_attention"]
