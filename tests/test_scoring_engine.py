@@ -20,6 +20,7 @@ from emoreward.models.coverage import unknown_token_share
 from emoreward.models.layout import text_input_ids, text_input_ids_batch
 from emoreward.models.packed import PackedEncoder, packed_encoder
 from emoreward.models.precision import reward_tolerance
+from emoreward.models.scoring import plan_batches, run_batches
 from emoreward.models.text import TextRewardModel
 from emoreward.utils.allocator import keep_freed_memory
 
@@ -142,6 +143,37 @@ def test_a_tokeniser_error_is_raised_in_the_caller_after_the_chunks_before_it(lo
     assert not any(t.name.startswith("emoreward-tokenise") for t in threading.enumerate())  # the thread is gone
     with pytest.raises(ValueError, match="leaves no room"):
         model.score_info(descriptions, contexts)
+
+
+def test_batches_side_by_side_give_the_same_rewards_and_keep_the_thread_count(lora_dir):
+    model = TextRewardModel.from_pretrained(lora_dir, dtype="float32")
+    sequences = [e.input_ids for e in model.encode_batch(texts(), [None] * 23)]
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one_thread = model.score_ids(sequences, batch_size=3)  # one batch after the other
+        torch.set_num_threads(2)
+        side_by_side = model.score_ids(sequences, batch_size=3)  # two workers, one torch thread each
+        assert torch.get_num_threads() == 2  # the caller's thread count is unchanged
+    finally:
+        torch.set_num_threads(threads)
+    np.testing.assert_allclose(side_by_side, one_thread, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(side_by_side, alone(model, sequences), atol=1e-6, rtol=0)
+
+
+def test_an_error_in_a_batch_stops_the_batches_not_started():
+    plan = plan_batches([5] * 40, batch_size=1, max_batch_tokens=100)  # 40 batches
+    ran = []
+
+    def forward(idx, width):
+        ran.append(int(idx[0]))
+        if len(ran) == 3:
+            raise RuntimeError("batch 3 failed")
+        time.sleep(0.01)
+
+    with pytest.raises(RuntimeError, match="batch 3 failed"):
+        run_batches(plan, forward, workers=2)
+    assert 3 <= len(ran) < 40
 
 
 @pytest.mark.parametrize("fixture", ["tiny_bert_dir", "tiny_llama_dir"])

@@ -38,7 +38,7 @@ from emoreward.models.coverage import CoverageScoreInfo, unknown_token_share
 from emoreward.models.layout import Encoded, context_text, text_input_ids, text_input_ids_batch
 from emoreward.models.packed import PackedEncoder, packed_encoder
 from emoreward.models.precision import dtype_name, parse_dtype, resolve_dtype
-from emoreward.models.scoring import DEFAULT_CHUNK_SIZE, plan_batches, stream_scores
+from emoreward.models.scoring import DEFAULT_CHUNK_SIZE, plan_batches, run_batches, stream_scores
 from emoreward.utils.allocator import keep_freed_memory
 from emoreward.utils.cache_key import remember_source
 
@@ -453,8 +453,9 @@ class TextRewardModel:
         Sequences are sorted by length and cut into batches (`plan_batches`: at most `batch_size` rows and
         `max_batch_tokens` padded tokens), so little compute goes to padding; decoders take position ids from the
         attention mask. A score does not depend on the other sequences in the batch or on the padding side (up to
-        float rounding: about 1e-6 in float32). Runs `scoring_engine` where there is one, else `scoring_network`.
-        On CPU, freed memory is kept for reuse (`emoreward.utils.allocator.keep_freed_memory`).
+        float rounding: about 1e-6 in float32). Runs `scoring_engine` where there is one (its batches side by side,
+        one per torch thread: `emoreward.models.scoring.run_batches`), else `scoring_network`. On CPU, freed memory
+        is kept for reuse (`emoreward.utils.allocator.keep_freed_memory`).
 
         Returns:
             `np.ndarray` of shape `(len(sequences),)`, float64: unnormalised rewards (value-head logits).
@@ -470,23 +471,26 @@ class TextRewardModel:
         if device.type == "cpu":
             keep_freed_memory()
         plan = self.plan_batches([len(s) for s in sequences], batch_size, max_batch_tokens, pad_to_multiple_of)
-        with torch.inference_mode():
-            for idx, width in plan:
-                if engine is not None:
-                    logits = engine([sequences[i] for i in idx], width)
-                else:
-                    ids = np.full((len(idx), width), pad_id, dtype=np.int64)
-                    mask = np.zeros((len(idx), width), dtype=np.int64)
-                    for row, i in enumerate(idx):
-                        seq, n = sequences[i], len(sequences[i])
-                        cols = slice(width - n, width) if left else slice(0, n)
-                        ids[row, cols], mask[row, cols] = seq, 1
-                    ids_t, mask_t = torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device)
-                    inputs = {"input_ids": ids_t, "attention_mask": mask_t}
-                    if chat:
-                        inputs["position_ids"] = (mask_t.cumsum(-1) - 1).clamp(min=0)
-                    logits = network(**inputs).logits
-                out[idx] = logits[:, 0].float().cpu().numpy()  # head 0: the reward (quality head if disentangled)
+
+        def forward(idx: np.ndarray, width: int) -> None:
+            if engine is not None:
+                logits = engine([sequences[i] for i in idx], width)
+            else:
+                ids = np.full((len(idx), width), pad_id, dtype=np.int64)
+                mask = np.zeros((len(idx), width), dtype=np.int64)
+                for row, i in enumerate(idx):
+                    seq, n = sequences[i], len(sequences[i])
+                    cols = slice(width - n, width) if left else slice(0, n)
+                    ids[row, cols], mask[row, cols] = seq, 1
+                ids_t, mask_t = torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device)
+                inputs = {"input_ids": ids_t, "attention_mask": mask_t}
+                if chat:
+                    inputs["position_ids"] = (mask_t.cumsum(-1) - 1).clamp(min=0)
+                logits = network(**inputs).logits
+            out[idx] = logits[:, 0].float().cpu().numpy()  # head 0: the reward (quality head if disentangled)
+
+        # the fast forward's batches are independent: on CPU they run side by side, one per torch thread
+        run_batches(plan, forward, workers=torch.get_num_threads() if engine is not None else 1)
         return out
 
     def score_encoded(
