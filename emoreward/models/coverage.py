@@ -55,9 +55,17 @@ def unknown_token_share(tokenizer, descriptions: Sequence[str]) -> np.ndarray:
         return out
     ids = tokenizer(list(descriptions), add_special_tokens=False)["input_ids"]
     for i, seq in enumerate(ids):
-        if seq:
-            out[i] = sum(t == unk for t in seq) / len(seq)
+        out[i] = unknown_share_of_ids(seq, unk)
     return out
+
+
+def unknown_share_of_ids(ids: Sequence[int], unknown_id: int | None) -> float:
+    """The share of `ids` (one description's own tokens) equal to the unknown token `unknown_id`: 0.0 for no ids or
+    a tokenizer without one (None). The one count behind `unknown_token_share` and the layout's
+    `Encoded.unknown_share`."""
+    if unknown_id is None or not len(ids):
+        return 0.0
+    return sum(t == unknown_id for t in ids) / len(ids)
 
 
 def coverage_summary(unknown_share: np.ndarray, threshold: float = DEFAULT_UNKNOWN_SHARE) -> dict:
@@ -73,4 +81,10 @@ def coverage_summary(unknown_share: np.ndarray, threshold: float = DEFAULT_UNKNO
     }
 
 
-__all__ = ["DEFAULT_UNKNOWN_SHARE", "CoverageScoreInfo", "coverage_summary", "unknown_token_share"]
+__all__ = [
+    "DEFAULT_UNKNOWN_SHARE",
+    "CoverageScoreInfo",
+    "coverage_summary",
+    "unknown_share_of_ids",
+    "unknown_token_share",
+]

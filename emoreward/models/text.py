@@ -6,24 +6,17 @@ convention TRL's RewardTrainer trains and OpenRLHF loads: for decoders the value
 reads the pooled `[CLS]` token. LoRA adapters (peft) adapt the backbone; the head is a `modules_to_save` module,
 so it is saved with the adapter.
 
-`text_input_ids` is the ONE function that lays out a (description, context) sequence. Training, scoring,
-serving, the GRPO reward and the export recipe all call it, so every route reads the same token ids:
-
-- `"pair"` (encoders): `[CLS] context [SEP] description [SEP]` (`[CLS] description [SEP]` without context), the ids
-  `tokenizer(context, description)` gives; no `token_type_ids` (all zero), right padding.
-- `"chat"` (decoders): the tokenizer's chat template on `[user: context, assistant: description]` (no user turn
-  without context), tokenized as ONE text (so a description's leading spaces tokenize as they do inside the
-  rendered conversation) and ending at the assistant turn's end-of-turn token (whitespace the template writes after
-  it, e.g. ChatML's newline, is not part of the sequence): the value head reads that token, which is also where a
-  generated response ends.
+The token layout of a (description, context) sequence, the one rule of every route, is
+`emoreward.models.layout` (`text_input_ids`, re-exported here). Scoring runs through the one engine of
+`emoreward.models.scoring` (chunks in order of length, tokenised ahead, length-sorted batches under a token budget,
+the merged network; BERT-family encoders on CPU through `emoreward.models.packed`).
 """
 
 from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from collections.abc import Hashable, Iterator, Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -31,7 +24,7 @@ import numpy as np
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from emoreward.data.context import reward_context, subtitle_key
+from emoreward.data.context import subtitle_key
 from emoreward.models.backbones import BackboneSpec, get_backbone
 from emoreward.models.base import (
     RewardContext,
@@ -39,149 +32,26 @@ from emoreward.models.base import (
     TextSettings,
     apply_score_transform,
     as_context,
-    broadcast_contexts,
     check_model_files,
     load_settings,
 )
 from emoreward.models.coverage import CoverageScoreInfo, unknown_token_share
+from emoreward.models.layout import Encoded, context_text, text_input_ids, text_input_ids_batch
+from emoreward.models.packed import PackedEncoder, packed_encoder
 from emoreward.models.precision import dtype_name, parse_dtype, recorded_precision, resolve_dtype
+from emoreward.models.scoring import DEFAULT_CHUNK_SIZE, plan_batches, run_batches, stream_scores
+from emoreward.utils.allocator import keep_freed_memory
 from emoreward.utils.cache_key import remember_source
 
 
 logger = logging.getLogger(__name__)
 
-_SENTINEL = "\u2063EMOREWARD_DESCRIPTION\u2063"
+ENGINE_ROW_MULTIPLE = 128  # token rows of a reduced-precision batch in the fast forward: a multiple of this
 
 DEFAULT_INSTRUCTION = (
     "Describe the emotional state of the person in the video: facial expression, voice, words, "
     "intensity and how it changes over time."
 )
-
-
-# ---------------------------------------------------------------------------------------------- inputs
-def context_text(instruction: str, subtitle: str | None) -> str:
-    """The text a description is conditioned on: the instruction, plus `Subtitle: ...` when the sample has one (the
-    subtitle read by the one context rule, `emoreward.data.context.reward_context`: stripped, empty means none)."""
-    parts = [instruction] if instruction else []
-    subtitle = reward_context(subtitle=subtitle).subtitle
-    if subtitle:
-        parts.append(f"Subtitle: {subtitle}")
-    return "\n".join(parts)
-
-
-@dataclass
-class Encoded:
-    """One tokenized (context, description) sequence.
-
-    Attributes:
-        input_ids: the token ids.
-        truncated: the description did not fit `max_length` (with `truncate`, it was cut to fit).
-    """
-
-    input_ids: list[int]
-    truncated: bool
-
-
-@dataclass(frozen=True)
-class _ChatFrame:
-    head: str  # rendered text before the description
-    tail: str  # rendered text after it, up to the end-of-turn token (trailing whitespace dropped)
-    verbatim: bool  # the template inserts the description unchanged (head + description + tail is the rendering)
-
-
-_FRAMES: dict[tuple[int, str], _ChatFrame] = {}
-
-
-def _chat_frame(tokenizer: PreTrainedTokenizerBase, context: str) -> _ChatFrame:
-    key = (id(tokenizer), context)
-    if key not in _FRAMES:
-        head, tail = _render(tokenizer, context, _SENTINEL).split(_SENTINEL)
-        probe = "  probe\t text \n"
-        verbatim = _render(tokenizer, context, probe) == head + probe + tail
-        _FRAMES[key] = _ChatFrame(head, tail.rstrip(), verbatim)
-    return _FRAMES[key]
-
-
-def _render(tokenizer: PreTrainedTokenizerBase, context: str, description: str) -> str:
-    messages = [{"role": "assistant", "content": description}]
-    if context:
-        messages.insert(0, {"role": "user", "content": context})
-    return tokenizer.apply_chat_template(messages, tokenize=False)
-
-
-def text_input_ids(
-    tokenizer: PreTrainedTokenizerBase,
-    settings: TextSettings,
-    description: str,
-    subtitle: str | None = None,
-    *,
-    truncate: bool = True,
-) -> Encoded:
-    """Token ids of one (context, description) sequence: the one layout of every route (see the module docstring).
-
-    Only the description is ever cut to fit `settings.max_length` (never the context or the closing tokens).
-
-    Args:
-        tokenizer: the model's tokenizer (a fast tokenizer for `"chat"`: token offsets are needed).
-        settings: input format, instruction, length limit.
-        description: the emotion description.
-        subtitle: the sample's subtitle (context), or None.
-        truncate: cut the description to fit; otherwise the full sequence is returned and only flagged.
-
-    Returns:
-        `Encoded` (ids and whether the description did not fit).
-
-    Raises:
-        ValueError: the context and closing tokens alone leave no room for the description.
-    """
-    context = context_text(settings.instruction, subtitle)
-    if settings.input_format == "chat":
-        return _chat_ids(tokenizer, settings.max_length, context, description, truncate)
-    cls_ids = [tokenizer.cls_token_id] if tokenizer.cls_token_id is not None else []
-    sep_ids = [tokenizer.sep_token_id] if tokenizer.sep_token_id is not None else []
-    prefix = cls_ids + (tokenizer(context, add_special_tokens=False)["input_ids"] + sep_ids if context else [])
-    body = tokenizer(description, add_special_tokens=False)["input_ids"]
-    # the closing [SEP] stays even after an empty description, as batched `tokenizer([context], [""])` gives (a
-    # single call `tokenizer(context, "")` drops the empty segment; RL stacks tokenize in batches)
-    room = settings.max_length - len(prefix) - len(sep_ids)
-    _check_room(room, settings.max_length, len(prefix) + len(sep_ids))
-    truncated = len(body) > room
-    if truncated and truncate:
-        body = body[:room]
-    return Encoded(prefix + body + sep_ids, truncated)
-
-
-def _chat_ids(tokenizer, max_length: int, context: str, description: str, truncate: bool) -> Encoded:
-    frame = _chat_frame(tokenizer, context)
-    if frame.verbatim:
-        text, start, end = frame.head + description + frame.tail, len(frame.head), len(frame.head) + len(description)
-    else:  # e.g. a template that trims the content: take its own rendering
-        rendered = _render(tokenizer, context, description)
-        full_tail = rendered[len(frame.head) :]
-        end = len(frame.head) + len(full_tail.rstrip()) - len(frame.tail)
-        text, start = rendered[:end] + frame.tail, len(frame.head)
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    ids, offsets = list(enc["input_ids"]), enc["offset_mapping"]
-    if len(ids) <= max_length:
-        return Encoded(ids, False)
-    # description tokens: those that start inside the description; the tail starts at the first token at or after
-    # its end (a token that straddles the head/description border stays with the head)
-    first = next((k for k, (s, _) in enumerate(offsets) if s >= start), len(ids))
-    tail_at = next((k for k, (s, e) in enumerate(offsets) if s >= end and e > s), len(ids))
-    removable = tail_at - first
-    excess = len(ids) - max_length
-    _check_room(removable - excess, max_length, len(ids) - removable)
-    if not truncate:
-        return Encoded(ids, True)
-    return Encoded(ids[: tail_at - excess] + ids[tail_at:], True)
-
-
-def _check_room(room: int, max_length: int, fixed: int) -> None:
-    if room <= 0:
-        raise ValueError(
-            f"max_length={max_length} leaves no room for the description (the context and special tokens take "
-            f"{fixed} tokens)"
-        )
 
 
 # ---------------------------------------------------------------------------------------------- loading
@@ -326,6 +196,7 @@ class TextRewardModel:
         self.max_batch_tokens = max_batch_tokens
         self._scorer: torch.nn.Module | None = None
         self._scorer_key: tuple | None = None
+        self._engine: tuple | None = None  # (key of the network it was made for, PackedEncoder or None)
         self.scoring_dtype = scoring_dtype
         if settings.input_format == "pair":
             self.tokenizer.padding_side = "right"  # absolute position embeddings: padding must go on the right
@@ -452,6 +323,14 @@ class TextRewardModel:
         subtitle = as_context(context).subtitle
         return text_input_ids(self.tokenizer, self.settings, description, subtitle, truncate=truncate)
 
+    def encode_batch(
+        self, descriptions: Sequence[str], contexts: Sequence[RewardContext | str | None], *, truncate: bool = True
+    ) -> list[Encoded]:
+        """`encode` of `N` (description, context) pairs with one tokenizer call (`text_input_ids_batch`: the same
+        ids)."""
+        subtitles = [as_context(c).subtitle for c in contexts]
+        return text_input_ids_batch(self.tokenizer, self.settings, descriptions, subtitles, truncate=truncate)
+
     # ------------------------------------------------------------------ scoring
     @property
     def device(self) -> torch.device:
@@ -507,6 +386,22 @@ class TextRewardModel:
             self._scorer_key = key
         return self._scorer
 
+    @property
+    def scoring_engine(self) -> PackedEncoder | None:
+        """The fast forward of `scoring_network` (`emoreward.models.packed.PackedEncoder`: a BERT-family encoder on
+        CPU, computing only what the value head reads, with exact widths) when `scoring_dtype` is set and the
+        network is one it reproduces; None: `score_ids` runs the network's own `forward` (always so without
+        `scoring_dtype`: the exact reference). Made again when the network or its weights change."""
+        if self.scoring_dtype is None or _zero3_partitioned(self.model):
+            return None
+        network = self.scoring_network
+        key = (id(network), tuple(p._version for p in network.parameters()))
+        if self._engine is None or self._engine[0] != key:
+            self._engine = None
+            reduced = self.scoring_precision != torch.float32
+            self._engine = (key, packed_encoder(network, row_multiple=ENGINE_ROW_MULTIPLE if reduced else 1))
+        return self._engine[1]
+
     def default_batch_tokens(self) -> int:
         """The token budget of a forward pass when none is set: 4,096 padded tokens on CPU (the matrix multiplies
         are as fast per FLOP as with larger batches and the attention scores stay in cache), 16,384 on GPU."""
@@ -514,12 +409,15 @@ class TextRewardModel:
 
     def default_pad_multiple(self) -> int:
         """Padded widths are rounded up to this multiple: 1 (no padding beyond the longest sequence) in float32 on
-        CPU, whose kernels take any shape at no set-up cost; 32 in reduced precision on CPU, where oneDNN creates
+        CPU, whose kernels take any shape at no set-up cost, and with the `scoring_engine` (which bounds the distinct
+        matrix shapes by its token rows instead); 32 in reduced precision on CPU otherwise, where oneDNN creates
         (JIT-compiles) a kernel for every new matrix shape, so few distinct widths keep short runs from paying that
         set-up per batch; 8 on GPU (tensor-core tiles)."""
         if self.device.type == "cuda":
             return 8
-        return 1 if self.scoring_precision == torch.float32 else 32
+        if self.scoring_precision == torch.float32 or self.scoring_engine is not None:
+            return 1
+        return 32
 
     def plan_batches(
         self,
@@ -528,29 +426,20 @@ class TextRewardModel:
         max_batch_tokens: int | None = None,
         pad_to_multiple_of: int | None = None,
     ) -> list[tuple[np.ndarray, int]]:
-        """How `score_ids` batches sequences of these lengths: sorted by length, each batch at most `batch_size` rows
-        and `max_batch_tokens` padded tokens (rows x width), the width rounded up to `pad_to_multiple_of`.
+        """How `score_ids` batches sequences of these lengths (`emoreward.models.scoring.plan_batches`): sorted by
+        length, each batch at most `batch_size` rows and `max_batch_tokens` padded tokens (rows x width), the width
+        rounded up to `pad_to_multiple_of` (defaults: the model's `batch_size`, `max_batch_tokens` or
+        `default_batch_tokens()`, `default_pad_multiple()`).
 
         Returns:
             `[(indices into lengths, padded width), ...]` in the order they run.
         """
-        batch_size = batch_size or self.batch_size
-        budget = max_batch_tokens or self.max_batch_tokens or self.default_batch_tokens()
-        multiple = pad_to_multiple_of or self.default_pad_multiple()
-        lengths = np.asarray(lengths, dtype=np.int64)
-        order = np.argsort(lengths, kind="stable")
-        widths = -(-lengths // multiple) * multiple
-        batches, start = [], 0
-        while start < len(order):
-            stop = start + 1  # a sequence longer than the budget still runs, alone
-            while (
-                stop < len(order) and stop - start < batch_size and (stop - start + 1) * widths[order[stop]] <= budget
-            ):
-                stop += 1
-            idx = order[start:stop]
-            batches.append((idx, int(widths[idx[-1]])))
-            start = stop
-        return batches
+        return plan_batches(
+            lengths,
+            batch_size or self.batch_size,
+            max_batch_tokens or self.max_batch_tokens or self.default_batch_tokens(),
+            pad_to_multiple_of or self.default_pad_multiple(),
+        )
 
     def score_ids(
         self,
@@ -564,21 +453,29 @@ class TextRewardModel:
         Sequences are sorted by length and cut into batches (`plan_batches`: at most `batch_size` rows and
         `max_batch_tokens` padded tokens), so little compute goes to padding; decoders take position ids from the
         attention mask. A score does not depend on the other sequences in the batch or on the padding side (up to
-        float rounding: about 1e-6 in float32). Runs `scoring_network`.
+        float rounding: about 1e-6 in float32). Runs `scoring_engine` where there is one (its batches side by side,
+        one per torch thread: `emoreward.models.scoring.run_batches`), else `scoring_network`. On CPU, freed memory
+        is kept for reuse (`emoreward.utils.allocator.keep_freed_memory`).
 
         Returns:
             `np.ndarray` of shape `(len(sequences),)`, float64: unnormalised rewards (value-head logits).
         """
         network = self.scoring_network
         network.eval()
+        engine = self.scoring_engine
         out = np.empty(len(sequences), dtype=np.float64)
         pad_id = self.tokenizer.pad_token_id
         chat = self.settings.input_format == "chat"
         left = chat and self.tokenizer.padding_side == "left"
         device = self.device
+        if device.type == "cpu":
+            keep_freed_memory()
         plan = self.plan_batches([len(s) for s in sequences], batch_size, max_batch_tokens, pad_to_multiple_of)
-        with torch.inference_mode():
-            for idx, width in plan:
+
+        def forward(idx: np.ndarray, width: int) -> None:
+            if engine is not None:
+                logits = engine([sequences[i] for i in idx], width)
+            else:
                 ids = np.full((len(idx), width), pad_id, dtype=np.int64)
                 mask = np.zeros((len(idx), width), dtype=np.int64)
                 for row, i in enumerate(idx):
@@ -590,8 +487,44 @@ class TextRewardModel:
                 if chat:
                     inputs["position_ids"] = (mask_t.cumsum(-1) - 1).clamp(min=0)
                 logits = network(**inputs).logits
-                out[idx] = logits[:, 0].float().cpu().numpy()  # head 0: the reward (quality head if disentangled)
+            out[idx] = logits[:, 0].float().cpu().numpy()  # head 0: the reward (quality head if disentangled)
+
+        # the fast forward's batches are independent: on CPU they run side by side, one per torch thread
+        run_batches(plan, forward, workers=torch.get_num_threads() if engine is not None else 1)
         return out
+
+    def score_encoded(
+        self, encoded: Sequence[Encoded], descriptions: Sequence[str], *, batch_size: int | None = None
+    ) -> CoverageScoreInfo:
+        """`score_info` of already-encoded descriptions (`encode` / `encode_batch`; `descriptions` are their texts,
+        for the score transform and the unknown-token share where the encoding has none)."""
+        rewards = self.score_ids([e.input_ids for e in encoded], batch_size=batch_size)
+        rewards = apply_score_transform(rewards, [len(d) for d in descriptions], self.settings.score_transform)
+        shares = [e.unknown_share for e in encoded]
+        return CoverageScoreInfo(
+            rewards,
+            np.array([e.truncated for e in encoded], dtype=bool),
+            np.array([len(e.input_ids) for e in encoded], dtype=np.int64),
+            np.array(shares, dtype=np.float64)
+            if None not in shares
+            else unknown_token_share(self.tokenizer, descriptions),
+        )
+
+    def score_stream(
+        self,
+        descriptions: Sequence[str],
+        contexts: Sequence[RewardContext | None] | RewardContext | None = None,
+        *,
+        batch_size: int | None = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+    ) -> Iterator[tuple[np.ndarray, CoverageScoreInfo]]:
+        """`score_info` chunk by chunk, as the engine runs it (`emoreward.models.scoring.stream_scores`: chunks of
+        at most `chunk_size` in order of length, tokenised ahead in a background thread, length-sorted batches).
+
+        Yields:
+            `(indices, info)`: positions in `descriptions` and their `CoverageScoreInfo`; every position once.
+        """
+        return stream_scores(self, descriptions, contexts, batch_size=batch_size, chunk_size=chunk_size)
 
     def score_info(
         self,
@@ -600,7 +533,8 @@ class TextRewardModel:
         *,
         batch_size: int | None = None,
     ) -> CoverageScoreInfo:
-        """Rewards r(description | context), with truncation flags, token counts and unknown-token shares.
+        """Rewards r(description | context), with truncation flags, token counts and unknown-token shares: the
+        engine's chunks (`score_stream`) put back in order.
 
         Args:
             descriptions: `N` emotion descriptions.
@@ -612,18 +546,19 @@ class TextRewardModel:
             `max_length` are cut and flagged; `unknown_share` is the share of each description's tokens that the
             vocabulary cannot read (`emoreward.models.coverage`). The settings' `score_transform` (length penalty)
             is applied.
+
+        Raises:
+            ValueError: a context that leaves no room for the description (`text_input_ids`).
         """
         descriptions = list(descriptions)
-        contexts = broadcast_contexts(contexts, len(descriptions))
-        encoded = [self.encode(d, c) for d, c in zip(descriptions, contexts)]
-        rewards = self.score_ids([e.input_ids for e in encoded], batch_size=batch_size)
-        rewards = apply_score_transform(rewards, [len(d) for d in descriptions], self.settings.score_transform)
-        return CoverageScoreInfo(
-            rewards,
-            np.array([e.truncated for e in encoded], dtype=bool),
-            np.array([len(e.input_ids) for e in encoded], dtype=np.int64),
-            unknown_token_share(self.tokenizer, descriptions),
+        n = len(descriptions)
+        info = CoverageScoreInfo(
+            np.empty(n, dtype=np.float64), np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64), np.zeros(n)
         )
+        for idx, part in self.score_stream(descriptions, contexts, batch_size=batch_size):
+            info.rewards[idx], info.truncated[idx] = part.rewards, part.truncated
+            info.n_tokens[idx], info.unknown_share[idx] = part.n_tokens, part.unknown_share
+        return info
 
     def score(
         self,
@@ -757,4 +692,5 @@ __all__ = [
     "save_tokenizer",
     "set_pad_token",
     "text_input_ids",
+    "text_input_ids_batch",
 ]

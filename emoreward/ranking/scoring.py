@@ -9,12 +9,13 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from emoreward.data.tables import DescriptionTable
 from emoreward.data.verdicts import verdict_from_difference
+from emoreward.models.scoring import DEFAULT_CHUNK_SIZE, score_in_chunks
 from emoreward.ranking.records import PairwiseRecord
 from emoreward.ranking.score_cache import ScoreCache, model_key_parts, score_key
 
@@ -61,16 +62,18 @@ def score_table(
     table: DescriptionTable,
     cache: ScoreCache | None = None,
     batch_size: int | None = None,
-    chunk_size: int = 512,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
 ) -> ScoreMatrix:
     """Score each description of the table once with a reward model, text or multimodal (M x N scorings), reusing
     cached scores.
 
-    Identical (description, context) items are scored once, through the model's own `score_info` (the path of
-    `emoreward evaluate`: length-sorted batches under the model's token budget, on its merged scoring network); a
-    multimodal model scores the descriptions of one sample behind one media prefix (N media encodings for M x N
-    scorings). The work is cut into chunks of at most ``chunk_size`` descriptions (:func:`score_chunks`), and each
-    chunk's scores are appended to ``cache`` as soon as it is scored, so a killed run keeps all finished chunks.
+    Identical (description, context) items are scored once, through the scoring engine every route uses
+    (`emoreward.models.scoring.score_in_chunks`; for a text model its `score_stream`, the loop behind
+    `score_info` and so behind `emoreward evaluate`: chunks in order of length, tokenised ahead, length-sorted
+    batches under the model's token budget, on its merged scoring network); a multimodal model scores the
+    descriptions of one sample behind one media prefix (N media encodings for M x N scorings). Each chunk of at most
+    ``chunk_size`` descriptions is appended to ``cache`` as soon as it is scored, so a killed run keeps all finished
+    chunks.
     A `SavedRewardModel` (a text model's folder) keys the descriptions without its weights and loads them only
     when one misses the cache: a rerun from a full cache loads no network.
 
@@ -100,16 +103,14 @@ def score_table(
 
     if todo and isinstance(model, SavedRewardModel):  # a description to score: now the weights are needed
         model = _loaded(model, parts)
-    chunks = score_chunks(model, list(todo.items()), chunk_size)
+    todo_keys = list(todo)
     n_truncated = 0
-    for part in chunks:
-        if not part:
-            continue
-        info = model.score_info([t for _, (t, _) in part], [c for _, (_, c) in part], batch_size=batch_size)
+    texts, items = [t for t, _ in todo.values()], [c for _, c in todo.values()]
+    for idx, info in score_in_chunks(model, texts, items, batch_size=batch_size, chunk_size=chunk_size):
         n_truncated += int(info.truncated.sum())
         cache.put(
-            {k: float(v) for (k, _), v in zip(part, info.rewards)},
-            {k: bool(t) for (k, _), t in zip(part, info.truncated)},
+            {todo_keys[i]: float(v) for i, v in zip(idx, info.rewards)},
+            {todo_keys[i]: bool(t) for i, t in zip(idx, info.truncated)},
         )
     matrix = np.full((table.n_models, table.n_samples), np.nan)
     cut = np.full((table.n_models, table.n_samples), np.nan)
@@ -147,38 +148,6 @@ def _loaded(saved: SavedRewardModel, parts: dict) -> RewardModel:
             f"{saved.source_dir}: the loaded model's cache-key parts {changed} differ from its folder's"
         )
     return model
-
-
-def score_chunks(model: RewardModel, items: list[tuple[str, Any]], chunk_size: int = 512) -> list[list]:
-    """The order and pieces in which `score_table` scores ``items`` (``(key, (description, context))``).
-
-    A text model's items are put in order of length (characters of description and subtitle, a proxy for tokens
-    that needs no tokenizer) and cut into consecutive pieces of ``chunk_size``: each piece is a slice of the
-    length-sorted whole, so its batches are close to those of one call on everything, while every piece is
-    written to the cache on its own. A multimodal model's items stay grouped by context (one media prefix per
-    sample); groups are packed into pieces of at most ``chunk_size`` items, a larger group split.
-
-    Raises:
-        ValueError: if ``chunk_size < 1``.
-    """
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    if model.kind == "media":
-        groups: dict[Any, list] = {}
-        for item in items:
-            groups.setdefault(model.context_key(item[1][1]), []).append(item)
-        ordered = list(groups.values())
-    else:
-        ordered = [sorted(items, key=lambda item: len(item[1][0]) + len(item[1][1].subtitle or ""))]
-    chunks: list[list] = []
-    for group in ordered:
-        for begin in range(0, len(group), chunk_size):
-            piece = group[begin : begin + chunk_size]
-            if chunks and model.kind == "media" and len(chunks[-1]) + len(piece) <= chunk_size:
-                chunks[-1].extend(piece)
-            else:
-                chunks.append(list(piece))
-    return chunks
 
 
 def records_from_scores(

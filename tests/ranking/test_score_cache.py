@@ -11,7 +11,8 @@ from emoreward.data.tables import bundled_ovmerd_path, load_description_table
 from emoreward.models import load_reward_model
 from emoreward.ranking.rank import rank_with_reward_model
 from emoreward.ranking.score_cache import ScoreCache
-from emoreward.ranking.scoring import score_chunks, score_table, table_context
+from emoreward.models.scoring import score_in_chunks
+from emoreward.ranking.scoring import score_table, table_context
 
 
 class Interrupted(KeyboardInterrupt):
@@ -26,16 +27,16 @@ def test_a_killed_ranking_keeps_its_finished_chunks_and_the_rerun_reuses_them(tm
     table = load_description_table(bundled_ovmerd_path())  # 3,320 descriptions, no subtitles: one shared context
     assert len({table_context(table, s).subtitle for s in table.samples}) == 1
     model = load_reward_model(tiny_rm_dir, dtype="float32")
-    score_info, calls = model.score_info, []
+    score_ids, calls = model.score_ids, []
 
-    def killed_on_the_third_chunk(*args, **kwargs):
+    def killed_on_the_third_chunk(*args, **kwargs):  # the engine runs one `score_ids` per chunk
         calls.append(len(args[0]))
         if len(calls) == 3:
             raise Interrupted
-        return score_info(*args, **kwargs)
+        return score_ids(*args, **kwargs)
 
     path = tmp_path / "scores.jsonl"
-    monkeypatch.setattr(model, "score_info", killed_on_the_third_chunk)
+    monkeypatch.setattr(model, "score_ids", killed_on_the_third_chunk)
     with pytest.raises(Interrupted):
         rank_with_reward_model(model, table, ScoreCache(path), n_boot=5)
     kept = cache_lines(path)
@@ -64,10 +65,15 @@ def test_text_chunks_are_consecutive_slices_of_one_length_order(tiny_rm_dir):
     model = load_reward_model(tiny_rm_dir, dtype="float32")
     table = load_description_table(bundled_ovmerd_path()).subset(models=["Otter", "Video-LLaVA"])
     context = table_context(table, table.samples[0])
-    items = [(f"k{n}", (text, context)) for n, text in enumerate(table.descriptions.values())]
-    chunks = score_chunks(model, items, chunk_size=100)
-    assert [len(c) for c in chunks] == [100] * 6 + [64]
-    lengths = [len(text) for chunk in chunks for _, (text, _) in chunk]
+    texts = list(table.descriptions.values())
+    chunks = list(score_in_chunks(model, texts, [context] * len(texts), chunk_size=100))
+    assert [len(idx) for idx, _ in chunks] == [100] * 6 + [64]
+    assert sorted(int(i) for idx, _ in chunks for i in idx) == list(range(len(texts)))  # each once
+    lengths = [len(texts[i]) for idx, _ in chunks for i in idx]
     assert lengths == sorted(lengths)
+    whole = model.score_info(texts, context)  # the same engine in one call: the same rewards
+    for idx, info in chunks:
+        np.testing.assert_allclose(info.rewards, whole.rewards[idx], atol=1e-6, rtol=0)
+        np.testing.assert_array_equal(info.truncated, whole.truncated[idx])
     with pytest.raises(ValueError, match="chunk_size"):
-        score_chunks(model, items, chunk_size=0)
+        list(score_in_chunks(model, texts, [context] * len(texts), chunk_size=0))

@@ -37,7 +37,7 @@ from transformers.video_processing_utils import VideoProcessorMixin
 
 from emoreward.data.media import MediaOptions, SampleMedia
 from emoreward.models.backbones import BackboneSpec
-from emoreward.models.text import context_text
+from emoreward.models.layout import context_text
 
 
 _MEDIA = "\u2063EMOREWARD_MEDIA\u2063"

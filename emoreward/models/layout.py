@@ -1,0 +1,201 @@
+"""The token layout of a text reward model's (description, context) sequence: `text_input_ids` (one sequence) and
+`text_input_ids_batch` (many, with one tokenizer call) are the ONE rule. Training, scoring, serving, the GRPO reward
+and the export recipe all call them, so every route reads the same token ids:
+
+- `"pair"` (encoders): `[CLS] context [SEP] description [SEP]` (`[CLS] description [SEP]` without context), the ids
+  `tokenizer(context, description)` gives; no `token_type_ids` (all zero), right padding.
+- `"chat"` (decoders): the tokenizer's chat template on `[user: context, assistant: description]` (no user turn
+  without context), tokenized as ONE text (so a description's leading spaces tokenize as they do inside the
+  rendered conversation) and ending at the assistant turn's end-of-turn token (whitespace the template writes after
+  it, e.g. ChatML's newline, is not part of the sequence): the value head reads that token, which is also where a
+  generated response ends.
+
+The context is `context_text(instruction, subtitle)`. Only the description is ever cut to fit `max_length`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from transformers import PreTrainedTokenizerBase
+
+from emoreward.data.context import reward_context
+from emoreward.models.base import TextSettings
+from emoreward.models.coverage import unknown_share_of_ids
+
+
+_SENTINEL = "\u2063EMOREWARD_DESCRIPTION\u2063"
+
+
+def context_text(instruction: str, subtitle: str | None) -> str:
+    """The text a description is conditioned on: the instruction, plus `Subtitle: ...` when the sample has one (the
+    subtitle read by the one context rule, `emoreward.data.context.reward_context`: stripped, empty means none)."""
+    parts = [instruction] if instruction else []
+    subtitle = reward_context(subtitle=subtitle).subtitle
+    if subtitle:
+        parts.append(f"Subtitle: {subtitle}")
+    return "\n".join(parts)
+
+
+@dataclass
+class Encoded:
+    """One tokenized (context, description) sequence.
+
+    Attributes:
+        input_ids: the token ids.
+        truncated: the description did not fit `max_length` (with `truncate`, it was cut to fit).
+        unknown_share: the share of the description's own tokens (all of them, before any cut) that are the
+            tokenizer's unknown token (`emoreward.models.coverage`), where the layout tokenizes the description on
+            its own (`"pair"`); None where it does not (`"chat"`).
+    """
+
+    input_ids: list[int]
+    truncated: bool
+    unknown_share: float | None = None
+
+
+@dataclass(frozen=True)
+class _ChatFrame:
+    head: str  # rendered text before the description
+    tail: str  # rendered text after it, up to the end-of-turn token (trailing whitespace dropped)
+    verbatim: bool  # the template inserts the description unchanged (head + description + tail is the rendering)
+
+
+_FRAMES: dict[tuple[int, str], _ChatFrame] = {}
+
+
+def _chat_frame(tokenizer: PreTrainedTokenizerBase, context: str) -> _ChatFrame:
+    key = (id(tokenizer), context)
+    if key not in _FRAMES:
+        head, tail = _render(tokenizer, context, _SENTINEL).split(_SENTINEL)
+        probe = "  probe\t text \n"
+        verbatim = _render(tokenizer, context, probe) == head + probe + tail
+        _FRAMES[key] = _ChatFrame(head, tail.rstrip(), verbatim)
+    return _FRAMES[key]
+
+
+def _render(tokenizer: PreTrainedTokenizerBase, context: str, description: str) -> str:
+    messages = [{"role": "assistant", "content": description}]
+    if context:
+        messages.insert(0, {"role": "user", "content": context})
+    return tokenizer.apply_chat_template(messages, tokenize=False)
+
+
+def text_input_ids(
+    tokenizer: PreTrainedTokenizerBase,
+    settings: TextSettings,
+    description: str,
+    subtitle: str | None = None,
+    *,
+    truncate: bool = True,
+) -> Encoded:
+    """Token ids of one (context, description) sequence: the one layout of every route (see the module docstring).
+
+    Only the description is ever cut to fit `settings.max_length` (never the context or the closing tokens).
+
+    Args:
+        tokenizer: the model's tokenizer (a fast tokenizer for `"chat"`: token offsets are needed).
+        settings: input format, instruction, length limit.
+        description: the emotion description.
+        subtitle: the sample's subtitle (context), or None.
+        truncate: cut the description to fit; otherwise the full sequence is returned and only flagged.
+
+    Returns:
+        `Encoded` (ids and whether the description did not fit).
+
+    Raises:
+        ValueError: the context and closing tokens alone leave no room for the description.
+    """
+    return text_input_ids_batch(tokenizer, settings, [description], [subtitle], truncate=truncate)[0]
+
+
+def text_input_ids_batch(
+    tokenizer: PreTrainedTokenizerBase,
+    settings: TextSettings,
+    descriptions: Sequence[str],
+    subtitles: Sequence[str | None],
+    *,
+    truncate: bool = True,
+) -> list[Encoded]:
+    """`text_input_ids` of `N` sequences, the same ids, with one tokenizer call for all descriptions (a fast
+    tokenizer encodes a list in Rust, without holding the GIL) and one per distinct context.
+
+    Args:
+        descriptions: `N` descriptions; subtitles: `N` subtitles (None: no subtitle); as `text_input_ids`.
+
+    Returns:
+        `list[Encoded]` of length `N`, in order.
+
+    Raises:
+        ValueError: `len(subtitles) != len(descriptions)`, or a context that leaves no room for the description.
+    """
+    descriptions = list(descriptions)
+    if len(subtitles) != len(descriptions):
+        raise ValueError(f"{len(descriptions)} descriptions but {len(subtitles)} subtitles")
+    if not descriptions:
+        return []
+    contexts = [context_text(settings.instruction, s) for s in subtitles]
+    if settings.input_format == "chat":
+        return _chat_ids(tokenizer, settings.max_length, contexts, descriptions, truncate)
+    cls_ids = [tokenizer.cls_token_id] if tokenizer.cls_token_id is not None else []
+    sep_ids = [tokenizer.sep_token_id] if tokenizer.sep_token_id is not None else []
+    distinct = [c for c in dict.fromkeys(contexts) if c]
+    tokens = tokenizer(distinct, add_special_tokens=False)["input_ids"] if distinct else []
+    prefixes = {"": cls_ids, **{c: cls_ids + ids + sep_ids for c, ids in zip(distinct, tokens)}}
+    bodies = tokenizer(descriptions, add_special_tokens=False)["input_ids"]
+    unknown = tokenizer.unk_token_id
+    out = []
+    for context, body in zip(contexts, bodies):
+        prefix = prefixes[context]
+        # the closing [SEP] stays even after an empty description, as batched `tokenizer([context], [""])` gives (a
+        # single call `tokenizer(context, "")` drops the empty segment; RL stacks tokenize in batches)
+        room = settings.max_length - len(prefix) - len(sep_ids)
+        _check_room(room, settings.max_length, len(prefix) + len(sep_ids))
+        share = unknown_share_of_ids(body, unknown)
+        truncated = len(body) > room
+        if truncated and truncate:
+            body = body[:room]
+        out.append(Encoded(prefix + body + sep_ids, truncated, share))
+    return out
+
+
+def _chat_ids(tokenizer, max_length: int, contexts: list[str], descriptions: list[str], truncate: bool) -> list:
+    spans = []  # (text, start, end): the sequence's text and where the description lies in it
+    for context, description in zip(contexts, descriptions):
+        frame = _chat_frame(tokenizer, context)
+        if frame.verbatim:
+            head = len(frame.head)
+            spans.append((frame.head + description + frame.tail, head, head + len(description)))
+        else:  # e.g. a template that trims the content: take its own rendering
+            rendered = _render(tokenizer, context, description)
+            full_tail = rendered[len(frame.head) :]
+            end = len(frame.head) + len(full_tail.rstrip()) - len(frame.tail)
+            spans.append((rendered[:end] + frame.tail, len(frame.head), end))
+    enc = tokenizer([text for text, _, _ in spans], add_special_tokens=False, return_offsets_mapping=True)
+    out = []
+    for (_, start, end), ids, offsets in zip(spans, enc["input_ids"], enc["offset_mapping"]):
+        ids = list(ids)
+        if len(ids) <= max_length:
+            out.append(Encoded(ids, False))
+            continue
+        # description tokens: those that start inside the description; the tail starts at the first token at or
+        # after its end (a token that straddles the head/description border stays with the head)
+        first = next((k for k, (s, _) in enumerate(offsets) if s >= start), len(ids))
+        tail_at = next((k for k, (s, e) in enumerate(offsets) if s >= end and e > s), len(ids))
+        removable = tail_at - first
+        excess = len(ids) - max_length
+        _check_room(removable - excess, max_length, len(ids) - removable)
+        out.append(Encoded(ids if not truncate else ids[: tail_at - excess] + ids[tail_at:], True))
+    return out
+
+
+def _check_room(room: int, max_length: int, fixed: int) -> None:
+    if room <= 0:
+        raise ValueError(
+            f"max_length={max_length} leaves no room for the description (the context and special tokens take "
+            f"{fixed} tokens)"
+        )
+
+
+__all__ = ["Encoded", "context_text", "text_input_ids", "text_input_ids_batch"]
