@@ -9,9 +9,9 @@ import pytest
 
 from emoreward.data.tables import bundled_ovmerd_path, load_description_table
 from emoreward.models import load_reward_model
+from emoreward.models.scoring import score_in_chunks
 from emoreward.ranking.rank import rank_with_reward_model
 from emoreward.ranking.score_cache import ScoreCache
-from emoreward.models.scoring import score_in_chunks
 from emoreward.ranking.scoring import score_table, table_context
 
 
