@@ -19,7 +19,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 # distribution name -> import name, where they differ
 IMPORT_NAMES = {"scikit-learn": "sklearn", "pyyaml": "yaml", "huggingface-hub": "huggingface_hub"}
 # imported only by optional features, each declared in an extra
-OPTIONAL = {"deepspeed": "deepspeed", "av": "media", "ray": "ray", "starlette": "ray"}
+OPTIONAL = {"deepspeed": "deepspeed", "av": "media", "ray": "ray", "starlette": "ray", "uvloop": "ray"}
 
 
 def distribution(requirement: str) -> str:
