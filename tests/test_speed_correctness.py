@@ -125,7 +125,10 @@ def test_scoring_copy_follows_the_master_weights(tiny_bert_dir, tmp_path):
     dtype, magnitude = model.scoring_precision, float(np.max(np.abs(exact)))
     cross = reward_tolerance(dtype, torch.float32, magnitude=magnitude)  # 1e-5 when "auto" is float32 here
     np.testing.assert_allclose(before, exact, atol=cross, rtol=0)
-    np.testing.assert_allclose(before, model.inference_copy(dtype).score(TEXTS), atol=0, rtol=0)  # the same copy
+    # the same copy: bit-identical in bf16; in float32 the copy scores with the network's own forward and `score`
+    # with the packed encoder forward (emoreward.models.packed), equal to float rounding
+    same = 0.0 if dtype == torch.bfloat16 else 1e-6
+    np.testing.assert_allclose(before, model.inference_copy(dtype).score(TEXTS), atol=same, rtol=0)
     network = model.scoring_network
     assert model.scoring_network is network  # kept while the master weights do not change
     head = [
