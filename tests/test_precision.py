@@ -32,23 +32,6 @@ DESCRIPTIONS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def lora_dir(tiny_bert_dir, tmp_path_factory):
-    """A saved tiny BERT reward model with a non-zero LoRA adapter (so merged and live weights differ)."""
-    from peft import LoraConfig
-
-    torch.manual_seed(0)
-    lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["query", "value"], modules_to_save=None)
-    model = TextRewardModel.from_backbone(str(tiny_bert_dir), max_length=64, lora_config=lora)
-    with torch.no_grad():
-        for name, p in model.model.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.2)
-            if "classifier" in name and name.endswith("weight"):
-                p.normal_(0, 1.0)
-    return model.save_pretrained(tmp_path_factory.mktemp("lora") / "model")
-
-
 def test_reward_tolerance_by_hand():
     assert reward_tolerance(torch.float32) == reward_tolerance("float32", torch.float64) == 1e-5
     assert reward_tolerance(torch.bfloat16) == pytest.approx(2 * EPS)  # bf16 against bf16

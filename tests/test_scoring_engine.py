@@ -36,23 +36,6 @@ def texts(n: int = 23, seed: int = 0) -> list[str]:
     return out + ["", out[3]]
 
 
-@pytest.fixture(scope="module")
-def lora_dir(tiny_bert_dir, tmp_path_factory):
-    """A saved tiny BERT reward model (hidden 32, at most 64 tokens) with a non-zero LoRA adapter."""
-    from peft import LoraConfig
-
-    torch.manual_seed(0)
-    lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["query", "value"], modules_to_save=None)
-    model = TextRewardModel.from_backbone(str(tiny_bert_dir), max_length=64, lora_config=lora)
-    with torch.no_grad():
-        for name, p in model.model.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.2)
-            if "classifier" in name and name.endswith("weight"):
-                p.normal_(0, 1.0)
-    return model.save_pretrained(tmp_path_factory.mktemp("engine") / "rm")
-
-
 def alone(model: TextRewardModel, sequences) -> np.ndarray:
     """The reference: the scoring network's own `forward` on each sequence alone (no padding)."""
     network = model.scoring_network
