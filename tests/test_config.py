@@ -38,9 +38,8 @@ def test_unknown_key_is_an_error_naming_file_and_line(tmp_path):
     with pytest.raises(ValueError) as err:
         load_config(path)
     assert str(err.value).startswith(
-        f"{path}, line 2: unknown key(s) ['learnin_rate'] (did you mean 'learnin_rate' -> "
+        f"{path}, line 2: unknown key(s) ['learnin_rate'] (did you mean 'learning_rate'?)"
     )
-    assert "'learning_rate'" in str(err.value)
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,7 +34,8 @@ class ScoreCache:
     "truncated": bool}`` each (``truncated``: the description was cut to fit the model's length limit).
 
     The file belongs to one model (its name carries the model fingerprint); new scores are appended as they
-    are computed, so an interrupted run keeps what it scored. A torn last line (a killed run) is ignored.
+    are computed, so an interrupted run keeps what it scored. A torn last line (a killed run) is ignored; any other
+    unreadable line is skipped with a warning naming the file and the lines (its description is scored again).
 
     Args:
         path (`str` or `Path` or `None`): the JSONL file; ``None`` keeps scores in memory only.
@@ -43,16 +45,32 @@ class ScoreCache:
         self.path = None if path is None else Path(path)
         self._scores: dict[str, float] = {}
         self._truncated: dict[str, bool] = {}
+        self._torn_at: int | None = None  # where a killed run's torn last line starts
         if self.path is not None and self.path.exists():
+            unreadable: list[int] = []
+            offset = 0
             with self.path.open("rb") as fh:
-                for line in fh:
+                for number, line in enumerate(fh, 1):
+                    start, offset = offset, offset + len(line)
                     try:
                         entry = json.loads(line.decode("utf-8"))
                         self._scores[entry["key"]] = float(entry["score"])
                         if "truncated" in entry:
                             self._truncated[entry["key"]] = bool(entry["truncated"])
                     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError):
-                        continue
+                        if line.strip():
+                            unreadable.append(number)
+            torn_last = bool(unreadable) and unreadable[-1] == number and not line.endswith(b"\n")
+            if torn_last:
+                self._torn_at = start  # cut off before the next scores are appended
+            damaged = unreadable[:-1] if torn_last else unreadable  # a killed run's torn last line is expected
+            if damaged:
+                shown = ", ".join(map(str, damaged[:5])) + (", ..." if len(damaged) > 5 else "")
+                warnings.warn(
+                    f"{self.path}: {len(damaged)} unreadable line(s) skipped (line {shown}); "
+                    "their descriptions are scored again",
+                    stacklevel=2,
+                )
 
     def __len__(self) -> int:
         return len(self._scores)
@@ -79,6 +97,9 @@ class ScoreCache:
         if self.path is not None and items:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("a+b") as fh:
+                if self._torn_at is not None:  # unreadable anyway: appended scores start on a fresh line
+                    fh.truncate(self._torn_at)
+                    self._torn_at = None
                 torn = False
                 size = fh.seek(0, os.SEEK_END)
                 if size:

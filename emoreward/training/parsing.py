@@ -283,6 +283,8 @@ def unknown_key_message(keys: str | list[str], known: list[str]) -> str:
     keys = [keys] if isinstance(keys, str) else sorted(keys)
     guesses = {k: difflib.get_close_matches(k, known, n=1) for k in keys}
     hints = [f"{k!r} -> {g[0]!r}" for k, g in guesses.items() if g]
+    if len(keys) == 1 and hints:  # one key: name the guess alone, without repeating the typo
+        hints = [repr(guesses[keys[0]][0])]
     return f"unknown key(s) {keys}" + (f" (did you mean {', '.join(hints)}?)" if hints else "")
 
 

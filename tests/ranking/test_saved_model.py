@@ -108,3 +108,19 @@ def test_the_cli_rerun_from_a_full_cache_imports_no_transformers(tiny_rm_dir, tm
     assert rerun["cost"]["n_scored"] == 0 and rerun["cost"]["n_cached"] == 48
     for key in ("ranking", "bradley_terry_ties", "mean_reward", "precision", "tie_threshold", "max_length"):
         assert rerun[key] == cold[key], key
+
+
+def test_a_damaged_cache_line_is_skipped_with_a_warning_naming_it(tmp_path):
+    path = tmp_path / "scores.jsonl"
+    path.write_text(
+        '{"key": "a", "score": 1.0}\n{"key": "garbage", "score": \n{"key": "b", "score": 2.0}\n{"key": "c"'
+    )
+    with pytest.warns(UserWarning, match=r"scores.jsonl: 1 unreadable line\(s\) skipped \(line 2\)"):
+        cache = ScoreCache(path)
+    assert (cache.get("a"), cache.get("b"), cache.get("c"), len(cache)) == (1.0, 2.0, None, 2)
+    path.write_text('{"key": "a", "score": 1.0}\n{"key": "c"')  # only a torn last line: a killed run, no warning
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(ScoreCache(path)) == 1
