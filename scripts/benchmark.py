@@ -158,13 +158,26 @@ def score_path(model_dir: Path, texts: list[str], short: int, force_bf16: bool) 
     return out
 
 
+def table_forward_flops(model, table) -> tuple[list[int], float, float]:
+    """Token counts of a table's distinct (description, subtitle) items, the full forward's FLOPs over them and the
+    FLOPs the scoring engine runs (the full count where the model has no engine)."""
+    from emoreward.ranking.scoring import table_context
+
+    items = dict.fromkeys((text, table_context(table, s).subtitle) for (s, _), text in table.descriptions.items())
+    lengths = [len(model.encode(t, c).input_ids) for t, c in items]
+    network, engine = model.scoring_network, getattr(model, "scoring_engine", None)  # (None before the engine)
+    full = forward_flops(network, network.config, lengths, causal=model.settings.input_format == "chat")
+    executed = engine_forward_flops(network, network.config, lengths) if engine is not None else None
+    return lengths, full, executed or full
+
+
 def rank_scoring_path(model_dir: Path, work: Path) -> dict:
     """`rank`'s cold scoring (see the module docstring)."""
     from emoreward.data.tables import bundled_ovmerd_path, load_description_table
     from emoreward.models import load_reward_model
     from emoreward.models.precision import dtype_name
     from emoreward.ranking.score_cache import ScoreCache
-    from emoreward.ranking.scoring import score_table, table_context
+    from emoreward.ranking.scoring import score_table
 
     table = load_description_table(bundled_ovmerd_path())
     wall0, cpu0 = time.perf_counter(), time.process_time()
@@ -178,12 +191,8 @@ def rank_scoring_path(model_dir: Path, work: Path) -> dict:
         return score_table(model, table, ScoreCache(cache_file)), time.process_time() - start
 
     (scores, cpu), wall, peak = Peak.around(cold)
-    items = dict.fromkeys((text, table_context(table, s).subtitle) for (s, _), text in table.descriptions.items())
-    lengths = [len(model.encode(t, c).input_ids) for t, c in items]
-    network, engine = model.scoring_network, getattr(model, "scoring_engine", None)  # (None before the engine)
-    causal = model.settings.input_format == "chat"
-    full = forward_flops(network, network.config, lengths, causal=causal)
-    executed = engine_forward_flops(network, network.config, lengths) if engine is not None else full
+    lengths, full, executed = table_forward_flops(model, table)
+    engine = getattr(model, "scoring_engine", None)
     dtype = model.scoring_precision
     return {
         "descriptions": len(table.descriptions),
@@ -210,7 +219,6 @@ def rank_path(model_dir: Path, work: Path, cli: bool) -> dict:
     from emoreward.models.precision import dtype_name
     from emoreward.ranking.rank import rank_with_reward_model
     from emoreward.ranking.score_cache import ScoreCache
-    from emoreward.ranking.scoring import table_context
 
     table = load_description_table(bundled_ovmerd_path())
     start = time.perf_counter()
@@ -224,12 +232,8 @@ def rank_path(model_dir: Path, work: Path, cli: bool) -> dict:
         return rank_with_reward_model(model, table, ScoreCache(cache_file)), time.process_time() - start
 
     (result, cpu), wall, peak = Peak.around(cold)
-    items = dict.fromkeys((text, table_context(table, s).subtitle) for (s, _), text in table.descriptions.items())
-    lengths = [len(model.encode(t, c).input_ids) for t, c in items]
-    network, engine = model.scoring_network, getattr(model, "scoring_engine", None)  # (None before the engine)
-    causal = model.settings.input_format == "chat"
-    flops = engine_forward_flops(network, network.config, lengths) if engine is not None else None
-    flops = flops or forward_flops(network, network.config, lengths, causal=causal)
+    lengths, _, flops = table_forward_flops(model, table)
+    engine = getattr(model, "scoring_engine", None)
     rerun_start = time.perf_counter()
     rank_with_reward_model(model, table, ScoreCache(cache_file))
     rerun = time.perf_counter() - rerun_start
@@ -237,7 +241,7 @@ def rank_path(model_dir: Path, work: Path, cli: bool) -> dict:
     out = {
         "models": table.n_models,
         "samples": table.n_samples,
-        "distinct_texts": len(items),
+        "distinct_texts": len(lengths),
         "tokens": sum(lengths),
         "dtype": dtype_name(model.scoring_precision),
         "engine": type(engine).__name__ if engine is not None else "network forward",
