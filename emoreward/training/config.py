@@ -27,6 +27,7 @@ from typing import Any, Literal, get_args
 from trl import RewardConfig, TrlParser
 
 from emoreward.models.backbones import BackboneSpec, get_backbone, registered_names
+from emoreward.training.fit_workers import parse_fit_workers
 from emoreward.training.parsing import (
     SECRET_HINT,
     RecipeError,
@@ -146,6 +147,16 @@ class EmoRewardConfig(RewardConfig):
     )
     final_fit: bool = field(
         default=True, metadata={"help": "After cross-validation, train on all pairs and save the model."}
+    )
+    # declared `str` for HfArgumentParser (one type per option); recipes read it as `FIT_WORKERS_HINT`
+    fit_workers: str = field(
+        default="auto",
+        metadata={
+            "help": "Cross-validation folds trained at once, each in a worker process: 'auto' (default) on a CPU "
+            "with 2+ threads, for a text backbone, one single-threaded fold per core (less per-step overhead than "
+            "one process on all cores; the final fit runs beside the last folds); 1 elsewhere (GPU, accelerate "
+            "launch, multimodal); an integer sets it (CPU only). See emoreward.training.fit_workers."
+        },
     )
     two_class_tie_policy: TwoClassTiePolicy = field(
         default="wrong",
@@ -296,6 +307,7 @@ class EmoRewardConfig(RewardConfig):
             self.model_name_or_path = str(local.resolve())
         if self.cv_folds < 0:
             raise ValueError(f"cv_folds must be >= 0, got {self.cv_folds}")
+        self.fit_workers = parse_fit_workers(self.fit_workers)
         if self.cv_folds <= 1 and not self.final_fit:
             raise ValueError(f"cv_folds={self.cv_folds} and final_fit=false: the recipe trains nothing")
         if self.max_steps <= 0 and not (self.num_train_epochs > 0 and math.isfinite(self.num_train_epochs)):
@@ -450,6 +462,7 @@ FIELD_SUPPORT: dict[str, frozenset[str]] = {
     # evaluation
     "cv_folds": _BOTH,
     "final_fit": _BOTH,
+    "fit_workers": _BOTH,
     "two_class_tie_policy": _BOTH,
     "calibrate_tie_threshold": _BOTH,
     "score_batch_size": _BOTH,
@@ -487,7 +500,8 @@ def public_config(config: EmoRewardConfig) -> dict:
 # how a recipe value of these fields is read, where the dataclass annotation cannot say it (HfArgumentParser takes
 # one type per option): `bf16` is true / false / auto
 BF16_HINT = bool | Literal["auto"] | None
-RECIPE_TYPES: dict[str, Any] = {"bf16": BF16_HINT}
+FIT_WORKERS_HINT = int | Literal["auto"]
+RECIPE_TYPES: dict[str, Any] = {"bf16": BF16_HINT, "fit_workers": FIT_WORKERS_HINT}
 
 
 def recipe_fields(config_class: type = EmoRewardConfig) -> dict[str, Any]:

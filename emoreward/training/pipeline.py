@@ -19,12 +19,14 @@ and writes files.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gc
 import logging
 import os
 import time
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +43,14 @@ from emoreward.models.base import RewardModel, load_reward_model
 from emoreward.training.adapters import adapter_for
 from emoreward.training.config import EmoRewardConfig, public_config
 from emoreward.training.distributed import distributed_setup, save_final_model, wait_for_everyone
+from emoreward.training.fit_workers import (
+    FitPool,
+    FitWorkers,
+    fit_result,
+    resolve_fit_workers,
+    thread_budget,
+    torch_threads,
+)
 from emoreward.training.objectives import get_objective
 from emoreward.training.preprocess import ExclusionReport
 from emoreward.training.provenance import write_training_data
@@ -212,6 +222,223 @@ def _num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}"
 
 
+@dataclass(frozen=True)
+class FoldJob:
+    """One cross-validation fold to train: its number `k` (0-based), the pair indices, the work fingerprint its
+    finished marker carries (`work_fingerprint`) and its folder `<output_dir>/cv/fold<k>`."""
+
+    k: int
+    train_idx: tuple[int, ...]
+    test_idx: tuple[int, ...]
+    fingerprint: str
+    fold_dir: Path
+
+
+def _default_fit(config: EmoRewardConfig) -> Callable[[list[PreferencePair], Path, str], FitResult]:
+    return lambda train, fold_dir, name: fit_reward_model(
+        config, train, output_dir=fold_dir, run_name=name, save=False
+    )
+
+
+def _default_evaluate(config: EmoRewardConfig) -> Callable[[RewardModel, list[PreferencePair]], dict]:
+    return lambda model, test: evaluate_model(
+        model,
+        test,
+        tie_policy=config.two_class_tie_policy,
+        batch_size=config.score_batch_size,
+        media_errors=config.media_errors,
+    )
+
+
+def run_fold(
+    config: EmoRewardConfig,
+    pairs: list[PreferencePair],
+    job: FoldJob,
+    group: str,
+    fit: Callable[[list[PreferencePair], Path, str], FitResult] | None = None,
+    evaluate: Callable[[RewardModel, list[PreferencePair]], dict] | None = None,
+) -> tuple[dict, str]:
+    """Train and judge one fold, in the main process or in a `FitPool` worker (the same steps either way).
+
+    `fit(train_pairs, fold_dir, run_name)` trains on the k-1 other folds (nothing saved) and calibrates the tie
+    threshold on them (default: `fit_reward_model`); `evaluate(model, test_pairs)` judges the held-out fold with
+    the shared harness (default: `evaluate_model`); with `report_to: wandb` the fold logs into its own W&B run of
+    `group`; `<fold_dir>/finished.json` is written last, atomically, by the run's main process.
+
+    Returns:
+        (the fold's evaluation, its one-line summary for the log).
+    """
+    train = [pairs[i] for i in job.train_idx]
+    test = [pairs[i] for i in job.test_idx]
+    run_name = f"{config.run_name or 'emoreward'}-fold{job.k}"
+    if wandb_enabled(config):
+        start_wandb_run(config, name=run_name, job_type="fold", group=group, kind="cv-fold")
+    result = (fit or _default_fit(config))(train, job.fold_dir, run_name)
+    evaluation = (evaluate or _default_evaluate(config))(result.model, test)
+    evaluation.update(
+        fold=job.k, train_seconds=result.train_seconds, exclusions=result.exclusions.to_dict(), n_train=len(train)
+    )
+    if wandb_enabled(config):
+        log_evaluation(evaluation, config=config, kind="cv-fold", title=f"fold {job.k}, held-out pairs")
+        finish_wandb()
+    if config.process_index == 0:  # written last and atomically: a rerun reuses the fold only when this file is whole
+        atomic_write_json(job.fold_dir / FINISHED_FILE, {"fingerprint": job.fingerprint, "evaluation": evaluation})
+    h = headline(evaluation)
+    line = (
+        f"fold {job.k + 1}/{config.cv_folds}: 2-class WAF {_num(h['judge'].get('two_class_waf'))} "
+        f"(length baseline {_num(h['length_baseline'].get('two_class_waf'))}), "
+        f"length-debiased ACC {_num(h['judge'].get('length_debiased_acc'))}, trained {result.train_seconds:.0f}s; "
+        f"{result.exclusions.summary()}"
+    )
+    return evaluation, line
+
+
+class CrossValidation:
+    """The stratified k-fold cross-validation of one run (`config.cv_folds` folds, `config.seed`), started by
+    `start_cross_validation` and read with `result()`.
+
+    Finished folds of an earlier run of the same recipe and data are reused (`cv/fold<k>/finished.json`); the rest
+    train one after another in this process or, on a CPU with several cores (`fit_workers`, see
+    `emoreward.training.fit_workers`), side by side in worker processes. `free_cores()` waits until the final fit
+    can run beside the folds still training and says with how many torch threads (None: the folds have all run).
+    Use it as a context manager: leaving it waits for (after an error: cancels) the folds in flight.
+    """
+
+    def __init__(self, config, pairs, *, fit=None, evaluate=None, log=print):
+        self.config, self.pairs, self.log = config, pairs, log
+        self.fit, self.evaluate = fit, evaluate
+        self.group = wandb_group(config, pairs)
+        self.evaluations: dict[int, dict] = {}
+        self.jobs: list[FoldJob] = []
+        out, identity = Path(config.output_dir), run_identity(config, pairs)
+        for k, (train_idx, test_idx) in enumerate(stratified_folds(pairs, config.cv_folds, config.seed)):
+            train_idx, test_idx = tuple(map(int, train_idx)), tuple(map(int, test_idx))
+            job = FoldJob(k, train_idx, test_idx, work_fingerprint(identity, list(train_idx), list(test_idx)),
+                          out / "cv" / f"fold{k}")  # fmt: skip
+            evaluation = _load_finished(job.fold_dir, job.fingerprint)
+            if evaluation is None:
+                self.jobs.append(job)
+            else:
+                log(f"fold {k + 1}/{config.cv_folds}: finished earlier, reusing {job.fold_dir / FINISHED_FILE}")
+                self.evaluations[k] = evaluation
+        custom = fit is not None or evaluate is not None  # closures do not travel to a worker process
+        self.plan = (
+            FitWorkers(1, thread_budget(), "custom fit or evaluation")
+            if custom
+            else resolve_fit_workers(
+                config.fit_workers,
+                jobs=len(self.jobs),
+                kind=config.kind,
+                device=config.device.type,
+                world_size=config.world_size,
+            )
+        )
+        self.pool: FitPool | None = None
+        self.futures: dict[int, Future] = {}
+        self._waiting = list(self.jobs)  # folds not yet handed to a worker
+        if self.plan.parallel:
+            log(
+                f"cross-validation: {self.plan.workers} folds at a time in worker processes, {self.plan.threads} "
+                f"torch thread(s) each ({self.plan.reason})"
+            )
+            self.pool = FitPool(self.plan.workers, self.plan.threads)
+            self._hand_out()
+
+    def _report_done(self, future: Future) -> None:
+        if not future.cancelled() and future.exception() is None:
+            self.log(future.result()[1])
+
+    def _run_here(self) -> None:
+        for job in self.jobs:
+            if job.k in self.evaluations:
+                continue
+            self.evaluations[job.k], line = run_fold(self.config, self.pairs, job, self.group, self.fit, self.evaluate)
+            gc.collect()  # free this fold's model and optimizer before the next fold builds its own
+            self.log(line)
+
+    def _running(self) -> list[Future]:
+        return [f for f in self.futures.values() if not f.done()]
+
+    def _hand_out(self) -> None:
+        """Give waiting folds to free workers: never more in flight than workers, so that an interrupt (which
+        reaches the workers too) leaves no fold queued behind the interrupted ones."""
+        while self._waiting and len(self._running()) < self.plan.workers:
+            job = self._waiting.pop(0)
+            future = self.pool.submit(run_fold, self.config, self.pairs, job, self.group)
+            future.add_done_callback(self._report_done)
+            self.futures[job.k] = future
+
+    def _wait(self, *, until_free: bool) -> None:
+        while True:
+            self._hand_out()
+            running = self._running()
+            if not running or (until_free and not self._waiting and len(running) < self.plan.workers):
+                return
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                fit_result(future)  # a failed fold stops the run now, not after the others
+
+    def free_cores(self) -> int | None:
+        """Block until every fold is handed out and fewer are in flight than there are workers; return the torch
+        threads the final fit may use beside them (None when no fold is left: all threads).
+
+        Raises:
+            the first failed fold's exception (`RuntimeError` when its worker process died).
+        """
+        if self.pool is None:
+            self._run_here()
+            return None
+        self._wait(until_free=True)
+        return self.plan.threads if self._running() else None
+
+    def result(self) -> tuple[dict, str]:
+        """Wait for every fold; return (`{"k", "seed", "summary": mean ± std over folds, "folds": [evaluation,
+        ...]}`, Markdown table), and write `<output_dir>/confusion.png` (three-class confusion summed over the
+        held-out folds; main process only).
+
+        Raises:
+            the first failed fold's exception (`RuntimeError` when its worker process died).
+        """
+        if self.pool is None:
+            self._run_here()
+        else:
+            self._wait(until_free=False)
+        for k, future in sorted(self.futures.items()):
+            self.evaluations[k] = fit_result(future)[0]
+        config = self.config
+        fold_reports = [self.evaluations[k] for k in sorted(self.evaluations)]
+        summary = aggregate(fold_reports)
+        cross_validation = {"k": config.cv_folds, "seed": config.seed, "summary": summary, "folds": fold_reports}
+        if config.process_index == 0:
+            cm = np.sum([f["judge"]["three_class"]["confusion"] for f in fold_reports], axis=0)
+            plot_confusion(
+                cm,
+                ["1", "2", "tie"],
+                fold_reports[0]["judge"]["three_class"]["pred_labels"],
+                Path(config.output_dir) / "confusion.png",
+                title=f"{config.cv_folds}-fold CV, held-out pairs",
+            )
+        markdown = markdown_table(
+            summary,
+            f"{config.cv_folds}-fold cross-validation on {len(self.pairs)} pairs (mean ± std over folds, held-out "
+            "folds)",
+        )
+        return cross_validation, markdown
+
+    def __enter__(self) -> CrossValidation:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self.pool is not None:
+            self.pool.__exit__(exc_type, exc, tb)
+
+
+def start_cross_validation(config, pairs, *, fit=None, evaluate=None, log=print) -> CrossValidation:
+    """Plan the folds of `config.cv_folds`-fold cross-validation, reuse the finished ones and start the others in
+    worker processes where `fit_workers` spreads them (see `CrossValidation`)."""
+    return CrossValidation(config, pairs, fit=fit, evaluate=evaluate, log=log)
+
+
 def run_cross_validation(
     config: EmoRewardConfig,
     pairs: list[PreferencePair],
@@ -220,85 +447,17 @@ def run_cross_validation(
     evaluate: Callable[[RewardModel, list[PreferencePair]], dict] | None = None,
     log=print,
 ) -> tuple[dict, str]:
-    """Stratified k-fold cross-validation (`config.cv_folds` folds, `config.seed`) of a reward model.
-
-    Per fold: `fit(train_pairs, fold_dir, run_name)` trains on k-1 folds (nothing saved) and calibrates the tie
-    threshold on them (default: `fit_reward_model`); `evaluate(model, test_pairs)` judges the held-out fold with the
-    shared harness (default: `evaluate_model`); `<output_dir>/cv/fold<k>/finished.json` is written last, so a rerun
-    of the same recipe and data reuses a finished fold and redoes an interrupted one. Only the main process writes
+    """Stratified k-fold cross-validation (`config.cv_folds` folds, `config.seed`) of a reward model, every fold
+    trained and judged by `run_fold`; `<output_dir>/cv/fold<k>/finished.json` is written last, so a rerun of the
+    same recipe and data reuses a finished fold and redoes an interrupted one. Only the main process writes
     files; every process trains.
 
     Returns:
         (`{"k", "seed", "summary": mean ± std over folds, "folds": [evaluation, ...]}`, Markdown table). Also
         writes `<output_dir>/confusion.png` (three-class confusion summed over the held-out folds).
     """
-    fit = fit or (
-        lambda train, fold_dir, name: fit_reward_model(config, train, output_dir=fold_dir, run_name=name, save=False)
-    )
-    evaluate = evaluate or (
-        lambda model, test: evaluate_model(
-            model,
-            test,
-            tie_policy=config.two_class_tie_policy,
-            batch_size=config.score_batch_size,
-            media_errors=config.media_errors,
-        )
-    )
-    out = Path(config.output_dir)
-    is_main = config.process_index == 0
-    identity = run_identity(config, pairs)
-    group = wandb_group(config, pairs)
-    fold_reports = []
-    for k, (train_idx, test_idx) in enumerate(stratified_folds(pairs, config.cv_folds, config.seed)):
-        fold_dir = out / "cv" / f"fold{k}"
-        fingerprint = work_fingerprint(identity, list(map(int, train_idx)), list(map(int, test_idx)))
-        evaluation = _load_finished(fold_dir, fingerprint)
-        if evaluation is not None:
-            log(f"fold {k + 1}/{config.cv_folds}: finished earlier, reusing {fold_dir / FINISHED_FILE}")
-            fold_reports.append(evaluation)
-            continue
-        train = [pairs[i] for i in train_idx]
-        test = [pairs[i] for i in test_idx]
-        run_name = f"{config.run_name or 'emoreward'}-fold{k}"
-        if wandb_enabled(config):
-            start_wandb_run(config, name=run_name, job_type="fold", group=group, kind="cv-fold")
-        result = fit(train, fold_dir, run_name)
-        evaluation = evaluate(result.model, test)
-        evaluation.update(
-            fold=k, train_seconds=result.train_seconds, exclusions=result.exclusions.to_dict(), n_train=len(train)
-        )
-        if wandb_enabled(config):
-            log_evaluation(evaluation, config=config, kind="cv-fold", title=f"fold {k}, held-out pairs")
-            finish_wandb()
-        if is_main:  # written last and atomically: a rerun reuses the fold only when this file is whole
-            atomic_write_json(fold_dir / FINISHED_FILE, {"fingerprint": fingerprint, "evaluation": evaluation})
-        fold_reports.append(evaluation)
-        train_seconds, summary = result.train_seconds, result.exclusions.summary()
-        del result  # free this fold's model and optimizer before the next fold builds its own
-        gc.collect()
-        h = headline(evaluation)
-        log(
-            f"fold {k + 1}/{config.cv_folds}: 2-class WAF {_num(h['judge'].get('two_class_waf'))} "
-            f"(length baseline {_num(h['length_baseline'].get('two_class_waf'))}), "
-            f"length-debiased ACC {_num(h['judge'].get('length_debiased_acc'))}, trained {train_seconds:.0f}s; "
-            f"{summary}"
-        )
-    summary = aggregate(fold_reports)
-    cross_validation = {"k": config.cv_folds, "seed": config.seed, "summary": summary, "folds": fold_reports}
-    if is_main:
-        cm = np.sum([f["judge"]["three_class"]["confusion"] for f in fold_reports], axis=0)
-        plot_confusion(
-            cm,
-            ["1", "2", "tie"],
-            fold_reports[0]["judge"]["three_class"]["pred_labels"],
-            out / "confusion.png",
-            title=f"{config.cv_folds}-fold CV, held-out pairs",
-        )
-    markdown = markdown_table(
-        summary,
-        f"{config.cv_folds}-fold cross-validation on {len(pairs)} pairs (mean ± std over folds, held-out folds)",
-    )
-    return cross_validation, markdown
+    with start_cross_validation(config, pairs, fit=fit, evaluate=evaluate, log=log) as folds:
+        return folds.result()
 
 
 def run_training(config: EmoRewardConfig, *, log=print) -> dict:
@@ -345,10 +504,16 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
         "wandb_mode": wandb_mode,
         "distributed": distributed_setup(config),
     }
-    if config.cv_folds > 1:
-        report["cross_validation"], report["markdown"] = run_cross_validation(config, pairs, log=log)
+    with start_cross_validation(config, pairs, log=log) if config.cv_folds > 1 else contextlib.nullcontext() as folds:
+        final = None
+        if config.final_fit:  # beside the last folds when they train in worker processes (`fit_workers`)
+            threads = folds.free_cores() if folds is not None else None
+            with torch_threads(threads) if threads else contextlib.nullcontext():
+                final = _fit_final(config, pairs, eval_pairs, out, log)
+        if folds is not None:
+            report["cross_validation"], report["markdown"] = folds.result()
     if config.final_fit:
-        model = _final_fit(config, pairs, eval_pairs, report, out, log)
+        model = _save_final(config, pairs, final, report, out, log)
         if eval_pairs is not None:
             evaluation = evaluate_model(
                 model,
@@ -377,19 +542,18 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
     return report
 
 
-def _final_fit(config, pairs, eval_pairs, report: dict, out: Path, log) -> RewardModel:
-    """Fit on all pairs and save to `<output_dir>/model` (or reuse a finished earlier fit of the same recipe)."""
+def _fit_final(config, pairs, eval_pairs, out: Path, log) -> FitResult | dict:
+    """Fit on all pairs (its W&B run started first); or the record of a finished earlier fit of the same recipe
+    (a dict: `_save_final` then reuses `<output_dir>/model`)."""
     model_dir = out / "model"
-    fingerprint = work_fingerprint(run_identity(config, pairs), list(range(len(pairs))), [])
-    final = _load_finished(model_dir, fingerprint)
+    final = _load_finished(model_dir, _final_fingerprint(config, pairs))
     if final is not None:
         log(f"final model: finished earlier, reusing {model_dir}")
-        report["final"] = final
-        return load_reward_model(model_dir, media_root=config.media_root)
+        return final
     run_name = config.run_name or "emoreward-final"
     if wandb_enabled(config):
         start_wandb_run(config, name=run_name, job_type="final", group=wandb_group(config, pairs), kind="final-fit")
-    fit = fit_reward_model(
+    return fit_reward_model(
         config,
         pairs,
         output_dir=out / "checkpoints",
@@ -398,6 +562,19 @@ def _final_fit(config, pairs, eval_pairs, report: dict, out: Path, log) -> Rewar
         eval_pairs=eval_pairs,
         log=log,
     )
+
+
+def _final_fingerprint(config, pairs) -> str:
+    return work_fingerprint(run_identity(config, pairs), list(range(len(pairs))), [])
+
+
+def _save_final(config, pairs, fit: FitResult | dict, report: dict, out: Path, log) -> RewardModel:
+    """Save the final fit to `<output_dir>/model` with its card (which quotes the cross-validation in `report`),
+    the training data and, last, `finished.json`; a reused fit (a dict) is loaded from there instead."""
+    model_dir = out / "model"
+    if isinstance(fit, dict):
+        report["final"] = fit
+        return load_reward_model(model_dir, media_root=config.media_root)
     from emoreward.models.cards import data_metadata
 
     # the card's (and the export's) licence and datasets: the training data's own
@@ -413,7 +590,10 @@ def _final_fit(config, pairs, eval_pairs, report: dict, out: Path, log) -> Rewar
         "train_log": fit.log_history,
     }
     if config.process_index == 0:  # written last, atomically: its presence means the model directory is complete
-        atomic_write_json(model_dir / FINISHED_FILE, {"fingerprint": fingerprint, "evaluation": report["final"]})
+        atomic_write_json(
+            model_dir / FINISHED_FILE,
+            {"fingerprint": _final_fingerprint(config, pairs), "evaluation": report["final"]},
+        )
     log(f"final model (all {len(pairs)} pairs) saved to {model_dir}; {fit.exclusions.summary()}")
     return fit.model
 
@@ -452,8 +632,12 @@ __all__ = [
     "FitResult",
     "fit_reward_model",
     "model_card",
+    "CrossValidation",
+    "FoldJob",
     "run_cross_validation",
+    "run_fold",
     "run_training",
+    "start_cross_validation",
     "stratified_folds",
     "wandb_group",
 ]

@@ -60,6 +60,7 @@ NOT_RESULT_FIELDS = frozenset(
         "dataloader_persistent_workers",
         "dataloader_prefetch_factor",
         "score_batch_size",
+        "fit_workers",
     }
 )
 

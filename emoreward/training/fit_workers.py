@@ -1,0 +1,219 @@
+"""Independent fits side by side on a CPU: the cross-validation folds of one run in worker processes.
+
+On a CPU the default recipe's training step uses several cores poorly from one process (small LoRA matrices, a
+per-op overhead that does not shrink with threads). Measured on 2 cores (Intel Xeon with AMX, bf16, 2026-12-01,
+`scripts/benchmark.py --paths train --threads 1`, load ~1): one process with 2 torch threads takes 0.62 s per
+optimizer step; one thread 0.86 s; two single-threaded processes side by side 0.85 and 0.87 s each, i.e. 0.43 s per
+step between them. Folds are independent fits, so a CPU run trains them `workers` at a time in spawned processes of
+`threads` torch threads each (`resolve_fit_workers`); the main process trains the final fit meanwhile, once a
+worker's cores are free (`emoreward.training.pipeline`).
+
+Every fold is computed by the same function in a worker as in the main process, with the same seed: its figures
+do not depend on where it ran (float rounding may differ with the thread count). The recipe field `fit_workers`
+is not part of the run's identity (`emoreward.training.run_identity.NOT_RESULT_FIELDS`): a run resumed with another
+value reuses the finished folds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+
+
+# what one fit of a text backbone may need at its peak (the default recipe: about 2.4 GiB): more workers than the
+# available memory holds at this size are not started
+FIT_MEMORY_BYTES = 4 * 2**30
+
+
+@dataclass(frozen=True)
+class FitWorkers:
+    """How a run's independent fits are spread: `workers` processes (1: in the main process, one after another) of
+    `threads` torch threads each, and why (`reason`, for the log)."""
+
+    workers: int
+    threads: int
+    reason: str
+
+    @property
+    def parallel(self) -> bool:
+        return self.workers > 1
+
+
+def parse_fit_workers(value) -> int | str:
+    """`"auto"` or an integer >= 1, from a recipe value.
+
+    Raises:
+        ValueError: anything else, naming the field.
+    """
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or isinstance(value, bool) or str(number) != str(value).strip() or number < 1:
+        raise ValueError(f"fit_workers must be 'auto' or an integer >= 1, got {value!r}")
+    return number
+
+
+def thread_budget() -> int:
+    """The CPU threads this process may use: torch's intra-op thread count (which follows `OMP_NUM_THREADS`, else
+    the cores this process may run on)."""
+    import torch
+
+    return max(1, torch.get_num_threads())
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to start new processes (`MemAvailable` of /proc/meminfo); None where unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def resolve_fit_workers(
+    requested: int | str,
+    *,
+    jobs: int,
+    kind: str,
+    device: str,
+    world_size: int,
+    threads: int | None = None,
+    memory: int | None = None,
+) -> FitWorkers:
+    """How many fits of a run train at once.
+
+    Args:
+        requested: the recipe's `fit_workers` (`"auto"` or an integer >= 1).
+        jobs: fits that can run side by side (the folds still to train).
+        kind: the backbone kind (`"text"` / `"media"`); device: where the run trains (`"cpu"`, `"cuda"`, ...);
+        world_size: processes of an `accelerate launch` run.
+        threads: the thread budget (default `thread_budget()`); memory: available bytes (default
+            `available_memory()`).
+
+    Returns:
+        `"auto"`: on a CPU, for a text backbone, in a single-process run with at least 2 threads and 2 fits:
+        `min(jobs, threads, memory // FIT_MEMORY_BYTES)` workers of `threads // workers` threads; otherwise 1
+        (a GPU trains one fit at a time, an `accelerate launch` run spreads each fit over its processes, multimodal
+        fits are memory-bound). An integer: that many workers (at most `jobs`), of `threads // workers` threads
+        (at least 1).
+
+    Raises:
+        ValueError: an integer > 1 on a GPU or in an `accelerate launch` run (worker processes would share the device
+            or the process group: use `accelerate launch` for GPUs).
+    """
+    threads = thread_budget() if threads is None else threads
+    requested = parse_fit_workers(requested)
+    if requested != "auto":
+        if requested > 1 and (device != "cpu" or world_size > 1):
+            where = f"an accelerate launch run of {world_size} processes" if world_size > 1 else f"device {device}"
+            raise ValueError(
+                f"fit_workers={requested}: folds in worker processes run on a CPU in one process; {where} trains one "
+                "fold at a time (set fit_workers: 1 or auto; spread a GPU run with accelerate launch)"
+            )
+        workers = max(1, min(requested, jobs))
+        return FitWorkers(workers, max(1, threads // workers), f"fit_workers={requested}")
+    if device != "cpu" or world_size > 1 or kind != "text" or jobs < 2 or threads < 2:
+        return FitWorkers(1, threads, "one fit at a time")
+    memory = available_memory() if memory is None else memory
+    by_memory = jobs if memory is None else max(1, memory // FIT_MEMORY_BYTES)
+    workers = max(1, min(jobs, threads, by_memory))
+    if workers == 1:
+        return FitWorkers(1, threads, "one fit at a time (memory)")
+    return FitWorkers(workers, threads // workers, f"fit_workers=auto on {threads} CPU threads")
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """Run the body with `threads` torch intra-op threads (this thread's setting), restored after."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _start_worker(threads: int, warning_filters: list) -> None:
+    """A worker's set-up: its torch threads, the parent's warning filters (the CLI's quiet libraries), and no
+    standard output (what a fold reports comes back to the main process, which prints it; libraries' own prints,
+    e.g. transformers' "Running in WANDB offline mode" per process, do not repeat). Warnings and errors still reach
+    standard error."""
+    import torch
+
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
+    warnings.filters[:] = warning_filters
+    sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (the worker's stdout for its lifetime)
+
+
+class FitPool:
+    """Worker processes for independent fits (spawned: a fresh interpreter, no forked torch state).
+
+    `submit(fn, *args)` runs a module-level function in a worker and returns its `Future`; `fn` and its arguments
+    are pickled (a recipe, the pairs, indices). Leaving the `with` block waits for the submitted fits; an error or
+    an interrupt (Ctrl-C reaches the workers too, as one process group) cancels the fits not yet started.
+
+    Raises (from a future's `result()`): the fit's own exception; `RuntimeError` when a worker died (e.g. killed
+    for memory), naming `fit_workers`.
+    """
+
+    def __init__(self, workers: int, threads: int):
+        self.workers, self.threads = workers, threads
+        self._executor = ProcessPoolExecutor(
+            workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_start_worker,
+            initargs=(threads, list(warnings.filters)),
+        )
+
+    def submit(self, fn: Callable, *args) -> Future:
+        return self._executor.submit(fn, *args)
+
+    def __enter__(self) -> FitPool:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=exc_type is not None)
+
+
+def fit_result(future: Future):
+    """A submitted fit's result, with a dead worker explained.
+
+    Raises:
+        RuntimeError: the worker process died before returning (`BrokenProcessPool`).
+    """
+    try:
+        return future.result()
+    except BrokenProcessPool as err:
+        raise RuntimeError(
+            "a fold's worker process died before it finished (killed for memory?); rerun: finished folds are "
+            "reused; `--set fit_workers=1` trains one fold at a time"
+        ) from err
+
+
+__all__ = [
+    "FIT_MEMORY_BYTES",
+    "FitPool",
+    "FitWorkers",
+    "available_memory",
+    "fit_result",
+    "parse_fit_workers",
+    "resolve_fit_workers",
+    "thread_budget",
+    "torch_threads",
+]
