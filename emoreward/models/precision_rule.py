@@ -94,7 +94,8 @@ def bf16_kernels_record_path() -> Path:
 def torch_build_key() -> str | None:
     """What torch's bf16 answer depends on, as one sha256: the torch installation (its folder, and the content and
     modification time of its `version.py`, rewritten by every install), this CPU (`platform.machine()`,
-    `cpu_flags()`) and oneDNN's instruction-set caps (`ONEDNN_ENV_VARS`). None when torch is not installed."""
+    `cpu_flags()`) and oneDNN's instruction-set caps (`ONEDNN_ENV_VARS`). None when torch is not installed or its
+    `version.py` cannot be read."""
     spec = importlib.util.find_spec("torch")
     if spec is None or not spec.origin:
         return None
@@ -125,9 +126,11 @@ def torch_cpu_bf16_kernels() -> bool:
     (`torch.ops.mkldnn._is_mkldnn_bf16_supported`), asked once per `torch_build_key` and recorded
     (`bf16_kernels_record_path`). A record that cannot be read or written means asking torch again, never a
     guess. False when torch is not installed."""
-    key = torch_build_key()
-    if key is None:
+    if importlib.util.find_spec("torch") is None:
         return False
+    key = torch_build_key()
+    if key is None:  # an installation whose build cannot be told apart: asked every time, not recorded
+        return _asked_torch()
     path = bf16_kernels_record_path()
     known = _read_record(path).get(key)
     if isinstance(known, bool):
