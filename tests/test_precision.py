@@ -112,3 +112,44 @@ def test_evaluate_records_the_precision(lora_dir, tmp_path, monkeypatch):
         report = json.loads((tmp_path / f"{dtype}.json").read_text())
         assert report["scoring_dtype"] == report["precision"]["dtype"] == dtype
         assert report["precision"]["tolerance"] == reward_tolerance(dtype)
+
+
+# ---------------------------------------------------------------------------------------------- the torch-free rule
+@pytest.mark.parametrize("env", [None, "auto", "float32", "bf16"])
+def test_the_rule_by_name_is_the_rule_by_dtype(monkeypatch, env):
+    from emoreward.models.precision import DTYPE_NAMES, resolve_dtype
+    from emoreward.models.precision_rule import REDUCED_EPS, resolve_dtype_name
+
+    if env is None:
+        monkeypatch.delenv(ENV_VAR, raising=False)
+    else:
+        monkeypatch.setenv(ENV_VAR, env)
+    for dtype in ("auto", "float32", "bfloat16", "fp16", torch.bfloat16, torch.float32):
+        for units in (False, True):
+            for agreement in (None, 0.99, 1.0):
+                by_name = resolve_dtype_name(dtype, bf16_units=units, bf16_agreement=agreement)
+                assert DTYPE_NAMES[by_name] == resolve_dtype(dtype, bf16_units=units, bf16_agreement=agreement)
+    assert DTYPE_NAMES[resolve_dtype_name()] == resolve_dtype()  # this machine's CPU, through the same rule
+    assert REDUCED_EPS == {name: torch.finfo(DTYPE_NAMES[name]).eps for name in REDUCED_EPS}
+    with pytest.raises(ValueError, match="unknown dtype 'float8'"):
+        resolve_dtype_name("float8")
+
+
+def test_torch_bf16_answer_is_recorded_per_torch_build_cpu_and_onednn_caps(tmp_path, monkeypatch):
+    from emoreward.models import precision_rule as rule
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    path = rule.bf16_kernels_record_path()
+    assert path == tmp_path / "emoreward" / "torch-cpu-bf16.json" and not path.exists()
+    answer = rule._asked_torch()  # torch's own answer
+    key = rule.torch_build_key()
+    assert rule.torch_cpu_bf16_kernels() is answer
+    assert json.loads(path.read_text()) == {key: answer}  # asked once, recorded for this build
+    path.write_text(json.dumps({key: not answer}))
+    assert rule.torch_cpu_bf16_kernels() is (not answer)  # the record is what a rerun reads (no torch call)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # a cap on oneDNN's instructions: another build key
+    assert rule.torch_build_key() not in (None, key)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    path.write_text("{torn")  # an unreadable record: torch is asked again, never guessed
+    assert rule.torch_cpu_bf16_kernels() is answer and json.loads(path.read_text()) == {key: answer}

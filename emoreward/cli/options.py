@@ -26,8 +26,13 @@ INTERRUPTED = (
 )
 
 
-def quiet_libraries() -> None:
-    """Keep library noise down: no FutureWarnings, transformers at ERROR (its load reports, deprecation notes)."""
+def quiet_libraries(*, deepspeed: bool = True) -> None:
+    """Keep library noise down: no FutureWarnings, transformers at ERROR (its load reports, deprecation notes).
+
+    Args:
+        deepspeed: a command that may import DeepSpeed (training): without a GPU, `$DS_ACCELERATOR` is set to `cpu`
+            before DeepSpeed looks for one (this imports torch; `emoreward rank`, which never trains, skips it).
+    """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import warnings
 
@@ -35,7 +40,7 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*")
     # the Trainer's default pin_memory=True is a no-op without a GPU; torch warns once per dataloader (per fold)
     warnings.filterwarnings("ignore", message=".*'pin_memory' argument is set as true but no accelerator is found")
-    if "DS_ACCELERATOR" not in os.environ and importlib.util.find_spec("deepspeed") is not None:
+    if deepspeed and "DS_ACCELERATOR" not in os.environ and importlib.util.find_spec("deepspeed") is not None:
         import torch
 
         if not torch.cuda.is_available():  # what DeepSpeed would pick, without its warning about not finding a GPU

@@ -236,7 +236,7 @@ def _groups(args: argparse.Namespace, table):
 
 def run(args: argparse.Namespace) -> int:
     """Run `emoreward rank`; prints the ranking table and returns 0. Errors raise ValueError / FileNotFoundError."""
-    quiet_libraries()
+    quiet_libraries(deepspeed=False)  # a ranking never trains: no torch import for DeepSpeed's sake
     from emoreward.ranking.rank import rank_with_judge, rank_with_reward_model
     from emoreward.ranking.score_cache import ScoreCache, cache_path_for
 

@@ -8,106 +8,45 @@ e.g. Graviton 3), with a torch build whose oneDNN uses them. Elsewhere torch emu
 two orders of magnitude slower than float32 (measured on an AVX2-only AMD EPYC: 0.9 vs 50 GFLOP/s), so "auto" must
 never pick it there.
 
-`resolve_dtype("auto", device)` is the one rule every route uses. `EMOREWARD_DTYPE=float32|bfloat16|auto` in the
-environment pins what "auto" means (e.g. a test suite that compares rewards to float32 references at 1e-5).
+`resolve_dtype("auto", device)` is the one rule every route uses, on torch dtypes and devices; the rule itself, on
+dtype names and the CPU, is `emoreward.models.precision_rule` (torch-free: what a ranking rerun from the score cache
+reads; its names are re-exported here). `EMOREWARD_DTYPE=float32|bfloat16|auto` in the environment pins what "auto"
+means (e.g. a test suite that compares rewards to float32 references at 1e-5).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-import os
-import platform
-from collections.abc import Iterable
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+from emoreward.models.precision_rule import (
+    CPU_BF16_FLAGS,
+    CROSS_PRECISION_EPS,
+    DTYPE_ALIASES,
+    ENV_VAR,
+    FLOAT32_ATOL,
+    MIN_BF16_AGREEMENT,
+    SAME_PRECISION_EPS,
+    cpu_flags,
+    cpu_has_bf16_matrix_units,
+    dtype_name,
+    has_bf16_matrix_units,
+    model_precision_name,
+    precision_record,
+    recorded_bf16_agreement,
+    requested_dtype_name,
+    resolve_dtype_name,
+    reward_tolerance,
+)
+
 
 logger = logging.getLogger(__name__)
 
-ENV_VAR = "EMOREWARD_DTYPE"
-DTYPE_NAMES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-}
-# x86 (/proc/cpuinfo "flags") and Arm ("Features") names of native bf16 matrix instructions
-CPU_BF16_FLAGS = frozenset({"amx_bf16", "avx512_bf16", "bf16"})
-# verdict agreement with float32 below which bf16 is not used for scoring (issue: keep fp32 below 99.5%)
-MIN_BF16_AGREEMENT = 0.995
-
-
-@functools.lru_cache(maxsize=1)
-def cpu_flags() -> frozenset[str]:
-    """The CPU feature flags of this machine: Linux `/proc/cpuinfo` (`flags` on x86, `Features` on Arm), macOS
-    `sysctl hw.optional.arm.FEAT_BF16` (reported as `bf16`); empty where neither is available."""
-    path = Path("/proc/cpuinfo")
-    if path.exists():
-        for line in path.read_text(errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() in ("flags", "Features"):
-                return frozenset(value.split())
-        return frozenset()
-    if platform.system() == "Darwin":
-        import subprocess
-
-        try:
-            out = subprocess.run(
-                ["sysctl", "-n", "hw.optional.arm.FEAT_BF16"], capture_output=True, text=True, timeout=5
-            )
-            return frozenset({"bf16"}) if out.stdout.strip() == "1" else frozenset()
-        except (OSError, subprocess.SubprocessError):
-            return frozenset()
-    return frozenset()
-
-
-def _torch_cpu_bf16_kernels() -> bool:
-    """Whether this torch build runs CPU bf16 matrix multiplies through oneDNN's native kernels."""
-    check = getattr(getattr(torch.ops, "mkldnn", None), "_is_mkldnn_bf16_supported", None)
-    if check is None:
-        return torch.backends.mkldnn.is_available()
-    try:
-        return bool(check())
-    except RuntimeError:
-        return False
-
-
-def cpu_has_bf16_matrix_units(flags: Iterable[str] | None = None) -> bool:
-    """Whether the CPU multiplies bf16 matrices natively (AMX-BF16, AVX512-BF16 or Arm BF16) and torch uses it.
-
-    Args:
-        flags: CPU feature flags (default: this machine's, `cpu_flags()`); given, the torch check is skipped.
-    """
-    if flags is not None:
-        return bool(CPU_BF16_FLAGS & set(flags))
-    return bool(CPU_BF16_FLAGS & cpu_flags()) and _torch_cpu_bf16_kernels()
-
-
-def has_bf16_matrix_units(device: torch.device | str | None = None) -> bool:
-    """Whether `device` (default: CPU) has bf16 matrix units: CUDA compute capability >= 8.0 (ROCm: what torch
-    reports), or a CPU with `cpu_has_bf16_matrix_units`. Other devices (MPS, XPU): False (not measured here)."""
-    device = torch.device(device or "cpu")
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            return False
-        if torch.version.hip:
-            return torch.cuda.is_bf16_supported()
-        return torch.cuda.get_device_capability(device) >= (8, 0)
-    if device.type == "cpu":
-        return cpu_has_bf16_matrix_units()
-    return False
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    """`"float32"`, `"bfloat16"`, ... (the name without `torch.`)."""
-    return str(dtype).removeprefix("torch.")
+DTYPE_NAMES: dict[str, torch.dtype] = {alias: getattr(torch, name) for alias, name in DTYPE_ALIASES.items()}
 
 
 def parse_dtype(dtype: str | torch.dtype) -> torch.dtype | str:
@@ -133,8 +72,8 @@ def resolve_dtype(
     bf16_agreement: float | None = None,
     bf16_units: bool | None = None,
 ) -> torch.dtype:
-    """The dtype to compute in: an explicit dtype as given; `"auto"`: bfloat16 where `device` has bf16 matrix units
-    (`has_bf16_matrix_units`), else float32.
+    """The dtype to compute in: an explicit dtype as given; `"auto"`: bfloat16 where `device` (default: CPU) has bf16
+    matrix units (`has_bf16_matrix_units`), else float32: `precision_rule.resolve_dtype_name` as a torch dtype.
 
     `EMOREWARD_DTYPE` in the environment replaces `"auto"` by a fixed choice. With `bf16_agreement` (the share of
     verdicts a model's bf16 rewards agree on with its float32 ones, recorded when it was trained), "auto" keeps
@@ -146,65 +85,9 @@ def resolve_dtype(
     parsed = parse_dtype(dtype)
     if parsed != "auto":
         return parsed
-    env = os.environ.get(ENV_VAR, "").strip()
-    if env:
-        try:
-            pinned = parse_dtype(env)
-        except ValueError as err:
-            raise ValueError(f"${ENV_VAR}: {err}") from None
-        if pinned != "auto":
-            return pinned
-    if not (has_bf16_matrix_units(device) if bf16_units is None else bf16_units):
-        return torch.float32
-    if bf16_agreement is not None and bf16_agreement < MIN_BF16_AGREEMENT:
-        logger.info(
-            "scoring in float32: this model's bf16 verdicts agree with float32 on %.2f%% of pairs (< %.1f%%)",
-            100 * bf16_agreement,
-            100 * MIN_BF16_AGREEMENT,
-        )
-        return torch.float32
-    return torch.bfloat16
-
-
-# largest |reward difference| two computations of the same model may show, as multiples of the reduced dtype's
-# machine epsilon (bf16: 2^-7 = 7.8e-3) times the rewards' magnitude (at least 1): a bf16 network's output is rounded
-# to bf16, so a change of rounding anywhere inside (another padded width or number of rows, whose kernels block the
-# sums differently; merged or live LoRA; a reloaded export) moves a reward by about one unit in its last place
-# (measured 2026-12-01, Xeon with AMX, MiniLM: 6.3e-3 = 0.8 eps alone vs in a batch); against float32 the rounding of
-# every layer adds up (measured: 1.5e-2 = 2 eps on MiniLM with a random head, up to 3 eps on the tiny test models)
-SAME_PRECISION_EPS = 2.0
-CROSS_PRECISION_EPS = 4.0
-FLOAT32_ATOL = 1e-5
-
-
-def reward_tolerance(
-    dtype: torch.dtype | str, reference: torch.dtype | str | None = None, *, magnitude: float = 1.0
-) -> float:
-    """The absolute tolerance of a reward comparison: rewards computed in `dtype` against rewards computed in
-    `reference` (default: the same dtype) by the same model, the two computations differing in rounding only (other
-    batch composition or padding, merged or live LoRA, another process, a reloaded export).
-
-    float32 (or float64) on both sides: `FLOAT32_ATOL` (1e-5; float32 rounding of these models is about 1e-6). A
-    reduced precision on either side: `k * eps * max(1, magnitude)` with `eps` the reduced dtype's machine epsilon
-    (`torch.finfo(dtype).eps`, bf16: 2^-7), `k = SAME_PRECISION_EPS` (2) when both sides compute in it and
-    `CROSS_PRECISION_EPS` (4) against float32. Every self-check of the project (export reload, save / load, the
-    same reward on every route) compares with this bound: like with like in fp32 at 1e-5, bf16 at its own bound.
-
-    Args:
-        dtype, reference: torch dtypes or their names (`"auto"` is resolved on the CPU, `resolve_dtype`).
-        magnitude: the largest |reward| compared (reward units); below 1 the bound does not shrink.
-
-    Returns:
-        the tolerance, reward units.
-    """
-    a = resolve_dtype(dtype)
-    b = a if reference is None else resolve_dtype(reference)
-    full = (torch.float32, torch.float64)
-    if a in full and b in full:
-        return FLOAT32_ATOL
-    eps = max(torch.finfo(d).eps for d in (a, b) if d not in full)
-    k = SAME_PRECISION_EPS if a == b else CROSS_PRECISION_EPS
-    return float(k * eps * max(1.0, float(magnitude)))
+    if bf16_units is None and torch.device(device or "cpu").type != "cpu" and requested_dtype_name() == "auto":
+        bf16_units = has_bf16_matrix_units(device)  # an accelerator's units; the CPU's are the rule's default
+    return DTYPE_NAMES[resolve_dtype_name("auto", bf16_agreement=bf16_agreement, bf16_units=bf16_units)]
 
 
 def recorded_precision(
@@ -212,40 +95,23 @@ def recorded_precision(
 ) -> torch.dtype:
     """The precision a reward model with these saved settings scores in on `device`: `resolve_dtype(requested,
     device, bf16_agreement=...)` with the model's recorded bf16 verdict agreement (`settings.extra["bf16_agreement"]`,
-    written at training time). The one rule for a loaded model (`TextRewardModel.scoring_precision`) and for a saved
-    one read without its weights (`emoreward.models.saved.SavedRewardModel`).
+    written at training time). The one rule for a loaded model (`TextRewardModel.scoring_precision`); a saved one
+    read without its weights (`emoreward.models.saved.SavedRewardModel`) follows it on the CPU by name
+    (`precision_rule.recorded_precision_name`).
 
     Raises:
         ValueError: an unknown dtype name (`resolve_dtype`).
     """
-    agreement = (getattr(settings, "extra", None) or {}).get("bf16_agreement")
-    return resolve_dtype(requested, device, bf16_agreement=agreement)
+    return resolve_dtype(requested, device, bf16_agreement=recorded_bf16_agreement(settings))
 
 
 def model_precision(model) -> torch.dtype | None:
     """The dtype a loaded reward model scores in: a text model's `scoring_precision` (resolved once, when it was
-    loaded), a multimodal model's weights' dtype (chosen by `resolve_dtype` when it was loaded); None for a reward
-    without a torch network (a closed-form stand-in)."""
-    precision = getattr(model, "scoring_precision", None)
-    if isinstance(precision, torch.dtype):
-        return precision
-    dtype = getattr(model, "dtype", None)
-    return dtype if isinstance(dtype, torch.dtype) else None
-
-
-def precision_record(model) -> dict:
-    """What every report records about the precision of a reward model's scores: `{"dtype": "bfloat16" |
-    "float32" | ... (None: no torch network), "bf16_units": bool (this machine's CPU or the model's device has bf16 matrix units),
-    "pinned_by": "$EMOREWARD_DTYPE=..." | None, "tolerance": reward_tolerance(dtype)}` (reward units)."""
-    dtype = model_precision(model)
-    device = getattr(model, "device", None)
-    env = os.environ.get(ENV_VAR, "").strip()
-    return {
-        "dtype": None if dtype is None else dtype_name(dtype),
-        "bf16_units": has_bf16_matrix_units(device if isinstance(device, torch.device) else None),
-        "pinned_by": f"${ENV_VAR}={env}" if env and env.lower() != "auto" else None,
-        "tolerance": FLOAT32_ATOL if dtype is None else reward_tolerance(dtype),
-    }
+    loaded), a multimodal model's weights' dtype (chosen by `resolve_dtype` when it was loaded), a saved model's
+    (`SavedRewardModel.precision_name`); None for a reward without a torch network (a closed-form stand-in).
+    `precision_rule.model_precision_name` as a torch dtype."""
+    name = model_precision_name(model)
+    return None if name is None else getattr(torch, name)
 
 
 def verdict_agreement(
@@ -384,6 +250,7 @@ class EmulatedBf16Matmuls(TorchFunctionMode):
 
 __all__ = [
     "CPU_BF16_FLAGS",
+    "DTYPE_NAMES",
     "EmulatedBf16Matmuls",
     "CROSS_PRECISION_EPS",
     "ENV_VAR",

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from emoreward.data.context import RewardContext, subtitle_key
 from emoreward.models.base import RewardModel, TextSettings, load_reward_model, load_settings
-from emoreward.models.precision import recorded_precision
+from emoreward.models.precision_rule import dtype_name, recorded_precision_name
+
+
+if TYPE_CHECKING:
+    import torch
 
 
 class SavedRewardModel:
@@ -22,8 +25,10 @@ class SavedRewardModel:
 
     The same values as the loaded model (`load_reward_model(directory, dtype=dtype)`) would give:
     `kind`, `settings`, `source_dir` (its content fingerprint: `emoreward.utils.cache_key.reward_model_fingerprint`),
-    `scoring_precision` (`emoreward.models.precision.recorded_precision` on the CPU, where that loader puts a text
-    model), `device` and `context_key` (`emoreward.data.context.subtitle_key`). `load()` loads the model once.
+    `precision_name` (the name of its `scoring_precision`: `emoreward.models.precision_rule.recorded_precision_name`,
+    the loaded model's rule on the CPU, where that loader puts a text model), `device` and `context_key`
+    (`emoreward.data.context.subtitle_key`). `load()` loads the model once. Nothing here imports torch: a ranking
+    rerun from a full score cache starts without it.
 
     Args:
         directory: a folder written by `save_pretrained` or `export_merged`.
@@ -41,9 +46,9 @@ class SavedRewardModel:
         self.settings = load_settings(self.source_dir)
         if not isinstance(self.settings, TextSettings):
             raise ValueError(f"{directory} holds a {self.settings.kind} reward model; load it with load_reward_model")
-        self.device = torch.device("cpu")
+        self.device = "cpu"
         self._dtype = dtype
-        self.scoring_precision = recorded_precision(dtype, self.settings, device=self.device)
+        self.precision_name = recorded_precision_name(dtype, self.settings)
         self._loaded: RewardModel | None = None
 
     def context_key(self, context: RewardContext) -> Hashable:
@@ -59,10 +64,10 @@ class SavedRewardModel:
         """
         if self._loaded is None:
             model = load_reward_model(self.source_dir, dtype=self._dtype)
-            if model.scoring_precision != self.scoring_precision:
+            if dtype_name(model.scoring_precision) != self.precision_name:
                 raise RuntimeError(
-                    f"{self.source_dir}: the loaded model scores in {model.scoring_precision}, its folder said "
-                    f"{self.scoring_precision}"
+                    f"{self.source_dir}: the loaded model scores in {dtype_name(model.scoring_precision)}, its "
+                    f"folder said {self.precision_name}"
                 )
             self._loaded = model
         return self._loaded

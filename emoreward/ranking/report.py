@@ -12,7 +12,6 @@ import numpy as np
 
 from emoreward.data.text import markdown_cell, short_names
 from emoreward.ranking.bootstrap import BootstrapCI
-from emoreward.ranking.bpa import BPAFit
 from emoreward.ranking.bradley_terry import (
     equal_score_groups,
     finite_float,
@@ -25,8 +24,8 @@ from emoreward.ranking.length_control import ControlledFit, comparison_markdown,
 from emoreward.ranking.records import PairwiseRecord
 
 
-if TYPE_CHECKING:
-    pass
+if TYPE_CHECKING:  # the BPA package (scipy.stats) is imported by the BPA route only
+    from emoreward.ranking.bpa import BPAFit
 
 
 TIE_SHARE_WARNING = 0.5

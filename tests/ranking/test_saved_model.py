@@ -1,6 +1,6 @@
 """A ranking rerun from a full score cache loads no weights: `SavedRewardModel` keys every description as the loaded
-model does (same key parts in every precision), `score_table` loads the network only for a miss, and the CLI's
-rerun gives the cold run's report without importing transformers."""
+model does (same key parts in every precision, the keys of earlier caches unchanged), `score_table` loads the network
+only for a miss, and the CLI's rerun gives the cold run's report without importing transformers, torch or sklearn."""
 
 import json
 import os
@@ -9,12 +9,12 @@ import sys
 
 import numpy as np
 import pytest
-import torch
 from test_rank_cli import write_table
 
 from emoreward.data.context import RewardContext
 from emoreward.data.tables import load_description_table
 from emoreward.models import load_reward_model
+from emoreward.models.precision import dtype_name
 from emoreward.models.saved import SavedRewardModel
 from emoreward.ranking.score_cache import ScoreCache, model_key_parts, score_key
 from emoreward.ranking.scoring import score_table
@@ -27,9 +27,9 @@ def test_the_folder_keys_descriptions_as_the_loaded_model_does(tiny_rm_dir, monk
     else:
         monkeypatch.setenv("EMOREWARD_DTYPE", pinned)
     saved, loaded = SavedRewardModel(tiny_rm_dir), load_reward_model(tiny_rm_dir)
-    assert saved.scoring_precision == loaded.scoring_precision
+    assert saved.precision_name == dtype_name(loaded.scoring_precision)
     if pinned is not None:
-        assert saved.scoring_precision == getattr(torch, pinned)
+        assert saved.precision_name == pinned
     parts = model_key_parts(saved)
     assert parts == model_key_parts(loaded)
     for context in (
@@ -51,7 +51,7 @@ def test_a_recorded_low_bf16_agreement_keeps_the_folder_in_float32(tiny_rm_dir, 
     config["extra"] = {**(config.get("extra") or {}), "bf16_agreement": 0.9}
     (folder / "emoreward_config.json").write_text(json.dumps(config))
     saved, loaded = SavedRewardModel(folder), load_reward_model(folder)
-    assert saved.scoring_precision == loaded.scoring_precision == torch.float32
+    assert saved.precision_name == dtype_name(loaded.scoring_precision) == "float32"
     assert model_key_parts(saved) == model_key_parts(loaded)
 
 
@@ -83,15 +83,40 @@ def test_a_folder_of_a_media_model_is_refused(tmp_path):
         SavedRewardModel(folder)
 
 
-def test_the_cli_rerun_from_a_full_cache_imports_no_transformers(tiny_rm_dir, tmp_path):
+# today's keys (computed 2026-12-01 with the code before the torch-free precision rule): existing caches must hit
+PINNED_KEYS = {
+    "float32": "a4e88a7299bb722c68e34d306401067c468cb5419027c6741a3753e4a66d3977",
+    "bfloat16": "e819dfbba4fc7b4f098b253859a7202a48cd86db256f07e14722efaee65d9a63",
+}
+
+
+@pytest.mark.parametrize("dtype", sorted(PINNED_KEYS))
+def test_a_saved_model_keys_its_scores_as_before(tmp_path, dtype):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    config = {"kind": "text", "backbone": "minilm", "model_name_or_path": "minilm", "max_length": 512}
+    config.update(tie_threshold=0.25, input_format="pair")
+    (folder / "emoreward_config.json").write_text(json.dumps(config))
+    (folder / "adapter_model.safetensors").write_bytes(bytes(range(256)) * 4)
+    saved = SavedRewardModel(folder, dtype=dtype)
+    parts = model_key_parts(saved)
+    assert parts["model"] == "80d06c65578183c7" and parts["precision"] == dtype
+    assert score_key(saved, "A calm voice.", RewardContext(subtitle="Hello.")) == PINNED_KEYS[dtype]
+
+
+def test_the_cli_rerun_from_a_full_cache_imports_no_torch(tiny_rm_dir, tmp_path):
+    """Cold run, then rerun, in "auto" precision (whatever this machine picks: the rerun reads the cold run's
+    record of torch's bf16 answer under $XDG_CACHE_HOME instead of importing torch)."""
     data = write_table(tmp_path / "table.jsonl")
     argv = ["rank", "--judge", str(tiny_rm_dir), "--data", str(data), "--n-boot", "20", "--quiet"]
     argv += ["--cache-dir", str(tmp_path / "cache")]
+    heavy = ("transformers", "torch", "sklearn")
     code = (
         "import sys; from emoreward.cli.main import main; code = main(sys.argv[1:]); "
-        "print('transformers' in sys.modules, file=sys.stderr); sys.exit(code)"
+        f"print([m in sys.modules for m in {heavy!r}], file=sys.stderr); sys.exit(code)"
     )
-    env = {**os.environ, "EMOREWARD_DTYPE": "float32", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "XDG_CACHE_HOME": str(tmp_path / "home")}
+    env.pop("EMOREWARD_DTYPE", None)
     runs = []
     for name in ("cold.json", "rerun.json"):
         done = subprocess.run(
@@ -102,12 +127,15 @@ def test_the_cli_rerun_from_a_full_cache_imports_no_transformers(tiny_rm_dir, tm
             timeout=300,
         )
         assert done.returncode == 0, done.stderr
-        runs.append(done.stderr.strip().splitlines()[-1])
-    assert runs == ["True", "False"]  # the cold run loads the model; the rerun does not
+        runs.append(json.loads(done.stderr.strip().splitlines()[-1].lower()))
+    assert runs[0][:2] == [True, True]  # the cold run loads the model
+    assert runs[1] == [False, False, False], dict(zip(heavy, runs[1]))  # the rerun needs none of them
     cold, rerun = (json.loads((tmp_path / n).read_text()) for n in ("cold.json", "rerun.json"))
     assert rerun["cost"]["n_scored"] == 0 and rerun["cost"]["n_cached"] == 48
-    for key in ("ranking", "bradley_terry_ties", "mean_reward", "precision", "tie_threshold", "max_length"):
-        assert rerun[key] == cold[key], key
+    assert cold["cost"]["n_scored"] > 0
+    assert {k: v for k, v in rerun.items() if k not in ("cost", "seconds")} == {
+        k: v for k, v in cold.items() if k not in ("cost", "seconds")
+    }
 
 
 def test_a_damaged_cache_line_is_skipped_with_a_warning_naming_it(tmp_path):
