@@ -6,8 +6,10 @@
    `config.eval_file` before any training);
 2. stratified k-fold cross-validation: per fold, fit on k-1 folds, calibrate the tie threshold on them, judge
    the held-out fold in normal and swapped order, compute the metrics beside the length and random baselines;
-   `cv/fold<k>/finished.json` is written last, so a rerun reuses finished folds;
-3. fit on all pairs, calibrate, save the adapter + value head (and a model card);
+   `cv/fold<k>/finished.json` is written last, so a rerun reuses finished folds; on a CPU the folds train side by
+   side in worker processes (`fit_workers`, `emoreward.training.fit_workers`; `CrossValidation`);
+3. fit on all pairs (beside the last folds when they run in workers), calibrate, save the adapter + value head
+   (and a model card quoting step 2);
 4. optionally evaluate on `config.eval_file`;
 5. write `report.json`, `report.md` and `confusion.png` to the output directory and return the report.
 
@@ -93,6 +95,7 @@ def fit_reward_model(
     save: bool,
     eval_pairs: list[PreferencePair] | None = None,
     log=None,
+    train_threads: int | None = None,
 ) -> FitResult:
     """Train one reward model (any backbone kind) on `pairs` with `EmoRewardTrainer`, run the objective's
     after-fit step (the `penalty` transform), then calibrate the tie threshold on the same pairs.
@@ -110,6 +113,10 @@ def fit_reward_model(
     (else `RunIdentityError`). With
     `eval_pairs` and `eval_strategy` set, the trainer evaluates on them (eval reward accuracy) and
     `load_best_model_at_end` keeps the best checkpoint; without `eval_pairs` evaluation during training is off.
+
+    `train_threads` bounds the torch threads of the training loop alone (the final fit beside cross-validation
+    folds still training in worker processes); the scoring after it runs whole batches per thread, so its rewards
+    do not depend on the thread count (`emoreward.models.scoring.run_batches`).
 
     Raises:
         MediaError: unreadable media with `media_errors: raise`; ValueError: no pair left after exclusions.
@@ -154,7 +161,8 @@ def fit_reward_model(
             check_checkpoint(checkpoint, identity)
             (log or logger.info)(f"{run_name}: resuming the same run from {checkpoint}")
     start = time.perf_counter()
-    trainer.train(resume_from_checkpoint=checkpoint)
+    with torch_threads(train_threads) if train_threads else contextlib.nullcontext():
+        trainer.train(resume_from_checkpoint=checkpoint)
     seconds = time.perf_counter() - start
     model.model = trainer.model
     model.model.eval()
@@ -508,8 +516,7 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
         final = None
         if config.final_fit:  # beside the last folds when they train in worker processes (`fit_workers`)
             threads = folds.free_cores() if folds is not None else None
-            with torch_threads(threads) if threads else contextlib.nullcontext():
-                final = _fit_final(config, pairs, eval_pairs, out, log)
+            final = _fit_final(config, pairs, eval_pairs, out, log, train_threads=threads)
         if folds is not None:
             report["cross_validation"], report["markdown"] = folds.result()
     if config.final_fit:
@@ -542,9 +549,10 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
     return report
 
 
-def _fit_final(config, pairs, eval_pairs, out: Path, log) -> FitResult | dict:
-    """Fit on all pairs (its W&B run started first); or the record of a finished earlier fit of the same recipe
-    (a dict: `_save_final` then reuses `<output_dir>/model`)."""
+def _fit_final(config, pairs, eval_pairs, out: Path, log, *, train_threads: int | None = None) -> FitResult | dict:
+    """Fit on all pairs (its W&B run started first; its training loop on `train_threads` torch threads when
+    given); or the record of a finished earlier fit of the same recipe (a dict: `_save_final` then reuses
+    `<output_dir>/model`)."""
     model_dir = out / "model"
     final = _load_finished(model_dir, _final_fingerprint(config, pairs))
     if final is not None:
@@ -561,6 +569,7 @@ def _fit_final(config, pairs, eval_pairs, out: Path, log) -> FitResult | dict:
         save=True,
         eval_pairs=eval_pairs,
         log=log,
+        train_threads=train_threads,
     )
 
 
