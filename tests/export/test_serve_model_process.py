@@ -36,7 +36,9 @@ def _serve(model_dir, *extra):
     env["EMOREWARD_DTYPE"] = "float32"  # rewards compared at 1e-6 whatever the machine's bf16 units
     code = "import sys; from emoreward.cli import main; sys.exit(main(sys.argv[1:]))"
     cmd = [sys.executable, "-c", code, "serve", "--model", str(model_dir), "--port", "0", *extra]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     line = ""
     while "http://127.0.0.1:" not in line:
         line = proc.stdout.readline()
@@ -60,7 +62,10 @@ def _children(pid):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for the model process")
-def test_model_process_serves_the_same_rewards_and_errors_and_stops_with_the_server(tiny_rm, monkeypatch):
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_model_process_serves_the_same_rewards_and_errors_and_stops_with_the_server(tiny_rm, monkeypatch, stop):
+    """The signal goes to the whole process group (Ctrl-C in a terminal; a service manager stopping every process
+    of the service): the model process must outlive it until the server has finished, and stay quiet."""
     from emoreward.models import load_reward_model
 
     monkeypatch.setenv("EMOREWARD_DTYPE", "float32")
@@ -82,7 +87,7 @@ def test_model_process_serves_the_same_rewards_and_errors_and_stops_with_the_ser
         # errors found before scoring are answered as in one process
         status, data = _post(port, "/v1/rewards", {"descriptions": "not a list"})
         assert status == 400 and data["error"] == "'descriptions' must be a list"
-        proc.send_signal(signal.SIGTERM)
+        os.killpg(proc.pid, stop)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:

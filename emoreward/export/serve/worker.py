@@ -59,7 +59,13 @@ def _unpack_error(packed: tuple) -> BaseException:
 
 def _serve(directory: str, media_root: str | None, threads: int | None, conn: Any) -> None:
     """The model process: load the model, then answer ``(descriptions, contexts, batch_size)`` requests until
-    ``None`` (or the pipe closes)."""
+    ``None`` (or the pipe closes). It ignores SIGINT and SIGTERM: Ctrl-C (sent to the whole process group) or a
+    service manager's SIGTERM to every process must not end it while the server still answers its queued requests;
+    the server ends it after them (`ModelProcess.close`), and a server that dies closes the pipe."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     import torch
 
     if threads:
