@@ -188,12 +188,28 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-ROLES = ("ServeReplica", "ProxyActor", "ServeController", "raylet", "gcs_server")
+# process roles by a part of their command line (first match): Ray Serve's actors, Ray's node services and agents
+ROLES = {
+    "ServeReplica": "ServeReplica",
+    "ProxyActor": "ProxyActor",
+    "ServeController": "ServeController",
+    "raylet": "raylet",
+    "gcs_server": "gcs_server",
+    "DashboardAgent": "dashboard_agent",
+    "RuntimeEnvAgent": "runtime_env_agent",
+    "dashboard/dashboard.py": "dashboard_head",
+    "log_monitor.py": "log_monitor",
+    "autoscaler/_private/monitor.py": "autoscaler_monitor",
+    "ray::IDLE": "idle_workers",
+    "spawn_main": "model_process",  # emoreward serve --model-process
+}
 
 
 def tree_cpu_by_role(pid: int) -> dict[str, float]:
-    """CPU seconds of a process and all its descendants, by role: a Ray server's replicas, proxy, controller,
-    raylet and GCS by their process titles, ``server`` for the root process, ``other`` for the rest."""
+    """CPU seconds of a process and all its descendants, by role (`ROLES`): a Ray server's replicas, proxy,
+    controller, raylet, GCS, dashboard head and agents, log monitor, autoscaler monitor and idle workers, or the
+    single server's model process (``--model-process``), by their command lines, ``server`` for the root process,
+    ``other`` for the rest."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -207,7 +223,7 @@ def tree_cpu_by_role(pid: int) -> dict[str, float]:
         current = todo.pop()
         try:
             title = Path(f"/proc/{current}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            role = "server" if current == pid else next((r for r in ROLES if r in title), "other")
+            role = "server" if current == pid else next((r for k, r in ROLES.items() if k in title), "other")
             roles[role] = roles.get(role, 0.0) + cpu_seconds(current)
         except OSError:
             pass

@@ -126,6 +126,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--log-every", type=positive_float, default=60.0, help="seconds between counter lines in the log")
+    p.add_argument(
+        "--model-process",
+        action="store_true",
+        help="--engine single: score in a process of its own (the model is loaded there too), so that the HTTP "
+        "event loop and the model do not share one interpreter lock; faster under many small requests",
+    )
     ray = p.add_argument_group("Ray Serve (--engine ray; needs the ray extra: pip install 'emoreward[ray]')")
     ray.add_argument(
         "--engine",
@@ -203,6 +209,8 @@ def run(args: argparse.Namespace) -> int:
         length_threshold=args.length_threshold,
     )
     if args.engine == "ray":
+        if args.model_process:
+            raise ValueError("--model-process is for --engine single (each Ray Serve replica is a process already)")
         from emoreward.export.serve.ray import run_ray_serve
 
         return run_ray_serve(args, options, token)
@@ -213,11 +221,21 @@ def run(args: argparse.Namespace) -> int:
     from emoreward.models import load_reward_model
 
     model = load_reward_model(args.model, media_root=args.media_root)
+    worker = None
+    if args.model_process:  # the model scores in a process of its own (no interpreter lock shared with HTTP)
+        from emoreward.export.serve.worker import ModelProcess
+
+        worker = ModelProcess(args.model, media_root=args.media_root, threads=args.threads)
+        options["scorer"] = worker.score_info
     service = RewardService(model, **options)
     logger.setLevel(logging.INFO)  # counters and refused requests; never bodies or the token
     server = RewardServer(service, args.host, args.port, token=token)
     start = time.time()
-    finished = serve_http.run(_serve_until_signal(server, args, token is not None))
+    try:
+        finished = serve_http.run(_serve_until_signal(server, args, token is not None))
+    finally:
+        if worker is not None:
+            worker.close()
     stats = service.stats
     _echo(f"served {stats.line()} in {time.time() - start:.0f} s")
     if not finished:

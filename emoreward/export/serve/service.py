@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from http import HTTPStatus
 from pathlib import Path
@@ -81,6 +82,9 @@ class RewardService:
             or its request is refused with 413.
         extra_query_markers (`list[str]`): more special-token strings to strip from OpenRLHF queries (the
             policy's EOS / pad / end-of-turn text when not in `DEFAULT_QUERY_MARKERS`).
+        scorer (callable, *optional*): what scores a model call instead of ``model.score_info`` (same signature,
+            result and exceptions): `emoreward.export.serve.worker.ModelProcess.score_info`, the same model loaded
+            in a process of its own (``emoreward serve --model-process``).
 
     Raises:
         ValueError: an unknown ``openrlhf_labels`` / ``overlong``, or a ``media_root`` that is not a directory.
@@ -100,12 +104,14 @@ class RewardService:
         forward_tokens: int | None = None,
         length_window: int = 512,
         length_threshold: float = 0.5,
+        scorer: Callable[..., ScoreInfo] | None = None,
     ):
         if openrlhf_labels not in OPENRLHF_LABELS:
             raise ValueError(f"openrlhf_labels must be one of {OPENRLHF_LABELS}, got {openrlhf_labels!r}")
         if overlong not in ("flag", "refuse"):
             raise ValueError(f"overlong must be 'flag' or 'refuse', got {overlong!r}")
         self.model = model
+        self.scorer = scorer or model.score_info
         self.limits = limits or ServerLimits()
         self.max_chars = self.limits.max_chars or max_chars_for(model)
         self.max_length = int(getattr(model.settings, "max_length", 0) or 0)
@@ -422,7 +428,7 @@ class RewardService:
             mean_tokens = sum(job.tokens for job in jobs) / len(descriptions)
             batch_size = max(1, min(batch_size, int(self.forward_tokens // max(mean_tokens, 1.0))))
         try:
-            info = self.model.score_info(descriptions, contexts, batch_size=batch_size)
+            info = self.scorer(descriptions, contexts, batch_size=batch_size)
         except Exception as err:
             if len(jobs) > 1:
                 for job in jobs:

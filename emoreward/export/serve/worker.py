@@ -1,0 +1,171 @@
+"""`ModelProcess`: a reward model's ``score_info`` run in a process of its own (``emoreward serve --model-process``).
+
+Why (issue 23, measured in docs/speed.md#serving): in one process, the event loop that parses and answers the
+requests and the thread that runs the model share one interpreter lock. At RL rates (one request per sample) the
+event loop takes it thousands of times a second, the model thread waits for it after every torch operation, and the
+whole server runs on about one core. A model process scores with a lock of its own, on its own core; the server
+process sends it one model call at a time (the descriptions and contexts of the jobs the `Batcher` merged) over a
+pipe and gets the `ScoreInfo` back. The queue, the fair slices, the error isolation of
+`RewardService.score_jobs`, the length monitor and the replies stay in the server process.
+
+The model process loads the model itself (`load_reward_model(directory, media_root=...)`, the same arguments and
+environment, so the same precision); the server process keeps its own copy for validation (tokenizer, settings,
+media rule). Exceptions raised by the model come back as the same exception class with the same attributes (a
+`MediaError` still names its sample and file), so `score_jobs` answers them as it does in one process.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+logger = logging.getLogger(__name__)
+
+# seconds the model process gets to load the model before `ModelProcess` gives up
+START_TIMEOUT_S = 600.0
+
+
+class ModelProcessError(RuntimeError):
+    """The model process failed to start, or has stopped (its model calls are answered 500)."""
+
+
+def _pack_error(err: BaseException) -> tuple[type, tuple, dict] | tuple[None, str, str]:
+    """An exception as (class, args, attributes), rebuilt by `_unpack_error` (an exception whose ``__init__`` takes
+    other arguments than its ``args``, like `MediaError`, does not survive plain pickling)."""
+    import pickle
+
+    packed = (type(err), err.args, dict(vars(err)))
+    try:
+        pickle.dumps(packed)
+    except Exception:  # an attribute or the class cannot travel: its name and message do
+        return None, type(err).__name__, str(err)
+    return packed
+
+
+def _unpack_error(packed: tuple) -> BaseException:
+    cls, args, attributes = packed
+    if cls is None:
+        return ModelProcessError(f"the model process raised {args}: {attributes}")
+    err = cls.__new__(cls)
+    BaseException.__init__(err, *args)
+    vars(err).update(attributes)
+    return err
+
+
+def _serve(directory: str, media_root: str | None, threads: int | None, conn: Any) -> None:
+    """The model process: load the model, then answer ``(descriptions, contexts, batch_size)`` requests until
+    ``None`` (or the pipe closes). It ignores SIGINT and SIGTERM: Ctrl-C (sent to the whole process group) or a
+    service manager's SIGTERM to every process must not end it while the server still answers its queued requests;
+    the server ends it after them (`ModelProcess.close`), and a server that dies closes the pipe."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        from emoreward.models import load_reward_model
+
+        model = load_reward_model(directory, media_root=media_root)
+    except BaseException as err:
+        conn.send(("failed", _pack_error(err)))
+        return
+    conn.send(("ready", None))
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):  # the server process has gone
+            return
+        if request is None:
+            return
+        descriptions, contexts, batch_size = request
+        try:
+            reply = ("ok", model.score_info(descriptions, contexts, batch_size=batch_size))
+        except Exception as err:
+            reply = ("error", _pack_error(err))
+        conn.send(reply)
+
+
+class ModelProcess:
+    """A reward model loaded in a child process (``spawn``), scoring one call at a time.
+
+    Args:
+        directory (`str` or `Path`): the reward-model directory (`load_reward_model`).
+        media_root (`str` or `Path`, *optional*): where a multimodal model's relative media paths resolve.
+        threads (`int`, *optional*): torch CPU threads of the model process.
+
+    Raises:
+        ModelProcessError: the model process did not start (its error is in the message), or did not load the model
+            within `START_TIMEOUT_S`; the error the loader raised (e.g. `FileNotFoundError`) is re-raised as is.
+    """
+
+    def __init__(self, directory: str | Path, media_root: str | Path | None = None, threads: int | None = None):
+        context = multiprocessing.get_context("spawn")  # no fork of a process holding torch threads or a GPU
+        self._conn, child = context.Pipe()
+        self._lock = threading.Lock()  # one model call at a time (the Batcher has one scoring thread anyway)
+        root = None if media_root is None else str(media_root)
+        self.process = context.Process(
+            target=_serve, args=(str(directory), root, threads, child), name="emoreward-model", daemon=True
+        )
+        self.process.start()
+        child.close()
+        if not self._conn.poll(START_TIMEOUT_S):
+            self.close()
+            raise ModelProcessError(f"the model process did not load {directory} within {START_TIMEOUT_S:g} s")
+        try:
+            status, payload = self._conn.recv()
+        except (EOFError, OSError):
+            self.close()
+            raise ModelProcessError(
+                f"the model process exited with code {self.process.exitcode} while loading {directory}"
+            ) from None
+        if status != "ready":
+            self.close()
+            raise _unpack_error(payload)
+
+    def score_info(
+        self, descriptions: Sequence[str], contexts: Sequence[Any] | None = None, *, batch_size: int | None = None
+    ) -> Any:
+        """`RewardModel.score_info` in the model process (same arguments, same result, same exceptions).
+
+        Raises:
+            ModelProcessError: the model process has stopped.
+        """
+        with self._lock:
+            try:
+                self._conn.send((list(descriptions), None if contexts is None else list(contexts), batch_size))
+                status, payload = self._conn.recv()
+            except (EOFError, OSError, BrokenPipeError):
+                raise ModelProcessError(
+                    f"the model process has stopped (exit code {self.process.exitcode}); restart the server"
+                ) from None
+        if status == "ok":
+            return payload
+        raise _unpack_error(payload)
+
+    @property
+    def alive(self) -> bool:
+        return self.process.is_alive()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the model process (after its current call); killed if it has not ended within ``timeout`` s."""
+        with self._lock:
+            try:
+                self._conn.send(None)
+            except (OSError, BrokenPipeError):
+                pass
+            self.process.join(timeout)
+            if self.process.is_alive():
+                self.process.kill()
+                self.process.join(5)
+            self._conn.close()
+
+
+__all__ = ["ModelProcess", "ModelProcessError"]

@@ -1,0 +1,128 @@
+"""`emoreward serve --model-process` (issue 23, item 4: the per-request overhead): the model scores in a process of
+its own; the endpoints, rewards, error replies and the quiet shutdown are those of the one-process server."""
+
+import http.client
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from emoreward.data.media import MediaError
+from emoreward.export.serve.worker import ModelProcess, _pack_error, _unpack_error
+
+
+@pytest.fixture(scope="module")
+def tiny_rm(tmp_path_factory, tiny_bert_dir):
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    from emoreward.models import TextRewardModel, TextSettings
+
+    model = TextRewardModel(
+        BertForSequenceClassification.from_pretrained(tiny_bert_dir),
+        AutoTokenizer.from_pretrained(tiny_bert_dir),
+        TextSettings(backbone="tiny-bert", input_format="pair", max_length=64),
+    )
+    directory = tmp_path_factory.mktemp("mp") / "rm"
+    model.save_pretrained(directory)
+    return directory
+
+
+def _serve(model_dir, *extra):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
+    env["EMOREWARD_DTYPE"] = "float32"  # rewards compared at 1e-6 whatever the machine's bf16 units
+    code = "import sys; from emoreward.cli import main; sys.exit(main(sys.argv[1:]))"
+    cmd = [sys.executable, "-c", code, "serve", "--model", str(model_dir), "--port", "0", *extra]
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    line = ""
+    while "http://127.0.0.1:" not in line:
+        line = proc.stdout.readline()
+        if not line and proc.poll() is not None:
+            raise AssertionError(f"the server exited: {proc.stderr.read()[-2000:]}")
+    return proc, int(line.split("http://127.0.0.1:")[1].split()[0])
+
+
+def _post(port, path, payload):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("POST", path, body=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    data = json.loads(resp.read())
+    conn.close()
+    return resp.status, data
+
+
+def _children(pid):
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(p) for p in f.read().split()]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for the model process")
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_model_process_serves_the_same_rewards_and_errors_and_stops_with_the_server(tiny_rm, monkeypatch, stop):
+    """The signal goes to the whole process group (Ctrl-C in a terminal; a service manager stopping every process
+    of the service): the model process must outlive it until the server has finished, and stay quiet."""
+    from emoreward.models import load_reward_model
+
+    monkeypatch.setenv("EMOREWARD_DTYPE", "float32")
+    descriptions = ["She smiles broadly.", "He frowns and looks away.", "   "]
+    expected = load_reward_model(tiny_rm).score(descriptions, [None] * 3)
+    proc, port = _serve(tiny_rm, "--model-process", "--threads", "1")
+    try:
+        children = _children(proc.pid)
+        assert len(children) >= 1  # the model process (spawn may add its resource tracker)
+        status, data = _post(port, "/v1/rewards", {"descriptions": descriptions, "media": {"subtitle": None}})
+        assert status == 200
+        assert data["rewards"] == pytest.approx([float(r) for r in expected], abs=1e-6)
+        assert data["empty"] == [False, False, True]
+        # OpenRLHF's route and its empty share, through the same model process
+        status, data = _post(port, "/get_reward", {"query": ["She smiles broadly."]})
+        assert status == 200 and data["rewards"] == pytest.approx([float(expected[0])], abs=1e-6)
+        status, data = _post(port, "/get_reward", {"query": []})
+        assert status == 200 and data["rewards"] == []
+        # errors found before scoring are answered as in one process
+        status, data = _post(port, "/v1/rewards", {"descriptions": "not a list"})
+        assert status == 400 and data["error"] == "'descriptions' must be a list"
+        os.killpg(proc.pid, stop)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+    assert "Traceback" not in err
+    assert "served 3 requests (4 descriptions" in out
+    for child in children:  # the model process ended with the server
+        assert not os.path.exists(f"/proc/{child}") or "zombie" in open(f"/proc/{child}/status").read()
+
+
+def test_a_model_that_cannot_load_fails_the_start_with_the_loader_error(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        ModelProcess(tmp_path / "no-model")
+
+
+def test_model_errors_come_back_with_their_class_and_fields():
+    """`score_jobs` answers a `MediaError` 400 naming the request field from its ``sample_id`` / ``path``: it must
+    cross the pipe whole (plain pickling of it fails: its __init__ takes other arguments than its message)."""
+    err = MediaError("s1", "/root/video/s1.mp4", "no video stream", field="video")
+    back = _unpack_error(pickle.loads(pickle.dumps(_pack_error(err))))
+    assert type(back) is MediaError
+    assert (back.sample_id, back.path, back.problem, back.field) == (
+        "s1",
+        "/root/video/s1.mp4",
+        "no video stream",
+        "video",
+    )
+    assert str(back) == str(err)
+    plain = _unpack_error(pickle.loads(pickle.dumps(_pack_error(ValueError("context too long")))))
+    assert type(plain) is ValueError and str(plain) == "context too long"
+
+
+def test_model_process_is_refused_with_the_ray_engine(tiny_rm, capsys):
+    from emoreward.cli import main
+
+    assert main(["serve", "--model", str(tiny_rm), "--engine", "ray", "--port", "8123", "--model-process"]) == 2
+    assert "--model-process is for --engine single" in capsys.readouterr().err
