@@ -226,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
         from emoreward.export.serve.worker import ModelProcess
 
         worker = ModelProcess(args.model, media_root=args.media_root, threads=args.threads)
-        options["scorer"] = worker.score_info
+        options["scorer"], options["scorer_alive"] = worker.score_info, worker.process.is_alive
     service = RewardService(model, **options)
     logger.setLevel(logging.INFO)  # counters and refused requests; never bodies or the token
     server = RewardServer(service, args.host, args.port, token=token)

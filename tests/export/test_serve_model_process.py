@@ -140,3 +140,42 @@ def test_model_process_is_refused_with_the_ray_engine(tiny_rm, capsys):
 
     assert main(["serve", "--model", str(tiny_rm), "--engine", "ray", "--port", "8123", "--model-process"]) == 2
     assert "--model-process is for --engine single" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for the model process")
+def test_a_dead_model_process_makes_health_fail_and_rewards_answer_500(tiny_rm):
+    proc, port = _serve(tiny_rm, "--model-process", "--threads", "1")
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        conn.request("GET", "/health")
+        resp = conn.getresponse()
+        assert resp.status == 200 and json.loads(resp.read())["status"] == "ok"
+        model_process = [c for c in _children(proc.pid) if "emoreward" in _cmdline(c) or "spawn_main" in _cmdline(c)]
+        for child in model_process:
+            if "resource_tracker" not in _cmdline(child):
+                os.kill(child, signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while True:
+            conn.request("GET", "/health")
+            resp = conn.getresponse()
+            health = json.loads(resp.read())
+            if resp.status != 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert resp.status == 503 and health["status"] == "model process stopped"
+        status, data = _post(port, "/v1/rewards", {"descriptions": ["She smiles."], "media": {"subtitle": None}})
+        assert status == 500 and data["error"] == "scoring failed; see the server log"
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline") as f:
+            return f.read().replace("\0", " ")
+    except FileNotFoundError:
+        return ""

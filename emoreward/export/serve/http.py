@@ -245,7 +245,9 @@ class _Connection(asyncio.Protocol):
     def _answer(self, body: bytes) -> None:
         """Answer a complete request: /health at once, a reward request once its job is scored."""
         if self.route == "health":
-            self._reply(HTTPStatus.OK, {**self.service.health(), "queue": self.server.batcher.pending})
+            health = self.service.health()  # 503 when the model cannot score (a stopped model process)
+            status = HTTPStatus.OK if health["status"] == "ok" else HTTPStatus.SERVICE_UNAVAILABLE
+            self._reply(status, {**health, "queue": self.server.batcher.pending})
             return
         if len(body) > LARGE_BODY:  # parsed off the event loop
             future = self.server.loop.run_in_executor(None, parse_json, body)

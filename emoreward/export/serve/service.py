@@ -85,6 +85,8 @@ class RewardService:
         scorer (callable, *optional*): what scores a model call instead of ``model.score_info`` (same signature,
             result and exceptions): `emoreward.export.serve.worker.ModelProcess.score_info`, the same model loaded
             in a process of its own (``emoreward serve --model-process``).
+        scorer_alive (callable, *optional*): whether that scorer can still score (``ModelProcess``: its process is
+            alive); when it says no, ``GET /health`` answers 503 with ``status: "model process stopped"``.
 
     Raises:
         ValueError: an unknown ``openrlhf_labels`` / ``overlong``, or a ``media_root`` that is not a directory.
@@ -105,6 +107,7 @@ class RewardService:
         length_window: int = 512,
         length_threshold: float = 0.5,
         scorer: Callable[..., ScoreInfo] | None = None,
+        scorer_alive: Callable[[], bool] | None = None,
     ):
         if openrlhf_labels not in OPENRLHF_LABELS:
             raise ValueError(f"openrlhf_labels must be one of {OPENRLHF_LABELS}, got {openrlhf_labels!r}")
@@ -112,6 +115,7 @@ class RewardService:
             raise ValueError(f"overlong must be 'flag' or 'refuse', got {overlong!r}")
         self.model = model
         self.scorer = scorer or model.score_info
+        self.scorer_alive = scorer_alive
         self.limits = limits or ServerLimits()
         self.max_chars = self.limits.max_chars or max_chars_for(model)
         self.max_length = int(getattr(model.settings, "max_length", 0) or 0)
@@ -550,8 +554,9 @@ class RewardService:
 
     def health(self) -> dict[str, Any]:
         limits = {**asdict(self.limits), "max_chars": self.max_chars}
+        alive = self.scorer_alive is None or self.scorer_alive()
         return {
-            "status": "ok",
+            "status": "ok" if alive else "model process stopped",
             "model": self.name,
             "kind": self.model.kind,
             "max_length_tokens": self.max_length,
