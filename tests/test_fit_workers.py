@@ -79,6 +79,7 @@ def test_folds_in_workers_give_the_figures_of_one_fold_after_another(tiny_bert_d
         assert main(["train", "--config", str(recipe), "--set", f"fit_workers={workers}"]) == 0
         printed = capsys.readouterr().out
         assert printed.count("fold 1/2: 2-class WAF") == 1 and printed.count("fold 2/2: 2-class WAF") == 1
+        assert printed.index("fold 1/2: 2-class WAF") < printed.index("fold 2/2: 2-class WAF")  # in fold order
         assert ("2 folds at a time" in printed) == (workers == 2)
         reports[workers] = json.loads((out / "report.json").read_text())
         assert json.loads((out / "cv" / "fold1" / "finished.json").read_text())["evaluation"]["fold"] == 1

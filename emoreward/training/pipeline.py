@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import gc
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -344,6 +346,9 @@ class CrossValidation:
         self.pool: FitPool | None = None
         self.futures: dict[int, Future] = {}
         self._waiting = list(self.jobs)  # folds not yet handed to a worker
+        self._unprinted = [job.k for job in self.jobs]  # the log lines of folds in workers, printed in fold order
+        self._lines: dict[int, str] = {}
+        self._log_lock = threading.Lock()
         if self.plan.parallel:
             log(
                 f"cross-validation: {self.plan.workers} folds at a time in worker processes, {self.plan.threads} "
@@ -352,9 +357,14 @@ class CrossValidation:
             self.pool = FitPool(self.plan.workers, self.plan.threads)
             self._hand_out()
 
-    def _report_done(self, future: Future) -> None:
-        if not future.cancelled() and future.exception() is None:
-            self.log(future.result()[1])
+    def _report_done(self, k: int, future: Future) -> None:
+        """Print the finished folds' lines in fold order (a fold that ends before the one ahead of it waits)."""
+        if future.cancelled() or future.exception() is not None:
+            return
+        with self._log_lock:
+            self._lines[k] = future.result()[1]
+            while self._unprinted and self._unprinted[0] in self._lines:
+                self.log(self._lines.pop(self._unprinted.pop(0)))
 
     def _run_here(self) -> None:
         for job in self.jobs:
@@ -373,8 +383,8 @@ class CrossValidation:
         while self._waiting and len(self._running()) < self.plan.workers:
             job = self._waiting.pop(0)
             future = self.pool.submit(run_fold, self.config, self.pairs, job, self.group)
-            future.add_done_callback(self._report_done)
             self.futures[job.k] = future
+            future.add_done_callback(functools.partial(self._report_done, job.k))
 
     def _wait(self, *, until_free: bool) -> None:
         while True:
