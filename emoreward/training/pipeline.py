@@ -304,8 +304,8 @@ def run_fold(
 
 
 class CrossValidation:
-    """The stratified k-fold cross-validation of one run (`config.cv_folds` folds, `config.seed`), started by
-    `start_cross_validation` and read with `result()`.
+    """The stratified k-fold cross-validation of one run (`config.cv_folds` folds, `config.seed`): planned and
+    started when made, read with `result()`.
 
     Finished folds of an earlier run of the same recipe and data are reused (`cv/fold<k>/finished.json`); the rest
     train one after another in this process or, on a CPU with several cores (`fit_workers`, see
@@ -451,12 +451,6 @@ class CrossValidation:
             self.pool.__exit__(exc_type, exc, tb)
 
 
-def start_cross_validation(config, pairs, *, fit=None, evaluate=None, log=print) -> CrossValidation:
-    """Plan the folds of `config.cv_folds`-fold cross-validation, reuse the finished ones and start the others in
-    worker processes where `fit_workers` spreads them (see `CrossValidation`)."""
-    return CrossValidation(config, pairs, fit=fit, evaluate=evaluate, log=log)
-
-
 def run_cross_validation(
     config: EmoRewardConfig,
     pairs: list[PreferencePair],
@@ -474,7 +468,7 @@ def run_cross_validation(
         (`{"k", "seed", "summary": mean ± std over folds, "folds": [evaluation, ...]}`, Markdown table). Also
         writes `<output_dir>/confusion.png` (three-class confusion summed over the held-out folds).
     """
-    with start_cross_validation(config, pairs, fit=fit, evaluate=evaluate, log=log) as folds:
+    with CrossValidation(config, pairs, fit=fit, evaluate=evaluate, log=log) as folds:
         return folds.result()
 
 
@@ -522,7 +516,7 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
         "wandb_mode": wandb_mode,
         "distributed": distributed_setup(config),
     }
-    with start_cross_validation(config, pairs, log=log) if config.cv_folds > 1 else contextlib.nullcontext() as folds:
+    with CrossValidation(config, pairs, log=log) if config.cv_folds > 1 else contextlib.nullcontext() as folds:
         final = None
         if config.final_fit:  # beside the last folds when they train in worker processes (`fit_workers`)
             threads = folds.free_cores() if folds is not None else None
@@ -656,7 +650,6 @@ __all__ = [
     "run_cross_validation",
     "run_fold",
     "run_training",
-    "start_cross_validation",
     "stratified_folds",
     "wandb_group",
 ]
