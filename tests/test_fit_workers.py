@@ -44,6 +44,11 @@ def test_an_explicit_count_is_kept_on_a_cpu_and_refused_where_folds_cannot_share
     assert plan(3, threads=2) == (3, 1)  # asked for: oversubscribed, one thread each
     assert plan(4, jobs=2, threads=8) == (2, 4)
     assert plan(1, threads=8) == (1, 8)
+    crowded = resolve_fit_workers(4, jobs=5, kind="text", device="cpu", world_size=1, threads=2, memory=8 * 2**30)
+    assert crowded.reason == (
+        "fit_workers=4; warning: more workers than the 2 CPU threads, they slow each other down; "
+        "warning: 4 fits may need more than the 8.0 GiB available"
+    )
 
 
 @pytest.mark.parametrize(
@@ -93,3 +98,15 @@ def test_folds_in_workers_give_the_figures_of_one_fold_after_another(tiny_bert_d
     recipe = tiny_recipe(tmp_path, tiny_bert_dir, output_dir=str(tmp_path / "out2"), num_train_epochs=1, seed=5)
     assert main(["train", "--config", str(recipe), "--set", "fit_workers=1"]) == 0
     assert capsys.readouterr().out.count("finished earlier") == 3
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("fit_workers", "two", "fit_workers: cannot read 'two' as an integer or 'auto'"),
+        ("bf16", "maybe", "bf16: cannot read 'maybe' as true or false or 'auto' or null"),
+    ],
+)
+def test_a_value_no_member_of_a_union_reads_names_what_the_field_takes(field, value, message, capsys):
+    assert main(["train", "--set", f"{field}={value}"]) == 2
+    assert message in capsys.readouterr().err

@@ -21,8 +21,8 @@ EXIT_ERROR = 2  # bad arguments, data, model or judge definition: one line on st
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
 
 INTERRUPTED = (
-    "{prog}: interrupted. Finished work (cached judge calls, finished folds, trainer checkpoints) is kept: "
-    "run the same command again to resume."
+    "{prog}: interrupted. Finished work (cached judge calls, finished folds, trainer checkpoints where the recipe "
+    "saves them) is kept: run the same command again to resume."
 )
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import signal
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -124,7 +125,13 @@ def resolve_fit_workers(
                 "fold at a time (set fit_workers: 1 or auto; spread a GPU run with accelerate launch)"
             )
         workers = max(1, min(requested, jobs))
-        return FitWorkers(workers, max(1, threads // workers), f"fit_workers={requested}")
+        reason = f"fit_workers={requested}"
+        memory = available_memory() if memory is None else memory
+        if workers > threads:
+            reason += f"; warning: more workers than the {threads} CPU threads, they slow each other down"
+        if memory is not None and workers > 1 and workers * FIT_MEMORY_BYTES > memory:
+            reason += f"; warning: {workers} fits may need more than the {memory / 2**30:.1f} GiB available"
+        return FitWorkers(workers, max(1, threads // workers), reason)
     if device != "cpu" or world_size > 1 or kind != "text" or jobs < 2 or threads < 2:
         return FitWorkers(1, threads, "one fit at a time")
     memory = available_memory() if memory is None else memory
@@ -158,7 +165,19 @@ def _start_worker(threads: int, warning_filters: list) -> None:
     os.environ["OMP_NUM_THREADS"] = str(threads)
     torch.set_num_threads(threads)
     warnings.filters[:] = warning_filters
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C between fits: the main process ends the pool (`_run`)
     sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (the worker's stdout for its lifetime)
+
+
+def _run(fn: Callable, *args):
+    """One fit in a worker: interruptible by Ctrl-C (which reaches the whole process group) while it runs, so an
+    interrupted fold stops at once; an idle worker ignores it and leaves when the pool shuts down, without the
+    traceback multiprocessing prints for a worker interrupted while it waits for work."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return fn(*args)
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class FitPool:
@@ -182,7 +201,7 @@ class FitPool:
         )
 
     def submit(self, fn: Callable, *args) -> Future:
-        return self._executor.submit(fn, *args)
+        return self._executor.submit(_run, fn, *args)
 
     def __enter__(self) -> FitPool:
         return self

@@ -187,8 +187,21 @@ def _priority(kind: Any) -> int:
     return 6 if kind is str else 7
 
 
+_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "text", type(None): "null"}
+
+
 def _type_name(hint: Any) -> str:
-    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+    """What a field takes, in words: `int | Literal["auto"]` is "an integer or 'auto'" (not "Union")."""
+    members = _members(hint)
+    if len(members) > 1 or typing.get_origin(hint) is typing.Literal:
+        words = []
+        for member in members:
+            if typing.get_origin(member) is typing.Literal:
+                words.append(" or ".join(repr(v) for v in typing.get_args(member)))
+            else:
+                words.append(_WORDS.get(member) or _type_name(member))
+        return " or ".join(words)
+    return _WORDS.get(hint) or getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
 
 
 # ---------------------------------------------------------------------------------------------- recipe files

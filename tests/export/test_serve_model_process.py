@@ -95,6 +95,7 @@ def test_model_process_serves_the_same_rewards_and_errors_and_stops_with_the_ser
             proc.kill()
     assert proc.returncode == 0
     assert "Traceback" not in err
+    assert "Warning" not in err  # the model process keeps the server's quiet warning filters
     assert "served 3 requests (4 descriptions" in out
     # the model process ended with the server (joined before it exits); spawn's resource tracker, a child too, ends
     # when its pipe from the server closes, a moment after the server: each gets a bounded wait

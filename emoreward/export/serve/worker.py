@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import threading
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,7 @@ def _unpack_error(packed: tuple) -> BaseException:
     return err
 
 
-def _serve(directory: str, media_root: str | None, threads: int | None, conn: Any) -> None:
+def _serve(directory: str, media_root: str | None, threads: int | None, conn: Any, warning_filters: list) -> None:
     """The model process: load the model, then answer ``(descriptions, contexts, batch_size)`` requests until
     ``None`` (or the pipe closes). It ignores SIGINT and SIGTERM: Ctrl-C (sent to the whole process group) or a
     service manager's SIGTERM to every process must not end it while the server still answers its queued requests;
@@ -66,6 +67,7 @@ def _serve(directory: str, media_root: str | None, threads: int | None, conn: An
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    warnings.filters[:] = warning_filters  # the server's (the CLI's quiet libraries): the same log as one process
     import torch
 
     if threads:
@@ -112,7 +114,10 @@ class ModelProcess:
         self._lock = threading.Lock()  # one model call at a time (the Batcher has one scoring thread anyway)
         root = None if media_root is None else str(media_root)
         self.process = context.Process(
-            target=_serve, args=(str(directory), root, threads, child), name="emoreward-model", daemon=True
+            target=_serve,
+            args=(str(directory), root, threads, child, list(warnings.filters)),
+            name="emoreward-model",
+            daemon=True,
         )
         self.process.start()
         child.close()
