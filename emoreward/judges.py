@@ -54,7 +54,7 @@ def judge_kind(spec: str | Path) -> JudgeKind:
     is_yaml = path.suffix.lower() in YAML_SUFFIXES
     if path.exists() and not is_yaml:
         raise ValueError(f"{spec} is a file, not a model directory or a .yaml judge definition")
-    if is_yaml or len(path.parts) == 1:
+    if is_yaml or (len(path.parts) == 1 and "/" not in str(spec)):  # `./name` is a folder path, not a judge name
         return "zero-shot"
     return "reward-model"
 

@@ -290,3 +290,53 @@ def test_pair_keys_count_the_sample_so_new_clips_with_old_texts_are_new_pairs(tm
     legacy = {"train_file": "old.csv", "n_pairs": 1, "pair_keys": [pair_key(a, "descriptions")]}
     (tmp_path / "training_data.json").write_text(json.dumps(legacy))
     assert in_sample_pairs(tmp_path, [swapped, other_clip]) == (2, "old.csv")
+
+
+@pytest.mark.parametrize(
+    ("command", "required"), [("train", []), ("rank", ["--judge", "m", "--data", "d"]), ("serve", ["--model", "m"])]
+)
+def test_an_unknown_option_is_reported_by_its_command(command, required, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, *required, "--no-such-option", "3"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (
+        f"emoreward {command}: error: unrecognized arguments: --no-such-option 3 "
+        f"(`emoreward {command} --help` lists the options)\n"
+    )
+
+
+@pytest.mark.skipif(not Path("/proc/self").exists(), reason="needs /proc: a folder no one can create files in")
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["train", "--output-dir", "/proc/nope"], "emoreward train: error: --output-dir /proc/nope: cannot write in"),
+        (
+            ["export", "--model", "m", "--output", "/proc/x/y"],
+            "emoreward export: error: --output /proc/x/y: cannot write",
+        ),
+    ],
+)
+def test_an_output_folder_that_cannot_be_made_is_refused_before_any_work(argv, message, capsys):
+    assert main(argv) == 2
+    assert capsys.readouterr().err.startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["serve", "--model", "README.md"], "emoreward serve: error: README.md is a file, not a model directory\n"),
+        (
+            ["export", "--model", "README.md", "--output", "x"],
+            "emoreward export: error: README.md is a file, not a model directory\n",
+        ),
+        (
+            ["evaluate", "--model", "./nosuchdir", "--data", "emoprefer"],
+            "emoreward evaluate: error: model directory not found: nosuchdir\n",
+        ),
+    ],
+)
+def test_a_bad_model_path_reads_the_same_in_every_command(argv, message, capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "README.md").write_text("not a model")
+    assert main(argv) == 2
+    assert capsys.readouterr().err.endswith(message)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from emoreward.cli.options import EXIT_OK, nonnegative_float, quiet_libraries
+from emoreward.cli.options import EXIT_OK, check_output_dir, nonnegative_float, quiet_libraries
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
         from emoreward.data.records import check_hub_push
 
         check_hub_push(args.push_to_hub, "model")
+    check_output_dir(args.output, "--output")  # a folder that cannot be made is refused before any work
     quiet_libraries()
     from emoreward.export.hf import export_hf
 

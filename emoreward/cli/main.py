@@ -86,16 +86,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(prog="emoreward", description="Emotion-preference reward models and judges.")
     parser.add_argument("--version", action="version", version=f"emoreward {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=CommandParser)
+    parser.commands = {}  # name -> its parser: an unknown option is reported by the command it was given to
     for name, (help_text, _module) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
         p.populate = lambda parser, name=name: command_module(name).add_arguments(parser)
         p.set_defaults(_run=_run_command(name))
+        parser.commands[name] = p
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """The `emoreward` entry point: parse `argv` (default `sys.argv[1:]`), run the command, return its exit code."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # `emoreward train: error: unrecognized arguments: ...`, as every other usage error of a command
+        parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     return guarded(f"emoreward {args.command}", lambda: args._run(args))
 

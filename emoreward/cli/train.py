@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from emoreward.cli.options import EXIT_OK, quiet_libraries
+from emoreward.cli.options import EXIT_OK, check_output_dir, quiet_libraries
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -51,6 +51,7 @@ def train_and_report(config) -> int:
     # data themselves before any fold trains)
     config.check_data_files()
     config.check_max_length()
+    check_output_dir(config.output_dir, "--output-dir")
     check_side_effects(config)
     main_process = config.process_index == 0  # under `accelerate launch`, only rank 0 prints
     report = run_training(config)  # its first line comes once the data and the output folder are checked

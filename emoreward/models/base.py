@@ -202,6 +202,8 @@ def load_settings(directory: str | Path) -> RewardSettings:
         ValueError: an unknown `kind` or unknown keys (named, with the file).
     """
     directory = Path(directory)
+    if directory.is_file():  # the wording of `emoreward.judges.judge_kind` for a file given as a model
+        raise FileNotFoundError(f"{directory} is a file, not a model directory")
     if not directory.is_dir():
         raise FileNotFoundError(f"model directory not found: {directory}")
     path = directory / SETTINGS_FILE

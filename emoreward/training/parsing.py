@@ -201,7 +201,7 @@ def _type_name(hint: Any) -> str:
             else:
                 words.append(_WORDS.get(member) or _type_name(member))
         return " or ".join(words)
-    return _WORDS.get(hint) or getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
 
 
 # ---------------------------------------------------------------------------------------------- recipe files
