@@ -262,4 +262,4 @@ def test_evaluate_and_judge_take_either_kind_of_judge(tmp_path, tiny_bert_dir, c
     via_evaluate = json.loads((tmp_path / "er.json").read_text())
     assert via_judge["judge"] == via_evaluate["judge"] and via_judge["pair_rewards"] == via_evaluate["pair_rewards"]
     assert emoreward_main(["judge", "--judge", rm, "--data", "emoprefer", "--strategy", "S2", "--runs", "3"]) == 2
-    assert "is a reward model; --strategy, --runs apply to zero-shot judges" in capsys.readouterr().err
+    assert "is a reward model; --strategy, --runs apply to zero-shot judges only" in capsys.readouterr().err

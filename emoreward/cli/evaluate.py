@@ -111,7 +111,8 @@ def _run_reward_model(args: argparse.Namespace, spec: str) -> int:
         given = [name for name, default in ZERO_SHOT_ONLY.items() if getattr(args, name) != default]
         if given:
             options = ", ".join("--" + name.replace("_", "-") for name in given)
-            raise ValueError(f"{spec} is a reward model; {options} apply to zero-shot judges")
+            verb = "applies" if len(given) == 1 else "apply"
+            raise ValueError(f"{spec} is a reward model; {options} {verb} to zero-shot judges only")
     report_file = _reward_model_report(args)
     if report_file:
         check_output_file(report_file, "--output", inputs=[args.data])
