@@ -170,6 +170,13 @@ def run(args: argparse.Namespace) -> int:
     from emoreward.cli.options import quiet_libraries
 
     quiet_libraries()
+    import warnings
+
+    from emoreward.export.length_monitor import LengthHackingWarning
+
+    # the server's log has the length monitor's alarm once, as its logger's WARNING line (a library caller gets
+    # the Python warning too)
+    warnings.filterwarnings("ignore", category=LengthHackingWarning)
     token = os.environ.get(args.token_env) or None
     if token is None and not _confirm_no_auth(args):
         raise ValueError(

@@ -607,7 +607,10 @@ def _save_final(config, pairs, fit: FitResult | dict, report: dict, out: Path, l
             model_dir / FINISHED_FILE,
             {"fingerprint": _final_fingerprint(config, pairs), "evaluation": report["final"]},
         )
-    log(f"final model (all {len(pairs)} pairs) saved to {model_dir}; {fit.exclusions.summary()}")
+    log(
+        f"final model (all {len(pairs)} pairs) saved to {model_dir}, trained {fit.train_seconds:.0f}s; "
+        f"{fit.exclusions.summary()}"
+    )
     return fit.model
 
 
