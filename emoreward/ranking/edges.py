@@ -54,6 +54,14 @@ class FitEdges:
         return kind == "never won", kind == "never lost"
 
 
+def format_interval(lower: float, upper: float, digits: int, open_ends: tuple[bool, bool] = (False, False)) -> str:
+    """``[-0.30, +0.50]``: an interval as every ranking table shows it; an end only the prior bounds (separation, or
+    no interval at all: `FitEdges.open_ends`) is ``-inf`` / ``+inf``, never the number the bounded fit stopped at."""
+    lo = "-inf" if open_ends[0] else f"{lower:+.{digits}f}"
+    hi = "+inf" if open_ends[1] else f"{upper:+.{digits}f}"
+    return f"[{lo}, {hi}]"
+
+
 def separated_groups(counts: PairwiseCounts, ties_bind: bool) -> dict[str, str]:
     """Models whose score the data do not bound on one side (Ford 1957: the MLE exists iff, for every split of the
     models into two groups, someone in each group beat someone in the other).
@@ -182,6 +190,7 @@ def null_where_open(values: Any, edges: FitEdges, items: list[str], side: str) -
 
 
 __all__ = [
+    "format_interval",
     "MIN_UNITS_FOR_INTERVALS",
     "FitEdges",
     "edge_warnings",

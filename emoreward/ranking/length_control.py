@@ -65,6 +65,7 @@ from emoreward.ranking.bradley_terry import (
     single_blas_thread,
 )
 from emoreward.ranking.counts import PairwiseCounts, check_connected
+from emoreward.ranking.edges import format_interval
 from emoreward.ranking.length_batched import DIVERGED, Design, build_design, damped_newton, data_nll, fit_resamples
 from emoreward.ranking.records import PairwiseRecord
 
@@ -575,8 +576,16 @@ def order_changes(plain: BootstrapCI | BTResult, controlled: ControlledFit) -> l
     return out
 
 
-def comparison_markdown(plain: BootstrapCI | BTResult, controlled: ControlledFit, digits: int = 2) -> str:
-    """Markdown table, controlled order first: rank, model, controlled score [CI], plain rank and score [CI]."""
+def comparison_markdown(
+    plain: BootstrapCI | BTResult,
+    controlled: ControlledFit,
+    digits: int = 2,
+    open_ends: Callable[[str], tuple[bool, bool]] | None = None,
+) -> str:
+    """Markdown table, controlled order first: rank, model, controlled score [CI], plain rank and score [CI].
+
+    `open_ends(model)`: which ends of the plain fit's interval only its prior bounds (`FitEdges.open_ends`), shown
+    as -inf / +inf as in the main table (`emoreward.ranking.edges.format_interval`)."""
     result = plain.estimate if isinstance(plain, BootstrapCI) else plain
     pct = f"{100 * controlled.ci_level:g}%"
     lines = [
@@ -588,9 +597,10 @@ def comparison_markdown(plain: BootstrapCI | BTResult, controlled: ControlledFit
     for rank, name in zip(ranks, order):
         k = controlled.items.index(name)
         ctrl = "-" if rank is None else f"{controlled.scores[k]:.{digits}f}"
-        ci = "-" if rank is None else f"[{controlled.ci_lower[k]:.{digits}f}, {controlled.ci_upper[k]:.{digits}f}]"
+        ci = "-" if rank is None else format_interval(controlled.ci_lower[k], controlled.ci_upper[k], digits)
         j = result.items.index(name)
-        pci = "-" if result.ci_lower is None else f"[{result.ci_lower[j]:.{digits}f}, {result.ci_upper[j]:.{digits}f}]"
+        ends = open_ends(name) if open_ends is not None else (False, False)
+        pci = "-" if result.ci_lower is None else format_interval(result.ci_lower[j], result.ci_upper[j], digits, ends)
         lines.append(
             f"| {'-' if rank is None else rank} | {markdown_cell(name)} | {ctrl} | {ci} | {result.rank(name)} "
             f"| {result.scores[j]:.{digits}f} | {pci} |"

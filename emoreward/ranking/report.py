@@ -17,7 +17,7 @@ from emoreward.ranking.bradley_terry import (
     finite_float,
 )
 from emoreward.ranking.counts import PairwiseCounts
-from emoreward.ranking.edges import FitEdges, edge_warnings, fit_edges, null_where_open
+from emoreward.ranking.edges import FitEdges, edge_warnings, fit_edges, format_interval, null_where_open
 from emoreward.ranking.effects import RewardEffects, tie_probability_between_equals
 from emoreward.ranking.hierarchical import HierarchicalResult
 from emoreward.ranking.length_control import ControlledFit, comparison_markdown, order_changes
@@ -235,13 +235,14 @@ class RankingReport:
             lines.append(f"| {markdown_cell(name)} | " + " | ".join(cells) + " |")
         if self.controlled is not None:
             c = self.controlled
+            edges_of_ties = fit_edges(self.ties, self.counts)
             lines += [
                 "",
                 f"Length-controlled ranking ({c.model} + {', '.join(c.covariates)}; Chatbot Arena's style control: "
                 "model effects with the standardised log-length difference as a covariate), beside the plain "
                 f"{self.ties.estimate.model} fit:",
                 "",
-                comparison_markdown(self.ties, c, digits).rstrip("\n"),
+                comparison_markdown(self.ties, c, digits, open_ends=edges_of_ties.open_ends).rstrip("\n"),
             ]
         lines += ["", _cost_line(self.cost)]
         if self.hierarchical is not None:
@@ -259,10 +260,8 @@ class RankingReport:
 def _interval(
     score: float, lower: float, upper: float, digits: int, open_ends: tuple[bool, bool] = (False, False)
 ) -> str:
-    """``+0.12 [-0.30, +0.50]``; an end only the prior bounds (separation) is shown as ``-inf`` / ``+inf``."""
-    lo = "-inf" if open_ends[0] else f"{lower:+.{digits}f}"
-    hi = "+inf" if open_ends[1] else f"{upper:+.{digits}f}"
-    return f"{score:+.{digits}f} [{lo}, {hi}]"
+    """``+0.12 [-0.30, +0.50]`` (the interval by `emoreward.ranking.edges.format_interval`)."""
+    return f"{score:+.{digits}f} {format_interval(lower, upper, digits, open_ends)}"
 
 
 def _ci_dict(ci: BootstrapCI, counts: PairwiseCounts) -> dict[str, Any]:

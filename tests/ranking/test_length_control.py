@@ -101,6 +101,10 @@ def test_where_length_explains_every_verdict_all_models_are_equal_within_their_i
     assert ("A", "D") in order_changes(plain, fit)
     table = comparison_markdown(plain, fit)
     assert "| log_length |" in table and "plain rank" in table
+    # the plain interval's ends that only the prior bounds read -inf / +inf, as in the main ranking table
+    assert "-inf" not in table
+    assert comparison_markdown(plain, fit, open_ends=lambda name: (name == "D", name == "A")).count("inf") == 2
+    assert f"[-inf, {plain.upper[3]:+.2f}]" in comparison_markdown(plain, fit, open_ends=lambda n: (n == "D", False))
 
 
 def test_perfect_separation_is_reported_as_null_not_a_solver_artefact():
