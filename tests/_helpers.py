@@ -78,3 +78,16 @@ class StubRewardModel:
 
     def score(self, descriptions, contexts=None, *, batch_size=None):
         return self.score_info(descriptions, contexts, batch_size=batch_size).rewards
+
+
+def post_json(host: str, port: int, path: str, payload, timeout: float = 60) -> tuple[int, dict]:
+    """POST `payload` as JSON to a reward server on loopback; (HTTP status, decoded reply)."""
+    import http.client
+    import json
+
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    conn.request("POST", path, body=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    data = json.loads(resp.read())
+    conn.close()
+    return resp.status, data

@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+from _helpers import post_json
 
 from emoreward.data.media import MediaError
 from emoreward.export.serve.worker import ModelProcess, _pack_error, _unpack_error
@@ -49,12 +50,7 @@ def _serve(model_dir, *extra):
 
 
 def _post(port, path, payload):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    conn.request("POST", path, body=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
-    resp = conn.getresponse()
-    data = json.loads(resp.read())
-    conn.close()
-    return resp.status, data
+    return post_json("127.0.0.1", port, path, payload)
 
 
 def _children(pid):

@@ -3,14 +3,12 @@ several endpoints splits a batch over them), and the Python reward file OpenRLHF
 loading the model once, with the same decoding and context rule as the server."""
 
 import asyncio
-import http.client
 import importlib.util
-import json
 
 import numpy as np
 import pytest
 import torch
-from _helpers import StubRewardModel
+from _helpers import StubRewardModel, post_json
 
 import emoreward.export.serve.reward_func as reward_file
 from emoreward.export.serve.http import RewardServer
@@ -21,12 +19,7 @@ from emoreward.models.base import RewardContext
 
 
 def post(server, path, payload):
-    conn = http.client.HTTPConnection(server.host, server.port, timeout=30)
-    conn.request("POST", path, body=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
-    resp = conn.getresponse()
-    data = json.loads(resp.read())
-    conn.close()
-    return resp.status, data
+    return post_json(server.host, server.port, path, payload, timeout=30)
 
 
 class Words(StubRewardModel):
