@@ -155,8 +155,10 @@ def test_tables_and_pairs_read_names_in_their_normal_form(tmp_path):
 def test_report_names_are_escaped_and_never_collide():
     assert markdown_cell("a|b\nc") == "a\\|b c"
     names = ["qwen2.5-omni-7b", "qwen2.5-omni-3b", "gpt-4o", "emotion-llama"]
-    assert short_names(names) == ["qwen2.5-omni-7b", "qwen2.5-omni-3b", "gpt-4o", "emotion-ll"]
-    assert short_names(["abcdefghij", "abcdefghijk"]) == ["abcdefghij", "abcdefghijk"]
+    assert short_names(names) == ["qwen2.5-omni-7b", "qwen2.5-omni-3b", "gpt-4o", "emotion-l…"]
+    assert short_names(["abcdefghij", "abcdefghijk"]) == ["abcdefghij", "abcdefghi…"]
+    assert short_names(["abcdefghijk", "abcdefghijx"]) == ["abcdefghijk", "abcdefghijx"]
+    assert short_names(["Video-ChatGPT", "VideoChat"]) == ["Video-Cha…", "VideoChat"]
 
 
 def test_rank_report_keeps_long_names_apart_and_escapes_pipes():

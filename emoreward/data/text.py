@@ -76,9 +76,10 @@ def markdown_cell(text: str) -> str:
 
 
 def short_names(names: Sequence[str], width: int = 10) -> list[str]:
-    """Column headings for `names`: each cut to `width` characters where that keeps every heading distinct, the
-    full name otherwise (a report never shows two columns under one heading)."""
-    short = [n[:width] for n in names]
+    """Column headings for `names`: each longer than `width` cut to `width - 1` characters and an ellipsis
+    (`Video-Cha…` for Video-ChatGPT: visibly cut, never mistaken for a shorter name such as VideoChat) where that
+    keeps every heading distinct, the full name otherwise (a report never shows two columns under one heading)."""
+    short = [n if len(n) <= width else n[: width - 1] + "…" for n in names]
     counts: dict[str, int] = {}
     for s in short:
         counts[s] = counts.get(s, 0) + 1
