@@ -171,28 +171,37 @@ def table_forward_flops(model, table) -> tuple[list[int], float, float]:
     return lengths, full, executed or full
 
 
-def rank_scoring_path(model_dir: Path, work: Path) -> dict:
-    """`rank`'s cold scoring (see the module docstring)."""
+def cold_table_run(model_dir: Path, cache_file: Path, run) -> dict:
+    """The bundled OV-MERD table and `model_dir` loaded (timed), then `run(model, table, ScoreCache(cache_file))`
+    into an empty score cache, timed with the peaks around it: what both `rank` paths measure."""
     from emoreward.data.tables import bundled_ovmerd_path, load_description_table
     from emoreward.models import load_reward_model
-    from emoreward.models.precision import dtype_name
     from emoreward.ranking.score_cache import ScoreCache
-    from emoreward.ranking.scoring import score_table
 
     table = load_description_table(bundled_ovmerd_path())
     wall0, cpu0 = time.perf_counter(), time.process_time()
     model = load_reward_model(model_dir)
     load_wall, load_cpu = time.perf_counter() - wall0, time.process_time() - cpu0
-    cache_file = work / "rank-scoring-cache.jsonl"
     cache_file.unlink(missing_ok=True)
 
     def cold():
         start = time.process_time()
-        return score_table(model, table, ScoreCache(cache_file)), time.process_time() - start
+        return run(model, table, ScoreCache(cache_file)), time.process_time() - start
 
-    (scores, cpu), wall, peak = Peak.around(cold)
+    (result, cpu), wall, peak = Peak.around(cold)
+    return {"table": table, "model": model, "load_wall": load_wall, "load_cpu": load_cpu, "result": result,
+            "cpu": cpu, "wall": wall, "peak": peak, "engine": getattr(model, "scoring_engine", None)}  # fmt: skip
+
+
+def rank_scoring_path(model_dir: Path, work: Path) -> dict:
+    """`rank`'s cold scoring (see the module docstring)."""
+    from emoreward.models.precision import dtype_name
+    from emoreward.ranking.scoring import score_table
+
+    run = cold_table_run(model_dir, work / "rank-scoring-cache.jsonl", score_table)
+    table, model, scores, cpu, wall, peak = (run[k] for k in ("table", "model", "result", "cpu", "wall", "peak"))
+    load_wall, load_cpu, engine = run["load_wall"], run["load_cpu"], run["engine"]
     lengths, full, executed = table_forward_flops(model, table)
-    engine = getattr(model, "scoring_engine", None)
     dtype = model.scoring_precision
     return {
         "descriptions": len(table.descriptions),
@@ -214,26 +223,15 @@ def rank_scoring_path(model_dir: Path, work: Path) -> dict:
 
 
 def rank_path(model_dir: Path, work: Path, cli: bool) -> dict:
-    from emoreward.data.tables import bundled_ovmerd_path, load_description_table
-    from emoreward.models import load_reward_model
     from emoreward.models.precision import dtype_name
     from emoreward.ranking.rank import rank_with_reward_model
     from emoreward.ranking.score_cache import ScoreCache
 
-    table = load_description_table(bundled_ovmerd_path())
-    start = time.perf_counter()
-    model = load_reward_model(model_dir)
-    load_seconds = time.perf_counter() - start
     cache_file = work / "rank-cache.jsonl"
-    cache_file.unlink(missing_ok=True)
-
-    def cold():
-        start = time.process_time()
-        return rank_with_reward_model(model, table, ScoreCache(cache_file)), time.process_time() - start
-
-    (result, cpu), wall, peak = Peak.around(cold)
+    run = cold_table_run(model_dir, cache_file, rank_with_reward_model)
+    table, model, result, cpu, wall, peak = (run[k] for k in ("table", "model", "result", "cpu", "wall", "peak"))
+    load_seconds, engine = run["load_wall"], run["engine"]
     lengths, _, flops = table_forward_flops(model, table)
-    engine = getattr(model, "scoring_engine", None)
     rerun_start = time.perf_counter()
     rank_with_reward_model(model, table, ScoreCache(cache_file))
     rerun = time.perf_counter() - rerun_start
