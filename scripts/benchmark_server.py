@@ -29,7 +29,8 @@ What the client does, read from OpenRLHF (github.com/OpenRLHF/OpenRLHF):
 
 - verl (`--verl-clients C`): verl's reward loop, one asyncio task per sample awaiting
   ``emoreward.export.verl.compute_score_async`` (this checkout's client: one connection pool, Retry-After honoured,
-  5 tries), C in flight, each sending `--requests-per-client` samples back to back.
+  5 tries, the calls of one turn merged into requests of at most 16 samples; `--verl-merge 1`: a request per
+  call), C in flight, each sending `--requests-per-client` samples back to back.
 - kill (`--kill-replica`, Ray only, 2+ replicas): the per-sample load of the largest `--per-sample`, with one replica
   process killed (SIGKILL) a third of the way in; Ray Serve restarts it, the clients' own retries carry the requests
   that were on it. Lost rewards are what the retries did not save.
@@ -307,6 +308,9 @@ async def throughput(host, port, texts, clients: int, per_client: int) -> dict:
     return summary(f"throughput x{clients}", tally, time.perf_counter() - start, clients * per_client, 4)
 
 
+VERL_OPTIONS: dict = {}  # reward_kwargs of the verl client (--verl-merge)
+
+
 async def verl_per_sample(url: str, texts, clients: int, per_client: int, tally: Tally | None = None) -> dict:
     """verl's reward loop: `clients` tasks awaiting `compute_score_async`, each `per_client` samples in a row."""
     from emoreward.export import verl
@@ -318,7 +322,7 @@ async def verl_per_sample(url: str, texts, clients: int, per_client: int, tally:
             text = texts[(c * per_client + r) % len(texts)]
             start = time.perf_counter()
             try:
-                await verl.compute_score_async(solution_str=text, extra_info={}, server_url=url)
+                await verl.compute_score_async(solution_str=text, extra_info={}, server_url=url, **VERL_OPTIONS)
                 tally.latencies.append(time.perf_counter() - start)
             except RuntimeError as err:
                 tally.fail(err)
@@ -556,6 +560,9 @@ def main() -> int:
     p.add_argument("--throughput-clients", type=int, nargs="*", default=[4, 64], help="clients of /v1/rewards")
     p.add_argument("--throughput-requests", type=int, default=20, help="requests each throughput client sends")
     p.add_argument("--verl-clients", type=int, nargs="*", default=[], help="verl reward-loop tasks in flight")
+    p.add_argument(
+        "--verl-merge", type=int, help="verl client: reward_kwargs merge_samples (1: a request per call; default 16)"
+    )
     p.add_argument("--warmup", type=int, default=32, help="requests sent (and not measured) before measuring")
     p.add_argument("--repeat", type=int, default=1, help="runs of each per-sample / verl scenario (median reported)")
     p.add_argument("--threads", type=int, help="OMP_NUM_THREADS of the server (default: torch's, all cores)")
@@ -569,6 +576,8 @@ def main() -> int:
     args = p.parse_args()
 
     sys.path.insert(0, str(ROOT))
+    if args.verl_merge is not None:
+        VERL_OPTIONS["merge_samples"] = args.verl_merge
     n_texts = 4096
     texts = {"words": word_texts, "short": short_texts, "ovmerd": ovmerd_texts}[args.texts](n_texts)
     began = time.monotonic()

@@ -31,6 +31,14 @@ POOL_CONNECTIONS = 64  # idle keep-alive connections kept per server (per proces
 TRANSPORT_ERRORS = (OSError, http.client.HTTPException, h11.ProtocolError, asyncio.TimeoutError)
 
 
+class ServerError(RuntimeError):
+    """An answer a retry cannot mend (a 4xx, or the server's own 500); ``status`` is its HTTP status."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
 class RewardClient:
     """A client of one or more emoreward servers, thread-safe and usable from any event loop.
 
@@ -206,7 +214,7 @@ def outcome(url: str, status: int, headers: Any, content: bytes) -> tuple[bool, 
     ``get`` finds lower-case names).
 
     Raises:
-        RuntimeError: an error that a retry cannot mend (4xx, the server's own 500).
+        ServerError: an error that a retry cannot mend (4xx, the server's own 500).
     """
     text = content.decode("utf-8", "replace")
     if status == 200:
@@ -219,7 +227,7 @@ def outcome(url: str, status: int, headers: Any, content: bytes) -> tuple[bool, 
         return False, f"{url}: 503: {text[:200]}", min(max(wait, 0.0), MAX_WAIT)
     if status in (502, 504) or (status == 500 and not _own_error(text)):
         return False, f"{url}: {status}: {text[:200]}", 1.0
-    raise RuntimeError(f"{url} answered {status}: {text[:1000]}")
+    raise ServerError(f"{url} answered {status}: {text[:1000]}", status)
 
 
 def _own_error(text: str) -> bool:
@@ -231,4 +239,4 @@ def _own_error(text: str) -> bool:
     return isinstance(body, dict) and "error" in body
 
 
-__all__ = ["MAX_WAIT", "POOL_CONNECTIONS", "RewardClient", "outcome"]
+__all__ = ["MAX_WAIT", "POOL_CONNECTIONS", "RewardClient", "ServerError", "outcome"]

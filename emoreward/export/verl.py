@@ -31,9 +31,11 @@ correlation exceeds ``length_threshold``) (verl logs every key; ``score`` is the
         # model: /path/to/reward-model      # or: load the model once in every reward worker process
         # media_root: /data/mer2025         # local multimodal model: where relative media paths resolve
         # token_env: EMOREWARD_SERVE_TOKEN  # the environment variable holding the servers' bearer token
+        # merge_samples: 16                 # compute_score_async: concurrent calls sent in one request (1: off)
 
 Connections (`emoreward.export.reward_client`): one keep-alive pool per worker process (and per event loop for the
-async variant), shared by all threads and tasks. A 503 is retried after its ``Retry-After``; a refused or broken
+async variant), shared by all threads and tasks; the async variant's concurrent calls share requests (``merge_samples``
+per request, `_Merger`). A 503 is retried after its ``Retry-After``; a refused or broken
 connection, a 502 / 504, and a 500 that is not the server's own JSON error (Ray Serve's proxy answers so while it
 replaces a dead replica) after 1 s, each on the next URL. Any other error, or ``retries`` failed attempts, raises:
 verl then stops instead of training on a made-up reward.
@@ -45,6 +47,7 @@ import asyncio
 import math
 import os
 import threading
+import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -52,10 +55,13 @@ from typing import Any
 from emoreward.data.context import RewardContext, verl_context
 from emoreward.data.media_check import warn_text_media
 from emoreward.export.length_monitor import StreamLengthMonitor, defined
-from emoreward.export.reward_client import RewardClient
+from emoreward.export.reward_client import RewardClient, ServerError
 
 
 TOKEN_ENV = "EMOREWARD_SERVE_TOKEN"
+# `compute_score_async`: most concurrent calls of one event loop sent in one HTTP request (reward_kwargs
+# `merge_samples`); measured in docs/speed.md#serving
+MERGE_SAMPLES = 16
 # keyword arguments verl itself may pass to a custom reward function (sandbox / reward-loop plumbing), unused here
 VERL_KWARGS = frozenset(
     {
@@ -102,12 +108,17 @@ async def compute_score_async(
     **kwargs: Any,
 ) -> dict[str, float]:
     """`compute_score` as a coroutine function, for verl's reward loop (it awaits coroutine functions: many samples
-    in flight on one event loop, no executor thread each). Same arguments, result and errors."""
+    in flight on one event loop, no executor thread each). Same arguments, result and errors.
+
+    The calls that reach one event loop together (the reward loop starts a task per sample) share HTTP requests of
+    at most ``merge_samples`` samples (`_Merger`): a request costs the server (and Ray Serve's proxy) far more than a
+    description in it, and the server scores its queued requests together anyway. A sample the server refuses
+    (4xx) is sent again alone, so that only its own call raises."""
     request = _Request.build([solution_str], [ground_truth], [extra_info], kwargs)
     if request.model is not None:
         info = await asyncio.wrap_future(_local_scorer(request.model, request.media_root).submit(request))
     else:
-        info = await _client(request).apost("/v1/rewards", request.payload())
+        info = await _merger(request).submit(request)
     return _monitored(request, request.results(info))[0]
 
 
@@ -143,6 +154,8 @@ def score_descriptions(
         subtitle_key, video_key, audio_key, sample_key (`str`): ``extra_info`` keys of the context.
         token_env (`str`): environment variable with the servers' bearer token (sent when set).
         timeout (`float`): seconds per HTTP request; retries (`int`): attempts per request.
+        merge_samples (`int`): `compute_score_async`: most concurrent calls sent in one request (1: a request per
+            call; default `MERGE_SAMPLES`).
         length_window (`int`), length_threshold (`float`): the length-hacking monitor's window (descriptions) and
             warning threshold (reward-length Spearman correlation).
 
@@ -217,6 +230,7 @@ class _Request:
             "retries": 5,
             "length_window": 512,
             "length_threshold": 0.5,
+            "merge_samples": MERGE_SAMPLES,
         }
         unknown = sorted(set(kwargs) - set(options) - VERL_KWARGS)
         if unknown:
@@ -366,6 +380,7 @@ def close_pools() -> None:
     with _CLIENTS_LOCK:
         clients = list(_CLIENTS.values())
         _CLIENTS.clear()
+        _MERGERS.clear()
     for client in clients:
         client.close()
 
@@ -384,8 +399,106 @@ def _client(request: _Request) -> RewardClient:
     return client
 
 
+class _Merger:
+    """The `compute_score_async` calls of one event loop and one client, sent together.
+
+    A call queues its request and the merger sends what is queued on the loop's next turn (``call_soon``: no timer,
+    no added wait): the tasks verl's reward loop starts in one turn share requests of at most ``most`` samples, split
+    evenly and at least one per server URL (so that several servers, or the replicas behind a Ray Serve URL, all
+    get work). The reply is cut back into one reply per call, in order. A merged request refused with a 4xx is sent
+    again call by call (only the refused call raises); any other failure (after the client's retries) is raised by
+    every call of the request.
+    """
+
+    def __init__(self, client: RewardClient, most: int):
+        self.client, self.most = client, most
+        self.pending: list[tuple[_Request, asyncio.Future]] = []
+        self.handle: asyncio.Handle | None = None
+        self.sending: set[asyncio.Task] = set()  # the loop keeps only weak references to tasks
+
+    def submit(self, request: _Request) -> asyncio.Future:
+        """A future of ``request``'s reply dict (``rewards``, ``truncated``, ... for its descriptions)."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self.pending.append((request, future))
+        if self.handle is None:
+            self.handle = loop.call_soon(self._flush)
+        return future
+
+    def _flush(self) -> None:
+        self.handle = None
+        calls, self.pending = self.pending, []
+        n = len(calls)
+        parts = max(-(-n // self.most), min(len(self.client.urls), n))
+        size = -(-n // parts)
+        for start in range(0, n, size):
+            task = asyncio.ensure_future(self._send(calls[start : start + size]))
+            self.sending.add(task)
+            task.add_done_callback(self.sending.discard)
+
+    async def _send(self, calls: list[tuple[_Request, asyncio.Future]]) -> None:
+        try:
+            replies = await self._post([request for request, _ in calls])
+        except ServerError as err:
+            if len(calls) > 1 and 400 <= err.status < 500:  # a sample the server refuses: find whose
+                await asyncio.gather(*(self._send([call]) for call in calls))
+                return
+            self._fail(calls, err)
+        except asyncio.CancelledError:
+            for _, future in calls:
+                future.cancel()
+            raise
+        except Exception as err:
+            self._fail(calls, err)
+        else:
+            for (_, future), reply in zip(calls, replies):
+                if not future.done():  # its task was cancelled meanwhile
+                    future.set_result(reply)
+
+    @staticmethod
+    def _fail(calls: list[tuple[_Request, asyncio.Future]], err: Exception) -> None:
+        for _, future in calls:
+            if not future.done():
+                future.set_exception(err)
+
+    async def _post(self, requests: list[_Request]) -> list[dict]:
+        """One request's reply per request, from one POST of them all."""
+        if len(requests) == 1:
+            return [await self.client.apost("/v1/rewards", requests[0].payload())]
+        payloads = [request.payload() for request in requests]
+        merged = {key: [item for p in payloads for item in p[key]] for key in ("descriptions", "media")}
+        reply = await self.client.apost("/v1/rewards", merged)
+        total = len(merged["descriptions"])
+        if len(reply.get("rewards", ())) != total:
+            raise RuntimeError(f"the server returned {len(reply.get('rewards', ()))} rewards for {total} descriptions")
+        out, start = [], 0
+        for p in payloads:
+            stop = start + len(p["descriptions"])
+            out.append({k: v[start:stop] if isinstance(v, list) and len(v) == total else v for k, v in reply.items()})
+            start = stop
+        return out
+
+
+_MERGERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> {(client, most): _Merger}
+
+
+def _merger(request: _Request) -> _Merger:
+    """This event loop's merger for ``request``'s client and ``merge_samples`` (the event loop's own thread only)."""
+    most = request.options["merge_samples"]
+    if isinstance(most, bool) or not isinstance(most, int) or most < 1:
+        raise ValueError(f"reward_kwargs 'merge_samples' must be a positive integer, got {most!r}")
+    client = _client(request)
+    mergers = _MERGERS.setdefault(asyncio.get_running_loop(), {})
+    merger = mergers.get((client, most))
+    if merger is None:
+        merger = mergers[(client, most)] = _Merger(client, most)
+    return merger
+
+
 __all__ = [
+    "MERGE_SAMPLES",
     "RewardClient",
+    "ServerError",
     "compute_score",
     "compute_score_async",
     "close_pools",

@@ -85,9 +85,26 @@ def test_async_variant_on_one_pool_and_urls_round_robin(saved):
             return await asyncio.gather(*calls)
 
         got = asyncio.run(rollout())
-        assert a.service.stats.requests == b.service.stats.requests == 6
+        # the 12 calls of one turn share requests: one per server, 6 samples each
+        assert a.service.stats.requests == b.service.stats.requests == 1
+        assert a.service.stats.descriptions == b.service.stats.descriptions == 6
+
+        async def one_by_one():
+            urls = [a.url, b.url]
+            calls = [
+                verl.compute_score_async(
+                    solution_str=d, extra_info={"subtitle": "Hi."}, server_url=urls, merge_samples=1
+                )
+                for d in DESCRIPTIONS * 4
+            ]
+            return await asyncio.gather(*calls)
+
+        alone = asyncio.run(one_by_one())
+        assert a.service.stats.requests == b.service.stats.requests == 1 + 6  # a request per call, round-robin
     assert len(verl._CLIENTS) == 1  # one pool for the whole rollout
-    np.testing.assert_allclose([g["score"] for g in got], model.score(DESCRIPTIONS * 4, ["Hi."] * 12), atol=1e-6)
+    expected = model.score(DESCRIPTIONS * 4, ["Hi."] * 12)
+    np.testing.assert_allclose([g["score"] for g in got], expected, atol=1e-6)
+    np.testing.assert_allclose([g["score"] for g in alone], expected, atol=1e-6)
     assert verl.server_urls("http://a:1/, http://b:2") == ("http://a:1", "http://b:2")
     with pytest.raises(ValueError, match="not an http"):
         verl.server_urls(["a:1"])
@@ -125,6 +142,45 @@ def scripted():
 
 
 OK = (200, {"Content-Type": "application/json"}, json.dumps({"rewards": [0.25], "truncated": [False]}).encode())
+
+
+def test_concurrent_async_calls_share_requests_and_a_refused_sample_fails_alone(saved):
+    _, model = saved
+    texts = [f"{DESCRIPTIONS[k % 3]} {k}" for k in range(40)]
+    infos = [{"subtitle": "Hi."} for _ in texts]
+    infos[7] = {"subtitle": "Hi.", "video": "clip.mp4"}  # a text model refuses media paths (400)
+    with RewardServer(RewardService(model, QUICK), port=0) as srv:
+
+        async def rollout():
+            calls = [
+                verl.compute_score_async(solution_str=t, extra_info=i, server_url=srv.url)
+                for t, i in zip(texts, infos)
+            ]
+            return await asyncio.gather(*calls, return_exceptions=True)
+
+        got = asyncio.run(rollout())
+        stats = srv.service.stats
+        # 40 calls in at most 16 per request: 14 + 14 + 12; the refused request (0-13) again call by call
+        assert (stats.requests, stats.bad_requests) == (2 + 13, 1 + 1)
+    assert isinstance(got[7], verl.ServerError) and got[7].status == 400 and "text-only" in str(got[7])
+    ok = [k for k in range(40) if k != 7]
+    expected = model.score([texts[k] for k in ok], ["Hi."] * len(ok))
+    np.testing.assert_allclose([got[k]["score"] for k in ok], expected, atol=reward_tolerance(torch.float32))
+    with pytest.raises(ValueError, match="'merge_samples' must be a positive integer, got 0"):
+        asyncio.run(verl.compute_score_async(solution_str="Sad.", server_url=srv.url, merge_samples=0))
+
+
+def test_a_failed_merged_request_fails_every_call_of_it(scripted):
+    _, url = scripted
+    Scripted.script = [(500, {}, b'{"error": "scoring failed; see the server log"}')]
+
+    async def rollout():
+        calls = [verl.compute_score_async(solution_str=t, server_url=url) for t in ("Sad.", "Happy.", "Calm.")]
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    got = asyncio.run(rollout())
+    assert len(Scripted.seen) == 1  # one request for the three calls, not retried (the server's own 500)
+    assert all(isinstance(g, verl.ServerError) and g.status == 500 for g in got)
 
 
 def test_retry_after_is_honoured_and_proxy_failures_are_retried(scripted):
