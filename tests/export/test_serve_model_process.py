@@ -157,6 +157,7 @@ def test_a_model_that_cannot_load_fails_the_start_with_the_loader_error(tiny_rm,
 
 def test_the_facts_built_in_the_model_process_equal_those_built_in_process(tiny_rm, monkeypatch):
     from emoreward.export.serve.facts import served_model_facts
+    from emoreward.export.serve.service import RewardService
     from emoreward.models import load_reward_model
 
     monkeypatch.setenv("EMOREWARD_DTYPE", "float32")  # the child inherits the environment, so the same precision
@@ -169,6 +170,8 @@ def test_the_facts_built_in_the_model_process_equal_those_built_in_process(tiny_
     assert (facts.kind, facts.max_length, facts.device, facts.modalities) == ("text", 64, "cpu", frozenset())
     assert (facts.sep_token, facts.pad_token) == ("[SEP]", "[PAD]") and facts.precision["dtype"] == "float32"
     assert pickle.loads(pickle.dumps(facts)) == facts
+    with pytest.raises(ValueError, match="needs the scorer"):  # facts alone cannot score
+        RewardService(facts)
 
 
 def test_model_errors_come_back_with_their_class_and_fields():
