@@ -202,14 +202,14 @@ ROLES = {
     "log_monitor.py": "log_monitor",
     "autoscaler/_private/monitor.py": "autoscaler_monitor",
     "ray::IDLE": "idle_workers",
-    "spawn_main": "model_process",  # emoreward serve --model-process
+    "spawn_main": "model_process",  # emoreward serve's model process (the default; --no-model-process: none)
 }
 
 
 def tree_cpu_by_role(pid: int) -> dict[str, float]:
     """CPU seconds of a process and all its descendants, by role (`ROLES`): a Ray server's replicas, proxy,
     controller, raylet, GCS, dashboard head and agents, log monitor, autoscaler monitor and idle workers, or the
-    single server's model process (``--model-process``), by their command lines, ``server`` for the root process,
+    single server's model process (its default), by their command lines, ``server`` for the root process,
     ``other`` for the rest."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):

@@ -1,6 +1,6 @@
 """`emoreward serve`: the command (its options, loading the model, serving until SIGTERM / Ctrl-C, the summary).
 
-    emoreward serve --model DIR [--host 127.0.0.1] [--port 8000] [--media-root DIR]
+    emoreward serve --model DIR [--host 127.0.0.1] [--port 8000] [--media-root DIR] [--no-model-process]
 
 The endpoints and their schemas: `emoreward.export.serve.protocol`; the server: `emoreward.export.serve.http`.
 """
@@ -128,9 +128,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-every", type=positive_float, default=60.0, help="seconds between counter lines in the log")
     p.add_argument(
         "--model-process",
-        action="store_true",
-        help="--engine single: score in a process of its own (the model is loaded there too), so that the HTTP "
-        "event loop and the model do not share one interpreter lock; faster under many small requests",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="--engine single: load the model and score in a process of its own (default), so that the HTTP "
+        "event loop and the model do not share one interpreter lock (the server process loads no weights); "
+        "--no-model-process: load and score in the server process",
     )
     ray = p.add_argument_group("Ray Serve (--engine ray; needs the ray extra: pip install 'emoreward[ray]')")
     ray.add_argument(
@@ -166,10 +168,15 @@ def _confirm_no_auth(args: argparse.Namespace) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Load the model and serve until SIGTERM or Ctrl-C; then finish the queued requests and print a summary."""
+    """Load the model and serve until SIGTERM or Ctrl-C; then finish the queued requests and print a summary.
+
+    ``--engine single`` loads the model in a process of its own (`ModelProcess`) unless ``--no-model-process``:
+    the server process validates requests from the model's `ServedModelFacts` and loads no weights. Measured on CPU
+    (docs/speed.md#serving), the only device `load_reward_model` puts a model on, so the default has no device
+    rule."""
     from emoreward.cli.options import quiet_libraries
 
-    quiet_libraries()
+    quiet_libraries(deepspeed=False)  # serving never trains (and the server process imports no torch)
     import warnings
 
     from emoreward.export.length_monitor import LengthHackingWarning
@@ -221,24 +228,29 @@ def run(args: argparse.Namespace) -> int:
         from emoreward.export.serve.ray import run_ray_serve
 
         return run_ray_serve(args, options, token)
-    if args.threads:
-        import torch
+    from emoreward.models import load_settings
 
-        torch.set_num_threads(args.threads)
-    from emoreward.models import load_reward_model
-
-    model = load_reward_model(args.model, media_root=args.media_root)
+    load_settings(args.model)  # a directory that is not a model fails here, before a model process starts
     worker = None
-    if args.model_process:  # the model scores in a process of its own (no interpreter lock shared with HTTP)
-        from emoreward.export.serve.worker import ModelProcess
-
-        worker = ModelProcess(args.model, media_root=args.media_root, threads=args.threads)
-        options["scorer"], options["scorer_alive"] = worker.score_info, worker.process.is_alive
-    service = RewardService(model, **options)
-    logger.setLevel(logging.INFO)  # counters and refused requests; never bodies or the token
-    server = RewardServer(service, args.host, args.port, token=token)
-    start = time.time()
     try:
+        if args.model_process is False:  # --no-model-process: the model loads and scores in this process
+            if args.threads:
+                import torch
+
+                torch.set_num_threads(args.threads)
+            from emoreward.models import load_reward_model
+
+            service = RewardService(load_reward_model(args.model, media_root=args.media_root), **options)
+        else:  # the default: the model loads and scores in a process of its own; this one reads its facts
+            from emoreward.export.serve.worker import ModelProcess
+
+            worker = ModelProcess(args.model, media_root=args.media_root, threads=args.threads)
+            service = RewardService(
+                worker.facts, **options, scorer=worker.score_info, scorer_alive=worker.process.is_alive
+            )
+        logger.setLevel(logging.INFO)  # counters and refused requests; never bodies or the token
+        server = RewardServer(service, args.host, args.port, token=token)
+        start = time.time()
         finished = serve_http.run(_serve_until_signal(server, args, token is not None))
     finally:
         if worker is not None:

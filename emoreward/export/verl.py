@@ -317,7 +317,7 @@ class _LocalScorer:
         from emoreward.export.serve.protocol import RequestError
 
         named = [(f"sample {k + 1}", c.media_ref()) for k, c in enumerate(request.contexts)]
-        warn_text_media(self.service.model, named, "verl extra_info")
+        warn_text_media(self.service.facts, named, "verl extra_info")
         try:
             job = self.service.parse("rewards", request.payload())
         except RequestError as err:

@@ -1,5 +1,6 @@
-"""`emoreward serve --model-process` (issue 23, item 4: the per-request overhead): the model scores in a process of
-its own; the endpoints, rewards, error replies and the quiet shutdown are those of the one-process server."""
+"""`emoreward serve`'s default model process (issue 23, item 4: the per-request overhead): the model loads and scores
+in a process of its own and the server process reads its `ServedModelFacts` (no weights); the endpoints, rewards,
+error replies, /health and the quiet shutdown are those of the one-process server (`RewardService(model)`)."""
 
 import http.client
 import json
@@ -58,32 +59,59 @@ def _children(pid):
         return [int(p) for p in f.read().split()]
 
 
+def _without_rewards(reply: dict) -> dict:
+    return {key: value for key, value in reply.items() if key not in ("rewards", "scores", "extra_logs")}
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for the model process")
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
-def test_model_process_serves_the_same_rewards_and_errors_and_stops_with_the_server(tiny_rm, monkeypatch, stop):
-    """The signal goes to the whole process group (Ctrl-C in a terminal; a service manager stopping every process
-    of the service): the model process must outlive it until the server has finished, and stay quiet."""
+@pytest.mark.parametrize(("stop", "flag"), [(signal.SIGTERM, []), (signal.SIGINT, ["--model-process"])])
+def test_model_process_serves_the_same_rewards_and_errors_and_stops_with_the_server(tiny_rm, monkeypatch, stop, flag):
+    """The default server (and the explicit flag) answers what `RewardService(load_reward_model(p))` answers in one
+    process: replies, errors and /health. The signal goes to the whole process group (Ctrl-C in a terminal; a
+    service manager stopping every process of the service): the model process must outlive it until the server
+    has finished, and stay quiet."""
+    from emoreward.export.serve.protocol import RequestError
+    from emoreward.export.serve.service import RewardService
     from emoreward.models import load_reward_model
 
     monkeypatch.setenv("EMOREWARD_DTYPE", "float32")
     descriptions = ["She smiles broadly.", "He frowns and looks away.", "   "]
-    expected = load_reward_model(tiny_rm).score(descriptions, [None] * 3)
-    proc, port = _serve(tiny_rm, "--model-process", "--threads", "1")
+    model = load_reward_model(tiny_rm)
+    expected = model.score(descriptions, [None] * 3)
+    in_process = RewardService(model, name=str(tiny_rm))  # the one-process route, as a library user builds it
+    proc, port = _serve(tiny_rm, *flag, "--threads", "1")
     try:
         children = _children(proc.pid)
         assert len(children) >= 1  # the model process (spawn may add its resource tracker)
-        status, data = _post(port, "/v1/rewards", {"descriptions": descriptions, "media": {"subtitle": None}})
+        assert "libtorch" not in open(f"/proc/{proc.pid}/maps").read()  # no weights, not even torch, in the server
+        body = {"descriptions": descriptions, "media": {"subtitle": None}}
+        status, data = _post(port, "/v1/rewards", body)
         assert status == 200
         assert data["rewards"] == pytest.approx([float(r) for r in expected], abs=1e-6)
         assert data["empty"] == [False, False, True]
+        assert _without_rewards(data) == _without_rewards(in_process.handle("rewards", body))
         # OpenRLHF's route and its empty share, through the same model process
         status, data = _post(port, "/get_reward", {"query": ["She smiles broadly."]})
         assert status == 200 and data["rewards"] == pytest.approx([float(expected[0])], abs=1e-6)
+        assert _without_rewards(data) == _without_rewards(
+            in_process.handle("openrlhf", {"query": ["She smiles broadly."]})
+        )
         status, data = _post(port, "/get_reward", {"query": []})
         assert status == 200 and data["rewards"] == []
-        # errors found before scoring are answered as in one process
-        status, data = _post(port, "/v1/rewards", {"descriptions": "not a list"})
-        assert status == 400 and data["error"] == "'descriptions' must be a list"
+        # errors found before scoring are answered as in one process (the limits derived from the facts too)
+        for bad in ({"descriptions": "not a list"}, {"descriptions": ["x" * (in_process.max_chars + 1)]}):
+            status, data = _post(port, "/v1/rewards", bad)
+            with pytest.raises(RequestError) as err:
+                in_process.handle("rewards", bad)
+            assert (status, data["error"]) == (err.value.status, err.value.message)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        conn.request("GET", "/health")
+        health = json.loads(conn.getresponse().read())
+        conn.close()
+        local = {**in_process.health(), "queue": 0}
+        for key in ("stats", "length_monitor"):  # counters of different requests
+            health.pop(key), local.pop(key)
+        assert health == local
         os.killpg(proc.pid, stop)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -92,7 +120,7 @@ def test_model_process_serves_the_same_rewards_and_errors_and_stops_with_the_ser
     assert proc.returncode == 0
     assert "Traceback" not in err
     assert "Warning" not in err  # the model process keeps the server's quiet warning filters
-    assert "served 3 requests (4 descriptions" in out
+    assert "served 3 requests (4 descriptions" in out and "2 bad requests" in out
     # the model process ended with the server (joined before it exits); spawn's resource tracker, a child too, ends
     # when its pipe from the server closes, a moment after the server: each gets a bounded wait
     deadline = time.monotonic() + 20
@@ -110,9 +138,40 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_a_model_that_cannot_load_fails_the_start_with_the_loader_error(tmp_path):
-    with pytest.raises(FileNotFoundError):
-        ModelProcess(tmp_path / "no-model")
+def test_a_model_that_cannot_load_fails_the_start_with_the_loader_error(tiny_rm, tmp_path, capsys):
+    """A directory with settings but no weights passes the server's own check and fails in the model process: the
+    loader's error, one line, exit 2, before anything is served (and no model process is left)."""
+    import shutil
+
+    from emoreward.cli import main
+
+    broken = tmp_path / "rm"
+    shutil.copytree(tiny_rm, broken)
+    for weights in broken.glob("*.safetensors"):
+        weights.unlink()
+    assert main(["serve", "--model", str(broken), "--port", "0"]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith("emoreward serve: error: ") and "is missing" in err and err.count("\n") == 1, err
+    assert "http://" not in out
+
+
+def test_the_facts_built_in_the_model_process_equal_those_built_in_process(tiny_rm, monkeypatch):
+    from emoreward.export.serve.facts import served_model_facts
+    from emoreward.export.serve.service import RewardService
+    from emoreward.models import load_reward_model
+
+    monkeypatch.setenv("EMOREWARD_DTYPE", "float32")  # the child inherits the environment, so the same precision
+    process = ModelProcess(tiny_rm, threads=1)
+    try:
+        facts = process.facts
+    finally:
+        process.close()
+    assert facts == served_model_facts(load_reward_model(tiny_rm))
+    assert (facts.kind, facts.max_length, facts.device, facts.modalities) == ("text", 64, "cpu", frozenset())
+    assert (facts.sep_token, facts.pad_token) == ("[SEP]", "[PAD]") and facts.precision["dtype"] == "float32"
+    assert pickle.loads(pickle.dumps(facts)) == facts
+    with pytest.raises(ValueError, match="needs the scorer"):  # facts alone cannot score
+        RewardService(facts)
 
 
 def test_model_errors_come_back_with_their_class_and_fields():

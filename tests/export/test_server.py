@@ -344,8 +344,9 @@ def test_cli_refuses_a_public_host_without_a_token(monkeypatch, capsys, tmp_path
 
 @pytest.mark.precision  # depends on the scoring precision: `make test-precision` runs it in the other one
 def test_cli_serves_and_shuts_down_on_sigterm(tmp_path, tiny_bert_dir):
-    """The real entry point in a subprocess: token from the environment, one scored request, SIGTERM -> the
-    summary, exit 0, and the token nowhere in the output."""
+    """The real entry point in a subprocess, the model in the server process (``--no-model-process``; the default
+    model process: tests/export/test_serve_model_process.py): token from the environment, one scored request,
+    SIGTERM -> the summary, exit 0, and the token nowhere in the output."""
     from transformers import AutoTokenizer, BertForSequenceClassification
 
     from emoreward.models import TextRewardModel, TextSettings
@@ -370,6 +371,7 @@ def test_cli_serves_and_shuts_down_on_sigterm(tmp_path, tiny_bert_dir):
         "0",
         "--token-env",
         "MY_TOKEN",
+        "--no-model-process",
     ]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

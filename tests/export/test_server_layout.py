@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from emoreward.export.serve.facts import served_model_facts
 from emoreward.export.serve.http import RewardServer
 from emoreward.export.serve.openrlhf import description_from_query, query_markers
 from emoreward.export.serve.protocol import ServerLimits, max_chars_for
@@ -133,7 +134,7 @@ def test_description_from_query_exact_text():
 
 
 def test_query_markers_include_the_models_own_tokens(chat_model):
-    pad, end = query_markers(chat_model, ["<|my_eos|>"])
+    pad, end = query_markers(served_model_facts(chat_model), ["<|my_eos|>"])
     assert {"<|im_end|>", "<|endoftext|>", "<|my_eos|>"} <= set(pad) and "<|my_eos|>" in end
 
 

@@ -225,3 +225,55 @@ def post_to(server, path, payload):
     data = json.loads(resp.read())
     conn.close()
     return resp.status, data
+
+
+def test_the_model_process_serves_a_media_model_from_its_facts(vl_model, media, tmp_path, monkeypatch):
+    """`emoreward serve`'s default route for a multimodal model: the model loads in a process of its own, the
+    server validates from the facts that process built (equal to those built in process: the media rule, the
+    modalities), the rewards and replies equal the one-process service's, and a `MediaError` raised in the model
+    process is still a 400 naming the field and the client's path."""
+    from emoreward.export.serve.facts import served_model_facts
+    from emoreward.export.serve.worker import ModelProcess
+    from emoreward.models import load_reward_model
+
+    monkeypatch.setenv("EMOREWARD_DTYPE", "float32")  # the child inherits it: both score in float32
+    root = media[0]
+    vl_model.save_pretrained(tmp_path / "rm")
+    loaded = load_reward_model(tmp_path / "rm", media_root=str(root))
+    process = ModelProcess(tmp_path / "rm", media_root=root, threads=1)
+    try:
+        facts = process.facts
+        assert facts == served_model_facts(loaded)
+        assert (facts.kind, facts.modalities, facts.sees_video, facts.hears_audio) == (
+            "media",
+            frozenset({"video"}),
+            True,
+            False,
+        )
+        in_process = RewardService(loaded, media_root=root)
+        service = RewardService(
+            facts, media_root=root, scorer=process.score_info, scorer_alive=process.process.is_alive
+        )
+        payload = {
+            "descriptions": ["She smiles.", "Calm."],
+            "media": [{"video": "video/s0.mp4"}, {"video": "video/s1.mp4"}],
+        }
+        with RewardServer(service, port=0) as srv:
+            status, data = post(srv, payload)
+            expected = in_process.handle("rewards", payload)
+            assert status == 200
+            np.testing.assert_allclose(data["rewards"], expected["rewards"], atol=1e-5, rtol=0)
+            assert {k: v for k, v in data.items() if k != "rewards"} == {
+                k: v for k, v in expected.items() if k != "rewards"
+            }
+            status, data = post(srv, {"descriptions": ["x"], "media": {"video": "video/broken.mp4"}})
+            assert status == 400 and data["error"].startswith("'media[0].video' (video/broken.mp4): cannot read media")
+            assert str(root) not in data["error"]
+            status, data = post(srv, {"descriptions": ["x"], "media": {"subtitle": "hi"}})
+            assert status == 400 and "'media[0].video' is required" in data["error"]
+        health, local = service.health(), in_process.health()
+        for key in ("stats", "length_monitor"):
+            health.pop(key), local.pop(key)
+        assert health == local
+    finally:
+        process.close()

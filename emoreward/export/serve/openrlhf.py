@@ -67,16 +67,14 @@ def description_from_query(
     return _marker_pattern(end_markers, "end").sub("", text, count=1) if end_markers else text
 
 
-def query_markers(model: Any, extra: list[str] | tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
+def query_markers(facts: Any, extra: list[str] | tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
     """(pad markers, end markers) for `description_from_query`: `DEFAULT_QUERY_MARKERS`, the reward model's own
     EOS and pad tokens (end markers also its SEP token, which closes an encoder's input), and ``extra`` (the
-    policy's markers when they are not among these)."""
-    tokenizer = getattr(model, "tokenizer", None)
-    own = [getattr(tokenizer, name, None) for name in ("eos_token", "pad_token")] if tokenizer is not None else []
-    own = [t for t in own if isinstance(t, str) and t]
-    sep = getattr(tokenizer, "sep_token", None) if tokenizer is not None else None
+    policy's markers when they are not among these). ``facts``: the model's `facts.ServedModelFacts` (its
+    ``eos_token`` / ``pad_token`` / ``sep_token``)."""
+    own = [t for t in (facts.eos_token, facts.pad_token) if t]
     pad = [*DEFAULT_QUERY_MARKERS, *own, *extra]
-    end = pad + ([sep] if isinstance(sep, str) and sep else [])
+    end = pad + ([facts.sep_token] if facts.sep_token else [])
     return pad, end
 
 

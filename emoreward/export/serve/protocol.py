@@ -44,7 +44,7 @@ client has closed its connection is dropped before its next model call. A reques
 503 and a ``Retry-After`` header only when the queue holds ``--max-queue`` descriptions, or when it waited
 ``--queue-timeout`` seconds without being scored (below OpenRLHF's 180 s client timeout, so its retry applies).
 One event-loop thread serves every connection (idle connections hold no thread; at most ``--max-connections``
-are open, more get 503) and one thread runs the model.
+are open, more get 503) and one thread feeds the model (``emoreward serve``: in a process of its own).
 
 Limits are in tokens: a description longer than the model's ``max_length`` tokens (with its context) is cut and
 flagged (``truncated``), or refused with 413 under ``--overlong refuse``. ``--max-chars`` refuses longer text

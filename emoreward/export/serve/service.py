@@ -25,10 +25,10 @@ from emoreward.data.errors import DataError
 from emoreward.data.media import unused_media
 from emoreward.export.length_monitor import StreamLengthMonitor, defined, per_sample
 from emoreward.export.serve.batching import Job
+from emoreward.export.serve.facts import ServedModelFacts, served_model_facts
 from emoreward.export.serve.openrlhf import LABEL_OBJECT_KEYS, clip_from_label, description_from_query, query_markers
-from emoreward.export.serve.protocol import RequestError, ServerLimits, max_chars_for
+from emoreward.export.serve.protocol import RequestError, ServerLimits
 from emoreward.models.base import ScoreInfo
-from emoreward.models.precision import precision_record
 
 
 logger = logging.getLogger(__name__)
@@ -64,14 +64,21 @@ class RewardService:
     """What the endpoints do: validate request bodies into `Job`s, score queued jobs together with one reward model,
     and build the replies. No HTTP here (`RewardServer` serves it).
 
+    Everything it reads about the model (kind, ``max_length``, the tokenizer's special tokens and longest entry,
+    the media rule, the device, the precision) is in ``facts`` (`facts.ServedModelFacts`, built by
+    `facts.served_model_facts`); only ``scorer`` touches the model.
+
     Args:
-        model (`RewardModel`): the reward model, text (reads the subtitle only) or multimodal.
+        model (`RewardModel` or `ServedModelFacts`): the reward model, text (reads the subtitle only) or
+            multimodal, scored here with ``model.score_info``; or the facts of a model loaded elsewhere (a model
+            process), with the ``scorer`` that scores with it.
         limits (`ServerLimits`): request limits.
         batch_size (`int`): most sequences per forward pass.
         forward_tokens (`int`, *optional*): text models: about this many tokens per forward pass (estimated, 4
             characters a token): the rows per pass are ``forward_tokens // mean tokens``, at most ``batch_size``, so
             that long descriptions of varied lengths are not all padded to the longest. None: 1024 on CPU (measured
-            best there: OV-MERD descriptions score 2x faster in rows of 4-8 than of 64), 16384 on a GPU.
+            best there: OV-MERD descriptions score 2x faster in rows of 4-8 than of 64), 16384 on a GPU
+            (``facts.device``).
         openrlhf_labels (`"ignore"`, `"subtitle"` or `"clip"`): what OpenRLHF ``labels`` are: ignored, the
             sample's subtitle, or its clip (a sample id, a media path or a media object: `clip_from_label`).
         allow_unused_media (`bool`): a text model accepts (and ignores) video / audio paths (otherwise 400).
@@ -83,13 +90,14 @@ class RewardService:
         extra_query_markers (`list[str]`): more special-token strings to strip from OpenRLHF queries (the
             policy's EOS / pad / end-of-turn text when not in `DEFAULT_QUERY_MARKERS`).
         scorer (callable, *optional*): what scores a model call instead of ``model.score_info`` (same signature,
-            result and exceptions): `emoreward.export.serve.worker.ModelProcess.score_info`, the same model loaded
-            in a process of its own (``emoreward serve --model-process``).
+            result and exceptions): `emoreward.export.serve.worker.ModelProcess.score_info`, the model loaded
+            in a process of its own (``emoreward serve``'s default); required when ``model`` is facts.
         scorer_alive (callable, *optional*): whether that scorer can still score (``ModelProcess``: its process is
             alive); when it says no, ``GET /health`` answers 503 with ``status: "model process stopped"``.
 
     Raises:
-        ValueError: an unknown ``openrlhf_labels`` / ``overlong``, or a ``media_root`` that is not a directory.
+        ValueError: an unknown ``openrlhf_labels`` / ``overlong``, a ``media_root`` that is not a directory, or
+            facts without a ``scorer``.
     """
 
     def __init__(
@@ -113,16 +121,21 @@ class RewardService:
             raise ValueError(f"openrlhf_labels must be one of {OPENRLHF_LABELS}, got {openrlhf_labels!r}")
         if overlong not in ("flag", "refuse"):
             raise ValueError(f"overlong must be 'flag' or 'refuse', got {overlong!r}")
-        self.model = model
+        if isinstance(model, ServedModelFacts):
+            if scorer is None:
+                raise ValueError("RewardService(facts) needs the scorer of the model they describe")
+            self.model, self.facts = None, model
+        else:
+            self.model, self.facts = model, served_model_facts(model)
+        facts = self.facts
         self.scorer = scorer or model.score_info
         self.scorer_alive = scorer_alive
         self.limits = limits or ServerLimits()
-        self.max_chars = self.limits.max_chars or max_chars_for(model)
-        self.max_length = int(getattr(model.settings, "max_length", 0) or 0)
+        self.max_chars = self.limits.max_chars or facts.max_chars
+        self.max_length = facts.max_length
         self.batch_size = batch_size
         if forward_tokens is None:
-            device = getattr(model, "device", None)
-            forward_tokens = 1024 if getattr(device, "type", "cpu") == "cpu" else 16384
+            forward_tokens = 1024 if facts.device == "cpu" else 16384
         self.forward_tokens = forward_tokens
         self.openrlhf_labels = openrlhf_labels
         self.allow_unused_media = allow_unused_media
@@ -131,7 +144,7 @@ class RewardService:
         self.media_root = None if media_root is None else Path(media_root).resolve()
         if self.media_root is not None and not self.media_root.is_dir():
             raise ValueError(f"--media-root {media_root} is not a directory")
-        self.pad_markers, self.end_markers = query_markers(model, list(extra_query_markers))
+        self.pad_markers, self.end_markers = query_markers(facts, list(extra_query_markers))
         self.stats = ServerStats()
         self._stats_lock = threading.Lock()
         # the RL length-hacking monitor over the last `length_window` rewarded descriptions (every route)
@@ -257,7 +270,8 @@ class RewardService:
         paths = {key: self._text(ref.get(key), f"{where}.{key}", allow_none=True) for key in ("video", "audio")}
         subtitle = self._text(ref.get("subtitle"), f"{where}.subtitle", allow_none=True)
         sample_id = self._text(ref.get("sample_id"), f"{where}.sample_id", allow_none=True)
-        if self.model.kind == "text":
+        facts = self.facts
+        if facts.kind == "text":
             given = [key for key, value in paths.items() if value]
             if given and not self.allow_unused_media:
                 raise RequestError(
@@ -266,15 +280,14 @@ class RewardService:
                     "start the server with --allow-unused-media to accept and ignore media paths",
                 )
             return self._rule(where, subtitle=subtitle, prompt=prompt)
-        spec, options = self.model.spec, self.model.options
         ref_paths = MediaRef(paths["video"], paths["audio"])
-        for key, why in unused_media(ref_paths, need_video=spec.sees_video, need_audio=spec.hears_audio,
-                                     use_audio_in_video=options.use_audio_in_video):  # fmt: skip
+        for key, why in unused_media(ref_paths, need_video=facts.sees_video, need_audio=facts.hears_audio,
+                                     use_audio_in_video=facts.use_audio_in_video):  # fmt: skip
             raise RequestError(
                 HTTPStatus.BAD_REQUEST, f"'{where}.{key}' given, but {why}: remove it (it would not change the reward)"
             )
         resolved = {key: self._media_path(value, f"{where}.{key}") for key, value in paths.items()}
-        for needed in sorted(self.model.modalities):
+        for needed in sorted(facts.modalities):
             if resolved[needed] is None and not (needed == "audio" and self._audio_from_video(resolved)):
                 raise RequestError(
                     HTTPStatus.BAD_REQUEST, f"'{where}.{needed}' is required: this reward model reads {needed}"
@@ -296,7 +309,7 @@ class RewardService:
             raise RequestError(HTTPStatus.BAD_REQUEST, str(err)) from None
 
     def _audio_from_video(self, resolved: dict[str, str | None]) -> bool:
-        return bool(getattr(self.model.settings, "use_audio_in_video", False) and resolved["video"])
+        return bool(self.facts.use_audio_in_video and resolved["video"])
 
     def _media_path(self, value: str | None, field_name: str) -> str | None:
         """The absolute path of a media file inside the media root, or a 400 naming `field_name` (no file is read
@@ -383,17 +396,17 @@ class RewardService:
         elif not isinstance(labels, list) or len(labels) != n:
             count = f"{len(labels)} items" if isinstance(labels, list) else "no list"
             raise RequestError(HTTPStatus.BAD_REQUEST, f"'labels' has {count} for {n} queries")
-        if self.model.modalities and self.openrlhf_labels != "clip":
+        modalities = self.facts.modalities
+        if modalities and self.openrlhf_labels != "clip":
             raise RequestError(
                 HTTPStatus.BAD_REQUEST,
                 "/get_reward carries no media and this reward model reads "
-                f"{' and '.join(sorted(self.model.modalities))}: start the server with --openrlhf-labels clip and "
+                f"{' and '.join(sorted(modalities))}: start the server with --openrlhf-labels clip and "
                 "name each sample's clip in its label, or use /v1/rewards with 'media'",
             )
         if self.openrlhf_labels == "clip":
-            audio_from_video = bool(getattr(self.model.settings, "use_audio_in_video", False))
             refs = [
-                clip_from_label(label, f"labels[{k}]", self.model.modalities, audio_from_video)
+                clip_from_label(label, f"labels[{k}]", modalities, self.facts.use_audio_in_video)
                 for k, label in enumerate(labels)
             ]
             contexts = [
@@ -428,7 +441,7 @@ class RewardService:
         descriptions = [d for job in jobs for d in job.descriptions]
         contexts = [c for job in jobs for c in job.contexts]
         batch_size = self.batch_size
-        if self.model.kind == "text" and descriptions:
+        if self.facts.kind == "text" and descriptions:
             mean_tokens = sum(job.tokens for job in jobs) / len(descriptions)
             batch_size = max(1, min(batch_size, int(self.forward_tokens // max(mean_tokens, 1.0))))
         try:
@@ -558,9 +571,9 @@ class RewardService:
         return {
             "status": "ok" if alive else "model process stopped",
             "model": self.name,
-            "kind": self.model.kind,
+            "kind": self.facts.kind,
             "max_length_tokens": self.max_length,
-            "precision": precision_record(self.model),  # the dtype every reward of this server is computed in
+            "precision": dict(self.facts.precision or {}),  # the dtype every reward of this server is computed in
             "overlong": self.overlong,
             "limits": limits,
             "stats": asdict(self.stats),

@@ -1,4 +1,4 @@
-"""`ModelProcess`: a reward model's ``score_info`` run in a process of its own (``emoreward serve --model-process``).
+"""`ModelProcess`: a reward model loaded and scoring in a process of its own (``emoreward serve``'s default).
 
 Why (issue 23, measured in docs/speed.md#serving): in one process, the event loop that parses and answers the
 requests and the thread that runs the model share one interpreter lock. At RL rates (one request per sample) the
@@ -8,10 +8,12 @@ process sends it one model call at a time (the descriptions and contexts of the 
 pipe and gets the `ScoreInfo` back. The queue, the fair slices, the error isolation of
 `RewardService.score_jobs`, the length monitor and the replies stay in the server process.
 
-The model process loads the model itself (`load_reward_model(directory, media_root=...)`, the same arguments and
-environment, so the same precision); the server process keeps its own copy for validation (tokenizer, settings,
-media rule). Exceptions raised by the model come back as the same exception class with the same attributes (a
-`MediaError` still names its sample and file), so `score_jobs` answers them as it does in one process.
+The model process loads the model (`load_reward_model(directory, media_root=...)`, the server's arguments and
+environment, so the same precision) and sends, with its "ready" message, the model's `ServedModelFacts`
+(`served_model_facts`: what validation, batching and /health read); the server process builds its `RewardService`
+from them and loads no weights (for a text model it does not even import torch). Exceptions raised by the model
+come back as the same exception class with the same attributes (a `MediaError` still names its sample and file),
+so `score_jobs` answers them as it does in one process.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def _unpack_error(packed: tuple) -> BaseException:
 
 
 def _serve(directory: str, media_root: str | None, threads: int | None, conn: Any, warning_filters: list) -> None:
-    """The model process: load the model, then answer ``(descriptions, contexts, batch_size)`` requests until
+    """The model process: load the model, send its facts, then answer ``(descriptions, contexts, batch_size)`` requests until
     ``None`` (or the pipe closes). It ignores SIGINT and SIGTERM: Ctrl-C (sent to the whole process group) or a
     service manager's SIGTERM to every process must not end it while the server still answers its queued requests;
     the server ends it after them (`ModelProcess.close`), and a server that dies closes the pipe."""
@@ -73,13 +75,15 @@ def _serve(directory: str, media_root: str | None, threads: int | None, conn: An
     if threads:
         torch.set_num_threads(threads)
     try:
+        from emoreward.export.serve.facts import served_model_facts
         from emoreward.models import load_reward_model
 
         model = load_reward_model(directory, media_root=media_root)
+        facts = served_model_facts(model)
     except BaseException as err:
         conn.send(("failed", _pack_error(err)))
         return
-    conn.send(("ready", None))
+    conn.send(("ready", facts))
     while True:
         try:
             request = conn.recv()
@@ -97,6 +101,9 @@ def _serve(directory: str, media_root: str | None, threads: int | None, conn: An
 
 class ModelProcess:
     """A reward model loaded in a child process (``spawn``), scoring one call at a time.
+
+    ``facts`` (`ServedModelFacts`): the loaded model's facts, built in the child by `served_model_facts`:
+    ``RewardService(process.facts, scorer=process.score_info, scorer_alive=process.process.is_alive)`` serves it.
 
     Args:
         directory (`str` or `Path`): the reward-model directory (`load_reward_model`).
@@ -134,6 +141,7 @@ class ModelProcess:
         if status != "ready":
             self.close()
             raise _unpack_error(payload)
+        self.facts = payload
 
     def score_info(
         self, descriptions: Sequence[str], contexts: Sequence[Any] | None = None, *, batch_size: int | None = None
