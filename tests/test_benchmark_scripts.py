@@ -64,7 +64,14 @@ def test_profile_categories_name_the_ops_of_a_lora_step():
 
 
 @pytest.mark.parametrize(
-    "script", ["benchmark.py", "benchmark_multimodal.py", "benchmark_server.py", "benchmark_zero_shot.py"]
+    "script",
+    [
+        "benchmark.py",
+        "benchmark_attention.py",
+        "benchmark_multimodal.py",
+        "benchmark_server.py",
+        "benchmark_zero_shot.py",
+    ],
 )
 def test_benchmark_scripts_start(script):
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / script), "--help"], capture_output=True, text=True,
@@ -82,8 +89,9 @@ def test_benchmark_scripts_start(script):
           "--refit-every", "50", "--workers", "1"], "wall time"),
         (["length_study.py", "--help"], "--variants"),
         (["benchmark_rank.py", "--n-boot", "5", "--repeats", "1"], "rerun from the score cache"),
+        (["benchmark_attention.py", "--shapes", "2x32", "--repeats", "1"], "fp32_sdpa"),
     ],
-    ids=["benchmark_ranking", "benchmark_bpa", "length_study", "benchmark_rank"],
+    ids=["benchmark_ranking", "benchmark_bpa", "length_study", "benchmark_rank", "benchmark_attention"],
 )  # fmt: skip
 def test_more_documented_scripts_run_small(argv, expected):
     """The ranking and BPA benchmarks on small settings (seconds); the length study's command line (its runs train
