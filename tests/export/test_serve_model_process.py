@@ -77,14 +77,15 @@ def test_model_process_serves_the_same_rewards_and_errors_and_stops_with_the_ser
     monkeypatch.setenv("EMOREWARD_DTYPE", "float32")
     descriptions = ["She smiles broadly.", "He frowns and looks away.", "   "]
     model = load_reward_model(tiny_rm)
-    expected = model.score(descriptions, [None] * 3)
+    expected = model.score(descriptions, ["I got the job!"] * 3)  # the subtitle of docs/serving.md's curl example
+    plain = model.score(descriptions[:1], [None])  # OpenRLHF's query alone (labels ignored)
     in_process = RewardService(model, name=str(tiny_rm))  # the one-process route, as a library user builds it
     proc, port = _serve(tiny_rm, *flag, "--threads", "1")
     try:
         children = _children(proc.pid)
         assert len(children) >= 1  # the model process (spawn may add its resource tracker)
         assert "libtorch" not in open(f"/proc/{proc.pid}/maps").read()  # no weights, not even torch, in the server
-        body = {"descriptions": descriptions, "media": {"subtitle": None}}
+        body = {"descriptions": descriptions, "media": {"subtitle": "I got the job!"}}
         status, data = _post(port, "/v1/rewards", body)
         assert status == 200
         assert data["rewards"] == pytest.approx([float(r) for r in expected], abs=1e-6)
@@ -92,7 +93,7 @@ def test_model_process_serves_the_same_rewards_and_errors_and_stops_with_the_ser
         assert _without_rewards(data) == _without_rewards(in_process.handle("rewards", body))
         # OpenRLHF's route and its empty share, through the same model process
         status, data = _post(port, "/get_reward", {"query": ["She smiles broadly."]})
-        assert status == 200 and data["rewards"] == pytest.approx([float(expected[0])], abs=1e-6)
+        assert status == 200 and data["rewards"] == pytest.approx([float(plain[0])], abs=1e-6)
         assert _without_rewards(data) == _without_rewards(
             in_process.handle("openrlhf", {"query": ["She smiles broadly."]})
         )
