@@ -483,15 +483,21 @@ _MERGERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop 
 
 
 def _merger(request: _Request) -> _Merger:
-    """This event loop's merger for ``request``'s client and ``merge_samples`` (the event loop's own thread only)."""
+    """This event loop's merger for ``request``'s client and ``merge_samples`` (used from the loop's own thread).
+
+    Raises:
+        ValueError: ``merge_samples`` is not a positive integer.
+    """
     most = request.options["merge_samples"]
     if isinstance(most, bool) or not isinstance(most, int) or most < 1:
         raise ValueError(f"reward_kwargs 'merge_samples' must be a positive integer, got {most!r}")
     client = _client(request)
-    mergers = _MERGERS.setdefault(asyncio.get_running_loop(), {})
-    merger = mergers.get((client, most))
-    if merger is None:
-        merger = mergers[(client, most)] = _Merger(client, most)
+    loop = asyncio.get_running_loop()
+    with _CLIENTS_LOCK:  # threads with event loops of their own share the table
+        mergers = _MERGERS.setdefault(loop, {})
+        merger = mergers.get((client, most))
+        if merger is None:
+            merger = mergers[(client, most)] = _Merger(client, most)
     return merger
 
 
