@@ -153,6 +153,26 @@ def test_main_job_report_and_evaluate_cli(tiny_bert_dir, tmp_path, capsys, caplo
     assert main(["export", "--model", str(model_dir), "--output", str(model_dir)]) == 2
     assert "would overwrite it" in capsys.readouterr().err
     assert sorted(p.name for p in model_dir.iterdir()) == before
+    # ... and so is a folder holding anything but an earlier export (a user's files, the run folder), untouched
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "README.md").write_text("mine")
+    for target in (mine, tmp_path / "out"):
+        listing = sorted(p.name for p in target.iterdir())
+        assert main(["export", "--model", str(model_dir), "--output", str(target)]) == 2
+        assert "is not empty and holds no earlier export" in capsys.readouterr().err
+        assert sorted(p.name for p in target.iterdir()) == listing
+    assert (mine / "README.md").read_text() == "mine"
+    # an export carries the training pairs: evaluating it on them is still flagged in-sample; exporting again into
+    # the same folder replaces the earlier export
+    export = tmp_path / "export"
+    for _ in range(2):
+        assert main(["export", "--model", str(model_dir), "--output", str(export)]) == 0
+        capsys.readouterr()
+    assert (export / "training_data.json").read_bytes() == (model_dir / "training_data.json").read_bytes()
+    assert main(["evaluate", "--model", str(export), "--data", str(mixed)]) == 0
+    captured = capsys.readouterr()
+    assert "5 of 8 pairs" in captured.err and "IN-SAMPLE" in captured.out
 
     # an interrupted or repeated run reuses finished folds and the finished final model; a torn finished.json
     # (what a kill during a non-atomic write leaves) is named in a warning and its fold is trained again

@@ -34,6 +34,10 @@ from emoreward.cli.options import (
 )
 
 
+# the options of `--method bpa` and their defaults: given with the full method, they would be silently ignored
+BPA_DEFAULTS = {"budget": None, "sigma_tau": 0.3, "refit_every": 10, "policy": "exploration", "exploration": None}
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of `emoreward rank`."""
     p.add_argument("--judge", required=True, help="a reward-model directory (emoreward train) or a judge YAML")
@@ -99,16 +103,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     b.add_argument(
         "--sigma-tau",
         type=positive_float,
-        default=0.3,
+        default=BPA_DEFAULTS["sigma_tau"],
         help="stop when the mean model uncertainty (1-9 scale) is below this",
     )
     b.add_argument(
-        "--refit-every", type=positive_int, default=10, help="global MAP refit after this many new verdicts"
+        "--refit-every",
+        type=positive_int,
+        default=BPA_DEFAULTS["refit_every"],
+        help="global MAP refit after this many new verdicts",
     )
     b.add_argument(
         "--policy",
         choices=["exploration", "paper", "bpa", "random"],
-        default="exploration",
+        default=BPA_DEFAULTS["policy"],
         help="'exploration': exploration only (default; with ranking-variance exploration the best policy measured, "
         "docs); 'paper': the paper's scheduler, 50/30/20 exploration by TrueSkill match quality / anchor / bridge (no "
         "anchors here: 80/20 exploration / bridge); 'bpa': those shares with --exploration's rule; 'random': "
@@ -154,11 +161,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def check_rank_options(args: argparse.Namespace) -> None:
     """The options that need no table or judge, checked before either loads (a result that could not be written,
-    or a media folder that does not exist, is reported before any scoring).
+    or a media folder that does not exist, is reported before any scoring; a BPA option given to the full method).
 
     Raises:
         ValueError: naming the option.
     """
+    if getattr(args, "method", "full") != "bpa":
+        given = [name for name, default in BPA_DEFAULTS.items() if getattr(args, name, default) != default]
+        if given:
+            flag = "--" + given[0].replace("_", "-")
+            raise ValueError(
+                f"{flag} is a --method bpa option; the full method compares every pair (add --method bpa)"
+            )
     if args.output:
         check_output_file(args.output, "--output", inputs=[getattr(args, "data", None)])
     if getattr(args, "dataset", None):

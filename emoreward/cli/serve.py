@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 
+from emoreward.cli.options import EXIT_FAILED_CALLS, EXIT_OK
 from emoreward.export.serve import http as serve_http
 from emoreward.export.serve.http import RewardServer
 from emoreward.export.serve.openrlhf import DEFAULT_QUERY_MARKERS
@@ -252,6 +253,7 @@ def run(args: argparse.Namespace) -> int:
         server = RewardServer(service, args.host, args.port, token=token)
         start = time.time()
         finished = serve_http.run(_serve_until_signal(server, args, token is not None))
+        died = worker is not None and not worker.alive  # before close(), which ends a live one
     finally:
         if worker is not None:
             worker.close()
@@ -259,7 +261,13 @@ def run(args: argparse.Namespace) -> int:
     _echo(f"served {stats.line()} in {time.time() - start:.0f} s")
     if not finished:
         _echo("warning: the shutdown grace period ended before every queued request was scored")
-    return 0
+    if died:  # a service manager must not read this as a clean stop
+        _echo(
+            f"error: the model process had stopped while serving (exit code {worker.process.exitcode}); the model "
+            "calls after it failed"
+        )
+        return EXIT_FAILED_CALLS
+    return EXIT_OK
 
 
 async def _serve_until_signal(server: RewardServer, args: argparse.Namespace, auth: bool) -> bool:

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from emoreward.models.base import (
+    TRAINING_DATA_FILE,
     RewardContext,
     RewardModel,
     TextSettings,
@@ -141,22 +142,26 @@ def export_hf(
     Returns:
         `ExportReport`.
 
+    The export also carries the model's `training_data.json` (the pairs it was trained on), so that an evaluation
+    of the export on them is still flagged in-sample. ``directory`` may be new, empty or an earlier export, which is
+    replaced whole (`check_export_target`); anything else is refused before any work.
+
     Raises:
-        ValueError: ``directory`` is the model's own directory or an existing file, or ``atol`` is negative.
+        ValueError: ``directory`` is the model's own directory, an existing file or a folder that holds anything but
+            an earlier export, or ``atol`` is negative.
         ExportMismatchError: the loaded export has missing / unexpected keys or its rewards differ by more than
             ``atol``.
     """
     directory = Path(directory)
     if atol is not None and not atol >= 0:
         raise ValueError(f"atol must be a number >= 0 (reward units), got {atol}")
+    if isinstance(model, (str, Path)) and directory.resolve() == Path(model).resolve():
+        raise ValueError(
+            f"export into the model's own directory {directory} would overwrite it; choose another --output"
+        )
+    check_export_target(directory)  # before any work
     if isinstance(model, (str, Path)):
-        if directory.resolve() == Path(model).resolve():
-            raise ValueError(
-                f"export into the model's own directory {directory} would overwrite it; choose another --output"
-            )
         model = load_reward_model(model, dtype=torch.float32)  # the master weights as saved: a float32 export
-    if directory.exists() and not directory.is_dir():
-        raise ValueError(f"--output {directory} is a file; give a directory for the export")
     probes = list(DEFAULT_PROBES if probes is None else probes)
     if contexts is None:
         contexts = [synthetic_context(model) if model.kind == "media" else None] * len(probes)
@@ -167,6 +172,9 @@ def export_hf(
     shutil.rmtree(staging, ignore_errors=True)
     try:
         model.export_merged(staging, model_card=export_card(model))
+        source = getattr(model, "source_dir", None)
+        if source is not None and (Path(source) / TRAINING_DATA_FILE).is_file():  # which pairs are in-sample
+            shutil.copy2(Path(source) / TRAINING_DATA_FILE, staging / TRAINING_DATA_FILE)
         if model.kind == "media":
             again = load_reward_model(staging, media_root=getattr(model, "media_root", None), dtype=dtype)
             got = again.score(probes, contexts)
@@ -193,13 +201,43 @@ def export_hf(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     directory.mkdir(parents=True, exist_ok=True)
+    for item in list(directory.iterdir()):  # a previous export (check_export_target): replaced whole
+        if item.is_dir() and not item.is_symlink():
+            shutil.rmtree(item)
+        else:
+            item.unlink()
     for item in staging.iterdir():  # the checked export, moved into place
-        target = directory / item.name
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)
-        os.replace(item, target)
+        os.replace(item, directory / item.name)
     staging.rmdir()
     return report
+
+
+def check_export_target(directory: str | Path) -> None:
+    """Refuse an export folder that holds anything but an earlier export: it must not exist, be empty, or hold a
+    merged export (its `emoreward_config.json` says ``"merged": true``), which the new export then replaces whole.
+
+    Raises:
+        ValueError: ``directory`` is a file, or a folder with other content (a model being trained, a run folder,
+            a user's files), naming a few of its entries.
+    """
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(f"--output {directory} is a file; give a directory for the export")
+    if not directory.is_dir():
+        return
+    entries = sorted(item.name for item in directory.iterdir())
+    if not entries:
+        return
+    try:
+        merged = bool(load_settings(directory).merged)
+    except Exception:  # no settings, or unreadable: not an export of ours
+        merged = False
+    if not merged:
+        shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+        raise ValueError(
+            f"--output {directory} is not empty and holds no earlier export ({shown}): the export would overwrite "
+            "or mix with these files; give a new or empty folder"
+        )
 
 
 def _reference(model: RewardModel, dtype: torch.dtype) -> RewardModel:
@@ -336,6 +374,7 @@ __all__ = [
     "DEFAULT_PROBES",
     "ExportMismatchError",
     "ExportReport",
+    "check_export_target",
     "export_card",
     "export_hf",
     "score_with_transformers",

@@ -95,7 +95,8 @@ def compute_score(
         ``{"score": float, "truncated": 0.0 | 1.0, "empty": 0.0 | 1.0}`` and the length monitor's ``length/...`` figures.
 
     Raises:
-        ValueError: no ``server_url`` or ``model``, or unknown keyword arguments; RuntimeError: the server failed.
+        ValueError: no ``server_url`` or ``model``, unknown keyword arguments, or a ``solution_str`` that is not a
+            string; RuntimeError: the server failed.
     """
     return score_descriptions([solution_str], [ground_truth], [extra_info], **kwargs)[0]
 
@@ -240,11 +241,18 @@ class _Request:
             raise ValueError("give exactly one of reward_kwargs 'server_url' (running emoreward servers) or 'model'")
         if options["model"] is not None:
             options["model"] = str(options["model"])
+        for k, description in enumerate(descriptions):  # never the text "None" scored as a description
+            if not isinstance(description, str):
+                where = "solution_str" if len(descriptions) == 1 else f"solution_strs[{k}]"
+                raise ValueError(
+                    f"emoreward.export.verl: {where} must be a string (the decoded response), got "
+                    f"{type(description).__name__}"
+                )
         keys = [options[k] for k in ("subtitle_key", "video_key", "audio_key", "sample_key")]
         contexts = [
             _context(truth, info, *keys, row=k + 1) for k, (truth, info) in enumerate(zip(ground_truths, extra_infos))
         ]
-        return cls([str(d) for d in descriptions], contexts, options)
+        return cls(list(descriptions), contexts, options)
 
     def payload(self, part: range | None = None) -> dict:
         part = part or range(len(self.descriptions))

@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 
 
 SETTINGS_FILE = "emoreward_config.json"
+# the training pairs of a trained model (`emoreward.training.provenance`); an export carries it along, so that
+# `emoreward evaluate` still knows which pairs are in-sample
+TRAINING_DATA_FILE = "training_data.json"
 RewardKind = Literal["text", "media"]
 
 
@@ -373,6 +376,7 @@ def load_reward_model(directory: str | Path, **kwargs: Any) -> RewardModel:
 
 __all__ = [
     "SETTINGS_FILE",
+    "TRAINING_DATA_FILE",
     "MediaSettings",
     "RewardContext",
     "RewardKind",

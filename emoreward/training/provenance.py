@@ -15,14 +15,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from emoreward.models.base import TRAINING_DATA_FILE  # the model folder's file names live there
 from emoreward.utils.io import atomic_write_json, read_json_or_none
 
 
 if TYPE_CHECKING:
     from emoreward.data import PreferencePair
-
-
-TRAINING_DATA_FILE = "training_data.json"
 
 
 KEY_SCHEME = "sample+descriptions"  # `pair_key` of the records written now

@@ -223,11 +223,14 @@ def test_a_dead_model_process_makes_health_fail_and_rewards_answer_500(tiny_rm):
         status, data = _post(port, "/v1/rewards", {"descriptions": ["She smiles."], "media": {"subtitle": None}})
         assert status == 500 and data["error"] == "scoring failed; see the server log"
         os.killpg(proc.pid, signal.SIGTERM)
-        proc.communicate(timeout=60)
+        out, _ = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0
+    # a server that could not score is not a clean stop: exit 1 (a service manager sees it), the exit code named
+    assert proc.returncode == 1
+    text = out if isinstance(out, str) else out.decode()
+    assert "error: the model process had stopped while serving (exit code -9)" in text
 
 
 def _cmdline(pid: int) -> str:

@@ -168,6 +168,13 @@ def test_concurrent_async_calls_share_requests_and_a_refused_sample_fails_alone(
     np.testing.assert_allclose([got[k]["score"] for k in ok], expected, atol=reward_tolerance(torch.float32))
     with pytest.raises(ValueError, match="'merge_samples' must be a positive integer, got 0"):
         asyncio.run(verl.compute_score_async(solution_str="Sad.", server_url=srv.url, merge_samples=0))
+    # a response that is not text is refused, never scored as the text "None" (every function, before any request)
+    with pytest.raises(ValueError, match="solution_str must be a string .*got NoneType"):
+        verl.compute_score(solution_str=None, server_url=srv.url)
+    with pytest.raises(ValueError, match=r"solution_strs\[1\] must be a string .*got int"):
+        verl.compute_score_batch(solution_strs=["Sad.", 123], server_url=srv.url)
+    with pytest.raises(ValueError, match="solution_str must be a string"):
+        asyncio.run(verl.compute_score_async(solution_str=None, server_url=srv.url))
 
 
 def test_a_failed_merged_request_fails_every_call_of_it(scripted):

@@ -156,6 +156,7 @@ class ModelProcess:
                 self._conn.send((list(descriptions), None if contexts is None else list(contexts), batch_size))
                 status, payload = self._conn.recv()
             except (EOFError, OSError, BrokenPipeError):
+                self.process.join(1.0)  # reaped, so that its exit code (a signal: negative) is known
                 raise ModelProcessError(
                     f"the model process has stopped (exit code {self.process.exitcode}); restart the server"
                 ) from None
