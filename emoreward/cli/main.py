@@ -102,11 +102,13 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:  # `emoreward train: error: unrecognized arguments: ...`, as every other usage error of a command
         parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    return guarded(f"emoreward {args.command}", lambda: args._run(args))
+    interrupted = getattr(command_module(args.command), "INTERRUPTED", INTERRUPTED)
+    return guarded(f"emoreward {args.command}", lambda: args._run(args), interrupted)
 
 
-def guarded(prog: str, run: Callable[[], int]) -> int:
-    """Run a command: data and configuration errors print one line and return 2, Ctrl-C says how to resume (130)."""
+def guarded(prog: str, run: Callable[[], int], interrupted: str = INTERRUPTED) -> int:
+    """Run a command: data and configuration errors print one line and return 2, Ctrl-C prints ``interrupted`` (by
+    default how to resume; a command module's own ``INTERRUPTED`` where resuming means nothing) and returns 130."""
     try:
         return run()
     except (ValueError, OSError, ImportError, RuntimeError) as err:
@@ -116,7 +118,7 @@ def guarded(prog: str, run: Callable[[], int]) -> int:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
-        print(INTERRUPTED.format(prog=prog), file=sys.stderr)
+        print(interrupted.format(prog=prog), file=sys.stderr)
         return EXIT_INTERRUPTED
 
 

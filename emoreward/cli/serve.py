@@ -159,6 +159,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ray.add_argument("--num-gpus", type=float, default=0.0, help="GPUs per replica (default 0; 1: a GPU each)")
 
 
+# what Ctrl-C outside the server's own shutdown prints (a second Ctrl-C while it stops): a server has nothing to
+# resume, unlike the commands that keep finished work
+INTERRUPTED = "{prog}: interrupted"
+
+
 def _confirm_no_auth(args: argparse.Namespace) -> bool:
     if args.host in LOOPBACK or args.insecure_no_auth:
         return True

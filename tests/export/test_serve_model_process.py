@@ -239,3 +239,20 @@ def _cmdline(pid: int) -> str:
             return f.read().replace("\0", " ")
     except FileNotFoundError:
         return ""
+
+
+def test_ctrl_c_outside_the_shutdown_says_interrupted_without_a_resume_hint(capsys):
+    """A second Ctrl-C while the server stops reaches the CLI's guard: a server has nothing to resume, so its line
+    is not the train / judge / rank one ("run the same command again to resume")."""
+    from emoreward.cli.main import command_module, guarded
+    from emoreward.cli.options import EXIT_INTERRUPTED, INTERRUPTED
+
+    def interrupted() -> int:
+        raise KeyboardInterrupt
+
+    message = getattr(command_module("serve"), "INTERRUPTED", INTERRUPTED)
+    assert guarded("emoreward serve", interrupted, message) == EXIT_INTERRUPTED
+    assert capsys.readouterr().err == "emoreward serve: interrupted\n"
+    assert getattr(command_module("train"), "INTERRUPTED", INTERRUPTED) == INTERRUPTED  # resumable commands
+    assert guarded("emoreward train", interrupted) == EXIT_INTERRUPTED
+    assert "run the same command again to resume" in capsys.readouterr().err
