@@ -230,7 +230,7 @@ def check_export_target(directory: str | Path) -> None:
         return
     try:
         merged = bool(load_settings(directory).merged)
-    except Exception:  # no settings, or unreadable: not an export of ours
+    except (OSError, ValueError):  # no settings, or unreadable: not an export of ours
         merged = False
     if not merged:
         shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
