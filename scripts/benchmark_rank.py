@@ -14,7 +14,9 @@ best of the repeats; the fits' own time (``cost.fit_seconds``) and the load aver
 
 The length-controlled fit (`fit_length_controlled` on the rerun's verdicts and description lengths) is also timed
 alone, ``--repeats`` times, with its largest difference from the per-resample path (``--per-resample``: timed
-once beside it) over scores, intervals and the coefficient.
+once beside it) over scores, intervals and the coefficient. Its resamples' time (the fit less the fit with one
+resample) is held against issue 22's 0.1 s, in wall time: the compiled pass runs on every CPU the process may use
+(the thread count is printed), so its CPU seconds, printed beside, exceed the wall time.
 """
 
 from __future__ import annotations
@@ -118,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from emoreward.data.tables import bundled_ovmerd_path, load_description_table
     from emoreward.models import load_reward_model
+    from emoreward.ranking.length_kernel import fit_threads
     from emoreward.ranking.rank import rank_with_reward_model
     from emoreward.ranking.score_cache import ScoreCache
     from emoreward.ranking.scoring import records_from_scores, score_table
@@ -175,11 +178,13 @@ def main(argv: list[str] | None = None) -> int:
     best_length = min(r["wall_s"] for r in timed)
     best_cpu = min(r["cpu_s"] for r in timed)
     alone = next(r for r in length_rows if r["n_boot"] == 1)
-    verdict = "met" if best_length <= LENGTH_TARGET_SECONDS else "NOT met"
+    resamples_wall, resamples_cpu = best_length - alone["wall_s"], best_cpu - alone["cpu_s"]
+    verdict = "met" if resamples_wall <= LENGTH_TARGET_SECONDS else "NOT met"
     verdict = verdict if args.n_boot >= 1000 else "stated for 1,000 resamples"
     print(
-        f"length-controlled fit: best {best_length:.3f} s wall, {best_cpu:.3f} s CPU, of which the resamples "
-        f"{best_cpu - alone['cpu_s']:.3f} s CPU (target <= {LENGTH_TARGET_SECONDS} s: {verdict})"
+        f"length-controlled fit: best {best_length:.3f} s wall, {best_cpu:.3f} s CPU; the resamples (the fit less "
+        f"the one without them) {resamples_wall:.3f} s wall, {resamples_cpu:.3f} s CPU on "
+        f"{fit_threads()} thread(s) (target <= {LENGTH_TARGET_SECONDS} s wall: {verdict})"
     )
     if args.output:
         payload = {"args": vars(args), "rows": rows, "length_controlled": length_rows}

@@ -354,7 +354,8 @@ def fit_length_controlled(
     if not records:
         raise ValueError("fit_length_controlled needs at least one record")
     covariates = list(covariates)
-    raw = _covariate_differences(records, features, covariates)
+    values = _description_covariates(records, features, covariates)
+    raw = values[:, 0] - values[:, 1]
     items = sorted({r.item_a for r in records} | {r.item_b for r in records}) if items is None else list(items)
     check_connected(PairwiseCounts.from_records(records, items), "error")
     notes: list[str] = []
@@ -362,7 +363,7 @@ def fit_length_controlled(
     kept = scales > 0
     for k in np.flatnonzero(~kept):
         notes.append(f"covariate {covariates[k]!r} does not differ within any compared pair: dropped")
-    design, _ = build_design(records, items, raw[:, kept] / scales[kept], model)
+    design, _ = build_design(records, items, values[:, :, kept] / scales[kept], model)
     davidson = model == "davidson"
     boot_s = np.full((n_boot, len(items)), np.nan)
     boot_c = np.full((n_boot, len(covariates)), np.nan)
@@ -418,11 +419,11 @@ def fit_length_controlled(
     )
 
 
-def _covariate_differences(
+def _description_covariates(
     records: list[PairwiseRecord], features: Mapping[tuple[str, str], np.ndarray], covariates: list[str]
 ) -> np.ndarray:
-    """``f(d_a) - f(d_b)`` of every record, shape `(N, K)`; a ValueError names the first record without features
-    (or with a vector of the wrong shape)."""
+    """``(f(d_a), f(d_b))`` of every record, shape `(N, 2, K)`; a ValueError names the first record without
+    features (or with a vector of the wrong shape)."""
     k_cov = len(covariates)
     index = {key: row for row, key in enumerate(features)}
     vectors = [np.asarray(v, dtype=float) for v in features.values()]
@@ -443,7 +444,7 @@ def _covariate_differences(
                 "this sample"
             )
         raise ValueError(f"record {n}: covariate vectors must have shape ({k_cov},) for {covariates}")
-    return table[rows_a] - table[rows_b]
+    return np.stack([table[rows_a], table[rows_b]], axis=1)
 
 
 @dataclass(frozen=True)
