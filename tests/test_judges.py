@@ -263,3 +263,16 @@ def test_evaluate_and_judge_take_either_kind_of_judge(tmp_path, tiny_bert_dir, c
     assert via_judge["judge"] == via_evaluate["judge"] and via_judge["pair_rewards"] == via_evaluate["pair_rewards"]
     assert emoreward_main(["judge", "--judge", rm, "--data", "emoprefer", "--strategy", "S2", "--runs", "3"]) == 2
     assert "is a reward model; --strategy, --runs apply to zero-shot judges only" in capsys.readouterr().err
+
+
+def test_judge_draws_no_progress_bar_when_stderr_is_not_a_terminal(tmp_path, capsys):
+    # as `rank` and `train`: a bar only on a terminal, so logs and CI output hold no tqdm lines
+    judge = tmp_path / "judge.yaml"
+    judge.write_text(
+        "name: scripted-judge\nprompts: emoprefer_v1\nsampling: {do_sample: false, max_new_tokens: 16, seed: 0}\n"
+        "mllm: {backend: scripted, model: longer-wins}\n"
+    )
+    argv = ["judge", "--judge", str(judge), "--data", "emoprefer", "--output", str(tmp_path / "j")]
+    assert emoreward_main(argv) == 0
+    err = capsys.readouterr().err
+    assert "judge scripted-judge" not in err and "call/s" not in err and "%|" not in err

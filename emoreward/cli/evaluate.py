@@ -219,7 +219,7 @@ def _run_zero_shot(args: argparse.Namespace, spec: str) -> int:
         media_root=args.media_root,
         ignore_media=options["ignore_media"],
         tie_policy=args.two_class_ties,
-        progress=not getattr(args, "no_progress", False),
+        progress=not getattr(args, "no_progress", False) and sys.stderr.isatty(),  # bars on a terminal only
     )
     calls = report["calls"]
     sys.stdout.write("\n" + report["markdown"] + "\n")

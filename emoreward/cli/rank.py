@@ -31,6 +31,7 @@ from emoreward.cli.options import (
     positive_float,
     positive_int,
     quiet_libraries,
+    seed_int,
 )
 
 
@@ -93,7 +94,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f.add_argument(
         "--alpha", type=open_unit_float, default=0.05, help="1 - interval coverage (default 0.05: 95%% intervals)"
     )
-    f.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of --samples")
+    f.add_argument("--seed", type=seed_int, default=0, help="seed of the bootstrap and of --samples (>= 0)")
     b = p.add_argument_group("bpa (--method bpa)")
     b.add_argument(
         "--budget",
@@ -223,6 +224,9 @@ def _load_table(args: argparse.Namespace):
         unknown = [m for m in models if m not in table.models]
         if unknown:
             raise TableError(f"--models: {unknown} not in the table {table.source}; its models are {table.models}")
+        repeated = sorted({m for m in models if models.count(m) > 1})
+        if repeated:
+            raise TableError(f"--models: {repeated} listed more than once in {args.models!r}")
         if len(set(models)) < 2:
             raise TableError(f"--models: a ranking needs at least two models, got {models}")
     samples = _read_sample_ids(args.sample_ids, table) if args.sample_ids else None

@@ -10,6 +10,7 @@ maximum-likelihood estimate; Albert & Anderson (1984) for separation in logistic
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,19 @@ from emoreward.ranking.counts import PairwiseCounts
 
 MIN_UNITS_FOR_INTERVALS = 2
 """Fewer resampling units (samples) than this: every resample is the data itself, so an interval is a point."""
+
+
+def min_resamples(alpha: float) -> int:
+    """The fewest bootstrap resamples whose percentile interval at level ``1 - alpha`` has each end inside the
+    resamples rather than at the most extreme one: ``ceil(2 / alpha)`` (40 for 95%). Fewer get a warning."""
+    return math.ceil(2.0 / alpha - 1e-9)
+
+
+def intervals_defined(n_units: int) -> bool:
+    """Whether a bootstrap over ``n_units`` resampling units can vary the data at all (at least
+    `MIN_UNITS_FOR_INTERVALS`): every fit of a ranking (Bradley-Terry, reward effects, length-controlled) reports
+    no interval (null) otherwise."""
+    return n_units >= MIN_UNITS_FOR_INTERVALS
 
 
 @dataclass(frozen=True)
@@ -43,8 +57,8 @@ class FitEdges:
 
     @property
     def intervals_defined(self) -> bool:
-        """Whether the bootstrap can vary the data at all (at least ``MIN_UNITS_FOR_INTERVALS`` units)."""
-        return self.n_units >= MIN_UNITS_FOR_INTERVALS
+        """Whether the bootstrap can vary the data at all (:func:`intervals_defined`)."""
+        return intervals_defined(self.n_units)
 
     def open_ends(self, item: str) -> tuple[bool, bool]:
         """``(lower, upper)``: which ends of ``item``'s interval only the prior bounds (or no data at all)."""
@@ -192,6 +206,8 @@ def null_where_open(values: Any, edges: FitEdges, items: list[str], side: str) -
 __all__ = [
     "format_interval",
     "MIN_UNITS_FOR_INTERVALS",
+    "intervals_defined",
+    "min_resamples",
     "FitEdges",
     "edge_warnings",
     "fit_edges",

@@ -14,6 +14,7 @@ from emoreward.ranking.bradley_terry import (
     TIE_MODELS,
     finite_floats,
 )
+from emoreward.ranking.edges import intervals_defined
 from emoreward.ranking.scoring import ScoreMatrix
 
 
@@ -50,7 +51,8 @@ class RewardEffects:
         items (`list[str]`): the M models.
         scores (`np.ndarray` of shape `(M,)`): effects ``a_m`` in reward units (value-head logits), mean 0.
         lower, upper (`np.ndarray` of shape `(M,)`): percentile bootstrap interval over samples (the resamples in
-            which the model was compared; shifted like :func:`emoreward.ranking.bradley_terry.bootstrap_ci`).
+            which the model was compared; shifted like :func:`emoreward.ranking.bradley_terry.bootstrap_ci`);
+            NaN with one sample (`emoreward.ranking.edges.intervals_defined`).
         n_compared (`np.ndarray` of shape `(M,)`, int): resamples in which the model was compared.
         alpha (`float`): 1 - coverage.
     """
@@ -179,7 +181,7 @@ def fit_reward_effects(
     n_compared = np.isfinite(boot).sum(axis=0).astype(np.int64)
     lower, upper = np.full(len(estimate), np.nan), np.full(len(estimate), np.nan)
     seen = n_compared > 0
-    if seen.any():
+    if seen.any() and intervals_defined(n):  # one sample: every resample is the data, no interval
         lo, hi = np.nanpercentile(boot[:, seen], [100 * alpha / 2, 100 * (1 - alpha / 2)], axis=0)
         lower[seen], upper[seen] = np.fmin(lo, estimate[seen]), np.fmax(hi, estimate[seen])
     return RewardEffects(list(scores.models), estimate, lower, upper, n_compared, alpha)

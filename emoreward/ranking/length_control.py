@@ -65,7 +65,7 @@ from emoreward.ranking.bradley_terry import (
     single_blas_thread,
 )
 from emoreward.ranking.counts import PairwiseCounts, check_connected
-from emoreward.ranking.edges import format_interval
+from emoreward.ranking.edges import format_interval, intervals_defined
 from emoreward.ranking.length_batched import DIVERGED, Design, build_design, damped_newton, data_nll, fit_resamples
 from emoreward.ranking.records import PairwiseRecord
 
@@ -370,7 +370,7 @@ def fit_length_controlled(
     n_failed = 0
     with single_blas_thread():  # small products: OpenBLAS threads only spin
         full = _full_fit(design, [c for c, k in zip(covariates, kept) if k], precision, davidson, notes)
-        if full.identified:
+        if full.identified and intervals_defined(design.n_units):  # one sample: no interval (edges)
             boot_s, boot_c[:, kept], n_failed = _bootstrap(design, full, precision, davidson, n_boot, seed, batched)
     if n_failed:
         notes.append(

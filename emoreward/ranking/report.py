@@ -17,7 +17,14 @@ from emoreward.ranking.bradley_terry import (
     finite_float,
 )
 from emoreward.ranking.counts import PairwiseCounts
-from emoreward.ranking.edges import FitEdges, edge_warnings, fit_edges, format_interval, null_where_open
+from emoreward.ranking.edges import (
+    FitEdges,
+    edge_warnings,
+    fit_edges,
+    format_interval,
+    min_resamples,
+    null_where_open,
+)
 from emoreward.ranking.effects import RewardEffects, tie_probability_between_equals
 from emoreward.ranking.hierarchical import HierarchicalResult
 from emoreward.ranking.length_control import ControlledFit, comparison_markdown, order_changes
@@ -186,7 +193,9 @@ class RankingReport:
                 cells.append(interval + flag)
             if effects is not None:
                 k = effects.items.index(name)
-                cells.append(_interval(effects.scores[k], effects.lower[k], effects.upper[k], digits + 1))
+                lower, upper = effects.lower[k], effects.upper[k]
+                ends = (not math.isfinite(lower), not math.isfinite(upper))  # no interval (one sample): -inf, +inf
+                cells.append(_interval(effects.scores[k], lower, upper, digits + 1, ends))
             c = self.counts.items.index(name)
             n = totals[c] if totals[c] > 0 else math.nan
             win, tie = self.counts.wins[c].sum() / n, self.counts.ties[c].sum() / n
@@ -198,9 +207,14 @@ class RankingReport:
                 + f" | {win:.3f} "
                 f"| {tie:.3f} | {totals[c]:g} | {length['words']:.1f} / {length['chars']:.0f} |"
             )
-        params = "; ".join(
-            f"{ci.estimate.model} tie parameter {ci.estimate.tie_parameter:.3g}"
-            for ci in fits.values()
+        params = "; ".join(  # a tie parameter at its bound is no estimate: named as the JSON's null says
+            f"{ci.estimate.model} tie parameter "
+            + (
+                f"at its bound ({edges[label].tie_parameter})"
+                if edges[label].tie_parameter
+                else f"{ci.estimate.tie_parameter:.3g}"
+            )
+            for label, ci in fits.items()
             if ci.estimate.tie_parameter is not None
         )
         lines += [
@@ -332,6 +346,12 @@ def ranking_warnings(report: RankingReport) -> list[str]:
         out.append(
             f"{100 * share:.1f}% of the {n:g} verdicts are ties{cause}: the thresholded fits rest on "
             f"{n * (1 - share):.0f} decisive verdicts;{extra} lower the threshold (--tie-threshold) to use more."
+        )
+    n_boot, alpha = report.ties.scores.shape[0], report.ties.alpha
+    if n_boot < min_resamples(alpha):
+        out.append(
+            f"{n_boot} bootstrap resample(s) cannot give a {100 * (1 - alpha):g}% interval: its ends are the most "
+            f"extreme resamples, not percentiles (at least {min_resamples(alpha)} are needed; --n-boot, default 1000)."
         )
     edges = report.edges()
     for name, ci in report.fits().items():

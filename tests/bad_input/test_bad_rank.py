@@ -64,6 +64,7 @@ SUBSETS = [
     # (id, options, fragments)
     ("unknown-model", ["--models", "A,Z"], ["--models: ['Z'] not in the table {table}; its models are ['A', 'B', 'C']"]),
     ("one-model", ["--models", "B"], ["--models: a ranking needs at least two models, got ['B']"]),
+    ("repeated-model", ["--models", "A,B,A"], ["--models: ['A'] listed more than once in 'A,B,A'"]),
     ("samples-zero", ["--samples", "0"], ["argument --samples: expected an integer >= 1, got 0"]),
     ("samples-beyond-the-table", ["--samples", "99"], ["--samples 99: the table {table} has 3 samples"]),
     ("hierarchical-unknown-model", ["--hierarchical", "A,B|Z"], ["--hierarchical 'A,B|Z': unknown models in groups: ['Z']"]),
@@ -92,6 +93,8 @@ def test_a_missing_sample_ids_file(rank, good_table, tmp_path, capsys):
 OPTIONS = [
     ("n-boot-negative", ["--n-boot", "-5"], ["argument --n-boot: expected an integer >= 1, got -5"]),
     ("n-boot-zero", ["--n-boot", "0"], ["argument --n-boot: expected an integer >= 1, got 0"]),
+    ("seed-negative", ["--seed", "-1"], ["argument --seed: expected an integer >= 0, got -1"]),
+    ("seed-not-a-number", ["--seed", "x"], ["argument --seed: expected an integer >= 0, got 'x'"]),
     ("alpha-above-one", ["--alpha", "1.5"], ["argument --alpha: expected a number between 0 and 1 (exclusive)"]),
     ("unknown-tie-model", ["--tie-model", "bogus"], ["argument --tie-model: invalid choice: 'bogus'"]),
     ("unknown-strategy", ["--strategy", "S7"], ["argument --strategy: invalid choice: 'S7'"]),

@@ -5,12 +5,13 @@ no variance are detected, warned about and written as null where a number would 
 import json
 
 import numpy as np
+import pytest
 from _helpers import StubRewardModel
 
 from emoreward.data.tables import DescriptionTable
 from emoreward.data.verdicts import Judgement, Verdict
 from emoreward.ranking.counts import PairwiseCounts
-from emoreward.ranking.edges import reward_edges, separated_groups
+from emoreward.ranking.edges import min_resamples, reward_edges, separated_groups
 from emoreward.ranking.rank import rank_with_judge, rank_with_reward_model
 
 
@@ -72,6 +73,23 @@ def test_one_sample_gives_no_intervals():
     assert any("1 resampling unit(s): the bootstrap cannot vary the data" in w for w in report.warnings)
 
 
+class LengthModel(StubRewardModel):
+    def reward(self, description, subtitle):
+        return 0.1 * len(description.split())
+
+
+def test_one_sample_gives_no_reward_effect_interval_either():
+    # every resample of one sample is the data itself: the reward effects' interval is null as the fits' are (it
+    # used to be the point [e, e]); with two samples it is an interval again
+    report = rank_with_reward_model(LengthModel(), table(1), n_boot=10, tie_threshold=1e-3)
+    effects = report.to_dict()["reward_effects"]
+    assert effects["ci_lower"] == [None] * 4 and effects["ci_upper"] == [None] * 4
+    assert effects["scores"][effects["items"].index("dud")] == pytest.approx(0.45)  # 0.1 x (12 words - 7.5 on average)
+    assert "+0.450 [-inf, +inf]" in report.to_markdown()
+    two = rank_with_reward_model(LengthModel(), table(2), n_boot=10, tie_threshold=1e-3).to_dict()["reward_effects"]
+    assert None not in two["ci_lower"] + two["ci_upper"]
+
+
 class ConstantModel(StubRewardModel):
     def reward(self, description, subtitle):
         return 0.5
@@ -100,3 +118,12 @@ def test_separated_groups_follow_the_beat_graph():
     assert separated_groups(counts, ties_bind=True) == {"a": "never lost", "b": "never won", "c": "never won"}
     wins[2, 0] = 1.0  # c beat a once: a cycle, every score bounded
     assert separated_groups(PairwiseCounts(items, wins, ties), ties_bind=False) == {}
+
+
+def test_too_few_resamples_for_the_interval_are_warned_about():
+    # a 95% percentile interval needs ceil(2 / 0.05) = 40 resamples to have its ends inside them
+    assert min_resamples(0.05) == 40 and min_resamples(0.1) == 20 and min_resamples(0.01) == 200
+    few = rank_with_judge(OrderJudge(), table(12), n_boot=39).warnings
+    assert any(w.startswith("39 bootstrap resample(s) cannot give a 95% interval") for w in few)
+    enough = rank_with_judge(OrderJudge(), table(12), n_boot=40).warnings
+    assert not any("bootstrap resample(s) cannot give" in w for w in enough)

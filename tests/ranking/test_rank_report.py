@@ -64,6 +64,10 @@ def test_all_ties_print_and_store_the_degenerate_fit_warnings(tmp_path, tiny_rm_
         assert report[key]["tie_probability_between_equals"] is None
         assert f"{fit}: 4 models have identical scores (alpha, beta, delta, gamma; +0.000)" in printed
     assert report["ranks"] == [1, 1, 1, 1] and report["ranking"] == ["alpha", "beta", "delta", "gamma"]
+    # the Markdown names the bound, as the JSON's null does, not the number the optimiser stopped at
+    assert (
+        "davidson tie parameter at its bound (only ties); emoprefer tie parameter at its bound (only ties)" in printed
+    )
     assert "| 1= | alpha |" in printed and f"Warnings ({len(warnings)}):" in printed
     assert all(f"- {w}" in printed for w in warnings)
     assert out.with_suffix(".md").read_text().count("- ") >= len(warnings)
