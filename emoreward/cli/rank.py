@@ -308,7 +308,7 @@ def run_bpa(args: argparse.Namespace) -> int:
     check_rank_options(args)
     start = time.perf_counter()
     table = _load_table(args)
-    kind, judge = _load_judge(args)
+    kind, judge = _load_judge(args, saved=True)  # as the full method: no weights until a description misses the cache
     _check_media(kind, judge, table)
     load_seconds = time.perf_counter() - start
     cache_file = None

@@ -18,7 +18,7 @@ from emoreward.ranking.bpa import BPAConfig, BPAFit, BPAScheduler, SchedulerConf
 from emoreward.ranking.records import PairwiseRecord
 from emoreward.ranking.report import BPARankingReport
 from emoreward.ranking.score_cache import ScoreCache, model_key_parts, score_key
-from emoreward.ranking.scoring import table_context
+from emoreward.ranking.scoring import loaded_model, table_context
 
 
 if TYPE_CHECKING:
@@ -37,7 +37,8 @@ class RewardModelPairs:
     :func:`records_from_scores`).
 
     Args:
-        model (`RewardModel`): the judge, text or multimodal.
+        model (`RewardModel` or `SavedRewardModel`): the judge, text or multimodal; a text model's folder
+            (`emoreward.models.saved.SavedRewardModel`) loads its weights only when a description misses the cache.
         table (`DescriptionTable`): the descriptions.
         cache (`ScoreCache`, *optional*): scores kept between runs.
         tie_threshold (`float`, *optional*): default the model's calibrated ``settings.tie_threshold``.
@@ -77,6 +78,10 @@ class RewardModelPairs:
         keys = [score_key(self.model, t, context, self.key_parts) for t in texts]
         todo = {k: t for k, t in zip(keys, texts) if self.cache.get(k) is None}
         if todo:
+            from emoreward.models.saved import SavedRewardModel
+
+            if isinstance(self.model, SavedRewardModel):  # a description to score: now the weights are needed
+                self.model = loaded_model(self.model, self.key_parts)
             info = self.model.score_info(list(todo.values()), context, batch_size=self.batch_size)
             self.cache.put(
                 {k: float(v) for k, v in zip(todo, info.rewards)}, {k: bool(t) for k, t in zip(todo, info.truncated)}
@@ -234,6 +239,6 @@ def rank_with_bpa(
 
 def _precision_record(model) -> dict:
     """`emoreward.models.precision.precision_record` (imported when used: torch is not needed to read a ranking)."""
-    from emoreward.models.precision import precision_record
+    from emoreward.models.precision_rule import precision_record  # torch-free: a rerun from the cache needs no torch
 
     return precision_record(model)

@@ -102,7 +102,7 @@ def score_table(
     from emoreward.models.saved import SavedRewardModel
 
     if todo and isinstance(model, SavedRewardModel):  # a description to score: now the weights are needed
-        model = _loaded(model, parts)
+        model = loaded_model(model, parts)
     todo_keys = list(todo)
     n_truncated = 0
     texts, items = [t for t, _ in todo.values()], [c for _, c in todo.values()]
@@ -133,8 +133,10 @@ def score_table(
     )
 
 
-def _loaded(saved: SavedRewardModel, parts: dict) -> RewardModel:
-    """The model of a `SavedRewardModel`, checked to key its scores as its folder did.
+def loaded_model(saved: SavedRewardModel, parts: dict) -> RewardModel:
+    """The model of a `SavedRewardModel`, checked to key its scores as its folder did (``parts``:
+    `emoreward.ranking.score_cache.model_key_parts` of the folder). Every route that scores for a ranking (the full
+    table, BPA's pair queries) loads the weights here, when a description first misses the score cache.
 
     Raises:
         RuntimeError: the loaded model's key parts differ from the folder's (its scores would be cached under keys
