@@ -65,26 +65,24 @@ def quiet_libraries(*, deepspeed: bool = True) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- argument types
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (a batch size, a count of resamples or runs)."""
+def _integer(text: str, low: int) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+        raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}") from None
+    if value < low:
+        raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (a batch size, a count of resamples or runs)."""
+    return _integer(text, 1)
 
 
 def seed_int(text: str) -> int:
     """argparse type: a random seed, an integer >= 0 (numpy's generators take no negative seed)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
+    return _integer(text, 0)
 
 
 def _number(text: str, what: str) -> float:
