@@ -488,10 +488,8 @@ def _pass(rec: _Ordered, theta, counts, m: int, davidson: bool, dtype, hessian: 
     p = m + len(table.feature_max)
     bound = 0.5 * (np.max(np.abs(theta[:, :m]), axis=1) + np.abs(theta[:, m:p]) @ table.feature_max)
     fits = np.isfinite(bound) & (bound <= FACTOR_BOUND)
-    theta_c = np.ascontiguousarray(theta[fits], dtype=np.float64)
-    counts_c = np.ascontiguousarray(counts[fits], dtype=np.float64)
     grad, hess = table_pass(
-        theta_c, counts_c, table.mult, table.features, table.pair_a, table.pair_b, m, davidson, hessian
+        theta[fits], counts[fits], table.mult, table.features, table.pair_a, table.pair_b, m, davidson, hessian
     )
     if fits.all():
         return grad, hess if hessian else None

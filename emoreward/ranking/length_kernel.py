@@ -16,8 +16,8 @@ over a `(pair, sample)` table, with one exponential per (resample, model, sample
 
 The pass loops over resamples, then pairs, then samples: the innermost loop reads contiguous arrays and
 vectorises (numba; ``fastmath`` only reassociates the sums and contracts multiply-adds, so NaN and infinity keep
-their meaning). It computes in float64 throughout. Rows whose factors could
-overflow (``|b_m + gamma . F| / 2`` beyond `FACTOR_BOUND`) are left to the caller's general pass.
+their meaning). It computes in float64 throughout. Rows whose factors could overflow (``|b_m + gamma . F| / 2``
+beyond `FACTOR_BOUND`) are left to the caller's general pass.
 """
 
 from __future__ import annotations

@@ -79,6 +79,12 @@ def test_wandb_offline_run_names_tags_config_table_images(fresh_wandb, tiny_bert
     (fold0, _), (fold1, _), (final, final_eval) = seen
     assert fold0 == fold1 == "no" and final == "steps" and len(final_eval) == 12
 
+    # wandb's service process writes the runs' transaction logs on its own: `wandb.finish()` can return before the
+    # last records (the final run's model artifact) are on disk. Shutting the service down, as a command's exit
+    # does, waits for them
+    import wandb
+
+    wandb.teardown()
     run_dirs = sorted((tmp_path / "wandb-dir" / "wandb").glob("offline-run-*"))
     assert len(run_dirs) == 3  # two folds and the final fit
     names, tags, projects, keys, raw, config, groups, job_types, artifacts = [], [], set(), [], b"", {}, [], [], []
