@@ -16,7 +16,7 @@ from emoreward.data.tables import DescriptionTable
 from emoreward.ranking.bootstrap import tqdm_disable
 from emoreward.ranking.bpa import BPAConfig, BPAFit, BPAScheduler, SchedulerConfig
 from emoreward.ranking.records import PairwiseRecord
-from emoreward.ranking.report import BPARankingReport
+from emoreward.ranking.report import BPARankingReport, bpa_warnings
 from emoreward.ranking.score_cache import ScoreCache, model_key_parts, score_key
 from emoreward.ranking.scoring import loaded_model, table_context
 
@@ -212,6 +212,7 @@ def rank_with_bpa(
         if stopped_by == "budget" and sched.converged:
             stopped_by = "sigma_tau"
     cost_fn = cost or getattr(answer, "cost", None)
+    tie_threshold = getattr(answer, "tie_threshold", None)  # a reward model's: the verdicts' ties come from it
     meta = {
         "n_models": table.n_models,
         "n_samples": table.n_samples,
@@ -222,6 +223,7 @@ def rank_with_bpa(
         "refit_every": sconfig.refit_every,
         "seed": seed,
         "loop_seconds": time.perf_counter() - start,
+        **({"tie_threshold": tie_threshold} if tie_threshold is not None else {}),
     }
     return BPARankingReport(
         models,
@@ -234,6 +236,7 @@ def rank_with_bpa(
         list(sched.history),
         cost_fn() if cost_fn else {"judge": "custom", "n_queries": n_pairs},
         meta,
+        bpa_warnings(sched.records, tie_threshold),
     )
 
 

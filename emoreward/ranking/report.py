@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from emoreward.data.text import markdown_cell, short_names
+from emoreward.data.verdicts import Verdict
 from emoreward.ranking.bootstrap import BootstrapCI
 from emoreward.ranking.bradley_terry import (
     equal_score_groups,
@@ -304,6 +305,24 @@ def _ci_dict(ci: BootstrapCI, counts: PairwiseCounts) -> dict[str, Any]:
     }
 
 
+def tie_share_warning(share: float, n: float, threshold: float | None, reward_effects: bool = False) -> str | None:
+    """The warning when more than `TIE_SHARE_WARNING` of ``n`` verdicts are ties (``share``: their fraction), for
+    every ranking route (the full method, BPA); ``threshold``: the reward model's tie threshold, if one made them."""
+    if not share > TIE_SHARE_WARNING:
+        return None
+    cause = (
+        f" below the tie threshold |r1 - r2| < {threshold:.3g} (calibrated on the reward model's training "
+        "pairs, whose rewards may differ more than these descriptions')"
+        if threshold is not None
+        else ""
+    )
+    extra = " the reward effects (no threshold) show the differences the verdicts hide;" if reward_effects else ""
+    return (
+        f"{100 * share:.1f}% of the {n:g} verdicts are ties{cause}: the thresholded fits rest on "
+        f"{n * (1 - share):.0f} decisive verdicts;{extra} lower the threshold (--tie-threshold) to use more."
+    )
+
+
 def _tie_share(counts: PairwiseCounts) -> float:
     n = counts.n_comparisons
     return float(np.triu(counts.ties, 1).sum() / n) if n > 0 else math.nan
@@ -328,25 +347,10 @@ def ranking_warnings(report: RankingReport) -> list[str]:
         `list[str]`: the warnings, most important first; empty when nothing is wrong.
     """
     out = []
-    share = _tie_share(report.counts)
-    n = report.counts.n_comparisons
-    if share > TIE_SHARE_WARNING:
-        threshold = report.meta.get("tie_threshold")
-        cause = (
-            f" below the tie threshold |r1 - r2| < {threshold:.3g} (calibrated on the reward model's training "
-            "pairs, whose rewards may differ more than these descriptions')"
-            if threshold is not None
-            else ""
-        )
-        extra = (
-            " the reward effects (no threshold) show the differences the verdicts hide;"
-            if report.reward_effects
-            else ""
-        )
-        out.append(
-            f"{100 * share:.1f}% of the {n:g} verdicts are ties{cause}: the thresholded fits rest on "
-            f"{n * (1 - share):.0f} decisive verdicts;{extra} lower the threshold (--tie-threshold) to use more."
-        )
+    warning = tie_share_warning(
+        _tie_share(report.counts), report.counts.n_comparisons, report.meta.get("tie_threshold"), report.reward_effects
+    )
+    out += [warning] if warning else []
     n_boot, alpha = report.ties.scores.shape[0], report.ties.alpha
     if n_boot < min_resamples(alpha):
         out.append(
@@ -465,6 +469,7 @@ class BPARankingReport:
         history (`list[tuple[int, float]]`): ``(records, mean sigma)`` after each refit.
         cost (`dict`): judge queries, calls / scorings.
         meta (`dict`): options and timings.
+        warnings (`list[str]`): what a reader must know before using the numbers (:func:`bpa_warnings`).
     """
 
     models: list[str]
@@ -477,6 +482,7 @@ class BPARankingReport:
     history: list[tuple[int, float]]
     cost: dict[str, Any]
     meta: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def ranking(self) -> list[str]:
@@ -527,6 +533,7 @@ class BPARankingReport:
             "strategy_counts": self.strategy_counts,
             "history": [list(h) for h in self.history],
             "cost": self.cost,
+            "warnings": list(self.warnings),
         }
 
     def to_markdown(self, digits: int = 2) -> str:
@@ -557,7 +564,18 @@ class BPARankingReport:
             f"Judge reliability (Crowd-BT eta): {rel}; tie margin delta {self.fit.delta:.2f}.",
             _bpa_cost_line(self.cost),
         ]
+        if self.warnings:
+            lines += ["", f"Warnings ({len(self.warnings)}):", ""]
+            lines += [f"- {w}" for w in self.warnings]
         return "\n".join(lines) + "\n"
+
+
+def bpa_warnings(records: list[PairwiseRecord], tie_threshold: float | None) -> list[str]:
+    """The warnings of a BPA ranking: the share of tied verdicts (`tie_share_warning`, as the full method warns)."""
+    n = len(records)
+    share = sum(r.outcome == Verdict.TIE for r in records) / n if n else math.nan
+    warning = tie_share_warning(share, n, tie_threshold)
+    return [warning] if warning else []
 
 
 def _bpa_cost_line(cost: dict[str, Any]) -> str:

@@ -89,6 +89,22 @@ def test_reward_model_bpa_recovers_order_within_budget():
     assert " ± " in text and report.to_dict()["ranking"] == report.ranking
 
 
+def test_bpa_warns_about_tied_verdicts_as_the_full_method_does():
+    # a tie threshold wider than every quality gap: every verdict BPA asks for is a tie
+    table = strength_table(n_samples=10)
+    report = rank_with_bpa(RewardModelPairs(QualityModel(tie_threshold=100.0), table), table, budget=30)
+    n = len(report.records)
+    expected = (
+        f"100.0% of the {n} verdicts are ties below the tie threshold |r1 - r2| < 100 (calibrated on the reward "
+        "model's training pairs, whose rewards may differ more than these descriptions'): the thresholded fits rest "
+        "on 0 decisive verdicts; lower the threshold (--tie-threshold) to use more."
+    )
+    assert report.warnings == [expected] and report.to_dict()["warnings"] == [expected]
+    assert report.to_dict()["tie_threshold"] == 100.0 and f"Warnings (1):\n\n- {expected}" in report.to_markdown()
+    decisive = rank_with_bpa(RewardModelPairs(QualityModel(tie_threshold=0.0), table), table, budget=30)
+    assert decisive.warnings == [] and "Warnings" not in decisive.to_markdown()
+
+
 def test_sigma_tau_stops_before_the_budget():
     table = strength_table()
     config = BPAConfig(sigma_tau=0.6)
