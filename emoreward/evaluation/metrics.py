@@ -271,7 +271,8 @@ def random_baseline(y_true: Sequence[str], setting: Setting = "two-class", n_dra
     """Expected WAF / accuracy of uniform random verdicts (over {1, 2}, plus tie in three-class), averaged over
     `n_draws` seeded draws (vectorised; the same definitions as `recognition`)."""
     labels = ["1", "2"] if setting == "two-class" else ["1", "2", "tie"]
-    true = np.array([y for y in y_true if setting == "three-class" or y != "tie"])
+    # sorted: the draws meet the labels in an order of their own, so the baseline is the same for any row order
+    true = np.array(sorted(y for y in y_true if setting == "three-class" or y != "tie"))
     if len(true) == 0:
         raise ValueError(f"no pair to score in the {setting} setting")
     rng = np.random.default_rng(seed)

@@ -318,12 +318,13 @@ def rank_with_judge(
     Raises:
         ValueError: on a judge that returns no valid verdicts, or bad options.
     """
-    calls = {"n_judge_calls": 0, "n_invalid": 0, "n_pairs": 0}
+    calls = {"n_judge_calls": 0, "n_reused": 0, "n_invalid": 0, "n_pairs": 0}
     collected: list[PairwiseRecord] = []
 
     def run(model_pairs: list[tuple[str, str]] | None) -> list[PairwiseRecord]:
         got = judge_records(judge, table, model_pairs, swap=swap, runs=runs, combine=combine)
         calls["n_judge_calls"] += got.n_calls
+        calls["n_reused"] += got.n_reused
         calls["n_invalid"] += got.n_invalid
         calls["n_pairs"] += got.n_pairs
         collected.extend(got.records)
