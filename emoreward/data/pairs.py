@@ -214,6 +214,7 @@ def load_pairs(
         DataError: a bad source or record, named by file, row or line, and field. Among them: empty file,
             undecodable bytes, an unclosed or misplaced quote in a CSV, duplicate header column, malformed JSON,
             missing column, missing value (None / NaN), empty description, unknown label, duplicate sample id,
+            a repeated pair (`pair_content`: the same two descriptions, in either order, about the same context),
             a Hub dataset that cannot be loaded (one line naming the dataset id).
         FileNotFoundError: if the path does not exist.
     """

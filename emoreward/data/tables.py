@@ -6,7 +6,8 @@ as UTF-8 (a leading byte-order mark is accepted, as the preference-pair loader a
 whitespace-only descriptions are kept (a judge scores them as given) and counted per model
 (`DescriptionTable.lengths`, ``n_empty``), so a report can say how many there were. Sample ids and model names
 are read in their normal form (`emoreward.data.text.normal_name`; a warning when two spellings meet), the media
-fields by the one context rule (`emoreward.data.context.reward_context`).
+fields by the one context rule (`emoreward.data.context.reward_context`). Models and samples are kept in the order
+of their content (`canonical_order`), never of the rows or names, so a shuffled or renamed table ranks the same.
 """
 
 from __future__ import annotations
