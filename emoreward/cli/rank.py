@@ -227,7 +227,9 @@ def _load_table(args: argparse.Namespace):
         models = [m.strip() for m in args.models.split(",") if m.strip()]
         unknown = [m for m in models if m not in table.models]
         if unknown:
-            raise TableError(f"--models: {unknown} not in the table {table.source}; its models are {table.models}")
+            raise TableError(
+                f"--models: {unknown} not in the table {table.source}; its models are {sorted(table.models)}"
+            )
         repeated = sorted({m for m in models if models.count(m) > 1})
         if repeated:
             raise TableError(f"--models: {repeated} listed more than once in {args.models!r}")

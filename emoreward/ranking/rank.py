@@ -183,7 +183,8 @@ def _with_features(table: DescriptionTable, fit_kwargs: dict[str, Any]) -> dict[
 
 def parse_groups(spec: str, models: Sequence[str]) -> list[list[str]]:
     """Groups for the hierarchical scheme: ``"A,B|C,D"`` (explicit) or an integer K (split the models, in table
-    order, into K contiguous groups of near-equal size).
+    order, i.e. the order of their content, `emoreward.data.tables.canonical_order`, into K contiguous groups of
+    near-equal size).
 
     Raises:
         ValueError: on an unknown model, fewer than two groups, or groups that do not cover every model once.
