@@ -1,0 +1,64 @@
+"""Child processes end when their parent dies: the one mechanism every process this project starts calls (the
+cross-validation fold workers of `emoreward.training.fit_workers`, the model process of `emoreward serve`).
+
+A parent killed with SIGKILL runs no clean-up, so its children must notice by themselves. `die_with_parent`, called
+in the child right after it starts, arranges two things: on Linux the kernel sends the child SIGKILL when its
+parent ends (`prctl(PR_SET_PDEATHSIG)`), and everywhere a daemon thread of the child checks every
+`WATCH_INTERVAL_S` seconds that its parent is still its parent (`os.getppid()`; an orphan is re-parented) and ends
+the child with `os._exit` when not. The kernel's signal is tied to the parent THREAD that started the child, so it
+is only asked for when the parent says it started the child from its main thread (`parent_identity`); the thread
+covers the rest. A child that dies this way writes nothing more: what it leaves (a fold folder without its
+``finished.json``) is never taken for finished work.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+
+# seconds between two checks of the watching thread: a child outlives its parent by at most about this
+WATCH_INTERVAL_S = 0.5
+# exit status of a child that ended because its parent had gone
+ORPHAN_EXIT = 70
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def parent_identity() -> tuple[int, bool]:
+    """What a child needs to watch its parent, taken in the parent where it starts the child: its pid, and whether
+    it is the parent's main thread that starts it (the kernel's parent-death signal follows that thread)."""
+    return os.getpid(), threading.current_thread() is threading.main_thread()
+
+
+def die_with_parent(parent: tuple[int, bool]) -> None:
+    """End this process when its parent ``parent`` (`parent_identity`, taken in the parent) ends; call it first
+    thing in the child. Ends at once (``os._exit(ORPHAN_EXIT)``) when the parent is already gone."""
+    parent_pid, from_main_thread = parent
+    if from_main_thread and sys.platform.startswith("linux"):
+        _kernel_death_signal()
+    if os.getppid() != parent_pid:  # it died before the child got here
+        os._exit(ORPHAN_EXIT)
+    threading.Thread(target=_watch, args=(parent_pid,), name="emoreward-parent-watch", daemon=True).start()
+
+
+def _kernel_death_signal() -> bool:
+    """``prctl(PR_SET_PDEATHSIG, SIGKILL)``; False where libc or prctl is not available."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch(parent_pid: int) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(WATCH_INTERVAL_S)
+    os._exit(ORPHAN_EXIT)
+
+
+__all__ = ["ORPHAN_EXIT", "WATCH_INTERVAL_S", "die_with_parent", "parent_identity"]
