@@ -34,6 +34,7 @@ from emoreward.export.serve.protocol import (
     RequestError,
     check_bearer,
     check_body_headers,
+    log_refusal,
     parse_json,
 )
 from emoreward.export.serve.service import RewardService
@@ -50,6 +51,8 @@ PIPELINE_BYTES = 64 * 1024
 # a body larger than this is parsed off the event loop
 LARGE_BODY = 1024 * 1024
 # bytes of a request head (request line and header fields) at most: a longer one is a 431
+# seconds a request must have been arriving before its connection may be closed to make room for a new client
+RECLAIM_AFTER_S = 1.0
 MAX_HEAD_BYTES = 16 * 1024
 SERVER_HEADER = (b"Server", b"emoreward-serve")
 _REASONS = {status: status.phrase.encode("latin-1") for status in HTTPStatus}
@@ -82,9 +85,11 @@ class _Connection(asyncio.Protocol):
         self.closed = False  # closing (lingering) or closed: nothing more is read or answered
         self.paused = False
         self.refused = False  # answered 503 on arrival (too many connections, or shutting down)
+        self.slot = False  # holds one of the server's `max_connections` slots (released once closing)
         self.answered = 0  # replies sent on this connection
         self.timer: asyncio.TimerHandle | None = None
-        self.timer_kind: str | None = None  # "idle" (keep-alive), "head" or "body" (read timeout)
+        self.timer_kind: str | None = None  # "idle" (keep-alive) or "request" (the whole-request deadline)
+        self.since = server.loop.time()  # when the request being received began (its first byte), or idle began
         self.done = server.loop.create_future()  # set when the connection is gone
 
     # ------------------------------------------------------------------ asyncio.Protocol
@@ -92,6 +97,8 @@ class _Connection(asyncio.Protocol):
         self.transport = transport
         server = self.server
         server.connections.add(self)
+        if not server.closing and server.open_connections >= self.service.limits.max_connections:
+            server.reclaim_slot()
         if server.closing or server.open_connections >= self.service.limits.max_connections:
             self.refused = True
             self.service.count(busy=1)
@@ -101,6 +108,7 @@ class _Connection(asyncio.Protocol):
             self.close()
             return
         server.open_connections += 1
+        self.slot = True
         self._arm(self.service.limits.keepalive_timeout, self._idle_timeout)
 
     def data_received(self, data: bytes) -> None:
@@ -123,8 +131,7 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.eof = self.closed = True
         self._cancel_timer()
-        if not self.refused:
-            self.server.open_connections -= 1
+        self._release_slot()
         self.server.connections.discard(self)
         if not self.done.done():
             self.done.set_result(None)
@@ -142,6 +149,7 @@ class _Connection(asyncio.Protocol):
             if not data:
                 return
             self.fresh = False
+            self.since = self.server.loop.time()
         self.conn.receive_data(data)
         self._advance()
 
@@ -155,10 +163,9 @@ class _Connection(asyncio.Protocol):
                 self._fail(_protocol_error(err))
                 return
             if event is h11.NEED_DATA:
-                if conn.their_state is h11.SEND_BODY:
-                    self._arm(self.service.limits.read_timeout, self._read_timeout, "body")  # restarted by every chunk
-                elif self.timer_kind != "head":
-                    self._arm(self.service.limits.read_timeout, self._read_timeout, "head")
+                if self.timer_kind != "request":  # one deadline for head and body, from the request's first byte
+                    deadline = self.since + self.service.limits.read_timeout
+                    self._arm(max(0.0, deadline - self.server.loop.time()), self._read_timeout, "request")
                 return
             if isinstance(event, h11.Request):
                 if not self._head(event):
@@ -301,7 +308,7 @@ class _Connection(asyncio.Protocol):
     def _fail(self, err: RequestError) -> None:
         """Answer ``err`` (counted and logged like every refused request)."""
         self.service.record_error(err)
-        logger.info("%s %s -> %d %s", self.method, self.path, err.status.value, err.message)
+        log_refusal(logger, self.method, self.path, err)
         self._reply(err.status, {"error": err.message}, err.headers)
 
     def _reply(
@@ -336,6 +343,7 @@ class _Connection(asyncio.Protocol):
             trailing = trailing.lstrip(b"\r\n")
             self.conn.receive_data(trailing)
         self.fresh = not trailing
+        self.since = self.server.loop.time()
         if self.paused:
             self.paused = False
             self.transport.resume_reading()
@@ -393,7 +401,13 @@ class _Connection(asyncio.Protocol):
 
     def _read_timeout(self) -> None:
         if not self.busy and not self.closed:
-            self._fail(RequestError(HTTPStatus.REQUEST_TIMEOUT, "request not received in time"))
+            limit = self.service.limits.read_timeout
+            self._fail(RequestError(HTTPStatus.REQUEST_TIMEOUT, f"request not received within {limit:g} s"))
+
+    @property
+    def receiving(self) -> bool:
+        """A request has begun arriving and is not complete yet (its client is sending it, or is slow to)."""
+        return not self.fresh and not self.busy and not self.closed and not self.refused
 
     def close(self) -> None:
         """Close without resetting the connection: a socket closed while the client's bytes are still unread (a
@@ -405,6 +419,7 @@ class _Connection(asyncio.Protocol):
             return
         self.closed = True
         self._cancel_timer()
+        self._release_slot()  # a lingering connection owes its client nothing more: its slot goes to a new one
         if self.eof or self.transport.is_closing() or not self.transport.can_write_eof():
             self.transport.close()
             return
@@ -413,10 +428,16 @@ class _Connection(asyncio.Protocol):
             self.transport.resume_reading()
         self.timer = self.server.loop.call_later(LINGER_S, self.transport.close)
 
+    def _release_slot(self) -> None:
+        if self.slot:
+            self.slot = False
+            self.server.open_connections -= 1
+
     def _shut(self) -> None:
         """Close now (nothing is owed to the client, or it has gone)."""
         self.closed = True
         self._cancel_timer()
+        self._release_slot()
         self.transport.close()
 
 
@@ -491,6 +512,26 @@ class RewardServer:
                 else:
                     connection._shut()  # noqa: SLF001 - its client waited past the grace: close
         return done
+
+    def reclaim_slot(self) -> bool:
+        """Free a connection slot for a new client when every slot is taken: close the connection that has been
+        waiting longest for its client, if it has waited at least `RECLAIM_AFTER_S` s: the one whose request has
+        been arriving for longest (answered 408), else the one idle longest (kept alive, or connected and silent).
+        A complete request being scored is never closed. So clients that send their requests slowly (a byte every
+        few seconds, within the whole-request deadline) or not at all cannot hold every slot: each new client
+        takes the slot of the slowest one. True when a slot was freed."""
+        now = self.loop.time()
+        waiting = [c for c in self.connections if c.slot and not c.busy and now - c.since >= RECLAIM_AFTER_S]
+        slow = [c for c in waiting if c.receiving]
+        if slow:
+            victim = min(slow, key=lambda c: c.since)
+            victim._fail(RequestError(HTTPStatus.REQUEST_TIMEOUT, "request not received in time (the server is full)"))
+            return True
+        idle = [c for c in waiting if c.fresh and not c.held]
+        if idle:
+            min(idle, key=lambda c: c.since)._shut()
+            return True
+        return False
 
     async def _stop_listening(self) -> None:
         """Close the listening socket without resetting the connections the kernel has already accepted for it.

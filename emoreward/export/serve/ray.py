@@ -95,7 +95,14 @@ class RewardReplica:
 
     async def handle(self, method: str, path: str, headers: dict[str, str], read_body) -> tuple[int, dict, list]:
         """(status, JSON payload, extra headers) of one request, as the single-process server answers it."""
-        from emoreward.export.serve.protocol import ROUTES, RequestError, check_bearer, check_body_headers, parse_json
+        from emoreward.export.serve.protocol import (
+            ROUTES,
+            RequestError,
+            check_bearer,
+            check_body_headers,
+            log_refusal,
+            parse_json,
+        )
 
         service = self.service
         headers = {k.lower(): v for k, v in headers.items()}
@@ -130,7 +137,7 @@ class RewardReplica:
             return HTTPStatus.OK, await self.batcher.run(job), []
         except RequestError as err:
             service.record_error(err)
-            logger.info("%s %s -> %d %s", method, path, err.status.value, err.message)
+            log_refusal(logger, method, path, err)
             return err.status, {"error": err.message}, err.headers
         except Exception:
             logger.exception("request failed")
