@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import errno
 import json
 import logging
 import select
@@ -602,6 +603,31 @@ class RewardServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def check_bind(host: str, port: int) -> None:
+    """Refuse, before any work, an address the server could not listen on: bind a socket there (with
+    ``SO_REUSEADDR``, as the server does) and close it again.
+
+    Raises:
+        ValueError: one line naming ``--host`` / ``--port`` and why (the port is taken, the address is not this
+            machine's).
+    """
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as err:
+        raise ValueError(f"--host {host}: not an address of this machine ({err.strerror})") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                raise ValueError(
+                    f"--port {port}: {host}:{port} is already in use (another server?); pick another port"
+                ) from None
+            raise ValueError(f"--host {host} --port {port}: cannot listen there: {err.strerror}") from None
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
