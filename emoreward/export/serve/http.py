@@ -52,9 +52,10 @@ PIPELINE_BYTES = 64 * 1024
 # a body larger than this is parsed off the event loop
 LARGE_BODY = 1024 * 1024
 # bytes of a request head (request line and header fields) at most: a longer one is a 431
-# seconds a request must have been arriving before its connection may be closed to make room for a new client
-RECLAIM_AFTER_S = 1.0
 MAX_HEAD_BYTES = 16 * 1024
+# seconds a connection must have waited for its client (a request arriving, or idle) before it may be closed to
+# make room for a new client (`RewardServer.reclaim_slot`)
+RECLAIM_AFTER_S = 1.0
 SERVER_HEADER = (b"Server", b"emoreward-serve")
 _REASONS = {status: status.phrase.encode("latin-1") for status in HTTPStatus}
 
