@@ -306,14 +306,14 @@ async def per_sample(host, port, texts, clients: int, per_client: int, tally: Ta
 
 async def slow_body(host: str, port: int, stop: asyncio.Event, gap: float = 2.0) -> str:
     """A hostile client (`--slow-clients`): a request head, then its body one byte every ``gap`` s, reconnecting
-    when cut off, until ``stop``. Returns how its last connection ended."""
+    ``gap`` s after it is cut off, until ``stop``. Returns how its last connection ended."""
     body = json.dumps({"descriptions": ["x" * 64]}).encode()
     head = f"POST /v1/rewards HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     ended = "held"
     while not stop.is_set():
         try:
-            reader, writer = await asyncio.open_connection(host, port)
-        except OSError as err:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 5 * gap)
+        except (OSError, asyncio.TimeoutError) as err:
             ended = type(err).__name__
             await asyncio.sleep(gap)
             continue
@@ -333,6 +333,7 @@ async def slow_body(host: str, port: int, stop: asyncio.Event, gap: float = 2.0)
             ended = type(err).__name__
         finally:
             writer.close()
+        await asyncio.sleep(gap)  # a slow client, not a connection flood: it reconnects at its own pace
     return ended
 
 
