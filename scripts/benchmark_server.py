@@ -520,7 +520,11 @@ def start_server(
         cmd[cmd.index("0")] = str(free_port())
         cmd += ["--engine", "ray", "--replicas", str(replicas), "--num-cpus", "1", "--threads", str(threads or 1)]
     # cwd = the tree: `python -c` puts the working directory first on sys.path
-    proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    from emoreward.utils.processes import popen_with_parent  # the server ends with this script, even killed
+
+    proc = subprocess.Popen(
+        cmd, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen_with_parent()
+    )
     deadline = time.time() + 180
     while time.time() < deadline:
         line = proc.stdout.readline()

@@ -206,3 +206,25 @@ def test_a_child_started_from_a_thread_outlives_that_thread_but_not_its_parent(t
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_program_started_with_popen_with_parent_ends_with_its_parent(tmp_path):
+    """What the benchmarks use to start `emoreward serve` / `train`: killed with the script, SIGTERM (a server
+    answers what it has queued and ends its model process)."""
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import subprocess, sys, time\n"
+        "sys.path[:0] = " + repr(sys.path) + "\n"
+        "from emoreward.utils.processes import popen_with_parent\n"
+        "child = subprocess.Popen(['sleep', '60'], **popen_with_parent())\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], env=_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        children = [int(proc.stdout.readline())]
+        assert alive(children[0])
+        kill_and_check_tree(proc, children)
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -8,7 +8,8 @@ parent ends (`prctl(PR_SET_PDEATHSIG)`), and everywhere a daemon thread of the c
 the child with `os._exit` when not. The kernel's signal is tied to the parent THREAD that started the child, so it
 is only asked for when the parent says it started the child from its main thread (`parent_identity`); the thread
 covers the rest. A child that dies this way writes nothing more: what it leaves (a fold folder without its
-``finished.json``) is never taken for finished work.
+``finished.json``) is never taken for finished work. A program started with `subprocess` (the benchmarks start
+`emoreward serve` and `emoreward train`) gets the kernel's signal from `popen_with_parent` instead (Linux).
 """
 
 from __future__ import annotations
@@ -44,15 +45,39 @@ def die_with_parent(parent: tuple[int, bool]) -> None:
     threading.Thread(target=_watch, args=(parent_pid,), name="emoreward-parent-watch", daemon=True).start()
 
 
-def _kernel_death_signal() -> bool:
-    """``prctl(PR_SET_PDEATHSIG, SIGKILL)``; False where libc or prctl is not available."""
+def _prctl():
+    """libc's ``prctl``, or None where it is not available."""
     try:
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        return False
+        return None
+
+
+def _kernel_death_signal(sig: int = signal.SIGKILL) -> bool:
+    """``prctl(PR_SET_PDEATHSIG, sig)``; False where libc or prctl is not available."""
+    prctl = _prctl()
+    return prctl is not None and prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+
+
+def popen_with_parent(sig: int = signal.SIGTERM) -> dict:
+    """Keyword arguments of `subprocess.Popen` / `subprocess.run` that end the program it starts with ``sig`` when
+    this process ends (Linux: ``prctl(PR_SET_PDEATHSIG)`` between fork and exec; call it from the thread that
+    starts the program, e.g. the main thread). SIGTERM by default, so that a server still answers what it has
+    queued. Elsewhere: no arguments (the program is not tied to this process)."""
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return {}
+    prctl, parent = _prctl(), os.getpid()
+    if prctl is None:
+        return {}
+
+    def tie() -> None:  # in the child, between fork and exec
+        prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(ORPHAN_EXIT)
+
+    return {"preexec_fn": tie}
 
 
 def _watch(parent_pid: int) -> None:
@@ -61,4 +86,4 @@ def _watch(parent_pid: int) -> None:
     os._exit(ORPHAN_EXIT)
 
 
-__all__ = ["ORPHAN_EXIT", "WATCH_INTERVAL_S", "die_with_parent", "parent_identity"]
+__all__ = ["ORPHAN_EXIT", "WATCH_INTERVAL_S", "die_with_parent", "parent_identity", "popen_with_parent"]
