@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import os
 import random
@@ -77,6 +78,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -532,6 +534,10 @@ def start_server(
             raise RuntimeError(f"the server exited with {proc.returncode}")
         match = re.search(r"http://127\.0\.0\.1:(\d+)", line)
         if match:
+            # its output is read as it comes (its last lines kept): a server blocked on a full pipe serves nothing
+            proc.tail = collections.deque(maxlen=200)
+            proc.reader = threading.Thread(target=lambda: proc.tail.extend(proc.stdout), daemon=True)
+            proc.reader.start()
             return proc, int(match.group(1))
     proc.kill()
     raise RuntimeError("the server did not print its address within 180 s")
@@ -540,11 +546,12 @@ def start_server(
 def stop_server(proc: subprocess.Popen) -> str:
     proc.terminate()
     try:
-        out, _ = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
         proc.kill()
-        out, _ = proc.communicate()
-    return out
+        proc.wait()
+    proc.reader.join(timeout=10)
+    return "".join(proc.tail)
 
 
 async def run_scenarios(args, texts, proc, port: int, label: str, reference, began: float, results: list) -> None:
