@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -224,6 +225,37 @@ def test_a_program_started_with_popen_with_parent_ends_with_its_parent(tmp_path)
     try:
         children = [int(proc.stdout.readline())]
         assert alive(children[0])
+        kill_and_check_tree(proc, children)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_serve_on_ray_killed_leaves_no_process_of_its_local_cluster(tiny_rm):
+    """`emoreward serve --engine ray` starts a local Ray cluster (GCS, raylet, Serve's controller, proxy and
+    replicas); Ray ties those to the process that started them: none is alive 5 s after it is killed."""
+    pytest.importorskip("ray")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**_env(), "RAY_USAGE_STATS_ENABLED": "0"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CODE, "serve", "--model", str(tiny_rm), "--engine", "ray", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        line = ""
+        while f"http://127.0.0.1:{port}" not in line:
+            line = proc.stdout.readline()
+            assert line or proc.poll() is None, "the server exited"
+        children = descendants(proc.pid)
+        assert len(children) >= 3  # GCS, raylet, the Serve actors at least
         kill_and_check_tree(proc, children)
     finally:
         if proc.poll() is None:

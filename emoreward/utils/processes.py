@@ -9,7 +9,9 @@ the child with `os._exit` when not. The kernel's signal is tied to the parent TH
 is only asked for when the parent says it started the child from its main thread (`parent_identity`); the thread
 covers the rest. A child that dies this way writes nothing more: what it leaves (a fold folder without its
 ``finished.json``) is never taken for finished work. A program started with `subprocess` (the benchmarks start
-`emoreward serve` and `emoreward train`) gets the kernel's signal from `popen_with_parent` instead (Linux).
+`emoreward serve` and `emoreward train`) gets the kernel's signal from `popen_with_parent` instead (Linux). Processes a
+library starts and does not tie to this one (a local Ray cluster's dashboard and runtime-env agents outlive it) are
+ended by a `Reaper`, a small process that kills them once this one has gone.
 """
 
 from __future__ import annotations
@@ -86,4 +88,71 @@ def _watch(parent_pid: int) -> None:
     os._exit(ORPHAN_EXIT)
 
 
-__all__ = ["ORPHAN_EXIT", "WATCH_INTERVAL_S", "die_with_parent", "parent_identity", "popen_with_parent"]
+def descendants(pid: int) -> list[int]:
+    """Every living process below ``pid`` (Linux /proc; empty elsewhere)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = [entry for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        below = children.get(todo.pop(), [])
+        out += below
+        todo += below
+    return out
+
+
+_REAPER = """import os, signal, sys
+pids = [int(p) for p in sys.argv[1:]]
+if sys.stdin.read() != "done":  # end of stream without "done": the parent has gone
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+"""
+
+
+class Reaper:
+    """A watcher process that SIGKILLs ``pids`` once this process has ended without calling `release` (killed,
+    crashed): it reads a pipe only this process writes, and the kernel closes that pipe however this process ends.
+
+    Args:
+        pids: the processes to end with this one (e.g. `descendants(os.getpid())` after a library started them).
+    """
+
+    def __init__(self, pids: list[int]):
+        import subprocess
+
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _REAPER, *map(str, pids)], stdin=subprocess.PIPE, start_new_session=True
+        )
+
+    def release(self) -> None:
+        """This process ends normally (it has stopped those processes itself): the reaper leaves without a kill."""
+        try:
+            self.process.stdin.write(b"done")
+            self.process.stdin.close()
+        except OSError:
+            pass
+        self.process.wait(timeout=10)
+
+
+__all__ = [
+    "ORPHAN_EXIT",
+    "WATCH_INTERVAL_S",
+    "Reaper",
+    "descendants",
+    "die_with_parent",
+    "parent_identity",
+    "popen_with_parent",
+]

@@ -272,9 +272,14 @@ def run_ray_serve(args: argparse.Namespace, service_options: dict[str, Any], tok
             ray.shutdown()
         raise
     serve.start(http_options={"host": args.host, "port": args.port}, logging_config=QUIET_LOGS)
+    reaper = None
     try:
         app = build_app(args, service_options, token, options)
         serve.run(app, name=APP_NAME, route_prefix="/", blocking=False, logging_config=QUIET_LOGS)
+        if started:  # the local cluster's processes end with this one, even killed (Ray's agents outlive it)
+            from emoreward.utils.processes import Reaper, descendants
+
+            reaper = Reaper(descendants(os.getpid()))
         host = f"[{args.host}]" if ":" in args.host else args.host
         replicas = (
             f"{args.replicas} replicas"
@@ -301,6 +306,8 @@ def run_ray_serve(args: argparse.Namespace, service_options: dict[str, Any], tok
         finally:
             if started:
                 ray.shutdown()
+            if reaper is not None:
+                reaper.release()
         _echo(f"stopped in {time.time() - start:.0f} s")
     return 0
 
