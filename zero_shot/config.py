@@ -245,7 +245,7 @@ def _build(cls: type, raw: Any, where: _Where, section: tuple[str, ...]) -> Any:
         raise where.from_message(section, known, str(err)) from None
 
 
-REMOTE_CODE_OPTION = "--trust-remote-code"
+REMOTE_CODE_OPTION = "emoreward judge --trust-remote-code"
 
 
 def _model_config(raw: Any, where: _Where, section: str) -> ModelConfig:

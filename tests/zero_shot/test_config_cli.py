@@ -211,7 +211,7 @@ def test_a_judge_file_cannot_turn_on_remote_code_only_the_command_line_can(tmp_p
     assert err == [
         f"emoreward judge: error: {judge}, line 5: mllm: trust_remote_code: true would run Python code from the "
         "model repository 'm'; a configuration file cannot turn it on. If you trust that code, ask for it on the "
-        "command line: --trust-remote-code"
+        "command line: emoreward judge --trust-remote-code"
     ]
     assert not (tmp_path / "a").exists()
     judge.write_text("name: j\nmllm: {backend: scripted, model: m}\n")
