@@ -32,7 +32,17 @@ JudgeKind = Literal["reward-model", "zero-shot"]
 YAML_SUFFIXES = (".yaml", ".yml")
 REWARD_MODEL_OPTIONS = frozenset({"tie_threshold", "batch_size", "name", "media_errors", "media_root", "dtype"})
 ZERO_SHOT_OPTIONS = frozenset(
-    {"strategy", "cache_dir", "references", "media_root", "ignore_media", "on_failed_call", "progress", "backends"}
+    {
+        "strategy",
+        "cache_dir",
+        "references",
+        "media_root",
+        "ignore_media",
+        "on_failed_call",
+        "progress",
+        "backends",
+        "trust_remote_code",
+    }
 )
 
 

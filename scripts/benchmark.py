@@ -226,6 +226,7 @@ def rank_path(model_dir: Path, work: Path, cli: bool) -> dict:
     from emoreward.models.precision import dtype_name
     from emoreward.ranking.rank import rank_with_reward_model
     from emoreward.ranking.score_cache import ScoreCache
+    from emoreward.utils.processes import popen_with_parent
 
     cache_file = work / "rank-cache.jsonl"
     run = cold_table_run(model_dir, cache_file, rank_with_reward_model)
@@ -260,7 +261,7 @@ def rank_path(model_dir: Path, work: Path, cli: bool) -> dict:
             subprocess.run(
                 [sys.executable, "-m", "emoreward.cli", "rank", "--judge", str(model_dir), "--data", "ovmerd",
                  "--cache-dir", str(work / "cli-cache"), "--output", str(work / "rank.json")],
-                check=True, capture_output=True,
+                check=True, capture_output=True, **popen_with_parent(),
             )  # fmt: skip
             out[label] = time.perf_counter() - start
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -379,6 +380,7 @@ def main_path(work: Path, extra: str) -> dict:
     from emoreward.data import load_pairs
     from emoreward.training.adapters import adapter_for
     from emoreward.training.config import load_config
+    from emoreward.utils.processes import popen_with_parent
 
     out_dir = work / "main"
     cmd = [sys.executable, "-m", "emoreward.cli", "train", "--output-dir", str(out_dir), "--set", "report_to=[none]"]
@@ -397,7 +399,7 @@ def main_path(work: Path, extra: str) -> dict:
     before = peak_rss_gib(children=True)
     peak_before = Peak.measure()
     start, children = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, **popen_with_parent())  # ends with this script
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_seconds = (after.ru_utime - children.ru_utime) + (after.ru_stime - children.ru_stime)

@@ -7,6 +7,8 @@ Usage:
         [--server-arg=--max-batch-tokens=8192 ...] [--output bench.json]
     python scripts/benchmark_server.py --engine ray --replicas 1 2 --threads 1 --per-sample 64 256 \
         --verl-clients 64 --kill-replica --throughput-clients --batch --output ray.json
+    python scripts/benchmark_server.py --client aiohttp --slow-clients 1000 --per-sample 64 256 --in-process \
+        --threads 1 --batch --throughput-clients --output load.json   # issue 34's load figures
 
 The server is started as a subprocess (`emoreward serve`, importing emoreward from `--tree`, default this checkout:
 point it at another checkout to measure that version with the same client), on a reward model in `--model` or,
@@ -50,9 +52,15 @@ work with), the clients' CPU time (they run in this process, on the same cores),
 server CPU (``desc/server-CPU-s``): on a machine shared with other jobs the wall-clock rates move with their load,
 the CPU figures much less (with ``--threads 1``: no thread of the server waits spinning for another).
 
+- slow clients (`--slow-clients N`): each per-sample load again, beside N clients that hold connections by sending
+  their bodies one byte every 2 s (reconnecting when cut off): the normal clients' rate, latency and lost rewards
+  with them, and how the slow ones ended (408: cut off to make room, or at the whole-request deadline).
+
 The client is a minimal asyncio HTTP/1.1 client (one connection per attempt, as OpenRLHF's), so that little of
 the 2 shared cores goes to the client (about 0.15 ms of CPU per request; verl's own client about 0.3 ms): on an RL
-cluster the rollout workers that send these requests run on other machines. The warm-up also runs the largest
+cluster the rollout workers that send these requests run on other machines. `--client aiohttp` sends the per-sample
+requests with aiohttp, as OpenRLHF itself does (a `ClientSession` per attempt): several times the client CPU, which
+on the same 2 cores lowers the server's wall-clock rate but not its rate per CPU-second. The warm-up also runs the largest
 per-sample load once (the model's shapes at the server's batch sizes). The 1-minute load average is printed next to
 the figures: on a shared machine they move with it.
 """
@@ -61,6 +69,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import os
 import random
@@ -69,6 +78,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -167,13 +177,31 @@ class Tally:
         self.failed_attempts[key] = self.failed_attempts.get(key, 0) + 1
 
 
+async def post_aiohttp(host: str, port: int, path: str, body: bytes) -> dict:
+    """One POST as OpenRLHF's per-sample client sends it (`--client aiohttp`): a fresh `aiohttp.ClientSession` per
+    attempt, ``raise_for_status``, the JSON reply."""
+    import aiohttp
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT_S)) as session:
+        headers = {"Content-Type": "application/json"}
+        async with session.post(f"http://{host}:{port}{path}", data=body, headers=headers) as response:
+            if response.status >= 400:
+                raise HTTPError(response.status, await response.read())
+            return await response.json()
+
+
+# the per-sample client's transport: the minimal asyncio client (default) or aiohttp, as OpenRLHF itself (--client)
+CLIENT = {"post": post_once}
+
+
 async def openrlhf_post(host: str, port: int, path: str, payload: dict, tally: Tally, retries: bool = True) -> None:
     """OpenRLHF's `_post_request`: up to 5 tries, each on a new connection with a 180 s total timeout, 1 s apart."""
     body = json.dumps(payload).encode("utf-8")
     start = time.perf_counter()
+    post = CLIENT["post"]
     for _ in range(TRIES if retries else 1):
         try:
-            await asyncio.wait_for(post_once(host, port, path, body), TIMEOUT_S)
+            await asyncio.wait_for(post(host, port, path, body), TIMEOUT_S)
             tally.latencies.append(time.perf_counter() - start)
             return
         except (OSError, asyncio.TimeoutError, HTTPError, ValueError, asyncio.IncompleteReadError) as err:
@@ -276,6 +304,52 @@ async def per_sample(host, port, texts, clients: int, per_client: int, tally: Ta
     start = time.perf_counter()
     await asyncio.gather(*(client(c) for c in range(clients)))
     return summary(f"per-sample x{clients}", tally, time.perf_counter() - start, clients * per_client, 1)
+
+
+async def slow_body(host: str, port: int, stop: asyncio.Event, gap: float = 2.0) -> str:
+    """A hostile client (`--slow-clients`): a request head, then its body one byte every ``gap`` s, reconnecting
+    ``gap`` s after it is cut off, until ``stop``. Returns how its last connection ended."""
+    body = json.dumps({"descriptions": ["x" * 64]}).encode()
+    head = f"POST /v1/rewards HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ended = "held"
+    while not stop.is_set():
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 5 * gap)
+        except (OSError, asyncio.TimeoutError) as err:
+            ended = type(err).__name__
+            await asyncio.sleep(gap)
+            continue
+        try:
+            writer.write(head.encode())
+            for k in range(len(body) - 1):  # never the last byte
+                writer.write(body[k : k + 1])
+                try:
+                    line = await asyncio.wait_for(reader.readline(), gap)
+                except asyncio.TimeoutError:
+                    if stop.is_set():
+                        break
+                    continue
+                ended = line.split()[1].decode() if line.startswith(b"HTTP/1.1 ") else "closed"
+                break
+        except OSError as err:
+            ended = type(err).__name__
+        finally:
+            writer.close()
+        await asyncio.sleep(gap)  # a slow client, not a connection flood: it reconnects at its own pace
+    return ended
+
+
+async def with_slow_clients(host: str, port: int, n: int, scenario) -> dict:
+    """``scenario`` while ``n`` slow-body clients hold connections (their outcomes counted in the result)."""
+    stop = asyncio.Event()
+    hostile = [asyncio.create_task(slow_body(host, port, stop)) for _ in range(n)]
+    await asyncio.sleep(2.0)  # they hold their slots a while before the measured clients come
+    result = await scenario
+    stop.set()
+    ends = await asyncio.gather(*hostile)
+    result["scenario"] += f" + {n} slow clients"
+    result["slow_clients_ended"] = {end: ends.count(end) for end in sorted(set(ends))}
+    return result
 
 
 async def batch(host, port, texts, n: int) -> dict:
@@ -448,7 +522,11 @@ def start_server(
         cmd[cmd.index("0")] = str(free_port())
         cmd += ["--engine", "ray", "--replicas", str(replicas), "--num-cpus", "1", "--threads", str(threads or 1)]
     # cwd = the tree: `python -c` puts the working directory first on sys.path
-    proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    from emoreward.utils.processes import popen_with_parent  # the server ends with this script, even killed
+
+    proc = subprocess.Popen(
+        cmd, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen_with_parent()
+    )
     deadline = time.time() + 180
     while time.time() < deadline:
         line = proc.stdout.readline()
@@ -456,6 +534,10 @@ def start_server(
             raise RuntimeError(f"the server exited with {proc.returncode}")
         match = re.search(r"http://127\.0\.0\.1:(\d+)", line)
         if match:
+            # its output is read as it comes (its last lines kept): a server blocked on a full pipe serves nothing
+            proc.tail = collections.deque(maxlen=200)
+            proc.reader = threading.Thread(target=lambda: proc.tail.extend(proc.stdout), daemon=True)
+            proc.reader.start()
             return proc, int(match.group(1))
     proc.kill()
     raise RuntimeError("the server did not print its address within 180 s")
@@ -464,11 +546,12 @@ def start_server(
 def stop_server(proc: subprocess.Popen) -> str:
     proc.terminate()
     try:
-        out, _ = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
         proc.kill()
-        out, _ = proc.communicate()
-    return out
+        proc.wait()
+    proc.reader.join(timeout=10)
+    return "".join(proc.tail)
 
 
 async def run_scenarios(args, texts, proc, port: int, label: str, reference, began: float, results: list) -> None:
@@ -519,6 +602,9 @@ async def run_scenarios(args, texts, proc, port: int, label: str, reference, beg
     for _ in range(args.repeat):  # each run followed by its in-process reference: paired under the same load
         for n in args.per_sample:
             await measured(per_sample(host, port, list(texts), n, args.requests_per_client))
+            if args.slow_clients:
+                load = per_sample(host, port, list(texts), n, args.requests_per_client)
+                await measured(with_slow_clients(host, port, args.slow_clients, load))
         for n in args.verl_clients:
             await measured(verl_per_sample(f"http://{host}:{port}", texts, n, args.requests_per_client))
     for n in args.batch:
@@ -573,9 +659,23 @@ def main() -> int:
     p.add_argument("--time-limit", type=float, default=900.0, help="seconds; scenarios after it are skipped")
     p.add_argument("--server-arg", action="append", default=[], help="extra `emoreward serve` argument")
     p.add_argument("--output", type=Path, help="write the results as JSON")
+    p.add_argument(
+        "--client",
+        choices=["asyncio", "aiohttp"],
+        default="asyncio",
+        help="per-sample transport: the minimal asyncio client, or aiohttp as OpenRLHF's own (more client CPU)",
+    )
+    p.add_argument(
+        "--slow-clients",
+        type=int,
+        default=0,
+        help="also run each per-sample load beside N clients that send their bodies a byte every 2 s",
+    )
     args = p.parse_args()
 
     sys.path.insert(0, str(ROOT))
+    if args.client == "aiohttp":
+        CLIENT["post"] = post_aiohttp
     if args.verl_merge is not None:
         VERL_OPTIONS["merge_samples"] = args.verl_merge
     n_texts = 4096
@@ -593,7 +693,7 @@ def main() -> int:
             finally:
                 logs.append(stop_server(proc))
     header = {"tree": str(args.tree.resolve()), "texts": args.texts, "server_args": args.server_arg}
-    header |= {"engine": args.engine, "threads": args.threads, "cores": os.cpu_count()}
+    header |= {"engine": args.engine, "threads": args.threads, "cores": os.cpu_count(), "client": args.client}
     header["in_process"] = reference.rates if reference else None
     print(json.dumps(header))
     cols = ["engine", "scenario", "requests", "answered", "lost", "requests_per_s", "descriptions_per_s", "p50_ms"]

@@ -30,6 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from emoreward.utils.remote_code import check_remote_code
 from zero_shot.backends.base import Backend, ChatRequest, Generation, SamplingConfig
 from zero_shot.prompts import CONFIG_DIR, read_yaml
 
@@ -244,8 +245,29 @@ def _build(cls: type, raw: Any, where: _Where, section: tuple[str, ...]) -> Any:
         raise where.from_message(section, known, str(err)) from None
 
 
+REMOTE_CODE_OPTION = "emoreward judge --trust-remote-code"
+
+
 def _model_config(raw: Any, where: _Where, section: str) -> ModelConfig:
-    return _build(ModelConfig, raw, where, (section,))
+    config = _build(ModelConfig, raw, where, (section,))
+    # a judge FILE cannot turn on remote code (the one rule, `emoreward.utils.remote_code`); a dict from Python can
+    set_at = f"{where(section, 'trust_remote_code')}: {section}" if where.lines or where.source != "<dict>" else None
+    check_remote_code(config.trust_remote_code, model=config.model, set_at=set_at, ask=REMOTE_CODE_OPTION)
+    return config
+
+
+def trust_judge_code(config: JudgeConfig) -> JudgeConfig:
+    """``config`` with ``trust_remote_code`` on for its models (the user asked on the command line:
+    ``emoreward judge --trust-remote-code``); the output says so for each model (`check_remote_code`)."""
+    from dataclasses import replace
+
+    models = {}
+    for section in ("mllm", "llm"):
+        model = getattr(config, section)
+        if model is not None:
+            check_remote_code(True, model=model.model, set_at=None, ask=REMOTE_CODE_OPTION)
+            models[section] = replace(model, trust_remote_code=True)
+    return replace(config, **models)
 
 
 def judge_config_from_dict(raw: dict, source: str = "<dict>", lines: Lines | None = None) -> JudgeConfig:
@@ -304,8 +326,11 @@ def available_judges(directory: Path = JUDGE_DIR) -> dict[str, Path]:
     return out
 
 
-def load_judge_config(name_or_path: str | Path, directory: Path = JUDGE_DIR) -> JudgeConfig:
-    """A judge by registered name (`smollm2-135m-text`) or by YAML path.
+def load_judge_config(
+    name_or_path: str | Path, directory: Path = JUDGE_DIR, trust_remote_code: bool = False
+) -> JudgeConfig:
+    """A judge by registered name (`smollm2-135m-text`) or by YAML path; ``trust_remote_code``: the user asks for
+    its models' repository code to run (`trust_judge_code`; a judge file itself cannot ask).
 
     Raises:
         ValueError: unknown name (the message lists the registered judges) or an invalid definition.
@@ -321,7 +346,8 @@ def load_judge_config(name_or_path: str | Path, directory: Path = JUDGE_DIR) -> 
         if text not in registry:
             raise ValueError(f"unknown judge {text!r}; available: {sorted(registry)}")
         path = registry[text]
-    return judge_config_from_dict(read_yaml(path), str(path), yaml_key_lines(path))
+    config = judge_config_from_dict(read_yaml(path), str(path), yaml_key_lines(path))
+    return trust_judge_code(config) if trust_remote_code else config
 
 
 # ---------------------------------------------------------------------------------------------- backends

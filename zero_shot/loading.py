@@ -18,7 +18,7 @@ from typing import Literal
 
 from zero_shot.backends.base import Backend
 from zero_shot.cache import CallCache
-from zero_shot.config import JudgeConfig, LazyBackend, load_judge_config
+from zero_shot.config import JudgeConfig, LazyBackend, load_judge_config, trust_judge_code
 from zero_shot.prompts import load_prompts
 from zero_shot.strategies import STRATEGIES, CallStats, ZeroShotJudge, default_chunk_size, load_references
 
@@ -58,6 +58,7 @@ def load_judge(
     on_failed_call: Literal["invalid", "raise"] = "raise",
     progress: bool = False,
     backends: dict[str, Backend] | None = None,
+    trust_remote_code: bool = False,
 ) -> ZeroShotJudge:
     """A zero-shot judge from a judge YAML path, a registered judge name (`configs/judges/<name>.yaml`) or a parsed
     `JudgeConfig`, running one strategy through a call cache.
@@ -73,6 +74,8 @@ def load_judge(
         progress: show a tqdm bar of calls (made / cached / failed) on stderr.
         backends: `{"mllm": ..., "llm": ...}` instead of building them from the config (models load lazily
             otherwise: a fully cached run loads none).
+        trust_remote_code: the user asks for the judge's models to run their repositories' code (a judge file
+            cannot; `zero_shot.config.trust_judge_code`).
 
     Returns:
         `ZeroShotJudge` (the `emoreward.evaluation.judge.Judge` protocol), with `cache_path` (or None), `config`
@@ -85,7 +88,10 @@ def load_judge(
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; available: {list(STRATEGIES)}")
-    config = spec if isinstance(spec, JudgeConfig) else load_judge_config(spec)
+    if isinstance(spec, JudgeConfig):
+        config = trust_judge_code(spec) if trust_remote_code else spec
+    else:
+        config = load_judge_config(spec, trust_remote_code=trust_remote_code)
     refs = load_references(references) if isinstance(references, (str, Path)) else references
     backends = dict(backends or {})
     backends.setdefault("mllm", LazyBackend(config.mllm))

@@ -67,7 +67,7 @@ def add_tie_policy(p: argparse.ArgumentParser) -> None:
 
 # the zero-shot options of `judge` with their defaults: a reward model has no use for them
 ZERO_SHOT_ONLY = {"strategy": ["S1"], "runs": 2, "no_swap": False, "references": None, "ignore_media": False,
-                  "limit": None, "dataset": None, "push_to_hub": None}  # fmt: skip
+                  "limit": None, "dataset": None, "push_to_hub": None, "trust_remote_code": False}  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -196,7 +196,12 @@ def _run_zero_shot(args: argparse.Namespace, spec: str) -> int:
         raise ValueError(f"--dtype {args.dtype} applies to reward models; {spec} is a zero-shot judge")
     options = {name: getattr(args, name, default) for name, default in ZERO_SHOT_ONLY.items()}
     check_zero_shot_options(args, options)
-    judge = load_judge(spec, strategy=options["strategy"][0], media_root=args.media_root)  # the definition, checked
+    judge = load_judge(  # the definition, checked
+        spec,
+        strategy=options["strategy"][0],
+        media_root=args.media_root,
+        trust_remote_code=options["trust_remote_code"],
+    )
     config = judge.config
     pairs = load_pairs(args.data)
     if options["limit"]:

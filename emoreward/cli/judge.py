@@ -56,6 +56,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="upload the judgements table to this Hub dataset repository (private; token from HF_TOKEN), after "
         "every local output is written; refused at once when it cannot succeed (offline, no token)",
     )
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="let the judge's local models run Python code from their model repositories (a judge file cannot "
+        "turn this on; the output names each model)",
+    )
     p.add_argument("--list", action="store_true", help="list the registered judges and exit")
 
 

@@ -80,6 +80,11 @@ def positive_int(text: str) -> int:
     return _integer(text, 1)
 
 
+def nonnegative_int(text: str) -> int:
+    """argparse type: an integer >= 0 (a count that may be zero)."""
+    return _integer(text, 0)
+
+
 def seed_int(text: str) -> int:
     """argparse type: a random seed, an integer >= 0 (numpy's generators take no negative seed)."""
     return _integer(text, 0)

@@ -28,7 +28,14 @@ logger = logging.getLogger("emoreward.export.serve")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of `emoreward serve`."""
-    from emoreward.cli.options import correlation, port_number, positive_float, positive_int
+    from emoreward.cli.options import (
+        correlation,
+        nonnegative_float,
+        nonnegative_int,
+        port_number,
+        positive_float,
+        positive_int,
+    )
 
     d = ServerLimits()
     p.add_argument("--model", required=True, help="a reward-model directory (emoreward train, or a merged export)")
@@ -143,7 +150,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="single: one process, one model (default); ray: one model per Ray Serve replica",
     )
     ray.add_argument("--replicas", type=positive_int, default=1, help="replicas (default 1; autoscaling: initial)")
-    ray.add_argument("--min-replicas", type=int, help="autoscaling: fewest replicas (0 allowed)")
+    ray.add_argument("--min-replicas", type=nonnegative_int, help="autoscaling: fewest replicas (0 allowed)")
     ray.add_argument("--max-replicas", type=positive_int, help="autoscaling: most replicas")
     ray.add_argument(
         "--target-ongoing-requests",
@@ -156,7 +163,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="'auto' or an address: attach to a running Ray cluster (verl's, OpenRLHF's); default: start a local one",
     )
     ray.add_argument("--num-cpus", type=positive_float, default=1.0, help="CPUs per replica (default 1)")
-    ray.add_argument("--num-gpus", type=float, default=0.0, help="GPUs per replica (default 0; 1: a GPU each)")
+    ray.add_argument(
+        "--num-gpus", type=nonnegative_float, default=0.0, help="GPUs per replica (default 0; 1: a GPU each)"
+    )
 
 
 # what Ctrl-C outside the server's own shutdown prints (a second Ctrl-C while it stops): a server has nothing to
@@ -228,15 +237,17 @@ def run(args: argparse.Namespace) -> int:
         length_window=args.length_window,
         length_threshold=args.length_threshold,
     )
+    if args.engine == "ray" and args.model_process:
+        raise ValueError("--model-process is for --engine single (each Ray Serve replica is a process already)")
+    from emoreward.models import load_settings
+
+    # before any work (a model process, a Ray cluster): a directory that is not a model, a port already taken
+    load_settings(args.model)
+    serve_http.check_bind(args.host, args.port)
     if args.engine == "ray":
-        if args.model_process:
-            raise ValueError("--model-process is for --engine single (each Ray Serve replica is a process already)")
         from emoreward.export.serve.ray import run_ray_serve
 
         return run_ray_serve(args, options, token)
-    from emoreward.models import load_settings
-
-    load_settings(args.model)  # a directory that is not a model fails here, before a model process starts
     worker = None
     try:
         if args.model_process is False:  # --no-model-process: the model loads and scores in this process

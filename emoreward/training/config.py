@@ -583,8 +583,8 @@ def resolve_config(
 
 
 def check_remote_code(config: EmoRewardConfig) -> None:
-    """The one rule for `trust_remote_code` (running Python code from a model repository), for text and
-    multimodal recipes alike: a multimodal backbone never takes it (those load with their transformers classes
+    """`trust_remote_code` in a recipe, for text and multimodal recipes alike (the rule itself is
+    `emoreward.utils.remote_code.check_remote_code`, which every configuration reader calls): a multimodal backbone never takes it (those load with their transformers classes
     only); a text backbone takes it only when the user asks on the command line (`--trust_remote_code`,
     `--set trust_remote_code=true`) or in Python, never from a recipe file (which may come from anywhere).
 
@@ -599,12 +599,18 @@ def check_remote_code(config: EmoRewardConfig) -> None:
             f"{where + ': ' if where else ''}trust_remote_code=True: the multimodal backbone "
             f"{config.backbone_spec.name!r} loads with its transformers classes only; remove trust_remote_code"
         )
-    if config.recipe_path and where.startswith(f"{config.recipe_path}, line"):
-        raise RecipeError(
-            f"{where}: trust_remote_code: true would run Python code from the model repository "
-            f"{config.model_name_or_path!r}; a recipe file cannot turn it on. If you trust that code, ask for it "
-            "on the command line: --trust_remote_code (or --set trust_remote_code=true)"
+    from emoreward.utils.remote_code import check_remote_code as remote_code_rule
+
+    from_file = bool(config.recipe_path) and where.startswith(f"{config.recipe_path}, line")
+    try:
+        remote_code_rule(
+            True,
+            model=config.model_name_or_path,
+            set_at=where if from_file else None,
+            ask="--trust_remote_code (or --set trust_remote_code=true)",
         )
+    except ValueError as err:
+        raise RecipeError(str(err)) from None
 
 
 def locate_field_error(message: str, origins: dict[str, str], recipe: str | Path, known) -> str:

@@ -27,6 +27,8 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
+from emoreward.utils.processes import parent_identity
+
 
 # what one fit of a text backbone may need at its peak (the default recipe: about 2.4 GiB): more workers than the
 # available memory holds at this size are not started
@@ -155,11 +157,15 @@ def torch_threads(threads: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _start_worker(threads: int, warning_filters: list) -> None:
-    """A worker's set-up: its torch threads, the parent's warning filters (the CLI's quiet libraries), and no
+def _start_worker(threads: int, warning_filters: list, parent: tuple[int, bool]) -> None:
+    """A worker's set-up: it ends when the main process dies (`die_with_parent`: a killed run leaves no fold
+    training on), its torch threads, the parent's warning filters (the CLI's quiet libraries), and no
     standard output (what a fold reports comes back to the main process, which prints it; libraries' own prints,
     e.g. transformers' "Running in WANDB offline mode" per process, do not repeat). Warnings and errors still reach
     standard error."""
+    from emoreward.utils.processes import die_with_parent
+
+    die_with_parent(parent)
     import torch
 
     os.environ["OMP_NUM_THREADS"] = str(threads)
@@ -197,7 +203,7 @@ class FitPool:
             workers,
             mp_context=multiprocessing.get_context("spawn"),
             initializer=_start_worker,
-            initargs=(threads, list(warnings.filters)),
+            initargs=(threads, list(warnings.filters), parent_identity()),
         )
 
     def submit(self, fn: Callable, *args) -> Future:

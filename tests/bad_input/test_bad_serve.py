@@ -164,3 +164,40 @@ def test_serve_a_folder_that_is_not_a_model(tmp_path, capsys):
 def test_serve_with_a_media_root_that_does_not_exist(rm_dir, tmp_path, capsys):
     argv = ["serve", "--model", rm_dir, "--port", "0", "--media-root", tmp_path / "media"]
     fails(argv, capsys, f"--media-root {tmp_path / 'media'}: no such folder")
+
+
+# ------------------------------------------------------------------- every engine: one line, before any work
+@pytest.fixture
+def busy_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("engine", ["single", "ray"])
+def test_a_busy_port_is_one_line_before_the_model_or_ray_starts(rm_dir, capsys, busy_port, engine):
+    argv = ["serve", "--model", rm_dir, "--port", busy_port, "--engine", engine]
+    fails(argv, capsys, f"--port {busy_port}: 127.0.0.1:{busy_port} is already in use")
+
+
+@pytest.mark.parametrize(
+    "options, fragments",
+    [
+        (["--model", "MISSING"], ["model directory not found"]),
+        (["--ray-address", "127.0.0.1:1"], ["--ray-address 127.0.0.1:1: no Ray cluster answers there"]),
+        (["--num-gpus", "-1"], ["argument --num-gpus: expected a number >= 0, got '-1'"]),
+        (["--num-cpus", "0"], ["argument --num-cpus: expected a number > 0, got '0'"]),
+        (["--replicas", "0"], ["argument --replicas: expected an integer >= 1, got 0"]),
+        (["--min-replicas", "-1"], ["argument --min-replicas: expected an integer >= 0, got -1"]),
+        (["--min-replicas", "3", "--max-replicas", "2"], ["--min-replicas 3 must be between 0 and --max-replicas 2"]),
+        (["--port", "0"], ["--engine ray needs a fixed --port"]),
+    ],
+    ids=["missing-model", "no-cluster-there", "negative-gpus", "zero-cpus", "zero-replicas", "negative-min-replicas",
+         "min-above-max", "port-zero"],
+)  # fmt: skip
+def test_bad_ray_options_are_one_line_before_ray_starts(rm_dir, tmp_path, capsys, options, fragments):
+    options = [str(tmp_path / "missing") if o == "MISSING" else o for o in options]
+    port = ["--port", "18799"] if "--port" not in options else []
+    model = ["--model", rm_dir] if "--model" not in options else []
+    fails(["serve", *model, "--engine", "ray", *port, *options], capsys, *fragments)

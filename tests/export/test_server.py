@@ -6,6 +6,7 @@ import http.client
 import json
 import logging
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -20,7 +21,7 @@ import torch
 from _helpers import StubRewardModel
 
 from emoreward.cli.serve import add_arguments as add_serve_arguments
-from emoreward.export.serve.http import RewardServer
+from emoreward.export.serve.http import RECLAIM_AFTER_S, RewardServer
 from emoreward.export.serve.protocol import ServerLimits
 from emoreward.export.serve.service import RewardService
 from emoreward.models.precision import dtype_name, reward_tolerance
@@ -275,6 +276,15 @@ def test_idle_connections_hold_no_thread_and_are_capped():
         reply = extra.recv(4096).decode()
         extra.close()
         assert reply.startswith("HTTP/1.1 503") and "too many open connections" in reply and "Retry-After" in reply
+        # once they have been silent a while (RECLAIM_AFTER_S), a new client takes the slot of the oldest one
+        time.sleep(RECLAIM_AFTER_S)
+        late = socket.create_connection((srv.host, srv.port), timeout=5)
+        closed, _, _ = select.select(idle, [], [], 5)
+        assert len(closed) == 1 and closed[0].recv(10) == b""  # one of them, closed by the server
+        late.sendall(b'POST /v1/rewards HTTP/1.1\r\nHost: x\r\nContent-Length: 25\r\n\r\n{"descriptions": ["a b"]}')
+        assert late.recv(4096).startswith(b"HTTP/1.1 200")
+        assert srv.open_connections == 300
+        late.close()
         for sock in idle:
             sock.close()
         time.sleep(0.2)

@@ -200,7 +200,7 @@ def test_a_request_not_completed_in_time_is_a_408(server):
             sock.sendall(partial)
             started = time.monotonic()
             [(status, data, head)] = replies(sock, 1)
-            assert status == 408 and data["error"] == "request not received in time"
+            assert status == 408 and data["error"] == "request not received within 0.5 s"
             assert time.monotonic() - started < 5 and "Connection: close" in head and closed_by_server(sock)
 
 

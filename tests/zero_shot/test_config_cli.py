@@ -194,3 +194,50 @@ def test_judgements_are_written_as_one_dataset_table(tmp_path, capsys):
     # the JSONL the run writes reads back as a dataset as well
     again = datasets.load_dataset("json", data_files=str(out / "judgements_S1.jsonl"), split="train")
     assert again.num_rows == 24
+
+
+# ---------------------------------------------------------------------------------------------- remote code
+def test_a_judge_file_cannot_turn_on_remote_code_only_the_command_line_can(tmp_path, capsys, caplog):
+    """The one rule (`emoreward.utils.remote_code`) for every configuration file: a judge YAML with
+    ``trust_remote_code: true`` is refused, naming file, line and the option that asks; the option itself turns it
+    on for the judge's models and the output says so."""
+    from emoreward.cli import main
+
+    judge = tmp_path / "j.yaml"
+    judge.write_text("name: j\nmllm:\n  backend: scripted\n  model: m\n  trust_remote_code: true\n")
+    argv = ["judge", "--judge", str(judge), "--limit", "2", "--runs", "1", "--no-progress"]
+    assert main([*argv, "--output", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"emoreward judge: error: {judge}, line 5: mllm: trust_remote_code: true would run Python code from the "
+        "model repository 'm'; a configuration file cannot turn it on. If you trust that code, ask for it on the "
+        "command line: emoreward judge --trust-remote-code"
+    ]
+    assert not (tmp_path / "a").exists()
+    judge.write_text("name: j\nmllm: {backend: scripted, model: m}\n")
+    assert load_judge_config(judge).mllm.trust_remote_code is False
+    with caplog.at_level("WARNING", logger="emoreward"):
+        assert main([*argv, "--output", str(tmp_path / "b"), "--trust-remote-code"]) == 0
+    assert "trust_remote_code: Python code from the model repository 'm' may run (asked for by the user)" in [
+        record.getMessage() for record in caplog.records
+    ]
+    assert load_judge_config(judge, trust_remote_code=True).mllm.trust_remote_code is True
+    # a definition built in Python is the user's own: allowed, and said
+    assert judge_config_from_dict(
+        {"name": "j", "mllm": {"backend": "scripted", "model": "m", "trust_remote_code": True}}
+    )
+
+
+def test_no_bundled_configuration_turns_on_remote_code():
+    from pathlib import Path
+
+    from emoreward.training.config import default_recipe_path, load_config
+
+    for path in available_judges().values():
+        config = load_judge_config(path)
+        assert not any(m.trust_remote_code for m in (config.mllm, config.llm) if m is not None), path
+    recipes = sorted((Path(__file__).resolve().parents[2] / "recipes").glob("*/rm/*.yaml"))
+    assert recipes
+    for recipe in [default_recipe_path(), *recipes]:
+        assert "trust_remote_code: true" not in recipe.read_text().lower(), recipe
+    assert load_config().trust_remote_code is False

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import errno
 import json
 import logging
 import select
@@ -34,6 +35,7 @@ from emoreward.export.serve.protocol import (
     RequestError,
     check_bearer,
     check_body_headers,
+    log_refusal,
     parse_json,
 )
 from emoreward.export.serve.service import RewardService
@@ -51,6 +53,9 @@ PIPELINE_BYTES = 64 * 1024
 LARGE_BODY = 1024 * 1024
 # bytes of a request head (request line and header fields) at most: a longer one is a 431
 MAX_HEAD_BYTES = 16 * 1024
+# seconds a connection must have waited for its client (a request arriving, or idle) before it may be closed to
+# make room for a new client (`RewardServer.reclaim_slot`)
+RECLAIM_AFTER_S = 1.0
 SERVER_HEADER = (b"Server", b"emoreward-serve")
 _REASONS = {status: status.phrase.encode("latin-1") for status in HTTPStatus}
 
@@ -82,9 +87,11 @@ class _Connection(asyncio.Protocol):
         self.closed = False  # closing (lingering) or closed: nothing more is read or answered
         self.paused = False
         self.refused = False  # answered 503 on arrival (too many connections, or shutting down)
+        self.slot = False  # holds one of the server's `max_connections` slots (released once closing)
         self.answered = 0  # replies sent on this connection
         self.timer: asyncio.TimerHandle | None = None
-        self.timer_kind: str | None = None  # "idle" (keep-alive), "head" or "body" (read timeout)
+        self.timer_kind: str | None = None  # "idle" (keep-alive) or "request" (the whole-request deadline)
+        self.since = server.loop.time()  # when the request being received began (its first byte), or idle began
         self.done = server.loop.create_future()  # set when the connection is gone
 
     # ------------------------------------------------------------------ asyncio.Protocol
@@ -92,6 +99,8 @@ class _Connection(asyncio.Protocol):
         self.transport = transport
         server = self.server
         server.connections.add(self)
+        if not server.closing and server.open_connections >= self.service.limits.max_connections:
+            server.reclaim_slot()
         if server.closing or server.open_connections >= self.service.limits.max_connections:
             self.refused = True
             self.service.count(busy=1)
@@ -101,6 +110,7 @@ class _Connection(asyncio.Protocol):
             self.close()
             return
         server.open_connections += 1
+        self.slot = True
         self._arm(self.service.limits.keepalive_timeout, self._idle_timeout)
 
     def data_received(self, data: bytes) -> None:
@@ -123,8 +133,7 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.eof = self.closed = True
         self._cancel_timer()
-        if not self.refused:
-            self.server.open_connections -= 1
+        self._release_slot()
         self.server.connections.discard(self)
         if not self.done.done():
             self.done.set_result(None)
@@ -142,6 +151,7 @@ class _Connection(asyncio.Protocol):
             if not data:
                 return
             self.fresh = False
+            self.since = self.server.loop.time()
         self.conn.receive_data(data)
         self._advance()
 
@@ -155,10 +165,9 @@ class _Connection(asyncio.Protocol):
                 self._fail(_protocol_error(err))
                 return
             if event is h11.NEED_DATA:
-                if conn.their_state is h11.SEND_BODY:
-                    self._arm(self.service.limits.read_timeout, self._read_timeout, "body")  # restarted by every chunk
-                elif self.timer_kind != "head":
-                    self._arm(self.service.limits.read_timeout, self._read_timeout, "head")
+                if self.timer_kind != "request":  # one deadline for head and body, from the request's first byte
+                    deadline = self.since + self.service.limits.read_timeout
+                    self._arm(max(0.0, deadline - self.server.loop.time()), self._read_timeout, "request")
                 return
             if isinstance(event, h11.Request):
                 if not self._head(event):
@@ -301,7 +310,7 @@ class _Connection(asyncio.Protocol):
     def _fail(self, err: RequestError) -> None:
         """Answer ``err`` (counted and logged like every refused request)."""
         self.service.record_error(err)
-        logger.info("%s %s -> %d %s", self.method, self.path, err.status.value, err.message)
+        log_refusal(logger, self.method, self.path, err)
         self._reply(err.status, {"error": err.message}, err.headers)
 
     def _reply(
@@ -336,6 +345,7 @@ class _Connection(asyncio.Protocol):
             trailing = trailing.lstrip(b"\r\n")
             self.conn.receive_data(trailing)
         self.fresh = not trailing
+        self.since = self.server.loop.time()
         if self.paused:
             self.paused = False
             self.transport.resume_reading()
@@ -393,7 +403,13 @@ class _Connection(asyncio.Protocol):
 
     def _read_timeout(self) -> None:
         if not self.busy and not self.closed:
-            self._fail(RequestError(HTTPStatus.REQUEST_TIMEOUT, "request not received in time"))
+            limit = self.service.limits.read_timeout
+            self._fail(RequestError(HTTPStatus.REQUEST_TIMEOUT, f"request not received within {limit:g} s"))
+
+    @property
+    def receiving(self) -> bool:
+        """A request has begun arriving and is not complete yet (its client is sending it, or is slow to)."""
+        return not self.fresh and not self.busy and not self.closed and not self.refused
 
     def close(self) -> None:
         """Close without resetting the connection: a socket closed while the client's bytes are still unread (a
@@ -405,6 +421,7 @@ class _Connection(asyncio.Protocol):
             return
         self.closed = True
         self._cancel_timer()
+        self._release_slot()  # a lingering connection owes its client nothing more: its slot goes to a new one
         if self.eof or self.transport.is_closing() or not self.transport.can_write_eof():
             self.transport.close()
             return
@@ -413,10 +430,16 @@ class _Connection(asyncio.Protocol):
             self.transport.resume_reading()
         self.timer = self.server.loop.call_later(LINGER_S, self.transport.close)
 
+    def _release_slot(self) -> None:
+        if self.slot:
+            self.slot = False
+            self.server.open_connections -= 1
+
     def _shut(self) -> None:
         """Close now (nothing is owed to the client, or it has gone)."""
         self.closed = True
         self._cancel_timer()
+        self._release_slot()
         self.transport.close()
 
 
@@ -492,6 +515,26 @@ class RewardServer:
                     connection._shut()  # noqa: SLF001 - its client waited past the grace: close
         return done
 
+    def reclaim_slot(self) -> bool:
+        """Free a connection slot for a new client when every slot is taken: close the connection that has been
+        waiting longest for its client, if it has waited at least `RECLAIM_AFTER_S` s: the one whose request has
+        been arriving for longest (answered 408), else the one idle longest (kept alive, or connected and silent).
+        A complete request being scored is never closed. So clients that send their requests slowly (a byte every
+        few seconds, within the whole-request deadline) or not at all cannot hold every slot: each new client
+        takes the slot of the slowest one. True when a slot was freed."""
+        now = self.loop.time()
+        waiting = [c for c in self.connections if c.slot and not c.busy and now - c.since >= RECLAIM_AFTER_S]
+        slow = [c for c in waiting if c.receiving]
+        if slow:
+            victim = min(slow, key=lambda c: c.since)
+            victim._fail(RequestError(HTTPStatus.REQUEST_TIMEOUT, "request not received in time (the server is full)"))
+            return True
+        idle = [c for c in waiting if c.fresh and not c.held]
+        if idle:
+            min(idle, key=lambda c: c.since)._shut()
+            return True
+        return False
+
     async def _stop_listening(self) -> None:
         """Close the listening socket without resetting the connections the kernel has already accepted for it.
 
@@ -561,6 +604,31 @@ class RewardServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def check_bind(host: str, port: int) -> None:
+    """Refuse, before any work, an address the server could not listen on: bind a socket there (with
+    ``SO_REUSEADDR``, as the server does) and close it again.
+
+    Raises:
+        ValueError: one line naming ``--host`` / ``--port`` and why (the port is taken, the address is not this
+            machine's).
+    """
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as err:
+        raise ValueError(f"--host {host}: not an address of this machine ({err.strerror})") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                raise ValueError(
+                    f"--port {port}: {host}:{port} is already in use (another server?); pick another port"
+                ) from None
+            raise ValueError(f"--host {host} --port {port}: cannot listen there: {err.strerror}") from None
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:

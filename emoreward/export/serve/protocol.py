@@ -44,18 +44,21 @@ client has closed its connection is dropped before its next model call. A reques
 503 and a ``Retry-After`` header only when the queue holds ``--max-queue`` descriptions, or when it waited
 ``--queue-timeout`` seconds without being scored (below OpenRLHF's 180 s client timeout, so its retry applies).
 One event-loop thread serves every connection (idle connections hold no thread; at most ``--max-connections``
-are open, more get 503) and one thread feeds the model (``emoreward serve``: in a process of its own).
+are open: a new client takes the slot of the slowest or longest-idle one, else gets 503; a request must arrive
+whole within ``read_timeout`` s of its first byte, or it is a 408) and one thread feeds the model (``emoreward serve``: in a process of its own).
 
 Limits are in tokens: a description longer than the model's ``max_length`` tokens (with its context) is cut and
 flagged (``truncated``), or refused with 413 under ``--overlong refuse``. ``--max-chars`` refuses longer text
 fields before tokenizing; its default is derived from ``max_length`` (`max_chars_for`) so that it refuses no text
 that could fit in ``max_length`` tokens (runs of whitespace a tokenizer drops aside).
 
-Errors are JSON ``{"error": "..."}`` naming the field: 400 (invalid JSON, JSON nested too deeply, text that is not
+Errors are JSON ``{"error": "..."}`` naming the field: 400 (invalid JSON, JSON nested too deeply, an integer of
+more than 4,300 digits where a field takes none, a file name over 255 bytes, text that is not
 valid Unicode such as a lone surrogate, wrong fields, a media path outside the media root: absolute, with ``..``,
 through a symlink, or a symlink loop; no file is read for it), 401 (missing or wrong bearer token), 404, 405, 408 (request not
 received in time), 411 (no Content-Length), 413 (body, item count or text over the limits; ``--overlong
 refuse``), 415 (not JSON), 503 (busy, see above, or shutting down). 500 only for a failure inside the model.
+What a client sends reaches the server log only escaped (`loggable`): no client can write a line into it.
 
 Security: binds 127.0.0.1 by default. With the environment variable named by ``--token-env`` (default
 ``EMOREWARD_SERVE_TOKEN``) set, every endpoint needs ``Authorization: Bearer <token>`` (the token is never logged).
@@ -95,9 +98,12 @@ class ServerLimits:
         max_call_seconds (`float`): target duration of one model call: a call takes the queued descriptions that
             the measured scoring rate scores in this time (at most ``max_batch_tokens``); a larger request is
             scored in slices, interleaved with the requests queued after it.
-        max_connections (`int`): open connections; more are answered 503 and closed.
+        max_connections (`int`): open connections. When all are taken, a new client gets the slot of the
+            connection that has waited longest for its client (a request arriving slowly: 408; else an idle one),
+            once it has waited 1 s (`http.RECLAIM_AFTER_S`); otherwise it is answered 503 and closed.
         keepalive_timeout (`float`): seconds an idle keep-alive connection stays open.
-        read_timeout (`float`): seconds to receive one request (headers and body).
+        read_timeout (`float`): seconds to receive one whole request (head and body) from its first byte, however
+            steadily its bytes arrive; then 408.
     """
 
     max_body_bytes: int = 64 * 1024 * 1024
@@ -156,13 +162,48 @@ def parse_json(raw: bytes) -> Any:
         RequestError: 400 for a body that is not UTF-8, not JSON, or nested too deeply to parse.
     """
     try:
-        return json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
+        return json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys, parse_int=_json_int)
     except UnicodeDecodeError as err:
         raise RequestError(HTTPStatus.BAD_REQUEST, f"the body is not UTF-8: {err}") from None
     except json.JSONDecodeError as err:
         raise RequestError(HTTPStatus.BAD_REQUEST, f"invalid JSON body: {err}") from None
     except RecursionError:
         raise RequestError(HTTPStatus.BAD_REQUEST, "invalid JSON body: nested too deeply") from None
+
+
+class OversizedNumber:
+    """A JSON integer of more than `MAX_INT_DIGITS` digits, kept unconverted (Python refuses to convert more than
+    4,300 digits, and no request field takes a number): the field it is in is refused by its type check."""
+
+    def __init__(self, digits: int):
+        self.digits = digits
+
+    def __repr__(self) -> str:
+        return f"<an integer of {self.digits} digits>"
+
+
+MAX_INT_DIGITS = 4300
+
+
+def _json_int(text: str) -> int | OversizedNumber:
+    return OversizedNumber(len(text)) if len(text) > MAX_INT_DIGITS else int(text)
+
+
+def loggable(text: Any, limit: int = 300) -> str:
+    """What a client sent (a path, a field's value, an error message quoting it), fit for one log line: every
+    character that is not printable (newlines, carriage returns, terminal escapes, U+2028, ...) written as its
+    Python escape (``\\n``, ``\\x1b``), and cut to ``limit`` characters. So no client can write a line (a forged
+    ``ERROR``) into the server's log."""
+    text = str(text)
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def log_refusal(logger: Any, method: str, path: str, err: RequestError) -> None:
+    """The server log's line for a refused request (every engine's): method, path, status and message, each
+    escaped (`loggable`)."""
+    logger.info("%s %s -> %d %s", loggable(method, 20), loggable(path, 200), err.status.value, loggable(err.message))
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -95,7 +95,14 @@ class RewardReplica:
 
     async def handle(self, method: str, path: str, headers: dict[str, str], read_body) -> tuple[int, dict, list]:
         """(status, JSON payload, extra headers) of one request, as the single-process server answers it."""
-        from emoreward.export.serve.protocol import ROUTES, RequestError, check_bearer, check_body_headers, parse_json
+        from emoreward.export.serve.protocol import (
+            ROUTES,
+            RequestError,
+            check_bearer,
+            check_body_headers,
+            log_refusal,
+            parse_json,
+        )
 
         service = self.service
         headers = {k.lower(): v for k, v in headers.items()}
@@ -130,7 +137,7 @@ class RewardReplica:
             return HTTPStatus.OK, await self.batcher.run(job), []
         except RequestError as err:
             service.record_error(err)
-            logger.info("%s %s -> %d %s", method, path, err.status.value, err.message)
+            log_refusal(logger, method, path, err)
             return err.status, {"error": err.message}, err.headers
         except Exception:
             logger.exception("request failed")
@@ -191,12 +198,56 @@ def connect(address: str | None, num_cpus: int) -> bool:
     if ray.is_initialized():
         return False
     if address:
-        ray.init(address=address, logging_level=logging.WARNING)
+        _check_reachable(address)
+        try:
+            ray.init(address=address, logging_level=logging.WARNING)
+        except (ConnectionError, RuntimeError, ValueError) as err:  # e.g. 'auto' and no cluster on this machine
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ValueError(f"--ray-address {address}: cannot attach to a Ray cluster: {first}") from None
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report leaves the machine unless asked
     # a local cluster on loopback only (its own services included), sized for the replicas and Serve's proxy
     ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING, _node_ip_address="127.0.0.1")
     return True
+
+
+def _check_reachable(address: str) -> None:
+    """Refuse at once a ``host:port`` (or ``ray://host:port``) address where nothing listens (Ray itself retries
+    for a minute, printing a line every 5 s).
+
+    Raises:
+        ValueError: naming ``--ray-address``.
+    """
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # 'auto' (or a form Ray reads itself)
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=3).close()
+    except OSError as err:
+        raise ValueError(
+            f"--ray-address {address}: no Ray cluster answers there ({err.strerror or err}); start one with "
+            "`ray start --head`, or leave --ray-address out to start a local one"
+        ) from None
+
+
+def check_resources(ray: Any, args: argparse.Namespace) -> None:
+    """Refuse replicas the cluster cannot place (Ray Serve would wait for them forever): their CPUs and GPUs
+    against the cluster's totals.
+
+    Raises:
+        ValueError: naming ``--num-cpus`` / ``--num-gpus`` and the replica count.
+    """
+    fewest = args.min_replicas if args.min_replicas is not None else args.replicas
+    fewest = max(1, min(fewest, args.max_replicas or fewest))
+    total = ray.cluster_resources()
+    for option, key, each in (("--num-cpus", "CPU", args.num_cpus), ("--num-gpus", "GPU", args.num_gpus)):
+        have = float(total.get(key, 0.0))
+        if each * fewest > have + 1e-9:
+            raise ValueError(
+                f"{option} {each:g} x {fewest} replica(s) needs {each * fewest:g} {key}s; the Ray cluster has {have:g}"
+            )
 
 
 def run_ray_serve(args: argparse.Namespace, service_options: dict[str, Any], token: str | None) -> int:
@@ -214,10 +265,21 @@ def run_ray_serve(args: argparse.Namespace, service_options: dict[str, Any], tok
     ray, serve = _import_serve()
     most = max(args.replicas, args.max_replicas or 0, args.min_replicas or 0)
     started = connect(args.ray_address, num_cpus=math.ceil(args.num_cpus * most) + 1)
+    try:
+        check_resources(ray, args)
+    except ValueError:
+        if started:
+            ray.shutdown()
+        raise
     serve.start(http_options={"host": args.host, "port": args.port}, logging_config=QUIET_LOGS)
+    reaper = None
     try:
         app = build_app(args, service_options, token, options)
         serve.run(app, name=APP_NAME, route_prefix="/", blocking=False, logging_config=QUIET_LOGS)
+        if started:  # the local cluster's processes end with this one, even killed (Ray's agents outlive it)
+            from emoreward.utils.processes import Reaper, descendants
+
+            reaper = Reaper(descendants(os.getpid()))
         host = f"[{args.host}]" if ":" in args.host else args.host
         replicas = (
             f"{args.replicas} replicas"
@@ -244,6 +306,8 @@ def run_ray_serve(args: argparse.Namespace, service_options: dict[str, Any], tok
         finally:
             if started:
                 ray.shutdown()
+            if reaper is not None:
+                reaper.release()
         _echo(f"stopped in {time.time() - start:.0f} s")
     return 0
 

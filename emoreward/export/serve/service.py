@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -34,6 +35,8 @@ from emoreward.models.base import ScoreInfo
 logger = logging.getLogger(__name__)
 
 OPENRLHF_LABELS = ("ignore", "subtitle", "clip")
+# bytes of one file or folder name at most (NAME_MAX of Linux, macOS and Windows file systems)
+MAX_NAME_BYTES = 255
 
 
 @dataclass
@@ -326,6 +329,12 @@ class RewardService:
             raise RequestError(
                 HTTPStatus.BAD_REQUEST, f"'{field_name}' must be a relative path inside the media root, without '..'"
             )
+        longest = max(len(os.fsencode(part)) for part in path.parts)
+        if longest > MAX_NAME_BYTES:
+            raise RequestError(
+                HTTPStatus.BAD_REQUEST,
+                f"'{field_name}' has a file or folder name of {longest} bytes; names have at most {MAX_NAME_BYTES}",
+            )
         try:
             full = (self.media_root / path).resolve()
         except (RuntimeError, OSError):  # a symlink loop (RuntimeError before Python 3.13, OSError after)
@@ -335,7 +344,13 @@ class RewardService:
             ) from None
         if not full.is_relative_to(self.media_root):
             raise RequestError(HTTPStatus.BAD_REQUEST, f"'{field_name}' leaves the media root (through a symlink)")
-        if not full.is_file():
+        try:
+            found = full.is_file()
+        except OSError as err:  # e.g. a path longer than the system takes
+            raise RequestError(
+                HTTPStatus.BAD_REQUEST, f"'{field_name}' cannot be a file in the media root: {err.strerror}"
+            ) from None
+        if not found:
             raise RequestError(HTTPStatus.BAD_REQUEST, f"'{field_name}': no such file in the media root: {value}")
         return str(full)
 

@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from emoreward.utils.processes import parent_identity
+
 
 logger = logging.getLogger(__name__)
 
@@ -60,12 +62,19 @@ def _unpack_error(packed: tuple) -> BaseException:
     return err
 
 
-def _serve(directory: str, media_root: str | None, threads: int | None, conn: Any, warning_filters: list) -> None:
+def _serve(
+    directory: str, media_root: str | None, threads: int | None, conn: Any, warning_filters: list, parent: tuple
+) -> None:
     """The model process: load the model, send its facts, then answer ``(descriptions, contexts, batch_size)`` requests until
     ``None`` (or the pipe closes). It ignores SIGINT and SIGTERM: Ctrl-C (sent to the whole process group) or a
     service manager's SIGTERM to every process must not end it while the server still answers its queued requests;
-    the server ends it after them (`ModelProcess.close`), and a server that dies closes the pipe."""
+    the server ends it after them (`ModelProcess.close`); a server that dies closes the pipe, and ends it even while
+    it loads or scores (`die_with_parent`)."""
     import signal
+
+    from emoreward.utils.processes import die_with_parent
+
+    die_with_parent(parent)
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -122,7 +131,7 @@ class ModelProcess:
         root = None if media_root is None else str(media_root)
         self.process = context.Process(
             target=_serve,
-            args=(str(directory), root, threads, child, list(warnings.filters)),
+            args=(str(directory), root, threads, child, list(warnings.filters), parent_identity()),
             name="emoreward-model",
             daemon=True,
         )
