@@ -265,6 +265,70 @@ def load_engine_layout(directory: str | Path, spec, dtype: torch.dtype):
     return net, head.to(dtype)
 
 
+def reader_inputs(model, descriptions: list[str], context, *, padding_side: str = "right") -> dict[str, torch.Tensor]:
+    """The batch a transformers reader of the export takes for `descriptions` behind one context: the token ids
+    emoreward scores (`RewardPromptBuilder`: prefix with expanded media placeholders, then each description and
+    the end-of-turn token), padded on `padding_side` with the tokenizer's pad id, and the prefix's media tensors
+    once per row.
+
+    Returns:
+        `input_ids`, `attention_mask` (`(batch, longest)`) and the media tensors (`emoreward.models.media.processing
+        .collate_media` of one copy per row).
+
+    Raises:
+        ValueError: a `padding_side` other than `"right"` / `"left"`.
+    """
+    from emoreward.models.media.processing import collate_media
+
+    if padding_side not in ("right", "left"):
+        raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
+    prefix = model.encode_prefix(context)
+    n = len(prefix.input_ids)
+    rows = [prefix.input_ids + model.builder.encode_suffix(d, n, truncate=True)[0] for d in descriptions]
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), model.tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        cols = slice(0, len(row)) if padding_side == "right" else slice(width - len(row), width)
+        ids[i, cols], mask[i, cols] = torch.tensor(row, dtype=torch.long), 1
+    media = collate_media([prefix.media] * len(rows))
+    return {"input_ids": ids, "attention_mask": mask, **{k: v.contiguous() for k, v in media.items()}}
+
+
+def remote_class(directory: str | Path):
+    """The `<X>ForSequenceClassification` of an export, executed from its own `modeling_emoreward.py` (the file
+    `trust_remote_code=True` runs), without transformers' remote-code machinery."""
+    import importlib.util
+
+    directory = Path(directory)
+    arch = json.loads((directory / "config.json").read_text(encoding="utf-8"))["architectures"][0]
+    spec = importlib.util.spec_from_file_location(
+        f"emoreward_export_{abs(hash(str(directory)))}", directory / REMOTE_FILE
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, arch)
+
+
+@torch.no_grad()
+def remote_rewards(
+    directory: str | Path, model, descriptions: list[str], contexts: list, *, dtype=None
+) -> list[float]:
+    """Rewards of an export through its remote-code class (`remote_class`), one padded batch per context, in the
+    order of `descriptions` (the export's own check, `emoreward.export.hf.export_hf`)."""
+    net = remote_class(directory).from_pretrained(directory, dtype=dtype or model.dtype).eval()
+    out = [0.0] * len(descriptions)
+    groups: dict = {}
+    for i, ctx in enumerate(contexts):
+        groups.setdefault(model.context_key(ctx), []).append(i)
+    for idx in groups.values():
+        batch = reader_inputs(model, [descriptions[i] for i in idx], contexts[idx[0]])
+        logits = net(**batch).logits[:, 0].double().tolist()
+        for i, value in zip(idx, logits):
+            out[i] = value
+    return out
+
+
 def request_spec(model, differences: list[dict] | None = None) -> dict:
     """The request as data (`emoreward_request.json`, module docstring): how to build a request that makes a
     reader see the input emoreward scores, and the engine options that match it.
@@ -326,14 +390,14 @@ def request_spec(model, differences: list[dict] | None = None) -> dict:
     serve = ["vllm", "serve", "{export}", "--runner", "pooling", "--dtype", str(model.dtype).replace("torch.", ""),
              "--max-model-len", str(s.max_length),
              "--limit-mm-per-prompt", json.dumps(limits), "--chat-template-content-format", "openai"]  # fmt: skip
-    if spec.sees_video:
+    if spec.sees_video:  # every frame sent is kept; the frames' rate travels with each request
         serve += ["--media-io-kwargs", json.dumps({"video": {"num_frames": -1}})]
-        serve += ["--mm-processor-kwargs", json.dumps({"do_sample_frames": False})]
+        serve += ["--mm-processor-kwargs", json.dumps({"do_sample_frames": False}), "--trust-request-mm-kwargs"]
     out["vllm"] = {
         "serve": serve,
         "endpoint": "POST /classify",
         "body": {"model": "{export}", "messages": "{messages}", "use_activation": False},
-        "per_request_mm_processor_kwargs": {"fps": "{effective fps of the frames sent}"} if spec.sees_video else {},
+        "per_request": {"media_io_kwargs": {"video": {"fps": "{fps}"}}} if spec.sees_video else {},
         "needs": ["soundfile (WAV decoding at the right scale)"] if spec.hears_audio else [],
     }
     out["differences"] = list(differences or [])
@@ -346,6 +410,9 @@ __all__ = [
     "REMOTE_FILE",
     "REQUEST_FILE",
     "export_chat_template",
+    "reader_inputs",
+    "remote_class",
+    "remote_rewards",
     "is_engine_layout",
     "load_engine_layout",
     "remote_code_source",
