@@ -43,10 +43,11 @@ ATOL = 1e-5  # float32 (emoreward.models.precision.reward_tolerance)
 READER = HERE.parent / "export" / "remote_reader.py"
 
 
-def _lora(target_modules):
+def _lora(target_modules, task_type=None):
+    """LoRA as training builds it (`emoreward.training.adapters`: text models SEQ_CLS, so the head is saved)."""
     from peft import LoraConfig
 
-    return LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=target_modules)
+    return LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=target_modules, task_type=task_type)
 
 
 def _perturb(model) -> None:
@@ -75,10 +76,14 @@ def originals(tmp_path_factory):
         media = None
         context = {"subtitle": SUBTITLE}
         if kind == "minilm":
-            model = TextRewardModel.from_backbone("minilm", lora_config=_lora(["query", "value"]), max_length=64)
+            model = TextRewardModel.from_backbone(
+                "minilm", lora_config=_lora(["query", "value"], "SEQ_CLS"), max_length=128
+            )
         elif kind == "decoder":
             base = build_tiny("text", root / "base")
-            model = TextRewardModel.from_backbone(str(base), lora_config=_lora(["q_proj", "v_proj"]), max_length=128)
+            model = TextRewardModel.from_backbone(
+                str(base), lora_config=_lora(["q_proj", "v_proj"], "SEQ_CLS"), max_length=512
+            )
         else:
             from emoreward.data.media import MediaOptions
 
@@ -258,4 +263,6 @@ def test_remote_code_carries_the_one_position_rule(exports):
 
     source = (exports("qwen2.5-vl") / "modeling_emoreward.py").read_text()
     assert inspect.getsource(positions.qwen2_5_vl_positions) in source
-    assert "import emoreward" not in source and "from emoreward" not in source
+    import re
+
+    assert not re.search(r"^\s*(import|from) emoreward", source, re.MULTILINE)
