@@ -329,6 +329,46 @@ def remote_rewards(
     return out
 
 
+@torch.no_grad()
+def whole_text_difference(directory: str | Path, model, descriptions: list[str], context) -> dict:
+    """How much the rewards differ when an engine tokenizes the whole rendered prompt at once (vLLM does) instead of
+    the description apart from the prompt (emoreward does): both sequences through the export's remote-code class.
+
+    Returns:
+        `{"what", "max_abs_reward_diff", "why"}` (a `differences` entry of `emoreward_request.json`).
+    """
+    builder = model.builder
+    net = remote_class(directory).from_pretrained(directory, dtype=model.dtype).eval()
+    media = model.load_media(context)
+    head, middle, tail = builder._template(builder.context(context.subtitle))
+    placeholders, kwargs = builder._placeholders_and_inputs(media)
+    ours = reader_inputs(model, descriptions, context)
+    worst, changed = 0.0, 0
+    for row, description in enumerate(descriptions):
+        whole = builder.processor(
+            text=[head + placeholders + middle + description + tail],
+            text_kwargs={"add_special_tokens": False, "truncation": False},
+            return_tensors="pt",
+            **kwargs,
+        )
+        mask = ours["attention_mask"][row].bool()
+        own = ours["input_ids"][row][mask]
+        if torch.equal(whole["input_ids"][0], own):
+            continue
+        changed += 1
+        per_row = model.encode_prefix(context).media  # one row's media tensors
+        a = net(input_ids=own[None], attention_mask=torch.ones_like(own[None]), **per_row).logits[0, 0]
+        ids = whole["input_ids"]
+        b = net(input_ids=ids, attention_mask=torch.ones_like(ids), **per_row).logits[0, 0]
+        worst = max(worst, abs(float(a) - float(b)))
+    return {
+        "what": "an engine that tokenizes the whole rendered prompt at once (vLLM)",
+        "max_abs_reward_diff": worst,
+        "why": f"{changed} of {len(descriptions)} probe descriptions tokenize differently when joined to the prompt "
+        "(e.g. a leading space); measured at export through the remote-code class",
+    }
+
+
 def request_spec(model, differences: list[dict] | None = None) -> dict:
     """The request as data (`emoreward_request.json`, module docstring): how to build a request that makes a
     reader see the input emoreward scores, and the engine options that match it.
@@ -392,7 +432,10 @@ def request_spec(model, differences: list[dict] | None = None) -> dict:
              "--limit-mm-per-prompt", json.dumps(limits), "--chat-template-content-format", "openai"]  # fmt: skip
     if spec.sees_video:  # every frame sent is kept; the frames' rate travels with each request
         serve += ["--media-io-kwargs", json.dumps({"video": {"num_frames": -1}})]
-        serve += ["--mm-processor-kwargs", json.dumps({"do_sample_frames": False}), "--trust-request-mm-kwargs"]
+        # the pixel bounds too: vLLM's Qwen2.5-Omni processing does not read them from the processor configs
+        size = {"shortest_edge": builder.vision.min_pixels, "longest_edge": builder.vision.max_pixels}
+        processor_kwargs = {"do_sample_frames": False, "size": size}
+        serve += ["--mm-processor-kwargs", json.dumps(processor_kwargs), "--trust-request-mm-kwargs"]
     out["vllm"] = {
         "serve": serve,
         "endpoint": "POST /classify",
@@ -413,6 +456,7 @@ __all__ = [
     "reader_inputs",
     "remote_class",
     "remote_rewards",
+    "whole_text_difference",
     "is_engine_layout",
     "load_engine_layout",
     "remote_code_source",
