@@ -430,12 +430,19 @@ def request_spec(model, differences: list[dict] | None = None) -> dict:
     serve = ["vllm", "serve", "{export}", "--runner", "pooling", "--dtype", str(model.dtype).replace("torch.", ""),
              "--max-model-len", str(s.max_length),
              "--limit-mm-per-prompt", json.dumps(limits), "--chat-template-content-format", "openai"]  # fmt: skip
+    processor_kwargs: dict = {}
     if spec.sees_video:  # every frame sent is kept; the frames' rate travels with each request
         serve += ["--media-io-kwargs", json.dumps({"video": {"num_frames": -1}})]
         # the pixel bounds too: vLLM's Qwen2.5-Omni processing does not read them from the processor configs
         size = {"shortest_edge": builder.vision.min_pixels, "longest_edge": builder.vision.max_pixels}
-        processor_kwargs = {"do_sample_frames": False, "size": size}
-        serve += ["--mm-processor-kwargs", json.dumps(processor_kwargs), "--trust-request-mm-kwargs"]
+        processor_kwargs.update(do_sample_frames=False, size=size)
+    if spec.name == "qwen2-audio":
+        # Whisper's 30 s window: vLLM's call truncates the audio at the tokenizer's max length otherwise
+        processor_kwargs["max_length"] = int(builder.feature_extractor.n_samples)
+    if processor_kwargs:
+        serve += ["--mm-processor-kwargs", json.dumps(processor_kwargs)]
+    if spec.sees_video:
+        serve.append("--trust-request-mm-kwargs")
     out["vllm"] = {
         "serve": serve,
         "endpoint": "POST /classify",
