@@ -19,11 +19,12 @@ On-disk layout of `emoreward export` for a multimodal model (`<X>` = `Qwen2_5_VL
 - `emoreward_config.json` (emoreward's settings, `merged: true`), `emoreward_request.json` (below), `README.md`.
 
 `emoreward_request.json` ("the request as data", `request_spec`) says how to build a request that reproduces the
-rewards: `messages` (a template with `{context}`, `{description}` and media parts `{"type": "video_url"}` /
-`{"type": "audio_url"}` in order), `context` (the instruction and the subtitle line), `video` (frame sampling:
-`fps`, `max_frames`, and that the client sends its sampled frames itself, resized to `pixels`), `audio`
-(`sampling_rate`, source), `vllm` (`serve` arguments, the `/classify` body fields, `mm_processor_kwargs`), and
-`differences`: inputs an engine cannot be made to see as emoreward does, with the reward difference measured.
+rewards: `messages` (placeholders `{context}`, `{description}`, `{video}`, `{audio}`; media parts `video_url` /
+`audio_url` first, in order), `context` (instruction, subtitle line), `video` (`fps`, `max_frames`, how the client
+samples and resizes the frames it sends: `min_pixels`, `max_pixels`, `resize_factor`), `audio` (`sampling_rate`,
+source), `vllm` (`serve` arguments with the `{export}` path, `endpoint`, `body`, `per_request`: the frames' fps as
+`media_io_kwargs`), `position_rule`, `max_length`, and `differences`: what an engine does not see as emoreward
+does, with the reward difference measured at export.
 """
 
 from __future__ import annotations
