@@ -179,20 +179,27 @@ def export_hf(
         if source is not None and (Path(source) / TRAINING_DATA_FILE).is_file():  # which pairs are in-sample
             shutil.copy2(Path(source) / TRAINING_DATA_FILE, staging / TRAINING_DATA_FILE)
         if model.kind == "media":
-            from emoreward.models.media.export_layout import remote_rewards
+            from emoreward.models.media.export_layout import (
+                REQUEST_FILE,
+                remote_class,
+                remote_rewards,
+                request_spec,
+                whole_text_difference,
+            )
 
             again = load_reward_model(staging, media_root=getattr(model, "media_root", None), dtype=dtype)
             got = again.score(probes, contexts)
             raw = expected - apply_score_transform(
                 np.zeros(len(probes)), [len(d) for d in probes], model.settings.score_transform
-            )  # readers of the weights alone: raw
-            remote = np.array(remote_rewards(staging, again, probes, contexts, dtype=dtype))
-            from emoreward.models.media.export_layout import REQUEST_FILE, request_spec, whole_text_difference
-
-            measured = [whole_text_difference(staging, again, probes, contexts[0])]
-            request = request_spec(again, measured)
+            )
+            again.model = None  # its inputs are still built from the export's files; one more copy of the weights
+            net = remote_class(staging).from_pretrained(staging, dtype=dtype).eval()
+            remote = np.array(remote_rewards(net, again, probes, contexts))
+            measured = [whole_text_difference(net, again, probes, contexts[0])]
+            del net
+            request = request_spec(again, measured, dtype=dtype)
             (staging / REQUEST_FILE).write_text(json.dumps(request, indent=2) + "\n", encoding="utf-8")
-            (staging / "README.md").write_text(media_card(again, measured=measured), encoding="utf-8")
+            (staging / "README.md").write_text(media_card(again, measured=measured, dtype=dtype), encoding="utf-8")
             report = ExportReport(
                 directory,
                 "media",
@@ -304,7 +311,9 @@ def _check_text_export(
     )
 
 
-def media_card(model: RewardModel, head: str | None = None, transform: str | None = None, *, measured=None) -> str:
+def media_card(
+    model: RewardModel, head: str | None = None, transform: str | None = None, *, measured=None, dtype=None
+) -> str:
     """The card of a multimodal export (engine layout, `emoreward.models.media.export_layout`): what the checkpoint is, the exact
     `vllm serve` line and `/classify` request (from `emoreward_request.json`, the one source of both), how to read
     it with transformers alone, and the inputs an engine cannot be made to see as emoreward does."""
@@ -314,7 +323,7 @@ def media_card(model: RewardModel, head: str | None = None, transform: str | Non
     s, spec = model.settings, model.spec
     head = front_matter(s, library="transformers") if head is None else head
     transform = _transform_note(s) if transform is None else transform
-    request = request_spec(model, measured)
+    request = request_spec(model, measured, dtype=dtype)
     serve = " ".join(f"'{a}'" if a.startswith("{") and a != "{export}" else a for a in request["vllm"]["serve"])
     serve = serve.replace("{export}", "PATH")
     messages = json.dumps(request["messages"], indent=1)

@@ -311,12 +311,10 @@ def remote_class(directory: str | Path):
 
 
 @torch.no_grad()
-def remote_rewards(
-    directory: str | Path, model, descriptions: list[str], contexts: list, *, dtype=None
-) -> list[float]:
-    """Rewards of an export through its remote-code class (`remote_class`), one padded batch per context, in the
-    order of `descriptions` (the export's own check, `emoreward.export.hf.export_hf`)."""
-    net = remote_class(directory).from_pretrained(directory, dtype=dtype or model.dtype).eval()
+def remote_rewards(net, model, descriptions: list[str], contexts: list) -> list[float]:
+    """Rewards of an export through its remote-code class (`net`: `remote_class(export).from_pretrained(export)`),
+    one right-padded batch per context (`reader_inputs` of `model`, the export loaded by emoreward), in the order of
+    `descriptions` (the export's own check, `emoreward.export.hf.export_hf`)."""
     out = [0.0] * len(descriptions)
     groups: dict = {}
     for i, ctx in enumerate(contexts):
@@ -330,15 +328,15 @@ def remote_rewards(
 
 
 @torch.no_grad()
-def whole_text_difference(directory: str | Path, model, descriptions: list[str], context) -> dict:
+def whole_text_difference(net, model, descriptions: list[str], context) -> dict:
     """How much the rewards differ when an engine tokenizes the whole rendered prompt at once (vLLM does) instead of
-    the description apart from the prompt (emoreward does): both sequences through the export's remote-code class.
+    the description apart from the prompt (emoreward does): both sequences through the export's remote-code class
+    `net` (`remote_class`), `model` being the export loaded by emoreward (its weights are not used).
 
     Returns:
         `{"what", "max_abs_reward_diff", "why"}` (a `differences` entry of `emoreward_request.json`).
     """
     builder = model.builder
-    net = remote_class(directory).from_pretrained(directory, dtype=model.dtype).eval()
     media = model.load_media(context)
     head, middle, tail = builder._template(builder.context(context.subtitle))
     placeholders, kwargs = builder._placeholders_and_inputs(media)
@@ -369,14 +367,16 @@ def whole_text_difference(directory: str | Path, model, descriptions: list[str],
     }
 
 
-def request_spec(model, differences: list[dict] | None = None) -> dict:
+def request_spec(model, differences: list[dict] | None = None, *, dtype: torch.dtype | None = None) -> dict:
     """The request as data (`emoreward_request.json`, module docstring): how to build a request that makes a
     reader see the input emoreward scores, and the engine options that match it.
 
     Args:
         model: the `MediaRewardModel`.
         differences: measured differences to record (`{"what", "max_abs_reward_diff", "why"}` each).
+        dtype: the precision of the export's weights (default: the model's).
     """
+    dtype = dtype or model.dtype
     s, spec, builder = model.settings, model.spec, model.builder
     parts: list[dict] = []
     if spec.sees_video:
@@ -427,7 +427,7 @@ def request_spec(model, differences: list[dict] | None = None) -> dict:
             "send": "as its own audio_url part (a WAV, data:audio/wav;base64,...), mono at sampling_rate",
         }
     limits = {m: 1 for m in sorted(spec.modalities)}
-    serve = ["vllm", "serve", "{export}", "--runner", "pooling", "--dtype", str(model.dtype).replace("torch.", ""),
+    serve = ["vllm", "serve", "{export}", "--runner", "pooling", "--dtype", str(dtype).replace("torch.", ""),
              "--max-model-len", str(s.max_length),
              "--limit-mm-per-prompt", json.dumps(limits), "--chat-template-content-format", "openai"]  # fmt: skip
     processor_kwargs: dict = {}
