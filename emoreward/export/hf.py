@@ -7,14 +7,15 @@ that it gives the same rewards as the original model:
 - text backbones: the export is a plain `AutoModelForSequenceClassification` checkpoint (no missing or unexpected
   keys); the check reads it with nothing but `transformers`, on ids that `emoreward.models.text.text_input_ids`
   builds from the EXPORTED tokenizer and settings alone (the one input function of every route);
-- multimodal backbones: transformers has no sequence-classification class for Qwen2.5-VL, the Qwen2.5-Omni thinker
-  or Qwen2-Audio, so the export is the merged `<model_class>` checkpoint plus `value_head.safetensors`; the check
-  reloads it with `emoreward.models.load_reward_model` in the same process and compares rewards on a synthetic
-  clip (decoded frames and audio made in memory, no files needed).
+- multimodal backbones: the engine layout (`emoreward.models.media.export_layout`): `<X>ForSequenceClassification` that vLLM's
+  pooling runner serves as it is, a remote-code class for transformers, the request as data; the check reloads it
+  with `emoreward.models.load_reward_model` and runs its remote-code class, comparing rewards on a synthetic clip
+  (decoded frames and audio made in memory, no files needed).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from emoreward.models.base import (
     RewardContext,
     RewardModel,
     TextSettings,
+    apply_score_transform,
     as_context,
     load_reward_model,
     load_settings,
@@ -56,8 +58,9 @@ class ExportReport:
         kind (`str`): `"text"` or `"media"`.
         max_abs_diff (`float`): largest |reward difference| between the original model and the reloaded export
             (text: `AutoModelForSequenceClassification` on the model's own ids; media: `load_reward_model`).
-        max_abs_diff_plain (`float`): text: the same with ids built from the exported tokenizer and settings alone
-            (equal to `max_abs_diff` for media exports).
+        max_abs_diff_plain (`float`): text: the same with ids built from the exported tokenizer and settings alone;
+            media: the export's remote-code class (`modeling_emoreward.py`, what `trust_remote_code=True` runs) on a
+            right-padded batch of the probes, against the original's raw head output.
         n_probes (`int`): probe descriptions compared.
         ids_match (`bool`): text: the exported recipe reproduced the model's own input ids on every probe.
         dtype (`str`): the precision both sides of the check computed in (`"float32"`: the original's float32
@@ -176,10 +179,35 @@ def export_hf(
         if source is not None and (Path(source) / TRAINING_DATA_FILE).is_file():  # which pairs are in-sample
             shutil.copy2(Path(source) / TRAINING_DATA_FILE, staging / TRAINING_DATA_FILE)
         if model.kind == "media":
+            from emoreward.models.media.export_layout import (
+                REQUEST_FILE,
+                remote_class,
+                remote_rewards,
+                request_spec,
+                whole_text_difference,
+            )
+
             again = load_reward_model(staging, media_root=getattr(model, "media_root", None), dtype=dtype)
             got = again.score(probes, contexts)
-            diff = float(np.max(np.abs(got - expected)))
-            report = ExportReport(directory, "media", diff, diff, len(probes), True)
+            raw = expected - apply_score_transform(
+                np.zeros(len(probes)), [len(d) for d in probes], model.settings.score_transform
+            )
+            again.model = None  # its inputs are still built from the export's files; one more copy of the weights
+            net = remote_class(staging).from_pretrained(staging, dtype=dtype).eval()
+            remote = np.array(remote_rewards(net, again, probes, contexts))
+            measured = [whole_text_difference(net, again, probes, contexts[0])]
+            del net
+            request = request_spec(again, measured, dtype=dtype)
+            (staging / REQUEST_FILE).write_text(json.dumps(request, indent=2) + "\n", encoding="utf-8")
+            (staging / "README.md").write_text(media_card(again, measured=measured, dtype=dtype), encoding="utf-8")
+            report = ExportReport(
+                directory,
+                "media",
+                float(np.max(np.abs(got - expected))),
+                float(np.max(np.abs(remote - raw))),
+                len(probes),
+                True,
+            )
         else:
             report = _check_text_export(model, staging, probes, contexts, expected, dtype)
         report.path = directory
@@ -283,43 +311,131 @@ def _check_text_export(
     )
 
 
+def media_card(
+    model: RewardModel, head: str | None = None, transform: str | None = None, *, measured=None, dtype=None
+) -> str:
+    """The card of a multimodal export (engine layout, `emoreward.models.media.export_layout`): what the checkpoint is, the exact
+    `vllm serve` line and `/classify` request (from `emoreward_request.json`, the one source of both), how to read
+    it with transformers alone, and the inputs an engine cannot be made to see as emoreward does."""
+    from emoreward.models.cards import front_matter
+    from emoreward.models.media.export_layout import ARCHITECTURES, request_spec
+
+    s, spec = model.settings, model.spec
+    head = front_matter(s, library="transformers") if head is None else head
+    transform = _transform_note(s) if transform is None else transform
+    request = request_spec(model, measured, dtype=dtype)
+    serve = " ".join(f"'{a}'" if a.startswith("{") and a != "{export}" else a for a in request["vllm"]["serve"])
+    serve = serve.replace("{export}", "PATH")
+    messages = json.dumps(request["messages"], indent=1)
+    for name in ("context", "description", "video", "audio"):
+        messages = messages.replace("{" + name + "}", name.upper())
+    body = {"model": "PATH", "messages": "MESSAGES", "use_activation": False}
+    if spec.sees_video:
+        body["media_io_kwargs"] = {"video": {"fps": "FPS"}}
+    body_text = json.dumps(body)
+    video = ""
+    if spec.sees_video:
+        v = request["video"]
+        video = (
+            f"- Video: sample frames at {v['fps']} fps, at most {v['max_frames']}, evenly spread, the last repeated to an "
+            f"even count; resize each with PIL bicubic to Qwen's `smart_resize` size (factor {v['resize_factor']}, "
+            f"{v['min_pixels']}..{v['max_pixels']} pixels) and send them as `data:video/jpeg;base64,<PNG>,<PNG>,...` "
+            "(vLLM decodes each with PIL); FPS is the rate of the frames sent. A video URL instead lets vLLM sample "
+            "its own frames and resize with torchvision: other rewards.\n"
+        )
+    audio = ""
+    if spec.hears_audio:
+        a = request["audio"]
+        audio = (
+            f"- Audio: {a['source']}, mono at {a['sampling_rate']} Hz, as its own `audio_url` part (a WAV data "
+            "URL); the server needs `soundfile` installed (without it a WAV arrives unscaled).\n"
+        )
+        if a["interleaved_with_video"]:
+            audio += (
+                "- **Not reproducible in vLLM `/classify`:** this model reads the video's audio interleaved with its "
+                "frames (`use_audio_in_video`), an option `/classify` does not take; sent as its own part, the audio "
+                "lands after the video and the rewards differ. Use transformers (below) or `emoreward serve`.\n"
+            )
+    measured = "".join(
+        f"- {d['what']}: max |reward difference| {d['max_abs_reward_diff']:.3g} ({d['why']})\n"
+        for d in request["differences"]
+    )
+    return f"""{head}
+# emoreward multimodal reward model ({s.backbone}, merged export)
+
+A scalar reward r(description | media, subtitle): `{ARCHITECTURES[spec.name]}`, the merged `{spec.model_class}`
+weights (LoRA folded in) read at the last token by a bias-free head `score` (`language_model.score.weight`,
+`[1, hidden]`, `num_labels: 1`). The reward is output 0, raw (no sigmoid). `emoreward_request.json` holds, as data,
+everything below: the messages, frame sampling, audio rate and engine options.
+
+## vLLM (pooling runner)
+
+```
+{serve}
+```
+
+`POST /classify` with `{body_text}`, MESSAGES being
+
+```
+{messages}
+```
+
+with CONTEXT = `{s.instruction.replace(chr(10), " ")}` plus a line `Subtitle: <subtitle>` when the sample has one
+(stripped; none when empty), DESCRIPTION the text to score. The reward is `data[0].probs[0]`.
+
+{video}{audio}- The chat template (`chat_template.jinja`) renders the parts in order with no generation prompt and ends at the
+  assistant's end-of-turn token; emoreward tokenizes the description apart from the prompt, so a description that
+  starts with a space can tokenize differently in an engine that tokenizes the whole text.
+- Rotary positions of text after a video follow the original Qwen release (and vLLM), as emoreward trains and
+  scores.
+{measured}
+## transformers alone
+
+```python
+from transformers import AutoModelForSequenceClassification
+model = AutoModelForSequenceClassification.from_pretrained(PATH, trust_remote_code=True)
+reward = model(**processor_outputs).logits[:, 0]   # input_ids, attention_mask and the media tensors
+```
+
+`modeling_emoreward.py` imports nothing but transformers and torch; either padding side.
+
+## emoreward
+
+`emoreward.models.load_reward_model(PATH, media_root=...)`, `emoreward serve --model PATH --media-root DIR`,
+`emoreward.export.EmotionReward(PATH, media_root=...)` (TRL GRPO).
+
+Max length {s.max_length} tokens, tie threshold {s.tie_threshold:.4g}.
+{transform}"""
+
+
 def export_card(model: RewardModel) -> str:
     """The export's model card: what the checkpoint is, exactly how to build its input and read the reward, and
     which RL stacks read it directly (each claim is tested in tests/export)."""
     from emoreward.models.cards import front_matter
 
     s = model.settings
+    transform = _transform_note(s)
+    head = front_matter(s, library="transformers")
+    instruction = s.instruction.replace("\n", " ") or "(none)"
+    if model.kind == "media":
+        return media_card(model, head, transform)
+    return _text_card(model, head, transform, instruction)
+
+
+def _transform_note(s) -> str:
+    """The card's note on a score transform that is not part of the weights ("" without one)."""
     if s.score_transform:
-        transform = (
+        return (
             f"\n**Score transform not in the weights.** This model was trained with `length_debias: {s.objective}`: "
             f"its reward is the network output minus a length penalty ({s.score_transform}). Readers that run the "
             "network alone get the untransformed output; emoreward's `score`, `serve` and `EmotionReward` apply it.\n"
         )
-    else:
-        transform = ""
-    head = front_matter(s, library="transformers" if model.kind == "text" else "emoreward")
-    instruction = s.instruction.replace("\n", " ") or "(none)"
-    if model.kind == "media":
-        return f"""{head}
-# emoreward multimodal reward model ({s.backbone}, merged export)
+    return ""
 
-A scalar reward r(description | media, subtitle): the merged `{model.spec.model_class}` checkpoint (LoRA folded in)
-whose decoder stack (`model.model`) is read at the last non-pad token by the value head in `value_head.safetensors`
-(`score`: Linear(hidden, {s.num_heads}, bias=False); column 0 is the reward). `emoreward_config.json` is the input
-recipe: instruction, frame rate ({s.fps} fps, at most {s.max_frames} frames), audio source
-({"the video's own track, interleaved with the frames" if s.use_audio_in_video else "the sample's .wav"}), video
-patching, max length {s.max_length} tokens, tie threshold {s.tie_threshold:.4g}.
 
-**transformers has no sequence-classification class for {s.backbone}**, so no RL stack loads this checkpoint with
-`AutoModelForSequenceClassification`: TRL, OpenRLHF and verl cannot read it directly. Use it through emoreward:
-
-- `emoreward.models.load_reward_model(path, media_root=...)` and `.score(descriptions, contexts)`;
-- `emoreward serve --model PATH --media-root DIR` (OpenRLHF `--remote_rm_url`, verl through a custom reward
-  function calling the server);
-- `emoreward.export.EmotionReward(PATH, media_root=...)` in TRL's `GRPOTrainer` (reads `video` / `audio` columns).
-
-Instruction: {instruction}
-{transform}"""
+def _text_card(model: RewardModel, head: str, transform: str, instruction: str) -> str:
+    """The card of a text export (see `export_card`)."""
+    s = model.settings
     assert isinstance(s, TextSettings)
     if s.input_format == "chat":
         layout = (
