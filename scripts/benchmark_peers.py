@@ -105,7 +105,9 @@ def worker_ours(args, out_dir: Path) -> dict:
                  "cv_folds": 0, "num_train_epochs": args.epochs, "bf16": args.dtype_resolved == "bfloat16",
                  "calibrate_tie_threshold": False}  # fmt: skip
     config = load_config(RECIPE, overrides=overrides)
+    cpu = time.process_time()  # the fit: model built, pairs encoded, trained (no save, no tie calibration)
     fit = fit_reward_model(config, train, output_dir=out_dir / "ours-run", run_name="peers-ours", save=False)
+    cpu = time.process_time() - cpu
     steps = max(h.get("step", 0) for h in fit.log_history)
     trained = fit.exclusions.n_kept * args.epochs
     model_dir = fit.model.save_pretrained(out_dir / "ours-model")
@@ -120,6 +122,8 @@ def worker_ours(args, out_dir: Path) -> dict:
         "optimizer_steps": steps,
         "train_seconds": fit.train_seconds,
         "pairs_per_second": trained / fit.train_seconds,
+        "fit_cpu_seconds": cpu,
+        "pairs_per_cpu_second": trained / cpu,
         "heldout_accuracy": heldout_accuracy(rc, rr),
         "heldout_scoring_dtype": str(model.scoring_precision).replace("torch.", ""),
         "final_loss": next((h["train_loss"] for h in reversed(fit.log_history) if "train_loss" in h), None),
@@ -160,6 +164,7 @@ def worker_trl(args, out_dir: Path) -> dict:
     lora = LoraConfig(task_type="SEQ_CLS", r=recipe.lora_r, lora_alpha=recipe.lora_alpha,
                       lora_dropout=recipe.lora_dropout,
                       target_modules=list(recipe.lora_target_modules or spec.lora_target_modules))  # fmt: skip
+    cpu = time.process_time()  # the fit: model built, pairs prepared, trained
     model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=torch.float32)
     trainer = RewardTrainer(model=model, args=config, train_dataset=Dataset.from_dict(data),
                             processing_class=tokenizer, peft_config=lora)  # fmt: skip
@@ -167,6 +172,7 @@ def worker_trl(args, out_dir: Path) -> dict:
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
+    cpu = time.process_time() - cpu
     network = trainer.model.eval()
     chosen, rejected = zip(*map(chosen_rejected, heldout))
 
@@ -186,6 +192,8 @@ def worker_trl(args, out_dir: Path) -> dict:
         "optimizer_steps": trainer.state.global_step,
         "train_seconds": seconds,
         "pairs_per_second": kept * args.epochs / seconds,
+        "fit_cpu_seconds": cpu,
+        "pairs_per_cpu_second": kept * args.epochs / cpu,
         "heldout_accuracy": heldout_accuracy(rewards(chosen), rewards(rejected)),
         "heldout_scoring_dtype": "float32",
         "final_loss": next((h["train_loss"] for h in reversed(trainer.state.log_history) if "train_loss" in h), None),
@@ -193,10 +201,11 @@ def worker_trl(args, out_dir: Path) -> dict:
     }
 
 
-def run_worker(kind: str, args, work: Path) -> dict:
+def run_worker(kind: str, args, work: Path, dtype: str) -> dict:
     """One training path in a fresh process (no state shared between the two paths)."""
+    work.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", kind, "--work", str(work),
-           "--threads", str(args.threads), "--dtype", args.dtype_resolved, "--train-pairs", str(args.train_pairs),
+           "--threads", str(args.threads), "--dtype", dtype, "--train-pairs", str(args.train_pairs),
            "--heldout", str(args.heldout), "--epochs", str(args.epochs)]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(args.threads)}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
@@ -206,18 +215,38 @@ def run_worker(kind: str, args, work: Path) -> dict:
 
 
 def train_section(args, work: Path) -> dict:
-    out = {"ours": run_worker("ours", args, work), "trl": run_worker("trl", args, work)}
-    ours, trl = out["ours"], out["trl"]
-    if "error" not in ours and "error" not in trl:
-        out["ratio_pairs_per_second"] = ours["pairs_per_second"] / trl["pairs_per_second"]
-        out["heldout_accuracy_difference"] = ours["heldout_accuracy"] - trl["heldout_accuracy"]
+    """Both training paths in each of `--train-dtypes` (default: the run's precision), ours first."""
+    out = {}
+    for dtype in args.train_dtypes:
+        row = {"ours": run_worker("ours", args, work / f"train-{dtype}", dtype),
+               "trl": run_worker("trl", args, work / f"train-{dtype}", dtype)}  # fmt: skip
+        ours, trl = row["ours"], row["trl"]
+        if "error" not in ours and "error" not in trl:
+            row["ratio_pairs_per_second"] = ours["pairs_per_second"] / trl["pairs_per_second"]
+            row["ratio_pairs_per_cpu_second"] = ours["pairs_per_cpu_second"] / trl["pairs_per_cpu_second"]
+            row["heldout_accuracy_difference"] = ours["heldout_accuracy"] - trl["heldout_accuracy"]
+        out[dtype] = row
     return out
 
 
 # ---------------------------------------------------------------------------------------------- scoring
-def plain_transformers_rewards(export_dir: Path, texts: list[str], dtype, max_length: int) -> tuple[list, float]:
+def cpu_timed(run) -> tuple[object, float, float]:
+    """(`run()`, its wall seconds, the CPU seconds of this process during it, all threads)."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = run()
+    return result, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def rate_row(n: int, seconds: float, cpu: float, **extra) -> dict:
+    return {"descriptions": n, "seconds": seconds, "descriptions_per_second": n / seconds, "cpu_seconds": cpu,
+            "descriptions_per_cpu_second": n / cpu if cpu > 0 else None, **extra, "load_1min": load1()}  # fmt: skip
+
+
+def plain_transformers_rewards(
+    export_dir: Path, texts: list[str], dtype, max_length: int
+) -> tuple[list, float, float]:
     """What a user writes with transformers alone: the export read by `AutoModelForSequenceClassification`, batches
-    of 32 in the given order, padded, truncated at `max_length`. (rewards, seconds of the timed pass)"""
+    of 32 in the given order, padded, truncated at `max_length`. (rewards, wall and CPU seconds of the timed pass)"""
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -234,7 +263,7 @@ def plain_transformers_rewards(export_dir: Path, texts: list[str], dtype, max_le
         return out
 
     run(texts[:32])  # warm-up
-    return median_time(lambda: run(texts), 1)
+    return cpu_timed(lambda: run(texts))
 
 
 async def plain_per_sample(host: str, port: int, path: str, payloads: list[dict], clients: int) -> dict:
@@ -268,25 +297,17 @@ def serve_rows(model_dir: Path, texts: list[str], args, reference) -> dict:
             ("verl", lambda: bs.verl_per_sample(f"http://127.0.0.1:{port}", list(texts), args.clients,
                                                 args.requests_per_client)),
         ):  # fmt: skip
+            cpu = bs.tree_cpu_seconds(proc.pid)
             r = asyncio.run(run())
-            rows[name] = {"descriptions": r["descriptions"], "lost": r["lost"], "seconds": r["wall_s"],
-                          "descriptions_per_second": r["descriptions_per_s"], "p50_ms": r["p50_ms"],
-                          "load_1min": load1()}  # fmt: skip
+            cpu = bs.tree_cpu_seconds(proc.pid) - cpu
+            rows[name] = rate_row(r["descriptions"], r["wall_s"], cpu, lost=r["lost"], p50_ms=r["p50_ms"])
         payloads = [{"descriptions": [texts[k % len(texts)]]} for k in range(n)]
         cpu = bs.tree_cpu_seconds(proc.pid)
         r = asyncio.run(plain_per_sample("127.0.0.1", port, "/v1/rewards", payloads, args.clients))
         cpu = bs.tree_cpu_seconds(proc.pid) - cpu
         got = [reply["rewards"][0] for reply in r["replies"]]
         want = [reference[k % len(texts)] for k in range(n)]
-        rows["plain"] = {
-            "descriptions": n,
-            "seconds": r["seconds"],
-            "descriptions_per_second": n / r["seconds"],
-            "server_cpu_seconds": cpu,
-            "descriptions_per_server_cpu_second": n / cpu,
-            "max_abs_reward_diff": max(abs(a - b) for a, b in zip(got, want)),
-            "load_1min": load1(),
-        }
+        rows["plain"] = rate_row(n, r["seconds"], cpu, max_abs_reward_diff=max(abs(a - b) for a, b in zip(got, want)))
     finally:
         bs.stop_server(proc)
     return rows
@@ -333,24 +354,12 @@ def vllm_rows(export_dir: Path, texts: list[str], args, reference, dtype_name: s
         got = [reply["data"][0]["probs"][0] for reply in r["replies"]]
         want = [reference[k % len(texts)] for k in range(n)]
         rows = {
-            "plain": {
-                "descriptions": n,
-                "seconds": r["seconds"],
-                "descriptions_per_second": n / r["seconds"],
-                "server_cpu_seconds": cpu,
-                "descriptions_per_server_cpu_second": n / cpu,
-                "max_abs_reward_diff": max(abs(a - b) for a, b in zip(got, want)),
-                "load_1min": load1(),
-            }
+            "plain": rate_row(n, r["seconds"], cpu, max_abs_reward_diff=max(abs(a - b) for a, b in zip(got, want)))
         }
         whole = [{"model": model, "input": list(texts), "use_activation": False}]
+        cpu = bs.tree_cpu_seconds(proc.pid)
         r = asyncio.run(plain_per_sample("127.0.0.1", port, "/classify", whole, 1))
-        rows["one_request"] = {
-            "descriptions": len(texts),
-            "seconds": r["seconds"],
-            "descriptions_per_second": len(texts) / r["seconds"],
-            "load_1min": load1(),
-        }
+        rows["one_request"] = rate_row(len(texts), r["seconds"], bs.tree_cpu_seconds(proc.pid) - cpu)
         return rows
     finally:
         proc.terminate()
@@ -359,6 +368,13 @@ def vllm_rows(export_dir: Path, texts: list[str], args, reference, dtype_name: s
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+def ratios(ours: dict, peer: dict) -> dict:
+    """Ours / the peer's descriptions per second: wall clock, and per CPU-second (what a loaded machine moves less)."""
+    cpu = ours["descriptions_per_cpu_second"], peer["descriptions_per_cpu_second"]
+    return {"wall": ours["descriptions_per_second"] / peer["descriptions_per_second"],
+            "cpu": cpu[0] / cpu[1] if None not in cpu else None}  # fmt: skip
 
 
 def score_section(args, work: Path, model_dir: Path | None) -> dict:
@@ -376,32 +392,21 @@ def score_section(args, work: Path, model_dir: Path | None) -> dict:
     dtype = getattr(torch, args.dtype_resolved)
     model = load_reward_model(model_dir, dtype=args.dtype_resolved)
     model.score(texts[:32])  # warm-up: the scoring copy, kernel set-up
-    rewards, seconds = median_time(lambda m=model: m.score(texts), 1)
+    rewards, seconds, cpu = cpu_timed(lambda m=model: m.score(texts))
     reference = [float(r) for r in rewards]
     out: dict = {"descriptions": len(texts), "dtype": args.dtype_resolved, "torch_threads": args.threads}
-    out["ours_in_process"] = {
-        "seconds": seconds,
-        "descriptions_per_second": len(texts) / seconds,
-        "load_1min": load1(),
-    }
-    plain, seconds = plain_transformers_rewards(export_dir, texts, dtype, model.settings.max_length)
-    out["transformers"] = {"seconds": seconds, "descriptions_per_second": len(texts) / seconds,
-                           "max_abs_reward_diff": max(abs(a - b) for a, b in zip(plain, reference)),
-                           "load_1min": load1()}  # fmt: skip
-    out["ratio_in_process_vs_transformers"] = (
-        out["ours_in_process"]["descriptions_per_second"] / out["transformers"]["descriptions_per_second"]
-    )
+    out["ours_in_process"] = rate_row(len(texts), seconds, cpu)
+    plain, seconds, cpu = plain_transformers_rewards(export_dir, texts, dtype, model.settings.max_length)
+    out["transformers"] = rate_row(len(texts), seconds, cpu,
+                                   max_abs_reward_diff=max(abs(a - b) for a, b in zip(plain, reference)))  # fmt: skip
+    out["ratio_in_process_vs_transformers"] = ratios(out["ours_in_process"], out["transformers"])
     del model
     out["serve"] = serve_rows(model_dir, texts, args, reference)
     out["vllm"] = vllm_rows(export_dir, texts, args, reference, args.dtype_resolved)
     if "error" not in out["vllm"]:
         v = out["vllm"]
-        out["ratio_serve_vs_vllm_per_sample"] = (
-            out["serve"]["plain"]["descriptions_per_second"] / v["plain"]["descriptions_per_second"]
-        )
-        out["ratio_in_process_vs_vllm_one_request"] = (
-            out["ours_in_process"]["descriptions_per_second"] / v["one_request"]["descriptions_per_second"]
-        )
+        out["ratio_serve_vs_vllm_per_sample"] = ratios(out["serve"]["plain"], v["plain"])
+        out["ratio_in_process_vs_vllm_one_request"] = ratios(out["ours_in_process"], v["one_request"])
     return out
 
 
@@ -562,58 +567,57 @@ def markdown(results: dict) -> str:
              f"{results['dtype']}; load {results['load_before']} before, {results['load_after']} after.", "",
              "| section | this project's path | peer | ours | peer | ratio (ours / peer speed) | what it shows | load |",
              "|---|---|---|---:|---:|---:|---|---:|"]  # fmt: skip
-    t = results.get("train")
-    if t:
+    for dtype, t in (results.get("train") or {}).items():
         o, p = t["ours"], t["trl"]
         if "error" in o or "error" in p:
-            lines.append(
-                f"| train | emoreward train | TRL RewardTrainer | - | - | - | {o.get('error') or p.get('error')} | - |"
-            )
-        else:
-            lines.append(
-                f"| train | `emoreward train` fit, pairs/s | TRL `RewardTrainer` + PEFT LoRA | "
-                f"{o['pairs_per_second']:.1f} | {p['pairs_per_second']:.1f} | **{t['ratio_pairs_per_second']:.2f}** | "
-                f"held-out accuracy {o['heldout_accuracy']:.3f} vs {p['heldout_accuracy']:.3f} "
-                f"({o['pairs_trained']} pairs, {o['optimizer_steps']} vs {p['optimizer_steps']} steps) | "
-                f"{o['load_1min']} / {p['load_1min']} |"
-            )
+            lines.append(f"| train, {dtype} | `emoreward train` | TRL `RewardTrainer` | - | - | - | "
+                         f"{o.get('error') or p.get('error')} | - |")  # fmt: skip
+            continue
+        lines.append(
+            f"| train, {dtype} | `emoreward train` fit, pairs/s of the training loop (per CPU-s of the fit) | "
+            f"TRL `RewardTrainer` + PEFT LoRA | {o['pairs_per_second']:.2f} ({o['pairs_per_cpu_second']:.2f}) | "
+            f"{p['pairs_per_second']:.2f} ({p['pairs_per_cpu_second']:.2f}) | **{t['ratio_pairs_per_second']:.2f}** "
+            f"({t['ratio_pairs_per_cpu_second']:.2f}) | held-out accuracy {o['heldout_accuracy']:.3f} vs "
+            f"{p['heldout_accuracy']:.3f} ({o['pairs_trained']} vs {p['pairs_trained']} pairs, "
+            f"{o['optimizer_steps']} vs {p['optimizer_steps']} steps) | {o['load_1min']} / {p['load_1min']} |"
+        )
     s = results.get("score")
     if s:
-        ours = s["ours_in_process"]
-        tr = s["transformers"]
+
+        def pair(row: dict) -> str:  # "desc/s (desc per CPU-s)"
+            return f"{row['descriptions_per_second']:.1f} ({fmt(row['descriptions_per_cpu_second'], 1)})"
+
+        def ratio(r: dict) -> str:
+            return f"**{r['wall']:.2f}** ({fmt(r['cpu'])})"
+
+        ours, tr, sv, v = s["ours_in_process"], s["transformers"], s["serve"], s["vllm"]
         lines.append(
-            f"| score | `load_reward_model(...).score`, desc/s | transformers `AutoModelForSequenceClassification` "
-            f"on the export | {ours['descriptions_per_second']:.1f} | {tr['descriptions_per_second']:.1f} | "
-            f"**{s['ratio_in_process_vs_transformers']:.2f}** | max reward diff {tr['max_abs_reward_diff']:.1e} | "
+            f"| score | `load_reward_model(...).score`, desc/s (per CPU-s) | transformers "
+            f"`AutoModelForSequenceClassification` on the export, batches of 32 | {pair(ours)} | {pair(tr)} | "
+            f"{ratio(s['ratio_in_process_vs_transformers'])} | max reward diff {tr['max_abs_reward_diff']:.1e} | "
             f"{tr['load_1min']} |"
         )
-        v = s["vllm"]
-        sv = s["serve"]
         if "error" in v:
-            lines.append(f"| serve | `emoreward serve`, per-sample `/v1/rewards` | vLLM `/classify` | "
-                         f"{sv['plain']['descriptions_per_second']:.1f} | - | - | {v['error']} | - |")  # fmt: skip
+            lines.append(f"| score, serve | `score`; `emoreward serve`, per-sample `/v1/rewards` | vLLM `/classify` | "
+                         f"{pair(ours)}; {pair(sv['plain'])} | - | - | {v['error']} | - |")  # fmt: skip
         else:
             lines.append(
-                f"| serve | `emoreward serve`, per-sample `/v1/rewards`, desc/s | vLLM CPU `/classify`, per-sample | "
-                f"{sv['plain']['descriptions_per_second']:.1f} | {v['plain']['descriptions_per_second']:.1f} | "
-                f"**{s['ratio_serve_vs_vllm_per_sample']:.2f}** (per server CPU-s: "
-                f"{sv['plain']['descriptions_per_server_cpu_second']:.1f} vs "
-                f"{v['plain']['descriptions_per_server_cpu_second']:.1f}) | max reward diff: ours "
+                f"| score | `score` in process, desc/s (per CPU-s) | vLLM CPU `/classify`, every description in one "
+                f"request | {pair(ours)} | {pair(v['one_request'])} | "
+                f"{ratio(s['ratio_in_process_vs_vllm_one_request'])} | | {v['one_request']['load_1min']} |"
+            )
+            lines.append(
+                f"| serve | `emoreward serve`, per-sample `/v1/rewards`, desc/s (per server CPU-s) | vLLM CPU "
+                f"`/classify`, per-sample | {pair(sv['plain'])} | {pair(v['plain'])} | "
+                f"{ratio(s['ratio_serve_vs_vllm_per_sample'])} | max reward diff from in-process: ours "
                 f"{sv['plain']['max_abs_reward_diff']:.1e}, vLLM {v['plain']['max_abs_reward_diff']:.1e} | "
                 f"{v['plain']['load_1min']} |"
             )
-            lines.append(
-                f"| score | `score` in process, desc/s | vLLM `/classify`, every description in one request | "
-                f"{ours['descriptions_per_second']:.1f} | {v['one_request']['descriptions_per_second']:.1f} | "
-                f"**{s['ratio_in_process_vs_vllm_one_request']:.2f}** | | {v['one_request']['load_1min']} |"
-            )
-        for name, label in (("openrlhf", "OpenRLHF per-sample client (`/get_reward`)"),
-                            ("verl", "verl `compute_score_async`")):  # fmt: skip
+        for name, label in (("openrlhf", "OpenRLHF's per-sample client (`/get_reward`)"),
+                            ("verl", "verl's `compute_score_async`")):  # fmt: skip
             r = sv[name]
-            lines.append(
-                f"| serve | `emoreward serve`, {label}, desc/s | (vLLM serves neither route) | "
-                f"{r['descriptions_per_second']:.1f} | - | - | {r['lost']} lost | {r['load_1min']} |"
-            )
+            lines.append(f"| serve | `emoreward serve`, {label}, desc/s (per server CPU-s) | vLLM serves neither "
+                         f"route | {pair(r)} | - | - | {r['lost']} lost | {r['load_1min']} |")  # fmt: skip
     k = results.get("rank")
     if k:
         for label, table in k["tables"].items():
@@ -650,6 +654,7 @@ def main() -> int:
     parser.add_argument("--train-pairs", type=int, default=360, help="EmoPrefer pairs to train on (of 450 decided)")
     parser.add_argument("--heldout", type=int, default=90, help="held-out pairs for the accuracy")
     parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--train-dtypes", help="comma-separated precisions of the train section (default: --dtype)")
     parser.add_argument("--score-n", type=int, default=256, help="descriptions scored")
     parser.add_argument("--clients", type=int, default=16, help="per-sample clients in flight at once")
     parser.add_argument("--requests-per-client", type=int, default=4)
@@ -679,6 +684,7 @@ def main() -> int:
     args.dtype_resolved = (
         str(resolve_dtype("auto", torch.device("cpu"))).replace("torch.", "") if args.dtype == "auto" else args.dtype
     )
+    args.train_dtypes = (args.train_dtypes or args.dtype_resolved).split(",")
     sections = args.sections.split(",")
     began = time.perf_counter()
     results: dict = {
@@ -700,8 +706,8 @@ def main() -> int:
                 continue
             if section == "train":
                 results["train"] = train_section(args, work)
-                if "model_dir" in results["train"]["ours"]:
-                    model_dir = Path(results["train"]["ours"]["model_dir"])
+                ours = results["train"].get(args.dtype_resolved, {}).get("ours", {})
+                model_dir = Path(ours["model_dir"]) if "model_dir" in ours else None
             elif section == "score":
                 results["score"] = score_section(args, work, model_dir)
             elif section == "rank":
