@@ -122,3 +122,15 @@ def test_benchmark_peers_ranking_agrees_with_choix(tmp_path):
     assert len(fitted) == 7 and all(r["max_abs_diff"] < 1e-6 for r in fitted), fitted
     assert {r["case"] for r in table["rows"] if "error" in r} == {
         "davidson tie model", "rao-kupper tie model", "emoprefer tie model"}  # fmt: skip
+
+
+def test_benchmark_peers_says_why_without_a_vllm_venv(tmp_path):
+    """Without vLLM's venv the vLLM rows carry the reason (the rest of the run goes on), naming the path."""
+    import argparse
+
+    from benchmark_peers import vllm_rows
+
+    args = argparse.Namespace(vllm_venv=str(tmp_path / "no-venv"), work_dir=str(tmp_path))
+    assert vllm_rows(tmp_path, ["a"], args, [0.0], "float32") == {
+        "error": f"vLLM venv not found at {tmp_path / 'no-venv'} (no .ready marker or bin/python)"
+    }
