@@ -297,17 +297,21 @@ def serve_rows(model_dir: Path, texts: list[str], args, reference) -> dict:
             ("verl", lambda: bs.verl_per_sample(f"http://127.0.0.1:{port}", list(texts), args.clients,
                                                 args.requests_per_client)),
         ):  # fmt: skip
-            cpu = bs.tree_cpu_seconds(proc.pid)
+            cpu, calls = bs.tree_cpu_seconds(proc.pid), asyncio.run(bs.model_calls("127.0.0.1", port))
             r = asyncio.run(run())
             cpu = bs.tree_cpu_seconds(proc.pid) - cpu
-            rows[name] = rate_row(r["descriptions"], r["wall_s"], cpu, lost=r["lost"], p50_ms=r["p50_ms"])
+            calls = asyncio.run(bs.model_calls("127.0.0.1", port)) - calls
+            rows[name] = rate_row(r["descriptions"], r["wall_s"], cpu, lost=r["lost"], p50_ms=r["p50_ms"],
+                                  descriptions_per_model_call=r["descriptions"] / max(calls, 1))  # fmt: skip
         payloads = [{"descriptions": [texts[k % len(texts)]]} for k in range(n)]
-        cpu = bs.tree_cpu_seconds(proc.pid)
+        cpu, calls = bs.tree_cpu_seconds(proc.pid), asyncio.run(bs.model_calls("127.0.0.1", port))
         r = asyncio.run(plain_per_sample("127.0.0.1", port, "/v1/rewards", payloads, args.clients))
         cpu = bs.tree_cpu_seconds(proc.pid) - cpu
+        calls = asyncio.run(bs.model_calls("127.0.0.1", port)) - calls
         got = [reply["rewards"][0] for reply in r["replies"]]
         want = [reference[k % len(texts)] for k in range(n)]
-        rows["plain"] = rate_row(n, r["seconds"], cpu, max_abs_reward_diff=max(abs(a - b) for a, b in zip(got, want)))
+        rows["plain"] = rate_row(n, r["seconds"], cpu, descriptions_per_model_call=n / max(calls, 1),
+                                 max_abs_reward_diff=max(abs(a - b) for a, b in zip(got, want)))  # fmt: skip
     finally:
         bs.stop_server(proc)
     return rows
@@ -609,7 +613,9 @@ def markdown(results: dict) -> str:
             lines.append(
                 f"| serve | `emoreward serve`, per-sample `/v1/rewards`, desc/s (per server CPU-s) | vLLM CPU "
                 f"`/classify`, per-sample | {pair(sv['plain'])} | {pair(v['plain'])} | "
-                f"{ratio(s['ratio_serve_vs_vllm_per_sample'])} | max reward diff from in-process: ours "
+                f"{ratio(s['ratio_serve_vs_vllm_per_sample'])} | "
+                f"{sv['plain']['descriptions_per_model_call']:.1f} descriptions per model call; "
+                f"max reward diff from in-process: ours "
                 f"{sv['plain']['max_abs_reward_diff']:.1e}, vLLM {v['plain']['max_abs_reward_diff']:.1e} | "
                 f"{v['plain']['load_1min']} |"
             )
