@@ -7,10 +7,10 @@ that it gives the same rewards as the original model:
 - text backbones: the export is a plain `AutoModelForSequenceClassification` checkpoint (no missing or unexpected
   keys); the check reads it with nothing but `transformers`, on ids that `emoreward.models.text.text_input_ids`
   builds from the EXPORTED tokenizer and settings alone (the one input function of every route);
-- multimodal backbones: transformers has no sequence-classification class for Qwen2.5-VL, the Qwen2.5-Omni thinker
-  or Qwen2-Audio, so the export is the merged `<model_class>` checkpoint plus `value_head.safetensors`; the check
-  reloads it with `emoreward.models.load_reward_model` in the same process and compares rewards on a synthetic
-  clip (decoded frames and audio made in memory, no files needed).
+- multimodal backbones: the engine layout (`emoreward.export.seqcls`): `<X>ForSequenceClassification` that vLLM's
+  pooling runner serves as it is, a remote-code class for transformers, the request as data; the check reloads it
+  with `emoreward.models.load_reward_model` and runs its remote-code class, comparing rewards on a synthetic clip
+  (decoded frames and audio made in memory, no files needed).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from emoreward.models.base import (
     RewardContext,
     RewardModel,
     TextSettings,
+    apply_score_transform,
     as_context,
     load_reward_model,
     load_settings,
@@ -56,8 +57,9 @@ class ExportReport:
         kind (`str`): `"text"` or `"media"`.
         max_abs_diff (`float`): largest |reward difference| between the original model and the reloaded export
             (text: `AutoModelForSequenceClassification` on the model's own ids; media: `load_reward_model`).
-        max_abs_diff_plain (`float`): text: the same with ids built from the exported tokenizer and settings alone
-            (equal to `max_abs_diff` for media exports).
+        max_abs_diff_plain (`float`): text: the same with ids built from the exported tokenizer and settings alone;
+            media: the export's remote-code class (`modeling_emoreward.py`, what `trust_remote_code=True` runs) on a
+            right-padded batch of the probes, against the original's raw head output.
         n_probes (`int`): probe descriptions compared.
         ids_match (`bool`): text: the exported recipe reproduced the model's own input ids on every probe.
         dtype (`str`): the precision both sides of the check computed in (`"float32"`: the original's float32
@@ -176,10 +178,22 @@ def export_hf(
         if source is not None and (Path(source) / TRAINING_DATA_FILE).is_file():  # which pairs are in-sample
             shutil.copy2(Path(source) / TRAINING_DATA_FILE, staging / TRAINING_DATA_FILE)
         if model.kind == "media":
+            from emoreward.export.seqcls import remote_rewards
+
             again = load_reward_model(staging, media_root=getattr(model, "media_root", None), dtype=dtype)
             got = again.score(probes, contexts)
-            diff = float(np.max(np.abs(got - expected)))
-            report = ExportReport(directory, "media", diff, diff, len(probes), True)
+            raw = expected - apply_score_transform(
+                np.zeros(len(probes)), [len(d) for d in probes], model.settings.score_transform
+            )  # readers of the weights alone: raw
+            remote = np.array(remote_rewards(staging, again, probes, contexts, dtype=dtype))
+            report = ExportReport(
+                directory,
+                "media",
+                float(np.max(np.abs(got - expected))),
+                float(np.max(np.abs(remote - raw))),
+                len(probes),
+                True,
+            )
         else:
             report = _check_text_export(model, staging, probes, contexts, expected, dtype)
         report.path = directory
@@ -283,6 +297,98 @@ def _check_text_export(
     )
 
 
+def media_card(model: RewardModel, head: str, transform: str = "") -> str:
+    """The card of a multimodal export (engine layout, `emoreward.export.seqcls`): what the checkpoint is, the exact
+    `vllm serve` line and `/classify` request (from `emoreward_request.json`, the one source of both), how to read
+    it with transformers alone, and the inputs an engine cannot be made to see as emoreward does."""
+    import json
+
+    from emoreward.export.seqcls import ARCHITECTURES, request_spec
+
+    s, spec = model.settings, model.spec
+    request = request_spec(model)
+    serve = " ".join(f"'{a}'" if a.startswith("{") and a != "{export}" else a for a in request["vllm"]["serve"])
+    serve = serve.replace("{export}", "PATH")
+    messages = json.dumps(request["messages"], indent=2).replace("\n", "\n  ")
+    body = {"model": "PATH", "messages": "MESSAGES", "use_activation": False}
+    if spec.sees_video:
+        body["media_io_kwargs"] = {"video": {"fps": "FPS"}}
+    body_text = json.dumps(body)
+    video = ""
+    if spec.sees_video:
+        v = request["video"]
+        video = (
+            f"- Video: sample frames at {v['fps']} fps, at most {v['max_frames']}, evenly spread, the last repeated to an "
+            f"even count; resize each with PIL bicubic to Qwen's `smart_resize` size (factor {v['resize_factor']}, "
+            f"{v['min_pixels']}..{v['max_pixels']} pixels) and send them as `data:video/jpeg;base64,<PNG>,<PNG>,...` "
+            "(vLLM decodes each with PIL); FPS is the rate of the frames sent. A video URL instead lets vLLM sample "
+            "its own frames and resize with torchvision: other rewards.\n"
+        )
+    audio = ""
+    if spec.hears_audio:
+        a = request["audio"]
+        audio = (
+            f"- Audio: {a['source']}, mono at {a['sampling_rate']} Hz, as its own `audio_url` part (a WAV data "
+            "URL); the server needs `soundfile` installed (without it a WAV arrives unscaled).\n"
+        )
+        if a["interleaved_with_video"]:
+            audio += (
+                "- **Not reproducible in vLLM `/classify`:** this model reads the video's audio interleaved with its "
+                "frames (`use_audio_in_video`), an option `/classify` does not take; sent as its own part, the audio "
+                "lands after the video and the rewards differ. Use transformers (below) or `emoreward serve`.\n"
+            )
+    measured = "".join(
+        f"- {d['what']}: max |reward difference| {d['max_abs_reward_diff']:.3g} ({d['why']})\n"
+        for d in request["differences"]
+    )
+    return f"""{head}
+# emoreward multimodal reward model ({s.backbone}, merged export)
+
+A scalar reward r(description | media, subtitle): `{ARCHITECTURES[spec.name]}`, the merged `{spec.model_class}`
+weights (LoRA folded in) read at the last token by a bias-free head `score` (`language_model.score.weight`,
+`[1, hidden]`, `num_labels: 1`). The reward is output 0, raw (no sigmoid). `emoreward_request.json` holds, as data,
+everything below: the messages, frame sampling, audio rate and engine options.
+
+## vLLM (pooling runner)
+
+```
+{serve}
+```
+
+`POST /classify` with `{body_text}`, MESSAGES being
+
+```
+{messages}
+```
+
+with CONTEXT = `{s.instruction.replace(chr(10), " ")}` plus a line `Subtitle: <subtitle>` when the sample has one
+(stripped; none when empty), DESCRIPTION the text to score. The reward is `data[0].probs[0]`.
+
+{video}{audio}- The chat template (`chat_template.jinja`) renders the parts in order with no generation prompt and ends at the
+  assistant's end-of-turn token; emoreward tokenizes the description apart from the prompt, so a description that
+  starts with a space can tokenize differently in an engine that tokenizes the whole text.
+- Rotary positions of text after a video follow the original Qwen release (and vLLM), as emoreward trains and
+  scores.
+{measured}
+## transformers alone
+
+```python
+from transformers import AutoModelForSequenceClassification
+model = AutoModelForSequenceClassification.from_pretrained(PATH, trust_remote_code=True)
+reward = model(**processor_outputs).logits[:, 0]   # input_ids, attention_mask and the media tensors
+```
+
+`modeling_emoreward.py` imports nothing but transformers and torch; either padding side.
+
+## emoreward
+
+`emoreward.models.load_reward_model(PATH, media_root=...)`, `emoreward serve --model PATH --media-root DIR`,
+`emoreward.export.EmotionReward(PATH, media_root=...)` (TRL GRPO).
+
+Max length {s.max_length} tokens, tie threshold {s.tie_threshold:.4g}.
+{transform}"""
+
+
 def export_card(model: RewardModel) -> str:
     """The export's model card: what the checkpoint is, exactly how to build its input and read the reward, and
     which RL stacks read it directly (each claim is tested in tests/export)."""
@@ -297,29 +403,10 @@ def export_card(model: RewardModel) -> str:
         )
     else:
         transform = ""
-    head = front_matter(s, library="transformers" if model.kind == "text" else "emoreward")
+    head = front_matter(s, library="transformers")
     instruction = s.instruction.replace("\n", " ") or "(none)"
     if model.kind == "media":
-        return f"""{head}
-# emoreward multimodal reward model ({s.backbone}, merged export)
-
-A scalar reward r(description | media, subtitle): the merged `{model.spec.model_class}` checkpoint (LoRA folded in)
-whose decoder stack (`model.model`) is read at the last non-pad token by the value head in `value_head.safetensors`
-(`score`: Linear(hidden, {s.num_heads}, bias=False); column 0 is the reward). `emoreward_config.json` is the input
-recipe: instruction, frame rate ({s.fps} fps, at most {s.max_frames} frames), audio source
-({"the video's own track, interleaved with the frames" if s.use_audio_in_video else "the sample's .wav"}), video
-patching, max length {s.max_length} tokens, tie threshold {s.tie_threshold:.4g}.
-
-**transformers has no sequence-classification class for {s.backbone}**, so no RL stack loads this checkpoint with
-`AutoModelForSequenceClassification`: TRL, OpenRLHF and verl cannot read it directly. Use it through emoreward:
-
-- `emoreward.models.load_reward_model(path, media_root=...)` and `.score(descriptions, contexts)`;
-- `emoreward serve --model PATH --media-root DIR` (OpenRLHF `--remote_rm_url`, verl through a custom reward
-  function calling the server);
-- `emoreward.export.EmotionReward(PATH, media_root=...)` in TRL's `GRPOTrainer` (reads `video` / `audio` columns).
-
-Instruction: {instruction}
-{transform}"""
+        return media_card(model, head, transform)
     assert isinstance(s, TextSettings)
     if s.input_format == "chat":
         layout = (

@@ -148,6 +148,8 @@ class MediaSettings(RewardSettings):
         sampling_rate: audio sampling rate (Hz) of the feature extractor.
         vision: the video patching parameters (`emoreward.models.media.VisionPatching` as a dict), or None.
         train_projector: the encoder-to-LM projectors were trained.
+        position_rule: the rotary-position rule of text after media (`emoreward.models.media.positions`;
+            the only one is `"qwen2.5-release"`, the release's and vLLM's). Part of the score-cache keys.
     """
 
     kind: ClassVar[RewardKind] = "media"
@@ -158,6 +160,7 @@ class MediaSettings(RewardSettings):
     sampling_rate: int = 16000
     vision: dict | None = None
     train_projector: bool = False
+    position_rule: str = "qwen2.5-release"
 
 
 SETTINGS_CLASSES: dict[str, type[RewardSettings]] = {"text": TextSettings, "media": MediaSettings}

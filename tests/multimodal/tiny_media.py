@@ -67,14 +67,24 @@ def ids(tok, *names):
     return [tok.convert_tokens_to_ids(n) for n in names]
 
 
-def build_tiny(family: str, path: Path, **pixels) -> Path:
-    """Save a tiny `family` checkpoint (weights, tokenizer, processor config) to `path`."""
+# a language model vLLM's CPU attention runs (head_dim 32; it has no kernel for build_tiny's head_dim 16)
+VLLM_TEXT = dict(
+    hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1
+)
+
+
+def build_tiny(family: str, path: Path, *, text: dict | None = None, **pixels) -> Path:
+    """Save a tiny `family` checkpoint (weights, tokenizer, processor config) to `path`; `text` replaces the language
+    model's sizes (`TEXT`; `VLLM_TEXT` for vLLM's CPU build), the M-RoPE sections following its head size."""
     import torch
     import transformers
     from transformers import Qwen2VLImageProcessorPil, WhisperFeatureExtractor
 
     torch.manual_seed(0)
     tok = tiny_tokenizer(family)
+    sizes = dict(text or TEXT)
+    half = sizes["hidden_size"] // sizes["num_attention_heads"] // 2
+    rope = {"rope_type": "default", "mrope_section": [half - 2 * (3 * half // 8), 3 * half // 8, 3 * half // 8]}
     vision = dict(
         depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32, fullatt_block_indexes=[0]
     )
@@ -82,10 +92,8 @@ def build_tiny(family: str, path: Path, **pixels) -> Path:
     if family == "qwen2.5-vl":
         vs, ve, vp = ids(tok, "<|vision_start|>", "<|vision_end|>", "<|video_pad|>")
         config = transformers.Qwen2_5_VLConfig(
-            text_config=dict(
-                vocab_size=len(tok), **TEXT, rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3]}
-            ),
-            vision_config=vision,
+            text_config=dict(vocab_size=len(tok), **sizes, rope_parameters=rope),
+            vision_config=dict(vision, out_hidden_size=sizes["hidden_size"]),
             image_token_id=ids(tok, "<|image_pad|>")[0],
             video_token_id=vp,
             vision_start_token_id=vs,
@@ -104,11 +112,9 @@ def build_tiny(family: str, path: Path, **pixels) -> Path:
             "<|IMAGE|>",
         )
         config = transformers.Qwen2_5OmniThinkerConfig(
-            text_config=dict(
-                vocab_size=len(tok), **TEXT, rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3]}
-            ),
-            vision_config=dict(vision, out_hidden_size=32),
-            audio_config=dict(audio, output_dim=32, n_window=50),
+            text_config=dict(vocab_size=len(tok), **sizes, rope_parameters=rope),
+            vision_config=dict(vision, out_hidden_size=sizes["hidden_size"]),
+            audio_config=dict(audio, output_dim=sizes["hidden_size"], n_window=50),
             video_token_index=vp,
             audio_token_index=ap,
             image_token_index=ip,
@@ -121,12 +127,12 @@ def build_tiny(family: str, path: Path, **pixels) -> Path:
     elif family == "qwen2-audio":
         config = transformers.Qwen2AudioConfig(
             audio_config=audio,
-            text_config=dict(model_type="qwen2", vocab_size=len(tok), **TEXT),
+            text_config=dict(model_type="qwen2", vocab_size=len(tok), **sizes),
             audio_token_index=ids(tok, "<|AUDIO|>")[0],
         )
         model = transformers.Qwen2AudioForConditionalGeneration(config)
     elif family == "text":
-        config = transformers.Qwen2Config(vocab_size=len(tok), **TEXT)
+        config = transformers.Qwen2Config(vocab_size=len(tok), **sizes)
         model = transformers.Qwen2ForCausalLM(config)
     else:
         raise ValueError(family)

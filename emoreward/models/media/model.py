@@ -40,6 +40,7 @@ from emoreward.models.coverage import CoverageScoreInfo, unknown_token_share
 from emoreward.models.media.cache import ENV_VAR as MEDIA_CACHE_ENV
 from emoreward.models.media.cache import MediaPrefixCache
 from emoreward.models.media.module import ValueHeadModel
+from emoreward.models.media.positions import POSITION_RULE
 from emoreward.models.media.processing import (
     DEFAULT_MEDIA_INSTRUCTION,
     EncodedPrefix,
@@ -212,6 +213,8 @@ class MediaRewardModel:
         from safetensors.torch import load_file
         from transformers import AutoFeatureExtractor, AutoTokenizer
 
+        from emoreward.export.seqcls import is_engine_layout, load_engine_layout
+
         directory = Path(directory)
         dtype = resolve_dtype(dtype, "cpu")
         settings = load_settings(directory)
@@ -223,7 +226,16 @@ class MediaRewardModel:
         feature_extractor = AutoFeatureExtractor.from_pretrained(directory) if spec.hears_audio else None
         vision = VisionPatching(**settings.vision) if settings.vision else None
         interleaved = _interleaved(settings)
-        if settings.merged:
+        if settings.position_rule != POSITION_RULE:
+            raise ValueError(
+                f"{directory}: position_rule {settings.position_rule!r} is not the one this version applies "
+                f"({POSITION_RULE!r}, emoreward.models.media.positions)"
+            )
+        if settings.merged and not (directory / VALUE_HEAD_FILE).is_file() and is_engine_layout(directory):
+            net, head = load_engine_layout(directory, spec, dtype)  # `emoreward export`'s engine layout
+            model = ValueHeadModel(net, spec, use_audio_in_video=interleaved, num_heads=settings.num_heads)
+            model.score.load_state_dict({"weight": head})
+        elif settings.merged:  # the earlier layout: <model_class> checkpoint + value_head.safetensors
             net = spec.load_class().from_pretrained(directory, dtype=dtype, trust_remote_code=False)
             model = ValueHeadModel(net, spec, use_audio_in_video=interleaved, num_heads=settings.num_heads)
             model.score.load_state_dict(load_file(str(directory / VALUE_HEAD_FILE)))
@@ -445,13 +457,13 @@ class MediaRewardModel:
         return directory
 
     def export_merged(self, directory: str | Path, *, model_card: str | None = None) -> Path:
-        """LoRA merged into the backbone: `<model_class>.from_pretrained(directory)` loads the backbone with no
-        missing keys, `value_head.safetensors` holds the value head, `emoreward_config.json` the input recipe;
-        `load_reward_model(directory)` loads all of it. The merge runs on a copy (this model keeps its adapter)."""
-        model = self.model
-        if hasattr(model, "merge_and_unload"):
-            model = copy.deepcopy(model).merge_and_unload()
-        return self._save_full(model, Path(directory), model_card)
+        """LoRA merged into the backbone (on a copy: this model keeps its adapter), written in the engine layout
+        (`emoreward.export.seqcls`: `<X>ForSequenceClassification` for vLLM's pooling runner and transformers'
+        remote code, the head as `language_model.score.weight`, the request as data); `load_reward_model(directory)`
+        loads it back."""
+        from emoreward.export.seqcls import request_spec, write_media_export
+
+        return write_media_export(self, Path(directory), model_card=model_card, request=request_spec(self))
 
 
 def _interleaved(settings: MediaSettings) -> bool:

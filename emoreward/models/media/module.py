@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from emoreward.models.backbones import BackboneSpec
+from emoreward.models.media.positions import qwen2_5_vl_positions
 
 
 def init_value_head(head: nn.Linear, std: float) -> None:
@@ -94,11 +95,31 @@ class ValueHeadModel(nn.Module):
     def inner(self) -> nn.Module:
         return self.backbone.model
 
-    def _media_kwargs(self, input_ids: torch.Tensor, media: dict) -> dict:
+    def positions(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, media: dict
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Qwen2.5-VL: `(position_ids (3, batch, seq_len), deltas (batch, 1))` by the one position rule
+        (`emoreward.models.media.positions`: the release's and vLLM's); None for the other backbones (Qwen2.5-Omni's
+        thinker applies that rule itself, Qwen2-Audio has 1-D positions)."""
+        if self.spec.name != "qwen2.5-vl" or media.get("video_grid_thw") is None:
+            return None
+        config = self.config
+        return qwen2_5_vl_positions(
+            input_ids,
+            attention_mask,
+            video_grid_thw=media["video_grid_thw"],
+            second_per_grid_ts=media.get("second_per_grid_ts"),
+            video_token_id=config.video_token_id,
+            image_token_id=config.image_token_id,
+            spatial_merge_size=config.vision_config.spatial_merge_size,
+            tokens_per_second=config.vision_config.tokens_per_second,
+        )
+
+    def _media_kwargs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, media: dict) -> dict:
         kwargs = {k: v for k, v in media.items() if v is not None}
-        if self.spec.name == "qwen2.5-vl" and "pixel_values_videos" in kwargs:
-            video_id = self.config.video_token_id
-            kwargs["mm_token_type_ids"] = (input_ids == video_id).int() * 2  # text 0, image 1, video 2
+        rule = self.positions(input_ids, attention_mask, kwargs)
+        if rule is not None:
+            kwargs["position_ids"] = rule[0]
         if self.spec.name == "qwen2.5-omni-thinker":
             # the interleaved audio-in-video layout changes how the thinker counts spans and assigns positions
             kwargs["use_audio_in_video"] = self.use_audio_in_video
@@ -120,7 +141,10 @@ class ValueHeadModel(nn.Module):
         if getattr(self.inner, "rope_deltas", None) is not None:
             self.inner.rope_deltas = None  # stateful across calls in transformers; always recompute
         out = self.inner(
-            input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **self._media_kwargs(input_ids, media)
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            use_cache=False,
+            **self._media_kwargs(input_ids, attention_mask, media),
         )
         hidden = out.last_hidden_state
         positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
@@ -148,9 +172,11 @@ class ValueHeadModel(nn.Module):
         ids = torch.tensor([prefix_ids], device=device)
         mask = torch.ones_like(ids)
         media = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in media.items()}
-        out = inner(input_ids=ids, attention_mask=mask, use_cache=True, **self._media_kwargs(ids, media))
+        kwargs = self._media_kwargs(ids, mask, media)
+        out = inner(input_ids=ids, attention_mask=mask, use_cache=True, **kwargs)
         cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
-        delta = getattr(inner, "rope_deltas", None) if self.spec.mrope else None
+        rule = self.positions(ids, mask, media)
+        delta = rule[1] if rule is not None else getattr(inner, "rope_deltas", None) if self.spec.mrope else None
         cache_kw = "cache" if "cache" in inspect.signature(lm.forward).parameters else "past_key_values"
         n_prefix = len(prefix_ids)
         restore = _cache_restorer(cache)

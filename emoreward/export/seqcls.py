@@ -1,0 +1,421 @@
+"""The engine layout of a multimodal export: the checkpoint vLLM's pooling runner serves as it is, that transformers
+reads through remote code, and the request every reader must be sent. `emoreward.export.hf.export_hf` calls
+`write_media_export`; `emoreward.models.media.model.MediaRewardModel.from_pretrained` reads the layout back.
+
+On-disk layout of `emoreward export` for a multimodal model (`<X>` = `Qwen2_5_VL`, `Qwen2_5Omni`, `Qwen2Audio`):
+
+- `config.json`: the backbone's config with `architectures: ["<X>ForSequenceClassification"]`, `num_labels: 1`
+  at the top level and in the language model's config, and `auto_map` naming `modeling_emoreward.py`. Qwen2.5-Omni:
+  the full Omni config (`Qwen2_5OmniConfig`, the thinker's under `thinker_config`, `enable_audio_output: false`).
+- `model.safetensors` (or shards and their index): the merged weights under the key names of the backbone's own
+  `<X>ForConditionalGeneration` checkpoint (Omni: the thinker's under `thinker.`), plus the value head
+  `language_model.score.weight` of shape `[1, hidden]` (where vLLM's weight mapping reads it). No
+  `value_head.safetensors`.
+- `modeling_emoreward.py`: `<X>ForSequenceClassification` for transformers (`emoreward.export.remote_modeling`,
+  with the position rule `emoreward/models/media/positions.py` written in); imports nothing of emoreward.
+- tokenizer files with `chat_template.jinja` (`export_chat_template`: walks the message parts and writes the exact
+  sequence emoreward scores), `preprocessor_config.json` (image processor with the model's pixel bounds; Whisper
+  feature extractor), `video_preprocessor_config.json` (the same bounds).
+- `emoreward_config.json` (emoreward's settings, `merged: true`), `emoreward_request.json` (below), `README.md`.
+
+`emoreward_request.json` ("the request as data", `request_spec`) says how to build a request that reproduces the
+rewards: `messages` (a template with `{context}`, `{description}` and media parts `{"type": "video_url"}` /
+`{"type": "audio_url"}` in order), `context` (the instruction and the subtitle line), `video` (frame sampling:
+`fps`, `max_frames`, and that the client sends its sampled frames itself, resized to `pixels`), `audio`
+(`sampling_rate`, source), `vllm` (`serve` arguments, the `/classify` body fields, `mm_processor_kwargs`), and
+`differences`: inputs an engine cannot be made to see as emoreward does, with the reward difference measured.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+from pathlib import Path
+
+import torch
+
+
+ARCHITECTURES = {
+    "qwen2.5-vl": "Qwen2_5_VLForSequenceClassification",
+    "qwen2.5-omni-thinker": "Qwen2_5OmniForSequenceClassification",
+    "qwen2-audio": "Qwen2AudioForSequenceClassification",
+}
+HEAD_KEY = "language_model.score.weight"
+REMOTE_FILE = "modeling_emoreward.py"
+REQUEST_FILE = "emoreward_request.json"
+REQUEST_FORMAT = 1
+_INLINE_MARK = "# emoreward-export: inline positions.py"
+
+
+def is_engine_layout(directory: str | Path) -> bool:
+    """The folder holds an engine-layout export (its `config.json` names one of `ARCHITECTURES`)."""
+    path = Path(directory) / "config.json"
+    if not path.is_file():
+        return False
+    try:
+        names = json.loads(path.read_text(encoding="utf-8")).get("architectures") or []
+    except (OSError, ValueError):
+        return False
+    return any(n in ARCHITECTURES.values() for n in names)
+
+
+def remote_code_source() -> str:
+    """The text of the exported `modeling_emoreward.py`: `emoreward/export/remote_modeling.py` with its import of
+    the position rule replaced by the source of `emoreward/models/media/positions.py` (its future import dropped)."""
+    from emoreward.export import remote_modeling
+    from emoreward.models.media import positions
+
+    source = inspect.getsource(remote_modeling)
+    rule = inspect.getsource(positions).replace("from __future__ import annotations\n", "")
+    lines = [line for line in source.splitlines(keepends=True) if _INLINE_MARK in line]
+    if len(lines) != 1:
+        raise RuntimeError(f"remote_modeling.py must import the position rule on one line marked {_INLINE_MARK!r}")
+    return source.replace(
+        lines[0], "\n# ---- emoreward/models/media/positions.py (verbatim) ----\n" + rule + "\n# ----\n"
+    )
+
+
+def export_chat_template(builder) -> str:
+    """A chat template that renders `[user: media parts + context text, assistant: description]` into exactly the
+    text emoreward tokenizes (`RewardPromptBuilder`: the tokenizer's own template around the media, the sequence
+    ending at the assistant's end-of-turn token). Media parts (`video`/`video_url`, `audio`/`audio_url`/
+    `input_audio`) become the backbone's unexpanded placeholders."""
+    head, sep, tail = builder._template("")
+    video, audio = _placeholders(builder)
+
+    def lit(text: str) -> str:
+        return "{{- " + json.dumps(text) + " -}}"
+
+    return (
+        lit(head)
+        + "{%- for message in messages -%}"
+        + "{%- if message['role'] == 'user' -%}"
+        + "{%- if message['content'] is string -%}{{- message['content'] -}}{%- else -%}"
+        + "{%- for part in message['content'] -%}"
+        + "{%- if part['type'] in ['video', 'video_url'] -%}" + lit(video)
+        + "{%- elif part['type'] in ['audio', 'audio_url', 'input_audio'] -%}" + lit(audio)
+        + "{%- elif part['type'] == 'text' -%}{{- part['text'] -}}{%- endif -%}"
+        + "{%- endfor -%}{%- endif -%}"
+        + "{%- elif message['role'] == 'assistant' -%}" + lit(sep)
+        + "{%- if message['content'] is string -%}{{- message['content'] -}}{%- else -%}"
+        + "{%- for part in message['content'] -%}{{- part['text'] -}}{%- endfor -%}{%- endif -%}"
+        + lit(tail)
+        + "{%- endif -%}{%- endfor -%}"
+    )  # fmt: skip
+
+
+def _placeholders(builder) -> tuple[str, str]:
+    """(video placeholder, audio placeholder) as the backbone's chat template writes them ("" where none)."""
+    spec, proc, tok, config = builder.spec, builder.processor, builder.tokenizer, builder.config
+    video = audio = ""
+    if spec.sees_video:
+        if spec.name == "qwen2.5-vl":
+            start, end = (tok.convert_ids_to_tokens(int(getattr(config, a)))
+                          for a in ("vision_start_token_id", "vision_end_token_id"))  # fmt: skip
+        else:
+            start, end = proc.vision_bos_token, proc.vision_eos_token
+        video = start + proc.video_token + end
+    if spec.hears_audio:
+        audio = proc.audio_bos_token + proc.audio_token + proc.audio_eos_token
+    return video, audio
+
+
+def _seq_cls_config(model, backbone_config) -> dict:
+    """`config.json` of the export (see the module docstring)."""
+    spec = model.spec
+    arch = ARCHITECTURES[spec.name]
+    if spec.name == "qwen2.5-omni-thinker":
+        from transformers import Qwen2_5OmniConfig
+
+        thinker = copy.deepcopy(backbone_config)
+        thinker.num_labels = 1
+        thinker.get_text_config().num_labels = 1
+        thinker.architectures = None
+        config = Qwen2_5OmniConfig(thinker_config=thinker.to_dict(), enable_audio_output=False)
+        data = config.to_dict()
+    else:
+        config = copy.deepcopy(backbone_config)
+        config.get_text_config().num_labels = 1
+        data = config.to_dict()
+    data["num_labels"] = 1
+    data["id2label"], data["label2id"] = {"0": "LABEL_0"}, {"LABEL_0": 0}
+    text = data.get("text_config") or data.get("thinker_config", {}).get("text_config")
+    if text is not None:
+        text["id2label"], text["label2id"] = {"0": "LABEL_0"}, {"LABEL_0": 0}
+    data["architectures"] = [arch]
+    data["auto_map"] = {"AutoModelForSequenceClassification": f"{REMOTE_FILE[:-3]}.{arch}"}
+    data["emoreward_use_audio_in_video"] = bool(model.settings.use_audio_in_video and spec.interleaves_audio_in_video)
+    data["dtype"] = str(model.dtype).replace("torch.", "")
+    return data
+
+
+def _write_weights(backbone, head: torch.Tensor, directory: Path, *, prefix: str) -> None:
+    """The backbone's checkpoint (its own key names, `prefix` before each) plus the head under `HEAD_KEY`."""
+    from safetensors.torch import load_file, save_file
+
+    backbone.save_pretrained(directory, safe_serialization=True)
+    index_path = directory / "model.safetensors.index.json"
+    if index_path.is_file():
+        index = json.loads(index_path.read_text(encoding="utf-8"))
+        files = sorted(set(index["weight_map"].values()))
+    else:
+        index, files = None, ["model.safetensors"]
+    weight_map: dict[str, str] = {}
+    for name in files:  # one shard in memory at a time
+        tensors = {prefix + k: v for k, v in load_file(str(directory / name)).items()}
+        if name == files[-1]:
+            tensors[HEAD_KEY] = head.detach().contiguous().cpu()
+        save_file(tensors, str(directory / name), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(tensors, name))
+    if index is not None:
+        index["weight_map"] = weight_map
+        index_path.write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
+
+
+def write_media_export(model, directory: str | Path, *, model_card: str | None, request: dict) -> Path:
+    """Write `model` (a `MediaRewardModel`; LoRA merged on a copy) in the engine layout (module docstring).
+
+    Args:
+        model: the multimodal reward model.
+        directory: the folder (created).
+        model_card: README.md text.
+        request: the request spec (`request_spec`), written as `emoreward_request.json`.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    net = model.model
+    if hasattr(net, "merge_and_unload"):
+        net = copy.deepcopy(net).merge_and_unload()
+    backbone, head = net.backbone, net.score.weight
+    prefix = "thinker." if model.spec.name == "qwen2.5-omni-thinker" else ""
+    _write_weights(backbone, head, directory, prefix=prefix)
+    (directory / "config.json").write_text(
+        json.dumps(_seq_cls_config(model, backbone.config), indent=2, sort_keys=True) + "\n", encoding="utf-8"
+    )
+    (directory / REMOTE_FILE).write_text(remote_code_source(), encoding="utf-8")
+    tokenizer = copy.copy(model.tokenizer)
+    tokenizer.chat_template = export_chat_template(model.builder)
+    from emoreward.models.text import save_tokenizer
+
+    save_tokenizer(tokenizer, directory)
+    _write_processor_configs(model, directory)
+    settings = copy.deepcopy(model.settings)
+    settings.merged = True
+    settings.save(directory)
+    (directory / REQUEST_FILE).write_text(json.dumps(request, indent=2) + "\n", encoding="utf-8")
+    if model_card:
+        (directory / "README.md").write_text(model_card, encoding="utf-8")
+    return directory
+
+
+def _write_processor_configs(model, directory: Path) -> None:
+    """`preprocessor_config.json` (image processor with the model's pixel bounds, and the Whisper feature
+    extractor's fields) and `video_preprocessor_config.json` (the same bounds)."""
+    data: dict = {}
+    builder = model.builder
+    if builder.vision is not None:
+        image = builder.vision.image_processor()
+        image.save_pretrained(directory)
+        data.update(json.loads((directory / "preprocessor_config.json").read_text(encoding="utf-8")))
+        vision = builder.vision
+        video = {
+            "video_processor_type": "Qwen2VLVideoProcessor",
+            "patch_size": vision.patch_size,
+            "temporal_patch_size": vision.temporal_patch_size,
+            "merge_size": vision.merge_size,
+            "image_mean": list(vision.image_mean),
+            "image_std": list(vision.image_std),
+            "size": vision.size,
+            "min_pixels": vision.min_pixels,
+            "max_pixels": vision.max_pixels,
+            "do_sample_frames": False,
+        }
+        (directory / "video_preprocessor_config.json").write_text(json.dumps(video, indent=2) + "\n")
+    if builder.feature_extractor is not None:
+        builder.feature_extractor.save_pretrained(directory)
+        data.update(json.loads((directory / "preprocessor_config.json").read_text(encoding="utf-8")))
+    if data:
+        (directory / "preprocessor_config.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+def load_engine_layout(directory: str | Path, spec, dtype: torch.dtype):
+    """(backbone `<model_class>`, value-head weight `(num_heads, hidden)`) of an engine-layout export.
+
+    The backbone loads with transformers' own key renaming (Omni: the thinker's `thinker.` prefix); the head key is
+    the one key it does not read."""
+    from safetensors import safe_open
+
+    directory = Path(directory)
+    cls = spec.load_class()
+    kwargs = {}
+    if spec.name == "qwen2.5-omni-thinker":
+        from transformers import Qwen2_5OmniConfig
+
+        kwargs["config"] = Qwen2_5OmniConfig.from_pretrained(directory).thinker_config
+    net = cls.from_pretrained(directory, dtype=dtype, trust_remote_code=False, **kwargs)
+    index_path = directory / "model.safetensors.index.json"
+    name = (
+        json.loads(index_path.read_text(encoding="utf-8"))["weight_map"][HEAD_KEY]
+        if index_path.is_file()
+        else "model.safetensors"
+    )
+    with safe_open(str(directory / name), "pt") as fh:
+        head = fh.get_tensor(HEAD_KEY)
+    return net, head.to(dtype)
+
+
+def reader_inputs(model, descriptions: list[str], context, *, padding_side: str = "right") -> dict[str, torch.Tensor]:
+    """The batch a transformers reader of the export takes for `descriptions` behind one context: the token ids
+    emoreward scores (`RewardPromptBuilder`: prefix with expanded media placeholders, then each description and
+    the end-of-turn token), padded on `padding_side` with the tokenizer's pad id, and the prefix's media tensors
+    once per row.
+
+    Returns:
+        `input_ids`, `attention_mask` (`(batch, longest)`) and the media tensors (`emoreward.models.media.processing
+        .collate_media` of one copy per row).
+
+    Raises:
+        ValueError: a `padding_side` other than `"right"` / `"left"`.
+    """
+    from emoreward.models.media.processing import collate_media
+
+    if padding_side not in ("right", "left"):
+        raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
+    prefix = model.encode_prefix(context)
+    n = len(prefix.input_ids)
+    rows = [prefix.input_ids + model.builder.encode_suffix(d, n, truncate=True)[0] for d in descriptions]
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), model.tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        cols = slice(0, len(row)) if padding_side == "right" else slice(width - len(row), width)
+        ids[i, cols], mask[i, cols] = torch.tensor(row, dtype=torch.long), 1
+    media = collate_media([prefix.media] * len(rows))
+    return {"input_ids": ids, "attention_mask": mask, **{k: v.contiguous() for k, v in media.items()}}
+
+
+def remote_class(directory: str | Path):
+    """The `<X>ForSequenceClassification` of an export, executed from its own `modeling_emoreward.py` (the file
+    `trust_remote_code=True` runs), without transformers' remote-code machinery."""
+    import importlib.util
+
+    directory = Path(directory)
+    arch = json.loads((directory / "config.json").read_text(encoding="utf-8"))["architectures"][0]
+    spec = importlib.util.spec_from_file_location(
+        f"emoreward_export_{abs(hash(str(directory)))}", directory / REMOTE_FILE
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, arch)
+
+
+@torch.no_grad()
+def remote_rewards(
+    directory: str | Path, model, descriptions: list[str], contexts: list, *, dtype=None
+) -> list[float]:
+    """Rewards of an export through its remote-code class (`remote_class`), one padded batch per context, in the
+    order of `descriptions` (the export's own check, `emoreward.export.hf.export_hf`)."""
+    net = remote_class(directory).from_pretrained(directory, dtype=dtype or model.dtype).eval()
+    out = [0.0] * len(descriptions)
+    groups: dict = {}
+    for i, ctx in enumerate(contexts):
+        groups.setdefault(model.context_key(ctx), []).append(i)
+    for idx in groups.values():
+        batch = reader_inputs(model, [descriptions[i] for i in idx], contexts[idx[0]])
+        logits = net(**batch).logits[:, 0].double().tolist()
+        for i, value in zip(idx, logits):
+            out[i] = value
+    return out
+
+
+def request_spec(model, differences: list[dict] | None = None) -> dict:
+    """The request as data (`emoreward_request.json`, module docstring): how to build a request that makes a
+    reader see the input emoreward scores, and the engine options that match it.
+
+    Args:
+        model: the `MediaRewardModel`.
+        differences: measured differences to record (`{"what", "max_abs_reward_diff", "why"}` each).
+    """
+    s, spec, builder = model.settings, model.spec, model.builder
+    parts: list[dict] = []
+    if spec.sees_video:
+        parts.append({"type": "video_url", "video_url": {"url": "{video}"}})
+    if spec.hears_audio and not (s.use_audio_in_video and spec.interleaves_audio_in_video):
+        parts.append({"type": "audio_url", "audio_url": {"url": "{audio}"}})
+    parts.append({"type": "text", "text": "{context}"})
+    out: dict = {
+        "format": REQUEST_FORMAT,
+        "backbone": s.backbone,
+        "architecture": ARCHITECTURES[spec.name],
+        "reward": "output 0 of the score head, no activation (vLLM /classify: use_activation false)",
+        "messages": [{"role": "user", "content": parts}, {"role": "assistant", "content": "{description}"}],
+        "context": {
+            "instruction": s.instruction,
+            "with_subtitle": "{instruction}\nSubtitle: {subtitle}",
+            "without_subtitle": "{instruction}",
+            "subtitle": "stripped; empty means none (emoreward.models.layout.context_text)",
+        },
+        "chat_template": "chat_template.jinja of this folder (walks the message parts; no generation prompt)",
+        "tokenization": (
+            "the rendered text up to the description is tokenized with the media placeholders; the description "
+            "and the end-of-turn token after it are tokenized on their own (add_special_tokens false)"
+        ),
+        "position_rule": s.position_rule,
+        "max_length": s.max_length,
+    }
+    if spec.sees_video:
+        vision = builder.vision
+        out["video"] = {
+            "fps": s.fps,
+            "max_frames": s.max_frames,
+            "sampling": "frames at fps per second, at most max_frames evenly spread, the last repeated to an even "
+            "count (emoreward.data.media.load_frames); the effective rate of those frames is the fps sent",
+            "send": "the sampled frames themselves: data:video/jpeg;base64,<frame>,<frame>,... (PNG frames decode "
+            "losslessly; vLLM reads each with PIL), each resized to the bounds below with PIL bicubic",
+            "min_pixels": vision.min_pixels,
+            "max_pixels": vision.max_pixels,
+            "resize_factor": vision.patch_size * vision.merge_size,
+            "temporal_patch_size": vision.temporal_patch_size,
+        }
+    if spec.hears_audio:
+        interleaved = bool(s.use_audio_in_video and spec.interleaves_audio_in_video)
+        out["audio"] = {
+            "sampling_rate": s.sampling_rate,
+            "source": "the video's own track" if s.use_audio_in_video else "the sample's .wav",
+            "interleaved_with_video": interleaved,
+            "send": "as its own audio_url part (a WAV, data:audio/wav;base64,...), mono at sampling_rate",
+        }
+    limits = {m: 1 for m in sorted(spec.modalities)}
+    serve = ["vllm", "serve", "{export}", "--runner", "pooling", "--dtype", str(model.dtype).replace("torch.", ""),
+             "--max-model-len", str(s.max_length),
+             "--limit-mm-per-prompt", json.dumps(limits), "--chat-template-content-format", "openai"]  # fmt: skip
+    if spec.sees_video:  # every frame sent is kept; the frames' rate travels with each request
+        serve += ["--media-io-kwargs", json.dumps({"video": {"num_frames": -1}})]
+        serve += ["--mm-processor-kwargs", json.dumps({"do_sample_frames": False}), "--trust-request-mm-kwargs"]
+    out["vllm"] = {
+        "serve": serve,
+        "endpoint": "POST /classify",
+        "body": {"model": "{export}", "messages": "{messages}", "use_activation": False},
+        "per_request": {"media_io_kwargs": {"video": {"fps": "{fps}"}}} if spec.sees_video else {},
+        "needs": ["soundfile (WAV decoding at the right scale)"] if spec.hears_audio else [],
+    }
+    out["differences"] = list(differences or [])
+    return out
+
+
+__all__ = [
+    "ARCHITECTURES",
+    "HEAD_KEY",
+    "REMOTE_FILE",
+    "REQUEST_FILE",
+    "export_chat_template",
+    "reader_inputs",
+    "remote_class",
+    "remote_rewards",
+    "is_engine_layout",
+    "load_engine_layout",
+    "remote_code_source",
+    "request_spec",
+    "write_media_export",
+]
