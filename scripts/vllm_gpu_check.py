@@ -128,7 +128,7 @@ def main() -> int:
     serve_proc = None
     try:
         server.start()
-        remote = VllmRewardModel(export, server.url)
+        remote = VllmRewardModel(export, server.url, media_root=args.media_root)
         vllm_rewards = remote.score(descriptions, contexts)
         start = time.perf_counter()
         remote.score(descriptions, contexts)

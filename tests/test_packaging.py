@@ -17,7 +17,7 @@ tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 # distribution name -> import name, where they differ
-IMPORT_NAMES = {"scikit-learn": "sklearn", "pyyaml": "yaml", "huggingface-hub": "huggingface_hub"}
+IMPORT_NAMES = {"scikit-learn": "sklearn", "pyyaml": "yaml", "huggingface-hub": "huggingface_hub", "pillow": "PIL"}
 # imported only by optional features, each declared in an extra
 OPTIONAL = {"deepspeed": "deepspeed", "av": "media", "ray": "ray", "starlette": "ray", "uvloop": "ray"}
 

@@ -1,6 +1,7 @@
 """Rewards from a running vLLM pooling server that serves an emoreward export (`emoreward export`): the one request
 builder (`VllmRequestBuilder`: a description and its reward context -> a ``/classify`` body, by the export's own
-layout) and the one client (`VllmRewardModel`, a `RewardModel` whose ``score`` posts those bodies over the keep-alive
+layout: token ids or chat messages for a text export, the messages of ``emoreward_request.json`` with the sampled
+frames and the audio for a multimodal one) and the one client (`VllmRewardModel`, a `RewardModel` whose ``score`` posts those bodies over the keep-alive
 pool of `emoreward.export.reward_client`). Every route that can score through vLLM (``rank`` / ``evaluate`` via
 `emoreward.judges.load_judge(..., vllm_url=...)`, verl, the OpenRLHF reward file, TRL GRPO's `EmotionReward`) gets
 its model from `reward_model`, so one input keeps one reward whichever engine computes it.
@@ -31,11 +32,12 @@ import numpy as np
 
 from emoreward.data.context import RewardContext, subtitle_key
 from emoreward.export.reward_client import RewardClient
-from emoreward.models.base import ScoreInfo, TextSettings, apply_score_transform, broadcast_contexts, load_settings
+from emoreward.models.base import ScoreInfo, apply_score_transform, broadcast_contexts, load_settings
 from emoreward.utils.cache_key import content_fingerprint
 
 
 NAME_PREFIX = "emoreward-"
+REQUEST_FILE = "emoreward_request.json"  # a multimodal export's request as data (emoreward.export.seqcls)
 DTYPES = ("float32", "bfloat16", "float16")
 # the ``/classify`` body options every request carries: the raw value-head output (vLLM applies a sigmoid / softmax
 # to a classifier's logits unless told not to)
@@ -58,19 +60,24 @@ def served_name(export_dir: str | Path, dtype: str = "float32") -> str:
     return f"{NAME_PREFIX}{content_fingerprint(export_dir)}-{dtype}"
 
 
-def _check_export(export_dir: Path) -> TextSettings:
+def _check_export(export_dir: Path):
     settings = load_settings(export_dir)
     if not settings.merged:
         raise ValueError(
             f"{export_dir} is a training folder, not an export: vLLM serves a merged checkpoint (emoreward export "
             f"--model {export_dir} --output DIR)"
         )
-    if settings.kind != "text":
+    if settings.kind != "text" and not (export_dir / REQUEST_FILE).is_file():
         raise ValueError(
-            f"{export_dir} is a {settings.kind} reward model: this client builds /classify requests for text "
-            "exports only (a multimodal export needs the request recipe of its export)"
+            f"{export_dir} is a multimodal export without {REQUEST_FILE} (an earlier layout vLLM does not load): "
+            "export it again with this emoreward"
         )
     return settings
+
+
+def request_data(export_dir: str | Path) -> dict:
+    """A multimodal export's request as data (`emoreward.export.seqcls.request_spec`, ``emoreward_request.json``)."""
+    return json.loads((Path(export_dir) / REQUEST_FILE).read_text(encoding="utf-8"))
 
 
 # ---------------------------------------------------------------------------------------------- chat template
@@ -104,13 +111,15 @@ class VllmRequestBuilder:
         export_dir: an export folder (`emoreward export`); model: the served model name (`served_name`).
     """
 
-    def __init__(self, export_dir: str | Path, model: str):
+    def __init__(self, export_dir: str | Path, model: str, media_root: str | None = None):
         from transformers import AutoTokenizer
 
         self.export_dir = Path(export_dir)
         self.settings = _check_export(self.export_dir)
         self.tokenizer = AutoTokenizer.from_pretrained(self.export_dir)
         self.model = model
+        self.media_root = media_root
+        self.request = request_data(self.export_dir) if self.settings.kind != "text" else None
 
     def encode(self, descriptions: Sequence[str], contexts: Sequence[RewardContext]):
         """`emoreward.models.layout.Encoded` of each item (ids, truncation), the one layout rule."""
@@ -127,12 +136,71 @@ class VllmRequestBuilder:
         out = [{"role": "assistant", "content": description}]
         return ([{"role": "user", "content": text}] if text else []) + out
 
+    # ------------------------------------------------------------------ multimodal exports
+    def media_parts(self, context: RewardContext) -> tuple[dict[str, str], float | None]:
+        """``({"{video}": data URL, "{audio}": data URL}, effective fps)`` of one sample, by the export's request
+        data: the frames sampled by emoreward's rule (`emoreward.data.media.load_frames`: the model's fps and frame
+        cap), each resized with PIL bicubic to Qwen's ``smart_resize`` size and sent as PNG frames; the audio as
+        a float32 WAV at the model's sampling rate (`load_audio`).
+
+        Raises:
+            MediaError: a needed file is missing or cannot be decoded (names the sample and the file).
+        """
+        from emoreward.data.media import MediaOptions, load_sample_media
+
+        s, request = self.settings, self.request
+        options = MediaOptions(
+            self.media_root, fps=s.fps, max_frames=s.max_frames, use_audio_in_video=s.use_audio_in_video,
+            sampling_rate=s.sampling_rate,
+        )  # fmt: skip
+        need_video, need_audio = "video" in request, "audio" in request
+        sample = load_sample_media(
+            context.sample_id or "", context.media_ref(), options, need_video=need_video, need_audio=need_audio
+        )
+        parts: dict[str, str] = {}
+        if need_video and sample.frames is not None:
+            parts["{video}"] = _video_url(sample.frames, request["video"])
+        if need_audio and sample.audio is not None:
+            parts["{audio}"] = _wav_url(sample.audio, int(request["audio"]["sampling_rate"]))
+        return parts, sample.fps
+
+    def media_body(self, description: str, context: RewardContext, parts: dict[str, str], fps: float | None) -> dict:
+        """The ``/classify`` body of one item of a multimodal export: its request data's messages with the media
+        parts, the context text and the description filled in, and its per-request options (the frames' rate)."""
+        from emoreward.models.layout import context_text
+
+        text = context_text(self.settings.instruction, context.subtitle)
+        values = {**parts, "{context}": text, "{description}": description, "{fps}": fps}
+
+        def fill(node):
+            if isinstance(node, dict):
+                return {k: fill(v) for k, v in node.items()}
+            if isinstance(node, list):
+                return [fill(v) for v in node]
+            if isinstance(node, str) and node in values:
+                return values[node]
+            return node
+
+        vllm = self.request["vllm"]
+        body = {"model": self.model, "messages": fill(self.request["messages"]), **CLASSIFY_OPTIONS}
+        body.update(fill(vllm.get("per_request") or {}))
+        return body
+
     def bodies(self, descriptions: Sequence[str], contexts: Sequence[RewardContext]) -> list[tuple[list[int], dict]]:
         """``[(item positions, /classify body), ...]`` covering every item once, and the items' `Encoded`.
 
         Returns:
             `(list[(list[int], dict)], list[Encoded])`.
         """
+        if self.request is not None:
+            media = {}
+            out = []
+            for i, (description, context) in enumerate(zip(descriptions, contexts)):
+                key = (context.subtitle, context.video, context.audio, context.sample_id)
+                if key not in media:  # one decoding per sample
+                    media[key] = self.media_parts(context)
+                out.append(([i], self.media_body(description, context, *media[key])))
+            return out, None
         encoded = self.encode(descriptions, contexts)
         out: list[tuple[list[int], dict]] = []
         if self.settings.input_format == "chat":
@@ -150,10 +218,50 @@ class VllmRequestBuilder:
         return out, encoded
 
 
+def _video_url(frames: np.ndarray, video: dict) -> str:
+    """``data:video/jpeg;base64,<PNG>,<PNG>,...`` of sampled frames, each resized as the request data says."""
+    import base64
+    import io
+
+    from PIL import Image
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+    height, width = frames.shape[1:3]
+    size = smart_resize(
+        height,
+        width,
+        factor=int(video["resize_factor"]),
+        min_pixels=video["min_pixels"],
+        max_pixels=video["max_pixels"],
+    )
+    out = []
+    for frame in frames:
+        image = Image.fromarray(frame).resize((size[1], size[0]), Image.BICUBIC)
+        buffer = io.BytesIO()
+        image.save(buffer, format="PNG")
+        out.append(base64.b64encode(buffer.getvalue()).decode("ascii"))
+    return "data:video/jpeg;base64," + ",".join(out)
+
+
+def _wav_url(audio: np.ndarray, rate: int) -> str:
+    """``data:audio/wav;base64,...`` of a mono float32 waveform (IEEE-float WAV: no rounding to 16 bits)."""
+    import base64
+    import struct
+
+    data = np.asarray(audio, dtype="<f4").tobytes()
+    header = b"RIFF" + struct.pack("<I", 36 + len(data)) + b"WAVE"
+    header += (
+        b"fmt " + struct.pack("<IHHIIHH", 16, 3, 1, rate, rate * 4, 4, 32) + b"data" + struct.pack("<I", len(data))
+    )
+    return "data:audio/wav;base64," + base64.b64encode(header + data).decode("ascii")
+
+
 # ---------------------------------------------------------------------------------------------- the client
 class VllmRewardModel:
-    """A text reward model served by vLLM: the `RewardModel` interface (``kind``, ``settings``, ``score``,
-    ``score_info``, ``context_key``) over ``/classify`` requests to ``url``.
+    """A reward model served by vLLM (a text export, or a multimodal one with its request data): the `RewardModel`
+    interface (``kind``, ``settings``, ``modalities``, ``score``, ``score_info``, ``context_key``) over
+    ``/classify`` requests to ``url``. A multimodal model's media paths resolve in ``media_root`` (read here: the
+    client decodes and sends the frames and the audio, as the request data says).
 
     Its content is the export's (``source_dir``: score-cache keys use `content_fingerprint` of the folder, as for
     the loaded model) and its precision the dtype the server serves in, both read from the served name.
@@ -169,21 +277,38 @@ class VllmRewardModel:
         RuntimeError: the server does not answer.
     """
 
-    kind = "text"
-    modalities = frozenset()
     device = "cpu"  # scoring happens in another process: nothing here runs on an accelerator
 
     def __init__(
-        self, export_dir: str | Path, url: str, *, token: str | None = None, timeout: float = 180.0, retries: int = 5
+        self,
+        export_dir: str | Path,
+        url: str,
+        *,
+        media_root: str | None = None,
+        token: str | None = None,
+        timeout: float = 180.0,
+        retries: int = 5,
     ):
         self.source_dir = Path(export_dir)
         self.settings = _check_export(self.source_dir)
+        self.kind = self.settings.kind
+        self.media_root = media_root
+        if self.kind != "text":  # what serving and the media checks read of a multimodal model
+            from emoreward.data.media import MediaOptions
+            from emoreward.models.backbones import get_backbone
+
+            s = self.settings
+            self.spec = get_backbone(s.backbone)
+            self.options = MediaOptions(
+                media_root, fps=s.fps, max_frames=s.max_frames, use_audio_in_video=s.use_audio_in_video,
+                sampling_rate=s.sampling_rate,
+            )  # fmt: skip
         self.url = url.rstrip("/")
         if not self.url.startswith(("http://", "https://")):
             raise ValueError(f"vLLM URL {url!r} is not an http:// or https:// URL")
         self.client = RewardClient((self.url,), token, timeout, retries)
         self.served, self.precision_name = self._served_model()
-        self.builder = VllmRequestBuilder(self.source_dir, self.served)
+        self.builder = VllmRequestBuilder(self.source_dir, self.served, media_root)
         self.tokenizer = self.builder.tokenizer
 
     def _served_model(self) -> tuple[str, str]:
@@ -199,9 +324,17 @@ class VllmRewardModel:
             "(emoreward.export.vllm.serve_command gives the whole line)"
         )
 
+    @property
+    def modalities(self) -> frozenset[str]:
+        """The media the model reads (empty for a text export)."""
+        return frozenset() if self.kind == "text" else self.spec.modalities
+
     def context_key(self, context: RewardContext):
-        """A text model reads the subtitle only (`emoreward.data.context.subtitle_key`)."""
-        return subtitle_key(context)
+        """A text model reads the subtitle only (`emoreward.data.context.subtitle_key`); a multimodal one the
+        subtitle and the media's identity (as `MediaRewardModel.context_key`)."""
+        if self.kind == "text":
+            return subtitle_key(context)
+        return (context.subtitle or None, context.video, context.audio, context.sample_id)
 
     def score_info(
         self,
@@ -230,6 +363,7 @@ class VllmRewardModel:
         if not n:
             return ScoreInfo(rewards, np.zeros(0, dtype=bool), np.zeros(0, dtype=np.int64))
         bodies, encoded = self.builder.bodies(descriptions, contexts)
+        tokens = np.zeros(n, dtype=np.int64)
 
         def post(item: tuple[list[int], dict]) -> None:
             part, body = item
@@ -237,7 +371,9 @@ class VllmRewardModel:
             data = sorted(reply.get("data", []), key=lambda d: d["index"])
             if len(data) != len(part):
                 raise RuntimeError(f"{self.url}/classify returned {len(data)} results for {len(part)} inputs")
-            if "messages" in body:
+            if encoded is None:  # a multimodal request: vLLM refuses one over --max-model-len, never cuts it
+                tokens[part[0]] = int(reply["usage"]["prompt_tokens"])
+            elif "messages" in body:
                 got, want = int(reply["usage"]["prompt_tokens"]), len(encoded[part[0]].input_ids)
                 if got != want:
                     raise RuntimeError(
@@ -250,6 +386,8 @@ class VllmRewardModel:
         with ThreadPoolExecutor(min(CHAT_IN_FLIGHT, len(bodies)), thread_name_prefix="emoreward-vllm") as pool:
             list(pool.map(post, bodies))
         rewards = apply_score_transform(rewards, [len(d) for d in descriptions], self.settings.score_transform)
+        if encoded is None:
+            return ScoreInfo(rewards, np.zeros(n, dtype=bool), tokens)
         return ScoreInfo(
             rewards,
             np.array([e.truncated for e in encoded], dtype=bool),
@@ -285,13 +423,11 @@ def reward_model(
     (`VllmRewardModel`). The one place a command or an RL adapter picks its engine.
 
     Raises:
-        ValueError: with ``vllm_url``: ``media_root`` given, or a ``dtype`` other than ``"auto"`` that is not the one
-            the server serves in; see `VllmRewardModel` and `load_reward_model`.
+        ValueError: with ``vllm_url``: a ``dtype`` other than ``"auto"`` that is not the one the server serves in;
+            see `VllmRewardModel` and `load_reward_model`.
     """
     if vllm_url:
-        if media_root is not None:
-            raise ValueError("media_root does not apply to a vLLM server (it reads the media itself)")
-        model = VllmRewardModel(path, vllm_url, token=token)
+        model = VllmRewardModel(path, vllm_url, media_root=media_root, token=token)
         wanted = None if dtype is None else str(dtype).removeprefix("torch.")
         if wanted not in (None, "auto") and wanted != model.precision_name:
             raise ValueError(f"the vLLM server serves {path} in {model.precision_name}, not {wanted}")
@@ -314,7 +450,8 @@ def serve_command(
 ) -> list[str]:
     """The vLLM server command line for an export (``python -m vllm.entrypoints.openai.api_server``, as
     ``vllm serve``): the pooling runner, ``dtype``, eager mode, the served name `served_name`, and for a chat-layout
-    export the chat template file ``chat_template`` (`vllm_chat_template`; required then).
+    export the chat template file ``chat_template`` (`vllm_chat_template`; required then); a multimodal export's
+    own arguments from its request data (``vllm.serve``: media limits, frame handling, its chat template).
 
     Raises:
         ValueError: a chat-layout export without ``chat_template``; see `served_name`.
@@ -322,9 +459,23 @@ def serve_command(
     export_dir = Path(export_dir)
     settings = _check_export(export_dir)
     cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(export_dir)]
-    cmd += ["--runner", "pooling", "--dtype", dtype, "--enforce-eager", "--host", host, "--port", str(port)]
-    cmd += ["--served-model-name", served_name(export_dir, dtype)]
-    if settings.input_format == "chat":
+    if settings.kind != "text":  # the export's own `vllm serve` arguments (request data), in `dtype`
+        args = list(request_data(export_dir)["vllm"]["serve"][3:])
+        if "--dtype" in args:
+            args[args.index("--dtype") + 1] = dtype
+        cmd += args
+    else:
+        cmd += ["--runner", "pooling", "--dtype", dtype]
+    cmd += [
+        "--enforce-eager",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--served-model-name",
+        served_name(export_dir, dtype),
+    ]
+    if getattr(settings, "input_format", None) == "chat":
         if chat_template is None:
             raise ValueError(f"{export_dir} is a chat-layout export: pass its vLLM chat template (vllm_chat_template)")
         cmd += ["--chat-template", str(chat_template), "--chat-template-content-format", "string"]
@@ -371,7 +522,7 @@ class VllmServer:
         self.start_timeout, self.stop_timeout = float(start_timeout), float(stop_timeout)
         self._tmp = tempfile.TemporaryDirectory(prefix="emoreward-vllm-")
         template = None
-        if _check_export(self.export_dir).input_format == "chat":
+        if getattr(_check_export(self.export_dir), "input_format", None) == "chat":
             template = Path(self._tmp.name) / "chat_template.jinja"
             template.write_text(vllm_chat_template(AutoTokenizer.from_pretrained(self.export_dir)))
         self.command = serve_command(
@@ -438,7 +589,7 @@ def _main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     export_dir = Path(args.export_dir)
     template = None
-    if _check_export(export_dir).input_format == "chat":
+    if getattr(_check_export(export_dir), "input_format", None) == "chat":
         from transformers import AutoTokenizer
 
         template = export_dir.with_name(export_dir.name + ".vllm_chat_template.jinja")

@@ -340,3 +340,78 @@ def test_the_server_module_prints_the_serve_line(chat_export, tmp_path):
     template = tmp_path / "export.vllm_chat_template.jinja"
     assert line["command"][:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"]
     assert "--chat-template" in line["command"] and template.is_file()
+
+
+# ---------------------------------------------------------------------------------------------- multimodal exports
+MEDIA_DESCRIPTIONS = ["She beams, her voice lifting with delight.", "sad", "  Flat and tired, he mumbles.", "Calm."]
+
+
+@pytest.fixture(scope="module")
+def media_export(tmp_path_factory):
+    """kind -> (export folder, media root, context): a tiny random-weight model of the backbone (head size 32, which
+    vLLM's CPU attention takes) with a non-zero LoRA adapter, trained-folder-saved and exported with `emoreward
+    export` (the engine layout and its request data); Qwen2.5-VL reads a 1.5 s clip, Omni the clip and a WAV."""
+    sys.path.insert(0, str(ROOT / "tests" / "multimodal"))
+    from peft import LoraConfig
+    from tiny_media import VLLM_TEXT, build_tiny, write_video, write_wav
+
+    from emoreward.cli.main import main
+    from emoreward.data.media import MediaOptions
+    from emoreward.models.media.model import MediaRewardModel
+
+    cache = {}
+
+    def make(kind: str):
+        if kind in cache:
+            return cache[kind]
+        root = tmp_path_factory.mktemp(f"vllm-{kind}")
+        base = build_tiny(kind, root / "base", text=VLLM_TEXT)
+        media = root / "media"
+        write_video(media / "video" / "clip.mp4", seconds=1.5, seed=3)
+        context = {"subtitle": "I can't believe it.", "sample_id": "clip", "video": "video/clip.mp4"}
+        if kind == "qwen2.5-omni-thinker":
+            write_wav(media / "audio" / "clip.wav", seconds=1.5)
+            context["audio"] = "audio/clip.wav"
+        torch.manual_seed(0)
+        lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=None)
+        options = MediaOptions(str(media), fps=4.0, max_frames=8)
+        model = MediaRewardModel.from_backbone(
+            kind, str(base), lora_config=lora, media_options=options, max_length=1024
+        )
+        torch.manual_seed(1)
+        with torch.no_grad():
+            for name, p in model.model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 0.3)
+        model.save_pretrained(root / "original")
+        assert main(["export", "--model", str(root / "original"), "--output", str(root / "export")]) == 0
+        cache[kind] = (root / "export", media, context)
+        return cache[kind]
+
+    return make
+
+
+# Omni (video + its WAV as separate parts): vLLM's CPU build serves it, but its rewards differ from emoreward's and
+# transformers' (the export's remote-code class) by 0.17 on this tiny model (measured 2026-12-02, vLLM CPU 0.32.0):
+# kept failing on purpose (strict) until the cause (the text's rotary positions after two media, or the audio
+# features) is found; docs/serving.md#vllm lists it
+OMNI_DIFFERS = pytest.mark.xfail(
+    strict=True, raises=AssertionError, reason="vLLM's Omni rewards differ from emoreward's (0.17 on the tiny model)"
+)
+
+
+@pytest.mark.parametrize("kind", ["qwen2.5-vl", pytest.param("qwen2.5-omni-thinker", marks=OMNI_DIFFERS)])
+def test_a_multimodal_export_served_by_vllm_gives_the_same_rewards(kind, media_export, tmp_path):
+    """(c) Qwen2.5-VL with a video clip, (d) Omni with the clip and its WAV: the requests built from the export's
+    `emoreward_request.json` (the frames sampled by the model's rule, the audio as its own part) give the rewards
+    of `load_reward_model(export).score` (Omni: not yet, `OMNI_DIFFERS`)."""
+    export, media, context = media_export(kind)
+    want = load_reward_model(export, media_root=str(media), dtype="float32").score(
+        MEDIA_DESCRIPTIONS, RewardContext(**context)
+    )
+    assert np.ptp(want) > 1e-3  # the descriptions differ: the comparison can fail
+    with VllmServer(export, python=VLLM_PYTHON, port=free_port(), log=tmp_path / "vllm.log", start_timeout=500) as srv:
+        remote = VllmRewardModel(export, srv.url, media_root=str(media))
+        info = remote.score_info(MEDIA_DESCRIPTIONS, RewardContext(**context))
+    np.testing.assert_allclose(info.rewards, want, atol=ATOL, rtol=0)
+    assert remote.kind == "media" and not info.truncated.any() and (info.n_tokens > 0).all()
