@@ -52,9 +52,9 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         how = (
-            f"reloads with emoreward.models.load_reward_model (transformers has no sequence-classification class for "
-            f"this backbone: see its README for the RL stacks that read it); max |reward difference| "
-            f"{report.max_abs_diff:.2e} on a synthetic clip"
+            f"is <X>ForSequenceClassification for vLLM's pooling runner and transformers (trust_remote_code; the "
+            f"README gives the vllm serve line and the request); max |reward difference| {report.max_abs_diff:.2e} "
+            f"(load_reward_model), {report.max_abs_diff_plain:.2e} (its remote-code class) on a synthetic clip"
         )
     _echo(
         f"emoreward export: {report.path} {how}; {report.n_probes} probes, original and export both scored in "

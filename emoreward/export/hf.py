@@ -15,6 +15,7 @@ that it gives the same rewards as the original model:
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -186,6 +187,12 @@ def export_hf(
                 np.zeros(len(probes)), [len(d) for d in probes], model.settings.score_transform
             )  # readers of the weights alone: raw
             remote = np.array(remote_rewards(staging, again, probes, contexts, dtype=dtype))
+            from emoreward.export.seqcls import REQUEST_FILE, request_spec, whole_text_difference
+
+            measured = [whole_text_difference(staging, again, probes, contexts[0])]
+            request = request_spec(again, measured)
+            (staging / REQUEST_FILE).write_text(json.dumps(request, indent=2) + "\n", encoding="utf-8")
+            (staging / "README.md").write_text(media_card(again, measured=measured), encoding="utf-8")
             report = ExportReport(
                 directory,
                 "media",
@@ -297,19 +304,22 @@ def _check_text_export(
     )
 
 
-def media_card(model: RewardModel, head: str, transform: str = "") -> str:
+def media_card(model: RewardModel, head: str | None = None, transform: str | None = None, *, measured=None) -> str:
     """The card of a multimodal export (engine layout, `emoreward.export.seqcls`): what the checkpoint is, the exact
     `vllm serve` line and `/classify` request (from `emoreward_request.json`, the one source of both), how to read
     it with transformers alone, and the inputs an engine cannot be made to see as emoreward does."""
-    import json
-
     from emoreward.export.seqcls import ARCHITECTURES, request_spec
+    from emoreward.models.cards import front_matter
 
     s, spec = model.settings, model.spec
-    request = request_spec(model)
+    head = front_matter(s, library="transformers") if head is None else head
+    transform = _transform_note(s) if transform is None else transform
+    request = request_spec(model, measured)
     serve = " ".join(f"'{a}'" if a.startswith("{") and a != "{export}" else a for a in request["vllm"]["serve"])
     serve = serve.replace("{export}", "PATH")
-    messages = json.dumps(request["messages"], indent=2).replace("\n", "\n  ")
+    messages = json.dumps(request["messages"], indent=1)
+    for name in ("context", "description", "video", "audio"):
+        messages = messages.replace("{" + name + "}", name.upper())
     body = {"model": "PATH", "messages": "MESSAGES", "use_activation": False}
     if spec.sees_video:
         body["media_io_kwargs"] = {"video": {"fps": "FPS"}}
@@ -395,18 +405,28 @@ def export_card(model: RewardModel) -> str:
     from emoreward.models.cards import front_matter
 
     s = model.settings
-    if s.score_transform:
-        transform = (
-            f"\n**Score transform not in the weights.** This model was trained with `length_debias: {s.objective}`: "
-            f"its reward is the network output minus a length penalty ({s.score_transform}). Readers that run the "
-            "network alone get the untransformed output; emoreward's `score`, `serve` and `EmotionReward` apply it.\n"
-        )
-    else:
-        transform = ""
+    transform = _transform_note(s)
     head = front_matter(s, library="transformers")
     instruction = s.instruction.replace("\n", " ") or "(none)"
     if model.kind == "media":
         return media_card(model, head, transform)
+    return _text_card(model, head, transform, instruction)
+
+
+def _transform_note(s) -> str:
+    """The card's note on a score transform that is not part of the weights ("" without one)."""
+    if s.score_transform:
+        return (
+            f"\n**Score transform not in the weights.** This model was trained with `length_debias: {s.objective}`: "
+            f"its reward is the network output minus a length penalty ({s.score_transform}). Readers that run the "
+            "network alone get the untransformed output; emoreward's `score`, `serve` and `EmotionReward` apply it.\n"
+        )
+    return ""
+
+
+def _text_card(model: RewardModel, head: str, transform: str, instruction: str) -> str:
+    """The card of a text export (see `export_card`)."""
+    s = model.settings
     assert isinstance(s, TextSettings)
     if s.input_format == "chat":
         layout = (

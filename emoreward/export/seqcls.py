@@ -19,11 +19,12 @@ On-disk layout of `emoreward export` for a multimodal model (`<X>` = `Qwen2_5_VL
 - `emoreward_config.json` (emoreward's settings, `merged: true`), `emoreward_request.json` (below), `README.md`.
 
 `emoreward_request.json` ("the request as data", `request_spec`) says how to build a request that reproduces the
-rewards: `messages` (a template with `{context}`, `{description}` and media parts `{"type": "video_url"}` /
-`{"type": "audio_url"}` in order), `context` (the instruction and the subtitle line), `video` (frame sampling:
-`fps`, `max_frames`, and that the client sends its sampled frames itself, resized to `pixels`), `audio`
-(`sampling_rate`, source), `vllm` (`serve` arguments, the `/classify` body fields, `mm_processor_kwargs`), and
-`differences`: inputs an engine cannot be made to see as emoreward does, with the reward difference measured.
+rewards: `messages` (placeholders `{context}`, `{description}`, `{video}`, `{audio}`; media parts `video_url` /
+`audio_url` first, in order), `context` (instruction, subtitle line), `video` (`fps`, `max_frames`, how the client
+samples and resizes the frames it sends: `min_pixels`, `max_pixels`, `resize_factor`), `audio` (`sampling_rate`,
+source), `vllm` (`serve` arguments with the `{export}` path, `endpoint`, `body`, `per_request`: the frames' fps as
+`media_io_kwargs`), `position_rule`, `max_length`, and `differences`: what an engine does not see as emoreward
+does, with the reward difference measured at export.
 """
 
 from __future__ import annotations
@@ -329,6 +330,46 @@ def remote_rewards(
     return out
 
 
+@torch.no_grad()
+def whole_text_difference(directory: str | Path, model, descriptions: list[str], context) -> dict:
+    """How much the rewards differ when an engine tokenizes the whole rendered prompt at once (vLLM does) instead of
+    the description apart from the prompt (emoreward does): both sequences through the export's remote-code class.
+
+    Returns:
+        `{"what", "max_abs_reward_diff", "why"}` (a `differences` entry of `emoreward_request.json`).
+    """
+    builder = model.builder
+    net = remote_class(directory).from_pretrained(directory, dtype=model.dtype).eval()
+    media = model.load_media(context)
+    head, middle, tail = builder._template(builder.context(context.subtitle))
+    placeholders, kwargs = builder._placeholders_and_inputs(media)
+    ours = reader_inputs(model, descriptions, context)
+    worst, changed = 0.0, 0
+    for row, description in enumerate(descriptions):
+        whole = builder.processor(
+            text=[head + placeholders + middle + description + tail],
+            text_kwargs={"add_special_tokens": False, "truncation": False},
+            return_tensors="pt",
+            **kwargs,
+        )
+        mask = ours["attention_mask"][row].bool()
+        own = ours["input_ids"][row][mask]
+        if torch.equal(whole["input_ids"][0], own):
+            continue
+        changed += 1
+        per_row = model.encode_prefix(context).media  # one row's media tensors
+        a = net(input_ids=own[None], attention_mask=torch.ones_like(own[None]), **per_row).logits[0, 0]
+        ids = whole["input_ids"]
+        b = net(input_ids=ids, attention_mask=torch.ones_like(ids), **per_row).logits[0, 0]
+        worst = max(worst, abs(float(a) - float(b)))
+    return {
+        "what": "an engine that tokenizes the whole rendered prompt at once (vLLM)",
+        "max_abs_reward_diff": worst,
+        "why": f"{changed} of {len(descriptions)} probe descriptions tokenize differently when joined to the prompt "
+        "(e.g. a leading space); measured at export through the remote-code class",
+    }
+
+
 def request_spec(model, differences: list[dict] | None = None) -> dict:
     """The request as data (`emoreward_request.json`, module docstring): how to build a request that makes a
     reader see the input emoreward scores, and the engine options that match it.
@@ -390,9 +431,19 @@ def request_spec(model, differences: list[dict] | None = None) -> dict:
     serve = ["vllm", "serve", "{export}", "--runner", "pooling", "--dtype", str(model.dtype).replace("torch.", ""),
              "--max-model-len", str(s.max_length),
              "--limit-mm-per-prompt", json.dumps(limits), "--chat-template-content-format", "openai"]  # fmt: skip
+    processor_kwargs: dict = {}
     if spec.sees_video:  # every frame sent is kept; the frames' rate travels with each request
         serve += ["--media-io-kwargs", json.dumps({"video": {"num_frames": -1}})]
-        serve += ["--mm-processor-kwargs", json.dumps({"do_sample_frames": False}), "--trust-request-mm-kwargs"]
+        # the pixel bounds too: vLLM's Qwen2.5-Omni processing does not read them from the processor configs
+        size = {"shortest_edge": builder.vision.min_pixels, "longest_edge": builder.vision.max_pixels}
+        processor_kwargs.update(do_sample_frames=False, size=size)
+    if spec.name == "qwen2-audio":
+        # Whisper's 30 s window: vLLM's call truncates the audio at the tokenizer's max length otherwise
+        processor_kwargs["max_length"] = int(builder.feature_extractor.n_samples)
+    if processor_kwargs:
+        serve += ["--mm-processor-kwargs", json.dumps(processor_kwargs)]
+    if spec.sees_video:
+        serve.append("--trust-request-mm-kwargs")
     out["vllm"] = {
         "serve": serve,
         "endpoint": "POST /classify",
@@ -413,6 +464,7 @@ __all__ = [
     "reader_inputs",
     "remote_class",
     "remote_rewards",
+    "whole_text_difference",
     "is_engine_layout",
     "load_engine_layout",
     "remote_code_source",

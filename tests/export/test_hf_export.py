@@ -151,3 +151,31 @@ def test_the_export_command_refuses_a_negative_atol(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["export", "--model", str(tmp_path), "--output", str(tmp_path / "out"), "--atol", "-1"])
     assert exit_.value.code == 2 and "--atol" in capsys.readouterr().err
+
+
+def test_the_earlier_multimodal_layout_still_loads(tmp_path):
+    """A folder in the layout before the engine layout (`<model_class>` checkpoint + `value_head.safetensors`, what
+    `save_pretrained` writes for a model trained without LoRA) loads with `load_reward_model` and gives its rewards;
+    its export is the engine layout with the same rewards."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "multimodal"))
+    from tiny_media import build_tiny
+
+    from emoreward.export.hf import synthetic_context
+    from emoreward.export.seqcls import is_engine_layout
+    from emoreward.models import load_reward_model
+    from emoreward.models.media.model import VALUE_HEAD_FILE, MediaRewardModel
+
+    model = MediaRewardModel.from_backbone("qwen2.5-vl", str(build_tiny("qwen2.5-vl", tmp_path / "base")))
+    with torch.no_grad():
+        model.module.score.weight.normal_(0, 0.5)
+    model.save_pretrained(tmp_path / "full")  # no LoRA: saved whole, in the earlier layout
+    assert (tmp_path / "full" / VALUE_HEAD_FILE).is_file() and not is_engine_layout(tmp_path / "full")
+    context = synthetic_context(model)
+    expected = model.score(PROBES, context)
+    again = load_reward_model(tmp_path / "full", dtype=torch.float32)
+    np.testing.assert_allclose(again.score(PROBES, context), expected, atol=1e-6)
+    report = export_hf(tmp_path / "full", tmp_path / "export")
+    assert is_engine_layout(tmp_path / "export") and not (tmp_path / "export" / VALUE_HEAD_FILE).exists()
+    assert report.max_abs_diff <= 1e-5 and report.max_abs_diff_plain <= 1e-5
