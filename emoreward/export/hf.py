@@ -7,7 +7,7 @@ that it gives the same rewards as the original model:
 - text backbones: the export is a plain `AutoModelForSequenceClassification` checkpoint (no missing or unexpected
   keys); the check reads it with nothing but `transformers`, on ids that `emoreward.models.text.text_input_ids`
   builds from the EXPORTED tokenizer and settings alone (the one input function of every route);
-- multimodal backbones: the engine layout (`emoreward.export.seqcls`): `<X>ForSequenceClassification` that vLLM's
+- multimodal backbones: the engine layout (`emoreward.models.media.export_layout`): `<X>ForSequenceClassification` that vLLM's
   pooling runner serves as it is, a remote-code class for transformers, the request as data; the check reloads it
   with `emoreward.models.load_reward_model` and runs its remote-code class, comparing rewards on a synthetic clip
   (decoded frames and audio made in memory, no files needed).
@@ -179,7 +179,7 @@ def export_hf(
         if source is not None and (Path(source) / TRAINING_DATA_FILE).is_file():  # which pairs are in-sample
             shutil.copy2(Path(source) / TRAINING_DATA_FILE, staging / TRAINING_DATA_FILE)
         if model.kind == "media":
-            from emoreward.export.seqcls import remote_rewards
+            from emoreward.models.media.export_layout import remote_rewards
 
             again = load_reward_model(staging, media_root=getattr(model, "media_root", None), dtype=dtype)
             got = again.score(probes, contexts)
@@ -187,7 +187,7 @@ def export_hf(
                 np.zeros(len(probes)), [len(d) for d in probes], model.settings.score_transform
             )  # readers of the weights alone: raw
             remote = np.array(remote_rewards(staging, again, probes, contexts, dtype=dtype))
-            from emoreward.export.seqcls import REQUEST_FILE, request_spec, whole_text_difference
+            from emoreward.models.media.export_layout import REQUEST_FILE, request_spec, whole_text_difference
 
             measured = [whole_text_difference(staging, again, probes, contexts[0])]
             request = request_spec(again, measured)
@@ -305,11 +305,11 @@ def _check_text_export(
 
 
 def media_card(model: RewardModel, head: str | None = None, transform: str | None = None, *, measured=None) -> str:
-    """The card of a multimodal export (engine layout, `emoreward.export.seqcls`): what the checkpoint is, the exact
+    """The card of a multimodal export (engine layout, `emoreward.models.media.export_layout`): what the checkpoint is, the exact
     `vllm serve` line and `/classify` request (from `emoreward_request.json`, the one source of both), how to read
     it with transformers alone, and the inputs an engine cannot be made to see as emoreward does."""
-    from emoreward.export.seqcls import ARCHITECTURES, request_spec
     from emoreward.models.cards import front_matter
+    from emoreward.models.media.export_layout import ARCHITECTURES, request_spec
 
     s, spec = model.settings, model.spec
     head = front_matter(s, library="transformers") if head is None else head

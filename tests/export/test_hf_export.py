@@ -163,8 +163,8 @@ def test_the_earlier_multimodal_layout_still_loads(tmp_path):
     from tiny_media import build_tiny
 
     from emoreward.export.hf import synthetic_context
-    from emoreward.export.seqcls import is_engine_layout
     from emoreward.models import load_reward_model
+    from emoreward.models.media.export_layout import is_engine_layout
     from emoreward.models.media.model import VALUE_HEAD_FILE, MediaRewardModel
 
     model = MediaRewardModel.from_backbone("qwen2.5-vl", str(build_tiny("qwen2.5-vl", tmp_path / "base")))

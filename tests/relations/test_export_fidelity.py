@@ -161,7 +161,7 @@ def _transformers_inputs(export: Path, media: Path | None, context: dict, paddin
             cols = slice(0, len(row)) if padding_side == "right" else slice(width - len(row), width)
             ids[i, cols], mask[i, cols] = torch.tensor(row), 1
         return {"input_ids": ids, "attention_mask": mask}
-    from emoreward.export.seqcls import reader_inputs
+    from emoreward.models.media.export_layout import reader_inputs
 
     model = load_reward_model(export, media_root=str(media), dtype=torch.float32)
     return reader_inputs(model, DESCRIPTIONS, RewardContext(**context), padding_side=padding_side)
@@ -246,7 +246,7 @@ def test_request_renders_the_scored_sequence(kind, originals, exports):
 
 
 def _placeholders(model) -> str:
-    from emoreward.export.seqcls import _placeholders as placeholders
+    from emoreward.models.media.export_layout import _placeholders as placeholders
 
     video, audio = placeholders(model.builder)
     s = model.settings

@@ -213,7 +213,7 @@ class MediaRewardModel:
         from safetensors.torch import load_file
         from transformers import AutoFeatureExtractor, AutoTokenizer
 
-        from emoreward.export.seqcls import is_engine_layout, load_engine_layout
+        from emoreward.models.media.export_layout import is_engine_layout, load_engine_layout
 
         directory = Path(directory)
         dtype = resolve_dtype(dtype, "cpu")
@@ -458,10 +458,10 @@ class MediaRewardModel:
 
     def export_merged(self, directory: str | Path, *, model_card: str | None = None) -> Path:
         """LoRA merged into the backbone (on a copy: this model keeps its adapter), written in the engine layout
-        (`emoreward.export.seqcls`: `<X>ForSequenceClassification` for vLLM's pooling runner and transformers'
+        (`emoreward.models.media.export_layout`: `<X>ForSequenceClassification` for vLLM's pooling runner and transformers'
         remote code, the head as `language_model.score.weight`, the request as data); `load_reward_model(directory)`
         loads it back."""
-        from emoreward.export.seqcls import request_spec, write_media_export
+        from emoreward.models.media.export_layout import request_spec, write_media_export
 
         return write_media_export(self, Path(directory), model_card=model_card, request=request_spec(self))
 

@@ -11,7 +11,7 @@ On-disk layout of `emoreward export` for a multimodal model (`<X>` = `Qwen2_5_VL
   `<X>ForConditionalGeneration` checkpoint (Omni: the thinker's under `thinker.`), plus the value head
   `language_model.score.weight` of shape `[1, hidden]` (where vLLM's weight mapping reads it). No
   `value_head.safetensors`.
-- `modeling_emoreward.py`: `<X>ForSequenceClassification` for transformers (`emoreward.export.remote_modeling`,
+- `modeling_emoreward.py`: `<X>ForSequenceClassification` for transformers (`emoreward.models.media.remote_modeling`,
   with the position rule `emoreward/models/media/positions.py` written in); imports nothing of emoreward.
 - tokenizer files with `chat_template.jinja` (`export_chat_template`: walks the message parts and writes the exact
   sequence emoreward scores), `preprocessor_config.json` (image processor with the model's pixel bounds; Whisper
@@ -62,10 +62,9 @@ def is_engine_layout(directory: str | Path) -> bool:
 
 
 def remote_code_source() -> str:
-    """The text of the exported `modeling_emoreward.py`: `emoreward/export/remote_modeling.py` with its import of
+    """The text of the exported `modeling_emoreward.py`: `emoreward/models/media/remote_modeling.py` with its import of
     the position rule replaced by the source of `emoreward/models/media/positions.py` (its future import dropped)."""
-    from emoreward.export import remote_modeling
-    from emoreward.models.media import positions
+    from emoreward.models.media import positions, remote_modeling
 
     source = inspect.getsource(remote_modeling)
     rule = inspect.getsource(positions).replace("from __future__ import annotations\n", "")
