@@ -37,7 +37,6 @@ from emoreward.utils.cache_key import content_fingerprint
 
 
 NAME_PREFIX = "emoreward-"
-REQUEST_FILE = "emoreward_request.json"  # a multimodal export's request as data (emoreward.export.seqcls)
 DTYPES = ("float32", "bfloat16", "float16")
 # the ``/classify`` body options every request carries: the raw value-head output (vLLM applies a sigmoid / softmax
 # to a classifier's logits unless told not to)
@@ -67,16 +66,21 @@ def _check_export(export_dir: Path):
             f"{export_dir} is a training folder, not an export: vLLM serves a merged checkpoint (emoreward export "
             f"--model {export_dir} --output DIR)"
         )
-    if settings.kind != "text" and not (export_dir / REQUEST_FILE).is_file():
-        raise ValueError(
-            f"{export_dir} is a multimodal export without {REQUEST_FILE} (an earlier layout vLLM does not load): "
-            "export it again with this emoreward"
-        )
+    if settings.kind != "text":
+        from emoreward.models.media.export_layout import REQUEST_FILE
+
+        if not (export_dir / REQUEST_FILE).is_file():
+            raise ValueError(
+                f"{export_dir} is a multimodal export without {REQUEST_FILE} (an earlier layout vLLM does not load): "
+                "export it again with this emoreward"
+            )
     return settings
 
 
 def request_data(export_dir: str | Path) -> dict:
-    """A multimodal export's request as data (`emoreward.export.seqcls.request_spec`, ``emoreward_request.json``)."""
+    """A multimodal export's request as data (`emoreward.models.media.export_layout.request_spec`)."""
+    from emoreward.models.media.export_layout import REQUEST_FILE
+
     return json.loads((Path(export_dir) / REQUEST_FILE).read_text(encoding="utf-8"))
 
 
