@@ -393,17 +393,7 @@ def media_export(tmp_path_factory):
     return make
 
 
-# Omni (the clip and its WAV as separate parts): vLLM's CPU build serves it, but on this clip (1.5 s, 4 fps, 8 frames
-# at most) its rewards differ from emoreward's by 7.5e-3 (measured 2026-12-02, vLLM CPU 0.32.0): kept failing on
-# purpose (strict) until the cause is found; docs/serving.md#vllm says so
-OMNI_DIFFERS = pytest.mark.xfail(
-    strict=True, raises=AssertionError, reason="vLLM's Omni rewards differ from emoreward's (7.5e-3 on this clip)"
-)
-
-
-@pytest.mark.parametrize(
-    "kind", ["qwen2.5-vl", pytest.param("qwen2.5-omni-thinker", marks=OMNI_DIFFERS), "qwen2-audio"]
-)
+@pytest.mark.parametrize("kind", ["qwen2.5-vl", "qwen2.5-omni-thinker", "qwen2-audio"])
 def test_a_multimodal_export_served_by_vllm_gives_the_same_rewards(kind, media_export, tmp_path):
     """(c) Qwen2.5-VL with a video clip, (d) Omni with the clip and its WAV, and Qwen2-Audio with the WAV: the
     requests built from the export's `emoreward_request.json` (the frames sampled by the model's rule, the audio as
