@@ -14,7 +14,8 @@ Options by kind:
 
 - reward model: `tie_threshold` (default: the model's calibrated one), `batch_size`, `name`, `media_errors`,
   `media_root` (multimodal models: the folder media paths resolve in), `dtype` (the scoring precision,
-  `emoreward.models.precision`);
+  `emoreward.models.precision`), `vllm_url` (score through the vLLM server serving this export folder,
+  `emoreward.export.vllm.VllmRewardModel`);
 - zero-shot judge: `strategy` (default `"S1"`), `cache_dir` (where the call cache lives, so a killed run resumes;
   None: in memory), `references`, `media_root`, `ignore_media`, `on_failed_call` (default `"raise"`), `progress`,
   `backends`.
@@ -30,7 +31,9 @@ from emoreward.evaluation.judge import Judge
 
 JudgeKind = Literal["reward-model", "zero-shot"]
 YAML_SUFFIXES = (".yaml", ".yml")
-REWARD_MODEL_OPTIONS = frozenset({"tie_threshold", "batch_size", "name", "media_errors", "media_root", "dtype"})
+REWARD_MODEL_OPTIONS = frozenset(
+    {"tie_threshold", "batch_size", "name", "media_errors", "media_root", "dtype", "vllm_url"}
+)
 ZERO_SHOT_OPTIONS = frozenset(
     {
         "strategy",
@@ -91,11 +94,10 @@ def load_judge(spec: str | Path, **options: Any) -> Judge:
     if judge_kind(spec) == "reward-model":
         _check_options(options, REWARD_MODEL_OPTIONS, f"reward model {path}")
         from emoreward.evaluation.judge import RewardModelJudge
-        from emoreward.models import load_reward_model
+        from emoreward.export.vllm import reward_model
 
-        loading = {key: options.pop(key, None) for key in ("media_root", "dtype")}  # the model's, not the judge's
-        model = load_reward_model(path, **{key: value for key, value in loading.items() if value is not None})
-        return RewardModelJudge(model, **options)
+        loading = {key: options.pop(key, None) for key in ("media_root", "dtype", "vllm_url")}  # the model's
+        return RewardModelJudge(reward_model(path, **loading), **options)
     _check_options(options, ZERO_SHOT_OPTIONS, f"zero-shot judge {spec}")
     try:
         import zero_shot

@@ -72,6 +72,7 @@ def test_profile_categories_name_the_ops_of_a_lora_step():
         "benchmark_peers.py",
         "benchmark_server.py",
         "benchmark_zero_shot.py",
+        "vllm_gpu_check.py",
     ],
 )
 def test_benchmark_scripts_start(script):

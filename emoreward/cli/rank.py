@@ -24,6 +24,7 @@ from pathlib import Path
 
 from emoreward.cli.options import (
     EXIT_OK,
+    add_vllm_url,
     check_media_root,
     check_output_file,
     nonnegative_float,
@@ -60,6 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--quiet", action="store_true", help="no progress bars (they are off anyway when stderr is not a TTY)"
     )
+    add_vllm_url(p)
     p.add_argument(
         "--method",
         choices=["full", "bpa"],
@@ -364,6 +366,8 @@ def _load_judge(args: argparse.Namespace, saved: bool = False) -> tuple[str, obj
     if judge_kind(args.judge) == "reward-model":
         from emoreward.models.base import load_settings
 
+        if getattr(args, "vllm_url", None):
+            return "reward-model", load_judge(args.judge, vllm_url=args.vllm_url).model
         if saved and load_settings(args.judge).kind == "text":
             from emoreward.models.saved import SavedRewardModel
 

@@ -30,7 +30,7 @@ import numpy as np
 from emoreward.data.context import MediaRef, message_text, reward_context
 from emoreward.data.media import unused_media
 from emoreward.export.length_monitor import LengthMonitor, defined
-from emoreward.models.base import RewardModel, load_reward_model
+from emoreward.models.base import RewardModel
 
 
 logger = logging.getLogger(__name__)
@@ -62,6 +62,8 @@ class EmotionReward:
 
     Args:
         model (`RewardModel`, `str` or `Path`): a reward model (text or multimodal) or a saved model directory.
+        vllm_url (`str`, *optional*): with a directory (an export): score through the vLLM server at this URL that
+            serves it (`emoreward.export.vllm.reward_model`) instead of loading it here.
         media_root (`str`, *optional*): folder relative media paths resolve in (multimodal models).
         subtitle_column, video_column, audio_column, sample_column (`str`): dataset columns holding the sample's
             subtitle, video path, audio path and id (a missing column or ``None`` value: none). Without a path a
@@ -92,11 +94,16 @@ class EmotionReward:
         scale: float = 1.0,
         name: str = "emotion_reward",
         length_monitor: LengthMonitor | bool | None = True,
+        vllm_url: str | None = None,
     ):
         if on_unused_media not in ("warn", "error", "ignore"):
             raise ValueError(f"on_unused_media must be 'warn', 'error' or 'ignore', got {on_unused_media!r}")
         if isinstance(model, (str, Path)):
-            model = load_reward_model(model, media_root=media_root)
+            from emoreward.export.vllm import reward_model
+
+            model = reward_model(model, media_root=media_root, vllm_url=vllm_url)
+        elif vllm_url is not None:
+            raise ValueError("vllm_url needs the export folder as `model` (the folder the vLLM server serves)")
         elif media_root is not None and model.kind == "media":
             model.media_root = media_root
         self.model = model

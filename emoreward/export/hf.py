@@ -332,6 +332,7 @@ def media_card(
     body = {"model": "PATH", "messages": "MESSAGES", "use_activation": False}
     if spec.sees_video:
         body["media_io_kwargs"] = {"video": {"fps": "FPS"}}
+        body["mm_processor_kwargs"] = {"fps": "FPS"}
     body_text = json.dumps(body)
     video = ""
     if spec.sees_video:

@@ -29,6 +29,7 @@ correlation exceeds ``length_threshold``) (verl logs every key; ``score`` is the
         server_url: http://127.0.0.1:8000   # or a list / comma-separated URLs, spread round-robin; a Ray Serve
                                             # application (`emoreward serve --engine ray`) is one URL
         # model: /path/to/reward-model      # or: load the model once in every reward worker process
+        # vllm_url: http://127.0.0.1:8001   # with model: EXPORT_DIR, score through the vLLM server serving it
         # media_root: /data/mer2025         # local multimodal model: where relative media paths resolve
         # token_env: EMOREWARD_SERVE_TOKEN  # the environment variable holding the servers' bearer token
         # merge_samples: 16                 # compute_score_async: concurrent calls sent in one request (1: off)
@@ -117,7 +118,7 @@ async def compute_score_async(
     (4xx) is sent again alone, so that only its own call raises."""
     request = _Request.build([solution_str], [ground_truth], [extra_info], kwargs)
     if request.model is not None:
-        info = await asyncio.wrap_future(_local_scorer(request.model, request.media_root).submit(request))
+        info = await asyncio.wrap_future(_local_scorer(request).submit(request))
     else:
         info = await _merger(request).submit(request)
     return _monitored(request, request.results(info))[0]
@@ -151,6 +152,8 @@ def score_descriptions(
         server_url (`str` or `list[str]`): base URL(s) of running `emoreward serve` servers (``/v1/rewards`` is
             posted to), spread round-robin; media paths are then relative to the servers' ``--media-root``.
         model (`str`): a reward-model directory to load in this process instead (once per process).
+        vllm_url (`str`): with ``model`` (an export folder): score through the vLLM server at this URL that serves
+            it (`emoreward.export.vllm.VllmRewardModel`), behind this process's batcher, as a loaded model is.
         media_root (`str`): with ``model``: the folder relative media paths resolve in.
         subtitle_key, video_key, audio_key, sample_key (`str`): ``extra_info`` keys of the context.
         token_env (`str`): environment variable with the servers' bearer token (sent when set).
@@ -169,7 +172,7 @@ def score_descriptions(
     """
     request = _Request.build(descriptions, ground_truths, extra_infos, kwargs)
     if request.model is not None:
-        out = request.results(_local_scorer(request.model, request.media_root).submit(request).result())
+        out = request.results(_local_scorer(request).submit(request).result())
     else:
         client = _client(request)
         chunks = request.split(client.limits()) if len(request.descriptions) > 1 else [range(1)]
@@ -221,6 +224,7 @@ class _Request:
         options = {
             "server_url": None,
             "model": None,
+            "vllm_url": None,
             "media_root": None,
             "subtitle_key": "subtitle",
             "video_key": "video",
@@ -239,6 +243,8 @@ class _Request:
         options.update({k: v for k, v in kwargs.items() if k in options})
         if (options["server_url"] is None) == (options["model"] is None):
             raise ValueError("give exactly one of reward_kwargs 'server_url' (running emoreward servers) or 'model'")
+        if options["vllm_url"] is not None and options["model"] is None:
+            raise ValueError("reward_kwargs 'vllm_url' needs 'model': the export folder the vLLM server serves")
         if options["model"] is not None:
             options["model"] = str(options["model"])
         for k, description in enumerate(descriptions):  # never the text "None" scored as a description
@@ -300,13 +306,13 @@ class _LocalScorer:
     """A reward model loaded once in this process, behind the server's batcher: calls from many threads (verl's
     executor) or tasks are queued and scored together, one model call at a time."""
 
-    def __init__(self, path: str, media_root: str | None):
+    def __init__(self, path: str, media_root: str | None, vllm_url: str | None = None):
         from emoreward.export.serve.batching import Batcher
         from emoreward.export.serve.protocol import ServerLimits
         from emoreward.export.serve.service import RewardService
-        from emoreward.models import load_reward_model
+        from emoreward.export.vllm import reward_model
 
-        model = load_reward_model(path, media_root=media_root)
+        model = reward_model(path, media_root=media_root, vllm_url=vllm_url)
         # no request limits in process: the queue is as long as the callers make it, and nothing times out
         limits = ServerLimits(max_items=2**31, max_queue=2**31, queue_timeout=1e9, max_chars=2**31)
         self.service = RewardService(model, limits, name=path, allow_unused_media=True, media_root=media_root)
@@ -344,19 +350,20 @@ class _LocalScorer:
         return out
 
 
-_LOCAL: dict[tuple[str, str | None], _LocalScorer] = {}
+_LOCAL: dict[tuple[str, str | None, str | None], _LocalScorer] = {}
 _LOCAL_LOCK = threading.Lock()
 
 
-def _local_scorer(path: str, media_root: str | None) -> _LocalScorer:
-    """The process's scorer of ``path`` (loaded on first use; concurrent first calls wait for one load)."""
-    key = (path, media_root)
+def _local_scorer(request: _Request) -> _LocalScorer:
+    """The process's scorer of the request's ``model`` (and ``vllm_url``; loaded on first use; concurrent first
+    calls wait for one load)."""
+    key = (request.model, request.media_root, request.options["vllm_url"])
     scorer = _LOCAL.get(key)
     if scorer is None:
         with _LOCAL_LOCK:
             scorer = _LOCAL.get(key)
             if scorer is None:
-                scorer = _LOCAL[key] = _LocalScorer(path, media_root)
+                scorer = _LOCAL[key] = _LocalScorer(*key)
     return scorer
 
 

@@ -27,6 +27,7 @@ def shared_batcher(
     extra_query_markers: tuple[str, ...] = (),
     batch_size: int = 64,
     limits: ServerLimits | None = None,
+    vllm_url: str | None = None,
 ) -> Batcher:
     """The process's batcher for a reward model directory and settings (loaded and started on first use).
 
@@ -35,6 +36,8 @@ def shared_batcher(
         media_root: the only folder media paths may point into (multimodal models).
         openrlhf_labels, extra_query_markers, batch_size: as `RewardService`.
         limits: request limits and queueing (default `ServerLimits()`).
+        vllm_url: score through the vLLM server at this URL serving ``model`` (an export folder;
+            `emoreward.export.vllm.reward_model`) instead of loading it here.
 
     Raises:
         ValueError / OSError: the model cannot be loaded (as `load_reward_model`).
@@ -46,13 +49,15 @@ def shared_batcher(
         tuple(extra_query_markers),
         batch_size,
         limits,
+        vllm_url,
     )
     with _LOCK:
         batcher = _SHARED.get(key)
         if batcher is None:
-            from emoreward.models import load_reward_model
+            from emoreward.export.vllm import reward_model
 
-            loaded = load_reward_model(str(model), media_root=None if media_root is None else str(media_root))
+            root = None if media_root is None else str(media_root)
+            loaded = reward_model(str(model), media_root=root, vllm_url=vllm_url)
             service = RewardService(
                 loaded,
                 limits,

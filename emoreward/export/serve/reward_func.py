@@ -20,6 +20,8 @@ Settings (environment variables: OpenRLHF passes nothing else to the file):
     EMOREWARD_RM_QUERY_MARKERS: the policy's special-token strings to strip from queries when they are not
         among `openrlhf.DEFAULT_QUERY_MARKERS` (separated by spaces).
     EMOREWARD_RM_BATCH_SIZE: most sequences per forward pass (default 64).
+    EMOREWARD_RM_VLLM_URL: score through the vLLM server at this URL that serves EMOREWARD_RM_MODEL (an export
+        folder) instead of loading the model in the process (`emoreward.export.vllm`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 
 ENV_MODEL, ENV_LABELS, ENV_MEDIA_ROOT = "EMOREWARD_RM_MODEL", "EMOREWARD_RM_LABELS", "EMOREWARD_RM_MEDIA_ROOT"
 ENV_MARKERS, ENV_BATCH_SIZE = "EMOREWARD_RM_QUERY_MARKERS", "EMOREWARD_RM_BATCH_SIZE"
+ENV_VLLM_URL = "EMOREWARD_RM_VLLM_URL"
 
 
 def reward_func(queries: list[str], prompts: list[str], labels: list[Any], **kwargs: Any) -> dict[str, Any]:
@@ -64,6 +67,7 @@ def reward_func(queries: list[str], prompts: list[str], labels: list[Any], **kwa
         openrlhf_labels=os.environ.get(ENV_LABELS, "ignore"),
         extra_query_markers=tuple(os.environ.get(ENV_MARKERS, "").split()),
         batch_size=int(os.environ.get(ENV_BATCH_SIZE, "64")),
+        vllm_url=os.environ.get(ENV_VLLM_URL) or None,
     )
     body = {"query": list(queries), "prompts": list(prompts), "labels": list(labels)}
     try:

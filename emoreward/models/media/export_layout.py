@@ -23,7 +23,7 @@ rewards: `messages` (placeholders `{context}`, `{description}`, `{video}`, `{aud
 `audio_url` first, in order), `context` (instruction, subtitle line), `video` (`fps`, `max_frames`, how the client
 samples and resizes the frames it sends: `min_pixels`, `max_pixels`, `resize_factor`), `audio` (`sampling_rate`,
 source), `vllm` (`serve` arguments with the `{export}` path, `endpoint`, `body`, `per_request`: the frames' fps as
-`media_io_kwargs`), `position_rule`, `max_length`, and `differences`: what an engine does not see as emoreward
+`media_io_kwargs` and `mm_processor_kwargs`), `position_rule`, `max_length`, and `differences`: what an engine does not see as emoreward
 does, with the reward difference measured at export.
 """
 
@@ -447,7 +447,13 @@ def request_spec(model, differences: list[dict] | None = None, *, dtype: torch.d
         "serve": serve,
         "endpoint": "POST /classify",
         "body": {"model": "{export}", "messages": "{messages}", "use_activation": False},
-        "per_request": {"media_io_kwargs": {"video": {"fps": "{fps}"}}} if spec.sees_video else {},
+        # the frames' rate twice: vLLM's video loader reads media_io_kwargs, its Omni processor only its own fps
+        # (without it Omni's temporal positions assume 2 fps: 4e-4 .. 7.5e-3 off at 4 fps)
+        "per_request": (
+            {"media_io_kwargs": {"video": {"fps": "{fps}"}}, "mm_processor_kwargs": {"fps": "{fps}"}}
+            if spec.sees_video
+            else {}
+        ),
         "needs": ["soundfile (WAV decoding at the right scale)"] if spec.hears_audio else [],
     }
     out["differences"] = list(differences or [])
