@@ -43,7 +43,7 @@ from emoreward.evaluation.harness import evaluate_model
 from emoreward.evaluation.judge import RewardModelJudge
 from emoreward.evaluation.metrics import calibrate_tie_threshold
 from emoreward.evaluation.report import aggregate, headline, markdown_table, plot_confusion
-from emoreward.models.base import RewardModel, load_reward_model
+from emoreward.models.base import RewardModel, check_finite_weights, load_reward_model
 from emoreward.training.adapters import adapter_for
 from emoreward.training.config import EmoRewardConfig, public_config
 from emoreward.training.distributed import distributed_setup, save_final_model, wait_for_everyone
@@ -168,6 +168,7 @@ def fit_reward_model(
     seconds = time.perf_counter() - start
     model.model = trainer.model
     model.model.eval()
+    check_finite_weights(model.model, f"{run_name} (after training)")  # the last step may have diverged
     trainer_log = list(trainer.state.log_history)
     del trainer  # free the optimizer state before scoring
     model.settings.objective = config.length_debias
