@@ -58,7 +58,13 @@ from emoreward.training.fit_workers import (
 from emoreward.training.objectives import get_objective
 from emoreward.training.preprocess import ExclusionReport
 from emoreward.training.provenance import write_training_data
-from emoreward.training.run_identity import check_checkpoint, check_resumable, run_identity, work_fingerprint
+from emoreward.training.run_identity import (
+    check_checkpoint,
+    check_resumable,
+    recorded_fit_plan,
+    run_identity,
+    work_fingerprint,
+)
 from emoreward.training.tracking import (
     configure_wandb,
     finish_wandb,
@@ -333,29 +339,36 @@ class CrossValidation:
                 log(f"fold {k + 1}/{config.cv_folds}: finished earlier, reusing {job.fold_dir / FINISHED_FILE}")
                 self.evaluations[k] = evaluation
         custom = fit is not None or evaluate is not None  # closures do not travel to a worker process
-        self.plan = (
-            FitWorkers(1, thread_budget(), "custom fit or evaluation")
-            if custom
-            else resolve_fit_workers(
+        if custom:
+            self.plan = FitWorkers(1, thread_budget(), "custom fit or evaluation")
+        else:  # planned for all the run's folds, once: a resumed run trains on the same thread counts
+            planned = resolve_fit_workers(
                 config.fit_workers,
-                jobs=len(self.jobs),
+                jobs=config.cv_folds,
                 kind=config.kind,
                 device=config.device.type,
                 world_size=config.world_size,
             )
-        )
+            recorded = recorded_fit_plan(
+                out, {"workers": planned.workers, "threads": planned.threads}, is_main=config.process_index == 0
+            )
+            if (recorded["workers"], recorded["threads"]) != (planned.workers, planned.threads):
+                planned = FitWorkers(recorded["workers"], recorded["threads"], "the plan recorded when the run began")
+            self.plan = planned
+        # the pool: no more workers than folds left (the threads of each stay the plan's)
+        self.workers = min(self.plan.workers, len(self.jobs)) if self.plan.parallel else 1
         self.pool: FitPool | None = None
         self.futures: dict[int, Future] = {}
         self._waiting = list(self.jobs)  # folds not yet handed to a worker
         self._unprinted = [job.k for job in self.jobs]  # the log lines of folds in workers, printed in fold order
         self._lines: dict[int, str] = {}
         self._log_lock = threading.Lock()
-        if self.plan.parallel:
+        if self.plan.parallel and self.jobs:
             log(
-                f"cross-validation: {self.plan.workers} folds at a time in worker processes, {self.plan.threads} "
+                f"cross-validation: {self.workers} folds at a time in worker processes, {self.plan.threads} "
                 f"torch thread(s) each ({self.plan.reason})"
             )
-            self.pool = FitPool(self.plan.workers, self.plan.threads)
+            self.pool = FitPool(self.workers, self.plan.threads)
             self._hand_out()
 
     def _report_done(self, k: int, future: Future) -> None:
@@ -371,7 +384,10 @@ class CrossValidation:
         for job in self.jobs:
             if job.k in self.evaluations:
                 continue
-            self.evaluations[job.k], line = run_fold(self.config, self.pairs, job, self.group, self.fit, self.evaluate)
+            with torch_threads(self.plan.threads):  # the plan's threads, as in a worker
+                self.evaluations[job.k], line = run_fold(
+                    self.config, self.pairs, job, self.group, self.fit, self.evaluate
+                )
             gc.collect()  # free this fold's model and optimizer before the next fold builds its own
             self.log(line)
 
@@ -381,7 +397,7 @@ class CrossValidation:
     def _hand_out(self) -> None:
         """Give waiting folds to free workers: never more in flight than workers, so that an interrupt (which
         reaches the workers too) leaves no fold queued behind the interrupted ones."""
-        while self._waiting and len(self._running()) < self.plan.workers:
+        while self._waiting and len(self._running()) < self.workers:
             job = self._waiting.pop(0)
             future = self.pool.submit(run_fold, self.config, self.pairs, job, self.group)
             self.futures[job.k] = future
@@ -391,7 +407,7 @@ class CrossValidation:
         while True:
             self._hand_out()
             running = self._running()
-            if not running or (until_free and not self._waiting and len(running) < self.plan.workers):
+            if not running or (until_free and not self._waiting and len(running) < self.workers):
                 return
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
@@ -399,16 +415,17 @@ class CrossValidation:
 
     def free_cores(self) -> int | None:
         """Block until every fold is handed out and fewer are in flight than there are workers; return the torch
-        threads the final fit may use beside them (None when no fold is left: all threads).
+        threads the final fit trains on: the plan's threads per fit when the folds run in workers (whether or not
+        any is still running, and on resume: the result must not depend on timing), else None (all threads).
 
         Raises:
             the first failed fold's exception (`RuntimeError` when its worker process died).
         """
         if self.pool is None:
             self._run_here()
-            return None
-        self._wait(until_free=True)
-        return self.plan.threads if self._running() else None
+        else:
+            self._wait(until_free=True)
+        return self.plan.threads if self.plan.parallel else None
 
     def result(self) -> tuple[dict, str]:
         """Wait for every fold; return (`{"k", "seed", "summary": mean ± std over folds, "folds": [evaluation,
