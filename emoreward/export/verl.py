@@ -349,8 +349,11 @@ _LOCAL_LOCK = threading.Lock()
 
 
 def _local_scorer(path: str, media_root: str | None) -> _LocalScorer:
-    """The process's scorer of ``path`` (loaded on first use; concurrent first calls wait for one load)."""
-    key = (path, media_root)
+    """The process's scorer of ``path`` (loaded on first use; concurrent first calls wait for one load; a model
+    changed in place under ``path`` is loaded again: the key is its content, `current_fingerprint`)."""
+    from emoreward.utils.cache_key import current_fingerprint
+
+    key = (current_fingerprint(path), path, media_root)
     scorer = _LOCAL.get(key)
     if scorer is None:
         with _LOCAL_LOCK:

@@ -126,6 +126,24 @@ def source_fingerprint(name_or_path: str | Path | None) -> str | None:
     return None
 
 
+_CURRENT: dict[str, tuple[tuple, str | None]] = {}
+
+
+def current_fingerprint(name_or_path: str | Path | None) -> str | None:
+    """`source_fingerprint` for keys of objects kept in memory for a path (a loaded model reused across calls): the
+    content is hashed again only when a file's size or modification time changed since the last call (one `stat`
+    per file per call), so a model retrained in place under the same path gets a new key on the next call."""
+    if name_or_path is None:
+        return None
+    path = Path(name_or_path).expanduser()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path] if path.is_file() else []
+    stamp = tuple((p.as_posix(), st.st_size, st.st_mtime_ns) for p in files for st in [p.stat()])
+    cached = _CURRENT.get(str(path))
+    if cached is None or cached[0] != stamp:
+        cached = _CURRENT[str(path)] = (stamp, source_fingerprint(path))
+    return cached[1]
+
+
 def _file_fingerprint(path: Path, chunk: int = 1 << 20) -> str:
     h = hashlib.sha256()
     _hash_file(h, path, path.name, chunk)
@@ -188,6 +206,7 @@ __all__ = [
     "KEY_VERSION",
     "cache_key",
     "content_fingerprint",
+    "current_fingerprint",
     "remember_source",
     "reward_model_fingerprint",
     "source_fingerprint",
