@@ -197,3 +197,54 @@ def locked_read(path: str | Path) -> bytes:
         return b""
     with _locked(path, "rb", shared=True) as fh:
         return fh.read()
+
+
+# ------------------------------------------------------------------------------------------- one run's files
+class OutputFiles:
+    """The files one run writes, claimed before any work: no two outputs of the run share a path, none is a file
+    the run reads (its data, its cache), and what an earlier run into the same place wrote and this run does not
+    (an optional plot) is removed at the end, so the folder holds exactly the files this run reports.
+
+    `claim(path, what)` an output (`optional`: written only in some runs); `guard(path, what)` an input or a cache;
+    `written(path)` after writing it; `finish()` removes stale optional outputs and returns the written paths.
+
+    Raises (`claim`, `guard`):
+        ValueError: two of them share a path, naming both and the path.
+    """
+
+    def __init__(self) -> None:
+        self._roles: dict[Path, str] = {}
+        self._optional: set[Path] = set()
+        self._written: list[Path] = []
+
+    @staticmethod
+    def _key(path: str | Path) -> Path:
+        return Path(os.path.abspath(Path(path).expanduser()))
+
+    def _add(self, path: str | Path, what: str) -> Path:
+        key = self._key(path)
+        other = self._roles.get(key)
+        if other is not None:
+            raise ValueError(f"{what} and {other} would both be {key}: give them different paths")
+        self._roles[key] = what
+        return Path(path)
+
+    def claim(self, path: str | Path, what: str, *, optional: bool = False) -> Path:
+        out = self._add(path, what)
+        if optional:
+            self._optional.add(self._key(path))
+        return out
+
+    def guard(self, path: str | Path | None, what: str) -> None:
+        if path is not None:
+            self._add(path, what)
+
+    def written(self, path: str | Path) -> Path:
+        self._written.append(Path(path))
+        return Path(path)
+
+    def finish(self) -> list[Path]:
+        done = {self._key(p) for p in self._written}
+        for stale in sorted(self._optional - done):
+            stale.unlink(missing_ok=True)
+        return list(self._written)
