@@ -119,7 +119,7 @@ def _table(path: Path, n_samples: int, tag: str) -> Path:
     from relations._identity_inputs import table_rows, write_table
 
     rows = table_rows(n_samples, ("alpha", "beta", "gamma", "delta"))
-    return write_table(path, [{**r, "description": f"{r['description']} {tag}"} for r in rows])
+    return write_table(path, [{**r, "description": f"{r['description']} {tag} {r['sample']}"} for r in rows])
 
 
 @pytest.fixture(scope="module")
@@ -162,12 +162,12 @@ def _scores(cache: Path) -> dict[str, float]:
 
 
 def test_rank_killed_at_any_moment_then_rerun_equals_an_uninterrupted_run(rank_model, tmp_path):
-    table = _table(tmp_path / "table.jsonl", 150, "x")
+    table = _table(tmp_path / "table.jsonl", 100, "x")
     log = tmp_path / "log.txt"
     run(_rank_argv(rank_model, table, tmp_path / "ref.json", tmp_path / "ref-cache"), log)
     reference = json.loads((tmp_path / "ref.json").read_text())
     out, cache = tmp_path / "out" / "rank.json", tmp_path / "cache"
-    for seconds in SWEEP:
+    for seconds in SWEEP[1:5]:
         killed_after(_rank_argv(rank_model, table, out, cache), seconds, log)
         if out.exists():  # the report is the old one or the new one, never a torn one
             json.loads(out.read_text())
@@ -186,12 +186,12 @@ def test_two_rank_runs_on_one_cache_lose_no_score(rank_model, tmp_path):
     with file.open("a") as fh:
         fh.write('{"key": "torn by a killed run", "sco')  # what a kill mid-line leaves
     seeded = _scores(cache)
-    tables = [_table(tmp_path / f"t{i}.jsonl", 120, f"run{i}") for i in range(2)]
+    tables = [_table(tmp_path / f"t{i}.jsonl", 80, f"run{i}") for i in range(2)]
     runs = [start(_rank_argv(rank_model, t, tmp_path / f"r{i}.json", cache), log) for i, t in enumerate(tables)]
     assert [p.wait(timeout=900) for p in runs] == [0, 0], log.read_text()[-4000:]
     scores = _scores(cache)
     assert seeded.items() <= scores.items()
-    assert len(scores) == len(seeded) + 2 * 120 * 4  # every description of both runs, none lost
+    assert len(scores) == len(seeded) + 2 * 80 * 4  # every description of both runs, none lost
     for i, t in enumerate(tables):  # and each run's scores are all there: its rerun scores nothing
         run(_rank_argv(rank_model, t, tmp_path / f"again{i}.json", cache), log)
         assert json.loads((tmp_path / f"again{i}.json").read_text())["cost"]["n_scored"] == 0
