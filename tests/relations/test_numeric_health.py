@@ -24,13 +24,13 @@ from emoreward.cli.main import main
 
 
 COVERS: dict[str, tuple[str, ...]] = {
-    "train": ("--learning-rate", "model_name_or_path"),
+    "train": ("*",),
     "evaluate": ("--model",),
     "rank": ("--judge",),
     "export": ("--model",),
     "serve": ("--model",),
     "score": ("*",),
-    "grpo": ("*",),
+    "grpo": ("model",),
     "verl": ("*",),
 }
 
