@@ -266,6 +266,9 @@ def test_a_resumed_run_equals_the_uninterrupted_run_bit_for_bit(tiny_bert_dir, t
     report = json.loads((out / "report.json").read_text())
     assert timeless(report["cross_validation"]) == timeless(ref_report["cross_validation"])
     assert report["final"]["tie_threshold"] == ref_report["final"]["tie_threshold"]
+    # the fits trained on the threads of the uninterrupted run (the plan recorded when the run began)
+    assert [f["train_threads"] for f in report["cross_validation"]["folds"]] == [1, 1]
+    assert report["final"]["train_threads"] == ref_report["final"]["train_threads"] == 1
     adapter = "model/adapter_model.safetensors"
     assert (out / adapter).read_bytes() == (reference / adapter).read_bytes()
     plan = json.loads((out / "run_identity.json").read_text())["fit_plan"]

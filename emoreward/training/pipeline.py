@@ -92,6 +92,7 @@ class FitResult:
     train_seconds: float
     log_history: list[dict]
     tie_threshold: float
+    train_threads: int = 1  # torch threads of the training loop (its rounding depends on them: a fact of the run)
 
 
 def fit_reward_model(
@@ -170,6 +171,7 @@ def fit_reward_model(
             (log or logger.info)(f"{run_name}: resuming the same run from {checkpoint}")
     start = time.perf_counter()
     with torch_threads(train_threads) if train_threads else contextlib.nullcontext():
+        threads = torch.get_num_threads()
         trainer.train(resume_from_checkpoint=checkpoint)
     seconds = time.perf_counter() - start
     model.model = trainer.model
@@ -192,7 +194,7 @@ def fit_reward_model(
         ok = ~np.isnan(r1 - r2)
         threshold = calibrate_tie_threshold((r1 - r2)[ok], [p.label for p, k in zip(pairs, ok) if k])
     model.settings.tie_threshold = threshold
-    return FitResult(model, exclusions, seconds, trainer_log, threshold)
+    return FitResult(model, exclusions, seconds, trainer_log, threshold, threads)
 
 
 def _replace(config: EmoRewardConfig, **changes) -> EmoRewardConfig:
@@ -293,7 +295,11 @@ def run_fold(
     result = (fit or _default_fit(config))(train, job.fold_dir, run_name)
     evaluation = (evaluate or _default_evaluate(config))(result.model, test)
     evaluation.update(
-        fold=job.k, train_seconds=result.train_seconds, exclusions=result.exclusions.to_dict(), n_train=len(train)
+        fold=job.k,
+        train_seconds=result.train_seconds,
+        train_threads=result.train_threads,
+        exclusions=result.exclusions.to_dict(),
+        n_train=len(train),
     )
     if wandb_enabled(config):
         log_evaluation(evaluation, config=config, kind="cv-fold", title=f"fold {job.k}, held-out pairs")
@@ -616,6 +622,7 @@ def _save_final(config, pairs, fit: FitResult | dict, report: dict, out: Path, l
     report["final"] = {
         "model_dir": str(model_dir),
         "train_seconds": fit.train_seconds,
+        "train_threads": fit.train_threads,
         "tie_threshold": fit.tie_threshold,
         "exclusions": fit.exclusions.to_dict(),
         "train_log": fit.log_history,
