@@ -151,7 +151,7 @@ def test_nan_ids_from_a_float_column_and_nulls_from_pandas_are_missing():
 
 def test_nan_in_optional_fields_means_absent():
     frame = pd.DataFrame(
-        {"name": ["v1", "v2"], "a1": ["x", "x"], "a2": ["y", "y"], "preference": ["a1", None], "model1": [None, "m"]}
+        {"name": ["v1", "v2"], "a1": ["x", "x2"], "a2": ["y", "y"], "preference": ["a1", None], "model1": [None, "m"]}
     )
     pairs = load_pairs(Dataset.from_pandas(frame), require_labels=False)
     assert [(p.label, p.model_1) for p in pairs] == [("1", None), (None, "m")]
@@ -265,7 +265,11 @@ def test_jsonl_lines_end_only_at_newline(tmp_path):
 
 
 def test_json_array_and_parquet_files(tmp_path):
-    array = write(tmp_path, "p.json", json.dumps([ROW, {**ROW, "name": "v2", "preference": "same"}], indent=1))
+    array = write(
+        tmp_path,
+        "p.json",
+        json.dumps([ROW, {**ROW, "name": "v2", "a1": "another description", "preference": "same"}], indent=1),
+    )
     assert [(p.sample_id, p.label) for p in load_pairs(array)] == [("v1", "2"), ("v2", "tie")]
     Dataset.from_list([ROW]).to_parquet(str(tmp_path / "p.parquet"))
     assert load_pairs(tmp_path / "p.parquet")[0].description_2 == "tense"

@@ -141,12 +141,12 @@ def test_tables_and_pairs_read_names_in_their_normal_form(tmp_path):
     ]
     with pytest.warns(UserWarning, match="differ only in whitespace or Unicode form") as record:
         table = DescriptionTable.from_rows(rows[:2] + [{**rows[2], "sample": "s2"}], "t.jsonl")
-    assert table.models == ["Qwen2.5-Omni", "Qwen2.5 Omni"] and len(record) == 1
+    assert sorted(table.models) == sorted(["Qwen2.5-Omni", "Qwen2.5 Omni"]) and len(record) == 1
     with pytest.raises(ValueError, match="a second description of sample 's1' by 'Qwen2.5-Omni'"):
         with pytest.warns(UserWarning):
             DescriptionTable.from_rows(rows[:1] + rows[2:], "t.jsonl")
     path = tmp_path / "p.csv"
-    path.write_text("name,model1,a1,model2,a2,preference\nx1,GPT  4o,A,Caf\u00e9,B,a1\nx2,GPT 4o,A,Cafe\u0301,B,a2\n")
+    path.write_text("name,model1,a1,model2,a2,preference\nx1,GPT  4o,A,Caf\u00e9,B,a1\nx2,GPT 4o,A2,Cafe\u0301,B,a2\n")
     with pytest.warns(UserWarning, match="model names 'GPT  4o' \\(row 1\\) and 'GPT 4o' \\(row 2\\)"):
         pairs = load_pairs(path)
     assert {p.model_1 for p in pairs} == {"GPT 4o"} and {p.model_2 for p in pairs} == {"Caf\u00e9"}

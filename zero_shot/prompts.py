@@ -16,6 +16,8 @@ from typing import Literal
 
 import yaml
 
+from emoreward.data.text import normal_text
+
 
 def _config_dir() -> Path:
     """`configs/`: the top-level folder of a source checkout, reached through the package's `configs` link (which
@@ -116,9 +118,9 @@ class PromptSet:
             raise ValueError(f"unknown template {template!r}; available: {sorted(self.templates)}")
         if media not in self.media_hint:
             raise ValueError(f"unknown media kind {media!r}; available: {sorted(self.media_hint)}")
-        values = dict(fields)
+        values = {k: normal_text(v) if isinstance(v, str) else v for k, v in fields.items()}  # one form of a text
         values["media_hint"] = self.media_hint[media]
-        values["subtitle_line"] = self.subtitle_line.format(subtitle=subtitle) if subtitle else _DROP
+        values["subtitle_line"] = self.subtitle_line.format(subtitle=normal_text(subtitle)) if subtitle else _DROP
         text = self.templates[template].format(**{k: values.get(k, "") for k in TEMPLATES[template]})
         # a sample without a subtitle drops the subtitle line rather than leaving a blank one
         return "\n".join(line for line in text.split("\n") if line.strip() != _DROP).strip()

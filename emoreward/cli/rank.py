@@ -143,7 +143,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="score cache folder, and the zero-shot call cache below it (default $EMOREWARD_CACHE or "
         "~/.cache/emoreward/rank)",
     )
-    r.add_argument("--no-cache", action="store_true", help="score every description again and keep nothing")
+    r.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="score every description (and make every generative judge call) again, and keep nothing",
+    )
     z = p.add_argument_group("generative judge")
     z.add_argument(
         "--strategy",
@@ -224,7 +228,9 @@ def _load_table(args: argparse.Namespace):
         models = [m.strip() for m in args.models.split(",") if m.strip()]
         unknown = [m for m in models if m not in table.models]
         if unknown:
-            raise TableError(f"--models: {unknown} not in the table {table.source}; its models are {table.models}")
+            raise TableError(
+                f"--models: {unknown} not in the table {table.source}; its models are {sorted(table.models)}"
+            )
         repeated = sorted({m for m in models if models.count(m) > 1})
         if repeated:
             raise TableError(f"--models: {repeated} listed more than once in {args.models!r}")
@@ -371,7 +377,8 @@ def _load_judge(args: argparse.Namespace, saved: bool = False) -> tuple[str, obj
     return "judge", load_judge(
         args.judge,
         strategy=args.strategy,
-        cache_dir=Path(args.cache_dir or default_cache_dir()) / "judges",
+        # --no-cache keeps nothing for a generative judge too: its calls stay in memory, none is read from disk
+        cache_dir=None if getattr(args, "no_cache", False) else Path(args.cache_dir or default_cache_dir()) / "judges",
         media_root=args.media_root,
         progress=sys.stderr.isatty() and not getattr(args, "quiet", False),
     )

@@ -137,6 +137,21 @@ def subtitle_from_text(
     return found
 
 
+def message_text(content: Any) -> Any:
+    """THE text of a chat message's content, in either shape: the string itself, or the text parts of a content
+    list (``{"type": "text", "text": ...}`` or plain strings; media parts carry no text) joined by newlines. Any
+    other value is returned as it is, for the caller to refuse with its own row and field."""
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+        return "\n".join(texts)
+    return content
+
+
 def prompt_fields(
     prompt: Any, *, source: str = "<prompt>", row: int | None = None, name: str = "prompt", end_markers=()
 ) -> dict[str, str]:
@@ -296,6 +311,7 @@ def openrlhf_context(
 __all__ = [
     "CONTEXT_FIELDS",
     "RewardContext",
+    "message_text",
     "openrlhf_context",
     "prompt_fields",
     "reward_context",

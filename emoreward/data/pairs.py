@@ -46,6 +46,7 @@ account for all of them (`LoadedPairs`).
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -54,7 +55,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from emoreward.data.context import MediaRef, reward_context
+from emoreward.data.context import MediaRef, message_text, reward_context
 from emoreward.data.errors import DataError
 from emoreward.data.readers import (
     Records,
@@ -66,7 +67,7 @@ from emoreward.data.readers import (
     read_text,
     records_from_rows,
 )
-from emoreward.data.text import NameNormaliser
+from emoreward.data.text import NameNormaliser, normal_text
 from emoreward.data.values import is_missing, optional_text, plain
 
 
@@ -213,6 +214,7 @@ def load_pairs(
         DataError: a bad source or record, named by file, row or line, and field. Among them: empty file,
             undecodable bytes, an unclosed or misplaced quote in a CSV, duplicate header column, malformed JSON,
             missing column, missing value (None / NaN), empty description, unknown label, duplicate sample id,
+            a repeated pair (`pair_content`: the same two descriptions, in either order, about the same context),
             a Hub dataset that cannot be loaded (one line naming the dataset id).
         FileNotFoundError: if the path does not exist.
     """
@@ -456,6 +458,7 @@ def _build_pairs(
     names = {key: _field_name(key, columns, layout) for key in _FIELDS}
     pairs: list[PreferencePair] = []
     seen: dict[str, int] = {}
+    contents: dict[tuple, int] = {}  # pair_content -> first row
     ids, writers = NameNormaliser("sample id", source), NameNormaliser("model name", source)
     for row, record in rows:
         if layout == "trl":
@@ -475,8 +478,37 @@ def _build_pairs(
                 source, row, name, f"duplicate sample id {pair.sample_id!r} (first at row {seen[pair.sample_id]})"
             )
         seen[pair.sample_id] = row
+        content = pair_content(pair)
+        if content in contents:
+            raise DataError(
+                source,
+                row,
+                names["description_1"] if layout != "trl" else "chosen",
+                f"repeats the pair of row {contents[content]} (the same two descriptions, in either order, and the "
+                "same context): a repeated pair counts twice in every metric and can sit on both sides of a "
+                "cross-validation split; remove one",
+            )
+        contents[content] = row
         pairs.append(pair)
     return pairs, layout
+
+
+def pair_content(pair: PreferencePair) -> tuple:
+    """What a pair is, whatever its row, sample id or side order: its two descriptions (normal form, as a set) and
+    its context (video, audio, subtitle). Two rows with one content are the same pair (refused by the loader)."""
+    texts = tuple(sorted((normal_text(pair.description_1), normal_text(pair.description_2))))
+    return (texts, pair.media.video, pair.media.audio, pair.media.subtitle)
+
+
+def canonical_pairs(pairs: Sequence[PreferencePair]) -> list[PreferencePair]:
+    """THE order pairs are processed in where order changes a result (cross-validation folds, training batches):
+    by a digest of their content (`pair_content`), the sample id only between pairs of one content, so a shuffled
+    or renamed file trains and folds the same."""
+
+    def key(pair: PreferencePair) -> tuple[str, str]:
+        return hashlib.sha1(repr(pair_content(pair)).encode("utf-8")).hexdigest(), pair.sample_id
+
+    return sorted(pairs, key=key)
 
 
 def _plain_pair(
@@ -591,18 +623,7 @@ def _final_turn(value: Any, source: str, row: int, name: str) -> tuple[str, list
             name,
             f"the final message is the {last['role']!r} turn; the description must be the assistant's",
         )
-    return _text(_content_text(last["content"]), source, row, name), list(messages[:-1])
-
-
-def _content_text(content: Any) -> Any:
-    """A message's text: the string, or the text parts of a multimodal content list joined by newlines."""
-    if isinstance(content, list):
-        return "\n".join(
-            str(part.get("text"))
-            for part in content
-            if isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str)
-        )
-    return content
+    return _text(message_text(last["content"]), source, row, name), list(messages[:-1])
 
 
 __all__ = [
@@ -613,8 +634,10 @@ __all__ = [
     "MediaRef",
     "PreferencePair",
     "bundled_dataset_path",
+    "canonical_pairs",
     "is_missing",
     "load_pairs",
+    "pair_content",
     "pairs_from_records",
     "read_pairs",
 ]

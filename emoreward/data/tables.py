@@ -6,11 +6,13 @@ as UTF-8 (a leading byte-order mark is accepted, as the preference-pair loader a
 whitespace-only descriptions are kept (a judge scores them as given) and counted per model
 (`DescriptionTable.lengths`, ``n_empty``), so a report can say how many there were. Sample ids and model names
 are read in their normal form (`emoreward.data.text.normal_name`; a warning when two spellings meet), the media
-fields by the one context rule (`emoreward.data.context.reward_context`).
+fields by the one context rule (`emoreward.data.context.reward_context`). Models and samples are kept in the order
+of their content (`canonical_order`), never of the rows or names, so a shuffled or renamed table ranks the same.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -22,7 +24,7 @@ import numpy as np
 
 from emoreward.data.context import MediaRef, reward_context
 from emoreward.data.readers import locate_undecodable
-from emoreward.data.text import NameNormaliser, description_length
+from emoreward.data.text import NameNormaliser, description_length, normal_text
 
 
 MEDIA_FIELDS: tuple[str, ...] = ("video", "audio", "subtitle")
@@ -66,8 +68,8 @@ class DescriptionTable:
     """Descriptions written by M models for N samples (one description per model and sample).
 
     Attributes:
-        models (`list[str]`): the M models, in order of first appearance.
-        samples (`list[str]`): the N samples, in order of first appearance.
+        models (`list[str]`): the M models, in the order of their content (`canonical_order`).
+        samples (`list[str]`): the N samples, in the order of their content (`canonical_order`).
         descriptions (`dict[tuple[str, str], str]`): ``(sample, model) -> description``; a model may miss samples.
         media (`dict[str, MediaRef]`): per-sample media (video / audio path, subtitle) when the table gives them.
         source (`str`): where the table came from (for reports).
@@ -146,7 +148,7 @@ class DescriptionTable:
         if not descriptions:
             raise TableError(f"{source}: no rows")
         media = {s: m for s, m in media.items() if not m.is_empty()}
-        return cls(list(models), list(samples), descriptions, media, source, lines)
+        return cls(*canonical_order(models, samples, descriptions, media), descriptions, media, source, lines)
 
     def sample_line(self, sample: str) -> int | None:
         """The first line of the table that describes ``sample`` (None for a table built without line numbers)."""
@@ -172,10 +174,10 @@ class DescriptionTable:
         return [self.descriptions[s, model] for s in samples], [self.subtitle(s) for s in samples]
 
     def subset(self, samples: Sequence[str] | None = None, models: Sequence[str] | None = None) -> DescriptionTable:
-        """The table restricted to ``samples`` and ``models`` (each in the given order; ``None`` keeps all).
+        """The table restricted to ``samples`` and ``models`` (``None`` keeps all), in the table's order.
 
         Raises:
-            TableError: on an unknown sample or model, or an empty selection.
+            TableError: on an unknown sample or model, one selected twice, or an empty selection.
         """
         samples = list(self.samples if samples is None else samples)
         models = list(self.models if models is None else models)
@@ -185,10 +187,16 @@ class DescriptionTable:
                 raise TableError(f"unknown {kind} {unknown[:5]}; the table has {len(known)} {kind}")
             if not wanted:
                 raise TableError(f"subset selects no {kind}")
+        for kind, wanted in (("samples", samples), ("models", models)):
+            repeated = sorted({x for x in wanted if wanted.count(x) > 1})
+            if repeated:
+                raise TableError(f"{kind} {repeated[:5]} selected more than once; select each once")
         keep_s, keep_m = set(samples), set(models)
         descriptions = {k: v for k, v in self.descriptions.items() if k[0] in keep_s and k[1] in keep_m}
         media = {s: m for s, m in self.media.items() if s in keep_s}
         lines = {k: v for k, v in self.lines.items() if k in descriptions}
+        # the order of the rows kept, whatever order the selection names them in: a subset equals filtering first
+        models, samples = canonical_order(keep_m, keep_s, descriptions, media)
         return DescriptionTable(models, samples, descriptions, media, self.source, lines)
 
     def sample_subset(self, n: int, seed: int = 0) -> DescriptionTable:
@@ -218,6 +226,36 @@ class DescriptionTable:
                 "n_empty": sum(not t.strip() for t in texts),
             }
         return out
+
+
+def canonical_order(
+    models: Iterable[str],
+    samples: Iterable[str],
+    descriptions: dict[tuple[str, str], str],
+    media: dict[str, MediaRef],
+) -> tuple[list[str], list[str]]:
+    """THE order of a table's models and samples, whatever the order of its rows or the names in them: each by its
+    content, a digest of its descriptions (as a set, in their normal form, `normal_text`) and, for a sample, its
+    media; the name only between two of the same content. Resampling, ``--samples N``, the BPA schedule and the
+    fits see models and samples in this order, so a shuffled table, or one whose models or samples are renamed or
+    re-encoded, gives the same numbers."""
+    texts: dict[str, list[str]] = {}
+    for (sample, model), text in descriptions.items():
+        texts.setdefault(sample, []).append(normal_text(text))
+        texts.setdefault("\x02" + model, []).append(normal_text(text))
+
+    def digest(body: str) -> str:
+        return hashlib.sha1(body.encode("utf-8")).hexdigest()
+
+    def sample_key(sample: str) -> tuple[str, str]:
+        ref = media.get(sample, MediaRef())
+        media_text = repr((ref.video, ref.audio, ref.subtitle and normal_text(ref.subtitle)))
+        return digest("\x00".join(sorted(texts.get(sample, []))) + "\x01" + media_text), sample
+
+    def model_key(model: str) -> tuple[str, str]:
+        return digest("\x00".join(sorted(texts.get("\x02" + model, [])))), model
+
+    return sorted(models, key=model_key), sorted(samples, key=sample_key)
 
 
 def load_description_table(path: str | Path) -> DescriptionTable:

@@ -5,8 +5,11 @@ A *name* is a model name in a description table or a preference pair (`model`, `
 or a label. Its normal form (`normal_name`) is Unicode NFC with every run of whitespace (spaces, tabs, newlines,
 no-break spaces) collapsed to one space and none at either end: ``"GPT\u00a04o "`` and ``"GPT 4o"`` are one model,
 as are ``"Cafe\u0301"`` (decomposed) and ``"Café"``. Loaders apply it once, when they read a name
-(`NameNormaliser` warns when two names of one source differ only by that). Descriptions themselves are never
-normalised: they are scored as written.
+(`NameNormaliser` warns when two names of one source differ only by that).
+
+A *description* keeps its whitespace, but its Unicode form is one: `normal_text` (NFC) is what every route reads,
+measures and scores (`description_length`, the token layout of text models, the zero-shot prompts), so a
+decomposed ``"cafe\u0301"`` and a composed ``"café"`` are one text with one length and one reward.
 """
 
 from __future__ import annotations
@@ -56,13 +59,19 @@ class NameNormaliser:
         return normal
 
 
+def normal_text(text: str) -> str:
+    """THE normal form of a description or any text a model reads: Unicode NFC, whitespace kept (module docstring)."""
+    return unicodedata.normalize("NFC", text)
+
+
 def description_length(text: str, unit: LengthUnit = "chars") -> int:
     """THE length of a description (the length baseline, length-bias figures, table statistics): characters
-    (default, as in the EmoPrefer-Data facts) or whitespace-separated words.
+    (default, as in the EmoPrefer-Data facts) or whitespace-separated words, of its normal form (`normal_text`).
 
     Raises:
         ValueError: an unknown unit.
     """
+    text = normal_text(text)
     if unit == "chars":
         return len(text)
     if unit == "words":
@@ -86,4 +95,4 @@ def short_names(names: Sequence[str], width: int = 10) -> list[str]:
     return [s if counts[s] == 1 else n for s, n in zip(short, names)]
 
 
-__all__ = ["NameNormaliser", "description_length", "markdown_cell", "normal_name", "short_names"]
+__all__ = ["NameNormaliser", "description_length", "markdown_cell", "normal_name", "normal_text", "short_names"]

@@ -17,6 +17,7 @@ import numpy as np
 
 from emoreward.data import PreferencePair
 from emoreward.data.text import description_length
+from emoreward.utils.separation import firth_logistic, separated
 
 
 Setting = Literal["two-class", "three-class"]
@@ -270,7 +271,8 @@ def random_baseline(y_true: Sequence[str], setting: Setting = "two-class", n_dra
     """Expected WAF / accuracy of uniform random verdicts (over {1, 2}, plus tie in three-class), averaged over
     `n_draws` seeded draws (vectorised; the same definitions as `recognition`)."""
     labels = ["1", "2"] if setting == "two-class" else ["1", "2", "tie"]
-    true = np.array([y for y in y_true if setting == "three-class" or y != "tie"])
+    # sorted: the draws meet the labels in an order of their own, so the baseline is the same for any row order
+    true = np.array(sorted(y for y in y_true if setting == "three-class" or y != "tie"))
     if len(true) == 0:
         raise ValueError(f"no pair to score in the {setting} setting")
     rng = np.random.default_rng(seed)
@@ -330,7 +332,8 @@ def length_controlled_preference(
     in the spirit of AlpacaEval's length-controlled win rate (Dubois et al. 2024).
 
     P(description 1 preferred) = sigmoid(b0 + b_judge * z(signal) + b_length * z(len1 - len2)), fitted by
-    maximum likelihood (scikit-learn, no penalty) on the non-tie pairs; both regressors are z-scored so the
+    maximum likelihood (scikit-learn, no penalty; Firth's penalty where the regressors separate the verdicts) on the
+    non-tie pairs; both regressors are z-scored so the
     coefficients compare. A likelihood-ratio test against the length-only model says whether the judge adds
     information beyond length.
 
@@ -341,7 +344,9 @@ def length_controlled_preference(
     Returns:
         dict with `coef_judge`, `coef_length`, `intercept`, their standard errors (`se_*`, from the observed
         Fisher information), `lr_stat` and `lr_pvalue` (chi-squared, 1 degree of freedom), `n`; None when fewer
-        than 10 non-tie pairs or a regressor is constant.
+        than 10 non-tie pairs or a regressor is constant. `separation` names it when the regressors separate the
+        verdicts (`emoreward.utils.separation.separated`): the estimates are then Firth-penalised (finite; the
+        likelihood-ratio test compares the two fits' likelihoods at their penalised estimates), else None.
     """
     from scipy.stats import chi2
     from sklearn.linear_model import LogisticRegression
@@ -362,26 +367,38 @@ def length_controlled_preference(
         return None
     x = np.column_stack([(s - s.mean()) / s.std(), (dl - dl.mean()) / dl.std()])
 
-    def fit(features: np.ndarray) -> tuple[LogisticRegression, float]:
-        model = LogisticRegression(C=np.inf, max_iter=1000).fit(features, y)  # unpenalised MLE
-        p = np.clip(model.predict_proba(features)[:, 1], 1e-12, 1 - 1e-12)
-        return model, float(np.sum(y * np.log(p) + (1 - y) * np.log(1 - p)))
-
-    full, ll_full = fit(x)
-    _, ll_length = fit(x[:, 1:])
     design = np.column_stack([np.ones(len(y)), x])
-    p = full.predict_proba(x)[:, 1]
-    fisher = design.T @ (design * (p * (1 - p))[:, None])
-    se = np.sqrt(np.diag(np.linalg.pinv(fisher)))
+    # one separation detector for every logistic fit (emoreward.utils.separation): where the judge's signal or the
+    # length orders every verdict, maximum likelihood has no finite coefficient; Firth's penalty gives one, flagged
+    separation = separated(design, np.where(y == 1, 0, 1))
+
+    def fit(features: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+        cols = np.column_stack([np.ones(len(y)), features])
+        if separation:
+            return firth_logistic(cols, y)
+        model = LogisticRegression(C=np.inf, max_iter=1000).fit(features, y)  # unpenalised MLE
+        beta = np.concatenate([model.intercept_, model.coef_[0]])
+        p = np.clip(model.predict_proba(features)[:, 1], 1e-12, 1 - 1e-12)
+        fisher = cols.T @ (cols * (p * (1 - p))[:, None])
+        se = np.sqrt(np.diag(np.linalg.pinv(fisher)))
+        return beta, se, float(np.sum(y * np.log(p) + (1 - y) * np.log(1 - p)))
+
+    (beta, se, ll_full), (_, _, ll_length) = fit(x), fit(x[:, 1:])
     lr = max(0.0, 2 * (ll_full - ll_length))
     return {
         "n": len(y),
-        "intercept": float(full.intercept_[0]),
-        "coef_judge": float(full.coef_[0, 0]),
-        "coef_length": float(full.coef_[0, 1]),
+        "intercept": float(beta[0]),
+        "coef_judge": float(beta[1]),
+        "coef_length": float(beta[2]),
         "se_intercept": float(se[0]),
         "se_judge": float(se[1]),
         "se_length": float(se[2]),
         "lr_stat": lr,
+        "separation": (
+            "the judge's signal and the length difference separate the human verdicts (Konis's linear program): "
+            "maximum likelihood has no finite coefficient; Firth-penalised estimates (Jeffreys prior)"
+            if separation
+            else None
+        ),
         "lr_pvalue": float(chi2.sf(lr, df=1)),
     }

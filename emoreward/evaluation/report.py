@@ -39,6 +39,7 @@ HEADLINE: list[tuple[str, str]] = [
     ("reward_length_spearman", "reward-length Spearman"),
     ("lc_coef_judge", "length-controlled logit: judge coef."),
     ("lc_coef_length", "length-controlled logit: length coef."),
+    ("lc_separated", "length-controlled logit separated (Firth-penalised), % of fits"),
 ]
 POSITION_KEYS = ("prefer_first_rate", "prefer_second_rate", "invalid_rate", "first_wins_both", "second_wins_both",
                  "delta_bias")  # fmt: skip
@@ -66,6 +67,7 @@ def headline(evaluation: dict) -> dict[str, dict[str, float | None]]:
             lcp = part.get("length_controlled")
             if lcp:
                 row["lc_coef_judge"], row["lc_coef_length"] = lcp["coef_judge"], lcp["coef_length"]
+                row["lc_separated"] = 100.0 if lcp.get("separation") else 0.0
         elif column == "length_baseline":
             row["swap_consistency"] = 100.0  # pointwise by construction
         lc = part.get("length_control")

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from emoreward.data.context import MediaRef, reward_context
+from emoreward.data.context import MediaRef, message_text, reward_context
 from emoreward.data.media import unused_media
 from emoreward.export.length_monitor import LengthMonitor, defined
 from emoreward.models.base import RewardModel, load_reward_model
@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 def completion_text(completion: Any) -> str:
     """The text of one completion: a string (standard format) or a list of messages (conversational format,
-    the assistant turns joined).
+    the assistant turns joined; a turn's content a string or a list of parts, `emoreward.data.context.message_text`).
 
     Raises:
         ValueError: on any other shape.
@@ -46,8 +46,10 @@ def completion_text(completion: Any) -> str:
     if isinstance(completion, str):
         return completion
     if isinstance(completion, list) and all(isinstance(m, dict) for m in completion):
-        turns = [m for m in completion if m.get("role", "assistant") == "assistant"]
-        return "\n".join(str(m.get("content") or "") for m in turns)
+        turns = [message_text(m.get("content") or "") for m in completion if m.get("role", "assistant") == "assistant"]
+        if not all(isinstance(t, str) for t in turns):
+            raise ValueError("a completion message's content must be a string or a list of content parts")
+        return "\n".join(turns)
     raise ValueError(f"a completion must be a string or a list of messages, got {type(completion).__name__}")
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from transformers import PreTrainedTokenizerBase
 
 from emoreward.data.context import reward_context
+from emoreward.data.text import normal_text
 from emoreward.models.base import TextSettings
 from emoreward.models.coverage import unknown_share_of_ids
 
@@ -30,11 +31,12 @@ _SENTINEL = "\u2063EMOREWARD_DESCRIPTION\u2063"
 
 def context_text(instruction: str, subtitle: str | None) -> str:
     """The text a description is conditioned on: the instruction, plus `Subtitle: ...` when the sample has one (the
-    subtitle read by the one context rule, `emoreward.data.context.reward_context`: stripped, empty means none)."""
-    parts = [instruction] if instruction else []
+    subtitle read by the one context rule, `emoreward.data.context.reward_context`: stripped, empty means none), in
+    the normal form of text (`emoreward.data.text.normal_text`)."""
+    parts = [normal_text(instruction)] if instruction else []
     subtitle = reward_context(subtitle=subtitle).subtitle
     if subtitle:
-        parts.append(f"Subtitle: {subtitle}")
+        parts.append(f"Subtitle: {normal_text(subtitle)}")
     return "\n".join(parts)
 
 
@@ -130,7 +132,7 @@ def text_input_ids_batch(
     Raises:
         ValueError: `len(subtitles) != len(descriptions)`, or a context that leaves no room for the description.
     """
-    descriptions = list(descriptions)
+    descriptions = [normal_text(d) for d in descriptions]  # one text, one reward, whatever its Unicode form
     if len(subtitles) != len(descriptions):
         raise ValueError(f"{len(descriptions)} descriptions but {len(subtitles)} subtitles")
     if not descriptions:

@@ -23,12 +23,14 @@ ORDER_COMBINE: tuple[str, ...] = ("each", "consensus")
 
 @dataclass
 class JudgeRun:
-    """Records from a generative judge, with what it cost."""
+    """Records from a generative judge, with what it cost: ``n_calls`` judge calls made, ``n_reused`` verdicts
+    answered without one (the judge's call cache, or a greedy run repeating an identical one)."""
 
     records: list[PairwiseRecord]
     n_calls: int
     n_invalid: int
     n_pairs: int
+    n_reused: int = 0
 
 
 def judge_records(
@@ -47,7 +49,8 @@ def judge_records(
     turned into a class: they are dropped and counted.
 
     Returns:
-        `JudgeRun`: records, judge calls made (pairs x orders x runs), invalid verdicts and pairs.
+        `JudgeRun`: records, judge calls made and verdicts answered without a call (together pairs x orders x
+        runs), invalid verdicts and pairs.
 
     Raises:
         ValueError: on an unknown ``combine`` or ``combine="consensus"`` without ``swap``.
@@ -61,6 +64,8 @@ def judge_records(
     pairs = table_pairs(table, model_pairs)
     if not pairs:
         return JudgeRun([], 0, 0, 0)
+    stats = getattr(judge, "stats", None)  # a zero-shot judge counts what it did (zero_shot.strategies.CallStats)
+    before = (stats.made, stats.cached + stats.reused) if stats is not None else None
     result = run_judge(judge, pairs, swap=swap, runs=runs)
     records: list[PairwiseRecord] = []
     n_invalid = 0
@@ -76,8 +81,11 @@ def judge_records(
             else:
                 chosen = [verdicts[0] if verdicts[0] == verdicts[1] else Verdict.TIE]
             records.extend(PairwiseRecord(pair.model_1, pair.model_2, v, judge.name, pair.sample_id) for v in chosen)
-    n_calls = len(pairs) * runs * (2 if swap else 1)
-    return JudgeRun(records, n_calls, n_invalid, len(pairs))
+    asked = len(pairs) * runs * (2 if swap else 1)
+    if before is None:  # a judge without call statistics makes one call per verdict asked
+        return JudgeRun(records, asked, n_invalid, len(pairs))
+    made, reused = stats.made - before[0], stats.cached + stats.reused - before[1]
+    return JudgeRun(records, made, n_invalid, len(pairs), reused)
 
 
 class JudgePairs:
@@ -90,7 +98,8 @@ class JudgePairs:
             are dropped and counted, never turned into a class).
 
     Attributes:
-        n_queries (`int`): pair queries; n_calls (`int`): judge calls (queries x orders x runs); n_invalid (`int`).
+        n_queries (`int`): pair queries; n_calls (`int`): judge calls made; n_reused (`int`): verdicts answered
+        without a call (cache, identical greedy run; with n_calls: queries x orders x runs); n_invalid (`int`).
     """
 
     def __init__(
@@ -98,7 +107,7 @@ class JudgePairs:
     ):
         self.judge, self.table, self.swap, self.runs, self.combine = judge, table, swap, runs, combine
         self.name = judge.name
-        self.n_queries = self.n_calls = self.n_invalid = 0
+        self.n_queries = self.n_calls = self.n_invalid = self.n_reused = 0
 
     def __call__(self, sample: str, model_a: str, model_b: str) -> list[PairwiseRecord]:
         one = DescriptionTable(
@@ -111,8 +120,15 @@ class JudgePairs:
         got = judge_records(self.judge, one, [(model_a, model_b)], self.swap, self.runs, self.combine)
         self.n_queries += 1
         self.n_calls += got.n_calls
+        self.n_reused += got.n_reused
         self.n_invalid += got.n_invalid
         return got.records
 
     def cost(self) -> dict[str, Any]:
-        return {"judge": self.name, "n_queries": self.n_queries, "n_calls": self.n_calls, "n_invalid": self.n_invalid}
+        return {
+            "judge": self.name,
+            "n_queries": self.n_queries,
+            "n_calls": self.n_calls,
+            "n_reused": self.n_reused,
+            "n_invalid": self.n_invalid,
+        }

@@ -5,8 +5,8 @@ The objective is :mod:`emoreward.ranking.length_control`'s: per record ``r`` (mo
 differences ``z_r``), ``u_r = x_r . theta`` with ``x_r = (e_a - e_b, z_r)``, the Davidson (1970) negative
 log-likelihood ``L(u, eta) - y_r u / 2 - t_r eta`` with ``L(u, eta) = log(e^{u/2} + e^{-u/2} + e^eta)``
 (``y_r = +1 / -1`` for a win / loss of ``a_r``, ``t_r = 1`` for a tie; Bradley-Terry is ``e^eta = 0``, ties
-dropped), weighted per record, plus the Gaussian prior ``precision/2 |b|^2`` and ``(sum b)^2 / (2M)`` (which only
-fixes the shift of ``b``).
+dropped), weighted per record, plus the penalty of :class:`Prior`: the Gaussian prior ``precision/2 |b|^2`` on the
+model effects and ``(sum b)^2 / (2M)`` (which only fixes the shift of ``b``).
 
 A bootstrap resample weights each record by how often its sample (video) was drawn, so its objective is the sum
 of per-sample objectives weighted by the sample counts, and every resample starts at the full-data estimate.
@@ -132,17 +132,43 @@ def build_design(
 # ------------------------------------------------------------------------------------ damped Newton, any weights
 
 
+@dataclass(frozen=True)
+class Prior:
+    """The penalty of the objective, the one place every solver takes it from: the Gaussian prior
+    ``N(0, 1/effects)`` on the model effects ``b`` and the centring term ``(sum b)^2 / (2M)``; the covariate
+    coefficients ``gamma`` are unpenalised (maximum likelihood; where none exists, `length_control` says so)."""
+
+    effects: float
+
+    def terms(self, theta: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(penalty (R,), gradient (R, Q), Hessian (1, Q, Q))`` at ``theta`` `(R, Q)`."""
+        q = theta.shape[1]
+        s = theta[:, :m]
+        penalty = 0.5 * self.effects * np.sum(s * s, axis=1) + 0.5 * s.sum(axis=1) ** 2 / m
+        grad = np.zeros_like(theta)
+        grad[:, :m] = self.effects * s + s.sum(axis=1, keepdims=True) / m
+        hess = np.zeros((1, q, q))
+        hess[0, :m, :m] = self.effects * np.eye(m) + 1.0 / m
+        return penalty, grad, hess
+
+
+def as_prior(precision: float | Prior) -> Prior:
+    """``precision`` (the precision on the model effects) as a `Prior`."""
+    return precision if isinstance(precision, Prior) else Prior(float(precision))
+
+
 def damped_newton(
     design: Design,
     weights: np.ndarray,
-    precision: float,
+    precision: float | Prior,
     davidson: bool,
     x0: np.ndarray | None = None,
     hessian: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Penalised maximum likelihood for B weightings of the records at once (rows evaluated together).
 
-    Minimises, per row of ``weights`` (shape `(B, N)`), ``sum_r w_r nll_r + precision/2 |b|^2 + (sum b)^2 / (2M)``;
+    Minimises, per row of ``weights`` (shape `(B, N)`), ``sum_r w_r nll_r`` plus the `Prior` ``precision``
+    (a float: the precision on the model effects, ``precision/2 |b|^2 + (sum b)^2 / (2M)``);
     the last term only fixes the shift of ``b`` (the likelihood depends on differences), so its optimum has
     ``sum b = 0`` and the others are unchanged. Damped Newton (step halving until the objective decreases); a row
     stops when its gradient is below ``1e-10 (1 + sum w)`` (converged) or its covariate coefficients pass
@@ -164,6 +190,7 @@ def damped_newton(
     p = x.shape[1]
     q = p + davidson
     n_b = weights.shape[0]
+    prior = as_prior(precision)
     y = design.outcome
     yw, yl, yt = (y == 0).astype(float), (y == 1).astype(float), (y == 2).astype(float)
     xs, xs_t, outer_t = _sparse_design(design)
@@ -183,8 +210,7 @@ def damped_newton(
     def objective(th: np.ndarray, full: bool, weights: np.ndarray):
         n_b = th.shape[0]
         u = np.asarray(xs @ th[:, :p].T).T  # (B, N)
-        s = th[:, :m]
-        penalty = 0.5 * precision * np.sum(s * s, axis=1) + 0.5 * s.sum(axis=1) ** 2 / m
+        penalty, prior_grad, prior_hess = prior.terms(th, m)
         if not davidson:
             sign = np.where(y == 0, 1.0, -1.0)
             nll = np.logaddexp(0.0, -sign * u)
@@ -217,8 +243,8 @@ def damped_newton(
             hess[:, :p, :p] = times_outer(weights * huu)
             hess[:, :p, -1] = hess[:, -1, :p] = times_x(weights * hue)
             hess[:, -1, -1] = np.sum(weights * hee, axis=1)
-        grad[:, :m] += precision * s + s.sum(axis=1, keepdims=True) / m
-        hess[:, :m, :m] += precision * np.eye(m) + 1.0 / m
+        grad += prior_grad
+        hess += prior_hess
         return f, grad, hess
 
     converged = np.zeros(n_b, dtype=bool)
@@ -315,7 +341,7 @@ def fit_resamples(
     design: Design,
     estimate: np.ndarray,
     unit_weights: np.ndarray,
-    precision: float,
+    precision: float | Prior,
     davidson: bool,
     batched: bool = True,
 ) -> ResampleFits:
@@ -325,7 +351,7 @@ def fit_resamples(
         design (`Design`): the records.
         estimate (`np.ndarray` of shape `(Q,)`): the full-data fit (``Q = M + K``, plus Davidson's ``log nu``).
         unit_weights (`np.ndarray` of shape `(B, n_units)`): how often each sample was drawn in each resample.
-        precision (`float`): the prior precision on the model effects.
+        precision (`float` or `Prior`): the prior precision on the model effects.
         davidson (`bool`): Davidson's ties (else Bradley-Terry).
         batched (`bool`): all resamples at once (default) or one at a time with :func:`damped_newton` (the
             reference path; the same optimum to about 1e-8).
@@ -561,15 +587,10 @@ def _hessian_block(rec: _Ordered, sums: _Sums, pd, r, ties, m: int) -> np.ndarra
     return block
 
 
-def _prior(theta: np.ndarray, m: int, precision: float) -> tuple[np.ndarray, np.ndarray]:
-    """Gradient `(R, Q)` and Hessian `(Q, Q)` of the prior and the centring term."""
-    q = theta.shape[1]
-    s = theta[:, :m]
-    grad = np.zeros_like(theta)
-    grad[:, :m] = precision * s + s.sum(axis=1, keepdims=True) / m
-    hess = np.zeros((q, q))
-    hess[:m, :m] = precision * np.eye(m) + 1.0 / m
-    return grad, hess
+def _prior(theta: np.ndarray, m: int, precision: float | Prior) -> tuple[np.ndarray, np.ndarray]:
+    """Gradient `(R, Q)` and Hessian `(Q, Q)` of the prior and the centring term (`Prior.terms`)."""
+    _, grad, hess = as_prior(precision).terms(theta, m)
+    return grad, hess[0]
 
 
 def _symmetric_index(q: int, order: int) -> tuple[np.ndarray, np.ndarray]:
@@ -654,7 +675,7 @@ def _unit_tables(design: Design, estimate: np.ndarray, davidson: bool) -> _UnitT
     return _UnitTables(np.concatenate(columns, axis=1), sizes, maps, linear_units.reshape(n_units, q))
 
 
-def _start(tables: _UnitTables, estimate, counts, m: int, precision: float):
+def _start(tables: _UnitTables, estimate, counts, m: int, precision: float | Prior):
     """Every resample's Chebyshev step from ``estimate`` (a Newton step when the third derivatives are too many).
 
     Returns:
@@ -676,7 +697,14 @@ def _start(tables: _UnitTables, estimate, counts, m: int, precision: float):
 
 
 def _fit_regular(
-    design: Design, rec: _Ordered, tables: _UnitTables, estimate, counts, precision: float, davidson: bool, theta
+    design: Design,
+    rec: _Ordered,
+    tables: _UnitTables,
+    estimate,
+    counts,
+    precision: float | Prior,
+    davidson: bool,
+    theta,
 ) -> np.ndarray:
     """The resamples the batched path can finish, fitted into ``theta`` `(B, Q)` in place; returns which (`(B,)`
     bool)."""

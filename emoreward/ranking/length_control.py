@@ -50,7 +50,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-from scipy.optimize import linprog
 from scipy.special import ndtr  # the normal CDF (scipy.stats.norm.sf(x) is ndtr(-x); scipy.stats adds 0.25 s)
 
 from emoreward.data.text import description_length, markdown_cell
@@ -58,6 +57,7 @@ from emoreward.ranking.bootstrap import BootstrapCI, resample_unit_weights
 from emoreward.ranking.bradley_terry import (
     DEFAULT_PRIOR_VARIANCE,
     SCORE_TOLERANCE,
+    TIE_LOG_BOUNDS,
     BTResult,
     finite_float,
     finite_floats,
@@ -65,9 +65,17 @@ from emoreward.ranking.bradley_terry import (
     single_blas_thread,
 )
 from emoreward.ranking.counts import PairwiseCounts, check_connected
-from emoreward.ranking.edges import format_interval, intervals_defined
-from emoreward.ranking.length_batched import DIVERGED, Design, build_design, damped_newton, data_nll, fit_resamples
+from emoreward.ranking.edges import format_interval, intervals_defined, separated_groups
+from emoreward.ranking.length_batched import (
+    DIVERGED,
+    Design,
+    build_design,
+    damped_newton,
+    data_nll,
+    fit_resamples,
+)
 from emoreward.ranking.records import PairwiseRecord
+from emoreward.utils.separation import separating_direction
 
 
 ControlledModel = Literal["bradley-terry", "davidson"]
@@ -154,6 +162,9 @@ class ControlledFit:
         boot_scores (`np.ndarray` of shape `(n_boot, M)`), boot_coefficients (`(n_boot, K)`): every resample's
             fit, NaN where an item was not compared or the resample failed.
         prior_variance (`float` or `None`): the prior on ``b``.
+        separation (`dict` or `None`): where the covariates separate the verdicts (no finite maximum-likelihood
+            coefficient): ``{"covariates", "decided", "undecided"}``; the coefficients are then null and the model
+            effects come from the undecided verdicts (`separation_note`).
         ranking, ranks: as :class:`~emoreward.ranking.bradley_terry.BTResult` (shared ranks within
             ``SCORE_TOLERANCE``).
     """
@@ -180,6 +191,7 @@ class ControlledFit:
     boot_scores: np.ndarray
     boot_coefficients: np.ndarray
     prior_variance: float | None = DEFAULT_PRIOR_VARIANCE
+    separation: dict[str, Any] | None = None
     ranking: list[str] = field(init=False)
     ranks: list[int] = field(init=False)
 
@@ -244,6 +256,7 @@ class ControlledFit:
             "ci_level": self.ci_level,
             "n_boot": self.n_boot,
             "n_failed": self.n_failed,
+            "separation": self.separation,
             "warnings": list(self.warnings),
         }
 
@@ -256,6 +269,9 @@ class ControlledFit:
         ]
         for k, name in enumerate(self.covariates):
             c = self.coefficients[k]
+            if self.separation is not None and name in self.separation["covariates"]:
+                lines.append(f"| {markdown_cell(name)} | infinite (separation) | - | - | - | - |")
+                continue
             if not math.isfinite(c):
                 lines.append(f"| {markdown_cell(name)} | - | - | - | - | - |")
                 continue
@@ -268,32 +284,6 @@ class ControlledFit:
 
 
 # ------------------------------------------------------------------------------------------- edge diagnostics
-
-
-def _separated(z: np.ndarray, outcome: np.ndarray) -> bool:
-    """Whether a direction of the covariates alone orders every decisive verdict (and leaves ties at 0).
-
-    Linear program (Konis 2007, "Linear programming algorithms for detecting separated data in binary logistic
-    regression models"): maximise ``sum_r y_r z_r . g`` subject to ``y_r z_r . g >= 0`` on decisive records,
-    ``z_r . g = 0`` on ties, ``|g| <= 1``. A positive optimum is a direction along which the likelihood rises
-    without bound (the prior on ``b`` keeps every direction that moves ``b`` finite, so only ``g`` matters).
-    """
-    decisive = outcome != 2
-    y = np.where(outcome[decisive] == 0, 1.0, -1.0)
-    yz = z[decisive] * y[:, None]
-    if yz.shape[0] == 0:
-        return False
-    ties = z[~decisive]
-    res = linprog(
-        -yz.sum(axis=0),
-        A_ub=-yz,
-        b_ub=np.zeros(yz.shape[0]),
-        A_eq=ties if ties.shape[0] else None,
-        b_eq=np.zeros(ties.shape[0]) if ties.shape[0] else None,
-        bounds=[(-1.0, 1.0)] * z.shape[1],
-        method="highs",
-    )
-    return bool(res.status == 0 and -res.fun > 1e-9 * max(1.0, float(np.abs(yz).sum())))
 
 
 def _collinear(x: np.ndarray, m: int) -> bool:
@@ -363,14 +353,25 @@ def fit_length_controlled(
     kept = scales > 0
     for k in np.flatnonzero(~kept):
         notes.append(f"covariate {covariates[k]!r} does not differ within any compared pair: dropped")
-    design, _ = build_design(records, items, values[:, :, kept] / scales[kept], model)
+    design, in_design = build_design(records, items, values[:, :, kept] / scales[kept], model)
     davidson = model == "davidson"
     boot_s = np.full((n_boot, len(items)), np.nan)
     boot_c = np.full((n_boot, len(covariates)), np.nan)
     n_failed = 0
     with single_blas_thread():  # small products: OpenBLAS threads only spin
         full = _full_fit(design, [c for c, k in zip(covariates, kept) if k], precision, davidson, notes)
-        if full.identified and intervals_defined(design.n_units):  # one sample: no interval (edges)
+        separation = None
+        if full.undecided is not None:  # the covariates separate the verdicts: the model effects on the rest
+            undecided_records = [r for r, u in zip((r for r, k in zip(records, in_design) if k), full.undecided) if u]
+            full, boot_s, open_ends = _separated_fit(
+                design, full.undecided, undecided_records, items, precision, davidson, n_boot, seed, batched
+            )
+            separation = {
+                "covariates": [c for c, k in zip(covariates, kept) if k],
+                "decided": int((~full.undecided).sum()),
+                "undecided": int(full.undecided.sum()),
+            }
+        elif full.identified and intervals_defined(design.n_units):  # one sample: no interval (edges)
             boot_s, boot_c[:, kept], n_failed = _bootstrap(design, full, precision, davidson, n_boot, seed, batched)
     if n_failed:
         notes.append(
@@ -380,7 +381,7 @@ def fit_length_controlled(
         notes.append("the full-data Newton iteration did not converge: treat the fit with care")
     scores = full.scores if full.identified else np.full(len(items), np.nan)
     coef, se, pval = (np.full(len(covariates), np.nan) for _ in range(3))
-    if full.identified:
+    if full.identified and separation is None:  # separated: the coefficients are infinite (null, named)
         coef[kept], se[kept] = full.coefficients, full.wald_se
         good = np.isfinite(boot_c[:, kept]).all(axis=1) if kept.any() else np.zeros(n_boot, dtype=bool)
         if good.sum() >= _MIN_BOOT_SE:
@@ -390,6 +391,8 @@ def fit_length_controlled(
         with np.errstate(divide="ignore", invalid="ignore"):
             pval[kept] = 2.0 * ndtr(-np.abs(coef[kept] / se[kept]))
     lo_s, hi_s = _percentile(boot_s, scores, alpha)
+    if separation is not None:  # an end the undecided verdicts do not bound is open (edges.format_interval)
+        lo_s[open_ends[0]], hi_s[open_ends[1]] = -np.inf, np.inf
     lo_c, hi_c = _percentile(boot_c, coef, alpha)
     for note in notes:
         warnings.warn(f"length-controlled fit: {note}", UserWarning, stacklevel=2)
@@ -416,7 +419,65 @@ def fit_length_controlled(
         boot_scores=boot_s,
         boot_coefficients=boot_c,
         prior_variance=prior_variance,
+        separation=separation,
     )
+
+
+def _separated_fit(
+    design: Design,
+    undecided: np.ndarray,
+    undecided_records: list[PairwiseRecord],
+    items: list[str],
+    precision: float,
+    davidson: bool,
+    n_boot: int,
+    seed: int | None,
+    batched: bool,
+) -> tuple[_FullFit, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """The fit where the covariates separate the verdicts: its limit as the coefficients grow without bound along
+    the separating direction. The verdicts that direction decides are then certain and leave the likelihood; the
+    model effects are fitted on the ``undecided`` rest (ties and equal covariates) with their prior, and bootstrapped
+    over the same resamples. An interval end those verdicts do not bound (a model they never show losing, or
+    winning; one absent from them in some resample; or no undecided verdict at all) is open.
+
+    Returns:
+        ``(fit, boot_scores (n_boot, M), (open_lower (M,), open_upper (M,)))``.
+    """
+    m = design.m
+    keep = undecided
+    sub = Design(
+        design.x[keep][:, :m], design.outcome[keep], design.units[keep], design.n_units, design.a[keep],
+        design.b[keep], m,
+    )  # fmt: skip
+    boot_s = np.full((n_boot, m), np.nan)
+    if keep.any():
+        theta, ok, _ = damped_newton(sub, np.ones((1, int(keep.sum()))), precision, davidson, hessian=False)
+        est, converged = theta[0], bool(ok[0])
+    else:
+        est, converged = np.zeros(m + davidson), True
+        if davidson:
+            est[-1] = TIE_LOG_BOUNDS[0]
+    fit = _FullFit(
+        estimate=est,
+        scores=est[:m] - est[:m].mean(),
+        coefficients=np.zeros(0),
+        wald_se=np.zeros(0),
+        tie_parameter=math.exp(float(est[-1])) if davidson else None,
+        log_likelihood=-data_nll(sub, est, davidson) if keep.any() else 0.0,
+        converged=converged,
+        identified=True,
+        undecided=undecided,
+    )
+    if keep.any() and intervals_defined(design.n_units):
+        boot_s, _, _ = _bootstrap(sub, fit, precision, davidson, n_boot, seed, batched)
+    counts = PairwiseCounts.from_records(undecided_records, items)
+    groups = separated_groups(counts, ties_bind=davidson)
+    compared = (counts.totals > 0).any(axis=1)
+    # a model some resample's undecided verdicts never show has only the prior to bound it there: open both ends
+    unbounded = ~compared | np.isnan(boot_s).any(axis=0)
+    lower = np.array([unbounded[k] or groups.get(i) == "never won" for k, i in enumerate(items)])
+    upper = np.array([unbounded[k] or groups.get(i) == "never lost" for k, i in enumerate(items)])
+    return fit, boot_s, (lower, upper)
 
 
 def _description_covariates(
@@ -460,6 +521,22 @@ class _FullFit:
     log_likelihood: float
     converged: bool
     identified: bool
+    undecided: np.ndarray | None = None  # separated: the records the separating direction leaves at 0
+
+
+def separation_note(kept: Sequence[str], n_decided: int, n_undecided: int) -> str:
+    """THE warning of a length-controlled fit whose covariates separate the verdicts (JSON and Markdown)."""
+    rest = (
+        f"the model effects are fitted on the {n_undecided} verdicts it leaves undecided"
+        if n_undecided
+        else "no verdict is left for the model effects: they are 0, bounded by the prior only"
+    )
+    return (
+        f"separation: covariates {list(kept)} decide {n_decided} of the {n_decided + n_undecided} verdicts, every one "
+        "where they differ (the longer/shorter description always wins), so maximum likelihood has no finite "
+        f"coefficient (reported as null: infinite along that direction); {rest}, and an interval end those verdicts "
+        "do not bound is open (null in the JSON), as for separated models of the plain fits"
+    )
 
 
 def _full_fit(design: Design, kept: list[str], precision: float, davidson: bool, notes: list[str]) -> _FullFit:
@@ -472,22 +549,23 @@ def _full_fit(design: Design, kept: list[str], precision: float, davidson: bool,
             "sample): model effects and coefficients are not separately identified; reported as null"
         )
         identified = False
-    elif kept and _separated(design.x[:, m:], design.outcome):
-        notes.append(
-            f"covariates {kept} separate the verdicts (the longer/shorter description wins every decisive verdict): "
-            "the maximum-likelihood coefficient is infinite; scores, coefficients and p-values reported as null"
-        )
-        identified = False
+    undecided = None
+    if identified and kept:
+        direction = separating_direction(design.x[:, m:], design.outcome)
+        if direction is not None:  # the limit of the fit as the coefficients grow along it: _separated_fit
+            z = design.x[:, m:] @ direction
+            undecided = np.abs(z) <= 1e-9 * max(1.0, float(np.abs(z).max()))
+            notes.append(separation_note(kept, int((~undecided).sum()), int(undecided.sum())))
     theta, ok, hess = damped_newton(design, np.ones((1, design.x.shape[0])), precision, davidson)
     est = theta[0]
-    wald_se = np.sqrt(np.maximum(np.diag(np.linalg.pinv(hess[0]))[m:p], 0.0))
-    if identified and kept and (not ok[0] or np.max(np.abs(est[m:p])) > DIVERGED):
+    if undecided is None and identified and kept and (not ok[0] or np.max(np.abs(est[m:p])) > DIVERGED):
         notes.append(
             f"covariates {kept} nearly separate the verdicts (fitted coefficient beyond {DIVERGED:g} logits per RMS "
             "difference, or no convergence): the estimate rests on the few verdicts length does not decide; scores, "
             "coefficients and p-values reported as null"
         )
         identified = False
+    wald_se = np.sqrt(np.maximum(np.diag(np.linalg.pinv(hess[0]))[m:p], 0.0))
     return _FullFit(
         estimate=est,
         scores=est[:m] - est[:m].mean(),
@@ -497,6 +575,7 @@ def _full_fit(design: Design, kept: list[str], precision: float, davidson: bool,
         log_likelihood=-data_nll(design, est, davidson),
         converged=bool(ok[0]),
         identified=identified,
+        undecided=undecided,
     )
 
 

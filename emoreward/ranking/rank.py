@@ -183,7 +183,8 @@ def _with_features(table: DescriptionTable, fit_kwargs: dict[str, Any]) -> dict[
 
 def parse_groups(spec: str, models: Sequence[str]) -> list[list[str]]:
     """Groups for the hierarchical scheme: ``"A,B|C,D"`` (explicit) or an integer K (split the models, in table
-    order, into K contiguous groups of near-equal size).
+    order, i.e. the order of their content, `emoreward.data.tables.canonical_order`, into K contiguous groups of
+    near-equal size).
 
     Raises:
         ValueError: on an unknown model, fewer than two groups, or groups that do not cover every model once.
@@ -318,12 +319,13 @@ def rank_with_judge(
     Raises:
         ValueError: on a judge that returns no valid verdicts, or bad options.
     """
-    calls = {"n_judge_calls": 0, "n_invalid": 0, "n_pairs": 0}
+    calls = {"n_judge_calls": 0, "n_reused": 0, "n_invalid": 0, "n_pairs": 0}
     collected: list[PairwiseRecord] = []
 
     def run(model_pairs: list[tuple[str, str]] | None) -> list[PairwiseRecord]:
         got = judge_records(judge, table, model_pairs, swap=swap, runs=runs, combine=combine)
         calls["n_judge_calls"] += got.n_calls
+        calls["n_reused"] += got.n_reused
         calls["n_invalid"] += got.n_invalid
         calls["n_pairs"] += got.n_pairs
         collected.extend(got.records)

@@ -447,9 +447,11 @@ def _cost_line(cost: dict[str, Any]) -> str:
             f"generative judge would need {cost['generative_pair_calls']} pair calls "
             f"(C(M,2) x N, x2 with the swapped order: {2 * cost['generative_pair_calls']})."
         )
+    reused = cost.get("n_reused", 0)
     return (
-        f"Judge calls: {cost['n_judge_calls']} ({cost['n_pairs']} pairs x orders x runs); "
-        f"{cost['n_invalid']} invalid verdicts dropped; {cost['n_records']} records."
+        f"Judge calls: {cost['n_judge_calls']} ({cost['n_pairs']} pairs x orders x runs"
+        + (f"; {reused} more verdicts from the call cache or an identical greedy run" if reused else "")
+        + f"); {cost['n_invalid']} invalid verdicts dropped; {cost['n_records']} records."
     )
 
 
@@ -584,7 +586,9 @@ def _bpa_cost_line(cost: dict[str, Any]) -> str:
             f"Judge queries: {cost['n_queries']} pair verdicts from {cost['n_scored']} reward-model scorings "
             f"(+ {cost['n_cached']} descriptions from the cache, {cost['scoring_seconds']:.1f} s)."
         )
+    reused = cost.get("n_reused", 0)
     return (
-        f"Judge queries: {cost['n_queries']} pairs, {cost['n_calls']} judge calls (orders x runs); "
-        f"{cost['n_invalid']} invalid verdicts dropped."
+        f"Judge queries: {cost['n_queries']} pairs, {cost['n_calls']} judge calls (orders x runs"
+        + (f"; {reused} more verdicts from the call cache or an identical greedy run" if reused else "")
+        + f"); {cost['n_invalid']} invalid verdicts dropped."
     )

@@ -39,6 +39,7 @@ from sklearn.model_selection import StratifiedKFold
 from transformers import set_seed
 
 from emoreward.data import PreferencePair, load_pairs
+from emoreward.data.pairs import canonical_pairs
 from emoreward.evaluation.harness import evaluate_model
 from emoreward.evaluation.judge import RewardModelJudge
 from emoreward.evaluation.metrics import calibrate_tie_threshold
@@ -228,12 +229,19 @@ def _last_checkpoint(output_dir: str | Path) -> str | None:
 
 
 def stratified_folds(pairs: list[PreferencePair], k: int, seed: int) -> list[tuple[list[int], list[int]]]:
-    """Stratified k-fold split of pair indices by label (scikit-learn `StratifiedKFold`, shuffled, seeded)."""
-    labels = [p.label for p in pairs]
+    """Stratified k-fold split of pair indices by label (scikit-learn `StratifiedKFold`, shuffled, seeded), over
+    the pairs in their content order (`canonical_pairs`): the same folds whatever the order of the rows. A pair
+    never sits on both sides of a split (the loader refuses repeated pairs, `pair_content`)."""
+    order = {id(p): k for k, p in enumerate(canonical_pairs(pairs))}
+    ranked = sorted(range(len(pairs)), key=lambda i: order[id(pairs[i])])
+    labels = [pairs[i].label for i in ranked]
     if k > len(labels):
         raise ValueError(f"cv_folds={k} is more folds than the {len(labels)} pairs to split")
     splitter = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
-    return [(list(tr), list(te)) for tr, te in splitter.split(np.zeros(len(labels)), labels)]
+    return [
+        (sorted(ranked[i] for i in tr), sorted(ranked[i] for i in te))
+        for tr, te in splitter.split(np.zeros(len(labels)), labels)
+    ]
 
 
 def _num(value: float | None) -> str:
@@ -507,7 +515,7 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
         DataError / ValueError: bad training or evaluation data (both are read before any training starts).
     """
     config.check_max_length()  # a recipe the backbone cannot run fails here, not on the first long pair
-    pairs = load_pairs(config.train_file)
+    pairs = canonical_pairs(load_pairs(config.train_file))  # the row order of the file changes nothing
     eval_pairs = load_pairs(config.eval_file) if config.eval_file else None  # fail before any fold trains
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -16,8 +16,8 @@ def pairs_file(tmp_path, video: str | None, name: str = "pairs.jsonl"):
     row = {"sample_id": "s0", "description_1": "She smiles.", "description_2": "He frowns.", "label": "1"}
     if video is not None:
         row["video"] = video
-    return write(tmp_path / name, jsonl([{"sample_id": "ok", **{k: v for k, v in row.items() if k != "sample_id"},
-                                          "video": "video/s0.mp4"}, row]))  # fmt: skip
+    ok = {**row, "sample_id": "ok", "description_2": "He looks away.", "video": "video/s0.mp4"}  # not a repeat
+    return write(tmp_path / name, jsonl([ok, row]))
 
 
 EVALUATE = [

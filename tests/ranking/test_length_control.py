@@ -107,7 +107,7 @@ def test_where_length_explains_every_verdict_all_models_are_equal_within_their_i
     assert f"[-inf, {plain.upper[3]:+.2f}]" in comparison_markdown(plain, fit, open_ends=lambda n: (n == "D", False))
 
 
-def test_perfect_separation_is_reported_as_null_not_a_solver_artefact():
+def test_perfect_separation_gives_finite_overlapping_scores_and_names_it():
     records, descriptions = _length_only_table(n_samples=30)
     names, features = description_features(descriptions, ["log_length"])
     longer_wins = [
@@ -119,13 +119,16 @@ def test_perfect_separation_is_reported_as_null_not_a_solver_artefact():
         )
         for r in records
     ]
-    with pytest.warns(UserWarning, match="separate the verdicts"):
+    with pytest.warns(UserWarning, match=r"separation: covariates \['log_length'\] decide"):
         fit = fit_length_controlled(longer_wins, features, names, items=MODELS, n_boot=20)
     out = fit.to_dict()
+    # the coefficient is infinite: null, and named; the model effects are finite, their intervals overlap
     assert out["covariates"]["log_length"]["coefficient"] is None
     assert out["covariates"]["log_length"]["p_value"] is None
-    assert out["scores"] == [None] * 4 and out["ranking"] is None
-    assert not fit.identified and order_changes(fit.as_bt_result(), fit) == []
+    assert out["separation"]["covariates"] == ["log_length"] and out["separation"]["decided"] >= 170
+    assert fit.identified and all(math.isfinite(s) for s in fit.scores)
+    assert max(fit.ci_lower) <= min(fit.ci_upper)
+    assert "infinite (separation)" in fit.coefficients_markdown()
 
 
 def test_length_collinear_with_model_identity_is_reported():

@@ -111,7 +111,9 @@ def test_subsets_and_lengths():
     assert table.subtitle("s2") == "sub s2"
     assert table.lengths()["a"] == {"chars": 13.0, "words": 3.0, "n": 3, "n_empty": 0}
     sub = table.subset(["s3", "s1"], ["b"])
-    assert sub.samples == ["s3", "s1"] and sub.models == ["b"] and len(sub.descriptions) == 2
+    # in the table's own order (by content), whatever order the selection names them in
+    assert sorted(sub.samples) == ["s1", "s3"] and sub.models == ["b"] and len(sub.descriptions) == 2
+    assert sub.samples == table.subset(["s1", "s3"], ["b"]).samples
     picked = table.sample_subset(2, seed=1)
     assert picked.n_samples == 2 and picked.samples == [s for s in table.samples if s in picked.samples]
     assert table.sample_subset(2, seed=1).samples == picked.samples
@@ -136,6 +138,17 @@ def test_parse_groups():
 # ------------------------------------------------------------------------------------- scoring and verdicts
 
 
+def by_name(records) -> dict:
+    """Verdicts keyed by the two models in name order (a record's own orientation is the table's order)."""
+    flip = {Verdict.FIRST: Verdict.SECOND, Verdict.SECOND: Verdict.FIRST}
+    return {
+        (r.item_a, r.item_b) if r.item_a <= r.item_b else (r.item_b, r.item_a): (
+            r.outcome if r.item_a <= r.item_b else flip.get(r.outcome, r.outcome)
+        )
+        for r in records
+    }
+
+
 def test_verdicts_from_scores_use_the_tie_threshold():
     table = DescriptionTable.from_rows(
         [
@@ -146,18 +159,20 @@ def test_verdicts_from_scores_use_the_tie_threshold():
         ]
     )
     scores = score_table(LengthModel(), table)
-    assert scores.scores.shape == (3, 2) and np.isnan(scores.scores[1, 1])
-    np.testing.assert_allclose(scores.scores[:, 0], [1.0, 0.9, 2.0])
-    got = {(r.item_a, r.item_b): r.outcome for r in records_from_scores(scores, tie_threshold=0.15)}
+    at = {m: i for i, m in enumerate(scores.models)}  # the table's order is its content's (canonical_order)
+    s1, s2 = scores.samples.index("s1"), scores.samples.index("s2")
+    assert scores.scores.shape == (3, 2) and np.isnan(scores.scores[at["b"], s2])
+    np.testing.assert_allclose([scores.scores[at[m], s1] for m in "abc"], [1.0, 0.9, 2.0])
+    got = by_name(records_from_scores(scores, tie_threshold=0.15))
     assert got == {("a", "b"): Verdict.TIE, ("a", "c"): Verdict.SECOND, ("b", "c"): Verdict.SECOND}
-    got = {(r.item_a, r.item_b): r.outcome for r in records_from_scores(scores, tie_threshold=0.0)}
+    got = by_name(records_from_scores(scores, tie_threshold=0.0))
     assert got[("a", "b")] is Verdict.FIRST
     # the one tie rule: the verdict of verdict_from_difference on r_a - r_b, at the threshold's edge too
     for threshold in (0.0, 0.1 - 1e-12, 0.1, 0.1 + 1e-12, 1.0, 1.1):
-        got = {(r.item_a, r.item_b): r.outcome for r in records_from_scores(scores, tie_threshold=threshold)}
+        got = by_name(records_from_scores(scores, tie_threshold=threshold))
         expected = {
-            (x, y): verdict_from_difference(float(scores.scores[i, 0] - scores.scores[j, 0]), threshold)
-            for (i, x), (j, y) in itertools.combinations(enumerate("abc"), 2)
+            (x, y): verdict_from_difference(float(scores.scores[at[x], s1] - scores.scores[at[y], s1]), threshold)
+            for x, y in itertools.combinations("abc", 2)
         }
         assert got == expected
     assert all(r.sample == "s1" for r in records_from_scores(scores))
@@ -181,7 +196,8 @@ def test_scores_are_cached_on_disk(tmp_path):
     # the cache key includes the subtitle: the same text with a subtitle is scored anew
     rows = [{"sample": "s000", "model": "m0", "description": table.descriptions["s000", "m0"], "subtitle": "hi"}]
     with_sub = score_table(model, DescriptionTable.from_rows(rows), ScoreCache(path))
-    assert with_sub.n_scored == 1 and with_sub.scores[0, 0] == pytest.approx(first.scores[0, 0] + 1.0)
+    at = first.models.index("m0"), first.samples.index("s000")
+    assert with_sub.n_scored == 1 and with_sub.scores[0, 0] == pytest.approx(first.scores[at] + 1.0)
 
 
 def test_model_fingerprint_changes_with_the_weights(tmp_path):
@@ -222,7 +238,7 @@ def test_reward_model_ranking_recovers_known_order_and_reports_costs():
 def test_undefeated_model_keeps_a_finite_score():
     table = synthetic_table([1.0, 1.5, 2.0, 30.0], n_samples=30)
     report = rank_with_reward_model(LengthModel(), table, n_boot=20)
-    assert report.counts.wins[3].sum() == 3 * 30  # m3 wins every comparison
+    assert report.counts.wins[report.counts.items.index("m3")].sum() == 3 * 30  # m3 wins every comparison
     for fit in (report.ties, report.binarized):
         assert np.all(np.isfinite(fit.estimate.scores)) and fit.estimate.ranking[0] == "m3"
 
@@ -267,7 +283,7 @@ def test_table_pairs_skip_missing_descriptions():
         + [{"sample": "s2", "model": "a", "description": "a"}]
     )
     pairs = table_pairs(table)
-    assert [(p.model_1, p.model_2) for p in pairs] == list(itertools.combinations("abc", 2))
+    assert sorted(tuple(sorted((p.model_1, p.model_2))) for p in pairs) == list(itertools.combinations("abc", 2))
     assert all(p.sample_id == "s1" and p.label is None for p in pairs)
 
 

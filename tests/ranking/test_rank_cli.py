@@ -88,7 +88,14 @@ def test_rank_cli_writes_report_and_reuses_cache(tmp_path, model_dir, capsys):
     report = json.loads(out.read_text())
     assert sorted(report["ranking"]) == ["alpha", "beta", "delta", "gamma"]
     assert report["cost"]["n_pair_verdicts"] == 6 * 12 and report["tie_threshold"] == 1e-3
-    assert report["hierarchical"]["groups"] == [["alpha", "beta"], ["gamma", "delta"]]
+    # K groups: contiguous in the table's order (its content's, `canonical_order`), two of two here
+    groups = report["hierarchical"]["groups"]
+    assert sorted(len(g) for g in groups) == [2, 2] and sorted(m for g in groups for m in g) == [
+        "alpha",
+        "beta",
+        "delta",
+        "gamma",
+    ]
     for suffix in (".md", "_scores.png", "_W.png"):
         assert out.with_name("rank" + suffix).exists()
     # the scores the CLI used are the model's own

@@ -136,7 +136,7 @@ def test_byte_order_mark_is_accepted(tmp_path, tiny_rm_dir, capsys):
     rows = table_rows(n_samples=4)
     data = write_rows(tmp_path / "bom.jsonl", rows, prefix=b"\xef\xbb\xbf")
     table = load_description_table(data)
-    assert table.samples[0] == "s0" and len(table.descriptions) == 16
+    assert "s0" in table.samples and len(table.descriptions) == 16
     code, printed, _ = run(["--judge", str(tiny_rm_dir), "--data", str(data), "--n-boot", "5", "--no-cache"], capsys)
     assert code == 0 and "4 models x 4 samples" in printed
 

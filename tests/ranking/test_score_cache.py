@@ -75,7 +75,8 @@ def test_text_chunks_are_consecutive_slices_of_one_length_order(tiny_rm_dir):
     assert lengths == sorted(lengths)
     whole = model.score_info(texts, context)  # the same engine in one call: the same rewards
     for idx, info in chunks:
-        np.testing.assert_allclose(info.rewards, whole.rewards[idx], atol=1e-6, rtol=0)
+        # float32: a text's batch (its padded width) differs between the two plans by a few ulps of the reward
+        np.testing.assert_allclose(info.rewards, whole.rewards[idx], atol=5e-6, rtol=0)
         np.testing.assert_array_equal(info.truncated, whole.truncated[idx])
     with pytest.raises(ValueError, match="chunk_size"):
         list(score_in_chunks(model, texts, [context] * len(texts), chunk_size=0))

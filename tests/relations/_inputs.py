@@ -71,6 +71,35 @@ def pair_rows(n: int = 24, seed: int = 0) -> list[dict[str, Any]]:
     return rows
 
 
+def train_recipe(folder: Path, backbone: Path, train_file: Path, **extra: Any) -> Path:
+    """A tiny training recipe (LoRA on a 2-layer BERT, 2-fold cross-validation, one step per fit)."""
+    import yaml
+
+    recipe = {
+        "model_name_or_path": str(backbone),
+        "lora_target_modules": ["query", "value"],
+        "lora_r": 4,
+        "lora_alpha": 8,
+        "train_file": str(train_file),
+        "max_steps": 2,
+        "per_device_train_batch_size": 8,
+        "learning_rate": 1e-2,
+        "max_length": 64,
+        "gradient_checkpointing": False,
+        "disable_tqdm": True,
+        "cv_folds": 2,
+        "final_fit": False,
+        "fit_workers": "1",
+        "save_strategy": "no",
+        "report_to": ["none"],
+        "output_dir": str(folder / "out"),
+        **extra,
+    }
+    path = Path(folder) / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    return path
+
+
 def length_judge(path: Path) -> Path:
     """The scripted length-only judge as a judge YAML."""
     path = Path(path)
@@ -107,8 +136,15 @@ def read_json(path: Path) -> Any:
 
 # ----------------------------------------------------------------------------------------------- relations
 
-# report fields that are no result: timings, where inputs and outputs are, free text
-VOLATILE = (r"(^|/)seconds(/|$)", r"(^|/)wall", r"(^|/)(data|judge|output|source|score_cache|path|model_path)$")
+# report fields that are no result: timings, where inputs and outputs are; and the positions of a ranking list (the
+# order of equal scores within it is a tie: `ranks`, compared by item, carries the result)
+VOLATILE = (
+    r"(^|/)seconds(/|$)",
+    r"_seconds(/|$)",
+    r"(^|/)wall",
+    r"(^|/)(data|judge|output|source|score_cache|path|model_path)$",
+    r"(^|/)ranking/\d+$",
+)
 
 
 def numbers(report: Any, rename: Mapping[str, str] | None = None, prefix: str = "") -> dict[str, Any]:
@@ -140,14 +176,18 @@ def aligned(report: Any, rename: Mapping[str, str] | None = None) -> Any:
         return [aligned(v, rename) for v in report]
     if not isinstance(report, Mapping):
         return report
-    items = report.get("items", report.get("models"))
+    items = report.get("items", report.get("models", report.get("sample_id")))
     out: dict[str, Any] = {}
     for k, v in report.items():
+        ranking = report.get("ranking")
+        if k == "ranks" and isinstance(ranking, list) and isinstance(v, list) and len(v) == len(ranking):
+            out[k] = dict(zip((rename.get(i, i) for i in ranking), v))  # ranks go with the ranking, not the items
+            continue
         if isinstance(items, list) and isinstance(v, list) and len(v) == len(items) and k not in ("ranking",):
             names = [rename.get(i, i) for i in items]
             if all(isinstance(row, list) and len(row) == len(items) for row in v):
                 out[k] = {a: dict(zip(names, aligned(row, rename))) for a, row in zip(names, v)}
-            elif k in ("items", "models"):
+            elif k in ("items", "models", "sample_id"):
                 out[k] = sorted(names)
             else:
                 out[k] = dict(zip(names, aligned(v, rename)))
@@ -209,5 +249,6 @@ __all__ = [
     "run_ok",
     "shuffled",
     "table_rows",
+    "train_recipe",
     "write_jsonl",
 ]

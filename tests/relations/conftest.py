@@ -53,3 +53,17 @@ def table(tmp_path) -> Path:
 def pairs_file(tmp_path) -> Path:
     """24 labelled pairs."""
     return write_jsonl(tmp_path / "pairs.jsonl", pair_rows())
+
+
+@pytest.fixture(scope="session")
+def bpe_rm_dir(tmp_path_factory) -> Path:
+    """A saved tiny Llama reward model on a byte-level BPE tokenizer (tests/export/bpe_chat.py): unlike MiniLM's
+    WordPiece (which strips accents), it reads the two Unicode forms of a text as different tokens."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "export"))
+    from bpe_chat import qwen_like_tokenizer, tiny_chat_reward_model
+
+    path = tmp_path_factory.mktemp("relations-bpe-rm") / "model"
+    tiny_chat_reward_model(qwen_like_tokenizer()).save_pretrained(path)
+    return path

@@ -142,7 +142,7 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--media-root": "where media files are: tests/test_data_context.py, tests/bad_input/test_bad_media.py",
     },
     "judge": {
-        "*": ("permutation", "duplication", "accounting"),
+        "*": ("permutation", "duplication", "accounting", "separation"),
         "--judge": ("content_identity",),
         "--strategy": "a judge setting: each strategy is tested in tests/zero_shot",
         "--data": ("permutation", "duplication"),

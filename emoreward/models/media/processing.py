@@ -36,6 +36,7 @@ from transformers import Qwen2_5_VLProcessor, Qwen2_5OmniProcessor, Qwen2AudioPr
 from transformers.video_processing_utils import VideoProcessorMixin
 
 from emoreward.data.media import MediaOptions, SampleMedia
+from emoreward.data.text import normal_text
 from emoreward.models.backbones import BackboneSpec
 from emoreward.models.layout import context_text
 
@@ -474,7 +475,7 @@ class RewardPromptBuilder:
             ValueError: the prefix and the closing tokens alone leave no room for a description token.
         """
         tail = self._ids(self._template("")[2])
-        body = self._ids(description)
+        body = self._ids(normal_text(description))  # one text, one reward, whatever its Unicode form
         room = self.max_length - prefix_length - len(tail)
         if room <= 0:
             raise ValueError(

@@ -1,0 +1,105 @@
+"""Permutation: shuffled rows, models and samples give the same numbers. Applied to `rank` (both methods, with the
+options that change the fit), `evaluate` and `judge` on shuffled pair files, `train`'s cross-validation on a
+shuffled training file, and the `score` route on shuffled descriptions.
+
+Owners: `emoreward.data.tables.DescriptionTable` (samples and models in canonical order), `emoreward.data.pairs`
+(`canonical_pairs`: the order a pair file is processed in), `emoreward.training.pipeline.stratified_folds`.
+"""
+
+from __future__ import annotations
+
+import pytest
+from _inputs import (
+    assert_same_numbers,
+    pair_rows,
+    read_json,
+    run_ok,
+    shuffled,
+    table_rows,
+    train_recipe,
+    write_jsonl,
+)
+
+
+COVERS = {
+    "rank": ("*", "--data", "--method", "--samples", "--hierarchical", "--tie-model"),
+    "evaluate": ("*", "--data"),
+    "judge": ("*", "--data"),
+    "train": ("*", "--train_file"),
+    "score": ("*", "descriptions"),
+}
+
+RANK_VARIANTS = {
+    "full": [],
+    "bpa": ["--method", "bpa", "--budget", "30"],
+    "samples": ["--samples", "5"],
+    "hierarchical": ["--hierarchical", "alpha,beta|gamma,delta"],
+    "rao-kupper": ["--tie-model", "rao-kupper"],
+}
+
+
+def rank_report(capsys, judge, rows, folder, extra=()) -> dict:
+    table = write_jsonl(folder / "table.jsonl", rows)
+    out = folder / "rank.json"
+    run_ok(capsys, ["rank", "--judge", judge, "--data", table, "--output", out, "--n-boot", 30, "--no-cache", "--quiet",
+                    *extra])  # fmt: skip
+    return read_json(out)
+
+
+@pytest.mark.parametrize("variant", list(RANK_VARIANTS))
+@pytest.mark.parametrize("judge", ["reward-model", "length-judge"])
+def test_rank_is_invariant_to_row_order(variant, judge, rm_dir, length_judge_yaml, tmp_path, capsys):
+    spec = rm_dir if judge == "reward-model" else length_judge_yaml
+    rows = table_rows(n_samples=8)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = rank_report(capsys, spec, rows, tmp_path / "a", RANK_VARIANTS[variant])
+    b = rank_report(capsys, spec, shuffled(rows, seed=3), tmp_path / "b", RANK_VARIANTS[variant])
+    assert_same_numbers(a, b)
+
+
+def pairs_report(capsys, command, judge, rows, folder) -> dict:
+    data = write_jsonl(folder / "pairs.jsonl", rows)
+    if command == "evaluate":
+        out = folder / "eval.json"
+        run_ok(capsys, ["evaluate", "--model", judge, "--data", data, "--output", out])
+        return read_json(out)
+    out = folder / "judged"
+    run_ok(capsys, ["judge", "--judge", judge, "--data", data, "--output", out, "--no-progress"])
+    return read_json(out / "report.json")
+
+
+@pytest.mark.parametrize("command", ["evaluate", "judge"])
+def test_pair_commands_are_invariant_to_row_order(command, rm_dir, length_judge_yaml, tmp_path, capsys):
+    judge = rm_dir if command == "evaluate" else length_judge_yaml
+    rows = pair_rows(24)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = pairs_report(capsys, command, judge, rows, tmp_path / "a")
+    b = pairs_report(capsys, command, judge, shuffled(rows, seed=5), tmp_path / "b")
+    assert_same_numbers(a, b, ignore=(r"markdown$", r"/calls/", r"seconds"))
+
+
+def test_train_is_invariant_to_row_order(tiny_bert_dir, tmp_path, capsys):
+    rows = pair_rows(24)
+    reports = []
+    for name, ordered in (("a", rows), ("b", shuffled(rows, seed=2))):
+        folder = tmp_path / name
+        data = write_jsonl(folder / "train.jsonl", ordered)
+        run_ok(capsys, ["train", "--config", train_recipe(folder, tiny_bert_dir, data)])
+        reports.append(read_json(folder / "out" / "report.json"))
+    a, b = (r["cross_validation"] for r in reports)
+    assert_same_numbers(a, b, ignore=(r"markdown$", r"train_seconds", r"/threads"))
+
+
+def test_score_is_invariant_to_the_order_of_descriptions(rm_dir):
+    import numpy as np
+
+    from emoreward.models import load_reward_model
+
+    texts = [r["description"] for r in table_rows(n_samples=6)]
+    order = np.random.default_rng(0).permutation(len(texts))
+    model = load_reward_model(rm_dir)
+    a = model.score(texts)
+    b = model.score([texts[i] for i in order])
+    np.testing.assert_allclose(b, a[order], rtol=0, atol=1e-6)

@@ -1,0 +1,203 @@
+"""Renaming and normal forms: renamed models, samples and paths, the other Unicode normal form of every text, and
+the equivalent shapes of a chat message give the same numbers. Applied to `rank` (both methods), `evaluate` and
+`train` (their data files), and the RL routes' reading of a completion: `score`, `grpo`, `verl`, the OpenRLHF
+server route and its Python reward function.
+
+Owners: `emoreward.data.text.normal_text` (the one Unicode form: lengths, the token layout of every model, the
+zero-shot prompts), `emoreward.data.context.message_text` (the text of a message, string or content parts),
+`emoreward.data.tables.canonical_order` (models by name, samples by content).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+import numpy as np
+import pytest
+from _inputs import assert_same_numbers, pair_rows, read_json, run_ok, table_rows, train_recipe, write_jsonl
+
+
+COVERS = {
+    "rank": ("*", "--data", "--method"),
+    "evaluate": ("*", "--data"),
+    "train": ("--train_file",),
+    "serve": ("*",),
+    "score": ("*", "descriptions", "contexts"),
+    "grpo": ("*", "prompts", "completions"),
+    "verl": ("*", "solution_str"),
+    "openrlhf_http": ("*",),
+    "openrlhf_reward_func": ("*", "queries"),
+}
+
+# accented text: NFC and NFD differ in code points (and in characters, the unit of every length)
+ACCENTED = ["café crème", "naïve élan", "déjà vu", "señora", "über", "façade", "rôle"]
+
+
+def nfd(text: str) -> str:
+    return unicodedata.normalize("NFD", text)
+
+
+def accented_rows(n_samples: int = 6) -> list[dict]:
+    """A table whose descriptions carry accented words (composed form)."""
+    rows = table_rows(n_samples=n_samples)
+    for k, row in enumerate(rows):
+        row["description"] = f"{row['description']} {ACCENTED[k % len(ACCENTED)]}"
+    return rows
+
+
+RENAMES = {
+    "models": lambda row, m: {**row, "model": m.get(row["model"], row["model"])},
+    "samples": lambda row, m: {**row, "sample": m.get(row["sample"], row["sample"])},
+    "nfd": lambda row, m: {**row, "description": nfd(row["description"])},
+}
+MODEL_NAMES = {"alpha": "zeta", "beta": "Ærø", "gamma": "a-model", "delta": "m 4"}
+SAMPLE_NAMES = {f"s{k}": f"clip-{9 - k:02d}" for k in range(10)}
+
+
+def rank(capsys, judge, rows, folder, extra=()):
+    table = write_jsonl(folder / "some other name.jsonl", rows)
+    out = folder / "r.json"
+    run_ok(capsys, ["rank", "--judge", judge, "--data", table, "--output", out, "--n-boot", 30, "--no-cache", "--quiet",
+                    *extra])  # fmt: skip
+    return read_json(out)
+
+
+@pytest.mark.parametrize("method", ["full", "bpa"])
+@pytest.mark.parametrize("kind", list(RENAMES))
+def test_rank_is_invariant_to_names_and_unicode_forms(kind, method, length_judge_yaml, rm_dir, tmp_path, capsys):
+    rows = accented_rows()
+    mapping = {"models": MODEL_NAMES, "samples": SAMPLE_NAMES, "nfd": {}}[kind]
+    renamed = [RENAMES[kind](r, mapping) for r in rows]
+    extra = ["--method", "bpa", "--budget", "30"] if method == "bpa" else []
+    for judge in (length_judge_yaml, rm_dir):
+        (tmp_path / "a").mkdir(exist_ok=True)
+        (tmp_path / "b").mkdir(exist_ok=True)
+        a = rank(capsys, judge, rows, tmp_path / "a", extra)
+        b = rank(capsys, judge, renamed, tmp_path / "b", extra)
+        # warnings are prose that name models: compared by count, the numbers by value
+        assert len(a["warnings"]) == len(b["warnings"])
+        assert_same_numbers(a, b, rename=mapping if kind == "models" else {}, ignore=(r"/warnings/", r"/history/"))
+
+
+def nfd_pairs(rows):
+    return [{**r, "description_1": nfd(r["description_1"]), "description_2": nfd(r["description_2"])} for r in rows]
+
+
+def accented_pairs() -> list[dict]:
+    rows = pair_rows(24)
+    for k, r in enumerate(rows):
+        r["description_1"] += f" {ACCENTED[k % 7]}"
+        r["description_2"] += f" {ACCENTED[(k + 3) % 7]} {ACCENTED[(k + 1) % 7]}"
+    return rows
+
+
+def trl_pairs(rows):
+    """The same pairs as a TRL conversational file: chosen / rejected message lists, content as a list of parts."""
+
+    def turn(text):
+        return [{"role": "assistant", "content": [{"type": "text", "text": text}]}]
+
+    out = []
+    for r in rows:
+        chosen, rejected = (
+            (r["description_1"], r["description_2"]) if r["label"] == "1" else (r["description_2"], r["description_1"])
+        )
+        out.append({"sample_id": r["sample_id"], "chosen": turn(chosen), "rejected": turn(rejected)})
+    return out
+
+
+@pytest.mark.parametrize("kind", ["nfd", "sample ids"])
+def test_evaluate_is_invariant_to_unicode_forms_and_ids(kind, rm_dir, tmp_path, capsys):
+    rows = accented_pairs()
+    other = nfd_pairs(rows) if kind == "nfd" else [{**r, "sample_id": f"renamed-{r['sample_id']}"} for r in rows]
+    reports = []
+    for name, data in (("a", rows), ("b", other)):
+        out = tmp_path / name / "e.json"
+        run_ok(capsys, ["evaluate", "--model", rm_dir, "--data", write_jsonl(tmp_path / name / "p.jsonl", data),
+                        "--output", out])  # fmt: skip
+        reports.append(read_json(out))
+    rename = {r["sample_id"]: o["sample_id"] for r, o in zip(rows, other)}
+    assert_same_numbers(*reports, rename=rename, ignore=(r"markdown$",))
+
+
+def test_train_reads_trl_content_parts_as_their_text(tiny_bert_dir, tmp_path, capsys):
+    rows = pair_rows(24)
+    chosen_first = [
+        {**r, "description_1": r["description_1"] if r["label"] == "1" else r["description_2"],
+         "description_2": r["description_2"] if r["label"] == "1" else r["description_1"], "label": "1"}
+        for r in rows
+    ]  # fmt: skip
+    reports = []
+    for name, data in (("plain", chosen_first), ("trl", trl_pairs(rows))):
+        folder = tmp_path / name
+        run_ok(
+            capsys, ["train", "--config", train_recipe(folder, tiny_bert_dir, write_jsonl(folder / "t.jsonl", data))]
+        )
+        reports.append(read_json(folder / "out" / "report.json")["cross_validation"])
+    assert_same_numbers(*reports, ignore=(r"markdown$", r"train_seconds", r"/threads"))
+
+
+# ------------------------------------------------------------------------------------------------- RL routes
+
+SHAPES = {
+    "string": lambda text: text,
+    "message": lambda text: [{"role": "assistant", "content": text}],
+    "content parts": lambda text: [{"role": "assistant", "content": [{"type": "text", "text": text}]}],
+    "nfd string": lambda text: nfd(text),
+    "nfd parts": lambda text: [{"role": "assistant", "content": [{"type": "text", "text": nfd(text)}]}],
+}
+# the length monitor of a route counts the calls it has seen: those counters grow from one call to the next
+MONITOR_COUNTS = (r"length/(n|seen|window_batches)(/|$)",)
+TEXTS = [f"The woman is {w}, {ACCENTED[k]} and smiling." for k, w in enumerate(["calm", "tense", "joyful", "sad"])]
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_grpo_reward_is_the_same_for_every_shape_of_a_completion(shape, bpe_rm_dir):
+    from emoreward.export.grpo import EmotionReward
+
+    prompts = [[{"role": "user", "content": "Describe the emotion. Subtitle: hola"}]] * len(TEXTS)
+    first, second = EmotionReward(str(bpe_rm_dir)), EmotionReward(str(bpe_rm_dir))  # each its own length monitor
+    np.testing.assert_allclose(second(prompts, [SHAPES[shape](t) for t in TEXTS]), first(prompts, TEXTS), atol=1e-6)
+    assert_same_numbers(first.last_length_figures, second.last_length_figures)
+
+
+def test_score_and_verl_are_the_same_for_both_unicode_forms(bpe_rm_dir):
+    from emoreward.export.verl import compute_score
+    from emoreward.models import load_reward_model
+
+    model = load_reward_model(bpe_rm_dir)
+    decomposed = [nfd(t) for t in TEXTS]
+    np.testing.assert_allclose(model.score(decomposed, nfd("señal")), model.score(TEXTS, "señal"), rtol=0, atol=1e-6)
+    for text, original in zip(decomposed, TEXTS):
+        got = compute_score("emotion", text, "hola", {}, model=str(bpe_rm_dir), subtitle_key="ground_truth")
+        want = compute_score("emotion", original, "hola", {}, model=str(bpe_rm_dir), subtitle_key="ground_truth")
+        # the route's length monitor keeps a window over every call so far: the grpo test compares fresh ones
+        assert_same_numbers(want, got, ignore=(r"length/",))
+
+
+def test_openrlhf_routes_are_the_same_for_both_unicode_forms(bpe_rm_dir, monkeypatch):
+    from _helpers import post_json
+
+    from emoreward.export.serve import reward_func
+    from emoreward.export.serve.http import RewardServer
+    from emoreward.export.serve.service import RewardService
+    from emoreward.models import load_reward_model
+
+    prompt = "<|im_start|>user\nDescribe the emotion.\nSubtitle: hola<|im_end|>\n<|im_start|>assistant\n"
+    queries = [prompt + t + "<|im_end|>" for t in TEXTS]
+    decomposed = [prompt + nfd(t) + "<|im_end|>" for t in TEXTS]
+    with RewardServer(RewardService(load_reward_model(bpe_rm_dir)), port=0) as server:
+        _, a = post_json(server.host, server.port, "/get_reward", {"query": queries, "prompts": [prompt] * 4})
+        _, b = post_json(server.host, server.port, "/get_reward", {"query": decomposed, "prompts": [prompt] * 4})
+    assert_same_numbers(a, b, ignore=MONITOR_COUNTS)
+
+    monkeypatch.setenv("EMOREWARD_RM_MODEL", str(bpe_rm_dir))
+    x = reward_func.reward_func(queries, [prompt] * 4, [None] * 4)
+    y = reward_func.reward_func(decomposed, [prompt] * 4, [None] * 4)
+    for key in ("rewards", "scores"):
+        np.testing.assert_allclose(y[key].numpy(), x[key].numpy(), rtol=0, atol=1e-6)
+    assert_same_numbers(
+        {k: v.tolist() for k, v in x["extra_logs"].items()},
+        {k: v.tolist() for k, v in y["extra_logs"].items()},
+        ignore=MONITOR_COUNTS,
+    )

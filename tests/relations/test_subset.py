@@ -1,0 +1,74 @@
+"""Subset commutation: every option that selects a subset gives what running on the filtered input gives, alone
+and composed with the others, in any order the selection is written. Applied to `rank`'s ``--models``,
+``--sample-ids`` and ``--samples`` (and their compositions) and `judge`'s ``--limit``.
+
+Owners: `emoreward.data.tables.DescriptionTable.subset` and `sample_subset` (the order of what is kept:
+`canonical_order`), `emoreward.cli.rank._load_table` (the order the selections apply in).
+"""
+
+from __future__ import annotations
+
+import pytest
+from _inputs import assert_same_numbers, pair_rows, read_json, run_ok, table_rows, write_jsonl
+
+
+COVERS = {"rank": ("--models", "--samples", "--sample-ids"), "judge": ("--limit",)}
+
+MODELS = ["delta", "alpha", "gamma"]  # not in table order
+SAMPLES = ["s6", "s1", "s4", "s3", "s7"]
+
+
+def rank(capsys, judge, rows, folder, extra=()):
+    folder.mkdir(parents=True, exist_ok=True)
+    table = write_jsonl(folder / "table.jsonl", rows)
+    out = folder / "r.json"
+    run_ok(capsys, ["rank", "--judge", judge, "--data", table, "--output", out, "--n-boot", 30, "--no-cache", "--quiet",
+                    *[str(e).replace("{folder}", str(folder)) for e in extra]])  # fmt: skip
+    return read_json(out)
+
+
+SELECTIONS = {
+    "--models": (["--models", ",".join(MODELS)], lambda r: r["model"] in MODELS),
+    "--sample-ids": (["--sample-ids", "{folder}/ids.txt"], lambda r: r["sample"] in SAMPLES),
+    "--models --sample-ids": (
+        ["--sample-ids", "{folder}/ids.txt", "--models", ",".join(MODELS)],
+        lambda r: r["sample"] in SAMPLES and r["model"] in MODELS,
+    ),
+}
+
+
+@pytest.mark.parametrize("selection", list(SELECTIONS))
+@pytest.mark.parametrize("method", ["full", "bpa"])
+def test_a_selection_equals_ranking_the_filtered_table(selection, method, rm_dir, tmp_path, capsys):
+    rows = table_rows(n_samples=8)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "ids.txt").write_text("\n".join(SAMPLES) + "\n", encoding="utf-8")
+    options, keep = SELECTIONS[selection]
+    extra = ["--method", "bpa", "--budget", "20"] if method == "bpa" else []
+    a = rank(capsys, rm_dir, rows, tmp_path / "a", [*options, *extra])
+    b = rank(capsys, rm_dir, [r for r in rows if keep(r)], tmp_path / "b", extra)
+    assert_same_numbers(a, b)
+
+
+@pytest.mark.parametrize("also", [[], ["--models", ",".join(MODELS)]])
+def test_samples_n_equals_ranking_the_table_filtered_to_the_chosen_samples(also, rm_dir, tmp_path, capsys):
+    from emoreward.data.tables import load_description_table
+
+    rows = table_rows(n_samples=8)
+    a = rank(capsys, rm_dir, rows, tmp_path / "a", ["--samples", 5, *also])
+    filtered = [r for r in rows if not also or r["model"] in MODELS]
+    # the samples --samples chose: those of the filtered table's own draw
+    table = load_description_table(write_jsonl(tmp_path / "f.jsonl", filtered)).sample_subset(5, seed=0)
+    b = rank(capsys, rm_dir, [r for r in filtered if r["sample"] in table.samples], tmp_path / "b")
+    assert_same_numbers(a, b)
+
+
+def test_judge_limit_equals_judging_the_first_rows(length_judge_yaml, tmp_path, capsys):
+    rows = pair_rows(24)
+    reports = []
+    for name, data, extra in (("a", rows, ["--limit", "10"]), ("b", rows[:10], [])):
+        out = tmp_path / name
+        run_ok(capsys, ["judge", "--judge", length_judge_yaml, "--data", write_jsonl(tmp_path / f"{name}.jsonl", data),
+                        "--output", out, "--no-progress", *extra])  # fmt: skip
+        reports.append(read_json(out / "report.json"))
+    assert_same_numbers(*reports, ignore=(r"markdown$", r"/calls/", r"/notes/"))
