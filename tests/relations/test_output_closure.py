@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
-from _inputs import pair_rows, read_json, run_cli, run_ok, table_rows, write_jsonl
+from _inputs import pair_rows, run_cli, run_ok, table_rows, write_jsonl
 
 
 COVERS: dict[str, tuple[str, ...]] = {
