@@ -5,15 +5,17 @@ Each line is one finished call:
     {"judge": ..., "strategy": "S1" | "shared", "step": "compare" | "describe" | ..., "sample": ..., "order":
      "normal" | "swapped" | "-", "run": 0, "input_hash": ..., "output": "...", "probs": {...} | null, "meta": {...}}
 
-The key is (judge, strategy, step, sample, order, run). Step-1 descriptions are stored once under strategy
-`shared` and order `-`, so S2, S3 and S4 read the same description of a sample for a given run. The
-`input_hash` (prompt, media, model and sampling) guards against silently reusing a call made with another
-prompt or model: a key whose hash differs is an error, not a hit.
+The key is (judge, strategy, step, sample, order, run) and the call's `input_hash` (prompt, media, model
+content and sampling: `call_input_hash`). Step-1 descriptions are stored once under strategy `shared` and order
+`-`, so S2, S3 and S4 read the same description of a sample for a given run. A call whose input changed (a model
+retrained in place, a corrected row, another prompt) is a miss and is made again; the calls whose input did not
+change are reused, and the earlier answer stays in the file for the earlier input.
 
-A SIGKILL can leave a half-written last line, cut anywhere, also inside a multi-byte UTF-8 character (judges
+Lines are appended whole under a file lock (`emoreward.utils.io.locked_append`), so two runs on one cache lose
+nothing. A SIGKILL can leave a half-written line, cut anywhere, also inside a multi-byte UTF-8 character (judges
 answer in Chinese): each line is decoded on its own, an undecodable or unparseable one is counted as corrupt
-(`n_corrupt`) and skipped, and the next append starts a new line. Failed calls are never written, so a rerun
-retries them. Whole-file writes next to the cache (reports, judgements) go through
+(`n_corrupt`) and skipped, never cut away, and the next append starts a new line. Failed calls are never written,
+so a rerun retries them. Whole-file writes next to the cache (reports, judgements) go through
 `emoreward.utils.io.atomic_write_text`.
 """
 
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,10 +93,6 @@ def call_input_hash(
     )[:16]
 
 
-class CacheMismatchError(RuntimeError):
-    """A cached call has the same key but a different input (prompt, model or sampling changed)."""
-
-
 class CallCache:
     """Append-only JSONL call cache.
 
@@ -109,7 +106,7 @@ class CallCache:
 
     def __init__(self, path: str | Path | None):
         self.path = Path(path) if path is not None else None
-        self._rows: dict[tuple, dict[str, Any]] = {}
+        self._rows: dict[tuple, dict[str, Any]] = {}  # (key tuple, input hash) -> row
         self._lock = threading.Lock()
         self.n_corrupt = 0
         self.n_duplicates = 0
@@ -119,8 +116,10 @@ class CallCache:
     def _load(self) -> None:
         if self.path is None:
             return
+        from emoreward.utils.io import locked_read
+
         try:
-            data = self.path.read_bytes()
+            data = locked_read(self.path)
         except OSError as err:
             raise OSError(f"call cache {self.path}: cannot be read ({err.strerror or err})") from err
         for raw in data.split(b"\n"):
@@ -130,7 +129,7 @@ class CallCache:
                 row = json.loads(raw.decode("utf-8"))  # strict: a line cut inside a character is corrupt
                 key = CallKey(
                     row["judge"], row["strategy"], row["step"], row["sample"], row["order"], int(row["run"])
-                ).as_tuple()
+                ).as_tuple() + (row["input_hash"],)
             except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError):
                 self.n_corrupt += 1
                 continue
@@ -149,23 +148,13 @@ class CallCache:
         return len(self._rows)
 
     def __contains__(self, key: CallKey) -> bool:
-        return key.as_tuple() in self._rows
+        """Whether the call `key` was made with any input."""
+        return any(k[:-1] == key.as_tuple() for k in self._rows)
 
     def get(self, key: CallKey, input_hash: str) -> dict[str, Any] | None:
-        """The cached row for `key`, or None.
-
-        Raises:
-            CacheMismatchError: the key is cached with a different input hash.
-        """
-        row = self._rows.get(key.as_tuple())
-        if row is None:
-            return None
-        if row.get("input_hash") != input_hash:
-            raise CacheMismatchError(
-                f"cache {self.path}: call {key.as_tuple()} was made with a different input (prompt, media, model or "
-                f"sampling changed: {row.get('input_hash')} != {input_hash}); write to a fresh output folder"
-            )
-        return row
+        """The cached row of the call `key` made with input `input_hash`, or None (never made, or made with another
+        input: another prompt, media, model content or sampling)."""
+        return self._rows.get(key.as_tuple() + (input_hash,))
 
     def put(
         self, key: CallKey, input_hash: str, output: str, probs: dict | None = None, meta: dict | None = None
@@ -184,18 +173,11 @@ class CallCache:
             "meta": meta or {},
         }
         with self._lock:
-            if key.as_tuple() in self._rows:
+            if key.as_tuple() + (input_hash,) in self._rows:
                 return
-            self._rows[key.as_tuple()] = row
+            self._rows[key.as_tuple() + (input_hash,)] = row
             if self.path is None:
                 return
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a+b") as fh:
-                fh.seek(0, os.SEEK_END)
-                if fh.tell() > 0:
-                    fh.seek(-1, os.SEEK_END)
-                    if fh.read(1) != b"\n":  # a half-written line from a killed run
-                        fh.write(b"\n")
-                fh.write((json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8"))
-                fh.flush()
-                os.fsync(fh.fileno())
+            from emoreward.utils.io import locked_append
+
+            locked_append(self.path, (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8"))

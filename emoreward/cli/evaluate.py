@@ -142,8 +142,14 @@ def _run_reward_model(args: argparse.Namespace, spec: str) -> int:
     from emoreward.evaluation.harness import evaluate_reward_judge
     from emoreward.evaluation.report import headline, markdown_table, plot_confusion
     from emoreward.judges import load_judge
-    from emoreward.utils.io import atomic_write_json, atomic_write_text
+    from emoreward.utils.io import OutputFiles, atomic_write_json, atomic_write_text
 
+    files = OutputFiles()  # claimed before scoring: no two outputs share a path, none is the data
+    files.guard(args.data, "--data")
+    if report_file:
+        files.claim(report_file, "--output")
+        files.claim(Path(report_file).with_suffix(".md"), "the report's Markdown (--output with .md)")
+        files.claim(Path(report_file).with_suffix(".png"), "the confusion plot (--output with .png)")
     vllm = {"vllm_url": args.vllm_url} if getattr(args, "vllm_url", None) else {}
     judge = load_judge(
         spec, media_root=args.media_root, dtype=getattr(args, "dtype", "auto"), batch_size=_batch_size(args), **vllm
@@ -166,11 +172,13 @@ def _run_reward_model(args: argparse.Namespace, spec: str) -> int:
         f"pairs with identical descriptions {evaluation['n_identical_descriptions']}"
     )
     if report_file:
-        out = atomic_write_json(report_file, evaluation)
-        atomic_write_text(out.with_suffix(".md"), table)
+        out = files.written(atomic_write_json(report_file, evaluation))
+        files.written(atomic_write_text(out.with_suffix(".md"), table))
         three = evaluation["judge"]["three_class"]
-        plot_confusion(three["confusion"], three["labels"], three["pred_labels"], out.with_suffix(".png"))
+        plot = files.written(out.with_suffix(".png"))
+        plot_confusion(three["confusion"], three["labels"], three["pred_labels"], plot)
         print(f"report: {out}")
+        print(f"wrote {len(files.finish())} file(s): {', '.join(map(str, files.finish()))}")
     return EXIT_OK
 
 
@@ -279,6 +287,16 @@ def check_zero_shot_options(args: argparse.Namespace, options: dict) -> None:
 
         check_output_file(options["dataset"], "--dataset")
         check_records_path(options["dataset"], "--dataset")
+        if folder:  # the table must not be written over the call cache, a judgements file or the report
+            from emoreward.utils.io import OutputFiles
+
+            files = OutputFiles()
+            files.guard(args.data if Path(str(args.data)).exists() else None, "--data")
+            inside = [Path(folder) / "calls.jsonl", Path(folder) / "report.json", Path(folder) / "report.md"]
+            inside += [Path(folder) / f"judgements_{s}.jsonl" for s in options["strategy"]]
+            for path in inside:
+                files.claim(path, f"the run's {path.name} in --output")
+            files.claim(options["dataset"], "--dataset")
     if options["push_to_hub"]:
         from emoreward.data.records import check_hub_push
 

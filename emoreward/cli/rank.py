@@ -34,6 +34,7 @@ from emoreward.cli.options import (
     quiet_libraries,
     seed_int,
 )
+from emoreward.utils.io import OutputFiles
 
 
 # the options of `--method bpa` and their defaults: given with the full method, they would be silently ignored
@@ -286,6 +287,8 @@ def run(args: argparse.Namespace) -> int:
     cache_file = None
     if kind == "reward-model":
         cache_file = None if args.no_cache else cache_path_for(args.judge, args.cache_dir)
+    files = output_files(args, cache_file)  # before any scoring: no two outputs share a path
+    if kind == "reward-model":
         with _media_errors_located(table):
             report = rank_with_reward_model(
                 judge,
@@ -300,7 +303,7 @@ def run(args: argparse.Namespace) -> int:
         report = rank_with_judge(
             judge, table, groups, swap=not args.no_swap, runs=args.runs, combine=args.combine, **fit
         )
-    _finish(args, report, table, cache_file, start, load_seconds, "emoreward rank", plots=True)
+    _finish(args, report, table, cache_file, start, load_seconds, "emoreward rank", files, plots=True)
     return EXIT_OK
 
 
@@ -322,6 +325,8 @@ def run_bpa(args: argparse.Namespace) -> int:
     cache_file = None
     if kind == "reward-model":
         cache_file = None if args.no_cache else cache_path_for(args.judge, args.cache_dir)
+    files = output_files(args, cache_file)
+    if kind == "reward-model":
         answer = RewardModelPairs(
             judge, table, ScoreCache(cache_file), tie_threshold=args.tie_threshold, batch_size=args.batch_size
         )
@@ -349,7 +354,7 @@ def run_bpa(args: argparse.Namespace) -> int:
             seed=args.seed,
             progress=_progress(args),
         )
-    _finish(args, report, table, cache_file, start, load_seconds, "emoreward rank --method bpa", plots=False)
+    _finish(args, report, table, cache_file, start, load_seconds, "emoreward rank --method bpa", files, plots=False)
     return EXIT_OK
 
 
@@ -409,7 +414,35 @@ def _progress(args: argparse.Namespace) -> bool | None:
     return False if getattr(args, "quiet", False) else None
 
 
-def _finish(args, report, table, cache_file, start: float, load_seconds: float, title: str, *, plots: bool) -> None:
+def output_files(args: argparse.Namespace, cache_file: Path | None) -> OutputFiles:
+    """Every file `rank` may write (`--output` and the Markdown and plots beside it, `--dataset`), claimed before
+    any scoring against each other, the table and the score cache (`emoreward.utils.io.OutputFiles`).
+
+    Raises:
+        ValueError: two of them share a path.
+    """
+    files = OutputFiles()
+    files.guard(getattr(args, "data", None), "--data")
+    files.guard(cache_file, "the score cache")
+    if args.output:
+        out = Path(args.output)
+        files.claim(out, "--output")
+        files.claim(out.with_suffix(".md"), "the report's Markdown (--output with .md)")
+        for suffix in PLOT_SUFFIXES:
+            files.claim(out.with_name(out.stem + suffix), f"the plot {out.stem + suffix}", optional=True)
+    if getattr(args, "dataset", None):
+        files.claim(args.dataset, "--dataset")
+    return files
+
+
+# the plots beside a report (`--output`): written or not by each run (the BPA route draws none; the length-controlled
+# scores only when that fit is identified), and never left over from an earlier run into the same place
+PLOT_SUFFIXES = ("_scores.png", "_scores_length_controlled.png", "_W.png")
+
+
+def _finish(
+    args, report, table, cache_file, start: float, load_seconds: float, title: str, files: OutputFiles, *, plots: bool
+) -> None:
     """Print a ranking report and write it (JSON, Markdown and, with `plots`, the scores and W plots), then the
     dataset table, then push it (the one step that can fail for reasons outside this machine)."""
     total = time.perf_counter() - start
@@ -429,29 +462,29 @@ def _finish(args, report, table, cache_file, start: float, load_seconds: float, 
         from emoreward.utils.io import atomic_write_json, atomic_write_text
 
         out = Path(args.output)
-        atomic_write_json(out, report.to_dict())
-        atomic_write_text(out.with_suffix(".md"), report.to_markdown())
+        files.written(atomic_write_json(out, report.to_dict()))
+        files.written(atomic_write_text(out.with_suffix(".md"), report.to_markdown()))
         if plots:
             from emoreward.ranking.plots import plot_scores, plot_win_matrix
 
-            plot_scores(report.ties.estimate, out.with_name(out.stem + "_scores.png"))
+            scores, controlled, w = (out.with_name(out.stem + suffix) for suffix in PLOT_SUFFIXES)
+            plot_scores(report.ties.estimate, files.written(scores))
             if report.controlled is not None and report.controlled.identified:
-                plot_scores(
-                    report.controlled.as_bt_result(), out.with_name(out.stem + "_scores_length_controlled.png")
-                )
-            plot_win_matrix(report.counts, out.with_name(out.stem + "_W.png"))
-            _echo(f"report: {out} (Markdown, scores and W plots beside it)")
-        else:
-            _echo(f"report: {out} (Markdown beside it)")
+                plot_scores(report.controlled.as_bt_result(), files.written(controlled))
+            plot_win_matrix(report.counts, files.written(w))
+        _echo(f"report: {out} ({'Markdown, scores and W plots' if plots else 'Markdown'} beside it)")
     if getattr(args, "dataset", None) or getattr(args, "push_to_hub", None):
         from emoreward.data import push_records_to_hub, write_records
 
         rows = report.dataset_rows()
         if args.dataset:
-            _echo(f"ranking dataset: {write_records(rows, args.dataset)}")
-        if args.push_to_hub:  # last: every local output is written, whatever the Hub says
-            push_records_to_hub(rows, args.push_to_hub, commit_message=f"emoreward rank {table.source}")
-            _echo(f"ranking pushed to the Hub dataset {args.push_to_hub}")
+            _echo(f"ranking dataset: {files.written(write_records(rows, args.dataset))}")
+    written = files.finish()  # what an earlier run into the same place wrote and this one did not: removed
+    if written:
+        _echo(f"wrote {len(written)} file(s): {', '.join(map(str, written))}")
+    if getattr(args, "push_to_hub", None):  # last: every local output is written, whatever the Hub says
+        push_records_to_hub(rows, args.push_to_hub, commit_message=f"emoreward rank {table.source}")
+        _echo(f"ranking pushed to the Hub dataset {args.push_to_hub}")
 
 
 def _echo(text: str) -> None:

@@ -16,7 +16,6 @@ that it gives the same rewards as the original model:
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ from emoreward.models.base import (
     load_settings,
 )
 from emoreward.models.precision import dtype_name, reward_tolerance
+from emoreward.utils.io import recover_dir, replace_dir
 
 
 DEFAULT_PROBES = (
@@ -138,8 +138,9 @@ def export_hf(
     compared with its export reloaded in that dtype, at that dtype's tolerance; its export holds the weights in that
     dtype (load the model in float32 for a float32 export).
 
-    The export is written and checked in a temporary sibling folder and moved into ``directory`` only when the
-    check passes: ``directory`` never holds an export that failed it (a failed one is kept for inspection as
+    The export is written and checked in a temporary sibling folder and swapped into ``directory`` only when the
+    check passes (`emoreward.utils.io.replace_dir`: a kill at any point leaves the earlier export or the new one,
+    and the rerun accepts what it left): ``directory`` never holds an export that failed it (a failed one is kept for inspection as
     ``<directory>.failed-check``, which the error names).
 
     Returns:
@@ -162,6 +163,7 @@ def export_hf(
         raise ValueError(
             f"export into the model's own directory {directory} would overwrite it; choose another --output"
         )
+    recover_dir(directory)  # what a kill inside an earlier export's last step left: the old export back in place
     check_export_target(directory)  # before any work
     if isinstance(model, (str, Path)):
         model = load_reward_model(model, dtype=torch.float32)  # the master weights as saved: a float32 export
@@ -228,15 +230,7 @@ def export_hf(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    directory.mkdir(parents=True, exist_ok=True)
-    for item in list(directory.iterdir()):  # a previous export (check_export_target): replaced whole
-        if item.is_dir() and not item.is_symlink():
-            shutil.rmtree(item)
-        else:
-            item.unlink()
-    for item in staging.iterdir():  # the checked export, moved into place
-        os.replace(item, directory / item.name)
-    staging.rmdir()
+    replace_dir(staging, directory)  # a previous export replaced whole; a kill leaves the old one or the new one
     return report
 
 

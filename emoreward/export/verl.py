@@ -350,20 +350,23 @@ class _LocalScorer:
         return out
 
 
-_LOCAL: dict[tuple[str, str | None, str | None], _LocalScorer] = {}
+_LOCAL: dict[tuple[str, str, str | None, str | None], _LocalScorer] = {}
 _LOCAL_LOCK = threading.Lock()
 
 
 def _local_scorer(request: _Request) -> _LocalScorer:
     """The process's scorer of the request's ``model`` (and ``vllm_url``; loaded on first use; concurrent first
-    calls wait for one load)."""
-    key = (request.model, request.media_root, request.options["vllm_url"])
+    calls wait for one load; a model changed in place under its path is loaded again: the key is its content,
+    `current_fingerprint`)."""
+    from emoreward.utils.cache_key import current_fingerprint
+
+    key = (current_fingerprint(request.model), request.model, request.media_root, request.options["vllm_url"])
     scorer = _LOCAL.get(key)
     if scorer is None:
         with _LOCAL_LOCK:
             scorer = _LOCAL.get(key)
             if scorer is None:
-                scorer = _LOCAL[key] = _LocalScorer(*key)
+                scorer = _LOCAL[key] = _LocalScorer(*key[1:])
     return scorer
 
 

@@ -200,6 +200,32 @@ def check_model_files(directory: str | Path, settings: RewardSettings) -> None:
             ) from None
 
 
+class NonFiniteError(ValueError):
+    """A NaN or an infinity where a number must be finite: a model's weights, a training loss, a reward."""
+
+
+def check_finite_weights(module: Any, where: str) -> None:
+    """Refuse a network holding a NaN or an infinity in any parameter or buffer (a diverged training run, a
+    poisoned file): such a model must not be trained on, saved, exported, served or scored.
+
+    Args:
+        module: a `torch.nn.Module` (its floating-point `state_dict` tensors are checked, on their device).
+        where: what the weights are, for the message (a model folder, "the final fit").
+
+    Raises:
+        NonFiniteError: naming `where`, the first bad tensor and how many of its values are not finite.
+    """
+    import torch
+
+    for name, tensor in module.state_dict().items():
+        if isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise NonFiniteError(
+                f"{where}: weight {name} holds {bad} non-finite value(s) (NaN or infinity) of {tensor.numel()}; "
+                "the model is broken (a diverged training run?): retrain it (e.g. with a lower learning_rate)"
+            )
+
+
 def load_settings(directory: str | Path) -> RewardSettings:
     """Read `emoreward_config.json` of a model directory into the settings class of its `kind`.
 
@@ -385,11 +411,13 @@ __all__ = [
     "RewardKind",
     "RewardModel",
     "RewardSettings",
+    "NonFiniteError",
     "ScoreInfo",
     "TextSettings",
     "apply_score_transform",
     "as_context",
     "broadcast_contexts",
+    "check_finite_weights",
     "check_model_files",
     "load_reward_model",
     "load_settings",

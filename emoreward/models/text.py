@@ -32,6 +32,7 @@ from emoreward.models.base import (
     TextSettings,
     apply_score_transform,
     as_context,
+    check_finite_weights,
     check_model_files,
     load_settings,
 )
@@ -307,6 +308,7 @@ class TextRewardModel:
             model = PeftModel.from_pretrained(base, directory)
         model.eval()
         loaded = cls(model, tokenizer, settings, batch_size=batch_size, scoring_dtype=scoring_dtype)
+        check_finite_weights(model, str(directory))  # a diverged or poisoned model is refused at load
         remember_source(loaded, directory)  # its content fingerprint: part of every cache key of its outputs
         return loaded
 

@@ -34,7 +34,9 @@ class ScoreCache:
     "truncated": bool}`` each (``truncated``: the description was cut to fit the model's length limit).
 
     The file belongs to one model (its name carries the model fingerprint); new scores are appended as they
-    are computed, so an interrupted run keeps what it scored. A torn last line (a killed run) is ignored; any other
+    are computed, whole lines under a file lock (`emoreward.utils.io.locked_append`), so an interrupted run keeps
+    what it scored and two runs scoring into one cache lose nothing of each other's. A torn line (a killed run) is
+    skipped and counted (`n_skipped`), never cut away (another run may have appended after it); any other
     unreadable line is skipped with a warning naming the file and the lines (its description is scored again).
 
     Args:
@@ -42,35 +44,36 @@ class ScoreCache:
     """
 
     def __init__(self, path: str | Path | None):
+        from emoreward.utils.io import locked_read
+
         self.path = None if path is None else Path(path)
         self._scores: dict[str, float] = {}
         self._truncated: dict[str, bool] = {}
-        self._torn_at: int | None = None  # where a killed run's torn last line starts
-        if self.path is not None and self.path.exists():
-            unreadable: list[int] = []
-            offset = 0
-            with self.path.open("rb") as fh:
-                for number, line in enumerate(fh, 1):
-                    start, offset = offset, offset + len(line)
-                    try:
-                        entry = json.loads(line.decode("utf-8"))
-                        self._scores[entry["key"]] = float(entry["score"])
-                        if "truncated" in entry:
-                            self._truncated[entry["key"]] = bool(entry["truncated"])
-                    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError):
-                        if line.strip():
-                            unreadable.append(number)
-            torn_last = bool(unreadable) and unreadable[-1] == number and not line.endswith(b"\n")
-            if torn_last:
-                self._torn_at = start  # cut off before the next scores are appended
-            damaged = unreadable[:-1] if torn_last else unreadable  # a killed run's torn last line is expected
-            if damaged:
-                shown = ", ".join(map(str, damaged[:5])) + (", ..." if len(damaged) > 5 else "")
-                warnings.warn(
-                    f"{self.path}: {len(damaged)} unreadable line(s) skipped (line {shown}); "
-                    "their descriptions are scored again",
-                    stacklevel=2,
-                )
+        self.n_skipped = 0  # unreadable lines on load (torn by a killed run, or damaged)
+        if self.path is None:
+            return
+        lines = locked_read(self.path).split(b"\n")
+        unreadable: list[int] = []
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line.decode("utf-8"))
+                self._scores[entry["key"]] = float(entry["score"])
+                if "truncated" in entry:
+                    self._truncated[entry["key"]] = bool(entry["truncated"])
+            except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError):
+                unreadable.append(number)
+        self.n_skipped = len(unreadable)
+        torn_last = bool(unreadable) and unreadable[-1] == len(lines)  # no newline after it: a killed run's
+        damaged = unreadable[:-1] if torn_last else unreadable
+        if damaged:
+            shown = ", ".join(map(str, damaged[:5])) + (", ..." if len(damaged) > 5 else "")
+            warnings.warn(
+                f"{self.path}: {len(damaged)} unreadable line(s) skipped (line {shown}); "
+                "their descriptions are scored again",
+                stacklevel=2,
+            )
 
     def __len__(self) -> int:
         return len(self._scores)
@@ -95,19 +98,9 @@ class ScoreCache:
             return json.dumps(entry) + "\n"
 
         if self.path is not None and items:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a+b") as fh:
-                if self._torn_at is not None:  # unreadable anyway: appended scores start on a fresh line
-                    fh.truncate(self._torn_at)
-                    self._torn_at = None
-                torn = False
-                size = fh.seek(0, os.SEEK_END)
-                if size:
-                    fh.seek(size - 1)
-                    torn = fh.read(1) != b"\n"
-                text = ("\n" if torn else "") + "".join(line(k, v) for k, v in items.items())
-                fh.write(text.encode("utf-8"))  # a killed run's torn last line stays a line of its own
-                fh.flush()
+            from emoreward.utils.io import locked_append
+
+            locked_append(self.path, "".join(line(k, v) for k, v in items.items()).encode("utf-8"))
 
 
 def default_cache_dir() -> Path:

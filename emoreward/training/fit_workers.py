@@ -11,7 +11,9 @@ worker's cores are free (`emoreward.training.pipeline`).
 Every fold is computed by the same function in a worker as in the main process, with the same seed: its figures
 do not depend on where it ran (float rounding may differ with the thread count). The recipe field `fit_workers`
 is not part of the run's identity (`emoreward.training.run_identity.NOT_RESULT_FIELDS`): a run resumed with another
-value reuses the finished folds.
+value reuses the finished folds. Since the rounding depends on the thread count, the plan (workers, threads) is made
+once per run and recorded with its identity (`emoreward.training.run_identity.recorded_fit_plan`): a resumed run
+trains on the threads of the uninterrupted run.
 """
 
 from __future__ import annotations

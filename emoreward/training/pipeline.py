@@ -44,7 +44,7 @@ from emoreward.evaluation.harness import evaluate_model
 from emoreward.evaluation.judge import RewardModelJudge
 from emoreward.evaluation.metrics import calibrate_tie_threshold
 from emoreward.evaluation.report import aggregate, headline, markdown_table, plot_confusion
-from emoreward.models.base import RewardModel, load_reward_model
+from emoreward.models.base import RewardModel, check_finite_weights, load_reward_model
 from emoreward.training.adapters import adapter_for
 from emoreward.training.config import EmoRewardConfig, public_config
 from emoreward.training.distributed import distributed_setup, save_final_model, wait_for_everyone
@@ -59,7 +59,13 @@ from emoreward.training.fit_workers import (
 from emoreward.training.objectives import get_objective
 from emoreward.training.preprocess import ExclusionReport
 from emoreward.training.provenance import write_training_data
-from emoreward.training.run_identity import check_checkpoint, check_resumable, run_identity, work_fingerprint
+from emoreward.training.run_identity import (
+    check_checkpoint,
+    check_resumable,
+    recorded_fit_plan,
+    run_identity,
+    work_fingerprint,
+)
 from emoreward.training.tracking import (
     configure_wandb,
     finish_wandb,
@@ -87,6 +93,7 @@ class FitResult:
     train_seconds: float
     log_history: list[dict]
     tie_threshold: float
+    train_threads: int = 1  # torch threads of the training loop (its rounding depends on them: a fact of the run)
 
 
 def fit_reward_model(
@@ -165,10 +172,12 @@ def fit_reward_model(
             (log or logger.info)(f"{run_name}: resuming the same run from {checkpoint}")
     start = time.perf_counter()
     with torch_threads(train_threads) if train_threads else contextlib.nullcontext():
+        threads = torch.get_num_threads()
         trainer.train(resume_from_checkpoint=checkpoint)
     seconds = time.perf_counter() - start
     model.model = trainer.model
     model.model.eval()
+    check_finite_weights(model.model, f"{run_name} (after training)")  # the last step may have diverged
     trainer_log = list(trainer.state.log_history)
     del trainer  # free the optimizer state before scoring
     model.settings.objective = config.length_debias
@@ -186,7 +195,7 @@ def fit_reward_model(
         ok = ~np.isnan(r1 - r2)
         threshold = calibrate_tie_threshold((r1 - r2)[ok], [p.label for p, k in zip(pairs, ok) if k])
     model.settings.tie_threshold = threshold
-    return FitResult(model, exclusions, seconds, trainer_log, threshold)
+    return FitResult(model, exclusions, seconds, trainer_log, threshold, threads)
 
 
 def _replace(config: EmoRewardConfig, **changes) -> EmoRewardConfig:
@@ -294,7 +303,11 @@ def run_fold(
     result = (fit or _default_fit(config))(train, job.fold_dir, run_name)
     evaluation = (evaluate or _default_evaluate(config))(result.model, test)
     evaluation.update(
-        fold=job.k, train_seconds=result.train_seconds, exclusions=result.exclusions.to_dict(), n_train=len(train)
+        fold=job.k,
+        train_seconds=result.train_seconds,
+        train_threads=result.train_threads,
+        exclusions=result.exclusions.to_dict(),
+        n_train=len(train),
     )
     if wandb_enabled(config):
         log_evaluation(evaluation, config=config, kind="cv-fold", title=f"fold {job.k}, held-out pairs")
@@ -340,29 +353,36 @@ class CrossValidation:
                 log(f"fold {k + 1}/{config.cv_folds}: finished earlier, reusing {job.fold_dir / FINISHED_FILE}")
                 self.evaluations[k] = evaluation
         custom = fit is not None or evaluate is not None  # closures do not travel to a worker process
-        self.plan = (
-            FitWorkers(1, thread_budget(), "custom fit or evaluation")
-            if custom
-            else resolve_fit_workers(
+        if custom:
+            self.plan = FitWorkers(1, thread_budget(), "custom fit or evaluation")
+        else:  # planned for all the run's folds, once: a resumed run trains on the same thread counts
+            planned = resolve_fit_workers(
                 config.fit_workers,
-                jobs=len(self.jobs),
+                jobs=config.cv_folds,
                 kind=config.kind,
                 device=config.device.type,
                 world_size=config.world_size,
             )
-        )
+            recorded = recorded_fit_plan(
+                out, {"workers": planned.workers, "threads": planned.threads}, is_main=config.process_index == 0
+            )
+            if (recorded["workers"], recorded["threads"]) != (planned.workers, planned.threads):
+                planned = FitWorkers(recorded["workers"], recorded["threads"], "the plan recorded when the run began")
+            self.plan = planned
+        # the pool: no more workers than folds left (the threads of each stay the plan's)
+        self.workers = min(self.plan.workers, len(self.jobs)) if self.plan.parallel else 1
         self.pool: FitPool | None = None
         self.futures: dict[int, Future] = {}
         self._waiting = list(self.jobs)  # folds not yet handed to a worker
         self._unprinted = [job.k for job in self.jobs]  # the log lines of folds in workers, printed in fold order
         self._lines: dict[int, str] = {}
         self._log_lock = threading.Lock()
-        if self.plan.parallel:
+        if self.plan.parallel and self.jobs:
             log(
-                f"cross-validation: {self.plan.workers} folds at a time in worker processes, {self.plan.threads} "
+                f"cross-validation: {self.workers} folds at a time in worker processes, {self.plan.threads} "
                 f"torch thread(s) each ({self.plan.reason})"
             )
-            self.pool = FitPool(self.plan.workers, self.plan.threads)
+            self.pool = FitPool(self.workers, self.plan.threads)
             self._hand_out()
 
     def _report_done(self, k: int, future: Future) -> None:
@@ -378,7 +398,10 @@ class CrossValidation:
         for job in self.jobs:
             if job.k in self.evaluations:
                 continue
-            self.evaluations[job.k], line = run_fold(self.config, self.pairs, job, self.group, self.fit, self.evaluate)
+            with torch_threads(self.plan.threads):  # the plan's threads, as in a worker
+                self.evaluations[job.k], line = run_fold(
+                    self.config, self.pairs, job, self.group, self.fit, self.evaluate
+                )
             gc.collect()  # free this fold's model and optimizer before the next fold builds its own
             self.log(line)
 
@@ -388,7 +411,7 @@ class CrossValidation:
     def _hand_out(self) -> None:
         """Give waiting folds to free workers: never more in flight than workers, so that an interrupt (which
         reaches the workers too) leaves no fold queued behind the interrupted ones."""
-        while self._waiting and len(self._running()) < self.plan.workers:
+        while self._waiting and len(self._running()) < self.workers:
             job = self._waiting.pop(0)
             future = self.pool.submit(run_fold, self.config, self.pairs, job, self.group)
             self.futures[job.k] = future
@@ -398,7 +421,7 @@ class CrossValidation:
         while True:
             self._hand_out()
             running = self._running()
-            if not running or (until_free and not self._waiting and len(running) < self.plan.workers):
+            if not running or (until_free and not self._waiting and len(running) < self.workers):
                 return
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
@@ -406,16 +429,17 @@ class CrossValidation:
 
     def free_cores(self) -> int | None:
         """Block until every fold is handed out and fewer are in flight than there are workers; return the torch
-        threads the final fit may use beside them (None when no fold is left: all threads).
+        threads the final fit trains on: the plan's threads per fit when the folds run in workers (whether or not
+        any is still running, and on resume: the result must not depend on timing), else None (all threads).
 
         Raises:
             the first failed fold's exception (`RuntimeError` when its worker process died).
         """
         if self.pool is None:
             self._run_here()
-            return None
-        self._wait(until_free=True)
-        return self.plan.threads if self._running() else None
+        else:
+            self._wait(until_free=True)
+        return self.plan.threads if self.plan.parallel else None
 
     def result(self) -> tuple[dict, str]:
         """Wait for every fold; return (`{"k", "seed", "summary": mean ± std over folds, "folds": [evaluation,
@@ -606,6 +630,7 @@ def _save_final(config, pairs, fit: FitResult | dict, report: dict, out: Path, l
     report["final"] = {
         "model_dir": str(model_dir),
         "train_seconds": fit.train_seconds,
+        "train_threads": fit.train_threads,
         "tie_threshold": fit.tie_threshold,
         "exclusions": fit.exclusions.to_dict(),
         "train_log": fit.log_history,

@@ -1,11 +1,15 @@
 """Run identity: what makes two training runs the same run, so that work kept in an output folder (finished folds,
 the final model, the trainer's step checkpoints) is resumed only by the run that produced it.
 
-`run_identity(config, pairs)` is the one function that owns the fact. It gives three parts: `data` (SHA-256 of
+`run_identity(config, pairs)` is the one function that owns the fact. It gives four parts: `data` (SHA-256 of
 every pair's sample id, descriptions, writers, media paths and TRL margin, in file order), `labels` (SHA-256 of the
-labels in that order: a relabelled copy of the same file is another run) and `recipe` (every recipe field that
-changes the result, i.e. all but where a run writes and logs: `NOT_RESULT_FIELDS`), and their digest,
-`fingerprint`. Every other key (a fold's finished marker, the W&B group) is derived from it.
+labels in that order: a relabelled copy of the same file is another run), `backbone` (the content of a local
+backbone, `emoreward.utils.cache_key.source_fingerprint`: weights changed under the same path are another run) and
+`recipe` (every recipe field that changes the result, i.e. all but where a run writes and logs:
+`NOT_RESULT_FIELDS`), and their digest, `fingerprint`. Every other key (a fold's finished marker, the W&B group)
+is derived from it. How the run spreads its fits over threads (`fit_workers`: a result depends on the thread
+count in its last bits) is decided once and recorded beside the identity (`recorded_fit_plan`), so that a resumed
+run trains its remaining folds and final fit exactly as the uninterrupted run would.
 
 The identity is written to `<output_dir>/run_identity.json` when a run starts and into every step checkpoint
 before its weights (`EmoRewardTrainer._save_checkpoint`, `write_identity`); `check_resumable` refuses to continue in a folder that holds another run's work, naming what
@@ -31,6 +35,7 @@ if TYPE_CHECKING:
 
 
 IDENTITY_FILE = "run_identity.json"
+FIT_PLAN_KEY = "fit_plan"  # in IDENTITY_FILE: how the run's fits spread over threads (`recorded_fit_plan`)
 
 # where a run writes, logs and keeps checkpoints, not what it computes: changing these resumes the same run
 NOT_RESULT_FIELDS = frozenset(
@@ -81,9 +86,9 @@ def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> di
         pairs: the training pairs as loaded.
 
     Returns:
-        `{"data": hex, "labels": hex, "n_pairs": int, "train_file": str, "recipe": {field: value}, "fingerprint":
-        hex}`; `fingerprint` digests data, labels and recipe (not `train_file`: the same pairs under another path
-        are the same run).
+        `{"data": hex, "labels": hex, "n_pairs": int, "train_file": str, "backbone": hex | None, "recipe": {field:
+        value}, "fingerprint": hex}`; `fingerprint` digests data, labels, backbone content and recipe (not
+        `train_file`: the same pairs under another path are the same run).
     """
     from emoreward.training.config import public_config  # the recipe class and its masking of secrets
 
@@ -94,14 +99,17 @@ def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> di
          p.media.subtitle, p.margin)
         for p in pairs
     ]  # fmt: skip
+    from emoreward.utils.cache_key import source_fingerprint
+
     identity = {
         "data": _digest(data),
         "labels": _digest([p.label for p in pairs]),
         "n_pairs": len(pairs),
         "train_file": str(config.train_file),
+        "backbone": source_fingerprint(config.model_name_or_path),
         "recipe": recipe,
     }
-    identity["fingerprint"] = _digest([identity["data"], identity["labels"], recipe])
+    identity["fingerprint"] = _digest([identity["data"], identity["labels"], identity["backbone"], recipe])
     return identity
 
 
@@ -116,6 +124,10 @@ def identity_differences(saved: dict, current: dict) -> list[str]:
         )
     if saved.get("data") == current["data"] and saved.get("labels") != current["labels"]:
         out.append("the labels (the same pairs with other preference labels)")
+    if saved.get("backbone") != current.get("backbone"):
+        out.append(
+            f"the backbone's weights ({current['recipe'].get('model_name_or_path')}: other content under that name)"
+        )
     old, new = saved.get("recipe") or {}, current["recipe"]
     for key in sorted(set(old) | set(new)):
         if old.get(key) != new.get(key):
@@ -168,7 +180,9 @@ def check_resumable(config: EmoRewardConfig, identity: dict, *, is_main: bool = 
             for marker in kept:
                 if marker.name == "finished.json":
                     marker.unlink(missing_ok=True)
-        atomic_write_json(out / IDENTITY_FILE, identity)
+        same = isinstance(saved, dict) and saved.get("fingerprint") == identity["fingerprint"]
+        plan = saved.get(FIT_PLAN_KEY) if same and not config.overwrite_output_dir else None
+        atomic_write_json(out / IDENTITY_FILE, {**identity, FIT_PLAN_KEY: plan} if plan else identity)
 
 
 def check_checkpoint(checkpoint: str | Path, identity: dict) -> None:
@@ -190,6 +204,20 @@ def check_checkpoint(checkpoint: str | Path, identity: dict) -> None:
         )
 
 
+def recorded_fit_plan(output_dir: str | Path, plan: dict, *, is_main: bool = True) -> dict:
+    """The run's plan of how its fits spread over processes and threads (`{"workers": int, "threads": int}`, see
+    `emoreward.training.fit_workers`): the one recorded in `<output_dir>/run_identity.json` by the run's first
+    start (after `check_resumable`, which keeps it only for the same run), else `plan`, recorded there now (main
+    process). A resumed run thus trains on the thread counts of the uninterrupted run, whatever runs beside it now."""
+    path = Path(output_dir) / IDENTITY_FILE
+    saved = read_json_or_none(path, what="run identity")
+    if isinstance(saved, dict) and isinstance(saved.get(FIT_PLAN_KEY), dict):
+        return saved[FIT_PLAN_KEY]
+    if is_main and isinstance(saved, dict):
+        atomic_write_json(path, {**saved, FIT_PLAN_KEY: plan})
+    return plan
+
+
 def work_fingerprint(identity: dict, *parts: Any) -> str:
     """The key of one piece of a run's work (a fold: its train / test indices): the run's fingerprint and `parts`."""
     return _digest([identity["fingerprint"], *parts])
@@ -209,6 +237,7 @@ __all__ = [
     "check_checkpoint",
     "check_resumable",
     "identity_differences",
+    "recorded_fit_plan",
     "run_identity",
     "work_fingerprint",
     "write_identity",

@@ -106,6 +106,10 @@ class EmoRewardTrainer(RewardTrainer):
     def _save_checkpoint(self, model, trial):
         """The Trainer's checkpoint, with the run's identity written into the folder first: a checkpoint complete
         enough to resume from (its `trainer_state.json` is written last) always names its run."""
+        from emoreward.models.base import check_finite_weights
+
+        # a step that left NaN / infinite weights (its loss was still finite) is never kept to resume from
+        check_finite_weights(model, f"{self.args.run_name or 'training'} at step {self.state.global_step}")
         if self.run_identity is not None and self.args.should_save:
             from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
@@ -155,6 +159,16 @@ class EmoRewardTrainer(RewardTrainer):
         if objective.disentangled:
             self._metrics[mode]["corr_quality_length"].append(out.corr_quality_length.item())
             self._metrics[mode]["corr_lengthhead_length"].append(out.corr_lengthhead_length.item())
+        if mode == "train" and not bool(torch.isfinite(loss.detach()).all()):
+            # stop here: transformers drops non-finite losses from its log (`logging_nan_inf_filter`), so a diverged
+            # run would otherwise finish cleanly and save the broken weights
+            from emoreward.models.base import NonFiniteError
+
+            raise NonFiniteError(
+                f"{self.args.run_name or 'training'}: the loss is {float(loss.detach().float().mean())} at step "
+                f"{self.state.global_step + 1} (the run diverged; learning_rate {self.args.learning_rate:g}): "
+                "stopped, nothing saved as the final model; lower learning_rate or check the backbone's weights"
+            )
         self._log_reward_metrics(mode, inputs, quality, chosen, rejected, extras.get("tie"))
         if return_outputs:
             return loss, {"rewards_chosen": chosen, "rewards_rejected": rejected}

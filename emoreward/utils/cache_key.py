@@ -95,15 +95,58 @@ def content_fingerprint(directory: str | Path, chunk: int = 1 << 20) -> str:
         raise FileNotFoundError(f"{directory} is not a directory")
     h = hashlib.sha256()
     for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        size = path.stat().st_size
-        h.update(f"{path.relative_to(directory).as_posix()}\0{size}\0".encode())
-        with path.open("rb") as fh:
-            if size <= 2 * chunk:
-                h.update(fh.read())
-            else:
-                h.update(fh.read(chunk))
-                fh.seek(size - chunk)
-                h.update(fh.read(chunk))
+        _hash_file(h, path, path.relative_to(directory).as_posix(), chunk)
+    return h.hexdigest()[:16]
+
+
+def _hash_file(h, path: Path, name: str, chunk: int) -> None:
+    """Add a file's name, size and content (whole when < 2 chunks, else its first and last `chunk` bytes) to `h`."""
+    size = path.stat().st_size
+    h.update(f"{name}\0{size}\0".encode())
+    with path.open("rb") as fh:
+        if size <= 2 * chunk:
+            h.update(fh.read())
+        else:
+            h.update(fh.read(chunk))
+            fh.seek(size - chunk)
+            h.update(fh.read(chunk))
+
+
+def source_fingerprint(name_or_path: str | Path | None) -> str | None:
+    """The content of a model named by a path or a Hub id, for identities built before (or without) loading it:
+    `content_fingerprint` of a local folder; of a local file (a GGUF), the same hash over that file alone; None for
+    anything else (a Hub id: its name and revision are its identity)."""
+    if name_or_path is None:
+        return None
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return content_fingerprint(path)
+    if path.is_file():
+        return _file_fingerprint(path)
+    return None
+
+
+_CURRENT: dict[str, tuple[tuple, str | None]] = {}
+
+
+def current_fingerprint(name_or_path: str | Path | None) -> str | None:
+    """`source_fingerprint` for keys of objects kept in memory for a path (a loaded model reused across calls): the
+    content is hashed again only when a file's size or modification time changed since the last call (one `stat`
+    per file per call), so a model retrained in place under the same path gets a new key on the next call."""
+    if name_or_path is None:
+        return None
+    path = Path(name_or_path).expanduser()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path] if path.is_file() else []
+    stamp = tuple((p.as_posix(), st.st_size, st.st_mtime_ns) for p in files for st in [p.stat()])
+    cached = _CURRENT.get(str(path))
+    if cached is None or cached[0] != stamp:
+        cached = _CURRENT[str(path)] = (stamp, source_fingerprint(path))
+    return cached[1]
+
+
+def _file_fingerprint(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    _hash_file(h, path, path.name, chunk)
     return h.hexdigest()[:16]
 
 
@@ -163,7 +206,9 @@ __all__ = [
     "KEY_VERSION",
     "cache_key",
     "content_fingerprint",
+    "current_fingerprint",
     "remember_source",
     "reward_model_fingerprint",
+    "source_fingerprint",
     "weights_fingerprint",
 ]

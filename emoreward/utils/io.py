@@ -1,15 +1,29 @@
-"""Atomic file writes: a reader (or a rerun after kill -9) sees the old file or the new one, never half of one.
+"""Atomic outputs: a reader (or a rerun after kill -9) sees the old output or the new one, never half of one, and
+writers that run at once never destroy each other's work.
 
-Whole-file outputs (reports, `finished.json` markers, settings) are written to a temporary file in the same
-folder, flushed to disk and renamed over the target (`os.replace` is atomic on POSIX and Windows).
+- Whole-file outputs (reports, `finished.json` markers, settings) are written to a temporary file in the same
+  folder, flushed to disk and renamed over the target (`atomic_write_bytes`; `os.replace` is atomic).
+- Folder outputs (an export) are written whole beside the target and swapped in (`replace_dir`): an exchange of
+  the two names where the file system has one (Linux `renameat2(RENAME_EXCHANGE)`), else two renames that the
+  next writer completes or undoes (`recover_dir`), so a kill at any point leaves the old folder or the new one.
+- Append-only caches (JSON lines) append whole lines under an exclusive `fcntl` lock (`locked_append`) and read
+  under a shared one (`locked_read`); a torn last line (a killed writer) is never cut away, since another writer
+  may already have appended after it: the next append starts a fresh line and readers skip and count it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import ctypes.util
+import errno
 import json
 import logging
 import os
+import shutil
+import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -79,3 +93,158 @@ def read_json_or_none(path: str | Path, *, what: str = "file") -> Any | None:
     except (json.JSONDecodeError, UnicodeDecodeError, OSError) as err:
         logger.warning("%s %s is empty or unreadable (%s): treating it as absent", what, path, err)
         return None
+
+
+# ------------------------------------------------------------------------------------------- folders
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the names of `a` and `b` in one step (Linux `renameat2(RENAME_EXCHANGE)`); False where the platform or
+    the file system has no such call."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+        return False
+    raise OSError(err, f"cannot swap {a} and {b}: {os.strerror(err)}")
+
+
+def _previous(target: Path) -> Path:
+    return target.with_name(f".{target.name}.previous")
+
+
+def recover_dir(target: str | Path) -> None:
+    """Finish what a writer killed inside `replace_dir` left: the old folder set aside with no new one in its place
+    is put back; a set-aside old folder beside a complete new one is removed. Nothing to do otherwise."""
+    target = Path(target)
+    previous = _previous(target)
+    if not previous.exists():
+        return
+    if target.exists():
+        shutil.rmtree(previous, ignore_errors=True)
+    else:
+        os.replace(previous, target)
+
+
+def replace_dir(new: str | Path, target: str | Path) -> Path:
+    """Move the complete folder `new` (written beside `target`, on the same file system) to `target`, replacing
+    what `target` held, so that `target` names the old folder or the new one at every moment (after a kill too:
+    `recover_dir`, which this calls first, completes an interrupted replacement).
+
+    Raises:
+        OSError: a rename failed (nothing is lost: the old folder is `target` or `.<name>.previous` beside it).
+    """
+    new, target = Path(new), Path(target)
+    recover_dir(target)
+    if not target.exists():
+        os.replace(new, target)
+        return target
+    if _exchange(new, target):  # `new` now names the old folder
+        shutil.rmtree(new, ignore_errors=True)
+        return target
+    previous = _previous(target)
+    os.replace(target, previous)  # a kill here: recover_dir puts `previous` back
+    os.replace(new, target)
+    shutil.rmtree(previous, ignore_errors=True)
+    return target
+
+
+# ------------------------------------------------------------------------------------------- JSON-lines caches
+@contextlib.contextmanager
+def _locked(path: Path, mode: str, shared: bool) -> Iterator:
+    import fcntl
+
+    with path.open(mode) as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        try:
+            yield fh
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def locked_append(path: str | Path, data: bytes) -> None:
+    """Append whole lines `data` (ending in a newline) to `path` under an exclusive lock, flushed and fsynced; when
+    the file ends inside a line (a writer killed mid-line) the append starts on a fresh line, and the torn one is
+    left where it is (lines of other writers may follow it)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(path, "a+b", shared=False) as fh:
+        size = fh.seek(0, os.SEEK_END)
+        if size:
+            fh.seek(size - 1)
+            if fh.read(1) != b"\n":
+                data = b"\n" + data
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def locked_read(path: str | Path) -> bytes:
+    """The bytes of `path` read under a shared lock (no writer is halfway through a `locked_append`); b"" when it
+    does not exist."""
+    path = Path(path)
+    if not path.exists():
+        return b""
+    with _locked(path, "rb", shared=True) as fh:
+        return fh.read()
+
+
+# ------------------------------------------------------------------------------------------- one run's files
+class OutputFiles:
+    """The files one run writes, claimed before any work: no two outputs of the run share a path, none is a file
+    the run reads (its data, its cache), and what an earlier run into the same place wrote and this run does not
+    (an optional plot) is removed at the end, so the folder holds exactly the files this run reports.
+
+    `claim(path, what)` an output (`optional`: written only in some runs); `guard(path, what)` an input or a cache;
+    `written(path)` after writing it; `finish()` removes stale optional outputs and returns the written paths.
+
+    Raises (`claim`, `guard`):
+        ValueError: two of them share a path, naming both and the path.
+    """
+
+    def __init__(self) -> None:
+        self._roles: dict[Path, str] = {}
+        self._optional: set[Path] = set()
+        self._written: list[Path] = []
+
+    @staticmethod
+    def _key(path: str | Path) -> Path:
+        return Path(os.path.abspath(Path(path).expanduser()))
+
+    def _add(self, path: str | Path, what: str) -> Path:
+        key = self._key(path)
+        other = self._roles.get(key)
+        if other is not None:
+            raise ValueError(f"{what} and {other} would both be {key}: give them different paths")
+        self._roles[key] = what
+        return Path(path)
+
+    def claim(self, path: str | Path, what: str, *, optional: bool = False) -> Path:
+        out = self._add(path, what)
+        if optional:
+            self._optional.add(self._key(path))
+        return out
+
+    def guard(self, path: str | Path | None, what: str) -> None:
+        if path is not None:
+            self._add(path, what)
+
+    def written(self, path: str | Path) -> Path:
+        self._written.append(Path(path))
+        return Path(path)
+
+    def finish(self) -> list[Path]:
+        done = {self._key(p) for p in self._written}
+        for stale in sorted(self._optional - done):
+            stale.unlink(missing_ok=True)
+        return list(self._written)

@@ -4,7 +4,7 @@ import pytest
 
 from emoreward.data import MediaRef, PreferencePair
 from emoreward.evaluation.harness import run_judge
-from zero_shot.cache import CacheMismatchError, CallCache, CallKey
+from zero_shot.cache import CallCache, CallKey
 from zero_shot.config import load_judge_config
 from zero_shot.prompts import load_prompts
 from zero_shot.runner import CACHE_FILE, run_zero_shot
@@ -182,13 +182,15 @@ def test_failed_calls_are_invalid_counted_and_retried(tmp_path):
     assert len(fixed.calls) == 2  # only the failed calls are made again
 
 
-def test_cache_refuses_a_changed_input(tmp_path):
+def test_a_changed_input_is_a_miss_and_both_answers_are_kept(tmp_path):
     cache = CallCache(tmp_path / "c.jsonl")
     key = CallKey("j", "S1", "compare", "s1", "normal", 0)
     cache.put(key, "hash-a", "Answer: 1")
     assert CallCache(tmp_path / "c.jsonl").get(key, "hash-a")["output"] == "Answer: 1"
-    with pytest.raises(CacheMismatchError, match="fresh output folder"):
-        CallCache(tmp_path / "c.jsonl").get(key, "hash-b")
+    assert CallCache(tmp_path / "c.jsonl").get(key, "hash-b") is None  # another input: made again, not refused
+    cache.put(key, "hash-b", "Answer: 2")
+    again = CallCache(tmp_path / "c.jsonl")
+    assert again.get(key, "hash-a")["output"] == "Answer: 1" and again.get(key, "hash-b")["output"] == "Answer: 2"
 
 
 # ---------------------------------------------------------------------------------------------- lazy backends

@@ -441,5 +441,9 @@ class MultimodalBackend:
 
 
 def identity_base(cfg) -> str:
-    """The weights part of an MLLM backend's identity (`cfg`: `zero_shot.config.ModelConfig`)."""
-    return f"mllm:{cfg.family}:{cfg.model}:{cfg.dtype}"
+    """The weights part of an MLLM backend's identity (`cfg`: `zero_shot.config.ModelConfig`): family, name, dtype
+    and the content of a local model (`source_fingerprint`)."""
+    from emoreward.utils.cache_key import source_fingerprint
+
+    content = source_fingerprint(cfg.model)
+    return f"mllm:{cfg.family}:{cfg.model}:{cfg.dtype}" + (f":content={content}" if content else "")

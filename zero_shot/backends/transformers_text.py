@@ -30,8 +30,18 @@ MIN_SHARED_PREFIX = 8  # tokens; a shorter common prefix is not worth a separate
 
 
 def text_identity(model_name_or_path: str, gguf_file: str | None, dtype: str) -> str:
-    """The identity of a `from_pretrained` text backend (part of every cache input hash), known before loading."""
-    return f"text:{model_name_or_path}" + (f":{gguf_file}" if gguf_file else "") + f":{dtype}"
+    """The identity of a `from_pretrained` text backend (part of every cache input hash), known before loading: its
+    name, GGUF file and dtype, and the content of a local model (`source_fingerprint`: a folder retrained in place
+    is another model)."""
+    from emoreward.utils.cache_key import source_fingerprint
+
+    content = source_fingerprint(model_name_or_path)
+    return (
+        f"text:{model_name_or_path}"
+        + (f":{gguf_file}" if gguf_file else "")
+        + f":{dtype}"
+        + (f":content={content}" if content else "")
+    )
 
 
 class TransformersTextBackend:

@@ -33,6 +33,7 @@ from emoreward.models.base import (
     ScoreInfo,
     apply_score_transform,
     broadcast_contexts,
+    check_finite_weights,
     check_model_files,
     load_settings,
 )
@@ -248,6 +249,7 @@ class MediaRewardModel:
         model.eval()
         builder = _builder(spec, tokenizer, net.config, settings, vision, feature_extractor)
         loaded = cls(model, builder, settings, media_root=media_root, batch_size=batch_size, media_cache=media_cache)
+        check_finite_weights(model, str(directory))  # a diverged or poisoned model is refused at load
         remember_source(loaded, directory)  # its content fingerprint: part of every cache key of its outputs
         return loaded
 

@@ -1,0 +1,183 @@
+"""Relation: content identity. Changing any content a result depends on (a row, a model's weights under the same
+path, a backbone's weights, a result-changing recipe field) reruns exactly the changed work, or refuses to resume
+another run; changing nothing reuses everything, and the counts in the report say so.
+
+Owners: `emoreward.utils.cache_key` (`cache_key`, `content_fingerprint`, `source_fingerprint`,
+`current_fingerprint`: the content of a model folder, a backbone, a judge's local model, a model kept loaded for a
+path), `emoreward.ranking.score_cache` (scores by content key), `zero_shot.cache` (calls keyed by their input),
+`emoreward.training.run_identity` (data, labels, backbone content and recipe of a run).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from _identity_inputs import change_weights, model_copy
+from _inputs import pair_rows, read_json, run_cli, run_ok, table_rows, write_jsonl
+from test_training_run import tiny_recipe
+
+
+COVERS: dict[str, tuple[str, ...]] = {
+    "train": ("*", "@result-fields"),
+    "evaluate": ("--model",),
+    "judge": ("--judge",),
+    "rank": ("--judge", "--cache-dir", "--no-cache"),
+    "serve": ("--model",),
+    "grpo": ("model",),
+}
+
+
+# ------------------------------------------------------------------------------------------- caches: rank, judge
+def _rank(capsys, judge, table, out, *extra):
+    run_ok(capsys, ["rank", "--judge", judge, "--data", table, "--output", out, "--n-boot", "5", *extra])
+    return read_json(out)
+
+
+def test_rank_reruns_exactly_the_changed_descriptions(rm_dir, tmp_path, capsys):
+    model = model_copy(rm_dir, tmp_path / "model")
+    rows = table_rows()
+    table = write_jsonl(tmp_path / "table.jsonl", rows)
+    cache = ["--cache-dir", tmp_path / "cache"]
+    distinct = len({r["description"] for r in rows})
+
+    first = _rank(capsys, model, table, tmp_path / "r1.json", *cache)
+    assert (first["cost"]["n_scored"], first["cost"]["n_cached"]) == (distinct, 0)
+    same = _rank(capsys, model, table, tmp_path / "r2.json", *cache)  # nothing changed: everything reused
+    assert (same["cost"]["n_scored"], same["cost"]["n_cached"]) == (0, len(rows))
+    assert same["mean_reward"] == first["mean_reward"]
+
+    rows[5] = {**rows[5], "description": rows[5]["description"] + " and then she laughs"}  # one corrected row
+    write_jsonl(table, rows)
+    one = _rank(capsys, model, table, tmp_path / "r3.json", *cache)
+    assert (one["cost"]["n_scored"], one["cost"]["n_cached"]) == (1, len(rows) - 1)
+
+    change_weights(model)  # retrained in place: same path, other weights
+    changed = _rank(capsys, model, table, tmp_path / "r4.json", *cache)
+    assert changed["cost"]["n_scored"] == distinct  # every score depends on the weights
+    fresh = _rank(capsys, model, table, tmp_path / "r5.json", "--no-cache")  # the changed model, no cache at all
+    assert changed["mean_reward"] == fresh["mean_reward"] != one["mean_reward"]
+    assert not (tmp_path / "r5.json").with_name("r5.json").read_text().count('score_cache": "/')  # no cache path
+    again = _rank(capsys, model, table, tmp_path / "r6.json", *cache)
+    assert again["cost"]["n_scored"] == 0 and again["mean_reward"] == fresh["mean_reward"]
+
+
+def test_judge_reruns_exactly_the_changed_pairs(length_judge_yaml, tmp_path, capsys):
+    rows = pair_rows(8)
+    data = write_jsonl(tmp_path / "pairs.jsonl", rows)
+    out = tmp_path / "judge"
+    argv = [
+        "judge",
+        "--judge",
+        length_judge_yaml,
+        "--strategy",
+        "S1",
+        "--data",
+        data,
+        "--output",
+        out,
+        "--no-progress",
+    ]
+
+    run_ok(capsys, argv)
+    first = read_json(out / "report.json")["calls"]
+    assert (first["made"], first["cached"]) == (2 * len(rows), 0)  # normal and swapped order per pair
+    run_ok(capsys, argv)
+    same = read_json(out / "report.json")["calls"]
+    assert (same["made"], same["cached"]) == (0, 2 * len(rows))
+
+    rows[3] = {**rows[3], "description_2": rows[3]["description_2"] + " She sighs."}  # a corrected row
+    write_jsonl(data, rows)
+    run_ok(capsys, argv)  # redone, not refused
+    one = read_json(out / "report.json")["calls"]
+    assert (one["made"], one["cached"]) == (2, 2 * (len(rows) - 1))
+
+
+def test_a_judge_model_folder_changed_in_place_is_another_judge(tiny_llama_dir, tmp_path):
+    """The call cache's model part is the local model's content (`source_fingerprint`), not its path."""
+    from zero_shot.config import ModelConfig, backend_identity
+
+    folder = model_copy(tiny_llama_dir, tmp_path / "llm")
+    cfg = ModelConfig(backend="transformers-text", model=str(folder))
+    before = backend_identity(cfg)
+    assert backend_identity(cfg) == before
+    change_weights(folder)
+    assert backend_identity(cfg) != before
+
+
+# ------------------------------------------------------------------------------------------- routes without a cache
+def _evaluate(model, tmp_path, capsys):
+    data = write_jsonl(tmp_path / "pairs.jsonl", pair_rows(6))
+    out = tmp_path / f"eval-{len(list(tmp_path.glob('eval-*')))}.json"
+    run_ok(capsys, ["evaluate", "--model", model, "--data", data, "--output", out])
+    rewards = read_json(out)["pair_rewards"]
+    return np.asarray(rewards["reward_1"] + rewards["reward_2"], dtype=float)
+
+
+def _grpo(model, tmp_path, capsys):
+    from emoreward.export.grpo import EmotionReward
+
+    reward = EmotionReward(model, length_monitor=False)
+    return np.asarray(reward(prompts=["p", "p"], completions=["calm and smiling", "gloomy, eyes downcast"]))
+
+
+def _serve_local(model, tmp_path, capsys):
+    """The in-process server of OpenRLHF's reward file and verl (`shared_batcher`: one loaded model per process)."""
+    from emoreward.export.serve.local import score_request, shared_batcher
+
+    reply = score_request("rewards", {"descriptions": ["calm and smiling", "gloomy"]}, shared_batcher(model))
+    return np.asarray(reply["rewards"])
+
+
+@pytest.mark.parametrize("route", [_evaluate, _grpo, _serve_local], ids=["evaluate", "grpo", "serve"])
+def test_a_model_changed_in_place_gives_its_new_numbers(route, lora_dir, tmp_path, capsys):
+    """The same path, other weights: every route answers with the new model's numbers (no loaded model or cache
+    kept for the path), equal to a fresh copy of the changed folder's."""
+    model = model_copy(lora_dir, tmp_path / "model")
+    before = route(model, tmp_path, capsys)
+    change_weights(model, scale=3.0)
+    after = route(model, tmp_path, capsys)
+    fresh = route(model_copy(model, tmp_path / "fresh"), tmp_path, capsys)
+    assert not np.allclose(before, after)
+    np.testing.assert_allclose(after, fresh, rtol=0, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------- train: resume
+def test_train_resumes_only_the_same_content(tiny_bert_dir, tmp_path, capsys):
+    backbone = model_copy(tiny_bert_dir, tmp_path / "backbone")
+    recipe = tiny_recipe(tmp_path, backbone, num_train_epochs=1)
+    out = tmp_path / "out"
+    run_ok(capsys, ["train", "--config", recipe])
+    first = read_json(out / "report.json")
+
+    text = run_ok(capsys, ["train", "--config", recipe])  # nothing changed: every fold and the final fit reused
+    assert "fold 1/2: finished earlier" in text and "fold 2/2: finished earlier" in text
+    assert "final model: finished earlier" in text
+    assert read_json(out / "report.json")["cross_validation"] == first["cross_validation"]
+
+    # a result-changing recipe field: another run
+    code, _, err = run_cli(capsys, ["train", "--config", recipe, "--learning-rate", "0.02"])
+    assert code == 2 and "recipe field learning_rate" in err, err
+
+    # the backbone's weights changed under the same path: another run, refused with what differs
+    change_weights(backbone)
+    code, _, err = run_cli(capsys, ["train", "--config", recipe])
+    assert code == 2 and "the backbone's weights" in err and "--overwrite_output_dir" in err, err
+    text = run_ok(capsys, ["train", "--config", recipe, "--overwrite_output_dir", "true"])
+    assert "finished earlier" not in text  # everything retrained on the new backbone
+    assert read_json(out / "report.json")["cross_validation"] != first["cross_validation"]
+    shutil.rmtree(out)
+
+
+def test_changed_training_data_is_another_run(tiny_bert_dir, tmp_path, capsys):
+    recipe = tiny_recipe(tmp_path, tiny_bert_dir, num_train_epochs=1, cv_folds=1)
+    run_ok(capsys, ["train", "--config", recipe])
+    train = tmp_path / "train.csv"
+    lines = train.read_text().splitlines()
+    lines[1] = lines[1].replace("the woman", "the man", 1)  # one corrected row, same file name
+    train.write_text("\n".join(lines) + "\n")
+    code, _, err = run_cli(capsys, ["train", "--config", recipe])
+    assert code == 2 and "the training data" in err, err
+    assert json.loads((tmp_path / "out" / "run_identity.json").read_text())["n_pairs"] == 24
