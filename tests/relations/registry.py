@@ -139,6 +139,7 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--two-class-ties": "a choice of metric definition (tests/test_metrics.py checks its values)",
         "--batch-size": "batching only: tests/test_scoring_engine.py checks scores do not depend on it",
         "--dtype": "precision: tests marked precision compare dtypes (reward_tolerance)",
+        "--vllm-url": "scores through a vLLM server serving the export: tests/export/test_vllm.py (make test-vllm) checks the same numbers as in process",
         "--media-root": "where media files are: tests/test_data_context.py, tests/bad_input/test_bad_media.py",
     },
     "judge": {
@@ -158,6 +159,7 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--dataset": ("output_closure",),
         "--push-to-hub": "an upload after every local output: tests/bad_input/test_bad_push.py",
         "--list": "lists the bundled judges; computes nothing",
+        "--trust-remote-code": "a loading permission (the one remote-code rule): tests/zero_shot/test_config_cli.py",
     },
     "rank": {
         "*": ("permutation", "duplication", "renaming", "accounting", "separation"),
@@ -191,6 +193,7 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--runs": ("accounting",),
         "--no-swap": ("accounting",),
         "--combine": "how runs of a generative judge combine: tests/ranking/test_rank.py",
+        "--vllm-url": "scores through a vLLM server serving the export: tests/export/test_vllm.py (make test-vllm) checks the same numbers as in process",
     },
     "serve": {
         "*": ("renaming",),
@@ -237,7 +240,7 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--public": "the visibility of the upload",
     },
     "score": {
-        "*": ("renaming", "permutation", "numeric_health"),
+        "*": ("renaming", "permutation", "numeric_health", "export_fidelity"),
         "descriptions": ("renaming", "permutation"),
         "contexts": ("renaming",),
         "batch_size": "batching only: tests/test_scoring_engine.py checks scores do not depend on it",
@@ -255,6 +258,7 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "scale": "a constant factor on every reward: tests/export",
         "name": "the name TRL logs the reward under",
         "length_monitor": "the length monitor: tests/export/test_length_monitor*",
+        "vllm_url": "scores through a vLLM server serving the export: tests/export/test_vllm.py (make test-vllm)",
         "prompts": ("renaming",),
         "completions": ("renaming",),
     },
