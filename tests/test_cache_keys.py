@@ -86,7 +86,8 @@ def test_score_cache_never_serves_a_score_of_another_precision(saved, tmp_path):
     half = score_table(TextRewardModel.from_pretrained(saved, dtype="bfloat16"), table, cache)
     full = score_table(TextRewardModel.from_pretrained(saved, dtype="float32"), table, cache)
     assert half.n_scored == 2 and full.n_scored == 2 and full.n_cached == 0
-    exact = TextRewardModel.from_pretrained(saved, dtype="float32").score(["She smiles warmly.", "Sad."])
+    text = {"a": "She smiles warmly.", "b": "Sad."}
+    exact = TextRewardModel.from_pretrained(saved, dtype="float32").score([text[m] for m in table.models])
     np.testing.assert_allclose(full.scores[:, 0], exact, atol=1e-6, rtol=0)
     again = score_table(TextRewardModel.from_pretrained(saved, dtype="bfloat16"), table, ScoreCache(cache.path))
     assert again.n_cached == 2 and np.array_equal(again.scores, half.scores)

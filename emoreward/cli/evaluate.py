@@ -120,7 +120,7 @@ def _run_reward_model(args: argparse.Namespace, spec: str) -> int:
         check_output_file(report_file, "--output", inputs=[args.data])
     if args.media_root:
         check_media_root(args.media_root)
-    pairs = load_pairs(args.data)
+    pairs = load_pairs(args.data, media_by_id=bool(args.media_root))  # clips read by sample id: ids are context
     n_in_sample, train_file = in_sample_pairs(spec, pairs)
     if n_in_sample:
         print(
@@ -214,7 +214,7 @@ def _run_zero_shot(args: argparse.Namespace, spec: str) -> int:
         trust_remote_code=options["trust_remote_code"],
     )
     config = judge.config
-    pairs = load_pairs(args.data)
+    pairs = load_pairs(args.data, media_by_id=bool(args.media_root))  # clips read by sample id: ids are context
     if options["limit"]:
         pairs = pairs[: options["limit"]]
     references = load_references(options["references"]) if options["references"] else None

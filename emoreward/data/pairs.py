@@ -67,7 +67,7 @@ from emoreward.data.readers import (
     read_text,
     records_from_rows,
 )
-from emoreward.data.text import NameNormaliser, normal_text
+from emoreward.data.text import NameNormaliser, identity_text
 from emoreward.data.values import is_missing, optional_text, plain
 
 
@@ -195,7 +195,7 @@ class LoadedPairs:
 
 
 def load_pairs(
-    source: str | Path | Any, *, require_labels: bool = True, split: str | None = None
+    source: str | Path | Any, *, require_labels: bool = True, split: str | None = None, media_by_id: bool = False
 ) -> list[PreferencePair]:
     """Load preference pairs from a file, a bundled dataset, a dataset folder, the Hub or an in-memory dataset.
 
@@ -206,6 +206,8 @@ def load_pairs(
         require_labels: if True, a missing or empty label is an error (TRL-layout pairs always have labels).
         split: the split of a local dataset folder (default: `train`, or the only split). Hub ids carry their
             split in the id.
+        media_by_id: the pairs are read with a media root, where a pair that names no media file reads the clips
+            of its sample id (`video/<sample>.mp4`): its sample id is then part of what the pair is (`pair_content`).
 
     Returns:
         `list[PreferencePair]` in source order (`read_pairs` returns them with their counts).
@@ -218,16 +220,18 @@ def load_pairs(
             a Hub dataset that cannot be loaded (one line naming the dataset id).
         FileNotFoundError: if the path does not exist.
     """
-    return read_pairs(source, require_labels=require_labels, split=split).pairs
+    return read_pairs(source, require_labels=require_labels, split=split, media_by_id=media_by_id).pairs
 
 
-def read_pairs(source: str | Path | Any, *, require_labels: bool = True, split: str | None = None) -> LoadedPairs:
+def read_pairs(
+    source: str | Path | Any, *, require_labels: bool = True, split: str | None = None, media_by_id: bool = False
+) -> LoadedPairs:
     """`load_pairs`, returning the pairs with the record counts they account for (`LoadedPairs`)."""
     records = _read_source(source, split)
     check_count(records)
     if not records.rows:
         raise DataError(records.source, None, None, "no data rows")
-    pairs, layout = _build_pairs(records.rows, records.columns, records.source, require_labels)
+    pairs, layout = _build_pairs(records.rows, records.columns, records.source, require_labels, media_by_id)
     if len(pairs) != len(records.rows):  # nothing is excluded here: every bad record raised above
         raise DataError(records.source, None, None, f"{len(records.rows)} records gave {len(pairs)} pairs")
     return LoadedPairs(pairs, records.source, layout, len(records.rows), records.n_blank_lines)
@@ -451,7 +455,11 @@ def _tie(value: Any, source: str, row: int) -> bool:
 
 
 def _build_pairs(
-    rows: list[tuple[int, dict[str, Any]]], columns: Sequence[str], source: str, require_labels: bool
+    rows: list[tuple[int, dict[str, Any]]],
+    columns: Sequence[str],
+    source: str,
+    require_labels: bool,
+    media_by_id: bool = False,
 ) -> tuple[list[PreferencePair], Layout]:
     layout = _detect_layout(columns, source)
     _check_columns(columns, layout, source, require_labels)
@@ -478,7 +486,7 @@ def _build_pairs(
                 source, row, name, f"duplicate sample id {pair.sample_id!r} (first at row {seen[pair.sample_id]})"
             )
         seen[pair.sample_id] = row
-        content = pair_content(pair)
+        content = pair_content(pair, media_by_id=media_by_id)
         if content in contents:
             raise DataError(
                 source,
@@ -493,11 +501,15 @@ def _build_pairs(
     return pairs, layout
 
 
-def pair_content(pair: PreferencePair) -> tuple:
-    """What a pair is, whatever its row, sample id or side order: its two descriptions (normal form, as a set) and
-    its context (video, audio, subtitle). Two rows with one content are the same pair (refused by the loader)."""
-    texts = tuple(sorted((normal_text(pair.description_1), normal_text(pair.description_2))))
-    return (texts, pair.media.video, pair.media.audio, pair.media.subtitle)
+def pair_content(pair: PreferencePair, *, media_by_id: bool = False) -> tuple:
+    """What a pair is, whatever its row, sample id or side order: its two descriptions (`identity_text`, as a set)
+    and its context (video, audio, subtitle). Two rows with one content are the same pair (refused by the loader;
+    an evaluated pair of a model's training content is in-sample, `training.provenance`). With ``media_by_id`` a
+    pair that names no media file reads its sample id's clips, so the sample id is part of its context."""
+    texts = tuple(sorted((identity_text(pair.description_1), identity_text(pair.description_2))))
+    subtitle = None if pair.media.subtitle is None else identity_text(pair.media.subtitle)
+    clip = pair.sample_id if media_by_id and pair.media.video is None and pair.media.audio is None else None
+    return (texts, pair.media.video, pair.media.audio, subtitle, clip)
 
 
 def canonical_pairs(pairs: Sequence[PreferencePair]) -> list[PreferencePair]:

@@ -64,6 +64,13 @@ def normal_text(text: str) -> str:
     return unicodedata.normalize("NFC", text)
 
 
+def identity_text(text: str) -> str:
+    """The form in which two texts are one text for identity (a repeated pair, an in-sample pair): `normal_text`
+    with line endings as ``\n`` and no outer whitespace, so a file re-encoded with CRLF or padded cells names the
+    same pair. Scoring reads `normal_text`, as written."""
+    return normal_text(text).replace("\r\n", "\n").replace("\r", "\n").strip()
+
+
 def description_length(text: str, unit: LengthUnit = "chars") -> int:
     """THE length of a description (the length baseline, length-bias figures, table statistics): characters
     (default, as in the EmoPrefer-Data facts) or whitespace-separated words, of its normal form (`normal_text`).
@@ -95,4 +102,12 @@ def short_names(names: Sequence[str], width: int = 10) -> list[str]:
     return [s if counts[s] == 1 else n for s, n in zip(short, names)]
 
 
-__all__ = ["NameNormaliser", "description_length", "markdown_cell", "normal_name", "normal_text", "short_names"]
+__all__ = [
+    "NameNormaliser",
+    "description_length",
+    "identity_text",
+    "markdown_cell",
+    "normal_name",
+    "normal_text",
+    "short_names",
+]

@@ -230,8 +230,8 @@ def length_control(
 
 
 def reward_length_correlation(rewards: Sequence[float], lengths: Sequence[int]) -> float | None:
-    """Spearman correlation between rewards and description lengths (None when either is constant or there are
-    fewer than 3; NaN when a value is not finite), as `scipy.stats.spearmanr` computes it: the Pearson correlation of
+    """Spearman correlation between rewards and description lengths (None, undefined, when either is constant,
+    there are fewer than 3, or a value is not finite: never a NaN to average), as `scipy.stats.spearmanr` computes it: the Pearson correlation of
     the average ranks (ties share the mean of their ranks). In numpy, without scipy's per-call overhead: the reward
     server and the verl adapter compute it for every model call / reward call (about 0.05 ms for 512 values
     instead of 0.8 ms).
@@ -245,7 +245,7 @@ def reward_length_correlation(rewards: Sequence[float], lengths: Sequence[int]) 
     if len(x) < 3 or x.min() == x.max() or y.min() == y.max():  # constant (NaN compares unequal: next line)
         return None
     if not (np.isfinite(x).all() and np.isfinite(y).all()):
-        return float("nan")
+        return None
     rx, ry = _average_ranks(x), _average_ranks(y)
     rx -= rx.mean()
     ry -= ry.mean()

@@ -515,8 +515,9 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
         DataError / ValueError: bad training or evaluation data (both are read before any training starts).
     """
     config.check_max_length()  # a recipe the backbone cannot run fails here, not on the first long pair
-    pairs = canonical_pairs(load_pairs(config.train_file))  # the row order of the file changes nothing
-    eval_pairs = load_pairs(config.eval_file) if config.eval_file else None  # fail before any fold trains
+    by_id = config.media_root is not None  # clips read by sample id: the id is part of a pair's context
+    pairs = canonical_pairs(load_pairs(config.train_file, media_by_id=by_id))  # the file's row order changes nothing
+    eval_pairs = load_pairs(config.eval_file, media_by_id=by_id) if config.eval_file else None  # before any fold
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     is_main = config.process_index == 0
@@ -626,7 +627,7 @@ def _save_final(config, pairs, fit: FitResult | dict, report: dict, out: Path, l
     fit.model.settings.extra["data"] = data_metadata(config.train_file).to_dict()
     save_final_model(fit.model, model_dir, config, model_card(config, report, fit))
     if config.process_index == 0:
-        write_training_data(model_dir, config.train_file, pairs)  # `emoreward evaluate` flags in-sample pairs
+        write_training_data(model_dir, config.train_file, pairs, media_by_id=config.media_root is not None)
     report["final"] = {
         "model_dir": str(model_dir),
         "train_seconds": fit.train_seconds,

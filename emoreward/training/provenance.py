@@ -2,10 +2,10 @@
 in-sample, and the pairs no judge can decide (two identical descriptions).
 
 The main job writes `training_data.json` into the model directory: the training source and one key per pair
-(a SHA-1 prefix of the sample id and the two descriptions, order-free, so a swapped copy of a pair matches; the
-sample id is part of it because a multimodal pair is its media too: the same two texts about another clip are a
-new pair). Records written before the sample id was part of the key (no `pair_key` field) are read with the
-descriptions-only key. This module imports no ML library: `emoreward evaluate` checks the data before torch loads.
+(a SHA-1 prefix of `data.pairs.pair_content`: the two descriptions, order-free, so a swapped copy of a pair
+matches, and the media named; the sample id only where the model read clips by it, since then the same two texts
+about another clip are a new pair). Earlier records (`"sample+descriptions"`, or no `pair_key` field: descriptions
+only) are read with their own key. This module imports no ML library: `emoreward evaluate` checks the data before torch loads.
 """
 
 from __future__ import annotations
@@ -23,31 +23,42 @@ if TYPE_CHECKING:
     from emoreward.data import PreferencePair
 
 
-KEY_SCHEME = "sample+descriptions"  # `pair_key` of the records written now
+KEY_SCHEME = "content"  # `pair_key` of the records written now
 
 
-def pair_key(pair: PreferencePair, scheme: str = KEY_SCHEME) -> str:
-    """16 hex digits identifying a pair by its sample id and its two descriptions (whitespace-stripped, in either
-    order); `scheme="descriptions"`: by the descriptions only (records without a `pair_key` field).
+def pair_key(pair: PreferencePair, scheme: str = KEY_SCHEME, *, media_by_id: bool = False) -> str:
+    """16 hex digits identifying a pair by what it is (`pair_content`: its two descriptions in either order, in
+    their identity form, and the media and subtitle it names; not its sample id or row, so the same pairs in
+    another layout, such as TRL rows without ids, are recognised; with ``media_by_id``, a model that read clips by
+    sample id, a pair naming no media file is its sample id's clip too). Earlier records: `"sample+descriptions"` (the
+    sample id and the whitespace-stripped descriptions) and `"descriptions"` (records without a `pair_key` field).
 
     Raises:
         ValueError: an unknown scheme.
     """
-    texts = sorted((pair.description_1.strip(), pair.description_2.strip()))
     if scheme == KEY_SCHEME:
+        from emoreward.data.pairs import pair_content
+
+        return hashlib.sha1(repr(pair_content(pair, media_by_id=media_by_id)).encode("utf-8")).hexdigest()[:16]
+    texts = sorted((pair.description_1.strip(), pair.description_2.strip()))
+    if scheme == "sample+descriptions":
         texts = [pair.sample_id, *texts]
     elif scheme != "descriptions":
         raise ValueError(f"unknown pair-key scheme {scheme!r}")
     return hashlib.sha1("\x00".join(texts).encode("utf-8")).hexdigest()[:16]
 
 
-def write_training_data(directory: str | Path, source: str, pairs: Sequence[PreferencePair]) -> Path:
-    """Record the training pairs of the model saved in `directory` (atomic write of `training_data.json`)."""
+def write_training_data(
+    directory: str | Path, source: str, pairs: Sequence[PreferencePair], *, media_by_id: bool = False
+) -> Path:
+    """Record the training pairs of the model saved in `directory` (atomic write of `training_data.json`);
+    ``media_by_id``: the model read clips by sample id (a media root was given)."""
     record = {
         "train_file": str(source),
         "n_pairs": len(pairs),
         "pair_key": KEY_SCHEME,
-        "pair_keys": sorted({pair_key(p) for p in pairs}),
+        "media_by_id": media_by_id,
+        "pair_keys": sorted({pair_key(p, media_by_id=media_by_id) for p in pairs}),
     }
     return atomic_write_json(Path(directory) / TRAINING_DATA_FILE, record, indent=None)
 
@@ -60,9 +71,10 @@ def in_sample_pairs(model_dir: str | Path, pairs: Sequence[PreferencePair]) -> t
         return 0, None
     trained = set(record["pair_keys"])
     scheme = record.get("pair_key", "descriptions")
-    if scheme not in (KEY_SCHEME, "descriptions"):
+    if scheme not in (KEY_SCHEME, "sample+descriptions", "descriptions"):
         return 0, None  # written by a newer emoreward: no claim either way
-    return sum(pair_key(p, scheme) in trained for p in pairs), str(record.get("train_file"))
+    by_id = bool(record.get("media_by_id", False))
+    return sum(pair_key(p, scheme, media_by_id=by_id) in trained for p in pairs), str(record.get("train_file"))
 
 
 __all__ = ["TRAINING_DATA_FILE", "in_sample_pairs", "pair_key", "write_training_data"]

@@ -88,25 +88,31 @@ def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> di
     Returns:
         `{"data": hex, "labels": hex, "n_pairs": int, "train_file": str, "backbone": hex | None, "recipe": {field:
         value}, "fingerprint": hex}`; `fingerprint` digests data, labels, backbone content and recipe (not
-        `train_file`: the same pairs under another path are the same run).
+        `train_file`, nor a local backbone's path: the same pairs or weights under another path are the same run).
     """
     from emoreward.training.config import public_config  # the recipe class and its masking of secrets
 
-    recipe = {k: v for k, v in public_config(config).items() if k not in NOT_RESULT_FIELDS}
+    from emoreward.utils.cache_key import source_fingerprint
+
+    backbone = source_fingerprint(config.model_name_or_path)
+    # paths are no identity where their content is one: the pairs are `data`, a local backbone is `backbone`
+    by_content = {"train_file"} | ({"model_name_or_path"} if backbone is not None else set())
+    recipe = {k: v for k, v in public_config(config).items() if k not in NOT_RESULT_FIELDS | by_content}
     recipe = json.loads(json.dumps(recipe, sort_keys=True, default=str))  # as it reads back from the JSON file
+    from emoreward.data.pairs import canonical_pairs
+
+    pairs = canonical_pairs(pairs)  # the identity of the pairs, not of their order in a file
     data = [
         (p.sample_id, p.description_1, p.description_2, p.model_1, p.model_2, p.media.video, p.media.audio,
          p.media.subtitle, p.margin)
         for p in pairs
     ]  # fmt: skip
-    from emoreward.utils.cache_key import source_fingerprint
-
     identity = {
         "data": _digest(data),
         "labels": _digest([p.label for p in pairs]),
         "n_pairs": len(pairs),
         "train_file": str(config.train_file),
-        "backbone": source_fingerprint(config.model_name_or_path),
+        "backbone": backbone,
         "recipe": recipe,
     }
     identity["fingerprint"] = _digest([identity["data"], identity["labels"], identity["backbone"], recipe])

@@ -183,7 +183,8 @@ def test_rank_correlation_is_scipys_spearman_ties_included():
             )
     assert reward_length_correlation([1.0, 1.0, 1.0], [1, 2, 3]) is None
     assert reward_length_correlation([1.0, 2.0], [1, 2]) is None
-    assert np.isnan(reward_length_correlation([1.0, 2.0, float("nan")], [1, 2, 3]))
+    assert reward_length_correlation([1.0, 2.0, float("nan")], [1, 2, 3]) is None  # undefined, never a NaN
+    assert reward_length_correlation([1.0, 2.0, float("inf")], [1, 2, 3]) is None
 
 
 def test_stream_monitor_window_equals_the_figures_of_its_last_descriptions():
