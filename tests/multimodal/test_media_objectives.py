@@ -31,7 +31,7 @@ def media_config(tmp_path, model_dir, media, **changes) -> EmoRewardConfig:
 
 def test_disentangled_objective_and_centering_on_a_media_backbone(tiny_backbone_dir, tmp_path):
     media = tmp_path / "media"
-    pairs = load_pairs(write_media_set(media, 6))
+    pairs = load_pairs(write_media_set(media, 6), media_by_id=True)  # clips read by sample id
     config = media_config(
         tmp_path,
         tiny_backbone_dir("qwen2.5-omni-thinker"),
@@ -55,7 +55,7 @@ def test_disentangled_objective_and_centering_on_a_media_backbone(tiny_backbone_
 
 def test_penalty_objective_sets_a_score_transform_on_a_media_backbone(tiny_backbone_dir, tmp_path):
     media = tmp_path / "media"
-    pairs = load_pairs(write_media_set(media, 6))
+    pairs = load_pairs(write_media_set(media, 6), media_by_id=True)  # clips read by sample id
     config = media_config(tmp_path, tiny_backbone_dir("qwen2.5-omni-thinker"), media, length_debias="penalty")
     fit = fit_reward_model(config, pairs, output_dir=tmp_path / "fit", run_name="t", save=False)
     transform = fit.model.settings.score_transform
