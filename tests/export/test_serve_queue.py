@@ -216,7 +216,7 @@ def test_large_requests_finish_one_after_another_while_small_ones_pass():
     """Three requests larger than a model call's budget and small ones sent meanwhile: the large ones finish in
     the order they came (each took at least half of every call while it was the oldest), the small ones all
     before the last large one."""
-    model = TimedWords(per_description=0.0002)
+    model = TimedWords(per_description=0.0005)  # 1.5 s a large request: the next arrives before it is done
     limits = ServerLimits(max_call_seconds=0.05)
     done = []
     with RewardServer(RewardService(model, limits), port=0) as srv:
@@ -230,7 +230,9 @@ def test_large_requests_finish_one_after_another_while_small_ones_pass():
             large = []
             for k in range(3):
                 large.append(pool.submit(tagged, f"large{k}", 3000))
+                deadline = time.monotonic() + 30  # never hang: a request that arrives too late fails the test
                 while srv.batcher.pending < 3000 * (k + 1):
+                    assert time.monotonic() < deadline and not done, f"large request {k} was not queued in time"
                     time.sleep(0.005)
             small = [pool.submit(tagged, f"small{k}", 1) for k in range(4)]
             results = [f.result() for f in large + small]
