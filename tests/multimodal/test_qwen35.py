@@ -1,7 +1,8 @@
 """Qwen3.5 as a backbone: a tiny random-weight `Qwen3_5ForConditionalGeneration` (one gated delta-net layer, one
 full-attention layer) scores video + subtitle the same whatever the padding side and batch composition, trains
 (a LoRA step changes the rewards), saves and loads identically, refuses the shared-prefix cache with its reason,
-and exports as a plain `Qwen3_5ForSequenceClassification` that transformers reads natively with equal rewards."""
+and exports as a plain `Qwen3_5ForSequenceClassification` that transformers reads natively with equal rewards (a pad
+token inside the sequences refused; the vLLM route refused with its reason)."""
 
 from __future__ import annotations
 
@@ -143,3 +144,20 @@ def test_export_is_a_native_checkpoint_read_without_remote_code(tiny, tmp_path):
         assert not report["missing_keys"] and not report["unexpected_keys"], report
         diff = float(np.max(np.abs(np.array(report["rewards"]) - expected)))
         assert diff <= ATOL, f"{side} padding: {diff:.3g}"
+    from emoreward.export.vllm import serve_command
+
+    with pytest.raises(ValueError, match="vLLM route is not built for it"):
+        serve_command(out, port=8000)
+
+
+def test_export_refuses_a_pad_token_inside_the_sequences(tiny, tmp_path):
+    """The native reader pools at the last token that is not pad_token_id: a pad token that ends the scored
+    sequences (here <|im_end|>) would move the reward, so the export stops before writing anything."""
+    import copy
+
+    model, _, _ = tiny
+    other = copy.deepcopy(model)
+    other.tokenizer.pad_token = "<|im_end|>"
+    with pytest.raises(ValueError, match="pools at the last token that is not pad_token_id"):
+        other.export_merged(tmp_path / "export")
+    assert not (tmp_path / "export" / "config.json").exists()

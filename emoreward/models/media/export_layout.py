@@ -181,13 +181,14 @@ def write_media_export(model, directory: str | Path, *, model_card: str | None, 
         request: the request spec (`request_spec`), written as `emoreward_request.json`.
     """
     directory = Path(directory)
+    pad = native_pad_check(model) if model.spec.native_classifier else None  # before any work or file
     directory.mkdir(parents=True, exist_ok=True)
     net = model.model
     if hasattr(net, "merge_and_unload"):
         net = copy.deepcopy(net).merge_and_unload()
     backbone, head = net.backbone, net.score.weight
     if model.spec.native_classifier:
-        return _write_native_export(model, backbone, head, directory, model_card=model_card)
+        return _write_native_export(model, backbone, head, directory, pad=pad, model_card=model_card)
     prefix = "thinker." if model.spec.name == "qwen2.5-omni-thinker" else ""
     _write_weights(backbone, head, directory, prefix=prefix)
     (directory / "config.json").write_text(
@@ -227,13 +228,14 @@ def native_pad_check(model) -> int:
     return int(pad)
 
 
-def _write_native_export(model, backbone, head: torch.Tensor, directory: Path, *, model_card: str | None) -> Path:
+def _write_native_export(
+    model, backbone, head: torch.Tensor, directory: Path, *, pad: int, model_card: str | None
+) -> Path:
     """A plain `spec.native_classifier` checkpoint: the backbone's `model.*` weights, the head as `score.weight`
     (no LM head), `config.json` with that architecture, one label per value-head output and the tokenizer's pad id
     (the reader pools at the last non-pad token); no remote code, no request file."""
     from safetensors.torch import load_file, save_file
 
-    pad = native_pad_check(model)
     backbone.save_pretrained(directory, safe_serialization=True)
     index_path = directory / "model.safetensors.index.json"
     index = json.loads(index_path.read_text(encoding="utf-8")) if index_path.is_file() else None
