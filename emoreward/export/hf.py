@@ -195,13 +195,21 @@ def export_hf(
                 np.zeros(len(probes)), [len(d) for d in probes], model.settings.score_transform
             )
             again.model = None  # its inputs are still built from the export's files; one more copy of the weights
-            net = remote_class(staging).from_pretrained(staging, dtype=dtype).eval()
-            remote = np.array(remote_rewards(net, again, probes, contexts))
-            measured = [whole_text_difference(net, again, probes, contexts[0])]
-            del net
-            request = request_spec(again, measured, dtype=dtype)
-            (staging / REQUEST_FILE).write_text(json.dumps(request, indent=2) + "\n", encoding="utf-8")
-            (staging / "README.md").write_text(media_card(again, measured=measured, dtype=dtype), encoding="utf-8")
+            if model.spec.native_classifier:  # a plain checkpoint: transformers' own class reads it, no remote code
+                from transformers import AutoModelForSequenceClassification
+
+                net = AutoModelForSequenceClassification.from_pretrained(staging, dtype=dtype).eval()
+                remote = np.array(remote_rewards(net, again, probes, contexts))
+                del net
+                (staging / "README.md").write_text(native_media_card(again, dtype=dtype), encoding="utf-8")
+            else:
+                net = remote_class(staging).from_pretrained(staging, dtype=dtype).eval()
+                remote = np.array(remote_rewards(net, again, probes, contexts))
+                measured = [whole_text_difference(net, again, probes, contexts[0])]
+                del net
+                request = request_spec(again, measured, dtype=dtype)
+                (staging / REQUEST_FILE).write_text(json.dumps(request, indent=2) + "\n", encoding="utf-8")
+                (staging / "README.md").write_text(media_card(again, measured=measured, dtype=dtype), encoding="utf-8")
             report = ExportReport(
                 directory,
                 "media",
@@ -403,6 +411,34 @@ Max length {s.max_length} tokens, tie threshold {s.tie_threshold:.4g}.
 {transform}"""
 
 
+def native_media_card(model, *, dtype: torch.dtype | None = None) -> str:
+    """The card of a multimodal export that transformers reads natively (`BackboneSpec.native_classifier`)."""
+    spec, s = model.spec, model.settings
+    return f"""---
+library_name: transformers
+tags: [reward-model, emotion, emoreward, {spec.name}]
+---
+# Emotion reward model ({spec.name})
+
+A scalar reward r(description | video frames, subtitle): a plain `{spec.native_classifier}` checkpoint
+(the merged `{spec.model_class}` decoder and the value head `score`, {dtype_name(dtype or model.dtype)}), read by
+transformers without remote code. The reward is `logits[:, 0]`, pooled at the last token that is not the
+tokenizer's pad token (so either padding side gives the same reward).
+
+```python
+from transformers import AutoModelForSequenceClassification
+model = AutoModelForSequenceClassification.from_pretrained(PATH)
+reward = model(**processor_outputs).logits[:, 0]   # input_ids, attention_mask, mm_token_type_ids, video tensors
+```
+
+Inputs: the chat template of this folder, user turn = the video then `{{instruction}}\\nSubtitle: {{subtitle}}`,
+assistant turn = the description, ending at its end-of-turn token; frames sampled at {s.fps} fps (at most
+{s.max_frames}), per-frame timestamps as `Qwen3VLProcessor` writes them. The description and its end-of-turn
+token are tokenized apart from the prompt. `emoreward.models.load_reward_model(PATH, media_root=...)` builds exactly
+these inputs; `emoreward serve --model PATH --media-root DIR` serves it.
+"""
+
+
 def export_card(model: RewardModel) -> str:
     """The export's model card: what the checkpoint is, exactly how to build its input and read the reward, and
     which RL stacks read it directly (each claim is tested in tests/export)."""
@@ -413,6 +449,8 @@ def export_card(model: RewardModel) -> str:
     head = front_matter(s, library="transformers")
     instruction = s.instruction.replace("\n", " ") or "(none)"
     if model.kind == "media":
+        if model.spec.native_classifier:
+            return native_media_card(model)
         return media_card(model, head, transform)
     return _text_card(model, head, transform, instruction)
 

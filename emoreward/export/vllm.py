@@ -67,8 +67,16 @@ def _check_export(export_dir: Path):
             f"--model {export_dir} --output DIR)"
         )
     if settings.kind != "text":
+        from emoreward.models.backbones import get_backbone
         from emoreward.models.media.export_layout import REQUEST_FILE
 
+        spec = get_backbone(settings.backbone)
+        if spec.native_classifier:
+            raise ValueError(
+                f"{export_dir} is a {spec.name} export ({spec.native_classifier}): the vLLM route is not built for "
+                "it (no request data: its per-frame timestamps and linear-attention pooling in vLLM are not checked "
+                "against emoreward's rewards); serve it with emoreward serve, or read it with transformers"
+            )
         if not (export_dir / REQUEST_FILE).is_file():
             raise ValueError(
                 f"{export_dir} is a multimodal export without {REQUEST_FILE} (an earlier layout vLLM does not load): "

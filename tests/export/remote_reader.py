@@ -3,7 +3,9 @@ emoreward (a meta-path finder refuses the name), it loads the export with
 `AutoModelForSequenceClassification.from_pretrained(export, trust_remote_code=True)` and writes `logits[:, 0]` of
 the batch in a safetensors file as JSON.
 
-    python remote_reader.py EXPORT INPUTS.safetensors OUT.json DTYPE
+    python remote_reader.py EXPORT INPUTS.safetensors OUT.json DTYPE [native]
+
+`native`: transformers' own class, `trust_remote_code=False` (exports of `BackboneSpec.native_classifier`).
 
 INPUTS holds `input_ids`, `attention_mask` and the media tensors, batched (the caller pads on the side it tests).
 """
@@ -20,14 +22,14 @@ class _NoEmoreward(importlib.abc.MetaPathFinder):
         return None
 
 
-def main(export: str, inputs: str, out: str, dtype: str) -> None:
+def main(export: str, inputs: str, out: str, dtype: str, mode: str = "remote") -> None:
     sys.meta_path.insert(0, _NoEmoreward())
     import torch
     from safetensors.torch import load_file
     from transformers import AutoModelForSequenceClassification
 
     model, info = AutoModelForSequenceClassification.from_pretrained(
-        export, trust_remote_code=True, dtype=getattr(torch, dtype), output_loading_info=True
+        export, trust_remote_code=mode != "native", dtype=getattr(torch, dtype), output_loading_info=True
     )
     batch = load_file(inputs)
     with torch.no_grad():
@@ -44,4 +46,4 @@ def main(export: str, inputs: str, out: str, dtype: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:6])

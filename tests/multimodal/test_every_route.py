@@ -1,5 +1,5 @@
-"""One reward model, every route: a tiny multimodal reward model trained through `emoreward train` (2 steps on
-generated clips with video and audio) gives the same reward for the same (description, media) through
+"""One reward model, every route: a tiny multimodal reward model (Qwen2.5-Omni, Qwen3.5, Qwen2.5-VL) trained
+through `emoreward train` (2 steps on generated clips with video and audio) gives the same reward for the same (description, media) through
 `emoreward evaluate`, `emoreward rank`, `emoreward serve`, the TRL GRPO reward `EmotionReward` (2 real GRPOTrainer
 steps) and `emoreward export` + reload, all in a fresh process."""
 
@@ -106,12 +106,14 @@ def post(url: str, payload: dict) -> dict:
 
 
 @pytest.mark.precision  # depends on the scoring precision: `make test-precision` runs it in the other one
-@pytest.mark.parametrize("family", ["qwen2.5-omni-thinker", pytest.param("qwen2.5-vl", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "family", ["qwen2.5-omni-thinker", "qwen3.5", pytest.param("qwen2.5-vl", marks=pytest.mark.slow)]
+)
 def test_same_reward_on_every_route(family, tiny_backbone_dir, tmp_path):
     from emoreward.cli import main
 
     media = tmp_path / "media"
-    pairs = write_media_set(media, 4)
+    pairs = write_media_set(media, 3)  # 3: a 4th clip would repeat clip 0's pair, which the loader refuses
     out = tmp_path / "train"
     argv = ["train", "--config", str(TINY_RECIPE), "--output-dir", str(out), "--cv-folds", "0"]
     overrides = {
@@ -122,6 +124,8 @@ def test_same_reward_on_every_route(family, tiny_backbone_dir, tmp_path):
         "train_file": pairs,
         "max_steps": 2,
     }
+    if family == "qwen3.5":  # 16-pixel patches: 64 x 64 frames give 2 x 2 merged tokens per temporal patch
+        overrides.update(video_min_pixels=64 * 64, video_max_pixels=64 * 64)
     for key, value in overrides.items():
         argv += ["--set", f"{key}={value}"]
     assert main(argv) == 0

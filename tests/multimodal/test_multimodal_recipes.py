@@ -1,4 +1,4 @@
-"""The 7B multimodal recipes parse through the real parser and build their model class (tiny weights); the tiny
+"""The full-size multimodal recipes (7B; Qwen3.5 9B) parse through the real parser and build their model class (tiny weights); the tiny
 multimodal recipe (config_tiny.yaml) trains end to end on generated media through `emoreward train` and is
 evaluated by the shared harness through `emoreward evaluate`; stratified k-fold cross-validation with resume;
 prefix-shared scoring speed (slow)."""
@@ -24,7 +24,12 @@ from emoreward.training.config import EmoRewardConfig, load_config  # noqa: E402
 
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
-SEVEN_B = {"qwen2.5-vl-7b": "qwen2.5-vl", "qwen2.5-omni-7b": "qwen2.5-omni-thinker", "qwen2-audio-7b": "qwen2-audio"}
+SEVEN_B = {
+    "qwen2.5-vl-7b": "qwen2.5-vl",
+    "qwen2.5-omni-7b": "qwen2.5-omni-thinker",
+    "qwen2-audio-7b": "qwen2-audio",
+    "qwen3.5-9b": "qwen3.5",
+}
 
 
 @pytest.mark.parametrize("recipe", sorted(SEVEN_B))
@@ -47,6 +52,7 @@ def test_7b_recipe_parses_and_builds_its_model_class(recipe, tiny_backbone_dir, 
         "qwen2.5-vl": "Qwen2_5_VLForConditionalGeneration",
         "qwen2-audio": "Qwen2AudioForConditionalGeneration",
         "qwen2.5-omni-thinker": "Qwen2_5OmniThinkerForConditionalGeneration",
+        "qwen3.5": "Qwen3_5ForConditionalGeneration",
     }[config.backbone]
     assert isinstance(model.module.backbone, getattr(transformers, expected))
 

@@ -38,6 +38,7 @@ SPECIAL = [
 
 TEXT = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
 PIXELS = dict(min_pixels=56 * 56, max_pixels=56 * 56)
+PIXELS_16 = dict(min_pixels=64 * 64, max_pixels=64 * 64)  # 16-pixel patches (Qwen3.5)
 
 
 def have_minilm() -> bool:
@@ -131,6 +132,24 @@ def build_tiny(family: str, path: Path, *, text: dict | None = None, **pixels) -
             audio_token_index=ids(tok, "<|AUDIO|>")[0],
         )
         model = transformers.Qwen2AudioForConditionalGeneration(config)
+    elif family == "qwen3.5":  # one gated delta-net (linear attention) layer, one full-attention layer
+        vs, ve, vp = ids(tok, "<|vision_start|>", "<|vision_end|>", "<|video_pad|>")
+        head = sizes["hidden_size"] // sizes["num_attention_heads"]
+        quarter = head // 4  # partial rotary 0.5: a quarter of the head's frequencies, split over t, h, w
+        config = transformers.Qwen3_5Config(
+            text_config=dict(
+                vocab_size=len(tok), **sizes, head_dim=head, pad_token_id=tok.pad_token_id,
+                layer_types=["linear_attention", "full_attention"], linear_key_head_dim=8, linear_value_head_dim=8,
+                linear_num_key_heads=2, linear_num_value_heads=2,
+                rope_parameters={"rope_type": "default", "partial_rotary_factor": 0.5, "mrope_interleaved": True,
+                                 "mrope_section": [quarter - 2 * (quarter // 4), quarter // 4, quarter // 4]},
+            ),
+            vision_config=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, patch_size=16,
+                               num_position_embeddings=64, out_hidden_size=sizes["hidden_size"]),
+            image_token_id=ids(tok, "<|image_pad|>")[0], video_token_id=vp, vision_start_token_id=vs,
+            vision_end_token_id=ve,
+        )  # fmt: skip
+        model = transformers.Qwen3_5ForConditionalGeneration(config)
     elif family == "text":
         config = transformers.Qwen2Config(vocab_size=len(tok), **sizes)
         model = transformers.Qwen2ForCausalLM(config)
@@ -139,6 +158,8 @@ def build_tiny(family: str, path: Path, *, text: dict | None = None, **pixels) -
     model.save_pretrained(path)
     tok.save_pretrained(path)
     processor_config = {}
+    if family == "qwen3.5":  # Qwen3.5's vision geometry: 16-pixel patches, 2x2 merge (32-pixel resize factor)
+        Qwen2VLImageProcessorPil(patch_size=16, **(pixels or PIXELS_16)).save_pretrained(path)
     if family in ("qwen2.5-vl", "qwen2.5-omni-thinker"):
         ip = Qwen2VLImageProcessorPil(**(pixels or PIXELS))
         ip.save_pretrained(path)

@@ -1,11 +1,12 @@
 """Export fidelity: an export's own settings reproduce the original model's rewards through every reader it targets.
 
-One relation, applied to every backbone kind (text encoder, decoder text LM, Qwen2.5-VL, Qwen2.5-Omni, Qwen2-Audio)
-and every reader this machine has, in the settings the reader uses: `load_reward_model` of the export, and
+One relation, applied to every backbone kind (text encoder, decoder text LM, Qwen2.5-VL, Qwen2.5-Omni, Qwen2-Audio,
+Qwen3.5) and every reader this machine has, in the settings the reader uses: `load_reward_model` of the export, and
 transformers in a subprocess whose imports cannot reach emoreward (`tests/export/remote_reader.py`: the native
-class for text exports, `trust_remote_code=True` for multimodal ones), in float32, on a batch of descriptions of
-different lengths padded on each side the export's card allows, with inputs built from the export's own files
-(its tokenizer and settings for text; `emoreward_request.json`'s layout rendered by its chat template for media).
+class, no remote code, for text and Qwen3.5 exports; `trust_remote_code=True` for the other multimodal ones), in
+float32, on a batch of descriptions of different lengths padded on each side the export's card allows, with inputs
+built from the export's own files (its tokenizer and settings for text; for media the token ids emoreward builds
+from the export's files, `emoreward_request.json`'s layout rendered by its chat template where there is one).
 The original is a LoRA model whose adapter is non-zero, exported through `emoreward export`.
 """
 
@@ -31,7 +32,8 @@ from tiny_media import build_tiny, have_minilm, write_video, write_wav  # noqa: 
 
 COVERS: dict[str, tuple[str, ...]] = {"export": ("*", "--model", "--output", "--atol"), "score": ("*",)}
 
-KINDS = ("minilm", "decoder", "qwen2.5-vl", "qwen2.5-omni-thinker", "qwen2-audio")
+KINDS = ("minilm", "decoder", "qwen2.5-vl", "qwen2.5-omni-thinker", "qwen2-audio", "qwen3.5")
+NATIVE = ("minilm", "decoder", "qwen3.5")  # exports transformers reads with its own class, no remote code
 DESCRIPTIONS = [
     "She beams, her voice lifting with delight as the laughter grows.",
     "sad",
@@ -167,7 +169,7 @@ def _transformers_inputs(export: Path, media: Path | None, context: dict, paddin
     return reader_inputs(model, DESCRIPTIONS, RewardContext(**context), padding_side=padding_side)
 
 
-def _run_reader(export: Path, inputs: dict, tmp_path: Path) -> dict:
+def _run_reader(export: Path, inputs: dict, tmp_path: Path, mode: str) -> dict:
     from safetensors.torch import save_file
 
     save_file({k: v.contiguous() for k, v in inputs.items()}, str(tmp_path / "inputs.safetensors"))
@@ -175,7 +177,7 @@ def _run_reader(export: Path, inputs: dict, tmp_path: Path) -> dict:
     env["HF_MODULES_CACHE"] = str(tmp_path / "hf-modules")
     done = subprocess.run(
         [sys.executable, str(READER), str(export), str(tmp_path / "inputs.safetensors"), str(tmp_path / "out.json"),
-         "float32"],
+         "float32", mode],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -204,14 +206,17 @@ def test_export_reproduces_rewards(kind, reader, padding_side, originals, export
         model = load_reward_model(export, media_root=None if media is None else str(media), dtype=torch.float32)
         got = model.score(DESCRIPTIONS, RewardContext(**context))
     else:
-        report = _run_reader(export, _transformers_inputs(export, media, context, padding_side), tmp_path)
+        mode = "native" if kind in NATIVE else "remote"
+        report = _run_reader(export, _transformers_inputs(export, media, context, padding_side), tmp_path, mode)
         assert not report["emoreward_imported"] and not report["missing_keys"], report
+        if mode == "native":
+            assert "auto_map" not in json.loads((export / "config.json").read_text()), "native: no remote code"
         got = np.array(report["rewards"])
     diff = float(np.max(np.abs(got - expected)))
     assert diff <= ATOL, f"{kind} via {reader} ({padding_side} padding): max |reward difference| {diff:.3g}"
 
 
-@pytest.mark.parametrize("kind", [k for k in KINDS if k not in ("minilm", "decoder")])
+@pytest.mark.parametrize("kind", [k for k in KINDS if k not in NATIVE])
 def test_request_renders_the_scored_sequence(kind, originals, exports):
     """The export's request data, rendered by its own chat template and tokenized as it says, is the token sequence
     emoreward scores (what an engine serving the export must be sent)."""

@@ -43,6 +43,9 @@ ARCHITECTURES = {
     "qwen2-audio": "Qwen2AudioForSequenceClassification",
 }
 HEAD_KEY = "language_model.score.weight"
+# backbones transformers reads natively (`BackboneSpec.native_classifier`): a plain checkpoint, head `score.weight`
+NATIVE_CLASSIFIERS = {"Qwen3_5ForSequenceClassification": "Qwen3_5ForSequenceClassification"}
+NATIVE_HEAD_KEY = "score.weight"
 REMOTE_FILE = "modeling_emoreward.py"
 REQUEST_FILE = "emoreward_request.json"
 REQUEST_FORMAT = 1
@@ -58,7 +61,7 @@ def is_engine_layout(directory: str | Path) -> bool:
         names = json.loads(path.read_text(encoding="utf-8")).get("architectures") or []
     except (OSError, ValueError):
         return False
-    return any(n in ARCHITECTURES.values() for n in names)
+    return any(n in ARCHITECTURES.values() or n in NATIVE_CLASSIFIERS for n in names)
 
 
 def remote_code_source() -> str:
@@ -107,15 +110,10 @@ def export_chat_template(builder) -> str:
 
 def _placeholders(builder) -> tuple[str, str]:
     """(video placeholder, audio placeholder) as the backbone's chat template writes them ("" where none)."""
-    spec, proc, tok, config = builder.spec, builder.processor, builder.tokenizer, builder.config
+    spec, proc = builder.spec, builder.processor
     video = audio = ""
     if spec.sees_video:
-        if spec.name == "qwen2.5-vl":
-            start, end = (tok.convert_ids_to_tokens(int(getattr(config, a)))
-                          for a in ("vision_start_token_id", "vision_end_token_id"))  # fmt: skip
-        else:
-            start, end = proc.vision_bos_token, proc.vision_eos_token
-        video = start + proc.video_token + end
+        video = builder.video_placeholder()
     if spec.hears_audio:
         audio = proc.audio_bos_token + proc.audio_token + proc.audio_eos_token
     return video, audio
@@ -183,11 +181,14 @@ def write_media_export(model, directory: str | Path, *, model_card: str | None, 
         request: the request spec (`request_spec`), written as `emoreward_request.json`.
     """
     directory = Path(directory)
+    pad = native_pad_check(model) if model.spec.native_classifier else None  # before any work or file
     directory.mkdir(parents=True, exist_ok=True)
     net = model.model
     if hasattr(net, "merge_and_unload"):
         net = copy.deepcopy(net).merge_and_unload()
     backbone, head = net.backbone, net.score.weight
+    if model.spec.native_classifier:
+        return _write_native_export(model, backbone, head, directory, pad=pad, model_card=model_card)
     prefix = "thinker." if model.spec.name == "qwen2.5-omni-thinker" else ""
     _write_weights(backbone, head, directory, prefix=prefix)
     (directory / "config.json").write_text(
@@ -204,6 +205,72 @@ def write_media_export(model, directory: str | Path, *, model_card: str | None, 
     settings.merged = True
     settings.save(directory)
     (directory / REQUEST_FILE).write_text(json.dumps(request, indent=2) + "\n", encoding="utf-8")
+    if model_card:
+        (directory / "README.md").write_text(model_card, encoding="utf-8")
+    return directory
+
+
+def native_pad_check(model) -> int:
+    """The pad id a native reader pools by (it reads the last token that is not `pad_token_id`, whatever the
+    padding side): refused when it can occur inside a scored sequence (the end-of-turn token, a media token).
+
+    Raises:
+        ValueError: no pad token, or one that a scored sequence holds."""
+    tok, builder = model.tokenizer, model.builder
+    pad = tok.pad_token_id
+    inside = set(builder._ids(builder._template("")[2])) | builder._media_ids
+    if pad is None or pad in inside:
+        raise ValueError(
+            f"{model.spec.native_classifier} pools at the last token that is not pad_token_id; the tokenizer's pad "
+            f"token {tok.pad_token!r} (id {pad}) ends or marks the scored sequences, so padding would move the "
+            "reward: give the tokenizer a pad token of its own"
+        )
+    return int(pad)
+
+
+def _write_native_export(
+    model, backbone, head: torch.Tensor, directory: Path, *, pad: int, model_card: str | None
+) -> Path:
+    """A plain `spec.native_classifier` checkpoint: the backbone's `model.*` weights, the head as `score.weight`
+    (no LM head), `config.json` with that architecture, one label per value-head output and the tokenizer's pad id
+    (the reader pools at the last non-pad token); no remote code, no request file."""
+    from safetensors.torch import load_file, save_file
+
+    backbone.save_pretrained(directory, safe_serialization=True)
+    index_path = directory / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text(encoding="utf-8")) if index_path.is_file() else None
+    files = sorted(set(index["weight_map"].values())) if index else ["model.safetensors"]
+    weight_map: dict[str, str] = {}
+    for name in files:  # one shard in memory at a time
+        tensors = {k: v for k, v in load_file(str(directory / name)).items() if not k.startswith("lm_head.")}
+        if name == files[-1]:
+            tensors[NATIVE_HEAD_KEY] = head.detach().contiguous().cpu()
+        save_file(tensors, str(directory / name), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(tensors, name))
+    if index is not None:
+        index["weight_map"] = weight_map
+        index_path.write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
+    config = copy.deepcopy(backbone.config)
+    n = int(head.shape[0])
+    labels = {"id2label": {str(i): f"LABEL_{i}" for i in range(n)}, "label2id": {f"LABEL_{i}": i for i in range(n)}}
+    for part in (config, config.get_text_config()):
+        part.num_labels = n
+        part.pad_token_id = pad
+    data = config.to_dict()
+    data.update(labels, architectures=[model.spec.native_classifier], tie_word_embeddings=False)
+    data["dtype"] = str(model.dtype).replace("torch.", "")
+    if data.get("text_config") is not None:
+        data["text_config"].update(labels, pad_token_id=pad, tie_word_embeddings=False)
+    (directory / "config.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    tokenizer = copy.copy(model.tokenizer)
+    tokenizer.chat_template = export_chat_template(model.builder)
+    from emoreward.models.text import save_tokenizer
+
+    save_tokenizer(tokenizer, directory)
+    _write_processor_configs(model, directory)
+    settings = copy.deepcopy(model.settings)
+    settings.merged = True
+    settings.save(directory)
     if model_card:
         (directory / "README.md").write_text(model_card, encoding="utf-8")
     return directory
@@ -247,6 +314,12 @@ def load_engine_layout(directory: str | Path, spec, dtype: torch.dtype):
     from safetensors import safe_open
 
     directory = Path(directory)
+    if spec.native_classifier:  # a plain checkpoint of transformers' own class: its `score` is the head
+        import transformers
+
+        net = getattr(transformers, spec.native_classifier).from_pretrained(directory, dtype=dtype)
+        head = net.score.weight.detach().clone()
+        return net, head
     cls = spec.load_class()
     kwargs = {}
     if spec.name == "qwen2.5-omni-thinker":
@@ -292,6 +365,10 @@ def reader_inputs(model, descriptions: list[str], context, *, padding_side: str 
         cols = slice(0, len(row)) if padding_side == "right" else slice(width - len(row), width)
         ids[i, cols], mask[i, cols] = torch.tensor(row, dtype=torch.long), 1
     media = collate_media([prefix.media] * len(rows))
+    if model.spec.token_types:  # the processor's token types of the batch (Qwen3.5 places its M-RoPE by them)
+        from emoreward.models.media.module import mm_token_type_ids
+
+        media["mm_token_type_ids"] = mm_token_type_ids(ids, model.builder.config)
     return {"input_ids": ids, "attention_mask": mask, **{k: v.contiguous() for k, v in media.items()}}
 
 

@@ -345,7 +345,8 @@ class MediaRewardModel:
         """Rewards of several descriptions behind one already-encoded prefix (raw value-head output, no transform).
 
         With `shared_prefix`, the prefix runs once and every description is scored against its KV cache; otherwise
-        every full sequence runs on its own (the reference path). Descriptions are cut to fit `max_length` (the media
+        every full sequence runs on its own (the reference path; always, for a backbone that cannot continue a
+        shared cache: `BackboneSpec.no_shared_prefix`). Descriptions are cut to fit `max_length` (the media
         prefix never is) and flagged.
         """
         self.model.eval()
@@ -355,7 +356,7 @@ class MediaRewardModel:
         truncated = np.array([cut for _, cut in encoded], dtype=bool)
         n_tokens = np.array([n + len(s) for s in suffixes], dtype=np.int64)
         pad = self.tokenizer.pad_token_id
-        if shared_prefix:
+        if shared_prefix and not self.spec.no_shared_prefix:  # else every full sequence on its own (spec's reason)
             rewards = self.module.score_shared_prefix(
                 prefix.input_ids, prefix.media, suffixes, pad_token_id=pad, batch_size=batch_size or self.batch_size
             )
@@ -465,7 +466,8 @@ class MediaRewardModel:
         loads it back."""
         from emoreward.models.media.export_layout import request_spec, write_media_export
 
-        return write_media_export(self, Path(directory), model_card=model_card, request=request_spec(self))
+        request = None if self.spec.native_classifier else request_spec(self)  # native: no engine request file
+        return write_media_export(self, Path(directory), model_card=model_card, request=request)
 
 
 def _interleaved(settings: MediaSettings) -> bool:

@@ -51,6 +51,15 @@ def _cache_restorer(cache):
     return restore
 
 
+def mm_token_type_ids(input_ids: torch.Tensor, config) -> torch.Tensor:
+    """Qwen3.5's token types (`(batch, seq_len)`, int32: 0 text, 1 image token, 2 video token), from the ids by the
+    rule of transformers' `ProcessorMixin.create_mm_token_type_ids` (the model places its M-RoPE by them)."""
+    types = torch.zeros_like(input_ids, dtype=torch.int32)
+    types[input_ids == int(config.image_token_id)] = 1
+    types[input_ids == int(config.video_token_id)] = 2
+    return types
+
+
 class ValueHeadModel(nn.Module):
     """Backbone decoder + value head `score` (Linear(hidden, num_heads, bias=False)) read at the last non-pad token.
 
@@ -120,6 +129,8 @@ class ValueHeadModel(nn.Module):
         rule = self.positions(input_ids, attention_mask, kwargs)
         if rule is not None:
             kwargs["position_ids"] = rule[0]
+        if self.spec.token_types:
+            kwargs["mm_token_type_ids"] = mm_token_type_ids(input_ids, self.config)
         if self.spec.name == "qwen2.5-omni-thinker":
             # the interleaved audio-in-video layout changes how the thinker counts spans and assigns positions
             kwargs["use_audio_in_video"] = self.use_audio_in_video
@@ -163,7 +174,14 @@ class ValueHeadModel(nn.Module):
 
         Returns:
             `torch.Tensor` of shape `(len(suffixes),)`: the reward (value-head column 0) of each sequence.
+
+        Raises:
+            ValueError: a backbone whose layers cannot continue a shared cache (`spec.no_shared_prefix`).
         """
+        if self.spec.no_shared_prefix:
+            raise ValueError(
+                f"{self.spec.name} cannot score behind a shared media prefix: {self.spec.no_shared_prefix}"
+            )
         inner = self.inner
         lm = getattr(inner, "language_model", inner)
         device = self.score.weight.device

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import Qwen2_5_VLProcessor, Qwen2_5OmniProcessor, Qwen2AudioProcessor
+from transformers import Qwen2_5_VLProcessor, Qwen2_5OmniProcessor, Qwen2AudioProcessor, Qwen3VLProcessor
 from transformers.video_processing_utils import VideoProcessorMixin
 
 from emoreward.data.media import MediaOptions, SampleMedia
@@ -227,8 +227,14 @@ class Qwen2_5OmniFramesProcessor(_AcceptsAnyVideoProcessor, Qwen2_5OmniProcessor
     """`transformers.Qwen2_5OmniProcessor` taking a `SampledFramesVideoProcessor`."""
 
 
+class Qwen3VLFramesProcessor(_AcceptsAnyVideoProcessor, Qwen3VLProcessor):
+    """`transformers.Qwen3VLProcessor` (Qwen3.5) taking a `SampledFramesVideoProcessor`: its per-frame timestamps
+    (`<t seconds>` before every temporal patch) come from the sampled frames' metadata (indices at `fps`)."""
+
+
 _PROCESSORS = {
     "Qwen2_5_VLProcessor": Qwen2_5_VLFramesProcessor,
+    "Qwen3VLProcessor": Qwen3VLFramesProcessor,
     "Qwen2_5OmniProcessor": Qwen2_5OmniFramesProcessor,
     "Qwen2AudioProcessor": Qwen2AudioProcessor,
 }
@@ -262,7 +268,7 @@ def official_processor(spec: BackboneSpec, tokenizer, image_processor=None, feat
         raise ValueError(f"{spec.name} sees video: it needs its image processor")
     if spec.hears_audio and feature_extractor is None:
         raise ValueError(f"{spec.name} hears audio: it needs its feature extractor")
-    if cls is Qwen2_5_VLFramesProcessor:
+    if cls in (Qwen2_5_VLFramesProcessor, Qwen3VLFramesProcessor):
         video = SampledFramesVideoProcessor(image_processor)
         return cls(image_processor=image_processor, tokenizer=tokenizer, video_processor=video)
     if cls is Qwen2_5OmniFramesProcessor:
@@ -405,6 +411,18 @@ class RewardPromptBuilder:
         """The text the description is conditioned on: the one layout of text models (`context_text`)."""
         return context_text(self.instruction, subtitle)
 
+    def video_placeholder(self) -> str:
+        """The unexpanded video span as the backbone's official chat template writes it (the processor expands the
+        video token): Qwen2.5-VL and Qwen3.5 `<|vision_start|><|video_pad|><|vision_end|>` (markers from the model
+        config), Qwen2.5-Omni `<|vision_bos|><|VIDEO|><|vision_eos|>`."""
+        proc = self.processor
+        if self.spec.name in ("qwen2.5-vl", "qwen3.5"):
+            start, end = (self.tokenizer.convert_ids_to_tokens(int(getattr(self.config, a)))
+                          for a in ("vision_start_token_id", "vision_end_token_id"))  # fmt: skip
+        else:
+            start, end = proc.vision_bos_token, proc.vision_eos_token
+        return start + proc.video_token + end
+
     def _placeholders_and_inputs(self, media: SampleMedia | None) -> tuple[str, dict]:
         """The unexpanded media placeholders (as the official chat templates write them) and the processor
         arguments that expand them."""
@@ -416,12 +434,7 @@ class RewardPromptBuilder:
         kwargs: dict = {}
         text = ""
         if self.spec.sees_video:
-            if name == "qwen2.5-vl":
-                start, end = (self.tokenizer.convert_ids_to_tokens(int(getattr(self.config, a)))
-                              for a in ("vision_start_token_id", "vision_end_token_id"))  # fmt: skip
-            else:
-                start, end = proc.vision_bos_token, proc.vision_eos_token
-            text += start + proc.video_token + end
+            text += self.video_placeholder()
             kwargs.update(videos=[media.frames], videos_kwargs={"fps": media.fps, "size": self.vision.size})
         if self.spec.hears_audio:
             # max_length: Whisper's own default (30 s), stated so that a tokenizer's text max_length cannot leak in
