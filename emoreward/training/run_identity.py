@@ -91,7 +91,6 @@ def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> di
         `train_file`, nor a local backbone's path: the same pairs or weights under another path are the same run).
     """
     from emoreward.training.config import public_config  # the recipe class and its masking of secrets
-
     from emoreward.utils.cache_key import source_fingerprint
 
     backbone = source_fingerprint(config.model_name_or_path)
