@@ -47,6 +47,14 @@ def test_identity_parts_name_what_differs(tiny_bert_dir, tmp_path):
     # where a run writes and logs is not part of it
     moved = load_config(recipe, {"logging_steps": 7, "output_dir": str(tmp_path / "x"), "save_steps": 3})
     assert run_identity(moved, pairs)["fingerprint"] == base["fingerprint"]
+    # the same pairs in another order, from a byte-identical copy at another path, and the same backbone copied
+    # elsewhere are the same run: their content is the identity, not their path or row order
+    copy = tmp_path / "copy" / "train.csv"
+    copy.parent.mkdir()
+    shutil.copy(tmp_path / "train.csv", copy)
+    backbone = shutil.copytree(tiny_bert_dir, tmp_path / "backbone-copy")
+    elsewhere = load_config(recipe, {"train_file": str(copy), "model_name_or_path": str(backbone)})
+    assert run_identity(elsewhere, load_pairs(copy)[::-1])["fingerprint"] == base["fingerprint"]
     flipped = [replace(p, label={"1": "2", "2": "1"}[p.label]) for p in pairs]
     assert identity_differences(base, run_identity(config, flipped)) == [
         "the labels (the same pairs with other preference labels)"

@@ -295,18 +295,28 @@ def test_evaluate_reports_bad_data_before_loading_torch(tmp_path):
     assert result.stderr.count("\n") == 1
 
 
-def test_pair_keys_count_the_sample_so_new_clips_with_old_texts_are_new_pairs(tmp_path):
-    """A multimodal pair is its media too: the same two texts about another clip are not in-sample. Records
-    written before the sample id was part of the key (no `pair_key` field) match on the texts."""
+def test_pair_keys_are_content_and_count_the_sample_only_where_clips_are_read_by_it(tmp_path):
+    """A pair is what it holds (`pair_content`): a text model's training pairs are recognised under any id or layout
+    (TRL rows without ids, ``row-<n>``), spacing and line endings included; where the model read clips by sample id
+    (a media root) the same two texts about another clip are a new pair. Earlier records keep their own keys."""
     from emoreward.training.provenance import in_sample_pairs, pair_key, write_training_data
 
     a = PreferencePair("clip-1", "She is happy.", "She is sad.", "1")
     swapped = PreferencePair("clip-1", "She is sad.", "She is happy.", "2")
     other_clip = PreferencePair("clip-2", "She is happy.", "She is sad.", "2")
-    assert pair_key(a) == pair_key(swapped) != pair_key(other_clip)
-    assert pair_key(a, "descriptions") == pair_key(other_clip, "descriptions")
+    trl_row = PreferencePair("row-7", "She is happy.  ", "She is sad.\r\n", "1")  # no id, re-encoded cells
+    assert pair_key(a) == pair_key(swapped) == pair_key(other_clip) == pair_key(trl_row)
+    by_id = [pair_key(p, media_by_id=True) for p in (a, swapped, other_clip)]
+    assert by_id[0] == by_id[1] != by_id[2]
     write_training_data(tmp_path, "train.jsonl", [a])
+    assert in_sample_pairs(tmp_path, [swapped, other_clip, trl_row]) == (3, "train.jsonl")
+    write_training_data(tmp_path, "train.jsonl", [a], media_by_id=True)
     assert in_sample_pairs(tmp_path, [swapped, other_clip]) == (1, "train.jsonl")
+    earlier = {"train_file": "old.csv", "n_pairs": 1, "pair_key": "sample+descriptions"}
+    (tmp_path / "training_data.json").write_text(
+        json.dumps({**earlier, "pair_keys": [pair_key(a, earlier["pair_key"])]})
+    )
+    assert in_sample_pairs(tmp_path, [swapped, other_clip]) == (1, "old.csv")
     legacy = {"train_file": "old.csv", "n_pairs": 1, "pair_keys": [pair_key(a, "descriptions")]}
     (tmp_path / "training_data.json").write_text(json.dumps(legacy))
     assert in_sample_pairs(tmp_path, [swapped, other_clip]) == (2, "old.csv")
