@@ -72,7 +72,7 @@ def train_tiny_recipe(work: Path, n_pairs: int) -> dict:
     config = load_config(TINY_RECIPE, overrides)
     adapter = adapter_for(config)
     model = adapter.build_model(config)
-    dataset, exclusions = adapter.build_dataset(load_pairs(pairs_file), model, config)
+    dataset, exclusions = adapter.build_dataset(load_pairs(pairs_file, media_by_id=True), model, config)
     timer = step_timer()
     trainer = EmoRewardTrainer(
         adapter=adapter,

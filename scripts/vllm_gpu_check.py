@@ -50,9 +50,9 @@ def inputs(path: Path, n: int):
         from emoreward.data import load_pairs
 
         items = []
-        for pair in load_pairs(path):
+        for pair in load_pairs(path, media_by_id=True):  # the clips are read by sample id
             context = RewardContext.from_pair(pair)
-            items += [(pair.description1, context), (pair.description2, context)]
+            items += [(pair.description_1, context), (pair.description_2, context)]
     return items[:n]
 
 

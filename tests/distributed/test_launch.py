@@ -195,7 +195,7 @@ def test_deepspeed_zero3_multimodal_step(tmp_path):
     assert [e["step"] for e in report["final"]["train_log"] if "loss" in e] == [1, 2]  # 4 pairs, 2 per step
     recorded = report["eval_file"]["evaluation"]["precision"]["dtype"]  # like with like
     model = load_reward_model(out / "model", media_root=str(tmp_path / "media"), dtype=recorded)
-    r1, r2 = RewardModelJudge(model).pair_rewards(load_pairs(pairs_file))
+    r1, r2 = RewardModelJudge(model).pair_rewards(load_pairs(pairs_file, media_by_id=True))
     reported = report["eval_file"]["evaluation"]["pair_rewards"]
     atol = 1e-6 if recorded == "float32" else reward_tolerance(recorded)
     np.testing.assert_allclose(r1, reported["reward_1"], atol=atol, rtol=0)

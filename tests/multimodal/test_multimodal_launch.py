@@ -74,7 +74,7 @@ def test_ddp_two_cpu_processes_train_save_once_and_reload(tiny_backbone_dir, tmp
     lora_b = [t for k, t in saved.items() if "lora_B" in k]
     assert lora_b and all(t.abs().sum() > 0 for t in lora_b)  # LoRA B starts at zero
     assert model.settings.use_audio_in_video and model.module.use_audio_in_video
-    pairs = load_pairs(pairs_file)
+    pairs = load_pairs(pairs_file, media_by_id=True)
     r1, r2 = RewardModelJudge(model).pair_rewards(pairs)
     reported = report["eval_file"]["evaluation"]["pair_rewards"]
     np.testing.assert_allclose(r1, reported["reward_1"], atol=1e-6, rtol=0)
