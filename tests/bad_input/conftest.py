@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _helpers import minilm_dir
+from _helpers import save_tiny_bert_rm
 from bad_input_helpers import GOOD_PAIRS, TABLE_ROWS, jsonl, write
 
 
@@ -29,26 +29,7 @@ def libraries_loaded():
 def rm_dir(tmp_path_factory) -> Path:
     """A saved 2-layer BERT reward model (hidden 16, 64 positions) reading at most 32 tokens, as
     `tests/ranking/conftest.py::tiny_rm_dir` builds it."""
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
-
-    from emoreward.models import TextRewardModel, TextSettings
-
-    tokenizer = AutoTokenizer.from_pretrained(minilm_dir())
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=64,
-        num_labels=1,
-    )
-    torch.manual_seed(0)
-    settings = TextSettings(backbone="minilm", input_format="pair", max_length=32, tie_threshold=1e-3)
-    path = tmp_path_factory.mktemp("bad-input-rm") / "model"
-    TextRewardModel(BertForSequenceClassification(config).eval(), tokenizer, settings).save_pretrained(path)
-    return path
+    return save_tiny_bert_rm(tmp_path_factory.mktemp("bad-input-rm") / "model", initializer_range=None)
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _helpers import minilm_dir
+from _helpers import save_tiny_bert_rm
 from _inputs import length_judge, pair_rows, table_rows, write_jsonl
 
 
@@ -14,27 +14,7 @@ from _inputs import length_judge, pair_rows, table_rows, write_jsonl
 def rm_dir(tmp_path_factory) -> Path:
     """A saved 2-layer BERT reward model (hidden 16, random weights that give visibly different rewards) reading
     at most 64 tokens, tie threshold 1e-3: the judge of the reward-model routes."""
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
-
-    from emoreward.models import TextRewardModel, TextSettings
-
-    tokenizer = AutoTokenizer.from_pretrained(minilm_dir())
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=64,
-        num_labels=1,
-        initializer_range=0.5,
-    )
-    torch.manual_seed(0)
-    settings = TextSettings(backbone="minilm", input_format="pair", max_length=64, tie_threshold=1e-3)
-    path = tmp_path_factory.mktemp("relations-rm") / "model"
-    TextRewardModel(BertForSequenceClassification(config).eval(), tokenizer, settings).save_pretrained(path)
-    return path
+    return save_tiny_bert_rm(tmp_path_factory.mktemp("relations-rm") / "model", max_length=64)
 
 
 @pytest.fixture(scope="session")
