@@ -4,7 +4,7 @@ each path's speed to each peer's, and what each gives (held-out accuracy, reward
 Usage:
     python scripts/benchmark_peers.py [--sections train,score,rank] [--threads 2] [--dtype auto]
         [--train-pairs 360] [--heldout 90] [--epochs 1] [--score-n 256] [--clients 16] [--requests-per-client 4]
-        [--vllm-venv /work/vllm-venv] [--n-boot 200] [--tables ovmerd,synthetic] [--synthetic 40x400x20]
+        [--vllm-venv .venv-vllm] [--n-boot 200] [--tables ovmerd,synthetic] [--synthetic 40x400x20]
         [--time-limit 900]
         [--output peers.json] [--markdown peers.md]
 
@@ -63,7 +63,7 @@ from benchmark_common import load_average, median_time  # noqa: E402
 
 
 RECIPE = ROOT / "recipes" / "minilm" / "rm" / "config_lora.yaml"
-DEFAULT_VLLM_VENV = "/work/vllm-venv"
+DEFAULT_VLLM_VENV = ".venv-vllm"  # `make install-vllm` makes it
 
 
 def load1() -> float:
