@@ -195,19 +195,8 @@ def write_media_export(model, directory: str | Path, *, model_card: str | None, 
         json.dumps(_seq_cls_config(model, backbone.config), indent=2, sort_keys=True) + "\n", encoding="utf-8"
     )
     (directory / REMOTE_FILE).write_text(remote_code_source(), encoding="utf-8")
-    tokenizer = copy.copy(model.tokenizer)
-    tokenizer.chat_template = export_chat_template(model.builder)
-    from emoreward.models.text import save_tokenizer
-
-    save_tokenizer(tokenizer, directory)
-    _write_processor_configs(model, directory)
-    settings = copy.deepcopy(model.settings)
-    settings.merged = True
-    settings.save(directory)
     (directory / REQUEST_FILE).write_text(json.dumps(request, indent=2) + "\n", encoding="utf-8")
-    if model_card:
-        (directory / "README.md").write_text(model_card, encoding="utf-8")
-    return directory
+    return _write_reader_files(model, directory, model_card)
 
 
 def native_pad_check(model) -> int:
@@ -262,6 +251,12 @@ def _write_native_export(
     if data.get("text_config") is not None:
         data["text_config"].update(labels, pad_token_id=pad, tie_word_embeddings=False)
     (directory / "config.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return _write_reader_files(model, directory, model_card)
+
+
+def _write_reader_files(model, directory: Path, model_card: str | None) -> Path:
+    """What every export layout holds beside its weights and config: the tokenizer with the chat template that walks
+    the message parts, the processor configs, the merged settings and the model card; returns ``directory``."""
     tokenizer = copy.copy(model.tokenizer)
     tokenizer.chat_template = export_chat_template(model.builder)
     from emoreward.models.text import save_tokenizer
