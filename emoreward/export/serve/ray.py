@@ -197,8 +197,7 @@ def connect(address: str | None, num_cpus: int) -> bool:
     ray, _ = _import_serve()
     if ray.is_initialized():
         return False
-    if address:
-        _check_reachable(address)
+    if address:  # run_ray_serve has checked that something answers there (_check_reachable)
         try:
             ray.init(address=address, logging_level=logging.WARNING)
         except (ConnectionError, RuntimeError, ValueError) as err:  # e.g. 'auto' and no cluster on this machine
@@ -262,6 +261,8 @@ def run_ray_serve(args: argparse.Namespace, service_options: dict[str, Any], tok
     if args.port == 0:
         raise ValueError("--engine ray needs a fixed --port (Ray Serve's proxy binds it; 0 cannot be read back)")
     options = deployment_options(args)  # bad bounds fail before Ray starts
+    if args.ray_address:
+        _check_reachable(args.ray_address)  # a socket check: refused before Ray is imported (or found missing)
     ray, serve = _import_serve()
     most = max(args.replicas, args.max_replicas or 0, args.min_replicas or 0)
     started = connect(args.ray_address, num_cpus=math.ceil(args.num_cpus * most) + 1)
