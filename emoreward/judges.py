@@ -8,17 +8,8 @@ Every command that takes a judge (`evaluate`, `judge`, `rank`) resolves it here 
 directory (text or multimodal) is loaded with `emoreward.models.load_reward_model` and wrapped in
 `emoreward.evaluation.judge.RewardModelJudge` (its `.model` is the `RewardModel`). A judge YAML or a registered
 judge name (`configs/judges/<name>.yaml`) is built by the `zero_shot` package (`zero_shot.load_judge`; its
-`.config` is the parsed definition). Nothing here builds a command line.
-
-Options by kind:
-
-- reward model: `tie_threshold` (default: the model's calibrated one), `batch_size`, `name`, `media_errors`,
-  `media_root` (multimodal models: the folder media paths resolve in), `dtype` (the scoring precision,
-  `emoreward.models.precision`), `vllm_url` (score through the vLLM server serving this export folder,
-  `emoreward.export.vllm.VllmRewardModel`);
-- zero-shot judge: `strategy` (default `"S1"`), `cache_dir` (where the call cache lives, so a killed run resumes;
-  None: in memory), `references`, `media_root`, `ignore_media`, `on_failed_call` (default `"raise"`), `progress`,
-  `backends`.
+`.config` is the parsed definition). The options of each kind: `load_judge`. Nothing here builds a command line.
+See docs/commands.md ("One judge resolver, either kind of judge") and docs/judges.md.
 """
 
 from __future__ import annotations
@@ -77,7 +68,14 @@ def load_judge(spec: str | Path, **options: Any) -> Judge:
 
     Args:
         spec: see `judge_kind`.
-        options: options of that kind of judge (module docstring); an option of the other kind is an error.
+        options: options of that kind of judge; an option of the other kind is an error.
+            Reward model: `tie_threshold` (default: the model's calibrated one), `batch_size`, `name`,
+            `media_errors`, `media_root` (multimodal models: the folder media paths resolve in), `dtype` (the
+            scoring precision, `emoreward.models.precision`), `vllm_url` (score through the vLLM server serving
+            this export folder, `emoreward.export.vllm.VllmRewardModel`).
+            Zero-shot judge: `strategy` (default `"S1"`), `cache_dir` (where the call cache lives, so a killed run
+            resumes; None: in memory), `references`, `media_root`, `ignore_media`, `on_failed_call` (default
+            `"raise"`), `progress`, `backends`.
 
     Returns:
         a `Judge` (`name`, `judge(pairs, run=...) -> list[Judgement]`): `RewardModelJudge` or

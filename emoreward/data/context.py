@@ -1,28 +1,10 @@
 """The reward context of a description: what it is conditioned on (subtitle, media paths, sample id), from every
 input form, by one rule.
 
-`reward_context` is the one function every route calls; the input forms only differ in where the fields come from:
-
-- our CSV / JSONL pairs and description tables: the `subtitle`, `video`, `audio` columns, the sample id column;
-- TRL standard and conversational rows (explicit `prompt` or the implicit prompt before the final assistant turn):
-  the `subtitle` / `video` / `audio` columns, else the prompt's `Subtitle:` line and media parts; `sample_id`;
-- TRL GRPO rows (`EmotionReward`): the same columns, else `prompts[k]`'s `Subtitle:` line and media parts;
-- verl (`compute_score`): `extra_info` keys (the subtitle from the ground truth with `subtitle_key="ground_truth"`);
-- OpenRLHF (`/get_reward`): `labels[k]` (`--openrlhf-labels subtitle`), else `prompts[k]`'s `Subtitle:` line;
-  no media;
-- server `/v1/rewards`: `media[k].subtitle`, `.video`, `.audio`; the media path is the sample id.
-
-The `Subtitle:` rule (`subtitle_from_text`): a line that starts with `Subtitle:` (after optional spaces or tabs)
-names the subtitle; the subtitle is the rest of THAT LINE, with surrounding whitespace removed (and, for decoded
-chat text, cut at the first end-of-turn marker such as `<|im_end|>`). Lines after it (an instruction, a question)
-are not part of it. A subtitle that spans lines must be given in a `subtitle` field. Two `Subtitle:` lines naming
-different subtitles, or a field that disagrees with the prompt, are an error naming the source, row and field.
-Every field: missing (None, NaN, `pandas.NA`), empty or whitespace-only means "none"; text is stripped of
-surrounding whitespace; other prompt text (an instruction) is not kept: the reward model supplies its own.
-
-Message parts `{"type": "video", "video": PATH}` / `{"type": "audio", "audio": PATH}` (`path` / `url` /
-`audio_url` keys too) name media paths; a part without a path is a placeholder (TRL's multimodal prompts carry the
-media in a column) and names nothing.
+`reward_context` is the one function every route calls (our CSV / JSONL pairs, TRL standard, conversational and
+GRPO rows, verl, OpenRLHF, the server); the input forms only differ in where the fields come from.
+`subtitle_from_text` is the `Subtitle:` rule: the subtitle is the rest of the line that starts with `Subtitle:`.
+The table of input forms, the rule and its conflicts are in docs/data.md ("The context of a description").
 """
 
 from __future__ import annotations
@@ -110,7 +92,7 @@ def subtitle_key(context: RewardContext) -> tuple[str | None]:
 def subtitle_from_text(
     text: str, end_markers: Sequence[str] = (), *, source: str = "<prompt>", row: int | None = None, name="prompt"
 ) -> str | None:
-    """The subtitle a prompt text names (see the module docstring): the rest of its `Subtitle:` line.
+    """The subtitle a prompt text names (rule: docs/data.md): the rest of its `Subtitle:` line.
 
     Args:
         text: the prompt (or one message's) text.
@@ -156,7 +138,10 @@ def prompt_fields(
     prompt: Any, *, source: str = "<prompt>", row: int | None = None, name: str = "prompt", end_markers=()
 ) -> dict[str, str]:
     """Subtitle and media paths a prompt names: a string, a list of `{"role", "content"}` messages, or a list of
-    such items (strings and messages: an explicit prompt followed by an implicit one).
+    such items (strings and messages: an explicit prompt followed by an implicit one). Message parts
+    `{"type": "video", "video": PATH}` / `{"type": "audio", "audio": PATH}` (`path` / `url` / `audio_url` keys too)
+    name media paths; a part without a path is a placeholder (TRL's multimodal prompts carry the media in a column)
+    and names nothing.
 
     Returns:
         `dict` with the keys among ``"subtitle"``, ``"video"``, ``"audio"`` that the prompt names.
@@ -218,7 +203,7 @@ def reward_context(
     names: Mapping[str, str] | None = None,
     end_markers: Sequence[str] = (),
 ) -> RewardContext:
-    """THE reward context of one description, from explicit fields and / or a prompt (rule: module docstring).
+    """THE reward context of one description, from explicit fields and / or a prompt (rule: docs/data.md).
 
     Args:
         prompt: a prompt (text, messages, or a list of both) whose `Subtitle:` line and media parts name fields.

@@ -1,18 +1,15 @@
 """Preference data from the Hugging Face Hub and from local dataset folders, through `datasets`.
 
-A Hub dataset is named `hf://OWNER/NAME[/CONFIG][@REVISION][:SPLIT]`, e.g. `hf://me/emoprefer-pairs@v1.0:test`
-or `hf://me/emoprefer-pairs/with_models@3f2a9c1:train[:100]`. The `hf://` prefix keeps it apart from local
-paths: a string without it is always a path. REVISION is a branch, tag or commit (pin one for reproducible
-runs); SPLIT is anything `datasets` accepts as a split (slices too). Without a split: `train`, or the dataset's
-only split. The dataset loads with `datasets.load_dataset` (no remote code), so it may hold the data as CSV,
-JSON lines or parquet files in any of the layouts `emoreward.data.pairs` reads. A CSV read this way goes
-through pandas, which makes `NA`, `null` and empty cells missing values and numbers of numeric-looking ids.
-
-Offline (`HF_HUB_OFFLINE=1`) a dataset loads from the local cache if an earlier run put it there; otherwise,
-and when the Hub cannot be reached, loading fails with one line naming the dataset id (`DataError`).
+A Hub dataset is named `hf://OWNER/NAME[/CONFIG][@REVISION][:SPLIT]`, e.g. `hf://me/emoprefer-pairs@v1.0:test`;
+a string without the `hf://` prefix is always a path. REVISION is a branch, tag or commit; SPLIT is anything
+`datasets` accepts as a split (slices too), by default `train` or the dataset's only split. It loads with
+`datasets.load_dataset` (no remote code), so its files may be in any layout `emoreward.data.pairs` reads; a CSV
+read this way goes through pandas (`NA`, `null` and empty cells are missing). Offline, or when the Hub cannot be
+reached, a dataset not in the local cache fails with one line naming it (`DataError`).
 
 A local folder loads as a `Dataset.save_to_disk` folder (`load_from_disk`) or as data files in the Hub
 repository layout (`data/train-00000-of-00001.parquet`, `train.jsonl`, ...; `load_dataset(folder)`).
+See docs/data.md.
 """
 
 from __future__ import annotations

@@ -2,17 +2,14 @@
 
 A media root maps a sample id to files in the MER2025 release layout (`<root>/video/<id>.mp4`,
 `<root>/audio/<id>.wav`); paths given on the pair itself (`MediaRef.video` / `.audio`) win, relative ones are
-resolved against the root. Video frames are sampled at `fps` frames per second with at most `max_frames`
-frames (PyAV); audio comes from the `.wav` file or, when `use_audio_in_video` is set, from the video's own
-audio track. That flag lives in ONE place, `MediaOptions.use_audio_in_video`: the loader, the prompt layout and
-the model all read it from there.
+resolved against the root. Video frames are decoded with PyAV (`MediaOptions.fps`, `.max_frames`); audio comes
+from the `.wav` file or from the video's own track. That flag lives in ONE place,
+`MediaOptions.use_audio_in_video`: the loader, the prompt layout and the model all read it from there.
 
-A missing, empty or undecodable file raises `MediaError` naming the sample and the file; nothing is ever
-replaced by a zero tensor. A file named for a modality the model does not read (an audio file for a model that hears
-the video's own track, audio for a video-only model, video for an audio-only model) is refused the same way
-(`unused_media`, `refuse_unused_media`): it would not change the reward. Text models read no media (the routes warn
-about given paths; the server refuses them unless `--allow-unused-media`). Callers that prefer to skip such samples
-catch `MediaError` and count them (training does, with `media_errors: skip`; so does `RewardModelJudge`).
+A missing, empty or undecodable file raises `MediaError` naming the sample and the file; nothing is ever replaced
+by a zero tensor. A file for a modality the model does not read is refused the same way (`unused_media`,
+`refuse_unused_media`). Callers that skip such samples catch `MediaError` and count them (training does, with
+`media_errors: skip`; so does `RewardModelJudge`). Which files each model reads: docs/data.md.
 """
 
 from __future__ import annotations

@@ -1,47 +1,17 @@
 """Loading emotion-preference pairs from EmoPrefer CSVs, JSON lines, TRL preference data and `datasets`.
 
-Three column layouts (the layout is recognised from the column names; other columns are ignored):
+Three column layouts, recognised from the column names (other columns are ignored): EmoPrefer (`name`, `a1`, `a2`,
+`preference` a1 / a2 / same, `model1` / `model2`), emoreward (`sample_id`, `description_1`, `description_2`,
+`label` 1 / 2 / tie, `model_1` / `model_2`) and TRL preference (`chosen`, `rejected`, optional `prompt`, an extra
+boolean `tie` column, TRL's optional `margin`); labels map to `"1"`, `"2"`, `"tie"`. Media come from the
+`video` / `audio` / `subtitle` columns, else from the prompt (`emoreward.data.context.reward_context`).
 
-| field           | EmoPrefer         | emoreward                    | TRL preference                        |
-|-----------------|-------------------|------------------------------|---------------------------------------|
-| sample id       | `name`            | `sample_id`                  | `sample_id` (optional: `row-<n>`)     |
-| description 1   | `a1`              | `description_1`              | `chosen`                              |
-| description 2   | `a2`              | `description_2`              | `rejected`                            |
-| label           | `preference`      | `label`                      | `"1"`, or `"tie"` where `tie` is true |
-| writer of 1 / 2 | `model1`/`model2` | `model_1`/`model_2`          | -                                     |
-| media           | `video`, `audio`, `subtitle` (all layouts; TRL also reads them from `prompt`)    |
-
-Labels `a1`/`a2`/`same` (EmoPrefer) and `1`/`2`/`tie` map to `"1"`, `"2"`, `"tie"`.
-
-TRL layout (TRL's preference type, https://huggingface.co/docs/trl/dataset_formats): `chosen` and `rejected`
-are the two descriptions, either strings ("standard" format) or lists of `{"role", "content"}` messages
-("conversational" format, where the description is the final message, which must be the assistant's, and any
-earlier turns, the implicit prompt, must be the same in both). An optional `prompt` (a string or messages) holds
-the context. TRL's layout has no place for ties, so an extra boolean column `tie` marks them: a pair maps to
-description_1 = chosen, description_2 = rejected, label `"1"`, or `"tie"` where `tie` is true (absent, null or
-false: not a tie; for a tie, which description sits in `chosen` carries no meaning). Media come from the columns
-`video` / `audio` / `subtitle` when present, else from the context (`emoreward.data.context.reward_context`, the
-rule every route uses): the rest of a line starting `Subtitle:` (that line only; the layout emoreward's reward
-models use), and message parts `{"type": "video", "video": PATH}` /
-`{"type": "audio", "audio": PATH}` (`path` or `url` keys are read too). TRL's optional `margin` column (a number per
-pair) is kept and enters the training loss as in TRL (`-logsigmoid(chosen - rejected - margin)`). Other prompt text (an instruction) is
-not kept: the reward model supplies its own.
-
-Sources `load_pairs` takes: a `.csv`, `.jsonl`, `.json` (JSON lines, or one array of objects) or `.parquet`
-file; a bundled dataset name (`"emoprefer"`); a local dataset folder (written by `Dataset.save_to_disk`, or data
-files in the Hub repository layout); a Hub dataset `hf://OWNER/NAME[/CONFIG][@REVISION][:SPLIT]` (see
-`emoreward.data.hub`); or a `datasets.Dataset`, a pandas DataFrame or a sequence of mappings.
-
-Names: sample ids and writers (`model1` / `model_2`) are read in their normal form (Unicode NFC, whitespace runs
-collapsed; `emoreward.data.text.normal_name`), with a warning where two spellings in one source meet.
-
-Missing values: `None`, float NaN, `pandas.NA` / `NaT` (what pandas and `datasets` give for an empty or `NA`
-cell) are missing in every field: an error in a required field (sample id, descriptions, label when labels are
-required, `chosen` / `rejected`), "absent" in an optional one.
-
-Every problem raises `DataError` naming the source, the row (or line) and the field; nothing is skipped
-silently. Each reader counts the source's records a second way and the loader checks that the pairs it returns
-account for all of them (`LoadedPairs`).
+`load_pairs` takes a `.csv`, `.jsonl`, `.json` or `.parquet` file, a bundled dataset name (`"emoprefer"`), a local
+dataset folder, a Hub dataset `hf://...` (`emoreward.data.hub`), or a `datasets.Dataset`, DataFrame or sequence of
+mappings. Sample ids and writers are read in their normal form (`emoreward.data.text.normal_name`). Every problem
+raises `DataError` naming the source, the row (or line) and the field; nothing is skipped silently: each reader
+counts the source's records a second way and the pairs must account for all of them (`LoadedPairs`).
+The layouts, missing values and errors in full: docs/data.md.
 """
 
 from __future__ import annotations
@@ -202,7 +172,7 @@ def load_pairs(
     Args:
         source: a path ending in `.csv`, `.jsonl`, `.json` or `.parquet`; a bundled dataset name (`"emoprefer"`);
             a local dataset folder; `"hf://OWNER/NAME[/CONFIG][@REVISION][:SPLIT]"` (a Hub dataset); or a
-            `datasets.Dataset`, pandas DataFrame or sequence of mappings. The layouts are in the module docstring.
+            `datasets.Dataset`, pandas DataFrame or sequence of mappings. The layouts are in docs/data.md.
         require_labels: if True, a missing or empty label is an error (TRL-layout pairs always have labels).
         split: the split of a local dataset folder (default: `train`, or the only split). Hub ids carry their
             split in the id.

@@ -6,15 +6,8 @@
     reward = EmotionReward("outputs/rm/model")          # a directory written by `emoreward train`
     trainer = GRPOTrainer(model=policy, reward_funcs=[reward], train_dataset=dataset, args=GRPOConfig(...))
 
-GRPOTrainer calls each reward function as ``f(prompts=..., completions=..., completion_ids=..., **columns)``,
-where ``columns`` holds every dataset column except ``prompt`` (repeated for each generation), plus
-``trainer_state``, ``log_extra`` and ``log_metric``. This function reads the sample's context by the rule every
-route uses (`emoreward.data.context.reward_context`): the columns ``subtitle``, ``video``, ``audio`` and
-``sample_id`` (names configurable), else what the prompt names (its ``Subtitle:`` line, its media parts), and
-returns one float reward per completion. So a TRL prompt gives the same reward here as in `emoreward train` /
-`evaluate`. A multimodal reward model scores every completion with the sample's media (the generations of one
-sample share one media prefix) and refuses a file it does not read (`emoreward.data.media.unused_media`); a text
-reward model reads the subtitle only.
+`EmotionReward` reads each sample's context (subtitle, media, sample id) from the dataset columns or the prompt, by
+the rule every route uses, and returns one float reward per completion. See docs/serving.md.
 """
 
 from __future__ import annotations
@@ -123,6 +116,12 @@ class EmotionReward:
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
         """Rewards, one per completion (``len(completions)`` floats).
+
+        GRPOTrainer calls ``f(prompts=..., completions=..., completion_ids=..., **columns)``, where ``columns``
+        holds every dataset column except ``prompt`` (repeated for each generation), plus ``trainer_state``,
+        ``log_extra`` and ``log_metric``. The sample's context comes from the columns, else from what the prompt
+        names (`emoreward.data.context.reward_context`), so a TRL prompt gets the same reward as in `emoreward
+        train` / `evaluate`. A multimodal model scores the generations of one sample behind one media prefix.
 
         Raises:
             ValueError: if a column's length differs from ``len(completions)``, a completion has an unknown

@@ -1,46 +1,18 @@
 """verl hand-off: custom reward functions that score emotion descriptions with an emoreward reward model, loaded in
 the reward worker or behind running `emoreward serve` servers (one process, or Ray Serve replicas).
 
-verl calls a custom reward function (``custom_reward_function`` in its trainer config; ``get_custom_reward_fn``
-merges ``reward_kwargs`` into every call) in one of two shapes:
-
-- per sample (reward managers ``naive``, ``dapo``, and the reward loop):
-  ``compute_score(data_source=..., solution_str=..., ground_truth=..., extra_info=..., **reward_kwargs)``. verl's
-  reward loop (``verl/experimental/reward_loop``) runs one asyncio task per sample across ``reward.num_workers``
-  workers: it awaits a coroutine function (``inspect.iscoroutinefunction``: use ``compute_score_async``) and runs a
-  plain function in the event loop's default executor (``compute_score``: up to 32 threads call it at once, so it
-  is thread-safe). Older verl versions call the function synchronously: use ``compute_score``;
-- per batch (reward manager ``batch``): ``compute_score_batch(data_sources=..., solution_strs=..., ground_truths=...,
-  extra_infos=..., **reward_kwargs)``, one list each; a rollout larger than the server takes in one request is split
-  into requests within the limits the server reports at ``/health``.
-
-``solution_str`` is the response decoded with ``skip_special_tokens=True``: the emotion description, scored as it
-is. The sample's context comes from ``extra_info``: ``subtitle``, ``video``, ``audio`` and ``sample_id`` (names
-configurable; ``subtitle_key="ground_truth"`` reads the subtitle from ``reward_model.ground_truth``). Each call
-returns ``{"score": reward, "truncated": 0/1, "empty": 0/1}`` plus the RL length-hacking monitor's figures
-(``length/mean``, ``length/std``, ``length/reward_spearman``, ``length/hacking``, ...: over the last ``length_window``
-descriptions this worker rewarded, `emoreward.export.length_monitor.StreamLengthMonitor`; a warning when the
-correlation exceeds ``length_threshold``) (verl logs every key; ``score`` is the reward)::
+`compute_score` (per sample, thread-safe), `compute_score_async` (a coroutine function, for verl's reward loop) and
+`compute_score_batch` (reward manager ``batch``) score ``solution_str`` (the decoded response) with the context
+from ``extra_info`` and return ``{"score", "truncated", "empty"}`` plus the length monitor's ``length/...`` figures::
 
     custom_reward_function:
       path: pkg://emoreward.export.verl
       name: compute_score_async        # compute_score (older verl), compute_score_batch (reward_manager=batch)
       reward_kwargs:
-        server_url: http://127.0.0.1:8000   # or a list / comma-separated URLs, spread round-robin; a Ray Serve
-                                            # application (`emoreward serve --engine ray`) is one URL
-        # model: /path/to/reward-model      # or: load the model once in every reward worker process
-        # vllm_url: http://127.0.0.1:8001   # with model: EXPORT_DIR, score through the vLLM server serving it
-        # media_root: /data/mer2025         # local multimodal model: where relative media paths resolve
-        # token_env: EMOREWARD_SERVE_TOKEN  # the environment variable holding the servers' bearer token
-        # merge_samples: 16                 # compute_score_async: concurrent calls sent in one request (1: off)
+        server_url: http://127.0.0.1:8000   # or a list of URLs (round-robin); or model: /path/to/reward-model
 
-Connections (`emoreward.export.reward_client`): one keep-alive pool per worker process (and per event loop for the
-async variant), shared by all threads and tasks; the async variant's concurrent calls share requests (``merge_samples``
-per request, `_Merger`). A 503 is retried after its ``Retry-After``; a refused or broken
-connection, a 502 / 504, and a 500 that is not the server's own JSON error (Ray Serve's proxy answers so while it
-replaces a dead replica) after 1 s, each on the next URL. Any other error, or ``retries`` failed attempts, raises:
-verl then stops instead of training on a made-up reward.
-"""
+Retries (`emoreward.export.reward_client`): a 503 after its ``Retry-After``, a broken connection, a 502 / 504 or a
+proxy's 500 after 1 s, each on the next URL; any other error raises. See docs/serving.md ("verl")."""
 
 from __future__ import annotations
 

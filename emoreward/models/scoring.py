@@ -1,22 +1,17 @@
 """The scoring engine of text reward models: ONE loop from descriptions to rewards for every route that scores them
-(`evaluate`, `rank`, the server, GRPO, the export check, training's calibration all reach it through
+(`evaluate`, `rank`, the server, GRPO, the export check, training's calibration: through
 `TextRewardModel.score_info` or `score_stream`), so every route gets the same batches:
 
-1. **Chunks in order of length** (`length_chunks`): descriptions sorted by characters of description and subtitle (a
-   proxy for tokens that needs no tokenizer) and cut into consecutive chunks of at most `chunk_size` (512).
-2. **Tokenised ahead** (`stream_scores`): a background thread tokenises every chunk in turn
-   (`TextRewardModel.encode_batch`: one tokenizer call per chunk; fast tokenizers encode in Rust without the GIL)
-   while the scoring network is built and the chunks before are scored, so no batch waits for tokenisation; an
-   exception there (e.g. a context that leaves no room for the description) is raised in the caller, after the
-   chunks before it were yielded.
-3. **Length-sorted batches under a token budget** (`plan_batches`): within a chunk, sequences sorted by token length
-   and cut into batches of at most `batch_size` rows and `max_batch_tokens` padded tokens (rows x width).
-4. **One forward per batch** on the merged scoring network (`TextRewardModel.score_ids`; BERT-family encoders on CPU
-   through `emoreward.models.packed`, their batches side by side on the torch threads: `run_batches`), rewards
-   yielded per chunk as soon as they exist: `rank` appends each chunk to its score cache.
+1. **Chunks in order of length** (`length_chunks`): descriptions sorted by characters of description and subtitle
+   and cut into consecutive chunks of at most `chunk_size` (512).
+2. **Tokenised ahead** (`stream_scores`): a background thread tokenises every chunk in turn while the chunks before
+   are scored; an exception there is raised in the caller, after the chunks before it were yielded.
+3. **Length-sorted batches under a token budget** (`plan_batches`): at most `batch_size` rows and
+   `max_batch_tokens` padded tokens (rows x width) per batch.
+4. **One forward per batch** (`TextRewardModel.score_ids`; BERT-family encoders on CPU through
+   `emoreward.models.packed`, batches side by side on the torch threads: `run_batches`), rewards yielded per chunk.
 
-`score_in_chunks` gives the same per-chunk stream for any `RewardModel` (a multimodal model's descriptions grouped
-by sample behind one media prefix; a model without `score_stream` through its `score_info`, chunk by chunk).
+`score_in_chunks` gives the same per-chunk stream for any `RewardModel`. See docs/ranking.md and docs/speed.md.
 """
 
 from __future__ import annotations

@@ -1,70 +1,17 @@
 """The reward server's protocol: endpoints, request and response schemas, limits, strict JSON, error codes and
 bearer authentication, shared by every engine that serves them (`emoreward serve`, single process or Ray Serve).
 
-Endpoints (JSON in, JSON out; UTF-8):
+Endpoints (JSON in, JSON out; UTF-8): ``POST /v1/rewards`` (descriptions and their media -> one unnormalised reward
+per description, with ``truncated``, ``empty`` and ``n_tokens``), ``POST /get_reward`` (OpenRLHF's remote reward
+model; the description is recovered from the decoded query by `openrlhf.description_from_query`) and
+``GET /health``. Limits are in tokens (``max_length``; ``--max-chars`` refuses longer text before tokenizing,
+`max_chars_for`); errors are JSON ``{"error": "..."}`` naming the field, with the status codes 400, 401, 404, 405,
+408, 411, 413, 415, 503 and 500 (a failure inside the model only). What a client sends reaches the server log only
+escaped (`loggable`). The server binds 127.0.0.1 by default; with the token variable (``--token-env``) set, every
+endpoint needs ``Authorization: Bearer <token>``.
 
-``POST /v1/rewards``
-    Request: ``{"descriptions": [str, ...], "media": MEDIA}`` where ``MEDIA`` is omitted (no context), one object
-    for every description, or a list with one object (or ``null``) per description. A media object has the keys
-    ``subtitle`` (the sample's transcript, read by every model), ``video`` and ``audio`` (paths RELATIVE to the
-    server's ``--media-root``, read by multimodal models; a text model refuses them unless started with
-    ``--allow-unused-media``). A multimodal model needs the media it reads (``video`` for Qwen2.5-VL, ``audio``
-    for Qwen2-Audio, both for the Qwen2.5-Omni thinker unless its audio comes from the video).
-
-    Reply: ``{"rewards": [float, ...], "truncated": [bool, ...], "empty": [bool, ...], "n_tokens": [int, ...],
-    "model": str}``: one reward per description (the model's r(description | context), unnormalised, what
-    `model.score` returns), whether the description was cut to fit the model's ``max_length`` tokens, whether it
-    was empty or whitespace only (it is still scored), and the tokens the model read for it.
-
-``POST /get_reward``
-    OpenRLHF's remote reward model. Request: ``{"query": [str, ...], "prompts": [str, ...], "labels": [...]}``:
-    ``query`` is OpenRLHF's decoded sequence (``tokenizer.decode(prompt_ids + response_ids,
-    skip_special_tokens=False)``: current OpenRLHF sends one sample per request; older versions send the whole
-    rollout batch, decoded from left- and right-padded rows). The description is recovered exactly (see
-    `description_from_query`: pad / EOS markers stripped from both ends, the prompt removed, the trailing
-    end-of-turn / EOS / pad markers removed) and scored like ``/v1/rewards`` (the same token layout, so the same
-    reward). ``labels`` are ignored (``--openrlhf-labels ignore``), the samples' subtitles (``subtitle``), or name
-    each sample's clip (``clip``: a sample id, a media path under the media root, or an object with ``sample_id``
-    / ``subtitle`` / ``video`` / ``audio``; `openrlhf.clip_from_label`). An empty ``query`` (OpenRLHF splits a
-    batch over several endpoints) is answered at once with empty lists.
-
-    Reply: ``{"rewards": [...], "scores": [...], "truncated": [...], "empty": [...], "extra_logs":
-    {"emotion_reward": [...], "emotion_reward_truncated": [0/1, ...], "emotion_reward_empty": [0/1, ...]}}``
-    (the shape of ``openrlhf.cli.serve_rm``; OpenRLHF logs every ``extra_logs`` key). Multimodal models need
-    ``--openrlhf-labels clip`` (OpenRLHF's query is text only: the clip travels in the label) or ``/v1/rewards``.
-
-``GET /health``
-    ``{"status": "ok", "model", "kind", "max_length_tokens", "limits", "queue", "stats"}``.
-
-Load (RL rollouts send hundreds of samples at once): requests wait in a bounded queue and concurrent requests are
-scored together, in model calls of about ``--max-call-seconds`` of work (at most ``--max-batch-tokens`` estimated
-tokens; requests of different samples too: a multimodal model still groups descriptions by sample behind one media
-prefix). A larger request is scored in slices interleaved with the requests queued after it, and a request whose
-client has closed its connection is dropped before its next model call. A request is refused with
-503 and a ``Retry-After`` header only when the queue holds ``--max-queue`` descriptions, or when it waited
-``--queue-timeout`` seconds without being scored (below OpenRLHF's 180 s client timeout, so its retry applies).
-One event-loop thread serves every connection (idle connections hold no thread; at most ``--max-connections``
-are open: a new client takes the slot of the slowest or longest-idle one, else gets 503; a request must arrive
-whole within ``read_timeout`` s of its first byte, or it is a 408) and one thread feeds the model (``emoreward serve``: in a process of its own).
-
-Limits are in tokens: a description longer than the model's ``max_length`` tokens (with its context) is cut and
-flagged (``truncated``), or refused with 413 under ``--overlong refuse``. ``--max-chars`` refuses longer text
-fields before tokenizing; its default is derived from ``max_length`` (`max_chars_for`) so that it refuses no text
-that could fit in ``max_length`` tokens (runs of whitespace a tokenizer drops aside).
-
-Errors are JSON ``{"error": "..."}`` naming the field: 400 (invalid JSON, JSON nested too deeply, an integer of
-more than 4,300 digits where a field takes none, a file name over 255 bytes, text that is not
-valid Unicode such as a lone surrogate, wrong fields, a media path outside the media root: absolute, with ``..``,
-through a symlink, or a symlink loop; no file is read for it), 401 (missing or wrong bearer token), 404, 405, 408 (request not
-received in time), 411 (no Content-Length), 413 (body, item count or text over the limits; ``--overlong
-refuse``), 415 (not JSON), 503 (busy, see above, or shutting down). 500 only for a failure inside the model.
-What a client sends reaches the server log only escaped (`loggable`): no client can write a line into it.
-
-Security: binds 127.0.0.1 by default. With the environment variable named by ``--token-env`` (default
-``EMOREWARD_SERVE_TOKEN``) set, every endpoint needs ``Authorization: Bearer <token>`` (the token is never logged).
-A non-loopback ``--host`` without a token asks for confirmation (or needs ``--insecure-no-auth``).
-SIGTERM and Ctrl-C stop accepting, close idle keep-alive connections, answer every queued request and print a
-summary (and nothing else).
+The schemas, the load rules (queue, fair slices, 503 with ``Retry-After``), every error code and the security
+options: docs/serving.md ("Reward server").
 """
 
 from __future__ import annotations

@@ -3,21 +3,11 @@
     emoreward serve --engine ray --model DIR --replicas 2 [--ray-address auto] [--num-cpus 1] [--num-gpus 0]
     emoreward serve --engine ray --model DIR --min-replicas 1 --max-replicas 8     # autoscaling
 
-Same endpoints, request / response schemas and error codes as the single-process server (`emoreward.export.serve`):
-``POST /v1/rewards``, ``POST /get_reward`` (OpenRLHF ``--remote_rm_url``), ``GET /health``. Each replica is a Ray
-actor that loads the model once, validates requests with the shared `RewardService` and scores them through the
-shared `Batcher` (concurrent requests of one replica share forward passes). Ray Serve's HTTP proxy spreads requests
-over the replicas, restarts a replica whose actor died or whose `check_health` failed, and scales between
-``--min-replicas`` and ``--max-replicas`` on the ongoing requests per replica.
-
-Ray itself: ``--ray-address auto`` (or an address) attaches to a running cluster (the one verl or OpenRLHF started:
-set ``--num-gpus 1`` to give each replica its own GPU); without it a local cluster is started (no dashboard,
-``num_cpus`` bounded by what the replicas need). Requests reach a replica through Ray Serve's own proxy, which binds
-``--host`` / ``--port`` (loopback by default); a bearer token (``--token-env``) is checked in the replica.
-
-Source: Ray Serve deployments (``@serve.deployment``, ``ray_actor_options``, ``autoscaling_config``,
-``max_ongoing_requests``, a user ``check_health`` method; a deployment without ``@serve.ingress`` receives raw
-Starlette requests), https://docs.ray.io/en/latest/serve/ (Ray 2.40-2.60).
+Same endpoints, request / response schemas and error codes as the single-process server (`emoreward.export.serve`).
+Each replica (`RewardReplica`) is a Ray actor that loads the model once, validates requests with the shared
+`RewardService` and scores them through the shared `Batcher`. Ray Serve's HTTP proxy spreads requests over the
+replicas, restarts dead or unhealthy ones and autoscales. ``--ray-address auto`` attaches to a running cluster (the
+one verl or OpenRLHF started); without it a local cluster is started. See docs/serving.md ("Ray Serve").
 """
 
 from __future__ import annotations
@@ -59,6 +49,10 @@ def _import_serve():
 
 class RewardReplica:
     """One Ray Serve replica: the reward model, the shared request validation and the shared batcher.
+
+    Source: Ray Serve deployments (``@serve.deployment``, ``ray_actor_options``, ``autoscaling_config``,
+    ``max_ongoing_requests``, a user ``check_health`` method; a deployment without ``@serve.ingress`` receives raw
+    Starlette requests), https://docs.ray.io/en/latest/serve/ (Ray 2.40-2.60).
 
     Args:
         model_path (`str`): the reward-model directory (loaded once, in the replica's process).

@@ -6,22 +6,11 @@ an emoreward reward model inside the rollout process (no server):
         --reward.remote_url $(python -c "import emoreward.export.serve.reward_func as m; print(m.__file__)")
         # OpenRLHF < 0.10.4: --remote_rm_url <the same path>; the sample's subtitle / clip: --data.label_key
 
-OpenRLHF loads the file with ``importlib.util.spec_from_file_location("reward_func", path)`` and calls
-``reward_func([query], [prompt], [label])`` once per sample from a thread (``asyncio.to_thread``), many at once:
-the model is loaded once per process (`local.shared_batcher`, however often the file is loaded) and concurrent
-calls are scored together. Queries are decoded and given their context exactly as ``POST /get_reward`` does
-(`RewardService`), so a reward equals the server's for the same sample.
-
-Settings (environment variables: OpenRLHF passes nothing else to the file):
-    EMOREWARD_RM_MODEL: the reward-model directory (required).
-    EMOREWARD_RM_LABELS: what the labels are: ``ignore`` (default), ``subtitle``, or ``clip`` (a sample id, a
-        media path under the media root, or an object; `openrlhf.clip_from_label`).
-    EMOREWARD_RM_MEDIA_ROOT: the only folder media paths may point into (multimodal models, ``clip`` labels).
-    EMOREWARD_RM_QUERY_MARKERS: the policy's special-token strings to strip from queries when they are not
-        among `openrlhf.DEFAULT_QUERY_MARKERS` (separated by spaces).
-    EMOREWARD_RM_BATCH_SIZE: most sequences per forward pass (default 64).
-    EMOREWARD_RM_VLLM_URL: score through the vLLM server at this URL that serves EMOREWARD_RM_MODEL (an export
-        folder) instead of loading the model in the process (`emoreward.export.vllm`).
+OpenRLHF loads the file with ``importlib.util.spec_from_file_location`` and calls ``reward_func([query], [prompt],
+[label])`` once per sample from threads, many at once: the model is loaded once per process
+(`local.shared_batcher`) and concurrent calls are scored together. Queries are decoded and given their context as
+``POST /get_reward`` does (`RewardService`), so a reward equals the server's for the same sample. Settings are
+environment variables (`reward_func`). See docs/serving.md ("OpenRLHF").
 """
 
 from __future__ import annotations
@@ -43,6 +32,17 @@ def reward_func(queries: list[str], prompts: list[str], labels: list[Any], **kwa
         prompts: the prompt of each sample (removed from the query; its ``Subtitle:`` line is the context).
         labels: the ``--data.label_key`` value of each sample (see ``EMOREWARD_RM_LABELS``); None when unset.
         **kwargs: ignored (OpenRLHF may pass more in future versions).
+
+    Settings (environment variables: OpenRLHF passes nothing else to the file):
+        EMOREWARD_RM_MODEL: the reward-model directory (required).
+        EMOREWARD_RM_LABELS: what the labels are: ``ignore`` (default), ``subtitle``, or ``clip`` (a sample id, a
+            media path under the media root, or an object; `openrlhf.clip_from_label`).
+        EMOREWARD_RM_MEDIA_ROOT: the only folder media paths may point into (multimodal models, ``clip`` labels).
+        EMOREWARD_RM_QUERY_MARKERS: the policy's special-token strings to strip from queries when they are not
+            among `openrlhf.DEFAULT_QUERY_MARKERS` (separated by spaces).
+        EMOREWARD_RM_BATCH_SIZE: most sequences per forward pass (default 64).
+        EMOREWARD_RM_VLLM_URL: score through the vLLM server at this URL that serves EMOREWARD_RM_MODEL (an export
+            folder) instead of loading the model in the process (`emoreward.export.vllm`).
 
     Returns:
         ``{"rewards": Tensor (n,), "scores": Tensor (n,), "extra_logs": {name: Tensor (n,)}}``: float32 tensors,

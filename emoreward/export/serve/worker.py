@@ -1,19 +1,12 @@
 """`ModelProcess`: a reward model loaded and scoring in a process of its own (``emoreward serve``'s default).
 
-Why (issue 23, measured in docs/speed.md#serving): in one process, the event loop that parses and answers the
-requests and the thread that runs the model share one interpreter lock. At RL rates (one request per sample) the
-event loop takes it thousands of times a second, the model thread waits for it after every torch operation, and the
-whole server runs on about one core. A model process scores with a lock of its own, on its own core; the server
-process sends it one model call at a time (the descriptions and contexts of the jobs the `Batcher` merged) over a
-pipe and gets the `ScoreInfo` back. The queue, the fair slices, the error isolation of
-`RewardService.score_jobs`, the length monitor and the replies stay in the server process.
-
-The model process loads the model (`load_reward_model(directory, media_root=...)`, the server's arguments and
-environment, so the same precision) and sends, with its "ready" message, the model's `ServedModelFacts`
-(`served_model_facts`: what validation, batching and /health read); the server process builds its `RewardService`
-from them and loads no weights (for a text model it does not even import torch). Exceptions raised by the model
-come back as the same exception class with the same attributes (a `MediaError` still names its sample and file),
-so `score_jobs` answers them as it does in one process.
+In one process, the event loop that answers the requests and the thread that runs the model share one interpreter
+lock, and at RL rates the whole server runs on about one core. A model process scores with a lock of its own; the
+server process sends it one model call at a time (the jobs the `Batcher` merged) over a pipe and gets the
+`ScoreInfo` back. The queue, the fair slices, the error isolation of `RewardService.score_jobs`, the length monitor
+and the replies stay in the server process, which loads no weights: it builds its `RewardService` from the model's
+`ServedModelFacts`. Exceptions from the model come back as the same class with the same attributes.
+Figures: docs/speed.md ("Serving").
 """
 
 from __future__ import annotations

@@ -2,29 +2,10 @@
 reads through remote code, and the request every reader must be sent. `emoreward.export.hf.export_hf` calls
 `write_media_export`; `emoreward.models.media.model.MediaRewardModel.from_pretrained` reads the layout back.
 
-On-disk layout of `emoreward export` for a multimodal model (`<X>` = `Qwen2_5_VL`, `Qwen2_5Omni`, `Qwen2Audio`):
-
-- `config.json`: the backbone's config with `architectures: ["<X>ForSequenceClassification"]`, `num_labels: 1`
-  at the top level and in the language model's config, and `auto_map` naming `modeling_emoreward.py`. Qwen2.5-Omni:
-  the full Omni config (`Qwen2_5OmniConfig`, the thinker's under `thinker_config`, `enable_audio_output: false`).
-- `model.safetensors` (or shards and their index): the merged weights under the key names of the backbone's own
-  `<X>ForConditionalGeneration` checkpoint (Omni: the thinker's under `thinker.`), plus the value head
-  `language_model.score.weight` of shape `[1, hidden]` (where vLLM's weight mapping reads it). No
-  `value_head.safetensors`.
-- `modeling_emoreward.py`: `<X>ForSequenceClassification` for transformers (`emoreward.models.media.remote_modeling`,
-  with the position rule `emoreward/models/media/positions.py` written in); imports nothing of emoreward.
-- tokenizer files with `chat_template.jinja` (`export_chat_template`: walks the message parts and writes the exact
-  sequence emoreward scores), `preprocessor_config.json` (image processor with the model's pixel bounds; Whisper
-  feature extractor), `video_preprocessor_config.json` (the same bounds).
-- `emoreward_config.json` (emoreward's settings, `merged: true`), `emoreward_request.json` (below), `README.md`.
-
-`emoreward_request.json` ("the request as data", `request_spec`) says how to build a request that reproduces the
-rewards: `messages` (placeholders `{context}`, `{description}`, `{video}`, `{audio}`; media parts `video_url` /
-`audio_url` first, in order), `context` (instruction, subtitle line), `video` (`fps`, `max_frames`, how the client
-samples and resizes the frames it sends: `min_pixels`, `max_pixels`, `resize_factor`), `audio` (`sampling_rate`,
-source), `vllm` (`serve` arguments with the `{export}` path, `endpoint`, `body`, `per_request`: the frames' fps as
-`media_io_kwargs` and `mm_processor_kwargs`), `position_rule`, `max_length`, and `differences`: what an engine does not see as emoreward
-does, with the reward difference measured at export.
+The files (`config.json` with `<X>ForSequenceClassification`, merged `model.safetensors` with the value head
+`language_model.score.weight`, `modeling_emoreward.py`, the tokenizer with `chat_template.jinja`, the processor
+configs, `emoreward_config.json`, `emoreward_request.json`, `README.md`): `write_media_export`. The request as data:
+`request_spec`. See docs/serving.md ("The multimodal export: layout, card and request").
 """
 
 from __future__ import annotations
@@ -120,7 +101,7 @@ def _placeholders(builder) -> tuple[str, str]:
 
 
 def _seq_cls_config(model, backbone_config) -> dict:
-    """`config.json` of the export (see the module docstring)."""
+    """`config.json` of the export (see `write_media_export`)."""
     spec = model.spec
     arch = ARCHITECTURES[spec.name]
     if spec.name == "qwen2.5-omni-thinker":
@@ -172,7 +153,26 @@ def _write_weights(backbone, head: torch.Tensor, directory: Path, *, prefix: str
 
 
 def write_media_export(model, directory: str | Path, *, model_card: str | None, request: dict) -> Path:
-    """Write `model` (a `MediaRewardModel`; LoRA merged on a copy) in the engine layout (module docstring).
+    """Write `model` (a `MediaRewardModel`; LoRA merged on a copy) in the engine layout.
+
+    The files (`<X>` = `Qwen2_5_VL`, `Qwen2_5Omni`, `Qwen2Audio`):
+
+    - `config.json`: the backbone's config with `architectures: ["<X>ForSequenceClassification"]`, `num_labels: 1`
+      at the top level and in the language model's config, and `auto_map` naming `modeling_emoreward.py`.
+      Qwen2.5-Omni: the full Omni config (`Qwen2_5OmniConfig`, the thinker's under `thinker_config`,
+      `enable_audio_output: false`).
+    - `model.safetensors` (or shards and their index): the merged weights under the key names of the backbone's own
+      `<X>ForConditionalGeneration` checkpoint (Omni: the thinker's under `thinker.`), plus the value head
+      `language_model.score.weight` of shape `[1, hidden]` (where vLLM's weight mapping reads it). No
+      `value_head.safetensors`.
+    - `modeling_emoreward.py`: `<X>ForSequenceClassification` for transformers
+      (`emoreward.models.media.remote_modeling`, with the position rule `emoreward/models/media/positions.py`
+      written in); imports nothing of emoreward.
+    - tokenizer files with `chat_template.jinja` (`export_chat_template`: walks the message parts and writes the
+      exact sequence emoreward scores), `preprocessor_config.json` (image processor with the model's pixel bounds;
+      Whisper feature extractor), `video_preprocessor_config.json` (the same bounds).
+    - `emoreward_config.json` (emoreward's settings, `merged: true`), `emoreward_request.json` (`request_spec`),
+      `README.md`.
 
     Args:
         model: the multimodal reward model.
@@ -440,8 +440,15 @@ def whole_text_difference(net, model, descriptions: list[str], context) -> dict:
 
 
 def request_spec(model, differences: list[dict] | None = None, *, dtype: torch.dtype | None = None) -> dict:
-    """The request as data (`emoreward_request.json`, module docstring): how to build a request that makes a
-    reader see the input emoreward scores, and the engine options that match it.
+    """The request as data (`emoreward_request.json`): how to build a request that makes a reader see the input
+    emoreward scores, and the engine options that match it.
+
+    Keys: `messages` (placeholders `{context}`, `{description}`, `{video}`, `{audio}`; media parts `video_url` /
+    `audio_url` first, in order), `context` (instruction, subtitle line), `video` (`fps`, `max_frames`, how the
+    client samples and resizes the frames it sends: `min_pixels`, `max_pixels`, `resize_factor`), `audio`
+    (`sampling_rate`, source), `vllm` (`serve` arguments with the `{export}` path, `endpoint`, `body`,
+    `per_request`: the frames' fps as `media_io_kwargs` and `mm_processor_kwargs`), `position_rule`, `max_length`,
+    and `differences`: what an engine does not see as emoreward does, with the reward difference measured at export.
 
     Args:
         model: the `MediaRewardModel`.

@@ -7,22 +7,8 @@ torchvision-free `Qwen2VLImageProcessorPil` on every sampled frame and stacks fr
 temporal-patch order (tests compare both with the official code). The zero-shot judges (`zero_shot.backends`) use
 the same processors.
 
-Layout of one sequence (the tokenizer's own chat template; ChatML without one)::
-
-    <|im_start|>user\\n [media spans] {instruction}\\nSubtitle: ... <|im_end|>\\n<|im_start|>assistant\\n
-    {description}<|im_end|>
-    '---------------------- prefix (never truncated) ------------------------------'--- suffix ---'
-
-The sequence ends at the assistant turn's end-of-turn token (where a generated response ends), as for the text
-models (`emoreward.models.text.text_input_ids`). Media spans, as the official processors expand them:
-
-- Qwen2.5-VL: `<|vision_start|><|video_pad|>*N<|vision_end|>`.
-- Qwen2.5-Omni, audio from a separate file: `<|vision_bos|><|VIDEO|>*N<|vision_eos|>` then
-  `<|audio_bos|><|AUDIO|>*K<|audio_eos|>`.
-- Qwen2.5-Omni with `use_audio_in_video` (the video's own track): one span
-  `<|vision_bos|><|audio_bos|> V..V A..A V..V A..A ... <|audio_eos|><|vision_eos|>`, video and audio tokens
-  interleaved in chunks of `seconds_per_chunk` seconds (TMRoPE, Qwen2.5-Omni report, section 2.2).
-- Qwen2-Audio: `<|audio_bos|><|AUDIO|>*K<|audio_eos|>`.
+`RewardPromptBuilder` lays out every sequence (its docstring shows the layout and the media spans of each backbone).
+See docs/multimodal.md.
 """
 
 from __future__ import annotations
@@ -310,7 +296,24 @@ _TEXT_KEYS = {"input_ids", "attention_mask", "token_type_ids", "mm_token_type_id
 
 class RewardPromptBuilder:
     """Turns (media, subtitle, description) into token ids and media tensors, the same way for training and
-    scoring, through the backbone's official processor (see the module docstring for the layout).
+    scoring, through the backbone's official processor.
+
+    Layout of one sequence (the tokenizer's own chat template; ChatML without one)::
+
+        <|im_start|>user\\n [media spans] {instruction}\\nSubtitle: ... <|im_end|>\\n<|im_start|>assistant\\n
+        {description}<|im_end|>
+        '---------------------- prefix (never truncated) ------------------------------'--- suffix ---'
+
+    The sequence ends at the assistant turn's end-of-turn token (where a generated response ends), as for the text
+    models (`emoreward.models.text.text_input_ids`). Media spans, as the official processors expand them:
+
+    - Qwen2.5-VL: `<|vision_start|><|video_pad|>*N<|vision_end|>`.
+    - Qwen2.5-Omni, audio from a separate file: `<|vision_bos|><|VIDEO|>*N<|vision_eos|>` then
+      `<|audio_bos|><|AUDIO|>*K<|audio_eos|>`.
+    - Qwen2.5-Omni with `use_audio_in_video` (the video's own track): one span
+      `<|vision_bos|><|audio_bos|> V..V A..A V..V A..A ... <|audio_eos|><|vision_eos|>`, video and audio tokens
+      interleaved in chunks of `seconds_per_chunk` seconds (TMRoPE, Qwen2.5-Omni report, section 2.2).
+    - Qwen2-Audio: `<|audio_bos|><|AUDIO|>*K<|audio_eos|>`.
 
     Args:
         spec: backbone family.
@@ -457,7 +460,7 @@ class RewardPromptBuilder:
         return text, kwargs
 
     def encode_prefix(self, media: SampleMedia | None, subtitle: str | None) -> EncodedPrefix:
-        """Token ids and media tensors of the prefix (see the module docstring for the layout), laid out by the
+        """Token ids and media tensors of the prefix (layout: `RewardPromptBuilder`), laid out by the
         backbone's official processor.
 
         Raises:
