@@ -1,18 +1,10 @@
 """Many Bradley-Terry fits at once: damped Newton iterations over a `(B, M)` array of log-strengths, one count table
 per row (the bootstrap's resamples), for every model the ranking fits.
 
-The objectives are those of :func:`emoreward.ranking.bradley_terry.fit_bradley_terry` (counts, or EMER-Ranker's
-binarized W, eq. 1-4) and :func:`~emoreward.ranking.bradley_terry.fit_bradley_terry_ties` (EmoPrefer appendix F,
-Rao-Kupper 1967, Davidson 1970), with the same Gaussian prior on the log-strengths, the same bounds on the tie
-log-parameter and the same centring, so the optimum is the same; only the solver differs. Each iteration computes
-the gradient and the exact Hessian of every row (the per-pair derivatives of a multinomial logit with linear
-logits; Rao-Kupper's through ``log nu = softplus(eta)``), solves the ``(B, K, K)`` systems together
-(``K = M``, or ``M + 1`` with the tie parameter) and backtracks per row until the objective decreases (Armijo).
-Started at the full-data fit (a resample's optimum is close to it), 3-8 iterations reach the optimum to about
-1e-12, where L-BFGS-B refits of one resample at a time took most of a ranking's fitting time.
-
-A row the solver does not finish (no decrease, or not converged within ``max_iter``) is flagged in
-``BatchFit.converged``: the caller refits it with the one-table path.
+`fit_batch` reaches the optimum of the one-table fits of `emoreward.ranking.bradley_terry` (same objectives, prior
+and centring; only the solver differs); `batch_spec` picks the objective of a fit function. A row the solver does
+not finish is flagged in ``BatchFit.converged`` and refitted one table at a time.
+See docs/ranking.md ("Bootstrap: every resample fitted at once").
 """
 
 from __future__ import annotations
@@ -240,7 +232,17 @@ def fit_batch(
     max_iter: int = 100,
     tol: float = 1e-10,
 ) -> BatchFit:
-    """Fit every count table of a batch with the objective of ``spec`` (see the module docstring).
+    """Fit every count table of a batch with the objective of ``spec``.
+
+    The objectives are those of :func:`emoreward.ranking.bradley_terry.fit_bradley_terry` (counts, or EMER-Ranker's
+    binarized W, eq. 1-4) and :func:`~emoreward.ranking.bradley_terry.fit_bradley_terry_ties` (EmoPrefer appendix
+    F, Rao-Kupper 1967, Davidson 1970), with the same Gaussian prior, bounds on the tie log-parameter and centring,
+    so the optimum is the same; only the solver differs. Each damped Newton iteration computes the gradient and the
+    exact Hessian of every row (the per-pair derivatives of a multinomial logit with linear logits; Rao-Kupper's
+    through ``log nu = softplus(eta)``), solves the ``(B, K, K)`` systems together (``K = M``, or ``M + 1`` with
+    the tie parameter) and backtracks per row until the objective decreases (Armijo). Started at the full-data fit,
+    3-8 iterations reach the optimum to about 1e-12. A row not finished (no decrease, or not converged within
+    ``max_iter``) is flagged in ``BatchFit.converged``: the caller refits it with the one-table path.
 
     Args:
         wins (`np.ndarray` of shape `(B, M, M)`): ``wins[b, i, j]``, wins of i over j in table b.

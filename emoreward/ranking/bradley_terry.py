@@ -5,16 +5,12 @@
 - :func:`fit_bradley_terry_ties`: tie-aware models on win/loss/tie counts: EmoPrefer's additive form
   (EmoPrefer, appendix F, eq. 2-3), Rao-Kupper (1967) and Davidson (1970).
 
-Bootstrap intervals are in `emoreward.ranking.bootstrap`, the hierarchical scheme in `emoreward.ranking.hierarchical`.
-
-All fits are maximum a-posteriori estimates of the log-strengths ``s_i = log(theta_i)`` under a weak isotropic
-Gaussian prior ``s_i ~ N(0, prior_variance)`` (default variance 10, i.e. a strength ratio of e^sqrt(10) ~ 24 is
-one prior standard deviation), so that an undefeated or winless item keeps a finite score. The papers use the
-plain maximum-likelihood estimate, which is infinite in that case. Every optimisation is
-``scipy.optimize.minimize(method="L-BFGS-B")`` with the analytic gradient, over centred log-strengths with a
-diagonal preconditioner (see ``_minimize``; neither moves the optimum); bootstrap refits start from the full-data
-fit. Reported scores are log-strengths centred to mean 0 (natural-log units: ``exp(s_i - s_j)`` is the odds of
-``i`` beating ``j`` under Bradley-Terry).
+All fits are maximum a-posteriori estimates of the log-strengths ``s_i = log(theta_i)`` under a weak Gaussian prior
+``s_i ~ N(0, prior_variance)`` (`prior_precision`), so that an undefeated or winless item keeps a finite score (the
+papers' maximum-likelihood estimate is infinite then), by L-BFGS-B with the analytic gradient (``_minimize``).
+Reported scores are log-strengths centred to mean 0 (``exp(s_i - s_j)`` is the odds of ``i`` beating ``j``).
+Bootstrap intervals: `emoreward.ranking.bootstrap`; the hierarchical scheme: `emoreward.ranking.hierarchical`.
+See docs/ranking.md.
 """
 
 from __future__ import annotations
@@ -386,7 +382,8 @@ def single_blas_thread() -> contextlib.AbstractContextManager:
 
 
 def prior_precision(prior_variance: float | None) -> float:
-    """Precision of the prior (0 for none)."""
+    """Precision of the prior (0 for none). The default variance, 10, makes a strength ratio of e^sqrt(10) ~ 24 one
+    prior standard deviation."""
     if prior_variance is None:
         return 0.0
     if not (prior_variance > 0 and math.isfinite(prior_variance)):

@@ -5,41 +5,10 @@ The objective is :mod:`emoreward.ranking.length_control`'s: per record ``r`` (mo
 differences ``z_r``), ``u_r = x_r . theta`` with ``x_r = (e_a - e_b, z_r)``, the Davidson (1970) negative
 log-likelihood ``L(u, eta) - y_r u / 2 - t_r eta`` with ``L(u, eta) = log(e^{u/2} + e^{-u/2} + e^eta)``
 (``y_r = +1 / -1`` for a win / loss of ``a_r``, ``t_r = 1`` for a tie; Bradley-Terry is ``e^eta = 0``, ties
-dropped), weighted per record, plus the penalty of :class:`Prior`: the Gaussian prior ``precision/2 |b|^2`` on the
-model effects and ``(sum b)^2 / (2M)`` (which only fixes the shift of ``b``).
-
-A bootstrap resample weights each record by how often its sample (video) was drawn, so its objective is the sum
-of per-sample objectives weighted by the sample counts, and every resample starts at the full-data estimate.
-:func:`fit_resamples` builds on both (OV-MERD: 10 models, 332 samples, 14,940 records, 1,000 resamples):
-
-1. **Start from per-sample sums.** At the common start, a resample's gradient, Hessian and third derivatives are
-   per-sample sums (taken once over the N records) times its sample counts: one dense product
-   ``(B, S) @ (S, Q + Q^2/2 + Q^3/6)`` (unique tensor entries). A Chebyshev step (the Newton step plus
-   ``H^-1 T[s, s] / 2``) lands about 100x closer to each resample's optimum than the start (max-abs distance,
-   median 0.64 -> 0.0035, mean 0.72 -> 0.0072).
-2. **Newton steps in float32** over all ``B x N`` records, in chunks of resamples that stay in cache, while the
-   step exceeds 1e-2 (one step for 80% of the resamples). A record has three non-zero design entries (``+1``,
-   ``-1``, ``z``): the model block of ``sum_r w_r h_r x_r x_r^T`` is a sum per model pair (records sorted by pair,
-   then sample), and where every pair is compared on every sample, that sum is the product of the ``(pairs,
-   samples)`` array with the sample counts, so the weights are never spread over the records (a dense
-   ``(B, N) @ (N, Q^2)`` product would spend ``Q^2`` flops per record on three non-zeros).
-3. **Gradient passes in float64** with that Hessian, corrected to first order along the last step by the third
-   derivatives: linear convergence at a rate ``rho`` (estimated from those third derivatives, then measured), until
-   the distance left, ``rho |step| / (1 - rho)``, is below 3e-8 (max-abs). Float32 gradients stall about 1e-6
-   from the optimum; on OV-MERD one float64 pass finishes 82% of the resamples, a second the rest, within 5e-9 of
-   the optimum (the per-resample path's own tolerance leaves up to 1.3e-8).
-
-Steps 2 and 3 read the records through one pass (:func:`_pass`). Where the covariates are per-description values
-(`Design.features`, as :func:`build_design` makes them from one table) and most (pair, sample) cells hold a record,
-that pass is :func:`emoreward.ranking.length_kernel.table_pass`: compiled, float64 throughout, one exponential per
-(resample, model, sample); on OV-MERD 2.5-3x faster than the numpy pass over the records on one thread, 5x on two; the
-float32 Newton steps are float64 there too. Elsewhere the numpy pass over the records runs, in the precisions above.
-
-A resample this path does not finish the normal way (no ties in a Davidson resample, a tie parameter at its
-bound, a diverging covariate coefficient, a step that does not contract, a non-finite value) is fitted by
-:func:`damped_newton`, the solver every resample used before, from the same start: separated and non-identified
-resamples come out as they always did. ``fit_resamples(..., batched=False)`` fits every resample that way, one at a
-time (the reference path of the tests and of ``scripts/benchmark_rank.py --per-resample``).
+dropped), weighted per record, plus the penalty of :class:`Prior`. :func:`damped_newton` minimises it for any
+weighting; :func:`fit_resamples` fits every resample at once (its docstring gives the steps) and
+``fit_resamples(..., batched=False)`` one at a time, the reference path of the tests.
+See docs/ranking.md ("Length-controlled ranking").
 """
 
 from __future__ import annotations
@@ -345,7 +314,29 @@ def fit_resamples(
     davidson: bool,
     batched: bool = True,
 ) -> ResampleFits:
-    """Fit every bootstrap resample, started at the full-data ``estimate`` (see the module docstring).
+    """Fit every bootstrap resample, started at the full-data ``estimate``.
+
+    A resample weights each record by how often its sample (video) was drawn, so its objective is the sum of
+    per-sample objectives weighted by the sample counts. The batched path:
+
+    1. **Start from per-sample sums.** At the common start, a resample's gradient, Hessian and third derivatives
+       are per-sample sums (taken once over the N records) times its sample counts: one dense product
+       ``(B, S) @ (S, Q + Q^2/2 + Q^3/6)`` (unique tensor entries). A Chebyshev step (the Newton step plus
+       ``H^-1 T[s, s] / 2``) lands about 100x closer to each resample's optimum than the start.
+    2. **Newton steps in float32** over all ``B x N`` records, in chunks of resamples that stay in cache, while the
+       step exceeds 1e-2. A record has three non-zero design entries (``+1``, ``-1``, ``z``): the model block of
+       ``sum_r w_r h_r x_r x_r^T`` is a sum per model pair (records sorted by pair, then sample), and where every
+       pair is compared on every sample it is the product of the ``(pairs, samples)`` array with the sample counts.
+    3. **Gradient passes in float64** with that Hessian, corrected to first order along the last step by the third
+       derivatives: linear convergence at a rate ``rho``, until the distance left, ``rho |step| / (1 - rho)``, is
+       below 3e-8 (max-abs); float32 gradients stall about 1e-6 from the optimum.
+
+    Steps 2 and 3 read the records through one pass (:func:`_pass`): where the covariates are per-description
+    values and most (pair, sample) cells hold a record, the compiled
+    :func:`emoreward.ranking.length_kernel.table_pass` (float64 throughout); elsewhere the numpy pass over the
+    records. A resample this path does not finish the normal way (no ties in a Davidson resample, a tie parameter
+    at its bound, a diverging covariate coefficient, a step that does not contract, a non-finite value) is fitted
+    by :func:`damped_newton` from the same start.
 
     Args:
         design (`Design`): the records.

@@ -1,44 +1,12 @@
 """Length-controlled ranking: Bradley-Terry / Davidson with description-length covariates (style control).
 
 On emotion-description data "prefer the longer description" explains most verdicts (about 80% of EmoPrefer's
-decisive ones), so a plain Bradley-Terry ranking mixes a model's quality with its verbosity. Chatbot Arena's
-*style control* (Li, Angelopoulos, Chiang, "Does style matter? Disentangling style and substance in Chatbot
-Arena", LMSYS blog, 2024-08-29; FastChat ``fastchat/serve/monitor/elo_analysis.py``, ``construct_style_matrices``)
-adds the standardised style differences of the two answers as covariates beside the model indicators of a
-logistic Bradley-Terry model. This module fits that model on description-model verdicts:
-
-    logit P(i beats j | sample s) = (b_i - b_j) + sum_k gamma_k z_k(i, j, s),
-    z_k(i, j, s) = (f_k(d_is) - f_k(d_js)) / sigma_k,
-
-where ``d_is`` is the description model ``i`` wrote for sample ``s``, ``f_k`` a per-description covariate
-(default ``log_length``: ``log(1 + characters)``, measured by the project's one length function
-:func:`emoreward.data.tables.description_length`) and ``sigma_k`` the root-mean-square of the differences over
-all records. Ties enter through Davidson's model as in the plain fit
-(:func:`emoreward.ranking.bradley_terry.fit_bradley_terry_ties`): ``P(i>j), P(j>i), P(tie)`` proportional to
-``exp(u/2), exp(-u/2), nu`` with ``u`` the linear predictor above (with ``u = b_i - b_j`` it is exactly the plain
-Davidson fit). ``b`` gets the plain fits' Gaussian prior ``N(0, prior_variance)`` and is centred to mean 0
-(natural-log units, as :class:`~emoreward.ranking.bradley_terry.BTResult`); ``gamma`` is unpenalised
-(maximum likelihood), so its p-value (normal, bootstrap standard error over samples) means what it says.
-
-Two choices differ from FastChat, both because a description pair has no natural order: FastChat divides the
-difference by the sum (``(a - b) / (a + b + 1)``) and z-scores it; we take the log-length difference (the same
-quantity to first order, and additive: a description twice as long is one step whatever the lengths) and scale it
-by its root-mean-square without centring, since centring would make the fit depend on which description of a pair
-is written first. ``coefficient_per_doubling`` reports ``gamma * ln 2 / sigma``: the logit change when one
-description is twice as long as the other.
-
-Honest statistics at the edges (each reported as a warning, with ``None`` where a number would mislead): a
-covariate without variation is dropped; a covariate collinear with model identity (every model always writes
-the same relative length) leaves the split between ``b`` and ``gamma`` to the prior, so neither is reported;
-a covariate that separates the decisive verdicts (a linear program finds a ``gamma`` direction that orders every
-verdict correctly) has an infinite maximum-likelihood coefficient, so scores, coefficients and p-values are
-``None``. Resamples whose Newton iterations diverge (separated resamples) are counted and left out of the
-intervals.
-
-Intervals: percentile bootstrap over samples (videos), the resamples of
-:func:`emoreward.ranking.bootstrap.bootstrap_ci` (:func:`~emoreward.ranking.bootstrap.resample_unit_weights`: same
-unit, same draws for the same seed), all fitted together from per-sample sufficient statistics
-(:func:`emoreward.ranking.length_batched.fit_resamples`, where the solvers live).
+decisive ones), so a plain Bradley-Terry ranking mixes a model's quality with its verbosity. Following Chatbot
+Arena's style control (Li, Angelopoulos, Chiang, LMSYS blog, August 2024; FastChat ``construct_style_matrices``),
+:func:`fit_length_controlled` adds the standardised log-length difference of the two descriptions as a covariate
+beside the model effects (its docstring gives the model, the source and where we differ from FastChat), with
+bootstrap intervals over samples; `order_changes` and `comparison_markdown` compare it with the plain ranking.
+See docs/ranking.md ("Length-controlled ranking").
 """
 
 from __future__ import annotations
@@ -308,7 +276,37 @@ def fit_length_controlled(
     seed: int | None = 0,
     batched: bool = True,
 ) -> ControlledFit:
-    """Fit the length-controlled model of the module docstring, with bootstrap intervals over samples.
+    """Fit the length-controlled model, with bootstrap intervals over samples.
+
+    Source: Chatbot Arena's *style control* (Li, Angelopoulos, Chiang, "Does style matter? Disentangling style and
+    substance in Chatbot Arena", LMSYS blog, 2024-08-29; FastChat ``fastchat/serve/monitor/elo_analysis.py``,
+    ``construct_style_matrices``) adds the standardised style differences of the two answers as covariates beside
+    the model indicators of a logistic Bradley-Terry model. Here, on description-model verdicts::
+
+        logit P(i beats j | sample s) = (b_i - b_j) + sum_k gamma_k z_k(i, j, s),
+        z_k(i, j, s) = (f_k(d_is) - f_k(d_js)) / sigma_k,
+
+    where ``d_is`` is the description model ``i`` wrote for sample ``s``, ``f_k`` a per-description covariate
+    (default ``log_length``: ``log(1 + characters)``, :func:`emoreward.data.text.description_length`) and
+    ``sigma_k`` the root-mean-square of the differences over all records. Ties enter through Davidson's model as
+    in the plain fit (:func:`emoreward.ranking.bradley_terry.fit_bradley_terry_ties`): ``P(i>j), P(j>i), P(tie)``
+    proportional to ``exp(u/2), exp(-u/2), nu`` with ``u`` the linear predictor above. ``b`` gets the plain fits'
+    Gaussian prior ``N(0, prior_variance)`` and is centred to mean 0; ``gamma`` is unpenalised (maximum
+    likelihood), so its p-value (normal, bootstrap standard error over samples) means what it says.
+
+    Two choices differ from FastChat, both because a description pair has no natural order: FastChat divides the
+    difference by the sum (``(a - b) / (a + b + 1)``) and z-scores it; we take the log-length difference (the same
+    quantity to first order, and additive) and scale it by its root-mean-square without centring, since centring
+    would make the fit depend on which description of a pair is written first. ``coefficient_per_doubling`` is
+    ``gamma * ln 2 / sigma``: the logit change when one description is twice as long as the other.
+
+    Edges (each a warning, with ``None`` where a number would mislead): a covariate without variation is dropped; a
+    covariate collinear with model identity leaves the split between ``b`` and ``gamma`` to the prior, so neither
+    is reported; a covariate that separates the decisive verdicts (found by a linear program) has an infinite
+    maximum-likelihood coefficient (`separation_note`). Resamples whose Newton iterations diverge are counted and
+    left out of the intervals, the percentile bootstrap over samples of
+    :func:`emoreward.ranking.bootstrap.bootstrap_ci` (same draws for the same seed), fitted together by
+    :func:`emoreward.ranking.length_batched.fit_resamples`.
 
     Args:
         records (`Sequence[PairwiseRecord]`): the verdicts; every record needs a ``sample``.

@@ -2,22 +2,10 @@
 over a `(pair, sample)` table, with one exponential per (resample, model, sample) instead of one per record.
 
 :mod:`emoreward.ranking.length_batched` solves the objective of :mod:`emoreward.ranking.length_control` (Davidson
-1970 with covariates; Bradley-Terry when ``nu = 0``). Its data part is ``sum_r w_r L(u_r, eta)`` with
-``L(u, eta) = log(e^{u/2} + e^{-u/2} + e^eta)`` and ``u_r = x_r . theta``. Two facts make this pass cheap:
-
-1. **The covariates are per description.** A record compares descriptions ``(a, s)`` and ``(b, s)`` and its
-   covariate differences are ``z_r = F[:, a, s] - F[:, b, s]``, so with ``G[m, s] = exp((b_m + gamma . F[:, m, s])
-   / 2)`` a record's ``e^{u/2}`` is ``G[a, s] / G[b, s]``: M x S exponentials per resample instead of N (10 x 332
-   against 14,940 on OV-MERD).
-2. **Only the multiplicity of a (pair, sample) matters.** ``L`` is even in ``u`` and its derivatives in
-   ``theta`` do not depend on the verdict (the verdict enters the objective linearly, in the caller's ``linear``
-   term), and a record (b, a) has ``u`` and ``x`` negated: so the records reduce to a count per unordered pair and
-   sample, and a resample's weight of a cell is that count times how often the sample was drawn.
-
-The pass loops over resamples, then pairs, then samples: the innermost loop reads contiguous arrays and
-vectorises (numba; ``fastmath`` only reassociates the sums and contracts multiply-adds, so NaN and infinity keep
-their meaning). It computes in float64 throughout. Rows whose factors could overflow (``|b_m + gamma . F| / 2``
-beyond `FACTOR_BOUND`) are left to the caller's general pass.
+1970 with covariates; Bradley-Terry when ``nu = 0``); :func:`table_pass` computes its data part,
+``sum_r w_r L(u_r, eta)`` with ``L(u, eta) = log(e^{u/2} + e^{-u/2} + e^eta)``, in float64 throughout (numba;
+its docstring says why it is cheap). Rows whose factors could overflow (``|b_m + gamma . F| / 2`` beyond
+`FACTOR_BOUND`) are left to the caller's general pass. See docs/ranking.md ("Length-controlled ranking").
 """
 
 from __future__ import annotations
@@ -50,6 +38,22 @@ def table_pass(
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """The data part of the gradient `(R, Q)` and Hessian `(R, Q, Q)` (None unless ``hessian``) of
     ``sum_r w_r L(u_r, eta)``, as :func:`emoreward.ranking.length_batched._pass` computes it, in float64.
+
+    Two facts make this pass cheap:
+
+    1. **The covariates are per description.** A record compares descriptions ``(a, s)`` and ``(b, s)`` and its
+       covariate differences are ``z_r = F[:, a, s] - F[:, b, s]``, so with ``G[m, s] = exp((b_m + gamma .
+       F[:, m, s]) / 2)`` a record's ``e^{u/2}`` is ``G[a, s] / G[b, s]``: M x S exponentials per resample
+       instead of N.
+    2. **Only the multiplicity of a (pair, sample) matters.** ``L`` is even in ``u`` and its derivatives in
+       ``theta`` do not depend on the verdict (the verdict enters the objective linearly, in the caller's
+       ``linear`` term), and a record (b, a) has ``u`` and ``x`` negated: so the records reduce to a count per
+       unordered pair and sample, and a resample's weight of a cell is that count times how often the sample was
+       drawn.
+
+    The loop runs over resamples, then pairs, then samples: the innermost loop reads contiguous arrays and
+    vectorises (numba; ``fastmath`` only reassociates the sums and contracts multiply-adds, so NaN and infinity
+    keep their meaning).
 
     Args:
         theta (`np.ndarray` of shape `(R, Q)`): parameters ``(b (M), gamma (K), [log nu])``; every row within

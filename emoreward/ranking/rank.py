@@ -1,32 +1,17 @@
 """Rank the models that write emotion descriptions, with a judge (EMER-Ranker, section 2 and 4.4).
 
-A *description table* holds, for N samples (videos), the description each of M models wrote. A judge compares
-descriptions of the same sample pairwise; the verdicts become win / loss / tie counts W over the M models,
+A *description table* (`emoreward.data.tables`) holds, for N samples (videos), the description each of M models
+wrote. A judge compares descriptions of the same sample pairwise; the verdicts become win / loss / tie counts W,
 which Bradley-Terry turns into a ranking (EMER-Ranker, eq. 1-4, on the binarized W; with ties, Davidson 1970 by
-default and EmoPrefer, appendix F, eq. 2-3, as the paper's column), with bootstrap intervals over samples. A
-reward-model judge also gets a fit on its raw reward differences (no tie threshold), and every report carries
-warnings about degenerate fits (tie share, tie parameter, identical scores, one-sided intervals, sparse models,
-empty and truncated descriptions).
+default and EmoPrefer, appendix F, eq. 2-3, as the paper's column), with bootstrap intervals over samples and
+warnings about degenerate fits. A trained reward model scores every description once (M x N scorings, cached; the
+verdict is the sign of the reward difference, TIE below its calibrated threshold, and its raw rewards get a fit of
+their own); a generative judge runs every pair through `emoreward.evaluation.harness.run_judge` in both orders.
+EMER-Ranker's hierarchical scheme (section 5) is an option; ``--method bpa`` is `emoreward.ranking.active`.
 
-Description tables live in `emoreward.data.tables`. This module holds the sweep (every pair of every sample) and
-its fits; the score cache, scoring, generative judging, reward effects, reports and the BPA route have their own
-modules beside it (`score_cache`, `scoring`, `judging`, `effects`, `report`, `active`).
-
-Two kinds of judge:
-
-- a trained reward model (pointwise): every description is scored once (M x N scorings instead of the
-  C(M, 2) x N pair calls of EMER-Ranker), the scores are cached on disk (rerunning reuses them), and the verdict
-  of a pair is the sign of the reward difference, TIE below the model's calibrated tie threshold
-  (:func:`emoreward.data.verdicts.verdict_from_difference`);
-- any generative judge (the `Judge` protocol, e.g. a zero-shot S1-S4 judge): every pair runs through
-  :func:`emoreward.evaluation.harness.run_judge` in normal and swapped order.
-
-The hierarchical scheme of EMER-Ranker, section 5 (rank within groups, then compare the group winners) is an
-option; with a generative judge it only asks the judge about the pairs it needs.
-
-`emoreward.ranking.active.rank_with_bpa` (``emoreward rank --method bpa``) puts the judge in the BPA loop (E3mo-Bench, `emoreward.ranking.bpa`):
-it asks only the (model pair, sample) queries the scheduler picks, refits periodically, and stops on the mean
-uncertainty ``sigma_tau`` or a query budget; a reward model then scores only the descriptions those queries touch (`emoreward.ranking.active`).
+This module holds the sweep (every pair of every sample) and its fits; the score cache, scoring, generative judging,
+reward effects, reports and the BPA route have their own modules beside it (`score_cache`, `scoring`, `judging`,
+`effects`, `report`, `active`). See docs/ranking.md.
 """
 
 from __future__ import annotations

@@ -1,42 +1,11 @@
 """Ranking-targeted pair selection for BPA exploration (our addition; the paper's rule is TrueSkill match quality).
 
-Why: in the simulation benchmark (``scripts/benchmark_bpa.py``) the paper's exploration rule, and even an oracle
-that only asks pairs whose *true* scores are within 1-2 points, need as many or more comparisons than uniformly
-random pairs to reach Spearman 0.9. Close pairs carry the most Fisher information each, but a graph of only
-close pairs is a long chain whose long-range differences stay uncertain, and diagonal uncertainties (TrueSkill
-``u_i``, the empirical-Fisher ``sigma_i``) cannot see that. The rule here keeps the full Laplace covariance.
-
-The rule, for candidates ``1..n`` and anchors (fixed, zero variance):
-
-1. Posterior ``N(m, Sigma)`` over candidate scores: ``m`` = the scheduler's provisional scores, ``Sigma`` = the
-   inverse of the *expected* Fisher information of all records at the last refit (each record adds
-   ``J(Delta) (e_a - e_b)(e_a - e_b)^T``) plus the adaptive prior precision, updated by Sherman-Morrison after
-   every new pair (the answer's expected information, not its value, so it can run before the answer).
-2. ``J_kl``: Fisher information about ``mu_k - mu_l`` of one answer (Rao-Kupper with tie margin, Crowd-BT mixture
-   with the crowd's mean reliability), averaged over the posterior of the difference (Gauss-Hermite).
-3. Doubt weights ``w_ij = phi(d_ij / s_ij) / s_ij`` with ``d_ij = m_i - m_j``, ``s_ij^2 = Var(mu_i - mu_j)``: the
-   posterior density of the difference at zero, i.e. how likely a small change flips the order of ``i, j``.
-4. Asking ``(k, l)`` lowers ``Var(mu_i - mu_j)`` by ``J_kl ((Sigma e_kl)_i - (Sigma e_kl)_j)^2 / (1 + J_kl s_kl^2)``;
-   summed with the weights this is ``gain_kl = J_kl (e_kl^T A e_kl) / (1 + J_kl s_kl^2)`` with
-   ``A = Sigma L_w Sigma`` and ``L_w`` the Laplacian of ``w``: one ``O(n^3)`` product scores every pair at once.
-   The pair of largest gain is asked.
-
-This is a greedy A-optimal design (Chaloner & Verdinelli 1995) on the differences whose order is in doubt, the
-same idea as active ranking by expected reduction of discordant pairs.
-
-Information bound (ours; `crowd_fisher_information`, `centred_design_comparisons`). A comparison can carry at most
-the crowd information ``J`` of a pair whose posterior means coincide, averaged over the posterior of the
-difference. With the benchmark's crowd (reliabilities 0.95, 0.9, 0.8, 0.6, 0, 0; tie margin 0.6), ``J(0) = 0.135``
-per answer, random pairs average 0.061, and a centred pair of candidates with posterior sd 2, 1 or 0.7 each gives
-0.066, 0.101 or 0.115: most of the precision needed for Spearman 0.9 is gained while candidates are still
-uncertain, where no choice of pair beats random pairs by much. Raising every candidate by the precision random
-pairs had at the target (40 seeds: 1.25 per candidate) takes an ideal centred design 0.65 of the random
-comparisons; the rule above reaches 0.72 (ratio of means; 0.77 ± 0.25 per seed) and needs the same precision
-as random pairs at the target (1.29 per candidate). Tried and not better within seed noise: D-optimal (expected
-information gain, ``log(1 + J s^2)``), other doubt weights (uniform, ``phi``, ``phi / s^2``, Kendall gradient),
-the information of the annotator mixture instead of the mean reliability, the joint Laplace covariance of
-scores and Crowd-BT reliabilities, 10-20 % pairs of a candidate with a far anchor to identify reliabilities, a
-random warm-up round, refits every 2 comparisons, and oracle designs that know the true scores.
+Close pairs carry the most Fisher information each, but a graph of only close pairs is a long chain whose
+long-range differences stay uncertain, and diagonal uncertainties (TrueSkill ``u_i``, the empirical-Fisher
+``sigma_i``) cannot see that. The rule here (`ranking_variance_gains`) keeps the full Laplace covariance and asks
+the pair that most lowers the variance of the score differences whose order is in doubt. `crowd_fisher_information`
+and `centred_design_comparisons` give the information bound that no pair selection can beat.
+Results against random pairs and the paper's rule: docs/ranking.md ("Active ranking (BPA)").
 """
 
 from __future__ import annotations
@@ -114,7 +83,25 @@ def record_information_matrix(idx_a: np.ndarray, idx_b: np.ndarray, info: np.nda
 def ranking_variance_gains(
     mean: np.ndarray, cov: np.ndarray, delta: float, slope: float = 1.0, eta: float = 1.0
 ) -> np.ndarray:
-    """Expected reduction of doubt-weighted difference variance from asking each pair (see module docstring).
+    """Expected reduction of doubt-weighted difference variance from asking each pair.
+
+    The rule (ours), for candidates ``1..n`` and anchors (fixed, zero variance):
+
+    1. Posterior ``N(m, Sigma)`` over candidate scores: ``m`` = the scheduler's provisional scores, ``Sigma`` = the
+       inverse of the *expected* Fisher information of all records at the last refit (each record adds
+       ``J(Delta) (e_a - e_b)(e_a - e_b)^T``) plus the adaptive prior precision, updated by Sherman-Morrison after
+       every new pair (`rank_one_update`: the answer's expected information, so it can run before the answer).
+    2. ``J_kl``: Fisher information about ``mu_k - mu_l`` of one answer (Rao-Kupper with tie margin, Crowd-BT
+       mixture with the crowd's mean reliability), averaged over the posterior of the difference (Gauss-Hermite).
+    3. Doubt weights ``w_ij = phi(d_ij / s_ij) / s_ij`` with ``d_ij = m_i - m_j``, ``s_ij^2 = Var(mu_i - mu_j)``:
+       the posterior density of the difference at zero, i.e. how likely a small change flips the order of ``i, j``.
+    4. Asking ``(k, l)`` lowers ``Var(mu_i - mu_j)`` by ``J_kl ((Sigma e_kl)_i - (Sigma e_kl)_j)^2 / (1 + J_kl
+       s_kl^2)``; summed with the weights this is ``gain_kl = J_kl (e_kl^T A e_kl) / (1 + J_kl s_kl^2)`` with
+       ``A = Sigma L_w Sigma`` and ``L_w`` the Laplacian of ``w``: one ``O(n^3)`` product scores every pair at once.
+       The pair of largest gain is asked.
+
+    Source: a greedy A-optimal design (Chaloner & Verdinelli 1995) on the differences whose order is in doubt, the
+    same idea as active ranking by expected reduction of discordant pairs.
 
     Args:
         mean (`np.ndarray` of shape `(N,)`): current scores of all items, candidates first, anchors last.

@@ -1,27 +1,10 @@
 """Global MAP refit of BPA: Rao-Kupper likelihood, Crowd-BT reliabilities, anchors and adaptive prior.
 
-Source: E3mo-Bench, "Periodic Bayesian Optimization", "Uncertainty Estimation" and supp. D.4. The paper's
-equations were lost in extraction; we follow the cited sources and write out what we chose:
-
-- Rao-Kupper (Rao & Kupper 1967) in logistic form, with ``Delta_ij = s * (mu_i - mu_j)`` and tie margin
-  ``delta > 0`` (``theta = exp(delta)`` in the original parametrisation)::
-
-      P(i > j) = Lambda(Delta_ij - delta)
-      P(j > i) = Lambda(-Delta_ij - delta)
-      P(tie)   = 1 - P(i > j) - P(j > i) = (exp(2 delta) - 1) * P(i > j) * P(j > i)
-
-- Crowd-BT mixture (Chen et al. 2013), with the paper's "random guess" read as uniform over the three
-  answers: ``P_k(y) = eta_k * P_RK(y) + (1 - eta_k) / 3``, ``eta_k = sigmoid(xi_k)`` (supp. D.4 optimises
-  ``xi_k``), plus a weak Gaussian prior ``0.5 * c * (xi_k - logit(eta_init))^2`` so that an annotator seen
-  only a few times keeps a finite ``xi_k``.
-- Adaptive quadratic prior toward the initial score: ``0.5 * lambda_i * (mu_i - mu_i^(0))^2`` with
-  ``lambda_i = lambda_0 * (1 + N_i)^(-gamma)``, ``N_i`` the number of comparisons involving candidate ``i``.
-- Golden anchors enter ``Delta`` with fixed scores and are not optimisation variables.
-- MAP jointly over candidate scores (box [1, 9]), ``xi_k`` (box) and ``delta`` (box) by bounded
-  ``scipy.optimize.minimize`` with the analytic gradient below.
-- Uncertainty: diagonal empirical Fisher (Kunstner et al. 2019) ``I_i = sum_m (d log P_m / d mu_i)^2 + lambda_i``,
-  ``sigma_Fisher = I_i^(-1/2)``, smoothed ``sigma_new = (1 - rho) * sigma_old + rho * sigma_Fisher`` and clipped
-  to ``[sigma_min, sigma_init]``.
+Source: E3mo-Bench, "Periodic Bayesian Optimization", "Uncertainty Estimation" and supp. D.4; the paper's
+equations were lost in extraction, so `fit_bpa` writes out the model we chose from the cited sources (Rao & Kupper
+1967, Chen et al. 2013, Kunstner et al. 2019). `rao_kupper_probabilities` gives the answer probabilities,
+`BPAObjective` the negative log posterior and its gradient, `smooth_uncertainty` the Fisher uncertainty.
+See docs/ranking.md ("Active ranking (BPA)").
 """
 
 from __future__ import annotations
@@ -372,6 +355,29 @@ def fit_bpa(
     previous: BPAFit | None = None,
 ) -> BPAFit:
     """Global MAP refit of BPA over all collected records.
+
+    Source: E3mo-Bench, "Periodic Bayesian Optimization", "Uncertainty Estimation" and supp. D.4. The paper's
+    equations were lost in extraction; we follow the cited sources and write out what we chose:
+
+    - Rao-Kupper (Rao & Kupper 1967) in logistic form, with ``Delta_ij = s * (mu_i - mu_j)`` and tie margin
+      ``delta > 0`` (``theta = exp(delta)`` in the original parametrisation)::
+
+          P(i > j) = Lambda(Delta_ij - delta)
+          P(j > i) = Lambda(-Delta_ij - delta)
+          P(tie)   = 1 - P(i > j) - P(j > i) = (exp(2 delta) - 1) * P(i > j) * P(j > i)
+
+    - Crowd-BT mixture (Chen et al. 2013), with the paper's "random guess" read as uniform over the three
+      answers: ``P_k(y) = eta_k * P_RK(y) + (1 - eta_k) / 3``, ``eta_k = sigmoid(xi_k)`` (supp. D.4 optimises
+      ``xi_k``), plus a weak Gaussian prior ``0.5 * c * (xi_k - logit(eta_init))^2`` so that an annotator seen
+      only a few times keeps a finite ``xi_k``.
+    - Adaptive quadratic prior toward the initial score: ``0.5 * lambda_i * (mu_i - mu_i^(0))^2`` with
+      ``lambda_i = lambda_0 * (1 + N_i)^(-gamma)``, ``N_i`` the number of comparisons involving candidate ``i``.
+    - Golden anchors enter ``Delta`` with fixed scores and are not optimisation variables.
+    - MAP jointly over candidate scores (box [1, 9]), ``xi_k`` (box) and ``delta`` (box) by bounded
+      ``scipy.optimize.minimize`` with the analytic gradient (`BPAObjective`).
+    - Uncertainty: diagonal empirical Fisher (Kunstner et al. 2019) ``I_i = sum_m (d log P_m / d mu_i)^2 +
+      lambda_i``, ``sigma_Fisher = I_i^(-1/2)``, smoothed ``sigma_new = (1 - rho) * sigma_old + rho *
+      sigma_Fisher`` and clipped to ``[sigma_min, sigma_init]`` (`smooth_uncertainty`).
 
     Args:
         records (`Sequence[PairwiseRecord]`): every judgement collected so far (any annotators).

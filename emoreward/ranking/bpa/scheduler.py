@@ -1,26 +1,11 @@
 """Online pair scheduling of BPA and the active-ranking loop.
 
 Source: E3mo-Bench, "Online Pair Scheduling" (tripartite 50/30/20 policy inspired by Hybrid-MST, Li et al.
-2018), supp. D.2 (TrueSkill provisional updates, Herbrich et al. 2006, via the ``trueskill`` library; anchors
-restored after every comparison they take part in) and "Periodic Bayesian Optimization" (global refit after a
-fixed number of new comparisons, stopping on mean candidate uncertainty).
-
-Choices where the paper is silent:
-
-- Exploration (``exploration_rule="match_quality"``, the default): the focus candidate is drawn with probability proportional to its provisional variance
-  ``u_i^2``; its partner is the candidate maximising TrueSkill match quality (Herbrich et al. 2006, eq. 4:
-  the draw probability of an evenly matched pair, high when scores are close and uncertainties large) divided
-  by ``1 + n_ij`` (how often the pair was already compared), so a pair is not asked over and over.
-- Exploration (``exploration_rule="ranking_variance"``, ours): the pair of largest expected reduction of the
-  doubt-weighted variance of score differences under the full Laplace covariance
-  (`emoreward.ranking.bpa.design`); the covariance is rebuilt at each refit and updated after every answer.
-- Anchor calibration: focus candidate drawn as above; partner is the least-compared among its
-  ``anchor_neighbours`` nearest anchors by provisional score.
-- Bridge sampling: while the comparison graph has several components, join a candidate of the smallest
-  component to the closest-scored item of another; otherwise split [1, 9] into ``n_levels`` equal-width levels,
-  take two adjacent non-empty levels at random and one candidate from each (drawn proportional to ``u^2``).
-- After each refit the provisional TrueSkill state is replaced by the BPA estimates (``m_i = mu_i``,
-  ``u_i = sigma_i``), as supp. D.2 says.
+2018), supp. D.2 (TrueSkill provisional updates, Herbrich et al. 2006) and "Periodic Bayesian Optimization"
+(global refit after a fixed number of new comparisons, stopping on mean candidate uncertainty). `BPAScheduler`
+proposes pairs (exploration, anchor calibration, bridge sampling; its docstring gives the choices where the paper
+is silent), takes judgements and refits; `run_active_ranking` runs the loop with a judge.
+See docs/ranking.md ("Active ranking (BPA)").
 """
 
 from __future__ import annotations
@@ -53,6 +38,27 @@ STRATEGIES: tuple[str, ...] = ("exploration", "anchor", "bridge", "random")
 
 class BPAScheduler:
     """Stateful BPA scheduler: proposes pairs, takes judgements, refits periodically, says when to stop.
+
+    Source: E3mo-Bench, "Online Pair Scheduling" (tripartite 50/30/20 policy inspired by Hybrid-MST, Li et al.
+    2018), supp. D.2 (TrueSkill provisional updates, Herbrich et al. 2006, via the ``trueskill`` library; anchors
+    restored after every comparison they take part in) and "Periodic Bayesian Optimization" (global refit after a
+    fixed number of new comparisons, stopping on mean candidate uncertainty). Choices where the paper is silent:
+
+    - Exploration (``exploration_rule="match_quality"``): the focus candidate is drawn with probability
+      proportional to its provisional variance ``u_i^2``; its partner is the candidate maximising TrueSkill match
+      quality (Herbrich et al. 2006, eq. 4: the draw probability of an evenly matched pair) divided by
+      ``1 + n_ij`` (how often the pair was already compared), so a pair is not asked over and over.
+    - Exploration (``exploration_rule="ranking_variance"``, ours): the pair of largest expected reduction of the
+      doubt-weighted variance of score differences under the full Laplace covariance
+      (`emoreward.ranking.bpa.design`); the covariance is rebuilt at each refit and updated after every answer.
+    - Anchor calibration: focus candidate drawn as above; partner is the least-compared among its
+      ``anchor_neighbours`` nearest anchors by provisional score.
+    - Bridge sampling: while the comparison graph has several components, join a candidate of the smallest
+      component to the closest-scored item of another; otherwise split [1, 9] into ``n_levels`` equal-width
+      levels, take two adjacent non-empty levels at random and one candidate from each (drawn proportional to
+      ``u^2``).
+    - After each refit the provisional TrueSkill state is replaced by the BPA estimates (``m_i = mu_i``,
+      ``u_i = sigma_i``), as supp. D.2 says.
 
     Args:
         candidates (`Sequence[str]`): items to score.
