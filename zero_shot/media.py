@@ -4,18 +4,8 @@ The rule is `emoreward.data.media.resolve_paths` (what `emoreward.models.multimo
 a model that sees video gets the video's frames; a model that hears gets audio, and ONE flag,
 `use_audio_in_video`, says from where: `true` -> the video's own soundtrack, `false` -> the sample's `.wav` file.
 A model that needs a file the sample lacks gets a `MediaError` naming the sample and the file, as the reward model
-does; nothing is silently dropped (a Qwen2.5-Omni judge with the flag off and no `.wav` is an error, not a deaf
-judge).
-
-| model takes            | flag  | video part            | audio part                          | prompt says      |
-|------------------------|-------|-----------------------|-------------------------------------|------------------|
-| video + audio (Omni)   | true  | the video             | the video's track (interleaved)     | `video`          |
-| video + audio (Omni)   | false | the video             | the `.wav` file (its own span)      | `video`          |
-| video only (VL)        | false | the video             | none                                | `video_frames`   |
-| audio only (Qwen2-Audio)| true | none                  | the video's track                   | `audio`          |
-| audio only (Qwen2-Audio)| false| none                  | the `.wav` file                     | `audio`          |
-
-Used by the local MLLM backend (`zero_shot.backends.multimodal`) and the OpenAI-compatible backend alike.
+does; nothing is silently dropped. `plan_media` gives the table of what each model gets. Used by the local MLLM
+backend (`zero_shot.backends.multimodal`) and the OpenAI-compatible backend alike. See docs/data.md.
 """
 
 from __future__ import annotations
@@ -47,7 +37,15 @@ class MediaPlan:
 def plan_media(
     media: MediaInput, *, sees_video: bool, hears_audio: bool, use_audio_in_video: bool, check_files: bool = True
 ) -> MediaPlan:
-    """The media one call sends (see the module docstring).
+    """The media one call sends.
+
+    | model takes             | flag  | video part | audio part                      | prompt says    |
+    |-------------------------|-------|------------|---------------------------------|----------------|
+    | video + audio (Omni)    | true  | the video  | the video's track (interleaved) | `video`        |
+    | video + audio (Omni)    | false | the video  | the `.wav` file (its own span)  | `video`        |
+    | video only (VL)         | false | the video  | none                            | `video_frames` |
+    | audio only (Qwen2-Audio)| true  | none       | the video's track               | `audio`        |
+    | audio only (Qwen2-Audio)| false | none       | the `.wav` file                 | `audio`        |
 
     Pre-decoded arrays stand in for files: `frames` for the video, `waveform` for the audio (the video's track
     when the flag is set and frames are given).

@@ -2,38 +2,11 @@
 
 A wrong class costs more than an INVALID one (INVALID is counted; a wrong class silently moves WAF, swap
 consistency and rankings), so the parser says INVALID whenever the text does not commit to one verdict.
-
-The text is read in three passes, most trusted first:
-
-1. answers the model marks as such: `Answer: 2`, `Final answer: Description 1`, `**Verdict:** tie`, `\\boxed{2}`,
-   `<answer>1</answer>`, `[[2]]`, JSON (`{"answer": 2, "reason": "..."}`, also inside a ```json fence), the same
-   markers in Chinese (`答案：描述2`) and a few other languages, and a last line that is nothing but a label.
-   The LAST marker that says something decides; a marker whose answer is unreadable (`Answer: 12`,
-   `Answer: 1 or 2`, `Answer: Description 1 is not better`) makes the verdict INVALID rather than falling back
-   to an earlier one;
-2. without markers, concluding statements: `Description 2 is better`, `I prefer the first description`,
-   `Description 1 is worse than Description 2`, `both are equally accurate`; the last one decides, so a label
-   preferred mid-reasoning and revised later does not;
-3. a bare label as the whole answer (`2`, `Description 1.`, `(tie)`).
-
-How a statement is read (`classify_fragment` for marker answers, the same rules for free text):
-
-- references to the descriptions are normalised first (`Description 2`, `the second one`, `the latter`,
-  `描述二`, `第一个描述`, `Beschreibung 1`, ...);
-- a comparative binds to the nearest description named before it (`Description 2 captures the voice better than
-  Description 1` -> 2; `X 比 Y 更好` -> X); a negative comparative (`worse`, `less accurate`, `不如`) names the
-  other one; choice verbs (`I choose Description 2`) name their object; equality phrases (`equally good`,
-  `no preference`, `平局`) are a tie. Words that name no quality (`more detailed`, `both capture sadness`) say
-  nothing;
-- a negation before the claim in the same clause (`I would not say Description 1 is better`) makes the claim
-  unreadable, never its opposite;
-- clauses are read in order: a claim after `but` / `however` / `so` or in a later sentence revises an earlier
-  one; a claim in a concessive clause (`although Description 1 is better in tone, ...`) is ignored; a claim in a
-  justification (`because` / `since`) must agree with the claim it supports, else the statement is unreadable;
-  two different claims in one clause are unreadable.
-
-Anything else is `Verdict.INVALID`: it is counted, never mapped to a class (DESIGN, "Core types"). The labelled
-corpus `tests/zero_shot/verdict_corpus.jsonl` measures the rules (zero wrong classes is asserted).
+`parse_verdict` reads the text in three passes, most trusted first (marked answers, then concluding statements,
+then a bare label; its docstring gives the rules, in English, Chinese and a few other languages);
+`verdict_from_logits` reads p(1), p(2), p(tie) of the answer tokens. Anything else is `Verdict.INVALID`: it is
+counted, never mapped to a class. The labelled corpus `tests/zero_shot/verdict_corpus.jsonl` measures the rules
+(zero wrong classes is asserted). See docs/judges.md.
 """
 
 from __future__ import annotations
@@ -253,7 +226,7 @@ def _read_clause(clause: str) -> str | None:
 
 
 def _read_statement(text: str) -> str | None:
-    """The claim of normalised free text (see the module docstring), or None when it claims nothing."""
+    """The claim of normalised free text (rules: `parse_verdict`), or None when it claims nothing."""
     current: str | None = None
     for kind, clause in _clauses(text):
         claim = _read_clause(clause)
@@ -361,7 +334,36 @@ def _strip_thinking(text: str) -> str:
 
 
 def parse_verdict(text: str | None) -> Verdict:
-    """The final verdict in a judge's output (see the module docstring for the order of trust).
+    """The final verdict in a judge's output.
+
+    The text is read in three passes, most trusted first:
+
+    1. answers the model marks as such: `Answer: 2`, `Final answer: Description 1`, `**Verdict:** tie`,
+       `\\boxed{2}`, `<answer>1</answer>`, `[[2]]`, JSON (`{"answer": 2, "reason": "..."}`, also inside a ```json
+       fence), the same markers in Chinese (`答案：描述2`) and a few other languages, and a last line that is
+       nothing but a label. The LAST marker that says something decides; a marker whose answer is unreadable
+       (`Answer: 12`, `Answer: 1 or 2`, `Answer: Description 1 is not better`) makes the verdict INVALID rather
+       than falling back to an earlier one;
+    2. without markers, concluding statements: `Description 2 is better`, `I prefer the first description`,
+       `Description 1 is worse than Description 2`, `both are equally accurate`; the last one decides, so a label
+       preferred mid-reasoning and revised later does not;
+    3. a bare label as the whole answer (`2`, `Description 1.`, `(tie)`).
+
+    How a statement is read (`classify_fragment` for marker answers, the same rules for free text):
+
+    - references to the descriptions are normalised first (`Description 2`, `the second one`, `the latter`,
+      `描述二`, `第一个描述`, `Beschreibung 1`, ...);
+    - a comparative binds to the nearest description named before it (`Description 2 captures the voice better
+      than Description 1` -> 2; `X 比 Y 更好` -> X); a negative comparative (`worse`, `less accurate`, `不如`) names
+      the other one; choice verbs (`I choose Description 2`) name their object; equality phrases (`equally good`,
+      `no preference`, `平局`) are a tie. Words that name no quality (`more detailed`, `both capture sadness`) say
+      nothing;
+    - a negation before the claim in the same clause (`I would not say Description 1 is better`) makes the claim
+      unreadable, never its opposite;
+    - clauses are read in order: a claim after `but` / `however` / `so` or in a later sentence revises an earlier
+      one; a claim in a concessive clause (`although Description 1 is better in tone, ...`) is ignored; a claim in
+      a justification (`because` / `since`) must agree with the claim it supports, else the statement is
+      unreadable; two different claims in one clause are unreadable.
 
     Args:
         text: the model's output; None or empty gives INVALID.

@@ -1,26 +1,10 @@
 """The zero-shot judge: strategies S1-S4 (EmoPrefer, section 4.1 and appendix D) behind the `Judge` protocol.
 
-| strategy | step 1 (`describe`, shared)       | step 2                                   | step 3                      |
-|----------|-----------------------------------|------------------------------------------|-----------------------------|
-| S1       | MLLM: media + d1, d2 -> verdict (`compare`) |                                 |                             |
-| S2       | MLLM: media -> reference          | same MLLM: reference + d1, d2 -> verdict (`compare`) |                 |
-| S3       | MLLM: media -> reference          | external LLM: reference + d1, d2 -> verdict (`compare`) |              |
-| S4       | MLLM: media -> reference          | external LLM: reasoning (`reason`)       | external LLM: verdict (`extract`) |
-
-A sample with no media runs S1 on the descriptions alone (the prompt says so), and takes its S2-S4 reference
-from a reference-description file instead of step 1; with neither, S2-S4 refuse with a clear error.
-
-Every call goes through the `CallCache`: a finished call is never redone, and a killed run resumes where it
-stopped. Step-1 references are keyed without strategy and order, so S2, S3 and S4 share them. A comparison is
-keyed by its sample and, when the pair names them, by the two writers (`sample|model_a|model_b`, the original
-order), so the many pairs of one sample in a ranking never share a key. With greedy decoding
-(`do_sample: false`) every repeated run reuses run 0's calls (the answer cannot change), so runs 2..R cost nothing
-and multi-run consistency is 100% by construction, not a measurement.
-
-Failed calls: a call whose backend reports a fatal error (HTTP 401/403/404) stops the run with `JudgeCallError`;
-other failures are counted (`CallStats.failed`), never cached, and become INVALID verdicts whose `steps["error"]`
-says why (secrets scrubbed), or, with `on_failed_call="raise"`, a `JudgeCallError` once the finished calls of the
-batch are cached.
+S1: the MLLM compares the two descriptions with the media; S2: the MLLM writes a reference description, then
+compares; S3: an external text LLM compares against that reference; S4: the text LLM reasons, then gives the
+verdict. `ZeroShotJudge` runs one strategy (its docstring gives the steps, the cache keys and what a failed call
+becomes). Every call goes through the `CallCache`, so a killed run resumes where it stopped.
+See docs/judges.md.
 """
 
 from __future__ import annotations
@@ -220,6 +204,28 @@ class _Call:
 
 class ZeroShotJudge:
     """A zero-shot judge running one strategy; implements `emoreward.evaluation.judge.Judge`.
+
+    | strategy | step 1 (`describe`, shared) | step 2                                                  | step 3            |
+    |----------|-----------------------------|---------------------------------------------------------|-------------------|
+    | S1       | MLLM: media + d1, d2 -> verdict (`compare`) |                                         |                   |
+    | S2       | MLLM: media -> reference    | same MLLM: reference + d1, d2 -> verdict (`compare`)    |                   |
+    | S3       | MLLM: media -> reference    | external LLM: reference + d1, d2 -> verdict (`compare`) |                   |
+    | S4       | MLLM: media -> reference    | external LLM: reasoning (`reason`)                      | external LLM:     |
+    |          |                             |                                                         | verdict (`extract`) |
+
+    A sample with no media runs S1 on the descriptions alone (the prompt says so), and takes its S2-S4 reference
+    from a reference-description file instead of step 1; with neither, S2-S4 refuse with a clear error.
+
+    Cache keys: step-1 references are keyed without strategy and order, so S2, S3 and S4 share them. A comparison
+    is keyed by its sample and, when the pair names them, by the two writers (`sample|model_a|model_b`, the
+    original order), so the many pairs of one sample in a ranking never share a key. With greedy decoding
+    (`do_sample: false`) every repeated run reuses run 0's calls, so runs 2..R cost nothing and multi-run
+    consistency is 100% by construction, not a measurement.
+
+    Failed calls: a fatal backend error (HTTP 401/403/404) stops the run with `JudgeCallError`; other failures are
+    counted (`CallStats.failed`), never cached, and become INVALID verdicts whose `steps["error"]` says why
+    (secrets scrubbed), or, with `on_failed_call="raise"`, a `JudgeCallError` once the finished calls of the batch
+    are cached.
 
     Args:
         judge_name: the judge definition's name (first field of every cache key).

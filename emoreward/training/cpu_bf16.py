@@ -1,29 +1,10 @@
 """CPU bf16 training: what bf16 autocast leaves undone on a CPU with bf16 matrix units (AMX-BF16, AVX512-BF16).
 
-With `bf16` on a CPU the Trainer runs every forward pass under `torch.autocast("cpu", torch.bfloat16)`. Profile of
-the default recipe's step (MiniLM + LoRA r=16, 16 pairs in length groups, Intel Xeon with AMX, torch 2.13, one
-thread; see docs/training.md, "bf16 training"): autocast alone made the step no faster than float32 (1.47 s vs
-1.48 s of CPU), because
-
-- the CPU flash-attention backward is 3-5x slower in bf16 than in float32 (43% of the bf16 step);
-- autocast casts a float32 weight to bf16 in every pass and caches the cast only for weights that take gradients,
-  so with LoRA every frozen base weight was cast again in every pass;
-- the hidden states leave each float32 LayerNorm in float32, so each linear layer and each LoRA branch that reads
-  them cast them to bf16 again (and back in the backward); peft also casts a LoRA branch's input to the adapter's
-  float32, which autocast then casts back.
-
-`cpu_bf16_training(model)` removes those costs for the duration of a training run:
-
-- every module with no trainable parameter (the frozen base model: embeddings, linear layers, LayerNorms) holds its
-  floating-point parameters in bf16, so the whole forward runs in bf16 as the bf16 scoring copy does
-  (`emoreward.models.text`), with no cast; modules that train (LoRA's A and B, the value head) stay float32 (the
-  master weights, their gradients and the optimizer states), autocast computing with bf16 copies of them;
-- attention computes in float32 (`sdpa_fp32_attention`, the `sdpa` kernel on float32 copies of q, k, v);
-- peft's LoRA input cast is off (`peft.helpers.disable_input_dtype_casting`): autocast runs the branch in bf16.
-
-On exit every frozen parameter is the float32 tensor it was before, and the attention setting is restored: what
-is saved (adapter, value head) and what scores afterwards is exactly what a float32 run holds. A checkpoint saved
-during training stores only trainable modules, which were never cast.
+With `bf16` on a CPU the Trainer runs every forward pass under `torch.autocast("cpu", torch.bfloat16)`, which alone
+makes a LoRA step no faster than float32: frozen weights and hidden states are cast again in every pass, and the
+bf16 flash-attention backward is slow. `cpu_bf16_training(model)` removes those costs for the duration of a
+training run (frozen modules held in bf16, float32 attention, peft's LoRA input cast off) and restores the float32
+model on exit. See docs/training.md ("bf16 training").
 """
 
 from __future__ import annotations
@@ -87,9 +68,20 @@ def frozen_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
 
 @contextlib.contextmanager
 def cpu_bf16_training(model: torch.nn.Module, *, enabled: bool = True):
-    """Train `model` under CPU bf16 autocast without the casts and the slow kernels autocast leaves (see the
-    module docstring): frozen modules held in bf16, float32 attention, peft's LoRA input cast off; everything is
-    restored on exit, the frozen parameters to their float32 tensors.
+    """Train `model` under CPU bf16 autocast without the casts and the slow kernels autocast leaves: frozen modules
+    held in bf16, float32 attention, peft's LoRA input cast off; everything is restored on exit, the frozen
+    parameters to their float32 tensors.
+
+    - Every module with no trainable parameter (the frozen base model: embeddings, linear layers, LayerNorms) holds
+      its floating-point parameters in bf16, so the whole forward runs in bf16 as the bf16 scoring copy does, with
+      no cast (autocast caches casts only for weights that take gradients); modules that train (LoRA's A and B, the
+      value head) stay float32 (master weights, gradients, optimizer states).
+    - Attention computes in float32 (`sdpa_fp32_attention`): the CPU flash-attention backward is 3-5x slower in
+      bf16 than in float32.
+    - peft's LoRA input cast is off (`peft.helpers.disable_input_dtype_casting`): autocast runs the branch in bf16.
+
+    On exit what is saved (adapter, value head) and what scores afterwards is exactly what a float32 run holds; a
+    checkpoint saved during training stores only trainable modules, which were never cast.
 
     Args:
         model: the network the Trainer trains (a peft model or a plain transformers model).

@@ -1,19 +1,13 @@
 """Independent fits side by side on a CPU: the cross-validation folds of one run in worker processes.
 
 On a CPU the default recipe's training step uses several cores poorly from one process (small LoRA matrices, a
-per-op overhead that does not shrink with threads). Measured on 2 cores (Intel Xeon with AMX, bf16, 2026-12-01,
-`scripts/benchmark.py --paths train --threads 1`, load ~1): one process with 2 torch threads takes 0.62 s per
-optimizer step; one thread 0.86 s; two single-threaded processes side by side 0.85 and 0.87 s each, i.e. 0.43 s per
-step between them. Folds are independent fits, so a CPU run trains them `workers` at a time in spawned processes of
-`threads` torch threads each (`resolve_fit_workers`); the main process trains the final fit meanwhile, once a
-worker's cores are free (`emoreward.training.pipeline`).
-
-Every fold is computed by the same function in a worker as in the main process, with the same seed: its figures
-do not depend on where it ran (float rounding may differ with the thread count). The recipe field `fit_workers`
-is not part of the run's identity (`emoreward.training.run_identity.NOT_RESULT_FIELDS`): a run resumed with another
-value reuses the finished folds. Since the rounding depends on the thread count, the plan (workers, threads) is made
-once per run and recorded with its identity (`emoreward.training.run_identity.recorded_fit_plan`): a resumed run
-trains on the threads of the uninterrupted run.
+per-op overhead that does not shrink with threads), so a CPU run trains the folds `workers` at a time in spawned
+processes of `threads` torch threads each (`resolve_fit_workers`); the main process trains the final fit meanwhile,
+once a worker's cores are free (`emoreward.training.pipeline`). Every fold is computed by the same function with the
+same seed as in the main process. The recipe field `fit_workers` is not part of the run's identity (a resumed run
+reuses finished folds); the plan (workers, threads) is recorded with it
+(`emoreward.training.run_identity.recorded_fit_plan`), so a resumed run trains on the uninterrupted run's threads.
+Figures: docs/training.md ("Folds side by side").
 """
 
 from __future__ import annotations

@@ -4,18 +4,8 @@
 A value is parsed by the type its field declares, never by YAML's guessing: YAML 1.1 reads `no`, `yes`, `on`
 and `off` as booleans and `3e-4` as a string, so `save_strategy: no` would reach transformers as `False`. Here a
 scalar's text is read by the field's type (`"no"` is the string `no` for `save_strategy` and `False` for a
-boolean field), and what cannot be read is a `ValueError` naming the field. This module imports no ML library,
-so a malformed recipe is reported before torch loads.
-
-Rules (`parse_value`):
-- `null` or `~` is None where the field allows None (and an empty YAML value, `key:`); an empty command-line
-  value is an error, never silently ignored;
-- booleans: `true/false`, `yes/no`, `on/off`, `1/0` (any case);
-- integers and floats as Python reads them (`3e-4`, `1_000`);
-- `Literal` fields: one of the listed strings; enum fields (transformers' `SaveStrategy`, `IntervalStrategy`, ...):
-  one of the enum's values, even where the field is typed `Enum | str`;
-- lists: `[a, b]`, `a,b` or one item, each item read by the element type;
-- dicts: a JSON object.
+boolean field), and what cannot be read is a `ValueError` naming the field (the rules: `parse_value`). This module
+imports no ML library, so a malformed recipe is reported before torch loads. See docs/training.md.
 """
 
 from __future__ import annotations
@@ -56,6 +46,16 @@ class RecipeError(ValueError):
 
 def parse_value(hint: Any, text: str, name: str) -> Any:
     """Read `text` as a value of type `hint` (a field's resolved type annotation).
+
+    Rules:
+    - `null` or `~` is None where the field allows None (and an empty YAML value, `key:`); an empty command-line
+      value is an error, never silently ignored;
+    - booleans: `true/false`, `yes/no`, `on/off`, `1/0` (any case);
+    - integers and floats as Python reads them (`3e-4`, `1_000`);
+    - `Literal` fields: one of the listed strings; enum fields (transformers' `SaveStrategy`, `IntervalStrategy`,
+      ...): one of the enum's values, even where the field is typed `Enum | str`;
+    - lists: `[a, b]`, `a,b` or one item, each item read by the element type;
+    - dicts: a JSON object.
 
     Args:
         hint: the field's type (`int`, `float | None`, `list[str] | None`, `Literal[...]`, an `Enum`, unions).

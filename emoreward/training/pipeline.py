@@ -1,22 +1,11 @@
 """The main job, one pipeline for text and multimodal reward models: cross-validate, fit, calibrate, evaluate.
 
-`run_training(config)` is the single code path behind `emoreward train` and `scripts/train_reward.py`:
-
-1. check that the backbone has positions for `max_length`, load and validate the pairs (`config.train_file`, and
-   `config.eval_file` before any training);
-2. stratified k-fold cross-validation: per fold, fit on k-1 folds, calibrate the tie threshold on them, judge
-   the held-out fold in normal and swapped order, compute the metrics beside the length and random baselines;
-   `cv/fold<k>/finished.json` is written last, so a rerun reuses finished folds; on a CPU the folds train side by
-   side in worker processes (`fit_workers`, `emoreward.training.fit_workers`; `CrossValidation`);
-3. fit on all pairs (beside the last folds when they run in workers), calibrate, save the adapter + value head
-   (and a model card quoting step 2);
-4. optionally evaluate on `config.eval_file`;
-5. write `report.json`, `report.md` and `confusion.png` to the output directory and return the report.
-
-What differs between backbone kinds (model, dataset, collator, forward) is the adapter's
-(`emoreward.training.adapters`); the objective (`length_debias`) is the registry's
-(`emoreward.training.objectives`). Under `accelerate launch` every process runs the job; only the main one logs
-and writes files.
+`run_training(config)` is the single code path behind `emoreward train` and `scripts/train_reward.py` (its
+docstring lists the steps): k-fold cross-validation (finished folds are reused on a rerun), the final fit on all
+pairs with its calibrated tie threshold, an optional evaluation, and the reports. What differs between backbone
+kinds (model, dataset, collator, forward) is the adapter's (`emoreward.training.adapters`); the objective
+(`length_debias`) is the registry's (`emoreward.training.objectives`). Under `accelerate launch` every process runs
+the job; only the main one logs and writes files. See docs/training.md.
 """
 
 from __future__ import annotations
@@ -505,8 +494,18 @@ def run_cross_validation(
 
 
 def run_training(config: EmoRewardConfig, *, log=print) -> dict:
-    """Run the main job (cross-validation, final fit, evaluation, reports) for any backbone kind; see the module
-    docstring.
+    """Run the main job (cross-validation, final fit, evaluation, reports) for any backbone kind:
+
+    1. check that the backbone has positions for `max_length`, load and validate the pairs (`config.train_file`,
+       and `config.eval_file` before any training);
+    2. stratified k-fold cross-validation: per fold, fit on k-1 folds, calibrate the tie threshold on them, judge
+       the held-out fold in normal and swapped order, compute the metrics beside the length and random baselines;
+       `cv/fold<k>/finished.json` is written last, so a rerun reuses finished folds; on a CPU the folds train side
+       by side in worker processes (`fit_workers`, `emoreward.training.fit_workers`; `CrossValidation`);
+    3. fit on all pairs (beside the last folds when they run in workers), calibrate, save the adapter + value head
+       (and a model card quoting step 2);
+    4. optionally evaluate on `config.eval_file`;
+    5. write `report.json`, `report.md` and `confusion.png` to the output directory and return the report.
 
     Returns:
         the report dict also written to `<output_dir>/report.json`.

@@ -1,18 +1,15 @@
 """Value-head probes: reward models whose backbone is frozen and whose value head is trained on cached features.
 
-A probe is the `use_peft: false`, frozen-backbone corner of the reward model: the same backbone, the same input
-format and the same value head (a linear map of the hidden state the head reads, at the last non-pad token for
-decoders and at the pooled [CLS] state for encoders), trained with the same pairwise likelihoods and the same
-length-robust objectives as `EmoRewardTrainer` (`emoreward.training.objectives`). Because the backbone
-never changes, its features are computed once, so a k-fold study of every `length_debias` variant costs one
-forward pass over the distinct descriptions instead of one LoRA fine-tuning per fold and variant (on 2 CPU cores
-about 3 minutes for SmolLM2-135M instead of about 2 hours). It is the linear-probe baseline of representation
-learning (Alain & Bengio 2016, "Understanding intermediate layers using linear classifier probes").
+A probe is the `use_peft: false`, frozen-backbone corner of the reward model: the same backbone, input format and
+value head, trained with the same pairwise likelihoods and length-robust objectives as `EmoRewardTrainer`
+(`emoreward.training.objectives`). The backbone never changes, so its features are computed once and a k-fold study
+of every `length_debias` variant costs one forward pass over the distinct descriptions instead of one LoRA
+fine-tuning per fold and variant. It is the linear-probe baseline of representation learning (Alain & Bengio 2016,
+"Understanding intermediate layers using linear classifier probes").
 
 The probe reward of a description is `w . h(description)` (`num_heads` rows of `w` with `length_debias:
 disentangled`; head 0 is the quality reward). `value_head_inputs` checks that the value head applied to the
-features it returns gives the rewards of `TextRewardModel.score_ids`, so the features are exactly what the value
-head sees.
+features it returns gives the rewards of `TextRewardModel.score_ids`. See docs/training.md (`--probe`).
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """Run identity: what makes two training runs the same run, so that work kept in an output folder (finished folds,
 the final model, the trainer's step checkpoints) is resumed only by the run that produced it.
 
-`run_identity(config, pairs)` is the one function that owns the fact. It gives four parts: `data` (SHA-256 of
-every pair's sample id, descriptions, writers, media paths and TRL margin, in file order), `labels` (SHA-256 of the
-labels in that order: a relabelled copy of the same file is another run), `backbone` (the content of a local
-backbone, `emoreward.utils.cache_key.source_fingerprint`: weights changed under the same path are another run) and
-`recipe` (every recipe field that changes the result, i.e. all but where a run writes and logs:
-`NOT_RESULT_FIELDS`), and their digest, `fingerprint`. Every other key (a fold's finished marker, the W&B group)
-is derived from it. How the run spreads its fits over threads (`fit_workers`: a result depends on the thread
-count in its last bits) is decided once and recorded beside the identity (`recorded_fit_plan`), so that a resumed
-run trains its remaining folds and final fit exactly as the uninterrupted run would.
-
-The identity is written to `<output_dir>/run_identity.json` when a run starts and into every step checkpoint
-before its weights (`EmoRewardTrainer._save_checkpoint`, `write_identity`); `check_resumable` refuses to continue in a folder that holds another run's work, naming what
-differs and the two ways out (`--overwrite_output_dir`, or a new `--output-dir`), as `transformers` users expect
-from a non-empty output directory. This module imports no ML library.
+`run_identity(config, pairs)` is the one function that owns the fact: the parts `data` (SHA-256 of the pairs in
+file order), `labels`, `backbone` (`emoreward.utils.cache_key.source_fingerprint`) and `recipe` (every recipe field
+that changes the result: all but `NOT_RESULT_FIELDS`), and their digest, `fingerprint`; every other key is derived
+from it. The fit plan (`recorded_fit_plan`) is recorded beside it, so a resumed run trains on the same threads.
+The identity is written to `<output_dir>/run_identity.json` and into every step checkpoint (`write_identity`);
+`check_resumable` refuses to continue in a folder that holds another run's work, naming what differs and the ways
+out (`--overwrite_output_dir`, or a new `--output-dir`). This module imports no ML library. See docs/training.md.
 """
 
 from __future__ import annotations
@@ -80,6 +73,10 @@ def _digest(value: Any) -> str:
 
 def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> dict:
     """The identity of a training run.
+
+    `data` is the SHA-256 of every pair's sample id, descriptions, writers, media paths and TRL margin, in file
+    order; `labels` the SHA-256 of the labels in that order (a relabelled copy of the same file is another run);
+    `backbone` the content of a local backbone (weights changed under the same path are another run).
 
     Args:
         config: the resolved recipe (`public_config` values: secrets masked).

@@ -3,25 +3,10 @@
 The backbone adapter (`emoreward.training.adapters`) gives the network's value-head outputs for a batch; the
 objective (`emoreward.training.objectives`, the recipe's `length_debias`) gives the loss: the pairwise likelihood
 (Bradley-Terry, or Rao-Kupper / Davidson with `ties`), the length-balance weights of `reweight`, ODIN's terms of
-`disentangled`, plus TRL's `center_rewards_coefficient`. TRL's metrics (reward accuracy, margin, min / mean / max
-reward, tokens) go to every `report_to` logger. With `ties: drop` and `length_debias: none` the loss equals
-TRL's own (-log sigmoid(r_chosen - r_rejected)).
-
-Saves under DeepSpeed ZeRO-3 + LoRA gather the adapter and value head from their shards, so each saved tensor is
-whole (see `save_model`).
-
-Two departures from the Trainer's defaults, both for resumable, readable runs:
-- with `train_sampling_strategy: group_by_length` the batches of an epoch depend on (seed, epoch) alone
-  (`EpochSeededLengthGroupedSampler`), so a run resumed from a step checkpoint trains on the same batches as one
-  that was never interrupted (transformers draws them from the global RNG, which a resumed process has in another
-  state);
-- progress is a tqdm bar whose postfix shows the latest loss and reward accuracy (`RewardProgressCallback`), not a
-  printed dict per logging step; the logged values go to `report_to` and the report's `train_log`.
-
-And two for speed on a CPU, undone when training ends: LoRA linear layers run as one autograd function each
-(`emoreward.training.fused_lora`), and bf16 runs hold the frozen modules in bf16 with float32 attention
-(`emoreward.training.cpu_bf16`). After any mixed-precision run the network's own forward comes back
-(`drop_mixed_precision_forward`: accelerate leaves it wrapped in autocast).
+`disentangled`, plus TRL's `center_rewards_coefficient`. TRL's metrics go to every `report_to` logger. With
+`ties: drop` and `length_debias: none` the loss equals TRL's own (-log sigmoid(r_chosen - r_rejected)). Saves under
+DeepSpeed ZeRO-3 + LoRA gather the adapter and value head from their shards (`save_model`). The departures from
+the Trainer's defaults (resumable batches, progress bar, CPU speed-ups): `EmoRewardTrainer`. See docs/training.md.
 """
 
 from __future__ import annotations
@@ -58,6 +43,15 @@ def value_head_weight(model: torch.nn.Module) -> torch.Tensor:
 class EmoRewardTrainer(RewardTrainer):
     """RewardTrainer whose batches come from a backbone adapter and whose loss follows `args.ties` and
     `args.length_debias` (an `EmoRewardConfig`).
+
+    Departures from the Trainer's defaults: with `train_sampling_strategy: group_by_length` the batches of an epoch
+    depend on (seed, epoch) alone (`EpochSeededLengthGroupedSampler`), so a run resumed from a step checkpoint
+    trains on the same batches as one never interrupted (transformers draws them from the global RNG, which a
+    resumed process has in another state); progress is a tqdm bar whose postfix shows the latest loss and reward
+    accuracy (`RewardProgressCallback`). On a CPU, undone when training ends: LoRA linear layers run as one autograd
+    function each (`emoreward.training.fused_lora`), and bf16 runs hold the frozen modules in bf16 with float32
+    attention (`emoreward.training.cpu_bf16`). After any mixed-precision run the network's own forward comes back
+    (`drop_mixed_precision_forward`: accelerate leaves it wrapped in autocast).
 
     Args:
         adapter: the backbone adapter of the reward model's kind (collator, signature columns, value-head outputs).

@@ -6,12 +6,10 @@ not apply to the cache, said so at the call), so no cache can leave one out by a
 
 - `purpose`: which cache (a score, a media prefix, a judge call): equal inputs of two caches never collide;
 - `model`: the model's content (`content_fingerprint` of its folder, `weights_fingerprint` of weights in memory,
-  or the identity a remote backend gives);
-- `precision`: the dtype the output was computed in (`"bfloat16"`, `"float32"`; resolved, never `"auto"`);
-- `length_limit`: the token limit inputs are cut at;
+  or the identity a remote backend gives); `precision`: the dtype the output was computed in (resolved, never
+  `"auto"`); `length_limit`: the token limit inputs are cut at;
 - `layout`: how the input is built from the parts (input format, instruction, chat template, media processing);
-- `context`: what the model reads besides the item (subtitle, media content);
-- `prompt`: the item itself (a description, a judge prompt);
+- `context`: what the model reads besides the item (subtitle, media content); `prompt`: the item itself;
 - `extra`: anything else that changes the output (sampling settings, a format version).
 """
 

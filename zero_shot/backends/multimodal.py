@@ -1,29 +1,13 @@
-"""Local MLLM judges through their transformers processors: Qwen2.5-Omni (thinker only), Qwen2.5-VL, Qwen2-Audio.
+"""Local MLLM judges through their transformers processors: Qwen2.5-Omni (thinker only), Qwen2.5-VL, Qwen2-Audio
+(`Qwen2_5OmniThinkerForConditionalGeneration`, `Qwen2_5_VLForConditionalGeneration`,
+`Qwen2AudioForConditionalGeneration`).
 
-The audio track of a video is used or not according to ONE flag, `use_audio_in_video` (judge YAML, `mllm`
-section), held in one place: the backend's `emoreward.data.media.MediaOptions` (`MultimodalBackend.media`), the
-same options object the reward models use. Everything else is derived from it: what media extraction decodes
-(`emoreward.data.media.load_frames` / `load_audio`, PyAV), what the processor is told (`load_audio_from_video`),
-what the model is told (`use_audio_in_video`) and what the prompt says the model gets (`select_media_kind`).
-After processing, the audio and video placeholder tokens are checked against what was extracted: a mismatch
-between media extraction and processor is a `MediaError` naming the sample and the file, never a silently deaf or
-blind judge.
-
-| family                 | model class                                  | video frames | audio file                  | video's audio track |
-|------------------------|----------------------------------------------|--------------|-----------------------------|---------------------|
-| `qwen2.5-omni-thinker` | `Qwen2_5OmniThinkerForConditionalGeneration` | yes          | flag off (its own span)     | flag on (interleaved with the frames, TMRoPE) |
-| `qwen2.5-vl`           | `Qwen2_5_VLForConditionalGeneration`         | yes          | no                          | never (flag must be false) |
-| `qwen2-audio`          | `Qwen2AudioForConditionalGeneration`         | no           | flag off                    | flag on (instead of the audio file) |
-
-This is the reward models' rule (`emoreward.data.media.resolve_paths`, `RewardPromptBuilder`), applied through
-`zero_shot.media.plan_media`: a sample without the file the flag asks for is a `MediaError`, not a deaf judge.
-
-Processors: `AutoProcessor` where torchvision is installed; without it (CPU machines where no torchvision build
-matches torch) the video families get their official processor classes with the torchvision-free video processor
-of the reward models, `emoreward.models.media.SampledFramesVideoProcessor` (`load_processor`). Frames come
-sampled by `load_frames`; their effective rate reaches the processor as `fps` and `video_metadata`, from which
-Qwen2.5-VL derives `second_per_grid_ts` and Qwen2.5-Omni `video_second_per_grid` (temporal positions). A
-processor call takes one rate, so a batch whose clips were sampled at different rates is processed clip by clip.
+Which media a judge gets is the reward models' rule (`emoreward.data.media.resolve_paths`, `RewardPromptBuilder`),
+applied through `zero_shot.media.plan_media` and ONE flag, `use_audio_in_video` (judge YAML, `mllm` section);
+`MultimodalBackend` says what each family reads. A sample without the file the flag asks for is a `MediaError`,
+not a deaf judge. Processors (`load_processor`): `AutoProcessor` where torchvision is installed; without it the
+video families get their official processor classes with the reward models' torchvision-free video processor
+(`emoreward.models.media.SampledFramesVideoProcessor`). See docs/judges.md and docs/multimodal.md.
 """
 
 from __future__ import annotations
@@ -164,11 +148,29 @@ class _Prepared:
 class MultimodalBackend:
     """A local MLLM judge.
 
+    The audio track of a video is used or not according to ONE flag, `use_audio_in_video`, held in
+    `self.media` (an `emoreward.data.media.MediaOptions`, the options object the reward models use). Everything
+    else is derived from it: what media extraction decodes (`emoreward.data.media.load_frames` / `load_audio`),
+    what the processor is told (`load_audio_from_video`), what the model is told and what the prompt says the model
+    gets (`select_media_kind`). After processing, the audio and video placeholder tokens are checked against what
+    was extracted: a mismatch is a `MediaError` naming the sample and the file, never a silently deaf or blind judge.
+
+    | family                 | video frames | audio file              | video's audio track                           |
+    |------------------------|--------------|-------------------------|-----------------------------------------------|
+    | `qwen2.5-omni-thinker` | yes          | flag off (its own span) | flag on (interleaved with the frames, TMRoPE) |
+    | `qwen2.5-vl`           | yes          | no                      | never (flag must be false)                    |
+    | `qwen2-audio`          | no           | flag off                | flag on (instead of the audio file)           |
+
+    Frames come sampled by `load_frames`; their effective rate reaches the processor as `fps` and
+    `video_metadata`, from which Qwen2.5-VL derives `second_per_grid_ts` and Qwen2.5-Omni `video_second_per_grid`
+    (temporal positions). A processor call takes one rate, so a batch whose clips were sampled at different rates
+    is processed clip by clip.
+
     Args:
         family: one of `FAMILIES`.
         model: the loaded model (e.g. from `from_pretrained`, or a tiny random-weight one in tests).
         processor: its processor (tokenizer + image/video processor and/or feature extractor, chat template).
-        use_audio_in_video: THE flag (see the module docstring).
+        use_audio_in_video: THE flag (above).
         identity: names the weights (cache input hash); the media settings are appended (`mllm_identity`).
         fps, max_frames: video frame sampling (`emoreward.data.media.load_frames`).
         min_pixels, max_pixels: resized frame area bounds passed to the video processor (`size`); None keeps the

@@ -4,17 +4,8 @@ Standard library only (`urllib`): per-request timeout, retries with exponential 
 connection errors, HTTP 408/429/5xx, a concurrency limit (threads), and the API key read from an
 environment variable named in the judge config (never from a file or the command line). HTTP 401/403/404 are
 fatal (`Generation.fatal`: the key, permission, model name or URL is wrong, so no call can succeed and the run
-stops); the key and any `sk-`/`hf_`-shaped secret are scrubbed from every error the backend returns.
-
-Media (a model served with `modalities: [text, video, audio]` or a subset) go the way OpenAI-compatible multimodal
-servers take them (vLLM serving Qwen2.5-Omni / Qwen2.5-VL / Qwen2-Audio): a `video_url` content part and an
-`input_audio` part (`{"data": <base64>, "format": "wav"}`; other formats as an `audio_url` data URL), as base64
-data URLs by default (`media_transport: data`, any server) or `file://` URLs (`media_transport: file`, a vLLM
-server started with `--allowed-local-media-path`). Which media go is the reward models' rule
-(`zero_shot.media.plan_media`): with `use_audio_in_video`, a model that sees video gets the video alone plus
-vLLM's `mm_processor_kwargs: {"use_audio_in_video": true}` (the server interleaves the video's own track), and an
-audio-only model gets the video's track decoded here and sent as WAV; without the flag the sample's `.wav` is
-sent.
+stops); the key and any `sk-`/`hf_`-shaped secret are scrubbed from every error the backend returns. Media
+(`modalities: [text, video, audio]` or a subset) travel as content parts: `OpenAIChatBackend`. See docs/judges.md.
 """
 
 from __future__ import annotations
@@ -66,6 +57,15 @@ def openai_identity(base_url: str, model: str, modalities=("text",), use_audio_i
 class OpenAIChatBackend:
     """Chat completions over HTTP.
 
+    Media go the way OpenAI-compatible multimodal servers take them (vLLM serving Qwen2.5-Omni / Qwen2.5-VL /
+    Qwen2-Audio): a `video_url` content part and an `input_audio` part (`{"data": <base64>, "format": "wav"}`;
+    other formats as an `audio_url` data URL), as base64 data URLs (`media_transport: data`) or `file://` URLs
+    (`media_transport: file`, a vLLM server started with `--allowed-local-media-path`). Which media go is the
+    reward models' rule (`zero_shot.media.plan_media`): with `use_audio_in_video`, a model that sees video gets the
+    video alone plus vLLM's `mm_processor_kwargs: {"use_audio_in_video": true}` (the server interleaves the video's
+    own track), and an audio-only model gets the video's track decoded here and sent as WAV; without the flag the
+    sample's `.wav` is sent.
+
     Args:
         base_url: server root up to `/v1` (e.g. `http://127.0.0.1:8000/v1`).
         model: the model name the server knows.
@@ -75,8 +75,8 @@ class OpenAIChatBackend:
         backoff_s: first backoff; attempt `a` waits `backoff_s * 2**a` (capped at `max_backoff_s`).
         concurrency: requests in flight at once.
         modalities: what the served model accepts: `text`, plus `video` and/or `audio`.
-        use_audio_in_video: THE flag of the reward models: the audio is the video's own track (see the module
-            docstring); needs `audio` in `modalities`.
+        use_audio_in_video: THE flag of the reward models: the audio is the video's own track (above); needs
+            `audio` in `modalities`.
         media_transport: `data` (base64 data URLs, default) or `file` (`file://` URLs the server reads itself).
 
     Raises:
