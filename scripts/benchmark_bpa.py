@@ -1,44 +1,17 @@
-"""Simulation benchmark of BPA scheduling against uniformly random pairs (issue 8, item 6).
+"""Simulation benchmark of BPA scheduling against uniformly random pairs.
 
-Items with known latent scores on [1, 9] (a few of them golden anchors with known scores), a crowd of simulated
-annotators of mixed reliability (some pure guessers) answering from the Rao-Kupper model (ties near equal
-scores). The crowd picks who answers uniformly at random for every pair, so no scheduler can route pairs to
-reliable annotators here; only *which pair* is asked differs between policies.
-
-For each seed every policy gets the same items, the same crowd (same seed) and the same budget, model and refit
-schedule; the Spearman correlation of the candidates' MAP scores with the truth is measured after every refit
-(every ``--refit-every`` comparisons, the same checkpoints for all policies), and we record the first checkpoint
-at which it reaches ``--target``. The ratio policy / random is taken per seed, then mean ± std over seeds; the
-ratio of the mean comparisons is printed too.
-
-Information diagnostics (ours): ``J`` is the Fisher information about ``mu_a - mu_b`` of one answer of the crowd
-(`emoreward.ranking.bpa.design.crowd_fisher_information`, at the *true* scores, annotators drawn uniformly as
-the crowd does). For every run we report the mean ``J`` per comparison up to the target and the information
-accumulated per candidate at the target (``sum J`` over those comparisons, counted for each candidate of the
-pair, divided by the number of candidates). The information bound line compares random pairs with an ideal
-design that always pairs candidates whose posterior means coincide
-(`emoreward.ranking.bpa.design.centred_design_comparisons`), raising the per-candidate precision from the prior
-``1 / sigma_init^2`` by the information random pairs had accumulated at the target.
-
-Policies:
-    random             uniformly random pairs with at least one candidate (baseline)
-    bpa                the paper's policy (``PAPER_SCHEDULING``, ``--policy paper``): 50/30/20 exploration
-                       (TrueSkill match quality) / anchor / bridge
-    trueskill          exploration only, TrueSkill match quality (paper tab. 4, row 1)
-    bpa-rv             50/30/20 with ranking-variance exploration (emoreward.ranking.bpa.design)
-    rv                 ranking-variance exploration only (``SchedulerConfig``'s default, and `emoreward rank
-                       --method bpa`'s)
+Items with known latent scores on [1, 9] (a few of them golden anchors) and a crowd of simulated annotators of mixed
+reliability answering from the Rao-Kupper model; per seed every policy gets the same items, crowd, budget and refit
+schedule, and we record the comparisons until the MAP scores reach Spearman ``--target`` with the truth (ratio to
+random per seed, mean ± std over seeds), with the crowd's Fisher information per comparison and the information
+bound of an ideal design (`emoreward.ranking.bpa.design`). Policies: random (baseline); bpa (the paper's 50/30/20,
+``--policy paper``); trueskill (exploration only, TrueSkill match quality); bpa-rv (50/30/20 with ranking-variance
+exploration); rv (ranking-variance only, the default).
 
 Usage:
     python scripts/benchmark_bpa.py                              # 60 candidates, 6 anchors, 10 seeds, all
     python scripts/benchmark_bpa.py --seeds 20 --workers 2 --policies random,bpa,rv
-
-Result (``nice -n 5 python scripts/benchmark_bpa.py --seeds 40 --workers 1``, 443 s on a loaded 2-core machine):
-random 666 ± 171 comparisons to Spearman 0.9; rv 479 ± 86 (0.77 ± 0.25 of random per seed, 0.72 of the mean);
-the paper's bpa 630 ± 118 (1.02 ± 0.35, 0.95). The information bound line says 0.65 for an ideal design.
-``--seeds 4 --workers 1`` (2026-12-01, 588 s at load 12-16): random 575 ± 69; rv, the default, 400 ± 86 (0.69 ±
-0.08 per seed, 0.70 of the mean); the paper's bpa 600 ± 110 (1.06 ± 0.25, 1.04); information bound 0.68.
-The real-task counterpart (OV-MERD, a reward-model judge, no anchors) is scripts/benchmark_bpa_ovmerd.py.
+Results: docs/ranking.md ("Active ranking (BPA)"); the real-task counterpart is scripts/benchmark_bpa_ovmerd.py.
 """
 
 from __future__ import annotations

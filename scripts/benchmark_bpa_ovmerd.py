@@ -1,26 +1,16 @@
 """Judge calls BPA needs on a real task: ranking the 10 OV-MERD description writers with a reward-model judge.
 
-The bundled OV-MERD table (10 models x 332 samples, C(10, 2) x 332 = 14,940 (model pair, sample) queries) is
-ranked in full once: every description scored by the reward model, every pair a verdict (the model's calibrated
-tie threshold), Bradley-Terry with ties on all of it (the ``emoreward rank`` default, Davidson). That ranking is
-the reference. Then ``emoreward.ranking.active.rank_with_bpa`` runs with the same judge under each scheduling
-policy and several seeds, refitting every ``--refit-every`` queries; we record the pair queries (judge calls) at
-the first refit whose BPA scores reach Spearman ``--target`` with the reference, and (the robust figure, since
-with 10 models an early refit can reach it by luck and fall back) the queries from which every later refit
-stays at or above it until ``--budget``; mean ± std and median over seeds (a run that never gets there counts as
-the whole budget, a lower bound, and is counted in its own column).
-
-Scores are computed once and cached (``--cache-dir``), so the loop itself asks the model nothing new: only the
-choice of pairs differs between policies, as with a live judge.
-
-Policies:
-    random      uniformly random model pairs (baseline)
-    paper       the paper's 50/30/20 (no anchors: 80/20 exploration / bridge), TrueSkill match quality
-    rv          exploration only, ranking-variance rule (the `emoreward rank --method bpa` default)
+The bundled OV-MERD table (14,940 (model pair, sample) queries) is ranked in full once (Davidson, the ``emoreward
+rank`` default): the reference. Then ``emoreward.ranking.active.rank_with_bpa`` runs with the same judge under each
+policy and several seeds, refitting every ``--refit-every`` queries; we record the queries at the first refit whose
+scores reach Spearman ``--target`` with the reference, and those from which every later refit stays there until
+``--budget`` (mean ± std and median over seeds). Scores are cached (``--cache-dir``), so only the choice of pairs
+differs between policies: random (baseline), paper (50/30/20; no anchors: 80/20), rv (ranking variance, default).
 
 Usage:
     emoreward train --cv-folds 0 --no-wandb --output-dir /tmp/rank-rm      # the default reward model
     python scripts/benchmark_bpa_ovmerd.py --judge /tmp/rank-rm/model [--seeds 10] [--target 0.9]
+Results: docs/ranking.md ("Active ranking (BPA)").
 """
 
 from __future__ import annotations

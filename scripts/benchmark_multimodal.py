@@ -5,19 +5,11 @@ Usage:
         [--output benchmark_multimodal.json]
 
 Measures, with W&B off and the tiny models and media the tests build (tests/multimodal/tiny_media.py):
-  1. training the tiny multimodal recipe (tests/multimodal/config_tiny.yaml: Qwen2.5-Omni thinker, hidden 32,
-     2 layers, the video's own audio interleaved with its frames) on a generated media set: seconds per optimizer
-     step (median after the first, from a trainer callback), total trainer time, and the peak resident memory of
-     this process (ru_maxrss) after training;
-  2. scoring M = 10 descriptions of one video with >= 1,000 media tokens (median seconds over `--repeats`
-     interleaved runs): `score_prefix` with the media prefix shared (run once, descriptions scored against its KV
-     cache) vs one by one (`shared_prefix=False`: each full sequence run on its own), the media processed once
-     (cold: decoding + patching, timed; then from the model's processed-media cache in both modes); the speed-up
-     end to end and for model work only (issue targets at M = 10: >= 5x and >= 8x), on the first call (media
-     processing included), vs 10 independent one-description calls; video decoding with only the sampled frames
-     converted vs all frames; and the largest reward difference (must be <= 1e-4). For Qwen2.5-VL (video only)
-     and Qwen2.5-Omni (video + its interleaved audio).
-The load average of the machine is printed next to the figures: on a shared machine they move with it.
+  1. training the tiny multimodal recipe (tests/multimodal/config_tiny.yaml): seconds per optimizer step, total
+     trainer time and peak resident memory;
+  2. scoring 10 descriptions of one video with >= 1,000 media tokens, the media prefix shared vs one by one, and
+     the largest reward difference (must be <= 1e-4), for Qwen2.5-VL and Qwen2.5-Omni.
+Details: docs/speed.md ("The benchmark scripts"); figures: docs/multimodal.md.
 """
 
 from __future__ import annotations

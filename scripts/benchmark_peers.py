@@ -5,36 +5,13 @@ Usage:
     python scripts/benchmark_peers.py [--sections train,score,rank] [--threads 2] [--dtype auto]
         [--train-pairs 360] [--heldout 90] [--epochs 1] [--score-n 256] [--clients 16] [--requests-per-client 4]
         [--vllm-venv .venv-vllm] [--n-boot 200] [--tables ovmerd,synthetic] [--synthetic 40x400x20]
-        [--time-limit 900]
-        [--output peers.json] [--markdown peers.md]
+        [--time-limit 900] [--output peers.json] [--markdown peers.md]
 
-Sections (every case runs or prints why it cannot):
-  train  `emoreward train`'s fit (`fit_reward_model`: `EmoRewardTrainer`, length groups, the recipe
-         recipes/minilm/rm/config_lora.yaml) against plain `trl.RewardTrainer` + `peft.LoraConfig` with the recipe's
-         LoRA fields, on the same backbone (MiniLM), the same token ids (the bundled EmoPrefer pairs, ties dropped,
-         a seeded held-out split), max length, batch (8 x 2 accumulation), learning rate and schedule, precision
-         (`--dtype`; `auto` = the project's rule) and torch threads; each in a fresh process. Pairs per second of the
-         training loop, and the final model's accuracy on the held-out pairs (the share where the chosen
-         description gets the higher reward).
-  score  the trained model (a fresh one without `train`) on the bundled EmoPrefer descriptions:
-         `load_reward_model(...).score` against plain transformers (`AutoModelForSequenceClassification` on the
-         `export_hf` folder, batches of 32 in the given order, padded, `inference_mode`); `emoreward serve` with
-         OpenRLHF's per-sample client (`/get_reward`), verl's `compute_score_async` and a plain per-sample client on
-         `/v1/rewards`, against vLLM's CPU build serving the export (`--runner pooling`, `POST /classify` with
-         `use_activation: false`) with that plain per-sample client (vLLM has no `/get_reward`). Descriptions per
-         second, and the largest reward difference from this project's in-process rewards.
-  rank   Bradley-Terry fits against `choix` on the bundled OV-MERD table's counts (verdicts of a length-only judge:
-         the longer description wins, equal within 5% is a tie) and on synthetic Davidson counts
-         (`benchmark_ranking.simulate`): the MAP fit (`choix.opt_pairwise`, alpha = 1 / (2 prior variance)), the
-         MLE (`choix.ilsr_pairwise`, `choix.mm_pairwise`), ties as half wins and EMER-Ranker's binarized W (the
-         data doubled, alpha doubled: the same optimum), and the bootstrap (`bootstrap_ci`, every resample fitted at
-         once) against `choix.opt_pairwise` refitted on each of the same resamples; the tie models (Davidson,
-         Rao-Kupper, EmoPrefer) say why choix cannot fit them. Seconds (median of `--repeats`) and the largest
-         difference of the mean-zero log-strengths.
-
-Servers run on 127.0.0.1 only; every section is bounded by its counts and by `--time-limit` (a section that would
-start past it says so). The 1-minute load average is printed beside every figure: on a shared machine the wall-clock
-ratios move with it.
+Sections (every case runs or prints why it cannot): train (`emoreward train`'s fit against plain TRL RewardTrainer
++ peft), score (`load_reward_model(...).score` against plain transformers, `emoreward serve` against vLLM's CPU
+build) and rank (the Bradley-Terry fits and bootstrap against `choix`). Servers run on 127.0.0.1 only; every
+section is bounded by its counts and by `--time-limit`. What each case runs: docs/speed.md ("The benchmark
+scripts"); figures: docs/speed.md ("Against the peers").
 """
 
 from __future__ import annotations

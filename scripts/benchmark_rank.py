@@ -5,18 +5,10 @@ Usage:
     python scripts/benchmark_rank.py [--model DIR] [--n-boot 1000] [--repeats 3] [--per-resample]
                                      [--output result.json]
 
-The bundled OV-MERD table (10 models x 332 samples) is scored once into a score cache (a fresh tiny reward model
-without ``--model``: what is timed is the rerun, which scores nothing), then `rank_with_reward_model` runs from
-that cache ``--repeats`` times: table keys and cache lookups, records, the three Bradley-Terry fits (binarized W,
-Davidson, EmoPrefer's), the length-controlled Davidson fit and the reward effects, each with ``--n-boot``
-resamples, and the report's warnings. The figure held against the target (issue 22: <= 1 s in process) is the
-best of the repeats; the fits' own time (``cost.fit_seconds``) and the load average are printed beside it.
-
-The length-controlled fit (`fit_length_controlled` on the rerun's verdicts and description lengths) is also timed
-alone, ``--repeats`` times, with its largest difference from the per-resample path (``--per-resample``: timed
-once beside it) over scores, intervals and the coefficient. Its resamples' time (the fit less the fit with one
-resample) is held against issue 22's 0.1 s, in wall time: the compiled pass runs on every CPU the process may use
-(the thread count is printed), so its CPU seconds, printed beside, exceed the wall time.
+The bundled OV-MERD table is scored once into a score cache (a fresh tiny reward model without ``--model``), then
+`rank_with_reward_model` runs from that cache ``--repeats`` times (the best is the figure; the fits' own time,
+``cost.fit_seconds``, beside it). The length-controlled fit is also timed alone, with its largest difference from
+the per-resample path (``--per-resample``). See docs/speed.md ("Ranking").
 """
 
 from __future__ import annotations

@@ -5,30 +5,11 @@ Usage:
                                         [--repeats 1] [--only davidson ...] [--cold] [--per-resample]
                                         [--output result.json]
 
-Target (issue 6, "Speed"): Bradley-Terry with ties on M = 200 models and 200,000 comparisons, plus 200 bootstrap
-refits, in at most 5 s on 2 cores.
-
-Simulated data (all seeds fixed, so every run fits the same data):
-  - M = 200 models with true log-strengths s ~ N(0, 1) (seed 0);
-  - 1,000 samples (the bootstrap unit, like the videos of EMER-Ranker / EmoPrefer) x 200 comparisons each =
-    200,000 comparisons; each comparison is a uniformly drawn ordered pair of distinct models (so every one of the
-    C(200, 2) = 19,900 pairs is compared ~10 times in all, and a sample touches ~200 pairs);
-  - outcomes drawn from the Davidson (1970) tie model with nu = 1 (P(tie) = 1/3 between equal models; about 28%
-    ties overall), seed 1.
-
-For each model (plain Bradley-Terry with ties dropped, EMER-Ranker's binarized W, and the three tie models) it
-times, in one process:
-  - "counts": ``PairwiseCounts.from_records`` on the 200,000 ``PairwiseRecord`` objects;
-  - "fit": one fit on the full counts;
-  - "bootstrap": ``bootstrap_ci(records, fit, n_boot=200)`` end to end: it builds the counts and per-sample
-    matrices from the records, fits the full data once, then refits 200 resamples of the 1,000 samples
-    (all resamples fitted together by batched Newton iterations, ``emoreward.ranking.batched``, warm-started from
-    the full-data fit, the default; ``--cold`` starts every refit from zero; ``--per-resample`` refits one
-    resample at a time with L-BFGS-B, the reference path);
-    this is the figure held against the 5 s target;
-and reports wall time (``time.perf_counter``) and CPU time of the process (``time.process_time``, all threads),
-the Spearman correlation of the full-data fit with the true strengths, and the machine's load average. The
-machine may be shared: compare CPU time with wall time to see how much of a run was spent waiting.
+M = 200 models, 1,000 samples x 200 comparisons, Davidson outcomes (about 28% ties), all seeds fixed. For plain
+Bradley-Terry, EMER-Ranker's binarized W and the three tie models it times the counts, one full fit and
+``bootstrap_ci(records, fit, n_boot=200)`` end to end (all resamples fitted together, warm-started; ``--cold``
+starts every refit from zero; ``--per-resample`` refits one resample at a time with L-BFGS-B), with wall and CPU
+time and the Spearman correlation with the true strengths. See docs/speed.md ("Ranking", "The benchmark scripts").
 """
 
 from __future__ import annotations

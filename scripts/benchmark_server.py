@@ -7,62 +7,12 @@ Usage:
         [--server-arg=--max-batch-tokens=8192 ...] [--output bench.json]
     python scripts/benchmark_server.py --engine ray --replicas 1 2 --threads 1 --per-sample 64 256 \
         --verl-clients 64 --kill-replica --throughput-clients --batch --output ray.json
-    python scripts/benchmark_server.py --client aiohttp --slow-clients 1000 --per-sample 64 256 --in-process \
-        --threads 1 --batch --throughput-clients --output load.json   # issue 34's load figures
 
-The server is started as a subprocess (`emoreward serve`, importing emoreward from `--tree`, default this checkout:
-point it at another checkout to measure that version with the same client), on a reward model in `--model` or,
-by default, a fresh value head on the registered MiniLM backbone (`TextRewardModel.from_backbone("minilm")`, seed 0).
-
-What the client does, read from OpenRLHF (github.com/OpenRLHF/OpenRLHF):
-
-- per-sample (current OpenRLHF, `openrlhf/utils/agent.py::SingleTurnAgentExecutor`): every generated sample, as
-  soon as it is generated, posts ``{"query": [decode(prompt_ids + response_ids, skip_special_tokens=False)],
-  "prompts": [prompt], "labels": [label]}`` on a NEW connection (a fresh `aiohttp.ClientSession` per attempt),
-  with a 180 s total timeout, raises on any 4xx/5xx, and tries 5 times, sleeping 1 s after each failure; after
-  the fifth it logs at info level and the sample trains on without that reward (counted here as LOST). All
-  samples of a rollout are in flight at once (`asyncio.gather`). Here `--per-sample N` clients each send
-  `--requests-per-client` samples back to back.
-- batch (older OpenRLHF, `openrlhf/utils/remote_rm_utils.py::request_api_wrapper`): the whole rollout batch in ONE
-  request (``requests.post(..., timeout=180)``, 5 tries 1 s apart), queries decoded from padded sequences.
-- throughput: `--throughput-clients C` clients each send `--throughput-requests` requests of 4 descriptions to
-  ``/v1/rewards`` back to back, without retries (a 503 counts as failed): the "requests/s at 4 descriptions per
-  request" figure.
-
-- verl (`--verl-clients C`): verl's reward loop, one asyncio task per sample awaiting
-  ``emoreward.export.verl.compute_score_async`` (this checkout's client: one connection pool, Retry-After honoured,
-  5 tries, the calls of one turn merged into requests of at most 16 samples; `--verl-merge 1`: a request per
-  call), C in flight, each sending `--requests-per-client` samples back to back.
-- kill (`--kill-replica`, Ray only, 2+ replicas): the per-sample load of the largest `--per-sample`, with one replica
-  process killed (SIGKILL) a third of the way in; Ray Serve restarts it, the clients' own retries carry the requests
-  that were on it. Lost rewards are what the retries did not save.
-
-With ``--engine ray`` the server is ``emoreward serve --engine ray --replicas R --num-cpus 1`` (a local Ray cluster,
-``--threads`` torch threads per replica), once per ``--replicas`` value. ``in-process`` (``--in-process``) is the
-rate of `RewardService.score_jobs` in this process (one torch thread) on the same texts, at the batch size the server
-formed in the scenario (its descriptions / model calls, from /health), measured right after that scenario, so that
-both run under about the same load; ``overhead`` = server descriptions/s / in-process descriptions/s (wall clock),
-``overhead_cpu`` = server descriptions per CPU-second (every server process: for Ray the driver, raylet, GCS, Serve
-controller, proxy and replicas) / in-process descriptions per CPU-second. ``--repeat N`` runs each per-sample / verl
-scenario N times (each paired with its reference) and prints the medians.
-
-Each scenario also reports the server's CPU time by process (``server_cpu_by_role``: for Ray the replicas, proxy,
-controller, raylet and GCS), the cores it got (CPU seconds / wall seconds: on a shared machine what its rate had to
-work with), the clients' CPU time (they run in this process, on the same cores), and descriptions per second of
-server CPU (``desc/server-CPU-s``): on a machine shared with other jobs the wall-clock rates move with their load,
-the CPU figures much less (with ``--threads 1``: no thread of the server waits spinning for another).
-
-- slow clients (`--slow-clients N`): each per-sample load again, beside N clients that hold connections by sending
-  their bodies one byte every 2 s (reconnecting when cut off): the normal clients' rate, latency and lost rewards
-  with them, and how the slow ones ended (408: cut off to make room, or at the whole-request deadline).
-
-The client is a minimal asyncio HTTP/1.1 client (one connection per attempt, as OpenRLHF's), so that little of
-the 2 shared cores goes to the client (about 0.15 ms of CPU per request; verl's own client about 0.3 ms): on an RL
-cluster the rollout workers that send these requests run on other machines. `--client aiohttp` sends the per-sample
-requests with aiohttp, as OpenRLHF itself does (a `ClientSession` per attempt): several times the client CPU, which
-on the same 2 cores lowers the server's wall-clock rate but not its rate per CPU-second. The warm-up also runs the largest
-per-sample load once (the model's shapes at the server's batch sizes). The 1-minute load average is printed next to
-the figures: on a shared machine they move with it.
+The server is a subprocess (`emoreward serve`, from `--tree`, default this checkout) on `--model` or a fresh MiniLM
+value head. Scenarios: OpenRLHF's per-sample client (a new connection per attempt, 180 s timeout, 5 tries 1 s
+apart), its older batch client, `--throughput-clients`, `--verl-clients`, `--kill-replica` (Ray) and
+`--slow-clients`; `--in-process` measures the same texts without the server. Each reports descriptions/s, p50 / p99,
+lost rewards and CPU per description. Details: docs/speed.md ("The benchmark scripts"); figures: ("Serving").
 """
 
 from __future__ import annotations

@@ -6,31 +6,11 @@ Usage:
     python scripts/benchmark_zero_shot.py --n 16 --threads 1 --repeats 2      # before, after, after, before
     python scripts/benchmark_zero_shot.py --n 8 --modes after --threads 2 --json out.json
 
-Stages (`main`):
-
-1. Peak: square matmuls (`--matmul-size`, default 1024) in float32 and bfloat16, best of 5 after a warm-up, in
-   this process and with this process's torch threads: GFLOP/s = 2 n^3 / seconds.
-2. Model load: `build_backend` on `configs/judges/smollm2-135m-text.yaml` (GGUF dequantised to float32 on CPU).
-3. One job per mode on the first N bundled pairs, S1 text only, normal + swapped order, in a fresh output folder:
-   - `before`: prompts batched in request order with left padding, a chunk of calls = one batch (the judge as
-     it was);
-   - `after`: chunks of 4 batches, prompts sorted by token length into batches, and each batch's shared prompt
-     prefix run once with its KV cache reused (`zero_shot.backends.transformers_text`).
-   For each: wall time of the `generate` calls, pairs per second, prefill vs decode seconds (the generation hook
-   of `zero_shot.backends.hf_common.timed_generate`: prefill ends when the first decoding step asks for logits),
-   prompt tokens (real, padded, and computed: the shared prefix counted once a batch), and the achieved FLOP
-   rate. With `--repeats R` each mode runs R times in A B B A order (drift on a shared machine cancels) and the
-   median run by `generate` seconds is reported, all seconds beside it.
-4. Cached rerun (the last job): the job again on its folder; every call is a cache hit, no model is loaded.
-
-FLOPs per token come from the model config (`flops_per_token`): a decoder layer's matmuls cost 2 FLOPs per
-weight per token (q, k, v, o projections and the gated MLP), attention adds 4 * d_model FLOPs per earlier
-position per layer (scores and weighted values), and the LM head 2 * vocab * d_model per token whose logits are
-computed (the last prompt token and each generated token but the last). Only real tokens are counted, never
-padding, so the rate is the useful work per second. The achieved rate = total FLOPs / `generate` seconds, given
-as a share of the float32 peak (the dtype the judge runs in here) and of the bfloat16 peak.
-
-Run it on a quiet machine: other processes on the same cores distort every figure.
+Stages (`main`): the matmul peak in float32 and bfloat16; the judge loaded from
+`configs/judges/smollm2-135m-text.yaml`; one job per mode (`before`: request order, left padding; `after`:
+length-sorted batches with each batch's shared prompt prefix run once) with `generate` seconds, pairs/s, prefill vs
+decode, prompt tokens and the FLOP rate (`flops_per_token`, real tokens only); a cached rerun that loads no model.
+Run it on a quiet machine. Details: docs/speed.md ("The benchmark scripts"); figures: docs/judges.md.
 """
 
 from __future__ import annotations
@@ -69,7 +49,10 @@ def parse_args() -> argparse.Namespace:
 
 
 def flops_per_token(config) -> dict[str, float]:
-    """FLOP coefficients of a Llama-style decoder (see the module docstring)."""
+    """FLOP coefficients of a Llama-style decoder: a decoder layer's matmuls cost 2 FLOPs per weight per token (q, k,
+    v, o projections and the gated MLP), attention adds 4 * d_model FLOPs per earlier position per layer (scores and
+    weighted values), and the LM head 2 * vocab * d_model per token whose logits are computed (the last prompt token
+    and each generated token but the last). Only real tokens are counted, never padding."""
     text = getattr(config, "text_config", config)
     d, layers, ff = text.hidden_size, text.num_hidden_layers, text.intermediate_size
     heads = text.num_attention_heads

@@ -5,15 +5,11 @@ Usage:
                                    [--output-dir outputs/length-study/minilm] [--folds 5] [--probe]
 
 Each variant is `emoreward train` with `length_debias` set, `final_fit: false` and W&B off; finished folds are
-reused when the study is rerun (interrupt it at any time).
-
-With `--probe` the backbone of the recipe stays frozen and only the value head is trained
-(`emoreward.training.probe`): its inputs are computed once per distinct description (cached in chunks under
-the output directory, resumed after an interruption) and every variant and fold trains a head on them with the
-same loss as the fine-tuned model. On 2 CPU cores this makes the SmolLM2-135M study take minutes instead of the
-~2 hours of 15 LoRA fine-tunings. Prints and writes (`study.md`, `study.json`) a
-table of two-class WAF, length-debiased accuracy, accuracy on length-counter pairs and reward-length Spearman
-correlation, mean ± std over folds, beside the length baseline.
+reused when the study is rerun (interrupt it at any time). With `--probe` the backbone stays frozen and only the
+value head is trained on features computed once (`emoreward.training.probe`): minutes instead of hours on a CPU.
+Prints and writes (`study.md`, `study.json`) a table of two-class WAF, length-debiased accuracy, accuracy on
+length-counter pairs and reward-length Spearman correlation, mean ± std over folds, beside the length baseline.
+Results: docs/training.md.
 """
 
 from __future__ import annotations

@@ -5,22 +5,14 @@ Usage:
     python scripts/media_matters.py [--clips 256] [--held-out 128] [--work DIR] [--threads 1] \
         [--set KEY=VALUE ...] [--output media_matters.json]
 
-1. Data (tests/multimodal/tiny_media.py::media_task_rows, tests/media_files.py::write_colour_tone_clip): 1 s
-   MPEG-4 clips, 56 x 56 frames at 8 fps, a 16 kHz AAC track. Half the pairs are colour pairs ("The person feels
-   happy." vs "... sad.": warm frames -> happy, cold -> sad), half tone pairs ("... excited." vs "... calm.":
-   rising tone -> excited, falling -> calm); every ordered pair of texts is labelled 1 and 2 equally often, so a
-   scorer that reads only the text is right on exactly 50% (checked here, and shown by the length baseline).
-   The held-out clips are other files with other noise (seed 2; training: seed 1).
-2. Train: `emoreward train --config tests/multimodal/config_media_matters.yaml` (the normal recipe path) on a
-   random-weight tiny Qwen2.5-Omni thinker (tiny_media.py::build_media_task_backbone: language model hidden 64,
-   2 layers, fully fine-tuned with the projectors; encoders frozen) that hears each clip's own track interleaved
-   with its frames (`use_audio_in_video: true`).
-3. Evaluate: `emoreward evaluate` on the held-out pairs with their media, then on the same pairs (same file names,
-   same noise) with the media blanked: grey frames and no tone ("blank"), grey frames only ("no video"), no tone
-   only ("no audio"). Two-class accuracy with its exact (Clopper-Pearson) 95% interval, per kind (colour pairs
-   need the video, tone pairs the audio) and the 95% interval of chance (Binomial(n, 0.5) / n).
-
-With `--work DIR` the files stay there and a rerun reuses the finished parts (clips, the trained model).
+1. Data (tests/multimodal/tiny_media.py::media_task_rows): 1 s clips, warm or cold frames ("happy" vs "sad") and a
+   rising or falling tone ("excited" vs "calm"); every ordered pair of texts is labelled 1 and 2 equally often, so
+   text alone scores exactly 50%. The held-out clips are other files with other noise.
+2. Train: `emoreward train --config tests/multimodal/config_media_matters.yaml` on a random-weight tiny Qwen2.5-Omni
+   thinker that hears each clip's own track interleaved with its frames.
+3. Evaluate on the held-out pairs with their media, then blanked (grey frames and no tone, either alone): two-class
+   accuracy with its exact (Clopper-Pearson) 95% interval, per kind, and the 95% interval of chance.
+With `--work DIR` the files stay there and a rerun reuses the finished parts. Results: docs/multimodal.md.
 """
 
 from __future__ import annotations

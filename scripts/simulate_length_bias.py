@@ -4,17 +4,12 @@ Usage:
     python scripts/simulate_length_bias.py [--models 8] [--samples 100] [--seeds 0 1 2 3 4 5 6 7 8 9]
                                            [--bias 0 1 2 3 4 6] [--quality 1.0] [--output-dir DIR]
 
-Each seed draws M description models with a true quality ``q_m ~ N(0, 1)`` and, independently, a verbosity
-``v_m ~ N(0, 0.5)`` (mean log-length offset); model m writes, on sample s, a description of log-length
-``log 200 + v_m + e_ms`` (``e_ms ~ N(0, 0.3)``). A synthetic judge compares every pair on every sample:
-
-    P(a beats b) = sigmoid(quality * (q_a - q_b) + bias * (log len_a - log len_b)).
-
-For each length-bias strength it reports, over seeds, the share of decisive verdicts that pick the longer
-description (EmoPrefer's human verdicts: ~80%) and the Spearman correlation with the true quality of the plain
-Bradley-Terry ranking (`emoreward.ranking.bradley_terry.fit_bradley_terry`) and of the length-controlled one
-(`emoreward.ranking.length_control.fit_length_controlled`, Bradley-Terry form). Prints a Markdown table and, with
-``--output-dir``, writes it (``simulation.md``) and every figure (``simulation.json``).
+Each seed draws M models with a true quality ``q_m ~ N(0, 1)`` and a verbosity ``v_m ~ N(0, 0.5)``; model m writes,
+on sample s, a description of log-length ``log 200 + v_m + e_ms`` (``e_ms ~ N(0, 0.3)``), and a synthetic judge
+picks ``a`` over ``b`` with P = sigmoid(quality * (q_a - q_b) + bias * (log len_a - log len_b)). For each bias it
+reports the share of decisive verdicts won by the longer description and the Spearman correlation with the true
+quality of the plain and the length-controlled Bradley-Terry rankings, as a Markdown table (and, with
+``--output-dir``, ``simulation.md`` and ``simulation.json``). Results: docs/ranking.md ("Length-controlled ranking").
 """
 
 from __future__ import annotations

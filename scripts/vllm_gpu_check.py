@@ -5,14 +5,12 @@ Usage (on a machine with a GPU, vLLM installed in ``--vllm-python``'s environmen
     python scripts/vllm_gpu_check.py --model DIR [--data PAIRS_OR_TABLE] [--media-root DIR] [--n 512]
         [--vllm-python PYTHON] [--dtype float32|bfloat16] [--output vllm_gpu_check.json]
 
-Steps: `emoreward export` of ``--model`` into a temporary folder (skipped when ``--model`` is an export already);
-``python -m vllm.entrypoints.openai.api_server`` on it (`emoreward.export.vllm.VllmServer`: pooling runner,
-``--dtype``, eager mode, the served name the client checks, 127.0.0.1); `emoreward serve --model EXPORT` beside it;
-the first ``--n`` descriptions of ``--data`` (the bundled OV-MERD table by default) with their contexts scored
-through both, once to compare and once timed (descriptions/s, every request in flight at once: vLLM batches its own
-requests, `emoreward serve` its queue). Reports the largest |reward difference|, both rates and the machine. A
-multimodal export that vLLM cannot serve, or one the client refuses, is reported with the error, not skipped.
-Without a GPU the script says so and exits 2 (the CPU build is tested by `make test-vllm`).
+Steps: `emoreward export` of ``--model`` (skipped when it is an export already); vLLM's OpenAI server on it
+(`emoreward.export.vllm.VllmServer`: pooling runner, ``--dtype``, eager mode, 127.0.0.1); `emoreward serve --model
+EXPORT` beside it; the first ``--n`` descriptions of ``--data`` (OV-MERD by default) scored through both, once to
+compare and once timed. Reports the largest |reward difference|, both rates and the machine; a multimodal export
+that vLLM cannot serve is reported with the error. Without a GPU it exits 2 (the CPU build: `make test-vllm`).
+See docs/serving.md ("vLLM").
 """
 
 from __future__ import annotations
