@@ -2,13 +2,14 @@
 and module names given as strings, as the command dispatcher's `importlib` table does) goes down the floors
 utils < data < models < evaluation < training | ranking | export | zero_shot < judges < cli, never up or sideways;
 no import cycle at module level; no module reaching into another module's private names; a size budget and an
-opening docstring for every library file. Also: every recipe field is read by a backbone kind or refused for it,
-and test files have unique basenames."""
+opening docstring for every library file; openings of at most 15 lines, without dates, in library and scripts. Also:
+every recipe field is read by a backbone kind or refused for it, and test files have unique basenames."""
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 import typing
 from pathlib import Path
 
@@ -265,6 +266,26 @@ def test_library_files_have_a_docstring_and_stay_within_the_size_budget():
     }
     assert not no_docstring, f"files without an opening docstring naming their concern: {no_docstring}"
     assert not too_long, f"library files over {MAX_LINES} lines (split along their concerns): {too_long}"
+
+
+MAX_OPENING_LINES = 15
+DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
+
+
+def test_module_openings_are_short_and_undated():
+    """A file opens with what it does and where its docs page is; measurements, dates and history go to `docs/`
+    or the commit messages."""
+    too_long, dated = {}, []
+    for path in [*FILES, *sorted((ROOT / "scripts").glob("*.py"))]:
+        text = ast.get_docstring(ast.parse(path.read_text("utf-8")), clean=False)
+        if text is None:
+            continue
+        if (n := text.count("\n") + 1) > MAX_OPENING_LINES:
+            too_long[str(path.relative_to(ROOT))] = n
+        if DATE.search(text):
+            dated.append(str(path.relative_to(ROOT)))
+    assert not too_long, f"module docstrings over {MAX_OPENING_LINES} lines (file: lines): {too_long}"
+    assert not dated, f"module docstrings holding a date (move it to docs/ or a commit message): {dated}"
 
 
 # ---------------------------------------------------------------------------------------------- recipe fields

@@ -269,7 +269,7 @@ def model_precision_name(model) -> str | None:
 # machine epsilon (bf16: 2^-7 = 7.8e-3) times the rewards' magnitude (at least 1): a bf16 network's output is rounded
 # to bf16, so a change of rounding anywhere inside (another padded width or number of rows, whose kernels block the
 # sums differently; merged or live LoRA; a reloaded export) moves a reward by about one unit in its last place
-# (measured 2026-12-01, Xeon with AMX, MiniLM: 6.3e-3 = 0.8 eps alone vs in a batch); against float32 the rounding of
+# (MiniLM on a Xeon with AMX: 6.3e-3 = 0.8 eps alone vs in a batch); against float32 the rounding of
 # every layer adds up (measured: 1.5e-2 = 2 eps on MiniLM with a random head, up to 3 eps on the tiny test models)
 SAME_PRECISION_EPS = 2.0
 CROSS_PRECISION_EPS = 4.0
