@@ -375,18 +375,32 @@ class TextRewardModel:
         (their version counters move with every in-place update: optimizer steps, `load_state_dict`). Under
         DeepSpeed ZeRO-3 the parameters are partitioned across processes (a copy would hold empty shards): `model`
         itself scores, its hooks gathering each layer's weights."""
+        return self._scoring_parts()[0]
+
+    def _scoring_parts(self) -> tuple[torch.nn.Module, PackedEncoder | None]:
+        """(`scoring_network`, `scoring_engine`) for one scoring call, each made again when the weights it comes
+        from change; the master weights' parameters are walked once (a LoRA model has hundreds of modules: walking
+        them was most of the cost of a call that scores a few descriptions)."""
         if self.scoring_dtype is None or _zero3_partitioned(self.model):
-            return self.model
+            return self.model, None
+        params = list(self.model.parameters())
         dtype = self.scoring_precision
-        if not hasattr(self.model, "merge_and_unload") and self.dtype == dtype:
+        if not hasattr(self.model, "merge_and_unload") and params[0].dtype == dtype:
             self._scorer = self._scorer_key = None
-            return self.model
-        key = (dtype, id(self.model), tuple(p._version for p in self.model.parameters()))
-        if self._scorer is None or self._scorer_key != key:
-            self._scorer = None  # free the stale copy before making the new one
-            self._scorer = _inference_network(self.model, dtype)
-            self._scorer_key = key
-        return self._scorer
+            network, key = self.model, (id(self.model), tuple(p._version for p in params))
+        else:
+            key = (dtype, id(self.model), tuple(p._version for p in params))
+            if self._scorer is None or self._scorer_key != key:
+                self._scorer = None  # free the stale copy before making the new one
+                self._scorer = _inference_network(self.model, dtype)
+                self._scorer_key = key
+            network = self._scorer
+            key = (id(network), tuple(p._version for p in network.parameters()))
+        if self._engine is None or self._engine[0] != key:
+            self._engine = None
+            reduced = dtype != torch.float32
+            self._engine = (key, packed_encoder(network, row_multiple=ENGINE_ROW_MULTIPLE if reduced else 1))
+        return network, self._engine[1]
 
     @property
     def scoring_engine(self) -> PackedEncoder | None:
@@ -394,15 +408,7 @@ class TextRewardModel:
         CPU, computing only what the value head reads, with exact widths) when `scoring_dtype` is set and the
         network is one it reproduces; None: `score_ids` runs the network's own `forward` (always so without
         `scoring_dtype`: the exact reference). Made again when the network or its weights change."""
-        if self.scoring_dtype is None or _zero3_partitioned(self.model):
-            return None
-        network = self.scoring_network
-        key = (id(network), tuple(p._version for p in network.parameters()))
-        if self._engine is None or self._engine[0] != key:
-            self._engine = None
-            reduced = self.scoring_precision != torch.float32
-            self._engine = (key, packed_encoder(network, row_multiple=ENGINE_ROW_MULTIPLE if reduced else 1))
-        return self._engine[1]
+        return self._scoring_parts()[1]
 
     def default_batch_tokens(self) -> int:
         """The token budget of a forward pass when none is set: 4,096 padded tokens on CPU (the matrix multiplies
@@ -415,9 +421,13 @@ class TextRewardModel:
         matrix shapes by its token rows instead); 32 in reduced precision on CPU otherwise, where oneDNN creates
         (JIT-compiles) a kernel for every new matrix shape, so few distinct widths keep short runs from paying that
         set-up per batch; 8 on GPU (tensor-core tiles)."""
+        return self._pad_multiple(self.scoring_engine)
+
+    def _pad_multiple(self, engine: PackedEncoder | None) -> int:
+        """`default_pad_multiple` with the scoring engine already in hand."""
         if self.device.type == "cuda":
             return 8
-        if self.scoring_precision == torch.float32 or self.scoring_engine is not None:
+        if engine is not None or self.scoring_precision == torch.float32:
             return 1
         return 32
 
@@ -462,9 +472,8 @@ class TextRewardModel:
         Returns:
             `np.ndarray` of shape `(len(sequences),)`, float64: unnormalised rewards (value-head logits).
         """
-        network = self.scoring_network
+        network, engine = self._scoring_parts()
         network.eval()
-        engine = self.scoring_engine
         out = np.empty(len(sequences), dtype=np.float64)
         pad_id = self.tokenizer.pad_token_id
         chat = self.settings.input_format == "chat"
@@ -472,7 +481,9 @@ class TextRewardModel:
         device = self.device
         if device.type == "cpu":
             keep_freed_memory()
-        plan = self.plan_batches([len(s) for s in sequences], batch_size, max_batch_tokens, pad_to_multiple_of)
+        plan = self.plan_batches(
+            [len(s) for s in sequences], batch_size, max_batch_tokens, pad_to_multiple_of or self._pad_multiple(engine)
+        )
 
         def forward(idx: np.ndarray, width: int) -> None:
             if engine is not None:
@@ -626,8 +637,10 @@ class TextRewardModel:
 
 
 def _zero3_partitioned(model: torch.nn.Module) -> bool:
-    """Whether DeepSpeed ZeRO-3 has partitioned `model`'s parameters (they carry a `ds_id`)."""
-    return any(hasattr(p, "ds_id") for p in model.parameters())
+    """Whether DeepSpeed ZeRO-3 has partitioned `model`'s parameters (they carry a `ds_id`; ZeRO-3 converts every
+    parameter of the module it wraps, so the first one tells)."""
+    first = next(model.parameters(), None)
+    return first is not None and hasattr(first, "ds_id")
 
 
 def _inference_network(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
