@@ -1,0 +1,177 @@
+"""Break each relation's owner on purpose and check that its relation test fails (docs/development.md, Relations).
+
+Each mutation is applied to a scratch copy of the committed tree (`git worktree`), never to this checkout; the
+relation's test module runs there with ``-x``, after a control run of the same modules on the unchanged tree.
+Prints one row per relation; exit status 1 if the control fails or a mutation survives.
+
+    python scripts/mutation_check.py [--only permutation,duplication] [--timeout 900]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Mutation:
+    relation: str
+    file: str
+    old: str
+    new: str
+    test: str
+    what: str
+
+
+MUTATIONS = (
+    Mutation(
+        "permutation",
+        "emoreward/data/tables.py",
+        "return sorted(models, key=model_key), sorted(samples, key=sample_key)",
+        "return list(models), list(samples)",
+        "tests/relations/test_permutation.py",
+        "canonical_order keeps the rows' order",
+    ),
+    Mutation(
+        "duplication",
+        "emoreward/data/pairs.py",
+        "        if content in contents:\n",
+        "        if False:\n",
+        "tests/relations/test_duplication.py",
+        "the pair loader accepts a repeated pair",
+    ),
+    Mutation(
+        "renaming and normal forms",
+        "emoreward/data/text.py",
+        'return unicodedata.normalize("NFC", text)',
+        "return text",
+        "tests/relations/test_renaming.py",
+        "normal_text returns its input",
+    ),
+    Mutation(
+        "subset commutation",
+        "emoreward/data/tables.py",
+        "        models, samples = canonical_order(keep_m, keep_s, descriptions, media)\n",
+        "        models, samples = list(models), list(samples)\n",
+        "tests/relations/test_subset.py",
+        "DescriptionTable.subset keeps the order the selection names",
+    ),
+    Mutation(
+        "accounting",
+        "emoreward/ranking/judging.py",
+        "    return JudgeRun(records, made, n_invalid, len(pairs), reused)",
+        "    return JudgeRun(records, asked, n_invalid, len(pairs), reused)",
+        "tests/relations/test_accounting.py",
+        "judge calls counted as pairs x orders x runs, not as made",
+    ),
+    Mutation(
+        "separation and degeneracy",
+        "emoreward/utils/separation.py",
+        "    if yz.shape[0] == 0 or x.shape[1] == 0:\n        return None",
+        "    if True:\n        return None",
+        "tests/relations/test_separation.py",
+        "separating_direction never finds separation",
+    ),
+    Mutation(
+        "content identity",
+        "emoreward/training/run_identity.py",
+        "backbone = source_fingerprint(config.model_name_or_path)",
+        "backbone = config.model_name_or_path",
+        "tests/relations/test_content_identity.py",
+        "the run identity holds the backbone's path, not its content",
+    ),
+    Mutation(
+        "output closure",
+        "emoreward/utils/io.py",
+        "            stale.unlink(missing_ok=True)",
+        "            pass",
+        "tests/relations/test_output_closure.py",
+        "OutputFiles.finish keeps stale files",
+    ),
+    Mutation(
+        "export fidelity",
+        "emoreward/models/media/remote_modeling.py",
+        "    last = (attention_mask.long() * index).argmax(-1)",
+        "    last = torch.full_like(attention_mask[:, 0], attention_mask.shape[1] - 1, dtype=torch.long)",
+        "tests/relations/test_export_fidelity.py",
+        "the remote-code class reads the last position, not the last non-pad token",
+    ),
+    Mutation(
+        "numeric health",
+        "emoreward/models/text.py",
+        "        check_finite_weights(model, str(directory))",
+        "        pass",
+        "tests/relations/test_numeric_health.py",
+        "the text model loader does not check its weights",
+    ),
+)
+
+
+def run_one(mutation: Mutation | None, timeout: int, tests: list[str]) -> tuple[str, float, str]:
+    """Apply `mutation` (None: the control, nothing changed) in a scratch worktree and run `tests`; returns
+    (outcome, seconds, the test run's last line)."""
+    with tempfile.TemporaryDirectory(prefix="emoreward-mutant-") as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(tree), "HEAD"], check=True)
+        try:
+            if mutation is not None:
+                path = tree / mutation.file
+                text = path.read_text()
+                if text.count(mutation.old) != 1:
+                    return "not applied (the owner's code changed: update the mutation)", 0.0, ""
+                path.write_text(text.replace(mutation.old, mutation.new))
+            env = {**os.environ, "PYTHONPATH": str(tree), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+            start = time.perf_counter()
+            try:
+                done = subprocess.run(
+                    [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+                    cwd=tree, env=env, capture_output=True, text=True, timeout=timeout,
+                )  # fmt: skip
+            except subprocess.TimeoutExpired:
+                return "timed out", time.perf_counter() - start, ""
+            seconds = time.perf_counter() - start
+            lines = [x for x in done.stdout.strip().splitlines() if x.strip()]
+            last = lines[-1] if lines else done.stderr.strip()[-200:]
+            return (
+                ("killed (test failed)" if done.returncode == 1 else f"SURVIVED (exit {done.returncode})"),
+                seconds,
+                last,
+            )
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="comma-separated relations (default: all)")
+    parser.add_argument("--timeout", type=int, default=900, help="seconds per mutation (default 900)")
+    args = parser.parse_args(argv)
+    chosen = [m for m in MUTATIONS if not args.only or m.relation in args.only.split(",")]
+    if not chosen:
+        parser.error(f"--only {args.only}: no such relation; relations: {', '.join(m.relation for m in MUTATIONS)}")
+    print("| relation | mutation | test | outcome | s |\n|---|---|---|---|---:|")
+    # the control: the same tests on the unchanged tree pass, so a failure below is the mutation's
+    outcome, seconds, last = run_one(None, args.timeout, sorted({m.test for m in chosen}))
+    print(f"| (control) | none | every test below | {outcome}: {last} | {seconds:.0f} |")
+    if outcome != "passes":
+        return 1
+    survived = 0
+    for mutation in chosen:
+        outcome, seconds, last = run_one(mutation, args.timeout, [mutation.test])
+        survived += not outcome.startswith("killed")
+        print(f"| {mutation.relation} | {mutation.what} | `{mutation.test}` | {outcome}: {last} | {seconds:.0f} |")
+        sys.stdout.flush()
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
