@@ -5,15 +5,13 @@
                    [--tie-model davidson] [--n-boot 1000] [--cache-dir DIR | --no-cache] [--quiet]
     emoreward rank --method bpa --judge ... --data ... [--budget N] [--sigma-tau 0.3] [--refit-every 10]
                    [--policy exploration | paper | bpa | random] [--exploration ranking_variance | match_quality]
-    emoreward rank --judge A --judge B --judge C --data ... [--committee-calibration PAIRS]
-                   [--committee-weighting log_odds | accuracy | equal]     (a committee: E3mo-Score weighted vote)
+    emoreward rank --judge A --judge B ... --data ... [--committee-calibration PAIRS] [--committee-weighting W]
 
-``--data ovmerd`` ranks the vendored OV-MERD table (10 models x 332 samples). Warnings about the fits (tie share,
-degenerate tie parameter, identical scores, one-sided intervals, sparse models, empty or truncated descriptions)
-are printed with the report and stored in it. Progress bars go to stderr, only when it is a terminal and
-``--quiet`` is not given. The judge is resolved by :func:`emoreward.judges.load_judge`. Outputs are written in
-this order: ``--output`` (and its Markdown and plots), ``--dataset``, then the ``--push-to-hub`` upload, which is
-refused before any scoring when it cannot succeed (offline, no token).
+``--data ovmerd`` ranks the vendored OV-MERD table. Warnings about the fits (tie share, degenerate tie parameter,
+identical scores, one-sided intervals, sparse models, empty or truncated descriptions) are printed and stored in the
+report. Progress bars go to stderr, only on a terminal without ``--quiet``. Judges are resolved by
+:func:`emoreward.judges.load_judge`; several ``--judge`` form a committee (docs/ranking.md). Outputs: ``--output``
+(Markdown and plots beside it), ``--dataset``, then ``--push-to-hub`` (refused before any scoring when it cannot work).
 """
 
 from __future__ import annotations

@@ -165,7 +165,7 @@ def reward_model_member(
 ) -> MemberRun:
     """A reward model's verdicts on the table, as `rank_with_reward_model` makes them (M x N scorings through the
     score cache, the verdict of each score difference), one per pair (slot ``None``)."""
-    from emoreward.ranking.rank import _precision_record
+    from emoreward.models.precision_rule import precision_record
     from emoreward.ranking.scoring import records_from_scores, score_table
 
     threshold = model.settings.tie_threshold if tie_threshold is None else tie_threshold
@@ -181,7 +181,7 @@ def reward_model_member(
         "scoring_seconds": scores.seconds,
         "n_pair_verdicts": len(records),
         "generative_pair_calls": len(records),
-        "precision": _precision_record(model),
+        "precision": precision_record(model),
     }
     return MemberRun({(r.sample, r.item_a, r.item_b): {None: r.outcome} for r in records}, cost)
 
@@ -227,11 +227,11 @@ def rank_with_committee(
         `RankingReport` with ``meta["committee"]`` and ``cost["judge"] == "committee"``; a member with weight 0 is
         named in the warnings.
     """
-    from emoreward.ranking.rank import _with_features, fit_ranking
+    from emoreward.ranking.rank import fit_ranking, with_features
 
     start = time.perf_counter()
     votes = committee_votes({m: run.verdicts for m, run in members.items()}, weights)
-    fits = fit_ranking(votes.records, table.models, **_with_features(table, fit_kwargs))
+    fits = fit_ranking(votes.records, table.models, **with_features(table, fit_kwargs))
     counts = {k: v for k, v in votes.counts.items() if k != "members"}
     cost = {
         "judge": "committee",
