@@ -5,13 +5,13 @@
                    [--tie-model davidson] [--n-boot 1000] [--cache-dir DIR | --no-cache] [--quiet]
     emoreward rank --method bpa --judge ... --data ... [--budget N] [--sigma-tau 0.3] [--refit-every 10]
                    [--policy exploration | paper | bpa | random] [--exploration ranking_variance | match_quality]
+    emoreward rank --judge A --judge B ... --data ... [--committee-calibration PAIRS] [--committee-weighting W]
 
-``--data ovmerd`` ranks the vendored OV-MERD table (10 models x 332 samples). Warnings about the fits (tie share,
-degenerate tie parameter, identical scores, one-sided intervals, sparse models, empty or truncated descriptions)
-are printed with the report and stored in it. Progress bars go to stderr, only when it is a terminal and
-``--quiet`` is not given. The judge is resolved by :func:`emoreward.judges.load_judge`. Outputs are written in
-this order: ``--output`` (and its Markdown and plots), ``--dataset``, then the ``--push-to-hub`` upload, which is
-refused before any scoring when it cannot succeed (offline, no token).
+``--data ovmerd`` ranks the vendored OV-MERD table. Warnings about the fits (tie share, degenerate tie parameter,
+identical scores, one-sided intervals, sparse models, empty or truncated descriptions) are printed and stored in the
+report. Progress bars go to stderr, only on a terminal without ``--quiet``. Judges are resolved by
+:func:`emoreward.judges.load_judge`; several ``--judge`` form a committee (docs/ranking.md). Outputs: ``--output``
+(Markdown and plots beside it), ``--dataset``, then ``--push-to-hub`` (refused before any scoring when it cannot work).
 """
 
 from __future__ import annotations
@@ -43,7 +43,13 @@ BPA_DEFAULTS = {"budget": None, "sigma_tau": 0.3, "refit_every": 10, "policy": "
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of `emoreward rank`."""
-    p.add_argument("--judge", required=True, help="a reward-model directory (emoreward train) or a judge YAML")
+    p.add_argument(
+        "--judge",
+        required=True,
+        action="append",
+        help="a reward-model directory (emoreward train) or a judge YAML; given more than once, the judges form a "
+        "committee whose weighted vote is the verdict (E3mo-Score; see --committee-calibration)",
+    )
     p.add_argument(
         "--data", required=True, help="description table JSONL (sample, model, description[, video, audio, subtitle])"
     )
@@ -131,6 +137,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="exploration rule: ranking-variance design (default, emoreward.ranking.bpa.design) or TrueSkill match "
         "quality (the paper's, the default of --policy paper)",
+    )
+    c = p.add_argument_group("committee (--judge given more than once)")
+    c.add_argument(
+        "--committee-calibration",
+        metavar="PAIRS",
+        help="labelled preference pairs (as `emoreward evaluate --data` reads them, e.g. emoprefer): each member's "
+        "agreement with the labels gives its weight (E3mo-Score); without it the members vote with equal weights",
+    )
+    c.add_argument(
+        "--committee-weighting",
+        choices=["log_odds", "accuracy", "equal"],
+        default=None,
+        help="member weight from calibration accuracy: 'log_odds' (default with --committee-calibration: "
+        "log(2 acc / (1 - acc)), 0 at chance), 'accuracy', or 'equal' (the default without calibration; with one "
+        "--judge, a committee of one)",
     )
     r = p.add_argument_group("reward-model judge")
     r.add_argument(
@@ -267,6 +288,9 @@ def run(args: argparse.Namespace) -> int:
     from emoreward.ranking.rank import rank_with_judge, rank_with_reward_model
     from emoreward.ranking.score_cache import ScoreCache, cache_path_for
 
+    specs = committee_specs(args)
+    if specs is not None:
+        return run_committee(args, specs)
     if getattr(args, "method", "full") == "bpa":
         return run_bpa(args)
     check_rank_options(args)
@@ -310,10 +334,10 @@ def run(args: argparse.Namespace) -> int:
 def run_bpa(args: argparse.Namespace) -> int:
     """`emoreward rank --method bpa`: the judge in the BPA loop; prints the ranking with scores ± sigma."""
     from emoreward.ranking.active import RewardModelPairs, rank_with_bpa
-    from emoreward.ranking.bpa import PAPER_SCHEDULING, BPAConfig, SchedulerConfig
     from emoreward.ranking.judging import JudgePairs
     from emoreward.ranking.score_cache import ScoreCache, cache_path_for
 
+    committee_specs(args)  # a single --judge (as a string)
     if args.hierarchical:
         raise ValueError("--hierarchical is a --method full option; BPA picks its own pairs")
     check_rank_options(args)
@@ -332,11 +356,19 @@ def run_bpa(args: argparse.Namespace) -> int:
         )
     else:
         answer = JudgePairs(judge, table, swap=not args.no_swap, runs=args.runs, combine=args.combine)
-    config = BPAConfig(sigma_tau=args.sigma_tau)
+    with _media_errors_located(table):
+        report = rank_with_bpa(answer, table, **_bpa_settings(args, table))
+    _finish(args, report, table, cache_file, start, load_seconds, "emoreward rank --method bpa", files, plots=False)
+    return EXIT_OK
+
+
+def _bpa_settings(args: argparse.Namespace, table) -> dict:
+    """The keyword arguments of `rank_with_bpa` from the BPA options (budget default: every pair of every sample)."""
+    from emoreward.ranking.bpa import PAPER_SCHEDULING, BPAConfig, SchedulerConfig
+
     policy = dict(PAPER_SCHEDULING) if args.policy == "paper" else {"policy": args.policy}
     if args.exploration is not None:
         policy["exploration_rule"] = args.exploration
-    sconfig = SchedulerConfig(**policy, refit_every=args.refit_every, seed=args.seed)
     budget = args.budget
     if budget is None:
         budget = sum(
@@ -344,42 +376,239 @@ def run_bpa(args: argparse.Namespace) -> int:
             for i, a in enumerate(table.models)
             for b in table.models[i + 1 :]
         )
-    with _media_errors_located(table):
-        report = rank_with_bpa(
-            answer,
-            table,
-            budget=budget,
-            config=config,
-            scheduler_config=sconfig,
-            seed=args.seed,
-            progress=_progress(args),
+    return {
+        "budget": budget,
+        "config": BPAConfig(sigma_tau=args.sigma_tau),
+        "scheduler_config": SchedulerConfig(**policy, refit_every=args.refit_every, seed=args.seed),
+        "seed": args.seed,
+        "progress": _progress(args),
+    }
+
+
+# ---------------------------------------------------------------------------------------------- committee
+def committee_specs(args: argparse.Namespace) -> list[str] | None:
+    """The committee's judges (``--judge`` given more than once, or a ``--committee-*`` option), checked before
+    anything loads; None for a single judge, left in ``args.judge`` as one string (the single-judge route, as before).
+
+    Raises:
+        ValueError: naming the option: a calibration option for one judge, a judge given twice, a weighting that needs
+            a calibration without one, an option a committee does not take.
+    """
+    judges = [str(j) for j in (args.judge if isinstance(args.judge, list) else [args.judge])]
+    calibration = getattr(args, "committee_calibration", None)
+    weighting = getattr(args, "committee_weighting", None)
+    if len(judges) == 1 and calibration is None and weighting is None:
+        args.judge = judges[0]
+        return None
+    if len(judges) == 1 and (calibration is not None or weighting in ("log_odds", "accuracy")):
+        flag = "--committee-calibration" if calibration is not None else f"--committee-weighting {weighting}"
+        raise ValueError(
+            f"{flag} weighs the members of a committee: give --judge at least twice (one judge's weight cannot change "
+            "its verdicts; --committee-weighting equal makes a committee of one)"
         )
-    _finish(args, report, table, cache_file, start, load_seconds, "emoreward rank --method bpa", files, plots=False)
+    seen: dict[str, str] = {}
+    for spec in judges:
+        identity = judge_identity(spec)
+        if identity in seen:
+            raise ValueError(
+                f"--judge {spec}: the same judge as --judge {seen[identity]} ({identity}); a committee member votes once"
+            )
+        seen[identity] = spec
+    if calibration is None and weighting not in (None, "equal"):
+        raise ValueError(
+            f"--committee-weighting {weighting} weighs members by their agreement with human labels: give "
+            "--committee-calibration PAIRS (without it the members vote with equal weights)"
+        )
+    for flag, name in (("--hierarchical", "hierarchical"), ("--vllm-url", "vllm_url")):
+        if getattr(args, name, None):
+            raise ValueError(f"{flag} is not available with a committee of judges (--judge given more than once)")
+    return judges
+
+
+def judge_identity(spec: str) -> str:
+    """What a judge is, for telling two committee members apart: a model directory or judge YAML by its resolved
+    path, a registered judge by its name (`emoreward.judges.judge_kind`)."""
+    from emoreward.judges import judge_kind
+
+    path = Path(spec).expanduser()
+    if judge_kind(spec) == "reward-model" or path.exists():
+        return str(path.resolve())
+    return spec
+
+
+def _calibration_pairs(path: str) -> list:
+    """The ``--committee-calibration`` pairs, every one with a human label.
+
+    Raises:
+        ValueError: naming the option: no pairs, or pairs without a label.
+    """
+    from emoreward.data import load_pairs
+
+    try:
+        pairs = load_pairs(path, require_labels=False)
+    except (ValueError, OSError) as err:
+        raise type(err)(f"--committee-calibration {path}: {err}") from None
+    unlabelled = [p.sample_id for p in pairs if p.label is None]
+    if not pairs or unlabelled:
+        raise ValueError(
+            f"--committee-calibration {path}: {len(unlabelled)} of {len(pairs)} pairs have no label (calibration "
+            f"needs the human preference of every pair: 1, 2 or tie){': ' + ', '.join(unlabelled[:5]) if unlabelled else ''}"
+        )
+    return pairs
+
+
+def run_committee(args: argparse.Namespace, specs: list[str]) -> int:
+    """`emoreward rank` with a committee of judges (E3mo-Score): each member judges the table as it would alone,
+    the committee's verdict is the weighted vote of theirs, ranked by the full method or BPA. Weights: agreement
+    with ``--committee-calibration`` through `weights_from_agreement`, or equal weights (with a warning)."""
+    from emoreward.ranking.committee import (
+        committee_weights,
+        judge_member,
+        member_agreement,
+        rank_with_committee,
+        reward_model_member,
+        zero_weight_warnings,
+    )
+    from emoreward.ranking.score_cache import ScoreCache, cache_path_for
+
+    bpa = getattr(args, "method", "full") == "bpa"
+    check_rank_options(args)
+    start = time.perf_counter()
+    calibration = args.committee_calibration
+    pairs = _calibration_pairs(calibration) if calibration else None
+    weighting = args.committee_weighting or ("log_odds" if calibration else "equal")
+    table = _load_table(args)
+    members: dict[str, tuple[str, object]] = {}
+    caches: dict[str, Path | None] = {}
+    for spec in specs:
+        members[spec] = _load_judge(args, saved=True, spec=spec)
+        _check_media(*members[spec], table)
+        rm = members[spec][0] == "reward-model"
+        caches[spec] = cache_path_for(spec, args.cache_dir) if rm and not args.no_cache else None
+    files = output_files(args, None)
+    for spec, cache in caches.items():
+        files.guard(cache, f"the score cache of --judge {spec}")
+    if pairs is None:
+        sys.stderr.write(
+            f"emoreward rank: warning: no --committee-calibration: the {len(specs)} committee members vote with "
+            "equal weights (E3mo-Bench's ablation without confidence weights)\n"
+        )
+    agreement: dict[str, tuple[int, int]] = {}
+    if pairs is not None:
+        from emoreward.judges import load_judge
+
+        for spec, (kind, judge) in members.items():
+            if kind == "reward-model":  # the loaded model scores the table too
+                judge = load_judge(
+                    spec, tie_threshold=args.tie_threshold, batch_size=args.batch_size, media_root=args.media_root
+                )
+                members[spec] = (kind, judge.model)
+                agreement[spec] = member_agreement(judge, pairs, swap=True, runs=1)
+            else:
+                agreement[spec] = member_agreement(judge, pairs, swap=not args.no_swap, runs=args.runs)
+        weights = committee_weights(
+            {s: c for s, (c, _) in agreement.items()}, {s: t for s, (_, t) in agreement.items()}, weighting
+        )
+        if not any(w > 0 for w in weights.values()):
+            raise ValueError(
+                f"--committee-calibration {calibration}: every member's weight is 0 ({weighting} weighting; "
+                "agreement " + ", ".join(f"{s} {c}/{t}" for s, (c, t) in agreement.items()) + "): no member votes"
+            )
+    else:
+        weights = dict.fromkeys(specs, 1.0)
+    load_seconds = time.perf_counter() - start
+    info = {
+        "weighting": weighting,
+        "calibration": calibration,
+        "n_calibration_pairs": None if pairs is None else len(pairs),
+        "members": [
+            {
+                "name": spec,
+                "judge": spec,
+                "kind": members[spec][0],
+                "identity": judge_identity(spec),
+                "score_cache": None if caches[spec] is None else str(caches[spec]),
+                "n_agree": agreement[spec][0] if spec in agreement else None,
+                "n_calibration": agreement[spec][1] if spec in agreement else None,
+                "weight": weights[spec],
+            }
+            for spec in sorted(specs)
+        ],
+        "zero_weight": sorted(s for s, w in weights.items() if w == 0),
+    }
+    if bpa:
+        from emoreward.ranking.active import RewardModelPairs, rank_with_bpa
+        from emoreward.ranking.committee import CommitteePairs
+        from emoreward.ranking.judging import JudgePairs
+
+        answers = {}
+        for spec, (kind, judge) in members.items():
+            if kind == "reward-model":
+                answers[spec] = RewardModelPairs(
+                    judge,
+                    table,
+                    ScoreCache(caches[spec]),
+                    tie_threshold=args.tie_threshold,
+                    batch_size=args.batch_size,
+                )
+            else:
+                answers[spec] = JudgePairs(judge, table, swap=not args.no_swap, runs=args.runs, combine=args.combine)
+        answer = CommitteePairs(answers, weights)
+        with _media_errors_located(table):
+            report = rank_with_bpa(answer, table, **_bpa_settings(args, table))
+        report.meta["committee"] = {**info, "verdicts": answer.counts}
+        report.warnings += zero_weight_warnings(weights)
+    else:
+        fit = {
+            "tie_model": args.tie_model,
+            "n_boot": args.n_boot,
+            "alpha": args.alpha,
+            "seed": args.seed,
+            "progress": _progress(args),
+            "length_control": not args.no_length_control,
+        }
+        runs = {}
+        for spec, (kind, judge) in members.items():
+            if kind == "reward-model":
+                with _media_errors_located(table):
+                    runs[spec] = reward_model_member(
+                        judge,
+                        table,
+                        ScoreCache(caches[spec]),
+                        tie_threshold=args.tie_threshold,
+                        batch_size=args.batch_size,
+                    )
+            else:
+                runs[spec] = judge_member(judge, table, swap=not args.no_swap, runs=args.runs, combine=args.combine)
+        report = rank_with_committee(runs, weights, table, info, **fit)
+    title = f"emoreward rank{' --method bpa' if bpa else ''} (committee of {len(specs)})"
+    _finish(args, report, table, None, start, load_seconds, title, files, plots=not bpa)
     return EXIT_OK
 
 
-def _load_judge(args: argparse.Namespace, saved: bool = False) -> tuple[str, object]:
+def _load_judge(args: argparse.Namespace, saved: bool = False, spec: str | None = None) -> tuple[str, object]:
     """``--judge`` through :func:`emoreward.judges.load_judge`: ``("reward-model", RewardModel)`` (scored once per
     description, through the score cache) or ``("judge", Judge)`` (a zero-shot judge running ``--strategy``, its
     call cache under ``<cache dir>/judges`` so that a killed ranking resumes; a failed call stops the ranking,
     after caching the finished calls, instead of silently dropping a comparison). With ``saved``, a text reward
     model comes as its folder (`emoreward.models.saved.SavedRewardModel`), its weights loaded only when a
-    description misses the score cache."""
+    description misses the score cache. ``spec``: a committee member (default ``args.judge``)."""
     from emoreward.judges import judge_kind, load_judge
     from emoreward.ranking.score_cache import default_cache_dir
 
-    if judge_kind(args.judge) == "reward-model":
+    spec = args.judge if spec is None else spec
+    if judge_kind(spec) == "reward-model":
         from emoreward.models.base import load_settings
 
         if getattr(args, "vllm_url", None):
-            return "reward-model", load_judge(args.judge, vllm_url=args.vllm_url).model
-        if saved and load_settings(args.judge).kind == "text":
+            return "reward-model", load_judge(spec, vllm_url=args.vllm_url).model
+        if saved and load_settings(spec).kind == "text":
             from emoreward.models.saved import SavedRewardModel
 
-            return "reward-model", SavedRewardModel(args.judge)
-        return "reward-model", load_judge(args.judge, media_root=args.media_root).model
+            return "reward-model", SavedRewardModel(spec)
+        return "reward-model", load_judge(spec, media_root=args.media_root).model
     return "judge", load_judge(
-        args.judge,
+        spec,
         strategy=args.strategy,
         # --no-cache keeps nothing for a generative judge too: its calls stay in memory, none is read from disk
         cache_dir=None if getattr(args, "no_cache", False) else Path(args.cache_dir or default_cache_dir()) / "judges",
@@ -447,7 +676,7 @@ def _finish(
     dataset table, then push it (the one step that can fail for reasons outside this machine)."""
     total = time.perf_counter() - start
     report.meta.update(
-        judge=str(args.judge),
+        judge=str(args.judge) if not isinstance(args.judge, list) else sorted(map(str, args.judge)),
         data=str(table.source),
         score_cache=None if cache_file is None else str(cache_file),
         seconds={"load": load_seconds, "total": total},

@@ -95,6 +95,10 @@ class RewardModelPairs:
         verdict = verdict_from_difference(self.cache.get(keys[0]) - self.cache.get(keys[1]), self.tie_threshold)
         return [PairwiseRecord(model_a, model_b, verdict, self.name, sample)]
 
+    def verdicts(self, sample: str, model_a: str, model_b: str) -> dict[None, Any]:
+        """The query's one verdict, whatever the order (slot ``None``): a committee member's vote."""
+        return {None: self(sample, model_a, model_b)[0].outcome}
+
     def cost(self) -> dict[str, Any]:
         return {
             "judge": "reward-model",

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from emoreward.data.tables import DescriptionTable
@@ -24,13 +24,16 @@ ORDER_COMBINE: tuple[str, ...] = ("each", "consensus")
 @dataclass
 class JudgeRun:
     """Records from a generative judge, with what it cost: ``n_calls`` judge calls made, ``n_reused`` verdicts
-    answered without one (the judge's call cache, or a greedy run repeating an identical one)."""
+    answered without one (the judge's call cache, or a greedy run repeating an identical one). ``verdicts`` holds
+    every verdict asked, INVALID included, by ``(sample, model_1, model_2)`` and slot (``"normal/0"``,
+    ``"swapped/0"``, ..., or ``"consensus/0"``): what a committee member votes (`emoreward.ranking.committee`)."""
 
     records: list[PairwiseRecord]
     n_calls: int
     n_invalid: int
     n_pairs: int
     n_reused: int = 0
+    verdicts: dict[tuple[str, str, str], dict[str, Verdict]] = field(default_factory=dict)
 
 
 def judge_records(
@@ -68,24 +71,29 @@ def judge_records(
     before = (stats.made, stats.cached + stats.reused) if stats is not None else None
     result = run_judge(judge, pairs, swap=swap, runs=runs)
     records: list[PairwiseRecord] = []
+    keyed: dict[tuple[str, str, str], dict[str, Verdict]] = {}
     n_invalid = 0
     for r in range(runs):
         orders = [result.normal[r]] + ([result.swapped[r]] if swap else [])
         n_invalid += sum(j.verdict == Verdict.INVALID for js in orders for j in js)
         for k, pair in enumerate(pairs):
             verdicts = [js[k].verdict for js in orders]
+            slots = keyed.setdefault((pair.sample_id, pair.model_1, pair.model_2), {})
             if combine == "each":
+                slots.update((f"{o}/{r}", v) for o, v in zip(("normal", "swapped"), verdicts))
                 chosen = [v for v in verdicts if v != Verdict.INVALID]
             elif Verdict.INVALID in verdicts:
+                slots[f"consensus/{r}"] = Verdict.INVALID
                 chosen = []
             else:
                 chosen = [verdicts[0] if verdicts[0] == verdicts[1] else Verdict.TIE]
+                slots[f"consensus/{r}"] = chosen[0]
             records.extend(PairwiseRecord(pair.model_1, pair.model_2, v, judge.name, pair.sample_id) for v in chosen)
     asked = len(pairs) * runs * (2 if swap else 1)
     if before is None:  # a judge without call statistics makes one call per verdict asked
-        return JudgeRun(records, asked, n_invalid, len(pairs))
+        return JudgeRun(records, asked, n_invalid, len(pairs), verdicts=keyed)
     made, reused = stats.made - before[0], stats.cached + stats.reused - before[1]
-    return JudgeRun(records, made, n_invalid, len(pairs), reused)
+    return JudgeRun(records, made, n_invalid, len(pairs), reused, keyed)
 
 
 class JudgePairs:
@@ -110,6 +118,13 @@ class JudgePairs:
         self.n_queries = self.n_calls = self.n_invalid = self.n_reused = 0
 
     def __call__(self, sample: str, model_a: str, model_b: str) -> list[PairwiseRecord]:
+        return self._run(sample, model_a, model_b).records
+
+    def verdicts(self, sample: str, model_a: str, model_b: str) -> dict[str, Verdict]:
+        """The query's verdicts by slot, INVALID included (`JudgeRun.verdicts`): a committee member's vote."""
+        return self._run(sample, model_a, model_b).verdicts.get((sample, model_a, model_b), {})
+
+    def _run(self, sample: str, model_a: str, model_b: str) -> JudgeRun:
         one = DescriptionTable(
             [model_a, model_b],
             [sample],
@@ -122,7 +137,7 @@ class JudgePairs:
         self.n_calls += got.n_calls
         self.n_reused += got.n_reused
         self.n_invalid += got.n_invalid
-        return got.records
+        return got
 
     def cost(self) -> dict[str, Any]:
         return {

@@ -157,7 +157,7 @@ def fit_ranking(
     return RankingFits(counts, binarized, ties, paper_fit, controlled)
 
 
-def _with_features(table: DescriptionTable, fit_kwargs: dict[str, Any]) -> dict[str, Any]:
+def with_features(table: DescriptionTable, fit_kwargs: dict[str, Any]) -> dict[str, Any]:
     """``fit_kwargs`` with the table's description covariates, unless ``length_control=False`` was passed."""
     fit_kwargs = dict(fit_kwargs)
     if fit_kwargs.pop("length_control", True) and "features" not in fit_kwargs:
@@ -227,7 +227,7 @@ def rank_with_reward_model(
     scores = score_table(model, table, cache, batch_size=batch_size)
     records = records_from_scores(scores, threshold)
     start = time.perf_counter()
-    fit_kwargs = _with_features(table, fit_kwargs)
+    fit_kwargs = with_features(table, fit_kwargs)
     fits = fit_ranking(records, table.models, **fit_kwargs)
     effects = fit_reward_effects(
         scores,
@@ -323,7 +323,7 @@ def rank_with_judge(
         records = [r for r in records if r.item_a in models and r.item_b in models]
     else:
         records, models = run(None), list(table.models)
-    fits = fit_ranking(records, models, **_with_features(table, fit_kwargs))
+    fits = fit_ranking(records, models, **with_features(table, fit_kwargs))
     cost = {"judge": judge.name, **calls, "n_records": len(collected)}
     lengths = {m: v for m, v in table.lengths().items() if m in models}
     meta = {

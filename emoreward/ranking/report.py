@@ -260,6 +260,8 @@ class RankingReport:
                 comparison_markdown(self.ties, c, digits, open_ends=edges_of_ties.open_ends).rstrip("\n"),
             ]
         lines += ["", _cost_line(self.cost)]
+        if "committee" in self.meta:
+            lines += ["", committee_markdown(self.meta["committee"])]
         if self.hierarchical is not None:
             h = self.hierarchical
             lines.append(
@@ -440,6 +442,8 @@ def ranking_warnings(report: RankingReport) -> list[str]:
 
 
 def _cost_line(cost: dict[str, Any]) -> str:
+    if cost["judge"] == "committee":
+        return _committee_cost_line(cost, _cost_line)
     if cost["judge"] == "reward-model":
         return (
             f"Judge calls: {cost['n_scorings']} reward-model scorings ({cost['n_scored']} distinct texts scored, "
@@ -566,6 +570,8 @@ class BPARankingReport:
             f"Judge reliability (Crowd-BT eta): {rel}; tie margin delta {self.fit.delta:.2f}.",
             _bpa_cost_line(self.cost),
         ]
+        if "committee" in self.meta:
+            lines += ["", committee_markdown(self.meta["committee"])]
         if self.warnings:
             lines += ["", f"Warnings ({len(self.warnings)}):", ""]
             lines += [f"- {w}" for w in self.warnings]
@@ -580,7 +586,46 @@ def bpa_warnings(records: list[PairwiseRecord], tie_threshold: float | None) -> 
     return [warning] if warning else []
 
 
+def _committee_cost_line(cost: dict[str, Any], member_line) -> str:
+    """A committee's verdict counts, then each member's own cost line."""
+    lines = [
+        f"Committee of {cost['n_members']} judges: {cost.get('n_verdicts', 0)} committee verdicts ("
+        f"{cost.get('first', 0)} first, {cost.get('second', 0)} second, {cost.get('tie', 0)} tie; "
+        f"{cost.get('n_unanimous', 0)} unanimous), {cost.get('n_no_verdict', 0)} without a voting member."
+    ]
+    lines += [f"- {name}: {member_line(member)}" for name, member in cost["members"].items()]
+    return "\n".join(lines)
+
+
+def committee_markdown(committee: dict[str, Any]) -> str:
+    """The committee's members with their calibration agreement and weight (E3mo-Score)."""
+    source = committee.get("calibration")
+    how = (
+        f"weights from agreement with the human labels of {source} ({committee.get('n_calibration_pairs')} pairs, "
+        f"{committee['weighting']} weighting)"
+        if source
+        else "equal weights (no calibration)"
+    )
+    lines = [
+        f"Committee (E3mo-Score, weighted vote; {how}):",
+        "",
+        "| member | kind | agreement | weight | votes | agree with committee |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    per = committee.get("verdicts", {}).get("members", {})
+    for m in committee["members"]:
+        agree = f"{m['n_agree']}/{m['n_calibration']}" if m.get("n_calibration") else "-"
+        votes = per.get(m["name"], {})
+        lines.append(
+            f"| {markdown_cell(m['name'])} | {m['kind']} | {agree} | {m['weight']:.3f} | {votes.get('n_votes', 0)} "
+            f"| {votes.get('n_agree', 0)} |"
+        )
+    return "\n".join(lines)
+
+
 def _bpa_cost_line(cost: dict[str, Any]) -> str:
+    if cost["judge"] == "committee":
+        return f"Judge queries: {cost['n_queries']} pairs. " + _committee_cost_line(cost, _bpa_cost_line)
     if cost["judge"] == "reward-model":
         return (
             f"Judge queries: {cost['n_queries']} pair verdicts from {cost['n_scored']} reward-model scorings "

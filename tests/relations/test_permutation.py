@@ -1,5 +1,6 @@
 """Permutation: shuffled rows, models and samples give the same numbers. Applied to `rank` (both methods, with the
-options that change the fit), `evaluate` and `judge` on shuffled pair files, `train`'s cross-validation on a
+options that change the fit; a committee's members in any order, its calibration pairs shuffled), `evaluate` and
+`judge` on shuffled pair files, `train`'s cross-validation on a
 shuffled training file, and the `score` route on shuffled descriptions.
 
 Owners: `emoreward.data.tables.DescriptionTable` (samples and models in canonical order), `emoreward.data.pairs`
@@ -22,7 +23,16 @@ from _inputs import (
 
 
 COVERS = {
-    "rank": ("*", "--data", "--method", "--samples", "--hierarchical", "--tie-model"),
+    "rank": (
+        "*",
+        "--data",
+        "--method",
+        "--samples",
+        "--hierarchical",
+        "--tie-model",
+        "--judge",
+        "--committee-calibration",
+    ),
     "evaluate": ("*", "--data"),
     "judge": ("*", "--data"),
     "train": ("*", "--train_file"),
@@ -56,6 +66,25 @@ def test_rank_is_invariant_to_row_order(variant, judge, rm_dir, length_judge_yam
     a = rank_report(capsys, spec, rows, tmp_path / "a", RANK_VARIANTS[variant])
     b = rank_report(capsys, spec, shuffled(rows, seed=3), tmp_path / "b", RANK_VARIANTS[variant])
     assert_same_numbers(a, b)
+
+
+@pytest.mark.parametrize("method", ["full", "bpa"])
+def test_rank_committee_is_invariant_to_member_order(method, rm_dir, length_judge_yaml, tmp_path, capsys):
+    """A committee (`--judge` given more than once, E3mo-Score): its members in another order, its rows and its
+    calibration pairs shuffled, give the same numbers (members are read in the order of their names)."""
+    rows, pairs = table_rows(n_samples=6), pair_rows(12)
+    reports = []
+    for folder, judges, order in (("a", (rm_dir, length_judge_yaml), 0), ("b", (length_judge_yaml, rm_dir), 1)):
+        (tmp_path / folder).mkdir()
+        calibration = write_jsonl(tmp_path / folder / "pairs.jsonl", shuffled(pairs, seed=7) if order else pairs)
+        extra = [arg for judge in judges for arg in ("--judge", judge)][2:]
+        extra += ["--committee-calibration", calibration]
+        if method == "bpa":
+            extra += ["--method", "bpa", "--budget", "20"]
+        table_rows_in = shuffled(rows, seed=3) if order else rows
+        reports.append(rank_report(capsys, judges[0], table_rows_in, tmp_path / folder, extra))
+    assert_same_numbers(*reports, ignore=(r"committee/calibration$",))  # where the calibration file is
+    assert reports[0]["committee"]["members"][0]["weight"] > 0
 
 
 def pairs_report(capsys, command, judge, rows, folder) -> dict:

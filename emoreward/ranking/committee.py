@@ -1,0 +1,332 @@
+"""A committee of judges ranking as one annotator (E3mo-Score, E3mo-Bench supp. D.5).
+
+Each member judges the table exactly as it would alone (a reward model through the score cache, a generative judge
+through the harness); the committee's verdict per (model pair, sample, order) is the reliability-weighted vote of the
+members' verdicts (`emoreward.ranking.bpa.committee.weighted_vote`), with each member's weight from its agreement
+with human labels on calibration pairs (`weights_from_agreement`). The committee's verdicts go through the same fits
+as one judge's, or into BPA as the annotator (`CommitteePairs`). See docs/ranking.md ("Committee of judges").
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from emoreward.data.tables import DescriptionTable
+from emoreward.data.verdicts import Verdict
+from emoreward.ranking.bpa.committee import weighted_vote, weights_from_agreement
+from emoreward.ranking.bpa.config import CommitteeConfig
+from emoreward.ranking.records import PairwiseRecord
+from emoreward.ranking.report import RankingReport, ranking_warnings
+
+
+if TYPE_CHECKING:
+    from emoreward.data import PreferencePair
+    from emoreward.evaluation.judge import Judge
+    from emoreward.models.base import RewardModel
+    from emoreward.ranking.score_cache import ScoreCache
+
+PairKey = tuple[str, str, str]
+"""``(sample, model_a, model_b)``, the models in table order."""
+MemberVerdicts = Mapping[PairKey, Mapping[Any, Verdict]]
+"""A member's verdicts: pair -> slot (``"normal/0"``, ``"swapped/0"``, ...; ``None`` for a member that answers once
+whatever the order, a reward model) -> verdict, INVALID included (an INVALID verdict abstains)."""
+
+
+@dataclass
+class MemberRun:
+    """One member's verdicts on the table (`MemberVerdicts`) and what they cost (the keys of a single judge's)."""
+
+    verdicts: dict[PairKey, dict[Any, Verdict]]
+    cost: dict[str, Any]
+
+
+@dataclass
+class CommitteeVotes:
+    """The committee's verdicts: one record per (pair, slot) where some member with a positive weight voted.
+
+    Attributes:
+        records (`list[PairwiseRecord]`): annotator ``name``.
+        counts (`dict`): ``n_verdicts``, ``first`` / ``second`` / ``tie``, ``n_no_verdict`` (no member with a
+            positive weight gave a valid verdict), ``n_unanimous`` (every member voted, all alike), and per member
+            ``n_votes`` and ``n_agree`` (votes equal to the committee's verdict).
+    """
+
+    records: list[PairwiseRecord]
+    counts: dict[str, Any] = field(default_factory=dict)
+
+
+def member_agreement(
+    judge: Judge, pairs: Sequence[PreferencePair], *, swap: bool = True, runs: int = 1
+) -> tuple[int, int]:
+    """A member's agreement with the human labels on calibration pairs, through the one harness
+    (`emoreward.evaluation.harness.run_judge`, normal and swapped order, ``runs`` runs).
+
+    Returns:
+        `tuple[int, int]`: verdicts equal to the label, verdicts asked (pairs x orders x runs; an INVALID verdict
+        counts as asked and not equal).
+
+    Raises:
+        ValueError: a pair without a label.
+    """
+    from emoreward.evaluation.harness import run_judge
+
+    unlabelled = [p.sample_id for p in pairs if p.label is None]
+    if unlabelled:
+        raise ValueError(f"calibration pairs without a label: {unlabelled[:5]}")
+    result = run_judge(judge, pairs, swap=swap, runs=runs)
+    truth = [Verdict.from_label(p.label) for p in result.pairs]
+    correct = total = 0
+    for judgements in [*result.normal, *result.swapped]:
+        correct += sum(j.verdict == t for j, t in zip(judgements, truth))
+        total += len(judgements)
+    return correct, total
+
+
+def committee_weights(
+    n_correct: Mapping[str, int], n_total: Mapping[str, int], weighting: str = "log_odds"
+) -> dict[str, float]:
+    """Member weights from calibration agreement: `weights_from_agreement` with ``CommitteeConfig(weighting)``
+    (log-odds of the Laplace-smoothed accuracy by default, 0 at or below chance; E3mo-Score, supp. D.5)."""
+    return weights_from_agreement(n_correct, n_total, CommitteeConfig(weighting=weighting))
+
+
+def committee_votes(
+    members: Mapping[str, MemberVerdicts], weights: Mapping[str, float], name: str = "committee"
+) -> CommitteeVotes:
+    """The weighted vote of the members' verdicts, per pair and slot.
+
+    Members are read in the order of their names, so the records do not depend on the order they were given in.
+    A pair's slots are those of its members (a reward model's single verdict votes in every slot of the others);
+    a member abstains on an INVALID verdict or a pair it did not judge. The vote is `weighted_vote` (equal largest
+    totals of different outcomes: a tie).
+
+    Args:
+        members (`Mapping[str, MemberVerdicts]`): member name -> its verdicts.
+        weights (`Mapping[str, float]`): member name -> non-negative weight.
+        name (`str`): annotator of the committee's records.
+
+    Returns:
+        `CommitteeVotes`.
+
+    Raises:
+        ValueError: a member without a weight, a negative weight, or every weight zero.
+    """
+    order = sorted(members)
+    missing = [m for m in order if m not in weights]
+    if missing:
+        raise ValueError(f"committee members without a weight: {missing}")
+    if any(weights[m] < 0 for m in order):
+        raise ValueError(f"committee weights must be >= 0, got {dict(weights)}")
+    if not any(weights[m] > 0 for m in order):
+        raise ValueError("every committee member has weight 0: no member votes")
+    keys: dict[PairKey, None] = {}
+    for m in order:
+        keys.update(dict.fromkeys(members[m]))
+    records: list[PairwiseRecord] = []
+    counts: dict[str, Any] = {"n_verdicts": 0, "first": 0, "second": 0, "tie": 0, "n_no_verdict": 0, "n_unanimous": 0}
+    per_member = {m: {"n_votes": 0, "n_agree": 0} for m in order}
+    for key in keys:
+        slots: dict[Any, None] = {}
+        for m in order:
+            slots.update((s, None) for s in members[m].get(key, {}) if s is not None)
+        for slot in slots or [None]:
+            votes = {}
+            for m in order:
+                answers = members[m].get(key)
+                vote = None if answers is None else answers.get(slot, answers.get(None))
+                if vote is not None and vote != Verdict.INVALID:
+                    votes[m] = vote
+            if sum(weights[m] for m in votes) <= 0:
+                counts["n_no_verdict"] += 1
+                continue
+            verdict = weighted_vote(votes, weights)
+            records.append(PairwiseRecord(key[1], key[2], verdict, name, key[0]))
+            counts["n_verdicts"] += 1
+            counts[verdict.name.lower()] += 1
+            counts["n_unanimous"] += len(votes) == len(order) and len(set(votes.values())) == 1
+            for m, vote in votes.items():
+                per_member[m]["n_votes"] += 1
+                per_member[m]["n_agree"] += vote == verdict
+    counts["members"] = per_member
+    return CommitteeVotes(records, counts)
+
+
+def reward_model_member(
+    model: RewardModel,
+    table: DescriptionTable,
+    cache: ScoreCache | None = None,
+    tie_threshold: float | None = None,
+    batch_size: int = 32,
+) -> MemberRun:
+    """A reward model's verdicts on the table, as `rank_with_reward_model` makes them (M x N scorings through the
+    score cache, the verdict of each score difference), one per pair (slot ``None``)."""
+    from emoreward.models.precision_rule import precision_record
+    from emoreward.ranking.scoring import records_from_scores, score_table
+
+    threshold = model.settings.tie_threshold if tie_threshold is None else tie_threshold
+    scores = score_table(model, table, cache, batch_size=batch_size)
+    records = records_from_scores(scores, threshold)
+    cost = {
+        "judge": "reward-model",
+        "tie_threshold": threshold,
+        "n_scorings": int(np.isfinite(scores.scores).sum()),
+        "n_scored": scores.n_scored,
+        "n_cached": scores.n_cached,
+        "n_truncated": scores.n_truncated,
+        "scoring_seconds": scores.seconds,
+        "n_pair_verdicts": len(records),
+        "generative_pair_calls": len(records),
+        "precision": precision_record(model),
+    }
+    return MemberRun({(r.sample, r.item_a, r.item_b): {None: r.outcome} for r in records}, cost)
+
+
+def judge_member(
+    judge: Judge, table: DescriptionTable, swap: bool = True, runs: int = 1, combine: str = "each"
+) -> MemberRun:
+    """A generative judge's verdicts on the table, as `rank_with_judge` asks them (`judge_records`: every pair,
+    both orders, ``runs`` runs), by slot."""
+    from emoreward.ranking.judging import judge_records
+
+    got = judge_records(judge, table, None, swap=swap, runs=runs, combine=combine)  # type: ignore[arg-type]
+    cost = {
+        "judge": judge.name,
+        "n_judge_calls": got.n_calls,
+        "n_reused": got.n_reused,
+        "n_invalid": got.n_invalid,
+        "n_pairs": got.n_pairs,
+        "n_records": len(got.records),
+    }
+    return MemberRun({k: dict(v) for k, v in got.verdicts.items()}, cost)
+
+
+def rank_with_committee(
+    members: Mapping[str, MemberRun],
+    weights: Mapping[str, float],
+    table: DescriptionTable,
+    committee: Mapping[str, Any] | None = None,
+    **fit_kwargs: Any,
+) -> RankingReport:
+    """Rank the table's models with the committee's verdicts: the fits of one judge (`fit_ranking`: W, Bradley-Terry
+    binarized and with ties, length control, bootstrap intervals over samples) on `committee_votes`.
+
+    Args:
+        members (`Mapping[str, MemberRun]`): member name -> its verdicts and cost.
+        weights (`Mapping[str, float]`): member weights (`committee_weights`, or 1 each).
+        table (`DescriptionTable`): the descriptions.
+        committee (`Mapping`, *optional*): what the report records about the committee (members, calibration);
+            the vote counts are added to it as ``verdicts``.
+        **fit_kwargs: as for `rank_with_judge`.
+
+    Returns:
+        `RankingReport` with ``meta["committee"]`` and ``cost["judge"] == "committee"``; a member with weight 0 is
+        named in the warnings.
+    """
+    from emoreward.ranking.rank import fit_ranking, with_features
+
+    start = time.perf_counter()
+    votes = committee_votes({m: run.verdicts for m, run in members.items()}, weights)
+    fits = fit_ranking(votes.records, table.models, **with_features(table, fit_kwargs))
+    counts = {k: v for k, v in votes.counts.items() if k != "members"}
+    cost = {
+        "judge": "committee",
+        "n_members": len(members),
+        **counts,
+        "members": {m: members[m].cost for m in sorted(members)},
+        "fit_seconds": time.perf_counter() - start,
+    }
+    info = dict(committee or {})
+    info["verdicts"] = votes.counts
+    meta = {
+        "tie_model": fits.ties.estimate.model,
+        "n_samples": table.n_samples,
+        "n_models": table.n_models,
+        "committee": info,
+    }
+    report = RankingReport(
+        list(table.models),
+        fits.counts,
+        fits.binarized,
+        fits.ties,
+        table.lengths(),
+        cost,
+        None,
+        None,
+        meta,
+        paper=fits.paper,
+        controlled=fits.controlled,
+    )
+    report.warnings = ranking_warnings(report) + zero_weight_warnings(weights)
+    return report
+
+
+def zero_weight_warnings(weights: Mapping[str, float]) -> list[str]:
+    """One warning per member with weight 0: it is in the committee but never changes a verdict."""
+    return [
+        f"committee member {m} has weight 0 (calibration agreement at or below chance): its verdicts do not count"
+        for m in sorted(weights)
+        if weights[m] == 0
+    ]
+
+
+class CommitteePairs:
+    """Answer BPA pair queries with a committee: every member answers the query (``member.verdicts(sample, a, b)``,
+    e.g. `RewardModelPairs` or `JudgePairs`), the committee's records are `committee_votes` of their verdicts.
+
+    Attributes:
+        n_queries (`int`); counts (`dict`): the vote counts of `CommitteeVotes`, summed over queries.
+    """
+
+    name = "committee"
+    tie_threshold = None
+
+    def __init__(self, members: Mapping[str, Any], weights: Mapping[str, float]):
+        self.members, self.weights = dict(members), dict(weights)
+        if not any(self.weights.get(m, 0) > 0 for m in self.members):
+            raise ValueError("every committee member has weight 0: no member votes")
+        self.n_queries = 0
+        self.counts: dict[str, Any] = {}
+
+    def __call__(self, sample: str, model_a: str, model_b: str) -> list[PairwiseRecord]:
+        key = (sample, model_a, model_b)
+        answers = {m: {key: self.members[m].verdicts(sample, model_a, model_b)} for m in sorted(self.members)}
+        votes = committee_votes(answers, self.weights, self.name)
+        self.n_queries += 1
+        for k, v in votes.counts.items():
+            if k == "members":
+                per = self.counts.setdefault("members", {m: {"n_votes": 0, "n_agree": 0} for m in self.members})
+                for m, c in v.items():
+                    per[m]["n_votes"] += c["n_votes"]
+                    per[m]["n_agree"] += c["n_agree"]
+            else:
+                self.counts[k] = self.counts.get(k, 0) + v
+        return votes.records
+
+    def cost(self) -> dict[str, Any]:
+        counts = {k: v for k, v in self.counts.items() if k != "members"}
+        return {
+            "judge": "committee",
+            "n_members": len(self.members),
+            "n_queries": self.n_queries,
+            **counts,
+            "members": {m: self.members[m].cost() for m in sorted(self.members)},
+        }
+
+
+__all__ = [
+    "CommitteePairs",
+    "CommitteeVotes",
+    "MemberRun",
+    "committee_votes",
+    "committee_weights",
+    "judge_member",
+    "member_agreement",
+    "rank_with_committee",
+    "reward_model_member",
+    "zero_weight_warnings",
+]
