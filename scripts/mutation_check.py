@@ -68,8 +68,8 @@ MUTATIONS = (
     Mutation(
         "accounting",
         "emoreward/ranking/judging.py",
-        "    return JudgeRun(records, made, n_invalid, len(pairs), reused)",
-        "    return JudgeRun(records, asked, n_invalid, len(pairs), reused)",
+        "    return JudgeRun(records, made, n_invalid, len(pairs), reused, keyed)",
+        "    return JudgeRun(records, asked, n_invalid, len(pairs), reused, keyed)",
         "tests/relations/test_accounting.py",
         "judge calls counted as pairs x orders x runs, not as made",
     ),
