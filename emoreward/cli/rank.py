@@ -426,14 +426,13 @@ def committee_specs(args: argparse.Namespace) -> list[str] | None:
 
 
 def judge_identity(spec: str) -> str:
-    """What a judge is, for telling two committee members apart: a model directory or judge YAML by its resolved
-    path, a registered judge by its name (`emoreward.judges.judge_kind`)."""
-    from emoreward.judges import judge_kind
+    """What a judge is, for telling two committee members apart: a model directory or judge file by its content
+    (`emoreward.utils.cache_key.source_fingerprint`: a copy under another path is the same judge), a registered
+    judge by its name."""
+    from emoreward.utils.cache_key import source_fingerprint
 
-    path = Path(spec).expanduser()
-    if judge_kind(spec) == "reward-model" or path.exists():
-        return str(path.resolve())
-    return spec
+    fingerprint = source_fingerprint(spec)
+    return f"content {fingerprint}" if fingerprint else spec
 
 
 def _calibration_pairs(path: str) -> list:

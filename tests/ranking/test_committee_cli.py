@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -224,20 +225,22 @@ def test_bpa_takes_the_committee_as_its_annotator(files, tmp_path, capsys):
 # ------------------------------------------------------------------------------------------------------ (e) refusals
 @pytest.mark.parametrize(
     "case",
-    ["one-member-calibration", "one-member-weighting", "same-judge", "same-judge-other-spelling", "weighting-alone",
-     "unlabelled", "all-zero", "hierarchical"],
+    ["one-member-calibration", "one-member-weighting", "same-judge", "same-judge-other-spelling", "same-judge-copied",
+     "weighting-alone", "unlabelled", "all-zero", "hierarchical"],
 )  # fmt: skip
 def test_committee_refusals(case, files, tmp_path, capsys):
     unlabelled = tmp_path / "unlabelled.jsonl"
     rows = [{k: v for k, v in r.items() if k != "label"} for r in length_pairs(3, [True] * 3)]
     write_jsonl(unlabelled, rows)
     rm, other = str(files["rm"]), str(files["rm"]) + "/../model"
+    copied = shutil.copytree(files["rm"], tmp_path / "copy" / "model")  # the same content under another path
     argv, option = {
         "one-member-calibration": (["--judge", rm, "--committee-calibration", files["calibration"]],
                                    "--committee-calibration"),
         "one-member-weighting": (["--judge", rm, "--committee-weighting", "log_odds"], "--committee-weighting"),
         "same-judge": (["--judge", rm, "--judge", files["len"], "--judge", rm], "--judge"),
         "same-judge-other-spelling": (["--judge", rm, "--judge", other], "--judge"),
+        "same-judge-copied": (["--judge", rm, "--judge", copied], "--judge"),
         "weighting-alone": (["--judge", rm, "--judge", files["len"], "--committee-weighting", "accuracy"],
                             "--committee-weighting"),
         "unlabelled": (["--judge", rm, "--judge", files["len"], "--committee-calibration", unlabelled],
