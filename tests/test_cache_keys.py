@@ -163,3 +163,27 @@ def test_judge_call_hash_matrix(tiny_bert_dir, tmp_path):
     inside[2, 30, 30, 1] = 7  # numpy's repr of both arrays is the same
     assert repr(frames) == repr(inside) and media_array_digest(frames) != media_array_digest(inside)
     assert MediaInput(frames=frames).frames is frames
+
+
+def test_a_folder_edited_anywhere_in_place_has_new_content(tmp_path):
+    """An edit in the middle of a large weight file, same size, name and modification time (restored), is a change
+    for the folder's fingerprint and for the fingerprint of a model kept loaded for that path (verl's local scorer,
+    the OpenRLHF reward file's server)."""
+    import os
+
+    from emoreward.utils.cache_key import current_fingerprint, source_fingerprint
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    weights = folder / "adapter_model.safetensors"
+    weights.write_bytes(bytes(range(256)) * (12 << 12))  # 12 MiB
+    before, kept = content_fingerprint(folder), current_fingerprint(folder)
+    assert before == kept == source_fingerprint(folder)
+    stat = weights.stat()
+    with weights.open("r+b") as fh:
+        fh.seek(6 << 20)
+        fh.write(b"\xff\xfe")
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the modification time set back
+    assert weights.stat().st_size == stat.st_size and weights.stat().st_mtime_ns == stat.st_mtime_ns
+    assert content_fingerprint(folder) != before
+    assert current_fingerprint(folder) == content_fingerprint(folder)

@@ -16,17 +16,16 @@ if TYPE_CHECKING:
     from emoreward.models.base import RewardContext, RewardModel
 
 
-def model_fingerprint(directory: str | Path, chunk: int = 1 << 20) -> str:
+def model_fingerprint(directory: str | Path) -> str:
     """A content fingerprint of a saved model directory, for the score cache's file name
-    (`emoreward.utils.cache_key.content_fingerprint`: every file's name and size, small files whole, large ones by
-    their first and last ``chunk`` bytes).
+    (`emoreward.utils.cache_key.content_fingerprint`: every file's name, size and whole content).
 
     Raises:
         FileNotFoundError: if ``directory`` is not a directory.
     """
     from emoreward.utils.cache_key import content_fingerprint
 
-    return content_fingerprint(directory, chunk)
+    return content_fingerprint(directory)
 
 
 class ScoreCache:

@@ -79,11 +79,13 @@ def cache_key(
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-def content_fingerprint(directory: str | Path, chunk: int = 1 << 20) -> str:
+def content_fingerprint(directory: str | Path) -> str:
     """A content fingerprint of a folder (a saved model), 16 hex characters.
 
-    Hashes every file's relative name and size, small files (< 2 chunks) whole and large ones by their first and
-    last `chunk` bytes, so a retrained or re-exported model gets a new fingerprint without reading 7B weights.
+    Hashes every file's relative name, size and whole content (sha256 at about 1.4 GB/s on one core: a 7B model's
+    15 GB take about 11 s, a LoRA adapter milliseconds), so a change anywhere in any file, the middle of a large
+    weight file included, gives a new fingerprint. `current_fingerprint` hashes a folder again only when a file's
+    size or times changed.
 
     Raises:
         FileNotFoundError: `directory` is not a directory.
@@ -93,21 +95,16 @@ def content_fingerprint(directory: str | Path, chunk: int = 1 << 20) -> str:
         raise FileNotFoundError(f"{directory} is not a directory")
     h = hashlib.sha256()
     for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        _hash_file(h, path, path.relative_to(directory).as_posix(), chunk)
+        _hash_file(h, path, path.relative_to(directory).as_posix())
     return h.hexdigest()[:16]
 
 
-def _hash_file(h, path: Path, name: str, chunk: int) -> None:
-    """Add a file's name, size and content (whole when < 2 chunks, else its first and last `chunk` bytes) to `h`."""
-    size = path.stat().st_size
-    h.update(f"{name}\0{size}\0".encode())
+def _hash_file(h, path: Path, name: str) -> None:
+    """Add a file's name, size and the sha256 of its whole content to `h`."""
     with path.open("rb") as fh:
-        if size <= 2 * chunk:
-            h.update(fh.read())
-        else:
-            h.update(fh.read(chunk))
-            fh.seek(size - chunk)
-            h.update(fh.read(chunk))
+        digest = hashlib.file_digest(fh, "sha256").digest()
+    h.update(f"{name}\0{path.stat().st_size}\0".encode())
+    h.update(digest)
 
 
 def source_fingerprint(name_or_path: str | Path | None) -> str | None:
@@ -129,22 +126,26 @@ _CURRENT: dict[str, tuple[tuple, str | None]] = {}
 
 def current_fingerprint(name_or_path: str | Path | None) -> str | None:
     """`source_fingerprint` for keys of objects kept in memory for a path (a loaded model reused across calls): the
-    content is hashed again only when a file's size or modification time changed since the last call (one `stat`
-    per file per call), so a model retrained in place under the same path gets a new key on the next call."""
+    content is hashed again only when a file's inode, size, modification or inode-change time changed since the last
+    call (one `stat` per file per call), so a model retrained or edited in place under the same path gets a new key
+    on the next call."""
     if name_or_path is None:
         return None
     path = Path(name_or_path).expanduser()
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path] if path.is_file() else []
-    stamp = tuple((p.as_posix(), st.st_size, st.st_mtime_ns) for p in files for st in [p.stat()])
+    # the inode change time moves with every write, even one whose modification time was set back (touch -d)
+    stamp = tuple(
+        (p.as_posix(), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) for p in files for st in [p.stat()]
+    )
     cached = _CURRENT.get(str(path))
     if cached is None or cached[0] != stamp:
         cached = _CURRENT[str(path)] = (stamp, source_fingerprint(path))
     return cached[1]
 
 
-def _file_fingerprint(path: Path, chunk: int = 1 << 20) -> str:
+def _file_fingerprint(path: Path) -> str:
     h = hashlib.sha256()
-    _hash_file(h, path, path.name, chunk)
+    _hash_file(h, path, path.name)
     return h.hexdigest()[:16]
 
 

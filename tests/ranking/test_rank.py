@@ -200,13 +200,19 @@ def test_scores_are_cached_on_disk(tmp_path):
     assert with_sub.n_scored == 1 and with_sub.scores[0, 0] == pytest.approx(first.scores[at] + 1.0)
 
 
-def test_model_fingerprint_changes_with_the_weights(tmp_path):
+def test_model_fingerprint_changes_with_the_weights_anywhere(tmp_path):
     (tmp_path / "m").mkdir()
-    (tmp_path / "m" / "w.bin").write_bytes(b"\0" * 5000)
-    before = model_fingerprint(tmp_path / "m", chunk=1024)
-    assert model_fingerprint(tmp_path / "m", chunk=1024) == before
-    (tmp_path / "m" / "w.bin").write_bytes(b"\0" * 4999 + b"\1")
-    assert model_fingerprint(tmp_path / "m", chunk=1024) != before
+    weights = tmp_path / "m" / "w.bin"
+    weights.write_bytes(b"\0" * (5 << 20))  # over 2 MiB: an edit in its middle, same size and name, is a change
+    before = model_fingerprint(tmp_path / "m")
+    assert model_fingerprint(tmp_path / "m") == before
+    for at in (0, (5 << 20) // 2, (5 << 20) - 1):
+        with weights.open("r+b") as fh:
+            fh.seek(at)
+            fh.write(b"\1")
+        changed = model_fingerprint(tmp_path / "m")
+        assert changed != before
+        before = changed
 
 
 # -------------------------------------------------------------------------------------------------- ranking
