@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from emoreward.data import PreferencePair
+from emoreward.data.text import identity_text
 from emoreward.data.verdicts import Judgement
 from emoreward.evaluation import metrics
 from emoreward.evaluation.judge import Judge, RewardModelJudge
@@ -162,9 +163,10 @@ def evaluate_judgements(result: JudgementSet, *, tie_policy: metrics.TiePolicy =
 
 
 def identical_descriptions(pairs: Sequence[PreferencePair]) -> list[str]:
-    """Sample ids of the pairs whose two descriptions are the same text (after stripping whitespace): a reward
-    model gives them a zero difference, so they are always judged ties."""
-    return [p.sample_id for p in pairs if p.description_1.strip() == p.description_2.strip()]
+    """Sample ids of the pairs whose two descriptions are one text in its identity form
+    (`emoreward.data.text.identity_text`: Unicode form, line endings, outer whitespace): a reward model gives them
+    a zero difference, so they are always judged ties."""
+    return [p.sample_id for p in pairs if identity_text(p.description_1) == identity_text(p.description_2)]
 
 
 def evaluate_model(

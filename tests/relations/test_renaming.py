@@ -201,3 +201,16 @@ def test_openrlhf_routes_are_the_same_for_both_unicode_forms(bpe_rm_dir, monkeyp
         {k: v.tolist() for k, v in y["extra_logs"].items()},
         ignore=MONITOR_COUNTS,
     )
+
+
+def test_identical_descriptions_are_counted_in_their_identity_form():
+    """`evaluate`'s count of pairs whose two descriptions are one text (always ties) reads every form of one text:
+    the other Unicode form, CRLF line endings and outer spaces (`identity_text`)."""
+    from emoreward.data import PreferencePair
+    from emoreward.evaluation.harness import identical_descriptions
+
+    text = "Elle est ravie.\nUn sourire, café à la main."
+    forms = {"same": text, "nfd": nfd(text), "crlf": text.replace("\n", "\r\n"), "padded": f"  {text}\n"}
+    pairs = [PreferencePair(name, text, other, "tie") for name, other in forms.items()]
+    pairs.append(PreferencePair("different", text, text + " Puis triste.", "1"))
+    assert identical_descriptions(pairs) == ["same", "nfd", "crlf", "padded"]
