@@ -146,3 +146,26 @@ def test_a_long_file_name_and_a_huge_integer_name_their_field(servers):
     assert status == 400 and reply["error"].startswith("'labels[0].video' has a file or folder name of 304 bytes")
     status, reply = post(server, "/v1/rewards", b'{"descriptions": [%s]}' % (b"9" * 5000))
     assert status == 400 and reply["error"] == "'descriptions[0]' must be a string"
+
+
+@pytest.mark.parametrize(
+    "head, status",
+    [(b"POST /v1/rewards HTTP/3.0\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", 505),
+     (b"POST /v1/rewards HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501)],
+    ids=["http-3", "gzip-transfer-coding"],
+)  # fmt: skip
+def test_what_the_client_chose_is_a_bad_request_not_a_failure(tmp_path, head, status):
+    """A 5xx that answers the client's own choice (an HTTP version, a transfer coding) counts as a bad request:
+    `failures` counts the server's failures only (`RewardService.record_error`)."""
+    import socket
+
+    service = RewardService(Words())
+    with RewardServer(service, port=0) as server:
+        with socket.create_connection((server.host, server.port), timeout=30) as sock:
+            sock.sendall(head)
+            assert sock.recv(4096).split(b" ", 2)[1] == str(status).encode()
+        conn = http.client.HTTPConnection(server.host, server.port, timeout=30)
+        conn.request("GET", "/health")
+        health = json.loads(conn.getresponse().read())
+        conn.close()
+    assert health["stats"]["failures"] == 0 and health["stats"]["bad_requests"] == 1, health

@@ -37,6 +37,8 @@ logger = logging.getLogger(__name__)
 OPENRLHF_LABELS = ("ignore", "subtitle", "clip")
 # bytes of one file or folder name at most (NAME_MAX of Linux, macOS and Windows file systems)
 MAX_NAME_BYTES = 255
+# 5xx statuses that answer what the client chose (a transfer coding, an HTTP version): counted as bad requests
+CLIENT_CHOSE = frozenset({HTTPStatus.NOT_IMPLEMENTED, HTTPStatus.HTTP_VERSION_NOT_SUPPORTED})
 
 
 @dataclass
@@ -160,10 +162,11 @@ class RewardService:
                 setattr(self.stats, key, getattr(self.stats, key) + value)
 
     def record_error(self, err: RequestError) -> None:
-        """Count a request answered with ``err`` (503: busy, 5xx: failure, other: bad request)."""
+        """Count a request answered with ``err`` (503: busy; 501 and 505, a transfer coding or HTTP version the
+        client chose: bad request; any other 5xx: failure; the rest: bad request)."""
         if err.status == HTTPStatus.SERVICE_UNAVAILABLE:
             self.count(busy=1)
-        elif err.status >= 500:
+        elif err.status >= 500 and err.status not in CLIENT_CHOSE:
             self.count(failures=1)
         else:
             self.count(bad_requests=1)
