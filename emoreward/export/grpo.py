@@ -13,6 +13,7 @@ the rule every route uses, and returns one float reward per completion. See docs
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -64,7 +65,7 @@ class EmotionReward:
         on_unused_media (`"warn"`, `"error"` or `"ignore"`): a text-only model given video / audio paths warns once
             (default), raises ValueError, or says nothing.
         batch_size (`int`): sequences per forward pass.
-        scale (`float`): multiply rewards by this (e.g. to weigh this reward against others).
+        scale (`float`): multiply rewards by this (e.g. to weigh this reward against others); finite (ValueError).
         name (`str`): the name GRPOTrainer logs the reward under (``rewards/<name>/mean``).
         length_monitor (`LengthMonitor`, `bool` or `None`): the RL length-hacking monitor
             (`emoreward.export.length_monitor`); ``True`` (default) makes one with its defaults (window 20, threshold
@@ -89,6 +90,10 @@ class EmotionReward:
         length_monitor: LengthMonitor | bool | None = True,
         vllm_url: str | None = None,
     ):
+        if not math.isfinite(float(scale)):  # before the model is loaded
+            raise ValueError(
+                f"scale must be a finite number, got {scale!r}: a non-finite weight makes every reward NaN"
+            )
         if on_unused_media not in ("warn", "error", "ignore"):
             raise ValueError(f"on_unused_media must be 'warn', 'error' or 'ignore', got {on_unused_media!r}")
         if isinstance(model, (str, Path)):

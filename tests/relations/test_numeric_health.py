@@ -124,3 +124,12 @@ def test_train_stops_on_a_non_finite_loss(how, tiny_bert_dir, tmp_path, capsys):
     for state in out.rglob("trainer_state.json"):  # every step checkpoint kept to resume from is finite
         logged = [e["loss"] for e in json.loads(state.read_text())["log_history"] if "loss" in e]
         assert all(math.isfinite(v) for v in logged)
+
+
+@pytest.mark.parametrize("scale", [math.nan, math.inf, -math.inf])
+def test_grpo_refuses_a_non_finite_scale_before_loading(scale, tmp_path):
+    """A NaN or infinite reward weight would make every GRPO reward NaN: refused before the model is read."""
+    from emoreward.export.grpo import EmotionReward
+
+    with pytest.raises(ValueError, match="scale must be a finite number"):
+        EmotionReward(tmp_path / "no-model-here", scale=scale)
