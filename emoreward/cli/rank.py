@@ -220,6 +220,7 @@ def check_rank_options(args: argparse.Namespace) -> None:
 def _read_sample_ids(path: str, table) -> list[str]:
     """The sample ids of a ``--sample-ids`` file (one a line), each checked against the table."""
     from emoreward.data.tables import TableError, read_utf8
+    from emoreward.data.text import normal_name
 
     file = Path(path)
     if not file.is_file():
@@ -227,7 +228,7 @@ def _read_sample_ids(path: str, table) -> list[str]:
     known = set(table.samples)
     samples: list[str] = []
     for number, line in enumerate(read_utf8(file).split("\n"), start=1):
-        sample = line.strip()
+        sample = normal_name(line)  # as the table's sample ids are read
         if not sample:
             continue
         if sample not in known:
@@ -243,12 +244,13 @@ def _read_sample_ids(path: str, table) -> list[str]:
 
 def _load_table(args: argparse.Namespace):
     from emoreward.data.tables import TableError, bundled_ovmerd_path, load_description_table
+    from emoreward.data.text import normal_name
 
     path = bundled_ovmerd_path() if args.data == "ovmerd" else Path(args.data)
     table = load_description_table(path)
     models = None
     if args.models:
-        models = [m.strip() for m in args.models.split(",") if m.strip()]
+        models = [normal_name(m) for m in args.models.split(",") if m.strip()]  # as the table's names are read
         unknown = [m for m in models if m not in table.models]
         if unknown:
             raise TableError(

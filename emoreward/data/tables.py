@@ -24,7 +24,7 @@ import numpy as np
 
 from emoreward.data.context import MediaRef, reward_context
 from emoreward.data.readers import locate_undecodable
-from emoreward.data.text import NameNormaliser, description_length, normal_text
+from emoreward.data.text import NameNormaliser, description_length, normal_name, normal_text
 
 
 MEDIA_FIELDS: tuple[str, ...] = ("video", "audio", "subtitle")
@@ -179,8 +179,9 @@ class DescriptionTable:
         Raises:
             TableError: on an unknown sample or model, one selected twice, or an empty selection.
         """
-        samples = list(self.samples if samples is None else samples)
-        models = list(self.models if models is None else models)
+        # names as the table reads them (`normal_name`): a selection spelled as written in the file selects it
+        samples = list(self.samples if samples is None else map(normal_name, samples))
+        models = list(self.models if models is None else map(normal_name, models))
         for kind, wanted, known in (("samples", samples, self.samples), ("models", models, self.models)):
             unknown = sorted(set(wanted) - set(known))
             if unknown:

@@ -72,3 +72,27 @@ def test_judge_limit_equals_judging_the_first_rows(length_judge_yaml, tmp_path, 
                         "--output", out, "--no-progress", *extra])  # fmt: skip
         reports.append(read_json(out / "report.json"))
     assert_same_numbers(*reports, ignore=(r"markdown$", r"/calls/", r"/notes/"))
+
+
+def test_a_selection_spelled_as_written_in_the_file_selects_the_same(rm_dir, tmp_path, capsys):
+    """The table reads its names in their normal form (`normal_name`: NFC, one space); `--models` and the
+    `--sample-ids` file are read the same way, so a name copied from the file (a double space, an NFD accent)
+    selects what its normal form selects."""
+    import unicodedata
+
+    spelled = {"alpha": "Alpha  Zéro", "delta": "Delta One", "gamma": "Gamma Dé"}
+    rows = [{**r, "model": spelled.get(r["model"], r["model"])} for r in table_rows(n_samples=8)]
+    rows = [{**r, "sample": unicodedata.normalize("NFD", f"é{r['sample']}")} for r in rows]  # NFD in the file
+    ids = [unicodedata.normalize("NFD", f"é{s}") for s in SAMPLES]
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "a" / "ids.txt").write_text("\n".join(ids) + "\n", encoding="utf-8")
+    (tmp_path / "b" / "ids.txt").write_text(
+        "\n".join(unicodedata.normalize("NFC", s) for s in ids) + "\n", encoding="utf-8"
+    )
+    as_written = ",".join(spelled[m] for m in MODELS)
+    normal = ",".join(" ".join(unicodedata.normalize("NFC", spelled[m]).split()) for m in MODELS)
+    a = rank(capsys, rm_dir, rows, tmp_path / "a", ["--models", as_written, "--sample-ids", "{folder}/ids.txt"])
+    b = rank(capsys, rm_dir, rows, tmp_path / "b", ["--models", normal, "--sample-ids", "{folder}/ids.txt"])
+    assert_same_numbers(a, b)
+    assert len(a["models"]) == 3
