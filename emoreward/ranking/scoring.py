@@ -33,7 +33,8 @@ class ScoreMatrix:
         models (`list[str]`), samples (`list[str]`): row and column labels.
         scores (`np.ndarray` of shape `(M, N)`): reward of model m's description of sample n (NaN when missing).
         n_scored (`int`): descriptions the model scored in this run (forward passes, one per description).
-        n_cached (`int`): descriptions whose score came from the cache.
+        n_cached (`int`): distinct descriptions (with their context) whose score came from the cache: the unit of
+            ``n_scored``, so the two add up to the table's distinct descriptions.
         seconds (`float`): wall time of scoring (cache lookups included).
         n_truncated (`int`): of the descriptions scored now, those cut to fit the model's length limit.
         truncated (`np.ndarray` of shape `(M, N)` or `None`): 1.0 where model m's description of sample n was cut
@@ -90,13 +91,13 @@ def score_table(
     keys: dict[tuple[str, str], str] = {}
     todo: dict[str, tuple[str, RewardContext]] = {}
     contexts = {sample: table_context(table, sample) for sample in table.samples}
-    n_cached = 0
+    cached: set[str] = set()
     parts = model_key_parts(model)  # once per pass: the model does not change while it scores the table
     for (sample, name), text in table.descriptions.items():
         key = score_key(model, text, contexts[sample], parts)
         keys[sample, name] = key
         if cache.get(key) is not None:
-            n_cached += 1
+            cached.add(key)
         elif key not in todo:
             todo[key] = (text, contexts[sample])
     from emoreward.models.saved import SavedRewardModel
@@ -126,7 +127,7 @@ def score_table(
         list(table.samples),
         matrix,
         len(todo),
-        n_cached,
+        len(cached),
         time.perf_counter() - start,
         n_truncated,
         cut,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,7 @@ def cache_key(
 def content_fingerprint(directory: str | Path) -> str:
     """A content fingerprint of a folder (a saved model), 16 hex characters.
 
-    Hashes every file's relative name, size and whole content (sha256 at about 1.4 GB/s on one core: a 7B model's
+    Hashes every file's relative name, size and whole content (sha256, about 1.2-1.4 GB/s on one core here: a 7B model's
     15 GB take about 11 s, a LoRA adapter milliseconds), so a change anywhere in any file, the middle of a large
     weight file included, gives a new fingerprint. `current_fingerprint` hashes a folder again only when a file's
     size or times changed.
@@ -99,12 +100,12 @@ def content_fingerprint(directory: str | Path) -> str:
     return h.hexdigest()[:16]
 
 
-def _hash_file(h, path: Path, name: str) -> None:
-    """Add a file's name, size and the sha256 of its whole content to `h`."""
+def _hash_file(h, path: Path, name: str, block: int = 8 << 20) -> None:
+    """Add a file's name, size and whole content to `h` (read in blocks of `block` bytes)."""
     with path.open("rb") as fh:
-        digest = hashlib.file_digest(fh, "sha256").digest()
-    h.update(f"{name}\0{path.stat().st_size}\0".encode())
-    h.update(digest)
+        h.update(f"{name}\0{os.fstat(fh.fileno()).st_size}\0".encode())
+        while data := fh.read(block):
+            h.update(data)
 
 
 def source_fingerprint(name_or_path: str | Path | None) -> str | None:
