@@ -143,19 +143,23 @@ def fit_edges(ci: BootstrapCI, counts: PairwiseCounts) -> FitEdges:
     return FitEdges(separated, tie, int(ci.n_units))
 
 
+def separation_warning(separated: dict[str, str], prior_variance: float | None) -> str:
+    """THE sentence naming separated models (``separated``: `FitEdges.separated`), for every fit that has them (the
+    plain fits through `edge_warnings`, the length-controlled fit)."""
+    groups: dict[str, list[str]] = {}
+    for model, kind in separated.items():
+        groups.setdefault(kind, []).append(model)
+    prior = f"the prior (variance {prior_variance:g})" if prior_variance else "nothing (no prior)"
+    parts = [f"{kind}: {', '.join(groups[kind])}" for kind in ("never lost", "never won") if kind in groups]
+    return (
+        f"separation ({'; '.join(parts)} against the models they were compared with): the data put no bound on "
+        f"these scores on that side, only {prior} does; the open interval ends are null in the JSON."
+    )
+
+
 def edge_warnings(name: str, edges: FitEdges, prior_variance: float | None) -> list[str]:
     """One sentence per edge of the fit called ``name`` (see `FitEdges`)."""
-    out = []
-    if edges.separated:
-        groups: dict[str, list[str]] = {}
-        for model, kind in edges.separated.items():
-            groups.setdefault(kind, []).append(model)
-        prior = f"the prior (variance {prior_variance:g})" if prior_variance else "nothing (no prior)"
-        parts = [f"{kind}: {', '.join(groups[kind])}" for kind in ("never lost", "never won") if kind in groups]
-        out.append(
-            f"{name}: separation ({'; '.join(parts)} against the models they were compared with): the data put no "
-            f"bound on these scores on that side, only {prior} does; the open interval ends are null in the JSON."
-        )
+    out = [f"{name}: {separation_warning(edges.separated, prior_variance)}"] if edges.separated else []
     if edges.tie_parameter == "no ties":
         out.append(
             f"{name}: no ties in the data: the tie parameter sits at its lower bound (not an estimate; null in the "
@@ -214,4 +218,5 @@ __all__ = [
     "null_where_open",
     "reward_edges",
     "separated_groups",
+    "separation_warning",
 ]

@@ -33,7 +33,7 @@ from emoreward.ranking.bradley_terry import (
     single_blas_thread,
 )
 from emoreward.ranking.counts import PairwiseCounts, check_connected
-from emoreward.ranking.edges import format_interval, intervals_defined, separated_groups
+from emoreward.ranking.edges import format_interval, intervals_defined, separated_groups, separation_warning
 from emoreward.ranking.length_batched import (
     DIVERGED,
     Design,
@@ -43,7 +43,7 @@ from emoreward.ranking.length_batched import (
     fit_resamples,
 )
 from emoreward.ranking.records import PairwiseRecord
-from emoreward.utils.separation import separating_direction
+from emoreward.utils.separation import decided_rows, separating_direction
 
 
 ControlledModel = Literal["bradley-terry", "davidson"]
@@ -130,9 +130,13 @@ class ControlledFit:
         boot_scores (`np.ndarray` of shape `(n_boot, M)`), boot_coefficients (`(n_boot, K)`): every resample's
             fit, NaN where an item was not compared or the resample failed.
         prior_variance (`float` or `None`): the prior on ``b``.
-        separation (`dict` or `None`): where the covariates separate the verdicts (no finite maximum-likelihood
-            coefficient): ``{"covariates", "decided", "undecided"}``; the coefficients are then null and the model
-            effects come from the undecided verdicts (`separation_note`).
+        separation (`dict` or `None`): where the covariates, model identity or both together separate the
+            verdicts (maximum likelihood has no finite answer; `separating_direction` on the full design):
+            ``{"covariates", "models", "decided", "undecided"}``. ``covariates`` (the covariates in the separation;
+            their coefficients are null and the model effects come from the undecided verdicts, `separation_note`)
+            is empty when model identity alone separates: the fit is then the prior-bounded one, as the plain fits;
+            ``models`` (``{model: "never lost" | "never won"}``, `emoreward.ranking.edges.separated_groups`) are the
+            models whose interval end on that side is open (``-inf`` / ``+inf``, null in the JSON).
         ranking, ranks: as :class:`~emoreward.ranking.bradley_terry.BTResult` (shared ranks within
             ``SCORE_TOLERANCE``).
     """
@@ -240,6 +244,9 @@ class ControlledFit:
             if self.separation is not None and name in self.separation["covariates"]:
                 lines.append(f"| {markdown_cell(name)} | infinite (separation) | - | - | - | - |")
                 continue
+            if self.separation is not None and not math.isfinite(c):
+                lines.append(f"| {markdown_cell(name)} | not identified (separation) | - | - | - | - |")
+                continue
             if not math.isfinite(c):
                 lines.append(f"| {markdown_cell(name)} | - | - | - | - | - |")
                 continue
@@ -302,8 +309,11 @@ def fit_length_controlled(
 
     Edges (each a warning, with ``None`` where a number would mislead): a covariate without variation is dropped; a
     covariate collinear with model identity leaves the split between ``b`` and ``gamma`` to the prior, so neither
-    is reported; a covariate that separates the decisive verdicts (found by a linear program) has an infinite
-    maximum-likelihood coefficient (`separation_note`). Resamples whose Newton iterations diverge are counted and
+    is reported; a covariate that separates the decisive verdicts (found by a linear program), alone or together
+    with model identity, has an infinite maximum-likelihood coefficient (`separation_note`); where model identity
+    alone separates them (a model that never lost or never won, as in the plain fits), the scores are the
+    prior-bounded ones with the open interval ends of those models, and the coefficients are null when no verdict
+    left undecided has a covariate difference. Resamples whose Newton iterations diverge are counted and
     left out of the intervals, the percentile bootstrap over samples of
     :func:`emoreward.ranking.bootstrap.bootstrap_ci` (same draws for the same seed), fitted together by
     :func:`emoreward.ranking.length_batched.fit_resamples`.
@@ -358,19 +368,30 @@ def fit_length_controlled(
     n_failed = 0
     with single_blas_thread():  # small products: OpenBLAS threads only spin
         full = _full_fit(design, [c for c, k in zip(covariates, kept) if k], precision, davidson, notes)
-        separation = None
-        if full.undecided is not None:  # the covariates separate the verdicts: the model effects on the rest
-            undecided_records = [r for r, u in zip((r for r, k in zip(records, in_design) if k), full.undecided) if u]
-            full, boot_s, open_ends = _separated_fit(
+        separation, gamma_identified = None, True
+        in_records = [r for r, k in zip(records, in_design) if k]
+        if full.undecided is not None and not full.by_models:  # covariates separate: the model effects on the rest
+            undecided_records = [r for r, u in zip(in_records, full.undecided) if u]
+            full, boot_s, open_ends, groups = _separated_fit(
                 design, full.undecided, undecided_records, items, precision, davidson, n_boot, seed, batched
             )
-            separation = {
-                "covariates": [c for c, k in zip(covariates, kept) if k],
-                "decided": int((~full.undecided).sum()),
-                "undecided": int(full.undecided.sum()),
-            }
+            separation = {"covariates": [c for c, k in zip(covariates, kept) if k], "models": groups}
         elif full.identified and intervals_defined(design.n_units):  # one sample: no interval (edges)
             boot_s, boot_c[:, kept], n_failed = _bootstrap(design, full, precision, davidson, n_boot, seed, batched)
+        if full.by_models:  # model identity separates: the prior-bounded fit, open ends as the plain fits'
+            groups = separated_groups(PairwiseCounts.from_records(in_records, items), ties_bind=davidson)
+            open_ends = tuple(np.array([groups.get(i) == kind for i in items]) for kind in ("never won", "never lost"))
+            notes.append(separation_warning(groups, prior_variance))
+            # in the limit the decided verdicts leave the likelihood: the coefficients rest on the undecided rest
+            gamma_identified = bool(np.any(design.x[full.undecided, len(items) :] != 0))
+            if kept.any() and not gamma_identified:
+                notes.append(
+                    f"model identity decides {int((~full.undecided).sum())} of the {len(full.undecided)} verdicts, "
+                    "leaving none where the covariates differ: the coefficients are not identified (null)"
+                )
+            separation = {"covariates": [], "models": groups}
+        if separation is not None:
+            separation.update(decided=int((~full.undecided).sum()), undecided=int(full.undecided.sum()))
     if n_failed:
         notes.append(
             f"{n_failed} of {n_boot} resamples separated (their coefficients diverged): left out of the intervals"
@@ -379,7 +400,8 @@ def fit_length_controlled(
         notes.append("the full-data Newton iteration did not converge: treat the fit with care")
     scores = full.scores if full.identified else np.full(len(items), np.nan)
     coef, se, pval = (np.full(len(covariates), np.nan) for _ in range(3))
-    if full.identified and separation is None:  # separated: the coefficients are infinite (null, named)
+    if full.identified and not (separation and separation["covariates"]) and gamma_identified:
+        # covariates in the separation: their coefficients are infinite (null, named)
         coef[kept], se[kept] = full.coefficients, full.wald_se
         good = np.isfinite(boot_c[:, kept]).all(axis=1) if kept.any() else np.zeros(n_boot, dtype=bool)
         if good.sum() >= _MIN_BOOT_SE:
@@ -431,7 +453,7 @@ def _separated_fit(
     n_boot: int,
     seed: int | None,
     batched: bool,
-) -> tuple[_FullFit, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+) -> tuple[_FullFit, np.ndarray, tuple[np.ndarray, np.ndarray], dict[str, str]]:
     """The fit where the covariates separate the verdicts: its limit as the coefficients grow without bound along
     the separating direction. The verdicts that direction decides are then certain and leave the likelihood; the
     model effects are fitted on the ``undecided`` rest (ties and equal covariates) with their prior, and bootstrapped
@@ -439,7 +461,8 @@ def _separated_fit(
     winning; one absent from them in some resample; or no undecided verdict at all) is open.
 
     Returns:
-        ``(fit, boot_scores (n_boot, M), (open_lower (M,), open_upper (M,)))``.
+        ``(fit, boot_scores (n_boot, M), (open_lower (M,), open_upper (M,)), separated models among the undecided
+        verdicts (`separated_groups`))``.
     """
     m = design.m
     keep = undecided
@@ -475,7 +498,7 @@ def _separated_fit(
     unbounded = ~compared | np.isnan(boot_s).any(axis=0)
     lower = np.array([unbounded[k] or groups.get(i) == "never won" for k, i in enumerate(items)])
     upper = np.array([unbounded[k] or groups.get(i) == "never lost" for k, i in enumerate(items)])
-    return fit, boot_s, (lower, upper)
+    return fit, boot_s, (lower, upper), groups
 
 
 def _description_covariates(
@@ -519,26 +542,36 @@ class _FullFit:
     log_likelihood: float
     converged: bool
     identified: bool
-    undecided: np.ndarray | None = None  # separated: the records the separating direction leaves at 0
+    undecided: np.ndarray | None = None  # separated: the records the separating directions leave at 0
+    by_models: bool = False  # model identity alone separates (the fit stays the prior-bounded one)
 
 
-def separation_note(kept: Sequence[str], n_decided: int, n_undecided: int) -> str:
-    """THE warning of a length-controlled fit whose covariates separate the verdicts (JSON and Markdown)."""
+def separation_note(kept: Sequence[str], n_decided: int, n_undecided: int, with_models: bool = False) -> str:
+    """THE warning of a length-controlled fit whose covariates separate the verdicts, alone or ``with_models``
+    (together with model identity) (JSON and Markdown)."""
     rest = (
         f"the model effects are fitted on the {n_undecided} verdicts it leaves undecided"
         if n_undecided
         else "no verdict is left for the model effects: they are 0, bounded by the prior only"
     )
+    how = (
+        "together with model identity (no finite model effects and coefficients fit them)"
+        if with_models
+        else "every one where they differ (the longer/shorter description always wins)"
+    )
     return (
-        f"separation: covariates {list(kept)} decide {n_decided} of the {n_decided + n_undecided} verdicts, every one "
-        "where they differ (the longer/shorter description always wins), so maximum likelihood has no finite "
+        f"separation: covariates {list(kept)} decide {n_decided} of the {n_decided + n_undecided} verdicts, {how}, "
+        "so maximum likelihood has no finite "
         f"coefficient (reported as null: infinite along that direction); {rest}, and an interval end those verdicts "
         "do not bound is open (null in the JSON), as for separated models of the plain fits"
     )
 
 
 def _full_fit(design: Design, kept: list[str], precision: float, davidson: bool, notes: list[str]) -> _FullFit:
-    """Fit all records; collinear, separated and nearly separated covariates make it unidentified (noted)."""
+    """Fit all records; collinear and nearly separated covariates make it unidentified (noted). Separation is found
+    on the full design (`decided_rows`: model indicators and covariates together): by the covariates alone or with
+    model identity, the verdicts they decide are marked (``undecided``; the limit, `_separated_fit`); by model
+    identity alone, ``by_models`` (the prior-bounded fit, as the plain fits')."""
     m, p = design.m, design.x.shape[1]
     identified = True
     if kept and _collinear(design.x, m):
@@ -554,9 +587,17 @@ def _full_fit(design: Design, kept: list[str], precision: float, davidson: bool,
             z = design.x[:, m:] @ direction
             undecided = np.abs(z) <= 1e-9 * max(1.0, float(np.abs(z).max()))
             notes.append(separation_note(kept, int((~undecided).sum()), int(undecided.sum())))
+    by_models = False
+    if identified and undecided is None:
+        decided = decided_rows(design.x, design.outcome)
+        if decided is not None:
+            undecided = ~decided
+            by_models = not kept or np.array_equal(decided, decided_rows(design.x[:, :m], design.outcome))
+            if not by_models:
+                notes.append(separation_note(kept, int(decided.sum()), int(undecided.sum()), with_models=True))
     theta, ok, hess = damped_newton(design, np.ones((1, design.x.shape[0])), precision, davidson)
     est = theta[0]
-    if undecided is None and identified and kept and (not ok[0] or np.max(np.abs(est[m:p])) > DIVERGED):
+    if (undecided is None or by_models) and identified and kept and (not ok[0] or np.max(np.abs(est[m:p])) > DIVERGED):
         notes.append(
             f"covariates {kept} nearly separate the verdicts (fitted coefficient beyond {DIVERGED:g} logits per RMS "
             "difference, or no convergence): the estimate rests on the few verdicts length does not decide; scores, "
@@ -574,6 +615,7 @@ def _full_fit(design: Design, kept: list[str], precision: float, davidson: bool,
         converged=bool(ok[0]),
         identified=identified,
         undecided=undecided,
+        by_models=by_models,
     )
 
 

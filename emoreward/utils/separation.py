@@ -51,6 +51,35 @@ def separating_direction(x: np.ndarray, outcome: np.ndarray) -> np.ndarray | Non
     return None
 
 
+def decided_rows(x: np.ndarray, outcome: np.ndarray) -> np.ndarray | None:
+    """Every row some separating direction decides (``x_r . g != 0``), or None when the outcomes are not separated.
+
+    One `separating_direction` may leave rows at 0 that another decides; the directions add up (a large multiple of
+    the first plus the next still orders every row), so `separating_direction` is applied again to the rows left
+    undecided until none is separated. The rows left are those the limit of the maximum-likelihood fit still weighs.
+
+    Args:
+        x, outcome: as `separating_direction`.
+
+    Returns:
+        `np.ndarray` of shape `(N,)`, bool, or `None`.
+    """
+    x = np.asarray(x, dtype=float).reshape(len(outcome), -1)
+    outcome = np.asarray(outcome)
+    decided = np.zeros(len(outcome), dtype=bool)
+    while not decided.all():
+        rest = np.flatnonzero(~decided)
+        direction = separating_direction(x[rest], outcome[rest])
+        if direction is None:
+            break
+        z = x[rest] @ direction
+        newly = np.abs(z) > 1e-9 * max(1.0, float(np.abs(z).max()))
+        if not newly.any():
+            break
+        decided[rest[newly]] = True
+    return decided if decided.any() else None
+
+
 def separated(x: np.ndarray, outcome: np.ndarray) -> bool:
     """Whether the outcomes are separated along some direction of ``x`` (`separating_direction`)."""
     return separating_direction(x, outcome) is not None
@@ -101,4 +130,4 @@ def firth_logistic(x: np.ndarray, y: np.ndarray, max_iter: int = 200) -> tuple[n
     return beta, se, loglik
 
 
-__all__ = ["firth_logistic", "separated", "separating_direction"]
+__all__ = ["decided_rows", "firth_logistic", "separated", "separating_direction"]

@@ -13,9 +13,17 @@ from __future__ import annotations
 
 import math
 import random
+import warnings
 
+import numpy as np
 import pytest
 from _inputs import read_json, run_ok, write_jsonl
+
+from emoreward.ranking.bradley_terry import fit_bradley_terry_ties
+from emoreward.ranking.counts import PairwiseCounts
+from emoreward.ranking.edges import separated_groups
+from emoreward.ranking.length_control import comparison_markdown, fit_length_controlled
+from emoreward.ranking.records import PairwiseRecord
 
 
 COVERS = {"rank": ("*",), "evaluate": ("*",), "judge": ("*",)}
@@ -85,3 +93,78 @@ def test_length_controlled_logit_is_finite_and_flagged_when_length_separates(
         run_ok(capsys, ["judge", "--judge", length_judge_yaml, "--data", data, "--output", out, "--no-progress"])
         lcp = read_json(out / "report.json")["strategies"]["S1"]["evaluation"]["judge"]["length_controlled"]
     assert_finite_or_named(lcp, ("coef_judge", "coef_length", "intercept", "se_length"), "separation")
+
+
+def _verdicts(n_samples: int, verdict, seed: int = 0):
+    """Records and per-description lengths of models Verbose, Mid, Terse on ``n_samples`` samples, every pair once
+    per sample; ``verdict(a, b, len_a, len_b, sample)`` gives the outcome (lengths drawn at random: not ordered by
+    model)."""
+    r = random.Random(seed)
+    features, records = {}, []
+    for s in range(n_samples):
+        length = {m: r.randint(10, 60) for m in ("Verbose", "Mid", "Terse")}
+        features.update({(f"s{s}", m): np.array([math.log1p(v)]) for m, v in length.items()})
+        for a, b in (("Verbose", "Mid"), ("Mid", "Terse"), ("Terse", "Verbose")):
+            records.append(PairwiseRecord(a, b, verdict(a, b, length[a], length[b], s), sample=f"s{s}"))
+    return records, features
+
+
+def _fit(records, features):
+    with warnings.catch_warnings():  # the notes are checked in the fit's warnings
+        warnings.simplefilter("ignore", UserWarning)
+        return fit_length_controlled(records, features, ["log_length"], n_boot=50, seed=0)
+
+
+def test_model_separation_opens_the_length_controlled_ends_of_the_models_the_plain_fit_names():
+    """Verbose always wins, Terse always loses, lengths at random: model identity separates the verdicts, the
+    covariate does not. The length-controlled fit flags the same models as the plain fits (open ends, warning)."""
+    order = {"Verbose": 0, "Mid": 1, "Terse": 2}
+    records, features = _verdicts(12, lambda a, b, la, lb, s: "1" if order[a] < order[b] else "2")
+    plain = separated_groups(PairwiseCounts.from_records(records, sorted(order)), ties_bind=True)
+    assert plain == {"Verbose": "never lost", "Terse": "never won"}
+    fit = _fit(records, features)
+    out = fit.to_dict()
+    assert out["separation"]["models"] == plain and out["separation"]["covariates"] == []
+    assert_finite_or_named(out, ("scores",), "separation")
+    lower = dict(zip(out["items"], out["ci_lower"]))
+    upper = dict(zip(out["items"], out["ci_upper"]))
+    assert [m for m, v in lower.items() if v is None] == ["Terse"]
+    assert [m for m, v in upper.items() if v is None] == ["Verbose"]
+    assert out["covariates"]["log_length"]["coefficient"] is None  # every verdict decided: nothing left for it
+    assert any("never lost: Verbose; never won: Terse" in w for w in out["warnings"])
+    assert fit.ranking == ["Verbose", "Mid", "Terse"]
+    table = comparison_markdown(fit_bradley_terry_ties(PairwiseCounts.from_records(records, sorted(order))), fit)
+    row = {line.split("|")[2].strip(): line for line in table.splitlines() if line.count("|") > 5}
+    assert "+inf]" in row["Verbose"] and "[-inf" in row["Terse"]
+
+
+def test_covariate_with_model_identity_separating_nulls_the_coefficient():
+    """Verbose beats everyone whatever the lengths; between Mid and Terse the longer wins: neither model identity
+    nor length alone orders every verdict, both together do: the coefficient is infinite (null, named)."""
+    records, features = _verdicts(
+        12,
+        lambda a, b, la, lb, s: ("1" if a == "Verbose" else "2") if "Verbose" in (a, b) else ("1" if la > lb else "2"),
+    )
+    out = _fit(records, features).to_dict()
+    assert out["separation"]["covariates"] == ["log_length"]
+    assert out["covariates"]["log_length"]["coefficient"] is None
+    assert any("together with model identity" in w for w in out["warnings"])
+    assert_finite_or_named(out, ("scores",), "separation")
+
+
+def test_no_separation_leaves_the_length_controlled_fit_unchanged():
+    """Mixed verdicts, no separation: the same numbers as before the full-design check (commit 958fcda)."""
+    r = random.Random(1)
+    records, features = _verdicts(12, lambda a, b, la, lb, s: r.choice(["1", "1", "2", "tie"]), seed=0)
+    out = _fit(records, features).to_dict()
+    assert out["separation"] is None and out["warnings"] == []
+    before = {  # computed on 958fcda
+        "scores": [-0.247505004725241, -0.013759039019131317, 0.26126404374437234],
+        "ci_lower": [-0.7145556705911418, -0.9459496136008723, -0.22431369525263012],
+        "ci_upper": [0.27777133303604223, 0.6213252101655514, 0.8119437913581826],
+    }
+    for key, values in before.items():
+        assert out[key] == pytest.approx(values, abs=1e-9), key
+    cov = out["covariates"]["log_length"]
+    assert (cov["coefficient"], cov["std_error"]) == pytest.approx((0.118812125044065, 0.3636134685288913), abs=1e-9)
+    assert out["tie_parameter"] == pytest.approx(1.151482398691379, abs=1e-9)
