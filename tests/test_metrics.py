@@ -147,3 +147,15 @@ def test_tie_threshold_predicts_no_more_ties_than_the_gold_labels():
         labels[int(np.argsort(np.abs(diffs))[i * 10])] = "tie"
     t = metrics.calibrate_tie_threshold(diffs, labels)
     assert int(np.sum(np.abs(diffs) < t)) <= 4
+
+
+def test_length_controlled_preference_does_not_depend_on_row_order():
+    """The same pairs and signal in another row order give exactly the same fit (the rows are sorted by value)."""
+    import numpy as np
+
+    pairs = load_pairs("emoprefer")
+    signal = np.random.default_rng(0).normal(size=len(pairs))
+    order = np.random.default_rng(1).permutation(len(pairs))
+    first = metrics.length_controlled_preference(pairs, signal)
+    shuffled = metrics.length_controlled_preference([pairs[i] for i in order], signal[order])
+    assert first == shuffled

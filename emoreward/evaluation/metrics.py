@@ -363,6 +363,8 @@ def length_controlled_preference(
         ],
         dtype=float,
     )
+    order = np.lexsort((dl, s, y))  # the rows in an order of their values: the fit never sees the file's row order
+    y, s, dl = y[order], s[order], dl[order]
     if s.std() == 0 or dl.std() == 0 or len(set(y)) < 2:
         return None
     x = np.column_stack([(s - s.mean()) / s.std(), (dl - dl.mean()) / dl.std()])
