@@ -9,7 +9,8 @@ Usage:
 Stages (`main`): the matmul peak in float32 and bfloat16; the judge loaded from
 `configs/judges/smollm2-135m-text.yaml`; one job per mode (`before`: request order, left padding; `after`:
 length-sorted batches with each batch's shared prompt prefix run once) with `generate` seconds, pairs/s, prefill vs
-decode, prompt tokens and the FLOP rate (`flops_per_token`, real tokens only); a cached rerun that loads no model.
+decode, prompt tokens and the FLOP rate (`flops_per_token`, real tokens only). Cached rerun: the last job again,
+every call a cache hit, no model loaded.
 Run it on a quiet machine. Details: docs/speed.md ("The benchmark scripts"); figures: docs/judges.md.
 """
 

@@ -105,7 +105,8 @@ def test_rank_cli_writes_report_and_reuses_cache(tmp_path, model_dir, capsys):
     assert report["mean_reward"]["alpha"] == pytest.approx(mean_alpha, abs=1e-6)
 
     assert run_rank(parser().parse_args(argv)) == 0
-    assert "(0 distinct texts scored, 48 from cache" in capsys.readouterr().out
+    distinct = len({(r["description"], r.get("subtitle")) for r in desc})  # both counts are distinct texts
+    assert f"(0 distinct texts scored, {distinct} from cache" in capsys.readouterr().out
     again = json.loads(out.read_text())
     assert again["bradley_terry_ties"]["scores"] == report["bradley_terry_ties"]["scores"]
 
