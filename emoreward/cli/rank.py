@@ -32,6 +32,7 @@ from emoreward.cli.options import (
     positive_float,
     positive_int,
     quiet_libraries,
+    resample_count,
     seed_int,
 )
 from emoreward.utils.io import OutputFiles
@@ -99,7 +100,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="skip the length-controlled fit (Davidson with the standardised log-length difference as a covariate, "
         "Chatbot Arena's style control) reported beside the plain ranking",
     )
-    f.add_argument("--n-boot", type=positive_int, default=1000, help="bootstrap resamples over samples (default 1000)")
+    f.add_argument(
+        "--n-boot",
+        type=resample_count,
+        default=1000,
+        help="bootstrap resamples over samples (default 1000; at most 100,000)",
+    )
     f.add_argument(
         "--alpha", type=open_unit_float, default=0.05, help="1 - interval coverage (default 0.05: 95%% intervals)"
     )
@@ -447,8 +453,10 @@ def _calibration_pairs(path: str) -> list:
 
     try:
         pairs = load_pairs(path, require_labels=False)
-    except (ValueError, OSError) as err:
-        raise type(err)(f"--committee-calibration {path}: {err}") from None
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"--committee-calibration {path}: {err}") from None
+    except (ValueError, OSError) as err:  # a DataError names its file, row and field
+        raise ValueError(f"--committee-calibration: {err}") from None
     unlabelled = [p.sample_id for p in pairs if p.label is None]
     if not pairs or unlabelled:
         raise ValueError(

@@ -145,8 +145,9 @@ def current_fingerprint(name_or_path: str | Path | None) -> str | None:
 
 
 def _file_fingerprint(path: Path) -> str:
+    """A file's content (its size and bytes, not its name: a copy or a link under another name is the same file)."""
     h = hashlib.sha256()
-    _hash_file(h, path, path.name)
+    _hash_file(h, path, "")
     return h.hexdigest()[:16]
 
 

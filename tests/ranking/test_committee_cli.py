@@ -226,14 +226,18 @@ def test_bpa_takes_the_committee_as_its_annotator(files, tmp_path, capsys):
 @pytest.mark.parametrize(
     "case",
     ["one-member-calibration", "one-member-weighting", "same-judge", "same-judge-other-spelling", "same-judge-copied",
-     "weighting-alone", "unlabelled", "all-zero", "hierarchical"],
+     "same-judge-file-renamed", "weighting-alone", "unlabelled", "bad-label", "all-zero", "hierarchical"],
 )  # fmt: skip
 def test_committee_refusals(case, files, tmp_path, capsys):
     unlabelled = tmp_path / "unlabelled.jsonl"
     rows = [{k: v for k, v in r.items() if k != "label"} for r in length_pairs(3, [True] * 3)]
     write_jsonl(unlabelled, rows)
+    bad_label = write_jsonl(
+        tmp_path / "bad-label.jsonl", [{**r, "label": "maybe"} for r in length_pairs(3, [True] * 3)]
+    )
     rm, other = str(files["rm"]), str(files["rm"]) + "/../model"
     copied = shutil.copytree(files["rm"], tmp_path / "copy" / "model")  # the same content under another path
+    renamed = shutil.copy(files["len"], tmp_path / "another-name.yaml")  # one judge file under another name
     argv, option = {
         "one-member-calibration": (["--judge", rm, "--committee-calibration", files["calibration"]],
                                    "--committee-calibration"),
@@ -241,10 +245,13 @@ def test_committee_refusals(case, files, tmp_path, capsys):
         "same-judge": (["--judge", rm, "--judge", files["len"], "--judge", rm], "--judge"),
         "same-judge-other-spelling": (["--judge", rm, "--judge", other], "--judge"),
         "same-judge-copied": (["--judge", rm, "--judge", copied], "--judge"),
+        "same-judge-file-renamed": (["--judge", files["len"], "--judge", renamed], "--judge"),
         "weighting-alone": (["--judge", rm, "--judge", files["len"], "--committee-weighting", "accuracy"],
                             "--committee-weighting"),
         "unlabelled": (["--judge", rm, "--judge", files["len"], "--committee-calibration", unlabelled],
                        "--committee-calibration"),
+        "bad-label": (["--judge", rm, "--judge", files["len"], "--committee-calibration", bad_label],
+                      "--committee-calibration"),
         "all-zero": (["--judge", files["len"], "--judge", files["len2"], "--committee-calibration", files["wrong"]],
                      "--committee-calibration"),
         "hierarchical": (["--judge", rm, "--judge", files["len"], "--hierarchical", "2"], "--hierarchical"),
