@@ -130,3 +130,16 @@ def test_the_python_reward_file_errors_name_the_sample(saved_model, monkeypatch)
     monkeypatch.setenv("EMOREWARD_RM_MODEL", str(saved_model))
     with pytest.raises(ValueError, match=r"query\[0\] does not start with prompts\[0\]"):
         fn(["something else"], [PROMPT], [None])
+
+
+def test_a_query_with_a_chat_prompt_and_no_prompts_is_refused_naming_prompts():
+    """Without 'prompts' a query is the response alone; one that holds a chat prompt (an older OpenRLHF, or a client
+    that sends only 'query') is a 400 naming 'prompts', never a reward of prompt + response."""
+    with RewardServer(RewardService(Words()), port=0) as srv:
+        status, data = post(srv, "/get_reward", {"query": [PROMPT + "She smiles.<|im_end|>"]})
+        assert status == 400 and "query[0] holds a chat prompt ('<|im_start|>')" in data["error"], data
+        assert "'prompts'" in data["error"]
+        status, data = post(srv, "/get_reward", {"query": [PROMPT + "She smiles.<|im_end|>"], "prompts": [PROMPT]})
+        assert status == 200 and data["rewards"] == [0.2]  # the response alone: two words
+        status, data = post(srv, "/get_reward", {"query": ["She smiles.<|im_end|>"]})  # the response alone
+        assert status == 200 and data["rewards"] == [0.2]

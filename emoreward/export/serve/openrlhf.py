@@ -42,6 +42,17 @@ def _compiled_marker_pattern(markers: tuple[str, ...], at: str) -> re.Pattern:
     return re.compile(rf"(?:{alternatives})(?:\s*(?:{alternatives}))*\s*$")
 
 
+# what opens a chat turn in the templates of common policies (ChatML, Llama 3, Gemma, Mistral, Phi): a query that
+# holds one holds a prompt, which only the request's 'prompts' can remove
+CHAT_TURN_OPENERS = ("<|im_start|>", "<|start_header_id|>", "<start_of_turn>", "[INST]", "<|user|>", "<|assistant|>")
+
+
+def chat_turn_opener(query: str) -> str | None:
+    """The first chat-turn opener (`CHAT_TURN_OPENERS`) in ``query``, or None: a query sent without its prompt must
+    be the response alone."""
+    return next((marker for marker in CHAT_TURN_OPENERS if marker in query), None)
+
+
 def description_from_query(
     query: str, prompt: str | None, pad_markers: list[str], end_markers: list[str]
 ) -> str | None:

@@ -27,7 +27,13 @@ from emoreward.data.media import unused_media
 from emoreward.export.length_monitor import StreamLengthMonitor, defined, per_sample
 from emoreward.export.serve.batching import Job
 from emoreward.export.serve.facts import ServedModelFacts, served_model_facts
-from emoreward.export.serve.openrlhf import LABEL_OBJECT_KEYS, clip_from_label, description_from_query, query_markers
+from emoreward.export.serve.openrlhf import (
+    LABEL_OBJECT_KEYS,
+    chat_turn_opener,
+    clip_from_label,
+    description_from_query,
+    query_markers,
+)
 from emoreward.export.serve.protocol import RequestError, ServerLimits
 from emoreward.models.base import ScoreInfo
 
@@ -400,6 +406,12 @@ class RewardService:
             prompts = [self._text(p, f"prompts[{k}]", cap=False) for k, p in enumerate(given)]
         descriptions = []
         for k, (query, prompt) in enumerate(zip(queries, prompts)):
+            if prompt is None and (opener := chat_turn_opener(query)) is not None:
+                raise RequestError(
+                    HTTPStatus.BAD_REQUEST,
+                    f"query[{k}] holds a chat prompt ({opener!r}) and the request has no 'prompts': send "
+                    "'prompts' (OpenRLHF's prompt text) so the response can be told apart from the prompt",
+                )
             description = description_from_query(query, prompt, self.pad_markers, self.end_markers)
             if description is None:
                 raise RequestError(
