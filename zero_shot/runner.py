@@ -163,11 +163,14 @@ def run_zero_shot(
         the report dict (also `report.json`); `markdown` holds the Table-2-style text.
 
     Raises:
-        ValueError: unknown strategy, runs < 1; `MissingReferenceError` for S2-S4 without media or references.
+        ValueError: unknown or repeated strategy, runs < 1; `MissingReferenceError` for S2-S4 without media or references.
     """
     unknown = [s for s in strategies if s not in STRATEGIES]
     if unknown:
         raise ValueError(f"unknown strategies {unknown}; available: {list(STRATEGIES)}")
+    repeated = sorted({s for s in strategies if list(strategies).count(s) > 1})
+    if repeated:  # a repeat would be a second row of the same numbers, its calls counted again as reused
+        raise ValueError(f"--strategy: {repeated} given more than once; give each strategy once")
     if runs < 1:
         raise ValueError(f"runs must be >= 1, got {runs}")
     pairs = list(pairs)

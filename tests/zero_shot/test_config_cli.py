@@ -241,3 +241,18 @@ def test_no_bundled_configuration_turns_on_remote_code():
     for recipe in [default_recipe_path(), *recipes]:
         assert "trust_remote_code: true" not in recipe.read_text().lower(), recipe
     assert load_config().trust_remote_code is False
+
+
+def test_a_strategy_given_twice_is_refused_before_any_call(tmp_path, capsys):
+    """`--strategy S1 S1` would give two rows of the same numbers and count the second's calls again: one line,
+    exit 2, no output folder."""
+    from emoreward.cli import main
+
+    judge = tmp_path / "scripted.yaml"
+    judge.write_text("name: scripted-judge\nmllm: {backend: scripted, model: m}\n")
+    out = tmp_path / "out"
+    argv = ["judge", "--judge", str(judge), "--strategy", "S1", "S1", "--data", "emoprefer", "--limit", "4"]
+    assert main([*argv, "--output", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--strategy: ['S1'] given more than once" in err[0], err
+    assert not (out / "report.json").exists()
