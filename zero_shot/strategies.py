@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from emoreward.data import PreferencePair
+from emoreward.data.text import normal_name
 from emoreward.data.verdicts import Judgement, Verdict
 from zero_shot.backends.base import Backend, ChatRequest, Generation, MediaInput, SamplingConfig, scrub_secrets
 from zero_shot.cache import CallCache, CallKey, call_input_hash, media_array_digest
@@ -127,6 +128,7 @@ def load_references(path: str | Path) -> dict[str, str]:
                 raise ValueError(f"{path}, line {number}, field {name!r}: expected text, got {type(value).__name__}")
             values[names[0]] = (name, str(value).strip())
         (id_field, sample), (_, description) = values["sample_id"], values["description"]
+        sample = normal_name(sample)  # as the pairs' sample ids are read
         if sample in out:
             raise ValueError(
                 f"{path}, line {number}, field {id_field!r}: duplicate sample id {sample!r} (first on line "

@@ -1,4 +1,5 @@
 import importlib
+import json
 import subprocess
 import sys
 
@@ -256,3 +257,16 @@ def test_a_strategy_given_twice_is_refused_before_any_call(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--strategy: ['S1'] given more than once" in err[0], err
     assert not (out / "report.json").exists()
+
+
+def test_reference_sample_ids_are_read_in_their_normal_form(tmp_path):
+    """A references file written in NFD, or with a double space, names the samples the pairs name (their ids are
+    read in the normal form, `normal_name`)."""
+    import unicodedata
+
+    from zero_shot.strategies import load_references
+
+    refs = tmp_path / "refs.jsonl"
+    nfd = unicodedata.normalize("NFD", "Zoë  clip 1")
+    refs.write_text(json.dumps({"sample_id": nfd, "description": "calm"}) + "\n", encoding="utf-8")
+    assert load_references(refs) == {"Zoë clip 1": "calm"}
