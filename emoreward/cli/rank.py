@@ -471,12 +471,12 @@ def run_committee(args: argparse.Namespace, specs: list[str]) -> int:
     the committee's verdict is the weighted vote of theirs, ranked by the full method or BPA. Weights: agreement
     with ``--committee-calibration`` through `weights_from_agreement`, or equal weights (with a warning)."""
     from emoreward.ranking.committee import (
+        committee_warnings,
         committee_weights,
         judge_member,
         member_agreement,
         rank_with_committee,
         reward_model_member,
-        zero_weight_warnings,
     )
     from emoreward.ranking.score_cache import ScoreCache, cache_path_for
 
@@ -503,10 +503,20 @@ def run_committee(args: argparse.Namespace, specs: list[str]) -> int:
             "equal weights (E3mo-Bench's ablation without confidence weights)\n"
         )
     agreement: dict[str, tuple[int, int]] = {}
+    in_sample: dict[str, int] = {}
     if pairs is not None:
         from emoreward.judges import load_judge
+        from emoreward.training.provenance import in_sample_pairs
 
         for spec, (kind, judge) in members.items():
+            if kind == "reward-model":  # the same check and words as `emoreward evaluate`'s
+                in_sample[spec] = in_sample_pairs(spec, pairs)[0]
+                if in_sample[spec]:
+                    sys.stderr.write(
+                        f"emoreward rank: warning: --judge {spec}: {in_sample[spec]} of {len(pairs)} pairs in "
+                        f"--committee-calibration {calibration} are pairs the model was trained on: its agreement "
+                        "there, and so its weight, is in-sample (inflated)\n"
+                    )
             if kind == "reward-model":  # the loaded model scores the table too
                 judge = load_judge(
                     spec, tie_threshold=args.tie_threshold, batch_size=args.batch_size, media_root=args.media_root
@@ -539,6 +549,7 @@ def run_committee(args: argparse.Namespace, specs: list[str]) -> int:
                 "score_cache": None if caches[spec] is None else str(caches[spec]),
                 "n_agree": agreement[spec][0] if spec in agreement else None,
                 "n_calibration": agreement[spec][1] if spec in agreement else None,
+                "n_in_sample_calibration": in_sample.get(spec),
                 "weight": weights[spec],
             }
             for spec in sorted(specs)
@@ -566,7 +577,7 @@ def run_committee(args: argparse.Namespace, specs: list[str]) -> int:
         with _media_errors_located(table):
             report = rank_with_bpa(answer, table, **_bpa_settings(args, table))
         report.meta["committee"] = {**info, "verdicts": answer.counts}
-        report.warnings += zero_weight_warnings(weights)
+        report.warnings += committee_warnings(weights, info)
     else:
         fit = {
             "tie_model": args.tie_model,

@@ -261,17 +261,25 @@ def rank_with_committee(
         paper=fits.paper,
         controlled=fits.controlled,
     )
-    report.warnings = ranking_warnings(report) + zero_weight_warnings(weights)
+    report.warnings = ranking_warnings(report) + committee_warnings(weights, info)
     return report
 
 
-def zero_weight_warnings(weights: Mapping[str, float]) -> list[str]:
-    """One warning per member with weight 0: it is in the committee but never changes a verdict."""
-    return [
+def committee_warnings(weights: Mapping[str, float], info: Mapping[str, Any]) -> list[str]:
+    """The committee's own warnings: a member with weight 0 (in the committee, never changing a verdict), and a
+    member calibrated on pairs it was trained on (``info["members"][k]["n_in_sample_calibration"]``)."""
+    warnings = [
         f"committee member {m} has weight 0 (calibration agreement at or below chance): its verdicts do not count"
         for m in sorted(weights)
         if weights[m] == 0
     ]
+    for member in info.get("members", []):
+        if member.get("n_in_sample_calibration"):
+            warnings.append(
+                f"committee member {member['name']} was trained on {member['n_in_sample_calibration']} of the "
+                f"{info.get('n_calibration_pairs')} calibration pairs: its weight is in-sample (inflated)"
+            )
+    return warnings
 
 
 class CommitteePairs:
@@ -328,5 +336,5 @@ __all__ = [
     "member_agreement",
     "rank_with_committee",
     "reward_model_member",
-    "zero_weight_warnings",
+    "committee_warnings",
 ]
