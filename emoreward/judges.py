@@ -95,7 +95,8 @@ def load_judge(spec: str | Path, **options: Any) -> Judge:
         from emoreward.export.vllm import reward_model
 
         loading = {key: options.pop(key, None) for key in ("media_root", "dtype", "vllm_url")}  # the model's
-        return RewardModelJudge(reward_model(path, **loading), **options)
+        # a Hub id is no model folder: named as given (Path would make "hf://a/b" "hf:/a/b")
+        return RewardModelJudge(reward_model(spec if str(spec).startswith("hf://") else path, **loading), **options)
     _check_options(options, ZERO_SHOT_OPTIONS, f"zero-shot judge {spec}")
     try:
         import zero_shot

@@ -252,7 +252,7 @@ def _load_table(args: argparse.Namespace):
     from emoreward.data.tables import TableError, bundled_ovmerd_path, load_description_table
     from emoreward.data.text import normal_name
 
-    path = bundled_ovmerd_path() if args.data == "ovmerd" else Path(args.data)
+    path = bundled_ovmerd_path() if args.data == "ovmerd" else args.data
     table = load_description_table(path)
     models = None
     if args.models:

@@ -269,9 +269,10 @@ def load_description_table(path: str | Path) -> DescriptionTable:
         FileNotFoundError: if ``path`` does not exist.
         TableError: on undecodable bytes, invalid JSON or invalid rows (the message names the file and the line).
     """
-    path = Path(path)
+    given, path = str(path), Path(path)  # named as given: Path would make "hf://a/b" "hf:/a/b"
     if not path.is_file():
-        raise FileNotFoundError(f"description table {path} does not exist")
+        hub = " (Hub ids are read for preference pairs; a description table is a local JSONL file)"
+        raise FileNotFoundError(f"description table {given} does not exist{hub if given.startswith('hf://') else ''}")
     text = read_utf8(path)
 
     def rows() -> Iterable[tuple[int, Any]]:

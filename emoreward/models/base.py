@@ -233,11 +233,11 @@ def load_settings(directory: str | Path) -> RewardSettings:
         FileNotFoundError: `directory` does not exist or is not an emoreward model directory.
         ValueError: an unknown `kind` or unknown keys (named, with the file).
     """
-    directory = Path(directory)
+    given, directory = str(directory), Path(directory)  # named as given: Path would make "hf://a/b" "hf:/a/b"
     if directory.is_file():  # the wording of `emoreward.judges.judge_kind` for a file given as a model
-        raise FileNotFoundError(f"{directory} is a file, not a model directory")
+        raise FileNotFoundError(f"{given} is a file, not a model directory")
     if not directory.is_dir():
-        raise FileNotFoundError(f"model directory not found: {directory}")
+        raise FileNotFoundError(f"model directory not found: {given}")
     path = directory / SETTINGS_FILE
     if not path.exists():
         raise FileNotFoundError(f"{directory} is not an emoreward model directory: {SETTINGS_FILE} is missing")

@@ -91,8 +91,10 @@ def test_a_missing_sample_ids_file(rank, good_table, tmp_path, capsys):
 
 
 OPTIONS = [
-    ("n-boot-negative", ["--n-boot", "-5"], ["argument --n-boot: expected an integer >= 1, got -5"]),
-    ("n-boot-zero", ["--n-boot", "0"], ["argument --n-boot: expected an integer >= 1, got 0"]),
+    ("n-boot-negative", ["--n-boot", "-5"], ["argument --n-boot: expected an integer in [1, 100,000], got -5"]),
+    ("n-boot-zero", ["--n-boot", "0"], ["argument --n-boot: expected an integer in [1, 100,000], got 0"]),
+    ("n-boot-huge", ["--n-boot", "1000000000000"],
+     ["argument --n-boot: expected an integer in [1, 100,000], got 1000000000000"]),
     ("seed-negative", ["--seed", "-1"], ["argument --seed: expected an integer >= 0, got -1"]),
     ("seed-not-a-number", ["--seed", "x"], ["argument --seed: expected an integer >= 0, got 'x'"]),
     ("alpha-above-one", ["--alpha", "1.5"], ["argument --alpha: expected a number between 0 and 1 (exclusive)"]),
@@ -159,3 +161,11 @@ def test_a_judge_that_does_not_exist(rank, good_table, tmp_path, capsys):
 def test_a_bad_judge_yaml(rank, good_table, tmp_path, capsys):
     spec = write(tmp_path / "j.yaml", "name: j\nmllm:\n  backend: scripted\n  model: m\n  fps: fast\n")
     fails(rank(good_table, judge=spec), capsys, f"{spec}, line 5: mllm.fps: expected a number, got str ('fast')")
+
+
+def test_a_hub_id_is_named_as_given(rm_dir, capsys):
+    """A Hub id where a local file or folder is read is one line naming it as typed (Path would drop a slash)."""
+    fails(["rank", "--judge", rm_dir, "--data", "hf://nobody/table"], capsys,
+          "description table hf://nobody/table does not exist", "a description table is a local JSONL file")  # fmt: skip
+    fails(["evaluate", "--model", "hf://nobody/model", "--data", "emoprefer"], capsys,
+          "model directory not found: hf://nobody/model")  # fmt: skip
