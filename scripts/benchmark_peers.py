@@ -301,8 +301,11 @@ def vllm_rows(export_dir: Path, texts: list[str], args, reference, dtype_name: s
     import benchmark_server as bs
 
     python = Path(args.vllm_venv) / "bin" / "python"
-    if not (Path(args.vllm_venv) / ".ready").exists() or not python.exists():
-        return {"error": f"vLLM venv not found at {args.vllm_venv} (no .ready marker or bin/python)"}
+    # the stamp `make install-vllm` writes once the venv is complete (Makefile: VLLM_STAMP)
+    if not (Path(args.vllm_venv) / ".emoreward-vllm").exists() or not python.exists():
+        return {
+            "error": f"vLLM venv not found at {args.vllm_venv} (no bin/python or install stamp: make install-vllm)"
+        }
     port = bs.free_port()
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": str(args.threads),
            "VLLM_CPU_OMP_THREADS_BIND": "nobind"}  # fmt: skip

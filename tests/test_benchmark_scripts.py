@@ -133,5 +133,5 @@ def test_benchmark_peers_says_why_without_a_vllm_venv(tmp_path):
 
     args = argparse.Namespace(vllm_venv=str(tmp_path / "no-venv"), work_dir=str(tmp_path))
     assert vllm_rows(tmp_path, ["a"], args, [0.0], "float32") == {
-        "error": f"vLLM venv not found at {tmp_path / 'no-venv'} (no .ready marker or bin/python)"
+        "error": f"vLLM venv not found at {tmp_path / 'no-venv'} (no bin/python or install stamp: make install-vllm)"
     }
