@@ -141,11 +141,10 @@ def run_one(mutation: Mutation | None, timeout: int, tests: list[str]) -> tuple[
             seconds = time.perf_counter() - start
             lines = [x for x in done.stdout.strip().splitlines() if x.strip()]
             last = lines[-1] if lines else done.stderr.strip()[-200:]
-            return (
-                ("killed (test failed)" if done.returncode == 1 else f"SURVIVED (exit {done.returncode})"),
-                seconds,
-                last,
-            )
+            if mutation is None:
+                return ("passes" if done.returncode == 0 else f"FAILS (exit {done.returncode})"), seconds, last
+            outcome = "killed (test failed)" if done.returncode == 1 else f"SURVIVED (exit {done.returncode})"
+            return outcome, seconds, last
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
 
