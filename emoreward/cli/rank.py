@@ -394,9 +394,10 @@ def _bpa_settings(args: argparse.Namespace, table) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- committee
-def committee_specs(args: argparse.Namespace) -> list[str] | None:
-    """The committee's judges (``--judge`` given more than once, or a ``--committee-*`` option), checked before
-    anything loads; None for a single judge, left in ``args.judge`` as one string (the single-judge route, as before).
+def committee_specs(args: argparse.Namespace) -> dict[str, str] | None:
+    """The committee's judges (``--judge`` given more than once, or a ``--committee-*`` option), each with its
+    `judge_identity`, checked before anything loads; None for a single judge, left in ``args.judge`` as one string
+    (the single-judge route, as before).
 
     Raises:
         ValueError: naming the option: a calibration option for one judge, a judge given twice, a weighting that needs
@@ -415,8 +416,9 @@ def committee_specs(args: argparse.Namespace) -> list[str] | None:
             "its verdicts; --committee-weighting equal makes a committee of one)"
         )
     seen: dict[str, str] = {}
+    identities: dict[str, str] = {}
     for spec in judges:
-        identity = judge_identity(spec)
+        identity = identities[spec] = judge_identity(spec)  # a folder's whole content, hashed once
         if identity in seen:
             raise ValueError(
                 f"--judge {spec}: the same judge as --judge {seen[identity]} ({identity}); a committee member votes once"
@@ -430,7 +432,7 @@ def committee_specs(args: argparse.Namespace) -> list[str] | None:
     for flag, name in (("--hierarchical", "hierarchical"), ("--vllm-url", "vllm_url")):
         if getattr(args, name, None):
             raise ValueError(f"{flag} is not available with a committee of judges (--judge given more than once)")
-    return judges
+    return identities
 
 
 def judge_identity(spec: str) -> str:
@@ -466,7 +468,7 @@ def _calibration_pairs(path: str) -> list:
     return pairs
 
 
-def run_committee(args: argparse.Namespace, specs: list[str]) -> int:
+def run_committee(args: argparse.Namespace, specs: dict[str, str]) -> int:
     """`emoreward rank` with a committee of judges (E3mo-Score): each member judges the table as it would alone,
     the committee's verdict is the weighted vote of theirs, ranked by the full method or BPA. Weights: agreement
     with ``--committee-calibration`` through `weights_from_agreement`, or equal weights (with a warning)."""
@@ -509,16 +511,15 @@ def run_committee(args: argparse.Namespace, specs: list[str]) -> int:
         from emoreward.training.provenance import in_sample_pairs
 
         for spec, (kind, judge) in members.items():
-            if kind == "reward-model":  # the same check and words as `emoreward evaluate`'s
-                in_sample[spec] = in_sample_pairs(spec, pairs)[0]
+            if kind == "reward-model":
+                in_sample[spec] = in_sample_pairs(spec, pairs)[0]  # the check and words of `emoreward evaluate`
                 if in_sample[spec]:
                     sys.stderr.write(
                         f"emoreward rank: warning: --judge {spec}: {in_sample[spec]} of {len(pairs)} pairs in "
                         f"--committee-calibration {calibration} are pairs the model was trained on: its agreement "
                         "there, and so its weight, is in-sample (inflated)\n"
                     )
-            if kind == "reward-model":  # the loaded model scores the table too
-                judge = load_judge(
+                judge = load_judge(  # the loaded model scores the table too
                     spec, tie_threshold=args.tie_threshold, batch_size=args.batch_size, media_root=args.media_root
                 )
                 members[spec] = (kind, judge.model)
@@ -545,7 +546,7 @@ def run_committee(args: argparse.Namespace, specs: list[str]) -> int:
                 "name": spec,
                 "judge": spec,
                 "kind": members[spec][0],
-                "identity": judge_identity(spec),
+                "identity": specs[spec],
                 "score_cache": None if caches[spec] is None else str(caches[spec]),
                 "n_agree": agreement[spec][0] if spec in agreement else None,
                 "n_calibration": agreement[spec][1] if spec in agreement else None,
@@ -556,29 +557,27 @@ def run_committee(args: argparse.Namespace, specs: list[str]) -> int:
         ],
         "zero_weight": sorted(s for s, w in weights.items() if w == 0),
     }
-    if bpa:
-        from emoreward.ranking.active import RewardModelPairs, rank_with_bpa
-        from emoreward.ranking.committee import CommitteePairs
-        from emoreward.ranking.judging import JudgePairs
+    from emoreward.ranking.active import RewardModelPairs, rank_with_bpa
+    from emoreward.ranking.committee import CommitteePairs
+    from emoreward.ranking.judging import JudgePairs
 
-        answers = {}
+    # each member judges as it would alone: BPA answers the queries it picks, the full method every pair
+    answers = {}
+    with _media_errors_located(table):
         for spec, (kind, judge) in members.items():
             if kind == "reward-model":
-                answers[spec] = RewardModelPairs(
-                    judge,
-                    table,
-                    ScoreCache(caches[spec]),
-                    tie_threshold=args.tie_threshold,
-                    batch_size=args.batch_size,
-                )
+                member = RewardModelPairs if bpa else reward_model_member
+                options = {"tie_threshold": args.tie_threshold, "batch_size": args.batch_size}
+                answers[spec] = member(judge, table, ScoreCache(caches[spec]), **options)
             else:
-                answers[spec] = JudgePairs(judge, table, swap=not args.no_swap, runs=args.runs, combine=args.combine)
-        answer = CommitteePairs(answers, weights)
-        with _media_errors_located(table):
+                member = JudgePairs if bpa else judge_member
+                answers[spec] = member(judge, table, swap=not args.no_swap, runs=args.runs, combine=args.combine)
+        if bpa:
+            answer = CommitteePairs(answers, weights)
             report = rank_with_bpa(answer, table, **_bpa_settings(args, table))
-        report.meta["committee"] = {**info, "verdicts": answer.counts}
-        report.warnings += committee_warnings(weights, info)
-    else:
+            report.meta["committee"] = {**info, "verdicts": answer.counts}
+            report.warnings += committee_warnings(weights, info)
+    if not bpa:
         fit = {
             "tie_model": args.tie_model,
             "n_boot": args.n_boot,
@@ -587,20 +586,7 @@ def run_committee(args: argparse.Namespace, specs: list[str]) -> int:
             "progress": _progress(args),
             "length_control": not args.no_length_control,
         }
-        runs = {}
-        for spec, (kind, judge) in members.items():
-            if kind == "reward-model":
-                with _media_errors_located(table):
-                    runs[spec] = reward_model_member(
-                        judge,
-                        table,
-                        ScoreCache(caches[spec]),
-                        tie_threshold=args.tie_threshold,
-                        batch_size=args.batch_size,
-                    )
-            else:
-                runs[spec] = judge_member(judge, table, swap=not args.no_swap, runs=args.runs, combine=args.combine)
-        report = rank_with_committee(runs, weights, table, info, **fit)
+        report = rank_with_committee(answers, weights, table, info, **fit)
     title = f"emoreward rank{' --method bpa' if bpa else ''} (committee of {len(specs)})"
     _finish(args, report, table, None, start, load_seconds, title, files, plots=not bpa)
     return EXIT_OK

@@ -14,8 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from emoreward.data.tables import DescriptionTable
 from emoreward.data.verdicts import Verdict
 from emoreward.ranking.bpa.committee import weighted_vote, weights_from_agreement
@@ -166,23 +164,13 @@ def reward_model_member(
     """A reward model's verdicts on the table, as `rank_with_reward_model` makes them (M x N scorings through the
     score cache, the verdict of each score difference), one per pair (slot ``None``)."""
     from emoreward.models.precision_rule import precision_record
+    from emoreward.ranking.rank import scoring_cost
     from emoreward.ranking.scoring import records_from_scores, score_table
 
     threshold = model.settings.tie_threshold if tie_threshold is None else tie_threshold
     scores = score_table(model, table, cache, batch_size=batch_size)
     records = records_from_scores(scores, threshold)
-    cost = {
-        "judge": "reward-model",
-        "tie_threshold": threshold,
-        "n_scorings": int(np.isfinite(scores.scores).sum()),
-        "n_scored": scores.n_scored,
-        "n_cached": scores.n_cached,
-        "n_truncated": scores.n_truncated,
-        "scoring_seconds": scores.seconds,
-        "n_pair_verdicts": len(records),
-        "generative_pair_calls": len(records),
-        "precision": precision_record(model),
-    }
+    cost = {**scoring_cost(scores, records), "tie_threshold": threshold, "precision": precision_record(model)}
     return MemberRun({(r.sample, r.item_a, r.item_b): {None: r.outcome} for r in records}, cost)
 
 
@@ -248,19 +236,7 @@ def rank_with_committee(
         "n_models": table.n_models,
         "committee": info,
     }
-    report = RankingReport(
-        list(table.models),
-        fits.counts,
-        fits.binarized,
-        fits.ties,
-        table.lengths(),
-        cost,
-        None,
-        None,
-        meta,
-        paper=fits.paper,
-        controlled=fits.controlled,
-    )
+    report = fits.report(table.models, table.lengths(), cost, meta)
     report.warnings = ranking_warnings(report) + committee_warnings(weights, info)
     return report
 

@@ -49,7 +49,7 @@ from emoreward.ranking.length_control import (
 from emoreward.ranking.records import PairwiseRecord
 from emoreward.ranking.report import RankingReport, ranking_warnings
 from emoreward.ranking.score_cache import ScoreCache
-from emoreward.ranking.scoring import records_from_scores, score_table, truncation_counts
+from emoreward.ranking.scoring import ScoreMatrix, records_from_scores, score_table, truncation_counts
 
 
 if TYPE_CHECKING:
@@ -84,6 +84,33 @@ class RankingFits:
     ties: BootstrapCI
     paper: BootstrapCI | None = None
     controlled: ControlledFit | None = None
+
+    def report(
+        self,
+        models: Sequence[str],
+        lengths: Mapping[str, Any],
+        cost: dict[str, Any],
+        meta: dict[str, Any],
+        *,
+        mean_reward: dict[str, float | None] | None = None,
+        hierarchical: Any = None,
+        **extra: Any,
+    ) -> RankingReport:
+        """The `RankingReport` of these fits (its ``warnings`` are left to the caller)."""
+        return RankingReport(
+            list(models),
+            self.counts,
+            self.binarized,
+            self.ties,
+            dict(lengths),
+            cost,
+            mean_reward,
+            hierarchical,
+            meta,
+            paper=self.paper,
+            controlled=self.controlled,
+            **extra,
+        )
 
 
 def fit_ranking(
@@ -238,18 +265,7 @@ def rank_with_reward_model(
         batched=fit_kwargs.get("batched", True),
     )
     hierarchical = rank_hierarchical(records, groups) if groups else None
-    n_pairs = len(records)
-    cost = {
-        "judge": "reward-model",
-        "n_scorings": int(np.isfinite(scores.scores).sum()),
-        "n_scored": scores.n_scored,
-        "n_cached": scores.n_cached,
-        "n_truncated": scores.n_truncated,
-        "scoring_seconds": scores.seconds,
-        "n_pair_verdicts": n_pairs,
-        "generative_pair_calls": n_pairs,
-        "fit_seconds": time.perf_counter() - start,
-    }
+    cost = {**scoring_cost(scores, records), "fit_seconds": time.perf_counter() - start}
     present = np.isfinite(scores.scores)
     mean_reward = {
         m: finite_float(scores.scores[i][present[i]].mean()) if present[i].any() else None
@@ -263,23 +279,33 @@ def rank_with_reward_model(
         "max_length": getattr(getattr(model, "settings", None), "max_length", None),
         "precision": _precision_record(model),  # the dtype every score of this ranking was computed in
     }
-    report = RankingReport(
-        list(table.models),
-        fits.counts,
-        fits.binarized,
-        fits.ties,
+    report = fits.report(
+        table.models,
         table.lengths(),
         cost,
-        mean_reward,
-        hierarchical,
         meta,
-        paper=fits.paper,
+        mean_reward=mean_reward,
+        hierarchical=hierarchical,
         reward_effects=effects,
         n_truncated=truncation_counts(scores),
-        controlled=fits.controlled,
     )
     report.warnings = ranking_warnings(report) + reward_edges(scores.scores, scores.models)
     return report
+
+
+def scoring_cost(scores: ScoreMatrix, records: Sequence[PairwiseRecord]) -> dict[str, Any]:
+    """What a reward model's verdicts on a table cost (the report's ``cost``): scorings, distinct descriptions
+    scored now and from the cache, truncations, seconds, and the pair verdicts drawn from the scores."""
+    return {
+        "judge": "reward-model",
+        "n_scorings": int(np.isfinite(scores.scores).sum()),
+        "n_scored": scores.n_scored,
+        "n_cached": scores.n_cached,
+        "n_truncated": scores.n_truncated,
+        "scoring_seconds": scores.seconds,
+        "n_pair_verdicts": len(records),
+        "generative_pair_calls": len(records),
+    }
 
 
 def rank_with_judge(
@@ -334,19 +360,7 @@ def rank_with_judge(
         "runs": runs,
         "combine": combine,
     }
-    report = RankingReport(
-        list(models),
-        fits.counts,
-        fits.binarized,
-        fits.ties,
-        lengths,
-        cost,
-        None,
-        hierarchical,
-        meta,
-        paper=fits.paper,
-        controlled=fits.controlled,
-    )
+    report = fits.report(models, lengths, cost, meta, hierarchical=hierarchical)
     report.warnings = ranking_warnings(report)
     return report
 
