@@ -308,14 +308,7 @@ def run(args: argparse.Namespace) -> int:
     kind, judge = _load_judge(args, saved=True)
     _check_media(kind, judge, table)
     load_seconds = time.perf_counter() - start
-    fit = {
-        "tie_model": args.tie_model,
-        "n_boot": args.n_boot,
-        "alpha": args.alpha,
-        "seed": args.seed,
-        "progress": _progress(args),
-        "length_control": not args.no_length_control,
-    }
+    fit = _fit_settings(args)
     cache_file = None
     if kind == "reward-model":
         cache_file = None if args.no_cache else cache_path_for(args.judge, args.cache_dir)
@@ -368,6 +361,18 @@ def run_bpa(args: argparse.Namespace) -> int:
         report = rank_with_bpa(answer, table, **_bpa_settings(args, table))
     _finish(args, report, table, cache_file, start, load_seconds, "emoreward rank --method bpa", files, plots=False)
     return EXIT_OK
+
+
+def _fit_settings(args: argparse.Namespace) -> dict:
+    """The keyword arguments of the full method's fits (`fit_ranking`) from the fit options."""
+    return {
+        "tie_model": args.tie_model,
+        "n_boot": args.n_boot,
+        "alpha": args.alpha,
+        "seed": args.seed,
+        "progress": _progress(args),
+        "length_control": not args.no_length_control,
+    }
 
 
 def _bpa_settings(args: argparse.Namespace, table) -> dict:
@@ -578,15 +583,7 @@ def run_committee(args: argparse.Namespace, specs: dict[str, str]) -> int:
             report.meta["committee"] = {**info, "verdicts": answer.counts}
             report.warnings += committee_warnings(weights, info)
     if not bpa:
-        fit = {
-            "tie_model": args.tie_model,
-            "n_boot": args.n_boot,
-            "alpha": args.alpha,
-            "seed": args.seed,
-            "progress": _progress(args),
-            "length_control": not args.no_length_control,
-        }
-        report = rank_with_committee(answers, weights, table, info, **fit)
+        report = rank_with_committee(answers, weights, table, info, **_fit_settings(args))
     title = f"emoreward rank{' --method bpa' if bpa else ''} (committee of {len(specs)})"
     _finish(args, report, table, None, start, load_seconds, title, files, plots=not bpa)
     return EXIT_OK
