@@ -93,4 +93,4 @@ lint: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
 benchmark: install
-	HF_HUB_OFFLINE=1 $(BIN)/python scripts/benchmark.py
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/benchmark.py

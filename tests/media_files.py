@@ -1,5 +1,5 @@
 """Real media files for tests and benchmarks: a speech-like signal, WAV files and MPEG-4 clips with an AAC track
-(PyAV), and the media tokens of the tiny Qwen2.5-Omni tokenizers. No pytest here: scripts/benchmark_multimodal.py uses it too."""
+(PyAV), and the media tokens of the tiny Qwen2.5-Omni tokenizers. No pytest here: benchmarks/benchmark_multimodal.py uses it too."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def write_clip(
 
 
 # ---------------------------------------------------------------------------------------------- media-only task
-# Colours and tones of the "media matters" task (scripts/media_matters.py): the frames' colour family and the
+# Colours and tones of the "media matters" task (scripts/studies/media_matters.py): the frames' colour family and the
 # tone's direction are the only signals; blanked clips keep the noise and drop both.
 WARM_RGB, COLD_RGB, GREY_RGB = (215, 105, 40), (40, 105, 215), (128, 128, 128)
 

@@ -2,7 +2,7 @@
 and module names given as strings, as the command dispatcher's `importlib` table does) goes down the floors
 utils < data < models < evaluation < training | ranking | export | zero_shot < judges < cli, never up or sideways;
 no import cycle at module level; no module reaching into another module's private names; a size budget and an
-opening docstring for every library file; openings of at most 15 lines, without dates, in library and scripts. Also:
+opening docstring for every library file; openings of at most 15 lines, without dates, in library, scripts and benchmarks. Also:
 every recipe field is read by a backbone kind or refused for it, and test files have unique basenames."""
 
 from __future__ import annotations
@@ -276,7 +276,7 @@ def test_module_openings_are_short_and_undated():
     """A file opens with what it does and where its docs page is; measurements, dates and history go to `docs/`
     or the commit messages."""
     too_long, dated = {}, []
-    for path in [*FILES, *sorted((ROOT / "scripts").glob("*.py"))]:
+    for path in [*FILES, *sorted((ROOT / "scripts").rglob("*.py")), *sorted((ROOT / "benchmarks").rglob("*.py"))]:
         text = ast.get_docstring(ast.parse(path.read_text("utf-8")), clean=False)
         if text is None:
             continue

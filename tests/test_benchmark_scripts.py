@@ -1,6 +1,6 @@
-"""The benchmark scripts the README documents (`make benchmark`, scripts/benchmark.py, benchmark_multimodal.py):
-their FLOP arithmetic against hand counts, the ratio to the peak, and their command lines. Their speed figures are
-measured by running them, never asserted in tests."""
+"""The benchmark scripts (`benchmarks/`, `make benchmark`) and the documented scripts beside them: the FLOP
+arithmetic against hand counts, the ratio to the peak, their command lines, and the ranking and BPA benchmarks on
+small settings. Their speed figures are measured by running them, never asserted in tests."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import torch
 
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+BENCHMARKS = ROOT / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
 
 from benchmark_common import (  # noqa: E402
     Peak,
@@ -66,17 +67,17 @@ def test_profile_categories_name_the_ops_of_a_lora_step():
 @pytest.mark.parametrize(
     "script",
     [
-        "benchmark.py",
-        "benchmark_attention.py",
-        "benchmark_multimodal.py",
-        "benchmark_peers.py",
-        "benchmark_server.py",
-        "benchmark_zero_shot.py",
-        "vllm_gpu_check.py",
+        "benchmarks/benchmark.py",
+        "benchmarks/benchmark_attention.py",
+        "benchmarks/benchmark_multimodal.py",
+        "benchmarks/benchmark_peers.py",
+        "benchmarks/benchmark_server.py",
+        "benchmarks/benchmark_zero_shot.py",
+        "scripts/vllm_gpu_check.py",
     ],
 )
 def test_benchmark_scripts_start(script):
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / script), "--help"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, str(ROOT / script), "--help"], capture_output=True, text=True,
                          timeout=120, cwd=ROOT)  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "--output" in out.stdout or "--json" in out.stdout  # where its figures are written
@@ -85,20 +86,20 @@ def test_benchmark_scripts_start(script):
 @pytest.mark.parametrize(
     "argv, expected",
     [
-        (["benchmark_ranking.py", "--models", "3", "--samples", "6", "--per-sample", "2", "--n-boot", "5",
-          "--repeats", "1"], "counts + fit + boot"),
-        (["benchmark_bpa.py", "--candidates", "10", "--anchors", "2", "--seeds", "1", "--budget", "200",
-          "--refit-every", "50", "--workers", "1"], "wall time"),
-        (["length_study.py", "--help"], "--variants"),
-        (["benchmark_rank.py", "--n-boot", "5", "--repeats", "1"], "rerun from the score cache"),
-        (["benchmark_attention.py", "--shapes", "2x32", "--repeats", "1"], "fp32_sdpa"),
+        (["benchmarks/benchmark_ranking.py", "synthetic", "--models", "3", "--samples", "6", "--per-sample", "2",
+          "--n-boot", "5", "--repeats", "1"], "counts + fit + boot"),
+        (["benchmarks/benchmark_bpa.py", "simulation", "--candidates", "10", "--anchors", "2", "--seeds", "1",
+          "--budget", "200", "--refit-every", "50", "--workers", "1"], "wall time"),
+        (["scripts/studies/length_study.py", "--help"], "--variants"),
+        (["benchmarks/benchmark_ranking.py", "rerun", "--n-boot", "5", "--repeats", "1"], "rerun from the score cache"),
+        (["benchmarks/benchmark_attention.py", "--shapes", "2x32", "--repeats", "1"], "fp32_sdpa"),
     ],
-    ids=["benchmark_ranking", "benchmark_bpa", "length_study", "benchmark_rank", "benchmark_attention"],
+    ids=["ranking_synthetic", "bpa_simulation", "length_study", "ranking_rerun", "benchmark_attention"],
 )  # fmt: skip
 def test_more_documented_scripts_run_small(argv, expected):
     """The ranking and BPA benchmarks on small settings (seconds); the length study's command line (its runs train
     5 folds per variant: minutes)."""
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / argv[0]), *argv[1:]], capture_output=True,
+    out = subprocess.run([sys.executable, str(ROOT / argv[0]), *argv[1:]], capture_output=True,
                          text=True, timeout=300, cwd=ROOT)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     assert expected in out.stdout
@@ -113,7 +114,7 @@ def test_benchmark_peers_ranking_agrees_with_choix(tmp_path):
     out = tmp_path / "peers.json"
     argv = ["--sections", "rank", "--tables", "synthetic", "--synthetic", "6x30x5", "--n-boot", "5", "--repeats",
             "1", "--output", str(out)]  # fmt: skip
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark_peers.py"), *argv], capture_output=True,
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "benchmark_peers.py"), *argv], capture_output=True,
                           text=True, timeout=300, cwd=ROOT)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert "ratio (ours / peer speed)" in done.stdout

@@ -1,8 +1,11 @@
-"""Value-head probes (frozen backbone, cached features) and the loss they share with `EmoRewardTrainer`."""
+"""Value-head probes (frozen backbone, cached features; `scripts/studies/probe.py`, the length study's) and the loss
+they share with `EmoRewardTrainer`."""
 
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,13 +14,10 @@ from _helpers import synthetic_pairs
 
 from emoreward.models import TextRewardModel
 from emoreward.training.losses import reward_model_loss
-from emoreward.training.probe import (
-    FeatureCache,
-    ProbeConfig,
-    fit_probe,
-    probe_cross_validation,
-    value_head_inputs,
-)
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "studies"))
+from probe import FeatureCache, ProbeConfig, fit_probe, probe_cross_validation, value_head_inputs  # noqa: E402
 
 
 TEXTS = ["short.", "a somewhat longer description of a calm man", "she smiles", "x " * 30]
@@ -111,7 +111,7 @@ def test_fit_probe_length_variants():
 
 
 def test_feature_cache_resumes_and_refuses_other_texts(tiny_bert_dir, tmp_path, monkeypatch):
-    import emoreward.training.probe as probe_module
+    import probe as probe_module
 
     model = TextRewardModel.from_backbone(str(tiny_bert_dir), max_length=64)
     texts = [(t, None) for t in TEXTS] + [("one more", "a subtitle")]

@@ -1,7 +1,7 @@
 """The media must matter: a multimodal reward model trained through the normal recipe path on a task that only the
 media decide (warm or cold frames decide "happy" vs "sad", a rising or falling tone "excited" vs "calm"; the
 texts alone are at 50% by construction) reaches >= 90% two-class accuracy on held-out clips, and falls to chance
-when the same clips are blanked (scripts/media_matters.py, slow). Fast checks: the task's balance, the generated
+when the same clips are blanked (scripts/studies/media_matters.py, slow). Fast checks: the task's balance, the generated
 clips' colours and tones as emoreward decodes them, the recipe and the script's command line."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from emoreward.training.config import load_config  # noqa: E402
 
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "media_matters.py"
+SCRIPT = ROOT / "scripts" / "studies" / "media_matters.py"
 RECIPE = Path(__file__).with_name("config_media_matters.yaml")
 
 

@@ -147,7 +147,7 @@ def test_cross_validation_runs_stratified_folds_and_resumes(tiny_backbone_dir, t
 @pytest.mark.slow
 def test_prefix_sharing_equals_naive_with_1000_media_tokens(tmp_path):
     """M = 10 descriptions of one video behind >= 1,000 media tokens: prefix-shared scores equal one-by-one
-    scores within 1e-4. (Its speed-up is measured by scripts/benchmark_multimodal.py, not asserted here.)"""
+    scores within 1e-4. (Its speed-up is measured by benchmarks/benchmark_multimodal.py, not asserted here.)"""
     import torch
 
     from emoreward.data.context import MediaRef

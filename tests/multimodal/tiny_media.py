@@ -2,7 +2,7 @@
 directories with processors made from local pieces (MiniLM's WordPiece tokenizer plus Qwen's special tokens, a
 Qwen2-VL image processor and a Whisper feature extractor constructed with parameters), media files (PyAV video with a
 speech-like audio track, WAV files) and a labelled media set. No network, no pytest: the tests (through conftest.py)
-and scripts/benchmark_multimodal.py use them."""
+and benchmarks/benchmark_multimodal.py use them."""
 
 from __future__ import annotations
 
@@ -264,7 +264,7 @@ def media_trainer(model, config, dataset):
 
 # ---------------------------------------------------------------------------------------------- media-only task
 # Two descriptions per clip that differ only in the emotion they name; which one is preferred is decided by the
-# clip's frames (colour pairs) or by its soundtrack (tone pairs). scripts/media_matters.py and
+# clip's frames (colour pairs) or by its soundtrack (tone pairs). scripts/studies/media_matters.py and
 # test_media_matters.py use it.
 MEDIA_TASK_EMOTIONS = {"colour": ("happy", "sad"), "tone": ("excited", "calm")}  # (warm / rising, cold / falling)
 MEDIA_TASK_TEMPLATE = "The person feels {}."
@@ -349,7 +349,7 @@ MEDIA_TASK_TEXT = dict(
 
 
 def build_media_task_backbone(path: Path) -> Path:
-    """A tiny random-weight Qwen2.5-Omni thinker for the media-only task (scripts/media_matters.py), saved to
+    """A tiny random-weight Qwen2.5-Omni thinker for the media-only task (scripts/studies/media_matters.py), saved to
     `path` with `build_tiny`'s tokenizer and processor: `build_tiny`'s encoders, a language model of
     `MEDIA_TASK_TEXT` (hidden 64, 2 layers, 4 attention heads with 4 key/value heads; the projectors output 64),
     and the audio encoder's convolutions and linear layers, its projector excepted, re-drawn with He (Kaiming)

@@ -5,15 +5,13 @@ import math
 
 import numpy as np
 import pytest
+from pairwise_io import PairwiseDataError, load_pairwise_records, save_pairwise_records  # beside this file
 
 from emoreward.data.verdicts import Verdict
 from emoreward.ranking.bpa import (
     CommitteeConfig,
     CommitteeJudge,
-    PairwiseDataError,
     estimate_judge_weights,
-    load_pairwise_records,
-    save_pairwise_records,
     weighted_vote,
     weights_from_agreement,
 )

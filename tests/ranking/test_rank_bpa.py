@@ -20,7 +20,7 @@ from emoreward.ranking.judging import JudgePairs
 
 
 STRENGTHS = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def strength_table(strengths=STRENGTHS, n_samples=40, seed=0):
@@ -220,11 +220,11 @@ def test_library_default_scheduling_on_refit_and_progress(capsys):
 
 
 def test_ovmerd_benchmark_script_runs_on_a_subset(tiny_rm_dir, tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("benchmark_bpa_ovmerd", SCRIPTS / "benchmark_bpa_ovmerd.py")
+    spec = importlib.util.spec_from_file_location("benchmark_bpa", BENCHMARKS / "benchmark_bpa.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     argv = ["--judge", str(tiny_rm_dir), "--samples", "6", "--seeds", "2", "--budget", "60", "--target", "0.5"]
-    script.main([*argv, "--cache-dir", str(tmp_path)])
+    script.main(["ovmerd", *argv, "--cache-dir", str(tmp_path)])
     out = capsys.readouterr().out
     assert "OV-MERD: 10 models x 6 samples, 270 pair verdicts" in out
     rows = {line.split(" | ")[0].strip("| "): line for line in out.splitlines() if line.startswith("| ")}

@@ -1,4 +1,4 @@
-"""scripts/simulate_length_bias.py through its entry point: the issue's targets on the default table size."""
+"""scripts/studies/simulate_length_bias.py through its entry point: the issue's targets on the default table size."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("simulate_length_bias", ROOT / "scripts" / "simulate_length_bias.py")
+    spec = importlib.util.spec_from_file_location(
+        "simulate_length_bias", ROOT / "scripts" / "studies" / "simulate_length_bias.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

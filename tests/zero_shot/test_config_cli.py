@@ -98,7 +98,7 @@ def test_cli_runs_s1_on_the_bundled_pairs(tmp_path, capsys, monkeypatch, fast_ra
 
 def test_benchmark_script_help():
     out = subprocess.run(
-        [sys.executable, "scripts/benchmark_zero_shot.py", "--help"], capture_output=True, text=True, check=True
+        [sys.executable, "benchmarks/benchmark_zero_shot.py", "--help"], capture_output=True, text=True, check=True
     )
     assert "--n" in out.stdout and "prefill" in out.stdout and "Cached rerun" in out.stdout
 

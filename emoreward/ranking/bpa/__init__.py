@@ -2,7 +2,7 @@
 
 Pieces, in data-flow order:
 
-- `load_pairwise_records` (JSONL / CSV) or `PairwiseRecord` lists from the evaluation harness;
+- `PairwiseRecord` lists from the evaluation harness (or a simulated crowd);
 - `initial_scores`: percentile initialisation from preliminary estimates (supp. D.3);
 - `BPAScheduler` / `run_active_ranking`: TrueSkill provisional updates and the 50/30/20 exploration / anchor /
   bridge policy (supp. D.2), periodic global refits, stopping on mean uncertainty;
@@ -20,7 +20,6 @@ from emoreward.ranking.bpa.committee import (
 )
 from emoreward.ranking.bpa.config import PAPER_SCHEDULING, BPAConfig, CommitteeConfig, SchedulerConfig
 from emoreward.ranking.bpa.initialization import initial_scores
-from emoreward.ranking.bpa.io import PairwiseDataError, load_pairwise_records, save_pairwise_records
 from emoreward.ranking.bpa.model import (
     BPAFit,
     BPAObjective,
@@ -41,7 +40,6 @@ __all__ = [
     "BPAScheduler",
     "CommitteeConfig",
     "CommitteeJudge",
-    "PairwiseDataError",
     "PAPER_SCHEDULING",
     "SchedulerConfig",
     "SimulatedCrowd",
@@ -50,11 +48,9 @@ __all__ = [
     "fit_bpa",
     "initial_scores",
     "known_outcome",
-    "load_pairwise_records",
     "make_items",
     "rao_kupper_probabilities",
     "run_active_ranking",
-    "save_pairwise_records",
     "smooth_uncertainty",
     "weighted_vote",
     "weights_from_agreement",

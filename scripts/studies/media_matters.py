@@ -2,7 +2,7 @@
 the media.
 
 Usage:
-    python scripts/media_matters.py [--clips 256] [--held-out 128] [--work DIR] [--threads 1] \
+    python scripts/studies/media_matters.py [--clips 256] [--held-out 128] [--work DIR] [--threads 1] \
         [--set KEY=VALUE ...] [--output media_matters.json]
 
 1. Data (tests/multimodal/tiny_media.py::media_task_rows): 1 s clips, warm or cold frames ("happy" vs "sad") and a
@@ -29,7 +29,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_MODE", "disabled")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "tests" / sub) for sub in ("multimodal", "")]
 
 RECIPE = ROOT / "tests" / "multimodal" / "config_media_matters.yaml"

@@ -1,7 +1,7 @@
 """Speed of the reward-model paths as a share of this machine's matrix-multiply peak, measured in the same process.
 
 Usage:
-    python scripts/benchmark.py [--model DIR] [--paths scoring,smollm2,rank_scoring,rank,train,agreement,main]
+    python benchmarks/benchmark.py [--model DIR] [--paths scoring,smollm2,rank_scoring,rank,train,agreement,main]
         [--short 230] [--threads N] [--n-texts N] [--smollm2-n 64] [--train-steps 8] [--train-profile]
         [--main-args "--set bf16=true"] [--output benchmark.json]
 

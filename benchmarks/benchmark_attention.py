@@ -3,7 +3,7 @@ variant, so that the choice in `emoreward.training.cpu_bf16` (float32 `sdpa` on 
 new CPU or torch build.
 
 Usage:
-    python scripts/benchmark_attention.py [--shapes 8x64 8x160 8x224 2x400] [--heads 12] [--head-dim 32]
+    python benchmarks/benchmark_attention.py [--shapes 8x64 8x160 8x224 2x400] [--heads 12] [--head-dim 32]
         [--repeats 20] [--threads 1] [--output attention.json]
 
 Shapes are `BATCHxTOKENS` (MiniLM: 12 heads of 32; the training steps' length groups hold 1-8 sequences of 64-224

@@ -1,8 +1,8 @@
 """Simulation: does the length-controlled ranking recover the true order when the judge prefers longer descriptions?
 
 Usage:
-    python scripts/simulate_length_bias.py [--models 8] [--samples 100] [--seeds 0 1 2 3 4 5 6 7 8 9]
-                                           [--bias 0 1 2 3 4 6] [--quality 1.0] [--output-dir DIR]
+    python scripts/studies/simulate_length_bias.py [--models 8] [--samples 100] [--seeds 0 1 2 3 4 5 6 7 8 9]
+                                                   [--bias 0 1 2 3 4 6] [--quality 1.0] [--output-dir DIR]
 
 Each seed draws M models with a true quality ``q_m ~ N(0, 1)`` and a verbosity ``v_m ~ N(0, 0.5)``; model m writes,
 on sample s, a description of log-length ``log 200 + v_m + e_ms`` (``e_ms ~ N(0, 0.3)``), and a synthetic judge

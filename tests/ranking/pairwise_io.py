@@ -1,4 +1,5 @@
-"""Loading per-annotator pairwise records from JSONL or CSV files (issue 8, item 5).
+"""Per-annotator pairwise records from JSONL or CSV files: a test helper (no command reads such files; it left
+`emoreward.ranking.bpa` because nothing but its tests used it). The BPA tests write and read annotations with it.
 
 Each row holds ``item_a``, ``item_b``, ``outcome`` and ``annotator``, optionally ``sample``. ``outcome`` is
 ``1`` or ``a`` (``item_a`` preferred), ``2`` or ``b`` (``item_b`` preferred) or ``tie``, read by the one

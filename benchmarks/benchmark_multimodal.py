@@ -1,7 +1,7 @@
 """Speed and memory of the multimodal reward models on this machine (tiny random-weight backbones, CPU).
 
 Usage:
-    python scripts/benchmark_multimodal.py [--threads N] [--pairs 8] [--repeats 3] [--skip-training]
+    python benchmarks/benchmark_multimodal.py [--threads N] [--pairs 8] [--repeats 3] [--skip-training]
         [--output benchmark_multimodal.json]
 
 Measures, with W&B off and the tiny models and media the tests build (tests/multimodal/tiny_media.py):

@@ -1,12 +1,12 @@
 """Length-robust reward models: k-fold cross-validation of each `length_debias` variant on one recipe.
 
 Usage:
-    python scripts/length_study.py [--recipe recipes/minilm/rm/config_lora.yaml] [--variants none reweight penalty disentangled]
-                                   [--output-dir outputs/length-study/minilm] [--folds 5] [--probe]
+    python scripts/studies/length_study.py [--recipe recipes/minilm/rm/config_lora.yaml] [--variants none reweight penalty disentangled]
+                                           [--output-dir outputs/length-study/minilm] [--folds 5] [--probe]
 
 Each variant is `emoreward train` with `length_debias` set, `final_fit: false` and W&B off; finished folds are
 reused when the study is rerun (interrupt it at any time). With `--probe` the backbone stays frozen and only the
-value head is trained on features computed once (`emoreward.training.probe`): minutes instead of hours on a CPU.
+value head is trained on features computed once (`scripts/studies/probe.py`): minutes instead of hours on a CPU.
 Prints and writes (`study.md`, `study.json`) a table of two-class WAF, length-debiased accuracy, accuracy on
 length-counter pairs and reward-length Spearman correlation, mean ± std over folds, beside the length baseline.
 Results: docs/training.md.
@@ -89,10 +89,10 @@ def main() -> None:
 def probe_study(args: argparse.Namespace, out: Path) -> dict[str, dict]:
     """Cross-validate value-head probes of every variant on the recipe's frozen backbone."""
     import torch
+    from probe import ProbeConfig, probe_cross_validation  # scripts/studies/probe.py, beside this script
 
     from emoreward.data import load_pairs
     from emoreward.models.text import TextRewardModel
-    from emoreward.training.probe import ProbeConfig, probe_cross_validation
 
     config = load_config(args.recipe, {"report_to": ["none"], "output_dir": str(out)})
     model = TextRewardModel.from_backbone(

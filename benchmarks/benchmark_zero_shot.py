@@ -2,9 +2,9 @@
 achieved FLOP rate against this machine's measured matmul peak, before and after the batching changes.
 
 Usage:
-    python scripts/benchmark_zero_shot.py --n 16                 # first 16 EmoPrefer pairs, S1, normal + swapped
-    python scripts/benchmark_zero_shot.py --n 16 --threads 1 --repeats 2      # before, after, after, before
-    python scripts/benchmark_zero_shot.py --n 8 --modes after --threads 2 --json out.json
+    python benchmarks/benchmark_zero_shot.py --n 16                 # first 16 EmoPrefer pairs, S1, normal + swapped
+    python benchmarks/benchmark_zero_shot.py --n 16 --threads 1 --repeats 2      # before, after, after, before
+    python benchmarks/benchmark_zero_shot.py --n 8 --modes after --threads 2 --json out.json
 
 Stages (`main`): the matmul peak in float32 and bfloat16; the judge loaded from
 `configs/judges/smollm2-135m-text.yaml`; one job per mode (`before`: request order, left padding; `after`:

@@ -2,7 +2,7 @@
 each path's speed to each peer's, and what each gives (held-out accuracy, reward agreement, estimate agreement).
 
 Usage:
-    python scripts/benchmark_peers.py [--sections train,score,rank] [--threads 2] [--dtype auto]
+    python benchmarks/benchmark_peers.py [--sections train,score,rank] [--threads 2] [--dtype auto]
         [--train-pairs 360] [--heldout 90] [--epochs 1] [--score-n 256] [--clients 16] [--requests-per-client 4]
         [--vllm-venv .venv-vllm] [--n-boot 200] [--tables ovmerd,synthetic] [--synthetic 40x400x20]
         [--time-limit 900] [--output peers.json] [--markdown peers.md]

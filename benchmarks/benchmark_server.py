@@ -2,10 +2,10 @@
 rewards lost after the client's retries.
 
 Usage:
-    python scripts/benchmark_server.py [--model DIR] [--tree PATH] [--texts words|short|ovmerd]
+    python benchmarks/benchmark_server.py [--model DIR] [--tree PATH] [--texts words|short|ovmerd]
         [--per-sample 64 256] [--requests-per-client 4] [--batch 1024] [--throughput-clients 4 64] [--threads N]
         [--server-arg=--max-batch-tokens=8192 ...] [--output bench.json]
-    python scripts/benchmark_server.py --engine ray --replicas 1 2 --threads 1 --per-sample 64 256 \
+    python benchmarks/benchmark_server.py --engine ray --replicas 1 2 --threads 1 --per-sample 64 256 \
         --verl-clients 64 --kill-replica --throughput-clients --batch --output ray.json
 
 The server is a subprocess (`emoreward serve`, from `--tree`, default this checkout) on `--model` or a fresh MiniLM
