@@ -10,7 +10,7 @@ warm, per scoring mode), smollm2, rank_scoring (rank's cold scoring of OV-MERD),
 CLI with --rank-cli), train (seconds per optimizer step, fp32 and bf16), agreement (bf16 vs fp32 verdicts) and main
 (`emoreward train` with the default recipe). Each reports wall time, its precision (`dtype`) and its FLOP rate as a
 share of that precision's peak and of the fp32 peak, measured around it. What each path measures: docs/speed.md
-("The benchmark scripts").
+("How to measure").
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def _flops(model, texts) -> tuple[float, float, int]:
 
 
 def score_path(model_dir: Path, texts: list[str], short: int, force_bf16: bool) -> dict:
-    """Cold short run and warm full run per scoring mode (docs/speed.md, "The benchmark scripts")."""
+    """Cold short run and warm full run per scoring mode (docs/speed.md, "How to measure")."""
     import torch
 
     from emoreward.models import load_reward_model
@@ -166,7 +166,7 @@ def cold_table_run(model_dir: Path, cache_file: Path, run) -> dict:
 
 
 def rank_scoring_path(model_dir: Path, work: Path) -> dict:
-    """`rank`'s cold scoring (docs/speed.md, "The benchmark scripts")."""
+    """`rank`'s cold scoring (docs/speed.md, "How to measure")."""
     from emoreward.models.precision import dtype_name
     from emoreward.ranking.scoring import score_table
 

@@ -9,7 +9,7 @@ Measures, with W&B off and the tiny models and media the tests build (tests/mult
      trainer time and peak resident memory;
   2. scoring 10 descriptions of one video with >= 1,000 media tokens, the media prefix shared vs one by one, and
      the largest reward difference (must be <= 1e-4), for Qwen2.5-VL and Qwen2.5-Omni.
-Details: docs/speed.md ("The benchmark scripts"); figures: docs/multimodal.md.
+Details: docs/speed.md ("How to measure"); figures: docs/multimodal.md.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ Usage:
 Sections (every case runs or prints why it cannot): train (`emoreward train`'s fit against plain TRL RewardTrainer
 + peft), score (`load_reward_model(...).score` against plain transformers, `emoreward serve` against vLLM's CPU
 build) and rank (the Bradley-Terry fits and bootstrap against `choix`). Servers run on 127.0.0.1 only; every
-section is bounded by its counts and by `--time-limit`. What each case runs: docs/speed.md ("The benchmark
-scripts"); figures: docs/speed.md ("Against the peers").
+section is bounded by its counts and by `--time-limit`. What each case runs: docs/speed.md ("How to
+measure"); figures: docs/speed.md ("What to expect") and benchmarks/results/.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ The server is a subprocess (`emoreward serve`, from `--tree`, default this check
 value head. Scenarios: OpenRLHF's per-sample client (a new connection per attempt, 180 s timeout, 5 tries 1 s
 apart), its older batch client, `--throughput-clients`, `--verl-clients`, `--kill-replica` (Ray) and
 `--slow-clients`; `--in-process` measures the same texts without the server. Each reports descriptions/s, p50 / p99,
-lost rewards and CPU per description. Details: docs/speed.md ("The benchmark scripts"); figures: ("Serving").
+lost rewards and CPU per description. Details: docs/speed.md ("How to measure"); figures: ("What to expect").
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ Stages (`main`): the matmul peak in float32 and bfloat16; the judge loaded from
 length-sorted batches with each batch's shared prompt prefix run once) with `generate` seconds, pairs/s, prefill vs
 decode, prompt tokens and the FLOP rate (`flops_per_token`, real tokens only). Cached rerun: the last job again,
 every call a cache hit, no model loaded.
-Run it on a quiet machine. Details: docs/speed.md ("The benchmark scripts"); figures: docs/judges.md.
+Run it on a quiet machine. Details: docs/speed.md ("How to measure"); figures: docs/judges.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The README and docs/ pages against the code: every `emoreward` command and option they show exists (read from the
-real entry point's `--help`), every page they link exists, every script, recipe and Makefile target they name exists,
-and the README stays a short front page (the two set-up commands in its first screen, at most ~12 KB)."""
+real entry point's `--help`), every page they link exists, every script, benchmark, recipe and Makefile target they
+name exists, and the README stays a short front page (the two set-up commands in its first screen, at most ~12 KB).
+The dated logs in benchmarks/results/ link only what exists."""
 
 from __future__ import annotations
 
@@ -77,7 +78,9 @@ def test_every_file_the_docs_name_exists(page):
     for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):  # Markdown links to files of the repository
         if "://" not in target and not (page.parent / target).exists():
             missing.append(target)
-    for path in re.findall(r"(?<![\w/.-])((?:scripts|recipes|configs|tests)/[\w./-]+\.(?:py|yaml|json|md))", text):
+    for path in re.findall(
+        r"(?<![\w/.-])((?:scripts|benchmarks|recipes|configs|tests)/[\w./-]+\.(?:py|yaml|json|md))", text
+    ):
         if "<" not in path and not (ROOT / path).exists():
             missing.append(path)
     makefile = _text(ROOT / "Makefile")
@@ -85,6 +88,16 @@ def test_every_file_the_docs_name_exists(page):
         if not re.search(rf"(?m)^{re.escape(target)}:", makefile):
             missing.append(f"make {target}")
     assert not missing, f"{page.name} names what does not exist: {sorted(set(missing))}"
+
+
+def test_the_benchmark_results_link_what_exists():
+    """The dated logs in benchmarks/results/ keep the script paths of their day (history), but their links resolve."""
+    missing = []
+    for page in sorted((ROOT / "benchmarks" / "results").glob("*.md")):
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", _text(page)):
+            if "://" not in target and not (page.parent / target).exists():
+                missing.append(f"{page.name}: {target}")
+    assert not missing, missing
 
 
 def test_the_readme_is_a_short_front_page():
