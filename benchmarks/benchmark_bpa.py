@@ -24,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 
 
-# the MAP problems are small: multithreaded BLAS only adds contention (6x slower on a loaded 2-core machine)
+# the MAP problems are small: multithreaded BLAS only adds contention (slower, not faster, on a loaded machine)
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
