@@ -174,14 +174,12 @@ def binarize_batch(wins: np.ndarray, ties: np.ndarray, equal: str = "half") -> n
 
 
 @functools.lru_cache(maxsize=8)
-def _layout(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Pair indices ``i < j`` of M items and their one-hot matrices, each of shape `(P, M)`, which sum per-pair
-    terms into per-item ones with one matrix product."""
+def _layout(m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pair indices ``i < j`` of M items, each of shape `(P,)` (cached, read-only)."""
     i, j = np.triu_indices(m, k=1)
-    one_i, one_j = np.zeros((len(i), m)), np.zeros((len(i), m))
-    one_i[np.arange(len(i)), i] = 1.0
-    one_j[np.arange(len(i)), j] = 1.0
-    return i, j, one_i, one_j
+    i.flags.writeable = False
+    j.flags.writeable = False
+    return i, j
 
 
 def strongly_connected_rows(directed: np.ndarray, present: np.ndarray) -> np.ndarray:
@@ -260,7 +258,7 @@ def fit_batch(
             wins = wins + 0.5 * ties
         ties = np.zeros_like(ties)
     k = m + model.has_tie
-    i, j, one_i, one_j = _layout(m)
+    i, j = _layout(m)
     w, lo, t = wins[:, i, j], wins[:, j, i], ties[:, i, j]
     x = np.zeros((n_rows, k))
     if initial_scores is not None:
@@ -275,6 +273,12 @@ def fit_batch(
         x[:, m] = np.where(n_ties == 0, lower[m], np.where(n_ties == n_all, upper[m], x[:, m]))
     diag = np.arange(m)
 
+    def per_item(on_i: np.ndarray, on_j: np.ndarray) -> np.ndarray:
+        """`(R, M)`: per-pair terms `(R, P)` summed onto their items ``i`` and ``j``."""
+        r = len(on_i)
+        index = np.concatenate([i, j])[None, :] + m * np.arange(r)[:, None]
+        return np.bincount(index.ravel(), np.concatenate([on_i, on_j], axis=1).ravel(), r * m).reshape(r, m)
+
     def objective(xs: np.ndarray, rows: np.ndarray, derivatives: bool):
         s = xs[:, :m]
         eta = xs[:, m:] if model.has_tie else None
@@ -283,14 +287,14 @@ def fit_batch(
         if not derivatives:
             return f, None, None
         g = np.zeros_like(xs)
-        g[:, :m] = grad["i"] @ one_i + grad["j"] @ one_j + precision * s
+        g[:, :m] = per_item(grad["i"], grad["j"]) + precision * s
         h = np.zeros((len(xs), k, k))
         h[:, i, j] = hess["ij"]
         h[:, j, i] = hess["ij"]
-        h[:, diag, diag] = hess["ii"] @ one_i + hess["jj"] @ one_j + precision
+        h[:, diag, diag] = per_item(hess["ii"], hess["jj"]) + precision
         if model.has_tie:
             g[:, m] = grad["e"].sum(axis=1)
-            column = hess["ie"] @ one_i + hess["je"] @ one_j
+            column = per_item(hess["ie"], hess["je"])
             h[:, :m, m] = column
             h[:, m, :m] = column
             h[:, m, m] = hess["ee"].sum(axis=1)
@@ -317,7 +321,7 @@ def fit_batch(
         beats = (w + t > 0, lo + t > 0)  # i -> j and j -> i, per pair
         directed = np.zeros((n_rows, m, m), dtype=bool)
         directed[:, i, j], directed[:, j, i] = beats
-        present = (w + lo + t) @ one_i + (w + lo + t) @ one_j > 0
+        present = per_item(w + lo + t, w + lo + t) > 0
         ok &= strongly_connected_rows(directed, present)
     return BatchFit(scores, tie, ok, iterations, -nll, solved)
 

@@ -35,7 +35,7 @@ from emoreward.ranking.counts import (
     check_connected,
 )
 from emoreward.ranking.records import PairwiseRecord
-from emoreward.ranking.tie_models import TIE_MODELS, get_model
+from emoreward.ranking.tie_models import TIE_MODELS
 
 
 TieModel = str  # a name in TIE_MODELS (emoreward.ranking.tie_models)
@@ -370,12 +370,6 @@ def batch_spec(fit_fn: Any) -> BatchSpec | None:
             return None
         return BatchSpec(kwargs.get("tie_model", "emoprefer"), kwargs.get("prior_variance", DEFAULT_PRIOR_VARIANCE))
     return None
-
-
-def initial_tie_log(tie_model: str, initial: float | None, n_ties: float, n: float) -> float:
-    """Starting tie log-parameter ``eta``: from ``initial`` (``beta``/``nu``) or from the observed tie rate
-    (`PairModel.initial_tie_log` of the model)."""
-    return get_model(tie_model).initial_tie_log(initial, n_ties, n)
 
 
 def _initial(initial_scores: np.ndarray | None, m: int) -> np.ndarray:

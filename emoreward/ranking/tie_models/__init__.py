@@ -3,7 +3,7 @@ Davidson), each a `PairModel` in its own module of this package, found when the 
 
 Every fit reads the models from here: the count-table driver (`emoreward.ranking.batched`), the length-controlled
 fit, BPA's Rao-Kupper, the command line's choices and the reports. A new tie model is one module here defining
-``MODEL = YourModel()`` (or any code calling `register`). See docs/ranking.md ("Tie models").
+``MODEL = YourModel()`` (or any code calling `register`). See docs/ranking.md.
 """
 
 from __future__ import annotations
