@@ -195,16 +195,10 @@ def _objective(design: Design, weights: np.ndarray, precision: float | Prior, da
 
 def data_nll(design: Design, theta: np.ndarray, davidson: bool) -> float:
     """Data negative log-likelihood (no prior) at one parameter vector of shape `(P,)`."""
-    p = design.x.shape[1]
-    u = design.x @ theta[:p]
-    y = design.outcome
-    if not davidson:
-        return float(np.sum(np.logaddexp(0.0, -np.where(y == 0, 1.0, -1.0) * u)))
-    eta = float(theta[-1])
-    logits = np.stack([0.5 * u, -0.5 * u, np.full_like(u, eta)], axis=1)
-    top = logits.max(axis=1)
-    lse = top + np.log(np.exp(logits - top[:, None]).sum(axis=1))
-    return float(np.sum(lse - logits[np.arange(len(y)), y]))
+    u = (design.x @ theta[: design.x.shape[1]])[None]
+    w, lo, t = ((design.outcome == code).astype(float)[None] for code in (0, 1, 2))
+    eta = theta[None, -1:] if davidson else None
+    return float(MODELS["davidson" if davidson else "bradley-terry"].terms(u, 0.0 * u, eta, w, lo, t, False)[0][0])
 
 
 def _sparse_design(design: Design) -> tuple[csr_matrix, csr_matrix, csr_matrix]:

@@ -153,3 +153,14 @@ def test_a_new_tie_model_is_one_object_registered(toy):
     ]
     np.testing.assert_allclose(runs[0].lower, runs[1].lower / 2, atol=1e-7)
     np.testing.assert_allclose(runs[0].upper, runs[1].upper / 2, atol=1e-7)
+
+
+def test_the_command_line_offers_every_registered_tie_model(toy):
+    import argparse
+
+    from emoreward.cli.rank import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    choices = next(a.choices for a in parser._actions if a.dest == "tie_model")
+    assert list(choices) == list(TIE_MODELS) and toy in choices
