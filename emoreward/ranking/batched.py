@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from emoreward.ranking.tie_models import MODELS, TIE_LOG_BOUNDS, TIE_MODELS, get_model
+from emoreward.ranking.tie_models import TIE_LOG_BOUNDS, get_model
 
 
 DEFAULT_PRIOR_VARIANCE = 10.0
@@ -107,8 +107,9 @@ def damped_newton(
             new = xs.copy()
             for _ in range(40):
                 todo = ~searched
-                cand = np.clip(xs[todo] - alpha[todo, None] * step[todo], lower, upper) if bounded else None
-                cand = xs[todo] - alpha[todo, None] * step[todo] if cand is None else cand
+                cand = xs[todo] - alpha[todo, None] * step[todo]
+                if bounded:
+                    cand = np.clip(cand, lower, upper)
                 f_new, _, _ = objective(cand, active[todo], False)
                 ok = f_new <= f[todo] - 1e-4 * alpha[todo] * slope[todo] + 1e-13 * (1.0 + np.abs(f[todo]))
                 idx = np.flatnonzero(todo)
@@ -327,8 +328,6 @@ def fit_batch(
 
 
 __all__ = [
-    "MODELS",
-    "TIE_MODELS",
     "BatchFit",
     "BatchSpec",
     "binarize_batch",

@@ -6,7 +6,8 @@ differences ``z_r``), ``u_r = x_r . theta`` with ``x_r = (e_a - e_b, z_r)``, the
 log-likelihood ``L(u, eta) - y_r u / 2 - t_r eta`` with ``L(u, eta) = log(e^{u/2} + e^{-u/2} + e^eta)``
 (``y_r = +1 / -1`` for a win / loss of ``a_r``, ``t_r = 1`` for a tie; Bradley-Terry is ``e^eta = 0``, ties
 dropped), weighted per record, plus the penalty of :class:`Prior`. :func:`damped_newton` minimises it for any
-weighting; :func:`fit_resamples` fits every resample at once (its docstring gives the steps) and
+weighting with the one Newton driver and the pair models' terms; :func:`fit_resamples` fits every resample at once
+(a path of its own, many times faster than the driver on every resample: its docstring gives the steps) and
 ``fit_resamples(..., batched=False)`` one at a time, the reference path of the tests.
 See docs/ranking.md ("Length-controlled ranking").
 """
@@ -153,7 +154,7 @@ def damped_newton(
         return np.max(np.abs(th[:, m:p]), axis=1, initial=0.0) > 4 * DIVERGED
 
     rows = max(1, _CHUNK_CELLS // max(1, weights.shape[1]))
-    theta, converged, _ = newton(objective, theta, lower, upper, None, 100, 1e-10, rows, diverged)
+    theta, converged, _ = newton(objective, theta, lower, upper, None, _MAX_ITER, 1e-10, rows, diverged)
     if not hessian:
         return theta, converged, None
     return theta, converged, objective(theta, np.arange(n_b), True)[2]
