@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from emoreward.ranking.tie_models import TIE_LOG_BOUNDS, get_model
+from emoreward.ranking.tie_models import get_model
 
 
 DEFAULT_PRIOR_VARIANCE = 10.0
@@ -227,7 +227,7 @@ def fit_batch(
     """Fit every count table of a batch with the objective of ``spec``: the model's likelihood
     (`emoreward.ranking.tie_models`: Bradley-Terry on counts or EMER-Ranker's binarized W, eq. 1-4; EmoPrefer
     appendix F, Rao-Kupper 1967, Davidson 1970) plus the Gaussian prior ``N(0, prior_variance)`` on the
-    log-strengths, minimised by :func:`damped_newton` with the tie log-parameter bounded to ``TIE_LOG_BOUNDS``;
+    log-strengths, minimised by :func:`damped_newton` with the tie log-parameter within the model's ``bounds``;
     scores are centred to mean 0. Started at the full-data fit, 3-8 iterations reach the optimum to about 1e-12.
 
     Args:
@@ -267,7 +267,7 @@ def fit_batch(
     x[:, :m] -= x[:, :m].mean(axis=1, keepdims=True)
     lower, upper = np.full(k, -np.inf), np.full(k, np.inf)
     if model.has_tie:
-        lower[m], upper[m] = TIE_LOG_BOUNDS
+        lower[m], upper[m] = model.bounds
         n_all, n_ties = (w + lo + t).sum(axis=1), t.sum(axis=1)
         x[:, m] = [model.initial_tie_log(initial_tie_parameter, nt, na) for nt, na in zip(n_ties, n_all)]
         # no ties: the optimum is the lower bound; only ties: the upper bound (the likelihood is monotone in eta)

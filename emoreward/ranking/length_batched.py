@@ -146,9 +146,9 @@ def damped_newton(
     theta = np.zeros((n_b, q)) if x0 is None else np.broadcast_to(x0, (n_b, q)).copy()
     lower, upper = np.full(q, -np.inf), np.full(q, np.inf)
     if davidson:
-        lower[-1], upper[-1] = TIE_LOG_BOUNDS
+        lower[-1], upper[-1] = MODELS["davidson"].bounds
         has_ties = (weights @ (design.outcome == 2)) > 0
-        theta[:, -1] = np.where(has_ties, np.clip(theta[:, -1], *TIE_LOG_BOUNDS), TIE_LOG_BOUNDS[0])
+        theta[:, -1] = np.where(has_ties, np.clip(theta[:, -1], lower[-1], upper[-1]), lower[-1])
 
     def diverged(th: np.ndarray) -> np.ndarray:
         return np.max(np.abs(th[:, m:p]), axis=1, initial=0.0) > 4 * DIVERGED

@@ -32,6 +32,8 @@ class PairModel:
         offset (`float`): the tie parameter is ``offset + exp(eta)`` (Rao-Kupper's ``nu >= 1``: 1).
         shifts_with_scores (`bool`): the likelihood is unchanged when ``s`` and ``eta`` shift together (EmoPrefer's
             ``beta`` has the units of ``theta``), so centring the scores shifts ``eta`` too.
+        bounds (`tuple[float, float]`): bounds on ``eta``; they keep the fit finite for data without ties (the
+            optimum is then the lower bound) or with ties only (the upper bound).
         order (`int`): position in listings (choices, messages); built-ins first.
     """
 
@@ -39,6 +41,7 @@ class PairModel:
     has_tie: bool = True
     offset: float = 0.0
     shifts_with_scores: bool = False
+    bounds: tuple[float, float] = TIE_LOG_BOUNDS
     order: int = 100
 
     def terms(self, s_i, s_j, eta, w, lo, t, derivatives: bool):
@@ -75,7 +78,7 @@ class PairModel:
                 raise ValueError(
                     f"initial_tie_parameter must be finite and > {self.offset:g} for {self.name}, got {initial!r}"
                 )
-            return min(max(math.log(value - self.offset), TIE_LOG_BOUNDS[0]), TIE_LOG_BOUNDS[1])
+            return min(max(math.log(value - self.offset), self.bounds[0]), self.bounds[1])
         rate = min(max(float(n_ties) / n if n > 0 else 0.0, 1e-3), 0.999)
         return math.log(self.tie_parameter_for_rate(rate) - self.offset)
 
