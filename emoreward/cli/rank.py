@@ -44,6 +44,8 @@ BPA_DEFAULTS = {"budget": None, "sigma_tau": 0.3, "refit_every": 10, "policy": "
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of `emoreward rank`."""
+    from emoreward.ranking.tie_models import TIE_MODELS  # the choices are the registry's
+
     p.add_argument(
         "--judge",
         required=True,
@@ -89,7 +91,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f = p.add_argument_group("fit")
     f.add_argument(
         "--tie-model",
-        choices=["davidson", "rao-kupper", "emoprefer"],
+        choices=list(TIE_MODELS),
         default="davidson",
         help="Bradley-Terry with ties variant that ranks (default: Davidson 1970, a tie counts as half a win and "
         "half a loss); EmoPrefer appendix F, where a tie lowers both models like a loss, is always shown beside it",

@@ -12,11 +12,12 @@ from typing import Any
 import numpy as np
 from scipy.sparse import csr_matrix
 
-from emoreward.ranking.batched import batch_spec, fit_batch, strongly_connected_rows
+from emoreward.ranking.batched import fit_batch, strongly_connected_rows
 from emoreward.ranking.bradley_terry import (
     SCORE_TOLERANCE,
     BTResult,
     FitFn,
+    batch_spec,
     single_blas_thread,
 )
 from emoreward.ranking.counts import PairwiseCounts, encode_records
@@ -150,7 +151,7 @@ def bootstrap_ci(
         desc (`str`): the progress bar's label.
         batched (`bool`): fit all resamples together (:func:`emoreward.ranking.batched.fit_batch`, the same
             optimum to about 1e-8) when ``fit_fn`` is one of this package's fits (see
-            :func:`~emoreward.ranking.batched.batch_spec`); resamples it does not finish, every resample of any
+            :func:`~emoreward.ranking.bradley_terry.batch_spec`); resamples it does not finish, every resample of any
             other ``fit_fn``, and every resample with ``batched=False`` are refitted one at a time with ``fit_fn``
             (the reference path).
 
@@ -222,24 +223,11 @@ def bootstrap_ci(
             boot[b] = np.array(fit_fn(counts, **warm).scores, dtype=float)
             bar.update(1)
     bar.close()
-    shift = np.where(present, estimate.scores, 0.0).sum(axis=1) - np.where(present, boot, 0.0).sum(axis=1)
-    partial_rows = ~present.all(axis=1)
-    boot[partial_rows] += (shift[partial_rows] / np.maximum(present[partial_rows].sum(axis=1), 1))[:, None]
-    boot[~present] = np.nan
     n_disconnected = int((~connected).sum())
     est = np.asarray(estimate.scores, dtype=float)
-    boot = np.where(np.abs(boot - est) <= SCORE_TOLERANCE, est, boot)  # NaN stays NaN
+    boot = snap_to_estimate(recentre(boot, est, present), est)
     n_compared = np.sum(np.isfinite(boot), axis=0).astype(np.int64)
-    lower, upper = np.full(m, np.nan), np.full(m, np.nan)
-    seen = n_compared > 0
-    if seen.any():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns are handled by `seen`
-            lo, hi = np.nanpercentile(boot[:, seen], [100 * alpha / 2, 100 * (1 - alpha / 2)], axis=0)
-        lower[seen], upper[seen] = lo, hi
-    widened = seen & ((est < lower - SCORE_TOLERANCE) | (est > upper + SCORE_TOLERANCE))
-    lower = np.where(seen, np.fmin(lower, est), lower)
-    upper = np.where(seen, np.fmax(upper, est), upper)
+    lower, upper, widened = percentile_interval(boot, est, alpha)
     ci = BootstrapCI(
         list(full.items),
         lower,
@@ -256,6 +244,53 @@ def bootstrap_ci(
     if list(ci.items) != list(estimate.items):
         raise ValueError(f"bootstrap items {ci.items} differ from result items {estimate.items}")
     return replace(ci, estimate=estimate.with_interval(ci.lower, ci.upper, 1.0 - ci.alpha))
+
+
+def recentre(boot: np.ndarray, estimate: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """Resample scores `(B, M)` shifted so that the items each resample compared (``present``, `(B, M)` bool) have
+    the mean they have in the ``estimate`` `(M,)` (scores are identified up to a common shift only; a resample that
+    compared every item is left as fitted, centred as the estimate); NaN where an item was not compared (its score
+    there is the prior's, not the data's)."""
+    partial = ~present.all(axis=1)
+    counts = np.maximum(present.sum(axis=1), 1)
+    shift = (np.where(present, estimate, 0.0).sum(axis=1) - np.where(present, boot, 0.0).sum(axis=1)) / counts
+    return np.where(present, boot + np.where(partial, shift, 0.0)[:, None], np.nan)
+
+
+def snap_to_estimate(boot: np.ndarray, estimate: np.ndarray) -> np.ndarray:
+    """``boot`` with values within ``SCORE_TOLERANCE`` of the estimate set to it (NaN stays NaN): a resample that
+    reproduces the full-data comparisons lands exactly on the estimate, not 1e-9 beside it."""
+    return np.where(np.abs(boot - estimate) <= SCORE_TOLERANCE, estimate, boot)
+
+
+def percentile_interval(
+    boot: np.ndarray, estimate: np.ndarray, alpha: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Percentile interval ``[alpha/2, 1 - alpha/2]`` per column over the finite resamples, extended to contain the
+    estimate (Efron & Tibshirani 1993, ch. 13).
+
+    Args:
+        boot (`np.ndarray` of shape `(B, K)`): resample values, NaN where absent or failed.
+        estimate (`np.ndarray` of shape `(K,)`): the full-data values (a NaN column gets no interval).
+        alpha (`float`): 1 - coverage.
+
+    Returns:
+        ``(lower (K,), upper (K,), widened (K,) bool)``: NaN where no resample (or the estimate) is finite;
+        ``widened`` where the percentile interval excluded the estimate and was extended to it.
+    """
+    estimate = np.asarray(estimate, dtype=float)
+    boot = snap_to_estimate(boot, estimate)
+    k = boot.shape[1]
+    lower, upper = np.full(k, np.nan), np.full(k, np.nan)
+    seen = np.isfinite(boot).any(axis=0) & np.isfinite(estimate)
+    if seen.any():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            lower[seen], upper[seen] = np.nanpercentile(
+                boot[:, seen], [100 * alpha / 2, 100 * (1 - alpha / 2)], axis=0
+            )
+    widened = seen & ((estimate < lower - SCORE_TOLERANCE) | (estimate > upper + SCORE_TOLERANCE))
+    return np.where(seen, np.fmin(lower, estimate), lower), np.where(seen, np.fmax(upper, estimate), upper), widened
 
 
 def tqdm_disable(progress: bool | None) -> bool | None:

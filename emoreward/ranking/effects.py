@@ -9,13 +9,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from emoreward.ranking.bootstrap import tqdm_disable
-from emoreward.ranking.bradley_terry import (
-    SCORE_TOLERANCE,
-    TIE_MODELS,
-    finite_floats,
-)
+from emoreward.ranking.bradley_terry import SCORE_TOLERANCE, finite_floats
 from emoreward.ranking.edges import intervals_defined
 from emoreward.ranking.scoring import ScoreMatrix
+from emoreward.ranking.tie_models import TIE_MODELS
 
 
 if TYPE_CHECKING:
@@ -25,17 +22,16 @@ if TYPE_CHECKING:
 def tie_probability_between_equals(model: str, tie_parameter: float) -> float:
     """P(tie) between two models of equal strength implied by a fitted tie parameter.
 
-    EmoPrefer (appendix F): ``beta / (2 + beta)`` (``beta`` on the centred scale, theta = 1); Davidson (1970):
-    ``nu / (2 + nu)``; Rao-Kupper (1967): ``(nu - 1) / (nu + 1)``.
+    Each model says its own (`PairModel.tie_probability_between_equals`): EmoPrefer (appendix F) ``beta / (2 +
+    beta)`` (``beta`` on the centred scale, theta = 1); Davidson (1970) ``nu / (2 + nu)``; Rao-Kupper (1967)
+    ``(nu - 1) / (nu + 1)``.
 
     Raises:
         ValueError: for an unknown tie model.
     """
-    if model in ("emoprefer", "davidson"):
-        return tie_parameter / (2.0 + tie_parameter)
-    if model == "rao-kupper":
-        return (tie_parameter - 1.0) / (tie_parameter + 1.0)
-    raise ValueError(f"unknown tie model {model!r}; choose one of {TIE_MODELS}")
+    if model not in TIE_MODELS:
+        raise ValueError(f"unknown tie model {model!r}; choose one of {tuple(TIE_MODELS)}")
+    return TIE_MODELS[model].tie_probability_between_equals(tie_parameter)
 
 
 @dataclass

@@ -6,7 +6,8 @@ differences ``z_r``), ``u_r = x_r . theta`` with ``x_r = (e_a - e_b, z_r)``, the
 log-likelihood ``L(u, eta) - y_r u / 2 - t_r eta`` with ``L(u, eta) = log(e^{u/2} + e^{-u/2} + e^eta)``
 (``y_r = +1 / -1`` for a win / loss of ``a_r``, ``t_r = 1`` for a tie; Bradley-Terry is ``e^eta = 0``, ties
 dropped), weighted per record, plus the penalty of :class:`Prior`. :func:`damped_newton` minimises it for any
-weighting; :func:`fit_resamples` fits every resample at once (its docstring gives the steps) and
+weighting with the one Newton driver and the pair models' terms; :func:`fit_resamples` fits every resample at once
+(a path of its own, many times faster than the driver on every resample: its docstring gives the steps) and
 ``fit_resamples(..., batched=False)`` one at a time, the reference path of the tests.
 See docs/ranking.md ("Length-controlled ranking").
 """
@@ -19,10 +20,12 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.sparse import csr_matrix
 
+from emoreward.ranking.batched import damped_newton as newton
 from emoreward.ranking.bootstrap import sample_units
-from emoreward.ranking.bradley_terry import TIE_LOG_BOUNDS, single_blas_thread
+from emoreward.ranking.bradley_terry import single_blas_thread
 from emoreward.ranking.counts import encode_records
 from emoreward.ranking.records import PairwiseRecord
+from emoreward.ranking.tie_models import MODELS, TIE_LOG_BOUNDS
 
 
 DIVERGED = 15.0
@@ -39,16 +42,12 @@ _BOOT_CHUNK = 1024  # resamples per batch
 _SWITCH = 1e-2  # Newton step (max-abs) below which the float64 gradient passes take over
 _MAX_CUBIC = 1_000  # unique third-derivative entries above which the start is a plain Newton step
 _MAX_PARAMS = 48  # parameters above which every resample goes through damped_newton
-_MIN_DENSITY = 0.5  # share of (pair, sample) cells holding a record below which the records pass is used
 
 
 @dataclass(frozen=True)
 class Design:
     """Records as arrays: design rows ``x_r = (e_a - e_b, z_r)`` of shape `(N, M + K)`, outcome codes (0: ``a``
-    wins, 1: ``b`` wins, 2: tie), bootstrap units (samples) and the model indices ``a``, ``b`` of shape `(N,)`;
-    ``features``: the per-description covariates ``F`` of shape `(K, M, n_units)` with ``z_r = F[:, a_r, s_r] -
-    F[:, b_r, s_r]`` (0 where a model has no description on a sample), or None where the covariates are not
-    per-description values (:func:`build_design` checks)."""
+    wins, 1: ``b`` wins, 2: tie), bootstrap units (samples) and the model indices ``a``, ``b`` of shape `(N,)`."""
 
     x: np.ndarray
     outcome: np.ndarray
@@ -57,7 +56,6 @@ class Design:
     a: np.ndarray
     b: np.ndarray
     m: int
-    features: np.ndarray | None = None
 
 
 def build_design(
@@ -73,9 +71,7 @@ def build_design(
         model (`str`): ``"davidson"`` or ``"bradley-terry"``.
 
     Returns:
-        ``(design, keep)``: ``keep`` (`np.ndarray` of shape `(N,)`, bool) marks the records in the design. The
-        design carries the per-description table ``features`` when every description (sample, model) has one value
-        throughout the records, as it has when the values come from one table (else None: the general pass).
+        ``(design, keep)``: ``keep`` (`np.ndarray` of shape `(N,)`, bool) marks the records in the design.
     """
     covariates = np.asarray(covariates, dtype=float)
     if covariates.shape[:2] != (len(records), 2) or covariates.ndim != 3:
@@ -89,13 +85,8 @@ def build_design(
     x[np.arange(n), a] = 1.0
     x[np.arange(n), b] = -1.0
     x[:, m:] = values[:, 0] - values[:, 1]
-    features = np.zeros((k_cov, m, n_units))
-    features[:, a, u] = values[:, 0].T
-    features[:, b, u] = values[:, 1].T
-    if not (np.array_equal(features[:, a, u], values[:, 0].T) and np.array_equal(features[:, b, u], values[:, 1].T)):
-        features = None  # one description with two values: no per-description table
     outcome = encoded.outcome[keep].astype(np.int64)
-    return Design(x, outcome, u, n_units, a, b, m, features), keep
+    return Design(x, outcome, u, n_units, a, b, m), keep
 
 
 # ------------------------------------------------------------------------------------ damped Newton, any weights
@@ -134,139 +125,81 @@ def damped_newton(
     x0: np.ndarray | None = None,
     hessian: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Penalised maximum likelihood for B weightings of the records at once (rows evaluated together).
+    """Penalised maximum likelihood for B weightings of the records at once, by the one Newton driver
+    (:func:`emoreward.ranking.batched.damped_newton`).
 
     Minimises, per row of ``weights`` (shape `(B, N)`), ``sum_r w_r nll_r`` plus the `Prior` ``precision``
-    (a float: the precision on the model effects, ``precision/2 |b|^2 + (sum b)^2 / (2M)``);
-    the last term only fixes the shift of ``b`` (the likelihood depends on differences), so its optimum has
-    ``sum b = 0`` and the others are unchanged. Damped Newton (step halving until the objective decreases); a row
-    stops when its gradient is below ``1e-10 (1 + sum w)`` (converged) or its covariate coefficients pass
-    ``4 DIVERGED`` (diverged); a Davidson row without ties keeps ``log nu`` at its lower bound, as the plain fit.
+    (a float: the precision on the model effects, ``precision/2 |b|^2 + (sum b)^2 / (2M)``); the last term only
+    fixes the shift of ``b`` (the likelihood depends on differences), so its optimum has ``sum b = 0`` and the others
+    are unchanged. The per-record terms are the pair model's (`emoreward.ranking.tie_models`: Davidson or
+    Bradley-Terry) with ``s_i - s_j`` the record's linear predictor ``u_r``. A row stops unconverged when its
+    covariate coefficients pass ``4 DIVERGED``; a Davidson row without ties keeps ``log nu`` at its lower bound.
 
     Returns:
         ``(params, converged, hessian)``: params of shape `(B, P)` (``P = M + K``, plus Davidson's ``log nu``),
         converged `(B,)` bool, and the Hessian of shape `(B, P, P)` at the solution (``None`` unless ``hessian``).
     """
-    if weights.shape[0] * weights.shape[1] > _CHUNK_CELLS and weights.shape[0] > 1:
-        step = max(1, _CHUNK_CELLS // max(1, weights.shape[1]))
-        parts = [
-            damped_newton(design, weights[i : i + step], precision, davidson, x0, hessian)
-            for i in range(0, weights.shape[0], step)
-        ]
-        hess = np.concatenate([h for _, _, h in parts]) if hessian else None
-        return np.concatenate([t for t, _, _ in parts]), np.concatenate([c for _, c, _ in parts]), hess
-    x, m = design.x, design.m
-    p = x.shape[1]
+    m, p = design.m, design.x.shape[1]
     q = p + davidson
     n_b = weights.shape[0]
+    objective = _objective(design, weights, precision, davidson)
+    theta = np.zeros((n_b, q)) if x0 is None else np.broadcast_to(x0, (n_b, q)).copy()
+    lower, upper = np.full(q, -np.inf), np.full(q, np.inf)
+    if davidson:
+        lower[-1], upper[-1] = MODELS["davidson"].bounds
+        has_ties = (weights @ (design.outcome == 2)) > 0
+        theta[:, -1] = np.where(has_ties, np.clip(theta[:, -1], lower[-1], upper[-1]), lower[-1])
+
+    def diverged(th: np.ndarray) -> np.ndarray:
+        return np.max(np.abs(th[:, m:p]), axis=1, initial=0.0) > 4 * DIVERGED
+
+    rows = max(1, _CHUNK_CELLS // max(1, weights.shape[1]))
+    theta, converged, _ = newton(objective, theta, lower, upper, None, _MAX_ITER, 1e-10, rows, diverged)
+    if not hessian:
+        return theta, converged, None
+    return theta, converged, objective(theta, np.arange(n_b), True)[2]
+
+
+def _objective(design: Design, weights: np.ndarray, precision: float | Prior, davidson: bool):
+    """The length-controlled objective of weighted records for :func:`emoreward.ranking.batched.damped_newton`."""
+    m, p = design.m, design.x.shape[1]
+    q = p + davidson
+    model = MODELS["davidson" if davidson else "bradley-terry"]
     prior = as_prior(precision)
     y = design.outcome
-    yw, yl, yt = (y == 0).astype(float), (y == 1).astype(float), (y == 2).astype(float)
+    outcomes = [weights * (y == code) for code in (0, 1, 2)]  # (B, N) weights of a win, loss, tie of a_r
     xs, xs_t, outer_t = _sparse_design(design)
 
     def times_x(v: np.ndarray) -> np.ndarray:  # (B, N) @ x, through the sparse transpose
         return np.asarray(xs_t @ v.T).T
 
-    def times_outer(v: np.ndarray) -> np.ndarray:  # (B, N) @ (row outer products of x), shape (B, P, P)
-        return np.asarray(outer_t @ v.T).T.reshape(v.shape[0], p, p)
-
-    has_ties = (weights @ yt) > 0 if davidson else np.zeros(n_b, dtype=bool)
-    theta = np.zeros((n_b, q)) if x0 is None else np.broadcast_to(x0, (n_b, q)).copy()
-    if davidson:
-        theta[:, -1] = np.where(has_ties, np.clip(theta[:, -1], *TIE_LOG_BOUNDS), TIE_LOG_BOUNDS[0])
-    scale = 1.0 + weights.sum(axis=1)
-
-    def objective(th: np.ndarray, full: bool, weights: np.ndarray):
-        n_b = th.shape[0]
-        u = np.asarray(xs @ th[:, :p].T).T  # (B, N)
+    def objective(th: np.ndarray, rows: np.ndarray, derivatives: bool):
+        u = np.asarray(xs @ th[:, :p].T).T  # (R, N)
+        w, lo, t = (o[rows] for o in outcomes)
+        eta = th[:, p:] if davidson else None
+        nll, grad, hess = model.terms(u, np.zeros_like(u), eta, w, lo, t, derivatives)
         penalty, prior_grad, prior_hess = prior.terms(th, m)
-        if not davidson:
-            sign = np.where(y == 0, 1.0, -1.0)
-            nll = np.logaddexp(0.0, -sign * u)
-            f = np.sum(weights * nll, axis=1) + penalty
-            if not full:
-                return f
-            sig = 1.0 / (1.0 + np.exp(sign * u))  # sigmoid(-sign u)
-            gu = -sign * sig
-            hu = sig * (1.0 - sig)
-            grad = times_x(weights * gu)
-            hess = times_outer(weights * hu)
-        else:
-            eta = th[:, -1:]
-            half = 0.5 * u
-            top = np.maximum(np.abs(half), eta)
-            ew, el, et = np.exp(half - top), np.exp(-half - top), np.exp(eta - top)
-            total = ew + el + et
-            nll = top + np.log(total) - (yw - yl) * half - yt * eta
-            f = np.sum(weights * nll, axis=1) + penalty
-            if not full:
-                return f
-            pw, pl, pt = ew / total, el / total, et / total
-            gu = 0.5 * (pw - pl) - 0.5 * (yw - yl)
-            ge = pt - yt
-            huu = 0.25 * (pw + pl) - 0.25 * (pw - pl) ** 2
-            hue = -0.5 * (pw - pl) * pt
-            hee = pt * (1.0 - pt)
-            grad = np.concatenate([times_x(weights * gu), np.sum(weights * ge, axis=1, keepdims=True)], axis=1)
-            hess = np.zeros((n_b, q, q))
-            hess[:, :p, :p] = times_outer(weights * huu)
-            hess[:, :p, -1] = hess[:, -1, :p] = times_x(weights * hue)
-            hess[:, -1, -1] = np.sum(weights * hee, axis=1)
-        grad += prior_grad
-        hess += prior_hess
-        return f, grad, hess
+        if not derivatives:
+            return nll + penalty, None, None
+        g = np.zeros_like(th)
+        g[:, :p] = times_x(grad["i"])
+        h = np.zeros((len(th), q, q))
+        h[:, :p, :p] = np.asarray(outer_t @ hess["ii"].T).T.reshape(len(th), p, p)
+        if davidson:
+            g[:, -1] = grad["e"].sum(axis=1)
+            h[:, :p, -1] = h[:, -1, :p] = times_x(hess["ie"])
+            h[:, -1, -1] = hess["ee"].sum(axis=1)
+        return nll + penalty, g + prior_grad, h + prior_hess
 
-    converged = np.zeros(n_b, dtype=bool)
-    rows = np.arange(n_b)  # the rows still iterating, and their weights
-    w = weights
-    for _ in range(_MAX_ITER):
-        th = theta[rows]
-        f, grad, hess = objective(th, True, w)
-        if davidson:  # a resample without ties keeps log nu at its lower bound, as the plain fit does
-            no_ties = ~has_ties[rows]
-            grad[no_ties, -1] = 0.0
-            hess[no_ties, -1, :] = 0.0
-            hess[no_ties, :, -1] = 0.0
-            hess[no_ties, -1, -1] = 1.0
-        done = np.max(np.abs(grad), axis=1) <= 1e-10 * scale[rows]
-        converged[rows] = done
-        diverged = np.max(np.abs(th[:, m:p]), axis=1, initial=0.0) > 4 * DIVERGED
-        active = ~done & ~diverged
-        if not active.any():
-            break
-        if not active.all():  # converged and diverged rows stay where they are
-            rows, w, th, f, grad, hess = rows[active], w[active], th[active], f[active], grad[active], hess[active]
-        step = _solve(hess, grad)
-        t = np.ones(len(rows))
-        row_scale = scale[rows]
-        for _ in range(40):
-            trial = th - t[:, None] * step
-            if davidson:
-                trial[:, -1] = np.clip(trial[:, -1], *TIE_LOG_BOUNDS)
-            f_new = objective(trial, False, w)
-            bad = ~(f_new <= f + 1e-12 * row_scale)
-            if not bad.any():
-                break
-            t[bad] *= 0.5
-        theta[rows] = trial
-    if not hessian:
-        return theta, converged, None
-    _, _, hess = objective(theta, True, weights)
-    return theta, converged, hess
+    return objective
 
 
 def data_nll(design: Design, theta: np.ndarray, davidson: bool) -> float:
     """Data negative log-likelihood (no prior) at one parameter vector of shape `(P,)`."""
-    p = design.x.shape[1]
-    u = design.x @ theta[:p]
-    y = design.outcome
-    if not davidson:
-        return float(np.sum(np.logaddexp(0.0, -np.where(y == 0, 1.0, -1.0) * u)))
-    eta = float(theta[-1])
-    logits = np.stack([0.5 * u, -0.5 * u, np.full_like(u, eta)], axis=1)
-    top = logits.max(axis=1)
-    lse = top + np.log(np.exp(logits - top[:, None]).sum(axis=1))
-    return float(np.sum(lse - logits[np.arange(len(y)), y]))
+    u = (design.x @ theta[: design.x.shape[1]])[None]
+    w, lo, t = ((design.outcome == code).astype(float)[None] for code in (0, 1, 2))
+    eta = theta[None, -1:] if davidson else None
+    return float(MODELS["davidson" if davidson else "bradley-terry"].terms(u, 0.0 * u, eta, w, lo, t, False)[0][0])
 
 
 def _sparse_design(design: Design) -> tuple[csr_matrix, csr_matrix, csr_matrix]:
@@ -331,10 +264,7 @@ def fit_resamples(
        derivatives: linear convergence at a rate ``rho``, until the distance left, ``rho |step| / (1 - rho)``, is
        below 3e-8 (max-abs); float32 gradients stall about 1e-6 from the optimum.
 
-    Steps 2 and 3 read the records through one pass (:func:`_pass`): where the covariates are per-description
-    values and most (pair, sample) cells hold a record, the compiled
-    :func:`emoreward.ranking.length_kernel.table_pass` (float64 throughout); elsewhere the numpy pass over the
-    records. A resample this path does not finish the normal way (no ties in a Davidson resample, a tie parameter
+    Steps 2 and 3 read the records through one numpy pass (:func:`_pass`). A resample this path does not finish the normal way (no ties in a Davidson resample, a tie parameter
     at its bound, a diverging covariate coefficient, a step that does not contract, a non-finite value) is fitted
     by :func:`damped_newton` from the same start.
 
@@ -399,20 +329,6 @@ class _Ordered:
     grid: bool
     n_units: int
     z_max: np.ndarray
-    table: _PairTable | None = None
-
-
-@dataclass(frozen=True)
-class _PairTable:
-    """The records as :func:`~emoreward.ranking.length_kernel.table_pass` reads them: unordered pairs ``pair_a`` <
-    ``pair_b`` `(P,)`, records per pair and sample ``mult`` `(P, n_units)`, the design's ``features`` `(K, M,
-    n_units)` and ``feature_max`` `(K,)`, the largest ``|F_k|``."""
-
-    pair_a: np.ndarray
-    pair_b: np.ndarray
-    mult: np.ndarray
-    features: np.ndarray
-    feature_max: np.ndarray
 
 
 class _Sums:
@@ -450,23 +366,7 @@ def _ordered(design: Design) -> _Ordered:
     half_x = {dt: np.ascontiguousarray(0.5 * x.T, dtype=dt) for dt in (np.float32, np.float64)}
     z = {dt: np.ascontiguousarray(x[:, m:p].T, dtype=dt) for dt in (np.float32, np.float64)}
     z_max = np.abs(x[:, m:p]).max(axis=0, initial=0.0)
-    return _Ordered(units, half_x, z, starts, diff, outer, grid, design.n_units, z_max, _pair_table(design))
-
-
-def _pair_table(design: Design) -> _PairTable | None:
-    """The `(pair, sample)` table of the compiled pass, or None where the design has no per-description covariates
-    or the table would be mostly empty (fewer than `_MIN_DENSITY` of its cells hold a record)."""
-    if design.features is None or not len(design.a):
-        return None
-    lo, hi = np.minimum(design.a, design.b), np.maximum(design.a, design.b)
-    pairs, pair = np.unique(lo * design.m + hi, return_inverse=True)
-    mult = np.zeros((len(pairs), design.n_units))
-    np.add.at(mult, (pair, design.units), 1.0)
-    if np.count_nonzero(mult) < _MIN_DENSITY * mult.size:
-        return None
-    feature_max = np.abs(design.features).max(axis=(1, 2), initial=0.0)
-    pair_a, pair_b = (pairs // design.m).astype(np.int64), (pairs % design.m).astype(np.int64)
-    return _PairTable(pair_a, pair_b, mult, np.ascontiguousarray(design.features), feature_max)
+    return _Ordered(units, half_x, z, starts, diff, outer, grid, design.n_units, z_max)
 
 
 def _probabilities(half_u: np.ndarray, log_nu: np.ndarray | None, dtype, bound: float = np.inf):
@@ -491,37 +391,8 @@ def _probabilities(half_u: np.ndarray, log_nu: np.ndarray | None, dtype, bound: 
 
 def _pass(rec: _Ordered, theta, counts, m: int, davidson: bool, dtype, hessian: bool):
     """The data part of the gradient `(R, Q)` (and Hessian `(R, Q, Q)`) of the nonlinear term ``sum_r w_r L``, for
-    rows ``theta`` `(R, Q)` with per-sample counts `(R, n_units)`.
-
-    Where the records have a `_PairTable`, the compiled :func:`~emoreward.ranking.length_kernel.table_pass`
-    computes it in float64 (``dtype`` does not matter there); elsewhere, and for rows whose factors could
-    overflow, :func:`_records_pass` computes it in ``dtype`` over the records.
-    """
-    table = rec.table
-    if table is None:
-        return _records_pass(rec, theta, counts, m, davidson, dtype, hessian)
-    from emoreward.ranking.length_kernel import FACTOR_BOUND, table_pass  # numba: imported when first needed
-
-    p = m + len(table.feature_max)
-    bound = 0.5 * (np.max(np.abs(theta[:, :m]), axis=1) + np.abs(theta[:, m:p]) @ table.feature_max)
-    fits = np.isfinite(bound) & (bound <= FACTOR_BOUND)
-    grad, hess = table_pass(
-        theta[fits], counts[fits], table.mult, table.features, table.pair_a, table.pair_b, m, davidson, hessian
-    )
-    if fits.all():
-        return grad, hess if hessian else None
-    rest = _records_pass(rec, theta[~fits], counts[~fits], m, davidson, dtype, hessian)
-    full_grad = np.empty(theta.shape)
-    full_grad[fits], full_grad[~fits] = grad, rest[0]
-    if not hessian:
-        return full_grad, None
-    full_hess = np.empty(theta.shape + theta.shape[1:])
-    full_hess[fits], full_hess[~fits] = hess, rest[1]
-    return full_grad, full_hess
-
-
-def _records_pass(rec: _Ordered, theta, counts, m: int, davidson: bool, dtype, hessian: bool):
-    """:func:`_pass` over the records in ``dtype`` (sums per pair segment in ``dtype``, the rest in float64)."""
+    rows ``theta`` `(R, Q)` with per-sample counts `(R, n_units)`, over the records in ``dtype`` (sums per pair
+    segment in ``dtype``, the rest in float64)."""
     n_rows, q = theta.shape
     p, n = rec.half_x[dtype].shape
     grad = np.zeros((n_rows, q))

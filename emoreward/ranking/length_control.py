@@ -21,11 +21,10 @@ import numpy as np
 from scipy.special import ndtr  # the normal CDF (scipy.stats.norm.sf(x) is ndtr(-x); scipy.stats adds 0.25 s)
 
 from emoreward.data.text import description_length, markdown_cell
-from emoreward.ranking.bootstrap import BootstrapCI, resample_unit_weights
+from emoreward.ranking.bootstrap import BootstrapCI, percentile_interval, recentre, resample_unit_weights
 from emoreward.ranking.bradley_terry import (
     DEFAULT_PRIOR_VARIANCE,
     SCORE_TOLERANCE,
-    TIE_LOG_BOUNDS,
     BTResult,
     finite_float,
     finite_floats,
@@ -43,6 +42,7 @@ from emoreward.ranking.length_batched import (
     fit_resamples,
 )
 from emoreward.ranking.records import PairwiseRecord
+from emoreward.ranking.tie_models import TIE_LOG_BOUNDS
 from emoreward.utils.separation import decided_rows, separating_direction
 
 
@@ -410,10 +410,10 @@ def fit_length_controlled(
             se[kept] = np.std(boot_c[good][:, kept], axis=0, ddof=1)
         with np.errstate(divide="ignore", invalid="ignore"):
             pval[kept] = 2.0 * ndtr(-np.abs(coef[kept] / se[kept]))
-    lo_s, hi_s = _percentile(boot_s, scores, alpha)
+    lo_s, hi_s = percentile_interval(boot_s, scores, alpha)[:2]
     if separation is not None:  # an end the undecided verdicts do not bound is open (edges.format_interval)
         lo_s[open_ends[0]], hi_s[open_ends[1]] = -np.inf, np.inf
-    lo_c, hi_c = _percentile(boot_c, coef, alpha)
+    lo_c, hi_c = percentile_interval(boot_c, coef, alpha)[:2]
     for note in notes:
         warnings.warn(f"length-controlled fit: {note}", UserWarning, stacklevel=2)
     return ControlledFit(
@@ -634,30 +634,11 @@ def _bootstrap(
     np.add.at(present_rows, (design.units, design.a), 1.0)
     np.add.at(present_rows, (design.units, design.b), 1.0)
     present = (unit_w @ present_rows) > 0
-    scores = theta[:, :m].copy()
-    scores[~present] = np.nan
-    with warnings.catch_warnings():  # centred on the estimate's mean over the models the resample compared
-        warnings.simplefilter("ignore", RuntimeWarning)
-        shift = np.nanmean(np.where(present, full.scores, np.nan), axis=1) - np.nanmean(scores, axis=1)
-    scores += shift[:, None]
+    scores = recentre(theta[:, :m], full.scores, present)
     scores[~good] = np.nan
     coefficients = theta[:, m:p].copy()
     coefficients[~good] = np.nan
     return scores, coefficients, int((~good).sum())
-
-
-def _percentile(boot: np.ndarray, est: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile interval per column over finite resamples, extended to contain the estimate (as bootstrap_ci)."""
-    k = boot.shape[1]
-    lo, hi = np.full(k, np.nan), np.full(k, np.nan)
-    boot = np.where(np.abs(boot - est) <= SCORE_TOLERANCE, est, boot)
-    seen = np.isfinite(boot).any(axis=0) & np.isfinite(est)
-    if seen.any():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            q = np.nanpercentile(boot[:, seen], [100 * alpha / 2, 100 * (1 - alpha / 2)], axis=0)
-        lo[seen], hi[seen] = np.fmin(q[0], est[seen]), np.fmax(q[1], est[seen])
-    return lo, hi
 
 
 # ----------------------------------------------------------------------------------------- plain vs controlled

@@ -153,7 +153,7 @@ def fit_ranking(
         ValueError: on an unknown ``tie_model``, no records, or a disconnected comparison graph.
     """
     if tie_model not in TIE_MODELS:
-        raise ValueError(f"unknown tie_model {tie_model!r}; choose one of {TIE_MODELS}")
+        raise ValueError(f"unknown tie_model {tie_model!r}; choose one of {tuple(TIE_MODELS)}")
     records = list(records)
     if not records:
         raise ValueError("no pairwise records to rank (do the models share samples?)")

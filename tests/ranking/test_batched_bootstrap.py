@@ -9,9 +9,14 @@ import numpy as np
 import pytest
 
 from emoreward.data.verdicts import Verdict
-from emoreward.ranking.batched import batch_spec, fit_batch, strongly_connected_rows
+from emoreward.ranking.batched import fit_batch, strongly_connected_rows
 from emoreward.ranking.bootstrap import bootstrap_ci
-from emoreward.ranking.bradley_terry import fit_binarized_bradley_terry, fit_bradley_terry, fit_bradley_terry_ties
+from emoreward.ranking.bradley_terry import (
+    batch_spec,
+    fit_binarized_bradley_terry,
+    fit_bradley_terry,
+    fit_bradley_terry_ties,
+)
 from emoreward.ranking.counts import PairwiseCounts
 from emoreward.ranking.effects import fit_reward_effects
 from emoreward.ranking.records import PairwiseRecord

@@ -14,12 +14,10 @@ import numpy as np
 import pytest
 
 from emoreward.data.tables import bundled_ovmerd_path, load_description_table
-from emoreward.ranking import length_batched
 from emoreward.ranking.bootstrap import resample_unit_weights
 from emoreward.ranking.bradley_terry import prior_precision
 from emoreward.ranking.length_batched import build_design, damped_newton, fit_resamples
 from emoreward.ranking.length_control import description_features, fit_length_controlled
-from emoreward.ranking.length_kernel import FACTOR_BOUND, table_pass
 from emoreward.ranking.records import PairwiseRecord
 
 
@@ -164,72 +162,10 @@ def test_ovmerd_shape():
     assert_same(*both_paths(records, features, names, models, n_boot=12))
 
 
-# ------------------------------------------------------------------ the compiled (pair, sample) pass (length_kernel)
-
-
-def compiled_and_records_passes(records, features, models, model, theta, counts, hessian):
-    """`_pass` (the compiled table pass where the design has one) and `_records_pass` on the same rows."""
-    values = np.array([(features[r.sample, r.item_a], features[r.sample, r.item_b]) for r in records])
-    design, _ = build_design(records, models, values, model)
-    rec = length_batched._ordered(design)
-    args = (theta, counts, design.m, model == "davidson", np.float64, hessian)
-    return rec, length_batched._pass(rec, *args), length_batched._records_pass(rec, *args)
-
-
-@pytest.mark.parametrize("model", ["davidson", "bradley-terry"])
-@pytest.mark.parametrize("covariates", [0, 1, 2])
-@pytest.mark.parametrize("layout", ["grid", "gaps", "repeats"])
-def test_compiled_pass_equals_the_records_pass(model, covariates, layout):
-    # every pair on every sample; one comparison in ten left out; extra verdicts, some with the models swapped
-    skip = (lambda s, i, j: (s + 2 * i + j) % 10 == 0) if layout == "gaps" else None
-    records, features, _, models = random_table(n_samples=30, covariates=max(covariates, 1), skip=skip, seed=5)
-    features = {key: value[:covariates] for key, value in features.items()}
-    if layout == "repeats":
-        records += [
-            PairwiseRecord(r.item_b, r.item_a, "tie" if k % 3 else "1", sample=r.sample)
-            for k, r in enumerate(records[::4])
-        ]
-    n_params = len(models) + covariates + (model == "davidson")
-    rng = np.random.default_rng(6)
-    theta = rng.normal(0, 1, (40, n_params))
-    theta[3, 0] = 2.5 * FACTOR_BOUND  # a row whose factors would overflow: the records pass takes it
-    counts = resample_unit_weights(30, 40, 2).astype(float)
-    for hessian in (False, True):
-        rec, (grad, hess), (ref_grad, ref_hess) = compiled_and_records_passes(
-            records, features, models, model, theta, counts, hessian
-        )
-        assert rec.table is not None
-        np.testing.assert_allclose(grad, ref_grad, rtol=1e-10, atol=1e-9)
-        if hessian:
-            np.testing.assert_allclose(hess, ref_hess, rtol=1e-10, atol=1e-9)
-        assert np.abs(ref_grad).max() > 1.0  # the sums are not trivially zero
-
-
-def test_compiled_pass_is_the_same_on_any_number_of_threads():
-    records, features, _, models = random_table(n_samples=30, covariates=2, seed=7)
-    values = np.array([(features[r.sample, r.item_a], features[r.sample, r.item_b]) for r in records])
-    design, _ = build_design(records, models, values, "davidson")
-    table = length_batched._ordered(design).table
-    theta = np.random.default_rng(8).normal(0, 1, (100, len(models) + 3))
-    counts = resample_unit_weights(30, 100, 3).astype(float)
-    args = (theta, counts, table.mult, table.features, table.pair_a, table.pair_b, len(models), True, True)
-    one, three = table_pass(*args, threads=1), table_pass(*args, threads=3)
-    np.testing.assert_array_equal(one[0], three[0])
-    np.testing.assert_array_equal(one[1], three[1])
-
-
-def test_designs_without_a_per_description_table_take_the_records_pass():
+def test_designs_of_any_shape_agree_with_one_resample_at_a_time():
     records, features, names, models = random_table(n_samples=20, seed=9)
-    values = np.array([(features[r.sample, r.item_a], features[r.sample, r.item_b]) for r in records])
-    # one description with two values (covariates not from one table): no table, and the fits still agree
-    values[0, 0] += 0.25
-    design, _ = build_design(records, models, values, "davidson")
-    assert design.features is None and length_batched._ordered(design).table is None
-    # a sparse design (two pairs per sample, as an active sampler leaves it): the table would be mostly empty
+    # a sparse design (two pairs per sample, as an active sampler leaves it)
     sparse = [r for k, r in enumerate(records) if (k % 10 - k // 10) % 5 == 0]  # a different two on each sample
-    values = np.array([(features[r.sample, r.item_a], features[r.sample, r.item_b]) for r in sparse])
-    design, _ = build_design(sparse, models, values, "davidson")
-    assert design.features is not None and length_batched._ordered(design).table is None
     assert_same(*both_paths(sparse, features, names, models, n_boot=30))
 
 

@@ -11,8 +11,9 @@ Results against random pairs and the paper's rule: docs/ranking.md ("Active rank
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import expit
 from scipy.stats import norm
+
+from emoreward.ranking.tie_models.rao_kupper import RaoKupper
 
 
 _GH_NODES, _GH_WEIGHTS = np.polynomial.hermite.hermgauss(10)
@@ -37,7 +38,7 @@ def outcome_fisher_information(
     """
     z = slope * np.asarray(score_diff, float)
     eta = np.asarray(eta, float)
-    pa, pb = expit(z - delta), expit(-z - delta)
+    pa, pb = (np.exp(log_p) for log_p in RaoKupper.log_probabilities(z, delta)[:2])
     pt = 1.0 - pa - pb
     da, db = pa * (1.0 - pa), -pb * (1.0 - pb)
     guess = (1.0 - eta) / 3.0

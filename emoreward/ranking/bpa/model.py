@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.optimize import minimize
-from scipy.special import expit, log_expit
+from scipy.special import expit
 
 from emoreward.ranking.bpa.config import BPAConfig
-from emoreward.ranking.records import OUTCOME_CODE, PairwiseRecord
+from emoreward.ranking.counts import encode_records as encode_item_records
+from emoreward.ranking.records import PairwiseRecord
+from emoreward.ranking.tie_models.rao_kupper import RaoKupper
 
 
 def rao_kupper_probabilities(score_diff: np.ndarray, delta: float, slope: float = 1.0) -> np.ndarray:
@@ -36,15 +38,12 @@ def rao_kupper_probabilities(score_diff: np.ndarray, delta: float, slope: float 
         ValueError: if ``delta <= 0``.
 
     Source: Rao & Kupper (1967), eq. 2.1-2.2 with ``theta = exp(delta)``; E3mo-Bench "Periodic Bayesian
-    Optimization".
+    Optimization". The likelihood is the ranking's one Rao-Kupper (`emoreward.ranking.tie_models.rao_kupper`,
+    ``log nu = delta``).
     """
     if delta <= 0:
         raise ValueError(f"delta must be > 0, got {delta!r}")
-    z = slope * np.asarray(score_diff, dtype=float)
-    log_pa = log_expit(z - delta)
-    log_pb = log_expit(-z - delta)
-    log_pt = math.log(math.expm1(2.0 * delta)) + log_pa + log_pb
-    return np.exp(np.stack([log_pa, log_pb, log_pt], axis=-1))
+    return np.exp(np.stack(RaoKupper.log_probabilities(slope * np.asarray(score_diff, dtype=float), delta), axis=-1))
 
 
 @dataclass
@@ -112,26 +111,16 @@ def encode_records(
     if both:
         raise ValueError(f"items are both candidates and anchors: {sorted(both)[:5]}")
     anchor_names = list(anchors)
-    index = {name: i for i, name in enumerate(candidates + anchor_names)}
+    items = encode_item_records(records, candidates + anchor_names)  # the one encoder of item names and outcomes
     if annotators is None:
         annotators = list(dict.fromkeys(r.annotator for r in records))
     annotators = list(annotators)
     ann_index = {name: k for k, name in enumerate(annotators)}
-    m = len(records)
-    idx_a = np.empty(m, dtype=np.int64)
-    idx_b = np.empty(m, dtype=np.int64)
-    outcome = np.empty(m, dtype=np.int64)
-    annotator = np.empty(m, dtype=np.int64)
-    for r_i, rec in enumerate(records):
-        for name in (rec.item_a, rec.item_b):
-            if name not in index:
-                raise ValueError(f"record {r_i} names item {name!r}, which is neither a candidate nor an anchor")
-        if rec.annotator not in ann_index:
-            raise ValueError(f"record {r_i} names unknown annotator {rec.annotator!r}")
-        idx_a[r_i] = index[rec.item_a]
-        idx_b[r_i] = index[rec.item_b]
-        outcome[r_i] = OUTCOME_CODE[rec.outcome]
-        annotator[r_i] = ann_index[rec.annotator]
+    unknown = next((k for k, r in enumerate(records) if r.annotator not in ann_index), None)
+    if unknown is not None:
+        raise ValueError(f"record {unknown} names unknown annotator {records[unknown].annotator!r}")
+    idx_a, idx_b, outcome = items.a, items.b, items.outcome.astype(np.int64)
+    annotator = np.fromiter((ann_index[r.annotator] for r in records), dtype=np.int64, count=len(records))
     return EncodedRecords(
         candidates=candidates,
         anchors=anchor_names,
@@ -211,13 +200,11 @@ class BPAObjective:
         scores, xi, delta = self.unpack(theta)
         mu = self._all_scores(scores)
         z = s * (mu[d.idx_a] - mu[d.idx_b])
-        log_pa = log_expit(z - delta)
-        log_pb = log_expit(-z - delta)
+        log_pa, log_pb, log_pt = RaoKupper.log_probabilities(z, delta)
         pa, pb = np.exp(log_pa), np.exp(log_pb)
-        log_c = math.log(math.expm1(2.0 * delta))
         dlogc = 2.0 / (-math.expm1(-2.0 * delta))  # d/d delta of log(exp(2 delta) - 1)
         y = d.outcome
-        log_p = np.where(y == 0, log_pa, np.where(y == 1, log_pb, log_c + log_pa + log_pb))
+        log_p = np.where(y == 0, log_pa, np.where(y == 1, log_pb, log_pt))
         # d log P / d z and d log P / d delta for each outcome
         dz = np.where(y == 0, 1.0 - pa, np.where(y == 1, -(1.0 - pb), pb - pa))
         ddelta = np.where(y == 0, -(1.0 - pa), np.where(y == 1, -(1.0 - pb), dlogc - (1.0 - pa) - (1.0 - pb)))

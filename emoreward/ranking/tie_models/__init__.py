@@ -1,0 +1,143 @@
+"""Pairwise likelihoods, one object per model: plain Bradley-Terry and the tie models (EmoPrefer, Rao-Kupper,
+Davidson), each a `PairModel` in its own module of this package, found when the package is imported.
+
+Every fit reads the models from here: the count-table driver (`emoreward.ranking.batched`), the length-controlled
+fit, BPA's Rao-Kupper, the command line's choices and the reports. A new tie model is one module here defining
+``MODEL = YourModel()`` (or any code calling `register`). See docs/ranking.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import pkgutil
+
+import numpy as np
+
+
+# Bounds on the tie log-parameter keep the fit finite when a data set (or bootstrap resample) has no ties.
+TIE_LOG_BOUNDS = (-30.0, 30.0)
+
+
+class PairModel:
+    """One pairwise likelihood, written once: values and derivatives per compared pair, batched over rows.
+
+    A model sees, per row ``b`` (a count table or a weighting) and pair ``p``: the log-strengths ``s_i``, ``s_j``
+    (`(R, P)`), the tie log-parameter ``eta`` (`(R, 1)`, ``None`` for plain Bradley-Terry) and the counts ``w``
+    (i beat j), ``lo`` (j beat i), ``t`` (ties), each `(R, P)`.
+
+    Attributes:
+        name (`str`): the name users pick it by (``--tie-model``).
+        has_tie (`bool`): the model has a tie parameter ``eta`` (False: plain Bradley-Terry, ties not modelled).
+        offset (`float`): the tie parameter is ``offset + exp(eta)`` (Rao-Kupper's ``nu >= 1``: 1).
+        shifts_with_scores (`bool`): the likelihood is unchanged when ``s`` and ``eta`` shift together (EmoPrefer's
+            ``beta`` has the units of ``theta``), so centring the scores shifts ``eta`` too.
+        bounds (`tuple[float, float]`): bounds on ``eta``; they keep the fit finite for data without ties (the
+            optimum is then the lower bound) or with ties only (the upper bound).
+        order (`int`): position in listings (choices, messages); built-ins first.
+    """
+
+    name: str = ""
+    has_tie: bool = True
+    offset: float = 0.0
+    shifts_with_scores: bool = False
+    bounds: tuple[float, float] = TIE_LOG_BOUNDS
+    order: int = 100
+
+    def terms(self, s_i, s_j, eta, w, lo, t, derivatives: bool):
+        """Negative log-likelihood per row and, with ``derivatives``, the per-pair gradient and Hessian entries.
+
+        Returns:
+            ``(nll (R,), grad, hess)``: ``grad`` maps ``"i"``, ``"j"`` (and ``"e"`` for ``eta``) to `(R, P)` arrays
+            of first derivatives in ``(s_i, s_j, eta)``; ``hess`` maps ``"ii"``, ``"jj"``, ``"ij"`` (and ``"ie"``,
+            ``"je"``, ``"ee"``) to second derivatives. Both ``None`` without ``derivatives``.
+        """
+        raise NotImplementedError
+
+    def tie_probability_between_equals(self, tie_parameter: float) -> float:
+        """P(tie) between two items of equal strength at ``tie_parameter`` (``beta`` / ``nu``)."""
+        raise NotImplementedError
+
+    def tie_parameter_for_rate(self, rate: float) -> float:
+        """The tie parameter at which P(tie | equal strength) is ``rate`` in (0, 1) (the start value)."""
+        raise NotImplementedError
+
+    def tie_parameter(self, eta):
+        """``beta`` / ``nu`` from the log-parameter ``eta`` (a float or an array)."""
+        return self.offset + np.exp(eta)
+
+    def initial_tie_log(self, initial: float | None, n_ties: float, n: float) -> float:
+        """Starting ``eta``: from ``initial`` (``beta`` / ``nu``) or where P(tie | equal) is the observed tie rate.
+
+        Raises:
+            ValueError: if ``initial`` is not finite or not above ``offset``.
+        """
+        if initial is not None:
+            value = float(initial)
+            if not (math.isfinite(value) and value > self.offset):
+                raise ValueError(
+                    f"initial_tie_parameter must be finite and > {self.offset:g} for {self.name}, got {initial!r}"
+                )
+            return min(max(math.log(value - self.offset), self.bounds[0]), self.bounds[1])
+        rate = min(max(float(n_ties) / n if n > 0 else 0.0, 1e-3), 0.999)
+        return math.log(self.tie_parameter_for_rate(rate) - self.offset)
+
+
+MODELS: dict[str, PairModel] = {}
+"""Every pairwise model by name, plain Bradley-Terry included."""
+TIE_MODELS: dict[str, PairModel] = {}
+"""The tie models by name, in listing order: what ``--tie-model`` offers and the fits accept."""
+
+
+def register(model: PairModel) -> PairModel:
+    """Add ``model`` to `MODELS` (and `TIE_MODELS` when it has a tie parameter); returns it.
+
+    Raises:
+        ValueError: if another model already has its name.
+    """
+    if model.name in MODELS and MODELS[model.name] is not model:
+        raise ValueError(f"a pairwise model named {model.name!r} is already registered")
+    MODELS[model.name] = model
+    ranked = sorted([*TIE_MODELS.values(), model] if model.has_tie else TIE_MODELS.values(), key=lambda x: x.order)
+    TIE_MODELS.clear()
+    TIE_MODELS.update({x.name: x for x in ranked})
+    return model
+
+
+def unregister(name: str) -> None:
+    """Remove the model ``name`` (a no-op when absent)."""
+    MODELS.pop(name, None)
+    TIE_MODELS.pop(name, None)
+
+
+def get_model(name: str) -> PairModel:
+    """The model called ``name`` (``"bradley-terry"`` or a tie model).
+
+    Raises:
+        ValueError: for an unknown name (the message lists the tie models).
+    """
+    if name not in MODELS:
+        raise ValueError(f"unknown tie model {name!r}; choose one of {tuple(TIE_MODELS)}")
+    return MODELS[name]
+
+
+def softplus_expit(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``softplus(x) = log(1 + e^x)`` and ``expit(x) = 1 / (1 + e^-x)``, stably, from one ``exp(-|x|)``."""
+    e = np.exp(-np.abs(x))
+    return np.maximum(x, 0.0) + np.log1p(e), np.where(x >= 0, 1.0, e) / (1.0 + e)
+
+
+def softmax3(z0, z1, z2) -> tuple[np.ndarray, ...]:
+    """Probabilities of three logits and their log-sum-exp (max shift, three ``exp``, one ``log``)."""
+    top = np.maximum(np.maximum(z0, z1), z2)
+    e0, e1, e2 = np.exp(z0 - top), np.exp(z1 - top), np.exp(z2 - top)
+    total = e0 + e1 + e2
+    return e0 / total, e1 / total, e2 / total, top + np.log(total)
+
+
+for _module in pkgutil.iter_modules(__path__):
+    _model = getattr(importlib.import_module(f"{__name__}.{_module.name}"), "MODEL", None)
+    if isinstance(_model, PairModel):
+        register(_model)
+
+__all__ = ["MODELS", "TIE_LOG_BOUNDS", "TIE_MODELS", "PairModel", "get_model", "register", "unregister"]

@@ -1,0 +1,26 @@
+"""Plain Bradley-Terry: ``P(i beats j) = theta_i / (theta_i + theta_j)``; ties are not modelled (EMER-Ranker,
+section 2, eq. 2-4; Hunter 2004). See docs/ranking.md."""
+
+from __future__ import annotations
+
+from emoreward.ranking.tie_models import PairModel, softplus_expit
+
+
+class BradleyTerry(PairModel):
+    """With ``d = s_i - s_j``: ``nll = (w + lo) softplus(d) - w d`` per pair (``t`` is ignored)."""
+
+    name = "bradley-terry"
+    has_tie = False
+
+    def terms(self, s_i, s_j, eta, w, lo, t, derivatives: bool):
+        d = s_i - s_j
+        n = w + lo
+        sp, sig = softplus_expit(d)
+        nll = (n * sp - w * d).sum(axis=1)
+        if not derivatives:
+            return nll, None, None
+        gd, hd = n * sig - w, n * sig * (1.0 - sig)
+        return nll, {"i": gd, "j": -gd}, {"ii": hd, "jj": hd, "ij": -hd}
+
+
+MODEL = BradleyTerry()

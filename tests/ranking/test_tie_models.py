@@ -1,0 +1,166 @@
+"""Every pair model's fit (the one Newton driver) against the L-BFGS-B oracle at 1e-6, and a new tie model added in
+one file: registered, fitted and bootstrapped with no other change."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+from oracle import fit_bradley_terry as oracle_bt
+from oracle import fit_bradley_terry_ties as oracle_ties
+
+from emoreward.ranking.bootstrap import bootstrap_ci
+from emoreward.ranking.bradley_terry import fit_bradley_terry, fit_bradley_terry_ties
+from emoreward.ranking.counts import PairwiseCounts
+from emoreward.ranking.effects import tie_probability_between_equals
+from emoreward.ranking.records import PairwiseRecord
+from emoreward.ranking.tie_models import TIE_MODELS, PairModel, register, softmax3, unregister
+
+
+def table(kind: str, m: int = 6, seed: int = 0) -> PairwiseCounts:
+    rng = np.random.default_rng(seed)
+    wins = rng.integers(1, 6, (m, m)).astype(float)
+    ties = rng.integers(0, 4, (m, m)).astype(float)
+    ties = np.triu(ties, 1) + np.triu(ties, 1).T
+    if kind == "no ties":
+        ties[:] = 0.0
+    if kind == "all ties":
+        wins[:] = 0.0
+        ties = np.ones((m, m))
+    if kind == "disconnected":  # two groups never compared with each other (the prior bounds the fit)
+        half = m // 2
+        for block in (wins, ties):
+            block[:half, half:] = 0.0
+            block[half:, :half] = 0.0
+    if kind == "sparse":  # a chain: each item compared with its neighbours only
+        keep = np.abs(np.subtract.outer(np.arange(m), np.arange(m))) == 1
+        wins, ties = wins * keep, ties * keep
+    np.fill_diagonal(wins, 0.0)
+    np.fill_diagonal(ties, 0.0)
+    return PairwiseCounts([f"m{k}" for k in range(m)], wins, ties)
+
+
+CASES = [
+    ("dense", 10.0),
+    ("dense", None),
+    ("no ties", 10.0),
+    ("all ties", 10.0),
+    ("disconnected", 10.0),
+    ("sparse", 1.0),
+    ("sparse", None),
+]
+
+
+def assert_agree(fit, ref, at_bound=False):
+    """Scores, log-likelihood and P(tie | equal strength) at 1e-6; the tie parameter itself too, unless the optimum
+    is at its upper bound (all ties: the oracle stops short of the bound on a flat objective)."""
+    np.testing.assert_allclose(fit.scores, ref.scores, atol=1e-6)
+    np.testing.assert_allclose(fit.log_likelihood, ref.log_likelihood, atol=1e-6, rtol=1e-9)
+    if ref.tie_parameter is not None:
+        p_fit, p_ref = (tie_probability_between_equals(r.model, r.tie_parameter) for r in (fit, ref))
+        np.testing.assert_allclose(p_fit, p_ref, atol=1e-6)
+        if not at_bound:
+            np.testing.assert_allclose(fit.tie_parameter, ref.tie_parameter, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize(("kind", "prior"), CASES)
+@pytest.mark.parametrize("model", list(TIE_MODELS))
+def test_every_tie_model_matches_the_oracle(model, kind, prior):
+    counts = table(kind, seed=len(kind))
+    warn = "warn" if kind == "disconnected" else "error"
+    with pytest.warns(UserWarning) if kind == "disconnected" else _nothing():
+        fit = fit_bradley_terry_ties(counts, model, prior_variance=prior, on_disconnected=warn)
+    with pytest.warns(UserWarning) if kind == "disconnected" else _nothing():
+        ref = oracle_ties(counts, model, prior_variance=prior, on_disconnected=warn)
+    assert_agree(fit, ref, at_bound=kind == "all ties")
+
+
+@pytest.mark.parametrize(("kind", "prior"), [c for c in CASES if c[0] != "all ties"])
+@pytest.mark.parametrize("ties", ["drop", "half"])
+def test_bradley_terry_matches_the_oracle(kind, prior, ties):
+    counts = table(kind, seed=len(kind))
+    warn = "warn" if kind == "disconnected" else "error"
+    with pytest.warns(UserWarning) if kind == "disconnected" else _nothing():
+        fit = fit_bradley_terry(counts, prior, ties=ties, on_disconnected=warn)
+    with pytest.warns(UserWarning) if kind == "disconnected" else _nothing():
+        ref = oracle_bt(counts, prior, ties=ties, on_disconnected=warn)
+    assert_agree(fit, ref)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class SquaredDavidson(PairModel):
+    """A toy tie model, the whole of it: Davidson's on ``theta^2`` (logits ``d``, ``-d``, ``eta``). Without a
+    prior its scores are Davidson's halved, with the same ``nu``."""
+
+    name = "toy-squared-davidson"
+
+    def terms(self, s_i, s_j, eta, w, lo, t, derivatives):
+        n = w + lo + t
+        d = s_i - s_j
+        p0, p1, p2, lse = softmax3(d, -d, np.broadcast_to(eta, d.shape))
+        nll = (n * lse - (w - lo) * d).sum(axis=1) - eta[:, 0] * t.sum(axis=1)
+        if not derivatives:
+            return nll, None, None
+        gd = (n * p0 - w) - (n * p1 - lo)
+        hdd = n * (p0 + p1 - (p0 - p1) ** 2)
+        hde = n * p2 * (p1 - p0)
+        grad = {"i": gd, "j": -gd, "e": n * p2 - t}
+        return nll, grad, {"ii": hdd, "jj": hdd, "ij": -hdd, "ie": hde, "je": -hde, "ee": n * p2 * (1 - p2)}
+
+    def tie_probability_between_equals(self, tie_parameter):
+        return tie_parameter / (2.0 + tie_parameter)
+
+    def tie_parameter_for_rate(self, rate):
+        return 2 * rate / (1 - rate)
+
+
+@pytest.fixture
+def toy():
+    model = register(SquaredDavidson())
+    try:
+        yield model.name
+    finally:
+        unregister(model.name)
+
+
+def test_a_new_tie_model_is_one_object_registered(toy):
+    assert toy in TIE_MODELS
+    counts = table("dense", seed=3)
+    fit = fit_bradley_terry_ties(counts, toy, prior_variance=None)
+    davidson = fit_bradley_terry_ties(counts, "davidson", prior_variance=None)
+    np.testing.assert_allclose(fit.scores, davidson.scores / 2, atol=1e-8)
+    np.testing.assert_allclose(fit.tie_parameter, davidson.tie_parameter, rtol=1e-8)
+    assert tie_probability_between_equals(toy, 1.0) == pytest.approx(1 / 3)
+    # the bootstrap fits every resample with the same driver: the intervals are Davidson's halved
+    rng = np.random.default_rng(4)
+    items = counts.items
+    records = [
+        PairwiseRecord(items[a], items[b], str(rng.choice(["1", "2", "tie"])), sample=f"s{k % 40}")
+        for k, (a, b) in enumerate(zip(rng.integers(0, 6, 600), rng.integers(0, 6, 600)))
+        if a != b
+    ]
+    runs = [
+        bootstrap_ci(records, functools.partial(fit_bradley_terry_ties, tie_model=name, prior_variance=None), 50)
+        for name in (toy, "davidson")
+    ]
+    np.testing.assert_allclose(runs[0].lower, runs[1].lower / 2, atol=1e-7)
+    np.testing.assert_allclose(runs[0].upper, runs[1].upper / 2, atol=1e-7)
+
+
+def test_the_command_line_offers_every_registered_tie_model(toy):
+    import argparse
+
+    from emoreward.cli.rank import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    choices = next(a.choices for a in parser._actions if a.dest == "tie_model")
+    assert list(choices) == list(TIE_MODELS) and toy in choices
