@@ -233,7 +233,6 @@ def rerun(args: argparse.Namespace) -> int:
     targets were met)."""
     from emoreward.data.tables import bundled_ovmerd_path, load_description_table
     from emoreward.models import load_reward_model
-    from emoreward.ranking.length_kernel import fit_threads
     from emoreward.ranking.rank import rank_with_reward_model
     from emoreward.ranking.score_cache import ScoreCache
     from emoreward.ranking.scoring import records_from_scores, score_table
@@ -297,7 +296,7 @@ def rerun(args: argparse.Namespace) -> int:
     print(
         f"length-controlled fit: best {best_length:.3f} s wall, {best_cpu:.3f} s CPU; the resamples (the fit less "
         f"the one without them) {resamples_wall:.3f} s wall, {resamples_cpu:.3f} s CPU on "
-        f"{fit_threads()} thread(s) (target <= {LENGTH_TARGET_SECONDS} s wall: {verdict})"
+        f"one thread (numpy) (target <= {LENGTH_TARGET_SECONDS} s wall: {verdict})"
     )
     if args.output:
         payload = {"args": vars(args), "rows": rows, "length_controlled": length_rows}
