@@ -28,10 +28,10 @@ from typing import Any
 
 import h11
 
+from emoreward.export.serve import routes
 from emoreward.export.serve.batching import Batcher, Job
 from emoreward.export.serve.protocol import (
     LOOPBACK,
-    ROUTES,
     RequestError,
     check_bearer,
     check_body_headers,
@@ -236,9 +236,7 @@ class _Connection(asyncio.Protocol):
             if int(headers.get("content-length", 0)) > self.body_limit:  # h11 has checked it is a number
                 raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {self.body_limit} bytes")
             return "health"
-        route = ROUTES.get(path)
-        if route is None:
-            raise RequestError(HTTPStatus.NOT_FOUND, f"no endpoint {path}; try /v1/rewards or /get_reward")
+        route = routes.find(path)  # 404 naming the routes served
         if self.method != "POST":
             raise RequestError(HTTPStatus.METHOD_NOT_ALLOWED, f"{path} takes POST", [("Allow", "POST")])
         check_bearer(headers, server.token)
