@@ -66,9 +66,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             if number is positive_float
             else f" (default {f.default})"
         )
-        p.add_argument(
-            f"--{f.name.replace('_', '-')}", type=number, default=f.default, help=f.metadata["help"] + default
-        )
+        flag = f"--{f.name.replace('_', '-')}"
+        p.add_argument(flag, type=number, default=f.default, help=f.metadata["help"] + default)
     p.add_argument(
         "--overlong",
         choices=["flag", "refuse"],
@@ -78,7 +77,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     for option in routes.options().values():  # each route's own options (OpenRLHF: --openrlhf-labels, ...)
         kind = {"action": "append", "default": []} if option.repeat else {"default": option.default}
-        p.add_argument(option.flag, dest=option.name, choices=option.choices, help=option.help, **kind)
+        metavar = None if option.choices else option.flag.lstrip("-").replace("-", "_").upper()
+        p.add_argument(
+            option.flag, dest=option.name, choices=option.choices, metavar=metavar, help=option.help, **kind
+        )
     p.add_argument(
         "--length-window",
         type=positive_int,

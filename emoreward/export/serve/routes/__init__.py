@@ -1,126 +1,28 @@
 """The reward server's wire routes, as objects: each route is one `Route` subclass in one module of this package (its
-path, name, request parsing into a `Job`, JSON reply, media wording and route options), registered here with
-`register`. The HTTP server, the Ray replica, the 404 hint, the start-up banners, `emoreward serve`'s options and
-the in-process scorer read this registry; a new client protocol is one module plus its test. See docs/serving.md.
+path, name, request parsing into a `Job`, JSON reply, media wording and route options), registered in `base.ROUTES`.
+The HTTP server, the Ray replica, the 404 hint, the start-up banners, `emoreward serve`'s options and the in-process
+scorer read this registry; a new client protocol is one module plus its test. See docs/serving.md.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from http import HTTPStatus
-from typing import TYPE_CHECKING, Any, ClassVar
-
-from emoreward.export.serve.protocol import RequestError
-
-
-if TYPE_CHECKING:
-    from emoreward.export.serve.batching import Job
-    from emoreward.export.serve.service import RewardService
-
-
-@dataclass(frozen=True)
-class RouteOption:
-    """A setting of one route: a keyword of `RewardService` (and `local.shared_batcher`) named ``name``, and the
-    ``emoreward serve`` option ``flag`` (``repeat``: given once per value, a tuple; ``choices``: the values taken)."""
-
-    name: str
-    flag: str
-    default: Any
-    help: str
-    choices: tuple[str, ...] | None = None
-    repeat: bool = False
-
-
-class Route:
-    """One wire route, bound to the `RewardService` that serves it (one instance per service).
-
-    A subclass sets ``path`` (``"/v1/rewards"``), ``name`` (what `RewardService.parse` takes), ``media_field`` (the
-    request field a media error names) and ``options``, and writes `parse` and `reply`; the service's helpers
-    (`RewardService.items`, ``text``, ``contexts``, ``context``, ``job``) validate fields as every route does.
-    """
-
-    path: ClassVar[str]
-    name: ClassVar[str]
-    media_field: ClassVar[str] = "media"
-    options: ClassVar[tuple[RouteOption, ...]] = ()
-
-    def __init__(self, service: RewardService, **options: Any):
-        self.service = service
-        self.settings = options
-
-    def parse(self, body: dict) -> Job:
-        """A validated `Job` from a request body (a JSON object). Raises `RequestError` (400 / 413 naming the
-        field)."""
-        raise NotImplementedError
-
-    def reply(self, job: Job, rewards: list[float], truncated: list[bool], empty: list[bool]) -> dict[str, Any]:
-        """The JSON reply of a scored job (``rewards``, ``truncated``, ``empty``: one per description)."""
-        raise NotImplementedError
-
-
-ROUTES: dict[str, type[Route]] = {}  # path -> route class
-
-
-def register(route: type[Route]) -> type[Route]:
-    """Add a route to the registry (a class decorator). Raises ValueError for a path or name already taken."""
-    taken = {r.name for r in ROUTES.values()}
-    if route.path in ROUTES or route.name in taken or route.name == "health":
-        raise ValueError(f"route {route.name!r} ({route.path}): its path or name is taken")
-    ROUTES[route.path] = route
-    return route
-
-
-def unregister(route: type[Route]) -> None:
-    """Remove a route (tests that register one of their own)."""
-    ROUTES.pop(route.path, None)
-
-
-def options() -> dict[str, RouteOption]:
-    """Every route's options by keyword name."""
-    return {option.name: option for route in ROUTES.values() for option in route.options}
-
-
-def settings(given: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """route name -> its options, ``given`` (keyword -> value) over the defaults.
-
-    Raises:
-        TypeError: a keyword no route takes; ValueError: a value outside an option's choices.
-    """
-    known = options()
-    unknown = sorted(set(given) - set(known))
-    if unknown:
-        raise TypeError(f"unknown route options {unknown}; known: {sorted(known)}")
-    out = {}
-    for route in ROUTES.values():
-        values = {o.name: given.get(o.name, o.default) for o in route.options}
-        for o in route.options:
-            if o.choices is not None and values[o.name] not in o.choices:
-                raise ValueError(f"{o.name} must be one of {o.choices}, got {values[o.name]!r}")
-            if o.repeat:
-                values[o.name] = tuple(values[o.name] or ())
-        out[route.name] = values
-    return out
-
-
-def endpoints() -> str:
-    """The served endpoints for a banner: ``POST /v1/rewards, POST /get_reward, GET /health``."""
-    return ", ".join([*(f"POST {path}" for path in ROUTES), "GET /health"])
-
-
-def find(path: str) -> str:
-    """The name of the route at ``path``. Raises `RequestError` 404 naming the paths served."""
-    route = ROUTES.get(path)
-    if route is None:
-        raise RequestError(HTTPStatus.NOT_FOUND, f"no endpoint {path}; try {' or '.join(ROUTES)}")
-    return route.name
-
-
-# the built-in routes register themselves, in the order the hints and banners list them
-import emoreward.export.serve.routes.rewards  # noqa: E402
+# the built-in routes register themselves on import, in the order the hints and banners list them
+import emoreward.export.serve.routes.rewards  # noqa: F401
 
 
 # isort: split
-import emoreward.export.serve.routes.openrlhf  # noqa: E402, F401
+import emoreward.export.serve.routes.openrlhf  # noqa: F401
+from emoreward.export.serve.routes.base import (
+    ROUTES,
+    Route,
+    RouteOption,
+    endpoints,
+    find,
+    options,
+    register,
+    settings,
+    unregister,
+)
 
 
 __all__ = ["ROUTES", "Route", "RouteOption", "endpoints", "find", "options", "register", "settings", "unregister"]

@@ -18,7 +18,7 @@ from emoreward.data.media import AUDIO_SUBDIR, AUDIO_SUFFIX, VIDEO_SUBDIR, VIDEO
 from emoreward.export.length_monitor import per_sample
 from emoreward.export.serve.batching import Job
 from emoreward.export.serve.protocol import RequestError
-from emoreward.export.serve.routes import Route, RouteOption, register
+from emoreward.export.serve.routes.base import Route, RouteOption, register
 from emoreward.models.base import ScoreInfo
 
 

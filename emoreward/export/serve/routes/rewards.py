@@ -8,7 +8,7 @@ from typing import Any
 
 from emoreward.export.serve.batching import Job
 from emoreward.export.serve.protocol import RequestError
-from emoreward.export.serve.routes import Route, register
+from emoreward.export.serve.routes.base import Route, register
 
 
 @register
