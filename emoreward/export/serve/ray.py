@@ -90,29 +90,16 @@ class RewardReplica:
     async def handle(self, method: str, path: str, headers: dict[str, str], read_body) -> tuple[int, dict, list]:
         """(status, JSON payload, extra headers) of one request, as the single-process server answers it."""
         from emoreward.export.serve import routes
-        from emoreward.export.serve.protocol import (
-            RequestError,
-            check_bearer,
-            check_body_headers,
-            log_refusal,
-            parse_json,
-        )
+        from emoreward.export.serve.protocol import RequestError, log_refusal, parse_json
 
         service = self.service
         headers = {k.lower(): v for k, v in headers.items()}
         path = path.rstrip("/") or "/"
         try:
-            if path == "/health":
-                if method != "GET":
-                    raise RequestError(HTTPStatus.METHOD_NOT_ALLOWED, "/health takes GET", [("Allow", "GET")])
-                check_bearer(headers, self.token)
+            route = routes.admit(method, path, headers, self.token, service.limits)
+            if route == "health":
                 health = {**service.health(), "queue": self.batcher.pending, "engine": "ray", "replica": self.replica}
                 return HTTPStatus.OK, health, []
-            route = routes.find(path)  # 404 naming the routes served
-            if method != "POST":
-                raise RequestError(HTTPStatus.METHOD_NOT_ALLOWED, f"{path} takes POST", [("Allow", "POST")])
-            check_bearer(headers, self.token)
-            check_body_headers(headers, service.limits)
             if self.batcher.full():
                 raise self.batcher.busy("the queue is full; retry later")
             raw = await read_body()

@@ -16,8 +16,8 @@ from emoreward.export.serve.routes.base import (
     ROUTES,
     Route,
     RouteOption,
+    admit,
     endpoints,
-    find,
     options,
     register,
     settings,
@@ -25,4 +25,4 @@ from emoreward.export.serve.routes.base import (
 )
 
 
-__all__ = ["ROUTES", "Route", "RouteOption", "endpoints", "find", "options", "register", "settings", "unregister"]
+__all__ = ["ROUTES", "Route", "RouteOption", "admit", "endpoints", "options", "register", "settings", "unregister"]

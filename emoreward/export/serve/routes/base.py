@@ -1,4 +1,4 @@
-"""What a wire route is (`Route`, `RouteOption`) and the registry of routes (`ROUTES`, `register`, `find`,
+"""What a wire route is (`Route`, `RouteOption`) and the registry of routes (`ROUTES`, `register`, `admit`,
 `endpoints`, `options`, `settings`): the built-in routes and any added later register here. See docs/serving.md."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from emoreward.export.serve.protocol import RequestError
+from emoreward.export.serve.protocol import RequestError, ServerLimits, check_bearer, check_body_headers
 
 
 if TYPE_CHECKING:
@@ -104,12 +104,27 @@ def endpoints() -> str:
     return ", ".join([*(f"POST {path}" for path in ROUTES), "GET /health"])
 
 
-def find(path: str) -> str:
-    """The name of the route at ``path``. Raises `RequestError` 404 naming the paths served."""
+def admit(method: str, path: str, headers: dict[str, str], token: str | None, limits: ServerLimits) -> str:
+    """The name of the route a request head names (``"health"`` for ``GET /health``) after the checks every engine
+    makes before reading a body (``headers``: lower-case names): the path, the method, the bearer token, and for a
+    route the body headers (`protocol.check_body_headers`).
+
+    Raises:
+        RequestError: 404 (naming the paths served), 405, 401, 415, 411 or 413.
+    """
+    if path == "/health":
+        if method != "GET":
+            raise RequestError(HTTPStatus.METHOD_NOT_ALLOWED, "/health takes GET", [("Allow", "GET")])
+        check_bearer(headers, token)
+        return "health"
     route = ROUTES.get(path)
     if route is None:
         raise RequestError(HTTPStatus.NOT_FOUND, f"no endpoint {path}; try {' or '.join(ROUTES)}")
+    if method != "POST":
+        raise RequestError(HTTPStatus.METHOD_NOT_ALLOWED, f"{path} takes POST", [("Allow", "POST")])
+    check_bearer(headers, token)
+    check_body_headers(headers, limits)  # a Content-Length within the limit; chunked bodies are a 411
     return route.name
 
 
-__all__ = ["ROUTES", "Route", "RouteOption", "endpoints", "find", "options", "register", "settings", "unregister"]
+__all__ = ["ROUTES", "Route", "RouteOption", "admit", "endpoints", "options", "register", "settings", "unregister"]
