@@ -235,9 +235,10 @@ class _Request:
                     f"emoreward.export.verl: {where} must be a string (the decoded response), got "
                     f"{type(description).__name__}"
                 )
-        keys = [options[k] for k in ("subtitle_key", "video_key", "audio_key", "sample_key")]
-        contexts = [
-            _context(truth, info, *keys, row=k + 1) for k, (truth, info) in enumerate(zip(ground_truths, extra_infos))
+        keys = {k: options[k] for k in ("subtitle_key", "video_key", "audio_key", "sample_key")}
+        contexts = [  # the one context rule for a verl sample
+            verl_context(info, truth, **keys, row=k + 1)
+            for k, (truth, info) in enumerate(zip(ground_truths, extra_infos))
         ]
         return cls(list(descriptions), contexts, options)
 
@@ -274,12 +275,6 @@ class _Request:
             {"score": float(r), "truncated": float(bool(t)), "empty": float(not self.descriptions[i].strip())}
             for r, t, i in zip(rewards, truncated, part)
         ]
-
-
-def _context(truth: Any, info: dict | None, subtitle_key, video_key, audio_key, sample_key, row=None) -> RewardContext:
-    """The one context rule for a verl sample (`emoreward.data.context.verl_context`)."""
-    keys = {"subtitle_key": subtitle_key, "video_key": video_key, "audio_key": audio_key, "sample_key": sample_key}
-    return verl_context(info, truth, **keys, row=row)
 
 
 # ---------------------------------------------------------------------------------------------- local model

@@ -25,54 +25,42 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 TOKEN_ENV = "EMOREWARD_SERVE_TOKEN"
 
 
+def _limit(default: Any, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass(frozen=True)
 class ServerLimits:
     """Request limits and queueing (defaults sized for RL rollouts: hundreds of samples in flight). Each field's help
     is the help of its ``emoreward serve`` option (``--max-body-bytes`` for ``max_body_bytes``, ...)."""
 
-    max_body_bytes: int = field(
-        default=64 * 1024 * 1024,
-        metadata={"help": "largest request body in bytes (older OpenRLHF posts a whole rollout batch at once)"},
+    max_body_bytes: int = _limit(
+        64 * 1024 * 1024, "largest request body in bytes (older OpenRLHF posts a rollout at once)"
     )
-    max_items: int = field(default=8192, metadata={"help": "most descriptions (or OpenRLHF queries) per request"})
-    max_chars: int | None = field(
-        default=None,
-        metadata={
-            "help": "longest text field (description, subtitle, query) in characters, checked before tokenizing "
-            "(default: derived from the model's max_length tokens, so that no text that fits is refused)"
-        },
+    max_items: int = _limit(8192, "most descriptions (or OpenRLHF queries) per request")
+    max_chars: int | None = _limit(
+        None,
+        "longest text field (description, subtitle, query) in characters, checked before tokenizing (default: "
+        "derived from the model's max_length tokens, so that no text that fits is refused)",
     )
-    max_queue: int = field(
-        default=32768,
-        metadata={"help": "descriptions queued or being scored; beyond it requests get 503 + Retry-After"},
+    max_queue: int = _limit(32768, "descriptions queued or being scored; beyond it requests get 503 + Retry-After")
+    queue_timeout: float = _limit(150.0, "seconds a request may wait to be scored before a 503 + Retry-After")
+    max_batch_tokens: int = _limit(
+        16384, "most estimated tokens (4 characters each) of queued requests in a model call"
     )
-    queue_timeout: float = field(
-        default=150.0, metadata={"help": "seconds a request may wait to be scored before a 503 + Retry-After"}
+    max_call_seconds: float = _limit(
+        1.0,
+        "target seconds of one model call (at the measured scoring rate, at most --max-batch-tokens): larger "
+        "requests are scored in slices, interleaved with the requests queued after them",
     )
-    max_batch_tokens: int = field(
-        default=16384,
-        metadata={"help": "most estimated tokens (about 4 characters each) of queued requests in one model call"},
+    max_connections: int = _limit(
+        1024,
+        "open connections at most; when all are taken, a new client gets the slot of the connection that has waited "
+        "longest (at least 1 s) for its client, else it is answered 503",
     )
-    max_call_seconds: float = field(
-        default=1.0,
-        metadata={
-            "help": "target seconds of one model call (at the measured scoring rate, at most --max-batch-tokens): "
-            "larger requests are scored in slices, interleaved with the requests queued after them"
-        },
-    )
-    max_connections: int = field(
-        default=1024,
-        metadata={
-            "help": "open connections at most; when all are taken, a new client gets the slot of the connection "
-            "that has waited longest (at least 1 s) for its client, else it is answered 503"
-        },
-    )
-    keepalive_timeout: float = field(
-        default=15.0, metadata={"help": "seconds an idle keep-alive connection stays open"}
-    )
-    read_timeout: float = field(
-        default=60.0,
-        metadata={"help": "seconds to receive one whole request (head and body) from its first byte; then 408"},
+    keepalive_timeout: float = _limit(15.0, "seconds an idle keep-alive connection stays open")
+    read_timeout: float = _limit(
+        60.0, "seconds to receive a whole request (head and body) from its first byte; then 408"
     )
 
     def __post_init__(self) -> None:

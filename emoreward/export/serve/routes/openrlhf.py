@@ -37,12 +37,8 @@ DEFAULT_QUERY_MARKERS = (
 )
 
 
-def _marker_pattern(markers: list[str], at: str) -> re.Pattern:
-    return _compiled_marker_pattern(tuple(markers), at)
-
-
 @functools.lru_cache(maxsize=64)
-def _compiled_marker_pattern(markers: tuple[str, ...], at: str) -> re.Pattern:
+def _marker_pattern(markers: tuple[str, ...], at: str) -> re.Pattern:
     """The regex of a run of `markers` at the start or end of a query (compiled once per marker set: the markers
     are fixed for a server's life, and every OpenRLHF query is matched against them)."""
     alternatives = "|".join(re.escape(m) for m in sorted(set(markers), key=len, reverse=True) if m)
@@ -75,16 +71,16 @@ def description_from_query(
     ``end_markers`` (and whitespace between and after them) from the end. Whitespace the policy wrote before its
     end-of-turn token stays part of the description (it changes a chat model's tokens).
     """
-    text = _marker_pattern(pad_markers, "start").sub("", query, count=1) if pad_markers else query
+    text = _marker_pattern(tuple(pad_markers), "start").sub("", query, count=1) if pad_markers else query
     if prompt is not None:
-        prompt = _marker_pattern(pad_markers, "start").sub("", prompt, count=1) if pad_markers else prompt
+        prompt = _marker_pattern(tuple(pad_markers), "start").sub("", prompt, count=1) if pad_markers else prompt
         if text.startswith(prompt):
             text = text[len(prompt) :]
         elif text.lstrip().startswith(prompt.lstrip()):  # decoders that write a space after a special token
             text = text.lstrip()[len(prompt.lstrip()) :]
         else:
             return None
-    return _marker_pattern(end_markers, "end").sub("", text, count=1) if end_markers else text
+    return _marker_pattern(tuple(end_markers), "end").sub("", text, count=1) if end_markers else text
 
 
 def query_markers(facts: Any, extra: list[str] | tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
