@@ -245,7 +245,7 @@ def recorded_bf16_agreement(settings) -> float | None:
 def recorded_precision_name(requested, settings) -> str:
     """The name of the precision a text reward model with these saved settings scores in on the CPU:
     `resolve_dtype_name(requested, bf16_agreement=recorded_bf16_agreement(settings))`
-    (`emoreward.models.precision.recorded_precision` on the CPU, the rule of a loaded model).
+    (`recorded_precision` on the CPU, the rule of a loaded model).
 
     Raises:
         ValueError: an unknown dtype name.
@@ -353,16 +353,8 @@ def resolve_dtype(
     bf16_agreement: float | None = None,
     bf16_units: bool | None = None,
 ) -> torch.dtype:
-    """The dtype to compute in: an explicit dtype as given; `"auto"`: bfloat16 where `device` (default: CPU) has bf16
-    matrix units (`has_bf16_matrix_units`), else float32: `resolve_dtype_name` as a torch dtype.
-
-    `EMOREWARD_DTYPE` in the environment replaces `"auto"` by a fixed choice. With `bf16_agreement` (the share of
-    verdicts a model's bf16 rewards agree on with its float32 ones, recorded when it was trained), "auto" keeps
-    float32 below `MIN_BF16_AGREEMENT`.
-
-    Raises:
-        ValueError: an unknown dtype name (in the argument or the environment variable).
-    """
+    """`resolve_dtype_name` as a torch dtype, with the bf16 units of `device` (default: CPU; an accelerator's by
+    `has_bf16_matrix_units`). Raises ValueError: an unknown dtype name (in the argument or `EMOREWARD_DTYPE`)."""
     import torch
 
     parsed = parse_dtype(dtype)
@@ -376,23 +368,13 @@ def resolve_dtype(
 def recorded_precision(
     requested: str | torch.dtype, settings, device: torch.device | str | None = None
 ) -> torch.dtype:
-    """The precision a reward model with these saved settings scores in on `device`: `resolve_dtype(requested,
-    device, bf16_agreement=...)` with the model's recorded bf16 verdict agreement (`settings.extra["bf16_agreement"]`,
-    written at training time). The one rule for a loaded model (`TextRewardModel.scoring_precision`); a saved one
-    read without its weights (`emoreward.models.saved.SavedRewardModel`) follows it on the CPU by name
-    (`recorded_precision_name`).
-
-    Raises:
-        ValueError: an unknown dtype name (`resolve_dtype`).
-    """
+    """`recorded_precision_name` on `device`, as a torch dtype: the one rule for a loaded model
+    (`TextRewardModel.scoring_precision`). Raises ValueError: an unknown dtype name."""
     return resolve_dtype(requested, device, bf16_agreement=recorded_bf16_agreement(settings))
 
 
 def model_precision(model) -> torch.dtype | None:
-    """The dtype a loaded reward model scores in: a text model's `scoring_precision` (resolved once, when it was
-    loaded), a multimodal model's weights' dtype (chosen by `resolve_dtype` when it was loaded), a saved model's
-    (`SavedRewardModel.precision_name`); None for a reward without a torch network (a closed-form stand-in).
-    `model_precision_name` as a torch dtype."""
+    """`model_precision_name` as a torch dtype (None for a reward without a torch network)."""
     import torch
 
     name = model_precision_name(model)
