@@ -185,10 +185,10 @@ class OpenRLHF(Route):
         ),
     )
 
-    def __init__(self, service: Any, openrlhf_labels: str = "ignore", extra_query_markers: tuple[str, ...] = ()):
-        super().__init__(service, openrlhf_labels=openrlhf_labels, extra_query_markers=extra_query_markers)
-        self.labels = openrlhf_labels
-        self.pad_markers, self.end_markers = query_markers(service.facts, list(extra_query_markers))
+    def __init__(self, service: Any, **options: Any):
+        super().__init__(service, **options)
+        self.labels = options["openrlhf_labels"]
+        self.pad_markers, self.end_markers = query_markers(service.facts, list(options["extra_query_markers"]))
 
     def parse(self, body: dict) -> Job:
         service = self.service
