@@ -29,6 +29,7 @@ from emoreward.data.context import RewardContext, verl_context
 from emoreward.data.media_check import warn_text_media
 from emoreward.export.length_monitor import StreamLengthMonitor, defined
 from emoreward.export.reward_client import RewardClient, ServerError
+from emoreward.export.serve.routes.rewards import Rewards  # the route verl's requests take (`/v1/rewards`)
 
 
 TOKEN_ENV = "EMOREWARD_SERVE_TOKEN"
@@ -158,11 +159,11 @@ def score_descriptions(
         client = _client(request)
         chunks = request.split(client.limits()) if len(request.descriptions) > 1 else [range(1)]
         if len(chunks) == 1:
-            out = request.results(client.post("/v1/rewards", request.payload()))
+            out = request.results(client.post(Rewards.path, request.payload()))
         else:
             workers = min(len(chunks), 2 * len(client.urls))
             with ThreadPoolExecutor(workers, thread_name_prefix="emoreward-verl") as pool:
-                replies = list(pool.map(lambda part: client.post("/v1/rewards", request.payload(part)), chunks))
+                replies = list(pool.map(lambda part: client.post(Rewards.path, request.payload(part)), chunks))
             out = []
             for part, reply in zip(chunks, replies):
                 out += request.results(reply, part)
@@ -294,7 +295,7 @@ def _local_job(request: _Request):
         service.facts, [(f"sample {k + 1}", c.media_ref()) for k, c in enumerate(request.contexts)], "verl extra_info"
     )
     try:
-        return batcher, service.parse("rewards", request.payload())
+        return batcher, service.parse(Rewards.name, request.payload())
     except RequestError as err:
         raise ValueError(f"emoreward.export.verl (model={service.name}): {err.message}") from None
 
@@ -415,10 +416,10 @@ class _Merger:
     async def _post(self, requests: list[_Request]) -> list[dict]:
         """One request's reply per request, from one POST of them all."""
         if len(requests) == 1:
-            return [await self.client.apost("/v1/rewards", requests[0].payload())]
+            return [await self.client.apost(Rewards.path, requests[0].payload())]
         payloads = [request.payload() for request in requests]
         merged = {key: [item for p in payloads for item in p[key]] for key in ("descriptions", "media")}
-        reply = await self.client.apost("/v1/rewards", merged)
+        reply = await self.client.apost(Rewards.path, merged)
         total = len(merged["descriptions"])
         if len(reply.get("rewards", ())) != total:
             raise RuntimeError(f"the server returned {len(reply.get('rewards', ()))} rewards for {total} descriptions")
