@@ -117,8 +117,7 @@ def test_evaluate_records_the_precision(lora_dir, tmp_path, monkeypatch):
 # ---------------------------------------------------------------------------------------------- the torch-free rule
 @pytest.mark.parametrize("env", [None, "auto", "float32", "bf16"])
 def test_the_rule_by_name_is_the_rule_by_dtype(monkeypatch, env):
-    from emoreward.models.precision import DTYPE_NAMES, resolve_dtype
-    from emoreward.models.precision_rule import REDUCED_EPS, resolve_dtype_name
+    from emoreward.models.precision import DTYPE_NAMES, REDUCED_EPS, resolve_dtype, resolve_dtype_name
 
     if env is None:
         monkeypatch.delenv(ENV_VAR, raising=False)
@@ -136,7 +135,7 @@ def test_the_rule_by_name_is_the_rule_by_dtype(monkeypatch, env):
 
 
 def test_torch_bf16_answer_is_recorded_per_torch_build_cpu_and_onednn_caps(tmp_path, monkeypatch):
-    from emoreward.models import precision_rule as rule
+    from emoreward.models import precision as rule
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
@@ -153,3 +152,19 @@ def test_torch_bf16_answer_is_recorded_per_torch_build_cpu_and_onednn_caps(tmp_p
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
     path.write_text("{torn")  # an unreadable record: torch is asked again, never guessed
     assert rule.torch_cpu_bf16_kernels() is answer and json.loads(path.read_text()) == {key: answer}
+
+
+def test_the_precision_module_imports_no_torch_until_its_torch_layer_is_used():
+    """One module: the rule by name is read without torch (a ranking rerun from the score cache), the torch layer
+    imports it when used."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from emoreward.models import precision as p; "
+        "p.reward_tolerance('bf16'); p.precision_record(object()); p.resolve_dtype_name('float32'); "
+        "before = 'torch' in sys.modules; p.DTYPE_NAMES; p.EmulatedBf16Matmuls; print(before, 'torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]

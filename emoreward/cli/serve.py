@@ -14,13 +14,14 @@ import os
 import signal
 import sys
 import time
+from dataclasses import fields
 
 from emoreward.cli.options import EXIT_FAILED_CALLS, EXIT_OK
 from emoreward.export.serve import http as serve_http
+from emoreward.export.serve import routes
 from emoreward.export.serve.http import RewardServer
-from emoreward.export.serve.openrlhf import DEFAULT_QUERY_MARKERS
 from emoreward.export.serve.protocol import LOOPBACK, TOKEN_ENV, ServerLimits
-from emoreward.export.serve.service import OPENRLHF_LABELS, RewardService
+from emoreward.export.serve.service import RewardService
 
 
 logger = logging.getLogger("emoreward.export.serve")
@@ -37,7 +38,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         positive_int,
     )
 
-    d = ServerLimits()
     p.add_argument("--model", required=True, help="a reward-model directory (emoreward train, or a merged export)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=port_number, default=8000, help="TCP port (default 8000; 0 picks a free one)")
@@ -57,40 +57,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=positive_int,
         help="text models: about this many tokens per forward pass (default: 1024 on CPU, 16384 on a GPU)",
     )
-    p.add_argument(
-        "--max-batch-tokens",
-        type=positive_int,
-        default=d.max_batch_tokens,
-        help=f"most estimated tokens of queued requests scored in one model call (default {d.max_batch_tokens})",
-    )
-    p.add_argument(
-        "--max-call-seconds",
-        type=positive_float,
-        default=d.max_call_seconds,
-        help="target seconds of one model call: larger requests are scored in slices, interleaved with the "
-        f"requests queued after them (default {d.max_call_seconds:g})",
-    )
-    p.add_argument(
-        "--max-queue",
-        type=positive_int,
-        default=d.max_queue,
-        help=f"descriptions queued or being scored; beyond it requests get 503 + Retry-After (default {d.max_queue})",
-    )
-    p.add_argument(
-        "--queue-timeout",
-        type=positive_float,
-        default=d.queue_timeout,
-        help=f"seconds a request may wait to be scored before a 503 + Retry-After (default {d.queue_timeout:g})",
-    )
-    p.add_argument("--max-connections", type=positive_int, default=d.max_connections, help="open connections at most")
-    p.add_argument("--max-body-bytes", type=positive_int, default=d.max_body_bytes, help="largest request body")
-    p.add_argument("--max-items", type=positive_int, default=d.max_items, help="most descriptions per request")
-    p.add_argument(
-        "--max-chars",
-        type=positive_int,
-        help="longest text field in characters (default: derived from the model's max_length tokens, so that "
-        "no text that fits is refused)",
-    )
+    for f in fields(ServerLimits):  # --max-body-bytes, ...: the limits' own fields, help and defaults
+        number = positive_float if "float" in str(f.type) else positive_int
+        default = (
+            ""
+            if f.default is None
+            else f" (default {f.default:g})"
+            if number is positive_float
+            else f" (default {f.default})"
+        )
+        flag = f"--{f.name.replace('_', '-')}"
+        p.add_argument(flag, type=number, default=f.default, help=f.metadata["help"] + default)
     p.add_argument(
         "--overlong",
         choices=["flag", "refuse"],
@@ -98,21 +75,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="a description over the model's max_length tokens: cut to fit and flagged in 'truncated' (default), "
         "or refused with 413",
     )
-    p.add_argument(
-        "--openrlhf-labels",
-        choices=list(OPENRLHF_LABELS),
-        default="ignore",
-        help="what the 'labels' of OpenRLHF requests are (its --data.label_key / --label_key column): ignored, the "
-        "sample's subtitle, or its clip (a sample id, a media path under --media-root, or an object with "
-        "sample_id / subtitle / video / audio)",
-    )
-    p.add_argument(
-        "--query-marker",
-        action="append",
-        default=[],
-        help="a special-token string of the policy to strip from OpenRLHF queries (its EOS / pad / end-of-turn "
-        "text) when it is not one of: " + " ".join(DEFAULT_QUERY_MARKERS) + " (repeatable)",
-    )
+    for option in routes.options().values():  # each route's own options (OpenRLHF: --openrlhf-labels, ...)
+        kind = {"action": "append", "default": []} if option.repeat else {"default": option.default}
+        metavar = None if option.choices else option.flag.lstrip("-").replace("-", "_").upper()
+        p.add_argument(
+            option.flag, dest=option.name, choices=option.choices, metavar=metavar, help=option.help, **kind
+        )
     p.add_argument(
         "--length-window",
         type=positive_int,
@@ -214,28 +182,18 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--max-items {args.max_items} exceeds --max-queue {args.max_queue}: no request that large fits"
         )
-    limits = ServerLimits(
-        max_body_bytes=args.max_body_bytes,
-        max_items=args.max_items,
-        max_chars=args.max_chars,
-        max_queue=args.max_queue,
-        queue_timeout=args.queue_timeout,
-        max_batch_tokens=args.max_batch_tokens,
-        max_call_seconds=args.max_call_seconds,
-        max_connections=args.max_connections,
-    )
+    limits = ServerLimits(**{f.name: getattr(args, f.name) for f in fields(ServerLimits)})
     options = dict(  # RewardService's options, for this process or for every Ray Serve replica
         limits=limits,
         batch_size=args.batch_size,
-        openrlhf_labels=args.openrlhf_labels,
         allow_unused_media=args.allow_unused_media,
         name=str(args.model),
         media_root=args.media_root,
         overlong=args.overlong,
-        extra_query_markers=args.query_marker,
         forward_tokens=args.forward_tokens,
         length_window=args.length_window,
         length_threshold=args.length_threshold,
+        **{name: getattr(args, name) for name in routes.options()},
     )
     if args.engine == "ray" and args.model_process:
         raise ValueError("--model-process is for --engine single (each Ray Serve replica is a process already)")
@@ -294,7 +252,7 @@ async def _serve_until_signal(server: RewardServer, args: argparse.Namespace, au
     await server.open()
     s = server.service
     _echo(
-        f"emoreward serve: {args.model} on {server.url}  (POST /v1/rewards, POST /get_reward, GET /health; "
+        f"emoreward serve: {args.model} on {server.url}  ({routes.endpoints()}; "
         f"{'bearer token required' if auth else 'no authentication'}; max_length {s.max_length} tokens, "
         f"queue {s.limits.max_queue} descriptions)"
     )

@@ -1,17 +1,12 @@
-"""RL length-hacking monitor: per batch of rewarded descriptions, their length and the reward-length correlation.
+"""The RL length-hacking monitor: the length of rewarded descriptions and their reward-length Spearman correlation,
+with a warning above a threshold the user sets (a policy optimised against a length-biased reward learns to write
+longer descriptions).
 
-A policy optimised against a length-biased reward learns to write longer descriptions; on EmoPrefer-style data
-the reward models learn exactly that bias (the length baseline reaches ~80% two-class accuracy). The monitor
-shows it while RL runs: for every batch of rewarded completions, the mean and standard deviation of their
-lengths (characters, :func:`emoreward.data.tables.description_length`) and the Spearman correlation between
-reward and length (:func:`emoreward.evaluation.metrics.reward_length_correlation`); over a window of the last
-batches, the mean of the per-batch correlations, with a warning when it exceeds a threshold the user sets.
-
-Every RL route shows the figures the way its framework shows metrics: TRL GRPO through the ``log_metric`` callable
-it passes to reward functions (`EmotionReward`, one `LengthMonitor.update` per batch); the server as the
-``extra_logs`` of each OpenRLHF reply and under ``length_monitor`` in ``/health``, and verl as extra keys of every
-returned dict. OpenRLHF and verl send one sample per call, where one call's correlation is undefined: the server and
-the verl adapter keep a `StreamLengthMonitor`, the figures over the last ``size`` rewarded descriptions.
+Two windows, one alarm (`_Alarm`), because they are two facts: `LengthMonitor` averages per-batch correlations over
+the last batches (TRL GRPO scores a batch per call: `EmotionReward` logs them through TRL's ``log_metric``), and
+`StreamLengthMonitor` correlates the last ``size`` descriptions (OpenRLHF and verl send a sample per call, where one
+call's correlation is undefined: the server's OpenRLHF ``extra_logs`` and ``/health``, verl's extra keys). See
+docs/serving.md.
 """
 
 from __future__ import annotations
@@ -74,7 +69,34 @@ def _figures(rewards: np.ndarray, lengths: np.ndarray) -> dict[str, float | None
     }
 
 
-class LengthMonitor:
+class _Alarm:
+    """What both monitors share: the threshold (in [-1, 1]), the length unit, and the `LengthHackingWarning` issued
+    (logged, counted in ``n_warnings``) when the correlation first crosses the threshold, again only after it has
+    fallen back below."""
+
+    def __init__(self, threshold: float, unit: str):
+        if not (-1.0 <= threshold <= 1.0):
+            raise ValueError(f"threshold must be in [-1, 1], got {threshold}")
+        self.threshold, self.unit = float(threshold), unit
+        self.n_warnings = 0
+        self._alarm = False
+
+    def _crossed(self, alarm: bool) -> bool:
+        crossed = alarm and not self._alarm
+        self._alarm = alarm
+        self.n_warnings += int(crossed)
+        return crossed
+
+    def _warn(self, rho: float, over: str, mean: float, batch: str = "") -> None:
+        message = (
+            f"reward-length Spearman correlation {rho:.2f} over the last {over} exceeds {self.threshold:g}: the policy "
+            f"may be learning to write longer descriptions for reward ({batch}mean length {mean:.0f} {self.unit})"
+        )
+        logger.warning(message)
+        warnings.warn(message, LengthHackingWarning, stacklevel=3)
+
+
+class LengthMonitor(_Alarm):
     """Windowed reward-length correlation over RL batches, warning when it exceeds ``threshold``.
 
     Args:
@@ -98,16 +120,13 @@ class LengthMonitor:
     ):
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
-        if not (-1.0 <= threshold <= 1.0):
-            raise ValueError(f"threshold must be in [-1, 1], got {threshold}")
+        super().__init__(threshold, unit)
         min_batches = min(window, 3) if min_batches is None else min_batches
         if not 1 <= min_batches <= window:
             raise ValueError(f"min_batches must be in [1, {window}], got {min_batches}")
-        self.window, self.threshold, self.min_batches, self.unit = window, float(threshold), min_batches, unit
+        self.window, self.min_batches = window, min_batches
         self.correlations: deque[float] = deque(maxlen=window)
         self.n_batches = 0
-        self.n_warnings = 0
-        self._alarm = False
 
     def update(self, rewards: Sequence[float], descriptions: Sequence[str]) -> dict[str, float | None]:
         """Add one batch; return its figures (see :func:`batch_length_figures`) plus the window's.
@@ -125,23 +144,16 @@ class LengthMonitor:
             self.correlations.append(rho)
         windowed = float(np.mean(self.correlations)) if self.correlations else None
         alarm = windowed is not None and len(self.correlations) >= self.min_batches and windowed > self.threshold
-        if alarm and not self._alarm:
-            self.n_warnings += 1
-            message = (
-                f"reward-length Spearman correlation {windowed:.2f} over the last {len(self.correlations)} batches "
-                f"exceeds {self.threshold:g}: the policy may be learning to write longer descriptions for reward "
-                f"(batch {self.n_batches}, mean length {figures[f'{PREFIX}/mean']:.0f} {self.unit})"
-            )
-            logger.warning(message)
-            warnings.warn(message, LengthHackingWarning, stacklevel=2)
-        self._alarm = alarm
+        if self._crossed(alarm):
+            over, batch = f"{len(self.correlations)} batches", f"batch {self.n_batches}, "
+            self._warn(windowed, over, figures[f"{PREFIX}/mean"], batch)
         figures[f"{PREFIX}/reward_spearman_window"] = windowed
         figures[f"{PREFIX}/window_batches"] = float(len(self.correlations))
         figures[f"{PREFIX}/hacking"] = 1.0 if alarm else 0.0
         return figures
 
 
-class StreamLengthMonitor:
+class StreamLengthMonitor(_Alarm):
     """The length figures over the last ``size`` rewarded descriptions, for routes that see a few samples per call
     (OpenRLHF posts one request per sample; verl calls its reward function once per response): every call adds its
     descriptions and returns the figures of the stream so far. Thread-safe (server threads, verl's executor).
@@ -167,12 +179,11 @@ class StreamLengthMonitor:
     ):
         if size < 3:
             raise ValueError(f"size must be >= 3, got {size}")
-        if not (-1.0 <= threshold <= 1.0):
-            raise ValueError(f"threshold must be in [-1, 1], got {threshold}")
+        super().__init__(threshold, unit)
         min_descriptions = min(size, 64) if min_descriptions is None else min_descriptions
         if not 3 <= min_descriptions <= size:
             raise ValueError(f"min_descriptions must be in [3, {size}], got {min_descriptions}")
-        self.size, self.threshold, self.min_descriptions, self.unit = size, float(threshold), min_descriptions, unit
+        self.size, self.min_descriptions = size, min_descriptions
         # the window as two ring buffers (rewards, lengths measured once as they come): the figures are
         # permutation-invariant, so they are computed on the buffers as they lie, without copying
         self._rewards = np.empty(size, dtype=float)
@@ -180,8 +191,6 @@ class StreamLengthMonitor:
         self._next = 0  # where the next description goes
         self._count = 0  # descriptions in the window
         self.n_seen = 0
-        self.n_warnings = 0
-        self._alarm = False
         self._last: dict[str, float | None] = {}  # the window's figures after the last update
         self._lock = threading.Lock()
 
@@ -214,22 +223,13 @@ class StreamLengthMonitor:
             figures = _figures(self._rewards[: self._count], self._lengths[: self._count])
             rho = figures[f"{PREFIX}/reward_spearman"]
             alarm = rho is not None and self._count >= self.min_descriptions and rho > self.threshold
-            crossed = alarm and not self._alarm
-            self._alarm = alarm
-            if crossed:
-                self.n_warnings += 1
+            crossed = self._crossed(alarm)
             figures[f"{PREFIX}/seen"] = float(self.n_seen)
             figures[f"{PREFIX}/hacking"] = 1.0 if alarm else 0.0
             self._last = figures
             window = self._count
         if crossed:
-            message = (
-                f"reward-length Spearman correlation {rho:.2f} over the last {window} rewarded descriptions "
-                f"exceeds {self.threshold:g}: the policy may be learning to write longer descriptions for reward "
-                f"(mean length {figures[f'{PREFIX}/mean']:.0f} {self.unit})"
-            )
-            logger.warning(message)
-            warnings.warn(message, LengthHackingWarning, stacklevel=2)
+            self._warn(rho, f"{window} rewarded descriptions", figures[f"{PREFIX}/mean"])
         return dict(figures)
 
     def figures(self) -> dict[str, float | None]:

@@ -29,6 +29,7 @@ from emoreward.data.context import RewardContext, verl_context
 from emoreward.data.media_check import warn_text_media
 from emoreward.export.length_monitor import StreamLengthMonitor, defined
 from emoreward.export.reward_client import RewardClient, ServerError
+from emoreward.export.serve.routes.rewards import Rewards  # the route verl's requests take (`/v1/rewards`)
 
 
 TOKEN_ENV = "EMOREWARD_SERVE_TOKEN"
@@ -90,7 +91,11 @@ async def compute_score_async(
     (4xx) is sent again alone, so that only its own call raises."""
     request = _Request.build([solution_str], [ground_truth], [extra_info], kwargs)
     if request.model is not None:
-        info = await asyncio.wrap_future(_local_scorer(request).submit(request))
+        batcher, job = _local_job(request)
+        try:
+            info = await batcher.run(job)
+        except Exception as err:
+            raise _scoring_failed(err) from None
     else:
         info = await _merger(request).submit(request)
     return _monitored(request, request.results(info))[0]
@@ -144,16 +149,21 @@ def score_descriptions(
     """
     request = _Request.build(descriptions, ground_truths, extra_infos, kwargs)
     if request.model is not None:
-        out = request.results(_local_scorer(request).submit(request).result())
+        batcher, job = _local_job(request)
+        try:
+            reply = batcher.score(job)
+        except Exception as err:
+            raise _scoring_failed(err) from None
+        out = request.results(reply)
     else:
         client = _client(request)
         chunks = request.split(client.limits()) if len(request.descriptions) > 1 else [range(1)]
         if len(chunks) == 1:
-            out = request.results(client.post("/v1/rewards", request.payload()))
+            out = request.results(client.post(Rewards.path, request.payload()))
         else:
             workers = min(len(chunks), 2 * len(client.urls))
             with ThreadPoolExecutor(workers, thread_name_prefix="emoreward-verl") as pool:
-                replies = list(pool.map(lambda part: client.post("/v1/rewards", request.payload(part)), chunks))
+                replies = list(pool.map(lambda part: client.post(Rewards.path, request.payload(part)), chunks))
             out = []
             for part, reply in zip(chunks, replies):
                 out += request.results(reply, part)
@@ -226,9 +236,10 @@ class _Request:
                     f"emoreward.export.verl: {where} must be a string (the decoded response), got "
                     f"{type(description).__name__}"
                 )
-        keys = [options[k] for k in ("subtitle_key", "video_key", "audio_key", "sample_key")]
-        contexts = [
-            _context(truth, info, *keys, row=k + 1) for k, (truth, info) in enumerate(zip(ground_truths, extra_infos))
+        keys = {k: options[k] for k in ("subtitle_key", "video_key", "audio_key", "sample_key")}
+        contexts = [  # the one context rule for a verl sample
+            verl_context(info, truth, **keys, row=k + 1)
+            for k, (truth, info) in enumerate(zip(ground_truths, extra_infos))
         ]
         return cls(list(descriptions), contexts, options)
 
@@ -267,79 +278,30 @@ class _Request:
         ]
 
 
-def _context(truth: Any, info: dict | None, subtitle_key, video_key, audio_key, sample_key, row=None) -> RewardContext:
-    """The one context rule for a verl sample (`emoreward.data.context.verl_context`)."""
-    keys = {"subtitle_key": subtitle_key, "video_key": video_key, "audio_key": audio_key, "sample_key": sample_key}
-    return verl_context(info, truth, **keys, row=row)
-
-
 # ---------------------------------------------------------------------------------------------- local model
-class _LocalScorer:
-    """A reward model loaded once in this process, behind the server's batcher: calls from many threads (verl's
-    executor) or tasks are queued and scored together, one model call at a time."""
+def _local_job(request: _Request):
+    """The process's in-process scorer of the request's ``model`` (`serve.local.shared_batcher`: loaded once, no
+    request limits, media paths confined to ``media_root``) and the request's job, validated with the server's own
+    rules. Raises ValueError: a description or media path the server would refuse (the message names the field)."""
+    from emoreward.export.serve.local import UNLIMITED, shared_batcher
+    from emoreward.export.serve.protocol import RequestError
 
-    def __init__(self, path: str, media_root: str | None, vllm_url: str | None = None):
-        from emoreward.export.serve.batching import Batcher
-        from emoreward.export.serve.protocol import ServerLimits
-        from emoreward.export.serve.service import RewardService
-        from emoreward.export.vllm import reward_model
-
-        model = reward_model(path, media_root=media_root, vllm_url=vllm_url)
-        # no request limits in process: the queue is as long as the callers make it, and nothing times out
-        limits = ServerLimits(max_items=2**31, max_queue=2**31, queue_timeout=1e9, max_chars=2**31)
-        self.service = RewardService(model, limits, name=path, allow_unused_media=True, media_root=media_root)
-        self.batcher = Batcher(self.service)
-        self.batcher.start()
-
-    def submit(self, request: _Request):
-        """A `concurrent.futures.Future` of the reply dict (``rewards``, ``truncated``) of `request`, validated with
-        the server's own rules (`RewardService.parse`: media paths confined to ``media_root``).
-
-        Raises:
-            ValueError: a description or media path the server would refuse (the message names the field).
-        """
-        from concurrent.futures import Future
-
-        from emoreward.export.serve.protocol import RequestError
-
-        named = [(f"sample {k + 1}", c.media_ref()) for k, c in enumerate(request.contexts)]
-        warn_text_media(self.service.facts, named, "verl extra_info")
-        try:
-            job = self.service.parse("rewards", request.payload())
-        except RequestError as err:
-            raise ValueError(f"emoreward.export.verl (model={self.service.name}): {err.message}") from None
-        job.future = Future()
-        self.batcher.submit(job)
-        out: Future = Future()
-
-        def done(_):
-            try:
-                out.set_result(self.service.reply(job))
-            except Exception as err:
-                out.set_exception(RuntimeError(f"scoring failed: {getattr(err, 'message', err)}"))
-
-        job.future.add_done_callback(done)
-        return out
+    o = request.options
+    batcher = shared_batcher(
+        request.model, media_root=request.media_root, vllm_url=o["vllm_url"], limits=UNLIMITED, allow_unused_media=True
+    )
+    service = batcher.service
+    warn_text_media(
+        service.facts, [(f"sample {k + 1}", c.media_ref()) for k, c in enumerate(request.contexts)], "verl extra_info"
+    )
+    try:
+        return batcher, service.parse(Rewards.name, request.payload())
+    except RequestError as err:
+        raise ValueError(f"emoreward.export.verl (model={service.name}): {err.message}") from None
 
 
-_LOCAL: dict[tuple[str, str, str | None, str | None], _LocalScorer] = {}
-_LOCAL_LOCK = threading.Lock()
-
-
-def _local_scorer(request: _Request) -> _LocalScorer:
-    """The process's scorer of the request's ``model`` (and ``vllm_url``; loaded on first use; concurrent first
-    calls wait for one load; a model changed in place under its path is loaded again: the key is its content,
-    `current_fingerprint`)."""
-    from emoreward.utils.cache_key import current_fingerprint
-
-    key = (current_fingerprint(request.model), request.model, request.media_root, request.options["vllm_url"])
-    scorer = _LOCAL.get(key)
-    if scorer is None:
-        with _LOCAL_LOCK:
-            scorer = _LOCAL.get(key)
-            if scorer is None:
-                scorer = _LOCAL[key] = _LocalScorer(*key[1:])
-    return scorer
+def _scoring_failed(err: Exception) -> RuntimeError:
+    return RuntimeError(f"scoring failed: {getattr(err, 'message', err)}")
 
 
 # ---------------------------------------------------------------------------------------------- HTTP client
@@ -454,10 +416,10 @@ class _Merger:
     async def _post(self, requests: list[_Request]) -> list[dict]:
         """One request's reply per request, from one POST of them all."""
         if len(requests) == 1:
-            return [await self.client.apost("/v1/rewards", requests[0].payload())]
+            return [await self.client.apost(Rewards.path, requests[0].payload())]
         payloads = [request.payload() for request in requests]
         merged = {key: [item for p in payloads for item in p[key]] for key in ("descriptions", "media")}
-        reply = await self.client.apost("/v1/rewards", merged)
+        reply = await self.client.apost(Rewards.path, merged)
         total = len(merged["descriptions"])
         if len(reply.get("rewards", ())) != total:
             raise RuntimeError(f"the server returned {len(reply.get('rewards', ()))} rewards for {total} descriptions")

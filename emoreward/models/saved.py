@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from emoreward.data.context import RewardContext, subtitle_key
 from emoreward.models.base import RewardModel, TextSettings, load_reward_model, load_settings
-from emoreward.models.precision_rule import dtype_name, recorded_precision_name
+from emoreward.models.precision import dtype_name, recorded_precision_name
 
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ class SavedRewardModel:
 
     The same values as the loaded model (`load_reward_model(directory, dtype=dtype)`) would give:
     `kind`, `settings`, `source_dir` (its content fingerprint: `emoreward.utils.cache_key.reward_model_fingerprint`),
-    `precision_name` (the name of its `scoring_precision`: `emoreward.models.precision_rule.recorded_precision_name`,
+    `precision_name` (the name of its `scoring_precision`: `emoreward.models.precision.recorded_precision_name`,
     the loaded model's rule on the CPU, where that loader puts a text model), `device` and `context_key`
     (`emoreward.data.context.subtitle_key`). `load()` loads the model once. Nothing here imports torch: a ranking
     rerun from a full score cache starts without it.

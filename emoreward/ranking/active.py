@@ -246,6 +246,6 @@ def rank_with_bpa(
 
 def _precision_record(model) -> dict:
     """`emoreward.models.precision.precision_record` (imported when used: torch is not needed to read a ranking)."""
-    from emoreward.models.precision_rule import precision_record  # torch-free: a rerun from the cache needs no torch
+    from emoreward.models.precision import precision_record  # torch-free: a rerun from the cache needs no torch
 
     return precision_record(model)

@@ -163,7 +163,7 @@ def reward_model_member(
 ) -> MemberRun:
     """A reward model's verdicts on the table, as `rank_with_reward_model` makes them (M x N scorings through the
     score cache, the verdict of each score difference), one per pair (slot ``None``)."""
-    from emoreward.models.precision_rule import precision_record
+    from emoreward.models.precision import precision_record
     from emoreward.ranking.rank import scoring_cost
     from emoreward.ranking.scoring import records_from_scores, score_table
 

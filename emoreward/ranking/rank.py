@@ -366,7 +366,7 @@ def rank_with_judge(
 
 
 def _precision_record(model) -> dict:
-    """`emoreward.models.precision_rule.precision_record` (torch-free: a rerun from the score cache imports no torch)."""
-    from emoreward.models.precision_rule import precision_record
+    """`emoreward.models.precision.precision_record` (torch-free: a rerun from the score cache imports no torch)."""
+    from emoreward.models.precision import precision_record
 
     return precision_record(model)

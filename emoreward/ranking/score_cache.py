@@ -113,7 +113,7 @@ def model_key_parts(model: RewardModel) -> dict:
     """The parts of every score-cache key that belong to the model, not to one description: its content
     (`reward_model_fingerprint`), the precision it scores in, its length limit and its input layout (settings without
     the tie threshold). Computed once per scoring pass (`score_key`'s ``parts``): they read every weight's version."""
-    from emoreward.models.precision_rule import model_precision_name  # torch-free: a rerun from the cache needs none
+    from emoreward.models.precision import model_precision_name  # torch-free: a rerun from the cache needs none
     from emoreward.utils.cache_key import reward_model_fingerprint
 
     return {

@@ -13,8 +13,8 @@ import torch
 
 from emoreward.export.serve.facts import served_model_facts
 from emoreward.export.serve.http import RewardServer
-from emoreward.export.serve.openrlhf import description_from_query, query_markers
 from emoreward.export.serve.protocol import ServerLimits, max_chars_for
+from emoreward.export.serve.routes.openrlhf import description_from_query, query_markers
 from emoreward.export.serve.service import RewardService
 from emoreward.models import TextRewardModel, TextSettings
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+import emoreward.export.serve.local as local
 import emoreward.export.verl as verl
 import emoreward.models
 from emoreward.export.serve.http import RewardServer
@@ -37,7 +38,7 @@ def saved(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def fresh_pools(monkeypatch):
     """Each test starts with no loaded local model and no client pools (they are per process)."""
-    monkeypatch.setattr(verl, "_LOCAL", {})
+    monkeypatch.setattr(local, "_SHARED", {})
     monkeypatch.setattr(verl, "_CLIENTS", {})
     monkeypatch.setenv("EMOREWARD_DTYPE", "float32")
     yield
@@ -62,7 +63,8 @@ def test_32_executor_threads_load_the_local_model_once_and_share_model_calls(sav
     with ThreadPoolExecutor(32) as pool:  # verl's reward loop: run_in_executor(None, compute_score) per sample
         got = list(pool.map(lambda t: verl.compute_score(solution_str=t, extra_info={}, model=str(path)), texts))
     assert len(loads) == 1
-    (scorer,) = [s for key, s in verl._LOCAL.items() if key[1:] == (str(path), None, None)]  # (content, path, ...)
+    # keys: (content, path, media root, vllm url, ...)
+    (scorer,) = [s for key, s in local._SHARED.items() if key[1:4] == (str(path.resolve()), None, None)]
     assert scorer.service.stats.descriptions == 32 and scorer.service.stats.batches < 32  # calls were merged
     # the threads' calls are merged into batches of another composition (other padding) than one score call: float32
     # rounding differs by about 1e-6 (measured up to 1.07e-6), within the project's float32 bound

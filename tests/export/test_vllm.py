@@ -44,7 +44,7 @@ if not Path(VLLM_PYTHON).is_file():
         raise RuntimeError(f"EMOREWARD_REQUIRE_VLLM=1 but vLLM's interpreter {VLLM_PYTHON} does not exist")
     pytest.skip(f"no vLLM environment at {VLLM_PYTHON} (make install-vllm)", allow_module_level=True)
 
-ATOL = 1e-5  # float32 on both sides (emoreward.models.precision_rule.FLOAT32_ATOL)
+ATOL = 1e-5  # float32 on both sides (emoreward.models.precision.FLOAT32_ATOL)
 DESCRIPTIONS = [
     "She smiles broadly; her voice rises: happy.",
     "  He is calm.\nThen he frowns, ANGRY!  ",

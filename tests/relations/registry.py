@@ -212,6 +212,8 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--max-queue": LIMIT,
         "--queue-timeout": LIMIT,
         "--max-connections": LIMIT,
+        "--keepalive-timeout": LIMIT,
+        "--read-timeout": LIMIT,
         "--max-body-bytes": LIMIT,
         "--max-items": LIMIT,
         "--max-chars": LIMIT,

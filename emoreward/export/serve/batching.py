@@ -38,7 +38,7 @@ class Job:
     """One request's descriptions on their way through the queue (filled by `RewardService.score_jobs`).
 
     Attributes:
-        route (`str`): ``"rewards"`` or ``"openrlhf"``.
+        route (`str`): the name of the route it came by (`routes`: ``"rewards"``, ``"openrlhf"``, ...).
         descriptions, contexts, fields: one entry per description (``fields``: the request field naming it, for
             error messages, e.g. ``"descriptions[3]"``).
         costs (`list[int]`): estimated tokens of each description with its context.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from emoreward.export.serve.protocol import max_chars_for
-from emoreward.models.precision_rule import precision_record
+from emoreward.models.precision import precision_record
 
 
 @dataclass(frozen=True)

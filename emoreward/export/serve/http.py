@@ -28,16 +28,9 @@ from typing import Any
 
 import h11
 
+from emoreward.export.serve import routes
 from emoreward.export.serve.batching import Batcher, Job
-from emoreward.export.serve.protocol import (
-    LOOPBACK,
-    ROUTES,
-    RequestError,
-    check_bearer,
-    check_body_headers,
-    log_refusal,
-    parse_json,
-)
+from emoreward.export.serve.protocol import LOOPBACK, RequestError, log_refusal, parse_json
 from emoreward.export.serve.service import RewardService
 
 
@@ -227,22 +220,13 @@ class _Connection(asyncio.Protocol):
         Raises:
             RequestError: 404, 405, 401, 415, 411, 413 or 503.
         """
-        service, server, path = self.service, self.server, self.path
-        if path == "/health":
-            if self.method != "GET":
-                raise RequestError(HTTPStatus.METHOD_NOT_ALLOWED, "/health takes GET", [("Allow", "GET")])
-            check_bearer(headers, server.token)
+        service, server = self.service, self.server
+        route = routes.admit(self.method, self.path, headers, server.token, service.limits)
+        if route == "health":
             self.body_limit = MAX_HEAD_BYTES
             if int(headers.get("content-length", 0)) > self.body_limit:  # h11 has checked it is a number
                 raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {self.body_limit} bytes")
-            return "health"
-        route = ROUTES.get(path)
-        if route is None:
-            raise RequestError(HTTPStatus.NOT_FOUND, f"no endpoint {path}; try /v1/rewards or /get_reward")
-        if self.method != "POST":
-            raise RequestError(HTTPStatus.METHOD_NOT_ALLOWED, f"{path} takes POST", [("Allow", "POST")])
-        check_bearer(headers, server.token)
-        check_body_headers(headers, service.limits)  # a Content-Length within the limit; chunked bodies are a 411
+            return route
         self.body_limit = service.limits.max_body_bytes
         if server.closing:
             raise RequestError(HTTPStatus.SERVICE_UNAVAILABLE, "the server is shutting down")

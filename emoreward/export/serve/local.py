@@ -1,7 +1,8 @@
-"""In-process serving: one `RewardService` and one `Batcher` per process and settings, shared by every thread that
-scores (OpenRLHF's Python reward file, any framework that calls a reward function from many threads). The model is
-loaded once, under a lock, and concurrent calls are scored together in the batcher's model calls, exactly as the
-HTTP server scores concurrent requests (same parsing, OpenRLHF query decoding, context rule, limits and replies).
+"""The one in-process scorer: a `RewardService` and its `Batcher` per process, model and settings, shared by every
+thread and event loop that scores (OpenRLHF's Python reward file, verl's ``model=`` route, any framework that calls a
+reward function from many threads). The model is loaded once, under a lock, and concurrent calls are scored together
+in the batcher's model calls, exactly as the HTTP server scores concurrent requests (same routes, parsing, context
+rule, limits and replies). See docs/serving.md.
 """
 
 from __future__ import annotations
@@ -10,10 +11,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from emoreward.export.serve import routes
 from emoreward.export.serve.batching import Batcher
 from emoreward.export.serve.protocol import RequestError, ServerLimits
 from emoreward.export.serve.service import RewardService
 
+
+# no request limits in process: the queue is as long as the callers make it, and nothing times out
+UNLIMITED = ServerLimits(max_items=2**31, max_queue=2**31, queue_timeout=1e9, max_chars=2**31)
 
 _LOCK = threading.Lock()
 _SHARED: dict[tuple, Batcher] = {}
@@ -23,21 +28,23 @@ def shared_batcher(
     model: str | Path,
     *,
     media_root: str | Path | None = None,
-    openrlhf_labels: str = "ignore",
-    extra_query_markers: tuple[str, ...] = (),
+    vllm_url: str | None = None,
     batch_size: int = 64,
     limits: ServerLimits | None = None,
-    vllm_url: str | None = None,
+    allow_unused_media: bool = False,
+    **route_options: Any,
 ) -> Batcher:
-    """The process's batcher for a reward model directory and settings (loaded and started on first use).
+    """The process's batcher for a reward model directory and settings (loaded and started on first use; a model
+    changed in place under the same path is loaded again: the key holds its content).
 
     Args:
         model: a reward-model directory (`emoreward train`, or a merged export).
         media_root: the only folder media paths may point into (multimodal models).
-        openrlhf_labels, extra_query_markers, batch_size: as `RewardService`.
-        limits: request limits and queueing (default `ServerLimits()`).
         vllm_url: score through the vLLM server at this URL serving ``model`` (an export folder;
             `emoreward.export.vllm.reward_model`) instead of loading it here.
+        batch_size, allow_unused_media, **route_options: as `RewardService` (OpenRLHF's ``openrlhf_labels``,
+            ``extra_query_markers``, ...).
+        limits: request limits and queueing (default `ServerLimits()`; `UNLIMITED`: none).
 
     Raises:
         ValueError / OSError: the model cannot be loaded (as `load_reward_model`).
@@ -48,11 +55,11 @@ def shared_batcher(
         current_fingerprint(model),  # its content: a model changed in place under the same path is loaded again
         str(Path(model).resolve()),
         None if media_root is None else str(Path(media_root).resolve()),
-        openrlhf_labels,
-        tuple(extra_query_markers),
+        vllm_url,
         batch_size,
         limits,
-        vllm_url,
+        allow_unused_media,
+        repr(routes.settings(route_options)),  # every route's options, defaults filled in
     )
     with _LOCK:
         batcher = _SHARED.get(key)
@@ -65,10 +72,10 @@ def shared_batcher(
                 loaded,
                 limits,
                 batch_size=batch_size,
-                openrlhf_labels=openrlhf_labels,
                 name=str(model),
                 media_root=media_root,
-                extra_query_markers=list(extra_query_markers),
+                allow_unused_media=allow_unused_media,
+                **route_options,
             )
             batcher = _SHARED[key] = Batcher(service)
             batcher.start()
@@ -79,7 +86,7 @@ def score_request(route: str, body: Any, batcher: Batcher) -> dict[str, Any]:
     """The reply to one request body, scored with the concurrent callers' requests (blocks the calling thread).
 
     Args:
-        route: ``"rewards"`` or ``"openrlhf"`` (`RewardService.parse`).
+        route: a route's name (`emoreward.export.serve.routes`: ``"rewards"``, ``"openrlhf"``, ...).
         body: the request body (a dict, as JSON would carry it).
 
     Raises:
@@ -93,4 +100,4 @@ def score_request(route: str, body: Any, batcher: Batcher) -> dict[str, Any]:
         raise
 
 
-__all__ = ["score_request", "shared_batcher"]
+__all__ = ["UNLIMITED", "score_request", "shared_batcher"]

@@ -1,10 +1,8 @@
 """The reward server's protocol: endpoints, request and response schemas, limits, strict JSON, error codes and
 bearer authentication, shared by every engine that serves them (`emoreward serve`, single process or Ray Serve).
 
-Endpoints (JSON in, JSON out; UTF-8): ``POST /v1/rewards`` (descriptions and their media -> one unnormalised reward
-per description, with ``truncated``, ``empty`` and ``n_tokens``), ``POST /get_reward`` (OpenRLHF's remote reward
-model; the description is recovered from the decoded query by `openrlhf.description_from_query`) and
-``GET /health``. Limits are in tokens (``max_length``; ``--max-chars`` refuses longer text before tokenizing,
+Endpoints (JSON in, JSON out; UTF-8): the routes of `emoreward.export.serve.routes` (``POST /v1/rewards``, OpenRLHF's
+``POST /get_reward``, ...) and ``GET /health``. Limits are in tokens (``max_length``; ``--max-chars`` refuses longer text before tokenizing,
 `max_chars_for`); errors are JSON ``{"error": "..."}`` naming the field, with the status codes 400, 401, 404, 405,
 408, 411, 413, 415, 503 and 500 (a failure inside the model only). What a client sends reaches the server log only
 escaped (`loggable`). The server binds 127.0.0.1 by default; with the token variable (``--token-env``) set, every
@@ -18,7 +16,7 @@ from __future__ import annotations
 
 import hmac
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from http import HTTPStatus
 from typing import Any
 
@@ -26,43 +24,44 @@ from typing import Any
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 TOKEN_ENV = "EMOREWARD_SERVE_TOKEN"
 
-# path -> route name (what `RewardService.parse` takes)
-ROUTES = {"/v1/rewards": "rewards", "/get_reward": "openrlhf"}
+
+def _limit(default: Any, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
 
 
 @dataclass(frozen=True)
 class ServerLimits:
-    """Request limits and queueing (defaults sized for RL rollouts: hundreds of samples in flight).
+    """Request limits and queueing (defaults sized for RL rollouts: hundreds of samples in flight). Each field's help
+    is the help of its ``emoreward serve`` option (``--max-body-bytes`` for ``max_body_bytes``, ...)."""
 
-    Attributes:
-        max_body_bytes (`int`): largest request body (older OpenRLHF posts a whole rollout batch at once).
-        max_items (`int`): most descriptions (or queries) in one request.
-        max_chars (`int` or `None`): longest text field (description, subtitle, query) in characters, checked
-            before tokenizing; None: derived from the model's ``max_length`` tokens (`max_chars_for`).
-        max_queue (`int`): descriptions queued or being scored; a request that would exceed it gets 503.
-        queue_timeout (`float`): seconds a request may wait in the queue before it is answered 503.
-        max_batch_tokens (`int`): most estimated tokens (about 4 characters each) merged into one model call.
-        max_call_seconds (`float`): target duration of one model call: a call takes the queued descriptions that
-            the measured scoring rate scores in this time (at most ``max_batch_tokens``); a larger request is
-            scored in slices, interleaved with the requests queued after it.
-        max_connections (`int`): open connections. When all are taken, a new client gets the slot of the
-            connection that has waited longest for its client (a request arriving slowly: 408; else an idle one),
-            once it has waited 1 s (`http.RECLAIM_AFTER_S`); otherwise it is answered 503 and closed.
-        keepalive_timeout (`float`): seconds an idle keep-alive connection stays open.
-        read_timeout (`float`): seconds to receive one whole request (head and body) from its first byte, however
-            steadily its bytes arrive; then 408.
-    """
-
-    max_body_bytes: int = 64 * 1024 * 1024
-    max_items: int = 8192
-    max_chars: int | None = None
-    max_queue: int = 32768
-    queue_timeout: float = 150.0
-    max_batch_tokens: int = 16384
-    max_call_seconds: float = 1.0
-    max_connections: int = 1024
-    keepalive_timeout: float = 15.0
-    read_timeout: float = 60.0
+    max_body_bytes: int = _limit(
+        64 * 1024 * 1024, "largest request body in bytes (older OpenRLHF posts a rollout at once)"
+    )
+    max_items: int = _limit(8192, "most descriptions (or OpenRLHF queries) per request")
+    max_chars: int | None = _limit(
+        None,
+        "longest text field (description, subtitle, query) in characters, checked before tokenizing (default: "
+        "derived from the model's max_length tokens, so that no text that fits is refused)",
+    )
+    max_queue: int = _limit(32768, "descriptions queued or being scored; beyond it requests get 503 + Retry-After")
+    queue_timeout: float = _limit(150.0, "seconds a request may wait to be scored before a 503 + Retry-After")
+    max_batch_tokens: int = _limit(
+        16384, "most estimated tokens (4 characters each) of queued requests in a model call"
+    )
+    max_call_seconds: float = _limit(
+        1.0,
+        "target seconds of one model call (at the measured scoring rate, at most --max-batch-tokens): larger "
+        "requests are scored in slices, interleaved with the requests queued after them",
+    )
+    max_connections: int = _limit(
+        1024,
+        "open connections at most; when all are taken, a new client gets the slot of the connection that has waited "
+        "longest (at least 1 s) for its client, else it is answered 503",
+    )
+    keepalive_timeout: float = _limit(15.0, "seconds an idle keep-alive connection stays open")
+    read_timeout: float = _limit(
+        60.0, "seconds to receive a whole request (head and body) from its first byte; then 408"
+    )
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():

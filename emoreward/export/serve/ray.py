@@ -89,32 +89,17 @@ class RewardReplica:
 
     async def handle(self, method: str, path: str, headers: dict[str, str], read_body) -> tuple[int, dict, list]:
         """(status, JSON payload, extra headers) of one request, as the single-process server answers it."""
-        from emoreward.export.serve.protocol import (
-            ROUTES,
-            RequestError,
-            check_bearer,
-            check_body_headers,
-            log_refusal,
-            parse_json,
-        )
+        from emoreward.export.serve import routes
+        from emoreward.export.serve.protocol import RequestError, log_refusal, parse_json
 
         service = self.service
         headers = {k.lower(): v for k, v in headers.items()}
         path = path.rstrip("/") or "/"
         try:
-            if path == "/health":
-                if method != "GET":
-                    raise RequestError(HTTPStatus.METHOD_NOT_ALLOWED, "/health takes GET", [("Allow", "GET")])
-                check_bearer(headers, self.token)
+            route = routes.admit(method, path, headers, self.token, service.limits)
+            if route == "health":
                 health = {**service.health(), "queue": self.batcher.pending, "engine": "ray", "replica": self.replica}
                 return HTTPStatus.OK, health, []
-            route = ROUTES.get(path)
-            if route is None:
-                raise RequestError(HTTPStatus.NOT_FOUND, f"no endpoint {path}; try /v1/rewards or /get_reward")
-            if method != "POST":
-                raise RequestError(HTTPStatus.METHOD_NOT_ALLOWED, f"{path} takes POST", [("Allow", "POST")])
-            check_bearer(headers, self.token)
-            check_body_headers(headers, service.limits)
             if self.batcher.full():
                 raise self.batcher.busy("the queue is full; retry later")
             raw = await read_body()
@@ -281,10 +266,11 @@ def run_ray_serve(args: argparse.Namespace, service_options: dict[str, Any], tok
             if args.min_replicas is None and args.max_replicas is None
             else f"{args.min_replicas or 1}-{args.max_replicas or args.replicas} replicas (autoscaling)"
         )
+        from emoreward.export.serve.routes import endpoints
+
         _echo(
             f"emoreward serve (ray, {replicas}, {args.num_cpus:g} CPU / {args.num_gpus:g} GPU each): {args.model} "
-            f"on http://{host}:{args.port}  (POST /v1/rewards, POST /get_reward, GET /health; "
-            f"{'bearer token required' if token else 'no authentication'})"
+            f"on http://{host}:{args.port}  ({endpoints()}; {'bearer token required' if token else 'no authentication'})"
         )
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):

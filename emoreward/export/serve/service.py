@@ -1,9 +1,9 @@
-"""The serving logic, no HTTP: `RewardService` turns a parsed request body into a `Job` (validation, media
-resolution, OpenRLHF decoding), scores jobs with one reward model (several requests in one model call), and builds
+"""The serving logic, no HTTP: `RewardService` turns a parsed request body into a `Job` through its route
+(`routes`: validation, media resolution, OpenRLHF decoding), scores jobs with one reward model (several requests in one model call), and builds
 the reply. `http.RewardServer` serves it over HTTP; any other engine (Ray Serve) can call it directly:
 
     service = RewardService(load_reward_model(path), ServerLimits())
-    reply = service.handle("rewards", {"descriptions": ["..."]})     # or route "openrlhf"; raises RequestError
+    reply = service.handle("rewards", {"descriptions": ["..."]})     # a route's name; raises RequestError
 
 or, to batch requests itself: ``jobs = [service.parse(route, body), ...]``, ``service.score_jobs(jobs)`` (one model
 call), then ``service.reply(job)`` per job.
@@ -21,26 +21,19 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
-from emoreward.data.context import MediaRef, RewardContext, openrlhf_context, reward_context
+from emoreward.data.context import MediaRef, RewardContext, reward_context
 from emoreward.data.errors import DataError
 from emoreward.data.media import unused_media
-from emoreward.export.length_monitor import StreamLengthMonitor, defined, per_sample
+from emoreward.export.length_monitor import StreamLengthMonitor, defined
+from emoreward.export.serve import routes
 from emoreward.export.serve.batching import Job
 from emoreward.export.serve.facts import ServedModelFacts, served_model_facts
-from emoreward.export.serve.openrlhf import (
-    LABEL_OBJECT_KEYS,
-    chat_turn_opener,
-    clip_from_label,
-    description_from_query,
-    query_markers,
-)
 from emoreward.export.serve.protocol import RequestError, ServerLimits
 from emoreward.models.base import ScoreInfo
 
 
 logger = logging.getLogger(__name__)
 
-OPENRLHF_LABELS = ("ignore", "subtitle", "clip")
 # bytes of one file or folder name at most (NAME_MAX of Linux, macOS and Windows file systems)
 MAX_NAME_BYTES = 255
 # 5xx statuses that answer what the client chose (a transfer coding, an HTTP version): counted as bad requests
@@ -90,25 +83,23 @@ class RewardService:
             that long descriptions of varied lengths are not all padded to the longest. None: 1024 on CPU (measured
             best there: OV-MERD descriptions score 2x faster in rows of 4-8 than of 64), 16384 on a GPU
             (``facts.device``).
-        openrlhf_labels (`"ignore"`, `"subtitle"` or `"clip"`): what OpenRLHF ``labels`` are: ignored, the
-            sample's subtitle, or its clip (a sample id, a media path or a media object: `clip_from_label`).
         allow_unused_media (`bool`): a text model accepts (and ignores) video / audio paths (otherwise 400).
         name (`str`): the model name returned to clients.
         media_root (`str` or `Path`, *optional*): the only folder media paths may point into (multimodal models);
             without it every media path is refused.
         overlong (`"flag"` or `"refuse"`): a description over ``max_length`` tokens is cut and flagged in the reply,
             or its request is refused with 413.
-        extra_query_markers (`list[str]`): more special-token strings to strip from OpenRLHF queries (the
-            policy's EOS / pad / end-of-turn text when not in `DEFAULT_QUERY_MARKERS`).
         scorer (callable, *optional*): what scores a model call instead of ``model.score_info`` (same signature,
             result and exceptions): `emoreward.export.serve.worker.ModelProcess.score_info`, the model loaded
             in a process of its own (``emoreward serve``'s default); required when ``model`` is facts.
         scorer_alive (callable, *optional*): whether that scorer can still score (``ModelProcess``: its process is
             alive); when it says no, ``GET /health`` answers 503 with ``status: "model process stopped"``.
+        **route_options: the registered routes' options (`routes.RouteOption`), e.g. OpenRLHF's
+            ``openrlhf_labels`` (``"ignore"``, ``"subtitle"`` or ``"clip"``) and ``extra_query_markers``.
 
     Raises:
-        ValueError: an unknown ``openrlhf_labels`` / ``overlong``, a ``media_root`` that is not a directory, or
-            facts without a ``scorer``.
+        ValueError: an unknown ``overlong`` or route option value, a ``media_root`` that is not a directory, or
+            facts without a ``scorer``; TypeError: an option no route takes.
     """
 
     def __init__(
@@ -116,20 +107,18 @@ class RewardService:
         model: Any,
         limits: ServerLimits | None = None,
         batch_size: int = 64,
-        openrlhf_labels: str = "ignore",
         allow_unused_media: bool = False,
         name: str = "emoreward",
         media_root: str | Path | None = None,
         overlong: str = "flag",
-        extra_query_markers: list[str] | tuple[str, ...] = (),
         forward_tokens: int | None = None,
         length_window: int = 512,
         length_threshold: float = 0.5,
         scorer: Callable[..., ScoreInfo] | None = None,
         scorer_alive: Callable[[], bool] | None = None,
+        **route_options: Any,
     ):
-        if openrlhf_labels not in OPENRLHF_LABELS:
-            raise ValueError(f"openrlhf_labels must be one of {OPENRLHF_LABELS}, got {openrlhf_labels!r}")
+        settings = routes.settings(route_options)
         if overlong not in ("flag", "refuse"):
             raise ValueError(f"overlong must be 'flag' or 'refuse', got {overlong!r}")
         if isinstance(model, ServedModelFacts):
@@ -148,19 +137,19 @@ class RewardService:
         if forward_tokens is None:
             forward_tokens = 1024 if facts.device == "cpu" else 16384
         self.forward_tokens = forward_tokens
-        self.openrlhf_labels = openrlhf_labels
         self.allow_unused_media = allow_unused_media
         self.name = name
         self.overlong = overlong
         self.media_root = None if media_root is None else Path(media_root).resolve()
         if self.media_root is not None and not self.media_root.is_dir():
             raise ValueError(f"--media-root {media_root} is not a directory")
-        self.pad_markers, self.end_markers = query_markers(facts, list(extra_query_markers))
         self.stats = ServerStats()
         self._stats_lock = threading.Lock()
         # the RL length-hacking monitor over the last `length_window` rewarded descriptions (every route)
         self.length_monitor = StreamLengthMonitor(length_window, length_threshold)
         self._warned_truncation = False
+        # the routes this service answers, by name, each with its options
+        self.routes = {route.name: route(self, **settings[route.name]) for route in routes.ROUTES.values()}
 
     def count(self, **increments: int) -> None:
         with self._stats_lock:
@@ -183,7 +172,8 @@ class RewardService:
         so call it from one thread at a time (or batch with `parse` / `score_jobs` / `reply`).
 
         Args:
-            route (`str`): ``"rewards"`` (``POST /v1/rewards``) or ``"openrlhf"`` (``POST /get_reward``).
+            route (`str`): a route's name (`routes`): ``"rewards"`` (``POST /v1/rewards``), ``"openrlhf"``
+                (``POST /get_reward``), ...
             body: the request body as `protocol.parse_json` returns it.
 
         Returns:
@@ -202,8 +192,9 @@ class RewardService:
             self.record_error(err)
             raise
 
-    # ------------------------------------------------------------------ validation helpers
-    def _list(self, value: Any, field_name: str, allow_empty: bool = False) -> list:
+    # ------------------------------------------------------------------ validation helpers (what routes call)
+    def items(self, value: Any, field_name: str, allow_empty: bool = False) -> list:
+        """The list at ``field_name``, or a 400 / 413 naming it (empty, not a list, over ``max_items``)."""
         if not isinstance(value, list):
             raise RequestError(HTTPStatus.BAD_REQUEST, f"'{field_name}' must be a list")
         if not value and not allow_empty:
@@ -215,7 +206,8 @@ class RewardService:
             )
         return value
 
-    def _text(self, item: Any, field_name: str, allow_none: bool = False, cap: bool = True) -> str | None:
+    def text(self, item: Any, field_name: str, allow_none: bool = False, cap: bool = True) -> str | None:
+        """The text at ``field_name``, or a 400 / 413 naming it (not a string, a lone surrogate, over ``max_chars``)."""
         if item is None and allow_none:
             return None
         if not isinstance(item, str):
@@ -240,11 +232,12 @@ class RewardService:
         tokens = 2 + (len(description) + len(context.subtitle or "")) // 4
         return min(tokens, self.max_length) if self.max_length else tokens
 
-    def _job(self, route: str, descriptions: list[str], contexts: list[RewardContext], fields: list[str]) -> Job:
+    def job(self, route: str, descriptions: list[str], contexts: list[RewardContext], fields: list[str]) -> Job:
+        """The `Job` of a parsed request, its token costs estimated."""
         costs = [self._estimate_tokens(d, c) for d, c in zip(descriptions, contexts)]
         return Job(route, descriptions, contexts, fields, costs)
 
-    def _media(self, media: Any, n: int) -> list[RewardContext]:
+    def contexts(self, media: Any, n: int) -> list[RewardContext]:
         """Contexts, one per description, from ``media`` (an object, a list of objects, or None).
 
         A text model reads the subtitle only (media paths are a 400 unless ``allow_unused_media``). A multimodal
@@ -252,21 +245,22 @@ class RewardService:
         and paths that leave the root through a symlink are a 400 naming the field, and no file is read for them.
         """
         if isinstance(media, dict):  # one object for every description: checked and resolved once
-            return [self._context(media, "media[0]")] * n
+            return [self.context(media, "media[0]")] * n
         if media is None:
             media = [None] * n
         if not isinstance(media, list) or len(media) != n:
             raise RequestError(
                 HTTPStatus.BAD_REQUEST, "'media' must be an object or a list with one object per description"
             )
-        return [self._context(ref, f"media[{k}]") for k, ref in enumerate(media)]
+        return [self.context(ref, f"media[{k}]") for k, ref in enumerate(media)]
 
-    def _context(
+    def context(
         self,
         ref: Any,
         where: str,
         keys: tuple[str, ...] = ("subtitle", "video", "audio"),
         prompt: str | None = None,
+        end_markers: list[str] | tuple[str, ...] = (),
     ) -> RewardContext:
         """The context of one media object (None: no media) found at ``where`` in the request (``media[3]``, or
         ``labels[3]`` for an OpenRLHF label that names the clip, which may also carry a ``sample_id``; its
@@ -279,9 +273,9 @@ class RewardService:
         unknown = sorted(set(ref) - set(keys))
         if unknown:
             raise RequestError(HTTPStatus.BAD_REQUEST, f"'{where}' has unknown keys {unknown}")
-        paths = {key: self._text(ref.get(key), f"{where}.{key}", allow_none=True) for key in ("video", "audio")}
-        subtitle = self._text(ref.get("subtitle"), f"{where}.subtitle", allow_none=True)
-        sample_id = self._text(ref.get("sample_id"), f"{where}.sample_id", allow_none=True)
+        paths = {key: self.text(ref.get(key), f"{where}.{key}", allow_none=True) for key in ("video", "audio")}
+        subtitle = self.text(ref.get("subtitle"), f"{where}.subtitle", allow_none=True)
+        sample_id = self.text(ref.get("sample_id"), f"{where}.sample_id", allow_none=True)
         facts = self.facts
         if facts.kind == "text":
             given = [key for key, value in paths.items() if value]
@@ -291,7 +285,7 @@ class RewardService:
                     f"'{where}.{given[0]}' given, but this reward model is text-only (it uses the subtitle); "
                     "start the server with --allow-unused-media to accept and ignore media paths",
                 )
-            return self._rule(where, subtitle=subtitle, prompt=prompt)
+            return self._rule(where, end_markers, subtitle=subtitle, prompt=prompt)
         ref_paths = MediaRef(paths["video"], paths["audio"])
         for key, why in unused_media(ref_paths, need_video=facts.sees_video, need_audio=facts.hears_audio,
                                      use_audio_in_video=facts.use_audio_in_video):  # fmt: skip
@@ -308,15 +302,21 @@ class RewardService:
         # client's path, not the server's file layout
         sample = sample_id or paths["video"] or paths["audio"]
         return self._rule(
-            where, subtitle=subtitle, prompt=prompt, video=resolved["video"], audio=resolved["audio"], sample_id=sample
+            where,
+            end_markers,
+            subtitle=subtitle,
+            prompt=prompt,
+            video=resolved["video"],
+            audio=resolved["audio"],
+            sample_id=sample,
         )
 
-    def _rule(self, where: str, **fields: Any) -> RewardContext:
+    def _rule(self, where: str, end_markers, **fields: Any) -> RewardContext:
         """`reward_context` of the request's fields; a conflict (a subtitle field and a prompt's `Subtitle:` line
         that differ) is a 400 naming the field."""
         try:
             return reward_context(**fields, source="request", names={"subtitle": f"{where}.subtitle"},
-                                  end_markers=self.end_markers)  # fmt: skip
+                                  end_markers=end_markers)  # fmt: skip
         except DataError as err:
             raise RequestError(HTTPStatus.BAD_REQUEST, str(err)) from None
 
@@ -365,96 +365,17 @@ class RewardService:
 
     # ------------------------------------------------------------------ requests -> jobs
     def parse(self, route: str, body: Any) -> Job:
-        """A validated `Job` from a request body (``route``: ``"rewards"`` or ``"openrlhf"``).
+        """A validated `Job` from a request body, by the route named ``route`` (`routes`).
 
         Raises:
-            RequestError: 400 / 413 naming the field.
+            RequestError: 400 / 413 naming the field. ValueError: no route of that name.
         """
+        handler = self.routes.get(route)
+        if handler is None:
+            raise ValueError(f"unknown route {route!r}; known: {sorted(self.routes)}")
         if not isinstance(body, dict):
             raise RequestError(HTTPStatus.BAD_REQUEST, "the body must be a JSON object")
-        if route == "rewards":
-            return self._parse_rewards(body)
-        if route == "openrlhf":
-            return self._parse_openrlhf(body)
-        raise ValueError(f"unknown route {route!r}")
-
-    def _parse_rewards(self, body: dict) -> Job:
-        unknown = sorted(set(body) - {"descriptions", "media"})
-        if unknown:
-            raise RequestError(HTTPStatus.BAD_REQUEST, f"unknown fields {unknown}; expected 'descriptions', 'media'")
-        if "descriptions" not in body:
-            raise RequestError(HTTPStatus.BAD_REQUEST, "missing field 'descriptions'")
-        items = self._list(body["descriptions"], "descriptions")
-        descriptions = [self._text(d, f"descriptions[{k}]") for k, d in enumerate(items)]
-        contexts = self._media(body.get("media"), len(descriptions))
-        return self._job("rewards", descriptions, contexts, [f"descriptions[{k}]" for k in range(len(items))])
-
-    def _parse_openrlhf(self, body: dict) -> Job:
-        if "query" not in body:
-            raise RequestError(HTTPStatus.BAD_REQUEST, "missing field 'query' (OpenRLHF remote reward model request)")
-        # an empty query is a request too: OpenRLHF with several --remote_rm_url endpoints splits a batch over them
-        queries = [
-            self._text(q, f"query[{k}]", cap=False)
-            for k, q in enumerate(self._list(body["query"], "query", allow_empty=True))
-        ]
-        n = len(queries)
-        prompts: list[str | None] = [None] * n
-        if body.get("prompts") is not None:
-            given = self._list(body["prompts"], "prompts", allow_empty=True)
-            if len(given) != n:
-                raise RequestError(HTTPStatus.BAD_REQUEST, f"'prompts' has {len(given)} items for {n} queries")
-            prompts = [self._text(p, f"prompts[{k}]", cap=False) for k, p in enumerate(given)]
-        descriptions = []
-        for k, (query, prompt) in enumerate(zip(queries, prompts)):
-            if prompt is None and (opener := chat_turn_opener(query)) is not None:
-                raise RequestError(
-                    HTTPStatus.BAD_REQUEST,
-                    f"query[{k}] holds a chat prompt ({opener!r}) and the request has no 'prompts': send "
-                    "'prompts' (OpenRLHF's prompt text) so the response can be told apart from the prompt",
-                )
-            description = description_from_query(query, prompt, self.pad_markers, self.end_markers)
-            if description is None:
-                raise RequestError(
-                    HTTPStatus.BAD_REQUEST,
-                    f"query[{k}] does not start with prompts[{k}] (after its left padding); send the decoded "
-                    "prompt + response as OpenRLHF does",
-                )
-            descriptions.append(self._text(description, f"query[{k}] (its response)"))
-        labels = body.get("labels")
-        if self.openrlhf_labels == "ignore" or labels is None:
-            labels = [None] * n
-        elif not isinstance(labels, list) or len(labels) != n:
-            count = f"{len(labels)} items" if isinstance(labels, list) else "no list"
-            raise RequestError(HTTPStatus.BAD_REQUEST, f"'labels' has {count} for {n} queries")
-        modalities = self.facts.modalities
-        if modalities and self.openrlhf_labels != "clip":
-            raise RequestError(
-                HTTPStatus.BAD_REQUEST,
-                "/get_reward carries no media and this reward model reads "
-                f"{' and '.join(sorted(modalities))}: start the server with --openrlhf-labels clip and "
-                "name each sample's clip in its label, or use /v1/rewards with 'media'",
-            )
-        if self.openrlhf_labels == "clip":
-            refs = [
-                clip_from_label(label, f"labels[{k}]", modalities, self.facts.use_audio_in_video)
-                for k, label in enumerate(labels)
-            ]
-            contexts = [
-                self._context(ref, f"labels[{k}]", LABEL_OBJECT_KEYS, prompt=prompts[k]) for k, ref in enumerate(refs)
-            ]
-        else:
-            subtitles = [self._text(s, f"labels[{k}]", allow_none=True) or None for k, s in enumerate(labels)]
-            try:  # the one context rule: the label, else the prompt's Subtitle: line (emoreward.data.context)
-                contexts = [
-                    openrlhf_context(p, s, labels="subtitle", end_markers=self.end_markers, row=k + 1)
-                    for k, (p, s) in enumerate(zip(prompts, subtitles))
-                ]
-            except DataError as err:
-                raise RequestError(HTTPStatus.BAD_REQUEST, str(err)) from None
-        job = self._job("openrlhf", descriptions, contexts, [f"query[{k}]" for k in range(n)])
-        if not n:
-            job.info = ScoreInfo([], [], [])  # answered at once, never queued
-        return job
+        return handler.parse(body)
 
     # ------------------------------------------------------------------ scoring
     def score_jobs(self, jobs: list[Job]) -> None:
@@ -507,7 +428,7 @@ class RewardService:
         for k, context in enumerate(job.contexts):
             if context.sample_id == err.sample_id:
                 key = "audio" if err.path is not None and err.path == context.audio else "video"
-                where = f"{'labels' if job.route == 'openrlhf' else 'media'}[{job.offset + k}].{key}"
+                where = f"{self.routes[job.route].media_field}[{job.offset + k}].{key}"
                 break
         if err.path is not None and self.media_root is not None and Path(err.path).is_relative_to(self.media_root):
             shown = str(Path(err.path).relative_to(self.media_root))
@@ -573,27 +494,7 @@ class RewardService:
             )
         rewards = [float(r) for r in info.rewards]
         self.count(requests=1, descriptions=job.n, empty=sum(empty), truncated=sum(truncated))
-        if job.route == "openrlhf":
-            return {
-                "rewards": rewards,
-                "scores": rewards,
-                "truncated": truncated,
-                "empty": empty,
-                "extra_logs": {
-                    "emotion_reward": rewards,
-                    "emotion_reward_truncated": [float(t) for t in truncated],
-                    "emotion_reward_empty": [float(e) for e in empty],
-                    # the length-hacking monitor's figures over the server's recent rewards, once per sample
-                    **(per_sample(self.length_monitor.figures(), job.n) if job.n else {}),
-                },
-            }
-        return {
-            "rewards": rewards,
-            "truncated": truncated,
-            "empty": empty,
-            "n_tokens": [int(t) for t in info.n_tokens],
-            "model": self.name,
-        }
+        return self.routes[job.route].reply(job, rewards, truncated, empty)
 
     def health(self) -> dict[str, Any]:
         limits = {**asdict(self.limits), "max_chars": self.max_chars}

@@ -1,0 +1,130 @@
+"""What a wire route is (`Route`, `RouteOption`) and the registry of routes (`ROUTES`, `register`, `admit`,
+`endpoints`, `options`, `settings`): the built-in routes and any added later register here. See docs/serving.md."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from emoreward.export.serve.protocol import RequestError, ServerLimits, check_bearer, check_body_headers
+
+
+if TYPE_CHECKING:
+    from emoreward.export.serve.batching import Job
+    from emoreward.export.serve.service import RewardService
+
+
+@dataclass(frozen=True)
+class RouteOption:
+    """A setting of one route: a keyword of `RewardService` (and `local.shared_batcher`) named ``name``, and the
+    ``emoreward serve`` option ``flag`` (``repeat``: given once per value, a tuple; ``choices``: the values taken)."""
+
+    name: str
+    flag: str
+    default: Any
+    help: str
+    choices: tuple[str, ...] | None = None
+    repeat: bool = False
+
+
+class Route:
+    """One wire route, bound to the `RewardService` that serves it (one instance per service).
+
+    A subclass sets ``path`` (``"/v1/rewards"``), ``name`` (what `RewardService.parse` takes), ``media_field`` (the
+    request field a media error names) and ``options``, and writes `parse` and `reply`; the service's helpers
+    (`RewardService.items`, ``text``, ``contexts``, ``context``, ``job``) validate fields as every route does.
+    """
+
+    path: ClassVar[str]
+    name: ClassVar[str]
+    media_field: ClassVar[str] = "media"
+    options: ClassVar[tuple[RouteOption, ...]] = ()
+
+    def __init__(self, service: RewardService, **options: Any):
+        self.service = service
+        self.settings = options
+
+    def parse(self, body: dict) -> Job:
+        """A validated `Job` from a request body (a JSON object). Raises `RequestError` (400 / 413 naming the
+        field)."""
+        raise NotImplementedError
+
+    def reply(self, job: Job, rewards: list[float], truncated: list[bool], empty: list[bool]) -> dict[str, Any]:
+        """The JSON reply of a scored job (``rewards``, ``truncated``, ``empty``: one per description)."""
+        raise NotImplementedError
+
+
+ROUTES: dict[str, type[Route]] = {}  # path -> route class
+
+
+def register(route: type[Route]) -> type[Route]:
+    """Add a route to the registry (a class decorator). Raises ValueError for a path or name already taken."""
+    taken = {r.name for r in ROUTES.values()}
+    if route.path in ROUTES or route.name in taken or route.name == "health":
+        raise ValueError(f"route {route.name!r} ({route.path}): its path or name is taken")
+    ROUTES[route.path] = route
+    return route
+
+
+def unregister(route: type[Route]) -> None:
+    """Remove a route (tests that register one of their own)."""
+    ROUTES.pop(route.path, None)
+
+
+def options() -> dict[str, RouteOption]:
+    """Every route's options by keyword name."""
+    return {option.name: option for route in ROUTES.values() for option in route.options}
+
+
+def settings(given: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """route name -> its options, ``given`` (keyword -> value) over the defaults.
+
+    Raises:
+        TypeError: a keyword no route takes; ValueError: a value outside an option's choices.
+    """
+    known = options()
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise TypeError(f"unknown route options {unknown}; known: {sorted(known)}")
+    out = {}
+    for route in ROUTES.values():
+        values = {o.name: given.get(o.name, o.default) for o in route.options}
+        for o in route.options:
+            if o.choices is not None and values[o.name] not in o.choices:
+                raise ValueError(f"{o.name} must be one of {o.choices}, got {values[o.name]!r}")
+            if o.repeat:
+                values[o.name] = tuple(values[o.name] or ())
+        out[route.name] = values
+    return out
+
+
+def endpoints() -> str:
+    """The served endpoints for a banner: ``POST /v1/rewards, POST /get_reward, GET /health``."""
+    return ", ".join([*(f"POST {path}" for path in ROUTES), "GET /health"])
+
+
+def admit(method: str, path: str, headers: dict[str, str], token: str | None, limits: ServerLimits) -> str:
+    """The name of the route a request head names (``"health"`` for ``GET /health``) after the checks every engine
+    makes before reading a body (``headers``: lower-case names): the path, the method, the bearer token, and for a
+    route the body headers (`protocol.check_body_headers`).
+
+    Raises:
+        RequestError: 404 (naming the paths served), 405, 401, 415, 411 or 413.
+    """
+    if path == "/health":
+        if method != "GET":
+            raise RequestError(HTTPStatus.METHOD_NOT_ALLOWED, "/health takes GET", [("Allow", "GET")])
+        check_bearer(headers, token)
+        return "health"
+    route = ROUTES.get(path)
+    if route is None:
+        raise RequestError(HTTPStatus.NOT_FOUND, f"no endpoint {path}; try {' or '.join(ROUTES)}")
+    if method != "POST":
+        raise RequestError(HTTPStatus.METHOD_NOT_ALLOWED, f"{path} takes POST", [("Allow", "POST")])
+    check_bearer(headers, token)
+    check_body_headers(headers, limits)  # a Content-Length within the limit; chunked bodies are a 411
+    return route.name
+
+
+__all__ = ["ROUTES", "Route", "RouteOption", "admit", "endpoints", "options", "register", "settings", "unregister"]

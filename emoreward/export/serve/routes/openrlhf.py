@@ -1,0 +1,280 @@
+"""``POST /get_reward``, OpenRLHF's remote reward model: the description a policy wrote, recovered from OpenRLHF's
+decoded query (`description_from_query`, the markers of `query_markers`), its context from the prompt or the label
+(`clip_from_label`), and the reply OpenRLHF reads (``rewards``, ``scores``, ``extra_logs``). The route's options:
+``--openrlhf-labels`` and ``--query-marker``. See docs/serving.md ("OpenRLHF").
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from http import HTTPStatus
+from pathlib import PurePosixPath
+from typing import Any
+
+from emoreward.data.context import openrlhf_context
+from emoreward.data.errors import DataError
+from emoreward.data.media import AUDIO_SUBDIR, AUDIO_SUFFIX, VIDEO_SUBDIR, VIDEO_SUFFIX
+from emoreward.export.length_monitor import per_sample
+from emoreward.export.serve.batching import Job
+from emoreward.export.serve.protocol import RequestError
+from emoreward.export.serve.routes.base import Route, RouteOption, register
+from emoreward.models.base import ScoreInfo
+
+
+# End-of-turn, EOS and pad markers of common chat models, as `tokenizer.decode(..., skip_special_tokens=False)`
+# writes them into OpenRLHF's queries (Qwen / ChatML, Llama 3, Phi, Gemma, Mistral / Llama 2, GPT-2 style).
+DEFAULT_QUERY_MARKERS = (
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<|eot_id|>",
+    "<|end_of_text|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<eos>",
+    "<pad>",
+    "</s>",
+)
+
+
+@functools.lru_cache(maxsize=64)
+def _marker_pattern(markers: tuple[str, ...], at: str) -> re.Pattern:
+    """The regex of a run of `markers` at the start or end of a query (compiled once per marker set: the markers
+    are fixed for a server's life, and every OpenRLHF query is matched against them)."""
+    alternatives = "|".join(re.escape(m) for m in sorted(set(markers), key=len, reverse=True) if m)
+    if at == "start":
+        return re.compile(rf"^(?:\s*(?:{alternatives}))+")
+    return re.compile(rf"(?:{alternatives})(?:\s*(?:{alternatives}))*\s*$")
+
+
+# what opens a chat turn in the templates of common policies (ChatML, Llama 3, Gemma, Mistral, Phi): a query that
+# holds one holds a prompt, which only the request's 'prompts' can remove
+CHAT_TURN_OPENERS = ("<|im_start|>", "<|start_header_id|>", "<start_of_turn>", "[INST]", "<|user|>", "<|assistant|>")
+
+
+def chat_turn_opener(query: str) -> str | None:
+    """The first chat-turn opener (`CHAT_TURN_OPENERS`) in ``query``, or None: a query sent without its prompt must
+    be the response alone."""
+    return next((marker for marker in CHAT_TURN_OPENERS if marker in query), None)
+
+
+def description_from_query(
+    query: str, prompt: str | None, pad_markers: list[str], end_markers: list[str]
+) -> str | None:
+    """The response text of an OpenRLHF query, exactly as the policy wrote it; None if ``query`` does not contain
+    ``prompt`` where it should.
+
+    OpenRLHF builds ``query`` as ``tokenizer.decode(prompt_ids + response_ids, skip_special_tokens=False)``: the
+    response ends with the policy's EOS (its end-of-turn token for chat models), and older versions decode
+    whole padded rows (pad / EOS tokens on the left of the prompt and after the EOS). So: strip ``pad_markers``
+    (and whitespace between them) from the start of the query and of the prompt, remove the prompt, then strip
+    ``end_markers`` (and whitespace between and after them) from the end. Whitespace the policy wrote before its
+    end-of-turn token stays part of the description (it changes a chat model's tokens).
+    """
+    text = _marker_pattern(tuple(pad_markers), "start").sub("", query, count=1) if pad_markers else query
+    if prompt is not None:
+        prompt = _marker_pattern(tuple(pad_markers), "start").sub("", prompt, count=1) if pad_markers else prompt
+        if text.startswith(prompt):
+            text = text[len(prompt) :]
+        elif text.lstrip().startswith(prompt.lstrip()):  # decoders that write a space after a special token
+            text = text.lstrip()[len(prompt.lstrip()) :]
+        else:
+            return None
+    return _marker_pattern(tuple(end_markers), "end").sub("", text, count=1) if end_markers else text
+
+
+def query_markers(facts: Any, extra: list[str] | tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
+    """(pad markers, end markers) for `description_from_query`: `DEFAULT_QUERY_MARKERS`, the reward model's own
+    EOS and pad tokens (end markers also its SEP token, which closes an encoder's input), and ``extra`` (the
+    policy's markers when they are not among these). ``facts``: the model's `facts.ServedModelFacts` (its
+    ``eos_token`` / ``pad_token`` / ``sep_token``)."""
+    own = [t for t in (facts.eos_token, facts.pad_token) if t]
+    pad = [*DEFAULT_QUERY_MARKERS, *own, *extra]
+    end = pad + ([facts.sep_token] if facts.sep_token else [])
+    return pad, end
+
+
+# ---------------------------------------------------------------------------------------------- labels naming the clip
+LABEL_OBJECT_KEYS = ("sample_id", "subtitle", "video", "audio")
+
+
+def clip_from_label(label: Any, where: str, modalities: frozenset[str] | set[str], audio_from_video: bool) -> dict:
+    """The media object (``subtitle`` / ``video`` / ``audio`` paths relative to the media root, ``sample_id``) an
+    OpenRLHF label names under ``--openrlhf-labels clip``. OpenRLHF's query is decoded text, so the clip of a
+    sample can only travel in its label (the dataset's ``--data.label_key`` column):
+
+    - a sample id (text without a path separator or a file suffix): the media root's layout,
+      ``video/<id>.mp4`` and ``audio/<id>.wav`` (`emoreward.data.media`), for the media the model reads;
+    - a media path relative to the media root (``video/s1.mp4``): the one file a model that reads one medium
+      needs (a model reading video and audio needs a sample id or an object, unless its audio comes from the
+      video);
+    - an object with the keys ``sample_id``, ``subtitle``, ``video``, ``audio`` (all optional).
+
+    None (or an empty string) names nothing. Paths are only parsed here; the caller confines them to the media
+    root (`RewardService`).
+
+    Raises:
+        RequestError: 400 naming ``where`` for a label of another type, unknown keys, or a path whose medium is
+            ambiguous.
+    """
+    if label is None or label == "":
+        return {}
+    if isinstance(label, dict):
+        unknown = sorted(set(label) - set(LABEL_OBJECT_KEYS))
+        if unknown:
+            raise RequestError(
+                HTTPStatus.BAD_REQUEST, f"'{where}' has unknown keys {unknown}; expected {list(LABEL_OBJECT_KEYS)}"
+            )
+        return dict(label)
+    if not isinstance(label, str):
+        raise RequestError(
+            HTTPStatus.BAD_REQUEST,
+            f"'{where}' must be a sample id, a media path or an object, got {type(label).__name__}",
+        )
+    text = label.strip()
+    if "/" in text or "\\" in text or PurePosixPath(text).suffix:
+        wanted = set(modalities) - ({"audio"} if audio_from_video else set())
+        if len(wanted) != 1:
+            raise RequestError(
+                HTTPStatus.BAD_REQUEST,
+                f"'{where}' is a media path, but this reward model reads {' and '.join(sorted(modalities)) or 'no media'}: "
+                "name the sample id, or give an object with 'video' and 'audio'",
+            )
+        return {next(iter(wanted)): text, "sample_id": text}
+    reads = set(modalities)
+    return {
+        "video": f"{VIDEO_SUBDIR}/{text}{VIDEO_SUFFIX}"
+        if "video" in reads or ("audio" in reads and audio_from_video)
+        else None,
+        "audio": f"{AUDIO_SUBDIR}/{text}{AUDIO_SUFFIX}" if "audio" in reads and not audio_from_video else None,
+        "sample_id": text,
+    }
+
+
+# ---------------------------------------------------------------------------------------------- the route
+LABELS = ("ignore", "subtitle", "clip")
+
+
+@register
+class OpenRLHF(Route):
+    """``{"query": [...], "prompts": [...], "labels": [...]}`` (OpenRLHF's remote reward request; an empty query is
+    a request too: OpenRLHF with several reward URLs splits a batch over them) -> ``{"rewards", "scores",
+    "truncated", "empty", "extra_logs"}``, ``extra_logs`` holding the reward, its flags and the length monitor's
+    figures once per sample."""
+
+    path = "/get_reward"
+    name = "openrlhf"
+    media_field = "labels"
+    options = (
+        RouteOption(
+            "openrlhf_labels",
+            "--openrlhf-labels",
+            "ignore",
+            "what the 'labels' of OpenRLHF requests are (its --data.label_key / --label_key column): ignored, the "
+            "sample's subtitle, or its clip (a sample id, a media path under --media-root, or an object with "
+            "sample_id / subtitle / video / audio)",
+            choices=LABELS,
+        ),
+        RouteOption(
+            "extra_query_markers",
+            "--query-marker",
+            (),
+            "a special-token string of the policy to strip from OpenRLHF queries (its EOS / pad / end-of-turn "
+            "text) when it is not one of: " + " ".join(DEFAULT_QUERY_MARKERS) + " (repeatable)",
+            repeat=True,
+        ),
+    )
+
+    def __init__(self, service: Any, **options: Any):
+        super().__init__(service, **options)
+        self.labels = options["openrlhf_labels"]
+        self.pad_markers, self.end_markers = query_markers(service.facts, list(options["extra_query_markers"]))
+
+    def parse(self, body: dict) -> Job:
+        service = self.service
+        if "query" not in body:
+            raise RequestError(HTTPStatus.BAD_REQUEST, "missing field 'query' (OpenRLHF remote reward model request)")
+        queries = [
+            service.text(q, f"query[{k}]", cap=False)
+            for k, q in enumerate(service.items(body["query"], "query", allow_empty=True))
+        ]
+        n = len(queries)
+        prompts: list[str | None] = [None] * n
+        if body.get("prompts") is not None:
+            given = service.items(body["prompts"], "prompts", allow_empty=True)
+            if len(given) != n:
+                raise RequestError(HTTPStatus.BAD_REQUEST, f"'prompts' has {len(given)} items for {n} queries")
+            prompts = [service.text(p, f"prompts[{k}]", cap=False) for k, p in enumerate(given)]
+        descriptions = []
+        for k, (query, prompt) in enumerate(zip(queries, prompts)):
+            if prompt is None and (opener := chat_turn_opener(query)) is not None:
+                raise RequestError(
+                    HTTPStatus.BAD_REQUEST,
+                    f"query[{k}] holds a chat prompt ({opener!r}) and the request has no 'prompts': send "
+                    "'prompts' (OpenRLHF's prompt text) so the response can be told apart from the prompt",
+                )
+            description = description_from_query(query, prompt, self.pad_markers, self.end_markers)
+            if description is None:
+                raise RequestError(
+                    HTTPStatus.BAD_REQUEST,
+                    f"query[{k}] does not start with prompts[{k}] (after its left padding); send the decoded "
+                    "prompt + response as OpenRLHF does",
+                )
+            descriptions.append(service.text(description, f"query[{k}] (its response)"))
+        job = service.job(
+            self.name, descriptions, self._contexts(body.get("labels"), prompts), [f"query[{k}]" for k in range(n)]
+        )
+        if not n:
+            job.info = ScoreInfo([], [], [])  # answered at once, never queued
+        return job
+
+    def _contexts(self, labels: Any, prompts: list[str | None]) -> list:
+        service, n = self.service, len(prompts)
+        if self.labels == "ignore" or labels is None:
+            labels = [None] * n
+        elif not isinstance(labels, list) or len(labels) != n:
+            count = f"{len(labels)} items" if isinstance(labels, list) else "no list"
+            raise RequestError(HTTPStatus.BAD_REQUEST, f"'labels' has {count} for {n} queries")
+        modalities = service.facts.modalities
+        if modalities and self.labels != "clip":
+            raise RequestError(
+                HTTPStatus.BAD_REQUEST,
+                f"{self.path} carries no media and this reward model reads "
+                f"{' and '.join(sorted(modalities))}: start the server with --openrlhf-labels clip and "
+                "name each sample's clip in its label, or use /v1/rewards with 'media'",
+            )
+        if self.labels == "clip":
+            refs = [
+                clip_from_label(label, f"labels[{k}]", modalities, service.facts.use_audio_in_video)
+                for k, label in enumerate(labels)
+            ]
+            return [
+                service.context(
+                    ref, f"labels[{k}]", LABEL_OBJECT_KEYS, prompt=prompts[k], end_markers=self.end_markers
+                )
+                for k, ref in enumerate(refs)
+            ]
+        subtitles = [service.text(s, f"labels[{k}]", allow_none=True) or None for k, s in enumerate(labels)]
+        try:  # the one context rule: the label, else the prompt's Subtitle: line (emoreward.data.context)
+            return [
+                openrlhf_context(p, s, labels="subtitle", end_markers=self.end_markers, row=k + 1)
+                for k, (p, s) in enumerate(zip(prompts, subtitles))
+            ]
+        except DataError as err:
+            raise RequestError(HTTPStatus.BAD_REQUEST, str(err)) from None
+
+    def reply(self, job: Job, rewards: list[float], truncated: list[bool], empty: list[bool]) -> dict[str, Any]:
+        monitor = self.service.length_monitor
+        return {
+            "rewards": rewards,
+            "scores": rewards,
+            "truncated": truncated,
+            "empty": empty,
+            "extra_logs": {
+                "emotion_reward": rewards,
+                "emotion_reward_truncated": [float(t) for t in truncated],
+                "emotion_reward_empty": [float(e) for e in empty],
+                # the length-hacking monitor's figures over the server's recent rewards, once per sample
+                **(per_sample(monitor.figures(), job.n) if job.n else {}),
+            },
+        }
