@@ -26,7 +26,7 @@ from typing import Any, Literal, get_args
 
 from trl import RewardConfig, TrlParser
 
-from emoreward.models.backbones import BackboneSpec, get_backbone, registered_names
+from emoreward.models.backbones import BACKBONES, BackboneSpec, get_backbone, registered_names
 from emoreward.training.fit_workers import parse_fit_workers
 from emoreward.training.parsing import (
     SECRET_HINT,
@@ -38,6 +38,11 @@ from emoreward.training.parsing import (
     split_override,
     unknown_key_message,
 )
+
+
+def _names(kind: str) -> list[str]:
+    """The registered backbones of `kind`, in registry order (help texts and errors)."""
+    return [name for name, spec in BACKBONES.items() if spec.kind == kind]
 
 
 TieMode = Literal["drop", "rao-kupper", "davidson"]
@@ -55,15 +60,15 @@ class EmoRewardConfig(RewardConfig):
     model_name_or_path: str | None = field(
         default="minilm",
         metadata={
-            "help": "Weights: a registered text backbone (minilm, smollm2), a local path or a hub model id; for a "
-            "multimodal `backbone`, its checkpoint (None = the family's 7B hub id)."
+            "help": f"Weights: a registered text backbone ({', '.join(_names('text'))}), a local path or a hub model "
+            "id; for a multimodal `backbone`, its checkpoint (None = the family's 7B hub id)."
         },
     )
     backbone: str | None = field(
         default=None,
         metadata={
-            "help": "Multimodal backbone family (qwen2.5-vl, qwen2.5-omni-thinker, qwen2-audio); None = the text "
-            "backbone named by model_name_or_path."
+            "help": f"Multimodal backbone family ({', '.join(_names('media'))}); None = the text backbone named by "
+            "model_name_or_path."
         },
     )
     gguf_file: str | None = field(default=None, metadata={"help": "GGUF file inside model_name_or_path, if any."})
@@ -347,12 +352,14 @@ class EmoRewardConfig(RewardConfig):
             if spec.kind != "media":
                 raise ValueError(
                     f"backbone={self.backbone!r} names a text backbone; name text backbones with model_name_or_path "
-                    f"(backbone is for the multimodal families: {sorted(n for n in registered_names() if get_backbone(n).kind == 'media')})"
+                    f"(backbone is for the multimodal families: {registered_names('media')})"
                 )
             if self.model_name_or_path in (None, "minilm"):  # the field's default: the family's 7B checkpoint
                 self.model_name_or_path = spec.default_model
         elif self.model_name_or_path is None:
-            raise ValueError("model_name_or_path: give a text backbone (minilm, smollm2, a path or hub id)")
+            raise ValueError(
+                f"model_name_or_path: give a text backbone ({', '.join(_names('text'))}, a path or hub id)"
+            )
         spec = self.backbone_spec
         for name, kinds in FIELD_SUPPORT.items():
             value = getattr(self, name)
