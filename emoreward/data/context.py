@@ -1,10 +1,8 @@
-"""The reward context of a description: what it is conditioned on (subtitle, media paths, sample id), from every
-input form, by one rule.
+"""The reward context of a description (subtitle, media paths, sample id), from every input form, by one rule.
 
-`reward_context` is the one function every route calls (our CSV / JSONL pairs, TRL standard, conversational and
-GRPO rows, verl, OpenRLHF, the server); the input forms only differ in where the fields come from.
-`subtitle_from_text` is the `Subtitle:` rule: the subtitle is the rest of the line that starts with `Subtitle:`.
-The table of input forms, the rule and its conflicts are in docs/data.md ("The context of a description").
+`reward_context` is the one function every route calls (our pairs, TRL and GRPO rows, verl, OpenRLHF, the server);
+`subtitle_from_text` is the `Subtitle:` rule. The input forms and conflicts: docs/data.md ("The context of a
+description").
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Media of a preference pair's sample for the multimodal reward models: where the files are and how they decode.
 
-A media root maps a sample id to files in the MER2025 release layout (`<root>/video/<id>.mp4`,
-`<root>/audio/<id>.wav`); paths given on the pair itself (`MediaRef.video` / `.audio`) win, relative ones are
-resolved against the root. Video frames are decoded with PyAV (`MediaOptions.fps`, `.max_frames`); audio comes
-from the `.wav` file or from the video's own track. That flag lives in ONE place,
-`MediaOptions.use_audio_in_video`: the loader, the prompt layout and the model all read it from there.
-
-A missing, empty or undecodable file raises `MediaError` naming the sample and the file; nothing is ever replaced
-by a zero tensor. A file for a modality the model does not read is refused the same way (`unused_media`,
-`refuse_unused_media`). Callers that skip such samples catch `MediaError` and count them (training does, with
-`media_errors: skip`; so does `RewardModelJudge`). Which files each model reads: docs/data.md.
+A media root maps a sample id to `<root>/video/<id>.mp4` and `<root>/audio/<id>.wav`; paths on the pair win. Frames
+decode with PyAV; audio comes from the `.wav` or the video's track (`MediaOptions.use_audio_in_video`, the one
+place of that flag). A missing, empty, undecodable or unused file raises `MediaError`; nothing becomes a zero
+tensor. See docs/data.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
-"""Loading emotion-preference pairs from EmoPrefer CSVs, JSON lines, TRL preference data and `datasets`.
+"""Loading emotion-preference pairs from EmoPrefer CSVs, JSON lines, parquet, TRL preference data, `datasets` and
+the Hub, in three column layouts (EmoPrefer, emoreward, TRL) recognised from the column names.
 
-Three column layouts, recognised from the column names (other columns are ignored): EmoPrefer (`name`, `a1`, `a2`,
-`preference` a1 / a2 / same, `model1` / `model2`), emoreward (`sample_id`, `description_1`, `description_2`,
-`label` 1 / 2 / tie, `model_1` / `model_2`) and TRL preference (`chosen`, `rejected`, optional `prompt`, an extra
-boolean `tie` column, TRL's optional `margin`); labels map to `"1"`, `"2"`, `"tie"`. Media come from the
-`video` / `audio` / `subtitle` columns, else from the prompt (`emoreward.data.context.reward_context`).
-
-`load_pairs` takes a `.csv`, `.jsonl`, `.json` or `.parquet` file, a bundled dataset name (`"emoprefer"`), a local
-dataset folder, a Hub dataset `hf://...` (`emoreward.data.hub`), or a `datasets.Dataset`, DataFrame or sequence of
-mappings. Sample ids and writers are read in their normal form (`emoreward.data.text.normal_name`). Every problem
-raises `DataError` naming the source, the row (or line) and the field; nothing is skipped silently: each reader
+Every problem raises `DataError` naming the source, the row and the field; nothing is skipped silently: each reader
 counts the source's records a second way and the pairs must account for all of them (`LoadedPairs`).
-The layouts, missing values and errors in full: docs/data.md.
+The layouts, missing values and errors: docs/data.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """Reading preference-data sources into numbered records, each reader checking its own count of physical records.
 
-A reader returns `Records`: the data rows as `(row, mapping)` pairs (1-based; a CSV header is not a row), the
-column names, and `n_physical`, the number of data records counted from the source by a second rule that does
-not depend on the parser (CSV: lines that start a record; JSON lines: non-blank lines; parquet: the row count in
-the file's footer; a dataset: its `num_rows`). `check_count` raises `DataError` when the two disagree, so a row
-can never vanish unnoticed, e.g. into a quoted CSV field that a stray quote left open.
-
-Every file reader decodes UTF-8 with or without a byte order mark; other encodings raise `DataError` naming the
-file and the line of the first undecodable byte.
+`Records` holds the rows (1-based), the column names and `n_physical`, counted by a second rule independent of the
+parser (CSV record starts, non-blank JSON lines, the parquet footer, `num_rows`); `check_count` raises `DataError`
+when they disagree. Files decode as UTF-8 with or without BOM. See docs/data.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """Writing result records (judgements, rankings, per-pair scores) as datasets: JSON lines, parquet or the Hub.
 
-`write_records(rows, path)` writes one file that `datasets.load_dataset("json" | "parquet", data_files=path)`
-reads back equal to the rows: values and column types survive exactly (floats are written at full precision).
-Rows are mappings of column name to value; a key missing from a row is written as null (`None`), so columns are
-the union of all rows' keys, in first-seen order. Each column needs one type across rows (as in any dataset).
-
-`push_records_to_hub(rows, repo_id)` uploads the same table as one split of a Hub dataset through
-`datasets.Dataset.push_to_hub` (parquet shards plus a dataset card); the repository is private unless asked.
+`write_records` writes one file that `datasets.load_dataset` reads back equal to the rows (columns: the union of
+the rows' keys, in first-seen order); `push_records_to_hub` uploads the same table. See docs/data.md.
 """
 
 from __future__ import annotations

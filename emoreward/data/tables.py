@@ -1,13 +1,9 @@
 """Description tables: the descriptions M models wrote for N samples, the input of ranking (EMER-Ranker, section 2).
 
-A table is JSONL, one ``{"sample", "model", "description"[, "video", "audio", "subtitle"]}`` object a line, read
-as UTF-8 (a leading byte-order mark is accepted, as the preference-pair loader accepts it). Bad input raises
-`TableError` naming the file, the line and the field; an undecodable byte names its line too. Empty or
-whitespace-only descriptions are kept (a judge scores them as given) and counted per model
-(`DescriptionTable.lengths`, ``n_empty``), so a report can say how many there were. Sample ids and model names
-are read in their normal form (`emoreward.data.text.normal_name`; a warning when two spellings meet), the media
-fields by the one context rule (`emoreward.data.context.reward_context`). Models and samples are kept in the order
-of their content (`canonical_order`), never of the rows or names, so a shuffled or renamed table ranks the same.
+JSONL, one `{"sample", "model", "description"[, "video", "audio", "subtitle"]}` object a line; bad input raises
+`TableError` naming the file, line and field. Empty descriptions are kept and counted; models and samples are kept
+in the order of their content (`canonical_order`), so a shuffled or renamed table ranks the same. See
+docs/ranking.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""The evaluation harness shared by reward models and zero-shot judges.
-
-`run_judge` asks a judge about every pair in normal and (optionally) swapped order, for R runs, and stores
-every verdict in the original pair order. `evaluate_judgements` turns those verdicts into the report:
-recognition (two- and three-class WAF / ACC), swap consistency and JudgeLM's position-bias figures, multi-run
-consistency, the length and random baselines and the length-control diagnostics (with the judge's and the humans'
-longer-description rates on the same pairs). `evaluate_model` is the whole evaluation of a reward model on labelled
-pairs (what `emoreward evaluate`, cross-validation folds and the final fit report).
+"""The evaluation harness shared by reward models and zero-shot judges: `run_judge` asks a judge about every pair
+in normal and swapped order for R runs; `evaluate_judgements` turns the verdicts into the report; `evaluate_model`
+is the whole evaluation of a reward model on labelled pairs. See docs/evaluation.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Metrics of the EmoPrefer / EMER-Ranker papers, plus the length control EmoPrefer-Data needs.
-
-Recognition (EmoPrefer section 3.3): weighted-average F1 (WAF) and accuracy, two-class (gold ties excluded)
-and three-class. Swap consistency (EmoPrefer eq. 1) and JudgeLM's position-bias figures (`position_bias`). Multi-run consistency (EMER-Ranker section 4.2).
-Length control (beyond the papers): on EmoPrefer-Data "prefer the longer description" scores ~80% two-class
-accuracy, so every report shows that baseline and the accuracy on length-aligned and length-counter pairs.
-
-Labels and predictions are strings: `"1"`, `"2"`, `"tie"`, and `"invalid"` for predictions only.
+"""Metrics of the EmoPrefer / EMER-Ranker papers, plus the length control EmoPrefer-Data needs: WAF and accuracy
+(EmoPrefer section 3.3), swap consistency (EmoPrefer eq. 1), JudgeLM's position-bias figures, multi-run consistency
+(EMER-Ranker section 4.2) and the length baseline. Labels are `"1"`, `"2"`, `"tie"` (and `"invalid"` for
+predictions). See docs/evaluation.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Reports: flatten evaluations into headline metrics, aggregate folds (mean ± std), render Markdown, plot.
-
-Every table puts the judge beside the length baseline ("prefer the longer description") and random
-verdicts, so no number is read without the ~80% a length heuristic already reaches on EmoPrefer-Data; the judge's
-bias figures (position: JudgeLM's prefer-first / prefer-second rates, the two kinds of swap inconsistency and delta
-bias, INVALID answers; length: its longer-description rate beside the humans' on the same pairs) are rows of it.
+"""Reports: flatten evaluations into headline metrics, aggregate folds (mean ± std), render Markdown, plot. Every
+table puts the judge beside the length baseline and random verdicts, with its bias figures. See docs/evaluation.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
-"""The one reward-model interface that every route (training, evaluation, ranking, serving, GRPO, export) uses.
-
-A reward model maps an emotion description and the context it describes (subtitle, video, audio of the sample)
-to a scalar reward r(description | context). Two kinds implement `RewardModel`:
-
-- `emoreward.models.text.TextRewardModel` (`kind = "text"`): a transformers text backbone; reads the subtitle.
-- `emoreward.models.media.MediaRewardModel` (`kind = "media"`): Qwen2.5-VL, the Qwen2.5-Omni thinker or
-  Qwen2-Audio; reads the video and/or audio and the subtitle, and scores all descriptions of one sample behind
-  one shared media prefix.
+"""The one reward-model interface (`RewardModel`) that every route (training, evaluation, ranking, serving, GRPO,
+export) uses: r(description | context) from a text (`TextRewardModel`) or multimodal (`MediaRewardModel`) model.
 
 A saved model directory holds `emoreward_config.json` (`RewardSettings`, with its `kind`); `load_reward_model`
-reads the kind and loads the right class. The tie rule that turns two rewards into a verdict is
-`emoreward.data.verdicts.verdict_from_difference` (the model's calibrated `tie_threshold` is in its settings).
+loads the right class. See docs/training.md.
 """
 
 from __future__ import annotations

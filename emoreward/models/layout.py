@@ -1,16 +1,11 @@
-"""The token layout of a text reward model's (description, context) sequence: `text_input_ids` (one sequence) and
-`text_input_ids_batch` (many, with one tokenizer call) are the ONE rule. Training, scoring, serving, the GRPO reward
-and the export recipe all call them, so every route reads the same token ids:
+"""The token layout of a text reward model's (description, context) sequence: `text_input_ids` and
+`text_input_ids_batch` are the one rule every route (training, scoring, serving, GRPO, export) calls.
 
-- `"pair"` (encoders): `[CLS] context [SEP] description [SEP]` (`[CLS] description [SEP]` without context), the ids
-  `tokenizer(context, description)` gives; no `token_type_ids` (all zero), right padding.
-- `"chat"` (decoders): the tokenizer's chat template on `[user: context, assistant: description]` (no user turn
-  without context), tokenized as ONE text (so a description's leading spaces tokenize as they do inside the
-  rendered conversation) and ending at the assistant turn's end-of-turn token (whitespace the template writes after
-  it, e.g. ChatML's newline, is not part of the sequence): the value head reads that token, which is also where a
-  generated response ends.
+- `"pair"` (encoders): `[CLS] context [SEP] description [SEP]`, right padding.
+- `"chat"` (decoders): the chat template on `[user: context, assistant: description]`, tokenized as one text and
+  ending at the assistant turn's end-of-turn token, which the value head reads.
 
-The context is `context_text(instruction, subtitle)`. Only the description is ever cut to fit `max_length`.
+Only the description is cut to fit `max_length`. See docs/training.md.
 """
 
 from __future__ import annotations

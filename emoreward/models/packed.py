@@ -1,11 +1,6 @@
-"""The scoring forward of BERT-family value-head encoders (`PackedEncoder`): the fast path of
-`emoreward.models.scoring` for `"pair"` models such as the default MiniLM, on CPU.
-
-It computes what `transformers`' `BertForSequenceClassification.forward` computes in eval mode, from the network's
-own modules and weights, with less work: the last layer for `[CLS]` only, exact attention widths, and fewer, fused
-calls (`PackedEncoder` says how). Rewards agree with the network's own `forward` to float rounding: within 1e-6 in
-float32, within `emoreward.models.precision.reward_tolerance` in bfloat16 (`tests/test_scoring_engine.py`).
-Networks that `packed_encoder` does not recognise run their own `forward`. See docs/ranking.md and docs/speed.md.
+"""The scoring forward of BERT-family value-head encoders on CPU (`PackedEncoder`): what
+`BertForSequenceClassification.forward` computes in eval mode with less work, rewards equal to float rounding.
+See docs/ranking.md and docs/speed.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
-"""The scoring engine of text reward models: ONE loop from descriptions to rewards for every route that scores them
-(`evaluate`, `rank`, the server, GRPO, the export check, training's calibration: through
-`TextRewardModel.score_info` or `score_stream`), so every route gets the same batches:
-
-1. **Chunks in order of length** (`length_chunks`): descriptions sorted by characters of description and subtitle
-   and cut into consecutive chunks of at most `chunk_size` (512).
-2. **Tokenised ahead** (`stream_scores`): a background thread tokenises every chunk in turn while the chunks before
-   are scored; an exception there is raised in the caller, after the chunks before it were yielded.
-3. **Length-sorted batches under a token budget** (`plan_batches`): at most `batch_size` rows and
-   `max_batch_tokens` padded tokens (rows x width) per batch.
-4. **One forward per batch** (`TextRewardModel.score_ids`; BERT-family encoders on CPU through
-   `emoreward.models.packed`, batches side by side on the torch threads: `run_batches`), rewards yielded per chunk.
-
-`score_in_chunks` gives the same per-chunk stream for any `RewardModel`. See docs/ranking.md and docs/speed.md.
+"""The scoring engine of text reward models: one loop from descriptions to rewards for every route (chunks in
+order of length, tokenised ahead in a background thread, length-sorted batches under a token budget, one forward
+per batch). `score_in_chunks` gives the same per-chunk stream for any `RewardModel`. See docs/ranking.md and
+docs/speed.md.
 """
 
 from __future__ import annotations

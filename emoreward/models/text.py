@@ -1,15 +1,6 @@
-"""Text reward models: r(description | instruction, subtitle) from a value head on a transformers text backbone.
-
-The network is a `transformers` sequence-classification model with `num_heads` outputs (1 normally), the
-convention TRL's RewardTrainer trains and OpenRLHF loads: for decoders the value head `score`
-(Linear(hidden, 1, bias=False)) is read at the last non-pad token; for BERT-style encoders the model's own head
-reads the pooled `[CLS]` token. LoRA adapters (peft) adapt the backbone; the head is a `modules_to_save` module,
-so it is saved with the adapter.
-
-The token layout of a (description, context) sequence, the one rule of every route, is
-`emoreward.models.layout` (`text_input_ids`, re-exported here). Scoring runs through the one engine of
-`emoreward.models.scoring` (chunks in order of length, tokenised ahead, length-sorted batches under a token budget,
-the merged network; BERT-family encoders on CPU through `emoreward.models.packed`).
+"""Text reward models (`TextRewardModel`): r(description | instruction, subtitle) from a value head on a
+transformers text backbone, LoRA-adapted with peft; the token layout is `emoreward.models.layout` and scoring runs
+through `emoreward.models.scoring`. See docs/training.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
-"""Training configuration: one dataclass for text and multimodal reward models, read from a recipe YAML, shared
-by `emoreward train` and `scripts/train_reward.py`.
+"""Training configuration: `EmoRewardConfig` (a `trl.RewardConfig`) for text and multimodal reward models, read
+from a recipe YAML by `RecipeParser` (`--config`, `--field value`, `--set field=value`).
 
-`EmoRewardConfig` extends TRL's `RewardConfig` (itself `transformers.TrainingArguments`), so every Trainer
-option (epochs, learning rate, batch size, `report_to`, DeepSpeed, ...) is available under its usual name.
-
-Whether a recipe trains a text or a multimodal reward model is decided in one place, `EmoRewardConfig.kind`
-(the backbone registry's kind of `backbone`, or of `model_name_or_path` when no `backbone` is named). A field the
-chosen backbone does not read (`FIELD_SUPPORT`) is an error when set, never silently ignored.
-
-`RecipeParser` (a `trl.TrlParser`) is the command-line front end of both entry points: `--config RECIPE.yaml`,
-`--field value` for any field and `--set field=value`, the command line over the YAML; every value is read by its
-field's declared type (`emoreward.training.parsing`).
+`EmoRewardConfig.kind` (the backbone registry's) decides text or multimodal; a field the chosen backbone does not
+read (`FIELD_SUPPORT`) is an error when set. See docs/training.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""CPU bf16 training: what bf16 autocast leaves undone on a CPU with bf16 matrix units (AMX-BF16, AVX512-BF16).
-
-With `bf16` on a CPU the Trainer runs every forward pass under `torch.autocast("cpu", torch.bfloat16)`, which alone
-makes a LoRA step no faster than float32: frozen weights and hidden states are cast again in every pass, and the
-bf16 flash-attention backward is slow. `cpu_bf16_training(model)` removes those costs for the duration of a
-training run (frozen modules held in bf16, float32 attention, peft's LoRA input cast off) and restores the float32
-model on exit. See docs/training.md ("bf16 training").
+"""CPU bf16 training: what bf16 autocast leaves undone on a CPU with bf16 matrix units (`cpu_bf16_training`:
+frozen modules held in bf16, float32 attention, peft's LoRA input cast off). See docs/training.md ("bf16 training").
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
-"""Independent fits side by side on a CPU: the cross-validation folds of one run in worker processes.
-
-On a CPU the default recipe's training step uses several cores poorly from one process (small LoRA matrices, a
-per-op overhead that does not shrink with threads), so a CPU run trains the folds `workers` at a time in spawned
-processes of `threads` torch threads each (`resolve_fit_workers`); the main process trains the final fit meanwhile,
-once a worker's cores are free (`emoreward.training.pipeline`). Every fold is computed by the same function with the
-same seed as in the main process. The recipe field `fit_workers` is not part of the run's identity (a resumed run
-reuses finished folds); the plan (workers, threads) is recorded with it
-(`emoreward.training.run_identity.recorded_fit_plan`), so a resumed run trains on the uninterrupted run's threads.
-Figures: docs/training.md ("Folds side by side").
+"""Independent fits side by side on a CPU: the cross-validation folds of one run in spawned worker processes
+(`resolve_fit_workers`), each computed by the same function and seed as in the main process.
+See docs/training.md ("Folds side by side").
 """
 
 from __future__ import annotations

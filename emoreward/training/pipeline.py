@@ -1,11 +1,6 @@
 """The main job, one pipeline for text and multimodal reward models: cross-validate, fit, calibrate, evaluate.
-
-`run_training(config)` is the single code path behind `emoreward train` and `scripts/train_reward.py` (its
-docstring lists the steps): k-fold cross-validation (finished folds are reused on a rerun), the final fit on all
-pairs with its calibrated tie threshold, an optional evaluation, and the reports. What differs between backbone
-kinds (model, dataset, collator, forward) is the adapter's (`emoreward.training.adapters`); the objective
-(`length_debias`) is the registry's (`emoreward.training.objectives`). Under `accelerate launch` every process runs
-the job; only the main one logs and writes files. See docs/training.md.
+`run_training(config)` is the single code path behind `emoreward train` and `scripts/train_reward.py`.
+See docs/training.md.
 """
 
 from __future__ import annotations

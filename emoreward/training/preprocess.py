@@ -1,10 +1,6 @@
-"""Turn preference pairs into the tokenized chosen / rejected datasets TRL's RewardTrainer consumes, for text and
-multimodal reward models, and the collators that batch them.
-
-Both builders lay out sequences with the model's own input function (`TextRewardModel.encode`, the media model's
-prompt builder), the one scoring uses, and give every row the same per-pair columns (`tie`, `weight`,
-`length_chosen`, `length_rejected`, `margin`) so one trainer and one objective registry serve both. Nothing is dropped
-silently: every pair left out is counted under its reason in an `ExclusionReport`.
+"""Preference pairs into the tokenized chosen / rejected datasets TRL's RewardTrainer consumes, for text and
+multimodal reward models, and their collators; every pair left out is counted in an `ExclusionReport`.
+See docs/training.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
-"""Run identity: what makes two training runs the same run, so that work kept in an output folder (finished folds,
-the final model, the trainer's step checkpoints) is resumed only by the run that produced it.
-
-`run_identity(config, pairs)` is the one function that owns the fact: the parts `data` (SHA-256 of the pairs in
-file order), `labels`, `backbone` (`emoreward.utils.cache_key.source_fingerprint`) and `recipe` (every recipe field
-that changes the result: all but `NOT_RESULT_FIELDS`), and their digest, `fingerprint`; every other key is derived
-from it. The fit plan (`recorded_fit_plan`) is recorded beside it, so a resumed run trains on the same threads.
-The identity is written to `<output_dir>/run_identity.json` and into every step checkpoint (`write_identity`);
-`check_resumable` refuses to continue in a folder that holds another run's work, naming what differs and the ways
-out (`--overwrite_output_dir`, or a new `--output-dir`). This module imports no ML library. See docs/training.md.
+"""Run identity: what makes two training runs the same run (`run_identity`: data, labels, backbone content, the
+result-changing recipe fields, and their digest), so work in an output folder is resumed only by the run that
+produced it (`check_resumable`). Imports no ML library. See docs/training.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,6 @@
 """The step plan: every choice that changes how many collective operations a training step runs, made once for
-all processes of a run.
-
-Under DDP every forward pass of the wrapped model is a collective (buffers are broadcast from rank 0) and every
-`gather` is one; a process that runs one more of either than the others waits forever (the README's two-process
-CPU check hung at step 1 this way: each rank picked its own number of length groups). The rules:
-
-- forward passes: `plan_forward_groups` picks the number of length groups from every process's proposal (one
-  all-reduce of two integers per step, always run under a multi-process launch) and each process then splits its
-  own batch into exactly that many groups;
-- metrics: `gather_reward_metrics` gathers fixed-shape tensors every step, whatever the local batch holds (a
-  batch of ties only contributes zero counts instead of skipping the gather);
-- skipped batches: none; a step never returns early on one process (there is no local condition to skip on: ties
-  with `ties: drop` and over-long pairs are removed when the dataset is built, the same for every process).
+all processes (`plan_forward_groups`, `gather_reward_metrics`), so no DDP rank waits on a collective another skips.
+See docs/training.md.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""Experiment tracking: W&B set-up from the environment (never from the recipe), one run per fold and one for the
-final fit sharing a `group` (`job_type` "fold" / "final", the way W&B groups cross-validation), the resolved
-recipe (no secrets) as the run config, harness metrics as tables and images, run tags, and the final model as an
-artifact on request (`wandb_log_model`). Only the main process of a distributed run has a W&B run. W&B's own
-console output is off unless `WANDB_SILENT` is set (the main job prints one line per run set instead)."""
+"""Experiment tracking: W&B set up from the environment, one run per fold and one for the final fit in a group,
+the resolved recipe (no secrets) as config, harness metrics as tables and images. See docs/training.md.
+"""
 
 from __future__ import annotations
 

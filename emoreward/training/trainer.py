@@ -1,12 +1,5 @@
-"""`EmoRewardTrainer`: TRL's RewardTrainer for every reward model emoreward trains, text or multimodal.
-
-The backbone adapter (`emoreward.training.adapters`) gives the network's value-head outputs for a batch; the
-objective (`emoreward.training.objectives`, the recipe's `length_debias`) gives the loss: the pairwise likelihood
-(Bradley-Terry, or Rao-Kupper / Davidson with `ties`), the length-balance weights of `reweight`, ODIN's terms of
-`disentangled`, plus TRL's `center_rewards_coefficient`. TRL's metrics go to every `report_to` logger. With
-`ties: drop` and `length_debias: none` the loss equals TRL's own (-log sigmoid(r_chosen - r_rejected)). Saves under
-DeepSpeed ZeRO-3 + LoRA gather the adapter and value head from their shards (`save_model`). The departures from
-the Trainer's defaults (resumable batches, progress bar, CPU speed-ups): `EmoRewardTrainer`. See docs/training.md.
+"""`EmoRewardTrainer`: TRL's RewardTrainer for every reward model emoreward trains, text or multimodal; the adapter
+gives value-head outputs and the objective registry the loss. See docs/training.md.
 """
 
 from __future__ import annotations

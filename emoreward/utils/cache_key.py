@@ -1,16 +1,6 @@
-"""Cache keys: one function builds the key of every cache that holds model outputs (the score cache of `rank`, the
-processed-media prefix cache, the zero-shot judge call cache), from everything that changes the output.
-
-A key is the sha256 of a canonical JSON document of named parts, and every part must be given (None where it does
-not apply to the cache, said so at the call), so no cache can leave one out by accident:
-
-- `purpose`: which cache (a score, a media prefix, a judge call): equal inputs of two caches never collide;
-- `model`: the model's content (`content_fingerprint` of its folder, `weights_fingerprint` of weights in memory,
-  or the identity a remote backend gives); `precision`: the dtype the output was computed in (resolved, never
-  `"auto"`); `length_limit`: the token limit inputs are cut at;
-- `layout`: how the input is built from the parts (input format, instruction, chat template, media processing);
-- `context`: what the model reads besides the item (subtitle, media content); `prompt`: the item itself;
-- `extra`: anything else that changes the output (sampling settings, a format version).
+"""Cache keys: one function (`cache_key`) builds the key of every cache that holds model outputs, the sha256 of named
+parts that must all be given (`purpose`, `model`, `precision`, `length_limit`, `layout`, `context`, `prompt`,
+`extra`), so no cache leaves one out by accident. See docs/ranking.md.
 """
 
 from __future__ import annotations

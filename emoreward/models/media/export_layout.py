@@ -1,11 +1,6 @@
-"""The engine layout of a multimodal export: the checkpoint vLLM's pooling runner serves as it is, that transformers
-reads through remote code, and the request every reader must be sent. `emoreward.export.hf.export_hf` calls
-`write_media_export`; `emoreward.models.media.model.MediaRewardModel.from_pretrained` reads the layout back.
-
-The files (`config.json` with `<X>ForSequenceClassification`, merged `model.safetensors` with the value head
-`language_model.score.weight`, `modeling_emoreward.py`, the tokenizer with `chat_template.jinja`, the processor
-configs, `emoreward_config.json`, `emoreward_request.json`, `README.md`): `write_media_export`. The request as data:
-`request_spec`. See docs/serving.md ("The multimodal export: layout, card and request").
+"""The engine layout of a multimodal export: the checkpoint vLLM's pooling runner serves as it is, that
+transformers reads through remote code, and the request every reader must be sent (`write_media_export`,
+`request_spec`). See docs/serving.md ("The multimodal export: layout, card and request").
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""Multimodal emotion reward models: r(description | video frames, audio, subtitle) on Qwen2.5-VL, the Qwen2.5-Omni
-thinker or Qwen2-Audio (`RewardModel`, kind `"media"`).
-
-`MediaRewardModel` holds the network (`ValueHeadModel`, LoRA-wrapped when training with peft), the prompt builder
-(`RewardPromptBuilder`: the official processor) and the settings. `score(descriptions, contexts)` groups the
-descriptions by sample and scores every group behind ONE media prefix (media decoded, processed and run through the
-encoders once per sample), whichever route calls it: evaluation, ranking, serving, the GRPO reward. Processed
-prefixes are cached (`emoreward.models.media.cache`, keyed by file content and processing settings), so a clip seen
-again (another call, a BPA query, a server request, another run with a cache folder) skips decoding and patching.
+"""Multimodal emotion reward models (`MediaRewardModel`, kind `"media"`): r(description | video frames, audio,
+subtitle) on the registry's media backbones, scoring every description of a sample behind one media prefix.
+See docs/multimodal.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
-"""Inputs of multimodal reward models: (media, subtitle, description) -> token ids and media tensors, through the
-backbone's official `transformers` processor (`Qwen2_5_VLProcessor`, `Qwen2_5OmniProcessor`,
-`Qwen2AudioProcessor`): its placeholder expansion, Whisper features and, for Qwen2.5-Omni with
-`use_audio_in_video`, its time-interleaved audio-in-video layout. The one replaced piece is the video processor:
-transformers' `Qwen2VLVideoProcessor` needs torchvision, so `SampledFramesVideoProcessor` runs the official
-torchvision-free `Qwen2VLImageProcessorPil` on every sampled frame and stacks frame pairs in the official
-temporal-patch order (tests compare both with the official code). The zero-shot judges (`zero_shot.backends`) use
-the same processors.
-
-`RewardPromptBuilder` lays out every sequence (its docstring shows the layout and the media spans of each backbone).
-See docs/multimodal.md.
+"""Inputs of multimodal reward models: (media, subtitle, description) -> token ids and media tensors through the
+backbone's official `transformers` processor; `SampledFramesVideoProcessor` replaces the torchvision video
+processor with the same official layout. `RewardPromptBuilder` lays out every sequence. See docs/multimodal.md.
 """
 
 from __future__ import annotations
