@@ -22,16 +22,9 @@ from emoreward.data.errors import DataError
 
 @dataclass
 class Records:
-    """Data rows of one source, before validation.
-
-    Attributes:
-        source (`str`): the file path or dataset label used in error messages.
-        container (`str`): `"csv"`, `"jsonl"`, `"json"`, `"parquet"` or `"dataset"`.
-        rows (`list[tuple[int, dict]]`): `(row, record)`, rows numbered from 1 in source order.
-        columns (`list[str]`): column names (CSV header, union of JSON keys, dataset columns), first-seen order.
-        n_physical (`int`): data records counted independently of the parser (see the module docstring).
-        n_blank_lines (`int`): blank lines skipped (not data rows).
-    """
+    """Data rows of one source, before validation: `source` (for messages), `container` (`"csv"`, `"jsonl"`,
+    `"json"`, `"parquet"`, `"dataset"`), `rows` (`(row, record)`, from 1), `columns` (first-seen order),
+    `n_physical` (records counted independently of the parser) and `n_blank_lines` (skipped)."""
 
     source: str
     container: str
@@ -57,9 +50,7 @@ def read_text(path: Path) -> str:
     """The file decoded as UTF-8 (a leading byte order mark is dropped).
 
     Raises:
-        DataError: a UTF-16/32 file, or undecodable bytes (names the line of the first one and, in a CSV or JSON
-            lines file, its row and field).
-    """
+        DataError: a UTF-16/32 file, or undecodable bytes (names the line, row and field of the first one)."""
     raw = path.read_bytes()
     if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         raise DataError(
@@ -88,20 +79,8 @@ _REPLACEMENT = "\ufffd"
 
 
 def locate_undecodable(raw: bytes, start: int, container: str) -> tuple[int | str | None, str | None]:
-    """The data row and the field that hold the first undecodable byte of a file, for its error message.
-
-    The file is decoded with U+FFFD for bad bytes; the bad byte at ``start`` is the first U+FFFD after those the
-    (cleanly decoded) text before it already holds.
-
-    Args:
-        raw: the file's bytes.
-        start: offset of the first undecodable byte (`UnicodeDecodeError.start`).
-        container: `"csv"` (the row is the data row, the header not counted; `"header"` for the header) or
-            `"jsonl"` (the row counts non-blank lines; the field is the key whose key or value holds the byte).
-
-    Returns:
-        `(row, field)`; either is None when the file cannot be read far enough to tell.
-    """
+    """`(row, field)` of the first undecodable byte (at offset `start` of `raw`) in a `"csv"` or `"jsonl"` file, for
+    its error message; either is None when the file cannot be read far enough to tell."""
     seen_before = raw[:start].decode("utf-8-sig").count(_REPLACEMENT)
     if container == "jsonl":
         line_start = raw.rfind(b"\n", 0, start) + 1
@@ -151,19 +130,12 @@ _BREAK = re.compile(r"\r\n|\r|\n")
 
 
 def read_csv(source: str, text: str, looks_like_row: Callable[[dict[str, str]], bool] | None = None) -> Records:
-    """Records of a CSV file (comma-separated, `"`-quoted, quotes inside a quoted cell doubled: RFC 4180).
-
-    Args:
-        source: the path, for messages.
-        text: the decoded file.
-        looks_like_row: given the cells of one physical line read on its own (as a header-keyed dict), whether
-            that line is a complete data row; used to tell a quoted field that runs over several lines from one
-            that a missing closing quote glued to the following rows. `None`: right cell count suffices.
+    """Records of a CSV file (RFC 4180). `looks_like_row(cells)` tells a complete data row from a line a missing
+    closing quote glued on (None: the right cell count suffices).
 
     Raises:
-        DataError: unclosed quote or text after a closing quote (names the line where the quoted field began and
-            its column), a quoted field that swallowed following rows, duplicate header column, wrong cell count.
-    """
+        DataError: unclosed quote or text after a closing quote (names the line and column where the field began),
+            a quoted field that swallowed following rows, duplicate header column, wrong cell count."""
     lines = io.StringIO(text, newline="").readlines()
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     header: list[str] | None = None
@@ -281,12 +253,8 @@ def _syntax_error(
 
 
 def _scan_quotes(text: str, first_line: int) -> tuple[str, int, int, int, str] | None:
-    """Find the faulty quoted field of the record that starts `text` (RFC 4180 rules, as `csv` reads them).
-
-    Returns:
-        `(kind, column index, line where the quote opened, line of the fault, snippet)` with kind `"unclosed"` or
-        `"text-after-quote"`, or None when the record has no quoting fault.
-    """
+    """`(kind, column, line opened, line of the fault, snippet)` of the faulty quoted field of the record that starts
+    `text` (kind `"unclosed"` or `"text-after-quote"`), or None."""
     line, k, state, quote_line, line_start = first_line, 0, "start", first_line, 0
     i, n = 0, len(text)
     while i < n:
@@ -348,14 +316,10 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def read_jsonl(source: str, text: str) -> Records:
-    """Records of a JSON lines file: one object per line; blank lines are skipped (and counted).
-
-    Lines end at `\\n` only (as the JSON lines format says), so a description holding U+2028 or a form feed stays
-    one line.
+    """Records of a JSON lines file: one object per line (lines end at `\\n` only); blank lines skipped and counted.
 
     Raises:
-        DataError: invalid JSON, a line that is not an object, a key given twice (names row, line and key).
-    """
+        DataError: invalid JSON, a line that is not an object, a key given twice (names row, line and key)."""
     rows: list[tuple[int, dict[str, Any]]] = []
     columns: dict[str, None] = {}
     lines = text.split("\n")
