@@ -59,10 +59,6 @@ class RewardContext:
         loader applied `reward_context`)."""
         return cls.from_media(pair.sample_id, pair.media)
 
-    @property
-    def has_media(self) -> bool:
-        return bool(self.video or self.audio or self.decoded is not None)
-
     def media_ref(self) -> MediaRef:
         return MediaRef(self.video, self.audio, self.subtitle)
 

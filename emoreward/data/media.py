@@ -332,20 +332,3 @@ def load_audio(sample_id: str, path: str | Path, sampling_rate: int = 16000) -> 
     if data.size == 0:
         raise MediaError(sample_id, path, "the audio has no samples")
     return data
-
-
-def has_audio_stream(sample_id: str, path: str | Path) -> bool:
-    """Whether a media file has an audio stream (a `.wav` file always has one; other files are probed with PyAV).
-
-    Raises:
-        MediaError: missing or empty file, a file PyAV cannot open, PyAV missing for a non-WAV file.
-    """
-    path = check_file(sample_id, path)
-    if path.suffix.lower() == ".wav":
-        return True
-    av = _require_av(sample_id, path, "streams")
-    try:
-        with av.open(str(path)) as container:
-            return bool(container.streams.audio)
-    except Exception as err:  # PyAV has its own error hierarchy
-        raise MediaError(sample_id, path, f"cannot open ({type(err).__name__}: {err})") from err
