@@ -62,17 +62,24 @@ def read_text(path: Path) -> str:
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
         container = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}.get(path.suffix.lower())
-        row, field = locate_undecodable(raw, err.start, container) if container else (None, None)
-        raise DataError(
-            str(path),
-            row,
-            field,
-            f"undecodable bytes {raw[err.start : err.end]!r} (the file must be UTF-8; re-save it as UTF-8, e.g. "
-            "`iconv -f latin1 -t utf-8`)",
-            line=line,
-        ) from None
+        line, row, field, message = undecodable(raw, err, container)
+        raise DataError(str(path), row, field, message, line=line) from None
+
+
+def undecodable(
+    raw: bytes, err: UnicodeDecodeError, container: str | None
+) -> tuple[int, int | str | None, str | None, str]:
+    """`(line, row, field, message)` of the first undecodable byte of a file that must be UTF-8 (`container`:
+    `"csv"`, `"jsonl"` or None, see `locate_undecodable`): the one message of every UTF-8 reader."""
+    row, field = locate_undecodable(raw, err.start, container) if container else (None, None)
+    return (
+        raw[: err.start].count(b"\n") + 1,
+        row,
+        field,
+        f"undecodable bytes {raw[err.start : err.end]!r} (the file must be UTF-8; re-save it as UTF-8, e.g. "
+        "`iconv -f latin1 -t utf-8`)",
+    )
 
 
 _REPLACEMENT = "\ufffd"
@@ -414,4 +421,5 @@ __all__ = [
     "locate_undecodable",
     "read_text",
     "records_from_rows",
+    "undecodable",
 ]

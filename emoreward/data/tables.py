@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from emoreward.data.context import MediaRef, reward_context
-from emoreward.data.readers import locate_undecodable
+from emoreward.data.readers import undecodable
 from emoreward.data.text import NameNormaliser, description_length, normal_name, normal_text
 
 
@@ -42,13 +42,9 @@ def read_utf8(path: str | Path, error: type[ValueError] = TableError) -> str:
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
-        field_name = locate_undecodable(raw, err.start, "jsonl")[1] if path.suffix.lower() == ".jsonl" else None
-        where = f", field {field_name!r}" if field_name else ""
-        raise error(
-            f"{path}, line {line}{where}: undecodable bytes {raw[err.start : err.end]!r} (the file must be UTF-8; "
-            "re-save it as UTF-8, e.g. `iconv -f latin1 -t utf-8`)"
-        ) from None
+        line, _row, field, message = undecodable(raw, err, "jsonl" if path.suffix.lower() == ".jsonl" else None)
+        where = f", field {field!r}" if field else ""
+        raise error(f"{path}, line {line}{where}: {message}") from None
 
 
 @dataclass(frozen=True)
