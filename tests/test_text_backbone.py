@@ -11,7 +11,7 @@ import yaml
 from _helpers import CHAT_TEMPLATE, minilm_dir, synthetic_pairs
 
 from emoreward.cli import main
-from emoreward.models.backbones import BACKBONES, BackboneSpec, get_backbone, register_backbone
+from emoreward.models import BACKBONES, BackboneSpec, get_backbone, register_backbone
 
 
 @pytest.fixture
