@@ -45,11 +45,9 @@ def configure_wandb(config: EmoRewardConfig) -> str | None:
 
 
 def start_wandb_run(config: EmoRewardConfig, *, name: str, job_type: str, group: str, kind: str) -> None:
-    """Start the W&B run of one fold or of the final fit on the main process, before its trainer starts (the
-    Trainer's W&B callback then logs into it): `group` ties the runs of one cross-validated job together,
-    `job_type` is "fold" or "final", the config is the resolved recipe without secrets, and the tags say the
-    run's kind and setup. `WANDB_PROJECT`, `WANDB_RUN_GROUP`, `WANDB_JOB_TYPE` and `WANDB_TAGS` set by the user
-    win."""
+    """Start the W&B run of one fold or of the final fit on the main process, before its trainer starts: `group` ties
+    the runs of one job together, `job_type` is "fold" or "final", the config is the resolved recipe without secrets.
+    `WANDB_*` variables set by the user win."""
     import wandb
 
     if config.process_index != 0:
