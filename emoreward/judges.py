@@ -2,14 +2,8 @@
 
     load_judge("outputs/minilm-lora-rm/model")           # a reward-model directory
     load_judge("configs/judges/qwen2.5-omni-7b.yaml")     # a zero-shot judge definition
-    load_judge("smollm2-135m-text", strategy="S1", cache_dir="~/.cache/emoreward/judges")  # a registered judge
 
-Every command that takes a judge (`evaluate`, `judge`, `rank`) resolves it here and nowhere else. A reward-model
-directory (text or multimodal) is loaded with `emoreward.models.load_reward_model` and wrapped in
-`emoreward.evaluation.judge.RewardModelJudge` (its `.model` is the `RewardModel`). A judge YAML or a registered
-judge name (`configs/judges/<name>.yaml`) is built by the `zero_shot` package (`zero_shot.load_judge`; its
-`.config` is the parsed definition). The options of each kind: `load_judge`. Nothing here builds a command line.
-See docs/commands.md ("One judge resolver, either kind of judge") and docs/judges.md.
+Every command that takes a judge resolves it here. See docs/commands.md and docs/judges.md.
 """
 
 from __future__ import annotations

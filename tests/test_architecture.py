@@ -3,7 +3,8 @@ and module names given as strings, as the command dispatcher's `importlib` table
 utils < data < models < evaluation < training | ranking | export | zero_shot < judges < cli, never up or sideways;
 no import cycle at module level; no module reaching into another module's private names; a size budget and an
 opening docstring for every library file; openings of at most 15 lines, without dates, in library, scripts and benchmarks. Also:
-every recipe field is read by a backbone kind or refused for it, and test files have unique basenames."""
+every recipe field is read by a backbone kind or refused for it, commands and backbones are read from their
+registries, and test files have unique basenames."""
 
 from __future__ import annotations
 
@@ -354,3 +355,55 @@ def test_test_modules_have_unique_basenames():
             clashes.append(f"{seen[path.name].relative_to(ROOT)} and {path.relative_to(ROOT)}")
         seen.setdefault(path.name, path)
     assert not clashes, "test files share a basename: " + "; ".join(clashes)
+
+
+# ---------------------------------------------------------------------------------------------- registries
+def string_lists(path: Path):
+    """The string elements of each tuple, list or set literal in a file, with its line."""
+    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            strings = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+            yield node.lineno, strings
+
+
+def test_commands_are_read_from_the_dispatcher_registry():
+    """Every command module (`add_arguments` and `run`) is registered in `COMMANDS`, and no other cli module or
+    test spells all the commands out in a list: they read `COMMANDS`."""
+    from emoreward.cli.main import COMMANDS
+
+    registered = {module for _help, module in COMMANDS.values()}
+    for path in sorted((ROOT / "emoreward" / "cli").glob("*.py")):
+        tree = ast.parse(path.read_text("utf-8"))
+        defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        if {"add_arguments", "run"} <= defined:
+            assert module_name(path) in registered, f"{module_name(path)} is a command module missing from COMMANDS"
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in [*sorted((ROOT / "emoreward" / "cli").glob("*.py")), *sorted((ROOT / "tests").rglob("*.py"))]
+        for line, strings in string_lists(path)
+        if set(strings) >= set(COMMANDS)
+    ]
+    assert not offenders, f"hand-written lists of commands (read emoreward.cli.main.COMMANDS): {offenders}"
+
+
+def test_backbones_are_read_from_their_registry():
+    """No library module but the registry spells out every backbone of a kind in a list (a subset that picks a
+    behaviour is fine), and the recipe's help texts name every registered backbone of their kind (they are built
+    from `BACKBONES`)."""
+    from emoreward.models.backbones import BACKBONES
+    from emoreward.training.config import EmoRewardConfig
+
+    kinds = {spec.kind for spec in BACKBONES.values()}
+    every = {kind: {n for n, s in BACKBONES.items() if s.kind == kind} for kind in kinds}
+    registry = ROOT / "emoreward" / "models" / "backbones.py"
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in FILES
+        if path != registry
+        for line, strings in string_lists(path)
+        if any(set(strings) >= names for names in every.values())
+    ]
+    assert not offenders, f"hand-written lists of backbones (read emoreward.models.backbones.BACKBONES): {offenders}"
+    helps = {f.name: f.metadata.get("help", "") for f in dataclasses.fields(EmoRewardConfig)}
+    for name, spec in BACKBONES.items():
+        assert name in helps["model_name_or_path" if spec.kind == "text" else "backbone"], name

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from emoreward.cli.main import COMMANDS
+
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-COMMANDS = ("train", "evaluate", "judge", "rank", "serve", "export")
 # an option as the docs write it: lower case (upper-case words such as --FIELD are placeholders)
 OPTION = re.compile(r"(?<![\w-])--([a-z][a-z0-9_-]*)")
 

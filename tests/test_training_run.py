@@ -14,6 +14,7 @@ import yaml
 from _helpers import synthetic_pairs
 
 from emoreward.cli import main
+from emoreward.cli.main import COMMANDS
 from emoreward.data import PreferencePair
 
 
@@ -240,7 +241,7 @@ def test_cli_reports_bad_data_with_file_row_field(tiny_bert_dir, tmp_path, capsy
     assert f"{bad}, row 2, field 'preference': unknown label 'maybe'" in err
 
 
-@pytest.mark.parametrize("command", [[], ["train"], ["evaluate"], ["judge"], ["rank"], ["serve"], ["export"]])
+@pytest.mark.parametrize("command", [[], *([name] for name in COMMANDS)])
 def test_help(command, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main([*command, "--help"])

@@ -1,16 +1,10 @@
-"""`emoreward evaluate` (and `emoreward judge`, the same code path): judge labelled pairs with any judge, a reward
-model or a zero-shot judge, in normal and swapped order, and print and write the report.
+"""`emoreward evaluate` (and `emoreward judge`, the same code path): judge labelled pairs with a reward model or a
+zero-shot judge, in normal and swapped order, and print and write the report.
 
-    emoreward evaluate --model DIR_OR_JUDGE --data FILE [--output REPORT.json] [--two-class-ties wrong|first]
-                       [--batch-size N] [--dtype auto|float32|bfloat16] [--media-root DIR]
+    emoreward evaluate --model DIR_OR_JUDGE --data FILE [--output REPORT.json] [--dtype auto|float32|bfloat16]
 
-The judge is resolved by `emoreward.judges` (`judge_kind`, `load_judge`). A reward model runs once, its report is
-`REPORT.json` (Markdown and confusion plot beside it); a zero-shot judge runs strategy S1 twice, its report is the
-folder `REPORT/`. `emoreward judge` (`emoreward.cli.judge`) adds the zero-shot options (S2-S4, runs, references).
-
-Exit status: 0 done; 1 (zero-shot) some calls got no answer (rerun to retry them); 2 bad arguments, data, model or
-judge definition, or calls the judge cannot make at all, as one line on stderr; 130 interrupted.
-See docs/evaluation.md and docs/commands.md.
+Exit status: 0 done; 1 (zero-shot) some calls got no answer (rerun to retry); 2 bad arguments, data, model or judge,
+one line on stderr; 130 interrupted. See docs/evaluation.md and docs/commands.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """`emoreward export`: write a merged checkpoint (LoRA folded in) of any reward model and verify it reloads with the
-same rewards (text: with `AutoModelForSequenceClassification`; multimodal: with emoreward, on a synthetic clip).
+same rewards; a push that cannot succeed is refused before the export starts.
 
     emoreward export --model DIR --output EXPORT_DIR [--atol 1e-5] [--push-to-hub OWNER/NAME [--public]]
 
-The export folder is written and checked before the push; a push that cannot succeed (offline, no token) is
-refused before the export starts.
+See docs/serving.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """`emoreward judge`: the options of a zero-shot judge run (S1-S4, repeated runs, references, judgements table); the
-run itself is `emoreward evaluate`'s (`emoreward.cli.evaluate.run`: one code path for both commands and both kinds
-of judge).
+run itself is `emoreward evaluate`'s (`emoreward.cli.evaluate.run`).
 
     emoreward judge --judge configs/judges/smollm2-135m-text.yaml --strategy S1 --data emoprefer --output DIR
-    emoreward judge --judge qwen2.5-omni-7b --strategy S1 S2 S3 S4 --data pairs.jsonl --media-root DIR --output DIR
-    emoreward judge --judge outputs/minilm-lora-rm/model --data pairs.csv --output DIR   # a reward model
     emoreward judge --list
 
-Rerunning the same command with the same `--output` resumes from `DIR/calls.jsonl`. Exit status: as `evaluate`'s.
+Rerunning with the same `--output` resumes from `DIR/calls.jsonl`. Exit status: as `evaluate`'s. See docs/judges.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The `emoreward` dispatcher: the parser of every command (each command's options are added on first use, so
 `--help` and a run import only that command's module), one-line errors and the exit codes of `options`.
 
-    emoreward train | evaluate | judge | rank | serve | export ...
-
-A command is a module of this package with `add_arguments(parser)` and `run(args) -> int`, named in `COMMANDS`.
+A command is a module of this package with `add_arguments(parser)` and `run(args) -> int`, registered in
+`COMMANDS` (the one list of commands). Docs: docs/commands.md.
 """
 
 from __future__ import annotations

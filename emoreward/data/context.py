@@ -1,10 +1,8 @@
-"""The reward context of a description: what it is conditioned on (subtitle, media paths, sample id), from every
-input form, by one rule.
+"""The reward context of a description (subtitle, media paths, sample id), from every input form, by one rule.
 
-`reward_context` is the one function every route calls (our CSV / JSONL pairs, TRL standard, conversational and
-GRPO rows, verl, OpenRLHF, the server); the input forms only differ in where the fields come from.
-`subtitle_from_text` is the `Subtitle:` rule: the subtitle is the rest of the line that starts with `Subtitle:`.
-The table of input forms, the rule and its conflicts are in docs/data.md ("The context of a description").
+`reward_context` is the one function every route calls (our pairs, TRL and GRPO rows, verl, OpenRLHF, the server);
+`subtitle_from_text` is the `Subtitle:` rule. The input forms and conflicts: docs/data.md ("The context of a
+description").
 """
 
 from __future__ import annotations
@@ -25,13 +23,7 @@ _MEDIA_KEYS = {"video": ("video", "path", "url"), "audio": ("audio", "path", "ur
 
 @dataclass(frozen=True)
 class MediaRef:
-    """Media of one sample; every part optional (text-only runs use none).
-
-    Attributes:
-        video (`str` or `None`): path to the video file (e.g. `video/<sample>.mp4` in the MER2025 layout).
-        audio (`str` or `None`): path to the audio file (`audio/<sample>.wav`).
-        subtitle (`str` or `None`): the transcript spoken in the clip.
-    """
+    """Media of one sample, every part optional: `video` and `audio` file paths and the `subtitle` spoken in the clip."""
 
     video: str | None = None
     audio: str | None = None
@@ -43,15 +35,9 @@ class MediaRef:
 
 @dataclass(frozen=True)
 class RewardContext:
-    """What a description is conditioned on: the sample's subtitle and media.
-
-    Attributes:
-        subtitle: the transcript spoken in the clip, or None.
-        video, audio: media file paths (absolute, or relative to the model's media root), or None; a media model
-            without a path looks for `<media_root>/video/<sample_id>.mp4` / `audio/<sample_id>.wav`.
-        sample_id: the sample, for default media paths and error messages.
-        decoded: already-decoded media (an `emoreward.data.media.SampleMedia`), used instead of reading the files.
-    """
+    """What a description is conditioned on: `subtitle`, `video` and `audio` paths (absolute, or relative to the
+    model's media root; None: `<media_root>/video/<sample_id>.mp4` / `audio/<sample_id>.wav`), `sample_id`, and
+    `decoded` media (`emoreward.data.media.SampleMedia`) used instead of the files."""
 
     subtitle: str | None = None
     video: str | None = None
@@ -73,18 +59,12 @@ class RewardContext:
         loader applied `reward_context`)."""
         return cls.from_media(pair.sample_id, pair.media)
 
-    @property
-    def has_media(self) -> bool:
-        return bool(self.video or self.audio or self.decoded is not None)
-
     def media_ref(self) -> MediaRef:
         return MediaRef(self.video, self.audio, self.subtitle)
 
 
 def subtitle_key(context: RewardContext) -> tuple[str | None]:
-    """The part of a context a text reward model reads: `(subtitle or None,)` (equal keys give equal rewards for
-    the same description). `TextRewardModel.context_key` and a saved model read without its weights
-    (`emoreward.models.saved.SavedRewardModel`) both return it."""
+    """The part of a context a text reward model reads: `(subtitle or None,)`; equal keys give equal rewards."""
     return (context.subtitle or None,)
 
 
@@ -92,18 +72,11 @@ def subtitle_key(context: RewardContext) -> tuple[str | None]:
 def subtitle_from_text(
     text: str, end_markers: Sequence[str] = (), *, source: str = "<prompt>", row: int | None = None, name="prompt"
 ) -> str | None:
-    """The subtitle a prompt text names (rule: docs/data.md): the rest of its `Subtitle:` line.
-
-    Args:
-        text: the prompt (or one message's) text.
-        end_markers: end-of-turn markers that end the line early (decoded chat text: `<|im_end|>`, EOS).
-
-    Returns:
-        The subtitle, or None when no line names one (or the line is empty).
+    """The subtitle a prompt text names: the rest of its `Subtitle:` line, ended early by any of `end_markers`;
+    None when no line names one.
 
     Raises:
-        DataError: two `Subtitle:` lines name different subtitles (named by source, row and field).
-    """
+        DataError: two `Subtitle:` lines name different subtitles (named by source, row and field)."""
     found: str | None = None
     for match in SUBTITLE_LINE.finditer(text):
         line = match.group(1)
@@ -120,9 +93,8 @@ def subtitle_from_text(
 
 
 def message_text(content: Any) -> Any:
-    """THE text of a chat message's content, in either shape: the string itself, or the text parts of a content
-    list (``{"type": "text", "text": ...}`` or plain strings; media parts carry no text) joined by newlines. Any
-    other value is returned as it is, for the caller to refuse with its own row and field."""
+    """The text of a chat message's content: the string itself, or the text parts of a content list joined by
+    newlines; any other value as it is, for the caller to refuse."""
     if isinstance(content, list):
         texts = []
         for part in content:
@@ -137,18 +109,14 @@ def message_text(content: Any) -> Any:
 def prompt_fields(
     prompt: Any, *, source: str = "<prompt>", row: int | None = None, name: str = "prompt", end_markers=()
 ) -> dict[str, str]:
-    """Subtitle and media paths a prompt names: a string, a list of `{"role", "content"}` messages, or a list of
-    such items (strings and messages: an explicit prompt followed by an implicit one). Message parts
-    `{"type": "video", "video": PATH}` / `{"type": "audio", "audio": PATH}` (`path` / `url` / `audio_url` keys too)
-    name media paths; a part without a path is a placeholder (TRL's multimodal prompts carry the media in a column)
-    and names nothing.
+    """Subtitle and media paths a prompt names (a string, messages, or a list of both); media parts with a path
+    (`video`, `audio`, `path`, `url`, `audio_url`) name media, a part without one is a placeholder.
 
     Returns:
         `dict` with the keys among ``"subtitle"``, ``"video"``, ``"audio"`` that the prompt names.
 
     Raises:
-        DataError: the prompt names two different values of one field, or a media part holds no path text.
-    """
+        DataError: the prompt names two different values of one field, or a media part holds no path text."""
     found: dict[str, str] = {}
 
     def put(key: str, value: str) -> None:
@@ -203,23 +171,17 @@ def reward_context(
     names: Mapping[str, str] | None = None,
     end_markers: Sequence[str] = (),
 ) -> RewardContext:
-    """THE reward context of one description, from explicit fields and / or a prompt (rule: docs/data.md).
+    """The reward context of one description, from explicit fields and / or a prompt (rule: docs/data.md).
 
     Args:
         prompt: a prompt (text, messages, or a list of both) whose `Subtitle:` line and media parts name fields.
-        subtitle, video, audio, sample_id: explicit fields (missing / empty: none; text stripped; an integer
-            sample id is its decimal text).
-        source, row: where the input comes from, for error messages; names: how the source names each field
-            (default: the field's own name).
+        subtitle, video, audio, sample_id: explicit fields (missing / empty: none; text stripped).
+        source, row, names: where the input comes from and how it names each field, for error messages.
         end_markers: end-of-turn markers that end a `Subtitle:` line early (decoded chat text).
-
-    Returns:
-        `RewardContext`.
 
     Raises:
         DataError: a field that is not text, a prompt naming two values of a field, or an explicit field that
-            differs from the one the prompt names (named by source, row and field).
-    """
+            differs from the one the prompt names (named by source, row and field)."""
     names = dict(names or {})
     given = {
         key: optional_text(value, source, row, names.get(key, key))
@@ -252,12 +214,11 @@ def verl_context(
     sample_key: str = "sample_id",
     row: int | None = None,
 ) -> RewardContext:
-    """The context of one verl sample: ``extra_info`` keys (``subtitle_key="ground_truth"``: the subtitle is
-    ``reward_model.ground_truth``); see `reward_context`.
+    """The context of one verl sample from its ``extra_info`` (``subtitle_key="ground_truth"``: the subtitle is
+    ``reward_model.ground_truth``).
 
     Raises:
-        DataError: ``extra_info`` is not a mapping, or a field is not text.
-    """
+        DataError: ``extra_info`` is not a mapping, or a field is not text."""
     if extra_info is not None and not isinstance(extra_info, Mapping):
         raise DataError("verl extra_info", row, None, f"expected a dict, got {type(extra_info).__name__}")
     info = extra_info or {}
@@ -277,12 +238,10 @@ def verl_context(
 def openrlhf_context(
     prompt: str | None, label: Any = None, *, labels: str = "ignore", end_markers: Sequence[str] = (), row=None
 ) -> RewardContext:
-    """The context of one OpenRLHF sample: the subtitle is its label (``labels="subtitle"``), else the prompt's
-    `Subtitle:` line (the decoded prompt, its end-of-turn markers ending the line); no media.
+    """The context of one OpenRLHF sample: the subtitle is its label, else the decoded prompt's `Subtitle:` line.
 
     Raises:
-        DataError: the label and the prompt name different subtitles, or the prompt names two.
-    """
+        DataError: the label and the prompt name different subtitles, or the prompt names two."""
     return reward_context(
         prompt=prompt,
         subtitle=label if labels == "subtitle" else None,

@@ -1,15 +1,8 @@
-"""Preference data from the Hugging Face Hub and from local dataset folders, through `datasets`.
+"""Preference data from the Hugging Face Hub (`hf://OWNER/NAME[/CONFIG][@REVISION][:SPLIT]`) and from local
+dataset folders, through `datasets` (no remote code); a string without `hf://` is always a path.
 
-A Hub dataset is named `hf://OWNER/NAME[/CONFIG][@REVISION][:SPLIT]`, e.g. `hf://me/emoprefer-pairs@v1.0:test`;
-a string without the `hf://` prefix is always a path. REVISION is a branch, tag or commit; SPLIT is anything
-`datasets` accepts as a split (slices too), by default `train` or the dataset's only split. It loads with
-`datasets.load_dataset` (no remote code), so its files may be in any layout `emoreward.data.pairs` reads; a CSV
-read this way goes through pandas (`NA`, `null` and empty cells are missing). Offline, or when the Hub cannot be
-reached, a dataset not in the local cache fails with one line naming it (`DataError`).
-
-A local folder loads as a `Dataset.save_to_disk` folder (`load_from_disk`) or as data files in the Hub
-repository layout (`data/train-00000-of-00001.parquet`, `train.jsonl`, ...; `load_dataset(folder)`).
-See docs/data.md.
+Offline, or when the Hub cannot be reached, a dataset not in the local cache fails with one line naming it
+(`DataError`). See docs/data.md.
 """
 
 from __future__ import annotations

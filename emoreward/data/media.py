@@ -1,15 +1,9 @@
 """Media of a preference pair's sample for the multimodal reward models: where the files are and how they decode.
 
-A media root maps a sample id to files in the MER2025 release layout (`<root>/video/<id>.mp4`,
-`<root>/audio/<id>.wav`); paths given on the pair itself (`MediaRef.video` / `.audio`) win, relative ones are
-resolved against the root. Video frames are decoded with PyAV (`MediaOptions.fps`, `.max_frames`); audio comes
-from the `.wav` file or from the video's own track. That flag lives in ONE place,
-`MediaOptions.use_audio_in_video`: the loader, the prompt layout and the model all read it from there.
-
-A missing, empty or undecodable file raises `MediaError` naming the sample and the file; nothing is ever replaced
-by a zero tensor. A file for a modality the model does not read is refused the same way (`unused_media`,
-`refuse_unused_media`). Callers that skip such samples catch `MediaError` and count them (training does, with
-`media_errors: skip`; so does `RewardModelJudge`). Which files each model reads: docs/data.md.
+A media root maps a sample id to `<root>/video/<id>.mp4` and `<root>/audio/<id>.wav`; paths on the pair win. Frames
+decode with PyAV; audio comes from the `.wav` or the video's track (`MediaOptions.use_audio_in_video`, the one
+place of that flag). A missing, empty, undecodable or unused file raises `MediaError`; nothing becomes a zero
+tensor. See docs/data.md.
 """
 
 from __future__ import annotations
@@ -29,13 +23,8 @@ AUDIO_SUBDIR, AUDIO_SUFFIX = "audio", ".wav"
 
 
 class MediaError(ValueError):
-    """A sample's media cannot be used; the message names the sample and the file.
-
-    Attributes:
-        sample_id (`str`): the sample.
-        path (`str` or `None`): the offending file (None when no file was given or found).
-        field (`str` or `None`): the media field (`"video"`, `"audio"`) when known.
-    """
+    """A sample's media cannot be used; the message names the sample and the file (attributes `sample_id`, `path`
+    and `field`, None when unknown)."""
 
     def __init__(self, sample_id: str, path: str | Path | None, problem: str, *, field: str | None = None):
         self.sample_id, self.path, self.problem = sample_id, None if path is None else str(path), problem
@@ -51,9 +40,8 @@ class MediaOptions:
         media_root: folder in the MER2025 layout (`video/<id>.mp4`, `audio/<id>.wav`), or None.
         fps: video frames sampled per second of video; the same value reaches the prompt's temporal positions.
         max_frames: cap on frames per video (evenly spread over the clip when the cap binds).
-        use_audio_in_video: THE flag: take the audio from the video's own track instead of `audio/<id>.wav`.
-        sampling_rate: audio sampling rate in Hz the feature extractor expects.
-    """
+        use_audio_in_video: the one flag: take the audio from the video's own track instead of `audio/<id>.wav`.
+        sampling_rate: audio sampling rate in Hz the feature extractor expects."""
 
     media_root: str | None = None
     fps: float = 2.0
@@ -94,8 +82,7 @@ def check_file(sample_id: str, path: str | Path, what: str = "media") -> Path:
     """`path` as a `Path` if it is an existing, non-empty file.
 
     Raises:
-        MediaError: the file does not exist or has zero bytes (`what` names it in the message: video, audio).
-    """
+        MediaError: the file does not exist or has zero bytes (`what` names it: video, audio)."""
     path = Path(path)
     if not path.is_file():
         raise MediaError(sample_id, path, f"{what} file not found")
@@ -107,13 +94,10 @@ def check_file(sample_id: str, path: str | Path, what: str = "media") -> Path:
 def resolve_paths(
     sample_id: str, ref: MediaRef, options: MediaOptions, *, need_video: bool, need_audio: bool
 ) -> tuple[Path | None, Path | None]:
-    """The video and audio files a sample needs: (video path or None, audio path or None).
-
-    With `use_audio_in_video`, the audio path is the video path.
+    """(video path or None, audio path or None) a sample needs; with `use_audio_in_video` the audio is the video.
 
     Raises:
-        MediaError: a needed file is not given, not found or empty.
-    """
+        MediaError: a needed file is not given, not found or empty."""
 
     def locate(given: str | None, subdir: str, suffix: str, what: str) -> Path:
         if given:
@@ -142,12 +126,9 @@ def unused_media(
 ) -> list[tuple[str, str]]:
     """The media fields a sample names that a model does not read, each with the reason: `[(field, why), ...]`.
 
-    THE rule of what a model reads (every route: evaluate, rank, serve, GRPO, verl, export checks):
-    a model that sees video reads `video`; one that hears audio reads `audio`, or, with `use_audio_in_video`, the
-    video's own track (then it reads `video` and NOT `audio`); a text model (`need_video = need_audio = False`)
-    reads neither. A field given for a file the model does not read would change nothing (noise, another tone or a
-    file that does not exist would all give the same reward), so the routes refuse it (`refuse_unused_media`).
-    """
+    The one rule of what a model reads: video if it sees video; audio if it hears audio, or with
+    `use_audio_in_video` the video's own track (then not `audio`); a text model neither. Every route refuses the others
+    (`refuse_unused_media`): they would change nothing."""
     reads_video = need_video or (need_audio and use_audio_in_video)
     reads_audio = need_audio and not use_audio_in_video
     out = []
@@ -168,12 +149,10 @@ def unused_media(
 def refuse_unused_media(
     sample_id: str, ref: MediaRef, options: MediaOptions, *, need_video: bool, need_audio: bool
 ) -> None:
-    """Raise for the first media field a sample names that the model does not read (see `unused_media`).
+    """Raise for the first media field a sample names that the model does not read (`unused_media`).
 
     Raises:
-        MediaError: ``"sample '<id>': <file>: audio file given, but it hears the video's own audio track ...;
-            remove the 'audio' field"`` (its `field` attribute names the field).
-    """
+        MediaError: naming the sample, the file and the field (its `field` attribute)."""
     for key, why in unused_media(
         ref, need_video=need_video, need_audio=need_audio, use_audio_in_video=options.use_audio_in_video
     ):
@@ -213,22 +192,16 @@ def _require_av(sample_id: str, path: Path, what: str):
 
 
 def load_frames(sample_id: str, path: str | Path, fps: float, max_frames: int) -> tuple[np.ndarray, float]:
-    """Frames of a video sampled at `fps` per second (at most `max_frames`, evenly spread), decoded with PyAV.
-
-    Only the sampled frames are converted to RGB (the conversion, not the decoding, is most of the cost; every
-    frame is still decoded, since inter-coded frames depend on the ones before them): a first pass reads the
-    packets' presentation times without decoding, which gives the frame count and duration and so the sampled
-    indices; the second pass decodes and converts those frames. If the decoded frames do not match the packets
-    (a codec that does not give one frame per packet), the video is decoded again converting every frame. The
-    result equals `load_frames_reference` exactly (tested).
+    """Frames of a video sampled at `fps` per second (at most `max_frames`, evenly spread), decoded with PyAV,
+    converting only the sampled frames to RGB (packet times give the indices first); equal to
+    `load_frames_reference` (tested), which it falls back to when frames and packets do not match.
 
     Returns:
         (`uint8` array of shape `(T, H, W, 3)` with T even and >= 2 (the last frame repeats to make T even),
         effective sampling rate in frames per second of video).
 
     Raises:
-        MediaError: missing or empty file, no video stream, no decodable frame, undecodable data, PyAV missing.
-    """
+        MediaError: missing or empty file, no video stream, no decodable frame, undecodable data, PyAV missing."""
     path = check_file(sample_id, path, "video")
     av = _require_av(sample_id, path, "video")
     try:
@@ -289,12 +262,10 @@ def _finish_frames(frames: list[np.ndarray], duration: float) -> tuple[np.ndarra
 
 
 def load_frames_reference(sample_id: str, path: str | Path, fps: float, max_frames: int) -> tuple[np.ndarray, float]:
-    """`load_frames` converting every decoded frame to RGB and then picking the sampled ones: the reference the
-    fast path is tested against, and its fallback.
+    """`load_frames` converting every decoded frame to RGB, then picking the sampled ones (the reference and fallback).
 
     Raises:
-        MediaError: as `load_frames`.
-    """
+        MediaError: as `load_frames`."""
     path = check_file(sample_id, path, "video")
     av = _require_av(sample_id, path, "video")
     frames, times = [], []
@@ -361,20 +332,3 @@ def load_audio(sample_id: str, path: str | Path, sampling_rate: int = 16000) -> 
     if data.size == 0:
         raise MediaError(sample_id, path, "the audio has no samples")
     return data
-
-
-def has_audio_stream(sample_id: str, path: str | Path) -> bool:
-    """Whether a media file has an audio stream (a `.wav` file always has one; other files are probed with PyAV).
-
-    Raises:
-        MediaError: missing or empty file, a file PyAV cannot open, PyAV missing for a non-WAV file.
-    """
-    path = check_file(sample_id, path)
-    if path.suffix.lower() == ".wav":
-        return True
-    av = _require_av(sample_id, path, "streams")
-    try:
-        with av.open(str(path)) as container:
-            return bool(container.streams.audio)
-    except Exception as err:  # PyAV has its own error hierarchy
-        raise MediaError(sample_id, path, f"cannot open ({type(err).__name__}: {err})") from err

@@ -1,11 +1,5 @@
-"""Media files of a data source checked before scoring, and media errors named by the row and field they come from.
-
-A multimodal reward model reads each sample's video and / or audio while it scores (`emoreward.data.media`). A file
-that is missing or empty would stop a long run midway with a message that names the sample but not the data file;
-`check_pair_media` and `check_table_media` look every needed file up first (no decoding: existence and size only),
-and `locate_media_error` turns a `MediaError` raised while scoring (a file that does not decode) into an error that
-names the data file, the row (or line) and the field. A file the model does not read is refused the same way
-(`emoreward.data.media.unused_media`); text reward models read no media: given paths are warned about once.
+"""Media files of a data source checked before scoring (existence and size, no decoding), and media errors named by
+the data file, row and field they come from (`locate_media_error`). See docs/data.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
-"""Loading emotion-preference pairs from EmoPrefer CSVs, JSON lines, TRL preference data and `datasets`.
+"""Loading emotion-preference pairs from EmoPrefer CSVs, JSON lines, parquet, TRL preference data, `datasets` and
+the Hub, in three column layouts (EmoPrefer, emoreward, TRL) recognised from the column names.
 
-Three column layouts, recognised from the column names (other columns are ignored): EmoPrefer (`name`, `a1`, `a2`,
-`preference` a1 / a2 / same, `model1` / `model2`), emoreward (`sample_id`, `description_1`, `description_2`,
-`label` 1 / 2 / tie, `model_1` / `model_2`) and TRL preference (`chosen`, `rejected`, optional `prompt`, an extra
-boolean `tie` column, TRL's optional `margin`); labels map to `"1"`, `"2"`, `"tie"`. Media come from the
-`video` / `audio` / `subtitle` columns, else from the prompt (`emoreward.data.context.reward_context`).
-
-`load_pairs` takes a `.csv`, `.jsonl`, `.json` or `.parquet` file, a bundled dataset name (`"emoprefer"`), a local
-dataset folder, a Hub dataset `hf://...` (`emoreward.data.hub`), or a `datasets.Dataset`, DataFrame or sequence of
-mappings. Sample ids and writers are read in their normal form (`emoreward.data.text.normal_name`). Every problem
-raises `DataError` naming the source, the row (or line) and the field; nothing is skipped silently: each reader
+Every problem raises `DataError` naming the source, the row and the field; nothing is skipped silently: each reader
 counts the source's records a second way and the pairs must account for all of them (`LoadedPairs`).
-The layouts, missing values and errors in full: docs/data.md.
+The layouts, missing values and errors: docs/data.md.
 """
 
 from __future__ import annotations
@@ -119,14 +111,11 @@ class PreferencePair:
 
 
 def bundled_dataset_path(name: str = "emoprefer") -> Path:
-    """Path of a data file bundled with the package (see `emoreward/data/files/NOTICE`).
-
-    Args:
-        name: `"emoprefer"` (459 pairs with `model1`/`model2`) or `"emoprefer-4col"` (the same pairs, 4 columns).
+    """Path of a data file bundled with the package (`emoreward/data/files/NOTICE`): `"emoprefer"` (459 pairs with
+    `model1`/`model2`) or `"emoprefer-4col"` (the same pairs, 4 columns).
 
     Raises:
-        ValueError: for an unknown name (the message lists the available ones).
-    """
+        ValueError: for an unknown name (the message lists the available ones)."""
     if name not in BUNDLED:
         raise ValueError(f"unknown bundled dataset {name!r}; available: {sorted(BUNDLED)}")
     return Path(str(resources.files("emoreward.data") / "files" / "emoprefer" / BUNDLED[name]))
@@ -134,18 +123,9 @@ def bundled_dataset_path(name: str = "emoprefer") -> Path:
 
 @dataclass(frozen=True)
 class LoadedPairs:
-    """Pairs of one source with the counts that account for every data record in it.
-
-    Attributes:
-        pairs (`list[PreferencePair]`): in source order.
-        source (`str`): the file path, `hf://` id or dataset label.
-        layout (`"emoprefer"`, `"emoreward"` or `"trl"`): the column layout recognised.
-        n_records (`int`): data records in the source (counted by the reader, checked against a physical count).
-        n_blank_lines (`int`): blank lines skipped in a text file (not records).
-
-    `len(pairs) == n_records` always holds: the loader excludes nothing (every bad record raises `DataError`),
-    and it checks this before returning.
-    """
+    """Pairs of one source (in source order) with the counts that account for every data record: `source`, `layout`
+    (`"emoprefer"`, `"emoreward"` or `"trl"`), `n_records` (checked against a physical count) and `n_blank_lines`.
+    `len(pairs) == n_records` always holds: every bad record raises `DataError`."""
 
     pairs: list[PreferencePair]
     source: str
@@ -170,26 +150,20 @@ def load_pairs(
     """Load preference pairs from a file, a bundled dataset, a dataset folder, the Hub or an in-memory dataset.
 
     Args:
-        source: a path ending in `.csv`, `.jsonl`, `.json` or `.parquet`; a bundled dataset name (`"emoprefer"`);
-            a local dataset folder; `"hf://OWNER/NAME[/CONFIG][@REVISION][:SPLIT]"` (a Hub dataset); or a
-            `datasets.Dataset`, pandas DataFrame or sequence of mappings. The layouts are in docs/data.md.
-        require_labels: if True, a missing or empty label is an error (TRL-layout pairs always have labels).
-        split: the split of a local dataset folder (default: `train`, or the only split). Hub ids carry their
-            split in the id.
-        media_by_id: the pairs are read with a media root, where a pair that names no media file reads the clips
-            of its sample id (`video/<sample>.mp4`): its sample id is then part of what the pair is (`pair_content`).
+        source: a `.csv`, `.jsonl`, `.json` or `.parquet` path; a bundled dataset name (`"emoprefer"`); a local
+            dataset folder; `"hf://OWNER/NAME[/CONFIG][@REVISION][:SPLIT]"`; or a `datasets.Dataset`, DataFrame or
+            sequence of mappings (docs/data.md).
+        require_labels: a missing or empty label is an error.
+        split: the split of a local dataset folder (default: `train`, or the only split).
+        media_by_id: pairs that name no media file read their sample id's clips: the id is part of the pair.
 
     Returns:
         `list[PreferencePair]` in source order (`read_pairs` returns them with their counts).
 
     Raises:
-        DataError: a bad source or record, named by file, row or line, and field. Among them: empty file,
-            undecodable bytes, an unclosed or misplaced quote in a CSV, duplicate header column, malformed JSON,
-            missing column, missing value (None / NaN), empty description, unknown label, duplicate sample id,
-            a repeated pair (`pair_content`: the same two descriptions, in either order, about the same context),
-            a Hub dataset that cannot be loaded (one line naming the dataset id).
-        FileNotFoundError: if the path does not exist.
-    """
+        DataError: a bad source or record, named by file, row or line, and field (the catalogue: docs/data.md),
+            including a repeated pair (`pair_content`).
+        FileNotFoundError: if the path does not exist."""
     return read_pairs(source, require_labels=require_labels, split=split, media_by_id=media_by_id).pairs
 
 
@@ -472,10 +446,8 @@ def _build_pairs(
 
 
 def pair_content(pair: PreferencePair, *, media_by_id: bool = False) -> tuple:
-    """What a pair is, whatever its row, sample id or side order: its two descriptions (`identity_text`, as a set)
-    and its context (video, audio, subtitle). Two rows with one content are the same pair (refused by the loader;
-    an evaluated pair of a model's training content is in-sample, `training.provenance`). With ``media_by_id`` a
-    pair that names no media file reads its sample id's clips, so the sample id is part of its context."""
+    """What a pair is, whatever its row, sample id or side order: its two descriptions (as a set) and its context;
+    with ``media_by_id`` a pair that names no media file reads its sample id's clips, so the id is part of it."""
     texts = tuple(sorted((identity_text(pair.description_1), identity_text(pair.description_2))))
     subtitle = None if pair.media.subtitle is None else identity_text(pair.media.subtitle)
     clip = pair.sample_id if media_by_id and pair.media.video is None and pair.media.audio is None else None
@@ -483,9 +455,8 @@ def pair_content(pair: PreferencePair, *, media_by_id: bool = False) -> tuple:
 
 
 def canonical_pairs(pairs: Sequence[PreferencePair]) -> list[PreferencePair]:
-    """THE order pairs are processed in where order changes a result (cross-validation folds, training batches):
-    by a digest of their content (`pair_content`), the sample id only between pairs of one content, so a shuffled
-    or renamed file trains and folds the same."""
+    """The order pairs are processed in where order changes a result (folds, batches): by a digest of their content,
+    the sample id only between pairs of one content, so a shuffled or renamed file trains and folds the same."""
 
     def key(pair: PreferencePair) -> tuple[str, str]:
         return hashlib.sha1(repr(pair_content(pair)).encode("utf-8")).hexdigest(), pair.sample_id

@@ -1,13 +1,8 @@
 """Reading preference-data sources into numbered records, each reader checking its own count of physical records.
 
-A reader returns `Records`: the data rows as `(row, mapping)` pairs (1-based; a CSV header is not a row), the
-column names, and `n_physical`, the number of data records counted from the source by a second rule that does
-not depend on the parser (CSV: lines that start a record; JSON lines: non-blank lines; parquet: the row count in
-the file's footer; a dataset: its `num_rows`). `check_count` raises `DataError` when the two disagree, so a row
-can never vanish unnoticed, e.g. into a quoted CSV field that a stray quote left open.
-
-Every file reader decodes UTF-8 with or without a byte order mark; other encodings raise `DataError` naming the
-file and the line of the first undecodable byte.
+`Records` holds the rows (1-based), the column names and `n_physical`, counted by a second rule independent of the
+parser (CSV record starts, non-blank JSON lines, the parquet footer, `num_rows`); `check_count` raises `DataError`
+when they disagree. Files decode as UTF-8 with or without BOM. See docs/data.md.
 """
 
 from __future__ import annotations
@@ -27,16 +22,9 @@ from emoreward.data.errors import DataError
 
 @dataclass
 class Records:
-    """Data rows of one source, before validation.
-
-    Attributes:
-        source (`str`): the file path or dataset label used in error messages.
-        container (`str`): `"csv"`, `"jsonl"`, `"json"`, `"parquet"` or `"dataset"`.
-        rows (`list[tuple[int, dict]]`): `(row, record)`, rows numbered from 1 in source order.
-        columns (`list[str]`): column names (CSV header, union of JSON keys, dataset columns), first-seen order.
-        n_physical (`int`): data records counted independently of the parser (see the module docstring).
-        n_blank_lines (`int`): blank lines skipped (not data rows).
-    """
+    """Data rows of one source, before validation: `source` (for messages), `container` (`"csv"`, `"jsonl"`,
+    `"json"`, `"parquet"`, `"dataset"`), `rows` (`(row, record)`, from 1), `columns` (first-seen order),
+    `n_physical` (records counted independently of the parser) and `n_blank_lines` (skipped)."""
 
     source: str
     container: str
@@ -62,9 +50,7 @@ def read_text(path: Path) -> str:
     """The file decoded as UTF-8 (a leading byte order mark is dropped).
 
     Raises:
-        DataError: a UTF-16/32 file, or undecodable bytes (names the line of the first one and, in a CSV or JSON
-            lines file, its row and field).
-    """
+        DataError: a UTF-16/32 file, or undecodable bytes (names the line, row and field of the first one)."""
     raw = path.read_bytes()
     if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         raise DataError(
@@ -76,37 +62,32 @@ def read_text(path: Path) -> str:
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
         container = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}.get(path.suffix.lower())
-        row, field = locate_undecodable(raw, err.start, container) if container else (None, None)
-        raise DataError(
-            str(path),
-            row,
-            field,
-            f"undecodable bytes {raw[err.start : err.end]!r} (the file must be UTF-8; re-save it as UTF-8, e.g. "
-            "`iconv -f latin1 -t utf-8`)",
-            line=line,
-        ) from None
+        line, row, field, message = undecodable(raw, err, container)
+        raise DataError(str(path), row, field, message, line=line) from None
+
+
+def undecodable(
+    raw: bytes, err: UnicodeDecodeError, container: str | None
+) -> tuple[int, int | str | None, str | None, str]:
+    """`(line, row, field, message)` of the first undecodable byte of a file that must be UTF-8 (`container`:
+    `"csv"`, `"jsonl"` or None, see `locate_undecodable`): the one message of every UTF-8 reader."""
+    row, field = locate_undecodable(raw, err.start, container) if container else (None, None)
+    return (
+        raw[: err.start].count(b"\n") + 1,
+        row,
+        field,
+        f"undecodable bytes {raw[err.start : err.end]!r} (the file must be UTF-8; re-save it as UTF-8, e.g. "
+        "`iconv -f latin1 -t utf-8`)",
+    )
 
 
 _REPLACEMENT = "\ufffd"
 
 
 def locate_undecodable(raw: bytes, start: int, container: str) -> tuple[int | str | None, str | None]:
-    """The data row and the field that hold the first undecodable byte of a file, for its error message.
-
-    The file is decoded with U+FFFD for bad bytes; the bad byte at ``start`` is the first U+FFFD after those the
-    (cleanly decoded) text before it already holds.
-
-    Args:
-        raw: the file's bytes.
-        start: offset of the first undecodable byte (`UnicodeDecodeError.start`).
-        container: `"csv"` (the row is the data row, the header not counted; `"header"` for the header) or
-            `"jsonl"` (the row counts non-blank lines; the field is the key whose key or value holds the byte).
-
-    Returns:
-        `(row, field)`; either is None when the file cannot be read far enough to tell.
-    """
+    """`(row, field)` of the first undecodable byte (at offset `start` of `raw`) in a `"csv"` or `"jsonl"` file, for
+    its error message; either is None when the file cannot be read far enough to tell."""
     seen_before = raw[:start].decode("utf-8-sig").count(_REPLACEMENT)
     if container == "jsonl":
         line_start = raw.rfind(b"\n", 0, start) + 1
@@ -156,19 +137,12 @@ _BREAK = re.compile(r"\r\n|\r|\n")
 
 
 def read_csv(source: str, text: str, looks_like_row: Callable[[dict[str, str]], bool] | None = None) -> Records:
-    """Records of a CSV file (comma-separated, `"`-quoted, quotes inside a quoted cell doubled: RFC 4180).
-
-    Args:
-        source: the path, for messages.
-        text: the decoded file.
-        looks_like_row: given the cells of one physical line read on its own (as a header-keyed dict), whether
-            that line is a complete data row; used to tell a quoted field that runs over several lines from one
-            that a missing closing quote glued to the following rows. `None`: right cell count suffices.
+    """Records of a CSV file (RFC 4180). `looks_like_row(cells)` tells a complete data row from a line a missing
+    closing quote glued on (None: the right cell count suffices).
 
     Raises:
-        DataError: unclosed quote or text after a closing quote (names the line where the quoted field began and
-            its column), a quoted field that swallowed following rows, duplicate header column, wrong cell count.
-    """
+        DataError: unclosed quote or text after a closing quote (names the line and column where the field began),
+            a quoted field that swallowed following rows, duplicate header column, wrong cell count."""
     lines = io.StringIO(text, newline="").readlines()
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     header: list[str] | None = None
@@ -286,12 +260,8 @@ def _syntax_error(
 
 
 def _scan_quotes(text: str, first_line: int) -> tuple[str, int, int, int, str] | None:
-    """Find the faulty quoted field of the record that starts `text` (RFC 4180 rules, as `csv` reads them).
-
-    Returns:
-        `(kind, column index, line where the quote opened, line of the fault, snippet)` with kind `"unclosed"` or
-        `"text-after-quote"`, or None when the record has no quoting fault.
-    """
+    """`(kind, column, line opened, line of the fault, snippet)` of the faulty quoted field of the record that starts
+    `text` (kind `"unclosed"` or `"text-after-quote"`), or None."""
     line, k, state, quote_line, line_start = first_line, 0, "start", first_line, 0
     i, n = 0, len(text)
     while i < n:
@@ -353,14 +323,10 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def read_jsonl(source: str, text: str) -> Records:
-    """Records of a JSON lines file: one object per line; blank lines are skipped (and counted).
-
-    Lines end at `\\n` only (as the JSON lines format says), so a description holding U+2028 or a form feed stays
-    one line.
+    """Records of a JSON lines file: one object per line (lines end at `\\n` only); blank lines skipped and counted.
 
     Raises:
-        DataError: invalid JSON, a line that is not an object, a key given twice (names row, line and key).
-    """
+        DataError: invalid JSON, a line that is not an object, a key given twice (names row, line and key)."""
     rows: list[tuple[int, dict[str, Any]]] = []
     columns: dict[str, None] = {}
     lines = text.split("\n")
@@ -455,4 +421,5 @@ __all__ = [
     "locate_undecodable",
     "read_text",
     "records_from_rows",
+    "undecodable",
 ]

@@ -1,12 +1,7 @@
 """Writing result records (judgements, rankings, per-pair scores) as datasets: JSON lines, parquet or the Hub.
 
-`write_records(rows, path)` writes one file that `datasets.load_dataset("json" | "parquet", data_files=path)`
-reads back equal to the rows: values and column types survive exactly (floats are written at full precision).
-Rows are mappings of column name to value; a key missing from a row is written as null (`None`), so columns are
-the union of all rows' keys, in first-seen order. Each column needs one type across rows (as in any dataset).
-
-`push_records_to_hub(rows, repo_id)` uploads the same table as one split of a Hub dataset through
-`datasets.Dataset.push_to_hub` (parquet shards plus a dataset card); the repository is private unless asked.
+`write_records` writes one file that `datasets.load_dataset` reads back equal to the rows (columns: the union of
+the rows' keys, in first-seen order); `push_records_to_hub` uploads the same table. See docs/data.md.
 """
 
 from __future__ import annotations
@@ -27,12 +22,10 @@ class HubPushError(RuntimeError):
 
 
 def check_hub_push(repo_id: str, repo_type: Literal["dataset", "model"] = "dataset", token: str | None = None) -> None:
-    """Refuse a Hub push that cannot succeed, so that a command can refuse it before its work, not after: offline
-    mode (`HF_HUB_OFFLINE=1`), or no token (`token`, `HF_TOKEN` or `hf auth login`; `huggingface_hub.get_token`).
+    """Refuse a Hub push that cannot succeed before the command's work: offline mode, or no token.
 
     Raises:
-        HubPushError: naming the repository and the reason (one line).
-    """
+        HubPushError: naming the repository and the reason (one line)."""
     from huggingface_hub import constants, get_token
 
     offline = constants.is_offline_mode() if hasattr(constants, "is_offline_mode") else constants.HF_HUB_OFFLINE
@@ -48,9 +41,8 @@ def records_to_dataset(rows: Iterable[Mapping[str, Any]]) -> Any:
     """The rows as a `datasets.Dataset` (columns: union of the rows' keys in first-seen order; missing: None).
 
     Raises:
-        ValueError: no rows, a row that is not a mapping, or a column whose values do not share one type (the
-            message names the column and the first row that disagrees).
-    """
+        ValueError: no rows, a row that is not a mapping, or a column whose values do not share one type (names the
+            column and the first row that disagrees)."""
     import datasets
 
     rows = list(rows)
@@ -97,22 +89,12 @@ def check_records_path(path: str | Path, option: str | None = None) -> Path:
 
 
 def write_records(rows: Iterable[Mapping[str, Any]], path: str | Path) -> Path:
-    """Write rows as JSON lines (`.jsonl`, `.json`) or parquet (`.parquet`), chosen by the file's suffix.
-
-    The file appears complete or not at all (written beside it, then renamed), so an interrupted run never
-    leaves half a file behind.
-
-    Args:
-        rows: mappings of column name to value (str, int, float, bool, None, lists and dicts of them).
-        path: the output file; its folder is created.
-
-    Returns:
-        `Path` of the file written.
+    """Write rows (mappings of column name to JSON-like values) as JSON lines (`.jsonl`, `.json`) or parquet, by the
+    path's suffix, atomically; returns the `Path` written.
 
     Raises:
-        ValueError: unknown suffix, no rows, mixed types in a column, or NaN / infinity in a JSON file (JSON has
-            no such numbers; the message names the record and column; parquet keeps them).
-    """
+        ValueError: unknown suffix, no rows, mixed types in a column, or NaN / infinity in a JSON file (names the
+            record and column; parquet keeps them)."""
     path = Path(path)
     kind = FORMATS[check_records_path(path).suffix.lower()]
     dataset = records_to_dataset(rows)
@@ -165,25 +147,12 @@ def push_records_to_hub(
     token: str | None = None,
     commit_message: str | None = None,
 ) -> Any:
-    """Upload rows as one split of a Hub dataset (`datasets.Dataset.push_to_hub`).
-
-    Args:
-        rows: as for `write_records`.
-        repo_id: `OWNER/NAME` of the dataset repository (created if missing).
-        split: the split to write (replaces an earlier upload of the same split).
-        config_name: the dataset configuration (subset).
-        revision: the branch to push to; None: the default branch.
-        private: create the repository private (the default; judgements often hold licensed text).
-        token: a Hub token; None: the logged-in user's (`hf auth login` or `HF_TOKEN`). Never logged.
-        commit_message: the commit message.
-
-    Returns:
-        The `huggingface_hub.CommitInfo` of the commit.
+    """Upload rows as one split of a Hub dataset (`datasets.Dataset.push_to_hub`), private unless `private=False`;
+    `token` None: the logged-in user's (never logged). Returns the `huggingface_hub.CommitInfo`.
 
     Raises:
         ValueError: bad rows (see `records_to_dataset`).
-        HubPushError: offline (`HF_HUB_OFFLINE=1`), no token (`check_hub_push`), or the Hub refused or could not be reached (one line).
-    """
+        HubPushError: offline, no token (`check_hub_push`), or the Hub refused or could not be reached (one line)."""
     dataset = records_to_dataset(rows)
     check_hub_push(repo_id, "dataset", token)
     try:

@@ -1,13 +1,9 @@
 """Description tables: the descriptions M models wrote for N samples, the input of ranking (EMER-Ranker, section 2).
 
-A table is JSONL, one ``{"sample", "model", "description"[, "video", "audio", "subtitle"]}`` object a line, read
-as UTF-8 (a leading byte-order mark is accepted, as the preference-pair loader accepts it). Bad input raises
-`TableError` naming the file, the line and the field; an undecodable byte names its line too. Empty or
-whitespace-only descriptions are kept (a judge scores them as given) and counted per model
-(`DescriptionTable.lengths`, ``n_empty``), so a report can say how many there were. Sample ids and model names
-are read in their normal form (`emoreward.data.text.normal_name`; a warning when two spellings meet), the media
-fields by the one context rule (`emoreward.data.context.reward_context`). Models and samples are kept in the order
-of their content (`canonical_order`), never of the rows or names, so a shuffled or renamed table ranks the same.
+JSONL, one `{"sample", "model", "description"[, "video", "audio", "subtitle"]}` object a line; bad input raises
+`TableError` naming the file, line and field. Empty descriptions are kept and counted; models and samples are kept
+in the order of their content (`canonical_order`), so a shuffled or renamed table ranks the same. See
+docs/ranking.md.
 """
 
 from __future__ import annotations
@@ -23,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from emoreward.data.context import MediaRef, reward_context
-from emoreward.data.readers import locate_undecodable
+from emoreward.data.readers import undecodable
 from emoreward.data.text import NameNormaliser, description_length, normal_name, normal_text
 
 
@@ -35,32 +31,20 @@ class TableError(ValueError):
 
 
 def read_utf8(path: str | Path, error: type[ValueError] = TableError) -> str:
-    """The text of a UTF-8 file, with a leading byte-order mark (``utf-8-sig``) removed.
-
-    Args:
-        path (`str` or `Path`): the file.
-        error (`type[ValueError]`): the exception class raised on undecodable bytes (each loader its own).
-
-    Returns:
-        `str`: the decoded text.
+    """The text of a UTF-8 file, a leading byte-order mark removed.
 
     Raises:
         FileNotFoundError: if ``path`` does not exist.
-        error: on bytes that are not UTF-8; the message names the file, the line (1-based), for JSON lines the
-            field, and the bytes.
-    """
+        error: (each loader's own `ValueError` class) on bytes that are not UTF-8; names the file, the line, for
+            JSON lines the field, and the bytes."""
     path = Path(path)
     raw = path.read_bytes()
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
-        field_name = locate_undecodable(raw, err.start, "jsonl")[1] if path.suffix.lower() == ".jsonl" else None
-        where = f", field {field_name!r}" if field_name else ""
-        raise error(
-            f"{path}, line {line}{where}: undecodable bytes {raw[err.start : err.end]!r} (the file must be UTF-8; "
-            "re-save it as UTF-8, e.g. `iconv -f latin1 -t utf-8`)"
-        ) from None
+        line, _row, field, message = undecodable(raw, err, "jsonl" if path.suffix.lower() == ".jsonl" else None)
+        where = f", field {field!r}" if field else ""
+        raise error(f"{path}, line {line}{where}: {message}") from None
 
 
 @dataclass(frozen=True)
@@ -86,15 +70,12 @@ class DescriptionTable:
 
     @classmethod
     def from_rows(cls, rows: Iterable[dict[str, Any]], source: str = "<memory>") -> DescriptionTable:
-        """Build a table from dict rows with ``sample``, ``model``, ``description`` and optional media fields.
-
-        ``video``, ``audio`` and ``subtitle`` describe the sample, so every row of a sample must agree on them.
-        Errors name the row's position (1-based) as its line.
+        """Build a table from dict rows with ``sample``, ``model``, ``description`` and optional media fields (which every
+        row of a sample must agree on); errors name the row's position (1-based) as its line.
 
         Raises:
             TableError: on a missing or non-string field, a repeated ``(sample, model)``, rows of one sample
-                that disagree on its media, or no rows.
-        """
+                that disagree on its media, or no rows."""
         return cls._from_numbered(enumerate(rows, start=1), source)
 
     @classmethod
@@ -212,11 +193,8 @@ class DescriptionTable:
         return self.subset([s for k, s in enumerate(self.samples) if k in chosen])
 
     def lengths(self) -> dict[str, dict[str, float]]:
-        """Per model: mean description length and counts, ``{"chars", "words", "n", "n_empty"}``.
-
-        ``n`` is the number of descriptions the model wrote; ``n_empty`` how many of them are empty or
-        whitespace-only (they stay in the table and are judged as given).
-        """
+        """Per model: mean description length and counts, ``{"chars", "words", "n", "n_empty"}`` (``n_empty``: empty or
+        whitespace-only descriptions, judged as given)."""
         out = {}
         for model in self.models:
             texts = self.texts(model)[0]
@@ -235,11 +213,9 @@ def canonical_order(
     descriptions: dict[tuple[str, str], str],
     media: dict[str, MediaRef],
 ) -> tuple[list[str], list[str]]:
-    """THE order of a table's models and samples, whatever the order of its rows or the names in them: each by its
-    content, a digest of its descriptions (as a set, in their normal form, `normal_text`) and, for a sample, its
-    media; the name only between two of the same content. Resampling, ``--samples N``, the BPA schedule and the
-    fits see models and samples in this order, so a shuffled table, or one whose models or samples are renamed or
-    re-encoded, gives the same numbers."""
+    """The order of a table's models and samples: each by a digest of its content (its descriptions as a set, in
+    `normal_text` form, and a sample's media), the name only between two of one content, so a shuffled, renamed or
+    re-encoded table gives the same numbers."""
     texts: dict[str, list[str]] = {}
     for (sample, model), text in descriptions.items():
         texts.setdefault(sample, []).append(normal_text(text))
@@ -260,15 +236,11 @@ def canonical_order(
 
 
 def load_description_table(path: str | Path) -> DescriptionTable:
-    """Read a JSONL description table (one ``{"sample", "model", "description"[, media]}`` object a line).
-
-    The file is UTF-8, with or without a byte-order mark. Blank lines are skipped; anything else that is not a
-    JSON object raises.
+    """Read a JSONL description table (UTF-8, with or without BOM; blank lines skipped).
 
     Raises:
         FileNotFoundError: if ``path`` does not exist.
-        TableError: on undecodable bytes, invalid JSON or invalid rows (the message names the file and the line).
-    """
+        TableError: on undecodable bytes, invalid JSON or invalid rows (the message names the file and the line)."""
     given, path = str(path), Path(path)  # named as given: Path would make "hf://a/b" "hf:/a/b"
     if not path.is_file():
         hub = " (Hub ids are read for preference pairs; a description table is a local JSONL file)"

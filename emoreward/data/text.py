@@ -1,15 +1,6 @@
-"""Names and description text: the one normal form of a name, the one length of a description, and how reports
-write names (Markdown cells, column headings that never collide).
-
-A *name* is a model name in a description table or a preference pair (`model`, `model1` / `model_2`), a sample id
-or a label. Its normal form (`normal_name`) is Unicode NFC with every run of whitespace (spaces, tabs, newlines,
-no-break spaces) collapsed to one space and none at either end: ``"GPT\u00a04o "`` and ``"GPT 4o"`` are one model,
-as are ``"Cafe\u0301"`` (decomposed) and ``"Café"``. Loaders apply it once, when they read a name
-(`NameNormaliser` warns when two names of one source differ only by that).
-
-A *description* keeps its whitespace, but its Unicode form is one: `normal_text` (NFC) is what every route reads,
-measures and scores (`description_length`, the token layout of text models, the zero-shot prompts), so a
-decomposed ``"cafe\u0301"`` and a composed ``"café"`` are one text with one length and one reward.
+"""Names and description text: the one normal form of a name (`normal_name`: NFC, whitespace runs collapsed, none
+at either end), the one form of a description (`normal_text`: NFC, whitespace kept) and its length, and how
+reports write names (Markdown cells, column headings that never collide). See docs/data.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""The evaluation harness shared by reward models and zero-shot judges.
-
-`run_judge` asks a judge about every pair in normal and (optionally) swapped order, for R runs, and stores
-every verdict in the original pair order. `evaluate_judgements` turns those verdicts into the report:
-recognition (two- and three-class WAF / ACC), swap consistency and JudgeLM's position-bias figures, multi-run
-consistency, the length and random baselines and the length-control diagnostics (with the judge's and the humans'
-longer-description rates on the same pairs). `evaluate_model` is the whole evaluation of a reward model on labelled
-pairs (what `emoreward evaluate`, cross-validation folds and the final fit report).
+"""The evaluation harness shared by reward models and zero-shot judges: `run_judge` asks a judge about every pair
+in normal and swapped order for R runs; `evaluate_judgements` turns the verdicts into the report; `evaluate_model`
+is the whole evaluation of a reward model on labelled pairs. See docs/evaluation.md.
 """
 
 from __future__ import annotations
@@ -30,13 +25,8 @@ if TYPE_CHECKING:  # importing the models pulls in transformers; the zero-shot h
 
 @dataclass
 class JudgementSet:
-    """All judgements of one judge on one list of pairs.
-
-    Attributes:
-        pairs: the pairs, original order.
-        normal: `runs` lists of judgements in normal order (one per pair).
-        swapped: the same for the swapped order, verdicts mapped back to the original order (empty if not run).
-    """
+    """All judgements of one judge on one list of `pairs` (original order): `normal` and `swapped` (mapped back to the
+    original order; empty if not run), one list per run."""
 
     judge_name: str
     pairs: list[PreferencePair]
@@ -49,13 +39,10 @@ class JudgementSet:
 
 
 def run_judge(judge: Judge, pairs: Sequence[PreferencePair], *, swap: bool = True, runs: int = 1) -> JudgementSet:
-    """Judge every pair in normal and swapped order, `runs` times each.
-
-    Swapped pairs are passed with descriptions exchanged; their verdicts are mapped back to the original order.
+    """Judge every pair in normal and swapped order (descriptions exchanged, verdicts mapped back), `runs` times each.
 
     Raises:
-        ValueError: if the judge returns a different number of judgements than pairs, or `runs` < 1.
-    """
+        ValueError: if the judge returns a different number of judgements than pairs, or `runs` < 1."""
     if runs < 1:
         raise ValueError(f"runs must be >= 1, got {runs}")
     pairs = list(pairs)
@@ -163,9 +150,8 @@ def evaluate_judgements(result: JudgementSet, *, tie_policy: metrics.TiePolicy =
 
 
 def identical_descriptions(pairs: Sequence[PreferencePair]) -> list[str]:
-    """Sample ids of the pairs whose two descriptions are one text in its identity form
-    (`emoreward.data.text.identity_text`: Unicode form, line endings, outer whitespace): a reward model gives them
-    a zero difference, so they are always judged ties."""
+    """Sample ids of the pairs whose two descriptions are one text (`emoreward.data.text.identity_text`): a reward
+    model always judges them ties."""
     return [p.sample_id for p in pairs if identity_text(p.description_1) == identity_text(p.description_2)]
 
 
@@ -178,12 +164,11 @@ def evaluate_model(
     media_errors: str = "raise",
     tie_threshold: float | None = None,
 ) -> dict:
-    """Judge labelled pairs with any reward model in normal and swapped order and compute every metric
-    (`evaluate_reward_judge` on a `RewardModelJudge` built with these settings).
+    """Judge labelled pairs with any reward model (a `RewardModelJudge` with these settings) and compute every
+    metric (`evaluate_reward_judge`).
 
     Raises:
-        MediaError: bad media with `media_errors="raise"`.
-    """
+        MediaError: bad media with `media_errors="raise"`."""
     judge = RewardModelJudge(model, tie_threshold=tie_threshold, batch_size=batch_size, media_errors=media_errors)
     return evaluate_reward_judge(judge, pairs, tie_policy=tie_policy)
 

@@ -1,9 +1,6 @@
-"""The judge protocol and the reward model (any kind) as a judge.
-
-Any judge maps pairs to judgements; the harness runs it in normal and swapped order. A reward model is a
-pointwise judge: verdict from the sign of r(x, d1) - r(x, d2), TIE when |difference| < a threshold calibrated on
-training pairs (`emoreward.data.verdicts.verdict_from_difference`, the one tie rule every route uses). It is swap-consistent by
-construction (the harness measures it anyway).
+"""The judge protocol and the reward model (any kind) as a pointwise judge: verdict from the sign of
+r(x, d1) - r(x, d2), TIE within the calibrated threshold (`emoreward.data.verdicts.verdict_from_difference`).
+See docs/evaluation.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Metrics of the EmoPrefer / EMER-Ranker papers, plus the length control EmoPrefer-Data needs.
-
-Recognition (EmoPrefer section 3.3): weighted-average F1 (WAF) and accuracy, two-class (gold ties excluded)
-and three-class. Swap consistency (EmoPrefer eq. 1) and JudgeLM's position-bias figures (`position_bias`). Multi-run consistency (EMER-Ranker section 4.2).
-Length control (beyond the papers): on EmoPrefer-Data "prefer the longer description" scores ~80% two-class
-accuracy, so every report shows that baseline and the accuracy on length-aligned and length-counter pairs.
-
-Labels and predictions are strings: `"1"`, `"2"`, `"tie"`, and `"invalid"` for predictions only.
+"""Metrics of the EmoPrefer / EMER-Ranker papers, plus the length control EmoPrefer-Data needs: WAF and accuracy
+(EmoPrefer section 3.3), swap consistency (EmoPrefer eq. 1), JudgeLM's position-bias figures, multi-run consistency
+(EMER-Ranker section 4.2) and the length baseline. Labels are `"1"`, `"2"`, `"tie"` (and `"invalid"` for
+predictions). See docs/evaluation.md.
 """
 
 from __future__ import annotations
@@ -94,11 +90,8 @@ def recognition(
 
 
 def swap_consistency(normal: Sequence[str], swapped: Sequence[str]) -> float:
-    """Share (percent) of pairs whose verdict is the same in normal and swapped order (EmoPrefer eq. 1).
-
-    Both sequences hold verdicts in the ORIGINAL pair order (swapped verdicts already mapped back); an
-    invalid answer in either order counts as inconsistent.
-    """
+    """Share (percent) of pairs whose verdict is the same in normal and swapped order (EmoPrefer eq. 1); both
+    sequences in the original pair order; an invalid answer in either order counts as inconsistent."""
     if len(normal) != len(swapped) or not normal:
         raise ValueError(f"need two equal, non-empty verdict lists, got {len(normal)} and {len(swapped)}")
     same = [a == b and a != "invalid" for a, b in zip(normal, swapped)]
@@ -185,10 +178,8 @@ def length_verdicts(pairs: Sequence[PreferencePair], unit: Literal["chars", "wor
 
 
 def length_subsets(pairs: Sequence[PreferencePair], unit: Literal["chars", "words"] = "chars") -> dict[str, list[int]]:
-    """Indices of length-aligned pairs (the longer description won) and length-counter pairs (the shorter won).
-
-    Gold ties and equally long descriptions belong to neither subset.
-    """
+    """Indices of length-aligned pairs (the longer description won) and length-counter pairs (the shorter won); gold
+    ties and equally long descriptions belong to neither."""
     longer = length_verdicts(pairs, unit)
     aligned, counter = [], []
     for i, (p, lv) in enumerate(zip(pairs, longer)):
@@ -230,15 +221,9 @@ def length_control(
 
 
 def reward_length_correlation(rewards: Sequence[float], lengths: Sequence[int]) -> float | None:
-    """Spearman correlation between rewards and description lengths (None, undefined, when either is constant,
-    there are fewer than 3, or a value is not finite: never a NaN to average), as `scipy.stats.spearmanr` computes it: the Pearson correlation of
-    the average ranks (ties share the mean of their ranks). In numpy, without scipy's per-call overhead: the reward
-    server and the verl adapter compute it for every model call / reward call (about 0.05 ms for 512 values
-    instead of 0.8 ms).
-
-    Args:
-        rewards (`Sequence[float]`), lengths (`Sequence[int]`): N values each.
-    """
+    """Spearman correlation between rewards and description lengths (N values each), as `scipy.stats.spearmanr`
+    computes it (Pearson correlation of average ranks), in numpy; None when either is constant, there are fewer than
+    3, or a value is not finite."""
     x, y = np.asarray(rewards, dtype=float), np.asarray(lengths, dtype=float)
     if len(x) != len(y):
         raise ValueError(f"need one length per reward, got {len(x)} rewards and {len(y)} lengths")
@@ -296,15 +281,12 @@ def random_baseline(y_true: Sequence[str], setting: Setting = "two-class", n_dra
 
 
 def calibrate_tie_threshold(differences: Sequence[float], y_true: Sequence[str]) -> float:
-    """The |r1 - r2| threshold below which a reward model predicts a tie, chosen on training pairs to maximise
-    three-class WAF, among thresholds that predict no more ties than the gold labels hold (a reward scale
-    fitted on training pairs is wider there than on new data, so an unconstrained threshold turns most new
-    pairs into ties). Ties are broken toward the smaller threshold; 0 = never predict a tie.
+    """The |r1 - r2| threshold below which a reward model predicts a tie: the one maximising three-class WAF on the
+    training pairs among those predicting no more ties than the gold labels hold (the smaller on a tie); 0 = never.
 
     Args:
         differences: r(description 1) - r(description 2) per pair, shape `(N,)`.
-        y_true: gold labels of the same pairs.
-    """
+        y_true: gold labels of the same pairs."""
     diffs = np.asarray(differences, dtype=float)
     if len(diffs) != len(y_true):
         raise ValueError(f"{len(diffs)} differences but {len(y_true)} labels")

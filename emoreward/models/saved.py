@@ -1,8 +1,5 @@
-"""A saved text reward model known by its folder alone: what its outputs depend on (content, precision, settings,
-the part of a context it reads), read without loading its weights, and the model itself loaded on first use.
-
-A ranking rerun whose scores are all in the score cache needs no weights: `emoreward.ranking.scoring.score_table`
-keys every description with `SavedRewardModel` and loads the network only when a description misses.
+"""A saved text reward model known by its folder alone: what its outputs depend on, read without loading its
+weights, and the model itself loaded on first use (a ranking rerun served from the score cache needs no weights).
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
-"""The scoring engine of text reward models: ONE loop from descriptions to rewards for every route that scores them
-(`evaluate`, `rank`, the server, GRPO, the export check, training's calibration: through
-`TextRewardModel.score_info` or `score_stream`), so every route gets the same batches:
-
-1. **Chunks in order of length** (`length_chunks`): descriptions sorted by characters of description and subtitle
-   and cut into consecutive chunks of at most `chunk_size` (512).
-2. **Tokenised ahead** (`stream_scores`): a background thread tokenises every chunk in turn while the chunks before
-   are scored; an exception there is raised in the caller, after the chunks before it were yielded.
-3. **Length-sorted batches under a token budget** (`plan_batches`): at most `batch_size` rows and
-   `max_batch_tokens` padded tokens (rows x width) per batch.
-4. **One forward per batch** (`TextRewardModel.score_ids`; BERT-family encoders on CPU through
-   `emoreward.models.packed`, batches side by side on the torch threads: `run_batches`), rewards yielded per chunk.
-
-`score_in_chunks` gives the same per-chunk stream for any `RewardModel`. See docs/ranking.md and docs/speed.md.
+"""The scoring engine of text reward models: one loop from descriptions to rewards for every route (chunks in
+order of length, tokenised ahead in a background thread, length-sorted batches under a token budget, one forward
+per batch). `score_in_chunks` gives the same per-chunk stream for any `RewardModel`. See docs/ranking.md and
+docs/speed.md.
 """
 
 from __future__ import annotations
@@ -64,15 +54,11 @@ def run_batches(
     plan: Sequence[tuple[np.ndarray, int]], forward: Callable[[np.ndarray, int], None], workers: int = 1
 ) -> None:
     """Run `forward(indices, width)` for every batch of a plan, under `torch.inference_mode`: in order on this thread
-    (`workers` 1), or side by side on `workers` threads that each run whole batches with one torch thread, taking
-    the next batch as they finish. On a CPU the second way replaces one parallel region per operation (a fork and a
-    join of `workers` threads, thousands per pass) by none: on the 2-core AMX machine at load 3, 800 OV-MERD
-    descriptions took 6.0-9.5 s (6.0-6.3 s CPU) this way against 19.2-20.6 s (13-16 s CPU, spent waiting at joins)
-    with two torch threads per operation. The torch thread count of this thread is unchanged afterwards.
+    (`workers` 1), or on `workers` threads that each run whole batches with one torch thread (on a CPU, no fork and
+    join per operation). This thread's torch thread count is unchanged afterwards.
 
     Raises:
-        whatever `forward` raises (the first; batches not started by then are not run).
-    """
+        whatever `forward` raises (the first; batches not started by then are not run)."""
     import torch
 
     def run(batch: tuple[np.ndarray, int]) -> None:
@@ -94,12 +80,10 @@ def run_batches(
 
 
 def length_chunks(lengths: Sequence[int], chunk_size: int = DEFAULT_CHUNK_SIZE) -> list[np.ndarray]:
-    """Indices in order of `lengths` (stable), cut into consecutive chunks of at most `chunk_size`: each chunk is a
-    slice of the length-sorted whole, so its batches are close to those of one plan over everything.
+    """Indices in order of `lengths` (stable), cut into consecutive chunks of at most `chunk_size`.
 
     Raises:
-        ValueError: if ``chunk_size < 1``.
-    """
+        ValueError: if ``chunk_size < 1``."""
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     order = np.argsort(np.asarray(lengths, dtype=np.int64), kind="stable")
@@ -119,20 +103,14 @@ def stream_scores(
     batch_size: int | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
 ) -> Iterator[tuple[np.ndarray, ScoreInfo]]:
-    """A text reward model's rewards chunk by chunk (steps 1-4 of the module docstring); `TextRewardModel.score_stream`.
-
-    Args:
-        model: a `TextRewardModel` (`encode_batch`, `score_encoded`, `scoring_engine`).
-        descriptions: `N` descriptions; contexts: one context for all, `N`, or None.
-        batch_size: most sequences per forward pass (default: the model's); chunk_size: most descriptions per chunk.
+    """A text reward model's rewards chunk by chunk (`TextRewardModel.score_stream`): chunks in order of length,
+    tokenised ahead in a background thread, scored in length-sorted batches.
 
     Yields:
-        `(indices, info)`: positions in `descriptions` and their `CoverageScoreInfo` (rewards, truncation flags,
-        token counts, unknown-token shares), chunk by chunk; every position exactly once.
+        `(indices, info)`: positions in `descriptions` and their `CoverageScoreInfo`; every position exactly once.
 
     Raises:
-        ValueError: from tokenisation (e.g. no room for the description), when that chunk's turn comes.
-    """
+        ValueError: from tokenisation (e.g. no room for the description), when that chunk's turn comes."""
     descriptions = list(descriptions)
     contexts = broadcast_contexts(contexts, len(descriptions))
     chunks = length_chunks(character_lengths(descriptions, contexts), chunk_size)
@@ -165,17 +143,14 @@ def score_in_chunks(
     batch_size: int | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
 ) -> Iterator[tuple[np.ndarray, ScoreInfo]]:
-    """Any reward model's rewards chunk by chunk: its own `score_stream` where it has one (the text engine), else
-    its `score_info` on chunks of at most `chunk_size` descriptions: text in order of length (`length_chunks`), a
-    multimodal model's descriptions grouped by context (one media prefix per sample; groups packed into chunks, a
-    larger group split).
+    """Any reward model's rewards chunk by chunk: its own `score_stream` where it has one, else its `score_info` on
+    chunks of at most `chunk_size` descriptions (text in order of length; a multimodal model's grouped by context).
 
     Yields:
         `(indices, info)`: positions in `descriptions` and their `ScoreInfo`; every position exactly once.
 
     Raises:
-        ValueError: if ``chunk_size < 1``; whatever the model's scoring raises (e.g. `MediaError`).
-    """
+        ValueError: if ``chunk_size < 1``; whatever the model's scoring raises (e.g. `MediaError`)."""
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     contexts = list(contexts)

@@ -1,15 +1,6 @@
-"""Text reward models: r(description | instruction, subtitle) from a value head on a transformers text backbone.
-
-The network is a `transformers` sequence-classification model with `num_heads` outputs (1 normally), the
-convention TRL's RewardTrainer trains and OpenRLHF loads: for decoders the value head `score`
-(Linear(hidden, 1, bias=False)) is read at the last non-pad token; for BERT-style encoders the model's own head
-reads the pooled `[CLS]` token. LoRA adapters (peft) adapt the backbone; the head is a `modules_to_save` module,
-so it is saved with the adapter.
-
-The token layout of a (description, context) sequence, the one rule of every route, is
-`emoreward.models.layout` (`text_input_ids`, re-exported here). Scoring runs through the one engine of
-`emoreward.models.scoring` (chunks in order of length, tokenised ahead, length-sorted batches under a token budget,
-the merged network; BERT-family encoders on CPU through `emoreward.models.packed`).
+"""Text reward models (`TextRewardModel`): r(description | instruction, subtitle) from a value head on a
+transformers text backbone, LoRA-adapted with peft; the token layout is `emoreward.models.layout` and scoring runs
+through `emoreward.models.scoring`. See docs/training.md.
 """
 
 from __future__ import annotations
@@ -64,15 +55,11 @@ def load_backbone(
     model_kwargs: dict | None = None,
     num_heads: int = 1,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """A text backbone as a sequence-classification model with `num_heads` outputs (1: the reward; 2: the quality
-    and length heads of a disentangled reward) and its tokenizer, pad token set.
-
-    The new value head is initialised by transformers (normal, std = `initializer_range`), after the caller's
-    `set_seed`. `trust_remote_code` stays off unless asked for.
+    """A text backbone as a sequence-classification model with `num_heads` outputs (1: the reward; 2: a disentangled
+    reward's quality and length heads) and its tokenizer, pad token set; the new head is initialised by transformers.
 
     Raises:
-        ImportError: the package that carries the weights is not installed.
-    """
+        ImportError: the package that carries the weights is not installed."""
     from trl.trainer.reward_trainer import suppress_seqcls_warning
 
     path = spec.resolve()
@@ -106,9 +93,8 @@ class _quiet_load_report:
 
 
 def _forget_gguf_quantization(model: PreTrainedModel) -> None:
-    """transformers dequantizes GGUF weights to plain float tensors on load but keeps a GGUF quantizer on the
-    model, which the Trainer refuses to train and which a saved export would carry. The tensors are ordinary
-    weights: drop the marker."""
+    """Drop the GGUF quantizer transformers keeps on a model whose GGUF weights it dequantized (the Trainer refuses
+    to train a quantized model and an export would carry the marker)."""
     if getattr(model, "hf_quantizer", None) is not None:
         model.hf_quantizer = None
     if getattr(model, "is_quantized", False) and not isinstance(type(model).__dict__.get("is_quantized"), property):
@@ -118,11 +104,8 @@ def _forget_gguf_quantization(model: PreTrainedModel) -> None:
 
 
 def set_pad_token(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
-    """Give the tokenizer and the model config the same pad token id.
-
-    A decoder's value head is read at the last token that is not padding, so a pad token equal to EOS would
-    hide a trailing EOS: prefer an existing special token distinct from EOS (`<|endoftext|>`, `<pad>`, unk).
-    """
+    """Give the tokenizer and the model config the same pad token id, distinct from EOS where the tokenizer has
+    another special token (a decoder's head reads the last non-pad token, so pad == EOS would hide a trailing EOS)."""
     eos = tokenizer.eos_token_id
     if tokenizer.pad_token_id is None or (eos is not None and tokenizer.pad_token_id == eos):
         vocab = tokenizer.get_vocab()
@@ -139,11 +122,8 @@ def set_pad_token(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) ->
 
 
 def save_tokenizer(tokenizer: PreTrainedTokenizerBase, directory: str | Path) -> None:
-    """Save a tokenizer so that transformers 4.x (pinned by vLLM-based RL stacks) loads it as well as 5.x.
-
-    transformers 5 writes `tokenizer_class: TokenizersBackend`, a class 4.x does not have; both read
-    `PreTrainedTokenizerFast` (the same `tokenizer.json`).
-    """
+    """Save a tokenizer that transformers 4.x (pinned by vLLM-based RL stacks) loads as well as 5.x (class
+    `PreTrainedTokenizerFast` instead of 5.x's `TokenizersBackend`)."""
     import json
 
     from emoreward.utils.io import atomic_write_text
@@ -161,13 +141,8 @@ def save_tokenizer(tokenizer: PreTrainedTokenizerBase, directory: str | Path) ->
 class TextRewardModel:
     """A text emotion reward model r(description | instruction, subtitle) (`RewardModel`, kind `"text"`).
 
-    Use `from_backbone` to start training, `from_pretrained` (or `emoreward.models.load_reward_model`) to load a
-    saved or merged model, `score` to get rewards, `save_pretrained` / `export_merged` to write it out.
-
-    `model` holds the master weights (float32, with the LoRA adapter while training); training, saving and export
-    read it. With `scoring_dtype` set, scoring runs on an inference copy instead (`scoring_network`: LoRA merged,
-    cast to `scoring_dtype`; `"auto"` = bfloat16 where the hardware has bf16 matrix units, see
-    `emoreward.models.precision`), made on first use and made again when the master weights change.
+    `model` holds the master weights (float32, with the LoRA adapter while training); with `scoring_dtype` set,
+    scoring runs on an inference copy (`scoring_network`: LoRA merged, cast), made again when the weights change.
 
     Args:
         model: a `num_heads`-output sequence-classification model, optionally a peft `PeftModel`.
@@ -175,8 +150,7 @@ class TextRewardModel:
         settings: input layout, length limit, tie threshold.
         batch_size: most sequences per forward pass of `score`.
         scoring_dtype: None (score with `model` as it is), `"auto"`, or a dtype (name): score on an inference copy.
-        max_batch_tokens: most padded tokens per forward pass of `score` (default: `default_batch_tokens`).
-    """
+        max_batch_tokens: most padded tokens per forward pass of `score` (default: `default_batch_tokens`)."""
 
     kind: ClassVar[RewardKind] = "text"
 
@@ -222,14 +196,12 @@ class TextRewardModel:
         train_head_bias: bool = False,
         num_heads: int = 1,
     ) -> TextRewardModel:
-        """A fresh reward model on a text backbone; with `lora_config` (a `peft.LoraConfig`) wrapped in LoRA.
-
-        A pairwise (Bradley-Terry, Rao-Kupper, Davidson) loss depends on reward differences only, so a bias in the
-        value head gets no gradient: it is frozen unless `train_head_bias` (e.g. with a reward-centering term).
+        """A fresh reward model on a registered text backbone, path or hub id; with `lora_config` (a `peft.LoraConfig`)
+        wrapped in LoRA. The value head's bias gets no gradient from a pairwise loss: it is frozen unless
+        `train_head_bias`.
 
         Raises:
-            ValueError: unknown backbone name, or a media backbone; ImportError: weights package missing.
-        """
+            ValueError: unknown backbone name, or a media backbone; ImportError: weights package missing."""
         spec = get_backbone(backbone, gguf_file=gguf_file)
         if spec.kind != "text":
             raise ValueError(f"backbone {spec.name!r} is a {spec.kind} backbone; use MediaRewardModel")
@@ -275,17 +247,13 @@ class TextRewardModel:
         trust_remote_code: bool = False,
         batch_size: int = 32,
     ) -> TextRewardModel:
-        """Load a model written by `save_pretrained` (adapter + head) or `export_merged` (full weights).
-
-        The weights load in float32 as saved (`model` keeps the adapter); `dtype` is the scoring precision: `"auto"`
-        (default: bfloat16 on hardware with bf16 matrix units unless the model's recorded bf16 verdict agreement is
-        below 99.5%, else float32), a dtype or its name (scoring on a merged copy in that dtype), or None (score
-        with the saved network as it is: the exact reference).
+        """Load a model written by `save_pretrained` (adapter + head) or `export_merged` (full weights), in float32;
+        `dtype` is the scoring precision: `"auto"` (`emoreward.models.precision.resolve_dtype`), a dtype or its name, or
+        None (the saved network as it is: the exact reference).
 
         Raises:
             FileNotFoundError: `directory` is not an emoreward model directory; ValueError: it holds a media model,
-            `dtype` is unknown or a weights file is cut short (`check_model_files`).
-        """
+            `dtype` is unknown or a weights file is cut short (`check_model_files`)."""
         scoring_dtype = None if dtype is None else parse_dtype(dtype)
         directory = Path(directory)
         settings = load_settings(directory)
@@ -356,11 +324,8 @@ class TextRewardModel:
 
     @property
     def scoring_precision(self) -> torch.dtype:
-        """The dtype `score` computes in: `scoring_dtype` resolved on this model's device by the one rule
-        (`emoreward.models.precision.resolve_dtype`, with this model's recorded bf16 agreement) the first time it is
-        needed and kept (a later change of `$EMOREWARD_DTYPE` does not move a loaded model; setting `scoring_dtype`
-        or moving the model to another device resolves again), or the master weights' dtype without one (and under
-        ZeRO-3, where `model` itself scores)."""
+        """The dtype `score` computes in: `scoring_dtype` resolved once on this model's device
+        (`emoreward.models.precision.resolve_dtype`), or the master weights' dtype without one (and under ZeRO-3)."""
         if self.scoring_dtype is None or _zero3_partitioned(self.model):
             return self.dtype
         device = self.device
@@ -370,17 +335,13 @@ class TextRewardModel:
 
     @property
     def scoring_network(self) -> torch.nn.Module:
-        """The network `score` runs: `model` itself without `scoring_dtype` (or when it has no adapter and is already
-        in the scoring dtype), else an inference copy of it (LoRA merged, cast), kept until the master weights change
-        (their version counters move with every in-place update: optimizer steps, `load_state_dict`). Under
-        DeepSpeed ZeRO-3 the parameters are partitioned across processes (a copy would hold empty shards): `model`
-        itself scores, its hooks gathering each layer's weights."""
+        """The network `score` runs: `model` itself without `scoring_dtype` (or under DeepSpeed ZeRO-3, whose
+        partitioned weights cannot be copied), else an inference copy (LoRA merged, cast) kept until the master weights'
+        version counters move."""
         return self._scoring_parts()[0]
 
     def _scoring_parts(self) -> tuple[torch.nn.Module, PackedEncoder | None]:
-        """(`scoring_network`, `scoring_engine`) for one scoring call, each made again when the weights it comes
-        from change; the master weights' parameters are walked once (a LoRA model has hundreds of modules: walking
-        them was most of the cost of a call that scores a few descriptions)."""
+        """(`scoring_network`, `scoring_engine`) for one scoring call; the master weights' parameters are walked once."""
         if self.scoring_dtype is None or _zero3_partitioned(self.model):
             return self.model, None
         params = list(self.model.parameters())
@@ -404,10 +365,8 @@ class TextRewardModel:
 
     @property
     def scoring_engine(self) -> PackedEncoder | None:
-        """The fast forward of `scoring_network` (`emoreward.models.packed.PackedEncoder`: a BERT-family encoder on
-        CPU, computing only what the value head reads, with exact widths) when `scoring_dtype` is set and the
-        network is one it reproduces; None: `score_ids` runs the network's own `forward` (always so without
-        `scoring_dtype`: the exact reference). Made again when the network or its weights change."""
+        """The fast forward of `scoring_network` (`emoreward.models.packed.PackedEncoder`) when `scoring_dtype` is set
+        and the network is one it reproduces; None: the network's own `forward` (the exact reference)."""
         return self._scoring_parts()[1]
 
     def default_batch_tokens(self) -> int:
@@ -416,11 +375,8 @@ class TextRewardModel:
         return 16384 if self.device.type == "cuda" else 4096
 
     def default_pad_multiple(self) -> int:
-        """Padded widths are rounded up to this multiple: 1 (no padding beyond the longest sequence) in float32 on
-        CPU, whose kernels take any shape at no set-up cost, and with the `scoring_engine` (which bounds the distinct
-        matrix shapes by its token rows instead); 32 in reduced precision on CPU otherwise, where oneDNN creates
-        (JIT-compiles) a kernel for every new matrix shape, so few distinct widths keep short runs from paying that
-        set-up per batch; 8 on GPU (tensor-core tiles)."""
+        """Padded widths are rounded up to this multiple: 1 in float32 on CPU and with the `scoring_engine`; 32 in
+        reduced precision on CPU otherwise (oneDNN compiles a kernel per matrix shape); 8 on GPU (tensor-core tiles)."""
         return self._pad_multiple(self.scoring_engine)
 
     def _pad_multiple(self, engine: PackedEncoder | None) -> int:
@@ -438,14 +394,11 @@ class TextRewardModel:
         max_batch_tokens: int | None = None,
         pad_to_multiple_of: int | None = None,
     ) -> list[tuple[np.ndarray, int]]:
-        """How `score_ids` batches sequences of these lengths (`emoreward.models.scoring.plan_batches`): sorted by
-        length, each batch at most `batch_size` rows and `max_batch_tokens` padded tokens (rows x width), the width
-        rounded up to `pad_to_multiple_of` (defaults: the model's `batch_size`, `max_batch_tokens` or
-        `default_batch_tokens()`, `default_pad_multiple()`).
+        """How `score_ids` batches sequences of these lengths (`emoreward.models.scoring.plan_batches`, with this
+        model's defaults).
 
         Returns:
-            `[(indices into lengths, padded width), ...]` in the order they run.
-        """
+            `[(indices into lengths, padded width), ...]` in the order they run."""
         return plan_batches(
             lengths,
             batch_size or self.batch_size,
@@ -460,18 +413,11 @@ class TextRewardModel:
         max_batch_tokens: int | None = None,
         pad_to_multiple_of: int | None = None,
     ) -> np.ndarray:
-        """Raw value-head rewards (head 0) of already-encoded sequences.
-
-        Sequences are sorted by length and cut into batches (`plan_batches`: at most `batch_size` rows and
-        `max_batch_tokens` padded tokens), so little compute goes to padding; decoders take position ids from the
-        attention mask. A score does not depend on the other sequences in the batch or on the padding side (up to
-        float rounding: about 1e-6 in float32). Runs `scoring_engine` where there is one (its batches side by side,
-        one per torch thread: `emoreward.models.scoring.run_batches`), else `scoring_network`. On CPU, freed memory
-        is kept for reuse (`emoreward.utils.allocator.keep_freed_memory`).
+        """Raw value-head rewards (head 0) of already-encoded sequences, in length-sorted batches (`plan_batches`); a
+        score does not depend on the other sequences of its batch or the padding side (float32: within about 1e-6).
 
         Returns:
-            `np.ndarray` of shape `(len(sequences),)`, float64: unnormalised rewards (value-head logits).
-        """
+            `np.ndarray` of shape `(len(sequences),)`, float64: unnormalised rewards (value-head logits)."""
         network, engine = self._scoring_parts()
         network.eval()
         out = np.empty(len(sequences), dtype=np.float64)
@@ -531,12 +477,10 @@ class TextRewardModel:
         batch_size: int | None = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
     ) -> Iterator[tuple[np.ndarray, CoverageScoreInfo]]:
-        """`score_info` chunk by chunk, as the engine runs it (`emoreward.models.scoring.stream_scores`: chunks of
-        at most `chunk_size` in order of length, tokenised ahead in a background thread, length-sorted batches).
+        """`score_info` chunk by chunk, as the engine runs it (`emoreward.models.scoring.stream_scores`).
 
         Yields:
-            `(indices, info)`: positions in `descriptions` and their `CoverageScoreInfo`; every position once.
-        """
+            `(indices, info)`: positions in `descriptions` and their `CoverageScoreInfo`; every position once."""
         return stream_scores(self, descriptions, contexts, batch_size=batch_size, chunk_size=chunk_size)
 
     def score_info(
@@ -546,8 +490,7 @@ class TextRewardModel:
         *,
         batch_size: int | None = None,
     ) -> CoverageScoreInfo:
-        """Rewards r(description | context), with truncation flags, token counts and unknown-token shares: the
-        engine's chunks (`score_stream`) put back in order.
+        """Rewards r(description | context), with truncation flags, token counts and unknown-token shares.
 
         Args:
             descriptions: `N` emotion descriptions.
@@ -555,14 +498,11 @@ class TextRewardModel:
             batch_size: most sequences per forward pass (default: the model's).
 
         Returns:
-            `CoverageScoreInfo` (a `ScoreInfo`) with rewards of shape `(N,)`, float64. Descriptions longer than
-            `max_length` are cut and flagged; `unknown_share` is the share of each description's tokens that the
-            vocabulary cannot read (`emoreward.models.coverage`). The settings' `score_transform` (length penalty)
-            is applied.
+            `CoverageScoreInfo` with rewards of shape `(N,)`, float64, the settings' `score_transform` applied;
+            descriptions longer than `max_length` are cut and flagged.
 
         Raises:
-            ValueError: a context that leaves no room for the description (`text_input_ids`).
-        """
+            ValueError: a context that leaves no room for the description (`text_input_ids`)."""
         descriptions = list(descriptions)
         n = len(descriptions)
         info = CoverageScoreInfo(
@@ -597,12 +537,9 @@ class TextRewardModel:
         return directory
 
     def export_merged(self, directory: str | Path, *, model_card: str | None = None) -> Path:
-        """Merge LoRA into the backbone and save a plain checkpoint that
-        `AutoModelForSequenceClassification.from_pretrained(directory)` loads with no missing or unexpected keys.
-
-        The merge runs on a copy: this model keeps its adapter (for a 7B model the copy needs a second set of
-        weights in CPU memory). A disentangled (two-head) model exports its quality head only.
-        """
+        """Merge LoRA into a copy of the backbone and save a plain checkpoint that
+        `AutoModelForSequenceClassification.from_pretrained(directory)` loads with no missing or unexpected keys; a
+        disentangled (two-head) model exports its quality head only."""
         model = self.model
         if hasattr(model, "merge_and_unload"):
             model = copy.deepcopy(model).merge_and_unload()
@@ -616,12 +553,8 @@ class TextRewardModel:
         return TextRewardModel(model, self.tokenizer, settings).save_pretrained(directory, model_card=model_card)
 
     def inference_copy(self, dtype: str | torch.dtype = torch.float32) -> TextRewardModel:
-        """A copy with LoRA merged into the weights, in `dtype` (`"auto"`: see `emoreward.models.precision`), for
-        fast scoring; this model is unchanged.
-
-        Merging removes the adapter's extra matmuls (float32: rewards equal within about 1e-6); bfloat16 is faster
-        again on CPUs and GPUs with bf16 matrix units, with rewards within about 1e-2.
-        """
+        """A copy with LoRA merged into the weights, in `dtype` (`"auto"`: see `emoreward.models.precision`), for fast
+        scoring (float32: rewards within about 1e-6; bfloat16: within about 1e-2); this model is unchanged."""
         dtype = resolve_dtype(dtype, self.device)
         return TextRewardModel(
             _inference_network(self.model, dtype),
@@ -658,10 +591,8 @@ def _inference_network(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.M
 
 
 def _portable_adapter_config(directory: Path) -> None:
-    """peft records the base model's absolute path of the training machine in `adapter_config.json`; a registered
-    backbone whose package carries the hub checkpoint's own weights is stored by its hub id, which
-    `peft.AutoPeftModel*` resolves on any machine (GGUF weights are a re-quantised copy, so they keep the path and
-    load through emoreward)."""
+    """Record a packaged registered backbone in `adapter_config.json` by its hub id instead of the training machine's
+    absolute path, so `peft.AutoPeftModel*` resolves it anywhere (GGUF weights keep the path)."""
     import json
 
     from emoreward.utils.io import atomic_write_text

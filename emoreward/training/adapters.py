@@ -1,9 +1,5 @@
-"""Backbone adapters: what differs between training a text and a multimodal reward model, behind one interface,
-so that one trainer (`EmoRewardTrainer`) and one pipeline (`emoreward.training.pipeline`) serve both.
-
-An adapter builds the reward model a recipe describes, encodes labelled pairs as a dataset (with the model's own
-input function), collates batches, names the dataset columns the trainer must keep and turns a batch into
-value-head outputs of shape `(2 * batch, num_heads)`. `ADAPTERS[config.kind]` picks one.
+"""Backbone adapters: what differs between training a text and a multimodal reward model (model, dataset, collator,
+forward), behind one interface picked by `ADAPTERS[config.kind]`. See docs/training.md.
 """
 
 from __future__ import annotations

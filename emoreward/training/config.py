@@ -1,16 +1,8 @@
-"""Training configuration: one dataclass for text and multimodal reward models, read from a recipe YAML, shared
-by `emoreward train` and `scripts/train_reward.py`.
+"""Training configuration: `EmoRewardConfig` (a `trl.RewardConfig`) for text and multimodal reward models, read
+from a recipe YAML by `RecipeParser` (`--config`, `--field value`, `--set field=value`).
 
-`EmoRewardConfig` extends TRL's `RewardConfig` (itself `transformers.TrainingArguments`), so every Trainer
-option (epochs, learning rate, batch size, `report_to`, DeepSpeed, ...) is available under its usual name.
-
-Whether a recipe trains a text or a multimodal reward model is decided in one place, `EmoRewardConfig.kind`
-(the backbone registry's kind of `backbone`, or of `model_name_or_path` when no `backbone` is named). A field the
-chosen backbone does not read (`FIELD_SUPPORT`) is an error when set, never silently ignored.
-
-`RecipeParser` (a `trl.TrlParser`) is the command-line front end of both entry points: `--config RECIPE.yaml`,
-`--field value` for any field and `--set field=value`, the command line over the YAML; every value is read by its
-field's declared type (`emoreward.training.parsing`).
+`EmoRewardConfig.kind` (the backbone registry's) decides text or multimodal; a field the chosen backbone does not
+read (`FIELD_SUPPORT`) is an error when set. See docs/training.md.
 """
 
 from __future__ import annotations
@@ -26,7 +18,7 @@ from typing import Any, Literal, get_args
 
 from trl import RewardConfig, TrlParser
 
-from emoreward.models.backbones import BackboneSpec, get_backbone, registered_names
+from emoreward.models.backbones import BACKBONES, BackboneSpec, get_backbone, registered_names
 from emoreward.training.fit_workers import parse_fit_workers
 from emoreward.training.parsing import (
     SECRET_HINT,
@@ -38,6 +30,11 @@ from emoreward.training.parsing import (
     split_override,
     unknown_key_message,
 )
+
+
+def _names(kind: str) -> list[str]:
+    """The registered backbones of `kind`, in registry order (help texts and errors)."""
+    return [name for name, spec in BACKBONES.items() if spec.kind == kind]
 
 
 TieMode = Literal["drop", "rao-kupper", "davidson"]
@@ -55,15 +52,15 @@ class EmoRewardConfig(RewardConfig):
     model_name_or_path: str | None = field(
         default="minilm",
         metadata={
-            "help": "Weights: a registered text backbone (minilm, smollm2), a local path or a hub model id; for a "
-            "multimodal `backbone`, its checkpoint (None = the family's 7B hub id)."
+            "help": f"Weights: a registered text backbone ({', '.join(_names('text'))}), a local path or a hub model "
+            "id; for a multimodal `backbone`, its checkpoint (None = the family's 7B hub id)."
         },
     )
     backbone: str | None = field(
         default=None,
         metadata={
-            "help": "Multimodal backbone family (qwen2.5-vl, qwen2.5-omni-thinker, qwen2-audio); None = the text "
-            "backbone named by model_name_or_path."
+            "help": f"Multimodal backbone family ({', '.join(_names('media'))}); None = the text backbone named by "
+            "model_name_or_path."
         },
     )
     gguf_file: str | None = field(default=None, metadata={"help": "GGUF file inside model_name_or_path, if any."})
@@ -210,9 +207,8 @@ class EmoRewardConfig(RewardConfig):
         return self.backbone_spec.kind
 
     def backbone_positions(self) -> int | None:
-        """How many token positions the backbone's language model has (`max_position_embeddings` of its text
-        config, less RoBERTa's padding offset), read from the backbone's config file; None when that file cannot be
-        read here (e.g. a hub id offline: the model build reports that)."""
+        """The token positions of the backbone's language model (`max_position_embeddings` of its text config, less
+        RoBERTa's padding offset); None when its config cannot be read here (a hub id offline)."""
         from transformers import AutoConfig
 
         spec = self.backbone_spec
@@ -244,12 +240,10 @@ class EmoRewardConfig(RewardConfig):
         return f"{self.recipe_path} ({name} not set: its default)" if self.recipe_path else name
 
     def check_data_files(self) -> None:
-        """Refuse a `train_file` / `eval_file` path that does not exist before anything else runs (the data
-        themselves are read, and every row checked, by the training pipeline before any fold trains).
+        """Refuse a `train_file` / `eval_file` path that does not exist before anything else runs.
 
         Raises:
-            FileNotFoundError: naming the field, where it was set and the path.
-        """
+            FileNotFoundError: naming the field, where it was set and the path."""
         from emoreward.data.hub import is_hub_spec
         from emoreward.data.pairs import BUNDLED
 
@@ -261,12 +255,10 @@ class EmoRewardConfig(RewardConfig):
                 raise FileNotFoundError(f"{self.origin(name)}: {name}: preference data file not found: {value}")
 
     def check_max_length(self) -> None:
-        """Refuse a `max_length` beyond the backbone's positions before any training (a pair longer than the
-        positions would otherwise stop training mid-epoch with a tensor-size error that names nothing).
+        """Refuse a `max_length` beyond the backbone's positions before any training.
 
         Raises:
-            ValueError: naming max_length, the backbone and its `max_position_embeddings`.
-        """
+            ValueError: naming max_length, the backbone and its `max_position_embeddings`."""
         positions = self.backbone_positions()
         if positions is not None and self.max_length > positions:
             default = " (TRL's default when a recipe does not set max_length)" if self.max_length == 1024 else ""
@@ -347,12 +339,14 @@ class EmoRewardConfig(RewardConfig):
             if spec.kind != "media":
                 raise ValueError(
                     f"backbone={self.backbone!r} names a text backbone; name text backbones with model_name_or_path "
-                    f"(backbone is for the multimodal families: {sorted(n for n in registered_names() if get_backbone(n).kind == 'media')})"
+                    f"(backbone is for the multimodal families: {registered_names('media')})"
                 )
             if self.model_name_or_path in (None, "minilm"):  # the field's default: the family's 7B checkpoint
                 self.model_name_or_path = spec.default_model
         elif self.model_name_or_path is None:
-            raise ValueError("model_name_or_path: give a text backbone (minilm, smollm2, a path or hub id)")
+            raise ValueError(
+                f"model_name_or_path: give a text backbone ({', '.join(_names('text'))}, a path or hub id)"
+            )
         spec = self.backbone_spec
         for name, kinds in FIELD_SUPPORT.items():
             value = getattr(self, name)
@@ -377,15 +371,13 @@ def resolve_training_bf16(
         bf16: the recipe's value: `"auto"` / None (the rule), True (asked for: refused without the units), False.
         use_cpu: the recipe's `use_cpu`; the device is the GPU when one is visible and `use_cpu` is off, else the CPU.
         fp16: the recipe's `fp16` (then `auto` means no bf16).
-        bf16_units: whether the device has bf16 matrix units (`has_bf16_matrix_units(device)` when None): the rule's
-            input, given by tests.
+        bf16_units: whether the device has bf16 matrix units (None: `has_bf16_matrix_units(device)`).
 
     Returns:
         `(bf16, use_cpu)`; `use_cpu` is turned on for bf16 on a CPU (transformers refuses CPU bf16 without it).
 
     Raises:
-        ValueError: `bf16=True` on a device without bf16 matrix units (naming the device and the alternatives).
-    """
+        ValueError: `bf16=True` on a device without bf16 matrix units (naming the device and the alternatives)."""
     import torch
 
     from emoreward.models.precision import has_bf16_matrix_units, resolve_dtype
@@ -491,8 +483,7 @@ def default_recipe_path() -> Path:
 
 
 def public_config(config: EmoRewardConfig) -> dict:
-    """The resolved recipe without secrets (hub tokens and the like are masked by transformers' `to_dict`): what
-    the report, the W&B run config and the run fingerprint record."""
+    """The resolved recipe without secrets: what the report, the W&B run config and the run fingerprint record."""
     data = config.to_dict()
     return {k: v for k, v in data.items() if "token" not in k.lower() or k in ("pad_token", "eos_token")}
 
@@ -519,15 +510,13 @@ def resolve_config(
     config_class: type = EmoRewardConfig,
 ) -> EmoRewardConfig:
     """Build a config from a recipe YAML and command-line values; later sources win: the dataclass defaults, the
-    recipe, `overrides` (Python), `options` (`--field value`, already typed by `RecipeParser`), `sets`
-    (`--set field=value` strings). Every text value is read by its field's declared type
-    (`emoreward.training.parsing.parse_value`).
+    recipe, `overrides` (Python), `options` (`--field value`, already typed), `sets` (`--set field=value`). Every text
+    value is read by its field's declared type (`emoreward.training.parsing.parse_value`).
 
     Raises:
         FileNotFoundError: the recipe does not exist.
-        ValueError: invalid YAML (file, line, column), an unknown key (file and line, or the option), a credential
-            in the recipe or on the command line, a value its field cannot read, or a value `__post_init__` refuses.
-    """
+        ValueError: invalid YAML (file, line, column), an unknown key, a credential, a value its field cannot read,
+            or a value `__post_init__` refuses (each naming where it was set)."""
     path = Path(path) if path is not None else default_recipe_path()
     known = recipe_fields(config_class)
     values: dict[str, Any] = {}
@@ -583,14 +572,11 @@ def resolve_config(
 
 
 def check_remote_code(config: EmoRewardConfig) -> None:
-    """`trust_remote_code` in a recipe, for text and multimodal recipes alike (the rule itself is
-    `emoreward.utils.remote_code.check_remote_code`, which every configuration reader calls): a multimodal backbone never takes it (those load with their transformers classes
-    only); a text backbone takes it only when the user asks on the command line (`--trust_remote_code`,
-    `--set trust_remote_code=true`) or in Python, never from a recipe file (which may come from anywhere).
+    """`trust_remote_code` in a recipe (the rule: `emoreward.utils.remote_code.check_remote_code`): never for a
+    multimodal backbone; for a text backbone only when asked on the command line or in Python, never from a recipe.
 
     Raises:
-        RecipeError: naming where it was set and how to allow it.
-    """
+        RecipeError: naming where it was set and how to allow it."""
     if not config.trust_remote_code:
         return
     where = config.field_origins.get("trust_remote_code", "")
@@ -614,9 +600,8 @@ def check_remote_code(config: EmoRewardConfig) -> None:
 
 
 def locate_field_error(message: str, origins: dict[str, str], recipe: str | Path, known) -> str:
-    """An error about a recipe field, prefixed with where that field was set: the recipe file and line, the
-    command-line option, or (left at its default) the recipe file. The field is the first name in the message
-    that is a recipe field (messages start with it: `num_train_epochs=0 ...`, `lora_r must be ...`)."""
+    """An error about a recipe field (the first recipe field named in the message), prefixed with where that field
+    was set: the recipe file and line, the command-line option, or the recipe file for a default."""
     import re
 
     for name in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", message):
@@ -629,36 +614,22 @@ def locate_field_error(message: str, origins: dict[str, str], recipe: str | Path
 def load_config(
     path: str | Path | None = None, overrides: dict[str, Any] | None = None, config_class: type = EmoRewardConfig
 ) -> EmoRewardConfig:
-    """Parse a recipe YAML (flat keys) into an `EmoRewardConfig` (or `config_class`), with optional overrides.
-
-    Args:
-        path: the recipe; None = the bundled default recipe.
-        overrides: fields that replace the recipe's; text values are read by the field's type (`"3e-4"` is a float
-            for `learning_rate`, `"no"` a strategy for `save_strategy`).
-        config_class: `EmoRewardConfig` or a subclass.
+    """Parse a recipe YAML (flat keys; None: the bundled default recipe) into an `EmoRewardConfig` (or
+    `config_class`), `overrides` replacing the recipe's fields (text values read by the field's type).
 
     Raises:
         ValueError: an unknown key (named, with the file and line), invalid YAML, a credential, or a value a field
-            rejects. FileNotFoundError: the recipe does not exist.
-    """
+            rejects. FileNotFoundError: the recipe does not exist."""
     return resolve_config(path, overrides=overrides, config_class=config_class)
 
 
 class RecipeParser(TrlParser):
-    """TRL's `TrlParser` for emoreward recipes: `--config RECIPE.yaml`, then `--field value` for any field (TRL's
-    option names, with underscores or dashes: `--learning_rate 1e-4`, `--output-dir DIR`) and `--set field=value`;
-    the command line wins over the YAML, the YAML over the defaults (TRL's precedence).
+    """TRL's `TrlParser` for emoreward recipes: `--config RECIPE.yaml`, `--field value` for any field and
+    `--set field=value`, the command line over the YAML over the defaults (TRL's precedence).
 
-    What differs from `TrlParser.parse_args_and_config`: every value, in the YAML too, is read by its field's
-    declared type (`save_strategy: no` is the strategy "no", not YAML's `False`); an empty value is an error; an
-    unknown recipe key names the file and line; invalid YAML names file, line and column; credentials
-    (`hub_token`, `*_token`, `api_key`, `secret`) are refused in recipes and on the command line; abbreviated
-    options are not accepted. `parse_args_and_config` returns a one-element tuple, like TrlParser.
-
-    Args:
-        config_class: `EmoRewardConfig` or a subclass.
-        **kwargs: passed to `argparse.ArgumentParser` (`prog`, `add_help`, ...).
-    """
+    Unlike `TrlParser`, every value (in the YAML too) is read by its field's declared type, an unknown key or invalid
+    YAML names file and line, credentials are refused and abbreviated options are not accepted.
+    `parse_args_and_config` returns a one-element tuple, like TrlParser."""
 
     def __init__(self, config_class: type = EmoRewardConfig, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
@@ -672,9 +643,7 @@ class RecipeParser(TrlParser):
         """Parse `args` (default `sys.argv[1:]`) into `(config,)`.
 
         Raises:
-            SystemExit(2): a malformed command line (argparse's usage message). ValueError / FileNotFoundError: see
-            `resolve_config`.
-        """
+            SystemExit(2): a malformed command line. ValueError / FileNotFoundError: see `resolve_config`."""
         return (config_from_arguments(self.parse_args(args), self.config_class),)
 
     def error(self, message: str):
@@ -702,9 +671,8 @@ def add_recipe_file_options(parser: argparse.ArgumentParser) -> None:
 
 
 def type_recipe_options(parser: argparse.ArgumentParser, config_class: type = EmoRewardConfig) -> None:
-    """Make the field options `HfArgumentParser` added read values with `parse_value` (the field's declared type,
-    null for None, empty values refused) and leave unset fields out of the namespace, so that a recipe value is
-    replaced only by an option actually given."""
+    """Make the field options `HfArgumentParser` added read values with `parse_value` and leave unset fields out of
+    the namespace, so a recipe value is replaced only by an option actually given."""
     known = recipe_fields(config_class)
     defaults = {f.name: f for f in fields(config_class)}
     for action in parser._actions:
@@ -759,9 +727,8 @@ def _union_members(hint: Any) -> tuple:
 
 
 def config_from_arguments(namespace: argparse.Namespace, config_class: type = EmoRewardConfig) -> EmoRewardConfig:
-    """The config a parsed command line describes: the recipe (`--config`, or the bundled default), then the field
-    options given (`--no-wandb`: `report_to: [none]`; `--quiet`: `disable_tqdm: true`), then `--set`; see
-    `resolve_config`."""
+    """The config a parsed command line describes (`--no-wandb`: `report_to: [none]`; `--quiet`:
+    `disable_tqdm: true`); see `resolve_config`."""
     known = recipe_fields(config_class)
     options = {k: v for k, v in vars(namespace).items() if k in known}
     if getattr(namespace, "no_wandb", False):
@@ -771,6 +738,4 @@ def config_from_arguments(namespace: argparse.Namespace, config_class: type = Em
     return resolve_config(namespace.config, options=options, sets=list(namespace.set or []), config_class=config_class)
 
 
-def load_recipe(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> EmoRewardConfig:
-    """Parse any recipe, text or multimodal (the same `EmoRewardConfig`); see `load_config`."""
-    return load_config(path, overrides)
+load_recipe = load_config  # any recipe, text or multimodal (the same `EmoRewardConfig`)

@@ -1,10 +1,5 @@
-"""CPU bf16 training: what bf16 autocast leaves undone on a CPU with bf16 matrix units (AMX-BF16, AVX512-BF16).
-
-With `bf16` on a CPU the Trainer runs every forward pass under `torch.autocast("cpu", torch.bfloat16)`, which alone
-makes a LoRA step no faster than float32: frozen weights and hidden states are cast again in every pass, and the
-bf16 flash-attention backward is slow. `cpu_bf16_training(model)` removes those costs for the duration of a
-training run (frozen modules held in bf16, float32 attention, peft's LoRA input cast off) and restores the float32
-model on exit. See docs/training.md ("bf16 training").
+"""CPU bf16 training: what bf16 autocast leaves undone on a CPU with bf16 matrix units (`cpu_bf16_training`:
+frozen modules held in bf16, float32 attention, peft's LoRA input cast off). See docs/training.md ("bf16 training").
 """
 
 from __future__ import annotations
@@ -21,16 +16,12 @@ SDPA_FP32 = "emoreward_sdpa_fp32"
 def sdpa_fp32_attention(module, query, key, value, attention_mask, **kwargs):
     """transformers' `sdpa` attention (`integrations.sdpa_attention.sdpa_attention_forward`, same arguments) computed
     in float32 on a CPU: bf16 `query`, `key`, `value` (`(batch, heads, seq, head_dim)`) and a floating-point mask are
-    cast to float32, autocast is off inside, and the output is cast back to the query's dtype.
-
-    Why: torch's CPU flash-attention kernel is slower in bf16 than in float32 (fwd + bwd of MiniLM-sized heads,
-    8 x 12 x 140 x 32 with a padding mask, torch 2.13 on AMX: 40-58 ms vs 13-18 ms), and attention is a small share of
-    the FLOPs, so float32 costs only the casts of q, k, v. Other devices and float32 inputs call `sdpa` unchanged.
+    cast to float32 (torch's CPU flash-attention kernel is slower in bf16), the output cast back to the query's dtype;
+    other devices and float32 inputs call `sdpa` unchanged.
 
     Returns:
         `(attn_output, attn_weights)` as `sdpa_attention_forward`: `(batch, seq, heads, head_dim)` in the query's
-        dtype, and None.
-    """
+        dtype, and None."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     dtype = query.dtype
@@ -68,25 +59,14 @@ def frozen_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
 
 @contextlib.contextmanager
 def cpu_bf16_training(model: torch.nn.Module, *, enabled: bool = True):
-    """Train `model` under CPU bf16 autocast without the casts and the slow kernels autocast leaves: frozen modules
-    held in bf16, float32 attention, peft's LoRA input cast off; everything is restored on exit, the frozen
-    parameters to their float32 tensors.
-
-    - Every module with no trainable parameter (the frozen base model: embeddings, linear layers, LayerNorms) holds
-      its floating-point parameters in bf16, so the whole forward runs in bf16 as the bf16 scoring copy does, with
-      no cast (autocast caches casts only for weights that take gradients); modules that train (LoRA's A and B, the
-      value head) stay float32 (master weights, gradients, optimizer states).
-    - Attention computes in float32 (`sdpa_fp32_attention`): the CPU flash-attention backward is 3-5x slower in
-      bf16 than in float32.
-    - peft's LoRA input cast is off (`peft.helpers.disable_input_dtype_casting`): autocast runs the branch in bf16.
-
-    On exit what is saved (adapter, value head) and what scores afterwards is exactly what a float32 run holds; a
-    checkpoint saved during training stores only trainable modules, which were never cast.
+    """Train `model` under CPU bf16 autocast without the casts and slow kernels autocast leaves, restoring everything
+    on exit: modules with no trainable parameter hold their parameters in bf16 (no per-pass cast; trainable ones stay
+    float32 master weights), attention computes in float32 (`sdpa_fp32_attention`), and peft's LoRA input cast is off.
+    What is saved and scored afterwards is exactly what a float32 run holds.
 
     Args:
         model: the network the Trainer trains (a peft model or a plain transformers model).
-        enabled: False: do nothing (float32 runs, GPU runs, DeepSpeed).
-    """
+        enabled: False: do nothing (float32 runs, GPU runs, DeepSpeed)."""
     if not enabled:
         yield
         return

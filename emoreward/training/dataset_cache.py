@@ -1,11 +1,6 @@
-"""Encode every pair once per run: cross-validation folds and the final fit select rows instead of re-encoding.
-
-A pair's training row (`emoreward.training.preprocess.PairEncoding`) depends only on the pair and on the model's
-input settings (backbone, tokenizer, layout, instruction, length limit, media sampling), not on the weights, so
-`encoded_dataset` keeps the encodings of the last settings it saw, keyed by the pair itself (and, for media pairs,
-the media files' sizes and modification times, so a file replaced between runs is encoded again). A fold then
-costs one `datasets.Dataset` of its rows. The dataset and exclusion report equal what `adapter.build_dataset` builds
-from the same pairs (tested).
+"""Encode every pair once per run: cross-validation folds and the final fit select rows of `encoded_dataset` instead
+of re-encoding (keyed by the pair, the input settings and, for media pairs, the files' sizes and times).
+See docs/training.md.
 """
 
 from __future__ import annotations

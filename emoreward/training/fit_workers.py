@@ -1,13 +1,6 @@
-"""Independent fits side by side on a CPU: the cross-validation folds of one run in worker processes.
-
-On a CPU the default recipe's training step uses several cores poorly from one process (small LoRA matrices, a
-per-op overhead that does not shrink with threads), so a CPU run trains the folds `workers` at a time in spawned
-processes of `threads` torch threads each (`resolve_fit_workers`); the main process trains the final fit meanwhile,
-once a worker's cores are free (`emoreward.training.pipeline`). Every fold is computed by the same function with the
-same seed as in the main process. The recipe field `fit_workers` is not part of the run's identity (a resumed run
-reuses finished folds); the plan (workers, threads) is recorded with it
-(`emoreward.training.run_identity.recorded_fit_plan`), so a resumed run trains on the uninterrupted run's threads.
-Figures: docs/training.md ("Folds side by side").
+"""Independent fits side by side on a CPU: the cross-validation folds of one run in spawned worker processes
+(`resolve_fit_workers`), each computed by the same function and seed as in the main process.
+See docs/training.md ("Folds side by side").
 """
 
 from __future__ import annotations
@@ -92,27 +85,14 @@ def resolve_fit_workers(
     threads: int | None = None,
     memory: int | None = None,
 ) -> FitWorkers:
-    """How many fits of a run train at once.
+    """How many fits of a run train at once (`FitWorkers`: workers, threads each, reason).
 
-    Args:
-        requested: the recipe's `fit_workers` (`"auto"` or an integer >= 1).
-        jobs: fits that can run side by side (the folds still to train).
-        kind: the backbone kind (`"text"` / `"media"`); device: where the run trains (`"cpu"`, `"cuda"`, ...);
-        world_size: processes of an `accelerate launch` run.
-        threads: the thread budget (default `thread_budget()`); memory: available bytes (default
-            `available_memory()`).
-
-    Returns:
-        `"auto"`: on a CPU, for a text backbone, in a single-process run with at least 2 threads and 2 fits:
-        `min(jobs, threads, memory // FIT_MEMORY_BYTES)` workers of `threads // workers` threads; otherwise 1
-        (a GPU trains one fit at a time, an `accelerate launch` run spreads each fit over its processes, multimodal
-        fits are memory-bound). An integer: that many workers (at most `jobs`), of `threads // workers` threads
-        (at least 1).
+    `"auto"`: on a CPU, for a text backbone, in a single-process run with at least 2 threads and 2 fits,
+    `min(jobs, threads, memory // FIT_MEMORY_BYTES)` workers of `threads // workers` threads; otherwise 1. An integer:
+    that many workers (at most `jobs`). `threads` and `memory` default to `thread_budget()` and `available_memory()`.
 
     Raises:
-        ValueError: an integer > 1 on a GPU or in an `accelerate launch` run (worker processes would share the device
-            or the process group: use `accelerate launch` for GPUs).
-    """
+        ValueError: an integer > 1 on a GPU or in an `accelerate launch` run (use `accelerate launch` for GPUs)."""
     threads = thread_budget() if threads is None else threads
     requested = parse_fit_workers(requested)
     if requested != "auto":
@@ -154,11 +134,8 @@ def torch_threads(threads: int) -> Iterator[None]:
 
 
 def _start_worker(threads: int, warning_filters: list, parent: tuple[int, bool]) -> None:
-    """A worker's set-up: it ends when the main process dies (`die_with_parent`: a killed run leaves no fold
-    training on), its torch threads, the parent's warning filters (the CLI's quiet libraries), and no
-    standard output (what a fold reports comes back to the main process, which prints it; libraries' own prints,
-    e.g. transformers' "Running in WANDB offline mode" per process, do not repeat). Warnings and errors still reach
-    standard error."""
+    """A worker's set-up: it dies with the main process (`die_with_parent`), takes its torch threads and the parent's
+    warning filters, and drops standard output (the main process prints what a fold reports)."""
     from emoreward.utils.processes import die_with_parent
 
     die_with_parent(parent)
@@ -172,9 +149,8 @@ def _start_worker(threads: int, warning_filters: list, parent: tuple[int, bool])
 
 
 def _run(fn: Callable, *args):
-    """One fit in a worker: interruptible by Ctrl-C (which reaches the whole process group) while it runs, so an
-    interrupted fold stops at once; an idle worker ignores it and leaves when the pool shuts down, without the
-    traceback multiprocessing prints for a worker interrupted while it waits for work."""
+    """One fit in a worker, interruptible by Ctrl-C while it runs; an idle worker ignores Ctrl-C and leaves when the pool
+    shuts down."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return fn(*args)
@@ -183,15 +159,9 @@ def _run(fn: Callable, *args):
 
 
 class FitPool:
-    """Worker processes for independent fits (spawned: a fresh interpreter, no forked torch state).
-
-    `submit(fn, *args)` runs a module-level function in a worker and returns its `Future`; `fn` and its arguments
-    are pickled (a recipe, the pairs, indices). Leaving the `with` block waits for the submitted fits; an error or
-    an interrupt (Ctrl-C reaches the workers too, as one process group) cancels the fits not yet started.
-
-    Raises (from a future's `result()`): the fit's own exception; `RuntimeError` when a worker died (e.g. killed
-    for memory), naming `fit_workers`.
-    """
+    """Spawned worker processes for independent fits: `submit(fn, *args)` runs a module-level function in a worker and
+    returns its `Future`. Leaving the `with` block waits for the fits; an error or Ctrl-C cancels those not started.
+    A future's `result()` raises the fit's own exception, or `RuntimeError` when a worker died."""
 
     def __init__(self, workers: int, threads: int):
         self.workers, self.threads = workers, threads

@@ -1,16 +1,6 @@
 """LoRA linear layers as one autograd function for CPU training: `y = x W^T + b + s (x A^T) B^T` in three matrix
-products and no elementwise pass over the output (Hu et al. 2021, LoRA, eq. 3).
-
-peft's `lora.Linear` computes `base(x) + lora_B(lora_A(dropout(x))) * scaling`: besides the three products that
-is a multiply and an add over the `(tokens, out)` output in the forward pass, the multiply's gradient in the
-backward pass, and an add that sums the input gradients of the base and the LoRA branch. On a CPU those passes are
-memory-bound (profile of the default recipe's step, MiniLM + LoRA on every linear layer: elementwise ops 18% of a
-bf16 step); `LoraLinearFunction` folds them into the products (`addmm_` accumulates in place) and skips the input
-gradient where the input needs none (the first layer's, below the frozen embeddings). Same products, summed in
-another order: float32 results agree with peft's to rounding (`tests/test_training_bf16.py`).
-
-`fused_lora_linears(model)` routes every plain LoRA linear layer (one active adapter, no dropout, not merged, no
-DoRA or other variant, frozen base weight) through it for the duration of a run; others keep peft's forward.
+products and no elementwise pass over the output (Hu et al. 2021, LoRA, eq. 3). `fused_lora_linears(model)` routes
+every plain LoRA linear layer through it for a run; others keep peft's forward. See docs/training.md.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Pairwise reward-model likelihoods, with and without ties.
-
-All functions take the reward difference `d = r(chosen) - r(rejected)` (`torch.Tensor` of shape `(batch,)`)
-and return per-pair negative log-likelihoods of shape `(batch,)`. For a tie pair the order of the two
-descriptions does not matter (the tie likelihoods are even in `d`).
+"""Pairwise reward-model likelihoods, with and without ties: functions of `d = r(chosen) - r(rejected)` (shape
+`(batch,)`) returning per-pair negative log-likelihoods (shape `(batch,)`). See docs/training.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
-"""Training objectives of reward models (`length_debias:` in a recipe): ONE registry that the trainer, the
-value-head probes and scoring use, for text and multimodal backbones alike.
-
-| name | value-head outputs | loss | after training | reward used for scoring |
-|---|---|---|---|---|
-| `none` | 1 | pairwise NLL (Bradley-Terry, or Rao-Kupper / Davidson with ties) | - | head |
-| `reweight` | 1 | pairwise NLL, length-aligned and length-counter pairs weighted equally | - | head |
-| `penalty` | 1 | pairwise NLL | fit alpha on the training descriptions | head - alpha * standardised length |
-| `disentangled` | 2 | NLL on quality + length heads, plus ODIN's correlation and orthogonality terms | - | quality head |
-
-`penalty` is the length-penalised baseline; `disentangled` is ODIN (Chen et al. 2024, "ODIN: Disentangled Reward
-Mitigates Hacking in RLHF", section 3, eq. 3). The penalty is a `score_transform` stored in the model's settings
-(`emoreward.models.base.apply_score_transform`), so every route that scores through the model applies it.
+"""Training objectives of reward models (`length_debias:` in a recipe): one registry the trainer, the value-head
+probes and scoring use. `none` and `reweight`: pairwise NLL; `penalty`: head - alpha * standardised length (a
+`score_transform`); `disentangled`: ODIN (Chen et al. 2024, section 3, eq. 3), scored by its quality head.
+See docs/training.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """Typed values from text, for recipes and command lines: one rule for a recipe YAML, `--field value` and
-`--set field=value`.
-
-A value is parsed by the type its field declares, never by YAML's guessing: YAML 1.1 reads `no`, `yes`, `on`
-and `off` as booleans and `3e-4` as a string, so `save_strategy: no` would reach transformers as `False`. Here a
-scalar's text is read by the field's type (`"no"` is the string `no` for `save_strategy` and `False` for a
-boolean field), and what cannot be read is a `ValueError` naming the field (the rules: `parse_value`). This module
-imports no ML library, so a malformed recipe is reported before torch loads. See docs/training.md.
+`--set field=value`, reading each value by its field's declared type, never by YAML's guessing. Imports no ML
+library. See docs/training.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """The main job, one pipeline for text and multimodal reward models: cross-validate, fit, calibrate, evaluate.
-
-`run_training(config)` is the single code path behind `emoreward train` and `scripts/train_reward.py` (its
-docstring lists the steps): k-fold cross-validation (finished folds are reused on a rerun), the final fit on all
-pairs with its calibrated tie threshold, an optional evaluation, and the reports. What differs between backbone
-kinds (model, dataset, collator, forward) is the adapter's (`emoreward.training.adapters`); the objective
-(`length_debias`) is the registry's (`emoreward.training.objectives`). Under `accelerate launch` every process runs
-the job; only the main one logs and writes files. See docs/training.md.
+`run_training(config)` is the single code path behind `emoreward train` and `scripts/train_reward.py`.
+See docs/training.md.
 """
 
 from __future__ import annotations
@@ -99,27 +94,16 @@ def fit_reward_model(
     """Train one reward model (any backbone kind) on `pairs` with `EmoRewardTrainer`, run the objective's
     after-fit step (the `penalty` transform), then calibrate the tie threshold on the same pairs.
 
-    Pairs are encoded once per run (`emoreward.training.dataset_cache`): cross-validation folds and the final fit
-    select rows. Text batches run in length groups (`LengthSplitAdapter`: about 10% padding instead of 30%). A text
-    model then scores (after-fit step, calibration, the caller's evaluation) on an inference
-    copy in the precision `"auto"` picks (`emoreward.models.precision`: bfloat16 on bf16 matrix units, float32
-    elsewhere; the master weights stay float32); a saved model (`save`) scored in bfloat16 records its bf16
-    verdict agreement with float32 on the training pairs (`settings.extra["bf16_agreement"]`), and keeps float32
-    below 99.5%, before the tie threshold is calibrated.
-
-    With `save`, the trainer's checkpoints go to `output_dir`, each with the run's identity
-    (`emoreward.training.run_identity`), and an interrupted run resumes from the last one when it is the same run
-    (else `RunIdentityError`). With
-    `eval_pairs` and `eval_strategy` set, the trainer evaluates on them (eval reward accuracy) and
-    `load_best_model_at_end` keeps the best checkpoint; without `eval_pairs` evaluation during training is off.
-
-    `train_threads` bounds the torch threads of the training loop alone (the final fit beside cross-validation
-    folds still training in worker processes); the scoring after it runs whole batches per thread, so its rewards
-    do not depend on the thread count (`emoreward.models.scoring.run_batches`).
+    Pairs are encoded once per run (`emoreward.training.dataset_cache`); text batches run in length groups
+    (`LengthSplitAdapter`). A text model then scores in the precision `"auto"` picks (`emoreward.models.precision`); a
+    saved model scored in bfloat16 records its bf16 verdict agreement first (`settings.extra["bf16_agreement"]`).
+    With `save`, checkpoints carry the run's identity and an interrupted run of the same identity resumes from the
+    last one. `eval_pairs` with `eval_strategy` set are evaluated during training. `train_threads` bounds the torch
+    threads of the training loop alone.
 
     Raises:
-        MediaError: unreadable media with `media_errors: raise`; ValueError: no pair left after exclusions.
-    """
+        MediaError: unreadable media with `media_errors: raise`; ValueError: no pair left after exclusions;
+        RunIdentityError: a checkpoint of another run."""
     import torch
 
     from emoreward.models.precision import record_bf16_agreement
@@ -195,9 +179,8 @@ def _replace(config: EmoRewardConfig, **changes) -> EmoRewardConfig:
 
 
 def _last_checkpoint(output_dir: str | Path) -> str | None:
-    """The newest complete `checkpoint-<step>` in `output_dir`: one whose `trainer_state.json` (the Trainer writes
-    it after the weights, optimizer and RNG states) reads back and names that step. A checkpoint that a kill cut
-    short is skipped with a warning, and the run resumes from the one before it."""
+    """The newest complete `checkpoint-<step>` in `output_dir` (its `trainer_state.json`, written last, names that
+    step); an incomplete one is skipped with a warning."""
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
     if not Path(output_dir).is_dir():
@@ -218,9 +201,8 @@ def _last_checkpoint(output_dir: str | Path) -> str | None:
 
 
 def stratified_folds(pairs: list[PreferencePair], k: int, seed: int) -> list[tuple[list[int], list[int]]]:
-    """Stratified k-fold split of pair indices by label (scikit-learn `StratifiedKFold`, shuffled, seeded), over
-    the pairs in their content order (`canonical_pairs`): the same folds whatever the order of the rows. A pair
-    never sits on both sides of a split (the loader refuses repeated pairs, `pair_content`)."""
+    """Stratified k-fold split of pair indices by label (scikit-learn `StratifiedKFold`, shuffled, seeded), over the
+    pairs in their content order (`canonical_pairs`): the same folds whatever the order of the rows."""
     order = {id(p): k for k, p in enumerate(canonical_pairs(pairs))}
     ranked = sorted(range(len(pairs)), key=lambda i: order[id(pairs[i])])
     labels = [pairs[i].label for i in ranked]
@@ -274,16 +256,12 @@ def run_fold(
     fit: Callable[[list[PreferencePair], Path, str], FitResult] | None = None,
     evaluate: Callable[[RewardModel, list[PreferencePair]], dict] | None = None,
 ) -> tuple[dict, str]:
-    """Train and judge one fold, in the main process or in a `FitPool` worker (the same steps either way).
-
-    `fit(train_pairs, fold_dir, run_name)` trains on the k-1 other folds (nothing saved) and calibrates the tie
-    threshold on them (default: `fit_reward_model`); `evaluate(model, test_pairs)` judges the held-out fold with
-    the shared harness (default: `evaluate_model`); with `report_to: wandb` the fold logs into its own W&B run of
-    `group`; `<fold_dir>/finished.json` is written last, atomically, by the run's main process.
+    """Train and judge one fold, in the main process or in a `FitPool` worker (the same steps either way): `fit`
+    (default `fit_reward_model`) on the other folds, `evaluate` (default `evaluate_model`) on the held-out one, then
+    `<fold_dir>/finished.json`, written last by the main process.
 
     Returns:
-        (the fold's evaluation, its one-line summary for the log).
-    """
+        (the fold's evaluation, its one-line summary for the log)."""
     train = [pairs[i] for i in job.train_idx]
     test = [pairs[i] for i in job.test_idx]
     run_name = f"{config.run_name or 'emoreward'}-fold{job.k}"
@@ -314,15 +292,11 @@ def run_fold(
 
 
 class CrossValidation:
-    """The stratified k-fold cross-validation of one run (`config.cv_folds` folds, `config.seed`): planned and
-    started when made, read with `result()`.
+    """The stratified k-fold cross-validation of one run, planned and started when made, read with `result()`.
 
-    Finished folds of an earlier run of the same recipe and data are reused (`cv/fold<k>/finished.json`); the rest
-    train one after another in this process or, on a CPU with several cores (`fit_workers`, see
-    `emoreward.training.fit_workers`), side by side in worker processes. `free_cores()` waits until the final fit
-    can run beside the folds still training and says with how many torch threads (None: the folds have all run).
-    Use it as a context manager: leaving it waits for (after an error: cancels) the folds in flight.
-    """
+    Finished folds of the same run are reused (`cv/fold<k>/finished.json`); the rest train here or, with
+    `fit_workers`, in worker processes. `free_cores()` waits until the final fit can run beside the folds still
+    training. As a context manager, leaving it waits for (after an error: cancels) the folds in flight."""
 
     def __init__(self, config, pairs, *, fit=None, evaluate=None, log=print):
         self.config, self.pairs, self.log = config, pairs, log
@@ -417,13 +391,11 @@ class CrossValidation:
                 fit_result(future)  # a failed fold stops the run now, not after the others
 
     def free_cores(self) -> int | None:
-        """Block until every fold is handed out and fewer are in flight than there are workers; return the torch
-        threads the final fit trains on: the plan's threads per fit when the folds run in workers (whether or not
-        any is still running, and on resume: the result must not depend on timing), else None (all threads).
+        """Block until every fold is handed out and a worker is free; return the torch threads of the final fit (the
+        plan's threads per fit when the folds run in workers, else None: all threads).
 
         Raises:
-            the first failed fold's exception (`RuntimeError` when its worker process died).
-        """
+            the first failed fold's exception (`RuntimeError` when its worker process died)."""
         if self.pool is None:
             self._run_here()
         else:
@@ -431,13 +403,11 @@ class CrossValidation:
         return self.plan.threads if self.plan.parallel else None
 
     def result(self) -> tuple[dict, str]:
-        """Wait for every fold; return (`{"k", "seed", "summary": mean ± std over folds, "folds": [evaluation,
-        ...]}`, Markdown table), and write `<output_dir>/confusion.png` (three-class confusion summed over the
-        held-out folds; main process only).
+        """Wait for every fold; return (`{"k", "seed", "summary", "folds"}`, Markdown table) and write
+        `<output_dir>/confusion.png` (main process only).
 
         Raises:
-            the first failed fold's exception (`RuntimeError` when its worker process died).
-        """
+            the first failed fold's exception (`RuntimeError` when its worker process died)."""
         if self.pool is None:
             self._run_here()
         else:
@@ -472,47 +442,16 @@ class CrossValidation:
             self.pool.__exit__(exc_type, exc, tb)
 
 
-def run_cross_validation(
-    config: EmoRewardConfig,
-    pairs: list[PreferencePair],
-    *,
-    fit: Callable[[list[PreferencePair], Path, str], FitResult] | None = None,
-    evaluate: Callable[[RewardModel, list[PreferencePair]], dict] | None = None,
-    log=print,
-) -> tuple[dict, str]:
-    """Stratified k-fold cross-validation (`config.cv_folds` folds, `config.seed`) of a reward model, every fold
-    trained and judged by `run_fold`; `<output_dir>/cv/fold<k>/finished.json` is written last, so a rerun of the
-    same recipe and data reuses a finished fold and redoes an interrupted one. Only the main process writes
-    files; every process trains.
-
-    Returns:
-        (`{"k", "seed", "summary": mean ± std over folds, "folds": [evaluation, ...]}`, Markdown table). Also
-        writes `<output_dir>/confusion.png` (three-class confusion summed over the held-out folds).
-    """
-    with CrossValidation(config, pairs, fit=fit, evaluate=evaluate, log=log) as folds:
-        return folds.result()
-
-
 def run_training(config: EmoRewardConfig, *, log=print) -> dict:
-    """Run the main job (cross-validation, final fit, evaluation, reports) for any backbone kind:
-
-    1. check that the backbone has positions for `max_length`, load and validate the pairs (`config.train_file`,
-       and `config.eval_file` before any training);
-    2. stratified k-fold cross-validation: per fold, fit on k-1 folds, calibrate the tie threshold on them, judge
-       the held-out fold in normal and swapped order, compute the metrics beside the length and random baselines;
-       `cv/fold<k>/finished.json` is written last, so a rerun reuses finished folds; on a CPU the folds train side
-       by side in worker processes (`fit_workers`, `emoreward.training.fit_workers`; `CrossValidation`);
-    3. fit on all pairs (beside the last folds when they run in workers), calibrate, save the adapter + value head
-       (and a model card quoting step 2);
-    4. optionally evaluate on `config.eval_file`;
-    5. write `report.json`, `report.md` and `confusion.png` to the output directory and return the report.
+    """Run the main job for any backbone kind: load and check the pairs (`train_file`, `eval_file`) before any
+    training, stratified k-fold cross-validation (`CrossValidation`), the final fit on all pairs (saved with its card),
+    an optional evaluation on `eval_file`, then `report.json`, `report.md` and `confusion.png`.
 
     Returns:
         the report dict also written to `<output_dir>/report.json`.
 
     Raises:
-        DataError / ValueError: bad training or evaluation data (both are read before any training starts).
-    """
+        DataError / ValueError: bad training or evaluation data (both are read before any training starts)."""
     config.check_max_length()  # a recipe the backbone cannot run fails here, not on the first long pair
     by_id = config.media_root is not None  # clips read by sample id: the id is part of a pair's context
     pairs = canonical_pairs(load_pairs(config.train_file, media_by_id=by_id))  # the file's row order changes nothing
@@ -558,13 +497,7 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
     if config.final_fit:
         model = _save_final(config, pairs, final, report, out, log)
         if eval_pairs is not None:
-            evaluation = evaluate_model(
-                model,
-                eval_pairs,
-                tie_policy=config.two_class_tie_policy,
-                batch_size=config.score_batch_size,
-                media_errors=config.media_errors,
-            )
+            evaluation = _default_evaluate(config)(model, eval_pairs)
             report["eval_file"] = {"path": str(config.eval_file), "evaluation": evaluation}
             table = markdown_table(headline(evaluation), f"held-out file {config.eval_file}")
             report["markdown"] = (report.get("markdown", "") + "\n" + table).lstrip("\n")
@@ -586,9 +519,8 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
 
 
 def _fit_final(config, pairs, eval_pairs, out: Path, log, *, train_threads: int | None = None) -> FitResult | dict:
-    """Fit on all pairs (its W&B run started first; its training loop on `train_threads` torch threads when
-    given); or the record of a finished earlier fit of the same recipe (a dict: `_save_final` then reuses
-    `<output_dir>/model`)."""
+    """Fit on all pairs (its W&B run started first), or the record of a finished earlier fit of the same run (a
+    dict: `_save_final` then reuses `<output_dir>/model`)."""
     model_dir = out / "model"
     final = _load_finished(model_dir, _final_fingerprint(config, pairs))
     if final is not None:
@@ -614,8 +546,8 @@ def _final_fingerprint(config, pairs) -> str:
 
 
 def _save_final(config, pairs, fit: FitResult | dict, report: dict, out: Path, log) -> RewardModel:
-    """Save the final fit to `<output_dir>/model` with its card (which quotes the cross-validation in `report`),
-    the training data and, last, `finished.json`; a reused fit (a dict) is loaded from there instead."""
+    """Save the final fit to `<output_dir>/model` with its card, the training data and, last, `finished.json`; a
+    reused fit (a dict) is loaded from there instead."""
     model_dir = out / "model"
     if isinstance(fit, dict):
         report["final"] = fit
@@ -652,14 +584,13 @@ def _silent(*_args, **_kwargs) -> None:
 
 
 def wandb_group(config: EmoRewardConfig, pairs: list[PreferencePair]) -> str:
-    """The W&B group of one job's runs (folds and final fit): the run name and 8 hex digits of the run identity
-    (`emoreward.training.run_identity`), so a resumed job logs into the same group and another recipe into another."""
+    """The W&B group of one job's runs: the run name and 8 hex digits of the run identity."""
     return f"{config.run_name or 'emoreward'}-{run_identity(config, pairs)['fingerprint'][:8]}"
 
 
 def _load_finished(directory: Path, fingerprint: str) -> dict | None:
-    """The saved evaluation of work finished by an earlier, interrupted run of the same recipe and data; None when
-    there is none, it belongs to other work, or the marker is empty or torn (warned, naming the file)."""
+    """The saved evaluation of finished work of the same run; None when there is none, it belongs to other work, or
+    the marker is torn."""
     saved = read_json_or_none(directory / FINISHED_FILE, what="finished-work marker")
     if not isinstance(saved, dict) or saved.get("fingerprint") != fingerprint:
         return None
@@ -683,7 +614,6 @@ __all__ = [
     "model_card",
     "CrossValidation",
     "FoldJob",
-    "run_cross_validation",
     "run_fold",
     "run_training",
     "stratified_folds",

@@ -1,10 +1,6 @@
-"""Turn preference pairs into the tokenized chosen / rejected datasets TRL's RewardTrainer consumes, for text and
-multimodal reward models, and the collators that batch them.
-
-Both builders lay out sequences with the model's own input function (`TextRewardModel.encode`, the media model's
-prompt builder), the one scoring uses, and give every row the same per-pair columns (`tie`, `weight`,
-`length_chosen`, `length_rejected`, `margin`) so one trainer and one objective registry serve both. Nothing is dropped
-silently: every pair left out is counted under its reason in an `ExclusionReport`.
+"""Preference pairs into the tokenized chosen / rejected datasets TRL's RewardTrainer consumes, for text and
+multimodal reward models, and their collators; every pair left out is counted in an `ExclusionReport`.
+See docs/training.md.
 """
 
 from __future__ import annotations
@@ -80,10 +76,8 @@ def build_text_dataset(
     ties: str = "drop",
     truncation: str = "drop",
 ) -> tuple[Dataset, ExclusionReport]:
-    """Encode labelled pairs as `chosen_ids` / `rejected_ids` (+ `tie` flag) rows for a text reward model.
-
-    For a tie pair (kept only with a tie-aware loss), `chosen` is description 1 and `rejected` description 2,
-    and `tie` is 1.0; the tie-aware loss is symmetric in the two.
+    """Encode labelled pairs as `chosen_ids` / `rejected_ids` (+ `tie` flag) rows for a text reward model; a tie pair
+    (kept only with a tie-aware loss) keeps its order, `tie` 1.0.
 
     Args:
         pairs: labelled preference pairs.
@@ -92,24 +86,18 @@ def build_text_dataset(
         truncation: `"drop"` pairs that exceed `max_length`, or `"truncate"` their descriptions.
 
     Returns:
-        (`datasets.Dataset` with columns `chosen_ids`, `rejected_ids`, `tie`, `length` (longer of the two, in
-        tokens, for `train_sampling_strategy: group_by_length`), `length_chosen` / `length_rejected`
-        (characters), `weight` (length-balance weight), `sample_id`; the report).
+        (`datasets.Dataset` with columns `chosen_ids`, `rejected_ids`, `tie`, `length` (longer of the two, in tokens),
+        `length_chosen` / `length_rejected` (characters), `weight`, `sample_id`; the `ExclusionReport`).
 
     Raises:
-        ValueError: an unlabelled pair (the message names its row).
-    """
+        ValueError: an unlabelled pair (the message names its row)."""
     return dataset_from_encodings(pairs, [encode_text_pair(p, model, ties=ties, truncation=truncation) for p in pairs])
 
 
 @dataclass(frozen=True)
 class PairEncoding:
-    """One labelled pair as the trainer sees it: its row (full sequences in chosen / rejected orientation, plus
-    the media columns of a multimodal pair), or the reason it is left out (`EXCLUSION_REASONS`).
-
-    The encoding of a pair depends only on the pair and the model's input settings, so a run encodes every pair
-    once and each cross-validation fold selects its rows (`dataset_from_encodings`).
-    """
+    """One labelled pair as the trainer sees it: its row (chosen / rejected orientation, plus a multimodal pair's media
+    columns), or the reason it is left out (`EXCLUSION_REASONS`); a fold selects rows (`dataset_from_encodings`)."""
 
     first: tuple[int, ...] = ()
     second: tuple[int, ...] = ()
@@ -146,12 +134,11 @@ def encode_text_pair(pair: PreferencePair, model: TextRewardModel, *, ties: str,
 def dataset_from_encodings(
     pairs: list[PreferencePair], encodings: list[PairEncoding]
 ) -> tuple[Dataset, ExclusionReport]:
-    """The training dataset and exclusion report of `pairs` from their `PairEncoding`s (same order): the rows and
-    columns `build_text_dataset` / `build_media_dataset` describe; length-balance weights over the kept pairs.
+    """The training dataset and exclusion report of `pairs` from their `PairEncoding`s (same order), with
+    length-balance weights over the kept pairs.
 
     Raises:
-        ValueError: no pair left.
-    """
+        ValueError: no pair left."""
     report = ExclusionReport(n_input=len(pairs))
     rows: dict[str, list] = defaultdict(list)
     for key in (
@@ -211,18 +198,14 @@ def build_media_dataset(
     truncation: str = "drop",
     media_errors: str = "raise",
 ) -> tuple[Dataset, ExclusionReport]:
-    """Encode labelled pairs for a multimodal reward model: rows `chosen_ids`, `rejected_ids` (full sequences, the
-    same media prefix in both), `prefix_length`, the shared per-pair columns, and the sample's `video`, `audio`,
-    `subtitle` (the collator decodes the media again per batch).
-
-    Every sample's media is decoded once here, so bad media surfaces before training starts. A pair whose media
-    prefix alone does not fit `max_length` is dropped and counted (a media span is never cut), as are pairs with
-    missing or unreadable media when `media_errors="skip"`.
+    """Encode labelled pairs for a multimodal reward model: `chosen_ids`, `rejected_ids` (one media prefix in both),
+    `prefix_length`, the per-pair columns and the sample's `video`, `audio`, `subtitle`. Media are decoded here, so bad
+    media surface before training; a pair whose media prefix alone exceeds `max_length`, or (with
+    `media_errors="skip"`) whose media cannot be read, is dropped and counted.
 
     Raises:
         MediaError: missing / unreadable media with `media_errors="raise"` (names the sample and the file).
-        ValueError: an unlabelled pair, a prompt the processor rejects (names the pair), or no pair left.
-    """
+        ValueError: an unlabelled pair, a prompt the processor rejects (names the pair), or no pair left."""
     return dataset_from_encodings(
         pairs,
         [encode_media_pair(p, model, ties=ties, truncation=truncation, media_errors=media_errors) for p in pairs],
@@ -284,13 +267,11 @@ class TextPreferenceCollator(DataCollatorForPreference):
 @dataclass
 class MediaPreferenceCollator:
     """Batch of multimodal pairs -> `input_ids`, `attention_mask` of shape `(2 * batch, longest)` (chosen rows
-    first, right padding, to a multiple of `pad_to_multiple_of` when set), the media tensors of the `2 * batch`
-    sequences in that order, and the per-pair float tensors of shape `(batch,)` (`tie`, `weight`, ...).
+    first, right padding), the media tensors of the `2 * batch` sequences and the per-pair float tensors `(batch,)`.
 
     Raises:
         MediaError: a file became unreadable since the dataset was built.
-        ValueError: the re-encoded media prefix differs from the one in the dataset.
-    """
+        ValueError: the re-encoded media prefix differs from the one in the dataset."""
 
     model: MediaRewardModel
     pad_token_id: int
@@ -331,11 +312,8 @@ class MediaPreferenceCollator:
 
 
 def length_balance_weights(length_chosen: list[float], length_rejected: list[float], tie: list[float]) -> list[float]:
-    """Per-pair weights under which length-aligned pairs (the chosen description is longer) and length-counter
-    pairs (it is shorter) weigh equally; ties and equally long pairs weigh 1. The mean weight is 1.
-
-    Used by `length_debias: reweight` (the weights are computed always, and used only then).
-    """
+    """Per-pair weights (mean 1) under which length-aligned and length-counter pairs weigh equally; ties and equally
+    long pairs weigh 1. Used by `length_debias: reweight`."""
     aligned = [c > r and t == 0 for c, r, t in zip(length_chosen, length_rejected, tie)]
     counter = [c < r and t == 0 for c, r, t in zip(length_chosen, length_rejected, tie)]
     n_a, n_c = sum(aligned), sum(counter)
@@ -352,18 +330,10 @@ def label_counts(pairs: list[PreferencePair]) -> dict[str, int]:
 
 # ---------------------------------------------------------------------------------------------- length split
 class LengthSplitAdapter:
-    """A text backbone adapter whose training forward pass runs a batch's `2 * batch` chosen and rejected sequences
-    in up to `max_groups` length groups (`emoreward.training.step_plan.plan_forward_groups`: as many on every
-    process), each cut to its own longest sequence.
-
-    TRL's collator pads every sequence of a batch to the longest one; grouping pairs by length cannot help the
-    shorter description of each pair (on EmoPrefer the two descriptions of a pair differ by 78 tokens on average),
-    so about 30% of the tokens a MiniLM step computed were padding; in length groups about 10% are. Right padding
-    (the collator's) means cutting columns drops only padding; value-head outputs are put back in batch order, so
-    the loss sees the same `(2 * batch, num_heads)` logits (up to float rounding). With `multiple` (the recipe's
-    `pad_to_multiple_of`, which the collator pads the whole batch to) each group's width is its longest rounded up
-    to that multiple (`emoreward.training.step_plan.padded_width`).
-    """
+    """A text backbone adapter whose training forward runs a batch's `2 * batch` sequences in up to `max_groups`
+    length groups (`emoreward.training.step_plan.plan_forward_groups`: as many on every process), each cut to its own
+    longest sequence (rounded up to `multiple`), so less compute goes to padding; outputs are put back in batch order,
+    the loss seeing the same `(2 * batch, num_heads)` logits up to float rounding."""
 
     def __init__(self, adapter, max_groups: int = 3, multiple: int | None = None):
         self.adapter = adapter

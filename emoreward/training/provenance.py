@@ -1,11 +1,5 @@
-"""What a saved reward model was trained on, so that an evaluation on its own training pairs is flagged as
-in-sample, and the pairs no judge can decide (two identical descriptions).
-
-The main job writes `training_data.json` into the model directory: the training source and one key per pair
-(a SHA-1 prefix of `data.pairs.pair_content`: the two descriptions, order-free, so a swapped copy of a pair
-matches, and the media named; the sample id only where the model read clips by it, since then the same two texts
-about another clip are a new pair). Earlier records (`"sample+descriptions"`, or no `pair_key` field: descriptions
-only) are read with their own key. This module imports no ML library: `emoreward evaluate` checks the data before torch loads.
+"""What a saved reward model was trained on (`training_data.json`: one order-free key per pair), so an evaluation
+on its own training pairs is flagged as in-sample. Imports no ML library. See docs/evaluation.md.
 """
 
 from __future__ import annotations

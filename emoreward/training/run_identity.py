@@ -1,13 +1,6 @@
-"""Run identity: what makes two training runs the same run, so that work kept in an output folder (finished folds,
-the final model, the trainer's step checkpoints) is resumed only by the run that produced it.
-
-`run_identity(config, pairs)` is the one function that owns the fact: the parts `data` (SHA-256 of the pairs in
-file order), `labels`, `backbone` (`emoreward.utils.cache_key.source_fingerprint`) and `recipe` (every recipe field
-that changes the result: all but `NOT_RESULT_FIELDS`), and their digest, `fingerprint`; every other key is derived
-from it. The fit plan (`recorded_fit_plan`) is recorded beside it, so a resumed run trains on the same threads.
-The identity is written to `<output_dir>/run_identity.json` and into every step checkpoint (`write_identity`);
-`check_resumable` refuses to continue in a folder that holds another run's work, naming what differs and the ways
-out (`--overwrite_output_dir`, or a new `--output-dir`). This module imports no ML library. See docs/training.md.
+"""Run identity: what makes two training runs the same run (`run_identity`: data, labels, backbone content, the
+result-changing recipe fields, and their digest), so work in an output folder is resumed only by the run that
+produced it (`check_resumable`). Imports no ML library. See docs/training.md.
 """
 
 from __future__ import annotations
@@ -72,21 +65,13 @@ def _digest(value: Any) -> str:
 
 
 def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> dict:
-    """The identity of a training run.
-
-    `data` is the SHA-256 of every pair's sample id, descriptions, writers, media paths and TRL margin, in file
-    order; `labels` the SHA-256 of the labels in that order (a relabelled copy of the same file is another run);
-    `backbone` the content of a local backbone (weights changed under the same path are another run).
-
-    Args:
-        config: the resolved recipe (`public_config` values: secrets masked).
-        pairs: the training pairs as loaded.
+    """The identity of a training run: `data` (SHA-256 of every pair's sample id, descriptions, writers, media paths
+    and margin, in file order), `labels` (SHA-256 of the labels in that order), `backbone` (a local backbone's content)
+    and `recipe` (`public_config` values of the result-changing fields).
 
     Returns:
-        `{"data": hex, "labels": hex, "n_pairs": int, "train_file": str, "backbone": hex | None, "recipe": {field:
-        value}, "fingerprint": hex}`; `fingerprint` digests data, labels, backbone content and recipe (not
-        `train_file`, nor a local backbone's path: the same pairs or weights under another path are the same run).
-    """
+        `{"data", "labels", "n_pairs", "train_file", "backbone", "recipe", "fingerprint"}`; `fingerprint` digests
+        data, labels, backbone and recipe (not paths whose content is already in it)."""
     from emoreward.training.config import public_config  # the recipe class and its masking of secrets
     from emoreward.utils.cache_key import source_fingerprint
 
@@ -149,14 +134,11 @@ def _kept_work(out: Path) -> list[Path]:
 
 
 def check_resumable(config: EmoRewardConfig, identity: dict, *, is_main: bool = True) -> None:
-    """Before a run trains in `config.output_dir`: refuse the work of another run kept there, or, with
-    `overwrite_output_dir`, remove it (step checkpoints, finished markers; main process only); then record this
-    run's identity in `<output_dir>/run_identity.json`.
+    """Before a run trains in `config.output_dir`: refuse another run's work kept there (or, with
+    `overwrite_output_dir`, remove it), then record this run's identity in `run_identity.json`.
 
     Raises:
-        RunIdentityError: the folder holds another run's checkpoints or finished work; the message names the
-            folder, what differs and the options.
-    """
+        RunIdentityError: naming the folder, what differs and the options."""
     out = Path(config.output_dir)
     kept = _kept_work(out)
     saved = read_json_or_none(out / IDENTITY_FILE, what="run identity")
@@ -207,10 +189,8 @@ def check_checkpoint(checkpoint: str | Path, identity: dict) -> None:
 
 
 def recorded_fit_plan(output_dir: str | Path, plan: dict, *, is_main: bool = True) -> dict:
-    """The run's plan of how its fits spread over processes and threads (`{"workers": int, "threads": int}`, see
-    `emoreward.training.fit_workers`): the one recorded in `<output_dir>/run_identity.json` by the run's first
-    start (after `check_resumable`, which keeps it only for the same run), else `plan`, recorded there now (main
-    process). A resumed run thus trains on the thread counts of the uninterrupted run, whatever runs beside it now."""
+    """The run's fit plan (`{"workers", "threads"}`): the one recorded in `run_identity.json` at the run's first start,
+    else `plan`, recorded now (main process), so a resumed run trains on the same thread counts."""
     path = Path(output_dir) / IDENTITY_FILE
     saved = read_json_or_none(path, what="run identity")
     if isinstance(saved, dict) and isinstance(saved.get(FIT_PLAN_KEY), dict):

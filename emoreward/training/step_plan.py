@@ -1,17 +1,6 @@
 """The step plan: every choice that changes how many collective operations a training step runs, made once for
-all processes of a run.
-
-Under DDP every forward pass of the wrapped model is a collective (buffers are broadcast from rank 0) and every
-`gather` is one; a process that runs one more of either than the others waits forever (the README's two-process
-CPU check hung at step 1 this way: each rank picked its own number of length groups). The rules:
-
-- forward passes: `plan_forward_groups` picks the number of length groups from every process's proposal (one
-  all-reduce of two integers per step, always run under a multi-process launch) and each process then splits its
-  own batch into exactly that many groups;
-- metrics: `gather_reward_metrics` gathers fixed-shape tensors every step, whatever the local batch holds (a
-  batch of ties only contributes zero counts instead of skipping the gather);
-- skipped batches: none; a step never returns early on one process (there is no local condition to skip on: ties
-  with `ties: drop` and over-long pairs are removed when the dataset is built, the same for every process).
+all processes (`plan_forward_groups`, `gather_reward_metrics`), so no DDP rank waits on a collective another skips.
+See docs/training.md.
 """
 
 from __future__ import annotations
@@ -22,19 +11,9 @@ import torch
 def split_by_length(
     lengths, max_groups: int = 3, overhead_tokens: int = 64, *, groups: int | None = None, multiple: int = 1
 ) -> list[list[int]]:
-    """Groups of sequence indices that waste the least compute on padding: the sequences sorted by length and cut
-    into at most `max_groups` runs (exactly `groups` runs when given), each padded to its own longest rounded up to
-    `multiple` (`padded_width`), minimising padded tokens plus `overhead_tokens` per extra forward pass (dynamic
-    programming over the cut points).
-
-    Args:
-        lengths: `(n,)` real token counts.
-        groups: the exact number of runs (1 <= groups <= n), e.g. the step plan's.
-        multiple: the recipe's `pad_to_multiple_of` (1: none).
-
-    Returns:
-        index lists (into `lengths`), shortest group first.
-    """
+    """Groups of sequence indices (shortest group first) that waste the least compute on padding: `lengths` (shape
+    `(n,)`) sorted and cut into at most `max_groups` runs (exactly `groups` when given), each padded to
+    `padded_width`, minimising padded tokens plus `overhead_tokens` per extra forward pass (dynamic programming)."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     sorted_len = [padded_width(lengths[i], multiple) for i in order]
     n = len(order)
@@ -63,21 +42,14 @@ def split_by_length(
 
 
 def padded_width(longest: int, multiple: int = 1) -> int:
-    """The width a group of sequences is padded to: its longest, rounded up to `multiple` (the recipe's
-    `pad_to_multiple_of`; None or 1: the longest itself). On a CPU in bf16 few distinct widths pay: oneDNN creates
-    (JIT-compiles) a kernel for every new matrix shape."""
+    """The width a group of sequences is padded to: its longest, rounded up to `multiple` (None or 1: the longest)."""
     multiple = max(1, int(multiple or 1))
     return -(-int(longest) // multiple) * multiple
 
 
 def agreed_group_count(proposals: list[int], sizes: list[int]) -> int:
-    """The one number of forward passes every process runs: the largest process's proposal (its padding-optimal
-    count), capped by the smallest batch (a group is never empty).
-
-    Args:
-        proposals: per process, the group count `split_by_length` picks for its own batch.
-        sizes: per process, the number of sequences in its batch.
-    """
+    """The one number of forward passes every process runs: the largest of the processes' `proposals`, capped by the
+    smallest batch in `sizes` (a group is never empty)."""
     return max(1, min(max(proposals), min(sizes)))
 
 
@@ -88,19 +60,17 @@ def _world_size() -> int:
 
 
 def plan_forward_groups(lengths: list[int], max_groups: int, *, multiple: int = 1, device=None) -> list[list[int]]:
-    """This process's length groups for one training or evaluation step, in as many groups as on every other
-    process (`agreed_group_count` over all processes' proposals; one all-reduce per call under a multi-process
-    launch, none in a single process). Every process must call it once per step.
+    """This process's length groups for one step, as many as on every other process (one all-reduce under a
+    multi-process launch); every process must call it once per step.
 
     Args:
         lengths: `(2 * batch,)` real token counts of this process's chosen and rejected sequences.
         max_groups: at most this many forward passes (< 2: one pass).
         multiple: each group's width is rounded up to this (`padded_width`).
-        device: where the all-reduce tensor lives (the batch's device: CUDA under NCCL).
+        device: where the all-reduce tensor lives (the batch's device).
 
     Returns:
-        index lists into `lengths` (see `split_by_length`); `[list(range(n))]` for one pass.
-    """
+        index lists into `lengths` (see `split_by_length`)."""
     n = len(lengths)
     proposal = (
         len(split_by_length(lengths, max(1, max_groups), multiple=multiple)) if n >= 2 and max_groups >= 2 else 1
@@ -127,10 +97,8 @@ def gather_reward_metrics(accelerator, chosen: torch.Tensor, rejected: torch.Ten
         chosen, rejected: `(batch,)` rewards of this process's pairs; tie: `(batch,)` 1.0 for tie pairs, or None.
 
     Returns:
-        `{"min_reward", "mean_reward", "max_reward"}` over every reward of the step, and `"accuracy"` / `"margin"`
-        (chosen > rejected, mean chosen - rejected) over the decided (non-tie) pairs of all processes, or None when
-        no process had one.
-    """
+        `{"min_reward", "mean_reward", "max_reward"}` and `"accuracy"` / `"margin"` over the decided pairs of all
+        processes (None when there is none)."""
     with torch.no_grad():
         rewards = accelerator.gather(torch.cat([chosen, rejected]).detach().float())
         decided = torch.ones_like(chosen, dtype=torch.bool) if tie is None else tie < 0.5

@@ -1,8 +1,6 @@
-"""Experiment tracking: W&B set-up from the environment (never from the recipe), one run per fold and one for the
-final fit sharing a `group` (`job_type` "fold" / "final", the way W&B groups cross-validation), the resolved
-recipe (no secrets) as the run config, harness metrics as tables and images, run tags, and the final model as an
-artifact on request (`wandb_log_model`). Only the main process of a distributed run has a W&B run. W&B's own
-console output is off unless `WANDB_SILENT` is set (the main job prints one line per run set instead)."""
+"""Experiment tracking: W&B set up from the environment, one run per fold and one for the final fit in a group,
+the resolved recipe (no secrets) as config, harness metrics as tables and images. See docs/training.md.
+"""
 
 from __future__ import annotations
 
@@ -47,11 +45,9 @@ def configure_wandb(config: EmoRewardConfig) -> str | None:
 
 
 def start_wandb_run(config: EmoRewardConfig, *, name: str, job_type: str, group: str, kind: str) -> None:
-    """Start the W&B run of one fold or of the final fit on the main process, before its trainer starts (the
-    Trainer's W&B callback then logs into it): `group` ties the runs of one cross-validated job together,
-    `job_type` is "fold" or "final", the config is the resolved recipe without secrets, and the tags say the
-    run's kind and setup. `WANDB_PROJECT`, `WANDB_RUN_GROUP`, `WANDB_JOB_TYPE` and `WANDB_TAGS` set by the user
-    win."""
+    """Start the W&B run of one fold or of the final fit on the main process, before its trainer starts: `group` ties
+    the runs of one job together, `job_type` is "fold" or "final", the config is the resolved recipe without secrets.
+    `WANDB_*` variables set by the user win."""
     import wandb
 
     if config.process_index != 0:

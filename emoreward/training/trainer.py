@@ -1,12 +1,5 @@
-"""`EmoRewardTrainer`: TRL's RewardTrainer for every reward model emoreward trains, text or multimodal.
-
-The backbone adapter (`emoreward.training.adapters`) gives the network's value-head outputs for a batch; the
-objective (`emoreward.training.objectives`, the recipe's `length_debias`) gives the loss: the pairwise likelihood
-(Bradley-Terry, or Rao-Kupper / Davidson with `ties`), the length-balance weights of `reweight`, ODIN's terms of
-`disentangled`, plus TRL's `center_rewards_coefficient`. TRL's metrics go to every `report_to` logger. With
-`ties: drop` and `length_debias: none` the loss equals TRL's own (-log sigmoid(r_chosen - r_rejected)). Saves under
-DeepSpeed ZeRO-3 + LoRA gather the adapter and value head from their shards (`save_model`). The departures from
-the Trainer's defaults (resumable batches, progress bar, CPU speed-ups): `EmoRewardTrainer`. See docs/training.md.
+"""`EmoRewardTrainer`: TRL's RewardTrainer for every reward model emoreward trains, text or multimodal; the adapter
+gives value-head outputs and the objective registry the loss. See docs/training.md.
 """
 
 from __future__ import annotations
@@ -42,23 +35,15 @@ def value_head_weight(model: torch.nn.Module) -> torch.Tensor:
 
 class EmoRewardTrainer(RewardTrainer):
     """RewardTrainer whose batches come from a backbone adapter and whose loss follows `args.ties` and
-    `args.length_debias` (an `EmoRewardConfig`).
-
-    Departures from the Trainer's defaults: with `train_sampling_strategy: group_by_length` the batches of an epoch
-    depend on (seed, epoch) alone (`EpochSeededLengthGroupedSampler`), so a run resumed from a step checkpoint
-    trains on the same batches as one never interrupted (transformers draws them from the global RNG, which a
-    resumed process has in another state); progress is a tqdm bar whose postfix shows the latest loss and reward
-    accuracy (`RewardProgressCallback`). On a CPU, undone when training ends: LoRA linear layers run as one autograd
-    function each (`emoreward.training.fused_lora`), and bf16 runs hold the frozen modules in bf16 with float32
-    attention (`emoreward.training.cpu_bf16`). After any mixed-precision run the network's own forward comes back
-    (`drop_mixed_precision_forward`: accelerate leaves it wrapped in autocast).
+    `args.length_debias` (an `EmoRewardConfig`). Batches of an epoch depend on (seed, epoch) alone
+    (`EpochSeededLengthGroupedSampler`), so a resumed run trains on the same batches; progress is a tqdm bar
+    (`RewardProgressCallback`); CPU speed-ups are `train`'s.
 
     Args:
         adapter: the backbone adapter of the reward model's kind (collator, signature columns, value-head outputs).
         model: the network to train (`reward_model.model`).
         args: the `EmoRewardConfig`.
-        **kwargs: `train_dataset`, `eval_dataset`, `processing_class`, ... as for `trl.RewardTrainer`.
-    """
+        **kwargs: `train_dataset`, `eval_dataset`, `processing_class`, ... as for `trl.RewardTrainer`."""
 
     def __init__(self, *args, adapter: BackboneAdapter, **kwargs):
         self.adapter = adapter
@@ -181,13 +166,9 @@ class EmoRewardTrainer(RewardTrainer):
                 self._metrics[mode][key].append(value)
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
-        """Under DeepSpeed ZeRO-3 + LoRA, gather the adapter and the whole value head (frozen bias included) from
-        their shards on every process and write them from the main one.
-
-        transformers gathers only the trainable parameters of a peft model under ZeRO-3
-        (`exclude_frozen_parameters=True`), but the value head is a peft `modules_to_save` module whose bias is
-        frozen (it gets no gradient from a pairwise loss), and peft needs every tensor of that module to save it.
-        """
+        """Under DeepSpeed ZeRO-3 + LoRA, gather the adapter and the whole value head (its frozen bias too, which
+        transformers' trainable-only gather leaves out and peft needs) from their shards and write them from the main
+        process."""
         from emoreward.training.distributed import gather_adapter_state_dict, zero3_enabled
 
         if not (self.is_deepspeed_enabled and zero3_enabled() and hasattr(self.model, "peft_config")):
@@ -198,9 +179,8 @@ class EmoRewardTrainer(RewardTrainer):
 
 
 def drop_mixed_precision_forward(model: torch.nn.Module) -> None:
-    """Give `model` its own forward again after a mixed-precision run: accelerate's `prepare_model` wraps
-    `model.forward` in autocast (keeping the original as `_original_forward`) and the Trainer leaves it wrapped, so
-    a bf16-trained network would go on computing in bf16 when it scores in float32 afterwards."""
+    """Give `model` its own forward again after a mixed-precision run (accelerate leaves `model.forward` wrapped in
+    autocast, so a bf16-trained network would score in bf16)."""
     original = model.__dict__.pop("_original_forward", None)
     if original is None:
         return
@@ -211,15 +191,13 @@ def drop_mixed_precision_forward(model: torch.nn.Module) -> None:
 
 
 class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
-    """transformers' `LengthGroupedSampler` (random mega-batches, each sorted by length) drawn from a generator
-    seeded with `seed + epoch`: the order of an epoch is a function of the seed and the epoch alone. The Trainer
-    calls `set_epoch` before every epoch, also when it resumes mid-epoch from a checkpoint.
+    """transformers' `LengthGroupedSampler` drawn from a generator seeded with `seed + epoch` (`set_epoch` is called
+    before every epoch, also on resume): the order of an epoch depends on the seed and the epoch alone.
 
     Args:
         batch_size: pairs per optimizer step (`train_batch_size * gradient_accumulation_steps`), the mega-batch unit.
         lengths: per-example lengths (the dataset's `length_column_name`).
-        seed: `data_seed`, else `seed`.
-    """
+        seed: `data_seed`, else `seed`."""
 
     def __init__(self, batch_size: int, lengths: list[int], *, seed: int):
         super().__init__(batch_size, lengths=list(lengths))

@@ -1,13 +1,5 @@
-"""Keeping freed memory in the process for reuse (`keep_freed_memory`): glibc's allocator settings for CPU scoring.
-
-PyTorch's CPU allocator has no cache: every intermediate tensor of a forward pass is a fresh `malloc`. glibc serves
-large requests (above a threshold that adapts up to 32 MiB) with new `mmap` pages and gives freed memory back to the
-system, so each batch touches fresh pages again and pays a page fault per 4 KiB. Profiled on `emoreward rank` of
-OV-MERD (MiniLM, bf16, 2-core Intel AMX, one torch thread): 500,000-600,000 page faults per 800 descriptions, the
-bias copy inside each linear layer taking 4.5 ms instead of 0.5 ms; with the two settings below 2,000 faults and
-about 15% less CPU time for the whole pass. The cost: memory a forward pass freed stays in the process, up to
-256 MiB at the top of the heap (scoring 1,500 OV-MERD descriptions: 1,184 MiB resident afterwards against 1,101 MiB,
-peak 1,186 against 1,145 MiB), as PyTorch's own caching allocator keeps GPU memory.
+"""Keeping freed memory in the process for reuse (`keep_freed_memory`): glibc's allocator settings for CPU scoring,
+so batches stop paying page faults on fresh pages. See docs/speed.md.
 """
 
 from __future__ import annotations

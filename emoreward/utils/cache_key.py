@@ -1,16 +1,6 @@
-"""Cache keys: one function builds the key of every cache that holds model outputs (the score cache of `rank`, the
-processed-media prefix cache, the zero-shot judge call cache), from everything that changes the output.
-
-A key is the sha256 of a canonical JSON document of named parts, and every part must be given (None where it does
-not apply to the cache, said so at the call), so no cache can leave one out by accident:
-
-- `purpose`: which cache (a score, a media prefix, a judge call): equal inputs of two caches never collide;
-- `model`: the model's content (`content_fingerprint` of its folder, `weights_fingerprint` of weights in memory,
-  or the identity a remote backend gives); `precision`: the dtype the output was computed in (resolved, never
-  `"auto"`); `length_limit`: the token limit inputs are cut at;
-- `layout`: how the input is built from the parts (input format, instruction, chat template, media processing);
-- `context`: what the model reads besides the item (subtitle, media content); `prompt`: the item itself;
-- `extra`: anything else that changes the output (sampling settings, a format version).
+"""Cache keys: one function (`cache_key`) builds the key of every cache that holds model outputs, the sha256 of named
+parts that must all be given (`purpose`, `model`, `precision`, `length_limit`, `layout`, `context`, `prompt`,
+`extra`), so no cache leaves one out by accident. See docs/ranking.md.
 """
 
 from __future__ import annotations
@@ -81,16 +71,11 @@ def cache_key(
 
 
 def content_fingerprint(directory: str | Path) -> str:
-    """A content fingerprint of a folder (a saved model), 16 hex characters.
-
-    Hashes every file's relative name, size and whole content (sha256, about 1.2-1.4 GB/s on one core here: a 7B model's
-    15 GB take about 11 s, a LoRA adapter milliseconds), so a change anywhere in any file, the middle of a large
-    weight file included, gives a new fingerprint. `current_fingerprint` hashes a folder again only when a file's
-    size or times changed.
+    """A content fingerprint of a folder (a saved model), 16 hex characters: every file's relative name, size and
+    whole content (sha256), so a change anywhere in any file gives a new fingerprint.
 
     Raises:
-        FileNotFoundError: `directory` is not a directory.
-    """
+        FileNotFoundError: `directory` is not a directory."""
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"{directory} is not a directory")
@@ -126,10 +111,8 @@ _CURRENT: dict[str, tuple[tuple, str | None]] = {}
 
 
 def current_fingerprint(name_or_path: str | Path | None) -> str | None:
-    """`source_fingerprint` for keys of objects kept in memory for a path (a loaded model reused across calls): the
-    content is hashed again only when a file's inode, size, modification or inode-change time changed since the last
-    call (one `stat` per file per call), so a model retrained or edited in place under the same path gets a new key
-    on the next call."""
+    """`source_fingerprint` for keys of objects kept in memory for a path: hashed again only when a file's inode, size,
+    modification or inode-change time changed since the last call."""
     if name_or_path is None:
         return None
     path = Path(name_or_path).expanduser()

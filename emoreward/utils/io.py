@@ -1,14 +1,6 @@
-"""Atomic outputs: a reader (or a rerun after kill -9) sees the old output or the new one, never half of one, and
-writers that run at once never destroy each other's work.
-
-- Whole-file outputs (reports, `finished.json` markers, settings) are written to a temporary file in the same
-  folder, flushed to disk and renamed over the target (`atomic_write_bytes`; `os.replace` is atomic).
-- Folder outputs (an export) are written whole beside the target and swapped in (`replace_dir`): an exchange of
-  the two names where the file system has one (Linux `renameat2(RENAME_EXCHANGE)`), else two renames that the
-  next writer completes or undoes (`recover_dir`), so a kill at any point leaves the old folder or the new one.
-- Append-only caches (JSON lines) append whole lines under an exclusive `fcntl` lock (`locked_append`) and read
-  under a shared one (`locked_read`); a torn last line (a killed writer) is never cut away, since another writer
-  may already have appended after it: the next append starts a fresh line and readers skip and count it.
+"""Atomic outputs: a reader (or a rerun after kill -9) sees the old output or the new one, never half: whole files
+(`atomic_write_bytes`), folders swapped in (`replace_dir`, `recover_dir`) and append-only JSON-lines caches under a
+file lock (`locked_append`, `locked_read`). See docs/development.md.
 """
 
 from __future__ import annotations

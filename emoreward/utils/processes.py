@@ -1,17 +1,6 @@
-"""Child processes end when their parent dies: the one mechanism every process this project starts calls (the
-cross-validation fold workers of `emoreward.training.fit_workers`, the model process of `emoreward serve`).
-
-A parent killed with SIGKILL runs no clean-up, so its children must notice by themselves. `die_with_parent`, called
-in the child right after it starts, arranges two things: on Linux the kernel sends the child SIGKILL when its
-parent ends (`prctl(PR_SET_PDEATHSIG)`), and everywhere a daemon thread of the child checks every
-`WATCH_INTERVAL_S` seconds that its parent is still its parent (`os.getppid()`; an orphan is re-parented) and ends
-the child with `os._exit` when not. The kernel's signal is tied to the parent THREAD that started the child, so it
-is only asked for when the parent says it started the child from its main thread (`parent_identity`); the thread
-covers the rest. A child that dies this way writes nothing more: what it leaves (a fold folder without its
-``finished.json``) is never taken for finished work. A program started with `subprocess` (the benchmarks start
-`emoreward serve` and `emoreward train`) gets the kernel's signal from `popen_with_parent` instead (Linux). Processes a
-library starts and does not tie to this one (a local Ray cluster's dashboard and runtime-env agents outlive it) are
-ended by a `Reaper`, a small process that kills them once this one has gone.
+"""Child processes end when their parent dies: the one mechanism every process this project starts calls
+(`die_with_parent`: Linux's parent-death signal plus a watcher thread; `popen_with_parent` for programs started with
+`subprocess`; a `Reaper` for processes a library starts). See docs/development.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""The one rule for running Python code from a model repository (``trust_remote_code``), called by every reader of a
-configuration a user can be handed: training recipes (`emoreward.training.config.check_remote_code`), judge YAMLs
-(`zero_shot.config.judge_config_from_dict`, `load_judge_config`); `emoreward serve` and `export` load reward-model
-folders with their transformers classes only and take no such switch.
-
-A configuration file may come from anywhere, so it can never turn remote code on: only the user can, on the command
-line (or in Python), and then the output says so (a warning naming the model).
+"""The one rule for running code from a model repository (`trust_remote_code`): a configuration file can never turn
+it on, only the user on the command line, and then the output says so. See docs/training.md.
 """
 
 from __future__ import annotations

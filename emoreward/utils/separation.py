@@ -1,8 +1,6 @@
-"""Separation: when maximum likelihood has no finite answer. The one detector of every logistic-type fit of the
-project (the length-controlled ranking's covariates, `evaluate`'s length-controlled logit): a direction of the
-unpenalised coefficients along which every decisive outcome is predicted correctly (and no tie is moved) makes the
-likelihood rise without bound, so the maximum-likelihood coefficient is infinite. Fits that find it here report a
-finite estimate bounded by a stated prior, flagged, never a huge number without a word.
+"""Separation: when maximum likelihood has no finite answer. The one detector of every logistic-type fit (the
+length-controlled ranking, `evaluate`'s length-controlled logit); fits that find it report a finite estimate
+bounded by a stated prior, flagged. See docs/ranking.md.
 """
 
 from __future__ import annotations

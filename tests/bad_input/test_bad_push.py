@@ -16,6 +16,8 @@ from threading import Thread
 import pytest
 from bad_input_helpers import fails
 
+from emoreward.cli.main import COMMANDS
+
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -118,7 +120,7 @@ def test_a_push_that_fails_at_the_end_leaves_the_outputs_written(rm_dir, good_ta
     assert "hf_test_token" not in run.stdout + run.stderr
 
 
-@pytest.mark.parametrize("command", ["train", "evaluate", "judge", "rank", "serve", "export"])
+@pytest.mark.parametrize("command", list(COMMANDS))
 def test_every_command_has_help(command, capsys):
     from emoreward.cli import main
 

@@ -1,13 +1,6 @@
-"""Processed media prefixes, kept so that a clip's media cost (decoding, frame patching, audio features) is paid once
-per clip, across the calls of a run (ranking, BPA queries, judging, serving) and, with a cache folder, across runs.
-
-A cached item is an `EncodedPrefix` (the prefix's token ids and the processor's media tensors), keyed by the
-sha256 of the media files' content, the processing settings (backbone, frame sampling, pixel bounds, audio
-options, instruction, tokenizer and chat template, processor parameters, transformers version) and the subtitle.
-A cached prefix is bit-identical to a freshly processed one (tested), so cached and uncached rewards are equal.
-
-Memory: an LRU bounded by the tensors' bytes. Disk (`directory`): one safetensors file per prefix, written
-atomically (a killed run leaves no torn file), read back on a memory miss.
+"""Processed media prefixes kept so that a clip's media cost is paid once per clip, across the calls of a run and,
+with a cache folder, across runs: an LRU bounded by bytes, and one safetensors file per prefix on disk, keyed by the
+media content, the processing settings and the subtitle. See docs/multimodal.md.
 """
 
 from __future__ import annotations

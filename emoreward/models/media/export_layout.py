@@ -1,11 +1,6 @@
-"""The engine layout of a multimodal export: the checkpoint vLLM's pooling runner serves as it is, that transformers
-reads through remote code, and the request every reader must be sent. `emoreward.export.hf.export_hf` calls
-`write_media_export`; `emoreward.models.media.model.MediaRewardModel.from_pretrained` reads the layout back.
-
-The files (`config.json` with `<X>ForSequenceClassification`, merged `model.safetensors` with the value head
-`language_model.score.weight`, `modeling_emoreward.py`, the tokenizer with `chat_template.jinja`, the processor
-configs, `emoreward_config.json`, `emoreward_request.json`, `README.md`): `write_media_export`. The request as data:
-`request_spec`. See docs/serving.md ("The multimodal export: layout, card and request").
+"""The engine layout of a multimodal export: the checkpoint vLLM's pooling runner serves as it is, that
+transformers reads through remote code, and the request every reader must be sent (`write_media_export`,
+`request_spec`). See docs/serving.md ("The multimodal export: layout, card and request").
 """
 
 from __future__ import annotations
@@ -62,9 +57,7 @@ def remote_code_source() -> str:
 
 def export_chat_template(builder) -> str:
     """A chat template that renders `[user: media parts + context text, assistant: description]` into exactly the
-    text emoreward tokenizes (`RewardPromptBuilder`: the tokenizer's own template around the media, the sequence
-    ending at the assistant's end-of-turn token). Media parts (`video`/`video_url`, `audio`/`audio_url`/
-    `input_audio`) become the backbone's unexpanded placeholders."""
+    text emoreward tokenizes (`RewardPromptBuilder`), media parts as the backbone's unexpanded placeholders."""
     head, sep, tail = builder._template("")
     video, audio = _placeholders(builder)
 
@@ -153,33 +146,12 @@ def _write_weights(backbone, head: torch.Tensor, directory: Path, *, prefix: str
 
 
 def write_media_export(model, directory: str | Path, *, model_card: str | None, request: dict) -> Path:
-    """Write `model` (a `MediaRewardModel`; LoRA merged on a copy) in the engine layout.
-
-    The files (`<X>` = `Qwen2_5_VL`, `Qwen2_5Omni`, `Qwen2Audio`):
-
-    - `config.json`: the backbone's config with `architectures: ["<X>ForSequenceClassification"]`, `num_labels: 1`
-      at the top level and in the language model's config, and `auto_map` naming `modeling_emoreward.py`.
-      Qwen2.5-Omni: the full Omni config (`Qwen2_5OmniConfig`, the thinker's under `thinker_config`,
-      `enable_audio_output: false`).
-    - `model.safetensors` (or shards and their index): the merged weights under the key names of the backbone's own
-      `<X>ForConditionalGeneration` checkpoint (Omni: the thinker's under `thinker.`), plus the value head
-      `language_model.score.weight` of shape `[1, hidden]` (where vLLM's weight mapping reads it). No
-      `value_head.safetensors`.
-    - `modeling_emoreward.py`: `<X>ForSequenceClassification` for transformers
-      (`emoreward.models.media.remote_modeling`, with the position rule `emoreward/models/media/positions.py`
-      written in); imports nothing of emoreward.
-    - tokenizer files with `chat_template.jinja` (`export_chat_template`: walks the message parts and writes the
-      exact sequence emoreward scores), `preprocessor_config.json` (image processor with the model's pixel bounds;
-      Whisper feature extractor), `video_preprocessor_config.json` (the same bounds).
-    - `emoreward_config.json` (emoreward's settings, `merged: true`), `emoreward_request.json` (`request_spec`),
-      `README.md`.
-
-    Args:
-        model: the multimodal reward model.
-        directory: the folder (created).
-        model_card: README.md text.
-        request: the request spec (`request_spec`), written as `emoreward_request.json`.
-    """
+    """Write `model` (a `MediaRewardModel`; LoRA merged on a copy) in the engine layout: `config.json`
+    (`<X>ForSequenceClassification`, `auto_map`), merged `model.safetensors` under the backbone checkpoint's key names
+    plus the value head `language_model.score.weight` (shape `[1, hidden]`), `modeling_emoreward.py`
+    (`emoreward.models.media.remote_modeling` with the position rule written in), the tokenizer with
+    `chat_template.jinja`, the processor configs, `emoreward_config.json`, `emoreward_request.json` (`request`) and
+    `README.md` (`model_card`). The files in full: docs/serving.md."""
     directory = Path(directory)
     pad = native_pad_check(model) if model.spec.native_classifier else None  # before any work or file
     directory.mkdir(parents=True, exist_ok=True)
@@ -200,11 +172,10 @@ def write_media_export(model, directory: str | Path, *, model_card: str | None, 
 
 
 def native_pad_check(model) -> int:
-    """The pad id a native reader pools by (it reads the last token that is not `pad_token_id`, whatever the
-    padding side): refused when it can occur inside a scored sequence (the end-of-turn token, a media token).
+    """The pad id a native reader pools by (the last token that is not `pad_token_id`).
 
     Raises:
-        ValueError: no pad token, or one that a scored sequence holds."""
+        ValueError: no pad token, or one that a scored sequence holds (the end-of-turn token, a media token)."""
     tok, builder = model.tokenizer, model.builder
     pad = tok.pad_token_id
     inside = set(builder._ids(builder._template("")[2])) | builder._media_ids
@@ -302,10 +273,8 @@ def _write_processor_configs(model, directory: Path) -> None:
 
 
 def load_engine_layout(directory: str | Path, spec, dtype: torch.dtype):
-    """(backbone `<model_class>`, value-head weight `(num_heads, hidden)`) of an engine-layout export.
-
-    The backbone loads with transformers' own key renaming (Omni: the thinker's `thinker.` prefix); the head key is
-    the one key it does not read."""
+    """(backbone `<model_class>`, value-head weight `(num_heads, hidden)`) of an engine-layout export; the head key is
+    the one key the backbone's own loading does not read."""
     from safetensors import safe_open
 
     directory = Path(directory)
@@ -335,17 +304,13 @@ def load_engine_layout(directory: str | Path, spec, dtype: torch.dtype):
 
 def reader_inputs(model, descriptions: list[str], context, *, padding_side: str = "right") -> dict[str, torch.Tensor]:
     """The batch a transformers reader of the export takes for `descriptions` behind one context: the token ids
-    emoreward scores (`RewardPromptBuilder`: prefix with expanded media placeholders, then each description and
-    the end-of-turn token), padded on `padding_side` with the tokenizer's pad id, and the prefix's media tensors
-    once per row.
+    emoreward scores, padded on `padding_side`, and the prefix's media tensors once per row.
 
     Returns:
-        `input_ids`, `attention_mask` (`(batch, longest)`) and the media tensors (`emoreward.models.media.processing
-        .collate_media` of one copy per row).
+        `input_ids`, `attention_mask` (`(batch, longest)`) and the media tensors (`collate_media`).
 
     Raises:
-        ValueError: a `padding_side` other than `"right"` / `"left"`.
-    """
+        ValueError: a `padding_side` other than `"right"` / `"left"`."""
     from emoreward.models.media.processing import collate_media
 
     if padding_side not in ("right", "left"):
@@ -384,9 +349,8 @@ def remote_class(directory: str | Path):
 
 @torch.no_grad()
 def remote_rewards(net, model, descriptions: list[str], contexts: list) -> list[float]:
-    """Rewards of an export through its remote-code class (`net`: `remote_class(export).from_pretrained(export)`),
-    one right-padded batch per context (`reader_inputs` of `model`, the export loaded by emoreward), in the order of
-    `descriptions` (the export's own check, `emoreward.export.hf.export_hf`)."""
+    """Rewards of an export through its remote-code class `net`, one right-padded batch per context, in the order of
+    `descriptions` (the export's own check)."""
     out = [0.0] * len(descriptions)
     groups: dict = {}
     for i, ctx in enumerate(contexts):
@@ -401,13 +365,11 @@ def remote_rewards(net, model, descriptions: list[str], contexts: list) -> list[
 
 @torch.no_grad()
 def whole_text_difference(net, model, descriptions: list[str], context) -> dict:
-    """How much the rewards differ when an engine tokenizes the whole rendered prompt at once (vLLM does) instead of
-    the description apart from the prompt (emoreward does): both sequences through the export's remote-code class
-    `net` (`remote_class`), `model` being the export loaded by emoreward (its weights are not used).
+    """How much the rewards differ when an engine tokenizes the whole rendered prompt at once (as vLLM does) instead
+    of the description apart from the prompt (as emoreward does), through the remote-code class `net`.
 
     Returns:
-        `{"what", "max_abs_reward_diff", "why"}` (a `differences` entry of `emoreward_request.json`).
-    """
+        `{"what", "max_abs_reward_diff", "why"}` (a `differences` entry of `emoreward_request.json`)."""
     builder = model.builder
     media = model.load_media(context)
     head, middle, tail = builder._template(builder.context(context.subtitle))
@@ -440,21 +402,10 @@ def whole_text_difference(net, model, descriptions: list[str], context) -> dict:
 
 
 def request_spec(model, differences: list[dict] | None = None, *, dtype: torch.dtype | None = None) -> dict:
-    """The request as data (`emoreward_request.json`): how to build a request that makes a reader see the input
-    emoreward scores, and the engine options that match it.
-
-    Keys: `messages` (placeholders `{context}`, `{description}`, `{video}`, `{audio}`; media parts `video_url` /
-    `audio_url` first, in order), `context` (instruction, subtitle line), `video` (`fps`, `max_frames`, how the
-    client samples and resizes the frames it sends: `min_pixels`, `max_pixels`, `resize_factor`), `audio`
-    (`sampling_rate`, source), `vllm` (`serve` arguments with the `{export}` path, `endpoint`, `body`,
-    `per_request`: the frames' fps as `media_io_kwargs` and `mm_processor_kwargs`), `position_rule`, `max_length`,
-    and `differences`: what an engine does not see as emoreward does, with the reward difference measured at export.
-
-    Args:
-        model: the `MediaRewardModel`.
-        differences: measured differences to record (`{"what", "max_abs_reward_diff", "why"}` each).
-        dtype: the precision of the export's weights (default: the model's).
-    """
+    """The request as data (`emoreward_request.json`): the `messages` template, `context`, `video` and `audio`
+    sampling, the matching `vllm` serve arguments, `position_rule`, `max_length`, and the measured `differences`
+    (`{"what", "max_abs_reward_diff", "why"}` each). `dtype`: the export's weights' precision (default: the model's).
+    The keys in full: docs/serving.md."""
     dtype = dtype or model.dtype
     s, spec, builder = model.settings, model.spec, model.builder
     parts: list[dict] = []

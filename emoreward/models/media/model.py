@@ -1,12 +1,6 @@
-"""Multimodal emotion reward models: r(description | video frames, audio, subtitle) on Qwen2.5-VL, the Qwen2.5-Omni
-thinker or Qwen2-Audio (`RewardModel`, kind `"media"`).
-
-`MediaRewardModel` holds the network (`ValueHeadModel`, LoRA-wrapped when training with peft), the prompt builder
-(`RewardPromptBuilder`: the official processor) and the settings. `score(descriptions, contexts)` groups the
-descriptions by sample and scores every group behind ONE media prefix (media decoded, processed and run through the
-encoders once per sample), whichever route calls it: evaluation, ranking, serving, the GRPO reward. Processed
-prefixes are cached (`emoreward.models.media.cache`, keyed by file content and processing settings), so a clip seen
-again (another call, a BPA query, a server request, another run with a cache folder) skips decoding and patching.
+"""Multimodal emotion reward models (`MediaRewardModel`, kind `"media"`): r(description | video frames, audio,
+subtitle) on the registry's media backbones, scoring every description of a sample behind one media prefix.
+See docs/multimodal.md.
 """
 
 from __future__ import annotations
@@ -61,10 +55,7 @@ VALUE_HEAD_FILE = "value_head.safetensors"
 
 
 class MediaRewardModel:
-    """A multimodal emotion reward model (see the module docstring).
-
-    Use `from_backbone` to start training, `from_pretrained` (or `emoreward.models.load_reward_model`) for a saved
-    directory, `score` for rewards.
+    """A multimodal emotion reward model (`RewardModel`, kind `"media"`).
 
     Args:
         model: the `ValueHeadModel`, optionally wrapped by peft.
@@ -73,8 +64,7 @@ class MediaRewardModel:
         media_root: the folder relative media paths (and `video/<sample>.mp4`, `audio/<sample>.wav`) resolve in.
         batch_size: descriptions per forward pass behind a shared prefix.
         media_cache: the processed-prefix cache (`MediaPrefixCache`); default: in memory, plus the folder
-            `$EMOREWARD_MEDIA_CACHE` on disk when that is set. None turns caching off.
-    """
+            `$EMOREWARD_MEDIA_CACHE` on disk when that is set. None turns caching off."""
 
     kind: ClassVar[RewardKind] = "media"
 
@@ -131,13 +121,11 @@ class MediaRewardModel:
         model_kwargs: dict | None = None,
         num_heads: int = 1,
     ) -> MediaRewardModel:
-        """A fresh reward model: backbone weights from `model_name_or_path` (default: the family's 7B hub id),
-        encoders frozen, value head initialised, LoRA (a `peft.LoraConfig`, task_type None) on the language model's
-        linear layers when given.
+        """A fresh reward model: backbone weights from `model_name_or_path` (default: the family's hub id), encoders
+        frozen, value head initialised, LoRA (a `peft.LoraConfig`) on the language model's linear layers when given.
 
         Raises:
-            ValueError: unknown backbone name (lists the available ones) or a text backbone.
-        """
+            ValueError: unknown backbone name (lists the available ones) or a text backbone."""
         spec = get_backbone(backbone)
         if spec.kind != "media":
             raise ValueError(f"backbone {spec.name!r} is a text backbone; use TextRewardModel")
@@ -199,18 +187,12 @@ class MediaRewardModel:
         batch_size: int = 16,
         media_cache: MediaPrefixCache | None | str = "default",
     ) -> MediaRewardModel:
-        """Load a directory written by `save_pretrained` (adapter + head) or `export_merged` (full weights).
-
-        Args:
-            dtype: the weights' dtype: `"auto"` (default: bfloat16 where the CPU the weights load on has bf16
-                matrix units, float32 elsewhere; `emoreward.models.precision`), a dtype or its name.
-            media_root: the folder relative media paths resolve in (see `RewardContext`).
-            media_cache: see the class (`"default"`: memory, plus `$EMOREWARD_MEDIA_CACHE` on disk).
+        """Load a directory written by `save_pretrained` (adapter + head) or `export_merged` (full weights), in `dtype`
+        (`"auto"`: `emoreward.models.precision`), relative media paths resolving in `media_root`.
 
         Raises:
             FileNotFoundError: `directory` is not an emoreward model directory; ValueError: it holds a text model or
-            a weights file cut short (`check_model_files`).
-        """
+            a weights file cut short (`check_model_files`)."""
         from safetensors.torch import load_file
         from transformers import AutoFeatureExtractor, AutoTokenizer
 
@@ -278,9 +260,7 @@ class MediaRewardModel:
         """The decoded media of a context (`context.decoded` when given), or None for a backbone without media.
 
         Raises:
-            MediaError: a needed file is missing, empty or undecodable, or a file the model does not read is named
-                (`emoreward.data.media.unused_media`; names the sample, the file and the field).
-        """
+            MediaError: a needed file is missing, empty or undecodable, or a file the model does not read is named."""
         spec = self.spec
         if not (spec.sees_video or spec.hears_audio):
             return None
@@ -292,8 +272,7 @@ class MediaRewardModel:
 
     def processing_key(self) -> str:
         """Everything besides the media files and the subtitle that a processed prefix depends on (part of the media
-        cache key): backbone, frame sampling, audio options, pixel bounds, instruction, tokenizer and chat template,
-        the feature extractor's parameters, the transformers version."""
+        cache key)."""
         if self._processing_key is None:
             import transformers
 
@@ -310,12 +289,10 @@ class MediaRewardModel:
         return self._processing_key
 
     def encode_prefix(self, context: RewardContext) -> EncodedPrefix:
-        """Token ids and media tensors of a context's prefix (media decoded and processed once per clip: a prefix
-        processed before, in memory or in the cache folder, is reused; see `media_cache`).
+        """Token ids and media tensors of a context's prefix, reused from `media_cache` when processed before.
 
         Raises:
-            MediaError: unreadable media; ValueError: the processor rejects the inputs.
-        """
+            MediaError: unreadable media; ValueError: the processor rejects the inputs."""
         spec = self.spec
         cache = self.media_cache
         if cache is None or context.decoded is not None or not (spec.sees_video or spec.hears_audio):
@@ -342,13 +319,9 @@ class MediaRewardModel:
         shared_prefix: bool = True,
         batch_size: int | None = None,
     ) -> ScoreInfo:
-        """Rewards of several descriptions behind one already-encoded prefix (raw value-head output, no transform).
-
-        With `shared_prefix`, the prefix runs once and every description is scored against its KV cache; otherwise
-        every full sequence runs on its own (the reference path; always, for a backbone that cannot continue a
-        shared cache: `BackboneSpec.no_shared_prefix`). Descriptions are cut to fit `max_length` (the media
-        prefix never is) and flagged.
-        """
+        """Raw value-head rewards of several descriptions behind one encoded prefix: with `shared_prefix` the prefix runs
+        once and every description continues its KV cache, else (and for `BackboneSpec.no_shared_prefix`) every full
+        sequence runs on its own. Descriptions are cut to fit `max_length` (the prefix never is) and flagged."""
         self.model.eval()
         n = len(prefix.input_ids)
         encoded = [self.builder.encode_suffix(d, n, truncate=True) for d in descriptions]
@@ -376,10 +349,8 @@ class MediaRewardModel:
         batch_size: int | None = None,
         shared_prefix: bool = True,
     ) -> CoverageScoreInfo:
-        """Rewards r(description | media, subtitle), with truncation flags and token counts.
-
-        Descriptions are grouped by sample (`context_key`); each group's media is decoded, processed and encoded
-        once, and its descriptions are scored behind that one prefix.
+        """Rewards r(description | media, subtitle), with truncation flags and token counts; descriptions are grouped by
+        sample and scored behind one prefix per sample.
 
         Args:
             descriptions: `N` emotion descriptions.
@@ -388,12 +359,10 @@ class MediaRewardModel:
             shared_prefix: False runs every full sequence on its own (the reference path; same rewards).
 
         Returns:
-            `CoverageScoreInfo` (a `ScoreInfo`) with rewards of shape `(N,)`, float64 (settings' `score_transform`
-            applied) and the unknown-token share of every description (`emoreward.models.coverage`).
+            `CoverageScoreInfo` with rewards of shape `(N,)`, float64 (the settings' `score_transform` applied).
 
         Raises:
-            MediaError: a sample's media cannot be read (names sample and file).
-        """
+            MediaError: a sample's media cannot be read (names sample and file)."""
         descriptions = list(descriptions)
         contexts = broadcast_contexts(contexts, len(descriptions))
         groups: dict[Hashable, list[int]] = {}
@@ -460,10 +429,8 @@ class MediaRewardModel:
         return directory
 
     def export_merged(self, directory: str | Path, *, model_card: str | None = None) -> Path:
-        """LoRA merged into the backbone (on a copy: this model keeps its adapter), written in the engine layout
-        (`emoreward.models.media.export_layout`: `<X>ForSequenceClassification` for vLLM's pooling runner and transformers'
-        remote code, the head as `language_model.score.weight`, the request as data); `load_reward_model(directory)`
-        loads it back."""
+        """LoRA merged into a copy of the backbone, written in the engine layout (`emoreward.models.media.export_layout`);
+        `load_reward_model(directory)` loads it back."""
         from emoreward.models.media.export_layout import request_spec, write_media_export
 
         request = None if self.spec.native_classifier else request_spec(self)  # native: no engine request file

@@ -1,10 +1,6 @@
-"""The multimodal reward network: a backbone's decoder stack (`backbone.model`, no LM head) plus a value head
-`score = Linear(hidden, num_heads, bias=False)` read at the last non-pad token, the convention verl, OpenRLHF and
-TRL use for scalar reward models.
-
-`score_shared_prefix` scores many descriptions of one sample behind one media prefix: the prefix (and its media
-encoders) runs once and every description continues its KV cache, equal to running each full sequence within
-float rounding.
+"""The multimodal reward network: a backbone's decoder stack plus a value head
+`score = Linear(hidden, num_heads, bias=False)` read at the last non-pad token; `score_shared_prefix` runs one media
+prefix once and continues its KV cache for every description. See docs/multimodal.md.
 """
 
 from __future__ import annotations

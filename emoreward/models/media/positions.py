@@ -1,17 +1,9 @@
-"""The one rule for Qwen2.5-VL's 3-D rotary positions (M-RoPE): the rule of the original Qwen2.5-VL release and of
-vLLM (`Qwen2_5_VLForConditionalGeneration.get_mrope_input_positions`), which training, scoring and the exported
-remote-code class all apply.
+"""The one rule for Qwen2.5-VL's 3-D rotary positions (M-RoPE), as the original release and vLLM compute them
+(transformers 5.x continues text after a video at another position); training, scoring and the exported
+remote-code class all apply it.
 
-A text run starts one past the largest position used so far (0 at the start); a video of grid `(t, h, w)` (merged
-`h' = h // merge`, `w' = w // merge`) starting at `s` gets temporal positions
-`s + int(k * second_per_grid * tokens_per_second)` for its k-th temporal patch, height `s + row`, width `s + col`.
-So the text after a video continues at `s + max(last temporal position, h' - 1, w' - 1) + 1`. transformers 5.x
-continues it at `s + max(h', w')` instead (its own `get_rope_index`), which differs whenever the video's temporal
-positions outgrow its spatial grid; passing these positions explicitly makes transformers compute the release's
-numbers. Images are laid out the same way with temporal position 0.
-
-This file imports nothing but torch: `emoreward export` copies it verbatim into the exported `modeling_emoreward.py`
-(the remote-code class cannot import emoreward), and a test checks the copy is this source.
+This file imports nothing but torch: `emoreward export` copies it verbatim into `modeling_emoreward.py`.
+See docs/multimodal.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
-"""Inputs of multimodal reward models: (media, subtitle, description) -> token ids and media tensors, through the
-backbone's official `transformers` processor (`Qwen2_5_VLProcessor`, `Qwen2_5OmniProcessor`,
-`Qwen2AudioProcessor`): its placeholder expansion, Whisper features and, for Qwen2.5-Omni with
-`use_audio_in_video`, its time-interleaved audio-in-video layout. The one replaced piece is the video processor:
-transformers' `Qwen2VLVideoProcessor` needs torchvision, so `SampledFramesVideoProcessor` runs the official
-torchvision-free `Qwen2VLImageProcessorPil` on every sampled frame and stacks frame pairs in the official
-temporal-patch order (tests compare both with the official code). The zero-shot judges (`zero_shot.backends`) use
-the same processors.
-
-`RewardPromptBuilder` lays out every sequence (its docstring shows the layout and the media spans of each backbone).
-See docs/multimodal.md.
+"""Inputs of multimodal reward models: (media, subtitle, description) -> token ids and media tensors through the
+backbone's official `transformers` processor; `SampledFramesVideoProcessor` replaces the torchvision video
+processor with the same official layout. `RewardPromptBuilder` lays out every sequence. See docs/multimodal.md.
 """
 
 from __future__ import annotations
@@ -38,11 +30,8 @@ DEFAULT_MEDIA_INSTRUCTION = (
 
 @dataclass
 class VisionPatching:
-    """Qwen2-VL video processing parameters (from the backbone's image processor config, saved with a model).
-
-    `min_pixels` / `max_pixels` bound the area of every frame after resizing (`smart_resize`); the rest are the
-    vision encoder's patch geometry and the pixel normalisation.
-    """
+    """Qwen2-VL video processing parameters (from the backbone's image processor config, saved with a model):
+    `min_pixels` / `max_pixels` bound every resized frame's area; the rest are patch geometry and normalisation."""
 
     patch_size: int = 14
     temporal_patch_size: int = 2
@@ -88,23 +77,15 @@ class VisionPatching:
 
 
 class SampledFramesVideoProcessor(VideoProcessorMixin):
-    """Qwen2-VL video processing of frames that `emoreward.data.media` already sampled, without torchvision.
-
-    transformers' `Qwen2VLVideoProcessor` (the video part of the Qwen2.5-VL and Qwen2.5-Omni processors) imports
-    torchvision, which cannot be installed beside every torch build. This processor gives the same outputs from
-    official code that does not: every frame goes through `transformers.Qwen2VLImageProcessorPil` (smart_resize,
-    PIL bicubic resize, rescale, normalise, spatial patch order with 2x2 merge windows contiguous); the only step
-    done here is stacking consecutive frames into temporal patches, in the order of
-    `Qwen2VLVideoProcessor.patchify`. Tests check both exactly: a two-frame clip of one frame equals the official
-    image processor's output for that frame, and any clip equals the official `patchify` (executed from the
-    transformers source) on the image processor's normalised frames. The one known difference to the
-    torchvision processor is the resize kernel (PIL's bicubic here, torchvision's antialiased bicubic there).
-
-    Called by the official processors as their `video_processor` (see `official_processor`).
+    """Qwen2-VL video processing of frames that `emoreward.data.media` already sampled, without torchvision (which
+    transformers' `Qwen2VLVideoProcessor` imports): every frame goes through the official
+    `Qwen2VLImageProcessorPil`, and consecutive frames are stacked into temporal patches in the order of
+    `Qwen2VLVideoProcessor.patchify` (tests compare both with the official code). The one known difference is the
+    resize kernel (PIL's bicubic, not torchvision's antialiased bicubic). Used as the official processors'
+    `video_processor` (`official_processor`).
 
     Args:
-        image_processor: a `Qwen2VLImageProcessorPil` (its patch geometry, normalisation and size are used).
-    """
+        image_processor: a `Qwen2VLImageProcessorPil` (its patch geometry, normalisation and size are used)."""
 
     model_input_names = ["pixel_values_videos", "video_grid_thw"]
 
@@ -130,20 +111,16 @@ class SampledFramesVideoProcessor(VideoProcessorMixin):
 
         Args:
             videos: one video or a list of them; each a `uint8` array of shape `(T, H, W, 3)`.
-            fps: the rate the frames were sampled at (frames per second of video); gives the metadata's
-                `sampled_fps`, from which the processors derive the temporal positions.
+            fps: the rate the frames were sampled at (the metadata's `sampled_fps`, giving temporal positions).
             size: `{"shortest_edge": min_pixels, "longest_edge": max_pixels}` (default: the image processor's).
             return_metadata: also return `video_metadata` (a `VideoMetadata` per video).
 
         Returns:
-            `BatchFeature` with `pixel_values_videos` (`torch.FloatTensor` of shape
-            `(sum of grid_t * grid_h * grid_w, 3 * temporal_patch * patch * patch)`), `video_grid_thw`
-            (`torch.LongTensor` of shape `(num_videos, 3)`) and, with `return_metadata`, `video_metadata`.
+            `BatchFeature` with `pixel_values_videos` (shape `(sum of grid_t * grid_h * grid_w, 3 * temporal_patch *
+            patch * patch)`), `video_grid_thw` (shape `(num_videos, 3)`) and, with `return_metadata`, `video_metadata`.
 
         Raises:
-            ValueError: no `fps`, a video that is not `(T, H, W, 3)` uint8, or an option this processor does not
-                implement (frame sampling, custom resizing) given a value.
-        """
+            ValueError: no `fps`, a video that is not `(T, H, W, 3)` uint8, or an option not implemented here."""
         from transformers.image_processing_utils import BatchFeature
         from transformers.video_utils import VideoMetadata, make_batched_videos
 
@@ -193,9 +170,8 @@ _IGNORED_VIDEO_KWARGS = {"do_sample_frames", "do_convert_rgb", "input_data_forma
 
 
 class _AcceptsAnyVideoProcessor:
-    """Mixin for an official processor class: its constructor's type check accepts any `VideoProcessorMixin` as
-    the video processor (transformers resolves the expected class through its video processor registry, which
-    is empty without torchvision). Nothing else of the official class changes."""
+    """Mixin for an official processor class whose constructor must accept any `VideoProcessorMixin` as its video
+    processor (the registry transformers checks against is empty without torchvision)."""
 
     def check_argument_for_proper_class(self, argument_name, argument):
         if argument_name == "video_processor":
@@ -231,22 +207,19 @@ _OMNI_TOKEN_NAMES = (
 
 
 def official_processor(spec: BackboneSpec, tokenizer, image_processor=None, feature_extractor=None):
-    """The backbone's official `transformers` processor (`spec.processor_class`), with
-    `SampledFramesVideoProcessor` as its video processor for video backbones (the official class unchanged but
-    for its constructor's type check, see `_AcceptsAnyVideoProcessor`).
+    """The backbone's official `transformers` processor (`spec.processor_class`), with `SampledFramesVideoProcessor`
+    as its video processor for video backbones.
 
     Args:
-        tokenizer: the checkpoint's tokenizer. Qwen2.5-Omni's must name its media tokens (`video_token`,
-            `audio_bos_token`, ... in `tokenizer_config.json`, as the release ships them).
+        tokenizer: the checkpoint's tokenizer (Qwen2.5-Omni's must name its media tokens, as the release ships it).
         image_processor: a `Qwen2VLImageProcessorPil` (video backbones).
         feature_extractor: a `WhisperFeatureExtractor` (audio backbones).
 
     Returns:
-        the processor, or None for the text backbone.
+        the processor, or None for a text backbone.
 
     Raises:
-        ValueError: a Qwen2.5-Omni tokenizer without its media token names, or a missing part.
-    """
+        ValueError: a Qwen2.5-Omni tokenizer without its media token names, or a missing part."""
     if spec.processor_class is None:
         return None
     cls = _PROCESSORS[spec.processor_class]
@@ -460,12 +433,10 @@ class RewardPromptBuilder:
         return text, kwargs
 
     def encode_prefix(self, media: SampleMedia | None, subtitle: str | None) -> EncodedPrefix:
-        """Token ids and media tensors of the prefix (layout: `RewardPromptBuilder`), laid out by the
-        backbone's official processor.
+        """Token ids and media tensors of the prefix (layout: `RewardPromptBuilder`).
 
         Raises:
-            ValueError: the backbone needs media that `media` lacks, or the processor rejects the inputs.
-        """
+            ValueError: the backbone needs media that `media` lacks, or the processor rejects the inputs."""
         head, middle, _ = self._template(self.context(subtitle))
         if self.processor is None:
             return EncodedPrefix(self._ids(head) + self._ids(middle), {}, 0)
@@ -484,12 +455,11 @@ class RewardPromptBuilder:
         return EncodedPrefix(ids, tensors, sum(i in self._media_ids for i in ids))
 
     def encode_suffix(self, description: str, prefix_length: int, *, truncate: bool) -> tuple[list[int], bool]:
-        """Token ids of the description and the closing template tokens, and whether it had to be cut to fit
-        `max_length` after a prefix of `prefix_length` tokens. Only the description is ever cut.
+        """Token ids of the description and the closing template tokens, and whether the description (only it) was cut
+        to fit `max_length` after `prefix_length` tokens.
 
         Raises:
-            ValueError: the prefix and the closing tokens alone leave no room for a description token.
-        """
+            ValueError: the prefix and the closing tokens alone leave no room for a description token."""
         tail = self._ids(self._template("")[2])
         body = self._ids(normal_text(description))  # one text, one reward, whatever its Unicode form
         room = self.max_length - prefix_length - len(tail)
@@ -525,9 +495,8 @@ def pad_sequences(sequences: list[list[int]], pad_token_id: int) -> tuple[torch.
 
 
 def load_processor_parts(path: str | Path, spec: BackboneSpec):
-    """(tokenizer, image processor or None, feature extractor or None) of a checkpoint: the parts
-    `official_processor` assembles (`AutoProcessor` would also load the torchvision video processor).
-    `trust_remote_code` stays off."""
+    """(tokenizer, image processor or None, feature extractor or None) of a checkpoint, as `official_processor` takes
+    them (`AutoProcessor` would load the torchvision video processor); no remote code."""
     from transformers import AutoFeatureExtractor, AutoImageProcessor, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(path)

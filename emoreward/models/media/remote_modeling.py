@@ -1,12 +1,6 @@
-"""The remote-code classes of a multimodal export (`modeling_emoreward.py` in the export folder, named by its
-`config.json` `auto_map`): `AutoModelForSequenceClassification.from_pretrained(export, trust_remote_code=True)` reads
-the export with nothing but transformers and torch, and `logits[:, 0]` is the reward.
-
-Each class runs the backbone's decoder stack with its media (the backbone's own `<X>Model`) and reads the value head
-`language_model.score` (Linear(hidden, 1, bias=False), where vLLM's pooling runner reads it) at the last non-pad
-token, either padding side. Qwen2.5-VL's rotary positions follow `qwen2_5_vl_positions` (the release's and vLLM's
-rule), whose source `emoreward export` writes into the exported file in place of the import below; the Qwen2.5-Omni
-thinker applies that rule itself; Qwen2-Audio has 1-D positions.
+"""The remote-code classes of a multimodal export (`modeling_emoreward.py`):
+`AutoModelForSequenceClassification.from_pretrained(export, trust_remote_code=True)` reads the export with
+transformers and torch only, and `logits[:, 0]` is the reward. See docs/serving.md.
 """
 
 from __future__ import annotations
