@@ -132,7 +132,7 @@ def rank_with_bpa(
     or when every (model pair, sample) was asked.
 
     The default scheduling is `SchedulerConfig`'s: exploration only by the ranking-variance rule, the best measured
-    on the simulation benchmark (``scripts/benchmark_bpa.py``). The paper's 50/30/20 scheduler is
+    on the simulation benchmark (``benchmarks/benchmark_bpa.py simulation``). The paper's 50/30/20 scheduler is
     ``SchedulerConfig(**PAPER_SCHEDULING)`` (``--policy paper``); with no anchors, the case here, its anchor share
     becomes exploration.
 

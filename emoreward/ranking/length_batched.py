@@ -290,7 +290,7 @@ def fit_resamples(
     if estimate.shape != (design.x.shape[1] + davidson,):
         raise ValueError(f"estimate must have shape ({design.x.shape[1] + davidson},), got {estimate.shape}")
     theta, converged = np.broadcast_to(estimate, (n_b, q)).copy(), np.zeros(n_b, dtype=bool)
-    with single_blas_thread():  # small products: OpenBLAS threads only spin (5x slower on a loaded 2-core machine)
+    with single_blas_thread():  # small products: OpenBLAS threads only spin
         if batched and q <= _MAX_PARAMS and design.x.shape[0]:
             rec, tables = _ordered(design), _unit_tables(design, estimate, davidson)
             for lo in range(0, n_b, _BOOT_CHUNK):  # bounds the (B, Q, Q, Q) third derivatives

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-from scipy.special import ndtr  # the normal CDF (scipy.stats.norm.sf(x) is ndtr(-x); scipy.stats adds 0.25 s)
+from scipy.special import ndtr  # the normal CDF, without importing scipy.stats
 
 from emoreward.data.text import description_length, markdown_cell
 from emoreward.ranking.bootstrap import BootstrapCI, percentile_interval, recentre, resample_unit_weights

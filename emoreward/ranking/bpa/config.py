@@ -10,7 +10,7 @@ Three dataclasses, one per stage of BPA:
 
 Every field carries ``metadata={"help": ...}``; ``__post_init__`` raises ``ValueError`` naming the field.
 The paper's hyperparameter tables (supp. tab. 2-3) were lost in extraction; the defaults here are our own,
-chosen for the [1, 9] score scale and checked on the simulation benchmark (``scripts/benchmark_bpa.py``).
+chosen for the [1, 9] score scale (``benchmarks/benchmark_bpa.py simulation``). See docs/ranking.md.
 """
 
 from __future__ import annotations
@@ -146,8 +146,8 @@ class BPAConfig:
 PAPER_SCHEDULING: dict[str, str] = {"policy": "bpa", "exploration_rule": "match_quality"}
 """The paper's scheduler (E3mo-Bench, "Online Pair Scheduling"): 50/30/20 exploration by TrueSkill match quality /
 anchor calibration / bridge pairs. ``SchedulerConfig(**PAPER_SCHEDULING)`` (``emoreward rank --method bpa --policy
-paper``). Not the default: on the simulation benchmark (``scripts/benchmark_bpa.py``) it needed about as many
-comparisons as random pairs to reach Spearman 0.9 (1.04x over 4 seeds, 0.95x over 40), the default 0.70x."""
+paper``). Not the default: it needed more comparisons on the simulation benchmark
+(``benchmarks/benchmark_bpa.py simulation``)."""
 
 
 @dataclass
@@ -155,9 +155,8 @@ class SchedulerConfig:
     """Configuration of online pair scheduling and initialisation in BPA.
 
     The default policy is exploration only by the ranking-variance rule (``emoreward.ranking.bpa.design``), the
-    best measured on the simulation benchmark (``scripts/benchmark_bpa.py``: 0.70x the comparisons of random pairs
-    to reach Spearman 0.9, against about 1x for the paper's policy); the paper's 50/30/20 scheduler is
-    ``SchedulerConfig(**PAPER_SCHEDULING)``.
+    best on the simulation benchmark (``benchmarks/benchmark_bpa.py simulation``); the paper's 50/30/20 scheduler
+    is ``SchedulerConfig(**PAPER_SCHEDULING)``.
 
     Source: E3mo-Bench, "Online Pair Scheduling" (50/30/20 policy after Li et al. 2018, Hybrid-MST); supp. D.2
     (TrueSkill provisional updates, Herbrich et al. 2006) and D.3 (percentile initialisation).

@@ -199,7 +199,7 @@ def centred_design_comparisons(
 ) -> float:
     """Comparisons per candidate that an ideal adaptive design needs to raise every candidate's precision.
 
-    The information bound used to judge pair selection (ours, an idealisation; see `scripts/benchmark_bpa.py`):
+    The information bound used to judge pair selection (ours, an idealisation; see ``benchmarks/benchmark_bpa.py``):
     each comparison of two candidates adds the crowd information ``J`` of their score difference to both
     candidates' precision (the trace of the information Laplacian grows by ``2 J``). The best a design can do
     when every candidate has posterior precision ``P`` is to pair two candidates whose posterior means
