@@ -75,11 +75,8 @@ class BootstrapCI:
 
     @property
     def at_edge(self) -> np.ndarray:
-        """`np.ndarray` of shape `(M,)`, bool: the estimate is an end of a non-degenerate interval.
-
-        This happens when the bootstrap distribution sits on one side of the estimate, e.g. for EMER-Ranker's
-        binarized W: a model that wins (or loses) all its pairs there can only lose (or win) some in a resample.
-        """
+        """`np.ndarray` of shape `(M,)`, bool: the estimate is an end of a non-degenerate interval (the bootstrap
+        distribution on one side of it, e.g. a model winning every pair of the binarized W)."""
         est = self.estimate.scores
         wide = self.upper - self.lower > SCORE_TOLERANCE
         return wide & ((np.abs(est - self.lower) <= SCORE_TOLERANCE) | (np.abs(est - self.upper) <= SCORE_TOLERANCE))
@@ -108,52 +105,30 @@ def bootstrap_ci(
 ) -> BootstrapCI:
     """Percentile bootstrap intervals of fitted scores, resampling samples with replacement.
 
-    The resampled unit is the sample (``PairwiseRecord.sample``, e.g. a video): all comparisons made on a
-    sample are kept or repeated together, because judgements on one sample are correlated. A record without a
-    sample is its own unit (so data without samples resamples records). Each resample's counts are built as a
-    weighted sum of per-unit count matrices (one sparse matrix product), then ``fit_fn`` is called on them.
-    Percentile intervals follow Efron & Tibshirani (1993), ch. 13.
+    The unit is the sample (``PairwiseRecord.sample``): judgements on one sample are correlated, so they are kept
+    or repeated together; a record without a sample is its own unit. Efron & Tibshirani (1993), ch. 13.
 
-    Items absent from a resample: an item never compared in a resample gets its score from the prior alone
-    (0, whatever the data say), so it does not enter that item's interval: each item's interval is drawn from
-    the resamples in which it was compared (``n_compared`` says how many). Scores are identified up to a
-    common shift only, so every resample is shifted so that the items it compared have the mean they have in
-    the full-data fit (a no-op when every item is compared: both means are 0).
-
-    The interval always contains the estimate. Resample scores within ``SCORE_TOLERANCE`` of the estimate count
-    as equal to it: a resample that reproduces the full-data comparisons (as is common for the binarized W, a
-    discrete statistic) then lands exactly on the estimate, not 1e-9 beside it. If the percentile interval still
-    excludes the estimate (the bootstrap distribution lies on one side of it: for the binarized W, resampling
-    flips or evens out close pairs, which shrinks every resample's scores toward 0), the interval is extended to
-    the estimate and ``widened`` flags the item.
-
-    With ``warm_start`` (default), every refit starts from the full-data estimate: ``fit_fn`` gets
-    ``initial_scores=estimate.scores`` (and ``initial_tie_parameter=estimate.tie_parameter`` for a tie model) when
-    its signature accepts them (as :func:`fit_bradley_terry`, :func:`fit_binarized_bradley_terry`,
-    :func:`fit_bradley_terry_ties` and ``functools.partial`` of them do; other callables are called with the
-    counts only). The optimum is the same as from a cold start (the objectives are convex in the log-strengths;
-    the fits stop at a tight tolerance), only fewer iterations are needed; ``warm_start=False`` starts every refit
-    from zero as before.
+    An item not compared in a resample has only the prior's score there, so each item's interval uses the
+    resamples in which it was compared (``n_compared``); each resample is shifted so that the items it compared
+    keep their full-data mean. Resample scores within ``SCORE_TOLERANCE`` of the estimate count as equal to it,
+    and an interval that still excludes the estimate is extended to it (``widened``). With ``warm_start``,
+    ``fit_fn`` gets ``initial_scores`` (and ``initial_tie_parameter``) from the estimate when its signature takes
+    them; the optimum is the same as from zero (convex objectives, tight tolerance).
 
     Args:
         records (`Iterable[PairwiseRecord]`): all comparisons.
-        fit_fn (`Callable[[PairwiseCounts], BTResult]`): the fit, e.g. ``fit_bradley_terry``,
-            ``fit_binarized_bradley_terry`` or ``functools.partial(fit_bradley_terry_ties, tie_model="davidson")``.
-            With sparse designs pass ``on_disconnected="warn"``, since a resample may drop a bridging sample
-            (resamples with a disconnected graph are counted in ``n_disconnected``, not warned about one by one).
+        fit_fn (`Callable[[PairwiseCounts], BTResult]`): the fit, e.g. ``functools.partial(fit_bradley_terry_ties,
+            tie_model="davidson")``; pass ``on_disconnected="warn"`` for sparse designs (counted in
+            ``n_disconnected``).
         n_boot (`int`): number of resamples (>= 1).
         alpha (`float`): 1 - coverage, in (0, 1); the interval is the ``[alpha/2, 1 - alpha/2]`` percentiles.
         seed (`int` or `None`): seed of ``numpy.random.default_rng``; the same seed gives the same result.
         items (`Sequence[str]`, *optional*): fixed item order (default: sorted item names).
         warm_start (`bool`): start every refit from the full-data fit (see above).
-        progress (`bool` or `None`): a tqdm progress bar on stderr; ``None`` shows it only when stderr is a
-            terminal.
-        desc (`str`): the progress bar's label.
-        batched (`bool`): fit all resamples together (:func:`emoreward.ranking.batched.fit_batch`, the same
-            optimum to about 1e-8) when ``fit_fn`` is one of this package's fits (see
-            :func:`~emoreward.ranking.bradley_terry.batch_spec`); resamples it does not finish, every resample of any
-            other ``fit_fn``, and every resample with ``batched=False`` are refitted one at a time with ``fit_fn``
-            (the reference path).
+        progress (`bool` or `None`): a tqdm bar on stderr (``None``: only on a terminal); desc: its label.
+        batched (`bool`): fit all resamples together (:func:`emoreward.ranking.batched.fit_batch`, the same optimum
+            to about 1e-8) when ``fit_fn`` is one of this package's fits (`batch_spec`); the rest, or all with
+            ``False``, are refitted one at a time with ``fit_fn`` (the reference path).
 
     Returns:
         `BootstrapCI` with ``lower``/``upper`` of shape `(M,)`, ``scores`` of shape `(n_boot, M)` and ``estimate``,
@@ -247,10 +222,9 @@ def bootstrap_ci(
 
 
 def recentre(boot: np.ndarray, estimate: np.ndarray, present: np.ndarray) -> np.ndarray:
-    """Resample scores `(B, M)` shifted so that the items each resample compared (``present``, `(B, M)` bool) have
-    the mean they have in the ``estimate`` `(M,)` (scores are identified up to a common shift only; a resample that
-    compared every item is left as fitted, centred as the estimate); NaN where an item was not compared (its score
-    there is the prior's, not the data's)."""
+    """Resample scores `(B, M)` shifted so that the items each resample compared (``present``, `(B, M)` bool) keep
+    their mean in the ``estimate`` `(M,)` (a resample that compared every item is left as fitted); NaN where an item
+    was not compared (its score there is the prior's)."""
     partial = ~present.all(axis=1)
     counts = np.maximum(present.sum(axis=1), 1)
     shift = (np.where(present, estimate, 0.0).sum(axis=1) - np.where(present, boot, 0.0).sum(axis=1)) / counts
@@ -299,14 +273,8 @@ def tqdm_disable(progress: bool | None) -> bool | None:
 
 
 def resample_unit_weights(n_units: int, n_boot: int, seed: int | None) -> np.ndarray:
-    """How often each unit is drawn in each bootstrap resample: ``n_units`` draws with replacement per resample.
-
-    Every bootstrap of the ranking (:func:`bootstrap_ci`, the length-controlled fit) takes its resamples here, so
-    the same seed gives the same resamples in all of them.
-
-    Returns:
-        `np.ndarray` of shape `(n_boot, n_units)`, int: row ``b`` sums to ``n_units``.
-    """
+    """How often each unit is drawn in each resample (``n_units`` draws with replacement): `(n_boot, n_units)` int.
+    Every bootstrap of the ranking draws here, so one seed gives the same resamples in all of them."""
     rng = np.random.default_rng(seed)
     # every resample at once: the same draws, in the same order, as one resample at a time
     picks = rng.integers(0, n_units, (n_boot, n_units))
