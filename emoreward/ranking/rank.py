@@ -250,6 +250,8 @@ def rank_with_reward_model(
     Returns:
         `RankingReport`.
     """
+    from emoreward.models.precision_rule import precision_record  # torch-free: a cache rerun imports no torch
+
     threshold = model.settings.tie_threshold if tie_threshold is None else tie_threshold
     scores = score_table(model, table, cache, batch_size=batch_size)
     records = records_from_scores(scores, threshold)
@@ -277,7 +279,7 @@ def rank_with_reward_model(
         "n_samples": table.n_samples,
         "n_models": table.n_models,
         "max_length": getattr(getattr(model, "settings", None), "max_length", None),
-        "precision": _precision_record(model),  # the dtype every score of this ranking was computed in
+        "precision": precision_record(model),  # the dtype every score of this ranking was computed in
     }
     report = fits.report(
         table.models,
@@ -363,10 +365,3 @@ def rank_with_judge(
     report = fits.report(models, lengths, cost, meta, hierarchical=hierarchical)
     report.warnings = ranking_warnings(report)
     return report
-
-
-def _precision_record(model) -> dict:
-    """`emoreward.models.precision_rule.precision_record` (torch-free: a rerun from the score cache imports no torch)."""
-    from emoreward.models.precision_rule import precision_record
-
-    return precision_record(model)
