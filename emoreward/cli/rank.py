@@ -197,12 +197,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def check_rank_options(args: argparse.Namespace) -> None:
-    """The options that need no table or judge, checked before either loads (a result that could not be written,
-    or a media folder that does not exist, is reported before any scoring; a BPA option given to the full method).
-
-    Raises:
-        ValueError: naming the option.
-    """
+    """The options that need no table or judge, checked before either loads (an output that could not be written,
+    a missing media folder, a BPA option given to the full method); ValueError naming the option."""
     if getattr(args, "method", "full") != "bpa":
         given = [name for name, default in BPA_DEFAULTS.items() if getattr(args, name, default) != default]
         if given:
@@ -399,9 +395,8 @@ def _bpa_settings(args: argparse.Namespace, table) -> dict:
 
 # ---------------------------------------------------------------------------------------------- committee
 def committee_specs(args: argparse.Namespace) -> dict[str, str] | None:
-    """The committee's judges (``--judge`` given more than once, or a ``--committee-*`` option), each with its
-    `judge_identity`, checked before anything loads; None for a single judge, left in ``args.judge`` as one string
-    (the single-judge route, as before).
+    """The committee's judges (``--judge`` given more than once, or a ``--committee-*`` option) with their
+    `judge_identity`, checked before anything loads; None for a single judge (left in ``args.judge`` as a string).
 
     Raises:
         ValueError: naming the option: a calibration option for one judge, a judge given twice, a weighting that needs
@@ -440,9 +435,8 @@ def committee_specs(args: argparse.Namespace) -> dict[str, str] | None:
 
 
 def judge_identity(spec: str) -> str:
-    """What a judge is, for telling two committee members apart: a model directory or judge file by its content
-    (`emoreward.utils.cache_key.source_fingerprint`: a copy under another path is the same judge), a registered
-    judge by its name."""
+    """What a judge is, for telling committee members apart: a model folder or judge file by its content
+    (`source_fingerprint`: a copy elsewhere is the same judge), a registered judge by its name."""
     from emoreward.utils.cache_key import source_fingerprint
 
     fingerprint = source_fingerprint(spec)
@@ -473,9 +467,8 @@ def _calibration_pairs(path: str) -> list:
 
 
 def run_committee(args: argparse.Namespace, specs: dict[str, str]) -> int:
-    """`emoreward rank` with a committee of judges (E3mo-Score): each member judges the table as it would alone,
-    the committee's verdict is the weighted vote of theirs, ranked by the full method or BPA. Weights: agreement
-    with ``--committee-calibration`` through `weights_from_agreement`, or equal weights (with a warning)."""
+    """`emoreward rank` with a committee of judges (E3mo-Score): the weighted vote of the members' verdicts, ranked
+    by the full method or BPA; weights from agreement with ``--committee-calibration``, or equal (with a warning)."""
     from emoreward.ranking.committee import (
         committee_warnings,
         committee_weights,
@@ -578,12 +571,10 @@ def run_committee(args: argparse.Namespace, specs: dict[str, str]) -> int:
 
 
 def _load_judge(args: argparse.Namespace, saved: bool = False, spec: str | None = None) -> tuple[str, object]:
-    """``--judge`` through :func:`emoreward.judges.load_judge`: ``("reward-model", RewardModel)`` (scored once per
-    description, through the score cache) or ``("judge", Judge)`` (a zero-shot judge running ``--strategy``, its
-    call cache under ``<cache dir>/judges`` so that a killed ranking resumes; a failed call stops the ranking,
-    after caching the finished calls, instead of silently dropping a comparison). With ``saved``, a text reward
-    model comes as its folder (`emoreward.models.saved.SavedRewardModel`), its weights loaded only when a
-    description misses the score cache. ``spec``: a committee member (default ``args.judge``)."""
+    """``--judge`` (or a committee member's ``spec``) through :func:`emoreward.judges.load_judge`:
+    ``("reward-model", RewardModel)`` or ``("judge", Judge)`` (running ``--strategy``, its call cache under
+    ``<cache dir>/judges`` so a killed ranking resumes). With ``saved``, a text reward model comes as its folder
+    (`SavedRewardModel`), its weights loaded only when a description misses the score cache."""
     from emoreward.judges import judge_kind, load_judge
     from emoreward.ranking.score_cache import default_cache_dir
 
@@ -635,12 +626,8 @@ def _progress(args: argparse.Namespace) -> bool | None:
 
 
 def output_files(args: argparse.Namespace, cache_file: Path | None) -> OutputFiles:
-    """Every file `rank` may write (`--output` and the Markdown and plots beside it, `--dataset`), claimed before
-    any scoring against each other, the table and the score cache (`emoreward.utils.io.OutputFiles`).
-
-    Raises:
-        ValueError: two of them share a path.
-    """
+    """Every file `rank` may write (`--output`, the Markdown and plots beside it, `--dataset`), claimed before any
+    scoring against each other, the table and the score cache; ValueError when two share a path."""
     files = OutputFiles()
     files.guard(getattr(args, "data", None), "--data")
     files.guard(cache_file, "the score cache")
@@ -663,8 +650,8 @@ PLOT_SUFFIXES = ("_scores.png", "_scores_length_controlled.png", "_W.png")
 def _finish(
     args, report, table, cache_file, start: float, load_seconds: float, title: str, files: OutputFiles, *, plots: bool
 ) -> None:
-    """Print a ranking report and write it (JSON, Markdown and, with `plots`, the scores and W plots), then the
-    dataset table, then push it (the one step that can fail for reasons outside this machine)."""
+    """Print a ranking report and write it (JSON, Markdown, with `plots` the scores and W plots), then the dataset
+    table, then push it (last: the one step that can fail for reasons outside this machine)."""
     total = time.perf_counter() - start
     report.meta.update(
         judge=str(args.judge) if not isinstance(args.judge, list) else sorted(map(str, args.judge)),

@@ -182,15 +182,7 @@ def judge_member(
     from emoreward.ranking.judging import judge_records
 
     got = judge_records(judge, table, None, swap=swap, runs=runs, combine=combine)  # type: ignore[arg-type]
-    cost = {
-        "judge": judge.name,
-        "n_judge_calls": got.n_calls,
-        "n_reused": got.n_reused,
-        "n_invalid": got.n_invalid,
-        "n_pairs": got.n_pairs,
-        "n_records": len(got.records),
-    }
-    return MemberRun({k: dict(v) for k, v in got.verdicts.items()}, cost)
+    return MemberRun({k: dict(v) for k, v in got.verdicts.items()}, got.cost(judge.name))
 
 
 def rank_with_committee(
