@@ -240,17 +240,12 @@ def snap_to_estimate(boot: np.ndarray, estimate: np.ndarray) -> np.ndarray:
 def percentile_interval(
     boot: np.ndarray, estimate: np.ndarray, alpha: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Percentile interval ``[alpha/2, 1 - alpha/2]`` per column over the finite resamples, extended to contain the
-    estimate (Efron & Tibshirani 1993, ch. 13).
-
-    Args:
-        boot (`np.ndarray` of shape `(B, K)`): resample values, NaN where absent or failed.
-        estimate (`np.ndarray` of shape `(K,)`): the full-data values (a NaN column gets no interval).
-        alpha (`float`): 1 - coverage.
+    """Percentile interval ``[alpha/2, 1 - alpha/2]`` per column of ``boot`` `(B, K)` over the finite resamples,
+    extended to contain ``estimate`` `(K,)` (Efron & Tibshirani 1993, ch. 13).
 
     Returns:
         ``(lower (K,), upper (K,), widened (K,) bool)``: NaN where no resample (or the estimate) is finite;
-        ``widened`` where the percentile interval excluded the estimate and was extended to it.
+        ``widened`` where the interval was extended to the estimate.
     """
     estimate = np.asarray(estimate, dtype=float)
     boot = snap_to_estimate(boot, estimate)

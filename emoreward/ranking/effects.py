@@ -88,16 +88,8 @@ def _additive_effects(rewards: np.ndarray, observed: np.ndarray, weight: np.ndar
 
 
 def additive_effects_batch(rewards: np.ndarray, observed: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """:func:`_additive_effects` for B weight vectors at once: the B systems ``L_b a = c_b`` built with matrix
-    products and solved together by the pseudo-inverse (the minimum-norm least-squares solution, as ``lstsq``).
-
-    Args:
-        rewards, observed (`np.ndarray` of shape `(M, N)`): rewards and where they exist.
-        weights (`np.ndarray` of shape `(B, N)`): sample weights per row (bootstrap counts).
-
-    Returns:
-        `np.ndarray` of shape `(B, M)`: effects, mean 0 over each row's compared models, NaN for the others.
-    """
+    """:func:`_additive_effects` for weights `(B, N)` at once (the minimum-norm least-squares solutions by the
+    pseudo-inverse): effects `(B, M)`, mean 0 over each row's compared models, NaN for the others."""
     o = observed.astype(float)
     n_s = o.sum(axis=0)
     w = np.where(n_s >= 2, np.asarray(weights, dtype=float), 0.0)

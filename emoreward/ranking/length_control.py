@@ -282,7 +282,7 @@ def fit_length_controlled(
     with model identity is not reported; one that separates the decisive verdicts has an infinite coefficient
     (`separation_note`); where model identity alone separates them, the scores are the prior-bounded ones with open
     interval ends. Diverging resamples are left out of the percentile bootstrap over samples (the draws of
-    :func:`emoreward.ranking.bootstrap.bootstrap_ci`), fitted by :func:`emoreward.ranking.length_batched.fit_resamples`.
+    `bootstrap_ci`), fitted by :func:`emoreward.ranking.length_batched.fit_resamples`.
 
     Args:
         records (`Sequence[PairwiseRecord]`): the verdicts; every record needs a ``sample``.

@@ -58,16 +58,9 @@ PAPER_TIE_MODEL: TieModel = "emoprefer"
 
 @dataclass
 class RankingFits:
-    """The fits of one ranking (see :func:`fit_ranking`).
-
-    Attributes:
-        counts (`PairwiseCounts`): win / tie counts W over all records.
-        binarized (`BootstrapCI`): EMER-Ranker's Bradley-Terry on the binarized W (eq. 1-4).
-        ties (`BootstrapCI`): Bradley-Terry with ties (``tie_model``, default Davidson) on the counts.
-        paper (`BootstrapCI` or `None`): EmoPrefer's appendix-F tie model, when ``tie_model`` is another one.
-        controlled (`ControlledFit` or `None`): the length-controlled Davidson fit
-            (`emoreward.ranking.length_control`), when description covariates were given.
-    """
+    """The fits of one ranking (:func:`fit_ranking`): ``counts`` (W), ``binarized`` (EMER-Ranker eq. 1-4), ``ties``
+    (the ranking tie model), ``paper`` (EmoPrefer appendix F, when ``ties`` is another) and ``controlled`` (the
+    length-controlled fit, when covariates were given)."""
 
     counts: PairwiseCounts
     binarized: BootstrapCI

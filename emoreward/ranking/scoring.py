@@ -32,12 +32,10 @@ class ScoreMatrix:
     Attributes:
         models (`list[str]`), samples (`list[str]`): row and column labels.
         scores (`np.ndarray` of shape `(M, N)`): reward of model m's description of sample n (NaN when missing).
-        n_scored (`int`): descriptions the model scored in this run (forward passes, one per description).
-        n_cached (`int`): distinct descriptions (with their context) whose score came from the cache.
+        n_scored, n_cached (`int`): distinct descriptions scored in this run / found in the cache.
         seconds (`float`): wall time of scoring (cache lookups included).
         n_truncated (`int`): of the descriptions scored now, those cut to fit the model's length limit.
-        truncated (`np.ndarray` of shape `(M, N)` or `None`): 1.0 where model m's description of sample n was cut
-            to fit, 0.0 where not, NaN where unknown (no description, or a cache entry without the flag).
+        truncated (`np.ndarray` of shape `(M, N)` or `None`): 1.0 where cut, 0.0 where not, NaN where unknown.
     """
 
     models: list[str]

@@ -163,26 +163,9 @@ def crowd_fisher_information(
     weights: np.ndarray | None = None,
     diff_var: np.ndarray | float = 0.0,
 ) -> np.ndarray:
-    """Fisher information about ``mu_a - mu_b`` of one answer from a crowd whose annotator is drawn at random.
-
-    ``J_crowd = sum_k w_k E[J(Delta; eta_k)]`` with ``Delta ~ N(score_diff, diff_var)``: the annotator is
-    independent of the scores, so the information of the pair ``(annotator, answer)`` is the ``w``-average of the
-    annotators' informations (not the information at the mean reliability).
-
-    Args:
-        score_diff (`np.ndarray`): ``mu_a - mu_b``, any shape.
-        delta (`float`): Rao-Kupper tie margin.
-        slope (`float`): logistic slope per score unit.
-        etas (`np.ndarray` of shape `(K,)`): Crowd-BT reliabilities of the annotators.
-        weights (`np.ndarray` of shape `(K,)`, optional): probability that each annotator answers; uniform if
-            omitted.
-        diff_var (`np.ndarray` or `float`): variance of ``score_diff`` (0: the difference is known).
-
-    Returns:
-        `np.ndarray` of the shape of ``score_diff``, score^-2.
-
-    Source: ours (Fisher information of a mixture over independent annotator draws).
-    """
+    """Fisher information (score^-2) about ``mu_a - mu_b`` of one answer from a crowd whose annotator is drawn at
+    random (``weights``, uniform if omitted): ``J_crowd = sum_k w_k E[J(Delta; eta_k)]`` with ``Delta ~
+    N(score_diff, diff_var)``: the ``w``-average of the annotators' informations (ours)."""
     etas = np.asarray(etas, float)
     weights = np.full(etas.shape, 1.0 / etas.size) if weights is None else np.asarray(weights, float)
     return sum(w * expected_fisher_information(score_diff, diff_var, delta, slope, e) for w, e in zip(weights, etas))
