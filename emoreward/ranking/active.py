@@ -124,30 +124,22 @@ def rank_with_bpa(
     The candidates are the M models (no anchors). A proposal ``(a, b)`` is one query on one sample, the samples
     both models described taken in a seeded random cycle; every valid verdict the judge returns is a record. The
     loop stops when a refit's mean uncertainty falls below ``config.sigma_tau``, after ``budget`` queries, or when
-    every (model pair, sample) was asked. Scheduling: `SchedulerConfig` (with no anchors the paper's anchor share
-    becomes exploration).
+    every (model pair, sample) was asked. Source: E3mo-Bench, "Algorithm Overview".
 
     Args:
         answer (`PairAnswer`): the judge, e.g. `RewardModelPairs` or `JudgePairs`.
         table (`DescriptionTable`): the descriptions.
         budget (`int`, *optional*): maximum pair queries; default ``scheduler_config.budget``.
-        config (`BPAConfig`, *optional*): model, uncertainty and ``sigma_tau``.
-        scheduler_config (`SchedulerConfig`, *optional*): policy, exploration rule, refit period (default
-            ``SchedulerConfig()``).
-        seed (`int`): seed of the sample order (the scheduler has its own, ``scheduler_config.seed``).
-        cost (`Callable[[], dict]`, *optional*): returns the judge's cost counters for the report (default
-            ``answer.cost`` when it has one).
+        config, scheduler_config (`BPAConfig`, `SchedulerConfig`, *optional*): the model and the scheduling (with no
+            anchors, the paper's anchor share becomes exploration).
+        seed (`int`): seed of the sample order (the scheduler has its own).
+        cost (`Callable[[], dict]`, *optional*): the judge's cost counters (default ``answer.cost``).
         on_refit (`Callable[[int, BPAFit], bool | None]`, *optional*): called after every refit with the queries
             asked so far and the fit; a true return value stops the loop (``stopped_by="on_refit"``).
         progress (`bool` or `None`): a tqdm bar on stderr (``None``: only on a terminal).
 
-    Returns:
-        `BPARankingReport`.
-
     Raises:
         ValueError: if fewer than two models, ``budget < 1``, or no two models share a sample.
-
-    Source: E3mo-Bench, "Algorithm Overview" (scheduling, periodic MAP refits, stopping on sigma_tau).
     """
     from tqdm.auto import tqdm
 

@@ -30,21 +30,14 @@ class BootstrapCI:
 
     Attributes:
         items (`list[str]`): the M items, column order of ``scores``.
-        lower, upper (`np.ndarray` of shape `(M,)`): percentile interval ``[alpha/2, 1 - alpha/2]`` per item,
-            over the resamples in which the item was compared (NaN if it never was); always contains the estimate
-            (see ``widened``).
-        scores (`np.ndarray` of shape `(n_boot, M)`): the fitted scores of every resample, NaN where the item was
-            not compared in that resample (its score there is the prior's, not the data's).
-        alpha (`float`): 1 - coverage.
-        n_units (`int`): number of resampled units (samples, or records when there are no samples).
+        lower, upper (`np.ndarray` of shape `(M,)`): percentile interval per item over the resamples in which it was
+            compared (NaN if never); always contains the estimate (``widened``: extended to it).
+        scores (`np.ndarray` of shape `(n_boot, M)`): every resample's scores, NaN where the item was not compared.
+        alpha (`float`): 1 - coverage; n_units (`int`): resampled units (samples, or records without samples).
         estimate (`BTResult`): the fit on all records, with this interval attached.
-        n_compared (`np.ndarray` of shape `(M,)`, int): resamples in which the item was compared (its interval
-            rests on these).
-        unit_counts (`np.ndarray` of shape `(M,)`, int): units (samples) on which the item was compared in the
-            full data.
-        widened (`np.ndarray` of shape `(M,)`, bool): the percentile interval excluded the estimate and was
-            extended to it (reported as a warning; see :func:`bootstrap_ci`).
-        n_disconnected (`int`): resamples whose comparison graph (over the items compared there) was disconnected.
+        n_compared (`np.ndarray` of shape `(M,)`, int): resamples in which the item was compared.
+        unit_counts (`np.ndarray` of shape `(M,)`, int): units on which the item was compared in the full data.
+        n_disconnected (`int`): resamples whose comparison graph was disconnected.
     """
 
     items: list[str]
@@ -120,19 +113,17 @@ def bootstrap_ci(
         fit_fn (`Callable[[PairwiseCounts], BTResult]`): the fit, e.g. ``functools.partial(fit_bradley_terry_ties,
             tie_model="davidson")``; pass ``on_disconnected="warn"`` for sparse designs (counted in
             ``n_disconnected``).
-        n_boot (`int`): number of resamples (>= 1).
-        alpha (`float`): 1 - coverage, in (0, 1); the interval is the ``[alpha/2, 1 - alpha/2]`` percentiles.
+        n_boot (`int`): resamples (>= 1); alpha (`float`): 1 - coverage, in (0, 1).
         seed (`int` or `None`): seed of ``numpy.random.default_rng``; the same seed gives the same result.
         items (`Sequence[str]`, *optional*): fixed item order (default: sorted item names).
-        warm_start (`bool`): start every refit from the full-data fit (see above).
+        warm_start (`bool`): start every refit from the full-data fit.
         progress (`bool` or `None`): a tqdm bar on stderr (``None``: only on a terminal); desc: its label.
         batched (`bool`): fit all resamples together (:func:`emoreward.ranking.batched.fit_batch`, the same optimum
             to about 1e-8) when ``fit_fn`` is one of this package's fits (`batch_spec`); the rest, or all with
             ``False``, are refitted one at a time with ``fit_fn`` (the reference path).
 
     Returns:
-        `BootstrapCI` with ``lower``/``upper`` of shape `(M,)`, ``scores`` of shape `(n_boot, M)` and ``estimate``,
-        the fit on all records with the interval attached.
+        `BootstrapCI`, its ``estimate`` the fit on all records with the interval attached.
 
     Raises:
         ValueError: if there are no records, ``n_boot < 1`` or ``alpha`` is outside (0, 1); errors of ``fit_fn``

@@ -57,18 +57,13 @@ class BTResult:
     Attributes:
         items (`list[str]`): the M items, in the order of ``scores``.
         scores (`np.ndarray` of shape `(M,)`): log-strengths ``log(theta_i)``, centred to mean 0 (natural log).
-        model (`str`): ``"bradley-terry"``, ``"emoprefer"``, ``"rao-kupper"`` or ``"davidson"``.
-        log_likelihood (`float`): data log-likelihood (natural log, prior excluded) at the fitted parameters.
-        n_comparisons (`float`): comparisons in the likelihood (one per compared pair for a binarized W).
-        tie_parameter (`float` or `None`): EmoPrefer's ``beta`` on the centred scale (``theta_i = exp(score_i)``),
-            Rao-Kupper's ``nu >= 1`` or Davidson's ``nu > 0``; ``None`` for plain Bradley-Terry.
+        model (`str`): ``"bradley-terry"`` or a tie model's name (`TIE_MODELS`).
+        log_likelihood (`float`): data log-likelihood (prior excluded); n_comparisons: comparisons in it.
+        tie_parameter (`float` or `None`): the tie model's ``beta`` (centred scale) or ``nu``; ``None`` without.
         prior_variance (`float` or `None`): variance of the Gaussian prior on log-strengths; ``None`` for MLE.
-        ci_lower, ci_upper (`np.ndarray` of shape `(M,)` or `None`): bootstrap percentile interval of ``scores``.
-        ci_level (`float` or `None`): coverage of that interval, e.g. 0.95.
-        ranking (`list[str]`): items sorted by score, best first; items with equal scores (within
-            ``SCORE_TOLERANCE``) share a rank and are listed by name, never by their position in ``items``.
-        ranks (`list[int]`): the rank of every item of ``ranking`` (same order), shared by equal scores
-            (standard competition ranking "1, 2, 2, 4").
+        ci_lower, ci_upper (`np.ndarray` of shape `(M,)` or `None`): bootstrap interval; ci_level: its coverage.
+        ranking (`list[str]`): items best first; equal scores (within ``SCORE_TOLERANCE``) by name.
+        ranks (`list[int]`): the rank of every item of ``ranking``, shared by equal scores ("1, 2, 2, 4").
     """
 
     items: list[str]
@@ -207,14 +202,12 @@ def fit_bradley_terry(
     Args:
         counts (`PairwiseCounts`): M items, ``wins`` of shape `(M, M)` (counts or W in {0, 0.5, 1}).
         prior_variance (`float` or `None`): variance of the prior on log-strengths (natural-log units).
-        ties (`Literal["drop", "half"]`): ties are not in the Bradley-Terry model; ``"drop"`` ignores them,
-            ``"half"`` counts each tie as half a win for both sides. Use :func:`fit_bradley_terry_ties` to model them.
+        ties (`Literal["drop", "half"]`): ignore ties, or count each as half a win for both sides.
         on_disconnected (`Literal["error", "warn"]`): what to do if the comparison graph used is disconnected.
         initial_scores (`np.ndarray` of shape `(M,)`, *optional*): starting log-strengths (warm start).
 
     Returns:
-        `BTResult` with ``model="bradley-terry"``, scores of shape `(M,)` centred to mean 0 and
-        ``tie_parameter=None``.
+        `BTResult` with ``model="bradley-terry"``.
 
     Raises:
         ValueError: on a disconnected comparison graph (``on_disconnected="error"``), a non-positive
@@ -236,17 +229,8 @@ def fit_bradley_terry(
 def fit_binarized_bradley_terry(counts: PairwiseCounts, equal: EqualCounts = "half", **kwargs: Any) -> BTResult:
     """EMER-Ranker end to end: binarize the counts into W (section 2, eq. 1), then Bradley-Terry on W (eq. 2-4).
 
-    Args:
-        counts (`PairwiseCounts`): raw win/tie counts over M items.
-        equal (`Literal["half", "drop"]`): treatment of pairs with equal win counts, see
-            :meth:`PairwiseCounts.binarized`.
-        **kwargs: passed to :func:`fit_bradley_terry` (``prior_variance``, ``on_disconnected``, ...).
-
-    Returns:
-        `BTResult` (``n_comparisons`` is the number of compared pairs kept in W).
-
-    Raises:
-        ValueError: as :meth:`PairwiseCounts.binarized` and :func:`fit_bradley_terry`.
+    ``equal``: pairs with equal win counts (:meth:`PairwiseCounts.binarized`); ``**kwargs`` go to
+    :func:`fit_bradley_terry`. ``n_comparisons`` of the result counts the compared pairs kept in W; errors as those.
     """
     return fit_bradley_terry(counts.binarized(equal), **kwargs)
 
@@ -276,8 +260,7 @@ def fit_bradley_terry_ties(
             default: where ``P(tie)`` between equal items matches the observed tie rate.
 
     Returns:
-        `BTResult` with ``model=tie_model``, scores of shape `(M,)` centred to mean 0 and the fitted
-        ``tie_parameter`` (``beta`` or ``nu``).
+        `BTResult` with ``model=tie_model`` and the fitted ``tie_parameter``.
 
     Raises:
         ValueError: if ``tie_model`` is unknown (the message lists the choices), on a disconnected comparison

@@ -94,32 +94,26 @@ class ControlledFit:
 
     Attributes:
         items (`list[str]`): the M models, order of ``scores``.
-        scores (`np.ndarray` of shape `(M,)`): model effects ``b``, centred to mean 0 (natural-log strength units,
-            comparable with the plain fit's scores); all NaN when the fit is not identified (see ``warnings``).
-        ci_lower, ci_upper (`np.ndarray` of shape `(M,)`): bootstrap percentile interval of ``scores``.
+        scores, ci_lower, ci_upper (`np.ndarray` of shape `(M,)`): model effects ``b``, centred (natural-log strength
+            units, as the plain fit's), with their bootstrap interval; all NaN when the fit is not identified.
         covariates (`list[str]`): the K covariate names.
-        coefficients (`np.ndarray` of shape `(K,)`): ``gamma_k``, logit per root-mean-square of the covariate
-            difference; NaN for a dropped, collinear or separated covariate.
-        coef_lower, coef_upper (`np.ndarray` of shape `(K,)`): bootstrap interval of ``coefficients``.
+        coefficients, coef_lower, coef_upper (`np.ndarray` of shape `(K,)`): ``gamma_k``, logit per RMS of the
+            covariate difference (NaN for a dropped, collinear or separated covariate), with its interval.
         std_errors, p_values (`np.ndarray` of shape `(K,)`): standard error of ``gamma_k`` (bootstrap over samples;
             the Wald one below 20 usable resamples) and the two-sided normal p-value of ``gamma_k = 0``.
         scales (`np.ndarray` of shape `(K,)`): ``sigma_k``, root-mean-square of the raw covariate differences.
-        model (`str`): ``"bradley-terry"`` (ties dropped) or ``"davidson"``.
-        tie_parameter (`float` or `None`): Davidson's ``nu``; ``None`` for Bradley-Terry.
-        log_likelihood (`float`): data log-likelihood at the fit (prior excluded).
-        n_comparisons (`int`): records in the likelihood.
-        ci_level (`float`): coverage of the intervals.
-        n_boot (`int`): resamples; ``n_failed`` of them diverged (separated) and are left out.
+        model (`str`): ``"bradley-terry"`` (ties dropped) or ``"davidson"``; tie_parameter: Davidson's ``nu``.
+        log_likelihood (`float`): data log-likelihood (prior excluded); n_comparisons (`int`): records in it.
+        ci_level (`float`), n_boot (`int`): coverage, resamples; ``n_failed`` of them diverged and are left out.
         warnings (`list[str]`): dropped, collinear or separated covariates, failed resamples.
-        boot_scores (`np.ndarray` of shape `(n_boot, M)`), boot_coefficients (`(n_boot, K)`): every resample's
-            fit, NaN where an item was not compared or the resample failed.
+        boot_scores `(n_boot, M)`, boot_coefficients `(n_boot, K)`: every resample's fit, NaN where not compared or
+            failed.
         prior_variance (`float` or `None`): the prior on ``b``.
         separation (`dict` or `None`): where covariates and/or model identity separate the verdicts (no finite
             maximum likelihood): ``{"covariates", "models", "decided", "undecided"}``; ``covariates`` empty when model
             identity alone separates; ``models``: ``{model: "never lost" | "never won"}``, whose interval end on that
             side is open (null in the JSON).
-        ranking, ranks: as :class:`~emoreward.ranking.bradley_terry.BTResult` (shared ranks within
-            ``SCORE_TOLERANCE``).
+        ranking, ranks: as `BTResult`'s.
     """
 
     items: list[str]

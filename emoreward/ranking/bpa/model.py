@@ -347,21 +347,14 @@ def fit_bpa(
 
     Args:
         records (`Sequence[PairwiseRecord]`): every judgement collected so far (any annotators).
-        candidates (`Sequence[str]`): items whose scores are estimated.
-        anchors (`Mapping[str, float]`, optional): golden anchors with fixed scores (not optimised).
+        candidates (`Sequence[str]`): items whose scores are estimated; anchors: golden anchors with fixed scores.
         init_scores (`Mapping[str, float]`, optional): prior locations ``mu_i^(0)``; default: mid-scale.
-        config (`BPAConfig`, optional): hyperparameters; default ``BPAConfig()``.
-        previous (`BPAFit`, optional): previous refit; warm-starts scores, reliabilities and delta and is the
-            ``sigma_old`` of the smoothing step (otherwise ``sigma_old = sigma_init``).
-
-    Returns:
-        `BPAFit`.
+        config (`BPAConfig`, optional): hyperparameters.
+        previous (`BPAFit`, optional): warm start, and the ``sigma_old`` of the smoothing (else ``sigma_init``).
 
     Raises:
         ValueError: if records name unknown items, candidates overlap anchors, an anchor score or initial score
             lies outside [score_min, score_max], or ``candidates`` is empty.
-
-    Source: E3mo-Bench, "Periodic Bayesian Optimization", "Uncertainty Estimation", supp. D.4.
     """
     config = config or BPAConfig()
     anchors = dict(anchors or {})

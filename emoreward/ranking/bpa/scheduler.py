@@ -53,13 +53,10 @@ class BPAScheduler:
     - After each refit the provisional state is the BPA estimate (``m_i = mu_i``, ``u_i = sigma_i``; supp. D.2).
 
     Args:
-        candidates (`Sequence[str]`): items to score.
-        anchors (`Mapping[str, float]`, optional): golden anchors and their fixed scores on [1, 9].
-        preliminary (`Mapping[str, float]`, optional): preliminary estimates for percentile initialisation
-            (supp. D.3); ignored for candidates given in ``init_scores``.
-        init_scores (`Mapping[str, float]`, optional): initial scores already on the [1, 9] scale.
-        config (`BPAConfig`, optional): model / uncertainty configuration.
-        scheduler_config (`SchedulerConfig`, optional): scheduling configuration.
+        candidates (`Sequence[str]`): items to score; anchors: golden anchors and their fixed scores on [1, 9].
+        preliminary (`Mapping[str, float]`, optional): preliminary estimates for the initialisation (supp. D.3);
+            ``init_scores`` (on the [1, 9] scale) take precedence.
+        config, scheduler_config (`BPAConfig`, `SchedulerConfig`, optional): the model and the scheduling.
 
     Raises:
         ValueError: if fewer than two candidates are given, candidates repeat or overlap anchors, or an anchor
