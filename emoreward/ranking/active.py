@@ -32,17 +32,9 @@ class RewardModelPairs:
     """Answer pair queries with a reward model, scoring each description at most once (cache on disk): a query
     ``(sample, a, b)`` returns one record, the verdict of ``r_a - r_b`` (the rule of :func:`records_from_scores`).
 
-    Args:
-        model (`RewardModel` or `SavedRewardModel`): the judge, text or multimodal; a text model's folder
-            (`emoreward.models.saved.SavedRewardModel`) loads its weights only when a description misses the cache.
-        table (`DescriptionTable`): the descriptions.
-        cache (`ScoreCache`, *optional*): scores kept between runs.
-        tie_threshold (`float`, *optional*): default the model's calibrated ``settings.tie_threshold``.
-        batch_size (`int`): sequences per forward pass.
-
-    Attributes:
-        n_queries (`int`): pair queries answered; n_scored / n_cached (`int`): distinct descriptions scored now /
-        found in the cache; seconds (`float`): time spent scoring.
+    ``model``: a `RewardModel`, or a text model's folder (`SavedRewardModel`, loaded when a description misses the
+    cache); ``tie_threshold`` defaults to the model's calibrated one. Counts ``n_queries``, ``n_scored`` /
+    ``n_cached`` (distinct descriptions scored now / found in the cache) and ``seconds`` of scoring.
     """
 
     name = "reward-model"

@@ -86,11 +86,7 @@ class BTResult:
         object.__setattr__(self, "scores", scores)
         groups = equal_score_groups(self.items, scores)
         object.__setattr__(self, "ranking", [name for g in groups for name in g])
-        ranks, position = [], 1
-        for g in groups:
-            ranks += [position] * len(g)
-            position += len(g)
-        object.__setattr__(self, "ranks", ranks)
+        object.__setattr__(self, "ranks", competition_ranks(groups))
 
     def rank(self, item: str) -> int:
         """The (shared) rank of ``item``, 1 = best; raises ValueError for an unknown item."""
@@ -163,6 +159,11 @@ def equal_score_groups(items: Sequence[str], scores: np.ndarray, tol: float = SC
     bounds = [0, *breaks, len(order)]
     groups = [order[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
     return [[items[g[0]]] if len(g) == 1 else sorted(items[k] for k in g) for g in groups]
+
+
+def competition_ranks(groups: list[list[str]]) -> list[int]:
+    """Standard competition ranks ("1, 2, 2, 4") of `equal_score_groups`, one per item in group order."""
+    return [1 + sum(map(len, groups[:k])) for k, g in enumerate(groups) for _ in g]
 
 
 @functools.lru_cache(maxsize=1)

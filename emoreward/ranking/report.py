@@ -13,10 +13,7 @@ import numpy as np
 from emoreward.data.text import markdown_cell, short_names
 from emoreward.data.verdicts import Verdict
 from emoreward.ranking.bootstrap import BootstrapCI
-from emoreward.ranking.bradley_terry import (
-    equal_score_groups,
-    finite_float,
-)
+from emoreward.ranking.bradley_terry import competition_ranks, equal_score_groups, finite_float
 from emoreward.ranking.counts import PairwiseCounts
 from emoreward.ranking.edges import (
     FitEdges,
@@ -471,10 +468,7 @@ class BPARankingReport:
     @property
     def ranks(self) -> list[int]:
         """The rank of every model of ``ranking`` (same order), shared by equal scores ("1, 2, 2, 4")."""
-        ranks: list[int] = []
-        for g in self._groups():
-            ranks += [len(ranks) + 1] * len(g)
-        return ranks
+        return competition_ranks(self._groups())
 
     def _groups(self) -> list[list[str]]:
         return equal_score_groups(self.models, np.array([self.fit.scores[m] for m in self.models]))

@@ -27,14 +27,8 @@ def outcome_fisher_information(
 
     ``J = sum_y (d q_y / d Delta)^2 / q_y`` with ``q_y = eta P_RK(y | s Delta, delta) + (1 - eta) / 3``.
 
-    Args:
-        score_diff (`np.ndarray`): ``mu_a - mu_b`` in score units, any shape.
-        delta (`float`): Rao-Kupper tie margin, ``> 0``.
-        slope (`float`): logistic slope per score unit.
-        eta (`np.ndarray` or `float`): Crowd-BT reliability of who answers, broadcastable to ``score_diff``.
-
-    Returns:
-        `np.ndarray` of the broadcast shape: information in score^-2, ``>= 0``.
+    ``score_diff`` (score units, any shape), tie margin ``delta > 0``, logistic ``slope`` per score unit and the
+    reliability ``eta`` of who answers broadcast together; the information is in score^-2.
     """
     z = slope * np.asarray(score_diff, float)
     eta = np.asarray(eta, float)
@@ -63,14 +57,8 @@ def expected_fisher_information(
 def record_information_matrix(idx_a: np.ndarray, idx_b: np.ndarray, info: np.ndarray, n_candidates: int) -> np.ndarray:
     """Information matrix over candidate scores from pairwise records (anchors are fixed: diagonal terms only).
 
-    Args:
-        idx_a, idx_b (`np.ndarray` of shape `(M,)`, int): item indices, candidates first (``< n_candidates``).
-        info (`np.ndarray` of shape `(M,)`): Fisher information of each record about its score difference.
-        n_candidates (`int`): number of candidates.
-
-    Returns:
-        `np.ndarray` of shape `(n_candidates, n_candidates)`: ``sum_m info_m (e_a - e_b)(e_a - e_b)^T`` restricted to
-        candidates (a weighted graph Laplacian plus the anchor pairs on the diagonal).
+    ``idx_a``, ``idx_b`` `(M,)`: item indices, candidates first; ``info`` `(M,)`: each record's information about
+    its difference. Returns ``sum_m info_m (e_a - e_b)(e_a - e_b)^T`` over candidates `(n_candidates, n_candidates)`.
     """
     n_items = int(max(idx_a.max(initial=-1), idx_b.max(initial=-1), n_candidates - 1)) + 1
     fisher = np.zeros((n_items, n_items))
@@ -106,11 +94,8 @@ def ranking_variance_gains(
 
     Args:
         mean (`np.ndarray` of shape `(N,)`): current scores of all items, candidates first, anchors last.
-        cov (`np.ndarray` of shape `(n, n)`): posterior covariance of the ``n <= N`` candidate scores; anchors
-            have zero variance.
-        delta (`float`): Rao-Kupper tie margin of the last refit.
-        slope (`float`): logistic slope per score unit.
-        eta (`float`): mean Crowd-BT reliability of the next answer.
+        cov (`np.ndarray` of shape `(n, n)`): posterior covariance of the ``n <= N`` candidate scores.
+        delta, slope, eta (`float`): tie margin of the last refit, logistic slope, mean reliability of the next answer.
 
     Returns:
         `np.ndarray` of shape `(N, N)`: ``gain[k, l]``, symmetric, ``-inf`` on the diagonal and between two anchors.
