@@ -10,7 +10,7 @@ import math
 import os
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 
@@ -45,10 +45,8 @@ def quiet_libraries(*, deepspeed: bool = True) -> None:
 
         if not torch.cuda.is_available():  # what DeepSpeed would pick, without its warning about not finding a GPU
             os.environ["DS_ACCELERATOR"] = "cpu"
-    # load and save bars of weights and datasets; the training progress bar is the Trainer's own (tqdm).
-    # Set through the environment, read when the libraries are imported: a command that needs no weights (a ranking
-    # rerun from the score cache) never imports transformers
-    # (a verbosity the user set in $TRANSFORMERS_VERBOSITY is kept)
+    # through the environment, read at import: a command that needs no weights never imports transformers
+    # (a verbosity the user set in $TRANSFORMERS_VERBOSITY is kept); the Trainer keeps its own progress bar
     verbosity = os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -102,46 +100,37 @@ def seed_int(text: str) -> int:
     return _integer(text, 0)
 
 
-def _number(text: str, what: str) -> float:
+def _number(text: str, what: str, ok: Callable[[float], bool], expected: str | None = None) -> float:
+    """``text`` as a finite float for which ``ok`` holds; else an error saying ``what`` was expected."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"expected {expected or what}, got {text!r}")
     return value
 
 
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0 (a timeout, a threshold)."""
-    value = _number(text, "a number > 0")
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return value
+    return _number(text, "a number > 0", lambda v: v > 0)
 
 
 def nonnegative_float(text: str) -> float:
     """argparse type: a finite number >= 0 (a tie threshold)."""
-    value = _number(text, "a number >= 0")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
+    return _number(text, "a number >= 0", lambda v: v >= 0)
 
 
 def open_unit_float(text: str) -> float:
     """argparse type: a number strictly between 0 and 1 (a significance level)."""
-    value = _number(text, "a number between 0 and 1")
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1 (exclusive), got {text!r}")
-    return value
+    return _number(text, "a number between 0 and 1", lambda v: 0 < v < 1, "a number between 0 and 1 (exclusive)")
 
 
 def correlation(text: str) -> float:
     """argparse type: a correlation in [-1, 1] (a warning threshold)."""
-    value = _number(text, "a number in [-1, 1]")
-    if not -1.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in [-1, 1], got {text!r}")
-    return value
+    return _number(text, "a number in [-1, 1]", lambda v: -1.0 <= v <= 1.0)
 
 
 def port_number(text: str) -> int:

@@ -197,12 +197,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def check_rank_options(args: argparse.Namespace) -> None:
-    """The options that need no table or judge, checked before either loads (a result that could not be written,
-    or a media folder that does not exist, is reported before any scoring; a BPA option given to the full method).
-
-    Raises:
-        ValueError: naming the option.
-    """
+    """The options that need no table or judge, checked before either loads (an output that could not be written,
+    a missing media folder, a BPA option given to the full method); ValueError naming the option."""
     if getattr(args, "method", "full") != "bpa":
         given = [name for name, default in BPA_DEFAULTS.items() if getattr(args, name, default) != default]
         if given:
@@ -293,29 +289,33 @@ def _groups(args: argparse.Namespace, table):
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run `emoreward rank`; prints the ranking table and returns 0. Errors raise ValueError / FileNotFoundError."""
+    """Run `emoreward rank` (the full method or ``--method bpa``; a committee when ``--judge`` is given more than
+    once); prints the ranking table and returns 0. Errors raise ValueError / FileNotFoundError."""
     quiet_libraries(deepspeed=False)  # a ranking never trains: no torch import for DeepSpeed's sake
+    from emoreward.ranking.active import rank_with_bpa
     from emoreward.ranking.rank import rank_with_judge, rank_with_reward_model
-    from emoreward.ranking.score_cache import ScoreCache, cache_path_for
+    from emoreward.ranking.score_cache import ScoreCache
 
     specs = committee_specs(args)
     if specs is not None:
         return run_committee(args, specs)
-    if getattr(args, "method", "full") == "bpa":
-        return run_bpa(args)
+    bpa = getattr(args, "method", "full") == "bpa"
+    if bpa and args.hierarchical:
+        raise ValueError("--hierarchical is a --method full option; BPA picks its own pairs")
     check_rank_options(args)
     start = time.perf_counter()
     table = _load_table(args)
     groups = _groups(args, table) if args.hierarchical else None
-    kind, judge = _load_judge(args, saved=True)
+    kind, judge = _load_judge(args, saved=True)  # no weights until a description misses the score cache
     _check_media(kind, judge, table)
     load_seconds = time.perf_counter() - start
-    fit = _fit_settings(args)
-    cache_file = None
-    if kind == "reward-model":
-        cache_file = None if args.no_cache else cache_path_for(args.judge, args.cache_dir)
+    cache_file = _cache_file(args, kind, args.judge)
     files = output_files(args, cache_file)  # before any scoring: no two outputs share a path
-    if kind == "reward-model":
+    if bpa:
+        with _media_errors_located(table):
+            answer = _member(args, kind, judge, table, cache_file, bpa=True)
+            report = rank_with_bpa(answer, table, **_bpa_settings(args, table))
+    elif kind == "reward-model":
         with _media_errors_located(table):
             report = rank_with_reward_model(
                 judge,
@@ -324,45 +324,38 @@ def run(args: argparse.Namespace) -> int:
                 tie_threshold=args.tie_threshold,
                 groups=groups,
                 batch_size=args.batch_size,
-                **fit,
+                **_fit_settings(args),
             )
     else:
         report = rank_with_judge(
-            judge, table, groups, swap=not args.no_swap, runs=args.runs, combine=args.combine, **fit
+            judge, table, groups, swap=not args.no_swap, runs=args.runs, combine=args.combine, **_fit_settings(args)
         )
-    _finish(args, report, table, cache_file, start, load_seconds, "emoreward rank", files, plots=True)
+    title = "emoreward rank --method bpa" if bpa else "emoreward rank"
+    _finish(args, report, table, cache_file, start, load_seconds, title, files, plots=not bpa)
     return EXIT_OK
 
 
-def run_bpa(args: argparse.Namespace) -> int:
-    """`emoreward rank --method bpa`: the judge in the BPA loop; prints the ranking with scores ± sigma."""
-    from emoreward.ranking.active import RewardModelPairs, rank_with_bpa
+def _cache_file(args: argparse.Namespace, kind: str, spec: str) -> Path | None:
+    """The score cache of a reward-model judge (None for a generative judge or with ``--no-cache``)."""
+    from emoreward.ranking.score_cache import cache_path_for
+
+    return cache_path_for(spec, args.cache_dir) if kind == "reward-model" and not args.no_cache else None
+
+
+def _member(args: argparse.Namespace, kind: str, judge, table, cache_file: Path | None, bpa: bool):
+    """A judge's answers as the route asks them: BPA queries (`RewardModelPairs`, `JudgePairs`) or, for a committee
+    of the full method, every pair (`reward_model_member`, `judge_member`)."""
+    from emoreward.ranking.active import RewardModelPairs
+    from emoreward.ranking.committee import judge_member, reward_model_member
     from emoreward.ranking.judging import JudgePairs
-    from emoreward.ranking.score_cache import ScoreCache, cache_path_for
+    from emoreward.ranking.score_cache import ScoreCache
 
-    committee_specs(args)  # a single --judge (as a string)
-    if args.hierarchical:
-        raise ValueError("--hierarchical is a --method full option; BPA picks its own pairs")
-    check_rank_options(args)
-    start = time.perf_counter()
-    table = _load_table(args)
-    kind, judge = _load_judge(args, saved=True)  # as the full method: no weights until a description misses the cache
-    _check_media(kind, judge, table)
-    load_seconds = time.perf_counter() - start
-    cache_file = None
     if kind == "reward-model":
-        cache_file = None if args.no_cache else cache_path_for(args.judge, args.cache_dir)
-    files = output_files(args, cache_file)
-    if kind == "reward-model":
-        answer = RewardModelPairs(
-            judge, table, ScoreCache(cache_file), tie_threshold=args.tie_threshold, batch_size=args.batch_size
-        )
-    else:
-        answer = JudgePairs(judge, table, swap=not args.no_swap, runs=args.runs, combine=args.combine)
-    with _media_errors_located(table):
-        report = rank_with_bpa(answer, table, **_bpa_settings(args, table))
-    _finish(args, report, table, cache_file, start, load_seconds, "emoreward rank --method bpa", files, plots=False)
-    return EXIT_OK
+        member = RewardModelPairs if bpa else reward_model_member
+        options = {"tie_threshold": args.tie_threshold, "batch_size": args.batch_size}
+        return member(judge, table, ScoreCache(cache_file), **options)
+    member = JudgePairs if bpa else judge_member
+    return member(judge, table, swap=not args.no_swap, runs=args.runs, combine=args.combine)
 
 
 def _fit_settings(args: argparse.Namespace) -> dict:
@@ -402,9 +395,8 @@ def _bpa_settings(args: argparse.Namespace, table) -> dict:
 
 # ---------------------------------------------------------------------------------------------- committee
 def committee_specs(args: argparse.Namespace) -> dict[str, str] | None:
-    """The committee's judges (``--judge`` given more than once, or a ``--committee-*`` option), each with its
-    `judge_identity`, checked before anything loads; None for a single judge, left in ``args.judge`` as one string
-    (the single-judge route, as before).
+    """The committee's judges (``--judge`` given more than once, or a ``--committee-*`` option) with their
+    `judge_identity`, checked before anything loads; None for a single judge (left in ``args.judge`` as a string).
 
     Raises:
         ValueError: naming the option: a calibration option for one judge, a judge given twice, a weighting that needs
@@ -443,9 +435,8 @@ def committee_specs(args: argparse.Namespace) -> dict[str, str] | None:
 
 
 def judge_identity(spec: str) -> str:
-    """What a judge is, for telling two committee members apart: a model directory or judge file by its content
-    (`emoreward.utils.cache_key.source_fingerprint`: a copy under another path is the same judge), a registered
-    judge by its name."""
+    """What a judge is, for telling committee members apart: a model folder or judge file by its content
+    (`source_fingerprint`: a copy elsewhere is the same judge), a registered judge by its name."""
     from emoreward.utils.cache_key import source_fingerprint
 
     fingerprint = source_fingerprint(spec)
@@ -476,18 +467,14 @@ def _calibration_pairs(path: str) -> list:
 
 
 def run_committee(args: argparse.Namespace, specs: dict[str, str]) -> int:
-    """`emoreward rank` with a committee of judges (E3mo-Score): each member judges the table as it would alone,
-    the committee's verdict is the weighted vote of theirs, ranked by the full method or BPA. Weights: agreement
-    with ``--committee-calibration`` through `weights_from_agreement`, or equal weights (with a warning)."""
+    """`emoreward rank` with a committee of judges (E3mo-Score): the weighted vote of the members' verdicts, ranked
+    by the full method or BPA; weights from agreement with ``--committee-calibration``, or equal (with a warning)."""
     from emoreward.ranking.committee import (
         committee_warnings,
         committee_weights,
-        judge_member,
         member_agreement,
         rank_with_committee,
-        reward_model_member,
     )
-    from emoreward.ranking.score_cache import ScoreCache, cache_path_for
 
     bpa = getattr(args, "method", "full") == "bpa"
     check_rank_options(args)
@@ -501,8 +488,7 @@ def run_committee(args: argparse.Namespace, specs: dict[str, str]) -> int:
     for spec in specs:
         members[spec] = _load_judge(args, saved=True, spec=spec)
         _check_media(*members[spec], table)
-        rm = members[spec][0] == "reward-model"
-        caches[spec] = cache_path_for(spec, args.cache_dir) if rm and not args.no_cache else None
+        caches[spec] = _cache_file(args, members[spec][0], spec)
     files = output_files(args, None)
     for spec, cache in caches.items():
         files.guard(cache, f"the score cache of --judge {spec}")
@@ -564,21 +550,14 @@ def run_committee(args: argparse.Namespace, specs: dict[str, str]) -> int:
         ],
         "zero_weight": sorted(s for s, w in weights.items() if w == 0),
     }
-    from emoreward.ranking.active import RewardModelPairs, rank_with_bpa
+    from emoreward.ranking.active import rank_with_bpa
     from emoreward.ranking.committee import CommitteePairs
-    from emoreward.ranking.judging import JudgePairs
 
     # each member judges as it would alone: BPA answers the queries it picks, the full method every pair
-    answers = {}
     with _media_errors_located(table):
-        for spec, (kind, judge) in members.items():
-            if kind == "reward-model":
-                member = RewardModelPairs if bpa else reward_model_member
-                options = {"tie_threshold": args.tie_threshold, "batch_size": args.batch_size}
-                answers[spec] = member(judge, table, ScoreCache(caches[spec]), **options)
-            else:
-                member = JudgePairs if bpa else judge_member
-                answers[spec] = member(judge, table, swap=not args.no_swap, runs=args.runs, combine=args.combine)
+        answers = {
+            spec: _member(args, kind, judge, table, caches[spec], bpa) for spec, (kind, judge) in members.items()
+        }
         if bpa:
             answer = CommitteePairs(answers, weights)
             report = rank_with_bpa(answer, table, **_bpa_settings(args, table))
@@ -592,12 +571,10 @@ def run_committee(args: argparse.Namespace, specs: dict[str, str]) -> int:
 
 
 def _load_judge(args: argparse.Namespace, saved: bool = False, spec: str | None = None) -> tuple[str, object]:
-    """``--judge`` through :func:`emoreward.judges.load_judge`: ``("reward-model", RewardModel)`` (scored once per
-    description, through the score cache) or ``("judge", Judge)`` (a zero-shot judge running ``--strategy``, its
-    call cache under ``<cache dir>/judges`` so that a killed ranking resumes; a failed call stops the ranking,
-    after caching the finished calls, instead of silently dropping a comparison). With ``saved``, a text reward
-    model comes as its folder (`emoreward.models.saved.SavedRewardModel`), its weights loaded only when a
-    description misses the score cache. ``spec``: a committee member (default ``args.judge``)."""
+    """``--judge`` (or a committee member's ``spec``) through :func:`emoreward.judges.load_judge`:
+    ``("reward-model", RewardModel)`` or ``("judge", Judge)`` (running ``--strategy``, its call cache under
+    ``<cache dir>/judges`` so a killed ranking resumes). With ``saved``, a text reward model comes as its folder
+    (`SavedRewardModel`), its weights loaded only when a description misses the score cache."""
     from emoreward.judges import judge_kind, load_judge
     from emoreward.ranking.score_cache import default_cache_dir
 
@@ -649,12 +626,8 @@ def _progress(args: argparse.Namespace) -> bool | None:
 
 
 def output_files(args: argparse.Namespace, cache_file: Path | None) -> OutputFiles:
-    """Every file `rank` may write (`--output` and the Markdown and plots beside it, `--dataset`), claimed before
-    any scoring against each other, the table and the score cache (`emoreward.utils.io.OutputFiles`).
-
-    Raises:
-        ValueError: two of them share a path.
-    """
+    """Every file `rank` may write (`--output`, the Markdown and plots beside it, `--dataset`), claimed before any
+    scoring against each other, the table and the score cache; ValueError when two share a path."""
     files = OutputFiles()
     files.guard(getattr(args, "data", None), "--data")
     files.guard(cache_file, "the score cache")
@@ -677,8 +650,8 @@ PLOT_SUFFIXES = ("_scores.png", "_scores_length_controlled.png", "_W.png")
 def _finish(
     args, report, table, cache_file, start: float, load_seconds: float, title: str, files: OutputFiles, *, plots: bool
 ) -> None:
-    """Print a ranking report and write it (JSON, Markdown and, with `plots`, the scores and W plots), then the
-    dataset table, then push it (the one step that can fail for reasons outside this machine)."""
+    """Print a ranking report and write it (JSON, Markdown, with `plots` the scores and W plots), then the dataset
+    table, then push it (last: the one step that can fail for reasons outside this machine)."""
     total = time.perf_counter() - start
     report.meta.update(
         judge=str(args.judge) if not isinstance(args.judge, list) else sorted(map(str, args.judge)),
@@ -727,4 +700,4 @@ def _echo(text: str) -> None:
     sys.stdout.flush()
 
 
-__all__ = ["add_arguments", "check_rank_options", "run", "run_bpa"]
+__all__ = ["add_arguments", "check_rank_options", "run"]

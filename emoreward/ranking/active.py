@@ -5,7 +5,6 @@ cached scores (`RewardModelPairs`)."""
 from __future__ import annotations
 
 import itertools
-import math
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -18,7 +17,7 @@ from emoreward.ranking.bpa import BPAConfig, BPAFit, BPAScheduler, SchedulerConf
 from emoreward.ranking.records import PairwiseRecord
 from emoreward.ranking.report import BPARankingReport, bpa_warnings
 from emoreward.ranking.score_cache import ScoreCache, model_key_parts, score_key
-from emoreward.ranking.scoring import loaded_model, table_context
+from emoreward.ranking.scoring import check_tie_threshold, loaded_model, table_context
 
 
 if TYPE_CHECKING:
@@ -30,23 +29,12 @@ PairAnswer = Callable[[str, str, str], list[PairwiseRecord]]
 
 
 class RewardModelPairs:
-    """Answer pair queries with a reward model, scoring each description at most once (cache on disk).
+    """Answer pair queries with a reward model, scoring each description at most once (cache on disk): a query
+    ``(sample, a, b)`` returns one record, the verdict of ``r_a - r_b`` (the rule of :func:`records_from_scores`).
 
-    A query ``(sample, a, b)`` scores the two descriptions that are not cached yet and returns one record: ``a``
-    (FIRST) if ``r_a - r_b > 0``, ``b`` (SECOND) if ``< 0``, ``tie`` when ``|r_a - r_b| <`` the tie threshold (the rule of
-    :func:`records_from_scores`).
-
-    Args:
-        model (`RewardModel` or `SavedRewardModel`): the judge, text or multimodal; a text model's folder
-            (`emoreward.models.saved.SavedRewardModel`) loads its weights only when a description misses the cache.
-        table (`DescriptionTable`): the descriptions.
-        cache (`ScoreCache`, *optional*): scores kept between runs.
-        tie_threshold (`float`, *optional*): default the model's calibrated ``settings.tie_threshold``.
-        batch_size (`int`): sequences per forward pass.
-
-    Attributes:
-        n_queries (`int`): pair queries answered; n_scored / n_cached (`int`): distinct descriptions scored now /
-        found in the cache; seconds (`float`): time spent scoring.
+    ``model``: a `RewardModel`, or a text model's folder (`SavedRewardModel`, loaded when a description misses the
+    cache); ``tie_threshold`` defaults to the model's calibrated one. Counts ``n_queries``, ``n_scored`` /
+    ``n_cached`` (distinct descriptions scored now / found in the cache) and ``seconds`` of scoring.
     """
 
     name = "reward-model"
@@ -61,9 +49,9 @@ class RewardModelPairs:
     ):
         self.model, self.table, self.batch_size = model, table, batch_size
         self.cache = cache if cache is not None else ScoreCache(None)
-        self.tie_threshold = model.settings.tie_threshold if tie_threshold is None else tie_threshold
-        if not (self.tie_threshold >= 0 and math.isfinite(self.tie_threshold)):
-            raise ValueError(f"tie_threshold must be a finite number >= 0, got {self.tie_threshold}")
+        self.tie_threshold = check_tie_threshold(
+            model.settings.tie_threshold if tie_threshold is None else tie_threshold
+        )
         self.n_queries = self.n_scored = self.n_cached = 0
         self.seconds = 0.0
         self._seen: set[str] = set()
@@ -100,13 +88,15 @@ class RewardModelPairs:
         return {None: self(sample, model_a, model_b)[0].outcome}
 
     def cost(self) -> dict[str, Any]:
+        from emoreward.models.precision import precision_record  # torch-free: a cache rerun imports no torch
+
         return {
             "judge": "reward-model",
             "n_queries": self.n_queries,
             "n_scored": self.n_scored,
             "n_cached": self.n_cached,
             "scoring_seconds": self.seconds,
-            "precision": _precision_record(self.model),
+            "precision": precision_record(self.model),
         }
 
 
@@ -123,42 +113,25 @@ def rank_with_bpa(
 ) -> BPARankingReport:
     """Rank the table's models with BPA, asking the judge only for the pairs the scheduler picks.
 
-    The candidates are the M models (no anchors, mid-scale initial scores). Each scheduler proposal ``(a, b)``
-    becomes one query on one sample: for each model pair we walk through the samples both models described in a
-    seeded random order (a cycle: no sample is asked twice for a pair before all were asked), so repeated asks of a
-    pair see different samples. Every verdict the judge returns is a record for BPA (several with swapped order /
-    repeated runs, none when it was INVALID). The loop stops when a refit's mean uncertainty falls below
-    ``config.sigma_tau`` (after ``scheduler_config.min_comparisons`` records), when ``budget`` queries were asked,
-    or when every (model pair, sample) was asked.
-
-    The default scheduling is `SchedulerConfig`'s: exploration only by the ranking-variance rule, the best measured
-    on the simulation benchmark (``scripts/benchmark_bpa.py``). The paper's 50/30/20 scheduler is
-    ``SchedulerConfig(**PAPER_SCHEDULING)`` (``--policy paper``); with no anchors, the case here, its anchor share
-    becomes exploration.
+    The candidates are the M models (no anchors). A proposal ``(a, b)`` is one query on one sample, the samples
+    both models described taken in a seeded random cycle; every valid verdict the judge returns is a record. The
+    loop stops when a refit's mean uncertainty falls below ``config.sigma_tau``, after ``budget`` queries, or when
+    every (model pair, sample) was asked. Source: E3mo-Bench, "Algorithm Overview".
 
     Args:
         answer (`PairAnswer`): the judge, e.g. `RewardModelPairs` or `JudgePairs`.
         table (`DescriptionTable`): the descriptions.
         budget (`int`, *optional*): maximum pair queries; default ``scheduler_config.budget``.
-        config (`BPAConfig`, *optional*): model, uncertainty and ``sigma_tau``.
-        scheduler_config (`SchedulerConfig`, *optional*): policy, exploration rule, refit period (default
-            ``SchedulerConfig()``).
-        seed (`int`): seed of the sample order (the scheduler has its own, ``scheduler_config.seed``).
-        cost (`Callable[[], dict]`, *optional*): returns the judge's cost counters for the report (default
-            ``answer.cost`` when it has one).
-        on_refit (`Callable[[int, BPAFit], bool | None]`, *optional*): called after every refit with the pair
-            queries asked so far and the fit (for monitoring and benchmarks); a true return value stops the loop
-            (``stopped_by="on_refit"``).
-        progress (`bool` or `None`): a tqdm bar of the queries on stderr (``None``: only when stderr is a
-            terminal).
-
-    Returns:
-        `BPARankingReport`.
+        config, scheduler_config (`BPAConfig`, `SchedulerConfig`, *optional*): the model and the scheduling (with no
+            anchors, the paper's anchor share becomes exploration).
+        seed (`int`): seed of the sample order (the scheduler has its own).
+        cost (`Callable[[], dict]`, *optional*): the judge's cost counters (default ``answer.cost``).
+        on_refit (`Callable[[int, BPAFit], bool | None]`, *optional*): called after every refit with the queries
+            asked so far and the fit; a true return value stops the loop (``stopped_by="on_refit"``).
+        progress (`bool` or `None`): a tqdm bar on stderr (``None``: only on a terminal).
 
     Raises:
         ValueError: if fewer than two models, ``budget < 1``, or no two models share a sample.
-
-    Source: E3mo-Bench, "Algorithm Overview" (scheduling, periodic MAP refits, stopping on sigma_tau).
     """
     from tqdm.auto import tqdm
 
@@ -242,10 +215,3 @@ def rank_with_bpa(
         meta,
         bpa_warnings(sched.records, tie_threshold),
     )
-
-
-def _precision_record(model) -> dict:
-    """`emoreward.models.precision.precision_record` (imported when used: torch is not needed to read a ranking)."""
-    from emoreward.models.precision import precision_record  # torch-free: a rerun from the cache needs no torch
-
-    return precision_record(model)

@@ -30,21 +30,14 @@ class BootstrapCI:
 
     Attributes:
         items (`list[str]`): the M items, column order of ``scores``.
-        lower, upper (`np.ndarray` of shape `(M,)`): percentile interval ``[alpha/2, 1 - alpha/2]`` per item,
-            over the resamples in which the item was compared (NaN if it never was); always contains the estimate
-            (see ``widened``).
-        scores (`np.ndarray` of shape `(n_boot, M)`): the fitted scores of every resample, NaN where the item was
-            not compared in that resample (its score there is the prior's, not the data's).
-        alpha (`float`): 1 - coverage.
-        n_units (`int`): number of resampled units (samples, or records when there are no samples).
+        lower, upper (`np.ndarray` of shape `(M,)`): percentile interval per item over the resamples in which it was
+            compared (NaN if never); always contains the estimate (``widened``: extended to it).
+        scores (`np.ndarray` of shape `(n_boot, M)`): every resample's scores, NaN where the item was not compared.
+        alpha (`float`): 1 - coverage; n_units (`int`): resampled units (samples, or records without samples).
         estimate (`BTResult`): the fit on all records, with this interval attached.
-        n_compared (`np.ndarray` of shape `(M,)`, int): resamples in which the item was compared (its interval
-            rests on these).
-        unit_counts (`np.ndarray` of shape `(M,)`, int): units (samples) on which the item was compared in the
-            full data.
-        widened (`np.ndarray` of shape `(M,)`, bool): the percentile interval excluded the estimate and was
-            extended to it (reported as a warning; see :func:`bootstrap_ci`).
-        n_disconnected (`int`): resamples whose comparison graph (over the items compared there) was disconnected.
+        n_compared (`np.ndarray` of shape `(M,)`, int): resamples in which the item was compared.
+        unit_counts (`np.ndarray` of shape `(M,)`, int): units on which the item was compared in the full data.
+        n_disconnected (`int`): resamples whose comparison graph was disconnected.
     """
 
     items: list[str]
@@ -75,11 +68,8 @@ class BootstrapCI:
 
     @property
     def at_edge(self) -> np.ndarray:
-        """`np.ndarray` of shape `(M,)`, bool: the estimate is an end of a non-degenerate interval.
-
-        This happens when the bootstrap distribution sits on one side of the estimate, e.g. for EMER-Ranker's
-        binarized W: a model that wins (or loses) all its pairs there can only lose (or win) some in a resample.
-        """
+        """`np.ndarray` of shape `(M,)`, bool: the estimate is an end of a non-degenerate interval (the bootstrap
+        distribution on one side of it, e.g. a model winning every pair of the binarized W)."""
         est = self.estimate.scores
         wide = self.upper - self.lower > SCORE_TOLERANCE
         return wide & ((np.abs(est - self.lower) <= SCORE_TOLERANCE) | (np.abs(est - self.upper) <= SCORE_TOLERANCE))
@@ -108,56 +98,32 @@ def bootstrap_ci(
 ) -> BootstrapCI:
     """Percentile bootstrap intervals of fitted scores, resampling samples with replacement.
 
-    The resampled unit is the sample (``PairwiseRecord.sample``, e.g. a video): all comparisons made on a
-    sample are kept or repeated together, because judgements on one sample are correlated. A record without a
-    sample is its own unit (so data without samples resamples records). Each resample's counts are built as a
-    weighted sum of per-unit count matrices (one sparse matrix product), then ``fit_fn`` is called on them.
-    Percentile intervals follow Efron & Tibshirani (1993), ch. 13.
+    The unit is the sample (``PairwiseRecord.sample``): judgements on one sample are correlated, so they are kept
+    or repeated together; a record without a sample is its own unit. Efron & Tibshirani (1993), ch. 13.
 
-    Items absent from a resample: an item never compared in a resample gets its score from the prior alone
-    (0, whatever the data say), so it does not enter that item's interval: each item's interval is drawn from
-    the resamples in which it was compared (``n_compared`` says how many). Scores are identified up to a
-    common shift only, so every resample is shifted so that the items it compared have the mean they have in
-    the full-data fit (a no-op when every item is compared: both means are 0).
-
-    The interval always contains the estimate. Resample scores within ``SCORE_TOLERANCE`` of the estimate count
-    as equal to it: a resample that reproduces the full-data comparisons (as is common for the binarized W, a
-    discrete statistic) then lands exactly on the estimate, not 1e-9 beside it. If the percentile interval still
-    excludes the estimate (the bootstrap distribution lies on one side of it: for the binarized W, resampling
-    flips or evens out close pairs, which shrinks every resample's scores toward 0), the interval is extended to
-    the estimate and ``widened`` flags the item.
-
-    With ``warm_start`` (default), every refit starts from the full-data estimate: ``fit_fn`` gets
-    ``initial_scores=estimate.scores`` (and ``initial_tie_parameter=estimate.tie_parameter`` for a tie model) when
-    its signature accepts them (as :func:`fit_bradley_terry`, :func:`fit_binarized_bradley_terry`,
-    :func:`fit_bradley_terry_ties` and ``functools.partial`` of them do; other callables are called with the
-    counts only). The optimum is the same as from a cold start (the objectives are convex in the log-strengths;
-    the fits stop at a tight tolerance), only fewer iterations are needed; ``warm_start=False`` starts every refit
-    from zero as before.
+    An item not compared in a resample has only the prior's score there, so each item's interval uses the
+    resamples in which it was compared (``n_compared``); each resample is shifted so that the items it compared
+    keep their full-data mean. Resample scores within ``SCORE_TOLERANCE`` of the estimate count as equal to it,
+    and an interval that still excludes the estimate is extended to it (``widened``). With ``warm_start``,
+    ``fit_fn`` gets ``initial_scores`` (and ``initial_tie_parameter``) from the estimate when its signature takes
+    them; the optimum is the same as from zero (convex objectives, tight tolerance).
 
     Args:
         records (`Iterable[PairwiseRecord]`): all comparisons.
-        fit_fn (`Callable[[PairwiseCounts], BTResult]`): the fit, e.g. ``fit_bradley_terry``,
-            ``fit_binarized_bradley_terry`` or ``functools.partial(fit_bradley_terry_ties, tie_model="davidson")``.
-            With sparse designs pass ``on_disconnected="warn"``, since a resample may drop a bridging sample
-            (resamples with a disconnected graph are counted in ``n_disconnected``, not warned about one by one).
-        n_boot (`int`): number of resamples (>= 1).
-        alpha (`float`): 1 - coverage, in (0, 1); the interval is the ``[alpha/2, 1 - alpha/2]`` percentiles.
+        fit_fn (`Callable[[PairwiseCounts], BTResult]`): the fit, e.g. ``functools.partial(fit_bradley_terry_ties,
+            tie_model="davidson")``; pass ``on_disconnected="warn"`` for sparse designs (counted in
+            ``n_disconnected``).
+        n_boot (`int`): resamples (>= 1); alpha (`float`): 1 - coverage, in (0, 1).
         seed (`int` or `None`): seed of ``numpy.random.default_rng``; the same seed gives the same result.
         items (`Sequence[str]`, *optional*): fixed item order (default: sorted item names).
-        warm_start (`bool`): start every refit from the full-data fit (see above).
-        progress (`bool` or `None`): a tqdm progress bar on stderr; ``None`` shows it only when stderr is a
-            terminal.
-        desc (`str`): the progress bar's label.
-        batched (`bool`): fit all resamples together (:func:`emoreward.ranking.batched.fit_batch`, the same
-            optimum to about 1e-8) when ``fit_fn`` is one of this package's fits (see
-            :func:`~emoreward.ranking.bradley_terry.batch_spec`); resamples it does not finish, every resample of any
-            other ``fit_fn``, and every resample with ``batched=False`` are refitted one at a time with ``fit_fn``
-            (the reference path).
+        warm_start (`bool`): start every refit from the full-data fit.
+        progress (`bool` or `None`): a tqdm bar on stderr (``None``: only on a terminal); desc: its label.
+        batched (`bool`): fit all resamples together (:func:`emoreward.ranking.batched.fit_batch`, the same optimum
+            to about 1e-8) when ``fit_fn`` is one of this package's fits (`batch_spec`); the rest, or all with
+            ``False``, are refitted one at a time with ``fit_fn`` (the reference path).
 
     Returns:
-        `BootstrapCI` with ``lower``/``upper`` of shape `(M,)`, ``scores`` of shape `(n_boot, M)` and ``estimate``,
-        the fit on all records with the interval attached.
+        `BootstrapCI`, its ``estimate`` the fit on all records with the interval attached.
 
     Raises:
         ValueError: if there are no records, ``n_boot < 1`` or ``alpha`` is outside (0, 1); errors of ``fit_fn``
@@ -247,10 +213,9 @@ def bootstrap_ci(
 
 
 def recentre(boot: np.ndarray, estimate: np.ndarray, present: np.ndarray) -> np.ndarray:
-    """Resample scores `(B, M)` shifted so that the items each resample compared (``present``, `(B, M)` bool) have
-    the mean they have in the ``estimate`` `(M,)` (scores are identified up to a common shift only; a resample that
-    compared every item is left as fitted, centred as the estimate); NaN where an item was not compared (its score
-    there is the prior's, not the data's)."""
+    """Resample scores `(B, M)` shifted so that the items each resample compared (``present``, `(B, M)` bool) keep
+    their mean in the ``estimate`` `(M,)` (a resample that compared every item is left as fitted); NaN where an item
+    was not compared (its score there is the prior's)."""
     partial = ~present.all(axis=1)
     counts = np.maximum(present.sum(axis=1), 1)
     shift = (np.where(present, estimate, 0.0).sum(axis=1) - np.where(present, boot, 0.0).sum(axis=1)) / counts
@@ -266,17 +231,12 @@ def snap_to_estimate(boot: np.ndarray, estimate: np.ndarray) -> np.ndarray:
 def percentile_interval(
     boot: np.ndarray, estimate: np.ndarray, alpha: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Percentile interval ``[alpha/2, 1 - alpha/2]`` per column over the finite resamples, extended to contain the
-    estimate (Efron & Tibshirani 1993, ch. 13).
-
-    Args:
-        boot (`np.ndarray` of shape `(B, K)`): resample values, NaN where absent or failed.
-        estimate (`np.ndarray` of shape `(K,)`): the full-data values (a NaN column gets no interval).
-        alpha (`float`): 1 - coverage.
+    """Percentile interval ``[alpha/2, 1 - alpha/2]`` per column of ``boot`` `(B, K)` over the finite resamples,
+    extended to contain ``estimate`` `(K,)` (Efron & Tibshirani 1993, ch. 13).
 
     Returns:
         ``(lower (K,), upper (K,), widened (K,) bool)``: NaN where no resample (or the estimate) is finite;
-        ``widened`` where the percentile interval excluded the estimate and was extended to it.
+        ``widened`` where the interval was extended to the estimate.
     """
     estimate = np.asarray(estimate, dtype=float)
     boot = snap_to_estimate(boot, estimate)
@@ -299,14 +259,8 @@ def tqdm_disable(progress: bool | None) -> bool | None:
 
 
 def resample_unit_weights(n_units: int, n_boot: int, seed: int | None) -> np.ndarray:
-    """How often each unit is drawn in each bootstrap resample: ``n_units`` draws with replacement per resample.
-
-    Every bootstrap of the ranking (:func:`bootstrap_ci`, the length-controlled fit) takes its resamples here, so
-    the same seed gives the same resamples in all of them.
-
-    Returns:
-        `np.ndarray` of shape `(n_boot, n_units)`, int: row ``b`` sums to ``n_units``.
-    """
+    """How often each unit is drawn in each resample (``n_units`` draws with replacement): `(n_boot, n_units)` int.
+    Every bootstrap of the ranking draws here, so one seed gives the same resamples in all of them."""
     rng = np.random.default_rng(seed)
     # every resample at once: the same draws, in the same order, as one resample at a time
     picks = rng.integers(0, n_units, (n_boot, n_units))

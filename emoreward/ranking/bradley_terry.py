@@ -42,8 +42,8 @@ TieModel = str  # a name in TIE_MODELS (emoreward.ranking.tie_models)
 TieHandling = Literal["drop", "half"]
 TIE_HANDLING: tuple[str, ...] = ("drop", "half")
 
-# Scores closer than this (natural-log strength units, a strength ratio of 1.000001) are equal: a shared rank. The
-# fits stop at a tight tolerance, so items the data cannot separate land within ~1e-8 of each other, not exactly.
+# Scores closer than this (natural-log strength units) are equal, a shared rank: the fits stop at a tight tolerance,
+# so items the data cannot separate land within ~1e-8 of each other.
 SCORE_TOLERANCE = 1e-6
 
 FitFn = Callable[[PairwiseCounts], "BTResult"]
@@ -57,18 +57,13 @@ class BTResult:
     Attributes:
         items (`list[str]`): the M items, in the order of ``scores``.
         scores (`np.ndarray` of shape `(M,)`): log-strengths ``log(theta_i)``, centred to mean 0 (natural log).
-        model (`str`): ``"bradley-terry"``, ``"emoprefer"``, ``"rao-kupper"`` or ``"davidson"``.
-        log_likelihood (`float`): data log-likelihood (natural log, prior excluded) at the fitted parameters.
-        n_comparisons (`float`): comparisons in the likelihood (one per compared pair for a binarized W).
-        tie_parameter (`float` or `None`): EmoPrefer's ``beta`` on the centred scale (``theta_i = exp(score_i)``),
-            Rao-Kupper's ``nu >= 1`` or Davidson's ``nu > 0``; ``None`` for plain Bradley-Terry.
+        model (`str`): ``"bradley-terry"`` or a tie model's name (`TIE_MODELS`).
+        log_likelihood (`float`): data log-likelihood (prior excluded); n_comparisons: comparisons in it.
+        tie_parameter (`float` or `None`): the tie model's ``beta`` (centred scale) or ``nu``; ``None`` without.
         prior_variance (`float` or `None`): variance of the Gaussian prior on log-strengths; ``None`` for MLE.
-        ci_lower, ci_upper (`np.ndarray` of shape `(M,)` or `None`): bootstrap percentile interval of ``scores``.
-        ci_level (`float` or `None`): coverage of that interval, e.g. 0.95.
-        ranking (`list[str]`): items sorted by score, best first; items with equal scores (within
-            ``SCORE_TOLERANCE``) share a rank and are listed by name, never by their position in ``items``.
-        ranks (`list[int]`): the rank of every item of ``ranking`` (same order), shared by equal scores
-            (standard competition ranking "1, 2, 2, 4").
+        ci_lower, ci_upper (`np.ndarray` of shape `(M,)` or `None`): bootstrap interval; ci_level: its coverage.
+        ranking (`list[str]`): items best first; equal scores (within ``SCORE_TOLERANCE``) by name.
+        ranks (`list[int]`): the rank of every item of ``ranking``, shared by equal scores ("1, 2, 2, 4").
     """
 
     items: list[str]
@@ -91,11 +86,7 @@ class BTResult:
         object.__setattr__(self, "scores", scores)
         groups = equal_score_groups(self.items, scores)
         object.__setattr__(self, "ranking", [name for g in groups for name in g])
-        ranks, position = [], 1
-        for g in groups:
-            ranks += [position] * len(g)
-            position += len(g)
-        object.__setattr__(self, "ranks", ranks)
+        object.__setattr__(self, "ranks", competition_ranks(groups))
 
     def rank(self, item: str) -> int:
         """The (shared) rank of ``item``, 1 = best; raises ValueError for an unknown item."""
@@ -155,19 +146,8 @@ class BTResult:
 
 
 def equal_score_groups(items: Sequence[str], scores: np.ndarray, tol: float = SCORE_TOLERANCE) -> list[list[str]]:
-    """Items grouped by equal score, best group first; within a group, items by name.
-
-    Scores are sorted in decreasing order and a new group starts wherever the gap to the previous score exceeds
-    ``tol``, so items the data cannot separate share a group whatever their order in ``items``.
-
-    Args:
-        items (`Sequence[str]`): the M items.
-        scores (`np.ndarray` of shape `(M,)`): their scores (NaN sorts last, each NaN its own group).
-        tol (`float`): largest gap between neighbouring scores of one group.
-
-    Returns:
-        `list[list[str]]`: the groups, covering every item once.
-    """
+    """Items grouped by equal score (`list[list[str]]`, best group first, items by name within a group): sorted
+    ``scores`` `(M,)` start a new group where the gap exceeds ``tol``; NaN sorts last, each NaN its own group."""
     scores = np.asarray(scores, dtype=float)
     key = np.where(np.isfinite(scores), -scores, np.inf)
     order = np.argsort(key, kind="stable")
@@ -181,9 +161,14 @@ def equal_score_groups(items: Sequence[str], scores: np.ndarray, tol: float = SC
     return [[items[g[0]]] if len(g) == 1 else sorted(items[k] for k in g) for g in groups]
 
 
+def competition_ranks(groups: list[list[str]]) -> list[int]:
+    """Standard competition ranks ("1, 2, 2, 4") of `equal_score_groups`, one per item in group order."""
+    return [1 + sum(map(len, groups[:k])) for k, g in enumerate(groups) for _ in g]
+
+
 @functools.lru_cache(maxsize=1)
 def _blas_controller() -> Any:
-    try:  # threadpoolctl comes with scikit-learn; without it the fits are only slower on a busy machine
+    try:  # threadpoolctl comes with scikit-learn; the fits work without it
         from threadpoolctl import ThreadpoolController
     except ImportError:
         return None
@@ -191,11 +176,8 @@ def _blas_controller() -> Any:
 
 
 def single_blas_thread() -> contextlib.AbstractContextManager:
-    """Limit BLAS to one thread for a tiny optimisation.
-
-    Small solves gain nothing from BLAS threads, and on a loaded machine OpenBLAS's spinning threads slow them
-    down many times (docs/speed.md).
-    """
+    """Limit BLAS to one thread: small solves gain nothing from its threads, which spin on a loaded machine
+    (docs/speed.md)."""
     controller = _blas_controller()
     return contextlib.nullcontext() if controller is None else controller.limit(limits=1)
 
@@ -212,25 +194,21 @@ def fit_bradley_terry(
 ) -> BTResult:
     """Fit Bradley-Terry strengths to win counts (EMER-Ranker, section 2, eq. 2-4; Hunter 2004).
 
-    ``P(i beats j) = theta_i / (theta_i + theta_j)``; the negative log-likelihood is
-    ``-sum_{i != j} wins[i, j] * log P(i beats j)`` (eq. 4 when ``wins`` is the binarized W, see
-    :meth:`PairwiseCounts.binarized` and :func:`fit_binarized_bradley_terry`; raw counts give the usual
-    count-based Bradley-Terry). A Gaussian prior ``N(0, prior_variance)`` on ``s = log(theta)`` makes it a MAP
-    estimate that stays finite for undefeated items; the papers' plain MLE is ``prior_variance=None`` (then the
-    comparison graph should be strongly connected or the fit diverges). Minimised by damped Newton
-    (`emoreward.ranking.batched.damped_newton`); the result equals ``choix.opt_pairwise(..., alpha=1 / (2 * prior_variance))`` up to centring.
+    ``P(i beats j) = theta_i / (theta_i + theta_j)``, negative log-likelihood ``-sum wins[i, j] log P(i beats j)``
+    (eq. 4 on the binarized W). The prior ``N(0, prior_variance)`` on ``log theta`` keeps undefeated items finite;
+    ``None`` is the papers' MLE (needs a strongly connected graph). Damped Newton
+    (`emoreward.ranking.batched.damped_newton`); equals ``choix.opt_pairwise(..., alpha=1 / (2 * prior_variance))``
+    up to centring.
 
     Args:
         counts (`PairwiseCounts`): M items, ``wins`` of shape `(M, M)` (counts or W in {0, 0.5, 1}).
         prior_variance (`float` or `None`): variance of the prior on log-strengths (natural-log units).
-        ties (`Literal["drop", "half"]`): ties are not in the Bradley-Terry model; ``"drop"`` ignores them,
-            ``"half"`` counts each tie as half a win for both sides. Use :func:`fit_bradley_terry_ties` to model them.
+        ties (`Literal["drop", "half"]`): ignore ties, or count each as half a win for both sides.
         on_disconnected (`Literal["error", "warn"]`): what to do if the comparison graph used is disconnected.
         initial_scores (`np.ndarray` of shape `(M,)`, *optional*): starting log-strengths (warm start).
 
     Returns:
-        `BTResult` with ``model="bradley-terry"``, scores of shape `(M,)` centred to mean 0 and
-        ``tie_parameter=None``.
+        `BTResult` with ``model="bradley-terry"``.
 
     Raises:
         ValueError: on a disconnected comparison graph (``on_disconnected="error"``), a non-positive
@@ -243,31 +221,17 @@ def fit_bradley_terry(
     used = PairwiseCounts(counts.items, wins, np.zeros_like(counts.ties))
     check_connected(used, on_disconnected)
     fit = _fit_one(used, BatchSpec("bradley-terry", prior_variance), initial_scores, None, "fit_bradley_terry")
+    n = float(used.wins.sum())
     return BTResult(
-        items=list(counts.items),
-        scores=fit.scores[0],
-        model="bradley-terry",
-        log_likelihood=float(fit.log_likelihood[0]),
-        n_comparisons=float(used.wins.sum()),
-        tie_parameter=None,
-        prior_variance=prior_variance,
+        list(counts.items), fit.scores[0], "bradley-terry", float(fit.log_likelihood[0]), n, None, prior_variance
     )
 
 
 def fit_binarized_bradley_terry(counts: PairwiseCounts, equal: EqualCounts = "half", **kwargs: Any) -> BTResult:
     """EMER-Ranker end to end: binarize the counts into W (section 2, eq. 1), then Bradley-Terry on W (eq. 2-4).
 
-    Args:
-        counts (`PairwiseCounts`): raw win/tie counts over M items.
-        equal (`Literal["half", "drop"]`): treatment of pairs with equal win counts, see
-            :meth:`PairwiseCounts.binarized`.
-        **kwargs: passed to :func:`fit_bradley_terry` (``prior_variance``, ``on_disconnected``, ...).
-
-    Returns:
-        `BTResult` (``n_comparisons`` is the number of compared pairs kept in W).
-
-    Raises:
-        ValueError: as :meth:`PairwiseCounts.binarized` and :func:`fit_bradley_terry`.
+    ``equal``: pairs with equal win counts (:meth:`PairwiseCounts.binarized`); ``**kwargs`` go to
+    :func:`fit_bradley_terry`. ``n_comparisons`` of the result counts the compared pairs kept in W; errors as those.
     """
     return fit_bradley_terry(counts.binarized(equal), **kwargs)
 
@@ -282,20 +246,10 @@ def fit_bradley_terry_ties(
 ) -> BTResult:
     """Fit strengths and a tie parameter jointly to win/loss/tie counts.
 
-    With ``theta_i = exp(s_i)``:
-
-    - ``"emoprefer"`` (EmoPrefer, appendix F, eq. 2-3; an additive Rao-Kupper-type form):
-      ``P(i>j) = theta_i / (theta_i + theta_j + beta)``, ``P(tie) = beta / (theta_i + theta_j + beta)``, ``beta > 0``.
-      ``beta`` has the units of ``theta``: it is reported on the centred scale (mean log-strength 0), so
-      ``P(tie)`` between two average items is ``beta / (2 + beta)``.
-    - ``"rao-kupper"`` (Rao & Kupper 1967): ``P(i>j) = theta_i / (theta_i + nu * theta_j)``,
-      ``P(tie) = (nu^2 - 1) theta_i theta_j / ((theta_i + nu theta_j)(theta_j + nu theta_i))``, ``nu >= 1``.
-    - ``"davidson"`` (Davidson 1970): ``P(i>j) = theta_i / (theta_i + theta_j + nu sqrt(theta_i theta_j))``,
-      ``P(tie) = nu sqrt(theta_i theta_j) / (...)``, ``nu > 0``.
-
-    The log-strengths and the log tie parameter (``log beta``, ``log(nu - 1)``, ``log nu``) are optimised
-    together by damped Newton (`emoreward.ranking.batched.damped_newton`); the prior ``N(0, prior_variance)`` is on the log-strengths
-    only, and the tie log-parameter is bounded to [-30, 30] so data without ties still give a finite fit.
+    Each tie model's probabilities, source and parameter transform are its `emoreward.ranking.tie_models` object
+    (EmoPrefer appendix F eq. 2-3, Rao & Kupper 1967, Davidson 1970); log-strengths and the transformed tie
+    parameter are fitted together by damped Newton (`emoreward.ranking.batched.damped_newton`), the prior
+    ``N(0, prior_variance)`` on the log-strengths only, the tie parameter within the model's ``bounds``.
 
     Args:
         counts (`PairwiseCounts`): M items; ``wins`` (win_ij, and lose_ij = wins[j, i]) and ``ties`` (tie_ij).
@@ -303,13 +257,11 @@ def fit_bradley_terry_ties(
         prior_variance (`float` or `None`): variance of the prior on log-strengths; ``None`` for plain MLE.
         on_disconnected (`Literal["error", "warn"]`): what to do if the comparison graph is disconnected.
         initial_scores (`np.ndarray` of shape `(M,)`, *optional*): starting log-strengths (warm start).
-        initial_tie_parameter (`float`, *optional*): starting ``beta`` or ``nu``, on the scale of
-            ``BTResult.tie_parameter`` (warm start, e.g. from a previous fit together with its ``scores``).
-            Default: the value at which ``P(tie)`` between equal items matches the observed tie rate.
+        initial_tie_parameter (`float`, *optional*): starting ``beta`` or ``nu`` (as ``BTResult.tie_parameter``);
+            default: where ``P(tie)`` between equal items matches the observed tie rate.
 
     Returns:
-        `BTResult` with ``model=tie_model``, scores of shape `(M,)` centred to mean 0 and the fitted
-        ``tie_parameter`` (``beta`` or ``nu``).
+        `BTResult` with ``model=tie_model`` and the fitted ``tie_parameter``.
 
     Raises:
         ValueError: if ``tie_model`` is unknown (the message lists the choices), on a disconnected comparison
@@ -321,15 +273,9 @@ def fit_bradley_terry_ties(
     check_connected(counts, on_disconnected)
     spec = BatchSpec(tie_model, prior_variance)
     fit = _fit_one(counts, spec, initial_scores, initial_tie_parameter, f"fit_bradley_terry_ties({tie_model})")
-    return BTResult(
-        items=list(counts.items),
-        scores=fit.scores[0],
-        model=tie_model,
-        log_likelihood=float(fit.log_likelihood[0]),
-        n_comparisons=float(counts.wins.sum() + np.triu(counts.ties, 1).sum()),
-        tie_parameter=float(fit.tie_parameter[0]),
-        prior_variance=prior_variance,
-    )
+    n = float(counts.wins.sum() + np.triu(counts.ties, 1).sum())
+    tie = float(fit.tie_parameter[0])
+    return BTResult(list(counts.items), fit.scores[0], tie_model, float(fit.log_likelihood[0]), n, tie, prior_variance)
 
 
 def _fit_one(counts: PairwiseCounts, spec: BatchSpec, initial_scores, initial_tie_parameter, what: str):

@@ -61,16 +61,9 @@ class CommitteeVotes:
 def member_agreement(
     judge: Judge, pairs: Sequence[PreferencePair], *, swap: bool = True, runs: int = 1
 ) -> tuple[int, int]:
-    """A member's agreement with the human labels on calibration pairs, through the one harness
-    (`emoreward.evaluation.harness.run_judge`, normal and swapped order, ``runs`` runs).
-
-    Returns:
-        `tuple[int, int]`: verdicts equal to the label, verdicts asked (pairs x orders x runs; an INVALID verdict
-        counts as asked and not equal).
-
-    Raises:
-        ValueError: a pair without a label.
-    """
+    """A member's agreement with the human labels on calibration pairs, through the one harness (`run_judge`):
+    ``(verdicts equal to the label, verdicts asked)``, an INVALID verdict asked and not equal. ValueError on a pair
+    without a label."""
     from emoreward.evaluation.harness import run_judge
 
     unlabelled = [p.sample_id for p in pairs if p.label is None]
@@ -96,20 +89,15 @@ def committee_weights(
 def committee_votes(
     members: Mapping[str, MemberVerdicts], weights: Mapping[str, float], name: str = "committee"
 ) -> CommitteeVotes:
-    """The weighted vote of the members' verdicts, per pair and slot.
+    """The weighted vote (`weighted_vote`) of the members' verdicts, per pair and slot.
 
-    Members are read in the order of their names, so the records do not depend on the order they were given in.
-    A pair's slots are those of its members (a reward model's single verdict votes in every slot of the others);
-    a member abstains on an INVALID verdict or a pair it did not judge. The vote is `weighted_vote` (equal largest
-    totals of different outcomes: a tie).
+    Members are read in name order; a pair's slots are its members' (a reward model's one verdict votes in every
+    slot); a member abstains on an INVALID verdict or a pair it did not judge.
 
     Args:
         members (`Mapping[str, MemberVerdicts]`): member name -> its verdicts.
         weights (`Mapping[str, float]`): member name -> non-negative weight.
         name (`str`): annotator of the committee's records.
-
-    Returns:
-        `CommitteeVotes`.
 
     Raises:
         ValueError: a member without a weight, a negative weight, or every weight zero.
@@ -182,15 +170,7 @@ def judge_member(
     from emoreward.ranking.judging import judge_records
 
     got = judge_records(judge, table, None, swap=swap, runs=runs, combine=combine)  # type: ignore[arg-type]
-    cost = {
-        "judge": judge.name,
-        "n_judge_calls": got.n_calls,
-        "n_reused": got.n_reused,
-        "n_invalid": got.n_invalid,
-        "n_pairs": got.n_pairs,
-        "n_records": len(got.records),
-    }
-    return MemberRun({k: dict(v) for k, v in got.verdicts.items()}, cost)
+    return MemberRun({k: dict(v) for k, v in got.verdicts.items()}, got.cost(judge.name))
 
 
 def rank_with_committee(
@@ -200,20 +180,12 @@ def rank_with_committee(
     committee: Mapping[str, Any] | None = None,
     **fit_kwargs: Any,
 ) -> RankingReport:
-    """Rank the table's models with the committee's verdicts: the fits of one judge (`fit_ranking`: W, Bradley-Terry
-    binarized and with ties, length control, bootstrap intervals over samples) on `committee_votes`.
-
-    Args:
-        members (`Mapping[str, MemberRun]`): member name -> its verdicts and cost.
-        weights (`Mapping[str, float]`): member weights (`committee_weights`, or 1 each).
-        table (`DescriptionTable`): the descriptions.
-        committee (`Mapping`, *optional*): what the report records about the committee (members, calibration);
-            the vote counts are added to it as ``verdicts``.
-        **fit_kwargs: as for `rank_with_judge`.
+    """Rank the table's models with `committee_votes` of the members (``members``: name -> `MemberRun`) through the
+    fits of one judge (`fit_ranking`, ``**fit_kwargs`` as for `rank_with_judge`).
 
     Returns:
-        `RankingReport` with ``meta["committee"]`` and ``cost["judge"] == "committee"``; a member with weight 0 is
-        named in the warnings.
+        `RankingReport` with ``meta["committee"]`` (``committee`` plus the vote counts as ``verdicts``) and
+        ``cost["judge"] == "committee"``; a member with weight 0 is named in the warnings.
     """
     from emoreward.ranking.rank import fit_ranking, with_features
 

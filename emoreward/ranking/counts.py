@@ -1,9 +1,8 @@
 """Win / loss / tie count matrices over compared items, and the comparison-graph connectivity check.
 
-From judge verdicts over M items (models) and N samples we count, for every ordered pair ``(i, j)``, how often
-``i`` was preferred to ``j`` (``wins[i, j]``) and how often the two tied (``ties[i, j] == ties[j, i]``). These
-are the raw results of EMER-Ranker, section 4.4, figure 11(a) and the ``win_ij``, ``lose_ij``, ``tie_ij`` of
-EmoPrefer, appendix F, eq. 3. :meth:`PairwiseCounts.binarized` gives EMER-Ranker's matrix W (section 2, eq. 1).
+``wins[i, j]``: how often ``i`` was preferred to ``j``; ``ties[i, j] == ties[j, i]``: how often they tied
+(EMER-Ranker section 4.4, figure 11(a); EmoPrefer appendix F eq. 3). :meth:`PairwiseCounts.binarized` gives
+EMER-Ranker's matrix W (section 2, eq. 1). See docs/ranking.md.
 """
 
 from __future__ import annotations
@@ -67,23 +66,8 @@ class PairwiseCounts:
 
     @classmethod
     def from_records(cls, records: Iterable[PairwiseRecord], items: Sequence[str] | None = None) -> PairwiseCounts:
-        """Count wins and ties from pairwise records.
-
-        The records are encoded to index arrays once (see :func:`encode_records`) and counted with
-        ``numpy.bincount``; there is no per-record Python arithmetic.
-
-        Args:
-            records (`Iterable[PairwiseRecord]`): the judgements; every record adds one comparison.
-            items (`Sequence[str]`, *optional*): fixed item order (may include items never compared). Default:
-                the sorted set of items named by the records.
-
-        Returns:
-            `PairwiseCounts` with ``wins[i, j]`` = records where ``items[i]`` beat ``items[j]`` and ``ties`` the
-            symmetric tie counts.
-
-        Raises:
-            ValueError: if a record names an item missing from ``items``, or there are no items at all.
-        """
+        """Count wins and ties of ``records`` (one comparison each) over ``items`` (default: the sorted names in
+        the records; may include items never compared). Raises ValueError as :func:`encode_records`."""
         encoded = encode_records(records, items)
         return cls.from_encoded(encoded)
 
@@ -114,19 +98,10 @@ class PairwiseCounts:
     def binarized(self, equal: EqualCounts = "half") -> PairwiseCounts:
         """EMER-Ranker's binarized preference matrix W (EMER-Ranker, section 2, eq. 1).
 
-        For every compared pair, ``W[i, j] = 1`` and ``W[j, i] = 0`` when ``i`` won more comparisons against ``j``
-        than it lost (``wins[i, j] > wins[j, i]``; ties do not count for either side, as in "humans prefer the
-        outputs of m_i more frequently than those of m_j"). Each compared pair then contributes exactly one
-        comparison to the Bradley-Terry likelihood (eq. 3-4). Pairs never compared stay empty (the paper's -1
-        in figure 11(b)).
-
-        The paper does not say what happens when a compared pair has equal win counts (including a pair that
-        only tied). ``equal="half"`` (default) records half a win for each side (``W[i, j] = W[j, i] = 0.5``,
-        the chess draw), which keeps the pair in the comparison graph and pulls the two strengths together;
-        ``equal="drop"`` leaves the pair out, as if it had not been compared.
-
-        Args:
-            equal (`Literal["half", "drop"]`): what to do with a compared pair whose win counts are equal.
+        ``W[i, j] = 1``, ``W[j, i] = 0`` for every compared pair with ``wins[i, j] > wins[j, i]`` (ties count for
+        neither side): one comparison per compared pair (eq. 3-4); pairs never compared stay empty. Equal win
+        counts, on which the paper is silent: ``equal="half"`` gives each side 0.5 (the chess draw, the pair stays
+        in the graph), ``"drop"`` leaves the pair out.
 
         Returns:
             `PairwiseCounts` with ``wins`` in {0, 0.5, 1} and ``ties`` all zero.
@@ -218,17 +193,8 @@ def encode_records(records: Iterable[PairwiseRecord], items: Sequence[str] | Non
 
 
 def connected_item_groups(counts: PairwiseCounts) -> list[list[str]]:
-    """Connected components of the comparison graph, largest first.
-
-    Two items are joined when they were compared at least once, whatever the outcome (wins, losses and ties all
-    connect). An item never compared forms its own component.
-
-    Args:
-        counts (`PairwiseCounts`): the counts over M items.
-
-    Returns:
-        `list[list[str]]`: the components, each in ``counts.items`` order, sorted by size (largest first).
-    """
+    """Connected components of the comparison graph (`list[list[str]]`, largest first, each in ``counts.items``
+    order): items compared at least once, whatever the outcome, are joined."""
     n_comp, labels = connected_components(_adjacency(counts.totals > 0), directed=False)
     groups = [[counts.items[k] for k in np.flatnonzero(labels == c)] for c in range(n_comp)]
     return sorted(groups, key=len, reverse=True)
@@ -244,18 +210,11 @@ def _adjacency(compared: np.ndarray) -> csr_matrix:
 
 
 def check_connected(counts: PairwiseCounts, on_disconnected: OnDisconnected = "error") -> list[list[str]]:
-    """Check that every item is linked to every other through a chain of comparisons.
-
-    Bradley-Terry strengths are only comparable within a connected component of the comparison graph; across
-    components only the prior decides (Hunter 2004, assumption 1; Ford 1957). The graph is built with
-    ``scipy.sparse.csgraph.connected_components`` on ``wins + wins.T + ties > 0``.
-
-    Args:
-        counts (`PairwiseCounts`): the counts over M items.
-        on_disconnected (`Literal["error", "warn"]`): raise or warn when there is more than one component.
+    """Check that every item is linked to every other through a chain of comparisons: across components only the
+    prior decides (Hunter 2004, assumption 1; Ford 1957).
 
     Returns:
-        `list[list[str]]`: the connected components (see :func:`connected_item_groups`); one when connected.
+        `list[list[str]]`: the components (:func:`connected_item_groups`); one when connected.
 
     Raises:
         ValueError: if the graph is disconnected and ``on_disconnected="error"`` (the message names the

@@ -120,16 +120,8 @@ def separated_groups(counts: PairwiseCounts, ties_bind: bool) -> dict[str, str]:
 
 
 def fit_edges(ci: BootstrapCI, counts: PairwiseCounts) -> FitEdges:
-    """The edges of one ranking fit: separation in the counts it used, its tie parameter, its resampling units.
-
-    Args:
-        ci (`BootstrapCI`): the fit with its interval (``ci.estimate.model``: ``"bradley-terry"`` for EMER-Ranker's
-            fit on the binarized W, else a tie model fitted to ``counts``).
-        counts (`PairwiseCounts`): the raw win / tie counts of the ranking.
-
-    Returns:
-        `FitEdges`.
-    """
+    """The `FitEdges` of one ranking fit (``ci``; ``"bradley-terry"``: EMER-Ranker's fit on the binarized W) on the raw
+    ``counts``: separation in the counts it used, its tie parameter, its resampling units."""
     tie_model = ci.estimate.tie_parameter is not None
     used = counts if tie_model else counts.binarized()
     separated = separated_groups(used, ties_bind=tie_model)

@@ -4,31 +4,26 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from emoreward.ranking.bootstrap import tqdm_disable
-from emoreward.ranking.bradley_terry import SCORE_TOLERANCE, finite_floats
+from emoreward.ranking.bootstrap import (
+    percentile_interval,
+    recentre,
+    resample_unit_weights,
+    snap_to_estimate,
+    tqdm_disable,
+)
+from emoreward.ranking.bradley_terry import finite_floats
 from emoreward.ranking.edges import intervals_defined
 from emoreward.ranking.scoring import ScoreMatrix
 from emoreward.ranking.tie_models import TIE_MODELS
 
 
-if TYPE_CHECKING:
-    pass
-
-
 def tie_probability_between_equals(model: str, tie_parameter: float) -> float:
-    """P(tie) between two models of equal strength implied by a fitted tie parameter.
-
-    Each model says its own (`PairModel.tie_probability_between_equals`): EmoPrefer (appendix F) ``beta / (2 +
-    beta)`` (``beta`` on the centred scale, theta = 1); Davidson (1970) ``nu / (2 + nu)``; Rao-Kupper (1967)
-    ``(nu - 1) / (nu + 1)``.
-
-    Raises:
-        ValueError: for an unknown tie model.
-    """
+    """P(tie) between two models of equal strength implied by a fitted tie parameter, as the tie model says
+    (`PairModel.tie_probability_between_equals`). Raises ValueError for an unknown tie model."""
     if model not in TIE_MODELS:
         raise ValueError(f"unknown tie model {model!r}; choose one of {tuple(TIE_MODELS)}")
     return TIE_MODELS[model].tie_probability_between_equals(tie_parameter)
@@ -38,17 +33,14 @@ def tie_probability_between_equals(model: str, tie_parameter: float) -> float:
 class RewardEffects:
     """Model effects of an additive model of the raw rewards, with no tie threshold (reward-model judges).
 
-    ``r[m, s] = a_m + b_s + noise`` over the descriptions present, fitted by least squares with a free effect
-    ``b_s`` per sample and ``sum_m a_m = 0``: ``a_m - a_k`` is the mean reward difference between models m and k
-    on the same samples (exactly that when every model described every sample). This ranks by the continuous
-    reward differences that the thresholded verdicts turn into win / loss / tie.
+    ``r[m, s] = a_m + b_s + noise`` by least squares, a free effect ``b_s`` per sample, ``sum_m a_m = 0``:
+    ``a_m - a_k`` is the mean reward difference of models m and k on the same samples.
 
     Attributes:
         items (`list[str]`): the M models.
         scores (`np.ndarray` of shape `(M,)`): effects ``a_m`` in reward units (value-head logits), mean 0.
-        lower, upper (`np.ndarray` of shape `(M,)`): percentile bootstrap interval over samples (the resamples in
-            which the model was compared; shifted like :func:`emoreward.ranking.bradley_terry.bootstrap_ci`);
-            NaN with one sample (`emoreward.ranking.edges.intervals_defined`).
+        lower, upper (`np.ndarray` of shape `(M,)`): percentile bootstrap interval over samples, as
+            :func:`emoreward.ranking.bootstrap.bootstrap_ci`'s; NaN with one sample.
         n_compared (`np.ndarray` of shape `(M,)`, int): resamples in which the model was compared.
         alpha (`float`): 1 - coverage.
     """
@@ -96,16 +88,8 @@ def _additive_effects(rewards: np.ndarray, observed: np.ndarray, weight: np.ndar
 
 
 def additive_effects_batch(rewards: np.ndarray, observed: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """:func:`_additive_effects` for B weight vectors at once: the B systems ``L_b a = c_b`` built with matrix
-    products and solved together by the pseudo-inverse (the minimum-norm least-squares solution, as ``lstsq``).
-
-    Args:
-        rewards, observed (`np.ndarray` of shape `(M, N)`): rewards and where they exist.
-        weights (`np.ndarray` of shape `(B, N)`): sample weights per row (bootstrap counts).
-
-    Returns:
-        `np.ndarray` of shape `(B, M)`: effects, mean 0 over each row's compared models, NaN for the others.
-    """
+    """:func:`_additive_effects` for weights `(B, N)` at once (the minimum-norm least-squares solutions by the
+    pseudo-inverse): effects `(B, M)`, mean 0 over each row's compared models, NaN for the others."""
     o = observed.astype(float)
     n_s = o.sum(axis=0)
     w = np.where(n_s >= 2, np.asarray(weights, dtype=float), 0.0)
@@ -156,28 +140,16 @@ def fit_reward_effects(
     observed = np.isfinite(rewards)
     n = rewards.shape[1]
     estimate = _additive_effects(rewards, observed, np.ones(n))
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, n, (n_boot, n))  # the same draws as one resample at a time
-    weights = np.bincount((picks + (np.arange(n_boot) * n)[:, None]).ravel(), minlength=n_boot * n)
-    weights = weights.reshape(n_boot, n).astype(float)
+    weights = resample_unit_weights(n, n_boot, seed).astype(float)
     if batched:
         boot = additive_effects_batch(rewards, observed, weights)
     else:
         boot = np.empty((n_boot, rewards.shape[0]))
         for b in tqdm(range(n_boot), desc="bootstrap reward effects", disable=tqdm_disable(progress), leave=False):
             boot[b] = _additive_effects(rewards, observed, weights[b])
-    present = np.isfinite(boot) & np.isfinite(estimate)
-    count = np.maximum(present.sum(axis=1, keepdims=True), 1)
-    gap = (
-        np.where(present, estimate, 0.0).sum(axis=1, keepdims=True)
-        - np.where(present, boot, 0.0).sum(axis=1, keepdims=True)
-    ) / count
-    boot = np.where(present, boot + gap, boot)
-    boot = np.where(np.abs(boot - estimate) <= SCORE_TOLERANCE, estimate, boot)
+    boot = snap_to_estimate(recentre(boot, estimate, np.isfinite(boot) & np.isfinite(estimate)), estimate)
     n_compared = np.isfinite(boot).sum(axis=0).astype(np.int64)
     lower, upper = np.full(len(estimate), np.nan), np.full(len(estimate), np.nan)
-    seen = n_compared > 0
-    if seen.any() and intervals_defined(n):  # one sample: every resample is the data, no interval
-        lo, hi = np.nanpercentile(boot[:, seen], [100 * alpha / 2, 100 * (1 - alpha / 2)], axis=0)
-        lower[seen], upper[seen] = np.fmin(lo, estimate[seen]), np.fmax(hi, estimate[seen])
+    if intervals_defined(n):  # one sample: every resample is the data, no interval
+        lower, upper = percentile_interval(boot, estimate, alpha)[:2]
     return RewardEffects(list(scores.models), estimate, lower, upper, n_compared, alpha)

@@ -63,21 +63,16 @@ def rank_hierarchical(
 ) -> HierarchicalResult:
     """EMER-Ranker's hierarchical comparison (EMER-Ranker, section 5).
 
-    To save annotations, the M models are split into groups; models are compared pairwise only within each group
-    to find each group's top model, and the group winners are then compared with each other. With two groups of
-    M/2 models this needs ``2 * C(M/2, 2) * N + N`` comparisons over N samples instead of ``C(M, 2) * N`` (the
-    paper writes ``C(M/2, 2) * N + N``, which counts one group only). Section 5 only identifies the overall best
-    model; the within-group and final fits are all returned, but scores are not comparable across stages.
-    With more than two groups the winners are compared round-robin and ranked with ``fit_fn``.
+    Models are compared only within their group, then the group winners with each other (round-robin, ranked with
+    ``fit_fn``): with two groups ``2 C(M/2, 2) N + N`` comparisons instead of ``C(M, 2) N`` (the paper's ``C(M/2,
+    2) N + N`` counts one group). Only the overall best is identified; scores are not comparable across stages.
 
     Args:
         records (`Iterable[PairwiseRecord]` or `Callable[[list[tuple[str, str]]], Iterable[PairwiseRecord]]`):
-            either all available judgements (only the within-group pairs, then the winners' pairs, are used, which
-            simulates the cheaper design), or a function that returns judgements for the requested item pairs
-            (e.g. runs a judge or collects annotations on demand), called once per group and once for the final.
+            all judgements (only the pairs of each stage are used), or a function returning judgements for the
+            requested item pairs, called once per group and once for the final.
         groups (`Sequence[Sequence[str]]`): at least two disjoint, non-empty groups of item names.
-        fit_fn (`Callable[[PairwiseCounts], BTResult]`): the fit used at every stage; default EMER-Ranker's
-            Bradley-Terry on the binarized W (:func:`fit_binarized_bradley_terry`).
+        fit_fn (`Callable[[PairwiseCounts], BTResult]`): the fit of every stage (default: binarized W).
 
     Returns:
         `HierarchicalResult` with per-group fits, the final fit over the group winners and the overall winner.

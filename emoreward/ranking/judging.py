@@ -35,6 +35,11 @@ class JudgeRun:
     n_reused: int = 0
     verdicts: dict[tuple[str, str, str], dict[str, Verdict]] = field(default_factory=dict)
 
+    def cost(self, judge: str) -> dict[str, Any]:
+        """What the run cost, as a report's ``cost``."""
+        calls = {"n_judge_calls": self.n_calls, "n_reused": self.n_reused, "n_invalid": self.n_invalid}
+        return {"judge": judge, **calls, "n_pairs": self.n_pairs, "n_records": len(self.records)}
+
 
 def judge_records(
     judge: Judge,
@@ -46,14 +51,9 @@ def judge_records(
 ) -> JudgeRun:
     """Run a generative judge on every (sample, model pair) through the harness, both orders, and make records.
 
-    ``combine="each"`` keeps every valid verdict (normal and swapped, every run) as its own record;
-    ``"consensus"`` makes one record per pair and run: the shared verdict when the normal and swapped verdicts
-    agree, a tie when they disagree (position bias), none when either is INVALID. INVALID verdicts are never
-    turned into a class: they are dropped and counted.
-
-    Returns:
-        `JudgeRun`: records, judge calls made and verdicts answered without a call (together pairs x orders x
-        runs), invalid verdicts and pairs.
+    ``combine="each"``: every valid verdict is a record; ``"consensus"``: one record per pair and run, the shared
+    verdict of the two orders, a tie when they disagree, none when either is INVALID (dropped and counted, never
+    turned into a class).
 
     Raises:
         ValueError: on an unknown ``combine`` or ``combine="consensus"`` without ``swap``.
@@ -97,18 +97,8 @@ def judge_records(
 
 
 class JudgePairs:
-    """Answer pair queries with a generative judge through the harness (:func:`judge_records` on one sample).
-
-    Args:
-        judge (`Judge`): the judge.
-        table (`DescriptionTable`): the descriptions.
-        swap, runs, combine: as in :func:`judge_records` (normal and swapped order by default; INVALID verdicts
-            are dropped and counted, never turned into a class).
-
-    Attributes:
-        n_queries (`int`): pair queries; n_calls (`int`): judge calls made; n_reused (`int`): verdicts answered
-        without a call (cache, identical greedy run; with n_calls: queries x orders x runs); n_invalid (`int`).
-    """
+    """Answer BPA pair queries with a generative judge (:func:`judge_records` on one sample; ``swap``, ``runs``,
+    ``combine`` as there), counting ``n_queries``, ``n_calls``, ``n_reused`` and ``n_invalid``."""
 
     def __init__(
         self, judge: Judge, table: DescriptionTable, swap: bool = True, runs: int = 1, combine: OrderCombine = "each"

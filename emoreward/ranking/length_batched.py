@@ -1,14 +1,10 @@
 """The length-controlled objective's solvers: damped Newton for any weighting of the records, and every bootstrap
 resample at once from sufficient statistics per sample.
 
-The objective is :mod:`emoreward.ranking.length_control`'s: per record ``r`` (models ``a_r``, ``b_r``, covariate
-differences ``z_r``), ``u_r = x_r . theta`` with ``x_r = (e_a - e_b, z_r)``, the Davidson (1970) negative
-log-likelihood ``L(u, eta) - y_r u / 2 - t_r eta`` with ``L(u, eta) = log(e^{u/2} + e^{-u/2} + e^eta)``
-(``y_r = +1 / -1`` for a win / loss of ``a_r``, ``t_r = 1`` for a tie; Bradley-Terry is ``e^eta = 0``, ties
-dropped), weighted per record, plus the penalty of :class:`Prior`. :func:`damped_newton` minimises it for any
-weighting with the one Newton driver and the pair models' terms; :func:`fit_resamples` fits every resample at once
-(a path of its own, many times faster than the driver on every resample: its docstring gives the steps) and
-``fit_resamples(..., batched=False)`` one at a time, the reference path of the tests.
+Per record ``r``: ``u_r = x_r . theta``, ``x_r = (e_a - e_b, z_r)``, the Davidson (1970) negative log-likelihood
+``L(u, eta) - y_r u / 2 - t_r eta``, ``L(u, eta) = log(e^{u/2} + e^{-u/2} + e^eta)`` (Bradley-Terry: ``e^eta = 0``,
+ties dropped), weighted per record, plus the `Prior`. :func:`damped_newton` minimises it with the one Newton driver;
+:func:`fit_resamples` fits every resample at once (``batched=False``: one at a time, the reference path).
 See docs/ranking.md ("Length-controlled ranking").
 """
 
@@ -126,14 +122,9 @@ def damped_newton(
     hessian: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Penalised maximum likelihood for B weightings of the records at once, by the one Newton driver
-    (:func:`emoreward.ranking.batched.damped_newton`).
-
-    Minimises, per row of ``weights`` (shape `(B, N)`), ``sum_r w_r nll_r`` plus the `Prior` ``precision``
-    (a float: the precision on the model effects, ``precision/2 |b|^2 + (sum b)^2 / (2M)``); the last term only
-    fixes the shift of ``b`` (the likelihood depends on differences), so its optimum has ``sum b = 0`` and the others
-    are unchanged. The per-record terms are the pair model's (`emoreward.ranking.tie_models`: Davidson or
-    Bradley-Terry) with ``s_i - s_j`` the record's linear predictor ``u_r``. A row stops unconverged when its
-    covariate coefficients pass ``4 DIVERGED``; a Davidson row without ties keeps ``log nu`` at its lower bound.
+    (:func:`emoreward.ranking.batched.damped_newton`): per row of ``weights`` `(B, N)`, ``sum_r w_r nll_r`` (the
+    pair model's terms at ``u_r``) plus the `Prior`. A row stops unconverged when its covariate coefficients pass
+    ``4 DIVERGED``; a Davidson row without ties keeps ``log nu`` at its lower bound.
 
     Returns:
         ``(params, converged, hessian)``: params of shape `(B, P)` (``P = M + K``, plus Davidson's ``log nu``),
@@ -249,33 +240,24 @@ def fit_resamples(
 ) -> ResampleFits:
     """Fit every bootstrap resample, started at the full-data ``estimate``.
 
-    A resample weights each record by how often its sample (video) was drawn, so its objective is the sum of
-    per-sample objectives weighted by the sample counts. The batched path:
+    A resample's objective is the per-sample objectives weighted by its sample counts. The batched path:
 
-    1. **Start from per-sample sums.** At the common start, a resample's gradient, Hessian and third derivatives
-       are per-sample sums (taken once over the N records) times its sample counts: one dense product
-       ``(B, S) @ (S, Q + Q^2/2 + Q^3/6)`` (unique tensor entries). A Chebyshev step (the Newton step plus
-       ``H^-1 T[s, s] / 2``) lands about 100x closer to each resample's optimum than the start.
-    2. **Newton steps in float32** over all ``B x N`` records, in chunks of resamples that stay in cache, while the
-       step exceeds 1e-2. A record has three non-zero design entries (``+1``, ``-1``, ``z``): the model block of
-       ``sum_r w_r h_r x_r x_r^T`` is a sum per model pair (records sorted by pair, then sample), and where every
-       pair is compared on every sample it is the product of the ``(pairs, samples)`` array with the sample counts.
-    3. **Gradient passes in float64** with that Hessian, corrected to first order along the last step by the third
-       derivatives: linear convergence at a rate ``rho``, until the distance left, ``rho |step| / (1 - rho)``, is
-       below 3e-8 (max-abs); float32 gradients stall about 1e-6 from the optimum.
+    1. A Chebyshev step from per-sample sums of the gradient, Hessian and third derivatives at the common start
+       (one dense product ``(B, S) @ (S, unique tensor entries)``).
+    2. Newton steps in float32 over all ``B x N`` records while the step exceeds 1e-2 (the model block summed per
+       model pair).
+    3. Gradient passes in float64 with that Hessian, corrected along the last step by the third derivatives,
+       until the distance left, ``rho |step| / (1 - rho)``, is below 3e-8 (max-abs).
 
-    Steps 2 and 3 read the records through one numpy pass (:func:`_pass`). A resample this path does not finish the normal way (no ties in a Davidson resample, a tie parameter
-    at its bound, a diverging covariate coefficient, a step that does not contract, a non-finite value) is fitted
-    by :func:`damped_newton` from the same start.
+    A resample this path does not finish (no ties in a Davidson resample, a tie parameter at its bound, a diverging
+    coefficient, a step that does not contract, a non-finite value) is fitted by :func:`damped_newton`.
 
     Args:
         design (`Design`): the records.
         estimate (`np.ndarray` of shape `(Q,)`): the full-data fit (``Q = M + K``, plus Davidson's ``log nu``).
         unit_weights (`np.ndarray` of shape `(B, n_units)`): how often each sample was drawn in each resample.
-        precision (`float` or `Prior`): the prior precision on the model effects.
-        davidson (`bool`): Davidson's ties (else Bradley-Terry).
-        batched (`bool`): all resamples at once (default) or one at a time with :func:`damped_newton` (the
-            reference path; the same optimum to about 1e-8).
+        precision (`float` or `Prior`): the prior precision on the model effects; davidson (`bool`): Davidson's ties.
+        batched (`bool`): all resamples at once (default) or one at a time (the same optimum to about 1e-8).
 
     Returns:
         `ResampleFits`.
@@ -290,7 +272,7 @@ def fit_resamples(
     if estimate.shape != (design.x.shape[1] + davidson,):
         raise ValueError(f"estimate must have shape ({design.x.shape[1] + davidson},), got {estimate.shape}")
     theta, converged = np.broadcast_to(estimate, (n_b, q)).copy(), np.zeros(n_b, dtype=bool)
-    with single_blas_thread():  # small products: OpenBLAS threads only spin (5x slower on a loaded 2-core machine)
+    with single_blas_thread():  # small products: OpenBLAS threads only spin
         if batched and q <= _MAX_PARAMS and design.x.shape[0]:
             rec, tables = _ordered(design), _unit_tables(design, estimate, davidson)
             for lo in range(0, n_b, _BOOT_CHUNK):  # bounds the (B, Q, Q, Q) third derivatives

@@ -1,11 +1,9 @@
 """Length-controlled ranking: Bradley-Terry / Davidson with description-length covariates (style control).
 
-On emotion-description data "prefer the longer description" explains most verdicts (about 80% of EmoPrefer's
-decisive ones), so a plain Bradley-Terry ranking mixes a model's quality with its verbosity. Following Chatbot
-Arena's style control (Li, Angelopoulos, Chiang, LMSYS blog, August 2024; FastChat ``construct_style_matrices``),
-:func:`fit_length_controlled` adds the standardised log-length difference of the two descriptions as a covariate
-beside the model effects (its docstring gives the model, the source and where we differ from FastChat), with
-bootstrap intervals over samples; `order_changes` and `comparison_markdown` compare it with the plain ranking.
+"Prefer the longer description" explains most verdicts on emotion descriptions, so a plain ranking mixes quality
+with verbosity. :func:`fit_length_controlled` adds the standardised log-length difference as a covariate beside the
+model effects (Chatbot Arena's style control), with bootstrap intervals over samples; `order_changes` and
+`comparison_markdown` compare it with the plain ranking.
 See docs/ranking.md ("Length-controlled ranking").
 """
 
@@ -18,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-from scipy.special import ndtr  # the normal CDF (scipy.stats.norm.sf(x) is ndtr(-x); scipy.stats adds 0.25 s)
+from scipy.special import ndtr  # the normal CDF, without importing scipy.stats
 
 from emoreward.data.text import description_length, markdown_cell
 from emoreward.ranking.bootstrap import BootstrapCI, percentile_interval, recentre, resample_unit_weights
@@ -63,20 +61,9 @@ _MIN_BOOT_SE = 20  # resamples needed for a bootstrap standard error; below, the
 def description_features(
     descriptions: Mapping[tuple[str, str], str], covariates: Sequence[str | tuple[str, Callable[[str], float]]]
 ) -> tuple[list[str], dict[tuple[str, str], np.ndarray]]:
-    """Per-description covariate values.
-
-    Args:
-        descriptions (`Mapping[tuple[str, str], str]`): ``(sample, model) -> description`` (e.g.
-            ``DescriptionTable.descriptions``).
-        covariates: names from `COVARIATES`, or ``(name, function of the text)`` pairs for user covariates.
-
-    Returns:
-        ``(names, values)``: the K covariate names and ``(sample, model) -> np.ndarray of shape (K,)``.
-
-    Raises:
-        ValueError: on an unknown covariate name (the message lists `COVARIATES`), a repeated name, or a function
-            returning a non-finite value (the message names the sample and model).
-    """
+    """Per-description covariate values ``(names, {(sample, model): np.ndarray of shape (K,)})`` of
+    ``descriptions`` (``(sample, model) -> text``); ``covariates``: names from `COVARIATES` or ``(name, function of
+    the text)`` pairs. Raises ValueError on an unknown or repeated name, or a non-finite value."""
     names, fns = [], []
     for cov in covariates:
         if isinstance(cov, str):
@@ -107,38 +94,26 @@ class ControlledFit:
 
     Attributes:
         items (`list[str]`): the M models, order of ``scores``.
-        scores (`np.ndarray` of shape `(M,)`): model effects ``b``, centred to mean 0 (natural-log strength units,
-            comparable with the plain fit's scores); all NaN when the fit is not identified (see ``warnings``).
-        ci_lower, ci_upper (`np.ndarray` of shape `(M,)`): bootstrap percentile interval of ``scores``.
+        scores, ci_lower, ci_upper (`np.ndarray` of shape `(M,)`): model effects ``b``, centred (natural-log strength
+            units, as the plain fit's), with their bootstrap interval; all NaN when the fit is not identified.
         covariates (`list[str]`): the K covariate names.
-        coefficients (`np.ndarray` of shape `(K,)`): ``gamma_k``, logit per root-mean-square of the covariate
-            difference; NaN for a dropped, collinear or separated covariate.
-        coef_lower, coef_upper (`np.ndarray` of shape `(K,)`): bootstrap interval of ``coefficients``.
-        std_errors, p_values (`np.ndarray` of shape `(K,)`): standard error of ``gamma_k`` and the two-sided
-            normal p-value of ``gamma_k = 0``. The standard error is the bootstrap one over samples (the verdicts on
-            one sample are correlated); with fewer than 20 usable resamples, the Wald one (observed information,
-            records taken as independent, which understates it).
+        coefficients, coef_lower, coef_upper (`np.ndarray` of shape `(K,)`): ``gamma_k``, logit per RMS of the
+            covariate difference (NaN for a dropped, collinear or separated covariate), with its interval.
+        std_errors, p_values (`np.ndarray` of shape `(K,)`): standard error of ``gamma_k`` (bootstrap over samples;
+            the Wald one below 20 usable resamples) and the two-sided normal p-value of ``gamma_k = 0``.
         scales (`np.ndarray` of shape `(K,)`): ``sigma_k``, root-mean-square of the raw covariate differences.
-        model (`str`): ``"bradley-terry"`` (ties dropped) or ``"davidson"``.
-        tie_parameter (`float` or `None`): Davidson's ``nu``; ``None`` for Bradley-Terry.
-        log_likelihood (`float`): data log-likelihood at the fit (prior excluded).
-        n_comparisons (`int`): records in the likelihood.
-        ci_level (`float`): coverage of the intervals.
-        n_boot (`int`): resamples; ``n_failed`` of them diverged (separated) and are left out.
-        warnings (`list[str]`): what a reader must know (dropped, collinear or separated covariates, failed
-            resamples).
-        boot_scores (`np.ndarray` of shape `(n_boot, M)`), boot_coefficients (`(n_boot, K)`): every resample's
-            fit, NaN where an item was not compared or the resample failed.
+        model (`str`): ``"bradley-terry"`` (ties dropped) or ``"davidson"``; tie_parameter: Davidson's ``nu``.
+        log_likelihood (`float`): data log-likelihood (prior excluded); n_comparisons (`int`): records in it.
+        ci_level (`float`), n_boot (`int`): coverage, resamples; ``n_failed`` of them diverged and are left out.
+        warnings (`list[str]`): dropped, collinear or separated covariates, failed resamples.
+        boot_scores `(n_boot, M)`, boot_coefficients `(n_boot, K)`: every resample's fit, NaN where not compared or
+            failed.
         prior_variance (`float` or `None`): the prior on ``b``.
-        separation (`dict` or `None`): where the covariates, model identity or both together separate the
-            verdicts (maximum likelihood has no finite answer; `separating_direction` on the full design):
-            ``{"covariates", "models", "decided", "undecided"}``. ``covariates`` (the covariates in the separation;
-            their coefficients are null and the model effects come from the undecided verdicts, `separation_note`)
-            is empty when model identity alone separates: the fit is then the prior-bounded one, as the plain fits;
-            ``models`` (``{model: "never lost" | "never won"}``, `emoreward.ranking.edges.separated_groups`) are the
-            models whose interval end on that side is open (``-inf`` / ``+inf``, null in the JSON).
-        ranking, ranks: as :class:`~emoreward.ranking.bradley_terry.BTResult` (shared ranks within
-            ``SCORE_TOLERANCE``).
+        separation (`dict` or `None`): where covariates and/or model identity separate the verdicts (no finite
+            maximum likelihood): ``{"covariates", "models", "decided", "undecided"}``; ``covariates`` empty when model
+            identity alone separates; ``models``: ``{model: "never lost" | "never won"}``, whose interval end on that
+            side is open (null in the JSON).
+        ranking, ranks: as `BTResult`'s.
     """
 
     items: list[str]
@@ -285,38 +260,23 @@ def fit_length_controlled(
 ) -> ControlledFit:
     """Fit the length-controlled model, with bootstrap intervals over samples.
 
-    Source: Chatbot Arena's *style control* (Li, Angelopoulos, Chiang, "Does style matter? Disentangling style and
-    substance in Chatbot Arena", LMSYS blog, 2024-08-29; FastChat ``fastchat/serve/monitor/elo_analysis.py``,
-    ``construct_style_matrices``) adds the standardised style differences of the two answers as covariates beside
-    the model indicators of a logistic Bradley-Terry model. Here, on description-model verdicts::
+    Source: Chatbot Arena's style control (Li, Angelopoulos, Chiang, LMSYS blog, 2024-08-29; FastChat
+    ``elo_analysis.py``, ``construct_style_matrices``), on description-model verdicts::
 
         logit P(i beats j | sample s) = (b_i - b_j) + sum_k gamma_k z_k(i, j, s),
         z_k(i, j, s) = (f_k(d_is) - f_k(d_js)) / sigma_k,
 
-    where ``d_is`` is the description model ``i`` wrote for sample ``s``, ``f_k`` a per-description covariate
-    (default ``log_length``: ``log(1 + characters)``, :func:`emoreward.data.text.description_length`) and
-    ``sigma_k`` the root-mean-square of the differences over all records. Ties enter through Davidson's model as
-    in the plain fit (:func:`emoreward.ranking.bradley_terry.fit_bradley_terry_ties`): ``P(i>j), P(j>i), P(tie)``
-    proportional to ``exp(u/2), exp(-u/2), nu`` with ``u`` the linear predictor above. ``b`` gets the plain fits'
-    Gaussian prior ``N(0, prior_variance)`` and is centred to mean 0; ``gamma`` is unpenalised (maximum
-    likelihood), so its p-value (normal, bootstrap standard error over samples) means what it says.
+    ``d_is`` the description model ``i`` wrote for sample ``s``, ``f_k`` a per-description covariate (default
+    ``log(1 + characters)``), ``sigma_k`` the root-mean-square of the differences. Ties enter through Davidson as in
+    the plain fit; ``b`` gets the plain fits' prior and is centred; ``gamma`` is unpenalised (maximum likelihood).
+    Unlike FastChat (``(a - b) / (a + b + 1)``, z-scored) we take the log-length difference scaled by its RMS without
+    centring: a description pair has no natural order.
 
-    Two choices differ from FastChat, both because a description pair has no natural order: FastChat divides the
-    difference by the sum (``(a - b) / (a + b + 1)``) and z-scores it; we take the log-length difference (the same
-    quantity to first order, and additive) and scale it by its root-mean-square without centring, since centring
-    would make the fit depend on which description of a pair is written first. ``coefficient_per_doubling`` is
-    ``gamma * ln 2 / sigma``: the logit change when one description is twice as long as the other.
-
-    Edges (each a warning, with ``None`` where a number would mislead): a covariate without variation is dropped; a
-    covariate collinear with model identity leaves the split between ``b`` and ``gamma`` to the prior, so neither
-    is reported; a covariate that separates the decisive verdicts (found by a linear program), alone or together
-    with model identity, has an infinite maximum-likelihood coefficient (`separation_note`); where model identity
-    alone separates them (a model that never lost or never won, as in the plain fits), the scores are the
-    prior-bounded ones with the open interval ends of those models, and the coefficients are null when no verdict
-    left undecided has a covariate difference. Resamples whose Newton iterations diverge are counted and
-    left out of the intervals, the percentile bootstrap over samples of
-    :func:`emoreward.ranking.bootstrap.bootstrap_ci` (same draws for the same seed), fitted together by
-    :func:`emoreward.ranking.length_batched.fit_resamples`.
+    Edges (each a warning, ``None`` where a number would mislead): a constant covariate is dropped; one collinear
+    with model identity is not reported; one that separates the decisive verdicts has an infinite coefficient
+    (`separation_note`); where model identity alone separates them, the scores are the prior-bounded ones with open
+    interval ends. Diverging resamples are left out of the percentile bootstrap over samples (the draws of
+    `bootstrap_ci`), fitted by :func:`emoreward.ranking.length_batched.fit_resamples`.
 
     Args:
         records (`Sequence[PairwiseRecord]`): the verdicts; every record needs a ``sample``.
@@ -327,14 +287,12 @@ def fit_length_controlled(
             :func:`~emoreward.ranking.bradley_terry.fit_bradley_terry`'s default), ``"davidson"`` models them.
         items (`Sequence[str]`, *optional*): item order (default: sorted names).
         prior_variance (`float` or `None`): Gaussian prior on the model effects, as the plain fits.
-        n_boot (`int`): resamples (>= 1); alpha: 1 - coverage; seed: as
-            :func:`~emoreward.ranking.bootstrap.bootstrap_ci` (same seed, same resamples).
-        batched (`bool`): fit every resample at once (default, :func:`emoreward.ranking.length_batched.
-            fit_resamples`) or one at a time (``False``, the reference path; the same optimum to about 1e-8).
+        n_boot, alpha, seed: as :func:`~emoreward.ranking.bootstrap.bootstrap_ci` (same seed, same resamples).
+        batched (`bool`): every resample at once (default) or one at a time (the reference path; same optimum to
+            about 1e-8).
 
     Returns:
-        `ControlledFit`; a degenerate covariate or fit shows in ``warnings`` (each also raised as a
-        `UserWarning`) with ``None``/NaN where a number would mislead.
+        `ControlledFit`; its ``warnings`` are also raised as `UserWarning`.
 
     Raises:
         ValueError: on an unknown ``model``, no records, a record without sample or features (the message names the
@@ -404,9 +362,7 @@ def fit_length_controlled(
         # covariates in the separation: their coefficients are infinite (null, named)
         coef[kept], se[kept] = full.coefficients, full.wald_se
         good = np.isfinite(boot_c[:, kept]).all(axis=1) if kept.any() else np.zeros(n_boot, dtype=bool)
-        if good.sum() >= _MIN_BOOT_SE:
-            # the verdicts on one sample are correlated (C(M, 2) per sample): the bootstrap over samples gives the
-            # standard error, the observed information (records as independent) understates it
+        if good.sum() >= _MIN_BOOT_SE:  # verdicts on one sample are correlated: the Wald one understates it
             se[kept] = np.std(boot_c[good][:, kept], axis=0, ddof=1)
         with np.errstate(divide="ignore", invalid="ignore"):
             pval[kept] = 2.0 * ndtr(-np.abs(coef[kept] / se[kept]))
@@ -454,11 +410,9 @@ def _separated_fit(
     seed: int | None,
     batched: bool,
 ) -> tuple[_FullFit, np.ndarray, tuple[np.ndarray, np.ndarray], dict[str, str]]:
-    """The fit where the covariates separate the verdicts: its limit as the coefficients grow without bound along
-    the separating direction. The verdicts that direction decides are then certain and leave the likelihood; the
-    model effects are fitted on the ``undecided`` rest (ties and equal covariates) with their prior, and bootstrapped
-    over the same resamples. An interval end those verdicts do not bound (a model they never show losing, or
-    winning; one absent from them in some resample; or no undecided verdict at all) is open.
+    """The limit of the fit where the covariates separate the verdicts: the decided verdicts leave the likelihood,
+    the model effects are fitted (and bootstrapped) on the ``undecided`` rest with their prior; an interval end
+    those verdicts do not bound is open.
 
     Returns:
         ``(fit, boot_scores (n_boot, M), (open_lower (M,), open_upper (M,)), separated models among the undecided
@@ -547,8 +501,7 @@ class _FullFit:
 
 
 def separation_note(kept: Sequence[str], n_decided: int, n_undecided: int, with_models: bool = False) -> str:
-    """THE warning of a length-controlled fit whose covariates separate the verdicts, alone or ``with_models``
-    (together with model identity) (JSON and Markdown)."""
+    """The warning of a fit whose covariates separate the verdicts, alone or ``with_models``."""
     rest = (
         f"the model effects are fitted on the {n_undecided} verdicts it leaves undecided"
         if n_undecided
@@ -568,10 +521,9 @@ def separation_note(kept: Sequence[str], n_decided: int, n_undecided: int, with_
 
 
 def _full_fit(design: Design, kept: list[str], precision: float, davidson: bool, notes: list[str]) -> _FullFit:
-    """Fit all records; collinear and nearly separated covariates make it unidentified (noted). Separation is found
-    on the full design (`decided_rows`: model indicators and covariates together): by the covariates alone or with
-    model identity, the verdicts they decide are marked (``undecided``; the limit, `_separated_fit`); by model
-    identity alone, ``by_models`` (the prior-bounded fit, as the plain fits')."""
+    """Fit all records; collinear or nearly separated covariates make it unidentified (noted). Verdicts decided by a
+    separation (`decided_rows` on the full design) are marked (``undecided``); ``by_models`` where model identity
+    alone separates (the prior-bounded fit, as the plain fits')."""
     m, p = design.m, design.x.shape[1]
     identified = True
     if kept and _collinear(design.x, m):
@@ -645,16 +597,8 @@ def _bootstrap(
 
 
 def order_changes(plain: BootstrapCI | BTResult, controlled: ControlledFit) -> list[tuple[str, str]]:
-    """Pairs of models whose order the length control reverses beyond the intervals.
-
-    A pair ``(i, j)`` is listed when the plain fit puts ``i`` above ``j`` and the controlled fit puts ``j`` above
-    ``i``, and in at least one of the two fits the two intervals do not overlap (so the change is not within the
-    noise of both fits).
-
-    Returns:
-        `list[tuple[str, str]]`: ``(above in the plain fit, above in the controlled fit)`` pairs; empty when the
-        controlled fit is not identified.
-    """
+    """Pairs ``(i, j)`` the plain fit puts ``i`` above ``j`` and the controlled fit reverses, with the two intervals
+    apart in at least one fit; empty when the controlled fit is not identified."""
     result = plain.estimate if isinstance(plain, BootstrapCI) else plain
     if not controlled.identified:
         return []

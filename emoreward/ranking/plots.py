@@ -20,16 +20,8 @@ def _figure(width: float, height: float) -> Figure:
 
 
 def plot_scores(result: BTResult, path: str | Path, title: str | None = None) -> Path:
-    """Horizontal bar chart of the fitted scores, best at the top, with bootstrap error bars when present.
-
-    Args:
-        result (`BTResult`): a fit; ``ci_lower``/``ci_upper`` (if set) are drawn as asymmetric error bars.
-        path (`str` or `Path`): output image file (format from the suffix, e.g. ``.png``); parents are created.
-        title (`str`, *optional*): figure title; default names the model.
-
-    Returns:
-        `Path`: ``path``.
-    """
+    """Horizontal bar chart of the fitted scores, best at the top, with the bootstrap interval as error bars when
+    set; written to ``path`` (format from the suffix, parents created), which is returned."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     order = np.argsort(result.scores, kind="stable")  # ascending: barh draws bottom-up, so best ends on top

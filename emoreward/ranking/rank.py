@@ -1,17 +1,10 @@
 """Rank the models that write emotion descriptions, with a judge (EMER-Ranker, section 2 and 4.4).
 
-A *description table* (`emoreward.data.tables`) holds, for N samples (videos), the description each of M models
-wrote. A judge compares descriptions of the same sample pairwise; the verdicts become win / loss / tie counts W,
-which Bradley-Terry turns into a ranking (EMER-Ranker, eq. 1-4, on the binarized W; with ties, Davidson 1970 by
-default and EmoPrefer, appendix F, eq. 2-3, as the paper's column), with bootstrap intervals over samples and
-warnings about degenerate fits. A trained reward model scores every description once (M x N scorings, cached; the
-verdict is the sign of the reward difference, TIE below its calibrated threshold, and its raw rewards get a fit of
-their own); a generative judge runs every pair through `emoreward.evaluation.harness.run_judge` in both orders.
-EMER-Ranker's hierarchical scheme (section 5) is an option; ``--method bpa`` is `emoreward.ranking.active`.
-
-This module holds the sweep (every pair of every sample) and its fits; the score cache, scoring, generative judging,
-reward effects, reports and the BPA route have their own modules beside it (`score_cache`, `scoring`, `judging`,
-`effects`, `report`, `active`). See docs/ranking.md.
+The sweep: a judge compares the descriptions M models wrote of N samples, every pair of every sample; the verdicts
+become win / loss / tie counts W, ranked by Bradley-Terry on the binarized W (EMER-Ranker eq. 1-4) and with ties
+(Davidson 1970 by default, EmoPrefer appendix F as the paper's column), with bootstrap intervals over samples. A
+reward model scores every description once (cached); a generative judge runs every pair in both orders. The
+hierarchical scheme (section 5) is an option; ``--method bpa`` is `emoreward.ranking.active`. See docs/ranking.md.
 """
 
 from __future__ import annotations
@@ -58,26 +51,16 @@ if TYPE_CHECKING:
 
 
 DEFAULT_TIE_MODEL: TieModel = "davidson"
-"""The tie model of `emoreward rank`: Davidson (1970), in which a tie counts as half a win and half a loss.
-
-EmoPrefer's appendix-F model (``"emoprefer"``) makes P(tie) = beta / (theta_i + theta_j + beta) fall as either
-strength grows, so a tie lowers both models as a loss would: a model that ties a strong model every time gets the
-same score as one that loses to it every time. It stays in the report as the paper's column."""
+"""The tie model of `emoreward rank`: Davidson (1970), a tie half a win and half a loss. EmoPrefer's appendix-F model
+lowers both models on a tie, as a loss would; it stays in the report as the paper's column."""
 PAPER_TIE_MODEL: TieModel = "emoprefer"
 
 
 @dataclass
 class RankingFits:
-    """The fits of one ranking (see :func:`fit_ranking`).
-
-    Attributes:
-        counts (`PairwiseCounts`): win / tie counts W over all records.
-        binarized (`BootstrapCI`): EMER-Ranker's Bradley-Terry on the binarized W (eq. 1-4).
-        ties (`BootstrapCI`): Bradley-Terry with ties (``tie_model``, default Davidson) on the counts.
-        paper (`BootstrapCI` or `None`): EmoPrefer's appendix-F tie model, when ``tie_model`` is another one.
-        controlled (`ControlledFit` or `None`): the length-controlled Davidson fit
-            (`emoreward.ranking.length_control`), when description covariates were given.
-    """
+    """The fits of one ranking (:func:`fit_ranking`): ``counts`` (W), ``binarized`` (EMER-Ranker eq. 1-4), ``ties``
+    (the ranking tie model), ``paper`` (EmoPrefer appendix F, when ``ties`` is another) and ``controlled`` (the
+    length-controlled fit, when covariates were given)."""
 
     counts: PairwiseCounts
     binarized: BootstrapCI
@@ -132,19 +115,12 @@ def fit_ranking(
     Args:
         records (`Sequence[PairwiseRecord]`): the verdicts.
         models (`Sequence[str]`): the M models (item order of every fit).
-        tie_model (`Literal["emoprefer", "rao-kupper", "davidson"]`): the tie model that ranks (default Davidson,
-            in which ties carry information; see ``DEFAULT_TIE_MODEL``).
-        n_boot, alpha, seed: bootstrap resamples, 1 - coverage, seed (:func:`bootstrap_ci`).
+        tie_model (`str`): the tie model that ranks, a name in `TIE_MODELS` (``DEFAULT_TIE_MODEL``).
+        n_boot, alpha, seed, progress, batched: as :func:`bootstrap_ci`.
         prior_variance (`float` or `None`): Gaussian prior on log-strengths.
         paper (`bool`): also fit EmoPrefer's appendix-F model (the paper's column) when ``tie_model`` differs.
-        progress (`bool` or `None`): tqdm bars on the bootstraps (``None``: only when stderr is a terminal).
-        features (`Mapping[tuple[str, str], np.ndarray]`, *optional*): ``(sample, model) -> covariates`` of the
-            descriptions (:func:`~emoreward.ranking.length_control.description_features`); with them the
-            length-controlled Davidson fit runs too, on the same resamples.
-        covariates (`Sequence[str]`): names of the ``features`` columns.
-        batched (`bool`): fit every resample at once (default; :func:`emoreward.ranking.batched.fit_batch`, and
-            :func:`emoreward.ranking.length_batched.fit_resamples` for the length-controlled fit), or one at a time
-            (``False``, the reference path; the same optimum to about 1e-8).
+        features (`Mapping[tuple[str, str], np.ndarray]`, *optional*): ``(sample, model) -> covariates``
+            (`description_features`, names in ``covariates``); with them the length-controlled fit runs too.
 
     Returns:
         `RankingFits` (each ``BootstrapCI.estimate`` is the full-data fit).
@@ -194,9 +170,8 @@ def with_features(table: DescriptionTable, fit_kwargs: dict[str, Any]) -> dict[s
 
 
 def parse_groups(spec: str, models: Sequence[str]) -> list[list[str]]:
-    """Groups for the hierarchical scheme: ``"A,B|C,D"`` (explicit) or an integer K (split the models, in table
-    order, i.e. the order of their content, `emoreward.data.tables.canonical_order`, into K contiguous groups of
-    near-equal size).
+    """Groups for the hierarchical scheme: ``"A,B|C,D"`` (explicit) or an integer K (the models, in table order,
+    split into K contiguous groups of near-equal size).
 
     Raises:
         ValueError: on an unknown model, fewer than two groups, or groups that do not cover every model once.
@@ -231,25 +206,22 @@ def rank_with_reward_model(
 ) -> RankingReport:
     """Rank the table's models with a reward model: M x N scorings (cached), verdicts from score differences.
 
-    Besides the fits on the thresholded verdicts, the report has the fit on the raw rewards (`RewardEffects`, no
-    threshold), the per-model count of truncated descriptions (when the model can count them) and the warnings
-    of :func:`ranking_warnings`.
+    The report adds the fit on the raw rewards (`RewardEffects`) and the per-model count of truncated descriptions.
 
     Args:
         model (`RewardModel`): the judge, text or multimodal.
         table (`DescriptionTable`): descriptions to rank.
         cache (`ScoreCache`, *optional*): where scores are kept between runs.
-        tie_threshold (`float`, *optional*): |r_a - r_b| below this is a tie; default the model's calibrated
-            ``settings.tie_threshold``.
+        tie_threshold (`float`, *optional*): |r_a - r_b| below this is a tie; default the model's calibrated one.
         groups (`Sequence[Sequence[str]]`, *optional*): run the hierarchical scheme (EMER-Ranker, section 5) too.
         batch_size (`int`): sequences per forward pass.
-        **fit_kwargs: passed to :func:`fit_ranking` (``tie_model``, ``n_boot``, ``alpha``, ``seed``, ``progress``,
-            ``batched``, ...); ``n_boot``, ``alpha``, ``seed``, ``progress`` and ``batched`` also to
-            :func:`emoreward.ranking.effects.fit_reward_effects`.
+        **fit_kwargs: passed to :func:`fit_ranking` (the bootstrap ones also to `fit_reward_effects`).
 
     Returns:
         `RankingReport`.
     """
+    from emoreward.models.precision import precision_record  # torch-free: a cache rerun imports no torch
+
     threshold = model.settings.tie_threshold if tie_threshold is None else tie_threshold
     scores = score_table(model, table, cache, batch_size=batch_size)
     records = records_from_scores(scores, threshold)
@@ -277,7 +249,7 @@ def rank_with_reward_model(
         "n_samples": table.n_samples,
         "n_models": table.n_models,
         "max_length": getattr(getattr(model, "settings", None), "max_length", None),
-        "precision": _precision_record(model),  # the dtype every score of this ranking was computed in
+        "precision": precision_record(model),  # the dtype every score of this ranking was computed in
     }
     report = fits.report(
         table.models,
@@ -294,8 +266,7 @@ def rank_with_reward_model(
 
 
 def scoring_cost(scores: ScoreMatrix, records: Sequence[PairwiseRecord]) -> dict[str, Any]:
-    """What a reward model's verdicts on a table cost (the report's ``cost``): scorings, distinct descriptions
-    scored now and from the cache, truncations, seconds, and the pair verdicts drawn from the scores."""
+    """What a reward model's verdicts on a table cost (the report's ``cost``)."""
     return {
         "judge": "reward-model",
         "n_scorings": int(np.isfinite(scores.scores).sum()),
@@ -319,10 +290,8 @@ def rank_with_judge(
 ) -> RankingReport:
     """Rank the table's models with a generative judge: every (sample, model pair), both orders, via the harness.
 
-    With ``groups`` only the hierarchical scheme runs (EMER-Ranker, section 5): the judge sees the within-group
-    pairs and then the group winners' pairs, and the report's W and fits cover the comparisons made (models in
-    different groups that were never compared make the graph disconnected, so the full fits use only the
-    winners' stage when needed; see ``hierarchical`` in the report for the scheme's own result).
+    With ``groups`` only the hierarchical scheme runs (EMER-Ranker, section 5): within-group pairs, then the group
+    winners' pairs; the fits cover the winners (the scheme's own result is the report's ``hierarchical``).
 
     Returns:
         `RankingReport` (``cost`` counts judge calls; ``warnings`` from :func:`ranking_warnings`).
@@ -363,10 +332,3 @@ def rank_with_judge(
     report = fits.report(models, lengths, cost, meta, hierarchical=hierarchical)
     report.warnings = ranking_warnings(report)
     return report
-
-
-def _precision_record(model) -> dict:
-    """`emoreward.models.precision.precision_record` (torch-free: a rerun from the score cache imports no torch)."""
-    from emoreward.models.precision import precision_record
-
-    return precision_record(model)

@@ -1,14 +1,8 @@
 """Pairwise comparison records shared by every ranking method (Bradley-Terry, ties, BPA).
 
-A record says that, on one sample, a judge (human annotator, zero-shot MLLM judge or reward model) compared
-the outputs of two items (description-generating models, or descriptions) and preferred ``item_a``,
-``item_b`` or neither (tie).
-
-One encoding of pairwise outcomes: a record's outcome is a `Verdict` of `emoreward.data.verdicts` read in
-the record's own order, ``Verdict.FIRST`` when ``item_a`` won, ``Verdict.SECOND`` when ``item_b`` won and
-``Verdict.TIE``; ``Verdict.INVALID`` is never a record (a caller drops and counts it). Other spellings (the
-letters ``"a"`` / ``"b"`` of annotation files, ``"1"`` / ``"2"``) are converted in exactly one place,
-:func:`as_outcome`.
+A record: on one sample, a judge compared two items and preferred ``item_a`` (``Verdict.FIRST``), ``item_b``
+(``SECOND``) or neither (``TIE``); ``INVALID`` is never a record. Other spellings are converted in one place,
+:func:`as_outcome`. See docs/ranking.md.
 """
 
 from __future__ import annotations
@@ -24,8 +18,7 @@ OUTCOMES: tuple[Verdict, ...] = (Verdict.FIRST, Verdict.SECOND, Verdict.TIE)
 OUTCOME_CODE: dict[Verdict, int] = {outcome: code for code, outcome in enumerate(OUTCOMES)}
 """Outcome -> its index in `OUTCOMES` (FIRST 0, SECOND 1, TIE 2)."""
 
-# Spellings accepted on input, each mapped to one Verdict. "a"/"b" are the item letters of the BPA annotation files
-# (item_a / item_b); "1"/"2"/"tie" are the Verdict values themselves.
+# Spellings accepted on input: "a"/"b" the item letters of annotation files, "1"/"2"/"tie" the Verdict values.
 _SPELLINGS: dict[str, Verdict] = {
     "1": Verdict.FIRST,
     "a": Verdict.FIRST,
@@ -37,19 +30,12 @@ OUTCOME_SPELLINGS: tuple[str, ...] = tuple(_SPELLINGS)
 
 
 def as_outcome(value: Verdict | str) -> Verdict:
-    """The one conversion of a pairwise outcome to its `Verdict` (in the order ``item_a``, ``item_b``).
-
-    Args:
-        value (`Verdict` or `str`): a `Verdict` (FIRST, SECOND or TIE) or one of the spellings ``"1"``, ``"a"``
-            (``item_a`` won), ``"2"``, ``"b"`` (``item_b`` won), ``"tie"``; strings are matched case-insensitively
-            after stripping blanks.
-
-    Returns:
-        `Verdict`: ``FIRST``, ``SECOND`` or ``TIE``.
+    """The one conversion of a pairwise outcome (a `Verdict`, or ``"1"``/``"a"``, ``"2"``/``"b"``, ``"tie"``, any
+    case and blanks) to ``FIRST``, ``SECOND`` or ``TIE`` in the order ``item_a``, ``item_b``.
 
     Raises:
-        ValueError: for ``Verdict.INVALID`` (an invalid answer is dropped and counted by the caller, never turned
-            into an outcome) or any other value; the message lists the accepted spellings.
+        ValueError: for ``Verdict.INVALID`` (dropped and counted by the caller) or any other value; the message
+            lists the accepted spellings.
     """
     if isinstance(value, Verdict):
         if value is Verdict.INVALID:
@@ -67,13 +53,10 @@ class PairwiseRecord:
     """One pairwise judgement.
 
     Attributes:
-        item_a (`str`): first compared item (e.g. a model name).
-        item_b (`str`): second compared item; must differ from ``item_a``.
-        outcome (`Verdict`): ``Verdict.FIRST`` if ``item_a`` was preferred, ``Verdict.SECOND`` if ``item_b`` was,
-            ``Verdict.TIE`` otherwise. Any spelling :func:`as_outcome` accepts may be passed; the record stores
-            the `Verdict`.
+        item_a, item_b (`str`): the compared items (e.g. model names), different.
+        outcome (`Verdict`): FIRST, SECOND or TIE (any spelling :func:`as_outcome` accepts may be passed).
         annotator (`str`): who judged (annotator id or judge name); ``"judge"`` when there is only one.
-        sample (`str` or `None`): the sample (video) the two outputs describe; used for bootstrap over samples.
+        sample (`str` or `None`): the sample (video) the two outputs describe: the bootstrap unit.
 
     Raises:
         ValueError: if ``outcome`` is not an outcome (see :func:`as_outcome`) or the two items are equal.

@@ -13,10 +13,7 @@ import numpy as np
 from emoreward.data.text import markdown_cell, short_names
 from emoreward.data.verdicts import Verdict
 from emoreward.ranking.bootstrap import BootstrapCI
-from emoreward.ranking.bradley_terry import (
-    equal_score_groups,
-    finite_float,
-)
+from emoreward.ranking.bradley_terry import competition_ranks, equal_score_groups, finite_float
 from emoreward.ranking.counts import PairwiseCounts
 from emoreward.ranking.edges import (
     FitEdges,
@@ -53,23 +50,17 @@ class RankingReport:
         counts (`PairwiseCounts`): win / tie counts W over all records.
         binarized (`BootstrapCI`): EMER-Ranker's Bradley-Terry on the binarized W, with bootstrap interval.
         ties (`BootstrapCI`): Bradley-Terry with ties (``tie_model``, default Davidson) on the counts; the ranking.
-        lengths (`dict`): per model: mean description length (chars, words), descriptions ``n`` and empty or
-            whitespace-only ones ``n_empty`` (scored as given).
+        lengths (`dict`): per model: mean length (chars, words), descriptions ``n``, empty ones ``n_empty``.
         cost (`dict`): judge calls / scorings made and cached, with the equivalent generative pair calls.
         mean_reward (`dict[str, float]` or `None`): mean reward per model (reward-model judges).
         hierarchical (`HierarchicalResult` or `None`): EMER-Ranker section 5 result when requested.
         meta (`dict`): judge, data, options and timings.
-        paper (`BootstrapCI` or `None`): EmoPrefer's appendix-F fit (the paper's column) when ``ties`` is another
-            tie model.
-        reward_effects (`RewardEffects` or `None`): the fit on the raw reward differences, no threshold
-            (reward-model judges).
-        n_truncated (`dict[str, int]` or `None`): per model, descriptions longer than the judge reads (cut to its
-            length limit when scored); ``None`` when the judge does not say. Filled from the judge's
-            per-description truncation flags of the scores (see :func:`truncation_counts`).
-        warnings (`list[str]`): what a reader must know before using the numbers (degenerate fits, tie share,
-            sparse models, empty or truncated descriptions); see :func:`ranking_warnings`.
-        controlled (`ControlledFit` or `None`): the length-controlled Davidson fit beside the plain one
-            (`emoreward.ranking.length_control`).
+        paper (`BootstrapCI` or `None`): EmoPrefer's appendix-F fit when ``ties`` is another tie model.
+        reward_effects (`RewardEffects` or `None`): the fit on the raw reward differences (reward-model judges).
+        n_truncated (`dict[str, int]` or `None`): per model, descriptions cut to the judge's length limit
+            (:func:`truncation_counts`); ``None`` when the judge does not say.
+        warnings (`list[str]`): :func:`ranking_warnings`.
+        controlled (`ControlledFit` or `None`): the length-controlled fit (`emoreward.ranking.length_control`).
     """
 
     models: list[str]
@@ -260,18 +251,7 @@ class RankingReport:
                 comparison_markdown(self.ties, c, digits, open_ends=edges_of_ties.open_ends).rstrip("\n"),
             ]
         lines += ["", _cost_line(self.cost)]
-        if "committee" in self.meta:
-            lines += ["", committee_markdown(self.meta["committee"])]
-        if self.hierarchical is not None:
-            h = self.hierarchical
-            lines.append(
-                f"Hierarchical (EMER-Ranker section 5): groups {h.groups}, group winners {h.group_winners}, "
-                f"overall winner {h.winner!r} from {h.n_comparisons} comparisons."
-            )
-        if self.warnings:
-            lines += ["", f"Warnings ({len(self.warnings)}):", ""]
-            lines += [f"- {w}" for w in self.warnings]
-        return "\n".join(lines) + "\n"
+        return _close_markdown(lines, self.meta, self.hierarchical, self.warnings)
 
 
 def _interval(
@@ -337,17 +317,10 @@ def _names(items: Iterable[str], limit: int = 6) -> str:
 
 
 def ranking_warnings(report: RankingReport) -> list[str]:
-    """What is wrong or fragile in a ranking, one sentence each (printed by `emoreward rank`, kept in the report).
-
-    Checks: the share of tie verdicts (above ``TIE_SHARE_WARNING``), the edges of every fit (separation, a tie
-    parameter at its bound with no ties or only ties, too few resampling units: `emoreward.ranking.edges`), a tie
-    parameter at the edge of plausibility (P(tie) between equal models at least ``TIE_PROBABILITY_WARNING``), models with
-    identical scores, intervals that excluded their estimate (extended to it) or end at it (one-sided),
-    models with few comparisons, disconnected resamples, empty and truncated descriptions.
-
-    Returns:
-        `list[str]`: the warnings, most important first; empty when nothing is wrong.
-    """
+    """What is wrong or fragile in a ranking, one sentence each, most important first: tie share, too few
+    resamples, every fit's edges (`emoreward.ranking.edges`), an implausible tie parameter, identical scores,
+    widened or one-sided intervals, sparse models, disconnected resamples, empty descriptions, length-control
+    reversals and truncated descriptions."""
     out = []
     warning = tie_share_warning(
         _tie_share(report.counts), report.counts.n_comparisons, report.meta.get("tie_threshold"), report.reward_effects
@@ -467,15 +440,12 @@ class BPARankingReport:
         models (`list[str]`): the M ranked models.
         fit (`BPAFit`): the final BPA fit (scores on [1, 9] with uncertainty ``sigma``, judge reliability, delta).
         records (`list[PairwiseRecord]`): every verdict, in the order asked.
-        n_pairs (`int`): pair queries asked (model pair x sample); ``full_pairs``: C(M, 2) x N over the samples
-            both models described (what a full ranking asks, per order and run).
-        stopped_by (`str`): ``"sigma_tau"`` (mean uncertainty fell below ``sigma_tau``), ``"budget"``,
-            ``"exhausted"`` (every (model pair, sample) was asked) or ``"on_refit"`` (the callback said stop).
+        n_pairs (`int`): pair queries asked (model pair x sample); ``full_pairs``: what a full ranking asks.
+        stopped_by (`str`): ``"sigma_tau"``, ``"budget"``, ``"exhausted"`` (every query asked) or ``"on_refit"``.
         strategy_counts (`dict[str, int]`): pairs per scheduling strategy.
         history (`list[tuple[int, float]]`): ``(records, mean sigma)`` after each refit.
         cost (`dict`): judge queries, calls / scorings.
-        meta (`dict`): options and timings.
-        warnings (`list[str]`): what a reader must know before using the numbers (:func:`bpa_warnings`).
+        meta (`dict`): options and timings; warnings (`list[str]`): :func:`bpa_warnings`.
     """
 
     models: list[str]
@@ -498,10 +468,7 @@ class BPARankingReport:
     @property
     def ranks(self) -> list[int]:
         """The rank of every model of ``ranking`` (same order), shared by equal scores ("1, 2, 2, 4")."""
-        ranks: list[int] = []
-        for g in self._groups():
-            ranks += [len(ranks) + 1] * len(g)
-        return ranks
+        return competition_ranks(self._groups())
 
     def _groups(self) -> list[list[str]]:
         return equal_score_groups(self.models, np.array([self.fit.scores[m] for m in self.models]))
@@ -570,12 +537,23 @@ class BPARankingReport:
             f"Judge reliability (Crowd-BT eta): {rel}; tie margin delta {self.fit.delta:.2f}.",
             _bpa_cost_line(self.cost),
         ]
-        if "committee" in self.meta:
-            lines += ["", committee_markdown(self.meta["committee"])]
-        if self.warnings:
-            lines += ["", f"Warnings ({len(self.warnings)}):", ""]
-            lines += [f"- {w}" for w in self.warnings]
-        return "\n".join(lines) + "\n"
+        return _close_markdown(lines, self.meta, None, self.warnings)
+
+
+def _close_markdown(lines: list[str], meta: dict[str, Any], hierarchical, warnings: list[str]) -> str:
+    """A report's Markdown ending, for both routes: the committee, the hierarchical scheme, the warnings."""
+    if "committee" in meta:
+        lines += ["", committee_markdown(meta["committee"])]
+    if hierarchical is not None:
+        lines.append(
+            f"Hierarchical (EMER-Ranker section 5): groups {hierarchical.groups}, group winners "
+            f"{hierarchical.group_winners}, overall winner {hierarchical.winner!r} from {hierarchical.n_comparisons} "
+            "comparisons."
+        )
+    if warnings:
+        lines += ["", f"Warnings ({len(warnings)}):", ""]
+        lines += [f"- {w}" for w in warnings]
+    return "\n".join(lines) + "\n"
 
 
 def bpa_warnings(records: list[PairwiseRecord], tie_threshold: float | None) -> list[str]:

@@ -32,14 +32,10 @@ class ScoreCache:
     """Reward scores on disk, one JSON line ``{"key": score_key(model, description, context), "score": float,
     "truncated": bool}`` each (``truncated``: the description was cut to fit the model's length limit).
 
-    The file belongs to one model (its name carries the model fingerprint); new scores are appended as they
-    are computed, whole lines under a file lock (`emoreward.utils.io.locked_append`), so an interrupted run keeps
-    what it scored and two runs scoring into one cache lose nothing of each other's. A torn line (a killed run) is
-    skipped and counted (`n_skipped`), never cut away (another run may have appended after it); any other
-    unreadable line is skipped with a warning naming the file and the lines (its description is scored again).
-
-    Args:
-        path (`str` or `Path` or `None`): the JSONL file; ``None`` keeps scores in memory only.
+    The file belongs to one model (its name carries the fingerprint); scores are appended as computed, whole lines
+    under a file lock, so an interrupted run keeps what it scored and concurrent runs lose nothing. A torn line is
+    skipped and counted (`n_skipped`), never cut away; another unreadable line is skipped with a warning. ``path``
+    ``None`` keeps scores in memory only.
     """
 
     def __init__(self, path: str | Path | None):

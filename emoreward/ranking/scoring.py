@@ -32,13 +32,10 @@ class ScoreMatrix:
     Attributes:
         models (`list[str]`), samples (`list[str]`): row and column labels.
         scores (`np.ndarray` of shape `(M, N)`): reward of model m's description of sample n (NaN when missing).
-        n_scored (`int`): descriptions the model scored in this run (forward passes, one per description).
-        n_cached (`int`): distinct descriptions (with their context) whose score came from the cache: the unit of
-            ``n_scored``, so the two add up to the table's distinct descriptions.
+        n_scored, n_cached (`int`): distinct descriptions scored in this run / found in the cache.
         seconds (`float`): wall time of scoring (cache lookups included).
         n_truncated (`int`): of the descriptions scored now, those cut to fit the model's length limit.
-        truncated (`np.ndarray` of shape `(M, N)` or `None`): 1.0 where model m's description of sample n was cut
-            to fit, 0.0 where not, NaN where unknown (no description, or a cache entry without the flag).
+        truncated (`np.ndarray` of shape `(M, N)` or `None`): 1.0 where cut, 0.0 where not, NaN where unknown.
     """
 
     models: list[str]
@@ -69,14 +66,9 @@ def score_table(
     cached scores.
 
     Identical (description, context) items are scored once, through the scoring engine every route uses
-    (`emoreward.models.scoring.score_in_chunks`; for a text model its `score_stream`, the loop behind
-    `score_info` and so behind `emoreward evaluate`: chunks in order of length, tokenised ahead, length-sorted
-    batches under the model's token budget, on its merged scoring network); a multimodal model scores the
-    descriptions of one sample behind one media prefix (N media encodings for M x N scorings). Each chunk of at most
-    ``chunk_size`` descriptions is appended to ``cache`` as soon as it is scored, so a killed run keeps all finished
-    chunks.
-    A `SavedRewardModel` (a text model's folder) keys the descriptions without its weights and loads them only
-    when one misses the cache: a rerun from a full cache loads no network.
+    (`emoreward.models.scoring.score_in_chunks`); each chunk of at most ``chunk_size`` goes to ``cache`` as soon as
+    it is scored, so a killed run keeps it. A `SavedRewardModel` loads its weights only when a description misses
+    the cache.
 
     Returns:
         `ScoreMatrix` with ``scores`` of shape `(M, N)` (unnormalised rewards, NaN where a model has no
@@ -122,27 +114,15 @@ def score_table(
         flag = cache.truncated(key)
         if flag is not None:
             cut[m_index[name], s_index[sample]] = float(flag)
+    seconds = time.perf_counter() - start
     return ScoreMatrix(
-        list(table.models),
-        list(table.samples),
-        matrix,
-        len(todo),
-        len(cached),
-        time.perf_counter() - start,
-        n_truncated,
-        cut,
+        list(table.models), list(table.samples), matrix, len(todo), len(cached), seconds, n_truncated, cut
     )
 
 
 def loaded_model(saved: SavedRewardModel, parts: dict) -> RewardModel:
-    """The model of a `SavedRewardModel`, checked to key its scores as its folder did (``parts``:
-    `emoreward.ranking.score_cache.model_key_parts` of the folder). Every route that scores for a ranking (the full
-    table, BPA's pair queries) loads the weights here, when a description first misses the score cache.
-
-    Raises:
-        RuntimeError: the loaded model's key parts differ from the folder's (its scores would be cached under keys
-            that no rerun looks up).
-    """
+    """The model of a `SavedRewardModel`, loaded when a description first misses the score cache (every ranking
+    route loads here); RuntimeError when its `model_key_parts` differ from the folder's ``parts``."""
     model = saved.load()
     loaded_parts = model_key_parts(model)
     if loaded_parts != parts:
@@ -156,19 +136,13 @@ def loaded_model(saved: SavedRewardModel, parts: dict) -> RewardModel:
 def records_from_scores(
     scores: ScoreMatrix, tie_threshold: float = 0.0, annotator: str = "reward-model"
 ) -> list[PairwiseRecord]:
-    """Pair verdicts from pointwise rewards: for every sample and every pair of models with descriptions, the
-    verdict of :func:`emoreward.evaluation.judge.verdict_from_difference` on ``r_a - r_b`` (FIRST if > 0, SECOND
-    if < 0, TIE when ``|r_a - r_b| < tie_threshold`` or equal).
-
-    Returns:
-        `list[PairwiseRecord]`: C(M, 2) records per sample (fewer where descriptions are missing), with
-        ``item_a`` before ``item_b`` in ``scores.models`` order.
+    """Pair verdicts from pointwise rewards: the verdict of ``r_a - r_b`` (`verdict_from_difference`) for every
+    sample and model pair with descriptions, ``item_a`` first in ``scores.models`` order.
 
     Raises:
         ValueError: if ``tie_threshold`` is negative or not finite.
     """
-    if not (tie_threshold >= 0 and math.isfinite(tie_threshold)):
-        raise ValueError(f"tie_threshold must be a finite number >= 0, got {tie_threshold}")
+    check_tie_threshold(tie_threshold)
     out = []
     s = scores.scores
     for a, b in itertools.combinations(range(len(scores.models)), 2):
@@ -179,16 +153,16 @@ def records_from_scores(
     return out
 
 
+def check_tie_threshold(tie_threshold: float) -> float:
+    """``tie_threshold``, or ValueError unless it is a finite number >= 0."""
+    if not (tie_threshold >= 0 and math.isfinite(tie_threshold)):
+        raise ValueError(f"tie_threshold must be a finite number >= 0, got {tie_threshold}")
+    return tie_threshold
+
+
 def truncation_counts(scores: ScoreMatrix) -> dict[str, int] | None:
-    """Per model, how many of its descriptions the reward model cut to its length limit when scoring them.
-
-    The source of ``RankingReport.n_truncated``: the per-description flags of `score_table` (kept in the score
-    cache with each score). None ("not known", never 0) when a flag is missing, e.g. from a cache written without
-    them.
-
-    Returns:
-        `dict[str, int]` or `None`.
-    """
+    """Per model, how many of its descriptions were cut to the model's length limit (``RankingReport.n_truncated``,
+    from `score_table`'s flags); None ("not known", never 0) when a flag is missing."""
     if scores.truncated is None:
         return None
     present = ~np.isnan(scores.scores)
@@ -198,15 +172,8 @@ def truncation_counts(scores: ScoreMatrix) -> dict[str, int] | None:
 
 
 def table_pairs(table: DescriptionTable, model_pairs: Sequence[tuple[str, str]] | None = None) -> list:
-    """One `PreferencePair` per sample and model pair (both models must have described the sample).
-
-    Args:
-        table (`DescriptionTable`): the descriptions.
-        model_pairs (`Sequence[tuple[str, str]]`, *optional*): the model pairs to compare (default: all C(M, 2)).
-
-    Returns:
-        `list[PreferencePair]` with ``model_1``/``model_2`` set and the sample's media, unlabelled.
-    """
+    """Unlabelled `PreferencePair`s, one per sample and model pair (default: all C(M, 2)) both models described,
+    with ``model_1``/``model_2`` and the sample's media."""
     from emoreward.data import MediaRef, PreferencePair
 
     if model_pairs is None:

@@ -1,15 +1,10 @@
 """Reliability-weighted committee voting of several judges (E3mo-Score, supp. D.5).
 
-Each committee member (MLLM judge, reward model, annotator) answers every dispatched pair; the answers are
-combined by weighted voting and the single committee verdict is fed to the same BPA optimisation as a human
-annotator's. Weights come from each judge's agreement with known answers on a calibration set of golden-anchor
-pairs (their reference scores give the correct answer, a tie within ``tie_threshold``).
-
-The supplement's weight formula was lost in extraction. We default to the log-odds weight of the optimal
-weighted majority vote for independent voters (Nitzan & Paroush 1982), generalised to ``C = 3`` answers:
-``w = max(0, log(acc * (C - 1) / (1 - acc)))``, which is 0 for a judge at chance (acc = 1/3); accuracies are
-Laplace-smoothed. ``"accuracy"`` and ``"equal"`` weighting are available (equal weights are the paper's
-"no confidence weights" ablation, supp. tab. 6).
+Every member answers each pair; the weighted vote is the committee's one verdict, fed to BPA as an annotator's.
+Weights come from agreement with known answers on calibration pairs. The supplement's formula was lost, so the
+default is the log-odds weight of the optimal weighted majority vote (Nitzan & Paroush 1982) for ``C = 3`` answers:
+``w = max(0, log(acc (C - 1) / (1 - acc)))``, 0 at chance, accuracies Laplace-smoothed; ``"accuracy"`` and
+``"equal"`` (the paper's ablation, supp. tab. 6) are the others. See docs/ranking.md ("Committee of judges").
 """
 
 from __future__ import annotations
@@ -23,15 +18,8 @@ from emoreward.ranking.records import OUTCOMES, PairwiseRecord, as_outcome
 
 
 def known_outcome(score_a: float, score_b: float, tie_threshold: float) -> Verdict:
-    """Correct answer for a pair with known scores: ``"tie"`` if ``|score_a - score_b| <= tie_threshold``.
-
-    Args:
-        score_a, score_b (`float`): reference scores (e.g. golden-anchor MOS on [1, 9]).
-        tie_threshold (`float`): score difference treated as indistinguishable.
-
-    Returns:
-        `Verdict`: ``FIRST`` (``score_a`` higher), ``SECOND`` or ``TIE``.
-    """
+    """The correct `Verdict` for a pair with known (reference) scores: ``TIE`` within ``tie_threshold``, else
+    ``FIRST`` when ``score_a`` is higher, ``SECOND`` otherwise."""
     if abs(score_a - score_b) <= tie_threshold:
         return Verdict.TIE
     return Verdict.FIRST if score_a > score_b else Verdict.SECOND
@@ -40,20 +28,11 @@ def known_outcome(score_a: float, score_b: float, tie_threshold: float) -> Verdi
 def weights_from_agreement(
     n_correct: Mapping[str, int], n_total: Mapping[str, int], config: CommitteeConfig | None = None
 ) -> dict[str, float]:
-    """Committee weights from calibration agreement counts.
-
-    Args:
-        n_correct (`Mapping[str, int]`): judge -> calibration answers equal to the known answer.
-        n_total (`Mapping[str, int]`): judge -> calibration pairs answered.
-        config (`CommitteeConfig`, optional): weighting rule and smoothing.
-
-    Returns:
-        `dict[str, float]`: non-negative weight per judge.
+    """Non-negative committee weight per judge from its calibration agreement (``n_correct`` of ``n_total``
+    answers), by ``config``'s rule (module docstring; E3mo-Score, supp. D.5).
 
     Raises:
         ValueError: if a judge lacks a total, or ``n_correct > n_total``, or counts are negative.
-
-    Source: E3mo-Score (supp. D.5); weight rule chosen here (module docstring).
     """
     config = config or CommitteeConfig()
     n_classes = len(OUTCOMES)
@@ -86,21 +65,12 @@ def estimate_judge_weights(
 ) -> dict[str, float]:
     """Ask every judge the calibration pairs and turn its agreement with the known answers into a weight.
 
-    Args:
-        judges (`Mapping[str, Callable[[str, str], Verdict | str]]`): judge name -> function returning the outcome
-            for ``(item_a, item_b)``: a `Verdict` or a spelling `as_outcome` accepts (``"a"``, ``"b"``, ``"tie"``).
-        calibration_pairs (`Sequence[tuple[str, str]]`): pairs of items with reference scores (golden anchors).
-        reference_scores (`Mapping[str, float]`): known scores of the calibration items.
-        config (`CommitteeConfig`, optional): weighting rule, smoothing, tie threshold.
-
-    Returns:
-        `dict[str, float]`: weight per judge.
+    ``judges``: name -> function of ``(item_a, item_b)`` returning an outcome (`as_outcome`); ``calibration_pairs``:
+    pairs of items with ``reference_scores`` (golden anchors; E3mo-Score). Returns `weights_from_agreement`.
 
     Raises:
         ValueError: if ``calibration_pairs`` is empty, a pair item has no reference score, or a judge answers
-            something that is not an outcome (an invalid answer is never turned into a class).
-
-    Source: E3mo-Bench, "E3mo-Score" (a subset of golden anchors calibrates each model's confidence weight).
+            something that is not an outcome (never turned into a class).
     """
     config = config or CommitteeConfig()
     if not calibration_pairs:
@@ -128,16 +98,8 @@ def _answer(judge: str, vote: object) -> Verdict:
 
 
 def weighted_vote(votes: Mapping[str, Verdict | str], weights: Mapping[str, float]) -> Verdict:
-    """Weighted plurality of the judges' answers.
-
-    Args:
-        votes (`Mapping[str, Verdict | str]`): judge -> outcome (a `Verdict` or a spelling `as_outcome` accepts).
-        weights (`Mapping[str, float]`): judge -> non-negative weight.
-
-    Returns:
-        `Verdict`: the outcome with the largest total weight. When the largest totals are equal (e.g. FIRST and
-        SECOND with the same weight) the committee answers ``Verdict.TIE``: conflicting evidence of equal weight
-        is read as "no meaningful difference".
+    """Weighted plurality of the judges' answers (``votes``: judge -> outcome; ``weights``: judge -> weight >= 0):
+    the `Verdict` of largest total weight, ``TIE`` when the largest totals are equal (conflicting evidence).
 
     Raises:
         ValueError: for an unknown outcome, a judge without weight, a negative weight, or all weights zero.
@@ -158,15 +120,8 @@ def weighted_vote(votes: Mapping[str, Verdict | str], weights: Mapping[str, floa
 
 
 class CommitteeJudge:
-    """A committee of judges acting as one BPA annotator (E3mo-Score).
-
-    Calling it on ``(item_a, item_b)`` asks every member, takes the `weighted_vote` and returns a
-    `PairwiseRecord` with ``annotator=name``, ready for `run_active_ranking` / `fit_bpa`.
-
-    Args:
-        judges (`Mapping[str, Callable[[str, str], Verdict | str]]`): member name -> judge function.
-        weights (`Mapping[str, float]`): member weights (e.g. from `estimate_judge_weights`).
-        name (`str`): annotator name of the committee's records.
+    """A committee of judges (name -> judge function, with ``weights``) acting as one BPA annotator (E3mo-Score):
+    called on ``(item_a, item_b)``, the `weighted_vote` of every member as a `PairwiseRecord` by ``name``.
 
     Raises:
         ValueError: if a member has no weight or all weights are zero.

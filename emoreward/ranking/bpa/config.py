@@ -10,7 +10,7 @@ Three dataclasses, one per stage of BPA:
 
 Every field carries ``metadata={"help": ...}``; ``__post_init__`` raises ``ValueError`` naming the field.
 The paper's hyperparameter tables (supp. tab. 2-3) were lost in extraction; the defaults here are our own,
-chosen for the [1, 9] score scale and checked on the simulation benchmark (``scripts/benchmark_bpa.py``).
+chosen for the [1, 9] score scale (``benchmarks/benchmark_bpa.py simulation``). See docs/ranking.md.
 """
 
 from __future__ import annotations
@@ -27,17 +27,7 @@ Weighting = Literal["log_odds", "accuracy", "equal"]
 
 
 def check_literal(owner: str, name: str, value: object, literal: object) -> None:
-    """Raise ``ValueError`` naming ``owner.name`` and listing the choices if ``value`` is not in ``literal``.
-
-    Args:
-        owner (`str`): class name used in the message.
-        name (`str`): field name used in the message.
-        value (`object`): the value to check.
-        literal (`typing.Literal[...]`): the allowed values.
-
-    Raises:
-        ValueError: if ``value`` is not one of the literal's arguments.
-    """
+    """Raise ``ValueError`` naming ``owner.name`` and listing the choices if ``value`` is not in ``literal``."""
     choices = get_args(literal)
     if value not in choices:
         raise ValueError(f"{owner}.{name} must be one of {list(choices)}, got {value!r}")
@@ -47,6 +37,16 @@ def _positive(owner: str, name: str, value: float, *, allow_zero: bool = False) 
     if allow_zero and value < 0 or not allow_zero and value <= 0:
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{owner}.{name} must be {bound}, got {value!r}")
+
+
+def _at_least(owner: str, name: str, value: int, low: int) -> None:
+    if value < low:
+        raise ValueError(f"{owner}.{name} must be >= {low}, got {value!r}")
+
+
+def _open_unit(owner: str, name: str, value: float) -> None:
+    if not 0.0 < value < 1.0:
+        raise ValueError(f"{owner}.{name} must lie in (0, 1), got {value!r}")
 
 
 def _unit(owner: str, name: str, value: float) -> None:
@@ -125,15 +125,13 @@ class BPAConfig:
             raise ValueError(f"{name}.delta_bounds must satisfy 0 < low < high, got {self.delta_bounds!r}")
         if not lo <= self.delta_init <= hi:
             raise ValueError(f"{name}.delta_init must lie in delta_bounds {self.delta_bounds}, got {self.delta_init}")
-        if not 0.0 < self.eta_init < 1.0:
-            raise ValueError(f"{name}.eta_init must lie in (0, 1), got {self.eta_init!r}")
+        _open_unit(name, "eta_init", self.eta_init)
         _positive(name, "xi_bound", self.xi_bound)
         _positive(name, "reliability_prior", self.reliability_prior, allow_zero=True)
         _positive(name, "lambda0", self.lambda0, allow_zero=True)
         _positive(name, "gamma", self.gamma, allow_zero=True)
         check_literal(name, "optimizer", self.optimizer, Optimizer)
-        if self.max_iter < 1:
-            raise ValueError(f"{name}.max_iter must be >= 1, got {self.max_iter!r}")
+        _at_least(name, "max_iter", self.max_iter, 1)
         _positive(name, "tol", self.tol)
         _positive(name, "sigma_init", self.sigma_init)
         _positive(name, "sigma_min", self.sigma_min)
@@ -146,8 +144,8 @@ class BPAConfig:
 PAPER_SCHEDULING: dict[str, str] = {"policy": "bpa", "exploration_rule": "match_quality"}
 """The paper's scheduler (E3mo-Bench, "Online Pair Scheduling"): 50/30/20 exploration by TrueSkill match quality /
 anchor calibration / bridge pairs. ``SchedulerConfig(**PAPER_SCHEDULING)`` (``emoreward rank --method bpa --policy
-paper``). Not the default: on the simulation benchmark (``scripts/benchmark_bpa.py``) it needed about as many
-comparisons as random pairs to reach Spearman 0.9 (1.04x over 4 seeds, 0.95x over 40), the default 0.70x."""
+paper``). Not the default: it needed more comparisons on the simulation benchmark
+(``benchmarks/benchmark_bpa.py simulation``)."""
 
 
 @dataclass
@@ -155,9 +153,8 @@ class SchedulerConfig:
     """Configuration of online pair scheduling and initialisation in BPA.
 
     The default policy is exploration only by the ranking-variance rule (``emoreward.ranking.bpa.design``), the
-    best measured on the simulation benchmark (``scripts/benchmark_bpa.py``: 0.70x the comparisons of random pairs
-    to reach Spearman 0.9, against about 1x for the paper's policy); the paper's 50/30/20 scheduler is
-    ``SchedulerConfig(**PAPER_SCHEDULING)``.
+    best on the simulation benchmark (``benchmarks/benchmark_bpa.py simulation``); the paper's 50/30/20 scheduler
+    is ``SchedulerConfig(**PAPER_SCHEDULING)``.
 
     Source: E3mo-Bench, "Online Pair Scheduling" (50/30/20 policy after Li et al. 2018, Hybrid-MST); supp. D.2
     (TrueSkill provisional updates, Herbrich et al. 2006) and D.3 (percentile initialisation).
@@ -234,21 +231,15 @@ class SchedulerConfig:
         total = self.exploration_share + self.anchor_share + self.bridge_share
         if abs(total - 1.0) > 1e-6:
             raise ValueError(f"{name}.exploration_share + anchor_share + bridge_share must be 1, got {total}")
-        if self.n_levels < 2:
-            raise ValueError(f"{name}.n_levels must be >= 2, got {self.n_levels!r}")
-        if self.anchor_neighbours < 1:
-            raise ValueError(f"{name}.anchor_neighbours must be >= 1, got {self.anchor_neighbours!r}")
+        _at_least(name, "n_levels", self.n_levels, 2)
+        _at_least(name, "anchor_neighbours", self.anchor_neighbours, 1)
         _positive(name, "ts_beta", self.ts_beta)
         _positive(name, "ts_tau", self.ts_tau, allow_zero=True)
-        if not 0.0 < self.ts_draw_probability < 1.0:
-            raise ValueError(f"{name}.ts_draw_probability must lie in (0, 1), got {self.ts_draw_probability!r}")
+        _open_unit(name, "ts_draw_probability", self.ts_draw_probability)
         _positive(name, "anchor_sigma", self.anchor_sigma)
-        if self.refit_every < 1:
-            raise ValueError(f"{name}.refit_every must be >= 1, got {self.refit_every!r}")
-        if self.budget < 1:
-            raise ValueError(f"{name}.budget must be >= 1, got {self.budget!r}")
-        if self.min_comparisons < 0:
-            raise ValueError(f"{name}.min_comparisons must be >= 0, got {self.min_comparisons!r}")
+        _at_least(name, "refit_every", self.refit_every, 1)
+        _at_least(name, "budget", self.budget, 1)
+        _at_least(name, "min_comparisons", self.min_comparisons, 0)
         p_lo, p_hi = self.init_percentiles
         if not 0.0 <= p_lo < p_hi <= 100.0:
             raise ValueError(

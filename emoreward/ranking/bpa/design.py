@@ -27,14 +27,8 @@ def outcome_fisher_information(
 
     ``J = sum_y (d q_y / d Delta)^2 / q_y`` with ``q_y = eta P_RK(y | s Delta, delta) + (1 - eta) / 3``.
 
-    Args:
-        score_diff (`np.ndarray`): ``mu_a - mu_b`` in score units, any shape.
-        delta (`float`): Rao-Kupper tie margin, ``> 0``.
-        slope (`float`): logistic slope per score unit.
-        eta (`np.ndarray` or `float`): Crowd-BT reliability of who answers, broadcastable to ``score_diff``.
-
-    Returns:
-        `np.ndarray` of the broadcast shape: information in score^-2, ``>= 0``.
+    ``score_diff`` (score units, any shape), tie margin ``delta > 0``, logistic ``slope`` per score unit and the
+    reliability ``eta`` of who answers broadcast together; the information is in score^-2.
     """
     z = slope * np.asarray(score_diff, float)
     eta = np.asarray(eta, float)
@@ -63,14 +57,8 @@ def expected_fisher_information(
 def record_information_matrix(idx_a: np.ndarray, idx_b: np.ndarray, info: np.ndarray, n_candidates: int) -> np.ndarray:
     """Information matrix over candidate scores from pairwise records (anchors are fixed: diagonal terms only).
 
-    Args:
-        idx_a, idx_b (`np.ndarray` of shape `(M,)`, int): item indices, candidates first (``< n_candidates``).
-        info (`np.ndarray` of shape `(M,)`): Fisher information of each record about its score difference.
-        n_candidates (`int`): number of candidates.
-
-    Returns:
-        `np.ndarray` of shape `(n_candidates, n_candidates)`: ``sum_m info_m (e_a - e_b)(e_a - e_b)^T`` restricted to
-        candidates (a weighted graph Laplacian plus the anchor pairs on the diagonal).
+    ``idx_a``, ``idx_b`` `(M,)`: item indices, candidates first; ``info`` `(M,)`: each record's information about
+    its difference. Returns ``sum_m info_m (e_a - e_b)(e_a - e_b)^T`` over candidates `(n_candidates, n_candidates)`.
     """
     n_items = int(max(idx_a.max(initial=-1), idx_b.max(initial=-1), n_candidates - 1)) + 1
     fisher = np.zeros((n_items, n_items))
@@ -106,11 +94,8 @@ def ranking_variance_gains(
 
     Args:
         mean (`np.ndarray` of shape `(N,)`): current scores of all items, candidates first, anchors last.
-        cov (`np.ndarray` of shape `(n, n)`): posterior covariance of the ``n <= N`` candidate scores; anchors
-            have zero variance.
-        delta (`float`): Rao-Kupper tie margin of the last refit.
-        slope (`float`): logistic slope per score unit.
-        eta (`float`): mean Crowd-BT reliability of the next answer.
+        cov (`np.ndarray` of shape `(n, n)`): posterior covariance of the ``n <= N`` candidate scores.
+        delta, slope, eta (`float`): tie margin of the last refit, logistic slope, mean reliability of the next answer.
 
     Returns:
         `np.ndarray` of shape `(N, N)`: ``gain[k, l]``, symmetric, ``-inf`` on the diagonal and between two anchors.
@@ -163,26 +148,9 @@ def crowd_fisher_information(
     weights: np.ndarray | None = None,
     diff_var: np.ndarray | float = 0.0,
 ) -> np.ndarray:
-    """Fisher information about ``mu_a - mu_b`` of one answer from a crowd whose annotator is drawn at random.
-
-    ``J_crowd = sum_k w_k E[J(Delta; eta_k)]`` with ``Delta ~ N(score_diff, diff_var)``: the annotator is
-    independent of the scores, so the information of the pair ``(annotator, answer)`` is the ``w``-average of the
-    annotators' informations (not the information at the mean reliability).
-
-    Args:
-        score_diff (`np.ndarray`): ``mu_a - mu_b``, any shape.
-        delta (`float`): Rao-Kupper tie margin.
-        slope (`float`): logistic slope per score unit.
-        etas (`np.ndarray` of shape `(K,)`): Crowd-BT reliabilities of the annotators.
-        weights (`np.ndarray` of shape `(K,)`, optional): probability that each annotator answers; uniform if
-            omitted.
-        diff_var (`np.ndarray` or `float`): variance of ``score_diff`` (0: the difference is known).
-
-    Returns:
-        `np.ndarray` of the shape of ``score_diff``, score^-2.
-
-    Source: ours (Fisher information of a mixture over independent annotator draws).
-    """
+    """Fisher information (score^-2) about ``mu_a - mu_b`` of one answer from a crowd whose annotator is drawn at
+    random (``weights``, uniform if omitted): ``J_crowd = sum_k w_k E[J(Delta; eta_k)]`` with ``Delta ~
+    N(score_diff, diff_var)``: the ``w``-average of the annotators' informations (ours)."""
     etas = np.asarray(etas, float)
     weights = np.full(etas.shape, 1.0 / etas.size) if weights is None else np.asarray(weights, float)
     return sum(w * expected_fisher_information(score_diff, diff_var, delta, slope, e) for w, e in zip(weights, etas))
@@ -199,7 +167,7 @@ def centred_design_comparisons(
 ) -> float:
     """Comparisons per candidate that an ideal adaptive design needs to raise every candidate's precision.
 
-    The information bound used to judge pair selection (ours, an idealisation; see `scripts/benchmark_bpa.py`):
+    The information bound used to judge pair selection (ours, an idealisation; see ``benchmarks/benchmark_bpa.py``):
     each comparison of two candidates adds the crowd information ``J`` of their score difference to both
     candidates' precision (the trace of the information Laplacian grows by ``2 J``). The best a design can do
     when every candidate has posterior precision ``P`` is to pair two candidates whose posterior means

@@ -24,25 +24,18 @@ def initial_scores(
     percentiles: tuple[float, float] = (5.0, 95.0),
     target_range: tuple[float, float] = (2.0, 8.0),
 ) -> dict[str, float]:
-    """Initial scores ``mu^(0)`` of the candidates on the BPA score scale.
+    """Initial scores ``mu^(0)`` of the candidates on the BPA score scale (supp. D.3; mapping in the module docstring).
 
     Args:
         candidates (`Sequence[str]`): candidate names.
-        preliminary (`Mapping[str, float]`, optional): unbounded preliminary estimates (e.g. standardised VAD
-            from bootstrap annotations), one per candidate that has one. Candidates without one start mid-range.
+        preliminary (`Mapping[str, float]`, optional): unbounded preliminary estimates; candidates without one start
+            mid-range.
         method (`InitMethod`): ``"percentile"`` (clip at ``percentiles``, map linearly onto ``target_range``),
-            ``"rank"`` (mid-ranks spread uniformly over ``target_range``) or ``"midpoint"`` (all mid-range).
-        percentiles (`tuple[float, float]`): lower/upper clip percentiles in [0, 100].
-        target_range (`tuple[float, float]`): score interval, inside [1, 9], onto which the values are mapped.
-
-    Returns:
-        `dict[str, float]`: initial score per candidate, in ``target_range``.
+            ``"rank"`` (mid-ranks spread over ``target_range``) or ``"midpoint"``.
+        percentiles, target_range (`tuple[float, float]`): clip percentiles in [0, 100]; score interval in [1, 9].
 
     Raises:
-        ValueError: for an unknown ``method`` (listing the choices), a non-finite preliminary value, or bad
-            percentile / range bounds.
-
-    Source: E3mo-Bench, supp. D.3 (mapping chosen here, see module docstring).
+        ValueError: for an unknown ``method``, a non-finite preliminary value, or bad percentile / range bounds.
     """
     check_literal("initial_scores", "method", method, InitMethod)
     lo_p, hi_p = percentiles

@@ -24,22 +24,11 @@ from emoreward.ranking.tie_models.rao_kupper import RaoKupper
 
 
 def rao_kupper_probabilities(score_diff: np.ndarray, delta: float, slope: float = 1.0) -> np.ndarray:
-    """Rao-Kupper outcome probabilities in logistic form.
-
-    Args:
-        score_diff (`np.ndarray` of shape `(n,)`): ``mu_i - mu_j`` in score units.
-        delta (`float`): tie margin, ``> 0`` (logit units).
-        slope (`float`): logistic slope per score unit.
-
-    Returns:
-        `np.ndarray` of shape `(n, 3)`: columns ``P(i > j)``, ``P(j > i)``, ``P(tie)``; rows sum to 1.
-
-    Raises:
-        ValueError: if ``delta <= 0``.
+    """Rao-Kupper outcome probabilities in logistic form, `(n, 3)`: ``P(i > j)``, ``P(j > i)``, ``P(tie)`` of
+    ``score_diff`` `(n,)` (score units) with tie margin ``delta > 0`` (logit units); ValueError if ``delta <= 0``.
 
     Source: Rao & Kupper (1967), eq. 2.1-2.2 with ``theta = exp(delta)``; E3mo-Bench "Periodic Bayesian
-    Optimization". The likelihood is the ranking's one Rao-Kupper (`emoreward.ranking.tie_models.rao_kupper`,
-    ``log nu = delta``).
+    Optimization". The likelihood is the ranking's one Rao-Kupper (`emoreward.ranking.tie_models.rao_kupper`).
     """
     if delta <= 0:
         raise ValueError(f"delta must be > 0, got {delta!r}")
@@ -268,18 +257,8 @@ class BPAObjective:
 
 
 def smooth_uncertainty(fisher: np.ndarray, previous: np.ndarray, config: BPAConfig) -> np.ndarray:
-    """Smoothed, clipped uncertainty from the empirical-Fisher diagonal.
-
-    Args:
-        fisher (`np.ndarray` of shape `(n,)`): diagonal information (score^-2), ``> 0``.
-        previous (`np.ndarray` of shape `(n,)`): previous uncertainty (score units).
-        config (`BPAConfig`): supplies ``rho``, ``sigma_min`` and ``sigma_init`` (the upper clip).
-
-    Returns:
-        `np.ndarray` of shape `(n,)`: ``clip((1 - rho) * previous + rho * fisher^(-1/2), sigma_min, sigma_init)``.
-
-    Source: E3mo-Bench, "Uncertainty Estimation" (smoothing with rho, floor sigma_min).
-    """
+    """``clip((1 - rho) previous + rho fisher^(-1/2), sigma_min, sigma_init)`` `(n,)`: smoothed, clipped uncertainty
+    from the empirical-Fisher diagonal (score^-2). Source: E3mo-Bench, "Uncertainty Estimation"."""
     raw = 1.0 / np.sqrt(np.maximum(fisher, 1e-12))
     mixed = (1.0 - config.rho) * np.asarray(previous, float) + config.rho * raw
     return np.clip(mixed, config.sigma_min, config.sigma_init)
@@ -368,21 +347,14 @@ def fit_bpa(
 
     Args:
         records (`Sequence[PairwiseRecord]`): every judgement collected so far (any annotators).
-        candidates (`Sequence[str]`): items whose scores are estimated.
-        anchors (`Mapping[str, float]`, optional): golden anchors with fixed scores (not optimised).
+        candidates (`Sequence[str]`): items whose scores are estimated; anchors: golden anchors with fixed scores.
         init_scores (`Mapping[str, float]`, optional): prior locations ``mu_i^(0)``; default: mid-scale.
-        config (`BPAConfig`, optional): hyperparameters; default ``BPAConfig()``.
-        previous (`BPAFit`, optional): previous refit; warm-starts scores, reliabilities and delta and is the
-            ``sigma_old`` of the smoothing step (otherwise ``sigma_old = sigma_init``).
-
-    Returns:
-        `BPAFit`.
+        config (`BPAConfig`, optional): hyperparameters.
+        previous (`BPAFit`, optional): warm start, and the ``sigma_old`` of the smoothing (else ``sigma_init``).
 
     Raises:
         ValueError: if records name unknown items, candidates overlap anchors, an anchor score or initial score
             lies outside [score_min, score_max], or ``candidates`` is empty.
-
-    Source: E3mo-Bench, "Periodic Bayesian Optimization", "Uncertainty Estimation", supp. D.4.
     """
     config = config or BPAConfig()
     anchors = dict(anchors or {})

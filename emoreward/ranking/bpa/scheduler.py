@@ -39,35 +39,24 @@ STRATEGIES: tuple[str, ...] = ("exploration", "anchor", "bridge", "random")
 class BPAScheduler:
     """Stateful BPA scheduler: proposes pairs, takes judgements, refits periodically, says when to stop.
 
-    Source: E3mo-Bench, "Online Pair Scheduling" (tripartite 50/30/20 policy inspired by Hybrid-MST, Li et al.
-    2018), supp. D.2 (TrueSkill provisional updates, Herbrich et al. 2006, via the ``trueskill`` library; anchors
-    restored after every comparison they take part in) and "Periodic Bayesian Optimization" (global refit after a
-    fixed number of new comparisons, stopping on mean candidate uncertainty). Choices where the paper is silent:
+    Sources as the module's; TrueSkill through the ``trueskill`` library, anchors restored after every comparison
+    they take part in. Choices where the paper is silent:
 
-    - Exploration (``exploration_rule="match_quality"``): the focus candidate is drawn with probability
-      proportional to its provisional variance ``u_i^2``; its partner is the candidate maximising TrueSkill match
-      quality (Herbrich et al. 2006, eq. 4: the draw probability of an evenly matched pair) divided by
-      ``1 + n_ij`` (how often the pair was already compared), so a pair is not asked over and over.
-    - Exploration (``exploration_rule="ranking_variance"``, ours): the pair of largest expected reduction of the
-      doubt-weighted variance of score differences under the full Laplace covariance
-      (`emoreward.ranking.bpa.design`); the covariance is rebuilt at each refit and updated after every answer.
-    - Anchor calibration: focus candidate drawn as above; partner is the least-compared among its
-      ``anchor_neighbours`` nearest anchors by provisional score.
-    - Bridge sampling: while the comparison graph has several components, join a candidate of the smallest
-      component to the closest-scored item of another; otherwise split [1, 9] into ``n_levels`` equal-width
-      levels, take two adjacent non-empty levels at random and one candidate from each (drawn proportional to
-      ``u^2``).
-    - After each refit the provisional TrueSkill state is replaced by the BPA estimates (``m_i = mu_i``,
-      ``u_i = sigma_i``), as supp. D.2 says.
+    - Exploration, ``match_quality``: focus candidate drawn with probability proportional to ``u_i^2``; partner
+      maximising TrueSkill match quality (Herbrich et al. 2006, eq. 4) divided by ``1 + n_ij`` (times compared).
+    - Exploration, ``ranking_variance`` (ours): the pair of largest expected reduction of the doubt-weighted
+      variance of score differences (`emoreward.ranking.bpa.design`), the covariance rebuilt at each refit and
+      updated after every answer.
+    - Anchor calibration: focus as above; partner the least-compared of its ``anchor_neighbours`` nearest anchors.
+    - Bridge sampling: join a candidate of the smallest graph component to the closest-scored item of another;
+      when connected, one candidate (by ``u^2``) from each of two adjacent non-empty levels of [1, 9].
+    - After each refit the provisional state is the BPA estimate (``m_i = mu_i``, ``u_i = sigma_i``; supp. D.2).
 
     Args:
-        candidates (`Sequence[str]`): items to score.
-        anchors (`Mapping[str, float]`, optional): golden anchors and their fixed scores on [1, 9].
-        preliminary (`Mapping[str, float]`, optional): preliminary estimates for percentile initialisation
-            (supp. D.3); ignored for candidates given in ``init_scores``.
-        init_scores (`Mapping[str, float]`, optional): initial scores already on the [1, 9] scale.
-        config (`BPAConfig`, optional): model / uncertainty configuration.
-        scheduler_config (`SchedulerConfig`, optional): scheduling configuration.
+        candidates (`Sequence[str]`): items to score; anchors: golden anchors and their fixed scores on [1, 9].
+        preliminary (`Mapping[str, float]`, optional): preliminary estimates for the initialisation (supp. D.3);
+            ``init_scores`` (on the [1, 9] scale) take precedence.
+        config, scheduler_config (`BPAConfig`, `SchedulerConfig`, optional): the model and the scheduling.
 
     Raises:
         ValueError: if fewer than two candidates are given, candidates repeat or overlap anchors, or an anchor
@@ -272,23 +261,14 @@ class BPAScheduler:
         strategy: str | None = None,
         sample: str | None = None,
     ) -> BPAFit | None:
-        """Record one judgement, update the provisional TrueSkill state, refit when ``refit_every`` is reached.
-
-        Args:
-            item_a, item_b (`str`): compared items (candidates or anchors).
-            outcome (`Verdict` or `str`): ``Verdict.FIRST`` (``item_a`` won), ``SECOND`` or ``TIE``, or a spelling
-                that :func:`emoreward.ranking.records.as_outcome` accepts (``"a"``, ``"b"``, ``"tie"``).
-            annotator (`str`): who judged (Crowd-BT reliabilities are per annotator).
-            strategy (`str`, optional): the strategy that proposed the pair (counted for reports).
-            sample (`str`, optional): stored on the record.
+        """Record one judgement (``outcome``: a `Verdict` or a spelling `as_outcome` accepts) by ``annotator``,
+        update the provisional TrueSkill state (supp. D.2), refit when ``refit_every`` is reached.
 
         Returns:
             `BPAFit` or `None`: the new global fit if this observation triggered a refit.
 
         Raises:
             ValueError: for an unknown item or outcome, or an item compared with itself.
-
-        Source: supp. D.2 (the same TrueSkill update for every strategy; anchors restored afterwards).
         """
         record = PairwiseRecord(item_a, item_b, outcome, annotator, sample)  # validates outcome / self-pair
         return self.add_record(record, strategy=strategy)
@@ -335,13 +315,7 @@ class BPAScheduler:
 
     # -- refit and stopping -----------------------------------------------------------------------------------------
     def refit(self) -> BPAFit:
-        """Global MAP refit over all records; replaces the provisional candidate states by its estimates.
-
-        Returns:
-            `BPAFit`.
-
-        Source: E3mo-Bench, "Periodic Bayesian Optimization"; supp. D.2 (provisional states replaced).
-        """
+        """Global MAP refit over all records (`BPAFit`), replacing the provisional candidate states (supp. D.2)."""
         self.fit = fit_bpa(
             self.records, self.candidates, self.anchors, self.init_scores, self.config, previous=self.fit
         )
@@ -431,17 +405,12 @@ def run_active_ranking(
 
     Args:
         items (`Sequence[str]`): candidate items to score.
-        judge_fn (`Callable[[str, str], Verdict | str | PairwiseRecord]`): returns the outcome for
-            ``(item_a, item_b)`` (a `Verdict` or a spelling ``as_outcome`` accepts), or a `PairwiseRecord` for
-            that pair (to name the annotator, e.g. a crowd or a `CommitteeJudge`).
+        judge_fn (`Callable[[str, str], Verdict | str | PairwiseRecord]`): the outcome for ``(item_a, item_b)``, or
+            a `PairwiseRecord` of that pair (naming its annotator, e.g. a `CommitteeJudge`).
         budget (`int`, optional): maximum comparisons; overrides ``scheduler_config.budget``.
-        anchors (`Mapping[str, float]`, optional): golden anchors with fixed scores.
-        preliminary (`Mapping[str, float]`, optional): preliminary estimates for initialisation (supp. D.3).
-        config (`BPAConfig`, optional): model / uncertainty configuration.
-        scheduler_config (`SchedulerConfig`, optional): scheduling configuration.
+        anchors, preliminary, config, scheduler_config: as `BPAScheduler`.
         annotator (`str`): annotator name recorded when ``judge_fn`` returns a bare outcome.
-        on_refit (`Callable[[int, BPAFit], None]`, optional): called after each periodic refit with the number
-            of comparisons so far and the fit (for monitoring / benchmarks).
+        on_refit (`Callable[[int, BPAFit], None]`, optional): called after each refit with the comparisons so far.
 
     Returns:
         `ActiveRankingResult`.
