@@ -34,7 +34,7 @@ from emoreward.export.serve.routes.rewards import Rewards  # the route verl's re
 
 TOKEN_ENV = "EMOREWARD_SERVE_TOKEN"
 # `compute_score_async`: most concurrent calls of one event loop sent in one HTTP request (reward_kwargs
-# `merge_samples`); measured in docs/speed.md#serving
+# `merge_samples`); docs/speed.md#what-to-expect
 MERGE_SAMPLES = 16
 # keyword arguments verl itself may pass to a custom reward function (sandbox / reward-loop plumbing), unused here
 VERL_KWARGS = frozenset(

@@ -79,10 +79,8 @@ class RewardService:
         limits (`ServerLimits`): request limits.
         batch_size (`int`): most sequences per forward pass.
         forward_tokens (`int`, *optional*): text models: about this many tokens per forward pass (estimated, 4
-            characters a token): the rows per pass are ``forward_tokens // mean tokens``, at most ``batch_size``, so
-            that long descriptions of varied lengths are not all padded to the longest. None: 1024 on CPU (measured
-            best there: OV-MERD descriptions score 2x faster in rows of 4-8 than of 64), 16384 on a GPU
-            (``facts.device``).
+            characters a token): the rows per pass are ``forward_tokens // mean tokens``, at most ``batch_size``.
+            None: 1024 on CPU, 16384 on a GPU (``facts.device``; docs/speed.md#how-to-choose).
         allow_unused_media (`bool`): a text model accepts (and ignores) video / audio paths (otherwise 400).
         name (`str`): the model name returned to clients.
         media_root (`str` or `Path`, *optional*): the only folder media paths may point into (multimodal models);

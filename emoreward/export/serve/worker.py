@@ -6,7 +6,7 @@ server process sends it one model call at a time (the jobs the `Batcher` merged)
 `ScoreInfo` back. The queue, the fair slices, the error isolation of `RewardService.score_jobs`, the length monitor
 and the replies stay in the server process, which loads no weights: it builds its `RewardService` from the model's
 `ServedModelFacts`. Exceptions from the model come back as the same class with the same attributes.
-Figures: docs/speed.md ("Serving").
+Figures: docs/speed.md#what-to-expect.
 """
 
 from __future__ import annotations
