@@ -1,16 +1,8 @@
-"""Export a trained reward model (text or multimodal) as a merged checkpoint for RL pipelines, and verify it.
-
-:func:`export_hf` merges LoRA into the backbone, writes the input recipe (`emoreward_config.json`) and a model card
-that says exactly how the checkpoint must be read and which RL stacks can read it, reloads the export and checks
-that it gives the same rewards as the original model:
-
-- text backbones: the export is a plain `AutoModelForSequenceClassification` checkpoint (no missing or unexpected
-  keys); the check reads it with nothing but `transformers`, on ids that `emoreward.models.text.text_input_ids`
-  builds from the EXPORTED tokenizer and settings alone (the one input function of every route);
-- multimodal backbones: the engine layout (`emoreward.models.media.export_layout`): `<X>ForSequenceClassification` that vLLM's
-  pooling runner serves as it is, a remote-code class for transformers, the request as data; the check reloads it
-  with `emoreward.models.load_reward_model` and runs its remote-code class, comparing rewards on a synthetic clip
-  (decoded frames and audio made in memory, no files needed).
+"""Export a trained reward model (text or multimodal) as a merged checkpoint for RL pipelines, and verify it:
+`export_hf` merges LoRA into the backbone, writes the input recipe (`emoreward_config.json`) and a model card that
+says how to read the checkpoint, reloads the export and checks it gives the original's rewards (text: plain
+`AutoModelForSequenceClassification` on ids from the exported files alone; multimodal: the engine layout of
+`emoreward.models.media.export_layout`, on a synthetic clip). See docs/serving.md#export-for-rl.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""HTTP client of running `emoreward serve` servers for RL reward workers: keep-alive connection pools shared by every
-thread (one per process) and every task (one per event loop), several servers used round-robin, retries that
-honour ``Retry-After``. Standard library and h11 only (h11 parses the responses on the asyncio side).
-
-Retries (each attempt on the next URL): a 503 after its ``Retry-After`` (at most `MAX_WAIT` s); a refused, reset or
-timed-out connection, a 502 / 504, and a 500 that is not the server's own JSON error (Ray Serve's proxy answers so
-while it replaces a dead replica) after 1 s. A stale keep-alive connection (closed by the server while idle) is
-replaced at once, without counting as an attempt. Any other status raises: a 4xx or the server's own 500 is not
-mended by asking again.
+"""HTTP client of running `emoreward serve` servers for RL reward workers: keep-alive pools shared by every thread
+(one per process) and every task (one per event loop), servers used round-robin, each retry on the next URL: a 503
+after its ``Retry-After`` (at most `MAX_WAIT` s); a refused, reset or timed-out connection, a 502 / 504 or a proxy's
+500 after 1 s. A stale keep-alive connection is replaced without counting; a 4xx or the server's own 500 raises.
+Standard library and h11 only. See docs/serving.md#verl.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """verl hand-off: custom reward functions that score emotion descriptions with an emoreward reward model, loaded in
-the reward worker or behind running `emoreward serve` servers (one process, or Ray Serve replicas).
-
-`compute_score` (per sample, thread-safe), `compute_score_async` (a coroutine function, for verl's reward loop) and
-`compute_score_batch` (reward manager ``batch``) score ``solution_str`` (the decoded response) with the context
-from ``extra_info`` and return ``{"score", "truncated", "empty"}`` plus the length monitor's ``length/...`` figures::
+the reward worker or behind running `emoreward serve` servers. `compute_score` (per sample, thread-safe),
+`compute_score_async` (verl's reward loop) and `compute_score_batch` (reward manager ``batch``) return
+``{"score", "truncated", "empty"}`` plus the length monitor's ``length/...`` figures::
 
     custom_reward_function:
       path: pkg://emoreward.export.verl
@@ -11,8 +9,7 @@ from ``extra_info`` and return ``{"score", "truncated", "empty"}`` plus the leng
       reward_kwargs:
         server_url: http://127.0.0.1:8000   # or a list of URLs (round-robin); or model: /path/to/reward-model
 
-Retries (`emoreward.export.reward_client`): a 503 after its ``Retry-After``, a broken connection, a 502 / 504 or a
-proxy's 500 after 1 s, each on the next URL; any other error raises. See docs/serving.md ("verl")."""
+See docs/serving.md#verl."""
 
 from __future__ import annotations
 

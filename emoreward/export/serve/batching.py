@@ -1,12 +1,8 @@
 """The queue in front of the model: `Job` (one request's descriptions on their way to a model call) and `Batcher`
-(a bounded queue and the one scoring thread that merges queued jobs into model calls, a large job in slices).
-
-Fairness (issue 23): every model call takes at most a budget of estimated tokens, sized so that one call lasts
-about ``ServerLimits.max_call_seconds`` at the measured scoring rate (never more than ``max_batch_tokens``). A job
-larger than the budget is scored in slices of at least half of each call, and requests queued behind it take the
-rest of the next call: no request inside the limits can hold the model for longer than one call, and large
-requests are finished one after another (oldest first), not all late together. Jobs whose client has gone
-(``Job.gone``) are dropped before their next model call.
+(a bounded queue and the one scoring thread that merges queued jobs into model calls). Fair slices: a call takes
+at most the estimated tokens the measured rate scores in ``ServerLimits.max_call_seconds`` (at most
+``max_batch_tokens``); a larger job gets at least half of each call, the jobs behind it the rest; jobs whose
+client has gone are dropped before their next call. See docs/serving.md#reward-server-emoreward-serve.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """HTTP/1.1 for a `RewardService`: `RewardServer` (one asyncio event loop for every connection, the `Batcher`'s
-scoring thread, bearer authentication, start-up and graceful shutdown) and `_Connection`, the protocol of one
-client connection (keep-alive, timeouts, lingering close).
-
-Each connection is an `asyncio.Protocol`: bytes arrive in `data_received`, a complete request is validated and
-queued in that callback, and the batcher's scoring thread wakes the loop once per model call, which answers every
-request of that call from a callback. No task, coroutine or stream object is made per request: at RL rates (one
-request per sample) the event loop's cost per request is what separates the server's rate from the model's.
-HTTP/1.1 itself (request parsing, body framing, responses, keep-alive, ``100 Continue``) is h11's, sans-IO: one
-`h11.Connection` per connection, fed the bytes `data_received` gets.
+scoring thread, bearer authentication, start-up and graceful shutdown) and `_Connection`, the `asyncio.Protocol` of
+one client connection (h11 parsing and framing, keep-alive, timeouts, lingering close). No task or coroutine is
+made per request: at RL rates the loop's cost per request separates the server's rate from the model's.
+See docs/serving.md#reward-server-emoreward-serve.
 """
 
 from __future__ import annotations

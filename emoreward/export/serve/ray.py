@@ -1,13 +1,7 @@
-"""`emoreward serve --engine ray`: the reward server as a Ray Serve application, one reward model per replica.
-
-    emoreward serve --engine ray --model DIR --replicas 2 [--ray-address auto] [--num-cpus 1] [--num-gpus 0]
-    emoreward serve --engine ray --model DIR --min-replicas 1 --max-replicas 8     # autoscaling
-
-Same endpoints, request / response schemas and error codes as the single-process server (`emoreward.export.serve`).
-Each replica (`RewardReplica`) is a Ray actor that loads the model once, validates requests with the shared
-`RewardService` and scores them through the shared `Batcher`. Ray Serve's HTTP proxy spreads requests over the
-replicas, restarts dead or unhealthy ones and autoscales. ``--ray-address auto`` attaches to a running cluster (the
-one verl or OpenRLHF started); without it a local cluster is started. See docs/serving.md ("Ray Serve").
+"""`emoreward serve --engine ray`: the reward server as a Ray Serve application, one reward model per replica
+(`RewardReplica`: the shared `RewardService` and `Batcher`), same endpoints, schemas and error codes as the
+single-process server. ``--ray-address auto`` attaches to a running cluster; without it a local one is started.
+See docs/serving.md#ray-serve-emoreward-serve---engine-ray.
 """
 
 from __future__ import annotations

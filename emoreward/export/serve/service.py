@@ -1,12 +1,11 @@
 """The serving logic, no HTTP: `RewardService` turns a parsed request body into a `Job` through its route
-(`routes`: validation, media resolution, OpenRLHF decoding), scores jobs with one reward model (several requests in one model call), and builds
-the reply. `http.RewardServer` serves it over HTTP; any other engine (Ray Serve) can call it directly:
+(`routes`), scores jobs with one reward model (several requests in one model call) and builds the reply:
 
     service = RewardService(load_reward_model(path), ServerLimits())
     reply = service.handle("rewards", {"descriptions": ["..."]})     # a route's name; raises RequestError
 
-or, to batch requests itself: ``jobs = [service.parse(route, body), ...]``, ``service.score_jobs(jobs)`` (one model
-call), then ``service.reply(job)`` per job.
+or, to batch requests itself: ``service.parse(route, body)`` per request, ``service.score_jobs(jobs)``, then
+``service.reply(job)``. See docs/serving.md#reward-server-emoreward-serve.
 """
 
 from __future__ import annotations
