@@ -79,13 +79,10 @@ async def compute_score_async(
     extra_info: dict | None = None,
     **kwargs: Any,
 ) -> dict[str, float]:
-    """`compute_score` as a coroutine function, for verl's reward loop (it awaits coroutine functions: many samples
-    in flight on one event loop, no executor thread each). Same arguments, result and errors.
-
-    The calls that reach one event loop together (the reward loop starts a task per sample) share HTTP requests of
-    at most ``merge_samples`` samples (`_Merger`): a request costs the server (and Ray Serve's proxy) far more than a
-    description in it, and the server scores its queued requests together anyway. A sample the server refuses
-    (4xx) is sent again alone, so that only its own call raises."""
+    """`compute_score` as a coroutine function, for verl's reward loop (many samples in flight on one event loop).
+    Same arguments, result and errors. The calls that reach one event loop together share HTTP requests of at most
+    ``merge_samples`` samples (`_Merger`); a sample the server refuses (4xx) is sent again alone, so that only its
+    own call raises."""
     request = _Request.build([solution_str], [ground_truth], [extra_info], kwargs)
     if request.model is not None:
         batcher, job = _local_job(request)

@@ -78,6 +78,15 @@ def _check_export(export_dir: Path):
     return settings
 
 
+def _media_options(settings, media_root: str | None):
+    """The `MediaOptions` a multimodal export's settings read its media with."""
+    from emoreward.data.media import MediaOptions
+
+    s = settings
+    return MediaOptions(media_root, fps=s.fps, max_frames=s.max_frames, use_audio_in_video=s.use_audio_in_video,
+                        sampling_rate=s.sampling_rate)  # fmt: skip
+
+
 def request_data(export_dir: str | Path) -> dict:
     """A multimodal export's request as data (`emoreward.models.media.export_layout.request_spec`)."""
     from emoreward.models.media.export_layout import REQUEST_FILE
@@ -98,6 +107,16 @@ def vllm_chat_template(tokenizer: Any) -> str:
     if not isinstance(template, str) or not template:
         raise ValueError("the export's tokenizer has no chat template (a chat-layout model needs one)")
     return "{% set emoreward_rendered %}" + template + "{% endset %}{{ emoreward_rendered.rstrip() }}"
+
+
+def write_chat_template(export_dir: Path, path: Path) -> Path | None:
+    """Write a chat-layout export's `vllm_chat_template` to ``path`` and return it; None for another layout."""
+    if getattr(_check_export(export_dir), "input_format", None) != "chat":
+        return None
+    from transformers import AutoTokenizer
+
+    path.write_text(vllm_chat_template(AutoTokenizer.from_pretrained(export_dir)))
+    return path
 
 
 # ---------------------------------------------------------------------------------------------- requests
@@ -151,13 +170,9 @@ class VllmRequestBuilder:
         Raises:
             MediaError: a needed file is missing or cannot be decoded (names the sample and the file).
         """
-        from emoreward.data.media import MediaOptions, load_sample_media
+        from emoreward.data.media import load_sample_media
 
-        s, request = self.settings, self.request
-        options = MediaOptions(
-            self.media_root, fps=s.fps, max_frames=s.max_frames, use_audio_in_video=s.use_audio_in_video,
-            sampling_rate=s.sampling_rate,
-        )  # fmt: skip
+        request, options = self.request, _media_options(self.settings, self.media_root)
         need_video, need_audio = "video" in request, "audio" in request
         sample = load_sample_media(
             context.sample_id or "", context.media_ref(), options, need_video=need_video, need_audio=need_audio
@@ -299,15 +314,10 @@ class VllmRewardModel:
         self.kind = self.settings.kind
         self.media_root = media_root
         if self.kind != "text":  # what serving and the media checks read of a multimodal model
-            from emoreward.data.media import MediaOptions
             from emoreward.models.backbones import get_backbone
 
-            s = self.settings
-            self.spec = get_backbone(s.backbone)
-            self.options = MediaOptions(
-                media_root, fps=s.fps, max_frames=s.max_frames, use_audio_in_video=s.use_audio_in_video,
-                sampling_rate=s.sampling_rate,
-            )  # fmt: skip
+            self.spec = get_backbone(self.settings.backbone)
+            self.options = _media_options(self.settings, media_root)
         self.url = url.rstrip("/")
         if not self.url.startswith(("http://", "https://")):
             raise ValueError(f"vLLM URL {url!r} is not an http:// or https:// URL")
@@ -520,16 +530,11 @@ class VllmServer:
         stop_timeout: float = 30.0,
         env: dict[str, str] | None = None,
     ):
-        from transformers import AutoTokenizer
-
         self.export_dir, self.port, self.log = Path(export_dir), int(port), Path(log)
         self.url = f"http://127.0.0.1:{self.port}"
         self.start_timeout, self.stop_timeout = float(start_timeout), float(stop_timeout)
         self._tmp = tempfile.TemporaryDirectory(prefix="emoreward-vllm-")
-        template = None
-        if getattr(_check_export(self.export_dir), "input_format", None) == "chat":
-            template = Path(self._tmp.name) / "chat_template.jinja"
-            template.write_text(vllm_chat_template(AutoTokenizer.from_pretrained(self.export_dir)))
+        template = write_chat_template(self.export_dir, Path(self._tmp.name) / "chat_template.jinja")
         self.command = serve_command(
             self.export_dir, port=self.port, dtype=dtype, python=python, chat_template=template
         )
@@ -593,12 +598,7 @@ def _main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", default="float32", choices=DTYPES)
     args = p.parse_args(argv)
     export_dir = Path(args.export_dir)
-    template = None
-    if getattr(_check_export(export_dir), "input_format", None) == "chat":
-        from transformers import AutoTokenizer
-
-        template = export_dir.with_name(export_dir.name + ".vllm_chat_template.jinja")
-        template.write_text(vllm_chat_template(AutoTokenizer.from_pretrained(export_dir)))
+    template = write_chat_template(export_dir, export_dir.with_name(export_dir.name + ".vllm_chat_template.jinja"))
     cmd = serve_command(export_dir, port=args.port, dtype=args.dtype, python="python", chat_template=template)
     sys.stdout.write(json.dumps({"served_model_name": served_name(export_dir, args.dtype), "command": cmd}) + "\n")
     return 0

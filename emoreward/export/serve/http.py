@@ -25,7 +25,7 @@ import h11
 
 from emoreward.export.serve import routes
 from emoreward.export.serve.batching import Batcher, Job
-from emoreward.export.serve.protocol import LOOPBACK, RequestError, log_refusal, parse_json
+from emoreward.export.serve.protocol import LOOPBACK, RequestError, parse_json
 from emoreward.export.serve.service import RewardService
 
 
@@ -244,7 +244,7 @@ class _Connection(asyncio.Protocol):
         try:
             self._queue(parse_json(body))
         except Exception as err:
-            self._error(err)
+            self._fail(err)
 
     def _parsed(self, future: asyncio.Future) -> None:
         if self.closed:
@@ -252,7 +252,7 @@ class _Connection(asyncio.Protocol):
         try:
             self._queue(future.result())
         except Exception as err:
-            self._error(err)
+            self._fail(err)
 
     def _queue(self, body: Any) -> None:
         job = self.service.parse(self.route, body)
@@ -274,23 +274,13 @@ class _Connection(asyncio.Protocol):
         try:
             result = self.service.reply(job)
         except Exception as err:
-            self._error(err)
+            self._fail(err)
             return
         self._reply(HTTPStatus.OK, result)
 
-    def _error(self, err: Exception) -> None:
-        if isinstance(err, RequestError):
-            self._fail(err)
-            return
-        logger.exception("request failed", exc_info=err)
-        self.service.count(failures=1)
-        self._reply(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error; see the server log"})
-
-    def _fail(self, err: RequestError) -> None:
-        """Answer ``err`` (counted and logged like every refused request)."""
-        self.service.record_error(err)
-        log_refusal(logger, self.method, self.path, err)
-        self._reply(err.status, {"error": err.message}, err.headers)
+    def _fail(self, err: Exception) -> None:
+        """Answer ``err`` (`RewardService.error_reply`: counted and logged as every engine does)."""
+        self._reply(*self.service.error_reply(err, self.method, self.path))
 
     def _reply(
         self, status: HTTPStatus, payload: dict[str, Any], headers: list[tuple[str, str]] | None = None
@@ -611,8 +601,8 @@ def check_bind(host: str, port: int) -> None:
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
-    """The server's event loop: uvloop's when it is installed (it comes with the ``ray`` extra; about 20% less
-    event-loop CPU per request), else asyncio's. Both serve identically."""
+    """The server's event loop: uvloop's when it is installed (it comes with the ``ray`` extra), else asyncio's. Both
+    serve identically."""
     try:
         import uvloop
     except ImportError:

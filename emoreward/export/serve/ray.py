@@ -84,7 +84,7 @@ class RewardReplica:
     async def handle(self, method: str, path: str, headers: dict[str, str], read_body) -> tuple[int, dict, list]:
         """(status, JSON payload, extra headers) of one request, as the single-process server answers it."""
         from emoreward.export.serve import routes
-        from emoreward.export.serve.protocol import RequestError, log_refusal, parse_json
+        from emoreward.export.serve.protocol import RequestError, parse_json
 
         service = self.service
         headers = {k.lower(): v for k, v in headers.items()}
@@ -108,14 +108,8 @@ class RewardReplica:
                 body = parse_json(raw)
             job = service.parse(route, body)
             return HTTPStatus.OK, await self.batcher.run(job), []
-        except RequestError as err:
-            service.record_error(err)
-            log_refusal(logger, method, path, err)
-            return err.status, {"error": err.message}, err.headers
-        except Exception:
-            logger.exception("request failed")
-            service.count(failures=1)
-            return HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error; see the server log"}, []
+        except Exception as err:
+            return service.error_reply(err, method, path)
 
     def check_health(self) -> None:
         """Ray Serve's health check (every ``health_check_period_s``): raises when the scoring thread has died, so

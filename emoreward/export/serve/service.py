@@ -27,7 +27,7 @@ from emoreward.export.length_monitor import StreamLengthMonitor, defined
 from emoreward.export.serve import routes
 from emoreward.export.serve.batching import Job
 from emoreward.export.serve.facts import ServedModelFacts, served_model_facts
-from emoreward.export.serve.protocol import RequestError, ServerLimits
+from emoreward.export.serve.protocol import RequestError, ServerLimits, log_refusal
 from emoreward.models.base import ScoreInfo
 
 
@@ -65,11 +65,8 @@ class ServerStats:
 
 class RewardService:
     """What the endpoints do: validate request bodies into `Job`s, score queued jobs together with one reward model,
-    and build the replies. No HTTP here (`RewardServer` serves it).
-
-    Everything it reads about the model (kind, ``max_length``, the tokenizer's special tokens and longest entry,
-    the media rule, the device, the precision) is in ``facts`` (`facts.ServedModelFacts`, built by
-    `facts.served_model_facts`); only ``scorer`` touches the model.
+    and build the replies (no HTTP). All it reads about the model is in ``facts`` (`facts.ServedModelFacts`); only
+    ``scorer`` touches the model.
 
     Args:
         model (`RewardModel` or `ServedModelFacts`): the reward model, text (reads the subtitle only) or
@@ -163,10 +160,20 @@ class RewardService:
         else:
             self.count(bad_requests=1)
 
+    def error_reply(self, err: Exception, method: str, path: str) -> tuple[int, dict[str, str], list]:
+        """(status, JSON payload, extra headers) of a request that raised ``err``, counted and logged as every engine
+        does: a `RequestError` as it says (`protocol.log_refusal`), anything else a 500 with its traceback logged."""
+        if isinstance(err, RequestError):
+            self.record_error(err)
+            log_refusal(logger, method, path, err)
+            return err.status, {"error": err.message}, err.headers
+        logger.error("request failed", exc_info=err)
+        self.count(failures=1)
+        return HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error; see the server log"}, []
+
     def handle(self, route: str, body: Any) -> dict[str, Any]:
-        """The reply to one parsed request body, scored now in the caller's thread (no queue, no HTTP): what an
-        engine that batches and schedules on its own (Ray Serve) calls. Synchronous; the model is not thread-safe,
-        so call it from one thread at a time (or batch with `parse` / `score_jobs` / `reply`).
+        """The reply to one parsed request body, scored now in the caller's thread (no queue, no HTTP); call it from
+        one thread at a time (the model is not thread-safe).
 
         Args:
             route (`str`): a route's name (`routes`): ``"rewards"`` (``POST /v1/rewards``), ``"openrlhf"``
