@@ -42,8 +42,9 @@ class Job:
         cancelled (`bool`): the client has gone; the job is dropped before its next model call.
         gone (callable, *optional*): True once the client has gone (read by the scoring thread before each model
             call: the HTTP server passes a check of its connection's end-of-stream flag, which the event loop sets).
-        waiter: ``(event loop, callback)``: called in the loop's thread when the job is finished (`Batcher.run`
-            and the HTTP server set it; threads wait on ``future`` instead).
+        waiter: ``(event loop, callback)``: called in the loop's thread when the job is finished (scored, failed
+            or dropped; `Batcher.run` and the HTTP server set it); None: ``future`` (which `Batcher.score` makes and
+            a thread blocks on) is set instead.
         info, error: the result (`ScoreInfo` for the job's descriptions) or the error its request gets.
     """
 
@@ -53,13 +54,10 @@ class Job:
     fields: list[str]
     costs: list[int]
     offset: int = 0
-    # what a caller waiting in a thread blocks on (`Batcher.score` makes it; event loops use `waiter`)
     future: concurrent.futures.Future | None = field(default=None, repr=False)
     deadline: float = math.inf
     cancelled: bool = False
     gone: Callable[[], bool] | None = field(default=None, repr=False)
-    # (event loop, callback): the callback runs in that loop's thread once the job is finished (scored, failed or
-    # dropped); None: the job's `future` is set instead (a caller waiting in a thread)
     waiter: tuple[asyncio.AbstractEventLoop, Callable[[], None]] | None = field(default=None, repr=False)
     info: ScoreInfo | None = None
     error: RequestError | None = None
