@@ -121,15 +121,11 @@ def write_chat_template(export_dir: Path, path: Path) -> Path | None:
 
 # ---------------------------------------------------------------------------------------------- requests
 class VllmRequestBuilder:
-    """The ``/classify`` bodies of (description, context) items for one text export: the export's own token layout
-    (`emoreward.models.layout.text_input_ids_batch`, the rule of every route; the context is the subtitle read by
-    `emoreward.data.context.reward_context`).
-
-    - ``"pair"`` (encoders): the token ids ``[CLS] CONTEXT [SEP] DESCRIPTION [SEP]`` (``input``: a list of id
-      lists, many items per request; a pair cannot travel as one text without its ``[SEP]`` being re-tokenized);
-    - ``"chat"`` (decoders): ``messages`` ``[user: CONTEXT, assistant: DESCRIPTION]`` (no user turn without
-      context), rendered by the server's chat template (`vllm_chat_template`), one item per request; a
-      description cut to ``max_length`` travels as its cut token ids instead (vLLM would cut the left).
+    """The ``/classify`` bodies of (description, context) items for one export, by its own layout
+    (`emoreward.models.layout.text_input_ids_batch`, the rule of every route): ``"pair"`` (encoders): token ids,
+    many items per request; ``"chat"`` (decoders): ``messages`` ``[user: CONTEXT, assistant: DESCRIPTION]``
+    rendered by the server's chat template (`vllm_chat_template`), one item per request, a description cut to
+    ``max_length`` as its cut token ids; a multimodal export: its request data's messages with the media.
 
     Args:
         export_dir: an export folder (`emoreward export`); model: the served model name (`served_name`).
@@ -279,12 +275,8 @@ def _wav_url(audio: np.ndarray, rate: int) -> str:
 # ---------------------------------------------------------------------------------------------- the client
 class VllmRewardModel:
     """A reward model served by vLLM (a text export, or a multimodal one with its request data): the `RewardModel`
-    interface (``kind``, ``settings``, ``modalities``, ``score``, ``score_info``, ``context_key``) over
-    ``/classify`` requests to ``url``. A multimodal model's media paths resolve in ``media_root`` (read here: the
-    client decodes and sends the frames and the audio, as the request data says).
-
-    Its content is the export's (``source_dir``: score-cache keys use `content_fingerprint` of the folder, as for
-    the loaded model) and its precision the dtype the server serves in, both read from the served name.
+    interface over ``/classify`` requests to ``url``; media paths resolve in ``media_root`` (decoded here). Its
+    content is the export's (``source_dir``, for score-cache keys) and its precision the served dtype.
 
     Args:
         export_dir: the export folder the server serves (read here: tokenizer, layout, identity).

@@ -199,12 +199,9 @@ class Batcher:
         return self.service.reply(job)
 
     def _take(self) -> tuple[list[tuple[Job, Job]], list[Job]]:
-        """(parent job, the part of it to score) for the next model call, and the jobs dropped from the queue.
-
-        The call's budget goes to whole jobs in arrival order, except that while a job larger than the budget is
-        queued, the oldest such job gets at least half of every call (in slices, until it is done) and later large
-        jobs wait for it: small jobs pass a large one, and large jobs finish one after another instead of all
-        late together."""
+        """(parent job, the part of it to score) for the next model call, and the jobs dropped from the queue: the
+        budget goes to whole jobs in arrival order, but the oldest job larger than the budget gets at least half of
+        every call (in slices) and later large jobs wait for it."""
         batch: list[tuple[Job, Job]] = []
         dropped: list[Job] = []
         budget, tokens = self.call_budget(), 0

@@ -49,15 +49,10 @@ _REASONS = {status: status.phrase.encode("latin-1") for status in HTTPStatus}
 
 
 class _Connection(asyncio.Protocol):
-    """One client connection: HTTP/1.1 parsed and framed by h11 (one `h11.Connection` per connection, fed from
-    `data_received`), keep-alive; pipelined requests are answered in order, one at a time.
-
-    A request goes: its head (`h11.Request`), the checks that need no body (route, method, token, body headers,
-    queue room: a refused request's body is never waited for), ``100 Continue`` when the client waits for it, the
-    body (`h11.Data` up to `h11.EndOfMessage`), then the job is queued and `_scored` answers it from the batcher's
-    wake-up. Bytes that arrive while a request is answered (the next, pipelined requests) are held until its reply
-    is sent and h11 starts its next cycle. A client that closes or half-closes its side while its job waits has gone
-    (`Job.gone`): the batcher drops the job before its next model call.
+    """One client connection: HTTP/1.1 parsed and framed by h11, keep-alive; pipelined requests are answered in
+    order, one at a time. A request goes: its head, the checks that need no body (a refused request's body is never
+    waited for), ``100 Continue``, the body, then its job is queued and `_scored` answers it from the batcher's
+    wake-up. A client that closes or half-closes its side while its job waits has gone (`Job.gone`).
     """
 
     def __init__(self, server: RewardServer):
@@ -381,11 +376,9 @@ class _Connection(asyncio.Protocol):
         return not self.fresh and not self.busy and not self.closed and not self.refused
 
     def close(self) -> None:
-        """Close without resetting the connection: a socket closed while the client's bytes are still unread (a
-        request refused before its body was read, a 503 sent without reading the request) makes the kernel send a
-        TCP RST, which can destroy the reply before the client reads it. So the reply is followed by a FIN
-        (half-close), what the client still sends is read and discarded until it closes its side (at most
-        `LINGER_S` s), and only then is the socket closed (the "lingering close" of HTTP servers)."""
+        """Close without resetting the connection (a socket closed with unread bytes sends a TCP RST, which can
+        destroy the reply): a FIN after the reply, what the client still sends discarded until it closes its side
+        (at most `LINGER_S` s), then the socket closed (HTTP servers' "lingering close")."""
         if self.closed:
             return
         self.closed = True
@@ -485,12 +478,10 @@ class RewardServer:
         return done
 
     def reclaim_slot(self) -> bool:
-        """Free a connection slot for a new client when every slot is taken: close the connection that has been
-        waiting longest for its client, if it has waited at least `RECLAIM_AFTER_S` s: the one whose request has
-        been arriving for longest (answered 408), else the one idle longest (kept alive, or connected and silent).
-        A complete request being scored is never closed. So clients that send their requests slowly (a byte every
-        few seconds, within the whole-request deadline) or not at all cannot hold every slot: each new client
-        takes the slot of the slowest one. True when a slot was freed."""
+        """Free a connection slot for a new client when every slot is taken: close the connection that has waited
+        longest (at least `RECLAIM_AFTER_S` s) for its client: the one whose request has been arriving longest
+        (answered 408), else the one idle longest; a request being scored is never closed. True when a slot was
+        freed."""
         now = self.loop.time()
         waiting = [c for c in self.connections if c.slot and not c.busy and now - c.since >= RECLAIM_AFTER_S]
         slow = [c for c in waiting if c.receiving]
@@ -505,12 +496,8 @@ class RewardServer:
         return False
 
     async def _stop_listening(self) -> None:
-        """Close the listening socket without resetting the connections the kernel has already accepted for it.
-
-        Closing a listening socket resets (TCP RST) every connection still in its accept queue: their clients had
-        connected and sent a request, and read "connection reset" instead of a reply (under load the queue holds
-        dozens). So first the kernel is told to drop new connection attempts (a socket filter, Linux; their
-        clients retry the handshake and are refused once the socket is closed: nothing was sent), then the queued
+        """Close the listening socket without resetting the connections in its accept queue (closing it would send
+        each a TCP RST): the kernel first drops new connection attempts (a socket filter, Linux), the queued
         connections are accepted (each answered 503 "shutting down"), then the socket is closed."""
         if self._server is None:
             return

@@ -54,11 +54,9 @@ def _unpack_error(packed: tuple) -> BaseException:
 def _serve(
     directory: str, media_root: str | None, threads: int | None, conn: Any, warning_filters: list, parent: tuple
 ) -> None:
-    """The model process: load the model, send its facts, then answer ``(descriptions, contexts, batch_size)`` requests until
-    ``None`` (or the pipe closes). It ignores SIGINT and SIGTERM: Ctrl-C (sent to the whole process group) or a
-    service manager's SIGTERM to every process must not end it while the server still answers its queued requests;
-    the server ends it after them (`ModelProcess.close`); a server that dies closes the pipe, and ends it even while
-    it loads or scores (`die_with_parent`)."""
+    """The model process: load the model, send its facts, then answer ``(descriptions, contexts, batch_size)``
+    requests until ``None`` or the pipe closes. It ignores SIGINT and SIGTERM (the server ends it after its queued
+    requests, `ModelProcess.close`) and dies with the server (`die_with_parent`)."""
     import signal
 
     from emoreward.utils.processes import die_with_parent
