@@ -78,17 +78,15 @@ class RewardClient:
         for attempt in range(self.retries):
             url = self._next_url()
             try:
-                status, headers, content = self._send(url, method, path, body)
+                answer = self._send(url, method, path, body)
             except TRANSPORT_ERRORS as err:
-                last, wait = f"{url}: {type(err).__name__}: {err}", 1.0
-            else:
-                done, value, wait = outcome(url + path, status, headers, content)
-                if done:
-                    return value
-                last = value
+                answer = err
+            done, last, wait = _judged(url, path, answer)
+            if done:
+                return last
             if attempt + 1 < self.retries:
                 time.sleep(wait)
-        raise RuntimeError(f"{path} did not answer after {self.retries} attempts (last: {last})")
+        raise _gave_up(path, self.retries, last)
 
     def _send(self, url: str, method: str, path: str, body: bytes | None):
         parts = urllib.parse.urlsplit(url)
@@ -142,17 +140,15 @@ class RewardClient:
         for attempt in range(self.retries):
             url = self._next_url()
             try:
-                status, headers, content = await asyncio.wait_for(self._asend(url, path, body), self.timeout)
+                answer = await asyncio.wait_for(self._asend(url, path, body), self.timeout)
             except TRANSPORT_ERRORS as err:
-                last, wait = f"{url}: {type(err).__name__}: {err}", 1.0
-            else:
-                done, value, wait = outcome(url + path, status, headers, content)
-                if done:
-                    return value
-                last = value
+                answer = err
+            done, last, wait = _judged(url, path, answer)
+            if done:
+                return last
             if attempt + 1 < self.retries:
                 await asyncio.sleep(wait)
-        raise RuntimeError(f"{path} did not answer after {self.retries} attempts (last: {last})")
+        raise _gave_up(path, self.retries, last)
 
     async def _asend(self, url: str, path: str, body: bytes):
         loop = asyncio.get_running_loop()
@@ -224,6 +220,17 @@ def outcome(url: str, status: int, headers: Any, content: bytes) -> tuple[bool, 
     if status in (502, 504) or (status == 500 and not _own_error(text)):
         return False, f"{url}: {status}: {text[:200]}", 1.0
     raise ServerError(f"{url} answered {status}: {text[:1000]}", status)
+
+
+def _judged(url: str, path: str, answer: tuple | BaseException) -> tuple[bool, Any, float]:
+    """`outcome` of one attempt's ``(status, headers, content)``, or of its transport error (retried after 1 s)."""
+    if isinstance(answer, BaseException):
+        return False, f"{url}: {type(answer).__name__}: {answer}", 1.0
+    return outcome(url + path, *answer)
+
+
+def _gave_up(path: str, retries: int, last: str) -> RuntimeError:
+    return RuntimeError(f"{path} did not answer after {retries} attempts (last: {last})")
 
 
 def _own_error(text: str) -> bool:
