@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
 
     ``--engine single`` loads the model in a process of its own (`ModelProcess`) unless ``--no-model-process``:
     the server process validates requests from the model's `ServedModelFacts` and loads no weights. Measured on CPU
-    (docs/speed.md#serving), the only device `load_reward_model` puts a model on, so the default has no device
+    (docs/speed.md#what-to-expect), the only device `load_reward_model` puts a model on, so the default has no device
     rule."""
     from emoreward.cli.options import quiet_libraries
 

@@ -28,15 +28,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'emoreward.export' has no attribute {name!r}")
 
 
-__all__ = [
-    "EmotionReward",
-    "ExportMismatchError",
-    "ExportReport",
-    "RewardServer",
-    "RewardService",
-    "ServerLimits",
-    "completion_text",
-    "compute_score",
-    "compute_score_batch",
-    "export_hf",
-]
+__all__ = sorted(_WHERE)

@@ -48,11 +48,8 @@ def completion_text(completion: Any) -> str:
 
 
 class EmotionReward:
-    """Reward function with GRPOTrainer's signature: ``(prompts, completions, **kwargs) -> list[float]``.
-
-    Each completion is taken as an emotion description of the sample its prompt came from; its reward is
-    r(description | context) from the reward model (unnormalised; GRPO normalises advantages within each group of
-    generations anyway), the same reward `emoreward evaluate`, `rank` and `serve` give for that input.
+    """Reward function with GRPOTrainer's signature: ``(prompts, completions, **kwargs) -> list[float]``: each
+    completion's reward r(description | context), unnormalised, as `emoreward evaluate`, `rank` and `serve` give it.
 
     Args:
         model (`RewardModel`, `str` or `Path`): a reward model (text or multimodal) or a saved model directory.
@@ -68,11 +65,9 @@ class EmotionReward:
         scale (`float`): multiply rewards by this (e.g. to weigh this reward against others); finite (ValueError).
         name (`str`): the name GRPOTrainer logs the reward under (``rewards/<name>/mean``).
         length_monitor (`LengthMonitor`, `bool` or `None`): the RL length-hacking monitor
-            (`emoreward.export.length_monitor`); ``True`` (default) makes one with its defaults (window 20, threshold
-            0.5), ``False``/``None`` turns it off. Its per-batch figures (``length/mean``, ``length/std``,
-            ``length/reward_spearman``, ``length/reward_spearman_window``, ``length/hacking``) go to GRPOTrainer's
-            logs (and W&B) through the ``log_metric`` callable TRL passes to reward functions; the latest are in
-            ``last_length_figures``.
+            (`emoreward.export.length_monitor`); ``True`` (default) makes one with its defaults, ``False``/``None``
+            turns it off. Its per-batch ``length/...`` figures go to GRPOTrainer's logs through the ``log_metric``
+            callable TRL passes to reward functions; the latest are in ``last_length_figures``.
     """
 
     def __init__(
@@ -122,11 +117,9 @@ class EmotionReward:
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
         """Rewards, one per completion (``len(completions)`` floats).
 
-        GRPOTrainer calls ``f(prompts=..., completions=..., completion_ids=..., **columns)``, where ``columns``
-        holds every dataset column except ``prompt`` (repeated for each generation), plus ``trainer_state``,
-        ``log_extra`` and ``log_metric``. The sample's context comes from the columns, else from what the prompt
-        names (`emoreward.data.context.reward_context`), so a TRL prompt gets the same reward as in `emoreward
-        train` / `evaluate`. A multimodal model scores the generations of one sample behind one media prefix.
+        GRPOTrainer calls ``f(prompts=..., completions=..., completion_ids=..., **columns)`` (every dataset column
+        but ``prompt``, plus ``trainer_state``, ``log_extra`` and ``log_metric``). The sample's context comes from
+        the columns, else from what the prompt names (`emoreward.data.context.reward_context`).
 
         Raises:
             ValueError: if a column's length differs from ``len(completions)``, a completion has an unknown

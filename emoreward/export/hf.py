@@ -1,16 +1,8 @@
-"""Export a trained reward model (text or multimodal) as a merged checkpoint for RL pipelines, and verify it.
-
-:func:`export_hf` merges LoRA into the backbone, writes the input recipe (`emoreward_config.json`) and a model card
-that says exactly how the checkpoint must be read and which RL stacks can read it, reloads the export and checks
-that it gives the same rewards as the original model:
-
-- text backbones: the export is a plain `AutoModelForSequenceClassification` checkpoint (no missing or unexpected
-  keys); the check reads it with nothing but `transformers`, on ids that `emoreward.models.text.text_input_ids`
-  builds from the EXPORTED tokenizer and settings alone (the one input function of every route);
-- multimodal backbones: the engine layout (`emoreward.models.media.export_layout`): `<X>ForSequenceClassification` that vLLM's
-  pooling runner serves as it is, a remote-code class for transformers, the request as data; the check reloads it
-  with `emoreward.models.load_reward_model` and runs its remote-code class, comparing rewards on a synthetic clip
-  (decoded frames and audio made in memory, no files needed).
+"""Export a trained reward model (text or multimodal) as a merged checkpoint for RL pipelines, and verify it:
+`export_hf` merges LoRA into the backbone, writes the input recipe (`emoreward_config.json`) and a model card that
+says how to read the checkpoint, reloads the export and checks it gives the original's rewards (text: plain
+`AutoModelForSequenceClassification` on ids from the exported files alone; multimodal: the engine layout of
+`emoreward.models.media.export_layout`, on a synthetic clip). See docs/serving.md#export-for-rl.
 """
 
 from __future__ import annotations
@@ -132,23 +124,14 @@ def export_hf(
         atol (`float`, *optional*): largest allowed |reward difference| (default:
             `emoreward.models.precision.reward_tolerance` of the check's precision: 1e-5 in float32).
 
-    The check compares like with like: the original model's float32 master weights (a path loads in float32,
-    whatever `"auto"` would pick on this machine; a text model keeps float32 master weights) against the export
-    reloaded in float32. A model object whose weights are in another dtype (a multimodal model loaded in bf16) is
-    compared with its export reloaded in that dtype, at that dtype's tolerance; its export holds the weights in that
-    dtype (load the model in float32 for a float32 export).
-
-    The export is written and checked in a temporary sibling folder and swapped into ``directory`` only when the
-    check passes (`emoreward.utils.io.replace_dir`: a kill at any point leaves the earlier export or the new one,
-    and the rerun accepts what it left): ``directory`` never holds an export that failed it (a failed one is kept for inspection as
-    ``<directory>.failed-check``, which the error names).
+    The check compares like with like: the master weights' dtype (float32 for a path) on both sides. The export
+    (with the model's `training_data.json`, so in-sample pairs stay flagged) is written and checked in a sibling
+    folder and swapped into ``directory`` only when the check passes (`emoreward.utils.io.replace_dir`); a failed
+    one is kept as ``<directory>.failed-check``. ``directory`` may be new, empty or an earlier export
+    (`check_export_target`).
 
     Returns:
         `ExportReport`.
-
-    The export also carries the model's `training_data.json` (the pairs it was trained on), so that an evaluation
-    of the export on them is still flagged in-sample. ``directory`` may be new, empty or an earlier export, which is
-    replaced whole (`check_export_target`); anything else is refused before any work.
 
     Raises:
         ValueError: ``directory`` is the model's own directory, an existing file or a folder that holds anything but
@@ -191,9 +174,7 @@ def export_hf(
 
             again = load_reward_model(staging, media_root=getattr(model, "media_root", None), dtype=dtype)
             got = again.score(probes, contexts)
-            raw = expected - apply_score_transform(
-                np.zeros(len(probes)), [len(d) for d in probes], model.settings.score_transform
-            )
+            raw = _network_output(expected, probes, model.settings.score_transform)
             again.model = None  # its inputs are still built from the export's files; one more copy of the weights
             if model.spec.native_classifier:  # a plain checkpoint: transformers' own class reads it, no remote code
                 from transformers import AutoModelForSequenceClassification
@@ -280,6 +261,12 @@ def _reference(model: RewardModel, dtype: torch.dtype) -> RewardModel:
     return model
 
 
+def _network_output(rewards: np.ndarray, probes: list[str], transform) -> np.ndarray:
+    """The network's raw output behind ``rewards`` of ``probes``: the score transform (not part of the weights)
+    taken off."""
+    return rewards - apply_score_transform(np.zeros(len(probes)), [len(d) for d in probes], transform)
+
+
 def _check_text_export(
     model, directory: Path, probes, contexts, expected: np.ndarray, dtype: torch.dtype
 ) -> ExportReport:
@@ -296,11 +283,7 @@ def _check_text_export(
     assert isinstance(settings, TextSettings)
     own_ids = [model.encode(d, c).input_ids for d, c in zip(probes, contexts)]
     recipe_ids = [text_input_ids(tokenizer, settings, d, c.subtitle).input_ids for d, c in zip(probes, contexts)]
-    transform = model.settings.score_transform
-    if transform:  # not part of the network: compare the raw head output
-        from emoreward.models.base import apply_score_transform
-
-        expected = expected - (apply_score_transform(np.zeros(len(probes)), [len(d) for d in probes], transform))
+    expected = _network_output(expected, probes, model.settings.score_transform)
     got = score_with_transformers(loaded, own_ids)
     got_plain = score_with_transformers(loaded, recipe_ids)
     return ExportReport(

@@ -1,12 +1,8 @@
 """The RL length-hacking monitor: the length of rewarded descriptions and their reward-length Spearman correlation,
 with a warning above a threshold the user sets (a policy optimised against a length-biased reward learns to write
-longer descriptions).
-
-Two windows, one alarm (`_Alarm`), because they are two facts: `LengthMonitor` averages per-batch correlations over
-the last batches (TRL GRPO scores a batch per call: `EmotionReward` logs them through TRL's ``log_metric``), and
-`StreamLengthMonitor` correlates the last ``size`` descriptions (OpenRLHF and verl send a sample per call, where one
-call's correlation is undefined: the server's OpenRLHF ``extra_logs`` and ``/health``, verl's extra keys). See
-docs/serving.md.
+longer descriptions). Two windows share one alarm (`_Alarm`): `LengthMonitor` averages per-batch correlations (TRL
+GRPO), `StreamLengthMonitor` correlates the last ``size`` descriptions (OpenRLHF and verl: a sample per call). See
+docs/serving.md#rl-length-monitor.
 """
 
 from __future__ import annotations
@@ -195,10 +191,7 @@ class StreamLengthMonitor(_Alarm):
         self._lock = threading.Lock()
 
     def update(self, rewards: Sequence[float], descriptions: Sequence[str]) -> dict[str, float | None]:
-        """Add one call's rewarded descriptions; return the window's figures.
-
-        One update costs O(``size``) numpy work (about 0.05 ms for 512) whatever the number of descriptions: a
-        server adds each model call's descriptions in one update, not one per request.
+        """Add one call's rewarded descriptions (O(``size``) work whatever their number); return the window's figures.
 
         Returns:
             :func:`batch_length_figures` of the window (``length/n`` is the window's size so far),

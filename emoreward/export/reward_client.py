@@ -1,12 +1,8 @@
-"""HTTP client of running `emoreward serve` servers for RL reward workers: keep-alive connection pools shared by every
-thread (one per process) and every task (one per event loop), several servers used round-robin, retries that
-honour ``Retry-After``. Standard library and h11 only (h11 parses the responses on the asyncio side).
-
-Retries (each attempt on the next URL): a 503 after its ``Retry-After`` (at most `MAX_WAIT` s); a refused, reset or
-timed-out connection, a 502 / 504, and a 500 that is not the server's own JSON error (Ray Serve's proxy answers so
-while it replaces a dead replica) after 1 s. A stale keep-alive connection (closed by the server while idle) is
-replaced at once, without counting as an attempt. Any other status raises: a 4xx or the server's own 500 is not
-mended by asking again.
+"""HTTP client of running `emoreward serve` servers for RL reward workers: keep-alive pools shared by every thread
+(one per process) and every task (one per event loop), servers used round-robin, each retry on the next URL: a 503
+after its ``Retry-After`` (at most `MAX_WAIT` s); a refused, reset or timed-out connection, a 502 / 504 or a proxy's
+500 after 1 s. A stale keep-alive connection is replaced without counting; a 4xx or the server's own 500 raises.
+Standard library and h11 only. See docs/serving.md#verl.
 """
 
 from __future__ import annotations
@@ -82,17 +78,15 @@ class RewardClient:
         for attempt in range(self.retries):
             url = self._next_url()
             try:
-                status, headers, content = self._send(url, method, path, body)
+                answer = self._send(url, method, path, body)
             except TRANSPORT_ERRORS as err:
-                last, wait = f"{url}: {type(err).__name__}: {err}", 1.0
-            else:
-                done, value, wait = outcome(url + path, status, headers, content)
-                if done:
-                    return value
-                last = value
+                answer = err
+            done, last, wait = _judged(url, path, answer)
+            if done:
+                return last
             if attempt + 1 < self.retries:
                 time.sleep(wait)
-        raise RuntimeError(f"{path} did not answer after {self.retries} attempts (last: {last})")
+        raise _gave_up(path, self.retries, last)
 
     def _send(self, url: str, method: str, path: str, body: bytes | None):
         parts = urllib.parse.urlsplit(url)
@@ -146,17 +140,15 @@ class RewardClient:
         for attempt in range(self.retries):
             url = self._next_url()
             try:
-                status, headers, content = await asyncio.wait_for(self._asend(url, path, body), self.timeout)
+                answer = await asyncio.wait_for(self._asend(url, path, body), self.timeout)
             except TRANSPORT_ERRORS as err:
-                last, wait = f"{url}: {type(err).__name__}: {err}", 1.0
-            else:
-                done, value, wait = outcome(url + path, status, headers, content)
-                if done:
-                    return value
-                last = value
+                answer = err
+            done, last, wait = _judged(url, path, answer)
+            if done:
+                return last
             if attempt + 1 < self.retries:
                 await asyncio.sleep(wait)
-        raise RuntimeError(f"{path} did not answer after {self.retries} attempts (last: {last})")
+        raise _gave_up(path, self.retries, last)
 
     async def _asend(self, url: str, path: str, body: bytes):
         loop = asyncio.get_running_loop()
@@ -228,6 +220,17 @@ def outcome(url: str, status: int, headers: Any, content: bytes) -> tuple[bool, 
     if status in (502, 504) or (status == 500 and not _own_error(text)):
         return False, f"{url}: {status}: {text[:200]}", 1.0
     raise ServerError(f"{url} answered {status}: {text[:1000]}", status)
+
+
+def _judged(url: str, path: str, answer: tuple | BaseException) -> tuple[bool, Any, float]:
+    """`outcome` of one attempt's ``(status, headers, content)``, or of its transport error (retried after 1 s)."""
+    if isinstance(answer, BaseException):
+        return False, f"{url}: {type(answer).__name__}: {answer}", 1.0
+    return outcome(url + path, *answer)
+
+
+def _gave_up(path: str, retries: int, last: str) -> RuntimeError:
+    return RuntimeError(f"{path} did not answer after {retries} attempts (last: {last})")
 
 
 def _own_error(text: str) -> bool:

@@ -1,9 +1,7 @@
 """verl hand-off: custom reward functions that score emotion descriptions with an emoreward reward model, loaded in
-the reward worker or behind running `emoreward serve` servers (one process, or Ray Serve replicas).
-
-`compute_score` (per sample, thread-safe), `compute_score_async` (a coroutine function, for verl's reward loop) and
-`compute_score_batch` (reward manager ``batch``) score ``solution_str`` (the decoded response) with the context
-from ``extra_info`` and return ``{"score", "truncated", "empty"}`` plus the length monitor's ``length/...`` figures::
+the reward worker or behind running `emoreward serve` servers. `compute_score` (per sample, thread-safe),
+`compute_score_async` (verl's reward loop) and `compute_score_batch` (reward manager ``batch``) return
+``{"score", "truncated", "empty"}`` plus the length monitor's ``length/...`` figures::
 
     custom_reward_function:
       path: pkg://emoreward.export.verl
@@ -11,8 +9,7 @@ from ``extra_info`` and return ``{"score", "truncated", "empty"}`` plus the leng
       reward_kwargs:
         server_url: http://127.0.0.1:8000   # or a list of URLs (round-robin); or model: /path/to/reward-model
 
-Retries (`emoreward.export.reward_client`): a 503 after its ``Retry-After``, a broken connection, a 502 / 504 or a
-proxy's 500 after 1 s, each on the next URL; any other error raises. See docs/serving.md ("verl")."""
+See docs/serving.md#verl."""
 
 from __future__ import annotations
 
@@ -34,7 +31,7 @@ from emoreward.export.serve.routes.rewards import Rewards  # the route verl's re
 
 TOKEN_ENV = "EMOREWARD_SERVE_TOKEN"
 # `compute_score_async`: most concurrent calls of one event loop sent in one HTTP request (reward_kwargs
-# `merge_samples`); measured in docs/speed.md#serving
+# `merge_samples`); docs/speed.md#what-to-expect
 MERGE_SAMPLES = 16
 # keyword arguments verl itself may pass to a custom reward function (sandbox / reward-loop plumbing), unused here
 VERL_KWARGS = frozenset(
@@ -82,13 +79,10 @@ async def compute_score_async(
     extra_info: dict | None = None,
     **kwargs: Any,
 ) -> dict[str, float]:
-    """`compute_score` as a coroutine function, for verl's reward loop (it awaits coroutine functions: many samples
-    in flight on one event loop, no executor thread each). Same arguments, result and errors.
-
-    The calls that reach one event loop together (the reward loop starts a task per sample) share HTTP requests of
-    at most ``merge_samples`` samples (`_Merger`): a request costs the server (and Ray Serve's proxy) far more than a
-    description in it, and the server scores its queued requests together anyway. A sample the server refuses
-    (4xx) is sent again alone, so that only its own call raises."""
+    """`compute_score` as a coroutine function, for verl's reward loop (many samples in flight on one event loop).
+    Same arguments, result and errors. The calls that reach one event loop together share HTTP requests of at most
+    ``merge_samples`` samples (`_Merger`); a sample the server refuses (4xx) is sent again alone, so that only its
+    own call raises."""
     request = _Request.build([solution_str], [ground_truth], [extra_info], kwargs)
     if request.model is not None:
         batcher, job = _local_job(request)

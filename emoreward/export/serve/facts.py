@@ -1,11 +1,7 @@
 """What the reward server reads from its reward model, in one picklable snapshot: `ServedModelFacts`, built by
-`served_model_facts` from a loaded model.
-
-`RewardService` validates requests, estimates their tokens, batches them and answers ``/health`` from these facts
-alone; only scoring needs the model. So the same facts serve both routes: in one process
-(``RewardService(model)`` builds them from the model it scores with) and with a model process (``emoreward serve``'s
-default: the child loads the model, builds the facts with this one function and sends them with its "ready"
-message; the server process loads no weights and imports no torch for a text model). Nothing here imports torch.
+`served_model_facts` from a loaded model. `RewardService` validates, estimates tokens, batches and answers
+``/health`` from these facts alone, so the server process of a model process (``emoreward serve``'s default) loads
+no weights. Nothing here imports torch. See docs/serving.md#reward-server-emoreward-serve.
 """
 
 from __future__ import annotations

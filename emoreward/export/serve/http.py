@@ -1,13 +1,8 @@
 """HTTP/1.1 for a `RewardService`: `RewardServer` (one asyncio event loop for every connection, the `Batcher`'s
-scoring thread, bearer authentication, start-up and graceful shutdown) and `_Connection`, the protocol of one
-client connection (keep-alive, timeouts, lingering close).
-
-Each connection is an `asyncio.Protocol`: bytes arrive in `data_received`, a complete request is validated and
-queued in that callback, and the batcher's scoring thread wakes the loop once per model call, which answers every
-request of that call from a callback. No task, coroutine or stream object is made per request: at RL rates (one
-request per sample) the event loop's cost per request is what separates the server's rate from the model's.
-HTTP/1.1 itself (request parsing, body framing, responses, keep-alive, ``100 Continue``) is h11's, sans-IO: one
-`h11.Connection` per connection, fed the bytes `data_received` gets.
+scoring thread, bearer authentication, start-up and graceful shutdown) and `_Connection`, the `asyncio.Protocol` of
+one client connection (h11 parsing and framing, keep-alive, timeouts, lingering close). No task or coroutine is
+made per request: at RL rates the loop's cost per request separates the server's rate from the model's.
+See docs/serving.md#reward-server-emoreward-serve.
 """
 
 from __future__ import annotations
@@ -30,7 +25,7 @@ import h11
 
 from emoreward.export.serve import routes
 from emoreward.export.serve.batching import Batcher, Job
-from emoreward.export.serve.protocol import LOOPBACK, RequestError, log_refusal, parse_json
+from emoreward.export.serve.protocol import LOOPBACK, RequestError, parse_json
 from emoreward.export.serve.service import RewardService
 
 
@@ -54,15 +49,10 @@ _REASONS = {status: status.phrase.encode("latin-1") for status in HTTPStatus}
 
 
 class _Connection(asyncio.Protocol):
-    """One client connection: HTTP/1.1 parsed and framed by h11 (one `h11.Connection` per connection, fed from
-    `data_received`), keep-alive; pipelined requests are answered in order, one at a time.
-
-    A request goes: its head (`h11.Request`), the checks that need no body (route, method, token, body headers,
-    queue room: a refused request's body is never waited for), ``100 Continue`` when the client waits for it, the
-    body (`h11.Data` up to `h11.EndOfMessage`), then the job is queued and `_scored` answers it from the batcher's
-    wake-up. Bytes that arrive while a request is answered (the next, pipelined requests) are held until its reply
-    is sent and h11 starts its next cycle. A client that closes or half-closes its side while its job waits has gone
-    (`Job.gone`): the batcher drops the job before its next model call.
+    """One client connection: HTTP/1.1 parsed and framed by h11, keep-alive; pipelined requests are answered in
+    order, one at a time. A request goes: its head, the checks that need no body (a refused request's body is never
+    waited for), ``100 Continue``, the body, then its job is queued and `_scored` answers it from the batcher's
+    wake-up. A client that closes or half-closes its side while its job waits has gone (`Job.gone`).
     """
 
     def __init__(self, server: RewardServer):
@@ -249,7 +239,7 @@ class _Connection(asyncio.Protocol):
         try:
             self._queue(parse_json(body))
         except Exception as err:
-            self._error(err)
+            self._fail(err)
 
     def _parsed(self, future: asyncio.Future) -> None:
         if self.closed:
@@ -257,7 +247,7 @@ class _Connection(asyncio.Protocol):
         try:
             self._queue(future.result())
         except Exception as err:
-            self._error(err)
+            self._fail(err)
 
     def _queue(self, body: Any) -> None:
         job = self.service.parse(self.route, body)
@@ -279,23 +269,13 @@ class _Connection(asyncio.Protocol):
         try:
             result = self.service.reply(job)
         except Exception as err:
-            self._error(err)
+            self._fail(err)
             return
         self._reply(HTTPStatus.OK, result)
 
-    def _error(self, err: Exception) -> None:
-        if isinstance(err, RequestError):
-            self._fail(err)
-            return
-        logger.exception("request failed", exc_info=err)
-        self.service.count(failures=1)
-        self._reply(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error; see the server log"})
-
-    def _fail(self, err: RequestError) -> None:
-        """Answer ``err`` (counted and logged like every refused request)."""
-        self.service.record_error(err)
-        log_refusal(logger, self.method, self.path, err)
-        self._reply(err.status, {"error": err.message}, err.headers)
+    def _fail(self, err: Exception) -> None:
+        """Answer ``err`` (`RewardService.error_reply`: counted and logged as every engine does)."""
+        self._reply(*self.service.error_reply(err, self.method, self.path))
 
     def _reply(
         self, status: HTTPStatus, payload: dict[str, Any], headers: list[tuple[str, str]] | None = None
@@ -396,11 +376,9 @@ class _Connection(asyncio.Protocol):
         return not self.fresh and not self.busy and not self.closed and not self.refused
 
     def close(self) -> None:
-        """Close without resetting the connection: a socket closed while the client's bytes are still unread (a
-        request refused before its body was read, a 503 sent without reading the request) makes the kernel send a
-        TCP RST, which can destroy the reply before the client reads it. So the reply is followed by a FIN
-        (half-close), what the client still sends is read and discarded until it closes its side (at most
-        `LINGER_S` s), and only then is the socket closed (the "lingering close" of HTTP servers)."""
+        """Close without resetting the connection (a socket closed with unread bytes sends a TCP RST, which can
+        destroy the reply): a FIN after the reply, what the client still sends discarded until it closes its side
+        (at most `LINGER_S` s), then the socket closed (HTTP servers' "lingering close")."""
         if self.closed:
             return
         self.closed = True
@@ -500,12 +478,10 @@ class RewardServer:
         return done
 
     def reclaim_slot(self) -> bool:
-        """Free a connection slot for a new client when every slot is taken: close the connection that has been
-        waiting longest for its client, if it has waited at least `RECLAIM_AFTER_S` s: the one whose request has
-        been arriving for longest (answered 408), else the one idle longest (kept alive, or connected and silent).
-        A complete request being scored is never closed. So clients that send their requests slowly (a byte every
-        few seconds, within the whole-request deadline) or not at all cannot hold every slot: each new client
-        takes the slot of the slowest one. True when a slot was freed."""
+        """Free a connection slot for a new client when every slot is taken: close the connection that has waited
+        longest (at least `RECLAIM_AFTER_S` s) for its client: the one whose request has been arriving longest
+        (answered 408), else the one idle longest; a request being scored is never closed. True when a slot was
+        freed."""
         now = self.loop.time()
         waiting = [c for c in self.connections if c.slot and not c.busy and now - c.since >= RECLAIM_AFTER_S]
         slow = [c for c in waiting if c.receiving]
@@ -520,12 +496,8 @@ class RewardServer:
         return False
 
     async def _stop_listening(self) -> None:
-        """Close the listening socket without resetting the connections the kernel has already accepted for it.
-
-        Closing a listening socket resets (TCP RST) every connection still in its accept queue: their clients had
-        connected and sent a request, and read "connection reset" instead of a reply (under load the queue holds
-        dozens). So first the kernel is told to drop new connection attempts (a socket filter, Linux; their
-        clients retry the handshake and are refused once the socket is closed: nothing was sent), then the queued
+        """Close the listening socket without resetting the connections in its accept queue (closing it would send
+        each a TCP RST): the kernel first drops new connection attempts (a socket filter, Linux), the queued
         connections are accepted (each answered 503 "shutting down"), then the socket is closed."""
         if self._server is None:
             return
@@ -616,8 +588,8 @@ def check_bind(host: str, port: int) -> None:
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
-    """The server's event loop: uvloop's when it is installed (it comes with the ``ray`` extra; about 20% less
-    event-loop CPU per request), else asyncio's. Both serve identically."""
+    """The server's event loop: uvloop's when it is installed (it comes with the ``ray`` extra), else asyncio's. Both
+    serve identically."""
     try:
         import uvloop
     except ImportError:

@@ -1,15 +1,7 @@
-"""The reward server's protocol: endpoints, request and response schemas, limits, strict JSON, error codes and
-bearer authentication, shared by every engine that serves them (`emoreward serve`, single process or Ray Serve).
-
-Endpoints (JSON in, JSON out; UTF-8): the routes of `emoreward.export.serve.routes` (``POST /v1/rewards``, OpenRLHF's
-``POST /get_reward``, ...) and ``GET /health``. Limits are in tokens (``max_length``; ``--max-chars`` refuses longer text before tokenizing,
-`max_chars_for`); errors are JSON ``{"error": "..."}`` naming the field, with the status codes 400, 401, 404, 405,
-408, 411, 413, 415, 503 and 500 (a failure inside the model only). What a client sends reaches the server log only
-escaped (`loggable`). The server binds 127.0.0.1 by default; with the token variable (``--token-env``) set, every
-endpoint needs ``Authorization: Bearer <token>``.
-
-The schemas, the load rules (queue, fair slices, 503 with ``Retry-After``), every error code and the security
-options: docs/serving.md ("Reward server").
+"""The reward server's protocol, shared by every engine (`emoreward serve`, single process or Ray Serve): request
+and response schemas, limits (`ServerLimits`, in tokens; `max_chars_for`), strict JSON, `RequestError` and the error
+codes (JSON ``{"error": ...}`` naming the field), escaped logging (`loggable`) and bearer authentication.
+The routes themselves are `emoreward.export.serve.routes`. See docs/serving.md#reward-server-emoreward-serve.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""`emoreward serve --engine ray`: the reward server as a Ray Serve application, one reward model per replica.
-
-    emoreward serve --engine ray --model DIR --replicas 2 [--ray-address auto] [--num-cpus 1] [--num-gpus 0]
-    emoreward serve --engine ray --model DIR --min-replicas 1 --max-replicas 8     # autoscaling
-
-Same endpoints, request / response schemas and error codes as the single-process server (`emoreward.export.serve`).
-Each replica (`RewardReplica`) is a Ray actor that loads the model once, validates requests with the shared
-`RewardService` and scores them through the shared `Batcher`. Ray Serve's HTTP proxy spreads requests over the
-replicas, restarts dead or unhealthy ones and autoscales. ``--ray-address auto`` attaches to a running cluster (the
-one verl or OpenRLHF started); without it a local cluster is started. See docs/serving.md ("Ray Serve").
+"""`emoreward serve --engine ray`: the reward server as a Ray Serve application, one reward model per replica
+(`RewardReplica`: the shared `RewardService` and `Batcher`), same endpoints, schemas and error codes as the
+single-process server. ``--ray-address auto`` attaches to a running cluster; without it a local one is started.
+See docs/serving.md#ray-serve-emoreward-serve---engine-ray.
 """
 
 from __future__ import annotations
@@ -90,7 +84,7 @@ class RewardReplica:
     async def handle(self, method: str, path: str, headers: dict[str, str], read_body) -> tuple[int, dict, list]:
         """(status, JSON payload, extra headers) of one request, as the single-process server answers it."""
         from emoreward.export.serve import routes
-        from emoreward.export.serve.protocol import RequestError, log_refusal, parse_json
+        from emoreward.export.serve.protocol import RequestError, parse_json
 
         service = self.service
         headers = {k.lower(): v for k, v in headers.items()}
@@ -114,14 +108,8 @@ class RewardReplica:
                 body = parse_json(raw)
             job = service.parse(route, body)
             return HTTPStatus.OK, await self.batcher.run(job), []
-        except RequestError as err:
-            service.record_error(err)
-            log_refusal(logger, method, path, err)
-            return err.status, {"error": err.message}, err.headers
-        except Exception:
-            logger.exception("request failed")
-            service.count(failures=1)
-            return HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error; see the server log"}, []
+        except Exception as err:
+            return service.error_reply(err, method, path)
 
     def check_health(self) -> None:
         """Ray Serve's health check (every ``health_check_period_s``): raises when the scoring thread has died, so

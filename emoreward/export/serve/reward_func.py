@@ -6,11 +6,9 @@ an emoreward reward model inside the rollout process (no server):
         --reward.remote_url $(python -c "import emoreward.export.serve.reward_func as m; print(m.__file__)")
         # OpenRLHF < 0.10.4: --remote_rm_url <the same path>; the sample's subtitle / clip: --data.label_key
 
-OpenRLHF loads the file with ``importlib.util.spec_from_file_location`` and calls ``reward_func([query], [prompt],
-[label])`` once per sample from threads, many at once: the model is loaded once per process
-(`local.shared_batcher`) and concurrent calls are scored together. Queries are decoded and given their context as
-``POST /get_reward`` does (`RewardService`), so a reward equals the server's for the same sample. Settings are
-environment variables (`reward_func`). See docs/serving.md ("OpenRLHF").
+OpenRLHF calls ``reward_func([query], [prompt], [label])`` once per sample from many threads; the one in-process
+scorer (`local.shared_batcher`) loads the model once and scores concurrent calls together, with the decoding and
+context of ``POST /get_reward``. Settings are environment variables (`reward_func`). See docs/serving.md#openrlhf.
 """
 
 from __future__ import annotations

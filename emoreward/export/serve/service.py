@@ -1,12 +1,11 @@
 """The serving logic, no HTTP: `RewardService` turns a parsed request body into a `Job` through its route
-(`routes`: validation, media resolution, OpenRLHF decoding), scores jobs with one reward model (several requests in one model call), and builds
-the reply. `http.RewardServer` serves it over HTTP; any other engine (Ray Serve) can call it directly:
+(`routes`), scores jobs with one reward model (several requests in one model call) and builds the reply:
 
     service = RewardService(load_reward_model(path), ServerLimits())
     reply = service.handle("rewards", {"descriptions": ["..."]})     # a route's name; raises RequestError
 
-or, to batch requests itself: ``jobs = [service.parse(route, body), ...]``, ``service.score_jobs(jobs)`` (one model
-call), then ``service.reply(job)`` per job.
+or, to batch requests itself: ``service.parse(route, body)`` per request, ``service.score_jobs(jobs)``, then
+``service.reply(job)``. See docs/serving.md#reward-server-emoreward-serve.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from emoreward.export.length_monitor import StreamLengthMonitor, defined
 from emoreward.export.serve import routes
 from emoreward.export.serve.batching import Job
 from emoreward.export.serve.facts import ServedModelFacts, served_model_facts
-from emoreward.export.serve.protocol import RequestError, ServerLimits
+from emoreward.export.serve.protocol import RequestError, ServerLimits, log_refusal
 from emoreward.models.base import ScoreInfo
 
 
@@ -66,11 +65,8 @@ class ServerStats:
 
 class RewardService:
     """What the endpoints do: validate request bodies into `Job`s, score queued jobs together with one reward model,
-    and build the replies. No HTTP here (`RewardServer` serves it).
-
-    Everything it reads about the model (kind, ``max_length``, the tokenizer's special tokens and longest entry,
-    the media rule, the device, the precision) is in ``facts`` (`facts.ServedModelFacts`, built by
-    `facts.served_model_facts`); only ``scorer`` touches the model.
+    and build the replies (no HTTP). All it reads about the model is in ``facts`` (`facts.ServedModelFacts`); only
+    ``scorer`` touches the model.
 
     Args:
         model (`RewardModel` or `ServedModelFacts`): the reward model, text (reads the subtitle only) or
@@ -79,10 +75,8 @@ class RewardService:
         limits (`ServerLimits`): request limits.
         batch_size (`int`): most sequences per forward pass.
         forward_tokens (`int`, *optional*): text models: about this many tokens per forward pass (estimated, 4
-            characters a token): the rows per pass are ``forward_tokens // mean tokens``, at most ``batch_size``, so
-            that long descriptions of varied lengths are not all padded to the longest. None: 1024 on CPU (measured
-            best there: OV-MERD descriptions score 2x faster in rows of 4-8 than of 64), 16384 on a GPU
-            (``facts.device``).
+            characters a token): the rows per pass are ``forward_tokens // mean tokens``, at most ``batch_size``.
+            None: 1024 on CPU, 16384 on a GPU (``facts.device``; docs/speed.md#how-to-choose).
         allow_unused_media (`bool`): a text model accepts (and ignores) video / audio paths (otherwise 400).
         name (`str`): the model name returned to clients.
         media_root (`str` or `Path`, *optional*): the only folder media paths may point into (multimodal models);
@@ -166,10 +160,20 @@ class RewardService:
         else:
             self.count(bad_requests=1)
 
+    def error_reply(self, err: Exception, method: str, path: str) -> tuple[int, dict[str, str], list]:
+        """(status, JSON payload, extra headers) of a request that raised ``err``, counted and logged as every engine
+        does: a `RequestError` as it says (`protocol.log_refusal`), anything else a 500 with its traceback logged."""
+        if isinstance(err, RequestError):
+            self.record_error(err)
+            log_refusal(logger, method, path, err)
+            return err.status, {"error": err.message}, err.headers
+        logger.error("request failed", exc_info=err)
+        self.count(failures=1)
+        return HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error; see the server log"}, []
+
     def handle(self, route: str, body: Any) -> dict[str, Any]:
-        """The reply to one parsed request body, scored now in the caller's thread (no queue, no HTTP): what an
-        engine that batches and schedules on its own (Ray Serve) calls. Synchronous; the model is not thread-safe,
-        so call it from one thread at a time (or batch with `parse` / `score_jobs` / `reply`).
+        """The reply to one parsed request body, scored now in the caller's thread (no queue, no HTTP); call it from
+        one thread at a time (the model is not thread-safe).
 
         Args:
             route (`str`): a route's name (`routes`): ``"rewards"`` (``POST /v1/rewards``), ``"openrlhf"``

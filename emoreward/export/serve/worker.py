@@ -1,12 +1,8 @@
-"""`ModelProcess`: a reward model loaded and scoring in a process of its own (``emoreward serve``'s default).
-
-In one process, the event loop that answers the requests and the thread that runs the model share one interpreter
-lock, and at RL rates the whole server runs on about one core. A model process scores with a lock of its own; the
-server process sends it one model call at a time (the jobs the `Batcher` merged) over a pipe and gets the
-`ScoreInfo` back. The queue, the fair slices, the error isolation of `RewardService.score_jobs`, the length monitor
-and the replies stay in the server process, which loads no weights: it builds its `RewardService` from the model's
-`ServedModelFacts`. Exceptions from the model come back as the same class with the same attributes.
-Figures: docs/speed.md ("Serving").
+"""`ModelProcess`: a reward model loaded and scoring in a process of its own (``emoreward serve``'s default), so
+that the event loop and the model do not share one interpreter lock. The server process sends it one model call
+at a time over a pipe and gets the `ScoreInfo` back (model exceptions come back as the same class); the queue,
+validation, replies and the length monitor stay in the server process, which loads no weights
+(`ServedModelFacts`). See docs/serving.md#reward-server-emoreward-serve; figures: docs/speed.md#what-to-expect.
 """
 
 from __future__ import annotations
@@ -58,11 +54,9 @@ def _unpack_error(packed: tuple) -> BaseException:
 def _serve(
     directory: str, media_root: str | None, threads: int | None, conn: Any, warning_filters: list, parent: tuple
 ) -> None:
-    """The model process: load the model, send its facts, then answer ``(descriptions, contexts, batch_size)`` requests until
-    ``None`` (or the pipe closes). It ignores SIGINT and SIGTERM: Ctrl-C (sent to the whole process group) or a
-    service manager's SIGTERM to every process must not end it while the server still answers its queued requests;
-    the server ends it after them (`ModelProcess.close`); a server that dies closes the pipe, and ends it even while
-    it loads or scores (`die_with_parent`)."""
+    """The model process: load the model, send its facts, then answer ``(descriptions, contexts, batch_size)``
+    requests until ``None`` or the pipe closes. It ignores SIGINT and SIGTERM (the server ends it after its queued
+    requests, `ModelProcess.close`) and dies with the server (`die_with_parent`)."""
     import signal
 
     from emoreward.utils.processes import die_with_parent

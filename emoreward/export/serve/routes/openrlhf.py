@@ -61,15 +61,10 @@ def chat_turn_opener(query: str) -> str | None:
 def description_from_query(
     query: str, prompt: str | None, pad_markers: list[str], end_markers: list[str]
 ) -> str | None:
-    """The response text of an OpenRLHF query, exactly as the policy wrote it; None if ``query`` does not contain
-    ``prompt`` where it should.
-
-    OpenRLHF builds ``query`` as ``tokenizer.decode(prompt_ids + response_ids, skip_special_tokens=False)``: the
-    response ends with the policy's EOS (its end-of-turn token for chat models), and older versions decode
-    whole padded rows (pad / EOS tokens on the left of the prompt and after the EOS). So: strip ``pad_markers``
-    (and whitespace between them) from the start of the query and of the prompt, remove the prompt, then strip
-    ``end_markers`` (and whitespace between and after them) from the end. Whitespace the policy wrote before its
-    end-of-turn token stays part of the description (it changes a chat model's tokens).
+    """The response text of an OpenRLHF query (``tokenizer.decode(prompt_ids + response_ids,
+    skip_special_tokens=False)``, older versions: whole padded rows), exactly as the policy wrote it: ``pad_markers``
+    stripped from the start of the query and the prompt, the prompt removed, ``end_markers`` (and whitespace between
+    and after them) stripped from the end. None if ``query`` does not contain ``prompt`` where it should.
     """
     text = _marker_pattern(tuple(pad_markers), "start").sub("", query, count=1) if pad_markers else query
     if prompt is not None:
