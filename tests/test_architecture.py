@@ -358,11 +358,14 @@ def test_test_modules_have_unique_basenames():
 
 
 # ---------------------------------------------------------------------------------------------- registries
-def string_lists(path: Path):
-    """The string elements of each tuple, list or set literal in a file, with its line."""
+def string_lists(path: Path, dict_keys: bool = False):
+    """The string elements of each tuple, list or set literal (with ``dict_keys``, also the string keys of each dict
+    literal) in a file, with its line."""
+    kinds = (ast.Tuple, ast.List, ast.Set, ast.Dict) if dict_keys else (ast.Tuple, ast.List, ast.Set)
     for node in ast.walk(ast.parse(path.read_text("utf-8"))):
-        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-            strings = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        if isinstance(node, kinds):
+            elements = node.keys if isinstance(node, ast.Dict) else node.elts
+            strings = [e.value for e in elements if isinstance(e, ast.Constant) and isinstance(e.value, str)]
             yield node.lineno, strings
 
 
@@ -407,3 +410,30 @@ def test_backbones_are_read_from_their_registry():
     helps = {f.name: f.metadata.get("help", "") for f in dataclasses.fields(EmoRewardConfig)}
     for name, spec in BACKBONES.items():
         assert name in helps["model_name_or_path" if spec.kind == "text" else "backbone"], name
+
+
+def test_tie_models_and_wire_routes_are_read_from_their_registries():
+    """No module of the library, the judges or the tests but the registries' own packages spells out every tie model
+    (`emoreward.ranking.tie_models.TIE_MODELS`) or every wire route (paths or names, `emoreward.export.serve.routes.ROUTES`)
+    in a list, set or dict: adding one is one file there (docs/development.md, "Extending")."""
+    from emoreward.export.serve.routes import ROUTES
+    from emoreward.ranking.tie_models import TIE_MODELS
+
+    every = {
+        "tie models (read emoreward.ranking.tie_models.TIE_MODELS)": (set(TIE_MODELS), "ranking/tie_models"),
+        "route paths (read emoreward.export.serve.routes.ROUTES)": (set(ROUTES), "export/serve/routes"),
+        "route names (read emoreward.export.serve.routes.ROUTES)": (
+            {route.name for route in ROUTES.values()},
+            "export/serve/routes",
+        ),
+    }
+    files = [*FILES, *sorted((ROOT / "tests").rglob("*.py")), *sorted((ROOT / "zero_shot").rglob("*.py"))]
+    for what, (names, home) in every.items():
+        offenders = [
+            f"{path.relative_to(ROOT)}:{line}"
+            for path in files
+            if home not in path.as_posix()
+            for line, strings in string_lists(path, dict_keys=True)
+            if set(strings) >= names
+        ]
+        assert not offenders, f"hand-written lists of {what}: {offenders}"

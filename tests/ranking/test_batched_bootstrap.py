@@ -21,15 +21,14 @@ from emoreward.ranking.counts import PairwiseCounts
 from emoreward.ranking.effects import fit_reward_effects
 from emoreward.ranking.records import PairwiseRecord
 from emoreward.ranking.scoring import ScoreMatrix
+from emoreward.ranking.tie_models import TIE_MODELS
 
 
 FITS = {
     "bradley-terry": fit_bradley_terry,
     "bradley-terry, ties as half": functools.partial(fit_bradley_terry, ties="half"),
     "binarized W": fit_binarized_bradley_terry,
-    "davidson": functools.partial(fit_bradley_terry_ties, tie_model="davidson"),
-    "emoprefer": functools.partial(fit_bradley_terry_ties, tie_model="emoprefer"),
-    "rao-kupper": functools.partial(fit_bradley_terry_ties, tie_model="rao-kupper"),
+    **{name: functools.partial(fit_bradley_terry_ties, tie_model=name) for name in TIE_MODELS},
 }
 
 
