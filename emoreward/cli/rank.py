@@ -211,7 +211,7 @@ def check_rank_options(args: argparse.Namespace) -> None:
     if getattr(args, "dataset", None):
         from emoreward.data.records import check_records_path
 
-        check_output_file(args.dataset, "--dataset")
+        check_output_file(args.dataset, "--dataset", inputs=[getattr(args, "data", None)])
         check_records_path(args.dataset, "--dataset")
     if args.media_root:
         check_media_root(args.media_root)

@@ -205,26 +205,34 @@ class OutputFiles:
     """
 
     def __init__(self) -> None:
-        self._roles: dict[Path, str] = {}
-        self._optional: set[Path] = set()
+        self._roles: dict[Any, tuple[str, Path]] = {}
+        self._optional: dict[str, Path] = {}  # real path -> the path as given
         self._written: list[Path] = []
 
     @staticmethod
-    def _key(path: str | Path) -> Path:
-        return Path(os.path.abspath(Path(path).expanduser()))
+    def _key(path: str | Path) -> Any:
+        """What a path names: the file itself (device and inode) when it exists, so that a hard link is the same
+        file; else its real path (symbolic links in its folders resolved)."""
+        real = Path(os.path.realpath(Path(path).expanduser()))
+        try:
+            st = real.stat()
+        except OSError:
+            return real
+        return (st.st_dev, st.st_ino)
 
     def _add(self, path: str | Path, what: str) -> Path:
         key = self._key(path)
-        other = self._roles.get(key)
-        if other is not None:
-            raise ValueError(f"{what} and {other} would both be {key}: give them different paths")
-        self._roles[key] = what
+        if key in self._roles:
+            other, first = self._roles[key]
+            same = first if str(first) == str(path) else f"{first} and {path}, one file"
+            raise ValueError(f"{what} and {other} would both be {same}: give them different paths")
+        self._roles[key] = (what, Path(path))
         return Path(path)
 
     def claim(self, path: str | Path, what: str, *, optional: bool = False) -> Path:
         out = self._add(path, what)
         if optional:
-            self._optional.add(self._key(path))
+            self._optional[os.path.realpath(Path(path).expanduser())] = Path(path)
         return out
 
     def guard(self, path: str | Path | None, what: str) -> None:
@@ -236,7 +244,7 @@ class OutputFiles:
         return Path(path)
 
     def finish(self) -> list[Path]:
-        done = {self._key(p) for p in self._written}
-        for stale in sorted(self._optional - done):
-            stale.unlink(missing_ok=True)
+        done = {os.path.realpath(Path(p).expanduser()) for p in self._written}
+        for key in self._optional.keys() - done:
+            self._optional[key].unlink(missing_ok=True)
         return list(self._written)

@@ -64,7 +64,7 @@ def test_rank_writes_what_it_reports_and_a_rerun_leaves_nothing_stale(rm_dir, tm
 
 @pytest.mark.parametrize(
     "collision",
-    ["md", "cache", "dataset", "data"],
+    ["md", "cache", "dataset", "data", "data-through-a-symlink", "data-hard-link", "output-through-a-symlink"],
 )
 def test_rank_refuses_two_outputs_on_one_path(collision, rm_dir, tmp_path, capsys):
     table = write_jsonl(tmp_path / "table.jsonl", table_rows())
@@ -77,12 +77,23 @@ def test_rank_refuses_two_outputs_on_one_path(collision, rm_dir, tmp_path, capsy
         "cache": _rank_argv(table, cache_file, cache, rm_dir),  # the report over the score cache
         "dataset": [*_rank_argv(table, tmp_path / "r.json", cache, rm_dir), "--dataset", tmp_path / "r.md"],
         "data": [*_rank_argv(table, tmp_path / "r.json", cache, rm_dir), "--dataset", table],
-    }[collision]
+    }.get(collision)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path, target_is_directory=True)  # one file, two spellings: the same file either way
+    if collision == "data-through-a-symlink":
+        argv = [*_rank_argv(table, tmp_path / "r.json", cache, rm_dir), "--dataset", link / "table.jsonl"]
+    elif collision == "data-hard-link":
+        (tmp_path / "hard.jsonl").hardlink_to(table)
+        argv = [*_rank_argv(table, tmp_path / "r.json", cache, rm_dir), "--dataset", tmp_path / "hard.jsonl"]
+    elif collision == "output-through-a-symlink":
+        argv = [*_rank_argv(table, tmp_path / "r.json", cache, rm_dir), "--dataset", link / "r.json"]
+    table_bytes = table.read_bytes()
     code, _, err = run_cli(capsys, argv)
     assert code == 2 and "Traceback" not in err, err
     assert len([line for line in err.splitlines() if "error:" in line]) == 1
     assert cache_file.read_bytes() == kept and not (tmp_path / "r.json").exists()
     assert not (tmp_path / "r.md").exists() and not (tmp_path / "r.json").exists()
+    assert table.read_bytes() == table_bytes
 
 
 def test_evaluate_writes_what_it_reports(rm_dir, tmp_path, capsys):
