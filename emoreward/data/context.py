@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emoreward.data.errors import DataError
+from emoreward.data.text import same_text
 from emoreward.data.values import is_missing, optional_text, plain
 
 
@@ -86,7 +87,7 @@ def subtitle_from_text(
         line = line.strip()
         if not line:
             continue
-        if found is not None and found != line:
+        if found is not None and not same_text(found, line):
             raise DataError(source, row, name, f"names two subtitles ({found!r} and {line!r}); give one")
         found = line
     return found
@@ -159,6 +160,17 @@ def prompt_fields(
 
 
 # ---------------------------------------------------------------------------------------------- the one rule
+def same(key: str, a: str | None, b: str | None) -> bool:
+    """Two values of one context field are one value: subtitles as texts (`same_text`: Unicode form and line
+    endings do not matter), media paths exactly (a file system tells NFC and NFD names apart)."""
+    return same_text(a, b) if key == "subtitle" else a == b
+
+
+def same_media(a: MediaRef, b: MediaRef) -> str | None:
+    """The first field in which two samples' media differ (`same`), None when they agree."""
+    return next((k for k in ("video", "audio", "subtitle") if not same(k, getattr(a, k), getattr(b, k))), None)
+
+
 def reward_context(
     *,
     prompt: Any = None,
@@ -191,7 +203,7 @@ def reward_context(
         prompt, source=source, row=row, name=names.get("prompt", "prompt"), end_markers=end_markers
     )
     for key in CONTEXT_FIELDS:
-        if given[key] is not None and from_prompt.get(key) not in (None, given[key]):
+        if given[key] is not None and from_prompt.get(key) is not None and not same(key, given[key], from_prompt[key]):
             raise DataError(
                 source,
                 row,

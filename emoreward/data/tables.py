@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from emoreward.data.context import MediaRef, reward_context
+from emoreward.data.context import MediaRef, reward_context, same_media
 from emoreward.data.readers import undecodable
 from emoreward.data.text import NameNormaliser, description_length, normal_name, normal_text
 
@@ -114,8 +114,8 @@ class DescriptionTable:
             # the one context rule (types checked above, so it raises nothing here)
             context = reward_context(**{k: row.get(k) for k in MEDIA_FIELDS}, source=source, row=line)
             ref = MediaRef(context.video, context.audio, context.subtitle)
-            if sample in media and media[sample] != ref:
-                key = next(k for k in MEDIA_FIELDS if getattr(ref, k) != getattr(media[sample], k))
+            key = same_media(ref, media[sample]) if sample in media else None
+            if key is not None:
                 first = min(n for (s, _), n in lines.items() if s == sample)
                 raise TableError(
                     f"{source}, line {line}, field {key!r}: sample {sample!r} has {key} {getattr(ref, key)!r} here "

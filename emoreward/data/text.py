@@ -62,6 +62,12 @@ def identity_text(text: str) -> str:
     return normal_text(text).replace("\r\n", "\n").replace("\r", "\n").strip()
 
 
+def same_text(a: str | None, b: str | None) -> bool:
+    """Two optional texts are one text (`identity_text`): a subtitle given in NFC in one place and in NFD or with
+    CRLF in another is one subtitle, as the model reads it."""
+    return a == b or (a is not None and b is not None and identity_text(a) == identity_text(b))
+
+
 def description_length(text: str, unit: LengthUnit = "chars") -> int:
     """THE length of a description (the length baseline, length-bias figures, table statistics): characters
     (default, as in the EmoPrefer-Data facts) or whitespace-separated words, of its normal form (`normal_text`).

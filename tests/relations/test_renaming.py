@@ -161,6 +161,49 @@ def test_grpo_reward_is_the_same_for_every_shape_of_a_completion(shape, bpe_rm_d
     assert_same_numbers(first.last_length_figures, second.last_length_figures)
 
 
+def test_a_subtitle_in_two_unicode_forms_is_one_subtitle(bpe_rm_dir, rm_dir, tmp_path, capsys):
+    """A subtitle given in NFC in one place and NFD in another (a GRPO column and the prompt's `Subtitle:` line; two
+    rows of one sample in a table) is one subtitle: the same rewards and ranking, never a conflict."""
+    from emoreward.export.grpo import EmotionReward
+
+    subtitle = "J'ai été reçue à l'école!"
+    column = {"subtitle": [subtitle] * len(TEXTS)}
+    prompts = [[{"role": "user", "content": f"Describe the emotion.\nSubtitle: {subtitle}"}]]
+    nfd_prompts = [[{"role": "user", "content": f"Describe the emotion.\nSubtitle: {nfd(subtitle)}"}]]
+    want = EmotionReward(str(bpe_rm_dir))(prompts * len(TEXTS), TEXTS, **column)
+    got = EmotionReward(str(bpe_rm_dir))(nfd_prompts * len(TEXTS), TEXTS, **column)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+
+    rows = table_rows(4, subtitle=True)
+    mixed = [
+        {**r, "subtitle": nfd(r["subtitle"] + " é") if k % 2 else r["subtitle"] + " é"} for k, r in enumerate(rows)
+    ]
+    one = [{**r, "subtitle": r["subtitle"] + " é"} for r in rows]
+    reports = []
+    for name, table in (("one", one), ("mixed", mixed)):
+        data = write_jsonl(tmp_path / f"{name}.jsonl", table)
+        out = tmp_path / f"{name}.json"
+        run_ok(
+            capsys,
+            [
+                "rank",
+                "--judge",
+                rm_dir,
+                "--data",
+                data,
+                "--output",
+                out,
+                "--n-boot",
+                "5",
+                "--cache-dir",
+                tmp_path / f"cache-{name}",
+                "--no-length-control",
+            ],
+        )
+        reports.append(read_json(out))
+    assert_same_numbers(reports[0], reports[1], ignore=(r"seconds", r"n_cached", r"n_scored", r"path", r"cache"))
+
+
 def test_score_and_verl_are_the_same_for_both_unicode_forms(bpe_rm_dir):
     from emoreward.export.verl import compute_score
     from emoreward.models import load_reward_model
