@@ -58,10 +58,8 @@ def check_init_bounds(
 
 @dataclass
 class BPAConfig:
-    """Configuration of the global MAP refit and the uncertainty estimate of BPA.
-
-    Source: E3mo-Bench, "Periodic Bayesian Optimization" and "Uncertainty Estimation"; supp. D.4.
-    Scores live on the internal [``score_min``, ``score_max``] = [1, 9] scale of the VAD ratings.
+    """Configuration of the global MAP refit and the uncertainty estimate of BPA, on the [1, 9] scale of the VAD
+    ratings. Source: E3mo-Bench, "Periodic Bayesian Optimization" and "Uncertainty Estimation"; supp. D.4.
 
     Raises:
         ValueError: naming the field, for any out-of-range value or unknown ``optimizer``.
@@ -138,18 +136,13 @@ class BPAConfig:
 
 PAPER_SCHEDULING: dict[str, str] = {"policy": "bpa", "exploration_rule": "match_quality"}
 """The paper's scheduler (E3mo-Bench, "Online Pair Scheduling"): 50/30/20 exploration by TrueSkill match quality /
-anchor calibration / bridge pairs. ``SchedulerConfig(**PAPER_SCHEDULING)`` (``emoreward rank --method bpa --policy
-paper``). Not the default: it needed more comparisons on the simulation benchmark
-(``benchmarks/benchmark_bpa.py simulation``)."""
+anchor calibration / bridge pairs (``emoreward rank --method bpa --policy paper``); not the default (docs/ranking.md)."""
 
 
 @dataclass
 class SchedulerConfig:
-    """Configuration of online pair scheduling and initialisation in BPA.
-
-    The default policy is exploration only by the ranking-variance rule (``emoreward.ranking.bpa.design``), the
-    best on the simulation benchmark (``benchmarks/benchmark_bpa.py simulation``); the paper's 50/30/20 scheduler
-    is ``SchedulerConfig(**PAPER_SCHEDULING)``.
+    """Configuration of online pair scheduling and initialisation in BPA. The default policy is ours (exploration by
+    the ranking-variance rule, the best measured); the paper's is ``SchedulerConfig(**PAPER_SCHEDULING)``.
 
     Source: E3mo-Bench, "Online Pair Scheduling" (50/30/20 policy after Li et al. 2018, Hybrid-MST); supp. D.2
     (TrueSkill provisional updates, Herbrich et al. 2006) and D.3 (percentile initialisation).

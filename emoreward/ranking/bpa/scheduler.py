@@ -85,13 +85,8 @@ class BPAScheduler:
         self.n_candidates = len(self.candidates)
         self.rng = np.random.default_rng(sc.seed)
         mid = 0.5 * (self.config.score_min + self.config.score_max)
-        self.env = trueskill.TrueSkill(
-            mu=mid,
-            sigma=self.config.sigma_init,
-            beta=sc.ts_beta,
-            tau=sc.ts_tau,
-            draw_probability=sc.ts_draw_probability,
-        )
+        # TrueSkill(mu, sigma, beta, tau, draw_probability)
+        self.env = trueskill.TrueSkill(mid, self.config.sigma_init, sc.ts_beta, sc.ts_tau, sc.ts_draw_probability)
         self.ratings: list[trueskill.Rating] = [
             self.env.create_rating(init[c], self.config.sigma_init) for c in self.candidates
         ]
@@ -119,9 +114,7 @@ class BPAScheduler:
         return {name: float(r.sigma) for name, r in zip(self.items, self.ratings)}
 
     def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        m = np.array([r.mu for r in self.ratings])
-        u = np.array([r.sigma for r in self.ratings])
-        return m, u
+        return np.array([r.mu for r in self.ratings]), np.array([r.sigma for r in self.ratings])
 
     # -- pair selection ----------------------------------------------------------------------------------------------
     def next_pair(self) -> tuple[str, str, str]:
@@ -210,12 +203,8 @@ class BPAScheduler:
             i = self._focus(u, members)
             others = np.flatnonzero(labels != comp)
             return i, self._best_partner(i, others, m, u)
-        lo, hi = self.config.score_min, self.config.score_max
-        level = np.clip(
-            ((m[: self.n_candidates] - lo) / (hi - lo) * self.sconfig.n_levels).astype(int),
-            0,
-            self.sconfig.n_levels - 1,
-        )
+        lo, hi, n_levels = self.config.score_min, self.config.score_max, self.sconfig.n_levels
+        level = np.clip(((m[: self.n_candidates] - lo) / (hi - lo) * n_levels).astype(int), 0, n_levels - 1)
         occupied = np.unique(level)
         if len(occupied) < 2:
             i, j = self.rng.choice(self.n_candidates, size=2, replace=False)
