@@ -118,8 +118,9 @@ def weighted_vote(votes: Mapping[str, Verdict | str], weights: Mapping[str, floa
 
 
 class CommitteeJudge:
-    """A committee of judges (name -> judge function, with ``weights``) acting as one BPA annotator (E3mo-Score):
-    called on ``(item_a, item_b)``, the `weighted_vote` of every member as a `PairwiseRecord` by ``name``.
+    """A committee of judges (name -> judge function, with ``weights``, e.g. from `estimate_judge_weights`) acting as
+    one BPA annotator (E3mo-Score): called on ``(item_a, item_b)``, the `weighted_vote` of every member as a
+    `PairwiseRecord` by ``name``.
 
     Raises:
         ValueError: if a member has no weight or all weights are zero.
@@ -140,18 +141,6 @@ class CommitteeJudge:
         self.weights = {j: float(weights[j]) for j in judges}
         self.name = name
         self.votes: list[dict[str, Verdict]] = []
-
-    @classmethod
-    def calibrated(
-        cls,
-        judges: Mapping[str, Callable[[str, str], Verdict | str]],
-        calibration_pairs: Sequence[tuple[str, str]],
-        reference_scores: Mapping[str, float],
-        config: CommitteeConfig | None = None,
-        name: str = "committee",
-    ) -> CommitteeJudge:
-        """Build a committee whose weights come from `estimate_judge_weights` on the calibration set."""
-        return cls(judges, estimate_judge_weights(judges, calibration_pairs, reference_scores, config), name)
 
     def __call__(self, item_a: str, item_b: str) -> PairwiseRecord:
         """Weighted committee verdict on one pair, as a `PairwiseRecord` (member votes kept in ``votes``)."""

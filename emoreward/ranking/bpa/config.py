@@ -74,9 +74,7 @@ class BPAConfig:
             "help": "Logistic slope s per score unit: Delta_ij = s * (mu_i - mu_j) enters Lambda(Delta -/+ delta)."
         },
     )
-    delta_init: float = field(
-        default=0.5, metadata={"help": "Initial Rao-Kupper tie margin delta (> 0, logit units)."}
-    )
+    delta_init: float = field(default=0.5, metadata={"help": "Initial Rao-Kupper tie margin delta > 0 (logit units)."})
     delta_bounds: tuple[float, float] = field(
         default=(1e-3, 5.0), metadata={"help": "Box bounds of the tie margin delta during MAP (both > 0)."}
     )
@@ -91,20 +89,18 @@ class BPAConfig:
         metadata={"help": "Strength of the Gaussian prior 0.5*c*(xi_k - logit(eta_init))^2 keeping xi finite (>= 0)."},
     )
     lambda0: float = field(
-        default=1.0, metadata={"help": "Base strength lambda_0 of the adaptive quadratic prior toward mu_i^(0)."}
+        default=1.0, metadata={"help": "Strength lambda_0 of the adaptive quadratic prior toward mu_i^(0)."}
     )
     gamma: float = field(
         default=0.5,
         metadata={"help": "Decay gamma: lambda_i = lambda_0 * (1 + N_i)^(-gamma), N_i = comparisons of i."},
     )
-    optimizer: Optimizer = field(
-        default="L-BFGS-B", metadata={"help": "Bounded scipy.optimize.minimize method: 'L-BFGS-B' or 'TNC'."}
-    )
+    optimizer: Optimizer = field(default="L-BFGS-B", metadata={"help": "Bounded method of scipy.optimize.minimize."})
     max_iter: int = field(default=500, metadata={"help": "Maximum optimiser iterations per MAP refit."})
     tol: float = field(default=1e-8, metadata={"help": "Optimiser tolerance (ftol/gtol for L-BFGS-B)."})
     # uncertainty
     sigma_init: float = field(
-        default=2.0, metadata={"help": "Initial (and maximum) candidate uncertainty sigma^(0), score units."}
+        default=2.0, metadata={"help": "Initial (= maximum) uncertainty sigma^(0), score units."}
     )
     sigma_min: float = field(default=0.05, metadata={"help": "Uncertainty floor sigma^min, score units."})
     rho: float = field(
@@ -172,9 +168,7 @@ class SchedulerConfig:
     exploration_share: float = field(default=0.5, metadata={"help": "Share of exploration pairs (paper: 0.5)."})
     anchor_share: float = field(default=0.3, metadata={"help": "Share of anchor-calibration pairs (paper: 0.3)."})
     bridge_share: float = field(default=0.2, metadata={"help": "Share of bridge pairs (paper: 0.2)."})
-    n_levels: int = field(
-        default=4, metadata={"help": "Number of equal-width score levels on [1, 9] that bridge pairs connect."}
-    )
+    n_levels: int = field(default=4, metadata={"help": "Equal-width score levels on [1, 9] that bridge pairs join."})
     anchor_neighbours: int = field(
         default=2, metadata={"help": "Anchor calibration draws among this many anchors nearest to the candidate."}
     )
