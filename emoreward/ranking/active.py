@@ -119,11 +119,9 @@ def rank_with_bpa(
     every (model pair, sample) was asked. Source: E3mo-Bench, "Algorithm Overview".
 
     Args:
-        answer (`PairAnswer`): the judge, e.g. `RewardModelPairs` or `JudgePairs`.
-        table (`DescriptionTable`): the descriptions.
+        answer (`PairAnswer`): the judge, e.g. `RewardModelPairs` or `JudgePairs`; table: the descriptions.
         budget (`int`, *optional*): maximum pair queries; default ``scheduler_config.budget``.
-        config, scheduler_config (`BPAConfig`, `SchedulerConfig`, *optional*): the model and the scheduling (with no
-            anchors, the paper's anchor share becomes exploration).
+        config, scheduler_config (`BPAConfig`, `SchedulerConfig`, *optional*): the model and the scheduling.
         seed (`int`): seed of the sample order (the scheduler has its own).
         cost (`Callable[[], dict]`, *optional*): the judge's cost counters (default ``answer.cost``).
         on_refit (`Callable[[int, BPAFit], bool | None]`, *optional*): called after every refit with the queries
@@ -182,8 +180,8 @@ def rank_with_bpa(
                 stopped_by = "sigma_tau"
                 break
     bar.close()
-    if sched.fit is None or sched.n_since_refit > 0:
-        fit = sched.refit()
+    fit = sched.finish()
+    if fit is not None:
         if on_refit is not None:
             on_refit(n_pairs, fit)
         if stopped_by == "budget" and sched.converged:

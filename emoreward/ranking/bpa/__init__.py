@@ -1,14 +1,6 @@
-"""Bayesian Pairwise Alignment (BPA) from E3mo-Bench: anchor-calibrated scores from sparse pairwise judgements.
-
-Pieces, in data-flow order:
-
-- `PairwiseRecord` lists from the evaluation harness (or a simulated crowd);
-- `initial_scores`: percentile initialisation from preliminary estimates (supp. D.3);
-- `BPAScheduler` / `run_active_ranking`: TrueSkill provisional updates and the 50/30/20 exploration / anchor /
-  bridge policy (supp. D.2), periodic global refits, stopping on mean uncertainty;
-- `fit_bpa`: MAP of the Rao-Kupper + Crowd-BT model with fixed anchors and an adaptive prior, plus the
-  empirical-Fisher uncertainty;
-- `CommitteeJudge`: reliability-weighted voting of several judges (E3mo-Score, supp. D.5).
+"""Bayesian Pairwise Alignment (BPA, E3mo-Bench): anchor-calibrated scores from sparse pairwise judgements, with the
+judge in the loop. Model and MAP refit (`fit_bpa`), scheduling and the loop (`BPAScheduler`, `run_active_ranking`),
+initialisation (`initial_scores`), committee voting (`CommitteeJudge`). See docs/ranking.md ("Active ranking (BPA)").
 """
 
 from emoreward.ranking.bpa.committee import (

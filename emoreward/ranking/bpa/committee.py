@@ -1,10 +1,6 @@
-"""Reliability-weighted committee voting of several judges (E3mo-Score, supp. D.5).
-
-Every member answers each pair; the weighted vote is the committee's one verdict, fed to BPA as an annotator's.
-Weights come from agreement with known answers on calibration pairs. The supplement's formula was lost, so the
-default is the log-odds weight of the optimal weighted majority vote (Nitzan & Paroush 1982) for ``C = 3`` answers:
-``w = max(0, log(acc (C - 1) / (1 - acc)))``, 0 at chance, accuracies Laplace-smoothed; ``"accuracy"`` and
-``"equal"`` (the paper's ablation, supp. tab. 6) are the others. See docs/ranking.md ("Committee of judges").
+"""Reliability-weighted committee voting of several judges (E3mo-Score, supp. D.5): weights from agreement with known
+answers on calibration pairs (rules: `CommitteeConfig.weighting`), the weighted vote as one BPA annotator's verdict.
+See docs/ranking.md ("Committee of judges").
 """
 
 from __future__ import annotations
@@ -29,7 +25,9 @@ def weights_from_agreement(
     n_correct: Mapping[str, int], n_total: Mapping[str, int], config: CommitteeConfig | None = None
 ) -> dict[str, float]:
     """Non-negative committee weight per judge from its calibration agreement (``n_correct`` of ``n_total``
-    answers), by ``config``'s rule (module docstring; E3mo-Score, supp. D.5).
+    answers), by ``config.weighting``: ``log_odds`` (default) ``w = max(0, log(acc (C - 1) / (1 - acc)))``, the
+    optimal weighted majority (Nitzan & Paroush 1982) for ``C = 3`` answers, ``acc`` Laplace-smoothed; ``accuracy``
+    ``w = acc``; ``equal`` ``w = 1`` (the paper's ablation, supp. tab. 6). E3mo-Score, supp. D.5.
 
     Raises:
         ValueError: if a judge lacks a total, or ``n_correct > n_total``, or counts are negative.
@@ -75,12 +73,12 @@ def estimate_judge_weights(
     config = config or CommitteeConfig()
     if not calibration_pairs:
         raise ValueError("estimate_judge_weights needs at least one calibration pair")
-    truth = []
-    for a, b in calibration_pairs:
-        for item in (a, b):
-            if item not in reference_scores:
-                raise ValueError(f"calibration item {item!r} has no reference score")
-        truth.append(known_outcome(reference_scores[a], reference_scores[b], config.tie_threshold))
+    missing = next((item for pair in calibration_pairs for item in pair if item not in reference_scores), None)
+    if missing is not None:
+        raise ValueError(f"calibration item {missing!r} has no reference score")
+    truth = [
+        known_outcome(reference_scores[a], reference_scores[b], config.tie_threshold) for a, b in calibration_pairs
+    ]
     correct, total = {}, {}
     for name, judge in judges.items():
         answers = [_answer(name, judge(a, b)) for a, b in calibration_pairs]
@@ -120,8 +118,9 @@ def weighted_vote(votes: Mapping[str, Verdict | str], weights: Mapping[str, floa
 
 
 class CommitteeJudge:
-    """A committee of judges (name -> judge function, with ``weights``) acting as one BPA annotator (E3mo-Score):
-    called on ``(item_a, item_b)``, the `weighted_vote` of every member as a `PairwiseRecord` by ``name``.
+    """A committee of judges (name -> judge function, with ``weights``, e.g. from `estimate_judge_weights`) acting as
+    one BPA annotator (E3mo-Score): called on ``(item_a, item_b)``, the `weighted_vote` of every member as a
+    `PairwiseRecord` by ``name``.
 
     Raises:
         ValueError: if a member has no weight or all weights are zero.
@@ -142,18 +141,6 @@ class CommitteeJudge:
         self.weights = {j: float(weights[j]) for j in judges}
         self.name = name
         self.votes: list[dict[str, Verdict]] = []
-
-    @classmethod
-    def calibrated(
-        cls,
-        judges: Mapping[str, Callable[[str, str], Verdict | str]],
-        calibration_pairs: Sequence[tuple[str, str]],
-        reference_scores: Mapping[str, float],
-        config: CommitteeConfig | None = None,
-        name: str = "committee",
-    ) -> CommitteeJudge:
-        """Build a committee whose weights come from `estimate_judge_weights` on the calibration set."""
-        return cls(judges, estimate_judge_weights(judges, calibration_pairs, reference_scores, config), name)
 
     def __call__(self, item_a: str, item_b: str) -> PairwiseRecord:
         """Weighted committee verdict on one pair, as a `PairwiseRecord` (member votes kept in ``votes``)."""

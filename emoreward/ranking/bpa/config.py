@@ -1,20 +1,13 @@
-"""Typed configurations of Bayesian Pairwise Alignment (BPA, E3mo-Bench, "Algorithm Overview" and supp. D).
+"""Typed configurations of BPA (E3mo-Bench, "Algorithm Overview" and supp. D): `BPAConfig` (global MAP refit and
+uncertainty), `SchedulerConfig` (pair scheduling and initialisation), `CommitteeConfig` (committee voting).
 
-Three dataclasses, one per stage of BPA:
-
-- `BPAConfig`: the periodic global MAP refit (Rao-Kupper likelihood with tie margin, Crowd-BT reliabilities,
-  adaptive quadratic prior) and the empirical-Fisher uncertainty with smoothing, floor and stopping threshold.
-- `SchedulerConfig`: online pair scheduling (TrueSkill provisional updates, 50/30/20 exploration / anchor
-  calibration / bridge policy, refit period, budget) and percentile initialisation (supp. D.3).
-- `CommitteeConfig`: reliability-weighted voting of a judge committee (E3mo-Score, supp. D.5).
-
-Every field carries ``metadata={"help": ...}``; ``__post_init__`` raises ``ValueError`` naming the field.
-The paper's hyperparameter tables (supp. tab. 2-3) were lost in extraction; the defaults here are our own,
-chosen for the [1, 9] score scale (``benchmarks/benchmark_bpa.py simulation``). See docs/ranking.md.
+The paper's hyperparameter tables (supp. tab. 2-3) were lost in extraction; the defaults are ours, for the [1, 9]
+score scale. See docs/ranking.md ("Active ranking (BPA)").
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
@@ -33,33 +26,40 @@ def check_literal(owner: str, name: str, value: object, literal: object) -> None
         raise ValueError(f"{owner}.{name} must be one of {list(choices)}, got {value!r}")
 
 
-def _positive(owner: str, name: str, value: float, *, allow_zero: bool = False) -> None:
-    if allow_zero and value < 0 or not allow_zero and value <= 0:
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{owner}.{name} must be {bound}, got {value!r}")
+_BOUNDS: dict[str, Callable[[float], bool]] = {
+    "be > 0": lambda v: v > 0,
+    "be >= 0": lambda v: v >= 0,
+    "be >= 1": lambda v: v >= 1,
+    "be >= 2": lambda v: v >= 2,
+    "lie in (0, 1)": lambda v: 0.0 < v < 1.0,
+    "lie in [0, 1]": lambda v: 0.0 <= v <= 1.0,
+}
 
 
-def _at_least(owner: str, name: str, value: int, low: int) -> None:
-    if value < low:
-        raise ValueError(f"{owner}.{name} must be >= {low}, got {value!r}")
+def _check(config: object, bound: str, *names: str) -> None:
+    """Raise ``ValueError`` naming ``Config.field`` for the first of ``names`` whose value does not ``bound``."""
+    for name in names:
+        value = getattr(config, name)
+        if not _BOUNDS[bound](value):
+            raise ValueError(f"{type(config).__name__}.{name} must {bound}, got {value!r}")
 
 
-def _open_unit(owner: str, name: str, value: float) -> None:
-    if not 0.0 < value < 1.0:
-        raise ValueError(f"{owner}.{name} must lie in (0, 1), got {value!r}")
-
-
-def _unit(owner: str, name: str, value: float) -> None:
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{owner}.{name} must lie in [0, 1], got {value!r}")
+def check_init_bounds(
+    percentiles: tuple[float, float],
+    score_range: tuple[float, float],
+    names: tuple[str, str] = ("percentiles", "target_range"),
+) -> None:
+    """Raise ``ValueError`` naming ``names`` unless ``0 <= low < high <= 100`` (percentiles) and ``low < high``."""
+    if not 0.0 <= percentiles[0] < percentiles[1] <= 100.0:
+        raise ValueError(f"{names[0]} must satisfy 0 <= low < high <= 100, got {percentiles}")
+    if not score_range[0] < score_range[1]:
+        raise ValueError(f"{names[1]} must satisfy low < high, got {score_range}")
 
 
 @dataclass
 class BPAConfig:
-    """Configuration of the global MAP refit and the uncertainty estimate of BPA.
-
-    Source: E3mo-Bench, "Periodic Bayesian Optimization" and "Uncertainty Estimation"; supp. D.4.
-    Scores live on the internal [``score_min``, ``score_max``] = [1, 9] scale of the VAD ratings.
+    """Configuration of the global MAP refit and the uncertainty estimate of BPA, on the [1, 9] scale of the VAD
+    ratings. Source: E3mo-Bench, "Periodic Bayesian Optimization" and "Uncertainty Estimation"; supp. D.4.
 
     Raises:
         ValueError: naming the field, for any out-of-range value or unknown ``optimizer``.
@@ -74,9 +74,7 @@ class BPAConfig:
             "help": "Logistic slope s per score unit: Delta_ij = s * (mu_i - mu_j) enters Lambda(Delta -/+ delta)."
         },
     )
-    delta_init: float = field(
-        default=0.5, metadata={"help": "Initial Rao-Kupper tie margin delta (> 0, logit units)."}
-    )
+    delta_init: float = field(default=0.5, metadata={"help": "Initial Rao-Kupper tie margin delta > 0 (logit units)."})
     delta_bounds: tuple[float, float] = field(
         default=(1e-3, 5.0), metadata={"help": "Box bounds of the tie margin delta during MAP (both > 0)."}
     )
@@ -91,20 +89,18 @@ class BPAConfig:
         metadata={"help": "Strength of the Gaussian prior 0.5*c*(xi_k - logit(eta_init))^2 keeping xi finite (>= 0)."},
     )
     lambda0: float = field(
-        default=1.0, metadata={"help": "Base strength lambda_0 of the adaptive quadratic prior toward mu_i^(0)."}
+        default=1.0, metadata={"help": "Strength lambda_0 of the adaptive quadratic prior toward mu_i^(0)."}
     )
     gamma: float = field(
         default=0.5,
         metadata={"help": "Decay gamma: lambda_i = lambda_0 * (1 + N_i)^(-gamma), N_i = comparisons of i."},
     )
-    optimizer: Optimizer = field(
-        default="L-BFGS-B", metadata={"help": "Bounded scipy.optimize.minimize method: 'L-BFGS-B' or 'TNC'."}
-    )
+    optimizer: Optimizer = field(default="L-BFGS-B", metadata={"help": "Bounded method of scipy.optimize.minimize."})
     max_iter: int = field(default=500, metadata={"help": "Maximum optimiser iterations per MAP refit."})
     tol: float = field(default=1e-8, metadata={"help": "Optimiser tolerance (ftol/gtol for L-BFGS-B)."})
     # uncertainty
     sigma_init: float = field(
-        default=2.0, metadata={"help": "Initial (and maximum) candidate uncertainty sigma^(0), score units."}
+        default=2.0, metadata={"help": "Initial (= maximum) uncertainty sigma^(0), score units."}
     )
     sigma_min: float = field(default=0.05, metadata={"help": "Uncertainty floor sigma^min, score units."})
     rho: float = field(
@@ -119,42 +115,30 @@ class BPAConfig:
         name = type(self).__name__
         if not self.score_min < self.score_max:
             raise ValueError(f"{name}.score_min must be < score_max, got {self.score_min} >= {self.score_max}")
-        _positive(name, "slope", self.slope)
         lo, hi = self.delta_bounds
         if not 0.0 < lo < hi:
             raise ValueError(f"{name}.delta_bounds must satisfy 0 < low < high, got {self.delta_bounds!r}")
         if not lo <= self.delta_init <= hi:
             raise ValueError(f"{name}.delta_init must lie in delta_bounds {self.delta_bounds}, got {self.delta_init}")
-        _open_unit(name, "eta_init", self.eta_init)
-        _positive(name, "xi_bound", self.xi_bound)
-        _positive(name, "reliability_prior", self.reliability_prior, allow_zero=True)
-        _positive(name, "lambda0", self.lambda0, allow_zero=True)
-        _positive(name, "gamma", self.gamma, allow_zero=True)
         check_literal(name, "optimizer", self.optimizer, Optimizer)
-        _at_least(name, "max_iter", self.max_iter, 1)
-        _positive(name, "tol", self.tol)
-        _positive(name, "sigma_init", self.sigma_init)
-        _positive(name, "sigma_min", self.sigma_min)
+        _check(self, "be > 0", "slope", "xi_bound", "tol", "sigma_init", "sigma_min", "sigma_tau")
+        _check(self, "be >= 0", "reliability_prior", "lambda0", "gamma")
+        _check(self, "be >= 1", "max_iter")
+        _check(self, "lie in (0, 1)", "eta_init")
+        _check(self, "lie in [0, 1]", "rho")
         if self.sigma_min > self.sigma_init:
             raise ValueError(f"{name}.sigma_min must be <= sigma_init, got {self.sigma_min} > {self.sigma_init}")
-        _unit(name, "rho", self.rho)
-        _positive(name, "sigma_tau", self.sigma_tau)
 
 
 PAPER_SCHEDULING: dict[str, str] = {"policy": "bpa", "exploration_rule": "match_quality"}
 """The paper's scheduler (E3mo-Bench, "Online Pair Scheduling"): 50/30/20 exploration by TrueSkill match quality /
-anchor calibration / bridge pairs. ``SchedulerConfig(**PAPER_SCHEDULING)`` (``emoreward rank --method bpa --policy
-paper``). Not the default: it needed more comparisons on the simulation benchmark
-(``benchmarks/benchmark_bpa.py simulation``)."""
+anchor calibration / bridge pairs (``emoreward rank --method bpa --policy paper``); not the default (docs/ranking.md)."""
 
 
 @dataclass
 class SchedulerConfig:
-    """Configuration of online pair scheduling and initialisation in BPA.
-
-    The default policy is exploration only by the ranking-variance rule (``emoreward.ranking.bpa.design``), the
-    best on the simulation benchmark (``benchmarks/benchmark_bpa.py simulation``); the paper's 50/30/20 scheduler
-    is ``SchedulerConfig(**PAPER_SCHEDULING)``.
+    """Configuration of online pair scheduling and initialisation in BPA. The default policy is ours (exploration by
+    the ranking-variance rule, the best measured); the paper's is ``SchedulerConfig(**PAPER_SCHEDULING)``.
 
     Source: E3mo-Bench, "Online Pair Scheduling" (50/30/20 policy after Li et al. 2018, Hybrid-MST); supp. D.2
     (TrueSkill provisional updates, Herbrich et al. 2006) and D.3 (percentile initialisation).
@@ -184,9 +168,7 @@ class SchedulerConfig:
     exploration_share: float = field(default=0.5, metadata={"help": "Share of exploration pairs (paper: 0.5)."})
     anchor_share: float = field(default=0.3, metadata={"help": "Share of anchor-calibration pairs (paper: 0.3)."})
     bridge_share: float = field(default=0.2, metadata={"help": "Share of bridge pairs (paper: 0.2)."})
-    n_levels: int = field(
-        default=4, metadata={"help": "Number of equal-width score levels on [1, 9] that bridge pairs connect."}
-    )
+    n_levels: int = field(default=4, metadata={"help": "Equal-width score levels on [1, 9] that bridge pairs join."})
     anchor_neighbours: int = field(
         default=2, metadata={"help": "Anchor calibration draws among this many anchors nearest to the candidate."}
     )
@@ -226,28 +208,16 @@ class SchedulerConfig:
         check_literal(name, "policy", self.policy, Policy)
         check_literal(name, "exploration_rule", self.exploration_rule, ExplorationRule)
         check_literal(name, "init_method", self.init_method, InitMethod)
-        for share in ("exploration_share", "anchor_share", "bridge_share"):
-            _unit(name, share, getattr(self, share))
+        _check(self, "lie in [0, 1]", "exploration_share", "anchor_share", "bridge_share")
         total = self.exploration_share + self.anchor_share + self.bridge_share
         if abs(total - 1.0) > 1e-6:
             raise ValueError(f"{name}.exploration_share + anchor_share + bridge_share must be 1, got {total}")
-        _at_least(name, "n_levels", self.n_levels, 2)
-        _at_least(name, "anchor_neighbours", self.anchor_neighbours, 1)
-        _positive(name, "ts_beta", self.ts_beta)
-        _positive(name, "ts_tau", self.ts_tau, allow_zero=True)
-        _open_unit(name, "ts_draw_probability", self.ts_draw_probability)
-        _positive(name, "anchor_sigma", self.anchor_sigma)
-        _at_least(name, "refit_every", self.refit_every, 1)
-        _at_least(name, "budget", self.budget, 1)
-        _at_least(name, "min_comparisons", self.min_comparisons, 0)
-        p_lo, p_hi = self.init_percentiles
-        if not 0.0 <= p_lo < p_hi <= 100.0:
-            raise ValueError(
-                f"{name}.init_percentiles must satisfy 0 <= low < high <= 100, got {self.init_percentiles}"
-            )
-        r_lo, r_hi = self.init_range
-        if not r_lo < r_hi:
-            raise ValueError(f"{name}.init_range must satisfy low < high, got {self.init_range!r}")
+        _check(self, "be >= 2", "n_levels")
+        _check(self, "be >= 1", "anchor_neighbours", "refit_every", "budget")
+        _check(self, "be > 0", "ts_beta", "anchor_sigma")
+        _check(self, "be >= 0", "ts_tau", "min_comparisons")
+        _check(self, "lie in (0, 1)", "ts_draw_probability")
+        check_init_bounds(self.init_percentiles, self.init_range, (f"{name}.init_percentiles", f"{name}.init_range"))
 
 
 @dataclass
@@ -276,5 +246,4 @@ class CommitteeConfig:
     def __post_init__(self) -> None:
         name = type(self).__name__
         check_literal(name, "weighting", self.weighting, Weighting)
-        _positive(name, "smoothing", self.smoothing, allow_zero=True)
-        _positive(name, "tie_threshold", self.tie_threshold, allow_zero=True)
+        _check(self, "be >= 0", "smoothing", "tie_threshold")

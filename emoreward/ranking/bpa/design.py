@@ -1,11 +1,7 @@
-"""Ranking-targeted pair selection for BPA exploration (our addition; the paper's rule is TrueSkill match quality).
-
-Close pairs carry the most Fisher information each, but a graph of only close pairs is a long chain whose
-long-range differences stay uncertain, and diagonal uncertainties (TrueSkill ``u_i``, the empirical-Fisher
-``sigma_i``) cannot see that. The rule here (`ranking_variance_gains`) keeps the full Laplace covariance and asks
-the pair that most lowers the variance of the score differences whose order is in doubt. `crowd_fisher_information`
-and `centred_design_comparisons` give the information bound that no pair selection can beat.
-Results against random pairs and the paper's rule: docs/ranking.md ("Active ranking (BPA)").
+"""Ranking-targeted pair selection for BPA exploration (ours; the paper's rule is TrueSkill match quality): the pair
+that most lowers the variance of the score differences whose order is in doubt, under the full Laplace covariance
+(`ranking_variance_gains`), and the information bound no pair selection can beat (`centred_design_comparisons`).
+See docs/ranking.md ("Active ranking (BPA)").
 """
 
 from __future__ import annotations
@@ -23,13 +19,8 @@ _GH_WEIGHTS = _GH_WEIGHTS / np.sqrt(np.pi)
 def outcome_fisher_information(
     score_diff: np.ndarray, delta: float, slope: float = 1.0, eta: np.ndarray | float = 1.0
 ) -> np.ndarray:
-    """Fisher information about ``mu_a - mu_b`` carried by one answer ``y in {a, b, tie}``.
-
-    ``J = sum_y (d q_y / d Delta)^2 / q_y`` with ``q_y = eta P_RK(y | s Delta, delta) + (1 - eta) / 3``.
-
-    ``score_diff`` (score units, any shape), tie margin ``delta > 0``, logistic ``slope`` per score unit and the
-    reliability ``eta`` of who answers broadcast together; the information is in score^-2.
-    """
+    """Fisher information (score^-2) about ``mu_a - mu_b`` of one answer: ``J = sum_y (d q_y / d Delta)^2 / q_y``,
+    ``q_y = eta P_RK(y | s Delta, delta) + (1 - eta) / 3``; ``score_diff`` (any shape) and ``eta`` broadcast."""
     z = slope * np.asarray(score_diff, float)
     eta = np.asarray(eta, float)
     pa, pb = (np.exp(log_p) for log_p in RaoKupper.log_probabilities(z, delta)[:2])
@@ -43,11 +34,8 @@ def outcome_fisher_information(
 def expected_fisher_information(
     diff_mean: np.ndarray, diff_var: np.ndarray, delta: float, slope: float = 1.0, eta: float = 1.0
 ) -> np.ndarray:
-    """`outcome_fisher_information` averaged over ``Delta ~ N(diff_mean, diff_var)`` (10-point Gauss-Hermite).
-
-    Returns:
-        `np.ndarray` of the input shape (score^-2).
-    """
+    """`outcome_fisher_information` averaged over ``Delta ~ N(diff_mean, diff_var)`` (10-point Gauss-Hermite), in
+    the input shape (score^-2)."""
     m = np.asarray(diff_mean, float)[..., None]
     sd = np.sqrt(np.maximum(np.asarray(diff_var, float), 0.0))[..., None]
     info = outcome_fisher_information(m + np.sqrt(2.0) * sd * _GH_NODES, delta, slope, eta)
@@ -55,11 +43,8 @@ def expected_fisher_information(
 
 
 def record_information_matrix(idx_a: np.ndarray, idx_b: np.ndarray, info: np.ndarray, n_candidates: int) -> np.ndarray:
-    """Information matrix over candidate scores from pairwise records (anchors are fixed: diagonal terms only).
-
-    ``idx_a``, ``idx_b`` `(M,)`: item indices, candidates first; ``info`` `(M,)`: each record's information about
-    its difference. Returns ``sum_m info_m (e_a - e_b)(e_a - e_b)^T`` over candidates `(n_candidates, n_candidates)`.
-    """
+    """``sum_m info_m (e_a - e_b)(e_a - e_b)^T`` over candidates `(n_candidates, n_candidates)` from item indices
+    ``idx_a``, ``idx_b`` `(M,)` (candidates first; anchors are fixed) and each record's ``info`` `(M,)`."""
     n_items = int(max(idx_a.max(initial=-1), idx_b.max(initial=-1), n_candidates - 1)) + 1
     fisher = np.zeros((n_items, n_items))
     np.add.at(fisher, (idx_a, idx_a), info)
@@ -72,25 +57,16 @@ def record_information_matrix(idx_a: np.ndarray, idx_b: np.ndarray, info: np.nda
 def ranking_variance_gains(
     mean: np.ndarray, cov: np.ndarray, delta: float, slope: float = 1.0, eta: float = 1.0
 ) -> np.ndarray:
-    """Expected reduction of doubt-weighted difference variance from asking each pair.
+    """Expected reduction of doubt-weighted difference variance from asking each pair (the rule, ours).
 
-    The rule (ours), for candidates ``1..n`` and anchors (fixed, zero variance):
-
-    1. Posterior ``N(m, Sigma)`` over candidate scores: ``m`` = the scheduler's provisional scores, ``Sigma`` = the
-       inverse of the *expected* Fisher information of all records at the last refit (each record adds
-       ``J(Delta) (e_a - e_b)(e_a - e_b)^T``) plus the adaptive prior precision, updated by Sherman-Morrison after
-       every new pair (`rank_one_update`: the answer's expected information, so it can run before the answer).
-    2. ``J_kl``: Fisher information about ``mu_k - mu_l`` of one answer (Rao-Kupper with tie margin, Crowd-BT
-       mixture with the crowd's mean reliability), averaged over the posterior of the difference (Gauss-Hermite).
-    3. Doubt weights ``w_ij = phi(d_ij / s_ij) / s_ij`` with ``d_ij = m_i - m_j``, ``s_ij^2 = Var(mu_i - mu_j)``:
-       the posterior density of the difference at zero, i.e. how likely a small change flips the order of ``i, j``.
-    4. Asking ``(k, l)`` lowers ``Var(mu_i - mu_j)`` by ``J_kl ((Sigma e_kl)_i - (Sigma e_kl)_j)^2 / (1 + J_kl
-       s_kl^2)``; summed with the weights this is ``gain_kl = J_kl (e_kl^T A e_kl) / (1 + J_kl s_kl^2)`` with
-       ``A = Sigma L_w Sigma`` and ``L_w`` the Laplacian of ``w``: one ``O(n^3)`` product scores every pair at once.
-       The pair of largest gain is asked.
-
-    Source: a greedy A-optimal design (Chaloner & Verdinelli 1995) on the differences whose order is in doubt, the
-    same idea as active ranking by expected reduction of discordant pairs.
+    Posterior ``N(m, Sigma)`` over candidate scores: ``m`` the provisional scores, ``Sigma`` the inverse expected
+    Fisher information of the records at the last refit plus the adaptive prior, updated after every pair by
+    `rank_one_update`. ``J_kl``: one answer's information about ``mu_k - mu_l`` (Rao-Kupper, Crowd-BT with the mean
+    reliability) averaged over the posterior of the difference. Doubt weights ``w_ij = phi(d_ij / s_ij) / s_ij``
+    (``d_ij = m_i - m_j``, ``s_ij^2 = Var(mu_i - mu_j)``): the posterior density of the difference at zero. Asking
+    ``(k, l)`` lowers the weighted sum of ``Var(mu_i - mu_j)`` by ``gain_kl = J_kl (e_kl^T A e_kl) / (1 + J_kl
+    s_kl^2)``, ``A = Sigma L_w Sigma`` with ``L_w`` the Laplacian of ``w``. Source: greedy A-optimal design
+    (Chaloner & Verdinelli 1995) on the differences whose order is in doubt.
 
     Args:
         mean (`np.ndarray` of shape `(N,)`): current scores of all items, candidates first, anchors last.
@@ -122,13 +98,8 @@ def ranking_variance_gains(
 
 
 def rank_one_update(cov: np.ndarray, i: int, j: int, info: float) -> np.ndarray:
-    """Covariance after one more answer on ``(i, j)`` with Fisher information ``info`` (Sherman-Morrison).
-
-    Indices ``>= n`` (``cov`` is ``n x n``) are anchors, which have no score variable.
-
-    Returns:
-        `np.ndarray` of shape `(n, n)`: ``(Sigma^-1 + info e e^T)^-1`` with ``e = e_k - e_l`` over candidates.
-    """
+    """``(Sigma^-1 + info e e^T)^-1`` `(n, n)` by Sherman-Morrison: ``cov`` after one more answer on ``(i, j)``
+    with Fisher information ``info``; ``e = e_i - e_j`` over candidates (indices ``>= n`` are anchors)."""
     n = cov.shape[0]
     e = np.zeros(n)
     if i < n:
@@ -165,20 +136,13 @@ def centred_design_comparisons(
     weights: np.ndarray | None = None,
     n_grid: int = 400,
 ) -> float:
-    """Comparisons per candidate that an ideal adaptive design needs to raise every candidate's precision.
+    """Comparisons per candidate that an ideal adaptive design needs to raise every candidate's precision (the
+    information bound used to judge pair selection; ours, an idealisation).
 
-    The information bound used to judge pair selection (ours, an idealisation; see ``benchmarks/benchmark_bpa.py``):
-    each comparison of two candidates adds the crowd information ``J`` of their score difference to both
-    candidates' precision (the trace of the information Laplacian grows by ``2 J``). The best a design can do
-    when every candidate has posterior precision ``P`` is to pair two candidates whose posterior means
-    coincide, which gives ``E[J(Delta)]`` with ``Delta ~ N(0, 2 / P)``. Raising every candidate from
-    ``precision_from`` to ``precision_to`` therefore needs at least
-
-        ``n / n_candidates = integral_{P_0}^{P_1} dP / (2 E_{Delta ~ N(0, 2/P)}[J_crowd(Delta)])``
-
-    comparisons per candidate (trapezoid rule on ``n_grid`` points). A design that ignores the scores needs
-    ``(P_1 - P_0) / (2 J_bar)``, ``J_bar`` its mean information per comparison; the ratio of the two is the
-    best saving an adaptive design can reach when the precision needed does not depend on the design.
+    A comparison adds the crowd information ``J`` of a score difference to both candidates' precision; the best a
+    design can do at precision ``P`` is to pair candidates of equal posterior means, ``Delta ~ N(0, 2 / P)``. Hence
+    ``n / n_candidates >= integral_{P_0}^{P_1} dP / (2 E[J_crowd(Delta)])`` (trapezoid rule on ``n_grid`` points);
+    a design that ignores the scores needs ``(P_1 - P_0) / (2 J_bar)``, ``J_bar`` its mean information per comparison.
 
     Args:
         precision_from, precision_to (`float`): per-candidate precision (score^-2), ``0 < from <= to``.

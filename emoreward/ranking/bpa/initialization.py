@@ -1,10 +1,5 @@
-"""Percentile-based initialisation of candidate scores from preliminary estimates (E3mo-Bench, supp. D.3).
-
-The supplement's mapping equation was lost in extraction. Its text asks for a map that preserves the central
-ordering, clips extreme values and keeps candidates away from the [1, 9] endpoints. We chose: clip the
-preliminary values at two percentiles (default 5th and 95th) of their own distribution and map the clipped
-interval linearly onto an inner score interval (default [2, 8]). Compute it separately per perspective and VAD
-dimension (one call per group), as the supplement says.
+"""Percentile initialisation of candidate scores from preliminary estimates (E3mo-Bench, supp. D.3; the mapping is
+ours, the supplement's equation was lost). Call once per perspective and VAD dimension. See docs/ranking.md.
 """
 
 from __future__ import annotations
@@ -14,7 +9,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from scipy.stats import rankdata
 
-from emoreward.ranking.bpa.config import InitMethod, check_literal
+from emoreward.ranking.bpa.config import InitMethod, check_init_bounds, check_literal
 
 
 def initial_scores(
@@ -24,7 +19,7 @@ def initial_scores(
     percentiles: tuple[float, float] = (5.0, 95.0),
     target_range: tuple[float, float] = (2.0, 8.0),
 ) -> dict[str, float]:
-    """Initial scores ``mu^(0)`` of the candidates on the BPA score scale (supp. D.3; mapping in the module docstring).
+    """Initial scores ``mu^(0)`` of the candidates on the BPA score scale (supp. D.3).
 
     Args:
         candidates (`Sequence[str]`): candidate names.
@@ -38,12 +33,8 @@ def initial_scores(
         ValueError: for an unknown ``method``, a non-finite preliminary value, or bad percentile / range bounds.
     """
     check_literal("initial_scores", "method", method, InitMethod)
-    lo_p, hi_p = percentiles
-    if not 0.0 <= lo_p < hi_p <= 100.0:
-        raise ValueError(f"percentiles must satisfy 0 <= low < high <= 100, got {percentiles}")
+    check_init_bounds(percentiles, target_range)
     r_lo, r_hi = target_range
-    if not r_lo < r_hi:
-        raise ValueError(f"target_range must satisfy low < high, got {target_range}")
     mid = 0.5 * (r_lo + r_hi)
     out = {c: mid for c in candidates}
     known = [c for c in candidates if preliminary is not None and c in preliminary]
@@ -55,7 +46,7 @@ def initial_scores(
     if method == "rank":
         unit = (rankdata(values) - 0.5) / len(values)
     if method == "percentile":
-        lo, hi = np.percentile(values, [lo_p, hi_p])
+        lo, hi = np.percentile(values, percentiles)
         if hi <= lo:
             return out
         unit = (np.clip(values, lo, hi) - lo) / (hi - lo)

@@ -1,10 +1,6 @@
-"""Global MAP refit of BPA: Rao-Kupper likelihood, Crowd-BT reliabilities, anchors and adaptive prior.
-
-Source: E3mo-Bench, "Periodic Bayesian Optimization", "Uncertainty Estimation" and supp. D.4; the paper's
-equations were lost in extraction, so `fit_bpa` writes out the model we chose from the cited sources (Rao & Kupper
-1967, Chen et al. 2013, Kunstner et al. 2019). `rao_kupper_probabilities` gives the answer probabilities,
-`BPAObjective` the negative log posterior and its gradient, `smooth_uncertainty` the Fisher uncertainty.
-See docs/ranking.md ("Active ranking (BPA)").
+"""Global MAP refit of BPA (E3mo-Bench, "Periodic Bayesian Optimization", "Uncertainty Estimation", supp. D.4):
+Rao-Kupper likelihood with tie margin, Crowd-BT reliabilities, fixed anchors, adaptive prior (`BPAObjective`,
+`fit_bpa`) and the empirical-Fisher uncertainty (`smooth_uncertainty`). See docs/ranking.md ("Active ranking (BPA)").
 """
 
 from __future__ import annotations
@@ -24,12 +20,9 @@ from emoreward.ranking.tie_models.rao_kupper import RaoKupper
 
 
 def rao_kupper_probabilities(score_diff: np.ndarray, delta: float, slope: float = 1.0) -> np.ndarray:
-    """Rao-Kupper outcome probabilities in logistic form, `(n, 3)`: ``P(i > j)``, ``P(j > i)``, ``P(tie)`` of
-    ``score_diff`` `(n,)` (score units) with tie margin ``delta > 0`` (logit units); ValueError if ``delta <= 0``.
-
-    Source: Rao & Kupper (1967), eq. 2.1-2.2 with ``theta = exp(delta)``; E3mo-Bench "Periodic Bayesian
-    Optimization". The likelihood is the ranking's one Rao-Kupper (`emoreward.ranking.tie_models.rao_kupper`).
-    """
+    """Rao-Kupper outcome probabilities `(n, 3)`: ``P(i > j)``, ``P(j > i)``, ``P(tie)`` of ``score_diff`` `(n,)`
+    (score units) with tie margin ``delta > 0`` (logit units; ValueError otherwise). Rao & Kupper (1967), eq. 2.1-2.2
+    with ``theta = exp(delta)``, through `emoreward.ranking.tie_models.rao_kupper`."""
     if delta <= 0:
         raise ValueError(f"delta must be > 0, got {delta!r}")
     return np.exp(np.stack(RaoKupper.log_probabilities(slope * np.asarray(score_diff, dtype=float), delta), axis=-1))
@@ -37,9 +30,7 @@ def rao_kupper_probabilities(score_diff: np.ndarray, delta: float, slope: float 
 
 @dataclass
 class EncodedRecords:
-    """Pairwise records turned into index arrays over candidates, anchors and annotators.
-
-    Item indices ``0 .. n_candidates - 1`` are candidates, ``n_candidates ..`` are anchors.
+    """Pairwise records as index arrays; item indices ``0 .. n_candidates - 1`` are candidates, then anchors.
 
     Attributes:
         candidates (`list[str]`): candidate names, in parameter order.
@@ -62,7 +53,6 @@ class EncodedRecords:
 
     @property
     def n_candidates(self) -> int:
-        """Number of candidates (free scores)."""
         return len(self.candidates)
 
     def comparison_counts(self) -> np.ndarray:
@@ -72,33 +62,34 @@ class EncodedRecords:
         return counts[: self.n_candidates].astype(float)
 
 
+def check_items(candidates: Sequence[str], anchors: Mapping[str, float], config: BPAConfig | None = None) -> None:
+    """Raise ``ValueError`` if candidates repeat, an item is both candidate and anchor, or (given ``config``) an anchor
+    score lies outside [score_min, score_max]."""
+    if len(set(candidates)) != len(candidates):
+        raise ValueError("candidates contain duplicates")
+    both = set(candidates) & set(anchors)
+    if both:
+        raise ValueError(f"items are both candidates and anchors: {sorted(both)[:5]}")
+    for name, value in anchors.items() if config is not None else ():
+        if not config.score_min <= value <= config.score_max:
+            raise ValueError(f"anchor {name!r} score {value} outside [{config.score_min}, {config.score_max}]")
+
+
 def encode_records(
     records: Sequence[PairwiseRecord],
     candidates: Sequence[str],
     anchors: Mapping[str, float],
     annotators: Sequence[str] | None = None,
 ) -> EncodedRecords:
-    """Index ``records`` against the candidate and anchor sets.
-
-    Args:
-        records (`Sequence[PairwiseRecord]`): the judgements (``emoreward.ranking.records``).
-        candidates (`Sequence[str]`): items whose scores are estimated.
-        anchors (`Mapping[str, float]`): golden anchors and their fixed scores.
-        annotators (`Sequence[str]`, optional): annotator order; by default, order of first appearance.
-
-    Returns:
-        `EncodedRecords`.
+    """Index ``records`` against the ``candidates`` (scores estimated) and ``anchors`` (name -> fixed score) as
+    `EncodedRecords`; ``annotators`` gives the annotator order (default: order of first appearance).
 
     Raises:
         ValueError: if an item is both candidate and anchor, if a record names an unknown item or annotator,
             or if candidates repeat.
     """
     candidates = list(candidates)
-    if len(set(candidates)) != len(candidates):
-        raise ValueError("candidates contain duplicates")
-    both = set(candidates) & set(anchors)
-    if both:
-        raise ValueError(f"items are both candidates and anchors: {sorted(both)[:5]}")
+    check_items(candidates, anchors)
     anchor_names = list(anchors)
     items = encode_item_records(records, candidates + anchor_names)  # the one encoder of item names and outcomes
     if annotators is None:
@@ -108,39 +99,32 @@ def encode_records(
     unknown = next((k for k, r in enumerate(records) if r.annotator not in ann_index), None)
     if unknown is not None:
         raise ValueError(f"record {unknown} names unknown annotator {records[unknown].annotator!r}")
-    idx_a, idx_b, outcome = items.a, items.b, items.outcome.astype(np.int64)
     annotator = np.fromiter((ann_index[r.annotator] for r in records), dtype=np.int64, count=len(records))
-    return EncodedRecords(
-        candidates=candidates,
-        anchors=anchor_names,
-        anchor_scores=np.array([anchors[a] for a in anchor_names], dtype=float),
-        annotators=annotators,
-        idx_a=idx_a,
-        idx_b=idx_b,
-        outcome=outcome,
-        annotator=annotator,
-    )
+    anchor_scores = np.array([anchors[a] for a in anchor_names], dtype=float)
+    outcome = items.outcome.astype(np.int64)
+    return EncodedRecords(candidates, anchor_names, anchor_scores, annotators, items.a, items.b, outcome, annotator)
 
 
 class BPAObjective:
-    """Negative log posterior of BPA and its analytic gradient.
+    """Negative log posterior of BPA and its analytic gradient: the model `fit_bpa` maximises.
 
-    Parameter vector ``theta`` of shape ``(n_candidates + n_annotators + 1,)``: candidate scores ``mu``
-    (score units), reliability logits ``xi`` (``eta = sigmoid(xi)``) and the tie margin ``delta``.
+    ``theta`` `(n_candidates + n_annotators + 1,)` holds the candidate scores ``mu`` (score units, box [score_min,
+    score_max]; anchors enter with fixed scores), reliability logits ``xi`` (``eta = sigmoid(xi)``, box) and the tie
+    margin ``delta`` (box). With ``Delta_m = s (mu_a - mu_b)`` and ``Lambda`` the logistic function:
 
-    ``L(theta) = -sum_m log[eta_k P_RK(y_m | Delta_m, delta) + (1 - eta_k) / 3]
-    + sum_i 0.5 lambda_i (mu_i - mu_i^(0))^2 + sum_k 0.5 c (xi_k - xi_0)^2``.
+    - Rao-Kupper (Rao & Kupper 1967) in logistic form: ``P(a) = Lambda(Delta - delta)``, ``P(b) = Lambda(-Delta -
+      delta)``, ``P(tie) = (exp(2 delta) - 1) P(a) P(b)``;
+    - Crowd-BT mixture (Chen et al. 2013), the paper's "random guess" read as uniform over the three answers:
+      ``q_m = eta_k P_RK(y_m) + (1 - eta_k) / 3``;
+    - ``L = -sum_m log q_m + sum_i 0.5 lambda_i (mu_i - mu_i^(0))^2 + sum_k 0.5 c (xi_k - logit(eta_init))^2`` with
+      the adaptive prior ``lambda_i = lambda_0 (1 + N_i)^(-gamma)`` (``N_i``: comparisons of ``i``) and a weak
+      reliability prior ``c`` that keeps a rarely seen annotator's ``xi_k`` finite.
 
-    Args:
-        data (`EncodedRecords`): the indexed records.
-        init_scores (`np.ndarray` of shape `(n_candidates,)`): prior locations ``mu^(0)``.
-        config (`BPAConfig`): model hyperparameters.
+    Args: ``data`` (`EncodedRecords`), ``init_scores`` (`np.ndarray` `(n_candidates,)`, the prior locations
+    ``mu^(0)``; ValueError on another shape), ``config`` (`BPAConfig`).
 
-    Raises:
-        ValueError: if ``init_scores`` has the wrong shape.
-
-    Source: E3mo-Bench, "Periodic Bayesian Optimization" (L_total = L_data + L_prior); Crowd-BT (Chen et al.
-    2013); supp. D.4.
+    Source: E3mo-Bench, "Periodic Bayesian Optimization" (L_total = L_data + L_prior) and supp. D.4; the paper's
+    equations were lost in extraction, so this is our reading of the cited sources.
     """
 
     def __init__(self, data: EncodedRecords, init_scores: np.ndarray, config: BPAConfig) -> None:
@@ -152,7 +136,7 @@ class BPAObjective:
         self.init_scores = init_scores
         self.n_candidates = data.n_candidates
         self.n_annotators = len(data.annotators)
-        self.prior_precision = config.lambda0 * (1.0 + data.comparison_counts()) ** (-config.gamma)
+        self.prior_precision = prior_precision(data.comparison_counts(), config)
         self.xi0 = math.log(config.eta_init / (1.0 - config.eta_init))
 
     # -- parameter packing -------------------------------------------------------------------------------------
@@ -180,14 +164,11 @@ class BPAObjective:
         )
 
     # -- likelihood ----------------------------------------------------------------------------------------------
-    def _all_scores(self, scores: np.ndarray) -> np.ndarray:
-        return np.concatenate([scores, self.data.anchor_scores])
-
     def _record_terms(self, theta: np.ndarray):
         """Per-record log-likelihood and its partial derivatives w.r.t. Delta, delta and xi."""
         d, s = self.data, self.config.slope
         scores, xi, delta = self.unpack(theta)
-        mu = self._all_scores(scores)
+        mu = np.concatenate([scores, d.anchor_scores])
         z = s * (mu[d.idx_a] - mu[d.idx_b])
         log_pa, log_pb, log_pt = RaoKupper.log_probabilities(z, delta)
         pa, pb = np.exp(log_pa), np.exp(log_pb)
@@ -206,14 +187,7 @@ class BPAObjective:
         return log_q, w * dz * s, w * ddelta, dq_dxi
 
     def __call__(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
-        """Negative log posterior and its gradient.
-
-        Args:
-            theta (`np.ndarray` of shape `(size,)`): parameters.
-
-        Returns:
-            (`float`, `np.ndarray` of shape `(size,)`): value (nats) and gradient.
-        """
+        """Negative log posterior (nats) and its gradient `(size,)` at ``theta`` `(size,)`."""
         d, c = self.data, self.config
         n, k = self.n_candidates, self.n_annotators
         scores, xi, _ = self.unpack(theta)
@@ -236,16 +210,9 @@ class BPAObjective:
         return float(value), grad
 
     def empirical_fisher_diag(self, theta: np.ndarray) -> np.ndarray:
-        """Diagonal empirical Fisher of the candidate scores plus the adaptive prior precision.
-
-        Args:
-            theta (`np.ndarray` of shape `(size,)`): parameters (normally the MAP).
-
-        Returns:
-            `np.ndarray` of shape `(n_candidates,)`: ``sum_m (d log P_m / d mu_i)^2 + lambda_i`` (score^-2).
-
-        Source: E3mo-Bench, "Uncertainty Estimation" (Kunstner et al. 2019; MacKay 1992).
-        """
+        """`(n_candidates,)`: diagonal empirical Fisher of the candidate scores at ``theta`` `(size,)` plus the
+        adaptive prior, ``sum_m (d log q_m / d mu_i)^2 + lambda_i`` (score^-2). Source: E3mo-Bench, "Uncertainty
+        Estimation" (Kunstner et al. 2019; MacKay 1992)."""
         d = self.data
         n_items = self.n_candidates + len(d.anchors)
         _, g_mu, _, _ = self._record_terms(theta)
@@ -254,6 +221,11 @@ class BPAObjective:
             d.idx_b, weights=sq, minlength=n_items
         )
         return info[: self.n_candidates] + self.prior_precision
+
+
+def prior_precision(counts: np.ndarray, config: BPAConfig) -> np.ndarray:
+    """Adaptive prior precision ``lambda_i = lambda_0 (1 + N_i)^(-gamma)`` (score^-2) of comparison counts ``N_i``."""
+    return config.lambda0 * (1.0 + np.asarray(counts, float)) ** (-config.gamma)
 
 
 def smooth_uncertainty(fisher: np.ndarray, previous: np.ndarray, config: BPAConfig) -> np.ndarray:
@@ -297,19 +269,13 @@ class BPAFit:
         """Mean candidate uncertainty (score units); BPA stops when it falls below ``sigma_tau``."""
         return float(np.mean(list(self.sigma.values()))) if self.sigma else 0.0
 
-    def candidate_scores(self) -> dict[str, float]:
-        """Scores of candidates only (anchors left out)."""
-        return {k: v for k, v in self.scores.items() if k not in self.anchors}
-
     def predict(self, item_a: str, item_b: str) -> np.ndarray:
-        """`np.ndarray` of shape `(3,)`: Rao-Kupper ``P(a), P(b), P(tie)`` of a faithful annotator (eta = 1).
+        """`(3,)`: Rao-Kupper ``P(a), P(b), P(tie)`` of a faithful annotator (eta = 1); KeyError for an unknown item."""
+        diff = self.scores[item_a] - self.scores[item_b]
+        return rao_kupper_probabilities(np.array([diff]), self.delta, self.slope)[0]
 
-        Raises:
-            KeyError: if an item is unknown.
-        """
-        return rao_kupper_probabilities(np.array([self.scores[item_a] - self.scores[item_b]]), self.delta, self.slope)[
-            0
-        ]
+
+_MAX_ITER_OPTION = {"L-BFGS-B": "maxiter", "TNC": "maxfun"}  # scipy's name of the iteration limit, per method
 
 
 def fit_bpa(
@@ -320,30 +286,12 @@ def fit_bpa(
     config: BPAConfig | None = None,
     previous: BPAFit | None = None,
 ) -> BPAFit:
-    """Global MAP refit of BPA over all collected records.
+    """Global MAP refit of BPA over all collected records, with its uncertainty.
 
-    Source: E3mo-Bench, "Periodic Bayesian Optimization", "Uncertainty Estimation" and supp. D.4. The paper's
-    equations were lost in extraction; we follow the cited sources and write out what we chose:
-
-    - Rao-Kupper (Rao & Kupper 1967) in logistic form, with ``Delta_ij = s * (mu_i - mu_j)`` and tie margin
-      ``delta > 0`` (``theta = exp(delta)`` in the original parametrisation)::
-
-          P(i > j) = Lambda(Delta_ij - delta)
-          P(j > i) = Lambda(-Delta_ij - delta)
-          P(tie)   = 1 - P(i > j) - P(j > i) = (exp(2 delta) - 1) * P(i > j) * P(j > i)
-
-    - Crowd-BT mixture (Chen et al. 2013), with the paper's "random guess" read as uniform over the three
-      answers: ``P_k(y) = eta_k * P_RK(y) + (1 - eta_k) / 3``, ``eta_k = sigmoid(xi_k)`` (supp. D.4 optimises
-      ``xi_k``), plus a weak Gaussian prior ``0.5 * c * (xi_k - logit(eta_init))^2`` so that an annotator seen
-      only a few times keeps a finite ``xi_k``.
-    - Adaptive quadratic prior toward the initial score: ``0.5 * lambda_i * (mu_i - mu_i^(0))^2`` with
-      ``lambda_i = lambda_0 * (1 + N_i)^(-gamma)``, ``N_i`` the number of comparisons involving candidate ``i``.
-    - Golden anchors enter ``Delta`` with fixed scores and are not optimisation variables.
-    - MAP jointly over candidate scores (box [1, 9]), ``xi_k`` (box) and ``delta`` (box) by bounded
-      ``scipy.optimize.minimize`` with the analytic gradient (`BPAObjective`).
-    - Uncertainty: diagonal empirical Fisher (Kunstner et al. 2019) ``I_i = sum_m (d log P_m / d mu_i)^2 +
-      lambda_i``, ``sigma_Fisher = I_i^(-1/2)``, smoothed ``sigma_new = (1 - rho) * sigma_old + rho *
-      sigma_Fisher`` and clipped to ``[sigma_min, sigma_init]`` (`smooth_uncertainty`).
+    MAP of `BPAObjective` (the model) jointly over scores, ``xi_k`` and ``delta`` by bounded
+    ``scipy.optimize.minimize`` with the analytic gradient; uncertainty ``sigma_i`` from the diagonal empirical
+    Fisher (Kunstner et al. 2019) by `smooth_uncertainty`. Source: E3mo-Bench, "Periodic Bayesian Optimization",
+    "Uncertainty Estimation" and supp. D.4.
 
     Args:
         records (`Sequence[PairwiseRecord]`): every judgement collected so far (any annotators).
@@ -361,9 +309,7 @@ def fit_bpa(
     candidates = list(candidates)
     if not candidates:
         raise ValueError("fit_bpa needs at least one candidate")
-    for name, value in anchors.items():
-        if not config.score_min <= value <= config.score_max:
-            raise ValueError(f"anchor {name!r} score {value} outside [{config.score_min}, {config.score_max}]")
+    check_items(candidates, anchors, config)
     mid = 0.5 * (config.score_min + config.score_max)
     init = np.array([float((init_scores or {}).get(c, mid)) for c in candidates])
     bad = (init < config.score_min) | (init > config.score_max)
@@ -386,12 +332,7 @@ def fit_bpa(
         delta = float(np.clip(previous.delta, *config.delta_bounds))
         prev_sigma = np.array([previous.sigma.get(c, config.sigma_init) for c in candidates])
     theta0 = objective.pack(np.clip(start_scores, config.score_min, config.score_max), xi, delta)
-    if config.optimizer == "L-BFGS-B":
-        options = {"maxiter": config.max_iter, "ftol": config.tol, "gtol": config.tol}
-    elif config.optimizer == "TNC":
-        options = {"maxfun": config.max_iter, "ftol": config.tol, "gtol": config.tol}
-    else:  # unreachable: BPAConfig checks optimizer
-        raise ValueError(f"unknown optimizer {config.optimizer!r}")
+    options = {_MAX_ITER_OPTION[config.optimizer]: config.max_iter, "ftol": config.tol, "gtol": config.tol}
     res = minimize(objective, theta0, jac=True, method=config.optimizer, bounds=objective.bounds(), options=options)
     theta = res.x
     scores, xi_hat, delta_hat = objective.unpack(theta)

@@ -1,17 +1,13 @@
-"""Online pair scheduling of BPA and the active-ranking loop.
+"""Online pair scheduling of BPA (`BPAScheduler`) and the active-ranking loop with a judge (`run_active_ranking`).
 
-Source: E3mo-Bench, "Online Pair Scheduling" (tripartite 50/30/20 policy inspired by Hybrid-MST, Li et al.
-2018), supp. D.2 (TrueSkill provisional updates, Herbrich et al. 2006) and "Periodic Bayesian Optimization"
-(global refit after a fixed number of new comparisons, stopping on mean candidate uncertainty). `BPAScheduler`
-proposes pairs (exploration, anchor calibration, bridge sampling; its docstring gives the choices where the paper
-is silent), takes judgements and refits; `run_active_ranking` runs the loop with a judge.
-See docs/ranking.md ("Active ranking (BPA)").
+Source: E3mo-Bench, "Online Pair Scheduling" (50/30/20 policy after Hybrid-MST, Li et al. 2018), supp. D.2
+(TrueSkill provisional updates) and "Periodic Bayesian Optimization". See docs/ranking.md ("Active ranking (BPA)").
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import trueskill
@@ -28,8 +24,8 @@ from emoreward.ranking.bpa.design import (
     record_information_matrix,
 )
 from emoreward.ranking.bpa.initialization import initial_scores
-from emoreward.ranking.bpa.model import BPAFit, fit_bpa
-from emoreward.ranking.records import OUTCOMES, PairwiseRecord, as_outcome
+from emoreward.ranking.bpa.model import BPAFit, check_items, encode_records, fit_bpa, prior_precision
+from emoreward.ranking.records import PairwiseRecord, as_outcome
 
 
 JudgeFn = Callable[[str, str], "Verdict | str | PairwiseRecord"]
@@ -39,14 +35,12 @@ STRATEGIES: tuple[str, ...] = ("exploration", "anchor", "bridge", "random")
 class BPAScheduler:
     """Stateful BPA scheduler: proposes pairs, takes judgements, refits periodically, says when to stop.
 
-    Sources as the module's; TrueSkill through the ``trueskill`` library, anchors restored after every comparison
-    they take part in. Choices where the paper is silent:
+    TrueSkill (Herbrich et al. 2006) through the ``trueskill`` library; anchors keep their state. Where the paper is
+    silent we chose:
 
     - Exploration, ``match_quality``: focus candidate drawn with probability proportional to ``u_i^2``; partner
       maximising TrueSkill match quality (Herbrich et al. 2006, eq. 4) divided by ``1 + n_ij`` (times compared).
-    - Exploration, ``ranking_variance`` (ours): the pair of largest expected reduction of the doubt-weighted
-      variance of score differences (`emoreward.ranking.bpa.design`), the covariance rebuilt at each refit and
-      updated after every answer.
+    - Exploration, ``ranking_variance`` (ours): `emoreward.ranking.bpa.design.ranking_variance_gains`.
     - Anchor calibration: focus as above; partner the least-compared of its ``anchor_neighbours`` nearest anchors.
     - Bridge sampling: join a candidate of the smallest graph component to the closest-scored item of another;
       when connected, one candidate (by ``u^2``) from each of two adjacent non-empty levels of [1, 9].
@@ -62,13 +56,8 @@ class BPAScheduler:
         ValueError: if fewer than two candidates are given, candidates repeat or overlap anchors, or an anchor
             score is outside [score_min, score_max].
 
-    Usage::
-
-        sched = BPAScheduler(items, anchors={"ref1": 2.0, "ref2": 8.0})
-        while not sched.done:
-            a, b, strategy = sched.next_pair()
-            sched.observe(a, b, judge(a, b), annotator="rater-3", strategy=strategy)
-        fit = sched.refit()
+    Usage: ``while not sched.done: a, b, strategy = sched.next_pair(); sched.observe(a, b, judge(a, b),
+    annotator="rater-3", strategy=strategy)``, then ``sched.refit()``.
     """
 
     def __init__(
@@ -85,17 +74,8 @@ class BPAScheduler:
         self.candidates = list(candidates)
         if len(self.candidates) < 2:
             raise ValueError(f"BPAScheduler needs at least 2 candidates, got {len(self.candidates)}")
-        if len(set(self.candidates)) != len(self.candidates):
-            raise ValueError("BPAScheduler candidates contain duplicates")
         self.anchors = dict(anchors or {})
-        overlap = set(self.anchors) & set(self.candidates)
-        if overlap:
-            raise ValueError(f"items are both candidates and anchors: {sorted(overlap)[:5]}")
-        for name, value in self.anchors.items():
-            if not self.config.score_min <= value <= self.config.score_max:
-                raise ValueError(
-                    f"anchor {name!r} score {value} outside [{self.config.score_min}, {self.config.score_max}]"
-                )
+        check_items(self.candidates, self.anchors, self.config)
         sc = self.sconfig
         init = initial_scores(self.candidates, preliminary, sc.init_method, sc.init_percentiles, sc.init_range)
         init.update({k: float(v) for k, v in (init_scores or {}).items() if k in init})
@@ -105,13 +85,8 @@ class BPAScheduler:
         self.n_candidates = len(self.candidates)
         self.rng = np.random.default_rng(sc.seed)
         mid = 0.5 * (self.config.score_min + self.config.score_max)
-        self.env = trueskill.TrueSkill(
-            mu=mid,
-            sigma=self.config.sigma_init,
-            beta=sc.ts_beta,
-            tau=sc.ts_tau,
-            draw_probability=sc.ts_draw_probability,
-        )
+        # TrueSkill(mu, sigma, beta, tau, draw_probability)
+        self.env = trueskill.TrueSkill(mid, self.config.sigma_init, sc.ts_beta, sc.ts_tau, sc.ts_draw_probability)
         self.ratings: list[trueskill.Rating] = [
             self.env.create_rating(init[c], self.config.sigma_init) for c in self.candidates
         ]
@@ -139,9 +114,7 @@ class BPAScheduler:
         return {name: float(r.sigma) for name, r in zip(self.items, self.ratings)}
 
     def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        m = np.array([r.mu for r in self.ratings])
-        u = np.array([r.sigma for r in self.ratings])
-        return m, u
+        return np.array([r.mu for r in self.ratings]), np.array([r.sigma for r in self.ratings])
 
     # -- pair selection ----------------------------------------------------------------------------------------------
     def next_pair(self) -> tuple[str, str, str]:
@@ -151,25 +124,19 @@ class BPAScheduler:
             (`str`, `str`, `str`): ``item_a``, ``item_b`` and the strategy (one of ``STRATEGIES``). Presentation
             order is randomised so that position bias of a judge does not align with the strategy.
         """
-        sc = self.sconfig
-        if sc.policy == "random":
-            (i, j), strategy = self._random_pair(), "random"
-        elif sc.policy == "trueskill":
-            (i, j), strategy = self._match_quality_pair(), "exploration"
-        elif sc.policy == "exploration":
-            (i, j), strategy = self._exploration_pair(), "exploration"
-        elif sc.policy == "bpa":
-            draw = self.rng.random()
-            if draw < sc.exploration_share:
-                (i, j), strategy = self._exploration_pair(), "exploration"
-            elif draw < sc.exploration_share + sc.anchor_share and self.anchors:
-                (i, j), strategy = self._anchor_pair(), "anchor"
-            elif draw < sc.exploration_share + sc.anchor_share:
-                (i, j), strategy = self._exploration_pair(), "exploration"  # no anchors: give the share to exploration
-            else:
-                (i, j), strategy = self._bridge_pair(), "bridge"
-        else:  # unreachable: SchedulerConfig checks policy
-            raise ValueError(f"unknown policy {sc.policy!r}")
+        sc, policy = self.sconfig, self.sconfig.policy
+        if policy == "bpa":  # one draw picks the strategy; with no anchors their share goes to exploration
+            draw, share = self.rng.random(), sc.exploration_share + sc.anchor_share
+            explore = draw < sc.exploration_share or (draw < share and not self.anchors)
+            policy = "exploration" if explore else "anchor" if draw < share else "bridge"
+        pick, strategy = {
+            "random": (self._random_pair, "random"),
+            "trueskill": (self._match_quality_pair, "exploration"),
+            "exploration": (self._exploration_pair, "exploration"),
+            "anchor": (self._anchor_pair, "anchor"),
+            "bridge": (self._bridge_pair, "bridge"),
+        }[policy]
+        i, j = pick()
         if self.rng.random() < 0.5:
             i, j = j, i
         return self.items[i], self.items[j], strategy
@@ -236,12 +203,8 @@ class BPAScheduler:
             i = self._focus(u, members)
             others = np.flatnonzero(labels != comp)
             return i, self._best_partner(i, others, m, u)
-        lo, hi = self.config.score_min, self.config.score_max
-        level = np.clip(
-            ((m[: self.n_candidates] - lo) / (hi - lo) * self.sconfig.n_levels).astype(int),
-            0,
-            self.sconfig.n_levels - 1,
-        )
+        lo, hi, n_levels = self.config.score_min, self.config.score_max, self.sconfig.n_levels
+        level = np.clip(((m[: self.n_candidates] - lo) / (hi - lo) * n_levels).astype(int), 0, n_levels - 1)
         occupied = np.unique(level)
         if len(occupied) < 2:
             i, j = self.rng.choice(self.n_candidates, size=2, replace=False)
@@ -262,13 +225,8 @@ class BPAScheduler:
         sample: str | None = None,
     ) -> BPAFit | None:
         """Record one judgement (``outcome``: a `Verdict` or a spelling `as_outcome` accepts) by ``annotator``,
-        update the provisional TrueSkill state (supp. D.2), refit when ``refit_every`` is reached.
-
-        Returns:
-            `BPAFit` or `None`: the new global fit if this observation triggered a refit.
-
-        Raises:
-            ValueError: for an unknown item or outcome, or an item compared with itself.
+        update the provisional TrueSkill state (supp. D.2) and refit when ``refit_every`` is reached: the new `BPAFit`
+        if this observation triggered a refit, else `None`. ValueError for an unknown item or outcome or a self-pair.
         """
         record = PairwiseRecord(item_a, item_b, outcome, annotator, sample)  # validates outcome / self-pair
         return self.add_record(record, strategy=strategy)
@@ -280,14 +238,10 @@ class BPAScheduler:
                 raise ValueError(f"unknown item {name!r}: neither a candidate nor an anchor of this scheduler")
         i, j = self._index[record.item_a], self._index[record.item_b]
         ri, rj = self.ratings[i], self.ratings[j]
-        if record.outcome is Verdict.FIRST:
-            ri, rj = self.env.rate_1vs1(ri, rj)
-        elif record.outcome is Verdict.SECOND:
+        if record.outcome is Verdict.SECOND:
             rj, ri = self.env.rate_1vs1(rj, ri)
-        elif record.outcome is Verdict.TIE:
-            ri, rj = self.env.rate_1vs1(ri, rj, drawn=True)
-        else:  # unreachable: PairwiseRecord holds FIRST, SECOND or TIE
-            raise ValueError(f"outcome must be one of {OUTCOMES}, got {record.outcome!r}")
+        else:  # FIRST or TIE: a PairwiseRecord holds nothing else
+            ri, rj = self.env.rate_1vs1(ri, rj, drawn=record.outcome is Verdict.TIE)
         # anchors keep their fixed reference state (supp. D.2): restore right after the update
         self.ratings[i] = ri if i < self.n_candidates else self.ratings[i]
         self.ratings[j] = rj if j < self.n_candidates else self.ratings[j]
@@ -330,14 +284,12 @@ class BPAScheduler:
     def _refresh_covariance(self) -> None:
         """Laplace covariance of the candidate scores from the expected Fisher information at the refit."""
         fit, c = self.fit, self.config
-        idx_a = np.array([self._index[r.item_a] for r in self.records], dtype=np.int64)
-        idx_b = np.array([self._index[r.item_b] for r in self.records], dtype=np.int64)
-        eta = np.array([fit.reliabilities[r.annotator] for r in self.records])
+        data = encode_records(self.records, self.candidates, self.anchors)  # items in self.items order
+        eta = np.array([fit.reliabilities[a] for a in data.annotators])[data.annotator]
         scores = np.array([fit.scores[name] for name in self.items])
-        info = outcome_fisher_information(scores[idx_a] - scores[idx_b], fit.delta, c.slope, eta)
-        precision = record_information_matrix(idx_a, idx_b, info, self.n_candidates)
-        n_i = np.array([fit.n_comparisons[name] for name in self.candidates], dtype=float)
-        precision[np.diag_indices(self.n_candidates)] += c.lambda0 * (1.0 + n_i) ** (-c.gamma)
+        info = outcome_fisher_information(scores[data.idx_a] - scores[data.idx_b], fit.delta, c.slope, eta)
+        precision = record_information_matrix(data.idx_a, data.idx_b, info, self.n_candidates)
+        precision[np.diag_indices(self.n_candidates)] += prior_precision(data.comparison_counts(), c)
         self._cov = np.linalg.inv(precision)
         self._delta, self._eta = fit.delta, float(eta.mean()) if eta.size else self.config.eta_init
 
@@ -345,6 +297,10 @@ class BPAScheduler:
     def n_comparisons(self) -> int:
         """Number of records collected so far."""
         return len(self.records)
+
+    def finish(self) -> BPAFit | None:
+        """The final refit, when records came in since the last one (or none was made); else `None`."""
+        return self.refit() if self.fit is None or self._since_refit > 0 else None
 
     @property
     def n_since_refit(self) -> int:
@@ -405,15 +361,11 @@ def run_active_ranking(
 
     Args:
         items (`Sequence[str]`): candidate items to score.
-        judge_fn (`Callable[[str, str], Verdict | str | PairwiseRecord]`): the outcome for ``(item_a, item_b)``, or
-            a `PairwiseRecord` of that pair (naming its annotator, e.g. a `CommitteeJudge`).
+        judge_fn (`JudgeFn`): the outcome for ``(item_a, item_b)``, or a `PairwiseRecord` of that pair (naming its
+            annotator, e.g. a `CommitteeJudge`); ``annotator`` names the annotator of a bare outcome.
         budget (`int`, optional): maximum comparisons; overrides ``scheduler_config.budget``.
         anchors, preliminary, config, scheduler_config: as `BPAScheduler`.
-        annotator (`str`): annotator name recorded when ``judge_fn`` returns a bare outcome.
         on_refit (`Callable[[int, BPAFit], None]`, optional): called after each refit with the comparisons so far.
-
-    Returns:
-        `ActiveRankingResult`.
 
     Raises:
         ValueError: if ``judge_fn`` returns an unknown outcome or a record for another pair, or for invalid
@@ -423,7 +375,7 @@ def run_active_ranking(
     """
     sconfig = scheduler_config or SchedulerConfig()
     if budget is not None:
-        sconfig = SchedulerConfig(**{**sconfig.__dict__, "budget": budget})
+        sconfig = replace(sconfig, budget=budget)
     sched = BPAScheduler(items, anchors=anchors, preliminary=preliminary, config=config, scheduler_config=sconfig)
     while not sched.done:
         a, b, strategy = sched.next_pair()
@@ -439,10 +391,9 @@ def run_active_ranking(
         fit = sched.add_record(record, strategy=strategy)
         if fit is not None and on_refit is not None:
             on_refit(sched.n_comparisons, fit)
-    if sched.fit is None or sched.n_since_refit > 0:
-        fit = sched.refit()
-        if on_refit is not None:
-            on_refit(sched.n_comparisons, fit)
+    fit = sched.finish()
+    if fit is not None and on_refit is not None:
+        on_refit(sched.n_comparisons, fit)
     return ActiveRankingResult(
         fit=sched.fit,  # type: ignore[arg-type]
         records=list(sched.records),

@@ -1,8 +1,5 @@
-"""Simulated items, annotators and judgements for testing and benchmarking BPA (issue 8, item 6).
-
-Judgements are drawn from the model BPA assumes (Rao-Kupper with a tie margin, so ties fall near equal scores;
-Crowd-BT mixture, so an annotator with reliability ``eta`` answers uniformly at random otherwise). This checks
-that the estimator and scheduler recover what they should; it does not test model misspecification.
+"""Simulated items, annotators and judgements for testing and benchmarking BPA, drawn from the model BPA assumes
+(Rao-Kupper with tie margin, Crowd-BT mixture): a check of recovery, not of misspecification. See docs/ranking.md.
 """
 
 from __future__ import annotations
@@ -20,17 +17,8 @@ from emoreward.ranking.records import OUTCOMES, PairwiseRecord
 def make_items(
     n_candidates: int, n_anchors: int, rng: np.random.Generator, low: float = 1.5, high: float = 8.5
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """Items with known latent scores.
-
-    Args:
-        n_candidates (`int`): candidates, true scores uniform on ``[low, high]``.
-        n_anchors (`int`): anchors, evenly spaced on ``[low, high]`` (their scores are known to BPA).
-        rng (`np.random.Generator`): randomness.
-        low, high (`float`): score range inside [1, 9].
-
-    Returns:
-        (`dict[str, float]`, `dict[str, float]`): true candidate scores and anchor scores.
-    """
+    """Items with known latent scores on ``[low, high]`` inside [1, 9]: ``n_candidates`` true candidate scores
+    drawn uniformly by ``rng`` and ``n_anchors`` evenly spaced anchor scores (known to BPA), as two dicts."""
     truth = {f"c{i:03d}": float(v) for i, v in enumerate(rng.uniform(low, high, n_candidates))}
     anchors = {f"anchor{i:02d}": float(v) for i, v in enumerate(np.linspace(low, high, n_anchors))}
     return truth, anchors
@@ -61,9 +49,8 @@ class SimulatedCrowd:
     def answer(self, annotator: str, item_a: str, item_b: str) -> Verdict:
         """One simulated answer of ``annotator``: ``Verdict.FIRST`` (``item_a`` preferred), ``SECOND`` or ``TIE``."""
         if self.rng.random() < self.reliabilities[annotator]:
-            p = rao_kupper_probabilities(
-                np.array([self.scores[item_a] - self.scores[item_b]]), self.delta, self.slope
-            )[0]
+            diff = np.array([self.scores[item_a] - self.scores[item_b]])
+            p = rao_kupper_probabilities(diff, self.delta, self.slope)[0]
             return OUTCOMES[int(self.rng.choice(3, p=p))]
         return OUTCOMES[int(self.rng.integers(3))]
 
