@@ -105,13 +105,23 @@ def main(argv: list[str] | None = None) -> int:
     return guarded(f"emoreward {args.command}", lambda: args._run(args), interrupted)
 
 
+def _one_line_errors() -> tuple[type[BaseException], ...]:
+    """The errors a command reports in one line: data, configuration and system errors, and safetensors' own error
+    (a full disk or an unwritable file while saving weights), read only when safetensors has been imported."""
+    safetensors = sys.modules.get("safetensors")
+    extra = getattr(safetensors, "SafetensorError", None)
+    return (ValueError, OSError, ImportError, RuntimeError, *([extra] if isinstance(extra, type) else []))
+
+
 def guarded(prog: str, run: Callable[[], int], interrupted: str = INTERRUPTED) -> int:
     """Run a command: data and configuration errors print one line and return 2, Ctrl-C prints ``interrupted`` (by
     default how to resume; a command module's own ``INTERRUPTED`` where resuming means nothing) and returns 130."""
     try:
         return run()
-    except (ValueError, OSError, ImportError, RuntimeError) as err:
+    except Exception as err:
         # data and configuration errors: one clear line, no traceback (EMOREWARD_TRACEBACK=1 shows it)
+        if not isinstance(err, _one_line_errors()):
+            raise
         if os.environ.get("EMOREWARD_TRACEBACK"):
             traceback.print_exc()
         print(f"{prog}: error: {err}", file=sys.stderr)

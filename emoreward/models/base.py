@@ -99,9 +99,12 @@ class RewardSettings:
         return {"kind": self.kind, **asdict(self)}
 
     def save(self, directory: str | Path) -> Path:
+        """Write the settings file, the last of a saved model's files (every save route ends here), and give the
+        weight files written before it an ordinary mode (`utils.io.ordinary_weight_modes`)."""
         from emoreward import __version__
-        from emoreward.utils.io import atomic_write_text
+        from emoreward.utils.io import atomic_write_text, ordinary_weight_modes
 
+        ordinary_weight_modes(directory)
         path = Path(directory) / SETTINGS_FILE
         atomic_write_text(path, json.dumps({"emoreward_version": __version__, **self.to_dict()}, indent=2) + "\n")
         return path

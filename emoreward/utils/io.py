@@ -52,6 +52,15 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     return path
 
 
+def ordinary_weight_modes(directory: str | Path) -> None:
+    """Give the safetensors files of a saved model the mode an ordinary write would (0666 less the umask):
+    safetensors writes them owner-only (0600) through a temporary file, so a server or worker running as another
+    user could not read weights whose folder it can read."""
+    for path in Path(directory).rglob("*.safetensors"):
+        if path.is_file() and not path.is_symlink() and path.stat().st_mode & 0o777 == 0o600:
+            os.chmod(path, 0o666 & ~_UMASK)
+
+
 def atomic_write_text(path: str | Path, text: str) -> Path:
     """Write UTF-8 `text` to `path` atomically."""
     return atomic_write_bytes(path, text.encode("utf-8"))
