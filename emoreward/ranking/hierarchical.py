@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 import itertools
-import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from emoreward.ranking.bradley_terry import (
+    SCORE_TOLERANCE,
     BTResult,
     FitFn,
     RecordsFn,
@@ -31,6 +31,8 @@ class HierarchicalResult:
         final (`BTResult`): the fit over the group winners.
         winner (`str`): the best item overall (``final.ranking[0]``).
         n_comparisons (`int`): records used in all stages together.
+        warnings (`list[str]`): a stage whose top two scores are equal (its pick between them is arbitrary), one
+            sentence each; a report lists them with its other warnings.
     """
 
     groups: list[list[str]]
@@ -38,6 +40,7 @@ class HierarchicalResult:
     final: BTResult
     winner: str
     n_comparisons: int
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def group_winners(self) -> list[str]:
@@ -53,6 +56,7 @@ class HierarchicalResult:
             "final": self.final.to_dict(),
             "winner": self.winner,
             "n_comparisons": self.n_comparisons,
+            "warnings": list(self.warnings),
         }
 
 
@@ -107,18 +111,22 @@ def rank_hierarchical(
         return fit_fn(PairwiseCounts.from_records(got, stage_items))
 
     group_results: list[BTResult | None] = []
-    winners = []
+    winners, notes = [], []
     for g in groups:
         res = stage(g) if len(g) > 1 else None
         group_results.append(res)
-        winners.append(g[0] if res is None else _top(res, f"group {g}"))
+        winners.append(g[0] if res is None else _top(res, f"group {g}", notes))
     final = stage(winners)
-    return HierarchicalResult(groups, group_results, final, _top(final, "final stage"), n_used)
+    return HierarchicalResult(groups, group_results, final, _top(final, "final stage", notes), n_used, notes)
 
 
-def _top(result: BTResult, where: str) -> str:
-    """Best item, warning when the top two scores are equal (the order between them is then arbitrary)."""
+def _top(result: BTResult, where: str, notes: list[str]) -> str:
+    """Best item; a sentence in ``notes`` when the top two scores are equal (the order between them is arbitrary)."""
     order = np.sort(result.scores)[::-1]
-    if order.size > 1 and order[0] - order[1] < 1e-6:
-        warnings.warn(f"{where}: the top two items have equal scores; picking {result.ranking[0]!r}", stacklevel=3)
+    if order.size > 1 and order[0] - order[1] < SCORE_TOLERANCE:
+        tied = [m for m, v in zip(result.items, result.scores) if order[0] - v < SCORE_TOLERANCE]
+        notes.append(
+            f"hierarchical scheme, {where}: {', '.join(map(repr, tied))} have equal scores at the top; "
+            f"{result.ranking[0]!r} was picked (an arbitrary choice between them)."
+        )
     return result.ranking[0]

@@ -384,6 +384,7 @@ def ranking_warnings(report: RankingReport) -> list[str]:
             f"{disconnected} of {report.ties.n_boot} resamples had a disconnected comparison graph: scores across "
             "its components rest on the prior there."
         )
+    out += report.hierarchical.warnings if report.hierarchical is not None else []
     empty = {m: int(v["n_empty"]) for m, v in report.lengths.items() if v.get("n_empty")}
     if empty:
         out.append(

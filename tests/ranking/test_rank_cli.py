@@ -131,3 +131,23 @@ def test_bad_judge_paths(tmp_path):
     (tmp_path / "judge.txt").write_text("x")
     with pytest.raises(ValueError, match="is a file, not a model directory or a .yaml judge definition"):
         load_judge(tmp_path / "judge.txt")
+
+
+def test_hierarchical_arbitrary_pick_is_a_report_warning(tmp_path, model_dir, capsys):
+    """A group whose top two models have equal scores (here alpha and beta write the same descriptions, so every
+    verdict between them is a tie and both meet the others alike): the scheme's pick between them is arbitrary,
+    and the report says so among its warnings (JSON and printed), not only as a Python warning on stderr."""
+    data = write_table(tmp_path / "table.jsonl")
+    rows = [json.loads(line) for line in data.read_text().splitlines()]
+    alpha = {r["sample"]: r["description"] for r in rows if r["model"] == "alpha"}
+    rows = [{**r, "description": alpha[r["sample"]]} if r["model"] == "beta" else r for r in rows]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "rank.json"
+    argv = ["--judge", str(model_dir), "--data", str(data), "--output", str(out), "--n-boot", "20"]
+    argv += ["--cache-dir", str(tmp_path / "cache"), "--hierarchical", "alpha,beta|gamma,delta"]
+    assert run_rank(parser().parse_args(argv)) == 0
+    printed = capsys.readouterr().out
+    report = json.loads(out.read_text())
+    picked = [w for w in report["warnings"] if w.startswith("hierarchical scheme, group")]
+    assert len(picked) == 1 and "'alpha', 'beta'" in picked[0] and "arbitrary" in picked[0], report["warnings"]
+    assert report["hierarchical"]["warnings"] == picked and picked[0] in printed
