@@ -142,6 +142,8 @@ def score_descriptions(
         RuntimeError: a server answered an error, or did not answer after ``retries`` attempts.
     """
     request = _Request.build(descriptions, ground_truths, extra_infos, kwargs)
+    if not request.descriptions:  # an empty shard: nothing to score (the options are checked above)
+        return []
     if request.model is not None:
         batcher, job = _local_job(request)
         try:

@@ -130,6 +130,9 @@ def test_the_python_reward_file_errors_name_the_sample(saved_model, monkeypatch)
     monkeypatch.setenv("EMOREWARD_RM_MODEL", str(saved_model))
     with pytest.raises(ValueError, match=r"query\[0\] does not start with prompts\[0\]"):
         fn(["something else"], [PROMPT], [None])
+    # a fork passing labels=None (no references) is scored as with labels ignored, the default
+    query = [PROMPT + DESCRIPTIONS[0] + "<|im_end|>"]
+    assert torch.equal(fn(query, [PROMPT], None)["rewards"], fn(query, [PROMPT], [None])["rewards"])
 
 
 def test_a_query_with_a_chat_prompt_and_no_prompts_is_refused_naming_prompts():

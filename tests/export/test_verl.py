@@ -221,3 +221,15 @@ def test_the_docs_config_calls_the_documented_function(reward_model):
         )
         verl_module.close_pools()
     assert score["score"] == pytest.approx(float(reward_model.score(["Sad."])[0]), abs=1e-6)
+
+
+def test_an_empty_shard_is_an_empty_list_on_every_route(reward_model, tmp_path):
+    """verl may hand a worker an empty batch: no rewards, no error, on a server and in process, as `/get_reward`
+    answers an empty query; the options are still checked."""
+    model_dir = reward_model.save_pretrained(tmp_path / "model")
+    assert verl_module.compute_score_batch([], [], [], [], model=str(model_dir)) == []
+    with RewardServer(RewardService(reward_model), port=0) as srv:
+        assert verl_module.compute_score_batch([], [], [], [], server_url=srv.url) == []
+    verl_module.close_pools()
+    with pytest.raises(ValueError, match="exactly one of"):
+        verl_module.compute_score_batch([], [], [], [])

@@ -67,7 +67,9 @@ def reward_func(queries: list[str], prompts: list[str], labels: list[Any], **kwa
         batch_size=int(os.environ.get(ENV_BATCH_SIZE, "64")),
         vllm_url=os.environ.get(ENV_VLLM_URL) or None,
     )
-    body = {"query": list(queries), "prompts": list(prompts), "labels": list(labels)}
+    # a field passed as None (forks pass None for absent references) is absent, as it is on /get_reward
+    fields = {"query": queries, "prompts": prompts, "labels": labels}
+    body = {key: list(value) for key, value in fields.items() if value is not None}
     try:
         reply = score_request("openrlhf", body, batcher)
     except RequestError as err:
