@@ -21,6 +21,7 @@ from emoreward.cli.options import (
     check_media_root,
     check_output_dir,
     check_output_file,
+    named_input_files,
     positive_int,
     quiet_libraries,
 )
@@ -60,6 +61,7 @@ def add_tie_policy(p: argparse.ArgumentParser) -> None:
 
 
 # the zero-shot options of `judge` with their defaults: a reward model has no use for them
+OUTPUTS = ("output", "dataset")  # the options evaluate and judge write to; every other file they name is an input
 ZERO_SHOT_ONLY = {"strategy": ["S1"], "runs": 2, "no_swap": False, "references": None, "ignore_media": False,
                   "limit": None, "dataset": None, "push_to_hub": None, "trust_remote_code": False}  # fmt: skip
 
@@ -109,7 +111,7 @@ def _run_reward_model(args: argparse.Namespace, spec: str) -> int:
             raise ValueError(f"{spec} is a reward model; {options} {verb} to zero-shot judges only")
     report_file = _reward_model_report(args)
     if report_file:
-        check_output_file(report_file, "--output", inputs=[args.data])
+        check_output_file(report_file, "--output", inputs=[path for _, path in named_input_files(args, OUTPUTS)])
     if args.media_root:
         check_media_root(args.media_root)
     pairs = load_pairs(args.data, media_by_id=bool(args.media_root))  # clips read by sample id: ids are context
@@ -136,8 +138,9 @@ def _run_reward_model(args: argparse.Namespace, spec: str) -> int:
     from emoreward.judges import load_judge
     from emoreward.utils.io import OutputFiles, atomic_write_json, atomic_write_text
 
-    files = OutputFiles()  # claimed before scoring: no two outputs share a path, none is the data
-    files.guard(args.data, "--data")
+    files = OutputFiles()  # claimed before scoring: no two outputs share a path, none is an input
+    for option, path in named_input_files(args, OUTPUTS):
+        files.guard(path, option)
     if report_file:
         files.claim(report_file, "--output")
         files.claim(Path(report_file).with_suffix(".md"), "the report's Markdown (--output with .md)")
@@ -277,13 +280,16 @@ def check_zero_shot_options(args: argparse.Namespace, options: dict) -> None:
     if options["dataset"]:
         from emoreward.data.records import check_records_path
 
-        check_output_file(options["dataset"], "--dataset")
+        check_output_file(
+            options["dataset"], "--dataset", inputs=[path for _, path in named_input_files(args, OUTPUTS)]
+        )
         check_records_path(options["dataset"], "--dataset")
         if folder:  # the table must not be written over the call cache, a judgements file or the report
             from emoreward.utils.io import OutputFiles
 
             files = OutputFiles()
-            files.guard(args.data if Path(str(args.data)).exists() else None, "--data")
+            for option, path in named_input_files(args, OUTPUTS):
+                files.guard(path, option)
             inside = [Path(folder) / "calls.jsonl", Path(folder) / "report.json", Path(folder) / "report.md"]
             inside += [Path(folder) / f"judgements_{s}.jsonl" for s in options["strategy"]]
             for path in inside:

@@ -153,6 +153,20 @@ def _file_ancestor(path: Path) -> Path | None:
     return None
 
 
+def named_input_files(args: argparse.Namespace, outputs: Sequence[str]) -> list[tuple[str, str | Path]]:
+    """Every existing file the command line names, but the outputs (attribute names): the data, a sample-id list,
+    a judge YAML, calibration pairs... as ``("--option", path)``, what no output of the run may overwrite (one list
+    for the early checks and for `emoreward.utils.io.OutputFiles`)."""
+    found = []
+    for name, value in vars(args).items():
+        if name in outputs or name.startswith("_"):
+            continue
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(item, (str, Path)) and str(item) and Path(item).is_file():
+                found.append(("--" + name.replace("_", "-"), item))
+    return found
+
+
 def check_output_file(path: str | Path, option: str, inputs: Sequence[str | Path | None] = ()) -> Path:
     """Refuse an output file path that cannot be written (checked before any work, so no result is printed and then
     lost): an existing folder, a path below an existing file, a folder that cannot be created or written, or one
@@ -241,6 +255,7 @@ __all__ = [
     "check_media_root",
     "check_output_dir",
     "check_output_file",
+    "named_input_files",
     "correlation",
     "nonnegative_float",
     "open_unit_float",

@@ -27,6 +27,7 @@ from emoreward.cli.options import (
     add_vllm_url,
     check_media_root,
     check_output_file,
+    named_input_files,
     nonnegative_float,
     open_unit_float,
     positive_float,
@@ -207,11 +208,13 @@ def check_rank_options(args: argparse.Namespace) -> None:
                 f"{flag} is a --method bpa option; the full method compares every pair (add --method bpa)"
             )
     if args.output:
-        check_output_file(args.output, "--output", inputs=[getattr(args, "data", None)])
+        check_output_file(args.output, "--output", inputs=[path for _, path in named_input_files(args, RANK_OUTPUTS)])
     if getattr(args, "dataset", None):
         from emoreward.data.records import check_records_path
 
-        check_output_file(args.dataset, "--dataset", inputs=[getattr(args, "data", None)])
+        check_output_file(
+            args.dataset, "--dataset", inputs=[path for _, path in named_input_files(args, RANK_OUTPUTS)]
+        )
         check_records_path(args.dataset, "--dataset")
     if args.media_root:
         check_media_root(args.media_root)
@@ -625,11 +628,15 @@ def _progress(args: argparse.Namespace) -> bool | None:
     return False if getattr(args, "quiet", False) else None
 
 
+RANK_OUTPUTS = ("output", "dataset")  # the options rank writes to; every other file it names is an input
+
+
 def output_files(args: argparse.Namespace, cache_file: Path | None) -> OutputFiles:
     """Every file `rank` may write (`--output`, the Markdown and plots beside it, `--dataset`), claimed before any
     scoring against each other, the table and the score cache; ValueError when two share a path."""
     files = OutputFiles()
-    files.guard(getattr(args, "data", None), "--data")
+    for option, path in named_input_files(args, RANK_OUTPUTS):
+        files.guard(path, option)
     files.guard(cache_file, "the score cache")
     if args.output:
         out = Path(args.output)

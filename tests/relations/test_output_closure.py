@@ -64,7 +64,17 @@ def test_rank_writes_what_it_reports_and_a_rerun_leaves_nothing_stale(rm_dir, tm
 
 @pytest.mark.parametrize(
     "collision",
-    ["md", "cache", "dataset", "data", "data-through-a-symlink", "data-hard-link", "output-through-a-symlink"],
+    [
+        "md",
+        "cache",
+        "dataset",
+        "data",
+        "data-through-a-symlink",
+        "data-hard-link",
+        "output-through-a-symlink",
+        "output-on-sample-ids",
+        "dataset-on-sample-ids",
+    ],
 )
 def test_rank_refuses_two_outputs_on_one_path(collision, rm_dir, tmp_path, capsys):
     table = write_jsonl(tmp_path / "table.jsonl", table_rows())
@@ -85,15 +95,23 @@ def test_rank_refuses_two_outputs_on_one_path(collision, rm_dir, tmp_path, capsy
     elif collision == "data-hard-link":
         (tmp_path / "hard.jsonl").hardlink_to(table)
         argv = [*_rank_argv(table, tmp_path / "r.json", cache, rm_dir), "--dataset", tmp_path / "hard.jsonl"]
+    elif collision.endswith("on-sample-ids"):  # every file the command line names is an input, not only --data
+        ids = tmp_path / "ids.json"
+        ids.write_text("s0\ns1\ns2\n")
+        option = "--output" if collision.startswith("output") else "--dataset"
+        argv = [*_rank_argv(table, tmp_path / "r.json", cache, rm_dir), "--sample-ids", ids, option, ids]
     elif collision == "output-through-a-symlink":
         argv = [*_rank_argv(table, tmp_path / "r.json", cache, rm_dir), "--dataset", link / "r.json"]
     table_bytes = table.read_bytes()
+    kept_ids = (tmp_path / "ids.json").read_bytes() if collision.endswith("on-sample-ids") else None
     code, _, err = run_cli(capsys, argv)
     assert code == 2 and "Traceback" not in err, err
     assert len([line for line in err.splitlines() if "error:" in line]) == 1
     assert cache_file.read_bytes() == kept and not (tmp_path / "r.json").exists()
     assert not (tmp_path / "r.md").exists() and not (tmp_path / "r.json").exists()
     assert table.read_bytes() == table_bytes
+    if kept_ids is not None:
+        assert "ids.json" in err and (tmp_path / "ids.json").read_bytes() == kept_ids, err
 
 
 def test_evaluate_writes_what_it_reports(rm_dir, tmp_path, capsys):
