@@ -5,6 +5,7 @@ command module (and `scripts/`) can use it without pulling in another command.""
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import math
 import os
@@ -74,9 +75,22 @@ def _integer(text: str, low: int, high: int | None = None) -> int:
     return value
 
 
+# the largest count any option takes (a C int): beyond it a count is a typo, and torch or numpy would fail late
+MAX_COUNT = 2**31 - 1
+
+
 def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (a batch size, a count of resamples or runs)."""
-    return _integer(text, 1)
+    """argparse type: an integer in ``[1, MAX_COUNT]`` (a batch size, a count of resamples or runs)."""
+    value = _integer(text, 1)
+    if value > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"expected an integer in [1, {MAX_COUNT:,}], got {value}")
+    return value
+
+
+def bounded_int(low: int, high: int) -> Callable[[str], int]:
+    """argparse type: an integer in ``[low, high]`` (an option that allocates or starts what its value says: a
+    window, threads)."""
+    return functools.partial(_integer, low=low, high=high)
 
 
 # bootstrap resamples at most: every resample's weights are held at once (100,000 x 332 samples: 266 MB), and a
@@ -262,5 +276,6 @@ __all__ = [
     "port_number",
     "positive_float",
     "positive_int",
+    "bounded_int",
     "quiet_libraries",
 ]

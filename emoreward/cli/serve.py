@@ -25,11 +25,13 @@ from emoreward.export.serve.service import RewardService
 
 
 logger = logging.getLogger("emoreward.export.serve")
+MAX_THREADS = 1024  # torch CPU threads at most (more than any machine's cores; torch overflows on huge counts)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of `emoreward serve`."""
     from emoreward.cli.options import (
+        bounded_int,
         correlation,
         nonnegative_float,
         nonnegative_int,
@@ -37,6 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         positive_float,
         positive_int,
     )
+    from emoreward.export.length_monitor import MAX_WINDOW
 
     p.add_argument("--model", required=True, help="a reward-model directory (emoreward train, or a merged export)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -83,7 +86,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         )
     p.add_argument(
         "--length-window",
-        type=positive_int,
+        type=bounded_int(3, MAX_WINDOW),
         default=512,
         help="RL length-hacking monitor: the last N rewarded descriptions its figures cover (OpenRLHF extra_logs, "
         "/health; default 512)",
@@ -100,7 +103,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="multimodal models: the only folder request media paths may point into (relative paths); without it "
         "media paths are refused",
     )
-    p.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--threads", type=bounded_int(1, MAX_THREADS), help="torch CPU threads (default: torch's choice)")
     p.add_argument("--log-every", type=positive_float, default=60.0, help="seconds between counter lines in the log")
     p.add_argument(
         "--model-process",

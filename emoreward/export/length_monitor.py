@@ -149,6 +149,10 @@ class LengthMonitor(_Alarm):
         return figures
 
 
+# the longest window: its two ring buffers hold 16 MB; a correlation over more descriptions is not more useful
+MAX_WINDOW = 1_000_000
+
+
 class StreamLengthMonitor(_Alarm):
     """The length figures over the last ``size`` rewarded descriptions, for routes that see a few samples per call
     (OpenRLHF posts one request per sample; verl calls its reward function once per response): every call adds its
@@ -163,7 +167,7 @@ class StreamLengthMonitor(_Alarm):
         unit (`Literal["chars", "words"]`): length unit.
 
     Raises:
-        ValueError: on ``size < 3``, a threshold outside [-1, 1], or ``min_descriptions`` outside [3, size].
+        ValueError: on ``size`` outside [3, `MAX_WINDOW`], a threshold outside [-1, 1], or ``min_descriptions`` outside [3, size].
     """
 
     def __init__(
@@ -173,8 +177,8 @@ class StreamLengthMonitor(_Alarm):
         min_descriptions: int | None = None,
         unit: Literal["chars", "words"] = "chars",
     ):
-        if size < 3:
-            raise ValueError(f"size must be >= 3, got {size}")
+        if not 3 <= size <= MAX_WINDOW:
+            raise ValueError(f"the length window must be in [3, {MAX_WINDOW:,}] descriptions, got {size}")
         super().__init__(threshold, unit)
         min_descriptions = min(size, 64) if min_descriptions is None else min_descriptions
         if not 3 <= min_descriptions <= size:

@@ -142,13 +142,19 @@ def test_the_server_still_answers_a_good_request(server):
     [
         (["--batch-size", "0"], ["argument --batch-size: expected an integer >= 1, got 0"]),
         (["--max-items", "0"], ["argument --max-items: expected an integer >= 1, got 0"]),
+        # options that allocate or start what their value says are bounded (a window's buffers, torch's threads)
+        (["--length-window", "1"], ["argument --length-window: expected an integer in [3, 1,000,000], got 1"]),
+        (["--length-window", str(10**13)], ["argument --length-window: expected an integer in [3, 1,000,000]"]),
+        (["--threads", str(10**20)], ["argument --threads: expected an integer in [1, 1,024]"]),
+        (["--batch-size", str(10**14)], ["argument --batch-size: expected an integer in [1, 2,147,483,647]"]),
         (["--queue-timeout", "-1"], ["argument --queue-timeout: expected a number > 0, got '-1'"]),
         (["--port", "70000"], ["argument --port: expected a port number (0-65535), got 70000"]),
         (["--max-items", "100", "--max-queue", "10"], ["--max-items 100 exceeds --max-queue 10"]),
         (["--overlong", "cut"], ["argument --overlong: invalid choice: 'cut'"]),
         (["--host", "0.0.0.0"], ["refusing to serve on 0.0.0.0 without authentication", "--insecure-no-auth"]),
     ],
-    ids=["batch-size-zero", "max-items-zero", "negative-queue-timeout", "port-out-of-range", "items-beyond-queue",
+    ids=["batch-size-zero", "max-items-zero", "window-too-small", "window-too-large", "threads-too-many",
+         "batch-size-too-large", "negative-queue-timeout", "port-out-of-range", "items-beyond-queue",
          "unknown-overlong-policy", "open-host-without-token"],
 )  # fmt: skip
 def test_bad_serve_options(rm_dir, capsys, monkeypatch, options, fragments):

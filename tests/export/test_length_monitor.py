@@ -124,7 +124,7 @@ def test_stream_monitor_rolls_its_window_and_warns_once_per_crossing():
     assert rolled["length/n"] == 4.0 and rolled["length/mean"] == pytest.approx(19 / 4)
     assert rolled["length/reward_spearman"] == pytest.approx(-0.8) and rolled["length/hacking"] == 0.0
     assert monitor.n_warnings == 1 and monitor.figures()["length/seen"] == 5.0
-    with pytest.raises(ValueError, match="size must be >= 3"):
+    with pytest.raises(ValueError, match=r"length window must be in \[3, 1,000,000\]"):
         StreamLengthMonitor(size=2)
 
 
