@@ -454,3 +454,16 @@ def test_the_docs_request_example_is_served():
     assert status == 200 and data["rewards"] == pytest.approx([1.3, 1.2])
     assert set(data) == {"rewards", "truncated", "empty", "n_tokens", "model"}
     assert all(key in section for key in data)  # every reply field is documented
+
+
+def test_the_character_limit_counts_a_text_as_the_model_reads_it(server):
+    """`max_chars` counts the normal form (NFC): 200 'é' written decomposed (400 code points) are 200 characters,
+    accepted as the composed form is; 201 are refused in both forms, with the same count."""
+    import unicodedata
+
+    for n, status in ((200, 200), (201, 413)):
+        for form in ("NFC", "NFD"):
+            got, data = post(server, "/v1/rewards", {"descriptions": [unicodedata.normalize(form, "é" * n)]})
+            assert got == status, (n, form, data)
+            if status == 413:
+                assert "has 201 characters; the limit is 200" in data["error"]

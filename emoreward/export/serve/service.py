@@ -23,6 +23,7 @@ from typing import Any
 from emoreward.data.context import MediaRef, RewardContext, reward_context
 from emoreward.data.errors import DataError
 from emoreward.data.media import unused_media
+from emoreward.data.text import normal_text
 from emoreward.export.length_monitor import StreamLengthMonitor, defined
 from emoreward.export.serve import routes
 from emoreward.export.serve.batching import Job
@@ -224,10 +225,11 @@ class RewardService:
                 f"'{field_name}' is not valid Unicode text: a lone surrogate (\\u{ord(item[err.start]):04x}) at "
                 f"character {err.start}",
             ) from None
-        if cap and len(item) > self.max_chars:
+        n_chars = len(normal_text(item)) if cap else 0  # counted as the model reads it: NFC and NFD are one text
+        if n_chars > self.max_chars:
             raise RequestError(
                 HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                f"'{field_name}' has {len(item)} characters; the limit is {self.max_chars} (no text that long fits "
+                f"'{field_name}' has {n_chars} characters; the limit is {self.max_chars} (no text that long fits "
                 f"the model's {self.max_length} tokens)",
             )
         return item
