@@ -146,3 +146,24 @@ def test_a_query_with_a_chat_prompt_and_no_prompts_is_refused_naming_prompts():
         assert status == 200 and data["rewards"] == [0.2]  # the response alone: two words
         status, data = post(srv, "/get_reward", {"query": ["She smiles.<|im_end|>"]})  # the response alone
         assert status == 200 and data["rewards"] == [0.2]
+
+
+def test_clip_labels_on_a_text_model_are_refused_as_unused_media(saved_model, monkeypatch):
+    """`--openrlhf-labels clip` on a text model: a label naming a clip by sample id (a dotted id too) names media
+    the model cannot read, refused as any media path is (400 naming the label), never silently ignored; with
+    --allow-unused-media it is accepted and ignored; an object giving only the subtitle is the subtitle."""
+    monkeypatch.setenv("EMOREWARD_DTYPE", "float32")  # the served and the direct reward compared at 1e-5
+    model = load_reward_model(str(saved_model))
+    query = [PROMPT + DESCRIPTIONS[0] + "<|im_end|>"]
+    for labels in (["s0042"], ["s0042.1"]):
+        with RewardServer(RewardService(model, openrlhf_labels="clip"), port=0) as srv:
+            status, data = post(srv, "/get_reward", {"query": query, "prompts": [PROMPT], "labels": labels})
+        assert status == 400 and "'labels[0].video' given, but this reward model is text-only" in data["error"]
+    with RewardServer(RewardService(model, openrlhf_labels="clip", allow_unused_media=True), port=0) as srv:
+        _, ignored = post(srv, "/get_reward", {"query": query, "prompts": [PROMPT], "labels": ["s0042.1"]})
+        _, plain = post(srv, "/get_reward", {"query": query, "prompts": [PROMPT], "labels": [None]})
+        _, titled = post(srv, "/get_reward", {"query": query, "prompts": [PROMPT], "labels": [{"subtitle": "Hola"}]})
+    assert ignored["rewards"] == plain["rewards"]
+    assert titled["rewards"][0] == pytest.approx(
+        float(model.score(DESCRIPTIONS[:1], RewardContext("Hola"))[0]), abs=1e-5
+    )

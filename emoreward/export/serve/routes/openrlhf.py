@@ -7,9 +7,9 @@ decoded query (`description_from_query`, the markers of `query_markers`), its co
 from __future__ import annotations
 
 import functools
+import mimetypes
 import re
 from http import HTTPStatus
-from pathlib import PurePosixPath
 from typing import Any
 
 from emoreward.data.context import openrlhf_context
@@ -98,8 +98,9 @@ def clip_from_label(label: Any, where: str, modalities: frozenset[str] | set[str
     OpenRLHF label names under ``--openrlhf-labels clip``. OpenRLHF's query is decoded text, so the clip of a
     sample can only travel in its label (the dataset's ``--data.label_key`` column):
 
-    - a sample id (text without a path separator or a file suffix): the media root's layout,
-      ``video/<id>.mp4`` and ``audio/<id>.wav`` (`emoreward.data.media`), for the media the model reads;
+    - a sample id (text without a path separator or a video / audio file suffix): the media root's layout,
+      ``video/<id>.mp4`` and ``audio/<id>.wav`` (`emoreward.data.media`), for the media the model reads (a text
+      model reads none: a named clip is then refused as unused media, as a path would be);
     - a media path relative to the media root (``video/s1.mp4``): the one file a model that reads one medium
       needs (a model reading video and audio needs a sample id or an object, unless its audio comes from the
       video);
@@ -127,7 +128,7 @@ def clip_from_label(label: Any, where: str, modalities: frozenset[str] | set[str
             f"'{where}' must be a sample id, a media path or an object, got {type(label).__name__}",
         )
     text = label.strip()
-    if "/" in text or "\\" in text or PurePosixPath(text).suffix:
+    if "/" in text or "\\" in text or _media_type(text):
         wanted = set(modalities) - ({"audio"} if audio_from_video else set())
         if len(wanted) != 1:
             raise RequestError(
@@ -136,7 +137,7 @@ def clip_from_label(label: Any, where: str, modalities: frozenset[str] | set[str
                 "name the sample id, or give an object with 'video' and 'audio'",
             )
         return {next(iter(wanted)): text, "sample_id": text}
-    reads = set(modalities)
+    reads = set(modalities) or {"video"}  # a text model reads no clip: named, it is refused as unused media
     return {
         "video": f"{VIDEO_SUBDIR}/{text}{VIDEO_SUFFIX}"
         if "video" in reads or ("audio" in reads and audio_from_video)
@@ -144,6 +145,12 @@ def clip_from_label(label: Any, where: str, modalities: frozenset[str] | set[str
         "audio": f"{AUDIO_SUBDIR}/{text}{AUDIO_SUFFIX}" if "audio" in reads and not audio_from_video else None,
         "sample_id": text,
     }
+
+
+def _media_type(name: str) -> bool:
+    """The name ends in a video or audio file suffix (`mimetypes`): ``clip.mp4`` is a path, ``s0042.1`` an id."""
+    kind = mimetypes.guess_type(name, strict=False)[0] or ""
+    return kind.startswith(("video/", "audio/"))
 
 
 # ---------------------------------------------------------------------------------------------- the route
