@@ -92,7 +92,7 @@ MUTATIONS = (
     Mutation(
         "output closure",
         "emoreward/utils/io.py",
-        "            stale.unlink(missing_ok=True)",
+        "            self._optional[key].unlink(missing_ok=True)",
         "            pass",
         "tests/relations/test_output_closure.py",
         "OutputFiles.finish keeps stale files",
