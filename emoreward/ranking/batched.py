@@ -312,11 +312,11 @@ def fit_batch(
     x, solved, iterations = damped_newton(objective, x, lower, upper, flat, max_iter, tol, rows_per_chunk)
     shift = x[:, :m].mean(axis=1)
     scores = x[:, :m] - shift[:, None]
-    tie = None
+    eta = None  # the tie log-parameter on the centred scale
     if model.has_tie:
-        tie = model.tie_parameter(x[:, m] - (shift if model.shifts_with_scores else 0.0))
-    eta_c = None if tie is None else (x[:, m:] - (shift[:, None] if model.shifts_with_scores else 0.0))
-    nll = model.terms(scores[:, i], scores[:, j], eta_c, w, lo, t, False)[0]
+        eta = x[:, m:] - (shift[:, None] if model.shifts_with_scores else 0.0)
+    tie = None if eta is None else model.tie_parameter(eta[:, 0])
+    nll = model.terms(scores[:, i], scores[:, j], eta, w, lo, t, False)[0]
     ok = np.isfinite(scores).all(axis=1) & solved
     if precision == 0.0:  # no prior: a finite optimum needs every item to beat (or tie) and be beaten by the rest
         beats = (w + t > 0, lo + t > 0)  # i -> j and j -> i, per pair
