@@ -215,6 +215,10 @@ def _run_zero_shot(args: argparse.Namespace, spec: str) -> int:
     references = load_references(options["references"]) if options["references"] else None
     check_references(args, options, pairs, references)
     output = _zero_shot_folder(args) or os.path.join("outputs", f"judge-{config.name}")
+    if not _zero_shot_folder(args):  # the default folder: one writer too, before the first call
+        from emoreward.utils.io import hold_output
+
+        hold_output(output, "the output folder")
     sys.stdout.write(
         f"{prog}: {config.name} ({config.source}) is a zero-shot judge: {len(pairs)} pairs, strategies "
         f"{' '.join(options['strategy'])}, {options['runs']} run(s), output {output}\n"
@@ -275,6 +279,9 @@ def check_zero_shot_options(args: argparse.Namespace, options: dict) -> None:
     folder = _zero_shot_folder(args)
     if folder:
         check_output_dir(folder, "--output")
+        from emoreward.utils.io import hold_output
+
+        hold_output(folder, "--output")  # one writer per judge folder (released when the command ends)
     if args.media_root:
         check_media_root(args.media_root)
     if options["dataset"]:
@@ -284,6 +291,9 @@ def check_zero_shot_options(args: argparse.Namespace, options: dict) -> None:
             options["dataset"], "--dataset", inputs=[path for _, path in named_input_files(args, OUTPUTS)]
         )
         check_records_path(options["dataset"], "--dataset")
+        from emoreward.utils.io import hold_output
+
+        hold_output(options["dataset"], "--dataset")
         if folder:  # the table must not be written over the call cache, a judgements file or the report
             from emoreward.utils.io import OutputFiles
 

@@ -40,6 +40,9 @@ def run(args: argparse.Namespace) -> int:
 
         check_hub_push(args.push_to_hub, "model")
     check_output_dir(args.output, "--output")  # a folder that cannot be made is refused before any work
+    from emoreward.utils.io import hold_output
+
+    hold_output(args.output, "--output")  # one writer per export folder (released when the command ends)
     quiet_libraries()
     from emoreward.export.hf import export_hf
 

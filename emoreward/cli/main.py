@@ -115,9 +115,10 @@ def _one_line_errors() -> tuple[type[BaseException], ...]:
 
 def guarded(prog: str, run: Callable[[], int], interrupted: str = INTERRUPTED) -> int:
     """Run a command: data and configuration errors print one line and return 2, Ctrl-C prints ``interrupted`` (by
-    default how to resume; a command module's own ``INTERRUPTED`` where resuming means nothing) and returns 130."""
+    default how to resume; a command module's own ``INTERRUPTED`` where resuming means nothing) and returns 130.
+    The output locks the command took (`emoreward.utils.io.hold_output`) are released at its end, however it ends."""
     try:
-        return run()
+        return _run_releasing(run)
     except Exception as err:
         # data and configuration errors: one clear line, no traceback (EMOREWARD_TRACEBACK=1 shows it)
         if not isinstance(err, _one_line_errors()):
@@ -129,6 +130,14 @@ def guarded(prog: str, run: Callable[[], int], interrupted: str = INTERRUPTED) -
     except KeyboardInterrupt:
         print(interrupted.format(prog=prog), file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _run_releasing(run: Callable[[], int]) -> int:
+    try:
+        return run()
+    finally:
+        if "emoreward.utils.io" in sys.modules:  # only a command that wrote can hold a lock
+            sys.modules["emoreward.utils.io"].release_outputs()
 
 
 __all__ = ["COMMANDS", "CommandParser", "build_parser", "command_module", "guarded", "main"]

@@ -54,7 +54,13 @@ def train_and_report(config) -> int:
     check_output_dir(config.output_dir, "--output-dir")
     check_side_effects(config)
     main_process = config.process_index == 0  # under `accelerate launch`, only rank 0 prints
-    report = run_training(config)  # its first line comes once the data and the output folder are checked
+    if main_process:  # one writer per output folder (the other ranks of this launch write through rank 0's plan)
+        from emoreward.utils.io import output_lock
+
+        with output_lock(config.output_dir, "--output-dir"):
+            report = run_training(config)  # its first line comes once the data and the output folder are checked
+    else:
+        report = run_training(config)
     if main_process:
         print()
         out = Path(config.output_dir)

@@ -26,7 +26,7 @@ from emoreward.models.base import (
     load_settings,
 )
 from emoreward.models.precision import dtype_name, reward_tolerance
-from emoreward.utils.io import recover_dir, replace_dir
+from emoreward.utils.io import output_lock, recover_dir, replace_dir
 
 
 DEFAULT_PROBES = (
@@ -138,8 +138,13 @@ def export_hf(
             an earlier export, or ``atol`` is negative.
         ExportMismatchError: the loaded export has missing / unexpected keys or its rewards differ by more than
             ``atol``.
+        OutputBusyError: another process is writing ``directory`` (`emoreward.utils.io.hold_output`).
     """
-    directory = Path(directory)
+    with output_lock(directory, "export folder"):  # one writer per export folder, held until the swap is done
+        return _export_hf(model, Path(directory), probes, contexts, atol)
+
+
+def _export_hf(model, directory: Path, probes, contexts, atol) -> ExportReport:
     if atol is not None and not atol >= 0:
         raise ValueError(f"atol must be a number >= 0 (reward units), got {atol}")
     if isinstance(model, (str, Path)) and directory.resolve() == Path(model).resolve():

@@ -1,6 +1,7 @@
 """Atomic outputs: a reader (or a rerun after kill -9) sees the old output or the new one, never half: whole files
 (`atomic_write_bytes`), folders swapped in (`replace_dir`, `recover_dir`) and append-only JSON-lines caches under a
-file lock (`locked_append`, `locked_read`). See docs/development.md.
+file lock (`locked_append`, `locked_read`); one writer per output (`hold_output`: a lock the kernel drops when its
+process ends). See docs/development.md.
 """
 
 from __future__ import annotations
@@ -200,23 +201,129 @@ def locked_read(path: str | Path) -> bytes:
         return fh.read()
 
 
+# ------------------------------------------------------------------------------------------- one writer per output
+class OutputBusyError(ValueError):
+    """An output (file or folder) another running process is writing; the message names the option, the path and
+    that process."""
+
+
+_HELD: dict[str, tuple[int, int, list[Path]]] = {}  # lock file -> (descriptor, owning pid, folders created for it)
+
+
+def _lock_file(target: str | Path) -> Path:
+    """The lock of an output: ``.<name>.lock`` beside it, in its folder's real path (two spellings of one output,
+    through a symlinked folder, are one lock; beside, not inside, so a folder swapped in whole keeps it)."""
+    target = Path(os.path.abspath(Path(target).expanduser()))
+    return Path(os.path.realpath(target.parent)) / f".{target.name}.lock"
+
+
+def hold_output(target: str | Path, option: str) -> bool:
+    """Take the one writer's lock of output ``target`` (a file or a folder) before any work: an `fcntl` lock on
+    ``.<name>.lock`` beside it, held until `release_outputs` or until the process ends (a crash or kill -9 too: the
+    kernel drops it), so a second run writing the same output is refused instead of both exiting 0 with one run's
+    results lost. The folders it creates for the lock are removed again on release when left empty.
+
+    Returns:
+        True when this call took the lock; False when this process already held it.
+
+    Raises:
+        OutputBusyError: another process holds it (naming ``option``, the path and that process's id).
+    """
+    import fcntl
+
+    target = Path(target)
+    created = [p for p in (target.parent, *target.parent.parents) if not p.exists()]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    lock = _lock_file(target)
+    held = _HELD.get(str(lock))
+    if held is not None and held[1] == os.getpid():
+        return False
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip()
+            os.close(fd)
+            for folder in created:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+            process = f" (process {holder})" if holder.isdigit() else ""
+            raise OutputBusyError(
+                f"{option} {target} is being written by another emoreward run{process}: wait for it to finish or "
+                "write elsewhere"
+            ) from None
+        try:  # the holder may have released (removed the file) between our open and our lock: lock what is there now
+            now = os.stat(lock)
+            mine = os.fstat(fd)
+            same = (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino)
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+    _HELD[str(lock)] = (fd, os.getpid(), created)
+    return True
+
+
+def release_output(target: str | Path) -> None:
+    """Release this process's lock of output ``target`` (`hold_output`): its lock file removed, then unlocked."""
+    _release(str(_lock_file(target)))
+
+
+def release_outputs() -> None:
+    """Release every output lock this process holds (the end of a command; a forked child releases none)."""
+    for lock in list(_HELD):
+        _release(lock)
+
+
+def _release(lock: str) -> None:
+    held = _HELD.get(lock)
+    if held is None or held[1] != os.getpid():
+        return
+    del _HELD[lock]
+    fd, _, created = held
+    with contextlib.suppress(OSError):
+        os.unlink(lock)
+    os.close(fd)
+    for folder in created:  # deepest first: only the folders the lock made and nothing else filled
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+@contextlib.contextmanager
+def output_lock(target: str | Path, option: str) -> Iterator[None]:
+    """`hold_output` for the body of a ``with`` block; released at its end when this block took it."""
+    took = hold_output(target, option)
+    try:
+        yield
+    finally:
+        if took:
+            release_output(target)
+
+
 # ------------------------------------------------------------------------------------------- one run's files
 class OutputFiles:
     """The files one run writes, claimed before any work: no two outputs of the run share a path, none is a file
-    the run reads (its data, its cache), and what an earlier run into the same place wrote and this run does not
+    the run reads (its data, its cache), no other running process writes one (`hold_output`, released by
+    `finish` or `release_outputs`), and what an earlier run into the same place wrote and this run does not
     (an optional plot) is removed at the end, so the folder holds exactly the files this run reports.
 
     `claim(path, what)` an output (`optional`: written only in some runs); `guard(path, what)` an input or a cache;
     `written(path)` after writing it; `finish()` removes stale optional outputs and returns the written paths.
 
     Raises (`claim`, `guard`):
-        ValueError: two of them share a path, naming both and the path.
+        ValueError: two of them share a path, naming both and the path; `OutputBusyError` (`claim`): another
+            process is writing that output.
     """
 
     def __init__(self) -> None:
         self._roles: dict[Any, tuple[str, Path]] = {}
         self._optional: dict[str, Path] = {}  # real path -> the path as given
         self._written: list[Path] = []
+        self._locked: list[Path] = []
 
     @staticmethod
     def _key(path: str | Path) -> Any:
@@ -240,6 +347,8 @@ class OutputFiles:
 
     def claim(self, path: str | Path, what: str, *, optional: bool = False) -> Path:
         out = self._add(path, what)
+        if hold_output(path, what):
+            self._locked.append(Path(path))
         if optional:
             self._optional[os.path.realpath(Path(path).expanduser())] = Path(path)
         return out
@@ -256,4 +365,6 @@ class OutputFiles:
         done = {os.path.realpath(Path(p).expanduser()) for p in self._written}
         for key in self._optional.keys() - done:
             self._optional[key].unlink(missing_ok=True)
+        for path in self._locked:
+            release_output(path)
         return list(self._written)

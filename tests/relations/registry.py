@@ -126,6 +126,7 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--cv_folds": ("duplication", "accounting"),
         RESULT_FIELDS: ("content_identity",),
         NOT_RESULT_FIELDS: "where a run writes and logs (run_identity.NOT_RESULT_FIELDS): resumes the same run",
+        "--output_dir": ("output_closure",),  # one writer per output folder
         "--config": "the recipe file: its fields are the options of the groups above (resolve_config)",
         "--set": "the same as --FIELD VALUE (resolve_config)",
         "--no-wandb": NO_RESULT,

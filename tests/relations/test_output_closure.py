@@ -3,16 +3,22 @@ input or a cache, and a rerun into the same place leaves nothing stale.
 
 Owners: `emoreward.utils.io.OutputFiles` (the files of one run, claimed before any work; stale optional outputs
 removed), used by `rank` (`emoreward.cli.rank.output_files`), `evaluate` and `judge`; `utils.io.replace_dir` for a
-folder output (`export`); the caches append only (`utils.io.locked_append`).
+folder output (`export`); the caches append only (`utils.io.locked_append`); one writer per output
+(`utils.io.hold_output`: a second run writing the same output is refused before any work, exit 2).
 """
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
-from _inputs import pair_rows, run_cli, run_ok, table_rows, write_jsonl
+from _inputs import pair_rows, run_cli, run_ok, table_rows, train_recipe, write_jsonl
 
 
 COVERS: dict[str, tuple[str, ...]] = {
@@ -20,7 +26,10 @@ COVERS: dict[str, tuple[str, ...]] = {
     "judge": ("--output", "--dataset"),
     "rank": ("--output", "--dataset"),
     "export": ("--output",),
+    "train": ("--output_dir",),
 }
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def files_under(folder: Path) -> set[Path]:
@@ -145,3 +154,82 @@ def test_export_rerun_replaces_the_folder_whole(lora_dir, tmp_path, capsys):
     run_ok(capsys, ["export", "--model", lora_dir, "--output", out])
     assert {p.relative_to(out) for p in files_under(out)} == first
     assert [p.name for p in tmp_path.iterdir()] == ["export"]  # no staging or set-aside folder left beside it
+
+
+# ------------------------------------------------------------------------------------------- one writer per output
+def _env() -> dict[str, str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def _holder(target: Path) -> subprocess.Popen:
+    """Another process writing `target`: it takes the output's lock (`hold_output`, what every command takes before
+    its work) and keeps it until killed."""
+    code = "import sys, time\nfrom emoreward.utils.io import hold_output\nhold_output(sys.argv[1], 'x')\nprint('held', flush=True)\ntime.sleep(600)"
+    proc = subprocess.Popen([sys.executable, "-c", code, str(target)], stdout=subprocess.PIPE, text=True, env=_env())
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def _refused_while_written(capsys, argv, target: Path, holder_pid: int, before: dict) -> None:
+    code, _, err = run_cli(capsys, argv)
+    assert code == 2 and "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if "error:" in line]
+    assert len(lines) == 1 and f"{target} is being written by another emoreward run (process {holder_pid})" in lines[0]
+    assert {p: p.read_bytes() for p in files_under(target.parent)} == before  # nothing written, nothing removed
+
+
+@pytest.mark.parametrize("command", ["rank", "evaluate", "judge", "export", "train"])
+def test_a_second_writer_of_one_output_is_refused_before_any_work(
+    command, rm_dir, lora_dir, tiny_bert_dir, length_judge_yaml, tmp_path, capsys
+):
+    table = write_jsonl(tmp_path / "table.jsonl", table_rows())
+    pairs = write_jsonl(tmp_path / "pairs.jsonl", pair_rows(6))
+    out = tmp_path / "out"
+    target, argv = {
+        "rank": (out / "r.json", _rank_argv(table, out / "r.json", tmp_path / "cache", rm_dir)),
+        "evaluate": (out / "r.json", ["evaluate", "--model", rm_dir, "--data", pairs, "--output", out / "r.json"]),
+        "judge": (out / "j", ["judge", "--judge", length_judge_yaml, "--data", pairs, "--output", out / "j"]),
+        "export": (out / "e", ["export", "--model", lora_dir, "--output", out / "e"]),
+        "train": (out / "t", ["train", "--config", train_recipe(tmp_path, tiny_bert_dir, pairs), "--output_dir", out / "t"]),
+    }[command]  # fmt: skip
+    out.mkdir()
+    (out / "earlier.txt").write_text("an earlier run's file")
+    before = {p: p.read_bytes() for p in files_under(out)}
+    holder = _holder(target)
+    try:
+        _refused_while_written(capsys, argv, target, holder.pid, {**before, **_lock_files(out)})
+        assert not (tmp_path / "cache").exists()  # rank scored nothing
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)  # a crash: the kernel drops its lock
+        holder.wait(timeout=60)
+    if command in ("rank", "evaluate"):  # the lock went with the crashed writer: the next run writes
+        run_ok(capsys, argv)
+        assert target.exists() and (out / "earlier.txt").exists()
+        assert not [p for p in out.iterdir() if p.name.endswith(".lock") and p.name != f".{target.name}.lock"]
+
+
+def _lock_files(folder: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in folder.glob(".*.lock")}
+
+
+def test_two_train_runs_into_one_folder_one_is_refused_and_the_other_completes(tiny_bert_dir, tmp_path, capsys):
+    """The case of issue 41: two `emoreward train` runs into one folder both exited 0 and one's results vanished."""
+    pairs = write_jsonl(tmp_path / "pairs.jsonl", pair_rows(12))
+    recipe = train_recipe(tmp_path, tiny_bert_dir, pairs)
+    out = tmp_path / "out"
+    log = (tmp_path / "first.log").open("w")
+    first = subprocess.Popen(
+        [sys.executable, "-m", "emoreward.cli", "train", "--config", str(recipe), "--no-wandb"],
+        cwd=ROOT, env=_env(), stdout=log, stderr=log,
+    )  # fmt: skip
+    lock = tmp_path / ".out.lock"
+    deadline = time.monotonic() + 300
+    while not lock.exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert lock.exists(), (tmp_path / "first.log").read_text()[-3000:]
+    code, _, err = run_cli(capsys, ["train", "--config", recipe, "--no-wandb"])
+    assert code == 2 and f"--output-dir {out} is being written by another emoreward run (process {first.pid})" in err
+    assert first.wait(timeout=600) == 0, (tmp_path / "first.log").read_text()[-3000:]
+    assert (out / "report.json").exists() and not lock.exists()  # the first run's results, its lock gone
