@@ -2,13 +2,16 @@
 
 A media root maps a sample id to `<root>/video/<id>.mp4` and `<root>/audio/<id>.wav`; paths on the pair win. Frames
 decode with PyAV; audio comes from the `.wav` or the video's track (`MediaOptions.use_audio_in_video`, the one
-place of that flag). A missing, empty, undecodable or unused file raises `MediaError`; nothing becomes a zero
-tensor. See docs/data.md.
+place of that flag). Every file is opened in one place (`open_media`), confined to the media root at open time. A
+missing, empty, undecodable, unused or escaping file raises `MediaError`; nothing becomes a zero tensor. See
+docs/data.md.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import stat
 import wave
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +92,56 @@ def check_file(sample_id: str, path: str | Path, what: str = "media") -> Path:
     if path.stat().st_size == 0:
         raise MediaError(sample_id, path, f"{what} file is empty (0 bytes)")
     return path
+
+
+def _inside(path: str, folder: str) -> bool:
+    return os.path.commonpath([path, folder]) == folder
+
+
+def _opened_path(fd: int, path: Path) -> str:
+    """The real path of the file open on ``fd`` (Linux: the kernel's own record; elsewhere the path's real path)."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return os.path.realpath(path)
+
+
+def open_media(sample_id: str, path: str | Path, what: str = "media", root: str | Path | None = None):
+    """``path`` opened for binary reading, the one place a media file is opened: a regular, non-empty file, and,
+    when ``path`` lies inside the media root ``root``, a file whose real path (that of the opened descriptor, so a
+    file swapped for a symbolic link after the path was checked is caught) lies inside the root's real path too.
+
+    Returns:
+        a binary file object (close it; PyAV and `wave` read from it).
+
+    Raises:
+        MediaError: the file does not exist, is not a regular file, has zero bytes, or leaves the media root.
+    """
+    path = Path(path)
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)  # a FIFO does not block
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise MediaError(sample_id, path, f"{what} file not found") from None
+    except OSError as err:
+        raise MediaError(sample_id, path, f"cannot open the {what} file ({err.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise MediaError(sample_id, path, f"{what} file not found (not a regular file)")
+        if root is not None:
+            given, real_root = os.path.abspath(path), os.path.realpath(root)
+            if _inside(given, os.path.abspath(root)) or _inside(given, real_root):
+                if not _inside(_opened_path(fd, path), real_root):
+                    raise MediaError(sample_id, path, f"the {what} file leaves the media root (a symbolic link)")
+        if info.st_size == 0:
+            raise MediaError(sample_id, path, f"{what} file is empty (0 bytes)")
+        if flags & getattr(os, "O_NONBLOCK", 0):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def resolve_paths(
@@ -177,9 +230,9 @@ def load_sample_media(
         video_path=None if video is None else str(video), audio_path=None if audio is None else str(audio)
     )
     if video is not None:
-        out.frames, out.fps = load_frames(sample_id, video, options.fps, options.max_frames)
+        out.frames, out.fps = load_frames(sample_id, video, options.fps, options.max_frames, root=options.media_root)
     if audio is not None:
-        out.audio = load_audio(sample_id, audio, options.sampling_rate)
+        out.audio = load_audio(sample_id, audio, options.sampling_rate, root=options.media_root)
     return out
 
 
@@ -191,7 +244,9 @@ def _require_av(sample_id: str, path: Path, what: str):
     return av
 
 
-def load_frames(sample_id: str, path: str | Path, fps: float, max_frames: int) -> tuple[np.ndarray, float]:
+def load_frames(
+    sample_id: str, path: str | Path, fps: float, max_frames: int, *, root: str | Path | None = None
+) -> tuple[np.ndarray, float]:
     """Frames of a video sampled at `fps` per second (at most `max_frames`, evenly spread), decoded with PyAV,
     converting only the sampled frames to RGB (packet times give the indices first); equal to
     `load_frames_reference` (tested), which it falls back to when frames and packets do not match.
@@ -200,12 +255,20 @@ def load_frames(sample_id: str, path: str | Path, fps: float, max_frames: int) -
         (`uint8` array of shape `(T, H, W, 3)` with T even and >= 2 (the last frame repeats to make T even),
         effective sampling rate in frames per second of video).
 
+    The file is opened once (`open_media`, confined to the media root ``root``) and both passes read it.
+
     Raises:
-        MediaError: missing or empty file, no video stream, no decodable frame, undecodable data, PyAV missing."""
+        MediaError: missing or empty file, no video stream, no decodable frame, undecodable data, PyAV missing, a
+            file that leaves the media root."""
     path = check_file(sample_id, path, "video")
     av = _require_av(sample_id, path, "video")
+    with open_media(sample_id, path, "video", root) as fh:
+        return _load_frames(av, fh, sample_id, path, fps, max_frames)
+
+
+def _load_frames(av, fh, sample_id: str, path: Path, fps: float, max_frames: int) -> tuple[np.ndarray, float]:
     try:
-        with av.open(str(path)) as container:
+        with av.open(fh) as container:
             if not container.streams.video:
                 raise MediaError(sample_id, path, "has no video stream")
             stream = container.streams.video[0]
@@ -221,7 +284,8 @@ def load_frames(sample_id: str, path: str | Path, fps: float, max_frames: int) -
         # pass 2: decode every frame, convert the sampled ones
         converted: dict[int, np.ndarray] = {}
         times = []
-        with av.open(str(path)) as container:
+        fh.seek(0)
+        with av.open(fh) as container:
             stream = container.streams.video[0]
             for k, frame in enumerate(container.decode(stream)):
                 if k in keep:
@@ -240,7 +304,8 @@ def load_frames(sample_id: str, path: str | Path, fps: float, max_frames: int) -
         max_frames,
     )
     if len(times) != len(stamps) or not np.array_equal(idx, wanted) or not set(idx.tolist()) <= converted.keys():
-        return load_frames_reference(sample_id, path, fps, max_frames)  # packets and frames differ: convert all
+        fh.seek(0)
+        return _load_frames_reference(av, fh, sample_id, path, fps, max_frames)  # packets and frames differ
     return _finish_frames([converted[i] for i in idx], duration)
 
 
@@ -261,16 +326,23 @@ def _finish_frames(frames: list[np.ndarray], duration: float) -> tuple[np.ndarra
     return picked, len(picked) / duration
 
 
-def load_frames_reference(sample_id: str, path: str | Path, fps: float, max_frames: int) -> tuple[np.ndarray, float]:
+def load_frames_reference(
+    sample_id: str, path: str | Path, fps: float, max_frames: int, *, root: str | Path | None = None
+) -> tuple[np.ndarray, float]:
     """`load_frames` converting every decoded frame to RGB, then picking the sampled ones (the reference and fallback).
 
     Raises:
         MediaError: as `load_frames`."""
     path = check_file(sample_id, path, "video")
     av = _require_av(sample_id, path, "video")
+    with open_media(sample_id, path, "video", root) as fh:
+        return _load_frames_reference(av, fh, sample_id, path, fps, max_frames)
+
+
+def _load_frames_reference(av, fh, sample_id: str, path: Path, fps: float, max_frames: int):
     frames, times = [], []
     try:
-        with av.open(str(path)) as container:
+        with av.open(fh) as container:
             if not container.streams.video:
                 raise MediaError(sample_id, path, "has no video stream")
             for frame in container.decode(container.streams.video[0]):
@@ -289,20 +361,27 @@ def load_frames_reference(sample_id: str, path: str | Path, fps: float, max_fram
     return _finish_frames([frames[i] for i in idx], duration)
 
 
-def load_audio(sample_id: str, path: str | Path, sampling_rate: int = 16000) -> np.ndarray:
+def load_audio(
+    sample_id: str, path: str | Path, sampling_rate: int = 16000, *, root: str | Path | None = None
+) -> np.ndarray:
     """Mono `float32` waveform in [-1, 1] of shape `(samples,)` at `sampling_rate` Hz from a WAV file or the audio
     track of a video (PyAV; 16-bit PCM WAV is read with the standard library when PyAV is absent).
 
     Raises:
         MediaError: missing or empty file, no audio stream (a video without a soundtrack), no samples, undecodable
-            data, PyAV missing for a non-WAV file.
+            data, PyAV missing for a non-WAV file, a file that leaves the media root ``root`` (`open_media`).
     """
     path = check_file(sample_id, path, "audio")
+    with open_media(sample_id, path, "audio", root) as fh:
+        return _load_audio(fh, sample_id, path, sampling_rate)
+
+
+def _load_audio(fh, sample_id: str, path: Path, sampling_rate: int) -> np.ndarray:
     if path.suffix.lower() == ".wav" and not have_pyav():
         try:
-            with wave.open(str(path), "rb") as fh:
-                width, channels, rate = fh.getsampwidth(), fh.getnchannels(), fh.getframerate()
-                raw = fh.readframes(fh.getnframes())
+            with wave.open(fh, "rb") as wav:
+                width, channels, rate = wav.getsampwidth(), wav.getnchannels(), wav.getframerate()
+                raw = wav.readframes(wav.getnframes())
         except (wave.Error, EOFError) as err:
             raise MediaError(sample_id, path, f"not a readable WAV file ({err})") from err
         if width != 2:
@@ -315,7 +394,7 @@ def load_audio(sample_id: str, path: str | Path, sampling_rate: int = 16000) -> 
         av = _require_av(sample_id, path, "audio")
         chunks = []
         try:
-            with av.open(str(path)) as container:
+            with av.open(fh) as container:
                 if not container.streams.audio:
                     raise MediaError(
                         sample_id, path, "has no audio stream (use_audio_in_video asks for the video's own track)"

@@ -277,3 +277,38 @@ def test_the_model_process_serves_a_media_model_from_its_facts(vl_model, media, 
         assert health == local
     finally:
         process.close()
+
+
+def test_a_file_swapped_for_a_symlink_after_the_check_is_not_read(vl_model, media, tmp_path):
+    """Media confined at open time (`emoreward.data.media.open_media`): the request's path is checked (inside the
+    root, a regular file), then the file is replaced by a symbolic link to a clip outside the root before the model
+    opens it; the scoring refuses it (400 naming the field) instead of reading the outside clip."""
+    import shutil
+
+    from emoreward.export.serve.protocol import RequestError
+
+    root, outside = media
+    swapped = root / "video" / "swap.mp4"
+    shutil.copy(root / "video" / "s0.mp4", swapped)
+    service = RewardService(vl_model, media_root=root)
+    try:
+        job = service.parse("rewards", {"descriptions": ["She smiles."], "media": {"video": "video/swap.mp4"}})
+        swapped.unlink()
+        swapped.symlink_to(outside / "secret.mp4")  # between the path check and the open
+        vl_model.media_cache.clear()
+        service.score_jobs([job])
+        assert isinstance(job.error, RequestError) and job.error.status == 400, job.error
+        assert "'media[0].video' (video/swap.mp4)" in str(job.error) and "leaves the media root" in str(job.error)
+        assert str(outside) not in str(job.error)  # the outside path is not shown to the client
+        # the same swap under a folder: the descriptor's real path is outside the root
+        (root / "sub").mkdir()
+        shutil.copy(root / "video" / "s0.mp4", root / "sub" / "secret.mp4")
+        job = service.parse("rewards", {"descriptions": ["She smiles."], "media": {"video": "sub/secret.mp4"}})
+        shutil.rmtree(root / "sub")
+        (root / "sub").symlink_to(outside, target_is_directory=True)
+        vl_model.media_cache.clear()
+        service.score_jobs([job])
+        assert job.error is not None and "leaves the media root" in str(job.error), job.info
+    finally:
+        swapped.unlink(missing_ok=True)
+        (root / "sub").unlink(missing_ok=True)

@@ -138,7 +138,10 @@ class OpenAIChatBackend:
     def _file_part(self, kind: str, path: str) -> dict:
         if self.media_transport == "file":
             return {"type": f"{kind}_url", f"{kind}_url": {"url": Path(path).resolve().as_uri()}}
-        data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
+        from emoreward.data.media import open_media
+
+        with open_media(Path(path).stem, path, kind) as fh:  # the one place a media file is opened
+            data = base64.b64encode(fh.read()).decode("ascii")
         suffix = Path(path).suffix.lower().lstrip(".")
         if kind == "audio" and suffix in ("wav", "mp3"):
             return {"type": "input_audio", "input_audio": {"data": data, "format": suffix}}
