@@ -86,3 +86,31 @@ def test_sigkill_during_folds_and_final_fit_then_resume(tiny_bert_dir, tmp_path)
     ref_rewards = reference["eval_file"]["evaluation"]["pair_rewards"]
     assert resumed["eval_file"]["evaluation"]["pair_rewards"] == ref_rewards
     assert resumed["final"]["tie_threshold"] == reference["final"]["tie_threshold"]
+
+
+def test_a_truncated_file_in_the_latest_checkpoint_falls_back_to_the_newest_good_one(tiny_bert_dir, tmp_path, capsys):
+    """A kill while the trainer wrote a checkpoint's weights can leave its state complete and a weight file cut short:
+    the resume skips it (counted and printed, naming the file) and resumes from the newest whole checkpoint, to the
+    model an uninterrupted run trains, instead of failing on every resume."""
+    from emoreward.cli.main import main
+
+    settings = {"cv_folds": 1, "num_train_epochs": 1, "save_strategy": "steps", "save_steps": 1}
+    recipe = tiny_recipe(tmp_path, tiny_bert_dir, **settings)  # 24 pairs, batch 8: checkpoints at steps 1, 2, 3
+    out = tmp_path / "out"
+    assert main(["train", "--config", str(recipe)]) == 0
+    reference = json.loads((out / "report.json").read_text())
+    (out / "model" / "finished.json").unlink()  # killed after its last checkpoint, before the model was finished
+    (weights,) = (out / "checkpoints" / "checkpoint-3").glob("*.safetensors")
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])
+    capsys.readouterr()
+    assert main(["train", "--config", str(recipe)]) == 0
+    text = capsys.readouterr().out
+    assert (
+        f"1 newer checkpoint(s) skipped, unusable: {out / 'checkpoints' / 'checkpoint-3'}: {weights.name} is "
+        f"truncated ({len(data) // 2} of {len(data)} bytes)"
+    ) in text, text
+    assert f"resuming the same run from {out / 'checkpoints' / 'checkpoint-2'}" in text
+    resumed = json.loads((out / "report.json").read_text())
+    assert [e["step"] for e in resumed["final"]["train_log"] if "loss" in e] == [1, 2, 3]
+    assert resumed["final"]["tie_threshold"] == reference["final"]["tie_threshold"]

@@ -139,9 +139,14 @@ def fit_reward_model(
     if save:
         identity = run_identity(config, pairs)
         trainer.run_identity = identity
-        checkpoint = _last_checkpoint(output_dir)
+        checkpoint, skipped = _last_checkpoint(output_dir)
         if checkpoint is not None:
             check_checkpoint(checkpoint, identity)
+        if skipped:  # counted and printed: the work of the skipped steps is done again
+            (log or logger.info)(
+                f"{run_name}: {len(skipped)} newer checkpoint(s) skipped, unusable: {'; '.join(skipped)}"
+            )
+        if checkpoint is not None:
             (log or logger.info)(f"{run_name}: resuming the same run from {checkpoint}")
     start = time.perf_counter()
     with torch_threads(train_threads) if train_threads else contextlib.nullcontext():
@@ -178,25 +183,70 @@ def _replace(config: EmoRewardConfig, **changes) -> EmoRewardConfig:
     return new
 
 
-def _last_checkpoint(output_dir: str | Path) -> str | None:
-    """The newest complete `checkpoint-<step>` in `output_dir` (its `trainer_state.json`, written last, names that
-    step); an incomplete one is skipped with a warning."""
+def _last_checkpoint(output_dir: str | Path) -> tuple[str | None, list[str]]:
+    """The newest usable `checkpoint-<step>` in `output_dir` (`checkpoint_problem`: complete, every file whole and
+    readable), or None; and the newer ones skipped, each as ``"<folder>: <why>"`` (an incomplete one is also
+    logged as a warning)."""
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
     if not Path(output_dir).is_dir():
-        return None
+        return None, []
     steps = {}
     for path in Path(output_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*"):
         suffix = path.name.rsplit("-", 1)[1]
         if path.is_dir() and suffix.isdigit():
             steps[int(suffix)] = path
+    skipped = []
     for step in sorted(steps, reverse=True):
-        state = read_json_or_none(steps[step] / "trainer_state.json", what="trainer state")
-        if isinstance(state, dict) and state.get("global_step") == step:
-            return str(steps[step])
-        logger.warning(
-            "checkpoint %s is incomplete (interrupted while saving): resuming from an earlier one", steps[step]
-        )
+        problem = checkpoint_problem(steps[step], step)
+        if problem is None:
+            return str(steps[step]), skipped
+        skipped.append(f"{steps[step]}: {problem}")
+        if problem.startswith("incomplete"):
+            logger.warning(
+                "checkpoint %s is incomplete (interrupted while saving): resuming from an earlier one", steps[step]
+            )
+    return None, skipped
+
+
+def checkpoint_problem(folder: Path, step: int) -> str | None:
+    """Why step checkpoint `folder` cannot be resumed from, or None: its `trainer_state.json` (written last) does not
+    name `step`, or a file is cut short or unreadable (a safetensors file shorter than its header says, a torch
+    pickle whose zip directory is missing, a JSON file that does not parse). Reads headers only, no tensor."""
+    state = read_json_or_none(folder / "trainer_state.json", what="trainer state")
+    if not (isinstance(state, dict) and state.get("global_step") == step):
+        return "incomplete (interrupted while saving)"
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        problem = _file_problem(path)
+        if problem is not None:
+            return f"{path.relative_to(folder)} {problem}"
+    return None
+
+
+def _file_problem(path: Path) -> str | None:
+    import json
+    import zipfile
+
+    size = path.stat().st_size
+    if path.suffix == ".safetensors":
+        with path.open("rb") as fh:
+            head = fh.read(8)
+            n = int.from_bytes(head, "little") if len(head) == 8 else -1
+            if n < 0 or n > size - 8:
+                return f"is truncated ({size} bytes, no whole header)"
+            try:
+                header = json.loads(fh.read(n))
+                end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+            except (ValueError, TypeError, KeyError, IndexError):
+                return "has an unreadable header"
+        return None if size == 8 + n + end else f"is truncated ({size} of {8 + n + end} bytes)"
+    if path.suffix in (".pt", ".pth", ".bin"):
+        return None if zipfile.is_zipfile(path) else f"is truncated or unreadable ({size} bytes, no zip directory)"
+    if path.suffix == ".json":
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, OSError):
+            return f"is truncated or unreadable JSON ({size} bytes)"
     return None
 
 
