@@ -162,7 +162,7 @@ def resolve_media(pair: PreferencePair, media_root: str | Path | None) -> MediaI
 
 
 def call_seed(base: int, *parts: object) -> int:
-    """A per-call seed from the base seed and the call's identity (stable across processes)."""
+    """A per-call seed from the base seed and the call's content (`parts`: stable across processes)."""
     digest = hashlib.sha256(repr((base, *parts)).encode()).digest()
     return int.from_bytes(digest[:4], "little")
 
@@ -360,12 +360,24 @@ class ZeroShotJudge:
             prompts_tag=self.prompts.tag,
         )
 
+    def _content_seed(self, strategy: str, step: str, prompt: str, media: MediaInput | None, logits: bool, run: int):
+        """A sampling call's seed from what the call reads (the base seed, strategy, step, system prompt, prompt, the
+        media files' content, the verdict mode) and its run: never from a sample's or a model's name or a pair's
+        position, so renaming samples or models, or reordering rows, leaves every sampled answer as it was."""
+        from emoreward.models.media.cache import file_digest
+
+        media_id = None
+        if media is not None:
+            media_id = [file_digest(p) if p and os.path.isfile(p) else None for p in (media.video, media.audio)]
+            media_id += [media_array_digest(media.frames), media_array_digest(media.waveform)]
+        return call_seed(self.sampling.seed, strategy, step, self.prompts.system, prompt, media_id, logits, run)
+
     def _make_call(self, backend, step, strategy, pair, order, run, prompt, media=None, final=False) -> _Call:
         sample = pair.sample_id if step == "describe" else self._identify(pair)[0]
         key_run = 0 if self.greedy else run
         key = CallKey(self.judge_name, strategy, step, sample, order, key_run)
-        seed = call_seed(self.sampling.seed, strategy, step, sample, order, key_run)
         logits = final and self.verdict_mode == "logits"
+        seed = self._content_seed(strategy, step, prompt, media, logits, key_run)
         request = ChatRequest(
             prompt=prompt,
             system=self.prompts.system,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import re
 import time
 
@@ -15,7 +16,8 @@ class ScriptedBackend:
     `crash_after` raises after that many calls (a simulated kill); `fail_if` makes calls whose prompt contains it
     fail; `delay_s` sleeps that long per request (a slow model, so a test can kill a run midway); `calls_log`
     appends one line per answered request to that file (so a test in another process can count the calls a
-    subprocess made). Judge YAMLs reach it as `backend: scripted`."""
+    subprocess made). Judge YAMLs reach it as `backend: scripted`; with `model: sampled` and `sampling.do_sample`
+    it is a seeded sampling judge: half of its verdicts are drawn from the call's seed (`ChatRequest.seed`)."""
 
     modalities = frozenset({"text"})
 
@@ -41,7 +43,12 @@ class ScriptedBackend:
             if self.fail_if and self.fail_if in r.prompt:
                 out.append(Generation(error="HTTP 500: boom"))
                 continue
-            out.append(Generation(text=self._answer(r.prompt)))
+            text = self._answer(r.prompt)
+            if sampling.do_sample and self.identity.endswith(":sampled") and "Answer: " in text:
+                rng = random.Random(r.seed)  # the seed decides: another seed, another verdict half the time
+                if rng.random() < 0.5:
+                    text = text[: text.rindex("Answer: ")] + f"Answer: {rng.choice(['1', '2', 'tie'])}"
+            out.append(Generation(text=text))
         if self.calls_log:
             with open(self.calls_log, "a", encoding="utf-8") as fh:
                 fh.write("".join(f"{r.seed}\n" for r in requests))

@@ -1,5 +1,5 @@
 """Run identity: what makes two training runs the same run (`run_identity`: data, labels, backbone content, the
-result-changing recipe fields, and their digest), so work in an output folder is resumed only by the run that
+result-changing recipe fields and execution parameters, and their digest), so work in an output folder is resumed only by the run that
 produced it (`check_resumable`). Imports no ML library. See docs/training.md.
 """
 
@@ -56,6 +56,13 @@ NOT_RESULT_FIELDS = frozenset(
 )
 
 
+def execution_parameters(config: EmoRewardConfig) -> dict[str, Any]:
+    """The parameters of how a run executes that change its numbers and are no recipe field: `world_size`, the
+    number of processes of an `accelerate launch` (the effective batch is per-device batch x processes x
+    `gradient_accumulation_steps`, and each process sees its share of every batch). 1 outside a launch."""
+    return {"world_size": int(getattr(config, "world_size", 1) or 1)}
+
+
 class RunIdentityError(ValueError):
     """An output folder holds the work of another run (other data, labels or recipe)."""
 
@@ -66,12 +73,13 @@ def _digest(value: Any) -> str:
 
 def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> dict:
     """The identity of a training run: `data` (SHA-256 of every pair's sample id, descriptions, writers, media paths
-    and margin, in file order), `labels` (SHA-256 of the labels in that order), `backbone` (a local backbone's content)
-    and `recipe` (`public_config` values of the result-changing fields).
+    and margin, in content order), `labels` (SHA-256 of the labels in that order), `backbone` (a local backbone's
+    content), `recipe` (`public_config` values of the result-changing fields) and `execution`
+    (`execution_parameters`: the process count).
 
     Returns:
-        `{"data", "labels", "n_pairs", "train_file", "backbone", "recipe", "fingerprint"}`; `fingerprint` digests
-        data, labels, backbone and recipe (not paths whose content is already in it)."""
+        `{"data", "labels", "n_pairs", "train_file", "backbone", "recipe", "execution", "fingerprint"}`;
+        `fingerprint` digests data, labels, backbone, recipe and execution (not paths whose content is in it)."""
     from emoreward.training.config import public_config  # the recipe class and its masking of secrets
     from emoreward.utils.cache_key import source_fingerprint
 
@@ -95,8 +103,11 @@ def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> di
         "train_file": str(config.train_file),
         "backbone": backbone,
         "recipe": recipe,
+        "execution": execution_parameters(config),
     }
-    identity["fingerprint"] = _digest([identity["data"], identity["labels"], identity["backbone"], recipe])
+    identity["fingerprint"] = _digest(
+        [identity["data"], identity["labels"], identity["backbone"], recipe, identity["execution"]]
+    )
     return identity
 
 
@@ -119,6 +130,10 @@ def identity_differences(saved: dict, current: dict) -> list[str]:
     for key in sorted(set(old) | set(new)):
         if old.get(key) != new.get(key):
             out.append(f"recipe field {key} ({old.get(key, '<unset>')!r} -> {new.get(key, '<unset>')!r})")
+    old, new = saved.get("execution") or {}, current.get("execution") or {}
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) != new.get(key):
+            out.append(f"execution parameter {key} ({old.get(key, '<unset>')!r} -> {new.get(key, '<unset>')!r})")
     if not out and saved.get("fingerprint") != current["fingerprint"]:
         out.append("the run identity (written by another emoreward version)")
     return out
@@ -218,6 +233,7 @@ __all__ = [
     "RunIdentityError",
     "check_checkpoint",
     "check_resumable",
+    "execution_parameters",
     "identity_differences",
     "recorded_fit_plan",
     "run_identity",

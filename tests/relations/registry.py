@@ -164,7 +164,7 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
     },
     "rank": {
         "*": ("permutation", "duplication", "renaming", "accounting", "separation"),
-        "--judge": ("content_identity", "numeric_health", "permutation"),  # given more than once: a committee
+        "--judge": ("content_identity", "numeric_health", "permutation", "renaming"),  # more than once: a committee
         "--data": ("permutation", "duplication", "renaming"),
         "--output": ("output_closure",),
         "--dataset": ("output_closure",),

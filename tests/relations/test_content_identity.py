@@ -181,3 +181,21 @@ def test_changed_training_data_is_another_run(tiny_bert_dir, tmp_path, capsys):
     code, _, err = run_cli(capsys, ["train", "--config", recipe])
     assert code == 2 and "the training data" in err, err
     assert json.loads((tmp_path / "out" / "run_identity.json").read_text())["n_pairs"] == 24
+
+
+def test_a_run_under_another_process_count_or_accumulation_is_another_run(tiny_bert_dir, tmp_path, capsys):
+    """Every result-changing execution parameter is in the run identity (`run_identity.execution_parameters`): a run
+    whose work was done by a 2-process launch (its `run_identity.json` as that launch records it) is not resumed by
+    a 1-process run, nor by one with another gradient accumulation; the same run is."""
+    recipe = tiny_recipe(tmp_path, tiny_bert_dir, num_train_epochs=1, cv_folds=1)
+    out = tmp_path / "out"
+    run_ok(capsys, ["train", "--config", recipe])
+    saved = read_json(out / "run_identity.json")
+    assert saved["execution"] == {"world_size": 1}
+    code, _, err = run_cli(capsys, ["train", "--config", recipe, "--gradient_accumulation_steps", "2"])
+    assert code == 2 and "recipe field gradient_accumulation_steps (1 -> 2)" in err, err
+    (out / "run_identity.json").write_text(json.dumps({**saved, "execution": {"world_size": 2}}))
+    code, _, err = run_cli(capsys, ["train", "--config", recipe])
+    assert code == 2 and "execution parameter world_size (2 -> 1)" in err and "--overwrite_output_dir" in err, err
+    (out / "run_identity.json").write_text(json.dumps(saved))
+    assert "final model: finished earlier" in run_ok(capsys, ["train", "--config", recipe])

@@ -18,7 +18,7 @@ from _inputs import assert_same_numbers, pair_rows, read_json, run_ok, table_row
 
 
 COVERS = {
-    "rank": ("*", "--data", "--method"),
+    "rank": ("*", "--data", "--method", "--judge"),
     "evaluate": ("*", "--data"),
     "train": ("--train_file",),
     "serve": ("*",),
@@ -77,6 +77,31 @@ def test_rank_is_invariant_to_names_and_unicode_forms(kind, method, length_judge
         # warnings are prose that name models: compared by count, the numbers by value
         assert len(a["warnings"]) == len(b["warnings"])
         assert_same_numbers(a, b, rename=mapping if kind == "models" else {}, ignore=(r"/warnings/", r"/history/"))
+
+
+SAMPLING_JUDGE_YAML = (  # a seeded sampling judge: half its verdicts come from each call's seed (zero_shot.testing)
+    "name: samplingjudge\nmllm:\n  backend: scripted\n  model: sampled\nsampling: {do_sample: true, seed: 0}\n"
+)
+
+
+@pytest.mark.parametrize("kind", ["models", "samples"])
+def test_a_sampling_judge_draws_from_content_not_names(kind, tmp_path, capsys):
+    """A sampling zero-shot judge's seeds come from what each call reads (`zero_shot.strategies` `_content_seed`),
+    never from a sample's or a model's name: renamed samples or models give the same sampled verdicts, so the same
+    ranking numbers; a changed base seed gives others (the seed does decide)."""
+    judge = tmp_path / "sampling.yaml"
+    judge.write_text(SAMPLING_JUDGE_YAML)
+    rows = accented_rows()
+    mapping = {"models": MODEL_NAMES, "samples": SAMPLE_NAMES}[kind]
+    renamed = [RENAMES[kind](r, mapping) for r in rows]
+    for name in ("a", "b", "c"):
+        (tmp_path / name).mkdir()
+    a = rank(capsys, judge, rows, tmp_path / "a")
+    b = rank(capsys, judge, renamed, tmp_path / "b")
+    assert_same_numbers(a, b, rename=mapping if kind == "models" else {}, ignore=(r"/warnings/", r"/history/"))
+    judge.write_text(SAMPLING_JUDGE_YAML.replace("seed: 0", "seed: 1"))
+    c = rank(capsys, judge, rows, tmp_path / "c")
+    assert c["W"] != a["W"]
 
 
 def nfd_pairs(rows):

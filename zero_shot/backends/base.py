@@ -33,7 +33,7 @@ class SamplingConfig:
         do_sample: sample (True) or decode greedily (False).
         temperature, top_p: sampling parameters (ignored when `do_sample` is False).
         max_new_tokens: generation budget per call.
-        seed: base seed; each call's seed also depends on its run, step and sample.
+        seed: base seed; each call's seed also depends on its run, step and content (prompt, media), never on a name.
     """
 
     do_sample: bool = False
