@@ -244,7 +244,7 @@ def test_evaluate_and_judge_take_either_kind_of_judge(tmp_path, tiny_bert_dir, c
     with pytest.raises(SystemExit):  # argparse: not a dtype choice
         emoreward_main(["evaluate", "--model", str(judge), "--data", "emoprefer", "--dtype", "float16"])
     assert emoreward_main(["evaluate", "--model", str(judge), "--data", "emoprefer", "--dtype", "float32"]) == 2
-    assert "--dtype float32 applies to reward models" in capsys.readouterr().err
+    assert f"--dtype applies to reward models; {judge} is a zero-shot judge" in capsys.readouterr().err
 
     settings = TextSettings(backbone="minilm", input_format="pair", max_length=64, tie_threshold=0.05)
     TextRewardModel(

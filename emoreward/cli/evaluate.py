@@ -15,9 +15,11 @@ import sys
 from pathlib import Path
 
 from emoreward.cli.options import (
+    ALWAYS,
     EXIT_FAILED_CALLS,
     EXIT_OK,
     add_vllm_url,
+    check_applicable,
     check_media_root,
     check_output_dir,
     check_output_file,
@@ -65,6 +67,24 @@ OUTPUTS = ("output", "dataset")  # the options evaluate and judge write to; ever
 ZERO_SHOT_ONLY = {"strategy": ["S1"], "runs": 2, "no_swap": False, "references": None, "ignore_media": False,
                   "limit": None, "dataset": None, "push_to_hub": None, "trust_remote_code": False}  # fmt: skip
 
+# every option of `evaluate` and of `judge` -> when it applies (`check_applicable`, before any work)
+APPLIES: dict[str, str] = {
+    **dict.fromkeys(["model", "judge", "data", "output", "two_class_ties", "media_root", "no_progress", "list"], ALWAYS),
+    **dict.fromkeys(["batch_size", "dtype", "vllm_url"], "reward-model"),
+    **dict.fromkeys(ZERO_SHOT_ONLY, "zero-shot"),
+}  # fmt: skip
+
+
+def _check_applicable(args: argparse.Namespace, spec: str, kind: str) -> None:
+    check_applicable(
+        args,
+        APPLIES,
+        {
+            "reward-model": (kind == "reward-model", f"{{options}} {{verb}} to reward models; {spec} is a zero-shot judge"),
+            "zero-shot": (kind != "reward-model", f"{spec} is a reward model; {{options}} {{verb}} to zero-shot judges only"),
+        },
+    )  # fmt: skip
+
 
 def run(args: argparse.Namespace) -> int:
     """Run `emoreward evaluate` or `emoreward judge` (the namespace of either); returns the exit status."""
@@ -77,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(f"{name}\t{path}\n")
         return EXIT_OK
     spec = _spec(args)
+    _check_applicable(args, spec, judge_kind(spec))
     if judge_kind(spec) == "reward-model":
         return _run_reward_model(args, spec)
     return _run_zero_shot(args, spec)
@@ -103,12 +124,6 @@ def _run_reward_model(args: argparse.Namespace, spec: str) -> int:
     from emoreward.training.provenance import TRAINING_DATA_FILE, in_sample_pairs
 
     prog = f"emoreward {_command(args)}"
-    if _command(args) == "judge":
-        given = [name for name, default in ZERO_SHOT_ONLY.items() if getattr(args, name) != default]
-        if given:
-            options = ", ".join("--" + name.replace("_", "-") for name in given)
-            verb = "applies" if len(given) == 1 else "apply"
-            raise ValueError(f"{spec} is a reward model; {options} {verb} to zero-shot judges only")
     report_file = _reward_model_report(args)
     if report_file:
         check_output_file(report_file, "--output", inputs=[path for _, path in named_input_files(args, OUTPUTS)])
@@ -198,8 +213,6 @@ def _run_zero_shot(args: argparse.Namespace, spec: str) -> int:
     from zero_shot.strategies import load_references
 
     prog = f"emoreward {_command(args)}"
-    if getattr(args, "dtype", "auto") != "auto":
-        raise ValueError(f"--dtype {args.dtype} applies to reward models; {spec} is a zero-shot judge")
     options = {name: getattr(args, name, default) for name, default in ZERO_SHOT_ONLY.items()}
     check_zero_shot_options(args, options)
     judge = load_judge(  # the definition, checked

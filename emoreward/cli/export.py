@@ -11,7 +11,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from emoreward.cli.options import EXIT_OK, check_output_dir, nonnegative_float, quiet_libraries
+from emoreward.cli.options import (
+    ALWAYS,
+    EXIT_OK,
+    check_applicable,
+    check_output_dir,
+    nonnegative_float,
+    quiet_libraries,
+)
+
+
+# every option -> when it applies (`check_applicable`, before any work)
+APPLIES: dict[str, str] = {"model": ALWAYS, "output": ALWAYS, "atol": ALWAYS, "push_to_hub": ALWAYS, "public": "push"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,6 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Merge, save, reload with transformers and compare rewards; 0 on success (a mismatch raises)."""
+    check_applicable(
+        args, APPLIES, {"push": (bool(args.push_to_hub), "{options} {verb} to the upload (--push-to-hub)")}
+    )
     if args.push_to_hub:
         from emoreward.data.records import check_hub_push
 

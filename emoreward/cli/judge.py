@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 
+from emoreward.cli.evaluate import APPLIES as APPLIES  # evaluate and judge: one table
 from emoreward.cli.evaluate import add_tie_policy
 from emoreward.cli.evaluate import run as run  # the one implementation of evaluate and judge
 from emoreward.cli.options import positive_int

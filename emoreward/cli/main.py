@@ -57,7 +57,10 @@ class CommandParser(argparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):
         self._populated()
-        return super().parse_known_args(args, namespace)
+        parsed, extras = super().parse_known_args(args, namespace)
+        if self.populate is None and getattr(self, "_command_parser", False):  # what "given" means: not the default
+            parsed._defaults = {a.dest: a.default for a in self._actions if a.dest != argparse.SUPPRESS}
+        return parsed, extras
 
     def format_help(self) -> str:
         self._populated()
@@ -89,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (help_text, _module) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
         p.populate = lambda parser, name=name: command_module(name).add_arguments(parser)
+        p._command_parser = True
         p.set_defaults(_run=_run_command(name))
         parser.commands[name] = p
     return parser

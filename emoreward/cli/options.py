@@ -248,6 +248,40 @@ def check_media_root(path: str | Path, option: str = "--media-root") -> Path:
     return path
 
 
+# ---------------------------------------------------------------------------------------------- applicability
+ALWAYS = "always"  # an option that applies in every run of its command
+
+
+def check_applicable(args: argparse.Namespace, table: dict[str, str], facts: dict[str, tuple[bool, str]]) -> None:
+    """Refuse, before any work, every option given where it cannot apply (it would be ignored with exit 0): the one
+    check of a command's applicability table.
+
+    Args:
+        table: each option's destination -> the condition under which it applies (`ALWAYS`, or a key of ``facts``);
+            a command module's ``APPLIES``, one entry per option of its parser (tests/relations/test_registry.py).
+        facts: condition -> (whether it holds in this run, the refusal when it does not: a template with
+            ``{options}`` (the options given, comma-separated), ``{verb}`` ("applies" / "apply") and ``{first}``).
+
+    An option counts as given when its value differs from its parser default (``args._defaults``, recorded by the
+    command parser; without it nothing is checked).
+
+    Raises:
+        ValueError: one line naming the options and why they cannot apply.
+    """
+    defaults = getattr(args, "_defaults", None)
+    if defaults is None:
+        return
+    given: dict[str, list[str]] = {}
+    for dest, condition in table.items():
+        if condition != ALWAYS and dest in defaults and getattr(args, dest, None) != defaults[dest]:
+            given.setdefault(condition, []).append("--" + dest.replace("_", "-"))
+    for condition, options in given.items():
+        holds, refusal = facts[condition]
+        if not holds:
+            verb = "applies" if len(options) == 1 else "apply"
+            raise ValueError(refusal.format(options=", ".join(options), verb=verb, first=options[0]))
+
+
 def add_vllm_url(p: argparse.ArgumentParser) -> None:
     """`--vllm-url`, shared by `evaluate` and `rank`: score a reward model's export through a vLLM server."""
     p.add_argument(
@@ -260,7 +294,9 @@ def add_vllm_url(p: argparse.ArgumentParser) -> None:
 
 
 __all__ = [
+    "ALWAYS",
     "add_vllm_url",
+    "check_applicable",
     "EXIT_ERROR",
     "EXIT_FAILED_CALLS",
     "EXIT_INTERRUPTED",

@@ -23,8 +23,10 @@ import time
 from pathlib import Path
 
 from emoreward.cli.options import (
+    ALWAYS,
     EXIT_OK,
     add_vllm_url,
+    check_applicable,
     check_media_root,
     check_output_file,
     named_input_files,
@@ -41,6 +43,43 @@ from emoreward.utils.io import OutputFiles
 
 # the options of `--method bpa` and their defaults: given with the full method, they would be silently ignored
 BPA_DEFAULTS = {"budget": None, "sigma_tau": 0.3, "refit_every": 10, "policy": "exploration", "exploration": None}
+
+# every option -> when it applies (`check_applicable`: given elsewhere, refused before any work instead of ignored)
+APPLIES: dict[str, str] = {
+    **dict.fromkeys(["judge", "data", "output", "dataset", "push_to_hub", "quiet", "method", "samples", "sample_ids",
+                     "models", "seed", "media_root", "cache_dir", "no_cache"], ALWAYS),
+    **dict.fromkeys(["hierarchical", "tie_model", "no_length_control", "n_boot", "alpha"], "full"),
+    **dict.fromkeys(BPA_DEFAULTS, "bpa"),
+    **dict.fromkeys(["committee_calibration", "committee_weighting"], "committee"),
+    **dict.fromkeys(["tie_threshold", "batch_size", "vllm_url"], "reward-model"),
+    **dict.fromkeys(["strategy", "runs", "no_swap", "combine"], "generative"),
+}  # fmt: skip
+
+
+def applicability_facts(args: argparse.Namespace) -> dict[str, tuple[bool, str]]:
+    """The conditions of `APPLIES` in this run (the method, a committee, the kinds of the judges), each with its
+    refusal."""
+    from emoreward.judges import judge_kind
+
+    judges = [str(j) for j in (args.judge if isinstance(args.judge, list) else [args.judge])]
+    kinds = {spec: judge_kind(spec) for spec in judges}
+    models = [spec for spec, kind in kinds.items() if kind == "reward-model"]
+    generative = [spec for spec, kind in kinds.items() if kind != "reward-model"]
+    bpa = getattr(args, "method", "full") == "bpa"
+    committee = len(judges) > 1 or args.committee_calibration is not None or args.committee_weighting is not None
+    return {
+        "bpa": (bpa, "{first} is a --method bpa option; the full method compares every pair (add --method bpa)"),
+        "full": (not bpa, "{first} is a --method full option; BPA picks its own pairs and fits its own model"),
+        "committee": (committee, "{options} {verb} to a committee of judges (--judge given more than once)"),
+        "reward-model": (
+            bool(models),
+            f"{{options}} {{verb}} to reward-model judges; {', '.join(generative)} is a generative judge",
+        ),
+        "generative": (
+            bool(generative),
+            f"{{options}} {{verb}} to generative (zero-shot) judges; {', '.join(models)} is a reward model",
+        ),
+    }
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -198,15 +237,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def check_rank_options(args: argparse.Namespace) -> None:
-    """The options that need no table or judge, checked before either loads (an output that could not be written,
-    a missing media folder, a BPA option given to the full method); ValueError naming the option."""
-    if getattr(args, "method", "full") != "bpa":
-        given = [name for name, default in BPA_DEFAULTS.items() if getattr(args, name, default) != default]
-        if given:
-            flag = "--" + given[0].replace("_", "-")
-            raise ValueError(
-                f"{flag} is a --method bpa option; the full method compares every pair (add --method bpa)"
-            )
+    """The options that need no table or judge, checked before either loads (an option where it cannot apply:
+    `APPLIES`; an output that could not be written, a missing media folder); ValueError naming the option."""
+    check_applicable(args, APPLIES, applicability_facts(args))
     if args.output:
         check_output_file(args.output, "--output", inputs=[path for _, path in named_input_files(args, RANK_OUTPUTS)])
     if getattr(args, "dataset", None):
@@ -303,8 +336,6 @@ def run(args: argparse.Namespace) -> int:
     if specs is not None:
         return run_committee(args, specs)
     bpa = getattr(args, "method", "full") == "bpa"
-    if bpa and args.hierarchical:
-        raise ValueError("--hierarchical is a --method full option; BPA picks its own pairs")
     check_rank_options(args)
     start = time.perf_counter()
     table = _load_table(args)

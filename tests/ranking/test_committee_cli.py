@@ -79,7 +79,9 @@ def files(tmp_path_factory):
 def rank(capsys, tmp_path, name, *argv) -> tuple[int, dict | None, str]:
     out = tmp_path / f"{name}.json"
     capsys.readouterr()
-    code = main(["rank", "--output", str(out), "--n-boot", "20", "--quiet", *map(str, argv)])
+    code = main(
+        ["rank", "--output", str(out), *(["--n-boot", "20"] if "bpa" not in argv else []), "--quiet", *map(str, argv)]
+    )
     _, err = capsys.readouterr()
     return code, (json.loads(out.read_text(encoding="utf-8")) if out.exists() else None), err
 

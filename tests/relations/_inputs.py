@@ -116,6 +116,12 @@ def shuffled(rows: Sequence[Any], seed: int = 1) -> list[Any]:
 # ------------------------------------------------------------------------------------------------- running
 
 
+def n_boot(n: int, argv: Sequence[Any]) -> list[Any]:
+    """``--n-boot n`` for a `rank` command line of the full method; nothing for ``--method bpa`` (no bootstrap:
+    the option would be refused there, `emoreward.cli.rank.APPLIES`)."""
+    return [] if "bpa" in [str(a) for a in argv] else ["--n-boot", n]
+
+
 def run_cli(capsys, argv: Sequence[Any]) -> tuple[int, str, str]:
     """Run ``emoreward ARGV`` through its real entry point in this process; (exit code, stdout, stderr)."""
     capsys.readouterr()
@@ -238,6 +244,7 @@ def assert_same_numbers(
 
 __all__ = [
     "LENGTH_JUDGE_YAML",
+    "n_boot",
     "MODELS",
     "aligned",
     "assert_same_numbers",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from _inputs import pair_rows, read_json, run_ok, table_rows, train_recipe, write_jsonl
+from _inputs import n_boot, pair_rows, read_json, run_ok, table_rows, train_recipe, write_jsonl
 
 
 COVERS = {
@@ -50,7 +50,7 @@ def test_rank_counts_equal_the_judge_calls_made(options, tmp_path, capsys):
     rows = table_rows(n_samples=6)
     table = write_jsonl(tmp_path / "t.jsonl", rows)
     out = tmp_path / "r.json"
-    printed = run_ok(capsys, ["rank", "--judge", spec, "--data", table, "--output", out, "--n-boot", 20, "--no-cache",
+    printed = run_ok(capsys, ["rank", "--judge", spec, "--data", table, "--output", out, *n_boot(20, RANK_OPTIONS[options]), "--no-cache",
                               "--quiet", *RANK_OPTIONS[options]])  # fmt: skip
     report = read_json(out)
     cost = report["cost"]

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _inputs import pair_rows, run_cli, run_ok, table_rows, train_recipe, write_jsonl
+from _inputs import n_boot, pair_rows, run_cli, run_ok, table_rows, train_recipe, write_jsonl
 
 
 COVERS: dict[str, tuple[str, ...]] = {
@@ -55,7 +55,7 @@ def closure(capsys, argv, out: Path, inputs: set[Path]) -> set[Path]:
 
 
 def _rank_argv(table, out, cache, *extra):
-    return ["rank", "--judge", *extra, "--data", table, "--output", out, "--n-boot", "5", "--cache-dir", cache]
+    return ["rank", "--judge", *extra, "--data", table, "--output", out, *n_boot("5", extra), "--cache-dir", cache]
 
 
 def test_rank_writes_what_it_reports_and_a_rerun_leaves_nothing_stale(rm_dir, tmp_path, capsys):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 from _inputs import (
     assert_same_numbers,
+    n_boot,
     pair_rows,
     read_json,
     run_ok,
@@ -51,7 +52,7 @@ RANK_VARIANTS = {
 def rank_report(capsys, judge, rows, folder, extra=()) -> dict:
     table = write_jsonl(folder / "table.jsonl", rows)
     out = folder / "rank.json"
-    run_ok(capsys, ["rank", "--judge", judge, "--data", table, "--output", out, "--n-boot", 30, "--no-cache", "--quiet",
+    run_ok(capsys, ["rank", "--judge", judge, "--data", table, "--output", out, *n_boot(30, extra), "--no-cache", "--quiet",
                     *extra])  # fmt: skip
     return read_json(out)
 

@@ -14,7 +14,7 @@ import unicodedata
 
 import numpy as np
 import pytest
-from _inputs import assert_same_numbers, pair_rows, read_json, run_ok, table_rows, train_recipe, write_jsonl
+from _inputs import assert_same_numbers, n_boot, pair_rows, read_json, run_ok, table_rows, train_recipe, write_jsonl
 
 
 COVERS = {
@@ -57,7 +57,7 @@ SAMPLE_NAMES = {f"s{k}": f"clip-{9 - k:02d}" for k in range(10)}
 def rank(capsys, judge, rows, folder, extra=()):
     table = write_jsonl(folder / "some other name.jsonl", rows)
     out = folder / "r.json"
-    run_ok(capsys, ["rank", "--judge", judge, "--data", table, "--output", out, "--n-boot", 30, "--no-cache", "--quiet",
+    run_ok(capsys, ["rank", "--judge", judge, "--data", table, "--output", out, *n_boot(30, extra), "--no-cache", "--quiet",
                     *extra])  # fmt: skip
     return read_json(out)
 

@@ -9,7 +9,7 @@ Owners: `emoreward.data.tables.DescriptionTable.subset` and `sample_subset` (the
 from __future__ import annotations
 
 import pytest
-from _inputs import assert_same_numbers, pair_rows, read_json, run_ok, table_rows, write_jsonl
+from _inputs import assert_same_numbers, n_boot, pair_rows, read_json, run_ok, table_rows, write_jsonl
 
 
 COVERS = {"rank": ("--models", "--samples", "--sample-ids"), "judge": ("--limit",)}
@@ -22,7 +22,7 @@ def rank(capsys, judge, rows, folder, extra=()):
     folder.mkdir(parents=True, exist_ok=True)
     table = write_jsonl(folder / "table.jsonl", rows)
     out = folder / "r.json"
-    run_ok(capsys, ["rank", "--judge", judge, "--data", table, "--output", out, "--n-boot", 30, "--no-cache", "--quiet",
+    run_ok(capsys, ["rank", "--judge", judge, "--data", table, "--output", out, *n_boot(30, extra), "--no-cache", "--quiet",
                     *[str(e).replace("{folder}", str(folder)) for e in extra]])  # fmt: skip
     return read_json(out)
 
