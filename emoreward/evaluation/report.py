@@ -103,19 +103,23 @@ def aggregate(evaluations: Sequence[dict]) -> dict[str, dict[str, dict[str, floa
     return out
 
 
-def weighting_note(evaluations: Sequence[dict]) -> str:
+def weighting_note(evaluations: Sequence[dict], *, rows: bool = True) -> str:
     """The sentence under a table saying how its figures weigh samples with many pairs, from the evaluations'
     `weighting` records (summed over held-out folds: each pair and sample is in one), and, for one evaluation of
-    pairs with several annotators, their agreement (`Agreement.summary`); empty when none has a record."""
+    pairs with several annotators, their agreement (`Agreement.summary`); empty when none has a record. ``rows``:
+    the table has the per-sample rows of `headline` (else the sentence points at the JSON's per-sample figures)."""
     records = [e["weighting"] for e in evaluations if e.get("weighting")]
     if not records:
         return ""
     n_pairs, n_samples = sum(r["n_pairs"] for r in records), sum(r["n_samples"] for r in records)
     most = max(r["max_pairs_per_sample"] for r in records)
-    rows = "; the rows 'each sample once' weigh each sample once" if most > 1 else ""
+    where = (
+        "the rows 'each sample once'" if rows else "the report's `two_class_per_sample` and `three_class_per_sample`"
+    )
+    per_sample = f"; {where} weigh each sample once" if most > 1 else ""
     note = (
         f"Each figure weighs each pair once ({n_pairs} pairs of {n_samples} samples, at most {most} pairs per "
-        f"sample){rows}."
+        f"sample){per_sample}."
     )
     if len(evaluations) == 1 and evaluations[0].get("annotators"):
         from emoreward.data.annotators import Agreement

@@ -153,3 +153,17 @@ def test_several_pairs_per_sample_and_annotator_labels_split_by_sample_and_add_u
     assert f"| 2-class ACC, each sample once | {per_sample['acc']:.2f} |" in markdown
     assert "56 labels from 3 annotators, 16 of 24 pairs labelled more than once" in markdown
     assert "83.3% of their labels agree with the pair's label, Krippendorff's alpha 0.347" in markdown
+
+
+def test_a_zero_shot_report_says_how_it_weighs_samples(length_judge_yaml, tmp_path, capsys):
+    data = write_jsonl(tmp_path / "t.jsonl", annotated_pair_rows(4))
+    out = tmp_path / "j"
+    run_ok(capsys, ["judge", "--judge", length_judge_yaml, "--data", data, "--output", out, "--no-progress"])
+    report = read_json(out / "report.json")
+    evaluation = report["strategies"]["S1"]["evaluation"]
+    assert report["n_pairs"] == 12
+    assert evaluation["weighting"] == {"unit": "pair", "n_pairs": 12, "n_samples": 4, "max_pairs_per_sample": 3}
+    assert evaluation["annotators"]["n_labels"] == 28 and evaluation["judge"]["two_class_per_sample"]["n"] == 12
+    markdown = (out / "report.md").read_text(encoding="utf-8")
+    assert "Each figure weighs each pair once (12 pairs of 4 samples, at most 3 pairs per sample)" in markdown
+    assert "28 labels from 3 annotators, 8 of 12 pairs labelled more than once" in markdown
