@@ -109,3 +109,28 @@ def test_columns_of_other_tools_are_kept_out_of_the_way(tmp_path):
     )
     loaded = read_pairs(path)
     assert (len(loaded.pairs), loaded.n_samples, loaded.n_merged) == (2, 1, 0)
+
+
+def test_the_order_of_annotator_rows_changes_nothing(tmp_path):
+    import random
+
+    from emoreward.data.pairs import canonical_pairs
+
+    rows = [
+        "v1,happy face,sad voice,a1,ann1",
+        "v1,sad voice,happy face,a1,ann2",
+        "v1,happy face,sad voice,a2,ann3",
+        "v2,calm,tense,same,ann1",
+        "v2,tense,calm,a2,ann2",
+    ]
+
+    def content(lines):
+        pairs = canonical_pairs(load_pairs(write(tmp_path, HEADER + "\n".join(lines) + "\n")))
+        return [(p.sample_id, p.description_1, p.description_2, p.label, p.annotations) for p in pairs]
+
+    expected = content(rows)
+    assert ("v2", "calm", "tense", "tie", (("ann1", "tie"), ("ann2", "1"))) in expected
+    for seed in range(4):
+        shuffled = list(rows)
+        random.Random(seed).shuffle(shuffled)
+        assert content(shuffled) == expected

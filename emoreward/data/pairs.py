@@ -429,8 +429,9 @@ def _build_pairs(
     media_by_id: bool = False,
 ) -> tuple[list[PreferencePair], Layout]:
     """Pairs from validated rows: a sample id may carry many pairs (one context each); with an `annotator` column a
-    pair's rows (one per annotator, in either side order) become one pair with its `annotations` and their
-    `majority_label`; without it, or by the same annotator, a repeated pair is refused."""
+    pair's rows (one per annotator, in either side order) become one pair with its `annotations` (sorted by
+    annotator) and their `majority_label`, its descriptions in their content order, so the rows' order changes
+    nothing; without the column, or by the same annotator, a repeated pair is refused."""
     layout = _detect_layout(columns, source)
     _check_columns(columns, layout, source, require_labels)
     names = {key: _field_name(key, columns, layout) for key in _FIELDS}
@@ -508,7 +509,10 @@ def _build_pairs(
                 source, missing, names["label"], "missing label where other annotators of this pair gave one"
             )
         label = None if labels[0] is None else majority_label(labels)
-        pairs[index] = replace(pairs[index], label=label, annotations=tuple((name, lab) for name, lab, _ in given))
+        merged = replace(pairs[index], label=label, annotations=tuple((name, lab) for name, lab, _ in given))
+        if identity_text(merged.description_1) > identity_text(merged.description_2):
+            merged = merged.swapped()  # the rows' order picks no side: descriptions in their content order
+        pairs[index] = replace(merged, annotations=tuple(sorted(merged.annotations)))
     return pairs, layout
 
 

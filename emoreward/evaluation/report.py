@@ -117,10 +117,8 @@ def weighting_note(evaluations: Sequence[dict], *, rows: bool = True) -> str:
         "the rows 'each sample once'" if rows else "the report's `two_class_per_sample` and `three_class_per_sample`"
     )
     per_sample = f"; {where} weigh each sample once" if most > 1 else ""
-    note = (
-        f"Each figure weighs each pair once ({n_pairs} pairs of {n_samples} samples, at most {most} pairs per "
-        f"sample){per_sample}."
-    )
+    spread = f"at most {most} pairs per sample" if most > 1 else "one pair per sample"
+    note = f"Each figure weighs each pair once ({n_pairs} pairs of {n_samples} samples, {spread}){per_sample}."
     if len(evaluations) == 1 and evaluations[0].get("annotators"):
         from emoreward.data.annotators import Agreement
 
