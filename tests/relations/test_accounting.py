@@ -153,6 +153,19 @@ def test_several_pairs_per_sample_and_annotator_labels_split_by_sample_and_add_u
     assert f"| 2-class ACC, each sample once | {per_sample['acc']:.2f} |" in markdown
     assert "56 labels from 3 annotators, 16 of 24 pairs labelled more than once" in markdown
     assert "83.3% of their labels agree with the pair's label, Krippendorff's alpha 0.266" in markdown
+    # the in-sample check is by sample: a new pair sharing a trained sample's description is flagged, a new sample not
+    new = [
+        {
+            "sample_id": "s0",
+            "description_1": rows[0]["description_1"],
+            "description_2": "She is furious.",
+            "label": "1",
+        },
+        {"sample_id": "n1", "description_1": "He laughs.", "description_2": "He weeps.", "label": "1"},
+    ]
+    printed = run_ok(capsys, ["evaluate", "--model", tmp_path / "out" / "model", "--data",
+                              write_jsonl(tmp_path / "new.jsonl", new), "--output", tmp_path / "n.json"])  # fmt: skip
+    assert read_json(tmp_path / "n.json")["n_in_sample_pairs"] == 1 and "warning: 1 of 2 pairs" in printed
 
 
 def test_a_zero_shot_report_says_how_it_weighs_samples(length_judge_yaml, tmp_path, capsys):
