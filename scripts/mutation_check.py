@@ -44,8 +44,8 @@ MUTATIONS = (
     Mutation(
         "duplication",
         "emoreward/data/pairs.py",
-        "        if content in contents:\n",
-        "        if False:\n",
+        "        if content not in contents:\n",
+        "        if True:\n",
         "tests/relations/test_duplication.py",
         "the pair loader accepts a repeated pair",
     ),

@@ -65,7 +65,7 @@ def test_jsonl_and_dataset_give_the_same_pairs(tmp_path):
         ("name,a1,preference\nv1,x,a1\n", "header", "a2", "missing column"),
         ("name,a1,a2,preference\nv1,x,y,a1\nv2,x,y,better\n", 2, "preference", "unknown label"),
         ("name,a1,a2,preference\nv1,x,  ,a1\n", 1, "a2", "empty description"),
-        ("name,a1,a2,preference\nv1,x,y,a1\nv2,x,q,a2\nv1,z,w,a2\n", 3, "name", "duplicate sample id"),
+        ("name,a1,a2,preference,subtitle\nv1,x,y,a1,hi\nv2,x,q,a2,\nv1,z,w,a2,bye\n", 3, "name", "another video"),
         ("name,a1,a2,preference\nv1,x,y,a1\nv2,y,x,a2\n", 2, "a1", "repeats the pair of row 1"),
         ("name,a1,a2,preference\nv1,x,y,\n", 1, "preference", "missing label"),
         ("name,a1,a2,preference\nv1,x,y\n", 1, None, "fewer cells"),

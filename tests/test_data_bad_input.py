@@ -79,7 +79,9 @@ def test_doubled_quotes_and_multiline_cells_load_exactly(tmp_path):
     assert [p.description_1 for p in loaded.pairs] == ['"She sighs" twice, then smiles', "one\n\nthree", "a\r\nb"]
     assert [p.row for p in loaded.pairs] == [1, 2, 3]
     assert (loaded.n_records, loaded.n_blank_lines, loaded.layout) == (3, 1, "emoprefer")
-    assert loaded.summary() == f"3 pairs from 3 records of {path} (emoprefer layout, 1 blank line skipped)"
+    assert (
+        loaded.summary() == f"3 pairs of 2 samples from 3 records of {path} (emoprefer layout, 1 blank line skipped)"
+    )  # v1, v2 share "y"
 
 
 def test_a_multiline_description_that_merely_has_commas_is_kept(tmp_path):

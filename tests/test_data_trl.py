@@ -182,7 +182,7 @@ def test_trl_columns_need_both_and_no_second_layout(tmp_path):
         load_pairs([{"chosen": "a"}])
     with pytest.raises(DataError, match=r"columns \['chosen', 'rejected'\] \(TRL layout\) and \['a1'\]"):
         load_pairs([{"chosen": "a", "rejected": "b", "a1": "c"}])
-    with pytest.raises(DataError, match=r"row 2, field 'sample_id': duplicate sample id 's'"):
+    with pytest.raises(DataError, match=r"row 2, field 'chosen': repeats the pair of row 1"):
         load_pairs([{"sample_id": "s", **IMPLICIT[0]}, {"sample_id": "s", **IMPLICIT[0]}])
 
 
@@ -195,4 +195,4 @@ def test_the_docs_example_line_loads_as_documented(tmp_path):
     assert as_tuples(loaded.pairs) == [
         ("row-1", "Surprised, then hurt.", "Happy.", "1", MediaRef(subtitle="I can't believe it."), 1)
     ]
-    assert loaded.summary() == f"1 pair from 1 record of {path} (trl layout)"
+    assert loaded.summary() == f"1 pair of 1 sample from 1 record of {path} (trl layout)"

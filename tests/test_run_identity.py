@@ -131,3 +131,23 @@ def test_resume_matrix_through_emoreward_train(tiny_bert_dir, tmp_path, capsys):
     assert "resuming" not in over.stdout
     changed = adapter(out)
     assert any(np.abs(changed[k] - reference[k]).max() > 1e-4 for k in reference)
+
+
+def test_annotator_labels_are_part_of_the_identity(tiny_bert_dir, tmp_path):
+    # one row per annotator: another annotator's label changes the run even where the majority label stays
+    recipe = tiny_recipe(tmp_path, tiny_bert_dir)
+    rows = "sample_id,description_1,description_2,label,annotator\n"
+    rows += "v1,x,y,1,a\nv1,x,y,1,b\nv1,x,y,1,c\nv2,p,q,2,a\n"
+    path = tmp_path / "annotated.csv"
+    path.write_text(rows, encoding="utf-8")
+    config, pairs = load_config(recipe), load_pairs(path)
+    base = run_identity(config, pairs)
+    changed = path.with_name("changed.csv")
+    changed.write_text(rows.replace("v1,x,y,1,c", "v1,x,y,2,c"), encoding="utf-8")
+    other = run_identity(config, load_pairs(changed))
+    assert [p.label for p in load_pairs(changed)] == [p.label for p in pairs] == ["1", "2"]
+    assert other["data"] == base["data"] and other["fingerprint"] != base["fingerprint"]
+    assert identity_differences(base, other) == ["the labels (the same pairs with other preference labels)"]
+    # pairs without annotators keep the identity of earlier versions: their labels alone
+    plain = [replace(p, annotations=()) for p in pairs]
+    assert run_identity(config, plain)["labels"] != base["labels"]

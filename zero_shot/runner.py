@@ -21,6 +21,7 @@ from emoreward.data import PreferencePair
 from emoreward.data.text import markdown_cell
 from emoreward.evaluation import metrics
 from emoreward.evaluation.harness import JudgementSet, evaluate_judgements, run_judge
+from emoreward.evaluation.report import weighting_note
 from emoreward.utils.io import atomic_write_json, atomic_write_text
 from zero_shot.backends.base import Backend
 from zero_shot.cache import CallCache
@@ -266,6 +267,9 @@ def run_zero_shot(
         f"two-class ties/invalid counted as `{tie_policy}`; N+S = majority over 2 normal + 2 swapped runs, "
         "split votes -> tie.\n"
     )
+    weighting = weighting_note([summaries[0]["evaluation"]], rows=False) if summaries else ""
+    if weighting:
+        markdown += "\n" + weighting + "\n"
     if notes:
         markdown += "\n" + "\n".join(f"- {n}" for n in notes) + "\n"
     if crowd is not None:

@@ -300,11 +300,19 @@ class ZeroShotJudge:
         self.on_failed_call = on_failed_call
         self.reuse_greedy_runs = reuse_greedy_runs
         self._originals: dict[tuple, tuple] = {}
+        self._several: set[tuple] = set()  # (sample, writers) with several pairs: their keys carry the content
         self._references: dict[tuple[str, int], tuple[str | None, str]] = {}  # (sample, run) -> step-1 result
 
     # ------------------------------------------------------------------ orders
     def register(self, pairs: Sequence[PreferencePair]) -> None:
-        """Record the original order of each pair (the harness later passes swapped copies)."""
+        """Record the original order of each pair (the harness later passes swapped copies). A sample with several
+        pairs by the same writers (or none named) keys each by its content (`pair_content`), in any row order."""
+        from emoreward.data.pairs import pair_content
+
+        contents: dict[tuple, set] = {}
+        for p in pairs:
+            contents.setdefault(self._base_ident(p), set()).add(pair_content(p))
+        self._several |= {ident for ident, found in contents.items() if len(found) > 1}
         for p in pairs:
             self._identify(p)
 
@@ -313,14 +321,27 @@ class ZeroShotJudge:
         """Whether repeated runs reuse run 0's calls (greedy decoding: a call's answer cannot change)."""
         return self.reuse_greedy_runs and not self.sampling.do_sample
 
+    @staticmethod
+    def _base_ident(pair: PreferencePair) -> tuple:
+        writers = None if pair.model_1 is None or pair.model_2 is None else frozenset((pair.model_1, pair.model_2))
+        return (pair.sample_id, writers)
+
     def _identify(self, pair: PreferencePair) -> tuple[str, str]:
         """(the pair's key in the call cache, `"normal"` or `"swapped"` relative to the first order seen)."""
-        writers = None if pair.model_1 is None or pair.model_2 is None else frozenset((pair.model_1, pair.model_2))
-        ident = (pair.sample_id, writers)
+        ident = self._base_ident(pair)
+        suffix = ""
+        if ident in self._several:
+            import hashlib
+
+            from emoreward.data.pairs import pair_content
+
+            content = pair_content(pair)
+            ident, suffix = (*ident, content), "|" + hashlib.sha1(repr(content).encode("utf-8")).hexdigest()[:12]
         original = self._originals.setdefault(
             ident, (pair.model_1, pair.model_2, pair.description_1, pair.description_2)
         )
-        key = pair.sample_id if writers is None else f"{pair.sample_id}|{original[0]}|{original[1]}"
+        key = pair.sample_id if ident[1] is None else f"{pair.sample_id}|{original[0]}|{original[1]}"
+        key += suffix
         here = (pair.model_1, pair.model_2, pair.description_1, pair.description_2)
         if here == original:
             return key, "normal"

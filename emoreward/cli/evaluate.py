@@ -149,7 +149,7 @@ def _run_reward_model(args: argparse.Namespace, spec: str) -> int:
     from emoreward.data.media import MediaError
     from emoreward.data.media_check import check_pair_media, locate_media_error
     from emoreward.evaluation.harness import evaluate_reward_judge
-    from emoreward.evaluation.report import headline, markdown_table, plot_confusion
+    from emoreward.evaluation.report import headline, markdown_table, plot_confusion, weighting_note
     from emoreward.judges import load_judge
     from emoreward.utils.io import OutputFiles, atomic_write_json, atomic_write_text
 
@@ -173,7 +173,7 @@ def _run_reward_model(args: argparse.Namespace, spec: str) -> int:
         raise locate_media_error(err, pairs, str(args.data)) from None
     evaluation.update(model=spec, data=str(args.data), n_in_sample_pairs=n_in_sample)
     title = f"{spec} on {args.data} ({len(pairs)} pairs{', IN-SAMPLE' if n_in_sample else ''})"
-    table = markdown_table(headline(evaluation), title)
+    table = markdown_table(headline(evaluation), title, weighting_note([evaluation]))
     print(table)
     print(
         f"scored {evaluation['n_descriptions_scored']} descriptions in {evaluation['scoring_seconds']:.1f}s "

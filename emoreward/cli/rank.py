@@ -477,8 +477,9 @@ def judge_identity(spec: str) -> str:
     return f"content {fingerprint}" if fingerprint else spec
 
 
-def _calibration_pairs(path: str) -> list:
-    """The ``--committee-calibration`` pairs, every one with a human label.
+def _calibration_pairs(path: str, media_root: str | None) -> list:
+    """The ``--committee-calibration`` pairs, every one with a human label, read as every command reads pairs: with
+    ``--media-root`` clips are read by sample id, so the id is part of a pair's context (`load_pairs`' ``media_by_id``).
 
     Raises:
         ValueError: naming the option: no pairs, or pairs without a label.
@@ -486,7 +487,7 @@ def _calibration_pairs(path: str) -> list:
     from emoreward.data import load_pairs
 
     try:
-        pairs = load_pairs(path, require_labels=False)
+        pairs = load_pairs(path, require_labels=False, media_by_id=bool(media_root))
     except FileNotFoundError as err:
         raise FileNotFoundError(f"--committee-calibration {path}: {err}") from None
     except (ValueError, OSError) as err:  # a DataError names its file, row and field
@@ -514,7 +515,7 @@ def run_committee(args: argparse.Namespace, specs: dict[str, str]) -> int:
     check_rank_options(args)
     start = time.perf_counter()
     calibration = args.committee_calibration
-    pairs = _calibration_pairs(calibration) if calibration else None
+    pairs = _calibration_pairs(calibration, args.media_root) if calibration else None
     weighting = args.committee_weighting or ("log_odds" if calibration else "equal")
     table = _load_table(args)
     members: dict[str, tuple[str, object]] = {}

@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
+from emoreward.data.annotators import Agreement, agreement, majority_label
 from emoreward.data.context import MediaRef, message_text, reward_context
 from emoreward.data.errors import DataError
 from emoreward.data.readers import (
@@ -29,7 +30,7 @@ from emoreward.data.readers import (
     read_text,
     records_from_rows,
 )
-from emoreward.data.text import NameNormaliser, identity_text
+from emoreward.data.text import NameNormaliser, identity_text, normal_name
 from emoreward.data.values import is_missing, optional_text, plain
 
 
@@ -49,6 +50,7 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "video": ("video",),
     "audio": ("audio",),
     "subtitle": ("subtitle",),
+    "annotator": ("annotator",),
 }
 _REQUIRED = ("sample_id", "description_1", "description_2")
 # The name each layout gives a field (used to name a field the source lacks).
@@ -74,14 +76,17 @@ class PreferencePair:
     """Two emotion descriptions of the same sample and, when known, which one humans preferred.
 
     Attributes:
-        sample_id (`str`): the video sample the descriptions describe (unique within a file).
+        sample_id (`str`): the video sample the descriptions describe (a sample may have many pairs).
         description_1 (`str`), description_2 (`str`): the two descriptions, non-empty.
-        label (`"1"`, `"2"`, `"tie"` or `None`): the human preference (EmoPrefer `a1`/`a2`/`same`).
+        label (`"1"`, `"2"`, `"tie"` or `None`): the human preference (EmoPrefer `a1`/`a2`/`same`); for a pair
+            with several annotators, their `majority_label` (`emoreward.data.annotators`).
         model_1 (`str` or `None`), model_2 (`str` or `None`): who wrote each description.
         media (`MediaRef`): video/audio/subtitle of the sample.
         row (`int`): 1-based data row in the source, for error messages and reports.
         margin (`float` or `None`): TRL's `margin` column (how much more the chosen description is preferred);
             training subtracts it from the reward difference, as TRL does.
+        annotations (`tuple` of `(annotator, label)`): each annotator's label in this pair's order, from a source
+            with an `annotator` column (one row per annotator); empty without one.
     """
 
     sample_id: str
@@ -93,9 +98,10 @@ class PreferencePair:
     media: MediaRef = field(default_factory=MediaRef)
     row: int = 0
     margin: float | None = None
+    annotations: tuple[tuple[str, str], ...] = ()
 
     def swapped(self) -> PreferencePair:
-        """The pair in swapped order (descriptions, writers and label exchanged)."""
+        """The pair in swapped order (descriptions, writers, label and annotators' labels exchanged)."""
         flip = {"1": "2", "2": "1", "tie": "tie", None: None}
         return PreferencePair(
             self.sample_id,
@@ -107,6 +113,7 @@ class PreferencePair:
             self.media,
             self.row,
             self.margin,
+            tuple((name, flip[label]) for name, label in self.annotations),
         )
 
 
@@ -125,7 +132,8 @@ def bundled_dataset_path(name: str = "emoprefer") -> Path:
 class LoadedPairs:
     """Pairs of one source (in source order) with the counts that account for every data record: `source`, `layout`
     (`"emoprefer"`, `"emoreward"` or `"trl"`), `n_records` (checked against a physical count) and `n_blank_lines`.
-    `len(pairs) == n_records` always holds: every bad record raises `DataError`."""
+    `n_records == len(pairs) + n_merged` always holds (`n_merged`: rows that gave a further annotator's label to an
+    earlier pair); every bad record raises `DataError`."""
 
     pairs: list[PreferencePair]
     source: str
@@ -133,14 +141,28 @@ class LoadedPairs:
     n_records: int
     n_blank_lines: int = 0
 
+    @property
+    def n_merged(self) -> int:
+        return sum(max(0, len(p.annotations) - 1) for p in self.pairs)
+
+    @property
+    def n_samples(self) -> int:
+        return len(set(sample_groups(self.pairs)))
+
+    @property
+    def agreement(self) -> Agreement:
+        return agreement(self.pairs)
+
     def summary(self) -> str:
         def count(n: int, noun: str) -> str:
             return f"{n} {noun}{'' if n == 1 else 's'}"
 
         blank = f", {count(self.n_blank_lines, 'blank line')} skipped" if self.n_blank_lines else ""
+        agreed = self.agreement.summary()
         return (
-            f"{count(len(self.pairs), 'pair')} from {count(self.n_records, 'record')} of {self.source} "
-            f"({self.layout} layout{blank})"
+            f"{count(len(self.pairs), 'pair')} of {count(self.n_samples, 'sample')} from "
+            f"{count(self.n_records, 'record')} of {self.source} ({self.layout} layout{blank})"
+            + (f"; {agreed}" if agreed else "")
         )
 
 
@@ -176,9 +198,10 @@ def read_pairs(
     if not records.rows:
         raise DataError(records.source, None, None, "no data rows")
     pairs, layout = _build_pairs(records.rows, records.columns, records.source, require_labels, media_by_id)
-    if len(pairs) != len(records.rows):  # nothing is excluded here: every bad record raised above
+    loaded = LoadedPairs(pairs, records.source, layout, len(records.rows), records.n_blank_lines)
+    if len(pairs) + loaded.n_merged != len(records.rows):  # nothing is excluded here: every bad record raised above
         raise DataError(records.source, None, None, f"{len(records.rows)} records gave {len(pairs)} pairs")
-    return LoadedPairs(pairs, records.source, layout, len(records.rows), records.n_blank_lines)
+    return loaded
 
 
 def pairs_from_records(
@@ -405,12 +428,19 @@ def _build_pairs(
     require_labels: bool,
     media_by_id: bool = False,
 ) -> tuple[list[PreferencePair], Layout]:
+    """Pairs from validated rows: a sample id may carry many pairs (one context each); with an `annotator` column a
+    pair's rows (one per annotator, in either side order) become one pair with its `annotations` (sorted by
+    annotator) and their `majority_label`, its descriptions in their content order, so the rows' order changes
+    nothing; without the column, or by the same annotator, a repeated pair is refused."""
     layout = _detect_layout(columns, source)
     _check_columns(columns, layout, source, require_labels)
     names = {key: _field_name(key, columns, layout) for key in _FIELDS}
+    by_annotator = "annotator" in columns
+    first_name = names["description_1"] if layout != "trl" else "chosen"
     pairs: list[PreferencePair] = []
-    seen: dict[str, int] = {}
-    contents: dict[tuple, int] = {}  # pair_content -> first row
+    contexts: dict[str, tuple[int, tuple]] = {}  # sample id -> (first row, its context)
+    contents: dict[tuple, int] = {}  # pair_content -> index in `pairs`
+    votes: dict[int, list[tuple[str, str | None, int]]] = {}  # index -> (annotator, label in its order, row)
     ids, writers = NameNormaliser("sample id", source), NameNormaliser("model name", source)
     for row, record in rows:
         if layout == "trl":
@@ -424,25 +454,110 @@ def _build_pairs(
             model_1=None if pair.model_1 is None else writers(pair.model_1, where),
             model_2=None if pair.model_2 is None else writers(pair.model_2, where),
         )
-        if pair.sample_id in seen:
-            name = names["sample_id"] if layout != "trl" else "sample_id"
-            raise DataError(
-                source, row, name, f"duplicate sample id {pair.sample_id!r} (first at row {seen[pair.sample_id]})"
-            )
-        seen[pair.sample_id] = row
-        content = pair_content(pair, media_by_id=media_by_id)
-        if content in contents:
+        context = _sample_context(pair)
+        first_row, first_context = contexts.setdefault(pair.sample_id, (row, context))
+        if context != first_context:
             raise DataError(
                 source,
                 row,
-                names["description_1"] if layout != "trl" else "chosen",
-                f"repeats the pair of row {contents[content]} (the same two descriptions, in either order, and the "
-                "same context): a repeated pair counts twice in every metric and can sit on both sides of a "
-                "cross-validation split; remove one",
+                names["sample_id"] if layout != "trl" else "sample_id",
+                f"sample {pair.sample_id!r} names another video, audio or subtitle than at row {first_row}: a sample "
+                "is one clip and its context; give the other clip another sample id",
             )
-        contents[content] = row
-        pairs.append(pair)
+        annotator = _annotator(record.get("annotator"), source, row) if by_annotator else None
+        content = pair_content(pair, media_by_id=media_by_id)
+        if content not in contents:
+            contents[content] = len(pairs)
+            votes[len(pairs)] = [(annotator, pair.label, row)] if by_annotator else []
+            pairs.append(pair)
+            continue
+        index = contents[content]
+        earlier = pairs[index]
+        if not by_annotator or earlier.sample_id != pair.sample_id:
+            raise DataError(
+                source,
+                row,
+                first_name,
+                f"repeats the pair of row {earlier.row} (the same two descriptions, in either order, and the "
+                "same context): a repeated pair counts twice in every metric and can sit on both sides of a "
+                "cross-validation split; remove one"
+                + ("" if not by_annotator else f" (or give it the sample id {earlier.sample_id!r} of that row)"),
+            )
+        same_order = identity_text(pair.description_1) == identity_text(earlier.description_1)
+        oriented = pair if same_order else pair.swapped()
+        if (oriented.model_1, oriented.model_2) != (earlier.model_1, earlier.model_2):
+            raise DataError(source, row, names["model_1"], f"names other writers for the pair of row {earlier.row}")
+        repeat = [r for name, _, r in votes[index] if name == annotator]
+        if repeat:
+            raise DataError(
+                source,
+                row,
+                "annotator",
+                f"repeats the pair of row {repeat[0]} by the same annotator {annotator!r}: a label counted twice; "
+                "remove one",
+            )
+        votes[index].append((annotator, oriented.label, row))
+    for index, given in votes.items():
+        if len(given) < 2:
+            if given:
+                pairs[index] = replace(pairs[index], annotations=((given[0][0], pairs[index].label),))
+            continue
+        labels = [label for _, label, _ in given]
+        if any(label is None for label in labels) and not all(label is None for label in labels):
+            missing = next(r for _, label, r in given if label is None)
+            raise DataError(
+                source, missing, names["label"], "missing label where other annotators of this pair gave one"
+            )
+        label = None if labels[0] is None else majority_label(labels)
+        merged = replace(pairs[index], label=label, annotations=tuple((name, lab) for name, lab, _ in given))
+        if identity_text(merged.description_1) > identity_text(merged.description_2):
+            merged = merged.swapped()  # the rows' order picks no side: descriptions in their content order
+        pairs[index] = replace(merged, annotations=tuple(sorted(merged.annotations)))
     return pairs, layout
+
+
+def _sample_context(pair: PreferencePair) -> tuple:
+    """What a sample is beside its id: its video, audio and subtitle (identity form)."""
+    subtitle = None if pair.media.subtitle is None else identity_text(pair.media.subtitle)
+    return (pair.media.video, pair.media.audio, subtitle)
+
+
+def _annotator(value: Any, source: str, row: int) -> str:
+    value = plain(value)
+    if is_missing(value) or not str(value).strip():
+        raise DataError(source, row, "annotator", "missing annotator (the column names who gave each row's label)")
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise DataError(source, row, "annotator", f"annotator {value!r} is a {type(value).__name__}; use text")
+    return normal_name(str(value))
+
+
+def sample_groups(pairs: Sequence[PreferencePair]) -> list[int]:
+    """The sample of each pair, as group numbers `0..S-1` in order of first appearance: pairs are one sample when
+    they share a sample id, a video or audio file, or a description in one context (`identity_text` of the
+    description with the subtitle and media): so no description of a held-out sample reaches training through
+    another pair. Every split (cross-validation folds, the in-sample check) and every per-sample figure uses this.
+
+    Returns:
+        `list[int]` of length `len(pairs)`."""
+    parent = list(range(len(pairs)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner: dict[tuple, int] = {}
+    for i, pair in enumerate(pairs):
+        context = _sample_context(pair)
+        keys = [("id", pair.sample_id)]
+        keys += [(kind, path) for kind, path in (("video", pair.media.video), ("audio", pair.media.audio)) if path]
+        keys += [("text", context, identity_text(d)) for d in (pair.description_1, pair.description_2)]
+        for key in keys:
+            j = owner.setdefault(key, i)
+            parent[find(i)] = find(j)
+    numbers: dict[int, int] = {}
+    return [numbers.setdefault(find(i), len(numbers)) for i in range(len(pairs))]
 
 
 def pair_content(pair: PreferencePair, *, media_by_id: bool = False) -> tuple:
@@ -593,4 +708,5 @@ __all__ = [
     "pair_content",
     "pairs_from_records",
     "read_pairs",
+    "sample_groups",
 ]

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from emoreward.data import PreferencePair
+from emoreward.data.annotators import agreement
+from emoreward.data.pairs import sample_groups
 from emoreward.data.text import identity_text
 from emoreward.data.verdicts import Judgement
 from emoreward.evaluation import metrics
@@ -80,7 +82,9 @@ def evaluate_judgements(result: JudgementSet, *, tie_policy: metrics.TiePolicy =
 
     Returns a JSON-safe dict: `judge` (two-class / three-class recognition, swap and multi-run consistency,
     length control, reward-length correlation when rewards exist), `length_baseline`, `random_baseline`,
-    `n_pairs`, `label_counts`.
+    `n_pairs`, `label_counts`, `weighting` (`sample_weighting`: every figure weighs each pair once; the judge's and
+    the length baseline's `two_class_per_sample` / `three_class_per_sample` weigh each sample once) and `annotators`
+    (`emoreward.data.annotators.Agreement`).
 
     Raises:
         ValueError: if a pair has no label.
@@ -92,9 +96,11 @@ def evaluate_judgements(result: JudgementSet, *, tie_policy: metrics.TiePolicy =
     y_true = [p.label for p in pairs]
     pred = result.verdicts("normal", 0)
     has_two_class = any(y != "tie" for y in y_true)  # a file of ties only has no two-class metrics
+    groups = sample_groups(pairs)
     judge: dict = {"three_class": metrics.recognition(y_true, pred, "three-class", tie_policy)}
     if has_two_class:
         judge["two_class"] = metrics.recognition(y_true, pred, "two-class", tie_policy)
+    judge.update(_per_sample(y_true, pred, tie_policy, groups))
     judge["length_control"] = metrics.length_control(pairs, pred)
     if result.swapped:
         per_run = [
@@ -128,6 +134,8 @@ def evaluate_judgements(result: JudgementSet, *, tie_policy: metrics.TiePolicy =
     judge["length_controlled"] = metrics.length_controlled_preference(pairs, signal)
     length_pred = metrics.length_verdicts(pairs)
     return {
+        "weighting": sample_weighting(groups),
+        "annotators": agreement(pairs).to_dict(),
         "judge_name": result.judge_name,
         "tie_policy": tie_policy,
         "n_pairs": len(pairs),
@@ -141,12 +149,37 @@ def evaluate_judgements(result: JudgementSet, *, tie_policy: metrics.TiePolicy =
             ),
             "three_class": metrics.recognition(y_true, length_pred, "three-class", tie_policy),
             "length_control": metrics.length_control(pairs, length_pred),
+            **_per_sample(y_true, length_pred, tie_policy, groups),
         },
         "random_baseline": {
             **({"two_class": metrics.random_baseline(y_true, "two-class", seed=seed)} if has_two_class else {}),
             "three_class": metrics.random_baseline(y_true, "three-class", seed=seed),
         },
     }
+
+
+def sample_weighting(groups: Sequence[int]) -> dict:
+    """How the figures of one evaluation weigh samples with many pairs: `unit` `"pair"` (every figure weighs each
+    pair once; the `*_per_sample` figures each sample once), `n_pairs`, `n_samples` and `max_pairs_per_sample`, from
+    `sample_groups` of the evaluated pairs."""
+    sizes = np.bincount(np.asarray(groups, dtype=int)) if len(groups) else np.zeros(0, dtype=int)
+    return {
+        "unit": "pair",
+        "n_pairs": len(groups),
+        "n_samples": int(len(sizes)),
+        "max_pairs_per_sample": int(sizes.max()) if len(sizes) else 0,
+    }
+
+
+def _per_sample(y_true: list, pred: list, tie_policy: str, groups: list[int]) -> dict:
+    """WAF, accuracy and pairs scored with each sample weighted once (`metrics.recognition` with `groups`)."""
+    out = {}
+    for setting in ("two-class", "three-class"):
+        if setting == "two-class" and all(y == "tie" for y in y_true):
+            continue
+        figures = metrics.recognition(y_true, pred, setting, tie_policy, groups=groups)
+        out[f"{setting.replace('-', '_')}_per_sample"] = {key: figures[key] for key in ("waf", "acc", "n")}
+    return out
 
 
 def identical_descriptions(pairs: Sequence[PreferencePair]) -> list[str]:

@@ -6,6 +6,7 @@ predictions). See docs/evaluation.md.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Literal
 
@@ -34,7 +35,11 @@ def _apply_policy(y_pred: Sequence[str], setting: Setting, tie_policy: TiePolicy
 
 
 def recognition(
-    y_true: Sequence[str], y_pred: Sequence[str], setting: Setting = "two-class", tie_policy: TiePolicy = "wrong"
+    y_true: Sequence[str],
+    y_pred: Sequence[str],
+    setting: Setting = "two-class",
+    tie_policy: TiePolicy = "wrong",
+    groups: Sequence[int] | None = None,
 ) -> dict:
     """WAF and accuracy of predictions against human labels (EmoPrefer, section 3.3).
 
@@ -45,10 +50,12 @@ def recognition(
         tie_policy: `"wrong"` (default): a predicted tie (two-class) or invalid answer counts as an error
             and as no class's prediction, so a judge that never answers cannot score 50; `"first"`: the
             published EmoPrefer code (invalid -> tie; in two-class, tie -> description 1).
+        groups: the sample of each pair (`emoreward.data.pairs.sample_groups`), length N: each sample then weighs
+            once (a pair 1 / the number of its sample's pairs scored in this setting); None: each pair once.
 
     Returns:
         dict with `waf` and `acc` in percent, `n` (pairs scored), `n_pred_tie`, `n_invalid` (before the
-        policy), and `confusion` (rows: gold `labels`, columns: predicted `pred_labels`).
+        policy), and `confusion` (rows: gold `labels`, columns: predicted `pred_labels`; pair counts either way).
 
     Raises:
         ValueError: unequal lengths, unknown labels, unknown setting or policy, or no pair to score.
@@ -73,9 +80,14 @@ def recognition(
     pred = _apply_policy(raw, setting, tie_policy)
     from sklearn.metrics import accuracy_score, confusion_matrix, f1_score  # here: ~0.4 s, `rank` never needs it
 
+    weights = None
+    if groups is not None:
+        scored = [groups[i] for i in keep]
+        per_sample = Counter(scored)
+        weights = [1.0 / per_sample[g] for g in scored]
     # labels= restricts the F1 average to the gold classes; any other prediction is a miss for its row.
-    waf = f1_score(true, pred, labels=labels, average="weighted", zero_division=0)
-    acc = accuracy_score(true, pred)
+    waf = f1_score(true, pred, labels=labels, average="weighted", zero_division=0, sample_weight=weights)
+    acc = accuracy_score(true, pred, sample_weight=weights)
     pred_labels = list(PRED_LABELS)
     return {
         "waf": 100.0 * waf,

@@ -19,6 +19,10 @@ HEADLINE: list[tuple[str, str]] = [
     ("two_class_acc", "2-class ACC"),
     ("three_class_waf", "3-class WAF"),
     ("three_class_acc", "3-class ACC"),
+    ("two_class_waf_per_sample", "2-class WAF, each sample once"),
+    ("two_class_acc_per_sample", "2-class ACC, each sample once"),
+    ("three_class_waf_per_sample", "3-class WAF, each sample once"),
+    ("three_class_acc_per_sample", "3-class ACC, each sample once"),
     ("swap_consistency", "swap consistency"),
     ("acc_aligned", "ACC, length-aligned pairs"),
     ("acc_counter", "ACC, length-counter pairs"),
@@ -44,8 +48,12 @@ COLUMN_TITLES = {"judge": "this judge", "length_baseline": "length baseline", "r
 
 
 def headline(evaluation: dict) -> dict[str, dict[str, float | None]]:
-    """The headline metrics of one evaluation (from `harness.evaluate_judgements`), per column."""
+    """The headline metrics of one evaluation (from `harness.evaluate_judgements`), per column. The per-sample
+    figures (each sample weighed once) are there only where some sample has several pairs (else they equal the
+    per-pair ones)."""
     out: dict[str, dict[str, float | None]] = {}
+    weighting = evaluation.get("weighting") or {}
+    several = weighting.get("max_pairs_per_sample", 1) > 1
     for column in COLUMNS:
         part = evaluation.get(column, {})
         row: dict[str, float | None] = {}
@@ -53,6 +61,9 @@ def headline(evaluation: dict) -> dict[str, dict[str, float | None]]:
             if setting in part:
                 row[f"{setting}_waf"] = part[setting]["waf"]
                 row[f"{setting}_acc"] = part[setting]["acc"]
+            if several and f"{setting}_per_sample" in part:
+                row[f"{setting}_waf_per_sample"] = part[f"{setting}_per_sample"]["waf"]
+                row[f"{setting}_acc_per_sample"] = part[f"{setting}_per_sample"]["acc"]
         if column == "judge":
             row["swap_consistency"] = part.get("swap_consistency")
             row["reward_length_spearman"] = part.get("reward_length_spearman")
@@ -92,6 +103,30 @@ def aggregate(evaluations: Sequence[dict]) -> dict[str, dict[str, dict[str, floa
     return out
 
 
+def weighting_note(evaluations: Sequence[dict], *, rows: bool = True) -> str:
+    """The sentence under a table saying how its figures weigh samples with many pairs, from the evaluations'
+    `weighting` records (summed over held-out folds: each pair and sample is in one), and, for one evaluation of
+    pairs with several annotators, their agreement (`Agreement.summary`); empty when none has a record. ``rows``:
+    the table has the per-sample rows of `headline` (else the sentence points at the JSON's per-sample figures)."""
+    records = [e["weighting"] for e in evaluations if e.get("weighting")]
+    if not records:
+        return ""
+    n_pairs, n_samples = sum(r["n_pairs"] for r in records), sum(r["n_samples"] for r in records)
+    most = max(r["max_pairs_per_sample"] for r in records)
+    where = (
+        "the rows 'each sample once'" if rows else "the report's `two_class_per_sample` and `three_class_per_sample`"
+    )
+    per_sample = f"; {where} weigh each sample once" if most > 1 else ""
+    spread = f"at most {most} pairs per sample" if most > 1 else "one pair per sample"
+    note = f"Each figure weighs each pair once ({n_pairs} pairs of {n_samples} samples, {spread}){per_sample}."
+    if len(evaluations) == 1 and evaluations[0].get("annotators"):
+        from emoreward.data.annotators import Agreement
+
+        agreed = Agreement(**evaluations[0]["annotators"]).summary()
+        note += f" Labels: {agreed}." if agreed else ""
+    return note
+
+
 def _fmt(cell) -> str:
     if cell is None:
         return "-"
@@ -104,10 +139,11 @@ def _fmt(cell) -> str:
     return f"{cell:.2f}"
 
 
-def markdown_table(summary: dict, title: str | None = None) -> str:
+def markdown_table(summary: dict, title: str | None = None, note: str = "") -> str:
     """A Markdown table of headline metrics: rows = metrics, columns = judge / length baseline / random.
 
-    `summary` is either `aggregate(...)` output (cells mean ± std) or `headline(...)` output (single values).
+    `summary` is either `aggregate(...)` output (cells mean ± std) or `headline(...)` output (single values);
+    `note` (`weighting_note`), a sentence under the table.
     Metrics are percent except the Spearman correlation and the logistic coefficients (per standard deviation).
     """
     lines = []
@@ -120,6 +156,8 @@ def markdown_table(summary: dict, title: str | None = None) -> str:
         if all(c is None for c in cells):
             continue
         lines.append(f"| {markdown_cell(label)} | " + " | ".join(_fmt(c) for c in cells) + " |")
+    if note:
+        lines += ["", note]
     return "\n".join(lines) + "\n"
 
 

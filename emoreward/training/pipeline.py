@@ -19,15 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from sklearn.model_selection import StratifiedKFold
+from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
 from transformers import set_seed
 
-from emoreward.data import PreferencePair, load_pairs
-from emoreward.data.pairs import canonical_pairs
+from emoreward.data import PreferencePair, load_pairs, read_pairs
+from emoreward.data.pairs import canonical_pairs, sample_groups
 from emoreward.evaluation.harness import evaluate_model
 from emoreward.evaluation.judge import RewardModelJudge
 from emoreward.evaluation.metrics import calibrate_tie_threshold
-from emoreward.evaluation.report import aggregate, headline, markdown_table, plot_confusion
+from emoreward.evaluation.report import aggregate, headline, markdown_table, plot_confusion, weighting_note
 from emoreward.models.base import RewardModel, check_finite_weights, load_reward_model
 from emoreward.training.adapters import adapter_for
 from emoreward.training.config import EmoRewardConfig, public_config
@@ -251,18 +251,28 @@ def _file_problem(path: Path) -> str | None:
 
 
 def stratified_folds(pairs: list[PreferencePair], k: int, seed: int) -> list[tuple[list[int], list[int]]]:
-    """Stratified k-fold split of pair indices by label (scikit-learn `StratifiedKFold`, shuffled, seeded), over the
-    pairs in their content order (`canonical_pairs`): the same folds whatever the order of the rows."""
+    """Stratified k-fold split of pair indices by label that keeps each sample (`sample_groups`: its pairs, and every
+    pair sharing one of its descriptions) in one fold, over the pairs in their content order (`canonical_pairs`): the
+    same folds whatever the order of the rows. scikit-learn, shuffled and seeded: `StratifiedGroupKFold` when a sample
+    has several pairs; `StratifiedKFold` when every sample has one (then the same split, and the folds of one-pair
+    files stay those of earlier versions).
+
+    Raises:
+        ValueError: more folds than samples."""
     order = {id(p): k for k, p in enumerate(canonical_pairs(pairs))}
     ranked = sorted(range(len(pairs)), key=lambda i: order[id(pairs[i])])
     labels = [pairs[i].label for i in ranked]
-    if k > len(labels):
-        raise ValueError(f"cv_folds={k} is more folds than the {len(labels)} pairs to split")
-    splitter = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
-    return [
-        (sorted(ranked[i] for i in tr), sorted(ranked[i] for i in te))
-        for tr, te in splitter.split(np.zeros(len(labels)), labels)
-    ]
+    groups = sample_groups([pairs[i] for i in ranked])
+    n_samples = len(set(groups))
+    if k > n_samples:
+        what = "pairs" if n_samples == len(labels) else f"samples ({len(labels)} pairs)"
+        raise ValueError(f"cv_folds={k} is more folds than the {n_samples} {what} to split")
+    if n_samples == len(labels):
+        splits = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed).split(np.zeros(len(labels)), labels)
+    else:
+        splitter = StratifiedGroupKFold(n_splits=k, shuffle=True, random_state=seed)
+        splits = splitter.split(np.zeros(len(labels)), labels, groups)
+    return [(sorted(ranked[i] for i in tr), sorted(ranked[i] for i in te)) for tr, te in splits]
 
 
 def _num(value: float | None) -> str:
@@ -468,6 +478,11 @@ class CrossValidation:
         fold_reports = [self.evaluations[k] for k in sorted(self.evaluations)]
         summary = aggregate(fold_reports)
         cross_validation = {"k": config.cv_folds, "seed": config.seed, "summary": summary, "folds": fold_reports}
+        cross_validation["weighting"] = {  # held-out folds: every pair and every sample in exactly one
+            "unit": "pair",
+            "n_pairs": sum(f["weighting"]["n_pairs"] for f in fold_reports),
+            "n_samples": sum(f["weighting"]["n_samples"] for f in fold_reports),
+        }
         if config.process_index == 0:
             cm = np.sum([f["judge"]["three_class"]["confusion"] for f in fold_reports], axis=0)
             plot_confusion(
@@ -481,6 +496,7 @@ class CrossValidation:
             summary,
             f"{config.cv_folds}-fold cross-validation on {len(self.pairs)} pairs (mean ± std over folds, held-out "
             "folds)",
+            weighting_note(fold_reports),
         )
         return cross_validation, markdown
 
@@ -504,7 +520,8 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
         DataError / ValueError: bad training or evaluation data (both are read before any training starts)."""
     config.check_max_length()  # a recipe the backbone cannot run fails here, not on the first long pair
     by_id = config.media_root is not None  # clips read by sample id: the id is part of a pair's context
-    pairs = canonical_pairs(load_pairs(config.train_file, media_by_id=by_id))  # the file's row order changes nothing
+    loaded = read_pairs(config.train_file, media_by_id=by_id)
+    pairs = canonical_pairs(loaded.pairs)  # the file's row order changes nothing
     eval_pairs = load_pairs(config.eval_file, media_by_id=by_id) if config.eval_file else None  # before any fold
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -522,7 +539,7 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
         f"emoreward train: {config.kind} backbone {config.backbone or config.model_name_or_path}, "
         f"data {config.train_file}, output {config.output_dir}"
     )
-    log(f"loaded {len(pairs)} pairs from {config.train_file}")
+    log(f"loaded {loaded.summary()}")
     if wandb_mode is not None:
         log(
             f"W&B ({wandb_mode}): project {os.environ.get('WANDB_PROJECT')}, group {wandb_group(config, pairs)}, "
@@ -534,6 +551,9 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
         "kind": config.kind,
         "train_file": str(config.train_file),
         "n_pairs": len(pairs),
+        "n_samples": loaded.n_samples,
+        "n_records": loaded.n_records,
+        "annotators": loaded.agreement.to_dict(),
         "wandb_mode": wandb_mode,
         "distributed": distributed_setup(config),
     }
@@ -549,7 +569,9 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
         if eval_pairs is not None:
             evaluation = _default_evaluate(config)(model, eval_pairs)
             report["eval_file"] = {"path": str(config.eval_file), "evaluation": evaluation}
-            table = markdown_table(headline(evaluation), f"held-out file {config.eval_file}")
+            table = markdown_table(
+                headline(evaluation), f"held-out file {config.eval_file}", weighting_note([evaluation])
+            )
             report["markdown"] = (report.get("markdown", "") + "\n" + table).lstrip("\n")
             if wandb_enabled(config):
                 log_evaluation(evaluation, prefix="eval_file", config=config, kind="final-fit", title=config.eval_file)

@@ -1,5 +1,6 @@
-"""What a saved reward model was trained on (`training_data.json`: one order-free key per pair), so an evaluation
-on its own training pairs is flagged as in-sample. Imports no ML library. See docs/evaluation.md.
+"""What a saved reward model was trained on (`training_data.json`: one order-free key per pair and one key per
+description in its context), so an evaluation on its own training pairs, or on other pairs of its training samples,
+is flagged as in-sample. Imports no ML library. See docs/evaluation.md.
 """
 
 from __future__ import annotations
@@ -42,6 +43,17 @@ def pair_key(pair: PreferencePair, scheme: str = KEY_SCHEME, *, media_by_id: boo
     return hashlib.sha1("\x00".join(texts).encode("utf-8")).hexdigest()[:16]
 
 
+def description_key(pair: PreferencePair, text: str, *, media_by_id: bool = False) -> str:
+    """16 hex digits identifying one description of `pair` in its context (the context part of `pair_content` and
+    the description's identity form): a pair sharing one with a training pair is of a training sample
+    (`emoreward.data.pairs.sample_groups` links the same descriptions)."""
+    from emoreward.data.pairs import pair_content
+    from emoreward.data.text import identity_text
+
+    context = pair_content(pair, media_by_id=media_by_id)[1:]
+    return hashlib.sha1(repr((context, identity_text(text))).encode("utf-8")).hexdigest()[:16]
+
+
 def write_training_data(
     directory: str | Path, source: str, pairs: Sequence[PreferencePair], *, media_by_id: bool = False
 ) -> Path:
@@ -53,13 +65,17 @@ def write_training_data(
         "pair_key": KEY_SCHEME,
         "media_by_id": media_by_id,
         "pair_keys": sorted({pair_key(p, media_by_id=media_by_id) for p in pairs}),
+        "description_keys": sorted(
+            {description_key(p, d, media_by_id=media_by_id) for p in pairs for d in (p.description_1, p.description_2)}
+        ),
     }
     return atomic_write_json(Path(directory) / TRAINING_DATA_FILE, record, indent=None)
 
 
 def in_sample_pairs(model_dir: str | Path, pairs: Sequence[PreferencePair]) -> tuple[int, str | None]:
-    """How many of `pairs` the model in `model_dir` was trained on, and its training source; `(0, None)` when the
-    directory has no (readable) `training_data.json` (a merged export, or a model from elsewhere)."""
+    """How many of `pairs` the model in `model_dir` was trained on, or share a description (in its context) with a
+    pair it was trained on (a pair of a training sample), and its training source; `(0, None)` when the directory has
+    no (readable) `training_data.json` (a merged export, or a model from elsewhere)."""
     record = read_json_or_none(Path(model_dir) / TRAINING_DATA_FILE, what="training-data record")
     if not isinstance(record, dict) or not isinstance(record.get("pair_keys"), list):
         return 0, None
@@ -68,7 +84,14 @@ def in_sample_pairs(model_dir: str | Path, pairs: Sequence[PreferencePair]) -> t
     if scheme not in (KEY_SCHEME, "sample+descriptions", "descriptions"):
         return 0, None  # written by a newer emoreward: no claim either way
     by_id = bool(record.get("media_by_id", False))
-    return sum(pair_key(p, scheme, media_by_id=by_id) in trained for p in pairs), str(record.get("train_file"))
+    texts = set(record.get("description_keys") or ())  # absent in records of earlier versions
+
+    def seen(p: PreferencePair) -> bool:
+        if pair_key(p, scheme, media_by_id=by_id) in trained:
+            return True
+        return any(description_key(p, d, media_by_id=by_id) in texts for d in (p.description_1, p.description_2))
+
+    return sum(map(seen, pairs)), str(record.get("train_file"))
 
 
-__all__ = ["TRAINING_DATA_FILE", "in_sample_pairs", "pair_key", "write_training_data"]
+__all__ = ["TRAINING_DATA_FILE", "description_key", "in_sample_pairs", "pair_key", "write_training_data"]

@@ -73,9 +73,10 @@ def _digest(value: Any) -> str:
 
 def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> dict:
     """The identity of a training run: `data` (SHA-256 of every pair's sample id, descriptions, writers, media paths
-    and margin, in content order), `labels` (SHA-256 of the labels in that order), `backbone` (a local backbone's
-    content), `recipe` (`public_config` values of the result-changing fields) and `execution`
-    (`execution_parameters`: the process count).
+    and margin, in content order), `labels` (SHA-256 of the labels in that order; with per-annotator labels, each
+    pair's annotators' labels and the aggregation rule too), `backbone` (a local backbone's content), `recipe`
+    (`public_config` values of the result-changing fields) and `execution` (`execution_parameters`: the process
+    count).
 
     Returns:
         `{"data", "labels", "n_pairs", "train_file", "backbone", "recipe", "execution", "fingerprint"}`;
@@ -98,7 +99,7 @@ def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> di
     ]  # fmt: skip
     identity = {
         "data": _digest(data),
-        "labels": _digest([p.label for p in pairs]),
+        "labels": _digest(_labels(pairs)),
         "n_pairs": len(pairs),
         "train_file": str(config.train_file),
         "backbone": backbone,
@@ -109,6 +110,16 @@ def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> di
         [identity["data"], identity["labels"], identity["backbone"], recipe, identity["execution"]]
     )
     return identity
+
+
+def _labels(pairs: Sequence[PreferencePair]) -> list:
+    """The labels of the identity: one per pair; where annotators are named, their labels and the rule that made the
+    pair's label (`emoreward.data.annotators.AGGREGATION`) as well."""
+    if not any(p.annotations for p in pairs):
+        return [p.label for p in pairs]
+    from emoreward.data.annotators import AGGREGATION
+
+    return [AGGREGATION, *([p.label, [list(a) for a in p.annotations]] for p in pairs)]
 
 
 def identity_differences(saved: dict, current: dict) -> list[str]:

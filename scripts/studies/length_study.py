@@ -103,7 +103,7 @@ def probe_study(args: argparse.Namespace, out: Path) -> dict[str, dict]:
         dtype=torch.float32,
         trust_remote_code=config.trust_remote_code,
     )
-    pairs = load_pairs(config.train_file)
+    pairs = load_pairs(config.train_file, media_by_id=config.media_root is not None)  # as `train` reads it
     probe_config = ProbeConfig(
         ties=config.ties,
         tie_parameter=config.tie_parameter,

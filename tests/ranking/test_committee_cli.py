@@ -284,3 +284,18 @@ def test_a_member_calibrated_on_its_training_pairs_is_flagged(files, tmp_path, c
     member = {m["name"]: m for m in report["committee"]["members"]}[str(model)]
     assert member["n_in_sample_calibration"] == 3
     assert any("trained on 3 of the 4 calibration pairs" in w for w in report["warnings"])
+
+
+def test_calibration_pairs_are_read_as_every_command_reads_pairs(files, tmp_path, capsys):
+    # with --media-root clips are read by sample id, so the same two descriptions about two clips are two pairs
+    # (load_pairs' media_by_id, as evaluate, judge and train read them); without it they repeat one pair: refused
+    rows = length_pairs(4, [True] * 4)
+    rows += [{**r, "sample_id": r["sample_id"] + "-other-clip"} for r in rows]
+    calibration = write_jsonl(tmp_path / "two-clips.jsonl", rows)
+    argv = ["--judge", files["len"], "--judge", files["len2"], "--data", files["table"], "--no-cache",
+            "--committee-calibration", calibration]  # fmt: skip
+    (tmp_path / "media").mkdir()
+    report = rank_ok(capsys, tmp_path, "by-id", *argv, "--media-root", tmp_path / "media")
+    assert report["committee"]["n_calibration_pairs"] == 8
+    code, _, err = rank(capsys, tmp_path, "no-root", *argv)
+    assert code == 2 and "row 5, field 'description_1': repeats the pair of row 1" in err

@@ -71,6 +71,31 @@ def pair_rows(n: int = 24, seed: int = 0) -> list[dict[str, Any]]:
     return rows
 
 
+def annotated_pair_rows(n_samples: int = 8, seed: int = 0) -> list[dict[str, Any]]:
+    """Several pairs per sample, one row per annotator: sample ``s<k>`` has one original (joyful) description against
+    three negatives (gloomy); pairs 0 and 1 are labelled by annotators a, b and c (c prefers the negative of pair 0),
+    pair 2 by a alone. Annotator a's row shows the original first on even samples and second on odd ones; b's and c's
+    rows show the pair in a random order (the label follows). So: 3 n pairs, 7 n rows, majority labels all the
+    original's; over the 2 n repeated pairs 5 of 6 labels agree with the majority. A merged pair shows its
+    descriptions in content order ('gloomy' < 'joyful' < 'sullen'): pair 0's labels are (2, 2, 1), pair 1's
+    (1, 1, 1), so Krippendorff's alpha is 17/64 (o11 = 3 n, o22 = o12 = o21 = n; n1 = 4 n, n2 = 2 n; n = 6 n:
+    ((6n - 1) 4n - 4n (4n - 1) - 2n (2n - 1)) / (6n (6n - 1) - 4n (4n - 1) - 2n (2n - 1)), at n = 8)."""
+    rng = random.Random(seed)
+    bad = ["gloomy and frowning", "sullen with a flat voice", "miserable, eyes downcast"]
+    rows = []
+    for s in range(n_samples):
+        original = f"In clip {s} the woman is joyful and smiling warmly."
+        for j, negative in enumerate(f"In clip {s} the woman is {b}." for b in bad):
+            voters = {"a": True, "b": True, "c": j != 0} if j < 2 else {"a": True}
+            for name, prefers_original in voters.items():
+                first = s % 2 == 0 if name == "a" else rng.random() < 0.5
+                d1, d2 = (original, negative) if first else (negative, original)
+                label = "1" if first == prefers_original else "2"
+                rows.append({"sample_id": f"s{s}", "description_1": d1, "description_2": d2, "label": label,
+                             "annotator": name})  # fmt: skip
+    return rows
+
+
 def train_recipe(folder: Path, backbone: Path, train_file: Path, **extra: Any) -> Path:
     """A tiny training recipe (LoRA on a 2-layer BERT, 2-fold cross-validation, one step per fit)."""
     import yaml

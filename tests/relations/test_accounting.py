@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from _inputs import n_boot, pair_rows, read_json, run_ok, table_rows, train_recipe, write_jsonl
+from _inputs import annotated_pair_rows, n_boot, pair_rows, read_json, run_ok, table_rows, train_recipe, write_jsonl
 
 
 COVERS = {
@@ -114,3 +114,69 @@ def test_train_folds_hold_every_pair_once(tiny_bert_dir, tmp_path, capsys):
     assert len(folds) == 3 and report["n_pairs"] == 24
     assert sum(f["n_pairs"] for f in folds) == 24, [f.get("n_pairs") for f in folds]
     assert all(f["n_train"] + f["n_pairs"] == 24 for f in folds)
+
+
+def test_several_pairs_per_sample_and_annotator_labels_split_by_sample_and_add_up(tiny_bert_dir, tmp_path, capsys):
+    # 8 samples x 3 pairs, 7 rows per sample (one per annotator): trained, cross-validated, evaluated
+    rows = annotated_pair_rows(8)
+    data = write_jsonl(tmp_path / "t.jsonl", rows)
+    recipe = train_recipe(tmp_path, tiny_bert_dir, data, final_fit=True)
+    printed = run_ok(capsys, ["train", "--config", recipe, "--cv_folds", "3"])
+    assert "loaded 24 pairs of 8 samples from 56 records" in printed
+    report = read_json(tmp_path / "out" / "report.json")
+    assert (report["n_pairs"], report["n_samples"], report["n_records"]) == (24, 8, 56)
+    votes = report["annotators"]
+    assert (votes["n_repeated"], votes["n_labels"], votes["n_annotators"]) == (16, 56, 3)
+    assert votes["majority_share"] == pytest.approx(100 * 40 / 48) and votes["alpha"] == pytest.approx(17 / 64)
+    folds = report["cross_validation"]["folds"]
+    held_out = [set(f["pair_rewards"]["sample_id"]) for f in folds]
+    for k, samples in enumerate(held_out):  # a sample held out by fold k trains no other pair of fold k
+        assert not samples & set().union(*(h for j, h in enumerate(held_out) if j != k))
+    assert set().union(*held_out) == {f"s{s}" for s in range(8)}
+    assert sum(f["n_pairs"] for f in folds) == 24 and all(f["n_train"] + f["n_pairs"] == 24 for f in folds)
+    assert sum(f["weighting"]["n_samples"] for f in folds) == 8
+    assert report["cross_validation"]["weighting"] == {"unit": "pair", "n_pairs": 24, "n_samples": 8}
+    assert (
+        "Each figure weighs each pair once (24 pairs of 8 samples, at most 3 pairs per sample)" in (report["markdown"])
+    )
+
+    out = tmp_path / "e.json"
+    printed = run_ok(capsys, ["evaluate", "--model", tmp_path / "out" / "model", "--data", data, "--output", out])
+    evaluation = read_json(out)
+    assert evaluation["n_pairs"] == 24 and evaluation["n_in_sample_pairs"] == 24
+    assert evaluation["weighting"] == {"unit": "pair", "n_pairs": 24, "n_samples": 8, "max_pairs_per_sample": 3}
+    assert evaluation["annotators"] == votes
+    # the Markdown is rendered from the JSON's values: the per-sample rows and the note
+    markdown = out.with_suffix(".md").read_text(encoding="utf-8")
+    per_sample = evaluation["judge"]["two_class_per_sample"]
+    assert per_sample["n"] == 24
+    assert f"| 2-class ACC, each sample once | {per_sample['acc']:.2f} |" in markdown
+    assert "56 labels from 3 annotators, 16 of 24 pairs labelled more than once" in markdown
+    assert "83.3% of their labels agree with the pair's label, Krippendorff's alpha 0.266" in markdown
+    # the in-sample check is by sample: a new pair sharing a trained sample's description is flagged, a new sample not
+    new = [
+        {
+            "sample_id": "s0",
+            "description_1": rows[0]["description_1"],
+            "description_2": "She is furious.",
+            "label": "1",
+        },
+        {"sample_id": "n1", "description_1": "He laughs.", "description_2": "He weeps.", "label": "1"},
+    ]
+    printed = run_ok(capsys, ["evaluate", "--model", tmp_path / "out" / "model", "--data",
+                              write_jsonl(tmp_path / "new.jsonl", new), "--output", tmp_path / "n.json"])  # fmt: skip
+    assert read_json(tmp_path / "n.json")["n_in_sample_pairs"] == 1 and "warning: 1 of 2 pairs" in printed
+
+
+def test_a_zero_shot_report_says_how_it_weighs_samples(length_judge_yaml, tmp_path, capsys):
+    data = write_jsonl(tmp_path / "t.jsonl", annotated_pair_rows(4))
+    out = tmp_path / "j"
+    run_ok(capsys, ["judge", "--judge", length_judge_yaml, "--data", data, "--output", out, "--no-progress"])
+    report = read_json(out / "report.json")
+    evaluation = report["strategies"]["S1"]["evaluation"]
+    assert report["n_pairs"] == 12
+    assert evaluation["weighting"] == {"unit": "pair", "n_pairs": 12, "n_samples": 4, "max_pairs_per_sample": 3}
+    assert evaluation["annotators"]["n_labels"] == 28 and evaluation["judge"]["two_class_per_sample"]["n"] == 12
+    markdown = (out / "report.md").read_text(encoding="utf-8")
+    assert "Each figure weighs each pair once (12 pairs of 4 samples, at most 3 pairs per sample)" in markdown
+    assert "28 labels from 3 annotators, 8 of 12 pairs labelled more than once" in markdown

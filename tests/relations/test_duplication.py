@@ -91,3 +91,22 @@ def test_a_sample_or_model_selected_twice_is_refused(option, rm_dir, table, tmp_
         value, name = "alpha,beta,alpha", "alpha"
     code, _, err = run_cli(capsys, ["rank", "--judge", rm_dir, "--data", table, option, value, "--no-cache"])
     assert_refused(code, err, name, "more than once")
+
+
+@pytest.mark.parametrize("command", ["evaluate", "judge", "train"])
+def test_a_label_repeated_by_one_annotator_is_refused_by_every_command(
+    command, rm_dir, length_judge_yaml, tiny_bert_dir, tmp_path, capsys
+):
+    # one row per annotator is several labels of one pair; the same annotator twice is one label counted twice
+    rows = [{**r, "annotator": "a"} for r in pair_rows(24)]
+    rows.insert(17, {**rows[3], "description_1": rows[3]["description_2"], "description_2": rows[3]["description_1"],
+                     "label": {"1": "2", "2": "1"}[rows[3]["label"]]})  # fmt: skip
+    data = write_jsonl(tmp_path / "pairs.jsonl", rows)
+    argv = {
+        "evaluate": ["evaluate", "--model", rm_dir, "--data", data],
+        "judge": ["judge", "--judge", length_judge_yaml, "--data", data, "--output", tmp_path / "j", "--no-progress"],
+        "train": ["train", "--config", train_recipe(tmp_path, tiny_bert_dir, data), "--cv_folds", "3"],
+    }[command]
+    code, _, err = run_cli(capsys, argv)
+    assert_refused(code, err, str(data), "row 18", "row 4", "'annotator'", "the same annotator 'a'")
+    assert not (tmp_path / "out" / "cv").exists()  # no fold trained
