@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import fields
 
-from emoreward.cli.options import EXIT_FAILED_CALLS, EXIT_OK
+from emoreward.cli.options import ALWAYS, EXIT_FAILED_CALLS, EXIT_OK, check_applicable
 from emoreward.export.serve import http as serve_http
 from emoreward.export.serve import routes
 from emoreward.export.serve.http import RewardServer
@@ -25,6 +25,27 @@ from emoreward.export.serve.service import RewardService
 
 
 logger = logging.getLogger("emoreward.export.serve")
+RAY_OPTIONS = ("replicas", "min_replicas", "max_replicas", "target_ongoing_requests", "ray_address", "num_cpus",
+               "num_gpus")  # fmt: skip
+
+
+def applicability() -> dict[str, str]:
+    """Every option of `serve` -> when it applies (`check_applicable`, before any work): the engine's options to
+    that engine, the text models' batching and media tolerance to text models, the rest always (the server limits
+    and each route's options are read from their owners)."""
+    table = dict.fromkeys(["model", "host", "port", "token_env", "insecure_no_auth", "batch_size", "overlong",
+                           "length_window", "length_threshold", "media_root", "threads", "log_every", "engine"],
+                          ALWAYS)  # fmt: skip
+    table.update(dict.fromkeys([f.name for f in fields(ServerLimits)], ALWAYS))
+    table.update(dict.fromkeys(routes.options(), ALWAYS))  # each route is served on every engine
+    table.update(dict.fromkeys(["forward_tokens", "allow_unused_media"], "text"))
+    table.update(dict.fromkeys(["model_process"], "single"))
+    table.update(dict.fromkeys(RAY_OPTIONS, "ray"))
+    return table
+
+
+APPLIES = applicability()
+
 MAX_THREADS = 1024  # torch CPU threads at most (more than any machine's cores; torch overflows on huge counts)
 
 
@@ -198,12 +219,21 @@ def run(args: argparse.Namespace) -> int:
         length_threshold=args.length_threshold,
         **{name: getattr(args, name) for name in routes.options()},
     )
-    if args.engine == "ray" and args.model_process:
-        raise ValueError("--model-process is for --engine single (each Ray Serve replica is a process already)")
     from emoreward.models import load_settings
 
-    # before any work (a model process, a Ray cluster): a directory that is not a model, a port already taken
-    load_settings(args.model)
+    # before any work (a model process, a Ray cluster): a directory that is not a model, an option that cannot
+    # apply, a port already taken
+    kind = load_settings(args.model).kind
+    check_applicable(
+        args,
+        APPLIES,
+        {
+            "single": (args.engine == "single", "{first} is for --engine single (each Ray Serve replica is a process "
+                                                "already)"),
+            "ray": (args.engine == "ray", "{options} {verb} to --engine ray (Ray Serve replicas); add --engine ray"),
+            "text": (kind == "text", f"{{options}} {{verb}} to text models; {args.model} is a multimodal model"),
+        },
+    )  # fmt: skip
     serve_http.check_bind(args.host, args.port)
     if args.engine == "ray":
         from emoreward.export.serve.ray import run_ray_serve

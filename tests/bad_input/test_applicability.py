@@ -12,7 +12,7 @@ from emoreward.cli.main import build_parser, command_module
 from emoreward.cli.options import ALWAYS
 
 
-TABLED = ("rank", "evaluate", "judge", "export")  # train's recipe fields and serve's engine options: not yet tabled
+TABLED = ("rank", "evaluate", "judge", "export", "serve")  # train's recipe fields: training.config.FIELD_SUPPORT
 
 
 def parser_dests(command: str) -> set[str]:
@@ -92,6 +92,24 @@ def test_export_refuses_public_without_an_upload(rm_dir, tmp_path, capsys):
     fails(["export", "--model", rm_dir, "--output", tmp_path / "e", "--public"], capsys,
           "--public applies to the upload (--push-to-hub)")  # fmt: skip
     assert not list(tmp_path.iterdir())
+
+
+SERVE = [
+    ("ray-option-single", ["--replicas", "2"], "--replicas applies to --engine ray (Ray Serve replicas)"),
+    ("ray-options-single", ["--num-cpus", "2", "--ray-address", "auto"], "--ray-address, --num-cpus apply to --engine"),
+    ("no-model-process-ray", ["--engine", "ray", "--no-model-process"], "--model-process is for --engine single"),
+    ("model-process-ray", ["--engine", "ray", "--model-process"], "--model-process is for --engine single"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("options, fragment", [c[1:] for c in SERVE], ids=[c[0] for c in SERVE])
+def test_serve_refuses_an_engine_option_for_the_other_engine(options, fragment, rm_dir, capsys):
+    fails(["serve", "--model", rm_dir, "--port", "0", *options], capsys, fragment)
+
+
+def test_serve_refuses_text_model_options_for_a_multimodal_model(vl_dir, capsys):
+    fails(["serve", "--model", vl_dir, "--port", "0", "--allow-unused-media"], capsys,
+          f"--allow-unused-media applies to text models; {vl_dir} is a multimodal model")  # fmt: skip
 
 
 def test_an_option_where_it_applies_is_accepted(judge_yaml, good_table, tmp_path, capsys):
