@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from emoreward.ranking.tie_models import get_model
+from emoreward.ranking.tie_models import PairModel
 
 
 DEFAULT_PRIOR_VARIANCE = 10.0
@@ -152,11 +152,12 @@ class BatchFit:
 
 @dataclass(frozen=True)
 class BatchSpec:
-    """What a one-table fit computes, for :func:`fit_batch`: ``model`` (``"bradley-terry"`` or a tie model),
+    """What a one-table fit computes, for :func:`fit_batch`: ``model`` (the pair model object: Bradley-Terry or a
+    tie model, `emoreward.ranking.tie_models`),
     ``binarize`` (EMER-Ranker's W, with its ``equal`` rule), ``ties`` (``"drop"``/``"half"``, plain BT) and
     ``prior_variance``."""
 
-    model: str
+    model: PairModel
     prior_variance: float | None = DEFAULT_PRIOR_VARIANCE
     ties: str = "drop"
     binarize: bool = False
@@ -243,13 +244,13 @@ def fit_batch(
         `BatchFit`.
 
     Raises:
-        ValueError: on shapes that disagree or an unknown model.
+        ValueError: on shapes that disagree.
     """
     wins = np.asarray(wins, dtype=float)
     ties = np.asarray(ties, dtype=float)
     if wins.ndim != 3 or wins.shape != ties.shape or wins.shape[1] != wins.shape[2]:
         raise ValueError(f"wins and ties must both have shape (B, M, M), got {wins.shape} and {ties.shape}")
-    model = get_model(spec.model)
+    model = spec.model
     precision = prior_precision(spec.prior_variance)
     n_rows, m = wins.shape[:2]
     if not model.has_tie:

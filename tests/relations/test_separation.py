@@ -24,6 +24,7 @@ from emoreward.ranking.counts import PairwiseCounts
 from emoreward.ranking.edges import separated_groups
 from emoreward.ranking.length_control import comparison_markdown, fit_length_controlled
 from emoreward.ranking.records import PairwiseRecord
+from emoreward.ranking.tie_models import get_model
 
 
 COVERS = {"rank": ("*",), "evaluate": ("*",), "judge": ("*",)}
@@ -120,7 +121,7 @@ def test_model_separation_opens_the_length_controlled_ends_of_the_models_the_pla
     covariate does not. The length-controlled fit flags the same models as the plain fits (open ends, warning)."""
     order = {"Verbose": 0, "Mid": 1, "Terse": 2}
     records, features = _verdicts(12, lambda a, b, la, lb, s: "1" if order[a] < order[b] else "2")
-    plain = separated_groups(PairwiseCounts.from_records(records, sorted(order)), ties_bind=True)
+    plain = separated_groups(PairwiseCounts.from_records(records, sorted(order)), get_model("davidson"))
     assert plain == {"Verbose": "never lost", "Terse": "never won"}
     fit = _fit(records, features)
     out = fit.to_dict()
