@@ -94,8 +94,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--tie-model",
         choices=list(TIE_MODELS),
         default=DEFAULT_TIE_MODEL,
-        help="Bradley-Terry with ties variant that ranks (default: Davidson 1970, a tie counts as half a win and "
-        "half a loss); EmoPrefer appendix F, where a tie lowers both models like a loss, is always shown beside it",
+        help=f"Bradley-Terry with ties variant that ranks, the plain and the length-controlled fit (default: "
+        f"{DEFAULT_TIE_MODEL}); EmoPrefer appendix F, where a tie lowers both models like a loss, is always shown "
+        "beside it",
     )
     f.add_argument(
         "--no-length-control",
