@@ -29,7 +29,7 @@ separates the verdicts: such a fit is a solver artefact, not an estimate."""
 _MAX_ITER = 100
 _CHUNK_CELLS = 2_000_000  # resamples x records per batch of damped_newton
 _PASS_CELLS = 65_536  # resamples x records per chunk of a pass (in L2 cache)
-_TOL = 1e-10  # predicted distance to the optimum (max-abs, parameter units) at which a resample is done
+_TOL = 1e-9  # predicted distance to the optimum (max-abs, parameter units) at which a resample is done
 _QUADRATIC = 1e-2  # Newton steps below this are in the quadratic regime, where the next is c |step|^2
 _MAX_PASSES = 8
 _DTYPES = (np.float32, np.float64)
@@ -291,7 +291,7 @@ def fit_resamples(
        ``(B, S) @ (S, Q + Q^2)``): the resample's exact gradient and Hessian there.
     2. Newton steps over all ``B x N`` records (the pair model's `PairModel.terms` at each record's two sides,
        summed per model pair with the resample's per-sample counts) until the distance left, ``c |step|^2`` with
-       ``c`` measured from the last two steps, is below 3e-8 (max-abs).
+       ``c`` measured from the last two steps, is below 1e-9 (max-abs).
 
     A resample this path does not finish (a model it never draws, no ties under a tie model, a tie parameter at its
     bound, a diverging coefficient, a step that does not contract, a non-finite value) is fitted by
