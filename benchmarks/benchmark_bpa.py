@@ -193,9 +193,9 @@ def ovmerd(args: argparse.Namespace) -> None:
     from emoreward.ranking.active import RewardModelPairs, rank_with_bpa
     from emoreward.ranking.bradley_terry import fit_bradley_terry_ties
     from emoreward.ranking.counts import PairwiseCounts
-    from emoreward.ranking.rank import DEFAULT_TIE_MODEL
     from emoreward.ranking.score_cache import ScoreCache, cache_path_for
     from emoreward.ranking.scoring import records_from_scores, score_table
+    from emoreward.ranking.tie_models import DEFAULT_TIE_MODEL
 
     start = time.time()
     # --- stage 1: score every description once (cached) and rank on all pairs: the reference

@@ -5,7 +5,7 @@ Usage:
     python benchmarks/benchmark_ranking.py synthetic [--models 200] [--samples 1000] [--per-sample 200]
         [--n-boot 200] [--repeats 1] [--only davidson ...] [--cold] [--per-resample] [--output result.json]
     python benchmarks/benchmark_ranking.py rerun [--model DIR] [--n-boot 1000] [--repeats 3] [--per-resample]
-        [--output result.json]
+        [--tie-model davidson] [--output result.json]
 
 synthetic: Davidson outcomes (about 28% ties), seeds fixed; per fit (plain, binarized W, three tie models) the counts,
 one fit and `bootstrap_ci` end to end (batched and warm-started; ``--cold``, ``--per-resample``: the reference
@@ -35,6 +35,7 @@ from emoreward.ranking.bootstrap import bootstrap_ci
 from emoreward.ranking.bradley_terry import fit_binarized_bradley_terry, fit_bradley_terry, fit_bradley_terry_ties
 from emoreward.ranking.counts import PairwiseCounts
 from emoreward.ranking.records import OUTCOMES, PairwiseRecord
+from emoreward.ranking.tie_models import DEFAULT_TIE_MODEL
 
 
 TARGET_SECONDS = 5.0  # synthetic: counts + fit + bootstrap, per fit
@@ -185,12 +186,13 @@ def tiny_model_dir(work: Path) -> Path:
 
 
 def length_control_rows(records, table, args) -> list[dict]:
-    """Time `fit_length_controlled` (Davidson, log length) alone, batched ``--repeats`` times and, with
+    """Time `fit_length_controlled` (``--tie-model``, log length) alone, batched ``--repeats`` times and, with
     ``--per-resample``, once one resample at a time; each batched row carries its largest difference from the
     per-resample fit (scores, intervals, coefficient and its interval)."""
     import warnings
 
     from emoreward.ranking.length_control import DEFAULT_COVARIATES, description_features, fit_length_controlled
+    from emoreward.ranking.tie_models import get_model
 
     names, features = description_features(table.descriptions, DEFAULT_COVARIATES)
     rows, fits = [], []
@@ -203,7 +205,7 @@ def length_control_rows(records, table, args) -> list[dict]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             fit = fit_length_controlled(
-                records, features, names, "davidson", table.models, n_boot=n_boot, batched=batched
+                records, features, names, get_model(args.tie_model), table.models, n_boot=n_boot, batched=batched
             )
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu
         fits.append(fit)
@@ -326,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_argument("--n-boot", type=int, default=1000)
     sub.add_argument("--repeats", type=int, default=3)
     sub.add_argument("--per-resample", action="store_true", help="also time one resample at a time")
+    sub.add_argument("--tie-model", default=DEFAULT_TIE_MODEL, help="the length-controlled fit's tie model")
     sub.add_argument("--output", help="also write the figures as JSON here")
     args = parser.parse_args(argv)
     return synthetic(args) if args.section == "synthetic" else rerun(args)

@@ -84,7 +84,7 @@ def applicability_facts(args: argparse.Namespace) -> dict[str, tuple[bool, str]]
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of `emoreward rank`."""
-    from emoreward.ranking.tie_models import TIE_MODELS  # the choices are the registry's
+    from emoreward.ranking.tie_models import DEFAULT_TIE_MODEL, TIE_MODELS  # the choices and default: the registry's
 
     p.add_argument(
         "--judge",
@@ -132,9 +132,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f.add_argument(
         "--tie-model",
         choices=list(TIE_MODELS),
-        default="davidson",
-        help="Bradley-Terry with ties variant that ranks (default: Davidson 1970, a tie counts as half a win and "
-        "half a loss); EmoPrefer appendix F, where a tie lowers both models like a loss, is always shown beside it",
+        default=DEFAULT_TIE_MODEL,
+        help=f"Bradley-Terry with ties variant that ranks, the plain and the length-controlled fit (default: "
+        f"{DEFAULT_TIE_MODEL}); EmoPrefer appendix F, where a tie lowers both models like a loss, is always shown "
+        "beside it",
     )
     f.add_argument(
         "--no-length-control",
@@ -394,8 +395,10 @@ def _member(args: argparse.Namespace, kind: str, judge, table, cache_file: Path 
 
 def _fit_settings(args: argparse.Namespace) -> dict:
     """The keyword arguments of the full method's fits (`fit_ranking`) from the fit options."""
+    from emoreward.ranking.fit import FitSpec
+
     return {
-        "tie_model": args.tie_model,
+        "fit": FitSpec.resolve(args.tie_model),  # the one resolution of --tie-model: its object, for every fit
         "n_boot": args.n_boot,
         "alpha": args.alpha,
         "seed": args.seed,

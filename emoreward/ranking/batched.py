@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from emoreward.ranking.tie_models import get_model
+from emoreward.ranking.tie_models import PairModel
 
 
 DEFAULT_PRIOR_VARIANCE = 10.0
@@ -152,11 +152,12 @@ class BatchFit:
 
 @dataclass(frozen=True)
 class BatchSpec:
-    """What a one-table fit computes, for :func:`fit_batch`: ``model`` (``"bradley-terry"`` or a tie model),
+    """What a one-table fit computes, for :func:`fit_batch`: ``model`` (the pair model object: Bradley-Terry or a
+    tie model, `emoreward.ranking.tie_models`),
     ``binarize`` (EMER-Ranker's W, with its ``equal`` rule), ``ties`` (``"drop"``/``"half"``, plain BT) and
     ``prior_variance``."""
 
-    model: str
+    model: PairModel
     prior_variance: float | None = DEFAULT_PRIOR_VARIANCE
     ties: str = "drop"
     binarize: bool = False
@@ -215,6 +216,30 @@ def strongly_connected_rows(directed: np.ndarray, present: np.ndarray) -> np.nda
     return connected | (present.sum(axis=1) < 2)
 
 
+def order_graph(
+    model: PairModel, w: np.ndarray, lo: np.ndarray, t: np.ndarray, i: np.ndarray, j: np.ndarray, m: int
+) -> np.ndarray:
+    """The directed graph of every table's verdicts under ``model``'s `PairModel.orders`: an edge ahead -> behind
+    for every order a verdict sets between two items, and i -> j where i is ahead of the tie level and the tie
+    level ahead of j (the shared tie parameter links them: EmoPrefer's).
+
+    Args:
+        model (`PairModel`): the pair model; w, lo, t (`(B, P)`): wins of i, of j, ties per pair ``(i, j)`` (`(P,)`).
+
+    Returns:
+        `np.ndarray` of shape `(B, M, M)`, bool.
+    """
+    n_rows = w.shape[0]
+    directed = np.zeros((n_rows, m + 1, m + 1), dtype=bool)  # node M: the tie level
+    ends = {"i": i, "j": j}
+    for code, counts in enumerate((w, lo, t)):
+        for ahead, behind in model.orders.get(code, ()):
+            directed[:, ends.get(ahead, m), ends.get(behind, m)] |= counts > 0
+    items = directed[:, :m, :m] | (directed[:, :m, m, None] & directed[:, None, m, :m])
+    items[:, np.arange(m), np.arange(m)] = False
+    return items
+
+
 def fit_batch(
     wins: np.ndarray,
     ties: np.ndarray,
@@ -243,13 +268,13 @@ def fit_batch(
         `BatchFit`.
 
     Raises:
-        ValueError: on shapes that disagree or an unknown model.
+        ValueError: on shapes that disagree.
     """
     wins = np.asarray(wins, dtype=float)
     ties = np.asarray(ties, dtype=float)
     if wins.ndim != 3 or wins.shape != ties.shape or wins.shape[1] != wins.shape[2]:
         raise ValueError(f"wins and ties must both have shape (B, M, M), got {wins.shape} and {ties.shape}")
-    model = get_model(spec.model)
+    model = spec.model
     precision = prior_precision(spec.prior_variance)
     n_rows, m = wins.shape[:2]
     if not model.has_tie:
@@ -318,12 +343,9 @@ def fit_batch(
     tie = None if eta is None else model.tie_parameter(eta[:, 0])
     nll = model.terms(scores[:, i], scores[:, j], eta, w, lo, t, False)[0]
     ok = np.isfinite(scores).all(axis=1) & solved
-    if precision == 0.0:  # no prior: a finite optimum needs every item to beat (or tie) and be beaten by the rest
-        beats = (w + t > 0, lo + t > 0)  # i -> j and j -> i, per pair
-        directed = np.zeros((n_rows, m, m), dtype=bool)
-        directed[:, i, j], directed[:, j, i] = beats
+    if precision == 0.0:  # no prior: a finite optimum needs every item ordered both ways against the rest
         present = per_item(w + lo + t, w + lo + t) > 0
-        ok &= strongly_connected_rows(directed, present)
+        ok &= strongly_connected_rows(order_graph(model, w, lo, t, i, j, m), present)
     return BatchFit(scores, tie, ok, iterations, -nll, solved)
 
 
@@ -333,5 +355,6 @@ __all__ = [
     "binarize_batch",
     "damped_newton",
     "fit_batch",
+    "order_graph",
     "prior_precision",
 ]

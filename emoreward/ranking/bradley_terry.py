@@ -35,10 +35,10 @@ from emoreward.ranking.counts import (
     check_connected,
 )
 from emoreward.ranking.records import PairwiseRecord
-from emoreward.ranking.tie_models import TIE_MODELS
+from emoreward.ranking.tie_models import DEFAULT_TIE_MODEL, TIE_MODELS, PairModel, get_model
 
 
-TieModel = str  # a name in TIE_MODELS (emoreward.ranking.tie_models)
+TieModel = str | PairModel  # a name in TIE_MODELS or the object (emoreward.ranking.tie_models)
 TieHandling = Literal["drop", "half"]
 TIE_HANDLING: tuple[str, ...] = ("drop", "half")
 
@@ -220,7 +220,8 @@ def fit_bradley_terry(
     wins = counts.wins + 0.5 * counts.ties if ties == "half" else counts.wins
     used = PairwiseCounts(counts.items, wins, np.zeros_like(counts.ties))
     check_connected(used, on_disconnected)
-    fit = _fit_one(used, BatchSpec("bradley-terry", prior_variance), initial_scores, None, "fit_bradley_terry")
+    spec = BatchSpec(get_model("bradley-terry"), prior_variance)
+    fit = _fit_one(used, spec, initial_scores, None, "fit_bradley_terry")
     n = float(used.wins.sum())
     return BTResult(
         list(counts.items), fit.scores[0], "bradley-terry", float(fit.log_likelihood[0]), n, None, prior_variance
@@ -238,7 +239,7 @@ def fit_binarized_bradley_terry(counts: PairwiseCounts, equal: EqualCounts = "ha
 
 def fit_bradley_terry_ties(
     counts: PairwiseCounts,
-    tie_model: TieModel = "emoprefer",
+    tie_model: TieModel = DEFAULT_TIE_MODEL,
     prior_variance: float | None = DEFAULT_PRIOR_VARIANCE,
     on_disconnected: OnDisconnected = "error",
     initial_scores: np.ndarray | None = None,
@@ -253,7 +254,8 @@ def fit_bradley_terry_ties(
 
     Args:
         counts (`PairwiseCounts`): M items; ``wins`` (win_ij, and lose_ij = wins[j, i]) and ``ties`` (tie_ij).
-        tie_model (`str`): a name in `TIE_MODELS` (``"emoprefer"``, ``"rao-kupper"``, ``"davidson"``, ...).
+        tie_model (`str` or `PairModel`): the tie model object (`emoreward.ranking.fit.FitSpec.model`) or its name
+            in `TIE_MODELS` (``"davidson"``, the default ``DEFAULT_TIE_MODEL``, ``"rao-kupper"``, ``"emoprefer"``).
         prior_variance (`float` or `None`): variance of the prior on log-strengths; ``None`` for plain MLE.
         on_disconnected (`Literal["error", "warn"]`): what to do if the comparison graph is disconnected.
         initial_scores (`np.ndarray` of shape `(M,)`, *optional*): starting log-strengths (warm start).
@@ -261,21 +263,35 @@ def fit_bradley_terry_ties(
             default: where ``P(tie)`` between equal items matches the observed tie rate.
 
     Returns:
-        `BTResult` with ``model=tie_model`` and the fitted ``tie_parameter``.
+        `BTResult` with ``model`` the tie model's name and the fitted ``tie_parameter``.
 
     Raises:
         ValueError: if ``tie_model`` is unknown (the message lists the choices), on a disconnected comparison
             graph with ``on_disconnected="error"``, or a non-positive ``prior_variance``.
     """
-    if tie_model not in TIE_MODELS:
-        raise ValueError(f"unknown tie_model {tie_model!r}; choose one of {tuple(TIE_MODELS)}")
+    model = as_tie_model(tie_model)
     prior_precision(prior_variance)
     check_connected(counts, on_disconnected)
-    spec = BatchSpec(tie_model, prior_variance)
-    fit = _fit_one(counts, spec, initial_scores, initial_tie_parameter, f"fit_bradley_terry_ties({tie_model})")
+    spec = BatchSpec(model, prior_variance)
+    fit = _fit_one(counts, spec, initial_scores, initial_tie_parameter, f"fit_bradley_terry_ties({model.name})")
     n = float(counts.wins.sum() + np.triu(counts.ties, 1).sum())
     tie = float(fit.tie_parameter[0])
-    return BTResult(list(counts.items), fit.scores[0], tie_model, float(fit.log_likelihood[0]), n, tie, prior_variance)
+    return BTResult(
+        list(counts.items), fit.scores[0], model.name, float(fit.log_likelihood[0]), n, tie, prior_variance
+    )
+
+
+def as_tie_model(tie_model: TieModel) -> PairModel:
+    """The tie model object of ``tie_model`` (the object itself, or its name in `TIE_MODELS`).
+
+    Raises:
+        ValueError: for a name that is not a tie model (the message lists the choices).
+    """
+    if isinstance(tie_model, PairModel) and tie_model.has_tie:
+        return tie_model
+    if not isinstance(tie_model, str) or tie_model not in TIE_MODELS:
+        raise ValueError(f"unknown tie_model {tie_model!r}; choose one of {tuple(TIE_MODELS)}")
+    return TIE_MODELS[tie_model]
 
 
 def _fit_one(counts: PairwiseCounts, spec: BatchSpec, initial_scores, initial_tie_parameter, what: str):
@@ -304,17 +320,23 @@ def batch_spec(fit_fn: Any) -> BatchSpec | None:
         if not set(kwargs) <= known | {"ties"}:
             return None
         return BatchSpec(
-            "bradley-terry", kwargs.get("prior_variance", DEFAULT_PRIOR_VARIANCE), kwargs.get("ties", "drop")
+            get_model("bradley-terry"),
+            kwargs.get("prior_variance", DEFAULT_PRIOR_VARIANCE),
+            kwargs.get("ties", "drop"),
         )
     if fit_fn is fit_binarized_bradley_terry:
         if not set(kwargs) <= known | {"equal"}:
             return None
         prior = kwargs.get("prior_variance", DEFAULT_PRIOR_VARIANCE)
-        return BatchSpec("bradley-terry", prior, binarize=True, equal=kwargs.get("equal", "half"))
+        return BatchSpec(get_model("bradley-terry"), prior, binarize=True, equal=kwargs.get("equal", "half"))
     if fit_fn is fit_bradley_terry_ties:
-        if not set(kwargs) <= known | {"tie_model"} or kwargs.get("tie_model", "emoprefer") not in TIE_MODELS:
+        if not set(kwargs) <= known | {"tie_model"}:
             return None
-        return BatchSpec(kwargs.get("tie_model", "emoprefer"), kwargs.get("prior_variance", DEFAULT_PRIOR_VARIANCE))
+        try:
+            model = as_tie_model(kwargs.get("tie_model", DEFAULT_TIE_MODEL))
+        except ValueError:
+            return None
+        return BatchSpec(model, kwargs.get("prior_variance", DEFAULT_PRIOR_VARIANCE))
     return None
 
 

@@ -20,6 +20,7 @@ from scipy.sparse.csgraph import connected_components
 
 from emoreward.ranking.bootstrap import BootstrapCI
 from emoreward.ranking.counts import PairwiseCounts
+from emoreward.ranking.tie_models import PairModel, get_model
 
 
 MIN_UNITS_FOR_INTERVALS = 2
@@ -76,28 +77,36 @@ def format_interval(lower: float, upper: float, digits: int, open_ends: tuple[bo
     return f"[{lo}, {hi}]"
 
 
-def separated_groups(counts: PairwiseCounts, ties_bind: bool) -> dict[str, str]:
+def separated_groups(counts: PairwiseCounts, model: PairModel) -> dict[str, str]:
     """Models whose score the data do not bound on one side (Ford 1957: the MLE exists iff, for every split of the
     models into two groups, someone in each group beat someone in the other).
 
-    The directed graph has an edge i -> j when i beat j (and both ways when they tied, if ``ties_bind``: a tie
-    model fits the ties, so a tie bounds the difference). Its strongly connected components are ordered; a
-    component nobody outside beat is ``"never lost"``, one that beat nobody outside ``"never won"``, others that
-    are not alone ``"between"``. Models never compared are left out (the connectivity check reports them).
+    The directed graph has an edge ahead -> behind for every order a verdict sets under ``model``
+    (`PairModel.orders`: i -> j when i beat j; both ways for a tie that binds the difference, none for a tie
+    the likelihood leaves out, through the tie level for EmoPrefer's). Its strongly connected components are
+    ordered; a component nobody outside beat is ``"never lost"``, one that beat nobody outside ``"never won"``,
+    others that are not alone ``"between"``. Models never compared are left out (the connectivity check reports
+    them).
 
     Args:
         counts (`PairwiseCounts`): the counts the fit used (the binarized W for EMER-Ranker's fit).
-        ties_bind (`bool`): ties are in the likelihood (tie models, ties counted as half wins).
+        model (`PairModel`): the fit's pair model (`emoreward.ranking.tie_models`).
 
     Returns:
         `dict[str, str]`: empty when the data bound every score (the usual case).
     """
-    beat = counts.wins > 0
-    if ties_bind:
-        beat = beat | (counts.ties > 0)
-    compared = (counts.totals > 0).any(axis=1)
+    m = counts.n_items
+    node = {"0": m}
+    beat = np.zeros((m + 1, m + 1), dtype=bool)  # the last node: the tie level
+    for code, present in ((0, counts.wins > 0), (1, counts.wins.T > 0), (2, counts.ties > 0)):
+        i, j = np.nonzero(present)
+        ends = {"i": i, "j": j}
+        for ahead, behind in model.orders.get(code, ()):
+            beat[ends.get(ahead, node.get(ahead)), ends.get(behind, node.get(behind))] = True
+    np.fill_diagonal(beat, False)
+    compared = np.r_[(counts.totals > 0).any(axis=1), beat[m].any() or beat[:, m].any()]
     keep = np.flatnonzero(compared)
-    if len(keep) < 2:
+    if (keep < m).sum() < 2:
         return {}
     graph = beat[np.ix_(keep, keep)]
     n_comp, labels = connected_components(csr_matrix(graph.astype(float)), directed=True, connection="strong")
@@ -115,16 +124,17 @@ def separated_groups(counts: PairwiseCounts, ties_bind: bool) -> dict[str, str]:
         if lost and won:
             continue  # ordered between separated groups: its own differences are bounded
         kind = "never lost" if not lost else "never won"
-        out.update({counts.items[keep[k]]: kind for k in np.flatnonzero(members)})
+        out.update({counts.items[keep[k]]: kind for k in np.flatnonzero(members) if keep[k] < m})
     return out
 
 
 def fit_edges(ci: BootstrapCI, counts: PairwiseCounts) -> FitEdges:
     """The `FitEdges` of one ranking fit (``ci``; ``"bradley-terry"``: EMER-Ranker's fit on the binarized W) on the raw
     ``counts``: separation in the counts it used, its tie parameter, its resampling units."""
-    tie_model = ci.estimate.tie_parameter is not None
+    model = get_model(ci.estimate.model)
+    tie_model = model.has_tie
     used = counts if tie_model else counts.binarized()
-    separated = separated_groups(used, ties_bind=tie_model)
+    separated = separated_groups(used, model)
     tie = None
     if tie_model:
         n_ties = float(np.triu(counts.ties, 1).sum())

@@ -1,16 +1,15 @@
-"""The length-controlled objective's solvers: damped Newton for any weighting of the records, and every bootstrap
-resample at once from sufficient statistics per sample.
+"""The length-controlled objective's solvers, for any pair model of `emoreward.ranking.tie_models`: damped Newton for
+any weighting of the records, and every bootstrap resample at once from sums per sample.
 
-Per record ``r``: ``u_r = x_r . theta``, ``x_r = (e_a - e_b, z_r)``, the Davidson (1970) negative log-likelihood
-``L(u, eta) - y_r u / 2 - t_r eta``, ``L(u, eta) = log(e^{u/2} + e^{-u/2} + e^eta)`` (Bradley-Terry: ``e^eta = 0``,
-ties dropped), weighted per record, plus the `Prior`. :func:`damped_newton` minimises it with the one Newton driver;
-:func:`fit_resamples` fits every resample at once (``batched=False``: one at a time, the reference path).
-See docs/ranking.md ("Length-controlled ranking").
+Per record ``r``: the two sides' log-strengths ``s_i = b_a + gamma . z_r / 2`` and ``s_j = b_b - gamma . z_r / 2``
+(their difference is the linear predictor ``x_r . theta``, ``x_r = (e_a - e_b, z_r)``), the pair model's negative
+log-likelihood at them (`PairModel.terms`: Bradley-Terry drops ties), weighted per record, plus the `Prior`.
+:func:`damped_newton` minimises it with the one Newton driver; :func:`fit_resamples` fits every resample at once
+(``batched=False``: one at a time, the reference path). See docs/ranking.md ("Length-controlled ranking").
 """
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,7 +20,7 @@ from emoreward.ranking.bootstrap import sample_units
 from emoreward.ranking.bradley_terry import single_blas_thread
 from emoreward.ranking.counts import encode_records
 from emoreward.ranking.records import PairwiseRecord
-from emoreward.ranking.tie_models import MODELS, TIE_LOG_BOUNDS
+from emoreward.ranking.tie_models import PairModel
 
 
 DIVERGED = 15.0
@@ -29,14 +28,13 @@ DIVERGED = 15.0
 separates the verdicts: such a fit is a solver artefact, not an estimate."""
 _MAX_ITER = 100
 _CHUNK_CELLS = 2_000_000  # resamples x records per batch of damped_newton
-_PASS_CELLS = {np.float32: 131_072, np.float64: 65_536}  # resamples x records per chunk of a pass (in L2 cache)
-_SATURATED = {np.float32: 40.0, np.float64: 300.0}  # |u/2| - max(eta, 0) beyond which the probabilities are exact
-_TOL = 3e-8  # predicted distance to the optimum (max-abs, parameter units) at which a resample is done
+_PASS_CELLS = 65_536  # resamples x records per chunk of a pass (in L2 cache)
+_TOL = 1e-9  # predicted distance to the optimum (max-abs, parameter units) at which a resample is done
+_QUADRATIC = 1e-2  # Newton steps below this are in the quadratic regime, where the next is c |step|^2
 _MAX_PASSES = 8
-_FLOOR = 1e-6  # a float64 step this small may stall on float32 noise in the Hessian's step: no contraction needed
+_DTYPES = (np.float32, np.float64)
+_ROUGH = 1e-2  # a start step (max-abs) above this: the first pass in float32 (its gradient is good to about 1e-6)
 _BOOT_CHUNK = 1024  # resamples per batch
-_SWITCH = 1e-2  # Newton step (max-abs) below which the float64 gradient passes take over
-_MAX_CUBIC = 1_000  # unique third-derivative entries above which the start is a plain Newton step
 _MAX_PARAMS = 48  # parameters above which every resample goes through damped_newton
 
 
@@ -53,18 +51,32 @@ class Design:
     b: np.ndarray
     m: int
 
+    @property
+    def level(self) -> np.ndarray:
+        """`(N, M + K)`: the mean of the two sides' rows, ``((e_a + e_b) / 2, 0)`` (`utils.separation`'s level)."""
+        level = np.zeros_like(self.x)
+        rows = np.arange(len(self.a))
+        level[rows, self.a] += 0.5
+        level[rows, self.b] += 0.5
+        return level
+
+    def subset(self, keep: np.ndarray, columns: int | None = None) -> Design:
+        """The records ``keep`` (bool `(N,)`), with the first ``columns`` parameters (default: all)."""
+        x = self.x[keep] if columns is None else self.x[keep][:, :columns]
+        return Design(x, self.outcome[keep], self.units[keep], self.n_units, self.a[keep], self.b[keep], self.m)
+
 
 def build_design(
-    records: list[PairwiseRecord], items: list[str], covariates: np.ndarray, model: str
+    records: list[PairwiseRecord], items: list[str], covariates: np.ndarray, model: PairModel
 ) -> tuple[Design, np.ndarray]:
-    """The `Design` of ``records``; Bradley-Terry drops ties.
+    """The `Design` of ``records``; a model without a tie parameter (Bradley-Terry) drops ties.
 
     Args:
         records (`list[PairwiseRecord]`): the verdicts, each with its sample.
         items (`list[str]`): the models, in parameter order.
         covariates (`np.ndarray` of shape `(N, 2, K)`): each record's covariate values of its two descriptions
             (``item_a``'s, then ``item_b``'s); the design's covariates are their differences.
-        model (`str`): ``"davidson"`` or ``"bradley-terry"``.
+        model (`PairModel`): the pair model (`emoreward.ranking.tie_models`).
 
     Returns:
         ``(design, keep)``: ``keep`` (`np.ndarray` of shape `(N,)`, bool) marks the records in the design.
@@ -74,7 +86,7 @@ def build_design(
         raise ValueError(f"covariates must have shape ({len(records)}, 2, K), got {covariates.shape}")
     encoded = encode_records(records, items)
     units, n_units = sample_units([r.sample for r in records])
-    keep = np.ones(len(records), dtype=bool) if model == "davidson" else encoded.outcome != 2
+    keep = np.ones(len(records), dtype=bool) if model.has_tie else encoded.outcome != 2
     m, n, k_cov = len(items), int(keep.sum()), covariates.shape[2]
     a, b, u, values = encoded.a[keep], encoded.b[keep], units[keep], covariates[keep]
     x = np.zeros((n, m + k_cov))
@@ -113,31 +125,77 @@ def as_prior(precision: float | Prior) -> Prior:
     return precision if isinstance(precision, Prior) else Prior(float(precision))
 
 
+def n_params(design: Design, model: PairModel) -> int:
+    """Parameters of the fit: ``M + K`` (effects, coefficients), plus the tie log-parameter of a tie model."""
+    return design.x.shape[1] + model.has_tie
+
+
+def _sides(design: Design) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """The rows of ``s_i`` and ``s_j`` in the parameters (``(e_a, z / 2)`` and ``(e_b, -z / 2)``), each as its
+    non-zero columns and values, both of shape `(N, 1 + K)`."""
+    m, (n, p) = design.m, design.x.shape
+    covariate_cols = np.broadcast_to(np.arange(m, p), (n, p - m))
+    half = 0.5 * design.x[:, m:]
+    ones = np.ones((n, 1))
+    side_i = (np.concatenate([design.a[:, None], covariate_cols], axis=1), np.concatenate([ones, half], axis=1))
+    side_j = (np.concatenate([design.b[:, None], covariate_cols], axis=1), np.concatenate([ones, -half], axis=1))
+    return side_i, side_j
+
+
+def _sparse(cols: np.ndarray, vals: np.ndarray, width: int) -> csr_matrix:
+    n = cols.shape[0]
+    return csr_matrix((vals.ravel(), (np.repeat(np.arange(n), cols.shape[1]), cols.ravel())), shape=(n, width))
+
+
+def _outer_t(u: tuple, v: tuple, p: int) -> csr_matrix:
+    """`(P^2, N)`: per record the flattened ``u v^T``, plus ``v u^T`` when ``u`` is not ``v`` (transposed)."""
+    cols = (u[0][:, :, None] * p + v[0][:, None, :]).reshape(len(u[0]), -1)
+    vals = (u[1][:, :, None] * v[1][:, None, :]).reshape(len(u[0]), -1)
+    out = _sparse(cols, vals, p * p)
+    if u is not v:
+        cols = (v[0][:, :, None] * p + u[0][:, None, :]).reshape(len(u[0]), -1)
+        out = out + _sparse(cols, (v[1][:, :, None] * u[1][:, None, :]).reshape(len(u[0]), -1), p * p)
+    return out.T.tocsr()
+
+
+def _dense(side: tuple, p: int) -> np.ndarray:
+    """A side's rows as a dense `(N, P)` array."""
+    out = np.zeros((side[0].shape[0], p))
+    np.add.at(out, (np.arange(len(out))[:, None], side[0]), side[1])
+    return out
+
+
+def _outcomes(design: Design, weights: np.ndarray) -> list[np.ndarray]:
+    """The weights `(B, N)` of a win, a loss and a tie of ``a`` per record (the pair model's ``w``, ``lo``, ``t``)."""
+    return [weights * (design.outcome == code) for code in (0, 1, 2)]
+
+
 def damped_newton(
     design: Design,
+    model: PairModel,
     weights: np.ndarray,
     precision: float | Prior,
-    davidson: bool,
     x0: np.ndarray | None = None,
     hessian: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Penalised maximum likelihood for B weightings of the records at once, by the one Newton driver
     (:func:`emoreward.ranking.batched.damped_newton`): per row of ``weights`` `(B, N)`, ``sum_r w_r nll_r`` (the
-    pair model's terms at ``u_r``) plus the `Prior`. A row stops unconverged when its covariate coefficients pass
-    ``4 DIVERGED``; a Davidson row without ties keeps ``log nu`` at its lower bound.
+    pair model's terms at the record's two sides) plus the `Prior`. A row stops unconverged when its covariate
+    coefficients pass ``4 DIVERGED``; a row without ties keeps the tie log-parameter at its lower bound.
 
     Returns:
-        ``(params, converged, hessian)``: params of shape `(B, P)` (``P = M + K``, plus Davidson's ``log nu``),
-        converged `(B,)` bool, and the Hessian of shape `(B, P, P)` at the solution (``None`` unless ``hessian``).
+        ``(params, converged, hessian)``: params of shape `(B, Q)` (`n_params`: ``M + K``, plus the tie
+        log-parameter), converged `(B,)` bool, and the Hessian of shape `(B, Q, Q)` at the solution (``None``
+        unless ``hessian``).
     """
     m, p = design.m, design.x.shape[1]
-    q = p + davidson
+    q = n_params(design, model)
     n_b = weights.shape[0]
-    objective = _objective(design, weights, precision, davidson)
+    objective = _objective(design, model, weights, precision)
     theta = np.zeros((n_b, q)) if x0 is None else np.broadcast_to(x0, (n_b, q)).copy()
     lower, upper = np.full(q, -np.inf), np.full(q, np.inf)
-    if davidson:
-        lower[-1], upper[-1] = MODELS["davidson"].bounds
+    if model.has_tie:
+        lower[-1], upper[-1] = model.bounds
         has_ties = (weights @ (design.outcome == 2)) > 0
         theta[:, -1] = np.where(has_ties, np.clip(theta[:, -1], lower[-1], upper[-1]), lower[-1])
 
@@ -151,62 +209,49 @@ def damped_newton(
     return theta, converged, objective(theta, np.arange(n_b), True)[2]
 
 
-def _objective(design: Design, weights: np.ndarray, precision: float | Prior, davidson: bool):
+def _objective(design: Design, model: PairModel, weights: np.ndarray, precision: float | Prior):
     """The length-controlled objective of weighted records for :func:`emoreward.ranking.batched.damped_newton`."""
     m, p = design.m, design.x.shape[1]
-    q = p + davidson
-    model = MODELS["davidson" if davidson else "bradley-terry"]
+    q = n_params(design, model)
     prior = as_prior(precision)
-    y = design.outcome
-    outcomes = [weights * (y == code) for code in (0, 1, 2)]  # (B, N) weights of a win, loss, tie of a_r
-    xs, xs_t, outer_t = _sparse_design(design)
+    outcomes = _outcomes(design, weights)
+    side_i, side_j = _sides(design)
+    x_i, x_j = _sparse(*side_i, p), _sparse(*side_j, p)
+    x_i_t, x_j_t = x_i.T.tocsr(), x_j.T.tocsr()
+    outer = {"ii": _outer_t(side_i, side_i, p), "jj": _outer_t(side_j, side_j, p), "ij": _outer_t(side_i, side_j, p)}
 
-    def times_x(v: np.ndarray) -> np.ndarray:  # (B, N) @ x, through the sparse transpose
-        return np.asarray(xs_t @ v.T).T
+    def times(side_t, v: np.ndarray) -> np.ndarray:  # (R, N) summed through a side's rows: (R, P)
+        return np.asarray(side_t @ v.T).T
 
     def objective(th: np.ndarray, rows: np.ndarray, derivatives: bool):
-        u = np.asarray(xs @ th[:, :p].T).T  # (R, N)
+        s_i, s_j = np.asarray(x_i @ th[:, :p].T).T, np.asarray(x_j @ th[:, :p].T).T  # (R, N)
         w, lo, t = (o[rows] for o in outcomes)
-        eta = th[:, p:] if davidson else None
-        nll, grad, hess = model.terms(u, np.zeros_like(u), eta, w, lo, t, derivatives)
+        eta = th[:, p:] if model.has_tie else None
+        nll, grad, hess = model.terms(s_i, s_j, eta, w, lo, t, derivatives)
         penalty, prior_grad, prior_hess = prior.terms(th, m)
         if not derivatives:
             return nll + penalty, None, None
         g = np.zeros_like(th)
-        g[:, :p] = times_x(grad["i"])
+        g[:, :p] = times(x_i_t, grad["i"]) + times(x_j_t, grad["j"])
         h = np.zeros((len(th), q, q))
-        h[:, :p, :p] = np.asarray(outer_t @ hess["ii"].T).T.reshape(len(th), p, p)
-        if davidson:
+        block = times(outer["ii"], hess["ii"]) + times(outer["jj"], hess["jj"]) + times(outer["ij"], hess["ij"])
+        h[:, :p, :p] = block.reshape(len(th), p, p)
+        if model.has_tie:
             g[:, -1] = grad["e"].sum(axis=1)
-            h[:, :p, -1] = h[:, -1, :p] = times_x(hess["ie"])
+            h[:, :p, -1] = h[:, -1, :p] = times(x_i_t, hess["ie"]) + times(x_j_t, hess["je"])
             h[:, -1, -1] = hess["ee"].sum(axis=1)
         return nll + penalty, g + prior_grad, h + prior_hess
 
     return objective
 
 
-def data_nll(design: Design, theta: np.ndarray, davidson: bool) -> float:
-    """Data negative log-likelihood (no prior) at one parameter vector of shape `(P,)`."""
-    u = (design.x @ theta[: design.x.shape[1]])[None]
-    w, lo, t = ((design.outcome == code).astype(float)[None] for code in (0, 1, 2))
-    eta = theta[None, -1:] if davidson else None
-    return float(MODELS["davidson" if davidson else "bradley-terry"].terms(u, 0.0 * u, eta, w, lo, t, False)[0][0])
-
-
-def _sparse_design(design: Design) -> tuple[csr_matrix, csr_matrix, csr_matrix]:
-    """``x`` as a sparse matrix, its transpose, and the transpose of its row outer products (shape `(P^2, N)`)."""
-    x, m = design.x, design.m
-    n, p = x.shape
-    cols = np.concatenate([design.a[:, None], design.b[:, None], np.broadcast_to(np.arange(m, p), (n, p - m))], axis=1)
-    vals = x[np.arange(n)[:, None], cols]
-    rows = np.repeat(np.arange(n), cols.shape[1])
-    xs = csr_matrix((vals.ravel(), (rows, cols.ravel())), shape=(n, p))
-    pair_cols = (cols[:, :, None] * p + cols[:, None, :]).reshape(n, -1)
-    pair_vals = (vals[:, :, None] * vals[:, None, :]).reshape(n, -1)
-    outer = csr_matrix(
-        (pair_vals.ravel(), (np.repeat(np.arange(n), pair_cols.shape[1]), pair_cols.ravel())), shape=(n, p * p)
-    )
-    return xs, xs.T.tocsr(), outer.T.tocsr()
+def data_nll(design: Design, model: PairModel, theta: np.ndarray) -> float:
+    """Data negative log-likelihood (no prior) at one parameter vector of shape `(Q,)`."""
+    p = design.x.shape[1]
+    x_i, x_j = (_dense(side, p) for side in _sides(design))
+    w, lo, t = _outcomes(design, np.ones((1, len(design.x))))
+    eta = theta[None, p:] if model.has_tie else None
+    return float(model.terms((x_i @ theta[:p])[None], (x_j @ theta[:p])[None], eta, w, lo, t, False)[0][0])
 
 
 def _solve(hess: np.ndarray, grad: np.ndarray) -> np.ndarray:
@@ -232,31 +277,31 @@ class ResampleFits:
 
 def fit_resamples(
     design: Design,
+    model: PairModel,
     estimate: np.ndarray,
     unit_weights: np.ndarray,
     precision: float | Prior,
-    davidson: bool,
     batched: bool = True,
 ) -> ResampleFits:
-    """Fit every bootstrap resample, started at the full-data ``estimate``.
+    """Fit every bootstrap resample, started at the full-data ``estimate``, under any pair model.
 
     A resample's objective is the per-sample objectives weighted by its sample counts. The batched path:
 
-    1. A Chebyshev step from per-sample sums of the gradient, Hessian and third derivatives at the common start
-       (one dense product ``(B, S) @ (S, unique tensor entries)``).
-    2. Newton steps in float32 over all ``B x N`` records while the step exceeds 1e-2 (the model block summed per
-       model pair).
-    3. Gradient passes in float64 with that Hessian, corrected along the last step by the third derivatives,
-       until the distance left, ``rho |step| / (1 - rho)``, is below 3e-8 (max-abs).
+    1. A Newton step from per-sample sums of the gradient and Hessian at the common start (one dense product
+       ``(B, S) @ (S, Q + Q^2)``): the resample's exact gradient and Hessian there.
+    2. Newton steps over all ``B x N`` records (the pair model's `PairModel.terms` at each record's two sides,
+       summed per model pair with the resample's per-sample counts) until the distance left, ``c |step|^2`` with
+       ``c`` measured from the last two steps, is below 1e-9 (max-abs).
 
-    A resample this path does not finish (no ties in a Davidson resample, a tie parameter at its bound, a diverging
-    coefficient, a step that does not contract, a non-finite value) is fitted by :func:`damped_newton`.
+    A resample this path does not finish (a model it never draws, no ties under a tie model, a tie parameter at its
+    bound, a diverging coefficient, a step that does not contract, a non-finite value) is fitted by
+    :func:`damped_newton`.
 
     Args:
-        design (`Design`): the records.
-        estimate (`np.ndarray` of shape `(Q,)`): the full-data fit (``Q = M + K``, plus Davidson's ``log nu``).
+        design (`Design`): the records; model (`PairModel`): the pair model.
+        estimate (`np.ndarray` of shape `(Q,)`): the full-data fit (`n_params`).
         unit_weights (`np.ndarray` of shape `(B, n_units)`): how often each sample was drawn in each resample.
-        precision (`float` or `Prior`): the prior precision on the model effects; davidson (`bool`): Davidson's ties.
+        precision (`float` or `Prior`): the prior precision on the model effects.
         batched (`bool`): all resamples at once (default) or one at a time (the same optimum to about 1e-8).
 
     Returns:
@@ -269,17 +314,17 @@ def fit_resamples(
     n_b, q = unit_weights.shape[0], estimate.shape[0]
     if unit_weights.ndim != 2 or unit_weights.shape[1] != design.n_units:
         raise ValueError(f"unit_weights must have shape (B, {design.n_units}), got {unit_weights.shape}")
-    if estimate.shape != (design.x.shape[1] + davidson,):
-        raise ValueError(f"estimate must have shape ({design.x.shape[1] + davidson},), got {estimate.shape}")
+    if estimate.shape != (n_params(design, model),):
+        raise ValueError(f"estimate must have shape ({n_params(design, model)},), got {estimate.shape}")
     theta, converged = np.broadcast_to(estimate, (n_b, q)).copy(), np.zeros(n_b, dtype=bool)
     with single_blas_thread():  # small products: OpenBLAS threads only spin
         if batched and q <= _MAX_PARAMS and design.x.shape[0]:
-            rec, tables = _ordered(design), _unit_tables(design, estimate, davidson)
-            for lo in range(0, n_b, _BOOT_CHUNK):  # bounds the (B, Q, Q, Q) third derivatives
+            rec, tables = _ordered(design), _unit_tables(design, model, estimate)
+            for lo in range(0, n_b, _BOOT_CHUNK):
                 rows = slice(lo, lo + _BOOT_CHUNK)
                 part = theta[rows]
                 converged[rows] = _fit_regular(
-                    design, rec, tables, estimate, unit_weights[rows], precision, davidson, part
+                    design, model, rec, tables, estimate, unit_weights[rows], precision, part
                 )
                 theta[rows] = part
         fast = converged.copy()
@@ -288,7 +333,7 @@ def fit_resamples(
         for lo in range(0, len(rest), step):
             rows = rest[lo : lo + step]
             w = unit_weights[rows][:, design.units]
-            theta[rows], converged[rows], _ = damped_newton(design, w, precision, davidson, estimate, hessian=False)
+            theta[rows], converged[rows], _ = damped_newton(design, model, w, precision, estimate, hessian=False)
     return ResampleFits(theta, converged, fast)
 
 
@@ -296,33 +341,40 @@ def fit_resamples(
 class _Ordered:
     """The records sorted by model pair, then sample, as every pass reads them.
 
-    ``half_x[dtype]``: ``x^T / 2`` of shape `(P, N)`; ``z[dtype]``: covariates `(K, N)`; ``starts``: the first
-    record of each pair segment; ``diff`` `(S, M)`: ``e_a - e_b`` of each segment, ``outer`` `(S, M^2)` its outer
-    product; ``grid``: every segment lists every sample once, in order, so that a weighted sum over a segment is a
-    product with the resample's per-sample counts (the weights are never spread over the records).
+    ``a``, ``b`` `(N,)`: sorted; ``outcomes[dtype]``: the one-hot ``w``, ``lo``, ``t`` `(1, N)`; ``half_z[dtype]``:
+    covariates / 2 `(K, N)`; ``starts``: the first record of
+    each pair segment; ``on_a``, ``on_b`` `(S, M)`: the segment's ``e_a``, ``e_b``; ``aa``, ``bb``, ``ab``
+    `(S, M^2)`: ``e_a e_a^T``, ``e_b e_b^T``, ``e_a e_b^T + e_b e_a^T`` flattened; ``grid``: every segment lists
+    every sample once, in order, so that a weighted sum over a segment is a product with the resample's per-sample
+    counts (the weights are never spread over the records).
     """
 
     units: np.ndarray
-    half_x: dict
-    z: dict
+    a: np.ndarray
+    b: np.ndarray
+    outcomes: dict
+    half_z: dict
     starts: np.ndarray
-    diff: np.ndarray
-    outer: np.ndarray
+    on_a: np.ndarray
+    on_b: np.ndarray
+    aa: np.ndarray
+    bb: np.ndarray
+    ab: np.ndarray
     grid: bool
     n_units: int
-    z_max: np.ndarray
 
 
 class _Sums:
     """Weighted sums over the records of `(R, N)` arrays, for R resamples with per-sample counts `(R, n_units)`."""
 
-    def __init__(self, rec: _Ordered, counts: np.ndarray, dtype) -> None:
-        self.rec, counts = rec, counts.astype(dtype)
+    def __init__(self, rec: _Ordered, counts: np.ndarray) -> None:
+        self.rec = rec
         self.counts = counts[:, :, None] if rec.grid else None
         self.weights = None if rec.grid else np.take(counts, rec.units, axis=1)
 
     def segments(self, a: np.ndarray) -> np.ndarray:
         """`(R, S)`: per pair segment, ``sum_r w_r a_r``."""
+        a = np.broadcast_to(a, (self.weights if self.counts is None else self.counts).shape[:1] + a.shape[1:])
         if self.rec.grid:
             return np.matmul(a.reshape(a.shape[0], len(self.rec.starts), -1), self.counts)[:, :, 0]
         return np.add.reduceat(a * self.weights, self.rec.starts, axis=1)
@@ -333,307 +385,166 @@ class _Sums:
 
 
 def _ordered(design: Design) -> _Ordered:
-    m, p = design.m, design.x.shape[1]
+    m = design.m
     pair = design.a * m + design.b
     order = np.lexsort((design.units, pair))
-    pair, units, x = pair[order], design.units[order], design.x[order]
+    pair, units = pair[order], design.units[order]
+    a, b = design.a[order], design.b[order]
     starts = np.flatnonzero(np.r_[True, pair[1:] != pair[:-1]])
-    diff = np.zeros((len(starts), m))
-    diff[np.arange(len(starts)), design.a[order][starts]] = 1.0
-    diff[np.arange(len(starts)), design.b[order][starts]] = -1.0
-    outer = (diff[:, :, None] * diff[:, None, :]).reshape(len(starts), m * m)
+    eye = np.eye(m)
+    on_a, on_b = eye[a[starts]], eye[b[starts]]
+    aa = (on_a[:, :, None] * on_a[:, None, :]).reshape(len(starts), m * m)
+    bb = (on_b[:, :, None] * on_b[:, None, :]).reshape(len(starts), m * m)
+    ab = (on_a[:, :, None] * on_b[:, None, :] + on_b[:, :, None] * on_a[:, None, :]).reshape(len(starts), m * m)
     grid = len(units) == len(starts) * design.n_units and bool(
         np.all(units.reshape(len(starts), -1) == np.arange(design.n_units))
     )
-    half_x = {dt: np.ascontiguousarray(0.5 * x.T, dtype=dt) for dt in (np.float32, np.float64)}
-    z = {dt: np.ascontiguousarray(x[:, m:p].T, dtype=dt) for dt in (np.float32, np.float64)}
-    z_max = np.abs(x[:, m:p]).max(axis=0, initial=0.0)
-    return _Ordered(units, half_x, z, starts, diff, outer, grid, design.n_units, z_max)
+    outcome = design.outcome[order]
+    outcomes = {dt: [(outcome == code).astype(dt)[None] for code in (0, 1, 2)] for dt in _DTYPES}
+    half_z = {dt: np.ascontiguousarray(0.5 * design.x[order, m:].T, dtype=dt) for dt in _DTYPES}
+    return _Ordered(units, a, b, outcomes, half_z, starts, on_a, on_b, aa, bb, ab, grid, design.n_units)
 
 
-def _probabilities(half_u: np.ndarray, log_nu: np.ndarray | None, dtype, bound: float = np.inf):
-    """Davidson's ``P(a wins) - P(b wins)`` and ``1 / (e^{u/2} + e^{-u/2} + nu)`` (so ``P(tie) = nu`` times it)
-    of `(R, N)` half linear predictors, computed in place; Bradley-Terry (``log_nu`` None) is ``nu = 0``.
-
-    ``bound`` (a bound on ``|u/2|``) skips the clip that keeps the exponentials finite where it cannot act.
-    """
-    top = _SATURATED[dtype] + (0.0 if log_nu is None else max(float(np.max(log_nu)), 0.0))
-    if bound > top:  # beyond ``top`` the probabilities are 0 or 1 to the working precision
-        np.clip(half_u, -top, top, out=half_u)
-    e = np.exp(half_u, out=half_u)
-    inv = np.reciprocal(e)
-    den = e + inv
-    if log_nu is not None:
-        den += np.exp(log_nu).astype(dtype)[:, None]
-    r = np.reciprocal(den, out=den)
-    diff = np.subtract(e, inv, out=e)
-    diff *= r
-    return diff, r
-
-
-def _pass(rec: _Ordered, theta, counts, m: int, davidson: bool, dtype, hessian: bool):
-    """The data part of the gradient `(R, Q)` (and Hessian `(R, Q, Q)`) of the nonlinear term ``sum_r w_r L``, for
-    rows ``theta`` `(R, Q)` with per-sample counts `(R, n_units)`, over the records in ``dtype`` (sums per pair
-    segment in ``dtype``, the rest in float64)."""
+def _pass(rec: _Ordered, model: PairModel, theta: np.ndarray, counts: np.ndarray, m: int, dtype=np.float64):
+    """The data part of the gradient `(R, Q)` and Hessian `(R, Q, Q)` of ``sum_r w_r nll_r`` for rows ``theta``
+    `(R, Q)` with per-sample counts `(R, n_units)`, from the pair model's terms at every record's two sides,
+    computed in ``dtype`` over the records (the sums returned in float64)."""
     n_rows, q = theta.shape
-    p, n = rec.half_x[dtype].shape
+    k_cov, n = rec.half_z[dtype].shape
+    p = m + k_cov
     grad = np.zeros((n_rows, q))
-    hess = np.zeros((n_rows, q, q)) if hessian else None
-    z = rec.z[dtype]
-    # |u/2| <= (max b - min b + sum_k |gamma_k| max |z_k|) / 2: where that is small, no clip is needed
-    bounds = 0.5 * (np.ptp(theta[:, :m], axis=1) + np.abs(theta[:, m:p]) @ rec.z_max)
-    nu = np.exp(theta[:, -1]) if davidson else np.zeros(n_rows)
-    chunk = max(1, _PASS_CELLS[dtype] // max(1, n))
+    hess = np.zeros((n_rows, q, q))
+    chunk = max(1, _PASS_CELLS // max(1, n))
+    z, outcomes = rec.half_z[dtype], rec.outcomes[dtype]
     for lo in range(0, n_rows, chunk):
         hi = min(n_rows, lo + chunk)
-        th, sums = theta[lo:hi], _Sums(rec, counts[lo:hi], dtype)
-        half_u = th[:, :p].astype(dtype) @ rec.half_x[dtype]
-        pd, r = _probabilities(half_u, th[:, -1] if davidson else None, dtype, float(bounds[lo:hi].max()))
-        grad[lo:hi, :m] = 0.5 * (sums.segments(pd) @ rec.diff)
-        for k in range(p - m):
-            grad[lo:hi, m + k] = 0.5 * sums.total(pd * z[k])
-        if davidson:  # sum_r w P(tie) = nu sum_r w r
-            grad[lo:hi, -1] = nu[lo:hi] * sums.total(r)
-        if hessian:
-            ties = (nu[lo:hi], grad[lo:hi, -1]) if davidson else None
-            hess[lo:hi] = _hessian_block(rec, sums, pd, r, ties, m)
-    return grad, hess
-
-
-def _hessian_block(rec: _Ordered, sums: _Sums, pd, r, ties, m: int) -> np.ndarray:
-    """`(R, Q, Q)` data Hessian from the probabilities (``pd`` and ``r`` are overwritten): ``h_uu = (1 - P(tie) -
-    pd^2) / 4``, ``h_u,eta = -pd P(tie) / 2``, ``h_eta,eta = P(tie) (1 - P(tie))`` with ``P(tie) = nu r``;
-    ``ties``: ``(nu, sum_r w_r P(tie))`` per row, or None (Bradley-Terry)."""
-    nu, tie_total = ties if ties is not None else (None, None)
-    z = rec.z[pd.dtype.type]
-    k_cov, n_rows = z.shape[0], pd.shape[0]
-    p = m + k_cov
-    block = np.zeros((n_rows, p + (nu is not None), p + (nu is not None)))
-    ue = pd * r if nu is not None else None
-    huu = np.multiply(pd, pd, out=pd)
-    if nu is not None:
-        huu += r * nu[:, None].astype(pd.dtype)
-    np.subtract(1.0, huu, out=huu)
-    block[:, :m, :m] = 0.25 * (sums.segments(huu) @ rec.outer).reshape(-1, m, m)
-    for k in range(k_cov):
-        hz = huu * z[k]
-        block[:, :m, m + k] = block[:, m + k, :m] = 0.25 * (sums.segments(hz) @ rec.diff)
-        for j in range(k, k_cov):
-            block[:, m + k, m + j] = block[:, m + j, m + k] = 0.25 * sums.total(hz * z[j])
-    if nu is not None:
-        column = np.empty((n_rows, p))
-        column[:, :m] = sums.segments(ue) @ rec.diff
+        th, sums = theta[lo:hi].astype(dtype), _Sums(rec, counts[lo:hi].astype(dtype))
+        shift = th[:, m:p] @ z  # gamma . z / 2, (R, N)
+        s_i, s_j = th[:, rec.a] + shift, th[:, rec.b] - shift
+        eta = th[:, p:] if model.has_tie else None
+        _, g, h = model.terms(s_i, s_j, eta, *outcomes, True)
+        seg = {key: sums.segments(v) for key, v in (*g.items(), *h.items())}
+        grad[lo:hi, :m] = seg["i"] @ rec.on_a + seg["j"] @ rec.on_b
+        block = hess[lo:hi]
+        block[:, :m, :m] = (seg["ii"] @ rec.aa + seg["jj"] @ rec.bb + seg["ij"] @ rec.ab).reshape(-1, m, m)
+        side_i, side_j = h["ii"] - h["ij"], h["ij"] - h["jj"]  # d/d gamma of the two sides' gradients, by z / 2
+        curvature = side_i - side_j
         for k in range(k_cov):
-            column[:, m + k] = sums.total(ue * z[k])
-        column *= -0.5 * nu[:, None]
-        block[:, :p, -1] = block[:, -1, :p] = column
-        block[:, -1, -1] = tie_total - nu**2 * sums.total(np.multiply(r, r, out=r))
-    return block
-
-
-def _prior(theta: np.ndarray, m: int, precision: float | Prior) -> tuple[np.ndarray, np.ndarray]:
-    """Gradient `(R, Q)` and Hessian `(Q, Q)` of the prior and the centring term (`Prior.terms`)."""
-    _, grad, hess = as_prior(precision).terms(theta, m)
-    return grad, hess[0]
-
-
-def _symmetric_index(q: int, order: int) -> tuple[np.ndarray, np.ndarray]:
-    """Flat indices `(T,)` of the sorted index tuples of a symmetric tensor of side q, and the map from every full
-    index (shape ``(q,) * order``) to its tuple's position."""
-    tuples = np.array(list(itertools.combinations_with_replacement(range(q), order)), dtype=np.int64)
-    full = np.zeros(q**order, dtype=np.int64)
-    for perm in itertools.permutations(range(order)):
-        full[np.ravel_multi_index(tuples[:, list(perm)].T, (q,) * order)] = np.arange(len(tuples))
-    return np.ravel_multi_index(tuples.T, (q,) * order), full.reshape((q,) * order)
-
-
-def _derivatives(pd: np.ndarray, pt: np.ndarray | None) -> list[np.ndarray]:
-    """Derivatives of ``L(u, eta)`` of orders 1-3, each `(N, order + 1)` by the number of ``eta`` among the
-    variables (Bradley-Terry: one column, ``u`` only)."""
-    if pt is None:
-        pt = np.zeros_like(pd)
-    ps = 1.0 - pt
-    return [
-        np.stack([0.5 * pd, pt], axis=1),
-        np.stack([0.25 * (ps - pd * pd), -0.5 * pd * pt, pt * ps], axis=1),
-        np.stack(
-            [
-                0.25 * pd * (0.5 * pt - ps + pd * pd),
-                0.25 * pt * (2.0 * pd * pd - ps),
-                -0.5 * pd * pt * (ps - pt),
-                pt * ps * (ps - pt),
-            ],
-            axis=1,
-        ),
-    ]
+            grad[lo:hi, m + k] = sums.total((g["i"] - g["j"]) * z[k])
+            block[:, :m, m + k] = block[:, m + k, :m] = (
+                sums.segments(side_i * z[k]) @ rec.on_a + sums.segments(side_j * z[k]) @ rec.on_b
+            )
+            weighted = curvature * z[k]
+            for j in range(k, k_cov):
+                block[:, m + k, m + j] = block[:, m + j, m + k] = sums.total(weighted * z[j])
+        if model.has_tie:
+            grad[lo:hi, -1] = seg["e"].sum(axis=1)
+            column = np.empty((hi - lo, p))
+            column[:, :m] = seg["ie"] @ rec.on_a + seg["je"] @ rec.on_b
+            for k in range(k_cov):
+                column[:, m + k] = sums.total((h["ie"] - h["je"]) * z[k])
+            block[:, :p, -1] = block[:, -1, :p] = column
+            block[:, -1, -1] = seg["ee"].sum(axis=1)
+    return grad, hess
 
 
 @dataclass(frozen=True)
 class _UnitTables:
-    """Per-sample sums at the full-data estimate: the unique entries of the gradient, Hessian and (when not too
-    many) third-derivative tensors, side by side in ``columns`` `(n_units, T)` (``sizes``: where each order starts;
-    ``maps``: full index -> unique entry), and the linear data term `(n_units, Q)`."""
+    """Per-sample sums at the full-data estimate: the gradient `(n_units, Q)` and the Hessian `(n_units, Q^2)`,
+    and which models each sample shows `(n_units, M)`."""
 
-    columns: np.ndarray
-    sizes: np.ndarray
-    maps: list
-    linear: np.ndarray
+    grad: np.ndarray
+    hess: np.ndarray
+    present: np.ndarray
 
 
-def _unit_tables(design: Design, estimate: np.ndarray, davidson: bool) -> _UnitTables:
+def _unit_tables(design: Design, model: PairModel, estimate: np.ndarray) -> _UnitTables:
     m, p = design.m, design.x.shape[1]
-    q, n, n_units = estimate.shape[0], design.x.shape[0], design.n_units
-    # a record's non-zero coordinates, in increasing order: min(a, b), max(a, b), the covariates, (Davidson) log nu,
-    # which takes the eta derivatives; a tensor entry is then one sorted combination of them
-    lo, hi = np.minimum(design.a, design.b), np.maximum(design.a, design.b)
-    cols = np.concatenate([lo[:, None], hi[:, None], np.broadcast_to(np.arange(m, q), (n, q - m))], axis=1)
-    vals = np.ones(cols.shape)
-    vals[:, 0] = np.where(design.a == lo, 1.0, -1.0)
-    vals[:, 1] = -vals[:, 0]
-    vals[:, 2 : 2 + p - m] = design.x[:, m:]
-    n_nonzero = cols.shape[1]
-    is_eta = np.arange(n_nonzero) == n_nonzero - 1 if davidson else np.zeros(n_nonzero, dtype=bool)
-    pd, r = _probabilities((0.5 * design.x @ estimate[:p])[None, :], estimate[-1:] if davidson else None, np.float64)
-    derivs = _derivatives(pd[0], r[0] * np.exp(estimate[-1]) if davidson else None)
-    y = design.outcome
-    half_y = 0.5 * np.where(y == 0, 1.0, np.where(y == 1, -1.0, 0.0))
-    linear = vals * np.where(is_eta, (y == 2)[:, None], half_y[:, None])
-    orders = 3 if len(_symmetric_index(q, 3)[0]) <= _MAX_CUBIC else 2
-    columns, maps = [], []
-    for order in range(1, orders + 1):
-        flat, full_map = _symmetric_index(q, order)
-        combos = np.array(list(itertools.combinations_with_replacement(range(n_nonzero), order)))
-        entry = np.zeros((n, len(combos)), dtype=np.int64)
-        value = derivs[order - 1][:, is_eta[combos].sum(axis=1)]
-        for k in range(order):
-            entry = entry * q + cols[:, combos[:, k]]
-            value = value * vals[:, combos[:, k]]
-        if order == 1:
-            value = value - linear
-        index = design.units[:, None] * len(flat) + full_map.ravel()[entry]
-        sums = np.bincount(index.ravel(), value.ravel(), minlength=n_units * len(flat))
-        columns.append(sums.reshape(n_units, len(flat)))
-        maps.append(full_map)
-    linear_units = np.bincount((design.units[:, None] * q + cols).ravel(), linear.ravel(), minlength=n_units * q)
-    sizes = np.cumsum([0] + [c.shape[1] for c in columns])
-    return _UnitTables(np.concatenate(columns, axis=1), sizes, maps, linear_units.reshape(n_units, q))
-
-
-def _start(tables: _UnitTables, estimate, counts, m: int, precision: float | Prior):
-    """Every resample's Chebyshev step from ``estimate`` (a Newton step when the third derivatives are too many).
-
-    Returns:
-        ``(start (B, Q), linear (B, Q), third (B, Q, Q, Q) or None)``: ``linear`` is the resample's
-        ``sum_r w_r (y_r x_r / 2 + t_r e_eta)`` (minus the gradient of the linear data term), ``third`` its third
-        derivatives at ``estimate``.
-    """
-    total = counts @ tables.columns  # (B, every unique derivative entry): one dense product
-    sizes, maps = tables.sizes, tables.maps
-    prior_grad, prior_hess = _prior(estimate[None], m, precision)
-    grad = total[:, : sizes[1]] + prior_grad
-    hess = total[:, sizes[1] : sizes[2]][:, maps[1]] + prior_hess
-    step = _solve(hess, grad)
-    third = None
-    if len(maps) == 3:  # Chebyshev: the second-order term of the gradient along the Newton step
-        third = total[:, sizes[2] : sizes[3]][:, maps[2]]
-        step = step + 0.5 * _solve(hess, np.einsum("bijk,bj,bk->bi", third, step, step))
-    return estimate - step, counts @ tables.linear, third
+    q, n = estimate.shape[0], design.x.shape[0]
+    x_i, x_j = (_dense(side, p) for side in _sides(design))
+    eta = estimate[None, p:] if model.has_tie else None
+    w, lo, t = _outcomes(design, np.ones((1, n)))
+    _, g, h = model.terms((x_i @ estimate[:p])[None], (x_j @ estimate[:p])[None], eta, w, lo, t, True)
+    g, h = {k: v[0] for k, v in g.items()}, {k: v[0] for k, v in h.items()}
+    grad = np.zeros((n, q))
+    grad[:, :p] = x_i * g["i"][:, None] + x_j * g["j"][:, None]
+    hess = np.zeros((n, q, q))
+    hess[:, :p, :p] = (
+        h["ii"][:, None, None] * x_i[:, :, None] * x_i[:, None, :]
+        + h["jj"][:, None, None] * x_j[:, :, None] * x_j[:, None, :]
+        + h["ij"][:, None, None] * (x_i[:, :, None] * x_j[:, None, :] + x_j[:, :, None] * x_i[:, None, :])
+    )
+    if model.has_tie:
+        grad[:, -1] = g["e"]
+        hess[:, :p, -1] = hess[:, -1, :p] = x_i * h["ie"][:, None] + x_j * h["je"][:, None]
+        hess[:, -1, -1] = h["ee"]
+    per_unit = csr_matrix((np.ones(n), (design.units, np.arange(n))), shape=(design.n_units, n))
+    present = per_unit @ (x_i[:, :m] + x_j[:, :m] > 0).astype(float)
+    return _UnitTables(per_unit @ grad, per_unit @ hess.reshape(n, q * q), present > 0)
 
 
 def _fit_regular(
     design: Design,
+    model: PairModel,
     rec: _Ordered,
     tables: _UnitTables,
-    estimate,
-    counts,
+    estimate: np.ndarray,
+    counts: np.ndarray,
     precision: float | Prior,
-    davidson: bool,
-    theta,
+    theta: np.ndarray,
 ) -> np.ndarray:
     """The resamples the batched path can finish, fitted into ``theta`` `(B, Q)` in place; returns which (`(B,)`
     bool)."""
     m, p = design.m, design.x.shape[1]
+    q = estimate.shape[0]
+    prior = as_prior(precision)
     regular = np.zeros(counts.shape[0], dtype=bool)
-    start, linear, third = _start(tables, estimate, counts, m, precision)
+    _, prior_grad, prior_hess = prior.terms(estimate[None], m)
+    grad = counts @ tables.grad + prior_grad
+    hess = (counts @ tables.hess).reshape(-1, q, q) + prior_hess
+    start = estimate - _solve(hess, grad)
 
-    def ok(th):
+    def ok(th: np.ndarray) -> np.ndarray:
         fine = np.isfinite(th).all(axis=1) & (np.max(np.abs(th[:, m:p]), axis=1, initial=0.0) <= 4 * DIVERGED)
-        if davidson:
-            fine &= (th[:, -1] > TIE_LOG_BOUNDS[0]) & (th[:, -1] < TIE_LOG_BOUNDS[1])
+        if model.has_tie:
+            fine &= (th[:, -1] > model.bounds[0]) & (th[:, -1] < model.bounds[1])
         return fine
 
-    def gradient(th, rows, dtype, hessian):
-        g, h = _pass(rec, th, counts[rows], m, davidson, dtype, hessian)
-        pg, ph = _prior(th, m, precision)
-        return g - linear[rows] + pg, None if h is None else h + ph
-
-    fine = ok(start)
-    if davidson:  # a resample without ties has its tie parameter at the bound: damped_newton's case
+    # a model the resample never draws, or no ties under a tie model (the tie parameter at its bound): damped_newton
+    fine = ok(start) & ((counts @ tables.present) > 0).all(axis=1)
+    if model.has_tie:
         fine &= counts @ np.bincount(design.units[design.outcome == 2], minlength=design.n_units) > 0
     rows = np.flatnonzero(fine)
     th = start[rows]
-    previous = np.full(len(rows), np.inf)
-    # Newton steps in float32 while they are large (their gradients are good to about 1e-6)
-    polish_rows, polish = [], []
-    for _ in range(_MAX_PASSES):
+    previous = np.max(np.abs(start - estimate), axis=1)[rows]
+    for n_pass in range(_MAX_PASSES):
         if not len(rows):
             break
-        g, h = gradient(th, rows, np.float32, True)
-        finite = np.isfinite(g).all(axis=1) & np.isfinite(h).all(axis=(1, 2))
-        rows, th, g, h, previous = rows[finite], th[finite], g[finite], h[finite], previous[finite]
-        step = _solve(h, g)
+        rough = n_pass == 0 and float(np.median(previous)) > _ROUGH
+        g, h = _pass(rec, model, th, counts[rows], m, np.float32 if rough else np.float64)
+        _, pg, ph = prior.terms(th, m)
+        step = _solve(h + ph, g + pg)
         size = np.max(np.abs(step), axis=1, initial=0.0)
         th = th - step
-        keep = ok(th) & np.isfinite(size) & (size < 0.5 * previous)
-        small = keep & (size <= _SWITCH)
-        if small.any():  # the Hessian at the new point, to first order, and how far it may still be off (rho)
-            hess, inverse, rho = h[small], None, np.full(int(small.sum()), 0.5)
-            if third is not None:
-                bend = _along(third, rows[small], step[small])
-                inverse = _inverse(hess - bend)
-                rho = np.minimum(np.abs(inverse @ bend).sum(axis=2).max(axis=1), 0.5)
-            polish_rows.append(rows[small])
-            polish.append((th[small], _inverse(hess) if inverse is None else inverse, rho, size[small]))
-        going = keep & ~small
-        rows, th, previous = rows[going], th[going], size[going]
-    if not polish_rows:
-        return regular
-    rows = np.concatenate(polish_rows)
-    th, inverse, rho, previous = (np.concatenate(part) for part in zip(*polish))
-    # float64 gradients with that Hessian: linear convergence to the exact optimum at rate rho; a resample is done
-    # when the distance left after its step, rho |step| / (1 - rho), is below _TOL
-    for _ in range(_MAX_PASSES):
-        g, _ = gradient(th, rows, np.float64, False)
-        step = np.einsum("bij,bj->bi", inverse, g)
-        size = np.max(np.abs(step), axis=1, initial=0.0)
-        th = th - step
-        finished = ok(th) & (rho * size <= _TOL * (1.0 - rho))
+        # Newton's quadratic convergence, its constant measured from the last two steps: c = size / previous^2
+        with np.errstate(divide="ignore", invalid="ignore"):
+            left = size**3 / previous**2
+        finished = ok(th) & (size <= _QUADRATIC) & ((left <= _TOL) | (size <= _TOL)) & (not rough)
         theta[rows[finished]] = th[finished]
         regular[rows[finished]] = True
-        rho = size / previous  # measured from now on
-        going = ~finished & ok(th) & np.isfinite(size) & ((rho < 0.5) | (size <= _FLOOR))
-        rows, th, inverse, rho, previous = rows[going], th[going], inverse[going], rho[going], size[going]
-        rho = np.minimum(rho, 0.5)
-        if not len(rows):
-            break
+        going = ~finished & ok(th) & np.isfinite(size) & (size < 0.5 * previous)
+        rows, th, previous = rows[going], th[going], size[going]
     return regular
 
 
-def _along(third: np.ndarray, rows: np.ndarray, step: np.ndarray) -> np.ndarray:
-    """``third[rows] . step`` `(R, Q, Q)` for third derivatives `(B, Q, Q, Q)`; where most rows are wanted, the
-    product over every row beats copying the wanted ones out."""
-    if 2 * len(rows) < len(third):
-        return np.einsum("bijk,bk->bij", third[rows], step)
-    full = np.zeros(third.shape[:2])
-    full[rows] = step
-    return np.einsum("bijk,bk->bij", third, full)[rows]
-
-
-def _inverse(hess: np.ndarray) -> np.ndarray:
-    try:
-        return np.linalg.inv(hess)
-    except np.linalg.LinAlgError:
-        return np.linalg.pinv(hess)
-
-
-__all__ = ["DIVERGED", "Design", "ResampleFits", "build_design", "damped_newton", "data_nll", "fit_resamples"]
+__all__ = [
+    "DIVERGED",
+    "Design",
+    "Prior",
+    "ResampleFits",
+    "build_design",
+    "damped_newton",
+    "data_nll",
+    "fit_resamples",
+    "n_params",
+]

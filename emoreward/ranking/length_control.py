@@ -1,4 +1,4 @@
-"""Length-controlled ranking: Bradley-Terry / Davidson with description-length covariates (style control).
+"""Length-controlled ranking: any pair model of the registry with description-length covariates (style control).
 
 "Prefer the longer description" explains most verdicts on emotion descriptions, so a plain ranking mixes quality
 with verbosity. :func:`fit_length_controlled` adds the standardised log-length difference as a covariate beside the
@@ -13,7 +13,7 @@ import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from scipy.special import ndtr  # the normal CDF, without importing scipy.stats
@@ -38,14 +38,12 @@ from emoreward.ranking.length_batched import (
     damped_newton,
     data_nll,
     fit_resamples,
+    n_params,
 )
 from emoreward.ranking.records import PairwiseRecord
-from emoreward.ranking.tie_models import TIE_LOG_BOUNDS
+from emoreward.ranking.tie_models import DEFAULT_TIE_MODEL, PairModel, get_model
 from emoreward.utils.separation import decided_rows, separating_direction
 
-
-ControlledModel = Literal["bradley-terry", "davidson"]
-CONTROLLED_MODELS: tuple[str, ...] = ("bradley-terry", "davidson")
 
 COVARIATES: dict[str, Callable[[str], float]] = {
     "log_length": lambda text: math.log1p(description_length(text, "chars")),
@@ -90,7 +88,7 @@ def description_features(
 
 @dataclass(frozen=True)
 class ControlledFit:
-    """A length-controlled (style-controlled) Bradley-Terry / Davidson fit with bootstrap intervals.
+    """A length-controlled (style-controlled) fit of a pair model with bootstrap intervals.
 
     Attributes:
         items (`list[str]`): the M models, order of ``scores``.
@@ -102,7 +100,8 @@ class ControlledFit:
         std_errors, p_values (`np.ndarray` of shape `(K,)`): standard error of ``gamma_k`` (bootstrap over samples;
             the Wald one below 20 usable resamples) and the two-sided normal p-value of ``gamma_k = 0``.
         scales (`np.ndarray` of shape `(K,)`): ``sigma_k``, root-mean-square of the raw covariate differences.
-        model (`str`): ``"bradley-terry"`` (ties dropped) or ``"davidson"``; tie_parameter: Davidson's ``nu``.
+        model (`str`): the pair model's name (``"bradley-terry"``: ties dropped); tie_parameter: its ``beta`` /
+            ``nu`` (on the centred scale), ``None`` for Bradley-Terry.
         log_likelihood (`float`): data log-likelihood (prior excluded); n_comparisons (`int`): records in it.
         ci_level (`float`), n_boot (`int`): coverage, resamples; ``n_failed`` of them diverged and are left out.
         warnings (`list[str]`): dropped, collinear or separated covariates, failed resamples.
@@ -250,7 +249,7 @@ def fit_length_controlled(
     records: Sequence[PairwiseRecord],
     features: Mapping[tuple[str, str], np.ndarray],
     covariates: Sequence[str] = DEFAULT_COVARIATES,
-    model: ControlledModel = "davidson",
+    model: PairModel | None = None,
     items: Sequence[str] | None = None,
     prior_variance: float | None = DEFAULT_PRIOR_VARIANCE,
     n_boot: int = 1000,
@@ -267,8 +266,10 @@ def fit_length_controlled(
         z_k(i, j, s) = (f_k(d_is) - f_k(d_js)) / sigma_k,
 
     ``d_is`` the description model ``i`` wrote for sample ``s``, ``f_k`` a per-description covariate (default
-    ``log(1 + characters)``), ``sigma_k`` the root-mean-square of the differences. Ties enter through Davidson as in
-    the plain fit; ``b`` gets the plain fits' prior and is centred; ``gamma`` is unpenalised (maximum likelihood).
+    ``log(1 + characters)``), ``sigma_k`` the root-mean-square of the differences. Any pair model of
+    `emoreward.ranking.tie_models` gives the likelihood, ties included, at the two sides' log-strengths
+    ``b_i + gamma . z / 2`` and ``b_j - gamma . z / 2`` (a model of the difference sees the logit above); ``b`` gets
+    the plain fits' prior and is centred; ``gamma`` is unpenalised (maximum likelihood).
     Unlike FastChat (``(a - b) / (a + b + 1)``, z-scored) we take the log-length difference scaled by its RMS without
     centring: a description pair has no natural order.
 
@@ -283,8 +284,9 @@ def fit_length_controlled(
         features (`Mapping[tuple[str, str], np.ndarray]`): ``(sample, model) -> raw covariate values`` of shape
             `(K,)` (see :func:`description_features`).
         covariates (`Sequence[str]`): the K names, in the order of the feature vectors.
-        model (`Literal["bradley-terry", "davidson"]`): ``"bradley-terry"`` drops ties (as
-            :func:`~emoreward.ranking.bradley_terry.fit_bradley_terry`'s default), ``"davidson"`` models them.
+        model (`PairModel`, *optional*): the pair model (`emoreward.ranking.tie_models`; default
+            ``DEFAULT_TIE_MODEL``, as `emoreward.ranking.fit.FitSpec`); Bradley-Terry drops ties (as
+            :func:`~emoreward.ranking.bradley_terry.fit_bradley_terry`'s default).
         items (`Sequence[str]`, *optional*): item order (default: sorted names).
         prior_variance (`float` or `None`): Gaussian prior on the model effects, as the plain fits.
         n_boot, alpha, seed: as :func:`~emoreward.ranking.bootstrap.bootstrap_ci` (same seed, same resamples).
@@ -295,12 +297,11 @@ def fit_length_controlled(
         `ControlledFit`; its ``warnings`` are also raised as `UserWarning`.
 
     Raises:
-        ValueError: on an unknown ``model``, no records, a record without sample or features (the message names the
+        ValueError: on no records, a record without sample or features (the message names the
             record), feature vectors of the wrong length, a disconnected comparison graph, ``n_boot < 1`` or
             ``alpha`` outside (0, 1).
     """
-    if model not in CONTROLLED_MODELS:
-        raise ValueError(f"unknown model {model!r}; choose one of {CONTROLLED_MODELS}")
+    model = get_model(DEFAULT_TIE_MODEL) if model is None else model
     if n_boot < 1:
         raise ValueError(f"n_boot must be >= 1, got {n_boot}")
     if not 0.0 < alpha < 1.0:
@@ -320,24 +321,23 @@ def fit_length_controlled(
     for k in np.flatnonzero(~kept):
         notes.append(f"covariate {covariates[k]!r} does not differ within any compared pair: dropped")
     design, in_design = build_design(records, items, values[:, :, kept] / scales[kept], model)
-    davidson = model == "davidson"
     boot_s = np.full((n_boot, len(items)), np.nan)
     boot_c = np.full((n_boot, len(covariates)), np.nan)
     n_failed = 0
     with single_blas_thread():  # small products: OpenBLAS threads only spin
-        full = _full_fit(design, [c for c, k in zip(covariates, kept) if k], precision, davidson, notes)
+        full = _full_fit(design, model, [c for c, k in zip(covariates, kept) if k], precision, notes)
         separation, gamma_identified = None, True
         in_records = [r for r, k in zip(records, in_design) if k]
         if full.undecided is not None and not full.by_models:  # covariates separate: the model effects on the rest
             undecided_records = [r for r, u in zip(in_records, full.undecided) if u]
             full, boot_s, open_ends, groups = _separated_fit(
-                design, full.undecided, undecided_records, items, precision, davidson, n_boot, seed, batched
+                design, model, full.undecided, undecided_records, items, precision, n_boot, seed, batched
             )
             separation = {"covariates": [c for c, k in zip(covariates, kept) if k], "models": groups}
         elif full.identified and intervals_defined(design.n_units):  # one sample: no interval (edges)
-            boot_s, boot_c[:, kept], n_failed = _bootstrap(design, full, precision, davidson, n_boot, seed, batched)
+            boot_s, boot_c[:, kept], n_failed = _bootstrap(design, model, full, precision, n_boot, seed, batched)
         if full.by_models:  # model identity separates: the prior-bounded fit, open ends as the plain fits'
-            groups = separated_groups(PairwiseCounts.from_records(in_records, items), ties_bind=davidson)
+            groups = separated_groups(PairwiseCounts.from_records(in_records, items), model)
             open_ends = tuple(np.array([groups.get(i) == kind for i in items]) for kind in ("never won", "never lost"))
             notes.append(separation_warning(groups, prior_variance))
             # in the limit the decided verdicts leave the likelihood: the coefficients rest on the undecided rest
@@ -384,7 +384,7 @@ def fit_length_controlled(
         std_errors=se,
         p_values=pval,
         scales=scales,
-        model=model,
+        model=model.name,
         tie_parameter=full.tie_parameter,
         log_likelihood=full.log_likelihood,
         n_comparisons=int(design.x.shape[0]),
@@ -401,11 +401,11 @@ def fit_length_controlled(
 
 def _separated_fit(
     design: Design,
+    model: PairModel,
     undecided: np.ndarray,
     undecided_records: list[PairwiseRecord],
     items: list[str],
     precision: float,
-    davidson: bool,
     n_boot: int,
     seed: int | None,
     batched: bool,
@@ -420,33 +420,30 @@ def _separated_fit(
     """
     m = design.m
     keep = undecided
-    sub = Design(
-        design.x[keep][:, :m], design.outcome[keep], design.units[keep], design.n_units, design.a[keep],
-        design.b[keep], m,
-    )  # fmt: skip
+    sub = design.subset(keep, columns=m)
     boot_s = np.full((n_boot, m), np.nan)
     if keep.any():
-        theta, ok, _ = damped_newton(sub, np.ones((1, int(keep.sum()))), precision, davidson, hessian=False)
+        theta, ok, _ = damped_newton(sub, model, np.ones((1, int(keep.sum()))), precision, hessian=False)
         est, converged = theta[0], bool(ok[0])
     else:
-        est, converged = np.zeros(m + davidson), True
-        if davidson:
-            est[-1] = TIE_LOG_BOUNDS[0]
+        est, converged = np.zeros(n_params(sub, model)), True
+        if model.has_tie:
+            est[-1] = model.bounds[0]
     fit = _FullFit(
         estimate=est,
         scores=est[:m] - est[:m].mean(),
         coefficients=np.zeros(0),
         wald_se=np.zeros(0),
-        tie_parameter=math.exp(float(est[-1])) if davidson else None,
-        log_likelihood=-data_nll(sub, est, davidson) if keep.any() else 0.0,
+        tie_parameter=_tie_parameter(model, est, m),
+        log_likelihood=-data_nll(sub, model, est) if keep.any() else 0.0,
         converged=converged,
         identified=True,
         undecided=undecided,
     )
     if keep.any() and intervals_defined(design.n_units):
-        boot_s, _, _ = _bootstrap(sub, fit, precision, davidson, n_boot, seed, batched)
+        boot_s, _, _ = _bootstrap(sub, model, fit, precision, n_boot, seed, batched)
     counts = PairwiseCounts.from_records(undecided_records, items)
-    groups = separated_groups(counts, ties_bind=davidson)
+    groups = separated_groups(counts, model)
     compared = (counts.totals > 0).any(axis=1)
     # a model some resample's undecided verdicts never show has only the prior to bound it there: open both ends
     unbounded = ~compared | np.isnan(boot_s).any(axis=0)
@@ -520,7 +517,15 @@ def separation_note(kept: Sequence[str], n_decided: int, n_undecided: int, with_
     )
 
 
-def _full_fit(design: Design, kept: list[str], precision: float, davidson: bool, notes: list[str]) -> _FullFit:
+def _tie_parameter(model: PairModel, estimate: np.ndarray, m: int) -> float | None:
+    """The tie parameter of a fit (``None`` without one), on the centred scale where it shifts with the scores."""
+    if not model.has_tie:
+        return None
+    shift = float(np.mean(estimate[:m])) if model.shifts_with_scores else 0.0
+    return float(model.tie_parameter(float(estimate[-1]) - shift))
+
+
+def _full_fit(design: Design, model: PairModel, kept: list[str], precision: float, notes: list[str]) -> _FullFit:
     """Fit all records; collinear or nearly separated covariates make it unidentified (noted). Verdicts decided by a
     separation (`decided_rows` on the full design) are marked (``undecided``); ``by_models`` where model identity
     alone separates (the prior-bounded fit, as the plain fits')."""
@@ -534,20 +539,23 @@ def _full_fit(design: Design, kept: list[str], precision: float, davidson: bool,
         identified = False
     undecided = None
     if identified and kept:
-        direction = separating_direction(design.x[:, m:], design.outcome)
+        direction = separating_direction(design.x[:, m:], design.outcome, model.orders, design.level[:, m:])
         if direction is not None:  # the limit of the fit as the coefficients grow along it: _separated_fit
             z = design.x[:, m:] @ direction
             undecided = np.abs(z) <= 1e-9 * max(1.0, float(np.abs(z).max()))
             notes.append(separation_note(kept, int((~undecided).sum()), int(undecided.sum())))
     by_models = False
     if identified and undecided is None:
-        decided = decided_rows(design.x, design.outcome)
+        level = design.level
+        decided = decided_rows(design.x, design.outcome, model.orders, level)
         if decided is not None:
             undecided = ~decided
-            by_models = not kept or np.array_equal(decided, decided_rows(design.x[:, :m], design.outcome))
+            by_models = not kept or np.array_equal(
+                decided, decided_rows(design.x[:, :m], design.outcome, model.orders, level[:, :m])
+            )
             if not by_models:
                 notes.append(separation_note(kept, int(decided.sum()), int(undecided.sum()), with_models=True))
-    theta, ok, hess = damped_newton(design, np.ones((1, design.x.shape[0])), precision, davidson)
+    theta, ok, hess = damped_newton(design, model, np.ones((1, design.x.shape[0])), precision)
     est = theta[0]
     if (undecided is None or by_models) and identified and kept and (not ok[0] or np.max(np.abs(est[m:p])) > DIVERGED):
         notes.append(
@@ -562,8 +570,8 @@ def _full_fit(design: Design, kept: list[str], precision: float, davidson: bool,
         scores=est[:m] - est[:m].mean(),
         coefficients=est[m:p],
         wald_se=wald_se,
-        tie_parameter=math.exp(float(est[-1])) if davidson else None,
-        log_likelihood=-data_nll(design, est, davidson),
+        tie_parameter=_tie_parameter(model, est, m),
+        log_likelihood=-data_nll(design, model, est),
         converged=bool(ok[0]),
         identified=identified,
         undecided=undecided,
@@ -572,14 +580,14 @@ def _full_fit(design: Design, kept: list[str], precision: float, davidson: bool,
 
 
 def _bootstrap(
-    design: Design, full: _FullFit, precision: float, davidson: bool, n_boot: int, seed: int | None, batched: bool
+    design: Design, model: PairModel, full: _FullFit, precision: float, n_boot: int, seed: int | None, batched: bool
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """Every resample's centred scores `(n_boot, M)` and kept coefficients `(n_boot, K_kept)`, NaN where a model
     was not compared (scores) or the resample failed (separated: not converged or beyond ``DIVERGED``), and the
     number of failed resamples. The resamples are :func:`~emoreward.ranking.bootstrap.bootstrap_ci`'s."""
     m, p = design.m, design.x.shape[1]
     unit_w = resample_unit_weights(design.n_units, n_boot, seed).astype(float)
-    fits = fit_resamples(design, full.estimate, unit_w, precision, davidson, batched)
+    fits = fit_resamples(design, model, full.estimate, unit_w, precision, batched)
     theta = fits.params
     good = fits.converged & (np.max(np.abs(theta[:, m:p]), axis=1, initial=0.0) <= DIVERGED)
     present_rows = np.zeros((design.n_units, m))

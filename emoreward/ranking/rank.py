@@ -21,9 +21,6 @@ import numpy as np
 from emoreward.data.tables import DescriptionTable
 from emoreward.ranking.bootstrap import BootstrapCI, bootstrap_ci
 from emoreward.ranking.bradley_terry import (
-    DEFAULT_PRIOR_VARIANCE,
-    TIE_MODELS,
-    TieModel,
     finite_float,
     fit_binarized_bradley_terry,
     fit_bradley_terry_ties,
@@ -31,18 +28,15 @@ from emoreward.ranking.bradley_terry import (
 from emoreward.ranking.counts import PairwiseCounts
 from emoreward.ranking.edges import reward_edges
 from emoreward.ranking.effects import fit_reward_effects
+from emoreward.ranking.fit import FitSpec
 from emoreward.ranking.hierarchical import rank_hierarchical
 from emoreward.ranking.judging import OrderCombine, judge_records
-from emoreward.ranking.length_control import (
-    DEFAULT_COVARIATES,
-    ControlledFit,
-    description_features,
-    fit_length_controlled,
-)
+from emoreward.ranking.length_control import ControlledFit, description_features, fit_length_controlled
 from emoreward.ranking.records import PairwiseRecord
 from emoreward.ranking.report import RankingReport, ranking_warnings
 from emoreward.ranking.score_cache import ScoreCache
 from emoreward.ranking.scoring import ScoreMatrix, records_from_scores, score_table, truncation_counts
+from emoreward.ranking.tie_models import get_model
 
 
 if TYPE_CHECKING:
@@ -50,10 +44,8 @@ if TYPE_CHECKING:
     from emoreward.models.base import RewardModel
 
 
-DEFAULT_TIE_MODEL: TieModel = "davidson"
-"""The tie model of `emoreward rank`: Davidson (1970), a tie half a win and half a loss. EmoPrefer's appendix-F model
-lowers both models on a tie, as a loss would; it stays in the report as the paper's column."""
-PAPER_TIE_MODEL: TieModel = "emoprefer"
+PAPER_TIE_MODEL = "emoprefer"
+"""The paper's column (EmoPrefer appendix F), fitted beside the ranking tie model (`FitSpec.model`) when it differs."""
 
 
 @dataclass
@@ -99,15 +91,13 @@ class RankingFits:
 def fit_ranking(
     records: Sequence[PairwiseRecord],
     models: Sequence[str],
-    tie_model: TieModel = DEFAULT_TIE_MODEL,
+    fit: FitSpec | None = None,
     n_boot: int = 1000,
     alpha: float = 0.05,
     seed: int = 0,
-    prior_variance: float | None = DEFAULT_PRIOR_VARIANCE,
     paper: bool = True,
     progress: bool | None = False,
     features: Mapping[tuple[str, str], np.ndarray] | None = None,
-    covariates: Sequence[str] = DEFAULT_COVARIATES,
     batched: bool = True,
 ) -> RankingFits:
     """W counts, EMER-Ranker's binarized Bradley-Terry and Bradley-Terry with ties, all with bootstrap CIs.
@@ -115,27 +105,27 @@ def fit_ranking(
     Args:
         records (`Sequence[PairwiseRecord]`): the verdicts.
         models (`Sequence[str]`): the M models (item order of every fit).
-        tie_model (`str`): the tie model that ranks, a name in `TIE_MODELS` (``DEFAULT_TIE_MODEL``).
+        fit (`FitSpec`, *optional*): the tie model object that ranks (the count-table fit and the length-controlled
+            one), the prior on log-strengths and the covariates (default ``FitSpec()``: ``DEFAULT_TIE_MODEL``).
         n_boot, alpha, seed, progress, batched: as :func:`bootstrap_ci`.
-        prior_variance (`float` or `None`): Gaussian prior on log-strengths.
-        paper (`bool`): also fit EmoPrefer's appendix-F model (the paper's column) when ``tie_model`` differs.
+        paper (`bool`): also fit EmoPrefer's appendix-F model (the paper's column) when ``fit.model`` differs.
         features (`Mapping[tuple[str, str], np.ndarray]`, *optional*): ``(sample, model) -> covariates``
-            (`description_features`, names in ``covariates``); with them the length-controlled fit runs too.
+            (`description_features`, names in ``fit.covariates``); with them the length-controlled fit runs too,
+            under ``fit.model``.
 
     Returns:
         `RankingFits` (each ``BootstrapCI.estimate`` is the full-data fit).
 
     Raises:
-        ValueError: on an unknown ``tie_model``, no records, or a disconnected comparison graph.
+        ValueError: on no records, or a disconnected comparison graph.
     """
-    if tie_model not in TIE_MODELS:
-        raise ValueError(f"unknown tie_model {tie_model!r}; choose one of {tuple(TIE_MODELS)}")
+    fit = FitSpec() if fit is None else fit
     records = list(records)
     if not records:
         raise ValueError("no pairwise records to rank (do the models share samples?)")
     models = list(models)
     counts = PairwiseCounts.from_records(records, models)
-    common = {"prior_variance": prior_variance}
+    common = {"prior_variance": fit.prior_variance}
     boot_kwargs = {"on_disconnected": "warn", **common}
     # the full-data fits must be connected: check with an error first
     fit_binarized_bradley_terry(counts, **common)
@@ -143,29 +133,31 @@ def fit_ranking(
     fit_bin = partial(fit_binarized_bradley_terry, **boot_kwargs)
     binarized = bootstrap_ci(records, fit_bin, desc="bootstrap BT binarized W", **boot)
 
-    def tie_fit(model: str) -> BootstrapCI:
+    def tie_fit(model) -> BootstrapCI:
         fit_bradley_terry_ties(counts, tie_model=model, **common)
-        fit = partial(fit_bradley_terry_ties, tie_model=model, **boot_kwargs)
-        return bootstrap_ci(records, fit, desc=f"bootstrap BT-ties ({model})", **boot)
+        one = partial(fit_bradley_terry_ties, tie_model=model, **boot_kwargs)
+        return bootstrap_ci(records, one, desc=f"bootstrap BT-ties ({model.name})", **boot)
 
-    ties = tie_fit(tie_model)
-    paper_fit = tie_fit(PAPER_TIE_MODEL) if paper and tie_model != PAPER_TIE_MODEL else None
+    ties = tie_fit(fit.model)
+    paper_model = get_model(PAPER_TIE_MODEL)
+    paper_fit = tie_fit(paper_model) if paper and fit.model is not paper_model else None
     controlled = None
     if features is not None:
         with warnings.catch_warnings():  # its notes travel in `ControlledFit.warnings`, printed with the report
             warnings.filterwarnings("ignore", message="length-controlled fit:", category=UserWarning)
             controlled = fit_length_controlled(
-                records, features, covariates, "davidson", models, prior_variance, n_boot, alpha, seed, batched
+                records, features, fit.covariates, fit.model, models, fit.prior_variance, n_boot, alpha, seed, batched
             )
     return RankingFits(counts, binarized, ties, paper_fit, controlled)
 
 
 def with_features(table: DescriptionTable, fit_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``fit_kwargs`` with the table's description covariates, unless ``length_control=False`` was passed."""
+    """``fit_kwargs`` with the table's description covariates (``fit.covariates``), unless ``length_control=False``
+    was passed."""
     fit_kwargs = dict(fit_kwargs)
     if fit_kwargs.pop("length_control", True) and "features" not in fit_kwargs:
-        names, values = description_features(table.descriptions, fit_kwargs.get("covariates", DEFAULT_COVARIATES))
-        fit_kwargs.update(features=values, covariates=names)
+        fit = fit_kwargs.get("fit") or FitSpec()
+        fit_kwargs.update(features=description_features(table.descriptions, fit.covariates)[1])
     return fit_kwargs
 
 

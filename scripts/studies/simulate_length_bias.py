@@ -26,6 +26,7 @@ from emoreward.ranking.bradley_terry import fit_bradley_terry
 from emoreward.ranking.counts import PairwiseCounts
 from emoreward.ranking.length_control import fit_length_controlled
 from emoreward.ranking.records import PairwiseRecord
+from emoreward.ranking.tie_models import get_model
 
 
 def simulate(n_models: int, n_samples: int, bias: float, quality: float, seed: int) -> dict:
@@ -50,7 +51,7 @@ def simulate(n_models: int, n_samples: int, bias: float, quality: float, seed: i
             if d != 0:
                 longer.append(bool(w) == (d > 0))
     plain = fit_bradley_terry(PairwiseCounts.from_records(records, models))
-    controlled = fit_length_controlled(records, features, model="bradley-terry", items=models, n_boot=1)
+    controlled = fit_length_controlled(records, features, model=get_model("bradley-terry"), items=models, n_boot=1)
     return {
         "seed": seed,
         "bias": bias,

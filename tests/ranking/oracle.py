@@ -299,3 +299,66 @@ def _initial(initial_scores: np.ndarray | None, m: int) -> np.ndarray:
     if x0.shape != (m,):
         raise ValueError(f"initial_scores must have shape ({m},), got {x0.shape}")
     return x0.copy()
+
+
+def fit_length_controlled(
+    z: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    outcome: np.ndarray,
+    m: int,
+    model: str,
+    prior_variance: float | None = DEFAULT_PRIOR_VARIANCE,
+) -> dict:
+    """The reference fit (L-BFGS-B) of the full-data length-controlled fit
+    (`emoreward.ranking.length_control.fit_length_controlled`): per record the two sides' log-strengths
+    ``s_i = b_a + gamma . z / 2`` and ``s_j = b_b - gamma . z / 2`` in the pair model above (each side a virtual item
+    of `_tie_nll`; Bradley-Terry: `_bt_nll`, ties dropped), the prior on ``b`` only, ``b`` centred.
+
+    Args:
+        z (`np.ndarray` of shape `(N, K)`): the covariate differences of the records (already scaled);
+        a, b, outcome (`(N,)`): the models and the outcome (0: a won, 1: b won, 2: tie); m: the number of models.
+
+    Returns:
+        ``{"scores" (M,), "coefficients" (K,), "tie_parameter", "log_likelihood"}``.
+    """
+    if model == "bradley-terry":
+        keep = outcome != 2
+        z, a, b, outcome = z[keep], a[keep], b[keep], outcome[keep]
+    n, k = z.shape
+    precision = prior_precision(prior_variance)
+    w, lo, t = ((outcome == code).astype(float) for code in (0, 1, 2))
+    side_i, side_j = np.arange(n), n + np.arange(n)
+    has_tie = model != "bradley-terry"
+
+    def data(x: np.ndarray) -> tuple[float, np.ndarray]:
+        scores, gamma = x[:m], x[m : m + k]
+        half = 0.5 * z @ gamma
+        virtual = np.concatenate([scores[a] + half, scores[b] - half])
+        if has_tie:
+            nll, g = _tie_nll(model, np.append(virtual, x[-1]), side_i, side_j, w, lo, t)
+        else:
+            nll, g = _bt_nll(virtual, side_i, side_j, w, lo)
+        g_i, g_j = g[:n], g[n : 2 * n]
+        grad = np.zeros_like(x)
+        grad[:m] = np.bincount(a, g_i, m) + np.bincount(b, g_j, m)
+        grad[m : m + k] = 0.5 * z.T @ (g_i - g_j)
+        if has_tie:
+            grad[-1] = g[-1]
+        return nll, grad
+
+    def fun(x: np.ndarray) -> tuple[float, np.ndarray]:
+        nll, grad = data(x)
+        grad[:m] += precision * x[:m]
+        return nll + 0.5 * precision * float(x[:m] @ x[:m]), grad
+
+    x0 = np.zeros(m + k + has_tie)
+    bounds = [(None, None)] * (m + k)
+    if has_tie:
+        x0[-1] = initial_tie_log(model, None, t.sum(), n)
+        bounds.append(TIE_LOG_BOUNDS)
+    x = _minimize(fun, x0, bounds, f"fit_length_controlled({model})", n, n_scores=m)
+    tie = None
+    if has_tie:
+        tie = 1.0 + math.exp(x[-1]) if model == "rao-kupper" else math.exp(x[-1])
+    return {"scores": x[:m], "coefficients": x[m : m + k], "tie_parameter": tie, "log_likelihood": -data(x)[0]}

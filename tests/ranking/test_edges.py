@@ -13,6 +13,7 @@ from emoreward.data.verdicts import Judgement, Verdict
 from emoreward.ranking.counts import PairwiseCounts
 from emoreward.ranking.edges import min_resamples, reward_edges, separated_groups
 from emoreward.ranking.rank import rank_with_judge, rank_with_reward_model
+from emoreward.ranking.tie_models import get_model
 
 
 def table(n_samples, models=("champ", "mid1", "mid2", "dud")):
@@ -112,12 +113,12 @@ def test_separated_groups_follow_the_beat_graph():
     wins[0, 1] = wins[1, 2] = 3.0  # a > b > c, no reversal
     ties = np.zeros((4, 4))
     counts = PairwiseCounts(items, wins, ties)
-    assert separated_groups(counts, ties_bind=False) == {"a": "never lost", "c": "never won"}
+    assert separated_groups(counts, get_model("bradley-terry")) == {"a": "never lost", "c": "never won"}
     ties[1, 2] = ties[2, 1] = 1.0  # a tie binds b and c in a tie model; d is never compared: not "separated"
     counts = PairwiseCounts(items, wins, ties)
-    assert separated_groups(counts, ties_bind=True) == {"a": "never lost", "b": "never won", "c": "never won"}
+    assert separated_groups(counts, get_model("davidson")) == {"a": "never lost", "b": "never won", "c": "never won"}
     wins[2, 0] = 1.0  # c beat a once: a cycle, every score bounded
-    assert separated_groups(PairwiseCounts(items, wins, ties), ties_bind=False) == {}
+    assert separated_groups(PairwiseCounts(items, wins, ties), get_model("bradley-terry")) == {}
 
 
 def test_too_few_resamples_for_the_interval_are_warned_about():

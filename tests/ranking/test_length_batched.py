@@ -19,6 +19,7 @@ from emoreward.ranking.bradley_terry import prior_precision
 from emoreward.ranking.length_batched import build_design, damped_newton, fit_resamples
 from emoreward.ranking.length_control import description_features, fit_length_controlled
 from emoreward.ranking.records import PairwiseRecord
+from emoreward.ranking.tie_models import MODELS
 
 
 def verdicts(log_length, models, quality, bias=1.0, tie_log=0.0, seed=0, skip=None):
@@ -57,7 +58,7 @@ def both_paths(records, features, names, models, model="davidson", prior_varianc
         warnings.simplefilter("ignore", UserWarning)
         return [
             fit_length_controlled(
-                records, features, names, model, models, prior_variance, n_boot, seed=seed, batched=batched
+                records, features, names, MODELS[model], models, prior_variance, n_boot, seed=seed, batched=batched
             )
             for batched in (True, False)
         ]
@@ -76,15 +77,16 @@ def resample_fits(records, features, names, models, model="davidson", prior_vari
     """`fit_resamples` both ways on the design `fit_length_controlled` builds (the covariates scaled alike)."""
     values = np.array([(features[r.sample, r.item_a], features[r.sample, r.item_b]) for r in records])
     raw = values[:, 0] - values[:, 1]
-    design, _ = build_design(records, models, values / np.sqrt(np.mean(raw**2, axis=0)), model)
-    precision, davidson = prior_precision(prior_variance), model == "davidson"
-    estimate = damped_newton(design, np.ones((1, len(design.x))), precision, davidson)[0][0]
+    pair_model = MODELS[model]
+    design, _ = build_design(records, models, values / np.sqrt(np.mean(raw**2, axis=0)), pair_model)
+    precision = prior_precision(prior_variance)
+    estimate = damped_newton(design, pair_model, np.ones((1, len(design.x))), precision)[0][0]
     weights = resample_unit_weights(design.n_units, n_boot, seed).astype(float)
-    return [fit_resamples(design, estimate, weights, precision, davidson, batched) for batched in (True, False)]
+    return [fit_resamples(design, pair_model, estimate, weights, precision, batched) for batched in (True, False)]
 
 
 @pytest.mark.parametrize("prior_variance", [10.0, None])
-@pytest.mark.parametrize("model", ["davidson", "bradley-terry"])
+@pytest.mark.parametrize("model", list(MODELS))
 @pytest.mark.parametrize("covariates", [1, 2])
 def test_all_resamples_at_once_equal_one_at_a_time(model, prior_variance, covariates):
     table = random_table(covariates=covariates)
@@ -172,4 +174,4 @@ def test_designs_of_any_shape_agree_with_one_resample_at_a_time():
 def test_build_design_checks_the_covariate_shape():
     records, features, _, models = random_table(n_samples=5, seed=10)
     with pytest.raises(ValueError, match=r"covariates must have shape \(50, 2, K\)"):
-        build_design(records, models, np.zeros((len(records), 1)), "davidson")
+        build_design(records, models, np.zeros((len(records), 1)), MODELS["davidson"])

@@ -74,7 +74,12 @@ def test_all_ties_print_and_store_the_degenerate_fit_warnings(tmp_path, tiny_rm_
     # no interval excludes its own estimate, in any fit
     for key in ("bradley_terry_ties", "bradley_terry_ties_paper", "bradley_terry_binarized", "reward_effects"):
         fit = report[key]
-        assert all(lo <= s <= hi for s, lo, hi in zip(fit["scores"], fit["ci_lower"], fit["ci_upper"]))
+        # an open end is null (EmoPrefer's paper column: ties only put the tie level above every model, so only
+        # the prior bounds each score from below: PairModel.orders)
+        ends = zip(fit["scores"], fit["ci_lower"], fit["ci_upper"])
+        assert all((lo is None or lo <= s) and (hi is None or s <= hi) for s, lo, hi in ends)
+    assert set(report["bradley_terry_ties_paper"]["ci_lower"]) == {None}
+    assert None not in report["bradley_terry_ties"]["ci_lower"]  # Davidson: a tie binds the difference
 
     # the model's own threshold: decisive verdicts, no tie warnings; the reward effects are the mean rewards'
     code, printed, _ = run(argv, capsys)

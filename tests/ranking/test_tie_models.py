@@ -164,3 +164,47 @@ def test_the_command_line_offers_every_registered_tie_model(toy):
     add_arguments(parser)
     choices = next(a.choices for a in parser._actions if a.dest == "tie_model")
     assert list(choices) == list(TIE_MODELS) and toy in choices
+
+
+@pytest.mark.parametrize("prior", [10.0, None])
+@pytest.mark.parametrize("covariates", [1, 2])
+@pytest.mark.parametrize("model", ["bradley-terry", *TIE_MODELS])
+def test_every_pair_model_length_controlled_fit_matches_the_oracle(model, covariates, prior):
+    """The length-controlled fit under every pair model (its one objective, written once in `PairModel.terms`)
+    against the L-BFGS-B oracle's own likelihood at 1e-6: scores, coefficients, tie parameter, log-likelihood."""
+    import warnings
+
+    from oracle import fit_length_controlled as oracle_controlled
+
+    from emoreward.ranking.counts import encode_records
+    from emoreward.ranking.length_control import fit_length_controlled
+    from emoreward.ranking.tie_models import get_model
+
+    rng = np.random.default_rng(7)
+    items = [f"m{k}" for k in range(5)]
+    quality = rng.normal(0, 1, 5)
+    records, features = [], {}
+    for s in range(30):
+        values = rng.normal(4.0, 0.5, (5, covariates))
+        features.update({(f"s{s}", name): values[k] for k, name in enumerate(items)})
+        for i in range(5):
+            for j in range(i + 1, 5):
+                u = quality[i] - quality[j] + 0.8 * (values[i, 0] - values[j, 0])
+                p = np.array([np.exp(u / 2), np.exp(-u / 2), 0.8])
+                outcome = str(rng.choice(["1", "2", "tie"], p=p / p.sum()))
+                records.append(PairwiseRecord(items[i], items[j], outcome, sample=f"s{s}"))
+    names = [f"c{k}" for k in range(covariates)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        fit = fit_length_controlled(records, features, names, get_model(model), items, prior, n_boot=1)
+    encoded = encode_records(records, items)
+    raw = np.array([features[r.sample, r.item_a] - features[r.sample, r.item_b] for r in records])
+    z = raw / np.sqrt(np.mean(raw**2, axis=0))  # the scale: RMS over every record (Bradley-Terry's ties included)
+    ref = oracle_controlled(z, encoded.a, encoded.b, encoded.outcome, len(items), model, prior)
+    np.testing.assert_allclose(fit.scores, ref["scores"], atol=1e-6)
+    np.testing.assert_allclose(fit.coefficients, ref["coefficients"], atol=1e-6)
+    np.testing.assert_allclose(fit.log_likelihood, ref["log_likelihood"], atol=1e-6, rtol=1e-9)
+    if ref["tie_parameter"] is not None:
+        np.testing.assert_allclose(fit.tie_parameter, ref["tie_parameter"], rtol=1e-6)
+    else:
+        assert fit.tie_parameter is None

@@ -18,8 +18,10 @@ from emoreward.ranking.bradley_terry import (
 )
 from emoreward.ranking.counts import PairwiseCounts
 from emoreward.ranking.effects import tie_probability_between_equals
-from emoreward.ranking.rank import DEFAULT_TIE_MODEL, fit_ranking
+from emoreward.ranking.fit import FitSpec
+from emoreward.ranking.rank import fit_ranking
 from emoreward.ranking.records import OUTCOMES, PairwiseRecord, as_outcome
+from emoreward.ranking.tie_models import DEFAULT_TIE_MODEL
 
 
 def three_models(a, x, y, n=10):
@@ -73,7 +75,9 @@ def test_fit_ranking_default_is_davidson_with_the_paper_column():
     fits = fit_ranking(three_models("A", "X", "Y"), ["A", "X", "Y"], n_boot=20)
     assert fits.ties.estimate.model == "davidson" and fits.paper.estimate.model == "emoprefer"
     assert fits.ties.estimate.ranks == [1, 2, 3] and fits.paper.estimate.ranks == [1, 2, 2]
-    assert fit_ranking(three_models("A", "X", "Y"), ["A", "X", "Y"], tie_model="emoprefer", n_boot=5).paper is None
+    assert (
+        fit_ranking(three_models("A", "X", "Y"), ["A", "X", "Y"], FitSpec.resolve("emoprefer"), n_boot=5).paper is None
+    )
 
 
 def test_equal_score_groups():

@@ -175,7 +175,7 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--sample-ids": ("subset", "duplication"),
         "--models": ("subset", "duplication"),
         "--hierarchical": ("permutation",),
-        "--tie-model": ("permutation",),
+        "--tie-model": ("permutation", "separation"),
         "--no-length-control": "turns the length-controlled fit off: the separation tests run it on",
         "--n-boot": "the number of resamples: tests/ranking/test_batched_bootstrap.py",
         "--alpha": "the interval level: tests/ranking/test_ties_and_intervals.py",

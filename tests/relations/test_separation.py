@@ -24,9 +24,10 @@ from emoreward.ranking.counts import PairwiseCounts
 from emoreward.ranking.edges import separated_groups
 from emoreward.ranking.length_control import comparison_markdown, fit_length_controlled
 from emoreward.ranking.records import PairwiseRecord
+from emoreward.ranking.tie_models import get_model
 
 
-COVERS = {"rank": ("*",), "evaluate": ("*",), "judge": ("*",)}
+COVERS = {"rank": ("*", "--tie-model"), "evaluate": ("*",), "judge": ("*",)}
 
 
 def length_decided_pairs(n: int = 24, seed: int = 0) -> list[dict]:
@@ -120,7 +121,7 @@ def test_model_separation_opens_the_length_controlled_ends_of_the_models_the_pla
     covariate does not. The length-controlled fit flags the same models as the plain fits (open ends, warning)."""
     order = {"Verbose": 0, "Mid": 1, "Terse": 2}
     records, features = _verdicts(12, lambda a, b, la, lb, s: "1" if order[a] < order[b] else "2")
-    plain = separated_groups(PairwiseCounts.from_records(records, sorted(order)), ties_bind=True)
+    plain = separated_groups(PairwiseCounts.from_records(records, sorted(order)), get_model("davidson"))
     assert plain == {"Verbose": "never lost", "Terse": "never won"}
     fit = _fit(records, features)
     out = fit.to_dict()
@@ -168,3 +169,75 @@ def test_no_separation_leaves_the_length_controlled_fit_unchanged():
     cov = out["covariates"]["log_length"]
     assert (cov["coefficient"], cov["std_error"]) == pytest.approx((0.118812125044065, 0.3636134685288913), abs=1e-9)
     assert out["tie_parameter"] == pytest.approx(1.151482398691379, abs=1e-9)
+
+
+FIVE_LETTERS = ("happy", "tears", "smile", "frown", "angry", "quiet", "voice", "shout", "laugh", "sighs")
+
+
+def _equal_length_rows(n_samples: int = 8) -> list[dict]:
+    """4 models x ``n_samples``: on a sample every description has the same length (so the length covariate never
+    differs within a compared pair and is dropped), the words differ (so the verdicts do)."""
+    rows = []
+    for s in range(n_samples):
+        for m, name in enumerate(("alpha", "beta", "gamma", "delta")):
+            r = random.Random(100 * s + m)
+            rows.append({"sample": f"s{s}", "model": name, "description": " ".join(r.choices(FIVE_LETTERS, k=3 + s))})
+    return rows
+
+
+def _tied_records(n_samples: int = 40, seed: int = 0):
+    """Verdicts with many ties among 4 models of different strength, and a covariate constant on each sample."""
+    rng = np.random.default_rng(seed)
+    models, strength = ["A", "B", "C", "D"], [0.9, 0.3, -0.2, -1.0]
+    records, features = [], {}
+    for s in range(n_samples):
+        features.update({(f"s{s}", m): np.array([float(s)]) for m in models})
+        for i in range(4):
+            for j in range(i + 1, 4):
+                d = strength[i] - strength[j] + rng.normal(0, 0.8)
+                outcome = "tie" if abs(d) < 0.6 else ("1" if d > 0 else "2")
+                records.append(PairwiseRecord(models[i], models[j], outcome, sample=f"s{s}"))
+    return records, features, models
+
+
+def test_the_length_controlled_fit_is_the_ranking_tie_model_with_a_covariate():
+    """Without length differences the length-controlled fit is the ranking fit of `FitSpec.model`, under every tie
+    model: scores, interval (the same resamples) and tie parameter; so its column follows `--tie-model`. The tie
+    models disagree on these verdicts (many ties), so a controlled fit that ignored the tie model would fail."""
+    from emoreward.ranking.fit import FitSpec
+    from emoreward.ranking.rank import fit_ranking
+    from emoreward.ranking.tie_models import TIE_MODELS
+
+    records, features, models = _tied_records()
+    scores = {}
+    for name in TIE_MODELS:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            fits = fit_ranking(records, models, FitSpec.resolve(name), n_boot=40, features=features, paper=False)
+        ctrl, plain = fits.controlled, fits.ties
+        assert ctrl.model == plain.estimate.model == name
+        np.testing.assert_allclose(ctrl.scores, plain.estimate.scores, atol=1e-6)
+        np.testing.assert_allclose(ctrl.ci_lower, plain.lower, atol=1e-6)
+        np.testing.assert_allclose(ctrl.ci_upper, plain.upper, atol=1e-6)
+        assert ctrl.tie_parameter == pytest.approx(plain.estimate.tie_parameter, rel=1e-6)
+        scores[name] = ctrl.scores
+    spread = max(float(np.abs(scores[a] - scores[b]).max()) for a in scores for b in scores)
+    assert spread > 0.05  # the tie models' rankings differ: the check above has teeth
+
+
+@pytest.mark.parametrize("tie_model", ["rao-kupper", "emoprefer"])
+def test_rank_length_controlled_column_follows_the_tie_model(tie_model, rm_dir, tmp_path, capsys):
+    """Through `emoreward rank`: the length-controlled column is fitted under `--tie-model` (named in the JSON and
+    the Markdown), and where no length differs it equals the ranking column."""
+    table = write_jsonl(tmp_path / "table.jsonl", _equal_length_rows())
+    out = tmp_path / "rank.json"
+    argv = ["rank", "--judge", rm_dir, "--data", table, "--output", out, "--n-boot", 30, "--no-cache"]
+    run_ok(capsys, [*argv, "--quiet", "--tie-model", tie_model])
+    report = read_json(out)
+    lc, ties = report["length_controlled"], report["bradley_terry_ties"]
+    assert lc["model"] == tie_model
+    assert lc["covariates"]["log_length"]["coefficient"] is None  # dropped: no length differs
+    lc_scores = dict(zip(lc["items"], lc["scores"]))
+    tie_scores = dict(zip(ties["items"], ties["scores"]))
+    assert lc_scores == pytest.approx(tie_scores, abs=1e-6)
+    assert f"Length-controlled ranking ({tie_model} + log_length" in out.with_suffix(".md").read_text(encoding="utf-8")

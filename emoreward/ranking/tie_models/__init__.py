@@ -35,6 +35,13 @@ class PairModel:
         bounds (`tuple[float, float]`): bounds on ``eta``; they keep the fit finite for data without ties (the
             optimum is then the lower bound) or with ties only (the upper bound).
         order (`int`): position in listings (choices, messages); built-ins first.
+        orders (`dict[int, tuple[tuple[str, str], ...]]`): what a verdict (0: ``i`` won, 1: ``j`` won, 2: a tie)
+            says where the likelihood has no finite maximum: ``(ahead, behind)`` among the pair's items ``"i"``,
+            ``"j"`` and the tie level ``"0"`` (``eta``, held by its ``bounds``). A direction of the scores that keeps
+            every such order, one strictly, raises the likelihood without bound (separation; Albert & Anderson
+            1984, Ford 1957); both orders of one pair: the verdict binds their difference. The default: a tie
+            binds the difference (Davidson, Rao-Kupper). Read by `emoreward.ranking.edges.separated_groups` and
+            `emoreward.utils.separation` (every fit's separation and open interval ends).
     """
 
     name: str = ""
@@ -43,6 +50,7 @@ class PairModel:
     shifts_with_scores: bool = False
     bounds: tuple[float, float] = TIE_LOG_BOUNDS
     order: int = 100
+    orders: dict[int, tuple[tuple[str, str], ...]] = {0: (("i", "j"),), 1: (("j", "i"),), 2: (("i", "j"), ("j", "i"))}
 
     def terms(self, s_i, s_j, eta, w, lo, t, derivatives: bool):
         """Negative log-likelihood per row and, with ``derivatives``, the per-pair gradient and Hessian entries.
@@ -82,6 +90,11 @@ class PairModel:
         rate = min(max(float(n_ties) / n if n > 0 else 0.0, 1e-3), 0.999)
         return math.log(self.tie_parameter_for_rate(rate) - self.offset)
 
+
+DEFAULT_TIE_MODEL = "davidson"
+"""THE default tie model (``--tie-model``, `emoreward.ranking.fit.FitSpec`): Davidson (1970), a tie half a win and
+half a loss. EmoPrefer's appendix-F model lowers both models on a tie, as a loss would; it stays in the report as the
+paper's column."""
 
 MODELS: dict[str, PairModel] = {}
 """Every pairwise model by name, plain Bradley-Terry included."""
@@ -140,4 +153,13 @@ for _module in pkgutil.iter_modules(__path__):
     if isinstance(_model, PairModel):
         register(_model)
 
-__all__ = ["MODELS", "TIE_LOG_BOUNDS", "TIE_MODELS", "PairModel", "get_model", "register", "unregister"]
+__all__ = [
+    "DEFAULT_TIE_MODEL",
+    "MODELS",
+    "TIE_LOG_BOUNDS",
+    "TIE_MODELS",
+    "PairModel",
+    "get_model",
+    "register",
+    "unregister",
+]

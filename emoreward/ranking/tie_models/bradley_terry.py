@@ -11,6 +11,7 @@ class BradleyTerry(PairModel):
 
     name = "bradley-terry"
     has_tie = False
+    orders = {0: (("i", "j"),), 1: (("j", "i"),), 2: ()}  # ties are not in the likelihood
 
     def terms(self, s_i, s_j, eta, w, lo, t, derivatives: bool):
         d = s_i - s_j

@@ -15,6 +15,9 @@ class EmoPrefer(PairModel):
     name = "emoprefer"
     shifts_with_scores = True
     order = 0
+    # each verdict is a choice among i, j and the tie level: a win puts the winner above both, a tie the level above
+    # both items (a tie bounds each score from above only)
+    orders = {0: (("i", "j"), ("i", "0")), 1: (("j", "i"), ("j", "0")), 2: (("0", "i"), ("0", "j"))}
 
     def terms(self, s_i, s_j, eta, w, lo, t, derivatives: bool):
         n = w + lo + t
