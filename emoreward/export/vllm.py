@@ -26,7 +26,7 @@ import numpy as np
 from emoreward.data.context import RewardContext, subtitle_key
 from emoreward.export.reward_client import RewardClient
 from emoreward.models.base import ScoreInfo, apply_score_transform, broadcast_contexts, load_settings
-from emoreward.utils.cache_key import content_fingerprint
+from emoreward.models.loading import content_identity
 
 
 NAME_PREFIX = "emoreward-"
@@ -42,14 +42,14 @@ CHAT_IN_FLIGHT = 8
 # ---------------------------------------------------------------------------------------------- identity
 def served_name(export_dir: str | Path, dtype: str = "float32") -> str:
     """The ``--served-model-name`` of an export served in ``dtype``: ``emoreward-<fingerprint>-<dtype>``
-    (`emoreward.utils.cache_key.content_fingerprint` of the folder: a re-export gets a new name).
+    (`emoreward.models.loading.content_identity` of the folder: a re-export gets a new name).
 
     Raises:
         ValueError: a dtype other than float32 / bfloat16 / float16.
     """
     if dtype not in DTYPES:
         raise ValueError(f"vLLM dtype must be one of {list(DTYPES)}, got {dtype!r}")
-    return f"{NAME_PREFIX}{content_fingerprint(export_dir)}-{dtype}"
+    return f"{NAME_PREFIX}{content_identity(export_dir)}-{dtype}"
 
 
 def _check_export(export_dir: Path):
@@ -320,7 +320,7 @@ class VllmRewardModel:
 
     def _served_model(self) -> tuple[str, str]:
         names = [str(m.get("id")) for m in self.client.request("GET", "/v1/models").get("data", [])]
-        fingerprint = content_fingerprint(self.source_dir)
+        fingerprint = content_identity(self.source_dir)
         for name in names:
             head, _, dtype = name.rpartition("-")
             if head == f"{NAME_PREFIX}{fingerprint}" and dtype in DTYPES:

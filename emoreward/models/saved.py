@@ -21,7 +21,7 @@ class SavedRewardModel:
     """A text reward model's folder, with the attributes the score cache keys are built from.
 
     The same values as the loaded model (`load_reward_model(directory, dtype=dtype)`) would give:
-    `kind`, `settings`, `source_dir` (its content fingerprint: `emoreward.utils.cache_key.reward_model_fingerprint`),
+    `kind`, `settings`, `source_dir` (its content identity: `emoreward.models.loading.model_identity`),
     `precision_name` (the name of its `scoring_precision`: `emoreward.models.precision.recorded_precision_name`,
     the loaded model's rule on the CPU, where that loader puts a text model), `device` and `context_key`
     (`emoreward.data.context.subtitle_key`). `load()` loads the model once. Nothing here imports torch: a ranking

@@ -29,11 +29,11 @@ from emoreward.models.base import (
 )
 from emoreward.models.coverage import CoverageScoreInfo, unknown_token_share
 from emoreward.models.layout import Encoded, context_text, text_input_ids, text_input_ids_batch
+from emoreward.models.loading import remember_source
 from emoreward.models.packed import PackedEncoder, packed_encoder
 from emoreward.models.precision import dtype_name, parse_dtype, recorded_precision, resolve_dtype
 from emoreward.models.scoring import DEFAULT_CHUNK_SIZE, plan_batches, run_batches, stream_scores
 from emoreward.utils.allocator import keep_freed_memory
-from emoreward.utils.cache_key import remember_source
 
 
 logger = logging.getLogger(__name__)
@@ -277,7 +277,7 @@ class TextRewardModel:
         model.eval()
         loaded = cls(model, tokenizer, settings, batch_size=batch_size, scoring_dtype=scoring_dtype)
         check_finite_weights(model, str(directory))  # a diverged or poisoned model is refused at load
-        remember_source(loaded, directory)  # its content fingerprint: part of every cache key of its outputs
+        remember_source(loaded, directory)  # its content identity: part of every cache key of its outputs
         return loaded
 
     # ------------------------------------------------------------------ inputs

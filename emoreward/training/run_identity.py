@@ -66,16 +66,16 @@ def _digest(value: Any) -> str:
 
 def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> dict:
     """The identity of a training run: `data` (SHA-256 of every pair's sample id, descriptions, writers, media paths
-    and margin, in file order), `labels` (SHA-256 of the labels in that order), `backbone` (a local backbone's content)
+    and margin, in file order), `labels` (SHA-256 of the labels in that order), `backbone` (a local backbone's content: `emoreward.models.loading.source_identity`)
     and `recipe` (`public_config` values of the result-changing fields).
 
     Returns:
         `{"data", "labels", "n_pairs", "train_file", "backbone", "recipe", "fingerprint"}`; `fingerprint` digests
         data, labels, backbone and recipe (not paths whose content is already in it)."""
+    from emoreward.models.loading import source_identity
     from emoreward.training.config import public_config  # the recipe class and its masking of secrets
-    from emoreward.utils.cache_key import source_fingerprint
 
-    backbone = source_fingerprint(config.model_name_or_path)
+    backbone = source_identity(config.model_name_or_path)
     # paths are no identity where their content is one: the pairs are `data`, a local backbone is `backbone`
     by_content = {"train_file"} | ({"model_name_or_path"} if backbone is not None else set())
     recipe = {k: v for k, v in public_config(config).items() if k not in NOT_RESULT_FIELDS | by_content}

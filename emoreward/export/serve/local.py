@@ -49,10 +49,10 @@ def shared_batcher(
     Raises:
         ValueError / OSError: the model cannot be loaded (as `load_reward_model`).
     """
-    from emoreward.utils.cache_key import current_fingerprint
+    from emoreward.models.loading import source_identity
 
     key = (
-        current_fingerprint(model),  # its content: a model changed in place under the same path is loaded again
+        source_identity(model),  # its content: a model changed in place under the same path is loaded again
         str(Path(model).resolve()),
         None if media_root is None else str(Path(media_root).resolve()),
         vllm_url,

@@ -32,6 +32,7 @@ from emoreward.models.base import (
     load_settings,
 )
 from emoreward.models.coverage import CoverageScoreInfo, unknown_token_share
+from emoreward.models.loading import remember_source
 from emoreward.models.media.cache import ENV_VAR as MEDIA_CACHE_ENV
 from emoreward.models.media.cache import MediaPrefixCache
 from emoreward.models.media.module import ValueHeadModel
@@ -46,7 +47,6 @@ from emoreward.models.media.processing import (
 )
 from emoreward.models.precision import resolve_dtype
 from emoreward.models.text import save_tokenizer
-from emoreward.utils.cache_key import remember_source
 
 
 logger = logging.getLogger(__name__)
@@ -232,7 +232,7 @@ class MediaRewardModel:
         builder = _builder(spec, tokenizer, net.config, settings, vision, feature_extractor)
         loaded = cls(model, builder, settings, media_root=media_root, batch_size=batch_size, media_cache=media_cache)
         check_finite_weights(model, str(directory))  # a diverged or poisoned model is refused at load
-        remember_source(loaded, directory)  # its content fingerprint: part of every cache key of its outputs
+        remember_source(loaded, directory)  # its content identity: part of every cache key of its outputs
         return loaded
 
     # ------------------------------------------------------------------ inputs
