@@ -31,13 +31,13 @@ class Toy(routes.Route):
     options = (routes.RouteOption("toy_suffix", "--toy-suffix", "", "text appended to every toy text"),)
 
     def parse(self, body):
-        service = self.service
+        fields = self.fields  # the request-field validation every route receives (never the service)
         if set(body) - {"texts", "subtitle"}:
             raise RequestError(HTTPStatus.BAD_REQUEST, "toy: unknown fields")
-        texts = [service.text(t, f"texts[{k}]") + self.settings["toy_suffix"]
-                 for k, t in enumerate(service.items(body.get("texts"), "texts"))]  # fmt: skip
-        contexts = service.contexts({"subtitle": body.get("subtitle")}, len(texts))
-        return service.job(self.name, texts, contexts, [f"texts[{k}]" for k in range(len(texts))])
+        texts = [fields.text(t, f"texts[{k}]") + self.settings["toy_suffix"]
+                 for k, t in enumerate(fields.items(body.get("texts"), "texts"))]  # fmt: skip
+        contexts = fields.contexts({"subtitle": body.get("subtitle")}, len(texts))
+        return fields.job(self.name, texts, contexts, [f"texts[{k}]" for k in range(len(texts))])
 
     def reply(self, job, rewards, truncated, empty):
         return {"values": rewards}
