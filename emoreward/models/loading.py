@@ -1,19 +1,22 @@
 """The one way to open a reward model and the one content identity of a reward model.
 
 `open_reward_model(path_or_id, engine=...)` opens a model folder, an export or a Hub id in process, or through a
-served engine (an engine registry: `ENGINES`, `register_engine`); `content_identity` / `model_identity` say what a
-model reads (its folder and a referenced backbone), for every cache, the vLLM served name and run identity.
+served engine (a registry, `ENGINES`: `"in-process"` here; `"vllm"` and `"server"` register with `emoreward.export`);
+`content_identity` / `model_identity` say what a model reads (its folder and a referenced backbone), for every cache,
+the vLLM served name and run identity. See docs/serving.md.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 
 if TYPE_CHECKING:
-    pass
+    from emoreward.models.base import RewardModel
 
 
 # ---------------------------------------------------------------------------------------------- content identity
@@ -128,3 +131,130 @@ def remember_source(model: Any, directory: str | Path) -> None:
     model.source_dir = Path(directory)
     network = getattr(model, "model", None)
     model._source_versions = None if network is None else _versions(network)
+
+
+# ---------------------------------------------------------------------------------------------- engines
+@dataclass(frozen=True)
+class Engine:
+    """A way to score with a reward model: ``open(source, url=..., token=..., media_root=..., dtype=...)`` returns a
+    `RewardModel` (a `RewardModelBase` subclass) for ``source`` (a model folder, an export or a Hub id);
+    ``needs_url``: it scores through a running server at ``url``."""
+
+    name: str
+    open: Callable[..., RewardModel]
+    needs_url: bool
+    help: str
+
+
+ENGINES: dict[str, Engine] = {}
+DEFAULT_ENGINE = "in-process"
+HUB_PREFIX = "hf://"
+
+
+def register_engine(engine: Engine) -> Engine:
+    """Add an engine to the registry. Raises ValueError for a name already taken."""
+    if engine.name in ENGINES:
+        raise ValueError(f"engine {engine.name!r} is already registered")
+    ENGINES[engine.name] = engine
+    return engine
+
+
+def unregister_engine(name: str) -> None:
+    """Remove an engine (tests that register one of their own)."""
+    ENGINES.pop(name, None)
+
+
+def open_reward_model(
+    source: str | Path,
+    engine: str = DEFAULT_ENGINE,
+    *,
+    url: str | None = None,
+    token: str | None = None,
+    media_root: str | Path | None = None,
+    dtype: Any = None,
+) -> RewardModel:
+    """The reward model every route scores with, opened by ``engine`` (`ENGINES`): ``"in-process"`` loads a model
+    folder, an export or a Hub id (``hf://owner/name[@revision]``, from the local Hub cache offline) in this process
+    (`load_reward_model`); ``"vllm"`` scores an export through the vLLM server at ``url``
+    (`emoreward.export.vllm.VllmRewardModel`); ``"server"`` through an ``emoreward serve`` server at ``url``
+    (`emoreward.export.engines.ServerRewardModel`). The served engines register on ``import emoreward.export``.
+
+    Args:
+        source: a model folder, an export folder or a Hub id (what the engine reads: weights, or settings, tokenizer
+            and identity of what the server serves).
+        engine: a registered engine's name.
+        url, token: the server's base URL and bearer token (engines with ``needs_url``).
+        media_root: the folder relative media paths resolve in (multimodal models).
+        dtype: the scoring precision (`emoreward.models.precision`; a served engine checks the one it serves).
+
+    Raises:
+        ValueError: an unknown engine (lists the registered ones), a ``url`` given to an engine that reads none or
+            missing for one that needs it; FileNotFoundError / ValueError / RuntimeError: what the engine raises.
+    """
+    if engine not in ENGINES:
+        raise ValueError(
+            f"unknown reward-model engine {engine!r}; registered: {sorted(ENGINES)} (the vLLM and server engines "
+            "register with `import emoreward.export`)"
+        )
+    chosen = ENGINES[engine]
+    if chosen.needs_url and not url:
+        raise ValueError(f"the {engine} engine scores through a running server: give its url")
+    if url and not chosen.needs_url:
+        raise ValueError(f"the {engine} engine scores in this process: a url ({url}) does not apply")
+    return chosen.open(source, url=url, token=token, media_root=media_root, dtype=dtype)
+
+
+def hub_folder(source: str) -> Path:
+    """The local folder of a Hub reward model ``hf://owner/name[@revision]`` (`huggingface_hub.snapshot_download`:
+    the local cache when offline).
+
+    Raises:
+        FileNotFoundError: a malformed id, or a model that cannot be fetched (offline and not cached, unknown)."""
+    repo, _, revision = source.removeprefix(HUB_PREFIX).partition("@")
+    if repo.count("/") != 1 or not all(repo.split("/")) or (_ and not revision):
+        raise FileNotFoundError(f"model directory not found: {source} (a Hub model id is hf://OWNER/NAME[@REVISION])")
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(repo, revision=revision or None))
+    except Exception as err:  # offline and not cached, no such repository, no network: one line naming the id
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise FileNotFoundError(
+            f"model directory not found: {source} (not fetched from the Hub: {type(err).__name__}"
+            + (f": {first})" if first else ")")
+        ) from None
+
+
+def _open_in_process(source, *, url=None, token=None, media_root=None, dtype=None) -> RewardModel:
+    from emoreward.models.base import load_reward_model
+
+    if str(source).startswith(HUB_PREFIX):
+        source = hub_folder(str(source))
+    loading = {key: value for key, value in (("media_root", media_root), ("dtype", dtype)) if value is not None}
+    return load_reward_model(source, **loading)
+
+
+register_engine(
+    Engine(
+        DEFAULT_ENGINE,
+        _open_in_process,
+        needs_url=False,
+        help="load the model folder, export or Hub id in this process",
+    )
+)
+
+
+__all__ = [
+    "DEFAULT_ENGINE",
+    "ENGINES",
+    "Engine",
+    "content_identity",
+    "hub_folder",
+    "model_identity",
+    "open_reward_model",
+    "referenced_backbone",
+    "register_engine",
+    "remember_source",
+    "source_identity",
+    "unregister_engine",
+]

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from emoreward.data.context import RewardContext, subtitle_key
-from emoreward.models.base import RewardModel, TextSettings, load_reward_model, load_settings
+from emoreward.models.base import RewardModel, TextSettings, load_settings
 from emoreward.models.precision import dtype_name, recorded_precision_name
 
 
@@ -53,14 +53,16 @@ class SavedRewardModel:
         return subtitle_key(context)
 
     def load(self) -> RewardModel:
-        """The model itself (`load_reward_model`), loaded on the first call.
+        """The model itself (`emoreward.models.loading.open_reward_model`), loaded on the first call.
 
         Raises:
             RuntimeError: the loaded model scores in another precision than the folder said (a changed
                 `$EMOREWARD_DTYPE` or device between the two: its cache keys would differ).
         """
         if self._loaded is None:
-            model = load_reward_model(self.source_dir, dtype=self._dtype)
+            from emoreward.models.loading import open_reward_model
+
+            model = open_reward_model(self.source_dir, dtype=self._dtype)
             if dtype_name(model.scoring_precision) != self.precision_name:
                 raise RuntimeError(
                     f"{self.source_dir}: the loaded model scores in {dtype_name(model.scoring_precision)}, its "

@@ -74,11 +74,11 @@ def test_a_route_defined_in_one_file_is_served_over_http(toy):
 
 
 def test_a_route_defined_in_one_file_is_served_in_process_and_has_its_serve_option(toy, tmp_path, monkeypatch):
-    import emoreward.export.vllm
+    import emoreward.export.serve.local
     from emoreward.cli.serve import add_arguments
     from emoreward.export.serve.local import score_request, shared_batcher
 
-    monkeypatch.setattr(emoreward.export.vllm, "reward_model", lambda path, media_root=None, vllm_url=None: Words())
+    monkeypatch.setattr(emoreward.export.serve.local, "open_reward_model", lambda path, engine, **kw: Words())
     (tmp_path / "weights.bin").write_bytes(b"toy")
     batcher = shared_batcher(tmp_path, toy_suffix=" x")
     assert score_request("toy", {"texts": ["one two"]}, batcher) == {"values": [0.3]}
