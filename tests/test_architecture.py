@@ -248,6 +248,32 @@ def test_no_import_cycles_between_modules_even_inside_functions():
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
+# the one base that writes `score` / `score_info` (and the protocol that declares them); a class elsewhere that scores
+# descriptions writes `score_contexts` only. The model process's proxy is the scorer a service calls, not a model.
+SCORE_OWNERS = {
+    "emoreward.models.base": {"RewardModel", "RewardModelBase"},
+    "emoreward.export.serve.worker": {"ModelProcess"},
+}
+
+
+def test_score_and_score_info_are_written_once():
+    """Every reward model (text, multimodal, a served engine's client) inherits `score` / `score_info` from
+    `emoreward.models.base.RewardModelBase` (issue 39): no other class defines them over descriptions."""
+    offenders = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ClassDef) or node.name in SCORE_OWNERS.get(name, set()):
+                continue
+            for item in node.body:
+                if (
+                    isinstance(item, ast.FunctionDef)
+                    and item.name in ("score", "score_info")
+                    and [a.arg for a in item.args.args[1:2]] == ["descriptions"]
+                ):
+                    offenders.append(f"{path.relative_to(ROOT)}:{item.lineno} {node.name}.{item.name}")
+    assert not offenders, "score / score_info written again (write score_contexts instead):\n" + "\n".join(offenders)
+
+
 def test_no_module_imports_another_modules_private_names():
     offenders = []
     for name, found in IMPORTS.items():

@@ -2,8 +2,9 @@
 (`VllmRequestBuilder`: a description and its context -> a ``/classify`` body, by the export's own layout) and the
 one client (`VllmRewardModel`, a `RewardModel` over `emoreward.export.reward_client`), which every route that scores
 through vLLM gets from `emoreward.models.loading.open_reward_model` (engine ``"vllm"``). Identity is content: the
-server serves the export as `served_name` (its content identity and dtype), checked before scoring. `VllmServer` starts and stops the server
-(``python -m vllm.entrypoints.openai.api_server``: the CPU build's ``vllm serve`` entry point fails).
+server serves the export as `served_name` (its content identity and dtype), checked before scoring. `VllmServer`
+starts and stops the server (``python -m vllm.entrypoints.openai.api_server``: the CPU build's ``vllm serve`` entry
+point fails).
 See docs/serving.md#vllm.
 """
 

@@ -95,8 +95,8 @@ def default_cache_dir() -> Path:
 
 def model_key_parts(model: RewardModel) -> dict:
     """The parts of every score-cache key that belong to the model, not to one description: its content
-    (`emoreward.models.loading.model_identity`: everything it reads, a referenced backbone included), the precision it scores in, its length limit and its input layout (settings without
-    the tie threshold). Computed once per scoring pass (`score_key`'s ``parts``): they read every weight's version."""
+    (`emoreward.models.loading.model_identity`: everything it reads, a referenced backbone included), the precision
+    it scores in, its length limit and its input layout (settings without the tie threshold). Computed once per scoring pass (`score_key`'s ``parts``): they read every weight's version."""
     from emoreward.models.loading import model_identity
     from emoreward.models.precision import model_precision_name  # torch-free: a rerun from the cache needs none
 

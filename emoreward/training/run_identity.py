@@ -66,8 +66,9 @@ def _digest(value: Any) -> str:
 
 def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> dict:
     """The identity of a training run: `data` (SHA-256 of every pair's sample id, descriptions, writers, media paths
-    and margin, in file order), `labels` (SHA-256 of the labels in that order), `backbone` (a local backbone's content: `emoreward.models.loading.source_identity`)
-    and `recipe` (`public_config` values of the result-changing fields).
+    and margin, in file order), `labels` (SHA-256 of the labels in that order), `backbone` (a local backbone's
+    content: `emoreward.models.loading.source_identity`) and `recipe` (`public_config` values of the result-changing
+    fields).
 
     Returns:
         `{"data", "labels", "n_pairs", "train_file", "backbone", "recipe", "fingerprint"}`; `fingerprint` digests

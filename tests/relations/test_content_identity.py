@@ -5,8 +5,9 @@ another run; changing nothing reuses everything, and the counts in the report sa
 Owners: `emoreward.utils.cache_key` (`cache_key`, `content_fingerprint`, `source_fingerprint`,
 `current_fingerprint`: the content of a folder or file), `emoreward.models.loading` (`content_identity`,
 `model_identity`, `source_identity`: everything a reward model reads, a referenced backbone included, for every cache,
-the vLLM served name, a model kept loaded for a path and run identity), `emoreward.ranking.score_cache` (scores by content key), `zero_shot.cache` (calls keyed by their input),
-`emoreward.training.run_identity` (data, labels, backbone content and recipe of a run).
+the vLLM served name, a model kept loaded for a path and run identity), `emoreward.ranking.score_cache` (scores by
+content key), `zero_shot.cache` (calls keyed by their input), `emoreward.training.run_identity` (data, labels,
+backbone content and recipe of a run).
 """
 
 from __future__ import annotations
