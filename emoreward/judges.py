@@ -17,7 +17,7 @@ from emoreward.evaluation.judge import Judge
 JudgeKind = Literal["reward-model", "zero-shot"]
 YAML_SUFFIXES = (".yaml", ".yml")
 REWARD_MODEL_OPTIONS = frozenset(
-    {"tie_threshold", "batch_size", "name", "media_errors", "media_root", "dtype", "vllm_url"}
+    {"tie_threshold", "batch_size", "name", "media_errors", "media_root", "dtype", "vllm_url", "engine", "url"}
 )
 ZERO_SHOT_OPTIONS = frozenset(
     {
@@ -66,7 +66,9 @@ def load_judge(spec: str | Path, **options: Any) -> Judge:
             Reward model: `tie_threshold` (default: the model's calibrated one), `batch_size`, `name`,
             `media_errors`, `media_root` (multimodal models: the folder media paths resolve in), `dtype` (the
             scoring precision, `emoreward.models.precision`), `vllm_url` (score through the vLLM server serving
-            this export folder, `emoreward.export.vllm.VllmRewardModel`).
+            this export folder, `emoreward.export.vllm.VllmRewardModel`), `engine` (a registered engine of
+            `emoreward.models.loading.open_reward_model`; default: `"vllm"` with `vllm_url`, else in process) and
+            `url` (a served engine's URL).
             Zero-shot judge: `strategy` (default `"S1"`), `cache_dir` (where the call cache lives, so a killed run
             resumes; None: in memory), `references`, `media_root`, `ignore_media`, `on_failed_call` (default
             `"raise"`), `progress`, `backends`.
@@ -85,12 +87,19 @@ def load_judge(spec: str | Path, **options: Any) -> Judge:
     path = Path(spec).expanduser()
     if judge_kind(spec) == "reward-model":
         _check_options(options, REWARD_MODEL_OPTIONS, f"reward model {path}")
+        import emoreward.export  # noqa: F401  (registers the served engines)
         from emoreward.evaluation.judge import RewardModelJudge
-        from emoreward.export.vllm import reward_model
+        from emoreward.models.loading import DEFAULT_ENGINE, open_reward_model
 
-        loading = {key: options.pop(key, None) for key in ("media_root", "dtype", "vllm_url")}  # the model's
+        media_root, dtype, vllm_url = (options.pop(key, None) for key in ("media_root", "dtype", "vllm_url"))
+        engine, url = options.pop("engine", None), options.pop("url", None)
+        if vllm_url and (url or engine not in (None, "vllm")):
+            raise ValueError(f"reward model {path}: vllm_url names the vLLM engine's URL; give engine and url instead")
+        engine, url = engine or ("vllm" if vllm_url else DEFAULT_ENGINE), url or vllm_url
         # a Hub id is no model folder: named as given (Path would make "hf://a/b" "hf:/a/b")
-        return RewardModelJudge(reward_model(spec if str(spec).startswith("hf://") else path, **loading), **options)
+        source = spec if str(spec).startswith("hf://") else path
+        model = open_reward_model(source, engine, url=url, media_root=media_root, dtype=dtype)
+        return RewardModelJudge(model, **options)
     _check_options(options, ZERO_SHOT_OPTIONS, f"zero-shot judge {spec}")
     try:
         import zero_shot

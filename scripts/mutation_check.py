@@ -84,7 +84,7 @@ MUTATIONS = (
     Mutation(
         "content identity",
         "emoreward/training/run_identity.py",
-        "backbone = source_fingerprint(config.model_name_or_path)",
+        "backbone = source_identity(config.model_name_or_path)",
         "backbone = config.model_name_or_path",
         "tests/relations/test_content_identity.py",
         "the run identity holds the backbone's path, not its content",

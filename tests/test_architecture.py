@@ -233,18 +233,45 @@ def test_no_import_cycles_at_module_level():
 
 
 def test_no_import_cycles_between_modules_even_inside_functions():
-    """A function-level import that closes a loop (`pipeline -> tracking -> pipeline`) hides a dependency the
-    wrong way round just as well. Aside: packages' `__init__` re-exports, and registries naming their
-    implementations by string (`models.base.MODEL_CLASSES`: the protocol's module picks the class by name)."""
-    packages = {name for name, path in MODULES.items() if path.name == "__init__.py"}
-    graph = {m: set() for m in MODULES if m not in packages}
+    """A function-level or `TYPE_CHECKING` import that closes a loop (`pipeline -> tracking -> pipeline`, a route
+    naming the service that builds it) hides a dependency the wrong way round just as well. Package `__init__`
+    modules are nodes like any other (importing a package runs its `__init__`, whose imports count). Aside only:
+    registries naming their implementations by string (`models.base.MODEL_CLASSES`: the protocol's module picks the
+    class by name)."""
+    graph = {m: set() for m in MODULES}
     for name, found in IMPORTS.items():
         for imp in found:
             target = ours(imp)
-            if name in graph and target in graph and target != name and imp.how != "string":
+            if target is not None and target != name and imp.how != "string":
                 graph[name].add(target)
     cycles = cycles_of(graph)
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+# the one base that writes `score` / `score_info` (and the protocol that declares them); a class elsewhere that scores
+# descriptions writes `score_contexts` only. The model process's proxy is the scorer a service calls, not a model.
+SCORE_OWNERS = {
+    "emoreward.models.base": {"RewardModel", "RewardModelBase"},
+    "emoreward.export.serve.worker": {"ModelProcess"},
+}
+
+
+def test_score_and_score_info_are_written_once():
+    """Every reward model (text, multimodal, a served engine's client) inherits `score` / `score_info` from
+    `emoreward.models.base.RewardModelBase` (issue 39): no other class defines them over descriptions."""
+    offenders = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ClassDef) or node.name in SCORE_OWNERS.get(name, set()):
+                continue
+            for item in node.body:
+                if (
+                    isinstance(item, ast.FunctionDef)
+                    and item.name in ("score", "score_info")
+                    and [a.arg for a in item.args.args[1:2]] == ["descriptions"]
+                ):
+                    offenders.append(f"{path.relative_to(ROOT)}:{item.lineno} {node.name}.{item.name}")
+    assert not offenders, "score / score_info written again (write score_contexts instead):\n" + "\n".join(offenders)
 
 
 def test_no_module_imports_another_modules_private_names():

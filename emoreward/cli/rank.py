@@ -473,10 +473,11 @@ def committee_specs(args: argparse.Namespace) -> dict[str, str] | None:
 
 def judge_identity(spec: str) -> str:
     """What a judge is, for telling committee members apart: a model folder or judge file by its content
-    (`source_fingerprint`: a copy elsewhere is the same judge), a registered judge by its name."""
-    from emoreward.utils.cache_key import source_fingerprint
+    (`emoreward.models.loading.source_identity`: a copy elsewhere is the same judge), a registered judge by its
+    name."""
+    from emoreward.models.loading import source_identity
 
-    fingerprint = source_fingerprint(spec)
+    fingerprint = source_identity(spec)
     return f"content {fingerprint}" if fingerprint else spec
 
 

@@ -246,9 +246,9 @@ def run(args: argparse.Namespace) -> int:
                 import torch
 
                 torch.set_num_threads(args.threads)
-            from emoreward.models import load_reward_model
+            from emoreward.models.loading import open_reward_model
 
-            service = RewardService(load_reward_model(args.model, media_root=args.media_root), **options)
+            service = RewardService(open_reward_model(args.model, media_root=args.media_root), **options)
         else:  # the default: the model loads and scores in a process of its own; this one reads its facts
             from emoreward.export.serve.worker import ModelProcess
 

@@ -7,6 +7,9 @@ HTTP process, which loads no model) does not import torch for another (the merge
 
 import importlib
 
+# the served engines of `emoreward.models.loading.open_reward_model` ("vllm", "server") register here
+import emoreward.export.engines  # noqa: F401
+
 
 _WHERE = {
     "EmotionReward": "emoreward.export.grpo",

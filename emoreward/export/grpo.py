@@ -54,7 +54,7 @@ class EmotionReward:
     Args:
         model (`RewardModel`, `str` or `Path`): a reward model (text or multimodal) or a saved model directory.
         vllm_url (`str`, *optional*): with a directory (an export): score through the vLLM server at this URL that
-            serves it (`emoreward.export.vllm.reward_model`) instead of loading it here.
+            serves it (`emoreward.models.loading.open_reward_model`, engine ``"vllm"``) instead of loading it here.
         media_root (`str`, *optional*): folder relative media paths resolve in (multimodal models).
         subtitle_column, video_column, audio_column, sample_column (`str`): dataset columns holding the sample's
             subtitle, video path, audio path and id (a missing column or ``None`` value: none). Without a path a
@@ -92,9 +92,10 @@ class EmotionReward:
         if on_unused_media not in ("warn", "error", "ignore"):
             raise ValueError(f"on_unused_media must be 'warn', 'error' or 'ignore', got {on_unused_media!r}")
         if isinstance(model, (str, Path)):
-            from emoreward.export.vllm import reward_model
+            from emoreward.models.loading import DEFAULT_ENGINE, open_reward_model
 
-            model = reward_model(model, media_root=media_root, vllm_url=vllm_url)
+            engine = "vllm" if vllm_url else DEFAULT_ENGINE
+            model = open_reward_model(model, engine, url=vllm_url, media_root=media_root)
         elif vllm_url is not None:
             raise ValueError("vllm_url needs the export folder as `model` (the folder the vLLM server serves)")
         elif media_root is not None and model.kind == "media":

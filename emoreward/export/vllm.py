@@ -1,9 +1,10 @@
 """Rewards from a running vLLM pooling server that serves an emoreward export: the one request builder
 (`VllmRequestBuilder`: a description and its context -> a ``/classify`` body, by the export's own layout) and the
 one client (`VllmRewardModel`, a `RewardModel` over `emoreward.export.reward_client`), which every route that scores
-through vLLM gets from `reward_model`. Identity is content: the server serves the export as `served_name`
-(fingerprint and dtype), checked before scoring. `VllmServer` starts and stops the server
-(``python -m vllm.entrypoints.openai.api_server``: the CPU build's ``vllm serve`` entry point fails).
+through vLLM gets from `emoreward.models.loading.open_reward_model` (engine ``"vllm"``). Identity is content: the
+server serves the export as `served_name` (its content identity and dtype), checked before scoring. `VllmServer`
+starts and stops the server (``python -m vllm.entrypoints.openai.api_server``: the CPU build's ``vllm serve`` entry
+point fails).
 See docs/serving.md#vllm.
 """
 
@@ -25,8 +26,8 @@ import numpy as np
 
 from emoreward.data.context import RewardContext, subtitle_key
 from emoreward.export.reward_client import RewardClient
-from emoreward.models.base import ScoreInfo, apply_score_transform, broadcast_contexts, load_settings
-from emoreward.utils.cache_key import content_fingerprint
+from emoreward.models.base import RewardModelBase, ScoreInfo, apply_score_transform, load_settings
+from emoreward.models.loading import content_identity
 
 
 NAME_PREFIX = "emoreward-"
@@ -42,14 +43,14 @@ CHAT_IN_FLIGHT = 8
 # ---------------------------------------------------------------------------------------------- identity
 def served_name(export_dir: str | Path, dtype: str = "float32") -> str:
     """The ``--served-model-name`` of an export served in ``dtype``: ``emoreward-<fingerprint>-<dtype>``
-    (`emoreward.utils.cache_key.content_fingerprint` of the folder: a re-export gets a new name).
+    (`emoreward.models.loading.content_identity` of the folder: a re-export gets a new name).
 
     Raises:
         ValueError: a dtype other than float32 / bfloat16 / float16.
     """
     if dtype not in DTYPES:
         raise ValueError(f"vLLM dtype must be one of {list(DTYPES)}, got {dtype!r}")
-    return f"{NAME_PREFIX}{content_fingerprint(export_dir)}-{dtype}"
+    return f"{NAME_PREFIX}{content_identity(export_dir)}-{dtype}"
 
 
 def _check_export(export_dir: Path):
@@ -273,7 +274,7 @@ def _wav_url(audio: np.ndarray, rate: int) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- the client
-class VllmRewardModel:
+class VllmRewardModel(RewardModelBase):
     """A reward model served by vLLM (a text export, or a multimodal one with its request data): the `RewardModel`
     interface over ``/classify`` requests to ``url``; media paths resolve in ``media_root`` (decoded here). Its
     content is the export's (``source_dir``, for score-cache keys) and its precision the served dtype.
@@ -320,7 +321,7 @@ class VllmRewardModel:
 
     def _served_model(self) -> tuple[str, str]:
         names = [str(m.get("id")) for m in self.client.request("GET", "/v1/models").get("data", [])]
-        fingerprint = content_fingerprint(self.source_dir)
+        fingerprint = content_identity(self.source_dir)
         for name in names:
             head, _, dtype = name.rpartition("-")
             if head == f"{NAME_PREFIX}{fingerprint}" and dtype in DTYPES:
@@ -343,18 +344,11 @@ class VllmRewardModel:
             return subtitle_key(context)
         return (context.subtitle or None, context.video, context.audio, context.sample_id)
 
-    def score_info(
-        self,
-        descriptions: Sequence[str],
-        contexts: Sequence[RewardContext | None] | RewardContext | None = None,
-        *,
-        batch_size: int | None = None,
+    def score_contexts(
+        self, descriptions: list[str], contexts: list[RewardContext], *, batch_size: int | None = None
     ) -> ScoreInfo:
-        """Rewards r(description | context) from the server, with truncation flags and token counts.
-
-        Args:
-            descriptions: `N` descriptions; contexts: one for all, `N`, or None (the subtitle is read);
-            batch_size: unused (the server batches its requests itself).
+        """Rewards r(description | context) from the server (`RewardModelBase.score_info` calls this), with
+        truncation flags and token counts; ``batch_size`` is unused (the server batches its requests itself).
 
         Returns:
             `ScoreInfo` with rewards of shape `(N,)`, float64; the settings' ``score_transform`` is applied.
@@ -363,8 +357,6 @@ class VllmRewardModel:
             RuntimeError: the server refused a request or answered a different token count than the export's layout
                 (its chat template is not the export's: `vllm_chat_template`).
         """
-        descriptions = list(descriptions)
-        contexts = broadcast_contexts(contexts, len(descriptions))
         n = len(descriptions)
         rewards = np.empty(n, dtype=np.float64)
         if not n:
@@ -401,48 +393,10 @@ class VllmRewardModel:
             np.array([len(e.input_ids) for e in encoded], dtype=np.int64),
         )
 
-    def score(
-        self,
-        descriptions: Sequence[str],
-        contexts: Sequence[RewardContext | None] | RewardContext | None = None,
-        *,
-        batch_size: int | None = None,
-    ) -> np.ndarray:
-        """Rewards, `np.ndarray` of shape `(N,)`, float64 (`score_info(...).rewards`)."""
-        return self.score_info(descriptions, contexts, batch_size=batch_size).rewards
-
     def save_pretrained(self, directory, *, model_card=None):
         raise NotImplementedError("a model served by vLLM is saved where it was exported from")
 
     export_merged = save_pretrained
-
-
-def reward_model(
-    path: str | Path,
-    *,
-    media_root: str | None = None,
-    dtype: Any = None,
-    vllm_url: str | None = None,
-    token: str | None = None,
-):
-    """The reward model a route scores with: the folder loaded in this process (`load_reward_model`, with
-    ``media_root`` and ``dtype`` where given), or, with ``vllm_url``, the vLLM server serving that export
-    (`VllmRewardModel`). The one place a command or an RL adapter picks its engine.
-
-    Raises:
-        ValueError: with ``vllm_url``: a ``dtype`` other than ``"auto"`` that is not the one the server serves in;
-            see `VllmRewardModel` and `load_reward_model`.
-    """
-    if vllm_url:
-        model = VllmRewardModel(path, vllm_url, media_root=media_root, token=token)
-        wanted = None if dtype is None else str(dtype).removeprefix("torch.")
-        if wanted not in (None, "auto") and wanted != model.precision_name:
-            raise ValueError(f"the vLLM server serves {path} in {model.precision_name}, not {wanted}")
-        return model
-    from emoreward.models import load_reward_model
-
-    loading = {key: value for key, value in (("media_root", media_root), ("dtype", dtype)) if value is not None}
-    return load_reward_model(path, **loading)
 
 
 # ---------------------------------------------------------------------------------------------- the server
@@ -605,7 +559,6 @@ __all__ = [
     "VllmRequestBuilder",
     "VllmRewardModel",
     "VllmServer",
-    "reward_model",
     "serve_command",
     "served_name",
     "vllm_chat_template",

@@ -328,6 +328,84 @@ class RewardModel(Protocol):
     def export_merged(self, directory: str | Path, *, model_card: str | None = None) -> Path: ...
 
 
+class RewardModelBase:
+    """The one implementation of `score` and `score_info` that every reward model (`TextRewardModel`,
+    `MediaRewardModel`, a served engine's client) inherits: the descriptions as a list, the contexts broadcast to
+    one per description (`broadcast_contexts`), then the model's own `score_contexts`; `score` is
+    `score_info(...).rewards`. A subclass sets `kind` and `settings` and writes `score_contexts` (and `context_key`
+    where it reads more than the subtitle); `precision` is the record every report carries (`precision_record`).
+    """
+
+    kind: ClassVar[RewardKind] = "text"
+    settings: RewardSettings
+
+    @property
+    def modalities(self) -> frozenset[str]:
+        """The media the model reads (a subset of `{"video", "audio"}`; empty for a text model)."""
+        return frozenset()
+
+    def context_key(self, context: RewardContext) -> Hashable:
+        """The part of a context this model reads: the subtitle (`emoreward.data.context.subtitle_key`)."""
+        from emoreward.data.context import subtitle_key
+
+        return subtitle_key(context)
+
+    def score_contexts(
+        self, descriptions: list[str], contexts: list[RewardContext], *, batch_size: int | None = None, **options: Any
+    ) -> ScoreInfo:
+        """The model's own scoring of `N` descriptions with one `RewardContext` each (what `score_info` calls)."""
+        raise NotImplementedError
+
+    def score_info(
+        self,
+        descriptions: Sequence[str],
+        contexts: Sequence[RewardContext | str | None] | RewardContext | str | None = None,
+        *,
+        batch_size: int | None = None,
+        **options: Any,
+    ) -> ScoreInfo:
+        """Rewards r(description | context) with what happened while computing them.
+
+        Args:
+            descriptions: `N` emotion descriptions.
+            contexts: one `RewardContext` (or subtitle string) for all, `N` of them, or None.
+            batch_size: most sequences per forward pass (default: the model's).
+            **options: options of the model's own `score_contexts` (a multimodal model's `shared_prefix`).
+
+        Returns:
+            `ScoreInfo` (or a subclass) with rewards of shape `(N,)`, float64, unnormalised.
+
+        Raises:
+            ValueError: contexts whose number is not `N` or of another type (`broadcast_contexts`); what the model's
+                `score_contexts` raises."""
+        descriptions = list(descriptions)
+        contexts = broadcast_contexts(contexts, len(descriptions))
+        return self.score_contexts(descriptions, contexts, batch_size=batch_size, **options)
+
+    def score(
+        self,
+        descriptions: Sequence[str],
+        contexts: Sequence[RewardContext | str | None] | RewardContext | str | None = None,
+        *,
+        batch_size: int | None = None,
+    ) -> np.ndarray:
+        """Rewards, `np.ndarray` of shape `(N,)`, float64 (`score_info(...).rewards`)."""
+        return self.score_info(descriptions, contexts, batch_size=batch_size).rewards
+
+    @property
+    def precision(self) -> dict:
+        """The precision record of this model's scores (`emoreward.models.precision.precision_record`)."""
+        from emoreward.models.precision import precision_record
+
+        return precision_record(self)
+
+    def save_pretrained(self, directory: str | Path, *, model_card: str | None = None) -> Path:
+        raise NotImplementedError(f"a {type(self).__name__} is saved where it was loaded or exported from")
+
+    def export_merged(self, directory: str | Path, *, model_card: str | None = None) -> Path:
+        raise NotImplementedError(f"a {type(self).__name__} is exported where it was loaded from")
+
+
 MODEL_CLASSES: dict[str, str] = {
     "text": "emoreward.models.text:TextRewardModel",
     "media": "emoreward.models.media:MediaRewardModel",
@@ -366,6 +444,7 @@ __all__ = [
     "RewardContext",
     "RewardKind",
     "RewardModel",
+    "RewardModelBase",
     "RewardSettings",
     "NonFiniteError",
     "ScoreInfo",

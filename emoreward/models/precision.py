@@ -416,7 +416,7 @@ def record_bf16_agreement(model, pairs, *, max_pairs: int = 256, batch_size: int
     import numpy as np
     import torch
 
-    from emoreward.models.base import RewardContext
+    from emoreward.data.context import RewardContext
 
     pairs = list(pairs)
     if len(pairs) > max_pairs:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from emoreward.data.context import RewardContext, subtitle_key
-from emoreward.models.base import RewardModel, TextSettings, load_reward_model, load_settings
+from emoreward.models.base import RewardModel, TextSettings, load_settings
 from emoreward.models.precision import dtype_name, recorded_precision_name
 
 
@@ -21,7 +21,7 @@ class SavedRewardModel:
     """A text reward model's folder, with the attributes the score cache keys are built from.
 
     The same values as the loaded model (`load_reward_model(directory, dtype=dtype)`) would give:
-    `kind`, `settings`, `source_dir` (its content fingerprint: `emoreward.utils.cache_key.reward_model_fingerprint`),
+    `kind`, `settings`, `source_dir` (its content identity: `emoreward.models.loading.model_identity`),
     `precision_name` (the name of its `scoring_precision`: `emoreward.models.precision.recorded_precision_name`,
     the loaded model's rule on the CPU, where that loader puts a text model), `device` and `context_key`
     (`emoreward.data.context.subtitle_key`). `load()` loads the model once. Nothing here imports torch: a ranking
@@ -53,14 +53,16 @@ class SavedRewardModel:
         return subtitle_key(context)
 
     def load(self) -> RewardModel:
-        """The model itself (`load_reward_model`), loaded on the first call.
+        """The model itself (`emoreward.models.loading.open_reward_model`), loaded on the first call.
 
         Raises:
             RuntimeError: the loaded model scores in another precision than the folder said (a changed
                 `$EMOREWARD_DTYPE` or device between the two: its cache keys would differ).
         """
         if self._loaded is None:
-            model = load_reward_model(self.source_dir, dtype=self._dtype)
+            from emoreward.models.loading import open_reward_model
+
+            model = open_reward_model(self.source_dir, dtype=self._dtype)
             if dtype_name(model.scoring_precision) != self.precision_name:
                 raise RuntimeError(
                     f"{self.source_dir}: the loaded model scores in {dtype_name(model.scoring_precision)}, its "

@@ -20,6 +20,7 @@ from emoreward.models.backbones import BackboneSpec, get_backbone
 from emoreward.models.base import (
     RewardContext,
     RewardKind,
+    RewardModelBase,
     TextSettings,
     apply_score_transform,
     as_context,
@@ -29,11 +30,11 @@ from emoreward.models.base import (
 )
 from emoreward.models.coverage import CoverageScoreInfo, unknown_token_share
 from emoreward.models.layout import Encoded, context_text, text_input_ids, text_input_ids_batch
+from emoreward.models.loading import remember_source
 from emoreward.models.packed import PackedEncoder, packed_encoder
 from emoreward.models.precision import dtype_name, parse_dtype, recorded_precision, resolve_dtype
 from emoreward.models.scoring import DEFAULT_CHUNK_SIZE, plan_batches, run_batches, stream_scores
 from emoreward.utils.allocator import keep_freed_memory
-from emoreward.utils.cache_key import remember_source
 
 
 logger = logging.getLogger(__name__)
@@ -138,7 +139,7 @@ def save_tokenizer(tokenizer: PreTrainedTokenizerBase, directory: str | Path) ->
 
 
 # ---------------------------------------------------------------------------------------------- the model
-class TextRewardModel:
+class TextRewardModel(RewardModelBase):
     """A text emotion reward model r(description | instruction, subtitle) (`RewardModel`, kind `"text"`).
 
     `model` holds the master weights (float32, with the LoRA adapter while training); with `scoring_dtype` set,
@@ -175,10 +176,6 @@ class TextRewardModel:
         self.scoring_dtype = scoring_dtype
         if settings.input_format == "pair":
             self.tokenizer.padding_side = "right"  # absolute position embeddings: padding must go on the right
-
-    @property
-    def modalities(self) -> frozenset[str]:
-        return frozenset()
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -277,7 +274,7 @@ class TextRewardModel:
         model.eval()
         loaded = cls(model, tokenizer, settings, batch_size=batch_size, scoring_dtype=scoring_dtype)
         check_finite_weights(model, str(directory))  # a diverged or poisoned model is refused at load
-        remember_source(loaded, directory)  # its content fingerprint: part of every cache key of its outputs
+        remember_source(loaded, directory)  # its content identity: part of every cache key of its outputs
         return loaded
 
     # ------------------------------------------------------------------ inputs
@@ -483,19 +480,11 @@ class TextRewardModel:
             `(indices, info)`: positions in `descriptions` and their `CoverageScoreInfo`; every position once."""
         return stream_scores(self, descriptions, contexts, batch_size=batch_size, chunk_size=chunk_size)
 
-    def score_info(
-        self,
-        descriptions: Sequence[str],
-        contexts: Sequence[RewardContext | None] | RewardContext | None = None,
-        *,
-        batch_size: int | None = None,
+    def score_contexts(
+        self, descriptions: list[str], contexts: list[RewardContext], *, batch_size: int | None = None
     ) -> CoverageScoreInfo:
-        """Rewards r(description | context), with truncation flags, token counts and unknown-token shares.
-
-        Args:
-            descriptions: `N` emotion descriptions.
-            contexts: one `RewardContext` for all, `N` of them, or None; only the subtitle is read.
-            batch_size: most sequences per forward pass (default: the model's).
+        """Rewards r(description | context) (`RewardModelBase.score_info` calls this), with truncation flags, token
+        counts and unknown-token shares; only the subtitle of a context is read.
 
         Returns:
             `CoverageScoreInfo` with rewards of shape `(N,)`, float64, the settings' `score_transform` applied;
@@ -503,7 +492,6 @@ class TextRewardModel:
 
         Raises:
             ValueError: a context that leaves no room for the description (`text_input_ids`)."""
-        descriptions = list(descriptions)
         n = len(descriptions)
         info = CoverageScoreInfo(
             np.empty(n, dtype=np.float64), np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64), np.zeros(n)
@@ -512,16 +500,6 @@ class TextRewardModel:
             info.rewards[idx], info.truncated[idx] = part.rewards, part.truncated
             info.n_tokens[idx], info.unknown_share[idx] = part.n_tokens, part.unknown_share
         return info
-
-    def score(
-        self,
-        descriptions: Sequence[str],
-        contexts: Sequence[RewardContext | None] | RewardContext | None = None,
-        *,
-        batch_size: int | None = None,
-    ) -> np.ndarray:
-        """Rewards, `np.ndarray` of shape `(N,)`, float64 (`score_info(...).rewards`)."""
-        return self.score_info(descriptions, contexts, batch_size=batch_size).rewards
 
     # ------------------------------------------------------------------ saving
     def save_pretrained(self, directory: str | Path, *, model_card: str | None = None) -> Path:

@@ -1,5 +1,5 @@
-"""The score cache of a reward-model ranking: reward scores on disk keyed by (model fingerprint, description,
-context), appended as they are computed (`ScoreCache`, `model_fingerprint`, `score_key`, `cache_path_for`,
+"""The score cache of a reward-model ranking: reward scores on disk keyed by (the model's content identity,
+description, context), appended as they are computed (`ScoreCache`, `score_key`, `cache_path_for`,
 `default_cache_dir`)."""
 
 from __future__ import annotations
@@ -16,23 +16,11 @@ if TYPE_CHECKING:
     from emoreward.models.base import RewardContext, RewardModel
 
 
-def model_fingerprint(directory: str | Path) -> str:
-    """A content fingerprint of a saved model directory, for the score cache's file name
-    (`emoreward.utils.cache_key.content_fingerprint`: every file's name, size and whole content).
-
-    Raises:
-        FileNotFoundError: if ``directory`` is not a directory.
-    """
-    from emoreward.utils.cache_key import content_fingerprint
-
-    return content_fingerprint(directory)
-
-
 class ScoreCache:
     """Reward scores on disk, one JSON line ``{"key": score_key(model, description, context), "score": float,
     "truncated": bool}`` each (``truncated``: the description was cut to fit the model's length limit).
 
-    The file belongs to one model (its name carries the fingerprint); scores are appended as computed, whole lines
+    The file belongs to one model (its name carries the model's identity); scores are appended as computed, whole lines
     under a file lock, so an interrupted run keeps what it scored and concurrent runs lose nothing. A torn line is
     skipped and counted (`n_skipped`), never cut away; another unreadable line is skipped with a warning. ``path``
     ``None`` keeps scores in memory only.
@@ -107,13 +95,13 @@ def default_cache_dir() -> Path:
 
 def model_key_parts(model: RewardModel) -> dict:
     """The parts of every score-cache key that belong to the model, not to one description: its content
-    (`reward_model_fingerprint`), the precision it scores in, its length limit and its input layout (settings without
-    the tie threshold). Computed once per scoring pass (`score_key`'s ``parts``): they read every weight's version."""
+    (`emoreward.models.loading.model_identity`: everything it reads, a referenced backbone included), the precision
+    it scores in, its length limit and its input layout (settings without the tie threshold). Computed once per scoring pass (`score_key`'s ``parts``): they read every weight's version."""
+    from emoreward.models.loading import model_identity
     from emoreward.models.precision import model_precision_name  # torch-free: a rerun from the cache needs none
-    from emoreward.utils.cache_key import reward_model_fingerprint
 
     return {
-        "model": reward_model_fingerprint(model),
+        "model": model_identity(model),
         "precision": model_precision_name(model),
         "length_limit": model.settings.max_length,
         "layout": {k: v for k, v in asdict(model.settings).items() if k not in ("tie_threshold", "extra")},
@@ -146,5 +134,11 @@ def score_key(model: RewardModel, description: str, context: RewardContext, part
 
 
 def cache_path_for(model_dir: str | Path, cache_dir: str | Path | None = None) -> Path:
-    """The score-cache file of a reward model: ``<cache_dir>/scores-<fingerprint>.jsonl``."""
-    return Path(cache_dir or default_cache_dir()) / f"scores-{model_fingerprint(model_dir)}.jsonl"
+    """The score-cache file of a reward model: ``<cache_dir>/scores-<identity>.jsonl``
+    (`emoreward.models.loading.content_identity` of the folder: a backbone it reads included).
+
+    Raises:
+        FileNotFoundError: `model_dir` is not a directory."""
+    from emoreward.models.loading import content_identity
+
+    return Path(cache_dir or default_cache_dir()) / f"scores-{content_identity(model_dir)}.jsonl"

@@ -28,7 +28,8 @@ from emoreward.evaluation.harness import evaluate_model
 from emoreward.evaluation.judge import RewardModelJudge
 from emoreward.evaluation.metrics import calibrate_tie_threshold
 from emoreward.evaluation.report import aggregate, headline, markdown_table, plot_confusion, weighting_note
-from emoreward.models.base import RewardModel, check_finite_weights, load_reward_model
+from emoreward.models.base import RewardModel, check_finite_weights
+from emoreward.models.loading import open_reward_model
 from emoreward.training.adapters import adapter_for
 from emoreward.training.config import EmoRewardConfig, public_config
 from emoreward.training.distributed import distributed_setup, save_final_model, wait_for_everyone
@@ -623,7 +624,7 @@ def _save_final(config, pairs, fit: FitResult | dict, report: dict, out: Path, l
     model_dir = out / "model"
     if isinstance(fit, dict):
         report["final"] = fit
-        return load_reward_model(model_dir, media_root=config.media_root)
+        return open_reward_model(model_dir, media_root=config.media_root)
     from emoreward.models.cards import data_metadata
 
     # the card's (and the export's) licence and datasets: the training data's own

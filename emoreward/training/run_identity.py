@@ -81,10 +81,10 @@ def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> di
     Returns:
         `{"data", "labels", "n_pairs", "train_file", "backbone", "recipe", "execution", "fingerprint"}`;
         `fingerprint` digests data, labels, backbone, recipe and execution (not paths whose content is in it)."""
+    from emoreward.models.loading import source_identity
     from emoreward.training.config import public_config  # the recipe class and its masking of secrets
-    from emoreward.utils.cache_key import source_fingerprint
 
-    backbone = source_fingerprint(config.model_name_or_path)
+    backbone = source_identity(config.model_name_or_path)
     # paths are no identity where their content is one: the pairs are `data`, a local backbone is `backbone`
     by_content = {"train_file"} | ({"model_name_or_path"} if backbone is not None else set())
     recipe = {k: v for k, v in public_config(config).items() if k not in NOT_RESULT_FIELDS | by_content}

@@ -156,43 +156,11 @@ def weights_fingerprint(module) -> str:
     return digest
 
 
-def reward_model_fingerprint(model) -> str:
-    """The content of a reward model (`emoreward.models.RewardModel`): its folder's `content_fingerprint` when it
-    was loaded from one and is unchanged since (`source_dir`), else the `weights_fingerprint` of its network (`model`;
-    without one, its class)."""
-    source = getattr(model, "source_dir", None)
-    network = getattr(model, "model", None)
-    if source is not None and Path(source).is_dir():
-        stamp = getattr(model, "_source_versions", None)
-        if network is None or stamp is None or stamp == _versions(network):
-            cached = getattr(model, "_source_fingerprint", None)
-            if cached is None:  # computed once per loaded model (a key is built for every scored item)
-                cached = model._source_fingerprint = content_fingerprint(source)
-            return cached
-    if network is None:  # a reward without weights (a closed-form stand-in): its code is its content
-        return f"{type(model).__module__}.{type(model).__qualname__}"
-    return weights_fingerprint(network)
-
-
-def _versions(module) -> tuple:
-    return tuple(p._version for p in module.parameters())
-
-
-def remember_source(model, directory: str | Path) -> None:
-    """Record on a just-loaded reward model the folder it came from (for `reward_model_fingerprint`); a later
-    in-place change of its weights (training) makes the fingerprint come from the weights instead."""
-    model.source_dir = Path(directory)
-    network = getattr(model, "model", None)
-    model._source_versions = None if network is None else _versions(network)
-
-
 __all__ = [
     "KEY_VERSION",
     "cache_key",
     "content_fingerprint",
     "current_fingerprint",
-    "remember_source",
-    "reward_model_fingerprint",
     "source_fingerprint",
     "weights_fingerprint",
 ]

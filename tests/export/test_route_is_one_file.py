@@ -31,13 +31,13 @@ class Toy(routes.Route):
     options = (routes.RouteOption("toy_suffix", "--toy-suffix", "", "text appended to every toy text"),)
 
     def parse(self, body):
-        service = self.service
+        fields = self.fields  # the request-field validation every route receives (never the service)
         if set(body) - {"texts", "subtitle"}:
             raise RequestError(HTTPStatus.BAD_REQUEST, "toy: unknown fields")
-        texts = [service.text(t, f"texts[{k}]") + self.settings["toy_suffix"]
-                 for k, t in enumerate(service.items(body.get("texts"), "texts"))]  # fmt: skip
-        contexts = service.contexts({"subtitle": body.get("subtitle")}, len(texts))
-        return service.job(self.name, texts, contexts, [f"texts[{k}]" for k in range(len(texts))])
+        texts = [fields.text(t, f"texts[{k}]") + self.settings["toy_suffix"]
+                 for k, t in enumerate(fields.items(body.get("texts"), "texts"))]  # fmt: skip
+        contexts = fields.contexts({"subtitle": body.get("subtitle")}, len(texts))
+        return fields.job(self.name, texts, contexts, [f"texts[{k}]" for k in range(len(texts))])
 
     def reply(self, job, rewards, truncated, empty):
         return {"values": rewards}
@@ -74,11 +74,11 @@ def test_a_route_defined_in_one_file_is_served_over_http(toy):
 
 
 def test_a_route_defined_in_one_file_is_served_in_process_and_has_its_serve_option(toy, tmp_path, monkeypatch):
-    import emoreward.export.vllm
+    import emoreward.export.serve.local
     from emoreward.cli.serve import add_arguments
     from emoreward.export.serve.local import score_request, shared_batcher
 
-    monkeypatch.setattr(emoreward.export.vllm, "reward_model", lambda path, media_root=None, vllm_url=None: Words())
+    monkeypatch.setattr(emoreward.export.serve.local, "open_reward_model", lambda path, engine, **kw: Words())
     (tmp_path / "weights.bin").write_bytes(b"toy")
     batcher = shared_batcher(tmp_path, toy_suffix=" x")
     assert score_request("toy", {"texts": ["one two"]}, batcher) == {"values": [0.3]}

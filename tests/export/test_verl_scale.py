@@ -16,7 +16,7 @@ import torch
 
 import emoreward.export.serve.local as local
 import emoreward.export.verl as verl
-import emoreward.models
+import emoreward.models.base
 from emoreward.export.serve.http import RewardServer
 from emoreward.export.serve.protocol import ServerLimits
 from emoreward.export.serve.service import RewardService
@@ -51,14 +51,14 @@ QUICK = ServerLimits(keepalive_timeout=0.5)  # idle keep-alive connections of th
 def test_32_executor_threads_load_the_local_model_once_and_share_model_calls(saved, monkeypatch):
     path, model = saved
     loads = []
-    real = emoreward.models.load_reward_model
+    real = emoreward.models.base.load_reward_model  # what the in-process engine of open_reward_model calls
 
     def counting(*args, **kwargs):
         loads.append(args)
         time.sleep(0.2)  # a slow load: every thread arrives while it runs
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(emoreward.models, "load_reward_model", counting)
+    monkeypatch.setattr(emoreward.models.base, "load_reward_model", counting)
     texts = [f"{DESCRIPTIONS[k % 3]} {k}" for k in range(32)]
     with ThreadPoolExecutor(32) as pool:  # verl's reward loop: run_in_executor(None, compute_score) per sample
         got = list(pool.map(lambda t: verl.compute_score(solution_str=t, extra_info={}, model=str(path)), texts))

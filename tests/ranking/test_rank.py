@@ -13,9 +13,10 @@ from scipy.stats import spearmanr
 
 from emoreward.data.tables import DescriptionTable, TableError, bundled_ovmerd_path, load_description_table
 from emoreward.data.verdicts import Judgement, Verdict, verdict_from_difference
+from emoreward.models.loading import content_identity
 from emoreward.ranking.judging import judge_records
 from emoreward.ranking.rank import parse_groups, rank_with_judge, rank_with_reward_model
-from emoreward.ranking.score_cache import ScoreCache, model_fingerprint
+from emoreward.ranking.score_cache import ScoreCache
 from emoreward.ranking.scoring import records_from_scores, score_table, table_pairs
 
 
@@ -200,17 +201,17 @@ def test_scores_are_cached_on_disk(tmp_path):
     assert with_sub.n_scored == 1 and with_sub.scores[0, 0] == pytest.approx(first.scores[at] + 1.0)
 
 
-def test_model_fingerprint_changes_with_the_weights_anywhere(tmp_path):
+def test_content_identity_changes_with_the_weights_anywhere(tmp_path):
     (tmp_path / "m").mkdir()
     weights = tmp_path / "m" / "w.bin"
     weights.write_bytes(b"\0" * (5 << 20))  # over 2 MiB: an edit in its middle, same size and name, is a change
-    before = model_fingerprint(tmp_path / "m")
-    assert model_fingerprint(tmp_path / "m") == before
+    before = content_identity(tmp_path / "m")
+    assert content_identity(tmp_path / "m") == before
     for at in (0, (5 << 20) // 2, (5 << 20) - 1):
         with weights.open("r+b") as fh:
             fh.seek(at)
             fh.write(b"\1")
-        changed = model_fingerprint(tmp_path / "m")
+        changed = content_identity(tmp_path / "m")
         assert changed != before
         before = changed
 

@@ -3,9 +3,11 @@ path, a backbone's weights, a result-changing recipe field) reruns exactly the c
 another run; changing nothing reuses everything, and the counts in the report say so.
 
 Owners: `emoreward.utils.cache_key` (`cache_key`, `content_fingerprint`, `source_fingerprint`,
-`current_fingerprint`: the content of a model folder, a backbone, a judge's local model, a model kept loaded for a
-path), `emoreward.ranking.score_cache` (scores by content key), `zero_shot.cache` (calls keyed by their input),
-`emoreward.training.run_identity` (data, labels, backbone content and recipe of a run).
+`current_fingerprint`: the content of a folder or file), `emoreward.models.loading` (`content_identity`,
+`model_identity`, `source_identity`: everything a reward model reads, a referenced backbone included, for every cache,
+the vLLM served name, a model kept loaded for a path and run identity), `emoreward.ranking.score_cache` (scores by
+content key), `zero_shot.cache` (calls keyed by their input), `emoreward.training.run_identity` (data, labels,
+backbone content and recipe of a run).
 """
 
 from __future__ import annotations
@@ -62,6 +64,40 @@ def test_rank_reruns_exactly_the_changed_descriptions(rm_dir, tmp_path, capsys):
     assert not (tmp_path / "r5.json").with_name("r5.json").read_text().count('score_cache": "/')  # no cache path
     again = _rank(capsys, model, table, tmp_path / "r6.json", *cache)
     assert again["cost"]["n_scored"] == 0 and again["mean_reward"] == fresh["mean_reward"]
+
+
+def test_rank_rescores_a_model_whose_local_backbone_was_retrained_in_place(tiny_bert_dir, tmp_path, capsys):
+    """A LoRA reward model reads its local backbone folder: the backbone retrained in place (same path, other
+    weights) is another model for the score cache (`emoreward.models.loading.content_identity`), as it is for run
+    identity: nothing comes from the cache and the rewards are those of a fresh scoring."""
+    import torch
+    from peft import LoraConfig
+
+    from emoreward.models import TextRewardModel
+
+    backbone = model_copy(tiny_bert_dir, tmp_path / "backbone")
+    torch.manual_seed(0)
+    lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["query", "value"])
+    rm = TextRewardModel.from_backbone(str(backbone), max_length=64, lora_config=lora)
+    with torch.no_grad():
+        for name, p in rm.model.named_parameters():
+            if "classifier" in name and name.endswith("weight"):
+                p.normal_(0, 1.0)
+    model = rm.save_pretrained(tmp_path / "model")
+    rows = table_rows(n_samples=2)
+    table = write_jsonl(tmp_path / "table.jsonl", rows)
+    cache = ["--cache-dir", tmp_path / "cache"]
+    distinct = len({r["description"] for r in rows})
+
+    first = _rank(capsys, model, table, tmp_path / "r1.json", *cache)
+    assert (first["cost"]["n_scored"], first["cost"]["n_cached"]) == (distinct, 0)
+    change_weights(backbone, scale=0.5)  # the backbone retrained in place; the model folder is untouched
+    rerun = _rank(capsys, model, table, tmp_path / "r2.json", *cache)
+    assert (rerun["cost"]["n_scored"], rerun["cost"]["n_cached"]) == (distinct, 0)
+    fresh = _rank(capsys, model, table, tmp_path / "r3.json", "--no-cache")
+    assert rerun["mean_reward"] == fresh["mean_reward"] != first["mean_reward"]
+    again = _rank(capsys, model, table, tmp_path / "r4.json", *cache)  # the new backbone's scores are reused
+    assert (again["cost"]["n_scored"], again["cost"]["n_cached"]) == (0, distinct)
 
 
 def test_judge_reruns_exactly_the_changed_pairs(length_judge_yaml, tmp_path, capsys):

@@ -444,8 +444,8 @@ class MultimodalBackend:
 
 def identity_base(cfg) -> str:
     """The weights part of an MLLM backend's identity (`cfg`: `zero_shot.config.ModelConfig`): family, name, dtype
-    and the content of a local model (`source_fingerprint`)."""
-    from emoreward.utils.cache_key import source_fingerprint
+    and the content of a local model (`emoreward.models.loading.source_identity`)."""
+    from emoreward.models.loading import source_identity
 
-    content = source_fingerprint(cfg.model)
+    content = source_identity(cfg.model)
     return f"mllm:{cfg.family}:{cfg.model}:{cfg.dtype}" + (f":content={content}" if content else "")

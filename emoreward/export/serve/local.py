@@ -15,6 +15,7 @@ from emoreward.export.serve import routes
 from emoreward.export.serve.batching import Batcher
 from emoreward.export.serve.protocol import RequestError, ServerLimits
 from emoreward.export.serve.service import RewardService
+from emoreward.models.loading import DEFAULT_ENGINE, open_reward_model
 
 
 # no request limits in process: the queue is as long as the callers make it, and nothing times out
@@ -41,18 +42,18 @@ def shared_batcher(
         model: a reward-model directory (`emoreward train`, or a merged export).
         media_root: the only folder media paths may point into (multimodal models).
         vllm_url: score through the vLLM server at this URL serving ``model`` (an export folder;
-            `emoreward.export.vllm.reward_model`) instead of loading it here.
+            `emoreward.models.loading.open_reward_model`, engine ``"vllm"``) instead of loading it here.
         batch_size, allow_unused_media, **route_options: as `RewardService` (OpenRLHF's ``openrlhf_labels``,
             ``extra_query_markers``, ...).
         limits: request limits and queueing (default `ServerLimits()`; `UNLIMITED`: none).
 
     Raises:
-        ValueError / OSError: the model cannot be loaded (as `load_reward_model`).
+        ValueError / OSError: the model cannot be loaded (as `open_reward_model`).
     """
-    from emoreward.utils.cache_key import current_fingerprint
+    from emoreward.models.loading import source_identity
 
     key = (
-        current_fingerprint(model),  # its content: a model changed in place under the same path is loaded again
+        source_identity(model),  # its content: a model changed in place under the same path is loaded again
         str(Path(model).resolve()),
         None if media_root is None else str(Path(media_root).resolve()),
         vllm_url,
@@ -64,10 +65,9 @@ def shared_batcher(
     with _LOCK:
         batcher = _SHARED.get(key)
         if batcher is None:
-            from emoreward.export.vllm import reward_model
-
             root = None if media_root is None else str(media_root)
-            loaded = reward_model(str(model), media_root=root, vllm_url=vllm_url)
+            engine = "vllm" if vllm_url else DEFAULT_ENGINE
+            loaded = open_reward_model(str(model), engine, url=vllm_url, media_root=root)
             service = RewardService(
                 loaded,
                 limits,

@@ -62,10 +62,10 @@ class RewardReplica:
             torch.set_num_threads(threads)
         from emoreward.export.serve.batching import Batcher
         from emoreward.export.serve.service import RewardService
-        from emoreward.models import load_reward_model
+        from emoreward.models.loading import open_reward_model
 
         options = dict(service_options)
-        model = load_reward_model(model_path, media_root=options.get("media_root"))
+        model = open_reward_model(model_path, media_root=options.get("media_root"))
         self.service = RewardService(model, **options)
         self.batcher = Batcher(self.service)
         self.batcher.start()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -20,22 +19,17 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
-from emoreward.data.context import MediaRef, RewardContext, reward_context
-from emoreward.data.errors import DataError
-from emoreward.data.media import unused_media
-from emoreward.data.text import normal_text
 from emoreward.export.length_monitor import StreamLengthMonitor, defined
 from emoreward.export.serve import routes
 from emoreward.export.serve.batching import Job
 from emoreward.export.serve.facts import ServedModelFacts, served_model_facts
+from emoreward.export.serve.fields import RequestFields
 from emoreward.export.serve.protocol import RequestError, ServerLimits, log_refusal
 from emoreward.models.base import ScoreInfo
 
 
 logger = logging.getLogger(__name__)
 
-# bytes of one file or folder name at most (NAME_MAX of Linux, macOS and Windows file systems)
-MAX_NAME_BYTES = 255
 # 5xx statuses that answer what the client chose (a transfer coding, an HTTP version): counted as bad requests
 CLIENT_CHOSE = frozenset({HTTPStatus.NOT_IMPLEMENTED, HTTPStatus.HTTP_VERSION_NOT_SUPPORTED})
 
@@ -126,8 +120,9 @@ class RewardService:
         self.scorer = scorer or model.score_info
         self.scorer_alive = scorer_alive
         self.limits = limits or ServerLimits()
-        self.max_chars = self.limits.max_chars or facts.max_chars
-        self.max_length = facts.max_length
+        # what every route validates its request fields with (routes never call back into the service)
+        self.fields = RequestFields(facts, self.limits, media_root=media_root, allow_unused_media=allow_unused_media)
+        self.max_chars, self.max_length = self.fields.max_chars, self.fields.max_length
         self.batch_size = batch_size
         if forward_tokens is None:
             forward_tokens = 1024 if facts.device == "cpu" else 16384
@@ -135,16 +130,17 @@ class RewardService:
         self.allow_unused_media = allow_unused_media
         self.name = name
         self.overlong = overlong
-        self.media_root = None if media_root is None else Path(media_root).resolve()
-        if self.media_root is not None and not self.media_root.is_dir():
-            raise ValueError(f"--media-root {media_root} is not a directory")
+        self.media_root = self.fields.media_root
         self.stats = ServerStats()
         self._stats_lock = threading.Lock()
         # the RL length-hacking monitor over the last `length_window` rewarded descriptions (every route)
         self.length_monitor = StreamLengthMonitor(length_window, length_threshold)
         self._warned_truncation = False
         # the routes this service answers, by name, each with its options
-        self.routes = {route.name: route(self, **settings[route.name]) for route in routes.ROUTES.values()}
+        self.routes = {
+            route.name: route(self.fields, model_name=name, length_monitor=self.length_monitor, **settings[route.name])
+            for route in routes.ROUTES.values()
+        }
 
     def count(self, **increments: int) -> None:
         with self._stats_lock:
@@ -196,178 +192,6 @@ class RewardService:
         except RequestError as err:
             self.record_error(err)
             raise
-
-    # ------------------------------------------------------------------ validation helpers (what routes call)
-    def items(self, value: Any, field_name: str, allow_empty: bool = False) -> list:
-        """The list at ``field_name``, or a 400 / 413 naming it (empty, not a list, over ``max_items``)."""
-        if not isinstance(value, list):
-            raise RequestError(HTTPStatus.BAD_REQUEST, f"'{field_name}' must be a list")
-        if not value and not allow_empty:
-            raise RequestError(HTTPStatus.BAD_REQUEST, f"'{field_name}' is empty")
-        if len(value) > self.limits.max_items:
-            raise RequestError(
-                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                f"'{field_name}' has {len(value)} items; the limit is {self.limits.max_items} per request",
-            )
-        return value
-
-    def text(self, item: Any, field_name: str, allow_none: bool = False, cap: bool = True) -> str | None:
-        """The text at ``field_name``, or a 400 / 413 naming it (not a string, a lone surrogate, over ``max_chars``)."""
-        if item is None and allow_none:
-            return None
-        if not isinstance(item, str):
-            raise RequestError(HTTPStatus.BAD_REQUEST, f"'{field_name}' must be a string")
-        try:
-            item.encode("utf-8")
-        except UnicodeEncodeError as err:
-            raise RequestError(
-                HTTPStatus.BAD_REQUEST,
-                f"'{field_name}' is not valid Unicode text: a lone surrogate (\\u{ord(item[err.start]):04x}) at "
-                f"character {err.start}",
-            ) from None
-        n_chars = len(normal_text(item)) if cap else 0  # counted as the model reads it: NFC and NFD are one text
-        if n_chars > self.max_chars:
-            raise RequestError(
-                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                f"'{field_name}' has {n_chars} characters; the limit is {self.max_chars} (no text that long fits "
-                f"the model's {self.max_length} tokens)",
-            )
-        return item
-
-    def _estimate_tokens(self, description: str, context: RewardContext) -> int:
-        tokens = 2 + (len(description) + len(context.subtitle or "")) // 4
-        return min(tokens, self.max_length) if self.max_length else tokens
-
-    def job(self, route: str, descriptions: list[str], contexts: list[RewardContext], fields: list[str]) -> Job:
-        """The `Job` of a parsed request, its token costs estimated."""
-        costs = [self._estimate_tokens(d, c) for d, c in zip(descriptions, contexts)]
-        return Job(route, descriptions, contexts, fields, costs)
-
-    def contexts(self, media: Any, n: int) -> list[RewardContext]:
-        """Contexts, one per description, from ``media`` (an object, a list of objects, or None).
-
-        A text model reads the subtitle only (media paths are a 400 unless ``allow_unused_media``). A multimodal
-        model reads ``video`` / ``audio`` paths relative to the server's media root: absolute paths, ``..`` parts
-        and paths that leave the root through a symlink are a 400 naming the field, and no file is read for them.
-        """
-        if isinstance(media, dict):  # one object for every description: checked and resolved once
-            return [self.context(media, "media[0]")] * n
-        if media is None:
-            media = [None] * n
-        if not isinstance(media, list) or len(media) != n:
-            raise RequestError(
-                HTTPStatus.BAD_REQUEST, "'media' must be an object or a list with one object per description"
-            )
-        return [self.context(ref, f"media[{k}]") for k, ref in enumerate(media)]
-
-    def context(
-        self,
-        ref: Any,
-        where: str,
-        keys: tuple[str, ...] = ("subtitle", "video", "audio"),
-        prompt: str | None = None,
-        end_markers: list[str] | tuple[str, ...] = (),
-    ) -> RewardContext:
-        """The context of one media object (None: no media) found at ``where`` in the request (``media[3]``, or
-        ``labels[3]`` for an OpenRLHF label that names the clip, which may also carry a ``sample_id``; its
-        ``prompt`` may name the subtitle on a ``Subtitle:`` line), by the one context rule
-        (`emoreward.data.context.reward_context`) and the one media rule (`emoreward.data.media.unused_media`)."""
-        if ref is None:
-            ref = {}
-        if not isinstance(ref, dict):
-            raise RequestError(HTTPStatus.BAD_REQUEST, f"'{where}' must be an object")
-        unknown = sorted(set(ref) - set(keys))
-        if unknown:
-            raise RequestError(HTTPStatus.BAD_REQUEST, f"'{where}' has unknown keys {unknown}")
-        paths = {key: self.text(ref.get(key), f"{where}.{key}", allow_none=True) for key in ("video", "audio")}
-        subtitle = self.text(ref.get("subtitle"), f"{where}.subtitle", allow_none=True)
-        sample_id = self.text(ref.get("sample_id"), f"{where}.sample_id", allow_none=True)
-        facts = self.facts
-        if facts.kind == "text":
-            given = [key for key, value in paths.items() if value]
-            if given and not self.allow_unused_media:
-                raise RequestError(
-                    HTTPStatus.BAD_REQUEST,
-                    f"'{where}.{given[0]}' given, but this reward model is text-only (it uses the subtitle); "
-                    "start the server with --allow-unused-media to accept and ignore media paths",
-                )
-            return self._rule(where, end_markers, subtitle=subtitle, prompt=prompt)
-        ref_paths = MediaRef(paths["video"], paths["audio"])
-        for key, why in unused_media(ref_paths, need_video=facts.sees_video, need_audio=facts.hears_audio,
-                                     use_audio_in_video=facts.use_audio_in_video):  # fmt: skip
-            raise RequestError(
-                HTTPStatus.BAD_REQUEST, f"'{where}.{key}' given, but {why}: remove it (it would not change the reward)"
-            )
-        resolved = {key: self._media_path(value, f"{where}.{key}") for key, value in paths.items()}
-        for needed in sorted(facts.modalities):
-            if resolved[needed] is None and not (needed == "audio" and self._audio_from_video(resolved)):
-                raise RequestError(
-                    HTTPStatus.BAD_REQUEST, f"'{where}.{needed}' is required: this reward model reads {needed}"
-                )
-        # the sample id names the media as the client wrote it: equal media share one prefix, and errors name the
-        # client's path, not the server's file layout
-        sample = sample_id or paths["video"] or paths["audio"]
-        return self._rule(
-            where,
-            end_markers,
-            subtitle=subtitle,
-            prompt=prompt,
-            video=resolved["video"],
-            audio=resolved["audio"],
-            sample_id=sample,
-        )
-
-    def _rule(self, where: str, end_markers, **fields: Any) -> RewardContext:
-        """`reward_context` of the request's fields; a conflict (a subtitle field and a prompt's `Subtitle:` line
-        that differ) is a 400 naming the field."""
-        try:
-            return reward_context(**fields, source="request", names={"subtitle": f"{where}.subtitle"},
-                                  end_markers=end_markers)  # fmt: skip
-        except DataError as err:
-            raise RequestError(HTTPStatus.BAD_REQUEST, str(err)) from None
-
-    def _audio_from_video(self, resolved: dict[str, str | None]) -> bool:
-        return bool(self.facts.use_audio_in_video and resolved["video"])
-
-    def _media_path(self, value: str | None, field_name: str) -> str | None:
-        """The absolute path of a media file inside the media root, or a 400 naming `field_name` (no file is read
-        for a refused path: only the path is resolved)."""
-        if not value:
-            return None
-        if self.media_root is None:
-            raise RequestError(
-                HTTPStatus.BAD_REQUEST,
-                f"'{field_name}': media paths are refused: the server was started without --media-root",
-            )
-        path = Path(value)
-        if path.is_absolute() or ".." in path.parts or "\x00" in value:
-            raise RequestError(
-                HTTPStatus.BAD_REQUEST, f"'{field_name}' must be a relative path inside the media root, without '..'"
-            )
-        longest = max(len(os.fsencode(part)) for part in path.parts)
-        if longest > MAX_NAME_BYTES:
-            raise RequestError(
-                HTTPStatus.BAD_REQUEST,
-                f"'{field_name}' has a file or folder name of {longest} bytes; names have at most {MAX_NAME_BYTES}",
-            )
-        try:
-            full = (self.media_root / path).resolve()
-        except (RuntimeError, OSError):  # a symlink loop (RuntimeError before Python 3.13, OSError after)
-            raise RequestError(
-                HTTPStatus.BAD_REQUEST,
-                f"'{field_name}' cannot be resolved in the media root (a symlink loop?): {value}",
-            ) from None
-        if not full.is_relative_to(self.media_root):
-            raise RequestError(HTTPStatus.BAD_REQUEST, f"'{field_name}' leaves the media root (through a symlink)")
-        try:
-            found = full.is_file()
-        except OSError as err:  # e.g. a path longer than the system takes
-            raise RequestError(
-                HTTPStatus.BAD_REQUEST, f"'{field_name}' cannot be a file in the media root: {err.strerror}"
-            ) from None
-        if not found:
-            raise RequestError(HTTPStatus.BAD_REQUEST, f"'{field_name}': no such file in the media root: {value}")
-        return str(full)
 
     # ------------------------------------------------------------------ requests -> jobs
     def parse(self, route: str, body: Any) -> Job:

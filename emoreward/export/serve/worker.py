@@ -72,9 +72,9 @@ def _serve(
         torch.set_num_threads(threads)
     try:
         from emoreward.export.serve.facts import served_model_facts
-        from emoreward.models import load_reward_model
+        from emoreward.models.loading import open_reward_model
 
-        model = load_reward_model(directory, media_root=media_root)
+        model = open_reward_model(directory, media_root=media_root)
         facts = served_model_facts(model)
     except BaseException as err:
         conn.send(("failed", _pack_error(err)))
@@ -102,7 +102,7 @@ class ModelProcess:
     ``RewardService(process.facts, scorer=process.score_info, scorer_alive=process.process.is_alive)`` serves it.
 
     Args:
-        directory (`str` or `Path`): the reward-model directory (`load_reward_model`).
+        directory (`str` or `Path`): the reward-model directory (`open_reward_model`).
         media_root (`str` or `Path`, *optional*): where a multimodal model's relative media paths resolve.
         threads (`int`, *optional*): torch CPU threads of the model process.
 

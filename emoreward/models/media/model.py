@@ -24,14 +24,15 @@ from emoreward.models.base import (
     MediaSettings,
     RewardContext,
     RewardKind,
+    RewardModelBase,
     ScoreInfo,
     apply_score_transform,
-    broadcast_contexts,
     check_finite_weights,
     check_model_files,
     load_settings,
 )
 from emoreward.models.coverage import CoverageScoreInfo, unknown_token_share
+from emoreward.models.loading import remember_source
 from emoreward.models.media.cache import ENV_VAR as MEDIA_CACHE_ENV
 from emoreward.models.media.cache import MediaPrefixCache
 from emoreward.models.media.module import ValueHeadModel
@@ -46,7 +47,6 @@ from emoreward.models.media.processing import (
 )
 from emoreward.models.precision import resolve_dtype
 from emoreward.models.text import save_tokenizer
-from emoreward.utils.cache_key import remember_source
 
 
 logger = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ logger = logging.getLogger(__name__)
 VALUE_HEAD_FILE = "value_head.safetensors"
 
 
-class MediaRewardModel:
+class MediaRewardModel(RewardModelBase):
     """A multimodal emotion reward model (`RewardModel`, kind `"media"`).
 
     Args:
@@ -232,7 +232,7 @@ class MediaRewardModel:
         builder = _builder(spec, tokenizer, net.config, settings, vision, feature_extractor)
         loaded = cls(model, builder, settings, media_root=media_root, batch_size=batch_size, media_cache=media_cache)
         check_finite_weights(model, str(directory))  # a diverged or poisoned model is refused at load
-        remember_source(loaded, directory)  # its content fingerprint: part of every cache key of its outputs
+        remember_source(loaded, directory)  # its content identity: part of every cache key of its outputs
         return loaded
 
     # ------------------------------------------------------------------ inputs
@@ -341,20 +341,19 @@ class MediaRewardModel:
             out.append(float(self.module(ids.to(self.device), mask.to(self.device), **media)[0, 0]))
         return ScoreInfo(np.array(out, dtype=np.float64), truncated, n_tokens)
 
-    def score_info(
+    def score_contexts(
         self,
-        descriptions: Sequence[str],
-        contexts: Sequence[RewardContext | None] | RewardContext | None = None,
+        descriptions: list[str],
+        contexts: list[RewardContext],
         *,
         batch_size: int | None = None,
         shared_prefix: bool = True,
     ) -> CoverageScoreInfo:
-        """Rewards r(description | media, subtitle), with truncation flags and token counts; descriptions are grouped by
-        sample and scored behind one prefix per sample.
+        """Rewards r(description | media, subtitle) (`RewardModelBase.score_info` calls this), with truncation flags
+        and token counts; descriptions are grouped by sample and scored behind one prefix per sample (a backbone that
+        needs media fails on a context without them).
 
         Args:
-            descriptions: `N` emotion descriptions.
-            contexts: one `RewardContext` for all, `N` of them, or None (a backbone that needs media then fails).
             batch_size: descriptions per forward pass behind a prefix.
             shared_prefix: False runs every full sequence on its own (the reference path; same rewards).
 
@@ -363,8 +362,6 @@ class MediaRewardModel:
 
         Raises:
             MediaError: a sample's media cannot be read (names sample and file)."""
-        descriptions = list(descriptions)
-        contexts = broadcast_contexts(contexts, len(descriptions))
         groups: dict[Hashable, list[int]] = {}
         for i, ctx in enumerate(contexts):
             groups.setdefault(self.context_key(ctx), []).append(i)
@@ -379,16 +376,6 @@ class MediaRewardModel:
             rewards[idx], truncated[idx], n_tokens[idx] = part.rewards, part.truncated, part.n_tokens
         rewards = apply_score_transform(rewards, [len(d) for d in descriptions], self.settings.score_transform)
         return CoverageScoreInfo(rewards, truncated, n_tokens, unknown_token_share(self.tokenizer, descriptions))
-
-    def score(
-        self,
-        descriptions: Sequence[str],
-        contexts: Sequence[RewardContext | None] | RewardContext | None = None,
-        *,
-        batch_size: int | None = None,
-    ) -> np.ndarray:
-        """Rewards, `np.ndarray` of shape `(N,)`, float64 (`score_info(...).rewards`)."""
-        return self.score_info(descriptions, contexts, batch_size=batch_size).rewards
 
     def trainable_parameters(self) -> dict[str, torch.Tensor]:
         """Detached copies of every trainable parameter, by name."""

@@ -11,8 +11,9 @@ from emoreward.export.serve.protocol import RequestError, ServerLimits, check_be
 
 
 if TYPE_CHECKING:
+    from emoreward.export.length_monitor import StreamLengthMonitor
     from emoreward.export.serve.batching import Job
-    from emoreward.export.serve.service import RewardService
+    from emoreward.export.serve.fields import RequestFields
 
 
 @dataclass(frozen=True)
@@ -29,11 +30,19 @@ class RouteOption:
 
 
 class Route:
-    """One wire route, bound to the `RewardService` that serves it (one instance per service).
+    """One wire route, bound to the request fields of the service that serves it (one instance per service).
 
     A subclass sets ``path`` (``"/v1/rewards"``), ``name`` (what `RewardService.parse` takes), ``media_field`` (the
-    request field a media error names) and ``options``, and writes `parse` and `reply`; the service's helpers
-    (`RewardService.items`, ``text``, ``contexts``, ``context``, ``job``) validate fields as every route does.
+    request field a media error names) and ``options``, and writes `parse` and `reply`; ``fields``
+    (`emoreward.export.serve.fields.RequestFields`: ``items``, ``text``, ``contexts``, ``context``, ``job``)
+    validates fields as every route does. A route never calls back into the service.
+
+    Args:
+        fields (`RequestFields`): the request-field validation of the served model.
+        model_name (`str`): the model name replies carry.
+        length_monitor (`StreamLengthMonitor`, *optional*): the server's length-hacking monitor (replies that
+            report its figures read it).
+        **options: this route's options (`RouteOption` names), defaults filled in (`settings`).
     """
 
     path: ClassVar[str]
@@ -41,8 +50,17 @@ class Route:
     media_field: ClassVar[str] = "media"
     options: ClassVar[tuple[RouteOption, ...]] = ()
 
-    def __init__(self, service: RewardService, **options: Any):
-        self.service = service
+    def __init__(
+        self,
+        fields: RequestFields,
+        *,
+        model_name: str = "emoreward",
+        length_monitor: StreamLengthMonitor | None = None,
+        **options: Any,
+    ):
+        self.fields = fields
+        self.model_name = model_name
+        self.length_monitor = length_monitor
         self.settings = options
 
     def parse(self, body: dict) -> Job:

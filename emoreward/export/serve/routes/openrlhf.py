@@ -187,26 +187,26 @@ class OpenRLHF(Route):
         ),
     )
 
-    def __init__(self, service: Any, **options: Any):
-        super().__init__(service, **options)
+    def __init__(self, fields: Any, **options: Any):
+        super().__init__(fields, **options)
         self.labels = options["openrlhf_labels"]
-        self.pad_markers, self.end_markers = query_markers(service.facts, list(options["extra_query_markers"]))
+        self.pad_markers, self.end_markers = query_markers(fields.facts, list(options["extra_query_markers"]))
 
     def parse(self, body: dict) -> Job:
-        service = self.service
+        fields = self.fields
         if "query" not in body:
             raise RequestError(HTTPStatus.BAD_REQUEST, "missing field 'query' (OpenRLHF remote reward model request)")
         queries = [
-            service.text(q, f"query[{k}]", cap=False)
-            for k, q in enumerate(service.items(body["query"], "query", allow_empty=True))
+            fields.text(q, f"query[{k}]", cap=False)
+            for k, q in enumerate(fields.items(body["query"], "query", allow_empty=True))
         ]
         n = len(queries)
         prompts: list[str | None] = [None] * n
         if body.get("prompts") is not None:
-            given = service.items(body["prompts"], "prompts", allow_empty=True)
+            given = fields.items(body["prompts"], "prompts", allow_empty=True)
             if len(given) != n:
                 raise RequestError(HTTPStatus.BAD_REQUEST, f"'prompts' has {len(given)} items for {n} queries")
-            prompts = [service.text(p, f"prompts[{k}]", cap=False) for k, p in enumerate(given)]
+            prompts = [fields.text(p, f"prompts[{k}]", cap=False) for k, p in enumerate(given)]
         descriptions = []
         for k, (query, prompt) in enumerate(zip(queries, prompts)):
             if prompt is None and (opener := chat_turn_opener(query)) is not None:
@@ -222,8 +222,8 @@ class OpenRLHF(Route):
                     f"query[{k}] does not start with prompts[{k}] (after its left padding); send the decoded "
                     "prompt + response as OpenRLHF does",
                 )
-            descriptions.append(service.text(description, f"query[{k}] (its response)"))
-        job = service.job(
+            descriptions.append(fields.text(description, f"query[{k}] (its response)"))
+        job = fields.job(
             self.name, descriptions, self._contexts(body.get("labels"), prompts), [f"query[{k}]" for k in range(n)]
         )
         if not n:
@@ -231,13 +231,13 @@ class OpenRLHF(Route):
         return job
 
     def _contexts(self, labels: Any, prompts: list[str | None]) -> list:
-        service, n = self.service, len(prompts)
+        fields, n = self.fields, len(prompts)
         if self.labels == "ignore" or labels is None:
             labels = [None] * n
         elif not isinstance(labels, list) or len(labels) != n:
             count = f"{len(labels)} items" if isinstance(labels, list) else "no list"
             raise RequestError(HTTPStatus.BAD_REQUEST, f"'labels' has {count} for {n} queries")
-        modalities = service.facts.modalities
+        modalities = fields.facts.modalities
         if modalities and self.labels != "clip":
             raise RequestError(
                 HTTPStatus.BAD_REQUEST,
@@ -247,16 +247,14 @@ class OpenRLHF(Route):
             )
         if self.labels == "clip":
             refs = [
-                clip_from_label(label, f"labels[{k}]", modalities, service.facts.use_audio_in_video)
+                clip_from_label(label, f"labels[{k}]", modalities, fields.facts.use_audio_in_video)
                 for k, label in enumerate(labels)
             ]
             return [
-                service.context(
-                    ref, f"labels[{k}]", LABEL_OBJECT_KEYS, prompt=prompts[k], end_markers=self.end_markers
-                )
+                fields.context(ref, f"labels[{k}]", LABEL_OBJECT_KEYS, prompt=prompts[k], end_markers=self.end_markers)
                 for k, ref in enumerate(refs)
             ]
-        subtitles = [service.text(s, f"labels[{k}]", allow_none=True) or None for k, s in enumerate(labels)]
+        subtitles = [fields.text(s, f"labels[{k}]", allow_none=True) or None for k, s in enumerate(labels)]
         try:  # the one context rule: the label, else the prompt's Subtitle: line (emoreward.data.context)
             return [
                 openrlhf_context(p, s, labels="subtitle", end_markers=self.end_markers, row=k + 1)
@@ -266,7 +264,7 @@ class OpenRLHF(Route):
             raise RequestError(HTTPStatus.BAD_REQUEST, str(err)) from None
 
     def reply(self, job: Job, rewards: list[float], truncated: list[bool], empty: list[bool]) -> dict[str, Any]:
-        monitor = self.service.length_monitor
+        monitor = self.length_monitor
         return {
             "rewards": rewards,
             "scores": rewards,
@@ -277,6 +275,6 @@ class OpenRLHF(Route):
                 "emotion_reward_truncated": [float(t) for t in truncated],
                 "emotion_reward_empty": [float(e) for e in empty],
                 # the length-hacking monitor's figures over the server's recent rewards, once per sample
-                **(per_sample(monitor.figures(), job.n) if job.n else {}),
+                **(per_sample(monitor.figures(), job.n) if job.n and monitor is not None else {}),
             },
         }

@@ -20,16 +20,16 @@ class Rewards(Route):
     name = "rewards"
 
     def parse(self, body: dict) -> Job:
-        service = self.service
+        fields = self.fields
         unknown = sorted(set(body) - {"descriptions", "media"})
         if unknown:
             raise RequestError(HTTPStatus.BAD_REQUEST, f"unknown fields {unknown}; expected 'descriptions', 'media'")
         if "descriptions" not in body:
             raise RequestError(HTTPStatus.BAD_REQUEST, "missing field 'descriptions'")
-        items = service.items(body["descriptions"], "descriptions")
-        descriptions = [service.text(d, f"descriptions[{k}]") for k, d in enumerate(items)]
-        contexts = service.contexts(body.get("media"), len(descriptions))
-        return service.job(self.name, descriptions, contexts, [f"descriptions[{k}]" for k in range(len(items))])
+        items = fields.items(body["descriptions"], "descriptions")
+        descriptions = [fields.text(d, f"descriptions[{k}]") for k, d in enumerate(items)]
+        contexts = fields.contexts(body.get("media"), len(descriptions))
+        return fields.job(self.name, descriptions, contexts, [f"descriptions[{k}]" for k in range(len(items))])
 
     def reply(self, job: Job, rewards: list[float], truncated: list[bool], empty: list[bool]) -> dict[str, Any]:
         n_tokens = [int(t) for t in job.info.n_tokens]
@@ -38,5 +38,5 @@ class Rewards(Route):
             "truncated": truncated,
             "empty": empty,
             "n_tokens": n_tokens,
-            "model": self.service.name,
+            "model": self.model_name,
         }
