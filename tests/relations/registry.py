@@ -161,6 +161,16 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--list": "lists the bundled judges; computes nothing",
         "--trust-remote-code": "a loading permission (the one remote-code rule): tests/zero_shot/test_config_cli.py",
     },
+    "augment": {
+        "*": ("permutation",),
+        "--data": ("permutation",),
+        "--output": ("output_closure",),
+        "--source": "which descriptions are edited: tests/test_augment.py checks the counts of each source",
+        "--kinds": "which kinds are written: tests/test_augment.py",
+        "--engine": "the editing engine: tests/test_augment.py runs both (llm on SmolLM2-135M)",
+        "--editor": "the LLM editor's judge definition: tests/test_augment.py",
+        "--limit": "how many planned LLM edits run: tests/test_augment.py counts them",
+    },
     "rank": {
         "*": ("permutation", "duplication", "renaming", "accounting", "separation"),
         "--judge": ("content_identity", "numeric_health", "permutation"),  # given more than once: a committee

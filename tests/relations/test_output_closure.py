@@ -20,6 +20,7 @@ COVERS: dict[str, tuple[str, ...]] = {
     "judge": ("--output", "--dataset"),
     "rank": ("--output", "--dataset"),
     "export": ("--output",),
+    "augment": ("--output",),
 }
 
 
@@ -145,3 +146,13 @@ def test_export_rerun_replaces_the_folder_whole(lora_dir, tmp_path, capsys):
     run_ok(capsys, ["export", "--model", lora_dir, "--output", out])
     assert {p.relative_to(out) for p in files_under(out)} == first
     assert [p.name for p in tmp_path.iterdir()] == ["export"]  # no staging or set-aside folder left beside it
+
+
+def test_augment_writes_what_it_reports(tmp_path, capsys):
+    out = tmp_path / "out"
+    data = write_jsonl(out / "pairs.jsonl", pair_rows(6))
+    argv = ["augment", "--data", data, "--output", out / "neg.csv"]
+    assert {p.name for p in closure(capsys, argv, out, {data})} == {"neg.csv", "neg.counts.json"}
+    assert {p.name for p in closure(capsys, argv, out, {data})} == {"neg.csv", "neg.counts.json"}  # a rerun
+    code, _, err = run_cli(capsys, ["augment", "--data", data, "--output", data])
+    assert code == 2 and "error:" in err

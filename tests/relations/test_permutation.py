@@ -37,6 +37,7 @@ COVERS = {
     "judge": ("*", "--data"),
     "train": ("*", "--train_file"),
     "score": ("*", "descriptions"),
+    "augment": ("*", "--data"),
 }
 
 RANK_VARIANTS = {
@@ -132,3 +133,14 @@ def test_score_is_invariant_to_the_order_of_descriptions(rm_dir):
     a = model.score(texts)
     b = model.score([texts[i] for i in order])
     np.testing.assert_allclose(b, a[order], rtol=0, atol=1e-6)
+
+
+def test_augment_is_invariant_to_row_order(tmp_path, capsys):
+    """Controlled negatives of shuffled pairs: the same file, byte for byte (rows in the order of their content)."""
+    rows = pair_rows(24)
+    out = []
+    for name, given in (("a", rows), ("b", shuffled(rows, seed=5))):
+        data = write_jsonl(tmp_path / name / "pairs.jsonl", given)
+        run_ok(capsys, ["augment", "--data", data, "--output", tmp_path / name / "neg.jsonl"])
+        out.append((tmp_path / name / "neg.jsonl").read_bytes())
+    assert out[0] == out[1] and out[0].count(b"\n") > 10
