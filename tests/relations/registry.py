@@ -141,6 +141,8 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--dtype": "precision: tests marked precision compare dtypes (reward_tolerance)",
         "--vllm-url": "scores through a vLLM server serving the export: tests/export/test_vllm.py (make test-vllm) checks the same numbers as in process",
         "--media-root": "where media files are: tests/test_data_context.py, tests/bad_input/test_bad_media.py",
+        "--controlled-negatives": ("permutation",),
+        "--no-controlled-negatives": "switches the controlled-error section off: tests/test_controlled_errors.py",
     },
     "judge": {
         "*": ("permutation", "duplication", "accounting", "separation"),
@@ -160,6 +162,9 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--push-to-hub": "an upload after every local output: tests/bad_input/test_bad_push.py",
         "--list": "lists the bundled judges; computes nothing",
         "--trust-remote-code": "a loading permission (the one remote-code rule): tests/zero_shot/test_config_cli.py",
+        "--controlled-negatives": "read by the one reader evaluate uses (read_negatives, content order): the "
+        "permutation of evaluate's --controlled-negatives holds; tests/test_controlled_errors.py",
+        "--no-controlled-negatives": "switches the controlled-error section off: tests/test_controlled_errors.py",
     },
     "augment": {
         "*": ("permutation",),

@@ -7,6 +7,7 @@ See docs/data.md, "Controlled negatives".
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 from collections.abc import Iterable, Sequence
@@ -70,8 +71,12 @@ class Negative:
     media: MediaRef = field(default_factory=MediaRef)
 
     def pair(self, row: int = 0) -> PreferencePair:
-        """The negative as a labelled pair: description 1 the original (preferred, label ``"1"``), 2 the negative."""
-        return PreferencePair(self.sample_id, self.original, self.negative, "1", media=self.media, row=row)
+        """The negative as a labelled pair: description 1 the original (preferred, label ``"1"``), 2 the negative;
+        the writers ``"original"`` and ``"negative:<kind>:<digest>"`` keep several negatives of one sample apart
+        (a zero-shot judge's call cache keys a pair by sample and writers)."""
+        digest = hashlib.sha256(repr(self.content_key()).encode()).hexdigest()[:12]
+        return PreferencePair(self.sample_id, self.original, self.negative, "1", "original",
+                              f"negative:{self.kind}:{digest}", self.media, row)  # fmt: skip
 
     def content_key(self) -> tuple:
         """Identity by content: the context, the two texts in their identity form, the kind and the engine."""
