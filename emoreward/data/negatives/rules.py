@@ -229,18 +229,24 @@ def source_descriptions(pairs: Iterable[PreferencePair], source: Source = "prefe
 class Generated:
     """What `generate_negatives` wrote: `negatives` (content order), `per_kind` (count written per kind),
     `excluded` (reason -> count: kinds a description had no edit for, duplicates, left-out pairs),
-    `n_descriptions` (descriptions edited), `engine`."""
+    `n_descriptions` (descriptions edited), `engine`; the LLM editor's `steps` (planned, edited, accepted, call
+    failed) and `rejected` (verifier reason -> count)."""
 
     negatives: list[Negative]
     per_kind: dict[str, int]
     excluded: dict[str, int]
     n_descriptions: int
     engine: str = "rules"
+    steps: dict[str, int] = field(default_factory=dict)
+    rejected: dict[str, int] = field(default_factory=dict)
 
     def summary(self) -> dict:
         """The counts as a JSON-safe dict (printed by `emoreward augment`, written beside its output)."""
-        return {"engine": self.engine, "n_descriptions": self.n_descriptions, "n_negatives": len(self.negatives),
-                "per_kind": self.per_kind, "excluded": self.excluded}  # fmt: skip
+        out = {"engine": self.engine, "n_descriptions": self.n_descriptions, "n_negatives": len(self.negatives),
+               "per_kind": self.per_kind, "excluded": self.excluded}  # fmt: skip
+        if self.engine == "llm":
+            out.update(steps=self.steps, rejected=self.rejected)
+        return out
 
 
 def generate_negatives(
