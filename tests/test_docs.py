@@ -32,7 +32,7 @@ def _command_lines(text: str) -> list[tuple[str, str]]:
     `train`) the text shows, in code blocks and inline code alike; continuation lines joined."""
     text = text.replace("\\\n", " ")
     found = []
-    for match in re.finditer(r"emoreward (train|evaluate|judge|rank|serve|export)\b([^\n`]*)", text):
+    for match in re.finditer(rf"emoreward ({'|'.join(COMMANDS)})\b([^\n`]*)", text):
         found.append((match.group(1), match.group(2)))
     for match in re.finditer(r"scripts/train_reward\.py\b([^\n`]*)", text):
         found.append(("train", match.group(1)))

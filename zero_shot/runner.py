@@ -18,9 +18,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from emoreward.data import PreferencePair
+from emoreward.data.negatives import Negative
 from emoreward.data.text import markdown_cell
 from emoreward.evaluation import metrics
-from emoreward.evaluation.harness import JudgementSet, evaluate_judgements, run_judge
+from emoreward.evaluation.controlled import controlled_markdown
+from emoreward.evaluation.harness import JudgementSet, controlled_errors, evaluate_judgements, run_judge
 from emoreward.evaluation.report import weighting_note
 from emoreward.utils.io import atomic_write_json, atomic_write_text
 from zero_shot.backends.base import Backend
@@ -146,6 +148,7 @@ def run_zero_shot(
     backends: dict[str, Backend] | None = None,
     progress: bool = True,
     crowd_floor: tuple[float, float] = (60.0, 60.0),
+    controlled: tuple[Sequence[Negative], str] | None = None,
 ) -> dict:
     """Judge every pair with each strategy (normal + swapped order, `runs` runs) and build the report.
 
@@ -159,6 +162,9 @@ def run_zero_shot(
         references: sample id -> reference description for S2-S4 samples without media.
         backends: `{"mllm": ..., "llm": ...}` to use instead of building them from the config (tests, reuse).
         crowd_floor: (WAF, swap consistency) floors of the crowdsourcing sweep over the strategies run.
+        controlled: `(negatives, source)`: each strategy also judges every controlled negative (original vs
+            negative, the same orders and runs, its calls counted in `calls`); the report's `controlled_errors`
+            holds one section per strategy (`emoreward.evaluation.controlled`).
 
     Returns:
         the report dict (also `report.json`); `markdown` holds the Table-2-style text.
@@ -196,9 +202,10 @@ def run_zero_shot(
         for s in strategies:
             per = 2 if s == "S4" else 1
             total += runs * (orders * per * len(pairs) + (0 if s == "S1" else len(pairs) - len(no_media)))
+            total += runs * orders * per * (len(controlled[0]) if controlled else 0)
         bar = tqdm(total=total, desc=f"judge {config.name}", unit="call", dynamic_ncols=True)
     started = time.perf_counter()
-    summaries, results = [], {}
+    summaries, results, sections = [], {}, {}
     try:
         for strategy in strategies:
             judge = ZeroShotJudge(
@@ -220,6 +227,10 @@ def run_zero_shot(
             judge.register(pairs)
             result = run_judge(judge, pairs, swap=swap, runs=runs)
             results[strategy] = result
+            if controlled is not None:
+                sections[strategy] = controlled_errors(
+                    judge, controlled[0], source=controlled[1], runs=runs, swap=swap
+                )
             summary = summarize(result, strategy, tie_policy)
             if judge.greedy and runs > 1:
                 # runs 2..R are run 0's calls again: identical by construction, nothing was measured
@@ -274,6 +285,8 @@ def run_zero_shot(
         markdown += "\n" + "\n".join(f"- {n}" for n in notes) + "\n"
     if crowd is not None:
         markdown += "\n### Model-based crowdsourcing over the strategies run\n\n" + crowd_markdown(crowd)
+    for strategy, section in sections.items():
+        markdown += "\n" + controlled_markdown(section, f"Controlled errors, {config.name}/{strategy}")
     report = {
         "judge": config.name,
         "judge_source": config.source,
@@ -287,6 +300,7 @@ def run_zero_shot(
         "text_only_samples": len(text_only),
         "strategies": {s["strategy"]: s for s in summaries},
         "crowd": crowd,
+        **({"controlled_errors": sections} if controlled is not None else {}),
         "notes": notes,
         "calls": {
             "made": stats.made,

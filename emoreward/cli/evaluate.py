@@ -40,6 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, help="labelled pairs: EmoPrefer CSV (4 or 6 columns) or JSONL")
     p.add_argument("--output", help="write the report as JSON here (a Markdown copy and confusion plot beside it)")
     add_tie_policy(p)
+    add_controlled_options(p)
     p.add_argument("--batch-size", type=positive_int, default=32, help="sequences per forward pass")
     p.add_argument(
         "--dtype",
@@ -62,6 +63,40 @@ def add_tie_policy(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_controlled_options(p: argparse.ArgumentParser) -> None:
+    """`--controlled-negatives FILE` / `--no-controlled-negatives`, shared by `evaluate` and `judge`."""
+    p.add_argument(
+        "--controlled-negatives",
+        metavar="FILE",
+        help="the controlled-error section's negatives: a file written by `emoreward augment` (JSONL or CSV); "
+        "default: generated from the evaluated pairs by the rules engine",
+    )
+    p.add_argument(
+        "--no-controlled-negatives", action="store_true", help="no controlled-error section (no negatives judged)"
+    )
+
+
+def controlled_negatives(args: argparse.Namespace, pairs: list) -> tuple[list, str] | None:
+    """The negatives of the controlled-error section and where they come from: `--controlled-negatives FILE`
+    (read and checked, `data.negatives.read_negatives`), else generated from the preferred descriptions of `pairs`
+    by the rules engine; None with `--no-controlled-negatives`. Read before any model loads.
+
+    Raises:
+        ValueError: both options given; DataError: a bad negatives file (file, row, field)."""
+    given = getattr(args, "controlled_negatives", None)
+    if getattr(args, "no_controlled_negatives", False):
+        if given:
+            raise ValueError("--controlled-negatives and --no-controlled-negatives: give one of them")
+        return None
+    if given:
+        from emoreward.data.negatives import read_negatives
+
+        return read_negatives(given), f"file {given}"
+    from emoreward.data.negatives import generate_negatives
+
+    return generate_negatives(pairs).negatives, f"rules engine on the preferred descriptions of {args.data}"
+
+
 # the zero-shot options of `judge` with their defaults: a reward model has no use for them
 OUTPUTS = ("output", "dataset")  # the options evaluate and judge write to; every other file they name is an input
 ZERO_SHOT_ONLY = {"strategy": ["S1"], "runs": 2, "no_swap": False, "references": None, "ignore_media": False,
@@ -70,6 +105,7 @@ ZERO_SHOT_ONLY = {"strategy": ["S1"], "runs": 2, "no_swap": False, "references":
 # every option of `evaluate` and of `judge` -> when it applies (`check_applicable`, before any work)
 APPLIES: dict[str, str] = {
     **dict.fromkeys(["model", "judge", "data", "output", "two_class_ties", "media_root", "no_progress", "list"], ALWAYS),
+    **dict.fromkeys(["controlled_negatives", "no_controlled_negatives"], ALWAYS),  # both kinds of judge
     **dict.fromkeys(["batch_size", "dtype", "vllm_url"], "reward-model"),
     **dict.fromkeys(ZERO_SHOT_ONLY, "zero-shot"),
 }  # fmt: skip
@@ -138,6 +174,7 @@ def _run_reward_model(args: argparse.Namespace, spec: str) -> int:
             "it does on new pairs",
             file=sys.stderr,
         )
+    controlled = controlled_negatives(args, pairs)
     identical = identical_descriptions(pairs)
     if identical:
         print(
@@ -168,12 +205,16 @@ def _run_reward_model(args: argparse.Namespace, spec: str) -> int:
     if _command(args) == "judge":
         print(f"{prog}: {spec} is a reward model: one deterministic run, normal and swapped order")
     try:
-        evaluation = evaluate_reward_judge(judge, pairs, tie_policy=args.two_class_ties)
+        evaluation = evaluate_reward_judge(judge, pairs, tie_policy=args.two_class_ties, controlled=controlled)
     except MediaError as err:  # a file that exists but does not decode: name the pair's row and field
         raise locate_media_error(err, pairs, str(args.data)) from None
     evaluation.update(model=spec, data=str(args.data), n_in_sample_pairs=n_in_sample)
     title = f"{spec} on {args.data} ({len(pairs)} pairs{', IN-SAMPLE' if n_in_sample else ''})"
     table = markdown_table(headline(evaluation), title, weighting_note([evaluation]))
+    if controlled is not None:
+        from emoreward.evaluation.controlled import controlled_markdown
+
+        table += "\n" + controlled_markdown(evaluation["controlled_errors"])
     print(table)
     print(
         f"scored {evaluation['n_descriptions_scored']} descriptions in {evaluation['scoring_seconds']:.1f}s "
@@ -227,6 +268,7 @@ def _run_zero_shot(args: argparse.Namespace, spec: str) -> int:
         pairs = pairs[: options["limit"]]
     references = load_references(options["references"]) if options["references"] else None
     check_references(args, options, pairs, references)
+    controlled = controlled_negatives(args, pairs)
     output = _zero_shot_folder(args) or os.path.join("outputs", f"judge-{config.name}")
     if not _zero_shot_folder(args):  # the default folder: one writer too, before the first call
         from emoreward.utils.io import hold_output
@@ -248,6 +290,7 @@ def _run_zero_shot(args: argparse.Namespace, spec: str) -> int:
         ignore_media=options["ignore_media"],
         tie_policy=args.two_class_ties,
         progress=not getattr(args, "no_progress", False) and sys.stderr.isatty(),  # bars on a terminal only
+        controlled=controlled,
     )
     calls = report["calls"]
     sys.stdout.write("\n" + report["markdown"] + "\n")
@@ -371,4 +414,11 @@ def judgement_dataset_rows(output: str, strategies: list[str]) -> list[dict]:
     return rows
 
 
-__all__ = ["add_arguments", "add_tie_policy", "judgement_dataset_rows", "run"]
+__all__ = [
+    "add_arguments",
+    "add_controlled_options",
+    "add_tie_policy",
+    "controlled_negatives",
+    "judgement_dataset_rows",
+    "run",
+]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 
 from emoreward.cli.evaluate import APPLIES as APPLIES  # evaluate and judge: one table
-from emoreward.cli.evaluate import add_tie_policy
+from emoreward.cli.evaluate import add_controlled_options, add_tie_policy
 from emoreward.cli.evaluate import run as run  # the one implementation of evaluate and judge
 from emoreward.cli.options import positive_int
 
@@ -42,6 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ignore-media", action="store_true", help="judge from the descriptions alone even if media exist")
     p.add_argument("--limit", type=positive_int, help="judge only the first N pairs (smoke runs)")
     add_tie_policy(p)
+    add_controlled_options(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
         "--dataset",

@@ -29,6 +29,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "run a zero-shot judge (strategies S1-S4; or a reward model) and print the Table-2-style report",
         "emoreward.cli.judge",
     ),
+    "augment": (
+        "write controlled negatives (emotion flip, intensity, evidence, modality omission) of the preferred descriptions",
+        "emoreward.cli.augment",
+    ),
     "rank": (
         "rank description-writing models with a judge (Bradley-Terry with 95 percent bootstrap intervals)",
         "emoreward.cli.rank",

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 import numpy as np
 
 from emoreward.data import PreferencePair
+from emoreward.data.text import normal_text
 from emoreward.data.verdicts import Judgement, Verdict, verdict_from_difference
 
 
@@ -79,7 +80,8 @@ class RewardModelJudge:
         could not be read (`media_errors="skip"`)."""
         from emoreward.data.media import MediaError
 
-        keys = [(d, self.model.context_key(c)) for d, c in zip(descriptions, contexts)]
+        # a text in any Unicode form is the one text the model reads (`normal_text`): scored once
+        keys = [(normal_text(d), self.model.context_key(c)) for d, c in zip(descriptions, contexts)]
         todo: dict[tuple[str, Hashable], RewardContext] = {}
         for key, ctx in zip(keys, contexts):
             if key not in self._cache:

@@ -142,6 +142,8 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--dtype": "precision: tests marked precision compare dtypes (reward_tolerance)",
         "--vllm-url": "scores through a vLLM server serving the export: tests/export/test_vllm.py (make test-vllm) checks the same numbers as in process",
         "--media-root": "where media files are: tests/test_data_context.py, tests/bad_input/test_bad_media.py",
+        "--controlled-negatives": ("permutation",),
+        "--no-controlled-negatives": "switches the controlled-error section off: tests/test_controlled_errors.py",
     },
     "judge": {
         "*": ("permutation", "duplication", "accounting", "separation"),
@@ -161,6 +163,19 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--push-to-hub": "an upload after every local output: tests/bad_input/test_bad_push.py",
         "--list": "lists the bundled judges; computes nothing",
         "--trust-remote-code": "a loading permission (the one remote-code rule): tests/zero_shot/test_config_cli.py",
+        "--controlled-negatives": "read by the one reader evaluate uses (read_negatives, content order): the "
+        "permutation of evaluate's --controlled-negatives holds; tests/test_controlled_errors.py",
+        "--no-controlled-negatives": "switches the controlled-error section off: tests/test_controlled_errors.py",
+    },
+    "augment": {
+        "*": ("permutation",),
+        "--data": ("permutation",),
+        "--output": ("output_closure",),
+        "--source": "which descriptions are edited: tests/test_augment.py checks the counts of each source",
+        "--kinds": "which kinds are written: tests/test_augment.py",
+        "--engine": "the editing engine: tests/test_augment.py runs both (llm on SmolLM2-135M)",
+        "--editor": "the LLM editor's judge definition: tests/test_augment.py",
+        "--limit": "how many planned LLM edits run: tests/test_augment.py counts them",
     },
     "rank": {
         "*": ("permutation", "duplication", "renaming", "accounting", "separation"),

