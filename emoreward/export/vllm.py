@@ -499,7 +499,8 @@ SERVER_ENV = {
 
 class VllmServer:
     """A vLLM server for an export, started in a process group of its own and stopped (SIGTERM, then SIGKILL after
-    ``stop_timeout`` s) on exit; its output goes to ``log`` (a file path).
+    ``stop_timeout`` s) on exit, and ended (SIGTERM) when the process that started it ends, even killed
+    (`emoreward.utils.processes.popen_with_parent`); its output goes to ``log`` (a file path).
 
     Args:
         export_dir: the export; python: the interpreter of vLLM's environment; port, dtype: as `serve_command`;
@@ -542,9 +543,16 @@ class VllmServer:
 
     def start(self) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        with self.log.open("ab") as out:
+        from emoreward.utils.processes import popen_with_parent
+
+        with self.log.open("ab") as out:  # SIGTERM when this process ends, even killed: vLLM then ends its engine
             self.process = subprocess.Popen(
-                self.command, stdout=out, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+                self.command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,
+                **popen_with_parent(),
             )
         client = RewardClient((self.url,), None, 5.0, 1)
         deadline = time.monotonic() + self.start_timeout
