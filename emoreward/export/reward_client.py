@@ -1,8 +1,9 @@
 """HTTP client of running `emoreward serve` servers for RL reward workers: keep-alive pools shared by every thread
 (one per process) and every task (one per event loop), servers used round-robin, each retry on the next URL: a 503
 after its ``Retry-After`` (at most `MAX_WAIT` s); a refused, reset or timed-out connection, a 502 / 504 or a proxy's
-500 after 1 s. A stale keep-alive connection is replaced without counting; a 4xx or the server's own 500 raises.
-Standard library and h11 only. See docs/serving.md#verl.
+500 after 1 s. A stale keep-alive connection is replaced without counting; a 4xx or the server's own 500 raises; a
+reply holding a non-finite number (an engine's NaN reward) raises `NonFiniteError`, never retried or returned.
+See docs/serving.md#verl.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import asyncio
 import http.client
 import itertools
 import json
+import math
 import queue
 import ssl
 import threading
@@ -20,6 +22,8 @@ import weakref
 from typing import Any
 
 import h11
+
+from emoreward.models.base import NonFiniteError
 
 
 MAX_WAIT = 60.0  # seconds: the longest Retry-After honoured
@@ -210,7 +214,7 @@ def outcome(url: str, status: int, headers: Any, content: bytes) -> tuple[bool, 
     """
     text = content.decode("utf-8", "replace")
     if status == 200:
-        return True, json.loads(text), 0.0
+        return True, finite_json(text, url), 0.0
     if status == 503:
         try:
             wait = float(headers.get("retry-after") or 1.0)
@@ -220,6 +224,28 @@ def outcome(url: str, status: int, headers: Any, content: bytes) -> tuple[bool, 
     if status in (502, 504) or (status == 500 and not _own_error(text)):
         return False, f"{url}: {status}: {text[:200]}", 1.0
     raise ServerError(f"{url} answered {status}: {text[:1000]}", status)
+
+
+def finite_json(text: str, url: str) -> Any:
+    """An engine's JSON reply, every number in it finite: the one numeric-health check of every reward an engine
+    (vLLM's ``/classify``, an emoreward server) sends a client route (`VllmRewardModel`, verl, the servers' own
+    vLLM-backed scorers), before any of it is used or cached.
+
+    Raises:
+        NonFiniteError: a ``NaN`` / ``Infinity`` in the reply, or a number too large for a float, naming ``url``.
+    """
+
+    def refuse(token: str) -> float:
+        raise NonFiniteError(
+            f"{url} answered a non-finite number ({token}) where a reward must be finite: the model engine is "
+            "broken (its weights or its precision); nothing of this reply was used or cached"
+        )
+
+    def number(token: str) -> float:
+        value = float(token)
+        return value if math.isfinite(value) else refuse(token[:40])
+
+    return json.loads(text, parse_constant=refuse, parse_float=number)
 
 
 def _judged(url: str, path: str, answer: tuple | BaseException) -> tuple[bool, Any, float]:
@@ -242,4 +268,4 @@ def _own_error(text: str) -> bool:
     return isinstance(body, dict) and "error" in body
 
 
-__all__ = ["MAX_WAIT", "POOL_CONNECTIONS", "RewardClient", "ServerError", "outcome"]
+__all__ = ["MAX_WAIT", "POOL_CONNECTIONS", "RewardClient", "ServerError", "finite_json", "outcome"]
