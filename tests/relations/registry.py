@@ -214,6 +214,7 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--max-connections": LIMIT,
         "--keepalive-timeout": LIMIT,
         "--read-timeout": LIMIT,
+        "--drain-timeout": "the shutdown's drain time: tests/export/test_serve_queue.py (SIGTERM with requests in flight)",
         "--max-body-bytes": LIMIT,
         "--max-items": LIMIT,
         "--max-chars": LIMIT,

@@ -35,6 +35,8 @@ logger = logging.getLogger(__name__)
 LINGER_S = 2.0
 # seconds the shutdown waits for the kernel's accept queue to be taken (see `RewardServer._stop_listening`)
 DRAIN_S = 5.0
+# seconds a connection accepted during the shutdown may take to send its request's first byte; then it is closed
+FIRST_BYTE_S = 1.0
 # bytes of a next (pipelined) request buffered while the current one is answered; then reading pauses
 PIPELINE_BYTES = 64 * 1024
 # a body larger than this is parsed off the event loop
@@ -82,12 +84,14 @@ class _Connection(asyncio.Protocol):
         self.transport = transport
         server = self.server
         server.connections.add(self)
-        if not server.closing and server.open_connections >= self.service.limits.max_connections:
+        if server.open_connections >= self.service.limits.max_connections:
             server.reclaim_slot()
-        if server.closing or server.open_connections >= self.service.limits.max_connections:
+        # a connection accepted while shutting down was in the kernel's accept queue: its client has sent its
+        # request, which is answered (`RewardServer.shutdown`)
+        if server.open_connections >= self.service.limits.max_connections:
             self.refused = True
             self.service.count(busy=1)
-            message = "shutting down" if server.closing else "too many open connections; retry later"
+            message = "too many open connections; retry later"
             retry = [("Retry-After", str(server.batcher.retry_after()))]
             self._send(HTTPStatus.SERVICE_UNAVAILABLE, _error_body(message), retry, close=True)
             self.close()
@@ -218,8 +222,6 @@ class _Connection(asyncio.Protocol):
                 raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {self.body_limit} bytes")
             return route
         self.body_limit = service.limits.max_body_bytes
-        if server.closing:
-            raise RequestError(HTTPStatus.SERVICE_UNAVAILABLE, "the server is shutting down")
         if server.batcher.full():
             raise server.batcher.busy("the queue is full; retry later")
         return route
@@ -432,6 +434,7 @@ class RewardServer:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self.closing = False
+        self.unanswered = 0  # requests in flight at the shutdown not answered within its drain time
         self.started_at = time.time()
 
     @property
@@ -456,16 +459,28 @@ class RewardServer:
         self._address = self._server.sockets[0].getsockname()[:2]
         self.started_at = time.time()
 
-    async def shutdown(self, grace: float = 60.0) -> bool:
-        """Stop accepting, score what is queued (at most ``grace`` s), answer it and close every connection, quietly:
-        idle keep-alive connections are closed at once, the others after their reply.
-        True when every queued request was scored in time."""
+    async def shutdown(self, grace: float | None = None) -> bool:
+        """Drain, then stop (SIGTERM): every request in flight is scored and answered within ``grace`` s (default
+        ``ServerLimits.drain_timeout``), each reply with ``Connection: close``. In flight: a request being received,
+        queued or scored, and a connection in the kernel's accept queue (its client has sent its request). New
+        connection attempts are dropped by the kernel, then refused once the socket closes, which clients retry
+        (`_stop_listening`). Idle keep-alive connections are closed at once, a connection that sends nothing within
+        `FIRST_BYTE_S` s too. True when every request in flight was answered in time; the count of those that were
+        not is ``unanswered``."""
+        grace = self.service.limits.drain_timeout if grace is None else grace
+        deadline = self.loop.time() + grace
         self.closing = True
         for connection in list(self.connections):
             if connection.idle:
                 connection._shut()  # noqa: SLF001 - its client has its replies; it reads end of stream
         await self._stop_listening()
-        done = await self.loop.run_in_executor(None, self.batcher.close, grace)
+        owed = await self._drained(deadline)
+        self.unanswered = len(owed)
+        if owed:
+            logger.warning("%d request(s) in flight not answered within the drain time (%g s)", len(owed), grace)
+            for connection in owed:  # the drain time bounds the shutdown: what is still owed is not answered
+                connection._shut()  # noqa: SLF001
+        done = await self.loop.run_in_executor(None, self.batcher.close, max(0.0, deadline - self.loop.time()))
         for last_resort in (False, True):
             waiting = [connection.done for connection in self.connections]
             if waiting:
@@ -475,7 +490,22 @@ class RewardServer:
                     connection.transport.abort()
                 else:
                     connection._shut()  # noqa: SLF001 - its client waited past the grace: close
-        return done
+        return done and not owed
+
+    async def _drained(self, deadline: float) -> list[_Connection]:
+        """Wait (until ``deadline``, loop time) for every connection to have its replies; the connections still owed
+        one then (a request being received, queued or scored)."""
+        while True:
+            now = self.loop.time()
+            for connection in list(self.connections):
+                if connection.closed or connection.busy or connection.held or not connection.fresh:
+                    continue
+                if connection.answered or now - connection.since >= FIRST_BYTE_S:  # no request on its way
+                    connection._shut()  # noqa: SLF001
+            owed = [c for c in self.connections if not c.closed and not c.refused]
+            if not owed or now >= deadline:
+                return owed
+            await asyncio.sleep(0.02)
 
     def reclaim_slot(self) -> bool:
         """Free a connection slot for a new client when every slot is taken: close the connection that has waited
@@ -497,8 +527,9 @@ class RewardServer:
 
     async def _stop_listening(self) -> None:
         """Close the listening socket without resetting the connections in its accept queue (closing it would send
-        each a TCP RST): the kernel first drops new connection attempts (a socket filter, Linux), the queued
-        connections are accepted (each answered 503 "shutting down"), then the socket is closed."""
+        each a TCP RST): the kernel first drops new connection attempts (a socket filter, Linux: the client's kernel
+        sends its SYN again, and is refused once the socket is closed), the queued connections are accepted (their
+        requests are answered as any other), then the socket is closed."""
         if self._server is None:
             return
         sockets = list(self._server.sockets)
@@ -544,11 +575,12 @@ class RewardServer:
             raise failure[0]
         return self
 
-    def stop(self, grace: float = 60.0) -> None:
+    def stop(self, grace: float | None = None) -> None:
         """Shut down (see `shutdown`) and end the background thread."""
         if self.loop is None or self._thread is None:
             return
         loop = self.loop
+        grace = self.service.limits.drain_timeout if grace is None else grace
         asyncio.run_coroutine_threadsafe(self.shutdown(grace), loop).result(grace + 30)
         loop.call_soon_threadsafe(loop.stop)
         self._thread.join(timeout=30)

@@ -54,6 +54,11 @@ class ServerLimits:
     read_timeout: float = _limit(
         60.0, "seconds to receive a whole request (head and body) from its first byte; then 408"
     )
+    drain_timeout: float = _limit(
+        60.0,
+        "seconds SIGTERM / Ctrl-C waits for the requests in flight (received, queued, or in the accept queue) to be "
+        "scored and answered; then the rest are closed and the exit status is 1",
+    )
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():

@@ -131,7 +131,7 @@ def deployment_options(args: argparse.Namespace) -> dict[str, Any]:
         "max_ongoing_requests": MAX_ONGOING_REQUESTS,
         "health_check_period_s": 10.0,
         "health_check_timeout_s": 30.0,
-        "graceful_shutdown_timeout_s": 60.0,
+        "graceful_shutdown_timeout_s": args.drain_timeout,  # a replica scaled down or deleted drains first
     }
     if args.min_replicas is not None or args.max_replicas is not None:
         low = args.min_replicas if args.min_replicas is not None else 1
