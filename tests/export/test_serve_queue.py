@@ -335,3 +335,67 @@ def test_a_drain_time_too_short_for_the_requests_in_flight_exits_1_naming_them(t
     assert proc.returncode == 1 and unanswered > 0, (proc.returncode, unanswered, err[-2000:])
     assert f"error: {unanswered} request(s) in flight were not answered within --drain-timeout 0.05 s" in out, out
     assert all(status in (0, 200) for status, _ in replies)  # never a 503 to a request already sent
+
+
+def _openrlhf_attempts(url: str, payload: dict) -> list | None:
+    """OpenRLHF's remote reward client as it behaves (openrlhf/utils/remote_rm_utils.py, `request_api_wrapper`):
+    up to 5 attempts, a new connection each, 180 s timeout, any non-2xx an error (Retry-After ignored), 1 s sleep
+    after a failed attempt; the rewards, or None when all 5 failed (the reward is lost)."""
+    host, port = url.removeprefix("http://").split(":")
+    for _ in range(5):
+        conn = http.client.HTTPConnection(host, int(port), timeout=180)
+        try:
+            conn.request("POST", "/get_reward", body=json.dumps(payload), headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            data = resp.read()
+            if resp.status < 400:
+                return json.loads(data)["rewards"]
+        except (OSError, http.client.HTTPException):
+            pass
+        finally:
+            conn.close()
+        time.sleep(1)
+    return None
+
+
+@pytest.mark.parametrize("client", ["openrlhf", "verl"])
+def test_256_concurrent_rl_requests_against_small_admission_limits_lose_no_reward(client, tiny_bert_dir):
+    """Issue 41: OpenRLHF's client at 256 concurrent requests against a server with a small admission limit lost 183
+    of 256 rewards to 503s (Retry-After 60, which it ignores). A full queue (--max-queue 64) and a full server
+    (--max-connections 16) now hold a request until there is room: 0 of 256 lost, for OpenRLHF's client and for
+    verl's (`compute_score` from 256 threads, as verl's reward loop runs it), every reward the model's own."""
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    from emoreward.data.context import RewardContext
+    from emoreward.export import verl
+    from emoreward.models import TextRewardModel, TextSettings
+
+    model = TextRewardModel(
+        BertForSequenceClassification.from_pretrained(tiny_bert_dir),
+        AutoTokenizer.from_pretrained(tiny_bert_dir),
+        TextSettings(backbone="tiny-bert", input_format="pair", max_length=64),
+    )
+    texts = [f"She smiles {k} times, then frowns {k % 7} times." for k in range(256)]
+    expected = model.score(texts, [RewardContext()] * 256)
+    limits = ServerLimits(max_connections=16, max_queue=64, max_items=64)
+    with RewardServer(RewardService(model, limits), port=0) as srv:
+        if client == "openrlhf":
+            send = lambda k: _openrlhf_attempts(srv.url, {"query": [texts[k]]})  # noqa: E731
+        else:
+
+            def send(k):
+                try:
+                    return [verl.compute_score(solution_str=texts[k], server_url=srv.url)["score"]]
+                except RuntimeError:
+                    return None
+
+        try:
+            with ThreadPoolExecutor(256) as pool:
+                got = list(pool.map(send, range(256)))
+        finally:
+            verl.close_pools()
+        stats = srv.service.stats
+    lost = [k for k, rewards in enumerate(got) if rewards is None]
+    assert not lost, f"{len(lost)} of 256 rewards lost ({stats.busy} answered 503)"
+    assert [r[0] for r in got] == pytest.approx(expected.tolist(), abs=1e-5)
+    assert stats.busy == 0 and stats.requests == 256

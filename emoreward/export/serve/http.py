@@ -18,6 +18,7 @@ import struct
 import sys
 import threading
 import time
+from collections import deque
 from http import HTTPStatus
 from typing import Any
 
@@ -35,6 +36,9 @@ logger = logging.getLogger(__name__)
 LINGER_S = 2.0
 # seconds the shutdown waits for the kernel's accept queue to be taken (see `RewardServer._stop_listening`)
 DRAIN_S = 5.0
+# connections the kernel queues for the server (listen backlog), and connections that may wait, unread, for a slot
+# (`RewardServer.hold`): waiting is what the accept queue does, with a deadline and a 503 at its end
+BACKLOG = 1024
 # seconds a connection accepted during the shutdown may take to send its request's first byte; then it is closed
 FIRST_BYTE_S = 1.0
 # bytes of a next (pipelined) request buffered while the current one is answered; then reading pauses
@@ -73,6 +77,7 @@ class _Connection(asyncio.Protocol):
         self.paused = False
         self.refused = False  # answered 503 on arrival (too many connections, or shutting down)
         self.slot = False  # holds one of the server's `max_connections` slots (released once closing)
+        self.waiting = False  # accepted while every slot was taken: not read until a slot frees (`RewardServer.admit`)
         self.answered = 0  # replies sent on this connection
         self.timer: asyncio.TimerHandle | None = None
         self.timer_kind: str | None = None  # "idle" (keep-alive) or "request" (the whole-request deadline)
@@ -88,6 +93,8 @@ class _Connection(asyncio.Protocol):
             server.reclaim_slot()
         # a connection accepted while shutting down was in the kernel's accept queue: its client has sent its
         # request, which is answered (`RewardServer.shutdown`)
+        if server.open_connections >= self.service.limits.max_connections and server.hold(self):
+            return
         if server.open_connections >= self.service.limits.max_connections:
             self.refused = True
             self.service.count(busy=1)
@@ -96,9 +103,30 @@ class _Connection(asyncio.Protocol):
             self._send(HTTPStatus.SERVICE_UNAVAILABLE, _error_body(message), retry, close=True)
             self.close()
             return
-        server.open_connections += 1
+        self.take_slot()
+
+    def take_slot(self) -> None:
+        """Hold one of the server's connection slots and start reading (a waiting connection: what its client sent
+        meanwhile)."""
+        self.server.open_connections += 1
         self.slot = True
+        if self.waiting:
+            self.waiting = False
+            self.since = self.server.loop.time()
+            self.transport.resume_reading()
         self._arm(self.service.limits.keepalive_timeout, self._idle_timeout)
+
+    def _waited_too_long(self) -> None:
+        """A waiting connection whose slot did not come within ``queue_timeout`` s: 503 + Retry-After, closed."""
+        if not self.waiting or self.closed:
+            return
+        self.waiting, self.refused = False, True
+        self.service.count(busy=1)
+        retry = [("Retry-After", str(self.server.batcher.retry_after()))]
+        limits = self.service.limits
+        message = f"waited {limits.queue_timeout:g} s for one of {limits.max_connections} connections; retry later"
+        self._send(HTTPStatus.SERVICE_UNAVAILABLE, _error_body(message), retry, close=True)
+        self.close()
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
@@ -212,7 +240,7 @@ class _Connection(asyncio.Protocol):
         too), so a refused request's body is never waited for. Sets the body's limit.
 
         Raises:
-            RequestError: 404, 405, 401, 415, 411, 413 or 503.
+            RequestError: 404, 405, 401, 415, 411 or 413.
         """
         service, server = self.service, self.server
         route = routes.admit(self.method, self.path, headers, server.token, service.limits)
@@ -222,9 +250,7 @@ class _Connection(asyncio.Protocol):
                 raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {self.body_limit} bytes")
             return route
         self.body_limit = service.limits.max_body_bytes
-        if server.batcher.full():
-            raise server.batcher.busy("the queue is full; retry later")
-        return route
+        return route  # a full queue holds the request (`Batcher.submit`)
 
     # ------------------------------------------------------------------ answering it
     def _answer(self, body: bytes) -> None:
@@ -398,6 +424,7 @@ class _Connection(asyncio.Protocol):
         if self.slot:
             self.slot = False
             self.server.open_connections -= 1
+            self.server.admit()
 
     def _shut(self) -> None:
         """Close now (nothing is owed to the client, or it has gone)."""
@@ -431,6 +458,7 @@ class RewardServer:
         self._server: asyncio.base_events.Server | None = None
         self.connections: set[_Connection] = set()
         self.open_connections = 0  # connections being served (not those refused on arrival)
+        self.waiting: deque[_Connection] = deque()  # accepted while every slot was taken, oldest first
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self.closing = False
@@ -455,7 +483,7 @@ class RewardServer:
         """Bind the socket and start the scoring thread."""
         self.loop = asyncio.get_running_loop()
         self.batcher.start()
-        self._server = await self.loop.create_server(lambda: _Connection(self), *self._bind, backlog=1024)
+        self._server = await self.loop.create_server(lambda: _Connection(self), *self._bind, backlog=BACKLOG)
         self._address = self._server.sockets[0].getsockname()[:2]
         self.started_at = time.time()
 
@@ -500,12 +528,36 @@ class RewardServer:
             for connection in list(self.connections):
                 if connection.closed or connection.busy or connection.held or not connection.fresh:
                     continue
+                if connection.waiting:
+                    continue  # unread until a slot frees: its request is on its way
                 if connection.answered or now - connection.since >= FIRST_BYTE_S:  # no request on its way
                     connection._shut()  # noqa: SLF001
             owed = [c for c in self.connections if not c.closed and not c.refused]
             if not owed or now >= deadline:
                 return owed
             await asyncio.sleep(0.02)
+
+    def hold(self, connection: _Connection) -> bool:
+        """Let a new connection wait, unread, for a slot when every slot is taken (at most `BACKLOG` waiting, each at
+        most ``queue_timeout`` s; its client has usually sent its request): a 503 on arrival lost
+        the reward of an RL client whose retry (OpenRLHF: 5 tries 1 s apart) does not outlast a busy server. False
+        when it cannot wait (it is then answered 503)."""
+        limits = self.service.limits
+        self.waiting = deque(c for c in self.waiting if c.waiting and not c.closed)
+        if len(self.waiting) >= BACKLOG:
+            return False
+        connection.waiting = True
+        connection.transport.pause_reading()
+        connection._arm(limits.queue_timeout, connection._waited_too_long, "waiting")  # noqa: SLF001
+        self.waiting.append(connection)
+        return True
+
+    def admit(self) -> None:
+        """Give free slots to the connections waiting for one, oldest first."""
+        while self.waiting and self.open_connections < self.service.limits.max_connections:
+            connection = self.waiting.popleft()
+            if connection.waiting and not connection.closed:
+                connection.take_slot()
 
     def reclaim_slot(self) -> bool:
         """Free a connection slot for a new client when every slot is taken: close the connection that has waited

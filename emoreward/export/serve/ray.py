@@ -95,7 +95,7 @@ class RewardReplica:
                 health = {**service.health(), "queue": self.batcher.pending, "engine": "ray", "replica": self.replica}
                 return HTTPStatus.OK, health, []
             if self.batcher.full():
-                raise self.batcher.busy("the queue is full; retry later")
+                raise self.batcher.busy("the replica is shutting down; retry later")
             raw = await read_body()
             if len(raw) > service.limits.max_body_bytes:
                 raise RequestError(
