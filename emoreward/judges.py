@@ -17,7 +17,7 @@ from emoreward.evaluation.judge import Judge
 JudgeKind = Literal["reward-model", "zero-shot"]
 YAML_SUFFIXES = (".yaml", ".yml")
 REWARD_MODEL_OPTIONS = frozenset(
-    {"tie_threshold", "batch_size", "name", "media_errors", "media_root", "dtype", "vllm_url"}
+    {"tie_threshold", "batch_size", "name", "media_errors", "media_root", "dtype", "vllm_url", "engine_timeout"}
 )
 ZERO_SHOT_OPTIONS = frozenset(
     {
@@ -66,7 +66,7 @@ def load_judge(spec: str | Path, **options: Any) -> Judge:
             Reward model: `tie_threshold` (default: the model's calibrated one), `batch_size`, `name`,
             `media_errors`, `media_root` (multimodal models: the folder media paths resolve in), `dtype` (the
             scoring precision, `emoreward.models.precision`), `vllm_url` (score through the vLLM server serving
-            this export folder, `emoreward.export.vllm.VllmRewardModel`).
+            this export folder, `emoreward.export.vllm.VllmRewardModel`), `engine_timeout` (its seconds per request).
             Zero-shot judge: `strategy` (default `"S1"`), `cache_dir` (where the call cache lives, so a killed run
             resumes; None: in memory), `references`, `media_root`, `ignore_media`, `on_failed_call` (default
             `"raise"`), `progress`, `backends`.
@@ -88,7 +88,8 @@ def load_judge(spec: str | Path, **options: Any) -> Judge:
         from emoreward.evaluation.judge import RewardModelJudge
         from emoreward.export.vllm import reward_model
 
-        loading = {key: options.pop(key, None) for key in ("media_root", "dtype", "vllm_url")}  # the model's
+        keys = ("media_root", "dtype", "vllm_url", "engine_timeout")
+        loading = {key: options.pop(key, None) for key in keys}  # the model's
         # a Hub id is no model folder: named as given (Path would make "hf://a/b" "hf:/a/b")
         return RewardModelJudge(reward_model(spec if str(spec).startswith("hf://") else path, **loading), **options)
     _check_options(options, ZERO_SHOT_OPTIONS, f"zero-shot judge {spec}")

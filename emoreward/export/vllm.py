@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from emoreward.data.context import RewardContext, subtitle_key
-from emoreward.export.reward_client import RewardClient
+from emoreward.export.reward_client import RetryPolicy, RewardClient
 from emoreward.models.base import ScoreInfo, apply_score_transform, broadcast_contexts, load_settings
 from emoreward.utils.cache_key import content_fingerprint
 
@@ -281,7 +281,8 @@ class VllmRewardModel:
     Args:
         export_dir: the export folder the server serves (read here: tokenizer, layout, identity).
         url: the server's base URL (``http://127.0.0.1:8000``).
-        token (`str`, *optional*): bearer token (vLLM's ``--api-key``); timeout, retries: per request.
+        token (`str`, *optional*): bearer token (vLLM's ``--api-key``); timeout (s, every attempt included), retries:
+            per request (`RetryPolicy.resolve`: default ``$EMOREWARD_ENGINE_TIMEOUT`` or 180 s, 5 attempts).
 
     Raises:
         ValueError: the folder is not a text export, or the server does not serve it (the message names what it
@@ -298,8 +299,8 @@ class VllmRewardModel:
         *,
         media_root: str | None = None,
         token: str | None = None,
-        timeout: float = 180.0,
-        retries: int = 5,
+        timeout: float | None = None,
+        retries: int | None = None,
     ):
         self.source_dir = Path(export_dir)
         self.settings = _check_export(self.source_dir)
@@ -313,7 +314,7 @@ class VllmRewardModel:
         self.url = url.rstrip("/")
         if not self.url.startswith(("http://", "https://")):
             raise ValueError(f"vLLM URL {url!r} is not an http:// or https:// URL")
-        self.client = RewardClient((self.url,), token, timeout, retries)
+        self.client = RewardClient((self.url,), token, RetryPolicy.resolve(timeout, retries))
         self.served, self.precision_name = self._served_model()
         self.builder = VllmRequestBuilder(self.source_dir, self.served, media_root)
         self.tokenizer = self.builder.tokenizer
@@ -424,21 +425,25 @@ def reward_model(
     dtype: Any = None,
     vllm_url: str | None = None,
     token: str | None = None,
+    engine_timeout: float | None = None,
 ):
     """The reward model a route scores with: the folder loaded in this process (`load_reward_model`, with
     ``media_root`` and ``dtype`` where given), or, with ``vllm_url``, the vLLM server serving that export
-    (`VllmRewardModel`). The one place a command or an RL adapter picks its engine.
+    (`VllmRewardModel`, waiting at most ``engine_timeout`` s per request). The one place a command or an RL adapter
+    picks its engine.
 
     Raises:
         ValueError: with ``vllm_url``: a ``dtype`` other than ``"auto"`` that is not the one the server serves in;
             see `VllmRewardModel` and `load_reward_model`.
     """
     if vllm_url:
-        model = VllmRewardModel(path, vllm_url, media_root=media_root, token=token)
+        model = VllmRewardModel(path, vllm_url, media_root=media_root, token=token, timeout=engine_timeout)
         wanted = None if dtype is None else str(dtype).removeprefix("torch.")
         if wanted not in (None, "auto") and wanted != model.precision_name:
             raise ValueError(f"the vLLM server serves {path} in {model.precision_name}, not {wanted}")
         return model
+    if engine_timeout is not None:
+        raise ValueError("an engine timeout (--engine-timeout) applies to a served engine: give --vllm-url too")
     from emoreward.models import load_reward_model
 
     loading = {key: value for key, value in (("media_root", media_root), ("dtype", dtype)) if value is not None}
@@ -554,7 +559,7 @@ class VllmServer:
                 start_new_session=True,
                 **popen_with_parent(),
             )
-        client = RewardClient((self.url,), None, 5.0, 1)
+        client = RewardClient((self.url,), None, RetryPolicy(timeout=5.0, attempts=1))
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

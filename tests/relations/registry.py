@@ -140,6 +140,7 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--batch-size": "batching only: tests/test_scoring_engine.py checks scores do not depend on it",
         "--dtype": "precision: tests marked precision compare dtypes (reward_tolerance)",
         "--vllm-url": "scores through a vLLM server serving the export: tests/export/test_vllm.py (make test-vllm) checks the same numbers as in process",
+        "--engine-timeout": "how long a served engine may take: tests/relations/test_numeric_health.py (a hung engine)",
         "--media-root": "where media files are: tests/test_data_context.py, tests/bad_input/test_bad_media.py",
     },
     "judge": {
@@ -194,6 +195,7 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--no-swap": ("accounting",),
         "--combine": "how runs of a generative judge combine: tests/ranking/test_rank.py",
         "--vllm-url": ("numeric_health",),  # the same numbers as in process: tests/export/test_vllm.py
+        "--engine-timeout": "how long a served engine may take: tests/relations/test_numeric_health.py (a hung engine)",
         "--committee-calibration": ("permutation",),
         "--committee-weighting": "the member weight rule (weights_from_agreement): tests/ranking/test_committee_cli.py "
         "checks the weights on counted agreements",

@@ -261,3 +261,82 @@ def test_verl_through_a_server_answering_non_finite_rewards_raises(value):
     finally:
         close_pools()
         engine.close()
+
+
+# ---------------------------------------------------------------------------------------------- hung engines
+class HungEngine(StandInEngine):
+    """A stand-in vLLM endpoint that answers ``/v1/models`` and never answers ``/classify`` (a hung engine);
+    ``posts`` counts the ``/classify`` requests it received."""
+
+    def __init__(self, served: str):
+        import threading
+
+        super().__init__(served, lambda n: 0.0)
+        self.posts, self.release = 0, threading.Event()
+        handler = self.server.RequestHandlerClass
+        engine = self
+
+        def hang(handler_self):
+            engine.posts += 1
+            engine.release.wait(60)
+
+        handler.do_POST = hang
+
+    def close(self):
+        self.release.set()
+        super().close()
+
+
+def test_rank_through_a_hung_engine_is_one_error_within_engine_timeout(rm_export, tmp_path, capsys):
+    """Issue 41: a hung vLLM endpoint stalled `rank` for about 15 minutes (180 s x 5 attempts, no option). Now
+    --engine-timeout bounds the whole wait: one line naming the endpoint and the limit, exit 2, nothing cached."""
+    import time
+
+    from emoreward.export.vllm import served_name
+
+    engine = HungEngine(served_name(rm_export))
+    try:
+        start = time.monotonic()
+        rc, err = _cli([*_rank_argv(rm_export, engine, tmp_path, tmp_path / "cache"), "--engine-timeout", "1"], capsys)
+        seconds = time.monotonic() - start
+    finally:
+        engine.close()
+    assert rc == 2 and seconds < 20, (rc, seconds, err)
+    lines = [line for line in err.strip().splitlines() if "error:" in line]
+    assert len(lines) == 1 and f"the engine at {engine.url} gave no answer to /classify within 1 s" in lines[0], err
+    assert "--engine-timeout" in lines[0] and "Traceback" not in err
+    assert not any(p.stat().st_size for p in (tmp_path / "cache").rglob("*") if p.is_file())
+
+
+def test_engine_timeout_without_a_served_engine_is_refused(rm_dir, tmp_path, capsys):
+    table = write_table(tmp_path / "table.jsonl", table_rows(3))
+    rc, err = _cli(["rank", "--judge", str(rm_dir), "--data", str(table), "--engine-timeout", "5",
+                    "--output", str(tmp_path / "r.json")], capsys)  # fmt: skip
+    assert rc == 2 and "--engine-timeout applies to a served engine: give --vllm-url" in err, err
+
+
+def test_a_verl_batch_through_a_hung_engine_is_one_error_not_serial_retries(rm_export, monkeypatch):
+    """verl's in-process route scoring through vLLM (`model` + `vllm_url`): a batch is several model calls, and each
+    waited for the hung engine in turn (dozens of serial retries per batch). Now the first call's wait
+    (``$EMOREWARD_ENGINE_TIMEOUT``, the route's field) marks the engine as not answering and the batch is one
+    error naming it, within about that time."""
+    import time
+
+    from emoreward.export.serve import local
+    from emoreward.export.verl import compute_score_batch
+    from emoreward.export.vllm import served_name
+
+    monkeypatch.setenv("EMOREWARD_ENGINE_TIMEOUT", "1")
+    monkeypatch.setattr(local, "_SHARED", {})  # a batcher of its own (one per process otherwise)
+    engine = HungEngine(served_name(rm_export))
+    texts = [f"She smiles {k} times and then looks away, calm and quiet {k % 5}." * 4 for k in range(600)]
+    try:
+        start = time.monotonic()
+        with pytest.raises(RuntimeError, match=f"the engine at {engine.url} gave no answer") as caught:
+            compute_score_batch(solution_strs=texts, model=str(rm_export), vllm_url=engine.url)
+        seconds = time.monotonic() - start
+    finally:
+        engine.close()
+    assert seconds < 10, seconds
+    assert "see the server log" not in str(caught.value)
+    assert engine.posts <= 8, engine.posts  # the first call's requests in flight; none after it

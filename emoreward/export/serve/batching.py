@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, Protocol
 
+from emoreward.export.reward_client import EngineUnavailable
 from emoreward.export.serve.protocol import RequestError, ServerLimits
-from emoreward.models.base import RewardContext, ScoreInfo
+from emoreward.models.base import NonFiniteError, RewardContext, ScoreInfo
 
 
 logger = logging.getLogger(__name__)
@@ -303,6 +304,11 @@ class Batcher:
         start = time.perf_counter()
         try:
             self.service.score_jobs(parts)
+        except (EngineUnavailable, NonFiniteError) as err:  # a served engine's failure: its one line, to every job
+            logger.error("scoring failed: %s", err)
+            status = HTTPStatus.BAD_GATEWAY if isinstance(err, EngineUnavailable) else HTTPStatus.INTERNAL_SERVER_ERROR
+            for part in parts:
+                part.error = RequestError(status, f"the model engine failed: {err}")
         except Exception:  # e.g. a model returning the wrong number of rewards: never leave a job waiting
             logger.exception("scoring failed")
             for part in parts:
