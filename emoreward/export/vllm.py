@@ -559,11 +559,12 @@ class VllmServer:
                 start_new_session=True,
                 **popen_with_parent(),
             )
-        client = RewardClient((self.url,), None, RetryPolicy(timeout=5.0, attempts=1))
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"vLLM exited with status {self.process.returncode}:\n{self.log_tail()}")
+            # a client per poll: one that found no answer fails at once for its timeout (`RetryPolicy`)
+            client = RewardClient((self.url,), None, RetryPolicy(timeout=5.0, attempts=1))
             try:
                 client.request("GET", "/v1/models")
                 client.close()
