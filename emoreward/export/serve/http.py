@@ -78,6 +78,7 @@ class _Connection(asyncio.Protocol):
         self.refused = False  # answered 503 on arrival (too many connections, or shutting down)
         self.slot = False  # holds one of the server's `max_connections` slots (released once closing)
         self.waiting = False  # accepted while every slot was taken: not read until a slot frees (`RewardServer.admit`)
+        self.unfed = False  # given its slot; what it sent while waiting is fed on the loop's next turn
         self.answered = 0  # replies sent on this connection
         self.timer: asyncio.TimerHandle | None = None
         self.timer_kind: str | None = None  # "idle" (keep-alive) or "request" (the whole-request deadline)
@@ -110,11 +111,22 @@ class _Connection(asyncio.Protocol):
         meanwhile)."""
         self.server.open_connections += 1
         self.slot = True
+        self._arm(self.service.limits.keepalive_timeout, self._idle_timeout)
         if self.waiting:
             self.waiting = False
             self.since = self.server.loop.time()
-            self.transport.resume_reading()
-        self._arm(self.service.limits.keepalive_timeout, self._idle_timeout)
+            if not self.transport.is_reading():
+                self.transport.resume_reading()
+            if self.held:
+                self.unfed = True
+                self.server.loop.call_soon(self._feed_held)
+
+    def _feed_held(self) -> None:
+        """Feed what arrived while the connection waited for its slot (and since), then read as usual."""
+        self.unfed = False
+        held, self.held = bytes(self.held), bytearray()
+        if not self.closed:
+            self._feed(held)
 
     def _waited_too_long(self) -> None:
         """A waiting connection whose slot did not come within ``queue_timeout`` s: 503 + Retry-After, closed."""
@@ -127,10 +139,17 @@ class _Connection(asyncio.Protocol):
         message = f"waited {limits.queue_timeout:g} s for one of {limits.max_connections} connections; retry later"
         self._send(HTTPStatus.SERVICE_UNAVAILABLE, _error_body(message), retry, close=True)
         self.close()
+        if not self.transport.is_closing():
+            self.transport.resume_reading()  # lingering: what it sent is read and discarded (no reset)
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return  # lingering: what the client still sends is discarded
+        if self.waiting or self.unfed:  # read while waiting for a slot: kept, fed in order (`_feed_held`)
+            self.held += data
+            if self.waiting and self.transport.is_reading():
+                self.transport.pause_reading()
+            return
         if self.busy:
             self.held += data
             if len(self.held) > PIPELINE_BYTES and not self.paused:
@@ -459,6 +478,7 @@ class RewardServer:
         self.connections: set[_Connection] = set()
         self.open_connections = 0  # connections being served (not those refused on arrival)
         self.waiting: deque[_Connection] = deque()  # accepted while every slot was taken, oldest first
+        self._reclaim_handle: asyncio.TimerHandle | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self.closing = False
@@ -550,7 +570,19 @@ class RewardServer:
         connection.transport.pause_reading()
         connection._arm(limits.queue_timeout, connection._waited_too_long, "waiting")  # noqa: SLF001
         self.waiting.append(connection)
+        if self._reclaim_handle is None:
+            self._reclaim_handle = self.loop.call_later(RECLAIM_AFTER_S, self._reclaim_for_waiting)
         return True
+
+    def _reclaim_for_waiting(self) -> None:
+        """Free slots for waiting connections from connections that wait for their own clients (`reclaim_slot`:
+        slow or idle ones); checked again every `RECLAIM_AFTER_S` / 4 s while any connection waits."""
+        self._reclaim_handle = None
+        full = lambda: self.open_connections >= self.service.limits.max_connections  # noqa: E731
+        while any(c.waiting and not c.closed for c in self.waiting) and full() and self.reclaim_slot():
+            pass  # each freed slot goes to the oldest waiting connection (`admit`)
+        if any(c.waiting and not c.closed for c in self.waiting):
+            self._reclaim_handle = self.loop.call_later(RECLAIM_AFTER_S / 4, self._reclaim_for_waiting)
 
     def admit(self) -> None:
         """Give free slots to the connections waiting for one, oldest first."""
