@@ -17,7 +17,18 @@ from emoreward.evaluation.judge import Judge
 JudgeKind = Literal["reward-model", "zero-shot"]
 YAML_SUFFIXES = (".yaml", ".yml")
 REWARD_MODEL_OPTIONS = frozenset(
-    {"tie_threshold", "batch_size", "name", "media_errors", "media_root", "dtype", "vllm_url", "engine", "url"}
+    {
+        "tie_threshold",
+        "batch_size",
+        "name",
+        "media_errors",
+        "media_root",
+        "dtype",
+        "vllm_url",
+        "engine",
+        "url",
+        "engine_timeout",
+    }
 )
 ZERO_SHOT_OPTIONS = frozenset(
     {
@@ -67,8 +78,8 @@ def load_judge(spec: str | Path, **options: Any) -> Judge:
             `media_errors`, `media_root` (multimodal models: the folder media paths resolve in), `dtype` (the
             scoring precision, `emoreward.models.precision`), `vllm_url` (score through the vLLM server serving
             this export folder, `emoreward.export.vllm.VllmRewardModel`), `engine` (a registered engine of
-            `emoreward.models.loading.open_reward_model`; default: `"vllm"` with `vllm_url`, else in process) and
-            `url` (a served engine's URL).
+            `emoreward.models.loading.open_reward_model`; default: `"vllm"` with `vllm_url`, else in process),
+            `url` (a served engine's URL) and `engine_timeout` (a served engine's seconds per request).
             Zero-shot judge: `strategy` (default `"S1"`), `cache_dir` (where the call cache lives, so a killed run
             resumes; None: in memory), `references`, `media_root`, `ignore_media`, `on_failed_call` (default
             `"raise"`), `progress`, `backends`.
@@ -96,9 +107,10 @@ def load_judge(spec: str | Path, **options: Any) -> Judge:
         if vllm_url and (url or engine not in (None, "vllm")):
             raise ValueError(f"reward model {path}: vllm_url names the vLLM engine's URL; give engine and url instead")
         engine, url = engine or ("vllm" if vllm_url else DEFAULT_ENGINE), url or vllm_url
+        timeout = options.pop("engine_timeout", None)
         # a Hub id is no model folder: named as given (Path would make "hf://a/b" "hf:/a/b")
         source = spec if str(spec).startswith("hf://") else path
-        model = open_reward_model(source, engine, url=url, media_root=media_root, dtype=dtype)
+        model = open_reward_model(source, engine, url=url, media_root=media_root, dtype=dtype, timeout=timeout)
         return RewardModelJudge(model, **options)
     _check_options(options, ZERO_SHOT_OPTIONS, f"zero-shot judge {spec}")
     try:

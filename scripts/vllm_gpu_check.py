@@ -108,7 +108,7 @@ def main() -> int:
         )
         return 2
     from emoreward.export.hf import export_hf
-    from emoreward.export.reward_client import RewardClient
+    from emoreward.export.reward_client import RetryPolicy, RewardClient
     from emoreward.export.vllm import VllmRewardModel, VllmServer
     from emoreward.models.base import load_settings
 
@@ -132,7 +132,7 @@ def main() -> int:
         remote.score(descriptions, contexts)
         report["vllm_per_s"] = len(items) / (time.perf_counter() - start)
         serve_proc, url = start_emoreward_serve(export, args.media_root)
-        client = RewardClient((url,), None, 600.0, 3)
+        client = RewardClient((url,), None, RetryPolicy(timeout=1800.0, attempts=3))
         serve = serve_rewards(client, items, per_request=16)
         start = time.perf_counter()
         serve_rewards(client, items, per_request=16)

@@ -260,3 +260,62 @@ def test_serve_on_ray_killed_leaves_no_process_of_its_local_cluster(tiny_rm):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+# a stand-in for vLLM's interpreter (the remote peer only): answers GET /v1/models on the --port it is given
+VLLM_STAND_IN = """
+import http.server, json, sys
+port = int(sys.argv[sys.argv.index("--port") + 1])
+name = sys.argv[sys.argv.index("--served-model-name") + 1]
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"data": [{"id": name}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+http.server.HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+"""
+
+
+def test_a_vllm_server_the_project_started_ends_with_its_killed_parent(tiny_rm, tmp_path):
+    """`VllmServer` starts vLLM in a session of its own (a terminal's Ctrl-C must not reach it), so nothing tied it
+    to its parent: a killed `rank` or RL worker left the vLLM server running (issue 41). Now it gets SIGTERM."""
+    from emoreward.export.hf import export_hf
+
+    export_hf(tiny_rm, tmp_path / "export")
+    stand_in = tmp_path / "python"
+    stand_in.write_text(f"#!{sys.executable}\n" + VLLM_STAND_IN)
+    stand_in.chmod(0o755)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import sys, time\n"
+        "sys.path[:0] = " + repr(sys.path) + "\n"
+        "from emoreward.export.vllm import VllmServer\n"
+        f"server = VllmServer({str(tmp_path / 'export')!r}, python={str(stand_in)!r}, port={port}, "
+        f"log={str(tmp_path / 'vllm.log')!r}, start_timeout=60)\n"
+        "server.start()\n"
+        "print(server.process.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], env=_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.strip(), (tmp_path / "vllm.log").read_text() if (tmp_path / "vllm.log").exists() else ""
+        children = [int(line)]
+        assert alive(children[0])
+        kill_and_check_tree(proc, children)
+    finally:
+        if proc.poll() is None:
+            proc.kill()

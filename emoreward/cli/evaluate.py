@@ -26,6 +26,7 @@ from emoreward.cli.options import (
     named_input_files,
     positive_int,
     quiet_libraries,
+    vllm_options,
 )
 
 
@@ -197,7 +198,7 @@ def _run_reward_model(args: argparse.Namespace, spec: str) -> int:
         files.claim(report_file, "--output")
         files.claim(Path(report_file).with_suffix(".md"), "the report's Markdown (--output with .md)")
         files.claim(Path(report_file).with_suffix(".png"), "the confusion plot (--output with .png)")
-    vllm = {"vllm_url": args.vllm_url} if getattr(args, "vllm_url", None) else {}
+    vllm = vllm_options(args)
     judge = load_judge(
         spec, media_root=args.media_root, dtype=getattr(args, "dtype", "auto"), batch_size=_batch_size(args), **vllm
     )

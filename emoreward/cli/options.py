@@ -283,7 +283,8 @@ def check_applicable(args: argparse.Namespace, table: dict[str, str], facts: dic
 
 
 def add_vllm_url(p: argparse.ArgumentParser) -> None:
-    """`--vllm-url`, shared by `evaluate` and `rank`: score a reward model's export through a vLLM server."""
+    """`--vllm-url` and `--engine-timeout`, shared by `evaluate` and `rank`: score a reward model's export through a
+    vLLM server, waiting at most so long per request."""
     p.add_argument(
         "--vllm-url",
         metavar="URL",
@@ -291,12 +292,32 @@ def add_vllm_url(p: argparse.ArgumentParser) -> None:
         "under the name `python -m emoreward.export.vllm EXPORT` prints; docs/serving.md#vllm); the same rewards "
         "and score-cache keys as scoring the folder in process",
     )
+    p.add_argument(
+        "--engine-timeout",
+        type=positive_float,
+        metavar="SECONDS",
+        help="with --vllm-url: seconds one request to the server may take, every retry included (default "
+        "$EMOREWARD_ENGINE_TIMEOUT or 180); a server that gives no answer in that time stops the command with one "
+        "error",
+    )
+
+
+def vllm_options(args: argparse.Namespace) -> dict:
+    """`load_judge`'s options of `add_vllm_url`'s arguments (none without ``--vllm-url``).
+
+    Raises:
+        ValueError: ``--engine-timeout`` without ``--vllm-url`` (it applies to a served engine only)."""
+    url, timeout = getattr(args, "vllm_url", None), getattr(args, "engine_timeout", None)
+    if timeout is not None and not url:
+        raise ValueError("--engine-timeout applies to a served engine: give --vllm-url too (or leave it out)")
+    return {"vllm_url": url, "engine_timeout": timeout} if url else {}
 
 
 __all__ = [
     "ALWAYS",
     "add_vllm_url",
     "check_applicable",
+    "vllm_options",
     "EXIT_ERROR",
     "EXIT_FAILED_CALLS",
     "EXIT_INTERRUPTED",

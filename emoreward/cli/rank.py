@@ -37,6 +37,7 @@ from emoreward.cli.options import (
     quiet_libraries,
     resample_count,
     seed_int,
+    vllm_options,
 )
 from emoreward.utils.io import OutputFiles
 
@@ -465,7 +466,11 @@ def committee_specs(args: argparse.Namespace) -> dict[str, str] | None:
             f"--committee-weighting {weighting} weighs members by their agreement with human labels: give "
             "--committee-calibration PAIRS (without it the members vote with equal weights)"
         )
-    for flag, name in (("--hierarchical", "hierarchical"), ("--vllm-url", "vllm_url")):
+    for flag, name in (
+        ("--hierarchical", "hierarchical"),
+        ("--vllm-url", "vllm_url"),
+        ("--engine-timeout", "engine_timeout"),
+    ):
         if getattr(args, name, None):
             raise ValueError(f"{flag} is not available with a committee of judges (--judge given more than once)")
     return identities
@@ -621,8 +626,9 @@ def _load_judge(args: argparse.Namespace, saved: bool = False, spec: str | None 
     if judge_kind(spec) == "reward-model":
         from emoreward.models.base import load_settings
 
-        if getattr(args, "vllm_url", None):
-            return "reward-model", load_judge(spec, vllm_url=args.vllm_url).model
+        vllm = vllm_options(args)
+        if vllm:
+            return "reward-model", load_judge(spec, **vllm).model
         if saved and load_settings(spec).kind == "text":
             from emoreward.models.saved import SavedRewardModel
 

@@ -266,8 +266,12 @@ def run(args: argparse.Namespace) -> int:
             worker.close()
     stats = service.stats
     _echo(f"served {stats.line()} in {time.time() - start:.0f} s")
-    if not finished:
-        _echo("warning: the shutdown grace period ended before every queued request was scored")
+    if not finished:  # a service manager must not read lost rewards as a clean stop
+        _echo(
+            f"error: {server.unanswered} request(s) in flight were not answered within --drain-timeout "
+            f"{limits.drain_timeout:g} s (the queue still held {server.batcher.pending} descriptions)"
+        )
+        return EXIT_FAILED_CALLS
     if died:  # a service manager must not read this as a clean stop
         _echo(
             f"error: the model process had stopped while serving (exit code {worker.process.exitcode}); the model "

@@ -25,7 +25,8 @@ class ServerRewardModel(RewardModelBase):
         url: the server's base URL (``http://127.0.0.1:8000``).
         media_root (`str`, *optional*): client-side media root: media paths inside it are sent relative to it (the
             server resolves them in its own ``--media-root``).
-        token (`str`, *optional*): bearer token (``emoreward serve --token``); timeout (s), retries: per request.
+        token (`str`, *optional*): bearer token (``emoreward serve --token``); timeout (s, every attempt included),
+            retries: per request (`RetryPolicy.resolve`).
 
     Raises:
         FileNotFoundError / ValueError: ``source`` is not an emoreward model folder, ``url`` is not http(s), or the
@@ -41,10 +42,10 @@ class ServerRewardModel(RewardModelBase):
         *,
         media_root: str | Path | None = None,
         token: str | None = None,
-        timeout: float = 180.0,
-        retries: int = 5,
+        timeout: float | None = None,
+        retries: int | None = None,
     ):
-        from emoreward.export.reward_client import RewardClient
+        from emoreward.export.reward_client import RetryPolicy, RewardClient
 
         self.source_dir = Path(source)
         self.settings = load_settings(self.source_dir)
@@ -53,7 +54,7 @@ class ServerRewardModel(RewardModelBase):
         self.url = url.rstrip("/")
         if not self.url.startswith(("http://", "https://")):
             raise ValueError(f"server URL {url!r} is not an http:// or https:// URL")
-        self.client = RewardClient((self.url,), token, timeout, retries)
+        self.client = RewardClient((self.url,), token, RetryPolicy.resolve(timeout, retries))
         health = self.client.request("GET", "/health")
         if health.get("kind") != self.kind:
             raise ValueError(f"the server at {self.url} serves a {health.get('kind')} model; {source} is {self.kind}")
@@ -116,21 +117,22 @@ class ServerRewardModel(RewardModelBase):
         return ScoreInfo(rewards, truncated, tokens)
 
 
-def _open_vllm(source, *, url=None, token=None, media_root=None, dtype=None):
+def _open_vllm(source, *, url=None, token=None, media_root=None, dtype=None, timeout=None):
     """`VllmRewardModel` of the export ``source`` at ``url``; a ``dtype`` other than ``"auto"`` must be the served
     one (ValueError)."""
     from emoreward.export.vllm import VllmRewardModel
 
-    model = VllmRewardModel(source, url, media_root=None if media_root is None else str(media_root), token=token)
+    root = None if media_root is None else str(media_root)
+    model = VllmRewardModel(source, url, media_root=root, token=token, timeout=timeout)
     wanted = None if dtype is None else str(dtype).removeprefix("torch.")
     if wanted not in (None, "auto") and wanted != model.precision_name:
         raise ValueError(f"the vLLM server serves {source} in {model.precision_name}, not {wanted}")
     return model
 
 
-def _open_server(source, *, url=None, token=None, media_root=None, dtype=None):
+def _open_server(source, *, url=None, token=None, media_root=None, dtype=None, timeout=None):
     """`ServerRewardModel` of ``source`` at ``url``; a ``dtype`` other than ``"auto"`` must be the served one."""
-    model = ServerRewardModel(source, url, media_root=media_root, token=token)
+    model = ServerRewardModel(source, url, media_root=media_root, token=token, timeout=timeout)
     wanted = None if dtype is None else str(dtype).removeprefix("torch.")
     if wanted not in (None, "auto") and wanted != model.precision_name:
         raise ValueError(f"the server at {url} scores {source} in {model.precision_name}, not {wanted}")

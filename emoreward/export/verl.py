@@ -14,7 +14,6 @@ See docs/serving.md#verl."""
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import threading
 import weakref
@@ -25,7 +24,7 @@ from typing import Any
 from emoreward.data.context import RewardContext, verl_context
 from emoreward.data.media_check import warn_text_media
 from emoreward.export.length_monitor import StreamLengthMonitor, defined
-from emoreward.export.reward_client import RewardClient, ServerError
+from emoreward.export.reward_client import RetryPolicy, RewardClient, ServerError
 from emoreward.export.serve.routes.rewards import Rewards  # the route verl's requests take (`/v1/rewards`)
 
 
@@ -128,7 +127,10 @@ def score_descriptions(
         media_root (`str`): with ``model``: the folder relative media paths resolve in.
         subtitle_key, video_key, audio_key, sample_key (`str`): ``extra_info`` keys of the context.
         token_env (`str`): environment variable with the servers' bearer token (sent when set).
-        timeout (`float`): seconds per HTTP request; retries (`int`): attempts per request.
+        timeout (`float`): seconds one HTTP request may take, every attempt included (default
+            ``$EMOREWARD_ENGINE_TIMEOUT`` or 180: `emoreward.export.reward_client.RetryPolicy`); retries (`int`):
+            attempts per request (default 5). A server that gives no answer in that time is one error, and the
+            calls after it fail at once for as long.
         merge_samples (`int`): `compute_score_async`: most concurrent calls sent in one request (1: a request per
             call; default `MERGE_SAMPLES`).
         length_window (`int`), length_threshold (`float`): the length-hacking monitor's window (descriptions) and
@@ -209,8 +211,8 @@ class _Request:
             "audio_key": "audio",
             "sample_key": "sample_id",
             "token_env": TOKEN_ENV,
-            "timeout": 180.0,
-            "retries": 5,
+            "timeout": None,
+            "retries": None,
             "length_window": 512,
             "length_threshold": 0.5,
             "merge_samples": MERGE_SAMPLES,
@@ -336,10 +338,11 @@ def close_pools() -> None:
 def _client(request: _Request) -> RewardClient:
     """The process's client for these servers and options (one connection pool per worker process)."""
     o = request.options
-    timeout = float(o["timeout"])
-    if not (math.isfinite(timeout) and timeout > 0):
-        raise ValueError(f"reward_kwargs 'timeout' must be a positive number of seconds, got {o['timeout']!r}")
-    key = (server_urls(o["server_url"]), os.environ.get(o["token_env"]) or None, timeout, int(o["retries"]))
+    try:
+        policy = RetryPolicy.resolve(o["timeout"], o["retries"])
+    except ValueError as err:
+        raise ValueError(f"reward_kwargs 'timeout' / 'retries': {err}") from None
+    key = (server_urls(o["server_url"]), os.environ.get(o["token_env"]) or None, policy)
     client = _CLIENTS.get(key)
     if client is None:
         with _CLIENTS_LOCK:

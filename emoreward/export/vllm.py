@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from emoreward.data.context import RewardContext, subtitle_key
-from emoreward.export.reward_client import RewardClient
+from emoreward.export.reward_client import RetryPolicy, RewardClient
 from emoreward.models.base import RewardModelBase, ScoreInfo, apply_score_transform, load_settings
 from emoreward.models.loading import content_identity
 
@@ -282,7 +282,8 @@ class VllmRewardModel(RewardModelBase):
     Args:
         export_dir: the export folder the server serves (read here: tokenizer, layout, identity).
         url: the server's base URL (``http://127.0.0.1:8000``).
-        token (`str`, *optional*): bearer token (vLLM's ``--api-key``); timeout, retries: per request.
+        token (`str`, *optional*): bearer token (vLLM's ``--api-key``); timeout (s, every attempt included), retries:
+            per request (`RetryPolicy.resolve`: default ``$EMOREWARD_ENGINE_TIMEOUT`` or 180 s, 5 attempts).
 
     Raises:
         ValueError: the folder is not a text export, or the server does not serve it (the message names what it
@@ -299,8 +300,8 @@ class VllmRewardModel(RewardModelBase):
         *,
         media_root: str | None = None,
         token: str | None = None,
-        timeout: float = 180.0,
-        retries: int = 5,
+        timeout: float | None = None,
+        retries: int | None = None,
     ):
         self.source_dir = Path(export_dir)
         self.settings = _check_export(self.source_dir)
@@ -314,7 +315,7 @@ class VllmRewardModel(RewardModelBase):
         self.url = url.rstrip("/")
         if not self.url.startswith(("http://", "https://")):
             raise ValueError(f"vLLM URL {url!r} is not an http:// or https:// URL")
-        self.client = RewardClient((self.url,), token, timeout, retries)
+        self.client = RewardClient((self.url,), token, RetryPolicy.resolve(timeout, retries))
         self.served, self.precision_name = self._served_model()
         self.builder = VllmRequestBuilder(self.source_dir, self.served, media_root)
         self.tokenizer = self.builder.tokenizer
@@ -453,7 +454,8 @@ SERVER_ENV = {
 
 class VllmServer:
     """A vLLM server for an export, started in a process group of its own and stopped (SIGTERM, then SIGKILL after
-    ``stop_timeout`` s) on exit; its output goes to ``log`` (a file path).
+    ``stop_timeout`` s) on exit, and ended (SIGTERM) when the process that started it ends, even killed
+    (`emoreward.utils.processes.popen_with_parent`); its output goes to ``log`` (a file path).
 
     Args:
         export_dir: the export; python: the interpreter of vLLM's environment; port, dtype: as `serve_command`;
@@ -496,15 +498,23 @@ class VllmServer:
 
     def start(self) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        with self.log.open("ab") as out:
+        from emoreward.utils.processes import popen_with_parent
+
+        with self.log.open("ab") as out:  # SIGTERM when this process ends, even killed: vLLM then ends its engine
             self.process = subprocess.Popen(
-                self.command, stdout=out, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+                self.command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,
+                **popen_with_parent(),
             )
-        client = RewardClient((self.url,), None, 5.0, 1)
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"vLLM exited with status {self.process.returncode}:\n{self.log_tail()}")
+            # a client per poll: one that found no answer fails at once for its timeout (`RetryPolicy`)
+            client = RewardClient((self.url,), None, RetryPolicy(timeout=5.0, attempts=1))
             try:
                 client.request("GET", "/v1/models")
                 client.close()

@@ -138,7 +138,7 @@ def remember_source(model: Any, directory: str | Path) -> None:
 class Engine:
     """A way to score with a reward model: ``open(source, url=..., token=..., media_root=..., dtype=...)`` returns a
     `RewardModel` (a `RewardModelBase` subclass) for ``source`` (a model folder, an export or a Hub id);
-    ``needs_url``: it scores through a running server at ``url``."""
+    ``needs_url``: it scores through a running server at ``url`` (its ``open`` takes ``timeout=`` too)."""
 
     name: str
     open: Callable[..., RewardModel]
@@ -172,6 +172,7 @@ def open_reward_model(
     token: str | None = None,
     media_root: str | Path | None = None,
     dtype: Any = None,
+    timeout: float | None = None,
 ) -> RewardModel:
     """The reward model every route scores with, opened by ``engine`` (`ENGINES`): ``"in-process"`` loads a model
     folder, an export or a Hub id (``hf://owner/name[@revision]``, from the local Hub cache offline) in this process
@@ -186,6 +187,8 @@ def open_reward_model(
         url, token: the server's base URL and bearer token (engines with ``needs_url``).
         media_root: the folder relative media paths resolve in (multimodal models).
         dtype: the scoring precision (`emoreward.models.precision`; a served engine checks the one it serves).
+        timeout: a served engine's seconds per request, every attempt included (`export.reward_client.RetryPolicy`;
+            None: ``$EMOREWARD_ENGINE_TIMEOUT`` or its default).
 
     Raises:
         ValueError: an unknown engine (lists the registered ones), a ``url`` given to an engine that reads none or
@@ -201,7 +204,11 @@ def open_reward_model(
         raise ValueError(f"the {engine} engine scores through a running server: give its url")
     if url and not chosen.needs_url:
         raise ValueError(f"the {engine} engine scores in this process: a url ({url}) does not apply")
-    return chosen.open(source, url=url, token=token, media_root=media_root, dtype=dtype)
+    if not chosen.needs_url:
+        if timeout is not None:
+            raise ValueError("an engine timeout (--engine-timeout) applies to a served engine: give --vllm-url too")
+        return chosen.open(source, url=url, token=token, media_root=media_root, dtype=dtype)
+    return chosen.open(source, url=url, token=token, media_root=media_root, dtype=dtype, timeout=timeout)
 
 
 def hub_folder(source: str) -> Path:

@@ -5,6 +5,7 @@ description, context), appended as they are computed (`ScoreCache`, `score_key`,
 from __future__ import annotations
 
 import json
+import math
 import os
 import warnings
 from dataclasses import asdict
@@ -22,8 +23,9 @@ class ScoreCache:
 
     The file belongs to one model (its name carries the model's identity); scores are appended as computed, whole lines
     under a file lock, so an interrupted run keeps what it scored and concurrent runs lose nothing. A torn line is
-    skipped and counted (`n_skipped`), never cut away; another unreadable line is skipped with a warning. ``path``
-    ``None`` keeps scores in memory only.
+    skipped and counted (`n_skipped`), never cut away; another unreadable line, or one whose score is not finite (a
+    NaN from a broken engine, written before scores were checked), is skipped with a warning and scored again; a
+    non-finite score is never written. ``path`` ``None`` keeps scores in memory only.
     """
 
     def __init__(self, path: str | Path | None):
@@ -37,24 +39,34 @@ class ScoreCache:
             return
         lines = locked_read(self.path).split(b"\n")
         unreadable: list[int] = []
+        non_finite: list[int] = []
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
                 entry = json.loads(line.decode("utf-8"))
-                self._scores[entry["key"]] = float(entry["score"])
+                score = float(entry["score"])
+                if not math.isfinite(score):
+                    non_finite.append(number)
+                    continue
+                self._scores[entry["key"]] = score
                 if "truncated" in entry:
                     self._truncated[entry["key"]] = bool(entry["truncated"])
             except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError):
                 unreadable.append(number)
-        self.n_skipped = len(unreadable)
+        self.n_skipped = len(unreadable) + len(non_finite)
         torn_last = bool(unreadable) and unreadable[-1] == len(lines)  # no newline after it: a killed run's
         damaged = unreadable[:-1] if torn_last else unreadable
         if damaged:
-            shown = ", ".join(map(str, damaged[:5])) + (", ..." if len(damaged) > 5 else "")
             warnings.warn(
-                f"{self.path}: {len(damaged)} unreadable line(s) skipped (line {shown}); "
+                f"{self.path}: {len(damaged)} unreadable line(s) skipped (line {_shown(damaged)}); "
                 "their descriptions are scored again",
+                stacklevel=2,
+            )
+        if non_finite:
+            warnings.warn(
+                f"{self.path}: {len(non_finite)} line(s) with a non-finite score (NaN or infinity) refused (line "
+                f"{_shown(non_finite)}); their descriptions are scored again",
                 stacklevel=2,
             )
 
@@ -69,7 +81,15 @@ class ScoreCache:
         return self._truncated.get(key)
 
     def put(self, items: dict[str, float], truncated: dict[str, bool] | None = None) -> None:
-        """Add scores (and, when known, truncation flags) and append them to the file."""
+        """Add scores (and, when known, truncation flags) and append them to the file.
+
+        Raises:
+            NonFiniteError: a score is NaN or infinite (nothing is added)."""
+        bad = [key for key, value in items.items() if not math.isfinite(value)]
+        if bad:
+            from emoreward.models.base import NonFiniteError
+
+            raise NonFiniteError(f"{len(bad)} non-finite score(s) (NaN or infinity) not cached: the model is broken")
         truncated = truncated or {}
         self._scores.update(items)
         self._truncated.update(truncated)
@@ -84,6 +104,10 @@ class ScoreCache:
             from emoreward.utils.io import locked_append
 
             locked_append(self.path, "".join(line(k, v) for k, v in items.items()).encode("utf-8"))
+
+
+def _shown(numbers: list[int]) -> str:
+    return ", ".join(map(str, numbers[:5])) + (", ..." if len(numbers) > 5 else "")
 
 
 def default_cache_dir() -> Path:

@@ -4,6 +4,7 @@ under load answers every queued request with nothing but the summary in the log.
 
 import http.client
 import json
+import math
 import os
 import signal
 import socket
@@ -183,8 +184,9 @@ def test_sigterm_under_load_answers_every_queued_request_quietly(tmp_path, tiny_
 def test_connections_waiting_in_the_accept_queue_at_shutdown_get_a_reply_not_a_reset():
     """Closing a listening socket resets (TCP RST) the connections still in the kernel's accept queue: under load
     their clients had connected and sent a request, and read "connection reset" (the flaky SIGTERM test above: up
-    to 28 of them). The shutdown stops new handshakes, accepts the queued connections and answers them (503
-    "shutting down") before it closes the socket; each reply is followed by a FIN, never a reset."""
+    to 28 of them). The shutdown stops new handshakes, accepts the queued connections and scores and answers their
+    requests (issue 41: a 503 "shutting down" lost the reward, as the clients' retry found no server) before it
+    closes the socket; each reply is followed by a FIN, never a reset."""
     import asyncio
 
     with RewardServer(RewardService(TimedWords()), port=0) as srv:
@@ -209,7 +211,8 @@ def test_connections_waiting_in_the_accept_queue_at_shutdown_get_a_reply_not_a_r
                 replies.append(data)
     assert len(replies) == 8
     for reply in replies:
-        assert reply.startswith(b"HTTP/1.1 503") and b"shutting down" in reply, reply[:200]
+        assert reply.startswith(b"HTTP/1.1 200") and b"Connection: close" in reply, reply[:200]
+        assert json.loads(reply.split(b"\r\n\r\n", 1)[1])["rewards"] == [pytest.approx(0.2)]
 
 
 def test_large_requests_finish_one_after_another_while_small_ones_pass():
@@ -241,3 +244,158 @@ def test_large_requests_finish_one_after_another_while_small_ones_pass():
     order = [tag for tag in done if tag.startswith("large")]
     assert order == ["large0", "large1", "large2"]
     assert all(done.index(f"small{k}") < done.index("large2") for k in range(4))
+
+
+def _start_serve(tmp_path, tiny_bert_dir, *options):
+    """`emoreward serve` (the real entry point) on a tiny BERT reward model: the process and its port."""
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    from emoreward.models import TextRewardModel, TextSettings
+
+    model = TextRewardModel(
+        BertForSequenceClassification.from_pretrained(tiny_bert_dir),
+        AutoTokenizer.from_pretrained(tiny_bert_dir),
+        TextSettings(backbone="tiny-bert", input_format="pair", max_length=64),
+    )
+    model.save_pretrained(tmp_path / "rm")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
+    code = "import sys; from emoreward.cli import main; sys.exit(main(sys.argv[1:]))"
+    cmd = [sys.executable, "-c", code, "serve", "--model", str(tmp_path / "rm"), "--port", "0", *options]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = ""
+    while "http://127.0.0.1:" not in line:
+        line = proc.stdout.readline()
+        assert line or proc.poll() is None, "the server exited before serving"
+    return proc, int(line.split("http://127.0.0.1:")[1].split()[0])
+
+
+def _send_all(port, n, queries):
+    """``n`` connections, each with one OpenRLHF request of ``queries`` queries sent whole (as its client sends it:
+    a new connection per request); the connected sockets."""
+    socks = []
+    for k in range(n):
+        body = json.dumps({"query": [f"He smiles {k} times, then {j} more." for j in range(queries)]}).encode()
+        head = f"POST /get_reward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+        sock.sendall(head.encode() + body)
+        socks.append(sock)
+    return socks
+
+
+def _read_reply(sock) -> tuple[int, dict]:
+    data = b""
+    with sock:
+        try:
+            while chunk := sock.recv(65536):
+                data += chunk
+        except ConnectionError:
+            return 0, {}
+    if not data:
+        return 0, {}
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+def test_sigterm_with_256_requests_in_flight_answers_every_one_then_refuses(tmp_path, tiny_bert_dir):
+    """Issue 41: SIGTERM with 256 requests in flight (sent whole, most still queued or in the kernel's accept
+    queue) answered 90 and closed the rest with no reply, then exited 0. Now every one gets its rewards, the exit
+    status is 0, and a connection attempted after the stop is refused (which clients retry), never reset."""
+    proc, port = _start_serve(tmp_path, tiny_bert_dir)
+    try:
+        socks = _send_all(port, 256, 32)  # 8,192 descriptions: seconds of model time on this machine
+        proc.send_signal(signal.SIGTERM)
+        replies = [_read_reply(sock) for sock in socks]
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    lost = [k for k, (status, data) in enumerate(replies) if status != 200 or len(data["rewards"]) != 32]
+    assert not lost, f"{len(lost)} of 256 requests in flight got no rewards: {[replies[k][0] for k in lost][:10]}"
+    assert all(all(math.isfinite(r) for r in data["rewards"]) for _, data in replies)
+    assert "served 256 requests (8192 descriptions" in out and "Traceback" not in err, (out, err[-2000:])
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5)
+
+
+def test_a_drain_time_too_short_for_the_requests_in_flight_exits_1_naming_them(tmp_path, tiny_bert_dir):
+    """--drain-timeout bounds the shutdown: requests still in flight then are closed, counted, and the exit status
+    says so (1), instead of a clean 0 that a service manager would read as nothing lost."""
+    proc, port = _start_serve(tmp_path, tiny_bert_dir, "--drain-timeout", "0.05")
+    try:
+        socks = _send_all(port, 64, 64)  # 4,096 descriptions: far more than 0.05 s of model time
+        time.sleep(0.5)  # every request received and queued
+        proc.send_signal(signal.SIGTERM)
+        replies = [_read_reply(sock) for sock in socks]
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    unanswered = sum(status == 0 for status, _ in replies)
+    assert proc.returncode == 1 and unanswered > 0, (proc.returncode, unanswered, err[-2000:])
+    assert f"error: {unanswered} request(s) in flight were not answered within --drain-timeout 0.05 s" in out, out
+    assert all(status in (0, 200) for status, _ in replies)  # never a 503 to a request already sent
+
+
+def _openrlhf_attempts(url: str, payload: dict) -> list | None:
+    """OpenRLHF's remote reward client as it behaves (openrlhf/utils/remote_rm_utils.py, `request_api_wrapper`):
+    up to 5 attempts, a new connection each, 180 s timeout, any non-2xx an error (Retry-After ignored), 1 s sleep
+    after a failed attempt; the rewards, or None when all 5 failed (the reward is lost)."""
+    host, port = url.removeprefix("http://").split(":")
+    for _ in range(5):
+        conn = http.client.HTTPConnection(host, int(port), timeout=180)
+        try:
+            conn.request("POST", "/get_reward", body=json.dumps(payload), headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            data = resp.read()
+            if resp.status < 400:
+                return json.loads(data)["rewards"]
+        except (OSError, http.client.HTTPException):
+            pass
+        finally:
+            conn.close()
+        time.sleep(1)
+    return None
+
+
+@pytest.mark.parametrize("client", ["openrlhf", "verl"])
+def test_256_concurrent_rl_requests_against_small_admission_limits_lose_no_reward(client, tiny_bert_dir):
+    """Issue 41: OpenRLHF's client at 256 concurrent requests against a server with a small admission limit lost 183
+    of 256 rewards to 503s (Retry-After 60, which it ignores). A full queue (--max-queue 64) and a full server
+    (--max-connections 16) now hold a request until there is room: 0 of 256 lost, for OpenRLHF's client and for
+    verl's (`compute_score` from 256 threads, as verl's reward loop runs it), every reward the model's own."""
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    from emoreward.data.context import RewardContext
+    from emoreward.export import verl
+    from emoreward.models import TextRewardModel, TextSettings
+
+    model = TextRewardModel(
+        BertForSequenceClassification.from_pretrained(tiny_bert_dir),
+        AutoTokenizer.from_pretrained(tiny_bert_dir),
+        TextSettings(backbone="tiny-bert", input_format="pair", max_length=64),
+    )
+    texts = [f"She smiles {k} times, then frowns {k % 7} times." for k in range(256)]
+    expected = model.score(texts, [RewardContext()] * 256)
+    limits = ServerLimits(max_connections=16, max_queue=64, max_items=64)
+    with RewardServer(RewardService(model, limits), port=0) as srv:
+        if client == "openrlhf":
+            send = lambda k: _openrlhf_attempts(srv.url, {"query": [texts[k]]})  # noqa: E731
+        else:
+
+            def send(k):
+                try:
+                    return [verl.compute_score(solution_str=texts[k], server_url=srv.url)["score"]]
+                except RuntimeError:
+                    return None
+
+        try:
+            with ThreadPoolExecutor(256) as pool:
+                got = list(pool.map(send, range(256)))
+        finally:
+            verl.close_pools()
+        stats = srv.service.stats
+    lost = [k for k, rewards in enumerate(got) if rewards is None]
+    assert not lost, f"{len(lost)} of 256 rewards lost ({stats.busy} answered 503)"
+    assert [r[0] for r in got] == pytest.approx(expected.tolist(), abs=1e-5)
+    assert stats.busy == 0 and stats.requests == 256

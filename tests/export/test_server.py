@@ -21,7 +21,7 @@ import torch
 from _helpers import StubRewardModel
 
 from emoreward.cli.serve import add_arguments as add_serve_arguments
-from emoreward.export.serve.http import RECLAIM_AFTER_S, RewardServer
+from emoreward.export.serve.http import RewardServer
 from emoreward.export.serve.protocol import ServerLimits
 from emoreward.export.serve.service import RewardService
 from emoreward.models.precision import dtype_name, reward_tolerance
@@ -204,27 +204,44 @@ def test_concurrent_requests_are_queued_and_batched():
     assert srv.service.stats.busy == 0 and srv.service.stats.requests == 64
 
 
-def test_full_queue_answers_503_with_retry_after_before_reading_the_body():
+def test_a_full_queue_holds_a_request_until_there_is_room_then_503_past_the_queue_timeout():
+    """Issue 41: a full queue answered 503 on arrival, and OpenRLHF's client (5 tries 1 s apart, Retry-After
+    ignored) lost the reward. Now the request is held, in arrival order, and scored once there is room; only a
+    request held past --queue-timeout gets 503 + Retry-After."""
     gate = threading.Event()
     model = WordsModel(gate)
-    limits = ServerLimits(max_queue=2, max_items=2)
+    limits = ServerLimits(max_queue=2, max_items=2, queue_timeout=3.0)
     with RewardServer(RewardService(model, limits), port=0) as srv:
-        with ThreadPoolExecutor(2) as pool:
+        with ThreadPoolExecutor(3) as pool:
             first = pool.submit(post, srv, "/v1/rewards", {"descriptions": ["a", "b"]})
             assert model.entered.wait(10)
-            # headers announce a body that never comes: the answer must not wait for it
-            sock = socket.create_connection((srv.host, srv.port), timeout=5)
-            sock.sendall(
-                b"POST /v1/rewards HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n"
-            )
-            reply = sock.recv(4096).decode()
-            sock.close()
-            status, data, resp = request(srv, "POST", "/v1/rewards", {"descriptions": ["c"]})
+            held = [
+                pool.submit(post, srv, "/v1/rewards", {"descriptions": [w * k]}) for k, w in ((2, "c "), (3, "d "))
+            ]
+            deadline = time.monotonic() + 10
+            while srv.batcher.held < 2:
+                assert time.monotonic() < deadline, "the requests were not held"
+                time.sleep(0.01)
+            assert srv.batcher.pending == 2 and not any(f.done() for f in held)
             gate.set()
             assert first.result()[0] == 200
-    assert reply.startswith("HTTP/1.1 503") and "Retry-After: " in reply and "Connection: close" in reply
-    assert status == 503 and int(resp.getheader("Retry-After")) >= 1 and "retry later" in data["error"]
-    assert srv.service.stats.busy == 2
+            results = [f.result() for f in held]
+    assert [(status, data["rewards"]) for status, data in results] == [(200, [0.2]), (200, [0.3])]
+    assert srv.service.stats.busy == 0
+
+    gate = threading.Event()
+    model = WordsModel(gate)
+    with RewardServer(RewardService(model, ServerLimits(max_queue=1, max_items=1, queue_timeout=0.3)), port=0) as srv:
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(post, srv, "/v1/rewards", {"descriptions": ["a"]})
+            assert model.entered.wait(10)
+            second = pool.submit(request, srv, "POST", "/v1/rewards", {"descriptions": ["b"]})
+            time.sleep(0.6)  # past the queue timeout while the model is busy
+            gate.set()
+            status, data, resp = second.result()
+            assert first.result()[0] == 200
+    assert status == 503 and int(resp.getheader("Retry-After")) >= 1 and "for room in the queue" in data["error"]
+    assert srv.service.stats.busy == 1
 
 
 def test_queue_timeout_answers_503_with_retry_after():
@@ -272,13 +289,11 @@ def test_idle_connections_hold_no_thread_and_are_capped():
         idle = [socket.create_connection((srv.host, srv.port), timeout=5) for _ in range(300)]
         time.sleep(0.3)
         assert threading.active_count() == threads  # 300 idle connections: not one thread more
-        extra = socket.create_connection((srv.host, srv.port), timeout=5)
-        reply = extra.recv(4096).decode()
-        extra.close()
-        assert reply.startswith("HTTP/1.1 503") and "too many open connections" in reply and "Retry-After" in reply
-        # once they have been silent a while (RECLAIM_AFTER_S), a new client takes the slot of the oldest one
-        time.sleep(RECLAIM_AFTER_S)
+        # a client that finds every slot taken waits for one (issue 41: a 503 lost an RL client's reward); once the
+        # idle ones have been silent a while (RECLAIM_AFTER_S), it takes the slot of the oldest one
         late = socket.create_connection((srv.host, srv.port), timeout=5)
+        time.sleep(0.3)
+        assert srv.open_connections == 300 and len(srv.waiting) == 1
         closed, _, _ = select.select(idle, [], [], 5)
         assert len(closed) == 1 and closed[0].recv(10) == b""  # one of them, closed by the server
         late.sendall(b'POST /v1/rewards HTTP/1.1\r\nHost: x\r\nContent-Length: 25\r\n\r\n{"descriptions": ["a b"]}')
@@ -467,3 +482,23 @@ def test_the_character_limit_counts_a_text_as_the_model_reads_it(server):
             assert got == status, (n, form, data)
             if status == 413:
                 assert "has 201 characters; the limit is 200" in data["error"]
+
+
+def test_a_connection_waiting_for_a_slot_gets_503_only_past_the_queue_timeout():
+    """Every slot taken by requests being scored: a new connection waits unread for a slot, and gets 503 +
+    Retry-After only when --queue-timeout passes first; one whose slot frees in time is served."""
+    gate = threading.Event()
+    model = WordsModel(gate)
+    limits = ServerLimits(max_connections=1, queue_timeout=0.5)
+    with RewardServer(RewardService(model, limits), port=0) as srv:
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(post, srv, "/v1/rewards", {"descriptions": ["a"]})
+            assert model.entered.wait(10)
+            status, data, resp = request(srv, "POST", "/v1/rewards", {"descriptions": ["b b"]})
+            assert status == 503 and "for one of 1 connections" in data["error"]
+            assert int(resp.getheader("Retry-After")) >= 1
+            waiting = pool.submit(post, srv, "/v1/rewards", {"descriptions": ["c c c"]})
+            time.sleep(0.2)
+            gate.set()  # the first request is answered and its slot freed within the queue timeout
+            assert first.result()[0] == 200
+            assert waiting.result()[0] == 200 and waiting.result()[1]["rewards"] == [pytest.approx(0.3)]

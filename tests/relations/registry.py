@@ -141,6 +141,7 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--batch-size": "batching only: tests/test_scoring_engine.py checks scores do not depend on it",
         "--dtype": "precision: tests marked precision compare dtypes (reward_tolerance)",
         "--vllm-url": "scores through a vLLM server serving the export: tests/export/test_vllm.py (make test-vllm) checks the same numbers as in process",
+        "--engine-timeout": "how long a served engine may take: tests/relations/test_numeric_health.py (a hung engine)",
         "--media-root": "where media files are: tests/test_data_context.py, tests/bad_input/test_bad_media.py",
         "--controlled-negatives": ("permutation",),
         "--no-controlled-negatives": "switches the controlled-error section off: tests/test_controlled_errors.py",
@@ -209,7 +210,8 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--runs": ("accounting",),
         "--no-swap": ("accounting",),
         "--combine": "how runs of a generative judge combine: tests/ranking/test_rank.py",
-        "--vllm-url": "scores through a vLLM server serving the export: tests/export/test_vllm.py (make test-vllm) checks the same numbers as in process",
+        "--vllm-url": ("numeric_health",),  # the same numbers as in process: tests/export/test_vllm.py
+        "--engine-timeout": "how long a served engine may take: tests/relations/test_numeric_health.py (a hung engine)",
         "--committee-calibration": ("permutation",),
         "--committee-weighting": "the member weight rule (weights_from_agreement): tests/ranking/test_committee_cli.py "
         "checks the weights on counted agreements",
@@ -230,6 +232,7 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--max-connections": LIMIT,
         "--keepalive-timeout": LIMIT,
         "--read-timeout": LIMIT,
+        "--drain-timeout": "the shutdown's drain time: tests/export/test_serve_queue.py (SIGTERM with requests in flight)",
         "--max-body-bytes": LIMIT,
         "--max-items": LIMIT,
         "--max-chars": LIMIT,

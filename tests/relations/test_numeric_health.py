@@ -4,7 +4,9 @@ line (exit 2), or is reported as undefined: it is never saved, served, scored or
 Owners: `emoreward.models.base.check_finite_weights` (every loader: `TextRewardModel.from_pretrained`,
 `MediaRewardModel.from_pretrained`; the trainer's checkpoints and the fit's last weights) and
 `EmoRewardTrainer.compute_loss` (a non-finite training loss; transformers filters it out of its log,
-`logging_nan_inf_filter`, so a diverged run would otherwise end with exit 0).
+`logging_nan_inf_filter`, so a diverged run would otherwise end with exit 0); a served engine's reply:
+`emoreward.export.reward_client.finite_json` (vLLM's ``/classify``, an emoreward server), and the score cache's
+read (`ScoreCache`: a non-finite line is refused, never reused).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from emoreward.cli.main import main
 COVERS: dict[str, tuple[str, ...]] = {
     "train": ("*",),
     "evaluate": ("--model",),
-    "rank": ("--judge",),
+    "rank": ("--judge", "--vllm-url"),
     "export": ("--model",),
     "serve": ("--model",),
     "score": ("*",),
@@ -133,3 +135,208 @@ def test_grpo_refuses_a_non_finite_scale_before_loading(scale, tmp_path):
 
     with pytest.raises(ValueError, match="scale must be a finite number"):
         EmotionReward(tmp_path / "no-model-here", scale=scale)
+
+
+# ---------------------------------------------------------------------------------------------- served engines
+class StandInEngine:
+    """A stand-in for a remote engine (the peer only; the project's client and commands are real): a loopback HTTP
+    server that speaks vLLM's ``/v1/models`` and ``/classify`` and emoreward's ``/v1/rewards`` reply formats. The
+    reward of an input is ``reward(n)`` for its ``n`` token ids (``/classify``) or words (``/v1/rewards``), written
+    with Python's JSON encoder, which writes ``NaN`` as a bare token, as a careless engine does."""
+
+    def __init__(self, served: str, reward):
+        import http.server
+        import threading
+
+        engine = self
+        self.reward, self.scored = reward, 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _reply(self, payload):
+                body = json.dumps(payload).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                self._reply({"data": [{"id": served}]})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path == "/classify":
+                    sizes = [len(ids) for ids in body["input"]]
+                    engine.scored += len(sizes)
+                    data = [{"index": i, "probs": [engine.reward(n)]} for i, n in enumerate(sizes)]
+                    self._reply({"data": data, "usage": {"prompt_tokens": sum(sizes)}})
+                else:
+                    sizes = [len(d.split()) for d in body["descriptions"]]
+                    engine.scored += len(sizes)
+                    self._reply({"rewards": [engine.reward(n) for n in sizes], "truncated": [False] * len(sizes)})
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def rm_export(rm_dir, tmp_path_factory):
+    from emoreward.export.hf import export_hf
+
+    out = tmp_path_factory.mktemp("nan-engine") / "export"
+    export_hf(rm_dir, out)
+    return out
+
+
+def _rank_argv(export, engine, tmp_path, cache):
+    table = write_table(tmp_path / "table.jsonl", table_rows(3))
+    return ["rank", "--judge", str(export), "--vllm-url", engine.url, "--data", str(table), "--n-boot", "5",
+            "--cache-dir", str(cache), "--output", str(tmp_path / "r.json")]  # fmt: skip
+
+
+def test_rank_through_an_engine_answering_nan_stops_and_caches_nothing(rm_export, tmp_path, capsys):
+    """A vLLM endpoint answering NaN rewards: before, `rank` exited 0 with wrong figures and NaN lines in the score
+    cache that the rerun reused; now one line naming the endpoint, exit 2, no report, nothing cached."""
+    from emoreward.export.vllm import served_name
+
+    engine = StandInEngine(served_name(rm_export), lambda n: math.nan if n > 8 else n / 10)
+    try:
+        rc, err = _cli(_rank_argv(rm_export, engine, tmp_path, tmp_path / "cache"), capsys)
+    finally:
+        engine.close()
+    assert rc == 2, err
+    lines = [line for line in err.strip().splitlines() if "error:" in line]
+    assert len(lines) == 1 and "non-finite number (NaN)" in lines[0] and engine.url in lines[0], err
+    assert "Traceback" not in err and not (tmp_path / "r.json").exists()
+    cached = [p.read_text() for p in (tmp_path / "cache").rglob("*.jsonl")]
+    assert not any("NaN" in text or "Infinity" in text for text in cached), cached
+
+
+def test_a_nan_line_in_the_score_cache_is_refused_on_read_and_scored_again(rm_export, tmp_path, capsys):
+    """A cache written before scores were checked holds a NaN line: the rerun refuses it (a warning naming the
+    line), asks the engine for that one description again and reports what the first run reported."""
+    from emoreward.export.vllm import served_name
+
+    engine = StandInEngine(served_name(rm_export), lambda n: n / 10)
+    cache = tmp_path / "cache"
+    try:
+        assert _cli(_rank_argv(rm_export, engine, tmp_path, cache), capsys)[0] == 0
+        first, scored = json.loads((tmp_path / "r.json").read_text()), engine.scored
+        (path,) = cache.rglob("scores-*.jsonl")
+        lines = path.read_text().splitlines()
+        entry = json.loads(lines[1])
+        lines[1] = json.dumps({**entry, "score": math.nan})  # Python writes the bare token NaN
+        path.write_text("\n".join(lines) + "\n")
+        (tmp_path / "r.json").unlink()
+        with pytest.warns(UserWarning, match=r"1 line\(s\) with a non-finite score .* refused \(line 2\)"):
+            rc, err = _cli(_rank_argv(rm_export, engine, tmp_path, cache), capsys)
+    finally:
+        engine.close()
+    assert rc == 0, err
+    assert engine.scored == scored + 1  # only the refused line's description was asked again
+    again = json.loads((tmp_path / "r.json").read_text())
+    assert (again["ranking"], again["mean_reward"], again["W"]) == (first["ranking"], first["mean_reward"], first["W"])
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf])
+def test_verl_through_a_server_answering_non_finite_rewards_raises(value):
+    """The project's own server route (verl's `compute_score` over `reward_client`): a reply holding a NaN or an
+    infinity raises `NonFiniteError` naming the server, never a reward."""
+    from emoreward.export.verl import close_pools, compute_score, compute_score_batch
+    from emoreward.models.base import NonFiniteError
+
+    engine = StandInEngine("unused", lambda n: value if n > 2 else 0.5)
+    try:
+        assert compute_score(solution_str="calm", server_url=engine.url)["score"] == 0.5
+        with pytest.raises(NonFiniteError, match=r"non-finite number \((NaN|Infinity)\)"):
+            compute_score_batch(solution_strs=["calm", "very calm and smiling"], server_url=engine.url)
+    finally:
+        close_pools()
+        engine.close()
+
+
+# ---------------------------------------------------------------------------------------------- hung engines
+class HungEngine(StandInEngine):
+    """A stand-in vLLM endpoint that answers ``/v1/models`` and never answers ``/classify`` (a hung engine);
+    ``posts`` counts the ``/classify`` requests it received."""
+
+    def __init__(self, served: str):
+        import threading
+
+        super().__init__(served, lambda n: 0.0)
+        self.posts, self.release = 0, threading.Event()
+        handler = self.server.RequestHandlerClass
+        engine = self
+
+        def hang(handler_self):
+            engine.posts += 1
+            engine.release.wait(60)
+
+        handler.do_POST = hang
+
+    def close(self):
+        self.release.set()
+        super().close()
+
+
+def test_rank_through_a_hung_engine_is_one_error_within_engine_timeout(rm_export, tmp_path, capsys):
+    """Issue 41: a hung vLLM endpoint stalled `rank` for about 15 minutes (180 s x 5 attempts, no option). Now
+    --engine-timeout bounds the whole wait: one line naming the endpoint and the limit, exit 2, nothing cached."""
+    import time
+
+    from emoreward.export.vllm import served_name
+
+    engine = HungEngine(served_name(rm_export))
+    try:
+        start = time.monotonic()
+        rc, err = _cli([*_rank_argv(rm_export, engine, tmp_path, tmp_path / "cache"), "--engine-timeout", "1"], capsys)
+        seconds = time.monotonic() - start
+    finally:
+        engine.close()
+    assert rc == 2 and seconds < 20, (rc, seconds, err)
+    lines = [line for line in err.strip().splitlines() if "error:" in line]
+    assert len(lines) == 1 and f"the engine at {engine.url} gave no answer to /classify within 1 s" in lines[0], err
+    assert "--engine-timeout" in lines[0] and "Traceback" not in err
+    assert not any(p.stat().st_size for p in (tmp_path / "cache").rglob("*") if p.is_file())
+
+
+def test_engine_timeout_without_a_served_engine_is_refused(rm_dir, tmp_path, capsys):
+    table = write_table(tmp_path / "table.jsonl", table_rows(3))
+    rc, err = _cli(["rank", "--judge", str(rm_dir), "--data", str(table), "--engine-timeout", "5",
+                    "--output", str(tmp_path / "r.json")], capsys)  # fmt: skip
+    assert rc == 2 and "--engine-timeout applies to a served engine: give --vllm-url" in err, err
+
+
+def test_a_verl_batch_through_a_hung_engine_is_one_error_not_serial_retries(rm_export, monkeypatch):
+    """verl's in-process route scoring through vLLM (`model` + `vllm_url`): a batch is several model calls, and each
+    waited for the hung engine in turn (dozens of serial retries per batch). Now the first call's wait
+    (``$EMOREWARD_ENGINE_TIMEOUT``, the route's field) marks the engine as not answering and the batch is one
+    error naming it, within about that time."""
+    import time
+
+    from emoreward.export.serve import local
+    from emoreward.export.verl import compute_score_batch
+    from emoreward.export.vllm import served_name
+
+    monkeypatch.setenv("EMOREWARD_ENGINE_TIMEOUT", "1")
+    monkeypatch.setattr(local, "_SHARED", {})  # a batcher of its own (one per process otherwise)
+    engine = HungEngine(served_name(rm_export))
+    texts = [f"She smiles {k} times and then looks away, calm and quiet {k % 5}." * 4 for k in range(600)]
+    try:
+        start = time.monotonic()
+        with pytest.raises(RuntimeError, match=f"the engine at {engine.url} gave no answer") as caught:
+            compute_score_batch(solution_strs=texts, model=str(rm_export), vllm_url=engine.url)
+        seconds = time.monotonic() - start
+    finally:
+        engine.close()
+    assert seconds < 10, seconds
+    assert "see the server log" not in str(caught.value)
+    assert engine.posts <= 8, engine.posts  # the first call's requests in flight; none after it

@@ -2,7 +2,8 @@
 (a bounded queue and the one scoring thread that merges queued jobs into model calls). Fair slices: a call takes
 at most the estimated tokens the measured rate scores in ``ServerLimits.max_call_seconds`` (at most
 ``max_batch_tokens``); a larger job gets at least half of each call, the jobs behind it the rest; jobs whose
-client has gone are dropped before their next call. See docs/serving.md#reward-server-emoreward-serve.
+client has gone are dropped before their next call. A job that finds the queue full is held until there is room
+(at most ``queue_timeout`` s from its arrival), not refused. See docs/serving.md#reward-server-emoreward-serve.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, Protocol
 
+from emoreward.export.reward_client import EngineUnavailable
 from emoreward.export.serve.protocol import RequestError, ServerLimits
-from emoreward.models.base import RewardContext, ScoreInfo
+from emoreward.models.base import NonFiniteError, RewardContext, ScoreInfo
 
 
 logger = logging.getLogger(__name__)
@@ -119,7 +121,9 @@ class Batcher:
         self.limits = service.limits
         self._cv = threading.Condition()
         self._queue: deque[Job] = deque()
+        self._held: deque[Job] = deque()  # jobs that found the queue full, in arrival order (`_admit`)
         self.pending = 0  # descriptions queued or being scored
+        self.held = 0  # descriptions of held jobs
         self._rate: float | None = None  # descriptions per second, smoothed
         self._token_rate: float | None = None  # estimated tokens per second, smoothed
         self._stopping = False
@@ -137,7 +141,8 @@ class Batcher:
         return RequestError(HTTPStatus.SERVICE_UNAVAILABLE, message, [("Retry-After", str(self.retry_after()))])
 
     def full(self) -> bool:
-        return self._stopping or self.pending >= self.limits.max_queue
+        """Whether a request would be refused on arrival: only while stopping (a full queue holds a job instead)."""
+        return self._stopping
 
     def call_budget(self) -> int:
         """Estimated tokens one model call may take: ``max_call_seconds`` at the measured rate, at least
@@ -148,22 +153,56 @@ class Batcher:
         return max(floor, min(self.limits.max_batch_tokens, int(self._token_rate * self.limits.max_call_seconds)))
 
     def submit(self, job: Job) -> None:
-        """Queue a job.
+        """Queue a job, or hold it while the queue is full (``max_queue`` descriptions): an RL client's retry (OpenRLHF:
+        5 tries 1 s apart, Retry-After ignored) does not outlast a busy queue, so a 503 on arrival lost its reward.
+        A held job waits in arrival order and gets 503 + Retry-After only when ``queue_timeout`` s from its arrival
+        pass first; memory stays bounded by the connections (``max_connections`` bodies).
 
         Raises:
-            RequestError: 503 with Retry-After when the queue cannot take it, or the server is stopping.
+            RequestError: 503 when the server is stopping.
         """
         with self._cv:
             if self._stopping:
                 raise RequestError(HTTPStatus.SERVICE_UNAVAILABLE, "the server is shutting down")
-            if self.pending and self.pending + job.n > self.limits.max_queue:
-                raise self.busy(
-                    f"the queue holds {self.pending} descriptions (limit {self.limits.max_queue}); retry later"
-                )
             job.deadline = time.monotonic() + self.limits.queue_timeout
-            self._queue.append(job)
-            self.pending += job.n
-            self._cv.notify()
+            if self._held or (self.pending and self.pending + job.n > self.limits.max_queue):
+                self._held.append(job)
+                self.held += job.n
+                return
+            self._enqueue(job)
+
+    def _enqueue(self, job: Job) -> None:
+        self._queue.append(job)
+        self.pending += job.n
+        self._cv.notify()
+
+    def _admit(self) -> list[Job]:
+        """Move held jobs into the queue while it has room (in arrival order; under the lock); the held jobs dropped
+        (their client has gone, or their wait ran out: 503 + Retry-After)."""
+        dropped = []
+        now = time.monotonic()
+        while self._held:
+            job = self._held[0]
+            gone = job.cancelled or (job.gone is not None and job.gone())
+            if gone or now > job.deadline:
+                self._held.popleft()
+                self.held -= job.n
+                if gone:
+                    job.cancelled = True
+                    self.service.count(abandoned=1)
+                else:
+                    job.error = self.busy(
+                        f"waited {self.limits.queue_timeout:g} s for room in the queue ({self.limits.max_queue} "
+                        "descriptions); retry later"
+                    )
+                dropped.append(job)
+                continue
+            if self.pending and self.pending + job.n > self.limits.max_queue:
+                break
+            self._held.popleft()
+            self.held -= job.n
+            self._enqueue(job)
+        return dropped
 
     async def run(self, job: Job) -> dict[str, Any] | None:
         """Queue a job, wait for its model calls, return its reply (from an event loop); None when the job was
@@ -242,10 +281,13 @@ class Batcher:
     def _run(self) -> None:
         while True:
             with self._cv:
-                while not self._queue and not self._stopping:
+                while True:
+                    refused = self._admit()
+                    if self._queue or refused or self._stopping:
+                        break
                     self._cv.wait()
-                if not self._queue:
-                    return
+                if not self._queue and not self._held and not refused:
+                    return  # stopping, and nothing is left
                 batch, dropped = self._take()
                 self.pending -= sum(job.n - job.taken for job in dropped)  # no part of them is in a model call
             for job in dropped:
@@ -253,7 +295,7 @@ class Batcher:
                     job.error = self.busy(
                         f"waited {self.limits.queue_timeout:g} s in the queue without being scored; retry later"
                     )
-            _finish(dropped)
+            _finish(refused + dropped)
             if batch:
                 self._score(batch)
 
@@ -262,6 +304,11 @@ class Batcher:
         start = time.perf_counter()
         try:
             self.service.score_jobs(parts)
+        except (EngineUnavailable, NonFiniteError) as err:  # a served engine's failure: its one line, to every job
+            logger.error("scoring failed: %s", err)
+            status = HTTPStatus.BAD_GATEWAY if isinstance(err, EngineUnavailable) else HTTPStatus.INTERNAL_SERVER_ERROR
+            for part in parts:
+                part.error = RequestError(status, f"the model engine failed: {err}")
         except Exception:  # e.g. a model returning the wrong number of rewards: never leave a job waiting
             logger.exception("scoring failed")
             for part in parts:
@@ -287,6 +334,7 @@ class Batcher:
                     job.taken = job.scored = job.n
                 if job.scored == job.n:
                     finished.append(job)
+            finished += self._admit()  # room for the held jobs
         for job in finished:
             if job.parts and job.error is None and job.info is None:
                 job.info = ScoreInfo(

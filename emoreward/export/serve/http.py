@@ -18,6 +18,7 @@ import struct
 import sys
 import threading
 import time
+from collections import deque
 from http import HTTPStatus
 from typing import Any
 
@@ -35,6 +36,11 @@ logger = logging.getLogger(__name__)
 LINGER_S = 2.0
 # seconds the shutdown waits for the kernel's accept queue to be taken (see `RewardServer._stop_listening`)
 DRAIN_S = 5.0
+# connections the kernel queues for the server (listen backlog), and connections that may wait, unread, for a slot
+# (`RewardServer.hold`): waiting is what the accept queue does, with a deadline and a 503 at its end
+BACKLOG = 1024
+# seconds a connection accepted during the shutdown may take to send its request's first byte; then it is closed
+FIRST_BYTE_S = 1.0
 # bytes of a next (pipelined) request buffered while the current one is answered; then reading pauses
 PIPELINE_BYTES = 64 * 1024
 # a body larger than this is parsed off the event loop
@@ -71,6 +77,8 @@ class _Connection(asyncio.Protocol):
         self.paused = False
         self.refused = False  # answered 503 on arrival (too many connections, or shutting down)
         self.slot = False  # holds one of the server's `max_connections` slots (released once closing)
+        self.waiting = False  # accepted while every slot was taken: not read until a slot frees (`RewardServer.admit`)
+        self.unfed = False  # given its slot; what it sent while waiting is fed on the loop's next turn
         self.answered = 0  # replies sent on this connection
         self.timer: asyncio.TimerHandle | None = None
         self.timer_kind: str | None = None  # "idle" (keep-alive) or "request" (the whole-request deadline)
@@ -82,23 +90,66 @@ class _Connection(asyncio.Protocol):
         self.transport = transport
         server = self.server
         server.connections.add(self)
-        if not server.closing and server.open_connections >= self.service.limits.max_connections:
+        if server.open_connections >= self.service.limits.max_connections:
             server.reclaim_slot()
-        if server.closing or server.open_connections >= self.service.limits.max_connections:
+        # a connection accepted while shutting down was in the kernel's accept queue: its client has sent its
+        # request, which is answered (`RewardServer.shutdown`)
+        if server.open_connections >= self.service.limits.max_connections and server.hold(self):
+            return
+        if server.open_connections >= self.service.limits.max_connections:
             self.refused = True
             self.service.count(busy=1)
-            message = "shutting down" if server.closing else "too many open connections; retry later"
+            message = "too many open connections; retry later"
             retry = [("Retry-After", str(server.batcher.retry_after()))]
             self._send(HTTPStatus.SERVICE_UNAVAILABLE, _error_body(message), retry, close=True)
             self.close()
             return
-        server.open_connections += 1
+        self.take_slot()
+
+    def take_slot(self) -> None:
+        """Hold one of the server's connection slots and start reading (a waiting connection: what its client sent
+        meanwhile)."""
+        self.server.open_connections += 1
         self.slot = True
         self._arm(self.service.limits.keepalive_timeout, self._idle_timeout)
+        if self.waiting:
+            self.waiting = False
+            self.since = self.server.loop.time()
+            if not self.transport.is_reading():
+                self.transport.resume_reading()
+            if self.held:
+                self.unfed = True
+                self.server.loop.call_soon(self._feed_held)
+
+    def _feed_held(self) -> None:
+        """Feed what arrived while the connection waited for its slot (and since), then read as usual."""
+        self.unfed = False
+        held, self.held = bytes(self.held), bytearray()
+        if not self.closed:
+            self._feed(held)
+
+    def _waited_too_long(self) -> None:
+        """A waiting connection whose slot did not come within ``queue_timeout`` s: 503 + Retry-After, closed."""
+        if not self.waiting or self.closed:
+            return
+        self.waiting, self.refused = False, True
+        self.service.count(busy=1)
+        retry = [("Retry-After", str(self.server.batcher.retry_after()))]
+        limits = self.service.limits
+        message = f"waited {limits.queue_timeout:g} s for one of {limits.max_connections} connections; retry later"
+        self._send(HTTPStatus.SERVICE_UNAVAILABLE, _error_body(message), retry, close=True)
+        self.close()
+        if not self.transport.is_closing():
+            self.transport.resume_reading()  # lingering: what it sent is read and discarded (no reset)
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return  # lingering: what the client still sends is discarded
+        if self.waiting or self.unfed:  # read while waiting for a slot: kept, fed in order (`_feed_held`)
+            self.held += data
+            if self.waiting and self.transport.is_reading():
+                self.transport.pause_reading()
+            return
         if self.busy:
             self.held += data
             if len(self.held) > PIPELINE_BYTES and not self.paused:
@@ -208,7 +259,7 @@ class _Connection(asyncio.Protocol):
         too), so a refused request's body is never waited for. Sets the body's limit.
 
         Raises:
-            RequestError: 404, 405, 401, 415, 411, 413 or 503.
+            RequestError: 404, 405, 401, 415, 411 or 413.
         """
         service, server = self.service, self.server
         route = routes.admit(self.method, self.path, headers, server.token, service.limits)
@@ -218,11 +269,7 @@ class _Connection(asyncio.Protocol):
                 raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {self.body_limit} bytes")
             return route
         self.body_limit = service.limits.max_body_bytes
-        if server.closing:
-            raise RequestError(HTTPStatus.SERVICE_UNAVAILABLE, "the server is shutting down")
-        if server.batcher.full():
-            raise server.batcher.busy("the queue is full; retry later")
-        return route
+        return route  # a full queue holds the request (`Batcher.submit`)
 
     # ------------------------------------------------------------------ answering it
     def _answer(self, body: bytes) -> None:
@@ -396,6 +443,7 @@ class _Connection(asyncio.Protocol):
         if self.slot:
             self.slot = False
             self.server.open_connections -= 1
+            self.server.admit()
 
     def _shut(self) -> None:
         """Close now (nothing is owed to the client, or it has gone)."""
@@ -429,9 +477,12 @@ class RewardServer:
         self._server: asyncio.base_events.Server | None = None
         self.connections: set[_Connection] = set()
         self.open_connections = 0  # connections being served (not those refused on arrival)
+        self.waiting: deque[_Connection] = deque()  # accepted while every slot was taken, oldest first
+        self._reclaim_handle: asyncio.TimerHandle | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self.closing = False
+        self.unanswered = 0  # requests in flight at the shutdown not answered within its drain time
         self.started_at = time.time()
 
     @property
@@ -452,20 +503,32 @@ class RewardServer:
         """Bind the socket and start the scoring thread."""
         self.loop = asyncio.get_running_loop()
         self.batcher.start()
-        self._server = await self.loop.create_server(lambda: _Connection(self), *self._bind, backlog=1024)
+        self._server = await self.loop.create_server(lambda: _Connection(self), *self._bind, backlog=BACKLOG)
         self._address = self._server.sockets[0].getsockname()[:2]
         self.started_at = time.time()
 
-    async def shutdown(self, grace: float = 60.0) -> bool:
-        """Stop accepting, score what is queued (at most ``grace`` s), answer it and close every connection, quietly:
-        idle keep-alive connections are closed at once, the others after their reply.
-        True when every queued request was scored in time."""
+    async def shutdown(self, grace: float | None = None) -> bool:
+        """Drain, then stop (SIGTERM): every request in flight is scored and answered within ``grace`` s (default
+        ``ServerLimits.drain_timeout``), each reply with ``Connection: close``. In flight: a request being received,
+        queued or scored, and a connection in the kernel's accept queue (its client has sent its request). New
+        connection attempts are dropped by the kernel, then refused once the socket closes, which clients retry
+        (`_stop_listening`). Idle keep-alive connections are closed at once, a connection that sends nothing within
+        `FIRST_BYTE_S` s too. True when every request in flight was answered in time; the count of those that were
+        not is ``unanswered``."""
+        grace = self.service.limits.drain_timeout if grace is None else grace
+        deadline = self.loop.time() + grace
         self.closing = True
         for connection in list(self.connections):
             if connection.idle:
                 connection._shut()  # noqa: SLF001 - its client has its replies; it reads end of stream
         await self._stop_listening()
-        done = await self.loop.run_in_executor(None, self.batcher.close, grace)
+        owed = await self._drained(deadline)
+        self.unanswered = len(owed)
+        if owed:
+            logger.warning("%d request(s) in flight not answered within the drain time (%g s)", len(owed), grace)
+            for connection in owed:  # the drain time bounds the shutdown: what is still owed is not answered
+                connection._shut()  # noqa: SLF001
+        done = await self.loop.run_in_executor(None, self.batcher.close, max(0.0, deadline - self.loop.time()))
         for last_resort in (False, True):
             waiting = [connection.done for connection in self.connections]
             if waiting:
@@ -475,7 +538,58 @@ class RewardServer:
                     connection.transport.abort()
                 else:
                     connection._shut()  # noqa: SLF001 - its client waited past the grace: close
-        return done
+        return done and not owed
+
+    async def _drained(self, deadline: float) -> list[_Connection]:
+        """Wait (until ``deadline``, loop time) for every connection to have its replies; the connections still owed
+        one then (a request being received, queued or scored)."""
+        while True:
+            now = self.loop.time()
+            for connection in list(self.connections):
+                if connection.closed or connection.busy or connection.held or not connection.fresh:
+                    continue
+                if connection.waiting:
+                    continue  # unread until a slot frees: its request is on its way
+                if connection.answered or now - connection.since >= FIRST_BYTE_S:  # no request on its way
+                    connection._shut()  # noqa: SLF001
+            owed = [c for c in self.connections if not c.closed and not c.refused]
+            if not owed or now >= deadline:
+                return owed
+            await asyncio.sleep(0.02)
+
+    def hold(self, connection: _Connection) -> bool:
+        """Let a new connection wait, unread, for a slot when every slot is taken (at most `BACKLOG` waiting, each at
+        most ``queue_timeout`` s; its client has usually sent its request): a 503 on arrival lost
+        the reward of an RL client whose retry (OpenRLHF: 5 tries 1 s apart) does not outlast a busy server. False
+        when it cannot wait (it is then answered 503)."""
+        limits = self.service.limits
+        self.waiting = deque(c for c in self.waiting if c.waiting and not c.closed)
+        if len(self.waiting) >= BACKLOG:
+            return False
+        connection.waiting = True
+        connection.transport.pause_reading()
+        connection._arm(limits.queue_timeout, connection._waited_too_long, "waiting")  # noqa: SLF001
+        self.waiting.append(connection)
+        if self._reclaim_handle is None:
+            self._reclaim_handle = self.loop.call_later(RECLAIM_AFTER_S, self._reclaim_for_waiting)
+        return True
+
+    def _reclaim_for_waiting(self) -> None:
+        """Free slots for waiting connections from connections that wait for their own clients (`reclaim_slot`:
+        slow or idle ones); checked again every `RECLAIM_AFTER_S` / 4 s while any connection waits."""
+        self._reclaim_handle = None
+        full = lambda: self.open_connections >= self.service.limits.max_connections  # noqa: E731
+        while any(c.waiting and not c.closed for c in self.waiting) and full() and self.reclaim_slot():
+            pass  # each freed slot goes to the oldest waiting connection (`admit`)
+        if any(c.waiting and not c.closed for c in self.waiting):
+            self._reclaim_handle = self.loop.call_later(RECLAIM_AFTER_S / 4, self._reclaim_for_waiting)
+
+    def admit(self) -> None:
+        """Give free slots to the connections waiting for one, oldest first."""
+        while self.waiting and self.open_connections < self.service.limits.max_connections:
+            connection = self.waiting.popleft()
+            if connection.waiting and not connection.closed:
+                connection.take_slot()
 
     def reclaim_slot(self) -> bool:
         """Free a connection slot for a new client when every slot is taken: close the connection that has waited
@@ -497,8 +611,9 @@ class RewardServer:
 
     async def _stop_listening(self) -> None:
         """Close the listening socket without resetting the connections in its accept queue (closing it would send
-        each a TCP RST): the kernel first drops new connection attempts (a socket filter, Linux), the queued
-        connections are accepted (each answered 503 "shutting down"), then the socket is closed."""
+        each a TCP RST): the kernel first drops new connection attempts (a socket filter, Linux: the client's kernel
+        sends its SYN again, and is refused once the socket is closed), the queued connections are accepted (their
+        requests are answered as any other), then the socket is closed."""
         if self._server is None:
             return
         sockets = list(self._server.sockets)
@@ -544,11 +659,12 @@ class RewardServer:
             raise failure[0]
         return self
 
-    def stop(self, grace: float = 60.0) -> None:
+    def stop(self, grace: float | None = None) -> None:
         """Shut down (see `shutdown`) and end the background thread."""
         if self.loop is None or self._thread is None:
             return
         loop = self.loop
+        grace = self.service.limits.drain_timeout if grace is None else grace
         asyncio.run_coroutine_threadsafe(self.shutdown(grace), loop).result(grace + 30)
         loop.call_soon_threadsafe(loop.stop)
         self._thread.join(timeout=30)

@@ -35,8 +35,12 @@ class ServerLimits:
         "longest text field (description, subtitle, query) in characters, checked before tokenizing (default: "
         "derived from the model's max_length tokens, so that no text that fits is refused)",
     )
-    max_queue: int = _limit(32768, "descriptions queued or being scored; beyond it requests get 503 + Retry-After")
-    queue_timeout: float = _limit(150.0, "seconds a request may wait to be scored before a 503 + Retry-After")
+    max_queue: int = _limit(
+        32768, "descriptions queued or being scored; beyond it a request is held until there is room"
+    )
+    queue_timeout: float = _limit(
+        150.0, "seconds a request may wait (held, then queued) to be scored before a 503 + Retry-After"
+    )
     max_batch_tokens: int = _limit(
         16384, "most estimated tokens (4 characters each) of queued requests in a model call"
     )
@@ -48,11 +52,17 @@ class ServerLimits:
     max_connections: int = _limit(
         1024,
         "open connections at most; when all are taken, a new client gets the slot of the connection that has waited "
-        "longest (at least 1 s) for its client, else it is answered 503",
+        "longest (at least 1 s) for its client, else it waits unread for a slot (at most --queue-timeout s; as many "
+        "waiting as the listen backlog, 1,024; beyond them 503)",
     )
     keepalive_timeout: float = _limit(15.0, "seconds an idle keep-alive connection stays open")
     read_timeout: float = _limit(
         60.0, "seconds to receive a whole request (head and body) from its first byte; then 408"
+    )
+    drain_timeout: float = _limit(
+        60.0,
+        "seconds SIGTERM / Ctrl-C waits for the requests in flight (received, queued, or in the accept queue) to be "
+        "scored and answered; then the rest are closed and the exit status is 1",
     )
 
     def __post_init__(self) -> None:

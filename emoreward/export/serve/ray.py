@@ -95,7 +95,7 @@ class RewardReplica:
                 health = {**service.health(), "queue": self.batcher.pending, "engine": "ray", "replica": self.replica}
                 return HTTPStatus.OK, health, []
             if self.batcher.full():
-                raise self.batcher.busy("the queue is full; retry later")
+                raise self.batcher.busy("the replica is shutting down; retry later")
             raw = await read_body()
             if len(raw) > service.limits.max_body_bytes:
                 raise RequestError(
@@ -131,7 +131,7 @@ def deployment_options(args: argparse.Namespace) -> dict[str, Any]:
         "max_ongoing_requests": MAX_ONGOING_REQUESTS,
         "health_check_period_s": 10.0,
         "health_check_timeout_s": 30.0,
-        "graceful_shutdown_timeout_s": 60.0,
+        "graceful_shutdown_timeout_s": args.drain_timeout,  # a replica scaled down or deleted drains first
     }
     if args.min_replicas is not None or args.max_replicas is not None:
         low = args.min_replicas if args.min_replicas is not None else 1

@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from emoreward.export.length_monitor import StreamLengthMonitor, defined
+from emoreward.export.reward_client import EngineUnavailable
 from emoreward.export.serve import routes
 from emoreward.export.serve.batching import Job
 from emoreward.export.serve.facts import ServedModelFacts, served_model_facts
 from emoreward.export.serve.fields import RequestFields
 from emoreward.export.serve.protocol import RequestError, ServerLimits, log_refusal
-from emoreward.models.base import ScoreInfo
+from emoreward.models.base import NonFiniteError, ScoreInfo
 
 
 logger = logging.getLogger(__name__)
@@ -227,6 +228,8 @@ class RewardService:
             batch_size = max(1, min(batch_size, int(self.forward_tokens // max(mean_tokens, 1.0))))
         try:
             info = self.scorer(descriptions, contexts, batch_size=batch_size)
+        except (EngineUnavailable, NonFiniteError):
+            raise  # the engine failed, not one request: no job is scored again alone (`Batcher._score` answers all)
         except Exception as err:
             if len(jobs) > 1:
                 for job in jobs:
