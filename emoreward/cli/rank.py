@@ -52,7 +52,7 @@ APPLIES: dict[str, str] = {
     **dict.fromkeys(["hierarchical", "tie_model", "no_length_control", "n_boot", "alpha"], "full"),
     **dict.fromkeys(BPA_DEFAULTS, "bpa"),
     **dict.fromkeys(["committee_calibration", "committee_weighting"], "committee"),
-    **dict.fromkeys(["tie_threshold", "batch_size", "vllm_url"], "reward-model"),
+    **dict.fromkeys(["tie_threshold", "batch_size", "vllm_url", "engine_timeout"], "reward-model"),
     **dict.fromkeys(["strategy", "runs", "no_swap", "combine"], "generative"),
 }  # fmt: skip
 
