@@ -134,3 +134,12 @@ def test_the_order_of_annotator_rows_changes_nothing(tmp_path):
         shuffled = list(rows)
         random.Random(seed).shuffle(shuffled)
         assert content(shuffled) == expected
+
+
+def test_with_clips_read_by_id_a_shared_text_links_no_samples(tmp_path):
+    # with a media root each sample id is its own clip: the same text about two clips is two inputs
+    path = write(tmp_path, "name,a1,a2,preference\nc1,She is happy.,She is sad.,a1\nc2,She is happy.,She is sad.,a2\n")
+    assert read_pairs(path, media_by_id=True).n_samples == 2
+    assert sample_groups(load_pairs(path, media_by_id=True), media_by_id=True) == [0, 1]
+    with pytest.raises(DataError, match="repeats the pair of row 1"):  # text only: one pair twice
+        load_pairs(path)

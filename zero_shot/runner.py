@@ -60,10 +60,12 @@ def judgement_rows(result: JudgementSet) -> list[dict]:
     return rows
 
 
-def summarize(result: JudgementSet, strategy: str, tie_policy: metrics.TiePolicy = "wrong") -> dict:
+def summarize(
+    result: JudgementSet, strategy: str, tie_policy: metrics.TiePolicy = "wrong", media_by_id: bool = False
+) -> dict:
     """Evaluation of one judge and strategy: the harness report plus mean ± std over runs, the normal+swapped
     combination (when 2 normal and 2 swapped runs exist) and invalid counts."""
-    evaluation = evaluate_judgements(result, tie_policy=tie_policy)
+    evaluation = evaluate_judgements(result, tie_policy=tie_policy, media_by_id=media_by_id)
     out = {"strategy": strategy, "evaluation": evaluation, "per_run": per_run_summary(result, tie_policy)}
     if len(result.normal) >= 2 and len(result.swapped) >= 2:
         y_true = [p.label for p in result.pairs]
@@ -231,7 +233,7 @@ def run_zero_shot(
                 sections[strategy] = controlled_errors(
                     judge, controlled[0], source=controlled[1], runs=runs, swap=swap
                 )
-            summary = summarize(result, strategy, tie_policy)
+            summary = summarize(result, strategy, tie_policy, media_by_id=bool(media_root))
             if judge.greedy and runs > 1:
                 # runs 2..R are run 0's calls again: identical by construction, nothing was measured
                 summary["greedy_runs_reused"] = True

@@ -206,7 +206,9 @@ def _run_reward_model(args: argparse.Namespace, spec: str) -> int:
     if _command(args) == "judge":
         print(f"{prog}: {spec} is a reward model: one deterministic run, normal and swapped order")
     try:
-        evaluation = evaluate_reward_judge(judge, pairs, tie_policy=args.two_class_ties, controlled=controlled)
+        evaluation = evaluate_reward_judge(
+            judge, pairs, tie_policy=args.two_class_ties, controlled=controlled, media_by_id=bool(args.media_root)
+        )
     except MediaError as err:  # a file that exists but does not decode: name the pair's row and field
         raise locate_media_error(err, pairs, str(args.data)) from None
     evaluation.update(model=spec, data=str(args.data), n_in_sample_pairs=n_in_sample)

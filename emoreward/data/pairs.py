@@ -140,6 +140,7 @@ class LoadedPairs:
     layout: Layout
     n_records: int
     n_blank_lines: int = 0
+    media_by_id: bool = False
 
     @property
     def n_merged(self) -> int:
@@ -147,7 +148,7 @@ class LoadedPairs:
 
     @property
     def n_samples(self) -> int:
-        return len(set(sample_groups(self.pairs)))
+        return len(set(sample_groups(self.pairs, media_by_id=self.media_by_id)))
 
     @property
     def agreement(self) -> Agreement:
@@ -198,7 +199,7 @@ def read_pairs(
     if not records.rows:
         raise DataError(records.source, None, None, "no data rows")
     pairs, layout = _build_pairs(records.rows, records.columns, records.source, require_labels, media_by_id)
-    loaded = LoadedPairs(pairs, records.source, layout, len(records.rows), records.n_blank_lines)
+    loaded = LoadedPairs(pairs, records.source, layout, len(records.rows), records.n_blank_lines, media_by_id)
     if len(pairs) + loaded.n_merged != len(records.rows):  # nothing is excluded here: every bad record raised above
         raise DataError(records.source, None, None, f"{len(records.rows)} records gave {len(pairs)} pairs")
     return loaded
@@ -531,11 +532,12 @@ def _annotator(value: Any, source: str, row: int) -> str:
     return normal_name(str(value))
 
 
-def sample_groups(pairs: Sequence[PreferencePair]) -> list[int]:
+def sample_groups(pairs: Sequence[PreferencePair], *, media_by_id: bool = False) -> list[int]:
     """The sample of each pair, as group numbers `0..S-1` in order of first appearance: pairs are one sample when
     they share a sample id, a video or audio file, or a description in one context (`identity_text` of the
-    description with the subtitle and media): so no description of a held-out sample reaches training through
-    another pair. Every split (cross-validation folds, the in-sample check) and every per-sample figure uses this.
+    description with the context of `pair_content`: subtitle, media and, with ``media_by_id``, the clip a pair
+    without media files reads by its id): so no description of a held-out sample reaches training through another
+    pair. Every split (cross-validation folds, the in-sample check) and every per-sample figure uses this.
 
     Returns:
         `list[int]` of length `len(pairs)`."""
@@ -549,7 +551,7 @@ def sample_groups(pairs: Sequence[PreferencePair]) -> list[int]:
 
     owner: dict[tuple, int] = {}
     for i, pair in enumerate(pairs):
-        context = _sample_context(pair)
+        context = pair_content(pair, media_by_id=media_by_id)[1:]
         keys = [("id", pair.sample_id)]
         keys += [(kind, path) for kind, path in (("video", pair.media.video), ("audio", pair.media.audio)) if path]
         keys += [("text", context, identity_text(d)) for d in (pair.description_1, pair.description_2)]

@@ -97,14 +97,17 @@ def _mean_over_runs(per_run: list[dict]) -> dict:
     return {key: float(np.mean([run[key] for run in per_run])) for key in per_run[0]}
 
 
-def evaluate_judgements(result: JudgementSet, *, tie_policy: metrics.TiePolicy = "wrong", seed: int = 0) -> dict:
+def evaluate_judgements(
+    result: JudgementSet, *, tie_policy: metrics.TiePolicy = "wrong", seed: int = 0, media_by_id: bool = False
+) -> dict:
     """The metrics of one judge on labelled pairs (run 0 for recognition; all runs for consistency).
 
     Returns a JSON-safe dict: `judge` (two-class / three-class recognition, swap and multi-run consistency,
     length control, reward-length correlation when rewards exist), `length_baseline`, `random_baseline`,
     `n_pairs`, `label_counts`, `weighting` (`sample_weighting`: every figure weighs each pair once; the judge's and
     the length baseline's `two_class_per_sample` / `three_class_per_sample` weigh each sample once) and `annotators`
-    (`emoreward.data.annotators.Agreement`).
+    (`emoreward.data.annotators.Agreement`). ``media_by_id``: the pairs were read with clips by sample id
+    (`load_pairs`), which decides their samples (`sample_groups`).
 
     Raises:
         ValueError: if a pair has no label.
@@ -116,7 +119,7 @@ def evaluate_judgements(result: JudgementSet, *, tie_policy: metrics.TiePolicy =
     y_true = [p.label for p in pairs]
     pred = result.verdicts("normal", 0)
     has_two_class = any(y != "tie" for y in y_true)  # a file of ties only has no two-class metrics
-    groups = sample_groups(pairs)
+    groups = sample_groups(pairs, media_by_id=media_by_id)
     judge: dict = {"three_class": metrics.recognition(y_true, pred, "three-class", tie_policy)}
     if has_two_class:
         judge["two_class"] = metrics.recognition(y_true, pred, "two-class", tie_policy)
@@ -217,14 +220,16 @@ def evaluate_model(
     media_errors: str = "raise",
     tie_threshold: float | None = None,
     controlled: tuple[Sequence[Negative], str] | None = None,
+    media_by_id: bool = False,
 ) -> dict:
     """Judge labelled pairs with any reward model (a `RewardModelJudge` with these settings) and compute every
-    metric (`evaluate_reward_judge`, with its `controlled` negatives).
+    metric (`evaluate_reward_judge`, with its `controlled` negatives; ``media_by_id``: the pairs were read with clips
+    by sample id).
 
     Raises:
         MediaError: bad media with `media_errors="raise"`."""
     judge = RewardModelJudge(model, tie_threshold=tie_threshold, batch_size=batch_size, media_errors=media_errors)
-    return evaluate_reward_judge(judge, pairs, tie_policy=tie_policy, controlled=controlled)
+    return evaluate_reward_judge(judge, pairs, tie_policy=tie_policy, controlled=controlled, media_by_id=media_by_id)
 
 
 def evaluate_reward_judge(
@@ -233,6 +238,7 @@ def evaluate_reward_judge(
     *,
     tie_policy: str = "wrong",
     controlled: tuple[Sequence[Negative], str] | None = None,
+    media_by_id: bool = False,
 ) -> dict:
     """The evaluation of a reward model as a judge (the shared harness, normal and swapped order, one run) with
     every metric of `evaluate_judgements`; the dict also holds the tie threshold, the scoring cost and precision
@@ -250,7 +256,7 @@ def evaluate_reward_judge(
     start = time.perf_counter()
     result = run_judge(judge, pairs, swap=True)
     seconds = time.perf_counter() - start
-    evaluation = evaluate_judgements(result, tie_policy=tie_policy)
+    evaluation = evaluate_judgements(result, tie_policy=tie_policy, media_by_id=media_by_id)
     first = result.normal[0]
     evaluation.update(
         tie_threshold=judge.tie_threshold,

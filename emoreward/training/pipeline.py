@@ -254,7 +254,9 @@ def _file_problem(path: Path) -> str | None:
     return None
 
 
-def stratified_folds(pairs: list[PreferencePair], k: int, seed: int) -> list[tuple[list[int], list[int]]]:
+def stratified_folds(
+    pairs: list[PreferencePair], k: int, seed: int, *, media_by_id: bool = False
+) -> list[tuple[list[int], list[int]]]:
     """Stratified k-fold split of pair indices by label that keeps each sample (`sample_groups`: its pairs, and every
     pair sharing one of its descriptions) in one fold, over the pairs in their content order (`canonical_pairs`): the
     same folds whatever the order of the rows. scikit-learn, shuffled and seeded: `StratifiedGroupKFold` when a sample
@@ -266,7 +268,7 @@ def stratified_folds(pairs: list[PreferencePair], k: int, seed: int) -> list[tup
     order = {id(p): k for k, p in enumerate(canonical_pairs(pairs))}
     ranked = sorted(range(len(pairs)), key=lambda i: order[id(pairs[i])])
     labels = [pairs[i].label for i in ranked]
-    groups = sample_groups([pairs[i] for i in ranked])
+    groups = sample_groups([pairs[i] for i in ranked], media_by_id=media_by_id)
     n_samples = len(set(groups))
     if k > n_samples:
         what = "pairs" if n_samples == len(labels) else f"samples ({len(labels)} pairs)"
@@ -310,6 +312,7 @@ def _default_evaluate(config: EmoRewardConfig) -> Callable[[RewardModel, list[Pr
         batch_size=config.score_batch_size,
         media_errors=config.media_errors,
         controlled=(generate_negatives(test).negatives, CONTROLLED_SOURCE),  # negatives of the evaluated pairs only
+        media_by_id=config.media_root is not None,
     )
 
 
@@ -370,7 +373,10 @@ class CrossValidation:
         self.evaluations: dict[int, dict] = {}
         self.jobs: list[FoldJob] = []
         out, identity = Path(config.output_dir), run_identity(config, pairs)
-        for k, (train_idx, test_idx) in enumerate(stratified_folds(pairs, config.cv_folds, config.seed)):
+        by_id = config.media_root is not None  # clips read by sample id: the id is part of a pair's context
+        for k, (train_idx, test_idx) in enumerate(
+            stratified_folds(pairs, config.cv_folds, config.seed, media_by_id=by_id)
+        ):
             train_idx, test_idx = tuple(map(int, train_idx)), tuple(map(int, test_idx))
             job = FoldJob(k, train_idx, test_idx, work_fingerprint(identity, list(train_idx), list(test_idx)),
                           out / "cv" / f"fold{k}")  # fmt: skip
