@@ -267,11 +267,11 @@ def model_precision_name(model) -> str | None:
 
 
 # "The same reward": largest |reward difference| two computations of the same model may show, times the rewards'
-# magnitude (at least 1). No CPU kind makes a reward bit-identical whatever the batch: the matrix kernels block and
-# sum by the batch's shape (float32, batch of 3 against 1: 0 on the Intel AMX machine, 9.5e-7 at |reward| 4.3 under
-# the AVX2 caps, 4.8e-7 on the AMD EPYC with AVX2 only), so one bound holds on every kind. Reduced dtypes: multiples of
-# their machine epsilon (a change of rounding inside a bf16 network moves a reward by about one unit in its last
-# place; against float32 every layer's rounding adds up); float32: FLOAT32_ATOL, ~84 float32 units (docs/speed.md#precision)
+# magnitude (at least 1). No CPU kind makes a reward bit-identical whatever the batch: the matrix kernels block and sum
+# by the batch's shape (float32, batch of 3 against 1: 0 on the Intel AMX machine, 9.5e-7 at |reward| 4.3 under the
+# AVX2 caps, 4.8e-7 on the AMD EPYC with AVX2 only), so one bound holds on every kind. Reduced dtypes: multiples of
+# their machine epsilon (a change of rounding inside a bf16 network moves a reward by about one unit in its last place;
+# against float32 every layer's rounding adds up); float32: FLOAT32_ATOL, ~84 float32 units (docs/speed.md#precision)
 SAME_PRECISION_EPS = 2.0
 CROSS_PRECISION_EPS = 4.0
 FLOAT32_ATOL = 1e-5
@@ -312,12 +312,13 @@ _ONEDNN_ISA_KIND = {"sse41": "default", "avx": "default", "avx2": "avx2", "avx2_
 
 
 def reward_tolerance(dtype, reference=None, *, magnitude: float = 1.0) -> float:
-    """ "The same reward": the absolute tolerance of every comparison of rewards computed in `dtype` against rewards
-    computed in `reference` (default: the same dtype) by the same model, differing in rounding only (batch size or
-    shape, padding, route, LoRA merge, process, reload). The same rule on every CPU kind (`CPU_KINDS`: none gives
-    bit-identical rewards across batch shapes): float32 (or float64) on both sides: `FLOAT32_ATOL * max(1,
-    magnitude)`; else `k * eps * max(1, magnitude)` with `eps` the reduced dtype's machine epsilon (`REDUCED_EPS`)
-    and `k` `SAME_PRECISION_EPS` when both sides compute in it, `CROSS_PRECISION_EPS` against float32.
+    """The bound of "the same reward": the absolute tolerance of every comparison of rewards computed in `dtype`
+    against rewards computed in `reference` (default: the same dtype) by the same model, differing in rounding only
+    (batch size or shape, padding, route, LoRA merge, process, reload). The same rule on every CPU kind
+    (`CPU_KINDS`: none gives bit-identical rewards across batch shapes): float32 (or float64) on both sides:
+    `FLOAT32_ATOL * max(1, magnitude)`; else `k * eps * max(1, magnitude)` with `eps` the reduced dtype's machine
+    epsilon (`REDUCED_EPS`) and `k` `SAME_PRECISION_EPS` when both sides compute in it, `CROSS_PRECISION_EPS`
+    against float32.
 
     Args:
         dtype, reference: torch dtypes or their names (`"auto"` is resolved on the CPU, `resolve_dtype_name`).
@@ -336,10 +337,10 @@ def reward_tolerance(dtype, reference=None, *, magnitude: float = 1.0) -> float:
 
 
 def precision_record(model) -> dict:
-    """What every report records about the precision of a reward model's scores: `{"dtype": "bfloat16" |
-    "float32" | ... (None: no torch network), "bf16_units": bool (this machine's CPU or the model's device has bf16
-    matrix units), "pinned_by": "$EMOREWARD_DTYPE=..." | None, "tolerance": reward_tolerance(dtype)}` (reward
-    units). Imports torch only for a model on an accelerator."""
+    """What every report records about the precision of a reward model's scores: `{"dtype": "bfloat16" | "float32" |
+    ... (None: no torch network), "cpu_kind": cpu_kind() (the kernels this process runs), "bf16_units": bool (this
+    machine's CPU or the model's device has bf16 matrix units), "pinned_by": "$EMOREWARD_DTYPE=..." | None,
+    "tolerance": reward_tolerance(dtype)}` (reward units). Imports torch only for a model on an accelerator."""
     name = model_precision_name(model)
     device = getattr(model, "device", None)
     torch = sys.modules.get("torch")  # a model on a torch device has imported it

@@ -220,7 +220,7 @@ def test_a_10000_response_rollout_is_split_within_the_server_limits(saved):
         assert srv.service.stats.requests == -(-n // max_items)  # 20 requests of at most 512
     unique = sorted(set(texts))
     expected = dict(zip(unique, model.score(unique, ["Hi."] * len(unique))))
-    np.testing.assert_allclose([s["score"] for s in scores], [expected[t] for t in texts], atol=1e-5, rtol=0)
+    assert_same_rewards([s["score"] for s in scores], [expected[t] for t in texts], "float32")
 
 
 def test_a_connection_the_server_closed_while_idle_is_replaced_without_a_retry(saved):
