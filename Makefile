@@ -14,8 +14,8 @@ VLLM_STAMP := $(VLLM_VENV)/.emoreward-vllm
 # one torch thread per process: tiny test models are per-op overhead, and 2 threads on 2 shared cores wait on each other
 TEST_ENV := HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: install install-deepspeed install-ray install-vllm main test test-precision test-distributed test-ray test-vllm \
-	test-all lint benchmark
+.PHONY: install install-deepspeed install-ray install-vllm main test test-precision test-avx2 test-distributed test-ray \
+	test-vllm test-all lint benchmark
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -68,6 +68,20 @@ OTHER_DTYPE = $(shell $(BIN)/python -c "import torch; from emoreward.models.prec
 	print('float32' if resolve_dtype('auto') == torch.bfloat16 else 'bfloat16')" 2>/dev/null)
 test-precision: install
 	$(TEST_ENV) EMOREWARD_DTYPE=$(OTHER_DTYPE) $(BIN)/python -m pytest -q -n 2 -m "precision and not slow"
+
+# CI stage 1c: this machine run as an AVX2-only CPU (no AVX512, no AMX, no bf16 units) would run it: torch's, oneDNN's
+# and MKL's kernels capped at AVX2 (emoreward.models.precision.KERNEL_CAPS; `auto` is then float32, as there). The
+# tests that compare rewards across batches, routes and exports ("the same reward", `reward_tolerance`), then every
+# test marked precision in `auto` (float32) and in bfloat16 (what the caps cannot emulate: docs/speed.md#precision)
+AVX2_CAPS := ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
+SAME_REWARD_TESTS := tests/test_precision.py tests/test_routes_agree.py tests/test_scoring_engine.py \
+	tests/export/test_grpo.py tests/export/test_verl.py tests/export/test_verl_scale.py tests/export/test_hf_export.py \
+	tests/export/test_serve_openrlhf.py tests/export/test_server_layout.py tests/export/test_length_monitor.py \
+	tests/relations/test_export_fidelity.py tests/relations/test_permutation.py tests/relations/test_renaming.py
+test-avx2: install-deepspeed
+	$(TEST_ENV) $(AVX2_CAPS) $(BIN)/python -m pytest -q -n 2 -m "not slow" $(SAME_REWARD_TESTS)
+	$(TEST_ENV) $(AVX2_CAPS) $(BIN)/python -m pytest -q -n 2 -m "precision and not slow"
+	$(TEST_ENV) $(AVX2_CAPS) EMOREWARD_DTYPE=bfloat16 $(BIN)/python -m pytest -q -n 2 -m "precision and not slow"
 
 # CI stage 2: the DeepSpeed launches (2 CPU processes over gloo: ZeRO-2, ZeRO-3, ZeRO-3 save and reload, a
 # multimodal ZeRO-3 step); a missing DeepSpeed fails instead of skipping

@@ -126,3 +126,18 @@ def post_json(host: str, port: int, path: str, payload, timeout: float = 60) -> 
     data = json.loads(resp.read())
     conn.close()
     return resp.status, data
+
+
+def assert_same_rewards(got, expected, dtype="auto", reference=None, *, err_msg: str = "") -> None:
+    """Assert "the same reward" (`emoreward.models.precision.reward_tolerance`, the one rule on every CPU kind):
+    `got` (computed in `dtype`; default `"auto"`: the precision a model loaded with `auto` scores in here) within the
+    rule's bound of `expected` (computed in `reference`, default the same dtype), scaled by the largest |expected|. Used by every test that compares rewards across batch shapes,
+    routes, processes or reloads."""
+    import numpy as np
+
+    from emoreward.models.precision import reward_tolerance
+
+    expected = np.asarray(expected, dtype=np.float64)
+    magnitude = float(np.max(np.abs(expected), initial=0.0))
+    atol = reward_tolerance(dtype, reference, magnitude=magnitude)
+    np.testing.assert_allclose(np.asarray(got, dtype=np.float64), expected, atol=atol, rtol=0, err_msg=err_msg)

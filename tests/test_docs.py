@@ -85,7 +85,7 @@ def test_every_file_the_docs_name_exists(page):
         if "<" not in path and not (ROOT / path).exists():
             missing.append(path)
     makefile = _text(ROOT / "Makefile")
-    for target in re.findall(r"`make ([a-z-]+)", text):
+    for target in re.findall(r"`make ([a-z0-9-]+)", text):
         if not re.search(rf"(?m)^{re.escape(target)}:", makefile):
             missing.append(f"make {target}")
     assert not missing, f"{page.name} names what does not exist: {sorted(set(missing))}"

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from _helpers import synthetic_pairs
+from _helpers import assert_same_rewards, synthetic_pairs
 from peft import LoraConfig
 from transformers import AutoModelForSequenceClassification
 
@@ -96,8 +96,8 @@ def test_scores_do_not_depend_on_padding_or_batch(which, request):
     together = model.score(TEXTS, batch_size=3)
     model.tokenizer.padding_side = "left" if model.tokenizer.padding_side == "right" else "right"
     flipped = model.score(list(reversed(TEXTS)), batch_size=2)[::-1]
-    np.testing.assert_allclose(together, alone, atol=1e-5, rtol=0)
-    np.testing.assert_allclose(flipped, alone, atol=1e-5, rtol=0)
+    assert_same_rewards(together, alone, "float32")
+    assert_same_rewards(flipped, alone, "float32")
     assert np.ptp(alone) > 0  # a constant scorer would pass the checks above trivially
 
 
@@ -166,7 +166,7 @@ def test_save_load_in_fresh_process_and_merged_export(which, request, tmp_path):
     plain, info = AutoModelForSequenceClassification.from_pretrained(merged_dir, output_loading_info=True)
     assert len(info["missing_keys"]) == 0 and len(info["unexpected_keys"]) == 0, info
     merged = TextRewardModel(plain.eval(), fit.model.tokenizer, fit.model.settings)  # float32, as transformers loads
-    np.testing.assert_allclose(merged.score(TEXTS), exact, atol=1e-5, rtol=0)
+    assert_same_rewards(merged.score(TEXTS), exact, "float32")
     again = TextRewardModel.from_pretrained(merged_dir)  # "auto" again: the same precision as `expected`
     assert again.settings.merged and again.scoring_precision == dtype
     np.testing.assert_allclose(again.score(TEXTS), expected, atol=reward_tolerance(dtype), rtol=0)
@@ -244,7 +244,7 @@ def test_inference_copy_merges_lora_and_keeps_scores(tiny_bert_dir, tmp_path):
     expected = TextRewardModel(fit.model.model, fit.model.tokenizer, fit.model.settings).score(TEXTS)  # fp32 adapter
     fast = fit.model.inference_copy(torch.float32)
     assert not hasattr(fast.model, "peft_config") and hasattr(fit.model.model, "peft_config")
-    np.testing.assert_allclose(fast.score(TEXTS), expected, atol=1e-5, rtol=0)
+    assert_same_rewards(fast.score(TEXTS), expected, "float32")
     half = fit.model.inference_copy(torch.bfloat16)
     bound = reward_tolerance(torch.bfloat16, torch.float32, magnitude=float(np.max(np.abs(expected))))
     np.testing.assert_allclose(half.score(TEXTS), expected, atol=bound, rtol=0)

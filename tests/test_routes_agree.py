@@ -6,7 +6,8 @@ scored through the real entry points of a tiny text and a tiny multimodal reward
 ``load_reward_model`` + ``score`` (the reference), ``emoreward evaluate``, ``emoreward rank`` (its score cache),
 the server's ``/v1/rewards`` and ``/get_reward`` on loopback, the GRPO reward ``EmotionReward``, verl
 ``compute_score`` (local model and through the server) and ``emoreward export`` + reload. All in fp32
-(``EMOREWARD_DTYPE=float32`` and ``dtype="float32"``): every route must agree within 1e-5.
+(``EMOREWARD_DTYPE=float32`` and ``dtype="float32"``): every route must give "the same reward"
+(`emoreward.models.precision.reward_tolerance` in float32, the one rule on every CPU kind).
 
 The prompt forms put the subtitle on a ``Subtitle:`` line FOLLOWED by instruction lines (the rule of
 `emoreward.data.context`: the subtitle is that line only), so a route that reads the subtitle differently fails.
@@ -25,10 +26,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from emoreward.models.precision import reward_tolerance
+
 
 sys.path.insert(0, str(Path(__file__).with_name("multimodal")))
 
-ATOL = 1e-5
 WORDS = ["She", "smiles", "warmly", "frowns", "and", "her", "voice", "trembles", "joy", "anger", "calm", "très", "|"]
 EDGES = ["", "", " ", "\n"]  # descriptions are scored as written, surrounding whitespace included
 SUBTITLES = [None, "oh", "  I can't believe it!  ", "Ça va? Non.", "No | way"]
@@ -313,11 +315,11 @@ def route_rewards(model_dir: Path, cases: list[Case], media: Path | None, tmp: P
 def check_agree(rewards: dict[str, np.ndarray], n: int) -> float:
     reference = rewards["score"]
     assert reference.shape == (n,) and np.ptp(reference) > 0  # the inputs get different rewards
-    worst = 0.0
+    worst, atol = 0.0, reward_tolerance("float32", magnitude=float(np.max(np.abs(reference))))
     for route, values in rewards.items():
         assert values.shape == (n,), route
         diff = float(np.max(np.abs(values - reference)))
-        assert diff <= ATOL, f"{route}: max |difference| {diff:.3g} > {ATOL} ({values} vs {reference})"
+        assert diff <= atol, f"{route}: max |difference| {diff:.3g} > {atol:.3g} ({values} vs {reference})"
         worst = max(worst, diff)
     print(f"routes agree: {n} descriptions, {len(rewards)} routes, max |difference| {worst:.2e}")
     return worst

@@ -44,7 +44,7 @@ def alone(model: TextRewardModel, sequences) -> np.ndarray:
 
 
 def bound(dtype: torch.dtype, rewards: np.ndarray) -> float:
-    return 1e-6 if dtype == torch.float32 else reward_tolerance(dtype, magnitude=float(np.abs(rewards).max()))
+    return reward_tolerance(dtype, magnitude=float(np.abs(rewards).max()))  # "the same reward", on every CPU kind
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -104,9 +104,7 @@ def test_the_engine_scores_like_one_description_at_a_time(lora_dir, dtype):
         np.testing.assert_allclose(info.rewards, whole.rewards[idx], atol=bound(dtype, want), rtol=0)
     # the reference path (live adapter, the network's own forward) agrees at the cross-path bound
     reference = TextRewardModel.from_pretrained(lora_dir, dtype=None).score_info(descriptions, contexts)
-    tol = (
-        reward_tolerance(dtype, torch.float32, magnitude=float(np.abs(want).max())) if dtype != torch.float32 else 1e-5
-    )
+    tol = reward_tolerance(dtype, torch.float32, magnitude=float(np.abs(want).max()))
     np.testing.assert_allclose(whole.rewards, reference.rewards, atol=tol, rtol=0)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from _helpers import minilm_dir, synthetic_pairs
+from _helpers import assert_same_rewards, minilm_dir, synthetic_pairs
 from test_reward_model import TEXTS, tiny_config
 
 from emoreward.data import load_pairs
@@ -99,7 +99,7 @@ def test_token_budget_batching_equals_one_by_one(fixture, request):
             assert width >= max(len(seqs[i]) for i in idx) and width % (multiple or 1) == 0
             assert len(idx) <= 8 and (len(idx) == 1 or len(idx) * width <= (budget or model.default_batch_tokens()))
         got = model.score_ids(seqs, batch_size=8, max_batch_tokens=budget, pad_to_multiple_of=multiple)
-        np.testing.assert_allclose(got, alone, atol=1e-5, rtol=0)
+        assert_same_rewards(got, alone, "float32")
 
 
 def test_plan_sorts_by_length_and_fills_the_budget(tiny_bert_dir):

@@ -10,7 +10,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from _helpers import minilm_dir
+from _helpers import assert_same_rewards, minilm_dir
 
 from emoreward.data import PreferencePair
 from emoreward.export import EmotionReward
@@ -118,12 +118,12 @@ def test_every_route_builds_the_same_ids_and_rewards(chat_model, tmp_path):
     # scoring with transformers alone on the recipe's ids == model.score == the GRPO reward
     rewards = chat_model.score(texts, subtitles)
     recipe = [text_input_ids(exported.tokenizer, settings, d, s).input_ids for d, s in zip(texts, subtitles)]
-    np.testing.assert_allclose(score_with_transformers(exported.model, recipe), rewards, atol=1e-5, rtol=0)
+    assert_same_rewards(score_with_transformers(exported.model, recipe), rewards, "float32")
     grpo = EmotionReward(chat_model)([None] * len(texts), texts, subtitle=subtitles)
-    np.testing.assert_allclose(grpo, rewards, atol=1e-5, rtol=0)  # other batches, float rounding only
+    assert_same_rewards(grpo, rewards, "float32")  # other batches, float rounding only
     # padding side and batch neighbours do not change a reward
     alone = np.array([chat_model.score([d], s)[0] for d, s in zip(texts[:10], subtitles[:10])])
-    np.testing.assert_allclose(alone, rewards[:10], atol=1e-5, rtol=0)
+    assert_same_rewards(alone, rewards[:10], "float32")
 
 
 def _media(subtitle):

@@ -61,21 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from emoreward.export.hf import export_hf
 
     report = export_hf(args.model, args.output, atol=args.atol)
-    if report.kind == "text":
-        how = (
-            f"loads with AutoModelForSequenceClassification; max |reward difference| {report.max_abs_diff:.2e} "
-            f"(same ids), {report.max_abs_diff_plain:.2e} (ids from the exported recipe)"
-        )
-    else:
-        how = (
-            f"is <X>ForSequenceClassification for vLLM's pooling runner and transformers (trust_remote_code; the "
-            f"README gives the vllm serve line and the request); max |reward difference| {report.max_abs_diff:.2e} "
-            f"(load_reward_model), {report.max_abs_diff_plain:.2e} (its remote-code class) on a synthetic clip"
-        )
-    _echo(
-        f"emoreward export: {report.path} {how}; {report.n_probes} probes, original and export both scored in "
-        f"{report.dtype} (atol {report.atol:.3g})"
-    )
+    _echo(f"emoreward export: {report.summary()}")  # what the export's own backbone family needs, nothing else
     if args.push_to_hub:
         from emoreward.export.hub import push_reward_model
 

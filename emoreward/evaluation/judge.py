@@ -83,7 +83,9 @@ class RewardModelJudge:
         # a text in any Unicode form is the one text the model reads (`normal_text`): scored once
         keys = [(normal_text(d), self.model.context_key(c)) for d, c in zip(descriptions, contexts)]
         todo: dict[tuple[str, Hashable], RewardContext] = {}
-        for key, ctx in zip(keys, contexts):
+        # scored in the order of their content, never the rows': the batches, and so the rewards' last bits (the
+        # kernels of some CPU kinds round by the batch's shape, docs/speed.md#precision), do not depend on row order
+        for key, ctx in sorted(zip(keys, contexts), key=lambda item: (item[0][0], repr(item[0][1]))):
             if key not in self._cache:
                 todo.setdefault(key, ctx)
         if todo:

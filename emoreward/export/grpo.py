@@ -23,7 +23,7 @@ import numpy as np
 
 from emoreward.data.context import MediaRef, message_text, reward_context
 from emoreward.data.media import unused_media
-from emoreward.export.length_monitor import LengthMonitor, defined
+from emoreward.export.length_monitor import LengthMonitor, defined, logged_key
 from emoreward.models.base import RewardModel
 
 
@@ -66,8 +66,11 @@ class EmotionReward:
         name (`str`): the name GRPOTrainer logs the reward under (``rewards/<name>/mean``).
         length_monitor (`LengthMonitor`, `bool` or `None`): the RL length-hacking monitor
             (`emoreward.export.length_monitor`); ``True`` (default) makes one with its defaults, ``False``/``None``
-            turns it off. Its per-batch ``length/...`` figures go to GRPOTrainer's logs through the ``log_metric``
-            callable TRL passes to reward functions; the latest are in ``last_length_figures``.
+            turns it off. It keeps a window over the last 512 rewarded completions, so calls of any size measure
+            (`LengthMonitor`). Its figures go to GRPOTrainer's logs through the ``log_metric`` callable TRL passes to
+            reward functions, keyed by this reward's ``name`` (``length/<name>/mean``, ..., as TRL logs
+            ``rewards/<name>/mean``: two reward functions never share a key); the latest are in
+            ``last_length_figures`` (keys ``length/mean``, ...).
     """
 
     def __init__(
@@ -174,7 +177,7 @@ class EmotionReward:
             log_metric = kwargs.get("log_metric")
             if callable(log_metric):  # TRL >= 1.0 GRPOTrainer: averaged per logging step, beside kl and entropy
                 for key, value in defined(self.last_length_figures).items():
-                    log_metric(key, value)
+                    log_metric(logged_key(key, self.__name__), value)
         return rewards
 
     def _check_unused_media(self, contexts) -> None:

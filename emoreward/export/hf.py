@@ -60,6 +60,9 @@ class ExportReport:
             its export reloaded in bf16).
         atol (`float`): the tolerance the check used (`emoreward.models.precision.reward_tolerance(dtype)` unless
             given).
+        loads_as (`str`): how this export's own family is read (text: `AutoModelForSequenceClassification`; a
+            native multimodal classifier: transformers' own class, no remote code; else the remote-code class).
+        measured (`tuple[str, str]`): what ``max_abs_diff`` and ``max_abs_diff_plain`` were measured through.
     """
 
     path: Path
@@ -70,6 +73,17 @@ class ExportReport:
     ids_match: bool
     dtype: str = "float32"
     atol: float = 1e-5
+    loads_as: str = "loads with AutoModelForSequenceClassification"
+    measured: tuple[str, str] = ("same ids", "ids from the exported recipe")
+
+    def summary(self) -> str:
+        """The one line `emoreward export` prints: how the export is read and what was checked, only what applies
+        to its backbone family."""
+        return (
+            f"{self.path} {self.loads_as}; max |reward difference| {self.max_abs_diff:.2e} ({self.measured[0]}), "
+            f"{self.max_abs_diff_plain:.2e} ({self.measured[1]}); {self.n_probes} probes, original and export both "
+            f"scored in {self.dtype} (atol {self.atol:.3g})"
+        )
 
 
 @torch.inference_mode()
@@ -181,13 +195,17 @@ def _export_hf(model, directory: Path, probes, contexts, atol) -> ExportReport:
             got = again.score(probes, contexts)
             raw = _network_output(expected, probes, model.settings.score_transform)
             again.model = None  # its inputs are still built from the export's files; one more copy of the weights
-            if model.spec.native_classifier:  # a plain checkpoint: transformers' own class reads it, no remote code
+            native = model.spec.native_classifier
+            if native:  # a plain checkpoint: transformers' own class reads it, no remote code
                 from transformers import AutoModelForSequenceClassification
 
                 net = AutoModelForSequenceClassification.from_pretrained(staging, dtype=dtype).eval()
                 remote = np.array(remote_rewards(net, again, probes, contexts))
                 del net
                 (staging / "README.md").write_text(native_media_card(again, dtype=dtype), encoding="utf-8")
+                loads_as = (f"is a plain {native} checkpoint that transformers reads with its own class (no remote "
+                            "code; `emoreward serve` serves it)")  # fmt: skip
+                checked = ("load_reward_model", f"transformers' {native}, on a synthetic clip")
             else:
                 net = remote_class(staging).from_pretrained(staging, dtype=dtype).eval()
                 remote = np.array(remote_rewards(net, again, probes, contexts))
@@ -196,6 +214,9 @@ def _export_hf(model, directory: Path, probes, contexts, atol) -> ExportReport:
                 request = request_spec(again, measured, dtype=dtype)
                 (staging / REQUEST_FILE).write_text(json.dumps(request, indent=2) + "\n", encoding="utf-8")
                 (staging / "README.md").write_text(media_card(again, measured=measured, dtype=dtype), encoding="utf-8")
+                loads_as = ("is <X>ForSequenceClassification for vLLM's pooling runner and transformers "
+                            "(trust_remote_code; the README gives the vllm serve line and the request)")  # fmt: skip
+                checked = ("load_reward_model", "its remote-code class, on a synthetic clip")
             report = ExportReport(
                 directory,
                 "media",
@@ -203,6 +224,8 @@ def _export_hf(model, directory: Path, probes, contexts, atol) -> ExportReport:
                 float(np.max(np.abs(remote - raw))),
                 len(probes),
                 True,
+                loads_as=loads_as,
+                measured=checked,
             )
         else:
             report = _check_text_export(model, staging, probes, contexts, expected, dtype)

@@ -1,8 +1,8 @@
 """The RL length-hacking monitor: the length of rewarded descriptions and their reward-length Spearman correlation,
 with a warning above a threshold the user sets (a policy optimised against a length-biased reward learns to write
-longer descriptions). Two windows share one alarm (`_Alarm`): `LengthMonitor` averages per-batch correlations (TRL
-GRPO), `StreamLengthMonitor` correlates the last ``size`` descriptions (OpenRLHF and verl: a sample per call). See
-docs/serving.md#rl-length-monitor.
+longer descriptions). One window, `StreamLengthMonitor`: the correlation over the last ``size`` rewarded descriptions,
+defined whatever the number a call carries (OpenRLHF and verl: a sample per call; TRL GRPO: `LengthMonitor`, the same
+window plus each call's own figures). See docs/serving.md#rl-length-monitor.
 """
 
 from __future__ import annotations
@@ -92,63 +92,6 @@ class _Alarm:
         warnings.warn(message, LengthHackingWarning, stacklevel=3)
 
 
-class LengthMonitor(_Alarm):
-    """Windowed reward-length correlation over RL batches, warning when it exceeds ``threshold``.
-
-    Args:
-        window (`int`): batches in the window (>= 1).
-        threshold (`float`): warn when the mean per-batch Spearman correlation over the window exceeds this, in
-            [-1, 1] (default 0.5).
-        min_batches (`int`, *optional*): correlations the window must hold before it may warn (default
-            ``min(window, 3)``), so one noisy batch does not warn.
-        unit (`Literal["chars", "words"]`): length unit.
-
-    Raises:
-        ValueError: on ``window < 1``, a threshold outside [-1, 1], or ``min_batches`` outside [1, window].
-    """
-
-    def __init__(
-        self,
-        window: int = 20,
-        threshold: float = 0.5,
-        min_batches: int | None = None,
-        unit: Literal["chars", "words"] = "chars",
-    ):
-        if window < 1:
-            raise ValueError(f"window must be >= 1, got {window}")
-        super().__init__(threshold, unit)
-        min_batches = min(window, 3) if min_batches is None else min_batches
-        if not 1 <= min_batches <= window:
-            raise ValueError(f"min_batches must be in [1, {window}], got {min_batches}")
-        self.window, self.min_batches = window, min_batches
-        self.correlations: deque[float] = deque(maxlen=window)
-        self.n_batches = 0
-
-    def update(self, rewards: Sequence[float], descriptions: Sequence[str]) -> dict[str, float | None]:
-        """Add one batch; return its figures (see :func:`batch_length_figures`) plus the window's.
-
-        Returns:
-            The batch figures and ``length/reward_spearman_window`` (mean over the window's batches with a defined
-            correlation; ``None`` when there is none), ``length/window_batches`` and ``length/hacking`` (1.0 while
-            the windowed correlation exceeds the threshold, else 0.0). A `LengthHackingWarning` is issued (and
-            logged) when the correlation first crosses the threshold, again only after it has fallen back below.
-        """
-        figures = batch_length_figures(rewards, descriptions, self.unit)
-        self.n_batches += 1
-        rho = figures[f"{PREFIX}/reward_spearman"]
-        if rho is not None and math.isfinite(rho):
-            self.correlations.append(rho)
-        windowed = float(np.mean(self.correlations)) if self.correlations else None
-        alarm = windowed is not None and len(self.correlations) >= self.min_batches and windowed > self.threshold
-        if self._crossed(alarm):
-            over, batch = f"{len(self.correlations)} batches", f"batch {self.n_batches}, "
-            self._warn(windowed, over, figures[f"{PREFIX}/mean"], batch)
-        figures[f"{PREFIX}/reward_spearman_window"] = windowed
-        figures[f"{PREFIX}/window_batches"] = float(len(self.correlations))
-        figures[f"{PREFIX}/hacking"] = 1.0 if alarm else 0.0
-        return figures
-
-
 # the longest window: its two ring buffers hold 16 MB; a correlation over more descriptions is not more useful
 MAX_WINDOW = 1_000_000
 
@@ -236,29 +179,102 @@ class StreamLengthMonitor(_Alarm):
             return dict(self._last)
 
 
+class LengthMonitor(StreamLengthMonitor):
+    """The GRPO reward's monitor (`EmotionReward`): the streaming window of `StreamLengthMonitor` (the one
+    mechanism), so that calls of any size accumulate (TRL calls a reward function once per generation batch, 2
+    completions when a video policy fits 2 on a GPU: a per-call correlation would never be defined), plus the figures
+    of each call's own completions.
+
+    Args: as `StreamLengthMonitor` (``size`` descriptions in the window, default 512; ``threshold``;
+        ``min_descriptions`` before it may warn, default ``min(size, 64)``; ``unit``).
+
+    Raises:
+        ValueError: as `StreamLengthMonitor`.
+    """
+
+    def __init__(self, size: int = 512, threshold: float = 0.5, min_descriptions: int | None = None,
+                 unit: Literal["chars", "words"] = "chars"):  # fmt: skip
+        super().__init__(size, threshold, min_descriptions, unit)
+        self._calls: deque[int] = deque()  # sizes of the calls whose descriptions are in the window, oldest first
+        self.n_batches = 0
+
+    def update(self, rewards: Sequence[float], descriptions: Sequence[str]) -> dict[str, float | None]:
+        """Add one call's rewarded descriptions; return the call's figures and the window's.
+
+        Returns:
+            :func:`batch_length_figures` of the call (``length/reward_spearman`` is ``None`` below 3 completions),
+            and the window's: ``length/reward_spearman_window`` (its correlation; ``None`` while undefined),
+            ``length/window_n`` (descriptions in it), ``length/window_batches`` (calls with descriptions in it),
+            ``length/seen`` and ``length/hacking`` (`StreamLengthMonitor.update`).
+
+        Raises:
+            ValueError: if the two sequences differ in length or are empty.
+        """
+        figures = batch_length_figures(rewards, descriptions, self.unit)
+        window = super().update(rewards, descriptions)
+        self.n_batches += 1
+        self._calls.append(len(descriptions))
+        held, n = sum(self._calls), int(window[f"{PREFIX}/n"])
+        while held - self._calls[0] >= n:
+            held -= self._calls.popleft()
+        figures[f"{PREFIX}/reward_spearman_window"] = window[f"{PREFIX}/reward_spearman"]
+        figures[f"{PREFIX}/window_n"] = float(n)
+        figures[f"{PREFIX}/window_batches"] = float(len(self._calls))
+        figures[f"{PREFIX}/seen"] = window[f"{PREFIX}/seen"]
+        figures[f"{PREFIX}/hacking"] = window[f"{PREFIX}/hacking"]
+        return figures
+
+
+def logged_key(key: str, name: str) -> str:
+    """The key a figure is logged under for the reward function ``name``: ``length/mean`` -> ``length/<name>/mean``
+    (as TRL logs ``rewards/<name>/mean``), so the figures of two reward functions in one trainer never share a key."""
+    head, sep, tail = key.partition("/")
+    return f"{head}/{name}/{tail}" if sep and head == PREFIX else f"{PREFIX}/{name}/{key}"
+
+
 def defined(figures: dict[str, float | None]) -> dict[str, float]:
     """The figures with a value (a logger averaging over steps must not receive ``None`` or NaN)."""
     return {k: float(v) for k, v in figures.items() if v is not None and math.isfinite(v)}
 
 
+# the keys of every per-sample record, whatever the window holds: verl builds its `reward_extra_info` columns from
+# the first sample's dict and averages them with numpy, OpenRLHF concatenates `extra_logs` lists key by key
+SAMPLE_KEYS = tuple(f"{PREFIX}/{k}" for k in ("mean", "std", "reward_spearman", "reward_spearman_defined", "n", "seen",
+                                              "hacking"))  # fmt: skip
+
+
+def sample_record(figures: dict[str, float | None]) -> dict[str, float]:
+    """The monitor's figures as one sample's log record: exactly `SAMPLE_KEYS`, every value a finite float (no
+    ``None``, no NaN: numpy means of verl's columns stay numbers). An undefined figure (the window's correlation
+    over fewer than 3 descriptions or constant values; every figure before the first description) is 0.0, and
+    ``length/reward_spearman_defined`` (1.0 / 0.0) says whether the correlation was measured."""
+    record = {key: 0.0 for key in SAMPLE_KEYS}
+    record.update({k: v for k, v in defined(figures).items() if k in record})
+    record[f"{PREFIX}/reward_spearman_defined"] = float(f"{PREFIX}/reward_spearman" in defined(figures))
+    return record
+
+
 def per_sample(figures: dict[str, float | None], n: int) -> dict[str, list[float]]:
-    """The defined batch figures repeated once per sample, for frameworks that log per-sample lists and average them:
-    OpenRLHF's ``extra_logs`` (every key a list of the batch's length) and verl's per-response dicts (whose extra
-    keys the reward manager gathers into ``reward_extra_info`` lists); the mean of each list is the batch figure.
+    """`sample_record` of the figures repeated once per sample, for frameworks that log per-sample lists and average
+    them: OpenRLHF's ``extra_logs`` (every key a list of the batch's length; the same keys in every reply); the mean
+    of each list is the figure.
 
     Raises:
         ValueError: if ``n < 1``.
     """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    return {key: [value] * n for key, value in defined(figures).items()}
+    return {key: [value] * n for key, value in sample_record(figures).items()}
 
 
 __all__ = [
     "LengthHackingWarning",
     "LengthMonitor",
+    "SAMPLE_KEYS",
     "StreamLengthMonitor",
     "batch_length_figures",
     "defined",
+    "logged_key",
     "per_sample",
+    "sample_record",
 ]

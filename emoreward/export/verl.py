@@ -23,7 +23,7 @@ from typing import Any
 
 from emoreward.data.context import RewardContext, verl_context
 from emoreward.data.media_check import warn_text_media
-from emoreward.export.length_monitor import StreamLengthMonitor, defined
+from emoreward.export.length_monitor import StreamLengthMonitor, sample_record
 from emoreward.export.reward_client import RetryPolicy, RewardClient, ServerError
 from emoreward.export.serve.routes.rewards import Rewards  # the route verl's requests take (`/v1/rewards`)
 
@@ -137,7 +137,8 @@ def score_descriptions(
             warning threshold (reward-length Spearman correlation).
 
     Returns:
-        `list[dict]`: ``{"score", "truncated", "empty", "length/...": figures}`` per description.
+        `list[dict]`: ``{"score", "truncated", "empty", "length/...": figures}`` per description, the same keys in
+        every dict (`emoreward.export.length_monitor.SAMPLE_KEYS`, finite placeholders where undefined).
 
     Raises:
         ValueError: neither or both of ``server_url`` and ``model``, or an unknown keyword argument.
@@ -169,9 +170,10 @@ def score_descriptions(
 
 
 def _monitored(request: _Request, out: list[dict[str, float]]) -> list[dict[str, float]]:
-    """The results with this worker's length-monitor figures after adding the call's rewards (every route)."""
+    """The results with this worker's length-monitor figures after adding the call's rewards (every route), under the
+    same fixed keys in every result (`sample_record`: verl builds its columns from the first sample's dict)."""
     monitor = _length_monitor(request.options["length_window"], request.options["length_threshold"])
-    figures = defined(monitor.update([r["score"] for r in out], request.descriptions))
+    figures = sample_record(monitor.update([r["score"] for r in out], request.descriptions))
     return [{**r, **figures} for r in out]
 
 

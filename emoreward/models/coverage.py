@@ -45,7 +45,7 @@ def unknown_token_share(tokenizer, descriptions: Sequence[str]) -> np.ndarray:
     out = np.zeros(len(descriptions), dtype=np.float64)
     if unk is None or not len(descriptions):
         return out
-    ids = tokenizer(list(descriptions), add_special_tokens=False)["input_ids"]
+    ids = tokenizer(list(descriptions), add_special_tokens=False, verbose=False)["input_ids"]
     for i, seq in enumerate(ids):
         out[i] = unknown_share_of_ids(seq, unk)
     return out

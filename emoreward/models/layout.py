@@ -118,9 +118,10 @@ def text_input_ids_batch(
     cls_ids = [tokenizer.cls_token_id] if tokenizer.cls_token_id is not None else []
     sep_ids = [tokenizer.sep_token_id] if tokenizer.sep_token_id is not None else []
     distinct = [c for c in dict.fromkeys(contexts) if c]
-    tokens = tokenizer(distinct, add_special_tokens=False)["input_ids"] if distinct else []
+    # verbose=False: the cut is ours (below); the tokenizer's model_max_length is the model's own (save_tokenizer)
+    tokens = tokenizer(distinct, add_special_tokens=False, verbose=False)["input_ids"] if distinct else []
     prefixes = {"": cls_ids, **{c: cls_ids + ids + sep_ids for c, ids in zip(distinct, tokens)}}
-    bodies = tokenizer(descriptions, add_special_tokens=False)["input_ids"]
+    bodies = tokenizer(descriptions, add_special_tokens=False, verbose=False)["input_ids"]
     unknown = tokenizer.unk_token_id
     out = []
     for context, body in zip(contexts, bodies):
@@ -149,7 +150,8 @@ def _chat_ids(tokenizer, max_length: int, contexts: list[str], descriptions: lis
             full_tail = rendered[len(frame.head) :]
             end = len(frame.head) + len(full_tail.rstrip()) - len(frame.tail)
             spans.append((rendered[:end] + frame.tail, len(frame.head), end))
-    enc = tokenizer([text for text, _, _ in spans], add_special_tokens=False, return_offsets_mapping=True)
+    texts = [text for text, _, _ in spans]
+    enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True, verbose=False)  # cut below
     out = []
     for (_, start, end), ids, offsets in zip(spans, enc["input_ids"], enc["offset_mapping"]):
         ids = list(ids)

@@ -4,7 +4,8 @@ units, float32 elsewhere (where torch only emulates bf16 matrix multiplies); `EM
 Two layers: the rule by dtype name (`resolve_dtype_name`, `reward_tolerance`, `precision_record`, ...) imports no
 torch, so a ranking rerun from the score cache reads it without loading weights; the torch layer (`resolve_dtype`,
 `parse_dtype`, `record_bf16_agreement`, `DTYPE_NAMES`, `EmulatedBf16Matmuls`) imports torch only when called.
-The rule and the tolerances: docs/speed.md#precision.
+The rule, "the same reward" (`reward_tolerance`, one bound on every CPU kind, `cpu_kind`) and the kernel caps that
+run one kind as another (`KERNEL_CAPS`): docs/speed.md#precision.
 """
 
 from __future__ import annotations
@@ -265,20 +266,59 @@ def model_precision_name(model) -> str | None:
     return None
 
 
-# largest |reward difference| two computations of the same model may show, as multiples of the reduced dtype's
-# machine epsilon times the rewards' magnitude (at least 1): a change of rounding inside a bf16 network moves a reward
-# by about one unit in its last place; against float32 every layer's rounding adds up (docs/speed.md#precision)
+# "The same reward": largest |reward difference| two computations of the same model may show, times the rewards'
+# magnitude (at least 1). No CPU kind makes a reward bit-identical whatever the batch: the matrix kernels block and sum
+# by the batch's shape (float32, batch of 3 against 1: 0 on the Intel AMX machine, 9.5e-7 at |reward| 4.3 under the
+# AVX2 caps, 4.8e-7 on the AMD EPYC with AVX2 only), so one bound holds on every kind. Reduced dtypes: multiples of
+# their machine epsilon (a change of rounding inside a bf16 network moves a reward by about one unit in its last place;
+# against float32 every layer's rounding adds up); float32: FLOAT32_ATOL, ~84 float32 units (docs/speed.md#precision)
 SAME_PRECISION_EPS = 2.0
 CROSS_PRECISION_EPS = 4.0
 FLOAT32_ATOL = 1e-5
+# the CPU kinds the rule is stated for, by the kernels torch, oneDNN and MKL run (docs/speed.md#precision)
+CPU_KINDS = ("amx", "avx512_bf16", "avx512", "avx2", "default")
+# the environment that runs this machine's kernels as an AVX2-only CPU's (`make test-avx2`): torch's ATen dispatch,
+# oneDNN's instruction set (no AVX512, no AMX, no native bf16) and MKL's
+KERNEL_CAPS = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+
+
+def cpu_kind(flags: Iterable[str] | None = None, env: dict[str, str] | None = None) -> str:
+    """The kind of CPU whose kernels this process runs, one of `CPU_KINDS`: the CPU's flags (default `cpu_flags()`)
+    capped by `$ATEN_CPU_CAPABILITY` and `$ONEDNN_MAX_CPU_ISA` (default `os.environ`), so a machine run under
+    `KERNEL_CAPS` reports `"avx2"`. `"amx"`: AMX-BF16; `"avx512_bf16"`: AVX512 with bf16 instructions; `"avx512"`;
+    `"avx2"`; `"default"`: anything else (Arm included). Imports no torch."""
+    flags = set(cpu_flags() if flags is None else flags)
+    env = os.environ if env is None else env
+    if "amx_bf16" in flags:
+        kind = "amx"
+    elif "avx512_bf16" in flags:
+        kind = "avx512_bf16"
+    elif "avx512f" in flags:
+        kind = "avx512"
+    elif "avx2" in flags:
+        kind = "avx2"
+    else:
+        kind = "default"
+    aten = env.get("ATEN_CPU_CAPABILITY", "").strip().lower()
+    isa = (env.get("ONEDNN_MAX_CPU_ISA") or env.get("DNNL_MAX_CPU_ISA") or "").strip().lower()
+    caps = [{"default": "default", "avx2": "avx2"}.get(aten), _ONEDNN_ISA_KIND.get(isa)]
+    return max([kind, *(c for c in caps if c)], key=CPU_KINDS.index)
+
+
+# oneDNN's instruction-set caps -> the CPU kind they leave (anything unnamed, e.g. ALL, leaves the CPU's own)
+_ONEDNN_ISA_KIND = {"sse41": "default", "avx": "default", "avx2": "avx2", "avx2_vnni": "avx2",
+                    "avx2_vnni_2": "avx2", "avx512_core": "avx512", "avx512_core_vnni": "avx512",
+                    "avx512_core_bf16": "avx512_bf16"}  # fmt: skip
 
 
 def reward_tolerance(dtype, reference=None, *, magnitude: float = 1.0) -> float:
-    """The absolute tolerance of a reward comparison: rewards computed in `dtype` against rewards computed in
-    `reference` (default: the same dtype) by the same model, differing in rounding only (batch, padding, LoRA merge,
-    process, reload). float32 (or float64) on both sides: `FLOAT32_ATOL`; else `k * eps * max(1, magnitude)` with
-    `eps` the reduced dtype's machine epsilon (`REDUCED_EPS`) and `k` `SAME_PRECISION_EPS` when both sides compute in
-    it, `CROSS_PRECISION_EPS` against float32.
+    """The bound of "the same reward": the absolute tolerance of every comparison of rewards computed in `dtype`
+    against rewards computed in `reference` (default: the same dtype) by the same model, differing in rounding only
+    (batch size or shape, padding, route, LoRA merge, process, reload). The same rule on every CPU kind
+    (`CPU_KINDS`: none gives bit-identical rewards across batch shapes): float32 (or float64) on both sides:
+    `FLOAT32_ATOL * max(1, magnitude)`; else `k * eps * max(1, magnitude)` with `eps` the reduced dtype's machine
+    epsilon (`REDUCED_EPS`) and `k` `SAME_PRECISION_EPS` when both sides compute in it, `CROSS_PRECISION_EPS`
+    against float32.
 
     Args:
         dtype, reference: torch dtypes or their names (`"auto"` is resolved on the CPU, `resolve_dtype_name`).
@@ -290,17 +330,17 @@ def reward_tolerance(dtype, reference=None, *, magnitude: float = 1.0) -> float:
     a = resolve_dtype_name(dtype)
     b = a if reference is None else resolve_dtype_name(reference)
     if a in FULL_PRECISION and b in FULL_PRECISION:
-        return FLOAT32_ATOL
+        return float(FLOAT32_ATOL * max(1.0, float(magnitude)))
     eps = max(REDUCED_EPS[d] for d in (a, b) if d not in FULL_PRECISION)
     k = SAME_PRECISION_EPS if a == b else CROSS_PRECISION_EPS
     return float(k * eps * max(1.0, float(magnitude)))
 
 
 def precision_record(model) -> dict:
-    """What every report records about the precision of a reward model's scores: `{"dtype": "bfloat16" |
-    "float32" | ... (None: no torch network), "bf16_units": bool (this machine's CPU or the model's device has bf16
-    matrix units), "pinned_by": "$EMOREWARD_DTYPE=..." | None, "tolerance": reward_tolerance(dtype)}` (reward
-    units). Imports torch only for a model on an accelerator."""
+    """What every report records about the precision of a reward model's scores: `{"dtype": "bfloat16" | "float32" |
+    ... (None: no torch network), "cpu_kind": cpu_kind() (the kernels this process runs), "bf16_units": bool (this
+    machine's CPU or the model's device has bf16 matrix units), "pinned_by": "$EMOREWARD_DTYPE=..." | None,
+    "tolerance": reward_tolerance(dtype)}` (reward units). Imports torch only for a model on an accelerator."""
     name = model_precision_name(model)
     device = getattr(model, "device", None)
     torch = sys.modules.get("torch")  # a model on a torch device has imported it
@@ -308,6 +348,7 @@ def precision_record(model) -> dict:
     env = os.environ.get(ENV_VAR, "").strip()
     return {
         "dtype": name,
+        "cpu_kind": cpu_kind(),
         "bf16_units": units,
         "pinned_by": f"${ENV_VAR}={env}" if env and env.lower() != "auto" else None,
         "tolerance": FLOAT32_ATOL if name is None else reward_tolerance(name),
@@ -517,16 +558,19 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "CPU_BF16_FLAGS",
+    "CPU_KINDS",
     "CROSS_PRECISION_EPS",
     "DTYPE_ALIASES",
     "ENV_VAR",
     "FLOAT32_ATOL",
+    "KERNEL_CAPS",
     "MIN_BF16_AGREEMENT",
     "REDUCED_EPS",
     "SAME_PRECISION_EPS",
     "bf16_kernels_record_path",
     "cpu_flags",
     "cpu_has_bf16_matrix_units",
+    "cpu_kind",
     "dtype_name",
     "has_bf16_matrix_units",
     "model_precision",

@@ -122,9 +122,13 @@ def set_pad_token(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) ->
         model.config.get_text_config().pad_token_id = tokenizer.pad_token_id
 
 
-def save_tokenizer(tokenizer: PreTrainedTokenizerBase, directory: str | Path) -> None:
+def save_tokenizer(tokenizer: PreTrainedTokenizerBase, directory: str | Path, *, max_length: int) -> None:
     """Save a tokenizer that transformers 4.x (pinned by vLLM-based RL stacks) loads as well as 5.x (class
-    `PreTrainedTokenizerFast` instead of 5.x's `TokenizersBackend`)."""
+    `PreTrainedTokenizerFast` instead of 5.x's `TokenizersBackend`), with the reader settings of the model it belongs
+    to: `model_max_length` is the model's own `max_length` (tokens of one sequence, `settings.max_length`) and
+    `truncation_side` right, so a reader that tokenizes with `truncation=True` cuts where the model was trained and
+    scores, not at the backbone's limit (V09). Every saved or exported folder (text, merged, multimodal) is written
+    here; the tokenizer object is left as it was."""
     import json
 
     from emoreward.utils.io import atomic_write_text
@@ -135,7 +139,8 @@ def save_tokenizer(tokenizer: PreTrainedTokenizerBase, directory: str | Path) ->
         config = json.loads(path.read_text(encoding="utf-8"))
         if config.get("tokenizer_class") == "TokenizersBackend":
             config["tokenizer_class"] = "PreTrainedTokenizerFast"
-            atomic_write_text(path, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+        config.update(model_max_length=int(max_length), truncation_side="right")
+        atomic_write_text(path, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
 
 
 # ---------------------------------------------------------------------------------------------- the model
@@ -507,7 +512,7 @@ class TextRewardModel(RewardModelBase):
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(directory, safe_serialization=True)
-        save_tokenizer(self.tokenizer, directory)
+        save_tokenizer(self.tokenizer, directory, max_length=self.settings.max_length)
         _portable_adapter_config(directory)
         self.settings.save(directory)
         if model_card:

@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _helpers import assert_same_rewards
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
 from emoreward.export.grpo import EmotionReward, completion_text
@@ -43,7 +44,7 @@ def test_reward_values_and_columns(reward_model):
     completions = ["She is delighted.", [{"role": "assistant", "content": "He is angry."}]]
     got = reward(["p1", "p2"], completions, subtitle=["yay!", None], video=[None, None], trainer_state=None)
     expected = reward_model.score(["She is delighted.", "He is angry."], ["yay!", None])
-    np.testing.assert_allclose(got, expected, atol=0)
+    assert_same_rewards(got, expected, model_precision(reward_model))
     assert isinstance(got, list) and all(isinstance(x, float) for x in got)
     # without the subtitle column the context changes, and so does the reward
     no_sub = reward(["p1"], ["She is delighted."])
@@ -80,7 +81,7 @@ def test_long_completions_are_counted_and_warned_once(reward_model, caplog):
     assert len(warnings) == 1 and warnings[0].startswith("2 of 3 completions are longer than the reward model's")
     assert "max_length (16 tokens)" in warnings[0]
     # the reward is the truncated sequence's reward, the same as `score` gives
-    np.testing.assert_allclose(got, model.score([long, "calm", long]), atol=0)
+    assert_same_rewards(got, model.score([long, "calm", long]), model_precision(model))
 
 
 @pytest.mark.precision  # depends on the scoring precision: `make test-precision` runs it in the other one
@@ -156,7 +157,7 @@ def test_grpo_trainer_steps_with_this_reward(tmp_path, tokenizer, reward_model):
     for prompts, completions, subs, rewards in seen:
         # every completion is scored with the subtitle of the row its prompt came from
         assert subs == [p.split("Subtitle: ", 1)[1] for p in prompts]
-        np.testing.assert_allclose(rewards, reward_model.score(completions, subs), atol=1e-6)
+        assert_same_rewards(rewards, reward_model.score(completions, subs), model_precision(reward_model))
     logged = [
         h["rewards/emotion_reward/mean"] for h in trainer.state.log_history if "rewards/emotion_reward/mean" in h
     ]
@@ -269,6 +270,8 @@ def test_the_prompt_subtitle_line_is_read_as_training_reads_it(reward_model):
     [pair] = load_pairs([{"prompt": prompt, "chosen": "She is delighted.", "rejected": "x"}])
     assert pair.media.subtitle == "yay!"
     expected = reward_model.score(["She is delighted."], [pair.media.subtitle])[0]
-    np.testing.assert_allclose(got, [expected] * 3, atol=0)
+    assert_same_rewards(
+        got, [expected] * 3, model_precision(reward_model)
+    )  # a batch of 3 against 1: "the same reward", not bit-identity
     with pytest.raises(DataError, match=r"EmotionReward, row 1, field 'subtitle': 'other' differs from the subtitle"):
         reward([prompt], ["x"], subtitle=["other"])

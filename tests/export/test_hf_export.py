@@ -57,8 +57,10 @@ def lora_minilm():
 def test_export_matches_within_1e5(tmp_path, lora_minilm):
     subtitles = ["I did it!", None, "okay", None]
     report = export_hf(lora_minilm, tmp_path / "export", probes=PROBES, contexts=subtitles)
-    assert report.max_abs_diff < 1e-5 and report.max_abs_diff_plain < 1e-5 and report.ids_match
-    assert report.dtype == "float32" and report.atol == 1e-5  # float32 master weights against a float32 reload
+    expected = lora_minilm.score(PROBES, subtitles)
+    bound32 = reward_tolerance("float32", magnitude=float(np.max(np.abs(expected))))  # "the same reward"
+    assert report.max_abs_diff <= bound32 and report.max_abs_diff_plain <= bound32 and report.ids_match
+    assert report.dtype == "float32" and report.atol == bound32  # float32 master weights against a float32 reload
     assert not (tmp_path / "export" / "adapter_config.json").exists()
     card = (tmp_path / "export" / "README.md").read_text()
     assert "Subtitle" in card and "pad on the RIGHT" in card and card.startswith("---\nlibrary_name: transformers")
@@ -73,13 +75,12 @@ def test_export_matches_within_1e5(tmp_path, lora_minilm):
     batch = tokenizer(context, PROBES, padding=True, return_tensors="pt", return_token_type_ids=False)
     with torch.no_grad():
         plain = loaded.eval()(**batch).logits[:, 0].numpy()
-    expected = lora_minilm.score(PROBES, subtitles)
-    assert np.max(np.abs(plain - expected)) < 1e-5
-    # the adapter model still works after the export (the merge ran on a copy)
+    assert np.max(np.abs(plain - expected)) <= bound32
+    # the adapter model still works after the export (the merge ran on a copy): the same batch, bit for bit
     np.testing.assert_allclose(lora_minilm.score(PROBES, subtitles), expected, atol=0)
-    # and the export reloads as an TextRewardModel with the same rewards: in float32 within 1e-5
+    # and the export reloads as an TextRewardModel with the same rewards in float32 ("the same reward")
     again = TextRewardModel.from_pretrained(tmp_path / "export", dtype="float32")
-    assert again.settings.merged and np.max(np.abs(again.score(PROBES, subtitles) - expected)) < 1e-5
+    assert again.settings.merged and np.max(np.abs(again.score(PROBES, subtitles) - expected)) <= bound32
     # in the precision "auto" picks on this machine: the same as the original in that precision (like with like),
     # and within the precision's bound of the float32 rewards
     auto = TextRewardModel.from_pretrained(tmp_path / "export")

@@ -11,7 +11,13 @@ import torch
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
 from emoreward.export.grpo import EmotionReward
-from emoreward.export.length_monitor import LengthHackingWarning, LengthMonitor, batch_length_figures, per_sample
+from emoreward.export.length_monitor import (
+    SAMPLE_KEYS,
+    LengthHackingWarning,
+    LengthMonitor,
+    batch_length_figures,
+    per_sample,
+)
 from emoreward.models import TextRewardModel, TextSettings
 
 
@@ -28,27 +34,39 @@ def test_batch_figures_by_hand():
     assert batch_length_figures([1.0, 1.0, 1.0], ["a", "bb", "ccc"])["length/reward_spearman"] is None
     with pytest.raises(ValueError, match="one reward per description"):
         batch_length_figures([1.0], ["a", "b"])
-    # OpenRLHF extra_logs / verl extra keys: one value per sample, undefined figures left out
+    # OpenRLHF extra_logs / verl extra keys: one value per sample, fixed keys, an undefined figure 0.0 and flagged
     flat = per_sample(batch_length_figures([1.0, 1.0, 1.0], ["a", "bb", "ccc"]), 3)
-    assert flat == {"length/mean": [2.0] * 3, "length/std": [pytest.approx((2 / 3) ** 0.5)] * 3, "length/n": [3.0] * 3}
+    assert flat == {"length/mean": [2.0] * 3, "length/std": [pytest.approx((2 / 3) ** 0.5)] * 3, "length/n": [3.0] * 3,
+                    "length/reward_spearman": [0.0] * 3, "length/reward_spearman_defined": [0.0] * 3,
+                    "length/seen": [0.0] * 3, "length/hacking": [0.0] * 3}  # fmt: skip
+    assert list(per_sample({}, 1)) == list(SAMPLE_KEYS)  # before the first description too
 
 
-def test_windowed_correlation_warns_once_per_crossing():
-    monitor = LengthMonitor(window=2, threshold=0.4, min_batches=2)
-    up, down = ([1, 2, 3], ["a", "bb", "ccc"]), ([3, 1, 2], ["a", "bb", "ccc"])  # rho 1.0 and -0.5
-    first = monitor.update(*up)
-    assert first["length/reward_spearman_window"] == 1.0 and first["length/hacking"] == 0.0  # one batch: too few
-    with pytest.warns(LengthHackingWarning, match=r"Spearman correlation 1.00 over the last 2 batches exceeds 0.4"):
-        second = monitor.update(*up)
-    assert second["length/hacking"] == 1.0 and monitor.n_warnings == 1
-    third = monitor.update(*down)  # window (1.0, -0.5): mean 0.25, back below
-    assert third["length/reward_spearman_window"] == pytest.approx(0.25) and third["length/hacking"] == 0.0
-    monitor.update(*up)  # (-0.5, 1.0): 0.25
-    with pytest.warns(LengthHackingWarning):
-        monitor.update(*up)  # (1.0, 1.0): crosses again
-    assert monitor.n_warnings == 2
+def test_the_grpo_monitor_measures_at_every_call_size():
+    """V17: TRL calls the GRPO reward once per generation batch, 2 completions with a video policy on one GPU; a
+    per-call correlation is never defined there. The GRPO monitor is the streaming window (one mechanism with the
+    server's): the same completions in calls of 2 or of 4 raise the alarm at the same window, by hand below."""
+    up = ([0.1, 0.2, 0.3, 0.4, 0.5, 0.6], ["a", "bb", "ccc", "dddd", "eeeee", "ffffff"])  # reward = length: rho 1
+    for size in (1, 2, 4):
+        monitor = LengthMonitor(size=4, threshold=0.5, min_descriptions=3)
+        with pytest.warns(LengthHackingWarning, match=r"over the last [34] rewarded descriptions exceeds 0.5"):
+            figures = [monitor.update(up[0][i : i + size], up[1][i : i + size]) for i in range(0, 6, size)]
+        last = figures[-1]
+        assert last["length/reward_spearman_window"] == 1.0 and last["length/hacking"] == 1.0
+        assert last["length/window_n"] == 4.0 and last["length/seen"] == 6.0 and monitor.n_warnings == 1
+        assert last["length/window_batches"] == {1: 4.0, 2: 2.0, 4: 2.0}[size]  # calls with completions in the window
+        assert last["length/n"] == float(len(up[0][(5 // size) * size :]))  # the call's own figures
+        if size < 3:
+            assert all(f["length/reward_spearman"] is None for f in figures)  # undefined per call, defined windowed
+    # rewards 3, 1, 2 against lengths 1, 2, 3 (rho -0.5) in calls of 2 and 1: the window stays below the threshold
+    down = LengthMonitor(size=3, threshold=0.5, min_descriptions=3)
+    down.update([3.0, 1.0], ["a", "bb"])
+    last = down.update([2.0], ["ccc"])
+    assert last["length/reward_spearman_window"] == pytest.approx(-0.5) and last["length/hacking"] == 0.0
     with pytest.raises(ValueError, match="threshold"):
         LengthMonitor(threshold=2.0)
+    with pytest.raises(ValueError, match="one reward per description"):
+        LengthMonitor().update([], [])
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +97,8 @@ def test_grpo_step_logs_the_length_figures(tmp_path, reward_model):
     dataset = Dataset.from_dict({"prompt": [f"Describe the emotion. Subtitle: {s}" for s in subtitles],
                                  "subtitle": subtitles})  # fmt: skip
     # threshold -1: any defined correlation warns, so the warning path runs inside the trainer too
-    reward = EmotionReward(reward_model, length_monitor=LengthMonitor(window=4, threshold=-1.0, min_batches=1))
+    monitor = LengthMonitor(size=4, threshold=-1.0, min_descriptions=3)
+    reward = EmotionReward(reward_model, length_monitor=monitor)
     seen = []
 
     def recording_reward(prompts, completions, **kwargs):
@@ -100,12 +119,12 @@ def test_grpo_step_logs_the_length_figures(tmp_path, reward_model):
         expected = batch_length_figures(rewards, completions)
         assert figures["length/mean"] == pytest.approx(expected["length/mean"])
         assert figures["length/std"] == pytest.approx(expected["length/std"])
-    logged = [h for h in trainer.state.log_history if "length/mean" in h]
+    logged = [h for h in trainer.state.log_history if "length/emotion_reward/mean" in h]  # keyed by the reward's name
     assert len(logged) >= 2
     # one reward call per logging step here: the logged mean length is that batch's
-    np.testing.assert_allclose([h["length/mean"] for h in logged[:2]], [f["length/mean"] for _, _, f in seen[:2]],
-                               rtol=1e-6)  # fmt: skip
-    assert all("length/std" in h and "length/hacking" in h for h in logged)
+    np.testing.assert_allclose([h["length/emotion_reward/mean"] for h in logged[:2]],
+                               [f["length/mean"] for _, _, f in seen[:2]], rtol=1e-6)  # fmt: skip
+    assert all("length/emotion_reward/std" in h and "length/emotion_reward/hacking" in h for h in logged)
 
 
 def test_stream_monitor_rolls_its_window_and_warns_once_per_crossing():
@@ -206,3 +225,30 @@ def test_stream_monitor_window_equals_the_figures_of_its_last_descriptions():
         for key, value in expected.items():
             assert got[key] == pytest.approx(value, abs=1e-12), (step, key)
         assert got["length/seen"] == len(texts) and monitor.figures() == got
+
+
+TEXTS = ["Calm.", "She smiles a little.", "He frowns and looks away, tired.", "She laughs; her voice rises with joy."]
+
+
+def test_rl_log_records_have_fixed_keys_and_reward_functions_their_own(reward_model, tmp_path):
+    """Outputs never assembled from optional fragments: verl builds its columns from the first sample's dict, so
+    every result of one batch carries the same keys, finite (the first calls' correlation is undefined: 0.0 and
+    flagged); two `EmotionReward` functions in one trainer log under their own names (as TRL's rewards/<name>)."""
+    from emoreward.export import verl
+
+    saved = reward_model.save_pretrained(tmp_path / "rm")
+    dicts = [verl.compute_score("emotion", t, "", {}, model=str(saved), length_window=5) for t in TEXTS]
+    columns = {key: [d[key] for d in dicts] for key in dicts[0]}  # verl's reward_extra_info, keys of sample 1
+    assert all(set(d) == set(columns) for d in dicts) and set(SAMPLE_KEYS) <= set(columns)
+    assert all(isinstance(v, float) and np.isfinite(v) for values in columns.values() for v in values)
+    assert columns["length/reward_spearman_defined"] == [0.0, 0.0, 1.0, 1.0]  # 3 descriptions make a correlation
+    assert columns["length/seen"] == [1.0, 2.0, 3.0, 4.0]
+    logged: dict[str, list[float]] = {}
+
+    def log_metric(key, value):
+        logged.setdefault(key, []).append(value)
+
+    for name in ("emotion_reward", "emotion_reward_strict"):
+        EmotionReward(reward_model, name=name)(["p"] * 2, TEXTS[:2], log_metric=log_metric)
+    assert "length/emotion_reward/mean" in logged and "length/emotion_reward_strict/mean" in logged
+    assert all(len(values) == 1 for values in logged.values())  # no key written by both functions

@@ -17,6 +17,7 @@ from pathlib import Path
 import bpe_chat
 import numpy as np
 import pytest
+from _helpers import assert_same_rewards
 
 import emoreward.export.verl as verl
 from emoreward.export.serve.http import RewardServer
@@ -112,7 +113,7 @@ def test_rewards_equal_in_process_scores_on_two_replicas(text_model, text_server
     media = [{"subtitle": s} if s else None for s in SUBTITLES]
     status, data, _ = request(text_server.port, "POST", "/v1/rewards", {"descriptions": DESCRIPTIONS, "media": media})
     assert status == 200, data
-    np.testing.assert_allclose(data["rewards"], expected, atol=1e-6, rtol=0)
+    assert_same_rewards(data["rewards"], expected)
     assert data["truncated"] == [False] * 3 and data["empty"] == [False] * 3
     # OpenRLHF's route: the query is the decoded prompt + response, the subtitle travels in labels
     status, data, _ = request(
@@ -122,7 +123,7 @@ def test_rewards_equal_in_process_scores_on_two_replicas(text_model, text_server
         {"query": [d + "<|im_end|>" for d in DESCRIPTIONS], "labels": SUBTITLES},
     )
     assert status == 200, data
-    np.testing.assert_allclose(data["rewards"], expected, atol=1e-6, rtol=0)
+    assert_same_rewards(data["rewards"], expected)
     assert data["scores"] == data["rewards"] and set(data["extra_logs"]) >= {"emotion_reward"}
     replicas = {request(text_server.port, "GET", "/health")[1]["replica"] for _ in range(30)}
     assert len(replicas) == 2  # the proxy spreads requests over both replicas
@@ -183,8 +184,8 @@ def test_verl_clients_reach_the_replicas(text_model, text_server):
     finally:
         del os.environ[verl.TOKEN_ENV]
         verl.close_pools()
-    np.testing.assert_allclose([g["score"] for g in got], model.score(DESCRIPTIONS * 8, SUBTITLES * 8), atol=1e-6)
-    np.testing.assert_allclose([b["score"] for b in batch], model.score([DESCRIPTIONS[0]]) * np.ones(n), atol=1e-6)
+    assert_same_rewards([g["score"] for g in got], model.score(DESCRIPTIONS * 8, SUBTITLES * 8))
+    assert_same_rewards([b["score"] for b in batch], model.score([DESCRIPTIONS[0]]) * np.ones(n))
 
 
 def test_multimodal_rewards_equal_in_process_scores(tmp_path_factory):
@@ -221,7 +222,7 @@ def test_multimodal_rewards_equal_in_process_scores(tmp_path_factory):
     finally:
         out = server.stop()
     assert status == 200, (data, out[-3000:])
-    np.testing.assert_allclose(data["rewards"], expected, atol=1e-6, rtol=0)
+    assert_same_rewards(data["rewards"], expected)
     assert refused[0] == 400 and "relative path inside the media root" in refused[1]["error"]
     assert server.proc.returncode == 0
 

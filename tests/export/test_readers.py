@@ -19,6 +19,7 @@ import bpe_chat
 import numpy as np
 import pytest
 import torch
+from _helpers import assert_same_rewards
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -160,10 +161,10 @@ def test_decoder_export_card_claims(decoder_export):
     seqcls = AutoModelForSequenceClassification.from_pretrained(path).eval()
     for side in ("right", "left"):
         got = read_sequence_classification(seqcls, ids, tokenizer.pad_token_id, side)
-        np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
+        assert_same_rewards(got, expected, "float32")
     # OpenRLHF: its value head `score` is the export's head; equal rewards
     got = read_openrlhf(openrlhf_reward_model(path), ids, tokenizer.pad_token_id)
-    np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
+    assert_same_rewards(got, expected, "float32")
     assert len(set(np.round(expected, 5))) == len(PROBES)  # distinct rewards: equality means something
 
 
@@ -175,7 +176,7 @@ def test_verl_reads_the_decoder_export_like_sequence_classification(decoder_expo
     module = verl_reward_module(path)
     assert float(module.score.bias.detach().abs().max()) == 0.0
     got = read_verl(module, ids, tokenizer.pad_token_id)
-    np.testing.assert_allclose(got, model.score(PROBES, SUBTITLES), atol=1e-5, rtol=0)
+    assert_same_rewards(got, model.score(PROBES, SUBTITLES), "float32")
 
 
 def test_decoder_card_does_not_claim_a_random_verl_bias(decoder_export):
@@ -213,7 +214,7 @@ def test_encoder_export_card_claims_and_warnings(encoder_export):
     assert np.min(np.abs(np.diff(np.sort(expected)))) > 1e-2  # distinct rewards: differences mean something
     # what the card says: right padding, no token_type_ids -> the same rewards
     right = read_sequence_classification(seqcls, ids, pad_id, "right", position_ids=False)
-    np.testing.assert_allclose(right, expected, atol=1e-5, rtol=0)
+    assert_same_rewards(right, expected, "float32")
     # what it warns against, each a real difference
     left = read_sequence_classification(seqcls, ids, pad_id, "left", position_ids=False)
     assert np.max(np.abs(left - expected)) > 1e-3

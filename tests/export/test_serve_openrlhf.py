@@ -8,7 +8,7 @@ import importlib.util
 import numpy as np
 import pytest
 import torch
-from _helpers import StubRewardModel, post_json
+from _helpers import StubRewardModel, assert_same_rewards, post_json
 
 import emoreward.export.serve.reward_func as reward_file
 from emoreward.export.serve.http import RewardServer
@@ -104,14 +104,14 @@ def test_the_python_reward_file_scores_like_the_server_loading_the_model_once(sa
     model = load_reward_model(str(saved_model))
     expected = model.score(DESCRIPTIONS, [RewardContext(s) for s in SUBTITLES])
     assert len(set(np.round(expected[:4], 6))) == 4  # the four samples differ
-    np.testing.assert_allclose(rewards, expected, atol=1e-6, rtol=0)
+    assert_same_rewards(rewards, expected)
     assert torch.equal(torch.cat([e["score"] for e in experiences]), torch.cat([e["reward"] for e in experiences]))
     assert [float(e["emotion_reward_empty"][0]) for e in experiences[:4]] == [0.0, 0.0, 0.0, 1.0]
     # the server's /get_reward gives the same rewards for the same request
     with RewardServer(RewardService(model, openrlhf_labels="subtitle"), port=0) as srv:
         status, data = post(srv, "/get_reward", {"query": queries, "prompts": [PROMPT] * 32, "labels": SUBTITLES})
     assert status == 200
-    np.testing.assert_allclose(data["rewards"], rewards, atol=1e-6, rtol=0)
+    assert_same_rewards(data["rewards"], rewards)
     # one model per process: both loaded copies of the file scored with the same service
     batcher = shared_batcher(saved_model, openrlhf_labels="subtitle")
     assert batcher.service.stats.requests == 32 and batcher.service.stats.batches <= 32

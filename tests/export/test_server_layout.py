@@ -7,9 +7,9 @@ import http.client
 import json
 
 import bpe_chat
-import numpy as np
 import pytest
 import torch
+from _helpers import assert_same_rewards
 
 from emoreward.export.serve.facts import served_model_facts
 from emoreward.export.serve.http import RewardServer
@@ -115,7 +115,7 @@ def test_padded_rollout_batch_and_labels_as_subtitles(chat_server, chat_model, q
     status, data = post(chat_server, "/get_reward", {"query": queries, "prompts": prompts, "labels": labels})
     assert status == 200
     expected = chat_model.score(DESCRIPTIONS, ["I got the job!", None, "Leave me alone."])
-    np.testing.assert_allclose(data["rewards"], expected, atol=1e-6, rtol=0)
+    assert_same_rewards(data["rewards"], expected)
     assert data["scores"] == data["rewards"] and data["extra_logs"]["emotion_reward"] == data["rewards"]
     assert data["truncated"] == [False] * 3 and data["empty"] == [False] * 3
     # the subtitle changes the reward: labels were read as subtitles

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _helpers import assert_same_rewards
 
 
 pytest.importorskip("av", reason="the media tests write and decode video files with PyAV (media extra)")
@@ -262,7 +263,7 @@ def test_the_model_process_serves_a_media_model_from_its_facts(vl_model, media, 
             status, data = post(srv, payload)
             expected = in_process.handle("rewards", payload)
             assert status == 200
-            np.testing.assert_allclose(data["rewards"], expected["rewards"], atol=1e-5, rtol=0)
+            assert_same_rewards(data["rewards"], expected["rewards"], "float32")
             assert {k: v for k, v in data.items() if k != "rewards"} == {
                 k: v for k, v in expected.items() if k != "rewards"
             }

@@ -13,6 +13,7 @@ import bpe_chat
 import numpy as np
 import pytest
 import torch
+from _helpers import assert_same_rewards
 
 import emoreward.export.serve.local as local
 import emoreward.export.verl as verl
@@ -20,7 +21,7 @@ import emoreward.models.base
 from emoreward.export.serve.http import RewardServer
 from emoreward.export.serve.protocol import ServerLimits
 from emoreward.export.serve.service import RewardService
-from emoreward.models.precision import reward_tolerance
+from emoreward.models.precision import model_precision, reward_tolerance
 
 
 DESCRIPTIONS = ["She smiles broadly; her voice rises: happy.", "  He is calm.\nThen he frowns, ANGRY!  ", "Sad."]
@@ -68,8 +69,7 @@ def test_32_executor_threads_load_the_local_model_once_and_share_model_calls(sav
     assert scorer.service.stats.descriptions == 32 and scorer.service.stats.batches < 32  # calls were merged
     # the threads' calls are merged into batches of another composition (other padding) than one score call: float32
     # rounding differs by about 1e-6 (measured up to 1.07e-6), within the project's float32 bound
-    tolerance = reward_tolerance(torch.float32)
-    np.testing.assert_allclose([g["score"] for g in got], model.score(texts), atol=tolerance, rtol=0)
+    assert_same_rewards([g["score"] for g in got], model.score(texts), torch.float32)
 
 
 def test_async_variant_on_one_pool_and_urls_round_robin(saved):
@@ -105,8 +105,8 @@ def test_async_variant_on_one_pool_and_urls_round_robin(saved):
         assert a.service.stats.requests == b.service.stats.requests == 1 + 6  # a request per call, round-robin
     assert len(verl._CLIENTS) == 1  # one pool for the whole rollout
     expected = model.score(DESCRIPTIONS * 4, ["Hi."] * 12)
-    np.testing.assert_allclose([g["score"] for g in got], expected, atol=1e-6)
-    np.testing.assert_allclose([g["score"] for g in alone], expected, atol=1e-6)
+    assert_same_rewards([g["score"] for g in got], expected, model_precision(model))  # one batch, two servers
+    assert_same_rewards([g["score"] for g in alone], expected, model_precision(model))  # one request a call
     assert verl.server_urls("http://a:1/, http://b:2") == ("http://a:1", "http://b:2")
     with pytest.raises(ValueError, match="not an http"):
         verl.server_urls(["a:1"])
@@ -220,7 +220,7 @@ def test_a_10000_response_rollout_is_split_within_the_server_limits(saved):
         assert srv.service.stats.requests == -(-n // max_items)  # 20 requests of at most 512
     unique = sorted(set(texts))
     expected = dict(zip(unique, model.score(unique, ["Hi."] * len(unique))))
-    np.testing.assert_allclose([s["score"] for s in scores], [expected[t] for t in texts], atol=1e-5, rtol=0)
+    assert_same_rewards([s["score"] for s in scores], [expected[t] for t in texts], "float32")
 
 
 def test_a_connection_the_server_closed_while_idle_is_replaced_without_a_retry(saved):

@@ -27,7 +27,7 @@ import bpe_chat
 import numpy as np
 import pytest
 import torch
-from _helpers import minilm_dir
+from _helpers import assert_same_rewards, minilm_dir
 
 from emoreward.data.context import RewardContext
 from emoreward.export.hf import export_hf
@@ -44,7 +44,6 @@ if not Path(VLLM_PYTHON).is_file():
         raise RuntimeError(f"EMOREWARD_REQUIRE_VLLM=1 but vLLM's interpreter {VLLM_PYTHON} does not exist")
     pytest.skip(f"no vLLM environment at {VLLM_PYTHON} (make install-vllm)", allow_module_level=True)
 
-ATOL = 1e-5  # float32 on both sides (emoreward.models.precision.FLOAT32_ATOL)
 DESCRIPTIONS = [
     "She smiles broadly; her voice rises: happy.",
     "  He is calm.\nThen he frowns, ANGRY!  ",
@@ -151,14 +150,14 @@ def test_classify_rewards_equal_the_in_process_model(which, request):
     contexts = [RewardContext(subtitle=s) for s in SUBTITLES]
     got, want = remote.score_info(DESCRIPTIONS, contexts), reference(export).score_info(DESCRIPTIONS, contexts)
     assert len(set(np.round(want.rewards, 4))) == len(DESCRIPTIONS)  # the items differ
-    np.testing.assert_allclose(got.rewards, want.rewards, atol=ATOL, rtol=0)
+    assert_same_rewards(got.rewards, want.rewards, "float32")
     assert got.truncated.tolist() == want.truncated.tolist() == [False, False, False, False, True]
     assert got.n_tokens.tolist() == want.n_tokens.tolist()
     assert remote.precision_name == "float32" and remote.score([]).shape == (0,)
     # one context for all, and shuffled inputs: the same reward per input
     order = [3, 0, 4, 2, 1]
     shuffled = remote.score([DESCRIPTIONS[i] for i in order], [contexts[i] for i in order])
-    np.testing.assert_allclose(shuffled, got.rewards[order], atol=ATOL, rtol=0)
+    assert_same_rewards(shuffled, got.rewards[order], "float32")
 
 
 def test_a_request_built_from_the_export_alone_gets_the_same_rewards(minilm_export, chat_export, request):
@@ -174,7 +173,7 @@ def test_a_request_built_from_the_export_alone_gets_the_same_rewards(minilm_expo
     body = {"model": served_name(minilm_export), "input": ids, "use_activation": False}
     rewards = [d["probs"][0] for d in post(minilm.url, "/classify", body)["data"]]
     want = reference(minilm_export).score(DESCRIPTIONS[:3], SUBTITLES[:3])
-    np.testing.assert_allclose(rewards, want, atol=ATOL, rtol=0)
+    assert_same_rewards(rewards, want, "float32")
 
     chat = request.getfixturevalue("chat_server")
     rewards = []
@@ -184,7 +183,7 @@ def test_a_request_built_from_the_export_alone_gets_the_same_rewards(minilm_expo
         body = {"model": served_name(chat_export), "messages": messages, "use_activation": False}
         rewards.append(post(chat.url, "/classify", body)["data"][0]["probs"][0])
     want = reference(chat_export).score(DESCRIPTIONS[:3], SUBTITLES[:3])
-    np.testing.assert_allclose(rewards, want, atol=ATOL, rtol=0)
+    assert_same_rewards(rewards, want, "float32")
 
 
 def test_a_server_serving_another_export_is_refused(minilm_export, chat_export, minilm_server, tmp_path):
@@ -223,7 +222,8 @@ def test_rank_through_vllm_equals_the_in_process_ranking(minilm_export, minilm_s
         for n in ("vllm", "local")
     )
     assert vllm_cache.keys() == local_cache.keys() and len(vllm_cache) == 120
-    assert max(abs(vllm_cache[k] - local_cache[k]) for k in vllm_cache) < ATOL
+    keys = sorted(vllm_cache)
+    assert_same_rewards([vllm_cache[k] for k in keys], [local_cache[k] for k in keys], "float32")
     assert runs["vllm"]["ranking"] == runs["local"]["ranking"] and len(runs["vllm"]["ranking"]) == 10
     rerun = tmp_path / "rerun.json"
     assert main([*common, "--cache-dir", str(tmp_path / "vllm"), "--output", str(rerun)]) == 0
@@ -273,9 +273,9 @@ def test_verl_pointed_at_vllm_equals_pointed_at_emoreward_serve(minilm_export, m
         through_serve = verl.compute_score_batch(**common, server_url=f"http://127.0.0.1:{srv.port}")
     verl.close_pools()
     got, want = (np.array([r["score"] for r in rs]) for rs in (through_vllm, through_serve))
-    np.testing.assert_allclose(got, want, atol=ATOL, rtol=0)
+    assert_same_rewards(got, want, "float32")
     assert [r["truncated"] for r in through_vllm] == [r["truncated"] for r in through_serve] == [0, 0, 0, 0, 1]
-    assert abs(single["score"] - want[0]) < ATOL
+    assert_same_rewards([single["score"]], want[:1], "float32")
     with pytest.raises(ValueError, match="'vllm_url' needs 'model'"):
         verl.compute_score(solution_str="x", vllm_url=minilm_server.url, server_url="http://127.0.0.1:1")
 
@@ -306,7 +306,7 @@ def test_openrlhf_reward_file_pointed_at_vllm_equals_get_reward(chat_export, cha
     with RewardServer(service, port=0) as srv:
         body = {"query": queries, "prompts": [prompt] * 4, "labels": labels}
         want = np.array(post(f"http://127.0.0.1:{srv.port}", "/get_reward", body)["rewards"])
-    np.testing.assert_allclose(got, want, atol=ATOL, rtol=0)
+    assert_same_rewards(got, want, "float32")
 
 
 def test_grpo_reward_pointed_at_vllm_equals_the_loaded_model(chat_export, chat_server):
@@ -318,7 +318,7 @@ def test_grpo_reward_pointed_at_vllm_equals_the_loaded_model(chat_export, chat_s
     completions = [[{"role": "assistant", "content": d}] for d in DESCRIPTIONS]
     remote = EmotionReward(str(chat_export), vllm_url=chat_server.url, length_monitor=False)
     local = EmotionReward(reference(chat_export), length_monitor=False)
-    np.testing.assert_allclose(remote(prompts, completions), local(prompts, completions), atol=ATOL, rtol=0)
+    assert_same_rewards(remote(prompts, completions), local(prompts, completions), "float32")
     with pytest.raises(ValueError, match="vllm_url needs the export folder"):
         EmotionReward(reference(chat_export), vllm_url=chat_server.url)
 
@@ -406,5 +406,5 @@ def test_a_multimodal_export_served_by_vllm_gives_the_same_rewards(kind, media_e
     with VllmServer(export, python=VLLM_PYTHON, port=free_port(), log=tmp_path / "vllm.log", start_timeout=500) as srv:
         remote = VllmRewardModel(export, srv.url, media_root=str(media))
         info = remote.score_info(MEDIA_DESCRIPTIONS, RewardContext(**context))
-    np.testing.assert_allclose(info.rewards, want, atol=ATOL, rtol=0)
+    assert_same_rewards(info.rewards, want, "float32")
     assert remote.kind == "media" and not info.truncated.any() and (info.n_tokens > 0).all()

@@ -110,7 +110,7 @@ def test_a_training_step_changes_rewards_and_save_load_is_identical(tiny, tmp_pa
     np.testing.assert_array_equal(again.score(DESCRIPTIONS, context), after)
 
 
-def test_export_is_a_native_checkpoint_read_without_remote_code(tiny, tmp_path):
+def test_export_is_a_native_checkpoint_read_without_remote_code(tiny, tmp_path, capsys):
     from safetensors.torch import save_file
 
     from emoreward.cli.main import main
@@ -124,6 +124,10 @@ def test_export_is_a_native_checkpoint_read_without_remote_code(tiny, tmp_path):
     )
     out = tmp_path / "export"
     assert main(["export", "--model", str(tmp_path / "original"), "--output", str(out), "--atol", str(ATOL)]) == 0
+    # the summary says what this family needs only: no remote code, no vLLM request (the remote-code families' lines)
+    summary = capsys.readouterr().out
+    assert "a plain Qwen3_5ForSequenceClassification checkpoint" in summary and "(no remote code;" in summary
+    assert not any(word in summary for word in ("trust_remote_code", "remote-code class", "vllm", "vLLM", "<X>"))
     config = json.loads((out / "config.json").read_text())
     assert config["architectures"] == ["Qwen3_5ForSequenceClassification"] and "auto_map" not in config
     assert not list(out.glob("*.py")) and not (out / "emoreward_request.json").exists()

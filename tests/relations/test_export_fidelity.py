@@ -22,6 +22,8 @@ import numpy as np
 import pytest
 import torch
 
+from emoreward.models.precision import reward_tolerance
+
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "multimodal"))
@@ -41,7 +43,7 @@ DESCRIPTIONS = [
     "Calm.",
 ]
 SUBTITLE = "I can't believe it."
-ATOL = 1e-5  # float32 (emoreward.models.precision.reward_tolerance)
+ATOL = reward_tolerance("float32")  # "the same reward" at |r| <= 1 (the check below scales it with the rewards)
 READER = HERE.parent / "export" / "remote_reader.py"
 
 
@@ -212,8 +214,8 @@ def test_export_reproduces_rewards(kind, reader, padding_side, originals, export
         if mode == "native":
             assert "auto_map" not in json.loads((export / "config.json").read_text()), "native: no remote code"
         got = np.array(report["rewards"])
-    diff = float(np.max(np.abs(got - expected)))
-    assert diff <= ATOL, f"{kind} via {reader} ({padding_side} padding): max |reward difference| {diff:.3g}"
+    diff, atol = float(np.max(np.abs(got - expected))), reward_tolerance("float32", magnitude=np.max(np.abs(expected)))
+    assert diff <= atol, f"{kind} via {reader} ({padding_side} padding): max |reward difference| {diff:.3g}"
 
 
 @pytest.mark.parametrize("kind", [k for k in KINDS if k not in NATIVE])
@@ -271,3 +273,35 @@ def test_remote_code_carries_the_one_position_rule(exports):
     import re
 
     assert not re.search(r"^\s*(import|from) emoreward", source, re.MULTILINE)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_export_reader_settings_are_the_models_own(kind, originals, exports):
+    """An export's reader settings come from the model (`emoreward.models.text.save_tokenizer`, V09): its tokenizer's
+    `model_max_length` is the model's `max_length` and it cuts on the right, for every export kind, so a reader that
+    tokenizes with `truncation=True` reads what the model reads. On the text encoder, a description longer than
+    `max_length` gets emoreward's (truncated) reward from plain transformers with the export's tokenizer."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from emoreward.models import load_reward_model
+    from emoreward.models.base import load_settings
+
+    original, media, _ = originals(kind)
+    export = exports(kind)
+    max_length = load_settings(original).max_length
+    tokenizer = AutoTokenizer.from_pretrained(export)
+    assert load_settings(export).max_length == max_length
+    assert (tokenizer.model_max_length, tokenizer.truncation_side) == (max_length, "right")  # not the backbone's 512
+    if kind != "minilm":  # the chat layouts cut inside the template (the card says how); the length is what matters
+        return
+    long = "She smiles, then her voice keeps rising and falling as she talks about the long trip; " * 12
+    ours = load_reward_model(export, dtype=torch.float32).score_info([long], None)
+    assert ours.truncated[0] and len(tokenizer(long)["input_ids"]) > max_length
+    net = AutoModelForSequenceClassification.from_pretrained(export, dtype=torch.float32).eval()
+    enc = tokenizer([long], truncation=True, return_tensors="pt", return_token_type_ids=False)
+    with torch.no_grad():
+        theirs = net(**enc).logits[:, 0].numpy()
+    assert enc["input_ids"].shape[1] == max_length
+    assert float(np.abs(theirs - ours.rewards).max()) <= reward_tolerance(
+        "float32", magnitude=np.abs(ours.rewards).max()
+    )

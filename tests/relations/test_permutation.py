@@ -10,6 +10,7 @@ Owners: `emoreward.data.tables.DescriptionTable` (samples and models in canonica
 from __future__ import annotations
 
 import pytest
+from _helpers import assert_same_rewards
 from _inputs import (
     assert_same_numbers,
     n_boot,
@@ -133,7 +134,7 @@ def test_score_is_invariant_to_the_order_of_descriptions(rm_dir):
     model = load_reward_model(rm_dir)
     a = model.score(texts)
     b = model.score([texts[i] for i in order])
-    np.testing.assert_allclose(b, a[order], rtol=0, atol=1e-6)
+    assert_same_rewards(b, a[order])
 
 
 def test_augment_is_invariant_to_row_order(tmp_path, capsys):

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import unicodedata
 
-import numpy as np
 import pytest
+from _helpers import assert_same_rewards
 from _inputs import assert_same_numbers, n_boot, pair_rows, read_json, run_ok, table_rows, train_recipe, write_jsonl
 
 
@@ -182,7 +182,7 @@ def test_grpo_reward_is_the_same_for_every_shape_of_a_completion(shape, bpe_rm_d
 
     prompts = [[{"role": "user", "content": "Describe the emotion. Subtitle: hola"}]] * len(TEXTS)
     first, second = EmotionReward(str(bpe_rm_dir)), EmotionReward(str(bpe_rm_dir))  # each its own length monitor
-    np.testing.assert_allclose(second(prompts, [SHAPES[shape](t) for t in TEXTS]), first(prompts, TEXTS), atol=1e-6)
+    assert_same_rewards(second(prompts, [SHAPES[shape](t) for t in TEXTS]), first(prompts, TEXTS))
     assert_same_numbers(first.last_length_figures, second.last_length_figures)
 
 
@@ -197,7 +197,7 @@ def test_a_subtitle_in_two_unicode_forms_is_one_subtitle(bpe_rm_dir, rm_dir, tmp
     nfd_prompts = [[{"role": "user", "content": f"Describe the emotion.\nSubtitle: {nfd(subtitle)}"}]]
     want = EmotionReward(str(bpe_rm_dir))(prompts * len(TEXTS), TEXTS, **column)
     got = EmotionReward(str(bpe_rm_dir))(nfd_prompts * len(TEXTS), TEXTS, **column)
-    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    assert_same_rewards(got, want)
 
     rows = table_rows(4, subtitle=True)
     mixed = [
@@ -235,7 +235,7 @@ def test_score_and_verl_are_the_same_for_both_unicode_forms(bpe_rm_dir):
 
     model = load_reward_model(bpe_rm_dir)
     decomposed = [nfd(t) for t in TEXTS]
-    np.testing.assert_allclose(model.score(decomposed, nfd("señal")), model.score(TEXTS, "señal"), rtol=0, atol=1e-6)
+    assert_same_rewards(model.score(decomposed, nfd("señal")), model.score(TEXTS, "señal"))
     for text, original in zip(decomposed, TEXTS):
         got = compute_score("emotion", text, "hola", {}, model=str(bpe_rm_dir), subtitle_key="ground_truth")
         want = compute_score("emotion", original, "hola", {}, model=str(bpe_rm_dir), subtitle_key="ground_truth")
@@ -263,7 +263,7 @@ def test_openrlhf_routes_are_the_same_for_both_unicode_forms(bpe_rm_dir, monkeyp
     x = reward_func.reward_func(queries, [prompt] * 4, [None] * 4)
     y = reward_func.reward_func(decomposed, [prompt] * 4, [None] * 4)
     for key in ("rewards", "scores"):
-        np.testing.assert_allclose(y[key].numpy(), x[key].numpy(), rtol=0, atol=1e-6)
+        assert_same_rewards(y[key].numpy(), x[key].numpy())
     assert_same_numbers(
         {k: v.tolist() for k, v in x["extra_logs"].items()},
         {k: v.tolist() for k, v in y["extra_logs"].items()},

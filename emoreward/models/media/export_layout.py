@@ -232,7 +232,7 @@ def _write_reader_files(model, directory: Path, model_card: str | None) -> Path:
     tokenizer.chat_template = export_chat_template(model.builder)
     from emoreward.models.text import save_tokenizer
 
-    save_tokenizer(tokenizer, directory)
+    save_tokenizer(tokenizer, directory, max_length=model.settings.max_length)
     _write_processor_configs(model, directory)
     settings = copy.deepcopy(model.settings)
     settings.merged = True

@@ -383,7 +383,7 @@ class MediaRewardModel(RewardModelBase):
 
     # ------------------------------------------------------------------ saving
     def _save_processor(self, directory: Path) -> None:
-        save_tokenizer(self.tokenizer, directory)
+        save_tokenizer(self.tokenizer, directory, max_length=self.settings.max_length)
         if self.builder.feature_extractor is not None:
             self.builder.feature_extractor.save_pretrained(directory)
 

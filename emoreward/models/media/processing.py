@@ -340,7 +340,7 @@ class RewardPromptBuilder:
         return self.spec.hears_audio
 
     def _ids(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
+        return self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"] if text else []  # cut by us
 
     def _check_media_tokens(self) -> set[int]:
         """Ids of every media token (spans and their markers); the processor's must be the model's."""
@@ -442,7 +442,7 @@ class RewardPromptBuilder:
             return EncodedPrefix(self._ids(head) + self._ids(middle), {}, 0)
         placeholders, kwargs = self._placeholders_and_inputs(media)
         # truncation off: a media span is never cut (a tokenizer's own max_length must not apply either)
-        text_kwargs = {"add_special_tokens": False, "truncation": False}
+        text_kwargs = {"add_special_tokens": False, "truncation": False, "verbose": False}
         try:
             out = self.processor(
                 text=[head + placeholders + middle], text_kwargs=text_kwargs, return_tensors="pt", **kwargs
