@@ -269,16 +269,7 @@ def _load_table(args: argparse.Namespace):
         if len(set(models)) < 2:
             raise TableError(f"--models: a ranking needs at least two models, got {models}")
     samples = _read_sample_ids(args.sample_ids, table) if args.sample_ids else None
-    if models or samples:
-        table = table.subset(samples, models)
-    if args.samples is not None:
-        if args.samples > table.n_samples:
-            raise TableError(
-                f"--samples {args.samples}: the table {table.source} has {table.n_samples} samples"
-                + (" after the other selections" if models or samples else "")
-            )
-        table = table.sample_subset(args.samples, seed=args.seed)
-    return table
+    return table.select(models, samples, args.samples, seed=args.seed)  # the one order the selections apply in
 
 
 def _groups(args: argparse.Namespace, table):
