@@ -182,7 +182,7 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--budget": ("accounting",),
         "--sigma-tau": "a BPA prior: tests/ranking/test_bpa_model.py",
         "--refit-every": "a BPA schedule setting: tests/ranking/test_bpa_scheduler.py",
-        "--policy": "a BPA pair policy: tests/ranking/test_bpa_scheduler.py",
+        "--policy": ("accounting",),
         "--exploration": "a BPA exploration rule: tests/ranking/test_bpa_scheduler.py",
         "--tie-threshold": "the tie rule of a reward-model judge: tests/ranking/test_ties_and_intervals.py",
         "--batch-size": "batching only: tests/test_scoring_engine.py checks scores do not depend on it",
