@@ -190,6 +190,23 @@ class DescriptionTable:
         models, samples = canonical_order(keep_m, keep_s, descriptions, media)
         return DescriptionTable(models, samples, descriptions, media, self.source, lines)
 
+    def read_sample_ids(self, path: str | Path) -> list[str]:
+        """The sample ids of a file, one a line (blank lines skipped), read as the table reads its own
+        (`normal_name`); `TableError` naming the file and line of an id not in the table, or a file without ids."""
+        file, known = Path(path), set(self.samples)
+        samples: list[str] = []
+        for number, line in enumerate(read_utf8(file).split("\n"), start=1):
+            sample = normal_name(line)
+            if sample and sample not in known:
+                raise TableError(
+                    f"{file}, line {number}: sample {sample!r} is not in the table {self.source} ({self.n_samples} "
+                    "samples)"
+                )
+            samples += [sample] if sample else []
+        if not samples:
+            raise TableError(f"{file}: no sample ids in the file")
+        return samples
+
     def select(
         self,
         models: Sequence[str] | None = None,

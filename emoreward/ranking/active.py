@@ -100,6 +100,15 @@ class RewardModelPairs:
         }
 
 
+def shared_samples(table: DescriptionTable) -> dict[tuple[str, str], list[str]]:
+    """Every model pair ``(a, b)`` (table order) -> the samples both described (table order): the (model pair, sample)
+    queries of a full ranking, C(M,2) x N on a complete table (the BPA default budget)."""
+    return {
+        (a, b): [s for s in table.samples if (s, a) in table.descriptions and (s, b) in table.descriptions]
+        for a, b in itertools.combinations(table.models, 2)
+    }
+
+
 def rank_with_bpa(
     answer: PairAnswer,
     table: DescriptionTable,
@@ -122,7 +131,8 @@ def rank_with_bpa(
 
     Args:
         answer (`PairAnswer`): the judge, e.g. `RewardModelPairs` or `JudgePairs`; table: the descriptions.
-        budget (`int`, *optional*): maximum pair queries; default ``scheduler_config.budget``.
+        budget (`int`, *optional*): maximum pair queries; default ``scheduler_config.budget`` (`BPA`, the method,
+            defaults to every query of `shared_samples`).
         config, scheduler_config (`BPAConfig`, `SchedulerConfig`, *optional*): the model and the scheduling.
         seed (`int`): seed of the sample order (the scheduler has its own).
         cost (`Callable[[], dict]`, *optional*): the judge's cost counters (default ``answer.cost``).
@@ -142,10 +152,7 @@ def rank_with_bpa(
         raise ValueError(f"budget must be >= 1, got {budget}")
     models = list(table.models)
     rng = np.random.default_rng(seed)
-    shared = {
-        (a, b): [s for s in table.samples if (s, a) in table.descriptions and (s, b) in table.descriptions]
-        for a, b in itertools.combinations(models, 2)
-    }
+    shared = shared_samples(table)
     full_pairs = sum(len(v) for v in shared.values())
     if full_pairs == 0:
         raise ValueError("no two models described the same sample: nothing to compare")

@@ -194,7 +194,7 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--no-swap": ("accounting",),
         "--combine": "how runs of a generative judge combine: tests/ranking/test_rank.py",
         "--vllm-url": "scores through a vLLM server serving the export: tests/export/test_vllm.py (make test-vllm) checks the same numbers as in process",
-        "--committee-calibration": ("permutation",),
+        "--committee-calibration": ("permutation", "accounting"),
         "--committee-weighting": "the member weight rule (weights_from_agreement): tests/ranking/test_committee_cli.py "
         "checks the weights on counted agreements",
     },

@@ -18,7 +18,7 @@ from _inputs import pair_rows, read_json, run_ok, table_rows, train_recipe, writ
 
 
 COVERS = {
-    "rank": ("*", "--runs", "--no-swap", "--budget", "--policy"),
+    "rank": ("*", "--runs", "--no-swap", "--budget", "--policy", "--committee-calibration"),
     "judge": ("*", "--runs", "--no-swap"),
     "evaluate": ("*",),
     "train": ("*", "--train_file", "--cv_folds"),
@@ -117,6 +117,25 @@ def test_bpa_queries_are_distinct_at_every_budget(policy, budget):
     policy_config = {"paper": {"policy": "bpa", "exploration_rule": "match_quality"}}.get(policy, {"policy": policy})
     report = rank_with_bpa(answer, table, budget=budget, scheduler_config=SchedulerConfig(**policy_config))
     assert len(asked) == len(set(asked)) == report.n_pairs == budget
+
+
+@pytest.mark.parametrize("method", ["full", "bpa"])
+def test_a_committee_ledger_counts_every_call_the_command_made(method, rm_dir, tmp_path, capsys):
+    """One ledger per command: a committee's cost holds each member's calls and those its calibration made, and
+    together they are every request the judge answered (its own log)."""
+    spec, log = counting_judge(tmp_path)
+    table = write_jsonl(tmp_path / "t.jsonl", table_rows(n_samples=4))
+    calibration = write_jsonl(tmp_path / "c.jsonl", [{**r, "label": "1"} for r in pair_rows(6)])
+    out = tmp_path / "r.json"
+    extra = ["--method", "bpa", "--budget", "10"] if method == "bpa" else []
+    printed = run_ok(capsys, ["rank", "--judge", spec, "--judge", rm_dir, "--data", table, "--committee-calibration",
+                              calibration, "--output", out, "--n-boot", 20, "--no-cache", "--quiet", *extra])  # fmt: skip
+    cost = read_json(out)["cost"]
+    spent = cost["calibration"][str(spec)]
+    member = cost["members"][str(spec)]
+    assert member.get("n_calls", member.get("n_judge_calls")) + spent["n_calls"] == calls(log)
+    assert spent["n_verdicts"] == 6 * 2 and cost["calibration"][str(rm_dir)]["n_verdicts"] == 6 * 2
+    assert f"- calibration of {spec}: {spent['n_calls']} judge calls" in printed
 
 
 @pytest.mark.parametrize("options", [[], ["--no-swap"], ["--runs", "3"]])
