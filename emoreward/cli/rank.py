@@ -7,12 +7,10 @@
                    [--policy exploration | paper | bpa | random] [--exploration ranking_variance | match_quality]
     emoreward rank --judge A --judge B ... --data ... [--committee-calibration PAIRS] [--committee-weighting W]
 
-``--data ovmerd`` ranks the vendored OV-MERD table. Warnings about the fits (tie share, degenerate tie parameter,
-identical scores, one-sided intervals, sparse models, empty or truncated descriptions) are printed and stored in the
-report. Progress bars go to stderr, only on a terminal without ``--quiet``. Each ``--judge`` is resolved by
-:func:`emoreward.judges.load_judge` into an annotator (several: a committee), ranked by `emoreward.ranking.api.rank`
-with the method the options name (docs/ranking.md, "Ranking in Python"). Outputs: ``--output`` (Markdown and plots
-beside it), ``--dataset``, then ``--push-to-hub`` (refused before any scoring when it cannot work).
+``--data ovmerd`` ranks the vendored OV-MERD table. The options become an annotator (each ``--judge`` through
+:func:`emoreward.judges.load_judge`; several: a committee) and a method, ranked by `emoreward.ranking.api.rank`
+(docs/ranking.md). Fit warnings are printed and stored in the report; progress bars only on a terminal without
+``--quiet``. Outputs: ``--output`` (Markdown and plots beside it), ``--dataset``, then ``--push-to-hub``.
 """
 
 from __future__ import annotations

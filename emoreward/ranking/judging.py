@@ -88,7 +88,8 @@ def judge_records(
                 chosen = [verdicts[0] if verdicts[0] == verdicts[1] else Verdict.TIE]
                 slots[f"consensus/{r}"] = chosen[0]
             records.extend(PairwiseRecord(pair.model_1, pair.model_2, v, judge.name, pair.sample_id) for v in chosen)
-    made, reused = calls_since(judge, before, len(pairs) * runs * (2 if swap else 1))
+    asked = len(pairs) * runs * (2 if swap else 1)
+    made, reused = calls_since(judge, before, asked)
     return JudgeRun(records, made, n_invalid, len(pairs), reused, keyed)
 
 
