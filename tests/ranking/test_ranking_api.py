@@ -176,3 +176,14 @@ def test_the_command_ranks_as_the_api(tiny_rm_dir, tmp_path, capsys):
             api = rank(table, annotator(), method, fit).to_dict()
             ignore = [r"/committee/", r"/warnings/", r"^/judge/"] if name == "committee" else []
             assert_same_numbers(command, api, ignore=ignore)
+
+
+def test_method_hierarchical_is_the_hierarchical_option(tiny_rm_dir, tmp_path, capsys):
+    """``--method hierarchical`` (a registered method) ranks as ``--hierarchical`` alone always did."""
+    data = tmp_path / "t.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in table_rows()), encoding="utf-8")
+    common = ["--judge", tiny_rm_dir, "--data", data, "--hierarchical", "alpha|beta,gamma"]
+    a = run_rank(capsys, *common, "--output", tmp_path / "a.json")
+    b = run_rank(capsys, *common, "--method", "hierarchical", "--output", tmp_path / "b.json")
+    assert_same_numbers(a, b)
+    assert a["hierarchical"]["group_winners"] and len(a["hierarchical"]["group_winners"]) == 2
