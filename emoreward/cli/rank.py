@@ -7,17 +7,15 @@
                    [--policy exploration | paper | bpa | random] [--exploration ranking_variance | match_quality]
     emoreward rank --judge A --judge B ... --data ... [--committee-calibration PAIRS] [--committee-weighting W]
 
-``--data ovmerd`` ranks the vendored OV-MERD table. Warnings about the fits (tie share, degenerate tie parameter,
-identical scores, one-sided intervals, sparse models, empty or truncated descriptions) are printed and stored in the
-report. Progress bars go to stderr, only on a terminal without ``--quiet``. Judges are resolved by
-:func:`emoreward.judges.load_judge`; several ``--judge`` form a committee (docs/ranking.md). Outputs: ``--output``
-(Markdown and plots beside it), ``--dataset``, then ``--push-to-hub`` (refused before any scoring when it cannot work).
+``--data ovmerd`` ranks the vendored OV-MERD table. The options become an annotator (each ``--judge`` through
+:func:`emoreward.judges.load_judge`; several: a committee) and a method, ranked by `emoreward.ranking.api.rank`
+(docs/ranking.md). Fit warnings are printed and stored in the report; progress bars only on a terminal without
+``--quiet``. Outputs: ``--output`` (Markdown and plots beside it), ``--dataset``, then ``--push-to-hub``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import time
 from pathlib import Path
@@ -39,18 +37,16 @@ from emoreward.cli.options import (
     seed_int,
     vllm_options,
 )
+from emoreward.ranking.methods import BPA
 from emoreward.utils.io import OutputFiles
 
-
-# the options of `--method bpa` and their defaults: given with the full method, they would be silently ignored
-BPA_DEFAULTS = {"budget": None, "sigma_tau": 0.3, "refit_every": 10, "policy": "exploration", "exploration": None}
 
 # every option -> when it applies (`check_applicable`: given elsewhere, refused before any work instead of ignored)
 APPLIES: dict[str, str] = {
     **dict.fromkeys(["judge", "data", "output", "dataset", "push_to_hub", "quiet", "method", "samples", "sample_ids",
                      "models", "seed", "media_root", "cache_dir", "no_cache"], ALWAYS),
     **dict.fromkeys(["hierarchical", "tie_model", "no_length_control", "n_boot", "alpha"], "full"),
-    **dict.fromkeys(BPA_DEFAULTS, "bpa"),
+    **dict.fromkeys(BPA.DEFAULTS, "bpa"),  # the options of `--method bpa`: the method's own defaults
     **dict.fromkeys(["committee_calibration", "committee_weighting"], "committee"),
     **dict.fromkeys(["tie_threshold", "batch_size", "vllm_url", "engine_timeout"], "reward-model"),
     **dict.fromkeys(["strategy", "runs", "no_swap", "combine"], "generative"),
@@ -85,7 +81,8 @@ def applicability_facts(args: argparse.Namespace) -> dict[str, tuple[bool, str]]
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of `emoreward rank`."""
-    from emoreward.ranking.tie_models import DEFAULT_TIE_MODEL, TIE_MODELS  # the choices and default: the registry's
+    from emoreward.ranking.methods import METHODS  # the choices and defaults are the library's
+    from emoreward.ranking.tie_models import DEFAULT_TIE_MODEL, TIE_MODELS
 
     p.add_argument(
         "--judge",
@@ -115,10 +112,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_vllm_url(p)
     p.add_argument(
         "--method",
-        choices=["full", "bpa"],
+        choices=list(METHODS),
         default="full",
-        help="'full': judge every (model pair, sample), Bradley-Terry with bootstrap intervals (default); 'bpa': "
-        "E3mo-Bench BPA, the judge answers only the pairs the scheduler picks, until --budget or --sigma-tau",
+        help="'full': judge every (model pair, sample), Bradley-Terry with bootstrap intervals (default); "
+        "'hierarchical': the --hierarchical groups; 'bpa': E3mo-Bench BPA, the judge answers only the pairs the "
+        "scheduler picks, until --budget or --sigma-tau (the methods of emoreward.ranking.methods.METHODS)",
     )
     g = p.add_argument_group("subsets")
     g.add_argument("--samples", type=positive_int, help="rank on a random subset of N samples (seeded by --seed)")
@@ -163,19 +161,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     b.add_argument(
         "--sigma-tau",
         type=positive_float,
-        default=BPA_DEFAULTS["sigma_tau"],
+        default=BPA.DEFAULTS["sigma_tau"],
         help="stop when the mean model uncertainty (1-9 scale) is below this",
     )
     b.add_argument(
         "--refit-every",
         type=positive_int,
-        default=BPA_DEFAULTS["refit_every"],
+        default=BPA.DEFAULTS["refit_every"],
         help="global MAP refit after this many new verdicts",
     )
     b.add_argument(
         "--policy",
         choices=["exploration", "paper", "bpa", "random"],
-        default=BPA_DEFAULTS["policy"],
+        default=BPA.DEFAULTS["policy"],
         help="'exploration': exploration only (default; with ranking-variance exploration the best policy measured, "
         "docs); 'paper': the paper's scheduler, 50/30/20 exploration by TrueSkill match quality / anchor / bridge (no "
         "anchors here: 80/20 exploration / bridge); 'bpa': those shares with --exploration's rule; 'random': "
@@ -241,6 +239,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def check_rank_options(args: argparse.Namespace) -> None:
     """The options that need no table or judge, checked before either loads (an option where it cannot apply:
     `APPLIES`; an output that could not be written, a missing media folder); ValueError naming the option."""
+    if args.method == "hierarchical" and not args.hierarchical:
+        raise ValueError("--method hierarchical ranks the --hierarchical groups: give --hierarchical 'A,B|C,D' or K")
+    if args.hierarchical and args.method not in ("full", "hierarchical"):
+        raise ValueError(f"--hierarchical is a --method full option; {args.method} picks its own pairs")
     check_applicable(args, APPLIES, applicability_facts(args))
     if args.output:
         check_output_file(args.output, "--output", inputs=[path for _, path in named_input_files(args, RANK_OUTPUTS)])
@@ -257,31 +259,6 @@ def check_rank_options(args: argparse.Namespace) -> None:
         from emoreward.data.records import check_hub_push
 
         check_hub_push(args.push_to_hub, "dataset")
-
-
-def _read_sample_ids(path: str, table) -> list[str]:
-    """The sample ids of a ``--sample-ids`` file (one a line), each checked against the table."""
-    from emoreward.data.tables import TableError, read_utf8
-    from emoreward.data.text import normal_name
-
-    file = Path(path)
-    if not file.is_file():
-        raise FileNotFoundError(f"--sample-ids {file}: no such file")
-    known = set(table.samples)
-    samples: list[str] = []
-    for number, line in enumerate(read_utf8(file).split("\n"), start=1):
-        sample = normal_name(line)  # as the table's sample ids are read
-        if not sample:
-            continue
-        if sample not in known:
-            raise TableError(
-                f"{file}, line {number}: sample {sample!r} is not in the table {table.source} ({table.n_samples} "
-                "samples)"
-            )
-        samples.append(sample)
-    if not samples:
-        raise TableError(f"--sample-ids {file}: no sample ids in the file")
-    return samples
 
 
 def _load_table(args: argparse.Namespace):
@@ -303,17 +280,10 @@ def _load_table(args: argparse.Namespace):
             raise TableError(f"--models: {repeated} listed more than once in {args.models!r}")
         if len(set(models)) < 2:
             raise TableError(f"--models: a ranking needs at least two models, got {models}")
-    samples = _read_sample_ids(args.sample_ids, table) if args.sample_ids else None
-    if models or samples:
-        table = table.subset(samples, models)
-    if args.samples is not None:
-        if args.samples > table.n_samples:
-            raise TableError(
-                f"--samples {args.samples}: the table {table.source} has {table.n_samples} samples"
-                + (" after the other selections" if models or samples else "")
-            )
-        table = table.sample_subset(args.samples, seed=args.seed)
-    return table
+    if args.sample_ids and not Path(args.sample_ids).is_file():
+        raise FileNotFoundError(f"--sample-ids {args.sample_ids}: no such file")
+    samples = table.read_sample_ids(args.sample_ids) if args.sample_ids else None
+    return table.select(models, samples, args.samples, seed=args.seed)  # the one order the selections apply in
 
 
 def _groups(args: argparse.Namespace, table):
@@ -327,71 +297,63 @@ def _groups(args: argparse.Namespace, table):
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run `emoreward rank` (the full method or ``--method bpa``; a committee when ``--judge`` is given more than
-    once); prints the ranking table and returns 0. Errors raise ValueError / FileNotFoundError."""
+    """Run `emoreward rank`: the options parsed into an annotator (one judge, or a committee when ``--judge`` is
+    given more than once) and a method (all pairs, ``--hierarchical``, ``--method bpa``), ranked by
+    `emoreward.ranking.api.rank`; prints the ranking table and returns 0. Errors raise ValueError / FileNotFoundError."""
     quiet_libraries(deepspeed=False)  # a ranking never trains: no torch import for DeepSpeed's sake
-    from emoreward.ranking.active import rank_with_bpa
-    from emoreward.ranking.rank import rank_with_judge, rank_with_reward_model
-    from emoreward.ranking.score_cache import ScoreCache
+    from emoreward.ranking.api import rank
 
     specs = committee_specs(args)
-    if specs is not None:
-        return run_committee(args, specs)
-    bpa = getattr(args, "method", "full") == "bpa"
     check_rank_options(args)
     start = time.perf_counter()
+    pairs = (
+        _calibration_pairs(args.committee_calibration, args.media_root)
+        if specs and args.committee_calibration
+        else None
+    )
     table = _load_table(args)
-    groups = _groups(args, table) if args.hierarchical else None
-    kind, judge = _load_judge(args, saved=True)  # no weights until a description misses the score cache
-    _check_media(kind, judge, table)
-    load_seconds = time.perf_counter() - start
-    cache_file = _cache_file(args, kind, args.judge)
-    files = output_files(args, cache_file)  # before any scoring: no two outputs share a path
-    if bpa:
-        with _media_errors_located(table):
-            answer = _member(args, kind, judge, table, cache_file, bpa=True)
-            report = rank_with_bpa(answer, table, **_bpa_settings(args, table))
-    elif kind == "reward-model":
-        with _media_errors_located(table):
-            report = rank_with_reward_model(
-                judge,
-                table,
-                ScoreCache(cache_file),
-                tie_threshold=args.tie_threshold,
-                groups=groups,
-                batch_size=args.batch_size,
-                **_fit_settings(args),
-            )
+    method = _method(args, table)
+    members = {spec: _annotator(args, spec, table) for spec in (specs or [args.judge])}
+    if specs is None:
+        annotator = members[args.judge]
+        cache_file = getattr(annotator, "score_cache", None)
+        files = output_files(args, cache_file)  # before any scoring: no two outputs share a path
     else:
-        report = rank_with_judge(
-            judge, table, groups, swap=not args.no_swap, runs=args.runs, combine=args.combine, **_fit_settings(args)
-        )
-    title = "emoreward rank --method bpa" if bpa else "emoreward rank"
-    _finish(args, report, table, cache_file, start, load_seconds, title, files, plots=not bpa)
+        cache_file, files = None, output_files(args, None)
+        for spec, member in members.items():
+            files.guard(getattr(member, "score_cache", None), f"the score cache of --judge {spec}")
+        annotator = _committee(args, specs, members, pairs)
+    load_seconds = time.perf_counter() - start
+    report = rank(table, annotator, method, _fit_settings(args))
+    title = "emoreward rank" + (" --method bpa" if args.method == "bpa" else "")
+    title += f" (committee of {len(specs)})" if specs else ""
+    _finish(args, report, table, cache_file, start, load_seconds, title, files)
     return EXIT_OK
 
 
-def _cache_file(args: argparse.Namespace, kind: str, spec: str) -> Path | None:
-    """The score cache of a reward-model judge (None for a generative judge or with ``--no-cache``)."""
+def _annotator(args: argparse.Namespace, spec: str, table):
+    """The annotator of one ``--judge`` (`annotator_for` its kind, with the options that kind reads), its media
+    checked against the table before any scoring."""
+    from emoreward.ranking.annotators import annotator_for
     from emoreward.ranking.score_cache import cache_path_for
 
-    return cache_path_for(spec, args.cache_dir) if kind == "reward-model" and not args.no_cache else None
+    kind, judge = _load_judge(args, saved=True, spec=spec)  # no weights until a description misses the score cache
+    options = {"tie_threshold": args.tie_threshold, "batch_size": args.batch_size, "swap": not args.no_swap}
+    options.update(runs=args.runs, combine=args.combine)
+    options["cache"] = None if args.no_cache or kind != "reward-model" else cache_path_for(spec, args.cache_dir)
+    annotator = annotator_for(kind, judge, options)
+    annotator.check(table)
+    return annotator
 
 
-def _member(args: argparse.Namespace, kind: str, judge, table, cache_file: Path | None, bpa: bool):
-    """A judge's answers as the route asks them: BPA queries (`RewardModelPairs`, `JudgePairs`) or, for a committee
-    of the full method, every pair (`reward_model_member`, `judge_member`)."""
-    from emoreward.ranking.active import RewardModelPairs
-    from emoreward.ranking.committee import judge_member, reward_model_member
-    from emoreward.ranking.judging import JudgePairs
-    from emoreward.ranking.score_cache import ScoreCache
+def _method(args: argparse.Namespace, table):
+    """The ranking method the options name, built from the option values (`method_for`); ``--hierarchical`` makes
+    the full method hierarchical."""
+    from emoreward.ranking.methods import method_for
 
-    if kind == "reward-model":
-        member = RewardModelPairs if bpa else reward_model_member
-        options = {"tie_threshold": args.tie_threshold, "batch_size": args.batch_size}
-        return member(judge, table, ScoreCache(cache_file), **options)
-    member = JudgePairs if bpa else judge_member
-    return member(judge, table, swap=not args.no_swap, runs=args.runs, combine=args.combine)
+    name = "hierarchical" if args.hierarchical and args.method == "full" else args.method
+    groups = _groups(args, table) if args.hierarchical else None
+    return method_for(name, {**vars(args), "groups": groups, "progress": _progress(args)})
 
 
 def _fit_settings(args: argparse.Namespace) -> dict:
@@ -405,29 +367,6 @@ def _fit_settings(args: argparse.Namespace) -> dict:
         "seed": args.seed,
         "progress": _progress(args),
         "length_control": not args.no_length_control,
-    }
-
-
-def _bpa_settings(args: argparse.Namespace, table) -> dict:
-    """The keyword arguments of `rank_with_bpa` from the BPA options (budget default: every pair of every sample)."""
-    from emoreward.ranking.bpa import PAPER_SCHEDULING, BPAConfig, SchedulerConfig
-
-    policy = dict(PAPER_SCHEDULING) if args.policy == "paper" else {"policy": args.policy}
-    if args.exploration is not None:
-        policy["exploration_rule"] = args.exploration
-    budget = args.budget
-    if budget is None:
-        budget = sum(
-            sum((s, a) in table.descriptions and (s, b) in table.descriptions for s in table.samples)
-            for i, a in enumerate(table.models)
-            for b in table.models[i + 1 :]
-        )
-    return {
-        "budget": budget,
-        "config": BPAConfig(sigma_tau=args.sigma_tau),
-        "scheduler_config": SchedulerConfig(**policy, refit_every=args.refit_every, seed=args.seed),
-        "seed": args.seed,
-        "progress": _progress(args),
     }
 
 
@@ -510,108 +449,38 @@ def _calibration_pairs(path: str, media_root: str | None) -> list:
     return pairs
 
 
-def run_committee(args: argparse.Namespace, specs: dict[str, str]) -> int:
-    """`emoreward rank` with a committee of judges (E3mo-Score): the weighted vote of the members' verdicts, ranked
-    by the full method or BPA; weights from agreement with ``--committee-calibration``, or equal (with a warning)."""
-    from emoreward.ranking.committee import (
-        committee_warnings,
-        committee_weights,
-        member_agreement,
-        rank_with_committee,
-    )
+def _committee(args: argparse.Namespace, specs: dict[str, str], members: dict, pairs: list | None):
+    """The `Committee` of the ``--judge`` annotators (E3mo-Score): weights from agreement with
+    ``--committee-calibration`` (a reward model's in-sample pairs warned about), or equal (with a warning)."""
+    from emoreward.ranking.annotators import Committee
 
-    bpa = getattr(args, "method", "full") == "bpa"
-    check_rank_options(args)
-    start = time.perf_counter()
     calibration = args.committee_calibration
-    pairs = _calibration_pairs(calibration, args.media_root) if calibration else None
     weighting = args.committee_weighting or ("log_odds" if calibration else "equal")
-    table = _load_table(args)
-    members: dict[str, tuple[str, object]] = {}
-    caches: dict[str, Path | None] = {}
-    for spec in specs:
-        members[spec] = _load_judge(args, saved=True, spec=spec)
-        _check_media(*members[spec], table)
-        caches[spec] = _cache_file(args, members[spec][0], spec)
-    files = output_files(args, None)
-    for spec, cache in caches.items():
-        files.guard(cache, f"the score cache of --judge {spec}")
     if pairs is None:
         sys.stderr.write(
             f"emoreward rank: warning: no --committee-calibration: the {len(specs)} committee members vote with "
             "equal weights (E3mo-Bench's ablation without confidence weights)\n"
         )
-    agreement: dict[str, tuple[int, int]] = {}
-    in_sample: dict[str, int] = {}
+    committee = Committee(members)
+    extra = {spec: {"identity": identity} for spec, identity in specs.items()}
     if pairs is not None:
-        from emoreward.judges import load_judge
         from emoreward.training.provenance import in_sample_pairs
 
-        for spec, (kind, judge) in members.items():
-            if kind == "reward-model":
-                in_sample[spec] = in_sample_pairs(spec, pairs)[0]  # the check and words of `emoreward evaluate`
-                if in_sample[spec]:
+        for spec, member in members.items():
+            if member.kind == "reward-model":
+                n = extra[spec]["n_in_sample_calibration"] = in_sample_pairs(spec, pairs)[0]  # `evaluate`'s check
+                if n:
                     sys.stderr.write(
-                        f"emoreward rank: warning: --judge {spec}: {in_sample[spec]} of {len(pairs)} pairs in "
-                        f"--committee-calibration {calibration} are pairs the model was trained on: its agreement "
-                        "there, and so its weight, is in-sample (inflated)\n"
+                        f"emoreward rank: warning: --judge {spec}: {n} of {len(pairs)} pairs in --committee-calibration "
+                        f"{calibration} are pairs the model was trained on: its agreement there, and so its weight, "
+                        "is in-sample (inflated)\n"
                     )
-                judge = load_judge(  # the loaded model scores the table too
-                    spec, tie_threshold=args.tie_threshold, batch_size=args.batch_size, media_root=args.media_root
-                )
-                members[spec] = (kind, judge.model)
-                agreement[spec] = member_agreement(judge, pairs, swap=True, runs=1)
-            else:
-                agreement[spec] = member_agreement(judge, pairs, swap=not args.no_swap, runs=args.runs)
-        weights = committee_weights(
-            {s: c for s, (c, _) in agreement.items()}, {s: t for s, (_, t) in agreement.items()}, weighting
-        )
-        if not any(w > 0 for w in weights.values()):
-            raise ValueError(
-                f"--committee-calibration {calibration}: every member's weight is 0 ({weighting} weighting; "
-                "agreement " + ", ".join(f"{s} {c}/{t}" for s, (c, t) in agreement.items()) + "): no member votes"
-            )
-    else:
-        weights = dict.fromkeys(specs, 1.0)
-    load_seconds = time.perf_counter() - start
-    info = {
-        "weighting": weighting,
-        "calibration": calibration,
-        "n_calibration_pairs": None if pairs is None else len(pairs),
-        "members": [
-            {
-                "name": spec,
-                "judge": spec,
-                "kind": members[spec][0],
-                "identity": specs[spec],
-                "score_cache": None if caches[spec] is None else str(caches[spec]),
-                "n_agree": agreement[spec][0] if spec in agreement else None,
-                "n_calibration": agreement[spec][1] if spec in agreement else None,
-                "n_in_sample_calibration": in_sample.get(spec),
-                "weight": weights[spec],
-            }
-            for spec in sorted(specs)
-        ],
-        "zero_weight": sorted(s for s, w in weights.items() if w == 0),
-    }
-    from emoreward.ranking.active import rank_with_bpa
-    from emoreward.ranking.committee import CommitteePairs
-
-    # each member judges as it would alone: BPA answers the queries it picks, the full method every pair
-    with _media_errors_located(table):
-        answers = {
-            spec: _member(args, kind, judge, table, caches[spec], bpa) for spec, (kind, judge) in members.items()
-        }
-        if bpa:
-            answer = CommitteePairs(answers, weights)
-            report = rank_with_bpa(answer, table, **_bpa_settings(args, table))
-            report.meta["committee"] = {**info, "verdicts": answer.counts}
-            report.warnings += committee_warnings(weights, info)
-    if not bpa:
-        report = rank_with_committee(answers, weights, table, info, **_fit_settings(args))
-    title = f"emoreward rank{' --method bpa' if bpa else ''} (committee of {len(specs)})"
-    _finish(args, report, table, None, start, load_seconds, title, files, plots=not bpa)
-    return EXIT_OK
+        try:
+            committee.calibrate(pairs, weighting)
+        except ValueError as err:
+            raise ValueError(f"--committee-calibration {calibration}: {err}") from None
+    committee.describe(weighting, calibration, None if pairs is None else len(pairs), extra)
+    return committee
 
 
 def _load_judge(args: argparse.Namespace, saved: bool = False, spec: str | None = None) -> tuple[str, object]:
@@ -644,27 +513,6 @@ def _load_judge(args: argparse.Namespace, saved: bool = False, spec: str | None 
     )
 
 
-def _check_media(kind: str, judge, table) -> None:
-    """A multimodal reward model's media files, looked up before any scoring (missing or empty: an error naming the
-    table, the line and the field)."""
-    if kind == "reward-model":
-        from emoreward.data.media_check import check_table_media
-
-        check_table_media(judge, table)
-
-
-@contextlib.contextmanager
-def _media_errors_located(table):
-    """A media file that does not decode while scoring: the error names the table, the line and the field."""
-    from emoreward.data.media import MediaError
-    from emoreward.data.media_check import locate_table_media_error
-
-    try:
-        yield
-    except MediaError as err:
-        raise locate_table_media_error(err, table) from None
-
-
 def _progress(args: argparse.Namespace) -> bool | None:
     """Progress bars: off with --quiet, else tqdm decides (shown only when stderr is a terminal)."""
     return False if getattr(args, "quiet", False) else None
@@ -681,26 +529,20 @@ def output_files(args: argparse.Namespace, cache_file: Path | None) -> OutputFil
         files.guard(path, option)
     files.guard(cache_file, "the score cache")
     if args.output:
-        out = Path(args.output)
-        files.claim(out, "--output")
-        files.claim(out.with_suffix(".md"), "the report's Markdown (--output with .md)")
-        for suffix in PLOT_SUFFIXES:
-            files.claim(out.with_name(out.stem + suffix), f"the plot {out.stem + suffix}", optional=True)
+        from emoreward.ranking.api import report_files
+
+        for path, what, optional in report_files(args.output):
+            files.claim(path, what, optional=optional)
     if getattr(args, "dataset", None):
         files.claim(args.dataset, "--dataset")
     return files
 
 
-# the plots beside a report (`--output`): written or not by each run (the BPA route draws none; the length-controlled
-# scores only when that fit is identified), and never left over from an earlier run into the same place
-PLOT_SUFFIXES = ("_scores.png", "_scores_length_controlled.png", "_W.png")
-
-
 def _finish(
-    args, report, table, cache_file, start: float, load_seconds: float, title: str, files: OutputFiles, *, plots: bool
+    args, report, table, cache_file, start: float, load_seconds: float, title: str, files: OutputFiles
 ) -> None:
-    """Print a ranking report and write it (JSON, Markdown, with `plots` the scores and W plots), then the dataset
-    table, then push it (last: the one step that can fail for reasons outside this machine)."""
+    """Print a ranking report and write it (`write_report`: JSON, Markdown, plots), then the dataset table, then
+    push it (last: the one step that can fail for reasons outside this machine)."""
     total = time.perf_counter() - start
     report.meta.update(
         judge=str(args.judge) if not isinstance(args.judge, list) else sorted(map(str, args.judge)),
@@ -715,20 +557,10 @@ def _finish(
     if cache_file is not None:
         _echo(f"score cache: {cache_file}")
     if args.output:
-        from emoreward.utils.io import atomic_write_json, atomic_write_text
+        from emoreward.ranking.api import write_report
 
-        out = Path(args.output)
-        files.written(atomic_write_json(out, report.to_dict()))
-        files.written(atomic_write_text(out.with_suffix(".md"), report.to_markdown()))
-        if plots:
-            from emoreward.ranking.plots import plot_scores, plot_win_matrix
-
-            scores, controlled, w = (out.with_name(out.stem + suffix) for suffix in PLOT_SUFFIXES)
-            plot_scores(report.ties.estimate, files.written(scores))
-            if report.controlled is not None and report.controlled.identified:
-                plot_scores(report.controlled.as_bt_result(), files.written(controlled))
-            plot_win_matrix(report.counts, files.written(w))
-        _echo(f"report: {out} ({'Markdown, scores and W plots' if plots else 'Markdown'} beside it)")
+        plots = write_report(report, args.output, files.written)
+        _echo(f"report: {args.output} ({'Markdown, scores and W plots' if plots else 'Markdown'} beside it)")
     if getattr(args, "dataset", None) or getattr(args, "push_to_hub", None):
         from emoreward.data import push_records_to_hub, write_records
 

@@ -161,6 +161,7 @@ class DescriptionTable:
             TableError: on an unknown sample or model, one selected twice, or an empty selection.
         """
         # names as the table reads them (`normal_name`): a selection spelled as written in the file selects it
+        named = samples is not None
         samples = list(self.samples if samples is None else map(normal_name, samples))
         models = list(self.models if models is None else map(normal_name, models))
         for kind, wanted, known in (("samples", samples, self.samples), ("models", models, self.models)):
@@ -175,11 +176,58 @@ class DescriptionTable:
                 raise TableError(f"{kind} {repeated[:5]} selected more than once; select each once")
         keep_s, keep_m = set(samples), set(models)
         descriptions = {k: v for k, v in self.descriptions.items() if k[0] in keep_s and k[1] in keep_m}
+        described = {s for s, _ in descriptions}
+        if named:  # a sample named that no kept model described cannot be ranked
+            unseen = [s for s in samples if s not in described]
+            if unseen:
+                raise TableError(
+                    f"samples {unseen[:5]} have no description by the selected models {sorted(keep_m)[:5]}"
+                )
+        keep_s &= described  # as filtering the rows first: a sample none of the kept models described is gone
         media = {s: m for s, m in self.media.items() if s in keep_s}
         lines = {k: v for k, v in self.lines.items() if k in descriptions}
         # the order of the rows kept, whatever order the selection names them in: a subset equals filtering first
         models, samples = canonical_order(keep_m, keep_s, descriptions, media)
         return DescriptionTable(models, samples, descriptions, media, self.source, lines)
+
+    def read_sample_ids(self, path: str | Path) -> list[str]:
+        """The sample ids of a file, one a line (blank lines skipped), read as the table reads its own
+        (`normal_name`); `TableError` naming the file and line of an id not in the table, or a file without ids."""
+        file, known = Path(path), set(self.samples)
+        samples: list[str] = []
+        for number, line in enumerate(read_utf8(file).split("\n"), start=1):
+            sample = normal_name(line)
+            if sample and sample not in known:
+                raise TableError(
+                    f"{file}, line {number}: sample {sample!r} is not in the table {self.source} ({self.n_samples} "
+                    "samples)"
+                )
+            samples += [sample] if sample else []
+        if not samples:
+            raise TableError(f"{file}: no sample ids in the file")
+        return samples
+
+    def select(
+        self,
+        models: Sequence[str] | None = None,
+        samples: Sequence[str] | None = None,
+        n_samples: int | None = None,
+        seed: int = 0,
+    ) -> DescriptionTable:
+        """Every subset option in the one order that composes, each equal to filtering the rows first: the
+        ``models``, then the ``samples`` among those the kept models described (`subset`), then ``n_samples`` drawn
+        from what is left (`sample_subset`, seeded by ``seed``). ``None`` keeps all.
+
+        Raises:
+            TableError: as `subset`, or ``n_samples`` above the samples left after the other selections.
+        """
+        table = self.subset(samples, models) if models is not None or samples is not None else self
+        if n_samples is not None and n_samples > table.n_samples:
+            raise TableError(
+                f"--samples {n_samples}: the table {self.source} has {table.n_samples} samples"
+                + (" after the other selections" if table is not self else "")
+            )
+        return table if n_samples is None else table.sample_subset(n_samples, seed=seed)
 
     def sample_subset(self, n: int, seed: int = 0) -> DescriptionTable:
         """A random subset of ``n`` samples (EMER-Ranker, section 5: fewer comparison samples), table order kept.

@@ -100,6 +100,15 @@ class RewardModelPairs:
         }
 
 
+def shared_samples(table: DescriptionTable) -> dict[tuple[str, str], list[str]]:
+    """Every model pair ``(a, b)`` (table order) -> the samples both described (table order): the (model pair, sample)
+    queries of a full ranking, C(M,2) x N on a complete table (the BPA default budget)."""
+    return {
+        (a, b): [s for s in table.samples if (s, a) in table.descriptions and (s, b) in table.descriptions]
+        for a, b in itertools.combinations(table.models, 2)
+    }
+
+
 def rank_with_bpa(
     answer: PairAnswer,
     table: DescriptionTable,
@@ -114,13 +123,16 @@ def rank_with_bpa(
     """Rank the table's models with BPA, asking the judge only for the pairs the scheduler picks.
 
     The candidates are the M models (no anchors). A proposal ``(a, b)`` is one query on one sample, the samples
-    both models described taken in a seeded random cycle; every valid verdict the judge returns is a record. The
-    loop stops when a refit's mean uncertainty falls below ``config.sigma_tau``, after ``budget`` queries, or when
-    every (model pair, sample) was asked. Source: E3mo-Bench, "Algorithm Overview".
+    both models described taken in a seeded random order, each (model pair, sample) asked at most once (a pair
+    whose samples are all asked is closed to the scheduler), so ``n_pairs`` counts distinct queries; every valid
+    verdict the judge returns is a record. The loop stops when a refit's mean uncertainty falls below
+    ``config.sigma_tau``, after ``budget`` queries, or when every (model pair, sample) was asked. Source:
+    E3mo-Bench, "Algorithm Overview".
 
     Args:
         answer (`PairAnswer`): the judge, e.g. `RewardModelPairs` or `JudgePairs`; table: the descriptions.
-        budget (`int`, *optional*): maximum pair queries; default ``scheduler_config.budget``.
+        budget (`int`, *optional*): maximum pair queries; default ``scheduler_config.budget`` (`BPA`, the method,
+            defaults to every query of `shared_samples`).
         config, scheduler_config (`BPAConfig`, `SchedulerConfig`, *optional*): the model and the scheduling.
         seed (`int`): seed of the sample order (the scheduler has its own).
         cost (`Callable[[], dict]`, *optional*): the judge's cost counters (default ``answer.cost``).
@@ -140,32 +152,30 @@ def rank_with_bpa(
         raise ValueError(f"budget must be >= 1, got {budget}")
     models = list(table.models)
     rng = np.random.default_rng(seed)
-    shared = {
-        (a, b): [s for s in table.samples if (s, a) in table.descriptions and (s, b) in table.descriptions]
-        for a, b in itertools.combinations(models, 2)
-    }
+    shared = shared_samples(table)
     full_pairs = sum(len(v) for v in shared.values())
     if full_pairs == 0:
         raise ValueError("no two models described the same sample: nothing to compare")
     queues: dict[tuple[str, str], list[str]] = {}
+    index = {m: k for k, m in enumerate(models)}
+    open_pairs = np.zeros((len(models), len(models)), dtype=bool)  # pairs with a shared sample not yet asked
+    for (a, b), samples in shared.items():
+        open_pairs[index[a], index[b]] = open_pairs[index[b], index[a]] = bool(samples)
     sched = BPAScheduler(models, config=config, scheduler_config=sconfig)
-    n_pairs, n_skipped, stopped_by = 0, 0, "budget"
+    n_pairs, stopped_by = 0, "budget"
     start = time.perf_counter()
     bar = tqdm(total=min(budget, full_pairs), desc="BPA queries", disable=tqdm_disable(progress), leave=False)
     while n_pairs < budget:
         if n_pairs >= full_pairs:
             stopped_by = "exhausted"
             break
-        a, b, strategy = sched.next_pair()
+        a, b, strategy = sched.next_pair(open_pairs)  # never a pair again on a sample: distinct queries only
         key = (a, b) if (a, b) in shared else (b, a)
-        if not shared[key]:  # two models with no sample in common: propose again
-            n_skipped += 1
-            if n_skipped > 1000:
-                raise ValueError(f"the scheduler keeps proposing model pairs without a shared sample, e.g. {key}")
-            continue
-        if not queues.get(key):
+        if key not in queues:
             queues[key] = [shared[key][k] for k in rng.permutation(len(shared[key]))]
         sample = queues[key].pop()
+        if not queues[key]:
+            open_pairs[index[a], index[b]] = open_pairs[index[b], index[a]] = False
         n_pairs += 1
         bar.update(1)
         fit = None

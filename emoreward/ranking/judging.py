@@ -67,8 +67,7 @@ def judge_records(
     pairs = table_pairs(table, model_pairs)
     if not pairs:
         return JudgeRun([], 0, 0, 0)
-    stats = getattr(judge, "stats", None)  # a zero-shot judge counts what it did (zero_shot.strategies.CallStats)
-    before = (stats.made, stats.cached + stats.reused) if stats is not None else None
+    before = call_counts(judge)
     result = run_judge(judge, pairs, swap=swap, runs=runs)
     records: list[PairwiseRecord] = []
     keyed: dict[tuple[str, str, str], dict[str, Verdict]] = {}
@@ -90,10 +89,25 @@ def judge_records(
                 slots[f"consensus/{r}"] = chosen[0]
             records.extend(PairwiseRecord(pair.model_1, pair.model_2, v, judge.name, pair.sample_id) for v in chosen)
     asked = len(pairs) * runs * (2 if swap else 1)
-    if before is None:  # a judge without call statistics makes one call per verdict asked
-        return JudgeRun(records, asked, n_invalid, len(pairs), verdicts=keyed)
-    made, reused = stats.made - before[0], stats.cached + stats.reused - before[1]
+    made, reused = calls_since(judge, before, asked)
     return JudgeRun(records, made, n_invalid, len(pairs), reused, keyed)
+
+
+def call_counts(judge: Judge) -> tuple[int, int] | None:
+    """A judge's calls so far, ``(made, answered without a call)``, from its own statistics (a zero-shot judge's
+    `zero_shot.strategies.CallStats`); ``None`` for a judge without them. With `calls_since`, the one count of the
+    calls a piece of work made (ranking, BPA queries, committee calibration)."""
+    stats = getattr(judge, "stats", None)
+    return None if stats is None else (stats.made, stats.cached + stats.reused)
+
+
+def calls_since(judge: Judge, before: tuple[int, int] | None, asked: int) -> tuple[int, int]:
+    """``(calls made, verdicts reused)`` since `call_counts` gave ``before``; a judge without call statistics
+    made one call per verdict ``asked``."""
+    if before is None:
+        return asked, 0
+    made, reused = call_counts(judge)
+    return made - before[0], reused - before[1]
 
 
 class JudgePairs:

@@ -416,9 +416,10 @@ def ranking_warnings(report: RankingReport) -> list[str]:
 
 
 def _cost_line(cost: dict[str, Any]) -> str:
-    if cost["judge"] == "committee":
+    """The ledger's line, by the counts it holds (a committee's members, a reward model's scorings, judge calls)."""
+    if "n_members" in cost:
         return _committee_cost_line(cost, _cost_line)
-    if cost["judge"] == "reward-model":
+    if "n_scorings" in cost:
         return (
             f"Judge calls: {cost['n_scorings']} reward-model scorings ({cost['n_scored']} distinct texts scored, "
             f"{cost['n_cached']} from cache, {cost['scoring_seconds']:.1f} s) giving {cost['n_pair_verdicts']} pair verdicts; a "
@@ -573,6 +574,13 @@ def _committee_cost_line(cost: dict[str, Any], member_line) -> str:
         f"{cost.get('n_unanimous', 0)} unanimous), {cost.get('n_no_verdict', 0)} without a voting member."
     ]
     lines += [f"- {name}: {member_line(member)}" for name, member in cost["members"].items()]
+    for name, spent in cost.get("calibration", {}).items():  # the calibration's calls are the command's too
+        work = (
+            f"{spent['n_scored']} descriptions scored"
+            if "n_scored" in spent
+            else f"{spent['n_calls']} judge calls ({spent['n_reused']} verdicts reused)"
+        )
+        lines.append(f"- calibration of {name}: {work} for {spent['n_verdicts']} verdicts.")
     return "\n".join(lines)
 
 
@@ -603,16 +611,16 @@ def committee_markdown(committee: dict[str, Any]) -> str:
 
 
 def _bpa_cost_line(cost: dict[str, Any]) -> str:
-    if cost["judge"] == "committee":
+    if "n_members" in cost:
         return f"Judge queries: {cost['n_queries']} pairs. " + _committee_cost_line(cost, _bpa_cost_line)
-    if cost["judge"] == "reward-model":
+    if "n_scored" in cost:
         return (
             f"Judge queries: {cost['n_queries']} pair verdicts from {cost['n_scored']} reward-model scorings "
             f"(+ {cost['n_cached']} descriptions from the cache, {cost['scoring_seconds']:.1f} s)."
         )
     reused = cost.get("n_reused", 0)
     return (
-        f"Judge queries: {cost['n_queries']} pairs, {cost['n_calls']} judge calls (orders x runs"
+        f"Judge queries: {cost.get('n_queries', '?')} pairs, {cost['n_calls']} judge calls (orders x runs"
         + (f"; {reused} more verdicts from the call cache or an identical greedy run" if reused else "")
-        + f"); {cost['n_invalid']} invalid verdicts dropped."
+        + f"); {cost.get('n_invalid', 0)} invalid verdicts dropped."
     )

@@ -108,6 +108,8 @@ OPTIONS = [
     ("bpa-zero-refit", ["--method", "bpa", "--refit-every", "0"], ["argument --refit-every: expected an integer >= 1"]),
     ("bpa-negative-sigma", ["--method", "bpa", "--sigma-tau", "-1"], ["argument --sigma-tau: expected a number > 0"]),
     ("bpa-hierarchical", ["--method", "bpa", "--hierarchical", "2"], ["--hierarchical is a --method full option"]),
+    ("hierarchical-without-groups", ["--method", "hierarchical"], ["--method hierarchical ranks the --hierarchical groups"]),
+    ("budget-with-hierarchical", ["--method", "hierarchical", "--hierarchical", "2", "--budget", "5"], ["--budget is a --method bpa option"]),
     ("budget-without-bpa", ["--budget", "50"], ["--budget is a --method bpa option; the full method compares every pair"]),
     ("policy-without-bpa", ["--policy", "paper"], ["--policy is a --method bpa option"]),
     ("sigma-without-bpa", ["--sigma-tau", "0.5"], ["--sigma-tau is a --method bpa option"]),

@@ -199,7 +199,7 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--budget": ("accounting",),
         "--sigma-tau": "a BPA prior: tests/ranking/test_bpa_model.py",
         "--refit-every": "a BPA schedule setting: tests/ranking/test_bpa_scheduler.py",
-        "--policy": "a BPA pair policy: tests/ranking/test_bpa_scheduler.py",
+        "--policy": ("accounting",),
         "--exploration": "a BPA exploration rule: tests/ranking/test_bpa_scheduler.py",
         "--tie-threshold": "the tie rule of a reward-model judge: tests/ranking/test_ties_and_intervals.py",
         "--batch-size": "batching only: tests/test_scoring_engine.py checks scores do not depend on it",
@@ -212,7 +212,7 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--combine": "how runs of a generative judge combine: tests/ranking/test_rank.py",
         "--vllm-url": ("numeric_health",),  # the same numbers as in process: tests/export/test_vllm.py
         "--engine-timeout": "how long a served engine may take: tests/relations/test_numeric_health.py (a hung engine)",
-        "--committee-calibration": ("permutation",),
+        "--committee-calibration": ("permutation", "accounting"),
         "--committee-weighting": "the member weight rule (weights_from_agreement): tests/ranking/test_committee_cli.py "
         "checks the weights on counted agreements",
     },

@@ -1,10 +1,12 @@
 """Accounting: every count a report prints equals the work done. The judge calls `rank` and `judge` print equal
 the requests the scripted judge answered (it writes one line per request to ``calls_log``), for every order and
-run option; the comparisons per model equal the verdicts in W; the BPA budget is what was asked; a reward model's
+run option; the comparisons per model equal the verdicts in W; the BPA budget is what was asked, in distinct (sample,
+model pair) queries, each asked once at the default budget; a reward model's
 scored descriptions are the distinct texts; `train`'s folds hold every pair exactly once.
 
 Owners: `emoreward.ranking.report` (`_cost_line`, the report's counts), `emoreward.ranking.judging` and
-`zero_shot.runner` (the calls they count), `emoreward.training.pipeline.stratified_folds`.
+`zero_shot.runner` (the calls they count), `emoreward.ranking.active.rank_with_bpa` with
+`BPAScheduler.next_pair(open_pairs)` (distinct queries), `emoreward.training.pipeline.stratified_folds`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from _inputs import annotated_pair_rows, n_boot, pair_rows, read_json, run_ok, t
 
 
 COVERS = {
-    "rank": ("*", "--runs", "--no-swap", "--budget"),
+    "rank": ("*", "--runs", "--no-swap", "--budget", "--policy", "--committee-calibration"),
     "judge": ("*", "--runs", "--no-swap"),
     "evaluate": ("*",),
     "train": ("*", "--train_file", "--cv_folds"),
@@ -76,6 +78,64 @@ def test_rank_counts_equal_the_judge_calls_made(options, tmp_path, capsys):
         verdicts = sum(w["wins"][k]) + sum(row[k] for row in w["wins"]) + sum(w["ties"][k])
         assert fit["samples_compared"][fit["items"].index(model)] == 6
         assert verdicts == cost["n_records"] * 2 / 4  # every record involves 2 of the 4 models, evenly here
+
+
+@pytest.mark.parametrize("policy", ["exploration", "paper", "random"])
+def test_bpa_at_its_default_budget_asks_every_pair_of_every_sample_once(policy, rm_dir, tmp_path, capsys):
+    """Counts of distinct work (public report V01): the default budget is C(M,2) x N, and the report's queries are
+    distinct (sample, model pair) comparisons: each model compared (M-1) x N times, no pair asked twice."""
+    table = write_jsonl(tmp_path / "t.jsonl", table_rows(n_samples=5))
+    out = tmp_path / "r.json"
+    printed = run_ok(capsys, ["rank", "--judge", rm_dir, "--data", table, "--method", "bpa", "--sigma-tau", "1e-9",
+                              "--tie-threshold", "0", "--policy", policy, "--no-cache", "--quiet", "--output", out])  # fmt: skip
+    report = read_json(out)
+    assert report["budget"] == report["n_pairs"] == report["full_pairs"] == math.comb(4, 2) * 5
+    assert report["n_comparisons"] == dict.fromkeys(report["models"], 3 * 5)
+    assert "Comparisons: 30 pairs asked of the full C(M,2) x N = 30 (100.0%)" in printed
+
+
+@pytest.mark.parametrize("budget", [7, 20, 30])
+@pytest.mark.parametrize("policy", ["exploration", "paper", "random"])
+def test_bpa_queries_are_distinct_at_every_budget(policy, budget):
+    """`rank_with_bpa` never asks a (sample, model pair) twice: its ``n_pairs`` is the number of distinct queries
+    the annotator answered (a length annotator of the test's own, one record per query)."""
+    from emoreward.data.tables import DescriptionTable
+    from emoreward.data.verdicts import Verdict
+    from emoreward.ranking.active import rank_with_bpa
+    from emoreward.ranking.bpa import SchedulerConfig
+    from emoreward.ranking.records import PairwiseRecord
+
+    table = DescriptionTable.from_rows(table_rows(n_samples=5))
+    asked = []
+
+    def answer(sample, a, b):
+        asked.append((sample, frozenset((a, b))))
+        la, lb = (len(table.descriptions[sample, m]) for m in (a, b))
+        verdict = Verdict.FIRST if la > lb else Verdict.SECOND if lb > la else Verdict.TIE
+        return [PairwiseRecord(a, b, verdict, "length", sample)]
+
+    policy_config = {"paper": {"policy": "bpa", "exploration_rule": "match_quality"}}.get(policy, {"policy": policy})
+    report = rank_with_bpa(answer, table, budget=budget, scheduler_config=SchedulerConfig(**policy_config))
+    assert len(asked) == len(set(asked)) == report.n_pairs == budget
+
+
+@pytest.mark.parametrize("method", ["full", "bpa"])
+def test_a_committee_ledger_counts_every_call_the_command_made(method, rm_dir, tmp_path, capsys):
+    """One ledger per command: a committee's cost holds each member's calls and those its calibration made, and
+    together they are every request the judge answered (its own log)."""
+    spec, log = counting_judge(tmp_path)
+    table = write_jsonl(tmp_path / "t.jsonl", table_rows(n_samples=4))
+    calibration = write_jsonl(tmp_path / "c.jsonl", [{**r, "label": "1"} for r in pair_rows(6)])
+    out = tmp_path / "r.json"
+    extra = ["--method", "bpa", "--budget", "10"] if method == "bpa" else []
+    printed = run_ok(capsys, ["rank", "--judge", spec, "--judge", rm_dir, "--data", table, "--committee-calibration",
+                              calibration, "--output", out, "--n-boot", 20, "--no-cache", "--quiet", *extra])  # fmt: skip
+    cost = read_json(out)["cost"]
+    spent = cost["calibration"][str(spec)]
+    member = cost["members"][str(spec)]
+    assert member.get("n_calls", member.get("n_judge_calls")) + spent["n_calls"] == calls(log)
+    assert spent["n_verdicts"] == 6 * 2 and cost["calibration"][str(rm_dir)]["n_verdicts"] == 6 * 2
+    assert f"- calibration of {spec}: {spent['n_calls']} judge calls" in printed
 
 
 @pytest.mark.parametrize("options", [[], ["--no-swap"], ["--runs", "3"]])

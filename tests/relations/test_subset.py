@@ -3,7 +3,8 @@ and composed with the others, in any order the selection is written. Applied to 
 ``--sample-ids`` and ``--samples`` (and their compositions) and `judge`'s ``--limit``.
 
 Owners: `emoreward.data.tables.DescriptionTable.subset` and `sample_subset` (the order of what is kept:
-`canonical_order`), `emoreward.cli.rank._load_table` (the order the selections apply in).
+`canonical_order`; a sample no kept model described is gone), `DescriptionTable.select` (the one order the
+selections apply in: models, then samples, then a random N).
 """
 
 from __future__ import annotations
@@ -61,6 +62,28 @@ def test_samples_n_equals_ranking_the_table_filtered_to_the_chosen_samples(also,
     table = load_description_table(write_jsonl(tmp_path / "f.jsonl", filtered)).sample_subset(5, seed=0)
     b = rank(capsys, rm_dir, [r for r in filtered if r["sample"] in table.samples], tmp_path / "b")
     assert_same_numbers(a, b)
+
+
+@pytest.mark.parametrize("method", ["full", "bpa"])
+def test_models_then_samples_equals_ranking_the_rows_of_the_kept_models(method, rm_dir, tmp_path, capsys):
+    """Two models that described only some samples (public report V14): ``--models`` + ``--samples`` draws among the
+    samples the kept models described, as on the table filtered to their rows (`DescriptionTable.select`)."""
+    from emoreward.data.tables import load_description_table
+
+    kept, others = ["alpha", "beta"], ["gamma", "delta"]
+    rows = table_rows(n_samples=4, models=kept)  # s0-s3; the other two models: t0-t5 only
+    rows += [{**r, "sample": f"t{r['sample']}"} for r in table_rows(n_samples=6, models=others, seed=2)]
+    extra = ["--method", "bpa"] if method == "bpa" else []
+    a = rank(capsys, rm_dir, rows, tmp_path / "a", ["--models", ",".join(kept), "--samples", 3, *extra])
+    filtered = [r for r in rows if r["model"] in kept]
+    table = load_description_table(write_jsonl(tmp_path / "f.jsonl", filtered)).sample_subset(3, seed=0)
+    b = rank(capsys, rm_dir, [r for r in filtered if r["sample"] in table.samples], tmp_path / "b", extra)
+    assert_same_numbers(a, b)
+    assert a["n_samples"] == 3 and len(a["models"]) == 2
+    if method == "bpa":  # every query on a sample both models described: 3 of 3 at the default budget
+        assert (a["n_pairs"], a["full_pairs"], sorted(a["n_comparisons"].values())) == (3, 3, [3, 3])
+    else:
+        assert sum(map(sum, a["W"]["wins"])) + sum(map(sum, a["W"]["ties"])) // 2 == 3
 
 
 def test_judge_limit_equals_judging_the_first_rows(length_judge_yaml, tmp_path, capsys):

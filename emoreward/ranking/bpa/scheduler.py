@@ -117,8 +117,14 @@ class BPAScheduler:
         return np.array([r.mu for r in self.ratings]), np.array([r.sigma for r in self.ratings])
 
     # -- pair selection ----------------------------------------------------------------------------------------------
-    def next_pair(self) -> tuple[str, str, str]:
+    def next_pair(self, open_pairs: np.ndarray | None = None) -> tuple[str, str, str]:
         """Propose the next pair to judge.
+
+        Args:
+            open_pairs (`np.ndarray` of shape `(N, N)`, *optional*): bool, symmetric, over ``items``: the pairs that
+                may still be asked (a pair whose every shared sample was asked is closed). The ranking-variance rule
+                picks its best open pair; another rule's closed pick becomes the least-compared open pair, so no pair
+                is asked again on a sample before every open one is covered. ``None``: every pair is open.
 
         Returns:
             (`str`, `str`, `str`): ``item_a``, ``item_b`` and the strategy (one of ``STRATEGIES``). Presentation
@@ -136,7 +142,9 @@ class BPAScheduler:
             "anchor": (self._anchor_pair, "anchor"),
             "bridge": (self._bridge_pair, "bridge"),
         }[policy]
-        i, j = pick()
+        i, j = pick(open_pairs) if pick == self._exploration_pair else pick()
+        if open_pairs is not None and not open_pairs[i, j]:
+            i, j = self._least_compared(open_pairs)
         if self.rng.random() < 0.5:
             i, j = j, i
         return self.items[i], self.items[j], strategy
@@ -153,6 +161,14 @@ class BPAScheduler:
         score = quality / (1.0 + self.pair_counts[i, pool]) * (1.0 + 1e-6 * self.rng.random(len(pool)))
         return int(pool[np.argmax(score)])
 
+    def _least_compared(self, open_pairs: np.ndarray) -> tuple[int, int]:
+        rows, cols = np.nonzero(np.triu(open_pairs, 1))
+        if not len(rows):
+            raise ValueError("no open pair left to propose")
+        counts = self.pair_counts[rows, cols] + 1e-3 * self.rng.random(len(rows))
+        k = int(np.argmin(counts))
+        return int(rows[k]), int(cols[k])
+
     def _random_pair(self) -> tuple[int, int]:
         n_items = len(self.items)
         while True:
@@ -160,15 +176,17 @@ class BPAScheduler:
             if i < self.n_candidates or j < self.n_candidates:
                 return int(i), int(j)
 
-    def _exploration_pair(self) -> tuple[int, int]:
+    def _exploration_pair(self, open_pairs: np.ndarray | None = None) -> tuple[int, int]:
         if self.sconfig.exploration_rule == "ranking_variance":
-            return self._ranking_variance_pair()
+            return self._ranking_variance_pair(open_pairs)
         return self._match_quality_pair()
 
-    def _ranking_variance_pair(self) -> tuple[int, int]:
+    def _ranking_variance_pair(self, open_pairs: np.ndarray | None = None) -> tuple[int, int]:
         m, _ = self._arrays()
         gain = ranking_variance_gains(m, self._cov, self._delta, self.config.slope, self._eta)
         gain = gain * (1.0 + 1e-6 * self.rng.random(gain.shape))  # random tie-break
+        if open_pairs is not None and open_pairs.any():
+            gain = np.where(open_pairs, gain, -np.inf)
         i, j = np.unravel_index(int(np.argmax(gain)), gain.shape)
         return int(i), int(j)
 

@@ -1,0 +1,88 @@
+"""Ranking in Python: `rank(table, annotator, method, fit)`, what `emoreward rank` runs after parsing its options.
+
+Annotators (who judges, what it costs) are `emoreward.ranking.annotators`; methods (which pairs to ask) are
+`emoreward.ranking.methods`. See docs/ranking.md ("Ranking in Python").
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from emoreward.data.tables import DescriptionTable
+
+
+def rank(table: DescriptionTable, annotator: Any, method: Any = None, fit: Mapping[str, Any] | None = None) -> Any:
+    """Rank the table's models with an annotator by a method.
+
+    Args:
+        table (`DescriptionTable`): the descriptions (select subsets first: `DescriptionTable.select`).
+        annotator: a registered annotator (`RewardModelAnnotator`, `JudgeAnnotator`, `Committee`, or one of yours).
+        method: a method object (`AllPairs`, `Hierarchical`, `BPA`, ...) or a registered name; default all pairs.
+        fit (`Mapping`, *optional*): passed as given to the fits (today `fit_ranking`'s keyword arguments:
+            ``tie_model``, ``n_boot``, ``alpha``, ``seed``, ``progress``, ``length_control``).
+
+    Returns:
+        `RankingReport` (all pairs, hierarchical) or `BPARankingReport` (BPA); ``cost`` is the annotator's ledger.
+
+    Raises:
+        ValueError: an unknown method name, a table the annotator refuses (`check`, before any work), no records
+            or a disconnected comparison graph. `MediaError` naming the table's line and field.
+    """
+    from emoreward.ranking.methods import AllPairs, method_for
+
+    method = AllPairs() if method is None else method_for(method) if isinstance(method, str) else method
+    annotator.check(table)
+    with media_errors_located(table):
+        return method.run(table, annotator, dict(fit or {}))
+
+
+@contextlib.contextmanager
+def media_errors_located(table: DescriptionTable) -> Iterator[None]:
+    """A media file that does not decode while judging: the error names the table, the line and the field."""
+    from emoreward.data.media import MediaError
+    from emoreward.data.media_check import locate_table_media_error
+
+    try:
+        yield
+    except MediaError as err:
+        raise locate_table_media_error(err, table) from None
+
+
+# the plots beside a report: written or not by each run (a BPA report draws none; the length-controlled scores only
+# when that fit is identified), and never left over from an earlier run into the same place
+PLOT_SUFFIXES = ("_scores.png", "_scores_length_controlled.png", "_W.png")
+
+
+def report_files(out: str | Path) -> list[tuple[Path, str, bool]]:
+    """The files a report written to ``out`` may take, ``(path, what, optional)``: the JSON, the Markdown beside it
+    (``.md``) and the plots (`PLOT_SUFFIXES`, optional), for claiming before any work (`utils.io.OutputFiles`)."""
+    out = Path(out)
+    files = [(out, "--output", False), (out.with_suffix(".md"), "the report's Markdown (--output with .md)", False)]
+    return files + [(out.with_name(out.stem + s), f"the plot {out.stem + s}", True) for s in PLOT_SUFFIXES]
+
+
+def write_report(report: Any, out: str | Path, written: Callable[[Path], Path] = Path) -> bool:
+    """Write a ranking report to ``out`` (JSON, atomically), its Markdown beside it and, for a report with a W
+    matrix, the scores and W plots (`report_files`); each path goes through ``written`` (e.g.
+    `OutputFiles.written`). Returns whether plots were drawn."""
+    from emoreward.utils.io import atomic_write_json, atomic_write_text
+
+    out = Path(out)
+    written(atomic_write_json(out, report.to_dict()))
+    written(atomic_write_text(out.with_suffix(".md"), report.to_markdown()))
+    if getattr(report, "counts", None) is None:  # BPA: no W matrix, no bootstrap fits
+        return False
+    from emoreward.ranking.plots import plot_scores, plot_win_matrix
+
+    scores, controlled, w = (path for path, _, optional in report_files(out) if optional)
+    plot_scores(report.ties.estimate, written(scores))
+    if report.controlled is not None and report.controlled.identified:
+        plot_scores(report.controlled.as_bt_result(), written(controlled))
+    plot_win_matrix(report.counts, written(w))
+    return True
+
+
+__all__ = ["PLOT_SUFFIXES", "media_errors_located", "rank", "report_files", "write_report"]

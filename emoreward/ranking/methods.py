@@ -1,0 +1,166 @@
+"""Ranking methods (`METHODS`, a registry): which (sample, model pair) queries to ask an annotator, and the fit.
+
+All pairs (EMER-Ranker, section 2), hierarchical (section 5) and BPA (E3mo-Bench). A method is an object with a
+``name`` and ``run(table, annotator, fit) -> report``; a new one is one module with a `register_method` call (worked
+example: tests/ranking/test_ranking_api.py). `emoreward.ranking.api.rank` runs one. See docs/ranking.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from emoreward.data.tables import DescriptionTable
+
+
+METHODS: dict[str, type] = {}
+"""Method name -> class; `method_for` and `emoreward rank` read it."""
+
+
+def register_method(cls: type) -> type:
+    """Register a method class under its ``name`` (usable as a decorator); ValueError on a name taken."""
+    if cls.name in METHODS and METHODS[cls.name] is not cls:
+        raise ValueError(f"ranking method {cls.name!r} is already registered ({METHODS[cls.name].__name__})")
+    METHODS[cls.name] = cls
+    return cls
+
+
+def method_for(name: str, options: Mapping[str, Any] | None = None) -> Any:
+    """The registered method ``name`` built from ``options`` (``from_options``: each method reads the option values
+    it needs, e.g. `emoreward rank`'s parsed options); ValueError on an unknown name, listing them."""
+    if name not in METHODS:
+        raise ValueError(f"unknown ranking method {name!r}; registered: {sorted(METHODS)}")
+    return METHODS[name].from_options(dict(options or {}))
+
+
+class Method:
+    """The base of a method: ``name``, ``from_options`` (default: no options) and ``run(table, annotator, fit)``."""
+
+    name = "custom"
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> Method:
+        return cls()
+
+    def run(self, table: DescriptionTable, annotator: Any, fit: Mapping[str, Any]) -> Any:
+        raise NotImplementedError
+
+
+def rank_queries(
+    table: DescriptionTable, answer: Any, queries: Sequence[tuple[str, str, str]], fit: Mapping[str, Any]
+) -> Any:
+    """Ask ``answer`` (a `PairAnswer`, e.g. ``annotator.pairs(table)``) each ``(sample, model_a, model_b)`` of
+    ``queries`` once and rank the table's models by the fits of one judge (`fit_ranking`, ``fit`` as its keyword
+    arguments). The cost is the annotator's own (``answer.cost()``: ``n_calls`` made, else one per query).
+
+    Returns:
+        `RankingReport`. Raises ValueError as `fit_ranking` (no records, a disconnected graph).
+    """
+    from emoreward.ranking.rank import fit_ranking, with_features
+    from emoreward.ranking.report import ranking_warnings
+
+    records = [r for q in queries for r in answer(*q)]
+    fits = fit_ranking(records, table.models, **with_features(table, fit))
+    own = answer.cost() if hasattr(answer, "cost") else {}
+    cost = {
+        "judge": own.get("judge", getattr(answer, "name", "custom")),
+        "n_judge_calls": own.get("n_calls", len(queries)),
+        "n_reused": own.get("n_reused", 0),
+        "n_invalid": own.get("n_invalid", 0),
+        "n_pairs": len(queries),
+        "n_records": len(records),
+        "annotator": own,
+    }
+    meta = {"tie_model": fits.ties.estimate.model, "n_samples": table.n_samples, "n_models": table.n_models}
+    report = fits.report(table.models, table.lengths(), cost, meta)
+    report.warnings = ranking_warnings(report)
+    return report
+
+
+@register_method
+class AllPairs(Method):
+    """Every (sample, model pair) asked once, Bradley-Terry fits with bootstrap intervals (EMER-Ranker, section 2);
+    the annotator asks them its batched way (`rank_all`: a reward model scores every description once)."""
+
+    name = "full"
+
+    def run(self, table: DescriptionTable, annotator: Any, fit: Mapping[str, Any]) -> Any:
+        return annotator.rank_all(table, fit)
+
+
+@register_method
+class Hierarchical(Method):
+    """EMER-Ranker section 5: within-group pairs, then the group winners' pairs. ``groups``: lists of models
+    (`emoreward.ranking.rank.parse_groups` reads ``"A,B|C,D"`` or K)."""
+
+    name = "hierarchical"
+
+    def __init__(self, groups: Sequence[Sequence[str]]):
+        if len(groups) < 2:
+            raise ValueError("the hierarchical scheme needs at least two groups")
+        self.groups = [list(g) for g in groups]
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> Hierarchical:
+        if not options.get("groups"):
+            raise ValueError(
+                "the hierarchical method needs its groups (option 'groups', e.g. parse_groups('A,B|C,D'))"
+            )
+        return cls(options["groups"])
+
+    def run(self, table: DescriptionTable, annotator: Any, fit: Mapping[str, Any]) -> Any:
+        return annotator.rank_all(table, fit, groups=self.groups)
+
+
+@register_method
+class BPA(Method):
+    """E3mo-Bench BPA (`rank_with_bpa`): only the queries the scheduler picks, each at most once, until ``budget``
+    (default every query, `shared_samples`) or the mean uncertainty falls below ``config.sigma_tau``; ``fit`` is
+    not used (BPA fits its own model)."""
+
+    name = "bpa"
+    DEFAULTS = {"budget": None, "sigma_tau": 0.3, "refit_every": 10, "policy": "exploration", "exploration": None}
+    """The option values of a ranking by BPA when not given (`from_options`; `emoreward rank`'s defaults): the
+    budget every query (`shared_samples`), a refit every 10 verdicts, exploration by the ranking-variance rule."""
+
+    def __init__(
+        self,
+        budget: int | None = None,
+        config: Any = None,
+        scheduler_config: Any = None,
+        seed: int = 0,
+        progress: bool | None = False,
+    ):
+        self.budget, self.config, self.scheduler_config = budget, config, scheduler_config
+        self.seed, self.progress = seed, progress
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> BPA:
+        """From option values: ``budget``, ``sigma_tau``, ``refit_every``, ``policy`` (``"paper"``: the paper's
+        scheduler, `PAPER_SCHEDULING`; else a `SchedulerConfig` policy), ``exploration`` (the exploration rule),
+        ``seed``, ``progress``; one left out or ``None`` takes its value in ``DEFAULTS``."""
+        from emoreward.ranking.bpa import PAPER_SCHEDULING, BPAConfig, SchedulerConfig
+
+        o = {**cls.DEFAULTS, **{k: options[k] for k in cls.DEFAULTS if options.get(k) is not None}}
+        schedule = dict(PAPER_SCHEDULING) if o["policy"] == "paper" else {"policy": o["policy"]}
+        if o["exploration"] is not None:
+            schedule["exploration_rule"] = o["exploration"]
+        seed = options.get("seed", 0)
+        schedule = SchedulerConfig(**schedule, refit_every=o["refit_every"], seed=seed)
+        return cls(o["budget"], BPAConfig(sigma_tau=o["sigma_tau"]), schedule, seed, options.get("progress"))
+
+    def run(self, table: DescriptionTable, annotator: Any, fit: Mapping[str, Any]) -> Any:
+        from emoreward.ranking.active import rank_with_bpa, shared_samples
+
+        budget = self.budget
+        if budget is None:
+            budget = sum(map(len, shared_samples(table).values()))
+        answer = annotator.pairs(table)
+        report = rank_with_bpa(
+            answer, table, budget, self.config, self.scheduler_config, self.seed, progress=self.progress
+        )
+        annotator.finish(report, answer)
+        return report
+
+
+__all__ = ["AllPairs", "BPA", "Hierarchical", "METHODS", "Method", "method_for", "rank_queries", "register_method"]
