@@ -16,6 +16,7 @@ from emoreward.evaluation.judge import Judge
 
 JudgeKind = Literal["reward-model", "zero-shot"]
 YAML_SUFFIXES = (".yaml", ".yml")
+TRAINED_JUDGE_FILE = "judge.yaml"  # `emoreward.training.judge.JUDGE_FILE`: the definition in a trained judge's folder
 REWARD_MODEL_OPTIONS = frozenset(
     {
         "tie_threshold",
@@ -48,6 +49,8 @@ ZERO_SHOT_OPTIONS = frozenset(
 def judge_kind(spec: str | Path) -> JudgeKind:
     """The kind of judge `spec` names; the one place this is decided.
 
+    - `"zero-shot"` too: a directory holding `judge.yaml` (a trained generative judge, `emoreward train` on a judge
+      recipe), loaded as the judge that file defines;
     - `"reward-model"`: an existing directory, or a path with a folder part and no YAML suffix (a model
       directory; `load_reward_model` reports one that is missing or incomplete, so a command can check its data
       first);
@@ -58,8 +61,8 @@ def judge_kind(spec: str | Path) -> JudgeKind:
         ValueError: an existing file that is not YAML (neither kind).
     """
     path = Path(spec).expanduser()
-    if path.is_dir():
-        return "reward-model"
+    if path.is_dir():  # a trained generative judge's folder carries its definition (`judge.yaml`)
+        return "zero-shot" if (path / TRAINED_JUDGE_FILE).is_file() else "reward-model"
     is_yaml = path.suffix.lower() in YAML_SUFFIXES
     if path.exists() and not is_yaml:
         raise ValueError(f"{spec} is a file, not a model directory or a .yaml judge definition")
@@ -120,6 +123,8 @@ def load_judge(spec: str | Path, **options: Any) -> Judge:
             f"judge {spec} is a zero-shot judge, which needs the `zero_shot` package (installed with emoreward; "
             f"import failed: {err})"
         ) from err
+    if path.is_dir():
+        path = path / TRAINED_JUDGE_FILE
     return zero_shot.load_judge(path if path.exists() else str(spec), **options)
 
 

@@ -340,8 +340,27 @@ def load_judge_config(
         if text not in registry:
             raise ValueError(f"unknown judge {text!r}; available: {sorted(registry)}")
         path = registry[text]
-    config = judge_config_from_dict(read_yaml(path), str(path), yaml_key_lines(path))
+    config = models_beside(judge_config_from_dict(read_yaml(path), str(path), yaml_key_lines(path)), path.parent)
     return trust_judge_code(config) if trust_remote_code else config
+
+
+def models_beside(config: JudgeConfig, folder: Path) -> JudgeConfig:
+    """``config`` with every local model (transformers backends) and the prompt set written ``.`` or ``./PATH``
+    resolved against ``folder``, the judge file's own: a trained judge's folder carries its definition
+    (`judge.yaml`, model ``.``, prompts ``./prompts.yaml``) and can be moved or copied whole."""
+    from dataclasses import replace
+
+    def beside(value: str) -> bool:
+        return value == "." or value.startswith("./")
+
+    changes: dict = {}
+    for section in ("mllm", "llm"):
+        model = getattr(config, section)
+        if model is not None and model.backend.startswith("transformers") and beside(model.model):
+            changes[section] = replace(model, model=str((folder / model.model).resolve()))
+    if beside(config.prompts):  # a prompt set shipped in the judge's folder
+        changes["prompts"] = str((folder / config.prompts).resolve())
+    return replace(config, **changes) if changes else config
 
 
 # ---------------------------------------------------------------------------------------------- backends

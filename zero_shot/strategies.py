@@ -167,6 +167,19 @@ def call_seed(base: int, *parts: object) -> int:
     return int.from_bytes(digest[:4], "little")
 
 
+def compare_prompt(prompts: PromptSet, pair: PreferencePair, media: MediaKind = "text") -> str:
+    """S1's question for a pair (template `compare_media`: the media hint, the subtitle line, both descriptions in
+    the pair's order): what a zero-shot judge is asked and what a trained judge learns to answer
+    (`emoreward.training.judge`)."""
+    return prompts.render(
+        "compare_media",
+        media=media,
+        subtitle=pair.media.subtitle,
+        description_1=pair.description_1,
+        description_2=pair.description_2,
+    )
+
+
 def media_kind(backend: Backend, media: MediaInput | None) -> MediaKind:
     """What the model is told it sees: `text` with no media, else the backend's choice.
 
@@ -501,13 +514,7 @@ class ZeroShotJudge:
         if self.strategy == "S1":
             for i, (p, order) in enumerate(zip(pairs, orders)):
                 media = self._media(p)
-                prompt = self.prompts.render(
-                    "compare_media",
-                    media=media_kind(self.mllm, media),
-                    subtitle=p.media.subtitle,
-                    description_1=p.description_1,
-                    description_2=p.description_2,
-                )
+                prompt = compare_prompt(self.prompts, p, media_kind(self.mllm, media))
                 steps[i]["input"] = "media" if media is not None else "text-only"
                 final[i] = self._make_call(self.mllm, "compare", "S1", p, order, run, prompt, media, final=True)
             self._execute([c for c in final if c is not None])

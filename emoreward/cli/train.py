@@ -23,8 +23,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     quiet_libraries()
     from emoreward.training.config import config_from_arguments
+    from emoreward.training.judge_config import JudgeTrainConfig, is_judge_recipe
 
+    if args.config is not None and is_judge_recipe(args.config):  # `recipe: judge`: a generative judge
+        from emoreward.training.config import recipe_fields
+
+        foreign = sorted(set(vars(args)) & set(recipe_fields()) - set(recipe_fields(JudgeTrainConfig)))
+        if foreign:  # a reward-model option has no meaning here: refused, never dropped
+            raise ValueError(f"--{foreign[0]} is a reward-model recipe field; {args.config} is a judge recipe")
+        return train_judge_and_report(config_from_arguments(args, JudgeTrainConfig))
     return train_and_report(config_from_arguments(args))
+
+
+def train_judge_and_report(config) -> int:
+    """Run a judge recipe (`emoreward.training.judge.run_judge_training`) and print its cross-validation table."""
+    from emoreward.training.judge import run_judge_training
+
+    check_output_dir(config.output_dir, "--output-dir")
+    report = run_judge_training(config)
+    out = Path(config.output_dir)
+    if report.get("markdown"):
+        print()
+        print(report["markdown"])
+    print(f"report: {out / 'report.json'}; judge: {report.get('model_dir') or 'not trained (final_fit: false)'}")
+    return EXIT_OK
 
 
 def check_side_effects(config) -> None:

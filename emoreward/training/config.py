@@ -738,4 +738,10 @@ def config_from_arguments(namespace: argparse.Namespace, config_class: type = Em
     return resolve_config(namespace.config, options=options, sets=list(namespace.set or []), config_class=config_class)
 
 
-load_recipe = load_config  # any recipe, text or multimodal (the same `EmoRewardConfig`)
+def load_recipe(path: str | Path | None = None, overrides: dict[str, Any] | None = None):
+    """Any recipe by its kind: a reward model's (text or multimodal: `EmoRewardConfig`) or a generative judge's
+    (``recipe: judge``: `emoreward.training.judge.JudgeTrainConfig`); as `load_config` otherwise."""
+    from emoreward.training.judge_config import JudgeTrainConfig, is_judge_recipe
+
+    judge = path is not None and is_judge_recipe(path)
+    return load_config(path, overrides, JudgeTrainConfig if judge else EmoRewardConfig)

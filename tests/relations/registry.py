@@ -41,6 +41,10 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "score": ("emoreward.models.base:RewardModel.score",),  # load_reward_model(...).score
     "grpo": ("emoreward.export.grpo:EmotionReward.__init__", "emoreward.export.grpo:EmotionReward.__call__"),
     "verl": ("emoreward.export.verl:compute_score",),
+    "pairwise_grpo": (
+        "emoreward.export.pairwise:PairwiseGroupReward.__init__",
+        "emoreward.export.pairwise:PairwiseGroupReward.__call__",
+    ),
     "openrlhf_http": (),  # POST /get_reward of `emoreward serve`
     "openrlhf_reward_func": ("emoreward.export.serve.reward_func:reward_func",),
     "ray": (),  # `emoreward serve --engine ray`: the same service in Ray Serve replicas
@@ -292,6 +296,19 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "solution_str": ("renaming",),
         "ground_truth": "the subtitle key of the context: tests/export",
         "extra_info": "the context of the sample: tests/test_data_context.py",
+    },
+    "pairwise_grpo": {
+        "*": ("permutation",),
+        "prompts": ("permutation",),
+        "completions": ("permutation",),
+        "judge": "any Judge: tests/export/test_pairwise.py (a scalar reward model and a rule judge, by hand)",
+        "opponents": "the judge budget: tests/export/test_pairwise.py (opponents met, calls counted)",
+        "subtitle_column": "a column name of the GRPO dataset: tests/export/test_pairwise.py",
+        "video_column": "a column name of the GRPO dataset: tests/export/test_pairwise.py",
+        "audio_column": "a column name of the GRPO dataset: tests/export/test_pairwise.py",
+        "sample_column": "a column name of the GRPO dataset: tests/export/test_pairwise.py (two samples, two groups)",
+        "name": "the name TRL logs the reward under",
+        "length_monitor": "the length monitor: tests/export/test_length_monitor*",
     },
     "openrlhf_http": {"*": ("renaming",)},
     "openrlhf_reward_func": {

@@ -40,6 +40,7 @@ COVERS = {
     "train": ("*", "--train_file"),
     "score": ("*", "descriptions"),
     "augment": ("*", "--data"),
+    "pairwise_grpo": ("*", "prompts", "completions"),
 }
 
 RANK_VARIANTS = {
@@ -162,3 +163,33 @@ def test_evaluate_is_invariant_to_the_order_of_a_negatives_file(rm_dir, tmp_path
         reports.append(read_json(out)["controlled_errors"])
     assert reports[0]["n_negatives"] > 12
     assert_same_numbers(*reports, ignore=(r"source$",))
+
+
+@pytest.mark.parametrize("kind", ["reward-model", "length-judge"])
+def test_pairwise_group_rewards_follow_each_completion_not_its_place(kind, rm_dir, length_judge_yaml):
+    """The pairwise GRPO route: a batch of two prompts' groups, shuffled (prompts interleaved): every completion
+    keeps its reward; the judge is a reward model (through its verdicts) or the scripted zero-shot judge, loaded by
+    the one resolver."""
+    import random
+
+    from emoreward.export.pairwise import PairwiseGroupReward
+    from emoreward.judges import load_judge
+
+    judge = load_judge(str(rm_dir if kind == "reward-model" else length_judge_yaml))
+    prompts = ["Describe it. Subtitle: I won!"] * 4 + ["Describe it. Subtitle: Go away."] * 4
+    completions = ["Joy, a wide smile.", "Calm.", "Elated and loud laughter.", "Mild surprise.",
+                   "Anger in a raised voice.", "Tired.", "Cold contempt, arms crossed.", "Neutral face."]  # fmt: skip
+    base = PairwiseGroupReward(judge, length_monitor=False)(prompts, completions)
+    by_completion = dict(zip(zip(prompts, completions), base))
+    order = list(range(8))
+    random.Random(0).shuffle(order)
+    got = PairwiseGroupReward(judge, length_monitor=False)(
+        [prompts[k] for k in order], [completions[k] for k in order]
+    )
+    assert got == [by_completion[(prompts[k], completions[k])] for k in order]
+    if kind == "length-judge":  # the longer description wins: win rates by hand
+        for group in (completions[:4], completions[4:]):
+            for text in group:
+                others = [len(o) for o in group if o != text]
+                hand = sum(len(text) > o for o in others) / 3
+                assert by_completion[(prompts[completions.index(text)], text)] == hand

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import torch
 
@@ -42,6 +43,19 @@ def text_identity(model_name_or_path: str, gguf_file: str | None, dtype: str) ->
         + f":{dtype}"
         + (f":content={content}" if content else "")
     )
+
+
+def chat_prompt_text(tokenizer: Any, request: ChatRequest) -> str:
+    """The text a chat model reads for `request` up to its answer: the chat template over the system and user
+    turns with the assistant turn opened. Scoring adds `request.answer_prefix`; a trained judge
+    (`emoreward.training.judge`) learns on the same text."""
+    return tokenizer.apply_chat_template(build_messages(request), tokenize=False, add_generation_prompt=True)
+
+
+def answer_separator(answer_prefix: str) -> str:
+    """What stands between the answer prefix (``"Answer:"``) and a verdict label: one space unless the prefix ends
+    in one (or there is no prefix)."""
+    return " " if answer_prefix and not answer_prefix.endswith(" ") else ""
 
 
 class TransformersTextBackend:
@@ -113,7 +127,7 @@ class TransformersTextBackend:
     def _prompt_text(self, request: ChatRequest) -> str:
         if request.media is not None and request.media.kinds():
             raise ValueError(f"text backend {self.identity!r} got media {sorted(request.media.kinds())}")
-        return self.tokenizer.apply_chat_template(build_messages(request), tokenize=False, add_generation_prompt=True)
+        return chat_prompt_text(self.tokenizer, request)
 
     def generate(self, requests: list[ChatRequest], sampling: SamplingConfig) -> list[Generation]:
         results: dict[int, Generation] = {}
@@ -199,7 +213,7 @@ class TransformersTextBackend:
         try:
             prompt = self._prompt_text(request) + request.answer_prefix
             prompt_ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-            sep = " " if request.answer_prefix and not request.answer_prefix.endswith(" ") else ""
+            sep = answer_separator(request.answer_prefix)
             conts = []
             for label in request.score_labels or ():
                 full = self.tokenizer(prompt + sep + label, add_special_tokens=False)["input_ids"]

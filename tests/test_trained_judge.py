@@ -1,0 +1,231 @@
+"""Trained generative judges (`emoreward.training.judge`): the rows are the text the judge is scored on, SFT (and DPO)
+with LoRA through TRL raise the gold verdict's probability, the saved folder is a judge for every command
+(`emoreward train` on a judge recipe, `emoreward evaluate --model FOLDER`), and a moved folder still loads."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _helpers import synthetic_pairs
+
+
+sys.path.insert(0, str(Path(__file__).parent / "export"))
+from bpe_chat import qwen_like_tokenizer  # noqa: E402
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def base_chat_model(tmp_path_factory) -> Path:
+    """A 2-layer Llama chat LM (hidden 32) on a ChatML byte-level BPE tokenizer, saved like a hub checkpoint."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = qwen_like_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        tie_word_embeddings=True,
+        initializer_range=0.2,
+    )
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("chat") / "base"
+    LlamaForCausalLM(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+SHORT_PROMPTS = """name: tiny
+version: 1
+system: ""
+media_hint: {video: v, video_frames: f, audio: a, text: t}
+subtitle_line: "{subtitle}"
+compare_media: "1: {description_1}\\n2: {description_2}"
+describe: "{media_hint}"
+compare_reference: "{reference} {description_1} {description_2}"
+reason_reference: "{reference} {description_1} {description_2}"
+extract_answer: "{reasoning}"
+logit_answer_prefix: "Answer:"
+"""
+
+
+def short_prompts(folder: Path) -> Path:
+    """A prompt set whose S1 question is just the two descriptions: tiny models learn it in seconds."""
+    path = folder / "tiny_prompts.yaml"
+    path.write_text(SHORT_PROMPTS)
+    return path
+
+
+def recipe(tmp_path: Path, base: Path, **fields) -> Path:
+    values = {
+        "recipe": "judge",
+        "model_name_or_path": str(base),
+        "num_train_epochs": 4,
+        "learning_rate": 3.0e-2,
+        "per_device_train_batch_size": 8,
+        "lora_r": 8,
+        "lora_alpha": 16,
+        "max_length": 2048,
+        "cv_folds": 0,
+        "logging_steps": 1,
+        "report_to": ["none"],
+        "use_cpu": True,
+        "seed": 0,
+        "output_dir": str(tmp_path / "out"),
+        "run_name": "tiny-judge",
+        "prompts": str(short_prompts(tmp_path)),
+        "disable_tqdm": True,
+        **fields,
+    }
+    import yaml
+
+    path = tmp_path / "judge.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return path
+
+
+def gold_probability(folder: Path, pairs) -> tuple[float, int]:
+    """Mean probability the judge in `folder` gives the gold verdict (both orders), and its INVALID count."""
+    from emoreward.evaluation.harness import run_judge
+    from zero_shot import load_judge
+
+    judge = load_judge(folder / "judge.yaml")
+    result = run_judge(judge, pairs, swap=True, runs=1)
+    probs, invalid = [], 0
+    for order in (result.normal[0], result.swapped[0]):  # both mapped to the original order
+        for pair, j in zip(pairs, order):
+            if j.p_first is None:
+                invalid += 1
+                continue
+            probs.append(j.p_first if pair.label == "1" else j.p_second)
+    return float(np.mean(probs)), invalid
+
+
+def test_rows_are_the_text_the_judge_scores(base_chat_model):
+    """The SFT prompt is the backend's chat text for S1's logit request plus the answer prefix; the completion is
+    the label as `_score` appends it; both orders, labels swapped."""
+    from emoreward.training.judge import preference_examples, verdict_examples
+    from zero_shot.backends.base import ChatRequest
+    from zero_shot.backends.transformers_text import TransformersTextBackend
+    from zero_shot.prompts import load_prompts
+    from zero_shot.strategies import compare_prompt
+
+    prompts = load_prompts("emoprefer_v1")
+    backend = TransformersTextBackend.from_pretrained(str(base_chat_model), dtype="float32", device="cpu")
+    pairs = synthetic_pairs(3)
+    rows, dropped = verdict_examples(pairs, prompts, backend.tokenizer)
+    assert dropped == 0 and len(rows) == 6
+    for k, pair in enumerate(pairs):
+        for row, ordered in zip(rows[2 * k : 2 * k + 2], (pair, pair.swapped())):
+            request = ChatRequest(prompt=compare_prompt(prompts, ordered), system=prompts.system)
+            assert row["prompt"] == backend._prompt_text(request) + "Answer:"
+            assert row["completion"] == " " + ordered.label
+    dpo = preference_examples(pairs, prompts, backend.tokenizer)
+    assert [(r["chosen"], r["rejected"]) for r in dpo[:2]] == [(" 1", " 2"), (" 2", " 1")] or pairs[0].label == "2"
+
+
+def test_a_tie_is_trained_or_dropped_and_counted(base_chat_model):
+    from transformers import AutoTokenizer
+
+    from emoreward.data import PreferencePair
+    from emoreward.training.judge import preference_examples, verdict_examples
+    from zero_shot.prompts import load_prompts
+
+    tok = AutoTokenizer.from_pretrained(base_chat_model)
+    pairs = [PreferencePair("a", "calm", "calm and quiet", "tie", row=1), *synthetic_pairs(2)]
+    prompts = load_prompts("emoprefer_v1")
+    rows, dropped = verdict_examples(pairs, prompts, tok)
+    assert dropped == 0 and [r["completion"] for r in rows[:2]] == [" tie", " tie"]
+    assert [(r["chosen"], r["rejected"]) for r in preference_examples(pairs, prompts, tok)[:4]] == [
+        (" tie", " 1"), (" tie", " 2"), (" tie", " 1"), (" tie", " 2")
+    ]  # fmt: skip
+    rows, dropped = verdict_examples(pairs, prompts, tok, ties="drop")
+    assert dropped == 1 and len(rows) == 4
+    with pytest.raises(ValueError, match="row 7: .* no label"):
+        verdict_examples([PreferencePair("u", "a", "b", None, row=7)], prompts, tok)
+
+
+def test_sft_then_dpo_teach_the_verdict_and_the_folder_is_a_judge(tmp_path, base_chat_model, capsys):
+    from emoreward.cli.main import main
+    from emoreward.training.config import resolve_config
+    from emoreward.training.judge import fit_judge, load_chat_model, save_judge
+    from emoreward.training.judge_config import JudgeTrainConfig
+
+    pairs = synthetic_pairs(16)
+    config = resolve_config(recipe(tmp_path, base_chat_model, dpo_epochs=1), config_class=JudgeTrainConfig)
+    before = tmp_path / "before"
+    model, tok = load_chat_model(config)
+    save_judge(model, tok, config, before)
+    p_before, invalid_before = gold_probability(before, pairs)
+    fit = fit_judge(config, pairs, tmp_path / "judge")
+    assert fit["sft_rows"] == 32 and fit["dpo_rows"] == 32
+    assert any(e.get("stage") == "dpo" for e in fit["train_log"])
+    p_after, invalid_after = gold_probability(tmp_path / "judge", pairs)
+    assert invalid_before == invalid_after == 0  # logit verdicts always answer
+    assert p_before < 0.5 and p_after > p_before + 0.3, (p_before, p_after)
+    # the folder moves whole (its model is ".", beside judge.yaml) and `evaluate` takes it as --model
+    moved = tmp_path / "elsewhere" / "judge"
+    shutil.copytree(tmp_path / "judge", moved)
+    data = tmp_path / "pairs.jsonl"
+    data.write_text(
+        "".join(
+            json.dumps({"sample_id": p.sample_id, "description_1": p.description_1,
+                        "description_2": p.description_2, "label": p.label}) + "\n"
+            for p in pairs
+        )
+    )  # fmt: skip
+    report = tmp_path / "report"
+    assert main(["evaluate", "--model", str(moved), "--data", str(data), "--output", str(report)]) == 0
+    printed = capsys.readouterr().out
+    assert "calls: 32 made" in printed  # 16 pairs, both orders, one run
+    evaluation = json.loads((report / "report.json").read_text())["strategies"]["S1"]["evaluation"]
+    assert evaluation["judge"]["two_class"]["n_invalid"] == 0 and evaluation["judge"]["two_class"]["n"] == 16
+    assert evaluation["judge"]["two_class"]["waf"] > 80  # the pairs it was trained on
+
+
+def test_emoreward_train_runs_a_judge_recipe(tmp_path, base_chat_model, capsys):
+    from emoreward.cli.main import main
+
+    path = recipe(tmp_path, base_chat_model, cv_folds=2, num_train_epochs=1, train_file=str(write_pairs(tmp_path)))
+    assert main(["train", "--config", str(path)]) == 0
+    out = tmp_path / "out"
+    report = json.loads((out / "report.json").read_text())
+    assert report["recipe"] == "judge" and len(report["folds"]) == 2
+    assert (out / "model" / "judge.yaml").exists()
+    assert "length baseline" in capsys.readouterr().out
+
+
+def write_pairs(tmp_path: Path) -> Path:
+    path = tmp_path / "train.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"sample_id": p.sample_id, "description_1": p.description_1,
+                        "description_2": p.description_2, "label": p.label}) + "\n"
+            for p in synthetic_pairs(16)
+        )
+    )  # fmt: skip
+    return path
+
+
+def test_a_reward_model_option_is_refused_on_a_judge_recipe(tmp_path, base_chat_model, capsys):
+    from emoreward.cli.main import main
+
+    path = recipe(tmp_path, base_chat_model)
+    assert main(["train", "--config", str(path), "--length_debias", "penalty"]) == 2
+    assert "--length_debias is a reward-model recipe field" in capsys.readouterr().err
+    assert main(["train", "--config", str(path), "--set", "ties=rao-kupper"]) == 2
+    assert "--set ties=rao-kupper: ties: 'rao-kupper' is not one of ['train', 'drop']" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
