@@ -147,3 +147,29 @@ def test_a_bad_negatives_file_is_one_line_before_any_work(bad, model_dir, tmp_pa
     if bad == "tampered":
         assert "neg.jsonl, row 2, field 'original_span'" in err
     assert not (tmp_path / "r.json").exists()
+
+
+def test_pooled_folds_equal_the_section_of_all_negatives():
+    from emoreward.evaluation.controlled import pool_sections
+
+    negs = [
+        make_negative("a", "She is happy.", "emotion_flip", 7, 12, "sad"),
+        make_negative("b", "He is smiling.", "evidence_contradiction", 6, 13, "frowning", modality="face"),
+        make_negative("c", "She is calm.", "emotion_flip", 7, 11, "cool"),
+        make_negative("d", "A slight smile.", "intensity_mismatch", 2, 8, "strong"),
+    ]
+    normal, swapped = [["1", "tie", "2", "1"]], [["1", "2", "2", "invalid"]]
+    whole = controlled_section(negs, normal, swapped, "x")
+    parts = [controlled_section(negs[:2], [normal[0][:2]], [swapped[0][:2]], "x"),
+             controlled_section(negs[2:], [normal[0][2:]], [swapped[0][2:]], "x")]  # fmt: skip
+    pooled = pool_sections(parts, "x")
+    assert rounded(pooled["kinds"]) == rounded(whole["kinds"]) and rounded(pooled["all"]) == rounded(whole["all"])
+    assert pooled["n_negatives"] == 4 and pooled["n_sections"] == 2
+
+
+def rounded(value):
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rounded(v) for v in value]
+    return round(value, 9) if isinstance(value, float) else value

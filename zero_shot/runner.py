@@ -21,8 +21,8 @@ from emoreward.data import PreferencePair
 from emoreward.data.negatives import Negative
 from emoreward.data.text import markdown_cell
 from emoreward.evaluation import metrics
-from emoreward.evaluation.controlled import controlled_errors, controlled_markdown
-from emoreward.evaluation.harness import JudgementSet, evaluate_judgements, run_judge
+from emoreward.evaluation.controlled import controlled_markdown
+from emoreward.evaluation.harness import JudgementSet, controlled_errors, evaluate_judgements, run_judge
 from emoreward.utils.io import atomic_write_json, atomic_write_text
 from zero_shot.backends.base import Backend
 from zero_shot.cache import CallCache

@@ -189,20 +189,16 @@ def _run_reward_model(args: argparse.Namespace, spec: str) -> int:
     if _command(args) == "judge":
         print(f"{prog}: {spec} is a reward model: one deterministic run, normal and swapped order")
     try:
-        evaluation = evaluate_reward_judge(judge, pairs, tie_policy=args.two_class_ties)
+        evaluation = evaluate_reward_judge(judge, pairs, tie_policy=args.two_class_ties, controlled=controlled)
     except MediaError as err:  # a file that exists but does not decode: name the pair's row and field
         raise locate_media_error(err, pairs, str(args.data)) from None
     evaluation.update(model=spec, data=str(args.data), n_in_sample_pairs=n_in_sample)
     title = f"{spec} on {args.data} ({len(pairs)} pairs{', IN-SAMPLE' if n_in_sample else ''})"
     table = markdown_table(headline(evaluation), title)
     if controlled is not None:
-        from emoreward.evaluation.controlled import controlled_errors, controlled_markdown
+        from emoreward.evaluation.controlled import controlled_markdown
 
-        scored = judge.n_scored
-        section = controlled_errors(judge, controlled[0], source=controlled[1])
-        section["n_descriptions_scored"] = judge.n_scored - scored
-        evaluation["controlled_errors"] = section
-        table += "\n" + controlled_markdown(section)
+        table += "\n" + controlled_markdown(evaluation["controlled_errors"])
     print(table)
     print(
         f"scored {evaluation['n_descriptions_scored']} descriptions in {evaluation['scoring_seconds']:.1f}s "

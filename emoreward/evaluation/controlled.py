@@ -1,6 +1,6 @@
 """The controlled-error section of every report (issue 38): per kind of controlled negative, the share where a judge
 prefers the original, with a Wilson interval, in both orders with swap consistency, beside the length judge (prefers
-the longer) and random (50%). Reward models and zero-shot judges alike, through the shared harness. See
+the longer) and random (50%). Reward models and zero-shot judges alike (judged by `harness.controlled_errors`). See
 docs/evaluation.md, "Controlled errors".
 """
 
@@ -11,10 +11,7 @@ from collections.abc import Sequence
 
 from emoreward.data.negatives.records import KINDS, Negative
 from emoreward.data.text import description_length, markdown_cell
-from emoreward.data.verdicts import Judgement
 from emoreward.evaluation import metrics
-from emoreward.evaluation.harness import run_judge
-from emoreward.evaluation.judge import Judge
 
 
 Z95 = 1.959963984540054  # the two-sided 95% normal quantile
@@ -86,22 +83,44 @@ def controlled_section(
     }
 
 
-def controlled_errors(judge: Judge, negatives: Sequence[Negative], *, source: str, runs: int = 1,
-                      swap: bool = True) -> dict:  # fmt: skip
-    """Judge every negative as the pair (original, negative) in normal and swapped order (`harness.run_judge`) and
-    build the section (`controlled_section`); a judge of either kind (a reward model, a zero-shot judge).
-
-    Raises:
-        ValueError: the judge returns the wrong number of judgements."""
-    if not negatives:
-        return controlled_section([], [[]], [[]] if swap else [], source)
-    pairs = [n.pair(i + 1) for i, n in enumerate(negatives)]
-    result = run_judge(judge, pairs, swap=swap, runs=runs)
-    return controlled_section(negatives, _verdicts(result.normal), _verdicts(result.swapped), source)
+def _pool_share(cells: list[dict]) -> dict:
+    n = sum(c["n"] for c in cells)
+    k = sum(c["prefers_original"] for c in cells)
+    ci = wilson_interval(k, n)
+    return {"n": n, "prefers_original": k, "ties": sum(c["ties"] for c in cells),
+            "invalid": sum(c["invalid"] for c in cells), "rate": 100.0 * k / n if n else None,
+            "ci95": list(ci) if ci else None}  # fmt: skip
 
 
-def _verdicts(runs: list[list[Judgement]]) -> list[list[str]]:
-    return [[j.verdict.value for j in run] for run in runs]
+def _weighted(rows: list[dict], value) -> float | None:
+    pairs = [(r["n"], value(r)) for r in rows if r["n"] and value(r) is not None]
+    total = sum(n for n, _ in pairs)
+    return sum(n * v for n, v in pairs) / total if total else None
+
+
+def _pool_row(rows: list[dict]) -> dict:
+    judge = {**_pool_share([r["judge"] for r in rows])}
+    if "swapped_order" in rows[0]["judge"]:
+        judge["swapped_order"] = _pool_share([r["judge"]["swapped_order"] for r in rows])
+        judge["both_orders"] = _pool_share([r["judge"]["both_orders"] for r in rows])
+        judge["swap_consistency"] = _weighted(rows, lambda r: r["judge"]["swap_consistency"])
+    return {"n": sum(r["n"] for r in rows), "judge": judge,
+            "length_judge": _pool_share([r["length_judge"] for r in rows]),
+            "length_change_mean": _weighted(rows, lambda r: r["length_change_mean"]), "random": 50.0}  # fmt: skip
+
+
+def pool_sections(sections: Sequence[dict], source: str) -> dict:
+    """One section from several over disjoint negatives (the held-out folds of a cross-validation): counts summed,
+    rates and Wilson intervals recomputed on the sums, swap consistency and mean length change weighted by n."""
+    return {
+        "source": source,
+        "ties": TIES_RULE,
+        "n_negatives": sum(s["n_negatives"] for s in sections),
+        "runs": sections[0]["runs"],
+        "n_sections": len(sections),
+        "kinds": {k: _pool_row([s["kinds"][k] for s in sections]) for k in KINDS},
+        "all": _pool_row([s["all"] for s in sections]),
+    }
 
 
 def _pct(cell: dict | None) -> str:
@@ -134,5 +153,5 @@ def controlled_markdown(section: dict, title: str = "Controlled errors") -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["TIES_RULE", "controlled_errors", "controlled_markdown", "controlled_section", "length_verdict",
-           "wilson_interval"]  # fmt: skip
+__all__ = ["TIES_RULE", "controlled_markdown", "controlled_section", "length_verdict",
+           "pool_sections", "wilson_interval"]  # fmt: skip

@@ -16,10 +16,12 @@ from emoreward.data import PreferencePair
 from emoreward.data.text import identity_text
 from emoreward.data.verdicts import Judgement
 from emoreward.evaluation import metrics
+from emoreward.evaluation.controlled import controlled_section
 from emoreward.evaluation.judge import Judge, RewardModelJudge
 
 
 if TYPE_CHECKING:  # importing the models pulls in transformers; the zero-shot harness does not need it
+    from emoreward.data.negatives import Negative
     from emoreward.models.base import RewardModel
 
 
@@ -63,6 +65,24 @@ def run_judge(judge: Judge, pairs: Sequence[PreferencePair], *, swap: bool = Tru
             _check(judge, back, pairs)
             result.swapped.append(back)
     return result
+
+
+def controlled_errors(judge: Judge, negatives: Sequence[Negative], *, source: str, runs: int = 1,
+                      swap: bool = True) -> dict:  # fmt: skip
+    """Judge every negative as the pair (original, negative) in normal and swapped order (`run_judge`) and
+    build the section (`controlled.controlled_section`); a judge of either kind (a reward model, a zero-shot judge).
+
+    Raises:
+        ValueError: the judge returns the wrong number of judgements."""
+    if not negatives:
+        return controlled_section([], [[]], [[]] if swap else [], source)
+    pairs = [n.pair(i + 1) for i, n in enumerate(negatives)]
+    result = run_judge(judge, pairs, swap=swap, runs=runs)
+    return controlled_section(negatives, _verdicts(result.normal), _verdicts(result.swapped), source)
+
+
+def _verdicts(runs: list[list[Judgement]]) -> list[list[str]]:
+    return [[j.verdict.value for j in run] for run in runs]
 
 
 def _check(judge: Judge, judgements: list[Judgement], pairs: list[PreferencePair]) -> None:
@@ -163,21 +183,30 @@ def evaluate_model(
     batch_size: int | None = None,
     media_errors: str = "raise",
     tie_threshold: float | None = None,
+    controlled: tuple[Sequence[Negative], str] | None = None,
 ) -> dict:
     """Judge labelled pairs with any reward model (a `RewardModelJudge` with these settings) and compute every
-    metric (`evaluate_reward_judge`).
+    metric (`evaluate_reward_judge`, with its `controlled` negatives).
 
     Raises:
         MediaError: bad media with `media_errors="raise"`."""
     judge = RewardModelJudge(model, tie_threshold=tie_threshold, batch_size=batch_size, media_errors=media_errors)
-    return evaluate_reward_judge(judge, pairs, tie_policy=tie_policy)
+    return evaluate_reward_judge(judge, pairs, tie_policy=tie_policy, controlled=controlled)
 
 
-def evaluate_reward_judge(judge: RewardModelJudge, pairs: list[PreferencePair], *, tie_policy: str = "wrong") -> dict:
+def evaluate_reward_judge(
+    judge: RewardModelJudge,
+    pairs: list[PreferencePair],
+    *,
+    tie_policy: str = "wrong",
+    controlled: tuple[Sequence[Negative], str] | None = None,
+) -> dict:
     """The evaluation of a reward model as a judge (the shared harness, normal and swapped order, one run) with
     every metric of `evaluate_judgements`; the dict also holds the tie threshold, the scoring cost and precision
     (`scoring_seconds`, `scoring_dtype`), the per-pair rewards in the normal order (`pair_rewards`), the truncation
-    count, the pairs with identical descriptions and, for skipped media, `media_errors`.
+    count, the pairs with identical descriptions, for skipped media, `media_errors`, and with `controlled`
+    (`(negatives, where they come from)`) the controlled-error section (`controlled_errors`,
+    `emoreward.evaluation.controlled`; its `n_descriptions_scored` counts what scoring the negatives added).
 
     Raises:
         MediaError: bad media with the judge's `media_errors="raise"`.
@@ -210,4 +239,8 @@ def evaluate_reward_judge(judge: RewardModelJudge, pairs: list[PreferencePair], 
         evaluation["identical_description_ids"] = identical
     if judge.errors:
         evaluation["media_errors"] = dict(judge.errors)
+    if controlled is not None:
+        scored = judge.n_scored
+        evaluation["controlled_errors"] = controlled_errors(judge, controlled[0], source=controlled[1])
+        evaluation["controlled_errors"]["n_descriptions_scored"] = judge.n_scored - scored
     return evaluation

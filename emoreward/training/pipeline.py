@@ -23,7 +23,9 @@ from sklearn.model_selection import StratifiedKFold
 from transformers import set_seed
 
 from emoreward.data import PreferencePair, load_pairs
+from emoreward.data.negatives import generate_negatives
 from emoreward.data.pairs import canonical_pairs
+from emoreward.evaluation.controlled import controlled_markdown, pool_sections
 from emoreward.evaluation.harness import evaluate_model
 from emoreward.evaluation.judge import RewardModelJudge
 from emoreward.evaluation.metrics import calibrate_tie_threshold
@@ -67,6 +69,7 @@ logger = logging.getLogger(__name__)
 
 # written last into a fold or model directory: the work there is complete (an interrupted run skips it)
 FINISHED_FILE = "finished.json"
+CONTROLLED_SOURCE = "rules engine on the preferred descriptions of the evaluated pairs"
 
 
 @dataclass
@@ -247,6 +250,7 @@ def _default_evaluate(config: EmoRewardConfig) -> Callable[[RewardModel, list[Pr
         tie_policy=config.two_class_tie_policy,
         batch_size=config.score_batch_size,
         media_errors=config.media_errors,
+        controlled=(generate_negatives(test).negatives, CONTROLLED_SOURCE),  # negatives of the evaluated pairs only
     )
 
 
@@ -434,6 +438,11 @@ class CrossValidation:
             f"{config.cv_folds}-fold cross-validation on {len(self.pairs)} pairs (mean ± std over folds, held-out "
             "folds)",
         )
+        sections = [f["controlled_errors"] for f in fold_reports if "controlled_errors" in f]
+        if sections:  # every held-out pair in one fold: the folds' negatives are disjoint, their counts add up
+            pooled = pool_sections(sections, f"{CONTROLLED_SOURCE}, pooled over {len(sections)} folds")
+            cross_validation["controlled_errors"] = pooled
+            markdown += "\n" + controlled_markdown(pooled, "Controlled errors (held-out folds)")
         return cross_validation, markdown
 
     def __enter__(self) -> CrossValidation:
@@ -502,6 +511,9 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
             evaluation = _default_evaluate(config)(model, eval_pairs)
             report["eval_file"] = {"path": str(config.eval_file), "evaluation": evaluation}
             table = markdown_table(headline(evaluation), f"held-out file {config.eval_file}")
+            table += "\n" + controlled_markdown(
+                evaluation["controlled_errors"], f"Controlled errors, {config.eval_file}"
+            )
             report["markdown"] = (report.get("markdown", "") + "\n" + table).lstrip("\n")
             if wandb_enabled(config):
                 log_evaluation(evaluation, prefix="eval_file", config=config, kind="final-fit", title=config.eval_file)

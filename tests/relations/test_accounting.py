@@ -120,6 +120,20 @@ def test_train_folds_hold_every_pair_once(tiny_bert_dir, tmp_path, capsys):
     assert len(folds) == 3 and report["n_pairs"] == 24
     assert sum(f["n_pairs"] for f in folds) == 24, [f.get("n_pairs") for f in folds]
     assert all(f["n_train"] + f["n_pairs"] == 24 for f in folds)
+    # the controlled-error section: each fold judges the negatives of its held-out pairs; pooled, every negative once
+    pooled = report["cross_validation"]["controlled_errors"]
+    assert [f["controlled_errors"]["n_negatives"] for f in folds] == [
+        len(controlled_texts([r for r in rows if r["sample_id"] in held_out(f)])) for f in folds
+    ]
+    assert pooled["n_negatives"] == len(controlled_texts(rows)) == sum(r["n"] for r in pooled["kinds"].values())
+    assert pooled["all"]["judge"]["prefers_original"] == sum(
+        f["controlled_errors"]["all"]["judge"]["prefers_original"] for f in folds
+    )
+    assert "### Controlled errors (held-out folds)" in (tmp_path / "out" / "report.md").read_text()
+
+
+def held_out(fold: dict) -> set[str]:
+    return set(fold["pair_rewards"]["sample_id"])
 
 
 def controlled_texts(rows) -> list[tuple[str, str]]:

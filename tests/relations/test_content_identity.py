@@ -82,17 +82,32 @@ def test_judge_reruns_exactly_the_changed_pairs(length_judge_yaml, tmp_path, cap
     ]
 
     run_ok(capsys, argv)
-    first = read_json(out / "report.json")["calls"]
-    assert (first["made"], first["cached"]) == (2 * len(rows), 0)  # normal and swapped order per pair
+    first = read_json(out / "report.json")
+    n = len(rows) + first["controlled_errors"]["S1"]["n_negatives"]  # the pairs and their controlled negatives
+    assert (first["calls"]["made"], first["calls"]["cached"]) == (2 * n, 0)  # normal and swapped order per pair
     run_ok(capsys, argv)
     same = read_json(out / "report.json")["calls"]
-    assert (same["made"], same["cached"]) == (0, 2 * len(rows))
+    assert (same["made"], same["cached"]) == (0, 2 * n)
 
-    rows[3] = {**rows[3], "description_2": rows[3]["description_2"] + " She sighs."}  # a corrected row
+    before = negative_contents(rows)
+    side = "description_1" if rows[3]["label"] == "1" else "description_2"  # the preferred side: new negatives too
+    rows[3] = {**rows[3], side: rows[3][side] + " She sighs."}  # a corrected row
     write_jsonl(data, rows)
     run_ok(capsys, argv)  # redone, not refused
-    one = read_json(out / "report.json")["calls"]
-    assert (one["made"], one["cached"]) == (2, 2 * (len(rows) - 1))
+    report = read_json(out / "report.json")
+    one, n_now = report["calls"], len(rows) + report["controlled_errors"]["S1"]["n_negatives"]
+    after = negative_contents(rows)
+    changed = 1 + len(after - before)  # the pair and the negatives of its new text
+    assert len(after - before) >= 1
+    assert (one["made"], one["cached"]) == (2 * changed, 2 * (n_now - changed))
+
+
+def negative_contents(rows) -> set:
+    from emoreward.data import pairs_from_records
+    from emoreward.data.negatives import generate_negatives
+
+    pairs = pairs_from_records(enumerate(rows, start=1), "rows")
+    return {(n.original, n.negative) for n in generate_negatives(pairs).negatives}
 
 
 def test_a_judge_model_folder_changed_in_place_is_another_judge(tiny_llama_dir, tmp_path):
