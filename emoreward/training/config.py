@@ -120,6 +120,24 @@ class EmoRewardConfig(RewardConfig):
         },
     )
 
+    # ------------------------------------------------------------------ controlled negatives
+    controlled_negatives: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Train on controlled negatives too: kinds (emotion_flip, intensity_mismatch, "
+            "evidence_contradiction, modality_omission; 'all' for the four) written by the rules engine from the "
+            "preferred description of each training pair, each a pair 'original over negative' beside the human "
+            "pairs (emoreward.data.negatives; docs/training.md). None: human pairs only."
+        },
+    )
+    controlled_negatives_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "Take the negatives from this file (`emoreward augment` output, any engine) instead of writing "
+            "them: only those of the fit's own samples train it, so a held-out fold's negatives never do."
+        },
+    )
+
     # ------------------------------------------------------------------ length control
     length_debias: LengthDebias = field(
         default="none",
@@ -300,6 +318,11 @@ class EmoRewardConfig(RewardConfig):
         if self.cv_folds < 0:
             raise ValueError(f"cv_folds must be >= 0, got {self.cv_folds}")
         self.fit_workers = parse_fit_workers(self.fit_workers)
+        self.controlled_negatives = negative_kinds(self.controlled_negatives)
+        if self.controlled_negatives_file is not None and not self.controlled_negatives:
+            raise ValueError(
+                "controlled_negatives_file needs controlled_negatives (the kinds to take from it, or [all])"
+            )
         if self.cv_folds <= 1 and not self.final_fit:
             raise ValueError(f"cv_folds={self.cv_folds} and final_fit=false: the recipe trains nothing")
         if self.max_steps <= 0 and not (self.num_train_epochs > 0 and math.isfinite(self.num_train_epochs)):
@@ -406,6 +429,24 @@ def resolve_training_bf16(
     return on, bool(use_cpu or (on and device == "cpu"))
 
 
+def negative_kinds(kinds: list[str] | None) -> list[str] | None:
+    """The `controlled_negatives` field in its one form: None (none), or kinds of `emoreward.data.negatives.KINDS` in
+    that order (``all``: the four).
+
+    Raises:
+        ValueError: an unknown kind (the message lists them)."""
+    from emoreward.data.negatives import KINDS
+
+    if not kinds:
+        return None
+    if "all" in kinds:
+        return list(KINDS)
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        raise ValueError(f"controlled_negatives: unknown kind {unknown[0]!r}; available: {[*KINDS, 'all']}")
+    return [k for k in KINDS if k in kinds]
+
+
 # Recipe fields beyond transformers.TrainingArguments and the backbone kinds that read them. A field set (to
 # anything but its default) for a kind that does not read it is refused by `EmoRewardConfig.__post_init__`.
 _BOTH = frozenset({"text", "media"})
@@ -447,6 +488,8 @@ FIELD_SUPPORT: dict[str, frozenset[str]] = {
     "ties": _BOTH,
     "tie_parameter": _BOTH,
     "truncation": _BOTH,
+    "controlled_negatives": _BOTH,
+    "controlled_negatives_file": _BOTH,
     # objective
     "length_debias": _BOTH,
     "odin_length_weight": _BOTH,

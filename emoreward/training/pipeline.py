@@ -43,6 +43,7 @@ from emoreward.training.fit_workers import (
     thread_budget,
     torch_threads,
 )
+from emoreward.training.negatives import training_pairs
 from emoreward.training.objectives import get_objective
 from emoreward.training.preprocess import ExclusionReport
 from emoreward.training.provenance import write_training_data
@@ -119,8 +120,9 @@ def fit_reward_model(
     if adapter.kind == "text":  # forward passes in length groups: little padding (see LengthSplitAdapter)
         adapter = LengthSplitAdapter(adapter, multiple=config.pad_to_multiple_of)
     model = adapter.build_model(config)
-    dataset, exclusions = encoded_dataset(pairs, model, config)
-    logger.info("%s: %s", run_name, exclusions.summary())
+    trained_on = training_pairs(config, pairs)  # the human pairs, plus controlled negatives of them if asked
+    dataset, exclusions = encoded_dataset(trained_on.pairs, model, config)
+    logger.info("%s: %s; %s", run_name, trained_on.summary(), exclusions.summary())
     changes = {"output_dir": str(output_dir), "run_name": run_name, "save_strategy": config.save_strategy}
     if not save:
         changes.update(save_strategy="no", load_best_model_at_end=False)
@@ -141,7 +143,7 @@ def fit_reward_model(
     )
     checkpoint = None
     if save:
-        identity = run_identity(config, pairs)
+        identity = run_identity(config, trained_on.pairs)
         trainer.run_identity = identity
         checkpoint, skipped = _last_checkpoint(output_dir)
         if checkpoint is not None:

@@ -86,7 +86,9 @@ def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> di
 
     backbone = source_identity(config.model_name_or_path)
     # paths are no identity where their content is one: the pairs are `data`, a local backbone is `backbone`
-    by_content = {"train_file"} | ({"model_name_or_path"} if backbone is not None else set())
+    by_content = {"train_file", "controlled_negatives_file"} | (
+        {"model_name_or_path"} if backbone is not None else set()
+    )
     recipe = {k: v for k, v in public_config(config).items() if k not in NOT_RESULT_FIELDS | by_content}
     recipe = json.loads(json.dumps(recipe, sort_keys=True, default=str))  # as it reads back from the JSON file
     from emoreward.data.pairs import canonical_pairs
@@ -106,9 +108,12 @@ def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> di
         "recipe": recipe,
         "execution": execution_parameters(config),
     }
-    identity["fingerprint"] = _digest(
-        [identity["data"], identity["labels"], identity["backbone"], recipe, identity["execution"]]
-    )
+    parts = [identity["data"], identity["labels"], identity["backbone"], recipe, identity["execution"]]
+    if config.controlled_negatives_file:  # its content, not its path
+        with open(config.controlled_negatives_file, "rb") as fh:
+            identity["negatives"] = hashlib.file_digest(fh, "sha256").hexdigest()
+        parts.append(identity["negatives"])
+    identity["fingerprint"] = _digest(parts)
     return identity
 
 

@@ -1,0 +1,54 @@
+"""What a fit trains on: the human pairs plus, with `controlled_negatives:` in the recipe, controlled negatives of
+those pairs' preferred descriptions (`emoreward.data.negatives`), each the pair "original over negative". Written
+from, or taken for, the fit's own samples only, so a held-out fold's negatives never train it. See docs/training.md.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from emoreward.data import PreferencePair
+from emoreward.data.negatives import generate_negatives, read_negatives
+
+
+@dataclass(frozen=True)
+class TrainingPairs:
+    """`pairs` (the human pairs, then the negatives' pairs), `n_human`, and the negatives used per kind."""
+
+    pairs: list[PreferencePair]
+    n_human: int
+    per_kind: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        if not self.per_kind:
+            return f"{self.n_human} human pairs"
+        kinds = ", ".join(f"{k} {n}" for k, n in self.per_kind.items())
+        return f"{self.n_human} human pairs + {len(self.pairs) - self.n_human} controlled negatives ({kinds})"
+
+
+def training_pairs(config, pairs: list[PreferencePair]) -> TrainingPairs:
+    """The pairs one fit trains on (`TrainingPairs`).
+
+    Args:
+        config: the recipe (`controlled_negatives`: kinds or None; `controlled_negatives_file`: a negatives file).
+        pairs: the fit's human pairs (a cross-validation fold's training folds, or every pair for the final fit).
+
+    Raises:
+        DataError: a bad negatives file (file, row, field)."""
+    kinds = config.controlled_negatives
+    if not kinds:
+        return TrainingPairs(list(pairs), len(pairs))
+    if config.controlled_negatives_file:
+        samples = {p.sample_id for p in pairs}
+        negatives = [
+            n for n in read_negatives(config.controlled_negatives_file) if n.kind in kinds and n.sample_id in samples
+        ]
+    else:
+        negatives = generate_negatives(pairs, kinds=kinds).negatives
+    per_kind = Counter(n.kind for n in negatives)
+    extra = [n.pair(row=len(pairs) + k + 1) for k, n in enumerate(negatives)]
+    return TrainingPairs([*pairs, *extra], len(pairs), {k: per_kind[k] for k in kinds})
+
+
+__all__ = ["TrainingPairs", "training_pairs"]
