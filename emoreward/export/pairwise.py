@@ -17,7 +17,7 @@ from emoreward.data.pairs import PreferencePair
 from emoreward.data.text import identity_text
 from emoreward.data.verdicts import Verdict
 from emoreward.export.grpo import completion_text
-from emoreward.export.length_monitor import LengthMonitor, defined
+from emoreward.export.length_monitor import LengthMonitor, defined, logged_key
 
 
 # a verdict, seen from the first description: its score in the win rate
@@ -330,8 +330,9 @@ class PairwiseGroupReward:
             f"{self.__name__}/invalid_orders": float(cost.invalid_orders),
             f"{self.__name__}/undecided": float(cost.undecided),
         }
-        if self.length_monitor is not None:
-            figures.update(self.length_monitor.update(rewards, texts))
+        if self.length_monitor is not None:  # under this function's own name (`logged_key`), as `EmotionReward`'s
+            length = self.length_monitor.update(rewards, texts)
+            figures.update({logged_key(key, self.__name__): value for key, value in length.items()})
         self.last_figures = figures
         if callable(log_metric):
             for key, value in defined(figures).items():
