@@ -188,7 +188,17 @@ def test_sft_then_dpo_teach_the_verdict_and_the_folder_is_a_judge(tmp_path, base
         )
     )  # fmt: skip
     report = tmp_path / "report"
-    assert main(["evaluate", "--model", str(moved), "--data", str(data), "--output", str(report)]) == 0
+    argv = [
+        "evaluate",
+        "--model",
+        str(moved),
+        "--data",
+        str(data),
+        "--output",
+        str(report),
+        "--no-controlled-negatives",
+    ]
+    assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "calls: 32 made" in printed  # 16 pairs, both orders, one run
     evaluation = json.loads((report / "report.json").read_text())["strategies"]["S1"]["evaluation"]

@@ -343,6 +343,10 @@ class ZeroShotJudge:
         """(the pair's key in the call cache, `"normal"` or `"swapped"` relative to the first order seen)."""
         ident = self._base_ident(pair)
         suffix = ""
+        first = self._originals.get(ident)
+        here = (pair.model_1, pair.model_2, pair.description_1, pair.description_2)
+        if first is not None and here not in (first, (first[1], first[0], first[3], first[2])):
+            self._several.add(ident)  # another pair of a sample seen before (a later call): keyed by its content
         if ident in self._several:
             import hashlib
 
@@ -355,7 +359,6 @@ class ZeroShotJudge:
         )
         key = pair.sample_id if ident[1] is None else f"{pair.sample_id}|{original[0]}|{original[1]}"
         key += suffix
-        here = (pair.model_1, pair.model_2, pair.description_1, pair.description_2)
         if here == original:
             return key, "normal"
         if (pair.model_2, pair.model_1, pair.description_2, pair.description_1) == original:
