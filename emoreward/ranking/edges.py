@@ -101,7 +101,7 @@ def separated_groups(counts: PairwiseCounts, model: PairModel) -> dict[str, str]
     for code, present in ((0, counts.wins > 0), (1, counts.wins.T > 0), (2, counts.ties > 0)):
         i, j = np.nonzero(present)
         ends = {"i": i, "j": j}
-        for ahead, behind in model.orders.get(code, ()):
+        for ahead, behind in model.binding_orders(bool(counts.ties.any())).get(code, ()):
             beat[ends.get(ahead, node.get(ahead)), ends.get(behind, node.get(behind))] = True
     np.fill_diagonal(beat, False)
     compared = np.r_[(counts.totals > 0).any(axis=1), beat[m].any() or beat[:, m].any()]

@@ -538,8 +538,9 @@ def _full_fit(design: Design, model: PairModel, kept: list[str], precision: floa
         )
         identified = False
     undecided = None
+    orders = model.binding_orders(bool(np.any(design.outcome == 2)))  # 2: a tie verdict
     if identified and kept:
-        direction = separating_direction(design.x[:, m:], design.outcome, model.orders, design.level[:, m:])
+        direction = separating_direction(design.x[:, m:], design.outcome, orders, design.level[:, m:])
         if direction is not None:  # the limit of the fit as the coefficients grow along it: _separated_fit
             z = design.x[:, m:] @ direction
             undecided = np.abs(z) <= 1e-9 * max(1.0, float(np.abs(z).max()))
@@ -547,11 +548,11 @@ def _full_fit(design: Design, model: PairModel, kept: list[str], precision: floa
     by_models = False
     if identified and undecided is None:
         level = design.level
-        decided = decided_rows(design.x, design.outcome, model.orders, level)
+        decided = decided_rows(design.x, design.outcome, orders, level)
         if decided is not None:
             undecided = ~decided
             by_models = not kept or np.array_equal(
-                decided, decided_rows(design.x[:, :m], design.outcome, model.orders, level[:, :m])
+                decided, decided_rows(design.x[:, :m], design.outcome, orders, level[:, :m])
             )
             if not by_models:
                 notes.append(separation_note(kept, int(decided.sum()), int(undecided.sum()), with_models=True))

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 from emoreward.data import PreferencePair
 from emoreward.data.negatives import generate_negatives, read_negatives
+from emoreward.data.negatives.rules import source_descriptions
+from emoreward.data.text import identity_text
 
 
 @dataclass(frozen=True)
@@ -27,23 +29,36 @@ class TrainingPairs:
         return f"{self.n_human} human pairs + {len(self.pairs) - self.n_human} controlled negatives ({kinds})"
 
 
-def training_pairs(config, pairs: list[PreferencePair]) -> TrainingPairs:
+def _source_key(sample_id: str, media, text: str) -> tuple:
+    return (sample_id, media.video or "", media.audio or "", identity_text(media.subtitle or ""), identity_text(text))
+
+
+def training_pairs(config, pairs: list[PreferencePair], *, require_match: bool = False) -> TrainingPairs:
     """The pairs one fit trains on (`TrainingPairs`).
 
     Args:
         config: the recipe (`controlled_negatives`: kinds or None; `controlled_negatives_file`: a negatives file).
         pairs: the fit's human pairs (a cross-validation fold's training folds, or every pair for the final fit).
+        require_match: refuse a file none of whose negatives edits one of `pairs`' preferred descriptions (the
+            check the job makes once on all its pairs, before any fold trains).
 
     Raises:
-        DataError: a bad negatives file (file, row, field)."""
+        DataError: a bad negatives file (file, row, field); ValueError: see `require_match`."""
     kinds = config.controlled_negatives
     if not kinds:
         return TrainingPairs(list(pairs), len(pairs))
     if config.controlled_negatives_file:
-        samples = {p.sample_id for p in pairs}
-        negatives = [
-            n for n in read_negatives(config.controlled_negatives_file) if n.kind in kinds and n.sample_id in samples
-        ]
+        # a negative trains this fit only when its original IS one of the fit's preferred descriptions, in the same
+        # context: matched by content (sample id, media, text), so a held-out sample's description never trains it
+        ours = {_source_key(sample_id, media, text) for sample_id, text, media in source_descriptions(pairs)[0]}
+        read = [n for n in read_negatives(config.controlled_negatives_file) if n.kind in kinds]
+        negatives = [n for n in read if _source_key(n.sample_id, n.media, n.original) in ours]
+        if read and not negatives and require_match:
+            raise ValueError(
+                f"controlled_negatives_file {config.controlled_negatives_file}: none of its {len(read)} negatives "
+                "(of the kinds asked) edits a preferred description of the training pairs (matched by sample, "
+                "context and text): a file written from other data"
+            )
     else:
         negatives = generate_negatives(pairs, kinds=kinds).negatives
     per_kind = Counter(n.kind for n in negatives)

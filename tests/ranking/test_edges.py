@@ -128,3 +128,19 @@ def test_too_few_resamples_for_the_interval_are_warned_about():
     assert any(w.startswith("39 bootstrap resample(s) cannot give a 95% interval") for w in few)
     enough = rank_with_judge(OrderJudge(), table(12), n_boot=40).warnings
     assert not any("bootstrap resample(s) cannot give" in w for w in enough)
+
+
+def test_emoprefer_tie_level_is_no_opponent_when_nobody_tied():
+    """With no tie verdict EmoPrefer's likelihood is Bradley-Terry's in the scores (its tie parameter alone is at its
+    bound, `FitEdges.tie` "no ties"): models that lost are never "never lost" because nobody lost to the tie level."""
+    items = ["a", "b", "c", "d"]
+    wins = np.array([[0, 3, 2, 4], [1, 0, 3, 2], [2, 1, 0, 3], [0, 2, 1, 0]], dtype=float)
+    counts = PairwiseCounts(items, wins, np.zeros((4, 4)))
+    assert separated_groups(counts, get_model("emoprefer")) == separated_groups(counts, get_model("davidson")) == {}
+    # a real separation is found as under Davidson: d lost every comparison
+    wins[3] = 0
+    counts = PairwiseCounts(items, wins, np.zeros((4, 4)))
+    expected = {"a": "never lost", "b": "never lost", "c": "never lost", "d": "never won"}
+    assert (
+        separated_groups(counts, get_model("emoprefer")) == separated_groups(counts, get_model("davidson")) == expected
+    )

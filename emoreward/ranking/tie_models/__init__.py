@@ -52,6 +52,13 @@ class PairModel:
     order: int = 100
     orders: dict[int, tuple[tuple[str, str], ...]] = {0: (("i", "j"),), 1: (("j", "i"),), 2: (("i", "j"), ("j", "i"))}
 
+    def binding_orders(self, any_tie: bool) -> dict[int, tuple[tuple[str, str], ...]]:
+        """`orders` as they bind the scores in data with or without a tie verdict: with none, the tie level
+        ``"0"`` bounds no score (``eta`` alone sits at its lower bound, reported as "no ties"), so its orders go."""
+        if any_tie:
+            return self.orders
+        return {code: tuple(o for o in pairs if "0" not in o) for code, pairs in self.orders.items()}
+
     def terms(self, s_i, s_j, eta, w, lo, t, derivatives: bool):
         """Negative log-likelihood per row and, with ``derivatives``, the per-pair gradient and Hessian entries.
 
