@@ -268,7 +268,7 @@ def _load_table(args: argparse.Namespace):
     path = bundled_ovmerd_path() if args.data == "ovmerd" else args.data
     table = load_description_table(path)
     models = None
-    if args.models:
+    if args.models is not None:  # given, even empty (an unset $MODELS): checked, never "all models"
         models = [normal_name(m) for m in args.models.split(",") if m.strip()]  # as the table's names are read
         unknown = [m for m in models if m not in table.models]
         if unknown:

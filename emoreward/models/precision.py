@@ -271,9 +271,10 @@ def model_precision_name(model) -> str | None:
 # by the batch's shape (float32, batch of 3 against 1: 0 on the Intel AMX machine, 9.5e-7 at |reward| 4.3 under the
 # AVX2 caps, 4.8e-7 on the AMD EPYC with AVX2 only), so one bound holds on every kind. Reduced dtypes: multiples of
 # their machine epsilon (a change of rounding inside a bf16 network moves a reward by about one unit in its last place;
-# against float32 every layer's rounding adds up); float32: FLOAT32_ATOL, ~84 float32 units (docs/speed.md#precision)
-SAME_PRECISION_EPS = 2.0
-CROSS_PRECISION_EPS = 4.0
+# against float32 every layer's rounding adds up; the packed bf16 encoder forward on AMX was measured at 2.24 and 4.7
+# units on a tiny model: 3 and 6 hold them); float32: FLOAT32_ATOL, ~84 float32 units (docs/speed.md#precision)
+SAME_PRECISION_EPS = 3.0
+CROSS_PRECISION_EPS = 6.0
 FLOAT32_ATOL = 1e-5
 # the CPU kinds the rule is stated for, by the kernels torch, oneDNN and MKL run (docs/speed.md#precision)
 CPU_KINDS = ("amx", "avx512_bf16", "avx512", "avx2", "default")
