@@ -107,7 +107,7 @@ ZERO_SHOT_ONLY = {"strategy": ["S1"], "runs": 2, "no_swap": False, "references":
 APPLIES: dict[str, str] = {
     **dict.fromkeys(["model", "judge", "data", "output", "two_class_ties", "media_root", "no_progress", "list"], ALWAYS),
     **dict.fromkeys(["controlled_negatives", "no_controlled_negatives"], ALWAYS),  # both kinds of judge
-    **dict.fromkeys(["batch_size", "dtype", "vllm_url"], "reward-model"),
+    **dict.fromkeys(["batch_size", "dtype", "vllm_url", "engine_timeout"], "reward-model"),
     **dict.fromkeys(ZERO_SHOT_ONLY, "zero-shot"),
 }  # fmt: skip
 

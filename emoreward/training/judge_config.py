@@ -65,8 +65,8 @@ def is_judge_recipe(path: str | Path) -> bool:
     """Whether a recipe YAML is a judge recipe (top-level ``recipe: judge``)."""
     try:
         raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
-        return False  # the reward-model recipe reader reports the file's problem
+    except (OSError, ValueError, yaml.YAMLError):  # ValueError: undecodable bytes
+        return False  # the reward-model recipe reader reports the file's problem, naming its line
     return isinstance(raw, dict) and raw.get("recipe") == "judge"
 
 

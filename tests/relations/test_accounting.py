@@ -128,8 +128,9 @@ def test_a_committee_ledger_counts_every_call_the_command_made(method, rm_dir, t
     calibration = write_jsonl(tmp_path / "c.jsonl", [{**r, "label": "1"} for r in pair_rows(6)])
     out = tmp_path / "r.json"
     extra = ["--method", "bpa", "--budget", "10"] if method == "bpa" else []
+    full = [] if method == "bpa" else ["--n-boot", 20]  # the full method's option (refused with BPA)
     printed = run_ok(capsys, ["rank", "--judge", spec, "--judge", rm_dir, "--data", table, "--committee-calibration",
-                              calibration, "--output", out, "--n-boot", 20, "--no-cache", "--quiet", *extra])  # fmt: skip
+                              calibration, "--output", out, "--no-cache", "--quiet", *extra, *full])  # fmt: skip
     cost = read_json(out)["cost"]
     spent = cost["calibration"][str(spec)]
     member = cost["members"][str(spec)]
