@@ -77,7 +77,7 @@ ROWS = [
 def test_counts_add_up_and_preferred_descriptions_only(tmp_path, capsys):
     data = pairs_file(tmp_path / "pairs.jsonl", ROWS)
     assert main(["augment", "--data", str(data), "--output", str(tmp_path / "neg.jsonl")]) == 0
-    counts = json.loads((tmp_path / "neg.counts.json").read_text())
+    counts = json.loads((tmp_path / "neg.jsonl.counts.json").read_text())
     # a: 4 kinds; b: flip (angry), cue (shouting), no intensity, no omission (one sentence); c: a tie, left out
     assert counts["per_kind"] == {"emotion_flip": 2, "intensity_mismatch": 1, "evidence_contradiction": 2,
                                   "modality_omission": 1}  # fmt: skip
@@ -93,7 +93,7 @@ def test_counts_add_up_and_preferred_descriptions_only(tmp_path, capsys):
         ROWS[1]["description_2"],
     )
     assert main(["augment", "--data", str(data), "--output", str(tmp_path / "all.jsonl"), "--source", "all"]) == 0
-    assert json.loads((tmp_path / "all.counts.json").read_text())["n_descriptions"] == 6
+    assert json.loads((tmp_path / "all.jsonl.counts.json").read_text())["n_descriptions"] == 6
 
 
 def test_csv_and_jsonl_hold_the_same_negatives_and_reruns_are_byte_identical(tmp_path):
@@ -151,7 +151,7 @@ def test_bundled_pairs_get_every_kind(tmp_path, capsys):
     """The figures of docs/data.md: `emoreward augment --data emoprefer --output neg.jsonl`."""
     out = tmp_path / "neg.jsonl"
     assert main(["augment", "--data", "emoprefer", "--output", str(out)]) == 0
-    counts = json.loads((tmp_path / "neg.counts.json").read_text())
+    counts = json.loads((tmp_path / "neg.jsonl.counts.json").read_text())
     assert counts["per_kind"] == {"emotion_flip": 432, "intensity_mismatch": 105, "evidence_contradiction": 264,
                                   "modality_omission": 419}  # fmt: skip
     assert counts["n_descriptions"] == 450 and len(out.read_text().splitlines()) == 1220
@@ -213,7 +213,7 @@ def test_the_llm_editor_runs_end_to_end_on_smollm2(tmp_path, capsys):
     out = tmp_path / "llm.jsonl"
     argv = ["augment", "--data", str(data), "--output", str(out), "--engine", "llm", "--editor", "smollm2-135m-text"]
     assert main(argv) == 0
-    counts = json.loads((tmp_path / "llm.counts.json").read_text())
+    counts = json.loads((tmp_path / "llm.jsonl.counts.json").read_text())
     steps, rejected = counts["steps"], counts["rejected"]
     assert counts["engine"] == "llm" and steps["planned"] == 2
     assert steps["planned"] == steps.get("edited", 0) + steps.get("call failed", 0)

@@ -256,8 +256,8 @@ def run_zero_shot(
             crowd = probe
     text_only = sorted(set(no_media))
     notes = []
-    if "S1" in strategies and text_only:
-        notes.append(f"S1 ran on the descriptions alone (no media) for {len(text_only)} of {len(pairs)} pairs.")
+    if "S1" in strategies and text_only:  # counted in pairs (a sample may have several)
+        notes.append(f"S1 ran on the descriptions alone (no media) for {len(no_media)} of {len(pairs)} pairs.")
     if any(s in ("S3", "S4") for s in strategies) and config.llm is None and "llm" not in backends:
         notes.append("No external LLM is defined: the MLLM also performed the S3/S4 text steps.")
     if runs > 1 and not config.sampling.do_sample:

@@ -32,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--data", required=True, help="preference pairs (EmoPrefer CSV, JSONL, ...; 'emoprefer': the bundled pairs)"
     )
     p.add_argument("--output", required=True, help="the negatives as a pair file (.jsonl or .csv); counts beside it "
-                   "(OUTPUT with .counts.json)")  # fmt: skip
+                   "(OUTPUT.counts.json: neg.jsonl -> neg.jsonl.counts.json)")  # fmt: skip
     p.add_argument("--source", choices=["preferred", "all"], default="preferred",
                    help="edit the preferred description of each pair (default; ties give none) or both descriptions")  # fmt: skip
     p.add_argument("--kinds", type=_kinds, default=list(KIND_NAMES),
@@ -55,9 +55,10 @@ def run(args: argparse.Namespace) -> int:
     from emoreward.utils.io import OutputFiles, atomic_write_json, atomic_write_text
 
     fmt = file_format(args.output)
-    counts_file = Path(args.output).with_suffix(".counts.json")
+    counts_file = Path(f"{args.output}.counts.json")  # its own name per output: neg.jsonl and neg.csv never share one
     inputs = [path for _, path in named_input_files(args, ("output",))]
     check_output_file(args.output, "--output", inputs=inputs)
+    check_output_file(counts_file, "the counts (--output with .counts.json)", inputs=inputs)
     if args.engine == "rules" and args.limit is not None:
         raise ValueError("--limit applies to --engine llm")
     files = OutputFiles()

@@ -137,13 +137,13 @@ def controlled_markdown(section: dict, title: str = "Controlled errors") -> str:
     lines = [f"### {title}", "",
              f"{section['n_negatives']} negatives ({markdown_cell(section['source'])}); share where the judge prefers "
              f"the original, %, [95% Wilson interval]; ties {section['ties']}.", ""]  # fmt: skip
-    head = ["kind", "n", "this judge", "ties"]
+    head = ["kind", "n", "this judge", "ties (invalid)"]
     head += ["swapped order", "both orders", "swap consistency"] if swaps else []
     head += ["length judge", "mean length change (chars)", "random"]
     lines += ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for name, row in [*section["kinds"].items(), ("all kinds", section["all"])]:
         j = row["judge"]
-        cells = [name, str(row["n"]), _pct(j), str(j["ties"])]
+        cells = [name, str(row["n"]), _pct(j), f"{j['ties']} ({j['invalid']})"]
         if swaps:
             sc = j.get("swap_consistency")
             cells += [_pct(j["swapped_order"]), _pct(j["both_orders"]), "-" if sc is None else f"{sc:.1f}"]

@@ -20,6 +20,8 @@ from emoreward.export.grpo import completion_text
 from emoreward.export.length_monitor import LengthMonitor, defined, logged_key
 
 
+# what GRPOTrainer passes to a reward function beside the dataset's columns (not part of a row's content)
+TRAINER_KWARGS = frozenset({"completion_ids", "trainer_state", "log_extra", "log_metric", "environments"})
 # a verdict, seen from the first description: its score in the win rate
 WIN_SCORE = {Verdict.FIRST: 1.0, Verdict.TIE: 0.5, Verdict.SECOND: 0.0}
 
@@ -278,6 +280,13 @@ class PairwiseGroupReward:
                 raise ValueError(f"column {column!r} has {len(values)} values for {n} completions")
             columns[key] = values
         names = {**{k: v for k, v in self.columns.items()}, "prompt": "prompts"}
+        # every dataset column TRL passes is part of the row a completion answers (a clip id under any name): the
+        # group is the prompt with its whole row, never the prompt text alone
+        row_columns = {}
+        for name in sorted(set(kwargs) - TRAINER_KWARGS):
+            values = kwargs[name]
+            if isinstance(values, (list, tuple)) and len(values) == n:
+                row_columns[name] = values
         out = []
         for k in range(n):
             context = reward_context(
@@ -287,7 +296,9 @@ class PairwiseGroupReward:
                 row=k + 1,
                 names=names,
             )
-            out.append(Completion(prompt_key(prompts[k], context), completion_text(completions[k]), context))
+            row = {name: values[k] for name, values in row_columns.items()}
+            key = prompt_key([prompts[k], row] if row else prompts[k], context)
+            out.append(Completion(key, completion_text(completions[k]), context))
         return out
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:

@@ -302,3 +302,15 @@ def test_verl_batch_groups_are_dataset_rows_wherever_they_stand():
     expected = hand_win_rates(GROUP_A) + hand_win_rates(GROUP_B)
     assert [d["score"] for d in got] == [expected[k] for k in order]
     assert all(set(d) == {"score", "comparisons"} for d in got)
+
+
+def test_two_clips_asked_the_same_instruction_are_two_groups_whatever_the_column_is_called():
+    prompts = ["Describe the emotion in the clip."] * 8
+    completions = ["a", "b!", "c!!", "d!!!"] * 2
+    got = PairwiseGroupReward(BangJudge(), length_monitor=False)(prompts, completions, name=["v1"] * 4 + ["v2"] * 4)
+    assert got == hand_win_rates(completions[:4]) * 2
+    # what the trainer passes beside the columns does not split a group
+    same = PairwiseGroupReward(BangJudge(), length_monitor=False)(
+        prompts[:4], completions[:4], completion_ids=[[1], [2], [3], [4]], trainer_state=None
+    )
+    assert same == hand_win_rates(completions[:4])

@@ -240,7 +240,7 @@ def test_augment_writes_what_it_reports(tmp_path, capsys):
     out = tmp_path / "out"
     data = write_jsonl(out / "pairs.jsonl", pair_rows(6))
     argv = ["augment", "--data", data, "--output", out / "neg.csv"]
-    assert {p.name for p in closure(capsys, argv, out, {data})} == {"neg.csv", "neg.counts.json"}
-    assert {p.name for p in closure(capsys, argv, out, {data})} == {"neg.csv", "neg.counts.json"}  # a rerun
+    assert {p.name for p in closure(capsys, argv, out, {data})} == {"neg.csv", "neg.csv.counts.json"}
+    assert {p.name for p in closure(capsys, argv, out, {data})} == {"neg.csv", "neg.csv.counts.json"}  # a rerun
     code, _, err = run_cli(capsys, ["augment", "--data", data, "--output", data])
     assert code == 2 and "error:" in err

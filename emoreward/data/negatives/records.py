@@ -19,7 +19,7 @@ from emoreward.data.context import MediaRef
 from emoreward.data.errors import DataError
 from emoreward.data.pairs import PreferencePair
 from emoreward.data.readers import read_csv, read_jsonl, read_text
-from emoreward.data.text import description_length, identity_text
+from emoreward.data.text import description_length, identity_text, normal_text
 from emoreward.data.values import is_missing
 
 
@@ -104,8 +104,11 @@ def make_negative(
     length, `data.text.description_length`)."""
     negative = original[:start] + replacement + original[end:]
     change = description_length(negative) - description_length(original)
+    media = media or MediaRef()
+    if media.subtitle:  # the subtitle in the one normal form the descriptions are in: one file for any input form
+        media = MediaRef(media.video, media.audio, normal_text(media.subtitle))
     return Negative(sample_id, original, negative, kind, start, end, original[start:end], replacement, change,
-                    modality, engine, media or MediaRef())  # fmt: skip
+                    modality, engine, media)  # fmt: skip
 
 
 def canonical_negatives(negatives: Iterable[Negative]) -> tuple[list[Negative], int]:
@@ -191,7 +194,8 @@ def read_negatives(path: str | Path) -> list[Negative]:
     label is 1. A sample id may repeat (several negatives per sample); the pair loader's uniqueness does not apply.
 
     Returns:
-        the negatives in content order (`canonical_negatives`), duplicates dropped; [] for a file without rows.
+        the negatives in content order (`canonical_negatives`); [] for a file without rows (a repeated negative
+        is refused).
 
     Raises:
         DataError: naming the file, the row and the field of the first bad record.
@@ -207,7 +211,7 @@ def read_negatives(path: str | Path) -> list[Negative]:
     missing = [c for c in wanted if c not in records.columns and c != "modality"]
     if missing:
         raise DataError(source, "header", missing[0], f"missing column; found columns {records.columns}")
-    out = []
+    out, seen = [], {}
     for row, rec in records.rows:
         sample_id = _str(rec, "sample_id", source, row)
         original = _str(rec, "description_1", source, row)
@@ -238,6 +242,11 @@ def read_negatives(path: str | Path) -> list[Negative]:
             raise DataError(source, row, "description_2", "is not description_1 with the recorded edit applied")
         if neg.length_change != _int(rec, "length_change", source, row):
             raise DataError(source, row, "length_change", f"the edit changes the length by {neg.length_change}")
+        first = seen.setdefault(neg.content_key(), row)
+        if first != row:  # a repeated negative would count twice in a section, or be dropped unsaid: refused
+            raise DataError(
+                source, row, "description_2", f"the same negative as row {first} (sample, both texts, kind)"
+            )
         out.append(neg)
     return canonical_negatives(out)[0]
 
