@@ -103,3 +103,21 @@ def test_train_with_controlled_negatives_end_to_end(tiny_bert_dir, tmp_path, cap
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["recipe"]["controlled_negatives"] == list(KINDS)
     assert synthetic_pairs  # the tiny recipe's pairs: preferred descriptions with emotion words
+
+
+def test_negatives_match_by_content_not_sample_id_and_a_foreign_file_is_refused(tmp_path):
+    pairs = emotional_pairs(6)
+    renamed = [PreferencePair(f"x{p.sample_id}", p.description_1, p.description_2, p.label, row=p.row) for p in pairs]
+    file = tmp_path / "negatives.jsonl"
+    file.write_text(negatives_text(generate_negatives(renamed[3:]).negatives, "jsonl"))  # of x3, x4, x5
+    recipe = config(tmp_path, controlled_negatives=["all"], controlled_negatives_file=str(file))
+    # the fit holds s0..s5: the file's samples are named otherwise, but x3..x5's texts are not s3..s5's sample
+    assert training_pairs(recipe, pairs).pairs == pairs
+    # a held-out description never trains, whatever its sample id: rename the file's negatives to the fit's ids
+    shifted = generate_negatives([PreferencePair(f"s{k - 3}", p.description_1, p.description_2, p.label, row=p.row)
+                                  for k, p in enumerate(pairs) if k >= 3]).negatives  # fmt: skip
+    file.write_text(negatives_text(shifted, "jsonl"))
+    fold = pairs[:3]  # s0..s2 train; the file edits s3..s5's descriptions under the ids s0..s2
+    assert training_pairs(recipe, fold).pairs == fold
+    with pytest.raises(ValueError, match="none of its .* negatives .* edits a preferred description"):
+        training_pairs(recipe, fold, require_match=True)

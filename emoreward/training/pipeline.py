@@ -541,6 +541,8 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
     loaded = read_pairs(config.train_file, media_by_id=by_id)
     pairs = canonical_pairs(loaded.pairs)  # the file's row order changes nothing
     eval_pairs = load_pairs(config.eval_file, media_by_id=by_id) if config.eval_file else None  # before any fold
+    if config.controlled_negatives_file:  # a file written from other data is refused before any fold trains
+        training_pairs(config, pairs, require_match=True)
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     is_main = config.process_index == 0
