@@ -143,3 +143,28 @@ def test_with_clips_read_by_id_a_shared_text_links_no_samples(tmp_path):
     assert sample_groups(load_pairs(path, media_by_id=True), media_by_id=True) == [0, 1]
     with pytest.raises(DataError, match="repeats the pair of row 1"):  # text only: one pair twice
         load_pairs(path)
+
+
+def test_a_margin_on_annotator_rows_that_disagree_is_refused(tmp_path):
+    """TRL's margin says how much more the chosen side is preferred: per-annotator rows choosing differently (or
+    weighing differently) give no one margin; rows that agree keep theirs."""
+    import json
+
+    def write(rows):
+        path = tmp_path / "trl.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return path
+
+    base = {"sample_id": "s1", "prompt": "How does she feel?"}
+    a, b = "She is calm and smiles.", "She is furious."
+    rows = [{**base, "chosen": a, "rejected": b, "margin": 3.0, "annotator": "x"},
+            {**base, "chosen": b, "rejected": a, "margin": 0.5, "annotator": "y"},
+            {**base, "chosen": b, "rejected": a, "margin": 0.5, "annotator": "z"}]  # fmt: skip
+    with pytest.raises(DataError, match="row 2, field 'margin': the pair of row 1 has per-annotator rows"):
+        load_pairs(write(rows))
+    with pytest.raises(DataError, match="field 'margin'"):
+        load_pairs(write(rows[::-1]))  # in any order
+    agreeing = [{**r, "chosen": b, "rejected": a, "margin": 0.5} for r in rows]
+    (pair,) = load_pairs(write(agreeing))
+    chosen = pair.description_1 if pair.label == "1" else pair.description_2
+    assert pair.margin == 0.5 and chosen == b

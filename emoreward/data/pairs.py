@@ -469,7 +469,7 @@ def _build_pairs(
         content = pair_content(pair, media_by_id=media_by_id)
         if content not in contents:
             contents[content] = len(pairs)
-            votes[len(pairs)] = [(annotator, pair.label, row)] if by_annotator else []
+            votes[len(pairs)] = [(annotator, pair.label, row, pair.margin)] if by_annotator else []
             pairs.append(pair)
             continue
         index = contents[content]
@@ -488,7 +488,7 @@ def _build_pairs(
         oriented = pair if same_order else pair.swapped()
         if (oriented.model_1, oriented.model_2) != (earlier.model_1, earlier.model_2):
             raise DataError(source, row, names["model_1"], f"names other writers for the pair of row {earlier.row}")
-        repeat = [r for name, _, r in votes[index] if name == annotator]
+        repeat = [r for name, _, r, _ in votes[index] if name == annotator]
         if repeat:
             raise DataError(
                 source,
@@ -497,20 +497,29 @@ def _build_pairs(
                 f"repeats the pair of row {repeat[0]} by the same annotator {annotator!r}: a label counted twice; "
                 "remove one",
             )
-        votes[index].append((annotator, oriented.label, row))
+        votes[index].append((annotator, oriented.label, row, oriented.margin))
     for index, given in votes.items():
         if len(given) < 2:
             if given:
                 pairs[index] = replace(pairs[index], annotations=((given[0][0], pairs[index].label),))
             continue
-        labels = [label for _, label, _ in given]
+        labels = [label for _, label, _, _ in given]
+        margins = [(label, margin) for _, label, _, margin in given]
+        if any(margin is not None for _, margin in margins) and len(set(margins)) > 1:
+            # TRL's margin belongs to one chosen side: per-annotator rows that choose or weigh differently have none
+            other = next(r for (_, label, r, margin) in given if (label, margin) != margins[0])
+            raise DataError(
+                source, other, "margin", f"the pair of row {given[0][2]} has per-annotator rows with other labels or "
+                "margins: a margin is the pair's (how much more its chosen side is preferred), give it on rows that "
+                "agree, or leave it out",
+            )  # fmt: skip
         if any(label is None for label in labels) and not all(label is None for label in labels):
-            missing = next(r for _, label, r in given if label is None)
+            missing = next(r for _, label, r, _ in given if label is None)
             raise DataError(
                 source, missing, names["label"], "missing label where other annotators of this pair gave one"
             )
         label = None if labels[0] is None else majority_label(labels)
-        merged = replace(pairs[index], label=label, annotations=tuple((name, lab) for name, lab, _ in given))
+        merged = replace(pairs[index], label=label, annotations=tuple((name, lab) for name, lab, _, _ in given))
         if identity_text(merged.description_1) > identity_text(merged.description_2):
             merged = merged.swapped()  # the rows' order picks no side: descriptions in their content order
         pairs[index] = replace(merged, annotations=tuple(sorted(merged.annotations)))
