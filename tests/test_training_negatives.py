@@ -102,6 +102,9 @@ def test_train_with_controlled_negatives_end_to_end(tiny_bert_dir, tmp_path, cap
     assert any("controlled negatives (" in r.getMessage() for r in caplog.records)
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["recipe"]["controlled_negatives"] == list(KINDS)
+    folds = report["cross_validation"]["folds"]
+    assert all(f["n_train"] == 12 and f["n_train_negatives"] > 0 for f in folds)  # the human pairs, then the negatives
+    assert f"12 human pairs + {folds[0]['n_train_negatives']} controlled negatives" in capsys.readouterr().out
     assert synthetic_pairs  # the tiny recipe's pairs: preferred descriptions with emotion words
 
 

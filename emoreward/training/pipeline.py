@@ -83,6 +83,7 @@ class FitResult:
     log_history: list[dict]
     tie_threshold: float
     train_threads: int = 1  # torch threads of the training loop (its rounding depends on them: a fact of the run)
+    n_negatives: int = 0  # controlled negatives trained on beside the human pairs (`training.negatives`)
 
 
 def fit_reward_model(
@@ -179,7 +180,8 @@ def fit_reward_model(
         ok = ~np.isnan(r1 - r2)
         threshold = calibrate_tie_threshold((r1 - r2)[ok], [p.label for p, k in zip(pairs, ok) if k])
     model.settings.tie_threshold = threshold
-    return FitResult(model, exclusions, seconds, trainer_log, threshold, threads)
+    n_negatives = len(trained_on.pairs) - trained_on.n_human
+    return FitResult(model, exclusions, seconds, trainer_log, threshold, threads, n_negatives)
 
 
 def _replace(config: EmoRewardConfig, **changes) -> EmoRewardConfig:
@@ -345,6 +347,7 @@ def run_fold(
         train_threads=result.train_threads,
         exclusions=result.exclusions.to_dict(),
         n_train=len(train),
+        n_train_negatives=result.n_negatives,
     )
     if wandb_enabled(config):
         log_evaluation(evaluation, config=config, kind="cv-fold", title=f"fold {job.k}, held-out pairs")
@@ -356,7 +359,8 @@ def run_fold(
         f"fold {job.k + 1}/{config.cv_folds}: 2-class WAF {_num(h['judge'].get('two_class_waf'))} "
         f"(length baseline {_num(h['length_baseline'].get('two_class_waf'))}), "
         f"length-debiased ACC {_num(h['judge'].get('length_debiased_acc'))}, trained {result.train_seconds:.0f}s; "
-        f"{result.exclusions.summary()}"
+        + (f"{len(train)} human pairs + {result.n_negatives} controlled negatives; " if result.n_negatives else "")
+        + f"{result.exclusions.summary()}"
     )
     return evaluation, line
 
