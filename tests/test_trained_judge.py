@@ -216,6 +216,11 @@ def test_emoreward_train_runs_a_judge_recipe(tmp_path, base_chat_model, capsys):
     assert report["recipe"] == "judge" and len(report["folds"]) == 2
     assert (out / "model" / "judge.yaml").exists()
     assert "length baseline" in capsys.readouterr().out
+    # a rerun into the same folder is refused before any work: nothing of the first run is overwritten or mixed in
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    assert main(["train", "--config", str(path), "--set", "cv_folds=0"]) == 2
+    assert "holds earlier work" in capsys.readouterr().err
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == before
 
 
 def write_pairs(tmp_path: Path) -> Path:

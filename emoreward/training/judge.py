@@ -8,6 +8,7 @@ See docs/judges.md#trained-judges.
 from __future__ import annotations
 
 import logging
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,7 +132,8 @@ def fit_judge(config: JudgeTrainConfig, pairs: list[PreferencePair], output_dir:
     if not rows:
         raise ValueError(f"no pair to train the judge on ({dropped} gold ties dropped with ties: drop)")
     start = time.perf_counter()
-    args = _replace(config, output_dir=str(out / "sft"), save_strategy="no")
+    scratch = tempfile.TemporaryDirectory(prefix="emoreward-judge-")  # the trainers save nothing (save_strategy no)
+    args = _replace(config, output_dir=str(Path(scratch.name) / "sft"), save_strategy="no")
     trainer = SFTTrainer(
         model=model,
         args=args,
@@ -146,7 +148,7 @@ def fit_judge(config: JudgeTrainConfig, pairs: list[PreferencePair], output_dir:
     if config.dpo_epochs > 0:
         dpo_rows = preference_examples(pairs, prompts, tokenizer, ties=config.ties)
         dpo_args = DPOConfig(
-            output_dir=str(out / "dpo"),
+            output_dir=str(Path(scratch.name) / "dpo"),
             num_train_epochs=config.dpo_epochs,
             learning_rate=config.dpo_learning_rate,
             beta=config.dpo_beta,
@@ -172,6 +174,7 @@ def fit_judge(config: JudgeTrainConfig, pairs: list[PreferencePair], output_dir:
         log += [{**entry, "stage": "dpo"} for entry in dpo.state.log_history]
         model = dpo.model.merge_and_unload() if config.use_peft else dpo.model
     seconds = time.perf_counter() - start
+    scratch.cleanup()
     save_judge(model, tokenizer, config, out)
     return {
         "sft_rows": len(rows),
@@ -250,10 +253,17 @@ def run_judge_training(config: JudgeTrainConfig, *, log=print) -> dict:
     from emoreward.data.pairs import BUNDLED, bundled_dataset_path
     from emoreward.evaluation.report import aggregate, headline, markdown_table
     from emoreward.training.pipeline import stratified_folds
+    from emoreward.utils.io import hold_output
 
     source = bundled_dataset_path(config.train_file) if config.train_file in BUNDLED else config.train_file
     pairs = load_pairs(source)
     out = Path(config.output_dir)
+    hold_output(out, "--output-dir")  # one writer
+    if out.is_dir() and any(out.iterdir()):  # no resume yet: another run's judge or report is never mixed in
+        raise ValueError(
+            f"--output-dir {out} holds earlier work (a judge recipe does not resume): choose another folder or "
+            "remove it"
+        )
     out.mkdir(parents=True, exist_ok=True)
     run = JudgeRun()
     if config.cv_folds:
