@@ -163,7 +163,10 @@ def _run_reward_model(args: argparse.Namespace, spec: str) -> int:
     prog = f"emoreward {_command(args)}"
     report_file = _reward_model_report(args)
     if report_file:
-        check_output_file(report_file, "--output", inputs=[path for _, path in named_input_files(args, OUTPUTS)])
+        inputs = [path for _, path in named_input_files(args, OUTPUTS)]
+        check_output_file(report_file, "--output", inputs=inputs)
+        for suffix, what in ((".md", "the report's Markdown"), (".png", "the confusion plot")):  # before any work too
+            check_output_file(Path(report_file).with_suffix(suffix), f"{what} (--output with {suffix})", inputs=inputs)
     if args.media_root:
         check_media_root(args.media_root)
     pairs = load_pairs(args.data, media_by_id=bool(args.media_root))  # clips read by sample id: ids are context
