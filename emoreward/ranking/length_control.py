@@ -356,9 +356,17 @@ def fit_length_controlled(
         )
     if not full.converged and full.identified:
         notes.append("the full-data Newton iteration did not converge: treat the fit with care")
+    all_ties = model.has_tie and len(design.outcome) > 0 and bool(np.all(design.outcome == 2))
+    if (
+        all_ties
+    ):  # the plain fits' edge ("only ties"): the tie parameter at its upper bound, nothing to weigh length by
+        notes.append(
+            "every verdict is a tie: the tie parameter sits at its upper bound and no verdict says which description "
+            "is better, so the covariates' coefficients are not identified (null)"
+        )
     scores = full.scores if full.identified else np.full(len(items), np.nan)
     coef, se, pval = (np.full(len(covariates), np.nan) for _ in range(3))
-    if full.identified and not (separation and separation["covariates"]) and gamma_identified:
+    if full.identified and not (separation and separation["covariates"]) and gamma_identified and not all_ties:
         # covariates in the separation: their coefficients are infinite (null, named)
         coef[kept], se[kept] = full.coefficients, full.wald_se
         good = np.isfinite(boot_c[:, kept]).all(axis=1) if kept.any() else np.zeros(n_boot, dtype=bool)
@@ -385,7 +393,7 @@ def fit_length_controlled(
         p_values=pval,
         scales=scales,
         model=model.name,
-        tie_parameter=full.tie_parameter,
+        tie_parameter=None if all_ties else full.tie_parameter,
         log_likelihood=full.log_likelihood,
         n_comparisons=int(design.x.shape[0]),
         ci_level=1.0 - alpha,

@@ -79,6 +79,11 @@ def test_all_ties_print_and_store_the_degenerate_fit_warnings(tmp_path, tiny_rm_
         ends = zip(fit["scores"], fit["ci_lower"], fit["ci_upper"])
         assert all((lo is None or lo <= s) and (hi is None or s <= hi) for s, lo, hi in ends)
     assert set(report["bradley_terry_ties_paper"]["ci_lower"]) == {None}
+    # the length-controlled fit meets the same edge: no tie parameter, no coefficient, no p-value (never NaN)
+    controlled = report["length_controlled"]
+    assert controlled["tie_parameter"] is None
+    assert all(set(c.values()) - {c["scale"]} == {None} for c in controlled["covariates"].values())
+    assert any("every verdict is a tie" in w for w in report["warnings"]) and "nan" not in printed
     assert None not in report["bradley_terry_ties"]["ci_lower"]  # Davidson: a tie binds the difference
 
     # the model's own threshold: decisive verdicts, no tie warnings; the reward effects are the mean rewards'
