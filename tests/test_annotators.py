@@ -60,9 +60,10 @@ def test_rows_per_annotator_become_one_pair_in_either_order(tmp_path):
     # repeated pairs: (1, 2, 2) -> 2, two of three agree; (tie, 1) -> tie, one of two: 3 of 5 labels
     assert (figures.n_repeated, figures.n_labels, figures.n_annotators) == (2, 6, 3)
     assert figures.majority_share == pytest.approx(60.0)
-    # alpha: coincidences o12 = o21 = 1, o22 = 1 (unit 1), o(tie,1) = o(1,tie) = 1 (unit 2); n = 5, n1 = 2, n2 = 2,
-    # ntie = 1: ((5-1) * 1 - (2 + 2 + 0)) / (5*4 - 4) = 0
-    assert figures.alpha == pytest.approx(0.0)
+    # alpha, each unit in both orders ((1,2,2), (2,1,1), (tie,1), (tie,2)): o11 = o22 = 1, o12 = o21 = 2,
+    # o(1,tie) = o(tie,1) = o(2,tie) = o(tie,2) = 1; n = 10, n1 = n2 = 4, ntie = 2:
+    # ((10-1) * 2 - (12 + 12 + 2)) / (10*9 - 26) = -8/64 (the same whichever description sorts first)
+    assert figures.alpha == pytest.approx(-0.125)
     assert "6 labels from 3 annotators" in loaded.summary() and "3 pairs of 2 samples from 6 records" in (
         loaded.summary()
     )

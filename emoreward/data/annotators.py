@@ -30,6 +30,9 @@ def majority_label(labels: Sequence[str]) -> str:
     return counts[0][0]
 
 
+FLIP = {"1": "2", "2": "1"}  # a pair's labels seen from its other order
+
+
 def krippendorff_alpha(units: Sequence[Sequence[str]]) -> float | None:
     """Krippendorff's alpha for nominal labels (Krippendorff, *Content Analysis*, 2004, ch. 11.3; coincidence
     matrix): `units` holds each pair's labels (any number per pair; a pair with fewer than 2 is not pairable and is
@@ -103,7 +106,9 @@ def agreement(pairs: Sequence[Any]) -> Agreement:
         n_labels=sum(max(1, len(p.annotations)) for p in pairs),
         n_annotators=len({name for p in pairs for name, _ in p.annotations}),
         majority_share=100.0 * agreeing / n_repeated_labels if units else None,
-        alpha=krippendorff_alpha(units),
+        # "1" / "2" name a side in the pair's (arbitrary) content order: each unit in both orders, so the expected
+        # disagreement, and alpha, do not depend on which description sorts first
+        alpha=krippendorff_alpha([*units, *[[FLIP.get(label, label) for label in u] for u in units]]),
     )
 
 

@@ -78,8 +78,7 @@ def annotated_pair_rows(n_samples: int = 8, seed: int = 0) -> list[dict[str, Any
     rows show the pair in a random order (the label follows). So: 3 n pairs, 7 n rows, majority labels all the
     original's; over the 2 n repeated pairs 5 of 6 labels agree with the majority. A merged pair shows its
     descriptions in content order ('gloomy' < 'joyful' < 'sullen'): pair 0's labels are (2, 2, 1), pair 1's
-    (1, 1, 1), so Krippendorff's alpha is 17/64 (o11 = 3 n, o22 = o12 = o21 = n; n1 = 4 n, n2 = 2 n; n = 6 n:
-    ((6n - 1) 4n - 4n (4n - 1) - 2n (2n - 1)) / (6n (6n - 1) - 4n (4n - 1) - 2n (2n - 1)), at n = 8)."""
+    (1, 1, 1), each also counted in its other order, so Krippendorff's alpha is 49/144 at n = 8 (test_accounting)."""
     rng = random.Random(seed)
     bad = ["gloomy and frowning", "sullen with a flat voice", "miserable, eyes downcast"]
     rows = []

@@ -217,7 +217,10 @@ def test_several_pairs_per_sample_and_annotator_labels_split_by_sample_and_add_u
     assert (report["n_pairs"], report["n_samples"], report["n_records"]) == (24, 8, 56)
     votes = report["annotators"]
     assert (votes["n_repeated"], votes["n_labels"], votes["n_annotators"]) == (16, 56, 3)
-    assert votes["majority_share"] == pytest.approx(100 * 40 / 48) and votes["alpha"] == pytest.approx(17 / 64)
+    # alpha by hand: 8 units (1,1,1) and 8 (1,2,2), each also in the pair's other order ((2,2,2), (2,1,1)): with
+    # m = 3, o11 = o22 = 8*3 + 8*1 = 32, o12 = o21 = 16; n = 96, n1 = n2 = 48:
+    # ((n-1) * 64 - 2*48*47) / (n(n-1) - 2*48*47) = 1568 / 4608 = 49/144
+    assert votes["majority_share"] == pytest.approx(100 * 40 / 48) and votes["alpha"] == pytest.approx(49 / 144)
     folds = report["cross_validation"]["folds"]
     held_out = [set(f["pair_rewards"]["sample_id"]) for f in folds]
     for k, samples in enumerate(held_out):  # a sample held out by fold k trains no other pair of fold k
@@ -242,7 +245,7 @@ def test_several_pairs_per_sample_and_annotator_labels_split_by_sample_and_add_u
     assert per_sample["n"] == 24
     assert f"| 2-class ACC, each sample once | {per_sample['acc']:.2f} |" in markdown
     assert "56 labels from 3 annotators, 16 of 24 pairs labelled more than once" in markdown
-    assert "83.3% of their labels agree with the pair's label, Krippendorff's alpha 0.266" in markdown
+    assert "83.3% of their labels agree with the pair's label, Krippendorff's alpha 0.340" in markdown
     # the in-sample check is by sample: a new pair sharing a trained sample's description is flagged, a new sample not
     new = [
         {
