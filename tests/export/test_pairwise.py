@@ -184,6 +184,9 @@ SCRIPT = textwrap.dedent(
     got = reward([prompts[k] for k in half], [completions[k] for k in half])
     out = {{"rank": state.process_index, "index": half, "rewards": got, "asked": len(judge.asked)}}
     open({out!r} + f"/rank{{state.process_index}}.json", "w").write(json.dumps(out))
+    state.wait_for_everyone()
+    import torch.distributed
+    torch.distributed.destroy_process_group()  # a clean gloo teardown: no abort at exit on a busy machine
     """
 )
 

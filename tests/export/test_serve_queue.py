@@ -323,9 +323,8 @@ def test_a_drain_time_too_short_for_the_requests_in_flight_exits_1_naming_them(t
     says so (1), instead of a clean 0 that a service manager would read as nothing lost."""
     proc, port = _start_serve(tmp_path, tiny_bert_dir, "--drain-timeout", "0.05")
     try:
-        socks = _send_all(port, 64, 64)  # 4,096 descriptions: far more than 0.05 s of model time
-        time.sleep(0.5)  # every request received and queued
-        proc.send_signal(signal.SIGTERM)
+        socks = _send_all(port, 256, 64)  # 16,384 descriptions: far more than 0.05 s of model time on any CPU
+        proc.send_signal(signal.SIGTERM)  # at once: sent whole, they are in flight (read, queued or in the backlog)
         replies = [_read_reply(sock) for sock in socks]
         out, err = proc.communicate(timeout=120)
     finally:
