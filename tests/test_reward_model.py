@@ -249,3 +249,21 @@ def test_inference_copy_merges_lora_and_keeps_scores(tiny_bert_dir, tmp_path):
     bound = reward_tolerance(torch.bfloat16, torch.float32, magnitude=float(np.max(np.abs(expected))))
     np.testing.assert_allclose(half.score(TEXTS), expected, atol=bound, rtol=0)
     np.testing.assert_array_equal(fit.model.score(TEXTS), before)  # the original is untouched
+
+
+def test_a_folder_whose_max_length_exceeds_the_positions_is_refused_at_load(tmp_path):
+    """A hand-edited (or another tool's) folder: `train` refuses max_length beyond the backbone's positions; loading
+    refuses it too, in one line, instead of an IndexError while scoring (red team B, F7)."""
+    import json
+
+    from _helpers import save_tiny_bert_rm
+
+    from emoreward.models import load_reward_model
+    from emoreward.models.base import SETTINGS_FILE
+
+    path = save_tiny_bert_rm(tmp_path / "m", positions=64, max_length=32)
+    settings = json.loads((path / SETTINGS_FILE).read_text())
+    settings["max_length"] = 100
+    (path / SETTINGS_FILE).write_text(json.dumps(settings))
+    with pytest.raises(ValueError, match="max_length 100 exceeds the backbone's 64 token positions"):
+        load_reward_model(path)

@@ -277,6 +277,13 @@ class TextRewardModel(RewardModelBase):
             base.config.pad_token_id = tokenizer.pad_token_id
             model = PeftModel.from_pretrained(base, directory)
         model.eval()
+        positions = getattr(model.config, "max_position_embeddings", None)
+        if settings.max_length and isinstance(positions, int) and settings.max_length > positions:
+            # a hand-edited or other tool's folder: `train` refuses this setting; scoring would index past the table
+            raise ValueError(
+                f"{directory}: max_length {settings.max_length} exceeds the backbone's {positions} token positions "
+                "(max_position_embeddings): set max_length to at most that in its emoreward settings"
+            )
         loaded = cls(model, tokenizer, settings, batch_size=batch_size, scoring_dtype=scoring_dtype)
         check_finite_weights(model, str(directory))  # a diverged or poisoned model is refused at load
         remember_source(loaded, directory)  # its content identity: part of every cache key of its outputs

@@ -26,6 +26,7 @@ from emoreward.export.serve.batching import Job
 from emoreward.export.serve.facts import ServedModelFacts, served_model_facts
 from emoreward.export.serve.fields import RequestFields
 from emoreward.export.serve.protocol import RequestError, ServerLimits, log_refusal
+from emoreward.export.serve.worker import ModelProcessError
 from emoreward.models.base import NonFiniteError, ScoreInfo
 
 
@@ -240,6 +241,9 @@ class RewardService:
                 job.error = RequestError(HTTPStatus.BAD_REQUEST, self._media_error_message(job, err))
             elif isinstance(err, ValueError):
                 job.error = RequestError(HTTPStatus.BAD_REQUEST, f"cannot score this request: {err}")
+            elif isinstance(err, ModelProcessError):  # known and said once per job: no traceback of our own code
+                logger.error("scoring failed: %s", err)
+                job.error = RequestError(HTTPStatus.INTERNAL_SERVER_ERROR, "scoring failed; see the server log")
             else:
                 logger.exception("scoring failed")
                 job.error = RequestError(HTTPStatus.INTERNAL_SERVER_ERROR, "scoring failed; see the server log")
