@@ -118,7 +118,6 @@ def fit_judge(config: JudgeTrainConfig, pairs: list[PreferencePair], output_dir:
 
     Raises:
         ValueError: no pair to train on (all dropped) or an unlabelled pair."""
-    from datasets import Dataset
     from transformers import set_seed
     from trl import DPOConfig, DPOTrainer, SFTTrainer
 
@@ -132,49 +131,30 @@ def fit_judge(config: JudgeTrainConfig, pairs: list[PreferencePair], output_dir:
     if not rows:
         raise ValueError(f"no pair to train the judge on ({dropped} gold ties dropped with ties: drop)")
     start = time.perf_counter()
-    scratch = tempfile.TemporaryDirectory(prefix="emoreward-judge-")  # the trainers save nothing (save_strategy no)
-    args = _replace(config, output_dir=str(Path(scratch.name) / "sft"), save_strategy="no")
-    trainer = SFTTrainer(
-        model=model,
-        args=args,
-        train_dataset=Dataset.from_list(rows),
-        processing_class=tokenizer,
-        peft_config=_peft_config(config) if config.use_peft else None,
-    )
-    trainer.train()
-    log = list(trainer.state.log_history)
-    model = trainer.model.merge_and_unload() if config.use_peft else trainer.model
-    dpo_rows = []
-    if config.dpo_epochs > 0:
-        dpo_rows = preference_examples(pairs, prompts, tokenizer, ties=config.ties)
-        dpo_args = DPOConfig(
-            output_dir=str(Path(scratch.name) / "dpo"),
-            num_train_epochs=config.dpo_epochs,
-            learning_rate=config.dpo_learning_rate,
-            beta=config.dpo_beta,
-            per_device_train_batch_size=config.per_device_train_batch_size,
-            gradient_accumulation_steps=config.gradient_accumulation_steps,
-            max_length=config.max_length,
-            max_steps=config.max_steps,
-            logging_steps=config.logging_steps,
-            save_strategy="no",
-            report_to=config.report_to,
-            seed=config.seed,
-            bf16=config.bf16,
-            use_cpu=config.use_cpu,
-        )
-        dpo = DPOTrainer(
-            model=model,
-            args=dpo_args,
-            train_dataset=Dataset.from_list(dpo_rows),
-            processing_class=tokenizer,
-            peft_config=_peft_config(config) if config.use_peft else None,
-        )
-        dpo.train()
-        log += [{**entry, "stage": "dpo"} for entry in dpo.state.log_history]
-        model = dpo.model.merge_and_unload() if config.use_peft else dpo.model
+    dpo_rows = preference_examples(pairs, prompts, tokenizer, ties=config.ties) if config.dpo_epochs > 0 else []
+    with tempfile.TemporaryDirectory(prefix="emoreward-judge-") as scratch:  # the trainers save nothing themselves
+        args = _replace(config, output_dir=str(Path(scratch) / "sft"), save_strategy="no")
+        model, log = _stage(SFTTrainer, model, args, rows, tokenizer, config)
+        if dpo_rows:
+            dpo_args = DPOConfig(
+                output_dir=str(Path(scratch) / "dpo"),
+                num_train_epochs=config.dpo_epochs,
+                learning_rate=config.dpo_learning_rate,
+                beta=config.dpo_beta,
+                per_device_train_batch_size=config.per_device_train_batch_size,
+                gradient_accumulation_steps=config.gradient_accumulation_steps,
+                max_length=config.max_length,
+                max_steps=config.max_steps,
+                logging_steps=config.logging_steps,
+                save_strategy="no",
+                report_to=config.report_to,
+                seed=config.seed,
+                bf16=config.bf16,
+                use_cpu=config.use_cpu,
+            )
+            model, dpo_log = _stage(DPOTrainer, model, dpo_args, dpo_rows, tokenizer, config)
+            log += [{**entry, "stage": "dpo"} for entry in dpo_log]
     seconds = time.perf_counter() - start
-    scratch.cleanup()
     save_judge(model, tokenizer, config, out)
     return {
         "sft_rows": len(rows),
@@ -183,6 +163,23 @@ def fit_judge(config: JudgeTrainConfig, pairs: list[PreferencePair], output_dir:
         "train_seconds": seconds,
         "train_log": log,
     }
+
+
+def _stage(trainer_class, model, args, rows: list[dict], tokenizer, config: JudgeTrainConfig) -> tuple[Any, list]:
+    """One TRL stage (`SFTTrainer` or `DPOTrainer`) on ``rows`` with a fresh LoRA (merged into the weights after, so
+    the next stage, or the saved judge, is a plain causal LM): (the model, the stage's log history)."""
+    from datasets import Dataset
+
+    trainer = trainer_class(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        peft_config=_peft_config(config) if config.use_peft else None,
+    )
+    trainer.train()
+    model = trainer.model.merge_and_unload() if config.use_peft else trainer.model
+    return model, list(trainer.state.log_history)
 
 
 def save_judge(model, tokenizer, config: JudgeTrainConfig, out: Path) -> None:
