@@ -96,6 +96,7 @@ def score_table(
 
     if todo and isinstance(model, SavedRewardModel):  # a description to score: now the weights are needed
         model = loaded_model(model, parts)
+    _check_context_room(model, table, {s for (s, _), key in keys.items() if key in todo}, contexts)
     todo_keys = list(todo)
     n_truncated = 0
     texts, items = [t for t, _ in todo.values()], [c for _, c in todo.values()]
@@ -118,6 +119,20 @@ def score_table(
     return ScoreMatrix(
         list(table.models), list(table.samples), matrix, len(todo), len(cached), seconds, n_truncated, cut
     )
+
+
+def _check_context_room(model, table: DescriptionTable, samples: set[str], contexts: dict) -> None:
+    """Before any scoring: a sample whose context (its subtitle) leaves a text model no room for a description is
+    refused in one line naming the table, the sample and the field (`TableError`), not at its batch."""
+    if getattr(model, "kind", None) != "text" or not hasattr(model, "encode"):
+        return
+    from emoreward.data.tables import TableError
+
+    for sample in sorted(samples):
+        try:
+            model.encode(".", contexts[sample])
+        except ValueError as err:
+            raise TableError(f"{table.source}: sample {sample!r}, field 'subtitle': {err}") from None
 
 
 def loaded_model(saved: SavedRewardModel, parts: dict) -> RewardModel:

@@ -171,3 +171,13 @@ def test_a_hub_id_is_named_as_given(rm_dir, capsys):
           "description table hf://nobody/table does not exist", "a description table is a local JSONL file")  # fmt: skip
     fails(["evaluate", "--model", "hf://nobody/model", "--data", "emoprefer"], capsys,
           "model directory not found: hf://nobody/model")  # fmt: skip
+
+
+def test_a_subtitle_that_leaves_no_room_is_named_before_any_scoring(tmp_path, rank, capsys):
+    """The model reads at most 32 tokens: a sample whose subtitle alone fills them is refused in one line naming the
+    table, the sample and the field, before any description is scored (red team B, F4)."""
+    long = "she says that " * 20
+    rows = [{**r, "subtitle": long} if r["sample"] == "s2" else r for r in TABLE_ROWS]
+    data = write(tmp_path / "t.jsonl", jsonl(rows))
+    fails(rank(data), capsys, str(data), "sample 's2', field 'subtitle'", "leaves no room for the description")
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*.jsonl"))
