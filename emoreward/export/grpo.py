@@ -135,8 +135,8 @@ class EmotionReward:
         n = len(completions)
         if prompts is not None and len(prompts) != n:
             raise ValueError(f"{len(prompts)} prompts but {n} completions")
-        values = {key: self._column(kwargs, column, n) for key, column in self.columns.items()}
-        samples = self._column(kwargs, self.sample_column, n)
+        values = {key: dataset_column(kwargs, column, n) for key, column in self.columns.items()}
+        samples = dataset_column(kwargs, self.sample_column, n)
         names = {**self.columns, "sample_id": self.sample_column, "prompt": "prompts"}
         contexts = [
             reward_context(
@@ -196,15 +196,19 @@ class EmotionReward:
                     self._warned = True
                 return
 
-    @staticmethod
-    def _column(kwargs: dict[str, Any], column: str, n: int) -> list[Any]:
-        values = kwargs.get(column)
-        if values is None:
-            return [None] * n
-        values = list(values)
-        if len(values) != n:
-            raise ValueError(f"column {column!r} has {len(values)} values for {n} completions")
-        return values
+
+def dataset_column(kwargs: dict[str, Any], column: str, n: int) -> list[Any]:
+    """The values GRPOTrainer passes for dataset column ``column``, one per completion (``[None] * n`` when absent).
+
+    Raises:
+        ValueError: a column of another length than ``n``."""
+    values = kwargs.get(column)
+    if values is None:
+        return [None] * n
+    values = list(values)
+    if len(values) != n:
+        raise ValueError(f"column {column!r} has {len(values)} values for {n} completions")
+    return values
 
 
-__all__ = ["EmotionReward", "completion_text"]
+__all__ = ["EmotionReward", "completion_text", "dataset_column"]

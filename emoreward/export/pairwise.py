@@ -16,7 +16,7 @@ from emoreward.data.context import RewardContext, reward_context
 from emoreward.data.pairs import PreferencePair
 from emoreward.data.text import identity_text
 from emoreward.data.verdicts import Verdict
-from emoreward.export.grpo import completion_text
+from emoreward.export.grpo import completion_text, dataset_column
 from emoreward.export.length_monitor import LengthMonitor, defined, logged_key
 
 
@@ -132,6 +132,7 @@ class GroupPlan:
     groups: dict[Hashable, list[int]]
     texts: list[str]
     todo: list[tuple[Hashable, str, str]]
+    contexts: dict[Hashable, RewardContext]
 
     @classmethod
     def of(cls, completions: Sequence[Completion], opponents: int | None) -> GroupPlan:
@@ -142,7 +143,11 @@ class GroupPlan:
         todo = []
         for key in sorted(groups, key=str):
             todo += [(key, a, b) for a, b in opponent_pairs([texts[k] for k in groups[key]], opponents)]
-        return cls(groups, texts, todo)
+        return cls(groups, texts, todo, {c.group: c.context for c in completions})
+
+    def requests(self, todo: Sequence[tuple[Hashable, str, str]]) -> list[tuple[str, str, RewardContext]]:
+        """(a, b, the group's context) of each comparison, as `judge_pairs` takes them."""
+        return [(a, b, self.contexts[g]) for g, a, b in todo]
 
     def win_rates(self, judged: dict[tuple[Hashable, str, str], float | None], cost: GroupCost) -> list[float]:
         """Each completion's mean score against the completions of its group it met (`group_rewards`)."""
@@ -158,9 +163,9 @@ class GroupPlan:
             for i in members:
                 met = []
                 for j in members:
-                    a, b = self.texts[i], self.texts[j]
                     if j == i:
                         continue
+                    a, b = self.texts[i], self.texts[j]
                     if a == b:
                         met.append(0.5)
                     elif (key, a, b) in judged:
@@ -187,8 +192,7 @@ def group_rewards(
         (rewards in [0, 1], one per completion; the call's `GroupCost`).
     """
     plan = GroupPlan.of(completions, opponents)
-    context_of = {c.group: c.context for c in completions}
-    scores, invalid = judge_pairs(judge, [(a, b, context_of[g]) for g, a, b in plan.todo])
+    scores, invalid = judge_pairs(judge, plan.requests(plan.todo))
     cost = GroupCost(comparisons=len(plan.todo), judge_calls=2 * len(plan.todo), invalid_orders=invalid)
     return plan.win_rates(dict(zip(plan.todo, scores)), cost), cost
 
@@ -272,13 +276,7 @@ class PairwiseGroupReward:
                 f"pairwise group rewards need one prompt per completion, got {prompts and len(prompts)} "
                 f"for {n} completions"
             )
-        columns = {}
-        for key, column in self.columns.items():
-            values = kwargs.get(column)
-            values = [None] * n if values is None else list(values)
-            if len(values) != n:
-                raise ValueError(f"column {column!r} has {len(values)} values for {n} completions")
-            columns[key] = values
+        columns = {key: dataset_column(kwargs, column, n) for key, column in self.columns.items()}
         names = {**{k: v for k, v in self.columns.items()}, "prompt": "prompts"}
         # every dataset column TRL passes is part of the row a completion answers (a clip id under any name): the
         # group is the prompt with its whole row, never the prompt text alone
@@ -324,9 +322,8 @@ class PairwiseGroupReward:
         everything = [c for part in parts for c in part]
         start = sum(len(part) for part in parts[:rank])
         plan = GroupPlan.of(everything, self.opponents)
-        context_of = {c.group: c.context for c in everything}
         mine = plan.todo[rank::world]  # this process's share of the distinct comparisons
-        scores, invalid = judge_pairs(self.judge, [(a, b, context_of[g]) for g, a, b in mine])
+        scores, invalid = judge_pairs(self.judge, plan.requests(mine))
         judged = {}
         for part in _gather(list(zip(mine, scores)), world):
             judged.update(part)
