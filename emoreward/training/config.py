@@ -654,6 +654,16 @@ def locate_field_error(message: str, origins: dict[str, str], recipe: str | Path
     return f"{recipe}: {message}"
 
 
+def with_fields(config, **changes):
+    """A copy of a recipe config (any recipe class) with ``changes`` set, ``__post_init__`` not run again."""
+    import copy
+
+    new = copy.deepcopy(config)
+    for key, value in changes.items():
+        setattr(new, key, value)
+    return new
+
+
 def load_config(
     path: str | Path | None = None, overrides: dict[str, Any] | None = None, config_class: type = EmoRewardConfig
 ) -> EmoRewardConfig:

@@ -17,14 +17,14 @@ from typing import Any
 import yaml
 
 from emoreward.data import PreferencePair
-from emoreward.training.judge_config import JudgeTrainConfig, is_judge_recipe
+from emoreward.training.config import with_fields
+from emoreward.training.judge_config import JudgeTrainConfig
 from emoreward.utils.io import atomic_write_json
 
 
 logger = logging.getLogger(__name__)
 JUDGE_FILE = "judge.yaml"  # a trained judge's definition, in its folder
 PROMPTS_FILE = "prompts.yaml"  # the prompt set it was trained with, beside it
-VERDICT_LABELS = {"1": "1", "2": "2", "tie": "tie"}  # human label -> the label the verdict parser reads
 WRONG = {"1": ("2",), "2": ("1",), "tie": ("1", "2")}  # DPO: the verdicts a label's right one is preferred to
 
 
@@ -49,7 +49,7 @@ def verdict_examples(
             continue
         for ordered in (pair, pair.swapped()):
             prompt, sep = judge_prompt(ordered, prompts, tokenizer)
-            rows.append({"prompt": prompt, "completion": sep + VERDICT_LABELS[ordered.label]})
+            rows.append({"prompt": prompt, "completion": sep + ordered.label})  # "1" / "2" / "tie": the parser's
     return rows, dropped
 
 
@@ -133,7 +133,7 @@ def fit_judge(config: JudgeTrainConfig, pairs: list[PreferencePair], output_dir:
     start = time.perf_counter()
     dpo_rows = preference_examples(pairs, prompts, tokenizer, ties=config.ties) if config.dpo_epochs > 0 else []
     with tempfile.TemporaryDirectory(prefix="emoreward-judge-") as scratch:  # the trainers save nothing themselves
-        args = _replace(config, output_dir=str(Path(scratch) / "sft"), save_strategy="no")
+        args = with_fields(config, output_dir=str(Path(scratch) / "sft"), save_strategy="no")
         model, log = _stage(SFTTrainer, model, args, rows, tokenizer, config)
         if dpo_rows:
             dpo_args = DPOConfig(
@@ -208,15 +208,6 @@ def save_judge(model, tokenizer, config: JudgeTrainConfig, out: Path) -> None:
     tmp = out / (JUDGE_FILE + ".tmp")
     tmp.write_text(yaml.safe_dump(definition, sort_keys=False), encoding="utf-8")
     tmp.replace(out / JUDGE_FILE)
-
-
-def _replace(config: JudgeTrainConfig, **changes) -> JudgeTrainConfig:
-    import copy
-
-    new = copy.deepcopy(config)
-    for key, value in changes.items():
-        setattr(new, key, value)
-    return new
 
 
 def evaluate_trained_judge(folder: str | Path, pairs: list[PreferencePair], *, tie_policy: str = "wrong") -> dict:
@@ -300,7 +291,6 @@ __all__ = [
     "JudgeTrainConfig",
     "evaluate_trained_judge",
     "fit_judge",
-    "is_judge_recipe",
     "preference_examples",
     "run_judge_training",
     "save_judge",

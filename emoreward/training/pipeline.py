@@ -6,7 +6,6 @@ See docs/training.md.
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import gc
 import logging
@@ -33,7 +32,7 @@ from emoreward.evaluation.report import aggregate, headline, markdown_table, plo
 from emoreward.models.base import RewardModel, check_finite_weights
 from emoreward.models.loading import open_reward_model
 from emoreward.training.adapters import adapter_for
-from emoreward.training.config import EmoRewardConfig, public_config
+from emoreward.training.config import EmoRewardConfig, public_config, with_fields
 from emoreward.training.distributed import distributed_setup, save_final_model, wait_for_everyone
 from emoreward.training.fit_workers import (
     FitPool,
@@ -132,7 +131,7 @@ def fit_reward_model(
         eval_dataset, _ = encoded_dataset(eval_pairs, model, config)
     else:  # no held-out pairs (e.g. a cross-validation fold: its test fold must not pick the checkpoint)
         changes.update(eval_strategy="no", load_best_model_at_end=False)
-    args = _replace(config, **changes)
+    args = with_fields(config, **changes)
     trainer = EmoRewardTrainer(
         adapter=adapter,
         model=model.model,
@@ -182,13 +181,6 @@ def fit_reward_model(
     model.settings.tie_threshold = threshold
     n_negatives = len(trained_on.pairs) - trained_on.n_human
     return FitResult(model, exclusions, seconds, trainer_log, threshold, threads, n_negatives)
-
-
-def _replace(config: EmoRewardConfig, **changes) -> EmoRewardConfig:
-    new = copy.deepcopy(config)
-    for key, value in changes.items():
-        setattr(new, key, value)
-    return new
 
 
 def _last_checkpoint(output_dir: str | Path) -> tuple[str | None, list[str]]:
