@@ -9,7 +9,8 @@ Options are TRL's (`TrlParser`): `--config RECIPE.yaml`, then any recipe field a
 `--set field=value`), the command line over the YAML. Every value is read by its field's declared type, unknown
 recipe keys and credentials are errors naming the file and line (`emoreward.training.config.RecipeParser`). One
 configuration class (`EmoRewardConfig`) and one code path (`emoreward.training.pipeline.run_training`) serve text
-and multimodal recipes. Under a launcher every process runs this script; only the main process (RANK 0) prints to
+and multimodal recipes; a judge recipe (`recipe: judge`) runs `emoreward train`'s judge path
+(`emoreward.training.judge.run_judge_training`). Under a launcher every process runs this script; only the main process (RANK 0) prints to
 stdout, writes reports and saves the model. Errors go to stderr as one line (exit status 2).
 """
 
@@ -18,7 +19,8 @@ import sys
 
 from emoreward.cli.main import guarded
 from emoreward.cli.options import quiet_libraries
-from emoreward.cli.train import train_and_report
+from emoreward.cli.train import run, train_and_report
+from emoreward.training.judge_config import is_judge_recipe
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,6 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     from emoreward.training.config import RecipeParser
 
     parser = RecipeParser(prog="train_reward.py", description="Train an emotion reward model from a recipe.")
+    args = parser.parse_args(argv)
+    if args.config is not None and is_judge_recipe(args.config):  # `recipe: judge`: `emoreward train`'s judge path
+        return run(args)
     (config,) = parser.parse_args_and_config(argv)
     # 2. cross-validation, final fit, evaluation and reports (emoreward.training.pipeline.run_training); 3. print
     return train_and_report(config)

@@ -21,8 +21,7 @@ from bpe_chat import qwen_like_tokenizer  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def base_chat_model(tmp_path_factory) -> Path:
+def build_chat_model(path: Path) -> Path:
     """A 2-layer Llama chat LM (hidden 32) on a ChatML byte-level BPE tokenizer, saved like a hub checkpoint."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -42,10 +41,14 @@ def base_chat_model(tmp_path_factory) -> Path:
         initializer_range=0.2,
     )
     torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("chat") / "base"
     LlamaForCausalLM(config).save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="module")
+def base_chat_model(tmp_path_factory) -> Path:
+    return build_chat_model(tmp_path_factory.mktemp("chat") / "base")
 
 
 SHORT_PROMPTS = """name: tiny
@@ -213,13 +216,23 @@ def test_emoreward_train_runs_a_judge_recipe(tmp_path, base_chat_model, capsys):
     assert main(["train", "--config", str(path)]) == 0
     out = tmp_path / "out"
     report = json.loads((out / "report.json").read_text())
-    assert report["recipe"] == "judge" and len(report["folds"]) == 2
-    assert (out / "model" / "judge.yaml").exists()
+    assert report["recipe"] == "judge" and len(report["cross_validation"]["folds"]) == 2
+    assert report["folds_trained"] == 2 and report["folds_reused"] == 0
+    assert (out / "model" / "judge.yaml").exists() and (out / "model" / "finished.json").exists()
     assert "length baseline" in capsys.readouterr().out
-    # a rerun into the same folder is refused before any work: nothing of the first run is overwritten or mixed in
+    # the controlled-error section of the held-out folds, as a reward model's report has it: every negative of the
+    # held-out pairs judged against its original in both orders (swap consistency), pooled over the two folds
+    pooled = report["cross_validation"]["controlled_errors"]
+    per_fold = [f["controlled_errors"] for f in report["cross_validation"]["folds"]]
+    assert pooled["n_negatives"] == sum(f["n_negatives"] for f in per_fold) > 0
+    assert all(f["n_pairs"] == 8 for f in report["cross_validation"]["folds"])
+    assert "Controlled errors (held-out folds)" in (out / "report.md").read_text()
+    # a rerun into the same folder with another result-changing field is refused before any work, with the reward
+    # pipeline's message: nothing of the first run is overwritten or mixed in
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
-    assert main(["train", "--config", str(path), "--set", "cv_folds=0"]) == 2
-    assert "holds earlier work" in capsys.readouterr().err
+    assert main(["train", "--config", str(path), "--set", "cv_folds=3"]) == 2
+    err = capsys.readouterr().err
+    assert "holds the checkpoints or finished work of another run" in err and "recipe field cv_folds (2 -> 3)" in err
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == before
 
 

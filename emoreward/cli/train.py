@@ -40,7 +40,14 @@ def train_judge_and_report(config) -> int:
     from emoreward.training.judge import run_judge_training
 
     check_output_dir(config.output_dir, "--output-dir")
-    report = run_judge_training(config)
+    if config.process_index == 0:  # one writer per output folder, as for a reward model (`train_and_report`)
+        from emoreward.utils.io import output_lock
+
+        with output_lock(config.output_dir, "--output-dir"):
+            report = run_judge_training(config)
+    else:  # the other processes of an `accelerate launch` train beside it and print nothing
+        run_judge_training(config)
+        return EXIT_OK
     out = Path(config.output_dir)
     if report.get("markdown"):
         print()

@@ -10,16 +10,16 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from emoreward.data import PreferencePair
-from emoreward.training.config import with_fields
+from emoreward.training.config import public_config, with_fields
+from emoreward.training.distributed import distributed_setup, wait_for_everyone
 from emoreward.training.judge_config import JudgeTrainConfig
-from emoreward.utils.io import atomic_write_json
+from emoreward.utils.io import atomic_write_json, atomic_write_text
 
 
 logger = logging.getLogger(__name__)
@@ -155,7 +155,9 @@ def fit_judge(config: JudgeTrainConfig, pairs: list[PreferencePair], output_dir:
             model, dpo_log = _stage(DPOTrainer, model, dpo_args, dpo_rows, tokenizer, config)
             log += [{**entry, "stage": "dpo"} for entry in dpo_log]
     seconds = time.perf_counter() - start
-    save_judge(model, tokenizer, config, out)
+    if config.process_index == 0:  # under `accelerate launch` every process holds the same weights: one writes
+        save_judge(model, tokenizer, config, out)
+    wait_for_everyone(config)  # the folder is whole before any process reads it
     return {
         "sft_rows": len(rows),
         "dpo_rows": len(dpo_rows),
@@ -210,80 +212,125 @@ def save_judge(model, tokenizer, config: JudgeTrainConfig, out: Path) -> None:
     tmp.replace(out / JUDGE_FILE)
 
 
-def evaluate_trained_judge(folder: str | Path, pairs: list[PreferencePair], *, tie_policy: str = "wrong") -> dict:
+def evaluate_trained_judge(
+    folder: str | Path, pairs: list[PreferencePair], *, tie_policy: str = "wrong", controlled: tuple | None = None
+) -> dict:
     """Every metric of the shared harness for the judge saved in `folder` on `pairs` (both orders, one run, INVALID
-    counted), as `emoreward evaluate` computes it."""
-    from emoreward.evaluation.harness import evaluate_judgements, run_judge
+    counted), as `emoreward evaluate` computes it; with `controlled` (``(negatives, where they come from)``) the
+    controlled-error section too (`emoreward.evaluation.harness.controlled_errors`: each negative against its
+    original in both orders, swap consistency included)."""
+    from emoreward.evaluation.harness import controlled_errors, evaluate_judgements, run_judge
     from zero_shot import load_judge
 
     judge = load_judge(Path(folder) / JUDGE_FILE)
     result = run_judge(judge, pairs, swap=True, runs=1)
-    return evaluate_judgements(result, tie_policy=tie_policy)
-
-
-@dataclass
-class JudgeRun:
-    """What `run_judge_training` did: the fold evaluations, the final fit, where the judge is."""
-
-    folds: list[dict] = field(default_factory=list)
-    final: dict | None = None
-    model_dir: str | None = None
+    evaluation = evaluate_judgements(result, tie_policy=tie_policy)
+    if controlled is not None:
+        evaluation["controlled_errors"] = controlled_errors(judge, controlled[0], source=controlled[1])
+    return evaluation
 
 
 def run_judge_training(config: JudgeTrainConfig, *, log=print) -> dict:
-    """The judge recipe's job: cross-validation over folds grouped by sample (each fold trained on the others and
-    judged on its own pairs by the shared harness), then the final judge on every pair (`<output_dir>/model`), and
-    `report.json` with the folds' mean and std beside the length baseline.
+    """The judge recipe's job, on the reward-model pipeline's machinery (`emoreward.training.pipeline`): the pairs in
+    content order, the run identity checked and recorded (`run_identity.check_resumable`: another run's work is
+    refused, the same run's finished folds and final fit are reused), cross-validation over folds grouped by sample
+    (`CrossValidation`: each fold's judge trained on the others, judged by the shared harness on its own pairs with
+    the controlled-error section of their negatives, one W&B run per fold), then the final judge on every pair
+    (`<output_dir>/model`, `finished.json` last) and `report.json` / `report.md`. Every process of an `accelerate
+    launch` runs it; the main one writes.
+
+    Returns:
+        the report (also `<output_dir>/report.json`): `cross_validation` (`{"k", "seed", "summary", "folds",
+        "controlled_errors", ...}`), `folds_trained` / `folds_reused` (work done by this call), `final`,
+        `model_dir`, `markdown`.
 
     Raises:
-        ValueError / DataError: bad data (file, row, field)."""
-    from emoreward.data import load_pairs
-    from emoreward.data.pairs import BUNDLED, bundled_dataset_path
-    from emoreward.evaluation.report import aggregate, headline, markdown_table
-    from emoreward.training.pipeline import stratified_folds
-    from emoreward.utils.io import hold_output
+        ValueError / DataError: bad data (file, row, field); RunIdentityError: the folder holds another run's work."""
+    import torch
+
+    from emoreward.data import read_pairs
+    from emoreward.data.negatives import generate_negatives
+    from emoreward.data.pairs import BUNDLED, bundled_dataset_path, canonical_pairs
+    from emoreward.training.pipeline import (
+        CONTROLLED_SOURCE,
+        FINISHED_FILE,
+        CrossValidation,
+        FitResult,
+        final_fingerprint,
+        load_finished,
+        wandb_group,
+    )
+    from emoreward.training.run_identity import check_resumable, run_identity
+    from emoreward.training.tracking import configure_wandb, finish_wandb, start_wandb_run, wandb_enabled
 
     source = bundled_dataset_path(config.train_file) if config.train_file in BUNDLED else config.train_file
-    pairs = load_pairs(source)
+    loaded = read_pairs(source)
+    pairs = canonical_pairs(loaded.pairs)  # the file's row order (and name) changes nothing
     out = Path(config.output_dir)
-    hold_output(out, "--output-dir")  # one writer
-    if out.is_dir() and any(out.iterdir()):  # no resume yet: another run's judge or report is never mixed in
-        raise ValueError(
-            f"--output-dir {out} holds earlier work (a judge recipe does not resume): choose another folder or "
-            "remove it"
-        )
     out.mkdir(parents=True, exist_ok=True)
-    run = JudgeRun()
-    if config.cv_folds:
-        for k, (train_idx, test_idx) in enumerate(stratified_folds(pairs, config.cv_folds, config.seed)):
-            fold_dir = out / "cv" / f"fold{k}"
-            fit = fit_judge(config, [pairs[i] for i in train_idx], fold_dir / "judge")
-            evaluation = evaluate_trained_judge(fold_dir / "judge", [pairs[i] for i in test_idx])
-            evaluation.update(fold=k, n_train=len(train_idx), **{key: fit[key] for key in ("sft_rows", "dpo_rows")})
-            run.folds.append(evaluation)
-            h = headline(evaluation)
-            log(
-                f"fold {k + 1}/{config.cv_folds}: 2-class WAF {h['judge'].get('two_class_waf')} (length baseline "
-                f"{h['length_baseline'].get('two_class_waf')}), trained {fit['train_seconds']:.0f}s"
-            )
-    if config.final_fit:
-        run.final = fit_judge(config, pairs, out / "model")
-        run.model_dir = str(out / "model")
-    report = {
+    is_main = config.process_index == 0
+    if not is_main:
+        log = _silent
+    check_resumable(config, run_identity(config, pairs), is_main=is_main)  # the scalar pipeline's rule and message
+    wait_for_everyone(config)
+    wandb_mode = configure_wandb(config)
+    log(f"emoreward train: judge {config.model_name_or_path}, data {config.train_file}, output {out}")
+    log(f"loaded {loaded.summary()}")
+    report: dict = {
         "recipe": "judge",
+        "config": public_config(config),
+        "train_file": str(config.train_file),
         "n_pairs": len(pairs),
-        "folds": run.folds,
-        "final": run.final,
-        "model_dir": run.model_dir,
+        "wandb_mode": wandb_mode,
+        "distributed": distributed_setup(config),
     }
-    if run.folds:
-        summary = aggregate(run.folds)
-        report["cv_summary"] = summary
-        report["markdown"] = markdown_table(summary, title=f"{config.cv_folds}-fold cross-validation (trained judge)")
-    atomic_write_json(out / "report.json", report)
-    if report.get("markdown"):
-        (out / "report.md").write_text(report["markdown"] + "\n", encoding="utf-8")
+
+    def fit(train: list[PreferencePair], fold_dir: Path, name: str) -> FitResult:
+        record = fit_judge(config, train, fold_dir / "judge")
+        return FitResult(
+            fold_dir / "judge", None, record["train_seconds"], record["train_log"], 0.0, torch.get_num_threads()
+        )
+
+    def evaluate(folder: Path, test: list[PreferencePair]) -> dict:
+        negatives = generate_negatives(test).negatives  # of the held-out pairs only
+        return evaluate_trained_judge(folder, test, controlled=(negatives, CONTROLLED_SOURCE))
+
+    if config.cv_folds:
+        with CrossValidation(config, pairs, fit=fit, evaluate=evaluate, log=log) as folds:
+            report["folds_trained"] = len(folds.jobs)
+            report["folds_reused"] = config.cv_folds - len(folds.jobs)
+            report["cross_validation"], report["markdown"] = folds.result()
+    if config.final_fit:
+        model_dir, fingerprint = out / "model", final_fingerprint(config, pairs)
+        report["final"] = load_finished(model_dir, fingerprint)
+        if report["final"] is not None:
+            log(f"final model: finished earlier, reusing {model_dir}")
+        else:
+            if wandb_enabled(config):
+                start_wandb_run(
+                    config, name=config.run_name or "emoreward-judge", job_type="final",
+                    group=wandb_group(config, pairs), kind="final-fit",
+                )  # fmt: skip
+            report["final"] = fit_judge(config, pairs, model_dir)
+            if is_main:  # written last: the folder is a whole judge of this run
+                atomic_write_json(
+                    model_dir / FINISHED_FILE, {"fingerprint": fingerprint, "evaluation": report["final"]}
+                )
+            log(
+                f"final judge (all {len(pairs)} pairs) saved to {model_dir}, trained {report['final']['train_seconds']:.0f}s"
+            )
+        report["model_dir"] = str(model_dir)
+    if is_main:
+        atomic_write_json(out / "report.json", report)
+        if report.get("markdown"):
+            atomic_write_text(out / "report.md", report["markdown"] + "\n")
+    finish_wandb()
+    wait_for_everyone(config)
     return report
+
+
+def _silent(*_args, **_kwargs) -> None:
+    return None
 
 
 __all__ = [

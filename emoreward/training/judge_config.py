@@ -46,6 +46,14 @@ class JudgeTrainConfig(SFTConfig):
     # evaluation
     cv_folds: int = field(default=5, metadata={"help": "cross-validation folds grouped by sample (0: none)"})
     final_fit: bool = field(default=True, metadata={"help": "train the judge on every pair after the folds"})
+    # run (as a reward-model recipe's: `emoreward.training.run_identity`, `emoreward.training.tracking`)
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "start over in output_dir when it holds another run's finished work (removed)"},
+    )
+    wandb_project: str = field(
+        default="emoreward", metadata={"help": "W&B project when report_to has wandb (WANDB_PROJECT wins)"}
+    )
 
     def __post_init__(self):
         super().__post_init__()

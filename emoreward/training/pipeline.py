@@ -76,8 +76,8 @@ CONTROLLED_SOURCE = "rules engine on the preferred descriptions of the evaluated
 class FitResult:
     """One fitted reward model and what happened while fitting it."""
 
-    model: RewardModel
-    exclusions: ExclusionReport | None
+    model: RewardModel  # or, for a judge recipe, the trained judge's folder (`emoreward.training.judge`)
+    exclusions: ExclusionReport | None  # None: a judge recipe (its dropped ties are in its own record)
     train_seconds: float
     log_history: list[dict]
     tie_threshold: float
@@ -337,7 +337,7 @@ def run_fold(
         fold=job.k,
         train_seconds=result.train_seconds,
         train_threads=result.train_threads,
-        exclusions=result.exclusions.to_dict(),
+        exclusions=result.exclusions.to_dict() if result.exclusions is not None else None,
         n_train=len(train),
         n_train_negatives=result.n_negatives,
     )
@@ -352,7 +352,7 @@ def run_fold(
         f"(length baseline {_num(h['length_baseline'].get('two_class_waf'))}), "
         f"length-debiased ACC {_num(h['judge'].get('length_debiased_acc'))}, trained {result.train_seconds:.0f}s; "
         + (f"{len(train)} human pairs + {result.n_negatives} controlled negatives; " if result.n_negatives else "")
-        + f"{result.exclusions.summary()}"
+        + (result.exclusions.summary() if result.exclusions is not None else f"{len(train)} pairs")
     )
     return evaluation, line
 
@@ -371,14 +371,14 @@ class CrossValidation:
         self.evaluations: dict[int, dict] = {}
         self.jobs: list[FoldJob] = []
         out, identity = Path(config.output_dir), run_identity(config, pairs)
-        by_id = config.media_root is not None  # clips read by sample id: the id is part of a pair's context
+        by_id = getattr(config, "media_root", None) is not None  # clips read by sample id: part of a pair's context
         for k, (train_idx, test_idx) in enumerate(
             stratified_folds(pairs, config.cv_folds, config.seed, media_by_id=by_id)
         ):
             train_idx, test_idx = tuple(map(int, train_idx)), tuple(map(int, test_idx))
             job = FoldJob(k, train_idx, test_idx, work_fingerprint(identity, list(train_idx), list(test_idx)),
                           out / "cv" / f"fold{k}")  # fmt: skip
-            evaluation = _load_finished(job.fold_dir, job.fingerprint)
+            evaluation = load_finished(job.fold_dir, job.fingerprint)
             if evaluation is None:
                 self.jobs.append(job)
             else:
@@ -613,7 +613,7 @@ def _fit_final(config, pairs, eval_pairs, out: Path, log, *, train_threads: int 
     """Fit on all pairs (its W&B run started first), or the record of a finished earlier fit of the same run (a
     dict: `_save_final` then reuses `<output_dir>/model`)."""
     model_dir = out / "model"
-    final = _load_finished(model_dir, _final_fingerprint(config, pairs))
+    final = load_finished(model_dir, final_fingerprint(config, pairs))
     if final is not None:
         log(f"final model: finished earlier, reusing {model_dir}")
         return final
@@ -632,7 +632,8 @@ def _fit_final(config, pairs, eval_pairs, out: Path, log, *, train_threads: int 
     )
 
 
-def _final_fingerprint(config, pairs) -> str:
+def final_fingerprint(config, pairs) -> str:
+    """The work fingerprint of a run's final fit (every pair trained on, none held out): its `finished.json` key."""
     return work_fingerprint(run_identity(config, pairs), list(range(len(pairs))), [])
 
 
@@ -661,7 +662,7 @@ def _save_final(config, pairs, fit: FitResult | dict, report: dict, out: Path, l
     if config.process_index == 0:  # written last, atomically: its presence means the model directory is complete
         atomic_write_json(
             model_dir / FINISHED_FILE,
-            {"fingerprint": _final_fingerprint(config, pairs), "evaluation": report["final"]},
+            {"fingerprint": final_fingerprint(config, pairs), "evaluation": report["final"]},
         )
     log(
         f"final model (all {len(pairs)} pairs) saved to {model_dir}, trained {fit.train_seconds:.0f}s; "
@@ -679,7 +680,7 @@ def wandb_group(config: EmoRewardConfig, pairs: list[PreferencePair]) -> str:
     return f"{config.run_name or 'emoreward'}-{run_identity(config, pairs)['fingerprint'][:8]}"
 
 
-def _load_finished(directory: Path, fingerprint: str) -> dict | None:
+def load_finished(directory: Path, fingerprint: str) -> dict | None:
     """The saved evaluation of finished work of the same run; None when there is none, it belongs to other work, or
     the marker is torn."""
     saved = read_json_or_none(directory / FINISHED_FILE, what="finished-work marker")
@@ -701,7 +702,9 @@ def model_card(config: EmoRewardConfig, report: dict, fit: FitResult) -> str:
 __all__ = [
     "FINISHED_FILE",
     "FitResult",
+    "final_fingerprint",
     "fit_reward_model",
+    "load_finished",
     "model_card",
     "CrossValidation",
     "FoldJob",

@@ -109,8 +109,9 @@ def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> di
         "execution": execution_parameters(config),
     }
     parts = [identity["data"], identity["labels"], identity["backbone"], recipe, identity["execution"]]
-    if config.controlled_negatives_file:  # its content, not its path
-        with open(config.controlled_negatives_file, "rb") as fh:
+    negatives_file = getattr(config, "controlled_negatives_file", None)  # a judge recipe has none
+    if negatives_file:  # its content, not its path
+        with open(negatives_file, "rb") as fh:
             identity["negatives"] = hashlib.file_digest(fh, "sha256").hexdigest()
         parts.append(identity["negatives"])
     identity["fingerprint"] = _digest(parts)

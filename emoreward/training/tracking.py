@@ -132,7 +132,7 @@ def log_evaluation(
 
 def wandb_tags(config: EmoRewardConfig, kind: str) -> list[str]:
     """Tags of a run: the project, the run's kind, backbone, tie handling and how it was distributed."""
-    backbone = Path(config.backbone or config.model_name_or_path).name[:48]
+    backbone = Path(getattr(config, "backbone", None) or config.model_name_or_path).name[:48]  # a judge: its LM
     tags = ["emoreward", f"backbone:{backbone}", f"ties:{config.ties}", f"world_size:{config.world_size}"]
     if config.deepspeed or os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
         tags.append("deepspeed")

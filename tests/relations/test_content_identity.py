@@ -250,3 +250,51 @@ def test_a_run_under_another_process_count_or_accumulation_is_another_run(tiny_b
     assert code == 2 and "execution parameter world_size (2 -> 1)" in err and "--overwrite_output_dir" in err, err
     (out / "run_identity.json").write_text(json.dumps(saved))
     assert "final model: finished earlier" in run_ok(capsys, ["train", "--config", recipe])
+
+
+# ------------------------------------------------------------------------------------------- train: judge recipes
+def test_a_judge_recipe_resumes_only_the_same_content(tmp_path, capsys):
+    """A judge recipe (`recipe: judge`) has the reward pipeline's run identity and resume (`run_identity`,
+    `CrossValidation`'s finished folds, the final fit's `finished.json`): a rerun trains nothing (the report's
+    counts: 0 folds trained), the same pairs renamed and shuffled are the same run, a result-changing field is
+    another run (refused, then redone with --overwrite_output_dir), and a run that stopped after one fold trains
+    only the rest."""
+    from test_trained_judge import build_chat_model, recipe, write_pairs
+
+    from emoreward.data import load_pairs
+
+    base = build_chat_model(tmp_path / "base")
+    data = write_pairs(tmp_path)
+    path = recipe(tmp_path, base, cv_folds=2, max_steps=2, train_file=str(data))
+    out = tmp_path / "out"
+    run_ok(capsys, ["train", "--config", path])
+    first = read_json(out / "report.json")
+    assert (first["folds_trained"], first["folds_reused"]) == (2, 0)
+
+    text = run_ok(capsys, ["train", "--config", path])  # nothing changed: 0 folds and no final fit retrained
+    report = read_json(out / "report.json")
+    assert (report["folds_trained"], report["folds_reused"]) == (0, 2)
+    assert "fold 1/2: finished earlier" in text and "final model: finished earlier" in text
+    assert report["cross_validation"] == first["cross_validation"] and report["final"] == first["final"]
+
+    # the same pairs under another file name, rows shuffled: the same content, the same run
+    rows = data.read_text().splitlines()
+    moved = tmp_path / "renamed.jsonl"
+    moved.write_text("\n".join(rows[::-1]) + "\n")
+    assert len(load_pairs(moved)) == 16
+    run_ok(capsys, ["train", "--config", path, "--set", f"train_file={moved}"])
+    assert read_json(out / "report.json")["folds_trained"] == 0
+
+    # a result-changing field: another run, refused with the reward pipeline's message, redone on request
+    code, _, err = run_cli(capsys, ["train", "--config", path, "--learning_rate", "0.05"])
+    assert code == 2 and "recipe field learning_rate" in err and "--overwrite_output_dir" in err, err
+    run_ok(capsys, ["train", "--config", path, "--learning_rate", "0.05", "--overwrite_output_dir", "true"])
+    assert read_json(out / "report.json")["folds_trained"] == 2
+
+    # stopped after fold 1 (fold 2 and the final fit unfinished: no marker): only they train
+    (out / "cv" / "fold1" / "finished.json").unlink()
+    (out / "model" / "finished.json").unlink()
+    text = run_ok(capsys, ["train", "--config", path, "--learning_rate", "0.05"])
+    report = read_json(out / "report.json")
+    assert (report["folds_trained"], report["folds_reused"]) == (1, 1)
+    assert "fold 1/2: finished earlier" in text and "final model: finished earlier" not in text
