@@ -259,6 +259,7 @@ def run_judge_training(config: JudgeTrainConfig, *, log=print) -> dict:
         final_fingerprint,
         load_finished,
         wandb_group,
+        wandb_line,
     )
     from emoreward.training.run_identity import check_resumable, run_identity
     from emoreward.training.tracking import configure_wandb, finish_wandb, start_wandb_run, wandb_enabled
@@ -276,6 +277,8 @@ def run_judge_training(config: JudgeTrainConfig, *, log=print) -> dict:
     wandb_mode = configure_wandb(config)
     log(f"emoreward train: judge {config.model_name_or_path}, data {config.train_file}, output {out}")
     log(f"loaded {loaded.summary()}")
+    if wandb_mode is not None:
+        log(wandb_line(config, pairs, wandb_mode))
     report: dict = {
         "recipe": "judge",
         "config": public_config(config),

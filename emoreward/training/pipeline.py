@@ -557,11 +557,7 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
     )
     log(f"loaded {loaded.summary()}")
     if wandb_mode is not None:
-        log(
-            f"W&B ({wandb_mode}): project {os.environ.get('WANDB_PROJECT')}, group {wandb_group(config, pairs)}, "
-            f"files under {os.environ.get('WANDB_DIR')}"
-            + (" (upload later with `wandb sync`)" if wandb_mode == "offline" else "")
-        )
+        log(wandb_line(config, pairs, wandb_mode))
     report: dict = {
         "recipe": public_config(config),
         "kind": config.kind,
@@ -675,6 +671,15 @@ def _silent(*_args, **_kwargs) -> None:
     return None
 
 
+def wandb_line(config: EmoRewardConfig, pairs: list[PreferencePair], mode: str) -> str:
+    """The job's line saying where its W&B runs go: mode, project, group, local folder (and `wandb sync` offline)."""
+    return (
+        f"W&B ({mode}): project {os.environ.get('WANDB_PROJECT')}, group {wandb_group(config, pairs)}, "
+        f"files under {os.environ.get('WANDB_DIR')}"
+        + (" (upload later with `wandb sync`)" if mode == "offline" else "")
+    )
+
+
 def wandb_group(config: EmoRewardConfig, pairs: list[PreferencePair]) -> str:
     """The W&B group of one job's runs: the run name and 8 hex digits of the run identity."""
     return f"{config.run_name or 'emoreward'}-{run_identity(config, pairs)['fingerprint'][:8]}"
@@ -712,4 +717,5 @@ __all__ = [
     "run_training",
     "stratified_folds",
     "wandb_group",
+    "wandb_line",
 ]

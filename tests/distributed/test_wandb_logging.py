@@ -145,3 +145,69 @@ def test_wandb_offline_run_names_tags_config_table_images(fresh_wandb, tiny_bert
     for path in [*(tmp_path / "wandb-dir").rglob("*"), *(tmp_path / "out").rglob("*")]:
         if path.is_file():
             assert b"hf_SECRET_do_not_log" not in path.read_bytes(), path
+
+
+def test_a_judge_recipe_logs_the_same_run_layout(fresh_wandb, tmp_path, monkeypatch):
+    """A judge recipe's TRL trainers report to the runs the reward pipeline opens (`training.tracking`): one per
+    fold (job_type fold) and one for the final fit (job_type final) in the run identity's group, TRL's SFT loss and
+    the harness metrics (with the controlled errors' table) on each, the resolved recipe as config, no secret."""
+    from test_trained_judge import build_chat_model, recipe, write_pairs
+
+    from emoreward.training.config import resolve_config
+    from emoreward.training.judge import run_judge_training
+    from emoreward.training.judge_config import JudgeTrainConfig
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc: no W&B key, offline
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-dir"))
+    for name in ("WANDB_PROJECT", "WANDB_TAGS", "WANDB_RUN_GROUP", "WANDB_JOB_TYPE", "WANDB_SILENT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_TOKEN", "hf_SECRET_do_not_log")
+    base = build_chat_model(tmp_path / "base")
+    path = recipe(
+        tmp_path, base, cv_folds=2, max_steps=2, train_file=str(write_pairs(tmp_path)), report_to=["wandb"],
+        run_name="judge-run", wandb_project="judge-project",
+    )  # fmt: skip
+    config = resolve_config(path, config_class=JudgeTrainConfig)
+    lines = []
+    report = run_judge_training(config, log=lines.append)
+    assert report["wandb_mode"] == "offline"
+    group = run_module.wandb_group(config, load_pairs(tmp_path / "train.jsonl"))
+    assert f"W&B (offline): project judge-project, group {group}, files under {tmp_path / 'wandb-dir'}" in lines[2]
+    import wandb
+
+    wandb.teardown()  # waits for the service's last records
+    run_dirs = sorted((tmp_path / "wandb-dir" / "wandb").glob("offline-run-*"))
+    assert len(run_dirs) == 3  # two folds and the final fit
+    names, groups, job_types, keys, tags, raw, config_keys = [], [], [], [], [], b"", set()
+    for run_dir in run_dirs:
+        (log,) = run_dir.glob("run-*.wandb")
+        raw += log.read_bytes()
+        run_keys, run_tags, run_names, run_groups, run_job_types = set(), set(), set(), set(), set()
+        for record in read_wandb_records(log):
+            kind = record.WhichOneof("record_type")
+            if kind == "run":  # a run's record, once per update
+                run_names.add(record.run.display_name)
+                run_groups.add(record.run.run_group)
+                run_job_types.add(record.run.job_type)
+                run_tags |= set(record.run.tags)
+            elif kind == "history":
+                run_keys |= {item.key or "/".join(item.nested_key) for item in record.history.item}
+            elif kind == "config":
+                config_keys |= {item.key for item in record.config.update}
+        keys.append(run_keys)
+        names.append(run_names)
+        groups.append(run_groups)
+        job_types.append(run_job_types)
+        tags.append(run_tags)
+    assert names == [{"judge-run-fold0"}, {"judge-run-fold1"}, {"judge-run"}]
+    assert groups == [{group}] * 3 and job_types == [{"fold"}, {"fold"}, {"final"}]
+    for run_tags, kind in zip(tags, ["cv-fold", "cv-fold", "final-fit"]):
+        assert {"emoreward", kind, "ties:train", "world_size:1", "backbone:base"} <= run_tags
+    for run_keys in keys:
+        assert "train/loss" in run_keys  # TRL's SFT loss
+    for run_keys in keys[:2]:
+        assert "harness/judge/two_class_waf" in run_keys and "harness/metrics/_type" in run_keys
+    assert {"dpo_epochs", "cv_folds", "lora_r", "prompts"} <= config_keys
+    assert b"hf_SECRET_do_not_log" not in raw
