@@ -21,7 +21,7 @@ from bpe_chat import qwen_like_tokenizer  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def build_chat_model(path: Path) -> Path:
+def build_chat_model(path: Path, *, hidden: int = 32, heads: int = 4, kv_heads: int = 2) -> Path:
     """A 2-layer Llama chat LM (hidden 32) on a ChatML byte-level BPE tokenizer, saved like a hub checkpoint."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -29,11 +29,11 @@ def build_chat_model(path: Path) -> Path:
     tok = qwen_like_tokenizer()
     config = LlamaConfig(
         vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
         max_position_embeddings=2048,
         pad_token_id=tok.pad_token_id,
         eos_token_id=tok.eos_token_id,

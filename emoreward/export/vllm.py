@@ -444,6 +444,26 @@ def serve_command(
     return cmd
 
 
+def chat_model_command(
+    model_dir: str | Path,
+    *,
+    port: int,
+    served_model_name: str,
+    host: str = "127.0.0.1",
+    dtype: str = "float32",
+    python: str = sys.executable,
+) -> list[str]:
+    """The vLLM server command line for a causal chat LM folder (a trained judge, `emoreward.training.judge`: merged
+    weights, tokenizer and chat template): the generate runner (``/v1/chat/completions``, ``/v1/completions``),
+    ``dtype``, eager mode, served as ``served_model_name``; a judge YAML with the OpenAI-compatible backend points at
+    it (docs/judges.md#trained-judges)."""
+    return [
+        python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), "--runner", "generate",
+        "--dtype", dtype, "--enforce-eager", "--host", host, "--port", str(port),
+        "--served-model-name", served_model_name,
+    ]  # fmt: skip
+
+
 SERVER_ENV = {
     "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache on the CPU build (its default, 4, is more than tests need)
     "VLLM_NO_USAGE_STATS": "1",
@@ -459,7 +479,8 @@ class VllmServer:
 
     Args:
         export_dir: the export; python: the interpreter of vLLM's environment; port, dtype: as `serve_command`;
-        start_timeout: seconds to wait for ``GET /v1/models`` (the server's error and log tail are raised then).
+        start_timeout: seconds to wait for ``GET /v1/models`` (the server's error and log tail are raised then);
+        command: another command line to run instead of the export's (`chat_model_command`: a trained judge).
 
     Raises:
         RuntimeError: the server exited or did not answer within ``start_timeout`` (the message holds the last
@@ -477,15 +498,18 @@ class VllmServer:
         start_timeout: float = 300.0,
         stop_timeout: float = 30.0,
         env: dict[str, str] | None = None,
+        command: list[str] | None = None,
     ):
         self.export_dir, self.port, self.log = Path(export_dir), int(port), Path(log)
         self.url = f"http://127.0.0.1:{self.port}"
         self.start_timeout, self.stop_timeout = float(start_timeout), float(stop_timeout)
         self._tmp = tempfile.TemporaryDirectory(prefix="emoreward-vllm-")
-        template = write_chat_template(self.export_dir, Path(self._tmp.name) / "chat_template.jinja")
-        self.command = serve_command(
-            self.export_dir, port=self.port, dtype=dtype, python=python, chat_template=template
-        )
+        if command is None:
+            template = write_chat_template(self.export_dir, Path(self._tmp.name) / "chat_template.jinja")
+            command = serve_command(
+                self.export_dir, port=self.port, dtype=dtype, python=python, chat_template=template
+            )
+        self.command = list(command)
         self.env = {**os.environ, **SERVER_ENV, **(env or {})}
         self.process: subprocess.Popen | None = None
 
@@ -569,6 +593,7 @@ __all__ = [
     "VllmRequestBuilder",
     "VllmRewardModel",
     "VllmServer",
+    "chat_model_command",
     "serve_command",
     "served_name",
     "vllm_chat_template",
