@@ -114,3 +114,35 @@ def test_a_truncated_file_in_the_latest_checkpoint_falls_back_to_the_newest_good
     resumed = json.loads((out / "report.json").read_text())
     assert [e["step"] for e in resumed["final"]["train_log"] if "loss" in e] == [1, 2, 3]
     assert resumed["final"]["tie_threshold"] == reference["final"]["tie_threshold"]
+
+
+def test_a_judge_recipe_killed_after_a_fold_resumes_there(tmp_path):
+    """A judge recipe (`recipe: judge`) through the same entry point, SIGKILLed once its first fold is finished:
+    the rerun reuses that fold, trains the other and the final judge, and ends with the cross-validation of a run
+    that was never interrupted."""
+    from test_trained_judge import build_chat_model, recipe, write_pairs
+
+    from emoreward.training.config import resolve_config
+    from emoreward.training.judge import run_judge_training
+    from emoreward.training.judge_config import JudgeTrainConfig
+
+    base = build_chat_model(tmp_path / "base")
+    data = write_pairs(tmp_path)
+    settings = {"cv_folds": 2, "max_steps": 3, "train_file": str(data)}
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "run").mkdir()
+    reference = run_judge_training(
+        resolve_config(recipe(tmp_path / "ref", base, **settings), config_class=JudgeTrainConfig), log=lambda *_: 0
+    )
+    path = recipe(tmp_path / "run", base, **settings)
+    out, log = tmp_path / "run" / "out", tmp_path / "run" / "log.txt"
+    kill_when(start(path, log), out / "cv" / "fold0" / "finished.json")
+    assert not (out / "cv" / "fold1" / "finished.json").exists() and not (out / "report.json").exists()
+    process = start(path, log)
+    assert process.wait(timeout=600) == 0, log.read_text()[-4000:]
+    assert "fold 1/2: finished earlier" in log.read_text()
+    report = json.loads((out / "report.json").read_text())
+    assert (report["folds_trained"], report["folds_reused"]) == (1, 1)
+    for got, want in zip(report["cross_validation"]["folds"], reference["cross_validation"]["folds"]):
+        assert got["judge"] == want["judge"] and got["controlled_errors"] == want["controlled_errors"]
+    assert (out / "model" / "finished.json").exists()
