@@ -319,9 +319,8 @@ def run_judge_training(config: JudgeTrainConfig, *, log=print) -> dict:
                 atomic_write_json(
                     model_dir / FINISHED_FILE, {"fingerprint": fingerprint, "evaluation": report["final"]}
                 )
-            log(
-                f"final judge (all {len(pairs)} pairs) saved to {model_dir}, trained {report['final']['train_seconds']:.0f}s"
-            )
+            seconds = report["final"]["train_seconds"]
+            log(f"final judge (all {len(pairs)} pairs) saved to {model_dir}, trained {seconds:.0f}s")
         report["model_dir"] = str(model_dir)
     if is_main:
         atomic_write_json(out / "report.json", report)

@@ -109,8 +109,8 @@ def test_the_served_trained_judge_gives_the_in_process_verdicts(trained_judge, j
         trained_judge, tmp_path / "served.yaml", {"backend": "openai", "model": SERVED,
                                                   "base_url": judge_server.url + "/v1", "api_key_env": None},
     )  # fmt: skip
-    runs = {name: run_judge(load_judge(path), pairs, swap=True, runs=1)
-            for name, path in [("logits", trained_judge / "judge.yaml"), ("local", local), ("served", served)]}  # fmt: skip
+    judges = {"logits": trained_judge / "judge.yaml", "local": local, "served": served}
+    runs = {name: run_judge(load_judge(path), pairs, swap=True, runs=1) for name, path in judges.items()}
 
     def verdicts(result):
         return [j.verdict.value for order in (result.normal[0], result.swapped[0]) for j in order]
