@@ -78,12 +78,10 @@ def test_judge_recipe_two_processes_match_one(tmp_path):
     # the run identity records the process count: a 1-process run does not resume the 2-process one's folder
     identity = json.loads((tmp_path / "ddp" / "run_identity.json").read_text())
     assert identity["execution"] == {"world_size": 2}
-    again = subprocess.run(
-        [sys.executable, "scripts/train_reward.py", "--config", str(judge_recipe), "--output-dir", str(tmp_path / "ddp"),
-         "--set", "per_device_train_batch_size=8"],
-        cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}, capture_output=True,
-        text=True, timeout=300,
-    )  # fmt: skip
+    cmd = [sys.executable, "scripts/train_reward.py", "--config", str(judge_recipe)]
+    cmd += ["--output-dir", str(tmp_path / "ddp"), "--set", "per_device_train_batch_size=8"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+    again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 2 and "execution parameter world_size (2 -> 1)" in again.stderr, again.stderr[-2000:]
 
     a = load_file(tmp_path / "ddp" / "model" / "model.safetensors")
