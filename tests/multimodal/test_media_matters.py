@@ -8,6 +8,7 @@ the generated clips' colours and tones as emoreward decodes them, the recipe and
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -92,6 +93,13 @@ def test_augment_writes_negatives_that_contradict_the_clip(tmp_path):
     r = next(r for r in rows if r["kind"] == "colour" and r["slot"] == "cue" and not r["warm"])
     contra = by[r["sample_id"], "evidence_contradiction"]
     assert (contra.original_span, contra.replacement, contra.modality) == ("pale face", "flushed face", "face")
+    # a flip or a contradicted cue of one clip is another clip's right description (each unordered pair of texts
+    # has its two sides as the original 4 times each: text alone 50%); an omission is always the shorter side (100%)
+    spec = importlib.util.spec_from_file_location("media_matters", SCRIPT)
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    assert study.negatives_text_only_ceiling(negatives) == {"emotion_flip": 0.5, "evidence_contradiction": 0.5,
+                                                            "modality_omission": 1.0}  # fmt: skip
 
 
 def dominant_hz(audio: np.ndarray, start: int, stop: int, rate: int = 16000) -> float:
