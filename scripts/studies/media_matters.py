@@ -1,18 +1,17 @@
-"""Does a multimodal reward model use its video and audio? Train one on a task only the media decide, then blank
-the media.
+"""Does a multimodal reward model use its video and audio? Train one on a task only the media decide, blank the
+media, and judge controlled negatives that contradict the clip.
 
 Usage:
     python scripts/studies/media_matters.py [--clips 256] [--held-out 128] [--work DIR] [--threads 1] \
         [--set KEY=VALUE ...] [--output media_matters.json]
 
-1. Data (tests/multimodal/tiny_media.py::media_task_rows): 1 s clips, warm or cold frames ("happy" vs "sad") and a
-   rising or falling tone ("excited" vs "calm"); every ordered pair of texts is labelled 1 and 2 equally often, so
-   text alone scores exactly 50%. The held-out clips are other files with other noise.
-2. Train: `emoreward train --config tests/multimodal/config_media_matters.yaml` on a random-weight tiny Qwen2.5-Omni
-   thinker that hears each clip's own track interleaved with its frames.
-3. Evaluate on the held-out pairs with their media, then blanked (grey frames and no tone, either alone): two-class
-   accuracy with its exact (Clopper-Pearson) 95% interval, per kind, and the 95% interval of chance.
-With `--work DIR` the files stay there and a rerun reuses the finished parts. Results: docs/multimodal.md.
+1. Data (tests/multimodal/tiny_media.py::media_task_rows): 1 s clips (warm / cold frames, rising / falling tone);
+   a description names the emotion one medium shows and a cue of the other; text alone scores 50% by construction.
+2. Train: `emoreward train --config tests/multimodal/config_media_matters.yaml` (a random-weight tiny Omni thinker).
+3. `emoreward augment`: emotion flips, contradicted cues and omissions of the held-out clips' right descriptions.
+4. `emoreward evaluate --controlled-negatives` on the held-out clips with their media and blanked: accuracy (exact
+   95% interval) per kind; per kind of negative, the share preferring the original (Wilson 95%) beside the length
+   judge, random and the text-only ceiling. `--work DIR` keeps the files; a rerun reuses them. docs/multimodal.md.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ import os
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 
@@ -33,6 +33,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "tests" / sub) for sub in ("multimodal", "")]
 
 RECIPE = ROOT / "tests" / "multimodal" / "config_media_matters.yaml"
+# the kinds of controlled negatives the task's descriptions allow (no intensity word in them)
+NEGATIVE_KINDS = ("emotion_flip", "evidence_contradiction", "modality_omission")
 # held-out media variants: name -> media removed
 VARIANTS = {"media": (), "blank": ("video", "audio"), "no_video": ("video",), "no_audio": ("audio",)}
 
@@ -53,6 +55,34 @@ def text_only_ceiling(rows: list[dict]) -> float:
     for r in rows:
         counts.setdefault((r["description_1"], r["description_2"]), {"1": 0, "2": 0})[r["label"]] += 1
     return sum(max(c.values()) for c in counts.values()) / len(rows)
+
+
+def negatives_text_only_ceiling(negatives: list) -> dict[str, float]:
+    """Per kind, the best share of (original, negative) pairs any text-only scorer can prefer the original on: per
+    unordered pair of texts, the side that is the original more often (a text that is the original for one clip
+    and the negative for another cannot be told apart without the clip)."""
+    out = {}
+    for kind in NEGATIVE_KINDS:
+        counts: dict[frozenset, Counter] = {}
+        of_kind = [n for n in negatives if n.kind == kind]
+        for n in of_kind:
+            counts.setdefault(frozenset((n.original, n.negative)), Counter())[n.original] += 1
+        out[kind] = sum(max(c.values()) for c in counts.values()) / len(of_kind) if of_kind else None
+    return out
+
+
+def controlled(evaluation: dict) -> dict:
+    """Per kind of negative, from the report's controlled-error section: n, the share preferring the original and its
+    Wilson 95% interval (percent), ties, the length judge's share and interval, random."""
+    section = evaluation["controlled_errors"]
+    out = {}
+    for kind in NEGATIVE_KINDS:
+        row = section["kinds"][kind]
+        out[kind] = {"n": row["n"], "rate": row["judge"]["rate"], "ci95": row["judge"]["ci95"],
+                     "prefers_original": row["judge"]["prefers_original"], "ties": row["judge"]["ties"],
+                     "length_judge": row["length_judge"]["rate"], "length_judge_ci95": row["length_judge"]["ci95"],
+                     "random": row["random"]}  # fmt: skip
+    return out
 
 
 def accuracy(rows: list[dict], evaluation: dict) -> dict:
@@ -85,6 +115,8 @@ def accuracy(rows: list[dict], evaluation: dict) -> dict:
     out = {"all": figures(list(range(len(rows))))}
     for kind in ("colour", "tone"):
         out[kind] = figures([i for i, r in enumerate(rows) if r["kind"] == kind])
+    for slot in ("emotion", "cue"):
+        out[slot] = figures([i for i, r in enumerate(rows) if r["slot"] == slot])
     out["harness_two_class_acc"] = evaluation["judge"]["two_class"]["acc"]
     out["length_baseline_two_class_acc"] = evaluation["length_baseline"]["two_class"]["acc"]
     out["n_in_sample_pairs"] = evaluation["n_in_sample_pairs"]  # held-out clips: 0 (same texts, other clips)
@@ -106,6 +138,7 @@ def main(argv: list[str] | None = None) -> dict:
     from tiny_media import build_media_task_backbone, media_task_rows
 
     from emoreward.cli import main as emoreward
+    from emoreward.data.negatives import read_negatives
 
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
@@ -119,6 +152,12 @@ def main(argv: list[str] | None = None) -> dict:
         held_rows = media_task_rows(args.held_out, seed=2, prefix="test")
         train_pairs = write_set(work / "train", train_rows, ())
         held = {name: write_set(work / f"held-out-{name}", held_rows, blank) for name, blank in VARIANTS.items()}
+        # controlled negatives of the held-out right descriptions, by the project's generator (one file, every variant)
+        negatives = work / "negatives.jsonl"
+        kinds = ",".join(NEGATIVE_KINDS)
+        argv = ["augment", "--data", str(held["media"]), "--output", str(negatives), "--kinds", kinds]
+        if emoreward(argv) != 0:
+            raise SystemExit("emoreward augment failed")
         data_seconds = time.perf_counter() - start
 
         # ---- 2. train through the normal recipe path
@@ -144,6 +183,7 @@ def main(argv: list[str] | None = None) -> dict:
             "train_clips": args.clips,
             "held_out_clips": args.held_out,
             "text_only_ceiling": {"train": text_only_ceiling(train_rows), "held_out": text_only_ceiling(held_rows)},
+            "negatives_text_only_ceiling": negatives_text_only_ceiling(read_negatives(negatives)),
             "recipe": args.config,
             "overrides": args.set,
             "train_steps": report["final"]["train_log"][-1]["step"],
@@ -154,11 +194,14 @@ def main(argv: list[str] | None = None) -> dict:
         t0 = time.perf_counter()
         for name, pairs in held.items():
             target = out / f"eval-{name}.json"
+            # float32: in bf16 (what `auto` picks on an AMX CPU) the blanked clips' tiny reward differences round to
+            # exact ties, which count as wrong, and chance would read as below chance
             argv = ["evaluate", "--model", str(out / "model"), "--data", str(pairs), "--media-root", str(pairs.parent),
-                    "--output", str(target)]  # fmt: skip
+                    "--controlled-negatives", str(negatives), "--dtype", "float32", "--output", str(target)]  # fmt: skip
             if emoreward(argv) != 0:
                 raise SystemExit(f"emoreward evaluate failed on {pairs}")
-            result[name] = accuracy(held_rows, json.loads(target.read_text()))
+            evaluation = json.loads(target.read_text())
+            result[name] = {**accuracy(held_rows, evaluation), "controlled": controlled(evaluation)}
         result["seconds"]["evaluate"] = time.perf_counter() - t0
     result["seconds"]["total"] = time.perf_counter() - start
     result["torch_threads"] = torch.get_num_threads()
@@ -177,6 +220,17 @@ def main(argv: list[str] | None = None) -> dict:
             f"95% CI {a['all']['ci95'][0]:.1%}-{a['all']['ci95'][1]:.1%}; chance interval "
             f"{a['all']['chance_ci95'][0]:.1%}-{a['all']['chance_ci95'][1]:.1%}); colour pairs {a['colour']['acc']:.1%}, "
             f"tone pairs {a['tone']['acc']:.1%}"
+        )
+    ceiling = result["negatives_text_only_ceiling"]
+    for kind in NEGATIVE_KINDS:
+        cells = []
+        for name in VARIANTS:
+            c = result[name]["controlled"][kind]
+            cells.append(f"{name} {c['rate']:.1f} [{c['ci95'][0]:.1f}, {c['ci95'][1]:.1f}]")
+        length = result["media"]["controlled"][kind]["length_judge"]
+        print(
+            f"{kind} ({result['media']['controlled'][kind]['n']}): prefers the original, %: {'; '.join(cells)}; "
+            f"length judge {length:.1f}, random 50, text-only ceiling {100 * ceiling[kind]:.0f}"
         )
     s = result["seconds"]
     print(

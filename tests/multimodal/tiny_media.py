@@ -263,51 +263,76 @@ def media_trainer(model, config, dataset):
 
 
 # ---------------------------------------------------------------------------------------------- media-only task
-# Two descriptions per clip that differ only in the emotion they name; which one is preferred is decided by the
-# clip's frames (colour pairs) or by its soundtrack (tone pairs). scripts/studies/media_matters.py and
-# test_media_matters.py use it.
-MEDIA_TASK_EMOTIONS = {"colour": ("happy", "sad"), "tone": ("excited", "calm")}  # (warm / rising, cold / falling)
+# A description names an emotion that one medium decides and a cue of the other medium; the two descriptions of a
+# pair differ in one of them (the emotion or the cue), and the clip's frames (colour pairs) or its soundtrack (tone
+# pairs) decide which is right. scripts/studies/media_matters.py and test_media_matters.py use it; its words are
+# in the controlled-negatives lexicon (emoreward/data/files/negatives/lexicon.json) with their opposites, so
+# `emoreward augment` flips and contradicts them.
+MEDIA_TASK_EMOTIONS = {"colour": ("happy", "sad"), "tone": ("excited", "dejected")}  # (warm / rising, cold / falling)
+MEDIA_TASK_CUES = {"colour": ("She has a flushed face.", "She has a pale face."),
+                   "tone": ("Her voice has a rising pitch.", "Her voice has a falling pitch.")}  # fmt: skip
 MEDIA_TASK_TEMPLATE = "The person feels {}."
+MEDIA_TASK_SLOTS = ("emotion", "cue")
+_OTHER_MEDIUM = {"colour": "tone", "tone": "colour"}
+
+
+def media_task_description(emotion_medium: str, warm: bool, rising: bool) -> str:
+    """The description of a clip that names the emotion `emotion_medium` (``"colour"`` or ``"tone"``) shows and the
+    cue of the other medium: "The person feels happy. Her voice has a rising pitch." (warm frames, rising tone)."""
+    value = {"colour": warm, "tone": rising}
+    cue_medium = _OTHER_MEDIUM[emotion_medium]
+    emotion = MEDIA_TASK_EMOTIONS[emotion_medium][0 if value[emotion_medium] else 1]
+    return f"{MEDIA_TASK_TEMPLATE.format(emotion)} {MEDIA_TASK_CUES[cue_medium][0 if value[cue_medium] else 1]}"
 
 
 def media_task_rows(n: int, *, seed: int, prefix: str = "clip") -> list[dict]:
     """The pairs of the media-only task, balanced by construction, in an order shuffled with `seed`.
 
-    Every block of 8 clips holds each (kind, media value, order) once: kind `colour` (the frames are warm or cold;
-    "happy" vs "sad", the preferred one is "happy" for warm frames) or `tone` (the soundtrack rises or falls;
-    "excited" vs "calm", "excited" for a rising tone), the matching description first or second. So for every
-    ordered pair of texts, label 1 and label 2 occur equally often: any scorer that reads only the text is right on
-    exactly half the pairs (or fewer, counting ties as wrong). The other medium (the tone of a colour pair, the
-    colour of a tone pair) alternates between blocks and carries no label information.
+    Every clip has warm or cold frames and a rising or falling tone. Its right description
+    (`media_task_description`) names the emotion one medium shows and the cue of the other. The pair's other
+    description changes one `slot`: the emotion (``"emotion"``) or the cue (``"cue"``). `kind` is the medium that
+    decides: ``"colour"`` (warm frames: "happy", "flushed face"; cold: "sad", "pale face") or ``"tone"`` (rising:
+    "excited", "rising pitch"; falling: "dejected", "falling pitch"). Every block of 32 clips holds each (kind,
+    slot, deciding value, order, value of the other medium) once, so for every ordered pair of texts label 1 and
+    label 2 occur equally often: any scorer that reads only the text is right on exactly half the pairs (or fewer,
+    counting ties as wrong), and so is the length baseline.
 
     Returns:
-        `n` rows with `sample_id` (`<prefix><i>`), `description_1`, `description_2`, `label`, `kind`, `warm`,
-        `rising` and `seed` (the clip's nuisance seed, `seed * 100_000 + i`).
+        `n` rows with `sample_id` (`<prefix><i>`), `video` (`video/<sample_id>.mp4`: each pair names its own clip, so
+        pairs with the same texts are other pairs to every reader), `description_1`, `description_2`, `label`,
+        `kind`, `slot`,
+        `warm`, `rising` and `seed` (the clip's nuisance seed, `seed * 100_000 + i`).
 
     Raises:
-        ValueError: `n` is not a positive multiple of 8.
+        ValueError: `n` is not a positive multiple of 32.
     """
-    if n <= 0 or n % 8:
-        raise ValueError(f"n must be a positive multiple of 8 (one block per kind x value x order), got {n}")
+    if n <= 0 or n % 32:
+        raise ValueError(f"n must be a positive multiple of 32 (one block per kind x slot x value x order x other "
+                         f"medium), got {n}")  # fmt: skip
     rng = np.random.default_rng(seed)
     order = rng.permutation(n)
     rows = []
     for i in range(n):
         c = int(order[i])
-        kind = ("colour", "tone")[c % 2]
-        value, matching_first, other = bool((c >> 1) % 2), bool((c >> 2) % 2), bool((c >> 3) % 2)
-        first, second = MEDIA_TASK_EMOTIONS[kind]
-        preferred, other_text = (first, second) if value else (second, first)
+        kind, slot = ("colour", "tone")[c % 2], MEDIA_TASK_SLOTS[(c >> 1) % 2]
+        value, matching_first, other = bool((c >> 2) % 2), bool((c >> 3) % 2), bool((c >> 4) % 2)
+        values = {kind: value, _OTHER_MEDIUM[kind]: other}
+        emotion_medium = kind if slot == "emotion" else _OTHER_MEDIUM[kind]
+        preferred = media_task_description(emotion_medium, values["colour"], values["tone"])
+        flipped = {**values, kind: not value}
+        other_text = media_task_description(emotion_medium, flipped["colour"], flipped["tone"])
         d1, d2 = (preferred, other_text) if matching_first else (other_text, preferred)
         rows.append(
             {
                 "sample_id": f"{prefix}{i:04d}",
-                "description_1": MEDIA_TASK_TEMPLATE.format(d1),
-                "description_2": MEDIA_TASK_TEMPLATE.format(d2),
+                "video": f"video/{prefix}{i:04d}.mp4",
+                "description_1": d1,
+                "description_2": d2,
                 "label": "1" if matching_first else "2",
                 "kind": kind,
-                "warm": value if kind == "colour" else other,
-                "rising": value if kind == "tone" else other,
+                "slot": slot,
+                "warm": values["colour"],
+                "rising": values["tone"],
                 "seed": seed * 100_000 + i,
             }
         )
@@ -317,8 +342,8 @@ def media_task_rows(n: int, *, seed: int, prefix: str = "clip") -> list[dict]:
 def write_media_task(
     root: Path, rows: list[dict], *, blank: tuple[str, ...] = (), seconds: float = 1.0, fps: int = 8, size: int = 56
 ) -> Path:
-    """Write the clips of `media_task_rows` to `root/video/<sample_id>.mp4` and the pairs to `root/pairs.jsonl`
-    (the extra columns `kind`, `warm`, `rising`, `seed` ride along; the pair loader ignores them).
+    """Write the clips of `media_task_rows` to `root/<video>` (`video/<sample_id>.mp4`) and the pairs to `root/pairs.jsonl`
+    (the extra columns `kind`, `slot`, `warm`, `rising`, `seed` ride along; the pair loader ignores them).
 
     `blank` names media to remove: `"video"` writes grey frames, `"audio"` a soundtrack without the tone (the
     noise of every clip is kept, drawn from the same seed), so a blanked root holds the same file names with the
@@ -330,7 +355,7 @@ def write_media_task(
         raise ValueError(f"blank: unknown media {sorted(unknown)}; use 'video' and/or 'audio'")
     for row in rows:
         write_colour_tone_clip(
-            root / "video" / f"{row['sample_id']}.mp4",
+            root / row["video"],
             warm=None if "video" in blank else row["warm"],
             rising=None if "audio" in blank else row["rising"],
             seconds=seconds,
