@@ -1,11 +1,13 @@
 """Accounting: every count a report prints equals the work done. The judge calls `rank` and `judge` print equal
 the requests the scripted judge answered (it writes one line per request to ``calls_log``), for every order and
 run option; the comparisons per model equal the verdicts in W; the BPA budget is what was asked, in distinct (sample,
-model pair) queries, each asked once at the default budget; a reward model's
+model pair) queries, each asked once at the default budget; the hierarchical scheme asks its stages' pairs only
+(judge calls and reward-model scorings as the report counts them); a reward model's
 scored descriptions are the distinct texts; `train`'s folds hold every pair exactly once.
 
 Owners: `emoreward.ranking.report` (`_cost_line`, the report's counts), `emoreward.ranking.judging` and
-`zero_shot.runner` (the calls they count), `emoreward.ranking.active.rank_with_bpa` with
+`zero_shot.runner` (the calls they count), `emoreward.ranking.methods.queries_report` (a method's queries),
+`emoreward.ranking.active.rank_with_bpa` with
 `BPAScheduler.next_pair(open_pairs)` (distinct queries), `emoreward.training.pipeline.stratified_folds`.
 """
 
