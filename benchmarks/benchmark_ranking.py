@@ -1,17 +1,16 @@
-"""Ranking speed, in two sections: `synthetic`, Bradley-Terry (with and without ties) with bootstrap intervals on a
-large synthetic tournament, and `rerun`, `rank` rerun from the score cache on the bundled 10 x 332 OV-MERD table.
+"""Ranking speed: `synthetic`, Bradley-Terry fits and bootstraps on a large synthetic tournament; `rerun`, `rank`
+rerun from the score cache on the bundled OV-MERD table; `resamples`, the length-controlled fit's resamples of this
+tree beside earlier commits' (each its own docstring says how).
 
 Usage:
     python benchmarks/benchmark_ranking.py synthetic [--models 200] [--samples 1000] [--per-sample 200]
         [--n-boot 200] [--repeats 1] [--only davidson ...] [--cold] [--per-resample] [--output result.json]
     python benchmarks/benchmark_ranking.py rerun [--model DIR] [--n-boot 1000] [--repeats 3] [--per-resample]
         [--tie-model davidson] [--output result.json]
+    python benchmarks/benchmark_ranking.py resamples [--before c764169^ main] [--n-boot 1000] [--repeats 3]
+        [--tie-models davidson ...] [--output result.json]
 
-synthetic: Davidson outcomes (about 28% ties), seeds fixed; per fit (plain, binarized W, three tie models) the counts,
-one fit and `bootstrap_ci` end to end (batched and warm-started; ``--cold``, ``--per-resample``: the reference
-paths), wall and CPU time and Spearman with the truth. rerun: the table scored once into a cache (a fresh tiny model
-without ``--model``), `rank_with_reward_model` from it ``--repeats`` times, and the length-controlled fit alone (with
-``--per-resample``: its largest difference from one resample at a time). See docs/speed.md ("How to measure").
+See docs/speed.md ("How to measure").
 """
 
 from __future__ import annotations
@@ -85,7 +84,11 @@ FITS: dict[str, Callable] = {
 
 # ---------------------------------------------------------------------------------------------- synthetic
 def synthetic(args: argparse.Namespace) -> int:
-    """The synthetic tournament: every fit of ``--only``, ``--repeats`` times; exit 1 if one missed the target."""
+    """The synthetic tournament: every fit of ``--only``, ``--repeats`` times; exit 1 if one missed the target.
+
+    Davidson outcomes (about 28% ties), seeds fixed; per fit (plain, binarized W, three tie models) the counts, one
+    fit and `bootstrap_ci` end to end (batched and warm-started; ``--cold``, ``--per-resample``: the reference
+    paths), wall and CPU time and Spearman with the truth."""
     (truth, records), sim_wall, _ = timed(simulate, args.models, args.samples, args.per_sample)
     items = [f"model{k:03d}" for k in range(args.models)]
     n_ties = sum(r.outcome is Verdict.TIE for r in records)
@@ -232,7 +235,9 @@ def length_control_rows(records, table, args) -> list[dict]:
 
 def rerun(args: argparse.Namespace) -> int:
     """`rank` rerun from the score cache and the length-controlled fit alone (exit 0: the lines say whether the
-    targets were met)."""
+    targets were met): the table scored once into a cache (a fresh tiny model without ``--model``),
+    `rank_with_reward_model` from it ``--repeats`` times, and the length-controlled fit alone (with
+    ``--per-resample``: its largest difference from one resample at a time)."""
     from emoreward.data.tables import bundled_ovmerd_path, load_description_table
     from emoreward.models import load_reward_model
     from emoreward.ranking.rank import rank_with_reward_model
@@ -306,6 +311,136 @@ def rerun(args: argparse.Namespace) -> int:
     return 0  # a benchmark, not a timed test: the line above says whether the target was met
 
 
+# ------------------------------------------------------------------------------------------------ resamples
+def scripted_records(table, threshold: float = 0.25, seed: int = 0) -> list[PairwiseRecord]:
+    """Every pair of models on every sample judged by log length + a per-model quality (N(0, 0.5)) + noise
+    (N(0, 0.5) per description); a tie where the two are within ``threshold``."""
+    from emoreward.data.text import description_length
+
+    rng = np.random.default_rng(seed)
+    quality = dict(zip(table.models, rng.normal(0.0, 0.5, len(table.models))))
+    records = []
+    for sample in table.samples:
+        models = [m for m in table.models if (sample, m) in table.descriptions]
+        value = {
+            m: np.log1p(description_length(table.descriptions[(sample, m)])) + quality[m] + rng.normal(0.0, 0.5)
+            for m in models
+        }
+        for i, a in enumerate(models):
+            for b in models[i + 1 :]:
+                diff = value[a] - value[b]
+                outcome = 2 if abs(diff) < threshold else (0 if diff > 0 else 1)
+                records.append(PairwiseRecord(a, b, OUTCOMES[outcome], sample=sample))
+    return records
+
+
+def load_revision(rev: str, work: Path):
+    """`emoreward/ranking/length_batched.py` as it was at ``rev``, imported from a copy in ``work``."""
+    import importlib.util
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    source = subprocess.run(
+        ["git", "show", f"{rev}:emoreward/ranking/length_batched.py"], cwd=root, capture_output=True, text=True
+    )
+    if source.returncode:
+        sys.exit(f"git show {rev}: {source.stderr.strip()}")
+    name = "_length_batched_" + "".join(c if c.isalnum() else "_" for c in rev)
+    path = work / f"{name}.py"
+    path.write_text(source.stdout)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _flagged(fit_resamples, design, estimate, unit_w, precision, davidson: bool):
+    return fit_resamples(design, estimate, unit_w, precision, davidson)
+
+
+def resamples(args: argparse.Namespace) -> int:
+    """This tree's `fit_resamples` beside each ``--before`` commit's, per tie model (exit 0).
+
+    A scripted judge's verdicts on the bundled OV-MERD table (`scripted_records`), the full-data fit once (this
+    tree's), then `length_batched.fit_resamples` of this tree and of each ``--before`` commit (its file from ``git
+    show``, in a temporary folder) on the same design, start and resamples, the trees alternating in every repeat:
+    the best CPU and wall time of the repeats and the largest parameter difference from this tree. A commit from
+    before the fit specification (c764169) fits Davidson and Bradley-Terry only (a ``davidson`` flag)."""
+    import inspect
+    import warnings
+
+    from emoreward.data.tables import bundled_ovmerd_path, load_description_table
+    from emoreward.ranking import length_batched
+    from emoreward.ranking.bootstrap import resample_unit_weights
+    from emoreward.ranking.bradley_terry import prior_precision
+    from emoreward.ranking.length_control import DEFAULT_COVARIATES, DEFAULT_PRIOR_VARIANCE, description_features
+    from emoreward.ranking.tie_models import get_model
+
+    table = load_description_table(bundled_ovmerd_path())
+    records = scripted_records(table)
+    names, features = description_features(table.descriptions, DEFAULT_COVARIATES)
+    raw = np.array([[features[(r.sample, r.item_a)], features[(r.sample, r.item_b)]] for r in records])
+    scale = np.sqrt(np.mean((raw[:, 0] - raw[:, 1]) ** 2, axis=0))
+    precision = prior_precision(DEFAULT_PRIOR_VARIANCE)
+    n_ties = sum(r.outcome is Verdict.TIE for r in records)
+    print(
+        f"# The length-controlled fit's resamples: {len(records):,} scripted verdicts ({n_ties / len(records):.1%} "
+        f"ties) on OV-MERD, covariate {names[0]}, {args.n_boot} resamples, best of {args.repeats}\n"
+        f"python {platform.python_version()}, numpy {np.__version__}, {platform.processor() or platform.machine()}, "
+        f"load average before: {load()}\n"
+    )
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {"this tree": length_batched} | {rev: load_revision(rev, Path(tmp)) for rev in args.before}
+        for tie_model in args.tie_models:
+            model = get_model(tie_model)
+            design, _ = length_batched.build_design(records, table.models, raw / scale, model)
+            weights = np.ones((1, len(design.x)))
+            estimate = length_batched.damped_newton(design, model, weights, precision, hessian=False)[0][0]
+            unit_w = resample_unit_weights(design.n_units, args.n_boot, 0).astype(float)
+            calls = {}
+            for label, module in trees.items():
+                if "model" in inspect.signature(module.fit_resamples).parameters:
+                    calls[label] = functools.partial(module.fit_resamples, design, model)
+                elif tie_model in ("davidson", "bradley-terry"):  # before the fit specification: a flag
+                    calls[label] = functools.partial(
+                        _flagged, module.fit_resamples, design, davidson=tie_model == "davidson"
+                    )
+            best = {label: [np.inf, np.inf, None] for label in calls}
+            for _ in range(args.repeats):
+                for label, call in calls.items():
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        fits, wall, cpu = timed(call, estimate, unit_w, precision)
+                    best[label] = [min(best[label][0], cpu), min(best[label][1], wall), fits]
+            ours = best["this tree"][2]
+            for label, (cpu, wall, fits) in best.items():
+                both = ours.converged & fits.converged
+                diff = float(np.max(np.abs(fits.params[both] - ours.params[both]), initial=0.0))
+                rows.append(
+                    {
+                        "tie_model": tie_model,
+                        "tree": label,
+                        "cpu_s": cpu,
+                        "wall_s": wall,
+                        "batched_share": float(np.mean(fits.batched)),
+                        "max_difference": diff,
+                        "load_average": load(),
+                    }
+                )
+    print("| tie model | tree | CPU s | wall s | finished batched | max difference from this tree | load avg |")
+    print("|---|---|---:|---:|---:|---:|---|")
+    for r in rows:
+        print(
+            f"| {r['tie_model']} | {r['tree']} | {r['cpu_s']:.3f} | {r['wall_s']:.3f} | {r['batched_share']:.1%} | "
+            f"{r['max_difference']:.1e} | {r['load_average']} |"
+        )
+    if args.output:
+        Path(args.output).write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sections = parser.add_subparsers(dest="section", required=True)
@@ -330,8 +465,16 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_argument("--per-resample", action="store_true", help="also time one resample at a time")
     sub.add_argument("--tie-model", default=DEFAULT_TIE_MODEL, help="the length-controlled fit's tie model")
     sub.add_argument("--output", help="also write the figures as JSON here")
+    sub = sections.add_parser("resamples", help="the length-controlled fit's resamples beside earlier commits'")
+    sub.add_argument("--before", nargs="*", default=["c764169^", "main"], help="commits to time beside this tree")
+    sub.add_argument("--n-boot", type=int, default=1000)
+    sub.add_argument("--repeats", type=int, default=3)
+    sub.add_argument(
+        "--tie-models", nargs="+", default=["davidson", "bradley-terry", "rao-kupper", "emoprefer"], metavar="NAME"
+    )
+    sub.add_argument("--output", help="also write the figures as JSON here")
     args = parser.parse_args(argv)
-    return synthetic(args) if args.section == "synthetic" else rerun(args)
+    return {"synthetic": synthetic, "rerun": rerun, "resamples": resamples}[args.section](args)
 
 
 if __name__ == "__main__":

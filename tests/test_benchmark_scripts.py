@@ -93,8 +93,11 @@ def test_benchmark_scripts_start(script):
         (["scripts/studies/length_study.py", "--help"], "--variants"),
         (["benchmarks/benchmark_ranking.py", "rerun", "--n-boot", "5", "--repeats", "1"], "rerun from the score cache"),
         (["benchmarks/benchmark_attention.py", "--shapes", "2x32", "--repeats", "1"], "fp32_sdpa"),
+        (["benchmarks/benchmark_ranking.py", "resamples", "--before", "HEAD", "--n-boot", "10", "--repeats", "1",
+          "--tie-models", "davidson"], "| davidson | HEAD |"),
     ],
-    ids=["ranking_synthetic", "bpa_simulation", "length_study", "ranking_rerun", "benchmark_attention"],
+    ids=["ranking_synthetic", "bpa_simulation", "length_study", "ranking_rerun", "benchmark_attention",
+         "ranking_resamples"],
 )  # fmt: skip
 def test_more_documented_scripts_run_small(argv, expected):
     """The ranking and BPA benchmarks on small settings (seconds); the length study's command line (its runs train

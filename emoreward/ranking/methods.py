@@ -51,28 +51,54 @@ def rank_queries(
 ) -> Any:
     """Ask ``answer`` (a `PairAnswer`, e.g. ``annotator.pairs(table)``) each ``(sample, model_a, model_b)`` of
     ``queries`` once and rank the table's models by the fits of one judge (`fit_ranking`, ``fit`` as its keyword
-    arguments). The cost is the annotator's own (``answer.cost()``: ``n_calls`` made, else one per query).
+    arguments). The cost is the annotator's own (`queries_report`).
 
     Returns:
         `RankingReport`. Raises ValueError as `fit_ranking` (no records, a disconnected graph).
     """
+    records = [r for q in queries for r in answer(*q)]
+    return queries_report(table, answer, queries, records, fit)
+
+
+def queries_report(
+    table: DescriptionTable,
+    answer: Any,
+    queries: Sequence[tuple[str, str, str]],
+    records: Sequence[Any],
+    fit: Mapping[str, Any],
+    models: Sequence[str] | None = None,
+    hierarchical: Any = None,
+) -> Any:
+    """The `RankingReport` of the ``records`` that ``answer`` gave to ``queries``: the fits of one judge over
+    ``models`` (default the table's; the records between them), ``hierarchical`` attached. The cost is the
+    annotator's own ledger (``answer.cost()``): ``n_judge_calls`` the calls it made (``n_calls``; a reward model's
+    ``n_scored``, the texts it scored; else one per query), ``n_pairs`` the queries asked, ``n_records`` the
+    verdicts they gave.
+
+    Raises:
+        ValueError: as `fit_ranking` (no records, a disconnected graph).
+    """
     from emoreward.ranking.rank import fit_ranking, with_features
     from emoreward.ranking.report import ranking_warnings
 
-    records = [r for q in queries for r in answer(*q)]
-    fits = fit_ranking(records, table.models, **with_features(table, fit))
+    models = list(table.models if models is None else models)
+    among = set(models)
+    fits = fit_ranking([r for r in records if {r.item_a, r.item_b} <= among], models, **with_features(table, fit))
     own = answer.cost() if hasattr(answer, "cost") else {}
     cost = {
         "judge": own.get("judge", getattr(answer, "name", "custom")),
-        "n_judge_calls": own.get("n_calls", len(queries)),
+        "n_judge_calls": own.get("n_calls", own.get("n_scored", len(queries))),
         "n_reused": own.get("n_reused", 0),
         "n_invalid": own.get("n_invalid", 0),
         "n_pairs": len(queries),
         "n_records": len(records),
         "annotator": own,
     }
+    if "n_members" in own:  # a committee: its verdict counts and its members' ledgers, as the report prints them
+        cost = {**own, **{k: cost[k] for k in ("n_pairs", "n_records", "annotator")}}
     meta = {"tie_model": fits.ties.estimate.model, "n_samples": table.n_samples, "n_models": table.n_models}
-    report = fits.report(table.models, table.lengths(), cost, meta)
+    lengths = {m: v for m, v in table.lengths().items() if m in among}
+    report = fits.report(models, lengths, cost, meta, hierarchical=hierarchical)
     report.warnings = ranking_warnings(report)
     return report
 
@@ -90,8 +116,11 @@ class AllPairs(Method):
 
 @register_method
 class Hierarchical(Method):
-    """EMER-Ranker section 5: within-group pairs, then the group winners' pairs. ``groups``: lists of models
-    (`emoreward.ranking.rank.parse_groups` reads ``"A,B|C,D"`` or K)."""
+    """EMER-Ranker section 5: within-group pairs, then the group winners' pairs, and no other: the method asks the
+    annotator's `pairs` answer those queries only (every sample both models described), stage by stage
+    (`rank_hierarchical`), and fits the winners on the final stage's verdicts; the report's cost is the annotator's
+    ledger of exactly that work. ``groups``: lists of models (`emoreward.ranking.rank.parse_groups` reads
+    ``"A,B|C,D"`` or K)."""
 
     name = "hierarchical"
 
@@ -108,8 +137,33 @@ class Hierarchical(Method):
             )
         return cls(options["groups"])
 
+    def queries(self, table: DescriptionTable, model_pairs: Sequence[tuple[str, str]]) -> list[tuple[str, str, str]]:
+        """The ``(sample, model_a, model_b)`` queries of a stage's model pairs: every sample both described, each
+        pair in table order (as `every_query`)."""
+        from emoreward.ranking.active import shared_samples
+
+        shared = shared_samples(table)
+        ordered = [pair if pair in shared else (pair[1], pair[0]) for pair in model_pairs]
+        return [(s, a, b) for a, b in ordered for s in shared[a, b]]
+
     def run(self, table: DescriptionTable, annotator: Any, fit: Mapping[str, Any]) -> Any:
-        return annotator.rank_all(table, fit, groups=self.groups)
+        from emoreward.ranking.hierarchical import rank_hierarchical
+
+        answer = annotator.pairs(table)
+        asked: list[tuple[str, str, str]] = []
+        records: list[Any] = []
+
+        def stage(model_pairs: list[tuple[str, str]]) -> list[Any]:
+            queries = self.queries(table, model_pairs)
+            got = [r for q in queries for r in answer(*q)]
+            asked.extend(queries)
+            records.extend(got)
+            return got
+
+        result = rank_hierarchical(stage, self.groups)
+        report = queries_report(table, answer, asked, records, fit, result.group_winners, result)
+        annotator.finish(report, answer)
+        return report
 
 
 @register_method
@@ -163,4 +217,14 @@ class BPA(Method):
         return report
 
 
-__all__ = ["AllPairs", "BPA", "Hierarchical", "METHODS", "Method", "method_for", "rank_queries", "register_method"]
+__all__ = [
+    "AllPairs",
+    "BPA",
+    "Hierarchical",
+    "METHODS",
+    "Method",
+    "method_for",
+    "queries_report",
+    "rank_queries",
+    "register_method",
+]

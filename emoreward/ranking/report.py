@@ -426,6 +426,15 @@ def _cost_line(cost: dict[str, Any]) -> str:
             f"generative judge would need {cost['generative_pair_calls']} pair calls "
             f"(C(M,2) x N, x2 with the swapped order: {2 * cost['generative_pair_calls']})."
         )
+    if "n_queries" in cost:  # a pair answer's own ledger (a committee member's)
+        return _bpa_cost_line(cost)
+    if "n_scored" in cost.get("annotator", {}):  # a reward model answering pair queries (`queries_report`)
+        own = cost["annotator"]
+        return (
+            f"Judge calls: {own['n_scored']} reward-model scorings (distinct texts scored; {own['n_cached']} more "
+            f"from cache, {own['scoring_seconds']:.1f} s) answering {cost['n_pairs']} pair queries; "
+            f"{cost['n_records']} records."
+        )
     reused = cost.get("n_reused", 0)
     return (
         f"Judge calls: {cost['n_judge_calls']} ({cost['n_pairs']} pairs x orders x runs"

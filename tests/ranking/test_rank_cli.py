@@ -81,21 +81,13 @@ def test_rank_cli_writes_report_and_reuses_cache(tmp_path, model_dir, capsys):
     data = write_table(tmp_path / "table.jsonl")
     out = tmp_path / "report" / "rank.json"
     argv = ["--judge", str(model_dir), "--data", str(data), "--output", str(out), "--n-boot", "20"]
-    argv += ["--cache-dir", str(tmp_path / "cache"), "--hierarchical", "2"]
+    argv += ["--cache-dir", str(tmp_path / "cache")]
     assert run_rank(parser().parse_args(argv)) == 0
     printed = capsys.readouterr().out
     assert "95% CI" in printed and "48 reward-model scorings (" in printed
     report = json.loads(out.read_text())
     assert sorted(report["ranking"]) == ["alpha", "beta", "delta", "gamma"]
     assert report["cost"]["n_pair_verdicts"] == 6 * 12 and report["tie_threshold"] == 1e-3
-    # K groups: contiguous in the table's order (its content's, `canonical_order`), two of two here
-    groups = report["hierarchical"]["groups"]
-    assert sorted(len(g) for g in groups) == [2, 2] and sorted(m for g in groups for m in g) == [
-        "alpha",
-        "beta",
-        "delta",
-        "gamma",
-    ]
     for suffix in (".md", "_scores.png", "_W.png"):
         assert out.with_name("rank" + suffix).exists()
     # the scores the CLI used are the model's own
@@ -109,6 +101,25 @@ def test_rank_cli_writes_report_and_reuses_cache(tmp_path, model_dir, capsys):
     assert f"(0 distinct texts scored, {distinct} from cache" in capsys.readouterr().out
     again = json.loads(out.read_text())
     assert again["bradley_terry_ties"]["scores"] == report["bradley_terry_ties"]["scores"]
+
+    # hierarchical, K groups: contiguous in the table's order (its content's, `canonical_order`), two of two here;
+    # only the within-group pairs and the winners' pair are asked (3 pairs x 12 samples, not 6 x 12), every text
+    # from the cache
+    assert run_rank(parser().parse_args([*argv, "--hierarchical", "2"])) == 0
+    printed = capsys.readouterr().out
+    report = json.loads(out.read_text())
+    groups = report["hierarchical"]["groups"]
+    assert sorted(len(g) for g in groups) == [2, 2] and sorted(m for g in groups for m in g) == [
+        "alpha",
+        "beta",
+        "delta",
+        "gamma",
+    ]
+    assert (
+        report["cost"]["n_pairs"] == report["cost"]["n_records"] == 3 * 12 == report["hierarchical"]["n_comparisons"]
+    )
+    assert report["cost"]["n_judge_calls"] == 0 and report["ranking"] == report["hierarchical"]["final"]["ranking"]
+    assert f"Judge calls: 0 reward-model scorings (distinct texts scored; {distinct} more from cache" in printed
 
 
 def test_rank_cli_subsets(tmp_path, model_dir, capsys):

@@ -109,8 +109,18 @@ def test_a_toy_annotator_ranks_by_every_method_through_the_api(toys, table):
     assert report.cost["n_judge_calls"] == toy.answers[-1].n_calls == report.cost["n_pairs"] == 3 * N_SAMPLES
     bpa = rank(table, toy, "bpa")  # the default budget: every query once
     assert bpa.n_pairs == toy.answers[-1].n_calls == bpa.cost["n_calls"] == 3 * N_SAMPLES
-    with pytest.raises(ValueError, match="hierarchical scheme is not available with the toy-length annotator"):
-        rank(table, toy, METHODS["hierarchical"]([["alpha"], ["beta", "gamma"]]), FIT)
+    # hierarchical, by hand: the group {beta, gamma} asks its one pair on the 4 samples (gamma longer on all), then
+    # the winners alpha and gamma meet on the 4 (gamma longer on 3, alpha on s0): 8 queries, not the 12 of all pairs
+    hierarchical = rank(table, toy, METHODS["hierarchical"]([["alpha"], ["beta", "gamma"]]), FIT)
+    assert toy.answers[-1].n_calls == 2 * N_SAMPLES == hierarchical.cost["n_judge_calls"]
+    assert hierarchical.cost["n_pairs"] == hierarchical.cost["n_records"] == 2 * N_SAMPLES
+    assert (
+        hierarchical.hierarchical.group_winners == ["alpha", "gamma"] and hierarchical.hierarchical.winner == "gamma"
+    )
+    assert hierarchical.hierarchical.n_comparisons == 2 * N_SAMPLES
+    assert hierarchical.models == ["alpha", "gamma"]
+    assert (wins(hierarchical, "gamma", "alpha"), wins(hierarchical, "alpha", "gamma")) == (3, 1)
+    assert f"Judge calls: {2 * N_SAMPLES} ({2 * N_SAMPLES} pairs x orders x runs" in hierarchical.to_markdown()
 
 
 def test_a_toy_method_asks_only_its_pairs_of_any_annotator(toys, table, tiny_rm_dir):

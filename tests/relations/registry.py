@@ -194,7 +194,7 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--samples": ("subset", "permutation"),
         "--sample-ids": ("subset", "duplication"),
         "--models": ("subset", "duplication"),
-        "--hierarchical": ("permutation",),
+        "--hierarchical": ("permutation", "accounting"),
         "--tie-model": ("permutation", "separation"),
         "--no-length-control": "turns the length-controlled fit off: the separation tests run it on",
         "--n-boot": "the number of resamples: tests/ranking/test_batched_bootstrap.py",

@@ -1,11 +1,13 @@
 """Accounting: every count a report prints equals the work done. The judge calls `rank` and `judge` print equal
 the requests the scripted judge answered (it writes one line per request to ``calls_log``), for every order and
 run option; the comparisons per model equal the verdicts in W; the BPA budget is what was asked, in distinct (sample,
-model pair) queries, each asked once at the default budget; a reward model's
+model pair) queries, each asked once at the default budget; the hierarchical scheme asks its stages' pairs only
+(judge calls and reward-model scorings as the report counts them); a reward model's
 scored descriptions are the distinct texts; `train`'s folds hold every pair exactly once.
 
 Owners: `emoreward.ranking.report` (`_cost_line`, the report's counts), `emoreward.ranking.judging` and
-`zero_shot.runner` (the calls they count), `emoreward.ranking.active.rank_with_bpa` with
+`zero_shot.runner` (the calls they count), `emoreward.ranking.methods.queries_report` (a method's queries),
+`emoreward.ranking.active.rank_with_bpa` with
 `BPAScheduler.next_pair(open_pairs)` (distinct queries), `emoreward.training.pipeline.stratified_folds`.
 """
 
@@ -18,7 +20,7 @@ from _inputs import annotated_pair_rows, n_boot, pair_rows, read_json, run_ok, t
 
 
 COVERS = {
-    "rank": ("*", "--runs", "--no-swap", "--budget", "--policy", "--committee-calibration"),
+    "rank": ("*", "--runs", "--no-swap", "--budget", "--policy", "--committee-calibration", "--hierarchical"),
     "judge": ("*", "--runs", "--no-swap"),
     "evaluate": ("*",),
     "train": ("*", "--train_file", "--cv_folds"),
@@ -43,6 +45,7 @@ RANK_OPTIONS = {
     "no-swap": ["--no-swap"],
     "runs 2": ["--runs", "2"],
     "bpa": ["--method", "bpa", "--budget", "25"],
+    "hierarchical": ["--hierarchical", "2"],
 }
 
 
@@ -62,6 +65,13 @@ def test_rank_counts_equal_the_judge_calls_made(options, tmp_path, capsys):
         assert cost["n_calls"] + cost["n_reused"] == 2 * cost["n_queries"]
         assert f"{cost['n_queries']} pairs, {made} judge calls" in printed
         return
+    if options == "hierarchical":  # two groups of two: each group's pair, then the winners' pair, on the 6 samples
+        n_pairs = 3 * 6
+        assert cost["n_pairs"] == n_pairs and cost["n_judge_calls"] == made
+        assert made + cost["n_reused"] == 2 * n_pairs
+        assert cost["n_records"] == 2 * n_pairs - cost["n_invalid"] == report["hierarchical"]["n_comparisons"]
+        assert f"Judge calls: {made} ({n_pairs} pairs x orders x runs" in printed
+        return
     orders = 1 if options == "no-swap" else 2
     runs = 2 if options == "runs 2" else 1
     n_pairs = math.comb(4, 2) * 6
@@ -78,6 +88,25 @@ def test_rank_counts_equal_the_judge_calls_made(options, tmp_path, capsys):
         verdicts = sum(w["wins"][k]) + sum(row[k] for row in w["wins"]) + sum(w["ties"][k])
         assert fit["samples_compared"][fit["items"].index(model)] == 6
         assert verdicts == cost["n_records"] * 2 / 4  # every record involves 2 of the 4 models, evenly here
+
+
+def test_hierarchical_scores_only_the_texts_of_the_pairs_it_asks(rm_dir, tmp_path, capsys):
+    """A reward model under the hierarchical scheme: the texts scored are those of the queries asked (a one-model
+    group's model only meets the other winner), the pair queries those of the stages, and the cost line says both."""
+    rows = table_rows(n_samples=5)
+    models = sorted({r["model"] for r in rows})
+    table = write_jsonl(tmp_path / "t.jsonl", rows)
+    out = tmp_path / "r.json"
+    groups = f"{models[0]}|{','.join(models[1:])}"  # {m0} and {m1, m2, m3}: C(3,2) pairs, then the winners' pair
+    printed = run_ok(capsys, ["rank", "--judge", rm_dir, "--data", table, "--hierarchical", groups, "--no-cache",
+                              *n_boot(20, []), "--quiet", "--output", out])  # fmt: skip
+    report = read_json(out)
+    cost = report["cost"]
+    asked = {r["description"] for r in rows}  # every model is in a pair of some stage: every text, once
+    assert cost["annotator"]["n_scored"] == cost["n_judge_calls"] == len(asked)
+    assert cost["n_pairs"] == cost["n_records"] == (3 + 1) * 5 == report["hierarchical"]["n_comparisons"]
+    assert f"Judge calls: {len(asked)} reward-model scorings (distinct texts scored; 0 more from cache" in printed
+    assert f"answering {(3 + 1) * 5} pair queries" in printed
 
 
 @pytest.mark.parametrize("policy", ["exploration", "paper", "random"])
