@@ -1,7 +1,7 @@
 """Snapshot of `emoreward rank`'s reports on the bundled OV-MERD table, to show a refactor left them unchanged.
 
     python benchmarks/rank_snapshot.py run OUT_DIR          # every case below; reports (JSON + Markdown) into OUT_DIR
-    python benchmarks/rank_snapshot.py compare BEFORE AFTER # byte for byte, the run's seconds excepted
+    python benchmarks/rank_snapshot.py compare BEFORE AFTER # byte for byte, durations excepted
 
 Cheap annotators only: a tiny random-weight reward model (the tests' `save_tiny_bert_rm`), the scripted length
 judge (`backend: scripted`), a committee of both; every run works in one fixed folder so paths in reports match.
@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -112,15 +113,21 @@ def run(out_dir: Path) -> None:
 
 
 def _no_times(text: str) -> str:
-    return "\n".join("wall time <s>" if line.startswith("wall time ") else line for line in text.splitlines())
+    """Durations (``2.4 s``, ``wall time ...``) replaced by a placeholder: they change from run to run."""
+    text = "\n".join("wall time <s>" if line.startswith("wall time ") else line for line in text.splitlines())
+    return re.sub(r"\b\d+(\.\d+)? s\b", "<t> s", text)
+
+
+def _drop_seconds(value):
+    if isinstance(value, dict):
+        return {k: _drop_seconds(v) for k, v in value.items() if "seconds" not in k}
+    return [_drop_seconds(v) for v in value] if isinstance(value, list) else value
 
 
 def _comparable(path: Path) -> str:
     if path.suffix == ".json":
-        report = json.loads(path.read_text(encoding="utf-8"))
-        report.pop("seconds", None)
-        return json.dumps(report, indent=1, sort_keys=True)
-    return path.read_text(encoding="utf-8")
+        return json.dumps(_drop_seconds(json.loads(path.read_text(encoding="utf-8"))), indent=1, sort_keys=True)
+    return _no_times(path.read_text(encoding="utf-8"))
 
 
 def compare(before: Path, after: Path) -> int:
@@ -129,7 +136,9 @@ def compare(before: Path, after: Path) -> int:
               or _comparable(before / n) != _comparable(after / n)]  # fmt: skip
     for n in differ:
         print(f"differs: {n}")
-    print(f"{len(names) - len(differ)} of {len(names)} files identical (the run's seconds excepted)")
+    print(
+        f"{len(names) - len(differ)} of {len(names)} files identical (durations excepted: keys naming seconds, 'N s' in text)"
+    )
     return 1 if differ else 0
 
 
