@@ -64,15 +64,11 @@ def applicability_facts(args: argparse.Namespace) -> dict[str, tuple[bool, str]]
         "bpa": (bpa, "{first} is a --method bpa option; the full method compares every pair (add --method bpa)"),
         "full": (not bpa, "{first} is a --method full option; BPA picks its own pairs and fits its own model"),
         "committee": (committee, "{options} {verb} to a committee of judges (--judge given more than once)"),
-        "reward-model": (
-            bool(models),
-            f"{{options}} {{verb}} to reward-model judges; {', '.join(generative)} is a generative judge",
-        ),
-        "generative": (
-            bool(generative),
-            f"{{options}} {{verb}} to generative (zero-shot) judges; {', '.join(models)} is a reward model",
-        ),
-    }
+        "reward-model": (bool(models), "{options} {verb} to reward-model judges; "
+                         f"{', '.join(generative)} is a generative judge"),
+        "generative": (bool(generative), "{options} {verb} to generative (zero-shot) judges; "
+                       f"{', '.join(models)} is a reward model"),
+    }  # fmt: skip
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -246,20 +242,15 @@ def run(args: argparse.Namespace) -> int:
     caches = {f"the score cache of --judge {s}" if specs else "the score cache": getattr(m, "score_cache", None)
               for s, m in members.items()}  # fmt: skip
     files = plan_outputs(args.output, args.dataset, named_input_files(args, RANK_OUTPUTS), caches)  # before scoring
-    if specs:
-        annotator = open_committee(members, specs, pairs, calibration, args.committee_weighting, _warn)
-    else:
-        annotator = members[args.judge]
+    weighting = args.committee_weighting
+    annotator = open_committee(members, specs, pairs, calibration, weighting, _warn) if specs else members[args.judge]
     load_seconds = time.perf_counter() - start
     report = rank(table, annotator, method, _fit_settings(args))
     cache_file = None if specs else getattr(annotator, "score_cache", None)
     total = time.perf_counter() - start
-    report.meta.update(
-        judge=sorted(specs) if specs else args.judge,
-        data=str(table.source),
-        score_cache=None if cache_file is None else str(cache_file),
-        seconds={"load": load_seconds, "total": total},
-    )
+    report.meta.update(judge=sorted(specs) if specs else args.judge, data=str(table.source),
+                       score_cache=None if cache_file is None else str(cache_file),
+                       seconds={"load": load_seconds, "total": total})  # fmt: skip
     title = "emoreward rank" + (" --method bpa" if args.method == "bpa" else "")
     title += f" (committee of {len(specs)})" if specs else ""
     _echo(f"{title}: {table.n_models} models x {table.n_samples} samples from {table.source}\n")
@@ -291,14 +282,9 @@ def _fit_settings(args: argparse.Namespace) -> dict:
     """The keyword arguments of the full method's fits (`fit_ranking`) from the fit options."""
     from emoreward.ranking.fit import FitSpec
 
-    return {
-        "fit": FitSpec.resolve(args.tie_model),  # the one resolution of --tie-model: its object, for every fit
-        "n_boot": args.n_boot,
-        "alpha": args.alpha,
-        "seed": args.seed,
-        "progress": _progress(args),
-        "length_control": not args.no_length_control,
-    }
+    # FitSpec.resolve: the one resolution of --tie-model into its object, for every fit
+    return {"fit": FitSpec.resolve(args.tie_model), "n_boot": args.n_boot, "alpha": args.alpha, "seed": args.seed,
+            "progress": _progress(args), "length_control": not args.no_length_control}  # fmt: skip
 
 
 def _progress(args: argparse.Namespace) -> bool | None:
