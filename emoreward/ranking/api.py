@@ -22,7 +22,7 @@ def rank(table: DescriptionTable, annotator: Any, method: Any = None, fit: Mappi
         annotator: a registered annotator (`RewardModelAnnotator`, `JudgeAnnotator`, `Committee`, or one of yours).
         method: a method object (`AllPairs`, `Hierarchical`, `BPA`, ...) or a registered name; default all pairs.
         fit (`Mapping`, *optional*): passed as given to the fits (today `fit_ranking`'s keyword arguments:
-            ``tie_model``, ``n_boot``, ``alpha``, ``seed``, ``progress``, ``length_control``).
+            ``fit`` (a `FitSpec`), ``n_boot``, ``alpha``, ``seed``, ``progress``, ``length_control``).
 
     Returns:
         `RankingReport` (all pairs, hierarchical) or `BPARankingReport` (BPA); ``cost`` is the annotator's ledger.
