@@ -228,13 +228,15 @@ def run(args: argparse.Namespace) -> int:
     from emoreward.data.tables import load_selection
     from emoreward.judges import open_annotator, open_committee
     from emoreward.ranking.api import plan_outputs, rank, write_outputs
-    from emoreward.ranking.committee import calibration_pairs
 
     specs = _committee_judges(args)
     check_rank_options(args)
     start = time.perf_counter()
-    calibration = args.committee_calibration
-    pairs = calibration_pairs(calibration, args.media_root) if specs and calibration else None
+    calibration, pairs = args.committee_calibration, None
+    if specs and calibration:  # imported here only: the committee's modules import scipy.stats (0.3 s of CPU)
+        from emoreward.ranking.committee import calibration_pairs
+
+        pairs = calibration_pairs(calibration, args.media_root)
     table = load_selection(args.data, args.models, args.sample_ids, args.samples, args.seed)
     method = _method(args, table)
     options = {**vars(args), "progress": sys.stderr.isatty() and not args.quiet}
