@@ -3,11 +3,14 @@
     load_judge("outputs/minilm-lora-rm/model")           # a reward-model directory
     load_judge("configs/judges/qwen2.5-omni-7b.yaml")     # a zero-shot judge definition
 
-Every command that takes a judge resolves it here. See docs/commands.md and docs/judges.md.
+Every command that takes a judge resolves it here; a ranking's annotators are opened here too (`open_annotator`,
+`open_committee`: a judge is a floor above ranking). See docs/commands.md, docs/judges.md and docs/ranking.md.
 """
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -128,10 +131,152 @@ def load_judge(spec: str | Path, **options: Any) -> Judge:
     return zero_shot.load_judge(path if path.exists() else str(spec), **options)
 
 
+def judge_identity(spec: str | Path) -> str:
+    """What a judge is, for telling committee members apart: a model folder or judge file by its content
+    (`emoreward.models.loading.source_identity`: a copy elsewhere is the same judge), a registered judge by its
+    name."""
+    from emoreward.models.loading import source_identity
+
+    fingerprint = source_identity(str(spec))
+    return f"content {fingerprint}" if fingerprint else str(spec)
+
+
+def distinct_judges(specs: Sequence[str]) -> dict[str, str]:
+    """Each judge of ``specs`` with its `judge_identity` (a folder's whole content, hashed once).
+
+    Raises:
+        ValueError: two specs naming the same judge (``--judge`` named in the message: a committee member votes once).
+    """
+    seen: dict[str, str] = {}
+    identities: dict[str, str] = {}
+    for spec in specs:
+        identity = identities[spec] = judge_identity(spec)
+        if identity in seen:
+            raise ValueError(
+                f"--judge {spec}: the same judge as --judge {seen[identity]} ({identity}); a committee member votes once"
+            )
+        seen[identity] = spec
+    return identities
+
+
+def open_annotator(spec: str, options: Mapping[str, Any], table: Any = None) -> Any:
+    """The ranking annotator of one judge (`emoreward.ranking.annotators.annotator_for` its kind), opened through
+    `load_judge`; its media checked against ``table`` (a `DescriptionTable`) when given, before any scoring.
+
+    Args:
+        spec: as `judge_kind`.
+        options (`Mapping`): what `emoreward rank` parses, each optional: ``media_root``; ``cache_dir`` (the score
+            cache folder, the zero-shot call cache in its ``judges/``; default `default_cache_dir`) and ``no_cache``
+            (keep nothing, read nothing: an in-memory score cache, calls in memory); reward models: ``tie_threshold``,
+            ``batch_size`` (default 32), ``vllm_url`` and ``engine_timeout`` (a served engine); generative judges:
+            ``strategy`` (default S1), ``runs``, ``no_swap``, ``combine``, ``progress`` (bars on stderr).
+
+    Returns:
+        `RewardModelAnnotator` (a text model as its folder, `SavedRewardModel`: no weights until a description
+        misses the score cache) or `JudgeAnnotator`.
+
+    Raises:
+        as `load_judge`; `MediaError` / `ValueError` from the annotator's ``check`` of ``table``.
+    """
+    from emoreward.ranking.annotators import annotator_for
+    from emoreward.ranking.score_cache import cache_path_for, default_cache_dir
+
+    get = options.get
+    if judge_kind(spec) == "reward-model":
+        from emoreward.models.base import load_settings
+
+        kind = "reward-model"
+        if get("vllm_url"):
+            judge = load_judge(spec, vllm_url=get("vllm_url"), engine_timeout=get("engine_timeout")).model
+        elif load_settings(spec).kind == "text":
+            from emoreward.models.saved import SavedRewardModel
+
+            judge = SavedRewardModel(spec)
+        else:
+            judge = load_judge(spec, media_root=get("media_root")).model
+    else:
+        kind, cache_dir = "judge", get("cache_dir") or default_cache_dir()
+        judge = load_judge(
+            spec,
+            strategy=get("strategy") or "S1",
+            # no_cache keeps nothing for a generative judge too: its calls stay in memory, none is read from disk
+            cache_dir=None if get("no_cache") else Path(cache_dir) / "judges",
+            media_root=get("media_root"),
+            progress=bool(get("progress")),
+        )
+    settings = {"tie_threshold": get("tie_threshold"), "batch_size": get("batch_size") or 32}
+    settings.update(swap=not get("no_swap"), runs=get("runs") or 1, combine=get("combine") or "each")
+    settings["cache"] = None if get("no_cache") or kind != "reward-model" else cache_path_for(spec, get("cache_dir"))
+    annotator = annotator_for(kind, judge, settings)
+    if table is not None:
+        annotator.check(table)
+    return annotator
+
+
+def open_committee(
+    members: Mapping[str, Any],
+    identities: Mapping[str, str],
+    pairs: Sequence[Any] | None = None,
+    calibration: str | None = None,
+    weighting: str | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> Any:
+    """The `Committee` of opened annotators (E3mo-Score): weights from each member's agreement with the labelled
+    ``pairs`` read from ``calibration`` (`emoreward.ranking.committee.calibration_pairs`), a reward model's pairs it
+    was trained on counted and warned about (`training.provenance.in_sample_pairs`, as `evaluate` checks); without
+    pairs, equal weights (with a warning).
+
+    Args:
+        members: judge spec -> annotator (`open_annotator`); identities: spec -> `judge_identity` (the report's).
+        weighting: `committee_weights`' rule (default ``log_odds`` with pairs, else ``equal``).
+        warn: called with each warning (default: `warnings.warn`).
+
+    Raises:
+        ValueError: naming ``--committee-calibration``: every weight 0, or a member that cannot be calibrated.
+    """
+    from emoreward.ranking.annotators import Committee
+    from emoreward.training.provenance import in_sample_pairs
+
+    warn = warn or (lambda message: warnings.warn(message, stacklevel=3))
+    weighting = weighting or ("log_odds" if calibration else "equal")
+    if pairs is None:
+        warn(
+            f"no --committee-calibration: the {len(members)} committee members vote with equal weights (E3mo-Bench's "
+            "ablation without confidence weights)"
+        )
+    committee = Committee(members)
+    extra: dict[str, dict[str, Any]] = {spec: {"identity": identity} for spec, identity in identities.items()}
+    if pairs is not None:
+        for spec, member in members.items():
+            if member.kind == "reward-model":
+                n = extra[spec]["n_in_sample_calibration"] = in_sample_pairs(spec, pairs)[0]
+                if n:
+                    warn(
+                        f"--judge {spec}: {n} of {len(pairs)} pairs in --committee-calibration {calibration} are pairs "
+                        "the model was trained on: its agreement there, and so its weight, is in-sample (inflated)"
+                    )
+        try:
+            committee.calibrate(pairs, weighting)
+        except ValueError as err:
+            raise ValueError(f"--committee-calibration {calibration}: {err}") from None
+    committee.describe(weighting, calibration, None if pairs is None else len(pairs), extra)
+    return committee
+
+
 def _check_options(options: dict[str, Any], allowed: frozenset[str], what: str) -> None:
     unknown = sorted(set(options) - allowed)
     if unknown:
         raise ValueError(f"{what}: options {unknown} do not apply; it takes {sorted(allowed)}")
 
 
-__all__ = ["REWARD_MODEL_OPTIONS", "ZERO_SHOT_OPTIONS", "JudgeKind", "judge_kind", "load_judge"]
+__all__ = [
+    "REWARD_MODEL_OPTIONS",
+    "ZERO_SHOT_OPTIONS",
+    "JudgeKind",
+    "distinct_judges",
+    "judge_identity",
+    "judge_kind",
+    "load_judge",
+    "open_annotator",
+    "open_committee",
+]

@@ -315,11 +315,53 @@ def bundled_ovmerd_path() -> Path:
     return Path(str(resources.files("emoreward") / "data" / "files" / "ovmerd" / "ovmerd_descriptions_subtitle.jsonl"))
 
 
+def load_selection(
+    data: str | Path,
+    models: str | None = None,
+    sample_ids: str | Path | None = None,
+    n_samples: int | None = None,
+    seed: int = 0,
+) -> DescriptionTable:
+    """The table ``data`` names (a JSONL path, or ``"ovmerd"``: `bundled_ovmerd_path`) with the subsets of
+    `emoreward rank` applied in the one order that composes (`DescriptionTable.select`).
+
+    Args:
+        data: the table's path or ``"ovmerd"``.
+        models (`str`, *optional*): comma-separated model names, read as the table reads its own (`normal_name`);
+            given, even empty, it is checked, never read as "all models".
+        sample_ids (*optional*): a file of sample ids, one a line (`DescriptionTable.read_sample_ids`).
+        n_samples, seed: a random subset of that many samples (`DescriptionTable.sample_subset`).
+
+    Raises:
+        TableError: naming the option: a model not in the table, one listed twice, fewer than two models; as
+            `load_description_table` and `DescriptionTable.select`. FileNotFoundError: no ``sample_ids`` file.
+    """
+    table = load_description_table(bundled_ovmerd_path() if str(data) == "ovmerd" else data)
+    names = None
+    if models is not None:
+        names = [normal_name(m) for m in models.split(",") if m.strip()]
+        unknown = [m for m in names if m not in table.models]
+        if unknown:
+            raise TableError(
+                f"--models: {unknown} not in the table {table.source}; its models are {sorted(table.models)}"
+            )
+        repeated = sorted({m for m in names if names.count(m) > 1})
+        if repeated:
+            raise TableError(f"--models: {repeated} listed more than once in {models!r}")
+        if len(set(names)) < 2:
+            raise TableError(f"--models: a ranking needs at least two models, got {names}")
+    if sample_ids and not Path(sample_ids).is_file():
+        raise FileNotFoundError(f"--sample-ids {sample_ids}: no such file")
+    samples = table.read_sample_ids(sample_ids) if sample_ids else None
+    return table.select(names, samples, n_samples, seed=seed)
+
+
 __all__ = [
     "MEDIA_FIELDS",
     "DescriptionTable",
     "TableError",
     "bundled_ovmerd_path",
     "load_description_table",
+    "load_selection",
     "read_utf8",
 ]

@@ -7,7 +7,7 @@ Annotators (who judges, what it costs) are `emoreward.ranking.annotators`; metho
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ def rank(table: DescriptionTable, annotator: Any, method: Any = None, fit: Mappi
         annotator: a registered annotator (`RewardModelAnnotator`, `JudgeAnnotator`, `Committee`, or one of yours).
         method: a method object (`AllPairs`, `Hierarchical`, `BPA`, ...) or a registered name; default all pairs.
         fit (`Mapping`, *optional*): passed as given to the fits (today `fit_ranking`'s keyword arguments:
-            ``tie_model``, ``n_boot``, ``alpha``, ``seed``, ``progress``, ``length_control``).
+            ``fit`` (a `FitSpec`), ``n_boot``, ``alpha``, ``seed``, ``progress``, ``length_control``).
 
     Returns:
         `RankingReport` (all pairs, hierarchical) or `BPARankingReport` (BPA); ``cost`` is the annotator's ledger.
@@ -85,4 +85,70 @@ def write_report(report: Any, out: str | Path, written: Callable[[Path], Path] =
     return True
 
 
-__all__ = ["PLOT_SUFFIXES", "media_errors_located", "rank", "report_files", "write_report"]
+def plan_outputs(
+    output: str | Path | None,
+    dataset: str | Path | None,
+    inputs: Iterable[tuple[str, str | Path]] = (),
+    caches: Mapping[str, Path | None] | None = None,
+) -> Any:
+    """Every file a ranking may write (``output`` with `report_files` beside it, the ``dataset`` table), claimed
+    before any work against each other, the ``inputs`` (``(option, path)``: the table, a sample-id list...) and the
+    score ``caches`` (what -> file, ``None``: in memory).
+
+    Returns:
+        `emoreward.utils.io.OutputFiles`, for `write_outputs`. Raises ValueError when two share a path.
+    """
+    from emoreward.utils.io import OutputFiles
+
+    files = OutputFiles()
+    for option, path in inputs:
+        files.guard(path, option)
+    for what, path in (caches or {}).items():
+        files.guard(path, what)
+    if output:
+        for path, what, optional in report_files(output):
+            files.claim(path, what, optional=optional)
+    if dataset:
+        files.claim(dataset, "--dataset")
+    return files
+
+
+def write_outputs(
+    report: Any,
+    files: Any,
+    output: str | Path | None = None,
+    dataset: str | Path | None = None,
+    push_to_hub: str | None = None,
+    echo: Callable[[str], None] = lambda line: None,
+) -> None:
+    """Write a ranking report (`write_report`: JSON, Markdown, plots) to ``output``, its `dataset_rows` to ``dataset``
+    (`write_records`), remove what an earlier run into the same places wrote and this one did not (``files``, from
+    `plan_outputs`), then push the rows to the Hub dataset ``push_to_hub`` (last: the one step that can fail for
+    reasons outside this machine). ``echo`` gets one line per step. Raises as `write_records` and
+    `push_records_to_hub`."""
+    if output:
+        plots = write_report(report, output, files.written)
+        echo(f"report: {output} ({'Markdown, scores and W plots' if plots else 'Markdown'} beside it)")
+    if dataset or push_to_hub:
+        from emoreward.data import push_records_to_hub, write_records
+
+        rows = report.dataset_rows()
+        if dataset:
+            echo(f"ranking dataset: {files.written(write_records(rows, dataset))}")
+    written = files.finish()
+    if written:
+        echo(f"wrote {len(written)} file(s): {', '.join(map(str, written))}")
+    if push_to_hub:
+        push_records_to_hub(rows, push_to_hub, commit_message=f"emoreward rank {report.meta.get('data', '')}")
+        echo(f"ranking pushed to the Hub dataset {push_to_hub}")
+
+
+__all__ = [
+    "PLOT_SUFFIXES",
+    "media_errors_located",
+    "plan_outputs",
+    "rank",
+    "report_files",
+    "write_outputs",
+    "write_report",
+]

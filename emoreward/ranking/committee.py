@@ -274,10 +274,37 @@ class CommitteePairs:
         }
 
 
+def calibration_pairs(path: str, media_root: str | None = None) -> list[PreferencePair]:
+    """The labelled pairs a committee is calibrated on (``--committee-calibration``), every one with a human label,
+    read as every command reads pairs (`load_pairs`): with ``media_root`` clips are read by sample id, so the id is
+    part of a pair's context (``media_by_id``).
+
+    Raises:
+        FileNotFoundError / ValueError: naming the option: no such file, a bad row (its file, row and field), no pairs,
+            or pairs without a label.
+    """
+    from emoreward.data import load_pairs
+
+    try:
+        pairs = load_pairs(path, require_labels=False, media_by_id=bool(media_root))
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"--committee-calibration {path}: {err}") from None
+    except (ValueError, OSError) as err:  # a DataError names its file, row and field
+        raise ValueError(f"--committee-calibration: {err}") from None
+    unlabelled = [p.sample_id for p in pairs if p.label is None]
+    if not pairs or unlabelled:
+        raise ValueError(
+            f"--committee-calibration {path}: {len(unlabelled)} of {len(pairs)} pairs have no label (calibration "
+            f"needs the human preference of every pair: 1, 2 or tie){': ' + ', '.join(unlabelled[:5]) if unlabelled else ''}"
+        )
+    return pairs
+
+
 __all__ = [
     "CommitteePairs",
     "CommitteeVotes",
     "MemberRun",
+    "calibration_pairs",
     "committee_votes",
     "committee_weights",
     "judge_member",

@@ -1,6 +1,7 @@
 """The ranking API (`emoreward.ranking.api.rank`) and its two one-file extension points: a toy annotator and a toy
 method, each one class registered here, ranked through the API and through `emoreward rank`; the command's report
-equals the API's on a reward model, a generative judge and a committee."""
+equals the API's on a reward model, a generative judge and a committee, and the library's front doors (table, judges,
+committee) open what the command opens."""
 
 from __future__ import annotations
 
@@ -198,3 +199,47 @@ def test_method_hierarchical_is_the_hierarchical_option(tiny_rm_dir, tmp_path, c
     b = run_rank(capsys, *common, "--method", "hierarchical", "--output", tmp_path / "b.json")
     assert_same_numbers(a, b)
     assert a["hierarchical"]["group_winners"] and len(a["hierarchical"]["group_winners"]) == 2
+
+
+def test_a_committee_opened_by_the_library_ranks_as_the_command(tiny_rm_dir, tmp_path, capsys):
+    """The command's steps are the library's front doors: a calibrated committee on a model subset, opened by
+    `load_selection`, `open_annotator`, `distinct_judges`, `calibration_pairs` and `open_committee`, ranked by `rank`,
+    gives the command's report (the committee's weights and members included) and its warnings."""
+    from emoreward.data.tables import load_selection
+    from emoreward.judges import distinct_judges, open_annotator, open_committee
+    from emoreward.ranking.committee import calibration_pairs
+
+    data = tmp_path / "t.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in table_rows()), encoding="utf-8")
+    spec = tmp_path / "len.yaml"
+    spec.write_text("name: lengthjudge\nmllm:\n  backend: scripted\n  model: length\n", encoding="utf-8")
+    # the length judge agrees with both labels (the longer description), in both orders: 4 of 4
+    pairs = [{"sample_id": "s1", "description_1": "calm " * 6, "description_2": "calm", "label": "1"},
+             {"sample_id": "s2", "description_1": "calm calm", "description_2": "calm " * 8, "label": "2"}]  # fmt: skip
+    labelled = tmp_path / "pairs.jsonl"
+    labelled.write_text("".join(json.dumps(r) + "\n" for r in pairs), encoding="utf-8")
+    judges = [str(tiny_rm_dir), str(spec)]
+    out = tmp_path / "c.json"
+    argv = ["--judge", judges[0], "--judge", judges[1], "--data", str(data), "--models", "gamma,alpha"]
+    argv += ["--committee-calibration", str(labelled), "--n-boot", "20", "--no-length-control", "--no-cache"]
+    capsys.readouterr()
+    assert main(["rank", *argv, "--output", str(out), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    command = json.loads(out.read_text(encoding="utf-8"))
+
+    table = load_selection(data, "gamma,alpha")
+    assert sorted(table.models) == ["alpha", "gamma"] and table.n_samples == N_SAMPLES
+    members = {s: open_annotator(s, {"no_cache": True}, table) for s in judges}
+    warnings: list[str] = []
+    committee = open_committee(
+        members, distinct_judges(judges), calibration_pairs(str(labelled)), str(labelled), warn=warnings.append
+    )
+    api = rank(table, committee, "full", {"n_boot": 20, "length_control": False, "seed": 0}).to_dict()
+    assert_same_numbers(command, api, ignore=[r"^/judge/", r"^/data/", r"^/score_cache/"])
+    assert command["committee"]["weighting"] == "log_odds" and command["committee"]["n_calibration_pairs"] == 2
+    assert not warnings and "warning" not in err
+    open_committee(members, distinct_judges(judges), warn=warnings.append)  # no calibration: equal weights, said
+    assert warnings == [
+        "no --committee-calibration: the 2 committee members vote with equal weights (E3mo-Bench's ablation without "
+        "confidence weights)"
+    ]

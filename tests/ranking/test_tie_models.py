@@ -1,5 +1,6 @@
 """Every pair model's fit (the one Newton driver) against the L-BFGS-B oracle at 1e-6, and a new tie model added in
-one file: registered, fitted and bootstrapped with no other change."""
+one file: registered, fitted, bootstrapped and ranked by the API and by `emoreward rank --tie-model` with no other
+change."""
 
 from __future__ import annotations
 
@@ -208,3 +209,40 @@ def test_every_pair_model_length_controlled_fit_matches_the_oracle(model, covari
         np.testing.assert_allclose(fit.tie_parameter, ref["tie_parameter"], rtol=1e-6)
     else:
         assert fit.tie_parameter is None
+
+
+def test_a_new_tie_model_ranks_through_the_api_and_the_command(toy, tiny_rm_dir, tmp_path, capsys):
+    """The toy, registered above and nowhere else, ranks a table with a reward model: through `rank` (its scores
+    Davidson's halved without a prior, the same tie parameter) and through `emoreward rank --tie-model` (the API's
+    report, the toy named as the model that ranks)."""
+    import json
+
+    from relations._inputs import assert_same_numbers
+    from test_rank_cli import write_table
+
+    from emoreward.cli.main import main
+    from emoreward.data.tables import load_description_table
+    from emoreward.models.saved import SavedRewardModel
+    from emoreward.ranking.annotators import RewardModelAnnotator
+    from emoreward.ranking.api import rank
+    from emoreward.ranking.fit import FitSpec
+
+    data = write_table(tmp_path / "t.jsonl")
+    table = load_description_table(data)
+    annotator = RewardModelAnnotator(SavedRewardModel(tiny_rm_dir))
+    common = {"n_boot": 20, "seed": 0, "length_control": False, "progress": False}
+    plain = {name: rank(table, annotator, "full", {**common, "fit": FitSpec.resolve(name, prior_variance=None)})
+             for name in (toy, "davidson")}  # fmt: skip
+    ours, davidson = (plain[name].ties.estimate for name in (toy, "davidson"))
+    assert ours.model == toy and 0 < davidson.tie_parameter < 1e3
+    np.testing.assert_allclose(ours.scores, davidson.scores / 2, atol=1e-7)
+    np.testing.assert_allclose(ours.tie_parameter, davidson.tie_parameter, rtol=1e-7)
+
+    out = tmp_path / "r.json"
+    argv = ["--judge", tiny_rm_dir, "--data", data, "--tie-model", toy, "--no-length-control", "--n-boot", "20"]
+    assert main(["rank", *map(str, argv), "--no-cache", "--quiet", "--output", str(out)]) == 0, capsys.readouterr().err
+    command = json.loads(out.read_text(encoding="utf-8"))
+    fresh = RewardModelAnnotator(SavedRewardModel(tiny_rm_dir))  # scores again, as the command with --no-cache
+    api = rank(table, fresh, "full", {**common, "fit": FitSpec.resolve(toy)}).to_dict()
+    assert command["tie_model"] == toy and command["bradley_terry_ties"]["model"] == toy
+    assert_same_numbers(command, api, ignore=[r"^/judge/", r"^/data/", r"^/score_cache/"])

@@ -2,7 +2,7 @@
 input or a cache, and a rerun into the same place leaves nothing stale.
 
 Owners: `emoreward.utils.io.OutputFiles` (the files of one run, claimed before any work; stale optional outputs
-removed), used by `rank` (`emoreward.cli.rank.output_files`), `evaluate` and `judge`; `utils.io.replace_dir` for a
+removed), used by `rank` (`emoreward.ranking.api.plan_outputs`), `evaluate` and `judge`; `utils.io.replace_dir` for a
 folder output (`export`); the caches append only (`utils.io.locked_append`); one writer per output
 (`utils.io.hold_output`: a second run writing the same output is refused before any work, exit 2).
 """
