@@ -1,8 +1,8 @@
 """Annotators of a ranking (`ANNOTATORS`, a registry): who judges a (sample, model pair) and what it costs.
 
-An annotator answers every pair of a table in its own batched way (`rank_all`: the all-pairs and hierarchical
-methods), one query at a time (`pairs`: BPA and any new method), as a committee member (`member`) and on labelled
-calibration pairs (`agreement`). A new annotator is one module with a class and a `register_annotator` call; its
+An annotator answers every pair of a table in its own batched way (`rank_all`: the all-pairs method), one query
+at a time (`pairs`: BPA, the hierarchical method and any new method), as a committee member (`member`) and on
+labelled calibration pairs (`agreement`). A new annotator is one module with a class and a `register_annotator` call; its
 worked example is tests/ranking/test_ranking_api.py. See docs/ranking.md ("Ranking in Python").
 """
 
@@ -61,14 +61,10 @@ class Annotator:
     def pairs(self, table: DescriptionTable) -> Any:
         raise NotImplementedError(f"{type(self).__name__} answers no pair queries")
 
-    def rank_all(
-        self, table: DescriptionTable, fit: Mapping[str, Any], groups: Sequence[Sequence[str]] | None = None
-    ) -> RankingReport:
+    def rank_all(self, table: DescriptionTable, fit: Mapping[str, Any]) -> RankingReport:
         """Every (sample, model pair) asked once through `pairs`, ranked by the fits of one judge."""
         from emoreward.ranking.methods import rank_queries
 
-        if groups:
-            raise ValueError(f"the hierarchical scheme is not available with the {self.kind} annotator")
         return rank_queries(table, self.pairs(table), list(every_query(table)), fit)
 
     def member(self, table: DescriptionTable) -> MemberRun:
@@ -139,10 +135,10 @@ class RewardModelAnnotator(Annotator):
     def _options(self) -> dict[str, Any]:
         return {"tie_threshold": self.tie_threshold, "batch_size": self.batch_size}
 
-    def rank_all(self, table, fit, groups=None):
+    def rank_all(self, table, fit):
         from emoreward.ranking.rank import rank_with_reward_model
 
-        return rank_with_reward_model(self.model, table, self.cache, groups=groups, **self._options(), **fit)
+        return rank_with_reward_model(self.model, table, self.cache, **self._options(), **fit)
 
     def pairs(self, table):
         from emoreward.ranking.active import RewardModelPairs
@@ -187,10 +183,10 @@ class JudgeAnnotator(Annotator):
     def _options(self) -> dict[str, Any]:
         return {"swap": self.swap, "runs": self.runs, "combine": self.combine}
 
-    def rank_all(self, table, fit, groups=None):
+    def rank_all(self, table, fit):
         from emoreward.ranking.rank import rank_with_judge
 
-        return rank_with_judge(self.judge, table, groups, **self._options(), **fit)
+        return rank_with_judge(self.judge, table, **self._options(), **fit)
 
     def pairs(self, table):
         from emoreward.ranking.judging import JudgePairs
@@ -285,11 +281,9 @@ class Committee(Annotator):
         self.info = dict(zip(keys, (weighting, calibration, n_pairs, members, zero)))
         return self.info
 
-    def rank_all(self, table, fit, groups=None):
+    def rank_all(self, table, fit):
         from emoreward.ranking.committee import rank_with_committee
 
-        if groups:
-            raise ValueError("the hierarchical scheme is not available with a committee of judges")
         runs = {name: member.member(table) for name, member in self.members.items()}
         report = rank_with_committee(runs, self.weights, table, self.info, **fit)
         self._ledger(report)

@@ -29,7 +29,6 @@ from emoreward.ranking.counts import PairwiseCounts
 from emoreward.ranking.edges import reward_edges
 from emoreward.ranking.effects import fit_reward_effects
 from emoreward.ranking.fit import FitSpec
-from emoreward.ranking.hierarchical import rank_hierarchical
 from emoreward.ranking.judging import OrderCombine, judge_records
 from emoreward.ranking.length_control import ControlledFit, description_features, fit_length_controlled
 from emoreward.ranking.records import PairwiseRecord
@@ -192,7 +191,6 @@ def rank_with_reward_model(
     table: DescriptionTable,
     cache: ScoreCache | None = None,
     tie_threshold: float | None = None,
-    groups: Sequence[Sequence[str]] | None = None,
     batch_size: int = 32,
     **fit_kwargs: Any,
 ) -> RankingReport:
@@ -205,7 +203,6 @@ def rank_with_reward_model(
         table (`DescriptionTable`): descriptions to rank.
         cache (`ScoreCache`, *optional*): where scores are kept between runs.
         tie_threshold (`float`, *optional*): |r_a - r_b| below this is a tie; default the model's calibrated one.
-        groups (`Sequence[Sequence[str]]`, *optional*): run the hierarchical scheme (EMER-Ranker, section 5) too.
         batch_size (`int`): sequences per forward pass.
         **fit_kwargs: passed to :func:`fit_ranking` (the bootstrap ones also to `fit_reward_effects`).
 
@@ -228,7 +225,6 @@ def rank_with_reward_model(
         progress=fit_kwargs.get("progress", False),
         batched=fit_kwargs.get("batched", True),
     )
-    hierarchical = rank_hierarchical(records, groups) if groups else None
     cost = {**scoring_cost(scores, records), "fit_seconds": time.perf_counter() - start}
     present = np.isfinite(scores.scores)
     mean_reward = {
@@ -249,7 +245,6 @@ def rank_with_reward_model(
         cost,
         meta,
         mean_reward=mean_reward,
-        hierarchical=hierarchical,
         reward_effects=effects,
         n_truncated=truncation_counts(scores),
     )
@@ -274,16 +269,13 @@ def scoring_cost(scores: ScoreMatrix, records: Sequence[PairwiseRecord]) -> dict
 def rank_with_judge(
     judge: Judge,
     table: DescriptionTable,
-    groups: Sequence[Sequence[str]] | None = None,
     swap: bool = True,
     runs: int = 1,
     combine: OrderCombine = "each",
     **fit_kwargs: Any,
 ) -> RankingReport:
-    """Rank the table's models with a generative judge: every (sample, model pair), both orders, via the harness.
-
-    With ``groups`` only the hierarchical scheme runs (EMER-Ranker, section 5): within-group pairs, then the group
-    winners' pairs; the fits cover the winners (the scheme's own result is the report's ``hierarchical``).
+    """Rank the table's models with a generative judge: every (sample, model pair), both orders, via the harness
+    (the hierarchical scheme is the `Hierarchical` method of `emoreward.ranking.methods`).
 
     Returns:
         `RankingReport` (``cost`` counts judge calls; ``warnings`` from :func:`ranking_warnings`).
@@ -291,28 +283,18 @@ def rank_with_judge(
     Raises:
         ValueError: on a judge that returns no valid verdicts, or bad options.
     """
-    calls = {"n_judge_calls": 0, "n_reused": 0, "n_invalid": 0, "n_pairs": 0}
-    collected: list[PairwiseRecord] = []
-
-    def run(model_pairs: list[tuple[str, str]] | None) -> list[PairwiseRecord]:
-        got = judge_records(judge, table, model_pairs, swap=swap, runs=runs, combine=combine)
-        calls["n_judge_calls"] += got.n_calls
-        calls["n_reused"] += got.n_reused
-        calls["n_invalid"] += got.n_invalid
-        calls["n_pairs"] += got.n_pairs
-        collected.extend(got.records)
-        return got.records
-
-    hierarchical = None
-    if groups:
-        hierarchical = rank_hierarchical(run, groups)
-        records, models = collected, hierarchical.group_winners
-        records = [r for r in records if r.item_a in models and r.item_b in models]
-    else:
-        records, models = run(None), list(table.models)
+    got = judge_records(judge, table, None, swap=swap, runs=runs, combine=combine)
+    records, models = got.records, list(table.models)
     fits = fit_ranking(records, models, **with_features(table, fit_kwargs))
-    cost = {"judge": judge.name, **calls, "n_records": len(collected)}
-    lengths = {m: v for m, v in table.lengths().items() if m in models}
+    cost = {
+        "judge": judge.name,
+        "n_judge_calls": got.n_calls,
+        "n_reused": got.n_reused,
+        "n_invalid": got.n_invalid,
+        "n_pairs": got.n_pairs,
+        "n_records": len(records),
+    }
+    lengths = table.lengths()
     meta = {
         "tie_model": fits.ties.estimate.model,
         "n_samples": table.n_samples,
@@ -321,6 +303,6 @@ def rank_with_judge(
         "runs": runs,
         "combine": combine,
     }
-    report = fits.report(models, lengths, cost, meta, hierarchical=hierarchical)
+    report = fits.report(models, lengths, cost, meta)
     report.warnings = ranking_warnings(report)
     return report

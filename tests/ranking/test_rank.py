@@ -14,7 +14,10 @@ from scipy.stats import spearmanr
 from emoreward.data.tables import DescriptionTable, TableError, bundled_ovmerd_path, load_description_table
 from emoreward.data.verdicts import Judgement, Verdict, verdict_from_difference
 from emoreward.models.loading import content_identity
+from emoreward.ranking.annotators import annotator_for
+from emoreward.ranking.api import rank
 from emoreward.ranking.judging import judge_records
+from emoreward.ranking.methods import Hierarchical
 from emoreward.ranking.rank import parse_groups, rank_with_judge, rank_with_reward_model
 from emoreward.ranking.score_cache import ScoreCache
 from emoreward.ranking.scoring import records_from_scores, score_table, table_pairs
@@ -277,7 +280,7 @@ def test_hierarchical_generative_judge_asks_only_needed_pairs():
     table = synthetic_table(strengths, n_samples=15)
     groups = parse_groups("m0,m1,m2|m3,m4,m5", table.models)
     judge = LongerJudge()
-    report = rank_with_judge(judge, table, groups=groups, n_boot=10)
+    report = rank(table, annotator_for("judge", judge, {}), Hierarchical(groups), {"n_boot": 10})
     assert report.hierarchical.group_winners == ["m1", "m4"] and report.hierarchical.winner == "m4"
     # C(3,2) pairs in each group and 1 final pair, both orders, 15 samples (vs C(6,2) = 15 pairs in full)
     assert judge.n_calls == 2 * (3 + 3 + 1) * 15 == report.cost["n_judge_calls"]
