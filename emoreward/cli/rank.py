@@ -466,15 +466,14 @@ def _committee(args: argparse.Namespace, specs: dict[str, str], members: dict, p
     if pairs is not None:
         from emoreward.training.provenance import in_sample_pairs
 
-        for spec, member in members.items():
-            if member.kind == "reward-model":
-                n = extra[spec]["n_in_sample_calibration"] = in_sample_pairs(spec, pairs)[0]  # `evaluate`'s check
-                if n:
-                    sys.stderr.write(
-                        f"emoreward rank: warning: --judge {spec}: {n} of {len(pairs)} pairs in --committee-calibration "
-                        f"{calibration} are pairs the model was trained on: its agreement there, and so its weight, "
-                        "is in-sample (inflated)\n"
-                    )
+        for spec in members:  # a reward model or a trained judge: the folder's training-data record, if any
+            n = extra[spec]["n_in_sample_calibration"] = in_sample_pairs(spec, pairs)[0]  # `evaluate`'s check
+            if n:
+                sys.stderr.write(
+                    f"emoreward rank: warning: --judge {spec}: {n} of {len(pairs)} pairs in --committee-calibration "
+                    f"{calibration} are pairs the model was trained on: its agreement there, and so its weight, "
+                    "is in-sample (inflated)\n"
+                )
         try:
             committee.calibrate(pairs, weighting)
         except ValueError as err:
