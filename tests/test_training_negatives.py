@@ -169,3 +169,16 @@ def test_evaluate_flags_the_negatives_a_model_trained_on(tiny_bert_dir, tmp_path
     fresh = json.loads((tmp_path / "ev2.json").read_text())["controlled_errors"]
     assert fresh["n_negatives"] > 0 and fresh["n_in_sample"] == 0
     assert "negatives** are ones" not in (tmp_path / "ev2.md").read_text()
+    # on its own training pairs, the negatives generated from them (the very negatives it trained on): all in-sample
+    argv = [
+        "evaluate",
+        "--model",
+        str(model),
+        "--data",
+        str(tmp_path / "train.csv"),
+        "--output",
+        str(tmp_path / "t.json"),
+    ]
+    assert main(argv) == 0
+    own = json.loads((tmp_path / "t.json").read_text())
+    assert own["n_in_sample_pairs"] == 24 and own["controlled_errors"]["n_in_sample"] == n
