@@ -247,14 +247,13 @@ def open_committee(
     committee = Committee(members)
     extra: dict[str, dict[str, Any]] = {spec: {"identity": identity} for spec, identity in identities.items()}
     if pairs is not None:
-        for spec, member in members.items():
-            if member.kind == "reward-model":
-                n = extra[spec]["n_in_sample_calibration"] = in_sample_pairs(spec, pairs)[0]
-                if n:
-                    warn(
-                        f"--judge {spec}: {n} of {len(pairs)} pairs in --committee-calibration {calibration} are pairs "
-                        "the model was trained on: its agreement there, and so its weight, is in-sample (inflated)"
-                    )
+        for spec in members:  # a reward model or a trained judge: the folder's training-data record, if any
+            n = extra[spec]["n_in_sample_calibration"] = in_sample_pairs(spec, pairs)[0]
+            if n:
+                warn(
+                    f"--judge {spec}: {n} of {len(pairs)} pairs in --committee-calibration {calibration} are pairs "
+                    "the model was trained on: its agreement there, and so its weight, is in-sample (inflated)"
+                )
         try:
             committee.calibrate(pairs, weighting)
         except ValueError as err:

@@ -11,6 +11,7 @@ import torch
 
 from emoreward.models import RewardContext, TextRewardModel
 from emoreward.models.media.cache import MediaPrefixCache
+from emoreward.models.precision import cpu_kind, precision_identity
 from emoreward.ranking.score_cache import ScoreCache, score_key
 from emoreward.ranking.scoring import score_table
 from emoreward.utils.cache_key import cache_key, content_fingerprint
@@ -25,16 +26,37 @@ def saved(tiny_bert_dir, tmp_path_factory):
     return model.save_pretrained(tmp_path_factory.mktemp("rm") / "model")
 
 
-def test_cache_key_needs_every_part_and_a_resolved_precision():
-    parts = dict(purpose="score", model="m", precision="float32", length_limit=8, layout="l", context="c", prompt="p")
+def test_cache_key_needs_every_part_and_a_resolved_precision(monkeypatch):
+    for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS"):
+        monkeypatch.delenv(name, raising=False)
+    f32 = precision_identity("float32")
+    parts = dict(purpose="score", model="m", precision=f32, length_limit=8, layout="l", context="c", prompt="p")
     assert cache_key(**parts) == cache_key(**parts)
-    for name in ("model", "precision", "length_limit", "layout", "context", "prompt", "purpose"):
+    for name in ("model", "length_limit", "layout", "context", "prompt", "purpose"):
         assert cache_key(**{**parts, name: "other" if name != "length_limit" else 9}) != cache_key(**parts), name
+    assert cache_key(**{**parts, "precision": precision_identity("bfloat16")}) != cache_key(**parts)
     assert cache_key(**parts, extra={"t": 1.0}) != cache_key(**parts)
     with pytest.raises(TypeError):
-        cache_key(purpose="score", model="m", precision="float32", layout="l", context="c", prompt="p")
-    with pytest.raises(ValueError, match='precision "auto"'):
-        cache_key(**{**parts, "precision": "auto"})
+        cache_key(purpose="score", model="m", precision=f32, layout="l", context="c", prompt="p")
+    # the precision part is `precision_identity`'s record only: a bare dtype leaves the kernels out
+    with pytest.raises(TypeError, match="precision_identity"):
+        cache_key(**{**parts, "precision": "float32"})
+    with pytest.raises(ValueError, match='"auto" names no precision'):
+        precision_identity("auto")
+    # the kernels: the CPU kind (`cpu_kind`, capped by the kernel selection) and MKL's cap; an unnamed cap (ALL)
+    # leaves the kind, and so the key, as it is; a model on an accelerator is keyed by its device
+    assert f32 == {"dtype": "float32", "kernels": f"cpu:{cpu_kind()}"}
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "ALL")
+    assert precision_identity("float32") == f32
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    assert precision_identity("bfloat16")["kernels"] == "cpu:default"
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY")
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "avx2")
+    assert precision_identity("float32")["kernels"] == f"cpu:{cpu_kind()}+mkl:AVX2"
+    assert precision_identity(torch.float32, device=torch.device("cpu"))["kernels"] == f"cpu:{cpu_kind()}+mkl:AVX2"
+    assert precision_identity(torch.bfloat16, device=torch.device("xpu")) == {"dtype": "bfloat16", "kernels": "xpu:"}
+    assert precision_identity("float32", machine="cpu:amx") == {"dtype": "float32", "kernels": "cpu:amx"}
+    assert precision_identity(None) is None
 
 
 def test_score_key_matrix(saved, tmp_path):

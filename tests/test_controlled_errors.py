@@ -52,6 +52,21 @@ def test_section_counts_ties_as_stated_and_puts_the_length_judge_beside():
     )
     text = controlled_markdown(section)
     assert "| emotion_flip | 2 | 50.0 [" in text and "| modality_omission | 0 | - |" in text
+    # without a training-data record the in-sample count is unknown (null, "-"), never 0
+    assert section["n_in_sample"] is None and flips["n_in_sample"] is None and "IN-SAMPLE" not in text
+    assert text.split("| all kinds |")[1].split("\n")[0].endswith(" - |")
+    # flags per negative: counted per kind and over all, in the JSON and in the Markdown from the same values
+    flagged = controlled_section([flip, cue, same], normal, swapped, "hand", in_sample=[True, False, True])
+    assert flagged["n_in_sample"] == flagged["all"]["n_in_sample"] == 2
+    assert flagged["kinds"]["emotion_flip"]["n_in_sample"] == 2
+    assert flagged["kinds"]["evidence_contradiction"]["n_in_sample"] == 0
+    assert flagged["kinds"]["modality_omission"]["n_in_sample"] == 0
+    text = controlled_markdown(flagged)
+    assert "**IN-SAMPLE: 2 of 3 negatives**" in text
+    assert text.split("| emotion_flip |")[1].split("\n")[0].endswith(" 2 |")
+    assert text.split("| all kinds |")[1].split("\n")[0].endswith(" 2 |")
+    with pytest.raises(ValueError, match="2 flags for 3 negatives"):
+        controlled_section([flip, cue, same], normal, swapped, "hand", in_sample=[True, False])
 
 
 def pairs_file(path):
@@ -165,6 +180,14 @@ def test_pooled_folds_equal_the_section_of_all_negatives():
     pooled = pool_sections(parts, "x")
     assert rounded(pooled["kinds"]) == rounded(whole["kinds"]) and rounded(pooled["all"]) == rounded(whole["all"])
     assert pooled["n_negatives"] == 4 and pooled["n_sections"] == 2
+    flags = [True, False, False, True]  # in-sample counts add up too; one unknown part makes the pool unknown
+    whole = controlled_section(negs, normal, swapped, "x", flags)
+    parts = [controlled_section(negs[:2], [normal[0][:2]], [swapped[0][:2]], "x", flags[:2]),
+             controlled_section(negs[2:], [normal[0][2:]], [swapped[0][2:]], "x", flags[2:])]  # fmt: skip
+    pooled = pool_sections(parts, "x")
+    assert rounded(pooled["kinds"]) == rounded(whole["kinds"]) and pooled["n_in_sample"] == whole["n_in_sample"] == 2
+    parts[1] = controlled_section(negs[2:], [normal[0][2:]], [swapped[0][2:]], "x")
+    assert pool_sections(parts, "x")["n_in_sample"] is None
 
 
 def rounded(value):

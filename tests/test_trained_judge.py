@@ -234,6 +234,29 @@ def test_emoreward_train_runs_a_judge_recipe(tmp_path, base_chat_model, capsys):
     err = capsys.readouterr().err
     assert "holds the checkpoints or finished work of another run" in err and "recipe field cv_folds (2 -> 3)" in err
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == before
+    # the judge folder records what it trained on, as a reward model's does: evaluated on 3 of its 16 training pairs
+    # and 2 new ones, the 3 are in-sample, and so are the controlled negatives of their preferred descriptions
+    from emoreward.data.negatives import generate_negatives
+
+    assert json.loads((out / "model" / "training_data.json").read_text())["n_pairs"] == 16
+    seen, new = synthetic_pairs(16)[:3], synthetic_pairs(18)[16:]
+    data = tmp_path / "mixed.jsonl"
+    data.write_text("".join(json.dumps({"sample_id": p.sample_id, "description_1": p.description_1,
+                                        "description_2": p.description_2, "label": p.label}) + "\n"
+                            for p in [*seen, *new]))  # fmt: skip
+    assert (
+        main(["evaluate", "--model", str(out / "model"), "--data", str(data), "--output", str(tmp_path / "ev")]) == 0
+    )
+    printed = capsys.readouterr()
+    assert f"warning: 3 of 5 pairs in {data} are pairs the model was trained on" in printed.err
+    report = json.loads((tmp_path / "ev" / "report.json").read_text())
+    n_seen = len(generate_negatives(seen).negatives)
+    section = report["controlled_errors"]["S1"]
+    assert report["n_in_sample_pairs"] == 3, report["n_in_sample_pairs"]
+    assert section["n_in_sample"] == n_seen > 0, (section["n_in_sample"], n_seen)
+    assert section["n_negatives"] == n_seen + len(generate_negatives(new).negatives)
+    markdown = (tmp_path / "ev" / "report.md").read_text()
+    assert "IN-SAMPLE: 3 of 5 pairs" in markdown and f"**IN-SAMPLE: {n_seen} of {section['n_negatives']}" in markdown
 
 
 def write_pairs(tmp_path: Path) -> Path:

@@ -124,3 +124,61 @@ def test_negatives_match_by_content_not_sample_id_and_a_foreign_file_is_refused(
     assert training_pairs(recipe, fold).pairs == fold
     with pytest.raises(ValueError, match="none of its .* negatives .* edits a preferred description"):
         training_pairs(recipe, fold, require_match=True)
+
+
+def test_evaluate_flags_the_negatives_a_model_trained_on(tiny_bert_dir, tmp_path, capsys):
+    """A model trained with controlled negatives, evaluated on new pairs against the negatives of its own training
+    data (what `augment` writes from it): every negative is counted in-sample in the controlled section, JSON and
+    Markdown alike; a human pair holding a negative it trained on is an in-sample pair (`training_data.json` records
+    the negatives' pairs); the negatives of new pairs are not in-sample."""
+    from test_training_run import write_pairs_csv
+
+    from emoreward.cli.main import main
+    from emoreward.data.negatives import read_negatives
+
+    recipe = tiny_recipe(tmp_path, tiny_bert_dir, controlled_negatives=["all"], cv_folds=0, num_train_epochs=1)
+    assert main(["train", "--config", str(recipe)]) == 0
+    model = tmp_path / "out" / "model"
+    negatives = tmp_path / "neg.jsonl"
+    assert main(["augment", "--data", str(tmp_path / "train.csv"), "--output", str(negatives)]) == 0
+    trained = read_negatives(negatives)
+    record = json.loads((model / "training_data.json").read_text())
+    assert record["n_pairs"] == 24 and record["n_negatives"] == len(trained) > 0
+    new = synthetic_pairs(30)[24:]  # s24..s29: the same generator, samples the model never saw
+    holding = PreferencePair("s99", trained[0].negative, "In clip 99 the woman is calm.", "2", row=7)
+    held = write_pairs_csv(tmp_path / "held.csv", [*new, holding])
+    capsys.readouterr()
+    argv = ["evaluate", "--model", str(model), "--data", str(held), "--controlled-negatives", str(negatives)]
+    assert main([*argv, "--output", str(tmp_path / "ev.json")]) == 0
+    err = capsys.readouterr().err
+    n = len(trained)
+    assert f"warning: 1 of 7 pairs in {held} are pairs the model was trained on" in err
+    assert f"warning: IN-SAMPLE: {n} of {n} controlled negatives" in err
+    evaluation = json.loads((tmp_path / "ev.json").read_text())
+    assert evaluation["n_in_sample_pairs"] == 1
+    section = evaluation["controlled_errors"]
+    assert section["n_negatives"] == section["n_in_sample"] == section["all"]["n_in_sample"] == n
+    assert all(row["n_in_sample"] == row["n"] for row in section["kinds"].values())
+    markdown = (tmp_path / "ev.md").read_text()
+    assert f"**IN-SAMPLE: {n} of {n} negatives**" in markdown
+    assert f"| all kinds | {n} | " in markdown and markdown.split("| all kinds |")[1].split("\n")[0].endswith(
+        f" {n} |"
+    )
+    # the negatives of the new pairs (generated from the evaluated data): none in-sample, counted as 0, not unknown
+    assert main(["evaluate", "--model", str(model), "--data", str(held), "--output", str(tmp_path / "ev2.json")]) == 0
+    fresh = json.loads((tmp_path / "ev2.json").read_text())["controlled_errors"]
+    assert fresh["n_negatives"] > 0 and fresh["n_in_sample"] == 0
+    assert "negatives** are ones" not in (tmp_path / "ev2.md").read_text()
+    # on its own training pairs, the negatives generated from them (the very negatives it trained on): all in-sample
+    argv = [
+        "evaluate",
+        "--model",
+        str(model),
+        "--data",
+        str(tmp_path / "train.csv"),
+        "--output",
+        str(tmp_path / "t.json"),
+    ]
+    assert main(argv) == 0
+    own = json.loads((tmp_path / "t.json").read_text())
+    assert own["n_in_sample_pairs"] == 24 and own["controlled_errors"]["n_in_sample"] == n

@@ -21,7 +21,7 @@ from emoreward.data import PreferencePair
 from emoreward.data.negatives import Negative
 from emoreward.data.text import markdown_cell
 from emoreward.evaluation import metrics
-from emoreward.evaluation.controlled import controlled_markdown
+from emoreward.evaluation.controlled import ControlledSet, controlled_markdown
 from emoreward.evaluation.harness import JudgementSet, controlled_errors, evaluate_judgements, run_judge
 from emoreward.evaluation.report import weighting_note
 from emoreward.utils.io import atomic_write_json, atomic_write_text
@@ -150,7 +150,8 @@ def run_zero_shot(
     backends: dict[str, Backend] | None = None,
     progress: bool = True,
     crowd_floor: tuple[float, float] = (60.0, 60.0),
-    controlled: tuple[Sequence[Negative], str] | None = None,
+    controlled: ControlledSet | tuple[Sequence[Negative], str] | None = None,
+    in_sample: tuple[int | None, str] | None = None,
 ) -> dict:
     """Judge every pair with each strategy (normal + swapped order, `runs` runs) and build the report.
 
@@ -166,7 +167,11 @@ def run_zero_shot(
         crowd_floor: (WAF, swap consistency) floors of the crowdsourcing sweep over the strategies run.
         controlled: `(negatives, source)`: each strategy also judges every controlled negative (original vs
             negative, the same orders and runs, its calls counted in `calls`); the report's `controlled_errors`
-            holds one section per strategy (`emoreward.evaluation.controlled`).
+            holds one section per strategy (`emoreward.evaluation.controlled`; a `ControlledSet` with in-sample
+            flags counts them there).
+        in_sample: `(n, note)`: how many of `pairs` the judge was trained on (`training.provenance.in_sample_flags`
+            of a trained judge's folder; None: unknown) and the report's note when n > 0; the report's
+            `n_in_sample_pairs`.
 
     Returns:
         the report dict (also `report.json`); `markdown` holds the Table-2-style text.
@@ -230,8 +235,9 @@ def run_zero_shot(
             result = run_judge(judge, pairs, swap=swap, runs=runs)
             results[strategy] = result
             if controlled is not None:
+                negatives, source, flags = ControlledSet(*controlled)
                 sections[strategy] = controlled_errors(
-                    judge, controlled[0], source=controlled[1], runs=runs, swap=swap
+                    judge, negatives, source=source, runs=runs, swap=swap, in_sample=flags
                 )
             summary = summarize(result, strategy, tie_policy, media_by_id=bool(media_root))
             if judge.greedy and runs > 1:
@@ -266,6 +272,9 @@ def run_zero_shot(
             "answers. Multi-run consistency is therefore trivial (100% by construction, not measured) and the std "
             "over runs is 0; sample (do_sample: true) to measure it."
         )
+    n_in_sample = in_sample[0] if in_sample is not None else None
+    if n_in_sample:
+        notes.append(in_sample[1])  # type: ignore[index]
     if stats.failed:
         notes.append(
             f"{stats.failed} call(s) FAILED (no answer: server or model errors, see `error` in judgements_*.jsonl). "
@@ -299,6 +308,7 @@ def run_zero_shot(
         "runs": runs,
         "swap": swap,
         "n_pairs": len(pairs),
+        "n_in_sample_pairs": n_in_sample,
         "text_only_samples": len(text_only),
         "strategies": {s["strategy"]: s for s in summaries},
         "crowd": crowd,

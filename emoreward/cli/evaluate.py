@@ -98,6 +98,43 @@ def controlled_negatives(args: argparse.Namespace, pairs: list) -> tuple[list, s
     return generate_negatives(pairs).negatives, f"rules engine on the preferred descriptions of {args.data}"
 
 
+def in_sample_check(args: argparse.Namespace, spec: str, pairs: list, controlled):
+    """The in-sample check of `spec`, a reward model or a trained judge alike (`training.provenance.in_sample_flags`
+    on its folder's `training_data.json`): warns on stderr about evaluated pairs and controlled negatives the judge
+    was trained on (or of its training samples), before any model loads.
+
+    Returns:
+        `(n_in_sample, note, controlled)`: the in-sample pairs (0 without a record), the report's line about them,
+        and `controlled` as a `ControlledSet` carrying each negative's flag (None: `--no-controlled-negatives`)."""
+    from emoreward.evaluation.controlled import ControlledSet
+    from emoreward.training.provenance import TRAINING_DATA_FILE, in_sample_flags
+
+    prog = f"emoreward {_command(args)}"
+    flags, train_file = in_sample_flags(spec, pairs)
+    record = f"{Path(spec) / TRAINING_DATA_FILE}: {train_file}"
+    n_in_sample = sum(flags or ())
+    note = (
+        f"{n_in_sample} of {len(pairs)} pairs in {args.data} are pairs the model was trained on ({record}): in-sample "
+        "metrics overstate how it does on new pairs"
+    )
+    if n_in_sample:
+        print(f"{prog}: warning: {note}", file=sys.stderr)
+        note = f"IN-SAMPLE: {note}"
+    if controlled is None:
+        return n_in_sample, note, None
+    negatives, source = controlled
+    neg_flags = None if flags is None else in_sample_flags(spec, [n.pair(i + 1) for i, n in enumerate(negatives)])[0]
+    n_neg = sum(neg_flags or ())
+    if n_neg:
+        print(
+            f"{prog}: warning: IN-SAMPLE: {n_neg} of {len(negatives)} controlled negatives ({source}) are negatives the "
+            f"judge was trained on, or edits of descriptions it was trained on ({record}): their shares in the "
+            "controlled-error section overstate how it does on new descriptions",
+            file=sys.stderr,
+        )
+    return n_in_sample, note, ControlledSet(negatives, source, neg_flags)
+
+
 # the zero-shot options of `judge` with their defaults: a reward model has no use for them
 OUTPUTS = ("output", "dataset")  # the options evaluate and judge write to; every other file they name is an input
 ZERO_SHOT_ONLY = {"strategy": ["S1"], "runs": 2, "no_swap": False, "references": None, "ignore_media": False,
@@ -158,7 +195,6 @@ def _run_reward_model(args: argparse.Namespace, spec: str) -> int:
     # the options and the data first, before torch loads: a bad file is reported in about a second
     from emoreward.data import load_pairs
     from emoreward.evaluation.harness import identical_descriptions
-    from emoreward.training.provenance import TRAINING_DATA_FILE, in_sample_pairs
 
     prog = f"emoreward {_command(args)}"
     report_file = _reward_model_report(args)
@@ -170,15 +206,7 @@ def _run_reward_model(args: argparse.Namespace, spec: str) -> int:
     if args.media_root:
         check_media_root(args.media_root)
     pairs = load_pairs(args.data, media_by_id=bool(args.media_root))  # clips read by sample id: ids are context
-    n_in_sample, train_file = in_sample_pairs(spec, pairs)
-    if n_in_sample:
-        print(
-            f"{prog}: warning: {n_in_sample} of {len(pairs)} pairs in {args.data} are pairs the model was "
-            f"trained on ({Path(spec) / TRAINING_DATA_FILE}: {train_file}): in-sample metrics overstate how "
-            "it does on new pairs",
-            file=sys.stderr,
-        )
-    controlled = controlled_negatives(args, pairs)
+    n_in_sample, _, controlled = in_sample_check(args, spec, pairs, controlled_negatives(args, pairs))
     identical = identical_descriptions(pairs)
     if identical:
         print(
@@ -274,7 +302,7 @@ def _run_zero_shot(args: argparse.Namespace, spec: str) -> int:
         pairs = pairs[: options["limit"]]
     references = load_references(options["references"]) if options["references"] else None
     check_references(args, options, pairs, references)
-    controlled = controlled_negatives(args, pairs)
+    n_in_sample, note, controlled = in_sample_check(args, spec, pairs, controlled_negatives(args, pairs))
     output = _zero_shot_folder(args) or os.path.join("outputs", f"judge-{config.name}")
     if not _zero_shot_folder(args):  # the default folder: one writer too, before the first call
         from emoreward.utils.io import hold_output
@@ -297,6 +325,7 @@ def _run_zero_shot(args: argparse.Namespace, spec: str) -> int:
         tie_policy=args.two_class_ties,
         progress=not getattr(args, "no_progress", False) and sys.stderr.isatty(),  # bars on a terminal only
         controlled=controlled,
+        in_sample=(n_in_sample, note),
     )
     calls = report["calls"]
     sys.stdout.write("\n" + report["markdown"] + "\n")

@@ -18,7 +18,7 @@ from emoreward.data.pairs import sample_groups
 from emoreward.data.text import identity_text
 from emoreward.data.verdicts import Judgement
 from emoreward.evaluation import metrics
-from emoreward.evaluation.controlled import controlled_section
+from emoreward.evaluation.controlled import ControlledSet, controlled_section
 from emoreward.evaluation.judge import Judge, RewardModelJudge
 
 
@@ -70,17 +70,18 @@ def run_judge(judge: Judge, pairs: Sequence[PreferencePair], *, swap: bool = Tru
 
 
 def controlled_errors(judge: Judge, negatives: Sequence[Negative], *, source: str, runs: int = 1,
-                      swap: bool = True) -> dict:  # fmt: skip
+                      swap: bool = True, in_sample: Sequence[bool] | None = None) -> dict:  # fmt: skip
     """Judge every negative as the pair (original, negative) in normal and swapped order (`run_judge`) and
-    build the section (`controlled.controlled_section`); a judge of either kind (a reward model, a zero-shot judge).
+    build the section (`controlled.controlled_section`, with the negatives' `in_sample` flags); a judge of either
+    kind (a reward model, a zero-shot or trained generative judge).
 
     Raises:
         ValueError: the judge returns the wrong number of judgements."""
     if not negatives:
-        return controlled_section([], [[]], [[]] if swap else [], source)
+        return controlled_section([], [[]], [[]] if swap else [], source, [] if in_sample is not None else None)
     pairs = [n.pair(i + 1) for i, n in enumerate(negatives)]
     result = run_judge(judge, pairs, swap=swap, runs=runs)
-    return controlled_section(negatives, _verdicts(result.normal), _verdicts(result.swapped), source)
+    return controlled_section(negatives, _verdicts(result.normal), _verdicts(result.swapped), source, in_sample)
 
 
 def _verdicts(runs: list[list[Judgement]]) -> list[list[str]]:
@@ -219,7 +220,7 @@ def evaluate_model(
     batch_size: int | None = None,
     media_errors: str = "raise",
     tie_threshold: float | None = None,
-    controlled: tuple[Sequence[Negative], str] | None = None,
+    controlled: ControlledSet | tuple[Sequence[Negative], str] | None = None,
     media_by_id: bool = False,
 ) -> dict:
     """Judge labelled pairs with any reward model (a `RewardModelJudge` with these settings) and compute every
@@ -237,14 +238,14 @@ def evaluate_reward_judge(
     pairs: list[PreferencePair],
     *,
     tie_policy: str = "wrong",
-    controlled: tuple[Sequence[Negative], str] | None = None,
+    controlled: ControlledSet | tuple[Sequence[Negative], str] | None = None,
     media_by_id: bool = False,
 ) -> dict:
     """The evaluation of a reward model as a judge (the shared harness, normal and swapped order, one run) with
     every metric of `evaluate_judgements`; the dict also holds the tie threshold, the scoring cost and precision
     (`scoring_seconds`, `scoring_dtype`), the per-pair rewards in the normal order (`pair_rewards`), the truncation
     count, the pairs with identical descriptions, for skipped media, `media_errors`, and with `controlled`
-    (`(negatives, where they come from)`) the controlled-error section (`controlled_errors`,
+    (a `ControlledSet` or `(negatives, where they come from)`) the controlled-error section (`controlled_errors`,
     `emoreward.evaluation.controlled`; its `n_descriptions_scored` counts what scoring the negatives added).
 
     Raises:
@@ -280,6 +281,7 @@ def evaluate_reward_judge(
         evaluation["media_errors"] = dict(judge.errors)
     if controlled is not None:
         scored = judge.n_scored
-        evaluation["controlled_errors"] = controlled_errors(judge, controlled[0], source=controlled[1])
+        negatives, source, in_sample = ControlledSet(*controlled)
+        evaluation["controlled_errors"] = controlled_errors(judge, negatives, source=source, in_sample=in_sample)
         evaluation["controlled_errors"]["n_descriptions_scored"] = judge.n_scored - scored
     return evaluation

@@ -503,12 +503,16 @@ def _text_card(model: RewardModel, head: str, transform: str, instruction: str) 
     else:
         layout = (
             "Token ids `[CLS] CONTEXT [SEP] DESCRIPTION [SEP]` (`[CLS] DESCRIPTION [SEP]` without context): what "
-            "the batched `tokenizer(CONTEXTS, DESCRIPTIONS)` gives (an empty description keeps its `[SEP]`). Pass `input_ids` and `attention_mask` only (all-zero "
-            "`token_type_ids` or none: the model was trained that way) and pad on the RIGHT (absolute position "
+            "the batched `tokenizer(CONTEXTS, DESCRIPTIONS)` gives (an empty description keeps its `[SEP]`). The "
+            "tokenizer returns what the model reads, `input_ids` and `attention_mask` (its `model_input_names`: no "
+            "`token_type_ids`, the model was trained without them), so `model(**tokenizer(CONTEXTS, DESCRIPTIONS, "
+            "padding=True, return_tensors='pt'))` gives the reward; pad on the RIGHT (absolute position "
             "embeddings). The reward is `logits[:, 0]` of BERT's pooled `[CLS]` head."
         )
         readers = (
-            "- `transformers.AutoModelForSequenceClassification` with right padding and no `token_type_ids`.\n"
+            "- `transformers.AutoModelForSequenceClassification` with right padding, fed the tokenizer's output.\n"
+            "- transformers' `pipeline('text-classification')` on `{'text': CONTEXT, 'text_pair': DESCRIPTION}`: "
+            "its `score` is the reward (`problem_type: regression`, no sigmoid).\n"
             "- Not OpenRLHF or verl directly: both read a decoder's value head at the last token, while this encoder's "
             "reward is pooled at `[CLS]`. Use `emoreward serve` (OpenRLHF `--remote_rm_url`, verl's custom reward "
             "function `emoreward.export.verl`) or `emoreward.export.EmotionReward` (TRL GRPO).\n"

@@ -341,7 +341,8 @@ def precision_record(model) -> dict:
     """What every report records about the precision of a reward model's scores: `{"dtype": "bfloat16" | "float32" |
     ... (None: no torch network), "cpu_kind": cpu_kind() (the kernels this process runs), "bf16_units": bool (this
     machine's CPU or the model's device has bf16 matrix units), "pinned_by": "$EMOREWARD_DTYPE=..." | None,
-    "tolerance": reward_tolerance(dtype)}` (reward units). Imports torch only for a model on an accelerator."""
+    "tolerance": reward_tolerance(dtype), "kernels": what computes it (`model_precision_identity`; None without a
+    network)}` (reward units). Imports torch only for a model on an accelerator."""
     name = model_precision_name(model)
     device = getattr(model, "device", None)
     torch = sys.modules.get("torch")  # a model on a torch device has imported it
@@ -353,7 +354,48 @@ def precision_record(model) -> dict:
         "bf16_units": units,
         "pinned_by": f"${ENV_VAR}={env}" if env and env.lower() != "auto" else None,
         "tolerance": FLOAT32_ATOL if name is None else reward_tolerance(name),
+        "kernels": (model_precision_identity(model) or {}).get("kernels"),  # a server's, read by its clients' keys
     }
+
+
+def precision_identity(dtype, *, device=None, machine: str | None = None) -> dict | None:
+    """THE precision part of every cache key and run identity over results a network computed in `dtype` (the one
+    function: `emoreward.utils.cache_key.cache_key` takes nothing else): `{"dtype": name, "kernels": ...}` with
+    `kernels` what computes it, since rewards of one dtype differ by kernels (bf16 by several units in the last
+    place, docs/speed.md#precision): `machine` when given (a served engine's, `model_precision_identity`), a model
+    on an accelerator's device (`"cuda:<name>"`), else this process's `"cpu:<cpu_kind()>"` with MKL's instruction
+    cap (`$MKL_ENABLE_INSTRUCTIONS`, which `cpu_kind` does not read) where set. None for `dtype` None (no torch
+    network: nothing depends on a precision). Imports no torch (a device's name only where torch is loaded).
+
+    Raises:
+        ValueError: `dtype` is ``"auto"`` (resolve it first: `resolve_dtype_name`)."""
+    if dtype is None:
+        return None
+    name = dtype_name(dtype)
+    if name.lower() == "auto":
+        raise ValueError('precision_identity: "auto" names no precision; pass the resolved dtype')
+    if machine is not None:
+        kernels = str(machine)
+    elif getattr(device, "type", str(device or "cpu")) != "cpu":
+        torch = sys.modules.get("torch")
+        label = ""
+        if torch is not None and getattr(device, "type", None) == "cuda":
+            label = torch.cuda.get_device_name(device)
+        kernels = f"{getattr(device, 'type', device)}:{label}"
+    else:
+        mkl = os.environ.get("MKL_ENABLE_INSTRUCTIONS", "").strip().upper()
+        kernels = f"cpu:{cpu_kind()}" + (f"+mkl:{mkl}" if mkl else "")
+    return {"dtype": name, "kernels": kernels}
+
+
+def model_precision_identity(model) -> dict | None:
+    """`precision_identity` of a reward model: the dtype it scores in (`model_precision_name`), on its device
+    (`model.device`), or a served model's machine (`model.served_machine`: the engine computes its rewards)."""
+    return precision_identity(
+        model_precision_name(model),
+        device=getattr(model, "device", None),
+        machine=getattr(model, "served_machine", None),
+    )
 
 
 # ---------------------------------------------------------------------------------------------- the torch layer
@@ -575,8 +617,10 @@ __all__ = [
     "dtype_name",
     "has_bf16_matrix_units",
     "model_precision",
+    "model_precision_identity",
     "model_precision_name",
     "parse_dtype",
+    "precision_identity",
     "precision_record",
     "record_bf16_agreement",
     "recorded_bf16_agreement",

@@ -39,6 +39,9 @@ from emoreward.utils.allocator import keep_freed_memory
 
 logger = logging.getLogger(__name__)
 
+# the tokenizer outputs the network reads (`score`, training): a saved tokenizer's `model_input_names`, so a reader's
+# `model(**tokenizer(CONTEXTS, DESCRIPTIONS))` passes no `token_type_ids` the model was never trained with
+MODEL_INPUTS = ("input_ids", "attention_mask")
 ENGINE_ROW_MULTIPLE = 128  # token rows of a reduced-precision batch in the fast forward: a multiple of this
 
 DEFAULT_INSTRUCTION = (
@@ -127,8 +130,10 @@ def save_tokenizer(tokenizer: PreTrainedTokenizerBase, directory: str | Path, *,
     `PreTrainedTokenizerFast` instead of 5.x's `TokenizersBackend`), with the reader settings of the model it belongs
     to: `model_max_length` is the model's own `max_length` (tokens of one sequence, `settings.max_length`) and
     `truncation_side` right, so a reader that tokenizes with `truncation=True` cuts where the model was trained and
-    scores, not at the backbone's limit (V09). Every saved or exported folder (text, merged, multimodal) is written
-    here; the tokenizer object is left as it was."""
+    scores, not at the backbone's limit (V09); `model_input_names` is what the network reads (`MODEL_INPUTS`), so
+    `model(**tokenizer(...))` and transformers' pipelines pass no `token_type_ids` (a BERT tokenizer's default).
+    Every saved or exported folder (text, merged, multimodal) is written here; the tokenizer object is left as it
+    was."""
     import json
 
     from emoreward.utils.io import atomic_write_text
@@ -139,7 +144,7 @@ def save_tokenizer(tokenizer: PreTrainedTokenizerBase, directory: str | Path, *,
         config = json.loads(path.read_text(encoding="utf-8"))
         if config.get("tokenizer_class") == "TokenizersBackend":
             config["tokenizer_class"] = "PreTrainedTokenizerFast"
-        config.update(model_max_length=int(max_length), truncation_side="right")
+        config.update(model_max_length=int(max_length), truncation_side="right", model_input_names=list(MODEL_INPUTS))
         atomic_write_text(path, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
 
 
@@ -540,7 +545,9 @@ class TextRewardModel(RewardModelBase):
             _keep_first_head(model)  # ODIN: export only the quality reward
             settings.num_heads = 1
         settings.merged = True
-        return TextRewardModel(model, self.tokenizer, settings).save_pretrained(directory, model_card=model_card)
+        out = TextRewardModel(model, self.tokenizer, settings).save_pretrained(directory, model_card=model_card)
+        _mark_regression(out)
+        return out
 
     def inference_copy(self, dtype: str | torch.dtype = torch.float32) -> TextRewardModel:
         """A copy with LoRA merged into the weights, in `dtype` (`"auto"`: see `emoreward.models.precision`), for fast
@@ -557,6 +564,19 @@ class TextRewardModel(RewardModelBase):
     def trainable_parameters(self) -> dict[str, torch.Tensor]:
         """Detached copies of every trainable parameter, by name (to check that training changed them)."""
         return {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+
+
+def _mark_regression(directory: Path) -> None:
+    """`problem_type: regression` in an export's `config.json`: the reward is the raw output, so transformers'
+    text-classification pipeline applies no sigmoid to it (as vLLM's `/classify` with `use_activation: false`)."""
+    import json
+
+    from emoreward.utils.io import atomic_write_text
+
+    path = Path(directory) / "config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config["problem_type"] = "regression"
+    atomic_write_text(path, json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def _zero3_partitioned(model: torch.nn.Module) -> bool:

@@ -120,13 +120,13 @@ def default_cache_dir() -> Path:
 def model_key_parts(model: RewardModel) -> dict:
     """The parts of every score-cache key that belong to the model, not to one description: its content
     (`emoreward.models.loading.model_identity`: everything it reads, a referenced backbone included), the precision
-    it scores in, its length limit and its input layout (settings without the tie threshold). Computed once per scoring pass (`score_key`'s ``parts``): they read every weight's version."""
+    it scores in and the kernels that compute it (`model_precision_identity`: a CPU kind's bf16 is not another's), its length limit and its input layout (settings without the tie threshold). Computed once per scoring pass (`score_key`'s ``parts``): they read every weight's version."""
     from emoreward.models.loading import model_identity
-    from emoreward.models.precision import model_precision_name  # torch-free: a rerun from the cache needs none
+    from emoreward.models.precision import model_precision_identity  # torch-free: a rerun from the cache needs none
 
     return {
         "model": model_identity(model),
-        "precision": model_precision_name(model),
+        "precision": model_precision_identity(model),
         "length_limit": model.settings.max_length,
         "layout": {k: v for k, v in asdict(model.settings).items() if k not in ("tie_threshold", "extra")},
     }

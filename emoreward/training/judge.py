@@ -19,6 +19,7 @@ from emoreward.data import PreferencePair
 from emoreward.training.config import public_config, with_fields
 from emoreward.training.distributed import distributed_setup, wait_for_everyone
 from emoreward.training.judge_config import JudgeTrainConfig
+from emoreward.training.provenance import write_training_data
 from emoreward.utils.io import atomic_write_json, atomic_write_text
 
 
@@ -111,7 +112,7 @@ def _peft_config(config: JudgeTrainConfig):
 
 def fit_judge(config: JudgeTrainConfig, pairs: list[PreferencePair], output_dir: str | Path) -> dict:
     """Train one judge on `pairs` (SFT, then DPO when ``dpo_epochs > 0``) and save it to `output_dir` (merged
-    weights, tokenizer, `judge.yaml`).
+    weights, tokenizer, `training_data.json`: the in-sample check of evaluate / judge / rank, `judge.yaml`).
 
     Returns:
         ``{"sft_rows", "dpo_rows", "ties_dropped", "train_seconds", "train_log"}``.
@@ -156,6 +157,7 @@ def fit_judge(config: JudgeTrainConfig, pairs: list[PreferencePair], output_dir:
             log += [{**entry, "stage": "dpo"} for entry in dpo_log]
     seconds = time.perf_counter() - start
     if config.process_index == 0:  # under `accelerate launch` every process holds the same weights: one writes
+        write_training_data(out, config.train_file, pairs)  # before judge.yaml: a whole judge always has its record
         save_judge(model, tokenizer, config, out)
     wait_for_everyone(config)  # the folder is whole before any process reads it
     return {

@@ -646,7 +646,14 @@ def _save_final(config, pairs, fit: FitResult | dict, report: dict, out: Path, l
     fit.model.settings.extra["data"] = data_metadata(config.train_file).to_dict()
     save_final_model(fit.model, model_dir, config, model_card(config, report, fit))
     if config.process_index == 0:
-        write_training_data(model_dir, config.train_file, pairs, media_by_id=config.media_root is not None)
+        trained = training_pairs(config, pairs)  # the negatives it trained on too: their controlled section is flagged
+        write_training_data(
+            model_dir,
+            config.train_file,
+            pairs,
+            negatives=trained.pairs[trained.n_human :],
+            media_by_id=config.media_root is not None,
+        )
     report["final"] = {
         "model_dir": str(model_dir),
         "train_seconds": fit.train_seconds,

@@ -1,6 +1,7 @@
-"""What a saved reward model was trained on (`training_data.json`: one order-free key per pair and one key per
-description in its context), so an evaluation on its own training pairs, or on other pairs of its training samples,
-is flagged as in-sample. Imports no ML library. See docs/evaluation.md.
+"""What a saved reward model or trained judge was trained on (`training_data.json`: one order-free key per pair,
+the controlled negatives' pairs included, and one key per description in its context), so an evaluation on its own
+training pairs or negatives, or on other pairs of its training samples, is flagged as in-sample. Imports no ML
+library. See docs/evaluation.md.
 """
 
 from __future__ import annotations
@@ -55,34 +56,48 @@ def description_key(pair: PreferencePair, text: str, *, media_by_id: bool = Fals
 
 
 def write_training_data(
-    directory: str | Path, source: str, pairs: Sequence[PreferencePair], *, media_by_id: bool = False
+    directory: str | Path,
+    source: str,
+    pairs: Sequence[PreferencePair],
+    *,
+    negatives: Sequence[PreferencePair] = (),
+    media_by_id: bool = False,
 ) -> Path:
-    """Record the training pairs of the model saved in `directory` (atomic write of `training_data.json`);
-    ``media_by_id``: the model read clips by sample id (a media root was given)."""
+    """Record what the model (or trained judge) saved in `directory` was trained on (atomic write of
+    `training_data.json`): the human `pairs` and the controlled `negatives`' pairs (original over negative,
+    `training.negatives`), one key per pair and per description in its context; ``media_by_id``: the model read clips
+    by sample id (a media root was given). The one writer of the record, for both kinds of trained judge."""
+    trained = [*pairs, *negatives]
     record = {
         "train_file": str(source),
         "n_pairs": len(pairs),
+        "n_negatives": len(negatives),
         "pair_key": KEY_SCHEME,
         "media_by_id": media_by_id,
-        "pair_keys": sorted({pair_key(p, media_by_id=media_by_id) for p in pairs}),
+        "pair_keys": sorted({pair_key(p, media_by_id=media_by_id) for p in trained}),
         "description_keys": sorted(
-            {description_key(p, d, media_by_id=media_by_id) for p in pairs for d in (p.description_1, p.description_2)}
+            {
+                description_key(p, d, media_by_id=media_by_id)
+                for p in trained
+                for d in (p.description_1, p.description_2)
+            }
         ),
     }
     return atomic_write_json(Path(directory) / TRAINING_DATA_FILE, record, indent=None)
 
 
-def in_sample_pairs(model_dir: str | Path, pairs: Sequence[PreferencePair]) -> tuple[int, str | None]:
-    """How many of `pairs` the model in `model_dir` was trained on, or share a description (in its context) with a
-    pair it was trained on (a pair of a training sample), and its training source; `(0, None)` when the directory has
-    no (readable) `training_data.json` (a merged export, or a model from elsewhere)."""
+def in_sample_flags(model_dir: str | Path, pairs: Sequence[PreferencePair]) -> tuple[list[bool] | None, str | None]:
+    """Per pair of `pairs`, whether the model (or trained judge) in `model_dir` was trained on it, or on a pair
+    sharing a description with it in its context (a pair of a training sample; a controlled negative of a training
+    description), and its training source; `(None, None)` when the directory has no (readable)
+    `training_data.json` (a merged export, a zero-shot judge, a model from elsewhere: unknown). The one reader."""
     record = read_json_or_none(Path(model_dir) / TRAINING_DATA_FILE, what="training-data record")
     if not isinstance(record, dict) or not isinstance(record.get("pair_keys"), list):
-        return 0, None
+        return None, None
     trained = set(record["pair_keys"])
     scheme = record.get("pair_key", "descriptions")
     if scheme not in (KEY_SCHEME, "sample+descriptions", "descriptions"):
-        return 0, None  # written by a newer emoreward: no claim either way
+        return None, None  # written by a newer emoreward: no claim either way
     by_id = bool(record.get("media_by_id", False))
     texts = set(record.get("description_keys") or ())  # absent in records of earlier versions
 
@@ -91,7 +106,21 @@ def in_sample_pairs(model_dir: str | Path, pairs: Sequence[PreferencePair]) -> t
             return True
         return any(description_key(p, d, media_by_id=by_id) in texts for d in (p.description_1, p.description_2))
 
-    return sum(map(seen, pairs)), str(record.get("train_file"))
+    return [seen(p) for p in pairs], str(record.get("train_file"))
 
 
-__all__ = ["TRAINING_DATA_FILE", "description_key", "in_sample_pairs", "pair_key", "write_training_data"]
+def in_sample_pairs(model_dir: str | Path, pairs: Sequence[PreferencePair]) -> tuple[int, str | None]:
+    """How many of `pairs` are in-sample for the model in `model_dir` (`in_sample_flags`), and its training source;
+    `(0, None)` without a record."""
+    flags, source = in_sample_flags(model_dir, pairs)
+    return sum(flags or ()), source
+
+
+__all__ = [
+    "TRAINING_DATA_FILE",
+    "description_key",
+    "in_sample_flags",
+    "in_sample_pairs",
+    "pair_key",
+    "write_training_data",
+]

@@ -31,7 +31,7 @@ def cache_key(
     *,
     purpose: str,
     model: Any,
-    precision: str | None,
+    precision: dict | None,
     length_limit: int | None,
     layout: Any,
     context: Any,
@@ -44,22 +44,26 @@ def cache_key(
         purpose: the cache's name (`"score"`, `"media-prefix"`, `"judge-call"`).
         model, layout, context, prompt, extra: JSON-serialisable values (paths, dtypes and other objects are
             written as strings; dict keys sorted).
-        precision: a resolved dtype name, or None where the output does not depend on it.
+        precision: `emoreward.models.precision.precision_identity`'s record (the dtype and the kernels that
+            compute in it), or None where the output does not depend on it.
         length_limit: tokens, or None where nothing is cut.
 
     Returns:
         64 hex characters (sha256).
 
     Raises:
-        ValueError: `precision` is `"auto"` (resolve it first: `emoreward.models.precision.resolve_dtype`).
+        TypeError: `precision` is not `precision_identity`'s record (a bare dtype: the kernels left out).
     """
-    if isinstance(precision, str) and precision.lower() == "auto":
-        raise ValueError('cache_key: precision "auto" names no precision; pass the resolved dtype')
+    if precision is not None and (not isinstance(precision, dict) or set(precision) != {"dtype", "kernels"}):
+        raise TypeError(
+            f"cache_key: precision {precision!r} is not a precision record; pass "
+            "emoreward.models.precision.precision_identity(...) (the dtype and the kernels that compute in it)"
+        )
     document = {
         "version": KEY_VERSION,
         "purpose": purpose,
         "model": model,
-        "precision": None if precision is None else str(precision).removeprefix("torch."),
+        "precision": precision,
         "length_limit": length_limit,
         "layout": layout,
         "context": context,

@@ -27,6 +27,7 @@ from transformers import (
     AutoModelForTokenClassification,
     AutoTokenizer,
     PreTrainedTokenizerFast,
+    pipeline,
 )
 
 from emoreward.export.hf import export_hf
@@ -219,10 +220,20 @@ def test_encoder_export_card_claims_and_warnings(encoder_export):
     left = read_sequence_classification(seqcls, ids, pad_id, "left", position_ids=False)
     assert np.max(np.abs(left - expected)) > 1e-3
     contexts = ["Rate it.\nSubtitle: " + s if s else "Rate it." for s in SUBTITLES]
-    pair = tokenizer(contexts, PROBES, padding=True, return_tensors="pt")  # token_type_ids 1 on the description
-    assert int(pair["token_type_ids"].max()) == 1 and pair["input_ids"].tolist()[0][: len(ids[0])] == ids[0]
+    # the plain idiom: the tokenizer returns what the model reads (`model_input_names`), so model(**tokenizer(...))
+    # and the text-classification pipeline (no sigmoid: `problem_type: regression`) give the reward
+    plain = tokenizer(contexts, PROBES, padding=True, return_tensors="pt")
+    assert sorted(plain) == ["attention_mask", "input_ids"] and plain["input_ids"].tolist()[0][: len(ids[0])] == ids[0]
     with torch.no_grad():
-        typed = seqcls(**pair).logits[:, 0].numpy()
+        idiom = seqcls(**plain).logits[:, 0].numpy()
+    assert_same_rewards(idiom, expected, "float32")
+    classify = pipeline("text-classification", model=seqcls, tokenizer=tokenizer)
+    scores = [classify({"text": c, "text_pair": p})["score"] for c, p in zip(contexts, PROBES)]
+    assert_same_rewards(np.array(scores), expected, "float32")
+    typed = tokenizer(contexts, PROBES, padding=True, return_tensors="pt", return_token_type_ids=True)
+    assert int(typed["token_type_ids"].max()) == 1  # what a BERT tokenizer returns by default: another reward
+    with torch.no_grad():
+        typed = seqcls(**typed).logits[:, 0].numpy()
     assert np.max(np.abs(typed - expected)) > 1e-3
     verl = read_verl(verl_reward_module(path), ids, pad_id)  # the last token, no pooler
     assert np.max(np.abs(verl - expected)) > 1e-3

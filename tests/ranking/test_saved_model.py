@@ -83,15 +83,20 @@ def test_a_folder_of_a_media_model_is_refused(tmp_path):
         SavedRewardModel(folder)
 
 
-# today's keys (computed 2026-12-01 with the code before the torch-free precision rule): existing caches must hit
+# today's keys (2026-12-07: the precision part is `precision_identity`, the dtype and the kernels, here pinned to the
+# "default" CPU kind, which the kernel selection gives on every machine); existing caches of these kernels must hit.
+# The keys before (2026-12-01, the dtype alone) miss by design: they do not say which CPU kind computed the scores.
 PINNED_KEYS = {
-    "float32": "a4e88a7299bb722c68e34d306401067c468cb5419027c6741a3753e4a66d3977",
-    "bfloat16": "e819dfbba4fc7b4f098b253859a7202a48cd86db256f07e14722efaee65d9a63",
+    "float32": "9254844cb22f7c123c288021afc4288c8dde51041cc003a6afba7134300f824e",
+    "bfloat16": "45b01f1f140637498e4e44cc920caa4cc0943abfa7c46c2fdc93095e917722dd",
 }
 
 
 @pytest.mark.parametrize("dtype", sorted(PINNED_KEYS))
-def test_a_saved_model_keys_its_scores_as_before(tmp_path, dtype):
+def test_a_saved_model_keys_its_scores_as_before(tmp_path, dtype, monkeypatch):
+    for name in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
     folder = tmp_path / "m"
     folder.mkdir()
     config = {"kind": "text", "backbone": "minilm", "model_name_or_path": "minilm", "max_length": 512}
@@ -100,7 +105,8 @@ def test_a_saved_model_keys_its_scores_as_before(tmp_path, dtype):
     (folder / "adapter_model.safetensors").write_bytes(bytes(range(256)) * 4)
     saved = SavedRewardModel(folder, dtype=dtype)
     parts = model_key_parts(saved)
-    assert parts["model"] == "80d06c65578183c7" and parts["precision"] == dtype
+    assert parts["model"] == "80d06c65578183c7"
+    assert parts["precision"] == {"dtype": dtype, "kernels": "cpu:default"}
     assert score_key(saved, "A calm voice.", RewardContext(subtitle="Hello.")) == PINNED_KEYS[dtype]
 
 

@@ -5,7 +5,8 @@ another run; changing nothing reuses everything, and the counts in the report sa
 Owners: `emoreward.utils.cache_key` (`cache_key`, `content_fingerprint`, `source_fingerprint`,
 `current_fingerprint`: the content of a folder or file), `emoreward.models.loading` (`content_identity`,
 `model_identity`, `source_identity`: everything a reward model reads, a referenced backbone included, for every cache,
-the vLLM served name, a model kept loaded for a path and run identity), `emoreward.ranking.score_cache` (scores by
+the vLLM served name, a model kept loaded for a path and run identity), `emoreward.models.precision`
+(`precision_identity`: the dtype and the CPU kind of every cache key), `emoreward.ranking.score_cache` (scores by
 content key), `zero_shot.cache` (calls keyed by their input), `emoreward.training.run_identity` (data, labels,
 backbone content and recipe of a run).
 """
@@ -98,6 +99,43 @@ def test_rank_rescores_a_model_whose_local_backbone_was_retrained_in_place(tiny_
     assert rerun["mean_reward"] == fresh["mean_reward"] != first["mean_reward"]
     again = _rank(capsys, model, table, tmp_path / "r4.json", *cache)  # the new backbone's scores are reused
     assert (again["cost"]["n_scored"], again["cost"]["n_cached"]) == (0, distinct)
+
+
+def test_rank_cache_is_keyed_by_the_precision_and_the_cpu_kind(rm_dir, tmp_path, capsys, monkeypatch):
+    """The score cache's precision part is `emoreward.models.precision.precision_identity` (the dtype and the kernels
+    that compute in it): another `$EMOREWARD_DTYPE` or another CPU kind (the kernel selection of `cpu_kind`, or MKL's
+    cap) scores everything again; the same precision on the same kind, whatever names it, reuses everything."""
+    from emoreward.models.precision import cpu_kind
+
+    for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("EMOREWARD_DTYPE", "float32")
+    model = model_copy(rm_dir, tmp_path / "model")
+    rows = table_rows()
+    table = write_jsonl(tmp_path / "table.jsonl", rows)
+    cache = ["--cache-dir", tmp_path / "cache"]
+    distinct = len({r["description"] for r in rows})
+
+    def counts(out: str) -> tuple[int, int]:
+        report = _rank(capsys, model, table, tmp_path / out, *cache)
+        return report["cost"]["n_scored"], report["cost"]["n_cached"]
+
+    assert counts("f32.json") == (distinct, 0)
+    assert counts("f32-again.json") == (0, distinct)
+    monkeypatch.setenv("EMOREWARD_DTYPE", "bfloat16")
+    assert counts("bf16.json") == (distinct, 0)
+    monkeypatch.setenv("EMOREWARD_DTYPE", "float32")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "ALL")  # a cap that leaves this CPU's kind: the same kernels
+    assert counts("f32-all.json") == (0, distinct)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    if cpu_kind() != "default":  # the kernels of another CPU kind (`make test-avx2` runs this machine as AVX2-only)
+        monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+        assert cpu_kind() == "default" and counts("f32-default.json") == (distinct, 0)
+        monkeypatch.delenv("ATEN_CPU_CAPABILITY")
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "SSE4_2")  # MKL's own cap: other sgemm kernels
+    assert counts("f32-mkl.json") == (distinct, 0)
+    monkeypatch.delenv("MKL_ENABLE_INSTRUCTIONS")
+    assert counts("f32-last.json") == (0, distinct)  # back on this kind: the first run's scores
 
 
 def test_judge_reruns_exactly_the_changed_pairs(length_judge_yaml, tmp_path, capsys):
