@@ -33,6 +33,19 @@ class JudgeTrainConfig(SFTConfig):
     lora_target_modules: list[str] | None = field(
         default=None, metadata={"help": "modules LoRA adapts (None: every linear layer of the LM)"}
     )
+    # multimodal judges (family set): the backbone a zero-shot MLLM judge runs, its media read as that judge reads it
+    family: str | None = field(
+        default=None,
+        metadata={"help": "MLLM family (qwen2.5-omni-thinker, qwen2.5-vl, qwen2-audio); None: a text chat LM"},
+    )
+    use_audio_in_video: bool = field(default=False, metadata={"help": "the video's audio track is heard (Omni)"})
+    fps: float = field(default=2.0, metadata={"help": "video frames sampled per second"})
+    max_frames: int = field(default=16, metadata={"help": "most video frames per clip"})
+    min_pixels: int | None = field(default=None, metadata={"help": "least resized frame area (with max_pixels)"})
+    max_pixels: int | None = field(default=None, metadata={"help": "most resized frame area (with min_pixels)"})
+    media_root: str | None = field(
+        default=None, metadata={"help": "folder the pairs' media paths are relative to (MER layout video/, audio/)"}
+    )
     # data
     train_file: str = field(default="emoprefer", metadata={"help": "labelled pairs (a file, or a bundled name)"})
     prompts: str = field(default="emoprefer_v1", metadata={"help": "the prompt set the judge is asked with"})
@@ -55,6 +68,17 @@ class JudgeTrainConfig(SFTConfig):
             raise ValueError(f"ties={self.ties!r} is not one of ['train', 'drop'] (a judge answers tie or skips it)")
         if self.dpo_epochs < 0 or self.dpo_beta <= 0:
             raise ValueError(f"dpo_epochs must be >= 0 and dpo_beta > 0, got {self.dpo_epochs}, {self.dpo_beta}")
+
+        if self.family is not None:
+            from zero_shot.backends.multimodal import check_family
+
+            check_family(self.family, self.use_audio_in_video)  # names the family or the flag
+            if self.gguf_file:
+                raise ValueError(f"gguf_file is for text chat LMs, not the {self.family} family")
+        elif self.use_audio_in_video:
+            raise ValueError("use_audio_in_video needs a multimodal family (family: qwen2.5-omni-thinker, ...)")
+        if (self.min_pixels is None) != (self.max_pixels is None):
+            raise ValueError(f"min_pixels, max_pixels: give both or neither, got {self.min_pixels}, {self.max_pixels}")
 
     @property
     def kind(self) -> str:
