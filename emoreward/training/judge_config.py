@@ -56,11 +56,23 @@ class JudgeTrainConfig(SFTConfig):
     dpo_epochs: float = field(default=0.0, metadata={"help": "DPO epochs after SFT (0: SFT only)"})
     dpo_beta: float = field(default=0.1, metadata={"help": "DPO's beta"})
     dpo_learning_rate: float = field(default=5e-5, metadata={"help": "DPO's learning rate"})
+    # training: bf16 by the reward recipes' rule (declared `str | None` for HfArgumentParser, read as true/false/auto)
+    bf16: str | None = field(
+        default="auto",
+        metadata={
+            "help": "bf16 autocast: 'auto' (default) where the device has bf16 matrix units, true (refused without "
+            "them) or false (emoreward.training.config.resolve_training_bf16); a multimodal judge's frozen weights "
+            "load in bf16 with it on a GPU"
+        },
+    )
     # evaluation
     cv_folds: int = field(default=5, metadata={"help": "cross-validation folds grouped by sample (0: none)"})
     final_fit: bool = field(default=True, metadata={"help": "train the judge on every pair after the folds"})
 
     def __post_init__(self):
+        from emoreward.training.config import resolve_training_bf16
+
+        self.bf16, self.use_cpu = resolve_training_bf16(self.bf16, use_cpu=self.use_cpu, fp16=self.fp16)
         super().__post_init__()
         if self.cv_folds < 0 or self.cv_folds == 1:
             raise ValueError(f"cv_folds must be 0 or at least 2, got {self.cv_folds}")

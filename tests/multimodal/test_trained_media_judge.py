@@ -16,7 +16,13 @@ import pytest
 pytest.importorskip("av", reason="multimodal tests make and decode video files with PyAV (media extra)")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "zero_shot"))
 from tiny_media import write_media_set  # noqa: E402
-from zs_helpers import PIXELS, needs_smollm2, tiny_mllm_checkpoint  # noqa: E402
+from zs_helpers import (  # noqa: E402
+    CHAT_TEMPLATE,
+    PIXELS,
+    needs_smollm2,
+    smollm2_tokenizer_dir,
+    tiny_mllm_checkpoint,
+)
 
 
 pytestmark = needs_smollm2  # the tiny MLLMs use the SmolLM2 tokenizer
@@ -37,6 +43,37 @@ logit_answer_prefix: "Answer:"
 """
 
 
+def tiny_audio_checkpoint(path: Path) -> Path:
+    """A tiny random-weight Qwen2-Audio checkpoint saved as the release lays it out (weights from the real config
+    class, the SmolLM2 tokenizer with Qwen's media tokens, the Whisper feature extractor, `Qwen2AudioProcessor`)."""
+    import torch
+    from transformers import (
+        AutoTokenizer,
+        Qwen2AudioConfig,
+        Qwen2AudioForConditionalGeneration,
+        Qwen2AudioProcessor,
+        WhisperFeatureExtractor,
+    )
+
+    tok = AutoTokenizer.from_pretrained(smollm2_tokenizer_dir())
+    processor = Qwen2AudioProcessor(
+        feature_extractor=WhisperFeatureExtractor(feature_size=128), tokenizer=tok, chat_template=CHAT_TEMPLATE
+    )
+    audio = dict(d_model=16, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=32, num_mel_bins=128)
+    text = dict(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1
+    )
+    config = Qwen2AudioConfig(
+        audio_config=audio,
+        text_config=dict(model_type="qwen2", vocab_size=len(tok), **text),
+        audio_token_index=tok.convert_tokens_to_ids("<|AUDIO|>"),
+    )
+    torch.manual_seed(0)
+    Qwen2AudioForConditionalGeneration(config).save_pretrained(path)
+    processor.save_pretrained(path)
+    return path
+
+
 def media_recipe(tmp_path: Path, family: str, **fields):
     """A judge recipe for the tiny `family` checkpoint on `N_PAIRS` generated clips (2 s, audio track), parsed by
     the recipe reader."""
@@ -44,11 +81,15 @@ def media_recipe(tmp_path: Path, family: str, **fields):
     from emoreward.training.judge_config import JudgeTrainConfig
 
     root = tmp_path / "media"
-    pairs_file = write_media_set(root, N_PAIRS, seconds=1.0)
+    pairs_file = write_media_set(root, N_PAIRS, seconds=1.0, wav=family == "qwen2-audio")
+    if family == "qwen2-audio":
+        checkpoint = tiny_audio_checkpoint(tmp_path / "tiny-audio")
+    else:
+        checkpoint = tiny_mllm_checkpoint(family)
     (tmp_path / "prompts.yaml").write_text(SHORT_PROMPTS)
     values = {
         "recipe": "judge",
-        "model_name_or_path": str(tiny_mllm_checkpoint(family)),
+        "model_name_or_path": str(checkpoint),
         "family": family,
         "use_audio_in_video": family == "qwen2.5-omni-thinker",
         "fps": 2.0,
@@ -106,7 +147,7 @@ def judge_probabilities(judge_file: Path, pairs, media_root, backend=None) -> li
     return [(j.p_first, j.p_second, j.p_tie) for order in (result.normal[0], result.swapped[0]) for j in order]
 
 
-@pytest.mark.parametrize("family", ["qwen2.5-omni-thinker", "qwen2.5-vl"])
+@pytest.mark.parametrize("family", ["qwen2.5-omni-thinker", "qwen2.5-vl", "qwen2-audio"])
 def test_training_text_is_the_scored_text(tmp_path, family):
     """The requests the trained judge's rows are built from equal those the zero-shot S1 judge sends (prompt naming
     the media, system, media files, answer prefix, labels); each collated SFT row is the scored sequence with the
@@ -142,7 +183,8 @@ def test_training_text_is_the_scored_text(tmp_path, family):
     sent = sent[:N_PAIRS] + sent[N_PAIRS:]  # normal order, then swapped
     assert [r for r, _ in sft] == [sent[i // 2 + (i % 2) * N_PAIRS] for i in range(2 * N_PAIRS)]
     assert sent[0].media.video.endswith("video/c0.mp4") and "Subtitle: oh" in sent[0].prompt
-    assert sent[0].prompt.startswith("You see and hear" if family == "qwen2.5-omni-thinker" else "You see the clip")
+    hint = {"qwen2.5-omni-thinker": "You see and hear", "qwen2.5-vl": "You see the clip", "qwen2-audio": "You hear"}
+    assert sent[0].prompt.startswith(hint[family])
 
     collator = MediaVerdictCollator(backend, sft, mode="sft", max_length=config.max_length)
     batch = collator([{"index": 0}, {"index": 1}])
@@ -154,7 +196,8 @@ def test_training_text_is_the_scored_text(tmp_path, family):
         assert batch["labels"][row, n - len(cont) : n].tolist() == cont
         assert (batch["labels"][row, : n - len(cont)] == -100).all() and (batch["labels"][row, n:] == -100).all()
         assert processor.tokenizer.decode(cont).strip() == label
-    assert batch["video_grid_thw"].shape[0] == 2  # one clip per row
+    media_key = "feature_attention_mask" if family == "qwen2-audio" else "video_grid_thw"
+    assert batch[media_key].shape[0] == 2  # one clip per row
     pairs_batch = MediaVerdictCollator(backend, dpo, mode="dpo", max_length=config.max_length)([{"index": 0}])
     assert pairs_batch["input_ids"].shape[0] == 2 and pairs_batch["completion_mask"].sum() >= 2
     assert torch.equal(pairs_batch["input_ids"][0, : n - len(cont)], pairs_batch["input_ids"][1, : n - len(cont)])
@@ -162,10 +205,19 @@ def test_training_text_is_the_scored_text(tmp_path, family):
         MediaVerdictCollator(backend, sft, mode="sft", max_length=8)([{"index": 0}])
 
 
-def test_omni_judge_trains_end_to_end_and_the_folder_gives_the_in_memory_verdicts(tmp_path, capsys):
-    """`emoreward train` on an Omni judge recipe (SFT then DPO, LoRA on the language model only, merged) writes a
+@pytest.mark.parametrize(
+    "family",
+    [
+        "qwen2.5-omni-thinker",
+        pytest.param("qwen2.5-vl", marks=pytest.mark.slow),
+        pytest.param("qwen2-audio", marks=pytest.mark.slow),
+    ],
+)
+def test_judge_trains_end_to_end_and_the_folder_gives_the_in_memory_verdicts(tmp_path, capsys, family):
+    """`fit_judge` on a multimodal judge recipe (SFT then DPO, LoRA on the language model only, merged) writes a
     judge folder; the saved judge, read back with its media, gives the in-memory model's verdict probabilities
-    (float32: `reward_tolerance`), finite, summing to 1; `evaluate --model` runs it with `--media-root`."""
+    (float32: `reward_tolerance`), finite; the encoders are untouched; `evaluate --model` runs it with
+    `--media-root`. Omni in the default run, Qwen2.5-VL and Qwen2-Audio marked slow (30-50 s each)."""
     import math
 
     import torch
@@ -176,7 +228,7 @@ def test_omni_judge_trains_end_to_end_and_the_folder_gives_the_in_memory_verdict
     from emoreward.models.precision import reward_tolerance
     from emoreward.training.judge import JUDGE_FILE, fit_judge, media_backend
 
-    config = media_recipe(tmp_path, "qwen2.5-omni-thinker", dpo_epochs=1, dpo_learning_rate=1e-2)
+    config = media_recipe(tmp_path, family, dpo_epochs=1, dpo_learning_rate=1e-2)
     pairs = load_pairs(config.train_file)
     fit = fit_judge(config, pairs, tmp_path / "judge", keep_model=True)
     assert fit["sft_rows"] == 2 * N_PAIRS and fit["dpo_rows"] == 2 * N_PAIRS
@@ -186,7 +238,8 @@ def test_omni_judge_trains_end_to_end_and_the_folder_gives_the_in_memory_verdict
 
     saved = tmp_path / "judge"
     definition = (saved / JUDGE_FILE).read_text()
-    assert "transformers-mllm" in definition and "use_audio_in_video: true" in definition
+    assert "transformers-mllm" in definition and f"family: {family}" in definition
+    assert f"use_audio_in_video: {str(family == 'qwen2.5-omni-thinker').lower()}" in definition
     from_folder = judge_probabilities(saved / JUDGE_FILE, pairs, config.media_root)
     in_memory = judge_probabilities(
         saved / JUDGE_FILE, pairs, config.media_root, media_backend(config, fit["model"], fit["processing_class"])
@@ -204,7 +257,9 @@ def test_omni_judge_trains_end_to_end_and_the_folder_gives_the_in_memory_verdict
         k for k in base if ".visual." in k or ".audio_tower." in k or k.startswith(("visual.", "audio_tower."))
     ]
     assert encoders and all(torch.equal(trained[k], base[k]) for k in encoders)
-    assert any(not torch.equal(trained[k], base[k]) for k in base if "layers.0.self_attn.q_proj" in k)
+    assert any(
+        not torch.equal(trained[k], base[k]) for k in base if "layers.0.self_attn.q_proj" in k and "tower" not in k
+    )
     base = judge_probabilities(_untrained(tmp_path, config), pairs, config.media_root)
     assert from_folder != base  # training moved the verdicts
 
@@ -262,8 +317,26 @@ def test_gpu_check_builds_its_inputs_and_launch_line_without_a_gpu(tmp_path, cap
     assert f"--worker {work / 'judge_recipe.yaml'}" in launch
     raw = yaml.safe_load((work / "judge_recipe.yaml").read_text())
     assert raw["bf16"] is True and raw["use_cpu"] is False  # on the GPU; this CPU parses it with use_cpu
-    config = resolve_config(work / "judge_recipe.yaml", overrides={"use_cpu": True}, config_class=JudgeTrainConfig)
+    config = resolve_config(
+        work / "judge_recipe.yaml", overrides={"use_cpu": True, "bf16": False}, config_class=JudgeTrainConfig
+    )
     assert config.family == "qwen2.5-omni-thinker" and config.max_steps == 2 and config.dpo_epochs == 1
     assert (Path(config.model_name_or_path) / "config.json").exists() and len(
         list((work / "media" / "video").iterdir())
     ) == 3
+
+
+@pytest.mark.slow
+def test_emoreward_train_cross_validates_a_multimodal_judge(tmp_path, capsys):
+    """`emoreward train` on an Omni judge recipe: two folds grouped by sample, each fold's judge evaluated with its
+    media (the recipe's `media_root`) by the shared harness, then the final judge; about a minute on two cores."""
+    from emoreward.cli.main import main
+
+    config = media_recipe(tmp_path, "qwen2.5-omni-thinker", cv_folds=2, num_train_epochs=1)
+    assert main(["train", "--config", str(tmp_path / "judge.yaml")]) == 0
+    report = json.loads((Path(config.output_dir) / "report.json").read_text())
+    assert len(report["folds"]) == 2 and report["model_dir"]
+    for fold in report["folds"]:
+        judged = fold["judge"]["three_class"]
+        assert judged["n"] >= 1 and fold["judge"]["two_class"]["n_invalid"] == 0
+    assert "length baseline" in capsys.readouterr().out
