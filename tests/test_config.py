@@ -279,7 +279,7 @@ def test_bf16_training_follows_the_scoring_rule(monkeypatch):
     every machine."""
     import torch
 
-    from emoreward.training.config import resolve_training_bf16
+    from emoreward.training.bf16 import resolve_training_bf16
 
     if torch.cuda.is_available():
         pytest.skip("the CPU cases of the rule (a GPU is visible)")

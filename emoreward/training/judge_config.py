@@ -61,7 +61,7 @@ class JudgeTrainConfig(SFTConfig):
         default="auto",
         metadata={
             "help": "bf16 autocast: 'auto' (default) where the device has bf16 matrix units, true (refused without "
-            "them) or false (emoreward.training.config.resolve_training_bf16); a multimodal judge's frozen weights "
+            "them) or false (emoreward.training.bf16.resolve_training_bf16); a multimodal judge's frozen weights "
             "load in bf16 with it on a GPU"
         },
     )
@@ -70,7 +70,7 @@ class JudgeTrainConfig(SFTConfig):
     final_fit: bool = field(default=True, metadata={"help": "train the judge on every pair after the folds"})
 
     def __post_init__(self):
-        from emoreward.training.config import resolve_training_bf16
+        from emoreward.training.bf16 import resolve_training_bf16
 
         self.bf16, self.use_cpu = resolve_training_bf16(self.bf16, use_cpu=self.use_cpu, fp16=self.fp16)
         super().__post_init__()

@@ -335,11 +335,11 @@ class MultimodalBackend:
             self._messages(request, prep), tokenize=False, add_generation_prompt=True
         )
 
-    def _inputs(self, requests: list[ChatRequest], preps: list[_Prepared], *, suffix: str = "", **text_kwargs) -> dict:
+    def _inputs(self, requests: list[ChatRequest], preps: list[_Prepared], *, suffix: str = "") -> dict:
         texts = [self.chat_text(r, p) + suffix for r, p in zip(requests, preps)]
         with_video = [p for p in preps if p.frames is not None]
         audios = [p.audio for p in preps if p.audio is not None]
-        kwargs: dict = {"text": texts, "return_tensors": "pt", "padding": True, **text_kwargs}
+        kwargs: dict = {"text": texts, "return_tensors": "pt", "padding": True}
         if with_video:
             from transformers.video_utils import VideoMetadata
 
@@ -445,7 +445,7 @@ class MultimodalBackend:
     def verdict_sequences(self, request: ChatRequest, labels) -> tuple[dict, list[list[int]]]:
         """What logit scoring reads for `request`, and what a trained judge learns on
         (`emoreward.training.judge`): the processor's output for the chat text plus `request.answer_prefix` with the
-        request's media (one row, no special tokens added, media placeholders expanded and checked), and each
+        request's media (one row, as generation gets it: media placeholders expanded and checked), and each
         label's token ids after it (`hf_common.label_continuations`: the text backend's rule). The sequence of a
         label is the prompt's `input_ids` followed by its ids (`with_continuation`).
 
