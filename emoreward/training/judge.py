@@ -191,6 +191,27 @@ def media_verdict_examples(
     return sft, dpo, dropped
 
 
+def check_judge_media(config: JudgeTrainConfig, pairs: list[PreferencePair]) -> None:
+    """Every pair's media as a multimodal judge recipe reads it (`zero_shot.media.plan_media` with the files
+    checked), before any model is loaded; nothing for a text judge.
+
+    Raises:
+        MediaError: a sample lacks the media the family reads, or a file is missing or empty (names the sample and
+            the file)."""
+    if config.family is None:
+        return
+    from zero_shot.backends.multimodal import check_family
+    from zero_shot.media import plan_media
+    from zero_shot.strategies import resolve_media
+
+    spec = check_family(config.family, config.use_audio_in_video)
+    for pair in pairs:
+        media = resolve_media(pair, config.media_root)
+        if media is not None:
+            plan_media(media, sees_video=spec.sees_video, hears_audio=spec.hears_audio,
+                       use_audio_in_video=config.use_audio_in_video)  # fmt: skip
+
+
 class MediaVerdictCollator:
     """Batches of a multimodal judge's examples for TRL, collated here because TRL's vision collators take images
     only (no video frames, no audio): each row is `backend.verdict_sequences` (the scored text, token for token)
@@ -272,6 +293,7 @@ def fit_judge(
     set_seed(config.seed)
     out = Path(output_dir)
     prompts = load_prompts(config.prompts)
+    check_judge_media(config, pairs)
     model, tokenizer = load_chat_model(config)
     collators: dict[str, Any] = {}
     media = {}
@@ -440,6 +462,7 @@ def run_judge_training(config: JudgeTrainConfig, *, log=print) -> dict:
 
     source = bundled_dataset_path(config.train_file) if config.train_file in BUNDLED else config.train_file
     pairs = load_pairs(source)
+    check_judge_media(config, pairs)  # every fold's media, before any model is loaded
     out = Path(config.output_dir)
     hold_output(out, "--output-dir")  # one writer
     if out.is_dir() and any(out.iterdir()):  # no resume yet: another run's judge or report is never mixed in
@@ -487,6 +510,7 @@ __all__ = [
     "JUDGE_FILE",
     "JudgeTrainConfig",
     "MediaVerdictCollator",
+    "check_judge_media",
     "evaluate_trained_judge",
     "fit_judge",
     "judge_request",

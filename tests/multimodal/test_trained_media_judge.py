@@ -340,3 +340,17 @@ def test_emoreward_train_cross_validates_a_multimodal_judge(tmp_path, capsys):
         judged = fold["judge"]["three_class"]
         assert judged["n"] >= 1 and fold["judge"]["two_class"]["n_invalid"] == 0
     assert "length baseline" in capsys.readouterr().out
+
+
+def test_a_missing_or_empty_clip_is_refused_before_any_training_step(tmp_path, capsys):
+    """An empty clip (or a sample without the media the family reads) is one line naming the sample and the file,
+    exit 2, before any model is loaded (`check_judge_media` over every pair, not a fold's): nothing is written."""
+    from emoreward.cli.main import main
+
+    config = media_recipe(tmp_path, "qwen2.5-omni-thinker", cv_folds=3)
+    (Path(config.media_root) / "video" / "c2.mp4").write_bytes(b"")  # one fold's sample: checked before any fold
+    capsys.readouterr()  # the tiny checkpoint's build
+    assert main(["train", "--config", str(tmp_path / "judge.yaml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'c2'" in err[0] and "c2.mp4: video file is empty" in err[0], err
+    assert not Path(config.output_dir).exists()
