@@ -253,15 +253,17 @@ class MediaVerdictCollator:
         width = max(int(row["input_ids"].shape[1]) for row, _ in seqs)
         pad_id = self.backend.tokenizer.pad_token_id
         out: dict = {}
-        for key in seqs[0][0]:
-            values = [row[key] for row, _ in seqs]
+        for key in dict.fromkeys(k for row, _ in seqs for k in row):  # a row without media lacks its keys
+            values = [row[key] for row, _ in seqs if key in row]
             if key == "use_audio_in_video":
                 out[key] = any(values)
             elif key in ("input_ids", *self.PAD_ZERO):
                 fill = pad_id if key == "input_ids" else 0
-                out[key] = torch.stack(
-                    [torch.nn.functional.pad(v[0], (0, width - v.shape[1]), value=fill) for v in values]
-                )
+                out[key] = torch.stack([
+                    torch.nn.functional.pad(row[key][0], (0, width - row[key].shape[1]), value=fill)
+                    if key in row else torch.zeros(width, dtype=torch.long)
+                    for row, _ in seqs
+                ])  # fmt: skip
             else:  # media tensors (frames' patches, grids, audio features): one entry per clip, in row order
                 out[key] = torch.cat([v if v.dim() else v.reshape(1) for v in values])
         positions = torch.arange(width)

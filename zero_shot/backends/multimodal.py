@@ -1,6 +1,6 @@
-"""Local MLLM judges through their transformers processors: Qwen2.5-Omni (thinker only), Qwen2.5-VL, Qwen2-Audio
-(`Qwen2_5OmniThinkerForConditionalGeneration`, `Qwen2_5_VLForConditionalGeneration`,
-`Qwen2AudioForConditionalGeneration`).
+"""Local MLLM judges through their transformers processors: Qwen2.5-Omni (thinker only), Qwen2.5-VL, Qwen2-Audio,
+Qwen3.5 (the backbone registry's classes); answers generated, or logit verdicts (`verdict_sequences`: also the text
+a trained judge learns on, `emoreward.training.judge`).
 
 Which media a judge gets is the reward models' rule (`emoreward.data.media.resolve_paths`, `RewardPromptBuilder`),
 applied through `zero_shot.media.plan_media` and ONE flag, `use_audio_in_video` (judge YAML, `mllm` section);
@@ -42,15 +42,18 @@ class Family:
     audio_in_video: bool  # interleaves a video's audio track with its frames (one video span)
 
 
-def _family(name: str) -> Family:
-    """A judge family from the reward-model backbone registry (one source for classes and modalities)."""
-    from emoreward.models.backbones import get_backbone
+def _families() -> dict[str, Family]:
+    """Every media backbone of the reward-model registry as a judge family (one source for classes and modalities)."""
+    from emoreward.models.backbones import BACKBONES
 
-    spec = get_backbone(name)
-    return Family(spec.model_class, spec.sees_video, spec.hears_audio, spec.name == "qwen2.5-omni-thinker")
+    return {
+        name: Family(spec.model_class, spec.sees_video, spec.hears_audio, spec.interleaves_audio_in_video)
+        for name, spec in BACKBONES.items()
+        if spec.kind == "media"
+    }
 
 
-FAMILIES: dict[str, Family] = {name: _family(name) for name in ("qwen2.5-omni-thinker", "qwen2.5-vl", "qwen2-audio")}
+FAMILIES: dict[str, Family] = _families()
 
 
 def check_family(family: str, use_audio_in_video: bool) -> Family:
@@ -193,6 +196,7 @@ class MultimodalBackend:
     | `qwen2.5-omni-thinker` | yes          | flag off (its own span) | flag on (interleaved with the frames, TMRoPE) |
     | `qwen2.5-vl`           | yes          | no                      | never (flag must be false)                    |
     | `qwen2-audio`          | no           | flag off                | flag on (instead of the audio file)           |
+    | `qwen3.5`              | yes          | no                      | never (flag must be false)                    |
 
     Frames come sampled by `load_frames`; their effective rate reaches the processor as `fps` and
     `video_metadata`, from which Qwen2.5-VL derives `second_per_grid_ts` and Qwen2.5-Omni `video_second_per_grid`
