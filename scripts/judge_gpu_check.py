@@ -110,12 +110,15 @@ def worker(recipe: Path, report: Path) -> int:
     from emoreward.training.judge_config import JudgeTrainConfig
     from zero_shot import load_judge
 
-    config = resolve_config(recipe, config_class=JudgeTrainConfig)
+    gpu = torch.cuda.is_available()  # without one (the CPU test of this worker): float32 on the CPU, no memory figure
+    overrides = {} if gpu else {"use_cpu": True, "bf16": False}
+    config = resolve_config(recipe, overrides=overrides, config_class=JudgeTrainConfig)
     pairs = load_pairs(config.train_file)
-    torch.cuda.reset_peak_memory_stats()
+    if gpu:
+        torch.cuda.reset_peak_memory_stats()
     folder = Path(config.output_dir) / "judge"
     fit = fit_judge(config, pairs, folder, keep_model=True)
-    peak = torch.cuda.max_memory_allocated() / 2**30
+    peak = torch.cuda.max_memory_allocated() / 2**30 if gpu else None
 
     def probabilities(backend=None):
         judge = load_judge(
@@ -135,14 +138,14 @@ def worker(recipe: Path, report: Path) -> int:
             stages[stage] = {"seconds": entry["train_runtime"], "steps": config.max_steps}
             stages[stage]["seconds_per_step"] = entry["train_runtime"] / config.max_steps
     figures = {
-        "device": torch.cuda.get_device_name(0),
+        "device": torch.cuda.get_device_name(0) if gpu else "cpu",
         "family": config.family,
         "dtype": dtype,
         "distributed": os.environ.get("ACCELERATE_USE_DEEPSPEED", "false"),
         "stages": stages,
         "losses": {s: [e["loss"] for e in fit["train_log"] if "loss" in e and e.get("stage", "sft") == s]
                    for s in ("sft", "dpo")},
-        "peak_gpu_memory_gib": round(peak, 3),
+        "peak_gpu_memory_gib": None if peak is None else round(peak, 3),
         "probabilities_finite": all(math.isfinite(x) for p in saved for x in p if x is not None),
         "invalid": sum(x is None for p in saved for x in p),
         "save_load_max_difference": difference,

@@ -393,3 +393,24 @@ def test_a_pair_without_media_trains_beside_pairs_with_media(tmp_path):
         assert batch["input_ids"][row, : len(scored)].tolist() == scored
         assert batch["attention_mask"][row].sum() == len(scored)
     assert batch["video_grid_thw"].shape[0] == 1
+
+
+@pytest.mark.slow
+def test_gpu_check_worker_reports_its_figures_on_a_cpu(tmp_path):
+    """The GPU check's worker (what `accelerate launch` runs there) run here in float32 on the CPU: SFT and DPO
+    steps, every figure of its report present, probabilities finite, the saved folder equal to the in-memory model."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("judge_gpu_check", root / "scripts" / "judge_gpu_check.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    recipe = script.build_inputs("qwen2.5-omni-thinker", 3, 2, tmp_path)
+    assert script.worker(recipe, tmp_path / "report.json") == 0
+    figures = json.loads((tmp_path / "report.json").read_text())
+    assert figures["device"] == "cpu" and figures["peak_gpu_memory_gib"] is None
+    assert set(figures["stages"]) == {"sft", "dpo"} and all(
+        s["seconds_per_step"] > 0 for s in figures["stages"].values()
+    )
+    assert figures["probabilities_finite"] and figures["invalid"] == 0 and figures["save_load_equal"]
+    assert len(figures["losses"]["sft"]) == 2 and len(figures["losses"]["dpo"]) == 2
