@@ -279,7 +279,7 @@ def test_bf16_training_follows_the_scoring_rule(monkeypatch):
     every machine."""
     import torch
 
-    from emoreward.training.config import resolve_training_bf16
+    from emoreward.training.bf16 import resolve_training_bf16
 
     if torch.cuda.is_available():
         pytest.skip("the CPU cases of the rule (a GPU is visible)")
@@ -320,3 +320,20 @@ def test_bf16_values_read_from_recipes_and_the_command_line(monkeypatch):
             parser.parse_args_and_config(["--set", "bf16=true"])
     with pytest.raises(ValueError, match="bf16"):
         parser.parse_args_and_config(["--set", "bf16=maybe"])
+
+
+def test_the_omni_judge_recipe_is_a_multimodal_judge_with_its_memory_stated():
+    """`recipes/qwen2.5-omni-7b/judge/`: the real 7B id, the Omni thinker hearing the clip's track, LoRA on the language
+    model (the default targets), SFT then DPO, and the per-GPU memory stated as an estimate; parsed without a
+    download (the model is read only when training starts)."""
+    from emoreward.training.judge import _default_targets
+    from emoreward.training.judge_config import JudgeTrainConfig
+
+    path = ROOT / "recipes/qwen2.5-omni-7b/judge/config_sft_dpo.yaml"
+    config = load_recipe(path)
+    assert isinstance(config, JudgeTrainConfig) and config.kind == "judge"
+    assert config.model_name_or_path == "Qwen/Qwen2.5-Omni-7B" and config.family == "qwen2.5-omni-thinker"
+    assert config.use_audio_in_video and config.lora_r == 16 and config.dpo_epochs == 1
+    assert config.lora_target_modules is None and "audio_tower" in _default_targets(config)  # encoders excluded
+    text = path.read_text()
+    assert "Memory per GPU (an ESTIMATE" in text and "not measured" in text

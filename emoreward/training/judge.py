@@ -81,13 +81,28 @@ def judge_prompt(pair: PreferencePair, prompts: Any, tokenizer: Any) -> tuple[st
 
 
 def load_chat_model(config: JudgeTrainConfig):
-    """(causal LM in float32, tokenizer) of the recipe's model (a GGUF file is dequantised by transformers)."""
+    """(causal LM in float32, tokenizer) of the recipe's model (a GGUF file is dequantised by transformers); with a
+    multimodal ``family``, (the family's model in float32, or bfloat16 with ``bf16`` on a GPU, its processor) as the
+    zero-shot judge loads them (`zero_shot.backends.multimodal.load_processor`)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from zero_shot.backends.hf_common import resolve_model_path
 
     path = resolve_model_path(config.model_name_or_path)
+    if config.family is not None:
+        import transformers
+
+        from zero_shot.backends.multimodal import check_family, load_processor
+
+        spec = check_family(config.family, config.use_audio_in_video)
+        processor = load_processor(path, config.family, trust_remote_code=config.trust_remote_code)
+        on_gpu = torch.cuda.is_available() and not config.use_cpu  # frozen weights in bf16 on a GPU only
+        model = getattr(transformers, spec.model_class).from_pretrained(
+            path, dtype=torch.bfloat16 if config.bf16 and on_gpu else torch.float32,
+            trust_remote_code=config.trust_remote_code,
+        )  # fmt: skip
+        return model, processor
     extra = {"gguf_file": config.gguf_file} if config.gguf_file else {}
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=config.trust_remote_code, **extra)
     if tokenizer.pad_token is None:
@@ -105,17 +120,172 @@ def _peft_config(config: JudgeTrainConfig):
         r=config.lora_r,
         lora_alpha=config.lora_alpha,
         lora_dropout=config.lora_dropout,
-        target_modules=config.lora_target_modules or "all-linear",
+        target_modules=config.lora_target_modules or _default_targets(config),
         task_type="CAUSAL_LM",
     )
 
 
-def fit_judge(config: JudgeTrainConfig, pairs: list[PreferencePair], output_dir: str | Path) -> dict:
+def _default_targets(config: JudgeTrainConfig) -> str:
+    """Every linear layer of a text LM; of a multimodal family, the language model's (never an encoder's)."""
+    if config.family is None:
+        return "all-linear"
+    from emoreward.models.backbones import get_backbone, lora_target_regex
+
+    return lora_target_regex(get_backbone(config.family))
+
+
+def media_backend(config: JudgeTrainConfig, model, processor):
+    """The zero-shot `MultimodalBackend` over the model being trained: what a trained multimodal judge's training
+    text is built by (its chat text, media reading and checks, `verdict_sequences`), so it is the scored text."""
+    from zero_shot.backends.multimodal import MultimodalBackend
+
+    return MultimodalBackend(
+        config.family,
+        model,
+        processor,
+        use_audio_in_video=config.use_audio_in_video,
+        identity="training",
+        fps=config.fps,
+        max_frames=config.max_frames,
+        min_pixels=config.min_pixels,
+        max_pixels=config.max_pixels,
+    )
+
+
+def judge_request(pair: PreferencePair, prompts: Any, backend: Any, media_root: str | None):
+    """S1's logit-verdict request for `pair` as the zero-shot judge builds it for `backend`: the pair's media
+    (`zero_shot.strategies.resolve_media`), the question naming what the model gets (`media_kind`), the system
+    prompt, the answer prefix and the verdict labels."""
+    from zero_shot.backends.base import ChatRequest
+    from zero_shot.strategies import VERDICT_LABELS, compare_prompt, media_kind, resolve_media
+
+    media = resolve_media(pair, media_root)
+    return ChatRequest(
+        prompt=compare_prompt(prompts, pair, media_kind(backend, media)),
+        system=prompts.system,
+        media=media,
+        score_labels=VERDICT_LABELS,
+        answer_prefix=prompts.logit_answer_prefix,
+    )
+
+
+def media_verdict_examples(
+    pairs: list[PreferencePair], prompts: Any, backend: Any, *, media_root: str | None = None, ties: str = "train"
+) -> tuple[list[tuple], list[tuple], int]:
+    """A multimodal judge's SFT and DPO examples: ``(request, label)`` and ``(request, chosen, rejected)`` for each
+    labelled pair in both orders (`judge_request`; labels as `verdict_examples` / `preference_examples` give them),
+    and the number of gold ties dropped with ``ties="drop"``.
+
+    Raises:
+        ValueError: an unlabelled pair (names its row)."""
+    sft, dpo, dropped = [], [], 0
+    for pair in pairs:
+        if pair.label is None:
+            raise ValueError(f"row {pair.row}: pair {pair.sample_id!r} has no label; a judge trains on labelled pairs")
+        if pair.label == "tie" and ties == "drop":
+            dropped += 1
+            continue
+        for ordered in (pair, pair.swapped()):
+            request = judge_request(ordered, prompts, backend, media_root)
+            sft.append((request, ordered.label))
+            dpo += [(request, ordered.label, wrong) for wrong in WRONG[ordered.label]]
+    return sft, dpo, dropped
+
+
+def check_judge_media(config: JudgeTrainConfig, pairs: list[PreferencePair]) -> None:
+    """Every pair's media as a multimodal judge recipe reads it (`zero_shot.media.plan_media` with the files
+    checked), before any model is loaded; nothing for a text judge.
+
+    Raises:
+        MediaError: a sample lacks the media the family reads, or a file is missing or empty (names the sample and
+            the file)."""
+    if config.family is None:
+        return
+    from zero_shot.backends.multimodal import check_family
+    from zero_shot.media import plan_media
+    from zero_shot.strategies import resolve_media
+
+    spec = check_family(config.family, config.use_audio_in_video)
+    for pair in pairs:
+        media = resolve_media(pair, config.media_root)
+        if media is not None:
+            plan_media(media, sees_video=spec.sees_video, hears_audio=spec.hears_audio,
+                       use_audio_in_video=config.use_audio_in_video)  # fmt: skip
+
+
+class MediaVerdictCollator:
+    """Batches of a multimodal judge's examples for TRL, collated here because TRL's vision collators take images
+    only (no video frames, no audio): each row is `backend.verdict_sequences` (the scored text, token for token)
+    with its label appended (`with_continuation`), right-padded; media tensors concatenated in row order.
+
+    ``mode="sft"``: `SFTTrainer` rows (``labels``: -100 but on the verdict tokens). ``mode="dpo"``: `DPOTrainer`
+    rows, every chosen sequence then every rejected one (``completion_mask`` on the verdict tokens).
+
+    Raises:
+        ValueError: a sequence longer than ``max_length`` (names the sample; media tokens are never cut)."""
+
+    PAD_ZERO = ("attention_mask", "mm_token_type_ids", "token_type_ids", "completion_mask")
+
+    def __init__(self, backend, examples: list[tuple], *, mode: str, max_length: int | None):
+        self.backend, self.examples, self.mode, self.max_length = backend, examples, mode, max_length
+
+    def _sequence(self, request, label: str) -> tuple[dict, int]:
+        from zero_shot.backends.multimodal import with_continuation
+
+        inputs, (cont,) = self.backend.verdict_sequences(request, (label,))
+        n_prompt = int(inputs["input_ids"].shape[1])
+        row = with_continuation(inputs, cont)
+        if self.max_length is not None and row["input_ids"].shape[1] > self.max_length:
+            sample = request.media.sample_id if request.media is not None else "?"
+            raise ValueError(
+                f"sample {sample!r}: {row['input_ids'].shape[1]} tokens with its media > max_length "
+                f"{self.max_length} (media tokens are never cut): raise max_length or lower max_frames / max_pixels"
+            )
+        return row, n_prompt
+
+    def __call__(self, rows: list[dict]) -> dict:
+        import torch
+
+        examples = [self.examples[int(r["index"])] for r in rows]
+        if self.mode == "sft":
+            seqs = [self._sequence(request, label) for request, label in examples]
+        else:
+            seqs = [self._sequence(e[0], e[1]) for e in examples] + [self._sequence(e[0], e[2]) for e in examples]
+        width = max(int(row["input_ids"].shape[1]) for row, _ in seqs)
+        pad_id = self.backend.tokenizer.pad_token_id
+        out: dict = {}
+        for key in dict.fromkeys(k for row, _ in seqs for k in row):  # a row without media lacks its keys
+            values = [row[key] for row, _ in seqs if key in row]
+            if key == "use_audio_in_video":
+                out[key] = any(values)
+            elif key in ("input_ids", *self.PAD_ZERO):
+                fill = pad_id if key == "input_ids" else 0
+                out[key] = torch.stack([
+                    torch.nn.functional.pad(row[key][0], (0, width - row[key].shape[1]), value=fill)
+                    if key in row else torch.zeros(width, dtype=torch.long)
+                    for row, _ in seqs
+                ])  # fmt: skip
+            else:  # media tensors (frames' patches, grids, audio features): one entry per clip, in row order
+                out[key] = torch.cat([v if v.dim() else v.reshape(1) for v in values])
+        positions = torch.arange(width)
+        target = torch.stack([(positions >= n) & (positions < row["input_ids"].shape[1]) for row, n in seqs])
+        if self.mode == "sft":
+            out["labels"] = out["input_ids"].masked_fill(~target, -100)
+        else:
+            out["completion_mask"] = target.long()
+        return out
+
+
+def fit_judge(
+    config: JudgeTrainConfig, pairs: list[PreferencePair], output_dir: str | Path, *, keep_model: bool = False
+) -> dict:
     """Train one judge on `pairs` (SFT, then DPO when ``dpo_epochs > 0``) and save it to `output_dir` (merged
-    weights, tokenizer, `training_data.json`: the in-sample check of evaluate / judge / rank, `judge.yaml`).
+    weights, tokenizer or processor, `training_data.json`: the in-sample check of evaluate / judge / rank,
+    `judge.yaml`).
 
     Returns:
-        ``{"sft_rows", "dpo_rows", "ties_dropped", "train_seconds", "train_log"}``.
+        ``{"sft_rows", "dpo_rows", "ties_dropped", "train_seconds", "train_log"}``; with `keep_model`, also
+        ``"model"`` and ``"processing_class"`` (the merged model in memory, for checks against the saved folder).
 
     Raises:
         ValueError: no pair to train on (all dropped) or an unlabelled pair."""
@@ -127,15 +297,31 @@ def fit_judge(config: JudgeTrainConfig, pairs: list[PreferencePair], output_dir:
     set_seed(config.seed)
     out = Path(output_dir)
     prompts = load_prompts(config.prompts)
+    check_judge_media(config, pairs)
     model, tokenizer = load_chat_model(config)
-    rows, dropped = verdict_examples(pairs, prompts, tokenizer, ties=config.ties)
+    collators: dict[str, Any] = {}
+    media = {}
+    if config.family is not None:  # rows index examples the collator turns into the scored sequences
+        backend = media_backend(config, model, tokenizer)
+        sft, dpo, dropped = media_verdict_examples(
+            pairs, prompts, backend, media_root=config.media_root, ties=config.ties
+        )
+        rows = [{"index": i} for i in range(len(sft))]
+        dpo_rows = [{"index": i, "images": []} for i in range(len(dpo))] if config.dpo_epochs > 0 else []
+        collators = {
+            "sft": MediaVerdictCollator(backend, sft, mode="sft", max_length=config.max_length),
+            "dpo": MediaVerdictCollator(backend, dpo, mode="dpo", max_length=config.max_length),
+        }
+        media = {"dataset_kwargs": {"skip_prepare_dataset": True}, "remove_unused_columns": False}
+    else:
+        rows, dropped = verdict_examples(pairs, prompts, tokenizer, ties=config.ties)
+        dpo_rows = preference_examples(pairs, prompts, tokenizer, ties=config.ties) if config.dpo_epochs > 0 else []
     if not rows:
         raise ValueError(f"no pair to train the judge on ({dropped} gold ties dropped with ties: drop)")
     start = time.perf_counter()
-    dpo_rows = preference_examples(pairs, prompts, tokenizer, ties=config.ties) if config.dpo_epochs > 0 else []
     with tempfile.TemporaryDirectory(prefix="emoreward-judge-") as scratch:  # the trainers save nothing themselves
-        args = with_fields(config, output_dir=str(Path(scratch) / "sft"), save_strategy="no")
-        model, log = _stage(SFTTrainer, model, args, rows, tokenizer, config)
+        args = with_fields(config, output_dir=str(Path(scratch) / "sft"), save_strategy="no", **media)
+        model, log = _stage(SFTTrainer, model, args, rows, tokenizer, config, collators.get("sft"))
         if dpo_rows:
             dpo_args = DPOConfig(
                 output_dir=str(Path(scratch) / "dpo"),
@@ -152,26 +338,31 @@ def fit_judge(config: JudgeTrainConfig, pairs: list[PreferencePair], output_dir:
                 seed=config.seed,
                 bf16=config.bf16,
                 use_cpu=config.use_cpu,
+                remove_unused_columns=not media,
             )
-            model, dpo_log = _stage(DPOTrainer, model, dpo_args, dpo_rows, tokenizer, config)
+            model, dpo_log = _stage(DPOTrainer, model, dpo_args, dpo_rows, tokenizer, config, collators.get("dpo"))
             log += [{**entry, "stage": "dpo"} for entry in dpo_log]
     seconds = time.perf_counter() - start
     if config.process_index == 0:  # under `accelerate launch` every process holds the same weights: one writes
         write_training_data(out, config.train_file, pairs)  # before judge.yaml: a whole judge always has its record
         save_judge(model, tokenizer, config, out)
     wait_for_everyone(config)  # the folder is whole before any process reads it
-    return {
+    result = {
         "sft_rows": len(rows),
         "dpo_rows": len(dpo_rows),
         "ties_dropped": dropped,
         "train_seconds": seconds,
         "train_log": log,
     }
+    return {**result, "model": model, "processing_class": tokenizer} if keep_model else result
 
 
-def _stage(trainer_class, model, args, rows: list[dict], tokenizer, config: JudgeTrainConfig) -> tuple[Any, list]:
+def _stage(
+    trainer_class, model, args, rows: list[dict], tokenizer, config: JudgeTrainConfig, collator=None
+) -> tuple[Any, list]:
     """One TRL stage (`SFTTrainer` or `DPOTrainer`) on ``rows`` with a fresh LoRA (merged into the weights after, so
-    the next stage, or the saved judge, is a plain causal LM): (the model, the stage's log history)."""
+    the next stage, or the saved judge, is a plain causal LM): (the model, the stage's log history). `collator`:
+    a multimodal judge's (`MediaVerdictCollator`), None for TRL's own."""
     from datasets import Dataset
 
     trainer = trainer_class(
@@ -180,6 +371,7 @@ def _stage(trainer_class, model, args, rows: list[dict], tokenizer, config: Judg
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
         peft_config=_peft_config(config) if config.use_peft else None,
+        **({"data_collator": collator} if collator is not None else {}),
     )
     trainer.train()
     model = trainer.model.merge_and_unload() if config.use_peft else trainer.model
@@ -197,7 +389,12 @@ def save_judge(model, tokenizer, config: JudgeTrainConfig, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     model.eval()
     model.save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
+    if config.family is None:
+        tokenizer.save_pretrained(out)
+    else:  # the processor: tokenizer, image processor / feature extractor, chat template
+        from zero_shot.backends.multimodal import save_processor
+
+        save_processor(tokenizer, out)
     shutil.copyfile(load_prompts(config.prompts).source, out / PROMPTS_FILE)  # the questions it learned, kept
     definition = {
         "name": config.run_name or out.name,
@@ -207,24 +404,51 @@ def save_judge(model, tokenizer, config: JudgeTrainConfig, out: Path) -> None:
         "prompts": f"./{PROMPTS_FILE}",
         "verdict": "logits",
         "sampling": {"do_sample": False, "max_new_tokens": 8, "seed": 0},
-        "mllm": {"backend": "transformers-text", "model": ".", "dtype": "float32", "device": "auto", "batch_size": 8},
+        "mllm": _mllm_section(config, str(model.dtype).removeprefix("torch.")),
     }
     tmp = out / (JUDGE_FILE + ".tmp")
     tmp.write_text(yaml.safe_dump(definition, sort_keys=False), encoding="utf-8")
     tmp.replace(out / JUDGE_FILE)
 
 
+def _mllm_section(config: JudgeTrainConfig, dtype: str) -> dict:
+    """`judge.yaml`'s model section: the text backend, or the multimodal backend with the media settings the judge
+    was trained with (its weights in the dtype they were trained in)."""
+    if config.family is None:
+        return {"backend": "transformers-text", "model": ".", "dtype": "float32", "device": "auto", "batch_size": 8}
+    section = {
+        "backend": "transformers-mllm",
+        "family": config.family,
+        "model": ".",
+        "use_audio_in_video": config.use_audio_in_video,
+        "dtype": dtype,
+        "device": "auto",
+        "batch_size": 1,
+        "fps": config.fps,
+        "max_frames": config.max_frames,
+    }
+    if config.min_pixels is not None:
+        section.update(min_pixels=config.min_pixels, max_pixels=config.max_pixels)
+    return section
+
+
 def evaluate_trained_judge(
-    folder: str | Path, pairs: list[PreferencePair], *, tie_policy: str = "wrong", controlled: tuple | None = None
+    folder: str | Path,
+    pairs: list[PreferencePair],
+    *,
+    tie_policy: str = "wrong",
+    controlled: tuple | None = None,
+    media_root: str | None = None,
 ) -> dict:
     """Every metric of the shared harness for the judge saved in `folder` on `pairs` (both orders, one run, INVALID
-    counted), as `emoreward evaluate` computes it; with `controlled` (``(negatives, where they come from)``) the
-    controlled-error section too (`emoreward.evaluation.harness.controlled_errors`: each negative against its
-    original in both orders, swap consistency included)."""
+    counted), as `emoreward evaluate` computes it (`media_root`: where a multimodal judge reads the pairs' media);
+    with `controlled` (``(negatives, where they come from)``) the controlled-error section too
+    (`emoreward.evaluation.harness.controlled_errors`: each negative against its original in both orders, swap
+    consistency included)."""
     from emoreward.evaluation.harness import controlled_errors, evaluate_judgements, run_judge
     from zero_shot import load_judge
 
-    judge = load_judge(Path(folder) / JUDGE_FILE)
+    judge = load_judge(Path(folder) / JUDGE_FILE, media_root=media_root)
     result = run_judge(judge, pairs, swap=True, runs=1)
     evaluation = evaluate_judgements(result, tie_policy=tie_policy)
     if controlled is not None:
@@ -269,6 +493,7 @@ def run_judge_training(config: JudgeTrainConfig, *, log=print) -> dict:
     source = bundled_dataset_path(config.train_file) if config.train_file in BUNDLED else config.train_file
     loaded = read_pairs(source)
     pairs = canonical_pairs(loaded.pairs)  # the file's row order (and name) changes nothing
+    check_judge_media(config, pairs)  # every fold's media, before any model is loaded
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     is_main = config.process_index == 0
@@ -298,7 +523,9 @@ def run_judge_training(config: JudgeTrainConfig, *, log=print) -> dict:
 
     def evaluate(folder: Path, test: list[PreferencePair]) -> dict:
         negatives = generate_negatives(test).negatives  # of the held-out pairs only
-        return evaluate_trained_judge(folder, test, controlled=(negatives, CONTROLLED_SOURCE))
+        return evaluate_trained_judge(
+            folder, test, controlled=(negatives, CONTROLLED_SOURCE), media_root=config.media_root
+        )
 
     if config.cv_folds:
         with CrossValidation(config, pairs, fit=fit, evaluate=evaluate, log=log) as folds:
@@ -340,8 +567,12 @@ def _silent(*_args, **_kwargs) -> None:
 __all__ = [
     "JUDGE_FILE",
     "JudgeTrainConfig",
+    "MediaVerdictCollator",
+    "check_judge_media",
     "evaluate_trained_judge",
     "fit_judge",
+    "judge_request",
+    "media_verdict_examples",
     "preference_examples",
     "run_judge_training",
     "save_judge",

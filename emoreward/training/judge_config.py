@@ -33,6 +33,21 @@ class JudgeTrainConfig(SFTConfig):
     lora_target_modules: list[str] | None = field(
         default=None, metadata={"help": "modules LoRA adapts (None: every linear layer of the LM)"}
     )
+    # multimodal judges (family set): the backbone a zero-shot MLLM judge runs, its media read as that judge reads it
+    family: str | None = field(
+        default=None,
+        metadata={
+            "help": "MLLM family (qwen2.5-omni-thinker, qwen2.5-vl, qwen2-audio, qwen3.5); None: a text chat LM"
+        },
+    )
+    use_audio_in_video: bool = field(default=False, metadata={"help": "the video's audio track is heard (Omni)"})
+    fps: float = field(default=2.0, metadata={"help": "video frames sampled per second"})
+    max_frames: int = field(default=16, metadata={"help": "most video frames per clip"})
+    min_pixels: int | None = field(default=None, metadata={"help": "least resized frame area (with max_pixels)"})
+    max_pixels: int | None = field(default=None, metadata={"help": "most resized frame area (with min_pixels)"})
+    media_root: str | None = field(
+        default=None, metadata={"help": "folder the pairs' media paths are relative to (MER layout video/, audio/)"}
+    )
     # data
     train_file: str = field(default="emoprefer", metadata={"help": "labelled pairs (a file, or a bundled name)"})
     prompts: str = field(default="emoprefer_v1", metadata={"help": "the prompt set the judge is asked with"})
@@ -43,6 +58,15 @@ class JudgeTrainConfig(SFTConfig):
     dpo_epochs: float = field(default=0.0, metadata={"help": "DPO epochs after SFT (0: SFT only)"})
     dpo_beta: float = field(default=0.1, metadata={"help": "DPO's beta"})
     dpo_learning_rate: float = field(default=5e-5, metadata={"help": "DPO's learning rate"})
+    # training: bf16 by the reward recipes' rule (declared `str | None` for HfArgumentParser, read as true/false/auto)
+    bf16: str | None = field(
+        default="auto",
+        metadata={
+            "help": "bf16 autocast: 'auto' (default) where the device has bf16 matrix units, true (refused without "
+            "them) or false (emoreward.training.bf16.resolve_training_bf16); a multimodal judge's frozen weights "
+            "load in bf16 with it on a GPU"
+        },
+    )
     # evaluation
     cv_folds: int = field(default=5, metadata={"help": "cross-validation folds grouped by sample (0: none)"})
     final_fit: bool = field(default=True, metadata={"help": "train the judge on every pair after the folds"})
@@ -56,6 +80,9 @@ class JudgeTrainConfig(SFTConfig):
     )
 
     def __post_init__(self):
+        from emoreward.training.bf16 import resolve_training_bf16
+
+        self.bf16, self.use_cpu = resolve_training_bf16(self.bf16, use_cpu=self.use_cpu, fp16=self.fp16)
         super().__post_init__()
         if self.cv_folds < 0 or self.cv_folds == 1:
             raise ValueError(f"cv_folds must be 0 or at least 2, got {self.cv_folds}")
@@ -63,6 +90,17 @@ class JudgeTrainConfig(SFTConfig):
             raise ValueError(f"ties={self.ties!r} is not one of ['train', 'drop'] (a judge answers tie or skips it)")
         if self.dpo_epochs < 0 or self.dpo_beta <= 0:
             raise ValueError(f"dpo_epochs must be >= 0 and dpo_beta > 0, got {self.dpo_epochs}, {self.dpo_beta}")
+
+        if self.family is not None:
+            from zero_shot.backends.multimodal import check_family
+
+            check_family(self.family, self.use_audio_in_video)  # names the family or the flag
+            if self.gguf_file:
+                raise ValueError(f"gguf_file is for text chat LMs, not the {self.family} family")
+        elif self.use_audio_in_video:
+            raise ValueError("use_audio_in_video needs a multimodal family (family: qwen2.5-omni-thinker, ...)")
+        if (self.min_pixels is None) != (self.max_pixels is None):
+            raise ValueError(f"min_pixels, max_pixels: give both or neither, got {self.min_pixels}, {self.max_pixels}")
 
     @property
     def kind(self) -> str:

@@ -88,6 +88,21 @@ def timed_generate(model, inputs: dict, sampling: SamplingConfig, seed: int, pad
     return sequences[:, inputs["input_ids"].shape[1] :], first - start, end - first
 
 
+def label_continuations(tokenizer, prompt: str, separator: str, labels) -> tuple[list[int], list[list[int]]]:
+    """(token ids of `prompt`, token ids of each verdict label after it): the label's tokens are those of
+    ``prompt + separator + label`` past the prompt's, or, where the label merges with the prompt's last token, the
+    separator and label tokenised alone. The one rule of every logit-verdict route (text and multimodal scoring, and
+    the trained judge's training text, `emoreward.training.judge`)."""
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    continuations = []
+    for label in labels:
+        full = tokenizer(prompt + separator + label, add_special_tokens=False)["input_ids"]
+        if full[: len(prompt_ids)] != prompt_ids:  # the label merged with the prefix's last token
+            full = prompt_ids + tokenizer(separator + label, add_special_tokens=False)["input_ids"]
+        continuations.append(full[len(prompt_ids) :])
+    return prompt_ids, continuations
+
+
 def continuation_logprobs(model, prompt_ids: list[int], continuations: list[list[int]], device) -> list[float]:
     """Sum of token log-probabilities of each continuation after the prompt (one batched forward).
 

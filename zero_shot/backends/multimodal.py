@@ -1,6 +1,6 @@
-"""Local MLLM judges through their transformers processors: Qwen2.5-Omni (thinker only), Qwen2.5-VL, Qwen2-Audio
-(`Qwen2_5OmniThinkerForConditionalGeneration`, `Qwen2_5_VLForConditionalGeneration`,
-`Qwen2AudioForConditionalGeneration`).
+"""Local MLLM judges through their transformers processors: Qwen2.5-Omni (thinker only), Qwen2.5-VL, Qwen2-Audio,
+Qwen3.5 (the backbone registry's classes); answers generated, or logit verdicts (`verdict_sequences`: also the text
+a trained judge learns on, `emoreward.training.judge`).
 
 Which media a judge gets is the reward models' rule (`emoreward.data.media.resolve_paths`, `RewardPromptBuilder`),
 applied through `zero_shot.media.plan_media` and ONE flag, `use_audio_in_video` (judge YAML, `mllm` section);
@@ -20,8 +20,15 @@ import torch
 
 from emoreward.data.media import MediaError, MediaOptions, load_audio, load_frames
 from zero_shot.backends.base import ChatRequest, Generation, MediaInput, SamplingConfig, build_messages
-from zero_shot.backends.hf_common import pick_device, pick_dtype, resolve_model_path, timed_generate
+from zero_shot.backends.hf_common import (
+    label_continuations,
+    pick_device,
+    pick_dtype,
+    resolve_model_path,
+    timed_generate,
+)
 from zero_shot.media import plan_media
+from zero_shot.parsing import verdict_from_logits
 
 
 logger = logging.getLogger(__name__)
@@ -35,15 +42,18 @@ class Family:
     audio_in_video: bool  # interleaves a video's audio track with its frames (one video span)
 
 
-def _family(name: str) -> Family:
-    """A judge family from the reward-model backbone registry (one source for classes and modalities)."""
-    from emoreward.models.backbones import get_backbone
+def _families() -> dict[str, Family]:
+    """Every media backbone of the reward-model registry as a judge family (one source for classes and modalities)."""
+    from emoreward.models.backbones import BACKBONES
 
-    spec = get_backbone(name)
-    return Family(spec.model_class, spec.sees_video, spec.hears_audio, spec.name == "qwen2.5-omni-thinker")
+    return {
+        name: Family(spec.model_class, spec.sees_video, spec.hears_audio, spec.interleaves_audio_in_video)
+        for name, spec in BACKBONES.items()
+        if spec.kind == "media"
+    }
 
 
-FAMILIES: dict[str, Family] = {name: _family(name) for name in ("qwen2.5-omni-thinker", "qwen2.5-vl", "qwen2-audio")}
+FAMILIES: dict[str, Family] = _families()
 
 
 def check_family(family: str, use_audio_in_video: bool) -> Family:
@@ -135,6 +145,32 @@ def load_processor(path: str, family: str, *, trust_remote_code: bool = False):
     return processor
 
 
+def save_processor(processor, directory) -> None:
+    """Write `processor` where `load_processor(directory, family)` reads it back (a trained judge's folder):
+    `save_pretrained` where torchvision is installed; without it (the torchvision-free video processor has no file
+    form) the parts `load_processor` reads: the tokenizer, one `preprocessor_config.json` holding the image
+    processor and the Whisper feature extractor, as the releases ship it, and the processor's chat template."""
+    import json
+    from pathlib import Path
+
+    from transformers.utils import is_torchvision_available
+
+    directory = Path(directory)
+    if is_torchvision_available():
+        processor.save_pretrained(directory)
+        return
+    processor.tokenizer.save_pretrained(directory)
+    data: dict = {}
+    for part in (getattr(processor, "image_processor", None), getattr(processor, "feature_extractor", None)):
+        if part is not None:
+            part.save_pretrained(directory)
+            data.update(json.loads((directory / "preprocessor_config.json").read_text(encoding="utf-8")))
+    if data:
+        (directory / "preprocessor_config.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    if processor.chat_template:
+        (directory / "chat_template.jinja").write_text(processor.chat_template, encoding="utf-8")
+
+
 @dataclass
 class _Prepared:
     sample: str
@@ -160,6 +196,7 @@ class MultimodalBackend:
     | `qwen2.5-omni-thinker` | yes          | flag off (its own span) | flag on (interleaved with the frames, TMRoPE) |
     | `qwen2.5-vl`           | yes          | no                      | never (flag must be false)                    |
     | `qwen2-audio`          | no           | flag off                | flag on (instead of the audio file)           |
+    | `qwen3.5`              | yes          | no                      | never (flag must be false)                    |
 
     Frames come sampled by `load_frames`; their effective rate reaches the processor as `fps` and
     `video_metadata`, from which Qwen2.5-VL derives `second_per_grid_ts` and Qwen2.5-Omni `video_second_per_grid`
@@ -295,11 +332,15 @@ class MultimodalBackend:
             parts.append({"type": "audio", "audio": "<waveform>", "audio_url": "<waveform>"})
         return build_messages(request, parts or None)
 
-    def _inputs(self, requests: list[ChatRequest], preps: list[_Prepared]) -> dict:
-        texts = [
-            self.processor.apply_chat_template(self._messages(r, p), tokenize=False, add_generation_prompt=True)
-            for r, p in zip(requests, preps)
-        ]
+    def chat_text(self, request: ChatRequest, prep: _Prepared) -> str:
+        """The text the processor gets for `request` up to the answer: the processor's chat template over the system
+        and user turns (media parts first, as placeholders the processor expands) with the assistant turn opened."""
+        return self.processor.apply_chat_template(
+            self._messages(request, prep), tokenize=False, add_generation_prompt=True
+        )
+
+    def _inputs(self, requests: list[ChatRequest], preps: list[_Prepared], *, suffix: str = "") -> dict:
+        texts = [self.chat_text(r, p) + suffix for r, p in zip(requests, preps)]
         with_video = [p for p in preps if p.frames is not None]
         audios = [p.audio for p in preps if p.audio is not None]
         kwargs: dict = {"text": texts, "return_tensors": "pt", "padding": True}
@@ -404,9 +445,45 @@ class MultimodalBackend:
             out.extend(self._batch(requests[start : start + self.batch_size], sampling))
         return out
 
+    # ------------------------------------------------------------------ logit verdicts
+    def verdict_sequences(self, request: ChatRequest, labels) -> tuple[dict, list[list[int]]]:
+        """What logit scoring reads for `request`, and what a trained judge learns on
+        (`emoreward.training.judge`): the processor's output for the chat text plus `request.answer_prefix` with the
+        request's media (one row, as generation gets it: media placeholders expanded and checked), and each
+        label's token ids after it (`hf_common.label_continuations`: the text backend's rule). The sequence of a
+        label is the prompt's `input_ids` followed by its ids (`with_continuation`).
+
+        Raises:
+            MediaError: the media cannot be read or the processor disagrees with what was extracted."""
+        from zero_shot.backends.transformers_text import answer_separator
+
+        prep = self._prepare(request.media)
+        inputs = self._inputs([request], [prep], suffix=request.answer_prefix)
+        if self.spec.audio_in_video:
+            inputs["use_audio_in_video"] = prep.audio_from_video
+        prompt = self.chat_text(request, prep) + request.answer_prefix
+        _, conts = label_continuations(self.tokenizer, prompt, answer_separator(request.answer_prefix), labels)
+        return dict(inputs), conts
+
+    def _score(self, request: ChatRequest) -> Generation:
+        """p(label) over `request.score_labels` from the labels' token log-probabilities after the prompt (one forward
+        per label: the media tensors are the prompt's; the LM head reads only the label's positions)."""
+        labels = request.score_labels or ()
+        try:
+            inputs, conts = self.verdict_sequences(request, labels)
+        except MediaError as err:
+            return Generation(error=f"MediaError: {err}")
+        n_prompt = int(inputs["input_ids"].shape[1])
+        try:
+            logps = [float(label_logprobs(self.model, with_continuation(inputs, c), n_prompt)[0]) for c in conts]
+            verdict, probs = verdict_from_logits(logps, labels)
+        except Exception as err:  # noqa: BLE001 - a failed call is counted by the runner
+            return Generation(error=f"{type(err).__name__}: {err}")
+        return Generation(text=f"{request.answer_prefix} {verdict.value}".strip(), probs=probs, prompt_tokens=n_prompt)
+
     def _batch(self, batch: list[ChatRequest], sampling: SamplingConfig) -> list[Generation]:
         if any(r.score_labels for r in batch):
-            return [Generation(error="logit-based verdicts are implemented for text backends only") for _ in batch]
+            return [self._score(r) if r.score_labels else self._batch([r], sampling)[0] for r in batch]
         try:
             preps = [self._prepare(r.media) for r in batch]
             if len(batch) > 1 and len({p.fps for p in preps if p.frames is not None}) > 1:  # one rate per call
@@ -440,6 +517,41 @@ class MultimodalBackend:
             )
             for t, row, mask in zip(texts, new, inputs["attention_mask"])
         ]
+
+
+def with_continuation(inputs: dict, continuation: list[int]) -> dict:
+    """One row's processor output (`input_ids` of shape `(1, P)`) with `continuation` appended to its text: the
+    media tensors unchanged, `attention_mask` ones over the new tokens (Qwen2.5-VL / Qwen3.5 token types: 0, text)."""
+    out = dict(inputs)
+    tail = torch.tensor([continuation], dtype=inputs["input_ids"].dtype)
+    out["input_ids"] = torch.cat([inputs["input_ids"], tail], dim=1)
+    out["attention_mask"] = torch.cat([inputs["attention_mask"], torch.ones_like(tail)], dim=1)
+    for key in ("mm_token_type_ids", "token_type_ids"):
+        if key in inputs:
+            out[key] = torch.cat([inputs[key], torch.zeros_like(tail)], dim=1)
+    return out
+
+
+def label_logprobs(model, inputs: dict, n_prompt: int) -> torch.Tensor:
+    """Sum of the log-probabilities of the tokens after position `n_prompt` of each row (the verdict label), from the
+    language backbone's last hidden states (`model.base_model`: media merged) through the LM head at those positions
+    only, in float32; as TRL's fused LM head reads a training sequence.
+
+    Args:
+        inputs: processor output with the continuation appended (`with_continuation`), `input_ids` of shape `(B, L)`,
+            no padding after a row's label.
+    Returns:
+        `torch.Tensor` of shape `(B,)`, nats."""
+    device = model.device
+    kwargs = {k: (v.to(device) if hasattr(v, "to") else v) for k, v in inputs.items()}
+    for key in ("pixel_values_videos", "input_features", "pixel_values"):
+        if key in kwargs and torch.is_floating_point(kwargs[key]):
+            kwargs[key] = kwargs[key].to(model.dtype)
+    with torch.inference_mode():
+        hidden = model.base_model(**kwargs, use_cache=False).last_hidden_state[:, n_prompt - 1 : -1]
+        logits = model.get_output_embeddings()(hidden).float()
+    targets = kwargs["input_ids"][:, n_prompt:]
+    return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1).sum(dim=1).cpu()
 
 
 def identity_base(cfg) -> str:

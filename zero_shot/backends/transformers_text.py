@@ -18,6 +18,7 @@ import torch
 from zero_shot.backends.base import ChatRequest, Generation, SamplingConfig, build_messages
 from zero_shot.backends.hf_common import (
     continuation_logprobs,
+    label_continuations,
     pick_device,
     pick_dtype,
     resolve_model_path,
@@ -212,14 +213,9 @@ class TransformersTextBackend:
     def _score(self, request: ChatRequest) -> Generation:
         try:
             prompt = self._prompt_text(request) + request.answer_prefix
-            prompt_ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-            sep = answer_separator(request.answer_prefix)
-            conts = []
-            for label in request.score_labels or ():
-                full = self.tokenizer(prompt + sep + label, add_special_tokens=False)["input_ids"]
-                if full[: len(prompt_ids)] != prompt_ids:  # the label merged with the prefix's last token
-                    full = prompt_ids + self.tokenizer(sep + label, add_special_tokens=False)["input_ids"]
-                conts.append(full[len(prompt_ids) :])
+            prompt_ids, conts = label_continuations(
+                self.tokenizer, prompt, answer_separator(request.answer_prefix), request.score_labels or ()
+            )
             logps = continuation_logprobs(self.model, prompt_ids, conts, self.model.device)
             verdict, probs = verdict_from_logits(logps, request.score_labels or ())
         except Exception as err:  # noqa: BLE001
