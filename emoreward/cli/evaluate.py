@@ -89,13 +89,15 @@ def controlled_negatives(args: argparse.Namespace, pairs: list) -> tuple[list, s
         if given:
             raise ValueError("--controlled-negatives and --no-controlled-negatives: give one of them")
         return None
+    by_id = bool(args.media_root)  # as the pairs were read: one identity for pairs and negatives
     if given:
         from emoreward.data.negatives import read_negatives
 
-        return read_negatives(given), f"file {given}"
+        return read_negatives(given, media_by_id=by_id), f"file {given}"
     from emoreward.data.negatives import generate_negatives
 
-    return generate_negatives(pairs).negatives, f"rules engine on the preferred descriptions of {args.data}"
+    negatives = generate_negatives(pairs, media_by_id=by_id).negatives
+    return negatives, f"rules engine on the preferred descriptions of {args.data}"
 
 
 # the zero-shot options of `judge` with their defaults: a reward model has no use for them
