@@ -224,9 +224,10 @@ def _run_reward_model(args: argparse.Namespace, spec: str) -> int:
 
         table += "\n" + controlled_markdown(evaluation["controlled_errors"])
     print(table)
+    from emoreward.evaluation.cost import cost_line
+
     print(
-        f"scored {evaluation['n_descriptions_scored']} descriptions in {evaluation['scoring_seconds']:.1f}s "
-        f"({evaluation['scoring_dtype']}); "
+        f"{cost_line(evaluation['cost'])} ({evaluation['scoring_dtype']}); "
         f"tie threshold {evaluation['tie_threshold']:.4g}; truncated {evaluation.get('n_truncated_at_scoring', 0)}; "
         f"pairs with identical descriptions {evaluation['n_identical_descriptions']}"
     )
@@ -302,11 +303,9 @@ def _run_zero_shot(args: argparse.Namespace, spec: str) -> int:
     )
     calls = report["calls"]
     sys.stdout.write("\n" + report["markdown"] + "\n")
-    reused = f", {calls['reused_greedy']} reused from run 1 (greedy)" if calls["reused_greedy"] else ""
-    sys.stdout.write(
-        f"calls: {calls['made']} made, {calls['cached']} from cache{reused}, {calls['failed']} failed, "
-        f"{calls['seconds']:.1f} s; report: {os.path.join(output, 'report.md')}\n"
-    )
+    from emoreward.evaluation.cost import cost_line
+
+    sys.stdout.write(f"{cost_line(report['cost'])}; report: {os.path.join(output, 'report.md')}\n")
     if options["dataset"] or options["push_to_hub"]:
         from emoreward.data import push_records_to_hub, write_records
 
