@@ -233,3 +233,82 @@ def test_no_negatives_is_an_empty_file_that_reads_back_empty(tmp_path):
         assert main(["augment", "--data", str(data), "--output", str(tmp_path / name)]) == 0
         assert read_negatives(tmp_path / name) == []
     assert (tmp_path / "n.jsonl").read_text() == ""
+
+
+# ------------------------------------------------------------------------- one identity for pairs and negatives
+SHARED = [{"sample_id": f"d{k}", "description_1": TEXT, "description_2": f"Other text number {k}.", "label": "1"}
+          for k in range(4)]  # fmt: skip
+
+
+def test_negatives_are_pairs_by_the_pair_loaders_identity(tmp_path):
+    """Four text-only samples sharing one preferred description: one description to the pair loader (no media root:
+    the sample id is no part of a pair's context, `data.pairs.pair_content`), so augment writes its four negatives
+    (one per kind) once, and the file reads back as pairs (`evaluate --data`); with --media-root each sample id is a
+    clip: four descriptions, 16 negatives, readable under that identity and refused without it."""
+    from emoreward.data import load_pairs
+
+    data = pairs_file(tmp_path / "pairs.jsonl", SHARED)
+    out = tmp_path / "neg.jsonl"
+    assert main(["augment", "--data", str(data), "--output", str(out)]) == 0
+    counts = json.loads((tmp_path / "neg.jsonl.counts.json").read_text())
+    assert (counts["n_descriptions"], counts["n_negatives"], counts["media_by_id"]) == (1, 4, False)
+    assert counts["excluded"]["description already taken from another pair"] == 3
+    assert [p.sample_id for p in load_pairs(out)] == ["d0"] * 4  # the first sample id in sorted order, not row order
+    media = tmp_path / "media"
+    media.mkdir()
+    clips = tmp_path / "clips.jsonl"
+    assert main(["augment", "--data", str(data), "--output", str(clips), "--media-root", str(media)]) == 0
+    counts = json.loads((tmp_path / "clips.jsonl.counts.json").read_text())
+    assert (counts["n_descriptions"], counts["n_negatives"], counts["media_by_id"]) == (4, 16, True)
+    assert len(load_pairs(clips, media_by_id=True)) == 16 == len(read_negatives(clips, media_by_id=True))
+    for reader in (load_pairs, read_negatives):  # one rule: the negatives' reader refuses what the pair loader does
+        with pytest.raises(DataError, match="repeats the pair of row 1"):
+            reader(clips)
+    # the rules engine called as evaluate and train call it: the same identity
+    from emoreward.data import pairs_from_records
+
+    pairs = pairs_from_records(enumerate(SHARED, start=1), "rows")
+    assert len(generate_negatives(pairs).negatives) == 4
+    assert len(generate_negatives(pairs, media_by_id=True).negatives) == 16
+
+
+def test_augment_reads_pairs_as_evaluate_does(tmp_path, capsys):
+    """One pair of descriptions about three clips (text-only rows, three sample ids): one pair repeated without a
+    media root (refused, as `evaluate --data` refuses it), three pairs with one (`evaluate --media-root` reads it)."""
+    rows = [
+        {"sample_id": f"clip{k}", "description_1": TEXT, "description_2": "Short.", "label": "1"} for k in range(3)
+    ]
+    data = pairs_file(tmp_path / "pairs.jsonl", rows)
+    assert main(["augment", "--data", str(data), "--output", str(tmp_path / "n.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "row 2" in err and "repeats the pair of row 1" in err and err.count("\n") == 1
+    media = tmp_path / "media"
+    media.mkdir()
+    argv = ["augment", "--data", str(data), "--output", str(tmp_path / "n.jsonl"), "--media-root", str(media)]
+    assert main(argv) == 0
+    counts = json.loads((tmp_path / "n.jsonl.counts.json").read_text())
+    assert counts["n_descriptions"] == 3 and counts["n_negatives"] == 12
+    argv[-1] = str(tmp_path / "no-such-folder")
+    assert main(argv) == 2 and "--media-root" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("options", "fragment"),
+    [
+        (["--editor", "no-such-judge"], "--editor applies to --engine llm"),
+        (["--editor", "smollm2-135m-text"], "--editor applies to --engine llm"),  # the default's name, given
+        (["--limit", "2"], "--limit applies to --engine llm"),
+        (["--editor", "x", "--limit", "2"], "--editor, --limit apply to --engine llm"),
+        (["--kinds", "emotion_flip,intensity_mismatch,emotion_flip"], "['emotion_flip'] listed more than once"),
+    ],
+)
+def test_an_option_that_cannot_apply_is_refused_before_any_work(options, fragment, tmp_path, capsys):
+    data = pairs_file(tmp_path / "pairs.jsonl", ROWS)
+    try:
+        code = main(["augment", "--data", str(data), "--output", str(tmp_path / "n.jsonl"), *options])
+    except SystemExit as exit_:  # the parser's refusal (--kinds)
+        code = exit_.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert fragment in err and err.count("\n") == 1, err
+    assert not list(tmp_path.glob("n*"))

@@ -196,3 +196,20 @@ def rounded(value):
     if isinstance(value, list):
         return [rounded(v) for v in value]
     return round(value, 9) if isinstance(value, float) else value
+
+
+def test_the_section_counts_distinct_negatives_as_the_pair_loader_identifies_them(model_dir, tmp_path, capsys):
+    """Four text-only samples sharing one preferred description (no media root: one description to the pair
+    loader) give one negative per kind, each counted once (n = 1, Wilson [0, 79.3] or [20.7, 100]), not four times
+    (n = 4) as when the sample id was part of a negative and not of a pair."""
+    text = "In the video she is smiling, slightly Happy. The audio has a trembling tone. She says thanks."
+    rows = [{"sample_id": f"d{k}", "description_1": text, "description_2": f"Other text {k}.", "label": "1"}
+            for k in range(4)]  # fmt: skip
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    report = tmp_path / "report.json"
+    assert main(["evaluate", "--model", str(model_dir), "--data", str(data), "--output", str(report)]) == 0
+    section = json.loads(report.read_text())["controlled_errors"]
+    assert section["n_negatives"] == 4 and section["all"]["n"] == 4
+    for row in section["kinds"].values():
+        assert row["n"] == 1 and [round(x, 1) for x in row["judge"]["ci95"]] in ([0.0, 79.3], [20.7, 100.0])

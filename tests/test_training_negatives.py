@@ -112,10 +112,13 @@ def test_negatives_match_by_content_not_sample_id_and_a_foreign_file_is_refused(
     pairs = emotional_pairs(6)
     renamed = [PreferencePair(f"x{p.sample_id}", p.description_1, p.description_2, p.label, row=p.row) for p in pairs]
     file = tmp_path / "negatives.jsonl"
-    file.write_text(negatives_text(generate_negatives(renamed[3:]).negatives, "jsonl"))  # of x3, x4, x5
+    file.write_text(negatives_text(generate_negatives(renamed[3:]).negatives, "jsonl"))  # of xs3, xs4, xs5
     recipe = config(tmp_path, controlled_negatives=["all"], controlled_negatives_file=str(file))
-    # the fit holds s0..s5: the file's samples are named otherwise, but x3..x5's texts are not s3..s5's sample
-    assert training_pairs(recipe, pairs).pairs == pairs
+    # text-only pairs read without a media root: a sample id is not part of a description (the pair loader's
+    # identity, data.pairs.description_content), so xs3..xs5's negatives are s3..s5's and train the fit that holds them
+    taken = training_pairs(recipe, pairs)
+    assert taken.pairs[:6] == pairs and {p.sample_id for p in taken.pairs[6:]} == {"xs3", "xs4", "xs5"}
+    assert training_pairs(recipe, pairs[:3]).pairs == pairs[:3]  # never a fit without those descriptions
     # a held-out description never trains, whatever its sample id: rename the file's negatives to the fit's ids
     shifted = generate_negatives([PreferencePair(f"s{k - 3}", p.description_1, p.description_2, p.label, row=p.row)
                                   for k, p in enumerate(pairs) if k >= 3]).negatives  # fmt: skip

@@ -57,11 +57,11 @@ class EditPlan:
         return PROMPT.format(instruction=instruction, text=self.original)
 
 
-def plan_edits(pairs: Iterable[PreferencePair], *, source: str = "preferred", kinds: Iterable[str] = KINDS
-               ) -> tuple[list[EditPlan], Counter]:  # fmt: skip
+def plan_edits(pairs: Iterable[PreferencePair], *, source: str = "preferred", kinds: Iterable[str] = KINDS,
+               media_by_id: bool = False) -> tuple[list[EditPlan], Counter]:  # fmt: skip
     """The edit plans of the source descriptions (`rules.source_descriptions`): where the rules engine finds a span
     of the kind, one plan; else the reason, counted."""
-    descriptions, excluded = source_descriptions(pairs, source)
+    descriptions, excluded = source_descriptions(pairs, source, media_by_id=media_by_id)
     plans = []
     for sample_id, text, media in descriptions:
         written, missed = rule_negatives(sample_id, text, media, kinds)
@@ -150,8 +150,8 @@ def run_editor(plans: Sequence[EditPlan], backend: Backend, *, max_new_tokens: i
 
 
 def edit_negatives(pairs: Iterable[PreferencePair], editor: str = "smollm2-135m-text", *, source: str = "preferred",
-                   kinds: Iterable[str] = KINDS, limit: int | None = None, backend: Backend | None = None
-                   ) -> Generated:  # fmt: skip
+                   kinds: Iterable[str] = KINDS, limit: int | None = None, backend: Backend | None = None,
+                   media_by_id: bool = False) -> Generated:  # fmt: skip
     """Controlled negatives written by an LLM editor: plans (`plan_edits`, the first `limit` in content order),
     edits through the text backend of judge `editor` (its `llm`, else its `mllm`; `zero_shot.config`), verified
     (`verify_edit`). The counts (`Generated.steps`, `.rejected`) are the honest outcome: a small model's edits
@@ -168,14 +168,14 @@ def edit_negatives(pairs: Iterable[PreferencePair], editor: str = "smollm2-135m-
     if backend is None:
         config = load_judge_config(editor)
         backend = LazyBackend(config.llm or config.mllm)
-    plans, excluded = plan_edits(pairs, source=source, kinds=kinds)
+    plans, excluded = plan_edits(pairs, source=source, kinds=kinds, media_by_id=media_by_id)
     n_descriptions = len({(p.sample_id, p.original) for p in plans})
     plans = sorted(plans, key=lambda p: p.example.sort_key())
     if limit is not None and len(plans) > limit:
         excluded["planned edits beyond --limit"] += len(plans) - limit
         plans = plans[:limit]
     accepted, steps, rejected = run_editor(plans, backend)
-    kept, duplicates = canonical_negatives(accepted)
+    kept, duplicates = canonical_negatives(accepted, media_by_id=media_by_id)
     if duplicates:
         excluded["the same negative written twice"] += duplicates
     per_kind = {k: sum(n.kind == k for n in kept) for k in kinds}

@@ -22,6 +22,7 @@ from emoreward.data.negatives import Negative
 from emoreward.data.text import markdown_cell
 from emoreward.evaluation import metrics
 from emoreward.evaluation.controlled import ControlledSet, controlled_markdown
+from emoreward.evaluation.cost import CostLedger
 from emoreward.evaluation.harness import JudgementSet, controlled_errors, evaluate_judgements, run_judge
 from emoreward.evaluation.report import weighting_note
 from emoreward.utils.io import atomic_write_json, atomic_write_text
@@ -212,6 +213,7 @@ def run_zero_shot(
             total += runs * orders * per * (len(controlled[0]) if controlled else 0)
         bar = tqdm(total=total, desc=f"judge {config.name}", unit="call", dynamic_ncols=True)
     started = time.perf_counter()
+    cost = CostLedger("calls")  # the command's calls: each strategy's pairs, then the rest (controlled negatives)
     summaries, results, sections = [], {}, {}
     try:
         for strategy in strategies:
@@ -232,7 +234,9 @@ def run_zero_shot(
                 stats=stats,
             )
             judge.register(pairs)
+            mark = (stats.made, stats.cached, stats.reused, stats.failed, time.perf_counter())
             result = run_judge(judge, pairs, swap=swap, runs=runs)
+            cost.add("pairs", **_calls_since(stats, *mark))
             results[strategy] = result
             if controlled is not None:
                 negatives, source, flags = ControlledSet(*controlled)
@@ -250,7 +254,10 @@ def run_zero_shot(
     finally:
         if bar is not None:
             bar.close()
-    elapsed = time.perf_counter() - started
+    done = cost.total()
+    rest = _calls_since(stats, *(done.get(k, 0) for k in CALL_COUNTS), started + done.get("seconds", 0))
+    cost.add("controlled_negatives" if controlled is not None else "pairs", **rest)  # every call in one part
+    elapsed = cost.total()["seconds"]
     y_true = [p.label for p in pairs]
     crowd = None
     members = [crowd_member(f"{config.name}/{s}", r, tie_policy) for s, r in results.items()]
@@ -326,12 +333,22 @@ def run_zero_shot(
             "decode_s": stats.decode_s,
             "models_loaded": {k: getattr(b, "loaded", True) for k, b in backends.items()},
         },
+        "cost": cost.record(),  # the calls above by part (`emoreward.evaluation.cost`): the printed line's values
         "markdown": markdown,
     }
     if out_dir is not None:
         atomic_write_json(out_dir / "report.json", report)
         atomic_write_text(out_dir / "report.md", markdown)
     return report
+
+
+CALL_COUNTS = ("made", "cached", "reused_greedy", "failed")
+
+
+def _calls_since(stats: CallStats, made: float, cached: float, reused: float, failed: float, since: float) -> dict:
+    """The calls `stats` counted, and the seconds that passed, since the given counts and `time.perf_counter` value."""
+    now = (stats.made - made, stats.cached - cached, stats.reused - reused, stats.failed - failed)
+    return {**dict(zip(CALL_COUNTS, now)), "seconds": time.perf_counter() - since}
 
 
 def _no_media(pair: PreferencePair, media_root) -> bool:

@@ -89,13 +89,15 @@ def controlled_negatives(args: argparse.Namespace, pairs: list) -> tuple[list, s
         if given:
             raise ValueError("--controlled-negatives and --no-controlled-negatives: give one of them")
         return None
+    by_id = bool(args.media_root)  # as the pairs were read: one identity for pairs and negatives
     if given:
         from emoreward.data.negatives import read_negatives
 
-        return read_negatives(given), f"file {given}"
+        return read_negatives(given, media_by_id=by_id), f"file {given}"
     from emoreward.data.negatives import generate_negatives
 
-    return generate_negatives(pairs).negatives, f"rules engine on the preferred descriptions of {args.data}"
+    negatives = generate_negatives(pairs, media_by_id=by_id).negatives
+    return negatives, f"rules engine on the preferred descriptions of {args.data}"
 
 
 def in_sample_check(args: argparse.Namespace, spec: str, pairs: list, controlled):
@@ -250,9 +252,10 @@ def _run_reward_model(args: argparse.Namespace, spec: str) -> int:
 
         table += "\n" + controlled_markdown(evaluation["controlled_errors"])
     print(table)
+    from emoreward.evaluation.cost import cost_line
+
     print(
-        f"scored {evaluation['n_descriptions_scored']} descriptions in {evaluation['scoring_seconds']:.1f}s "
-        f"({evaluation['scoring_dtype']}); "
+        f"{cost_line(evaluation['cost'])} ({evaluation['scoring_dtype']}); "
         f"tie threshold {evaluation['tie_threshold']:.4g}; truncated {evaluation.get('n_truncated_at_scoring', 0)}; "
         f"pairs with identical descriptions {evaluation['n_identical_descriptions']}"
     )
@@ -329,11 +332,9 @@ def _run_zero_shot(args: argparse.Namespace, spec: str) -> int:
     )
     calls = report["calls"]
     sys.stdout.write("\n" + report["markdown"] + "\n")
-    reused = f", {calls['reused_greedy']} reused from run 1 (greedy)" if calls["reused_greedy"] else ""
-    sys.stdout.write(
-        f"calls: {calls['made']} made, {calls['cached']} from cache{reused}, {calls['failed']} failed, "
-        f"{calls['seconds']:.1f} s; report: {os.path.join(output, 'report.md')}\n"
-    )
+    from emoreward.evaluation.cost import cost_line
+
+    sys.stdout.write(f"{cost_line(report['cost'])}; report: {os.path.join(output, 'report.md')}\n")
     if options["dataset"] or options["push_to_hub"]:
         from emoreward.data import push_records_to_hub, write_records
 

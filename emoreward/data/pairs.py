@@ -560,10 +560,12 @@ def sample_groups(pairs: Sequence[PreferencePair], *, media_by_id: bool = False)
 
     owner: dict[tuple, int] = {}
     for i, pair in enumerate(pairs):
-        context = pair_content(pair, media_by_id=media_by_id)[1:]
         keys = [("id", pair.sample_id)]
         keys += [(kind, path) for kind, path in (("video", pair.media.video), ("audio", pair.media.audio)) if path]
-        keys += [("text", context, identity_text(d)) for d in (pair.description_1, pair.description_2)]
+        keys += [
+            ("text", *description_content(pair, d, media_by_id=media_by_id))
+            for d in (pair.description_1, pair.description_2)
+        ]
         for key in keys:
             j = owner.setdefault(key, i)
             parent[find(i)] = find(j)
@@ -578,6 +580,14 @@ def pair_content(pair: PreferencePair, *, media_by_id: bool = False) -> tuple:
     subtitle = None if pair.media.subtitle is None else identity_text(pair.media.subtitle)
     clip = pair.sample_id if media_by_id and pair.media.video is None and pair.media.audio is None else None
     return (texts, pair.media.video, pair.media.audio, subtitle, clip)
+
+
+def description_content(pair: PreferencePair, text: str, *, media_by_id: bool = False) -> tuple:
+    """What one description of `pair` is, whatever its sample id (unless ``media_by_id`` makes the id its clip) or
+    row: the context of `pair_content` and the text's identity form. Descriptions with one content are one
+    description: `sample_groups` joins their pairs, controlled negatives are written from it once
+    (`data.negatives.rules.source_descriptions`)."""
+    return (pair_content(pair, media_by_id=media_by_id)[1:], identity_text(text))
 
 
 def canonical_pairs(pairs: Sequence[PreferencePair]) -> list[PreferencePair]:
@@ -714,6 +724,7 @@ __all__ = [
     "PreferencePair",
     "bundled_dataset_path",
     "canonical_pairs",
+    "description_content",
     "is_missing",
     "load_pairs",
     "pair_content",

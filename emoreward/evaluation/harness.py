@@ -19,6 +19,7 @@ from emoreward.data.text import identity_text
 from emoreward.data.verdicts import Judgement
 from emoreward.evaluation import metrics
 from emoreward.evaluation.controlled import ControlledSet, controlled_section
+from emoreward.evaluation.cost import CostLedger
 from emoreward.evaluation.judge import Judge, RewardModelJudge
 
 
@@ -246,7 +247,8 @@ def evaluate_reward_judge(
     (`scoring_seconds`, `scoring_dtype`), the per-pair rewards in the normal order (`pair_rewards`), the truncation
     count, the pairs with identical descriptions, for skipped media, `media_errors`, and with `controlled`
     (a `ControlledSet` or `(negatives, where they come from)`) the controlled-error section (`controlled_errors`,
-    `emoreward.evaluation.controlled`; its `n_descriptions_scored` counts what scoring the negatives added).
+    `emoreward.evaluation.controlled`; its `n_descriptions_scored` counts what scoring the negatives added); `cost`:
+    the command's whole scoring work, total and by part (`emoreward.evaluation.cost.CostLedger.record`).
 
     Raises:
         MediaError: bad media with the judge's `media_errors="raise"`.
@@ -279,9 +281,14 @@ def evaluate_reward_judge(
         evaluation["identical_description_ids"] = identical
     if judge.errors:
         evaluation["media_errors"] = dict(judge.errors)
+    cost = CostLedger("descriptions")  # the command's work: the pairs, then the controlled negatives
+    cost.add("pairs", scored=judge.n_scored, seconds=seconds)
+    mark = time.perf_counter()
     if controlled is not None:
         scored = judge.n_scored
         negatives, source, in_sample = ControlledSet(*controlled)
         evaluation["controlled_errors"] = controlled_errors(judge, negatives, source=source, in_sample=in_sample)
         evaluation["controlled_errors"]["n_descriptions_scored"] = judge.n_scored - scored
+        cost.add("controlled_negatives", scored=judge.n_scored - scored, seconds=time.perf_counter() - mark)
+    evaluation["cost"] = cost.record()  # the cost line and the JSON from these values (`cost.cost_line`)
     return evaluation

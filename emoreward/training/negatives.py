@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from emoreward.data import PreferencePair
 from emoreward.data.negatives import generate_negatives, read_negatives
 from emoreward.data.negatives.rules import source_descriptions
-from emoreward.data.text import identity_text
+from emoreward.data.pairs import description_content
 
 
 @dataclass(frozen=True)
@@ -29,8 +29,9 @@ class TrainingPairs:
         return f"{self.n_human} human pairs + {len(self.pairs) - self.n_human} controlled negatives ({kinds})"
 
 
-def _source_key(sample_id: str, media, text: str) -> tuple:
-    return (sample_id, media.video or "", media.audio or "", identity_text(media.subtitle or ""), identity_text(text))
+def _source_key(sample_id: str, media, text: str, media_by_id: bool) -> tuple:
+    """A source description's identity (`data.pairs.description_content`: its text in its context)."""
+    return description_content(PreferencePair(sample_id, text, text, media=media), text, media_by_id=media_by_id)
 
 
 def training_pairs(config, pairs: list[PreferencePair], *, require_match: bool = False) -> TrainingPairs:
@@ -47,12 +48,17 @@ def training_pairs(config, pairs: list[PreferencePair], *, require_match: bool =
     kinds = config.controlled_negatives
     if not kinds:
         return TrainingPairs(list(pairs), len(pairs))
+    by_id = config.media_root is not None  # the pairs were read so (pipeline): the negatives' identity follows
     if config.controlled_negatives_file:
         # a negative trains this fit only when its original IS one of the fit's preferred descriptions, in the same
-        # context: matched by content (sample id, media, text), so a held-out sample's description never trains it
-        ours = {_source_key(sample_id, media, text) for sample_id, text, media in source_descriptions(pairs)[0]}
-        read = [n for n in read_negatives(config.controlled_negatives_file) if n.kind in kinds]
-        negatives = [n for n in read if _source_key(n.sample_id, n.media, n.original) in ours]
+        # context: matched by content (media, text; the sample id with a media root), so a held-out sample's
+        # description never trains it
+        ours = {
+            _source_key(sid, media, text, by_id)
+            for sid, text, media in source_descriptions(pairs, media_by_id=by_id)[0]
+        }
+        read = [n for n in read_negatives(config.controlled_negatives_file, media_by_id=by_id) if n.kind in kinds]
+        negatives = [n for n in read if _source_key(n.sample_id, n.media, n.original, by_id) in ours]
         if read and not negatives and require_match:
             raise ValueError(
                 f"controlled_negatives_file {config.controlled_negatives_file}: none of its {len(read)} negatives "
@@ -60,7 +66,7 @@ def training_pairs(config, pairs: list[PreferencePair], *, require_match: bool =
                 "context and text): a file written from other data"
             )
     else:
-        negatives = generate_negatives(pairs, kinds=kinds).negatives
+        negatives = generate_negatives(pairs, kinds=kinds, media_by_id=by_id).negatives
     per_kind = Counter(n.kind for n in negatives)
     extra = [n.pair(row=len(pairs) + k + 1) for k, n in enumerate(negatives)]
     return TrainingPairs([*pairs, *extra], len(pairs), {k: per_kind[k] for k in kinds})

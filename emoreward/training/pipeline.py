@@ -307,7 +307,7 @@ def _default_evaluate(config: EmoRewardConfig) -> Callable[[RewardModel, list[Pr
         tie_policy=config.two_class_tie_policy,
         batch_size=config.score_batch_size,
         media_errors=config.media_errors,
-        controlled=(generate_negatives(test).negatives, CONTROLLED_SOURCE),  # negatives of the evaluated pairs only
+        controlled=(generate_negatives(test, media_by_id=config.media_root is not None).negatives, CONTROLLED_SOURCE),
         media_by_id=config.media_root is not None,
     )
 

@@ -12,7 +12,8 @@ from emoreward.cli.main import build_parser, command_module
 from emoreward.cli.options import ALWAYS
 
 
-TABLED = ("rank", "evaluate", "judge", "export", "serve")  # train's recipe fields: training.config.FIELD_SUPPORT
+# train's recipe fields: training.config.FIELD_SUPPORT
+TABLED = ("rank", "evaluate", "judge", "export", "serve", "augment")
 
 
 def parser_dests(command: str) -> set[str]:

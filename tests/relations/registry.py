@@ -179,6 +179,8 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--source": "which descriptions are edited: tests/test_augment.py checks the counts of each source",
         "--kinds": "which kinds are written: tests/test_augment.py",
         "--engine": "the editing engine: tests/test_augment.py runs both (llm on SmolLM2-135M)",
+        "--media-root": "the sample id as a pair's clip, as evaluate --media-root reads the same file (one identity "
+        "for pairs and negatives): tests/test_augment.py",
         "--editor": "the LLM editor's judge definition: tests/test_augment.py",
         "--limit": "how many planned LLM edits run: tests/test_augment.py counts them",
     },

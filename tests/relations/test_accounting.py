@@ -186,12 +186,20 @@ def test_judge_counts_equal_the_calls_made(options, tmp_path, capsys):
     n_negatives = report["controlled_errors"]["S1"]["n_negatives"]
     assert n_negatives > 12
     assert made + total["reused_greedy"] == (12 + n_negatives) * orders * runs, total
+    # one ledger: the printed line and the JSON from the same values, the parts adding up to the calls made
+    cost = report["cost"]
+    parts = cost["parts"]
+    assert cost["total"]["made"] == made and parts["pairs"]["made"] + parts["controlled_negatives"]["made"] == made
+    assert parts["pairs"]["made"] + parts["pairs"]["reused_greedy"] == 12 * orders * runs
+    pairs_made, negatives_made = parts["pairs"]["made"], parts["controlled_negatives"]["made"]
+    assert f"(pairs: {pairs_made} made" in printed and f"; controlled negatives: {negatives_made} made" in printed
 
 
 def test_evaluate_counts_the_descriptions_it_scored(rm_dir, tmp_path, capsys):
     rows = pair_rows(12)
     out = tmp_path / "e.json"
-    run_ok(capsys, ["evaluate", "--model", rm_dir, "--data", write_jsonl(tmp_path / "p.jsonl", rows), "--output", out])
+    printed = run_ok(capsys, ["evaluate", "--model", rm_dir, "--data", write_jsonl(tmp_path / "p.jsonl", rows),
+                              "--output", out])  # fmt: skip
     report = read_json(out)
     distinct = {t for r in rows for t in (r["description_1"], r["description_2"])}
     assert report["n_descriptions_scored"] == len(distinct)
@@ -199,6 +207,19 @@ def test_evaluate_counts_the_descriptions_it_scored(rm_dir, tmp_path, capsys):
     negatives = {negative for _, negative in controlled_texts(rows)}  # negatives are new work
     assert controlled["n_descriptions_scored"] == len(negatives) and controlled["n_negatives"] == len(negatives)
     assert sum(map(sum, report["judge"]["three_class"]["confusion"])) == len(rows)
+    # the cost line counts everything the command scored, from the JSON's ledger: the pairs and the negatives
+    cost = report["cost"]
+    assert cost["parts"]["pairs"]["scored"] == len(distinct) and cost["parts"]["controlled_negatives"]["scored"] == (
+        len(negatives)
+    )
+    assert cost["total"]["scored"] == len(distinct) + len(negatives)
+    assert (
+        cost["total"]["seconds"]
+        == cost["parts"]["pairs"]["seconds"] + cost["parts"]["controlled_negatives"]["seconds"]
+    )
+    assert (
+        f"scored {len(distinct) + len(negatives)} descriptions in {cost['total']['seconds']:.1f} s (pairs: " in printed
+    )
 
 
 def test_train_folds_hold_every_pair_once(tiny_bert_dir, tmp_path, capsys):

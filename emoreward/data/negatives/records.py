@@ -17,7 +17,7 @@ from typing import Literal
 
 from emoreward.data.context import MediaRef
 from emoreward.data.errors import DataError
-from emoreward.data.pairs import PreferencePair
+from emoreward.data.pairs import PreferencePair, pair_content
 from emoreward.data.readers import read_csv, read_jsonl, read_text
 from emoreward.data.text import description_length, identity_text, normal_text
 from emoreward.data.values import is_missing
@@ -74,18 +74,24 @@ class Negative:
         """The negative as a labelled pair: description 1 the original (preferred, label ``"1"``), 2 the negative;
         the writers ``"original"`` and ``"negative:<kind>:<digest>"`` keep several negatives of one sample apart
         (a zero-shot judge's call cache keys a pair by sample and writers)."""
-        digest = hashlib.sha256(repr(self.content_key()).encode()).hexdigest()[:12]
+        digest = hashlib.sha256(repr(self._record()).encode()).hexdigest()[:12]
         return PreferencePair(self.sample_id, self.original, self.negative, "1", "original",
                               f"negative:{self.kind}:{digest}", self.media, row)  # fmt: skip
 
-    def content_key(self) -> tuple:
-        """Identity by content: the context, the two texts in their identity form, the kind and the engine."""
+    def content_key(self, *, media_by_id: bool = False) -> tuple:
+        """Identity by content: the pair loader's identity of `pair()` (`data.pairs.pair_content`: the two texts and
+        the context; the sample id only with ``media_by_id``, when a pair naming no media file reads its id's clips).
+        Two negatives with one key are one pair to every reader: one is written, read and counted."""
+        return pair_content(self.pair(), media_by_id=media_by_id)
+
+    def _record(self) -> tuple:
         m = self.media
         return (self.sample_id, m.video or "", m.audio or "", identity_text(m.subtitle or ""),
                 identity_text(self.original), identity_text(self.negative), KINDS.index(self.kind), self.engine)  # fmt: skip
 
     def sort_key(self) -> tuple:
-        return (*self.content_key(), self.span_start, self.span_end, self.replacement)
+        """The content order every output is written in (the record's fields, then the edit)."""
+        return (*self._record(), self.span_start, self.span_end, self.replacement)
 
 
 def make_negative(
@@ -111,13 +117,13 @@ def make_negative(
                     modality, engine, media)  # fmt: skip
 
 
-def canonical_negatives(negatives: Iterable[Negative]) -> tuple[list[Negative], int]:
-    """Negatives in the order of their content, each content once: `(kept, n_duplicates_removed)`. Shuffled input
-    gives the same list; the output file is byte-identical."""
+def canonical_negatives(negatives: Iterable[Negative], *, media_by_id: bool = False) -> tuple[list[Negative], int]:
+    """Negatives in the order of their content, each content (`Negative.content_key`) once, the first in that order
+    kept: `(kept, n_duplicates_removed)`. Shuffled input gives the same list; the output file is byte-identical."""
     seen: dict[tuple, Negative] = {}
     duplicates = 0
     for neg in sorted(negatives, key=Negative.sort_key):
-        key = neg.content_key()
+        key = neg.content_key(media_by_id=media_by_id)
         if key in seen:
             duplicates += 1
             continue
@@ -187,11 +193,13 @@ def _str(record: dict, key: str, source: str, row: int, *, required: bool = True
     return value
 
 
-def read_negatives(path: str | Path) -> list[Negative]:
+def read_negatives(path: str | Path, *, media_by_id: bool = False) -> list[Negative]:
     """The negatives of a file written by `emoreward augment` (or any JSONL / CSV with its columns), every edit
     checked against its record: the span lies in description_1 and holds original_span, description_2 equals the
     edit applied, length_change is the difference of the two lengths, kind / modality / engine are known names,
-    label is 1. A sample id may repeat (several negatives per sample); the pair loader's uniqueness does not apply.
+    label is 1. A sample id may repeat (several negatives per sample); two rows that are one pair to the pair
+    loader (`Negative.content_key`, with ``media_by_id`` as the command reads its pairs) are refused, as it refuses
+    them.
 
     Returns:
         the negatives in content order (`canonical_negatives`); [] for a file without rows (a repeated negative
@@ -242,13 +250,14 @@ def read_negatives(path: str | Path) -> list[Negative]:
             raise DataError(source, row, "description_2", "is not description_1 with the recorded edit applied")
         if neg.length_change != _int(rec, "length_change", source, row):
             raise DataError(source, row, "length_change", f"the edit changes the length by {neg.length_change}")
-        first = seen.setdefault(neg.content_key(), row)
+        first = seen.setdefault(neg.content_key(media_by_id=media_by_id), row)
         if first != row:  # a repeated negative would count twice in a section, or be dropped unsaid: refused
             raise DataError(
-                source, row, "description_2", f"the same negative as row {first} (sample, both texts, kind)"
-            )
+                source, row, "description_2", f"repeats the pair of row {first} (the same two descriptions and the "
+                "same context): a repeated negative counts twice in every section; remove one",
+            )  # fmt: skip
         out.append(neg)
-    return canonical_negatives(out)[0]
+    return canonical_negatives(out, media_by_id=media_by_id)[0]
 
 
 __all__ = [

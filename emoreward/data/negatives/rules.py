@@ -15,7 +15,7 @@ from importlib import resources
 
 from emoreward.data.context import MediaRef
 from emoreward.data.negatives.records import KINDS, MODALITIES, Negative, canonical_negatives, make_negative
-from emoreward.data.pairs import PreferencePair
+from emoreward.data.pairs import PreferencePair, description_content
 from emoreward.data.text import normal_text
 
 
@@ -198,10 +198,13 @@ Source = str  # "preferred" | "all"
 SOURCES = ("preferred", "all")
 
 
-def source_descriptions(pairs: Iterable[PreferencePair], source: Source = "preferred") -> tuple[list, Counter]:
-    """The descriptions negatives are written from: `(sample_id, description, media)`, each content once, and the
-    count of pairs left out with the reason. ``"preferred"``: the description humans preferred (a tie or unlabelled
-    pair gives none); ``"all"``: both descriptions of every pair.
+def source_descriptions(pairs: Iterable[PreferencePair], source: Source = "preferred", *,
+                        media_by_id: bool = False) -> tuple[list, Counter]:  # fmt: skip
+    """The descriptions negatives are written from: `(sample_id, description, media)`, each description once by the
+    pair loader's identity (`data.pairs.description_content`: the text in its context; the sample id only with
+    ``media_by_id``), under its first sample id in sorted order, and the count of pairs left out with the reason.
+    ``"preferred"``: the description humans preferred (a tie or unlabelled pair gives none); ``"all"``: both
+    descriptions of every pair.
 
     Raises:
         ValueError: an unknown `source`."""
@@ -218,11 +221,17 @@ def source_descriptions(pairs: Iterable[PreferencePair], source: Source = "prefe
             left_out["pair without a preferred description (tie or no label)"] += 1
             continue
         for text in texts:
-            key = (p.sample_id, p.media, normal_text(text).strip())
+            key = description_content(p, text, media_by_id=media_by_id)
             if key in out:
                 left_out["description already taken from another pair"] += 1
-            out.setdefault(key, (p.sample_id, text, p.media))
-    return [out[k] for k in sorted(out, key=lambda k: (k[0], k[2], str(k[1])))], left_out
+            found = (p.sample_id, text, p.media)
+            out[key] = min(out.get(key, found), found, key=_order)  # the rows' order picks no sample id
+    return sorted(out.values(), key=_order), left_out
+
+
+def _order(found: tuple) -> tuple:
+    sample_id, text, media = found
+    return (sample_id, normal_text(text).strip(), str(media))
 
 
 @dataclass
@@ -250,10 +259,12 @@ class Generated:
 
 
 def generate_negatives(
-    pairs: Iterable[PreferencePair], *, source: Source = "preferred", kinds: Iterable[str] = KINDS
-) -> Generated:
+    pairs: Iterable[PreferencePair], *, source: Source = "preferred", kinds: Iterable[str] = KINDS,
+    media_by_id: bool = False,
+) -> Generated:  # fmt: skip
     """Controlled negatives of `pairs` with the rules engine: for each source description (`source_descriptions`),
-    at most one negative per kind (`rule_negatives`). Deterministic: the same pairs in any order give the same list.
+    at most one negative per kind (`rule_negatives`), each pair once (`records.canonical_negatives`); ``media_by_id``
+    as the pairs were read (`data.pairs.load_pairs`). Deterministic: the same pairs in any order give the same list.
 
     Raises:
         ValueError: an unknown source or kind."""
@@ -261,13 +272,13 @@ def generate_negatives(
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:
         raise ValueError(f"unknown kind {unknown[0]!r}; available: {list(KINDS)}")
-    descriptions, left_out = source_descriptions(pairs, source)
+    descriptions, left_out = source_descriptions(pairs, source, media_by_id=media_by_id)
     negatives, excluded = [], Counter(left_out)
     for sample_id, text, media in descriptions:
         written, missed = rule_negatives(sample_id, text, media, kinds)
         negatives += written
         excluded.update(f"{kind}: {reason}" for kind, reason in missed)
-    kept, duplicates = canonical_negatives(negatives)
+    kept, duplicates = canonical_negatives(negatives, media_by_id=media_by_id)
     if duplicates:
         excluded["the same negative written twice"] += duplicates
     per_kind = {k: sum(n.kind == k for n in kept) for k in kinds}
