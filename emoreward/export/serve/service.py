@@ -207,7 +207,7 @@ class RewardService:
             raise ValueError(f"unknown route {route!r}; known: {sorted(self.routes)}")
         if not isinstance(body, dict):
             raise RequestError(HTTPStatus.BAD_REQUEST, "the body must be a JSON object")
-        return handler.parse(body)
+        return handler.parse(self.fields.body(body, handler))
 
     # ------------------------------------------------------------------ scoring
     def score_jobs(self, jobs: list[Job]) -> None:
