@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from emoreward.data.context import MediaRef, RewardContext, reward_context
 from emoreward.data.errors import DataError
@@ -20,10 +20,6 @@ from emoreward.data.text import normal_text
 from emoreward.export.serve.batching import Job
 from emoreward.export.serve.facts import ServedModelFacts
 from emoreward.export.serve.protocol import RequestError, ServerLimits
-
-
-if TYPE_CHECKING:
-    from emoreward.export.serve.routes.base import Route
 
 
 # bytes of one file or folder name at most (NAME_MAX of Linux, macOS and Windows file systems)
@@ -57,9 +53,10 @@ class BodyField:
     noun: str = "items"
 
 
-def check_body_fields(route: type[Route]) -> None:
-    """A route's declaration is whole: ``body_fields`` names each field once, exactly one ``items`` field, and every
-    ``required_when`` names one of the route's options and values it takes. Raises ValueError naming the route."""
+def check_body_fields(route: type) -> None:
+    """A route's declaration (a `emoreward.export.serve.routes.Route` subclass) is whole: ``body_fields`` names each
+    field once, exactly one ``items`` field, and every ``required_when`` names one of the route's options and values
+    it takes. Raises ValueError naming the route."""
     declared = getattr(route, "body_fields", ())
     names = [field.name for field in declared]
     if len([f for f in declared if f.role == "items"]) != 1 or len(set(names)) != len(names):
@@ -106,9 +103,10 @@ class RequestFields:
         if self.media_root is not None and not self.media_root.is_dir():
             raise ValueError(f"--media-root {media_root} is not a directory")
 
-    def body(self, body: dict, route: Route) -> dict[str, Any]:
-        """The fields ``route`` declares (`BodyField`), checked against its settings before any work: name -> value,
-        None where not given (absent, or ``null`` for a field that is not required).
+    def body(self, body: dict, route: Any) -> dict[str, Any]:
+        """The fields ``route`` (a `Route`: its ``body_fields``, ``settings``, ``options``) declares, checked against
+        its settings before any work: name -> value, None where not given (absent, or ``null`` for a field that is not
+        required).
 
         Raises:
             RequestError: 400 naming the field: a field the route does not declare; a required field absent (one
