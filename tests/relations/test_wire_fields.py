@@ -12,6 +12,8 @@ per-sample log keys, `SAMPLE_KEYS`).
 from __future__ import annotations
 
 import itertools
+import json
+import urllib.request
 
 import pytest
 from _helpers import post_json
@@ -137,6 +139,11 @@ def test_a_label_the_server_reads_changes_the_reward_and_is_never_dropped(model,
         reward_func.reward_func(query["query"], [""], None)
 
 
+def get_json(srv: RewardServer, path: str) -> dict:
+    with urllib.request.urlopen(f"http://{srv.host}:{srv.port}{path}", timeout=60) as reply:
+        return json.loads(reply.read())
+
+
 def shape(reply, n: int):
     """The keys of a reply, nested; every list is checked to hold ``n`` items (one per item of the request)."""
     if isinstance(reply, dict):
@@ -156,6 +163,8 @@ def test_every_reply_has_the_same_keys_for_0_1_and_n_items(path, model):
     items = next(f for f in route.body_fields if f.role == "items")
     shapes = {}
     with RewardServer(RewardService(model), port=0) as srv:
+        health = get_json(srv, "/health")["length_monitor"]  # the monitor's record before any reward, and after
+        assert set(health) == {"window", "threshold", "warnings", *SAMPLE_KEYS}
         for n in (1, 3, 0):
             status, data = post_json(srv.host, srv.port, path, body_of(route, n))
             if n == 0 and not items.allow_empty:
@@ -163,6 +172,7 @@ def test_every_reply_has_the_same_keys_for_0_1_and_n_items(path, model):
                 continue
             assert status == 200, data
             shapes[n] = shape(data, n)
+        assert set(get_json(srv, "/health")["length_monitor"]) == set(health)
     assert all(s == shapes[1] for s in shapes.values()), shapes
     if path == "/get_reward":
         assert set(SAMPLE_KEYS) <= set(shapes[0]["extra_logs"])  # the length monitor's figures, an empty share too
