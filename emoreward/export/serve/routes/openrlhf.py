@@ -174,7 +174,7 @@ class OpenRLHF(Route):
             "ignore",
             "what the 'labels' of OpenRLHF requests are (its --data.label_key / --label_key column): ignored, the "
             "sample's subtitle, or its clip (a sample id, a media path under --media-root, or an object with "
-            "sample_id / subtitle / video / audio)",
+            "sample_id / subtitle / video / audio); under subtitle and clip a request without 'labels' is a 400",
             choices=LABELS,
         ),
         RouteOption(
