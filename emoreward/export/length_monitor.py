@@ -256,14 +256,14 @@ def sample_record(figures: dict[str, float | None]) -> dict[str, float]:
 
 def per_sample(figures: dict[str, float | None], n: int) -> dict[str, list[float]]:
     """`sample_record` of the figures repeated once per sample, for frameworks that log per-sample lists and average
-    them: OpenRLHF's ``extra_logs`` (every key a list of the batch's length; the same keys in every reply); the mean
-    of each list is the figure.
+    them: OpenRLHF's ``extra_logs`` (every key a list of the batch's length; the same keys in every reply, an empty
+    batch's included: empty lists); the mean of each list is the figure.
 
     Raises:
-        ValueError: if ``n < 1``.
+        ValueError: if ``n < 0``.
     """
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
     return {key: [value] * n for key, value in sample_record(figures).items()}
 
 

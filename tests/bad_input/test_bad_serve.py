@@ -75,7 +75,7 @@ REQUESTS = [
     ("unknown-field", 400, b'{"descriptions": ["a"], "prompt": "x"}', ["unknown fields ['prompt']"]),
     ("duplicate-key", 400, b'{"descriptions": ["a"], "descriptions": ["b", "c"]}', ["'descriptions' appears twice"]),
     ("media-a-string", 400, b'{"descriptions": ["a"], "media": "s0.mp4"}', ["'media' must be an object or a list"]),
-    ("media-count", 400, b'{"descriptions": ["a", "b"], "media": [{}]}', ["'media'", "one object per description"]),
+    ("media-count", 400, b'{"descriptions": ["a", "b"], "media": [{}]}', ["'media' has 1 items for 2 descriptions"]),
     ("media-unknown-key", 400, b'{"descriptions": ["a"], "media": {"sub": "x"}}', ["'media[0]' has unknown keys ['sub']"]),
     ("subtitle-a-number", 400, b'{"descriptions": ["a"], "media": {"subtitle": 3}}', ["'media[0].subtitle' must be a string"]),
     ("media-path-for-a-text-model", 400, b'{"descriptions": ["a"], "media": [{"video": "../../etc/passwd"}]}',
@@ -90,10 +90,10 @@ def test_bad_reward_requests_get_a_4xx_naming_the_field(server, status, body, fr
 
 OPENRLHF = [
     ("no-query", b'{"prompts": ["p"]}', ["missing field 'query'"]),
-    ("query-a-number", b'{"query": [1]}', ["'query[0]' must be a string"]),
-    ("prompt-count", b'{"query": ["pa", "pb"], "prompts": ["p"]}', ["'prompts' has 1 items for 2 queries"]),
+    ("query-a-number", b'{"query": [1], "labels": [""]}', ["'query[0]' must be a string"]),
+    ("prompt-count", b'{"query": ["pa", "pb"], "prompts": ["p"], "labels": ["", ""]}', ["'prompts' has 1 items for 2 queries"]),
     ("label-count", b'{"query": ["a"], "labels": ["x", "y"]}', ["'labels' has 2 items for 1 queries"]),
-    ("query-without-its-prompt", b'{"query": ["hello world"], "prompts": ["bye"]}', ["query[0] does not start with prompts[0]"]),
+    ("query-without-its-prompt", b'{"query": ["hello world"], "prompts": ["bye"], "labels": [""]}', ["query[0] does not start with prompts[0]"]),
 ]  # fmt: skip
 
 

@@ -7,14 +7,12 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-from http import HTTPStatus
 
 import pytest
 from _helpers import StubRewardModel
 
 from emoreward.export.serve import routes
 from emoreward.export.serve.http import RewardServer
-from emoreward.export.serve.protocol import RequestError
 from emoreward.export.serve.service import RewardService
 
 
@@ -29,14 +27,16 @@ class Toy(routes.Route):
     path = "/v1/toy"
     name = "toy"
     options = (routes.RouteOption("toy_suffix", "--toy-suffix", "", "text appended to every toy text"),)
+    # its request's fields: the service checks a body against them (unknown, missing, counts) before `parse`
+    body_fields = (
+        routes.BodyField("texts", "the texts", role="items", required=True),
+        routes.BodyField("subtitle", "one subtitle for all", role="whole"),
+    )
 
     def parse(self, body):
         fields = self.fields  # the request-field validation every route receives (never the service)
-        if set(body) - {"texts", "subtitle"}:
-            raise RequestError(HTTPStatus.BAD_REQUEST, "toy: unknown fields")
-        texts = [fields.text(t, f"texts[{k}]") + self.settings["toy_suffix"]
-                 for k, t in enumerate(fields.items(body.get("texts"), "texts"))]  # fmt: skip
-        contexts = fields.contexts({"subtitle": body.get("subtitle")}, len(texts))
+        texts = [fields.text(t, f"texts[{k}]") + self.settings["toy_suffix"] for k, t in enumerate(body["texts"])]
+        contexts = fields.contexts({"subtitle": body["subtitle"]}, len(texts))
         return fields.job(self.name, texts, contexts, [f"texts[{k}]" for k in range(len(texts))])
 
     def reply(self, job, rewards, truncated, empty):
@@ -66,11 +66,22 @@ def test_a_route_defined_in_one_file_is_served_over_http(toy):
         assert status == 200 and data == {"values": [1.4, 1.3]}  # words / 10 + 1 (a subtitle), the suffix counted
         status, data = post(srv, "/v1/toy", {"texts": "nope"})
         assert status == 400 and data["error"] == "'texts' must be a list"
+        status, data = post(srv, "/v1/toy", {"texts": ["one"], "subtitel": "hi"})  # its declaration, checked
+        assert status == 400 and data["error"] == "unknown fields ['subtitel']; expected 'texts', 'subtitle'"
         status, data = post(srv, "/nowhere", {})
         assert status == 404 and "/v1/toy" in data["error"]  # the 404 hint lists it
         status, data = post(srv, "/v1/rewards", {"descriptions": ["one two"]})  # the built-in routes still serve
         assert status == 200 and data["rewards"] == [0.2]
     assert "POST /v1/toy" in routes.endpoints()  # the start-up banners' endpoint list
+
+
+def test_a_route_that_does_not_declare_its_fields_is_not_registered():
+    class Undeclared(Toy):
+        path, name, body_fields = "/v1/undeclared", "undeclared", ()
+
+    with pytest.raises(ValueError, match="exactly one with role 'items'"):
+        routes.register(Undeclared)
+    assert "/v1/undeclared" not in routes.ROUTES
 
 
 def test_a_route_defined_in_one_file_is_served_in_process_and_has_its_serve_option(toy, tmp_path, monkeypatch):

@@ -11,6 +11,7 @@ import torch
 from _helpers import StubRewardModel, assert_same_rewards, post_json
 
 import emoreward.export.serve.reward_func as reward_file
+from emoreward.export.length_monitor import SAMPLE_KEYS
 from emoreward.export.serve.http import RewardServer
 from emoreward.export.serve.local import shared_batcher
 from emoreward.export.serve.service import RewardService
@@ -29,16 +30,18 @@ class Words(StubRewardModel):
 
 def test_an_empty_query_gets_empty_rewards_and_every_key():
     with RewardServer(RewardService(Words(), openrlhf_labels="subtitle"), port=0) as srv:
-        for body in ({"query": []}, {"query": [], "prompts": [], "labels": []}):
+        for body in ({"query": [], "labels": []}, {"query": [], "prompts": [], "labels": []}):
             status, data = post(srv, "/get_reward", body)
             assert status == 200, data
             assert data["rewards"] == [] and data["scores"] == [] and data["truncated"] == [] and data["empty"] == []
+            # every key of a share of one or more (OpenRLHF concatenates extra_logs key by key), as empty lists
             assert data["extra_logs"] == {
                 "emotion_reward": [],
                 "emotion_reward_truncated": [],
                 "emotion_reward_empty": [],
+                **{key: [] for key in SAMPLE_KEYS},
             }
-        status, data = post(srv, "/get_reward", {"query": [], "prompts": ["p"]})
+        status, data = post(srv, "/get_reward", {"query": [], "prompts": ["p"], "labels": []})
         assert status == 400 and "'prompts' has 1 items for 0 queries" in data["error"]
         assert post(srv, "/v1/rewards", {"descriptions": []})[0] == 400  # our own endpoint still wants descriptions
     assert srv.service.stats.requests == 2 and srv.service.stats.batches == 0  # never queued, no model call

@@ -104,9 +104,13 @@ def test_openrlhf_endpoint(server):
     assert status == 200
     assert data["rewards"] == pytest.approx([1.3, 0.1]) and data["scores"] == data["rewards"]
     assert data["extra_logs"]["emotion_reward"] == data["rewards"]
-    status, data = post(server, "/get_reward", {"query": ["one two"]})  # no prompts: the whole query
+    status, data = post(server, "/get_reward", {"query": ["one two"], "labels": [""]})  # no prompts: the query
     assert status == 200 and data["rewards"] == pytest.approx([0.2])
-    status, data = post(server, "/get_reward", {"query": ["abc"], "prompts": ["zzz"]})
+    status, data = post(server, "/get_reward", {"query": ["one two"]})  # --openrlhf-labels subtitle reads labels
+    assert status == 400 and data["error"].startswith(
+        "missing field 'labels': the server's --openrlhf-labels subtitle"
+    )
+    status, data = post(server, "/get_reward", {"query": ["abc"], "prompts": ["zzz"], "labels": [""]})
     assert status == 400 and "does not start with" in data["error"]
 
 
@@ -132,10 +136,15 @@ def test_a_whole_rollout_batch_in_one_request():
         ("/v1/rewards", {"descriptions": ["a"] * 5}, 413, "limit is 4"),
         ("/v1/rewards", {"descriptions": ["a" * 201]}, 413, "limit is 200"),
         ("/v1/rewards", {"descriptions": ["a"], "media": {"video": "v.mp4"}}, 400, "text-only"),
-        ("/v1/rewards", {"descriptions": ["a", "b"], "media": [{}]}, 400, "one object per description"),
+        ("/v1/rewards", {"descriptions": ["a", "b"], "media": [{}]}, 400, "'media' has 1 items for 2 descriptions"),
         ("/v1/rewards", {"descriptions": ["a"], "media": {"subtitle": 3}}, 400, "'media[0].subtitle' must be"),
         ("/get_reward", {"prompts": ["a"]}, 400, "missing field 'query'"),
-        ("/get_reward", {"query": ["a", "b"], "prompts": ["a"]}, 400, "'prompts' has 1 items for 2 queries"),
+        (
+            "/get_reward",
+            {"query": ["a", "b"], "prompts": ["a"], "labels": ["", ""]},
+            400,
+            "'prompts' has 1 items for 2",
+        ),
         ("/get_reward", {"query": ["a"], "labels": ["x", "y"]}, 400, "'labels' has 2 items for 1 queries"),
         ("/nope", {}, 404, "no endpoint /nope"),
         ("/health", {}, 405, "/health takes GET"),

@@ -33,6 +33,7 @@ RELATIONS: dict[str, str] = {
     "output_closure": "test_output_closure",
     "numeric_health": "test_numeric_health",
     "export_fidelity": "test_export_fidelity",
+    "wire_fields": "test_wire_fields",  # request fields declared per route and setting; fixed reply keys at 0, 1, n
 }
 
 # route -> "module:qualname" of the callables its framework calls (their parameters are the route's options), or
@@ -223,7 +224,7 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "checks the weights on counted agreements",
     },
     "serve": {
-        "*": ("renaming",),
+        "*": ("renaming", "wire_fields"),
         "--model": ("content_identity", "numeric_health"),
         "--host": NO_RESULT,
         "--port": NO_RESULT,
@@ -243,7 +244,7 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--max-items": LIMIT,
         "--max-chars": LIMIT,
         "--overlong": LIMIT,
-        "--openrlhf-labels": "what OpenRLHF labels carry: tests/export/serve (clip labels)",
+        "--openrlhf-labels": ("wire_fields",),  # clip labels: tests/export/test_server_media.py
         "--query-marker": "where OpenRLHF's response starts: tests/export/serve",
         "--length-window": "the length monitor: tests/export/test_length_monitor*",
         "--length-threshold": "the length monitor: tests/export/test_length_monitor*",
@@ -293,7 +294,7 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "completions": ("renaming",),
     },
     "verl": {
-        "*": ("renaming", "numeric_health"),
+        "*": ("renaming", "numeric_health", "wire_fields"),
         "data_source": "unused: every sample is scored by the reward model",
         "solution_str": ("renaming",),
         "ground_truth": "the subtitle key of the context: tests/export",
@@ -312,12 +313,12 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "name": "the name TRL logs the reward under",
         "length_monitor": "the length monitor: tests/export/test_length_monitor*",
     },
-    "openrlhf_http": {"*": ("renaming",)},
+    "openrlhf_http": {"*": ("renaming", "wire_fields")},
     "openrlhf_reward_func": {
-        "*": ("renaming",),
+        "*": ("renaming", "wire_fields"),
         "queries": ("renaming",),
         "prompts": "the prompt removed from the query: tests/export",
-        "labels": "what OpenRLHF labels carry: tests/export",
+        "labels": ("wire_fields",),
     },
     "ray": {"*": "the same RewardService as openrlhf_http in Ray Serve replicas: the tests marked ray"},
 }

@@ -1,15 +1,17 @@
-"""Request-field validation of the reward server, as one object every route receives (`RequestFields`): lists,
-texts (Unicode, the character limit), media objects into `RewardContext`s by the one context and media rules, media
-paths confined to the media root, and the `Job` of a parsed request. No HTTP and no scoring: routes validate here and
-never call back into `RewardService`. See docs/serving.md#reward-server-emoreward-serve.
+"""Request-field validation of the reward server, as one object every route receives (`RequestFields`): the body's
+top-level fields against the route's declaration (`BodyField`: unknown, missing, per-item counts, by the server's
+settings), lists, texts (Unicode, the character limit), media objects into `RewardContext`s by the one context and
+media rules, media paths confined to the media root, and the `Job` of a parsed request. No HTTP and no scoring:
+routes validate here and never call back into `RewardService`. See docs/serving.md#reward-server-emoreward-serve.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from emoreward.data.context import MediaRef, RewardContext, reward_context
 from emoreward.data.errors import DataError
@@ -22,6 +24,51 @@ from emoreward.export.serve.protocol import RequestError, ServerLimits
 
 # bytes of one file or folder name at most (NAME_MAX of Linux, macOS and Windows file systems)
 MAX_NAME_BYTES = 255
+
+
+@dataclass(frozen=True)
+class BodyField:
+    """One top-level field of a route's request body, as the route declares it (`Route.body_fields`): what
+    `RequestFields.body` checks before the route reads anything, on every engine.
+
+    Args:
+        name (`str`): the JSON key.
+        help (`str`): what it carries (quoted by the refusal of a missing field).
+        role (`str`): ``"items"``: the list scored, one reward per item (exactly one field of a route);
+            ``"per_item"``: a list with one item per item of the ``items`` field; ``"per_item_or_object"``: that,
+            or one object for every item; ``"whole"``: one value for the whole request (the route checks it).
+        required (`bool`): the request has it whatever the settings (absent: a 400 ``missing field``).
+        required_when (`tuple`): ``(setting, values)``: required when the route's setting (a `RouteOption` name)
+            is one of ``values``, which read it; under any other value it is optional (its counts still checked).
+        allow_empty (`bool`): ``items`` only: an empty list is a request (answered at once with empty lists).
+        noun (`str`): ``items`` only: what its items are, in messages (``"queries"``).
+    """
+
+    name: str
+    help: str
+    role: Literal["items", "per_item", "per_item_or_object", "whole"] = "per_item"
+    required: bool = False
+    required_when: tuple[str, tuple[Any, ...]] | None = None
+    allow_empty: bool = False
+    noun: str = "items"
+
+
+def check_body_fields(route: type) -> None:
+    """A route's declaration (a `emoreward.export.serve.routes.Route` subclass) is whole: ``body_fields`` names each
+    field once, exactly one ``items`` field, and every ``required_when`` names one of the route's options and values
+    it takes. Raises ValueError naming the route."""
+    declared = getattr(route, "body_fields", ())
+    names = [field.name for field in declared]
+    if len([f for f in declared if f.role == "items"]) != 1 or len(set(names)) != len(names):
+        raise ValueError(f"route {route.path}: body_fields must name each field once, exactly one with role 'items'")
+    options = {option.name: option for option in route.options}
+    for field in declared:
+        if field.required_when is None:
+            continue
+        setting, values = field.required_when
+        choices = options[setting].choices if setting in options else None
+        if choices is None or not set(values) <= set(choices):
+            raise ValueError(f"route {route.path}: '{field.name}' is required by {setting}={values}, no option of it")
 
 
 class RequestFields:
@@ -55,6 +102,56 @@ class RequestFields:
         self.media_root = None if media_root is None else Path(media_root).resolve()
         if self.media_root is not None and not self.media_root.is_dir():
             raise ValueError(f"--media-root {media_root} is not a directory")
+
+    def body(self, body: dict, route: Any) -> dict[str, Any]:
+        """The fields ``route`` (a `Route`: its ``body_fields``, ``settings``, ``options``) declares, checked against
+        its settings before any work: name -> value, None where not given (absent, or ``null`` for a field that is not
+        required).
+
+        Raises:
+            RequestError: 400 naming the field: a field the route does not declare; a required field absent (one
+                that a setting makes required names the option); the ``items`` field not a list, empty where that
+                is no request (413 over ``max_items``); a per-item field that is not a list of one item per item,
+                whatever the settings.
+        """
+        declared = route.body_fields
+        names = [field.name for field in declared]
+        unknown = sorted(set(body) - set(names))
+        if unknown:
+            expected = ", ".join(f"'{name}'" for name in names)
+            raise RequestError(HTTPStatus.BAD_REQUEST, f"unknown fields {unknown}; expected {expected}")
+        for field in declared:
+            if field.name not in body and field.required:
+                raise RequestError(HTTPStatus.BAD_REQUEST, f"missing field '{field.name}' ({field.help})")
+        items = next(field for field in declared if field.role == "items")
+        n = len(self.items(body[items.name], items.name, allow_empty=items.allow_empty))
+        for field in declared:
+            if body.get(field.name) is None and field.required_when is not None:
+                setting, values = field.required_when
+                value = route.settings[setting]
+                if value in values:
+                    flag = next(o.flag for o in route.options if o.name == setting)
+                    raise RequestError(
+                        HTTPStatus.BAD_REQUEST,
+                        f"missing field '{field.name}': the server's {flag} {value} reads it ({field.help})",
+                    )
+        for field in declared:
+            if field.role.startswith("per_item") and (body.get(field.name) is not None or field.required):
+                self.per_item(body[field.name], field.name, n, items, object_ok=field.role == "per_item_or_object")
+        return {name: body.get(name) for name in names}
+
+    def per_item(self, value: Any, field_name: str, n: int, items: BodyField, object_ok: bool = False) -> None:
+        """A 400 naming ``field_name`` unless ``value`` is a list of one item per item of ``items`` (``n``), or an
+        object where ``object_ok`` (one object for every item)."""
+        if object_ok and isinstance(value, dict):
+            return
+        if not isinstance(value, list):
+            kind = "an object or a list" if object_ok else "a list"
+            raise RequestError(
+                HTTPStatus.BAD_REQUEST, f"'{field_name}' must be {kind} with one item per item of '{items.name}'"
+            )
+        if len(value) != n:
+            raise RequestError(HTTPStatus.BAD_REQUEST, f"'{field_name}' has {len(value)} items for {n} {items.noun}")
 
     def items(self, value: Any, field_name: str, allow_empty: bool = False) -> list:
         """The list at ``field_name``, or a 400 / 413 naming it (empty, not a list, over ``max_items``)."""
@@ -104,7 +201,8 @@ class RequestFields:
         return Job(route, descriptions, contexts, fields, costs)
 
     def contexts(self, media: Any, n: int) -> list[RewardContext]:
-        """Contexts, one per description, from ``media`` (an object, a list of objects, or None).
+        """Contexts, one per description, from ``media`` (an object, a list of ``n`` objects as `body` checked it, or
+        None).
 
         A text model reads the subtitle only (media paths are a 400 unless ``allow_unused_media``). A multimodal
         model reads ``video`` / ``audio`` paths relative to the server's media root: absolute paths, ``..`` parts
@@ -114,10 +212,8 @@ class RequestFields:
             return [self.context(media, "media[0]")] * n
         if media is None:
             media = [None] * n
-        if not isinstance(media, list) or len(media) != n:
-            raise RequestError(
-                HTTPStatus.BAD_REQUEST, "'media' must be an object or a list with one object per description"
-            )
+        if not isinstance(media, list) or len(media) != n:  # a route passes only what `body` checked
+            raise ValueError(f"media must be checked first (RequestFields.body): {type(media).__name__} for {n}")
         return [self.context(ref, f"media[{k}]") for k, ref in enumerate(media)]
 
     def context(
@@ -230,4 +326,4 @@ class RequestFields:
         return str(full)
 
 
-__all__ = ["MAX_NAME_BYTES", "RequestFields"]
+__all__ = ["MAX_NAME_BYTES", "BodyField", "RequestFields", "check_body_fields"]

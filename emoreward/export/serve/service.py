@@ -19,7 +19,7 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
-from emoreward.export.length_monitor import StreamLengthMonitor, defined
+from emoreward.export.length_monitor import StreamLengthMonitor, sample_record
 from emoreward.export.reward_client import EngineUnavailable
 from emoreward.export.serve import routes
 from emoreward.export.serve.batching import Job
@@ -207,7 +207,7 @@ class RewardService:
             raise ValueError(f"unknown route {route!r}; known: {sorted(self.routes)}")
         if not isinstance(body, dict):
             raise RequestError(HTTPStatus.BAD_REQUEST, "the body must be a JSON object")
-        return handler.parse(body)
+        return handler.parse(self.fields.body(body, handler))
 
     # ------------------------------------------------------------------ scoring
     def score_jobs(self, jobs: list[Job]) -> None:
@@ -349,6 +349,6 @@ class RewardService:
                 "window": self.length_monitor.size,
                 "threshold": self.length_monitor.threshold,
                 "warnings": self.length_monitor.n_warnings,
-                **defined(self.length_monitor.figures()),
+                **sample_record(self.length_monitor.figures()),  # fixed keys: `SAMPLE_KEYS`, before any reward too
             },
         }

@@ -14,6 +14,7 @@ import emoreward.export.serve.routes.rewards  # noqa: F401
 import emoreward.export.serve.routes.openrlhf  # noqa: F401
 from emoreward.export.serve.routes.base import (
     ROUTES,
+    BodyField,
     Route,
     RouteOption,
     admit,
@@ -25,4 +26,15 @@ from emoreward.export.serve.routes.base import (
 )
 
 
-__all__ = ["ROUTES", "Route", "RouteOption", "admit", "endpoints", "options", "register", "settings", "unregister"]
+__all__ = [
+    "ROUTES",
+    "BodyField",
+    "Route",
+    "RouteOption",
+    "admit",
+    "endpoints",
+    "options",
+    "register",
+    "settings",
+    "unregister",
+]

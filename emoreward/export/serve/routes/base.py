@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from emoreward.export.serve.fields import BodyField, check_body_fields
 from emoreward.export.serve.protocol import RequestError, ServerLimits, check_bearer, check_body_headers
 
 
@@ -33,9 +34,11 @@ class Route:
     """One wire route, bound to the request fields of the service that serves it (one instance per service).
 
     A subclass sets ``path`` (``"/v1/rewards"``), ``name`` (what `RewardService.parse` takes), ``media_field`` (the
-    request field a media error names) and ``options``, and writes `parse` and `reply`; ``fields``
-    (`emoreward.export.serve.fields.RequestFields`: ``items``, ``text``, ``contexts``, ``context``, ``job``)
-    validates fields as every route does. A route never calls back into the service.
+    request field a media error names), ``options`` and ``body_fields`` (its request's top-level fields and when
+    each is required, `emoreward.export.serve.fields.BodyField`: `RewardService.parse` checks a body against them,
+    `RequestFields.body`, before `parse` sees it), and writes `parse` and `reply`; ``fields`` (`RequestFields`:
+    ``items``, ``text``, ``contexts``, ``context``, ``job``) validates fields as every route does. A route never
+    calls back into the service.
 
     Args:
         fields (`RequestFields`): the request-field validation of the served model.
@@ -49,6 +52,7 @@ class Route:
     name: ClassVar[str]
     media_field: ClassVar[str] = "media"
     options: ClassVar[tuple[RouteOption, ...]] = ()
+    body_fields: ClassVar[tuple[BodyField, ...]] = ()
 
     def __init__(
         self,
@@ -64,7 +68,8 @@ class Route:
         self.settings = options
 
     def parse(self, body: dict) -> Job:
-        """A validated `Job` from a request body (a JSON object). Raises `RequestError` (400 / 413 naming the
+        """A validated `Job` from a request body whose top-level fields `RequestFields.body` checked (name -> value,
+        None where not given, for every field of ``body_fields``). Raises `RequestError` (400 / 413 naming the
         field)."""
         raise NotImplementedError
 
@@ -77,7 +82,9 @@ ROUTES: dict[str, type[Route]] = {}  # path -> route class
 
 
 def register(route: type[Route]) -> type[Route]:
-    """Add a route to the registry (a class decorator). Raises ValueError for a path or name already taken."""
+    """Add a route to the registry (a class decorator). Raises ValueError for a path or name already taken, or a
+    ``body_fields`` declaration that is not whole (`fields.check_body_fields`)."""
+    check_body_fields(route)
     taken = {r.name for r in ROUTES.values()}
     if route.path in ROUTES or route.name in taken or route.name == "health":
         raise ValueError(f"route {route.name!r} ({route.path}): its path or name is taken")
@@ -145,4 +152,15 @@ def admit(method: str, path: str, headers: dict[str, str], token: str | None, li
     return route.name
 
 
-__all__ = ["ROUTES", "Route", "RouteOption", "admit", "endpoints", "options", "register", "settings", "unregister"]
+__all__ = [
+    "ROUTES",
+    "BodyField",
+    "Route",
+    "RouteOption",
+    "admit",
+    "endpoints",
+    "options",
+    "register",
+    "settings",
+    "unregister",
+]

@@ -18,7 +18,7 @@ from emoreward.data.media import AUDIO_SUBDIR, AUDIO_SUFFIX, VIDEO_SUBDIR, VIDEO
 from emoreward.export.length_monitor import per_sample
 from emoreward.export.serve.batching import Job
 from emoreward.export.serve.protocol import RequestError
-from emoreward.export.serve.routes.base import Route, RouteOption, register
+from emoreward.export.serve.routes.base import BodyField, Route, RouteOption, register
 from emoreward.models.base import ScoreInfo
 
 
@@ -174,7 +174,7 @@ class OpenRLHF(Route):
             "ignore",
             "what the 'labels' of OpenRLHF requests are (its --data.label_key / --label_key column): ignored, the "
             "sample's subtitle, or its clip (a sample id, a media path under --media-root, or an object with "
-            "sample_id / subtitle / video / audio)",
+            "sample_id / subtitle / video / audio); under subtitle and clip a request without 'labels' is a 400",
             choices=LABELS,
         ),
         RouteOption(
@@ -186,6 +186,24 @@ class OpenRLHF(Route):
             repeat=True,
         ),
     )
+    # what OpenRLHF's clients send: `query` alone (early versions), `query` + `prompts`, or all three (labels: ""
+    # per sample when --data.label_key is unset); 'labels' is read, so required, unless --openrlhf-labels ignore
+    body_fields = (
+        BodyField(
+            "query",
+            "the decoded prompt + response of each sample",
+            role="items",
+            required=True,
+            allow_empty=True,
+            noun="queries",
+        ),
+        BodyField("prompts", "the prompt of each sample"),
+        BodyField(
+            "labels",
+            "each sample's subtitle or clip, OpenRLHF's --data.label_key column",
+            required_when=("openrlhf_labels", ("subtitle", "clip")),
+        ),
+    )
 
     def __init__(self, fields: Any, **options: Any):
         super().__init__(fields, **options)
@@ -194,19 +212,11 @@ class OpenRLHF(Route):
 
     def parse(self, body: dict) -> Job:
         fields = self.fields
-        if "query" not in body:
-            raise RequestError(HTTPStatus.BAD_REQUEST, "missing field 'query' (OpenRLHF remote reward model request)")
-        queries = [
-            fields.text(q, f"query[{k}]", cap=False)
-            for k, q in enumerate(fields.items(body["query"], "query", allow_empty=True))
-        ]
+        queries = [fields.text(q, f"query[{k}]", cap=False) for k, q in enumerate(body["query"])]
         n = len(queries)
         prompts: list[str | None] = [None] * n
-        if body.get("prompts") is not None:
-            given = fields.items(body["prompts"], "prompts", allow_empty=True)
-            if len(given) != n:
-                raise RequestError(HTTPStatus.BAD_REQUEST, f"'prompts' has {len(given)} items for {n} queries")
-            prompts = [fields.text(p, f"prompts[{k}]", cap=False) for k, p in enumerate(given)]
+        if body["prompts"] is not None:
+            prompts = [fields.text(p, f"prompts[{k}]", cap=False) for k, p in enumerate(body["prompts"])]
         descriptions = []
         for k, (query, prompt) in enumerate(zip(queries, prompts)):
             if prompt is None and (opener := chat_turn_opener(query)) is not None:
@@ -224,7 +234,7 @@ class OpenRLHF(Route):
                 )
             descriptions.append(fields.text(description, f"query[{k}] (its response)"))
         job = fields.job(
-            self.name, descriptions, self._contexts(body.get("labels"), prompts), [f"query[{k}]" for k in range(n)]
+            self.name, descriptions, self._contexts(body["labels"], prompts), [f"query[{k}]" for k in range(n)]
         )
         if not n:
             job.info = ScoreInfo([], [], [])  # answered at once, never queued
@@ -232,11 +242,8 @@ class OpenRLHF(Route):
 
     def _contexts(self, labels: Any, prompts: list[str | None]) -> list:
         fields, n = self.fields, len(prompts)
-        if self.labels == "ignore" or labels is None:
+        if self.labels == "ignore":  # their count is checked (`RequestFields.body`), their values not read
             labels = [None] * n
-        elif not isinstance(labels, list) or len(labels) != n:
-            count = f"{len(labels)} items" if isinstance(labels, list) else "no list"
-            raise RequestError(HTTPStatus.BAD_REQUEST, f"'labels' has {count} for {n} queries")
         modalities = fields.facts.modalities
         if modalities and self.labels != "clip":
             raise RequestError(
@@ -270,11 +277,11 @@ class OpenRLHF(Route):
             "scores": rewards,
             "truncated": truncated,
             "empty": empty,
-            "extra_logs": {
+            "extra_logs": {  # the same keys in every reply, an empty share's included (lists of its length)
                 "emotion_reward": rewards,
                 "emotion_reward_truncated": [float(t) for t in truncated],
                 "emotion_reward_empty": [float(e) for e in empty],
                 # the length-hacking monitor's figures over the server's recent rewards, once per sample
-                **(per_sample(monitor.figures(), job.n) if job.n and monitor is not None else {}),
+                **per_sample(monitor.figures() if monitor is not None else {}, job.n),
             },
         }

@@ -3,12 +3,10 @@
 
 from __future__ import annotations
 
-from http import HTTPStatus
 from typing import Any
 
 from emoreward.export.serve.batching import Job
-from emoreward.export.serve.protocol import RequestError
-from emoreward.export.serve.routes.base import Route, register
+from emoreward.export.serve.routes.base import BodyField, Route, register
 
 
 @register
@@ -18,17 +16,16 @@ class Rewards(Route):
 
     path = "/v1/rewards"
     name = "rewards"
+    body_fields = (
+        BodyField("descriptions", "the texts to reward", role="items", required=True, noun="descriptions"),
+        BodyField("media", "each description's subtitle / video / audio", role="per_item_or_object"),
+    )
 
     def parse(self, body: dict) -> Job:
         fields = self.fields
-        unknown = sorted(set(body) - {"descriptions", "media"})
-        if unknown:
-            raise RequestError(HTTPStatus.BAD_REQUEST, f"unknown fields {unknown}; expected 'descriptions', 'media'")
-        if "descriptions" not in body:
-            raise RequestError(HTTPStatus.BAD_REQUEST, "missing field 'descriptions'")
-        items = fields.items(body["descriptions"], "descriptions")
+        items = body["descriptions"]
         descriptions = [fields.text(d, f"descriptions[{k}]") for k, d in enumerate(items)]
-        contexts = fields.contexts(body.get("media"), len(descriptions))
+        contexts = fields.contexts(body["media"], len(descriptions))
         return fields.job(self.name, descriptions, contexts, [f"descriptions[{k}]" for k in range(len(items))])
 
     def reply(self, job: Job, rewards: list[float], truncated: list[bool], empty: list[bool]) -> dict[str, Any]:
