@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import yaml
 from trl import SFTConfig
+
+from emoreward.training.applicability import JUDGE_FIELDS, FieldTable, check_fields_apply
 
 
 @dataclass
@@ -63,6 +65,10 @@ class JudgeTrainConfig(SFTConfig):
             raise ValueError(f"ties={self.ties!r} is not one of ['train', 'drop'] (a judge answers tie or skips it)")
         if self.dpo_epochs < 0 or self.dpo_beta <= 0:
             raise ValueError(f"dpo_epochs must be >= 0 and dpo_beta > 0, got {self.dpo_epochs}, {self.dpo_beta}")
+        check_fields_apply(self)
+
+    # each field -> when it applies under the recipe's settings (`emoreward.training.applicability`)
+    FIELD_APPLIES: ClassVar[FieldTable] = JUDGE_FIELDS
 
     @property
     def kind(self) -> str:
