@@ -54,6 +54,11 @@ def _reward_conditions(config: Any) -> dict[str, Condition]:
             ("length_debias",),
             "only the disentangled (ODIN) objective has a length head and these loss terms",
         ),
+        "evaluation": Condition(
+            config.cv_folds >= 2 or config.eval_file is not None,
+            ("cv_folds", "eval_file"),
+            "no fold and no held-out file is evaluated, so no two-class score is counted",
+        ),
     }
 
 
@@ -64,6 +69,7 @@ REWARD_FIELDS = FieldTable(
         "tie_parameter": "tie likelihood",
         "controlled_negatives_file": "negatives",
         **dict.fromkeys(("odin_length_weight", "odin_orthogonal_weight"), "two heads"),
+        "two_class_tie_policy": "evaluation",
     },
     _reward_conditions,
 )

@@ -133,6 +133,8 @@ TRAIN = [
      ["controlled_negatives_file='n.jsonl' does not apply with controlled_negatives=None"]),
     ("odin-without-two-heads", "", ["--length_debias", "reweight", "--odin_orthogonal_weight", "0.5"],
      ["odin_orthogonal_weight=0.5 does not apply with length_debias='reweight'"]),
+    ("tie-policy-without-evaluation", "", ["--cv_folds", "0", "--two_class_tie_policy", "first"],
+     ["two_class_tie_policy='first' does not apply with cv_folds=0 (--cv_folds 0), eval_file=None: no fold"]),
     ("recipe-tie-parameter", "ties: drop\ntie_parameter: 3\n", [],
      ["recipe.yaml, line 2: tie_parameter=3.0 does not apply with ties='drop' (", "recipe.yaml, line 1)"]),
     ("judge-lora-without-peft", "recipe: judge\nbf16: false\n", ["--no_use_peft", "--set", "lora_alpha=8"],
@@ -165,6 +167,7 @@ def test_a_recipe_value_the_command_line_switches_off_is_kept_unused(tmp_path):
     assert set(inapplicable_fields(config)) == {"tie_parameter", "lora_r", "lora_alpha", "lora_dropout",
                                                 "lora_target_modules", "controlled_negatives_file",
                                                 "odin_length_weight", "odin_orthogonal_weight"}  # fmt: skip
+    assert "two_class_tie_policy" not in inapplicable_fields(config)  # cv_folds 5: evaluated
     recipe.write_text("ties: drop\ntie_parameter: 1.0\nuse_peft: false\nlora_r: 16\nreport_to: [none]\n")
     assert RecipeParser(prog="train").parse_args_and_config(["--config", str(recipe)])[0].use_peft is False
 

@@ -265,6 +265,7 @@ VARIED = {
     "odin_orthogonal_weight": 0.5,
     "dpo_beta": 0.3,
     "dpo_learning_rate": 1e-6,
+    "two_class_tie_policy": "first",
 }
 
 
@@ -277,7 +278,7 @@ def _recipes(tmp_path):
     common = {"output_dir": str(tmp_path / "out"), "report_to": [], "bf16": False}
     applies = {"ties": "davidson", "controlled_negatives": ["all"], "length_debias": "disentangled"}
     return [
-        (EmoRewardConfig(**common, **applies), EmoRewardConfig(**common, use_peft=False)),
+        (EmoRewardConfig(**common, **applies), EmoRewardConfig(**common, use_peft=False, cv_folds=0)),
         (JudgeTrainConfig(**common, model_name_or_path="org/chat", dpo_epochs=1.0),
          JudgeTrainConfig(**common, model_name_or_path="org/chat", use_peft=False)),
     ]  # fmt: skip
