@@ -36,11 +36,22 @@ _LORA = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
 _PEFT = "all weights train, there are no LoRA adapters"
 
 
+def logs_to_wandb(config: Any) -> bool:
+    """Whether a run logs to W&B (`emoreward.training.tracking.wandb_enabled`): `wandb` in `report_to`, as
+    `TrainingArguments.__post_init__` resolved it (a list; `all`: every integration installed)."""
+    return "wandb" in (config.report_to or [])
+
+
+def _wandb(config: Any) -> Condition:
+    return Condition(logs_to_wandb(config), ("report_to",), "nothing is logged to W&B (report_to has no wandb)")
+
+
 def _reward_conditions(config: Any) -> dict[str, Condition]:
     from emoreward.training.objectives import get_objective  # the objective registry says which has two heads
 
     return {
         "peft": Condition(config.use_peft, ("use_peft",), _PEFT),
+        "wandb": _wandb(config),
         "tie likelihood": Condition(
             config.ties != "drop", ("ties",), "tie pairs are dropped, no tie likelihood reads the parameter"
         ),
@@ -70,14 +81,20 @@ REWARD_FIELDS = FieldTable(
         "controlled_negatives_file": "negatives",
         **dict.fromkeys(("odin_length_weight", "odin_orthogonal_weight"), "two heads"),
         "two_class_tie_policy": "evaluation",
+        **dict.fromkeys(("wandb_project", "wandb_log_model"), "wandb"),
     },
     _reward_conditions,
 )
 # `emoreward.training.judge_config.JudgeTrainConfig` (generative judges)
 JUDGE_FIELDS = FieldTable(
-    {**dict.fromkeys(_LORA, "peft"), **dict.fromkeys(("dpo_beta", "dpo_learning_rate"), "dpo")},
+    {
+        **dict.fromkeys(_LORA, "peft"),
+        **dict.fromkeys(("dpo_beta", "dpo_learning_rate"), "dpo"),
+        "wandb_project": "wandb",
+    },
     lambda config: {
         "peft": Condition(config.use_peft, ("use_peft",), _PEFT),
+        "wandb": _wandb(config),
         "dpo": Condition(config.dpo_epochs > 0, ("dpo_epochs",), "the judge trains by SFT alone, no DPO stage"),
     },
 )
@@ -151,4 +168,5 @@ __all__ = [
     "check_fields_apply",
     "field_layer",
     "inapplicable_fields",
+    "logs_to_wandb",
 ]

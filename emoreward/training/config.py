@@ -321,7 +321,6 @@ class EmoRewardConfig(RewardConfig):
             raise ValueError(f"cv_folds must be >= 0, got {self.cv_folds}")
         self.fit_workers = parse_fit_workers(self.fit_workers)
         self.controlled_negatives = negative_kinds(self.controlled_negatives)
-        check_fields_apply(self)
         if self.cv_folds <= 1 and not self.final_fit:
             raise ValueError(f"cv_folds={self.cv_folds} and final_fit=false: the recipe trains nothing")
         if self.max_steps <= 0 and not (self.num_train_epochs > 0 and math.isfinite(self.num_train_epochs)):
@@ -354,6 +353,7 @@ class EmoRewardConfig(RewardConfig):
             self.disable_tqdm = not sys.stderr.isatty()
         self.bf16, self.use_cpu = resolve_training_bf16(self.bf16, use_cpu=self.use_cpu, fp16=self.fp16)
         super().__post_init__()
+        check_fields_apply(self)  # on report_to as TrainingArguments resolved it
 
     def _check_backbone(self) -> None:
         if self.backbone is not None:

@@ -135,6 +135,8 @@ TRAIN = [
      ["odin_orthogonal_weight=0.5 does not apply with length_debias='reweight'"]),
     ("tie-policy-without-evaluation", "", ["--cv_folds", "0", "--two_class_tie_policy", "first"],
      ["two_class_tie_policy='first' does not apply with cv_folds=0 (--cv_folds 0), eval_file=None: no fold"]),
+    ("wandb-project-without-wandb", "", ["--no-wandb", "--wandb_project", "p"],
+     ["wandb_project='p' does not apply with report_to=[] (--report_to ['none']): nothing is logged to W&B"]),
     ("recipe-tie-parameter", "ties: drop\ntie_parameter: 3\n", [],
      ["recipe.yaml, line 2: tie_parameter=3.0 does not apply with ties='drop' (", "recipe.yaml, line 1)"]),
     ("judge-lora-without-peft", "recipe: judge\nbf16: false\n", ["--no_use_peft", "--set", "lora_alpha=8"],
@@ -166,7 +168,8 @@ def test_a_recipe_value_the_command_line_switches_off_is_kept_unused(tmp_path):
     assert (config.ties, config.tie_parameter, config.use_peft, config.lora_r) == ("drop", 2.0, False, 4)
     assert set(inapplicable_fields(config)) == {"tie_parameter", "lora_r", "lora_alpha", "lora_dropout",
                                                 "lora_target_modules", "controlled_negatives_file",
-                                                "odin_length_weight", "odin_orthogonal_weight"}  # fmt: skip
+                                                "odin_length_weight", "odin_orthogonal_weight", "wandb_project",
+                                                "wandb_log_model"}  # fmt: skip
     assert "two_class_tie_policy" not in inapplicable_fields(config)  # cv_folds 5: evaluated
     recipe.write_text("ties: drop\ntie_parameter: 1.0\nuse_peft: false\nlora_r: 16\nreport_to: [none]\n")
     assert RecipeParser(prog="train").parse_args_and_config(["--config", str(recipe)])[0].use_peft is False
