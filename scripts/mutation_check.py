@@ -90,6 +90,14 @@ MUTATIONS = (
         "the run identity holds the backbone's path, not its content",
     ),
     Mutation(
+        "content identity",
+        "emoreward/training/run_identity.py",
+        "    unused = set(inapplicable_fields(config))",
+        "    unused = set()",
+        "tests/relations/test_content_identity.py",
+        "the run identity holds recipe fields the recipe's settings rule out (lora_r without LoRA)",
+    ),
+    Mutation(
         "output closure",
         "emoreward/utils/io.py",
         "            self._optional[key].unlink(missing_ok=True)",

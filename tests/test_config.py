@@ -90,12 +90,12 @@ def test_yaml_values_are_read_by_the_field_type_not_by_yaml(tmp_path):
     """YAML 1.1 reads `no` as False and `3e-4` as a string; the field's type decides instead."""
     path = tmp_path / "r.yaml"
     path.write_text(
-        "save_strategy: no\nlearning_rate: 3e-4\nuse_peft: no\neval_strategy: 'no'\nlora_target_modules: [query, value]\n"
+        "save_strategy: no\nlearning_rate: 3e-4\nfinal_fit: no\neval_strategy: 'no'\nlora_target_modules: [query, value]\n"
         "run_name: on\nseed: 7\neval_file:\n"
     )
     config = load_config(path)
     assert config.save_strategy.value == "no" and config.eval_strategy.value == "no"
-    assert config.learning_rate == 3e-4 and config.use_peft is False and config.seed == 7
+    assert config.learning_rate == 3e-4 and config.final_fit is False and config.seed == 7
     assert config.lora_target_modules == ["query", "value"]
     assert config.run_name == "on"  # a string field keeps the text
     assert config.eval_file is None  # an empty YAML value is null
@@ -111,10 +111,11 @@ def test_trlparser_style_command_line_over_yaml(tmp_path):
     recipe.write_text("learning_rate: 3.0e-4\nnum_train_epochs: 2\nsave_strategy: steps\nseed: 5\ncv_folds: 3\n")
     parser = RecipeParser(prog="train")
     argv = ["--config", str(recipe), "--learning_rate", "1e-4", "--num-train-epochs", "3", "--set", "save_strategy=no"]
-    (config,) = parser.parse_args_and_config([*argv, "--lora_target_modules", "query", "value", "--no_use_peft"])
+    (config,) = parser.parse_args_and_config([*argv, "--lora_target_modules", "query", "value", "--no_final_fit"])
     assert config.learning_rate == 1e-4 and config.num_train_epochs == 3.0
     assert config.save_strategy.value == "no" and config.seed == 5 and config.cv_folds == 3
-    assert config.lora_target_modules == ["query", "value"] and config.use_peft is False
+    assert config.lora_target_modules == ["query", "value"] and config.final_fit is False
+    assert parser.parse_args_and_config([*argv, "--no_use_peft"])[0].use_peft is False
     # --set and --field read values the same way
     (a,) = parser.parse_args_and_config(
         ["--config", str(recipe), "--set", "report_to=[none]", "--set", "lr_scheduler_type=cosine"]

@@ -70,7 +70,9 @@ def test_the_recipe_field_has_one_form(tmp_path):
     assert config(tmp_path, controlled_negatives=[]).controlled_negatives is None
     with pytest.raises(ValueError, match="unknown kind 'sarcasm'"):
         config(tmp_path, controlled_negatives=["sarcasm"])
-    with pytest.raises(ValueError, match="controlled_negatives_file needs controlled_negatives"):
+    with pytest.raises(
+        ValueError, match="controlled_negatives_file='x.jsonl' does not apply with controlled_negatives=None"
+    ):
         config(tmp_path, controlled_negatives_file="x.jsonl")
 
 

@@ -19,6 +19,7 @@ from typing import Any, Literal, get_args
 from trl import RewardConfig, TrlParser
 
 from emoreward.models.backbones import BACKBONES, BackboneSpec, get_backbone, registered_names
+from emoreward.training.applicability import REWARD_FIELDS, FieldTable, check_fields_apply
 from emoreward.training.bf16 import resolve_training_bf16
 from emoreward.training.fit_workers import parse_fit_workers
 from emoreward.training.parsing import (
@@ -249,6 +250,7 @@ class EmoRewardConfig(RewardConfig):
     # (not dataclass fields: not part of the recipe, its fingerprint or `to_dict`)
     recipe_path: typing.ClassVar[str | None] = None
     field_origins: typing.ClassVar[dict[str, str]] = {}
+    FIELD_APPLIES: typing.ClassVar[FieldTable] = REWARD_FIELDS  # when each field applies (`training.applicability`)
 
     def origin(self, name: str) -> str:
         """Where field `name` was set, for error messages: the recipe file and line, the command-line option, or
@@ -320,10 +322,6 @@ class EmoRewardConfig(RewardConfig):
             raise ValueError(f"cv_folds must be >= 0, got {self.cv_folds}")
         self.fit_workers = parse_fit_workers(self.fit_workers)
         self.controlled_negatives = negative_kinds(self.controlled_negatives)
-        if self.controlled_negatives_file is not None and not self.controlled_negatives:
-            raise ValueError(
-                "controlled_negatives_file needs controlled_negatives (the kinds to take from it, or [all])"
-            )
         if self.cv_folds <= 1 and not self.final_fit:
             raise ValueError(f"cv_folds={self.cv_folds} and final_fit=false: the recipe trains nothing")
         if self.max_steps <= 0 and not (self.num_train_epochs > 0 and math.isfinite(self.num_train_epochs)):
@@ -356,6 +354,7 @@ class EmoRewardConfig(RewardConfig):
             self.disable_tqdm = not sys.stderr.isatty()
         self.bf16, self.use_cpu = resolve_training_bf16(self.bf16, use_cpu=self.use_cpu, fp16=self.fp16)
         super().__post_init__()
+        check_fields_apply(self)  # on report_to as TrainingArguments resolved it
 
     def _check_backbone(self) -> None:
         if self.backbone is not None:
@@ -561,11 +560,12 @@ def resolve_config(
         except ValueError as err:
             raise RecipeError(f"--set {item}: {err}") from None
         origins[key] = f"--set {item}"
+    config = config_class.__new__(config_class)  # where fields were set, known to __post_init__ (check_fields_apply)
+    config.recipe_path, config.field_origins = str(path), origins
     try:
-        config = config_class(**values)
+        config.__init__(**values)
     except ValueError as err:  # a value __post_init__ refuses: say where it was set
         raise RecipeError(locate_field_error(str(err), origins, path, known)) from None
-    config.recipe_path, config.field_origins = str(path), origins
     check_remote_code(config)
     return config
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import yaml
 from trl import SFTConfig
+
+from emoreward.training.applicability import JUDGE_FIELDS, FieldTable, check_fields_apply
 
 
 @dataclass
@@ -90,17 +92,18 @@ class JudgeTrainConfig(SFTConfig):
             raise ValueError(f"ties={self.ties!r} is not one of ['train', 'drop'] (a judge answers tie or skips it)")
         if self.dpo_epochs < 0 or self.dpo_beta <= 0:
             raise ValueError(f"dpo_epochs must be >= 0 and dpo_beta > 0, got {self.dpo_epochs}, {self.dpo_beta}")
-
         if self.family is not None:
             from zero_shot.backends.multimodal import check_family
 
             check_family(self.family, self.use_audio_in_video)  # names the family or the flag
             if self.gguf_file:
                 raise ValueError(f"gguf_file is for text chat LMs, not the {self.family} family")
-        elif self.use_audio_in_video:
-            raise ValueError("use_audio_in_video needs a multimodal family (family: qwen2.5-omni-thinker, ...)")
         if (self.min_pixels is None) != (self.max_pixels is None):
             raise ValueError(f"min_pixels, max_pixels: give both or neither, got {self.min_pixels}, {self.max_pixels}")
+        check_fields_apply(self)
+
+    # each field -> when it applies under the recipe's settings (`emoreward.training.applicability`)
+    FIELD_APPLIES: ClassVar[FieldTable] = JUDGE_FIELDS
 
     @property
     def kind(self) -> str:

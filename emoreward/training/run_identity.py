@@ -1,6 +1,7 @@
 """Run identity: what makes two training runs the same run (`run_identity`: data, labels, backbone content, the
-result-changing recipe fields and execution parameters, and their digest), so work in an output folder is resumed only by the run that
-produced it (`check_resumable`). Imports no ML library. See docs/training.md.
+result-changing recipe fields that apply under the recipe's settings (`applicability`) and execution parameters, and
+their digest), so work in an output folder is resumed only by the run that produced it (`check_resumable`). Imports
+no ML library. See docs/training.md.
 """
 
 from __future__ import annotations
@@ -75,13 +76,14 @@ def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> di
     """The identity of a training run: `data` (SHA-256 of every pair's sample id, descriptions, writers, media paths
     and margin, in content order), `labels` (SHA-256 of the labels in that order; with per-annotator labels, each
     pair's annotators' labels and the aggregation rule too), `backbone` (a local backbone's content), `recipe`
-    (`public_config` values of the result-changing fields) and `execution` (`execution_parameters`: the process
-    count).
+    (`public_config` values of the result-changing fields that apply under its settings: `inapplicable_fields`) and
+    `execution` (`execution_parameters`: the process count).
 
     Returns:
         `{"data", "labels", "n_pairs", "train_file", "backbone", "recipe", "execution", "fingerprint"}`;
         `fingerprint` digests data, labels, backbone, recipe and execution (not paths whose content is in it)."""
     from emoreward.models.loading import source_identity
+    from emoreward.training.applicability import inapplicable_fields
     from emoreward.training.config import public_config  # the recipe class and its masking of secrets
 
     backbone = source_identity(config.model_name_or_path)
@@ -89,7 +91,9 @@ def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> di
     by_content = {"train_file", "controlled_negatives_file"} | (
         {"model_name_or_path"} if backbone is not None else set()
     )
-    recipe = {k: v for k, v in public_config(config).items() if k not in NOT_RESULT_FIELDS | by_content}
+    # a field that does not apply under the recipe's settings (`lora_r` without LoRA) changes nothing it computes
+    unused = set(inapplicable_fields(config))
+    recipe = {k: v for k, v in public_config(config).items() if k not in NOT_RESULT_FIELDS | by_content | unused}
     recipe = json.loads(json.dumps(recipe, sort_keys=True, default=str))  # as it reads back from the JSON file
     from emoreward.data.pairs import canonical_pairs
 
@@ -110,7 +114,7 @@ def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> di
     }
     parts = [identity["data"], identity["labels"], identity["backbone"], recipe, identity["execution"]]
     negatives_file = getattr(config, "controlled_negatives_file", None)  # a judge recipe has none
-    if negatives_file:  # its content, not its path
+    if negatives_file and "controlled_negatives_file" not in unused:  # its content, not its path
         with open(negatives_file, "rb") as fh:
             identity["negatives"] = hashlib.file_digest(fh, "sha256").hexdigest()
         parts.append(identity["negatives"])

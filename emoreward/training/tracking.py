@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from emoreward.evaluation.report import headline, plot_confusion
+from emoreward.training.applicability import logs_to_wandb
 from emoreward.training.config import EmoRewardConfig, public_config
 
 
@@ -18,7 +19,9 @@ logger = logging.getLogger(__name__)
 
 
 def wandb_enabled(config: EmoRewardConfig) -> bool:
-    return "wandb" in (config.report_to or [])
+    """Whether the run logs to W&B (`emoreward.training.applicability.logs_to_wandb`, which the W&B fields' check
+    reads too)."""
+    return logs_to_wandb(config)
 
 
 def configure_wandb(config: EmoRewardConfig) -> str | None:

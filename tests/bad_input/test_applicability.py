@@ -12,8 +12,14 @@ from emoreward.cli.main import build_parser, command_module
 from emoreward.cli.options import ALWAYS
 
 
-# train's recipe fields: training.config.FIELD_SUPPORT
-TABLED = ("rank", "evaluate", "judge", "export", "serve", "augment")
+TABLED = (
+    "rank",
+    "evaluate",
+    "judge",
+    "export",
+    "serve",
+    "augment",
+)  # train: the recipe classes' FIELD_APPLIES (below)
 
 
 def parser_dests(command: str) -> set[str]:
@@ -117,3 +123,79 @@ def test_an_option_where_it_applies_is_accepted(judge_yaml, good_table, tmp_path
     """The other side of each pair: a generative judge takes --runs and --no-swap, the full method --n-boot."""
     code, _, err = run(_rank(judge_yaml, good_table, tmp_path, "--runs", "2", "--no-swap", "--n-boot", "5"), capsys)
     assert code == 0, err
+
+
+# ------------------------------------------------------------------------------------------- train: recipe fields
+# the recipe classes' tables (`FIELD_APPLIES`: applicability.REWARD_FIELDS, JUDGE_FIELDS; one check: check_fields_apply)
+TRAIN = [
+    # (id, recipe lines, options, fragments)
+    ("lora-without-peft", "", ["--no_use_peft", "--lora_r", "4", "--lora_target_modules", "query", "value"],
+     ["--lora_r 4: lora_r=4, lora_target_modules=['query', 'value'] do not apply with use_peft=False",
+      "there are no LoRA adapters"]),
+    ("tie-parameter-with-drop", "", ["--ties", "drop", "--tie_parameter", "3"],
+     ["tie_parameter=3.0 does not apply with ties='drop' (--ties drop)"]),
+    ("tie-parameter-default-drop", "", ["--set", "tie_parameter=3"],
+     ["--set tie_parameter=3: tie_parameter=3.0 does not apply with ties='drop'"]),
+    ("negatives-file-without-kinds", "", ["--controlled_negatives_file", "n.jsonl"],
+     ["controlled_negatives_file='n.jsonl' does not apply with controlled_negatives=None"]),
+    ("odin-without-two-heads", "", ["--length_debias", "reweight", "--odin_orthogonal_weight", "0.5"],
+     ["odin_orthogonal_weight=0.5 does not apply with length_debias='reweight'"]),
+    ("tie-policy-without-evaluation", "", ["--cv_folds", "0", "--two_class_tie_policy", "first"],
+     ["two_class_tie_policy='first' does not apply with cv_folds=0 (--cv_folds 0), eval_file=None: no fold"]),
+    ("wandb-project-without-wandb", "", ["--no-wandb", "--wandb_project", "p"],
+     ["wandb_project='p' does not apply with report_to=[] (--report_to ['none']): nothing is logged to W&B"]),
+    ("recipe-tie-parameter", "ties: drop\ntie_parameter: 3\n", [],
+     ["recipe.yaml, line 2: tie_parameter=3.0 does not apply with ties='drop' (", "recipe.yaml, line 1)"]),
+    ("judge-lora-without-peft", "recipe: judge\nbf16: false\n", ["--no_use_peft", "--set", "lora_alpha=8"],
+     ["--set lora_alpha=8: lora_alpha=8 does not apply with use_peft=False"]),
+    ("judge-dpo-without-epochs", "recipe: judge\nbf16: false\n", ["--set", "dpo_beta=0.3"],
+     ["dpo_beta=0.3 does not apply with dpo_epochs=0.0: the judge trains by SFT alone"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("lines, options, fragments", [c[1:] for c in TRAIN], ids=[c[0] for c in TRAIN])
+def test_train_refuses_a_recipe_field_where_it_cannot_apply(lines, options, fragments, tmp_path, capsys):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(lines + "report_to: [none]\nmodel_name_or_path: minilm\n")
+    fails(["train", "--config", recipe, "--output_dir", tmp_path / "out", *options], capsys, *fragments)
+    assert not (tmp_path / "out").exists()  # before any work
+
+
+def test_a_recipe_value_the_command_line_switches_off_is_kept_unused(tmp_path):
+    """A field counts as given where it is not below the setting that rules it out: the recipe's tie parameter of a
+    likelihood that `--ties drop` switches off, the recipe's LoRA rank under `--no_use_peft` or a recipe line that
+    repeats a default are accepted (and left out of the run identity: tests/relations/test_content_identity.py)."""
+    from emoreward.training.applicability import inapplicable_fields
+    from emoreward.training.config import RecipeParser
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("ties: davidson\ntie_parameter: 2\nlora_r: 4\nreport_to: [none]\n")
+    (config,) = RecipeParser(prog="train").parse_args_and_config(["--config", str(recipe), "--ties", "drop",
+                                                                   "--no_use_peft"])  # fmt: skip
+    assert (config.ties, config.tie_parameter, config.use_peft, config.lora_r) == ("drop", 2.0, False, 4)
+    assert set(inapplicable_fields(config)) == {"tie_parameter", "lora_r", "lora_alpha", "lora_dropout",
+                                                "lora_target_modules", "controlled_negatives_file",
+                                                "odin_length_weight", "odin_orthogonal_weight", "wandb_project",
+                                                "wandb_log_model"}  # fmt: skip
+    assert "two_class_tie_policy" not in inapplicable_fields(config)  # cv_folds 5: evaluated
+    recipe.write_text("ties: drop\ntie_parameter: 1.0\nuse_peft: false\nlora_r: 16\nreport_to: [none]\n")
+    assert RecipeParser(prog="train").parse_args_and_config(["--config", str(recipe)])[0].use_peft is False
+
+
+def test_every_condition_of_the_recipe_tables_is_decided():
+    """Each recipe class's table names its own fields, and each of its conditions is decided by fields of the class."""
+    from dataclasses import fields
+
+    from emoreward.training.config import EmoRewardConfig
+    from emoreward.training.judge_config import JudgeTrainConfig
+
+    for config in (
+        EmoRewardConfig(output_dir="o", report_to=[]),
+        JudgeTrainConfig(output_dir="o", report_to=[], bf16=False),
+    ):
+        names = {f.name for f in fields(config)}
+        table = type(config).FIELD_APPLIES
+        conditions = table.conditions(config)
+        assert set(table.fields) <= names
+        assert set(table.fields.values()) == set(conditions)
+        assert all(set(c.settings) <= names for c in conditions.values())

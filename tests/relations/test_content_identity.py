@@ -290,6 +290,80 @@ def test_a_run_under_another_process_count_or_accumulation_is_another_run(tiny_b
     assert "final model: finished earlier" in run_ok(capsys, ["train", "--config", recipe])
 
 
+# ------------------------------------------------------------------------------------------- train: fields that apply
+# a value other than each table field's default (every entry of both recipe classes' `FIELD_APPLIES` has one)
+VARIED = {
+    "lora_r": 8,
+    "lora_alpha": 7,
+    "lora_dropout": 0.25,
+    "lora_target_modules": ["query"],
+    "tie_parameter": 5.0,
+    "controlled_negatives_file": "negatives.jsonl",
+    "odin_length_weight": 2.0,
+    "odin_orthogonal_weight": 0.5,
+    "dpo_beta": 0.3,
+    "dpo_learning_rate": 1e-6,
+    "two_class_tie_policy": "first",
+    "wandb_project": "other",  # where a run logs: no part of the identity, applying or not
+    "wandb_log_model": True,
+}
+NOT_RESULT = {"wandb_project", "wandb_log_model"}
+
+
+def _recipes(tmp_path):
+    """Each recipe class where every table condition holds, and where none does."""
+    from emoreward.training.config import EmoRewardConfig
+    from emoreward.training.judge_config import JudgeTrainConfig
+
+    (tmp_path / "negatives.jsonl").write_text('{"sample": "s0"}\n')
+    common = {"output_dir": str(tmp_path / "out"), "bf16": False}
+    applies = {
+        "ties": "davidson",
+        "controlled_negatives": ["all"],
+        "length_debias": "disentangled",
+        "report_to": ["wandb"],
+    }
+    return [
+        (EmoRewardConfig(**common, **applies), EmoRewardConfig(**common, use_peft=False, cv_folds=0, report_to=[])),
+        (JudgeTrainConfig(**common, model_name_or_path="org/chat", dpo_epochs=1.0, report_to=["wandb"]),
+         JudgeTrainConfig(**common, model_name_or_path="org/chat", use_peft=False, report_to=[])),
+    ]  # fmt: skip
+
+
+def test_the_run_identity_holds_the_recipe_fields_that_apply(tmp_path, monkeypatch):
+    """The run identity is built from the recipe fields that apply under the recipe's settings (the recipe tables,
+    `emoreward.training.applicability.inapplicable_fields`): each table field changes the identity where its
+    condition holds, and leaves it unchanged where it does not (a recipe default of LoRA rank under use_peft false
+    or of the tie parameter under ties drop computes nothing), for both recipe kinds."""
+    from emoreward.data import PreferencePair
+    from emoreward.training.config import with_fields
+    from emoreward.training.run_identity import run_identity
+
+    monkeypatch.chdir(tmp_path)  # the negatives file by its relative name
+    pairs = [PreferencePair("s0", "happy", "calm", "1"), PreferencePair("s1", "sad", "angry", "tie")]
+    for applies, unused in _recipes(tmp_path):
+        assert set(type(applies).FIELD_APPLIES.fields) <= set(VARIED)
+        for name in type(applies).FIELD_APPLIES.fields:
+            base = run_identity(applies, pairs)["fingerprint"]
+            changed = run_identity(with_fields(applies, **{name: VARIED[name]}), pairs)["fingerprint"]
+            assert (changed == base) is (name in NOT_RESULT), name
+            base = run_identity(unused, pairs)["fingerprint"]
+            assert run_identity(with_fields(unused, **{name: VARIED[name]}), pairs)["fingerprint"] == base, name
+
+
+def test_a_rerun_that_differs_in_a_field_that_does_not_apply_is_the_same_run(tiny_bert_dir, tmp_path, capsys):
+    """Through `emoreward train`: the recipe's LoRA rank under --no_use_peft is no part of the run, so a rerun whose
+    recipe has another rank resumes the finished run (its weights would be byte-identical); the rank given on the
+    command line with --no_use_peft is refused, exit 2, before any work."""
+    recipe = tiny_recipe(tmp_path, tiny_bert_dir, num_train_epochs=1, cv_folds=1)
+    run_ok(capsys, ["train", "--config", recipe, "--no_use_peft"])
+    recipe.write_text(recipe.read_text().replace("lora_r: 4", "lora_r: 8"))
+    assert "final model: finished earlier" in run_ok(capsys, ["train", "--config", recipe, "--no_use_peft"])
+    assert "lora_r" not in read_json(tmp_path / "out" / "run_identity.json")["recipe"]
+    code, _, err = run_cli(capsys, ["train", "--config", recipe, "--no_use_peft", "--lora_r", "8"])
+    assert code == 2 and "lora_r=8 does not apply with use_peft=False" in err, err
+
+
 # ------------------------------------------------------------------------------------------- train: judge recipes
 def test_a_judge_recipe_resumes_only_the_same_content(tmp_path, capsys):
     """A judge recipe (`recipe: judge`) has the reward pipeline's run identity and resume (`run_identity`,

@@ -1,0 +1,178 @@
+"""Which recipe fields apply under a recipe's own settings (the LoRA fields with `use_peft`, the tie parameter with a
+tie likelihood, DPO's fields with DPO epochs, ...): one table per recipe class (`REWARD_FIELDS`, `JUDGE_FIELDS`: its
+`FIELD_APPLIES`), read by one check (`check_fields_apply`: a field given where it cannot apply is refused) and by the
+run identity (`inapplicable_fields`: such a field is no part of what a run computes). Imports no ML library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import MISSING, fields
+from typing import Any, NamedTuple
+
+
+# where a recipe field's value came from (`field_layer`), from the weakest to the strongest
+DEFAULT, RECIPE, COMMAND = 0, 1, 2
+
+
+class Condition(NamedTuple):
+    """Whether a group of fields applies in a recipe: `holds`, the fields that decide it (`settings`) and what those
+    settings mean when it does not hold (`why`, the end of the refusal)."""
+
+    holds: bool
+    settings: tuple[str, ...]
+    why: str
+
+
+class FieldTable(NamedTuple):
+    """A recipe class's applicability table: `fields` (field -> the name of the condition under which it applies) and
+    `conditions` (config -> each condition's `Condition` in that recipe)."""
+
+    fields: dict[str, str]
+    conditions: Callable[[Any], dict[str, Condition]]
+
+
+_LORA = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
+_PEFT = "all weights train, there are no LoRA adapters"
+
+
+def logs_to_wandb(config: Any) -> bool:
+    """Whether a run logs to W&B (`emoreward.training.tracking.wandb_enabled`): `wandb` in `report_to`, as
+    `TrainingArguments.__post_init__` resolved it (a list; `all`: every integration installed)."""
+    return "wandb" in (config.report_to or [])
+
+
+def _wandb(config: Any) -> Condition:
+    return Condition(logs_to_wandb(config), ("report_to",), "nothing is logged to W&B (report_to has no wandb)")
+
+
+def _reward_conditions(config: Any) -> dict[str, Condition]:
+    from emoreward.training.objectives import get_objective  # the objective registry says which has two heads
+
+    return {
+        "peft": Condition(config.use_peft, ("use_peft",), _PEFT),
+        "wandb": _wandb(config),
+        "tie likelihood": Condition(
+            config.ties != "drop", ("ties",), "tie pairs are dropped, no tie likelihood reads the parameter"
+        ),
+        "negatives": Condition(
+            bool(config.controlled_negatives),
+            ("controlled_negatives",),
+            "no controlled negatives train this run (set controlled_negatives: the kinds to take, or [all])",
+        ),
+        "two heads": Condition(
+            get_objective(config.length_debias).disentangled,
+            ("length_debias",),
+            "only the disentangled (ODIN) objective has a length head and these loss terms",
+        ),
+        "evaluation": Condition(
+            config.cv_folds >= 2 or config.eval_file is not None,
+            ("cv_folds", "eval_file"),
+            "no fold and no held-out file is evaluated, so no two-class score is counted",
+        ),
+    }
+
+
+# `emoreward.training.config.EmoRewardConfig` (text and multimodal reward models)
+REWARD_FIELDS = FieldTable(
+    {
+        **dict.fromkeys(_LORA, "peft"),
+        "tie_parameter": "tie likelihood",
+        "controlled_negatives_file": "negatives",
+        **dict.fromkeys(("odin_length_weight", "odin_orthogonal_weight"), "two heads"),
+        "two_class_tie_policy": "evaluation",
+        **dict.fromkeys(("wandb_project", "wandb_log_model"), "wandb"),
+    },
+    _reward_conditions,
+)
+# `emoreward.training.judge_config.JudgeTrainConfig` (generative judges)
+JUDGE_FIELDS = FieldTable(
+    {
+        **dict.fromkeys(_LORA, "peft"),
+        **dict.fromkeys(("dpo_beta", "dpo_learning_rate"), "dpo"),
+        **dict.fromkeys(
+            ("use_audio_in_video", "fps", "max_frames", "min_pixels", "max_pixels", "media_root"), "media"
+        ),
+        "wandb_project": "wandb",
+    },
+    lambda config: {
+        "peft": Condition(config.use_peft, ("use_peft",), _PEFT),
+        "media": Condition(
+            config.family is not None, ("family",), "a text chat LM judge reads no video or audio (no MLLM family)"
+        ),
+        "wandb": _wandb(config),
+        "dpo": Condition(config.dpo_epochs > 0, ("dpo_epochs",), "the judge trains by SFT alone, no DPO stage"),
+    },
+)
+
+
+def _default(config_class: type, name: str) -> Any:
+    for f in fields(config_class):
+        if f.name == name:
+            return f.default if f.default is not MISSING else f.default_factory()
+    raise KeyError(name)
+
+
+def field_layer(config: Any, name: str) -> int:
+    """Where recipe field `name` of `config` was given: `COMMAND` (a command-line option, `--set`, a Python override,
+    or, for a config built in Python, any value other than the field's default), `RECIPE` (a recipe-file line with a
+    value other than the default) or `DEFAULT` (not given, or given as its default). `resolve_config` records each
+    field's origin (`config.field_origins`) before `__post_init__` runs."""
+    value, default = getattr(config, name), _default(type(config), name)
+    recipe = getattr(config, "recipe_path", None)
+    if recipe is None:  # built in Python: what differs from the default was passed
+        return COMMAND if value != default else DEFAULT
+    origin = config.field_origins.get(name)
+    if origin is None:
+        return DEFAULT
+    if origin.startswith(f"{recipe}, line"):
+        return RECIPE if value != default else DEFAULT
+    return COMMAND
+
+
+def inapplicable_fields(config: Any) -> dict[str, str]:
+    """Every field of the recipe's table (`type(config).FIELD_APPLIES`) whose condition does not hold under its
+    settings -> that condition's name; what the run identity leaves out, whatever their values."""
+    table = type(config).FIELD_APPLIES
+    conditions = table.conditions(config)
+    return {name: cond for name, cond in table.fields.items() if not conditions[cond].holds}
+
+
+def check_fields_apply(config: Any) -> None:
+    """Refuse a recipe field given where it cannot apply (it would be ignored, exit 0), before any work: the one check
+    of the recipe classes' tables. A field counts as given where `field_layer` puts it above `DEFAULT` and not below
+    the settings that rule it out: a recipe's value for a field that the command line switches off (`ties: davidson`,
+    `tie_parameter: 2` in the file, `--ties drop` on the command line) is kept unused, never refused.
+
+    Raises:
+        ValueError: one line naming the fields, their values, the settings that rule them out and why."""
+    table = type(config).FIELD_APPLIES
+    for cond, (holds, settings, why) in table.conditions(config).items():
+        if holds:
+            continue
+        ruling = max(field_layer(config, s) for s in settings)
+        given = [n for n, c in table.fields.items() if c == cond and DEFAULT < field_layer(config, n) >= ruling]
+        if not given:
+            continue
+        origins = getattr(config, "field_origins", {})
+        setting = ", ".join(
+            f"{s}={getattr(config, s)!r}" + (f" ({origins[s]})" if s in origins else "") for s in settings
+        )
+        values = ", ".join(f"{n}={getattr(config, n)!r}" for n in given)
+        verb, them = ("does", "it") if len(given) == 1 else ("do", "them")
+        raise ValueError(f"{values} {verb} not apply with {setting}: {why}; leave {them} out or change the setting")
+
+
+__all__ = [
+    "COMMAND",
+    "DEFAULT",
+    "JUDGE_FIELDS",
+    "RECIPE",
+    "REWARD_FIELDS",
+    "Condition",
+    "FieldTable",
+    "check_fields_apply",
+    "field_layer",
+    "inapplicable_fields",
+    "logs_to_wandb",
+]
