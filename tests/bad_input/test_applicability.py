@@ -150,6 +150,8 @@ TRAIN = [
      ["--set lora_alpha=8: lora_alpha=8 does not apply with use_peft=False"]),
     ("judge-dpo-without-epochs", "recipe: judge\nbf16: false\n", ["--set", "dpo_beta=0.3"],
      ["dpo_beta=0.3 does not apply with dpo_epochs=0.0: the judge trains by SFT alone"]),
+    ("judge-media-without-family", "recipe: judge\nbf16: false\n", ["--set", "max_frames=4"],
+     ["max_frames=4 does not apply with family=None: a text chat LM judge reads no video or audio"]),
 ]  # fmt: skip
 
 

@@ -304,6 +304,12 @@ VARIED = {
     "dpo_beta": 0.3,
     "dpo_learning_rate": 1e-6,
     "two_class_tie_policy": "first",
+    "use_audio_in_video": True,
+    "fps": 1.0,
+    "max_frames": 8,
+    "min_pixels": 2000,
+    "max_pixels": 200000,
+    "media_root": "media",
     "wandb_project": "other",  # where a run logs: no part of the identity, applying or not
     "wandb_log_model": True,
 }
@@ -325,7 +331,8 @@ def _recipes(tmp_path):
     }
     return [
         (EmoRewardConfig(**common, **applies), EmoRewardConfig(**common, use_peft=False, cv_folds=0, report_to=[])),
-        (JudgeTrainConfig(**common, model_name_or_path="org/chat", dpo_epochs=1.0, report_to=["wandb"]),
+        (JudgeTrainConfig(**common, model_name_or_path="org/chat", dpo_epochs=1.0, report_to=["wandb"],
+                          family="qwen2.5-omni-thinker", min_pixels=1000, max_pixels=100000),
          JudgeTrainConfig(**common, model_name_or_path="org/chat", use_peft=False, report_to=[])),
     ]  # fmt: skip
 
