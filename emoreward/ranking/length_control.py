@@ -289,8 +289,9 @@ def fit_length_controlled(
     (`separation_note`); where model identity alone separates them, the scores are the prior-bounded ones with open
     interval ends. The edges the plain fits meet are asked of their owner, `emoreward.ranking.edges`, on the verdicts
     this fit reads, with the plain fits' nulls and sentences: models separated by identity alone, a tie parameter at
-    its bound (no ties or only ties: ``None``, named in ``tie_parameter_at_bound``), one resampling unit. Diverging resamples are left out of the percentile bootstrap over samples (the draws of
-    `bootstrap_ci`), fitted by :func:`emoreward.ranking.length_batched.fit_resamples`.
+    its bound (no ties or only ties: ``None``, named in ``tie_parameter_at_bound``), one resampling unit. Diverging
+    resamples are left out of the percentile bootstrap over samples (the draws of `bootstrap_ci`), fitted by
+    :func:`emoreward.ranking.length_batched.fit_resamples`.
 
     Args:
         records (`Sequence[PairwiseRecord]`): the verdicts; every record needs a ``sample``.

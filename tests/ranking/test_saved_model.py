@@ -158,9 +158,8 @@ def test_a_warning_of_the_command_prints_as_one_line(tiny_rm_dir, tmp_path):
         lines = path.read_text().splitlines()
         path.write_text("\n".join([lines[0], '{"key": "torn', *lines[1:]]) + "\n")  # line 2 unreadable
     assert "warning" not in errs[0]
-    assert errs[1] == (
-        f"emoreward rank: warning: {path}: 1 unreadable line(s) skipped (line 2); their descriptions are scored again\n"
-    )
+    said = f"{path}: 1 unreadable line(s) skipped (line 2); their descriptions are scored again"
+    assert errs[1] == f"emoreward rank: warning: {said}\n"
 
 
 def test_a_damaged_cache_line_is_skipped_with_a_warning_naming_it(tmp_path):
