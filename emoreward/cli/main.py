@@ -13,7 +13,9 @@ import logging
 import os
 import sys
 import traceback
+import warnings
 from collections.abc import Callable
+from pathlib import Path
 
 from emoreward.cli.options import EXIT_ERROR, EXIT_INTERRUPTED, INTERRUPTED
 
@@ -121,10 +123,26 @@ def _one_line_errors() -> tuple[type[BaseException], ...]:
     return (ValueError, OSError, ImportError, RuntimeError, *([extra] if isinstance(extra, type) else []))
 
 
+# the packages whose warnings are the command's own (printed as one line by `guarded`)
+_OWN_CODE = tuple(
+    os.path.realpath(Path(__file__).parents[k] / name) + os.sep for k, name in ((1, ""), (2, "zero_shot"))
+)
+
+
 def guarded(prog: str, run: Callable[[], int], interrupted: str = INTERRUPTED) -> int:
     """Run a command: data and configuration errors print one line and return 2, Ctrl-C prints ``interrupted`` (by
-    default how to resume; a command module's own ``INTERRUPTED`` where resuming means nothing) and returns 130.
-    The output locks the command took (`emoreward.utils.io.hold_output`) are released at its end, however it ends."""
+    default how to resume; a command module's own ``INTERRUPTED`` where resuming means nothing) and returns 130;
+    a warning of the project's code prints one line, ``prog: warning: message`` (not the file and source line that
+    raised it). The output locks the command took (`emoreward.utils.io.hold_output`) are released at its end,
+    however it ends."""
+    original = warnings.formatwarning
+
+    def one_line(message, category, filename, lineno, line=None) -> str:
+        if os.path.realpath(filename).startswith(_OWN_CODE):
+            return f"{prog}: warning: {message}\n"
+        return original(message, category, filename, lineno, line)  # a library's: where it came from helps
+
+    warnings.formatwarning = one_line
     try:
         return _run_releasing(run)
     except Exception as err:
@@ -138,6 +156,8 @@ def guarded(prog: str, run: Callable[[], int], interrupted: str = INTERRUPTED) -
     except KeyboardInterrupt:
         print(interrupted.format(prog=prog), file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:
+        warnings.formatwarning = original
 
 
 def _run_releasing(run: Callable[[], int]) -> int:

@@ -43,6 +43,7 @@ APPLIES: dict[str, str] = {
                      "models", "seed", "media_root", "cache_dir", "no_cache"], ALWAYS),
     **dict.fromkeys(["hierarchical", "tie_model", "no_length_control", "n_boot", "alpha"], "full"),
     **dict.fromkeys(BPA.DEFAULTS, "bpa"),  # the options of `--method bpa`: the method's own defaults
+    "exploration": "exploring",  # a --method bpa option read by some policies only (BPA.reads_exploration)
     **dict.fromkeys(["committee_calibration", "committee_weighting"], "committee"),
     **dict.fromkeys(["tie_threshold", "batch_size", "vllm_url", "engine_timeout"], "reward-model"),
     **dict.fromkeys(["strategy", "runs", "no_swap", "combine"], "generative"),
@@ -60,8 +61,14 @@ def applicability_facts(args: argparse.Namespace) -> dict[str, tuple[bool, str]]
     generative = [spec for spec, kind in kinds.items() if kind != "reward-model"]
     bpa = getattr(args, "method", "full") == "bpa"
     committee = len(judges) > 1 or args.committee_calibration is not None or args.committee_weighting is not None
+    not_bpa = "{first} is a --method bpa option; the full method compares every pair (add --method bpa)"
+    policy = getattr(args, "policy", BPA.DEFAULTS["policy"])
+    exploring = bpa and BPA.reads_exploration(policy)
+    reading = ", ".join(p for p in BPA.POLICIES if BPA.reads_exploration(p)) if bpa else ""
     return {
-        "bpa": (bpa, "{first} is a --method bpa option; the full method compares every pair (add --method bpa)"),
+        "bpa": (bpa, not_bpa),
+        "exploring": (exploring, f"{{first}} is the exploration rule of --policy {reading}; --policy {policy} picks "
+                      "its pairs by no exploration rule" if bpa else not_bpa),
         "full": (not bpa, "{first} is a --method full option; BPA picks its own pairs and fits its own model"),
         "committee": (committee, "{options} {verb} to a committee of judges (--judge given more than once)"),
         "reward-model": (bool(models), "{options} {verb} to reward-model judges; "
@@ -124,14 +131,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="stop when the mean model uncertainty (1-9 scale) is below this")
     b.add_argument("--refit-every", type=positive_int, default=BPA.DEFAULTS["refit_every"],
                    help="global MAP refit after this many new verdicts")
-    b.add_argument("--policy", choices=["exploration", "paper", "bpa", "random"], default=BPA.DEFAULTS["policy"],
+    b.add_argument("--policy", choices=list(BPA.POLICIES), default=BPA.DEFAULTS["policy"],
                    help="'exploration': exploration only (default; with ranking-variance exploration the best policy "
                    "measured, docs); 'paper': the paper's scheduler, 50/30/20 exploration by TrueSkill match quality "
                    "/ anchor / bridge (no anchors here: 80/20 exploration / bridge); 'bpa': those shares with "
                    "--exploration's rule; 'random': uniformly random model pairs (baseline)")
     b.add_argument("--exploration", choices=["ranking_variance", "match_quality"], default=None,
                    help="exploration rule: ranking-variance design (default, emoreward.ranking.bpa.design) or "
-                   "TrueSkill match quality (the paper's, the default of --policy paper)")
+                   "TrueSkill match quality (the paper's, the default of --policy paper); not with --policy random, "
+                   "which picks its pairs by no rule")
     c = p.add_argument_group("committee (--judge given more than once)")
     c.add_argument("--committee-calibration", metavar="PAIRS",
                    help="labelled preference pairs (as `emoreward evaluate --data` reads them, e.g. emoprefer): each "

@@ -13,7 +13,7 @@ import numpy as np
 
 from emoreward.data.tables import DescriptionTable
 from emoreward.ranking.bootstrap import tqdm_disable
-from emoreward.ranking.bpa import BPAConfig, BPAFit, BPAScheduler, SchedulerConfig
+from emoreward.ranking.bpa import RULE_POLICIES, BPAConfig, BPAFit, BPAScheduler, SchedulerConfig
 from emoreward.ranking.records import PairwiseRecord
 from emoreward.ranking.report import BPARankingReport, bpa_warnings
 from emoreward.ranking.score_cache import ScoreCache, model_key_parts, score_key
@@ -204,7 +204,7 @@ def rank_with_bpa(
         "budget": budget,
         "sigma_tau": config.sigma_tau,
         "policy": sconfig.policy,
-        "exploration_rule": sconfig.exploration_rule,
+        "exploration_rule": sconfig.exploration_rule if sconfig.policy in RULE_POLICIES else None,  # read by none
         "refit_every": sconfig.refit_every,
         "seed": seed,
         "loop_seconds": time.perf_counter() - start,

@@ -128,21 +128,28 @@ def separated_groups(counts: PairwiseCounts, model: PairModel) -> dict[str, str]
     return out
 
 
+def tie_parameter_edge(model: PairModel, counts: PairwiseCounts) -> str | None:
+    """Whether ``model``'s tie parameter has anything to fit in ``counts`` (the verdicts its likelihood reads, ties
+    included): ``"no ties"`` (its optimum is the lower end of `PairModel.bounds`, the fit Bradley-Terry's),
+    ``"only ties"`` (the upper end), ``None`` when it is an estimate or ``model`` has none (Bradley-Terry).
+
+    THE rule of every fit with a tie parameter (the plain fits through `fit_edges`, the length-controlled fit), so
+    their reports null the same numbers and print the same sentences (`edge_sentences`)."""
+    if not model.has_tie:
+        return None
+    if float(np.triu(counts.ties, 1).sum()) == 0:
+        return "no ties"
+    if counts.wins.sum() == 0:
+        return "only ties"
+    return None
+
+
 def fit_edges(ci: BootstrapCI, counts: PairwiseCounts) -> FitEdges:
     """The `FitEdges` of one ranking fit (``ci``; ``"bradley-terry"``: EMER-Ranker's fit on the binarized W) on the raw
-    ``counts``: separation in the counts it used, its tie parameter, its resampling units."""
+    ``counts``: separation in the counts it used, its tie parameter (`tie_parameter_edge`), its resampling units."""
     model = get_model(ci.estimate.model)
-    tie_model = model.has_tie
-    used = counts if tie_model else counts.binarized()
-    separated = separated_groups(used, model)
-    tie = None
-    if tie_model:
-        n_ties = float(np.triu(counts.ties, 1).sum())
-        if n_ties == 0:
-            tie = "no ties"
-        elif counts.wins.sum() == 0:
-            tie = "only ties"
-    return FitEdges(separated, tie, int(ci.n_units))
+    used = counts if model.has_tie else counts.binarized()
+    return FitEdges(separated_groups(used, model), tie_parameter_edge(model, counts), int(ci.n_units))
 
 
 def separation_warning(separated: dict[str, str], prior_variance: float | None) -> str:
@@ -159,24 +166,28 @@ def separation_warning(separated: dict[str, str], prior_variance: float | None) 
     )
 
 
-def edge_warnings(name: str, edges: FitEdges, prior_variance: float | None) -> list[str]:
-    """One sentence per edge of the fit called ``name`` (see `FitEdges`)."""
-    out = [f"{name}: {separation_warning(edges.separated, prior_variance)}"] if edges.separated else []
+def edge_sentences(edges: FitEdges, prior_variance: float | None) -> list[str]:
+    """One sentence per edge in ``edges`` (see `FitEdges`), for every fit that meets it: the plain fits
+    (`edge_warnings`) and the length-controlled fit (its ``warnings``)."""
+    out = [separation_warning(edges.separated, prior_variance)] if edges.separated else []
     if edges.tie_parameter == "no ties":
         out.append(
-            f"{name}: no ties in the data: the tie parameter sits at its lower bound (not an estimate; null in the "
-            "JSON) and the fit is Bradley-Terry's."
+            "no ties in the data: the tie parameter sits at its lower bound (not an estimate; null in the JSON) and "
+            "the fit is Bradley-Terry's."
         )
     elif edges.tie_parameter == "only ties":
         out.append(
-            f"{name}: every verdict is a tie: the tie parameter sits at its upper bound (null in the JSON) and the "
-            "scores carry no information."
+            "every verdict is a tie: the tie parameter sits at its upper bound (null in the JSON) and the scores "
+            "carry no information."
         )
     if not edges.intervals_defined:
-        out.append(
-            f"{name}: {edges.n_units} resampling unit(s): the bootstrap cannot vary the data; intervals are null."
-        )
+        out.append(f"{edges.n_units} resampling unit(s): the bootstrap cannot vary the data; intervals are null.")
     return out
+
+
+def edge_warnings(name: str, edges: FitEdges, prior_variance: float | None) -> list[str]:
+    """One sentence per edge of the fit called ``name`` (`edge_sentences`, prefixed ``"name: "``)."""
+    return [f"{name}: {sentence}" for sentence in edge_sentences(edges, prior_variance)]
 
 
 def reward_edges(rewards: np.ndarray, models: list[str]) -> list[str]:
@@ -215,10 +226,12 @@ __all__ = [
     "intervals_defined",
     "min_resamples",
     "FitEdges",
+    "edge_sentences",
     "edge_warnings",
     "fit_edges",
     "null_where_open",
     "reward_edges",
     "separated_groups",
     "separation_warning",
+    "tie_parameter_edge",
 ]

@@ -30,7 +30,14 @@ from emoreward.ranking.bradley_terry import (
     single_blas_thread,
 )
 from emoreward.ranking.counts import PairwiseCounts, check_connected
-from emoreward.ranking.edges import format_interval, intervals_defined, separated_groups, separation_warning
+from emoreward.ranking.edges import (
+    FitEdges,
+    edge_sentences,
+    format_interval,
+    intervals_defined,
+    separated_groups,
+    tie_parameter_edge,
+)
 from emoreward.ranking.length_batched import (
     DIVERGED,
     Design,
@@ -101,7 +108,9 @@ class ControlledFit:
             the Wald one below 20 usable resamples) and the two-sided normal p-value of ``gamma_k = 0``.
         scales (`np.ndarray` of shape `(K,)`): ``sigma_k``, root-mean-square of the raw covariate differences.
         model (`str`): the pair model's name (``"bradley-terry"``: ties dropped); tie_parameter: its ``beta`` /
-            ``nu`` (on the centred scale), ``None`` for Bradley-Terry.
+            ``nu`` (on the centred scale), ``None`` for Bradley-Terry or at its bound; tie_parameter_at_bound:
+            ``"no ties"`` / ``"only ties"`` where it sits at its bound (`emoreward.ranking.edges.tie_parameter_edge`,
+            as the plain fits'), else ``None``.
         log_likelihood (`float`): data log-likelihood (prior excluded); n_comparisons (`int`): records in it.
         ci_level (`float`), n_boot (`int`): coverage, resamples; ``n_failed`` of them diverged and are left out.
         warnings (`list[str]`): dropped, collinear or separated covariates, failed resamples.
@@ -138,6 +147,7 @@ class ControlledFit:
     boot_coefficients: np.ndarray
     prior_variance: float | None = DEFAULT_PRIOR_VARIANCE
     separation: dict[str, Any] | None = None
+    tie_parameter_at_bound: str | None = None
     ranking: list[str] = field(init=False)
     ranks: list[int] = field(init=False)
 
@@ -196,6 +206,7 @@ class ControlledFit:
                 for k, name in enumerate(self.covariates)
             },
             "tie_parameter": finite_float(self.tie_parameter),
+            "tie_parameter_at_bound": self.tie_parameter_at_bound,
             "log_likelihood": finite_float(self.log_likelihood),
             "n_comparisons": int(self.n_comparisons),
             "prior_variance": finite_float(self.prior_variance),
@@ -276,8 +287,11 @@ def fit_length_controlled(
     Edges (each a warning, ``None`` where a number would mislead): a constant covariate is dropped; one collinear
     with model identity is not reported; one that separates the decisive verdicts has an infinite coefficient
     (`separation_note`); where model identity alone separates them, the scores are the prior-bounded ones with open
-    interval ends. Diverging resamples are left out of the percentile bootstrap over samples (the draws of
-    `bootstrap_ci`), fitted by :func:`emoreward.ranking.length_batched.fit_resamples`.
+    interval ends. The edges the plain fits meet are asked of their owner, `emoreward.ranking.edges`, on the verdicts
+    this fit reads, with the plain fits' nulls and sentences: models separated by identity alone, a tie parameter at
+    its bound (no ties or only ties: ``None``, named in ``tie_parameter_at_bound``), one resampling unit. Diverging
+    resamples are left out of the percentile bootstrap over samples (the draws of `bootstrap_ci`), fitted by
+    :func:`emoreward.ranking.length_batched.fit_resamples`.
 
     Args:
         records (`Sequence[PairwiseRecord]`): the verdicts; every record needs a ``sample``.
@@ -327,19 +341,19 @@ def fit_length_controlled(
     with single_blas_thread():  # small products: OpenBLAS threads only spin
         full = _full_fit(design, model, [c for c, k in zip(covariates, kept) if k], precision, notes)
         separation, gamma_identified = None, True
-        in_records = [r for r, k in zip(records, in_design) if k]
+        in_records = fitted = [r for r, k in zip(records, in_design) if k]  # fitted: the verdicts the likelihood reads
         if full.undecided is not None and not full.by_models:  # covariates separate: the model effects on the rest
-            undecided_records = [r for r, u in zip(in_records, full.undecided) if u]
+            fitted = [r for r, u in zip(in_records, full.undecided) if u]
             full, boot_s, open_ends, groups = _separated_fit(
-                design, model, full.undecided, undecided_records, items, precision, n_boot, seed, batched
+                design, model, full.undecided, fitted, items, precision, n_boot, seed, batched
             )
             separation = {"covariates": [c for c, k in zip(covariates, kept) if k], "models": groups}
         elif full.identified and intervals_defined(design.n_units):  # one sample: no interval (edges)
             boot_s, boot_c[:, kept], n_failed = _bootstrap(design, model, full, precision, n_boot, seed, batched)
+        separated: dict[str, str] = {}
         if full.by_models:  # model identity separates: the prior-bounded fit, open ends as the plain fits'
-            groups = separated_groups(PairwiseCounts.from_records(in_records, items), model)
+            groups = separated = separated_groups(PairwiseCounts.from_records(in_records, items), model)
             open_ends = tuple(np.array([groups.get(i) == kind for i in items]) for kind in ("never won", "never lost"))
-            notes.append(separation_warning(groups, prior_variance))
             # in the limit the decided verdicts leave the likelihood: the coefficients rest on the undecided rest
             gamma_identified = bool(np.any(design.x[full.undecided, len(items) :] != 0))
             if kept.any() and not gamma_identified:
@@ -356,14 +370,13 @@ def fit_length_controlled(
         )
     if not full.converged and full.identified:
         notes.append("the full-data Newton iteration did not converge: treat the fit with care")
-    all_ties = model.has_tie and len(design.outcome) > 0 and bool(np.all(design.outcome == 2))
-    if (
-        all_ties
-    ):  # the plain fits' edge ("only ties"): the tie parameter at its upper bound, nothing to weigh length by
-        notes.append(
-            "every verdict is a tie: the tie parameter sits at its upper bound and no verdict says which description "
-            "is better, so the covariates' coefficients are not identified (null)"
-        )
+    # the plain fits' edges, asked of their owner (edges.py) on the verdicts this fit reads: the same nulls, the same
+    # sentences (separation by model identity, a tie parameter at its bound, one resampling unit)
+    edges = FitEdges(separated, tie_parameter_edge(model, PairwiseCounts.from_records(fitted, items)), design.n_units)
+    notes += edge_sentences(edges, prior_variance)
+    all_ties = edges.tie_parameter == "only ties"
+    if all_ties and kept.any():  # nothing to weigh length by
+        notes.append("no verdict says which description is better: the covariates' coefficients are not identified")
     scores = full.scores if full.identified else np.full(len(items), np.nan)
     coef, se, pval = (np.full(len(covariates), np.nan) for _ in range(3))
     if full.identified and not (separation and separation["covariates"]) and gamma_identified and not all_ties:
@@ -393,7 +406,8 @@ def fit_length_controlled(
         p_values=pval,
         scales=scales,
         model=model.name,
-        tie_parameter=None if all_ties else full.tie_parameter,
+        tie_parameter=None if edges.tie_parameter else full.tie_parameter,
+        tie_parameter_at_bound=edges.tie_parameter,
         log_likelihood=full.log_likelihood,
         n_comparisons=int(design.x.shape[0]),
         ci_level=1.0 - alpha,

@@ -176,6 +176,9 @@ class BPA(Method):
     DEFAULTS = {"budget": None, "sigma_tau": 0.3, "refit_every": 10, "policy": "exploration", "exploration": None}
     """The option values of a ranking by BPA when not given (`from_options`; `emoreward rank`'s defaults): the
     budget every query (`shared_samples`), a refit every 10 verdicts, exploration by the ranking-variance rule."""
+    POLICIES = ("exploration", "paper", "bpa", "random")
+    """The values of the ``policy`` option (`emoreward rank --policy`): a `SchedulerConfig` policy, or ``"paper"``
+    (`PAPER_SCHEDULING`)."""
 
     def __init__(
         self,
@@ -193,15 +196,30 @@ class BPA(Method):
         """From option values: ``budget``, ``sigma_tau``, ``refit_every``, ``policy`` (``"paper"``: the paper's
         scheduler, `PAPER_SCHEDULING`; else a `SchedulerConfig` policy), ``exploration`` (the exploration rule),
         ``seed``, ``progress``; one left out or ``None`` takes its value in ``DEFAULTS``."""
-        from emoreward.ranking.bpa import PAPER_SCHEDULING, BPAConfig, SchedulerConfig
+        from emoreward.ranking.bpa import BPAConfig, SchedulerConfig
 
         o = {**cls.DEFAULTS, **{k: options[k] for k in cls.DEFAULTS if options.get(k) is not None}}
-        schedule = dict(PAPER_SCHEDULING) if o["policy"] == "paper" else {"policy": o["policy"]}
+        schedule = cls.schedule(o["policy"])
         if o["exploration"] is not None:
             schedule["exploration_rule"] = o["exploration"]
         seed = options.get("seed", 0)
         schedule = SchedulerConfig(**schedule, refit_every=o["refit_every"], seed=seed)
         return cls(o["budget"], BPAConfig(sigma_tau=o["sigma_tau"]), schedule, seed, options.get("progress"))
+
+    @staticmethod
+    def schedule(policy: str) -> dict[str, str]:
+        """The `SchedulerConfig` fields the ``policy`` option sets (one of `POLICIES`)."""
+        from emoreward.ranking.bpa import PAPER_SCHEDULING
+
+        return dict(PAPER_SCHEDULING) if policy == "paper" else {"policy": policy}
+
+    @classmethod
+    def reads_exploration(cls, policy: str) -> bool:
+        """Whether the ``policy`` option picks any pair by the ``exploration`` option's rule (its scheduler policy
+        is one of `emoreward.ranking.bpa.RULE_POLICIES`; ``"random"`` is not): where ``exploration`` applies."""
+        from emoreward.ranking.bpa import RULE_POLICIES
+
+        return cls.schedule(policy)["policy"] in RULE_POLICIES
 
     def run(self, table: DescriptionTable, annotator: Any, fit: Mapping[str, Any]) -> Any:
         from emoreward.ranking.active import rank_with_bpa, shared_samples

@@ -64,6 +64,13 @@ RANK = [
     ("bpa-tie-model", "rm", ["--method", "bpa", "--tie-model", "rao-kupper"], "--tie-model is a --method full option"),
     ("bpa-no-length-control", "rm", ["--method", "bpa", "--no-length-control"], "--no-length-control is a --method full"),
     ("full-budget", "rm", ["--budget", "5"], "--budget is a --method bpa option"),  # the direction refused before
+    ("full-exploration", "rm", ["--exploration", "match_quality"], "--exploration is a --method bpa option"),
+    # a policy-specific option: random picks uniformly, by no exploration rule (it was recorded in the report)
+    ("bpa-random-exploration", "rm", ["--method", "bpa", "--policy", "random", "--exploration", "match_quality"],
+     "--exploration is the exploration rule of --policy exploration, paper, bpa; --policy random picks its pairs by "
+     "no exploration rule"),
+    ("bpa-random-exploration-default", "rm", ["--method", "bpa", "--policy", "random", "--exploration",
+     "ranking_variance"], "--exploration is the exploration rule of --policy"),
 ]  # fmt: skip
 
 

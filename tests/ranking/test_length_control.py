@@ -89,7 +89,9 @@ def test_where_length_explains_every_verdict_all_models_are_equal_within_their_i
     plain = bootstrap_ci(
         records, functools.partial(fit_bradley_terry_ties, tie_model="davidson"), n_boot=300, items=MODELS
     )
-    assert fit.warnings == [] and fit.n_failed == 0
+    # no tie verdict: the tie parameter is at its bound, null and named as the plain fit's (edges.tie_parameter_edge)
+    assert [w.split(":")[0] for w in fit.warnings] == ["no ties in the data"] and fit.n_failed == 0
+    assert fit.tie_parameter is None and fit.tie_parameter_at_bound == "no ties"
     # every controlled interval holds 0 (the common value) and every pair of intervals overlaps
     assert np.all(fit.ci_lower < 0) and np.all(fit.ci_upper > 0)
     assert fit.ci_lower.max() < fit.ci_upper.min()

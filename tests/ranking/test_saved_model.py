@@ -147,6 +147,27 @@ def test_the_cli_rerun_from_a_full_cache_imports_no_torch(tiny_rm_dir, tmp_path,
     assert {k: v for k, v in rerun.items() if k not in timings} == {k: v for k, v in cold.items() if k not in timings}
 
 
+def test_a_warning_of_the_command_prints_as_one_line(tiny_rm_dir, tmp_path):
+    """`emoreward rank` (any command, `emoreward.cli.main.guarded`) prints the project's warnings as its errors, one
+    line ``emoreward rank: warning: ...``: not Python's ``annotators.py:116: UserWarning: ...`` and the source line,
+    which named the caller of the score cache. In a fresh process (pytest records warnings instead of printing)."""
+    data = write_table(tmp_path / "table.jsonl")
+    argv = ["rank", "--judge", str(tiny_rm_dir), "--data", str(data), "--method", "bpa", "--budget", "6", "--quiet"]
+    argv = [sys.executable, "-m", "emoreward.cli", *argv, "--cache-dir", str(tmp_path / "cache")]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "XDG_CACHE_HOME": str(tmp_path / "home")}
+    errs = []
+    for _ in range(2):
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stderr
+        errs.append(done.stderr)
+        (path,) = (tmp_path / "cache").rglob("scores-*.jsonl")
+        lines = path.read_text().splitlines()
+        path.write_text("\n".join([lines[0], '{"key": "torn', *lines[1:]]) + "\n")  # line 2 unreadable
+    assert "warning" not in errs[0]
+    said = f"{path}: 1 unreadable line(s) skipped (line 2); their descriptions are scored again"
+    assert errs[1] == f"emoreward rank: warning: {said}\n"
+
+
 def test_a_damaged_cache_line_is_skipped_with_a_warning_naming_it(tmp_path):
     path = tmp_path / "scores.jsonl"
     path.write_text(

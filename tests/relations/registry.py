@@ -207,7 +207,7 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--sigma-tau": "a BPA prior: tests/ranking/test_bpa_model.py",
         "--refit-every": "a BPA schedule setting: tests/ranking/test_bpa_scheduler.py",
         "--policy": ("accounting",),
-        "--exploration": "a BPA exploration rule: tests/ranking/test_bpa_scheduler.py",
+        "--exploration": ("accounting",),  # the rule the report names is the one that picked pairs (or null)
         "--tie-threshold": "the tie rule of a reward-model judge: tests/ranking/test_ties_and_intervals.py",
         "--batch-size": "batching only: tests/test_scoring_engine.py checks scores do not depend on it",
         "--media-root": "where media files are: tests/bad_input/test_bad_media.py",

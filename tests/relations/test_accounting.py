@@ -20,7 +20,16 @@ from _inputs import annotated_pair_rows, n_boot, pair_rows, read_json, run_ok, t
 
 
 COVERS = {
-    "rank": ("*", "--runs", "--no-swap", "--budget", "--policy", "--committee-calibration", "--hierarchical"),
+    "rank": (
+        "*",
+        "--runs",
+        "--no-swap",
+        "--budget",
+        "--policy",
+        "--exploration",
+        "--committee-calibration",
+        "--hierarchical",
+    ),
     "judge": ("*", "--runs", "--no-swap"),
     "evaluate": ("*",),
     "train": ("*", "--train_file", "--cv_folds"),
@@ -121,6 +130,35 @@ def test_bpa_at_its_default_budget_asks_every_pair_of_every_sample_once(policy, 
     assert report["budget"] == report["n_pairs"] == report["full_pairs"] == math.comb(4, 2) * 5
     assert report["n_comparisons"] == dict.fromkeys(report["models"], 3 * 5)
     assert "Comparisons: 30 pairs asked of the full C(M,2) x N = 30 (100.0%)" in printed
+
+
+def test_bpa_names_the_exploration_rule_that_picked_its_pairs_under_every_policy(rm_dir, tmp_path, capsys):
+    """`--exploration` where the policy reads it (`BPA.reads_exploration`): the report names the rule and some pairs
+    were picked by exploration; where it reads none (`--policy random`), the option is one line, exit 2, before any
+    work, and the report's rule is null (it once said match_quality beside 0 exploration pairs, exit 0)."""
+    from _inputs import run_cli
+
+    from emoreward.ranking.methods import BPA
+
+    table = write_jsonl(tmp_path / "t.jsonl", table_rows(n_samples=4))
+    reading = []
+    for policy in BPA.POLICIES:
+        out = tmp_path / policy / "r.json"
+        argv = ["rank", "--judge", rm_dir, "--data", table, "--method", "bpa", "--budget", 12, "--policy", policy,
+                "--no-cache", "--quiet", "--output", out]  # fmt: skip
+        code, _, err = run_cli(capsys, [*argv, "--exploration", "match_quality"])
+        if code == 0:
+            reading.append(policy)
+            report = read_json(out)
+            assert report["exploration_rule"] == "match_quality" and report["strategy_counts"]["exploration"] > 0
+            continue
+        assert code == 2 and err.count("\n") == 1 and "--exploration is the exploration rule of" in err
+        assert not out.parent.exists()
+        run_ok(capsys, argv)
+        report = read_json(out)
+        assert report["exploration_rule"] is None and report["strategy_counts"]["exploration"] == 0, policy
+        assert sum(report["strategy_counts"].values()) == report["n_pairs"] == 12
+    assert reading == ["exploration", "paper", "bpa"]  # random picks uniformly: no rule to name
 
 
 @pytest.mark.parametrize("budget", [7, 20, 30])

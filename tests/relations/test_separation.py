@@ -11,20 +11,22 @@ Owners: `emoreward.utils.separation` (the one detector, Firth's logit), `emorewa
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import warnings
 
 import numpy as np
 import pytest
-from _inputs import read_json, run_ok, write_jsonl
+from _inputs import WORDS, read_json, run_ok, write_jsonl
 
+from emoreward.data.tables import DescriptionTable
 from emoreward.ranking.bradley_terry import fit_bradley_terry_ties
 from emoreward.ranking.counts import PairwiseCounts
 from emoreward.ranking.edges import separated_groups
 from emoreward.ranking.length_control import comparison_markdown, fit_length_controlled
 from emoreward.ranking.records import PairwiseRecord
-from emoreward.ranking.tie_models import get_model
+from emoreward.ranking.tie_models import TIE_MODELS, get_model
 
 
 COVERS = {"rank": ("*", "--tie-model"), "evaluate": ("*",), "judge": ("*",)}
@@ -241,3 +243,129 @@ def test_rank_length_controlled_column_follows_the_tie_model(tie_model, rm_dir, 
     tie_scores = dict(zip(ties["items"], ties["scores"]))
     assert lc_scores == pytest.approx(tie_scores, abs=1e-6)
     assert f"Length-controlled ranking ({tie_model} + log_length" in out.with_suffix(".md").read_text(encoding="utf-8")
+
+
+class _RuleJudge:
+    """A generative judge by rule on the models' names (each description starts with its model's name): ``rule(a, b,
+    sample index)`` -> ``"1"``, ``"2"`` or ``"tie"``; the lengths of the descriptions are drawn at random, so length
+    decides none of the verdicts."""
+
+    name = "rule"
+
+    def __init__(self, rule):
+        self.rule = rule
+
+    def judge(self, pairs, *, run=0):
+        from emoreward.data.verdicts import Judgement, Verdict
+
+        verdicts = {"1": Verdict.FIRST, "2": Verdict.SECOND, "tie": Verdict.TIE}
+        out = []
+        for p in pairs:
+            a, b = p.description_1.split()[0], p.description_2.split()[0]
+            out.append(Judgement(p.sample_id, verdicts[self.rule(a, b, int(p.sample_id[1:]))], run=run))
+        return out
+
+
+_ORDER = {"champ": 0, "mid1": 1, "mid2": 1, "dud": 2}
+
+
+def _separated_no_ties(a, b, s):
+    """champ beats everyone, everyone beats dud, mid1 and mid2 alternate by sample: no tie."""
+    if _ORDER[a] != _ORDER[b]:
+        return "1" if _ORDER[a] < _ORDER[b] else "2"
+    return "1" if (s % 2 == 0) == (a == "mid1") else "2"
+
+
+def _separated_with_ties(a, b, s):
+    """As `_separated_no_ties`, but mid1 and mid2 tie on every third sample."""
+    return "tie" if {a, b} == {"mid1", "mid2"} and s % 3 == 0 else _separated_no_ties(a, b, s)
+
+
+def _mixed(a, b, s):
+    """Wins every way round and ties: no edge."""
+    return random.Random(f"{a}-{b}-{s}").choice(["1", "1", "2", "2", "tie"])
+
+
+SEPARATED = "separation (never lost: champ; never won: dud"
+EDGE_CASES = {
+    # case: (rule, samples, the edges every fit of these verdicts meets: the opening of each sentence)
+    "separated, no ties": (_separated_no_ties, 12, {SEPARATED, "no ties"}),
+    "separated, ties": (_separated_with_ties, 12, {SEPARATED}),
+    "only ties": (lambda a, b, s: "tie", 12, {"every verdict is a tie"}),
+    "one sample, only ties": (lambda a, b, s: "tie", 1, {"every verdict is a tie", "1 resampling unit(s)"}),
+    "none": (_mixed, 12, set()),
+}
+_OPENINGS = ("separation (", "no ties", "every verdict is a tie", "1 resampling unit(s)")
+
+
+def _rule_table(n_samples: int) -> DescriptionTable:
+    """The four models on ``n_samples`` samples, lengths at random; on one sample all of one length (there a length
+    that differs is collinear with model identity: no length-controlled fit to compare)."""
+    r = random.Random(7)
+
+    def text(m: str) -> str:
+        words = " ".join(r.choices(WORDS, k=r.randint(2, 12)))
+        return f"{m} {words}" if n_samples > 1 else f"{m} {'y' * (30 - len(m))}"
+
+    return DescriptionTable.from_rows(
+        {"sample": f"s{s}", "model": m, "description": text(m)} for s in range(n_samples) for m in _ORDER
+    )
+
+
+@pytest.mark.parametrize("case", list(EDGE_CASES))
+def test_plain_and_length_controlled_fits_report_the_same_edges_under_every_tie_model(case):
+    """The length-controlled fit meets the plain fit's edges (separation by model identity, a tie parameter with no
+    ties or only ties to fit, one resampling unit) under every registered tie model, and reports them the same way:
+    the same tie parameter at its bound (null), the same separated models (open ends), the same sentences. The owner
+    is `emoreward.ranking.edges`; a length-controlled fit that decided an edge by itself (it once saw only the
+    all-ties one, and printed 1e-13 as a fitted tie parameter without ties) fails here."""
+    from emoreward.ranking.fit import FitSpec
+    from emoreward.ranking.rank import rank_with_judge
+
+    rule, n_samples, expected = EDGE_CASES[case]
+    table = _rule_table(n_samples)
+    for name in TIE_MODELS:
+        report = rank_with_judge(_RuleJudge(rule), table, fit=FitSpec.resolve(name), n_boot=40)
+        data = json.loads(json.dumps(report.to_dict()))
+        plain, lc = data["bradley_terry_ties"], data["length_controlled"]
+        assert lc["model"] == name and (lc["separation"] or {}).get("covariates", []) == []  # length decides nothing
+        assert lc["tie_parameter_at_bound"] == plain["tie_parameter_at_bound"], name
+        assert (lc["tie_parameter"] is None) == (plain["tie_parameter"] is None), (name, lc["tie_parameter"])
+        assert (lc["separation"] or {}).get("models", {}) == plain["separated"], name
+        for side in ("ci_lower", "ci_upper"):  # the ends only the prior bounds are open (null) in both
+            open_plain = {m for m, v in zip(plain["items"], plain[side]) if v is None}
+            assert {m for m, v in zip(lc["items"], lc[side]) if v is None} >= open_plain, (name, side)
+        sentences = {
+            fit: [w.split(": ", 1)[1] for w in report.warnings if w.startswith(f"{prefix}: ")]
+            for fit, prefix in (("plain", f"BT-ties ({name})"), ("controlled", "length-controlled fit"))
+        }
+        for opening in _OPENINGS:
+            said = {fit: [s for s in got if s.startswith(opening)] for fit, got in sentences.items()}
+            assert said["plain"] == said["controlled"], (name, said)
+        assert all(any(s.startswith(e) for s in sentences["plain"]) for e in expected), (name, sentences)
+        # separation is the tie model's to decide (EmoPrefer's ties put the tie level above both models: with only
+        # ties, every model "never won"); the other edges are the data's
+        edges = {o for o in _OPENINGS[1:] if any(s.startswith(o) for s in sentences["plain"])}
+        assert edges == {o for o in _OPENINGS[1:] if any(e.startswith(o) for e in expected)}, (name, edges)
+
+
+@pytest.mark.parametrize("tie_model", sorted(TIE_MODELS))
+def test_rank_without_ties_nulls_the_length_controlled_tie_parameter(tie_model, length_judge_yaml, tmp_path, capsys):
+    """Through `emoreward rank`: the length-only judge on descriptions of four different lengths per sample gives no
+    tie; the tie parameter of every fit is at its bound, null in the JSON, named, and warned about once per fit (the
+    length-controlled fit's once read 9.4e-14, or 1.0000000000000935 for Rao-Kupper, as if estimated)."""
+    r = random.Random(3)
+    rows = [
+        {"sample": f"s{s}", "model": m, "description": "y" * n}
+        for s in range(8)
+        for m, n in zip(("alpha", "beta", "gamma", "delta"), r.sample([12, 18, 24, 30], 4))
+    ]
+    out = tmp_path / "rank.json"
+    argv = ["rank", "--judge", length_judge_yaml, "--data", write_jsonl(tmp_path / "t.jsonl", rows), "--output", out]
+    run_ok(capsys, [*argv, "--n-boot", 20, "--no-cache", "--quiet", "--tie-model", tie_model])
+    report = read_json(out)
+    for key in ("bradley_terry_ties", "length_controlled"):
+        assert report[key]["tie_parameter"] is None and report[key]["tie_parameter_at_bound"] == "no ties", key
+    said = sorted(w.split(": no ties in the data")[0] for w in report["warnings"] if ": no ties in the data" in w)
+    paper = [] if tie_model == "emoprefer" else ["BT-ties (emoprefer, paper)"]
+    assert said == sorted([f"BT-ties ({tie_model})", "length-controlled fit", *paper])

@@ -10,7 +10,7 @@ from emoreward.ranking.bpa.committee import (
     weighted_vote,
     weights_from_agreement,
 )
-from emoreward.ranking.bpa.config import PAPER_SCHEDULING, BPAConfig, CommitteeConfig, SchedulerConfig
+from emoreward.ranking.bpa.config import PAPER_SCHEDULING, RULE_POLICIES, BPAConfig, CommitteeConfig, SchedulerConfig
 from emoreward.ranking.bpa.initialization import initial_scores
 from emoreward.ranking.bpa.model import (
     BPAFit,
@@ -33,6 +33,7 @@ __all__ = [
     "CommitteeConfig",
     "CommitteeJudge",
     "PAPER_SCHEDULING",
+    "RULE_POLICIES",
     "SchedulerConfig",
     "SimulatedCrowd",
     "encode_records",

@@ -14,6 +14,9 @@ from typing import Literal, get_args
 
 Optimizer = Literal["L-BFGS-B", "TNC"]
 Policy = Literal["bpa", "exploration", "random", "trueskill"]
+RULE_POLICIES: tuple[str, ...] = ("bpa", "exploration")
+"""The policies whose exploration pairs follow `SchedulerConfig.exploration_rule` (``"trueskill"`` explores by match
+quality always, ``"random"`` not at all): the scheduler's and every caller's answer to whether the rule is read."""
 ExplorationRule = Literal["match_quality", "ranking_variance"]
 InitMethod = Literal["percentile", "rank", "midpoint"]
 Weighting = Literal["log_odds", "accuracy", "equal"]

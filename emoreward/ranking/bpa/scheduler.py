@@ -15,7 +15,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
 from emoreward.data.verdicts import Verdict
-from emoreward.ranking.bpa.config import BPAConfig, SchedulerConfig
+from emoreward.ranking.bpa.config import RULE_POLICIES, BPAConfig, SchedulerConfig
 from emoreward.ranking.bpa.design import (
     expected_fisher_information,
     outcome_fisher_information,
@@ -98,7 +98,7 @@ class BPAScheduler:
         self._since_refit = 0
         self.history: list[tuple[int, float]] = []
         # full-covariance state of the ranking_variance rule (design.py); unused by the other rules
-        self._track_cov = sc.exploration_rule == "ranking_variance" and sc.policy in ("bpa", "exploration")
+        self._track_cov = sc.exploration_rule == "ranking_variance" and sc.policy in RULE_POLICIES
         self._cov = np.eye(self.n_candidates) * self.config.sigma_init**2
         self._delta, self._eta = self.config.delta_init, self.config.eta_init
 
