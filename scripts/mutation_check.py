@@ -113,6 +113,14 @@ MUTATIONS = (
         "tests/relations/test_numeric_health.py",
         "the text model loader does not check its weights",
     ),
+    Mutation(
+        "numeric health",
+        "emoreward/models/base.py",
+        "    if not bad.size:\n        return\n",
+        "    if True:\n        return\n",
+        "tests/relations/test_numeric_health.py",
+        "the model's scoring does not check its rewards (check_finite_rewards)",
+    ),
 )
 
 
