@@ -308,7 +308,7 @@ def check_finite_rewards(
         f"{model_name(model)}: the model returned a non-finite reward ({float(rewards[i])}) for {bad.size} of "
         f"{len(rewards)} description(s), first description {at + 1}"
         f"{'' if sample is None else f' of sample {sample}'} ({text!r}); its outputs overflow (NaN or infinity "
-        "from finite weights): the model is broken, nothing of this call is used or cached",
+        "from finite weights): the model is broken; no such reward is used, served or cached",
         index=at,
         count=int(bad.size),
     )
