@@ -129,6 +129,14 @@ MUTATIONS = (
         "tests/relations/test_wire_fields.py",
         "RequestFields.body does not require a field that a server setting reads",
     ),
+    Mutation(
+        "numeric health",
+        "emoreward/models/base.py",
+        "    if not bad.size:\n        return\n",
+        "    if True:\n        return\n",
+        "tests/relations/test_numeric_health.py",
+        "the model's scoring does not check its rewards (check_finite_rewards)",
+    ),
 )
 
 

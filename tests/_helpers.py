@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from emoreward.models.base import RewardModelBase
+
 
 CHAT_TEMPLATE = "{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}[SEP]\n{% endfor %}"
 
@@ -78,10 +80,10 @@ def synthetic_pairs(n: int = 40, seed: int = 0):
     return pairs
 
 
-class StubRewardModel:
-    """A deterministic text reward model for tests of the routes around a model (harness, ranking, serving): it
-    implements the `emoreward.models.RewardModel` interface with a closed-form reward, `reward(description,
-    subtitle)`, that subclasses define, and counts what it scores."""
+class StubRewardModel(RewardModelBase):
+    """A deterministic text reward model for tests of the routes around a model (harness, ranking, serving): a
+    `emoreward.models.base.RewardModelBase` (its `score_info` and checks, as every model) whose `score_contexts` is
+    a closed-form reward, `reward(description, subtitle)`, that subclasses define; it counts what it scores."""
 
     kind = "text"
 
@@ -91,28 +93,20 @@ class StubRewardModel:
         self.settings = TextSettings(tie_threshold=tie_threshold)
         self.n_scored = 0
 
-    @property
-    def modalities(self):
-        return frozenset()
-
     def reward(self, description: str, subtitle: str | None) -> float:
         raise NotImplementedError
 
     def context_key(self, context):
         return (context.subtitle or None,)
 
-    def score_info(self, descriptions, contexts=None, *, batch_size=None):
+    def score_contexts(self, descriptions, contexts, *, batch_size=None):
         import numpy as np
 
-        from emoreward.models.base import ScoreInfo, broadcast_contexts
+        from emoreward.models.base import ScoreInfo
 
-        contexts = broadcast_contexts(contexts, len(descriptions))
         self.n_scored += len(descriptions)
         rewards = np.array([self.reward(d, c.subtitle) for d, c in zip(descriptions, contexts)], dtype=np.float64)
         return ScoreInfo(rewards, np.zeros(len(rewards), dtype=bool), np.zeros(len(rewards), dtype=np.int64))
-
-    def score(self, descriptions, contexts=None, *, batch_size=None):
-        return self.score_info(descriptions, contexts, batch_size=batch_size).rewards
 
 
 def post_json(host: str, port: int, path: str, payload, timeout: float = 60) -> tuple[int, dict]:

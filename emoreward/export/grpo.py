@@ -131,6 +131,8 @@ class EmotionReward:
             DataError: a column and the prompt name different subtitles / media (names the column and the row,
                 1-based within the call).
             MediaError: a multimodal model cannot read a sample's media (names the sample and the file).
+            NonFiniteRewardError: the model's reward of a completion is NaN or infinite (names the model and the
+                completion; `emoreward.models.base.check_finite_rewards`): never a NaN reward to the trainer.
         """
         n = len(completions)
         if prompts is not None and len(prompts) != n:

@@ -181,6 +181,19 @@ class NonFiniteError(ValueError):
     """A NaN or an infinity where a number must be finite: a model's weights, a training loss, a reward."""
 
 
+class NonFiniteRewardError(NonFiniteError):
+    """A reward model returned a NaN or an infinity (`check_finite_rewards`).
+
+    Attributes:
+        index (`int`): position of the first such reward among the descriptions of the call that raised it (a
+            server names the request field by it).
+        count (`int`): how many rewards of that call are not finite."""
+
+    def __init__(self, message: str, index: int = 0, count: int = 1):
+        super().__init__(message)
+        self.index, self.count = index, count
+
+
 def check_finite_weights(module: Any, where: str) -> None:
     """Refuse a network holding a NaN or an infinity in any floating-point parameter or buffer (a diverged run, a
     poisoned file); `where` names the weights in the message.
@@ -257,6 +270,50 @@ def _type_name(hint: Any) -> str:
     return str(hint).replace("typing.", "").replace("<class '", "").replace("'>", "")
 
 
+def model_name(model: Any) -> str:
+    """How messages name a reward model: the folder it was loaded from (`source_dir`) and, for a served engine's
+    client, the URL it scores through; a model with no folder by its class."""
+    source, url = getattr(model, "source_dir", None), getattr(model, "url", None)
+    name = str(source) if source is not None else f"a {type(model).__name__} with no folder"
+    return f"{name} (served at {url})" if url else name
+
+
+def check_finite_rewards(
+    model: Any,
+    rewards: np.ndarray,
+    descriptions: Sequence[str],
+    contexts: Sequence[RewardContext],
+    positions: Sequence[int] | None = None,
+) -> None:
+    """Refuse a reward model's answer unless every reward is finite: the one check of every route's scoring
+    (`RewardModelBase.score_info`, and `emoreward.models.scoring.score_in_chunks` for a model's own stream), so that
+    no reward that overflowed (finite weights, infinite output) is averaged, cached, served or given to an RL trainer.
+
+    Args:
+        model: the reward model that answered (named in the message, `model_name`).
+        rewards: `np.ndarray` of shape `(N,)`, what it answered for `descriptions` (`N` of them) with `contexts`.
+        positions: where these `N` descriptions sit in the caller's call (default: `0 .. N-1`).
+
+    Raises:
+        NonFiniteRewardError: naming the model, how many rewards are not finite and the first one's description
+            (its position, sample id and first characters); its ``index`` is that position."""
+    bad = np.flatnonzero(~np.isfinite(np.asarray(rewards, dtype=np.float64)))
+    if not bad.size:
+        return
+    i = int(bad[0])
+    at = i if positions is None else int(positions[i])
+    text = descriptions[i] if len(descriptions[i]) <= 60 else descriptions[i][:60] + "..."
+    sample = contexts[i].sample_id if i < len(contexts) else None
+    raise NonFiniteRewardError(
+        f"{model_name(model)}: the model returned a non-finite reward ({float(rewards[i])}) for {bad.size} of "
+        f"{len(rewards)} description(s), first description {at + 1}"
+        f"{'' if sample is None else f' of sample {sample}'} ({text!r}); its outputs overflow (NaN or infinity "
+        "from finite weights): the model is broken; no such reward is used, served or cached",
+        index=at,
+        count=int(bad.size),
+    )
+
+
 # ---------------------------------------------------------------------------------------------- transforms
 def apply_score_transform(rewards: np.ndarray, lengths: Sequence[float], transform: dict | None) -> np.ndarray:
     """The saved transform of a model's raw value-head output: `{"type": "length_penalty", "alpha", "mean", "std"}`
@@ -331,7 +388,8 @@ class RewardModel(Protocol):
 class RewardModelBase:
     """The one implementation of `score` and `score_info` that every reward model (`TextRewardModel`,
     `MediaRewardModel`, a served engine's client) inherits: the descriptions as a list, the contexts broadcast to
-    one per description (`broadcast_contexts`), then the model's own `score_contexts`; `score` is
+    one per description (`broadcast_contexts`), then the model's own `score_contexts`, whose rewards must all be
+    finite (`check_finite_rewards`: a NaN or an infinity raises, on every route); `score` is
     `score_info(...).rewards`. A subclass sets `kind` and `settings` and writes `score_contexts` (and `context_key`
     where it reads more than the subtitle); `precision` is the record every report carries (`precision_record`).
     """
@@ -377,10 +435,13 @@ class RewardModelBase:
 
         Raises:
             ValueError: contexts whose number is not `N` or of another type (`broadcast_contexts`); what the model's
-                `score_contexts` raises."""
+                `score_contexts` raises.
+            NonFiniteRewardError: a reward is NaN or infinite (`check_finite_rewards`)."""
         descriptions = list(descriptions)
         contexts = broadcast_contexts(contexts, len(descriptions))
-        return self.score_contexts(descriptions, contexts, batch_size=batch_size, **options)
+        info = self.score_contexts(descriptions, contexts, batch_size=batch_size, **options)
+        check_finite_rewards(self, info.rewards, descriptions, contexts)
+        return info
 
     def score(
         self,
@@ -389,7 +450,8 @@ class RewardModelBase:
         *,
         batch_size: int | None = None,
     ) -> np.ndarray:
-        """Rewards, `np.ndarray` of shape `(N,)`, float64 (`score_info(...).rewards`)."""
+        """Rewards, `np.ndarray` of shape `(N,)`, float64 (`score_info(...).rewards`; finite, else
+        `NonFiniteRewardError`)."""
         return self.score_info(descriptions, contexts, batch_size=batch_size).rewards
 
     @property
@@ -447,14 +509,17 @@ __all__ = [
     "RewardModelBase",
     "RewardSettings",
     "NonFiniteError",
+    "NonFiniteRewardError",
     "ScoreInfo",
     "TextSettings",
     "apply_score_transform",
     "as_context",
     "broadcast_contexts",
+    "check_finite_rewards",
     "check_finite_weights",
     "check_model_files",
     "load_reward_model",
     "load_settings",
     "model_class",
+    "model_name",
 ]

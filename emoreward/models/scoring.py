@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from emoreward.models.base import RewardContext, ScoreInfo, broadcast_contexts
+from emoreward.models.base import RewardContext, ScoreInfo, broadcast_contexts, check_finite_rewards
 
 
 if TYPE_CHECKING:
@@ -150,13 +150,19 @@ def score_in_chunks(
         `(indices, info)`: positions in `descriptions` and their `ScoreInfo`; every position exactly once.
 
     Raises:
-        ValueError: if ``chunk_size < 1``; whatever the model's scoring raises (e.g. `MediaError`)."""
+        ValueError: if ``chunk_size < 1``; whatever the model's scoring raises (e.g. `MediaError`).
+        NonFiniteRewardError: a chunk's reward is NaN or infinite (`check_finite_rewards`, as `score_info`; the
+            chunks before it have been yielded)."""
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     contexts = list(contexts)
     stream = getattr(model, "score_stream", None)
     if stream is not None:
-        yield from stream(descriptions, contexts, batch_size=batch_size, chunk_size=chunk_size)
+        for idx, info in stream(descriptions, contexts, batch_size=batch_size, chunk_size=chunk_size):
+            check_finite_rewards(
+                model, info.rewards, [descriptions[i] for i in idx], [contexts[i] for i in idx], positions=idx
+            )
+            yield idx, info
         return
     if model.kind == "media":
         groups: dict[Any, list[int]] = {}

@@ -24,8 +24,9 @@ class ScoreCache:
     The file belongs to one model (its name carries the model's identity); scores are appended as computed, whole lines
     under a file lock, so an interrupted run keeps what it scored and concurrent runs lose nothing. A torn line is
     skipped and counted (`n_skipped`), never cut away; another unreadable line, or one whose score is not finite (a
-    NaN from a broken engine, written before scores were checked), is skipped with a warning and scored again; a
-    non-finite score is never written. ``path`` ``None`` keeps scores in memory only.
+    NaN from a broken engine, written before scores were checked), is skipped with a warning and scored again; no
+    non-finite score reaches `put` (a model's scoring refuses it: `emoreward.models.base.check_finite_rewards`).
+    ``path`` ``None`` keeps scores in memory only.
     """
 
     def __init__(self, path: str | Path | None):
@@ -81,15 +82,8 @@ class ScoreCache:
         return self._truncated.get(key)
 
     def put(self, items: dict[str, float], truncated: dict[str, bool] | None = None) -> None:
-        """Add scores (and, when known, truncation flags) and append them to the file.
-
-        Raises:
-            NonFiniteError: a score is NaN or infinite (nothing is added)."""
-        bad = [key for key, value in items.items() if not math.isfinite(value)]
-        if bad:
-            from emoreward.models.base import NonFiniteError
-
-            raise NonFiniteError(f"{len(bad)} non-finite score(s) (NaN or infinity) not cached: the model is broken")
+        """Add scores (and, when known, truncation flags) and append them to the file. The scores come from a
+        model's scoring, which never answers a NaN or an infinity (`emoreward.models.base.check_finite_rewards`)."""
         truncated = truncated or {}
         self._scores.update(items)
         self._truncated.update(truncated)

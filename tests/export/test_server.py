@@ -292,6 +292,29 @@ def test_non_finite_reward_is_a_500_not_invalid_json():
     assert srv.service.stats.failures == 1 and srv.service.stats.requests == 0
 
 
+def test_a_non_finite_reward_fails_its_request_only():
+    """Issue 41: the model's scoring refuses a call holding a NaN reward (`check_finite_rewards`); of the requests
+    batched into that call only the one whose description it was gets the 500, naming its field, and the others
+    are scored again without it."""
+    gate = threading.Event()
+    model = WordsModel(gate)
+    with RewardServer(RewardService(model), port=0) as srv:
+        with ThreadPoolExecutor(4) as pool:
+            first = pool.submit(post, srv, "/v1/rewards", {"descriptions": ["a"]})
+            assert model.entered.wait(10)
+            bodies = [["x y"], ["z", "nan"], ["p q r"]]
+            batch = [pool.submit(post, srv, "/v1/rewards", {"descriptions": d}) for d in bodies]
+            while srv.batcher.pending < 5:
+                time.sleep(0.01)
+            gate.set()
+            results = [f.result() for f in [first, *batch]]
+    assert [s for s, _ in results] == [200, 200, 500, 200]
+    assert results[1][1]["rewards"] == [0.2] and results[3][1]["rewards"] == [0.3]
+    assert results[2][1]["error"] == "the model returned a non-finite reward for descriptions[1]"
+    assert model.calls == [1, 4, 2]  # the batch of three (4 descriptions), refused; then the two others in one call
+    assert srv.service.stats.failures == 1 and srv.service.stats.requests == 3
+
+
 def test_idle_connections_hold_no_thread_and_are_capped():
     with RewardServer(RewardService(WordsModel(), ServerLimits(max_connections=300)), port=0) as srv:
         threads = threading.active_count()

@@ -153,7 +153,7 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
     },
     "judge": {
         "*": ("permutation", "duplication", "accounting", "separation"),
-        "--judge": ("content_identity",),
+        "--judge": ("content_identity", "numeric_health"),  # a reward-model folder: its rewards checked as evaluate's
         "--strategy": "a judge setting: each strategy is tested in tests/zero_shot",
         "--data": ("permutation", "duplication"),
         "--output": ("output_closure",),
@@ -304,7 +304,7 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "*": ("permutation",),
         "prompts": ("permutation",),
         "completions": ("permutation",),
-        "judge": "any Judge: tests/export/test_pairwise.py (a scalar reward model and a rule judge, by hand)",
+        "judge": ("numeric_health",),  # any Judge (tests/export/test_pairwise.py); a reward model's rewards checked
         "opponents": "the judge budget: tests/export/test_pairwise.py (opponents met, calls counted)",
         "subtitle_column": "a column name of the GRPO dataset: tests/export/test_pairwise.py",
         "video_column": "a column name of the GRPO dataset: tests/export/test_pairwise.py",
@@ -313,9 +313,9 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "name": "the name TRL logs the reward under",
         "length_monitor": "the length monitor: tests/export/test_length_monitor*",
     },
-    "openrlhf_http": {"*": ("renaming", "wire_fields")},
+    "openrlhf_http": {"*": ("renaming", "wire_fields", "numeric_health")},
     "openrlhf_reward_func": {
-        "*": ("renaming", "wire_fields"),
+        "*": ("renaming", "wire_fields", "numeric_health"),
         "queries": ("renaming",),
         "prompts": "the prompt removed from the query: tests/export",
         "labels": ("wire_fields",),

@@ -1,25 +1,25 @@
 """Relation: numeric health. A NaN or an infinity in a loss, a weight or a reward stops the command with one clear
 line (exit 2), or is reported as undefined: it is never saved, served, scored or averaged.
 
-Owners: `emoreward.models.base.check_finite_weights` (every loader: `TextRewardModel.from_pretrained`,
-`MediaRewardModel.from_pretrained`; the trainer's checkpoints and the fit's last weights) and
-`EmoRewardTrainer.compute_loss` (a non-finite training loss; transformers filters it out of its log,
-`logging_nan_inf_filter`, so a diverged run would otherwise end with exit 0); a served engine's reply:
-`emoreward.export.reward_client.finite_json` (vLLM's ``/classify``, an emoreward server), and the score cache's
-read (`ScoreCache`: a non-finite line is refused, never reused).
+Owners: `emoreward.models.base.check_finite_weights` (every loader; the trainer's checkpoints and last weights),
+`EmoRewardTrainer.compute_loss` (a non-finite training loss, which transformers drops from its log), a model's
+rewards whatever its weights: `emoreward.models.base.check_finite_rewards` (every model's `score_info`, the scoring
+stream); a served engine's reply: `emoreward.export.reward_client.finite_json` (vLLM's ``/classify``, an emoreward
+server), and the score cache's read (`ScoreCache`: a non-finite line is refused, never reused).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from _helpers import synthetic_pairs
-from _identity_inputs import change_weights, model_copy, table_rows, write_table
+from _identity_inputs import change_weights, model_copy, table_rows, weights_file, write_table
 from test_training_run import tiny_recipe, write_pairs_csv
 
 from emoreward.cli.main import main
@@ -28,12 +28,16 @@ from emoreward.cli.main import main
 COVERS: dict[str, tuple[str, ...]] = {
     "train": ("*",),
     "evaluate": ("--model",),
+    "judge": ("--judge",),
     "rank": ("--judge", "--vllm-url"),
     "export": ("--model",),
     "serve": ("--model",),
     "score": ("*",),
     "grpo": ("model",),
     "verl": ("*",),
+    "pairwise_grpo": ("judge",),
+    "openrlhf_http": ("*",),
+    "openrlhf_reward_func": ("*",),
 }
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -135,6 +139,137 @@ def test_grpo_refuses_a_non_finite_scale_before_loading(scale, tmp_path):
 
     with pytest.raises(ValueError, match="scale must be a finite number"):
         EmotionReward(tmp_path / "no-model-here", scale=scale)
+
+
+# ---------------------------------------------------------------------------------------------- overflowing rewards
+def overflowing_model(source: Path, dst: Path, outcome: str) -> Path:
+    """A copy of the tiny BERT reward model `source` whose weights are all finite but whose rewards are not: value
+    head weights of 3e38 over pooled features of both signs give NaN (``outcome="nan"``); pooled features held at
+    +1 (a zero pooler matrix, bias 20) give +infinity (``"inf"``), for every description."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    path = weights_file(model_copy(source, dst))
+    tensors = load_file(str(path))
+    tensors["classifier.weight"] = torch.full_like(tensors["classifier.weight"], 3e38)
+    if outcome == "inf":
+        tensors["bert.pooler.dense.weight"] = torch.zeros_like(tensors["bert.pooler.dense.weight"])
+        tensors["bert.pooler.dense.bias"] = torch.full_like(tensors["bert.pooler.dense.bias"], 20.0)
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    return dst
+
+
+@pytest.fixture(scope="module", params=["nan", "inf"])
+def overflowing(request, rm_dir, tmp_path_factory):
+    return overflowing_model(rm_dir, tmp_path_factory.mktemp("overflow") / "model", request.param)
+
+
+def _non_finite_line(err: str, model: Path) -> None:
+    lines = [line for line in err.strip().splitlines() if "error:" in line]
+    assert len(lines) == 1 and f"{model}: the model returned a non-finite reward" in lines[0], err
+    assert "Traceback" not in err
+
+
+def test_commands_stop_on_a_model_whose_rewards_overflow(overflowing, tmp_path, capsys):
+    """Issue 41 (F1): finite weights, rewards that overflow. `evaluate` exited 0 with a 2-class WAF of 0.00 and null
+    rewards (the non-finite differences turned into INVALID verdicts); now every command that scores stops with the
+    one line of the model's scoring (`check_finite_rewards`), exit 2, and writes nothing: no report, no judge
+    folder, no export, no score-cache line."""
+    pairs = write_pairs_csv(tmp_path / "pairs.csv", synthetic_pairs(4))
+    table = write_table(tmp_path / "table.jsonl", table_rows(3))
+    commands = {
+        "evaluate": ["evaluate", "--model", str(overflowing), "--data", str(pairs), "--output", str(tmp_path / "e.json")],
+        "judge": ["judge", "--judge", str(overflowing), "--data", str(pairs), "--output", str(tmp_path / "judge")],
+        "rank": ["rank", "--judge", str(overflowing), "--data", str(table), "--n-boot", "5",
+                 "--cache-dir", str(tmp_path / "cache"), "--output", str(tmp_path / "r.json")],
+        "export": ["export", "--model", str(overflowing), "--output", str(tmp_path / "export")],
+    }  # fmt: skip
+    for name, argv in commands.items():
+        rc, err = _cli(argv, capsys)
+        assert rc == 2, (name, err)
+        _non_finite_line(err, overflowing)
+    assert not (tmp_path / "e.json").exists() and not (tmp_path / "r.json").exists()
+    assert not list((tmp_path / "judge").rglob("report.*")) if (tmp_path / "judge").exists() else True
+    assert not (tmp_path / "export").exists() and not list(tmp_path.glob(".export*"))
+    assert not any(p.stat().st_size for p in (tmp_path / "cache").rglob("*") if p.is_file())
+
+
+def test_python_routes_stop_on_a_model_whose_rewards_overflow(overflowing, monkeypatch):
+    """The library and RL routes: `score`, the GRPO reward (it returned [nan, nan]), the pairwise GRPO reward (it
+    returned 0.5 for every completion, the verdicts INVALID), verl's local model and OpenRLHF's reward file raise,
+    naming the model (in process) or the request field (the routes that score through the server's service)."""
+    from emoreward.export.grpo import EmotionReward
+    from emoreward.export.pairwise import PairwiseGroupReward
+    from emoreward.export.serve import local
+    from emoreward.export.serve.reward_func import ENV_MODEL, reward_func
+    from emoreward.export.verl import compute_score
+    from emoreward.judges import load_judge
+    from emoreward.models import load_reward_model
+    from emoreward.models.base import NonFiniteRewardError
+
+    monkeypatch.setattr(local, "_SHARED", {})  # batchers of this model's own
+    monkeypatch.setenv(ENV_MODEL, str(overflowing))
+    completions = ["She smiles.", "He frowns deeply.", "Calm."]
+    in_process = {
+        "score": lambda: load_reward_model(overflowing).score(completions),
+        "grpo": lambda: EmotionReward(overflowing)(prompts=["Describe."] * 3, completions=completions),
+        "pairwise_grpo": lambda: PairwiseGroupReward(load_judge(str(overflowing)), length_monitor=False)(
+            prompts=["Describe."] * 3, completions=completions
+        ),
+    }
+    for route, call in in_process.items():
+        err = _raised(call)
+        assert isinstance(err, NonFiniteRewardError), (route, err)
+        assert f"{overflowing}: the model returned a non-finite reward" in str(err), (route, err)
+    served = {
+        "verl": (RuntimeError, lambda: compute_score(solution_str="calm", extra_info={}, model=str(overflowing))),
+        "openrlhf_reward_func": (
+            ValueError,
+            lambda: reward_func(["<|im_start|>user\nhi<|im_end|>calm"], ["<|im_start|>user\nhi<|im_end|>"], None),
+        ),
+    }
+    for route, (kind, call) in served.items():
+        err = _raised(call)
+        assert isinstance(err, kind), (route, err)
+        assert re.search(r"the model returned a non-finite reward for (descriptions|query)\[0\]", str(err)), (
+            route,
+            err,
+        )
+
+
+def _raised(call) -> Exception | None:
+    try:
+        call()
+    except Exception as err:
+        return err
+    return None
+
+
+def test_the_server_answers_a_500_for_a_model_whose_rewards_overflow(overflowing):
+    """`emoreward serve`'s default engine (the model in a process of its own, `ModelProcess`): the model's refusal
+    crosses the pipe and each route answers 500 naming the field (/v1/rewards, OpenRLHF's /get_reward; verl's
+    client then raises); the server goes on and counts the failures."""
+    from _helpers import post_json
+
+    from emoreward.export.serve.http import RewardServer
+    from emoreward.export.serve.service import RewardService
+    from emoreward.export.serve.worker import ModelProcess
+    from emoreward.export.verl import close_pools, compute_score
+
+    process = ModelProcess(overflowing)
+    try:
+        service = RewardService(process.facts, scorer=process.score_info, scorer_alive=process.process.is_alive)
+        with RewardServer(service, port=0) as server:
+            status, reply = post_json(server.host, server.port, "/v1/rewards", {"descriptions": ["calm", "sad"]})
+            assert status == 500 and reply["error"] == "the model returned a non-finite reward for descriptions[0]"
+            status, reply = post_json(server.host, server.port, "/get_reward", {"query": ["calm"]})
+            assert status == 500 and reply["error"] == "the model returned a non-finite reward for query[0]"
+            with pytest.raises(RuntimeError, match="non-finite reward"):
+                compute_score(solution_str="calm", server_url=f"http://{server.host}:{server.port}")
+            close_pools()
+            assert service.stats.failures >= 3 and service.stats.requests == 0
+    finally:
+        process.close()
 
 
 # ---------------------------------------------------------------------------------------------- served engines

@@ -11,7 +11,6 @@ or, to batch requests itself: ``service.parse(route, body)`` per request, ``serv
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -25,9 +24,9 @@ from emoreward.export.serve import routes
 from emoreward.export.serve.batching import Job
 from emoreward.export.serve.facts import ServedModelFacts, served_model_facts
 from emoreward.export.serve.fields import RequestFields
-from emoreward.export.serve.protocol import RequestError, ServerLimits, log_refusal
+from emoreward.export.serve.protocol import RequestError, ServerLimits, log_refusal, loggable
 from emoreward.export.serve.worker import ModelProcessError
-from emoreward.models.base import NonFiniteError, ScoreInfo
+from emoreward.models.base import NonFiniteError, NonFiniteRewardError, ScoreInfo
 
 
 logger = logging.getLogger(__name__)
@@ -229,6 +228,9 @@ class RewardService:
             batch_size = max(1, min(batch_size, int(self.forward_tokens // max(mean_tokens, 1.0))))
         try:
             info = self.scorer(descriptions, contexts, batch_size=batch_size)
+        except NonFiniteRewardError as err:  # the model's answer to one request's description
+            self._refuse_non_finite(jobs, err)
+            return
         except (EngineUnavailable, NonFiniteError):
             raise  # the engine failed, not one request: no job is scored again alone (`Batcher._score` answers all)
         except Exception as err:
@@ -258,6 +260,24 @@ class RewardService:
             start = stop
         self._monitor(jobs)
 
+    def _refuse_non_finite(self, jobs: list[Job], err: NonFiniteRewardError) -> None:
+        """The request holding the description the model gave a non-finite reward (``err.index`` in the call) gets a
+        500 naming its field; the other jobs of the call are scored again without it."""
+        start = 0
+        for k, job in enumerate(jobs):
+            if start <= err.index < start + job.n:
+                logger.error("%s", loggable(err, 1000))
+                field = job.fields[err.index - start]
+                job.error = RequestError(
+                    HTTPStatus.INTERNAL_SERVER_ERROR, f"the model returned a non-finite reward for {field}"
+                )
+                rest = jobs[:k] + jobs[k + 1 :]
+                if rest:
+                    self.score_jobs(rest)
+                return
+            start += job.n
+        raise err  # a position outside this call: not an answer to these jobs
+
     def _media_error_message(self, job: Job, err: Any) -> str:
         """A `MediaError` as the client sees it: the request field and the path it sent (the server's own paths,
         also inside the decoder's message, replaced by the client's)."""
@@ -276,7 +296,8 @@ class RewardService:
 
     def _refusal(self, job: Job) -> RequestError | None:
         """The error a scored job's request gets although it was scored (``overlong="refuse"`` and a description
-        cut to fit, or a non-finite reward: a broken model, and JSON could not carry the value), else None."""
+        cut to fit), else None. A non-finite reward never gets here: the model's scoring refuses it
+        (`emoreward.models.base.check_finite_rewards`; `_refuse_non_finite`)."""
         info = job.info
         if self.overlong == "refuse" and any(info.truncated):
             over = [f for f, t in zip(job.fields, info.truncated) if t]
@@ -285,11 +306,6 @@ class RewardService:
                 f"{', '.join(over[:5])}{' ...' if len(over) > 5 else ''}: over the model's max_length of "
                 f"{self.max_length} tokens (with the context); shorten it, or start the server without "
                 "--overlong refuse to score it cut to fit (flagged in 'truncated')",
-            )
-        bad = [f for f, r in zip(job.fields, info.rewards) if not math.isfinite(r)]
-        if bad:
-            return RequestError(
-                HTTPStatus.INTERNAL_SERVER_ERROR, f"the model returned a non-finite reward for {bad[0]}"
             )
         return None
 
@@ -315,10 +331,7 @@ class RewardService:
         info = job.info
         refusal = self._refusal(job)
         if refusal is not None:
-            if refusal.status == HTTPStatus.REQUEST_ENTITY_TOO_LARGE:
-                self.count(refused_overlong=1)
-            else:
-                logger.error("%s", refusal.message)
+            self.count(refused_overlong=1)
             raise refusal
         truncated = [bool(t) for t in info.truncated]
         empty = [not d.strip() for d in job.descriptions]
