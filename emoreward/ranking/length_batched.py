@@ -254,6 +254,13 @@ def data_nll(design: Design, model: PairModel, theta: np.ndarray) -> float:
     return float(model.terms((x_i @ theta[:p])[None], (x_j @ theta[:p])[None], eta, w, lo, t, False)[0][0])
 
 
+def _inverse(hess: np.ndarray) -> np.ndarray:
+    try:
+        return np.linalg.inv(hess)
+    except np.linalg.LinAlgError:
+        return np.linalg.pinv(hess)
+
+
 def _solve(hess: np.ndarray, grad: np.ndarray) -> np.ndarray:
     try:
         return np.linalg.solve(hess, grad[..., None])[..., 0]
@@ -289,12 +296,18 @@ def fit_resamples(
 
     1. A Newton step from per-sample sums of the gradient and Hessian at the common start (one dense product
        ``(B, S) @ (S, Q + Q^2)``): the resample's exact gradient and Hessian there.
-    2. Newton steps over all ``B x N`` records (the pair model's `PairModel.terms` at each record's two sides,
-       summed per model pair with the resample's per-sample counts) until the distance left, ``c |step|^2`` with
-       ``c`` measured from the last two steps, is below 1e-9 (max-abs).
+    2. Newton steps over all ``B x N`` records (the pair model's `PairModel.terms` at each record's two sides, or
+       `PairModel.difference_terms` for a `PairModel.difference_only` model, summed per model pair with the
+       resample's per-sample counts; the first pass in float32 when the start steps are large) until a resample's
+       step is below 1e-2; it is done there when the distance left, ``c |step|^2`` with ``c = |step| /
+       |previous step|^2``, is below 1e-9 (max-abs).
+    3. Otherwise chord steps: float64 gradient-only passes with the last Newton step's Hessian, which converge
+       linearly at a rate ``rho`` (the first ``2 |step| / |Newton step|``, the Hessian being off by about ``2c``
+       times the Newton step; then the ratio of the last two steps), until the distance left, ``rho |step| / (1 -
+       rho)``, is below 1e-9 (max-abs).
 
     A resample this path does not finish (a model it never draws, no ties under a tie model, a tie parameter at its
-    bound, a diverging coefficient, a step that does not contract, a non-finite value) is fitted by
+    bound, a diverging coefficient, a step that does not contract (``rho >= 0.5``), a non-finite value) is fitted by
     :func:`damped_newton`.
 
     Args:
@@ -342,9 +355,11 @@ class _Ordered:
     """The records sorted by model pair, then sample, as every pass reads them.
 
     ``a``, ``b`` `(N,)`: sorted; ``outcomes[dtype]``: the one-hot ``w``, ``lo``, ``t`` `(1, N)`; ``half_z[dtype]``:
-    covariates / 2 `(K, N)`; ``starts``: the first record of
+    covariates / 2 `(K, N)`; ``x_t[dtype]``: the design rows ``(e_a - e_b, z)``
+    transposed `(M + K, N)`; ``starts``: the first record of
     each pair segment; ``on_a``, ``on_b`` `(S, M)`: the segment's ``e_a``, ``e_b``; ``aa``, ``bb``, ``ab``
-    `(S, M^2)`: ``e_a e_a^T``, ``e_b e_b^T``, ``e_a e_b^T + e_b e_a^T`` flattened; ``grid``: every segment lists
+    `(S, M^2)`: ``e_a e_a^T``, ``e_b e_b^T``, ``e_a e_b^T + e_b e_a^T`` flattened; ``on_diff`` `(S, M)` and ``dd``
+    `(S, M^2)`: ``e_a - e_b`` and its outer square (a `PairModel.difference_only` model's); ``grid``: every segment lists
     every sample once, in order, so that a weighted sum over a segment is a product with the resample's per-sample
     counts (the weights are never spread over the records).
     """
@@ -354,12 +369,15 @@ class _Ordered:
     b: np.ndarray
     outcomes: dict
     half_z: dict
+    x_t: dict
     starts: np.ndarray
     on_a: np.ndarray
     on_b: np.ndarray
     aa: np.ndarray
     bb: np.ndarray
     ab: np.ndarray
+    on_diff: np.ndarray
+    dd: np.ndarray
     grid: bool
     n_units: int
 
@@ -402,18 +420,29 @@ def _ordered(design: Design) -> _Ordered:
     outcome = design.outcome[order]
     outcomes = {dt: [(outcome == code).astype(dt)[None] for code in (0, 1, 2)] for dt in _DTYPES}
     half_z = {dt: np.ascontiguousarray(0.5 * design.x[order, m:].T, dtype=dt) for dt in _DTYPES}
-    return _Ordered(units, a, b, outcomes, half_z, starts, on_a, on_b, aa, bb, ab, grid, design.n_units)
+    x_t = {dt: np.ascontiguousarray(design.x[order].T, dtype=dt) for dt in _DTYPES}
+    on_diff = on_a - on_b
+    dd = (on_diff[:, :, None] * on_diff[:, None, :]).reshape(len(starts), m * m)
+    return _Ordered(
+        units, a, b, outcomes, half_z, x_t, starts, on_a, on_b, aa, bb, ab, on_diff, dd, grid, design.n_units
+    )
 
 
-def _pass(rec: _Ordered, model: PairModel, theta: np.ndarray, counts: np.ndarray, m: int, dtype=np.float64):
-    """The data part of the gradient `(R, Q)` and Hessian `(R, Q, Q)` of ``sum_r w_r nll_r`` for rows ``theta``
-    `(R, Q)` with per-sample counts `(R, n_units)`, from the pair model's terms at every record's two sides,
-    computed in ``dtype`` over the records (the sums returned in float64)."""
+def _pass(
+    rec: _Ordered, model: PairModel, theta: np.ndarray, counts: np.ndarray, m: int, dtype=np.float64, hessian=True
+):
+    """The data part of the gradient `(R, Q)` and Hessian `(R, Q, Q)` (``None`` unless ``hessian``) of
+    ``sum_r w_r nll_r`` for rows ``theta`` `(R, Q)` with per-sample counts `(R, n_units)`, from the pair model's
+    terms at every record's two sides, computed in ``dtype`` over the records (the sums returned in float64). A
+    `PairModel.difference_only` model goes through :func:`_difference_pass` (5 terms per record, from
+    `PairModel.difference_terms`)."""
+    if model.difference_only:
+        return _difference_pass(rec, model, theta, counts, m, dtype, hessian)
     n_rows, q = theta.shape
     k_cov, n = rec.half_z[dtype].shape
     p = m + k_cov
     grad = np.zeros((n_rows, q))
-    hess = np.zeros((n_rows, q, q))
+    hess = np.zeros((n_rows, q, q)) if hessian else None
     chunk = max(1, _PASS_CELLS // max(1, n))
     z, outcomes = rec.half_z[dtype], rec.outcomes[dtype]
     for lo in range(0, n_rows, chunk):
@@ -423,14 +452,19 @@ def _pass(rec: _Ordered, model: PairModel, theta: np.ndarray, counts: np.ndarray
         s_i, s_j = th[:, rec.a] + shift, th[:, rec.b] - shift
         eta = th[:, p:] if model.has_tie else None
         _, g, h = model.terms(s_i, s_j, eta, *outcomes, True)
-        seg = {key: sums.segments(v) for key, v in (*g.items(), *h.items())}
-        grad[lo:hi, :m] = seg["i"] @ rec.on_a + seg["j"] @ rec.on_b
+        grad[lo:hi, :m] = sums.segments(g["i"]) @ rec.on_a + sums.segments(g["j"]) @ rec.on_b
+        for k in range(k_cov):
+            grad[lo:hi, m + k] = sums.total((g["i"] - g["j"]) * z[k])
+        if model.has_tie:
+            grad[lo:hi, -1] = sums.total(g["e"])
+        if not hessian:
+            continue
+        seg = {key: sums.segments(v) for key, v in h.items()}
         block = hess[lo:hi]
         block[:, :m, :m] = (seg["ii"] @ rec.aa + seg["jj"] @ rec.bb + seg["ij"] @ rec.ab).reshape(-1, m, m)
         side_i, side_j = h["ii"] - h["ij"], h["ij"] - h["jj"]  # d/d gamma of the two sides' gradients, by z / 2
         curvature = side_i - side_j
         for k in range(k_cov):
-            grad[lo:hi, m + k] = sums.total((g["i"] - g["j"]) * z[k])
             block[:, :m, m + k] = block[:, m + k, :m] = (
                 sums.segments(side_i * z[k]) @ rec.on_a + sums.segments(side_j * z[k]) @ rec.on_b
             )
@@ -438,13 +472,56 @@ def _pass(rec: _Ordered, model: PairModel, theta: np.ndarray, counts: np.ndarray
             for j in range(k, k_cov):
                 block[:, m + k, m + j] = block[:, m + j, m + k] = sums.total(weighted * z[j])
         if model.has_tie:
-            grad[lo:hi, -1] = seg["e"].sum(axis=1)
             column = np.empty((hi - lo, p))
             column[:, :m] = seg["ie"] @ rec.on_a + seg["je"] @ rec.on_b
             for k in range(k_cov):
                 column[:, m + k] = sums.total((h["ie"] - h["je"]) * z[k])
             block[:, :p, -1] = block[:, -1, :p] = column
             block[:, -1, -1] = seg["ee"].sum(axis=1)
+    return grad, hess
+
+
+def _difference_pass(
+    rec: _Ordered, model: PairModel, theta: np.ndarray, counts: np.ndarray, m: int, dtype, hessian: bool
+):
+    """:func:`_pass` for a `PairModel.difference_only` model: per record ``d = s_i - s_j = b_a - b_b + gamma . z``
+    and the derivatives in ``d`` and ``eta`` (`PairModel.difference_terms`); the record's parameter row is
+    ``x = (e_a - e_b, z)`` (``z = 2 half_z``), so the gradient is ``sum g_d x`` and the Hessian ``sum h_dd x x^T``
+    (with ``sum h_de x`` and ``sum h_ee`` for ``eta``): 5 segment sums, and the covariate ones."""
+    n_rows, q = theta.shape
+    k_cov, n = rec.half_z[dtype].shape
+    p = m + k_cov
+    grad = np.zeros((n_rows, q))
+    hess = np.zeros((n_rows, q, q)) if hessian else None
+    chunk = max(1, _PASS_CELLS // max(1, n))
+    half_z, outcomes = rec.half_z[dtype], rec.outcomes[dtype]
+    for lo in range(0, n_rows, chunk):
+        hi = min(n_rows, lo + chunk)
+        th, sums = theta[lo:hi].astype(dtype), _Sums(rec, counts[lo:hi].astype(dtype))
+        d = th[:, :p] @ rec.x_t[dtype]  # b_a - b_b + gamma . z, (R, N)
+        eta = th[:, p:] if model.has_tie else None
+        g_d, h_dd, g_e, h_de, h_ee = model.difference_terms(d, eta, *outcomes, hessian=hessian)
+        grad[lo:hi, :m] = sums.segments(g_d) @ rec.on_diff
+        for k in range(k_cov):  # the factors 2 and 4 of z = 2 half_z applied to the sums
+            grad[lo:hi, m + k] = 2 * sums.total(g_d * half_z[k])
+        if model.has_tie:
+            grad[lo:hi, -1] = sums.total(g_e)
+        if not hessian:
+            continue
+        block = hess[lo:hi]
+        block[:, :m, :m] = (sums.segments(h_dd) @ rec.dd).reshape(-1, m, m)
+        for k in range(k_cov):
+            weighted = h_dd * half_z[k]
+            block[:, :m, m + k] = block[:, m + k, :m] = 2 * (sums.segments(weighted) @ rec.on_diff)
+            for j in range(k, k_cov):
+                block[:, m + k, m + j] = block[:, m + j, m + k] = 4 * sums.total(weighted * half_z[j])
+        if model.has_tie:
+            column = np.empty((hi - lo, p))
+            column[:, :m] = sums.segments(h_de) @ rec.on_diff
+            for k in range(k_cov):
+                column[:, m + k] = 2 * sums.total(h_de * half_z[k])
+            block[:, :p, -1] = block[:, -1, :p] = column
+            block[:, -1, -1] = sums.total(h_ee)
     return grad, hess
 
 
@@ -517,13 +594,15 @@ def _fit_regular(
     rows = np.flatnonzero(fine)
     th = start[rows]
     previous = np.max(np.abs(start - estimate), axis=1)[rows]
+    near = []  # (rows, theta, inverse Hessian, Newton step size) of the resamples handed to the chord steps
     for n_pass in range(_MAX_PASSES):
         if not len(rows):
             break
         rough = n_pass == 0 and float(np.median(previous)) > _ROUGH
         g, h = _pass(rec, model, th, counts[rows], m, np.float32 if rough else np.float64)
         _, pg, ph = prior.terms(th, m)
-        step = _solve(h + ph, g + pg)
+        inverse = _inverse(h + ph)
+        step = np.einsum("bij,bj->bi", inverse, g + pg)
         size = np.max(np.abs(step), axis=1, initial=0.0)
         th = th - step
         # Newton's quadratic convergence, its constant measured from the last two steps: c = size / previous^2
@@ -533,7 +612,33 @@ def _fit_regular(
         theta[rows[finished]] = th[finished]
         regular[rows[finished]] = True
         going = ~finished & ok(th) & np.isfinite(size) & (size < 0.5 * previous)
+        close = going & (size <= _QUADRATIC)
+        near.append((rows[close], th[close], inverse[close], size[close]))
+        going &= ~close
         rows, th, previous = rows[going], th[going], size[going]
+    if not near:
+        return regular
+    rows, th, inverse, previous = (np.concatenate(part) for part in zip(*near))
+    # chord steps: float64 gradients with the last Newton Hessian, converging linearly at a rate rho; the Hessian is
+    # off by about 2c |Newton step| (c = |chord step| / |Newton step|^2), so the first rho = 2 |step| / |Newton
+    # step|, then the ratio of the last two steps; a resample is done when the distance left, rho |step| / (1 - rho),
+    # is below _TOL
+    factor = 2.0
+    for _ in range(_MAX_PASSES):
+        if not len(rows):
+            break
+        g, _ = _pass(rec, model, th, counts[rows], m, np.float64, hessian=False)
+        step = np.einsum("bij,bj->bi", inverse, g + prior.terms(th, m)[1])
+        size = np.max(np.abs(step), axis=1, initial=0.0)
+        th = th - step
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rho = factor * size / previous
+            left = rho * size / (1.0 - rho)
+        finished = ok(th) & ((size == 0) | ((rho < 0.5) & (left <= _TOL)))
+        theta[rows[finished]] = th[finished]
+        regular[rows[finished]] = True
+        going = ~finished & ok(th) & np.isfinite(size) & (rho < 0.5)
+        rows, th, inverse, previous, factor = rows[going], th[going], inverse[going], size[going], 1.0
     return regular
 
 

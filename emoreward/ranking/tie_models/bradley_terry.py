@@ -3,7 +3,7 @@ section 2, eq. 2-4; Hunter 2004). See docs/ranking.md."""
 
 from __future__ import annotations
 
-from emoreward.ranking.tie_models import PairModel, softplus_expit
+from emoreward.ranking.tie_models import PairModel, expit_slope, softplus_expit
 
 
 class BradleyTerry(PairModel):
@@ -12,6 +12,7 @@ class BradleyTerry(PairModel):
     name = "bradley-terry"
     has_tie = False
     orders = {0: (("i", "j"),), 1: (("j", "i"),), 2: ()}  # ties are not in the likelihood
+    difference_only = True
 
     def terms(self, s_i, s_j, eta, w, lo, t, derivatives: bool):
         d = s_i - s_j
@@ -22,6 +23,13 @@ class BradleyTerry(PairModel):
             return nll, None, None
         gd, hd = n * sig - w, n * sig * (1.0 - sig)
         return nll, {"i": gd, "j": -gd}, {"ii": hd, "jj": hd, "ij": -hd}
+
+    def difference_terms(self, d, eta, w, lo, t, hessian: bool = True):
+        n = w + lo
+        sig, slope = expit_slope(d)
+        sig *= n
+        sig -= w
+        return sig, slope * n if hessian else None, None, None, None
 
 
 MODEL = BradleyTerry()
