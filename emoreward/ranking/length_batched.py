@@ -33,7 +33,8 @@ _TOL = 1e-9  # predicted distance to the optimum (max-abs, parameter units) at w
 _QUADRATIC = 1e-2  # Newton steps below this are in the quadratic regime, where the next is c |step|^2
 _MAX_PASSES = 8
 _DTYPES = (np.float32, np.float64)
-_ROUGH = 1e-2  # a start step (max-abs) above this: the first pass in float32 (its gradient is good to about 1e-6)
+_ROUGH = 1e-4  # median step before a Newton pass above this: the pass in float32 (its gradient good to about 1e-6)
+_CHORD = 1e-3  # a chord steps' predicted rate (2 |step|^2 / |previous step|^2) below this: no more Newton passes
 _BOOT_CHUNK = 1024  # resamples per batch
 _MAX_PARAMS = 48  # parameters above which every resample goes through damped_newton
 
@@ -298,13 +299,14 @@ def fit_resamples(
        ``(B, S) @ (S, Q + Q^2)``): the resample's exact gradient and Hessian there.
     2. Newton steps over all ``B x N`` records (the pair model's `PairModel.terms` at each record's two sides, or
        `PairModel.difference_terms` for a `PairModel.difference_only` model, summed per model pair with the
-       resample's per-sample counts; the first pass in float32 when the start steps are large) until a resample's
-       step is below 1e-2; it is done there when the distance left, ``c |step|^2`` with ``c = |step| /
+       resample's per-sample counts), in float32 while the median step before is above 1e-4. A resample leaves
+       them when its step is below 1e-2 and the chord rate it predicts, ``2 |step|^2 / |previous step|^2``, below
+       1e-3; after a float64 Newton step it is done when the distance left, ``c |step|^2`` with ``c = |step| /
        |previous step|^2``, is below 1e-9 (max-abs).
-    3. Otherwise chord steps: float64 gradient-only passes with the last Newton step's Hessian, which converge
-       linearly at a rate ``rho`` (the first ``2 |step| / |Newton step|``, the Hessian being off by about ``2c``
-       times the Newton step; then the ratio of the last two steps), until the distance left, ``rho |step| / (1 -
-       rho)``, is below 1e-9 (max-abs).
+    3. Chord steps: float64 gradient-only passes with the last Newton step's Hessian, which converge linearly at
+       a rate ``rho`` (at most ``2 |step| / |Newton step|`` at the first, the Hessian being off by about ``2c``
+       times the Newton step; then the ratio of the last two steps), until the distance left,
+       ``rho |step| / (1 - rho)``, is below 1e-9 (max-abs).
 
     A resample this path does not finish (a model it never draws, no ties under a tie model, a tie parameter at its
     bound, a diverging coefficient, a step that does not contract (``rho >= 0.5``), a non-finite value) is fitted by
@@ -595,10 +597,10 @@ def _fit_regular(
     th = start[rows]
     previous = np.max(np.abs(start - estimate), axis=1)[rows]
     near = []  # (rows, theta, inverse Hessian, Newton step size) of the resamples handed to the chord steps
-    for n_pass in range(_MAX_PASSES):
+    for _ in range(_MAX_PASSES):
         if not len(rows):
             break
-        rough = n_pass == 0 and float(np.median(previous)) > _ROUGH
+        rough = float(np.median(previous)) > _ROUGH
         g, h = _pass(rec, model, th, counts[rows], m, np.float32 if rough else np.float64)
         _, pg, ph = prior.terms(th, m)
         inverse = _inverse(h + ph)
@@ -612,7 +614,8 @@ def _fit_regular(
         theta[rows[finished]] = th[finished]
         regular[rows[finished]] = True
         going = ~finished & ok(th) & np.isfinite(size) & (size < 0.5 * previous)
-        close = going & (size <= _QUADRATIC)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            close = going & (size <= _QUADRATIC) & (2 * size**2 <= _CHORD * previous**2)
         near.append((rows[close], th[close], inverse[close], size[close]))
         going &= ~close
         rows, th, previous = rows[going], th[going], size[going]
@@ -621,8 +624,8 @@ def _fit_regular(
     rows, th, inverse, previous = (np.concatenate(part) for part in zip(*near))
     # chord steps: float64 gradients with the last Newton Hessian, converging linearly at a rate rho; the Hessian is
     # off by about 2c |Newton step| (c = |chord step| / |Newton step|^2), so the first rho = 2 |step| / |Newton
-    # step|, then the ratio of the last two steps; a resample is done when the distance left, rho |step| / (1 - rho),
-    # is below _TOL
+    # step| at most, then the ratio of the last two steps; a resample is done when the distance left,
+    # rho |step| / (1 - rho), is below _TOL
     factor = 2.0
     for _ in range(_MAX_PASSES):
         if not len(rows):
@@ -637,7 +640,9 @@ def _fit_regular(
         finished = ok(th) & ((size == 0) | ((rho < 0.5) & (left <= _TOL)))
         theta[rows[finished]] = th[finished]
         regular[rows[finished]] = True
-        going = ~finished & ok(th) & np.isfinite(size) & (rho < 0.5)
+        # the first rate is a bound (a float32 Newton step near its noise floor makes it loose): contraction is
+        # required from the second step on
+        going = ~finished & ok(th) & np.isfinite(size) & ((rho < 0.5) | (factor > 1.0))
         rows, th, inverse, previous, factor = rows[going], th[going], inverse[going], size[going], 1.0
     return regular
 
