@@ -299,7 +299,8 @@ def fit_resamples(
        ``(B, S) @ (S, Q + Q^2)``): the resample's exact gradient and Hessian there.
     2. Newton steps over all ``B x N`` records (the pair model's `PairModel.terms` at each record's two sides, or
        `PairModel.difference_terms` for a `PairModel.difference_only` model, summed per model pair with the
-       resample's per-sample counts), in float32 while the median step before is above 1e-4. A resample leaves
+       resample's per-sample counts), in float32 while the median step before is above 1e-4 (a model not
+       `PairModel.difference_only`: the first pass only, its gradient-only passes costing about its full ones). A resample leaves
        them when its step is below 1e-2 and the chord rate it predicts, ``2 |step|^2 / |previous step|^2``, below
        1e-3; after a float64 Newton step it is done when the distance left, ``c |step|^2`` with ``c = |step| /
        |previous step|^2``, is below 1e-9 (max-abs).
@@ -394,7 +395,9 @@ class _Sums:
 
     def segments(self, a: np.ndarray) -> np.ndarray:
         """`(R, S)`: per pair segment, ``sum_r w_r a_r``."""
-        a = np.broadcast_to(a, (self.weights if self.counts is None else self.counts).shape[:1] + a.shape[1:])
+        rows = (self.weights if self.counts is None else self.counts).shape[0]
+        if a.shape[0] != rows:  # a (1, N) term
+            a = np.broadcast_to(a, (rows, *a.shape[1:]))
         if self.rec.grid:
             return np.matmul(a.reshape(a.shape[0], len(self.rec.starts), -1), self.counts)[:, :, 0]
         return np.add.reduceat(a * self.weights, self.rec.starts, axis=1)
@@ -548,11 +551,11 @@ def _unit_tables(design: Design, model: PairModel, estimate: np.ndarray) -> _Uni
     grad = np.zeros((n, q))
     grad[:, :p] = x_i * g["i"][:, None] + x_j * g["j"][:, None]
     hess = np.zeros((n, q, q))
-    hess[:, :p, :p] = (
-        h["ii"][:, None, None] * x_i[:, :, None] * x_i[:, None, :]
-        + h["jj"][:, None, None] * x_j[:, :, None] * x_j[:, None, :]
-        + h["ij"][:, None, None] * (x_i[:, :, None] * x_j[:, None, :] + x_j[:, :, None] * x_i[:, None, :])
-    )
+    # h_ii x_i x_i^T + h_jj x_j x_j^T + h_ij (x_i x_j^T + x_j x_i^T), as two outer products
+    row_i = h["ii"][:, None] * x_i + h["ij"][:, None] * x_j
+    row_j = h["ij"][:, None] * x_i + h["jj"][:, None] * x_j
+    hess[:, :p, :p] = x_i[:, :, None] * row_i[:, None, :]
+    hess[:, :p, :p] += x_j[:, :, None] * row_j[:, None, :]
     if model.has_tie:
         grad[:, -1] = g["e"]
         hess[:, :p, -1] = hess[:, -1, :p] = x_i * h["ie"][:, None] + x_j * h["je"][:, None]
@@ -597,10 +600,11 @@ def _fit_regular(
     th = start[rows]
     previous = np.max(np.abs(start - estimate), axis=1)[rows]
     near = []  # (rows, theta, inverse Hessian, Newton step size) of the resamples handed to the chord steps
-    for _ in range(_MAX_PASSES):
+    for n_pass in range(_MAX_PASSES):
         if not len(rows):
             break
-        rough = float(np.median(previous)) > _ROUGH
+        # a generic model's gradient-only pass costs about its full one: only its first Newton pass in float32
+        rough = (model.difference_only or n_pass == 0) and float(np.median(previous)) > _ROUGH
         g, h = _pass(rec, model, th, counts[rows], m, np.float32 if rough else np.float64)
         _, pg, ph = prior.terms(th, m)
         inverse = _inverse(h + ph)
