@@ -174,12 +174,14 @@ def softplus_expit(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.maximum(x, 0.0) + np.log1p(e), np.where(x >= 0, 1.0, e) / (1.0 + e)
 
 
-def expit_slope(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``expit(x)`` and its derivative ``expit(x) expit(-x)``, stably, from one ``exp(-|x|)`` (no ``log``)."""
-    e = np.exp(-np.abs(x))
-    inv = np.reciprocal(1.0 + e)
-    e *= inv  # expit(-|x|)
-    return np.where(x >= 0, inv, e), e * inv
+def expit_from_negative(negative: np.ndarray) -> np.ndarray:
+    """``expit(x) = 1 / (1 + exp(-x))`` from an array holding ``-x``, overwritten (three array operations); an
+    ``exp`` that overflows gives the limit 0 exactly (not reported). Good to a unit in the last place in absolute
+    terms, not relative ones near 0 (`softplus_expit` is)."""
+    with np.errstate(over="ignore"):
+        np.exp(negative, out=negative)
+    negative += 1.0
+    return np.reciprocal(negative, out=negative)
 
 
 def softmax3(z0, z1, z2) -> tuple[np.ndarray, ...]:

@@ -3,7 +3,9 @@ section 2, eq. 2-4; Hunter 2004). See docs/ranking.md."""
 
 from __future__ import annotations
 
-from emoreward.ranking.tie_models import PairModel, expit_slope, softplus_expit
+import numpy as np
+
+from emoreward.ranking.tie_models import PairModel, expit_from_negative, softplus_expit
 
 
 class BradleyTerry(PairModel):
@@ -26,10 +28,11 @@ class BradleyTerry(PairModel):
 
     def difference_terms(self, d, eta, w, lo, t, hessian: bool = True):
         n = w + lo
-        sig, slope = expit_slope(d)
+        sig = expit_from_negative(np.negative(d))
+        slope = sig * (1.0 - sig) * n if hessian else None
         sig *= n
         sig -= w
-        return sig, slope * n if hessian else None, None, None, None
+        return sig, slope, None, None, None
 
 
 MODEL = BradleyTerry()

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from emoreward.ranking.tie_models import PairModel, expit_slope, softplus_expit
+from emoreward.ranking.tie_models import PairModel, expit_from_negative, softplus_expit
 
 
 _LOG2 = math.log(2.0)
@@ -58,8 +58,10 @@ class RaoKupper(PairModel):
     def difference_terms(self, d, eta, w, lo, t, hessian: bool = True):
         a = softplus_expit(eta)[0]
         wt, lt = w + t, lo + t
-        sa, da = expit_slope(a - d)
-        sb, db = expit_slope(a + d)
+        sa = expit_from_negative(d - a)  # expit(a - d)
+        sb = expit_from_negative(np.subtract(-a, d))  # expit(a + d)
+        da = sa * (1.0 - sa) if hessian else None
+        db = sb * (1.0 - sb) if hessian else None
         sa *= wt
         sb *= lt
         q = _expit(eta)
