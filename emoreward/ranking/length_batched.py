@@ -10,6 +10,8 @@ log-likelihood at them (`PairModel.terms`: Bradley-Terry drops ties), weighted p
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -296,7 +298,10 @@ def fit_resamples(
     A resample's objective is the per-sample objectives weighted by its sample counts. The batched path:
 
     1. A Newton step from per-sample sums of the gradient and Hessian at the common start (one dense product
-       ``(B, S) @ (S, Q + Q^2)``): the resample's exact gradient and Hessian there.
+       ``(B, S) @ (S, Q + Q^2)``): the resample's exact gradient and Hessian there; for a
+       `PairModel.difference_only` model with at most 17 parameters a Chebyshev step (the step plus
+       ``H^-1 T[step, step] / 2``, ``T`` the resample's third derivatives there, from per-sample sums of central
+       differences of `PairModel.difference_terms`).
     2. Newton steps over all ``B x N`` records (the pair model's `PairModel.terms` at each record's two sides, or
        `PairModel.difference_terms` for a `PairModel.difference_only` model, summed per model pair with the
        resample's per-sample counts), in float32 while the median step before is above 1e-4 (a model not
@@ -533,11 +538,58 @@ def _difference_pass(
 @dataclass(frozen=True)
 class _UnitTables:
     """Per-sample sums at the full-data estimate: the gradient `(n_units, Q)` and the Hessian `(n_units, Q^2)`,
-    and which models each sample shows `(n_units, M)`."""
+    and which models each sample shows `(n_units, M)`; for a `PairModel.difference_only` model the third
+    derivatives' unique entries `(n_units, T)` and their map from every index `(Q, Q, Q)` (`_third_table`)."""
 
     grad: np.ndarray
     hess: np.ndarray
     present: np.ndarray
+    third: np.ndarray | None = None
+    third_map: np.ndarray | None = None
+
+
+_STEP = 1e-4  # central-difference step (in d and eta) of the third derivatives
+_MAX_CUBIC = 1_000  # unique third-derivative entries (Q = 17: 969) above which the start is a plain Newton step
+
+
+def _third_table(design: Design, model: PairModel, estimate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A `PairModel.difference_only` model's third derivatives at ``estimate``, summed per sample: the unique
+    entries of the symmetric `(Q, Q, Q)` tensor `(n_units, T)` and the map from every index to its entry
+    `(Q, Q, Q)`. Per record, by central differences of `PairModel.difference_terms` in ``d`` and ``eta``, an entry
+    over its non-zero coordinates (``min(a, b)``, ``max(a, b)``, the covariates, ``eta``) is the derivative with as
+    many ``eta`` as it has, times the product of the other coordinates' design values."""
+    m, p = design.m, design.x.shape[1]
+    q, n = estimate.shape[0], design.x.shape[0]
+    d = (design.x @ estimate[:p])[None]
+    eta = estimate[None, p:] if model.has_tie else None
+    w, lo, t = _outcomes(design, np.ones((1, n)))
+    up, down = (model.difference_terms(d + h, eta, w, lo, t) for h in (_STEP, -_STEP))
+    derivs = [(up[1] - down[1])[0] / (2 * _STEP)]  # d^3 / dd^3
+    if model.has_tie:
+        derivs += [(up[3] - down[3])[0] / (2 * _STEP), (up[4] - down[4])[0] / (2 * _STEP)]  # d^2 e, d e^2
+        up, down = (model.difference_terms(d, eta + h, w, lo, t) for h in (_STEP, -_STEP))
+        derivs.append((up[4] - down[4])[0] / (2 * _STEP))  # e^3
+    derivs = np.stack(derivs, axis=1)
+    low, high = np.minimum(design.a, design.b), np.maximum(design.a, design.b)
+    cols = np.concatenate([low[:, None], high[:, None], np.broadcast_to(np.arange(m, q), (n, q - m))], axis=1)
+    vals = np.ones(cols.shape)
+    vals[:, 0] = np.where(design.a == low, 1.0, -1.0)
+    vals[:, 1] = -vals[:, 0]
+    vals[:, 2 : 2 + p - m] = design.x[:, m:]
+    is_eta = np.arange(cols.shape[1]) == cols.shape[1] - 1 if model.has_tie else np.zeros(cols.shape[1], bool)
+    tuples = np.array(list(itertools.combinations_with_replacement(range(q), 3)), dtype=np.int64)
+    full = np.zeros(q**3, dtype=np.int64)
+    for perm in itertools.permutations(range(3)):
+        full[np.ravel_multi_index(tuples[:, list(perm)].T, (q,) * 3)] = np.arange(len(tuples))
+    combos = np.array(list(itertools.combinations_with_replacement(range(cols.shape[1]), 3)))
+    entry = np.zeros((n, len(combos)), dtype=np.int64)
+    value = derivs[:, is_eta[combos].sum(axis=1)]
+    for k in range(3):
+        entry = entry * q + cols[:, combos[:, k]]
+        value = value * vals[:, combos[:, k]]
+    index = design.units[:, None] * len(tuples) + full[entry]
+    sums = np.bincount(index.ravel(), value.ravel(), minlength=design.n_units * len(tuples))
+    return sums.reshape(design.n_units, len(tuples)), full.reshape((q,) * 3)
 
 
 def _unit_tables(design: Design, model: PairModel, estimate: np.ndarray) -> _UnitTables:
@@ -562,7 +614,9 @@ def _unit_tables(design: Design, model: PairModel, estimate: np.ndarray) -> _Uni
         hess[:, -1, -1] = h["ee"]
     per_unit = csr_matrix((np.ones(n), (design.units, np.arange(n))), shape=(design.n_units, n))
     present = per_unit @ (x_i[:, :m] + x_j[:, :m] > 0).astype(float)
-    return _UnitTables(per_unit @ grad, per_unit @ hess.reshape(n, q * q), present > 0)
+    cubic = model.difference_only and math.comb(q + 2, 3) <= _MAX_CUBIC
+    third = _third_table(design, model, estimate) if cubic else (None, None)
+    return _UnitTables(per_unit @ grad, per_unit @ hess.reshape(n, q * q), present > 0, *third)
 
 
 def _fit_regular(
@@ -584,7 +638,11 @@ def _fit_regular(
     _, prior_grad, prior_hess = prior.terms(estimate[None], m)
     grad = counts @ tables.grad + prior_grad
     hess = (counts @ tables.hess).reshape(-1, q, q) + prior_hess
-    start = estimate - _solve(hess, grad)
+    step = _solve(hess, grad)
+    if tables.third is not None:  # Chebyshev: the second-order term of the gradient along the Newton step
+        third = (counts @ tables.third)[:, tables.third_map]
+        step = step + 0.5 * _solve(hess, np.einsum("bijk,bj,bk->bi", third, step, step))
+    start = estimate - step
 
     def ok(th: np.ndarray) -> np.ndarray:
         fine = np.isfinite(th).all(axis=1) & (np.max(np.abs(th[:, m:p]), axis=1, initial=0.0) <= 4 * DIVERGED)
