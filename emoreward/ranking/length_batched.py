@@ -595,28 +595,39 @@ def _third_table(design: Design, model: PairModel, estimate: np.ndarray) -> tupl
 def _unit_tables(design: Design, model: PairModel, estimate: np.ndarray) -> _UnitTables:
     m, p = design.m, design.x.shape[1]
     q, n = estimate.shape[0], design.x.shape[0]
-    x_i, x_j = (_dense(side, p) for side in _sides(design))
+    side_i, side_j = _sides(design)
+    x_i, x_j = (_dense(side, p) for side in (side_i, side_j))
     eta = estimate[None, p:] if model.has_tie else None
     w, lo, t = _outcomes(design, np.ones((1, n)))
     _, g, h = model.terms((x_i @ estimate[:p])[None], (x_j @ estimate[:p])[None], eta, w, lo, t, True)
     g, h = {k: v[0] for k, v in g.items()}, {k: v[0] for k, v in h.items()}
-    grad = np.zeros((n, q))
-    grad[:, :p] = x_i * g["i"][:, None] + x_j * g["j"][:, None]
-    hess = np.zeros((n, q, q))
-    # h_ii x_i x_i^T + h_jj x_j x_j^T + h_ij (x_i x_j^T + x_j x_i^T), as two outer products
-    row_i = h["ii"][:, None] * x_i + h["ij"][:, None] * x_j
-    row_j = h["ij"][:, None] * x_i + h["jj"][:, None] * x_j
-    hess[:, :p, :p] = x_i[:, :, None] * row_i[:, None, :]
-    hess[:, :p, :p] += x_j[:, :, None] * row_j[:, None, :]
+    # every record's non-zero gradient and Hessian entries (a side's columns, the tie parameter's column p), summed
+    # per sample by one bincount each: entry (u, v) of h_ab x_a x_b^T is h_ab x_a[u] x_b[v]
+    tie = (np.full((n, 1), p), np.ones((n, 1)))
+    grad_parts = [(side_i, g["i"]), (side_j, g["j"])]
+    hess_parts = [(side_i, side_i, h["ii"]), (side_j, side_j, h["jj"]), (side_i, side_j, h["ij"])]
+    hess_parts.append((side_j, side_i, h["ij"]))
     if model.has_tie:
-        grad[:, -1] = g["e"]
-        hess[:, :p, -1] = hess[:, -1, :p] = x_i * h["ie"][:, None] + x_j * h["je"][:, None]
-        hess[:, -1, -1] = h["ee"]
-    per_unit = csr_matrix((np.ones(n), (design.units, np.arange(n))), shape=(design.n_units, n))
-    present = per_unit @ (x_i[:, :m] + x_j[:, :m] > 0).astype(float)
+        grad_parts.append((tie, g["e"]))
+        hess_parts += [(side_i, tie, h["ie"]), (tie, side_i, h["ie"]), (side_j, tie, h["je"]), (tie, side_j, h["je"])]
+        hess_parts.append((tie, tie, h["ee"]))
+
+    def per_unit(cols: list, vals: list, width: int) -> np.ndarray:
+        index = np.concatenate([(design.units[:, None] * width + c.reshape(n, -1)).ravel() for c in cols])
+        values = np.concatenate([v.ravel() for v in vals])
+        return np.bincount(index, values, minlength=design.n_units * width).reshape(design.n_units, width)
+
+    grad = per_unit([side[0] for side, _ in grad_parts], [side[1] * v[:, None] for side, v in grad_parts], q)
+    hess = per_unit(
+        [a[0][:, :, None] * q + b[0][:, None, :] for a, b, _ in hess_parts],
+        [v[:, None, None] * a[1][:, :, None] * b[1][:, None, :] for a, b, v in hess_parts],
+        q * q,
+    )
+    present = np.zeros((design.n_units, m), dtype=bool)
+    present[design.units, design.a] = present[design.units, design.b] = True
     cubic = model.difference_only and math.comb(q + 2, 3) <= _MAX_CUBIC
     third = _third_table(design, model, estimate) if cubic else (None, None)
-    return _UnitTables(per_unit @ grad, per_unit @ hess.reshape(n, q * q), present > 0, *third)
+    return _UnitTables(grad, hess, present, *third)
 
 
 def _fit_regular(
