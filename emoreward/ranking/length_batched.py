@@ -305,10 +305,10 @@ def fit_resamples(
     2. Newton steps over all ``B x N`` records (the pair model's `PairModel.terms` at each record's two sides, or
        `PairModel.difference_terms` for a `PairModel.difference_only` model, summed per model pair with the
        resample's per-sample counts), in float32 while the median step before is above 1e-4 (a model not
-       `PairModel.difference_only`: the first pass only, its gradient-only passes costing about its full ones). A resample leaves
-       them when its step is below 1e-2 and the chord rate it predicts, ``2 |step|^2 / |previous step|^2``, below
-       1e-3; after a float64 Newton step it is done when the distance left, ``c |step|^2`` with ``c = |step| /
-       |previous step|^2``, is below 1e-9 (max-abs).
+       `PairModel.difference_only`: the first pass only, its gradient-only passes costing about its full ones).
+       A resample leaves them when its step is below 1e-2 and the chord rate it predicts, ``2 |step|^2 /
+       |previous step|^2``, below 1e-3; after a float64 Newton step it is done when the distance left,
+       ``c |step|^2`` with ``c = |step| / |previous step|^2``, is below 1e-9 (max-abs).
     3. Chord steps: float64 gradient-only passes with the last Newton step's Hessian, which converge linearly at
        a rate ``rho`` (at most ``2 |step| / |Newton step|`` at the first, the Hessian being off by about ``2c``
        times the Newton step; then the ratio of the last two steps), until the distance left,
@@ -363,13 +363,12 @@ class _Ordered:
     """The records sorted by model pair, then sample, as every pass reads them.
 
     ``a``, ``b`` `(N,)`: sorted; ``outcomes[dtype]``: the one-hot ``w``, ``lo``, ``t`` `(1, N)`; ``half_z[dtype]``:
-    covariates / 2 `(K, N)`; ``x_t[dtype]``: the design rows ``(e_a - e_b, z)``
-    transposed `(M + K, N)`; ``starts``: the first record of
-    each pair segment; ``on_a``, ``on_b`` `(S, M)`: the segment's ``e_a``, ``e_b``; ``aa``, ``bb``, ``ab``
-    `(S, M^2)`: ``e_a e_a^T``, ``e_b e_b^T``, ``e_a e_b^T + e_b e_a^T`` flattened; ``on_diff`` `(S, M)` and ``dd``
-    `(S, M^2)`: ``e_a - e_b`` and its outer square (a `PairModel.difference_only` model's); ``grid``: every segment lists
-    every sample once, in order, so that a weighted sum over a segment is a product with the resample's per-sample
-    counts (the weights are never spread over the records).
+    covariates / 2 `(K, N)`; ``x_t[dtype]``: the design rows ``(e_a - e_b, z)`` transposed `(M + K, N)`;
+    ``starts``: the first record of each pair segment; ``on_a``, ``on_b`` `(S, M)`: the segment's ``e_a``,
+    ``e_b``; ``aa``, ``bb``, ``ab`` `(S, M^2)`: ``e_a e_a^T``, ``e_b e_b^T``, ``e_a e_b^T + e_b e_a^T`` flattened;
+    ``on_diff`` `(S, M)` and ``dd`` `(S, M^2)`: ``e_a - e_b`` and its outer square (a `PairModel.difference_only`
+    model's); ``grid``: every segment lists every sample once, in order, so that a weighted sum over a segment is a
+    product with the resample's per-sample counts (the weights are never spread over the records).
     """
 
     units: np.ndarray
