@@ -10,6 +10,8 @@ log-likelihood at them (`PairModel.terms`: Bradley-Terry drops ties), weighted p
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,7 +35,8 @@ _TOL = 1e-9  # predicted distance to the optimum (max-abs, parameter units) at w
 _QUADRATIC = 1e-2  # Newton steps below this are in the quadratic regime, where the next is c |step|^2
 _MAX_PASSES = 8
 _DTYPES = (np.float32, np.float64)
-_ROUGH = 1e-2  # a start step (max-abs) above this: the first pass in float32 (its gradient is good to about 1e-6)
+_ROUGH = 1e-4  # median step before a Newton pass above this: the pass in float32 (its gradient good to about 1e-6)
+_CHORD = 1e-3  # a chord steps' predicted rate (2 |step|^2 / |previous step|^2) below this: no more Newton passes
 _BOOT_CHUNK = 1024  # resamples per batch
 _MAX_PARAMS = 48  # parameters above which every resample goes through damped_newton
 
@@ -254,6 +257,13 @@ def data_nll(design: Design, model: PairModel, theta: np.ndarray) -> float:
     return float(model.terms((x_i @ theta[:p])[None], (x_j @ theta[:p])[None], eta, w, lo, t, False)[0][0])
 
 
+def _inverse(hess: np.ndarray) -> np.ndarray:
+    try:
+        return np.linalg.inv(hess)
+    except np.linalg.LinAlgError:
+        return np.linalg.pinv(hess)
+
+
 def _solve(hess: np.ndarray, grad: np.ndarray) -> np.ndarray:
     try:
         return np.linalg.solve(hess, grad[..., None])[..., 0]
@@ -288,13 +298,24 @@ def fit_resamples(
     A resample's objective is the per-sample objectives weighted by its sample counts. The batched path:
 
     1. A Newton step from per-sample sums of the gradient and Hessian at the common start (one dense product
-       ``(B, S) @ (S, Q + Q^2)``): the resample's exact gradient and Hessian there.
-    2. Newton steps over all ``B x N`` records (the pair model's `PairModel.terms` at each record's two sides,
-       summed per model pair with the resample's per-sample counts) until the distance left, ``c |step|^2`` with
-       ``c`` measured from the last two steps, is below 1e-9 (max-abs).
+       ``(B, S) @ (S, Q + Q^2)``): the resample's exact gradient and Hessian there; for a
+       `PairModel.difference_only` model with at most 17 parameters a Chebyshev step (the step plus
+       ``H^-1 T[step, step] / 2``, ``T`` the resample's third derivatives there, from per-sample sums of central
+       differences of `PairModel.difference_terms`).
+    2. Newton steps over all ``B x N`` records (the pair model's `PairModel.terms` at each record's two sides, or
+       `PairModel.difference_terms` for a `PairModel.difference_only` model, summed per model pair with the
+       resample's per-sample counts), in float32 while the median step before is above 1e-4 (a model not
+       `PairModel.difference_only`: the first pass only, its gradient-only passes costing about its full ones).
+       A resample leaves them when its step is below 1e-2 and the chord rate it predicts, ``2 |step|^2 /
+       |previous step|^2``, below 1e-3; after a float64 Newton step it is done when the distance left,
+       ``c |step|^2`` with ``c = |step| / |previous step|^2``, is below 1e-9 (max-abs).
+    3. Chord steps: float64 gradient-only passes with the last Newton step's Hessian, which converge linearly at
+       a rate ``rho`` (at most ``2 |step| / |Newton step|`` at the first, the Hessian being off by about ``2c``
+       times the Newton step; then the ratio of the last two steps), until the distance left,
+       ``rho |step| / (1 - rho)``, is below 1e-9 (max-abs).
 
     A resample this path does not finish (a model it never draws, no ties under a tie model, a tie parameter at its
-    bound, a diverging coefficient, a step that does not contract, a non-finite value) is fitted by
+    bound, a diverging coefficient, a step that does not contract (``rho >= 0.5``), a non-finite value) is fitted by
     :func:`damped_newton`.
 
     Args:
@@ -342,11 +363,12 @@ class _Ordered:
     """The records sorted by model pair, then sample, as every pass reads them.
 
     ``a``, ``b`` `(N,)`: sorted; ``outcomes[dtype]``: the one-hot ``w``, ``lo``, ``t`` `(1, N)`; ``half_z[dtype]``:
-    covariates / 2 `(K, N)`; ``starts``: the first record of
-    each pair segment; ``on_a``, ``on_b`` `(S, M)`: the segment's ``e_a``, ``e_b``; ``aa``, ``bb``, ``ab``
-    `(S, M^2)`: ``e_a e_a^T``, ``e_b e_b^T``, ``e_a e_b^T + e_b e_a^T`` flattened; ``grid``: every segment lists
-    every sample once, in order, so that a weighted sum over a segment is a product with the resample's per-sample
-    counts (the weights are never spread over the records).
+    covariates / 2 `(K, N)`; ``x_t[dtype]``: the design rows ``(e_a - e_b, z)`` transposed `(M + K, N)`;
+    ``starts``: the first record of each pair segment; ``on_a``, ``on_b`` `(S, M)`: the segment's ``e_a``,
+    ``e_b``; ``aa``, ``bb``, ``ab`` `(S, M^2)`: ``e_a e_a^T``, ``e_b e_b^T``, ``e_a e_b^T + e_b e_a^T`` flattened;
+    ``on_diff`` `(S, M)` and ``dd`` `(S, M^2)`: ``e_a - e_b`` and its outer square (a `PairModel.difference_only`
+    model's); ``grid``: every segment lists every sample once, in order, so that a weighted sum over a segment is a
+    product with the resample's per-sample counts (the weights are never spread over the records).
     """
 
     units: np.ndarray
@@ -354,12 +376,15 @@ class _Ordered:
     b: np.ndarray
     outcomes: dict
     half_z: dict
+    x_t: dict
     starts: np.ndarray
     on_a: np.ndarray
     on_b: np.ndarray
     aa: np.ndarray
     bb: np.ndarray
     ab: np.ndarray
+    on_diff: np.ndarray
+    dd: np.ndarray
     grid: bool
     n_units: int
 
@@ -374,7 +399,9 @@ class _Sums:
 
     def segments(self, a: np.ndarray) -> np.ndarray:
         """`(R, S)`: per pair segment, ``sum_r w_r a_r``."""
-        a = np.broadcast_to(a, (self.weights if self.counts is None else self.counts).shape[:1] + a.shape[1:])
+        rows = (self.weights if self.counts is None else self.counts).shape[0]
+        if a.shape[0] != rows:  # a (1, N) term
+            a = np.broadcast_to(a, (rows, *a.shape[1:]))
         if self.rec.grid:
             return np.matmul(a.reshape(a.shape[0], len(self.rec.starts), -1), self.counts)[:, :, 0]
         return np.add.reduceat(a * self.weights, self.rec.starts, axis=1)
@@ -402,18 +429,29 @@ def _ordered(design: Design) -> _Ordered:
     outcome = design.outcome[order]
     outcomes = {dt: [(outcome == code).astype(dt)[None] for code in (0, 1, 2)] for dt in _DTYPES}
     half_z = {dt: np.ascontiguousarray(0.5 * design.x[order, m:].T, dtype=dt) for dt in _DTYPES}
-    return _Ordered(units, a, b, outcomes, half_z, starts, on_a, on_b, aa, bb, ab, grid, design.n_units)
+    x_t = {dt: np.ascontiguousarray(design.x[order].T, dtype=dt) for dt in _DTYPES}
+    on_diff = on_a - on_b
+    dd = (on_diff[:, :, None] * on_diff[:, None, :]).reshape(len(starts), m * m)
+    return _Ordered(
+        units, a, b, outcomes, half_z, x_t, starts, on_a, on_b, aa, bb, ab, on_diff, dd, grid, design.n_units
+    )
 
 
-def _pass(rec: _Ordered, model: PairModel, theta: np.ndarray, counts: np.ndarray, m: int, dtype=np.float64):
-    """The data part of the gradient `(R, Q)` and Hessian `(R, Q, Q)` of ``sum_r w_r nll_r`` for rows ``theta``
-    `(R, Q)` with per-sample counts `(R, n_units)`, from the pair model's terms at every record's two sides,
-    computed in ``dtype`` over the records (the sums returned in float64)."""
+def _pass(
+    rec: _Ordered, model: PairModel, theta: np.ndarray, counts: np.ndarray, m: int, dtype=np.float64, hessian=True
+):
+    """The data part of the gradient `(R, Q)` and Hessian `(R, Q, Q)` (``None`` unless ``hessian``) of
+    ``sum_r w_r nll_r`` for rows ``theta`` `(R, Q)` with per-sample counts `(R, n_units)`, from the pair model's
+    terms at every record's two sides, computed in ``dtype`` over the records (the sums returned in float64). A
+    `PairModel.difference_only` model goes through :func:`_difference_pass` (5 terms per record, from
+    `PairModel.difference_terms`)."""
+    if model.difference_only:
+        return _difference_pass(rec, model, theta, counts, m, dtype, hessian)
     n_rows, q = theta.shape
     k_cov, n = rec.half_z[dtype].shape
     p = m + k_cov
     grad = np.zeros((n_rows, q))
-    hess = np.zeros((n_rows, q, q))
+    hess = np.zeros((n_rows, q, q)) if hessian else None
     chunk = max(1, _PASS_CELLS // max(1, n))
     z, outcomes = rec.half_z[dtype], rec.outcomes[dtype]
     for lo in range(0, n_rows, chunk):
@@ -423,14 +461,19 @@ def _pass(rec: _Ordered, model: PairModel, theta: np.ndarray, counts: np.ndarray
         s_i, s_j = th[:, rec.a] + shift, th[:, rec.b] - shift
         eta = th[:, p:] if model.has_tie else None
         _, g, h = model.terms(s_i, s_j, eta, *outcomes, True)
-        seg = {key: sums.segments(v) for key, v in (*g.items(), *h.items())}
-        grad[lo:hi, :m] = seg["i"] @ rec.on_a + seg["j"] @ rec.on_b
+        grad[lo:hi, :m] = sums.segments(g["i"]) @ rec.on_a + sums.segments(g["j"]) @ rec.on_b
+        for k in range(k_cov):
+            grad[lo:hi, m + k] = sums.total((g["i"] - g["j"]) * z[k])
+        if model.has_tie:
+            grad[lo:hi, -1] = sums.total(g["e"])
+        if not hessian:
+            continue
+        seg = {key: sums.segments(v) for key, v in h.items()}
         block = hess[lo:hi]
         block[:, :m, :m] = (seg["ii"] @ rec.aa + seg["jj"] @ rec.bb + seg["ij"] @ rec.ab).reshape(-1, m, m)
         side_i, side_j = h["ii"] - h["ij"], h["ij"] - h["jj"]  # d/d gamma of the two sides' gradients, by z / 2
         curvature = side_i - side_j
         for k in range(k_cov):
-            grad[lo:hi, m + k] = sums.total((g["i"] - g["j"]) * z[k])
             block[:, :m, m + k] = block[:, m + k, :m] = (
                 sums.segments(side_i * z[k]) @ rec.on_a + sums.segments(side_j * z[k]) @ rec.on_b
             )
@@ -438,7 +481,6 @@ def _pass(rec: _Ordered, model: PairModel, theta: np.ndarray, counts: np.ndarray
             for j in range(k, k_cov):
                 block[:, m + k, m + j] = block[:, m + j, m + k] = sums.total(weighted * z[j])
         if model.has_tie:
-            grad[lo:hi, -1] = seg["e"].sum(axis=1)
             column = np.empty((hi - lo, p))
             column[:, :m] = seg["ie"] @ rec.on_a + seg["je"] @ rec.on_b
             for k in range(k_cov):
@@ -448,39 +490,143 @@ def _pass(rec: _Ordered, model: PairModel, theta: np.ndarray, counts: np.ndarray
     return grad, hess
 
 
+def _difference_pass(
+    rec: _Ordered, model: PairModel, theta: np.ndarray, counts: np.ndarray, m: int, dtype, hessian: bool
+):
+    """:func:`_pass` for a `PairModel.difference_only` model: per record ``d = s_i - s_j = b_a - b_b + gamma . z``
+    and the derivatives in ``d`` and ``eta`` (`PairModel.difference_terms`); the record's parameter row is
+    ``x = (e_a - e_b, z)`` (``z = 2 half_z``), so the gradient is ``sum g_d x`` and the Hessian ``sum h_dd x x^T``
+    (with ``sum h_de x`` and ``sum h_ee`` for ``eta``): 5 segment sums, and the covariate ones."""
+    n_rows, q = theta.shape
+    k_cov, n = rec.half_z[dtype].shape
+    p = m + k_cov
+    grad = np.zeros((n_rows, q))
+    hess = np.zeros((n_rows, q, q)) if hessian else None
+    chunk = max(1, _PASS_CELLS // max(1, n))
+    half_z, outcomes = rec.half_z[dtype], rec.outcomes[dtype]
+    for lo in range(0, n_rows, chunk):
+        hi = min(n_rows, lo + chunk)
+        th, sums = theta[lo:hi].astype(dtype), _Sums(rec, counts[lo:hi].astype(dtype))
+        d = th[:, :p] @ rec.x_t[dtype]  # b_a - b_b + gamma . z, (R, N)
+        eta = th[:, p:] if model.has_tie else None
+        g_d, h_dd, g_e, h_de, h_ee = model.difference_terms(d, eta, *outcomes, hessian=hessian)
+        grad[lo:hi, :m] = sums.segments(g_d) @ rec.on_diff
+        for k in range(k_cov):  # the factors 2 and 4 of z = 2 half_z applied to the sums
+            grad[lo:hi, m + k] = 2 * sums.total(g_d * half_z[k])
+        if model.has_tie:
+            grad[lo:hi, -1] = sums.total(g_e)
+        if not hessian:
+            continue
+        block = hess[lo:hi]
+        block[:, :m, :m] = (sums.segments(h_dd) @ rec.dd).reshape(-1, m, m)
+        for k in range(k_cov):
+            weighted = h_dd * half_z[k]
+            block[:, :m, m + k] = block[:, m + k, :m] = 2 * (sums.segments(weighted) @ rec.on_diff)
+            for j in range(k, k_cov):
+                block[:, m + k, m + j] = block[:, m + j, m + k] = 4 * sums.total(weighted * half_z[j])
+        if model.has_tie:
+            column = np.empty((hi - lo, p))
+            column[:, :m] = sums.segments(h_de) @ rec.on_diff
+            for k in range(k_cov):
+                column[:, m + k] = 2 * sums.total(h_de * half_z[k])
+            block[:, :p, -1] = block[:, -1, :p] = column
+            block[:, -1, -1] = sums.total(h_ee)
+    return grad, hess
+
+
 @dataclass(frozen=True)
 class _UnitTables:
     """Per-sample sums at the full-data estimate: the gradient `(n_units, Q)` and the Hessian `(n_units, Q^2)`,
-    and which models each sample shows `(n_units, M)`."""
+    and which models each sample shows `(n_units, M)`; for a `PairModel.difference_only` model the third
+    derivatives' unique entries `(n_units, T)` and their map from every index `(Q, Q, Q)` (`_third_table`)."""
 
     grad: np.ndarray
     hess: np.ndarray
     present: np.ndarray
+    third: np.ndarray | None = None
+    third_map: np.ndarray | None = None
+
+
+_STEP = 1e-4  # central-difference step (in d and eta) of the third derivatives
+_MAX_CUBIC = 1_000  # unique third-derivative entries (Q = 17: 969) above which the start is a plain Newton step
+
+
+def _third_table(design: Design, model: PairModel, estimate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A `PairModel.difference_only` model's third derivatives at ``estimate``, summed per sample: the unique
+    entries of the symmetric `(Q, Q, Q)` tensor `(n_units, T)` and the map from every index to its entry
+    `(Q, Q, Q)`. Per record, by central differences of `PairModel.difference_terms` in ``d`` and ``eta``, an entry
+    over its non-zero coordinates (``min(a, b)``, ``max(a, b)``, the covariates, ``eta``) is the derivative with as
+    many ``eta`` as it has, times the product of the other coordinates' design values."""
+    m, p = design.m, design.x.shape[1]
+    q, n = estimate.shape[0], design.x.shape[0]
+    d = (design.x @ estimate[:p])[None]
+    eta = estimate[None, p:] if model.has_tie else None
+    w, lo, t = _outcomes(design, np.ones((1, n)))
+    up, down = (model.difference_terms(d + h, eta, w, lo, t) for h in (_STEP, -_STEP))
+    derivs = [(up[1] - down[1])[0] / (2 * _STEP)]  # d^3 / dd^3
+    if model.has_tie:
+        derivs += [(up[3] - down[3])[0] / (2 * _STEP), (up[4] - down[4])[0] / (2 * _STEP)]  # d^2 e, d e^2
+        up, down = (model.difference_terms(d, eta + h, w, lo, t) for h in (_STEP, -_STEP))
+        derivs.append((up[4] - down[4])[0] / (2 * _STEP))  # e^3
+    derivs = np.stack(derivs, axis=1)
+    low, high = np.minimum(design.a, design.b), np.maximum(design.a, design.b)
+    cols = np.concatenate([low[:, None], high[:, None], np.broadcast_to(np.arange(m, q), (n, q - m))], axis=1)
+    vals = np.ones(cols.shape)
+    vals[:, 0] = np.where(design.a == low, 1.0, -1.0)
+    vals[:, 1] = -vals[:, 0]
+    vals[:, 2 : 2 + p - m] = design.x[:, m:]
+    is_eta = np.arange(cols.shape[1]) == cols.shape[1] - 1 if model.has_tie else np.zeros(cols.shape[1], bool)
+    tuples = np.array(list(itertools.combinations_with_replacement(range(q), 3)), dtype=np.int64)
+    full = np.zeros(q**3, dtype=np.int64)
+    for perm in itertools.permutations(range(3)):
+        full[np.ravel_multi_index(tuples[:, list(perm)].T, (q,) * 3)] = np.arange(len(tuples))
+    combos = np.array(list(itertools.combinations_with_replacement(range(cols.shape[1]), 3)))
+    entry = np.zeros((n, len(combos)), dtype=np.int64)
+    value = derivs[:, is_eta[combos].sum(axis=1)]
+    for k in range(3):
+        entry = entry * q + cols[:, combos[:, k]]
+        value = value * vals[:, combos[:, k]]
+    index = design.units[:, None] * len(tuples) + full[entry]
+    sums = np.bincount(index.ravel(), value.ravel(), minlength=design.n_units * len(tuples))
+    return sums.reshape(design.n_units, len(tuples)), full.reshape((q,) * 3)
 
 
 def _unit_tables(design: Design, model: PairModel, estimate: np.ndarray) -> _UnitTables:
     m, p = design.m, design.x.shape[1]
     q, n = estimate.shape[0], design.x.shape[0]
-    x_i, x_j = (_dense(side, p) for side in _sides(design))
+    side_i, side_j = _sides(design)
+    x_i, x_j = (_dense(side, p) for side in (side_i, side_j))
     eta = estimate[None, p:] if model.has_tie else None
     w, lo, t = _outcomes(design, np.ones((1, n)))
     _, g, h = model.terms((x_i @ estimate[:p])[None], (x_j @ estimate[:p])[None], eta, w, lo, t, True)
     g, h = {k: v[0] for k, v in g.items()}, {k: v[0] for k, v in h.items()}
-    grad = np.zeros((n, q))
-    grad[:, :p] = x_i * g["i"][:, None] + x_j * g["j"][:, None]
-    hess = np.zeros((n, q, q))
-    hess[:, :p, :p] = (
-        h["ii"][:, None, None] * x_i[:, :, None] * x_i[:, None, :]
-        + h["jj"][:, None, None] * x_j[:, :, None] * x_j[:, None, :]
-        + h["ij"][:, None, None] * (x_i[:, :, None] * x_j[:, None, :] + x_j[:, :, None] * x_i[:, None, :])
-    )
+    # every record's non-zero gradient and Hessian entries (a side's columns, the tie parameter's column p), summed
+    # per sample by one bincount each: entry (u, v) of h_ab x_a x_b^T is h_ab x_a[u] x_b[v]
+    tie = (np.full((n, 1), p), np.ones((n, 1)))
+    grad_parts = [(side_i, g["i"]), (side_j, g["j"])]
+    hess_parts = [(side_i, side_i, h["ii"]), (side_j, side_j, h["jj"]), (side_i, side_j, h["ij"])]
+    hess_parts.append((side_j, side_i, h["ij"]))
     if model.has_tie:
-        grad[:, -1] = g["e"]
-        hess[:, :p, -1] = hess[:, -1, :p] = x_i * h["ie"][:, None] + x_j * h["je"][:, None]
-        hess[:, -1, -1] = h["ee"]
-    per_unit = csr_matrix((np.ones(n), (design.units, np.arange(n))), shape=(design.n_units, n))
-    present = per_unit @ (x_i[:, :m] + x_j[:, :m] > 0).astype(float)
-    return _UnitTables(per_unit @ grad, per_unit @ hess.reshape(n, q * q), present > 0)
+        grad_parts.append((tie, g["e"]))
+        hess_parts += [(side_i, tie, h["ie"]), (tie, side_i, h["ie"]), (side_j, tie, h["je"]), (tie, side_j, h["je"])]
+        hess_parts.append((tie, tie, h["ee"]))
+
+    def per_unit(cols: list, vals: list, width: int) -> np.ndarray:
+        index = np.concatenate([(design.units[:, None] * width + c.reshape(n, -1)).ravel() for c in cols])
+        values = np.concatenate([v.ravel() for v in vals])
+        return np.bincount(index, values, minlength=design.n_units * width).reshape(design.n_units, width)
+
+    grad = per_unit([side[0] for side, _ in grad_parts], [side[1] * v[:, None] for side, v in grad_parts], q)
+    hess = per_unit(
+        [a[0][:, :, None] * q + b[0][:, None, :] for a, b, _ in hess_parts],
+        [v[:, None, None] * a[1][:, :, None] * b[1][:, None, :] for a, b, v in hess_parts],
+        q * q,
+    )
+    present = np.zeros((design.n_units, m), dtype=bool)
+    present[design.units, design.a] = present[design.units, design.b] = True
+    cubic = model.difference_only and math.comb(q + 2, 3) <= _MAX_CUBIC
+    third = _third_table(design, model, estimate) if cubic else (None, None)
+    return _UnitTables(grad, hess, present, *third)
 
 
 def _fit_regular(
@@ -502,7 +648,11 @@ def _fit_regular(
     _, prior_grad, prior_hess = prior.terms(estimate[None], m)
     grad = counts @ tables.grad + prior_grad
     hess = (counts @ tables.hess).reshape(-1, q, q) + prior_hess
-    start = estimate - _solve(hess, grad)
+    step = _solve(hess, grad)
+    if tables.third is not None:  # Chebyshev: the second-order term of the gradient along the Newton step
+        third = (counts @ tables.third)[:, tables.third_map]
+        step = step + 0.5 * _solve(hess, np.einsum("bijk,bj,bk->bi", third, step, step))
+    start = estimate - step
 
     def ok(th: np.ndarray) -> np.ndarray:
         fine = np.isfinite(th).all(axis=1) & (np.max(np.abs(th[:, m:p]), axis=1, initial=0.0) <= 4 * DIVERGED)
@@ -517,13 +667,16 @@ def _fit_regular(
     rows = np.flatnonzero(fine)
     th = start[rows]
     previous = np.max(np.abs(start - estimate), axis=1)[rows]
+    near = []  # (rows, theta, inverse Hessian, Newton step size) of the resamples handed to the chord steps
     for n_pass in range(_MAX_PASSES):
         if not len(rows):
             break
-        rough = n_pass == 0 and float(np.median(previous)) > _ROUGH
+        # a generic model's gradient-only pass costs about its full one: only its first Newton pass in float32
+        rough = (model.difference_only or n_pass == 0) and float(np.median(previous)) > _ROUGH
         g, h = _pass(rec, model, th, counts[rows], m, np.float32 if rough else np.float64)
         _, pg, ph = prior.terms(th, m)
-        step = _solve(h + ph, g + pg)
+        inverse = _inverse(h + ph)
+        step = np.einsum("bij,bj->bi", inverse, g + pg)
         size = np.max(np.abs(step), axis=1, initial=0.0)
         th = th - step
         # Newton's quadratic convergence, its constant measured from the last two steps: c = size / previous^2
@@ -533,7 +686,36 @@ def _fit_regular(
         theta[rows[finished]] = th[finished]
         regular[rows[finished]] = True
         going = ~finished & ok(th) & np.isfinite(size) & (size < 0.5 * previous)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            close = going & (size <= _QUADRATIC) & (2 * size**2 <= _CHORD * previous**2)
+        near.append((rows[close], th[close], inverse[close], size[close]))
+        going &= ~close
         rows, th, previous = rows[going], th[going], size[going]
+    if not near:
+        return regular
+    rows, th, inverse, previous = (np.concatenate(part) for part in zip(*near))
+    # chord steps: float64 gradients with the last Newton Hessian, converging linearly at a rate rho; the Hessian is
+    # off by about 2c |Newton step| (c = |chord step| / |Newton step|^2), so the first rho = 2 |step| / |Newton
+    # step| at most, then the ratio of the last two steps; a resample is done when the distance left,
+    # rho |step| / (1 - rho), is below _TOL
+    factor = 2.0
+    for _ in range(_MAX_PASSES):
+        if not len(rows):
+            break
+        g, _ = _pass(rec, model, th, counts[rows], m, np.float64, hessian=False)
+        step = np.einsum("bij,bj->bi", inverse, g + prior.terms(th, m)[1])
+        size = np.max(np.abs(step), axis=1, initial=0.0)
+        th = th - step
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rho = factor * size / previous
+            left = rho * size / (1.0 - rho)
+        finished = ok(th) & ((size == 0) | ((rho < 0.5) & (left <= _TOL)))
+        theta[rows[finished]] = th[finished]
+        regular[rows[finished]] = True
+        # the first rate is a bound (a float32 Newton step near its noise floor makes it loose): contraction is
+        # required from the second step on
+        going = ~finished & ok(th) & np.isfinite(size) & ((rho < 0.5) | (factor > 1.0))
+        rows, th, inverse, previous, factor = rows[going], th[going], inverse[going], size[going], 1.0
     return regular
 
 

@@ -175,3 +175,25 @@ def test_build_design_checks_the_covariate_shape():
     records, features, _, models = random_table(n_samples=5, seed=10)
     with pytest.raises(ValueError, match=r"covariates must have shape \(50, 2, K\)"):
         build_design(records, models, np.zeros((len(records), 1)), MODELS["davidson"])
+
+
+@pytest.mark.parametrize("model", [name for name, m in MODELS.items() if m.difference_only])
+@pytest.mark.parametrize("covariates", [1, 2])
+def test_the_chebyshev_start_third_derivatives_are_the_hessians_slope(model, covariates):
+    """The per-sample third derivatives of the Chebyshev start (a `difference_only` model's), contracted with a
+    direction, equal the central difference of the per-sample Hessians along it (1e-6 relative)."""
+    from emoreward.ranking.length_batched import _unit_tables
+
+    records, features, names, models = random_table(n_samples=12, covariates=covariates, seed=5)
+    values = np.array([(features[r.sample, r.item_a], features[r.sample, r.item_b]) for r in records])
+    design, _ = build_design(records, models, values, MODELS[model])
+    estimate = damped_newton(design, MODELS[model], np.ones((1, len(design.x))), 0.1)[0][0]
+    direction = np.random.default_rng(6).normal(0, 1, estimate.shape)
+    tables = _unit_tables(design, MODELS[model], estimate)
+    q, h = len(estimate), 1e-5
+    slope = (
+        _unit_tables(design, MODELS[model], estimate + h * direction).hess
+        - _unit_tables(design, MODELS[model], estimate - h * direction).hess
+    ) / (2 * h)
+    third = tables.third[:, tables.third_map] @ direction  # (samples, Q, Q)
+    np.testing.assert_allclose(third.reshape(len(third), q * q), slope, rtol=1e-6, atol=1e-6 * np.abs(slope).max())

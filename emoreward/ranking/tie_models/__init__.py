@@ -42,6 +42,10 @@ class PairModel:
             1984, Ford 1957); both orders of one pair: the verdict binds their difference. The default: a tie
             binds the difference (Davidson, Rao-Kupper). Read by `emoreward.ranking.edges.separated_groups` and
             `emoreward.utils.separation` (every fit's separation and open interval ends).
+        difference_only (`bool`): the likelihood depends on the scores through ``d = s_i - s_j`` only (with ``eta``),
+            so its derivatives in ``s_j`` are those in ``s_i`` negated and `difference_terms` gives them all; the
+            length-controlled resamples then sum 5 terms per record instead of 9 (True: Bradley-Terry, Davidson,
+            Rao-Kupper; False, the safe default: EmoPrefer, whose tie level competes with each score).
     """
 
     name: str = ""
@@ -50,6 +54,7 @@ class PairModel:
     shifts_with_scores: bool = False
     bounds: tuple[float, float] = TIE_LOG_BOUNDS
     order: int = 100
+    difference_only: bool = False
     orders: dict[int, tuple[tuple[str, str], ...]] = {0: (("i", "j"),), 1: (("j", "i"),), 2: (("i", "j"), ("j", "i"))}
 
     def binding_orders(self, any_tie: bool) -> dict[int, tuple[tuple[str, str], ...]]:
@@ -68,6 +73,28 @@ class PairModel:
             ``"je"``, ``"ee"``) to second derivatives. Both ``None`` without ``derivatives``.
         """
         raise NotImplementedError
+
+    def difference_terms(self, d, eta, w, lo, t, hessian: bool = True):
+        """The derivatives of a `difference_only` model's negative log-likelihood in ``d = s_i - s_j`` and ``eta``
+        per pair, without the likelihood itself: what a Newton pass over many rows needs, in few array operations.
+
+        Args:
+            d: `(R, P)` score differences; eta: `(R, 1)` tie log-parameters (``None`` without a tie parameter);
+            w, lo, t: `(R, P)` or `(1, P)` counts of ``i`` winning, ``j`` winning and ties (any float dtype; the
+            results have ``d``'s); hessian: the second derivatives too.
+
+        Returns:
+            ``(g_d, h_dd, g_e, h_de, h_ee)``, each `(R, P)`: ``d nll / d d``, ``d^2 nll / d d^2``, ``d nll / d eta``,
+            ``d^2 nll / d d d eta``, ``d^2 nll / d eta^2`` (the last three ``None`` without a tie parameter). In
+            `terms`' entries: ``g_d = grad["i"] = -grad["j"]``, ``h_dd = hess["ii"] = hess["jj"] = -hess["ij"]``,
+            ``h_de = hess["ie"] = -hess["je"]``. Without ``hessian`` a model may return ``None`` for the second
+            derivatives (the gradient-only passes). This default reads them from `terms` at ``(d, 0)`` (right for
+            any `difference_only` model, not faster); a model overrides it with its closed form.
+        """
+        _, grad, hess = self.terms(d, np.zeros_like(d), eta, w, lo, t, True)
+        if not self.has_tie:
+            return grad["i"], hess["ii"], None, None, None
+        return grad["i"], hess["ii"], grad["e"], hess["ie"], hess["ee"]
 
     def tie_probability_between_equals(self, tie_parameter: float) -> float:
         """P(tie) between two items of equal strength at ``tie_parameter`` (``beta`` / ``nu``)."""
@@ -145,6 +172,16 @@ def softplus_expit(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``softplus(x) = log(1 + e^x)`` and ``expit(x) = 1 / (1 + e^-x)``, stably, from one ``exp(-|x|)``."""
     e = np.exp(-np.abs(x))
     return np.maximum(x, 0.0) + np.log1p(e), np.where(x >= 0, 1.0, e) / (1.0 + e)
+
+
+def expit_from_negative(negative: np.ndarray) -> np.ndarray:
+    """``expit(x) = 1 / (1 + exp(-x))`` from an array holding ``-x``, overwritten (three array operations); an
+    ``exp`` that overflows gives the limit 0 exactly (not reported). Good to a unit in the last place in absolute
+    terms, not relative ones near 0 (`softplus_expit` is)."""
+    with np.errstate(over="ignore"):
+        np.exp(negative, out=negative)
+    negative += 1.0
+    return np.reciprocal(negative, out=negative)
 
 
 def softmax3(z0, z1, z2) -> tuple[np.ndarray, ...]:

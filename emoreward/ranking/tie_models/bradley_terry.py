@@ -3,7 +3,9 @@ section 2, eq. 2-4; Hunter 2004). See docs/ranking.md."""
 
 from __future__ import annotations
 
-from emoreward.ranking.tie_models import PairModel, softplus_expit
+import numpy as np
+
+from emoreward.ranking.tie_models import PairModel, expit_from_negative, softplus_expit
 
 
 class BradleyTerry(PairModel):
@@ -12,6 +14,7 @@ class BradleyTerry(PairModel):
     name = "bradley-terry"
     has_tie = False
     orders = {0: (("i", "j"),), 1: (("j", "i"),), 2: ()}  # ties are not in the likelihood
+    difference_only = True
 
     def terms(self, s_i, s_j, eta, w, lo, t, derivatives: bool):
         d = s_i - s_j
@@ -22,6 +25,14 @@ class BradleyTerry(PairModel):
             return nll, None, None
         gd, hd = n * sig - w, n * sig * (1.0 - sig)
         return nll, {"i": gd, "j": -gd}, {"ii": hd, "jj": hd, "ij": -hd}
+
+    def difference_terms(self, d, eta, w, lo, t, hessian: bool = True):
+        n = w + lo
+        sig = expit_from_negative(np.negative(d))
+        slope = sig * (1.0 - sig) * n if hessian else None
+        sig *= n
+        sig -= w
+        return sig, slope, None, None, None
 
 
 MODEL = BradleyTerry()

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from emoreward.ranking.tie_models import PairModel, softplus_expit
+from emoreward.ranking.tie_models import PairModel, expit_from_negative, softplus_expit
 
 
 _LOG2 = math.log(2.0)
@@ -24,6 +24,7 @@ class RaoKupper(PairModel):
     name = "rao-kupper"
     offset = 1.0
     order = 1
+    difference_only = True
 
     @staticmethod
     def log_probabilities(d: np.ndarray, log_nu: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -53,6 +54,34 @@ class RaoKupper(PairModel):
         grad = {"i": fd, "j": -fd, "e": fe}
         hess = {"ii": fdd, "jj": fdd, "ij": -fdd, "ie": fda * q, "je": -fda * q, "ee": fee}
         return nll, grad, hess
+
+    def difference_terms(self, d, eta, w, lo, t, hessian: bool = True):
+        a = softplus_expit(eta)[0]
+        wt, lt = w + t, lo + t
+        sa = expit_from_negative(d - a)  # expit(a - d)
+        sb = expit_from_negative(np.subtract(-a, d))  # expit(a + d)
+        da = sa * (1.0 - sa) if hessian else None
+        db = sb * (1.0 - sb) if hessian else None
+        sa *= wt
+        sb *= lt
+        q = _expit(eta)
+        half = _expit(eta - _LOG2)
+        fa = sa + sb
+        fa *= q
+        g_e = fa - t * (1.0 + half)
+        g_d = np.subtract(sb, sa, out=sb)
+        if not hessian:
+            return g_d, None, g_e, None, None
+        da *= wt
+        db *= lt
+        h_dd = da + db
+        h_de = np.subtract(db, da, out=db)
+        h_de *= q
+        h_ee = h_dd * q**2
+        fa *= 1 - q
+        h_ee += fa
+        h_ee -= t * (half * (1.0 - half))
+        return g_d, h_dd, g_e, h_de, h_ee
 
     def tie_probability_between_equals(self, tie_parameter: float) -> float:
         return (tie_parameter - 1.0) / (tie_parameter + 1.0)
