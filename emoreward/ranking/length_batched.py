@@ -438,15 +438,24 @@ def _ordered(design: Design) -> _Ordered:
 
 
 def _pass(
-    rec: _Ordered, model: PairModel, theta: np.ndarray, counts: np.ndarray, m: int, dtype=np.float64, hessian=True
+    rec: _Ordered,
+    model: PairModel,
+    theta: np.ndarray,
+    counts: np.ndarray,
+    m: int,
+    dtype=np.float64,
+    hessian=True,
+    linear: np.ndarray | None = None,
+    reference: tuple | None = None,
 ):
     """The data part of the gradient `(R, Q)` and Hessian `(R, Q, Q)` (``None`` unless ``hessian``) of
     ``sum_r w_r nll_r`` for rows ``theta`` `(R, Q)` with per-sample counts `(R, n_units)`, from the pair model's
     terms at every record's two sides, computed in ``dtype`` over the records (the sums returned in float64). A
     `PairModel.difference_only` model goes through :func:`_difference_pass` (5 terms per record, from
-    `PairModel.difference_terms`)."""
+    `PairModel.difference_terms`; for a `PairModel.exponential_family` model from `PairModel.log_partition`:
+    ``sum n (A' - reference)`` less ``linear`` `(R, Q)`, the part computed once per resample; see there)."""
     if model.difference_only:
-        return _difference_pass(rec, model, theta, counts, m, dtype, hessian)
+        return _difference_pass(rec, model, theta, counts, m, dtype, hessian, linear, reference)
     n_rows, q = theta.shape
     k_cov, n = rec.half_z[dtype].shape
     p = m + k_cov
@@ -491,12 +500,30 @@ def _pass(
 
 
 def _difference_pass(
-    rec: _Ordered, model: PairModel, theta: np.ndarray, counts: np.ndarray, m: int, dtype, hessian: bool
+    rec: _Ordered,
+    model: PairModel,
+    theta: np.ndarray,
+    counts: np.ndarray,
+    m: int,
+    dtype,
+    hessian: bool,
+    linear: np.ndarray | None = None,
+    reference: tuple | None = None,
 ):
     """:func:`_pass` for a `PairModel.difference_only` model: per record ``d = s_i - s_j = b_a - b_b + gamma . z``
     and the derivatives in ``d`` and ``eta`` (`PairModel.difference_terms`); the record's parameter row is
     ``x = (e_a - e_b, z)`` (``z = 2 half_z``), so the gradient is ``sum g_d x`` and the Hessian ``sum h_dd x x^T``
-    (with ``sum h_de x`` and ``sum h_ee`` for ``eta``): 5 segment sums, and the covariate ones."""
+    (with ``sum h_de x`` and ``sum h_ee`` for ``eta``): 5 segment sums, and the covariate ones. For a
+    `PairModel.exponential_family` model the terms are ``n`` times ``A``'s derivatives (`PairModel.log_partition`;
+    the outcomes untouched when every record is one trial) and the gradient is their sum less ``linear`` `(R, Q)`:
+    ``counts @ _UnitTables.statistics``, the data-linear part; or, with ``reference`` (per record ``A_d`` and
+    ``A_e`` at the full-data estimate, `(1, N)` each, in ``dtype``), ``-counts @ _UnitTables.grad``, the gradient
+    there, the terms then ``n (A' - reference)``: small near the estimate, so that float32 sums lose no digits to
+    the cancellation of ``sum n A'`` against ``sum T``."""
+    family = model.exponential_family
+    trials = model.natural_statistics(*rec.outcomes[dtype])[0] if family else None
+    if trials is not None and np.all(trials == 1):
+        trials = None
     n_rows, q = theta.shape
     k_cov, n = rec.half_z[dtype].shape
     p = m + k_cov
@@ -509,12 +536,24 @@ def _difference_pass(
         th, sums = theta[lo:hi].astype(dtype), _Sums(rec, counts[lo:hi].astype(dtype))
         d = th[:, :p] @ rec.x_t[dtype]  # b_a - b_b + gamma . z, (R, N)
         eta = th[:, p:] if model.has_tie else None
-        g_d, h_dd, g_e, h_de, h_ee = model.difference_terms(d, eta, *outcomes, hessian=hessian)
+        if family:
+            terms = model.log_partition(d, eta, hessian=hessian)
+            if reference is not None:
+                np.subtract(terms[0], reference[0], out=terms[0])
+                if model.has_tie:
+                    np.subtract(terms[2], reference[1], out=terms[2])
+            if trials is not None:
+                terms = tuple(None if v is None else v * trials for v in terms)
+        else:
+            terms = model.difference_terms(d, eta, *outcomes, hessian=hessian)
+        g_d, h_dd, g_e, h_de, h_ee = terms
         grad[lo:hi, :m] = sums.segments(g_d) @ rec.on_diff
         for k in range(k_cov):  # the factors 2 and 4 of z = 2 half_z applied to the sums
             grad[lo:hi, m + k] = 2 * sums.total(g_d * half_z[k])
         if model.has_tie:
             grad[lo:hi, -1] = sums.total(g_e)
+        if family:
+            grad[lo:hi] -= linear[lo:hi]
         if not hessian:
             continue
         block = hess[lo:hi]
@@ -538,13 +577,16 @@ def _difference_pass(
 class _UnitTables:
     """Per-sample sums at the full-data estimate: the gradient `(n_units, Q)` and the Hessian `(n_units, Q^2)`,
     and which models each sample shows `(n_units, M)`; for a `PairModel.difference_only` model the third
-    derivatives' unique entries `(n_units, T)` and their map from every index `(Q, Q, Q)` (`_third_table`)."""
+    derivatives' unique entries `(n_units, T)` and their map from every index `(Q, Q, Q)` (`_third_table`); for a
+    `PairModel.exponential_family` model the data-linear part of the gradient, ``sum (T_d x_r, T_e)``
+    (`PairModel.natural_statistics`), `(n_units, Q)`: the gradient anywhere is ``sum n A'`` less this."""
 
     grad: np.ndarray
     hess: np.ndarray
     present: np.ndarray
     third: np.ndarray | None = None
     third_map: np.ndarray | None = None
+    statistics: np.ndarray | None = None
 
 
 _STEP = 1e-4  # central-difference step (in d and eta) of the third derivatives
@@ -626,7 +668,13 @@ def _unit_tables(design: Design, model: PairModel, estimate: np.ndarray) -> _Uni
     present[design.units, design.a] = present[design.units, design.b] = True
     cubic = model.difference_only and math.comb(q + 2, 3) <= _MAX_CUBIC
     third = _third_table(design, model, estimate) if cubic else (None, None)
-    return _UnitTables(grad, hess, present, *third)
+    statistics = None
+    if model.exponential_family:
+        _, t_d, t_e = model.natural_statistics(w[0], lo[0], t[0])
+        per_record = t_d[:, None] * design.x if t_e is None else np.column_stack([t_d[:, None] * design.x, t_e])
+        statistics = np.zeros((design.n_units, q))
+        np.add.at(statistics, design.units, per_record)
+    return _UnitTables(grad, hess, present, *third, statistics)
 
 
 def _fit_regular(
@@ -653,6 +701,18 @@ def _fit_regular(
         third = (counts @ tables.third)[:, tables.third_map]
         step = step + 0.5 * _solve(hess, np.einsum("bijk,bj,bk->bi", third, step, step))
     start = estimate - step
+    family = {}  # an exponential family's gradient parts per resample, once: for float64 passes and float32 ones
+    if tables.statistics is not None:
+        eta = estimate[None, p:] if model.has_tie else None
+        ref = model.log_partition((estimate[:p] @ rec.x_t[np.float64])[None], eta, False)
+        reference = tuple(None if v is None else v.astype(np.float32) for v in (ref[0], ref[2]))
+        family = {np.float64: (counts @ tables.statistics, None), np.float32: (-(counts @ tables.grad), reference)}
+
+    def parts(rows: np.ndarray, dtype) -> dict:
+        if not family:
+            return {}
+        linear, reference = family[dtype]
+        return {"linear": linear[rows], "reference": reference}
 
     def ok(th: np.ndarray) -> np.ndarray:
         fine = np.isfinite(th).all(axis=1) & (np.max(np.abs(th[:, m:p]), axis=1, initial=0.0) <= 4 * DIVERGED)
@@ -673,7 +733,8 @@ def _fit_regular(
             break
         # a generic model's gradient-only pass costs about its full one: only its first Newton pass in float32
         rough = (model.difference_only or n_pass == 0) and float(np.median(previous)) > _ROUGH
-        g, h = _pass(rec, model, th, counts[rows], m, np.float32 if rough else np.float64)
+        dtype = np.float32 if rough else np.float64
+        g, h = _pass(rec, model, th, counts[rows], m, dtype, **parts(rows, dtype))
         _, pg, ph = prior.terms(th, m)
         inverse = _inverse(h + ph)
         step = np.einsum("bij,bj->bi", inverse, g + pg)
@@ -702,7 +763,7 @@ def _fit_regular(
     for _ in range(_MAX_PASSES):
         if not len(rows):
             break
-        g, _ = _pass(rec, model, th, counts[rows], m, np.float64, hessian=False)
+        g, _ = _pass(rec, model, th, counts[rows], m, np.float64, hessian=False, **parts(rows, np.float64))
         step = np.einsum("bij,bj->bi", inverse, g + prior.terms(th, m)[1])
         size = np.max(np.abs(step), axis=1, initial=0.0)
         th = th - step

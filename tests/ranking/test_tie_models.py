@@ -287,6 +287,52 @@ def test_difference_terms_are_the_terms_derivatives(name):
                 )
 
 
+@pytest.mark.parametrize("name", list(MODELS))
+def test_the_exponential_family_split_is_the_difference_terms(name):
+    """`PairModel.exponential_family` holds exactly where a single verdict's Hessian in ``(d, eta)`` is the same
+    for every outcome that counts as a trial (the log-likelihood linear in the outcome counts with natural
+    parameters linear in ``(d, eta)``: Bradley-Terry, Davidson; not Rao-Kupper, nor EmoPrefer, not
+    `difference_only`), and there ``n A' - T`` and ``n A''`` (`log_partition`, `natural_statistics`) equal
+    `terms`' entries at random points and counts: 1e-10 relative (float32: 1e-5, in its dtype)."""
+    model = MODELS[name]
+    if not model.difference_only:
+        assert not model.exponential_family
+        return
+    rng = np.random.default_rng(12)
+    d = rng.normal(0, 4, (4, 300))
+    eta = rng.uniform(-3, 3, (4, 1)) if model.has_tie else None
+    one_hot = np.eye(3)[:, :, None, None] * np.ones((1, 1, 4, 300))
+    hessians = [
+        np.stack([v for k, v in enumerate(model.difference_terms(d, eta, *o)) if k in (1, 3, 4) and v is not None])
+        for o in one_hot
+    ]
+    trials = [np.abs(h).max() > 0 for h in hessians]  # Bradley-Terry: a tie is no trial
+    counted = [h for h, on in zip(hessians, trials) if on]
+    linear = all(np.allclose(h, counted[0], rtol=1e-9, atol=1e-12) for h in counted)
+    assert linear == model.exponential_family, name
+    if not model.exponential_family:
+        assert name == "rao-kupper"
+        return
+    w, lo, t = rng.uniform(0, 3, (3, 4, 300))
+    _, grad, hess = model.terms(d, np.zeros_like(d), eta, w, lo, t, True)
+    expected = (grad["i"], hess["ii"], *((grad["e"], hess["ie"], hess["ee"]) if model.has_tie else (None,) * 3))
+    for dtype, rtol in ((np.float64, 1e-10), (np.float32, 1e-5)):
+        n, t_d, t_e = model.natural_statistics(*(v.astype(dtype) for v in (w, lo, t)))
+        eta_d = None if eta is None else eta.astype(dtype)
+        a_d, a_dd, a_e, a_de, a_ee = model.log_partition(d.astype(dtype), eta_d)
+        split = (n * a_d - t_d, n * a_dd, *((n * a_e - t_e, n * a_de, n * a_ee) if model.has_tie else (None,) * 3))
+        for value, ref in zip(split, expected, strict=True):
+            assert (value is None) == (ref is None)
+            if ref is not None:
+                assert value.dtype == dtype
+                np.testing.assert_allclose(value, ref, rtol=rtol, atol=rtol * np.abs(ref).max())
+        gradient_only = model.log_partition(d.astype(dtype), eta_d, hessian=False)
+        assert gradient_only[1] is None and gradient_only[3] is None and gradient_only[4] is None
+        np.testing.assert_allclose(gradient_only[0], a_d, rtol=1e-6)
+        if model.has_tie:
+            np.testing.assert_allclose(gradient_only[2], a_e, rtol=1e-6)
+
+
 class FlaggedSquaredDavidson(SquaredDavidson):
     """The toy declaring itself `difference_only` without a `difference_terms` of its own: the default, from
     `terms`, serves the lean resample passes."""

@@ -46,6 +46,13 @@ class PairModel:
             so its derivatives in ``s_j`` are those in ``s_i`` negated and `difference_terms` gives them all; the
             length-controlled resamples then sum 5 terms per record instead of 9 (True: Bradley-Terry, Davidson,
             Rao-Kupper; False, the safe default: EmoPrefer, whose tie level competes with each score).
+        exponential_family (`bool`): a `difference_only` model whose negative log-likelihood is
+            ``n A(d, eta) - T_d d - T_e eta`` with ``n``, ``T_d``, ``T_e`` linear in the counts
+            (`natural_statistics`) and ``A`` free of them (`log_partition`): an exponential family in the natural
+            parameters ``(d, eta)``. Its gradient is ``n A' - T`` and its Hessian ``n A''``, so the
+            length-controlled resamples sum the data-linear part ``T`` once per sample and evaluate only ``A``'s
+            derivatives per record (True: Bradley-Terry, Davidson; False: Rao-Kupper, whose outcomes' log-odds are
+            not linear in ``(d, eta)``, and EmoPrefer).
     """
 
     name: str = ""
@@ -55,6 +62,7 @@ class PairModel:
     bounds: tuple[float, float] = TIE_LOG_BOUNDS
     order: int = 100
     difference_only: bool = False
+    exponential_family: bool = False
     orders: dict[int, tuple[tuple[str, str], ...]] = {0: (("i", "j"),), 1: (("j", "i"),), 2: (("i", "j"), ("j", "i"))}
 
     def binding_orders(self, any_tie: bool) -> dict[int, tuple[tuple[str, str], ...]]:
@@ -95,6 +103,33 @@ class PairModel:
         if not self.has_tie:
             return grad["i"], hess["ii"], None, None, None
         return grad["i"], hess["ii"], grad["e"], hess["ie"], hess["ee"]
+
+    def natural_statistics(self, w, lo, t):
+        """An `exponential_family` model's trials and sufficient statistics, each linear in the counts.
+
+        Args:
+            w, lo, t: counts of ``i`` winning, ``j`` winning and ties (arrays of one shape, any float dtype).
+
+        Returns:
+            ``(n, T_d, T_e)`` of that shape: the trials multiplying ``A`` and the coefficients of ``d`` and ``eta``
+            (``T_e`` ``None`` without a tie parameter).
+        """
+        raise NotImplementedError
+
+    def log_partition(self, d, eta, hessian: bool = True):
+        """An `exponential_family` model's derivatives of ``A(d, eta)``, the negative log-likelihood per trial less
+        its data-linear part, per pair.
+
+        Args:
+            d: `(R, P)` score differences; eta: `(R, 1)` tie log-parameters (``None`` without a tie parameter);
+            hessian: the second derivatives too.
+
+        Returns:
+            ``(a_d, a_dd, a_e, a_de, a_ee)``, each `(R, P)` in ``d``'s dtype (the second derivatives ``None``
+            without ``hessian``; the ``eta`` ones without a tie parameter): `difference_terms` is
+            ``(n a_d - T_d, n a_dd, n a_e - T_e, n a_de, n a_ee)``.
+        """
+        raise NotImplementedError
 
     def tie_probability_between_equals(self, tie_parameter: float) -> float:
         """P(tie) between two items of equal strength at ``tie_parameter`` (``beta`` / ``nu``)."""

@@ -15,6 +15,7 @@ class BradleyTerry(PairModel):
     has_tie = False
     orders = {0: (("i", "j"),), 1: (("j", "i"),), 2: ()}  # ties are not in the likelihood
     difference_only = True
+    exponential_family = True  # A = softplus(d), n = w + lo, T_d = w
 
     def terms(self, s_i, s_j, eta, w, lo, t, derivatives: bool):
         d = s_i - s_j
@@ -33,6 +34,13 @@ class BradleyTerry(PairModel):
         sig *= n
         sig -= w
         return sig, slope, None, None, None
+
+    def natural_statistics(self, w, lo, t):
+        return w + lo, w, None
+
+    def log_partition(self, d, eta, hessian: bool = True):
+        sig = expit_from_negative(np.negative(d))
+        return sig, sig * (1.0 - sig) if hessian else None, None, None, None
 
 
 MODEL = BradleyTerry()

@@ -15,6 +15,7 @@ class Davidson(PairModel):
     name = "davidson"
     order = 2
     difference_only = True
+    exponential_family = True  # A = log(e^(d/2) + e^(-d/2) + e^eta), T_d = (w - lo) / 2, T_e = t
 
     def terms(self, s_i, s_j, eta, w, lo, t, derivatives: bool):
         n = w + lo + t
@@ -68,6 +69,37 @@ class Davidson(PairModel):
         h_dd *= 0.25 * n
         diff *= n
         diff -= w - lo
+        diff *= 0.5
+        return diff, h_dd, tie, h_de, h_ee
+
+    def natural_statistics(self, w, lo, t):
+        return w + lo + t, 0.5 * (w - lo), t
+
+    def log_partition(self, d, eta, hessian: bool = True):
+        # p0 - p1 = sign(d) (1 - h^2) / den, p2 = nu h / den, den = 1 + h^2 + nu h, h = exp(-|d|/2)
+        tie = np.abs(d)
+        tie *= -0.5
+        np.exp(tie, out=tie)
+        e = tie * tie
+        tie *= np.exp(eta)
+        den = 1.0 + e
+        den += tie
+        inv = np.reciprocal(den, out=den)
+        tie *= inv  # p2
+        wins = 1.0 + e if hessian else None
+        np.subtract(1.0, e, out=e)
+        e *= inv
+        diff = np.copysign(e, d, out=e)  # p0 - p1
+        if not hessian:
+            diff *= 0.5
+            return diff, None, tie, None, None
+        wins *= inv  # p0 + p1
+        h_ee = tie * wins
+        h_de = tie * diff
+        h_de *= -0.5
+        h_dd = diff * diff
+        np.subtract(wins, h_dd, out=h_dd)
+        h_dd *= 0.25
         diff *= 0.5
         return diff, h_dd, tie, h_de, h_ee
 
