@@ -293,7 +293,8 @@ def test_the_exponential_family_split_is_the_difference_terms(name):
     for every outcome that counts as a trial (the log-likelihood linear in the outcome counts with natural
     parameters linear in ``(d, eta)``: Bradley-Terry, Davidson; not Rao-Kupper, nor EmoPrefer, not
     `difference_only`), and there ``n A' - T`` and ``n A''`` (`log_partition`, `natural_statistics`) equal
-    `terms`' entries at random points and counts: 1e-10 relative (float32: 1e-5, in its dtype)."""
+    `terms`' entries at random points and counts, saturated ones too: 1e-10 relative (float32: 1e-5, in its
+    dtype)."""
     model = MODELS[name]
     if not model.difference_only:
         assert not model.exponential_family
@@ -314,6 +315,7 @@ def test_the_exponential_family_split_is_the_difference_terms(name):
         assert name == "rao-kupper"
         return
     w, lo, t = rng.uniform(0, 3, (3, 4, 300))
+    d[:, :6] = [-2000.0, -700.0, -90.0, 90.0, 700.0, 2000.0]  # saturated probabilities, no overflow
     _, grad, hess = model.terms(d, np.zeros_like(d), eta, w, lo, t, True)
     expected = (grad["i"], hess["ii"], *((grad["e"], hess["ie"], hess["ee"]) if model.has_tie else (None,) * 3))
     for dtype, rtol in ((np.float64, 1e-10), (np.float32, 1e-5)):

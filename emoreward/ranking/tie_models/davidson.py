@@ -8,6 +8,9 @@ import numpy as np
 from emoreward.ranking.tie_models import PairModel, softmax3
 
 
+_SATURATED = {np.float32: 40.0, np.float64: 300.0}  # |d/2| - max(eta, 0) beyond which p0, p1 are exactly 0 or 1
+
+
 class Davidson(PairModel):
     """Dividing by ``sqrt(theta_i theta_j)`` leaves a three-way logit with logits ``d/2``, ``-d/2``, ``eta``
     (``d = s_i - s_j``): a tie counts as half a win and half a loss."""
@@ -76,30 +79,32 @@ class Davidson(PairModel):
         return w + lo + t, 0.5 * (w - lo), t
 
     def log_partition(self, d, eta, hessian: bool = True):
-        # p0 - p1 = sign(d) (1 - h^2) / den, p2 = nu h / den, den = 1 + h^2 + nu h, h = exp(-|d|/2)
-        tie = np.abs(d)
-        tie *= -0.5
-        np.exp(tie, out=tie)
-        e = tie * tie
-        tie *= np.exp(eta)
-        den = 1.0 + e
-        den += tie
-        inv = np.reciprocal(den, out=den)
-        tie *= inv  # p2
-        wins = 1.0 + e if hessian else None
-        np.subtract(1.0, e, out=e)
-        e *= inv
-        diff = np.copysign(e, d, out=e)  # p0 - p1
+        # from e = exp(d/2): p0 - p1 = (e - 1/e) r, p2 = nu r, r = 1 / (e + 1/e + nu), in few array operations (the
+        # pass's hot loop); |d/2| clipped where the probabilities are 0 or 1 to the working precision (no overflow)
+        nu = np.exp(eta).astype(d.dtype)
+        half = np.multiply(d, 0.5)
+        top = _SATURATED[half.dtype.type] + max(float(np.max(eta)), 0.0)
+        if half.size and (half.max() > top or half.min() < -top):
+            np.clip(half, -top, top, out=half)
+        e = np.exp(half, out=half)
+        inv = np.reciprocal(e)
+        den = e + inv
+        den += nu
+        r = np.reciprocal(den, out=den)
+        diff = np.subtract(e, inv, out=e)
+        diff *= r  # p0 - p1
+        tie = np.multiply(r, nu, out=inv)  # p2
         if not hessian:
             diff *= 0.5
             return diff, None, tie, None, None
-        wins *= inv  # p0 + p1
-        h_ee = tie * wins
+        h_dd = np.multiply(diff, diff, out=r)
+        h_dd += tie
+        np.subtract(1.0, h_dd, out=h_dd)
+        h_dd *= 0.25  # (p0 + p1 - (p0 - p1)^2) / 4
         h_de = tie * diff
         h_de *= -0.5
-        h_dd = diff * diff
-        np.subtract(wins, h_dd, out=h_dd)
-        h_dd *= 0.25
+        h_ee = 1.0 - tie
+        h_ee *= tie
         diff *= 0.5
         return diff, h_dd, tie, h_de, h_ee
 
