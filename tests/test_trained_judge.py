@@ -280,3 +280,38 @@ def test_a_reward_model_option_is_refused_on_a_judge_recipe(tmp_path, base_chat_
     assert main(["train", "--config", str(path), "--set", "ties=rao-kupper"]) == 2
     assert "--set ties=rao-kupper: ties: 'rao-kupper' is not one of ['train', 'drop']" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_sequence_over_max_length_is_refused_before_any_training(tmp_path, base_chat_model, capsys):
+    """TRL would cut a longer sequence's end, the verdict: every row (prompt + verdict + TRL's EOS) is measured as
+    TRL tokenizes it, for every fold, and the first over max_length is refused naming sample, order and lengths;
+    a max_length every row fits trains."""
+    from transformers import AutoTokenizer
+
+    from emoreward.cli.main import main
+    from emoreward.training.judge import verdict_examples
+    from zero_shot.prompts import load_prompts
+
+    pairs = synthetic_pairs(16)
+    tok = AutoTokenizer.from_pretrained(base_chat_model)
+    rows, _ = verdict_examples(pairs, load_prompts(str(short_prompts(tmp_path))), tok)
+    lengths = [len(tok(r["prompt"] + r["completion"] + tok.eos_token)["input_ids"]) for r in rows]
+    assert len(set(lengths)) > 1  # some rows longer than others
+    longest = max(lengths)
+    train = str(write_pairs(tmp_path))
+    path = recipe(tmp_path, base_chat_model, cv_folds=2, num_train_epochs=1, train_file=train)
+    assert main(["train", "--config", str(path), "--max_length", str(longest - 1)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    first = lengths.index(longest)  # the first row over longest - 1; rows: each pair as given, then swapped
+    sample, order = pairs[first // 2].sample_id, ("as given", "swapped")[first % 2]
+    assert err[-1].startswith(
+        f"emoreward train: error: sample {sample!r}, order {order}: {longest} tokens "
+        f"(prompt + verdict) > max_length {longest - 1}"
+    ), err
+    assert not (tmp_path / "out" / "cv").exists() and not (tmp_path / "out" / "model").exists()  # nothing trained
+    assert main(["train", "--config", str(path), "--max_length", "20"]) == 2  # was torch's "num_samples=0"
+    assert "> max_length 20" in capsys.readouterr().err
+    path = recipe(tmp_path, base_chat_model, num_train_epochs=1, train_file=train, output_dir=str(tmp_path / "fits"))
+    assert main(["train", "--config", str(path), "--max_length", str(longest)]) == 0  # every row fits whole
+    report = json.loads((tmp_path / "fits" / "report.json").read_text())
+    assert report["final"]["sft_rows"] == 32
