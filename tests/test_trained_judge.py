@@ -279,7 +279,55 @@ def test_a_reward_model_option_is_refused_on_a_judge_recipe(tmp_path, base_chat_
     assert "--length_debias is a reward-model recipe field" in capsys.readouterr().err
     assert main(["train", "--config", str(path), "--set", "ties=rao-kupper"]) == 2
     assert "--set ties=rao-kupper: ties: 'rao-kupper' is not one of ['train', 'drop']" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as usage:  # parsed by the judge's types: a usage error
+        main(["train", "--config", str(path), "--ties", "rao-kupper"])
+    assert usage.value.code == 2
+    assert "argument --ties: ties: 'rao-kupper' is not one of ['train', 'drop']" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+    # and the other direction: a judge field on a reward-model recipe (here the default one)
+    assert main(["train", "--prompts", str(short_prompts(tmp_path)), "--output_dir", str(tmp_path / "rm")]) == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith("error: --prompts is a judge recipe field; the default recipe is a reward-model recipe")
+    )
+    assert not (tmp_path / "rm").exists()
+
+
+def test_every_judge_field_is_an_option_of_train(tmp_path, base_chat_model, capsys):
+    """`train` parses a judge recipe's options with the judge recipe class (chosen by --config's kind before the
+    rest is parsed): --ties train / drop, --prompts and the DPO fields are options, applied as the recipe's own."""
+    from emoreward.cli.main import build_parser, main
+
+    train, n_ties = tmp_path / "ties.jsonl", 4  # every fourth pair a gold tie
+    train.write_text(
+        "".join(
+            json.dumps({"sample_id": p.sample_id, "description_1": p.description_1,
+                        "description_2": p.description_2, "label": "tie" if i % 4 == 0 else p.label}) + "\n"
+            for i, p in enumerate(synthetic_pairs(16))
+        )
+    )  # fmt: skip
+    prompts = short_prompts(tmp_path)
+    path = recipe(tmp_path, base_chat_model, num_train_epochs=1, train_file=str(train), prompts="x")
+    argv = ["train", "--config", str(path), "--prompts", str(prompts), "--ties", "drop", "--dpo_epochs", "1",
+            "--dpo_beta", "0.2"]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr().err
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["config"]["ties"] == "drop" and report["config"]["dpo_beta"] == 0.2
+    assert report["config"]["prompts"] == str(prompts)  # the option over the recipe's value
+    assert report["final"]["ties_dropped"] == n_ties
+    assert report["final"]["sft_rows"] == 2 * (16 - n_ties)  # both orders of each non-tie pair
+    assert report["final"]["dpo_rows"] == 2 * (16 - n_ties)  # one wrong verdict per non-tie order
+    # --help says both: a judge recipe's types with its --config, the judge fields' group without
+    judge_help = build_parser().commands["train"]
+    judge_help.given_args = ["--config", str(path)]
+    judge_help._populated()
+    assert (
+        "--ties {train,drop}" in judge_help.format_help() and "reward-model recipe fields" in judge_help.format_help()
+    )
+    reward_help = build_parser().commands["train"].format_help()
+    assert "--ties {drop,rao-kupper,davidson}" in reward_help and "judge recipe fields" in reward_help
+    assert "emoreward train --config JUDGE.yaml --help" in " ".join(reward_help.split())
 
 
 def test_a_sequence_over_max_length_is_refused_before_any_training(tmp_path, base_chat_model, capsys):
