@@ -19,18 +19,18 @@ import sys
 
 from emoreward.cli.main import guarded
 from emoreward.cli.options import quiet_libraries
-from emoreward.cli.train import run, train_and_report
-from emoreward.training.judge_config import is_judge_recipe
+from emoreward.cli.train import kind_name, recipe_class, run, train_and_report
 
 
 def main(argv: list[str] | None = None) -> int:
-    # 1. the recipe: YAML, then command-line overrides (TrlParser precedence)
+    # 1. the recipe: YAML, then command-line overrides (TrlParser precedence), by the class of --config's kind
     quiet_libraries()
     from emoreward.training.config import RecipeParser
 
-    parser = RecipeParser(prog="train_reward.py", description="Train an emotion reward model from a recipe.")
+    own, _other = recipe_class(sys.argv[1:] if argv is None else argv)
+    parser = RecipeParser(own, prog="train_reward.py", description="Train an emotion reward model from a recipe.")
     args = parser.parse_args(argv)
-    if args.config is not None and is_judge_recipe(args.config):  # `recipe: judge`: `emoreward train`'s judge path
+    if kind_name(own) == "judge":  # `recipe: judge`: `emoreward train`'s judge path, the judge's fields as options
         return run(args)
     (config,) = parser.parse_args_and_config(argv)
     # 2. cross-validation, final fit, evaluation and reports (emoreward.training.pipeline.run_training); 3. print

@@ -279,4 +279,87 @@ def test_a_reward_model_option_is_refused_on_a_judge_recipe(tmp_path, base_chat_
     assert "--length_debias is a reward-model recipe field" in capsys.readouterr().err
     assert main(["train", "--config", str(path), "--set", "ties=rao-kupper"]) == 2
     assert "--set ties=rao-kupper: ties: 'rao-kupper' is not one of ['train', 'drop']" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as usage:  # parsed by the judge's types: a usage error
+        main(["train", "--config", str(path), "--ties", "rao-kupper"])
+    assert usage.value.code == 2
+    assert "argument --ties: ties: 'rao-kupper' is not one of ['train', 'drop']" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+    # and the other direction: a judge field on a reward-model recipe (here the default one)
+    assert main(["train", "--prompts", str(short_prompts(tmp_path)), "--output_dir", str(tmp_path / "rm")]) == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith("error: --prompts is a judge recipe field; the default recipe is a reward-model recipe")
+    )
+    assert not (tmp_path / "rm").exists()
+
+
+def test_every_judge_field_is_an_option_of_train(tmp_path, base_chat_model, capsys):
+    """`train` parses a judge recipe's options with the judge recipe class (chosen by --config's kind before the
+    rest is parsed): --ties train / drop, --prompts and the DPO fields are options, applied as the recipe's own."""
+    from emoreward.cli.main import build_parser, main
+
+    train, n_ties = tmp_path / "ties.jsonl", 4  # every fourth pair a gold tie
+    train.write_text(
+        "".join(
+            json.dumps({"sample_id": p.sample_id, "description_1": p.description_1,
+                        "description_2": p.description_2, "label": "tie" if i % 4 == 0 else p.label}) + "\n"
+            for i, p in enumerate(synthetic_pairs(16))
+        )
+    )  # fmt: skip
+    prompts = short_prompts(tmp_path)
+    path = recipe(tmp_path, base_chat_model, num_train_epochs=1, train_file=str(train), prompts="x")
+    argv = ["train", "--config", str(path), "--prompts", str(prompts), "--ties", "drop", "--dpo_epochs", "1",
+            "--dpo_beta", "0.2"]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr().err
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["config"]["ties"] == "drop" and report["config"]["dpo_beta"] == 0.2
+    assert report["config"]["prompts"] == str(prompts)  # the option over the recipe's value
+    assert report["final"]["ties_dropped"] == n_ties
+    assert report["final"]["sft_rows"] == 2 * (16 - n_ties)  # both orders of each non-tie pair
+    assert report["final"]["dpo_rows"] == 2 * (16 - n_ties)  # one wrong verdict per non-tie order
+    # --help says both: a judge recipe's types with its --config, the judge fields' group without
+    judge_help = build_parser().commands["train"]
+    judge_help.given_args = ["--config", str(path)]
+    judge_help._populated()
+    assert (
+        "--ties {train,drop}" in judge_help.format_help() and "reward-model recipe fields" in judge_help.format_help()
+    )
+    reward_help = build_parser().commands["train"].format_help()
+    assert "--ties {drop,rao-kupper,davidson}" in reward_help and "judge recipe fields" in reward_help
+    assert "emoreward train --config JUDGE.yaml --help" in " ".join(reward_help.split())
+
+
+def test_a_sequence_over_max_length_is_refused_before_any_training(tmp_path, base_chat_model, capsys):
+    """TRL would cut a longer sequence's end, the verdict: every row (prompt + verdict + TRL's EOS) is measured as
+    TRL tokenizes it, for every fold, and the first over max_length is refused naming sample, order and lengths;
+    a max_length every row fits trains."""
+    from transformers import AutoTokenizer
+
+    from emoreward.cli.main import main
+    from emoreward.training.judge import verdict_examples
+    from zero_shot.prompts import load_prompts
+
+    pairs = synthetic_pairs(16)
+    tok = AutoTokenizer.from_pretrained(base_chat_model)
+    rows, _ = verdict_examples(pairs, load_prompts(str(short_prompts(tmp_path))), tok)
+    lengths = [len(tok(r["prompt"] + r["completion"] + tok.eos_token)["input_ids"]) for r in rows]
+    assert len(set(lengths)) > 1  # some rows longer than others
+    longest = max(lengths)
+    train = str(write_pairs(tmp_path))
+    path = recipe(tmp_path, base_chat_model, cv_folds=2, num_train_epochs=1, train_file=train)
+    assert main(["train", "--config", str(path), "--max_length", str(longest - 1)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    first = lengths.index(longest)  # the first row over longest - 1; rows: each pair as given, then swapped
+    sample, order = pairs[first // 2].sample_id, ("as given", "swapped")[first % 2]
+    assert err[-1].startswith(
+        f"emoreward train: error: sample {sample!r}, order {order}: {longest} tokens "
+        f"(prompt + verdict) > max_length {longest - 1}"
+    ), err
+    assert not (tmp_path / "out" / "cv").exists() and not (tmp_path / "out" / "model").exists()  # nothing trained
+    assert main(["train", "--config", str(path), "--max_length", "20"]) == 2  # was torch's "num_samples=0"
+    assert "> max_length 20" in capsys.readouterr().err
+    path = recipe(tmp_path, base_chat_model, num_train_epochs=1, train_file=train, output_dir=str(tmp_path / "fits"))
+    assert main(["train", "--config", str(path), "--max_length", str(longest)]) == 0  # every row fits whole
+    report = json.loads((tmp_path / "fits" / "report.json").read_text())
+    assert report["final"]["sft_rows"] == 32

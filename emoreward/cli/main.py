@@ -52,9 +52,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 class CommandParser(argparse.ArgumentParser):
     """The parser of one command: its options are added on first use (`emoreward rank ...` does not import the
-    training stack to build `train`'s options), and a usage error is one line."""
+    training stack to build `train`'s options), and a usage error is one line. ``given_args``: the command's own
+    arguments as given, set before the options are added (`train` reads its recipe's kind from ``--config``)."""
 
     populate: Callable[[argparse.ArgumentParser], None] | None = None
+    given_args: list[str] | None = None
 
     def _populated(self) -> None:
         if self.populate is not None:
@@ -62,6 +64,8 @@ class CommandParser(argparse.ArgumentParser):
             populate(self)
 
     def parse_known_args(self, args=None, namespace=None):
+        if self.populate is not None and args is not None:
+            self.given_args = list(args)
         self._populated()
         parsed, extras = super().parse_known_args(args, namespace)
         if self.populate is None and getattr(self, "_command_parser", False):  # what "given" means: not the default

@@ -1,5 +1,5 @@
-"""`emoreward train`: train a reward model from a recipe (cross-validation, final fit, report), the command form of
-`scripts/train_reward.py`.
+"""`emoreward train`: train a reward model or a generative judge (`recipe: judge`) from a recipe (cross-validation,
+final fit, report), the command form of `scripts/train_reward.py`.
 
     emoreward train [--config RECIPE.yaml] [--FIELD VALUE ...] [--set FIELD=VALUE ...] [--no-wandb] [--quiet]
 """
@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
 from pathlib import Path
 
 from emoreward.cli.options import EXIT_OK, check_output_dir, quiet_libraries
@@ -14,24 +15,60 @@ from emoreward.cli.options import EXIT_OK, check_output_dir, quiet_libraries
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of `emoreward train`: those of `scripts/train_reward.py` (`RecipeParser`: `--config`, every
-    recipe field as `--field value`, `--set field=value`, `--no-wandb`, `--quiet`)."""
-    from emoreward.training.config import RecipeParser
+    recipe field as `--field value`, `--set field=value`, `--no-wandb`, `--quiet`) for the recipe class of the kind
+    `--config` names (`recipe_class`, read before the rest is parsed: a judge recipe's fields with the judge's types,
+    ``--ties train``). The other kind's own fields are options too, in their own group, refused by `run` in one line."""
+    from emoreward.training.config import RecipeParser, recipe_fields
 
-    p._add_container_actions(RecipeParser(add_help=False))  # what argparse's `parents=` does
+    own, other = recipe_class(getattr(p, "given_args", None))
+    p._add_container_actions(RecipeParser(own, add_help=False))  # what argparse's `parents=` does
+    group = p.add_argument_group(
+        f"{kind_name(other)} recipe fields",
+        f"fields of a {kind_name(other)} recipe only: refused with a {kind_name(own)} recipe. {JUDGE_HELP}",
+    )
+    helps = {f.name: f.metadata.get("help") for f in fields(other)}
+    for name in sorted(set(recipe_fields(other)) - set(recipe_fields(own))):
+        group.add_argument(f"--{name}", nargs="?", const="true", default=argparse.SUPPRESS, metavar="VALUE",
+                           help=helps.get(name))  # fmt: skip
+
+
+JUDGE_HELP = (
+    "A judge recipe (`recipe: judge` in --config) takes the judge's fields with their own types: "
+    "`emoreward train --config JUDGE.yaml --help` lists them."
+)
+
+
+def kind_name(config_class: type) -> str:
+    """ "judge" for the judge recipe class (its ``recipe`` field), "reward-model" for the reward model's."""
+    return "judge" if getattr(config_class, "recipe", None) == "judge" else "reward-model"
+
+
+def recipe_class(args: list[str] | None) -> tuple[type, type]:
+    """(the recipe class of the kind the `--config` among `args` names, the other kind's): `JudgeTrainConfig` for a
+    judge recipe (``recipe: judge``), else `EmoRewardConfig` (no `--config`, a reward-model recipe, or a file the
+    recipe reader will report)."""
+    from emoreward.training.config import EmoRewardConfig
+    from emoreward.training.judge_config import JudgeTrainConfig, is_judge_recipe
+
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--config")
+    config = pre.parse_known_args(list(args or []))[0].config
+    if config is not None and is_judge_recipe(config):
+        return JudgeTrainConfig, EmoRewardConfig
+    return EmoRewardConfig, JudgeTrainConfig
 
 
 def run(args: argparse.Namespace) -> int:
     quiet_libraries()
-    from emoreward.training.config import config_from_arguments
-    from emoreward.training.judge_config import JudgeTrainConfig, is_judge_recipe
+    from emoreward.training.config import config_from_arguments, recipe_fields
 
-    if args.config is not None and is_judge_recipe(args.config):  # `recipe: judge`: a generative judge
-        from emoreward.training.config import recipe_fields
-
-        foreign = sorted(set(vars(args)) & set(recipe_fields()) - set(recipe_fields(JudgeTrainConfig)))
-        if foreign:  # a reward-model option has no meaning here: refused, never dropped
-            raise ValueError(f"--{foreign[0]} is a reward-model recipe field; {args.config} is a judge recipe")
-        return train_judge_and_report(config_from_arguments(args, JudgeTrainConfig))
+    own, other = recipe_class(["--config", args.config] if args.config is not None else [])
+    foreign = sorted(set(vars(args)) & set(recipe_fields(other)) - set(recipe_fields(own)))
+    if foreign:  # the other kind's option has no meaning here: refused, never dropped
+        recipe = args.config if args.config is not None else "the default recipe"
+        raise ValueError(f"--{foreign[0]} is a {kind_name(other)} recipe field; {recipe} is a {kind_name(own)} recipe")
+    if kind_name(own) == "judge":  # `recipe: judge`: a generative judge
+        return train_judge_and_report(config_from_arguments(args, own))
     return train_and_report(config_from_arguments(args))
 
 
@@ -102,4 +139,4 @@ def train_and_report(config) -> int:
     return EXIT_OK
 
 
-__all__ = ["add_arguments", "check_side_effects", "run", "train_and_report"]
+__all__ = ["add_arguments", "check_side_effects", "kind_name", "recipe_class", "run", "train_and_report"]

@@ -85,7 +85,7 @@ def load_chat_model(config: JudgeTrainConfig):
     multimodal ``family``, (the family's model in float32, or bfloat16 with ``bf16`` on a GPU, its processor) as the
     zero-shot judge loads them (`zero_shot.backends.multimodal.load_processor`)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     from zero_shot.backends.hf_common import resolve_model_path
 
@@ -104,13 +104,80 @@ def load_chat_model(config: JudgeTrainConfig):
         )  # fmt: skip
         return model, processor
     extra = {"gguf_file": config.gguf_file} if config.gguf_file else {}
-    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=config.trust_remote_code, **extra)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = load_chat_tokenizer(config)
     model = AutoModelForCausalLM.from_pretrained(
         path, dtype=torch.float32, trust_remote_code=config.trust_remote_code, **extra
     )
     return model, tokenizer
+
+
+def load_chat_tokenizer(config: JudgeTrainConfig):
+    """A text judge recipe's tokenizer (no weights read), as `load_chat_model` loads it: the pad token the EOS token
+    where the tokenizer has none."""
+    from transformers import AutoTokenizer
+
+    from zero_shot.backends.hf_common import resolve_model_path
+
+    extra = {"gguf_file": config.gguf_file} if config.gguf_file else {}
+    path = resolve_model_path(config.model_name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=config.trust_remote_code, **extra)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def check_verdict_length(length: int, max_length: int | None, sample: str, order: str | None, hint: str) -> None:
+    """The one length rule of a trained judge's sequences, text or multimodal: a training sequence (the scored text
+    and its verdict) of `length` tokens must fit `max_length` whole, since TRL would cut its end, the verdict, the
+    only trained token. `order`: "as given" / "swapped" where known; `hint`: what to change.
+
+    Raises:
+        ValueError: ``length > max_length``, naming the sample, the order, the length and max_length."""
+    if max_length is not None and length > max_length:
+        where = f"sample {sample!r}" + (f", order {order}" if order else "")
+        raise ValueError(
+            f"{where}: {length} tokens (prompt + verdict) > max_length {max_length}; the verdict would be cut, "
+            f"so nothing is trained: {hint}"
+        )
+
+
+def check_text_verdict_lengths(
+    pairs: list[PreferencePair], prompts: Any, tokenizer: Any, max_length: int | None, *, dpo: bool, ties: str
+) -> None:
+    """Every training sequence of a text judge (`verdict_examples`, and with `dpo` the wrong verdicts of
+    `preference_examples`), tokenized as TRL trains it (prompt + verdict + the EOS TRL appends), checked by
+    `check_verdict_length` before any training.
+
+    Raises:
+        ValueError: the first sequence longer than `max_length` (sample, order, length, max_length)."""
+    if max_length is None:
+        return
+    eos = tokenizer.eos_token or ""
+    for pair in pairs:
+        if pair.label is None or (pair.label == "tie" and ties == "drop"):
+            continue  # unlabelled: refused by verdict_examples, naming its row
+        for ordered, order in ((pair, "as given"), (pair.swapped(), "swapped")):
+            prompt, sep = judge_prompt(ordered, prompts, tokenizer)
+            labels = (ordered.label, *(WRONG[ordered.label] if dpo else ()))
+            length = max(len(tokenizer(prompt + sep + label + eos)["input_ids"]) for label in labels)
+            check_verdict_length(length, max_length, pair.sample_id, order, "raise max_length or shorten the prompt")
+
+
+def check_judge_lengths(config: JudgeTrainConfig, pairs: list[PreferencePair]) -> None:
+    """A text judge recipe's training sequences against its ``max_length`` (`check_text_verdict_lengths`, the
+    tokenizer only), before any model is loaded; a multimodal judge's are checked by the same rule
+    (`check_verdict_length`) as `MediaVerdictCollator` builds them, with their media.
+
+    Raises:
+        ValueError: a sequence longer than max_length (names the sample, the order and both lengths)."""
+    if config.family is not None:
+        return
+    from zero_shot.prompts import load_prompts
+
+    check_text_verdict_lengths(
+        pairs, load_prompts(config.prompts), load_chat_tokenizer(config), config.max_length,
+        dpo=config.dpo_epochs > 0, ties=config.ties,
+    )  # fmt: skip
 
 
 def _peft_config(config: JudgeTrainConfig):
@@ -222,7 +289,7 @@ class MediaVerdictCollator:
     rows, every chosen sequence then every rejected one (``completion_mask`` on the verdict tokens).
 
     Raises:
-        ValueError: a sequence longer than ``max_length`` (names the sample; media tokens are never cut)."""
+        ValueError: a sequence longer than ``max_length`` (`check_verdict_length`; media tokens are never cut)."""
 
     PAD_ZERO = ("attention_mask", "mm_token_type_ids", "token_type_ids", "completion_mask")
 
@@ -235,12 +302,11 @@ class MediaVerdictCollator:
         inputs, (cont,) = self.backend.verdict_sequences(request, (label,))
         n_prompt = int(inputs["input_ids"].shape[1])
         row = with_continuation(inputs, cont)
-        if self.max_length is not None and row["input_ids"].shape[1] > self.max_length:
-            sample = request.media.sample_id if request.media is not None else "?"
-            raise ValueError(
-                f"sample {sample!r}: {row['input_ids'].shape[1]} tokens with its media > max_length "
-                f"{self.max_length} (media tokens are never cut): raise max_length or lower max_frames / max_pixels"
-            )
+        check_verdict_length(
+            int(row["input_ids"].shape[1]), self.max_length,
+            request.media.sample_id if request.media is not None else "?", None,
+            "media tokens are never cut: raise max_length or lower max_frames / max_pixels",
+        )  # fmt: skip
         return row, n_prompt
 
     def __call__(self, rows: list[dict]) -> dict:
@@ -288,7 +354,8 @@ def fit_judge(
         ``"model"`` and ``"processing_class"`` (the merged model in memory, for checks against the saved folder).
 
     Raises:
-        ValueError: no pair to train on (all dropped) or an unlabelled pair."""
+        ValueError: no pair to train on (all dropped), an unlabelled pair, or a text judge's sequence longer than
+            ``max_length`` (`check_text_verdict_lengths`, before any training)."""
     from transformers import set_seed
     from trl import DPOConfig, DPOTrainer, SFTTrainer
 
@@ -314,6 +381,9 @@ def fit_judge(
         }
         media = {"dataset_kwargs": {"skip_prepare_dataset": True}, "remove_unused_columns": False}
     else:
+        check_text_verdict_lengths(
+            pairs, prompts, tokenizer, config.max_length, dpo=config.dpo_epochs > 0, ties=config.ties
+        )  # before any training
         rows, dropped = verdict_examples(pairs, prompts, tokenizer, ties=config.ties)
         dpo_rows = preference_examples(pairs, prompts, tokenizer, ties=config.ties) if config.dpo_epochs > 0 else []
     if not rows:
@@ -494,6 +564,7 @@ def run_judge_training(config: JudgeTrainConfig, *, log=print) -> dict:
     loaded = read_pairs(source)
     pairs = canonical_pairs(loaded.pairs)  # the file's row order (and name) changes nothing
     check_judge_media(config, pairs)  # every fold's media, before any model is loaded
+    check_judge_lengths(config, pairs)  # every fold's sequences against max_length, before any training
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     is_main = config.process_index == 0
@@ -568,10 +639,14 @@ __all__ = [
     "JUDGE_FILE",
     "JudgeTrainConfig",
     "MediaVerdictCollator",
+    "check_judge_lengths",
     "check_judge_media",
+    "check_text_verdict_lengths",
+    "check_verdict_length",
     "evaluate_trained_judge",
     "fit_judge",
     "judge_request",
+    "load_chat_tokenizer",
     "media_verdict_examples",
     "preference_examples",
     "run_judge_training",

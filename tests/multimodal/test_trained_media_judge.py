@@ -214,7 +214,7 @@ def test_training_text_is_the_scored_text(tmp_path, family):
     pairs_batch = MediaVerdictCollator(backend, dpo, mode="dpo", max_length=config.max_length)([{"index": 0}])
     assert pairs_batch["input_ids"].shape[0] == 2 and pairs_batch["completion_mask"].sum() >= 2
     assert torch.equal(pairs_batch["input_ids"][0, : n - len(cont)], pairs_batch["input_ids"][1, : n - len(cont)])
-    with pytest.raises(ValueError, match=r"sample 'c0': \d+ tokens with its media > max_length 8"):
+    with pytest.raises(ValueError, match=r"sample 'c0': \d+ tokens \(prompt \+ verdict\) > max_length 8"):
         MediaVerdictCollator(backend, sft, mode="sft", max_length=8)([{"index": 0}])
 
 

@@ -2,10 +2,10 @@
 option -> the relations that concern it (tuple of names of `RELATIONS`), or a short reason why none does (str).
 
 Commands and their options are read from the real parser (`emoreward.cli.main.build_parser()`), routes and theirs
-from the signature of the callable their framework calls (`ROUTES`). `train`'s ~176 options are grouped by the rule
-the code owns (`option_key`): the recipe fields that change a run's result and those that do not
-(`emoreward.training.run_identity.NOT_RESULT_FIELDS`); an option named here explicitly takes precedence over its
-group. `"*"` is the command or route as a whole (its input read through every option at its default).
+from the signature of the callable their framework calls (`ROUTES`). `train`'s options (the fields of both recipe
+kinds) are grouped by the rule the code owns (`option_key`): the recipe fields that change a run's result and those
+that do not (`emoreward.training.run_identity.NOT_RESULT_FIELDS`); an option named here explicitly takes precedence
+over its group. `"*"` is the command or route as a whole (its input read through every option at its default).
 
 A new command, route or option must be registered here with the relations that concern it, and each relation's
 module (`RELATIONS[name]`) must exercise it: its module-level ``COVERS: dict[str, tuple[str, ...]]`` lists the
@@ -97,14 +97,16 @@ def options_of(name: str) -> tuple[str, ...]:
 
 
 def train_group(option: str) -> str | None:
-    """The group of a `train` option by the rule the code owns: recipe fields that change the result or not."""
+    """The group of a `train` option by the rule the code owns: recipe fields that change the result or not, of a
+    reward-model recipe or a judge recipe (`train` lists both kinds' fields; `emoreward.cli.train.recipe_class`)."""
     from emoreward.training.config import recipe_fields
+    from emoreward.training.judge_config import JudgeTrainConfig
     from emoreward.training.run_identity import NOT_RESULT_FIELDS as NOT_RESULT
 
     dest = parser_options("train")[option].dest
     if dest in NOT_RESULT:
         return NOT_RESULT_FIELDS
-    if dest in recipe_fields():
+    if dest in recipe_fields() or dest in recipe_fields(JudgeTrainConfig):
         return RESULT_FIELDS
     return None
 

@@ -1,5 +1,6 @@
 import collections
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -114,5 +115,10 @@ def test_verdict_from_logits_probabilities_and_ties():
     assert sum(probs.values()) == pytest.approx(1.0)
     assert probs["1"] == pytest.approx(1 / (1 + 2 * pytest.importorskip("math").exp(-2.0)))
     assert verdict_from_logits({"1": 1.0, "2": 1.0})[0] is Verdict.TIE
+    # the rule is an argmax, not a threshold on p(tie): equal top logits are a TIE however unlikely "tie" is, and
+    # the smallest difference decides (a diverged judge's p(1) = p(2) = 0.4993, p(tie) = 0.0013)
+    verdict, probs = verdict_from_logits([0.0, 0.0, -math.log(0.4993 / 0.0013)])
+    assert verdict is Verdict.TIE and probs["tie"] == pytest.approx(0.0013, abs=1e-4)
+    assert verdict_from_logits([1e-6, 0.0, -6.0])[0] is Verdict.FIRST
     with pytest.raises(ValueError, match="labels"):
         verdict_from_logits([1.0], labels=("yes",))
