@@ -44,7 +44,8 @@ def card_tokenizer_kwargs(paired: bool) -> dict:
     is given (only the description is cut, as `emoreward.models.layout.text_input_ids` cuts; the length limit is
     the exported tokenizer's `model_max_length`, the model's `max_length`). transformers has no default-truncation
     setting a tokenizer's files could carry (`tokenizer_config.json` holds `model_max_length` and
-    `truncation_side`, which the export writes; `truncation` is off unless each call asks), so the recipe names it."""
+    `truncation_side`, which the export writes; a `tokenizer.json` truncation is switched off by every call that does
+    not ask, transformers 5), so the recipe names it."""
     return {"padding": True, "truncation": "only_second" if paired else True}
 
 
