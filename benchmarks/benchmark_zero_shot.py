@@ -79,6 +79,7 @@ class RecordingBackend:
     def __init__(self, backend):
         self.backend = backend
         self.identity, self.modalities, self.batch_size = backend.identity, backend.modalities, backend.batch_size
+        self.precision = backend.precision
         self.calls: list[tuple[list, float]] = []
 
     def generate(self, requests, sampling):

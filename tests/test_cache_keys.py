@@ -16,6 +16,7 @@ from emoreward.ranking.score_cache import ScoreCache, score_key
 from emoreward.ranking.scoring import score_table
 from emoreward.utils.cache_key import cache_key, content_fingerprint
 from zero_shot.backends.base import ChatRequest, MediaInput, SamplingConfig
+from zero_shot.backends.hf_common import weights_precision
 from zero_shot.cache import call_input_hash, media_array_digest
 from zero_shot.testing import ScriptedBackend
 
@@ -164,9 +165,8 @@ def test_judge_call_hash_matrix(tiny_bert_dir, tmp_path):
     assert h() == key
     local = {}
     for dtype in (torch.float32, torch.bfloat16):
-        backend = ScriptedBackend("judge-a")
-        backend.model = BertForSequenceClassification.from_pretrained(tiny_bert_dir, dtype=dtype)
-        local[dtype] = h(backend)
+        weights = BertForSequenceClassification.from_pretrained(tiny_bert_dir, dtype=dtype)
+        local[dtype] = h(ScriptedBackend("judge-a", precision=weights_precision(weights)))
     changed = {
         "identity": h(ScriptedBackend("judge-b")),
         "float32 weights": local[torch.float32],

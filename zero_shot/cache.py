@@ -62,20 +62,17 @@ def call_input_hash(
     prompts_tag: str | None = None,
 ) -> str:
     """The `input_hash` of one model call (`emoreward.utils.cache_key.cache_key`, 16 hex characters): the backend's
-    identity (weights and media settings) as the model, the precision its local weights compute in and the kernels
-    that compute it (`emoreward.models.precision.precision_identity`; None for a remote server, whose precision is
-    its own), the length limit (`sampling["max_new_tokens"]` cuts the answer), the prompt template tag as the layout,
+    identity (weights and media settings) as the model, its `precision` (the dtype its local weights compute in and
+    the kernels that compute it, `emoreward.models.precision.precision_identity`, which a `LazyBackend` knows
+    before loading; None for a remote server, whose precision is its own), the length limit (`sampling["max_new_tokens"]` cuts the answer), the prompt template tag as the layout,
     the media (`media`: content digests) as the context, the system and user prompt as the prompt, and the
     sampling, the scored labels and the answer prefix."""
-    from emoreward.models.precision import precision_identity
     from emoreward.utils.cache_key import cache_key
 
-    network = getattr(backend, "model", None)
-    dtype = getattr(network, "dtype", None)
     return cache_key(
         purpose="judge-call",
         model=backend.identity,
-        precision=precision_identity(dtype, device=getattr(network, "device", None)),
+        precision=backend.precision,
         length_limit=sampling.get("max_new_tokens"),
         layout=prompts_tag,
         context=media,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from functools import partial
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -447,11 +447,26 @@ def backend_identity(cfg: ModelConfig) -> str:
     raise ValueError(f"unknown backend {cfg.backend!r}; available: {sorted(BACKENDS)}")
 
 
+def backend_precision(cfg: ModelConfig) -> dict | None:
+    """The precision identity the backend built from `cfg` will compute with (part of every call's input hash),
+    without building it: a local model's (`zero_shot.backends.hf_common.local_precision`: its dtype as the loader
+    resolves it, `"auto"` and `$EMOREWARD_DTYPE` included, and the kernels of its device); None for a server or a
+    scripted stand-in. `LazyBackend` checks it agrees with the built backend's `precision` once a model is loaded.
+
+    Raises:
+        ValueError: an unknown dtype name."""
+    if cfg.backend in ("transformers-text", "transformers-mllm"):
+        from zero_shot.backends.hf_common import local_precision
+
+        return local_precision(cfg.dtype, cfg.device)
+    return None
+
+
 class LazyBackend:
     """A backend that is built on the first `generate` call, so that calls the cache answers load no model.
 
-    Everything the runner and the strategies read before generating comes from the config: `identity` (cache
-    input hash), `modalities`, the batching attribute of the real class (`batch_size`, or `concurrency` for
+    Everything the runner and the strategies read before generating comes from the config: `identity` and
+    `precision` (cache input hash; `backend_precision`, computed on first use), `modalities`, the batching attribute of the real class (`batch_size`, or `concurrency` for
     `openai`) and, for MLLMs, `media_kind` (what the prompt says the model gets).
 
     Args:
@@ -459,7 +474,8 @@ class LazyBackend:
         factory: builds the real backend (default `build_backend`, which reads the `BACKENDS` registry).
 
     Raises:
-        RuntimeError: (on first use) the built backend's identity differs from the one the cache was read with.
+        RuntimeError: (on first use) the built backend's identity or precision differs from the one the cache was
+            read with.
     """
 
     def __init__(self, cfg: ModelConfig, factory: Callable[[ModelConfig], Backend] | None = None):
@@ -483,6 +499,11 @@ class LazyBackend:
             self.modalities = family_modalities(cfg.family, cfg.use_audio_in_video)
             self.media_kind = partial(select_media_kind, cfg.family, cfg.use_audio_in_video)
 
+    @cached_property
+    def precision(self) -> dict | None:
+        """`backend_precision` of the config: what the model will compute in, known before it is loaded."""
+        return backend_precision(self.config)
+
     @property
     def loaded(self) -> bool:
         """Whether the real backend (and its model) has been built."""
@@ -495,6 +516,11 @@ class LazyBackend:
             if backend.identity != self.identity:
                 raise RuntimeError(
                     f"backend identity {backend.identity!r} differs from {self.identity!r}, the one computed from "
+                    "the config and used for the call cache"
+                )
+            if backend.precision != self.precision:
+                raise RuntimeError(
+                    f"backend precision {backend.precision!r} differs from {self.precision!r}, the one computed from "
                     "the config and used for the call cache"
                 )
             self._backend = backend

@@ -17,14 +17,25 @@ class ScriptedBackend:
     fail; `delay_s` sleeps that long per request (a slow model, so a test can kill a run midway); `calls_log`
     appends one line per answered request to that file (so a test in another process can count the calls a
     subprocess made). Judge YAMLs reach it as `backend: scripted`; with `model: sampled` and `sampling.do_sample`
-    it is a seeded sampling judge: half of its verdicts are drawn from the call's seed (`ChatRequest.seed`)."""
+    it is a seeded sampling judge: half of its verdicts are drawn from the call's seed (`ChatRequest.seed`).
+    `precision`: the precision identity it stands in for (`zero_shot.config.backend_precision` of the config it
+    replaces; None: no weights)."""
 
     modalities = frozenset({"text"})
 
     def __init__(
-        self, identity="scripted", crash_after=None, fail_if=None, *, batch_size=4, delay_s=0.0, calls_log=None
+        self,
+        identity="scripted",
+        crash_after=None,
+        fail_if=None,
+        *,
+        batch_size=4,
+        delay_s=0.0,
+        calls_log=None,
+        precision=None,
     ):
         self.identity = identity
+        self.precision = precision
         self.calls: list[ChatRequest] = []
         self.crash_after = crash_after
         self.fail_if = fail_if

@@ -37,6 +37,30 @@ DEFAULT_PROBES = (
 )
 
 
+def card_tokenizer_kwargs(paired: bool) -> dict:
+    """THE tokenizer arguments of a text-encoder export's plain-transformers recipe: what its card prints
+    (`tokenizer(CONTEXTS, DESCRIPTIONS, **these)`, and the `pipeline('text-classification')` line's call arguments)
+    and what the export's self-check runs (`export_hf`, on a probe longer than `max_length`). `paired`: a context
+    is given (only the description is cut, as `emoreward.models.layout.text_input_ids` cuts; the length limit is
+    the exported tokenizer's `model_max_length`, the model's `max_length`). transformers has no default-truncation
+    setting a tokenizer's files could carry (`tokenizer_config.json` holds `model_max_length` and
+    `truncation_side`, which the export writes; a `tokenizer.json` truncation is switched off by every call that does
+    not ask, transformers 5), so the recipe names it."""
+    return {"padding": True, "truncation": "only_second" if paired else True}
+
+
+def _kwargs_text(kwargs: dict) -> str:
+    """`card_tokenizer_kwargs` as the card writes them: `padding=True, truncation='only_second'`."""
+    return ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+
+
+def long_probe(max_length: int) -> str:
+    """A probe description longer than `max_length` tokens (every word is at least one token), so the export's
+    self-check reads the cut that a reader's recipe must make."""
+    sentence = DEFAULT_PROBES[0].split()
+    return " ".join((sentence * (max_length // len(sentence) + 2))[: max_length + 1])
+
+
 class ExportMismatchError(RuntimeError):
     """The exported checkpoint does not reproduce the original model's rewards."""
 
@@ -50,10 +74,11 @@ class ExportReport:
         kind (`str`): `"text"` or `"media"`.
         max_abs_diff (`float`): largest |reward difference| between the original model and the reloaded export
             (text: `AutoModelForSequenceClassification` on the model's own ids; media: `load_reward_model`).
-        max_abs_diff_plain (`float`): text: the same with ids built from the exported tokenizer and settings alone;
+        max_abs_diff_plain (`float`): text: the same with ids built from the exported tokenizer and settings alone
+            (and, for a text encoder, through the card's plain recipe, `card_tokenizer_kwargs`);
             media: the export's remote-code class (`modeling_emoreward.py`, what `trust_remote_code=True` runs) on a
             right-padded batch of the probes, against the original's raw head output.
-        n_probes (`int`): probe descriptions compared.
+        n_probes (`int`): probe descriptions compared (text: with two longer than `max_length`, `long_probe`).
         ids_match (`bool`): text: the exported recipe reproduced the model's own input ids on every probe.
         dtype (`str`): the precision both sides of the check computed in (`"float32"`: the original's float32
             master weights against the export reloaded in float32; a model whose weights are bf16 is compared with
@@ -173,6 +198,9 @@ def _export_hf(model, directory: Path, probes, contexts, atol) -> ExportReport:
     if contexts is None:
         contexts = [synthetic_context(model) if model.kind == "media" else None] * len(probes)
     contexts = [as_context(c) for c in contexts]
+    if model.kind == "text":  # the cut a reader's recipe must make, always checked (with and without a subtitle)
+        probes += [long_probe(model.settings.max_length)] * 2
+        contexts += [as_context(None), as_context(RewardContext(subtitle="I can't believe it."))]
     dtype = model.dtype  # the master weights' dtype: the original scores in it, the export is reloaded in it
     expected = _reference(model, dtype).score(probes, contexts)
     staging = directory.with_name(f".{directory.name}.exporting")
@@ -314,14 +342,41 @@ def _check_text_export(
     expected = _network_output(expected, probes, model.settings.score_transform)
     got = score_with_transformers(loaded, own_ids)
     got_plain = score_with_transformers(loaded, recipe_ids)
+    plain_diff = float(np.max(np.abs(got_plain - expected)))
+    if settings.input_format != "chat":  # the card's plain recipe itself, long probes included
+        try:
+            card = _card_recipe_rewards(loaded, tokenizer, settings, probes, contexts)
+        except (RuntimeError, IndexError, ValueError) as err:  # e.g. a long probe past the position embeddings
+            raise ExportMismatchError(f"the card's plain-transformers recipe fails on the probes: {err}") from None
+        plain_diff = max(plain_diff, float(np.max(np.abs(card - expected))))
     return ExportReport(
         directory,
         "text",
         float(np.max(np.abs(got - expected))),
-        float(np.max(np.abs(got_plain - expected))),
+        plain_diff,
         len(probes),
         own_ids == recipe_ids,
     )
+
+
+def _card_recipe_rewards(net, tokenizer, settings: TextSettings, probes, contexts) -> np.ndarray:
+    """The rewards a text-encoder export's card recipe gives (`net`'s `logits[:, 0]`): `tokenizer(CONTEXTS,
+    DESCRIPTIONS, **card_tokenizer_kwargs(True))` over the probes with a context, `tokenizer(DESCRIPTIONS,
+    **card_tokenizer_kwargs(False))` over those without, one batch each; shape `(len(probes),)`."""
+    from emoreward.models.layout import context_text
+
+    texts = [context_text(settings.instruction, c.subtitle) for c in contexts]
+    out = np.zeros(len(probes))
+    for paired in (False, True):
+        rows = [i for i, t in enumerate(texts) if bool(t) == paired]
+        if not rows:
+            continue
+        args = ([texts[i] for i in rows], [probes[i] for i in rows]) if paired else ([probes[i] for i in rows],)
+        enc = tokenizer(*args, return_tensors="pt", **card_tokenizer_kwargs(paired))
+        enc = {k: v for k, v in enc.items() if k in tokenizer.model_input_names}
+        with torch.no_grad():
+            out[rows] = net(**enc).logits[:, 0].float().numpy()
+    return out
 
 
 def media_card(
@@ -506,13 +561,19 @@ def _text_card(model: RewardModel, head: str, transform: str, instruction: str) 
             "the batched `tokenizer(CONTEXTS, DESCRIPTIONS)` gives (an empty description keeps its `[SEP]`). The "
             "tokenizer returns what the model reads, `input_ids` and `attention_mask` (its `model_input_names`: no "
             "`token_type_ids`, the model was trained without them), so `model(**tokenizer(CONTEXTS, DESCRIPTIONS, "
-            "padding=True, return_tensors='pt'))` gives the reward; pad on the RIGHT (absolute position "
-            "embeddings). The reward is `logits[:, 0]` of BERT's pooled `[CLS]` head."
+            f"{_kwargs_text(card_tokenizer_kwargs(True))}, return_tensors='pt'))` gives the reward "
+            f"(`tokenizer(DESCRIPTIONS, {_kwargs_text(card_tokenizer_kwargs(False))}, return_tensors='pt')` "
+            f"without context): the truncation cuts a description longer than {s.max_length} tokens (the "
+            "tokenizer's `model_max_length`) as the model read it, and without it a long description gets another "
+            "reward; pad on the RIGHT (absolute position embeddings). The reward is `logits[:, 0]` of BERT's pooled "
+            "`[CLS]` head."
         )
         readers = (
             "- `transformers.AutoModelForSequenceClassification` with right padding, fed the tokenizer's output.\n"
-            "- transformers' `pipeline('text-classification')` on `{'text': CONTEXT, 'text_pair': DESCRIPTION}`: "
-            "its `score` is the reward (`problem_type: regression`, no sigmoid).\n"
+            "- transformers' `pipeline('text-classification', model=PATH)` called on `{'text': CONTEXT, "
+            f"'text_pair': DESCRIPTION}}` with `truncation={card_tokenizer_kwargs(True)['truncation']!r}` (on a "
+            f"bare DESCRIPTION: `truncation={card_tokenizer_kwargs(False)['truncation']!r}`): its `score` is the "
+            "reward (`problem_type: regression`, no sigmoid).\n"
             "- Not OpenRLHF or verl directly: both read a decoder's value head at the last token, while this encoder's "
             "reward is pooled at `[CLS]`. Use `emoreward serve` (OpenRLHF `--remote_rm_url`, verl's custom reward "
             "function `emoreward.export.verl`) or `emoreward.export.EmotionReward` (TRL GRPO).\n"
@@ -536,6 +597,8 @@ Readers:
 
 __all__ = [
     "DEFAULT_PROBES",
+    "card_tokenizer_kwargs",
+    "long_probe",
     "ExportMismatchError",
     "ExportReport",
     "check_export_target",

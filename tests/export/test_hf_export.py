@@ -9,7 +9,7 @@ import torch
 from peft import LoraConfig
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from emoreward.export.hf import ExportMismatchError, export_hf, score_with_transformers
+from emoreward.export.hf import ExportMismatchError, export_hf, long_probe, score_with_transformers
 from emoreward.models import TextRewardModel
 from emoreward.models.precision import reward_tolerance
 from emoreward.models.text import text_input_ids
@@ -60,7 +60,12 @@ def test_export_matches_within_1e5(tmp_path, lora_minilm):
     expected = lora_minilm.score(PROBES, subtitles)
     bound32 = reward_tolerance("float32", magnitude=float(np.max(np.abs(expected))))  # "the same reward"
     assert report.max_abs_diff <= bound32 and report.max_abs_diff_plain <= bound32 and report.ids_match
-    assert report.dtype == "float32" and report.atol == bound32  # float32 master weights against a float32 reload
+    # the check's probes: the given ones and two longer than max_length (`long_probe`: the card's recipe must cut)
+    long = long_probe(lora_minilm.settings.max_length)
+    checked = lora_minilm.score([*PROBES, long, long], [*subtitles, None, "I can't believe it."])
+    bound_checked = reward_tolerance("float32", magnitude=float(np.max(np.abs(checked))))
+    assert report.n_probes == len(PROBES) + 2
+    assert report.dtype == "float32" and report.atol == bound_checked  # float32 master weights, a float32 reload
     assert not (tmp_path / "export" / "adapter_config.json").exists()
     card = (tmp_path / "export" / "README.md").read_text()
     assert "Subtitle" in card and "pad on the RIGHT" in card and card.startswith("---\nlibrary_name: transformers")

@@ -139,7 +139,7 @@ class Recorder:
 
     def __init__(self, backend):
         self.backend, self.requests = backend, []
-        self.modalities, self.identity = backend.modalities, backend.identity
+        self.modalities, self.identity, self.precision = backend.modalities, backend.identity, backend.precision
 
     def media_kind(self, media):
         return self.backend.media_kind(media)

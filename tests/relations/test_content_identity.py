@@ -196,6 +196,57 @@ def test_a_judge_model_folder_changed_in_place_is_another_judge(tiny_llama_dir, 
     assert backend_identity(cfg) != before
 
 
+def test_judge_call_cache_is_keyed_by_the_precision_the_lazy_model_will_load_in(
+    tiny_llama_dir, tmp_path, capsys, monkeypatch
+):
+    """A local judge with `dtype: auto` behind `emoreward judge`'s `LazyBackend` (no model loaded when the cache
+    answers): its calls are keyed by the precision the model WILL compute in (`zero_shot.config.backend_precision`,
+    the loader's own rule): another `$EMOREWARD_DTYPE` or another CPU kind's kernels makes every call again, the
+    same precision on the same kind reuses every call."""
+    import yaml
+
+    from emoreward.models.precision import cpu_kind
+
+    for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS"):
+        monkeypatch.delenv(name, raising=False)
+    judge = tmp_path / "judge.yaml"
+    model = {"backend": "transformers-text", "model": str(tiny_llama_dir), "dtype": "auto", "device": "cpu"}
+    sampling = {"do_sample": False, "max_new_tokens": 2, "seed": 0}
+    judge.write_text(
+        yaml.safe_dump(
+            {
+                "name": "tiny-auto",
+                "prompts": "emoprefer_v1",
+                "mllm": model,
+                "llm": None,
+                "sampling": sampling,
+                "verdict": "text",
+            }
+        )
+    )
+    data = write_jsonl(tmp_path / "pairs.jsonl", pair_rows(2))
+    argv = ["judge", "--judge", judge, "--strategy", "S1", "--data", data, "--output", tmp_path / "out"]
+
+    def calls() -> tuple[int, int]:
+        run_ok(capsys, [*argv, "--no-progress"])
+        report = read_json(tmp_path / "out" / "report.json")["calls"]
+        return report["made"], report["cached"]
+
+    monkeypatch.setenv("EMOREWARD_DTYPE", "float32")
+    n = calls()[0]
+    assert n > 0 and calls() == (0, n)
+    monkeypatch.setenv("EMOREWARD_DTYPE", "bfloat16")
+    assert calls() == (n, 0)
+    monkeypatch.setenv("EMOREWARD_DTYPE", "bf16")  # the same precision by another name
+    assert calls() == (0, n)
+    if cpu_kind() != "default":  # the kernels of another CPU kind
+        monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+        assert calls() == (n, 0)
+        monkeypatch.delenv("ATEN_CPU_CAPABILITY")
+    monkeypatch.setenv("EMOREWARD_DTYPE", "float32")
+    assert calls() == (0, n)  # back to the first run's precision and kernels
+
+
 # ------------------------------------------------------------------------------------------- routes without a cache
 def _evaluate(model, tmp_path, capsys):
     data = write_jsonl(tmp_path / "pairs.jsonl", pair_rows(6))

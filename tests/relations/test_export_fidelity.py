@@ -305,3 +305,57 @@ def test_the_export_reader_settings_are_the_models_own(kind, originals, exports)
     assert float(np.abs(theirs - ours.rewards).max()) <= reward_tolerance(
         "float32", magnitude=np.abs(ours.rewards).max()
     )
+
+
+def _card_kwargs(card: str, pattern: str) -> dict:
+    """The keyword arguments the card's recipe line matching `pattern` (one group: `k=v, ...`) names."""
+    import ast
+    import re
+
+    found = re.search(pattern, card)
+    assert found, f"the card has no recipe line {pattern!r}"
+    call = ast.parse(f"f({found.group(1)})", mode="eval").body
+    return {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+
+
+def test_the_card_recipe_reads_a_description_longer_than_max_length_as_the_model_does(originals, exports):
+    """The text encoder export's card recipe, run as the card writes it (its `tokenizer(...)` arguments and its
+    `pipeline('text-classification')` call arguments, read from the card: `emoreward.export.hf.card_tokenizer_kwargs`),
+    gives emoreward's reward on a description longer than `max_length`, with and without a context: a card that
+    leaves the truncation out gives another reward (and `export_hf`'s self-check runs the same recipe on such a
+    probe, `long_probe`)."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+
+    from emoreward.export.hf import long_probe
+    from emoreward.models import load_reward_model
+    from emoreward.models.base import RewardContext, load_settings
+    from emoreward.models.layout import context_text
+
+    original, _, _ = originals("minilm")
+    export = exports("minilm")
+    settings = load_settings(export)
+    card = (export / "README.md").read_text()
+    paired = _card_kwargs(card, r"tokenizer\(CONTEXTS, DESCRIPTIONS, (.*?), return_tensors='pt'\)")
+    single = _card_kwargs(card, r"`tokenizer\(DESCRIPTIONS, (.*?), return_tensors='pt'\)` without context")
+    piped = _card_kwargs(card, r"`\{'text': CONTEXT, 'text_pair': DESCRIPTION\}` with `(.*?)`")
+    piped_single = _card_kwargs(card, r"on a bare DESCRIPTION: `(.*?)`")
+    tokenizer = AutoTokenizer.from_pretrained(export)
+    long = long_probe(settings.max_length)
+    assert len(tokenizer(long)["input_ids"]) > settings.max_length
+    descriptions = [long, DESCRIPTIONS[0]]  # one long, one short: padded in one batch
+    ours = load_reward_model(original, dtype=torch.float32)
+    net = AutoModelForSequenceClassification.from_pretrained(export, dtype=torch.float32).eval()
+    pipe = pipeline("text-classification", model=net, tokenizer=tokenizer)
+    for subtitle in (None, SUBTITLE):
+        expected = ours.score(descriptions, RewardContext(subtitle=subtitle))
+        context = context_text(settings.instruction, subtitle)
+        args = ([context] * len(descriptions), descriptions) if context else (descriptions,)
+        enc = tokenizer(*args, return_tensors="pt", **(paired if context else single))
+        with torch.no_grad():
+            theirs = net(**enc).logits[:, 0].numpy()
+        inputs = [{"text": context, "text_pair": d} if context else d for d in descriptions]
+        scored = pipe(inputs, **(piped if context else piped_single))
+        got = np.array([r["score"] for r in scored])
+        atol = reward_tolerance("float32", magnitude=np.abs(expected).max())
+        assert float(np.abs(theirs - expected).max()) <= atol, (subtitle, theirs, expected)
+        assert float(np.abs(got - expected).max()) <= atol, (subtitle, got, expected)

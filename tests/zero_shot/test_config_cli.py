@@ -10,6 +10,7 @@ from zero_shot.config import (
     BACKENDS,
     available_judges,
     backend_identity,
+    backend_precision,
     build_backend,
     judge_config_from_dict,
     load_judge_config,
@@ -81,14 +82,22 @@ def test_cli_help_and_list(capsys):
 
 
 def test_cli_s2_without_references_is_a_clear_error(tmp_path, capsys, monkeypatch):
-    monkeypatch.setitem(BACKENDS, "transformers-text", lambda cfg: ScriptedBackend(backend_identity(cfg)))
+    monkeypatch.setitem(
+        BACKENDS,
+        "transformers-text",
+        lambda cfg: ScriptedBackend(backend_identity(cfg), precision=backend_precision(cfg)),
+    )
     argv = ["judge", "--judge", "smollm2-135m-text", "--strategy", "S2", "--limit", "3", "--output", str(tmp_path)]
     assert emoreward([*argv, "--no-progress"]) == 2
     assert "reference-description file" in capsys.readouterr().err
 
 
 def test_cli_runs_s1_on_the_bundled_pairs(tmp_path, capsys, monkeypatch, fast_random_baseline):
-    monkeypatch.setitem(BACKENDS, "transformers-text", lambda cfg: ScriptedBackend(backend_identity(cfg)))
+    monkeypatch.setitem(
+        BACKENDS,
+        "transformers-text",
+        lambda cfg: ScriptedBackend(backend_identity(cfg), precision=backend_precision(cfg)),
+    )
     argv = ["judge", "--judge", "configs/judges/smollm2-135m-text.yaml", "--strategy", "S1", "--data", "emoprefer"]
     assert emoreward([*argv, "--limit", "40", "--output", str(tmp_path), "--no-progress"]) == 0
     out = capsys.readouterr().out

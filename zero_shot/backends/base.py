@@ -136,13 +136,16 @@ class Backend(Protocol):
     """A model that answers chat requests.
 
     `modalities` says what it can see (`{"text"}` for a text LLM, `{"text", "video"}`, ...); `identity` is a
-    string that changes when the model or its loading settings change (part of the cache input hash).
+    string that changes when the model or its loading settings change (part of the cache input hash); `precision`
+    is the precision identity its weights compute with (`emoreward.models.precision.precision_identity`: dtype and
+    kernels; None for a server or a stand-in without weights), also part of the cache input hash.
     `generate` answers a batch of requests in order; a failure of one call is reported in its `Generation`
     rather than raised, so one bad sample does not stop a run.
     """
 
     modalities: frozenset[str]
     identity: str
+    precision: dict | None
 
     def generate(self, requests: list[ChatRequest], sampling: SamplingConfig) -> list[Generation]: ...
 

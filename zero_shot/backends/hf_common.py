@@ -49,6 +49,26 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return resolve_dtype(dtype, device)
 
 
+def local_precision(dtype: str, device: str) -> dict:
+    """The precision identity (`emoreward.models.precision.precision_identity`: dtype and kernels) of the local model
+    a backend loads with these settings, without loading it: `pick_dtype` on `pick_device`, the loader's own rule
+    (`"auto"` resolved, `$EMOREWARD_DTYPE` and the CPU kind's kernel caps read). `LazyBackend` keys its calls by it.
+
+    Raises:
+        ValueError: an unknown dtype name."""
+    from emoreward.models.precision import precision_identity
+
+    dev = pick_device(device)
+    return precision_identity(pick_dtype(dtype, dev), device=dev)
+
+
+def weights_precision(model) -> dict:
+    """The precision identity of loaded weights (`model`: a transformers model): their dtype on their device."""
+    from emoreward.models.precision import precision_identity
+
+    return precision_identity(model.dtype, device=model.device)
+
+
 class _FirstStepTimer:
     """A logits processor that notes when the first decoding step starts (the prompt forward is done)."""
 

@@ -26,6 +26,7 @@ from zero_shot.backends.hf_common import (
     pick_dtype,
     resolve_model_path,
     timed_generate,
+    weights_precision,
 )
 from zero_shot.media import plan_media
 from zero_shot.parsing import verdict_from_logits
@@ -257,6 +258,11 @@ class MultimodalBackend:
         )
         self.batch_size = batch_size
         self.modalities = family_modalities(family, use_audio_in_video)
+
+    @property
+    def precision(self) -> dict:
+        """The precision identity its weights compute with (`weights_precision`; part of every call's input hash)."""
+        return weights_precision(self.model)
 
     @property
     def use_audio_in_video(self) -> bool:

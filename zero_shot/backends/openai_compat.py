@@ -84,6 +84,8 @@ class OpenAIChatBackend:
             without `audio`; an unknown transport.
     """
 
+    precision = None  # the server's own: its calls are keyed by its identity (URL and model) alone
+
     def __init__(
         self,
         base_url: str,

@@ -23,6 +23,7 @@ from zero_shot.backends.hf_common import (
     pick_dtype,
     resolve_model_path,
     timed_generate,
+    weights_precision,
 )
 from zero_shot.parsing import verdict_from_logits
 
@@ -124,6 +125,11 @@ class TransformersTextBackend:
         return cls(
             model, tokenizer, identity=text_identity(model_name_or_path, gguf_file, dtype), batch_size=batch_size
         )
+
+    @property
+    def precision(self) -> dict:
+        """The precision identity its weights compute with (`weights_precision`; part of every call's input hash)."""
+        return weights_precision(self.model)
 
     def _prompt_text(self, request: ChatRequest) -> str:
         if request.media is not None and request.media.kinds():
