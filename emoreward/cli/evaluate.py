@@ -311,9 +311,11 @@ def _run_zero_shot(args: argparse.Namespace, spec: str) -> int:
     check_references(args, options, pairs, references)
     n_in_sample, note, controlled = in_sample_check(args, spec, pairs, controlled_negatives(args, pairs))
     output = _zero_shot_folder(args) or os.path.join("outputs", f"judge-{config.name}")
-    if not _zero_shot_folder(args):  # the default folder: one writer too, before the first call
+    if not _zero_shot_folder(args):  # the default folder: the same checks and one writer too, before the first call
         from emoreward.utils.io import hold_output
+        from zero_shot.runner import OUTPUT_FILES
 
+        check_output_dir(output, "the output folder", own=OUTPUT_FILES, inputs=named_input_paths(args, OUTPUTS))
         hold_output(output, "the output folder")
     sys.stdout.write(
         f"{prog}: {config.name} ({config.source}) is a zero-shot judge: {len(pairs)} pairs, strategies "

@@ -336,3 +336,22 @@ def test_an_output_folder_holds_only_this_commands_earlier_outputs(
             "report.md",
             "report.png",
         }
+
+
+def test_the_default_judge_folder_is_checked_as_a_given_one(length_judge_yaml, tmp_path, capsys, monkeypatch):
+    """Without --output a zero-shot run writes `outputs/judge-<name>`: the same `check_output_dir`, before any call."""
+    monkeypatch.chdir(tmp_path)
+    pairs = write_jsonl(tmp_path / "pairs.jsonl", pair_rows(4))
+    folder = Path("outputs") / "judge-lengthjudge"
+    folder.mkdir(parents=True)
+    (folder / "notes.txt").write_text("a user's file")
+    phrase = f"the output folder {folder} holds files this command does not write (notes.txt)"
+    _refused(capsys, ["judge", "--judge", length_judge_yaml, "--data", pairs], phrase, tmp_path / folder)
+    (folder / "notes.txt").unlink()
+    run_ok(capsys, ["judge", "--judge", length_judge_yaml, "--data", pairs])
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "calls.jsonl",
+        "judgements_S1.jsonl",
+        "report.json",
+        "report.md",
+    ]
