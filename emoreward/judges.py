@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from emoreward.evaluation.judge import Judge
+from emoreward.models.base import TRAINED_JUDGE_FILE  # the definition in a trained judge's folder
 
 
 JudgeKind = Literal["reward-model", "zero-shot"]
 YAML_SUFFIXES = (".yaml", ".yml")
-TRAINED_JUDGE_FILE = "judge.yaml"  # `emoreward.training.judge.JUDGE_FILE`: the definition in a trained judge's folder
 REWARD_MODEL_OPTIONS = frozenset(
     {
         "tie_threshold",

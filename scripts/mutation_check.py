@@ -106,6 +106,22 @@ MUTATIONS = (
         "OutputFiles.finish keeps stale files",
     ),
     Mutation(
+        "output closure",
+        "emoreward/cli/options.py",
+        "    for name, item in inputs:",
+        "    for name, item in ():",
+        "tests/relations/test_output_closure.py",
+        "check_output_dir lets an output folder be, lie inside or contain an input (the model, the data)",
+    ),
+    Mutation(
+        "output closure",
+        "emoreward/cli/options.py",
+        "    if own is not None and path.is_dir():",
+        "    if False:",
+        "tests/relations/test_output_closure.py",
+        "check_output_dir lets evaluate / judge write into a folder holding other work (a judge recipe's run folder)",
+    ),
+    Mutation(
         "export fidelity",
         "emoreward/models/media/remote_modeling.py",
         "    last = (attention_mask.long() * index).argmax(-1)",

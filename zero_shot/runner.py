@@ -36,6 +36,9 @@ from zero_shot.strategies import STRATEGIES, CallStats, ZeroShotJudge, default_c
 
 logger = logging.getLogger(__name__)
 CACHE_FILE = "calls.jsonl"
+# every file a run writes in its output folder: a folder holding anything else is not this command's to write into
+# (`emoreward.cli.options.check_output_dir`)
+OUTPUT_FILES = (CACHE_FILE, "judgements_*.jsonl", "report.json", "report.md")
 
 
 def judgement_rows(result: JudgementSet) -> list[dict]:

@@ -24,6 +24,7 @@ from emoreward.cli.options import (
     check_output_dir,
     check_output_file,
     named_input_files,
+    named_input_paths,
     positive_int,
     quiet_libraries,
     vllm_options,
@@ -200,6 +201,9 @@ def _run_reward_model(args: argparse.Namespace, spec: str) -> int:
 
     prog = f"emoreward {_command(args)}"
     report_file = _reward_model_report(args)
+    if report_file and _command(args) == "judge":  # its --output is a folder: this command's report files or nothing
+        own = [Path(report_file).with_suffix(suffix).name for suffix in (".json", ".md", ".png")]
+        check_output_dir(args.output, "--output", own=own, inputs=named_input_paths(args, OUTPUTS))
     if report_file:
         inputs = [path for _, path in named_input_files(args, OUTPUTS)]
         check_output_file(report_file, "--output", inputs=inputs)
@@ -307,9 +311,11 @@ def _run_zero_shot(args: argparse.Namespace, spec: str) -> int:
     check_references(args, options, pairs, references)
     n_in_sample, note, controlled = in_sample_check(args, spec, pairs, controlled_negatives(args, pairs))
     output = _zero_shot_folder(args) or os.path.join("outputs", f"judge-{config.name}")
-    if not _zero_shot_folder(args):  # the default folder: one writer too, before the first call
+    if not _zero_shot_folder(args):  # the default folder: the same checks and one writer too, before the first call
         from emoreward.utils.io import hold_output
+        from zero_shot.runner import OUTPUT_FILES
 
+        check_output_dir(output, "the output folder", own=OUTPUT_FILES, inputs=named_input_paths(args, OUTPUTS))
         hold_output(output, "the output folder")
     sys.stdout.write(
         f"{prog}: {config.name} ({config.source}) is a zero-shot judge: {len(pairs)} pairs, strategies "
@@ -370,7 +376,9 @@ def check_zero_shot_options(args: argparse.Namespace, options: dict) -> None:
     """
     folder = _zero_shot_folder(args)
     if folder:
-        check_output_dir(folder, "--output")
+        from zero_shot.runner import OUTPUT_FILES
+
+        check_output_dir(folder, "--output", own=OUTPUT_FILES, inputs=named_input_paths(args, OUTPUTS))
         from emoreward.utils.io import hold_output
 
         hold_output(folder, "--output")  # one writer per judge folder (released when the command ends)

@@ -16,6 +16,7 @@ from emoreward.cli.options import (
     EXIT_OK,
     check_applicable,
     check_output_dir,
+    named_input_paths,
     nonnegative_float,
     quiet_libraries,
 )
@@ -53,7 +54,9 @@ def run(args: argparse.Namespace) -> int:
         from emoreward.data.records import check_hub_push
 
         check_hub_push(args.push_to_hub, "model")
-    check_output_dir(args.output, "--output")  # a folder that cannot be made is refused before any work
+    # a folder that cannot be made, or is, lies inside or contains the model, is refused before any work (its
+    # earlier content: `emoreward.export.hf.check_export_target`)
+    check_output_dir(args.output, "--output", inputs=named_input_paths(args, ("output",)))
     from emoreward.utils.io import hold_output
 
     hold_output(args.output, "--output")  # one writer per export folder (released when the command ends)

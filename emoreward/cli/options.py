@@ -5,6 +5,7 @@ command module (and `scripts/`) can use it without pulling in another command.""
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import functools
 import importlib.util
 import math
@@ -181,6 +182,19 @@ def named_input_files(args: argparse.Namespace, outputs: Sequence[str]) -> list[
     return found
 
 
+def named_input_paths(args: argparse.Namespace, outputs: Sequence[str]) -> list[tuple[str, str | Path]]:
+    """`named_input_files` and every existing folder the command line names (a model or judge folder, a media root):
+    what an output folder may not be, lie inside or contain (`check_output_dir`)."""
+    found = []
+    for name, value in vars(args).items():
+        if name in outputs or name.startswith("_"):
+            continue
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(item, (str, Path)) and str(item) and Path(item).exists():
+                found.append(("--" + name.replace("_", "-"), item))
+    return found
+
+
 def check_output_file(path: str | Path, option: str, inputs: Sequence[str | Path | None] = ()) -> Path:
     """Refuse an output file path that cannot be written (checked before any work, so no result is printed and then
     lost): an existing folder, a path below an existing file, a folder that cannot be created or written, or one
@@ -219,11 +233,26 @@ def _check_writable_folder(folder: Path, option: str, path: Path) -> None:
         raise ValueError(f"{option} {path}: cannot write in {folder} ({err.strerror or err})") from None
 
 
-def check_output_dir(path: str | Path, option: str) -> Path:
-    """Refuse an output folder path that is an existing file or lies below one.
+def check_output_dir(
+    path: str | Path,
+    option: str,
+    *,
+    own: Sequence[str] | None = None,
+    inputs: Sequence[tuple[str, str | Path]] = (),
+) -> Path:
+    """Refuse an output folder the command must not write into, before any work: an existing file or a path below
+    one, a folder that cannot be written, a folder that is, lies inside or contains one of the command's `inputs`
+    (a model or judge folder, the data, a cache), and, when `own` is given, an existing folder holding anything but
+    this command's own earlier outputs (another command's run folder, a trained model, a user's files).
+
+    Args:
+        own: the names (`fnmatch` patterns, e.g. ``"judgements_*.jsonl"``) of every file the command writes in the
+            folder; None for a command that recognises its earlier work itself (`train`: its run identity, `export`:
+            `emoreward.export.hf.check_export_target`). An interrupted atomic write's ``.<name>.*.tmp`` counts too.
+        inputs: ``("--option", path)`` of every file or folder the command reads (`named_input_paths`).
 
     Raises:
-        ValueError: naming the option and the path.
+        ValueError: naming the option, the path and the input or the foreign entries.
     """
     path = Path(path)
     if path.exists() and not path.is_dir():
@@ -231,6 +260,25 @@ def check_output_dir(path: str | Path, option: str) -> Path:
     blocker = _file_ancestor(path)
     if blocker is not None:
         raise ValueError(f"{option} {path}: {blocker} is a file, not a folder")
+    out = Path(os.path.realpath(path.expanduser()))
+    for name, item in inputs:
+        source = Path(os.path.realpath(Path(item).expanduser()))
+        relation = "is" if source == out else "contains" if out in source.parents else None
+        relation = relation or ("lies inside" if source in out.parents else None)
+        if relation:
+            raise ValueError(
+                f"{option} {path} {relation} {name} {item}, which this command reads: writing there would change "
+                "an input; give a new or empty folder apart from the inputs"
+            )
+    if own is not None and path.is_dir():
+        patterns = [*own, *(f".{pattern}.*.tmp" for pattern in own)]
+        foreign = sorted(e.name for e in path.iterdir() if not any(fnmatch.fnmatchcase(e.name, p) for p in patterns))
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+            raise ValueError(
+                f"{option} {path} holds files this command does not write ({shown}): it would mix its outputs with "
+                "other work; give a new or empty folder, or one holding only this command's earlier outputs"
+            )
     _check_writable_folder(path, option, path)
     return path
 
@@ -327,6 +375,7 @@ __all__ = [
     "check_output_dir",
     "check_output_file",
     "named_input_files",
+    "named_input_paths",
     "correlation",
     "nonnegative_float",
     "open_unit_float",

@@ -58,6 +58,21 @@ def recipe_class(args: list[str] | None) -> tuple[type, type]:
     return EmoRewardConfig, JudgeTrainConfig
 
 
+# the recipe fields naming what a run reads from disk: its output folder may not be, lie inside or contain one
+INPUT_FIELDS = ("model_name_or_path", "train_file", "eval_file", "media_root", "deepspeed")
+
+
+def recipe_inputs(config) -> list[tuple[str, str]]:
+    """``("--field", path)`` of every existing file or folder the recipe reads (`INPUT_FIELDS`), for
+    `emoreward.cli.options.check_output_dir`."""
+    values = [(name, getattr(config, name, None)) for name in INPUT_FIELDS]
+    return [
+        (f"--{name}", str(value))
+        for name, value in values
+        if isinstance(value, (str, Path)) and value and Path(value).exists()
+    ]
+
+
 def run(args: argparse.Namespace) -> int:
     quiet_libraries()
     from emoreward.training.config import config_from_arguments, recipe_fields
@@ -76,7 +91,7 @@ def train_judge_and_report(config) -> int:
     """Run a judge recipe (`emoreward.training.judge.run_judge_training`) and print its cross-validation table."""
     from emoreward.training.judge import run_judge_training
 
-    check_output_dir(config.output_dir, "--output-dir")
+    check_output_dir(config.output_dir, "--output-dir", inputs=recipe_inputs(config))
     if config.process_index == 0:  # one writer per output folder, as for a reward model (`train_and_report`)
         from emoreward.utils.io import output_lock
 
@@ -117,7 +132,7 @@ def train_and_report(config) -> int:
     # data themselves before any fold trains)
     config.check_data_files()
     config.check_max_length()
-    check_output_dir(config.output_dir, "--output-dir")
+    check_output_dir(config.output_dir, "--output-dir", inputs=recipe_inputs(config))
     check_side_effects(config)
     main_process = config.process_index == 0  # under `accelerate launch`, only rank 0 prints
     if main_process:  # one writer per output folder (the other ranks of this launch write through rank 0's plan)

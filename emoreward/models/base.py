@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 
 SETTINGS_FILE = "emoreward_config.json"
+# the definition in a trained generative judge's folder (`emoreward train` on a judge recipe): such a folder is a plain
+# causal LM, not a reward model (`emoreward.judges.judge_kind`, `emoreward.training.judge` read this name)
+TRAINED_JUDGE_FILE = "judge.yaml"
 # the training pairs of a trained model (`emoreward.training.provenance`); an export carries it along, so that
 # `emoreward evaluate` still knows which pairs are in-sample
 TRAINING_DATA_FILE = "training_data.json"
@@ -215,7 +218,8 @@ def load_settings(directory: str | Path) -> RewardSettings:
     """Read `emoreward_config.json` of a model directory into the settings class of its `kind`.
 
     Raises:
-        FileNotFoundError: `directory` does not exist or is not an emoreward model directory.
+        FileNotFoundError: `directory` does not exist or is not an emoreward model directory (a trained
+            generative judge's folder, `TRAINED_JUDGE_FILE`, said to be one, with what takes it).
         ValueError: an unknown `kind` or unknown keys (named, with the file).
     """
     given, directory = str(directory), Path(directory)  # named as given: Path would make "hf://a/b" "hf:/a/b"
@@ -224,6 +228,12 @@ def load_settings(directory: str | Path) -> RewardSettings:
     if not directory.is_dir():
         raise FileNotFoundError(f"model directory not found: {given}")
     path = directory / SETTINGS_FILE
+    if not path.exists() and (directory / TRAINED_JUDGE_FILE).is_file():
+        raise FileNotFoundError(
+            f"{given} is a trained generative judge ({TRAINED_JUDGE_FILE}), not a reward model: it is a plain causal "
+            "LM with nothing to export or serve as rewards; serve it with vLLM for generation (docs/judges.md, "
+            "'Served by vLLM'), and give it as it is to evaluate, judge and rank"
+        )
     if not path.exists():
         raise FileNotFoundError(f"{directory} is not an emoreward model directory: {SETTINGS_FILE} is missing")
     try:
@@ -501,6 +511,7 @@ def load_reward_model(directory: str | Path, **kwargs: Any) -> RewardModel:
 
 __all__ = [
     "SETTINGS_FILE",
+    "TRAINED_JUDGE_FILE",
     "TRAINING_DATA_FILE",
     "MediaSettings",
     "RewardContext",

@@ -165,7 +165,8 @@ def parse_groups(spec: str, models: Sequence[str]) -> list[list[str]]:
     split into K contiguous groups of near-equal size).
 
     Raises:
-        ValueError: on an unknown model, fewer than two groups, or groups that do not cover every model once.
+        ValueError: on an empty group, an unknown model, fewer than two groups, or groups that do not cover every
+            model once (naming the missing or repeated models).
     """
     spec = spec.strip()
     if spec.isdigit():
@@ -174,13 +175,19 @@ def parse_groups(spec: str, models: Sequence[str]) -> list[list[str]]:
             raise ValueError(f"number of groups must be in [2, {len(models)}], got {k}")
         return [list(g) for g in np.array_split(np.array(models, dtype=object), k)]
     groups = [[m.strip() for m in g.split(",") if m.strip()] for g in spec.split("|")]
+    empty = [i + 1 for i, g in enumerate(groups) if not g]
+    if empty:  # 'A,B|' or 'A||B': a group of no model has no ranking
+        raise ValueError(f"group {empty[0]} of {len(groups)} is empty; every group names at least one model")
     flat = [m for g in groups for m in g]
     unknown = sorted(set(flat) - set(models))
     if unknown:
         raise ValueError(f"unknown models in groups: {unknown}; available: {list(models)}")
-    if sorted(flat) != sorted(models):
-        missing = sorted(set(models) - set(flat))
-        raise ValueError(f"groups must name every ranked model exactly once (missing {missing}, or a repeat)")
+    repeated = sorted({m for m in flat if flat.count(m) > 1})
+    if repeated:
+        raise ValueError(f"{repeated} named more than once; groups name every ranked model exactly once")
+    missing = [m for m in models if m not in flat]
+    if missing:
+        raise ValueError(f"groups name every ranked model exactly once: {missing} in no group")
     if len(groups) < 2:
         raise ValueError("the hierarchical scheme needs at least two groups ('A,B|C,D')")
     return groups

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from emoreward.data import PreferencePair
+from emoreward.models.base import TRAINED_JUDGE_FILE
 from emoreward.training.config import public_config, with_fields
 from emoreward.training.distributed import distributed_setup, wait_for_everyone
 from emoreward.training.judge_config import JudgeTrainConfig
@@ -24,7 +25,7 @@ from emoreward.utils.io import atomic_write_json, atomic_write_text
 
 
 logger = logging.getLogger(__name__)
-JUDGE_FILE = "judge.yaml"  # a trained judge's definition, in its folder
+JUDGE_FILE = TRAINED_JUDGE_FILE  # a trained judge's definition, in its folder (its one owner: `models.base`)
 PROMPTS_FILE = "prompts.yaml"  # the prompt set it was trained with, beside it
 WRONG = {"1": ("2",), "2": ("1",), "tie": ("1", "2")}  # DPO: the verdicts a label's right one is preferred to
 

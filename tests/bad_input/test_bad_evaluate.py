@@ -202,8 +202,11 @@ def test_an_unknown_settings_key(broken_model, good_pairs, capsys):
     fails(evaluate(model, good_pairs), capsys, f"{model / 'emoreward_config.json'}: unknown keys ['max_lenght']")
 
 
-def test_export_into_the_model_itself(rm_dir, capsys):
-    fails(["export", "--model", rm_dir, "--output", rm_dir], capsys, f"model's own directory {rm_dir}", "--output")
+def test_export_into_the_model_itself_or_inside_it(rm_dir, capsys):
+    fails(["export", "--model", rm_dir, "--output", rm_dir], capsys, f"--output {rm_dir} is --model {rm_dir}")
+    inside = rm_dir / "export"
+    fails(["export", "--model", rm_dir, "--output", inside], capsys, f"--output {inside} lies inside --model {rm_dir}")
+    assert not inside.exists()
 
 
 def test_export_onto_a_file(rm_dir, tmp_path, capsys):
@@ -212,7 +215,27 @@ def test_export_onto_a_file(rm_dir, tmp_path, capsys):
 
 
 def test_export_of_a_folder_that_is_not_a_model(tmp_path, capsys):
-    fails(["export", "--model", tmp_path, "--output", tmp_path / "e"], capsys, f"{tmp_path} is not an emoreward model")
+    (tmp_path / "m").mkdir()
+    fails(
+        ["export", "--model", tmp_path / "m", "--output", tmp_path / "e"],
+        capsys,
+        f"{tmp_path / 'm'} is not an emoreward model",
+    )
+
+
+@pytest.mark.parametrize("command", ["export", "serve"])
+def test_a_trained_judge_is_named_as_one_with_what_takes_it(command, tmp_path, capsys):
+    """A trained generative judge's folder (`judge.yaml` beside a causal LM) is not a reward model: `export` and
+    `serve` say what it is and where it goes (`emoreward.models.base.load_settings`, the one opening of a model
+    directory), not that a settings file is missing."""
+    judge = tmp_path / "judge"
+    judge.mkdir()
+    (judge / "judge.yaml").write_text("name: trained\n")
+    (judge / "config.json").write_text("{}\n")
+    options = ["--output", tmp_path / "e"] if command == "export" else ["--port", "0"]
+    line = fails([command, "--model", judge, *options], capsys, f"{judge} is a trained generative judge (judge.yaml)")
+    assert "serve it with vLLM" in line and "evaluate, judge and rank" in line and "is missing" not in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["judge"]
 
 
 # ---------------------------------------------------------------------------------------------- options

@@ -69,6 +69,10 @@ SUBSETS = [
     ("samples-beyond-the-table", ["--samples", "99"], ["--samples 99: the table {table} has 3 samples"]),
     ("hierarchical-unknown-model", ["--hierarchical", "A,B|Z"], ["--hierarchical 'A,B|Z': unknown models in groups: ['Z']"]),
     ("hierarchical-too-many-groups", ["--hierarchical", "9"], ["--hierarchical '9': number of groups must be in [2, 3]"]),
+    ("hierarchical-empty-group", ["--hierarchical", "A,B|C|"], ["--hierarchical 'A,B|C|': group 3 of 3 is empty"]),
+    ("hierarchical-empty-middle-group", ["--hierarchical", "A||B,C"], ["--hierarchical 'A||B,C': group 2 of 3 is empty"]),
+    ("hierarchical-repeated-model", ["--hierarchical", "A,B|B,C"], ["--hierarchical 'A,B|B,C': ['B'] named more than once"]),
+    ("hierarchical-missing-model", ["--hierarchical", "A|B"], ["--hierarchical 'A|B': ", "['C'] in no group"]),
 ]  # fmt: skip
 
 

@@ -244,3 +244,114 @@ def test_augment_writes_what_it_reports(tmp_path, capsys):
     assert {p.name for p in closure(capsys, argv, out, {data})} == {"neg.csv", "neg.csv.counts.json"}  # a rerun
     code, _, err = run_cli(capsys, ["augment", "--data", data, "--output", data])
     assert code == 2 and "error:" in err
+
+
+# ------------------------------------------------------------------------------------------- an output folder's place
+def _snapshot(folder: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in files_under(folder)}
+
+
+def _refused(capsys, argv, phrase: str, watched: Path) -> None:
+    """`argv` is refused in one line naming `phrase`, exit 2, and nothing under `watched` changed or appeared."""
+    before = _snapshot(watched)
+    code, _, err = run_cli(capsys, argv)
+    assert code == 2 and "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if "error:" in line]
+    assert len(lines) == 1 and phrase in lines[0], err
+    assert _snapshot(watched) == before
+
+
+@pytest.mark.parametrize("command", ["evaluate", "judge", "judge-rm", "export", "train"])
+def test_an_output_folder_is_never_an_input_inside_one_or_around_one(
+    command, rm_dir, lora_dir, tiny_bert_dir, length_judge_yaml, tmp_path, capsys
+):
+    """`check_output_dir(inputs=...)`: the folder a command writes is not, does not lie inside and does not contain
+    a file or folder it reads (a model or judge folder, the data, a media root)."""
+    pairs = write_jsonl(tmp_path / "pairs.jsonl", pair_rows(6))
+    media = tmp_path / "media"
+    media.mkdir()
+    (media / "keep.txt").write_text("a user's file")
+    zero_shot = ["--judge" if command == "judge" else "--model", length_judge_yaml, "--data", pairs]
+    cases = {
+        "evaluate": [
+            ([command, *zero_shot, "--media-root", media, "--output", media / "out"], "lies inside --media-root", media),
+            ([command, *zero_shot, "--output", tmp_path], "contains --data", tmp_path),
+        ],
+        "judge": [
+            ([command, *zero_shot, "--media-root", media, "--output", media], "is --media-root", media),
+            ([command, *zero_shot, "--output", tmp_path], "contains --", tmp_path),
+        ],
+        "judge-rm": [
+            (["judge", "--judge", rm_dir, "--data", pairs, "--output", rm_dir], "is --judge", rm_dir),
+            (["judge", "--judge", rm_dir, "--data", pairs, "--output", rm_dir / "out"], "lies inside --judge", rm_dir),
+        ],
+        "export": [
+            (["export", "--model", lora_dir, "--output", lora_dir / "export"], "lies inside --model", lora_dir),
+        ],
+        "train": [
+            (
+                ["train", "--config", train_recipe(tmp_path, tiny_bert_dir, pairs), "--output_dir", tiny_bert_dir / "t"],
+                "lies inside --model_name_or_path",
+                tiny_bert_dir,
+            ),
+            (["train", "--config", train_recipe(tmp_path, tiny_bert_dir, pairs), "--output_dir", tmp_path], "contains --", tmp_path),
+        ],
+    }[command]  # fmt: skip
+    for argv, phrase, watched in cases:
+        _refused(capsys, argv, phrase, watched)
+
+
+@pytest.mark.parametrize("command", ["evaluate", "judge", "judge-rm"])
+def test_an_output_folder_holds_only_this_commands_earlier_outputs(
+    command, rm_dir, length_judge_yaml, tmp_path, capsys
+):
+    """`check_output_dir(own=...)`: evaluate / judge write their folder only when it is new, empty or holds their own
+    earlier outputs, so a judge recipe's run folder (its cross-validation report.json beside the trained judge) is
+    refused, and a rerun into the command's own folder is not."""
+    pairs = write_jsonl(tmp_path / "pairs.jsonl", pair_rows(6))
+    spec = rm_dir if command == "judge-rm" else length_judge_yaml
+    name = "judge" if command.startswith("judge") else "evaluate"
+    run = tmp_path / "run"  # a trained judge's run folder: its report and the judge beside it
+    (run / "model").mkdir(parents=True)
+    (run / "model" / "judge.yaml").write_text("name: trained\n")
+    (run / "report.json").write_text('{"cross_validation": {"waf": 61.5}}\n')
+    (run / "report.md").write_text("| fold | WAF |\n")
+    argv = [name, "--judge" if name == "judge" else "--model", spec, "--data", pairs]
+    _refused(capsys, [*argv, "--output", run], "holds files this command does not write (model)", run)
+    out = tmp_path / "own"
+    if command == "evaluate":
+        run_ok(capsys, [*argv, "--output", out])
+        written = {p.name for p in out.iterdir()}
+        assert written == {"calls.jsonl", "judgements_S1.jsonl", "report.json", "report.md"}
+        run_ok(capsys, [*argv, "--output", out])  # its own earlier outputs: a rerun writes there
+        (out / "notes.txt").write_text("mine")
+        _refused(capsys, [*argv, "--output", out], "holds files this command does not write (notes.txt)", out)
+    else:
+        run_ok(capsys, [*argv, "--output", out])
+        run_ok(capsys, [*argv, "--output", out])
+        assert not {p.name for p in out.iterdir()} - {
+            "calls.jsonl",
+            "judgements_S1.jsonl",
+            "report.json",
+            "report.md",
+            "report.png",
+        }
+
+
+def test_the_default_judge_folder_is_checked_as_a_given_one(length_judge_yaml, tmp_path, capsys, monkeypatch):
+    """Without --output a zero-shot run writes `outputs/judge-<name>`: the same `check_output_dir`, before any call."""
+    monkeypatch.chdir(tmp_path)
+    pairs = write_jsonl(tmp_path / "pairs.jsonl", pair_rows(4))
+    folder = Path("outputs") / "judge-lengthjudge"
+    folder.mkdir(parents=True)
+    (folder / "notes.txt").write_text("a user's file")
+    phrase = f"the output folder {folder} holds files this command does not write (notes.txt)"
+    _refused(capsys, ["judge", "--judge", length_judge_yaml, "--data", pairs], phrase, tmp_path / folder)
+    (folder / "notes.txt").unlink()
+    run_ok(capsys, ["judge", "--judge", length_judge_yaml, "--data", pairs])
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "calls.jsonl",
+        "judgements_S1.jsonl",
+        "report.json",
+        "report.md",
+    ]
