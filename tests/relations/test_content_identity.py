@@ -417,3 +417,49 @@ def test_a_judge_recipe_resumes_only_the_same_content(tmp_path, capsys):
     report = read_json(out / "report.json")
     assert (report["folds_trained"], report["folds_reused"]) == (1, 1)
     assert "fold 1/2: finished earlier" in text and "final model: finished earlier" not in text
+
+
+def test_a_judge_recipe_counts_its_prompt_set_by_content(tmp_path, capsys):
+    """A judge learns the text of its prompt set, so the set counts by content (`run_identity.prompt_content`, the
+    file `zero_shot.prompts.prompt_file` resolves): the same prompts at another path are the same run (every fold
+    reused); the file edited in place under the same path is another run (refused, naming the prompt set); a bundled
+    set's name counts as its file's content."""
+    from test_trained_judge import SHORT_PROMPTS, build_chat_model, recipe, write_pairs
+
+    from emoreward.data import load_pairs
+    from emoreward.training.config import resolve_config
+    from emoreward.training.judge_config import JudgeTrainConfig
+    from emoreward.training.run_identity import run_identity
+    from zero_shot.prompts import prompt_file
+
+    base = build_chat_model(tmp_path / "base")
+    data = write_pairs(tmp_path)
+    path = recipe(tmp_path, base, cv_folds=2, max_steps=2, train_file=str(data))
+    out = tmp_path / "out"
+    run_ok(capsys, ["train", "--config", path])
+    report = read_json(out / "report.json")
+    assert (report["folds_trained"], report["folds_reused"]) == (2, 0)
+
+    moved = tmp_path / "elsewhere" / "prompts.yaml"  # the same questions under another path: the same run
+    moved.parent.mkdir()
+    shutil.copyfile(tmp_path / "tiny_prompts.yaml", moved)
+    text = run_ok(capsys, ["train", "--config", path, "--set", f"prompts={moved}"])
+    report = read_json(out / "report.json")
+    assert (report["folds_trained"], report["folds_reused"]) == (0, 2) and "final model: finished earlier" in text
+
+    edited = SHORT_PROMPTS.replace("{description_1}", "A) {description_1}", 1)  # another question, same path
+    assert edited != SHORT_PROMPTS
+    (tmp_path / "tiny_prompts.yaml").write_text(edited)
+    code, _, err = run_cli(capsys, ["train", "--config", path])
+    assert code == 2 and "the prompt set (" in err and "tiny_prompts.yaml: other content" in err, err
+    assert "recipe field prompts" not in err
+
+    # a registered name is its bundled file's content: the same identity as a copy of that file
+    bundled = tmp_path / "bundled.yaml"
+    shutil.copyfile(prompt_file("emoprefer_v1"), bundled)
+    pairs = load_pairs(data)
+    by_name = resolve_config(path, config_class=JudgeTrainConfig, overrides={"prompts": "emoprefer_v1"})
+    by_file = resolve_config(path, config_class=JudgeTrainConfig, overrides={"prompts": str(bundled)})
+    assert run_identity(by_name, pairs)["fingerprint"] == run_identity(by_file, pairs)["fingerprint"]
+    bundled.write_text(bundled.read_text() + "\n# edited\n")
+    assert run_identity(by_name, pairs)["fingerprint"] != run_identity(by_file, pairs)["fingerprint"]
