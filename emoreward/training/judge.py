@@ -199,33 +199,7 @@ def check_judge_media(config: JudgeTrainConfig, pairs: list[PreferencePair]) -> 
     Raises:
         MediaError: a sample lacks the media the family reads, or a file is missing or empty (names the sample and
             the file)."""
-    judge_media_files(config, pairs)
-
-
-def judge_media_files(config: JudgeTrainConfig, pairs: list[PreferencePair]) -> list[tuple[str | None, str | None]]:
-    """The files a multimodal judge recipe reads of each pair, `[(video file or None, audio file or None), ...]` in
-    pair order (`zero_shot.strategies.resolve_media`, then `zero_shot.media.plan_media` with the files checked):
-    what `check_judge_media` checks and the run identity hashes. Empty for a text judge.
-
-    Raises:
-        MediaError: a sample lacks the media the family reads, or a file is missing or empty."""
-    if config.family is None:
-        return []
-    from zero_shot.backends.multimodal import check_family
-    from zero_shot.media import plan_media
-    from zero_shot.strategies import resolve_media
-
-    spec = check_family(config.family, config.use_audio_in_video)
-    files: list[tuple[str | None, str | None]] = []
-    for pair in pairs:
-        media = resolve_media(pair, config.media_root)
-        if media is None:
-            files.append((None, None))
-            continue
-        plan = plan_media(media, sees_video=spec.sees_video, hears_audio=spec.hears_audio,
-                          use_audio_in_video=config.use_audio_in_video)  # fmt: skip
-        files.append((plan.video, plan.audio))
-    return files
+    config.media_files(pairs)
 
 
 class MediaVerdictCollator:
@@ -586,7 +560,6 @@ __all__ = [
     "check_judge_media",
     "evaluate_trained_judge",
     "fit_judge",
-    "judge_media_files",
     "judge_request",
     "media_verdict_examples",
     "preference_examples",

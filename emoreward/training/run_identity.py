@@ -149,43 +149,17 @@ def prompt_content(config) -> dict | None:
 def media_content(config, pairs: Sequence[PreferencePair]) -> dict | None:
     """Every media file the pairs read, by content: `{"root": media_root, "files": count, "content": digest}` of
     each pair's (video, audio) file fingerprints in pair order (None for a file not read or unreadable), the files
-    as the recipe's own resolver finds them (a judge: `judge_media_files`; a reward model:
-    `emoreward.data.media.resolve_paths` under its backbone's senses). None for a recipe that reads no media. Each
-    file is hashed again only when its size or times changed (`current_fingerprint`)."""
+    as the recipe's own resolver finds them (`config.media_files`: a judge's `resolve_media` and `plan_media`; a
+    reward model's `emoreward.data.media.resolve_paths` under its backbone's senses). None for a recipe that reads no
+    media. Each file is hashed again only when its size or times changed (`current_fingerprint`)."""
     from emoreward.utils.cache_key import current_fingerprint
 
-    files = _media_files(config, pairs)
+    files = config.media_files(list(pairs))  # the recipe's own resolver
     if files is None:
         return None
     prints = [[None if f is None else current_fingerprint(f) for f in pair_files] for pair_files in files]
     count = len({f for pair_files in files for f in pair_files if f is not None})
     return {"root": getattr(config, "media_root", None), "files": count, "content": _digest(prints)}
-
-
-def _media_files(config, pairs: Sequence[PreferencePair]) -> list | None:
-    from emoreward.training.judge_config import JudgeTrainConfig
-
-    if isinstance(config, JudgeTrainConfig):
-        if config.family is None:
-            return None
-        from emoreward.training.judge import judge_media_files
-
-        return judge_media_files(config, list(pairs))
-    spec = config.backbone_spec
-    if spec.kind != "media" or not (spec.sees_video or spec.hears_audio):
-        return None
-    from emoreward.data.media import MediaError, resolve_paths
-
-    options, files = config.media_options(), []
-    for p in pairs:
-        try:
-            video, audio = resolve_paths(
-                p.sample_id, p.media, options, need_video=spec.sees_video, need_audio=spec.hears_audio
-            )
-        except MediaError:  # skipped or refused by the run itself (`media_errors`)
-            video = audio = None
-        files.append((video and str(video), audio and str(audio)))
-    return files
 
 
 def _labels(pairs: Sequence[PreferencePair]) -> list:

@@ -8,7 +8,8 @@ Owners: `emoreward.utils.cache_key` (`cache_key`, `content_fingerprint`, `source
 the vLLM served name, a model kept loaded for a path and run identity), `emoreward.models.precision`
 (`precision_identity`: the dtype and the CPU kind of every cache key), `emoreward.ranking.score_cache` (scores by
 content key), `zero_shot.cache` (calls keyed by their input), `emoreward.training.run_identity` (data, labels,
-backbone content and recipe of a run).
+backbone content and recipe of a run; a judge's prompt set and the media files by content: the media relations are in
+tests/multimodal, beside their tiny models).
 """
 
 from __future__ import annotations
