@@ -129,13 +129,12 @@ class PromptSet:
 _DROP = "\x00drop-line\x00"
 
 
-def load_prompts(name_or_path: str | Path) -> PromptSet:
-    """Load a prompt set by file path or by name (`emoprefer_v1` -> `configs/prompts/emoprefer_v1.yaml`).
+def prompt_file(name_or_path: str | Path) -> Path:
+    """The file of a prompt set, the one place a set is resolved: a path as given, a name (no suffix) as its bundled
+    file (`emoprefer_v1` -> `configs/prompts/emoprefer_v1.yaml`). Run identities hash this file's content.
 
     Raises:
-        ValueError: unknown name (lists the available sets), a missing template, or a placeholder a template
-            may not use.
-    """
+        ValueError: unknown name (lists the available sets). FileNotFoundError: no file at the path."""
     path = Path(name_or_path)
     if not path.suffix:
         path = PROMPT_DIR / f"{name_or_path}.yaml"
@@ -144,6 +143,17 @@ def load_prompts(name_or_path: str | Path) -> PromptSet:
             raise ValueError(f"unknown prompt set {name_or_path!r}; available: {available}")
     if not path.exists():
         raise FileNotFoundError(f"prompt file not found: {path}")
+    return path
+
+
+def load_prompts(name_or_path: str | Path) -> PromptSet:
+    """Load a prompt set by file path or by name (`prompt_file`).
+
+    Raises:
+        ValueError: unknown name (lists the available sets), a missing template, or a placeholder a template
+            may not use.
+    """
+    path = prompt_file(name_or_path)
     raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: expected a mapping of templates")

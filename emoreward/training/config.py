@@ -290,6 +290,27 @@ class EmoRewardConfig(RewardConfig):
                 f"set max_length: {positions} or less"
             )
 
+    def media_files(self, pairs) -> list[tuple[str | None, str | None]] | None:
+        """The files this recipe reads of each pair, `[(video file or None, audio file or None), ...]` in pair order,
+        as `emoreward.data.media.resolve_paths` finds them under the backbone's senses (None for a file the pair
+        lacks or that is missing or empty: the run skips or refuses it by `media_errors`). None for a recipe that
+        reads no media; the run identity hashes these files."""
+        spec = self.backbone_spec
+        if spec.kind != "media" or not (spec.sees_video or spec.hears_audio):
+            return None
+        from emoreward.data.media import MediaError, resolve_paths
+
+        options, files = self.media_options(), []
+        for p in pairs:
+            try:
+                video, audio = resolve_paths(
+                    p.sample_id, p.media, options, need_video=spec.sees_video, need_audio=spec.hears_audio
+                )
+            except MediaError:
+                video = audio = None
+            files.append((None if video is None else str(video), None if audio is None else str(audio)))
+        return files
+
     def media_options(self):
         """The `emoreward.data.media.MediaOptions` of a multimodal recipe."""
         from emoreward.data.media import MediaOptions

@@ -267,18 +267,7 @@ def check_judge_media(config: JudgeTrainConfig, pairs: list[PreferencePair]) -> 
     Raises:
         MediaError: a sample lacks the media the family reads, or a file is missing or empty (names the sample and
             the file)."""
-    if config.family is None:
-        return
-    from zero_shot.backends.multimodal import check_family
-    from zero_shot.media import plan_media
-    from zero_shot.strategies import resolve_media
-
-    spec = check_family(config.family, config.use_audio_in_video)
-    for pair in pairs:
-        media = resolve_media(pair, config.media_root)
-        if media is not None:
-            plan_media(media, sees_video=spec.sees_video, hears_audio=spec.hears_audio,
-                       use_audio_in_video=config.use_audio_in_video)  # fmt: skip
+    config.media_files(pairs)
 
 
 class MediaVerdictCollator:

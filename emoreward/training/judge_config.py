@@ -109,6 +109,31 @@ class JudgeTrainConfig(SFTConfig):
     def kind(self) -> str:
         return "judge"
 
+    def media_files(self, pairs) -> list[tuple[str | None, str | None]] | None:
+        """The files this recipe reads of each pair, `[(video file or None, audio file or None), ...]` in pair order
+        (`zero_shot.strategies.resolve_media`, then `zero_shot.media.plan_media` with the files checked): what
+        `check_judge_media` checks and the run identity hashes. None for a text judge (it reads no media).
+
+        Raises:
+            MediaError: a sample lacks the media the family reads, or a file is missing or empty."""
+        if self.family is None:
+            return None
+        from zero_shot.backends.multimodal import check_family
+        from zero_shot.media import plan_media
+        from zero_shot.strategies import resolve_media
+
+        spec = check_family(self.family, self.use_audio_in_video)
+        files: list[tuple[str | None, str | None]] = []
+        for pair in pairs:
+            media = resolve_media(pair, self.media_root)
+            if media is None:
+                files.append((None, None))
+                continue
+            plan = plan_media(media, sees_video=spec.sees_video, hears_audio=spec.hears_audio,
+                              use_audio_in_video=self.use_audio_in_video)  # fmt: skip
+            files.append((plan.video, plan.audio))
+        return files
+
 
 def is_judge_recipe(path: str | Path) -> bool:
     """Whether a recipe YAML is a judge recipe (top-level ``recipe: judge``)."""

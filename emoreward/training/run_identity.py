@@ -77,11 +77,14 @@ def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> di
     and margin, in content order), `labels` (SHA-256 of the labels in that order; with per-annotator labels, each
     pair's annotators' labels and the aggregation rule too), `backbone` (a local backbone's content), `recipe`
     (`public_config` values of the result-changing fields that apply under its settings: `inapplicable_fields`) and
-    `execution` (`execution_parameters`: the process count).
+    `execution` (`execution_parameters`: the process count). Files named by path count by content, not path: the
+    controlled negatives (`negatives`), a judge's prompt set (`prompts`, `prompt_content`) and every media file the
+    pairs read (`media`, `media_content`).
 
     Returns:
-        `{"data", "labels", "n_pairs", "train_file", "backbone", "recipe", "execution", "fingerprint"}`;
-        `fingerprint` digests data, labels, backbone, recipe and execution (not paths whose content is in it)."""
+        `{"data", "labels", "n_pairs", "train_file", "backbone", "recipe", "execution", "fingerprint"}`, plus
+        `negatives`, `prompts`, `media` where the recipe reads them; `fingerprint` digests data, labels, backbone,
+        recipe, execution and those contents (not paths whose content is in it)."""
     from emoreward.models.loading import source_identity
     from emoreward.training.applicability import inapplicable_fields
     from emoreward.training.config import public_config  # the recipe class and its masking of secrets
@@ -93,11 +96,14 @@ def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> di
     )
     # a field that does not apply under the recipe's settings (`lora_r` without LoRA) changes nothing it computes
     unused = set(inapplicable_fields(config))
-    recipe = {k: v for k, v in public_config(config).items() if k not in NOT_RESULT_FIELDS | by_content | unused}
-    recipe = json.loads(json.dumps(recipe, sort_keys=True, default=str))  # as it reads back from the JSON file
     from emoreward.data.pairs import canonical_pairs
 
     pairs = canonical_pairs(pairs)  # the identity of the pairs, not of their order in a file
+    prompts = prompt_content(config)
+    media = media_content(config, pairs) if "media_root" not in unused else None
+    by_content |= ({"prompts"} if prompts else set()) | ({"media_root"} if media else set())
+    recipe = {k: v for k, v in public_config(config).items() if k not in NOT_RESULT_FIELDS | by_content | unused}
+    recipe = json.loads(json.dumps(recipe, sort_keys=True, default=str))  # as it reads back from the JSON file
     data = [
         (p.sample_id, p.description_1, p.description_2, p.model_1, p.model_2, p.media.video, p.media.audio,
          p.media.subtitle, p.margin)
@@ -118,8 +124,42 @@ def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> di
         with open(negatives_file, "rb") as fh:
             identity["negatives"] = hashlib.file_digest(fh, "sha256").hexdigest()
         parts.append(identity["negatives"])
+    for key, content in (("prompts", prompts), ("media", media)):
+        if content:
+            identity[key] = content
+            parts.append([key, content["content"]])
     identity["fingerprint"] = _digest(parts)
     return identity
+
+
+def prompt_content(config) -> dict | None:
+    """A judge recipe's prompt set by content: `{"source": its file, "content": fingerprint}` of the file that
+    `zero_shot.prompts.prompt_file` resolves (a bundled set's name included, so a set edited in place counts as
+    another); None for a recipe without prompts."""
+    name = getattr(config, "prompts", None)
+    if not name:
+        return None
+    from emoreward.utils.cache_key import current_fingerprint
+    from zero_shot.prompts import prompt_file
+
+    path = prompt_file(name)
+    return {"source": str(path), "content": current_fingerprint(path)}
+
+
+def media_content(config, pairs: Sequence[PreferencePair]) -> dict | None:
+    """Every media file the pairs read, by content: `{"root": media_root, "files": count, "content": digest}` of
+    each pair's (video, audio) file fingerprints in pair order (None for a file not read or unreadable), the files
+    as the recipe's own resolver finds them (`config.media_files`: a judge's `resolve_media` and `plan_media`; a
+    reward model's `emoreward.data.media.resolve_paths` under its backbone's senses). None for a recipe that reads no
+    media. Each file is hashed again only when its size or times changed (`current_fingerprint`)."""
+    from emoreward.utils.cache_key import current_fingerprint
+
+    files = config.media_files(list(pairs))  # the recipe's own resolver
+    if files is None:
+        return None
+    prints = [[None if f is None else current_fingerprint(f) for f in pair_files] for pair_files in files]
+    count = len({f for pair_files in files for f in pair_files if f is not None})
+    return {"root": getattr(config, "media_root", None), "files": count, "content": _digest(prints)}
 
 
 def _labels(pairs: Sequence[PreferencePair]) -> list:
@@ -143,6 +183,13 @@ def identity_differences(saved: dict, current: dict) -> list[str]:
         )
     if saved.get("data") == current["data"] and saved.get("labels") != current["labels"]:
         out.append("the labels (the same pairs with other preference labels)")
+    for key, what in (("prompts", "the prompt set"), ("media", "the media files the pairs read")):
+        old, new = saved.get(key) or {}, current.get(key) or {}
+        if old.get("content") != new.get("content"):
+            where = new.get("source") or new.get("root") or old.get("source") or old.get("root")
+            out.append(f"{what} ({where}: other content)" if where else f"{what} (other content)")
+    if saved.get("negatives") != current.get("negatives"):
+        out.append("the controlled negatives file (other content)")
     if saved.get("backbone") != current.get("backbone"):
         out.append(
             f"the backbone's weights ({current['recipe'].get('model_name_or_path')}: other content under that name)"
@@ -256,6 +303,8 @@ __all__ = [
     "check_resumable",
     "execution_parameters",
     "identity_differences",
+    "media_content",
+    "prompt_content",
     "recorded_fit_plan",
     "run_identity",
     "work_fingerprint",

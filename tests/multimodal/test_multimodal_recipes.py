@@ -171,3 +171,33 @@ def test_prefix_sharing_equals_naive_with_1000_media_tokens(tmp_path):
     np.testing.assert_allclose(shared, naive, atol=1e-4)
     np.testing.assert_array_equal(shared, model.score_info(descriptions, RewardContext(None, decoded=media)).rewards)
     assert np.ptp(shared) > 0  # the descriptions are told apart
+
+
+def test_a_media_recipe_counts_its_media_by_content(tiny_backbone_dir, tmp_path, capsys):
+    """Relation (content identity, `run_identity.media_content`): a scalar multimodal recipe's clips count by content,
+    as `resolve_paths` finds them under its backbone's senses. The media folder copied elsewhere (`media_root`
+    changed, same clips) is the same run (the final model reused); one clip's content replaced under its own name is
+    another run, refused naming the media, not a path field."""
+    import shutil
+
+    from emoreward.cli import main
+
+    out, pairs = train_tiny(tmp_path, tiny_backbone_dir, "--set", "num_train_epochs=1", n=4)
+    capsys.readouterr()
+    argv = ["train", "--config", str(TINY_RECIPE), "--output-dir", str(out), "--set", "num_train_epochs=1"]
+    argv += [
+        "--set",
+        f"model_name_or_path={tiny_backbone_dir('qwen2.5-omni-thinker')}",
+        "--set",
+        f"train_file={pairs}",
+    ]
+    copy = tmp_path / "media-copy"
+    shutil.copytree(tmp_path / "media", copy)
+    assert main([*argv, "--set", f"media_root={copy}"]) == 0
+    assert "final model: finished earlier, reusing" in capsys.readouterr().out
+
+    shutil.copyfile(tmp_path / "media" / "video" / "c1.mp4", tmp_path / "media" / "video" / "c0.mp4")
+    assert main([*argv, "--set", f"media_root={tmp_path / 'media'}"]) == 2
+    err = capsys.readouterr().err
+    assert f"the media files the pairs read ({tmp_path / 'media'}: other content)" in err, err
+    assert "recipe field media_root" not in err

@@ -414,3 +414,28 @@ def test_gpu_check_worker_reports_its_figures_on_a_cpu(tmp_path):
     )
     assert figures["probabilities_finite"] and figures["invalid"] == 0 and figures["save_load_equal"]
     assert len(figures["losses"]["sft"]) == 2 and len(figures["losses"]["dpo"]) == 2
+
+
+def test_a_judge_recipe_counts_its_media_by_content(tmp_path, capsys):
+    """Relation (content identity, `run_identity.media_content`): the clips a multimodal judge learns from count by
+    content, not by path. The media folder copied elsewhere (`media_root` changed, same clips) is the same run (the
+    final judge reused); one clip's content replaced under its own name is another run, refused naming the media."""
+    import shutil
+
+    from emoreward.cli.main import main
+
+    config = media_recipe(tmp_path, "qwen2.5-omni-thinker", num_train_epochs=1)
+    recipe_file = str(tmp_path / "judge.yaml")
+    assert main(["train", "--config", recipe_file]) == 0
+    capsys.readouterr()
+    copy = tmp_path / "media-copy"
+    shutil.copytree(config.media_root, copy)
+    assert main(["train", "--config", recipe_file, "--set", f"media_root={copy}"]) == 0
+    assert "final model: finished earlier, reusing" in capsys.readouterr().out
+
+    clips = sorted((Path(config.media_root) / "video").glob("*.mp4"))
+    shutil.copyfile(clips[1], clips[0])  # c0.mp4 now holds c1's frames and sound
+    assert main(["train", "--config", recipe_file]) == 2
+    err = capsys.readouterr().err
+    assert f"the media files the pairs read ({config.media_root}: other content)" in err, err
+    assert "recipe field media_root" not in err

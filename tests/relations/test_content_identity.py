@@ -8,7 +8,8 @@ Owners: `emoreward.utils.cache_key` (`cache_key`, `content_fingerprint`, `source
 the vLLM served name, a model kept loaded for a path and run identity), `emoreward.models.precision`
 (`precision_identity`: the dtype and the CPU kind of every cache key), `emoreward.ranking.score_cache` (scores by
 content key), `zero_shot.cache` (calls keyed by their input), `emoreward.training.run_identity` (data, labels,
-backbone content and recipe of a run).
+backbone content and recipe of a run; a judge's prompt set and the media files by content: the media relations are in
+tests/multimodal, beside their tiny models).
 """
 
 from __future__ import annotations
@@ -365,6 +366,9 @@ VARIED = {
     "wandb_log_model": True,
 }
 NOT_RESULT = {"wandb_project", "wandb_log_model"}
+# a folder counted by the content of the files read from it (`run_identity.media_content`): another folder holding no
+# file the pairs read (as "media" here) is the same run; the media relations (tests/multimodal) vary the content
+BY_CONTENT = {"media_root"}
 
 
 def _recipes(tmp_path):
@@ -404,7 +408,7 @@ def test_the_run_identity_holds_the_recipe_fields_that_apply(tmp_path, monkeypat
         for name in type(applies).FIELD_APPLIES.fields:
             base = run_identity(applies, pairs)["fingerprint"]
             changed = run_identity(with_fields(applies, **{name: VARIED[name]}), pairs)["fingerprint"]
-            assert (changed == base) is (name in NOT_RESULT), name
+            assert (changed == base) is (name in NOT_RESULT | BY_CONTENT), name
             base = run_identity(unused, pairs)["fingerprint"]
             assert run_identity(with_fields(unused, **{name: VARIED[name]}), pairs)["fingerprint"] == base, name
 
@@ -468,3 +472,49 @@ def test_a_judge_recipe_resumes_only_the_same_content(tmp_path, capsys):
     report = read_json(out / "report.json")
     assert (report["folds_trained"], report["folds_reused"]) == (1, 1)
     assert "fold 1/2: finished earlier" in text and "final model: finished earlier" not in text
+
+
+def test_a_judge_recipe_counts_its_prompt_set_by_content(tmp_path, capsys):
+    """A judge learns the text of its prompt set, so the set counts by content (`run_identity.prompt_content`, the
+    file `zero_shot.prompts.prompt_file` resolves): the same prompts at another path are the same run (every fold
+    reused); the file edited in place under the same path is another run (refused, naming the prompt set); a bundled
+    set's name counts as its file's content."""
+    from test_trained_judge import SHORT_PROMPTS, build_chat_model, recipe, write_pairs
+
+    from emoreward.data import load_pairs
+    from emoreward.training.config import resolve_config
+    from emoreward.training.judge_config import JudgeTrainConfig
+    from emoreward.training.run_identity import run_identity
+    from zero_shot.prompts import prompt_file
+
+    base = build_chat_model(tmp_path / "base")
+    data = write_pairs(tmp_path)
+    path = recipe(tmp_path, base, cv_folds=2, max_steps=2, train_file=str(data))
+    out = tmp_path / "out"
+    run_ok(capsys, ["train", "--config", path])
+    report = read_json(out / "report.json")
+    assert (report["folds_trained"], report["folds_reused"]) == (2, 0)
+
+    moved = tmp_path / "elsewhere" / "prompts.yaml"  # the same questions under another path: the same run
+    moved.parent.mkdir()
+    shutil.copyfile(tmp_path / "tiny_prompts.yaml", moved)
+    text = run_ok(capsys, ["train", "--config", path, "--set", f"prompts={moved}"])
+    report = read_json(out / "report.json")
+    assert (report["folds_trained"], report["folds_reused"]) == (0, 2) and "final model: finished earlier" in text
+
+    edited = SHORT_PROMPTS.replace("{description_1}", "A) {description_1}", 1)  # another question, same path
+    assert edited != SHORT_PROMPTS
+    (tmp_path / "tiny_prompts.yaml").write_text(edited)
+    code, _, err = run_cli(capsys, ["train", "--config", path])
+    assert code == 2 and "the prompt set (" in err and "tiny_prompts.yaml: other content" in err, err
+    assert "recipe field prompts" not in err
+
+    # a registered name is its bundled file's content: the same identity as a copy of that file
+    bundled = tmp_path / "bundled.yaml"
+    shutil.copyfile(prompt_file("emoprefer_v1"), bundled)
+    pairs = load_pairs(data)
+    by_name = resolve_config(path, config_class=JudgeTrainConfig, overrides={"prompts": "emoprefer_v1"})
+    by_file = resolve_config(path, config_class=JudgeTrainConfig, overrides={"prompts": str(bundled)})
+    assert run_identity(by_name, pairs)["fingerprint"] == run_identity(by_file, pairs)["fingerprint"]
+    bundled.write_text(bundled.read_text() + "\n# edited\n")
+    assert run_identity(by_name, pairs)["fingerprint"] != run_identity(by_file, pairs)["fingerprint"]
