@@ -152,16 +152,16 @@ def test_main_job_report_and_evaluate_cli(tiny_bert_dir, tmp_path, capsys, caplo
     # exporting into the model's own directory is refused before anything is written
     before = sorted(p.name for p in model_dir.iterdir())
     assert main(["export", "--model", str(model_dir), "--output", str(model_dir)]) == 2
-    assert "would overwrite it" in capsys.readouterr().err
+    assert "which this command reads: writing there would change an input" in capsys.readouterr().err
     assert sorted(p.name for p in model_dir.iterdir()) == before
     # ... and so is a folder holding anything but an earlier export (a user's files, the run folder), untouched
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "README.md").write_text("mine")
-    for target in (mine, tmp_path / "out"):
+    for target, why in ((mine, "is not empty and holds no earlier export"), (tmp_path / "out", "contains --model")):
         listing = sorted(p.name for p in target.iterdir())
         assert main(["export", "--model", str(model_dir), "--output", str(target)]) == 2
-        assert "is not empty and holds no earlier export" in capsys.readouterr().err
+        assert why in capsys.readouterr().err
         assert sorted(p.name for p in target.iterdir()) == listing
     assert (mine / "README.md").read_text() == "mine"
     # an export carries the training pairs: evaluating it on them is still flagged in-sample; exporting again into
