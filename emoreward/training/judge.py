@@ -30,10 +30,32 @@ PROMPTS_FILE = "prompts.yaml"  # the prompt set it was trained with, beside it
 WRONG = {"1": ("2",), "2": ("1",), "tie": ("1", "2")}  # DPO: the verdicts a label's right one is preferred to
 
 
+def training_orders(
+    pairs: list[PreferencePair], *, ties: str = "train"
+) -> tuple[list[tuple[PreferencePair, str]], int]:
+    """What a judge trains on: each labelled pair in both orders (``(pair, "as given")``, ``(swapped, "swapped")``),
+    so position carries no signal; gold ties left out with ``ties="drop"``.
+
+    Returns:
+        (the ordered pairs, number of gold ties dropped).
+
+    Raises:
+        ValueError: an unlabelled pair (names its row)."""
+    orders, dropped = [], 0
+    for pair in pairs:
+        if pair.label is None:
+            raise ValueError(f"row {pair.row}: pair {pair.sample_id!r} has no label; a judge trains on labelled pairs")
+        if pair.label == "tie" and ties == "drop":
+            dropped += 1
+            continue
+        orders += [(pair, "as given"), (pair.swapped(), "swapped")]
+    return orders, dropped
+
+
 def verdict_examples(
     pairs: list[PreferencePair], prompts: Any, tokenizer: Any, *, ties: str = "train"
 ) -> tuple[list[dict[str, str]], int]:
-    """SFT rows ``{"prompt", "completion"}``: each labelled pair in both orders, the prompt the chat text the judge
+    """SFT rows ``{"prompt", "completion"}``: each pair of `training_orders`, the prompt the chat text the judge
     reads up to its answer (`zero_shot.backends.transformers_text.chat_prompt_text` + the prompt set's answer
     prefix), the completion the verdict label as logit scoring reads it (`answer_separator` + label).
 
@@ -42,29 +64,22 @@ def verdict_examples(
 
     Raises:
         ValueError: an unlabelled pair (names its row)."""
-    rows, dropped = [], 0
-    for pair in pairs:
-        if pair.label is None:
-            raise ValueError(f"row {pair.row}: pair {pair.sample_id!r} has no label; a judge trains on labelled pairs")
-        if pair.label == "tie" and ties == "drop":
-            dropped += 1
-            continue
-        for ordered in (pair, pair.swapped()):
-            prompt, sep = judge_prompt(ordered, prompts, tokenizer)
-            rows.append({"prompt": prompt, "completion": sep + ordered.label})  # "1" / "2" / "tie": the parser's
+    orders, dropped = training_orders(pairs, ties=ties)
+    rows = []
+    for ordered, _ in orders:
+        prompt, sep = judge_prompt(ordered, prompts, tokenizer)
+        rows.append({"prompt": prompt, "completion": sep + ordered.label})  # "1" / "2" / "tie": the parser's
     return rows, dropped
 
 
 def preference_examples(pairs: list[PreferencePair], prompts: Any, tokenizer: Any, *, ties: str = "train") -> list:
-    """DPO rows ``{"prompt", "chosen", "rejected"}``: the right verdict against each wrong one, both orders."""
+    """DPO rows ``{"prompt", "chosen", "rejected"}``: for each pair of `training_orders`, the right verdict against
+    each wrong one."""
     rows = []
-    for pair in pairs:
-        if pair.label is None or (pair.label == "tie" and ties == "drop"):
-            continue
-        for ordered in (pair, pair.swapped()):
-            prompt, sep = judge_prompt(ordered, prompts, tokenizer)
-            for wrong in WRONG[ordered.label]:
-                rows.append({"prompt": prompt, "chosen": sep + ordered.label, "rejected": sep + wrong})
+    for ordered, _ in training_orders(pairs, ties=ties)[0]:
+        prompt, sep = judge_prompt(ordered, prompts, tokenizer)
+        for wrong in WRONG[ordered.label]:
+            rows.append({"prompt": prompt, "chosen": sep + ordered.label, "rejected": sep + wrong})
     return rows
 
 
@@ -154,14 +169,11 @@ def check_text_verdict_lengths(
     if max_length is None:
         return
     eos = tokenizer.eos_token or ""
-    for pair in pairs:
-        if pair.label is None or (pair.label == "tie" and ties == "drop"):
-            continue  # unlabelled: refused by verdict_examples, naming its row
-        for ordered, order in ((pair, "as given"), (pair.swapped(), "swapped")):
-            prompt, sep = judge_prompt(ordered, prompts, tokenizer)
-            labels = (ordered.label, *(WRONG[ordered.label] if dpo else ()))
-            length = max(len(tokenizer(prompt + sep + label + eos)["input_ids"]) for label in labels)
-            check_verdict_length(length, max_length, pair.sample_id, order, "raise max_length or shorten the prompt")
+    for ordered, order in training_orders(pairs, ties=ties)[0]:
+        prompt, sep = judge_prompt(ordered, prompts, tokenizer)
+        labels = (ordered.label, *(WRONG[ordered.label] if dpo else ()))
+        length = max(len(tokenizer(prompt + sep + label + eos)["input_ids"]) for label in labels)
+        check_verdict_length(length, max_length, ordered.sample_id, order, "raise max_length or shorten the prompt")
 
 
 def check_judge_lengths(config: JudgeTrainConfig, pairs: list[PreferencePair]) -> None:
@@ -246,17 +258,12 @@ def media_verdict_examples(
 
     Raises:
         ValueError: an unlabelled pair (names its row)."""
-    sft, dpo, dropped = [], [], 0
-    for pair in pairs:
-        if pair.label is None:
-            raise ValueError(f"row {pair.row}: pair {pair.sample_id!r} has no label; a judge trains on labelled pairs")
-        if pair.label == "tie" and ties == "drop":
-            dropped += 1
-            continue
-        for ordered in (pair, pair.swapped()):
-            request = judge_request(ordered, prompts, backend, media_root)
-            sft.append((request, ordered.label))
-            dpo += [(request, ordered.label, wrong) for wrong in WRONG[ordered.label]]
+    orders, dropped = training_orders(pairs, ties=ties)
+    sft, dpo = [], []
+    for ordered, _ in orders:
+        request = judge_request(ordered, prompts, backend, media_root)
+        sft.append((request, ordered.label))
+        dpo += [(request, ordered.label, wrong) for wrong in WRONG[ordered.label]]
     return sft, dpo, dropped
 
 
@@ -641,5 +648,6 @@ __all__ = [
     "preference_examples",
     "run_judge_training",
     "save_judge",
+    "training_orders",
     "verdict_examples",
 ]
