@@ -131,6 +131,25 @@ def load_judge(spec: str | Path, **options: Any) -> Judge:
     return zero_shot.load_judge(path if path.exists() else str(spec), **options)
 
 
+def reads_media(spec: str | Path) -> bool | None:
+    """Whether the judge `spec` names reads media files (where `--media-root` can apply), known before it loads: a
+    reward model by its folder's settings `kind` (`"text"` reads none), a zero-shot or trained generative judge by
+    what its MLLM takes (`zero_shot.config.backend_modalities`). None where it cannot be told from files (a Hub id,
+    a folder without emoreward settings).
+
+    Raises:
+        as `load_judge` for a judge definition that cannot be read."""
+    from emoreward.models.base import SETTINGS_FILE, load_settings
+
+    path = Path(spec).expanduser()
+    if judge_kind(spec) == "reward-model":
+        return load_settings(path).kind != "text" if (path / SETTINGS_FILE).is_file() else None
+    from zero_shot.config import backend_modalities, load_judge_config
+
+    config = load_judge_config(path / TRAINED_JUDGE_FILE if path.is_dir() else spec)
+    return backend_modalities(config.mllm) != {"text"}
+
+
 def judge_identity(spec: str | Path) -> str:
     """What a judge is, for telling committee members apart: a model folder or judge file by its content
     (`emoreward.models.loading.source_identity`: a copy elsewhere is the same judge), a registered judge by its
@@ -278,4 +297,5 @@ __all__ = [
     "load_judge",
     "open_annotator",
     "open_committee",
+    "reads_media",
 ]

@@ -151,3 +151,20 @@ def test_annotator_labels_are_part_of_the_identity(tiny_bert_dir, tmp_path):
     # pairs without annotators keep the identity of earlier versions: their labels alone
     plain = [replace(p, annotations=()) for p in pairs]
     assert run_identity(config, plain)["labels"] != base["labels"]
+
+
+def test_backbone_replaced_in_place_is_named_by_its_path(tiny_bert_dir, tmp_path):
+    # a local backbone's path leaves the recipe (its content is the identity): the message still names it
+    from safetensors.torch import load_file, save_file
+
+    backbone = Path(shutil.copytree(tiny_bert_dir, tmp_path / "backbone"))
+    recipe = tiny_recipe(tmp_path, backbone)
+    config, pairs = load_config(recipe), load_pairs(tmp_path / "train.csv")
+    before = run_identity(config, pairs)
+    assert "model_name_or_path" not in before["recipe"]
+    weights = next(backbone.glob("*.safetensors"))
+    save_file({k: v * 1.5 for k, v in load_file(weights).items()}, weights)
+    after = run_identity(config, pairs)
+    assert identity_differences(before, after) == [
+        f"the backbone's weights ({backbone}: other content under that name)"
+    ]

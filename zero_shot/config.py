@@ -462,6 +462,19 @@ def backend_precision(cfg: ModelConfig) -> dict | None:
     return None
 
 
+def backend_modalities(cfg: ModelConfig) -> frozenset[str]:
+    """What the model of `cfg` takes, known before it is built: `{"text"}` plus `"video"` / `"audio"` (an `openai`
+    backend: its `modalities`; `transformers-mllm`: its family's senses, `family_modalities`); `{"text"}` for a
+    backend that reads no media."""
+    if cfg.backend == "openai":
+        return frozenset({"text", *cfg.modalities})
+    if cfg.backend == "transformers-mllm":
+        from zero_shot.backends.multimodal import family_modalities
+
+        return family_modalities(cfg.family, cfg.use_audio_in_video)
+    return frozenset({"text"})
+
+
 class LazyBackend:
     """A backend that is built on the first `generate` call, so that calls the cache answers load no model.
 
@@ -483,20 +496,18 @@ class LazyBackend:
         self._factory = factory or build_backend
         self._backend: Backend | None = None
         self.identity = backend_identity(cfg)
+        self.modalities = backend_modalities(cfg)
         if cfg.backend == "openai":
             from zero_shot.backends.openai_compat import openai_media_kind
 
             self.concurrency = cfg.concurrency
-            self.modalities = frozenset({"text", *cfg.modalities})
             if self.modalities != {"text"}:
                 self.media_kind = partial(openai_media_kind, self.modalities, cfg.use_audio_in_video)
         else:
             self.batch_size = cfg.batch_size
-            self.modalities = frozenset({"text"})
         if cfg.backend == "transformers-mllm":
-            from zero_shot.backends.multimodal import family_modalities, select_media_kind
+            from zero_shot.backends.multimodal import select_media_kind
 
-            self.modalities = family_modalities(cfg.family, cfg.use_audio_in_video)
             self.media_kind = partial(select_media_kind, cfg.family, cfg.use_audio_in_video)
 
     @cached_property

@@ -145,7 +145,8 @@ ZERO_SHOT_ONLY = {"strategy": ["S1"], "runs": 2, "no_swap": False, "references":
 
 # every option of `evaluate` and of `judge` -> when it applies (`check_applicable`, before any work)
 APPLIES: dict[str, str] = {
-    **dict.fromkeys(["model", "judge", "data", "output", "two_class_ties", "media_root", "no_progress", "list"], ALWAYS),
+    **dict.fromkeys(["model", "judge", "data", "output", "two_class_ties", "no_progress", "list"], ALWAYS),
+    "media_root": "media",  # a judge that reads media files (`emoreward.judges.reads_media`)
     **dict.fromkeys(["controlled_negatives", "no_controlled_negatives"], ALWAYS),  # both kinds of judge
     **dict.fromkeys(["batch_size", "dtype", "vllm_url", "engine_timeout"], "reward-model"),
     **dict.fromkeys(ZERO_SHOT_ONLY, "zero-shot"),
@@ -153,12 +154,16 @@ APPLIES: dict[str, str] = {
 
 
 def _check_applicable(args: argparse.Namespace, spec: str, kind: str) -> None:
+    from emoreward.judges import reads_media
+
+    media = not args.media_root or reads_media(spec) is not False  # only asked when --media-root is given
     check_applicable(
         args,
         APPLIES,
         {
             "reward-model": (kind == "reward-model", f"{{options}} {{verb}} to reward models; {spec} is a zero-shot judge"),
             "zero-shot": (kind != "reward-model", f"{spec} is a reward model; {{options}} {{verb}} to zero-shot judges only"),
+            "media": (media, f"{{options}} {{verb}} to judges that read media files; {spec} reads text only"),
         },
     )  # fmt: skip
 

@@ -40,7 +40,8 @@ from emoreward.ranking.methods import BPA
 # every option -> when it applies (`check_applicable`: given elsewhere, refused before any work instead of ignored)
 APPLIES: dict[str, str] = {
     **dict.fromkeys(["judge", "data", "output", "dataset", "push_to_hub", "quiet", "method", "samples", "sample_ids",
-                     "models", "seed", "media_root", "cache_dir", "no_cache"], ALWAYS),
+                     "models", "seed", "cache_dir", "no_cache"], ALWAYS),
+    "media_root": "media",  # a judge that reads media files (`emoreward.judges.reads_media`)
     **dict.fromkeys(["hierarchical", "tie_model", "no_length_control", "n_boot", "alpha"], "full"),
     **dict.fromkeys(BPA.DEFAULTS, "bpa"),  # the options of `--method bpa`: the method's own defaults
     "exploration": "exploring",  # a --method bpa option read by some policies only (BPA.reads_exploration)
@@ -53,7 +54,7 @@ APPLIES: dict[str, str] = {
 def applicability_facts(args: argparse.Namespace) -> dict[str, tuple[bool, str]]:
     """The conditions of `APPLIES` in this run (the method, a committee, the kinds of the judges), each with its
     refusal."""
-    from emoreward.judges import judge_kind
+    from emoreward.judges import judge_kind, reads_media
 
     judges = [str(j) for j in (args.judge if isinstance(args.judge, list) else [args.judge])]
     kinds = {spec: judge_kind(spec) for spec in judges}
@@ -65,6 +66,7 @@ def applicability_facts(args: argparse.Namespace) -> dict[str, tuple[bool, str]]
     policy = getattr(args, "policy", BPA.DEFAULTS["policy"])
     exploring = bpa and BPA.reads_exploration(policy)
     reading = ", ".join(p for p in BPA.POLICIES if BPA.reads_exploration(p)) if bpa else ""
+    media = not args.media_root or any(reads_media(spec) is not False for spec in judges)  # asked when given
     return {
         "bpa": (bpa, not_bpa),
         "exploring": (exploring, f"{{first}} is the exploration rule of --policy {reading}; --policy {policy} picks "
@@ -75,6 +77,8 @@ def applicability_facts(args: argparse.Namespace) -> dict[str, tuple[bool, str]]
                          f"{', '.join(generative)} is a generative judge"),
         "generative": (bool(generative), "{options} {verb} to generative (zero-shot) judges; "
                        f"{', '.join(models)} is a reward model"),
+        "media": (media, f"{{options}} {{verb}} to judges that read media files; {', '.join(judges)} read(s) text "
+                  "only"),
     }  # fmt: skip
 
 

@@ -34,11 +34,12 @@ def applicability() -> dict[str, str]:
     that engine, the text models' batching and media tolerance to text models, the rest always (the server limits
     and each route's options are read from their owners)."""
     table = dict.fromkeys(["model", "host", "port", "token_env", "insecure_no_auth", "batch_size", "overlong",
-                           "length_window", "length_threshold", "media_root", "threads", "log_every", "engine"],
+                           "length_window", "length_threshold", "threads", "log_every", "engine"],
                           ALWAYS)  # fmt: skip
     table.update(dict.fromkeys([f.name for f in fields(ServerLimits)], ALWAYS))
     table.update(dict.fromkeys(routes.options(), ALWAYS))  # each route is served on every engine
     table.update(dict.fromkeys(["forward_tokens", "allow_unused_media"], "text"))
+    table["media_root"] = "media"  # a multimodal model reads media files; a text model none
     table.update(dict.fromkeys(["model_process"], "single"))
     table.update(dict.fromkeys(RAY_OPTIONS, "ray"))
     return table
@@ -219,6 +220,7 @@ def run(args: argparse.Namespace) -> int:
         length_threshold=args.length_threshold,
         **{name: getattr(args, name) for name in routes.options()},
     )
+    from emoreward.judges import reads_media
     from emoreward.models import load_settings
 
     # before any work (a model process, a Ray cluster): a directory that is not a model, an option that cannot
@@ -232,6 +234,7 @@ def run(args: argparse.Namespace) -> int:
                                                 "already)"),
             "ray": (args.engine == "ray", "{options} {verb} to --engine ray (Ray Serve replicas); add --engine ray"),
             "text": (kind == "text", f"{{options}} {{verb}} to text models; {args.model} is a multimodal model"),
+            "media": (reads_media(args.model) is not False, f"{{options}} {{verb}} to multimodal models; {args.model} is a text model"),
         },
     )  # fmt: skip
     serve_http.check_bind(args.host, args.port)

@@ -82,7 +82,8 @@ def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> di
     pairs read (`media`, `media_content`).
 
     Returns:
-        `{"data", "labels", "n_pairs", "train_file", "backbone", "recipe", "execution", "fingerprint"}`, plus
+        `{"data", "labels", "n_pairs", "train_file", "backbone", "backbone_path", "recipe", "execution",
+        "fingerprint"}` (`backbone_path`: the backbone as named, for messages), plus
         `negatives`, `prompts`, `media` where the recipe reads them; `fingerprint` digests data, labels, backbone,
         recipe, execution and those contents (not paths whose content is in it)."""
     from emoreward.models.loading import source_identity
@@ -115,6 +116,7 @@ def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> di
         "n_pairs": len(pairs),
         "train_file": str(config.train_file),
         "backbone": backbone,
+        "backbone_path": str(config.model_name_or_path),  # where the content came from: no part of the fingerprint
         "recipe": recipe,
         "execution": execution_parameters(config),
     }
@@ -191,9 +193,8 @@ def identity_differences(saved: dict, current: dict) -> list[str]:
     if saved.get("negatives") != current.get("negatives"):
         out.append("the controlled negatives file (other content)")
     if saved.get("backbone") != current.get("backbone"):
-        out.append(
-            f"the backbone's weights ({current['recipe'].get('model_name_or_path')}: other content under that name)"
-        )
+        where = current.get("backbone_path") or current["recipe"].get("model_name_or_path")
+        out.append(f"the backbone's weights ({where}: other content under that name)")
     old, new = saved.get("recipe") or {}, current["recipe"]
     for key in sorted(set(old) | set(new)):
         if old.get(key) != new.get(key):

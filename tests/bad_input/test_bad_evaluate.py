@@ -262,8 +262,11 @@ def test_output_below_a_file_is_refused_before_scoring(rm_dir, good_pairs, capsy
     fails(evaluate(rm_dir, good_pairs, "--output", target), capsys, f"--output {target}: {good_pairs} is a file")
 
 
-def test_a_media_root_that_does_not_exist(rm_dir, good_pairs, tmp_path, capsys):
-    fails(evaluate(rm_dir, good_pairs, "--media-root", tmp_path / "media"), capsys, "--media-root", "no such folder")
+def test_a_media_root_for_a_text_model(rm_dir, good_pairs, tmp_path, capsys):
+    # a text reward model reads no media: the option cannot apply, whatever the folder (emoreward.judges.reads_media)
+    (tmp_path / "media").mkdir()
+    fails(evaluate(rm_dir, good_pairs, "--media-root", tmp_path / "media"), capsys, "--media-root applies to judges "
+          f"that read media files; {rm_dir} reads text only")  # fmt: skip
 
 
 def test_settings_that_are_not_an_object(broken_model, good_pairs, capsys):

@@ -127,11 +127,37 @@ def test_a_dataset_file_of_an_unknown_kind_is_refused_before_any_call(judge_yaml
     assert not (tmp_path / "out").exists()
 
 
-def test_a_media_root_that_does_not_exist_is_not_ignored(judge_yaml, good_pairs, tmp_path, capsys):
-    argv = judge(judge_yaml, good_pairs, tmp_path / "out", "--media-root", tmp_path / "media")
+def test_a_media_root_that_does_not_exist_is_not_ignored(good_pairs, tmp_path, capsys):
+    # a judge that reads media (served, refused before any call)
+    seeing = write(tmp_path / "seeing.yaml", "name: seeing\nmllm: {backend: openai, model: m, base_url: "
+                   "'http://127.0.0.1:9/v1', modalities: [text, video]}\n")  # fmt: skip
+    argv = judge(seeing, good_pairs, tmp_path / "out", "--media-root", tmp_path / "media")
     fails(argv, capsys, f"--media-root {tmp_path / 'media'}: no such folder")
 
 
 def test_the_good_judge_runs(judge_yaml, good_pairs, tmp_path, capsys):
     code, out, err = run(judge(judge_yaml, good_pairs, tmp_path / "out", "--runs", "1"), capsys)
     assert code == 0 and err == "" and "scripted-judge" in out
+
+
+@pytest.mark.parametrize(
+    "mllm, reads",
+    [
+        ("{backend: transformers-text, model: ./model}", False),  # a trained text judge's definition
+        ("{backend: scripted, model: m}", False),
+        ("{backend: openai, model: m, base_url: 'http://127.0.0.1:9/v1', modalities: [text, video]}", True),
+    ],
+)
+def test_a_media_root_applies_to_judges_that_read_media(mllm, reads, good_pairs, tmp_path, capsys):
+    # `--media-root` where the judge's model reads no media would be ignored with exit 0: refused before any call.
+    # The judge's folder (a trained judge: judge.yaml inside) is asked, not the pairs.
+    from emoreward.judges import reads_media
+
+    folder = tmp_path / "judge"
+    write(folder / "judge.yaml", f"name: j\nmllm: {mllm}\n")
+    (tmp_path / "media").mkdir()
+    assert reads_media(folder) is reads
+    if not reads:  # (a served judge that reads media would be called: the CLI run is for the text judges)
+        argv = judge(folder, good_pairs, tmp_path / "out", "--media-root", tmp_path / "media")
+        fails(argv, capsys, f"--media-root applies to judges that read media files; {folder} reads text only")
+        assert not (tmp_path / "out").exists()

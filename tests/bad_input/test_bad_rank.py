@@ -148,8 +148,12 @@ def test_a_dataset_file_of_an_unknown_kind_is_refused_before_scoring(rank, good_
     assert not (tmp_path / "cache").exists()
 
 
-def test_a_media_root_that_does_not_exist(rank, good_table, tmp_path, capsys):
-    fails(rank(good_table, "--media-root", tmp_path / "media"), capsys, f"--media-root {tmp_path / 'media'}: no such")
+def test_a_media_root_for_a_text_model(rank, rm_dir, good_table, tmp_path, capsys):
+    # the tiny reward model reads text only: --media-root cannot apply (emoreward.judges.reads_media), refused first
+    (tmp_path / "media").mkdir()
+    fails(rank(good_table, "--media-root", tmp_path / "media"), capsys, "--media-root applies to judges that read "
+          f"media files; {rm_dir} read(s) text only")  # fmt: skip
+    assert not (tmp_path / "cache").exists()
 
 
 def test_a_judge_folder_that_is_not_a_model(rank, good_table, tmp_path, capsys):

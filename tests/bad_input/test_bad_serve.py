@@ -172,6 +172,13 @@ def test_serve_with_a_media_root_that_does_not_exist(rm_dir, tmp_path, capsys):
     fails(argv, capsys, f"--media-root {tmp_path / 'media'}: no such folder")
 
 
+def test_serve_a_text_model_with_a_media_root(rm_dir, tmp_path, capsys):
+    # a text model reads no media (emoreward.judges.reads_media): the option would be ignored, so it is refused
+    (tmp_path / "media").mkdir()
+    argv = ["serve", "--model", rm_dir, "--port", "0", "--media-root", tmp_path / "media"]
+    fails(argv, capsys, f"--media-root applies to multimodal models; {rm_dir} is a text model")
+
+
 # ------------------------------------------------------------------- every engine: one line, before any work
 @pytest.fixture
 def busy_port():

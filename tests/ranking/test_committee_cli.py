@@ -16,7 +16,7 @@ from relations._inputs import assert_same_numbers
 from emoreward.cli.main import main
 from emoreward.data.verdicts import Verdict
 from emoreward.ranking.bpa.committee import weights_from_agreement
-from emoreward.ranking.committee import MemberRun, committee_votes, rank_with_committee
+from emoreward.ranking.committee import MemberRun, calibration_pairs, committee_votes, rank_with_committee
 from emoreward.ranking.rank import fit_ranking
 from emoreward.ranking.records import PairwiseRecord
 
@@ -295,7 +295,9 @@ def test_calibration_pairs_are_read_as_every_command_reads_pairs(files, tmp_path
     argv = ["--judge", files["len"], "--judge", files["len2"], "--data", files["table"], "--no-cache",
             "--committee-calibration", calibration]  # fmt: skip
     (tmp_path / "media").mkdir()
-    report = rank_ok(capsys, tmp_path, "by-id", *argv, "--media-root", tmp_path / "media")
-    assert report["committee"]["n_calibration_pairs"] == 8
+    assert len(calibration_pairs(str(calibration), str(tmp_path / "media"))) == 8
+    # these judges read text only: --media-root cannot apply to them (emoreward.judges.reads_media)
+    code, _, err = rank(capsys, tmp_path, "by-id", *argv, "--media-root", tmp_path / "media")
+    assert code == 2 and "--media-root applies to judges that read media files" in err, err
     code, _, err = rank(capsys, tmp_path, "no-root", *argv)
     assert code == 2 and "row 5, field 'description_1': repeats the pair of row 1" in err

@@ -272,13 +272,18 @@ def test_an_output_folder_is_never_an_input_inside_one_or_around_one(
     media.mkdir()
     (media / "keep.txt").write_text("a user's file")
     zero_shot = ["--judge" if command == "judge" else "--model", length_judge_yaml, "--data", pairs]
+    # --media-root applies to a judge that reads media: a served video judge (refused before any call)
+    seeing = tmp_path / "seeing.yaml"
+    seeing.write_text("name: seeing\nmllm:\n  backend: openai\n  model: m\n  base_url: http://127.0.0.1:9/v1\n"
+                      "  modalities: [text, video]\n")  # fmt: skip
+    by_media = ["--judge" if command == "judge" else "--model", seeing, "--data", pairs, "--media-root", media]
     cases = {
         "evaluate": [
-            ([command, *zero_shot, "--media-root", media, "--output", media / "out"], "lies inside --media-root", media),
+            ([command, *by_media, "--output", media / "out"], "lies inside --media-root", media),
             ([command, *zero_shot, "--output", tmp_path], "contains --data", tmp_path),
         ],
         "judge": [
-            ([command, *zero_shot, "--media-root", media, "--output", media], "is --media-root", media),
+            ([command, *by_media, "--output", media], "is --media-root", media),
             ([command, *zero_shot, "--output", tmp_path], "contains --", tmp_path),
         ],
         "judge-rm": [
