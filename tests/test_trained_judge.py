@@ -363,3 +363,45 @@ def test_a_sequence_over_max_length_is_refused_before_any_training(tmp_path, bas
     assert main(["train", "--config", str(path), "--max_length", str(longest)]) == 0  # every row fits whole
     report = json.loads((tmp_path / "fits" / "report.json").read_text())
     assert report["final"]["sft_rows"] == 32
+
+
+@pytest.mark.parametrize("cv_folds", [0, 2])
+def test_a_diverging_judge_stops_and_saves_nothing(cv_folds, tmp_path, base_chat_model, capsys):
+    """Learning rate 1e38 (no clipping) overflows the judge's weights at the first steps: the judge recipe stops as
+    the reward recipe does (`DivergenceGuard` on both TRL stages), one line, exit 2, no judge folder, no finished
+    fold or final model (a NaN judge was saved with exit 0, and its folds' NaN answer logits were 'retried')."""
+    from emoreward.cli.main import main
+
+    path = recipe(
+        tmp_path, base_chat_model, cv_folds=cv_folds, learning_rate=1e38, max_grad_norm=0.0,
+        train_file=str(write_pairs(tmp_path)), dpo_epochs=1,
+    )  # fmt: skip
+    assert main(["train", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.strip().splitlines() if "error:" in line]
+    assert len(lines) == 1 and lines[0].startswith("emoreward train: error: tiny-judge: the "), err
+    assert " is nan at step " in lines[0] and "(the run diverged; learning_rate 1e+38)" in lines[0], err
+    assert "nothing saved" in lines[0] and "Traceback" not in err and "retry" not in err
+    out = tmp_path / "out"
+    assert not (out / "model").exists() and not (out / "report.json").exists()
+    assert not list(out.rglob("finished.json")) and not list(out.rglob("*.safetensors"))
+
+
+@pytest.mark.parametrize("key", ["loss", "grad_norm", "train_loss"])
+def test_the_divergence_guard_stops_on_any_non_finite_logged_value(key):
+    """A NaN or infinite gradient norm stops training even when the loss logged with it is finite (the judge's
+    step 2: loss 0, grad_norm nan); finite values pass."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from emoreward.models.base import NonFiniteError
+    from emoreward.training.trainer import DivergenceGuard
+
+    args = TrainingArguments(output_dir="unused", run_name="r", learning_rate=0.5, report_to=[])
+    state = TrainerState(global_step=7)
+    guard = DivergenceGuard()
+    guard.on_log(args, state, TrainerControl(), logs={"loss": 0.0, "grad_norm": 1.5, "train_loss": 0.3})
+    for value in (float("nan"), float("inf")):
+        with pytest.raises(NonFiniteError) as caught:
+            guard.on_log(args, state, TrainerControl(), logs={"loss": 0.0, "grad_norm": 1.0, key: value})
+        name = "the loss" if key != "grad_norm" else "the grad_norm"
+        assert str(caught.value).startswith(f"r: {name} is {value} at step 7 (the run diverged; learning_rate 0.5)")

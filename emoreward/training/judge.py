@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from emoreward.data import PreferencePair
-from emoreward.models.base import TRAINED_JUDGE_FILE
+from emoreward.models.base import TRAINED_JUDGE_FILE, check_finite_weights
 from emoreward.training.config import public_config, with_fields
 from emoreward.training.distributed import distributed_setup, wait_for_everyone
 from emoreward.training.judge_config import JudgeTrainConfig
@@ -410,6 +410,7 @@ def fit_judge(
             model, dpo_log = _stage(DPOTrainer, model, dpo_args, dpo_rows, tokenizer, config, collators.get("dpo"))
             log += [{**entry, "stage": "dpo"} for entry in dpo_log]
     seconds = time.perf_counter() - start
+    check_finite_weights(model, f"{config.run_name or 'judge'}: the trained judge")  # never saved when broken
     if config.process_index == 0:  # under `accelerate launch` every process holds the same weights: one writes
         write_training_data(out, config.train_file, pairs)  # before judge.yaml: a whole judge always has its record
         save_judge(model, tokenizer, config, out)
@@ -432,6 +433,8 @@ def _stage(
     a multimodal judge's (`MediaVerdictCollator`), None for TRL's own."""
     from datasets import Dataset
 
+    from emoreward.training.trainer import DivergenceGuard
+
     trainer = trainer_class(
         model=model,
         args=args,
@@ -439,6 +442,7 @@ def _stage(
         processing_class=tokenizer,
         peft_config=_peft_config(config) if config.use_peft else None,
         **({"data_collator": collator} if collator is not None else {}),
+        callbacks=[DivergenceGuard()],  # a NaN loss or gradient norm stops the stage: nothing merged or saved
     )
     trainer.train()
     model = trainer.model.merge_and_unload() if config.use_peft else trainer.model
