@@ -405,3 +405,34 @@ def test_the_divergence_guard_stops_on_any_non_finite_logged_value(key):
             guard.on_log(args, state, TrainerControl(), logs={"loss": 0.0, "grad_norm": 1.0, key: value})
         name = "the loss" if key != "grad_norm" else "the grad_norm"
         assert str(caught.value).startswith(f"r: {name} is {value} at step 7 (the run diverged; learning_rate 0.5)")
+
+
+def test_a_judge_answering_non_finite_logits_is_a_model_fault_never_retried(tmp_path, base_chat_model, capsys):
+    """A judge folder whose weights give NaN answer logits (a diverged judge saved by an older version) stops the
+    evaluation at its first call with one line naming the judge, the sample and the order, and no advice to rerun:
+    the call is never cached, so the same command stops again the same way (it said '8 of 8 judge calls failed ...
+    run the same command again to retry the failed ones')."""
+    import torch
+
+    from emoreward.cli.main import main
+    from emoreward.training.config import resolve_config
+    from emoreward.training.judge import load_chat_model, save_judge
+    from emoreward.training.judge_config import JudgeTrainConfig
+
+    config = resolve_config(recipe(tmp_path, base_chat_model), config_class=JudgeTrainConfig)
+    model, tok = load_chat_model(config)
+    with torch.no_grad():
+        model.model.norm.weight.fill_(float("nan"))  # every hidden state, so every logit, NaN
+    save_judge(model, tok, config, tmp_path / "judge")
+    data = write_pairs(tmp_path)
+    argv = ["evaluate", "--model", str(tmp_path / "judge"), "--data", str(data), "--output", str(tmp_path / "ev")]
+    first = synthetic_pairs(16)[0].sample_id
+    for _ in range(2):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        lines = [line for line in err.strip().splitlines() if "error:" in line]
+        assert len(lines) == 1, err
+        assert "tiny-judge/S1: NonFiniteLogitsError: non-finite answer logits [nan, nan, nan]" in lines[0], err
+        assert f"for sample {first!r} (order " in lines[0] and "the model's weights are broken" in lines[0], err
+        assert "retry" not in err and "run the same command" not in err and "Traceback" not in err
+    assert not (tmp_path / "ev" / "report.json").exists()
