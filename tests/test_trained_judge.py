@@ -365,23 +365,26 @@ def test_a_sequence_over_max_length_is_refused_before_any_training(tmp_path, bas
     assert report["final"]["sft_rows"] == 32
 
 
-@pytest.mark.parametrize("cv_folds", [0, 2])
-def test_a_diverging_judge_stops_and_saves_nothing(cv_folds, tmp_path, base_chat_model, capsys):
-    """Learning rate 1e38 (no clipping) overflows the judge's weights at the first steps: the judge recipe stops as
-    the reward recipe does (`DivergenceGuard` on both TRL stages), one line, exit 2, no judge folder, no finished
-    fold or final model (a NaN judge was saved with exit 0, and its folds' NaN answer logits were 'retried')."""
+@pytest.mark.parametrize("cv_folds, stage", [(0, "SFT"), (2, "SFT"), (0, "DPO")])
+def test_a_diverging_judge_stops_and_saves_nothing(cv_folds, stage, tmp_path, base_chat_model, capsys):
+    """A learning rate of 1e38 (no clipping) overflows the judge's weights at the first steps: the judge recipe stops
+    as the reward recipe does (`DivergenceGuard` on both TRL stages), one line naming the stage and its learning-rate
+    field, exit 2, no judge folder, no finished fold or final model (a NaN judge was saved with exit 0, and its
+    folds' NaN answer logits were 'retried')."""
     from emoreward.cli.main import main
 
+    field = "learning_rate" if stage == "SFT" else "dpo_learning_rate"
     path = recipe(
-        tmp_path, base_chat_model, cv_folds=cv_folds, learning_rate=1e38, max_grad_norm=0.0,
-        train_file=str(write_pairs(tmp_path)), dpo_epochs=1,
+        tmp_path, base_chat_model, cv_folds=cv_folds, max_grad_norm=0.0, train_file=str(write_pairs(tmp_path)),
+        dpo_epochs=1, num_train_epochs=1, **{field: 1e38},
     )  # fmt: skip
     assert main(["train", "--config", str(path)]) == 2
     err = capsys.readouterr().err
     lines = [line for line in err.strip().splitlines() if "error:" in line]
-    assert len(lines) == 1 and lines[0].startswith("emoreward train: error: tiny-judge: the "), err
-    assert " is nan at step " in lines[0] and "(the run diverged; learning_rate 1e+38)" in lines[0], err
-    assert "nothing saved" in lines[0] and "Traceback" not in err and "retry" not in err
+    assert len(lines) == 1 and lines[0].startswith(f"emoreward train: error: tiny-judge ({stage}): the "), err
+    assert " is nan at step " in lines[0] and f"(the run diverged; {field} 1e+38)" in lines[0], err
+    assert f"nothing saved as the final model; lower {field} " in lines[0] and "Traceback" not in err, err
+    assert "retry" not in err
     out = tmp_path / "out"
     assert not (out / "model").exists() and not (out / "report.json").exists()
     assert not list(out.rglob("finished.json")) and not list(out.rglob("*.safetensors"))

@@ -430,11 +430,15 @@ def _stage(
 ) -> tuple[Any, list]:
     """One TRL stage (`SFTTrainer` or `DPOTrainer`) on ``rows`` with a fresh LoRA (merged into the weights after, so
     the next stage, or the saved judge, is a plain causal LM): (the model, the stage's log history). `collator`:
-    a multimodal judge's (`MediaVerdictCollator`), None for TRL's own."""
+    a multimodal judge's (`MediaVerdictCollator`), None for TRL's own. A NaN loss or gradient norm stops the stage
+    (`DivergenceGuard`, naming the run, the stage and its learning-rate field)."""
     from datasets import Dataset
+    from trl import DPOTrainer
 
     from emoreward.training.trainer import DivergenceGuard
 
+    dpo = issubclass(trainer_class, DPOTrainer)
+    stage, rate_field = ("DPO", "dpo_learning_rate") if dpo else ("SFT", "learning_rate")
     trainer = trainer_class(
         model=model,
         args=args,
@@ -442,7 +446,7 @@ def _stage(
         processing_class=tokenizer,
         peft_config=_peft_config(config) if config.use_peft else None,
         **({"data_collator": collator} if collator is not None else {}),
-        callbacks=[DivergenceGuard()],  # a NaN loss or gradient norm stops the stage: nothing merged or saved
+        callbacks=[DivergenceGuard(f"{config.run_name or 'judge'} ({stage})", rate_field)],  # nothing merged or saved
     )
     trainer.train()
     model = trainer.model.merge_and_unload() if config.use_peft else trainer.model

@@ -34,27 +34,34 @@ def value_head_weight(model: torch.nn.Module) -> torch.Tensor:
     return candidates[0]
 
 
-def divergence_error(args, step: int, what: str, value: float) -> ValueError:
+def divergence_error(
+    args, step: int, what: str, value: float, *, name: str | None = None, rate_field: str = "learning_rate"
+) -> ValueError:
     """The one line of a diverged training run (reward model or judge, any stage): `what` (``loss``,
-    ``grad_norm``) was `value` (non-finite) at `step` (1-based) of the run `args.run_name`.
+    ``grad_norm``) was `value` (non-finite) at `step` (1-based) of the run `name` (default ``args.run_name``);
+    `rate_field` names the recipe field that set ``args.learning_rate`` (the judge's DPO stage: ``dpo_learning_rate``).
 
     Returns:
         a `emoreward.models.base.NonFiniteError` to raise (the CLI prints it, exit 2)."""
     from emoreward.models.base import NonFiniteError
 
-    name = "the loss" if what in ("loss", "train_loss") else f"the {what}"
+    quantity = "the loss" if what in ("loss", "train_loss") else f"the {what}"
     return NonFiniteError(
-        f"{args.run_name or 'training'}: {name} is {float(value)} at step {step} (the run diverged; learning_rate "
-        f"{args.learning_rate:g}): stopped, nothing saved as the final model; lower learning_rate or check the "
-        "backbone's weights"
+        f"{name or args.run_name or 'training'}: {quantity} is {float(value)} at step {step} (the run diverged; "
+        f"{rate_field} {args.learning_rate:g}): stopped, nothing saved as the final model; lower {rate_field} or "
+        "check the backbone's weights"
     )
 
 
 class DivergenceGuard(TrainerCallback):
     """Stops any emoreward training (the reward trainer, the judge's SFT and DPO stages) at the first logged
-    non-finite ``loss``, ``train_loss`` or ``grad_norm``, raising `divergence_error`. It turns off transformers'
-    `logging_nan_inf_filter` at the start of training (that filter hides a NaN step loss from the log), so a NaN
-    loss of any step reaches the next log, at the latest the end-of-training one, before `train` returns."""
+    non-finite ``loss``, ``train_loss`` or ``grad_norm``, raising `divergence_error` (`name`, `rate_field` as
+    there). It turns off transformers' `logging_nan_inf_filter` at the start of training (that filter hides a NaN
+    step loss from the log), so a NaN loss of any step reaches the next log, at the latest the end-of-training
+    one, before `train` returns."""
+
+    def __init__(self, name: str | None = None, rate_field: str = "learning_rate"):
+        self.name, self.rate_field = name, rate_field
 
     def on_train_begin(self, args, state, control, **kwargs):
         args.logging_nan_inf_filter = False
@@ -63,7 +70,7 @@ class DivergenceGuard(TrainerCallback):
         for key in ("loss", "train_loss", "grad_norm"):
             value = (logs or {}).get(key)
             if isinstance(value, (int, float)) and not math.isfinite(value):
-                raise divergence_error(args, state.global_step, key, value)
+                raise divergence_error(args, state.global_step, key, value, name=self.name, rate_field=self.rate_field)
 
 
 class EmoRewardTrainer(RewardTrainer):
