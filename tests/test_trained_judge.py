@@ -363,3 +363,79 @@ def test_a_sequence_over_max_length_is_refused_before_any_training(tmp_path, bas
     assert main(["train", "--config", str(path), "--max_length", str(longest)]) == 0  # every row fits whole
     report = json.loads((tmp_path / "fits" / "report.json").read_text())
     assert report["final"]["sft_rows"] == 32
+
+
+@pytest.mark.parametrize("cv_folds, stage", [(0, "SFT"), (2, "SFT"), (0, "DPO")])
+def test_a_diverging_judge_stops_and_saves_nothing(cv_folds, stage, tmp_path, base_chat_model, capsys):
+    """A learning rate of 1e38 (no clipping) overflows the judge's weights at the first steps: the judge recipe stops
+    as the reward recipe does (`DivergenceGuard` on both TRL stages), one line naming the stage and its learning-rate
+    field, exit 2, no judge folder, no finished fold or final model (a NaN judge was saved with exit 0, and its
+    folds' NaN answer logits were 'retried')."""
+    from emoreward.cli.main import main
+
+    field = "learning_rate" if stage == "SFT" else "dpo_learning_rate"
+    path = recipe(
+        tmp_path, base_chat_model, cv_folds=cv_folds, max_grad_norm=0.0, train_file=str(write_pairs(tmp_path)),
+        dpo_epochs=1, num_train_epochs=1, **{field: 1e38},
+    )  # fmt: skip
+    assert main(["train", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.strip().splitlines() if "error:" in line]
+    assert len(lines) == 1 and lines[0].startswith(f"emoreward train: error: tiny-judge ({stage}): the "), err
+    assert " is nan at step " in lines[0] and f"(the run diverged; {field} 1e+38)" in lines[0], err
+    assert f"nothing saved as the final model; lower {field} " in lines[0] and "Traceback" not in err, err
+    assert "retry" not in err
+    out = tmp_path / "out"
+    assert not (out / "model").exists() and not (out / "report.json").exists()
+    assert not list(out.rglob("finished.json")) and not list(out.rglob("*.safetensors"))
+
+
+@pytest.mark.parametrize("key", ["loss", "grad_norm", "train_loss"])
+def test_the_divergence_guard_stops_on_any_non_finite_logged_value(key):
+    """A NaN or infinite gradient norm stops training even when the loss logged with it is finite (the judge's
+    step 2: loss 0, grad_norm nan); finite values pass."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from emoreward.models.base import NonFiniteError
+    from emoreward.training.trainer import DivergenceGuard
+
+    args = TrainingArguments(output_dir="unused", run_name="r", learning_rate=0.5, report_to=[])
+    state = TrainerState(global_step=7)
+    guard = DivergenceGuard()
+    guard.on_log(args, state, TrainerControl(), logs={"loss": 0.0, "grad_norm": 1.5, "train_loss": 0.3})
+    for value in (float("nan"), float("inf")):
+        with pytest.raises(NonFiniteError) as caught:
+            guard.on_log(args, state, TrainerControl(), logs={"loss": 0.0, "grad_norm": 1.0, key: value})
+        name = "the loss" if key != "grad_norm" else "the grad_norm"
+        assert str(caught.value).startswith(f"r: {name} is {value} at step 7 (the run diverged; learning_rate 0.5)")
+
+
+def test_a_judge_answering_non_finite_logits_is_a_model_fault_never_retried(tmp_path, base_chat_model, capsys):
+    """A judge folder whose weights give NaN answer logits (a diverged judge saved by an older version) stops the
+    evaluation at its first call with one line naming the judge, the sample and the order, and no advice to rerun:
+    the call is never cached, so the same command stops again the same way (it said '8 of 8 judge calls failed ...
+    run the same command again to retry the failed ones')."""
+    import torch
+
+    from emoreward.cli.main import main
+    from emoreward.training.config import resolve_config
+    from emoreward.training.judge import load_chat_model, save_judge
+    from emoreward.training.judge_config import JudgeTrainConfig
+
+    config = resolve_config(recipe(tmp_path, base_chat_model), config_class=JudgeTrainConfig)
+    model, tok = load_chat_model(config)
+    with torch.no_grad():
+        model.model.norm.weight.fill_(float("nan"))  # every hidden state, so every logit, NaN
+    save_judge(model, tok, config, tmp_path / "judge")
+    data = write_pairs(tmp_path)
+    argv = ["evaluate", "--model", str(tmp_path / "judge"), "--data", str(data), "--output", str(tmp_path / "ev")]
+    first = synthetic_pairs(16)[0].sample_id
+    for _ in range(2):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        lines = [line for line in err.strip().splitlines() if "error:" in line]
+        assert len(lines) == 1, err
+        assert "tiny-judge/S1: NonFiniteLogitsError: non-finite answer logits [nan, nan, nan]" in lines[0], err
+        assert f"for sample {first!r} (order " in lines[0] and "the model's weights are broken" in lines[0], err
+        assert "retry" not in err and "run the same command" not in err and "Traceback" not in err
+    assert not (tmp_path / "ev" / "report.json").exists()

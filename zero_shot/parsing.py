@@ -403,6 +403,11 @@ def parse_verdict(text: str | None) -> Verdict:
     return Verdict.INVALID
 
 
+class NonFiniteLogitsError(ValueError):
+    """A model's answer logits hold a NaN or an infinity: its weights are broken (a diverged training run), not the
+    call; every call of it would fail alike (`Generation.failed` marks the call `broken_model`)."""
+
+
 def verdict_from_logits(
     logits: Sequence[float] | Mapping[str, float], labels: Sequence[str] = ("1", "2", "tie")
 ) -> tuple[Verdict, dict[str, float]]:
@@ -417,7 +422,7 @@ def verdict_from_logits(
         ties between the top logits give `Verdict.TIE` (an argmax must not depend on label order).
 
     Raises:
-        ValueError: unknown labels, non-finite logits, or a length mismatch.
+        ValueError: unknown labels or a length mismatch; `NonFiniteLogitsError`: a NaN or infinite logit.
     """
     if isinstance(logits, Mapping):
         labels, values = list(logits), [float(v) for v in logits.values()]
@@ -428,7 +433,7 @@ def verdict_from_logits(
     if set(labels) - {"1", "2", "tie"}:
         raise ValueError(f"labels must be among '1', '2', 'tie'; got {list(labels)}")
     if not all(math.isfinite(v) for v in values):
-        raise ValueError(f"non-finite answer logits {values}")
+        raise NonFiniteLogitsError(f"non-finite answer logits {values}")
     top = max(values)
     exp = [math.exp(v - top) for v in values]
     total = sum(exp)
@@ -438,4 +443,4 @@ def verdict_from_logits(
     return verdict, probs
 
 
-__all__ = ["AMBIGUOUS", "classify_fragment", "parse_verdict", "verdict_from_logits"]
+__all__ = ["AMBIGUOUS", "NonFiniteLogitsError", "classify_fragment", "parse_verdict", "verdict_from_logits"]

@@ -457,6 +457,13 @@ class ZeroShotJudge:
                         g.error = scrub_secrets(g.error)
                         self.stats.failed += 1
                     self._tick()
+                broken = next((c for c, g in zip(group, gens) if g.broken_model), None)
+                if broken is not None:  # the model, not the call: a rerun would ask the same weights again
+                    raise JudgeCallError(
+                        f"{self.name}: {broken.result.error} for sample {broken.key.sample!r} (order "
+                        f"{broken.key.order}): the model's weights are broken (a diverged training run?); stopped, "
+                        "nothing of this call cached: retrain the judge (e.g. with a lower learning_rate)"
+                    )
                 fatal = next((g for g in gens if g.error is not None and g.fatal), None)
                 if fatal is not None:
                     raise JudgeCallError(

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from emoreward.data import PreferencePair
-from emoreward.models.base import TRAINED_JUDGE_FILE
+from emoreward.models.base import TRAINED_JUDGE_FILE, check_finite_weights
 from emoreward.training.config import public_config, with_fields
 from emoreward.training.distributed import distributed_setup, wait_for_everyone
 from emoreward.training.judge_config import JudgeTrainConfig
@@ -410,6 +410,7 @@ def fit_judge(
             model, dpo_log = _stage(DPOTrainer, model, dpo_args, dpo_rows, tokenizer, config, collators.get("dpo"))
             log += [{**entry, "stage": "dpo"} for entry in dpo_log]
     seconds = time.perf_counter() - start
+    check_finite_weights(model, f"{config.run_name or 'judge'}: the trained judge")  # never saved when broken
     if config.process_index == 0:  # under `accelerate launch` every process holds the same weights: one writes
         write_training_data(out, config.train_file, pairs)  # before judge.yaml: a whole judge always has its record
         save_judge(model, tokenizer, config, out)
@@ -429,9 +430,15 @@ def _stage(
 ) -> tuple[Any, list]:
     """One TRL stage (`SFTTrainer` or `DPOTrainer`) on ``rows`` with a fresh LoRA (merged into the weights after, so
     the next stage, or the saved judge, is a plain causal LM): (the model, the stage's log history). `collator`:
-    a multimodal judge's (`MediaVerdictCollator`), None for TRL's own."""
+    a multimodal judge's (`MediaVerdictCollator`), None for TRL's own. A NaN loss or gradient norm stops the stage
+    (`DivergenceGuard`, naming the run, the stage and its learning-rate field)."""
     from datasets import Dataset
+    from trl import DPOTrainer
 
+    from emoreward.training.trainer import DivergenceGuard
+
+    dpo = issubclass(trainer_class, DPOTrainer)
+    stage, rate_field = ("DPO", "dpo_learning_rate") if dpo else ("SFT", "learning_rate")
     trainer = trainer_class(
         model=model,
         args=args,
@@ -439,6 +446,7 @@ def _stage(
         processing_class=tokenizer,
         peft_config=_peft_config(config) if config.use_peft else None,
         **({"data_collator": collator} if collator is not None else {}),
+        callbacks=[DivergenceGuard(f"{config.run_name or 'judge'} ({stage})", rate_field)],  # nothing merged or saved
     )
     trainer.train()
     model = trainer.model.merge_and_unload() if config.use_peft else trainer.model

@@ -4,11 +4,12 @@ gives value-head outputs and the objective registry the loss. See docs/training.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from transformers.trainer_callback import PrinterCallback, ProgressCallback
+from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerCallback
 from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
 from trl import RewardTrainer
 
@@ -31,6 +32,45 @@ def value_head_weight(model: torch.nn.Module) -> torch.Tensor:
     if len(candidates) != 1:
         raise ValueError(f"expected one trainable value-head weight, found {len(candidates)}")
     return candidates[0]
+
+
+def divergence_error(
+    args, step: int, what: str, value: float, *, name: str | None = None, rate_field: str = "learning_rate"
+) -> ValueError:
+    """The one line of a diverged training run (reward model or judge, any stage): `what` (``loss``,
+    ``grad_norm``) was `value` (non-finite) at `step` (1-based) of the run `name` (default ``args.run_name``);
+    `rate_field` names the recipe field that set ``args.learning_rate`` (the judge's DPO stage: ``dpo_learning_rate``).
+
+    Returns:
+        a `emoreward.models.base.NonFiniteError` to raise (the CLI prints it, exit 2)."""
+    from emoreward.models.base import NonFiniteError
+
+    quantity = "the loss" if what in ("loss", "train_loss") else f"the {what}"
+    return NonFiniteError(
+        f"{name or args.run_name or 'training'}: {quantity} is {float(value)} at step {step} (the run diverged; "
+        f"{rate_field} {args.learning_rate:g}): stopped, nothing saved as the final model; lower {rate_field} or "
+        "check the backbone's weights"
+    )
+
+
+class DivergenceGuard(TrainerCallback):
+    """Stops any emoreward training (the reward trainer, the judge's SFT and DPO stages) at the first logged
+    non-finite ``loss``, ``train_loss`` or ``grad_norm``, raising `divergence_error` (`name`, `rate_field` as
+    there). It turns off transformers' `logging_nan_inf_filter` at the start of training (that filter hides a NaN
+    step loss from the log), so a NaN loss of any step reaches the next log, at the latest the end-of-training
+    one, before `train` returns."""
+
+    def __init__(self, name: str | None = None, rate_field: str = "learning_rate"):
+        self.name, self.rate_field = name, rate_field
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        args.logging_nan_inf_filter = False
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        for key in ("loss", "train_loss", "grad_norm"):
+            value = (logs or {}).get(key)
+            if isinstance(value, (int, float)) and not math.isfinite(value):
+                raise divergence_error(args, state.global_step, key, value, name=self.name, rate_field=self.rate_field)
 
 
 class EmoRewardTrainer(RewardTrainer):
@@ -62,6 +102,7 @@ class EmoRewardTrainer(RewardTrainer):
         self.remove_callback(ProgressCallback)
         if not self.args.disable_tqdm:
             self.add_callback(RewardProgressCallback())
+        self.add_callback(DivergenceGuard())
 
     run_identity: dict | None = None  # written into every step checkpoint (emoreward.training.run_identity)
 
@@ -139,15 +180,8 @@ class EmoRewardTrainer(RewardTrainer):
             self._metrics[mode]["corr_quality_length"].append(out.corr_quality_length.item())
             self._metrics[mode]["corr_lengthhead_length"].append(out.corr_lengthhead_length.item())
         if mode == "train" and not bool(torch.isfinite(loss.detach()).all()):
-            # stop here: transformers drops non-finite losses from its log (`logging_nan_inf_filter`), so a diverged
-            # run would otherwise finish cleanly and save the broken weights
-            from emoreward.models.base import NonFiniteError
-
-            raise NonFiniteError(
-                f"{self.args.run_name or 'training'}: the loss is {float(loss.detach().float().mean())} at step "
-                f"{self.state.global_step + 1} (the run diverged; learning_rate {self.args.learning_rate:g}): "
-                "stopped, nothing saved as the final model; lower learning_rate or check the backbone's weights"
-            )
+            # stop at the step itself (`DivergenceGuard` sees a loss only when it is logged)
+            raise divergence_error(self.args, self.state.global_step + 1, "loss", loss.detach().float().mean())
         self._log_reward_metrics(mode, inputs, quality, chosen, rejected, extras.get("tie"))
         if return_outputs:
             return loss, {"rewards_chosen": chosen, "rewards_rejected": rejected}

@@ -1,12 +1,12 @@
 """Relation: numeric health. A NaN or an infinity in a loss, a weight or a reward stops the command with one clear
 line (exit 2), or is reported as undefined: it is never saved, served, scored or averaged.
 
-Owners: `emoreward.models.base.check_finite_weights` (every loader; the trainer's checkpoints and last weights),
-`EmoRewardTrainer.compute_loss` (a non-finite training loss, which transformers drops from its log), a model's
-rewards whatever its weights: `emoreward.models.base.check_finite_rewards` (every model's `score_info`, the scoring
-stream); a served engine's reply: `emoreward.export.reward_client.finite_json` (vLLM's ``/classify``, an emoreward
-server), and the score cache's read (`ScoreCache`: a non-finite line is refused, never reused).
-"""
+Owners: `emoreward.models.base.check_finite_weights` (every loader; the trainer's checkpoints and last weights, a
+trained judge before it is saved), `emoreward.training.trainer.DivergenceGuard` / `divergence_error` (a non-finite
+loss or gradient norm of any training: the reward trainer, both judge stages), a model's rewards whatever its
+weights: `emoreward.models.base.check_finite_rewards` (every model's `score_info`, the scoring stream); a served
+engine's reply: `emoreward.export.reward_client.finite_json` (vLLM's ``/classify``, an emoreward server), the score
+cache's read (`ScoreCache`: a non-finite line is refused, never reused), and a local judge's answer logits."""
 
 from __future__ import annotations
 
@@ -109,17 +109,25 @@ def test_python_routes_refuse_a_model_with_non_finite_weights(route, broken_mode
 
 @pytest.mark.parametrize(
     "how",
-    ["learning_rate", "poisoned_backbone"],
+    ["learning_rate", "poisoned_backbone", "judge_recipe"],
 )
 def test_train_stops_on_a_non_finite_loss(how, tiny_bert_dir, tmp_path, capsys):
-    """A diverging run (learning rate 1e38: weights overflow float32) or a backbone with a NaN weight stops with one line, exit 2, and leaves
-    no final model, no finished fold and no report."""
+    """A diverging run (learning rate 1e38: weights overflow float32) or a backbone with a NaN weight stops with one
+    line, exit 2, and leaves no final model, no finished fold and no report; a judge recipe's (TRL's SFT) as well."""
     backbone = tiny_bert_dir
     extra = {"learning_rate": 1e38, "num_train_epochs": 4, "per_device_train_batch_size": 4}
     if how == "poisoned_backbone":
         backbone = change_weights(model_copy(tiny_bert_dir, tmp_path / "backbone"), math.nan)
         extra = {}
     recipe = tiny_recipe(tmp_path, backbone, save_strategy="steps", save_steps=1, **extra)
+    if how == "judge_recipe":
+        from test_trained_judge import build_chat_model, write_pairs
+        from test_trained_judge import recipe as judge_recipe
+
+        base = build_chat_model(tmp_path / "chat")
+        recipe = judge_recipe(
+            tmp_path, base, cv_folds=2, learning_rate=1e38, max_grad_norm=0.0, train_file=str(write_pairs(tmp_path))
+        )
     rc, err = _cli(["train", "--config", str(recipe)], capsys)
     assert rc == 2, err
     lines = [line for line in err.strip().splitlines() if "error:" in line]

@@ -116,6 +116,8 @@ class Generation:
             scrubbed from it (`scrub_secrets`).
         fatal: the failure is not about this request but about the judge itself (HTTP 401/403/404: wrong key,
             no permission, unknown model or URL): no further call can succeed, so the run stops.
+        broken_model: a local model answered non-finite logits (`zero_shot.parsing.NonFiniteLogitsError`): its
+            weights are broken, a rerun gives the same, so the run stops naming the pair (never cached).
         prompt_tokens, completion_tokens: token counts where the backend knows them.
         prefill_s, decode_s: seconds spent on the prompt and on generated tokens (local backends).
     """
@@ -124,11 +126,20 @@ class Generation:
     probs: dict[str, float] | None = None
     error: str | None = None
     fatal: bool = False
+    broken_model: bool = False
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     prefill_s: float | None = None
     decode_s: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def failed(cls, err: Exception) -> Generation:
+        """The failed call of a local backend that raised `err` (its type and message), `broken_model` when the
+        model's answer logits were not finite."""
+        from zero_shot.parsing import NonFiniteLogitsError
+
+        return cls(error=f"{type(err).__name__}: {err}", broken_model=isinstance(err, NonFiniteLogitsError))
 
 
 @runtime_checkable

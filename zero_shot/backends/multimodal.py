@@ -484,7 +484,7 @@ class MultimodalBackend:
             logps = [float(label_logprobs(self.model, with_continuation(inputs, c), n_prompt)[0]) for c in conts]
             verdict, probs = verdict_from_logits(logps, labels)
         except Exception as err:  # noqa: BLE001 - a failed call is counted by the runner
-            return Generation(error=f"{type(err).__name__}: {err}")
+            return Generation.failed(err)
         return Generation(text=f"{request.answer_prefix} {verdict.value}".strip(), probs=probs, prompt_tokens=n_prompt)
 
     def _batch(self, batch: list[ChatRequest], sampling: SamplingConfig) -> list[Generation]:

@@ -225,7 +225,7 @@ class TransformersTextBackend:
             logps = continuation_logprobs(self.model, prompt_ids, conts, self.model.device)
             verdict, probs = verdict_from_logits(logps, request.score_labels or ())
         except Exception as err:  # noqa: BLE001
-            return Generation(error=f"{type(err).__name__}: {err}")
+            return Generation.failed(err)
         return Generation(
             text=f"{request.answer_prefix} {verdict.value}".strip(), probs=probs, prompt_tokens=len(prompt_ids)
         )
