@@ -344,3 +344,19 @@ def test_sigkill_midway_then_restart_gives_the_uninterrupted_report(tmp_path, ca
     rows = [json.loads(line) for line in cache.read_bytes().splitlines() if line.endswith(b"}")]
     keys = [(r["strategy"], r["step"], r["sample"], r["order"], r["run"]) for r in rows]
     assert len(keys) == len(set(keys)) == n_calls
+
+
+def test_a_call_is_found_by_its_content_whatever_it_is_named(tmp_path):
+    """`CallCache.get` looks a call up by `CallKey.content` (strategy, step, run, input hash): the judge, sample and
+    order names are written for logs only; another strategy, step, run or input is another call."""
+    cache = CallCache(tmp_path / "c.jsonl")
+    cache.put(CallKey("j", "S1", "compare", "s1|alpha|beta", "normal", 0), "hash-a", "Answer: 1")
+    again = CallCache(tmp_path / "c.jsonl")
+    assert again.get(CallKey("k", "S1", "compare", "clip-9|zeta|m 4", "swapped", 0), "hash-a")["output"] == "Answer: 1"
+    for other in (("S2", "compare", 0, "hash-a"), ("S1", "reason", 0, "hash-a"), ("S1", "compare", 1, "hash-a"),
+                  ("S1", "compare", 0, "hash-b")):  # fmt: skip
+        strategy, step, run, input_hash = other
+        assert again.get(CallKey("j", strategy, step, "s1|alpha|beta", "normal", run), input_hash) is None
+    assert CallKey("j", "S1", "compare", "s1|alpha|beta", "normal", 0) in again  # the names, kept for logs
+    again.put(CallKey("k", "S1", "compare", "s2", "swapped", 0), "hash-a", "Answer: 2")  # the same call: not re-added
+    assert len(CallCache(tmp_path / "c.jsonl")) == 1 and len((tmp_path / "c.jsonl").read_text().splitlines()) == 1
