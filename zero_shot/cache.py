@@ -1,11 +1,11 @@
 """An append-only JSONL cache of model calls, so a killed run resumes without redoing finished calls.
 
-A call is keyed by (judge, strategy, step, sample, order, run) and its `input_hash` (prompt, media, model content
-and sampling: `call_input_hash`). Step-1 descriptions are stored once under strategy `shared` and order `-`, so S2,
-S3 and S4 read the same description of a sample for a given run. A call whose input changed (a model retrained in
-place, a corrected row, another prompt) is a miss and is made again; the earlier answer stays in the file for the
-earlier input. `CallCache` gives the line format and how a half-written line is read. Whole-file writes next to the
-cache (reports, judgements) go through `emoreward.utils.io.atomic_write_text`. See docs/judges.md.
+A call is found by its content only (`CallKey.content`): strategy, step, run and `input_hash` (the prompt with the
+descriptions in the order shown, media, model content, precision, sampling: `call_input_hash`); the names it was made
+for (judge, sample, order) are written for logs, never looked up, so renamed models and a subset of an earlier run
+reuse its calls. Step-1 descriptions are stored under strategy `shared`. A changed input is a miss, made again; the
+earlier answer stays for the earlier input. `CallCache` gives the line format and how a half-written line is read.
+Whole-file writes next to the cache go through `emoreward.utils.io.atomic_write_text`. See docs/judges.md.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class CallKey:
-    """Identity of one model call (see the module docstring)."""
+    """Names of one model call (judge, strategy, step, sample, order, run), written with it for logs; the cache looks
+    a call up by `content` only (see the module docstring)."""
 
     judge: str
     strategy: str
@@ -34,6 +35,11 @@ class CallKey:
 
     def as_tuple(self) -> tuple:
         return (self.judge, self.strategy, self.step, self.sample, self.order, self.run)
+
+    def content(self, input_hash: str) -> tuple:
+        """The call's identity in the cache: `(strategy, step, run, input_hash)`, no name of a judge, sample, model or
+        order (an order is in the prompt, so in `input_hash`). `run` is 0 for every run of a greedy judge."""
+        return (self.strategy, self.step, self.run, input_hash)
 
 
 def media_array_digest(array) -> str | None:
@@ -97,12 +103,12 @@ class CallCache:
 
     Attributes:
         n_corrupt: lines that could not be read on load (a half-written last line after a kill).
-        n_duplicates: lines whose key was already present on load (the first one is kept).
+        n_duplicates: lines whose content (`CallKey.content`) was already present on load (the first one is kept).
     """
 
     def __init__(self, path: str | Path | None):
         self.path = Path(path) if path is not None else None
-        self._rows: dict[tuple, dict[str, Any]] = {}  # (key tuple, input hash) -> row
+        self._rows: dict[tuple, dict[str, Any]] = {}  # CallKey.content -> row
         self._lock = threading.Lock()
         self.n_corrupt = 0
         self.n_duplicates = 0
@@ -125,7 +131,7 @@ class CallCache:
                 row = json.loads(raw.decode("utf-8"))  # strict: a line cut inside a character is corrupt
                 key = CallKey(
                     row["judge"], row["strategy"], row["step"], row["sample"], row["order"], int(row["run"])
-                ).as_tuple() + (row["input_hash"],)
+                ).content(row["input_hash"])
             except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError):
                 self.n_corrupt += 1
                 continue
@@ -144,13 +150,16 @@ class CallCache:
         return len(self._rows)
 
     def __contains__(self, key: CallKey) -> bool:
-        """Whether the call `key` was made with any input."""
-        return any(k[:-1] == key.as_tuple() for k in self._rows)
+        """Whether a call with the names of `key` was made with any input (logs and tests; lookups go by content)."""
+        names = key.as_tuple()
+        return any((r["judge"], r["strategy"], r["step"], r["sample"], r["order"], r["run"]) == names
+                   for r in self._rows.values())  # fmt: skip
 
     def get(self, key: CallKey, input_hash: str) -> dict[str, Any] | None:
-        """The cached row of the call `key` made with input `input_hash`, or None (never made, or made with another
-        input: another prompt, media, model content or sampling)."""
-        return self._rows.get(key.as_tuple() + (input_hash,))
+        """The cached row of a call with the content of `key` (strategy, step, run) and input `input_hash`, whatever
+        the judge, sample, models or order it was made for; None when never made with that input (another prompt,
+        media, model content or sampling)."""
+        return self._rows.get(key.content(input_hash))
 
     def put(
         self, key: CallKey, input_hash: str, output: str, probs: dict | None = None, meta: dict | None = None
@@ -169,9 +178,9 @@ class CallCache:
             "meta": meta or {},
         }
         with self._lock:
-            if key.as_tuple() + (input_hash,) in self._rows:
+            if key.content(input_hash) in self._rows:
                 return
-            self._rows[key.as_tuple() + (input_hash,)] = row
+            self._rows[key.content(input_hash)] = row
             if self.path is None:
                 return
             from emoreward.utils.io import locked_append

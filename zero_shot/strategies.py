@@ -231,9 +231,10 @@ class ZeroShotJudge:
     A sample with no media runs S1 on the descriptions alone (the prompt says so), and takes its S2-S4 reference
     from a reference-description file instead of step 1; with neither, S2-S4 refuse with a clear error.
 
-    Cache keys: step-1 references are keyed without strategy and order, so S2, S3 and S4 share them. A comparison
-    is keyed by its sample and, when the pair names them, by the two writers (`sample|model_a|model_b`, the
-    original order), so the many pairs of one sample in a ranking never share a key. With greedy decoding
+    Call cache: a call is found by its content (`CallKey.content`: strategy, step, run and `call_input_hash`, the
+    prompt with the descriptions in the order shown), never by the sample, model or order names it carries for logs:
+    renamed models, a subset of an earlier run or a shuffled table reuse its calls, and identical calls within one
+    batch are made once. Step-1 references are stored under strategy `shared`, so S2-S4 share them. With greedy decoding
     (`do_sample: false`) every repeated run reuses run 0's calls, so runs 2..R cost nothing and multi-run
     consistency is 100% by construction, not a measurement.
 
@@ -436,8 +437,14 @@ class ZeroShotJudge:
                 else:
                     self.stats.cached += 1
                 self._tick()
+        made: dict[tuple, _Call] = {}  # content -> the call of this batch that asks it (made once)
         for start in range(0, len(calls), self.chunk_size):
-            chunk = [c for c in calls[start : start + self.chunk_size] if c.result is None]
+            chunk, twins = [], []
+            for c in calls[start : start + self.chunk_size]:
+                if c.result is not None:
+                    continue
+                first = made.setdefault(c.key.content(c.input_hash), c)
+                (chunk if first is c else twins).append(c)
             by_backend: dict[int, list[_Call]] = {}
             for c in chunk:
                 by_backend.setdefault(id(c.backend), []).append(c)
@@ -470,6 +477,13 @@ class ZeroShotJudge:
                         f"{group[0].backend.identity} refused the call: {fatal.error}. Stopped; no further calls "
                         "made (check the judge's base_url, model and api_key_env). Finished calls are cached."
                     )
+            for c in twins:  # the same input as a call made above: its answer, counted as answered without a call
+                c.result = made[c.key.content(c.input_hash)].result
+                if c.result is None or c.result.error is not None:
+                    self.stats.failed += 1
+                else:
+                    self.stats.cached += 1
+                self._tick()
 
     def _tick(self) -> None:
         if self.progress is not None:

@@ -213,7 +213,7 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--tie-threshold": "the tie rule of a reward-model judge: tests/ranking/test_ties_and_intervals.py",
         "--batch-size": "batching only: tests/test_scoring_engine.py checks scores do not depend on it",
         "--media-root": "where media files are: tests/bad_input/test_bad_media.py",
-        "--cache-dir": ("content_identity",),
+        "--cache-dir": ("content_identity", "renaming", "subset"),  # a call found by its content, not its names
         "--no-cache": ("content_identity",),
         "--strategy": "a judge setting: each strategy is tested in tests/zero_shot",
         "--runs": ("accounting",),

@@ -18,7 +18,7 @@ from _inputs import assert_same_numbers, n_boot, pair_rows, read_json, run_ok, t
 
 
 COVERS = {
-    "rank": ("*", "--data", "--method", "--judge"),
+    "rank": ("*", "--data", "--method", "--judge", "--cache-dir"),
     "evaluate": ("*", "--data"),
     "train": ("--train_file",),
     "serve": ("*",),
@@ -102,6 +102,36 @@ def test_a_sampling_judge_draws_from_content_not_names(kind, tmp_path, capsys):
     judge.write_text(SAMPLING_JUDGE_YAML.replace("seed: 0", "seed: 1"))
     c = rank(capsys, judge, rows, tmp_path / "c")
     assert c["W"] != a["W"]
+
+
+def cached_rank(capsys, judge, rows, folder, cache, extra=()):
+    """`rank` on a call cache shared between runs: (the report's cost, the calls the cache holds)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    table = write_jsonl(folder / "table.jsonl", rows)
+    run_ok(capsys, ["rank", "--judge", judge, "--data", table, "--output", folder / "r.json", "--n-boot", 20,
+                    "--cache-dir", cache, "--quiet", *extra])  # fmt: skip
+    held = sum(len(f.read_text(encoding="utf-8").splitlines()) for f in cache.rglob("*.jsonl"))
+    return read_json(folder / "r.json")["cost"], held
+
+
+@pytest.mark.parametrize("change", ["renamed models", "renamed samples", "shuffled rows"])
+def test_a_judge_call_is_found_by_its_content_not_its_names(change, length_judge_yaml, tmp_path, capsys):
+    """The call cache finds a call by what the judge reads (`zero_shot.cache.CallKey.content`), never by the names
+    of its sample, models or order: the same descriptions under other names, or in another row order, make 0 calls.
+    4 models, 6 samples: 6 pairs x 6 samples x 2 orders = 72 calls, each one line of the cache."""
+    import random
+
+    rows = table_rows(n_samples=6)
+    changed = {
+        "renamed models": [RENAMES["models"](r, MODEL_NAMES) for r in rows],
+        "renamed samples": [RENAMES["samples"](r, SAMPLE_NAMES) for r in rows],
+        "shuffled rows": random.Random(3).sample(rows, len(rows)),
+    }[change]
+    cache = tmp_path / "cache"
+    first, held = cached_rank(capsys, length_judge_yaml, rows, tmp_path / "a", cache)
+    assert (first["n_judge_calls"], first["n_reused"], held) == (72, 0, 72)  # the report counts the calls made
+    again, held = cached_rank(capsys, length_judge_yaml, changed, tmp_path / "b", cache)
+    assert (again["n_judge_calls"], again["n_reused"], held) == (0, 72, 72)
 
 
 def nfd_pairs(rows):

@@ -10,10 +10,10 @@ selections apply in: models, then samples, then a random N).
 from __future__ import annotations
 
 import pytest
-from _inputs import assert_same_numbers, n_boot, pair_rows, read_json, run_ok, table_rows, write_jsonl
+from _inputs import WORDS, assert_same_numbers, n_boot, pair_rows, read_json, run_ok, table_rows, write_jsonl
 
 
-COVERS = {"rank": ("--models", "--samples", "--sample-ids"), "judge": ("--limit",)}
+COVERS = {"rank": ("--models", "--samples", "--sample-ids", "--cache-dir"), "judge": ("--limit",)}
 
 MODELS = ["delta", "alpha", "gamma"]  # not in table order
 SAMPLES = ["s6", "s1", "s4", "s3", "s7"]
@@ -84,6 +84,39 @@ def test_models_then_samples_equals_ranking_the_rows_of_the_kept_models(method, 
         assert (a["n_pairs"], a["full_pairs"], sorted(a["n_comparisons"].values())) == (3, 3, [3, 3])
     else:
         assert sum(map(sum, a["W"]["wins"])) + sum(map(sum, a["W"]["ties"])) // 2 == 3
+
+
+@pytest.mark.parametrize(
+    "scheme, per_sample",
+    [([], 6 * 2), (["--hierarchical", "alpha,beta|gamma,delta"], 3 * 2)],
+    ids=["full", "hierarchical"],
+)
+def test_a_subset_after_a_run_makes_no_judge_call(scheme, per_sample, length_judge_yaml, tmp_path, capsys):
+    """Every call of ``--samples N`` (or ``--models``) was made by the run on the whole table: the call cache finds
+    it by its content (`zero_shot.cache.CallKey.content`), whatever order the pair was first asked in, so 0 calls
+    are made and the report counts each one reused. Hierarchical: 2 group pairs + the winners' pair per sample (the
+    length judge's winners, beta and delta, on any subset: model k writes 3 + 3k words)."""
+    import random
+
+    rows = [{"sample": f"s{s}", "model": m, "description": " ".join(random.Random(s).choices(WORDS, k=3 + 3 * k))}
+            for s in range(5) for k, m in enumerate(("alpha", "beta", "gamma", "delta"))]  # fmt: skip
+    cache = tmp_path / "cache"
+
+    def cost(name, *extra):
+        folder = tmp_path / name
+        folder.mkdir()
+        table = write_jsonl(folder / "table.jsonl", rows)
+        run_ok(capsys, ["rank", "--judge", length_judge_yaml, "--data", table, "--output", folder / "r.json",
+                        "--n-boot", 20, "--cache-dir", cache, "--quiet", *scheme, *extra])  # fmt: skip
+        return read_json(folder / "r.json")["cost"]
+
+    whole = cost("whole")
+    assert (whole["n_judge_calls"], whole["n_reused"]) == (5 * per_sample, 0)
+    part = cost("part", "--samples", 2)
+    assert (part["n_judge_calls"], part["n_reused"]) == (0, 2 * per_sample)
+    if not scheme:  # two of the four models: their one pair on each sample, both orders
+        kept = cost("kept", "--models", "delta,alpha")
+        assert (kept["n_judge_calls"], kept["n_reused"]) == (0, 5 * 2)
 
 
 def test_judge_limit_equals_judging_the_first_rows(length_judge_yaml, tmp_path, capsys):

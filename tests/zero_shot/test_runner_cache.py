@@ -68,6 +68,14 @@ def test_swapped_verdicts_are_mapped_back(tmp_path):
     assert f"Description 1: {pairs[0].description_2}" in swapped_prompt
 
 
+def n_extract_calls(folder) -> int:
+    """S4's extract calls a run needs: one per distinct (run, reasoning) in its call cache, every one made."""
+    rows = [json.loads(line) for line in (folder / CACHE_FILE).read_text().splitlines()]
+    distinct = {(r["run"], r["output"]) for r in rows if r["step"] == "reason"}
+    assert sum(r["step"] == "extract" for r in rows) == len(distinct)
+    return len(distinct)
+
+
 def test_resume_after_crash_makes_only_missing_calls_and_gives_the_same_report(tmp_path, fast_random_baseline):
     pairs, refs = demo_pairs(), {p.sample_id: REFERENCE for p in demo_pairs()}
     full = run_zero_shot(
@@ -81,7 +89,9 @@ def test_resume_after_crash_makes_only_missing_calls_and_gives_the_same_report(t
         output_dir=tmp_path / "full",
     )
     n_total = full["calls"]["made"]
-    assert n_total == 6 * 2 * 2 * (1 + 2)  # pairs x orders x runs x (S1 + S4's two steps)
+    # pairs x orders x runs x (S1 + S4's reasoning), + S4's extract once per distinct reasoning of a run (it reads
+    # the reasoning alone; a call is found by its content)
+    assert n_total == 6 * 2 * 2 * (1 + 1) + n_extract_calls(tmp_path / "full")
 
     out = tmp_path / "crashed"
     with pytest.raises(KeyboardInterrupt):
@@ -109,8 +119,9 @@ def test_resume_after_crash_makes_only_missing_calls_and_gives_the_same_report(t
         backends={"mllm": resumed_backend},
         output_dir=out,
     )
-    assert len(resumed_backend.calls) == n_total - len(lines)
-    assert resumed["calls"]["cached"] == len(lines)
+    assert len(resumed_backend.calls) == resumed["calls"]["made"] == n_total - len(lines)
+    # every call asked is made or answered from the cache (the killed run's lines, a repeated extract)
+    assert resumed["calls"]["made"] + resumed["calls"]["cached"] == full["calls"]["made"] + full["calls"]["cached"]
     assert _metrics(resumed) == _metrics(full)
     assert resumed["markdown"] == full["markdown"]
     rows = [
@@ -286,7 +297,7 @@ def test_sigkill_midway_then_restart_gives_the_uninterrupted_report(tmp_path, ca
         )
     )  # fmt: skip
     refs.write_text("".join(json.dumps({"sample_id": p.sample_id, "description": REFERENCE}) + "\n" for p in pairs))
-    n_calls = 6 * 2 * (1 + 2)  # pairs x orders x (S1 + S4's two steps); greedy: run 2 reuses run 1's calls
+    # pairs x orders x (S1 + S4's reasoning) + S4's extracts; greedy: run 2 reuses run 1's calls
 
     # the uninterrupted run, in process and without the per-call delay (not part of the backend identity)
     config = load_judge_config(judge)
@@ -302,6 +313,7 @@ def test_sigkill_midway_then_restart_gives_the_uninterrupted_report(tmp_path, ca
         progress=False,
         output_dir=tmp_path / "full",
     )
+    n_calls = 6 * 2 * 2 + n_extract_calls(tmp_path / "full")  # S4's extract: once per distinct reasoning
     assert full["calls"]["made"] == n_calls
 
     out = tmp_path / "killed"
@@ -328,9 +340,9 @@ def test_sigkill_midway_then_restart_gives_the_uninterrupted_report(tmp_path, ca
 
     capsys.readouterr()
     assert main(cmd[3:]) == 0  # the same arguments as `python -m emoreward.cli judge ...`
-    assert f"calls: {n_calls - done} made, {done} from cache, {n_calls} reused from run 1 (greedy), 0 failed" in (
-        capsys.readouterr().out
-    )
+    asked = 6 * 2 * (1 + 2)  # per run: a repeated extract answered from the cache too
+    assert f"calls: {n_calls - done} made, {asked - n_calls + done} from cache, {asked} reused from run 1 (greedy), " \
+        "0 failed" in capsys.readouterr().out  # fmt: skip
     report = json.loads((out / "report.json").read_text())
     expected = json.loads((tmp_path / "full" / "report.json").read_text())
     assert report["strategies"] == expected["strategies"] and report["crowd"] == expected["crowd"]
@@ -344,3 +356,19 @@ def test_sigkill_midway_then_restart_gives_the_uninterrupted_report(tmp_path, ca
     rows = [json.loads(line) for line in cache.read_bytes().splitlines() if line.endswith(b"}")]
     keys = [(r["strategy"], r["step"], r["sample"], r["order"], r["run"]) for r in rows]
     assert len(keys) == len(set(keys)) == n_calls
+
+
+def test_a_call_is_found_by_its_content_whatever_it_is_named(tmp_path):
+    """`CallCache.get` looks a call up by `CallKey.content` (strategy, step, run, input hash): the judge, sample and
+    order names are written for logs only; another strategy, step, run or input is another call."""
+    cache = CallCache(tmp_path / "c.jsonl")
+    cache.put(CallKey("j", "S1", "compare", "s1|alpha|beta", "normal", 0), "hash-a", "Answer: 1")
+    again = CallCache(tmp_path / "c.jsonl")
+    assert again.get(CallKey("k", "S1", "compare", "clip-9|zeta|m 4", "swapped", 0), "hash-a")["output"] == "Answer: 1"
+    for other in (("S2", "compare", 0, "hash-a"), ("S1", "reason", 0, "hash-a"), ("S1", "compare", 1, "hash-a"),
+                  ("S1", "compare", 0, "hash-b")):  # fmt: skip
+        strategy, step, run, input_hash = other
+        assert again.get(CallKey("j", strategy, step, "s1|alpha|beta", "normal", run), input_hash) is None
+    assert CallKey("j", "S1", "compare", "s1|alpha|beta", "normal", 0) in again  # the names, kept for logs
+    again.put(CallKey("k", "S1", "compare", "s2", "swapped", 0), "hash-a", "Answer: 2")  # the same call: not re-added
+    assert len(CallCache(tmp_path / "c.jsonl")) == 1 and len((tmp_path / "c.jsonl").read_text().splitlines()) == 1
