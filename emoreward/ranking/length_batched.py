@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -437,6 +438,22 @@ def _ordered(design: Design) -> _Ordered:
     )
 
 
+def _pass_arrays(rec: _Ordered, theta: np.ndarray, m: int, dtype, hessian: bool):
+    """A pass's shapes and outputs: (covariates K, parameters before the tie one P = M + K, the gradient `(R, Q)`,
+    the Hessian `(R, Q, Q)` or None)."""
+    n_rows, q = theta.shape
+    k_cov = rec.half_z[dtype].shape[0]
+    return k_cov, m + k_cov, np.zeros((n_rows, q)), np.zeros((n_rows, q, q)) if hessian else None
+
+
+def _pass_chunks(rec: _Ordered, theta: np.ndarray, dtype) -> Iterator[tuple[int, int]]:
+    """The resample rows of a pass in chunks of about `_PASS_CELLS` (resample, record) cells: ``(lo, hi)``."""
+    n_rows, n = theta.shape[0], rec.half_z[dtype].shape[1]
+    chunk = max(1, _PASS_CELLS // max(1, n))
+    for lo in range(0, n_rows, chunk):
+        yield lo, min(n_rows, lo + chunk)
+
+
 def _pass(
     rec: _Ordered,
     model: PairModel,
@@ -456,15 +473,9 @@ def _pass(
     ``sum n (A' - reference)`` less ``linear`` `(R, Q)`, the part computed once per resample; see there)."""
     if model.difference_only:
         return _difference_pass(rec, model, theta, counts, m, dtype, hessian, linear, reference)
-    n_rows, q = theta.shape
-    k_cov, n = rec.half_z[dtype].shape
-    p = m + k_cov
-    grad = np.zeros((n_rows, q))
-    hess = np.zeros((n_rows, q, q)) if hessian else None
-    chunk = max(1, _PASS_CELLS // max(1, n))
+    k_cov, p, grad, hess = _pass_arrays(rec, theta, m, dtype, hessian)
     z, outcomes = rec.half_z[dtype], rec.outcomes[dtype]
-    for lo in range(0, n_rows, chunk):
-        hi = min(n_rows, lo + chunk)
+    for lo, hi in _pass_chunks(rec, theta, dtype):
         th, sums = theta[lo:hi].astype(dtype), _Sums(rec, counts[lo:hi].astype(dtype))
         shift = th[:, m:p] @ z  # gamma . z / 2, (R, N)
         s_i, s_j = th[:, rec.a] + shift, th[:, rec.b] - shift
@@ -524,15 +535,9 @@ def _difference_pass(
     trials = model.natural_statistics(*rec.outcomes[dtype])[0] if family else None
     if trials is not None and np.all(trials == 1):
         trials = None
-    n_rows, q = theta.shape
-    k_cov, n = rec.half_z[dtype].shape
-    p = m + k_cov
-    grad = np.zeros((n_rows, q))
-    hess = np.zeros((n_rows, q, q)) if hessian else None
-    chunk = max(1, _PASS_CELLS // max(1, n))
+    k_cov, p, grad, hess = _pass_arrays(rec, theta, m, dtype, hessian)
     half_z, outcomes = rec.half_z[dtype], rec.outcomes[dtype]
-    for lo in range(0, n_rows, chunk):
-        hi = min(n_rows, lo + chunk)
+    for lo, hi in _pass_chunks(rec, theta, dtype):
         th, sums = theta[lo:hi].astype(dtype), _Sums(rec, counts[lo:hi].astype(dtype))
         d = th[:, :p] @ rec.x_t[dtype]  # b_a - b_b + gamma . z, (R, N)
         eta = th[:, p:] if model.has_tie else None
