@@ -85,11 +85,43 @@ REWARD_FIELDS = FieldTable(
     },
     _reward_conditions,
 )
+# The judge recipe's two stages (`emoreward.training.judge`): the SFT stage is the recipe itself (an SFTConfig); the
+# DPO stage's DPOConfig takes every TrainingArguments field of the recipe, the SFTConfig fields DPOConfig reads by the
+# same name and meaning (`DPO_SHARED_FIELDS`), and its own recipe fields under DPOConfig's names (`DPO_FIELDS`, which
+# apply with dpo_epochs > 0). SFTConfig's other fields (`SFT_ONLY_FIELDS`: no DPO counterpart, or another meaning)
+# shape the SFT stage only. `tests/test_recipe_fields.py` checks that these cover SFTConfig's fields and that every
+# result-changing field reaches the stages that read it.
+DPO_FIELDS = {"dpo_epochs": "num_train_epochs", "dpo_learning_rate": "learning_rate", "dpo_beta": "beta"}
+DPO_SHARED_FIELDS = (
+    "max_length",
+    "truncation_mode",
+    "padding_free",
+    "pad_to_multiple_of",
+    "activation_offloading",
+    "router_aux_loss_coef",
+    "model_init_kwargs",
+    "trust_remote_code",
+    "dataset_num_proc",
+    "pad_token",
+)
+SFT_ONLY_FIELDS = (
+    "dataset_text_field",
+    "dataset_kwargs",
+    "eos_token",
+    "shuffle_dataset",
+    "packing",
+    "packing_strategy",
+    "eval_packing",
+    "completion_only_loss",
+    "assistant_only_loss",
+    "loss_type",  # SFT's nll / dft; DPOConfig's loss_type names DPO losses
+    "chat_template_path",
+)
 # `emoreward.training.judge_config.JudgeTrainConfig` (generative judges)
 JUDGE_FIELDS = FieldTable(
     {
         **dict.fromkeys(_LORA, "peft"),
-        **dict.fromkeys(("dpo_beta", "dpo_learning_rate"), "dpo"),
+        **dict.fromkeys((f for f in DPO_FIELDS if f != "dpo_epochs"), "dpo"),  # dpo_epochs is the setting
         **dict.fromkeys(
             ("use_audio_in_video", "fps", "max_frames", "min_pixels", "max_pixels", "media_root"), "media"
         ),
@@ -166,9 +198,12 @@ def check_fields_apply(config: Any) -> None:
 __all__ = [
     "COMMAND",
     "DEFAULT",
+    "DPO_FIELDS",
+    "DPO_SHARED_FIELDS",
     "JUDGE_FIELDS",
     "RECIPE",
     "REWARD_FIELDS",
+    "SFT_ONLY_FIELDS",
     "Condition",
     "FieldTable",
     "check_fields_apply",

@@ -7,6 +7,7 @@ See docs/judges.md#trained-judges.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import tempfile
 import time
@@ -355,7 +356,7 @@ def fit_judge(
         ValueError: no pair to train on (all dropped), an unlabelled pair, or a text judge's sequence longer than
             ``max_length`` (`check_text_verdict_lengths`, before any training)."""
     from transformers import set_seed
-    from trl import DPOConfig, DPOTrainer, SFTTrainer
+    from trl import DPOTrainer, SFTTrainer
 
     from zero_shot.prompts import load_prompts
 
@@ -388,25 +389,14 @@ def fit_judge(
         raise ValueError(f"no pair to train the judge on ({dropped} gold ties dropped with ties: drop)")
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="emoreward-judge-") as scratch:  # the trainers save nothing themselves
-        args = with_fields(config, output_dir=str(Path(scratch) / "sft"), save_strategy="no", **media)
+        args = sft_arguments(config, output_dir=str(Path(scratch) / "sft"), save_strategy="no", **media)
         model, log = _stage(SFTTrainer, model, args, rows, tokenizer, config, collators.get("sft"))
         if dpo_rows:
-            dpo_args = DPOConfig(
+            dpo_args = dpo_arguments(
+                config,
                 output_dir=str(Path(scratch) / "dpo"),
-                num_train_epochs=config.dpo_epochs,
-                learning_rate=config.dpo_learning_rate,
-                beta=config.dpo_beta,
-                per_device_train_batch_size=config.per_device_train_batch_size,
-                gradient_accumulation_steps=config.gradient_accumulation_steps,
-                max_length=config.max_length,
-                max_steps=config.max_steps,
-                logging_steps=config.logging_steps,
                 save_strategy="no",
-                report_to=config.report_to,
-                seed=config.seed,
-                bf16=config.bf16,
-                use_cpu=config.use_cpu,
-                remove_unused_columns=not media,
+                **({"remove_unused_columns": False} if media else {}),
             )
             model, dpo_log = _stage(DPOTrainer, model, dpo_args, dpo_rows, tokenizer, config, collators.get("dpo"))
             log += [{**entry, "stage": "dpo"} for entry in dpo_log]
@@ -424,6 +414,32 @@ def fit_judge(
         "train_log": log,
     }
     return {**result, "model": model, "processing_class": tokenizer} if keep_model else result
+
+
+def sft_arguments(config: JudgeTrainConfig, **stage: Any) -> JudgeTrainConfig:
+    """The SFT stage's arguments: the recipe itself (a `trl.SFTConfig`, so every field reaches `SFTTrainer`) with
+    `stage` set (where the stage writes, a multimodal judge's dataset settings)."""
+    return with_fields(config, **stage)
+
+
+def dpo_arguments(config: JudgeTrainConfig, **stage: Any):
+    """The DPO stage's `trl.DPOConfig`, from the one declared mapping (`emoreward.training.applicability`): every
+    `TrainingArguments` field as the recipe has it, the SFTConfig fields DPO reads by the same name
+    (`DPO_SHARED_FIELDS`), the DPO stage's own fields under DPOConfig's names (`DPO_FIELDS`: ``dpo_epochs`` ->
+    ``num_train_epochs``, ``dpo_learning_rate`` -> ``learning_rate``, ``dpo_beta`` -> ``beta``), then `stage`.
+    DPOConfig's own settings beyond these (its loss, reference model) are TRL's defaults.
+
+    Raises:
+        ValueError: a value DPOConfig refuses (TRL's message)."""
+    from transformers import TrainingArguments
+    from trl import DPOConfig
+
+    from emoreward.training.applicability import DPO_FIELDS, DPO_SHARED_FIELDS
+
+    names = [f.name for f in dataclasses.fields(TrainingArguments) if f.init] + list(DPO_SHARED_FIELDS)
+    values = {name: getattr(config, name) for name in names}
+    values.update({dpo: getattr(config, own) for own, dpo in DPO_FIELDS.items()})
+    return DPOConfig(**{**values, **stage})
 
 
 def _stage(
@@ -649,6 +665,7 @@ __all__ = [
     "check_judge_media",
     "check_text_verdict_lengths",
     "check_verdict_length",
+    "dpo_arguments",
     "evaluate_trained_judge",
     "fit_judge",
     "judge_request",
@@ -657,6 +674,7 @@ __all__ = [
     "preference_examples",
     "run_judge_training",
     "save_judge",
+    "sft_arguments",
     "training_orders",
     "verdict_examples",
 ]

@@ -10,6 +10,7 @@ import hashlib
 import json
 import shutil
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,37 +25,217 @@ if TYPE_CHECKING:
 IDENTITY_FILE = "run_identity.json"
 FIT_PLAN_KEY = "fit_plan"  # in IDENTITY_FILE: how the run's fits spread over threads (`recorded_fit_plan`)
 
-# where a run writes, logs and keeps checkpoints, not what it computes: changing these resumes the same run
+# Every field of both recipe classes, result-changing or not: one classification, by field name (a name means the same
+# in both classes). `tests/test_recipe_fields.py` fails on a field of the installed transformers / TRL classes that is
+# in neither set, so a new version's field is decided here; until then it counts as result-changing (`run_identity`
+# keeps every field but NOT_RESULT_FIELDS): a wrong refusal is safe, a wrong reuse is not.
 NOT_RESULT_FIELDS = frozenset(
     {
+        # where a run writes, logs, reports and keeps checkpoints (transformers.TrainingArguments)
         "output_dir",
-        "overwrite_output_dir",
         "run_name",
-        "logging_dir",
         "logging_strategy",
         "logging_steps",
         "logging_first_step",
+        "log_on_each_node",
         "logging_nan_inf_filter",
-        "report_to",
+        "include_num_input_tokens_seen",
+        "log_level",
+        "log_level_replica",
         "disable_tqdm",
-        "wandb_project",
-        "wandb_log_model",
+        "report_to",
+        "project",
+        "trackio_space_id",
+        "trackio_bucket_id",
+        "trackio_static_space_id",
+        "skip_memory_metrics",
+        "debug",
         "save_strategy",
         "save_steps",
         "save_total_limit",
         "save_only_model",
+        "save_on_each_node",
+        "enable_jit_checkpoint",
+        "resume_from_checkpoint",
         "push_to_hub",
+        "hub_token",
         "hub_model_id",
         "hub_strategy",
         "hub_private_repo",
-        "resume_from_checkpoint",
+        "hub_always_push",
+        "hub_revision",
+        "do_train",
+        "do_eval",
+        "do_predict",
+        # how fast and on which process, not what is computed: data-loading workers (the sampler stays in the main
+        # process), memory, the process group's plumbing, evaluation batching
         "dataloader_num_workers",
+        "dataloader_pin_memory",
         "dataloader_persistent_workers",
         "dataloader_prefetch_factor",
+        "dataloader_multiprocessing_context",
+        "torch_empty_cache_steps",
+        "local_rank",
+        "ddp_timeout",
+        "ddp_find_unused_parameters",
+        "ddp_bucket_cap_mb",
+        "ddp_static_graph",
+        "per_device_eval_batch_size",
+        "eval_accumulation_steps",
+        # TRL's SFTConfig: the text column of language-modelling rows (a judge trains on prompt / completion rows),
+        # parallel tokenization, the packing of an eval dataset (a judge trains with none)
+        "dataset_text_field",
+        "dataset_num_proc",
+        "eval_packing",
+        # emoreward's own
+        "overwrite_output_dir",
+        "wandb_project",
+        "wandb_log_model",
         "score_batch_size",
-        "fit_workers",
+        "fit_workers",  # the fit plan is recorded at the run's first start (`recorded_fit_plan`)
     }
 )
+RESULT_FIELDS = frozenset(
+    {
+        # transformers.TrainingArguments: optimisation, precision, kernels, data order, best-model selection, devices
+        "per_device_train_batch_size",
+        "num_train_epochs",
+        "max_steps",
+        "learning_rate",
+        "lr_scheduler_type",
+        "lr_scheduler_kwargs",
+        "warmup_steps",
+        "optim",
+        "optim_args",
+        "optim_target_modules",
+        "weight_decay",
+        "adam_beta1",
+        "adam_beta2",
+        "adam_epsilon",
+        "gradient_accumulation_steps",
+        "average_tokens_across_devices",
+        "max_grad_norm",
+        "label_smoothing_factor",
+        "neftune_noise_alpha",
+        "auto_find_batch_size",
+        "bf16",
+        "fp16",
+        "bf16_full_eval",
+        "fp16_full_eval",
+        "tf32",
+        "activation_checkpointing",
+        "activation_checkpointing_kwargs",
+        "gradient_checkpointing",
+        "gradient_checkpointing_kwargs",
+        "torch_compile",
+        "torch_compile_backend",
+        "torch_compile_mode",
+        "use_liger_kernel",
+        "liger_kernel_config",
+        "use_cache",
+        "eval_strategy",
+        "eval_steps",
+        "eval_delay",
+        "eval_on_start",
+        "prediction_loss_only",
+        "eval_do_concat_batches",
+        "eval_use_gather_object",
+        "include_for_metrics",
+        "batch_eval_metrics",
+        "load_best_model_at_end",
+        "metric_for_best_model",
+        "greater_is_better",
+        "ignore_data_skip",
+        "restore_callback_states_from_checkpoint",
+        "full_determinism",
+        "seed",
+        "data_seed",
+        "use_cpu",
+        "accelerator_config",
+        "parallelism_config",
+        "dataloader_drop_last",
+        "dataloader_in_order",  # out of order: other batches first
+        "remove_unused_columns",
+        "label_names",
+        "train_sampling_strategy",
+        "length_column_name",
+        "ddp_backend",
+        "ddp_broadcast_buffers",
+        "fsdp",
+        "fsdp_config",
+        "deepspeed",
+        # TRL's RewardConfig and SFTConfig
+        "model_init_kwargs",
+        "trust_remote_code",
+        "chat_template_path",
+        "disable_dropout",
+        "eos_token",
+        "pad_token",
+        "max_length",
+        "pad_to_multiple_of",
+        "center_rewards_coefficient",
+        "activation_offloading",
+        "router_aux_loss_coef",
+        "dataset_kwargs",
+        "truncation_mode",
+        "shuffle_dataset",
+        "packing",
+        "packing_strategy",
+        "padding_free",
+        "completion_only_loss",
+        "assistant_only_loss",
+        "loss_type",
+        # emoreward's reward recipe (`training.config.EmoRewardConfig`)
+        "model_name_or_path",
+        "backbone",
+        "gguf_file",
+        "train_projector",
+        "video_min_pixels",
+        "video_max_pixels",
+        "use_peft",
+        "lora_r",
+        "lora_alpha",
+        "lora_dropout",
+        "lora_target_modules",
+        "instruction",
+        "train_file",
+        "eval_file",
+        "media_root",
+        "fps",
+        "max_frames",
+        "use_audio_in_video",
+        "media_errors",
+        "ties",
+        "tie_parameter",
+        "truncation",
+        "controlled_negatives",
+        "controlled_negatives_file",
+        "length_debias",
+        "odin_length_weight",
+        "odin_orthogonal_weight",
+        "cv_folds",
+        "final_fit",
+        "two_class_tie_policy",
+        "calibrate_tie_threshold",
+        # emoreward's judge recipe (`training.judge_config.JudgeTrainConfig`)
+        "recipe",
+        "family",
+        "min_pixels",
+        "max_pixels",
+        "prompts",
+        "dpo_epochs",
+        "dpo_beta",
+        "dpo_learning_rate",
+    }
+)
+
+
+def unclassified_fields(config_class: type) -> list[str]:
+    """The init fields of a recipe class (`EmoRewardConfig`, `JudgeTrainConfig`) in neither `RESULT_FIELDS` nor
+    `NOT_RESULT_FIELDS`, in declaration order: a field a new transformers or TRL version added, counted as
+    result-changing by `run_identity` until it is classified."""
+    known = RESULT_FIELDS | NOT_RESULT_FIELDS
+    return [f.name for f in fields(config_class) if f.init and f.name not in known]
 
 
 def execution_parameters(config: EmoRewardConfig) -> dict[str, Any]:
@@ -76,7 +257,8 @@ def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> di
     """The identity of a training run: `data` (SHA-256 of every pair's sample id, descriptions, writers, media paths
     and margin, in content order), `labels` (SHA-256 of the labels in that order; with per-annotator labels, each
     pair's annotators' labels and the aggregation rule too), `backbone` (a local backbone's content), `recipe`
-    (`public_config` values of the result-changing fields that apply under its settings: `inapplicable_fields`) and
+    (`public_config` values of every field but `NOT_RESULT_FIELDS`, an unclassified one included, that applies under
+    its settings: `inapplicable_fields`) and
     `execution` (`execution_parameters`: the process count). Files named by path count by content, not path: the
     controlled negatives (`negatives`), a judge's prompt set (`prompts`, `prompt_content`) and every media file the
     pairs read (`media`, `media_content`).
@@ -299,6 +481,7 @@ def write_identity(folder: str | Path, identity: dict) -> Path:
 __all__ = [
     "IDENTITY_FILE",
     "NOT_RESULT_FIELDS",
+    "RESULT_FIELDS",
     "RunIdentityError",
     "check_checkpoint",
     "check_resumable",
@@ -308,6 +491,7 @@ __all__ = [
     "prompt_content",
     "recorded_fit_plan",
     "run_identity",
+    "unclassified_fields",
     "work_fingerprint",
     "write_identity",
 ]

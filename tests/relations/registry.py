@@ -52,7 +52,7 @@ ROUTES: dict[str, tuple[str, ...]] = {
 }
 
 RESULT_FIELDS = "@result-fields"  # recipe fields that change what a run computes (not NOT_RESULT_FIELDS)
-NOT_RESULT_FIELDS = "@not-result-fields"  # where a run writes and logs (run_identity.NOT_RESULT_FIELDS)
+NOT_RESULT_FIELDS = "@not-result-fields"  # fields that change no result (run_identity.NOT_RESULT_FIELDS)
 
 NO_RESULT = "changes where output goes or what is logged, not a number"
 LIMIT = "a server limit or resource setting: refusals are tested in tests/export and tests/bad_input"
@@ -132,7 +132,7 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--eval_file": "read by the same loader as --train_file (load_pairs): the relations of --train_file hold",
         "--cv_folds": ("duplication", "accounting"),
         RESULT_FIELDS: ("content_identity",),
-        NOT_RESULT_FIELDS: "where a run writes and logs (run_identity.NOT_RESULT_FIELDS): resumes the same run",
+        NOT_RESULT_FIELDS: ("content_identity",),  # a rerun differing in them resumes the same run
         "--output_dir": ("output_closure",),  # one writer per output folder
         "--config": "the recipe file: its fields are the options of the groups above (resolve_config)",
         "--set": "the same as --FIELD VALUE (resolve_config)",

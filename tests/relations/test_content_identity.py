@@ -25,7 +25,7 @@ from test_training_run import tiny_recipe
 
 
 COVERS: dict[str, tuple[str, ...]] = {
-    "train": ("*", "@result-fields"),
+    "train": ("*", "@result-fields", "@not-result-fields"),
     "evaluate": ("--model",),
     "judge": ("--judge",),
     "rank": ("--judge", "--cache-dir", "--no-cache"),
@@ -340,6 +340,51 @@ def test_a_run_under_another_process_count_or_accumulation_is_another_run(tiny_b
     assert code == 2 and "execution parameter world_size (2 -> 1)" in err and "--overwrite_output_dir" in err, err
     (out / "run_identity.json").write_text(json.dumps(saved))
     assert "final model: finished earlier" in run_ok(capsys, ["train", "--config", recipe])
+
+
+# ------------------------------------------------------------------------------------------- train: result or not
+# fields of `run_identity.NOT_RESULT_FIELDS` (where a run writes and logs, how fast it loads data) with values other
+# than the recipes' own: a rerun that differs in them all is the same run
+NOT_RESULT_CHANGES = [
+    "--set", "logging_steps=3", "--set", "log_level=info", "--set", "project=elsewhere",
+    "--set", "save_total_limit=2", "--set", "dataloader_num_workers=2", "--set", "hub_model_id=me/other",
+]  # fmt: skip
+
+
+def test_a_reward_run_resumes_across_non_result_fields_and_refuses_a_result_field(tiny_bert_dir, tmp_path, capsys):
+    """Through `emoreward train` on a reward recipe: a rerun differing only in fields that change no result
+    (`run_identity.NOT_RESULT_FIELDS`) reuses the finished run; one differing in a result field (the seed, the
+    length limit) is refused, exit 2, naming the field and both values."""
+    recipe = tiny_recipe(tmp_path, tiny_bert_dir, num_train_epochs=1, cv_folds=1)
+    run_ok(capsys, ["train", "--config", recipe])
+    text = run_ok(capsys, ["train", "--config", recipe, *NOT_RESULT_CHANGES])
+    assert "final model: finished earlier" in text
+    for option, words in (("--seed=7", "recipe field seed (42 -> 7)"), ("--max_length=32", "max_length (64 -> 32)")):
+        code, _, err = run_cli(capsys, ["train", "--config", recipe, option])
+        assert code == 2 and words in err and "--overwrite_output_dir" in err, (option, err)
+
+
+def test_a_judge_run_resumes_across_non_result_fields_and_refuses_a_result_field(tmp_path, capsys):
+    """Through `emoreward train` on a judge recipe (SFT then DPO): a rerun differing only in non-result fields (SFT's
+    `dataset_text_field`, which a judge's prompt / completion rows never read, the log level, ...) reuses the
+    finished judge; one differing in a result field of either stage (`dpo_beta`, `max_length`, the seed, the
+    learning rate) is refused, exit 2, naming the field and both values."""
+    from test_trained_judge import build_chat_model, recipe, write_pairs
+
+    base = build_chat_model(tmp_path / "base")
+    path = recipe(tmp_path, base, cv_folds=0, max_steps=1, dpo_epochs=1.0, train_file=str(write_pairs(tmp_path)))
+    run_ok(capsys, ["train", "--config", path])
+    assert read_json(tmp_path / "out" / "report.json")["final"]["dpo_rows"] > 0
+    text = run_ok(capsys, ["train", "--config", path, "--set", "dataset_text_field=other", *NOT_RESULT_CHANGES])
+    assert "final model: finished earlier" in text
+    for option, words in (
+        ("--dpo_beta=0.2", "recipe field dpo_beta (0.1 -> 0.2)"),
+        ("--max_length=1000", "recipe field max_length (2048 -> 1000)"),
+        ("--seed=3", "recipe field seed (0 -> 3)"),
+        ("--learning_rate=0.01", "recipe field learning_rate (0.03 -> 0.01)"),
+    ):
+        code, _, err = run_cli(capsys, ["train", "--config", path, option])
+        assert code == 2 and words in err and "--overwrite_output_dir" in err, (option, err)
 
 
 # ------------------------------------------------------------------------------------------- train: fields that apply
