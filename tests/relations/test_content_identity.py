@@ -23,6 +23,8 @@ from _identity_inputs import change_weights, model_copy
 from _inputs import pair_rows, read_json, run_cli, run_ok, table_rows, write_jsonl
 from test_training_run import tiny_recipe
 
+from emoreward.training.run_identity import NOT_RESULT_FIELDS
+
 
 COVERS: dict[str, tuple[str, ...]] = {
     "train": ("*", "@result-fields", "@not-result-fields"),
@@ -410,7 +412,7 @@ VARIED = {
     "wandb_project": "other",  # where a run logs: no part of the identity, applying or not
     "wandb_log_model": True,
 }
-NOT_RESULT = {"wandb_project", "wandb_log_model"}
+NOT_RESULT = NOT_RESULT_FIELDS & set(VARIED)  # the one classification (wandb_project, wandb_log_model)
 # a folder counted by the content of the files read from it (`run_identity.media_content`): another folder holding no
 # file the pairs read (as "media" here) is the same run; the media relations (tests/multimodal) vary the content
 BY_CONTENT = {"media_root"}
