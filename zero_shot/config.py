@@ -51,7 +51,9 @@ class ModelConfig:
             neither (None: the checkpoint processor's defaults).
         base_url, api_key_env, timeout_s, max_retries, backoff_s, concurrency, modalities, media_transport: `openai`
             settings (`modalities`: what the served model takes, `text` plus `video` / `audio`; `media_transport`:
-            `data` sends base64 data URLs, `file` sends `file://` URLs the server reads itself).
+            `data` sends base64 data URLs, `file` sends `file://` URLs the server reads itself); `logprobs`: ask for
+            the answer tokens' log-probabilities, so a served model answering non-finite ones stops the run (false
+            for an API that refuses the field).
         delay_s: `scripted` only: seconds per answered request (lets tests kill a run midway).
         calls_log: `scripted` only: a file that gets one line per answered request (tests count calls with it).
     """
@@ -77,6 +79,7 @@ class ModelConfig:
     concurrency: int = 8
     modalities: tuple[str, ...] = ("text",)
     media_transport: str = "data"
+    logprobs: bool = True
     delay_s: float = 0.0
     calls_log: str | None = None
 
@@ -398,6 +401,7 @@ def _build_openai(cfg: ModelConfig) -> Backend:
         modalities=cfg.modalities,
         use_audio_in_video=cfg.use_audio_in_video,
         media_transport=cfg.media_transport,  # type: ignore[arg-type]
+        logprobs=cfg.logprobs,
     )
 
 

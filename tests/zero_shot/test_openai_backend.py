@@ -325,3 +325,58 @@ def test_audio_only_model_hears_the_video_track_when_flagged(tmp_path):
         samples = np.frombuffer(sent.readframes(sent.getnframes()), dtype="<i2") / 32767
     track = load_audio("c1", clip, 16000)  # the reward models' decoding of the video's own track
     assert samples.shape == track.shape and np.abs(samples - track).max() < 1e-3
+
+
+# ---------------------------------------------------------------------------------------------- non-finite answers
+def _scored(text, logprob):
+    """A chat-completions answer carrying its tokens' log-probabilities (what `"logprobs": true` returns)."""
+    status, payload = _answer(text)
+    tokens = [{"token": "Answer", "logprob": -0.01, "top_logprobs": []}, {"token": ": 1", "logprob": logprob}]
+    payload["choices"][0]["logprobs"] = {"content": tokens}
+    return status, payload
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("-inf"), None], ids=["nan", "-inf", "null"])
+def test_an_answer_with_non_finite_logprobs_is_a_broken_model_never_retried(bad):
+    """The server's own JSON (Python's json writes NaN / -Infinity literals; orjson writes null) read by the real
+    backend: a broken model, not a failed call, so no retry, and the run stops on it."""
+    with Loopback(lambda headers, body: _scored("Answer: 1", bad)) as server:
+        [gen] = _backend(server.url, max_retries=3).generate([ChatRequest("pick 1")], SamplingConfig())
+        assert len(server.requests) == 1 and server.requests[0][1]["logprobs"] is True
+    assert (
+        gen.broken_model
+        and gen.text == ""
+        and "NonFiniteLogitsError: non-finite answer log-probabilities" in gen.error
+    )
+    with Loopback(lambda headers, body: _scored("Answer: 1", -0.5)) as server:
+        [fine] = _backend(server.url, logprobs=False).generate([ChatRequest("pick 1")], SamplingConfig())
+        assert "logprobs" not in server.requests[0][1]  # an API that refuses the field is not sent it
+    assert fine.error is None and not fine.broken_model and fine.text == "Answer: 1"
+
+
+def test_a_served_judge_answering_nan_logprobs_stops_the_run_and_caches_nothing(tmp_path, capsys):
+    """Through `emoreward judge` against a local server whose answers for one sample carry NaN log-probabilities:
+    exit 2, one line naming the judge, the sample and the order, no advice to rerun; that sample's call is not
+    cached, so the same command asks the server again and stops again the same way."""
+    from emoreward.cli import main
+
+    def respond(headers, body):
+        nan = "Neutral face." in body["messages"][-1]["content"]  # sample s4, both orders
+        return _scored("Answer: 1", float("nan") if nan else -0.2)
+
+    out = tmp_path / "out"
+    with Loopback(respond) as server:
+        judge = _judge_yaml(tmp_path, server.url)
+        argv = ["judge", "--judge", str(judge), "--data", str(_pairs_file(tmp_path)), "--output", str(out)]
+        asked = []
+        for _ in range(2):
+            assert main([*argv, "--no-progress", "--runs", "1"]) == 2
+            err = capsys.readouterr().err
+            lines = [line for line in err.strip().splitlines() if "error:" in line]
+            assert len(lines) == 1, err
+            assert "served-judge/S1: NonFiniteLogitsError: non-finite answer log-probabilities [nan]" in lines[0]
+            assert "for sample 's4' (order " in lines[0] and "the model's weights are broken" in lines[0], err
+            assert "retry" not in err and "run the same command" not in err and "Traceback" not in err
+            asked.append(sum("Neutral face." in body["messages"][-1]["content"] for _, body in server.requests))
+    assert asked[0] >= 1 and asked[1] > asked[0]  # never cached: asked again
+    assert not (out / "report.json").exists()

@@ -4,7 +4,8 @@ Standard library only (`urllib`): per-request timeout, retries with exponential 
 connection errors, HTTP 408/429/5xx, a concurrency limit (threads), and the API key read from an
 environment variable named in the judge config (never from a file or the command line). HTTP 401/403/404 are
 fatal (`Generation.fatal`: the key, permission, model name or URL is wrong, so no call can succeed and the run
-stops); the key and any `sk-`/`hf_`-shaped secret are scrubbed from every error the backend returns. Media
+stops); the key and any `sk-`/`hf_`-shaped secret are scrubbed from every error the backend returns. An answer
+whose token log-probabilities are not finite is a broken model (`Generation.broken_model`: the run stops). Media
 (`modalities: [text, video, audio]` or a subset) travel as content parts: `OpenAIChatBackend`. See docs/judges.md.
 """
 
@@ -14,6 +15,7 @@ import base64
 import io
 import json
 import logging
+import math
 import mimetypes
 import os
 import time
@@ -78,6 +80,9 @@ class OpenAIChatBackend:
         use_audio_in_video: THE flag of the reward models: the audio is the video's own track (above); needs
             `audio` in `modalities`.
         media_transport: `data` (base64 data URLs, default) or `file` (`file://` URLs the server reads itself).
+        logprobs: ask for the answer tokens' log-probabilities (`"logprobs": true`, default) so that a served model
+            with broken weights is caught (`non_finite_logprobs`); false for an API that refuses the field. Any
+            log-probabilities a server returns are checked either way.
 
     Raises:
         ValueError: `api_key_env` is set but the variable is missing or empty; bad numeric settings; the flag
@@ -100,6 +105,7 @@ class OpenAIChatBackend:
         modalities: tuple[str, ...] = ("text",),
         use_audio_in_video: bool = False,
         media_transport: Literal["data", "file"] = "data",
+        logprobs: bool = True,
     ):
         if media_transport not in ("data", "file"):
             raise ValueError(f"media_transport: unknown {media_transport!r}; available: ['data', 'file']")
@@ -125,6 +131,7 @@ class OpenAIChatBackend:
         self.modalities = frozenset({"text", *modalities})
         self.use_audio_in_video = use_audio_in_video
         self.media_transport = media_transport
+        self.logprobs = logprobs
         self.identity = openai_identity(base_url, model, modalities, use_audio_in_video)
         self.n_attempts = 0
 
@@ -202,6 +209,8 @@ class OpenAIChatBackend:
         }
         if sampling.do_sample:
             payload["top_p"] = sampling.top_p
+        if self.logprobs:
+            payload["logprobs"] = True
         payload.update(extra)
         return payload
 
@@ -243,6 +252,12 @@ class OpenAIChatBackend:
                 text = data["choices"][0]["message"]["content"] or ""
             except (KeyError, IndexError, TypeError):
                 return Generation(error=self._scrub(f"unexpected response shape: {str(data)[:200]}"))
+            bad = non_finite_logprobs(data["choices"][0])
+            if bad:  # the served weights, not the call: every call would answer alike; never cached, never retried
+                return Generation(
+                    error=f"NonFiniteLogitsError: non-finite answer log-probabilities {bad[:3]} from {self.identity}",
+                    broken_model=True,
+                )
             usage = data.get("usage") or {}
             return Generation(
                 text=text.strip(),
@@ -254,6 +269,22 @@ class OpenAIChatBackend:
 
     def _scrub(self, text: str) -> str:
         return scrub_secrets(text, [self.api_key]) or ""
+
+
+def non_finite_logprobs(choice: dict) -> list:
+    """The non-finite log-probabilities of one answer (a chat-completions ``choice``): every ``logprob`` of its
+    ``logprobs.content`` tokens and their ``top_logprobs``, and a completions-style ``logprobs.token_logprobs`` list,
+    that is NaN, infinite or null (a server that serialises NaN as JSON null); empty when the answer carries none or
+    all are finite. A log-probability of -inf is as broken as NaN: greedy decoding never picks such a token."""
+    logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
+    if not isinstance(logprobs, dict):
+        return []
+    values = list(logprobs.get("token_logprobs") or [])
+    for token in logprobs.get("content") or []:
+        if isinstance(token, dict):
+            values.append(token.get("logprob"))
+            values += [top.get("logprob") for top in token.get("top_logprobs") or [] if isinstance(top, dict)]
+    return [v for v in values if not isinstance(v, (int, float)) or not math.isfinite(v)]
 
 
 def openai_media_kind(modalities, use_audio_in_video: bool, media: MediaInput) -> str:
