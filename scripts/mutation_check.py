@@ -98,6 +98,14 @@ MUTATIONS = (
         "the run identity holds recipe fields the recipe's settings rule out (lora_r without LoRA)",
     ),
     Mutation(
+        "content identity",
+        "emoreward/training/run_identity.py",
+        "if k not in NOT_RESULT_FIELDS | by_content | unused}",
+        "if k not in by_content | unused}",
+        "tests/relations/test_content_identity.py",
+        "the run identity holds the fields that change no result (log_level, dataset_text_field)",
+    ),
+    Mutation(
         "output closure",
         "emoreward/utils/io.py",
         "            self._optional[key].unlink(missing_ok=True)",
