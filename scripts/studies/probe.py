@@ -165,8 +165,14 @@ def fit_probe(
     Returns:
         the trained `Probe`. The loss is the objective's (`emoreward.training.objectives`), the one
         `EmoRewardTrainer` uses, with the `reweight` weights of `length_balance_weights`; `penalty` fits alpha on
-        the training descriptions afterwards (`length_penalty_from_rewards`, as for a fine-tuned model).
+        the training descriptions afterwards (`length_penalty_from_rewards`, as for a fine-tuned model). With
+        `ties: drop` the tie pairs are left out, as the trainer's encoding leaves them out
+        (`training.preprocess.encode_text_pair`); Bradley-Terry would otherwise read them as "first wins".
     """
+    if config.ties == "drop" and np.any(tie):
+        keep = np.asarray(tie) == 0
+        chosen, rejected, tie = chosen[keep], rejected[keep], np.asarray(tie)[keep]
+        length_chosen, length_rejected = np.asarray(length_chosen)[keep], np.asarray(length_rejected)[keep]
     both = np.concatenate([chosen, rejected])
     mean, scale = both.mean(0), both.std(0) + 1e-6
     x = torch.tensor((both - mean) / scale, dtype=torch.float64)
@@ -207,6 +213,19 @@ def fit_probe(
         feats, lens = distinct[:, :-1], distinct[:, -1]
         probe.score_transform = length_penalty_from_rewards(probe.rewards(feats, lens), lens)
     return probe
+
+
+def recipe_model(config) -> TextRewardModel:
+    """The frozen text reward model of a recipe (`EmoRewardConfig`) as a probe reads it: its backbone (GGUF file,
+    instruction, `max_length`, remote-code setting) in float32, LoRA not applied."""
+    return TextRewardModel.from_backbone(
+        config.model_name_or_path,
+        gguf_file=config.gguf_file,
+        instruction=config.instruction,
+        max_length=config.max_length,
+        dtype=torch.float32,
+        trust_remote_code=config.trust_remote_code,
+    )
 
 
 class FeatureCache:
