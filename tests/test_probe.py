@@ -163,3 +163,13 @@ def test_fit_probe_leaves_tie_pairs_out_under_ties_drop():
     np.testing.assert_allclose(dropped.weight, plain.weight)
     kept = fit_probe(*with_ties, ProbeConfig(ties="rao-kupper", weight_decay=0.0))
     assert not np.allclose(kept.weight, plain.weight)
+
+
+def test_value_head_inputs_under_a_small_token_budget(tiny_llama_dir):
+    # the scoring engine splits a batch over its token budget and pads to a multiple of its own: the features are
+    # still one row per text, at the last real token (value_head_inputs checks head(features) == the rewards)
+    model = TextRewardModel.from_backbone(str(tiny_llama_dir), max_length=64)
+    model.max_batch_tokens = 24
+    feats = value_head_inputs(model, TEXTS, batch_size=4)
+    np.testing.assert_allclose(feats, value_head_inputs(TextRewardModel.from_backbone(str(tiny_llama_dir),
+                               max_length=64), TEXTS, batch_size=1), atol=1e-5)  # fmt: skip

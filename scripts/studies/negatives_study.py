@@ -3,7 +3,8 @@
 Usage:
     python scripts/studies/negatives_study.py [--recipe recipes/minilm/rm/config_lora.yaml]
         [--settings none all emotion_flip intensity_mismatch evidence_contradiction modality_omission all@4]
-        [--folds 5] [--epochs 200] [--output-dir outputs/negatives-study/minilm-probe] [--model PATH] [--train-file F]
+        [--folds 5] [--epochs 200] [--weight-decay 0.01] [--output-dir outputs/negatives-study/minilm-probe]
+        [--cache-dir DIR] [--model PATH] [--train-file F]
 
 A setting is the negatives one fit trains on beside its human pairs (`none`, `all`, a kind, kinds joined by `+`),
 optionally `@W`: each negative's pair counted W times (an integer weight). Every setting is fitted on the same
@@ -65,27 +66,25 @@ def oriented(pairs, table, n_human: int, weight: int) -> tuple[np.ndarray, ...]:
             np.array([len(b) for _, b, *_ in rows], float))  # fmt: skip
 
 
-def margins(judge: ProbeJudge, negatives, threshold: float) -> list[dict]:
-    """Per held-out negative: its kind and d = r(original) - r(negative), in units of the fold's tie threshold too."""
+def margins(judge: ProbeJudge, negatives, threshold: float, scale: float) -> list[dict]:
+    """Per held-out negative: its kind, d = r(original) - r(negative), the fold's tie threshold and `scale` (the
+    median |r1 - r2| of the fold's held-out human pairs: the unit in which rewards of different folds compare)."""
     r_orig, r_neg = judge.pair_rewards([n.pair(i + 1) for i, n in enumerate(negatives)])
-    return [{"kind": n.kind, "d": float(d), "d_over_threshold": float(d / threshold) if threshold else None}
+    return [{"kind": n.kind, "d": float(d), "threshold": threshold, "scale": scale}
             for n, d in zip(negatives, r_orig - r_neg)]  # fmt: skip
 
 
-def margin_summary(rows: list[dict], human: list[float], thresholds: list[float]) -> dict:
-    """Pooled over folds, per kind: median |d| / threshold, share below the threshold (judged ties), share d > 0
-    (prefers the original when never tying); beside the held-out human pairs' median |r1 - r2| / threshold."""
-    out = {"human_pairs_median_abs_over_threshold": float(np.median(human)) if human else None,
-           "threshold_median": float(np.median(thresholds))}  # fmt: skip
+def margin_summary(rows: list[dict], thresholds: list[float], scales: list[float]) -> dict:
+    """Pooled over folds, per kind: median |d| / scale, the count below the fold's threshold (judged ties), the count
+    with d > 0 (prefers the original when never tying); per fold the threshold / scale."""
+    out: dict = {"threshold_over_scale": [t / s for t, s in zip(thresholds, scales)]}
     for kind in [*KINDS, "all"]:
         sel = [r for r in rows if kind in ("all", r["kind"])]
-        ratio = [abs(r["d_over_threshold"]) for r in sel if r["d_over_threshold"] is not None]
         out[kind] = {
             "n": len(sel),
-            "median_abs_over_threshold": float(np.median(ratio)) if ratio else None,
-            "below_threshold": sum(x < 1 for x in ratio),
+            "median_abs_over_scale": float(np.median([abs(r["d"]) / r["scale"] for r in sel])) if sel else None,
+            "below_threshold": sum(abs(r["d"]) < r["threshold"] or r["d"] == 0 for r in sel),
             "positive": sum(r["d"] > 0 for r in sel),
-            "median_d": float(np.median([r["d"] for r in sel])) if sel else None,
         }
     return out
 
@@ -107,7 +106,7 @@ def visibility(pairs, negatives, table) -> dict:
     return out
 
 
-def run_study(recipe: str, overrides: dict, pairs, settings: list[str], *, folds: int, epochs: int,
+def run_study(recipe: str, overrides: dict, pairs, settings: list[str], *, folds: int, probe: dict,
               cache_dir: Path, log=print) -> dict:  # fmt: skip
     """Cross-validate one probe per setting on the frozen backbone of `recipe` (with `overrides`, the recipe's
     fields); returns the JSON-safe results (`markdown` formats them)."""
@@ -129,12 +128,12 @@ def run_study(recipe: str, overrides: dict, pairs, settings: list[str], *, folds
     texts += sorted(set(extra) - set(texts), key=lambda t: (t[0], t[1] or ""))
     model = recipe_model(config)
     table = dict(zip(texts, FeatureCache(cache_dir).features(model, texts, log=log)))
-    probe_config = ProbeConfig(ties=config.ties, tie_parameter=config.tie_parameter, seed=config.seed, epochs=epochs)
+    probe_config = ProbeConfig(ties=config.ties, tie_parameter=config.tie_parameter, seed=config.seed, **probe)
     every_negative = [n for negs in held_out for n in negs]
-    out = {"n_pairs": len(pairs), "folds": folds, "seed": config.seed, "epochs": epochs,
+    out = {"n_pairs": len(pairs), "folds": folds, "seed": config.seed, "probe": probe,
            "n_texts": len(texts), "visibility": visibility(pairs, every_negative, table), "settings": {}}  # fmt: skip
     for spec, (kinds, weight) in parsed.items():
-        evaluations, sections, sections_no_tie, rows, human, thresholds, n_neg = [], [], [], [], [], [], []
+        evaluations, sections, sections_no_tie, rows, scales, thresholds, n_neg = [], [], [], [], [], [], []
         for k, (tr, te) in enumerate(splits):
             fit = trained[tuple(kinds)][k]
             train, test = [pairs[i] for i in tr], [pairs[i] for i in te]
@@ -148,16 +147,16 @@ def run_study(recipe: str, overrides: dict, pairs, settings: list[str], *, folds
             sections.append(controlled_errors(judge, held_out[k], source=CONTROLLED_SOURCE))
             sections_no_tie.append(controlled_errors(ProbeJudge(probe, table, 0.0), held_out[k],
                                                      source=CONTROLLED_SOURCE))  # fmt: skip
-            rows += margins(judge, held_out[k], threshold)
             h1, h2 = judge.pair_rewards(test)
-            human += [abs(d) / threshold for d in h1 - h2] if threshold else []
+            scales.append(float(np.median(np.abs(h1 - h2))))
+            rows += margins(judge, held_out[k], threshold, scales[-1])
             thresholds.append(threshold)
             n_neg.append(len(fit.pairs) - fit.n_human)
         out["settings"][spec] = {
             "kinds": kinds, "weight": weight, "negatives_per_fold": n_neg, "summary": aggregate(evaluations),
             "controlled_errors": pool_sections(sections, f"{CONTROLLED_SOURCE}, pooled over {folds} folds"),
             "controlled_errors_no_tie": pool_sections(sections_no_tie, "tie threshold 0 (the judge never ties)"),
-            "margins": margin_summary(rows, human, thresholds),
+            "margins": margin_summary(rows, thresholds, scales),
         }  # fmt: skip
         h = out["settings"][spec]["summary"]["judge"]
         log(f"{spec}: 2-class WAF {_cell(h, 'two_class_waf')}, length-debiased ACC {_cell(h, 'length_debiased_acc')} "
@@ -221,20 +220,19 @@ def markdown(results: dict, title: str) -> str:
         pick = lambda sec, k: sec["kinds"][k]["judge"] if k != "all" else sec["all"]["judge"]  # noqa: E731
         cells = [_share(pick(zero, k)).rsplit(" (", 1)[0] for k in kinds] + [_decided(pick(cal, k)) for k in kinds]
         lines.append(f"| {spec} | " + " | ".join(cells) + " |")
-    lines += ["", "### Reward margins on held-out negatives, relative to the tie threshold", "",
-              "Median |r(original) - r(negative)| / threshold (the fold's), pooled; `< 1` count: judged ties; `> 0` "
-              "count: prefers the original when never tying. Human pairs: median |r1 - r2| / threshold of the "
-              "held-out human pairs.", "",
-              "| setting | median threshold | human pairs | " + " | ".join(
-                  f"{SHORT.get(k, 'all kinds')}: median, < 1, > 0 of n" for k in kinds) + " |",
-              "|---|" + "---:|" * (2 + len(kinds))]  # fmt: skip
+    lines += ["", "### Reward margins on held-out negatives", "",
+              "Unit: the median |r1 - r2| of the fold's held-out human pairs. Per kind: median |r(original) - "
+              "r(negative)| in that unit; the count below the fold's tie threshold (judged ties); the count with "
+              "r(original) > r(negative) (what the probe that never ties gets right), of n. Thresholds: per fold.", "",
+              "| setting | tie thresholds | " + " | ".join(
+                  f"{SHORT.get(k, 'all kinds')}: median, ties, > 0 of n" for k in kinds) + " |",
+              "|---|---|" + "---:|" * len(kinds)]  # fmt: skip
     for spec, s in settings.items():
         m = s["margins"]
-        hum = m["human_pairs_median_abs_over_threshold"]
-        cells = [f"{m['threshold_median']:.3g}", "-" if hum is None else f"{hum:.2f}"]
+        cells = [", ".join(f"{t:.2g}" for t in m["threshold_over_scale"])]
         for k in kinds:
             c = m[k]
-            med = "-" if c["median_abs_over_threshold"] is None else f"{c['median_abs_over_threshold']:.2f}"
+            med = "-" if c["median_abs_over_scale"] is None else f"{c['median_abs_over_scale']:.2f}"
             cells.append(f"{med}, {c['below_threshold']}, {c['positive']} of {c['n']}")
         lines.append(f"| {spec} | " + " | ".join(cells) + " |")
     vis = results["visibility"]
@@ -254,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settings", nargs="+", default=SETTINGS, help="none | all | KIND[+KIND], each [@W]")
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=ProbeConfig.epochs, help="L-BFGS iterations of each probe")
+    parser.add_argument("--weight-decay", type=float, default=ProbeConfig.weight_decay, help="the probe's L2 penalty")
+    parser.add_argument("--cache-dir", default=None, help="the feature cache (default: OUTPUT_DIR/features)")
     parser.add_argument("--output-dir", default=None, help="where study.md, study.json and the features go")
     parser.add_argument("--model", default=None, help="another backbone than the recipe's (a tiny one in tests)")
     parser.add_argument("--train-file", default=None, help="other pairs than the recipe's")
@@ -271,8 +271,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.output_dir or f"outputs/negatives-study/{Path(args.recipe).parts[-3]}-probe")
     by_id = config.media_root is not None
     pairs = canonical_pairs(read_pairs(config.train_file, media_by_id=by_id).pairs)  # as `train` reads them
-    results = run_study(args.recipe, overrides, pairs, args.settings, folds=args.folds, epochs=args.epochs,
-                        cache_dir=out / "features")  # fmt: skip
+    probe = {"epochs": args.epochs, "weight_decay": args.weight_decay}
+    results = run_study(args.recipe, overrides, pairs, args.settings, folds=args.folds, probe=probe,
+                        cache_dir=Path(args.cache_dir) if args.cache_dir else out / "features")  # fmt: skip
     results["command"] = " ".join(["python scripts/studies/negatives_study.py", *(argv or sys.argv[1:])])
     title = f"Controlled negatives on value-head probes: {args.recipe}, backbone {config.model_name_or_path}"
     table = markdown(results, title)

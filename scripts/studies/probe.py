@@ -69,11 +69,13 @@ def value_head_inputs(
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
             captured.clear()
-            rewards[idx] = model.score_ids([sequences[i] for i in idx], batch_size=len(idx))
+            # one forward pass per group (the scoring engine would split it by its token budget otherwise)
+            tokens = len(idx) * (max(len(sequences[i]) for i in idx) + 64)
+            rewards[idx] = model.score_ids([sequences[i] for i in idx], batch_size=len(idx), max_batch_tokens=tokens)
             [hidden] = captured
             if hidden.dim() == 3:  # decoder: (batch, seq, hidden), pooled at the last non-pad token
                 lengths = [len(sequences[i]) for i in idx]
-                width = max(lengths)
+                width = hidden.shape[1]  # the engine pads to a multiple of its own
                 left = model.tokenizer.padding_side == "left"
                 pos = torch.tensor([width - 1 if left else n - 1 for n in lengths])
                 hidden = hidden[torch.arange(len(idx)), pos]
