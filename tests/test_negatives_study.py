@@ -80,6 +80,12 @@ def test_the_study_runs_each_setting_on_the_same_folds(tiny_bert_dir, tmp_path, 
             assert margin["below_threshold"] == row["judge"]["ties"]
         assert 0 <= s["summary"]["judge"]["two_class_waf"]["mean"] <= 100
         assert s["summary"]["length_baseline"]["two_class_waf"]["mean"] == pytest.approx(100.0)  # good is longer
+    # the shortcut test: with no negatives trained every inserted word is new; an omission inserts none; with
+    # flips trained, a held-out flip inserts a word the other folds' flips inserted (4 emotions, 8 samples each)
+    none, flips = settings["none"]["margins"], settings["emotion_flip@2"]["margins"]
+    assert [none[k]["unseen"] for k in KINDS] == [12, 12, 12, 0]
+    assert flips["emotion_flip"]["unseen"] == 0 and flips["intensity_mismatch"]["unseen"] == 12
+    assert none["emotion_flip"]["unseen_positive"] == none["emotion_flip"]["positive"]
     # (some fold calibrated a positive threshold on the tie pairs: the relation above is not only d == 0)
     assert any(t > 0 for s in settings.values() for t in s["margins"]["threshold_over_scale"])
     assert settings["none"]["controlled_errors"]["all"]["length_judge"] == settings["all"]["controlled_errors"][

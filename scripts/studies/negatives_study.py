@@ -66,11 +66,13 @@ def oriented(pairs, table, n_human: int, weight: int) -> tuple[np.ndarray, ...]:
             np.array([len(b) for _, b, *_ in rows], float))  # fmt: skip
 
 
-def margins(judge: ProbeJudge, negatives, threshold: float, scale: float) -> list[dict]:
-    """Per held-out negative: its kind, d = r(original) - r(negative), the fold's tie threshold and `scale` (the
-    median |r1 - r2| of the fold's held-out human pairs: the unit in which rewards of different folds compare)."""
+def margins(judge: ProbeJudge, negatives, threshold: float, scale: float, seen: set[str]) -> list[dict]:
+    """Per held-out negative: its kind, d = r(original) - r(negative), the fold's tie threshold, `scale` (the
+    median |r1 - r2| of the fold's held-out human pairs: the unit in which rewards of different folds compare) and
+    `unseen`: its inserted words are none that a training negative inserted (`seen`; omissions insert none)."""
     r_orig, r_neg = judge.pair_rewards([n.pair(i + 1) for i, n in enumerate(negatives)])
-    return [{"kind": n.kind, "d": float(d), "threshold": threshold, "scale": scale}
+    return [{"kind": n.kind, "d": float(d), "threshold": threshold, "scale": scale,
+             "unseen": bool(n.replacement.strip()) and n.replacement.strip().lower() not in seen}
             for n, d in zip(negatives, r_orig - r_neg)]  # fmt: skip
 
 
@@ -85,6 +87,10 @@ def margin_summary(rows: list[dict], thresholds: list[float], scales: list[float
             "median_abs_over_scale": float(np.median([abs(r["d"]) / r["scale"] for r in sel])) if sel else None,
             "below_threshold": sum(abs(r["d"]) < r["threshold"] or r["d"] == 0 for r in sel),
             "positive": sum(r["d"] > 0 for r in sel),
+            # a lexical shortcut test: the edits whose inserted words no training negative inserted
+            "unseen": sum(r["unseen"] for r in sel),
+            "unseen_positive": sum(r["unseen"] and r["d"] > 0 for r in sel),
+            "unseen_decided_positive": sum(r["unseen"] and r["d"] > 0 and r["d"] >= r["threshold"] for r in sel),
         }
     return out
 
@@ -130,6 +136,8 @@ def run_study(recipe: str, overrides: dict, pairs, settings: list[str], *, folds
     table = dict(zip(texts, FeatureCache(cache_dir).features(model, texts, log=log)))
     probe_config = ProbeConfig(ties=config.ties, tie_parameter=config.tie_parameter, seed=config.seed, **probe)
     every_negative = [n for negs in held_out for n in negs]
+    # what each fold's training negatives can insert (the same front door: `training_pairs` writes a subset)
+    inserted = [generate_negatives([pairs[i] for i in tr], media_by_id=by_id).negatives for tr, _ in splits]
     out = {"n_pairs": len(pairs), "folds": folds, "seed": config.seed, "probe": probe,
            "n_texts": len(texts), "visibility": visibility(pairs, every_negative, table), "settings": {}}  # fmt: skip
     for spec, (kinds, weight) in parsed.items():
@@ -149,7 +157,9 @@ def run_study(recipe: str, overrides: dict, pairs, settings: list[str], *, folds
                                                      source=CONTROLLED_SOURCE))  # fmt: skip
             h1, h2 = judge.pair_rewards(test)
             scales.append(float(np.median(np.abs(h1 - h2))))
-            rows += margins(judge, held_out[k], threshold, scales[-1])
+            seen = {p.description_2 for p in fit.pairs[fit.n_human :]}  # the training negatives' texts
+            words = {n.replacement.strip().lower() for n in inserted[k] if n.negative in seen}
+            rows += margins(judge, held_out[k], threshold, scales[-1], words)
             thresholds.append(threshold)
             n_neg.append(len(fit.pairs) - fit.n_human)
         out["settings"][spec] = {
@@ -234,6 +244,20 @@ def markdown(results: dict, title: str) -> str:
             c = m[k]
             med = "-" if c["median_abs_over_scale"] is None else f"{c['median_abs_over_scale']:.2f}"
             cells.append(f"{med}, {c['below_threshold']}, {c['positive']} of {c['n']}")
+        lines.append(f"| {spec} | " + " | ".join(cells) + " |")
+    lines += ["", "### Held-out edits that insert a word no training negative inserted", "",
+              "A probe may learn the rules engine's words instead of the contradiction. Held-out flips, intensity and "
+              "cue edits whose inserted word is none of the words the setting's training negatives inserted (in that "
+              "fold): the share preferring the original with threshold 0 and with the calibrated threshold (n).", "",
+              "| setting | " + " | ".join(f"{SHORT[k]}: threshold 0, calibrated (n)" for k in KINDS[:3]) + " |",
+              "|---|" + "---:|" * 3]  # fmt: skip
+    for spec, s in settings.items():
+        cells = []
+        for k in KINDS[:3]:
+            c = s["margins"][k]
+            n = c["unseen"]
+            cells.append("-" if not n else f"{100 * c['unseen_positive'] / n:.1f}, "
+                         f"{100 * c['unseen_decided_positive'] / n:.1f} ({n})")  # fmt: skip
         lines.append(f"| {spec} | " + " | ".join(cells) + " |")
     vis = results["visibility"]
     lines += ["", "### How far one edit moves the frozen features", "",
