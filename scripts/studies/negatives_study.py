@@ -1,19 +1,15 @@
 """Controlled negatives on value-head probes: what each kind buys and costs, k-fold cross-validated (issue 38).
 
 Usage:
-    python scripts/studies/negatives_study.py [--recipe recipes/minilm/rm/config_lora.yaml]
-        [--settings none all emotion_flip intensity_mismatch evidence_contradiction modality_omission all@4]
-        [--folds 5] [--epochs 200] [--weight-decay 0.01] [--output-dir outputs/negatives-study/minilm-probe]
-        [--cache-dir DIR] [--model PATH] [--train-file F]
+    python scripts/studies/negatives_study.py [--recipe recipes/minilm/rm/config_lora.yaml] [--settings none all
+        emotion_flip ... all@4] [--folds 5] [--epochs 200] [--weight-decay 0.01] [--output-dir DIR] [--cache-dir DIR]
 
-A setting is the negatives one fit trains on beside its human pairs (`none`, `all`, a kind, kinds joined by `+`),
-optionally `@W`: each negative's pair counted W times (an integer weight). Every setting is fitted on the same
-grouped folds (`training.pipeline.stratified_folds`), with the recipe's negatives front door
-(`training.negatives.training_pairs`: the training folds' own negatives only), the tie threshold calibrated on the
-training folds' human pairs, and judged on the held-out folds' human pairs and rules-engine negatives
-(`evaluation.harness.controlled_errors`, pooled by `evaluation.controlled.pool_sections`) as `emoreward train`
-reports them. The probe (`probe.py`: frozen backbone, value head on features computed once) stands in for the
-LoRA run. Writes `study.md` and `study.json` to the output folder. Results: docs/training.md, "Controlled negatives".
+A setting is the negatives a fit trains on beside its human pairs (`none`, `all`, kinds joined by `+`), optionally
+`@W` (each negative's pair counted W times). Every setting uses the same grouped folds (`stratified_folds`), the
+recipe's front door (`training.negatives.training_pairs`), the tie threshold calibrated on the training folds' human
+pairs, and is judged on the held-out human pairs and rules-engine negatives as `emoreward train` reports them
+(`harness.controlled_errors`, pooled). The probe (`probe.py`) stands in for the LoRA run. Writes `study.md` and
+`study.json`. Results: docs/training.md, "Controlled negatives".
 """
 
 from __future__ import annotations
