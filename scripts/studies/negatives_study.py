@@ -141,15 +141,15 @@ def run_study(recipe: str, overrides: dict, pairs, settings: list[str], *, folds
         for k, (tr, te) in enumerate(splits):
             fit = trained[tuple(kinds)][k]
             train, test = [pairs[i] for i in tr], [pairs[i] for i in te]
-            probe = fit_probe(*oriented(fit.pairs, table, fit.n_human, weight), probe_config)
-            r1, r2 = ProbeJudge(probe, table, 0.0).pair_rewards(train)  # calibrated on the human pairs alone
+            head = fit_probe(*oriented(fit.pairs, table, fit.n_human, weight), probe_config)
+            r1, r2 = ProbeJudge(head, table, 0.0).pair_rewards(train)  # calibrated on the human pairs alone
             threshold = calibrate_tie_threshold(r1 - r2, [p.label for p in train])
-            judge = ProbeJudge(probe, table, threshold)
+            judge = ProbeJudge(head, table, threshold)
             evaluation = evaluate_judgements(run_judge(judge, test), tie_policy=config.two_class_tie_policy,
                                              media_by_id=by_id)  # fmt: skip
             evaluations.append(evaluation)
             sections.append(controlled_errors(judge, held_out[k], source=CONTROLLED_SOURCE))
-            sections_no_tie.append(controlled_errors(ProbeJudge(probe, table, 0.0), held_out[k],
+            sections_no_tie.append(controlled_errors(ProbeJudge(head, table, 0.0), held_out[k],
                                                      source=CONTROLLED_SOURCE))  # fmt: skip
             h1, h2 = judge.pair_rewards(test)
             scales.append(float(np.median(np.abs(h1 - h2))))
