@@ -100,3 +100,18 @@ def test_a_bad_setting_is_one_line_and_exit_2(capsys):
     assert negatives_study.main(["--settings", "all@0"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--settings all@0" in err
+
+
+def test_several_weight_decays_are_chosen_per_fold_on_its_training_folds(tiny_bert_dir, tmp_path):
+    data = _write(_pairs(), tmp_path / "pairs.csv")
+    argv = ["--model", str(tiny_bert_dir), "--train-file", str(data), "--folds", "3", "--output-dir",
+            str(tmp_path / "s"), "--settings", "none", "all", "--epochs", "20", "--weight-decay", "0.01", "1000",
+            "--inner-folds", "2"]  # fmt: skip
+    assert negatives_study.main(argv) == 0
+    settings = json.loads((tmp_path / "s" / "study.json").read_text())["settings"]
+    for s in settings.values():
+        assert len(s["weight_decay_per_fold"]) == 3 and set(s["weight_decay_per_fold"]) <= {0.01, 1000.0}
+    one = tmp_path / "one"
+    single = ["--weight-decay", "1000", "--output-dir", str(one)]
+    assert negatives_study.main(argv[: argv.index("--weight-decay")] + single) == 0
+    assert json.loads((one / "study.json").read_text())["settings"]["all"]["weight_decay_per_fold"] == [1000.0] * 3

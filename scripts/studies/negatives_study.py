@@ -2,7 +2,7 @@
 
 Usage:
     python scripts/studies/negatives_study.py [--recipe recipes/minilm/rm/config_lora.yaml] [--settings none all
-        emotion_flip ... all@4] [--folds 5] [--epochs 200] [--weight-decay 0.01] [--output-dir DIR] [--cache-dir DIR]
+        emotion_flip ... all@4] [--folds 5] [--epochs 200] [--weight-decay W ...] [--output-dir DIR] [--cache-dir DIR]
 
 A setting is the negatives a fit trains on beside its human pairs (`none`, `all`, kinds joined by `+`), optionally
 `@W` (each negative's pair counted W times). Every setting uses the same grouped folds (`stratified_folds`), the
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +28,7 @@ from emoreward.data.pairs import canonical_pairs, read_pairs
 from emoreward.evaluation import evaluate_judgements, run_judge
 from emoreward.evaluation.controlled import pool_sections, wilson_interval
 from emoreward.evaluation.harness import controlled_errors
-from emoreward.evaluation.metrics import calibrate_tie_threshold
+from emoreward.evaluation.metrics import calibrate_tie_threshold, recognition
 from emoreward.evaluation.report import aggregate
 from emoreward.training.config import load_config
 from emoreward.training.negatives import training_pairs
@@ -130,7 +131,11 @@ def run_study(recipe: str, overrides: dict, pairs, settings: list[str], *, folds
     texts += sorted(set(extra) - set(texts), key=lambda t: (t[0], t[1] or ""))
     model = recipe_model(config)
     table = dict(zip(texts, FeatureCache(cache_dir).features(model, texts, log=log)))
-    probe_config = ProbeConfig(ties=config.ties, tie_parameter=config.tie_parameter, seed=config.seed, **probe)
+    decays = list(probe["weight_decay"])  # several: each outer fold picks one by an inner CV on its training folds
+    probe_config = ProbeConfig(ties=config.ties, tie_parameter=config.tie_parameter, seed=config.seed,
+                               epochs=probe["epochs"], weight_decay=decays[0])  # fmt: skip
+    configs = {kinds: load_config(recipe, {**overrides, "controlled_negatives": list(kinds) or None})
+               for kinds in trained}  # fmt: skip
     every_negative = [n for negs in held_out for n in negs]
     # what each fold's training negatives can insert (the same front door: `training_pairs` writes a subset)
     inserted = [generate_negatives([pairs[i] for i in tr], media_by_id=by_id).negatives for tr, _ in splits]
@@ -138,10 +143,16 @@ def run_study(recipe: str, overrides: dict, pairs, settings: list[str], *, folds
            "n_texts": len(texts), "visibility": visibility(pairs, every_negative, table), "settings": {}}  # fmt: skip
     for spec, (kinds, weight) in parsed.items():
         evaluations, sections, sections_no_tie, rows, scales, thresholds, n_neg = [], [], [], [], [], [], []
+        chosen = []
         for k, (tr, te) in enumerate(splits):
             fit = trained[tuple(kinds)][k]
             train, test = [pairs[i] for i in tr], [pairs[i] for i in te]
-            head = fit_probe(*oriented(fit.pairs, table, fit.n_human, weight), probe_config)
+            decay = decays[0] if len(decays) == 1 else choose_decay(
+                configs[tuple(kinds)], train, table, weight, probe_config, decays, probe["inner_folds"])  # fmt: skip
+            chosen.append(decay)
+            head = fit_probe(
+                *oriented(fit.pairs, table, fit.n_human, weight), replace(probe_config, weight_decay=decay)
+            )
             r1, r2 = ProbeJudge(head, table, 0.0).pair_rewards(train)  # calibrated on the human pairs alone
             threshold = calibrate_tie_threshold(r1 - r2, [p.label for p in train])
             judge = ProbeJudge(head, table, threshold)
@@ -159,7 +170,8 @@ def run_study(recipe: str, overrides: dict, pairs, settings: list[str], *, folds
             thresholds.append(threshold)
             n_neg.append(len(fit.pairs) - fit.n_human)
         out["settings"][spec] = {
-            "kinds": kinds, "weight": weight, "negatives_per_fold": n_neg, "summary": aggregate(evaluations),
+            "kinds": kinds, "weight": weight, "negatives_per_fold": n_neg, "weight_decay_per_fold": chosen,
+            "summary": aggregate(evaluations),
             "controlled_errors": pool_sections(sections, f"{CONTROLLED_SOURCE}, pooled over {folds} folds"),
             "controlled_errors_no_tie": pool_sections(sections_no_tie, "tie threshold 0 (the judge never ties)"),
             "margins": margin_summary(rows, thresholds, scales),
@@ -168,6 +180,29 @@ def run_study(recipe: str, overrides: dict, pairs, settings: list[str], *, folds
         log(f"{spec}: 2-class WAF {_cell(h, 'two_class_waf')}, length-debiased ACC {_cell(h, 'length_debiased_acc')} "
             f"({folds} folds, {np.mean(n_neg):.0f} negatives per fold)")  # fmt: skip
     return out
+
+
+def choose_decay(config, train, table, weight: int, base: ProbeConfig, decays: list[float], k: int) -> float:
+    """The weight decay of `decays` with the best mean two-class WAF over a k-fold CV on `train` alone (grouped folds,
+    each inner fit on its own pairs and negatives, `training_pairs`, its threshold on its human pairs); the smaller on
+    a tie. Nothing held out by the outer fold is read."""
+    inner = stratified_folds(train, k, config.seed, media_by_id=config.media_root is not None)
+    best, best_waf = decays[0], -1.0
+    for decay in sorted(decays):
+        wafs = []
+        for tr, te in inner:
+            fit = training_pairs(config, [train[i] for i in tr])
+            head = fit_probe(*oriented(fit.pairs, table, fit.n_human, weight), replace(base, weight_decay=decay))
+            r1, r2 = ProbeJudge(head, table, 0.0).pair_rewards(fit.pairs[: fit.n_human])
+            threshold = calibrate_tie_threshold(r1 - r2, [p.label for p in fit.pairs[: fit.n_human]])
+            test = [train[i] for i in te]
+            verdicts = [j.verdict.value for j in ProbeJudge(head, table, threshold).judge(test)]
+            wafs.append(
+                recognition([p.label for p in test], verdicts, "two-class", config.two_class_tie_policy)["waf"]
+            )
+        if np.mean(wafs) > best_waf + 1e-12:
+            best, best_waf = decay, float(np.mean(wafs))
+    return best
 
 
 def _cell(summary: dict, key: str) -> str:
@@ -272,7 +307,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settings", nargs="+", default=SETTINGS, help="none | all | KIND[+KIND], each [@W]")
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=ProbeConfig.epochs, help="L-BFGS iterations of each probe")
-    parser.add_argument("--weight-decay", type=float, default=ProbeConfig.weight_decay, help="the probe's L2 penalty")
+    parser.add_argument("--weight-decay", type=float, nargs="+", default=[ProbeConfig.weight_decay],
+                        help="the probe's L2 penalty; several: each outer fold picks one by an inner CV on its "
+                        "training folds (two-class WAF)")  # fmt: skip
+    parser.add_argument("--inner-folds", type=int, default=3, help="folds of that inner CV")
     parser.add_argument("--cache-dir", default=None, help="the feature cache (default: OUTPUT_DIR/features)")
     parser.add_argument("--output-dir", default=None, help="where study.md, study.json and the features go")
     parser.add_argument("--model", default=None, help="another backbone than the recipe's (a tiny one in tests)")
@@ -291,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.output_dir or f"outputs/negatives-study/{Path(args.recipe).parts[-3]}-probe")
     by_id = config.media_root is not None
     pairs = canonical_pairs(read_pairs(config.train_file, media_by_id=by_id).pairs)  # as `train` reads them
-    probe = {"epochs": args.epochs, "weight_decay": args.weight_decay}
+    probe = {"epochs": args.epochs, "weight_decay": args.weight_decay, "inner_folds": args.inner_folds}
     results = run_study(args.recipe, overrides, pairs, args.settings, folds=args.folds, probe=probe,
                         cache_dir=Path(args.cache_dir) if args.cache_dir else out / "features")  # fmt: skip
     results["command"] = " ".join(["python scripts/studies/negatives_study.py", *(argv or sys.argv[1:])])
