@@ -91,17 +91,18 @@ def test_benchmark_scripts_start(script):
         (["benchmarks/benchmark_bpa.py", "simulation", "--candidates", "10", "--anchors", "2", "--seeds", "1",
           "--budget", "200", "--refit-every", "50", "--workers", "1"], "wall time"),
         (["scripts/studies/length_study.py", "--help"], "--variants"),
+        (["scripts/studies/negatives_study.py", "--help"], "--settings"),
         (["benchmarks/benchmark_ranking.py", "rerun", "--n-boot", "5", "--repeats", "1"], "rerun from the score cache"),
         (["benchmarks/benchmark_attention.py", "--shapes", "2x32", "--repeats", "1"], "fp32_sdpa"),
         (["benchmarks/benchmark_ranking.py", "resamples", "--before", "HEAD", "--n-boot", "10", "--repeats", "1",
           "--tie-models", "davidson"], "| davidson | HEAD |"),
     ],
-    ids=["ranking_synthetic", "bpa_simulation", "length_study", "ranking_rerun", "benchmark_attention",
+    ids=["ranking_synthetic", "bpa_simulation", "length_study", "negatives_study", "ranking_rerun", "benchmark_attention",
          "ranking_resamples"],
 )  # fmt: skip
 def test_more_documented_scripts_run_small(argv, expected):
-    """The ranking and BPA benchmarks on small settings (seconds); the length study's command line (its runs train
-    5 folds per variant: minutes)."""
+    """The ranking and BPA benchmarks on small settings (seconds); the length and negatives studies' command lines
+    (their runs: minutes; the negatives study end to end on a tiny model in tests/test_negatives_study.py)."""
     out = subprocess.run([sys.executable, str(ROOT / argv[0]), *argv[1:]], capture_output=True,
                          text=True, timeout=300, cwd=ROOT)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]

@@ -148,3 +148,28 @@ def test_probe_cross_validation_on_the_harness(tiny_bert_dir, tmp_path):
         model, pairs, ["none"], folds=3, seed=0, cache_dir=tmp_path / "c", log=lambda *_: None
     )
     assert again["none"]["summary"] == out["none"]["summary"]
+
+
+def test_fit_probe_leaves_tie_pairs_out_under_ties_drop():
+    # as the trainer's encoding drops them: Bradley-Terry would read a tie as "the first one wins"
+    chosen, rejected, tie, lc, lr = _synthetic_features(200)
+    rng = np.random.default_rng(1)
+    extra = rng.normal(size=(30, 3)) * 5
+    with_ties = [np.concatenate([a, b]) for a, b in [(chosen, extra), (rejected, -extra), (tie, np.ones(30)),
+                                                     (lc, np.full(30, 300.0)), (lr, np.full(30, 300.0))]]  # fmt: skip
+    config = ProbeConfig(ties="drop", weight_decay=0.0)
+    dropped = fit_probe(*with_ties, config)
+    plain = fit_probe(chosen, rejected, tie, lc, lr, config)
+    np.testing.assert_allclose(dropped.weight, plain.weight)
+    kept = fit_probe(*with_ties, ProbeConfig(ties="rao-kupper", weight_decay=0.0))
+    assert not np.allclose(kept.weight, plain.weight)
+
+
+def test_value_head_inputs_under_a_small_token_budget(tiny_llama_dir):
+    # the scoring engine splits a batch over its token budget and pads to a multiple of its own: the features are
+    # still one row per text, at the last real token (value_head_inputs checks head(features) == the rewards)
+    model = TextRewardModel.from_backbone(str(tiny_llama_dir), max_length=64)
+    model.max_batch_tokens = 24
+    feats = value_head_inputs(model, TEXTS, batch_size=4)
+    np.testing.assert_allclose(feats, value_head_inputs(TextRewardModel.from_backbone(str(tiny_llama_dir),
+                               max_length=64), TEXTS, batch_size=1), atol=1e-5)  # fmt: skip

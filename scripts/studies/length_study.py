@@ -88,21 +88,12 @@ def main() -> None:
 
 def probe_study(args: argparse.Namespace, out: Path) -> dict[str, dict]:
     """Cross-validate value-head probes of every variant on the recipe's frozen backbone."""
-    import torch
-    from probe import ProbeConfig, probe_cross_validation  # scripts/studies/probe.py, beside this script
+    from probe import ProbeConfig, probe_cross_validation, recipe_model  # scripts/studies/probe.py, beside this
 
     from emoreward.data import load_pairs
-    from emoreward.models.text import TextRewardModel
 
     config = load_config(args.recipe, {"report_to": ["none"], "output_dir": str(out)})
-    model = TextRewardModel.from_backbone(
-        config.model_name_or_path,
-        gguf_file=config.gguf_file,
-        instruction=config.instruction,
-        max_length=config.max_length,
-        dtype=torch.float32,
-        trust_remote_code=config.trust_remote_code,
-    )
+    model = recipe_model(config)
     pairs = load_pairs(config.train_file, media_by_id=config.media_root is not None)  # as `train` reads it
     probe_config = ProbeConfig(
         ties=config.ties,

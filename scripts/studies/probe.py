@@ -69,11 +69,13 @@ def value_head_inputs(
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
             captured.clear()
-            rewards[idx] = model.score_ids([sequences[i] for i in idx], batch_size=len(idx))
+            # one forward pass per group (the scoring engine would split it by its token budget otherwise)
+            tokens = len(idx) * (max(len(sequences[i]) for i in idx) + 64)
+            rewards[idx] = model.score_ids([sequences[i] for i in idx], batch_size=len(idx), max_batch_tokens=tokens)
             [hidden] = captured
             if hidden.dim() == 3:  # decoder: (batch, seq, hidden), pooled at the last non-pad token
                 lengths = [len(sequences[i]) for i in idx]
-                width = max(lengths)
+                width = hidden.shape[1]  # the engine pads to a multiple of its own
                 left = model.tokenizer.padding_side == "left"
                 pos = torch.tensor([width - 1 if left else n - 1 for n in lengths])
                 hidden = hidden[torch.arange(len(idx)), pos]
@@ -165,8 +167,14 @@ def fit_probe(
     Returns:
         the trained `Probe`. The loss is the objective's (`emoreward.training.objectives`), the one
         `EmoRewardTrainer` uses, with the `reweight` weights of `length_balance_weights`; `penalty` fits alpha on
-        the training descriptions afterwards (`length_penalty_from_rewards`, as for a fine-tuned model).
+        the training descriptions afterwards (`length_penalty_from_rewards`, as for a fine-tuned model). With
+        `ties: drop` the tie pairs are left out, as the trainer's encoding leaves them out
+        (`training.preprocess.encode_text_pair`); Bradley-Terry would otherwise read them as "first wins".
     """
+    if config.ties == "drop" and np.any(tie):
+        keep = np.asarray(tie) == 0
+        chosen, rejected, tie = chosen[keep], rejected[keep], np.asarray(tie)[keep]
+        length_chosen, length_rejected = np.asarray(length_chosen)[keep], np.asarray(length_rejected)[keep]
     both = np.concatenate([chosen, rejected])
     mean, scale = both.mean(0), both.std(0) + 1e-6
     x = torch.tensor((both - mean) / scale, dtype=torch.float64)
@@ -207,6 +215,19 @@ def fit_probe(
         feats, lens = distinct[:, :-1], distinct[:, -1]
         probe.score_transform = length_penalty_from_rewards(probe.rewards(feats, lens), lens)
     return probe
+
+
+def recipe_model(config) -> TextRewardModel:
+    """The frozen text reward model of a recipe (`EmoRewardConfig`) as a probe reads it: its backbone (GGUF file,
+    instruction, `max_length`, remote-code setting) in float32, LoRA not applied."""
+    return TextRewardModel.from_backbone(
+        config.model_name_or_path,
+        gguf_file=config.gguf_file,
+        instruction=config.instruction,
+        max_length=config.max_length,
+        dtype=torch.float32,
+        trust_remote_code=config.trust_remote_code,
+    )
 
 
 class FeatureCache:
