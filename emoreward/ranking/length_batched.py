@@ -369,7 +369,8 @@ class _Ordered:
     ``e_b``; ``aa``, ``bb``, ``ab`` `(S, M^2)`: ``e_a e_a^T``, ``e_b e_b^T``, ``e_a e_b^T + e_b e_a^T`` flattened;
     ``on_diff`` `(S, M)` and ``dd`` `(S, M^2)`: ``e_a - e_b`` and its outer square (a `PairModel.difference_only`
     model's); ``grid``: every segment lists every sample once, in order, so that a weighted sum over a segment is a
-    product with the resample's per-sample counts (the weights are never spread over the records).
+    product with the resample's per-sample counts (the weights are never spread over the records); ``z_max`` `(K,)`:
+    the largest ``|z_k|``.
     """
 
     units: np.ndarray
@@ -388,6 +389,7 @@ class _Ordered:
     dd: np.ndarray
     grid: bool
     n_units: int
+    z_max: np.ndarray
 
 
 class _Sums:
@@ -433,8 +435,9 @@ def _ordered(design: Design) -> _Ordered:
     x_t = {dt: np.ascontiguousarray(design.x[order].T, dtype=dt) for dt in _DTYPES}
     on_diff = on_a - on_b
     dd = (on_diff[:, :, None] * on_diff[:, None, :]).reshape(len(starts), m * m)
+    z_max = np.abs(design.x[:, m:]).max(axis=0, initial=0.0)
     return _Ordered(
-        units, a, b, outcomes, half_z, x_t, starts, on_a, on_b, aa, bb, ab, on_diff, dd, grid, design.n_units
+        units, a, b, outcomes, half_z, x_t, starts, on_a, on_b, aa, bb, ab, on_diff, dd, grid, design.n_units, z_max
     )
 
 
@@ -463,14 +466,15 @@ def _pass(
     dtype=np.float64,
     hessian=True,
     linear: np.ndarray | None = None,
-    reference: tuple | None = None,
+    reference: _Reference | None = None,
 ):
     """The data part of the gradient `(R, Q)` and Hessian `(R, Q, Q)` (``None`` unless ``hessian``) of
     ``sum_r w_r nll_r`` for rows ``theta`` `(R, Q)` with per-sample counts `(R, n_units)`, from the pair model's
     terms at every record's two sides, computed in ``dtype`` over the records (the sums returned in float64). A
     `PairModel.difference_only` model goes through :func:`_difference_pass` (5 terms per record, from
-    `PairModel.difference_terms`; for a `PairModel.exponential_family` model from `PairModel.log_partition`:
-    ``sum n (A' - reference)`` less ``linear`` `(R, Q)`, the part computed once per resample; see there)."""
+    `PairModel.difference_terms`; for a `PairModel.exponential_family` model from
+    `PairModel.scaled_log_partition`, less ``linear`` `(R, Q)`, the part computed once per resample, and from
+    ``reference`` on in float32: see there)."""
     if model.difference_only:
         return _difference_pass(rec, model, theta, counts, m, dtype, hessian, linear, reference)
     k_cov, p, grad, hess = _pass_arrays(rec, theta, m, dtype, hessian)
@@ -519,37 +523,44 @@ def _difference_pass(
     dtype,
     hessian: bool,
     linear: np.ndarray | None = None,
-    reference: tuple | None = None,
+    reference: _Reference | None = None,
 ):
     """:func:`_pass` for a `PairModel.difference_only` model: per record ``d = s_i - s_j = b_a - b_b + gamma . z``
     and the derivatives in ``d`` and ``eta`` (`PairModel.difference_terms`); the record's parameter row is
     ``x = (e_a - e_b, z)`` (``z = 2 half_z``), so the gradient is ``sum g_d x`` and the Hessian ``sum h_dd x x^T``
     (with ``sum h_de x`` and ``sum h_ee`` for ``eta``): 5 segment sums, and the covariate ones. For a
-    `PairModel.exponential_family` model the terms are ``n`` times ``A``'s derivatives (`PairModel.log_partition`;
-    the outcomes untouched when every record is one trial) and the gradient is their sum less ``linear`` `(R, Q)`:
-    ``counts @ _UnitTables.statistics``, the data-linear part; or, with ``reference`` (per record ``A_d`` and
-    ``A_e`` at the full-data estimate, `(1, N)` each, in ``dtype``), ``-counts @ _UnitTables.grad``, the gradient
-    there, the terms then ``n (A' - reference)``: small near the estimate, so that float32 sums lose no digits to
-    the cancellation of ``sum n A'`` against ``sum T``."""
+    `PairModel.exponential_family` model the terms are ``n`` times ``A``'s derivatives up to their factors
+    (`PairModel.scaled_log_partition`, the factors of `PairModel.partition_scaling` applied to the sums; the
+    outcomes untouched when every record is one trial) and the gradient is their sum less ``linear`` `(R, Q)`:
+    ``counts @ _UnitTables.statistics``, the data-linear part; with ``reference`` (`_Reference`: the scaled
+    derivatives at the full-data estimate per record, in ``dtype``) the terms are ``n (s' - reference)``, small near
+    the estimate, so that float32 sums lose no digits to the cancellation of ``sum n A'`` against ``sum T``, and
+    the sums ``n reference`` come back in float64 from its per-sample table."""
     family = model.exponential_family
     trials = model.natural_statistics(*rec.outcomes[dtype])[0] if family else None
     if trials is not None and np.all(trials == 1):
         trials = None
     k_cov, p, grad, hess = _pass_arrays(rec, theta, m, dtype, hessian)
     half_z, outcomes = rec.half_z[dtype], rec.outcomes[dtype]
+    scaling = model.partition_scaling if family else None
+    if family:  # u = argument * d from the scaled parameters; |d| <= max b - min b + sum_k |gamma_k| max |z_k|
+        scaled = theta.copy()
+        scaled[:, :p] *= scaling.argument
+        bound = abs(scaling.argument) * (np.ptp(theta[:, :m], axis=1) + np.abs(theta[:, m:p]) @ rec.z_max)
     for lo, hi in _pass_chunks(rec, theta, dtype):
         th, sums = theta[lo:hi].astype(dtype), _Sums(rec, counts[lo:hi].astype(dtype))
-        d = th[:, :p] @ rec.x_t[dtype]  # b_a - b_b + gamma . z, (R, N)
         eta = th[:, p:] if model.has_tie else None
         if family:
-            terms = model.log_partition(d, eta, hessian=hessian)
+            u = scaled[lo:hi, :p].astype(dtype) @ rec.x_t[dtype]  # argument * (b_a - b_b + gamma . z), (R, N)
+            terms = model.scaled_log_partition(u, eta, hessian, float(bound[lo:hi].max()))
             if reference is not None:
-                np.subtract(terms[0], reference[0], out=terms[0])
+                np.subtract(terms[0], reference.d, out=terms[0])
                 if model.has_tie:
-                    np.subtract(terms[2], reference[1], out=terms[2])
+                    np.subtract(terms[2], reference.e, out=terms[2])
             if trials is not None:
                 terms = tuple(None if v is None else v * trials for v in terms)
         else:
+            d = th[:, :p] @ rec.x_t[dtype]  # b_a - b_b + gamma . z, (R, N)
             terms = model.difference_terms(d, eta, *outcomes, hessian=hessian)
         g_d, h_dd, g_e, h_de, h_ee = terms
         grad[lo:hi, :m] = sums.segments(g_d) @ rec.on_diff
@@ -557,8 +568,6 @@ def _difference_pass(
             grad[lo:hi, m + k] = 2 * sums.total(g_d * half_z[k])
         if model.has_tie:
             grad[lo:hi, -1] = sums.total(g_e)
-        if family:
-            grad[lo:hi] -= linear[lo:hi]
         if not hessian:
             continue
         block = hess[lo:hi]
@@ -575,7 +584,48 @@ def _difference_pass(
                 column[:, m + k] = 2 * sums.total(h_de * half_z[k])
             block[:, :p, -1] = block[:, -1, :p] = column
             block[:, -1, -1] = sums.total(h_ee)
+    if family:  # the factors, once per row: grad = f (sum n (s' - reference) + counts @ reference table) - linear
+        f_d, f_dd, f_e, f_de, f_ee = scaling.factors(theta[:, p:] if model.has_tie else None, len(theta))
+        if reference is not None:
+            grad += counts @ reference.table
+        grad[:, :p] *= f_d
+        if model.has_tie:
+            grad[:, -1:] *= f_e
+        grad -= linear
+        if hessian:
+            hess[:, :p, :p] *= f_dd[:, :, None]
+            if model.has_tie:
+                hess[:, :p, -1] *= f_de
+                hess[:, -1, :p] *= f_de
+                hess[:, -1, -1] *= f_ee[:, 0]
     return grad, hess
+
+
+@dataclass(frozen=True)
+class _Reference:
+    """An `PairModel.exponential_family` model's scaled derivatives at the full-data estimate
+    (`PairModel.scaled_log_partition`), per record in `_Ordered` order: ``d`` and ``e`` `(1, N)` (``e`` ``None``
+    without a tie parameter) in the float32 passes' dtype, and ``table`` `(n_units, Q)`: per sample, ``sum n
+    reference x`` (and ``sum n reference_e``) of those very values, in float64."""
+
+    d: np.ndarray
+    e: np.ndarray | None
+    table: np.ndarray
+
+
+def _reference(rec: _Ordered, model: PairModel, estimate: np.ndarray, dtype=np.float32) -> _Reference:
+    p = rec.x_t[np.float64].shape[0]
+    eta = estimate[None, p:] if model.has_tie else None
+    u = (model.partition_scaling.argument * estimate[:p]) @ rec.x_t[np.float64]
+    terms = model.scaled_log_partition(u[None], eta, False)
+    ref_d, ref_e = (None if v is None else v.astype(dtype) for v in (terms[0], terms[2]))
+    trials = model.natural_statistics(*rec.outcomes[np.float64])[0][0]
+    per_record = [trials * ref_d[0].astype(np.float64) * rec.x_t[np.float64]]
+    if ref_e is not None:
+        per_record.append((trials * ref_e[0].astype(np.float64))[None])
+    table = np.zeros((rec.n_units, estimate.shape[0]))
+    np.add.at(table, rec.units, np.concatenate(per_record).T)
+    return _Reference(ref_d, ref_e, table)
 
 
 @dataclass(frozen=True)
@@ -708,10 +758,8 @@ def _fit_regular(
     start = estimate - step
     family = {}  # an exponential family's gradient parts per resample, once: for float64 passes and float32 ones
     if tables.statistics is not None:
-        eta = estimate[None, p:] if model.has_tie else None
-        ref = model.log_partition((estimate[:p] @ rec.x_t[np.float64])[None], eta, False)
-        reference = tuple(None if v is None else v.astype(np.float32) for v in (ref[0], ref[2]))
-        family = {np.float64: (counts @ tables.statistics, None), np.float32: (-(counts @ tables.grad), reference)}
+        linear = counts @ tables.statistics
+        family = {np.float64: (linear, None), np.float32: (linear, _reference(rec, model, estimate))}
 
     def parts(rows: np.ndarray, dtype) -> dict:
         if not family:

@@ -202,11 +202,12 @@ def test_the_chebyshev_start_third_derivatives_are_the_hessians_slope(model, cov
 @pytest.mark.parametrize("model", [name for name, m in MODELS.items() if m.exponential_family])
 @pytest.mark.parametrize("covariates", [1, 2])
 def test_the_exponential_family_pass_equals_the_difference_pass(model, covariates):
-    """A `PairModel.exponential_family` model's pass (``A``'s derivatives per record, the data-linear part per
-    sample once: `_UnitTables.statistics`, or the gradient at the estimate with ``A'`` there per record) equals the
-    pass through `PairModel.difference_terms` (the property switched off) in gradient and Hessian: 1e-10 relative
-    in float64, 1e-5 in float32 (whose ``n (A' - A'(estimate))`` keeps the gradient's digits near the estimate)."""
-    from emoreward.ranking.length_batched import _ordered, _pass, _unit_tables
+    """A `PairModel.exponential_family` model's pass (``A``'s derivatives up to `PairModel.partition_scaling`'s
+    factors per record, the factors and the data-linear part per resample once: `_UnitTables.statistics`; in
+    float32 the scaled derivatives less their value at the estimate, `_reference`) equals the pass through
+    `PairModel.difference_terms` (the property switched off) in gradient and Hessian: 1e-10 relative in float64,
+    1e-5 in float32 (whose ``n (s' - s'(estimate))`` keeps the gradient's digits near the estimate)."""
+    from emoreward.ranking.length_batched import _ordered, _pass, _reference, _unit_tables
 
     family = MODELS[model]
     plain = type(family)()
@@ -219,16 +220,10 @@ def test_the_exponential_family_pass_equals_the_difference_pass(model, covariate
     theta = estimate + rng.normal(0, 0.05, (6, len(estimate)))
     counts = resample_unit_weights(design.n_units, 6, 2).astype(float)
     rec, tables = _ordered(design), _unit_tables(design, family, estimate)
-    p = design.x.shape[1]
-    eta = estimate[None, p:] if family.has_tie else None
-    ref = family.log_partition((estimate[:p] @ rec.x_t[np.float64])[None], eta, False)
+    linear = counts @ tables.statistics
     for dtype, rtol in ((np.float64, 1e-10), (np.float32, 1e-5)):
         expected = _pass(rec, plain, theta, counts, design.m, np.float64)
-        if dtype is np.float64:
-            got = _pass(rec, family, theta, counts, design.m, dtype, linear=counts @ tables.statistics)
-        else:
-            reference = tuple(None if v is None else v.astype(dtype) for v in (ref[0], ref[2]))
-            linear = -(counts @ tables.grad)
-            got = _pass(rec, family, theta, counts, design.m, dtype, linear=linear, reference=reference)
+        reference = _reference(rec, family, estimate, dtype) if dtype is np.float32 else None
+        got = _pass(rec, family, theta, counts, design.m, dtype, linear=linear, reference=reference)
         for value, ref_value in zip(got, expected, strict=True):
             np.testing.assert_allclose(value, ref_value, rtol=rtol, atol=rtol * np.abs(ref_value).max())
