@@ -546,15 +546,15 @@ def _difference_pass(
     k_cov, p, grad, hess = _pass_arrays(rec, theta, m, dtype, hessian)
     half_z, outcomes = rec.half_z[dtype], rec.outcomes[dtype]
     scaling = model.partition_scaling if family else None
+    theta_d, counts_d = theta.astype(dtype), counts.astype(dtype)
     if family:  # u = argument * d from the scaled parameters; |d| <= max b - min b + sum_k |gamma_k| max |z_k|
-        scaled = theta.copy()
-        scaled[:, :p] *= scaling.argument
+        scaled = (theta[:, :p] * scaling.argument).astype(dtype)
         bound = abs(scaling.argument) * (np.ptp(theta[:, :m], axis=1) + np.abs(theta[:, m:p]) @ rec.z_max)
     for lo, hi in _pass_chunks(rec, theta, dtype):
-        th, sums = theta[lo:hi].astype(dtype), _Sums(rec, counts[lo:hi].astype(dtype))
+        th, sums = theta_d[lo:hi], _Sums(rec, counts_d[lo:hi])
         eta = th[:, p:] if model.has_tie else None
         if family:
-            u = scaled[lo:hi, :p].astype(dtype) @ rec.x_t[dtype]  # argument * (b_a - b_b + gamma . z), (R, N)
+            u = scaled[lo:hi, :p] @ rec.x_t[dtype]  # argument * (b_a - b_b + gamma . z), (R, N)
             terms = model.scaled_log_partition(u, eta, hessian, float(bound[lo:hi].max()))
             if reference is not None:
                 np.subtract(terms[0], reference.d, out=terms[0])
@@ -756,8 +756,11 @@ def _fit_regular(
     hess = (counts @ tables.hess).reshape(-1, q, q) + prior_hess
     step = _solve(hess, grad)
     if tables.third is not None:  # Chebyshev: the second-order term of the gradient along the Newton step
-        third = (counts @ tables.third)[:, tables.third_map]
-        step = step + 0.5 * _solve(hess, np.einsum("bijk,bj,bk->bi", third, step, step))
+        # T[step, step]_i = sum_{j <= k} (2 - [j = k]) T_ijk step_j step_k: the unique pairs only
+        j, k = np.triu_indices(q)
+        pairs = step[:, j] * step[:, k] * np.where(j == k, 1.0, 2.0)
+        third = (counts @ tables.third)[:, tables.third_map[:, j, k]]  # (B, Q, Q (Q + 1) / 2)
+        step = step + 0.5 * _solve(hess, np.matmul(third, pairs[:, :, None])[:, :, 0])
     start = estimate - step
     family = {}  # an exponential family's gradient parts per resample, once: for float64 passes and float32 ones
     if tables.statistics is not None:
