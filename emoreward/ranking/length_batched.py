@@ -651,14 +651,44 @@ _STEP = 1e-4  # central-difference step (in d and eta) of the third derivatives
 _MAX_CUBIC = 1_000  # unique third-derivative entries (Q = 17: 969) above which the start is a plain Newton step
 
 
-def _third_table(design: Design, model: PairModel, estimate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A `PairModel.difference_only` model's third derivatives at ``estimate``, summed per sample: the unique
-    entries of the symmetric `(Q, Q, Q)` tensor `(n_units, T)` and the map from every index to its entry
-    `(Q, Q, Q)`. Per record, by central differences of `PairModel.difference_terms` in ``d`` and ``eta``, an entry
-    over its non-zero coordinates (``min(a, b)``, ``max(a, b)``, the covariates, ``eta``) is the derivative with as
-    many ``eta`` as it has, times the product of the other coordinates' design values."""
+def _per_unit_symmetric(design: Design, q: int, has_tie: bool, derivs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A `PairModel.difference_only` model's derivative tensor of one order (symmetric, `(Q,) * order`), summed per
+    sample: its unique entries `(n_units, T)` and the map from every index to its entry `(Q,) * order`. ``derivs``
+    `(N, order + 1)`: per record the order's derivatives in ``d`` and ``eta``, by the number of ``eta`` among the
+    variables. An entry over a record's non-zero coordinates (``min(a, b)``, ``max(a, b)``, the covariates,
+    ``eta``) is the derivative with as many ``eta`` as it has, times the product of the other coordinates' design
+    values."""
+    order = derivs.shape[1] - 1
     m, p = design.m, design.x.shape[1]
-    q, n = estimate.shape[0], design.x.shape[0]
+    n = design.x.shape[0]
+    low, high = np.minimum(design.a, design.b), np.maximum(design.a, design.b)
+    cols = np.concatenate([low[:, None], high[:, None], np.broadcast_to(np.arange(m, q), (n, q - m))], axis=1)
+    vals = np.ones(cols.shape)
+    vals[:, 0] = np.where(design.a == low, 1.0, -1.0)
+    vals[:, 1] = -vals[:, 0]
+    vals[:, 2 : 2 + p - m] = design.x[:, m:]
+    is_eta = np.arange(cols.shape[1]) == cols.shape[1] - 1 if has_tie else np.zeros(cols.shape[1], bool)
+    tuples = np.array(list(itertools.combinations_with_replacement(range(q), order)), dtype=np.int64)
+    full = np.zeros(q**order, dtype=np.int64)
+    for perm in itertools.permutations(range(order)):
+        full[np.ravel_multi_index(tuples[:, list(perm)].T, (q,) * order)] = np.arange(len(tuples))
+    combos = np.array(list(itertools.combinations_with_replacement(range(cols.shape[1]), order)))
+    entry = np.zeros((n, len(combos)), dtype=np.int64)
+    value = derivs[:, is_eta[combos].sum(axis=1)]
+    for k in range(order):
+        entry = entry * q + cols[:, combos[:, k]]
+        value = value * vals[:, combos[:, k]]
+    index = design.units[:, None] * len(tuples) + full[entry]
+    sums = np.bincount(index.ravel(), value.ravel(), minlength=design.n_units * len(tuples))
+    return sums.reshape(design.n_units, len(tuples)), full.reshape((q,) * order)
+
+
+def _third_table(design: Design, model: PairModel, estimate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A `PairModel.difference_only` model's third derivatives at ``estimate``, summed per sample
+    (`_per_unit_symmetric`): per record by central differences of `PairModel.difference_terms` in ``d`` and
+    ``eta``."""
+    p = design.x.shape[1]
+    n = design.x.shape[0]
     d = (design.x @ estimate[:p])[None]
     eta = estimate[None, p:] if model.has_tie else None
     w, lo, t = _outcomes(design, np.ones((1, n)))
@@ -668,32 +698,29 @@ def _third_table(design: Design, model: PairModel, estimate: np.ndarray) -> tupl
         derivs += [(up[3] - down[3])[0] / (2 * _STEP), (up[4] - down[4])[0] / (2 * _STEP)]  # d^2 e, d e^2
         up, down = (model.difference_terms(d, eta + h, w, lo, t) for h in (_STEP, -_STEP))
         derivs.append((up[4] - down[4])[0] / (2 * _STEP))  # e^3
-    derivs = np.stack(derivs, axis=1)
-    low, high = np.minimum(design.a, design.b), np.maximum(design.a, design.b)
-    cols = np.concatenate([low[:, None], high[:, None], np.broadcast_to(np.arange(m, q), (n, q - m))], axis=1)
-    vals = np.ones(cols.shape)
-    vals[:, 0] = np.where(design.a == low, 1.0, -1.0)
-    vals[:, 1] = -vals[:, 0]
-    vals[:, 2 : 2 + p - m] = design.x[:, m:]
-    is_eta = np.arange(cols.shape[1]) == cols.shape[1] - 1 if model.has_tie else np.zeros(cols.shape[1], bool)
-    tuples = np.array(list(itertools.combinations_with_replacement(range(q), 3)), dtype=np.int64)
-    full = np.zeros(q**3, dtype=np.int64)
-    for perm in itertools.permutations(range(3)):
-        full[np.ravel_multi_index(tuples[:, list(perm)].T, (q,) * 3)] = np.arange(len(tuples))
-    combos = np.array(list(itertools.combinations_with_replacement(range(cols.shape[1]), 3)))
-    entry = np.zeros((n, len(combos)), dtype=np.int64)
-    value = derivs[:, is_eta[combos].sum(axis=1)]
-    for k in range(3):
-        entry = entry * q + cols[:, combos[:, k]]
-        value = value * vals[:, combos[:, k]]
-    index = design.units[:, None] * len(tuples) + full[entry]
-    sums = np.bincount(index.ravel(), value.ravel(), minlength=design.n_units * len(tuples))
-    return sums.reshape(design.n_units, len(tuples)), full.reshape((q,) * 3)
+    else:
+        derivs += [np.zeros(n)] * 3
+    return _per_unit_symmetric(design, estimate.shape[0], model.has_tie, np.stack(derivs, axis=1))
 
 
-def _unit_tables(design: Design, model: PairModel, estimate: np.ndarray) -> _UnitTables:
-    m, p = design.m, design.x.shape[1]
-    q, n = estimate.shape[0], design.x.shape[0]
+def _difference_tables(design: Design, model: PairModel, estimate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A `PairModel.difference_only` model's gradient `(n_units, Q)` and Hessian `(n_units, Q^2)` at ``estimate``,
+    summed per sample (`_per_unit_symmetric`, from `PairModel.difference_terms`)."""
+    p, q = design.x.shape[1], estimate.shape[0]
+    n = design.x.shape[0]
+    eta = estimate[None, p:] if model.has_tie else None
+    w, lo, t = _outcomes(design, np.ones((1, n)))
+    terms = model.difference_terms((design.x @ estimate[:p])[None], eta, w, lo, t)
+    g_d, h_dd, g_e, h_de, h_ee = (np.zeros(n) if v is None else v[0] for v in terms)
+    grad, grad_map = _per_unit_symmetric(design, q, model.has_tie, np.stack([g_d, g_e], axis=1))
+    hess, hess_map = _per_unit_symmetric(design, q, model.has_tie, np.stack([h_dd, h_de, h_ee], axis=1))
+    return grad[:, grad_map], hess[:, hess_map.ravel()]
+
+
+def _side_tables(design: Design, model: PairModel, estimate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Any pair model's gradient `(n_units, Q)` and Hessian `(n_units, Q^2)` at ``estimate``, summed per sample,
+    from `PairModel.terms` at every record's two sides."""
+    p, q, n = design.x.shape[1], estimate.shape[0], design.x.shape[0]
     side_i, side_j = _sides(design)
     x_i, x_j = (_dense(side, p) for side in (side_i, side_j))
     eta = estimate[None, p:] if model.has_tie else None
@@ -722,12 +749,21 @@ def _unit_tables(design: Design, model: PairModel, estimate: np.ndarray) -> _Uni
         [v[:, None, None] * a[1][:, :, None] * b[1][:, None, :] for a, b, v in hess_parts],
         q * q,
     )
+    return grad, hess
+
+
+def _unit_tables(design: Design, model: PairModel, estimate: np.ndarray) -> _UnitTables:
+    m, q, n = design.m, estimate.shape[0], design.x.shape[0]
+    # a difference model from its derivatives in (d, eta): 10 Hessian entries per record instead of 25 (K = 1, a tie)
+    tables = _difference_tables if model.difference_only else _side_tables
+    grad, hess = tables(design, model, estimate)
     present = np.zeros((design.n_units, m), dtype=bool)
     present[design.units, design.a] = present[design.units, design.b] = True
     cubic = model.difference_only and math.comb(q + 2, 3) <= _MAX_CUBIC
     third = _third_table(design, model, estimate) if cubic else (None, None)
     statistics = None
     if model.exponential_family:
+        w, lo, t = _outcomes(design, np.ones((1, n)))
         _, t_d, t_e = model.natural_statistics(w[0], lo[0], t[0])
         per_record = t_d[:, None] * design.x if t_e is None else np.column_stack([t_d[:, None] * design.x, t_e])
         statistics = np.zeros((design.n_units, q))

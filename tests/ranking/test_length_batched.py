@@ -178,6 +178,25 @@ def test_build_design_checks_the_covariate_shape():
 
 
 @pytest.mark.parametrize("model", [name for name, m in MODELS.items() if m.difference_only])
+@pytest.mark.parametrize("covariates", [0, 2])
+def test_a_difference_models_per_sample_tables_equal_the_two_sided_ones(model, covariates):
+    """A `difference_only` model's per-sample gradient and Hessian at the start, from its derivatives in ``(d,
+    eta)`` over each record's non-zero coordinates, equal those from `PairModel.terms` at the record's two sides
+    (the route of any other model): 1e-12 relative."""
+    from emoreward.ranking.length_batched import _difference_tables, _side_tables
+
+    records, features, names, models = random_table(n_samples=12, covariates=max(covariates, 1), seed=7)
+    values = np.array([(features[r.sample, r.item_a], features[r.sample, r.item_b]) for r in records])
+    design, _ = build_design(records, models, values[:, :, :covariates], MODELS[model])
+    estimate = damped_newton(design, MODELS[model], np.ones((1, len(design.x))), 0.1)[0][0]
+    for got, expected in zip(
+        _difference_tables(design, MODELS[model], estimate), _side_tables(design, MODELS[model], estimate), strict=True
+    ):
+        assert got.shape == expected.shape
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("model", [name for name, m in MODELS.items() if m.difference_only])
 @pytest.mark.parametrize("covariates", [1, 2])
 def test_the_chebyshev_start_third_derivatives_are_the_hessians_slope(model, covariates):
     """The per-sample third derivatives of the Chebyshev start (a `difference_only` model's), contracted with a
