@@ -85,10 +85,10 @@ class Davidson(PairModel):
         # the factors 1/2, 1/4 and nu go to the sums (partition_scaling); |u| clipped where the probabilities are 0
         # or 1 to the working precision (no overflow), unless the bound shows no |u| gets there
         nu = np.exp(eta).astype(u.dtype)
-        top = _SATURATED[u.dtype.type] + max(float(np.max(eta)), 0.0)
         if bound is None:
             bound = max(float(u.max()), -float(u.min())) if u.size else 0.0
-        if bound > top:
+        if bound > _SATURATED[u.dtype.type]:
+            top = _SATURATED[u.dtype.type] + max(float(np.max(eta)), 0.0)
             np.clip(u, -top, top, out=u)
         e = np.exp(u, out=u)
         inv = np.reciprocal(e)
@@ -99,13 +99,12 @@ class Davidson(PairModel):
         diff *= r  # p0 - p1
         if not hessian:
             return diff, None, r, None, None
-        tie = np.multiply(r, nu, out=inv)  # P(tie)
+        rest = np.multiply(r, -nu, out=inv)
+        rest += 1.0  # 1 - P(tie)
         h_dd = diff * diff
-        h_dd += tie
-        np.subtract(1.0, h_dd, out=h_dd)
+        np.subtract(rest, h_dd, out=h_dd)
         h_de = diff * r
-        h_ee = np.subtract(1.0, tie, out=tie)
-        h_ee *= r
+        h_ee = np.multiply(rest, r, out=rest)
         return diff, h_dd, r, h_de, h_ee
 
     def tie_probability_between_equals(self, tie_parameter: float) -> float:
