@@ -334,9 +334,13 @@ def scripted_records(table, threshold: float = 0.25, seed: int = 0) -> list[Pair
     return records
 
 
-def load_revision(rev: str, work: Path, path: str = "emoreward/ranking/length_batched.py", required: bool = True):
-    """``path`` as it was at ``rev``, imported from a copy in ``work``; ``None`` where ``rev`` has no such file and
-    it is not ``required``."""
+LENGTH_SOLVERS = "emoreward/ranking/length_batched.py"
+LENGTH_PASS = "emoreward/ranking/length_pass.py"
+
+
+def load_revision(rev: str, work: Path, path: str = LENGTH_SOLVERS, required: bool = True):
+    """``path`` as it was at ``rev``, imported from a copy in ``work`` (the solvers with ``rev``'s own passes, where
+    ``rev`` has `LENGTH_PASS`); ``None`` where ``rev`` has no such file and it is not ``required``."""
     import importlib.util
     import subprocess
 
@@ -352,8 +356,24 @@ def load_revision(rev: str, work: Path, path: str = "emoreward/ranking/length_ba
     spec = importlib.util.spec_from_file_location(name, file)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
+    # the solvers' passes as ``rev`` wrote them, where it has them in a module of their own
+    passes = load_revision(rev, work, LENGTH_PASS, required=False) if path == LENGTH_SOLVERS else None
+    current = sys.modules.get(dotted(LENGTH_PASS))
+    try:
+        if passes is not None:
+            sys.modules[dotted(LENGTH_PASS)] = passes
+        spec.loader.exec_module(module)
+    finally:
+        if passes is not None and current is not None:
+            sys.modules[dotted(LENGTH_PASS)] = current
+        elif passes is not None:
+            del sys.modules[dotted(LENGTH_PASS)]
     return module
+
+
+def dotted(path: str) -> str:
+    """The module name of a file path of this repository."""
+    return path.removesuffix(".py").replace("/", ".")
 
 
 def revision_model(rev: str, work: Path, model):

@@ -223,10 +223,11 @@ def test_the_chebyshev_start_third_derivatives_are_the_hessians_slope(model, cov
 def test_the_exponential_family_pass_equals_the_difference_pass(model, covariates):
     """A `PairModel.exponential_family` model's pass (``A``'s derivatives up to `PairModel.partition_scaling`'s
     factors per record, the factors and the data-linear part per resample once: `_UnitTables.statistics`; in
-    float32 the scaled derivatives less their value at the estimate, `_reference`) equals the pass through
+    float32 the scaled derivatives less their value at the estimate, `reference_at`) equals the pass through
     `PairModel.difference_terms` (the property switched off) in gradient and Hessian: 1e-10 relative in float64,
     1e-5 in float32 (whose ``n (s' - s'(estimate))`` keeps the gradient's digits near the estimate)."""
-    from emoreward.ranking.length_batched import _ordered, _pass, _reference, _unit_tables
+    from emoreward.ranking.length_batched import _ordered, _unit_tables
+    from emoreward.ranking.length_pass import derivative_pass, reference_at
 
     family = MODELS[model]
     plain = type(family)()
@@ -241,8 +242,8 @@ def test_the_exponential_family_pass_equals_the_difference_pass(model, covariate
     rec, tables = _ordered(design), _unit_tables(design, family, estimate)
     linear = counts @ tables.statistics
     for dtype, rtol in ((np.float64, 1e-10), (np.float32, 1e-5)):
-        expected = _pass(rec, plain, theta, counts, design.m, np.float64)
-        reference = _reference(rec, family, estimate, dtype) if dtype is np.float32 else None
-        got = _pass(rec, family, theta, counts, design.m, dtype, linear=linear, reference=reference)
+        expected = derivative_pass(rec, plain, theta, counts, design.m, np.float64)
+        reference = reference_at(rec, family, estimate, dtype) if dtype is np.float32 else None
+        got = derivative_pass(rec, family, theta, counts, design.m, dtype, linear=linear, reference=reference)
         for value, ref_value in zip(got, expected, strict=True):
             np.testing.assert_allclose(value, ref_value, rtol=rtol, atol=rtol * np.abs(ref_value).max())

@@ -24,8 +24,9 @@ TIE_LOG_BOUNDS = (-30.0, 30.0)
 class PartitionScaling:
     """How an `exponential_family` model's `PairModel.scaled_log_partition` relates to ``A``'s derivatives: it reads
     ``u = argument * d`` and returns each derivative of ``A`` (``a_d, a_dd, a_e, a_de, a_ee``) divided by a factor
-    ``constant * nu^power``, ``nu = exp(eta)``, the same for every pair of a row (Davidson: ``u = d / 2``,
-    ``a_d = p0 - p1`` over 2, ``a_e = P(tie)`` as ``nu`` times ``1 / (e^u + e^-u + nu)``)."""
+    ``constant * nu^power``, ``nu = exp(eta)``, the same for every pair of a row (Davidson: ``u = d / 2``; ``p0 - p1``
+    for ``a_d = (p0 - p1) / 2``, factor 1/2; ``1 / (e^u + e^-u + nu)`` for ``a_e = P(tie)``, factor ``nu``). A
+    model without a tie parameter has every power 0."""
 
     argument: float = 1.0
     constants: tuple[float, float, float, float, float] = (1.0, 1.0, 1.0, 1.0, 1.0)
