@@ -33,8 +33,8 @@ separates the verdicts: such a fit is a solver artefact, not an estimate."""
 _MAX_ITER = 100
 _CHUNK_CELLS = 2_000_000  # resamples x records per batch of damped_newton
 # The predicted distance to the optimum (max-abs, parameter units) at which a resample is done. The fits promise the
-# one-at-a-time path's optimum to 1e-8 (`fit_resamples`' ``batched``); the distance left ran to 2.3x its prediction
-# on OV-MERD under every tie model (benchmarks/results/2026-12-07-lcspeed3.md), hence 3e-9, not 1e-8.
+# one-at-a-time path's optimum to 1e-8 (`fit_resamples`' ``batched``); the largest distance left ran to 2.3x this
+# tolerance on OV-MERD under every tie model (benchmarks/results/2026-12-07-lcspeed3.md), hence 3e-9, not 1e-8.
 _TOL = 3e-9
 _QUADRATIC = 1e-2  # Newton steps below this are in the quadratic regime, where the next is c |step|^2
 _MAX_PASSES = 8
