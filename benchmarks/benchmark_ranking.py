@@ -334,25 +334,54 @@ def scripted_records(table, threshold: float = 0.25, seed: int = 0) -> list[Pair
     return records
 
 
-def load_revision(rev: str, work: Path):
-    """`emoreward/ranking/length_batched.py` as it was at ``rev``, imported from a copy in ``work``."""
+LENGTH_SOLVERS = "emoreward/ranking/length_batched.py"
+LENGTH_PASS = "emoreward/ranking/length_pass.py"
+
+
+def load_revision(rev: str, work: Path, path: str = LENGTH_SOLVERS, required: bool = True):
+    """``path`` as it was at ``rev``, imported from a copy in ``work`` (the solvers with ``rev``'s own passes, where
+    ``rev`` has `LENGTH_PASS`); ``None`` where ``rev`` has no such file and it is not ``required``."""
     import importlib.util
     import subprocess
 
     root = Path(__file__).resolve().parents[1]
-    source = subprocess.run(
-        ["git", "show", f"{rev}:emoreward/ranking/length_batched.py"], cwd=root, capture_output=True, text=True
-    )
+    source = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=root, capture_output=True, text=True)
     if source.returncode:
+        if not required:
+            return None
         sys.exit(f"git show {rev}: {source.stderr.strip()}")
-    name = "_length_batched_" + "".join(c if c.isalnum() else "_" for c in rev)
-    path = work / f"{name}.py"
-    path.write_text(source.stdout)
-    spec = importlib.util.spec_from_file_location(name, path)
+    name = "_" + "".join(c if c.isalnum() else "_" for c in f"{Path(path).stem}_{rev}")
+    file = work / f"{name}.py"
+    file.write_text(source.stdout)
+    spec = importlib.util.spec_from_file_location(name, file)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
+    # the solvers' passes as ``rev`` wrote them, where it has them in a module of their own
+    passes = load_revision(rev, work, LENGTH_PASS, required=False) if path == LENGTH_SOLVERS else None
+    current = sys.modules.get(dotted(LENGTH_PASS))
+    try:
+        if passes is not None:
+            sys.modules[dotted(LENGTH_PASS)] = passes
+        spec.loader.exec_module(module)
+    finally:
+        if passes is not None and current is not None:
+            sys.modules[dotted(LENGTH_PASS)] = current
+        elif passes is not None:
+            del sys.modules[dotted(LENGTH_PASS)]
     return module
+
+
+def dotted(path: str) -> str:
+    """The module name of a file path of this repository."""
+    return path.removesuffix(".py").replace("/", ".")
+
+
+def revision_model(rev: str, work: Path, model):
+    """``model`` as ``rev`` wrote it (its module's ``MODEL`` there, on this tree's `PairModel`), so that an earlier
+    tree's `fit_resamples` runs with its own closed forms; ``model`` itself where ``rev`` has no such module."""
+    path = model.__class__.__module__.replace(".", "/") + ".py"
+    module = load_revision(rev, work, path, required=False)
+    return getattr(module, "MODEL", None) or model
 
 
 def _flagged(fit_resamples, design, estimate, unit_w, precision, davidson: bool):
@@ -365,8 +394,9 @@ def resamples(args: argparse.Namespace) -> int:
     A scripted judge's verdicts on the bundled OV-MERD table (`scripted_records`), the full-data fit once (this
     tree's), then `length_batched.fit_resamples` of this tree and of each ``--before`` commit (its file from ``git
     show``, in a temporary folder) on the same design, start and resamples, the trees alternating in every repeat:
-    the best CPU and wall time of the repeats and the largest parameter difference from this tree. A commit from
-    before the fit specification (c764169) fits Davidson and Bradley-Terry only (a ``davidson`` flag)."""
+    the best CPU and wall time of the repeats and the largest parameter difference from this tree. Each commit runs
+    with its own tie model's module where it has one (`revision_model`: the closed forms are the model's). A commit
+    from before the fit specification (c764169) fits Davidson and Bradley-Terry only (a ``davidson`` flag)."""
     import inspect
     import warnings
 
@@ -402,7 +432,8 @@ def resamples(args: argparse.Namespace) -> int:
             calls = {}
             for label, module in trees.items():
                 if "model" in inspect.signature(module.fit_resamples).parameters:
-                    calls[label] = functools.partial(module.fit_resamples, design, model)
+                    own = model if module is length_batched else revision_model(label, Path(tmp), model)
+                    calls[label] = functools.partial(module.fit_resamples, design, own)
                 elif tie_model in ("davidson", "bradley-terry"):  # before the fit specification: a flag
                     calls[label] = functools.partial(
                         _flagged, module.fit_resamples, design, davidson=tie_model == "davidson"

@@ -5,14 +5,14 @@ Per record ``r``: the two sides' log-strengths ``s_i = b_a + gamma . z_r / 2`` a
 (their difference is the linear predictor ``x_r . theta``, ``x_r = (e_a - e_b, z_r)``), the pair model's negative
 log-likelihood at them (`PairModel.terms`: Bradley-Terry drops ties), weighted per record, plus the `Prior`.
 :func:`damped_newton` minimises it with the one Newton driver; :func:`fit_resamples` fits every resample at once
-(``batched=False``: one at a time, the reference path). See docs/ranking.md ("Length-controlled ranking").
+(``batched=False``: one at a time, the reference path), its passes over the records in `emoreward.ranking.length_pass`.
+See docs/ranking.md ("Length-controlled ranking").
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +22,7 @@ from emoreward.ranking.batched import damped_newton as newton
 from emoreward.ranking.bootstrap import sample_units
 from emoreward.ranking.bradley_terry import single_blas_thread
 from emoreward.ranking.counts import encode_records
+from emoreward.ranking.length_pass import Ordered, derivative_pass, reference_at
 from emoreward.ranking.records import PairwiseRecord
 from emoreward.ranking.tie_models import PairModel
 
@@ -31,8 +32,10 @@ DIVERGED = 15.0
 separates the verdicts: such a fit is a solver artefact, not an estimate."""
 _MAX_ITER = 100
 _CHUNK_CELLS = 2_000_000  # resamples x records per batch of damped_newton
-_PASS_CELLS = 65_536  # resamples x records per chunk of a pass (in L2 cache)
-_TOL = 1e-9  # predicted distance to the optimum (max-abs, parameter units) at which a resample is done
+# The predicted distance to the optimum (max-abs, parameter units) at which a resample is done. The fits promise the
+# one-at-a-time path's optimum to 1e-8 (`fit_resamples`' ``batched``); the largest distance left ran to 2.3x this
+# tolerance on OV-MERD under every tie model (benchmarks/results/2026-12-07-lcspeed3.md), hence 3e-9, not 1e-8.
+_TOL = 3e-9
 _QUADRATIC = 1e-2  # Newton steps below this are in the quadratic regime, where the next is c |step|^2
 _MAX_PASSES = 8
 _DTYPES = (np.float32, np.float64)
@@ -309,11 +312,11 @@ def fit_resamples(
        `PairModel.difference_only`: the first pass only, its gradient-only passes costing about its full ones).
        A resample leaves them when its step is below 1e-2 and the chord rate it predicts, ``2 |step|^2 /
        |previous step|^2``, below 1e-3; after a float64 Newton step it is done when the distance left,
-       ``c |step|^2`` with ``c = |step| / |previous step|^2``, is below 1e-9 (max-abs).
+       ``c |step|^2`` with ``c = |step| / |previous step|^2``, is below ``_TOL`` (max-abs).
     3. Chord steps: float64 gradient-only passes with the last Newton step's Hessian, which converge linearly at
        a rate ``rho`` (at most ``2 |step| / |Newton step|`` at the first, the Hessian being off by about ``2c``
        times the Newton step; then the ratio of the last two steps), until the distance left,
-       ``rho |step| / (1 - rho)``, is below 1e-9 (max-abs).
+       ``rho |step| / (1 - rho)``, is below ``_TOL`` (max-abs; 3e-9, for the promised 1e-8 below).
 
     A resample this path does not finish (a model it never draws, no ties under a tie model, a tie parameter at its
     bound, a diverging coefficient, a step that does not contract (``rho >= 0.5``), a non-finite value) is fitted by
@@ -359,60 +362,7 @@ def fit_resamples(
     return ResampleFits(theta, converged, fast)
 
 
-@dataclass(frozen=True)
-class _Ordered:
-    """The records sorted by model pair, then sample, as every pass reads them.
-
-    ``a``, ``b`` `(N,)`: sorted; ``outcomes[dtype]``: the one-hot ``w``, ``lo``, ``t`` `(1, N)`; ``half_z[dtype]``:
-    covariates / 2 `(K, N)`; ``x_t[dtype]``: the design rows ``(e_a - e_b, z)`` transposed `(M + K, N)`;
-    ``starts``: the first record of each pair segment; ``on_a``, ``on_b`` `(S, M)`: the segment's ``e_a``,
-    ``e_b``; ``aa``, ``bb``, ``ab`` `(S, M^2)`: ``e_a e_a^T``, ``e_b e_b^T``, ``e_a e_b^T + e_b e_a^T`` flattened;
-    ``on_diff`` `(S, M)` and ``dd`` `(S, M^2)`: ``e_a - e_b`` and its outer square (a `PairModel.difference_only`
-    model's); ``grid``: every segment lists every sample once, in order, so that a weighted sum over a segment is a
-    product with the resample's per-sample counts (the weights are never spread over the records).
-    """
-
-    units: np.ndarray
-    a: np.ndarray
-    b: np.ndarray
-    outcomes: dict
-    half_z: dict
-    x_t: dict
-    starts: np.ndarray
-    on_a: np.ndarray
-    on_b: np.ndarray
-    aa: np.ndarray
-    bb: np.ndarray
-    ab: np.ndarray
-    on_diff: np.ndarray
-    dd: np.ndarray
-    grid: bool
-    n_units: int
-
-
-class _Sums:
-    """Weighted sums over the records of `(R, N)` arrays, for R resamples with per-sample counts `(R, n_units)`."""
-
-    def __init__(self, rec: _Ordered, counts: np.ndarray) -> None:
-        self.rec = rec
-        self.counts = counts[:, :, None] if rec.grid else None
-        self.weights = None if rec.grid else np.take(counts, rec.units, axis=1)
-
-    def segments(self, a: np.ndarray) -> np.ndarray:
-        """`(R, S)`: per pair segment, ``sum_r w_r a_r``."""
-        rows = (self.weights if self.counts is None else self.counts).shape[0]
-        if a.shape[0] != rows:  # a (1, N) term
-            a = np.broadcast_to(a, (rows, *a.shape[1:]))
-        if self.rec.grid:
-            return np.matmul(a.reshape(a.shape[0], len(self.rec.starts), -1), self.counts)[:, :, 0]
-        return np.add.reduceat(a * self.weights, self.rec.starts, axis=1)
-
-    def total(self, a: np.ndarray) -> np.ndarray:
-        """`(R,)`: ``sum_r w_r a_r``."""
-        return self.segments(a).sum(axis=1)
-
-
-def _ordered(design: Design) -> _Ordered:
+def _ordered(design: Design) -> Ordered:
     m = design.m
     pair = design.a * m + design.b
     order = np.lexsort((design.units, pair))
@@ -433,149 +383,10 @@ def _ordered(design: Design) -> _Ordered:
     x_t = {dt: np.ascontiguousarray(design.x[order].T, dtype=dt) for dt in _DTYPES}
     on_diff = on_a - on_b
     dd = (on_diff[:, :, None] * on_diff[:, None, :]).reshape(len(starts), m * m)
-    return _Ordered(
-        units, a, b, outcomes, half_z, x_t, starts, on_a, on_b, aa, bb, ab, on_diff, dd, grid, design.n_units
+    z_max = np.abs(design.x[:, m:]).max(axis=0, initial=0.0)
+    return Ordered(
+        units, a, b, outcomes, half_z, x_t, starts, on_a, on_b, aa, bb, ab, on_diff, dd, grid, design.n_units, z_max
     )
-
-
-def _pass_arrays(rec: _Ordered, theta: np.ndarray, m: int, dtype, hessian: bool):
-    """A pass's shapes and outputs: (covariates K, parameters before the tie one P = M + K, the gradient `(R, Q)`,
-    the Hessian `(R, Q, Q)` or None)."""
-    n_rows, q = theta.shape
-    k_cov = rec.half_z[dtype].shape[0]
-    return k_cov, m + k_cov, np.zeros((n_rows, q)), np.zeros((n_rows, q, q)) if hessian else None
-
-
-def _pass_chunks(rec: _Ordered, theta: np.ndarray, dtype) -> Iterator[tuple[int, int]]:
-    """The resample rows of a pass in chunks of about `_PASS_CELLS` (resample, record) cells: ``(lo, hi)``."""
-    n_rows, n = theta.shape[0], rec.half_z[dtype].shape[1]
-    chunk = max(1, _PASS_CELLS // max(1, n))
-    for lo in range(0, n_rows, chunk):
-        yield lo, min(n_rows, lo + chunk)
-
-
-def _pass(
-    rec: _Ordered,
-    model: PairModel,
-    theta: np.ndarray,
-    counts: np.ndarray,
-    m: int,
-    dtype=np.float64,
-    hessian=True,
-    linear: np.ndarray | None = None,
-    reference: tuple | None = None,
-):
-    """The data part of the gradient `(R, Q)` and Hessian `(R, Q, Q)` (``None`` unless ``hessian``) of
-    ``sum_r w_r nll_r`` for rows ``theta`` `(R, Q)` with per-sample counts `(R, n_units)`, from the pair model's
-    terms at every record's two sides, computed in ``dtype`` over the records (the sums returned in float64). A
-    `PairModel.difference_only` model goes through :func:`_difference_pass` (5 terms per record, from
-    `PairModel.difference_terms`; for a `PairModel.exponential_family` model from `PairModel.log_partition`:
-    ``sum n (A' - reference)`` less ``linear`` `(R, Q)`, the part computed once per resample; see there)."""
-    if model.difference_only:
-        return _difference_pass(rec, model, theta, counts, m, dtype, hessian, linear, reference)
-    k_cov, p, grad, hess = _pass_arrays(rec, theta, m, dtype, hessian)
-    z, outcomes = rec.half_z[dtype], rec.outcomes[dtype]
-    for lo, hi in _pass_chunks(rec, theta, dtype):
-        th, sums = theta[lo:hi].astype(dtype), _Sums(rec, counts[lo:hi].astype(dtype))
-        shift = th[:, m:p] @ z  # gamma . z / 2, (R, N)
-        s_i, s_j = th[:, rec.a] + shift, th[:, rec.b] - shift
-        eta = th[:, p:] if model.has_tie else None
-        _, g, h = model.terms(s_i, s_j, eta, *outcomes, True)
-        grad[lo:hi, :m] = sums.segments(g["i"]) @ rec.on_a + sums.segments(g["j"]) @ rec.on_b
-        for k in range(k_cov):
-            grad[lo:hi, m + k] = sums.total((g["i"] - g["j"]) * z[k])
-        if model.has_tie:
-            grad[lo:hi, -1] = sums.total(g["e"])
-        if not hessian:
-            continue
-        seg = {key: sums.segments(v) for key, v in h.items()}
-        block = hess[lo:hi]
-        block[:, :m, :m] = (seg["ii"] @ rec.aa + seg["jj"] @ rec.bb + seg["ij"] @ rec.ab).reshape(-1, m, m)
-        side_i, side_j = h["ii"] - h["ij"], h["ij"] - h["jj"]  # d/d gamma of the two sides' gradients, by z / 2
-        curvature = side_i - side_j
-        for k in range(k_cov):
-            block[:, :m, m + k] = block[:, m + k, :m] = (
-                sums.segments(side_i * z[k]) @ rec.on_a + sums.segments(side_j * z[k]) @ rec.on_b
-            )
-            weighted = curvature * z[k]
-            for j in range(k, k_cov):
-                block[:, m + k, m + j] = block[:, m + j, m + k] = sums.total(weighted * z[j])
-        if model.has_tie:
-            column = np.empty((hi - lo, p))
-            column[:, :m] = seg["ie"] @ rec.on_a + seg["je"] @ rec.on_b
-            for k in range(k_cov):
-                column[:, m + k] = sums.total((h["ie"] - h["je"]) * z[k])
-            block[:, :p, -1] = block[:, -1, :p] = column
-            block[:, -1, -1] = seg["ee"].sum(axis=1)
-    return grad, hess
-
-
-def _difference_pass(
-    rec: _Ordered,
-    model: PairModel,
-    theta: np.ndarray,
-    counts: np.ndarray,
-    m: int,
-    dtype,
-    hessian: bool,
-    linear: np.ndarray | None = None,
-    reference: tuple | None = None,
-):
-    """:func:`_pass` for a `PairModel.difference_only` model: per record ``d = s_i - s_j = b_a - b_b + gamma . z``
-    and the derivatives in ``d`` and ``eta`` (`PairModel.difference_terms`); the record's parameter row is
-    ``x = (e_a - e_b, z)`` (``z = 2 half_z``), so the gradient is ``sum g_d x`` and the Hessian ``sum h_dd x x^T``
-    (with ``sum h_de x`` and ``sum h_ee`` for ``eta``): 5 segment sums, and the covariate ones. For a
-    `PairModel.exponential_family` model the terms are ``n`` times ``A``'s derivatives (`PairModel.log_partition`;
-    the outcomes untouched when every record is one trial) and the gradient is their sum less ``linear`` `(R, Q)`:
-    ``counts @ _UnitTables.statistics``, the data-linear part; or, with ``reference`` (per record ``A_d`` and
-    ``A_e`` at the full-data estimate, `(1, N)` each, in ``dtype``), ``-counts @ _UnitTables.grad``, the gradient
-    there, the terms then ``n (A' - reference)``: small near the estimate, so that float32 sums lose no digits to
-    the cancellation of ``sum n A'`` against ``sum T``."""
-    family = model.exponential_family
-    trials = model.natural_statistics(*rec.outcomes[dtype])[0] if family else None
-    if trials is not None and np.all(trials == 1):
-        trials = None
-    k_cov, p, grad, hess = _pass_arrays(rec, theta, m, dtype, hessian)
-    half_z, outcomes = rec.half_z[dtype], rec.outcomes[dtype]
-    for lo, hi in _pass_chunks(rec, theta, dtype):
-        th, sums = theta[lo:hi].astype(dtype), _Sums(rec, counts[lo:hi].astype(dtype))
-        d = th[:, :p] @ rec.x_t[dtype]  # b_a - b_b + gamma . z, (R, N)
-        eta = th[:, p:] if model.has_tie else None
-        if family:
-            terms = model.log_partition(d, eta, hessian=hessian)
-            if reference is not None:
-                np.subtract(terms[0], reference[0], out=terms[0])
-                if model.has_tie:
-                    np.subtract(terms[2], reference[1], out=terms[2])
-            if trials is not None:
-                terms = tuple(None if v is None else v * trials for v in terms)
-        else:
-            terms = model.difference_terms(d, eta, *outcomes, hessian=hessian)
-        g_d, h_dd, g_e, h_de, h_ee = terms
-        grad[lo:hi, :m] = sums.segments(g_d) @ rec.on_diff
-        for k in range(k_cov):  # the factors 2 and 4 of z = 2 half_z applied to the sums
-            grad[lo:hi, m + k] = 2 * sums.total(g_d * half_z[k])
-        if model.has_tie:
-            grad[lo:hi, -1] = sums.total(g_e)
-        if family:
-            grad[lo:hi] -= linear[lo:hi]
-        if not hessian:
-            continue
-        block = hess[lo:hi]
-        block[:, :m, :m] = (sums.segments(h_dd) @ rec.dd).reshape(-1, m, m)
-        for k in range(k_cov):
-            weighted = h_dd * half_z[k]
-            block[:, :m, m + k] = block[:, m + k, :m] = 2 * (sums.segments(weighted) @ rec.on_diff)
-            for j in range(k, k_cov):
-                block[:, m + k, m + j] = block[:, m + j, m + k] = 4 * sums.total(weighted * half_z[j])
-        if model.has_tie:
-            column = np.empty((hi - lo, p))
-            column[:, :m] = sums.segments(h_de) @ rec.on_diff
-            for k in range(k_cov):
-                column[:, m + k] = 2 * sums.total(h_de * half_z[k])
-            block[:, :p, -1] = block[:, -1, :p] = column
-            block[:, -1, -1] = sums.total(h_ee)
-    return grad, hess
 
 
 @dataclass(frozen=True)
@@ -598,14 +409,44 @@ _STEP = 1e-4  # central-difference step (in d and eta) of the third derivatives
 _MAX_CUBIC = 1_000  # unique third-derivative entries (Q = 17: 969) above which the start is a plain Newton step
 
 
-def _third_table(design: Design, model: PairModel, estimate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A `PairModel.difference_only` model's third derivatives at ``estimate``, summed per sample: the unique
-    entries of the symmetric `(Q, Q, Q)` tensor `(n_units, T)` and the map from every index to its entry
-    `(Q, Q, Q)`. Per record, by central differences of `PairModel.difference_terms` in ``d`` and ``eta``, an entry
-    over its non-zero coordinates (``min(a, b)``, ``max(a, b)``, the covariates, ``eta``) is the derivative with as
-    many ``eta`` as it has, times the product of the other coordinates' design values."""
+def _per_unit_symmetric(design: Design, q: int, has_tie: bool, derivs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A `PairModel.difference_only` model's derivative tensor of one order (symmetric, `(Q,) * order`), summed per
+    sample: its unique entries `(n_units, T)` and the map from every index to its entry `(Q,) * order`. ``derivs``
+    `(N, order + 1)`: per record the order's derivatives in ``d`` and ``eta``, by the number of ``eta`` among the
+    variables. An entry over a record's non-zero coordinates (``min(a, b)``, ``max(a, b)``, the covariates,
+    ``eta``) is the derivative with as many ``eta`` as it has, times the product of the other coordinates' design
+    values."""
+    order = derivs.shape[1] - 1
     m, p = design.m, design.x.shape[1]
-    q, n = estimate.shape[0], design.x.shape[0]
+    n = design.x.shape[0]
+    low, high = np.minimum(design.a, design.b), np.maximum(design.a, design.b)
+    cols = np.concatenate([low[:, None], high[:, None], np.broadcast_to(np.arange(m, q), (n, q - m))], axis=1)
+    vals = np.ones(cols.shape)
+    vals[:, 0] = np.where(design.a == low, 1.0, -1.0)
+    vals[:, 1] = -vals[:, 0]
+    vals[:, 2 : 2 + p - m] = design.x[:, m:]
+    is_eta = np.arange(cols.shape[1]) == cols.shape[1] - 1 if has_tie else np.zeros(cols.shape[1], bool)
+    tuples = np.array(list(itertools.combinations_with_replacement(range(q), order)), dtype=np.int64)
+    full = np.zeros(q**order, dtype=np.int64)
+    for perm in itertools.permutations(range(order)):
+        full[np.ravel_multi_index(tuples[:, list(perm)].T, (q,) * order)] = np.arange(len(tuples))
+    combos = np.array(list(itertools.combinations_with_replacement(range(cols.shape[1]), order)))
+    entry = np.zeros((n, len(combos)), dtype=np.int64)
+    value = derivs[:, is_eta[combos].sum(axis=1)]
+    for k in range(order):
+        entry = entry * q + cols[:, combos[:, k]]
+        value = value * vals[:, combos[:, k]]
+    index = design.units[:, None] * len(tuples) + full[entry]
+    sums = np.bincount(index.ravel(), value.ravel(), minlength=design.n_units * len(tuples))
+    return sums.reshape(design.n_units, len(tuples)), full.reshape((q,) * order)
+
+
+def _third_table(design: Design, model: PairModel, estimate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A `PairModel.difference_only` model's third derivatives at ``estimate``, summed per sample
+    (`_per_unit_symmetric`): per record by central differences of `PairModel.difference_terms` in ``d`` and
+    ``eta``."""
+    p = design.x.shape[1]
+    n = design.x.shape[0]
     d = (design.x @ estimate[:p])[None]
     eta = estimate[None, p:] if model.has_tie else None
     w, lo, t = _outcomes(design, np.ones((1, n)))
@@ -615,32 +456,29 @@ def _third_table(design: Design, model: PairModel, estimate: np.ndarray) -> tupl
         derivs += [(up[3] - down[3])[0] / (2 * _STEP), (up[4] - down[4])[0] / (2 * _STEP)]  # d^2 e, d e^2
         up, down = (model.difference_terms(d, eta + h, w, lo, t) for h in (_STEP, -_STEP))
         derivs.append((up[4] - down[4])[0] / (2 * _STEP))  # e^3
-    derivs = np.stack(derivs, axis=1)
-    low, high = np.minimum(design.a, design.b), np.maximum(design.a, design.b)
-    cols = np.concatenate([low[:, None], high[:, None], np.broadcast_to(np.arange(m, q), (n, q - m))], axis=1)
-    vals = np.ones(cols.shape)
-    vals[:, 0] = np.where(design.a == low, 1.0, -1.0)
-    vals[:, 1] = -vals[:, 0]
-    vals[:, 2 : 2 + p - m] = design.x[:, m:]
-    is_eta = np.arange(cols.shape[1]) == cols.shape[1] - 1 if model.has_tie else np.zeros(cols.shape[1], bool)
-    tuples = np.array(list(itertools.combinations_with_replacement(range(q), 3)), dtype=np.int64)
-    full = np.zeros(q**3, dtype=np.int64)
-    for perm in itertools.permutations(range(3)):
-        full[np.ravel_multi_index(tuples[:, list(perm)].T, (q,) * 3)] = np.arange(len(tuples))
-    combos = np.array(list(itertools.combinations_with_replacement(range(cols.shape[1]), 3)))
-    entry = np.zeros((n, len(combos)), dtype=np.int64)
-    value = derivs[:, is_eta[combos].sum(axis=1)]
-    for k in range(3):
-        entry = entry * q + cols[:, combos[:, k]]
-        value = value * vals[:, combos[:, k]]
-    index = design.units[:, None] * len(tuples) + full[entry]
-    sums = np.bincount(index.ravel(), value.ravel(), minlength=design.n_units * len(tuples))
-    return sums.reshape(design.n_units, len(tuples)), full.reshape((q,) * 3)
+    else:
+        derivs += [np.zeros(n)] * 3
+    return _per_unit_symmetric(design, estimate.shape[0], model.has_tie, np.stack(derivs, axis=1))
 
 
-def _unit_tables(design: Design, model: PairModel, estimate: np.ndarray) -> _UnitTables:
-    m, p = design.m, design.x.shape[1]
-    q, n = estimate.shape[0], design.x.shape[0]
+def _difference_tables(design: Design, model: PairModel, estimate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A `PairModel.difference_only` model's gradient `(n_units, Q)` and Hessian `(n_units, Q^2)` at ``estimate``,
+    summed per sample (`_per_unit_symmetric`, from `PairModel.difference_terms`)."""
+    p, q = design.x.shape[1], estimate.shape[0]
+    n = design.x.shape[0]
+    eta = estimate[None, p:] if model.has_tie else None
+    w, lo, t = _outcomes(design, np.ones((1, n)))
+    terms = model.difference_terms((design.x @ estimate[:p])[None], eta, w, lo, t)
+    g_d, h_dd, g_e, h_de, h_ee = (np.zeros(n) if v is None else v[0] for v in terms)
+    grad, grad_map = _per_unit_symmetric(design, q, model.has_tie, np.stack([g_d, g_e], axis=1))
+    hess, hess_map = _per_unit_symmetric(design, q, model.has_tie, np.stack([h_dd, h_de, h_ee], axis=1))
+    return grad[:, grad_map], hess[:, hess_map.ravel()]
+
+
+def _side_tables(design: Design, model: PairModel, estimate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Any pair model's gradient `(n_units, Q)` and Hessian `(n_units, Q^2)` at ``estimate``, summed per sample,
+    from `PairModel.terms` at every record's two sides."""
+    p, q, n = design.x.shape[1], estimate.shape[0], design.x.shape[0]
     side_i, side_j = _sides(design)
     x_i, x_j = (_dense(side, p) for side in (side_i, side_j))
     eta = estimate[None, p:] if model.has_tie else None
@@ -669,12 +507,21 @@ def _unit_tables(design: Design, model: PairModel, estimate: np.ndarray) -> _Uni
         [v[:, None, None] * a[1][:, :, None] * b[1][:, None, :] for a, b, v in hess_parts],
         q * q,
     )
+    return grad, hess
+
+
+def _unit_tables(design: Design, model: PairModel, estimate: np.ndarray) -> _UnitTables:
+    m, q, n = design.m, estimate.shape[0], design.x.shape[0]
+    # a difference model from its derivatives in (d, eta): 10 Hessian entries per record instead of 25 (K = 1, a tie)
+    tables = _difference_tables if model.difference_only else _side_tables
+    grad, hess = tables(design, model, estimate)
     present = np.zeros((design.n_units, m), dtype=bool)
     present[design.units, design.a] = present[design.units, design.b] = True
     cubic = model.difference_only and math.comb(q + 2, 3) <= _MAX_CUBIC
     third = _third_table(design, model, estimate) if cubic else (None, None)
     statistics = None
     if model.exponential_family:
+        w, lo, t = _outcomes(design, np.ones((1, n)))
         _, t_d, t_e = model.natural_statistics(w[0], lo[0], t[0])
         per_record = t_d[:, None] * design.x if t_e is None else np.column_stack([t_d[:, None] * design.x, t_e])
         statistics = np.zeros((design.n_units, q))
@@ -685,7 +532,7 @@ def _unit_tables(design: Design, model: PairModel, estimate: np.ndarray) -> _Uni
 def _fit_regular(
     design: Design,
     model: PairModel,
-    rec: _Ordered,
+    rec: Ordered,
     tables: _UnitTables,
     estimate: np.ndarray,
     counts: np.ndarray,
@@ -703,15 +550,16 @@ def _fit_regular(
     hess = (counts @ tables.hess).reshape(-1, q, q) + prior_hess
     step = _solve(hess, grad)
     if tables.third is not None:  # Chebyshev: the second-order term of the gradient along the Newton step
-        third = (counts @ tables.third)[:, tables.third_map]
-        step = step + 0.5 * _solve(hess, np.einsum("bijk,bj,bk->bi", third, step, step))
+        # T[step, step]_i = sum_{j <= k} (2 - [j = k]) T_ijk step_j step_k: the unique pairs only
+        j, k = np.triu_indices(q)
+        pairs = step[:, j] * step[:, k] * np.where(j == k, 1.0, 2.0)
+        third = (counts @ tables.third)[:, tables.third_map[:, j, k]]  # (B, Q, Q (Q + 1) / 2)
+        step = step + 0.5 * _solve(hess, np.matmul(third, pairs[:, :, None])[:, :, 0])
     start = estimate - step
     family = {}  # an exponential family's gradient parts per resample, once: for float64 passes and float32 ones
     if tables.statistics is not None:
-        eta = estimate[None, p:] if model.has_tie else None
-        ref = model.log_partition((estimate[:p] @ rec.x_t[np.float64])[None], eta, False)
-        reference = tuple(None if v is None else v.astype(np.float32) for v in (ref[0], ref[2]))
-        family = {np.float64: (counts @ tables.statistics, None), np.float32: (-(counts @ tables.grad), reference)}
+        linear = counts @ tables.statistics
+        family = {np.float64: (linear, None), np.float32: (linear, reference_at(rec, model, estimate))}
 
     def parts(rows: np.ndarray, dtype) -> dict:
         if not family:
@@ -739,7 +587,7 @@ def _fit_regular(
         # a generic model's gradient-only pass costs about its full one: only its first Newton pass in float32
         rough = (model.difference_only or n_pass == 0) and float(np.median(previous)) > _ROUGH
         dtype = np.float32 if rough else np.float64
-        g, h = _pass(rec, model, th, counts[rows], m, dtype, **parts(rows, dtype))
+        g, h = derivative_pass(rec, model, th, counts[rows], m, dtype, **parts(rows, dtype))
         _, pg, ph = prior.terms(th, m)
         inverse = _inverse(h + ph)
         step = np.einsum("bij,bj->bi", inverse, g + pg)
@@ -768,7 +616,7 @@ def _fit_regular(
     for _ in range(_MAX_PASSES):
         if not len(rows):
             break
-        g, _ = _pass(rec, model, th, counts[rows], m, np.float64, hessian=False, **parts(rows, np.float64))
+        g, _ = derivative_pass(rec, model, th, counts[rows], m, np.float64, hessian=False, **parts(rows, np.float64))
         step = np.einsum("bij,bj->bi", inverse, g + prior.terms(th, m)[1])
         size = np.max(np.abs(step), axis=1, initial=0.0)
         th = th - step

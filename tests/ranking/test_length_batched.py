@@ -178,6 +178,25 @@ def test_build_design_checks_the_covariate_shape():
 
 
 @pytest.mark.parametrize("model", [name for name, m in MODELS.items() if m.difference_only])
+@pytest.mark.parametrize("covariates", [0, 2])
+def test_a_difference_models_per_sample_tables_equal_the_two_sided_ones(model, covariates):
+    """A `difference_only` model's per-sample gradient and Hessian at the start, from its derivatives in ``(d,
+    eta)`` over each record's non-zero coordinates, equal those from `PairModel.terms` at the record's two sides
+    (the route of any other model): 1e-12 relative."""
+    from emoreward.ranking.length_batched import _difference_tables, _side_tables
+
+    records, features, names, models = random_table(n_samples=12, covariates=max(covariates, 1), seed=7)
+    values = np.array([(features[r.sample, r.item_a], features[r.sample, r.item_b]) for r in records])
+    design, _ = build_design(records, models, values[:, :, :covariates], MODELS[model])
+    estimate = damped_newton(design, MODELS[model], np.ones((1, len(design.x))), 0.1)[0][0]
+    for got, expected in zip(
+        _difference_tables(design, MODELS[model], estimate), _side_tables(design, MODELS[model], estimate), strict=True
+    ):
+        assert got.shape == expected.shape
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("model", [name for name, m in MODELS.items() if m.difference_only])
 @pytest.mark.parametrize("covariates", [1, 2])
 def test_the_chebyshev_start_third_derivatives_are_the_hessians_slope(model, covariates):
     """The per-sample third derivatives of the Chebyshev start (a `difference_only` model's), contracted with a
@@ -202,11 +221,13 @@ def test_the_chebyshev_start_third_derivatives_are_the_hessians_slope(model, cov
 @pytest.mark.parametrize("model", [name for name, m in MODELS.items() if m.exponential_family])
 @pytest.mark.parametrize("covariates", [1, 2])
 def test_the_exponential_family_pass_equals_the_difference_pass(model, covariates):
-    """A `PairModel.exponential_family` model's pass (``A``'s derivatives per record, the data-linear part per
-    sample once: `_UnitTables.statistics`, or the gradient at the estimate with ``A'`` there per record) equals the
-    pass through `PairModel.difference_terms` (the property switched off) in gradient and Hessian: 1e-10 relative
-    in float64, 1e-5 in float32 (whose ``n (A' - A'(estimate))`` keeps the gradient's digits near the estimate)."""
-    from emoreward.ranking.length_batched import _ordered, _pass, _unit_tables
+    """A `PairModel.exponential_family` model's pass (``A``'s derivatives up to `PairModel.partition_scaling`'s
+    factors per record, the factors and the data-linear part per resample once: `_UnitTables.statistics`; in
+    float32 the scaled derivatives less their value at the estimate, `reference_at`) equals the pass through
+    `PairModel.difference_terms` (the property switched off) in gradient and Hessian: 1e-10 relative in float64,
+    1e-5 in float32 (whose ``n (s' - s'(estimate))`` keeps the gradient's digits near the estimate)."""
+    from emoreward.ranking.length_batched import _ordered, _unit_tables
+    from emoreward.ranking.length_pass import derivative_pass, reference_at
 
     family = MODELS[model]
     plain = type(family)()
@@ -219,16 +240,10 @@ def test_the_exponential_family_pass_equals_the_difference_pass(model, covariate
     theta = estimate + rng.normal(0, 0.05, (6, len(estimate)))
     counts = resample_unit_weights(design.n_units, 6, 2).astype(float)
     rec, tables = _ordered(design), _unit_tables(design, family, estimate)
-    p = design.x.shape[1]
-    eta = estimate[None, p:] if family.has_tie else None
-    ref = family.log_partition((estimate[:p] @ rec.x_t[np.float64])[None], eta, False)
+    linear = counts @ tables.statistics
     for dtype, rtol in ((np.float64, 1e-10), (np.float32, 1e-5)):
-        expected = _pass(rec, plain, theta, counts, design.m, np.float64)
-        if dtype is np.float64:
-            got = _pass(rec, family, theta, counts, design.m, dtype, linear=counts @ tables.statistics)
-        else:
-            reference = tuple(None if v is None else v.astype(dtype) for v in (ref[0], ref[2]))
-            linear = -(counts @ tables.grad)
-            got = _pass(rec, family, theta, counts, design.m, dtype, linear=linear, reference=reference)
+        expected = derivative_pass(rec, plain, theta, counts, design.m, np.float64)
+        reference = reference_at(rec, family, estimate, dtype) if dtype is np.float32 else None
+        got = derivative_pass(rec, family, theta, counts, design.m, dtype, linear=linear, reference=reference)
         for value, ref_value in zip(got, expected, strict=True):
             np.testing.assert_allclose(value, ref_value, rtol=rtol, atol=rtol * np.abs(ref_value).max())

@@ -11,12 +11,33 @@ from __future__ import annotations
 import importlib
 import math
 import pkgutil
+from dataclasses import dataclass
 
 import numpy as np
 
 
 # Bounds on the tie log-parameter keep the fit finite when a data set (or bootstrap resample) has no ties.
 TIE_LOG_BOUNDS = (-30.0, 30.0)
+
+
+@dataclass(frozen=True)
+class PartitionScaling:
+    """How an `exponential_family` model's `PairModel.scaled_log_partition` relates to ``A``'s derivatives: it reads
+    ``u = argument * d`` and returns each derivative of ``A`` (``a_d, a_dd, a_e, a_de, a_ee``) divided by a factor
+    ``constant * nu^power``, ``nu = exp(eta)``, the same for every pair of a row (Davidson: ``u = d / 2``; ``p0 - p1``
+    for ``a_d = (p0 - p1) / 2``, factor 1/2; ``1 / (e^u + e^-u + nu)`` for ``a_e = P(tie)``, factor ``nu``). A
+    model without a tie parameter has every power 0."""
+
+    argument: float = 1.0
+    constants: tuple[float, float, float, float, float] = (1.0, 1.0, 1.0, 1.0, 1.0)
+    powers: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)
+
+    def factors(self, eta, rows: int) -> tuple[np.ndarray, ...]:
+        """The five factors, each `(rows, 1)` float64, at ``eta`` `(rows, 1)` (``None``: every power 0)."""
+        nu = None if eta is None else np.exp(np.asarray(eta, dtype=np.float64))
+        return tuple(
+            np.full((rows, 1), c) if k == 0 else c * nu**k for c, k in zip(self.constants, self.powers, strict=True)
+        )
 
 
 class PairModel:
@@ -53,6 +74,8 @@ class PairModel:
             length-controlled resamples sum the data-linear part ``T`` once per sample and evaluate only ``A``'s
             derivatives per record (True: Bradley-Terry, Davidson; False: Rao-Kupper, whose outcomes' log-odds are
             not linear in ``(d, eta)``, and EmoPrefer).
+        partition_scaling (`PartitionScaling`): how `scaled_log_partition` is scaled (default: not at all); the
+            resamples apply the factors to the sums, not per record.
     """
 
     name: str = ""
@@ -63,6 +86,7 @@ class PairModel:
     order: int = 100
     difference_only: bool = False
     exponential_family: bool = False
+    partition_scaling: PartitionScaling = PartitionScaling()
     orders: dict[int, tuple[tuple[str, str], ...]] = {0: (("i", "j"),), 1: (("j", "i"),), 2: (("i", "j"), ("j", "i"))}
 
     def binding_orders(self, any_tie: bool) -> dict[int, tuple[tuple[str, str], ...]]:
@@ -118,7 +142,7 @@ class PairModel:
 
     def log_partition(self, d, eta, hessian: bool = True):
         """An `exponential_family` model's derivatives of ``A(d, eta)``, the negative log-likelihood per trial less
-        its data-linear part, per pair.
+        its data-linear part, per pair: `scaled_log_partition` times `partition_scaling`'s factors.
 
         Args:
             d: `(R, P)` score differences; eta: `(R, 1)` tie log-parameters (``None`` without a tie parameter);
@@ -128,6 +152,25 @@ class PairModel:
             ``(a_d, a_dd, a_e, a_de, a_ee)``, each `(R, P)` in ``d``'s dtype (the second derivatives ``None``
             without ``hessian``; the ``eta`` ones without a tie parameter): `difference_terms` is
             ``(n a_d - T_d, n a_dd, n a_e - T_e, n a_de, n a_ee)``.
+        """
+        scaling = self.partition_scaling
+        terms = self.scaled_log_partition(np.multiply(d, scaling.argument), eta, hessian)
+        factors = scaling.factors(eta, d.shape[0])
+        return tuple(None if v is None else (v * f).astype(d.dtype) for v, f in zip(terms, factors))
+
+    def scaled_log_partition(self, u, eta, hessian: bool = True, bound: float | None = None):
+        """`log_partition` up to the factors of `partition_scaling`, which the length-controlled resamples apply
+        to the sums over the records instead of to every record (the pass's hot loop).
+
+        Args:
+            u: `(R, P)` ``partition_scaling.argument`` times the score differences, a fresh array the model may
+                overwrite; eta: `(R, 1)` tie log-parameters (``None`` without a tie parameter); hessian: the second
+                derivatives too; bound: an upper bound on ``|u|`` over the array, or ``None`` (unknown): a model
+                may skip its overflow guard where the bound shows it idle.
+
+        Returns:
+            ``(s_d, s_dd, s_e, s_de, s_ee)``, each `(R, P)` in ``u``'s dtype (``None`` where `log_partition`'s
+            are): `log_partition`'s entries each divided by its factor (`PartitionScaling.factors`).
         """
         raise NotImplementedError
 
@@ -238,6 +281,7 @@ __all__ = [
     "TIE_LOG_BOUNDS",
     "TIE_MODELS",
     "PairModel",
+    "PartitionScaling",
     "get_model",
     "register",
     "unregister",

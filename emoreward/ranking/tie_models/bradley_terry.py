@@ -38,8 +38,8 @@ class BradleyTerry(PairModel):
     def natural_statistics(self, w, lo, t):
         return w + lo, w, None
 
-    def log_partition(self, d, eta, hessian: bool = True):
-        sig = expit_from_negative(np.negative(d))
+    def scaled_log_partition(self, u, eta, hessian: bool = True, bound: float | None = None):
+        sig = expit_from_negative(np.negative(u, out=u))
         return sig, sig * (1.0 - sig) if hessian else None, None, None, None
 
 

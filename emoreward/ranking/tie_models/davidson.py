@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from emoreward.ranking.tie_models import PairModel, softmax3
+from emoreward.ranking.tie_models import PairModel, PartitionScaling, softmax3
 
 
 _SATURATED = {np.float32: 40.0, np.float64: 300.0}  # |d/2| - max(eta, 0) beyond which p0, p1 are exactly 0 or 1
@@ -19,6 +19,7 @@ class Davidson(PairModel):
     order = 2
     difference_only = True
     exponential_family = True  # A = log(e^(d/2) + e^(-d/2) + e^eta), T_d = (w - lo) / 2, T_e = t
+    partition_scaling = PartitionScaling(0.5, (0.5, 0.25, 1.0, -0.5, 1.0), (0, 0, 1, 1, 1))
 
     def terms(self, s_i, s_j, eta, w, lo, t, derivatives: bool):
         n = w + lo + t
@@ -78,35 +79,33 @@ class Davidson(PairModel):
     def natural_statistics(self, w, lo, t):
         return w + lo + t, 0.5 * (w - lo), t
 
-    def log_partition(self, d, eta, hessian: bool = True):
-        # from e = exp(d/2): p0 - p1 = (e - 1/e) r, p2 = nu r, r = 1 / (e + 1/e + nu), in few array operations (the
-        # pass's hot loop); |d/2| clipped where the probabilities are 0 or 1 to the working precision (no overflow)
-        nu = np.exp(eta).astype(d.dtype)
-        half = np.multiply(d, 0.5)
-        top = _SATURATED[half.dtype.type] + max(float(np.max(eta)), 0.0)
-        if half.size and (half.max() > top or half.min() < -top):
-            np.clip(half, -top, top, out=half)
-        e = np.exp(half, out=half)
+    def scaled_log_partition(self, u, eta, hessian: bool = True, bound: float | None = None):
+        # from e = exp(u), u = d/2, r = 1 / (e + 1/e + nu): p0 - p1 = (e - 1/e) r and P(tie) = nu r, so A's
+        # derivatives are (p0 - p1) / 2, (1 - (p0 - p1)^2 - nu r) / 4, nu r, -nu (p0 - p1) r / 2 and nu r (1 - nu r):
+        # the factors 1/2, 1/4 and nu go to the sums (partition_scaling); |u| clipped where the probabilities are 0
+        # or 1 to the working precision (no overflow), unless the bound shows no |u| gets there
+        nu = np.exp(eta).astype(u.dtype)
+        if bound is None:
+            bound = max(float(u.max()), -float(u.min())) if u.size else 0.0
+        if bound > _SATURATED[u.dtype.type]:
+            top = _SATURATED[u.dtype.type] + max(float(np.max(eta)), 0.0)
+            np.clip(u, -top, top, out=u)
+        e = np.exp(u, out=u)
         inv = np.reciprocal(e)
         den = e + inv
         den += nu
         r = np.reciprocal(den, out=den)
         diff = np.subtract(e, inv, out=e)
         diff *= r  # p0 - p1
-        tie = np.multiply(r, nu, out=inv)  # p2
         if not hessian:
-            diff *= 0.5
-            return diff, None, tie, None, None
-        h_dd = np.multiply(diff, diff, out=r)
-        h_dd += tie
-        np.subtract(1.0, h_dd, out=h_dd)
-        h_dd *= 0.25  # (p0 + p1 - (p0 - p1)^2) / 4
-        h_de = tie * diff
-        h_de *= -0.5
-        h_ee = 1.0 - tie
-        h_ee *= tie
-        diff *= 0.5
-        return diff, h_dd, tie, h_de, h_ee
+            return diff, None, r, None, None
+        rest = np.multiply(r, -nu, out=inv)
+        rest += 1.0  # 1 - P(tie)
+        h_dd = diff * diff
+        np.subtract(rest, h_dd, out=h_dd)
+        h_de = diff * r
+        h_ee = np.multiply(rest, r, out=rest)
+        return diff, h_dd, r, h_de, h_ee
 
     def tie_probability_between_equals(self, tie_parameter: float) -> float:
         return tie_parameter / (2.0 + tie_parameter)
