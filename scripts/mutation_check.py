@@ -147,6 +147,14 @@ MUTATIONS = (
     ),
     Mutation(
         "numeric health",
+        "emoreward/data/pairs.py",
+        "    if is_null(value) or (isinstance(value, str) and not value.strip()):\n        return None",
+        "    if is_missing(value) or (isinstance(value, str) and not value.strip()):\n        return None",
+        "tests/relations/test_numeric_health.py",
+        "a NaN margin in a pair file is read as a missing margin (is_missing instead of is_null)",
+    ),
+    Mutation(
+        "numeric health",
         "emoreward/models/text.py",
         "        check_finite_weights(model, str(directory))",
         "        pass",
