@@ -138,6 +138,22 @@ MUTATIONS = (
         "the remote-code class reads the last position, not the last non-pad token",
     ),
     Mutation(
+        "export fidelity",
+        "emoreward/models/layout.py",
+        "    return len(offsets) - _tail_start(offsets, end)",
+        "    return 0",
+        "tests/relations/test_export_fidelity.py",
+        "the decoder export's card recipe cuts a long sequence's end-of-turn token (kept_end_tokens keeps none)",
+    ),
+    Mutation(
+        "numeric health",
+        "emoreward/data/pairs.py",
+        "    if is_null(value) or (isinstance(value, str) and not value.strip()):\n        return None",
+        "    if is_missing(value) or (isinstance(value, str) and not value.strip()):\n        return None",
+        "tests/relations/test_numeric_health.py",
+        "a NaN margin in a pair file is read as a missing margin (is_missing instead of is_null)",
+    ),
+    Mutation(
         "numeric health",
         "emoreward/models/text.py",
         "        check_finite_weights(model, str(directory))",

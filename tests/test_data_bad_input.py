@@ -109,11 +109,25 @@ def test_is_missing_covers_what_pandas_and_datasets_produce():
         assert not is_missing(value), value
 
 
+def test_a_nan_is_missing_text_but_not_null():
+    """`is_null` (numeric fields): None, pandas.NA, NaT; a float NaN, NumPy's included, is a number, not null."""
+    import numpy as np
+
+    from emoreward.data.values import is_null
+
+    for value in (None, pd.NA, pd.NaT, np.datetime64("NaT")):
+        assert is_null(value) and is_missing(value), value
+    for value in (float("nan"), np.float32("nan"), np.float64("nan"), float("inf"), 0.0, "", 0):
+        assert not is_null(value), value
+
+
 @pytest.mark.parametrize(
     "column, problem",
-    [("name", "missing value"), ("a1", "missing value"), ("a2", "missing value"), ("preference", "missing label")],
+    [("name", "missing value"), ("a1", "missing value"), ("a2", "missing value"), ("preference", "unknown label nan")],
 )
 def test_nan_in_a_required_field_is_a_missing_value(column, problem):
+    """A NaN in a text field is pandas' empty cell (missing); in the label, which may be a number, it is a number
+    that is no label (`is_null`: a NaN is not null)."""
     rows = [
         {"name": "v1", "a1": "x", "a2": "y", "preference": "a1"},
         {"name": "v2", "a1": "x", "a2": "y", "preference": "a2"},

@@ -98,3 +98,32 @@ def test_a_margin_that_is_not_a_number_names_the_row():
         load_pairs([{"chosen": "a", "rejected": "b", "margin": 1}, {"chosen": "c", "rejected": "d", "margin": "much"}])
     with pytest.raises(DataError, match="margin"):
         load_pairs([{"chosen": "a", "rejected": "b", "margin": float("inf")}])
+
+
+def test_a_nan_margin_is_refused_and_a_null_or_absent_one_is_missing(tmp_path):
+    """A NaN margin in a file is a number that is not finite (refused naming file, row and field, as an infinity is);
+    a JSON null, an absent key, a parquet null or pandas' empty cell is a missing margin (0 in the loss)."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"chosen": "a", "rejected": "b", "margin": null}\n{"chosen": "c", "rejected": "d"}\n')
+    assert [p.margin for p in load_pairs(path)] == [None, None]
+    for literal in ("NaN", "Infinity", "-Infinity"):
+        path.write_text(
+            f'{{"chosen": "a", "rejected": "b", "margin": 1}}\n{{"chosen": "c", "rejected": "d", "margin": {literal}}}\n'
+        )
+        with pytest.raises(
+            DataError, match=rf"^{path}, row 2, field 'margin': expected a finite number, got -?(nan|inf)$"
+        ):
+            load_pairs(path)
+    table = pa.table({"chosen": ["a", "c", "e"], "rejected": ["b", "d", "f"], "margin": [1.5, None, math.nan]})
+    pq.write_table(table, tmp_path / "m.parquet")
+    with pytest.raises(DataError, match=r"m\.parquet, row 3, field 'margin': expected a finite number, got nan"):
+        load_pairs(tmp_path / "m.parquet")
+    pq.write_table(table.slice(0, 2), tmp_path / "ok.parquet")
+    assert [p.margin for p in load_pairs(tmp_path / "ok.parquet")] == [1.5, None]
+    frame = pd.DataFrame({"chosen": ["a", "c"], "rejected": ["b", "d"], "margin": [2.0, None]})
+    assert math.isnan(frame["margin"][1])  # pandas' empty cell: missing, not a NaN margin
+    assert [p.margin for p in load_pairs(frame)] == [2.0, None]

@@ -31,7 +31,7 @@ from emoreward.data.readers import (
     records_from_rows,
 )
 from emoreward.data.text import NameNormaliser, identity_text, normal_name
-from emoreward.data.values import is_missing, optional_text, plain
+from emoreward.data.values import is_missing, is_null, optional_text, plain
 
 
 Label = Literal["1", "2", "tie"]
@@ -275,7 +275,9 @@ def _read_object(source: Any) -> Records:
     if hasattr(source, "keys") and hasattr(source, "column_names") and isinstance(source.column_names, dict):
         raise DataError(label, None, None, f"a DatasetDict: pick one split (one of {sorted(source.keys())})")
     if hasattr(source, "to_dict") and hasattr(source, "columns") and hasattr(source, "iloc"):  # pandas DataFrame
-        return records_from_rows(label, source.to_dict(orient="records"), n_physical=len(source))
+        # pandas' NaN of an empty cell is null here (`is_null`), so a numeric field takes it as missing
+        cells = source.astype(object).where(source.notna(), None)
+        return records_from_rows(label, cells.to_dict(orient="records"), n_physical=len(source))
     if isinstance(source, (str, bytes, Mapping)) or not isinstance(source, Iterable):
         raise DataError(label, None, None, f"cannot read preference pairs from a {type(source).__name__}")
     n_rows = getattr(source, "num_rows", None)
@@ -386,7 +388,7 @@ def _text(value: Any, source: str, row: int, name: str, what: str = "description
 
 def _label(value: Any, source: str, row: int, name: str, required: bool) -> Label | None:
     value = plain(value)
-    if is_missing(value) or (isinstance(value, str) and not value.strip()):
+    if is_null(value) or (isinstance(value, str) and not value.strip()):  # a NaN is a number, no label
         if required:
             raise DataError(source, row, name, "missing label")
         return None
@@ -408,7 +410,7 @@ _TIE_TEXT = {"true": True, "false": False, "1": True, "0": False, "yes": True, "
 
 def _tie(value: Any, source: str, row: int) -> bool:
     value = plain(value)
-    if is_missing(value):
+    if is_null(value):  # a NaN is a number that is neither 0 nor 1
         return False
     if isinstance(value, bool):
         return value
@@ -673,9 +675,9 @@ def _media(context) -> MediaRef:
 
 
 def _margin(value: Any, source: str, row: int) -> float | None:
-    """TRL's optional `margin` column: a finite number, or missing."""
+    """TRL's optional `margin` column: a finite number, or missing (null, absent or empty text; a NaN is refused)."""
     value = plain(value)
-    if is_missing(value) or (isinstance(value, str) and not value.strip()):
+    if is_null(value) or (isinstance(value, str) and not value.strip()):
         return None
     number = None
     if isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -1,4 +1,5 @@
-"""Cell values of a data source: what counts as missing, NumPy values as Python ones, optional text fields."""
+"""Cell values of a data source: what counts as missing (a text cell) or null (a numeric one), NumPy values as Python
+ones, optional text fields."""
 
 from __future__ import annotations
 
@@ -8,16 +9,32 @@ from typing import Any
 from emoreward.data.errors import DataError
 
 
-def is_missing(value: Any) -> bool:
-    """Whether a cell holds a missing value: `None`, float NaN (also NumPy's), `pandas.NA` or `NaT`."""
+def is_null(value: Any) -> bool:
+    """Whether a cell is null: `None` (a JSON `null`, an absent key, a parquet or Arrow null), `pandas.NA` or `NaT`.
+
+    What a numeric field (TRL's `margin`, `tie`, a numeric label) may take as missing. A float NaN is not null: in
+    a file (a JSON `NaN`, a parquet NaN) it is a number that is not finite, which the field's reader refuses naming
+    file, row and field; pandas' NaN for an empty cell is made null where a DataFrame is read
+    (`emoreward.data.pairs`), before any field reader sees it."""
     if value is None:
         return True
-    if isinstance(value, float):
-        return math.isnan(value)
-    if isinstance(value, (str, bool, int, list, dict, tuple)):
+    if isinstance(value, (str, bool, int, float, list, dict, tuple)):
         return False
     if type(value).__name__ in ("NAType", "NaTType"):
         return True
+    item = getattr(value, "item", None)
+    if type(value).__module__ == "numpy" and callable(item) and getattr(value, "ndim", 1) == 0:
+        return is_null(item())
+    return False
+
+
+def is_missing(value: Any) -> bool:
+    """Whether a text cell holds a missing value: null (`is_null`) or a float NaN (also NumPy's), pandas' marker of an
+    empty cell in a text column (a text field can hold no number). Numeric fields use `is_null`."""
+    if is_null(value):
+        return True
+    if isinstance(value, float):
+        return math.isnan(value)
     item = getattr(value, "item", None)
     if type(value).__module__ == "numpy" and callable(item) and getattr(value, "ndim", 1) == 0:
         return is_missing(item())
@@ -55,4 +72,4 @@ def optional_text(value: Any, source: str, row: int | None, name: str) -> str | 
     return str(value).strip() or None
 
 
-__all__ = ["is_missing", "optional_text", "plain"]
+__all__ = ["is_missing", "is_null", "optional_text", "plain"]

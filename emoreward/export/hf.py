@@ -49,6 +49,45 @@ def card_tokenizer_kwargs(paired: bool) -> dict:
     return {"padding": True, "truncation": "only_second" if paired else True}
 
 
+def chat_reader_ids(tokenizer, context: str, description: str, max_length: int, keep: int) -> list[int]:
+    """THE plain-transformers recipe of a decoder (`"chat"` layout) export, as its card prints it (`_chat_recipe`):
+    the chat template rendered on `[user: context, assistant: description]` (no user turn without context), the
+    whitespace after the end-of-turn token dropped, tokenized whole with `add_special_tokens=False`; a sequence
+    longer than `max_length` keeps its first `max_length - keep` tokens and its last `keep` (the closing tokens the
+    value head reads; `emoreward.models.layout.kept_end_tokens`). Only tokenizer calls: what a reader without
+    emoreward runs, and what `export_hf` checks on descriptions longer than `max_length`.
+
+    Returns:
+        `list[int]`: the token ids, at most `max_length` of them when the sequence was cut."""
+    messages = [{"role": "assistant", "content": description}]
+    if context:
+        messages.insert(0, {"role": "user", "content": context})
+    text = tokenizer.apply_chat_template(messages, tokenize=False).rstrip()
+    ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    if len(ids) > max_length:
+        ids = ids[: max_length - keep] + ids[len(ids) - keep :]
+    return ids
+
+
+def _chat_recipe(max_length: int, keep: int) -> str:
+    """`chat_reader_ids` as the card's Python block writes it (PATH, CONTEXT and DESCRIPTION the reader's)."""
+    cut = f"ids[:{max_length - keep}] + ids[-{keep}:]" if keep else f"ids[:{max_length}]"
+    return f"""```python
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+tokenizer = AutoTokenizer.from_pretrained(PATH)
+model = AutoModelForSequenceClassification.from_pretrained(PATH).eval()
+messages = [{{"role": "user", "content": CONTEXT}}, {{"role": "assistant", "content": DESCRIPTION}}]  # no user turn without CONTEXT
+text = tokenizer.apply_chat_template(messages, tokenize=False).rstrip()
+ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+if len(ids) > {max_length}:  # cut the description's end; keep the {keep} closing token(s) the value head reads
+    ids = {cut}
+with torch.no_grad():
+    reward = model(input_ids=torch.tensor([ids])).logits[0, 0]
+```"""
+
+
 def _kwargs_text(kwargs: dict) -> str:
     """`card_tokenizer_kwargs` as the card writes them: `padding=True, truncation='only_second'`."""
     return ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
@@ -75,7 +114,8 @@ class ExportReport:
         max_abs_diff (`float`): largest |reward difference| between the original model and the reloaded export
             (text: `AutoModelForSequenceClassification` on the model's own ids; media: `load_reward_model`).
         max_abs_diff_plain (`float`): text: the same with ids built from the exported tokenizer and settings alone
-            (and, for a text encoder, through the card's plain recipe, `card_tokenizer_kwargs`);
+            and through the card's plain recipe (a text encoder: `card_tokenizer_kwargs`; a decoder:
+            `chat_reader_ids`), the largest of these;
             media: the export's remote-code class (`modeling_emoreward.py`, what `trust_remote_code=True` runs) on a
             right-padded batch of the probes, against the original's raw head output.
         n_probes (`int`): probe descriptions compared (text: with two longer than `max_length`, `long_probe`).
@@ -328,7 +368,7 @@ def _check_text_export(
 ) -> ExportReport:
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from emoreward.models.layout import text_input_ids
+    from emoreward.models.layout import context_text, kept_end_tokens, text_input_ids
 
     loaded, info = AutoModelForSequenceClassification.from_pretrained(directory, dtype=dtype, output_loading_info=True)
     bad = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
@@ -343,7 +383,15 @@ def _check_text_export(
     got = score_with_transformers(loaded, own_ids)
     got_plain = score_with_transformers(loaded, recipe_ids)
     plain_diff = float(np.max(np.abs(got_plain - expected)))
-    if settings.input_format != "chat":  # the card's plain recipe itself, long probes included
+    if settings.input_format == "chat":  # the card's plain recipe itself (tokenizer calls only), long probes included
+        keep = kept_end_tokens(tokenizer, settings)
+        card_ids = [
+            chat_reader_ids(tokenizer, context_text(settings.instruction, c.subtitle), d, settings.max_length, keep)
+            for d, c in zip(probes, contexts)
+        ]
+        card = score_with_transformers(loaded, card_ids)
+        plain_diff = max(plain_diff, float(np.max(np.abs(card - expected))))
+    else:  # the card's plain recipe itself, long probes included
         try:
             card = _card_recipe_rewards(loaded, tokenizer, settings, probes, contexts)
         except (RuntimeError, IndexError, ValueError) as err:  # e.g. a long probe past the position embeddings
@@ -537,18 +585,25 @@ def _text_card(model: RewardModel, head: str, transform: str, instruction: str) 
     s = model.settings
     assert isinstance(s, TextSettings)
     if s.input_format == "chat":
+        from emoreward.models.layout import kept_end_tokens
+
+        keep = kept_end_tokens(model.tokenizer, s)
         layout = (
             "Render `[{'role': 'user', 'content': CONTEXT}, {'role': 'assistant', 'content': DESCRIPTION}]` with the "
             "tokenizer's chat template (no user turn without context), drop the whitespace the template writes "
             "after the assistant's end-of-turn token, and tokenize the whole text with `add_special_tokens=False`: "
             "the sequence ends at the end-of-turn token, where the value head `score` reads it (the last non-pad "
-            "token; either padding side, with position ids from the attention mask)."
+            "token; either padding side, with position ids from the attention mask). A sequence longer than "
+            f"{s.max_length} tokens is cut at the description's end as the model read it: its first "
+            f"{s.max_length - keep} tokens and its last {keep} (the closing token(s) the head reads). Neither the whole "
+            "text nor the tokenizer's own `truncation=True` (it cuts the end-of-turn token) gives that reward."
         )
         readers = (
             "- `transformers.AutoModelForSequenceClassification` (TRL's reward models): reads `logits[:, 0]` at the "
-            "last non-pad token; right or left padding.\n"
+            "last non-pad token; right or left padding. The whole recipe, one description:\n\n"
+            f"{_chat_recipe(s.max_length, keep)}\n\n"
             "- OpenRLHF (`--reward_pretrain PATH`): its reward model reads the value head `score` at the last "
-            "non-pad token; send the sequence ending at the end-of-turn token, as above.\n"
+            "non-pad token; send the sequence ending at the end-of-turn token, cut as above.\n"
             "- verl's reward-model worker (`AutoModelForTokenClassification`, read at the last non-pad token): the "
             "same rewards (the token-classification head's bias, absent here, loads as zero).\n"
             "- OpenRLHF and verl feed the policy's own prompt as CONTEXT; the rewards above hold when the RL prompt "
@@ -598,6 +653,7 @@ Readers:
 __all__ = [
     "DEFAULT_PROBES",
     "card_tokenizer_kwargs",
+    "chat_reader_ids",
     "long_probe",
     "ExportMismatchError",
     "ExportReport",

@@ -161,12 +161,44 @@ def _chat_ids(tokenizer, max_length: int, contexts: list[str], descriptions: lis
         # description tokens: those that start inside the description; the tail starts at the first token at or
         # after its end (a token that straddles the head/description border stays with the head)
         first = next((k for k, (s, _) in enumerate(offsets) if s >= start), len(ids))
-        tail_at = next((k for k, (s, e) in enumerate(offsets) if s >= end and e > s), len(ids))
+        tail_at = _tail_start(offsets, end)
         removable = tail_at - first
         excess = len(ids) - max_length
         _check_room(removable - excess, max_length, len(ids) - removable)
         out.append(Encoded(ids if not truncate else ids[: tail_at - excess] + ids[tail_at:], True))
     return out
+
+
+def _tail_start(offsets: Sequence[tuple[int, int]], end: int) -> int:
+    """Index of the first token of a chat sequence's tail (the tokens a cut keeps after the description): the first
+    token of nonzero width at or after character `end`, where the description ends."""
+    return next((k for k, (s, e) in enumerate(offsets) if s >= end and e > s), len(offsets))
+
+
+def kept_end_tokens(tokenizer: PreTrainedTokenizerBase, settings: TextSettings, subtitle: str | None = None) -> int:
+    """How many tokens at the end of a `"chat"` sequence the cut keeps (the description's closing tokens: the
+    end-of-turn token the value head reads, and any token the template writes between it and the description).
+
+    This is the cut of `text_input_ids` as a plain reader writes it: a sequence of `N > max_length` tokens (the
+    rendered template, whitespace after the end-of-turn token dropped, tokenized whole) is read as
+    `ids[:max_length - n] + ids[-n:]` with `n` this number (the export's card prints it; `export_hf` checks the
+    recipe on descriptions longer than `max_length`).
+
+    Returns:
+        `int` >= 0: tokens after the description in the sequence of `subtitle`'s context.
+
+    Raises:
+        ValueError: `settings.input_format` is not `"chat"` (the `"pair"` layout keeps its `[SEP]`, as the
+            tokenizer's own `truncation` does)."""
+    if settings.input_format != "chat":
+        raise ValueError(f"kept_end_tokens applies to the 'chat' layout, not {settings.input_format!r}")
+    context = context_text(settings.instruction, subtitle)
+    frame = _chat_frame(tokenizer, context)
+    probe = "Calm."
+    text = frame.head + probe + frame.tail if frame.verbatim else _render(tokenizer, context, probe).rstrip()
+    end = text.rfind(probe) + len(probe)
+    offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)["offset_mapping"]
+    return len(offsets) - _tail_start(offsets, end)
 
 
 def _check_room(room: int, max_length: int, fixed: int) -> None:
@@ -177,4 +209,4 @@ def _check_room(room: int, max_length: int, fixed: int) -> None:
         )
 
 
-__all__ = ["Encoded", "context_text", "text_input_ids", "text_input_ids_batch"]
+__all__ = ["Encoded", "context_text", "kept_end_tokens", "text_input_ids", "text_input_ids_batch"]

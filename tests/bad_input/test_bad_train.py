@@ -128,8 +128,35 @@ def test_a_data_file_that_does_not_exist(recipe, capsys, tmp_path, key):
             ["row 2"],
         ),
         ("eval_file", "trl.jsonl", '{"chosen": "calm", "rejected": ""}\n', ["row 1, field 'rejected': empty"]),
+        # a NaN in a numeric field is a number that is not finite, never a missing value (red team F7: margin 0)
+        (
+            "train_file",
+            "nan-margin.jsonl",
+            '{"chosen": "x y", "rejected": "z", "margin": NaN}\n{"chosen": "x", "rejected": "z w", "margin": 1.0}\n',
+            ["row 1, field 'margin': expected a finite number, got nan"],
+        ),
+        (
+            "train_file",
+            "nan-tie.jsonl",
+            '{"chosen": "x", "rejected": "z w", "tie": false}\n{"chosen": "x y", "rejected": "z", "tie": NaN}\n',
+            ["row 2, field 'tie': expected true or false, got nan"],
+        ),
+        (
+            "train_file",
+            "nan-label.jsonl",
+            '{"name": "v1", "a1": "x", "a2": "y", "preference": NaN}\n',
+            ["row 1, field 'preference': unknown label nan"],
+        ),
     ],
-    ids=["train-bad-label", "train-unclosed-quote", "eval-bad-json", "eval-trl-empty-rejected"],
+    ids=[
+        "train-bad-label",
+        "train-unclosed-quote",
+        "eval-bad-json",
+        "eval-trl-empty-rejected",
+        "train-nan-margin",
+        "train-nan-tie",
+        "train-nan-label",
+    ],
 )
 def test_bad_rows_in_training_or_evaluation_data(recipe, capsys, tmp_path, key, name, content, fragments):
     data = write(tmp_path / name, content)

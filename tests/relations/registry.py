@@ -128,7 +128,7 @@ def option_key(name: str, option: str) -> str | None:
 REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
     "train": {
         "*": ("permutation", "duplication", "accounting", "content_identity", "numeric_health"),
-        "--train_file": ("permutation", "duplication", "renaming", "accounting"),
+        "--train_file": ("permutation", "duplication", "renaming", "accounting", "numeric_health"),
         "--eval_file": "read by the same loader as --train_file (load_pairs): the relations of --train_file hold",
         "--cv_folds": ("duplication", "accounting"),
         RESULT_FIELDS: ("content_identity",),

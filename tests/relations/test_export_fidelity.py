@@ -359,3 +359,42 @@ def test_the_card_recipe_reads_a_description_longer_than_max_length_as_the_model
         atol = reward_tolerance("float32", magnitude=np.abs(expected).max())
         assert float(np.abs(theirs - expected).max()) <= atol, (subtitle, theirs, expected)
         assert float(np.abs(got - expected).max()) <= atol, (subtitle, got, expected)
+
+
+def test_the_decoder_card_recipe_reads_a_description_longer_than_max_length_as_the_model_does(originals, exports):
+    """The decoder export's card recipe, its Python block run as the card writes it (a tokenizer and
+    `AutoModelForSequenceClassification`, nothing of emoreward: `emoreward.export.hf.chat_reader_ids`, the cut from
+    `emoreward.models.layout.kept_end_tokens`), gives emoreward's reward on a description longer than `max_length`,
+    with and without a subtitle. The whole text and the tokenizer's own `truncation=True` (it cuts the end-of-turn
+    token the head reads) give other rewards, so the relation can fail (red team F10: the card said "tokenize the
+    whole text", -0.478 against emoreward's -0.179)."""
+    import re
+
+    from emoreward.export.hf import long_probe
+    from emoreward.models import load_reward_model
+    from emoreward.models.base import RewardContext, load_settings
+    from emoreward.models.layout import context_text
+
+    original, _, _ = originals("decoder")
+    export = exports("decoder")
+    settings = load_settings(export)
+    block = re.search(r"```python\n(.*?)```", (export / "README.md").read_text(), re.S)
+    assert block, "the decoder card has no Python recipe"
+    long = long_probe(settings.max_length)
+    descriptions = [DESCRIPTIONS[0], long]  # the long one last: its reader objects are checked after the loop
+    ours = load_reward_model(original, dtype=torch.float32)
+    for subtitle in (None, SUBTITLE):
+        expected = ours.score(descriptions, RewardContext(subtitle=subtitle))
+        atol = reward_tolerance("float32", magnitude=np.abs(expected).max())
+        context = context_text(settings.instruction, subtitle)
+        assert context  # the card's block writes the user turn
+        for description, reward in zip(descriptions, expected):
+            scope = {"PATH": str(export), "CONTEXT": context, "DESCRIPTION": description}
+            exec(block.group(1), scope)  # the card's recipe, as a reader copies it
+            assert abs(float(scope["reward"]) - reward) <= atol, (subtitle, description[:20], scope["reward"], reward)
+        tokenizer, net, text = scope["tokenizer"], scope["model"], scope["text"]  # the long one's, read otherwise:
+        with torch.no_grad():
+            for truncation in (False, True):
+                enc = tokenizer(text, add_special_tokens=False, truncation=truncation, return_tensors="pt")
+                other = float(net(**enc).logits[0, 0])
+                assert abs(other - expected[1]) > 100 * atol, (truncation, other, expected[1])

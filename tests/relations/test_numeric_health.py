@@ -6,7 +6,9 @@ trained judge before it is saved), `emoreward.training.trainer.DivergenceGuard` 
 loss or gradient norm of any training: the reward trainer, both judge stages), a model's rewards whatever its
 weights: `emoreward.models.base.check_finite_rewards` (every model's `score_info`, the scoring stream); a served
 engine's reply: `emoreward.export.reward_client.finite_json` (vLLM's ``/classify``, an emoreward server), the score
-cache's read (`ScoreCache`: a non-finite line is refused, never reused), and a local judge's answer logits."""
+cache's read (`ScoreCache`: a non-finite line is refused, never reused), and a local judge's answer logits. A pair
+file's numeric fields (TRL's `margin` and `tie`, a numeric label): `emoreward.data.values.is_null` (a NaN is a number
+that is not finite, never a missing value; pandas' empty cell is made null where a DataFrame is read)."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from emoreward.cli.main import main
 
 
 COVERS: dict[str, tuple[str, ...]] = {
-    "train": ("*",),
+    "train": ("*", "--train_file"),
     "evaluate": ("--model",),
     "judge": ("--judge",),
     "rank": ("--judge", "--vllm-url"),
@@ -105,6 +107,33 @@ def test_python_routes_refuse_a_model_with_non_finite_weights(route, broken_mode
     }
     with pytest.raises(NonFiniteError, match="non-finite"):
         routes[route]()
+
+
+NUMERIC_FIELDS = [  # a pair file's numeric fields: (a row around the value, row 1's value, the problem)
+    ('{{"chosen": "x y", "rejected": "z", "margin": {v}}}', "null", "margin': expected a finite number, got"),
+    ('{{"chosen": "x y", "rejected": "z", "tie": {v}}}', "null", "tie': expected true or false, got"),
+    ('{{"name": "v2", "a1": "x y", "a2": "z", "preference": {v}}}', "2", "preference': unknown label"),
+]
+
+
+@pytest.mark.parametrize("row, first, problem", NUMERIC_FIELDS, ids=["margin", "tie", "label"])
+def test_train_refuses_a_non_finite_number_in_a_numeric_field_of_the_data(
+    row, first, problem, tiny_bert_dir, tmp_path, capsys
+):
+    """The relation on input data: a NaN in a numeric field of a pair file is refused as an infinity is (one line
+    naming file, row and field, exit 2, before any training), never read as a missing value (red team F7: a NaN
+    margin trained as margin 0 with exit 0, while 1e400 was refused); a JSON null margin or tie (row 1) is the
+    missing value."""
+    first = row.format(v=first).replace('"v2"', '"v1"').replace('"x y"', '"x"')
+    for value in ("NaN", "Infinity", "1e400"):
+        data = tmp_path / "pairs.jsonl"
+        data.write_text(first + "\n" + row.format(v=value) + "\n")
+        recipe = tiny_recipe(tmp_path, tiny_bert_dir, train_file=str(data), cv_folds=0)
+        rc, err = _cli(["train", "--config", str(recipe)], capsys)
+        lines = [line for line in err.strip().splitlines() if "error:" in line]
+        assert rc == 2 and len(lines) == 1, (value, err)
+        assert f"{data}, row 2, field '{problem}" in lines[0], (value, lines)
+        assert "Traceback" not in err and not (tmp_path / "out" / "model").exists()
 
 
 @pytest.mark.parametrize(
