@@ -354,6 +354,14 @@ def finite_float(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(float(x)) else float(x)
 
 
+def number_cell(x: float | None, spec: str) -> str:
+    """A number for a Markdown table cell, from the same value the JSON holds: ``format(x, spec)``, or ``-`` where
+    :func:`finite_float` gives ``None`` (missing, NaN, infinite). Every report table formats numbers through it, so a
+    table never shows ``nan`` for a value the JSON has as null."""
+    value = finite_float(x)
+    return "-" if value is None else format(value, spec)
+
+
 def finite_floats(xs: np.ndarray) -> list[float | None]:
     """:func:`finite_float` of every element (a JSON list)."""
     return [finite_float(v) for v in np.asarray(xs, dtype=float).tolist()]

@@ -13,7 +13,7 @@ import numpy as np
 from emoreward.data.text import markdown_cell, short_names
 from emoreward.data.verdicts import Verdict
 from emoreward.ranking.bootstrap import BootstrapCI
-from emoreward.ranking.bradley_terry import competition_ranks, equal_score_groups, finite_float
+from emoreward.ranking.bradley_terry import competition_ranks, equal_score_groups, finite_float, number_cell
 from emoreward.ranking.counts import PairwiseCounts
 from emoreward.ranking.edges import (
     FitEdges,
@@ -196,8 +196,8 @@ class RankingReport:
             lines.append(
                 f"| {label} | {markdown_cell(name)}{' †' if name in sparse else ''} | "
                 + " | ".join(cells)
-                + f" | {win:.3f} "
-                f"| {tie:.3f} | {totals[c]:g} | {length['words']:.1f} / {length['chars']:.0f} |"
+                + f" | {number_cell(win, '.3f')} | {number_cell(tie, '.3f')} | {totals[c]:g} "
+                f"| {number_cell(length['words'], '.1f')} / {number_cell(length['chars'], '.0f')} |"
             )
         params = "; ".join(  # a tie parameter at its bound is no estimate: named as the JSON's null says
             f"{ci.estimate.model} tie parameter "
