@@ -40,7 +40,8 @@ from emoreward.ranking.methods import BPA
 # every option -> when it applies (`check_applicable`: given elsewhere, refused before any work instead of ignored)
 APPLIES: dict[str, str] = {
     **dict.fromkeys(["judge", "data", "output", "dataset", "push_to_hub", "quiet", "method", "samples", "sample_ids",
-                     "models", "seed", "cache_dir", "no_cache"], ALWAYS),
+                     "models", "seed", "no_cache"], ALWAYS),
+    "cache_dir": "cached",  # where the cache is kept: nowhere under --no-cache
     "media_root": "media",  # a judge that reads media files (`emoreward.judges.reads_media`)
     **dict.fromkeys(["hierarchical", "tie_model", "no_length_control", "n_boot", "alpha"], "full"),
     **dict.fromkeys(BPA.DEFAULTS, "bpa"),  # the options of `--method bpa`: the method's own defaults
@@ -68,6 +69,7 @@ def applicability_facts(args: argparse.Namespace) -> dict[str, tuple[bool, str]]
     reading = ", ".join(p for p in BPA.POLICIES if BPA.reads_exploration(p)) if bpa else ""
     media = not args.media_root or any(reads_media(spec) is not False for spec in judges)  # asked when given
     return {
+        "cached": (not args.no_cache, "{options} {verb} where a cache is kept; --no-cache keeps none"),
         "bpa": (bpa, not_bpa),
         "exploring": (exploring, f"{{first}} is the exploration rule of --policy {reading}; --policy {policy} picks "
                       "its pairs by no exploration rule" if bpa else not_bpa),

@@ -63,6 +63,8 @@ RANK = [
     ("bpa-alpha", "rm", ["--method", "bpa", "--alpha", "0.1"], "--alpha is a --method full option"),
     ("bpa-tie-model", "rm", ["--method", "bpa", "--tie-model", "rao-kupper"], "--tie-model is a --method full option"),
     ("bpa-no-length-control", "rm", ["--method", "bpa", "--no-length-control"], "--no-length-control is a --method full"),
+    # a cache folder with no cache: the option pair refused in this direction too (it was ignored with exit 0)
+    ("no-cache-cache-dir", "rm", ["--no-cache"], "--cache-dir applies where a cache is kept; --no-cache keeps none"),
     ("full-budget", "rm", ["--budget", "5"], "--budget is a --method bpa option"),  # the direction refused before
     ("full-exploration", "rm", ["--exploration", "match_quality"], "--exploration is a --method bpa option"),
     # a policy-specific option: random picks uniformly, by no exploration rule (it was recorded in the report)
