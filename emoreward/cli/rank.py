@@ -123,8 +123,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    f"(default: {DEFAULT_TIE_MODEL}); EmoPrefer appendix F, where a tie lowers both models like a "
                    "loss, is always shown beside it")
     f.add_argument("--no-length-control", action="store_true",
-                   help="skip the length-controlled fit (Davidson with the standardised log-length difference as a "
-                   "covariate, Chatbot Arena's style control) reported beside the plain ranking")
+                   help="skip the length-controlled fit (the --tie-model fit with the standardised log-length "
+                   "difference as a covariate, Chatbot Arena's style control) reported beside the plain ranking")
     f.add_argument("--n-boot", type=resample_count, default=1000,
                    help="bootstrap resamples over samples (default 1000; at most 100,000)")
     f.add_argument("--alpha", type=open_unit_float, default=0.05,
