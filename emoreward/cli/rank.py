@@ -25,6 +25,7 @@ from emoreward.cli.options import (
     check_media_root,
     check_output_file,
     named_input_files,
+    named_input_paths,
     nonnegative_float,
     open_unit_float,
     positive_float,
@@ -187,7 +188,7 @@ def check_rank_options(args: argparse.Namespace) -> None:
     if args.hierarchical and args.method not in ("full", "hierarchical"):
         raise ValueError(f"--hierarchical is a --method full option; {args.method} picks its own pairs")
     check_applicable(args, APPLIES, applicability_facts(args))
-    inputs = [path for _, path in named_input_files(args, RANK_OUTPUTS)]
+    inputs = named_input_paths(args, RANK_OUTPUTS)  # files and folders: no output inside a model folder
     for option in RANK_OUTPUTS:
         if getattr(args, option):
             check_output_file(getattr(args, option), f"--{option}", inputs=inputs)
