@@ -424,7 +424,8 @@ def _cost_line(cost: dict[str, Any]) -> str:
             f"Judge calls: {cost['n_scorings']} reward-model scorings ({cost['n_scored']} distinct texts scored, "
             f"{cost['n_cached']} from cache, {cost['scoring_seconds']:.1f} s) giving {cost['n_pair_verdicts']} pair verdicts; a "
             f"generative judge would need {cost['generative_pair_calls']} pair calls "
-            f"(C(M,2) x N, x2 with the swapped order: {2 * cost['generative_pair_calls']})."
+            f"(one per pair of models on each sample both described; C(M,2) x N when every model described every "
+            f"sample; x2 with the swapped order: {2 * cost['generative_pair_calls']})."
         )
     if "n_queries" in cost:  # a pair answer's own ledger (a committee member's)
         return _bpa_cost_line(cost)
