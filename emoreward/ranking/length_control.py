@@ -684,6 +684,6 @@ def comparison_markdown(
         pci = "-" if result.ci_lower is None else format_interval(result.ci_lower[j], result.ci_upper[j], digits, ends)
         lines.append(
             f"| {'-' if rank is None else rank} | {markdown_cell(name)} | {ctrl} | {ci} | {result.rank(name)} "
-            f"| {result.scores[j]:.{digits}f} | {pci} |"
+            f"| {number_cell(result.scores[j], f'.{digits}f')} | {pci} |"
         )
     return "\n".join(lines) + "\n\n" + controlled.coefficients_markdown(digits)
