@@ -63,8 +63,8 @@ def test_the_precision_is_chosen_once_when_the_model_is_loaded(lora_dir, monkeyp
     assert model.scoring_precision == torch.bfloat16 and model_precision(model) == torch.bfloat16
     monkeypatch.setenv(ENV_VAR, "float32")  # a later change of the environment does not move a loaded model
     assert model.scoring_precision == torch.bfloat16
-    record = precision_record(model)
-    assert record["dtype"] == "bfloat16" and record["pinned_by"] == f"${ENV_VAR}=float32"
+    record = precision_record(model)  # what pinned it when it was resolved, not the environment of now
+    assert record["dtype"] == "bfloat16" and record["pinned_by"] == f"${ENV_VAR}=bfloat16"
     assert record["tolerance"] == pytest.approx(3 * EPS)
     model.scoring_dtype = "auto"  # asking again resolves again, by the same rule
     assert model.scoring_precision == torch.float32
@@ -123,12 +123,20 @@ def test_evaluate_records_the_precision(lora_dir, tmp_path, monkeypatch):
     rows = [{"sample_id": p.sample_id, "description_1": p.description_1, "description_2": p.description_2,
              "label": p.label} for p in load_pairs("emoprefer")[:4]]  # fmt: skip
     pairs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # the option wins over a pinning environment, and the record names the option (issue 41, F11: it named the
+    # environment that lost, and nothing for --dtype alone)
+    monkeypatch.setenv(ENV_VAR, "float32")
     for dtype in ("float32", "bfloat16"):
         assert main(["evaluate", "--model", str(lora_dir), "--data", str(pairs), "--dtype", dtype,
                      "--output", str(tmp_path / f"{dtype}.json")]) == 0  # fmt: skip
         report = json.loads((tmp_path / f"{dtype}.json").read_text())
         assert report["scoring_dtype"] == report["precision"]["dtype"] == dtype
         assert report["precision"]["tolerance"] == reward_tolerance(dtype)
+        assert report["precision"]["pinned_by"] == f"dtype={dtype}"
+    assert (
+        main(["evaluate", "--model", str(lora_dir), "--data", str(pairs), "--output", str(tmp_path / "env.json")]) == 0
+    )
+    assert json.loads((tmp_path / "env.json").read_text())["precision"]["pinned_by"] == f"${ENV_VAR}=float32"
 
 
 # ---------------------------------------------------------------------------------------------- the torch-free rule
@@ -185,3 +193,28 @@ def test_the_precision_module_imports_no_torch_until_its_torch_layer_is_used():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "True"]
+
+
+def test_the_record_names_what_decided_the_dtype_option_then_environment_then_the_rule(lora_dir, monkeypatch):
+    """One resolution, option > environment > auto (`dtype_request`), and the record names its winner: an explicit
+    dtype over a pinning environment is the dtype's pin, never the environment's (issue 41, F11)."""
+    from emoreward.models.precision import dtype_request
+    from emoreward.models.saved import SavedRewardModel
+
+    monkeypatch.setenv(ENV_VAR, "float32")
+    assert dtype_request("bfloat16") == ("bfloat16", "dtype=bfloat16")
+    assert dtype_request(torch.bfloat16) == ("bfloat16", "dtype=bfloat16")
+    assert dtype_request("auto") == ("float32", f"${ENV_VAR}=float32")
+    for model in (
+        TextRewardModel.from_pretrained(lora_dir, dtype="bfloat16"),
+        SavedRewardModel(lora_dir, dtype="bf16"),
+    ):
+        record = precision_record(model)
+        assert (record["dtype"], record["pinned_by"]) == ("bfloat16", "dtype=bfloat16")
+    record = precision_record(SavedRewardModel(lora_dir))
+    assert (record["dtype"], record["pinned_by"]) == ("float32", f"${ENV_VAR}=float32")
+    monkeypatch.delenv(ENV_VAR)
+    assert dtype_request("auto") == ("auto", None)
+    record = precision_record(SavedRewardModel(lora_dir, dtype="float32"))
+    assert (record["dtype"], record["pinned_by"]) == ("float32", "dtype=float32")
+    assert precision_record(TextRewardModel.from_pretrained(lora_dir, dtype="float32"))["pinned_by"] == "dtype=float32"

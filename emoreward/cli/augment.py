@@ -19,6 +19,7 @@ from emoreward.cli.options import (
     check_media_root,
     check_output_file,
     named_input_files,
+    named_input_paths,
     positive_int,
     quiet_libraries,
 )
@@ -83,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
                                              "editor); the rules engine edits with no model")})  # fmt: skip
     fmt = file_format(args.output)
     counts_file = Path(f"{args.output}.counts.json")  # its own name per output: neg.jsonl and neg.csv never share one
-    inputs = [path for _, path in named_input_files(args, ("output",))]
+    inputs = named_input_paths(args, ("output",))
     check_output_file(args.output, "--output", inputs=inputs)
     check_output_file(counts_file, "the counts (--output with .counts.json)", inputs=inputs)
     if args.media_root:

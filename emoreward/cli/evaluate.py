@@ -210,7 +210,7 @@ def _run_reward_model(args: argparse.Namespace, spec: str) -> int:
         own = [Path(report_file).with_suffix(suffix).name for suffix in (".json", ".md", ".png")]
         check_output_dir(args.output, "--output", own=own, inputs=named_input_paths(args, OUTPUTS))
     if report_file:
-        inputs = [path for _, path in named_input_files(args, OUTPUTS)]
+        inputs = named_input_paths(args, OUTPUTS)
         check_output_file(report_file, "--output", inputs=inputs)
         for suffix, what in ((".md", "the report's Markdown"), (".png", "the confusion plot")):  # before any work too
             check_output_file(Path(report_file).with_suffix(suffix), f"{what} (--output with {suffix})", inputs=inputs)
@@ -392,9 +392,7 @@ def check_zero_shot_options(args: argparse.Namespace, options: dict) -> None:
     if options["dataset"]:
         from emoreward.data.records import check_records_path
 
-        check_output_file(
-            options["dataset"], "--dataset", inputs=[path for _, path in named_input_files(args, OUTPUTS)]
-        )
+        check_output_file(options["dataset"], "--dataset", inputs=named_input_paths(args, OUTPUTS))
         check_records_path(options["dataset"], "--dataset")
         from emoreward.utils.io import hold_output
 

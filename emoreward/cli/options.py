@@ -195,13 +195,18 @@ def named_input_paths(args: argparse.Namespace, outputs: Sequence[str]) -> list[
     return found
 
 
-def check_output_file(path: str | Path, option: str, inputs: Sequence[str | Path | None] = ()) -> Path:
+def check_output_file(path: str | Path, option: str, inputs: Sequence[tuple[str, str | Path]] = ()) -> Path:
     """Refuse an output file path that cannot be written (checked before any work, so no result is printed and then
-    lost): an existing folder, a path below an existing file, a folder that cannot be created or written, or one
-    of the command's `inputs` (writing the report there would destroy the data).
+    lost): an existing folder, a path below an existing file, a folder that cannot be created or written, one of the
+    command's `inputs` (writing the report there would destroy the data), or a path inside an input folder (a model
+    or judge folder, a media root, a dataset folder: a new file there changes what the command reads, e.g. the
+    model's content identity, so the next run rescores everything). The one rule of every command's output files.
+
+    Args:
+        inputs: ``("--option", path)`` of every file or folder the command reads (`named_input_paths`).
 
     Raises:
-        ValueError: naming the option and the path.
+        ValueError: naming the option, the path and the input.
     """
     path = Path(path)
     if path.is_dir():
@@ -209,11 +214,28 @@ def check_output_file(path: str | Path, option: str, inputs: Sequence[str | Path
     blocker = _file_ancestor(path)
     if blocker is not None:
         raise ValueError(f"{option} {path}: {blocker} is a file, not a folder")
-    for source in inputs:
-        if source is not None and Path(source).exists() and path.exists() and path.samefile(source):
+    out = Path(os.path.realpath(path.expanduser()))
+    for name, source in inputs:
+        relation = _input_relation(out, Path(os.path.realpath(Path(source).expanduser())))
+        if relation == "is":
             raise ValueError(f"{option} {path} is the input file {source}: writing the report there would destroy it")
+        if relation == "lies inside":
+            raise ValueError(
+                f"{option} {path} lies inside {name} {source}, which this command reads: writing there would change "
+                "an input; give a path outside it"
+            )
     _check_writable_folder(path.parent, option, path)
     return path
+
+
+def _input_relation(out: Path, source: Path) -> str | None:
+    """How an output path stands to an input path (both real paths): ``"is"``, ``"contains"``, ``"lies inside"``, or
+    None (apart)."""
+    if source == out:
+        return "is"
+    if out in source.parents:
+        return "contains"
+    return "lies inside" if source in out.parents else None
 
 
 def _check_writable_folder(folder: Path, option: str, path: Path) -> None:
@@ -262,9 +284,7 @@ def check_output_dir(
         raise ValueError(f"{option} {path}: {blocker} is a file, not a folder")
     out = Path(os.path.realpath(path.expanduser()))
     for name, item in inputs:
-        source = Path(os.path.realpath(Path(item).expanduser()))
-        relation = "is" if source == out else "contains" if out in source.parents else None
-        relation = relation or ("lies inside" if source in out.parents else None)
+        relation = _input_relation(out, Path(os.path.realpath(Path(item).expanduser())))
         if relation:
             raise ValueError(
                 f"{option} {path} {relation} {name} {item}, which this command reads: writing there would change "

@@ -25,6 +25,7 @@ from emoreward.cli.options import (
     check_media_root,
     check_output_file,
     named_input_files,
+    named_input_paths,
     nonnegative_float,
     open_unit_float,
     positive_float,
@@ -40,7 +41,8 @@ from emoreward.ranking.methods import BPA
 # every option -> when it applies (`check_applicable`: given elsewhere, refused before any work instead of ignored)
 APPLIES: dict[str, str] = {
     **dict.fromkeys(["judge", "data", "output", "dataset", "push_to_hub", "quiet", "method", "samples", "sample_ids",
-                     "models", "seed", "cache_dir", "no_cache"], ALWAYS),
+                     "models", "seed", "no_cache"], ALWAYS),
+    "cache_dir": "cached",  # where the cache is kept: nowhere under --no-cache
     "media_root": "media",  # a judge that reads media files (`emoreward.judges.reads_media`)
     **dict.fromkeys(["hierarchical", "tie_model", "no_length_control", "n_boot", "alpha"], "full"),
     **dict.fromkeys(BPA.DEFAULTS, "bpa"),  # the options of `--method bpa`: the method's own defaults
@@ -68,6 +70,7 @@ def applicability_facts(args: argparse.Namespace) -> dict[str, tuple[bool, str]]
     reading = ", ".join(p for p in BPA.POLICIES if BPA.reads_exploration(p)) if bpa else ""
     media = not args.media_root or any(reads_media(spec) is not False for spec in judges)  # asked when given
     return {
+        "cached": (not args.no_cache, "{options} {verb} where a cache is kept; --no-cache keeps none"),
         "bpa": (bpa, not_bpa),
         "exploring": (exploring, f"{{first}} is the exploration rule of --policy {reading}; --policy {policy} picks "
                       "its pairs by no exploration rule" if bpa else not_bpa),
@@ -121,8 +124,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    f"(default: {DEFAULT_TIE_MODEL}); EmoPrefer appendix F, where a tie lowers both models like a "
                    "loss, is always shown beside it")
     f.add_argument("--no-length-control", action="store_true",
-                   help="skip the length-controlled fit (Davidson with the standardised log-length difference as a "
-                   "covariate, Chatbot Arena's style control) reported beside the plain ranking")
+                   help="skip the length-controlled fit (the --tie-model fit with the standardised log-length "
+                   "difference as a covariate, Chatbot Arena's style control) reported beside the plain ranking")
     f.add_argument("--n-boot", type=resample_count, default=1000,
                    help="bootstrap resamples over samples (default 1000; at most 100,000)")
     f.add_argument("--alpha", type=open_unit_float, default=0.05,
@@ -185,7 +188,7 @@ def check_rank_options(args: argparse.Namespace) -> None:
     if args.hierarchical and args.method not in ("full", "hierarchical"):
         raise ValueError(f"--hierarchical is a --method full option; {args.method} picks its own pairs")
     check_applicable(args, APPLIES, applicability_facts(args))
-    inputs = [path for _, path in named_input_files(args, RANK_OUTPUTS)]
+    inputs = named_input_paths(args, RANK_OUTPUTS)  # files and folders: no output inside a model folder
     for option in RANK_OUTPUTS:
         if getattr(args, option):
             check_output_file(getattr(args, option), f"--{option}", inputs=inputs)

@@ -192,9 +192,11 @@ class DescriptionTable:
 
     def read_sample_ids(self, path: str | Path) -> list[str]:
         """The sample ids of a file, one a line (blank lines skipped), read as the table reads its own
-        (`normal_name`); `TableError` naming the file and line of an id not in the table, or a file without ids."""
+        (`normal_name`); `TableError` naming the file and line of an id not in the table or listed again (and the
+        line of its first listing), or a file without ids."""
         file, known = Path(path), set(self.samples)
         samples: list[str] = []
+        first: dict[str, int] = {}
         for number, line in enumerate(read_utf8(file).split("\n"), start=1):
             sample = normal_name(line)
             if sample and sample not in known:
@@ -202,7 +204,14 @@ class DescriptionTable:
                     f"{file}, line {number}: sample {sample!r} is not in the table {self.source} ({self.n_samples} "
                     "samples)"
                 )
-            samples += [sample] if sample else []
+            if sample in first:
+                raise TableError(
+                    f"{file}, line {number}: sample {sample!r} selected more than once (line {first[sample]} lists "
+                    "it); select each once"
+                )
+            if sample:
+                first[sample] = number
+                samples.append(sample)
         if not samples:
             raise TableError(f"{file}: no sample ids in the file")
         return samples

@@ -59,6 +59,7 @@ class ServerRewardModel(RewardModelBase):
         if health.get("kind") != self.kind:
             raise ValueError(f"the server at {self.url} serves a {health.get('kind')} model; {source} is {self.kind}")
         self.precision_name = (health.get("precision") or {}).get("dtype")
+        self.dtype_pin = (health.get("precision") or {}).get("pinned_by")  # the server's: its process resolved it
         # the server's kernels compute its rewards: its score-cache keys name them (`model_precision_identity`)
         self.served_machine = (health.get("precision") or {}).get("kernels") or f"server:{self.url}"
         self.max_items = int((health.get("limits") or {}).get("max_items") or 256)

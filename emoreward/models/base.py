@@ -406,6 +406,8 @@ class RewardModelBase:
 
     kind: ClassVar[RewardKind] = "text"
     settings: RewardSettings
+    # what pinned the dtype the model scores in, taken when it resolved it (`precision.dtype_request`); None: the rule
+    dtype_pin: str | None = None
 
     @property
     def modalities(self) -> frozenset[str]:

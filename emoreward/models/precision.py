@@ -182,23 +182,37 @@ def dtype_name(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def requested_dtype_name(dtype="auto") -> str:
-    """The dtype name asked for: an explicit dtype (or name, `DTYPE_ALIASES`) as its name; `"auto"` as
-    `$EMOREWARD_DTYPE` pins it, else `"auto"` (resolved by the hardware: `resolve_dtype_name`).
+def dtype_request(dtype="auto") -> tuple[str, str | None]:
+    """The one resolution of what is asked for, option > environment > auto: `(name, pinned_by)`, `name` the dtype
+    asked for (an explicit dtype or name, `DTYPE_ALIASES`, as its name; `"auto"` as `$EMOREWARD_DTYPE` pins it, else
+    `"auto"`, which the hardware rule resolves: `resolve_dtype_name`) and `pinned_by` what decided it:
+    `"dtype=<name>"` (the argument: `--dtype`, `dtype=`), `"$EMOREWARD_DTYPE=<value>"`, or None (the rule decides).
+    A model keeps the `pinned_by` of the request it resolved (`dtype_pin`), which `precision_record` reports.
 
     Raises:
         ValueError: an unknown name (in the argument or the environment variable; lists the known ones).
     """
     name = str(dtype).lower().removeprefix("torch.")
     if name != "auto":
-        return _known(name, dtype)
+        name = _known(name, dtype)
+        return name, f"dtype={name}"
     env = os.environ.get(ENV_VAR, "").strip()
     if not env or env.lower() == "auto":
-        return "auto"
+        return "auto", None
     try:
-        return _known(env.lower().removeprefix("torch."), env)  # a name: float64 is not one
+        return _known(env.lower().removeprefix("torch."), env), f"${ENV_VAR}={env}"  # a name: float64 is not one
     except ValueError as err:
         raise ValueError(f"${ENV_VAR}: {err}") from None
+
+
+def requested_dtype_name(dtype="auto") -> str:
+    """The dtype name asked for: `dtype_request(dtype)`'s name (an explicit dtype as its name; `"auto"` as
+    `$EMOREWARD_DTYPE` pins it, else `"auto"`).
+
+    Raises:
+        ValueError: an unknown name (in the argument or the environment variable; lists the known ones).
+    """
+    return dtype_request(dtype)[0]
 
 
 def _known(name: str, given) -> str:
@@ -340,19 +354,20 @@ def reward_tolerance(dtype, reference=None, *, magnitude: float = 1.0) -> float:
 def precision_record(model) -> dict:
     """What every report records about the precision of a reward model's scores: `{"dtype": "bfloat16" | "float32" |
     ... (None: no torch network), "cpu_kind": cpu_kind() (the kernels this process runs), "bf16_units": bool (this
-    machine's CPU or the model's device has bf16 matrix units), "pinned_by": "$EMOREWARD_DTYPE=..." | None,
+    machine's CPU or the model's device has bf16 matrix units), "pinned_by": the model's `dtype_pin` ("dtype=<name>",
+    "$EMOREWARD_DTYPE=<value>": what decided its dtype when it was resolved, `dtype_request`; None: the hardware rule),
     "tolerance": reward_tolerance(dtype), "kernels": what computes it (`model_precision_identity`; None without a
     network)}` (reward units). Imports torch only for a model on an accelerator."""
     name = model_precision_name(model)
     device = getattr(model, "device", None)
     torch = sys.modules.get("torch")  # a model on a torch device has imported it
     units = has_bf16_matrix_units(device if torch is not None and isinstance(device, torch.device) else None)
-    env = os.environ.get(ENV_VAR, "").strip()
+    pin = getattr(model, "dtype_pin", None)  # what pinned the dtype when the model resolved it (`dtype_request`)
     return {
         "dtype": name,
         "cpu_kind": cpu_kind(),
         "bf16_units": units,
-        "pinned_by": f"${ENV_VAR}={env}" if env and env.lower() != "auto" else None,
+        "pinned_by": pin if isinstance(pin, str) else None,
         "tolerance": FLOAT32_ATOL if name is None else reward_tolerance(name),
         "kernels": (model_precision_identity(model) or {}).get("kernels"),  # a server's, read by its clients' keys
     }
@@ -626,6 +641,7 @@ __all__ = [
     "recorded_bf16_agreement",
     "recorded_precision",
     "recorded_precision_name",
+    "dtype_request",
     "requested_dtype_name",
     "resolve_dtype",
     "resolve_dtype_name",

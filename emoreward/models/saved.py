@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from emoreward.data.context import RewardContext, subtitle_key
 from emoreward.models.base import RewardModel, TextSettings, load_settings
-from emoreward.models.precision import dtype_name, recorded_precision_name
+from emoreward.models.precision import dtype_name, dtype_request, recorded_precision_name
 
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ class SavedRewardModel:
         self.device = "cpu"
         self._dtype = dtype
         self.precision_name = recorded_precision_name(dtype, self.settings)
+        self.dtype_pin = dtype_request(dtype)[1]  # what decided precision_name (`precision_record`)
         self._loaded: RewardModel | None = None
 
     def context_key(self, context: RewardContext) -> Hashable:

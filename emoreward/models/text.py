@@ -32,7 +32,13 @@ from emoreward.models.coverage import CoverageScoreInfo, unknown_token_share
 from emoreward.models.layout import Encoded, context_text, text_input_ids, text_input_ids_batch
 from emoreward.models.loading import remember_source
 from emoreward.models.packed import PackedEncoder, packed_encoder
-from emoreward.models.precision import dtype_name, parse_dtype, recorded_precision, resolve_dtype
+from emoreward.models.precision import (
+    dtype_name,
+    dtype_request,
+    parse_dtype,
+    recorded_precision,
+    resolve_dtype,
+)
 from emoreward.models.scoring import DEFAULT_CHUNK_SIZE, plan_batches, run_batches, stream_scores
 from emoreward.utils.allocator import keep_freed_memory
 
@@ -354,8 +360,23 @@ class TextRewardModel(RewardModelBase):
             return self.dtype
         device = self.device
         if self._resolved is None or self._resolved[0] != device:
-            self._resolved = (device, recorded_precision(self.scoring_dtype, device=device, settings=self.settings))
+            pin = dtype_request(self.scoring_dtype)[1]  # what decides it, read with it (`dtype_pin`)
+            self._resolved = (
+                device,
+                recorded_precision(self.scoring_dtype, device=device, settings=self.settings),
+                pin,
+            )
         return self._resolved[1]
+
+    @property
+    def dtype_pin(self) -> str | None:
+        """What pinned `scoring_precision` when it was resolved (`emoreward.models.precision.dtype_request`:
+        ``"dtype=<name>"``, ``"$EMOREWARD_DTYPE=<value>"``); None where the hardware rule chose it, or without a
+        `scoring_dtype` (the master weights' dtype)."""
+        if self.scoring_dtype is None or _zero3_partitioned(self.model):
+            return None
+        _ = self.scoring_precision  # resolved on this device
+        return self._resolved[2]
 
     @property
     def scoring_network(self) -> torch.nn.Module:

@@ -133,15 +133,17 @@ class BTResult:
         lines = [f"| rank | item | score |{ci_head}", "|---:|---|---:|" + ("---|" if has_ci else "")]
         for rank, item in zip(self.ranks, self.ranking):
             k = self.items.index(item)
-            row = f"| {rank} | {markdown_cell(item)} | {self.scores[k]:.{digits}f} |"
+            fixed = f".{digits}f"  # every number as its JSON value (`number_cell`: null is `-`)
+            row = f"| {rank} | {markdown_cell(item)} | {number_cell(self.scores[k], fixed)} |"
             if has_ci:
-                row += f" [{self.ci_lower[k]:.{digits}f}, {self.ci_upper[k]:.{digits}f}] |"
+                row += f" [{number_cell(self.ci_lower[k], fixed)}, {number_cell(self.ci_upper[k], fixed)}] |"
             lines.append(row)
         caption = (
-            f"{self.model}; n_comparisons={self.n_comparisons:g}; log-likelihood={self.log_likelihood:.{digits}f}"
+            f"{self.model}; n_comparisons={self.n_comparisons:g}; "
+            f"log-likelihood={number_cell(self.log_likelihood, f'.{digits}f')}"
         )
         if self.tie_parameter is not None:
-            caption += f"; tie parameter={self.tie_parameter:.{digits}f}"
+            caption += f"; tie parameter={number_cell(self.tie_parameter, f'.{digits}f')}"
         return "\n".join(lines) + f"\n\n{caption}\n"
 
 
@@ -352,6 +354,14 @@ def _initial(initial_scores: np.ndarray | None, m: int) -> np.ndarray:
 def finite_float(x: float | None) -> float | None:
     """``x`` as a float for JSON, ``None`` when it is missing or not finite."""
     return None if x is None or not math.isfinite(float(x)) else float(x)
+
+
+def number_cell(x: float | None, spec: str) -> str:
+    """A number for a Markdown table cell, from the same value the JSON holds: ``format(x, spec)``, or ``-`` where
+    :func:`finite_float` gives ``None`` (missing, NaN, infinite). Every report table formats numbers through it, so a
+    table never shows ``nan`` for a value the JSON has as null."""
+    value = finite_float(x)
+    return "-" if value is None else format(value, spec)
 
 
 def finite_floats(xs: np.ndarray) -> list[float | None]:

@@ -26,6 +26,7 @@ from emoreward.ranking.bradley_terry import (
     BTResult,
     finite_float,
     finite_floats,
+    number_cell,
     prior_precision,
     single_blas_thread,
 )
@@ -218,27 +219,31 @@ class ControlledFit:
         }
 
     def coefficients_markdown(self, digits: int = 3) -> str:
-        """Markdown table of the covariate coefficients with interval, standard error, p-value, per doubling."""
+        """Markdown table of the covariate coefficients with interval, standard error, p-value, per doubling, rendered
+        from :meth:`to_dict`'s values (a value the JSON has as null is ``-``, never ``nan``)."""
         pct = f"{100 * self.ci_level:g}%"
         lines = [
             f"| covariate | coefficient (logit / RMS) | {pct} CI | s.e. | p-value | logit per doubling |",
             "|---|---:|---|---:|---:|---:|",
         ]
-        for k, name in enumerate(self.covariates):
-            c = self.coefficients[k]
+        fixed = f".{digits}f"
+        for name, cov in self.to_dict()["covariates"].items():
             if self.separation is not None and name in self.separation["covariates"]:
                 lines.append(f"| {markdown_cell(name)} | infinite (separation) | - | - | - | - |")
                 continue
-            if self.separation is not None and not math.isfinite(c):
+            if self.separation is not None and cov["coefficient"] is None:
                 lines.append(f"| {markdown_cell(name)} | not identified (separation) | - | - | - | - |")
                 continue
-            if not math.isfinite(c):
+            if cov["coefficient"] is None:
                 lines.append(f"| {markdown_cell(name)} | - | - | - | - | - |")
                 continue
+            ci = "-"
+            if cov["ci_lower"] is not None and cov["ci_upper"] is not None:
+                ci = f"[{number_cell(cov['ci_lower'], fixed)}, {number_cell(cov['ci_upper'], fixed)}]"
             lines.append(
-                f"| {markdown_cell(name)} | {c:.{digits}f} | [{self.coef_lower[k]:.{digits}f}, {self.coef_upper[k]:.{digits}f}] "
-                f"| {self.std_errors[k]:.{digits}f} | {self.p_values[k]:.2g} "
-                f"| {self.coefficient_per_doubling[k]:.{digits}f} |"
+                f"| {markdown_cell(name)} | {number_cell(cov['coefficient'], fixed)} | {ci} "
+                f"| {number_cell(cov['std_error'], fixed)} | {number_cell(cov['p_value'], '.2g')} "
+                f"| {number_cell(cov['per_doubling'], fixed)} |"
             )
         return "\n".join(lines) + "\n"
 
@@ -679,6 +684,6 @@ def comparison_markdown(
         pci = "-" if result.ci_lower is None else format_interval(result.ci_lower[j], result.ci_upper[j], digits, ends)
         lines.append(
             f"| {'-' if rank is None else rank} | {markdown_cell(name)} | {ctrl} | {ci} | {result.rank(name)} "
-            f"| {result.scores[j]:.{digits}f} | {pci} |"
+            f"| {number_cell(result.scores[j], f'.{digits}f')} | {pci} |"
         )
     return "\n".join(lines) + "\n\n" + controlled.coefficients_markdown(digits)

@@ -13,7 +13,7 @@ import numpy as np
 from emoreward.data.text import markdown_cell, short_names
 from emoreward.data.verdicts import Verdict
 from emoreward.ranking.bootstrap import BootstrapCI
-from emoreward.ranking.bradley_terry import competition_ranks, equal_score_groups, finite_float
+from emoreward.ranking.bradley_terry import competition_ranks, equal_score_groups, finite_float, number_cell
 from emoreward.ranking.counts import PairwiseCounts
 from emoreward.ranking.edges import (
     FitEdges,
@@ -196,8 +196,8 @@ class RankingReport:
             lines.append(
                 f"| {label} | {markdown_cell(name)}{' †' if name in sparse else ''} | "
                 + " | ".join(cells)
-                + f" | {win:.3f} "
-                f"| {tie:.3f} | {totals[c]:g} | {length['words']:.1f} / {length['chars']:.0f} |"
+                + f" | {number_cell(win, '.3f')} | {number_cell(tie, '.3f')} | {totals[c]:g} "
+                f"| {number_cell(length['words'], '.1f')} / {number_cell(length['chars'], '.0f')} |"
             )
         params = "; ".join(  # a tie parameter at its bound is no estimate: named as the JSON's null says
             f"{ci.estimate.model} tie parameter "
@@ -424,7 +424,8 @@ def _cost_line(cost: dict[str, Any]) -> str:
             f"Judge calls: {cost['n_scorings']} reward-model scorings ({cost['n_scored']} distinct texts scored, "
             f"{cost['n_cached']} from cache, {cost['scoring_seconds']:.1f} s) giving {cost['n_pair_verdicts']} pair verdicts; a "
             f"generative judge would need {cost['generative_pair_calls']} pair calls "
-            f"(C(M,2) x N, x2 with the swapped order: {2 * cost['generative_pair_calls']})."
+            f"(one per pair of models on each sample both described; C(M,2) x N when every model described every "
+            f"sample; x2 with the swapped order: {2 * cost['generative_pair_calls']})."
         )
     if "n_queries" in cost:  # a pair answer's own ledger (a committee member's)
         return _bpa_cost_line(cost)

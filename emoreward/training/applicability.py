@@ -65,6 +65,9 @@ def _reward_conditions(config: Any) -> dict[str, Condition]:
             ("length_debias",),
             "only the disentangled (ODIN) objective has a length head and these loss terms",
         ),
+        "cross-validation": Condition(
+            config.cv_folds >= 2, ("cv_folds",), "there are no cross-validation folds to train side by side"
+        ),
         "evaluation": Condition(
             config.cv_folds >= 2 or config.eval_file is not None,
             ("cv_folds", "eval_file"),
@@ -81,6 +84,7 @@ REWARD_FIELDS = FieldTable(
         "controlled_negatives_file": "negatives",
         **dict.fromkeys(("odin_length_weight", "odin_orthogonal_weight"), "two heads"),
         "two_class_tie_policy": "evaluation",
+        "fit_workers": "cross-validation",  # folds side by side: none without folds (the final fit is one process)
         **dict.fromkeys(("wandb_project", "wandb_log_model"), "wandb"),
     },
     _reward_conditions,

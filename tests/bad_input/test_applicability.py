@@ -63,6 +63,8 @@ RANK = [
     ("bpa-alpha", "rm", ["--method", "bpa", "--alpha", "0.1"], "--alpha is a --method full option"),
     ("bpa-tie-model", "rm", ["--method", "bpa", "--tie-model", "rao-kupper"], "--tie-model is a --method full option"),
     ("bpa-no-length-control", "rm", ["--method", "bpa", "--no-length-control"], "--no-length-control is a --method full"),
+    # a cache folder with no cache: the option pair refused in this direction too (it was ignored with exit 0)
+    ("no-cache-cache-dir", "rm", ["--no-cache"], "--cache-dir applies where a cache is kept; --no-cache keeps none"),
     ("full-budget", "rm", ["--budget", "5"], "--budget is a --method bpa option"),  # the direction refused before
     ("full-exploration", "rm", ["--exploration", "match_quality"], "--exploration is a --method bpa option"),
     # a policy-specific option: random picks uniformly, by no exploration rule (it was recorded in the report)
@@ -149,6 +151,10 @@ TRAIN = [
      ["odin_orthogonal_weight=0.5 does not apply with length_debias='reweight'"]),
     ("tie-policy-without-evaluation", "", ["--cv_folds", "0", "--two_class_tie_policy", "first"],
      ["two_class_tie_policy='first' does not apply with cv_folds=0 (--cv_folds 0), eval_file=None: no fold"]),
+    ("fit-workers-without-folds", "", ["--cv_folds", "0", "--fit_workers", "2"],
+     ["fit_workers=2 does not apply with cv_folds=0 (--cv_folds 0): there are no cross-validation folds"]),
+    ("recipe-fit-workers-without-folds", "cv_folds: 1\nfit_workers: 2\n", [],
+     ["recipe.yaml, line 2: fit_workers=2 does not apply with cv_folds=1 (", "recipe.yaml, line 1)"]),
     ("wandb-project-without-wandb", "", ["--no-wandb", "--wandb_project", "p"],
      ["wandb_project='p' does not apply with report_to=[] (--report_to ['none']): nothing is logged to W&B"]),
     ("recipe-tie-parameter", "ties: drop\ntie_parameter: 3\n", [],

@@ -162,3 +162,14 @@ def test_hierarchical_arbitrary_pick_is_a_report_warning(tmp_path, model_dir, ca
     picked = [w for w in report["warnings"] if w.startswith("hierarchical scheme, group")]
     assert len(picked) == 1 and "'alpha', 'beta'" in picked[0] and "arbitrary" in picked[0], report["warnings"]
     assert report["hierarchical"]["warnings"] == picked and picked[0] in printed
+
+
+def test_the_help_of_a_fit_option_names_the_tie_model_option_not_one_tie_model():
+    """The length-controlled fit follows --tie-model (`FitSpec.model`): its help says so and names no tie model of
+    its own (it said "Davidson" whatever --tie-model chose; issue 41, F4)."""
+    from emoreward.ranking.tie_models import TIE_MODELS
+
+    p = parser()
+    (action,) = [a for a in p._actions if "--no-length-control" in a.option_strings]
+    assert "--tie-model" in action.help
+    assert not [name for name in TIE_MODELS if name.replace("-", " ") in action.help.lower().replace("-", " ")]

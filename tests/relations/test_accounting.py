@@ -361,3 +361,21 @@ def test_a_zero_shot_report_says_how_it_weighs_samples(length_judge_yaml, tmp_pa
     markdown = (out / "report.md").read_text(encoding="utf-8")
     assert "Each figure weighs each pair once (12 pairs of 4 samples, at most 3 pairs per sample)" in markdown
     assert "28 labels from 3 annotators, 8 of 12 pairs labelled more than once" in markdown
+
+
+def test_the_cost_line_counts_the_pairs_a_sparse_table_has_and_says_so(rm_dir, tmp_path, capsys):
+    """One model without two samples: the pair calls a generative judge would make are the pairs of models that both
+    described a sample (6 x 6 + 3 x 2 = 42 with 4 models, 8 samples), and the line says so (it read "C(M,2) x N",
+    which is 48 here; issue 41 #4, minor)."""
+    rows = table_rows()
+    last = sorted({r["model"] for r in rows})[-1]
+    rows = [r for r in rows if not (r["model"] == last and r["sample"] in ("s0", "s1"))]
+    table = write_jsonl(tmp_path / "t.jsonl", rows)
+    out = tmp_path / "r.json"
+    printed = run_ok(capsys, ["rank", "--judge", rm_dir, "--data", table, "--no-cache", *n_boot(20, []), "--quiet",
+                              "--no-length-control", "--output", out])  # fmt: skip
+    cost = read_json(out)["cost"]
+    assert cost["generative_pair_calls"] == cost["n_pair_verdicts"] == 6 * 6 + 3 * 2
+    line = next(line for line in printed.splitlines() if line.startswith("Judge calls:"))
+    assert "would need 42 pair calls (one per pair of models on each sample both described" in line
+    assert "swapped order: 84)" in line

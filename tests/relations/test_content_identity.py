@@ -403,6 +403,7 @@ VARIED = {
     "dpo_beta": 0.3,
     "dpo_learning_rate": 1e-6,
     "two_class_tie_policy": "first",
+    "fit_workers": 2,  # folds side by side: no part of the identity, applying or not
     "use_audio_in_video": True,
     "fps": 1.0,
     "max_frames": 8,

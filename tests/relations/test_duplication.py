@@ -91,6 +91,8 @@ def test_a_sample_or_model_selected_twice_is_refused(option, rm_dir, table, tmp_
         value, name = "alpha,beta,alpha", "alpha"
     code, _, err = run_cli(capsys, ["rank", "--judge", rm_dir, "--data", table, option, value, "--no-cache"])
     assert_refused(code, err, name, "more than once")
+    if option == "--sample-ids":  # the file and both lines named, as every other repeated row is
+        assert_refused(code, err, f"{value}, line 3", "line 1")
 
 
 @pytest.mark.parametrize("command", ["evaluate", "judge", "train"])

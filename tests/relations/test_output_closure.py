@@ -306,6 +306,37 @@ def test_an_output_folder_is_never_an_input_inside_one_or_around_one(
         _refused(capsys, argv, phrase, watched)
 
 
+@pytest.mark.parametrize("case", ["rank", "rank-dataset", "rank-media", "evaluate", "judge-dataset", "augment"])
+def test_an_output_file_never_lies_inside_an_input_folder(case, rm_dir, length_judge_yaml, tmp_path, capsys):
+    """`check_output_file(inputs=named_input_paths(...))`, the one rule of every output file: a report, a records file
+    or negatives written into the model folder (or a media root) the command reads changed that folder's content
+    identity, and the next rank rescored every description (issue 41, F6); refused, exit 2, before any work."""
+    from shutil import copytree
+
+    model = copytree(rm_dir, tmp_path / "model")
+    table = write_jsonl(tmp_path / "table.jsonl", table_rows())
+    pairs = write_jsonl(tmp_path / "pairs.jsonl", pair_rows(6))
+    media = tmp_path / "media"
+    media.mkdir()
+    seeing = tmp_path / "seeing.yaml"  # a judge that reads media (refused before any call)
+    seeing.write_text("name: seeing\nmllm:\n  backend: openai\n  model: m\n  base_url: http://127.0.0.1:9/v1\n"
+                      "  modalities: [text, video]\n")  # fmt: skip
+    rank = ["rank", "--judge", model, "--data", table, "--n-boot", "5", "--no-cache"]
+    argv, phrase, watched = {
+        "rank": ([*rank, "--output", model / "report.json"], "lies inside --judge", model),
+        "rank-dataset": ([*rank, "--dataset", model / "sub" / "v.jsonl"], "lies inside --judge", model),
+        "rank-media": (["rank", "--judge", seeing, "--data", table, "--media-root", media, "--no-cache", "--output",
+                        media / "r.json"], "lies inside --media-root", media),
+        "evaluate": (["evaluate", "--model", model, "--data", pairs, "--output", model / "ev.json"],
+                     "lies inside --model", model),
+        "judge-dataset": (["judge", "--judge", seeing, "--data", pairs, "--media-root", media, "--dataset",
+                           media / "v.jsonl"], "lies inside --media-root", media),
+        "augment": (["augment", "--data", pairs, "--media-root", media, "--output", media / "neg.jsonl"],
+                    "lies inside --media-root", media),
+    }[case]  # fmt: skip
+    _refused(capsys, argv, phrase, watched)
+
+
 @pytest.mark.parametrize("command", ["evaluate", "judge", "judge-rm"])
 def test_an_output_folder_holds_only_this_commands_earlier_outputs(
     command, rm_dir, length_judge_yaml, tmp_path, capsys

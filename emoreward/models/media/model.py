@@ -45,7 +45,7 @@ from emoreward.models.media.processing import (
     load_processor_parts,
     pad_sequences,
 )
-from emoreward.models.precision import resolve_dtype
+from emoreward.models.precision import dtype_request, resolve_dtype
 from emoreward.models.text import save_tokenizer
 
 
@@ -199,6 +199,7 @@ class MediaRewardModel(RewardModelBase):
         from emoreward.models.media.export_layout import is_engine_layout, load_engine_layout
 
         directory = Path(directory)
+        pin = dtype_request(dtype)[1]  # what decides the dtype, read with it (`precision_record`)
         dtype = resolve_dtype(dtype, "cpu")
         settings = load_settings(directory)
         if not isinstance(settings, MediaSettings):
@@ -231,6 +232,7 @@ class MediaRewardModel(RewardModelBase):
         model.eval()
         builder = _builder(spec, tokenizer, net.config, settings, vision, feature_extractor)
         loaded = cls(model, builder, settings, media_root=media_root, batch_size=batch_size, media_cache=media_cache)
+        loaded.dtype_pin = pin
         check_finite_weights(model, str(directory))  # a diverged or poisoned model is refused at load
         remember_source(loaded, directory)  # its content identity: part of every cache key of its outputs
         return loaded
