@@ -231,6 +231,7 @@ def test_a_copied_or_moved_judge_folder_finds_its_calls_and_a_changed_weight_mak
     first = _judge_folder(tiny_llama_dir, tmp_path / "judge")
     data = write_jsonl(tmp_path / "pairs.jsonl", pair_rows(3))
     table = write_jsonl(tmp_path / "table.jsonl", table_rows(2, ("alpha", "beta")))
+    cache = ["--cache-dir", tmp_path / "rank-cache"]
 
     def judge(folder) -> tuple[int, int]:
         out = tmp_path / "out"
@@ -239,7 +240,8 @@ def test_a_copied_or_moved_judge_folder_finds_its_calls_and_a_changed_weight_mak
         return calls["made"], calls["cached"]
 
     def rank(folder) -> int:
-        return _rank(capsys, folder, table, tmp_path / "rank.json", "--no-length-control")["cost"]["n_judge_calls"]
+        report = _rank(capsys, folder, table, tmp_path / "rank.json", "--no-length-control", *cache)
+        return report["cost"]["n_judge_calls"]
 
     n = judge(first)[0]
     n_rank = rank(first)
