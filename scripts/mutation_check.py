@@ -106,6 +106,14 @@ MUTATIONS = (
         "the run identity holds the fields that change no result (log_level, dataset_text_field)",
     ),
     Mutation(
+        "content identity",
+        "emoreward/models/loading.py",
+        'base = f"content={content}" if content else str(name_or_path)',
+        'base = f"{name_or_path}:content={content}" if content else str(name_or_path)',
+        "tests/relations/test_content_identity.py",
+        "a judge model's identity holds its path (a copied judge folder makes every call again)",
+    ),
+    Mutation(
         "output closure",
         "emoreward/utils/io.py",
         "            self._optional[key].unlink(missing_ok=True)",

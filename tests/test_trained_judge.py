@@ -219,7 +219,9 @@ def test_emoreward_train_runs_a_judge_recipe(tmp_path, base_chat_model, capsys):
     assert report["recipe"] == "judge" and len(report["cross_validation"]["folds"]) == 2
     assert report["folds_trained"] == 2 and report["folds_reused"] == 0
     assert (out / "model" / "judge.yaml").exists() and (out / "model" / "finished.json").exists()
-    assert "length baseline" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "length baseline" in printed
+    assert "{'loss'" not in printed  # the reward recipe's callbacks (set_up_callbacks): no dict per logging step
     # the controlled-error section of the held-out folds, as a reward model's report has it: every negative of the
     # held-out pairs judged against its original in both orders (swap consistency), pooled over the two folds
     pooled = report["cross_validation"]["controlled_errors"]

@@ -31,7 +31,7 @@ from zero_shot.cache import CallCache
 from zero_shot.config import JudgeConfig, LazyBackend
 from zero_shot.crowd import combine_normal_swapped, crowd_member, crowdsource, per_run_summary
 from zero_shot.prompts import load_prompts
-from zero_shot.strategies import STRATEGIES, CallStats, ZeroShotJudge, default_chunk_size
+from zero_shot.strategies import READS_REFERENCES, STRATEGIES, CallStats, ZeroShotJudge, default_chunk_size
 
 
 logger = logging.getLogger(__name__)
@@ -212,7 +212,7 @@ def run_zero_shot(
         total = 0
         for s in strategies:
             per = 2 if s == "S4" else 1
-            total += runs * (orders * per * len(pairs) + (0 if s == "S1" else len(pairs) - len(no_media)))
+            total += runs * (orders * per * len(pairs) + (len(pairs) - len(no_media) if s in READS_REFERENCES else 0))
             total += runs * orders * per * (len(controlled[0]) if controlled else 0)
         bar = tqdm(total=total, desc=f"judge {config.name}", unit="call", dynamic_ncols=True)
     started = time.perf_counter()

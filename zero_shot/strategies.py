@@ -30,6 +30,8 @@ from zero_shot.prompts import MediaKind, PromptSet
 
 Strategy = Literal["S1", "S2", "S3", "S4"]
 STRATEGIES: tuple[str, ...] = get_args(Strategy)
+# the strategies whose step 1 is a reference description (from the media, or a `--references` file without them)
+READS_REFERENCES: frozenset[str] = frozenset({"S2", "S3", "S4"})
 VERDICT_LABELS = ("1", "2", "tie")
 SHARED = "shared"  # strategy field of step-1 cache rows
 
@@ -535,7 +537,7 @@ class ZeroShotJudge:
         orders = [self._order(p) for p in pairs]
         steps: list[dict[str, str]] = [{} for _ in pairs]
         final: list[_Call | None] = [None] * len(pairs)
-        if self.strategy == "S1":
+        if self.strategy not in READS_REFERENCES:
             for i, (p, order) in enumerate(zip(pairs, orders)):
                 media = self._media(p)
                 prompt = compare_prompt(self.prompts, p, media_kind(self.mllm, media))

@@ -147,25 +147,49 @@ ZERO_SHOT_ONLY = {"strategy": ["S1"], "runs": 2, "no_swap": False, "references":
 APPLIES: dict[str, str] = {
     **dict.fromkeys(["model", "judge", "data", "output", "two_class_ties", "no_progress", "list"], ALWAYS),
     "media_root": "media",  # a judge that reads media files (`emoreward.judges.reads_media`)
+    "ignore_media": "media-to-ignore",  # a zero-shot judge that reads media, or data that names media files
+    "references": "references",  # a zero-shot strategy that reads them (`zero_shot.strategies.READS_REFERENCES`)
     **dict.fromkeys(["controlled_negatives", "no_controlled_negatives"], ALWAYS),  # both kinds of judge
     **dict.fromkeys(["batch_size", "dtype", "vllm_url", "engine_timeout"], "reward-model"),
-    **dict.fromkeys(ZERO_SHOT_ONLY, "zero-shot"),
+    **dict.fromkeys([k for k in ZERO_SHOT_ONLY if k not in ("ignore_media", "references")], "zero-shot"),
 }  # fmt: skip
 
 
 def _check_applicable(args: argparse.Namespace, spec: str, kind: str) -> None:
     from emoreward.judges import reads_media
+    from zero_shot.strategies import READS_REFERENCES
 
     media = not args.media_root or reads_media(spec) is not False  # only asked when --media-root is given
+    zero_shot = kind != "reward-model"
+    only_zero_shot = f"{spec} is a reward model; {{options}} {{verb}} to zero-shot judges only"
+    strategies = getattr(args, "strategy", None) or ["S1"]
     check_applicable(
         args,
         APPLIES,
         {
             "reward-model": (kind == "reward-model", f"{{options}} {{verb}} to reward models; {spec} is a zero-shot judge"),
-            "zero-shot": (kind != "reward-model", f"{spec} is a reward model; {{options}} {{verb}} to zero-shot judges only"),
+            "zero-shot": (zero_shot, only_zero_shot),
             "media": (media, f"{{options}} {{verb}} to judges that read media files; {spec} reads text only"),
+            "media-to-ignore": (lambda: zero_shot and _media_to_ignore(args, spec), only_zero_shot if not zero_shot else
+                                f"{{options}} {{verb}} to judges that read media files or data that names them; {spec} "
+                                f"reads text only and {args.data} names no media file: there is nothing to ignore"),
+            "references": (zero_shot and bool(READS_REFERENCES & set(strategies)), only_zero_shot if not zero_shot else
+                           f"{{options}} {{verb}} to the strategies that read a reference description "
+                           f"({', '.join(sorted(READS_REFERENCES))}); --strategy {' '.join(strategies)} reads none"),
         },
     )  # fmt: skip
+
+
+def _media_to_ignore(args: argparse.Namespace, spec: str) -> bool:
+    """Whether `--ignore-media` has something to ignore: the judge reads media (`emoreward.judges.reads_media`), or
+    a text-only judge's data names media files (which it would refuse to judge without the option)."""
+    from emoreward.data import load_pairs
+    from emoreward.judges import reads_media
+    from zero_shot.strategies import resolve_media
+
+    if reads_media(spec) is not False:
+        return True
+    return any(resolve_media(pair, None) is not None for pair in load_pairs(args.data))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -421,7 +445,9 @@ def check_references(args: argparse.Namespace, options: dict, pairs: list, refer
     Raises:
         ValueError: naming the references file (or its absence), the first such pair's row and the count.
     """
-    steps = [s for s in options["strategy"] if s != "S1"]
+    from zero_shot.strategies import READS_REFERENCES
+
+    steps = [s for s in options["strategy"] if s in READS_REFERENCES]
     if not steps:
         return
     from zero_shot.strategies import resolve_media

@@ -329,6 +329,8 @@ def check_applicable(args: argparse.Namespace, table: dict[str, str], facts: dic
             a command module's ``APPLIES``, one entry per option of its parser (tests/relations/test_registry.py).
         facts: condition -> (whether it holds in this run, the refusal when it does not: a template with
             ``{options}`` (the options given, comma-separated), ``{verb}`` ("applies" / "apply") and ``{first}``).
+            Where telling costs work (reading the data), "whether it holds" may be a function of no arguments,
+            called only when an option of that condition is given.
 
     An option counts as given when its value differs from its parser default (``args._defaults``, recorded by the
     command parser; without it nothing is checked).
@@ -345,7 +347,7 @@ def check_applicable(args: argparse.Namespace, table: dict[str, str], facts: dic
             given.setdefault(condition, []).append("--" + dest.replace("_", "-"))
     for condition, options in given.items():
         holds, refusal = facts[condition]
-        if not holds:
+        if not (holds() if callable(holds) else holds):
             verb = "applies" if len(options) == 1 else "apply"
             raise ValueError(refusal.format(options=", ".join(options), verb=verb, first=options[0]))
 

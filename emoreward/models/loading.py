@@ -101,6 +101,16 @@ def source_identity(name_or_path: str | Path | None) -> str | None:
     return current_fingerprint(path)
 
 
+def weights_identity(name_or_path: str | Path, gguf_file: str | None = None) -> str:
+    """The one identity of a model's weights as a judge backend names them (every judge's call cache file, call
+    input hash and committee identity): a local folder or file by its content (`source_identity`: a copy, move or
+    rename is the same model, one changed weight byte another), anything else by its name (a Hub id, ``pkg:NAME``),
+    plus the GGUF file read inside it. Never the path."""
+    content = source_identity(name_or_path)
+    base = f"content={content}" if content else str(name_or_path)
+    return base + (f":{gguf_file}" if gguf_file else "")
+
+
 def model_identity(model: Any) -> str:
     """The content identity of a reward model object: `content_identity` of the folder it was loaded from while its
     weights are unchanged since (`remember_source`; computed once per model), else the `weights_fingerprint` of its
@@ -264,4 +274,5 @@ __all__ = [
     "remember_source",
     "source_identity",
     "unregister_engine",
+    "weights_identity",
 ]

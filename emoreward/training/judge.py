@@ -448,11 +448,12 @@ def _stage(
     """One TRL stage (`SFTTrainer` or `DPOTrainer`) on ``rows`` with a fresh LoRA (merged into the weights after, so
     the next stage, or the saved judge, is a plain causal LM): (the model, the stage's log history). `collator`:
     a multimodal judge's (`MediaVerdictCollator`), None for TRL's own. A NaN loss or gradient norm stops the stage
-    (`DivergenceGuard`, naming the run, the stage and its learning-rate field)."""
+    (`DivergenceGuard`, naming the run, the stage and its learning-rate field); the callbacks are the reward
+    trainer's (`set_up_callbacks`: no dict printed per logging step)."""
     from datasets import Dataset
     from trl import DPOTrainer
 
-    from emoreward.training.trainer import DivergenceGuard
+    from emoreward.training.trainer import set_up_callbacks
 
     dpo = issubclass(trainer_class, DPOTrainer)
     stage, rate_field = ("DPO", "dpo_learning_rate") if dpo else ("SFT", "learning_rate")
@@ -463,8 +464,8 @@ def _stage(
         processing_class=tokenizer,
         peft_config=_peft_config(config) if config.use_peft else None,
         **({"data_collator": collator} if collator is not None else {}),
-        callbacks=[DivergenceGuard(f"{config.run_name or 'judge'} ({stage})", rate_field)],  # nothing merged or saved
     )
+    set_up_callbacks(trainer, f"{config.run_name or 'judge'} ({stage})", rate_field)  # a diverged stage: nothing saved
     trainer.train()
     model = trainer.model.merge_and_unload() if config.use_peft else trainer.model
     return model, list(trainer.state.log_history)

@@ -73,6 +73,19 @@ class DivergenceGuard(TrainerCallback):
                 raise divergence_error(args, state.global_step, key, value, name=self.name, rate_field=self.rate_field)
 
 
+def set_up_callbacks(trainer, name: str | None = None, rate_field: str = "learning_rate") -> None:
+    """The callbacks of every emoreward trainer (the reward trainer, the judge's SFT and DPO stages), set on
+    `trainer` (a `transformers.Trainer`) in place: no dict printed per logging step (transformers' `PrinterCallback`
+    removed: the values reach ``report_to`` and the report), one progress bar named after the run
+    (`RewardProgressCallback`, none with ``disable_tqdm``) and the `DivergenceGuard` (`name`, `rate_field` as
+    there)."""
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    if not trainer.args.disable_tqdm:
+        trainer.add_callback(RewardProgressCallback())
+    trainer.add_callback(DivergenceGuard(name, rate_field))
+
+
 class EmoRewardTrainer(RewardTrainer):
     """RewardTrainer whose batches come from a backbone adapter and whose loss follows `args.ties` and
     `args.length_debias` (an `EmoRewardConfig`). Batches of an epoch depend on (seed, epoch) alone
@@ -97,12 +110,7 @@ class EmoRewardTrainer(RewardTrainer):
         finally:
             if heads > 1:
                 model.config.num_labels = heads
-        # one progress bar, no dict printed per logging step (the values reach report_to and the report)
-        self.remove_callback(PrinterCallback)
-        self.remove_callback(ProgressCallback)
-        if not self.args.disable_tqdm:
-            self.add_callback(RewardProgressCallback())
-        self.add_callback(DivergenceGuard())
+        set_up_callbacks(self)
 
     run_identity: dict | None = None  # written into every step checkpoint (emoreward.training.run_identity)
 
@@ -269,5 +277,6 @@ __all__ = [
     "EpochSeededLengthGroupedSampler",
     "drop_mixed_precision_forward",
     "RewardProgressCallback",
+    "set_up_callbacks",
     "value_head_weight",
 ]

@@ -6,7 +6,7 @@ one direction of an option pair was refused and the other ignored with exit 0)."
 from __future__ import annotations
 
 import pytest
-from bad_input_helpers import fails, run
+from bad_input_helpers import fails, run, write
 
 from emoreward.cli.main import build_parser, command_module
 from emoreward.cli.options import ALWAYS
@@ -102,6 +102,40 @@ def test_evaluate_refuses_a_reward_model_option_for_a_zero_shot_judge(options, f
 def test_judge_refuses_zero_shot_options_for_a_reward_model(rm_dir, good_pairs, tmp_path, capsys):
     argv = ["judge", "--judge", rm_dir, "--data", good_pairs, "--output", tmp_path / "j", "--limit", "2", "--no-swap"]
     fails(argv, capsys, f"{rm_dir} is a reward model; --no-swap, --limit apply to zero-shot judges only")
+
+
+JUDGE = [
+    # (id, judge, options, fragment): the media option pair and the references refused alike (before, --media-root
+    # was refused on a text-only judge while --ignore-media, and --references with S1 alone, ran with exit 0)
+    ("ignore-media-text-judge", "zs", ["--ignore-media"], "--ignore-media applies to judges that read media files or "
+     "data that names them; {zs} reads text only and {data} names no media file"),
+    ("references-s1", "zs", ["--strategy", "S1", "--references", "{refs}"], "--references applies to the strategies "
+     "that read a reference description (S2, S3, S4); --strategy S1 reads none"),
+    ("references-rm", "rm", ["--references", "{refs}"], "{rm} is a reward model; --references applies to zero-shot"),
+    ("ignore-media-rm", "rm", ["--ignore-media"], "{rm} is a reward model; --ignore-media applies to zero-shot"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("judge, options, fragment", [c[1:] for c in JUDGE], ids=[c[0] for c in JUDGE])
+def test_judge_refuses_a_media_or_references_option_where_it_cannot_apply(judge, options, fragment, rm_dir,
+                                                                          judge_yaml, good_pairs, tmp_path, capsys):  # fmt: skip
+    refs = write(tmp_path / "refs.jsonl", '{"sample_id": "v1", "description": "a calm face"}\n')
+    names = {"zs": judge_yaml, "rm": rm_dir, "data": good_pairs, "refs": refs}
+    options = [o.format(**names) for o in options]
+    argv = ["judge", "--judge", names[judge], "--data", good_pairs, "--output", tmp_path / "j", *options]
+    fails(argv, capsys, fragment.format(**names))
+    assert not (tmp_path / "j").exists()  # before any work
+
+
+def test_ignore_media_applies_to_a_text_judge_whose_data_names_media(judge_yaml, tmp_path, capsys):
+    """The other side: a text-only judge refuses data that names media files unless told to ignore them."""
+    clip = write(tmp_path / "v1.mp4", b"")
+    data = write(tmp_path / "pairs.csv", f"name,a1,a2,preference,video\nv1,She smiles.,Neutral.,a1,{clip}\n")
+    argv = ["judge", "--judge", judge_yaml, "--data", data, "--output", tmp_path / "j", "--runs", "1", "--no-progress"]
+    code, _, err = run(argv, capsys)
+    assert code == 2 and "reads only text but the sample has ['video']" in err and "--ignore-media" in err, err
+    code, _, err = run([*argv, "--ignore-media"], capsys)
+    assert code == 0, err
 
 
 def test_export_refuses_public_without_an_upload(rm_dir, tmp_path, capsys):

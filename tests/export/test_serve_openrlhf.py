@@ -116,7 +116,7 @@ def test_the_python_reward_file_scores_like_the_server_loading_the_model_once(sa
     assert status == 200
     assert_same_rewards(data["rewards"], rewards)
     # one model per process: both loaded copies of the file scored with the same service
-    batcher = shared_batcher(saved_model, openrlhf_labels="subtitle")
+    batcher = shared_batcher(saved_model, openrlhf_labels="subtitle", settings_in="environment")  # the file's
     assert batcher.service.stats.requests == 32 and batcher.service.stats.batches <= 32
     # a whole batch in one call (older OpenRLHF) and an empty one
     info = first(queries[:4], [PROMPT] * 4, SUBTITLES[:4])

@@ -161,9 +161,11 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--output": ("output_closure",),
         "--runs": ("accounting",),
         "--no-swap": ("accounting",),
-        "--references": "the S4 reference descriptions: tests/zero_shot/test_config_cli.py",
+        "--references": "the S2-S4 reference descriptions (zero_shot.strategies.READS_REFERENCES): "
+        "tests/zero_shot/test_config_cli.py; refused with S1 alone or a reward model: tests/bad_input/test_applicability.py",
         "--media-root": "where media files are: tests/bad_input/test_bad_media.py",
-        "--ignore-media": "a judge setting: tests/zero_shot/test_multimodal.py",
+        "--ignore-media": "a judge setting: tests/zero_shot/test_multimodal.py; refused where there is no media to "
+        "ignore (a text-only judge, data naming none; judges.reads_media): tests/bad_input/test_applicability.py",
         "--limit": ("subset",),
         "--two-class-ties": "a choice of metric definition (tests/test_metrics.py checks its values)",
         "--no-progress": NO_RESULT,

@@ -5,7 +5,8 @@ another run; changing nothing reuses everything, and the counts in the report sa
 Owners: `emoreward.utils.cache_key` (`cache_key`, `content_fingerprint`, `source_fingerprint`,
 `current_fingerprint`: the content of a folder or file), `emoreward.models.loading` (`content_identity`,
 `model_identity`, `source_identity`: everything a reward model reads, a referenced backbone included, for every cache,
-the vLLM served name, a model kept loaded for a path and run identity), `emoreward.models.precision`
+the vLLM served name, a model kept loaded for a path and run identity; `weights_identity`: a judge model's, never its
+path), `emoreward.models.precision`
 (`precision_identity`: the dtype and the CPU kind of every cache key), `emoreward.ranking.score_cache` (scores by
 content key), `zero_shot.cache` (calls keyed by their input), `emoreward.training.run_identity` (data, labels,
 backbone content and recipe of a run; a judge's prompt set and the media files by content: the media relations are in
@@ -187,16 +188,73 @@ def negative_contents(rows) -> set:
     return {(n.original, n.negative) for n in generate_negatives(pairs).negatives}
 
 
-def test_a_judge_model_folder_changed_in_place_is_another_judge(tiny_llama_dir, tmp_path):
-    """The call cache's model part is the local model's content (`source_fingerprint`), not its path."""
+@pytest.mark.parametrize("backend", ["transformers-text", "transformers-mllm"])
+def test_a_judge_model_folder_changed_in_place_is_another_judge(backend, tiny_llama_dir, tmp_path):
+    """The call cache's model part is the local model's content (`weights_identity`), not its path: a copy elsewhere
+    is the same model, the folder retrained in place another, for the text and the multimodal backend alike."""
     from zero_shot.config import ModelConfig, backend_identity
 
+    family = "qwen2.5-vl" if backend == "transformers-mllm" else None
     folder = model_copy(tiny_llama_dir, tmp_path / "llm")
-    cfg = ModelConfig(backend="transformers-text", model=str(folder))
+    cfg = ModelConfig(backend=backend, model=str(folder), family=family)
     before = backend_identity(cfg)
     assert backend_identity(cfg) == before
+    copy = ModelConfig(
+        backend=backend, model=str(model_copy(folder, tmp_path / "elsewhere" / "other name")), family=family
+    )
+    assert backend_identity(copy) == before and str(tmp_path) not in before
     change_weights(folder)
     assert backend_identity(cfg) != before
+
+
+def _judge_folder(model_dir, folder):
+    """A judge folder as `emoreward train` leaves one: the weights and `judge.yaml` with the model ``.``."""
+    import yaml
+
+    model_copy(model_dir, folder)
+    mllm = {"backend": "transformers-text", "model": ".", "dtype": "float32", "device": "cpu"}
+    definition = {"name": "tiny-folder", "prompts": "emoprefer_v1", "mllm": mllm, "verdict": "logits"}
+    definition["sampling"] = {"do_sample": False, "max_new_tokens": 2, "seed": 0}
+    (folder / "judge.yaml").write_text(yaml.safe_dump(definition), encoding="utf-8")
+    return folder
+
+
+def test_a_copied_or_moved_judge_folder_finds_its_calls_and_a_changed_weight_makes_them_again(
+    tiny_llama_dir, tmp_path, capsys
+):
+    """A local judge model is named by its content in every judge identity (`emoreward.models.loading.
+    weights_identity`: the call cache file, each call's input hash, the committee's `judge_identity`), never by its
+    path: a byte-identical copy or a move of a judge folder makes 0 calls through `judge` and `rank`; one changed
+    weight makes every call again."""
+    from emoreward.judges import judge_identity
+
+    first = _judge_folder(tiny_llama_dir, tmp_path / "judge")
+    data = write_jsonl(tmp_path / "pairs.jsonl", pair_rows(3))
+    table = write_jsonl(tmp_path / "table.jsonl", table_rows(2, ("alpha", "beta")))
+    cache = ["--cache-dir", tmp_path / "rank-cache"]
+
+    def judge(folder) -> tuple[int, int]:
+        out = tmp_path / "out"
+        run_ok(capsys, ["judge", "--judge", folder, "--data", data, "--output", out, "--no-progress"])
+        calls = read_json(out / "report.json")["calls"]
+        return calls["made"], calls["cached"]
+
+    def rank(folder) -> int:
+        report = _rank(capsys, folder, table, tmp_path / "rank.json", "--no-length-control", *cache)
+        return report["cost"]["n_judge_calls"]
+
+    n = judge(first)[0]
+    n_rank = rank(first)
+    assert n > 0 and n_rank > 0
+    copy = model_copy(first, tmp_path / "copy of the judge")
+    assert judge(copy) == (0, n) and rank(copy) == 0
+    assert judge_identity(copy) == judge_identity(first)
+    (tmp_path / "moved").mkdir()
+    moved = shutil.move(first, tmp_path / "moved" / "renamed")
+    assert judge(moved) == (0, n) and rank(moved) == 0
+    change_weights(copy)  # one folder retrained in place: every call is new
+    assert judge(copy) == (n, 0) and rank(copy) == n_rank
+    assert judge(moved) == (0, n)  # the unchanged one still finds its calls
 
 
 def test_judge_call_cache_is_keyed_by_the_precision_the_lazy_model_will_load_in(

@@ -137,8 +137,9 @@ def test_a_label_the_server_reads_changes_the_reward_and_is_never_dropped(model,
     monkeypatch.setenv(reward_func.ENV_LABELS, "subtitle")
     got = reward_func.reward_func(query["query"], [""], [SUBTITLE])
     assert_same_rewards(got["rewards"].tolist(), [with_subtitle])
-    with pytest.raises(ValueError, match="missing field 'labels': the server's --openrlhf-labels subtitle reads it"):
+    with pytest.raises(ValueError, match="missing field 'labels': EMOREWARD_RM_LABELS=subtitle reads it") as refused:
         reward_func.reward_func(query["query"], [""], None)
+    assert "--openrlhf-labels" not in str(refused.value)  # the reward file's setting, not the server's option
 
 
 def get_json(srv: RewardServer, path: str) -> dict:

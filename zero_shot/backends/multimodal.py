@@ -561,9 +561,8 @@ def label_logprobs(model, inputs: dict, n_prompt: int) -> torch.Tensor:
 
 
 def identity_base(cfg) -> str:
-    """The weights part of an MLLM backend's identity (`cfg`: `zero_shot.config.ModelConfig`): family, name, dtype
-    and the content of a local model (`emoreward.models.loading.source_identity`)."""
-    from emoreward.models.loading import source_identity
+    """The weights part of an MLLM backend's identity (`cfg`: `zero_shot.config.ModelConfig`): family, the weights
+    (`emoreward.models.loading.weights_identity`: a local model's content, never its path) and dtype."""
+    from emoreward.models.loading import weights_identity
 
-    content = source_identity(cfg.model)
-    return f"mllm:{cfg.family}:{cfg.model}:{cfg.dtype}" + (f":content={content}" if content else "")
+    return f"mllm:{cfg.family}:{weights_identity(cfg.model, cfg.gguf_file)}:{cfg.dtype}"

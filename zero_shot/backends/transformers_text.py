@@ -34,17 +34,11 @@ MIN_SHARED_PREFIX = 8  # tokens; a shorter common prefix is not worth a separate
 
 def text_identity(model_name_or_path: str, gguf_file: str | None, dtype: str) -> str:
     """The identity of a `from_pretrained` text backend (part of every cache input hash), known before loading: its
-    name, GGUF file and dtype, and the content of a local model (`source_fingerprint`: a folder retrained in place
-    is another model)."""
-    from emoreward.utils.cache_key import source_fingerprint
+    weights (`emoreward.models.loading.weights_identity`: a local model's content, never its path, so a copied or
+    moved judge folder finds its calls and a folder retrained in place is another model) and dtype."""
+    from emoreward.models.loading import weights_identity
 
-    content = source_fingerprint(model_name_or_path)
-    return (
-        f"text:{model_name_or_path}"
-        + (f":{gguf_file}" if gguf_file else "")
-        + f":{dtype}"
-        + (f":content={content}" if content else "")
-    )
+    return f"text:{weights_identity(model_name_or_path, gguf_file)}:{dtype}"
 
 
 def chat_prompt_text(tokenizer: Any, request: ChatRequest) -> str:

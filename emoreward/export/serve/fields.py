@@ -81,6 +81,8 @@ class RequestFields:
         media_root (`str` or `Path`, *optional*): the only folder media paths may point into (multimodal models);
             without it every media path is refused.
         allow_unused_media (`bool`): a text model accepts (and ignores) video / audio paths (otherwise 400).
+        settings_in (`str`): where the route settings an error names are set: ``"server"`` (``emoreward serve``'s
+            options) or ``"environment"`` (OpenRLHF's reward file: each `RouteOption`'s ``env``).
 
     Raises:
         ValueError: a ``media_root`` that is not a directory.
@@ -93,7 +95,11 @@ class RequestFields:
         *,
         media_root: str | Path | None = None,
         allow_unused_media: bool = False,
+        settings_in: str = "server",
     ):
+        if settings_in not in ("server", "environment"):
+            raise ValueError(f"settings_in must be 'server' or 'environment', got {settings_in!r}")
+        self.settings_in = settings_in
         self.facts = facts
         self.limits = limits
         self.max_chars = limits.max_chars or facts.max_chars
@@ -130,10 +136,14 @@ class RequestFields:
                 setting, values = field.required_when
                 value = route.settings[setting]
                 if value in values:
-                    flag = next(o.flag for o in route.options if o.name == setting)
+                    option = next(o for o in route.options if o.name == setting)
+                    where = (
+                        f"{option.env}={value}"
+                        if self.settings_in == "environment" and option.env
+                        else f"the server's {option.flag} {value}"
+                    )
                     raise RequestError(
-                        HTTPStatus.BAD_REQUEST,
-                        f"missing field '{field.name}': the server's {flag} {value} reads it ({field.help})",
+                        HTTPStatus.BAD_REQUEST, f"missing field '{field.name}': {where} reads it ({field.help})"
                     )
         for field in declared:
             if field.role.startswith("per_item") and (body.get(field.name) is not None or field.required):

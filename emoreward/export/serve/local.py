@@ -33,6 +33,7 @@ def shared_batcher(
     batch_size: int = 64,
     limits: ServerLimits | None = None,
     allow_unused_media: bool = False,
+    settings_in: str = "server",
     **route_options: Any,
 ) -> Batcher:
     """The process's batcher for a reward model directory and settings (loaded and started on first use; a model
@@ -43,8 +44,8 @@ def shared_batcher(
         media_root: the only folder media paths may point into (multimodal models).
         vllm_url: score through the vLLM server at this URL serving ``model`` (an export folder;
             `emoreward.models.loading.open_reward_model`, engine ``"vllm"``) instead of loading it here.
-        batch_size, allow_unused_media, **route_options: as `RewardService` (OpenRLHF's ``openrlhf_labels``,
-            ``extra_query_markers``, ...).
+        batch_size, allow_unused_media, settings_in, **route_options: as `RewardService` (OpenRLHF's
+            ``openrlhf_labels``, ``extra_query_markers``, ...; ``settings_in="environment"``: OpenRLHF's reward file).
         limits: request limits and queueing (default `ServerLimits()`; `UNLIMITED`: none).
 
     Raises:
@@ -60,6 +61,7 @@ def shared_batcher(
         batch_size,
         limits,
         allow_unused_media,
+        settings_in,
         repr(routes.settings(route_options)),  # every route's options, defaults filled in
     )
     with _LOCK:
@@ -75,6 +77,7 @@ def shared_batcher(
                 name=str(model),
                 media_root=media_root,
                 allow_unused_media=allow_unused_media,
+                settings_in=settings_in,
                 **route_options,
             )
             batcher = _SHARED[key] = Batcher(service)

@@ -16,9 +16,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from emoreward.export.serve.routes.openrlhf import ENV_LABELS, ENV_MARKERS  # the route's options, by environment
 
-ENV_MODEL, ENV_LABELS, ENV_MEDIA_ROOT = "EMOREWARD_RM_MODEL", "EMOREWARD_RM_LABELS", "EMOREWARD_RM_MEDIA_ROOT"
-ENV_MARKERS, ENV_BATCH_SIZE = "EMOREWARD_RM_QUERY_MARKERS", "EMOREWARD_RM_BATCH_SIZE"
+
+ENV_MODEL, ENV_MEDIA_ROOT, ENV_BATCH_SIZE = "EMOREWARD_RM_MODEL", "EMOREWARD_RM_MEDIA_ROOT", "EMOREWARD_RM_BATCH_SIZE"
 ENV_VLLM_URL = "EMOREWARD_RM_VLLM_URL"
 
 
@@ -66,6 +67,7 @@ def reward_func(queries: list[str], prompts: list[str], labels: list[Any], **kwa
         extra_query_markers=tuple(os.environ.get(ENV_MARKERS, "").split()),
         batch_size=int(os.environ.get(ENV_BATCH_SIZE, "64")),
         vllm_url=os.environ.get(ENV_VLLM_URL) or None,
+        settings_in="environment",  # an error names EMOREWARD_RM_LABELS, not the server's option
     )
     # a field passed as None (forks pass None for absent references) is absent, as it is on /get_reward
     fields = {"query": queries, "prompts": prompts, "labels": labels}

@@ -74,6 +74,8 @@ class RewardService:
             characters a token): the rows per pass are ``forward_tokens // mean tokens``, at most ``batch_size``.
             None: 1024 on CPU, 16384 on a GPU (``facts.device``; docs/speed.md#how-to-choose).
         allow_unused_media (`bool`): a text model accepts (and ignores) video / audio paths (otherwise 400).
+        settings_in (`str`): where an error says a route setting is set (`RequestFields`: ``"server"`` or
+            ``"environment"``, OpenRLHF's reward file).
         name (`str`): the model name returned to clients.
         media_root (`str` or `Path`, *optional*): the only folder media paths may point into (multimodal models);
             without it every media path is refused.
@@ -106,6 +108,7 @@ class RewardService:
         length_threshold: float = 0.5,
         scorer: Callable[..., ScoreInfo] | None = None,
         scorer_alive: Callable[[], bool] | None = None,
+        settings_in: str = "server",
         **route_options: Any,
     ):
         settings = routes.settings(route_options)
@@ -122,7 +125,9 @@ class RewardService:
         self.scorer_alive = scorer_alive
         self.limits = limits or ServerLimits()
         # what every route validates its request fields with (routes never call back into the service)
-        self.fields = RequestFields(facts, self.limits, media_root=media_root, allow_unused_media=allow_unused_media)
+        self.fields = RequestFields(
+            facts, self.limits, media_root=media_root, allow_unused_media=allow_unused_media, settings_in=settings_in
+        )
         self.max_chars, self.max_length = self.fields.max_chars, self.fields.max_length
         self.batch_size = batch_size
         if forward_tokens is None:

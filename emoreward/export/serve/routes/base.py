@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class RouteOption:
     """A setting of one route: a keyword of `RewardService` (and `local.shared_batcher`) named ``name``, and the
-    ``emoreward serve`` option ``flag`` (``repeat``: given once per value, a tuple; ``choices``: the values taken)."""
+    ``emoreward serve`` option ``flag`` (``repeat``: given once per value, a tuple; ``choices``: the values taken;
+    ``env``: the environment variable OpenRLHF's reward file, `emoreward.export.serve.reward_func`, reads it from)."""
 
     name: str
     flag: str
@@ -28,6 +29,7 @@ class RouteOption:
     help: str
     choices: tuple[str, ...] | None = None
     repeat: bool = False
+    env: str | None = None
 
 
 class Route:

@@ -22,6 +22,10 @@ from emoreward.export.serve.routes.base import BodyField, Route, RouteOption, re
 from emoreward.models.base import ScoreInfo
 
 
+# the environment variables of OpenRLHF's reward file (`emoreward.export.serve.reward_func`) for this route's options
+ENV_LABELS, ENV_MARKERS = "EMOREWARD_RM_LABELS", "EMOREWARD_RM_QUERY_MARKERS"
+
+
 # End-of-turn, EOS and pad markers of common chat models, as `tokenizer.decode(..., skip_special_tokens=False)`
 # writes them into OpenRLHF's queries (Qwen / ChatML, Llama 3, Phi, Gemma, Mistral / Llama 2, GPT-2 style).
 DEFAULT_QUERY_MARKERS = (
@@ -176,6 +180,7 @@ class OpenRLHF(Route):
             "sample's subtitle, or its clip (a sample id, a media path under --media-root, or an object with "
             "sample_id / subtitle / video / audio); under subtitle and clip a request without 'labels' is a 400",
             choices=LABELS,
+            env=ENV_LABELS,
         ),
         RouteOption(
             "extra_query_markers",
@@ -184,6 +189,7 @@ class OpenRLHF(Route):
             "a special-token string of the policy to strip from OpenRLHF queries (its EOS / pad / end-of-turn "
             "text) when it is not one of: " + " ".join(DEFAULT_QUERY_MARKERS) + " (repeatable)",
             repeat=True,
+            env=ENV_MARKERS,
         ),
     )
     # what OpenRLHF's clients send: `query` alone (early versions), `query` + `prompts`, or all three (labels: ""
