@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,17 +52,18 @@ def card_tokenizer_kwargs(paired: bool) -> dict:
 
 def chat_reader_ids(tokenizer, context: str, description: str, max_length: int, keep: int) -> list[int]:
     """THE plain-transformers recipe of a decoder (`"chat"` layout) export, as its card prints it (`_chat_recipe`):
-    the chat template rendered on `[user: context, assistant: description]` (no user turn without context), the
-    whitespace after the end-of-turn token dropped, tokenized whole with `add_special_tokens=False`; a sequence
+    the chat template rendered on `[user: context, assistant: description]` (both in Unicode NFC, the normal form
+    every route reads, `emoreward.data.text.normal_text`; no user turn without context), the whitespace after the
+    end-of-turn token dropped, tokenized whole with `add_special_tokens=False`; a sequence
     longer than `max_length` keeps its first `max_length - keep` tokens and its last `keep` (the closing tokens the
     value head reads; `emoreward.models.layout.kept_end_tokens`). Only tokenizer calls: what a reader without
     emoreward runs, and what `export_hf` checks on descriptions longer than `max_length`.
 
     Returns:
         `list[int]`: the token ids, at most `max_length` of them when the sequence was cut."""
-    messages = [{"role": "assistant", "content": description}]
+    messages = [{"role": "assistant", "content": unicodedata.normalize("NFC", description)}]
     if context:
-        messages.insert(0, {"role": "user", "content": context})
+        messages.insert(0, {"role": "user", "content": unicodedata.normalize("NFC", context)})
     text = tokenizer.apply_chat_template(messages, tokenize=False).rstrip()
     ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
     if len(ids) > max_length:
@@ -73,12 +75,15 @@ def _chat_recipe(max_length: int, keep: int) -> str:
     """`chat_reader_ids` as the card's Python block writes it (PATH, CONTEXT and DESCRIPTION the reader's)."""
     cut = f"ids[:{max_length - keep}] + ids[-{keep}:]" if keep else f"ids[:{max_length}]"
     return f"""```python
+import unicodedata
+
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 tokenizer = AutoTokenizer.from_pretrained(PATH)
 model = AutoModelForSequenceClassification.from_pretrained(PATH).eval()
-messages = [{{"role": "user", "content": CONTEXT}}, {{"role": "assistant", "content": DESCRIPTION}}]  # no user turn without CONTEXT
+nfc = lambda text: unicodedata.normalize("NFC", text)  # the Unicode form the model was trained and checked on
+messages = [{{"role": "user", "content": nfc(CONTEXT)}}, {{"role": "assistant", "content": nfc(DESCRIPTION)}}]  # no user turn without CONTEXT
 text = tokenizer.apply_chat_template(messages, tokenize=False).rstrip()
 ids = tokenizer(text, add_special_tokens=False)["input_ids"]
 if len(ids) > {max_length}:  # cut the description's end; keep the {keep} closing token(s) the value head reads
