@@ -172,14 +172,7 @@ def named_input_files(args: argparse.Namespace, outputs: Sequence[str]) -> list[
     """Every existing file the command line names, but the outputs (attribute names): the data, a sample-id list,
     a judge YAML, calibration pairs... as ``("--option", path)``, what no output of the run may overwrite (one list
     for the early checks and for `emoreward.utils.io.OutputFiles`)."""
-    found = []
-    for name, value in vars(args).items():
-        if name in outputs or name.startswith("_"):
-            continue
-        for item in value if isinstance(value, (list, tuple)) else [value]:
-            if isinstance(item, (str, Path)) and str(item) and Path(item).is_file():
-                found.append(("--" + name.replace("_", "-"), item))
-    return found
+    return [(name, item) for name, item in named_input_paths(args, outputs) if Path(item).is_file()]
 
 
 def named_input_paths(args: argparse.Namespace, outputs: Sequence[str]) -> list[tuple[str, str | Path]]:

@@ -33,12 +33,10 @@ def is_missing(value: Any) -> bool:
     empty cell in a text column (a text field can hold no number). Numeric fields use `is_null`."""
     if is_null(value):
         return True
-    if isinstance(value, float):
-        return math.isnan(value)
     item = getattr(value, "item", None)
     if type(value).__module__ == "numpy" and callable(item) and getattr(value, "ndim", 1) == 0:
-        return is_missing(item())
-    return False
+        value = item()  # a NumPy scalar as its Python value
+    return isinstance(value, float) and math.isnan(value)
 
 
 def plain(value: Any) -> Any:
