@@ -394,7 +394,8 @@ def resamples(args: argparse.Namespace) -> int:
     A scripted judge's verdicts on the bundled OV-MERD table (`scripted_records`), the full-data fit once (this
     tree's), then `length_batched.fit_resamples` of this tree and of each ``--before`` commit (its file from ``git
     show``, in a temporary folder) on the same design, start and resamples, the trees alternating in every repeat:
-    the best CPU and wall time of the repeats and the largest parameter difference from this tree. Each commit runs
+    the best CPU and wall time of the repeats and the largest parameter difference from this tree (``--tol``: every
+    tree stops at that tolerance instead of its own, so two trees compare at equal tolerance). Each commit runs
     with its own tie model's module where it has one (`revision_model`: the closed forms are the model's). A commit
     from before the fit specification (c764169) fits Davidson and Bradley-Terry only (a ``davidson`` flag)."""
     import inspect
@@ -423,6 +424,15 @@ def resamples(args: argparse.Namespace) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"this tree": length_batched} | {rev: load_revision(rev, Path(tmp)) for rev in args.before}
+        own_tol = {label: module._TOL for label, module in trees.items()}
+        if args.tol is not None:
+            for module in trees.values():
+                module._TOL = args.tol
+        print(
+            "stopping tolerance: "
+            + ", ".join(f"{label} {module._TOL:g} (own {own_tol[label]:g})" for label, module in trees.items())
+            + "\n"
+        )
         for tie_model in args.tie_models:
             model = get_model(tie_model)
             design, _ = length_batched.build_design(records, table.models, raw / scale, model)
@@ -502,6 +512,11 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_argument("--repeats", type=int, default=3)
     sub.add_argument(
         "--tie-models", nargs="+", default=["davidson", "bradley-terry", "rao-kupper", "emoprefer"], metavar="NAME"
+    )
+    sub.add_argument(
+        "--tol",
+        type=float,
+        help="every tree's stopping tolerance (its `_TOL`; default: each tree's own), to time the trees at equal tolerance",
     )
     sub.add_argument("--output", help="also write the figures as JSON here")
     args = parser.parse_args(argv)
