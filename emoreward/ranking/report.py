@@ -522,7 +522,8 @@ class BPARankingReport:
         }
 
     def to_markdown(self, digits: int = 2) -> str:
-        """Ranking table with score ± sigma, comparisons used vs the full C(M,2) x N, and why it stopped."""
+        """Ranking table with score ± sigma, comparisons used vs a full ranking's (C(M,2) x N when complete), and why it
+        stopped."""
         lines = ["| rank | model | BPA score ± sigma (1-9 scale) | comparisons |", "|---:|---|---|---:|"]
         ranks = self.ranks
         for rank, m in zip(ranks, self.ranking):
@@ -543,8 +544,9 @@ class BPARankingReport:
         rel = ", ".join(f"{k} {v:.2f}" for k, v in self.fit.reliabilities.items())
         lines += [
             "",
-            f"Comparisons: {self.n_pairs} pairs asked of the full C(M,2) x N = {self.full_pairs} ({share:.1f}%), "
-            f"{len(self.records)} verdicts; strategies {self.strategy_counts}.",
+            f"Comparisons: {self.n_pairs} pairs asked of the {self.full_pairs} a full ranking asks ({share:.1f}%), "
+            f"{len(self.records)} verdicts; strategies {self.strategy_counts} (a full ranking asks each pair of models "
+            f"on each sample both described: C(M,2) x N on a complete table).",
             f"Stopped by {self.stopped_by}: {why}.",
             f"Judge reliability (Crowd-BT eta): {rel}; tie margin delta {self.fit.delta:.2f}.",
             _bpa_cost_line(self.cost),

@@ -85,7 +85,7 @@ def test_reward_model_bpa_recovers_order_within_budget():
     touched = {(r.sample, m) for r in report.records for m in (r.item_a, r.item_b)}
     assert model.n_scored == report.cost["n_scored"] == len(touched) < 6 * 40
     text = report.to_markdown()
-    assert "150 pairs asked of the full C(M,2) x N = 600 (25.0%)" in text and "Stopped by budget" in text
+    assert "150 pairs asked of the 600 a full ranking asks (25.0%)" in text and "Stopped by budget" in text
     assert " ± " in text and report.to_dict()["ranking"] == report.ranking
 
 
@@ -166,7 +166,7 @@ def test_cli_method_bpa_defaults_to_ranking_variance_exploration(tmp_path, tiny_
     argv += ["--budget", "80", "--sigma-tau", "0.001", "--output", str(out)]
     assert main(argv) == 0
     captured = capsys.readouterr()
-    assert "80 pairs asked of the full C(M,2) x N = 300" in captured.out and "Stopped by budget" in captured.out
+    assert "80 pairs asked of the 300 a full ranking asks" in captured.out and "Stopped by budget" in captured.out
     assert "BPA queries" not in captured.err  # no progress bar: stderr is not a terminal
     data = json.loads(out.read_text())
     assert data["method"] == "bpa" and data["n_pairs"] == 80 and sorted(data["ranking"]) == sorted(table.models)

@@ -129,7 +129,7 @@ def test_bpa_at_its_default_budget_asks_every_pair_of_every_sample_once(policy, 
     report = read_json(out)
     assert report["budget"] == report["n_pairs"] == report["full_pairs"] == math.comb(4, 2) * 5
     assert report["n_comparisons"] == dict.fromkeys(report["models"], 3 * 5)
-    assert "Comparisons: 30 pairs asked of the full C(M,2) x N = 30 (100.0%)" in printed
+    assert "Comparisons: 30 pairs asked of the 30 a full ranking asks (100.0%)" in printed
 
 
 def test_bpa_names_the_exploration_rule_that_picked_its_pairs_under_every_policy(rm_dir, tmp_path, capsys):
@@ -379,3 +379,20 @@ def test_the_cost_line_counts_the_pairs_a_sparse_table_has_and_says_so(rm_dir, t
     line = next(line for line in printed.splitlines() if line.startswith("Judge calls:"))
     assert "would need 42 pair calls (one per pair of models on each sample both described" in line
     assert "swapped order: 84)" in line
+
+
+def test_bpa_counts_the_pairs_a_sparse_table_has_and_says_so(rm_dir, tmp_path, capsys):
+    """The same sparse table under BPA at its default budget: a full ranking asks the 42 pairs of models that both
+    described a sample, each once, and the line names that count, not C(M,2) x N = 48 (it read "of the full C(M,2) x
+    N = 42")."""
+    rows = table_rows()
+    last = sorted({r["model"] for r in rows})[-1]
+    rows = [r for r in rows if not (r["model"] == last and r["sample"] in ("s0", "s1"))]
+    table = write_jsonl(tmp_path / "t.jsonl", rows)
+    out = tmp_path / "r.json"
+    printed = run_ok(capsys, ["rank", "--judge", rm_dir, "--data", table, "--method", "bpa", "--sigma-tau", "1e-9",
+                              "--tie-threshold", "0", "--no-cache", "--quiet", "--output", out])  # fmt: skip
+    report = read_json(out)
+    assert report["budget"] == report["n_pairs"] == report["full_pairs"] == 6 * 6 + 3 * 2
+    assert "Comparisons: 42 pairs asked of the 42 a full ranking asks (100.0%)" in printed
+    assert "C(M,2) x N on a complete table" in printed
