@@ -1,6 +1,7 @@
 """Merged export: `AutoModelForSequenceClassification` loads it and gives the same rewards (within 1e-5)."""
 
 import importlib.util
+import re
 from pathlib import Path
 
 import numpy as np
@@ -157,6 +158,27 @@ def test_the_export_command_refuses_a_negative_atol(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["export", "--model", str(tmp_path), "--output", str(tmp_path / "out"), "--atol", "-1"])
     assert exit_.value.code == 2 and "--atol" in capsys.readouterr().err
+
+
+def test_the_export_command_says_which_bound_it_checked_and_how_help_and_output_agree(tmp_path, capsys):
+    """Without --atol the bound is "the same reward" at the probes' largest |reward| (rewards beyond 1 here: a bound
+    above 1e-5), printed with how it was derived, as --help says; --atol 1e-5 is checked and printed as given."""
+    from _helpers import save_tiny_bert_rm
+
+    from emoreward.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["export", "--help"])
+    assert "1e-5 x max(1, largest |reward| of the probes)" in " ".join(capsys.readouterr().out.split())
+    model = save_tiny_bert_rm(tmp_path / "rm")  # rewards of a few units (initializer range 0.5)
+    assert main(["export", "--model", str(model), "--output", str(tmp_path / "a")]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    found = re.search(r"\(atol ([-+.e0-9]+): reward_tolerance\(float32\) at max \|reward\| ([-+.e0-9]+)\)$", line)
+    assert found, line
+    atol, magnitude = float(found[1]), float(found[2])
+    assert magnitude > 1 and atol == pytest.approx(1e-5 * magnitude, rel=5e-3)  # printed to 3 significant digits
+    assert main(["export", "--model", str(model), "--output", str(tmp_path / "b"), "--atol", "1e-5"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("both scored in float32 (atol 1e-05, given)")
 
 
 def test_the_earlier_multimodal_layout_still_loads(tmp_path):
