@@ -207,3 +207,26 @@ def test_the_earlier_multimodal_layout_still_loads(tmp_path):
     report = export_hf(tmp_path / "full", tmp_path / "export")
     assert is_engine_layout(tmp_path / "export") and not (tmp_path / "export" / VALUE_HEAD_FILE).exists()
     assert report.max_abs_diff <= 1e-5 and report.max_abs_diff_plain <= 1e-5
+
+
+def test_the_vllm_command_module_refuses_a_training_or_missing_folder_in_one_line(tmp_path):
+    """``python -m emoreward.export.vllm DIR`` (docs/serving.md#vllm, ``rank --help``) ends as every command does
+    (`emoreward.utils.guard.guarded`): a training folder or a missing one is one line naming it and exit 2, before
+    anything is written."""
+    import os
+    import subprocess
+    import sys
+
+    from _helpers import save_tiny_bert_rm
+
+    model = save_tiny_bert_rm(tmp_path / "rm")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
+    for folder, says in ((model, "is a training folder, not an export"), (tmp_path / "none", "not found")):
+        run = subprocess.run(
+            [sys.executable, "-m", "emoreward.export.vllm", str(folder)], env=env, capture_output=True, text=True
+        )
+        lines = run.stderr.strip().splitlines()
+        assert run.returncode == 2 and len(lines) == 1 and not run.stdout, run.stderr
+        assert lines[0].startswith("python -m emoreward.export.vllm: error: ") and str(folder) in lines[0]
+        assert says in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rm"]  # no chat template written beside either
