@@ -1,17 +1,29 @@
 """A new reward-model engine is one registration: an engine defined here (one that scores with the negated rewards of
 the in-process model) is opened by `open_reward_model` and by `load_judge`, the one judge resolver, with nothing else
-edited; the built-in engines (in process, an `emoreward serve` server) give the same rewards."""
+edited; the built-in engines (in process, an `emoreward serve` server) give the same rewards; an option that cannot
+apply to the model (``media_root`` for a text model) and a server serving another model are refused."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
-from _helpers import synthetic_pairs
+from _helpers import save_tiny_bert_rm, synthetic_pairs
 
 from emoreward.data.verdicts import Verdict
 from emoreward.judges import load_judge
 from emoreward.models.base import RewardModelBase
-from emoreward.models.loading import ENGINES, Engine, open_reward_model, register_engine, unregister_engine
+from emoreward.models.loading import (
+    ENGINES,
+    Engine,
+    content_identity,
+    open_reward_model,
+    register_engine,
+    unregister_engine,
+)
 
 
 TEXTS = ["She smiles warmly at her friend.", "A flat, tired voice.", "He shouts, red in the face."]
@@ -63,6 +75,10 @@ def test_the_engine_registry_refuses_what_does_not_apply(lora_dir, negated_engin
         open_reward_model(lora_dir, url="http://127.0.0.1:1")
     with pytest.raises(ValueError, match="give its url"):
         open_reward_model(lora_dir, "server")
+    with pytest.raises(ValueError, match=r"media_root \(/tmp\) applies to multimodal reward models: .* text model"):
+        open_reward_model(lora_dir, media_root="/tmp")  # a text model reads no media: refused, as a url is
+    with pytest.raises(ValueError, match="media_root .* is a text model"):
+        open_reward_model(lora_dir, "server", url="http://127.0.0.1:1", media_root="/tmp")  # before any request
     with pytest.raises(ValueError, match="already registered"):
         register_engine(Engine("negated", Negated, False, ""))
     assert {"in-process", "vllm", "server"} <= set(ENGINES)
@@ -82,3 +98,33 @@ def test_the_server_engine_scores_as_the_model_in_process(lora_dir):
     tolerance = plain.precision["tolerance"]  # the one rule of "the same reward" (batches differ on the server)
     assert np.allclose(info.rewards, want.rewards, rtol=0, atol=tolerance)
     assert info.n_tokens.tolist() == want.n_tokens.tolist() and not info.truncated.any()
+
+
+def test_the_server_engine_refuses_a_server_of_another_model(tmp_path):
+    """A real ``emoreward serve`` of m0 on loopback: its ``/health`` reports m0's content identity, and opening m1
+    against it is refused naming both identities (not m0's rewards under m1's name, and so in m1's score cache)."""
+    m0 = save_tiny_bert_rm(tmp_path / "m0")
+    m1 = save_tiny_bert_rm(tmp_path / "m1", hidden=32)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1", "EMOREWARD_DTYPE": "float32"}
+    code = "import sys; from emoreward.cli import main; sys.exit(main(sys.argv[1:]))"
+    cmd = [sys.executable, "-c", code, "serve", "--model", str(m0), "--port", "0", "--no-model-process"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = ""
+        while "http://127.0.0.1:" not in line:
+            line = proc.stdout.readline()
+            assert line or proc.poll() is None, f"the server exited: {proc.stderr.read()[-2000:]}"
+        url = "http://127.0.0.1:" + line.split("http://127.0.0.1:")[1].split()[0]
+        served = open_reward_model(m0, "server", url=url)
+        assert served.client.request("GET", "/health")["identity"] == content_identity(m0)
+        want = open_reward_model(m0, dtype="float32").score(TEXTS, "hi")
+        assert np.allclose(served.score(TEXTS, "hi"), want, rtol=0, atol=1e-6)
+        assert content_identity(m0) != content_identity(m1)
+        with pytest.raises(ValueError) as refused:
+            open_reward_model(m1, "server", url=url)
+        message = str(refused.value)
+        assert "\n" not in message and f"content identity {content_identity(m0)}, not {m1}" in message
+        assert f"(content identity {content_identity(m1)})" in message
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

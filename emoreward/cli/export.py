@@ -1,7 +1,7 @@
 """`emoreward export`: write a merged checkpoint (LoRA folded in) of any reward model and verify it reloads with the
 same rewards; a push that cannot succeed is refused before the export starts.
 
-    emoreward export --model DIR --output EXPORT_DIR [--atol 1e-5] [--push-to-hub OWNER/NAME [--public]]
+    emoreward export --model DIR --output EXPORT_DIR [--atol A] [--push-to-hub OWNER/NAME [--public]]
 
 See docs/serving.md.
 """
@@ -34,8 +34,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--atol",
         type=nonnegative_float,
         default=None,
-        help="largest allowed reward difference after export (default: 1e-5; the check compares the float32 master "
-        "weights with the export reloaded in float32, whatever precision `auto` picks on this machine)",
+        help="largest allowed reward difference after export (default: the project's rule of the same reward, "
+        "1e-5 x max(1, largest |reward| of the probes), printed with how it was derived; the check compares the "
+        "float32 master weights with the export reloaded in float32, whatever precision `auto` picks on this machine)",
     )
     p.add_argument(
         "--push-to-hub",

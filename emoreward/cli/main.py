@@ -10,14 +10,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import os
-import sys
-import traceback
-import warnings
 from collections.abc import Callable
-from pathlib import Path
 
-from emoreward.cli.options import EXIT_ERROR, EXIT_INTERRUPTED, INTERRUPTED
+from emoreward.cli.options import EXIT_ERROR, INTERRUPTED
+from emoreward.utils.guard import guarded
 
 
 # name -> (help, command module); modules are imported only when their command is used
@@ -117,59 +113,6 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     interrupted = getattr(command_module(args.command), "INTERRUPTED", INTERRUPTED)
     return guarded(f"emoreward {args.command}", lambda: args._run(args), interrupted)
-
-
-def _one_line_errors() -> tuple[type[BaseException], ...]:
-    """The errors a command reports in one line: data, configuration and system errors, and safetensors' own error
-    (a full disk or an unwritable file while saving weights), read only when safetensors has been imported."""
-    safetensors = sys.modules.get("safetensors")
-    extra = getattr(safetensors, "SafetensorError", None)
-    return (ValueError, OSError, ImportError, RuntimeError, *([extra] if isinstance(extra, type) else []))
-
-
-# the packages whose warnings are the command's own (printed as one line by `guarded`)
-_OWN_CODE = tuple(
-    os.path.realpath(Path(__file__).parents[k] / name) + os.sep for k, name in ((1, ""), (2, "zero_shot"))
-)
-
-
-def guarded(prog: str, run: Callable[[], int], interrupted: str = INTERRUPTED) -> int:
-    """Run a command: data and configuration errors print one line and return 2, Ctrl-C prints ``interrupted`` (by
-    default how to resume; a command module's own ``INTERRUPTED`` where resuming means nothing) and returns 130;
-    a warning of the project's code prints one line, ``prog: warning: message`` (not the file and source line that
-    raised it). The output locks the command took (`emoreward.utils.io.hold_output`) are released at its end,
-    however it ends."""
-    original = warnings.formatwarning
-
-    def one_line(message, category, filename, lineno, line=None) -> str:
-        if os.path.realpath(filename).startswith(_OWN_CODE):
-            return f"{prog}: warning: {message}\n"
-        return original(message, category, filename, lineno, line)  # a library's: where it came from helps
-
-    warnings.formatwarning = one_line
-    try:
-        return _run_releasing(run)
-    except Exception as err:
-        # data and configuration errors: one clear line, no traceback (EMOREWARD_TRACEBACK=1 shows it)
-        if not isinstance(err, _one_line_errors()):
-            raise
-        if os.environ.get("EMOREWARD_TRACEBACK"):
-            traceback.print_exc()
-        print(f"{prog}: error: {err}", file=sys.stderr)
-        return EXIT_ERROR
-    except KeyboardInterrupt:
-        print(interrupted.format(prog=prog), file=sys.stderr)
-        return EXIT_INTERRUPTED
-    finally:
-        warnings.formatwarning = original
-
-
-def _run_releasing(run: Callable[[], int]) -> int:
-    try:
-        return run()
-    finally:
-        if "emoreward.utils.io" in sys.modules:  # only a command that wrote can hold a lock
-            sys.modules["emoreward.utils.io"].release_outputs()
 
 
 __all__ = ["COMMANDS", "CommandParser", "build_parser", "command_module", "guarded", "main"]

@@ -1,6 +1,7 @@
 """The leaf of the command line: argparse types, checks of output and input paths made before any work, exit
-codes, the interrupt message and the library-noise settings. It imports nothing of emoreward or zero_shot, so every
-command module (and `scripts/`) can use it without pulling in another command."""
+codes (those of an error and an interrupt, and the interrupt message, from `emoreward.utils.guard`) and the
+library-noise settings. It imports nothing else of emoreward or zero_shot, so every command module (and `scripts/`)
+can use it without pulling in another command."""
 
 from __future__ import annotations
 
@@ -15,17 +16,12 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from emoreward.utils.guard import EXIT_ERROR, EXIT_INTERRUPTED, INTERRUPTED  # noqa: F401  (their one place)
+
 
 # ---------------------------------------------------------------------------------------------- exit codes
 EXIT_OK = 0
 EXIT_FAILED_CALLS = 1  # a judge run finished, but some calls got no answer (rerun to retry them)
-EXIT_ERROR = 2  # bad arguments, data, model or judge definition: one line on stderr
-EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
-
-INTERRUPTED = (
-    "{prog}: interrupted. Finished work (cached judge calls, finished folds, trainer checkpoints where the recipe "
-    "saves them) is kept: run the same command again to resume."
-)
 
 
 def quiet_libraries(*, deepspeed: bool = True) -> None:

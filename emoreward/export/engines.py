@@ -12,7 +12,7 @@ import numpy as np
 
 from emoreward.data.context import RewardContext, subtitle_key
 from emoreward.models.base import RewardModelBase, ScoreInfo, load_settings
-from emoreward.models.loading import ENGINES, Engine, register_engine
+from emoreward.models.loading import ENGINES, Engine, model_identity, register_engine
 
 
 class ServerRewardModel(RewardModelBase):
@@ -30,7 +30,7 @@ class ServerRewardModel(RewardModelBase):
 
     Raises:
         FileNotFoundError / ValueError: ``source`` is not an emoreward model folder, ``url`` is not http(s), or the
-            server serves another kind of model; RuntimeError: the server does not answer.
+            server serves another model (its ``/health`` ``identity`` is not ``source``'s `model_identity`); RuntimeError: the server does not answer.
     """
 
     device = "cpu"  # scoring happens in another process
@@ -58,6 +58,12 @@ class ServerRewardModel(RewardModelBase):
         health = self.client.request("GET", "/health")
         if health.get("kind") != self.kind:
             raise ValueError(f"the server at {self.url} serves a {health.get('kind')} model; {source} is {self.kind}")
+        identity = model_identity(self)  # what `source` holds: the identity its score-cache keys carry
+        if health.get("identity") != identity:
+            raise ValueError(
+                f"the server at {self.url} serves the model of content identity {health.get('identity')}, not "
+                f"{source} (content identity {identity}): start it with emoreward serve --model {source}"
+            )
         self.precision_name = (health.get("precision") or {}).get("dtype")
         self.dtype_pin = (health.get("precision") or {}).get("pinned_by")  # the server's: its process resolved it
         # the server's kernels compute its rewards: its score-cache keys name them (`model_precision_identity`)

@@ -128,8 +128,11 @@ class ExportReport:
         dtype (`str`): the precision both sides of the check computed in (`"float32"`: the original's float32
             master weights against the export reloaded in float32; a model whose weights are bf16 is compared with
             its export reloaded in bf16).
-        atol (`float`): the tolerance the check used (`emoreward.models.precision.reward_tolerance(dtype)` unless
-            given).
+        atol (`float`): the tolerance the check used: the one given, else "the same reward"
+            (`emoreward.models.precision.reward_tolerance(dtype, magnitude=max |reward|)`: 1e-5 x max(1, max |reward|)
+            in float32).
+        atol_from (`str`): how ``atol`` was decided, as `summary` prints it (``", given"`` or
+            ``": reward_tolerance(float32) at max |reward| 3.05"``).
         loads_as (`str`): how this export's own family is read (text: `AutoModelForSequenceClassification`; a
             native multimodal classifier: transformers' own class, no remote code; else the remote-code class).
         measured (`tuple[str, str]`): what ``max_abs_diff`` and ``max_abs_diff_plain`` were measured through.
@@ -143,6 +146,7 @@ class ExportReport:
     ids_match: bool
     dtype: str = "float32"
     atol: float = 1e-5
+    atol_from: str = ", given"
     loads_as: str = "loads with AutoModelForSequenceClassification"
     measured: tuple[str, str] = ("same ids", "ids from the exported recipe")
 
@@ -152,7 +156,7 @@ class ExportReport:
         return (
             f"{self.path} {self.loads_as}; max |reward difference| {self.max_abs_diff:.2e} ({self.measured[0]}), "
             f"{self.max_abs_diff_plain:.2e} ({self.measured[1]}); {self.n_probes} probes, original and export both "
-            f"scored in {self.dtype} (atol {self.atol:.3g})"
+            f"scored in {self.dtype} (atol {self.atol:.3g}{self.atol_from})"
         )
 
 
@@ -205,8 +209,9 @@ def export_hf(
         probes (`list[str]`, *optional*): descriptions compared before and after (default: a few fixed ones).
         contexts (`list[RewardContext | None]`, *optional*): contexts aligned with ``probes`` (default: none for text
             models, a synthetic clip for multimodal ones).
-        atol (`float`, *optional*): largest allowed |reward difference| (default:
-            `emoreward.models.precision.reward_tolerance` of the check's precision: 1e-5 in float32).
+        atol (`float`, *optional*): largest allowed |reward difference| (default: "the same reward",
+            `emoreward.models.precision.reward_tolerance` of the check's precision at the largest |reward| of the
+            probes: 1e-5 x max(1, max |reward|) in float32).
 
     The check compares like with like: the master weights' dtype (float32 for a path) on both sides. The export
     (with the model's `training_data.json`, so in-sample pairs stay flagged) is written and checked in a sibling
@@ -304,7 +309,12 @@ def _export_hf(model, directory: Path, probes, contexts, atol) -> ExportReport:
             report = _check_text_export(model, staging, probes, contexts, expected, dtype)
         report.path = directory
         report.dtype = dtype_name(dtype)
-        report.atol = reward_tolerance(dtype, magnitude=float(np.max(np.abs(expected)))) if atol is None else atol
+        if atol is None:  # "the same reward": the precision module's one rule, at the rewards compared
+            magnitude = float(np.max(np.abs(expected)))
+            report.atol = reward_tolerance(dtype, magnitude=magnitude)
+            report.atol_from = f": reward_tolerance({report.dtype}) at max |reward| {magnitude:.3g}"
+        else:
+            report.atol, report.atol_from = atol, ", given"
         if report.max_abs_diff > report.atol or report.max_abs_diff_plain > report.atol:
             raise ExportMismatchError(
                 f"exported rewards differ from the original model by {report.max_abs_diff:.3g} "

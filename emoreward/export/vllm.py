@@ -585,7 +585,9 @@ def _main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_main())
+    from emoreward.utils.guard import guarded
+
+    sys.exit(guarded("python -m emoreward.export.vllm", _main))  # a bad folder: one line, exit 2
 
 
 __all__ = [

@@ -195,14 +195,15 @@ def open_reward_model(
             and identity of what the server serves).
         engine: a registered engine's name.
         url, token: the server's base URL and bearer token (engines with ``needs_url``).
-        media_root: the folder relative media paths resolve in (multimodal models).
+        media_root: the folder relative media paths resolve in (multimodal models; refused for a text model).
         dtype: the scoring precision (`emoreward.models.precision`; a served engine checks the one it serves).
         timeout: a served engine's seconds per request, every attempt included (`export.reward_client.RetryPolicy`;
             None: ``$EMOREWARD_ENGINE_TIMEOUT`` or its default).
 
     Raises:
         ValueError: an unknown engine (lists the registered ones), a ``url`` given to an engine that reads none or
-            missing for one that needs it; FileNotFoundError / ValueError / RuntimeError: what the engine raises.
+            missing for one that needs it, a ``media_root`` given for a text model (it reads no media files);
+            FileNotFoundError / ValueError / RuntimeError: what the engine raises.
     """
     if engine not in ENGINES:
         raise ValueError(
@@ -214,6 +215,8 @@ def open_reward_model(
         raise ValueError(f"the {engine} engine scores through a running server: give its url")
     if url and not chosen.needs_url:
         raise ValueError(f"the {engine} engine scores in this process: a url ({url}) does not apply")
+    if media_root is not None and _reads_no_media(source):
+        raise ValueError(f"media_root ({media_root}) applies to multimodal reward models: {source} is a text model")
     if not chosen.needs_url:
         if timeout is not None:
             raise ValueError("an engine timeout (--engine-timeout) applies to a served engine: give --vllm-url too")
@@ -240,6 +243,15 @@ def hub_folder(source: str) -> Path:
             f"model directory not found: {source} (not fetched from the Hub: {type(err).__name__}"
             + (f": {first})" if first else ")")
         ) from None
+
+
+def _reads_no_media(source: str | Path) -> bool:
+    """Whether the reward model ``source`` (a folder, an export or a Hub id) is a text model, from its settings
+    (before it loads); False where its folder holds no emoreward settings (its loader says what it is)."""
+    from emoreward.models.base import SETTINGS_FILE, load_settings
+
+    folder = hub_folder(str(source)) if str(source).startswith(HUB_PREFIX) else Path(source)
+    return (folder / SETTINGS_FILE).is_file() and load_settings(folder).kind == "text"
 
 
 def _open_in_process(source, *, url=None, token=None, media_root=None, dtype=None) -> RewardModel:

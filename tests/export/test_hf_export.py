@@ -1,6 +1,7 @@
 """Merged export: `AutoModelForSequenceClassification` loads it and gives the same rewards (within 1e-5)."""
 
 import importlib.util
+import re
 from pathlib import Path
 
 import numpy as np
@@ -159,6 +160,27 @@ def test_the_export_command_refuses_a_negative_atol(tmp_path, capsys):
     assert exit_.value.code == 2 and "--atol" in capsys.readouterr().err
 
 
+def test_the_export_command_says_which_bound_it_checked_and_how_help_and_output_agree(tmp_path, capsys):
+    """Without --atol the bound is "the same reward" at the probes' largest |reward| (rewards beyond 1 here: a bound
+    above 1e-5), printed with how it was derived, as --help says; --atol 1e-5 is checked and printed as given."""
+    from _helpers import save_tiny_bert_rm
+
+    from emoreward.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["export", "--help"])
+    assert "1e-5 x max(1, largest |reward| of the probes)" in " ".join(capsys.readouterr().out.split())
+    model = save_tiny_bert_rm(tmp_path / "rm")  # rewards of a few units (initializer range 0.5)
+    assert main(["export", "--model", str(model), "--output", str(tmp_path / "a")]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    found = re.search(r"\(atol ([-+.e0-9]+): reward_tolerance\(float32\) at max \|reward\| ([-+.e0-9]+)\)$", line)
+    assert found, line
+    atol, magnitude = float(found[1]), float(found[2])
+    assert magnitude > 1 and atol == pytest.approx(1e-5 * magnitude, rel=5e-3)  # printed to 3 significant digits
+    assert main(["export", "--model", str(model), "--output", str(tmp_path / "b"), "--atol", "1e-5"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("both scored in float32 (atol 1e-05, given)")
+
+
 def test_the_earlier_multimodal_layout_still_loads(tmp_path):
     """A folder in the layout before the engine layout (`<model_class>` checkpoint + `value_head.safetensors`, what
     `save_pretrained` writes for a model trained without LoRA) loads with `load_reward_model` and gives its rewards;
@@ -185,3 +207,26 @@ def test_the_earlier_multimodal_layout_still_loads(tmp_path):
     report = export_hf(tmp_path / "full", tmp_path / "export")
     assert is_engine_layout(tmp_path / "export") and not (tmp_path / "export" / VALUE_HEAD_FILE).exists()
     assert report.max_abs_diff <= 1e-5 and report.max_abs_diff_plain <= 1e-5
+
+
+def test_the_vllm_command_module_refuses_a_training_or_missing_folder_in_one_line(tmp_path):
+    """``python -m emoreward.export.vllm DIR`` (docs/serving.md#vllm, ``rank --help``) ends as every command does
+    (`emoreward.utils.guard.guarded`): a training folder or a missing one is one line naming it and exit 2, before
+    anything is written."""
+    import os
+    import subprocess
+    import sys
+
+    from _helpers import save_tiny_bert_rm
+
+    model = save_tiny_bert_rm(tmp_path / "rm")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
+    for folder, says in ((model, "is a training folder, not an export"), (tmp_path / "none", "not found")):
+        run = subprocess.run(
+            [sys.executable, "-m", "emoreward.export.vllm", str(folder)], env=env, capture_output=True, text=True
+        )
+        lines = run.stderr.strip().splitlines()
+        assert run.returncode == 2 and len(lines) == 1 and not run.stdout, run.stderr
+        assert lines[0].startswith("python -m emoreward.export.vllm: error: ") and str(folder) in lines[0]
+        assert says in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rm"]  # no chat template written beside either

@@ -170,3 +170,17 @@ def test_clip_labels_on_a_text_model_are_refused_as_unused_media(saved_model, mo
     assert titled["rewards"][0] == pytest.approx(
         float(model.score(DESCRIPTIONS[:1], RewardContext("Hola"))[0]), abs=1e-5
     )
+
+
+def test_the_reward_file_refuses_a_media_root_for_a_text_model(saved_model, monkeypatch, tmp_path):
+    """`EMOREWARD_RM_MEDIA_ROOT` applies to multimodal models, as `serve --media-root` does: with a text model the
+    reward file raises before it scores (`open_reward_model` refuses it) instead of ignoring it."""
+    fn = load_like_openrlhf()
+    monkeypatch.setenv("EMOREWARD_DTYPE", "float32")
+    monkeypatch.setenv("EMOREWARD_RM_MODEL", str(saved_model))
+    monkeypatch.setenv("EMOREWARD_RM_MEDIA_ROOT", str(tmp_path))
+    query = [PROMPT + DESCRIPTIONS[0] + "<|im_end|>"]
+    with pytest.raises(ValueError, match=r"media_root \(.*\) applies to multimodal reward models: .* is a text model"):
+        fn(query, [PROMPT], [None])
+    monkeypatch.delenv("EMOREWARD_RM_MEDIA_ROOT")
+    assert fn(query, [PROMPT], [None])["rewards"].shape == (1,)  # the same model without it scores

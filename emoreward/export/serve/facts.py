@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from emoreward.export.serve.protocol import max_chars_for
+from emoreward.models.loading import model_identity
 from emoreward.models.precision import precision_record
 
 
@@ -29,6 +30,8 @@ class ServedModelFacts:
         use_audio_in_video (`bool`): multimodal models: the audio comes from the video's own track.
         device (`str`): the device type the model scores on (``"cpu"``, ``"cuda"``): the ``forward_tokens`` default.
         precision (`dict`): `precision_record` of the model (the dtype every reward is computed in), for /health.
+        identity (`str`): the model's content identity (`emoreward.models.loading.model_identity`: the one the
+            score cache and the vLLM served name use), for /health: a client checks it is the model it names.
     """
 
     kind: str
@@ -43,6 +46,7 @@ class ServedModelFacts:
     use_audio_in_video: bool = False
     device: str = "cpu"
     precision: dict | None = None
+    identity: str | None = None
 
 
 def _token(tokenizer: Any, name: str) -> str | None:
@@ -79,6 +83,7 @@ def served_model_facts(model: Any) -> ServedModelFacts:
         use_audio_in_video=use_audio_in_video,
         device=str(getattr(device, "type", None) or device or "cpu"),
         precision=precision_record(model),
+        identity=model_identity(model),
     )
 
 

@@ -358,6 +358,7 @@ class RewardService:
             "status": "ok" if alive else "model process stopped",
             "model": self.name,
             "kind": self.facts.kind,
+            "identity": self.facts.identity,  # the served model's content (`model_identity`): clients check it
             "max_length_tokens": self.max_length,
             "precision": dict(self.facts.precision or {}),  # the dtype every reward of this server is computed in
             "overlong": self.overlong,
