@@ -69,7 +69,9 @@ def test_an_engine_registered_in_one_file_opens_scores_and_judges(lora_dir, nega
 
 
 def test_the_engine_registry_refuses_what_does_not_apply(lora_dir, negated_engine):
-    with pytest.raises(ValueError, match=r"unknown reward-model engine 'nope'; registered: \[.*'negated'"):
+    with pytest.raises(
+        ValueError, match=r"unknown reward-model engine 'nope'; known: \[.*'negated'.*'server'.*entry-point group"
+    ):
         open_reward_model(lora_dir, "nope")
     with pytest.raises(ValueError, match="a url .* does not apply"):
         open_reward_model(lora_dir, url="http://127.0.0.1:1")
@@ -82,6 +84,23 @@ def test_the_engine_registry_refuses_what_does_not_apply(lora_dir, negated_engin
     with pytest.raises(ValueError, match="already registered"):
         register_engine(Engine("negated", Negated, False, ""))
     assert {"in-process", "vllm", "server"} <= set(ENGINES)
+
+
+def test_the_served_engines_are_found_by_name_without_importing_them_first():
+    """A fresh interpreter that imports only the models floor opens the served engines by name: `find_engine` loads
+    the module the `emoreward.engines` entry points name (it once said "unknown engine 'server'; registered:
+    ['in-process']" unless the caller had imported emoreward.export; red team G, g11)."""
+    code = (
+        "import sys\n"
+        "from emoreward.models.loading import ENGINES, find_engine\n"
+        "assert 'emoreward.export' not in sys.modules and sorted(ENGINES) == ['in-process'], sorted(ENGINES)\n"
+        "print(find_engine('server').name, find_engine('vllm').needs_url, sorted(ENGINES))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=os.environ | {"PYTHONPATH": os.getcwd()}
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[0] == "server True ['in-process', 'server', 'vllm']"
 
 
 def test_the_server_engine_scores_as_the_model_in_process(lora_dir):

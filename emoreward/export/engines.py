@@ -1,6 +1,7 @@
 """The served engines of `emoreward.models.loading.open_reward_model`: ``"vllm"`` (an export behind vLLM's
 ``/classify``, `emoreward.export.vllm.VllmRewardModel`) and ``"server"`` (a model behind ``emoreward serve``'s
-``/v1/rewards``, `ServerRewardModel`), registered in `emoreward.models.loading.ENGINES` on ``import emoreward.export``.
+``/v1/rewards``, `ServerRewardModel`), registered in `emoreward.models.loading.ENGINES` when this module loads (found
+by name through the ``emoreward.engines`` entry points of pyproject.toml).
 See docs/serving.md.
 """
 

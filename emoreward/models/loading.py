@@ -1,7 +1,7 @@
 """The one way to open a reward model and the one content identity of a reward model.
 
 `open_reward_model(path_or_id, engine=...)` opens a model folder, an export or a Hub id in process, or through a
-served engine (a registry, `ENGINES`: `"in-process"` here; `"vllm"` and `"server"` register with `emoreward.export`);
+served engine (a registry, `ENGINES`: `"in-process"` here; `"vllm"` and `"server"` found by name through entry points);
 `content_identity` / `model_identity` say what a model reads (its folder and a referenced backbone), for every cache,
 the vLLM served name and run identity. See docs/serving.md.
 """
@@ -157,6 +157,7 @@ class Engine:
 
 
 ENGINES: dict[str, Engine] = {}
+ENGINE_GROUP = "emoreward.engines"  # entry points naming the module that registers an engine (pyproject.toml)
 DEFAULT_ENGINE = "in-process"
 HUB_PREFIX = "hf://"
 
@@ -167,6 +168,26 @@ def register_engine(engine: Engine) -> Engine:
         raise ValueError(f"engine {engine.name!r} is already registered")
     ENGINES[engine.name] = engine
     return engine
+
+
+def find_engine(name: str) -> Engine:
+    """The engine ``name``: a registered one, or one an installed package declares in the entry-point group
+    `ENGINE_GROUP` (its module is imported and registers it; emoreward declares ``"vllm"`` and ``"server"`` there).
+
+    Raises:
+        ValueError: no engine of that name (lists the registered and declared ones)."""
+    from importlib.metadata import entry_points
+
+    if name not in ENGINES:
+        for point in entry_points(group=ENGINE_GROUP, name=name):
+            point.load()  # the module registers its engines
+    if name not in ENGINES:
+        known = set(ENGINES) | {point.name for point in entry_points(group=ENGINE_GROUP)}
+        raise ValueError(
+            f"unknown reward-model engine {name!r}; known: {sorted(known)} (an engine registers with "
+            f"`register_engine`, or a package declares it in the entry-point group {ENGINE_GROUP!r})"
+        )
+    return ENGINES[name]
 
 
 def unregister_engine(name: str) -> None:
@@ -188,12 +209,13 @@ def open_reward_model(
     folder, an export or a Hub id (``hf://owner/name[@revision]``, from the local Hub cache offline) in this process
     (`load_reward_model`); ``"vllm"`` scores an export through the vLLM server at ``url``
     (`emoreward.export.vllm.VllmRewardModel`); ``"server"`` through an ``emoreward serve`` server at ``url``
-    (`emoreward.export.engines.ServerRewardModel`). The served engines register on ``import emoreward.export``.
+    (`emoreward.export.engines.ServerRewardModel`). An engine not yet registered is found by name in the installed
+    packages' entry points (`find_engine`): the served engines need no import by the caller.
 
     Args:
         source: a model folder, an export folder or a Hub id (what the engine reads: weights, or settings, tokenizer
             and identity of what the server serves).
-        engine: a registered engine's name.
+        engine: an engine's name (`find_engine`).
         url, token: the server's base URL and bearer token (engines with ``needs_url``).
         media_root: the folder relative media paths resolve in (multimodal models; refused for a text model).
         dtype: the scoring precision (`emoreward.models.precision`; a served engine checks the one it serves).
@@ -205,12 +227,7 @@ def open_reward_model(
             missing for one that needs it, a ``media_root`` given for a text model (it reads no media files);
             FileNotFoundError / ValueError / RuntimeError: what the engine raises.
     """
-    if engine not in ENGINES:
-        raise ValueError(
-            f"unknown reward-model engine {engine!r}; registered: {sorted(ENGINES)} (the vLLM and server engines "
-            "register with `import emoreward.export`)"
-        )
-    chosen = ENGINES[engine]
+    chosen = find_engine(engine)
     if chosen.needs_url and not url:
         raise ValueError(f"the {engine} engine scores through a running server: give its url")
     if url and not chosen.needs_url:
@@ -276,6 +293,8 @@ register_engine(
 __all__ = [
     "DEFAULT_ENGINE",
     "ENGINES",
+    "ENGINE_GROUP",
+    "find_engine",
     "Engine",
     "content_identity",
     "hub_folder",
