@@ -601,14 +601,24 @@ def description_content(pair: PreferencePair, text: str, *, media_by_id: bool = 
     return (pair_content(pair, media_by_id=media_by_id)[1:], identity_text(text))
 
 
+def content_order_key(pair: PreferencePair) -> tuple[str, str]:
+    """The content order of pairs (`canonical_pairs`): a digest of `pair_content`, then the sample id (which only
+    orders pairs of one content), so a shuffled or renamed file gives the same order."""
+    return hashlib.sha1(repr(pair_content(pair)).encode("utf-8")).hexdigest(), pair.sample_id
+
+
 def canonical_pairs(pairs: Sequence[PreferencePair]) -> list[PreferencePair]:
-    """The order pairs are processed in where order changes a result (folds, batches): by a digest of their content,
-    the sample id only between pairs of one content, so a shuffled or renamed file trains and folds the same."""
+    """The order pairs are processed in where order changes a result (folds, batches): `content_order_key`, so a
+    shuffled or renamed file trains and folds the same."""
+    return sorted(pairs, key=content_order_key)
 
-    def key(pair: PreferencePair) -> tuple[str, str]:
-        return hashlib.sha1(repr(pair_content(pair)).encode("utf-8")).hexdigest(), pair.sample_id
 
-    return sorted(pairs, key=key)
+def first_pairs(pairs: Sequence[PreferencePair], limit: int | None) -> list[PreferencePair]:
+    """The pairs a ``--limit N`` keeps (`judge`, `evaluate` with a zero-shot judge): the first N in content order
+    (`canonical_pairs`), not the first N rows, so a shuffled or renamed file keeps the same pairs; all of them, in
+    content order, without a limit (None)."""
+    ordered = canonical_pairs(pairs)
+    return ordered if limit is None else ordered[:limit]
 
 
 def _plain_pair(
@@ -735,8 +745,10 @@ __all__ = [
     "PreferencePair",
     "bundled_dataset_path",
     "canonical_pairs",
+    "content_order_key",
     "content_ordered",
     "description_content",
+    "first_pairs",
     "is_missing",
     "load_pairs",
     "pair_content",
