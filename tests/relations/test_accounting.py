@@ -379,3 +379,29 @@ def test_the_cost_line_counts_the_pairs_a_sparse_table_has_and_says_so(rm_dir, t
     line = next(line for line in printed.splitlines() if line.startswith("Judge calls:"))
     assert "would need 42 pair calls (one per pair of models on each sample both described" in line
     assert "swapped order: 84)" in line
+
+
+def test_a_cv_figure_some_folds_could_not_give_says_over_how_many(tiny_bert_dir, tmp_path, capsys):
+    """22 pairs (3 ties) in 2 folds: one held-out fold has 10 decided pairs, the other 9, too few for the
+    length-controlled logit (`metrics.length_controlled`), so its cells average one fold (`n: 1` in the JSON);
+    report.md prints them with "(1 of 2 folds)", read from the JSON record's own n, and every other cell without."""
+    from emoreward.evaluation.report import HEADLINE
+
+    rows = pair_rows(22)
+    for r in rows[:3]:
+        r["label"] = "tie"
+    data = write_jsonl(tmp_path / "t.jsonl", rows)
+    run_ok(capsys, ["train", "--config", train_recipe(tmp_path, tiny_bert_dir, data)])
+    cv = read_json(tmp_path / "out" / "report.json")["cross_validation"]
+    decided = sorted(f["label_counts"]["1"] + f["label_counts"]["2"] for f in cv["folds"])
+    assert cv["k"] == 2 and decided == [9, 10]
+    judge = cv["summary"]["judge"]
+    short = {key for key, cell in judge.items() if cell["n"] < cv["k"]}
+    assert "lc_coef_judge" in short and all(judge[key]["n"] == 1 for key in short)
+    labels = dict(HEADLINE)
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    for line in markdown.splitlines():
+        row = next((key for key, label in labels.items() if line.startswith(f"| {label} |")), None)
+        if row is not None and row in judge:
+            assert ("(1 of 2 folds)" in line) == (row in short), line
+    assert sum("(1 of 2 folds)" in line for line in markdown.splitlines()) >= len(short)
