@@ -231,6 +231,14 @@ def test_judge_counts_equal_the_calls_made(options, tmp_path, capsys):
     assert parts["pairs"]["made"] + parts["pairs"]["reused_greedy"] == 12 * orders * runs
     pairs_made, negatives_made = parts["pairs"]["made"], parts["controlled_negatives"]["made"]
     assert f"(pairs: {pairs_made} made" in printed and f"; controlled negatives: {negatives_made} made" in printed
+    # the sentence under the table says what ran (`runner.table_note`), never swapped runs that were not made
+    markdown = (out / "report.md").read_text()
+    assert f"Mean ± std over {runs} run(s); " in markdown
+    if orders == 1:
+        assert "no swapped runs (--no-swap): swap consistency and N+S not measured" in markdown
+        assert "swapped runs, split votes" not in markdown and "run r swapped" not in markdown
+    else:
+        assert "N+S = majority over 2 normal + 2 swapped runs, split votes -> tie." in markdown
 
 
 def test_evaluate_counts_the_descriptions_it_scored(rm_dir, tmp_path, capsys):
