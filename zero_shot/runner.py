@@ -124,14 +124,14 @@ def table2_markdown(judge_name: str, summaries: Sequence[dict]) -> str:
 
 
 def table_note(runs: int, swap: bool, tie_policy: str, summaries: Sequence[dict]) -> str:
-    """The sentence under `table2_markdown`, from what ran: the runs, swapped runs or none (``--no-swap``: swap
-    consistency and N+S not measured), and the N+S column's vote as `summarize` recorded it (`normal_swapped`:
-    its runs per order and tie break), or why the column is empty."""
+    """The sentence under `table2_markdown`, from what ran: the runs, in both orders or the normal order only
+    (``--no-swap``: swap consistency and N+S not measured), and the N+S column's vote as `summarize` recorded it
+    (`normal_swapped`: its runs per order and tie break), or why the column is empty."""
     parts = [f"Mean ± std over {runs} run(s)"]
     if swap:
         parts.append("swap consistency per run (run r normal vs run r swapped)")
     else:
-        parts.append("no swapped runs (--no-swap): swap consistency and N+S not measured")
+        parts.append("normal order only (--no-swap): swap consistency and N+S not measured")
     parts.append(f"two-class ties/invalid counted as `{tie_policy}`")
     ns = next((s["normal_swapped"] for s in summaries if s.get("normal_swapped")), None)
     if ns is not None:

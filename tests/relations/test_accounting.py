@@ -235,8 +235,8 @@ def test_judge_counts_equal_the_calls_made(options, tmp_path, capsys):
     markdown = (out / "report.md").read_text()
     assert f"Mean ± std over {runs} run(s); " in markdown
     if orders == 1:
-        assert "no swapped runs (--no-swap): swap consistency and N+S not measured" in markdown
-        assert "swapped runs, split votes" not in markdown and "run r swapped" not in markdown
+        assert "normal order only (--no-swap): swap consistency and N+S not measured" in markdown
+        assert "swapped runs" not in markdown and "run r swapped" not in markdown
     else:
         assert "N+S = majority over 2 normal + 2 swapped runs, split votes -> tie." in markdown
 
