@@ -312,3 +312,27 @@ def test_an_option_that_cannot_apply_is_refused_before_any_work(options, fragmen
     err = capsys.readouterr().err
     assert fragment in err and err.count("\n") == 1, err
     assert not list(tmp_path.glob("n*"))
+
+
+def test_the_llm_editors_limit_takes_the_same_edits_from_a_shuffled_renamed_file():
+    """`augment --limit N` (`edit_negatives(limit=N)`) takes the first N planned edits by their pairs' content order
+    (`data.pairs.content_order_key`, the order of every ``--limit``): renaming the samples (here in the reverse
+    order) and shuffling the pairs asks the editor for the same edits. Every call fails here (`fail_if`), so the
+    requests are what is compared."""
+    from emoreward.data import PreferencePair
+    from zero_shot.editor import edit_negatives
+    from zero_shot.testing import ScriptedBackend
+
+    moods = ["happy", "sad", "angry", "calm", "tense", "joyful"]
+    pairs = [
+        PreferencePair(f"s{i}", f"In clip {i} the woman looks {m} and is smiling.", f"Clip {i}: a blur.", "1")
+        for i, m in enumerate(moods)
+    ]
+    renamed = [PreferencePair(f"z{9 - i}", p.description_1, p.description_2, "1") for i, p in enumerate(pairs)][::-1]
+    asked = []
+    for data in (pairs, renamed):
+        backend = ScriptedBackend(fail_if=" ")
+        generated = edit_negatives(data, kinds=["emotion_flip"], limit=3, backend=backend)
+        assert generated.steps["planned"] == 3 and generated.steps["call failed"] == 3
+        asked.append(sorted(r.prompt for r in backend.calls))
+    assert len(asked[0]) == 3 and asked[0] == asked[1]

@@ -192,11 +192,11 @@ def test_a_data_file_folder_in_the_hub_layout_loads(tmp_path, datasets_cache):
     (folder / "data").mkdir(parents=True)
     Dataset.from_list(TRL_ROWS).to_parquet(str(folder / "data" / "test-00000-of-00001.parquet"))
     pair = load_pairs(folder)[0]  # no train split: the only split
-    assert (pair.description_1, pair.description_2, pair.label) == ("Surprised, then hurt.", "Happy.", "1")
+    assert (pair.description_1, pair.description_2, pair.label) == ("Happy.", "Surprised, then hurt.", "2")
     two = [{"chosen": "Angry.", "rejected": "Calm.", "tie": True}, *TRL_ROWS]
     Dataset.from_list(two).to_parquet(str(folder / "data" / "train-00000-of-00001.parquet"))
-    assert [p.label for p in load_pairs(folder)] == ["tie", "1"]  # train, when there is one
-    assert load_pairs(folder, split="test")[0].description_2 == "Happy."
+    assert [p.label for p in load_pairs(folder)] == ["tie", "2"]  # train, when there is one
+    assert load_pairs(folder, split="test")[0].description_1 == "Happy."
 
 
 def test_a_jsonl_folder_with_a_byte_order_mark_loads(tmp_path, datasets_cache):

@@ -87,7 +87,7 @@ def test_standard_explicit_prompt_and_tie_column(tmp_path):
     loaded = read_pairs(path)
     assert loaded.layout == "trl" and loaded.n_records == 2
     assert as_tuples(loaded.pairs) == [
-        ("row-1", "Surprised, then hurt.", "Happy.", "1", MediaRef(subtitle=SUBTITLE), 1),
+        ("row-1", "Happy.", "Surprised, then hurt.", "2", MediaRef(subtitle=SUBTITLE), 1),  # content order
         ("row-2", "Angry.", "Annoyed.", "tie", MediaRef(subtitle=SUBTITLE), 2),
     ]
 
@@ -96,7 +96,7 @@ def test_standard_implicit_prompt_from_csv(tmp_path):
     path = tmp_path / "trl.csv"
     path.write_text('chosen,rejected,tie\n"Surprised, then hurt.",Happy.,false\nAngry.,Annoyed.,true\nA.,B.,\n')
     assert [(p.description_1, p.label, p.media) for p in load_pairs(path)] == [
-        ("Surprised, then hurt.", "1", MediaRef()),
+        ("Happy.", "2", MediaRef()),
         ("Angry.", "tie", MediaRef()),
         ("A.", "1", MediaRef()),
     ]
@@ -104,7 +104,7 @@ def test_standard_implicit_prompt_from_csv(tmp_path):
 
 def test_conversational_implicit_prompt_gives_the_final_assistant_turn():
     pair = load_pairs(CONVERSATIONAL_IMPLICIT)[0]
-    assert (pair.description_1, pair.description_2, pair.label) == ("Surprised, then hurt.", "Happy.", "1")
+    assert (pair.description_1, pair.description_2, pair.label) == ("Happy.", "Surprised, then hurt.", "2")
     assert pair.media == MediaRef(subtitle=SUBTITLE)
 
 
@@ -112,8 +112,8 @@ def test_conversational_explicit_prompt_maps_media_parts(tmp_path):
     expected = [
         (
             "sample_00000007",
-            "Surprised, then hurt.",
             "Happy.",
+            "Surprised, then hurt.",
             "tie",
             MediaRef(video="video/sample_00000007.mp4", subtitle=SUBTITLE),
             1,
@@ -193,6 +193,6 @@ def test_the_docs_example_line_loads_as_documented(tmp_path):
     path.write_text(line)
     loaded = read_pairs(path)
     assert as_tuples(loaded.pairs) == [
-        ("row-1", "Surprised, then hurt.", "Happy.", "1", MediaRef(subtitle="I can't believe it."), 1)
+        ("row-1", "Happy.", "Surprised, then hurt.", "2", MediaRef(subtitle="I can't believe it."), 1)
     ]
     assert loaded.summary() == f"1 pair of 1 sample from 1 record of {path} (trl layout)"

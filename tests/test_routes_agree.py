@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from emoreward.data.text import identity_text
 from emoreward.models.precision import reward_tolerance
 
 
@@ -224,8 +225,12 @@ def route_rewards(model_dir: Path, cases: list[Case], media: Path | None, tmp: P
         argv = ["evaluate", "--model", str(model_dir), "--data", str(data), "--output", str(report)]
         assert main([*argv, *media_args, "--dtype", "float32"]) == 0
         rewards = json.loads(report.read_text())["pair_rewards"]
+        by_sample = {c.sample: c for c in chosen}
         for sample, r1, r2 in zip(rewards["sample_id"], rewards["reward_1"], rewards["reward_2"]):
-            got[sample] = (r1, r2)
+            # TRL rows state no order: the reader puts the two descriptions in their content order (docs/data.md)
+            d1, d2 = by_sample[sample].descriptions
+            swap = layout == "trl" and identity_text(d1) > identity_text(d2)
+            got[sample] = (r2, r1) if swap else (r1, r2)
     out["evaluate"] = np.array([got[c.sample][k] for c in cases for k in range(2)])
 
     # emoreward rank: a description table (two writers per sample), the rewards read from its score cache

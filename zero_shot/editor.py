@@ -21,7 +21,7 @@ from emoreward.data.negatives.rules import (
     sentences,
     source_descriptions,
 )
-from emoreward.data.pairs import PreferencePair
+from emoreward.data.pairs import PreferencePair, content_order_key
 from zero_shot.backends.base import Backend, ChatRequest, SamplingConfig
 
 
@@ -152,10 +152,10 @@ def run_editor(plans: Sequence[EditPlan], backend: Backend, *, max_new_tokens: i
 def edit_negatives(pairs: Iterable[PreferencePair], editor: str = "smollm2-135m-text", *, source: str = "preferred",
                    kinds: Iterable[str] = KINDS, limit: int | None = None, backend: Backend | None = None,
                    media_by_id: bool = False) -> Generated:  # fmt: skip
-    """Controlled negatives written by an LLM editor: plans (`plan_edits`, the first `limit` in content order),
-    edits through the text backend of judge `editor` (its `llm`, else its `mllm`; `zero_shot.config`), verified
-    (`verify_edit`). The counts (`Generated.steps`, `.rejected`) are the honest outcome: a small model's edits
-    are mostly rejected.
+    """Controlled negatives written by an LLM editor: plans (`plan_edits`; the first `limit` in their pairs' content
+    order, `data.pairs.content_order_key`, as every ``--limit``), edits through the text backend of judge `editor`
+    (its `llm`, else its `mllm`; `zero_shot.config`), verified (`verify_edit`). The counts (`Generated.steps`,
+    `.rejected`) are the honest outcome: a small model's edits are mostly rejected.
 
     Raises:
         ValueError: an unknown judge, source or kind (naming what is available)."""
@@ -170,7 +170,8 @@ def edit_negatives(pairs: Iterable[PreferencePair], editor: str = "smollm2-135m-
         backend = LazyBackend(config.llm or config.mllm)
     plans, excluded = plan_edits(pairs, source=source, kinds=kinds, media_by_id=media_by_id)
     n_descriptions = len({(p.sample_id, p.original) for p in plans})
-    plans = sorted(plans, key=lambda p: p.example.sort_key())
+    # renamed samples or shuffled rows: the same first `limit` plans
+    plans = sorted(plans, key=lambda p: (content_order_key(p.example.pair()), p.example.sort_key()))
     if limit is not None and len(plans) > limit:
         excluded["planned edits beyond --limit"] += len(plans) - limit
         plans = plans[:limit]

@@ -39,6 +39,7 @@ CACHE_FILE = "calls.jsonl"
 # every file a run writes in its output folder: a folder holding anything else is not this command's to write into
 # (`emoreward.cli.options.check_output_dir`)
 OUTPUT_FILES = (CACHE_FILE, "judgements_*.jsonl", "report.json", "report.md")
+NS_RUNS = 2  # the normal+swapped combination: majority over this many runs of each order (EmoPrefer: 2 + 2)
 
 
 def judgement_rows(result: JudgementSet) -> list[dict]:
@@ -71,10 +72,11 @@ def summarize(
     combination (when 2 normal and 2 swapped runs exist) and invalid counts."""
     evaluation = evaluate_judgements(result, tie_policy=tie_policy, media_by_id=media_by_id)
     out = {"strategy": strategy, "evaluation": evaluation, "per_run": per_run_summary(result, tie_policy)}
-    if len(result.normal) >= 2 and len(result.swapped) >= 2:
+    if len(result.normal) >= NS_RUNS and len(result.swapped) >= NS_RUNS:
         y_true = [p.label for p in result.pairs]
-        combined = combine_normal_swapped(result, tie_break="tie")
+        combined = combine_normal_swapped(result, tie_break="tie", n_runs=NS_RUNS)
         out["normal_swapped"] = {
+            "n_runs": NS_RUNS,  # per order: what `table_note` says the N+S column is over
             "tie_break": "tie",
             "two_class": metrics.recognition(y_true, combined, "two-class", tie_policy),
             "three_class": metrics.recognition(y_true, combined, "three-class", tie_policy),
@@ -119,6 +121,25 @@ def table2_markdown(judge_name: str, summaries: Sequence[dict]) -> str:
             "| 0 |"
         )
     return "\n".join(lines) + "\n"
+
+
+def table_note(runs: int, swap: bool, tie_policy: str, summaries: Sequence[dict]) -> str:
+    """The sentence under `table2_markdown`, from what ran: the runs, in both orders or the normal order only
+    (``--no-swap``: swap consistency and N+S not measured), and the N+S column's vote as `summarize` recorded it
+    (`normal_swapped`: its runs per order and tie break), or why the column is empty."""
+    parts = [f"Mean ± std over {runs} run(s)"]
+    if swap:
+        parts.append("swap consistency per run (run r normal vs run r swapped)")
+    else:
+        parts.append("normal order only (--no-swap): swap consistency and N+S not measured")
+    parts.append(f"two-class ties/invalid counted as `{tie_policy}`")
+    ns = next((s["normal_swapped"] for s in summaries if s.get("normal_swapped")), None)
+    if ns is not None:
+        n, tie_break = ns["n_runs"], ns["tie_break"]
+        parts.append(f"N+S = majority over {n} normal + {n} swapped runs, split votes -> {tie_break}")
+    elif swap:
+        parts.append(f"N+S needs {NS_RUNS} normal + {NS_RUNS} swapped runs, {runs} of each ran: not computed")
+    return "; ".join(parts) + "."
 
 
 def crowd_markdown(crowd: dict) -> str:
@@ -294,11 +315,7 @@ def run_zero_shot(
 
     markdown = f"## Zero-shot judge `{config.name}` (prompts {prompts.tag}, verdicts from {config.verdict})\n\n"
     markdown += table2_markdown(config.name, summaries)
-    markdown += (
-        f"\nMean ± std over {runs} run(s); swap consistency per run (run r normal vs run r swapped); "
-        f"two-class ties/invalid counted as `{tie_policy}`; N+S = majority over 2 normal + 2 swapped runs, "
-        "split votes -> tie.\n"
-    )
+    markdown += "\n" + table_note(runs, swap, tie_policy, summaries) + "\n"
     weighting = weighting_note([summaries[0]["evaluation"]], rows=False) if summaries else ""
     if weighting:
         markdown += "\n" + weighting + "\n"

@@ -319,6 +319,7 @@ def _run_zero_shot(args: argparse.Namespace, spec: str) -> int:
     """Strategies S1-S4 through `zero_shot.runner.run_zero_shot` (call cache, judgements, report in one folder)."""
     quiet_libraries()
     from emoreward.data import load_pairs
+    from emoreward.data.pairs import first_pairs
     from emoreward.judges import load_judge
     from zero_shot.runner import run_zero_shot
     from zero_shot.strategies import load_references
@@ -335,7 +336,7 @@ def _run_zero_shot(args: argparse.Namespace, spec: str) -> int:
     config = judge.config
     pairs = load_pairs(args.data, media_by_id=bool(args.media_root))  # clips read by sample id: ids are context
     if options["limit"]:
-        pairs = pairs[: options["limit"]]
+        pairs = first_pairs(pairs, options["limit"])  # by content, not the rows' order
     references = load_references(options["references"]) if options["references"] else None
     check_references(args, options, pairs, references)
     n_in_sample, note, controlled = in_sample_check(args, spec, pairs, controlled_negatives(args, pairs))

@@ -40,7 +40,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--media-root", help="folder media paths are relative to (MER layout video/<id>.mp4, audio/<id>.wav)"
     )
     p.add_argument("--ignore-media", action="store_true", help="judge from the descriptions alone even if media exist")
-    p.add_argument("--limit", type=positive_int, help="judge only the first N pairs (smoke runs)")
+    p.add_argument(
+        "--limit",
+        type=positive_int,
+        help="judge only the first N pairs in content order, whatever the rows' order (smoke runs)",
+    )
     add_tie_policy(p)
     add_controlled_options(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

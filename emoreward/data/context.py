@@ -38,13 +38,20 @@ class MediaRef:
 class RewardContext:
     """What a description is conditioned on: `subtitle`, `video` and `audio` paths (absolute, or relative to the
     model's media root; None: `<media_root>/video/<sample_id>.mp4` / `audio/<sample_id>.wav`), `sample_id`, and
-    `decoded` media (`emoreward.data.media.SampleMedia`) used instead of the files."""
+    `decoded` media (`emoreward.data.media.SampleMedia`) used instead of the files. A missing field (None, NaN) is
+    none: `RewardContext(subtitle=float("nan")) == RewardContext()`."""
 
     subtitle: str | None = None
     video: str | None = None
     audio: str | None = None
     sample_id: str | None = None
     decoded: Any = field(default=None, compare=False, hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # a missing field (None, NaN: pandas' empty cell; `is_missing`) is no field, as `reward_context` reads one
+        for name in ("subtitle", "video", "audio", "sample_id"):
+            if getattr(self, name) is not None and is_missing(getattr(self, name)):
+                object.__setattr__(self, name, None)
 
     @classmethod
     def from_media(cls, sample_id: str | None, media: MediaRef | None) -> RewardContext:

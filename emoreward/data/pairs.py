@@ -446,8 +446,8 @@ def _build_pairs(
     votes: dict[int, list[tuple[str, str | None, int]]] = {}  # index -> (annotator, label in its order, row)
     ids, writers = NameNormaliser("sample id", source), NameNormaliser("model name", source)
     for row, record in rows:
-        if layout == "trl":
-            pair = _trl_pair(record, row, source, "sample_id" in columns)
+        if layout == "trl":  # chosen / rejected states no presentation order
+            pair = content_ordered(_trl_pair(record, row, source, "sample_id" in columns))
         else:
             pair = _plain_pair(record, row, source, names, require_labels)
         where = f"row {row}"
@@ -522,10 +522,19 @@ def _build_pairs(
             )
         label = None if labels[0] is None else majority_label(labels)
         merged = replace(pairs[index], label=label, annotations=tuple((name, lab) for name, lab, _, _ in given))
-        if identity_text(merged.description_1) > identity_text(merged.description_2):
-            merged = merged.swapped()  # the rows' order picks no side: descriptions in their content order
+        merged = content_ordered(merged)  # the rows' order picks no side
         pairs[index] = replace(merged, annotations=tuple(sorted(merged.annotations)))
     return pairs, layout
+
+
+def content_ordered(pair: PreferencePair) -> PreferencePair:
+    """The pair with its two descriptions in their content order (`identity_text` ascending; `swapped` when not):
+    the order of a pair whose source states none (TRL chosen / rejected rows, a pair's rows by several annotators in
+    either side order), so every such layout gives the same description_1 and the same figures. The label follows
+    its description; a margin stays the pair's (it belongs to the chosen side, wherever that sits). A file that
+    states an order (description_1 / description_2 columns, one row per pair) keeps it: the normal-order two-class
+    WAF depends on it (docs/data.md, "Which description is first")."""
+    return pair.swapped() if identity_text(pair.description_1) > identity_text(pair.description_2) else pair
 
 
 def _sample_context(pair: PreferencePair) -> tuple:
@@ -592,14 +601,24 @@ def description_content(pair: PreferencePair, text: str, *, media_by_id: bool = 
     return (pair_content(pair, media_by_id=media_by_id)[1:], identity_text(text))
 
 
+def content_order_key(pair: PreferencePair) -> tuple[str, str]:
+    """The content order of pairs (`canonical_pairs`): a digest of `pair_content`, then the sample id (which only
+    orders pairs of one content), so a shuffled or renamed file gives the same order."""
+    return hashlib.sha1(repr(pair_content(pair)).encode("utf-8")).hexdigest(), pair.sample_id
+
+
 def canonical_pairs(pairs: Sequence[PreferencePair]) -> list[PreferencePair]:
-    """The order pairs are processed in where order changes a result (folds, batches): by a digest of their content,
-    the sample id only between pairs of one content, so a shuffled or renamed file trains and folds the same."""
+    """The order pairs are processed in where order changes a result (folds, batches): `content_order_key`, so a
+    shuffled or renamed file trains and folds the same."""
+    return sorted(pairs, key=content_order_key)
 
-    def key(pair: PreferencePair) -> tuple[str, str]:
-        return hashlib.sha1(repr(pair_content(pair)).encode("utf-8")).hexdigest(), pair.sample_id
 
-    return sorted(pairs, key=key)
+def first_pairs(pairs: Sequence[PreferencePair], limit: int | None) -> list[PreferencePair]:
+    """The pairs a ``--limit N`` keeps (`judge`, `evaluate` with a zero-shot judge): the first N in content order
+    (`canonical_pairs`), not the first N rows, so a shuffled or renamed file keeps the same pairs; all of them, in
+    content order, without a limit (None)."""
+    ordered = canonical_pairs(pairs)
+    return ordered if limit is None else ordered[:limit]
 
 
 def _plain_pair(
@@ -726,7 +745,10 @@ __all__ = [
     "PreferencePair",
     "bundled_dataset_path",
     "canonical_pairs",
+    "content_order_key",
+    "content_ordered",
     "description_content",
+    "first_pairs",
     "is_missing",
     "load_pairs",
     "pair_content",

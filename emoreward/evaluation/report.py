@@ -127,23 +127,25 @@ def weighting_note(evaluations: Sequence[dict], *, rows: bool = True) -> str:
     return note
 
 
-def _fmt(cell) -> str:
+def _fmt(cell, folds: int | None = None) -> str:
     if cell is None:
         return "-"
     if isinstance(cell, dict):
-        if cell["n"] > 1:
-            return f"{cell['mean']:.2f} ± {cell['std']:.2f}"
-        return f"{cell['mean']:.2f}"
+        text = f"{cell['mean']:.2f} ± {cell['std']:.2f}" if cell["n"] > 1 else f"{cell['mean']:.2f}"
+        # a metric some folds could not give (`aggregate`'s n): say over how many, from the record's own n
+        return text + (f" ({cell['n']} of {folds} folds)" if folds is not None and cell["n"] < folds else "")
     if isinstance(cell, float) and math.isnan(cell):
         return "-"
     return f"{cell:.2f}"
 
 
-def markdown_table(summary: dict, title: str | None = None, note: str = "") -> str:
+def markdown_table(summary: dict, title: str | None = None, note: str = "", *, folds: int | None = None) -> str:
     """A Markdown table of headline metrics: rows = metrics, columns = judge / length baseline / random.
 
-    `summary` is either `aggregate(...)` output (cells mean ± std) or `headline(...)` output (single values);
-    `note` (`weighting_note`), a sentence under the table.
+    `summary` is either `aggregate(...)` output (cells mean ± std over their `n` folds) or `headline(...)` output
+    (single values); `note` (`weighting_note`), a sentence under the table; `folds`: the number of folds of the
+    run (the cross-validation record's `k`), so a cell averaged over fewer (`n < folds`: a length-controlled logit
+    one fold could not fit) says "(n of k folds)".
     Metrics are percent except the Spearman correlation and the logistic coefficients (per standard deviation).
     """
     lines = []
@@ -155,7 +157,7 @@ def markdown_table(summary: dict, title: str | None = None, note: str = "") -> s
         cells = [summary.get(c, {}).get(key) for c in COLUMNS]
         if all(c is None for c in cells):
             continue
-        lines.append(f"| {markdown_cell(label)} | " + " | ".join(_fmt(c) for c in cells) + " |")
+        lines.append(f"| {markdown_cell(label)} | " + " | ".join(_fmt(c, folds) for c in cells) + " |")
     if note:
         lines += ["", note]
     return "\n".join(lines) + "\n"

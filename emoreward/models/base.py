@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_chec
 import numpy as np
 
 from emoreward.data.context import RewardContext, reward_context
+from emoreward.data.values import is_missing
 
 
 if TYPE_CHECKING:
@@ -66,6 +67,25 @@ def broadcast_contexts(
         return [as_context(c) for c in contexts]
     except ValueError as err:
         raise ValueError(f"contexts: {err}") from None
+
+
+def scoring_inputs(
+    descriptions: Sequence[str], contexts: Sequence[RewardContext | str | None] | RewardContext | str | None
+) -> tuple[list[str], list[RewardContext]]:
+    """The first step of every scoring route (`RewardModelBase.score_info`, `emoreward.models.scoring.stream_scores`),
+    before any model work: the descriptions as a list of `N` texts and one context per description
+    (`broadcast_contexts`).
+
+    Raises:
+        ValueError: a description that is missing (None, NaN: `emoreward.data.values.is_missing`, what pandas gives
+            for an empty cell) or not text, naming its position; contexts as `broadcast_contexts` raises."""
+    descriptions = list(descriptions)
+    for i, text in enumerate(descriptions):
+        if is_missing(text):
+            raise ValueError(f"descriptions[{i}]: missing description ({text!r}); every description must be text")
+        if not isinstance(text, str):
+            raise ValueError(f"descriptions[{i}]: a description must be text, got {type(text).__name__}")
+    return descriptions, broadcast_contexts(contexts, len(descriptions))
 
 
 # ---------------------------------------------------------------------------------------------- settings
@@ -446,11 +466,11 @@ class RewardModelBase:
             `ScoreInfo` (or a subclass) with rewards of shape `(N,)`, float64, unnormalised.
 
         Raises:
-            ValueError: contexts whose number is not `N` or of another type (`broadcast_contexts`); what the model's
+            ValueError: a missing (None, NaN) or non-text description, naming its position, or contexts whose
+                number is not `N` or of another type (`scoring_inputs`, before any model work); what the model's
                 `score_contexts` raises.
             NonFiniteRewardError: a reward is NaN or infinite (`check_finite_rewards`)."""
-        descriptions = list(descriptions)
-        contexts = broadcast_contexts(contexts, len(descriptions))
+        descriptions, contexts = scoring_inputs(descriptions, contexts)
         info = self.score_contexts(descriptions, contexts, batch_size=batch_size, **options)
         check_finite_rewards(self, info.rewards, descriptions, contexts)
         return info
@@ -535,4 +555,5 @@ __all__ = [
     "load_settings",
     "model_class",
     "model_name",
+    "scoring_inputs",
 ]

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from emoreward.models.base import RewardContext, ScoreInfo, broadcast_contexts, check_finite_rewards
+from emoreward.models.base import RewardContext, ScoreInfo, check_finite_rewards, scoring_inputs
 
 
 if TYPE_CHECKING:
@@ -110,9 +110,9 @@ def stream_scores(
         `(indices, info)`: positions in `descriptions` and their `CoverageScoreInfo`; every position exactly once.
 
     Raises:
-        ValueError: from tokenisation (e.g. no room for the description), when that chunk's turn comes."""
-    descriptions = list(descriptions)
-    contexts = broadcast_contexts(contexts, len(descriptions))
+        ValueError: a missing or non-text description, or bad contexts (`base.scoring_inputs`, before any model
+            work); from tokenisation (e.g. no room for the description), when that chunk's turn comes."""
+    descriptions, contexts = scoring_inputs(descriptions, contexts)
     chunks = length_chunks(character_lengths(descriptions, contexts), chunk_size)
     if not chunks:
         return

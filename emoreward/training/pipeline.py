@@ -506,6 +506,7 @@ class CrossValidation:
             f"{config.cv_folds}-fold cross-validation on {len(self.pairs)} pairs (mean ± std over folds, held-out "
             "folds)",
             weighting_note(fold_reports),
+            folds=cross_validation["k"],
         )
         sections = [f["controlled_errors"] for f in fold_reports if "controlled_errors" in f]
         if sections:  # every held-out pair in one fold: the folds' negatives are disjoint, their counts add up
@@ -706,7 +707,7 @@ def model_card(config: EmoRewardConfig, report: dict, fit: FitResult) -> str:
     from emoreward.models.cards import reward_model_card
 
     cv = report.get("cross_validation")
-    metrics = cv and markdown_table(cv["summary"], f"{cv['k']}-fold cross-validation (held-out folds)")
+    metrics = cv and markdown_table(cv["summary"], f"{cv['k']}-fold cross-validation (held-out folds)", folds=cv["k"])
     data = f"`{config.train_file}` ({report['n_pairs']} pairs; {fit.exclusions.summary()}); ties: `{config.ties}`"
     return reward_model_card(fit.model.settings, data=data, metrics=metrics or "", lora=config.use_peft)
 

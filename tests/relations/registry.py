@@ -187,7 +187,8 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--media-root": "the sample id as a pair's clip, as evaluate --media-root reads the same file (one identity "
         "for pairs and negatives): tests/test_augment.py",
         "--editor": "the LLM editor's judge definition: tests/test_augment.py",
-        "--limit": "how many planned LLM edits run: tests/test_augment.py counts them",
+        "--limit": "how many planned LLM edits run, the first N by their pairs' content order (as judge --limit): "
+        "tests/test_augment.py counts them and asks the same edits of a shuffled, renamed file",
     },
     "rank": {
         "*": ("permutation", "duplication", "renaming", "accounting", "separation"),

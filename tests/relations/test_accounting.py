@@ -231,6 +231,14 @@ def test_judge_counts_equal_the_calls_made(options, tmp_path, capsys):
     assert parts["pairs"]["made"] + parts["pairs"]["reused_greedy"] == 12 * orders * runs
     pairs_made, negatives_made = parts["pairs"]["made"], parts["controlled_negatives"]["made"]
     assert f"(pairs: {pairs_made} made" in printed and f"; controlled negatives: {negatives_made} made" in printed
+    # the sentence under the table says what ran (`runner.table_note`), never swapped runs that were not made
+    markdown = (out / "report.md").read_text()
+    assert f"Mean ± std over {runs} run(s); " in markdown
+    if orders == 1:
+        assert "normal order only (--no-swap): swap consistency and N+S not measured" in markdown
+        assert "swapped runs" not in markdown and "run r swapped" not in markdown
+    else:
+        assert "N+S = majority over 2 normal + 2 swapped runs, split votes -> tie." in markdown
 
 
 def test_evaluate_counts_the_descriptions_it_scored(rm_dir, tmp_path, capsys):
@@ -396,3 +404,29 @@ def test_bpa_counts_the_pairs_a_sparse_table_has_and_says_so(rm_dir, tmp_path, c
     assert report["budget"] == report["n_pairs"] == report["full_pairs"] == 6 * 6 + 3 * 2
     assert "Comparisons: 42 pairs asked of the 42 a full ranking asks (100.0%)" in printed
     assert "C(M,2) x N on a complete table" in printed
+
+
+def test_a_cv_figure_some_folds_could_not_give_says_over_how_many(tiny_bert_dir, tmp_path, capsys):
+    """22 pairs (3 ties) in 2 folds: one held-out fold has 10 decided pairs, the other 9, too few for the
+    length-controlled logit (`metrics.length_controlled`), so its cells average one fold (`n: 1` in the JSON);
+    report.md prints them with "(1 of 2 folds)", read from the JSON record's own n, and every other cell without."""
+    from emoreward.evaluation.report import HEADLINE
+
+    rows = pair_rows(22)
+    for r in rows[:3]:
+        r["label"] = "tie"
+    data = write_jsonl(tmp_path / "t.jsonl", rows)
+    run_ok(capsys, ["train", "--config", train_recipe(tmp_path, tiny_bert_dir, data)])
+    cv = read_json(tmp_path / "out" / "report.json")["cross_validation"]
+    decided = sorted(f["label_counts"]["1"] + f["label_counts"]["2"] for f in cv["folds"])
+    assert cv["k"] == 2 and decided == [9, 10]
+    judge = cv["summary"]["judge"]
+    short = {key for key, cell in judge.items() if cell["n"] < cv["k"]}
+    assert "lc_coef_judge" in short and all(judge[key]["n"] == 1 for key in short)
+    labels = dict(HEADLINE)
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    for line in markdown.splitlines():
+        row = next((key for key, label in labels.items() if line.startswith(f"| {label} |")), None)
+        if row is not None and row in judge:
+            assert ("(1 of 2 folds)" in line) == (row in short), line
+    assert sum("(1 of 2 folds)" in line for line in markdown.splitlines()) >= len(short)

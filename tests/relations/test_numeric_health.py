@@ -109,6 +109,34 @@ def test_python_routes_refuse_a_model_with_non_finite_weights(route, broken_mode
         routes[route]()
 
 
+@pytest.mark.parametrize(
+    ("descriptions", "message"),
+    [
+        ([float("nan"), "Neutral."], r"descriptions\[0\]: missing description \(nan\)"),
+        (["Neutral.", None], r"descriptions\[1\]: missing description \(None\)"),
+        (["Neutral.", 3], r"descriptions\[1\]: a description must be text, got int"),
+    ],
+)
+def test_python_scoring_names_a_missing_description_and_reads_a_nan_subtitle_as_none(rm_dir, descriptions, message):
+    """A missing description (None, NaN: pandas' empty cell) is one ValueError naming its position, from the one
+    first step of every scoring route (`models.base.scoring_inputs`: `score`, and the chunked stream `rank` uses),
+    before any model work; a NaN subtitle in a `RewardContext` is no subtitle, as a file's NaN cell is. Before:
+    `TypeError: object of type 'float' has no len()` from the scoring internals."""
+    import numpy as np
+
+    from emoreward.models import RewardContext, load_reward_model
+    from emoreward.models.scoring import score_in_chunks
+
+    model = load_reward_model(rm_dir, dtype="float32")
+    with pytest.raises(ValueError, match=message):
+        model.score(descriptions, "I did it!")
+    with pytest.raises(ValueError, match=message):
+        list(score_in_chunks(model, descriptions, [RewardContext(subtitle="I did it!")] * 2))
+    texts = ["She smiles and her voice rises: joyful.", "Neutral."]
+    assert RewardContext(subtitle=float("nan")) == RewardContext() and RewardContext(subtitle=np.nan).subtitle is None
+    assert np.array_equal(model.score(texts, RewardContext(subtitle=float("nan"))), model.score(texts))
+
+
 NUMERIC_FIELDS = [  # a pair file's numeric fields: (a row around the value, row 1's value, the problem)
     ('{{"chosen": "x y", "rejected": "z", "margin": {v}}}', "null", "margin': expected a finite number, got"),
     ('{{"chosen": "x y", "rejected": "z", "tie": {v}}}', "null", "tie': expected true or false, got"),

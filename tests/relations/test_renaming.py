@@ -10,11 +10,14 @@ zero-shot prompts), `emoreward.data.context.message_text` (the text of a message
 
 from __future__ import annotations
 
+import random
 import unicodedata
 
 import pytest
 from _helpers import assert_same_rewards
 from _inputs import assert_same_numbers, n_boot, pair_rows, read_json, run_ok, table_rows, train_recipe, write_jsonl
+
+from emoreward.data.text import identity_text
 
 
 COVERS = {
@@ -177,19 +180,60 @@ def test_evaluate_is_invariant_to_unicode_forms_and_ids(kind, rm_dir, tmp_path, 
 
 def test_train_reads_trl_content_parts_as_their_text(tiny_bert_dir, tmp_path, capsys):
     rows = pair_rows(24)
-    chosen_first = [
-        {**r, "description_1": r["description_1"] if r["label"] == "1" else r["description_2"],
-         "description_2": r["description_2"] if r["label"] == "1" else r["description_1"], "label": "1"}
+    # TRL rows state no order: the reader puts each pair's descriptions in their content order (docs/data.md)
+    flip = {"1": "2", "2": "1", "tie": "tie"}
+    content_first = [
+        r if identity_text(r["description_1"]) <= identity_text(r["description_2"])
+        else {**r, "description_1": r["description_2"], "description_2": r["description_1"], "label": flip[r["label"]]}
         for r in rows
     ]  # fmt: skip
     reports = []
-    for name, data in (("plain", chosen_first), ("trl", trl_pairs(rows))):
+    for name, data in (("plain", content_first), ("trl", trl_pairs(rows))):
         folder = tmp_path / name
         run_ok(
             capsys, ["train", "--config", train_recipe(folder, tiny_bert_dir, write_jsonl(folder / "t.jsonl", data))]
         )
         reports.append(read_json(folder / "out" / "report.json")["cross_validation"])
     assert_same_numbers(*reports, ignore=(r"markdown$", r"train_seconds", r"/threads"))
+
+
+def test_layouts_without_an_order_give_one_order(rm_dir, tmp_path, capsys):
+    """The same labelled pairs as TRL chosen / rejected rows and as rows by three annotators (each row in a random
+    side order, the third disagreeing) give the same figures, the normal-order two-class WAF included (its classes
+    are positions): neither layout states which description is first, so both read the content order
+    (`data.pairs.content_ordered`). Before, TRL rows put the chosen side first, so every gold label was "1"."""
+    rows = pair_rows(24)
+    rows[3]["label"] = rows[7]["label"] = "tie"
+    flip = {"1": "2", "2": "1", "tie": "tie"}
+    trl, annotated = [], []
+    for r in rows:
+        chosen, rejected = (r["description_2"], r["description_1"]) if r["label"] == "2" else (r["description_1"],
+                                                                                          r["description_2"])  # fmt: skip
+        trl.append({"sample_id": r["sample_id"], "chosen": chosen, "rejected": rejected, "tie": r["label"] == "tie"})
+    rng = random.Random(3)
+    for r in rows:
+        for name in "abc":
+            label = flip[r["label"]] if name == "c" else r["label"]
+            row = {**r, "label": label, "annotator": name}
+            if rng.random() < 0.5:
+                row.update(description_1=r["description_2"], description_2=r["description_1"], label=flip[label])
+            annotated.append(row)
+    reports = []
+    for name, data in (("trl", trl), ("annotated", annotated)):
+        out = tmp_path / f"{name}.json"
+        argv = ["evaluate", "--model", rm_dir, "--data", write_jsonl(tmp_path / f"{name}.jsonl", data)]
+        run_ok(capsys, [*argv, "--no-controlled-negatives", "--output", out])
+        reports.append(read_json(out))
+    for part in ("judge", "length_baseline"):
+        assert_same_numbers(reports[0][part], reports[1][part])
+    gold = {"1": 0, "2": 0}
+    for r in rows:
+        if r["label"] != "tie":
+            first_chosen = (r["label"] == "1") == (
+                identity_text(r["description_1"]) <= identity_text(r["description_2"])
+            )
+            gold["1" if first_chosen else "2"] += 1
+    assert gold["1"] and gold["2"]  # both classes of the two-class WAF occur: not every gold label is "1"
 
 
 # ------------------------------------------------------------------------------------------------- RL routes

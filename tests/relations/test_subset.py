@@ -1,6 +1,7 @@
 """Subset commutation: every option that selects a subset gives what running on the filtered input gives, alone
 and composed with the others, in any order the selection is written. Applied to `rank`'s ``--models``,
-``--sample-ids`` and ``--samples`` (and their compositions) and `judge`'s ``--limit``.
+``--sample-ids`` and ``--samples`` (and their compositions) and `judge`'s ``--limit`` (the first N pairs in
+content order: `emoreward.data.pairs.first_pairs`).
 
 Owners: `emoreward.data.tables.DescriptionTable.subset` and `sample_subset` (the order of what is kept:
 `canonical_order`; a sample no kept model described is gone), `DescriptionTable.select` (the one order the
@@ -10,7 +11,7 @@ selections apply in: models, then samples, then a random N).
 from __future__ import annotations
 
 import pytest
-from _inputs import WORDS, assert_same_numbers, n_boot, pair_rows, read_json, run_ok, table_rows, write_jsonl
+from _inputs import WORDS, assert_same_numbers, n_boot, pair_rows, read_json, run_ok, shuffled, table_rows, write_jsonl
 
 
 COVERS = {"rank": ("--models", "--samples", "--sample-ids", "--cache-dir"), "judge": ("--limit",)}
@@ -119,15 +120,29 @@ def test_a_subset_after_a_run_makes_no_judge_call(scheme, per_sample, length_jud
         assert (kept["n_judge_calls"], kept["n_reused"]) == (0, 5 * 2)
 
 
-def test_judge_limit_equals_judging_the_first_rows(length_judge_yaml, tmp_path, capsys):
+def test_judge_limit_keeps_the_same_pairs_whatever_the_rows_order(length_judge_yaml, tmp_path, capsys):
+    """`judge --limit 10` judges the first 10 pairs in content order (`data.pairs.first_pairs`): the file shuffled
+    with renamed samples gives the same figures, and so does judging a file of just the pairs it judged. Before, it
+    took the first 10 rows, so a shuffled file judged other pairs."""
+    import json
+
     rows = pair_rows(24)
-    reports = []
-    for name, data, extra in (("a", rows, ["--limit", "10"]), ("b", rows[:10], [])):
+    renamed = shuffled([{**r, "sample_id": f"clip-{r['sample_id']}"} for r in rows], seed=4)
+
+    def judge(name, data, extra):
         out = tmp_path / name
         run_ok(capsys, ["judge", "--judge", length_judge_yaml, "--data", write_jsonl(tmp_path / f"{name}.jsonl", data),
                         "--output", out, "--no-progress", *extra])  # fmt: skip
-        reports.append(read_json(out / "report.json"))
-    assert_same_numbers(*reports, ignore=(r"markdown$", r"/calls/", r"/notes/"))
+        lines = (out / "judgements_S1.jsonl").read_text().splitlines()
+        return read_json(out / "report.json"), sorted({json.loads(line)["sample_id"] for line in lines})
+
+    limited, ids = judge("a", rows, ["--limit", "10"])
+    again, renamed_ids = judge("b", renamed, ["--limit", "10"])
+    alone, _ = judge("c", [r for r in rows if r["sample_id"] in ids], [])
+    assert len(ids) == 10 and renamed_ids == sorted(f"clip-{i}" for i in ids)
+    assert ids != sorted(r["sample_id"] for r in rows[:10])  # not the file's first rows
+    for other in (again, alone):
+        assert_same_numbers(limited, other, ignore=(r"markdown$", r"/calls/", r"/notes/"))
 
 
 def test_a_selection_spelled_as_written_in_the_file_selects_the_same(rm_dir, tmp_path, capsys):
