@@ -256,7 +256,7 @@ def _digest(value: Any) -> str:
 def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> dict:
     """The identity of a training run: `data` (SHA-256 of every pair's sample id, descriptions, writers, media paths
     and margin, in content order), `labels` (SHA-256 of the labels in that order; with per-annotator labels, each
-    pair's annotators' labels and the aggregation rule too), `backbone` (a local backbone's content), `recipe`
+    pair's multiset of its annotators' labels, not their names, and the aggregation rule too), `backbone` (a local backbone's content), `recipe`
     (`public_config` values of every field but `NOT_RESULT_FIELDS`, an unclassified one included, that applies under
     its settings: `inapplicable_fields`) and
     `execution` (`execution_parameters`: the process count). Files named by path count by content, not path: the
@@ -347,13 +347,16 @@ def media_content(config, pairs: Sequence[PreferencePair]) -> dict | None:
 
 
 def _labels(pairs: Sequence[PreferencePair]) -> list:
-    """The labels of the identity: one per pair; where annotators are named, their labels and the rule that made the
-    pair's label (`emoreward.data.annotators.AGGREGATION`) as well."""
+    """The labels of the identity, by what training and its report read from them, never by annotator names: one
+    label per pair; where annotators are named, each pair's multiset of their labels (the pair's label comes from it,
+    and the agreement figures count it) and the rule that made the pair's label
+    (`emoreward.data.annotators.AGGREGATION`). Renaming annotators, or giving one's labels to another, changes
+    nothing trained, so it is the same run."""
     if not any(p.annotations for p in pairs):
         return [p.label for p in pairs]
     from emoreward.data.annotators import AGGREGATION
 
-    return [AGGREGATION, *([p.label, [list(a) for a in p.annotations]] for p in pairs)]
+    return [AGGREGATION, *([p.label, sorted((label for _, label in p.annotations), key=str)] for p in pairs)]
 
 
 def identity_differences(saved: dict, current: dict) -> list[str]:
