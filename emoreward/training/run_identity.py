@@ -286,6 +286,10 @@ def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> di
     media = media_content(config, pairs) if "media_root" not in unused else None
     by_content |= ({"prompts"} if prompts else set()) | ({"media_root"} if media else set())
     recipe = {k: v for k, v in public_config(config).items() if k not in NOT_RESULT_FIELDS | by_content | unused}
+    if "use_cpu" in recipe:  # as the user gave it: the bf16 rule's own turn-on is the precision, `bf16` here
+        from emoreward.training.bf16 import identity_use_cpu
+
+        recipe["use_cpu"] = identity_use_cpu(config)
     recipe = json.loads(json.dumps(recipe, sort_keys=True, default=str))  # as it reads back from the JSON file
     data = [
         (p.sample_id, p.description_1, p.description_2, p.model_1, p.model_2, p.media.video, p.media.audio,
@@ -383,7 +387,13 @@ def identity_differences(saved: dict, current: dict) -> list[str]:
     old, new = saved.get("recipe") or {}, current["recipe"]
     for key in sorted(set(old) | set(new)):
         if old.get(key) != new.get(key):
-            out.append(f"recipe field {key} ({old.get(key, '<unset>')!r} -> {new.get(key, '<unset>')!r})")
+            change = f"recipe field {key} ({old.get(key, '<unset>')!r} -> {new.get(key, '<unset>')!r})"
+            if key == "bf16":  # `bf16: auto` resolves by the scoring precision's rule: the user changed the precision
+                change = (
+                    f"the training precision ({change}; bf16: auto follows $EMOREWARD_DTYPE and the device's bf16 "
+                    "matrix units)"
+                )
+            out.append(change)
     old, new = saved.get("execution") or {}, current.get("execution") or {}
     for key in sorted(set(old) | set(new)):
         if old.get(key) != new.get(key):
