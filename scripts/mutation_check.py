@@ -106,6 +106,22 @@ MUTATIONS = (
         "the run identity holds the fields that change no result (log_level, dataset_text_field)",
     ),
     Mutation(
+        "renaming and normal forms",
+        "emoreward/training/run_identity.py",
+        "sorted((label for _, label in p.annotations), key=str)",
+        "[list(a) for a in p.annotations]",
+        "tests/relations/test_renaming.py",
+        "the run identity digests the annotators' names (renamed annotators refused as other labels)",
+    ),
+    Mutation(
+        "content identity",
+        "emoreward/training/pipeline.py",
+        "        training_record(**final_training_data(config, pairs)),",
+        "        None,",
+        "tests/relations/test_content_identity.py",
+        "train's eval_file is checked against no training record (its training pairs counted as held out)",
+    ),
+    Mutation(
         "content identity",
         "emoreward/models/loading.py",
         'base = f"content={content}" if content else str(name_or_path)',

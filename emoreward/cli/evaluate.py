@@ -95,47 +95,34 @@ def controlled_negatives(args: argparse.Namespace, pairs: list) -> tuple[list, s
         from emoreward.data.negatives import read_negatives
 
         return read_negatives(given, media_by_id=by_id), f"file {given}"
-    from emoreward.data.negatives import generate_negatives
+    from emoreward.data.negatives import generate_negatives, rules_source
 
     negatives = generate_negatives(pairs, media_by_id=by_id).negatives
-    return negatives, f"rules engine on the preferred descriptions of {args.data}"
+    return negatives, rules_source(str(args.data))
 
 
 def in_sample_check(args: argparse.Namespace, spec: str, pairs: list, controlled):
-    """The in-sample check of `spec`, a reward model or a trained judge alike (`training.provenance.in_sample_flags`
-    on its folder's `training_data.json`): warns on stderr about evaluated pairs and controlled negatives the judge
-    was trained on (or of its training samples), before any model loads.
+    """The in-sample check of `spec`, a reward model or a trained judge alike (`training.provenance.check_in_sample`
+    on its folder's `training_data.json`, the rule `train` applies to its `eval_file`): warns on stderr about
+    evaluated pairs and controlled negatives the judge was trained on (or of its training samples), before any model
+    loads.
 
     Returns:
         `(n_in_sample, note, controlled)`: the in-sample pairs (0 without a record), the report's line about them,
         and `controlled` as a `ControlledSet` carrying each negative's flag (None: `--no-controlled-negatives`)."""
     from emoreward.evaluation.controlled import ControlledSet
-    from emoreward.training.provenance import TRAINING_DATA_FILE, in_sample_flags
+    from emoreward.training.provenance import TRAINING_DATA_FILE, check_in_sample, read_training_data
 
-    prog = f"emoreward {_command(args)}"
-    flags, train_file = in_sample_flags(spec, pairs)
-    record = f"{Path(spec) / TRAINING_DATA_FILE}: {train_file}"
-    n_in_sample = sum(flags or ())
-    note = (
-        f"{n_in_sample} of {len(pairs)} pairs in {args.data} are pairs the model was trained on ({record}): in-sample "
-        "metrics overstate how it does on new pairs"
+    negatives, source = controlled if controlled is not None else (None, None)
+    negative_pairs = None if negatives is None else [n.pair(i + 1) for i, n in enumerate(negatives)]
+    check = check_in_sample(
+        read_training_data(spec), str(Path(spec) / TRAINING_DATA_FILE), pairs, args.data, negative_pairs, source
     )
-    if n_in_sample:
-        print(f"{prog}: warning: {note}", file=sys.stderr)
-        note = f"IN-SAMPLE: {note}"
+    for line in check.warnings:
+        print(f"emoreward {_command(args)}: warning: {line}", file=sys.stderr)
     if controlled is None:
-        return n_in_sample, note, None
-    negatives, source = controlled
-    neg_flags = None if flags is None else in_sample_flags(spec, [n.pair(i + 1) for i, n in enumerate(negatives)])[0]
-    n_neg = sum(neg_flags or ())
-    if n_neg:
-        print(
-            f"{prog}: warning: IN-SAMPLE: {n_neg} of {len(negatives)} controlled negatives ({source}) are negatives the "
-            f"judge was trained on, or edits of descriptions it was trained on ({record}): their shares in the "
-            "controlled-error section overstate how it does on new descriptions",
-            file=sys.stderr,
-        )
-    return n_in_sample, note, ControlledSet(negatives, source, neg_flags)
+        return check.n_in_sample, check.note, None
+    return check.n_in_sample, check.note, ControlledSet(negatives, source, check.negative_flags)
 
 
 # the zero-shot options of `judge` with their defaults: a reward model has no use for them

@@ -34,6 +34,15 @@ class FieldTable(NamedTuple):
 
 _LORA = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")
 _PEFT = "all weights train, there are no LoRA adapters"
+# the Hub fields of TrainingArguments: read only when a run pushes (`push_to_hub`)
+_HUB = ("hub_model_id", "hub_strategy", "hub_token", "hub_private_repo", "hub_always_push", "hub_revision")
+# a pipeline resumes a run folder by its run identity (`run_identity.check_resumable`, the folder's own newest whole
+# checkpoint of the same run), never from a checkpoint named in the recipe
+_RESUME = (
+    "the run resumes by its own run identity: rerun the same command into the same output_dir and {what} "
+    "(another run's work is refused); a named checkpoint is never read"
+)
+NEVER = Condition(False, (), "")  # `why` filled per field group: the pipeline overrides the field whatever it says
 
 
 def logs_to_wandb(config: Any) -> bool:
@@ -46,10 +55,20 @@ def _wandb(config: Any) -> Condition:
     return Condition(logs_to_wandb(config), ("report_to",), "nothing is logged to W&B (report_to has no wandb)")
 
 
+def _hub(config: Any) -> Condition:
+    return Condition(bool(config.push_to_hub), ("push_to_hub",), "nothing is pushed to the Hub (push_to_hub is off)")
+
+
 def _reward_conditions(config: Any) -> dict[str, Condition]:
     from emoreward.training.objectives import get_objective  # the objective registry says which has two heads
 
     return {
+        "hub": _hub(config),
+        "resume": NEVER._replace(
+            why=_RESUME.format(
+                what="its finished folds and final model are reused, its newest whole step checkpoint resumed"
+            )
+        ),
         "peft": Condition(config.use_peft, ("use_peft",), _PEFT),
         "wandb": _wandb(config),
         "tie likelihood": Condition(
@@ -86,6 +105,8 @@ REWARD_FIELDS = FieldTable(
         "two_class_tie_policy": "evaluation",
         "fit_workers": "cross-validation",  # folds side by side: none without folds (the final fit is one process)
         **dict.fromkeys(("wandb_project", "wandb_log_model"), "wandb"),
+        **dict.fromkeys(_HUB, "hub"),
+        "resume_from_checkpoint": "resume",
     },
     _reward_conditions,
 )
@@ -130,8 +151,19 @@ JUDGE_FIELDS = FieldTable(
             ("use_audio_in_video", "fps", "max_frames", "min_pixels", "max_pixels", "media_root"), "media"
         ),
         "wandb_project": "wandb",
+        **dict.fromkeys(_HUB, "hub"),
+        "resume_from_checkpoint": "resume",
+        **dict.fromkeys(
+            ("save_strategy", "save_steps", "save_total_limit", "save_only_model", "save_on_each_node"), "checkpoints"
+        ),
     },
     lambda config: {
+        "hub": _hub(config),
+        "resume": NEVER._replace(why=_RESUME.format(what="its finished folds and final judge are reused")),
+        "checkpoints": NEVER._replace(
+            why="a judge's SFT and DPO stages save no step checkpoint (save_strategy is always 'no'): a stopped run "
+            "retrains the unfinished fold or final judge, the finished ones are reused"
+        ),
         "peft": Condition(config.use_peft, ("use_peft",), _PEFT),
         "media": Condition(
             config.family is not None, ("family",), "a text chat LM judge reads no video or audio (no MLLM family)"
@@ -186,16 +218,18 @@ def check_fields_apply(config: Any) -> None:
     for cond, (holds, settings, why) in table.conditions(config).items():
         if holds:
             continue
-        ruling = max(field_layer(config, s) for s in settings)
+        ruling = max((field_layer(config, s) for s in settings), default=DEFAULT)  # NEVER: no setting rules
         given = [n for n, c in table.fields.items() if c == cond and DEFAULT < field_layer(config, n) >= ruling]
         if not given:
             continue
+        values = ", ".join(f"{n}={getattr(getattr(config, n), 'value', getattr(config, n))!r}" for n in given)
+        verb, them = ("does", "it") if len(given) == 1 else ("do", "them")
+        if not settings:
+            raise ValueError(f"{values} {verb} not apply to this recipe: {why}; leave {them} out")
         origins = getattr(config, "field_origins", {})
         setting = ", ".join(
             f"{s}={getattr(config, s)!r}" + (f" ({origins[s]})" if s in origins else "") for s in settings
         )
-        values = ", ".join(f"{n}={getattr(config, n)!r}" for n in given)
-        verb, them = ("does", "it") if len(given) == 1 else ("do", "them")
         raise ValueError(f"{values} {verb} not apply with {setting}: {why}; leave {them} out or change the setting")
 
 
@@ -205,6 +239,7 @@ __all__ = [
     "DPO_FIELDS",
     "DPO_SHARED_FIELDS",
     "JUDGE_FIELDS",
+    "NEVER",
     "RECIPE",
     "REWARD_FIELDS",
     "SFT_ONLY_FIELDS",

@@ -50,4 +50,20 @@ def resolve_training_bf16(
     return on, bool(use_cpu or (on and device == "cpu"))
 
 
-__all__ = ["resolve_training_bf16"]
+def apply_training_bf16(config) -> None:
+    """Resolve a recipe's `bf16` and `use_cpu` in place (`resolve_training_bf16`), keeping the `use_cpu` the recipe
+    gave as `config.given_use_cpu`: a `use_cpu` the rule turned on (bf16 on a CPU, where the run trains on the CPU
+    anyway) is derived from the precision, which the run identity records as `bf16`, and is no choice of the user's
+    (`identity_use_cpu`)."""
+    given = bool(config.use_cpu)
+    config.bf16, config.use_cpu = resolve_training_bf16(config.bf16, use_cpu=config.use_cpu, fp16=config.fp16)
+    config.given_use_cpu = given
+
+
+def identity_use_cpu(config) -> bool:
+    """The `use_cpu` of a run's identity: as the recipe gave it, not as the bf16 rule turned it on
+    (`apply_training_bf16`); a config that did not pass through it: its value."""
+    return bool(getattr(config, "given_use_cpu", config.use_cpu))
+
+
+__all__ = ["apply_training_bf16", "identity_use_cpu", "resolve_training_bf16"]

@@ -20,7 +20,7 @@ from trl import RewardConfig, TrlParser
 
 from emoreward.models.backbones import BACKBONES, BackboneSpec, get_backbone, registered_names
 from emoreward.training.applicability import REWARD_FIELDS, FieldTable, check_fields_apply
-from emoreward.training.bf16 import resolve_training_bf16
+from emoreward.training.bf16 import apply_training_bf16
 from emoreward.training.fit_workers import parse_fit_workers
 from emoreward.training.parsing import (
     SECRET_HINT,
@@ -373,7 +373,7 @@ class EmoRewardConfig(RewardConfig):
             # transformers switches the progress bar off whenever its log level is above WARNING (the CLI sets
             # ERROR to keep library noise down): show it on a terminal, as tqdm users expect, and not in logs
             self.disable_tqdm = not sys.stderr.isatty()
-        self.bf16, self.use_cpu = resolve_training_bf16(self.bf16, use_cpu=self.use_cpu, fp16=self.fp16)
+        apply_training_bf16(self)  # use_cpu as given kept for the run identity
         super().__post_init__()
         check_fields_apply(self)  # on report_to as TrainingArguments resolved it
 

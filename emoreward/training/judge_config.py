@@ -82,9 +82,9 @@ class JudgeTrainConfig(SFTConfig):
     )
 
     def __post_init__(self):
-        from emoreward.training.bf16 import resolve_training_bf16
+        from emoreward.training.bf16 import apply_training_bf16
 
-        self.bf16, self.use_cpu = resolve_training_bf16(self.bf16, use_cpu=self.use_cpu, fp16=self.fp16)
+        apply_training_bf16(self)  # use_cpu as given kept for the run identity
         super().__post_init__()
         if self.cv_folds < 0 or self.cv_folds == 1:
             raise ValueError(f"cv_folds must be 0 or at least 2, got {self.cv_folds}")

@@ -10,6 +10,7 @@ import functools
 import gc
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -22,9 +23,9 @@ from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
 from transformers import set_seed
 
 from emoreward.data import PreferencePair, load_pairs, read_pairs
-from emoreward.data.negatives import generate_negatives
+from emoreward.data.negatives import generate_negatives, rules_source
 from emoreward.data.pairs import canonical_pairs, sample_groups
-from emoreward.evaluation.controlled import controlled_markdown, pool_sections
+from emoreward.evaluation.controlled import ControlledSet, controlled_markdown, pool_sections
 from emoreward.evaluation.harness import evaluate_model
 from emoreward.evaluation.judge import RewardModelJudge
 from emoreward.evaluation.metrics import calibrate_tie_threshold
@@ -45,7 +46,13 @@ from emoreward.training.fit_workers import (
 from emoreward.training.negatives import training_pairs
 from emoreward.training.objectives import get_objective
 from emoreward.training.preprocess import ExclusionReport
-from emoreward.training.provenance import write_training_data
+from emoreward.training.provenance import (
+    TRAINING_DATA_FILE,
+    InSampleCheck,
+    check_in_sample,
+    training_record,
+    write_training_data,
+)
 from emoreward.training.run_identity import (
     check_checkpoint,
     check_resumable,
@@ -69,7 +76,7 @@ logger = logging.getLogger(__name__)
 
 # written last into a fold or model directory: the work there is complete (an interrupted run skips it)
 FINISHED_FILE = "finished.json"
-CONTROLLED_SOURCE = "rules engine on the preferred descriptions of the evaluated pairs"
+CONTROLLED_SOURCE = rules_source("the evaluated pairs")
 
 
 @dataclass
@@ -300,14 +307,20 @@ def _default_fit(config: EmoRewardConfig) -> Callable[[list[PreferencePair], Pat
     )
 
 
-def _default_evaluate(config: EmoRewardConfig) -> Callable[[RewardModel, list[PreferencePair]], dict]:
+def _default_evaluate(
+    config: EmoRewardConfig, controlled: ControlledSet | None = None
+) -> Callable[[RewardModel, list[PreferencePair]], dict]:
+    """The pipeline's evaluation of a model on `test` pairs, with the controlled-error section of `controlled` (default:
+    the rules engine's negatives of `test`, with no in-sample flags: held-out pairs)."""
     return lambda model, test: evaluate_model(
         model,
         test,
         tie_policy=config.two_class_tie_policy,
         batch_size=config.score_batch_size,
         media_errors=config.media_errors,
-        controlled=(generate_negatives(test, media_by_id=config.media_root is not None).negatives, CONTROLLED_SOURCE),
+        controlled=controlled
+        if controlled is not None
+        else (generate_negatives(test, media_by_id=config.media_root is not None).negatives, CONTROLLED_SOURCE),
         media_by_id=config.media_root is not None,
     )
 
@@ -523,10 +536,12 @@ class CrossValidation:
             self.pool.__exit__(exc_type, exc, tb)
 
 
-def run_training(config: EmoRewardConfig, *, log=print) -> dict:
+def run_training(config: EmoRewardConfig, *, log=print, warn: Callable[[str], None] | None = None) -> dict:
     """Run the main job for any backbone kind: load and check the pairs (`train_file`, `eval_file`) before any
     training, stratified k-fold cross-validation (`CrossValidation`), the final fit on all pairs (saved with its card),
-    an optional evaluation on `eval_file`, then `report.json`, `report.md` and `confusion.png`.
+    an optional evaluation on `eval_file`, then `report.json`, `report.md` and `confusion.png`. An `eval_file` holding
+    pairs (or controlled negatives) the final model trains on is counted and marked in-sample as `evaluate` marks it
+    (`eval_file_check`), and `warn`ed about (default: a line on stderr) before any fold trains.
 
     Returns:
         the report dict also written to `<output_dir>/report.json`.
@@ -557,6 +572,9 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
         f"data {config.train_file}, output {config.output_dir}"
     )
     log(f"loaded {loaded.summary()}")
+    eval_check = eval_file_check(config, pairs, eval_pairs) if eval_pairs is not None and config.final_fit else None
+    for line in eval_check[1].warnings if eval_check is not None and is_main else ():
+        (warn or _stderr)(f"emoreward train: warning: {line}")
     if wandb_mode is not None:
         log(wandb_line(config, pairs, wandb_mode))
     report: dict = {
@@ -579,12 +597,22 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
             report["cross_validation"], report["markdown"] = folds.result()
     if config.final_fit:
         model = _save_final(config, pairs, final, report, out, log)
-        if eval_pairs is not None:
-            evaluation = _default_evaluate(config)(model, eval_pairs)
-            report["eval_file"] = {"path": str(config.eval_file), "evaluation": evaluation}
-            table = markdown_table(
-                headline(evaluation), f"held-out file {config.eval_file}", weighting_note([evaluation])
+        if eval_check is not None:
+            negatives, check = eval_check
+            source = rules_source(str(config.eval_file))  # as `evaluate` names them
+            evaluation = _default_evaluate(config, ControlledSet(negatives, source, check.negative_flags))(
+                model, eval_pairs
             )
+            evaluation["n_in_sample_pairs"] = check.n_in_sample  # as `evaluate` counts them on the saved model
+            report["eval_file"] = {"path": str(config.eval_file), "evaluation": evaluation, "in_sample": check.note}
+            title = (
+                f"eval_file {config.eval_file} ({len(eval_pairs)} pairs, IN-SAMPLE)"
+                if check.n_in_sample
+                else f"held-out file {config.eval_file}"
+            )
+            table = markdown_table(headline(evaluation), title, weighting_note([evaluation]))
+            if check.n_in_sample:
+                table += f"\n{check.note}\n"
             table += "\n" + controlled_markdown(
                 evaluation["controlled_errors"], f"Controlled errors, {config.eval_file}"
             )
@@ -604,6 +632,41 @@ def run_training(config: EmoRewardConfig, *, log=print) -> dict:
         finish_wandb()  # the upload (online mode) happens here, after every local output is written
     wait_for_everyone(config)
     return report
+
+
+def eval_file_check(
+    config: EmoRewardConfig, pairs: list[PreferencePair], eval_pairs: list[PreferencePair]
+) -> tuple[list, InSampleCheck]:
+    """The controlled negatives of `eval_file`'s section (the rules engine's, as every evaluation of the pipeline)
+    and the in-sample check of `eval_pairs` and those negatives against what the final model trains on
+    (`provenance.check_in_sample` on the record `_save_final` writes, `training_record`): the rule and the words of
+    `evaluate` on the saved model, before any fold trains."""
+    negatives = generate_negatives(eval_pairs, media_by_id=config.media_root is not None).negatives
+    check = check_in_sample(
+        training_record(**final_training_data(config, pairs)),
+        str(Path(config.output_dir) / "model" / TRAINING_DATA_FILE),
+        eval_pairs,
+        config.eval_file,
+        [n.pair(i + 1) for i, n in enumerate(negatives)],
+        rules_source(str(config.eval_file)),
+    )
+    return negatives, check
+
+
+def final_training_data(config: EmoRewardConfig, pairs: list[PreferencePair]) -> dict:
+    """What the final model trains on, as `provenance.write_training_data` / `training_record` take it: the source,
+    the human `pairs` and the controlled negatives' pairs (their controlled section is flagged in-sample too)."""
+    trained = training_pairs(config, pairs)
+    return {
+        "source": config.train_file,
+        "pairs": pairs,
+        "negatives": trained.pairs[trained.n_human :],
+        "media_by_id": config.media_root is not None,
+    }
+
+
+def _stderr(line: str) -> None:
+    sys.stderr.write(line + "\n")
 
 
 def _fit_final(config, pairs, eval_pairs, out: Path, log, *, train_threads: int | None = None) -> FitResult | dict:
@@ -647,14 +710,7 @@ def _save_final(config, pairs, fit: FitResult | dict, report: dict, out: Path, l
     fit.model.settings.extra["data"] = data_metadata(config.train_file).to_dict()
     save_final_model(fit.model, model_dir, config, model_card(config, report, fit))
     if config.process_index == 0:
-        trained = training_pairs(config, pairs)  # the negatives it trained on too: their controlled section is flagged
-        write_training_data(
-            model_dir,
-            config.train_file,
-            pairs,
-            negatives=trained.pairs[trained.n_human :],
-            media_by_id=config.media_root is not None,
-        )
+        write_training_data(model_dir, **final_training_data(config, pairs))
     report["final"] = {
         "model_dir": str(model_dir),
         "train_seconds": fit.train_seconds,
@@ -715,6 +771,7 @@ def model_card(config: EmoRewardConfig, report: dict, fit: FitResult) -> str:
 __all__ = [
     "FINISHED_FILE",
     "FitResult",
+    "eval_file_check",
     "final_fingerprint",
     "fit_reward_model",
     "load_finished",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -67,8 +68,25 @@ def write_training_data(
     `training_data.json`): the human `pairs` and the controlled `negatives`' pairs (original over negative,
     `training.negatives`), one key per pair and per description in its context; ``media_by_id``: the model read clips
     by sample id (a media root was given). The one writer of the record, for both kinds of trained judge."""
+    return atomic_write_json(
+        Path(directory) / TRAINING_DATA_FILE,
+        training_record(source, pairs, negatives=negatives, media_by_id=media_by_id),
+        indent=None,
+    )
+
+
+def training_record(
+    source: str | Path,
+    pairs: Sequence[PreferencePair],
+    *,
+    negatives: Sequence[PreferencePair] = (),
+    media_by_id: bool = False,
+) -> dict:
+    """The content of `training_data.json` for a model trained on `pairs` and `negatives` (`write_training_data`):
+    `train_file`, counts, the key scheme and the sorted pair and description keys. `train` builds it before any
+    fold trains, to check its `eval_file` (`check_in_sample`) as `evaluate` checks the saved model."""
     trained = [*pairs, *negatives]
-    record = {
+    return {
         "train_file": str(source),
         "n_pairs": len(pairs),
         "n_negatives": len(negatives),
@@ -83,21 +101,28 @@ def write_training_data(
             }
         ),
     }
-    return atomic_write_json(Path(directory) / TRAINING_DATA_FILE, record, indent=None)
 
 
-def in_sample_flags(model_dir: str | Path, pairs: Sequence[PreferencePair]) -> tuple[list[bool] | None, str | None]:
-    """Per pair of `pairs`, whether the model (or trained judge) in `model_dir` was trained on it, or on a pair
-    sharing a description with it in its context (a pair of a training sample; a controlled negative of a training
-    description), and its training source; `(None, None)` when the directory has no (readable)
-    `training_data.json` (a merged export, a zero-shot judge, a model from elsewhere: unknown). The one reader."""
+def read_training_data(model_dir: str | Path) -> dict | None:
+    """The training-data record of the model (or trained judge) in `model_dir`; None when there is no readable one
+    (a merged export, a zero-shot judge, a model from elsewhere) or it was written by a newer emoreward (another key
+    scheme: no claim either way)."""
     record = read_json_or_none(Path(model_dir) / TRAINING_DATA_FILE, what="training-data record")
     if not isinstance(record, dict) or not isinstance(record.get("pair_keys"), list):
-        return None, None
+        return None
+    if record.get("pair_key", "descriptions") not in (KEY_SCHEME, "sample+descriptions", "descriptions"):
+        return None
+    return record
+
+
+def record_flags(record: dict | None, pairs: Sequence[PreferencePair]) -> list[bool] | None:
+    """Per pair of `pairs`, whether the model of training-data `record` (`training_record`, `read_training_data`)
+    was trained on it, or on a pair sharing a description with it in its context (a pair of a training sample; a
+    controlled negative of a training description); None without a record (unknown)."""
+    if record is None:
+        return None
     trained = set(record["pair_keys"])
     scheme = record.get("pair_key", "descriptions")
-    if scheme not in (KEY_SCHEME, "sample+descriptions", "descriptions"):
-        return None, None  # written by a newer emoreward: no claim either way
     by_id = bool(record.get("media_by_id", False))
     texts = set(record.get("description_keys") or ())  # absent in records of earlier versions
 
@@ -106,7 +131,67 @@ def in_sample_flags(model_dir: str | Path, pairs: Sequence[PreferencePair]) -> t
             return True
         return any(description_key(p, d, media_by_id=by_id) in texts for d in (p.description_1, p.description_2))
 
-    return [seen(p) for p in pairs], str(record.get("train_file"))
+    return [seen(p) for p in pairs]
+
+
+def in_sample_flags(model_dir: str | Path, pairs: Sequence[PreferencePair]) -> tuple[list[bool] | None, str | None]:
+    """Per pair of `pairs`, whether the model (or trained judge) in `model_dir` was trained on it or on its sample
+    (`record_flags` of its `training_data.json`), and its training source; `(None, None)` without a readable record
+    (unknown). The one reader of a saved model's record."""
+    record = read_training_data(model_dir)
+    return record_flags(record, pairs), (None if record is None else str(record.get("train_file")))
+
+
+@dataclass(frozen=True)
+class InSampleCheck:
+    """What an evaluation reports about pairs (and controlled negatives) its judge was trained on
+    (`check_in_sample`).
+
+    Attributes:
+        n_in_sample (`int`): evaluated pairs the judge was trained on or of its training samples (0 without a record).
+        note (`str`): the report's line about them, starting ``"IN-SAMPLE: "`` when there is any.
+        warnings (`tuple` of `str`): the lines to warn with (without the program's name), empty when none.
+        negative_flags (`list` of `bool` or `None`): per controlled negative, whether it is in-sample; None without a
+            record or without negatives."""
+
+    n_in_sample: int
+    note: str
+    warnings: tuple[str, ...]
+    negative_flags: list[bool] | None
+
+
+def check_in_sample(
+    record: dict | None,
+    record_name: str,
+    pairs: Sequence[PreferencePair],
+    data: str | Path,
+    negatives: Sequence[PreferencePair] | None = None,
+    negatives_source: str | None = None,
+) -> InSampleCheck:
+    """The in-sample check of an evaluation of `pairs` (read from `data`) and their controlled `negatives` (each
+    negative's pair, from `negatives_source`), for the judge of training-data `record` (`read_training_data` of a
+    saved model: `evaluate`, `judge`; `training_record` of the run: `train`'s `eval_file`), named `record_name` in
+    the lines: one rule and one wording for every command."""
+    flags = record_flags(record, pairs)
+    where = f"{record_name}: {None if record is None else record.get('train_file')}"
+    n_in_sample = sum(flags or ())
+    note = (
+        f"{n_in_sample} of {len(pairs)} pairs in {data} are pairs the model was trained on ({where}): in-sample "
+        "metrics overstate how it does on new pairs"
+    )
+    warnings = []
+    if n_in_sample:
+        warnings.append(note)
+        note = f"IN-SAMPLE: {note}"
+    neg_flags = None if flags is None or negatives is None else record_flags(record, negatives)
+    n_neg = sum(neg_flags or ())
+    if n_neg:
+        warnings.append(
+            f"IN-SAMPLE: {n_neg} of {len(negatives)} controlled negatives ({negatives_source}) are negatives the "
+            f"judge was trained on, or edits of descriptions it was trained on ({where}): their shares in the "
+            "controlled-error section overstate how it does on new descriptions"
+        )
+    return InSampleCheck(n_in_sample, note, tuple(warnings), neg_flags)
 
 
 def in_sample_pairs(model_dir: str | Path, pairs: Sequence[PreferencePair]) -> tuple[int, str | None]:
@@ -118,9 +203,14 @@ def in_sample_pairs(model_dir: str | Path, pairs: Sequence[PreferencePair]) -> t
 
 __all__ = [
     "TRAINING_DATA_FILE",
+    "InSampleCheck",
+    "check_in_sample",
     "description_key",
     "in_sample_flags",
     "in_sample_pairs",
     "pair_key",
+    "read_training_data",
+    "record_flags",
+    "training_record",
     "write_training_data",
 ]

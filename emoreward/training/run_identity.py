@@ -256,7 +256,7 @@ def _digest(value: Any) -> str:
 def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> dict:
     """The identity of a training run: `data` (SHA-256 of every pair's sample id, descriptions, writers, media paths
     and margin, in content order), `labels` (SHA-256 of the labels in that order; with per-annotator labels, each
-    pair's annotators' labels and the aggregation rule too), `backbone` (a local backbone's content), `recipe`
+    pair's multiset of its annotators' labels, not their names, and the aggregation rule too), `backbone` (a local backbone's content), `recipe`
     (`public_config` values of every field but `NOT_RESULT_FIELDS`, an unclassified one included, that applies under
     its settings: `inapplicable_fields`) and
     `execution` (`execution_parameters`: the process count). Files named by path count by content, not path: the
@@ -286,6 +286,10 @@ def run_identity(config: EmoRewardConfig, pairs: Sequence[PreferencePair]) -> di
     media = media_content(config, pairs) if "media_root" not in unused else None
     by_content |= ({"prompts"} if prompts else set()) | ({"media_root"} if media else set())
     recipe = {k: v for k, v in public_config(config).items() if k not in NOT_RESULT_FIELDS | by_content | unused}
+    if "use_cpu" in recipe:  # as the user gave it: the bf16 rule's own turn-on is the precision, `bf16` here
+        from emoreward.training.bf16 import identity_use_cpu
+
+        recipe["use_cpu"] = identity_use_cpu(config)
     recipe = json.loads(json.dumps(recipe, sort_keys=True, default=str))  # as it reads back from the JSON file
     data = [
         (p.sample_id, p.description_1, p.description_2, p.model_1, p.model_2, p.media.video, p.media.audio,
@@ -347,13 +351,16 @@ def media_content(config, pairs: Sequence[PreferencePair]) -> dict | None:
 
 
 def _labels(pairs: Sequence[PreferencePair]) -> list:
-    """The labels of the identity: one per pair; where annotators are named, their labels and the rule that made the
-    pair's label (`emoreward.data.annotators.AGGREGATION`) as well."""
+    """The labels of the identity, by what training and its report read from them, never by annotator names: one
+    label per pair; where annotators are named, each pair's multiset of their labels (the pair's label comes from it,
+    and the agreement figures count it) and the rule that made the pair's label
+    (`emoreward.data.annotators.AGGREGATION`). Renaming annotators, or giving one's labels to another, changes
+    nothing trained, so it is the same run."""
     if not any(p.annotations for p in pairs):
         return [p.label for p in pairs]
     from emoreward.data.annotators import AGGREGATION
 
-    return [AGGREGATION, *([p.label, [list(a) for a in p.annotations]] for p in pairs)]
+    return [AGGREGATION, *([p.label, sorted((label for _, label in p.annotations), key=str)] for p in pairs)]
 
 
 def identity_differences(saved: dict, current: dict) -> list[str]:
@@ -380,7 +387,13 @@ def identity_differences(saved: dict, current: dict) -> list[str]:
     old, new = saved.get("recipe") or {}, current["recipe"]
     for key in sorted(set(old) | set(new)):
         if old.get(key) != new.get(key):
-            out.append(f"recipe field {key} ({old.get(key, '<unset>')!r} -> {new.get(key, '<unset>')!r})")
+            change = f"recipe field {key} ({old.get(key, '<unset>')!r} -> {new.get(key, '<unset>')!r})"
+            if key == "bf16":  # `bf16: auto` resolves by the scoring precision's rule: the user changed the precision
+                change = (
+                    f"the training precision ({change}; bf16: auto follows $EMOREWARD_DTYPE and the device's bf16 "
+                    "matrix units)"
+                )
+            out.append(change)
     old, new = saved.get("execution") or {}, current.get("execution") or {}
     for key in sorted(set(old) | set(new)):
         if old.get(key) != new.get(key):

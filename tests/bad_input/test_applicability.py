@@ -199,6 +199,24 @@ TRAIN = [
      ["dpo_beta=0.3 does not apply with dpo_epochs=0.0: the judge trains by SFT alone"]),
     ("judge-media-without-family", "recipe: judge\nbf16: false\n", ["--set", "max_frames=4"],
      ["max_frames=4 does not apply with family=None: a text chat LM judge reads no video or audio"]),
+    # fields the pipeline overrides: a run folder resumes by its run identity; a judge's stages save no checkpoint
+    ("resume-from-checkpoint", "", ["--resume_from_checkpoint", "/nonexistent/checkpoint-7"],
+     ["resume_from_checkpoint='/nonexistent/checkpoint-7' does not apply to this recipe: the run resumes by its own "
+      "run identity", "leave it out"]),
+    ("judge-resume-from-checkpoint", "recipe: judge\nbf16: false\n", ["--resume_from_checkpoint", "ck-3"],
+     ["resume_from_checkpoint='ck-3' does not apply to this recipe: the run resumes by its own run identity"]),
+    ("judge-save-strategy", "recipe: judge\nbf16: false\n", ["--save_strategy", "epoch", "--save_steps", "1"],
+     ["save_strategy='epoch', save_steps=1.0 do not apply to this recipe: a judge's SFT and DPO stages save no step "
+      "checkpoint"]),
+    ("recipe-judge-save-steps", "recipe: judge\nbf16: false\nsave_steps: 3\n", [],
+     ["save_steps=3 does not apply to this recipe"]),
+    # the Hub fields without a push, as wandb_project without wandb
+    ("hub-model-id-without-push", "", ["--hub_model_id", "me/x"],
+     ["hub_model_id='me/x' does not apply with push_to_hub=False: nothing is pushed to the Hub"]),
+    ("hub-strategy-without-push", "", ["--hub_strategy", "checkpoint"],
+     ["hub_strategy='checkpoint' does not apply with push_to_hub=False"]),
+    ("judge-hub-private-without-push", "recipe: judge\nbf16: false\n", ["--set", "hub_private_repo=true"],
+     ["hub_private_repo=True does not apply with push_to_hub=False"]),
 ]  # fmt: skip
 
 
@@ -225,7 +243,9 @@ def test_a_recipe_value_the_command_line_switches_off_is_kept_unused(tmp_path):
     assert set(inapplicable_fields(config)) == {"tie_parameter", "lora_r", "lora_alpha", "lora_dropout",
                                                 "lora_target_modules", "controlled_negatives_file",
                                                 "odin_length_weight", "odin_orthogonal_weight", "wandb_project",
-                                                "wandb_log_model"}  # fmt: skip
+                                                "wandb_log_model", "resume_from_checkpoint", "hub_model_id",
+                                                "hub_strategy", "hub_token", "hub_private_repo", "hub_always_push",
+                                                "hub_revision"}  # fmt: skip
     assert "two_class_tie_policy" not in inapplicable_fields(config)  # cv_folds 5: evaluated
     recipe.write_text("ties: drop\ntie_parameter: 1.0\nuse_peft: false\nlora_r: 16\nreport_to: [none]\n")
     assert RecipeParser(prog="train").parse_args_and_config(["--config", str(recipe)])[0].use_peft is False

@@ -129,7 +129,8 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
     "train": {
         "*": ("permutation", "duplication", "accounting", "content_identity", "numeric_health"),
         "--train_file": ("permutation", "duplication", "renaming", "accounting", "numeric_health"),
-        "--eval_file": "read by the same loader as --train_file (load_pairs): the relations of --train_file hold",
+        # read by the same loader as --train_file (load_pairs); its in-sample check is evaluate's (check_in_sample)
+        "--eval_file": ("content_identity",),
         "--cv_folds": ("duplication", "accounting"),
         RESULT_FIELDS: ("content_identity",),
         NOT_RESULT_FIELDS: ("content_identity",),  # a rerun differing in them resumes the same run

@@ -28,7 +28,7 @@ from emoreward.training.run_identity import NOT_RESULT_FIELDS
 
 
 COVERS: dict[str, tuple[str, ...]] = {
-    "train": ("*", "@result-fields", "@not-result-fields"),
+    "train": ("*", "@result-fields", "@not-result-fields", "--eval_file"),
     "evaluate": ("--model",),
     "judge": ("--judge",),
     "rank": ("--judge", "--cache-dir", "--no-cache"),
@@ -402,12 +402,76 @@ def test_a_run_under_another_process_count_or_accumulation_is_another_run(tiny_b
     assert "final model: finished earlier" in run_ok(capsys, ["train", "--config", recipe])
 
 
+def test_a_bf16_run_rerun_in_float32_is_refused_naming_the_precision_not_a_derived_field(
+    tiny_bert_dir, tmp_path, capsys, monkeypatch
+):
+    """`bf16: auto` trains in bf16 on a CPU with bf16 matrix units, and the rule turns `use_cpu` on there itself
+    (`training.bf16.apply_training_bf16`): the run identity holds `use_cpu` as the recipe gave it. A rerun under
+    `EMOREWARD_DTYPE=float32` (float32 training) is another run, refused naming the precision, never `use_cpu`."""
+    import torch
+
+    from emoreward.models.precision import has_bf16_matrix_units
+
+    if torch.cuda.is_available() or not has_bf16_matrix_units("cpu"):
+        pytest.skip("bf16: auto trains in bf16 on a CPU with bf16 matrix units only")
+    monkeypatch.delenv("EMOREWARD_DTYPE", raising=False)
+    recipe = tiny_recipe(tmp_path, tiny_bert_dir, num_train_epochs=1, cv_folds=1)
+    run_ok(capsys, ["train", "--config", recipe])
+    saved = read_json(tmp_path / "out" / "run_identity.json")["recipe"]
+    assert (saved["bf16"], saved["use_cpu"]) == (True, False)  # trained in bf16; use_cpu as the recipe gave it
+    monkeypatch.setenv("EMOREWARD_DTYPE", "float32")
+    code, _, err = run_cli(capsys, ["train", "--config", recipe])
+    assert code == 2 and "the training precision (recipe field bf16 (True -> False)" in err, err
+    assert "use_cpu" not in err, err
+    monkeypatch.delenv("EMOREWARD_DTYPE")
+    assert "final model: finished earlier" in run_ok(capsys, ["train", "--config", recipe])
+
+
+def test_train_eval_file_of_its_own_training_pairs_is_in_sample_as_evaluate_says(tiny_bert_dir, tmp_path, capsys):
+    """`train --eval_file` naming the training pairs in another layout (TRL chosen / rejected rows): the in-sample
+    check is `training.provenance.check_in_sample` on what the final model trains on, the check `evaluate` makes on
+    the saved model: the same count (24 of 24), the same warning lines, the same flags of the controlled negatives,
+    the section marked IN-SAMPLE. An eval file of other pairs (other texts) is held out: 0, no warning."""
+    rows = pair_rows(24)
+    recipe = tiny_recipe(
+        tmp_path,
+        tiny_bert_dir,
+        num_train_epochs=1,
+        cv_folds=1,
+        train_file=str(write_jsonl(tmp_path / "t.jsonl", rows)),
+    )
+    chosen = [(r["description_1"], r["description_2"])[:: 1 if r["label"] == "1" else -1] for r in rows]
+    trl = write_jsonl(tmp_path / "trl.jsonl", [{"chosen": c, "rejected": r} for c, r in chosen])
+    code, out, err = run_cli(capsys, ["train", "--config", recipe, "--eval_file", trl])
+    assert code == 0, err
+    section = read_json(tmp_path / "out" / "report.json")["eval_file"]
+    assert section["evaluation"]["n_in_sample_pairs"] == 24 and section["in_sample"].startswith("IN-SAMPLE: 24 of 24")
+    assert f"eval_file {trl} (24 pairs, IN-SAMPLE)" in (tmp_path / "out" / "report.md").read_text()
+    model = tmp_path / "out" / "model"
+    code, _, eval_err = run_cli(capsys, ["evaluate", "--model", model, "--data", trl, "--output", tmp_path / "e.json"])
+    assert code == 0, eval_err
+    evaluation = read_json(tmp_path / "e.json")
+
+    def warnings(text):
+        return [line.split(": warning: ", 1)[1] for line in text.splitlines() if ": warning: " in line]
+
+    assert warnings(err) == warnings(eval_err) and warnings(err)[0].startswith("24 of 24 pairs in"), (err, eval_err)
+    assert evaluation["n_in_sample_pairs"] == section["evaluation"]["n_in_sample_pairs"] == 24
+    assert evaluation["controlled_errors"]["n_in_sample"] == section["evaluation"]["controlled_errors"]["n_in_sample"]
+    other = write_jsonl(tmp_path / "other.jsonl", [{k: v.replace("woman", "man") for k, v in r.items()} for r in rows])
+    code, _, err = run_cli(capsys, ["train", "--config", recipe, "--eval_file", other, "--output_dir", tmp_path / "o"])
+    assert code == 0 and "warning" not in err, err
+    assert read_json(tmp_path / "o" / "report.json")["eval_file"]["evaluation"]["n_in_sample_pairs"] == 0
+    assert f"held-out file {other}" in (tmp_path / "o" / "report.md").read_text()
+
+
 # ------------------------------------------------------------------------------------------- train: result or not
 # fields of `run_identity.NOT_RESULT_FIELDS` (where a run writes and logs, how fast it loads data) with values other
-# than the recipes' own: a rerun that differs in them all is the same run
+# than the recipes' own: a rerun that differs in them all is the same run (the Hub fields apply only with a push, a
+# judge's checkpoint fields never: `applicability`, refused there)
 NOT_RESULT_CHANGES = [
     "--set", "logging_steps=3", "--set", "log_level=info", "--set", "project=elsewhere",
-    "--set", "save_total_limit=2", "--set", "dataloader_num_workers=2", "--set", "hub_model_id=me/other",
+    "--set", "dataloader_num_workers=2", "--set", "disable_tqdm=true",
 ]  # fmt: skip
 
 
@@ -417,7 +481,7 @@ def test_a_reward_run_resumes_across_non_result_fields_and_refuses_a_result_fiel
     length limit) is refused, exit 2, naming the field and both values."""
     recipe = tiny_recipe(tmp_path, tiny_bert_dir, num_train_epochs=1, cv_folds=1)
     run_ok(capsys, ["train", "--config", recipe])
-    text = run_ok(capsys, ["train", "--config", recipe, *NOT_RESULT_CHANGES])
+    text = run_ok(capsys, ["train", "--config", recipe, *NOT_RESULT_CHANGES, "--set", "save_total_limit=2"])
     assert "final model: finished earlier" in text
     for option, words in (("--seed=7", "recipe field seed (42 -> 7)"), ("--max_length=32", "max_length (64 -> 32)")):
         code, _, err = run_cli(capsys, ["train", "--config", recipe, option])
@@ -470,6 +534,19 @@ VARIED = {
     "media_root": "media",
     "wandb_project": "other",  # where a run logs: no part of the identity, applying or not
     "wandb_log_model": True,
+    # the Hub fields (with push_to_hub) and the fields a pipeline overrides (never apply): where output goes
+    "hub_model_id": "me/other",
+    "hub_strategy": "end",
+    "hub_token": "token",
+    "hub_private_repo": True,
+    "hub_always_push": True,
+    "hub_revision": "dev",
+    "resume_from_checkpoint": "checkpoint-3",
+    "save_strategy": "epoch",
+    "save_steps": 3,
+    "save_total_limit": 2,
+    "save_only_model": True,
+    "save_on_each_node": True,
 }
 NOT_RESULT = NOT_RESULT_FIELDS & set(VARIED)  # the one classification (wandb_project, wandb_log_model)
 # a folder counted by the content of the files read from it (`run_identity.media_content`): another folder holding no
@@ -478,13 +555,14 @@ BY_CONTENT = {"media_root"}
 
 
 def _recipes(tmp_path):
-    """Each recipe class where every table condition holds, and where none does."""
+    """Each recipe class where every table condition holds (but `applicability.NEVER`'s), and where none does."""
     from emoreward.training.config import EmoRewardConfig
     from emoreward.training.judge_config import JudgeTrainConfig
 
     (tmp_path / "negatives.jsonl").write_text('{"sample": "s0"}\n')
     common = {"output_dir": str(tmp_path / "out"), "bf16": False}
     applies = {
+        "push_to_hub": True,
         "ties": "davidson",
         "controlled_negatives": ["all"],
         "length_debias": "disentangled",
@@ -492,7 +570,7 @@ def _recipes(tmp_path):
     }
     return [
         (EmoRewardConfig(**common, **applies), EmoRewardConfig(**common, use_peft=False, cv_folds=0, report_to=[])),
-        (JudgeTrainConfig(**common, model_name_or_path="org/chat", dpo_epochs=1.0, report_to=["wandb"],
+        (JudgeTrainConfig(**common, model_name_or_path="org/chat", dpo_epochs=1.0, report_to=["wandb"], push_to_hub=True,
                           family="qwen2.5-omni-thinker", min_pixels=1000, max_pixels=100000),
          JudgeTrainConfig(**common, model_name_or_path="org/chat", use_peft=False, report_to=[])),
     ]  # fmt: skip

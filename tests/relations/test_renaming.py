@@ -5,7 +5,8 @@ server route and its Python reward function.
 
 Owners: `emoreward.data.text.normal_text` (the one Unicode form: lengths, the token layout of every model, the
 zero-shot prompts), `emoreward.data.context.message_text` (the text of a message, string or content parts),
-`emoreward.data.tables.canonical_order` (models by name, samples by content).
+`emoreward.data.tables.canonical_order` (models by name, samples by content), `emoreward.training.run_identity`
+`_labels` (a training run's labels by what training reads from them, never the annotators' names).
 """
 
 from __future__ import annotations
@@ -15,7 +16,19 @@ import unicodedata
 
 import pytest
 from _helpers import assert_same_rewards
-from _inputs import assert_same_numbers, n_boot, pair_rows, read_json, run_ok, table_rows, train_recipe, write_jsonl
+from _inputs import (
+    annotated_pair_rows,
+    assert_same_numbers,
+    n_boot,
+    pair_rows,
+    read_json,
+    run_cli,
+    run_ok,
+    shuffled,
+    table_rows,
+    train_recipe,
+    write_jsonl,
+)
 
 from emoreward.data.text import identity_text
 
@@ -234,6 +247,35 @@ def test_layouts_without_an_order_give_one_order(rm_dir, tmp_path, capsys):
             )
             gold["1" if first_chosen else "2"] += 1
     assert gold["1"] and gold["2"]  # both classes of the two-class WAF occur: not every gold label is "1"
+
+
+def test_train_renamed_annotators_are_the_same_run_and_a_changed_label_another(tiny_bert_dir, tmp_path, capsys):
+    """Per-annotator rows with the annotators renamed (a, b, c -> z, x, y: every pair's labels and majority the same)
+    and the rows shuffled, rerun into the finished folder through `emoreward train`: the same run, both folds reused
+    and the same numbers. One annotator's label changed where the majority stays (pair 1 of sample s0: 1, 1, 1 ->
+    1, 1, 2) is another run: exit 2 naming the labels."""
+    rows = annotated_pair_rows(n_samples=4)
+    recipe = train_recipe(tmp_path, tiny_bert_dir, write_jsonl(tmp_path / "a.jsonl", rows))
+    run_ok(capsys, ["train", "--config", recipe])
+    before = read_json(tmp_path / "out" / "report.json")
+    names = {"a": "z", "b": "x", "c": "y"}
+    renamed = write_jsonl(
+        tmp_path / "renamed.jsonl", shuffled([{**r, "annotator": names[r["annotator"]]} for r in rows])
+    )
+    text = run_ok(capsys, ["train", "--config", recipe, "--train_file", renamed])
+    assert text.count("finished earlier, reusing") == 2, text
+    after = read_json(tmp_path / "out" / "report.json")
+    assert_same_numbers(before["cross_validation"], after["cross_validation"], ignore=(r"markdown$",))
+    assert after["annotators"] == before["annotators"]  # 3 annotators, the same agreement
+    # pair 1 of s0 (the second negative): a, b and c all prefer the original; c's row now prefers the negative
+    k = next(i for i, r in enumerate(rows) if r["sample_id"] == "s0" and "sullen" in r["description_1"] + r["description_2"]
+             and r["annotator"] == "c")  # fmt: skip
+    changed = [dict(r) for r in rows]
+    changed[k]["label"] = {"1": "2", "2": "1"}[changed[k]["label"]]
+    code, _, err = run_cli(
+        capsys, ["train", "--config", recipe, "--train_file", write_jsonl(tmp_path / "c.jsonl", changed)]
+    )
+    assert code == 2 and "the labels (the same pairs with other preference labels)" in err, err
 
 
 # ------------------------------------------------------------------------------------------------- RL routes

@@ -4,7 +4,7 @@ rules engine (`rules`). The LLM editor is `zero_shot.editor`. See docs/data.md, 
 """
 
 from emoreward.data.negatives.records import KINDS, MODALITIES, Negative, negatives_text, read_negatives
-from emoreward.data.negatives.rules import Generated, generate_negatives, load_lexicon, rule_negatives
+from emoreward.data.negatives.rules import Generated, generate_negatives, load_lexicon, rule_negatives, rules_source
 
 
 __all__ = [
@@ -17,4 +17,5 @@ __all__ = [
     "negatives_text",
     "read_negatives",
     "rule_negatives",
+    "rules_source",
 ]

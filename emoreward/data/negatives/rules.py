@@ -258,6 +258,12 @@ class Generated:
         return out
 
 
+def rules_source(pairs_name: str) -> str:
+    """The words naming negatives `generate_negatives` made from the preferred descriptions of `pairs_name` (a file,
+    or "the evaluated pairs"): the `source` of every controlled-error section of generated negatives."""
+    return f"rules engine on the preferred descriptions of {pairs_name}"
+
+
 def generate_negatives(
     pairs: Iterable[PreferencePair], *, source: Source = "preferred", kinds: Iterable[str] = KINDS,
     media_by_id: bool = False,
@@ -298,6 +304,7 @@ __all__ = [
     "match_case",
     "modality_omission",
     "one_span",
+    "rules_source",
     "rule_negatives",
     "sentence_modalities",
     "sentences",
