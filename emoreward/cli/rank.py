@@ -113,7 +113,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "pairs the scheduler picks, until --budget or --sigma-tau (the methods of "
                    "emoreward.ranking.methods.METHODS)")
     g = p.add_argument_group("subsets")
-    g.add_argument("--samples", type=positive_int, help="rank on a random subset of N samples (seeded by --seed)")
+    g.add_argument("--samples", type=positive_int,
+                   help="rank on a random subset of N samples (seeded by --seed), drawn among the samples at least two "
+                   "of the ranked models described")
     g.add_argument("--sample-ids", help="file with one sample id a line: rank on these samples only")
     g.add_argument("--models", help="comma-separated models to rank (default: all in the table)")
     g.add_argument("--hierarchical", metavar="GROUPS",
