@@ -152,11 +152,11 @@ def reads_media(spec: str | Path) -> bool | None:
 
 def judge_identity(spec: str | Path) -> str:
     """What a judge is, for telling committee members apart: a model folder or judge file by its content
-    (`emoreward.models.loading.source_identity`: a copy elsewhere is the same judge), a registered judge by its
-    name."""
-    from emoreward.models.loading import source_identity
+    (`emoreward.models.loading.reward_model_identity`: a copy elsewhere, or an `emoreward export` of the model, is
+    the same judge), a registered judge by its name."""
+    from emoreward.models.loading import reward_model_identity
 
-    fingerprint = source_identity(str(spec))
+    fingerprint = reward_model_identity(str(spec))
     return f"content {fingerprint}" if fingerprint else str(spec)
 
 
@@ -172,7 +172,8 @@ def distinct_judges(specs: Sequence[str]) -> dict[str, str]:
         identity = identities[spec] = judge_identity(spec)
         if identity in seen:
             raise ValueError(
-                f"--judge {spec}: the same judge as --judge {seen[identity]} ({identity}); a committee member votes once"
+                f"--judge {spec}: the same judge as --judge {seen[identity]} ({identity}: a copy or an export of a model "
+                "is that model); a committee member votes once"
             )
         seen[identity] = spec
     return identities

@@ -57,6 +57,7 @@ def applicability_facts(args: argparse.Namespace) -> dict[str, tuple[bool, str]]
     """The conditions of `APPLIES` in this run (the method, a committee, the kinds of the judges), each with its
     refusal."""
     from emoreward.judges import judge_kind, reads_media
+    from emoreward.ranking.methods import METHODS
 
     judges = [str(j) for j in (args.judge if isinstance(args.judge, list) else [args.judge])]
     kinds = {spec: judge_kind(spec) for spec in judges}
@@ -74,7 +75,8 @@ def applicability_facts(args: argparse.Namespace) -> dict[str, tuple[bool, str]]
         "bpa": (bpa, not_bpa),
         "exploring": (exploring, f"{{first}} is the exploration rule of --policy {reading}; --policy {policy} picks "
                       "its pairs by no exploration rule" if bpa else not_bpa),
-        "full": (not bpa, "{first} is a --method full option; BPA picks its own pairs and fits its own model"),
+        "full": (getattr(METHODS.get(getattr(args, "method", "full")), "uses_fit", True),  # the method reads the fit settings (`Method.uses_fit`)
+                 "{first} is a --method full option; BPA picks its own pairs and fits its own model"),
         "committee": (committee, "{options} {verb} to a committee of judges (--judge given more than once)"),
         "reward-model": (bool(models), "{options} {verb} to reward-model judges; "
                          f"{', '.join(generative)} is a generative judge"),
@@ -113,7 +115,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "pairs the scheduler picks, until --budget or --sigma-tau (the methods of "
                    "emoreward.ranking.methods.METHODS)")
     g = p.add_argument_group("subsets")
-    g.add_argument("--samples", type=positive_int, help="rank on a random subset of N samples (seeded by --seed)")
+    g.add_argument("--samples", type=positive_int,
+                   help="rank on a random subset of N samples (seeded by --seed), drawn among the samples at least two "
+                   "of the ranked models described")
     g.add_argument("--sample-ids", help="file with one sample id a line: rank on these samples only")
     g.add_argument("--models", help="comma-separated models to rank (default: all in the table)")
     g.add_argument("--hierarchical", metavar="GROUPS",
@@ -262,7 +266,7 @@ def run(args: argparse.Namespace) -> int:
     weighting = args.committee_weighting
     annotator = open_committee(members, specs, pairs, calibration, weighting, _warn) if specs else members[args.judge]
     load_seconds = time.perf_counter() - start
-    report = rank(table, annotator, method, _fit_settings(args))
+    report = rank(table, annotator, method, _fit_settings(args) if getattr(method, "uses_fit", True) else None)
     cache_file = None if specs else getattr(annotator, "score_cache", None)
     total = time.perf_counter() - start
     report.meta.update(judge=sorted(specs) if specs else args.judge, data=str(table.source),
@@ -282,7 +286,7 @@ def run(args: argparse.Namespace) -> int:
 def _method(args: argparse.Namespace, table):
     """The ranking method the options name, built from the option values (`method_for`); ``--hierarchical`` makes
     the full method hierarchical (its groups parsed against the table's models, errors naming the option)."""
-    from emoreward.ranking.methods import method_for
+    from emoreward.ranking.methods import METHODS, method_for
     from emoreward.ranking.rank import parse_groups
 
     name = "hierarchical" if args.hierarchical and args.method == "full" else args.method
@@ -292,7 +296,9 @@ def _method(args: argparse.Namespace, table):
             groups = parse_groups(args.hierarchical, table.models)
         except ValueError as err:
             raise ValueError(f"--hierarchical {args.hierarchical!r}: {err}") from None
-    return method_for(name, {**vars(args), "groups": groups, "progress": _progress(args)})
+    options = {**vars(args), "groups": groups, "progress": _progress(args)}
+    takes = getattr(METHODS.get(name), "OPTIONS", ())
+    return method_for(name, {k: options[k] for k in takes if k in options})  # the options the method takes
 
 
 def _fit_settings(args: argparse.Namespace) -> dict:

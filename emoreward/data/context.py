@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emoreward.data.errors import DataError
-from emoreward.data.text import same_text
+from emoreward.data.text import normal_text, same_text
 from emoreward.data.values import is_missing, optional_text, plain
 
 
@@ -72,8 +72,10 @@ class RewardContext:
 
 
 def subtitle_key(context: RewardContext) -> tuple[str | None]:
-    """The part of a context a text reward model reads: `(subtitle or None,)`; equal keys give equal rewards."""
-    return (context.subtitle or None,)
+    """The part of a context a text reward model reads: `(subtitle or None,)`, the subtitle in the form every model
+    reads it (`normal_text`: `emoreward.models.layout.context_text`), so an NFC and an NFD subtitle are one key;
+    equal keys give equal rewards. A multimodal model's key starts with it."""
+    return (normal_text(context.subtitle) if context.subtitle else None,)
 
 
 # ---------------------------------------------------------------------------------------------- prompt parsing

@@ -225,29 +225,46 @@ class DescriptionTable:
     ) -> DescriptionTable:
         """Every subset option in the one order that composes, each equal to filtering the rows first: the
         ``models``, then the ``samples`` among those the kept models described (`subset`), then ``n_samples`` drawn
-        from what is left (`sample_subset`, seeded by ``seed``). ``None`` keeps all.
+        from what is left on which two kept models can be compared (`sample_subset`, seeded by ``seed``). ``None``
+        keeps all.
 
         Raises:
-            TableError: as `subset`, or ``n_samples`` above the samples left after the other selections.
+            TableError: as `subset`, or ``n_samples`` above the comparable samples (`comparable_samples`) left after
+                the other selections, naming how many there are.
         """
         table = self.subset(samples, models) if models is not None or samples is not None else self
-        if n_samples is not None and n_samples > table.n_samples:
+        comparable = len(table.comparable_samples)
+        if n_samples is not None and n_samples > comparable:
             raise TableError(
-                f"--samples {n_samples}: the table {self.source} has {table.n_samples} samples"
-                + (" after the other selections" if table is not self else "")
+                f"--samples {n_samples}: the table {self.source} has {comparable} samples on which two of "
+                f"{'the selected' if table is not self else 'its'} {table.n_models} models can be compared (a "
+                "sample one model described gives no comparison)"
             )
         return table if n_samples is None else table.sample_subset(n_samples, seed=seed)
 
+    @property
+    def comparable_samples(self) -> list[str]:
+        """The samples (table order) at least two of the table's models described: those a ranking compares on,
+        and the ones `sample_subset` draws from."""
+        count: dict[str, int] = {}
+        for sample, _ in self.descriptions:
+            count[sample] = count.get(sample, 0) + 1
+        return [s for s in self.samples if count.get(s, 0) >= 2]
+
     def sample_subset(self, n: int, seed: int = 0) -> DescriptionTable:
-        """A random subset of ``n`` samples (EMER-Ranker, section 5: fewer comparison samples), table order kept.
+        """A random subset of ``n`` samples (EMER-Ranker, section 5: fewer comparison samples), drawn among the
+        `comparable_samples` (a sample one model described gives no comparison), table order kept.
 
         Raises:
-            TableError: if ``n`` is not in ``[1, n_samples]``.
+            TableError: if ``n`` is not in ``[1, len(comparable_samples)]``.
         """
-        if not 1 <= n <= self.n_samples:
-            raise TableError(f"sample subset size must be in [1, {self.n_samples}], got {n}")
-        chosen = set(np.random.default_rng(seed).choice(self.n_samples, size=n, replace=False).tolist())
-        return self.subset([s for k, s in enumerate(self.samples) if k in chosen])
+        among = self.comparable_samples
+        if not 1 <= n <= len(among):
+            raise TableError(
+                f"sample subset size must be in [1, {len(among)}] (the samples two models can be compared on), got {n}"
+            )
+        chosen = set(np.random.default_rng(seed).choice(len(among), size=n, replace=False).tolist())
+        return self.subset([s for k, s in enumerate(among) if k in chosen])
 
     def lengths(self) -> dict[str, dict[str, float]]:
         """Per model: mean description length and counts, ``{"chars", "words", "n", "n_empty"}`` (``n_empty``: empty or

@@ -84,7 +84,7 @@ class ServerRewardModel(RewardModelBase):
         """As the served model: the subtitle (text), the subtitle and the media's identity (multimodal)."""
         if self.kind == "text":
             return subtitle_key(context)
-        return (context.subtitle or None, context.video, context.audio, context.sample_id)
+        return (*subtitle_key(context), context.video, context.audio, context.sample_id)
 
     def _media(self, context: RewardContext) -> dict[str, str]:
         ref = {"subtitle": context.subtitle} if context.subtitle else {}

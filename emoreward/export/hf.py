@@ -26,6 +26,7 @@ from emoreward.models.base import (
     load_reward_model,
     load_settings,
 )
+from emoreward.models.loading import record_export_origin
 from emoreward.models.precision import dtype_name, reward_tolerance
 from emoreward.utils.io import output_lock, recover_dir, replace_dir
 
@@ -257,6 +258,7 @@ def _export_hf(model, directory: Path, probes, contexts, atol) -> ExportReport:
     shutil.rmtree(staging, ignore_errors=True)
     try:
         model.export_merged(staging, model_card=export_card(model))
+        record_export_origin(staging, model)  # the model it holds: its source's identity (a committee's member)
         source = getattr(model, "source_dir", None)
         if source is not None and (Path(source) / TRAINING_DATA_FILE).is_file():  # which pairs are in-sample
             shutil.copy2(Path(source) / TRAINING_DATA_FILE, staging / TRAINING_DATA_FILE)

@@ -343,7 +343,7 @@ class VllmRewardModel(RewardModelBase):
         subtitle and the media's identity (as `MediaRewardModel.context_key`)."""
         if self.kind == "text":
             return subtitle_key(context)
-        return (context.subtitle or None, context.video, context.audio, context.sample_id)
+        return (*subtitle_key(context), context.video, context.audio, context.sample_id)
 
     def score_contexts(
         self, descriptions: list[str], contexts: list[RewardContext], *, batch_size: int | None = None

@@ -3,7 +3,8 @@
 `open_reward_model(path_or_id, engine=...)` opens a model folder, an export or a Hub id in process, or through a
 served engine (a registry, `ENGINES`: `"in-process"` here; `"vllm"` and `"server"` found by name through entry points);
 `content_identity` / `model_identity` say what a model reads (its folder and a referenced backbone), for every cache,
-the vLLM served name and run identity. See docs/serving.md.
+the vLLM served name and run identity; `reward_model_identity`, which model a folder holds (an export is its source).
+See docs/serving.md.
 """
 
 from __future__ import annotations
@@ -99,6 +100,47 @@ def source_identity(name_or_path: str | Path | None) -> str | None:
     if (path / SETTINGS_FILE).is_file():
         return content_identity(path)
     return current_fingerprint(path)
+
+
+EXPORTED_FROM = "exported_from"
+"""The key of an export's settings (`RewardSettings.extra`) under which `emoreward export` records the reward model
+it holds: its source's `export_origin` (`record_export_origin`)."""
+
+
+def reward_model_identity(name_or_path: str | Path | None) -> str | None:
+    """Which reward model a path holds, for telling judges apart (a committee member votes once): the identity an
+    export recorded of its source (`EXPORTED_FROM`), else `source_identity`; so a folder, its copy and its export
+    are one model. Never a cache key: an export's rewards equal its source's within the export check's tolerance,
+    not bit for bit, and every cache keys `content_identity`."""
+    from emoreward.models.base import SETTINGS_FILE, load_settings
+
+    if name_or_path is not None and (Path(name_or_path).expanduser() / SETTINGS_FILE).is_file():
+        recorded = (load_settings(Path(name_or_path).expanduser()).extra or {}).get(EXPORTED_FROM)
+        if recorded:
+            return str(recorded)
+    return source_identity(name_or_path)
+
+
+def export_origin(model: Any) -> str:
+    """The `reward_model_identity` of a model object: the origin its folder recorded (`EXPORTED_FROM`, an export of
+    an export names the first source) while its weights are unchanged since it was loaded, else its
+    `model_identity`."""
+    identity = model_identity(model)
+    recorded = (getattr(getattr(model, "settings", None), "extra", None) or {}).get(EXPORTED_FROM)
+    source = getattr(model, "source_dir", None)
+    if recorded and source is not None and Path(source).is_dir() and identity == content_identity(source):
+        return str(recorded)
+    return identity
+
+
+def record_export_origin(directory: str | Path, model: Any) -> None:
+    """Record in the export folder ``directory`` (its settings file, `EXPORTED_FROM`) the reward model it was
+    exported from (`export_origin` of ``model``), for `reward_model_identity`."""
+    from emoreward.models.base import load_settings
+
+    settings = load_settings(directory)
+    settings.extra = {**(settings.extra or {}), EXPORTED_FROM: export_origin(model)}
+    settings.save(directory)
 
 
 def weights_identity(name_or_path: str | Path, gguf_file: str | None = None) -> str:
@@ -295,14 +337,18 @@ __all__ = [
     "ENGINES",
     "ENGINE_GROUP",
     "find_engine",
+    "EXPORTED_FROM",
     "Engine",
     "content_identity",
+    "export_origin",
     "hub_folder",
     "model_identity",
     "open_reward_model",
+    "record_export_origin",
     "referenced_backbone",
     "register_engine",
     "remember_source",
+    "reward_model_identity",
     "source_identity",
     "unregister_engine",
     "weights_identity",

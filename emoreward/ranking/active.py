@@ -147,15 +147,15 @@ def rank_with_bpa(
 
     config = config or BPAConfig()
     sconfig = scheduler_config or SchedulerConfig()
+    shared = shared_samples(table)
+    full_pairs = sum(len(v) for v in shared.values())
+    if full_pairs == 0:  # before the budget: a default budget (every query) is 0 here, and no option was wrong
+        raise ValueError("no two models described the same sample: nothing to compare")
     budget = sconfig.budget if budget is None else budget
     if budget < 1:
         raise ValueError(f"budget must be >= 1, got {budget}")
     models = list(table.models)
     rng = np.random.default_rng(seed)
-    shared = shared_samples(table)
-    full_pairs = sum(len(v) for v in shared.values())
-    if full_pairs == 0:
-        raise ValueError("no two models described the same sample: nothing to compare")
     queues: dict[tuple[str, str], list[str]] = {}
     index = {m: k for k, m in enumerate(models)}
     open_pairs = np.zeros((len(models), len(models)), dtype=bool)  # pairs with a shared sample not yet asked

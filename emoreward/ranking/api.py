@@ -22,18 +22,25 @@ def rank(table: DescriptionTable, annotator: Any, method: Any = None, fit: Mappi
         annotator: a registered annotator (`RewardModelAnnotator`, `JudgeAnnotator`, `Committee`, or one of yours).
         method: a method object (`AllPairs`, `Hierarchical`, `BPA`, ...) or a registered name; default all pairs.
         fit (`Mapping`, *optional*): passed as given to the fits (today `fit_ranking`'s keyword arguments:
-            ``fit`` (a `FitSpec`), ``n_boot``, ``alpha``, ``seed``, ``progress``, ``length_control``).
+            ``fit`` (a `FitSpec`), ``n_boot``, ``alpha``, ``seed``, ``progress``, ``length_control``); only for a
+            method whose ``uses_fit`` is true (not BPA, which fits its own model).
 
     Returns:
         `RankingReport` (all pairs, hierarchical) or `BPARankingReport` (BPA); ``cost`` is the annotator's ledger.
 
     Raises:
-        ValueError: an unknown method name, a table the annotator refuses (`check`, before any work), no records
+        ValueError: an unknown method name, a ``fit`` for a method that fits its own model (as `emoreward rank`
+            refuses its fit options with ``--method bpa``), a table the annotator refuses (`check`, before any work), no records
             or a disconnected comparison graph. `MediaError` naming the table's line and field.
     """
     from emoreward.ranking.methods import AllPairs, method_for
 
     method = AllPairs() if method is None else method_for(method) if isinstance(method, str) else method
+    if fit and not getattr(method, "uses_fit", True):
+        raise ValueError(
+            f"fit {sorted(fit)} given to the ranking method {getattr(method, 'name', method)!r}, which fits its own "
+            "model and reads no fit settings"
+        )
     annotator.check(table)
     with media_errors_located(table):
         return method.run(table, annotator, dict(fit or {}))

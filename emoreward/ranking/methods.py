@@ -26,21 +26,34 @@ def register_method(cls: type) -> type:
 
 
 def method_for(name: str, options: Mapping[str, Any] | None = None) -> Any:
-    """The registered method ``name`` built from ``options`` (``from_options``: each method reads the option values
-    it needs, e.g. `emoreward rank`'s parsed options); ValueError on an unknown name, listing them."""
+    """The registered method ``name`` built from ``options`` (``from_options``: each method takes the option names
+    in its ``OPTIONS``); ValueError on an unknown name, listing them, or an option the method does not take."""
     if name not in METHODS:
         raise ValueError(f"unknown ranking method {name!r}; registered: {sorted(METHODS)}")
     return METHODS[name].from_options(dict(options or {}))
 
 
 class Method:
-    """The base of a method: ``name``, ``from_options`` (default: no options) and ``run(table, annotator, fit)``."""
+    """The base of a method: ``name``, ``OPTIONS`` (the option names ``from_options`` takes; default none),
+    ``uses_fit`` (whether ``run`` reads ``fit``; `emoreward.ranking.api.rank` refuses a ``fit`` for a method that
+    fits its own model, as `emoreward rank` refuses the fit options) and ``run(table, annotator, fit)``."""
 
     name = "custom"
+    OPTIONS: tuple[str, ...] = ()
+    uses_fit = True
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> Method:
+        cls.check_options(options)
         return cls()
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        """ValueError naming every option the method does not take (a misspelt name is never dropped silently)."""
+        unknown = sorted(set(options) - set(cls.OPTIONS))
+        if unknown:
+            takes = f"it takes {sorted(cls.OPTIONS)}" if cls.OPTIONS else "it takes none"
+            raise ValueError(f"ranking method {cls.name!r}: unknown option(s) {unknown}; {takes}")
 
     def run(self, table: DescriptionTable, annotator: Any, fit: Mapping[str, Any]) -> Any:
         raise NotImplementedError
@@ -123,6 +136,7 @@ class Hierarchical(Method):
     ``"A,B|C,D"`` or K)."""
 
     name = "hierarchical"
+    OPTIONS = ("groups",)
 
     def __init__(self, groups: Sequence[Sequence[str]]):
         if len(groups) < 2:
@@ -131,6 +145,7 @@ class Hierarchical(Method):
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> Hierarchical:
+        cls.check_options(options)
         if not options.get("groups"):
             raise ValueError(
                 "the hierarchical method needs its groups (option 'groups', e.g. parse_groups('A,B|C,D'))"
@@ -169,16 +184,18 @@ class Hierarchical(Method):
 @register_method
 class BPA(Method):
     """E3mo-Bench BPA (`rank_with_bpa`): only the queries the scheduler picks, each at most once, until ``budget``
-    (default every query, `shared_samples`) or the mean uncertainty falls below ``config.sigma_tau``; ``fit`` is
-    not used (BPA fits its own model)."""
+    (default every query, `shared_samples`) or the mean uncertainty falls below ``config.sigma_tau``; it takes no
+    ``fit`` (``uses_fit`` false: BPA fits its own model)."""
 
     name = "bpa"
+    uses_fit = False
     DEFAULTS = {"budget": None, "sigma_tau": 0.3, "refit_every": 10, "policy": "exploration", "exploration": None}
     """The option values of a ranking by BPA when not given (`from_options`; `emoreward rank`'s defaults): the
     budget every query (`shared_samples`), a refit every 10 verdicts, exploration by the ranking-variance rule."""
     POLICIES = ("exploration", "paper", "bpa", "random")
     """The values of the ``policy`` option (`emoreward rank --policy`): a `SchedulerConfig` policy, or ``"paper"``
     (`PAPER_SCHEDULING`)."""
+    OPTIONS = (*DEFAULTS, "seed", "progress")
 
     def __init__(
         self,
@@ -195,12 +212,26 @@ class BPA(Method):
     def from_options(cls, options: Mapping[str, Any]) -> BPA:
         """From option values: ``budget``, ``sigma_tau``, ``refit_every``, ``policy`` (``"paper"``: the paper's
         scheduler, `PAPER_SCHEDULING`; else a `SchedulerConfig` policy), ``exploration`` (the exploration rule),
-        ``seed``, ``progress``; one left out or ``None`` takes its value in ``DEFAULTS``."""
+        ``seed``, ``progress``; one left out or ``None`` takes its value in ``DEFAULTS``.
+
+        Raises:
+            ValueError: an option BPA does not take (`check_options`), a ``policy`` not in `POLICIES`, or an
+                ``exploration`` rule with a policy that reads none (`reads_exploration`, the rule `emoreward rank
+                --exploration` is refused by)."""
         from emoreward.ranking.bpa import BPAConfig, SchedulerConfig
 
+        cls.check_options(options)
         o = {**cls.DEFAULTS, **{k: options[k] for k in cls.DEFAULTS if options.get(k) is not None}}
+        if o["policy"] not in cls.POLICIES:
+            raise ValueError(f"BPA option 'policy': {o['policy']!r} is not one of {list(cls.POLICIES)}")
         schedule = cls.schedule(o["policy"])
         if o["exploration"] is not None:
+            if not cls.reads_exploration(o["policy"]):
+                reading = [p for p in cls.POLICIES if cls.reads_exploration(p)]
+                raise ValueError(
+                    f"BPA option 'exploration' is the exploration rule of the policies {reading}; policy "
+                    f"{o['policy']!r} picks its pairs by no exploration rule"
+                )
             schedule["exploration_rule"] = o["exploration"]
         seed = options.get("seed", 0)
         schedule = SchedulerConfig(**schedule, refit_every=o["refit_every"], seed=seed)

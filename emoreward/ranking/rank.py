@@ -260,13 +260,13 @@ def rank_with_reward_model(
 
 
 def scoring_cost(scores: ScoreMatrix, records: Sequence[PairwiseRecord]) -> dict[str, Any]:
-    """What a reward model's verdicts on a table cost (the report's ``cost``)."""
+    """What a reward model's verdicts on a table cost (the report's ``cost``). Truncation is no cost: it is the
+    report's ``n_truncated``, per model, scored now or cached (`truncation_counts`)."""
     return {
         "judge": "reward-model",
         "n_scorings": int(np.isfinite(scores.scores).sum()),
         "n_scored": scores.n_scored,
         "n_cached": scores.n_cached,
-        "n_truncated": scores.n_truncated,
         "scoring_seconds": scores.seconds,
         "n_pair_verdicts": len(records),
         "generative_pair_calls": len(records),

@@ -130,7 +130,9 @@ def score_key(model: RewardModel, description: str, context: RewardContext, part
     """The score-cache key of one (description, context): `emoreward.utils.cache_key.cache_key` over everything
     that changes the score: the model's parts (`model_key_parts`; pass ``parts`` to reuse them over a table), the
     part of the context the model reads (for a multimodal model the media files' content digests too, so a file
-    replaced under the same name is scored again) and the description."""
+    replaced under the same name is scored again) and the description, each text in the form the model reads
+    (`emoreward.data.text.normal_text`: a table re-encoded in NFD or NFC is one set of keys)."""
+    from emoreward.data.text import normal_text
     from emoreward.utils.cache_key import cache_key
 
     stamps = []
@@ -147,7 +149,7 @@ def score_key(model: RewardModel, description: str, context: RewardContext, part
         purpose="score",
         **(parts if parts is not None else model_key_parts(model)),
         context=[[str(k) for k in model.context_key(context)], stamps],
-        prompt=description,
+        prompt=normal_text(description),  # as `emoreward.models.layout` reads it
     )
 
 

@@ -34,8 +34,8 @@ class ScoreMatrix:
         scores (`np.ndarray` of shape `(M, N)`): reward of model m's description of sample n (NaN when missing).
         n_scored, n_cached (`int`): distinct descriptions scored in this run / found in the cache.
         seconds (`float`): wall time of scoring (cache lookups included).
-        n_truncated (`int`): of the descriptions scored now, those cut to fit the model's length limit.
-        truncated (`np.ndarray` of shape `(M, N)` or `None`): 1.0 where cut, 0.0 where not, NaN where unknown.
+        truncated (`np.ndarray` of shape `(M, N)` or `None`): 1.0 where cut, 0.0 where not, NaN where unknown (the
+            one record of truncation, scored now or cached: `truncation_counts`).
     """
 
     models: list[str]
@@ -44,7 +44,6 @@ class ScoreMatrix:
     n_scored: int = 0
     n_cached: int = 0
     seconds: float = 0.0
-    n_truncated: int = 0
     truncated: np.ndarray | None = None
 
 
@@ -72,7 +71,7 @@ def score_table(
 
     Returns:
         `ScoreMatrix` with ``scores`` of shape `(M, N)` (unnormalised rewards, NaN where a model has no
-        description of a sample), and ``n_truncated``: descriptions cut to fit the model's length limit.
+        description of a sample), and ``truncated``: where a description was cut to fit the model's length limit.
 
     Raises:
         MediaError: a multimodal model cannot read a sample's media (names the sample and the file).
@@ -98,10 +97,8 @@ def score_table(
         model = loaded_model(model, parts)
     _check_context_room(model, table, {s for (s, _), key in keys.items() if key in todo}, contexts)
     todo_keys = list(todo)
-    n_truncated = 0
     texts, items = [t for t, _ in todo.values()], [c for _, c in todo.values()]
     for idx, info in score_in_chunks(model, texts, items, batch_size=batch_size, chunk_size=chunk_size):
-        n_truncated += int(info.truncated.sum())
         cache.put(
             {todo_keys[i]: float(v) for i, v in zip(idx, info.rewards)},
             {todo_keys[i]: bool(t) for i, t in zip(idx, info.truncated)},
@@ -116,9 +113,7 @@ def score_table(
         if flag is not None:
             cut[m_index[name], s_index[sample]] = float(flag)
     seconds = time.perf_counter() - start
-    return ScoreMatrix(
-        list(table.models), list(table.samples), matrix, len(todo), len(cached), seconds, n_truncated, cut
-    )
+    return ScoreMatrix(list(table.models), list(table.samples), matrix, len(todo), len(cached), seconds, cut)
 
 
 def _check_context_room(model, table: DescriptionTable, samples: set[str], contexts: dict) -> None:

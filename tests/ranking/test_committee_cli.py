@@ -268,6 +268,35 @@ def test_committee_refusals(case, files, tmp_path, capsys):
         assert not cache.exists()
 
 
+def test_a_model_its_export_and_their_copies_are_one_judge(files, tmp_path, capsys):
+    """rtG2 g13: `emoreward export` writes other bytes (merged weights) of the same reward model, and records the
+    model it came from (`emoreward.models.loading.EXPORTED_FROM`, its source's identity), so a committee of the model
+    and its export (or a copy of the export, or an export of the export) is refused, one line naming both, before
+    any scoring; the second model beside them is a judge of its own."""
+    from emoreward.models.base import load_settings
+    from emoreward.models.loading import EXPORTED_FROM, content_identity
+
+    rm, rm2 = files["rm"], files["rm2"]
+    exported, again = tmp_path / "export", tmp_path / "export-of-export"
+    for source, out in ((rm, exported), (exported, again)):
+        assert main(["export", "--model", str(source), "--output", str(out)]) == 0
+    capsys.readouterr()
+    assert load_settings(exported).extra[EXPORTED_FROM] == load_settings(again).extra[EXPORTED_FROM]
+    assert load_settings(exported).extra[EXPORTED_FROM] == content_identity(rm) != content_identity(exported)
+    copied = shutil.copytree(exported, tmp_path / "copy" / "export")
+    cache = tmp_path / "cache"
+    for member in (exported, copied, again):
+        code, report, err = rank(capsys, tmp_path, "refused", "--judge", rm, "--judge", member, "--judge", rm2,
+                                 "--data", files["table"], "--cache-dir", cache)  # fmt: skip
+        lines = err.strip().splitlines()
+        assert code == 2 and report is None and len(lines) == 1, err
+        assert f"--judge {member}: the same judge as --judge {rm} (content {content_identity(rm)}" in lines[0]
+        assert not cache.exists()
+    report = rank_ok(capsys, tmp_path, "two", "--judge", exported, "--judge", rm2, "--data", files["table"],
+                     "--no-cache")  # fmt: skip
+    assert len(report["committee"]["members"]) == 2
+
+
 def test_a_member_calibrated_on_its_training_pairs_is_flagged(files, tmp_path, capsys):
     """A reward model's agreement on pairs it was trained on is in-sample: the same check as `emoreward evaluate`
     (`training.provenance.in_sample_pairs`) warns on stderr and in the report, and the member's count is recorded."""

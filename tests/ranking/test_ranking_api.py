@@ -185,9 +185,37 @@ def test_the_command_ranks_as_the_api(tiny_rm_dir, tmp_path, capsys):
         for method in ("full", "bpa"):
             out = tmp_path / f"{name}-{method}.json"
             command = run_rank(capsys, *judges, "--data", data, "--method", method, "--output", out)
-            api = rank(table, annotator(), method, fit).to_dict()
+            api = rank(table, annotator(), method, fit if method == "full" else None).to_dict()  # BPA: no fit
             ignore = [r"/committee/", r"/warnings/", r"^/judge/"] if name == "committee" else []
             assert_same_numbers(command, api, ignore=ignore)
+
+
+@pytest.mark.parametrize(
+    "case, method, fit, argv",
+    [
+        ("a fit with BPA", {"budget": 4}, {"n_boot": 5}, ["--budget", "4", "--n-boot", "5"]),
+        ("exploration with policy random", {"policy": "random", "exploration": "match_quality"}, None,
+         ["--policy", "random", "--exploration", "match_quality"]),
+        ("a misspelt option", {"budgit": 4}, None, ["--budgit", "4"]),
+    ],
+)  # fmt: skip
+def test_the_api_refuses_what_the_command_refuses(case, method, fit, argv, table, tiny_rm_dir, tmp_path, capsys):
+    """rtG2 g09: BPA options that cannot apply are one ValueError through the API (`BPA.from_options`,
+    `Method.check_options`, `BPA.reads_exploration`; `rank` for a ``fit`` with a method that fits its own model,
+    `Method.uses_fit`), as `emoreward rank --method bpa` refuses each in one line, exit 2, before any work."""
+    from emoreward.ranking.methods import BPA
+
+    toy = ToyLengthAnnotator()
+    with pytest.raises(ValueError) as refused:
+        rank(table, toy, BPA.from_options(method), fit)
+    assert str(refused.value).count("\n") == 0 and not toy.answers  # refused before any pair was asked
+    data = tmp_path / "t.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in table_rows()), encoding="utf-8")
+    with pytest.raises(SystemExit) as exited:  # argparse refuses an unknown option itself
+        code = main(["rank", "--judge", str(tiny_rm_dir), "--data", str(data), "--method", "bpa", *argv, "--no-cache"])
+        raise SystemExit(code)
+    assert exited.value.code == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) <= 2  # one line (argparse adds its usage line)
 
 
 def test_method_hierarchical_is_the_hierarchical_option(tiny_rm_dir, tmp_path, capsys):

@@ -345,6 +345,32 @@ def test_a_subtitle_in_two_unicode_forms_is_one_subtitle(bpe_rm_dir, rm_dir, tmp
     assert_same_numbers(reports[0], reports[1], ignore=(r"seconds", r"n_cached", r"n_scored", r"path", r"cache"))
 
 
+def test_a_table_reencoded_in_the_other_unicode_form_is_ranked_from_the_score_cache(bpe_rm_dir, tmp_path, capsys):
+    """rtG2 g05: the same table in NFD, then in NFC (descriptions and subtitles), on one score cache: the rerun scores
+    nothing (its 24 descriptions all from the cache: `score_key` and `subtitle_key` key the form the model reads,
+    `normal_text`) and its numbers equal a fresh NFC ranking's. The byte-level BPE model reads the two forms as
+    different tokens, so this holds only because every model scores the normal form (`emoreward.models.layout`)."""
+    rows = [{**r, "subtitle": f"Ça va, Élodie? ({r['sample']})"} for r in accented_rows(6)]
+    nfd_rows = [{**r, "description": nfd(r["description"]), "subtitle": nfd(r["subtitle"])} for r in rows]
+    cache = tmp_path / "cache"
+    reports = {}
+    for name, table, keep in (("nfd", nfd_rows, ["--cache-dir", cache]), ("nfc", rows, ["--cache-dir", cache]),
+                              ("fresh", rows, ["--no-cache"])):  # fmt: skip
+        out = tmp_path / name / "r.json"
+        out.parent.mkdir()
+        run_ok(capsys, ["rank", "--judge", bpe_rm_dir, "--data", write_jsonl(out.parent / "t.jsonl", table),
+                        "--output", out, "--n-boot", 20, "--quiet", *keep])  # fmt: skip
+        reports[name] = read_json(out)
+    costs = {name: (r["cost"]["n_scored"], r["cost"]["n_cached"]) for name, r in reports.items()}
+    assert costs == {"nfd": (24, 0), "nfc": (0, 24), "fresh": (24, 0)}
+    # truncation is one fact, the per-model `n_truncated` (cached runs included), never a second count in the cost
+    assert not any("n_truncated" in r["cost"] for r in reports.values())
+    assert sum(reports["nfc"]["n_truncated"].values()) == sum(reports["fresh"]["n_truncated"].values()) > 0
+    ignore = (r"n_cached", r"n_scored", r"cache", r"path")
+    assert_same_numbers(reports["nfc"], reports["fresh"], ignore=ignore)
+    assert_same_numbers(reports["nfd"], reports["nfc"], ignore=ignore)
+
+
 def test_score_and_verl_are_the_same_for_both_unicode_forms(bpe_rm_dir):
     from emoreward.export.verl import compute_score
     from emoreward.models import load_reward_model

@@ -11,7 +11,18 @@ selections apply in: models, then samples, then a random N).
 from __future__ import annotations
 
 import pytest
-from _inputs import WORDS, assert_same_numbers, n_boot, pair_rows, read_json, run_ok, shuffled, table_rows, write_jsonl
+from _inputs import (
+    WORDS,
+    assert_same_numbers,
+    n_boot,
+    pair_rows,
+    read_json,
+    run_cli,
+    run_ok,
+    shuffled,
+    table_rows,
+    write_jsonl,
+)
 
 
 COVERS = {"rank": ("--models", "--samples", "--sample-ids", "--cache-dir"), "judge": ("--limit",)}
@@ -85,6 +96,32 @@ def test_models_then_samples_equals_ranking_the_rows_of_the_kept_models(method, 
         assert (a["n_pairs"], a["full_pairs"], sorted(a["n_comparisons"].values())) == (3, 3, [3, 3])
     else:
         assert sum(map(sum, a["W"]["wins"])) + sum(map(sum, a["W"]["ties"])) // 2 == 3
+
+
+@pytest.mark.parametrize("method", ["full", "bpa"])
+def test_models_then_samples_draws_among_the_samples_the_kept_models_share(method, rm_dir, tmp_path, capsys):
+    """Partial overlap (rtG2 g03): alpha described s0-s3, beta s2-s7, so the two share s2 and s3 only; a sample one
+    kept model described gives no comparison. ``--models alpha,beta --samples 2`` draws among the 2 shared samples
+    whatever the seed (`DescriptionTable.comparable_samples`), so every draw equals ranking the rows of alpha and
+    beta on s2, s3; ``--samples 3`` is one line naming the 2 there are, exit 2, before any scoring."""
+    rows = [r for r in table_rows(n_samples=8) if not (r["model"] == "alpha" and int(r["sample"][1:]) >= 4)]
+    rows = [r for r in rows if not (r["model"] == "beta" and int(r["sample"][1:]) < 2)]
+    extra = ["--method", "bpa"] if method == "bpa" else []
+    shared = [r for r in rows if r["model"] in ("alpha", "beta") and r["sample"] in ("s2", "s3")]
+    for seed in (1, 2):  # --seed seeds the bootstrap too: the same on both sides
+        a = rank(capsys, rm_dir, rows, tmp_path / f"a{seed}", ["--models", "alpha,beta", "--samples", 2, "--seed", seed,
+                                                              *extra])  # fmt: skip
+        assert_same_numbers(a, rank(capsys, rm_dir, shared, tmp_path / f"b{seed}", ["--seed", seed, *extra]))
+        assert a["n_samples"] == 2
+        if method == "bpa":  # the one model pair on each shared sample: 2 of 2 at the default budget
+            assert (a["n_pairs"], a["full_pairs"]) == (2, 2)
+        else:
+            assert sum(map(sum, a["W"]["wins"])) + sum(map(sum, a["W"]["ties"])) // 2 == 2
+    table = write_jsonl(tmp_path / "t.jsonl", rows)
+    code, out, err = run_cli(capsys, ["rank", "--judge", rm_dir, "--data", table, "--models", "alpha,beta",
+                                      "--samples", 3, "--no-cache", "--quiet", *extra])  # fmt: skip
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "--samples 3" in err and "has 2 samples on which two of the selected 2 models can be compared" in err
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from emoreward.data.context import subtitle_key
 from emoreward.data.media import MediaOptions, SampleMedia, load_sample_media, refuse_unused_media, resolve_paths
 from emoreward.models.backbones import BackboneSpec, get_backbone, lora_target_regex
 from emoreward.models.base import (
@@ -255,8 +256,8 @@ class MediaRewardModel(RewardModelBase):
         """Subtitle and media identity. Without a path the media file is `<root>/video/<sample_id>.mp4` (or the
         wav), so the sample id is part of the key; decoded media are keyed by their object identity."""
         if context.decoded is not None:
-            return (context.subtitle or None, "decoded", id(context.decoded))
-        return (context.subtitle or None, context.video, context.audio, context.sample_id)
+            return (*subtitle_key(context), "decoded", id(context.decoded))
+        return (*subtitle_key(context), context.video, context.audio, context.sample_id)
 
     def load_media(self, context: RewardContext) -> SampleMedia | None:
         """The decoded media of a context (`context.decoded` when given), or None for a backbone without media.
