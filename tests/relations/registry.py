@@ -233,7 +233,8 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--host": NO_RESULT,
         "--port": NO_RESULT,
         "--token-env": "authentication: tests/export/serve",
-        "--insecure-no-auth": "authentication: tests/export/serve",
+        "--insecure-no-auth": "authentication: tests/export/serve; refused with a token set or on loopback: "
+        "tests/bad_input/test_bad_serve.py",
         "--batch-size": "batching only: tests/test_routes_agree.py checks rewards do not depend on it",
         "--forward-tokens": LIMIT,
         "--max-batch-tokens": LIMIT,
