@@ -243,6 +243,9 @@ def run(args: argparse.Namespace) -> int:
                         if token is not None else f"{args.host} is a loopback address, served without a token")),
         },
     )  # fmt: skip
+    # a route option's value that only a model reading media can use (--openrlhf-labels clip), by the route's rule
+    routes.settings({name: options[name] for name in routes.options()},
+                    reads_media=False if reads_media(args.model) is False else None)  # fmt: skip
     serve_http.check_bind(args.host, args.port)
     if args.engine == "ray":
         from emoreward.export.serve.ray import run_ray_serve

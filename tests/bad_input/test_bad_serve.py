@@ -182,6 +182,16 @@ def test_insecure_no_auth_where_there_is_no_token_to_waive(rm_dir, capsys, monke
     fails(["serve", "--model", rm_dir, "--port", "0", "--host", host, "--insecure-no-auth"], capsys, *fragments)
 
 
+def test_clip_labels_for_a_text_model_are_refused_at_start_up(rm_dir, capsys):
+    """A text model reads no clip: `--openrlhf-labels clip` is one line, exit 2, before the model loads."""
+    fails(
+        ["serve", "--model", rm_dir, "--port", "0", "--openrlhf-labels", "clip"],
+        capsys,
+        "--openrlhf-labels clip applies to reward models that read media; this one is a text model",
+        "['ignore', 'subtitle']",
+    )
+
+
 def test_serve_a_folder_that_is_not_a_model(tmp_path, capsys):
     fails(["serve", "--model", tmp_path, "--port", "0"], capsys, f"{tmp_path} is not an emoreward model directory")
 

@@ -249,7 +249,8 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--max-items": LIMIT,
         "--max-chars": LIMIT,
         "--overlong": LIMIT,
-        "--openrlhf-labels": ("wire_fields",),  # clip labels: tests/export/test_server_media.py
+        "--openrlhf-labels": ("wire_fields",),  # clip labels: tests/export/test_server_media.py (one clip, one
+        # reading); refused for a text model: tests/bad_input/test_bad_serve.py
         "--query-marker": "where OpenRLHF's response starts: tests/export/serve",
         "--length-window": "the length monitor: tests/export/test_length_monitor*",
         "--length-threshold": "the length monitor: tests/export/test_length_monitor*",
