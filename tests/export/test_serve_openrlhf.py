@@ -164,3 +164,26 @@ def test_clip_labels_are_refused_for_a_text_model_before_any_request(saved_model
     monkeypatch.setenv("EMOREWARD_RM_LABELS", "clip")
     with pytest.raises(ValueError, match=r"EMOREWARD_RM_LABELS=clip applies to reward models that read media"):
         fn([PROMPT + DESCRIPTIONS[0] + "<|im_end|>"], [PROMPT], ["s0042"])
+
+
+@pytest.mark.parametrize(
+    "variable, value, message",
+    [
+        ("EMOREWARD_RM_BATCH_SIZE", "-3", "EMOREWARD_RM_BATCH_SIZE=-3: expected an integer in [1, 2,147,483,647]"),
+        ("EMOREWARD_RM_BATCH_SIZE", "eight", "EMOREWARD_RM_BATCH_SIZE=eight: expected an integer"),
+        ("EMOREWARD_RM_LABEL", "subtitle", "unknown setting EMOREWARD_RM_LABEL (the OpenRLHF reward file reads "
+         "EMOREWARD_RM_BATCH_SIZE, EMOREWARD_RM_LABELS, EMOREWARD_RM_MEDIA_ROOT, EMOREWARD_RM_MODEL, "
+         "EMOREWARD_RM_QUERY_MARKERS, EMOREWARD_RM_VLLM_URL)"),
+        ("EMOREWARD_RM_LABELS", "bogus", "EMOREWARD_RM_LABELS=bogus: expected one of ignore, subtitle, clip"),
+    ],
+    ids=["negative-batch-size", "batch-size-not-a-number", "misspelt-variable", "unknown-label-mode"],
+)  # fmt: skip
+def test_every_reward_file_setting_is_checked_naming_its_variable(saved_model, monkeypatch, variable, value, message):
+    """OpenRLHF's reward file reads its settings from `EMOREWARD_RM_*` variables: an out-of-range value or a misspelt
+    variable (scored as if unset before) is a ValueError naming it, before the model loads, as a bad label mode was."""
+    fn = load_like_openrlhf()
+    monkeypatch.setenv("EMOREWARD_RM_MODEL", str(saved_model))
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValueError) as refused:
+        fn([PROMPT + DESCRIPTIONS[0] + "<|im_end|>"], [PROMPT], ["I got the job!"])
+    assert message in str(refused.value) and "\n" not in str(refused.value)
