@@ -32,10 +32,12 @@ RAY_OPTIONS = ("replicas", "min_replicas", "max_replicas", "target_ongoing_reque
 def applicability() -> dict[str, str]:
     """Every option of `serve` -> when it applies (`check_applicable`, before any work): the engine's options to
     that engine, the text models' batching and media tolerance to text models, the rest always (the server limits
-    and each route's options are read from their owners)."""
-    table = dict.fromkeys(["model", "host", "port", "token_env", "insecure_no_auth", "batch_size", "overlong",
-                           "length_window", "length_threshold", "threads", "log_every", "engine"],
+    and each route's options are read from their owners); ``--insecure-no-auth`` to a non-loopback host served
+    without a token (with a token set the server demands it; a loopback host never asks)."""
+    table = dict.fromkeys(["model", "host", "port", "token_env", "batch_size", "overlong", "length_window",
+                           "length_threshold", "threads", "log_every", "engine"],
                           ALWAYS)  # fmt: skip
+    table["insecure_no_auth"] = "open"  # waives the token only where one would be asked for
     table.update(dict.fromkeys([f.name for f in fields(ServerLimits)], ALWAYS))
     table.update(dict.fromkeys(routes.options(), ALWAYS))  # each route is served on every engine
     table.update(dict.fromkeys(["forward_tokens", "allow_unused_media"], "text"))
@@ -235,8 +237,15 @@ def run(args: argparse.Namespace) -> int:
             "ray": (args.engine == "ray", "{options} {verb} to --engine ray (Ray Serve replicas); add --engine ray"),
             "text": (kind == "text", f"{{options}} {{verb}} to text models; {args.model} is a multimodal model"),
             "media": (reads_media(args.model) is not False, f"{{options}} {{verb}} to multimodal models; {args.model} is a text model"),
+            "open": (token is None and args.host not in LOOPBACK,
+                     "{first} waives the token of a non-loopback --host; "
+                     + (f"{args.token_env} is set, so clients must send its token: unset it to serve without one"
+                        if token is not None else f"{args.host} is a loopback address, served without a token")),
         },
     )  # fmt: skip
+    # a route option's value that only a model reading media can use (--openrlhf-labels clip), by the route's rule
+    routes.settings({name: options[name] for name in routes.options()},
+                    reads_media=False if reads_media(args.model) is False else None)  # fmt: skip
     serve_http.check_bind(args.host, args.port)
     if args.engine == "ray":
         from emoreward.export.serve.ray import run_ray_serve

@@ -12,8 +12,10 @@ the rule every route uses, and returns one float reward per completion. See docs
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
+import re
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,7 +65,9 @@ class EmotionReward:
             (default), raises ValueError, or says nothing.
         batch_size (`int`): sequences per forward pass.
         scale (`float`): multiply rewards by this (e.g. to weigh this reward against others); finite (ValueError).
-        name (`str`): the name GRPOTrainer logs the reward under (``rewards/<name>/mean``).
+        name (`str`, *optional*): the name GRPOTrainer logs the reward under (``rewards/<name>/mean``); default
+            ``emotion_reward_<8 hex>``, the model's content identity (`default_reward_name`): two functions of two
+            models never share a key, one model twice shares its name.
         length_monitor (`LengthMonitor`, `bool` or `None`): the RL length-hacking monitor
             (`emoreward.export.length_monitor`); ``True`` (default) makes one with its defaults, ``False``/``None``
             turns it off. It keeps a window over the last 512 rewarded completions, so calls of any size measure
@@ -84,7 +88,7 @@ class EmotionReward:
         on_unused_media: str = "warn",
         batch_size: int = 16,
         scale: float = 1.0,
-        name: str = "emotion_reward",
+        name: str | None = None,
         length_monitor: LengthMonitor | bool | None = True,
         vllm_url: str | None = None,
     ):
@@ -109,6 +113,10 @@ class EmotionReward:
         self.on_unused_media = on_unused_media
         self.batch_size = batch_size
         self.scale = float(scale)
+        if name is None:
+            from emoreward.models.loading import model_identity
+
+            name = default_reward_name("emotion_reward", model_identity(model))
         self.__name__ = name
         self.n_calls = 0
         self.n_scored = 0
@@ -199,6 +207,17 @@ class EmotionReward:
                 return
 
 
+def default_reward_name(base: str, identity: str) -> str:
+    """The name a reward function of this project logs under when none is given: ``<base>_<the first 8 hex
+    characters of its model's or judge's content identity>``. TRL keys a reward function's figures by its
+    ``__name__`` (``rewards/<name>/mean``) and the length monitor keys its own by it (``length/<name>/...``), so two
+    functions of two different models must not share one; the same model twice may. An identity that is not a hex
+    digest (a closed-form reward's class name) is hashed first."""
+    if not re.fullmatch(r"[0-9a-f]{8,}", identity):
+        identity = hashlib.sha256(identity.encode()).hexdigest()
+    return f"{base}_{identity[:8]}"
+
+
 def dataset_column(kwargs: dict[str, Any], column: str, n: int) -> list[Any]:
     """The values GRPOTrainer passes for dataset column ``column``, one per completion (``[None] * n`` when absent).
 
@@ -213,4 +232,4 @@ def dataset_column(kwargs: dict[str, Any], column: str, n: int) -> list[Any]:
     return values
 
 
-__all__ = ["EmotionReward", "completion_text", "dataset_column"]
+__all__ = ["EmotionReward", "completion_text", "dataset_column", "default_reward_name"]

@@ -16,7 +16,7 @@ from emoreward.data.context import RewardContext, reward_context
 from emoreward.data.pairs import PreferencePair
 from emoreward.data.text import identity_text
 from emoreward.data.verdicts import Verdict
-from emoreward.export.grpo import completion_text, dataset_column
+from emoreward.export.grpo import completion_text, dataset_column, default_reward_name
 from emoreward.export.length_monitor import LengthMonitor, defined, logged_key
 
 
@@ -37,12 +37,15 @@ class Completion:
 
 @dataclass
 class GroupCost:
-    """What one call cost: `comparisons` (distinct description pairs of a group judged), `judge_calls` (pairs sent
-    to the judge, both orders), `invalid_orders` (INVALID verdicts among them), `undecided` (pairs whose both orders
-    were INVALID: scored 0.5), `identical` (pairs of one text: 0.5 with no call) and `singletons` (groups of one
-    completion: reward 0.5)."""
+    """What one call cost: `comparisons` (distinct description pairs of a group judged), `verdicts` (verdicts
+    asked of the judge: both orders of each comparison this process judged), `judge_calls` (the judge's own work
+    for them, `judge_work`: a reward-model judge's descriptions scored, its cache serving the rest; a generative
+    judge's model calls made, its call cache serving the rest; a judge that counts neither: `verdicts`),
+    `invalid_orders` (INVALID verdicts), `undecided` (pairs whose both orders were INVALID: scored 0.5),
+    `identical` (pairs of one text: 0.5 with no call) and `singletons` (groups of one completion: reward 0.5)."""
 
     comparisons: int = 0
+    verdicts: int = 0
     judge_calls: int = 0
     invalid_orders: int = 0
     undecided: int = 0
@@ -95,6 +98,46 @@ def opponent_pairs(texts: Sequence[str], opponents: int | None) -> list[tuple[st
     step = math.ceil(opponents / 2)
     pairs = {tuple(sorted((i, (i + s) % n))) for i in range(n) for s in range(1, step + 1)}
     return [(order[i], order[j]) for i, j in sorted(pairs)]
+
+
+def judge_work(judge: Any) -> int | None:
+    """The work a judge has done so far by its own count: a reward-model judge's descriptions scored
+    (`RewardModelJudge.n_scored`), a generative judge's model calls made (``stats.made``, cache hits excluded);
+    None for a judge that counts neither."""
+    scored = getattr(judge, "n_scored", None)
+    if isinstance(scored, int):
+        return scored
+    made = getattr(getattr(judge, "stats", None), "made", None)
+    return made if isinstance(made, int) else None
+
+
+def judge_identity(judge: Any) -> str:
+    """The content identity of a judge object, for its reward's default name (`default_reward_name`): a reward-model
+    judge's `model_identity`; a generative judge's backends (their weights identity), strategy, verdict mode and
+    decoding; any other judge its class and name."""
+    from emoreward.models.loading import model_identity
+
+    model = getattr(judge, "model", None)
+    if model is not None and callable(getattr(model, "score_info", None)):
+        return model_identity(model)
+    parts = [type(judge).__module__, type(judge).__qualname__, getattr(judge, "name", None)]
+    for key in ("judge_name", "strategy", "verdict_mode", "sampling"):
+        parts.append(repr(getattr(judge, key, None)))
+    parts += [getattr(getattr(judge, key, None), "identity", None) for key in ("mllm", "llm")]
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]
+
+
+def judged_cost(
+    judge: Any, items: Sequence[tuple[str, str, RewardContext]], comparisons: int
+) -> tuple[list[float | None], GroupCost]:
+    """`judge_pairs` of ``items`` with what it cost (`GroupCost`: ``comparisons`` of the whole plan, the verdicts
+    asked, the judge's own work for them, the INVALID orders)."""
+    before = judge_work(judge)
+    scores, invalid = judge_pairs(judge, items)
+    after = judge_work(judge)
+    verdicts = 2 * len(items)
+    calls = verdicts if before is None or after is None else after - before
+    return scores, GroupCost(comparisons=comparisons, verdicts=verdicts, judge_calls=calls, invalid_orders=invalid)
 
 
 def judge_pairs(judge: Any, items: Sequence[tuple[str, str, RewardContext]]) -> tuple[list[float | None], int]:
@@ -192,8 +235,7 @@ def group_rewards(
         (rewards in [0, 1], one per completion; the call's `GroupCost`).
     """
     plan = GroupPlan.of(completions, opponents)
-    scores, invalid = judge_pairs(judge, plan.requests(plan.todo))
-    cost = GroupCost(comparisons=len(plan.todo), judge_calls=2 * len(plan.todo), invalid_orders=invalid)
+    scores, cost = judged_cost(judge, plan.requests(plan.todo), len(plan.todo))
     return plan.win_rates(dict(zip(plan.todo, scores)), cost), cost
 
 
@@ -232,8 +274,9 @@ class PairwiseGroupReward:
             None (default): every pair of the group.
         subtitle_column, video_column, audio_column, sample_column (`str`): dataset columns of the context, as
             `EmotionReward` reads them.
-        name (`str`): the name GRPOTrainer logs the reward under; this function's own figures are logged as
-            ``<name>/...``.
+        name (`str`, *optional*): the name GRPOTrainer logs the reward under; this function's own figures are
+            logged as ``<name>/...``. Default ``pairwise_emotion_reward_<8 hex>``, the judge's content identity
+            (`judge_identity`, `emoreward.export.grpo.default_reward_name`): two judges never share a key.
         length_monitor (`LengthMonitor`, `bool` or `None`): as `EmotionReward`.
 
     Attributes:
@@ -248,7 +291,7 @@ class PairwiseGroupReward:
         video_column: str = "video",
         audio_column: str = "audio",
         sample_column: str = "sample_id",
-        name: str = "pairwise_emotion_reward",
+        name: str | None = None,
         length_monitor: LengthMonitor | bool | None = True,
     ):
         if not callable(getattr(judge, "judge", None)):
@@ -263,7 +306,9 @@ class PairwiseGroupReward:
             "audio": audio_column,
             "sample_id": sample_column,
         }
-        self.__name__ = name
+        self.__name__ = (
+            name if name is not None else default_reward_name("pairwise_emotion_reward", judge_identity(judge))
+        )
         self.length_monitor = LengthMonitor() if length_monitor is True else (length_monitor or None)
         self.cost = GroupCost()
         self.last_figures: dict[str, float | None] = {}
@@ -323,17 +368,17 @@ class PairwiseGroupReward:
         start = sum(len(part) for part in parts[:rank])
         plan = GroupPlan.of(everything, self.opponents)
         mine = plan.todo[rank::world]  # this process's share of the distinct comparisons
-        scores, invalid = judge_pairs(self.judge, plan.requests(mine))
+        scores, cost = judged_cost(self.judge, plan.requests(mine), len(plan.todo))
         judged = {}
         for part in _gather(list(zip(mine, scores)), world):
             judged.update(part)
-        cost = GroupCost(comparisons=len(plan.todo), judge_calls=2 * len(mine), invalid_orders=invalid)
         rewards = plan.win_rates(judged, cost)
         return rewards[start : start + len(local)], cost
 
     def _log(self, rewards: list[float], texts: list[str], cost: GroupCost, log_metric: Any) -> None:
         figures: dict[str, float | None] = {
             f"{self.__name__}/comparisons": float(cost.comparisons),
+            f"{self.__name__}/verdicts": float(cost.verdicts),
             f"{self.__name__}/judge_calls": float(cost.judge_calls),
             f"{self.__name__}/invalid_orders": float(cost.invalid_orders),
             f"{self.__name__}/undecided": float(cost.undecided),
@@ -390,6 +435,8 @@ __all__ = [
     "GroupCost",
     "PairwiseGroupReward",
     "group_rewards",
+    "judge_identity",
+    "judge_work",
     "opponent_pairs",
     "prompt_key",
     "verl_group_scores",

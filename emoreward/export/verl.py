@@ -32,6 +32,8 @@ TOKEN_ENV = "EMOREWARD_SERVE_TOKEN"
 # `compute_score_async`: most concurrent calls of one event loop sent in one HTTP request (reward_kwargs
 # `merge_samples`); docs/speed.md#what-to-expect
 MERGE_SAMPLES = 16
+# reward_kwargs of the client of running servers (server_url), refused with 'model' where nothing would read them
+SERVER_KWARGS = frozenset({"token_env", "timeout", "retries", "merge_samples"})
 # keyword arguments verl itself may pass to a custom reward function (sandbox / reward-loop plumbing), unused here
 VERL_KWARGS = frozenset(
     {
@@ -141,7 +143,10 @@ def score_descriptions(
         every dict (`emoreward.export.length_monitor.SAMPLE_KEYS`, finite placeholders where undefined).
 
     Raises:
-        ValueError: neither or both of ``server_url`` and ``model``, or an unknown keyword argument.
+        ValueError: neither or both of ``server_url`` and ``model``, an unknown keyword argument, or one that does
+            not apply in the mode used (`SERVER_KWARGS` with ``model``; ``media_root`` with ``server_url``; with
+            ``model``, a ``media_root`` for a model that reads no media is refused where the model is opened,
+            `emoreward.models.loading.open_reward_model`).
         RuntimeError: a server answered an error, or did not answer after ``retries`` attempts.
     """
     request = _Request.build(descriptions, ground_truths, extra_infos, kwargs)
@@ -227,6 +232,19 @@ class _Request:
             raise ValueError("give exactly one of reward_kwargs 'server_url' (running emoreward servers) or 'model'")
         if options["vllm_url"] is not None and options["model"] is None:
             raise ValueError("reward_kwargs 'vllm_url' needs 'model': the export folder the vLLM server serves")
+        given = {k for k, v in kwargs.items() if v is not None}
+        if options["model"] is not None and (wrong := sorted(given & SERVER_KWARGS)):
+            raise ValueError(
+                f"reward_kwargs {wrong} are for emoreward servers (server_url); with 'model' the reward model scores "
+                "in this process"
+                + (" through the vLLM server at 'vllm_url' (its client reads $EMOREWARD_ENGINE_TIMEOUT)"
+                   if options["vllm_url"] is not None else "")
+            )  # fmt: skip
+        if options["server_url"] is not None and "media_root" in given:
+            raise ValueError(
+                "reward_kwargs 'media_root' is for 'model' (a model in this process); the servers at 'server_url' "
+                "resolve media paths in their own --media-root"
+            )
         if options["model"] is not None:
             options["model"] = str(options["model"])
         for k, description in enumerate(descriptions):  # never the text "None" scored as a description

@@ -163,6 +163,35 @@ def test_bad_serve_options(rm_dir, capsys, monkeypatch, options, fragments):
     fails(["serve", "--model", rm_dir, "--port", "0", *options], capsys, *fragments)
 
 
+@pytest.mark.parametrize(
+    "token, host, fragments",
+    [
+        ("sekret", "127.0.0.1", ["--insecure-no-auth waives the token", "EMOREWARD_SERVE_TOKEN is set"]),
+        ("sekret", "0.0.0.0", ["--insecure-no-auth waives the token", "EMOREWARD_SERVE_TOKEN is set"]),
+        (None, "127.0.0.1", ["--insecure-no-auth waives the token", "127.0.0.1 is a loopback address"]),
+    ],
+    ids=["token-set-loopback", "token-set-open-host", "loopback-without-token"],
+)
+def test_insecure_no_auth_where_there_is_no_token_to_waive(rm_dir, capsys, monkeypatch, token, host, fragments):
+    """With a token set the server demands it whatever --insecure-no-auth says, and a loopback host never asks for
+    one: the option would be ignored, so it is refused (one line, exit 2) before the server starts."""
+    if token is None:
+        monkeypatch.delenv("EMOREWARD_SERVE_TOKEN", raising=False)
+    else:
+        monkeypatch.setenv("EMOREWARD_SERVE_TOKEN", token)
+    fails(["serve", "--model", rm_dir, "--port", "0", "--host", host, "--insecure-no-auth"], capsys, *fragments)
+
+
+def test_clip_labels_for_a_text_model_are_refused_at_start_up(rm_dir, capsys):
+    """A text model reads no clip: `--openrlhf-labels clip` is one line, exit 2, before the model loads."""
+    fails(
+        ["serve", "--model", rm_dir, "--port", "0", "--openrlhf-labels", "clip"],
+        capsys,
+        "--openrlhf-labels clip applies to reward models that read media; this one is a text model",
+        "['ignore', 'subtitle']",
+    )
+
+
 def test_serve_a_folder_that_is_not_a_model(tmp_path, capsys):
     fails(["serve", "--model", tmp_path, "--port", "0"], capsys, f"{tmp_path} is not an emoreward model directory")
 

@@ -22,8 +22,8 @@ def tokenizer():
     return AutoTokenizer.from_pretrained(MINILM)
 
 
-@pytest.fixture(scope="module")
-def reward_model(tokenizer):
+def tiny_reward_model(tokenizer, seed: int = 0) -> TextRewardModel:
+    """A 2-layer random-weight BERT reward model (hidden 16) on MiniLM's tokenizer; ``seed`` picks its weights."""
     config = BertConfig(
         vocab_size=tokenizer.vocab_size,
         hidden_size=16,
@@ -34,9 +34,14 @@ def reward_model(tokenizer):
         num_labels=1,
         initializer_range=0.5,
     )
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     settings = TextSettings(backbone="minilm", input_format="pair", max_length=256)
     return TextRewardModel(BertForSequenceClassification(config).eval(), tokenizer, settings)
+
+
+@pytest.fixture(scope="module")
+def reward_model(tokenizer):
+    return tiny_reward_model(tokenizer)
 
 
 def test_reward_values_and_columns(reward_model):
@@ -93,10 +98,9 @@ def test_loads_from_a_directory(tmp_path, reward_model):
     np.testing.assert_allclose(reward(["p"], ["calm"]), expected, atol=reward_tolerance(dtype), rtol=0)
 
 
-def test_grpo_trainer_steps_with_this_reward(tmp_path, tokenizer, reward_model):
-    from datasets import Dataset
+def tiny_policy():
+    """(tokenizer, a 2-layer random-weight Llama policy) for a few GRPOTrainer steps on CPU."""
     from transformers import LlamaConfig, LlamaForCausalLM
-    from trl import GRPOConfig, GRPOTrainer
 
     policy_tok = AutoTokenizer.from_pretrained(MINILM)
     policy_tok.eos_token = "[SEP]"
@@ -114,7 +118,14 @@ def test_grpo_trainer_steps_with_this_reward(tmp_path, tokenizer, reward_model):
         bos_token_id=policy_tok.cls_token_id,
     )
     torch.manual_seed(0)
-    policy = LlamaForCausalLM(config)
+    return policy_tok, LlamaForCausalLM(config)
+
+
+def test_grpo_trainer_steps_with_this_reward(tmp_path, tokenizer, reward_model):
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    policy_tok, policy = tiny_policy()
     before = {n: p.detach().clone() for n, p in policy.named_parameters()}
 
     subtitles = ["I got the job!", "Leave me alone.", "It is fine, I guess.", "Why would you do that?"]
@@ -164,6 +175,43 @@ def test_grpo_trainer_steps_with_this_reward(tmp_path, tokenizer, reward_model):
     assert logged and all(np.isfinite(logged))
     changed = any(not torch.equal(before[n], p.detach()) for n, p in policy.named_parameters())
     assert changed, "GRPO steps did not change the policy"
+
+
+def test_two_rewards_of_two_models_log_under_two_keys(tmp_path, tokenizer, reward_model):
+    """TRL keys a reward function's figures by its ``__name__`` (``rewards/<name>/mean``), the length monitor by the
+    same name: two EmotionRewards of two different models, default names, in one real GRPOTrainer log two keys
+    each, each the mean of its own rewards (one name would average the two). One model twice shares its name; an
+    explicit name is kept."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    class Recording(EmotionReward):  # the project's class, its rewards kept for the check
+        def __call__(self, prompts, completions, **kwargs):
+            out = super().__call__(prompts, completions, **kwargs)
+            self.seen = getattr(self, "seen", []) + [out]
+            return out
+
+    other = tiny_reward_model(tokenizer, seed=1)
+    first, second = Recording(reward_model), Recording(other)
+    assert first.__name__ != second.__name__ and first.__name__.startswith("emotion_reward_")
+    assert EmotionReward(reward_model).__name__ == first.__name__  # the same model: the same name
+    assert EmotionReward(other, name="strict").__name__ == "strict"
+    policy_tok, policy = tiny_policy()
+    subtitles = ["I got the job!", "Leave me alone."]
+    dataset = Dataset.from_dict({"prompt": [f"Describe the emotion. Subtitle: {s}" for s in subtitles],
+                                 "subtitle": subtitles})  # fmt: skip
+    args = GRPOConfig(output_dir=str(tmp_path / "grpo"), per_device_train_batch_size=4, num_generations=4,
+                      max_completion_length=8, max_steps=1, learning_rate=1e-2, logging_steps=1, save_strategy="no",
+                      report_to="none", use_cpu=True, seed=0, bf16=False)  # fmt: skip
+    trainer = GRPOTrainer(model=policy, reward_funcs=[first, second], args=args, train_dataset=dataset,
+                          processing_class=policy_tok)  # fmt: skip
+    trainer.train()
+    logged = {k: v for h in trainer.state.log_history for k, v in h.items()}
+    for reward in (first, second):
+        assert len(reward.seen) == 1  # one generation batch, one call
+        assert logged[f"rewards/{reward.__name__}/mean"] == pytest.approx(np.mean(reward.seen[0]), rel=1e-5)
+        assert f"length/{reward.__name__}/mean" in logged
+    assert np.mean(first.seen[0]) != pytest.approx(np.mean(second.seen[0]))
 
 
 def test_grpo_trainer_steps_with_a_multimodal_reward_and_a_video_column(tmp_path):

@@ -98,7 +98,7 @@ def test_grpo_step_logs_the_length_figures(tmp_path, reward_model):
                                  "subtitle": subtitles})  # fmt: skip
     # threshold -1: any defined correlation warns, so the warning path runs inside the trainer too
     monitor = LengthMonitor(size=4, threshold=-1.0, min_descriptions=3)
-    reward = EmotionReward(reward_model, length_monitor=monitor)
+    reward = EmotionReward(reward_model, length_monitor=monitor, name="emotion_reward")
     seen = []
 
     def recording_reward(prompts, completions, **kwargs):

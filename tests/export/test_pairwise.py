@@ -163,9 +163,36 @@ def test_a_scalar_reward_model_as_the_judge_ranks_by_reward(tmp_path):
     torch.manual_seed(0)
     model = TextRewardModel(BertForSequenceClassification(config).eval(), tok, TextSettings(backbone="minilm"))
     texts = ["She is calm.", "He shouts in anger.", "A faint smile, relief.", "Tears and a trembling voice."]
-    got = PairwiseGroupReward(RewardModelJudge(model, tie_threshold=0.0), length_monitor=False)(["p"] * 4, texts)
+    reward = PairwiseGroupReward(RewardModelJudge(model, tie_threshold=0.0), length_monitor=False)
+    logged = {}
+    got = reward(["p"] * 4, texts, log_metric=logged.__setitem__)
     r = model.score(texts, [None] * 4)
     assert got == [float(np.mean([r[i] > r[j] for j in range(4) if j != i])) for i in range(4)]
+    # the counts are the work done: 6 comparisons, 12 verdicts, 4 descriptions scored (the judge's cache serves
+    # the other 8 lookups)
+    name = reward.__name__
+    assert (reward.cost.comparisons, reward.cost.verdicts, reward.cost.judge_calls) == (6, 12, 4)
+    assert (logged[f"{name}/comparisons"], logged[f"{name}/verdicts"], logged[f"{name}/judge_calls"]) == (6, 12, 4)
+
+
+def test_default_names_differ_by_judge_and_an_explicit_name_is_kept():
+    """TRL logs a reward function under its ``__name__``: two judges of two models never share one by default;
+    one model's two judges do; an explicit name is kept."""
+    from test_grpo import MINILM, tiny_reward_model
+    from transformers import AutoTokenizer
+
+    from emoreward.evaluation.judge import RewardModelJudge
+
+    tok = AutoTokenizer.from_pretrained(MINILM)
+    first, second = tiny_reward_model(tok, seed=0), tiny_reward_model(tok, seed=1)
+    names = [PairwiseGroupReward(RewardModelJudge(m)).__name__ for m in (first, second, first)]
+    assert names[0] != names[1] and names[0] == names[2] and names[0].startswith("pairwise_emotion_reward_")
+    assert PairwiseGroupReward(RewardModelJudge(second), name="pairwise").__name__ == "pairwise"
+
+    class Quiet(BangJudge):  # another judge of the same kind, under another name
+        name = "quiet"
+
+    assert PairwiseGroupReward(BangJudge()).__name__ != PairwiseGroupReward(Quiet()).__name__
 
 
 SCRIPT = textwrap.dedent(

@@ -151,25 +151,42 @@ def test_a_query_with_a_chat_prompt_and_no_prompts_is_refused_naming_prompts():
         assert status == 200 and data["rewards"] == [0.2]
 
 
-def test_clip_labels_on_a_text_model_are_refused_as_unused_media(saved_model, monkeypatch):
-    """`--openrlhf-labels clip` on a text model: a label naming a clip by sample id (a dotted id too) names media
-    the model cannot read, refused as any media path is (400 naming the label), never silently ignored; with
-    --allow-unused-media it is accepted and ignored; an object giving only the subtitle is the subtitle."""
-    monkeypatch.setenv("EMOREWARD_DTYPE", "float32")  # the served and the direct reward compared at 1e-5
+def test_clip_labels_are_refused_for_a_text_model_before_any_request(saved_model, monkeypatch):
+    """`--openrlhf-labels clip` names each sample's clip, and a text model reads none (a bare id was a 400 "use
+    --allow-unused-media", the same clip as an object a 200, a path a 400 "name the sample id"): refused where the
+    service is built, with or without --allow-unused-media, named as the user set it (the reward file's variable)."""
     model = load_reward_model(str(saved_model))
-    query = [PROMPT + DESCRIPTIONS[0] + "<|im_end|>"]
-    for labels in (["s0042"], ["s0042.1"]):
-        with RewardServer(RewardService(model, openrlhf_labels="clip"), port=0) as srv:
-            status, data = post(srv, "/get_reward", {"query": query, "prompts": [PROMPT], "labels": labels})
-        assert status == 400 and "'labels[0].video' given, but this reward model is text-only" in data["error"]
-    with RewardServer(RewardService(model, openrlhf_labels="clip", allow_unused_media=True), port=0) as srv:
-        _, ignored = post(srv, "/get_reward", {"query": query, "prompts": [PROMPT], "labels": ["s0042.1"]})
-        _, plain = post(srv, "/get_reward", {"query": query, "prompts": [PROMPT], "labels": [None]})
-        _, titled = post(srv, "/get_reward", {"query": query, "prompts": [PROMPT], "labels": [{"subtitle": "Hola"}]})
-    assert ignored["rewards"] == plain["rewards"]
-    assert titled["rewards"][0] == pytest.approx(
-        float(model.score(DESCRIPTIONS[:1], RewardContext("Hola"))[0]), abs=1e-5
-    )
+    for allow in (False, True):
+        with pytest.raises(ValueError, match=r"--openrlhf-labels clip applies to reward models that read media"):
+            RewardService(model, openrlhf_labels="clip", allow_unused_media=allow)
+    fn = load_like_openrlhf()
+    monkeypatch.setenv("EMOREWARD_RM_MODEL", str(saved_model))
+    monkeypatch.setenv("EMOREWARD_RM_LABELS", "clip")
+    with pytest.raises(ValueError, match=r"EMOREWARD_RM_LABELS=clip applies to reward models that read media"):
+        fn([PROMPT + DESCRIPTIONS[0] + "<|im_end|>"], [PROMPT], ["s0042"])
+
+
+@pytest.mark.parametrize(
+    "variable, value, message",
+    [
+        ("EMOREWARD_RM_BATCH_SIZE", "-3", "EMOREWARD_RM_BATCH_SIZE=-3: expected an integer in [1, 2,147,483,647]"),
+        ("EMOREWARD_RM_BATCH_SIZE", "eight", "EMOREWARD_RM_BATCH_SIZE=eight: expected an integer"),
+        ("EMOREWARD_RM_LABEL", "subtitle", "unknown setting EMOREWARD_RM_LABEL (the OpenRLHF reward file reads "
+         "EMOREWARD_RM_BATCH_SIZE, EMOREWARD_RM_LABELS, EMOREWARD_RM_MEDIA_ROOT, EMOREWARD_RM_MODEL, "
+         "EMOREWARD_RM_QUERY_MARKERS, EMOREWARD_RM_VLLM_URL)"),
+        ("EMOREWARD_RM_LABELS", "bogus", "EMOREWARD_RM_LABELS=bogus: expected one of ignore, subtitle, clip"),
+    ],
+    ids=["negative-batch-size", "batch-size-not-a-number", "misspelt-variable", "unknown-label-mode"],
+)  # fmt: skip
+def test_every_reward_file_setting_is_checked_naming_its_variable(saved_model, monkeypatch, variable, value, message):
+    """OpenRLHF's reward file reads its settings from `EMOREWARD_RM_*` variables: an out-of-range value or a misspelt
+    variable (scored as if unset before) is a ValueError naming it, before the model loads, as a bad label mode was."""
+    fn = load_like_openrlhf()
+    monkeypatch.setenv("EMOREWARD_RM_MODEL", str(saved_model))
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValueError) as refused:
+        fn([PROMPT + DESCRIPTIONS[0] + "<|im_end|>"], [PROMPT], ["I got the job!"])
+    assert message in str(refused.value) and "\n" not in str(refused.value)
 
 
 def test_the_reward_file_refuses_a_media_root_for_a_text_model(saved_model, monkeypatch, tmp_path):

@@ -214,6 +214,12 @@ def test_openrlhf_labels_name_the_clip(vl_model, media):
             )
             assert status == 400 and match in data["error"], (label, data)
             assert str(root) not in data["error"]
+        # one clip, one reading: a bare id, an object with the id and the media path give one reward
+        forms = ["s1", {"sample_id": "s1"}, "video/s1.mp4", {"video": "video/s1.mp4"}]
+        body = {"query": [prompt + "x"] * 4, "prompts": [prompt] * 4, "labels": forms}
+        status, data = post_to(srv, "/get_reward", body)
+        assert status == 200, data
+        np.testing.assert_allclose(data["rewards"], [vl_model.score(["x"], contexts[1:2])[0]] * 4, atol=1e-4, rtol=0)
     with RewardServer(RewardService(vl_model, media_root=root), port=0) as srv:  # labels not read as clips
         status, data = post_to(srv, "/get_reward", body)
         assert status == 400 and "--openrlhf-labels clip" in data["error"]

@@ -203,6 +203,27 @@ def test_errors_are_raised_not_turned_into_rewards(reward_model):
         verl_module.compute_score(solution_str="x", server_url=f"http://127.0.0.1:{port}", retries=2, timeout=2)
 
 
+@pytest.mark.parametrize(
+    "given, mode",
+    [({"token_env": "X"}, "model"), ({"timeout": 3}, "model"), ({"retries": 2}, "model"),
+     ({"merge_samples": 4}, "model"), ({"media_root": "."}, "server_url")],
+    ids=["token_env", "timeout", "retries", "merge_samples", "media_root-with-servers"],
+)  # fmt: skip
+def test_reward_kwargs_that_cannot_apply_in_the_mode_used_are_refused(reward_model, tmp_path, given, mode):
+    """A server client's settings with a model in this process (nothing would read them), a media root with servers
+    (they resolve media in their own --media-root): refused naming the kwarg, never scored as if unset. A media
+    root for a text model is refused where the model opens (`open_reward_model`), through the same call."""
+    reward_model.save_pretrained(tmp_path / "rm")
+    where = {"model": str(tmp_path / "rm")} if mode == "model" else {"server_url": "http://127.0.0.1:9"}
+    name = next(iter(given))
+    with pytest.raises(ValueError, match=rf"reward_kwargs (\['{name}'\] are for emoreward servers|'{name}' is for)"):
+        verl_module.compute_score(solution_str="Sad.", extra_info={}, **where, **given)
+    # the same kwarg in the mode it is for is taken (a server client: checked before any request)
+    if mode == "model":
+        with pytest.raises(ValueError, match="exactly one of"):
+            verl_module.compute_score(solution_str="Sad.", **given)
+
+
 def test_module_file_is_loadable_standalone():
     path = Path(verl_module.__file__)
     assert load_extern_object(str(path), "compute_score").__name__ == "compute_score"

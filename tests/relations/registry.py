@@ -235,7 +235,8 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--host": NO_RESULT,
         "--port": NO_RESULT,
         "--token-env": "authentication: tests/export/serve",
-        "--insecure-no-auth": "authentication: tests/export/serve",
+        "--insecure-no-auth": "authentication: tests/export/serve; refused with a token set or on loopback: "
+        "tests/bad_input/test_bad_serve.py",
         "--batch-size": "batching only: tests/test_routes_agree.py checks rewards do not depend on it",
         "--forward-tokens": LIMIT,
         "--max-batch-tokens": LIMIT,
@@ -250,7 +251,8 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
         "--max-items": LIMIT,
         "--max-chars": LIMIT,
         "--overlong": LIMIT,
-        "--openrlhf-labels": ("wire_fields",),  # clip labels: tests/export/test_server_media.py
+        "--openrlhf-labels": ("wire_fields",),  # clip labels: tests/export/test_server_media.py (one clip, one
+        # reading); refused for a text model: tests/bad_input/test_bad_serve.py
         "--query-marker": "where OpenRLHF's response starts: tests/export/serve",
         "--length-window": "the length monitor: tests/export/test_length_monitor*",
         "--length-threshold": "the length monitor: tests/export/test_length_monitor*",

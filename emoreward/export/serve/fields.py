@@ -137,11 +137,8 @@ class RequestFields:
                 value = route.settings[setting]
                 if value in values:
                     option = next(o for o in route.options if o.name == setting)
-                    where = (
-                        f"{option.env}={value}"
-                        if self.settings_in == "environment" and option.env
-                        else f"the server's {option.flag} {value}"
-                    )
+                    where = option.where(value, self.settings_in)
+                    where = where if self.settings_in == "environment" and option.env else f"the server's {where}"
                     raise RequestError(
                         HTTPStatus.BAD_REQUEST, f"missing field '{field.name}': {where} reads it ({field.help})"
                     )

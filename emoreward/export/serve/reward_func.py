@@ -14,13 +14,59 @@ context of ``POST /get_reward``. Settings are environment variables (`reward_fun
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
-from emoreward.export.serve.routes.openrlhf import ENV_LABELS, ENV_MARKERS  # the route's options, by environment
+from emoreward.export.serve.routes.openrlhf import ENV_LABELS, ENV_MARKERS  # noqa: F401  (the file's variables)
 
 
 ENV_MODEL, ENV_MEDIA_ROOT, ENV_BATCH_SIZE = "EMOREWARD_RM_MODEL", "EMOREWARD_RM_MEDIA_ROOT", "EMOREWARD_RM_BATCH_SIZE"
 ENV_VLLM_URL = "EMOREWARD_RM_VLLM_URL"
+ENV_PREFIX = "EMOREWARD_RM_"
+MAX_BATCH_SIZE = 2**31 - 1  # as serve's --batch-size
+
+
+def environment_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The reward file's settings from the environment, every ``EMOREWARD_RM_*`` variable checked in this one place
+    before the model loads: `shared_batcher`'s keywords (``model``, ``media_root``, ``vllm_url``, ``batch_size`` and
+    each route option by its `RouteOption.env`, values as ``emoreward serve`` takes them).
+
+    Raises:
+        ValueError: one line naming the variable: ``EMOREWARD_RM_MODEL`` unset, an unknown ``EMOREWARD_RM_*``
+            variable (a misspelling would be ignored; the known ones listed), a batch size that is not an integer
+            in [1, 2**31 - 1], a value outside a route option's choices.
+    """
+    from emoreward.export.serve import routes
+
+    environ = os.environ if environ is None else environ
+    by_env = {option.env: option for option in routes.options().values() if option.env}
+    known = [ENV_MODEL, ENV_MEDIA_ROOT, ENV_BATCH_SIZE, ENV_VLLM_URL, *by_env]
+    unknown = sorted(name for name in environ if name.startswith(ENV_PREFIX) and name not in known)
+    if unknown:
+        raise ValueError(f"unknown setting {unknown[0]} (the OpenRLHF reward file reads {', '.join(sorted(known))})")
+    model = environ.get(ENV_MODEL)
+    if not model:
+        raise ValueError(f"set {ENV_MODEL} to the reward-model directory this OpenRLHF reward file scores with")
+    raw = environ.get(ENV_BATCH_SIZE, "64").strip()
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_BATCH_SIZE:
+        raise ValueError(f"{ENV_BATCH_SIZE}={raw}: expected an integer in [1, {MAX_BATCH_SIZE:,}]")
+    settings: dict[str, Any] = {
+        "model": model,
+        "media_root": environ.get(ENV_MEDIA_ROOT) or None,
+        "vllm_url": environ.get(ENV_VLLM_URL) or None,
+        "batch_size": int(raw),
+    }
+    for env, option in by_env.items():
+        value = environ.get(env)
+        if option.repeat:
+            settings[option.name] = tuple((value or "").split())
+        elif value is None:
+            settings[option.name] = option.default
+        elif option.choices is not None and value not in option.choices:
+            raise ValueError(f"{env}={value}: expected one of {', '.join(option.choices)}")
+        else:
+            settings[option.name] = value
+    return settings
 
 
 def reward_func(queries: list[str], prompts: list[str], labels: list[Any], **kwargs: Any) -> dict[str, Any]:
@@ -49,24 +95,18 @@ def reward_func(queries: list[str], prompts: list[str], labels: list[Any], **kwa
         and 0/1 flags for a description cut to ``max_length`` tokens or empty).
 
     Raises:
-        ValueError: ``EMOREWARD_RM_MODEL`` is unset, or a sample cannot be scored (the message names it, as the
-            server's 400 would).
+        ValueError: a setting is unset, unknown or out of range (`environment_settings`, naming the variable), or a
+            sample cannot be scored (the message names it, as the server's 400 would).
     """
     import torch
 
     from emoreward.export.serve.local import score_request, shared_batcher
     from emoreward.export.serve.protocol import RequestError
 
-    model = os.environ.get(ENV_MODEL)
-    if not model:
-        raise ValueError(f"set {ENV_MODEL} to the reward-model directory this OpenRLHF reward file scores with")
+    settings = environment_settings()
     batcher = shared_batcher(
-        model,
-        media_root=os.environ.get(ENV_MEDIA_ROOT) or None,
-        openrlhf_labels=os.environ.get(ENV_LABELS, "ignore"),
-        extra_query_markers=tuple(os.environ.get(ENV_MARKERS, "").split()),
-        batch_size=int(os.environ.get(ENV_BATCH_SIZE, "64")),
-        vllm_url=os.environ.get(ENV_VLLM_URL) or None,
+        settings.pop("model"),
+        **settings,
         settings_in="environment",  # an error names EMOREWARD_RM_LABELS, not the server's option
     )
     # a field passed as None (forks pass None for absent references) is absent, as it is on /get_reward

@@ -111,7 +111,7 @@ class RewardService:
         settings_in: str = "server",
         **route_options: Any,
     ):
-        settings = routes.settings(route_options)
+        routes.settings(route_options)  # names and values, before the model's facts are read
         if overlong not in ("flag", "refuse"):
             raise ValueError(f"overlong must be 'flag' or 'refuse', got {overlong!r}")
         if isinstance(model, ServedModelFacts):
@@ -121,6 +121,7 @@ class RewardService:
         else:
             self.model, self.facts = model, served_model_facts(model)
         facts = self.facts
+        settings = routes.settings(route_options, reads_media=bool(facts.modalities), settings_in=settings_in)
         self.scorer = scorer or model.score_info
         self.scorer_alive = scorer_alive
         self.limits = limits or ServerLimits()

@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 class RouteOption:
     """A setting of one route: a keyword of `RewardService` (and `local.shared_batcher`) named ``name``, and the
     ``emoreward serve`` option ``flag`` (``repeat``: given once per value, a tuple; ``choices``: the values taken;
-    ``env``: the environment variable OpenRLHF's reward file, `emoreward.export.serve.reward_func`, reads it from)."""
+    ``env``: the environment variable OpenRLHF's reward file, `emoreward.export.serve.reward_func`, reads it from;
+    ``media_only``: the choices that apply only to a reward model that reads media, refused for a text model by
+    `settings`)."""
 
     name: str
     flag: str
@@ -30,6 +32,12 @@ class RouteOption:
     choices: tuple[str, ...] | None = None
     repeat: bool = False
     env: str | None = None
+    media_only: tuple[str, ...] = ()
+
+    def where(self, value: Any, settings_in: str = "server") -> str:
+        """How the user set ``value``: ``--flag value`` (``emoreward serve``), or ``ENV=value`` (OpenRLHF's reward
+        file, ``settings_in="environment"``)."""
+        return f"{self.env}={value}" if settings_in == "environment" and self.env else f"{self.flag} {value}"
 
 
 class Route:
@@ -104,11 +112,19 @@ def options() -> dict[str, RouteOption]:
     return {option.name: option for route in ROUTES.values() for option in route.options}
 
 
-def settings(given: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def settings(
+    given: dict[str, Any], *, reads_media: bool | None = None, settings_in: str = "server"
+) -> dict[str, dict[str, Any]]:
     """route name -> its options, ``given`` (keyword -> value) over the defaults.
 
+    Args:
+        reads_media: whether the served model reads media (None: not known yet, nothing checked): a text model
+            refuses an option's ``media_only`` choices.
+        settings_in: where an error says an option is set (`RouteOption.where`).
+
     Raises:
-        TypeError: a keyword no route takes; ValueError: a value outside an option's choices.
+        TypeError: a keyword no route takes; ValueError: a value outside an option's choices, or a ``media_only``
+            choice for a model that reads no media (one line naming the option).
     """
     known = options()
     unknown = sorted(set(given) - set(known))
@@ -120,6 +136,12 @@ def settings(given: dict[str, Any]) -> dict[str, dict[str, Any]]:
         for o in route.options:
             if o.choices is not None and values[o.name] not in o.choices:
                 raise ValueError(f"{o.name} must be one of {o.choices}, got {values[o.name]!r}")
+            if reads_media is False and values[o.name] in o.media_only:
+                others = [c for c in o.choices or () if c not in o.media_only]
+                raise ValueError(
+                    f"{o.where(values[o.name], settings_in)} applies to reward models that read media; this one is a "
+                    f"text model (choose one of {others})"
+                )
             if o.repeat:
                 values[o.name] = tuple(values[o.name] or ())
         out[route.name] = values

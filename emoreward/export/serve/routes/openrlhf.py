@@ -99,16 +99,17 @@ LABEL_OBJECT_KEYS = ("sample_id", "subtitle", "video", "audio")
 
 def clip_from_label(label: Any, where: str, modalities: frozenset[str] | set[str], audio_from_video: bool) -> dict:
     """The media object (``subtitle`` / ``video`` / ``audio`` paths relative to the media root, ``sample_id``) an
-    OpenRLHF label names under ``--openrlhf-labels clip``. OpenRLHF's query is decoded text, so the clip of a
-    sample can only travel in its label (the dataset's ``--data.label_key`` column):
+    OpenRLHF label names under ``--openrlhf-labels clip`` (a model that reads media: a text model refuses the
+    option, `routes.settings`). OpenRLHF's query is decoded text, so the clip of a sample can only travel in its
+    label (the dataset's ``--data.label_key`` column). One clip, one reading, whatever the form:
 
-    - a sample id (text without a path separator or a video / audio file suffix): the media root's layout,
-      ``video/<id>.mp4`` and ``audio/<id>.wav`` (`emoreward.data.media`), for the media the model reads (a text
-      model reads none: a named clip is then refused as unused media, as a path would be);
+    - a sample id (text without a path separator or a video / audio file suffix), the same as ``{"sample_id": id}``;
+    - an object with the keys ``sample_id``, ``subtitle``, ``video``, ``audio`` (all optional): a sample id with
+      no ``video`` / ``audio`` path names the media root's layout, ``video/<id>.mp4`` and ``audio/<id>.wav``
+      (`emoreward.data.media`), for the media the model reads;
     - a media path relative to the media root (``video/s1.mp4``): the one file a model that reads one medium
       needs (a model reading video and audio needs a sample id or an object, unless its audio comes from the
-      video);
-    - an object with the keys ``sample_id``, ``subtitle``, ``video``, ``audio`` (all optional).
+      video).
 
     None (or an empty string) names nothing. Paths are only parsed here; the caller confines them to the media
     root (`RewardService`).
@@ -125,30 +126,31 @@ def clip_from_label(label: Any, where: str, modalities: frozenset[str] | set[str
             raise RequestError(
                 HTTPStatus.BAD_REQUEST, f"'{where}' has unknown keys {unknown}; expected {list(LABEL_OBJECT_KEYS)}"
             )
-        return dict(label)
-    if not isinstance(label, str):
+        ref = dict(label)
+    elif not isinstance(label, str):
         raise RequestError(
             HTTPStatus.BAD_REQUEST,
             f"'{where}' must be a sample id, a media path or an object, got {type(label).__name__}",
         )
-    text = label.strip()
-    if "/" in text or "\\" in text or _media_type(text):
-        wanted = set(modalities) - ({"audio"} if audio_from_video else set())
-        if len(wanted) != 1:
-            raise RequestError(
-                HTTPStatus.BAD_REQUEST,
-                f"'{where}' is a media path, but this reward model reads {' and '.join(sorted(modalities)) or 'no media'}: "
-                "name the sample id, or give an object with 'video' and 'audio'",
-            )
-        return {next(iter(wanted)): text, "sample_id": text}
-    reads = set(modalities) or {"video"}  # a text model reads no clip: named, it is refused as unused media
-    return {
-        "video": f"{VIDEO_SUBDIR}/{text}{VIDEO_SUFFIX}"
-        if "video" in reads or ("audio" in reads and audio_from_video)
-        else None,
-        "audio": f"{AUDIO_SUBDIR}/{text}{AUDIO_SUFFIX}" if "audio" in reads and not audio_from_video else None,
-        "sample_id": text,
-    }
+    else:
+        text = label.strip()
+        if "/" in text or "\\" in text or _media_type(text):
+            wanted = set(modalities) - ({"audio"} if audio_from_video else set())
+            if len(wanted) != 1:
+                raise RequestError(
+                    HTTPStatus.BAD_REQUEST,
+                    f"'{where}' is a media path, but this reward model reads {' and '.join(sorted(modalities))}: "
+                    "name the sample id, or give an object with 'video' and 'audio'",
+                )
+            return {next(iter(wanted)): text, "sample_id": text}
+        ref = {"sample_id": text}
+    sample = ref.get("sample_id")
+    if isinstance(sample, str) and sample and not ref.get("video") and not ref.get("audio"):
+        if "video" in modalities or ("audio" in modalities and audio_from_video):
+            ref["video"] = f"{VIDEO_SUBDIR}/{sample}{VIDEO_SUFFIX}"
+        if "audio" in modalities and not audio_from_video:
+            ref["audio"] = f"{AUDIO_SUBDIR}/{sample}{AUDIO_SUFFIX}"
+    return ref
 
 
 def _media_type(name: str) -> bool:
@@ -181,6 +183,7 @@ class OpenRLHF(Route):
             "sample_id / subtitle / video / audio); under subtitle and clip a request without 'labels' is a 400",
             choices=LABELS,
             env=ENV_LABELS,
+            media_only=("clip",),  # a text model reads no clip: its label is the subtitle
         ),
         RouteOption(
             "extra_query_markers",
