@@ -227,7 +227,9 @@ def find_engine(name: str) -> Engine:
         known = set(ENGINES) | {point.name for point in entry_points(group=ENGINE_GROUP)}
         raise ValueError(
             f"unknown reward-model engine {name!r}; known: {sorted(known)} (an engine registers with "
-            f"`register_engine`, or a package declares it in the entry-point group {ENGINE_GROUP!r})"
+            f"`register_engine`, or a package declares it in the entry-point group {ENGINE_GROUP!r}; emoreward "
+            "declares 'vllm' and 'server' there: where they are missing, the installed package metadata is older "
+            "than its pyproject.toml, so reinstall it: pip install -e .)"
         )
     return ENGINES[name]
 
