@@ -139,11 +139,11 @@ def reads_media(spec: str | Path) -> bool | None:
 
     Raises:
         as `load_judge` for a judge definition that cannot be read."""
-    from emoreward.models.base import SETTINGS_FILE, load_settings
+    from emoreward.models.loading import reads_media as model_reads_media
 
     path = Path(spec).expanduser()
     if judge_kind(spec) == "reward-model":
-        return load_settings(path).kind != "text" if (path / SETTINGS_FILE).is_file() else None
+        return model_reads_media(path)
     from zero_shot.config import backend_modalities, load_judge_config
 
     config = load_judge_config(path / TRAINED_JUDGE_FILE if path.is_dir() else spec)

@@ -306,13 +306,20 @@ def hub_folder(source: str) -> Path:
         ) from None
 
 
-def _reads_no_media(source: str | Path) -> bool:
-    """Whether the reward model ``source`` (a folder, an export or a Hub id) is a text model, from its settings
-    (before it loads); False where its folder holds no emoreward settings (its loader says what it is)."""
+def reads_media(folder: str | Path) -> bool | None:
+    """Whether the reward model in ``folder`` (a model folder or an export) reads media files, from its settings'
+    `kind` before it loads (``"text"`` reads none); None where the folder holds no emoreward settings (its loader
+    says what it is). The one rule: `open_reward_model` and `emoreward.judges.reads_media` read it."""
     from emoreward.models.base import SETTINGS_FILE, load_settings
 
-    folder = hub_folder(str(source)) if str(source).startswith(HUB_PREFIX) else Path(source)
-    return (folder / SETTINGS_FILE).is_file() and load_settings(folder).kind == "text"
+    folder = Path(folder).expanduser()
+    return load_settings(folder).kind != "text" if (folder / SETTINGS_FILE).is_file() else None
+
+
+def _reads_no_media(source: str | Path) -> bool:
+    """Whether the reward model ``source`` (a folder, an export or a Hub id) is known to be a text model
+    (`reads_media` of its folder)."""
+    return reads_media(hub_folder(str(source)) if str(source).startswith(HUB_PREFIX) else source) is False
 
 
 def _open_in_process(source, *, url=None, token=None, media_root=None, dtype=None) -> RewardModel:
@@ -339,6 +346,7 @@ __all__ = [
     "ENGINES",
     "ENGINE_GROUP",
     "find_engine",
+    "reads_media",
     "EXPORTED_FROM",
     "Engine",
     "content_identity",
