@@ -274,6 +274,31 @@ def _wav_url(audio: np.ndarray, rate: int) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- the client
+
+
+def classify_rewards(reply: dict, n: int, url: str) -> np.ndarray:
+    """The rewards of one vLLM ``/classify`` reply for ``n`` inputs, in input order: each result's ``probs[0]``
+    placed by its ``index``.
+
+    Returns:
+        float64 array of shape `(n,)`.
+
+    Raises:
+        RuntimeError: the reply does not answer each input exactly once (indices other than 0..n-1, repeated or
+            missing)."""
+    data = reply.get("data") if isinstance(reply, dict) else None
+    data = data if isinstance(data, list) else []
+    got = [d.get("index") if isinstance(d, dict) else None for d in data]
+    if not all(type(i) is int for i in got) or sorted(got) != list(range(n)):
+        raise RuntimeError(
+            f"{url}/classify returned results with indices {got} for {n} inputs (expected 0..{n - 1}, each once)"
+        )
+    out = np.empty(n, dtype=np.float64)
+    for d in data:
+        out[d["index"]] = float(d["probs"][0])
+    return out
+
+
 class VllmRewardModel(RewardModelBase):
     """A reward model served by vLLM (a text export, or a multimodal one with its request data): the `RewardModel`
     interface over ``/classify`` requests to ``url``; media paths resolve in ``media_root`` (decoded here). Its
@@ -368,9 +393,7 @@ class VllmRewardModel(RewardModelBase):
         def post(item: tuple[list[int], dict]) -> None:
             part, body = item
             reply = self.client.post("/classify", body)
-            data = sorted(reply.get("data", []), key=lambda d: d["index"])
-            if len(data) != len(part):
-                raise RuntimeError(f"{self.url}/classify returned {len(data)} results for {len(part)} inputs")
+            probs = classify_rewards(reply, len(part), self.url)
             if encoded is None:  # a multimodal request: vLLM refuses one over --max-model-len, never cuts it
                 tokens[part[0]] = int(reply["usage"]["prompt_tokens"])
             elif "messages" in body:
@@ -380,8 +403,7 @@ class VllmRewardModel(RewardModelBase):
                         f"{self.url} read {got} tokens for item {part[0] + 1}, the export's layout {want}: the "
                         "server's chat template is not the export's (start it with serve_command's --chat-template)"
                     )
-            for i, d in zip(part, data):
-                rewards[i] = float(d["probs"][0])
+            rewards[part] = probs
 
         with ThreadPoolExecutor(min(CHAT_IN_FLIGHT, len(bodies)), thread_name_prefix="emoreward-vllm") as pool:
             list(pool.map(post, bodies))

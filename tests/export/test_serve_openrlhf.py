@@ -201,3 +201,18 @@ def test_the_reward_file_refuses_a_media_root_for_a_text_model(saved_model, monk
         fn(query, [PROMPT], [None])
     monkeypatch.delenv("EMOREWARD_RM_MEDIA_ROOT")
     assert fn(query, [PROMPT], [None])["rewards"].shape == (1,)  # the same model without it scores
+
+
+def test_a_clip_label_names_one_sample_whatever_its_form():
+    """A media path in the media root's layout names the sample of the id form (the per-sample records of ``s1`` and
+    ``video/s1.mp4`` agree); a path outside the layout is its own name."""
+    from emoreward.export.serve.routes.openrlhf import clip_from_label
+
+    video = frozenset({"video"})
+    by_id = clip_from_label("s1", "labels[0]", video, False)
+    by_path = clip_from_label("video/s1.mp4", "labels[0]", video, False)
+    assert by_id == by_path == {"sample_id": "s1", "video": "video/s1.mp4"}
+    audio = clip_from_label("audio/s1.wav", "labels[0]", frozenset({"audio"}), False)
+    assert audio == {"sample_id": "s1", "audio": "audio/s1.wav"}
+    assert clip_from_label("clips/s1.mp4", "labels[0]", video, False)["sample_id"] == "clips/s1.mp4"
+    assert clip_from_label("video/a/s1.mp4", "labels[0]", video, False)["sample_id"] == "video/a/s1.mp4"

@@ -60,12 +60,9 @@ def environment_settings(environ: Mapping[str, str] | None = None) -> dict[str, 
         value = environ.get(env)
         if option.repeat:
             settings[option.name] = tuple((value or "").split())
-        elif value is None:
-            settings[option.name] = option.default
-        elif option.choices is not None and value not in option.choices:
-            raise ValueError(f"{env}={value}: expected one of {', '.join(option.choices)}")
         else:
-            settings[option.name] = value
+            settings[option.name] = option.default if value is None else value
+    routes.settings({o.name: settings[o.name] for o in by_env.values()}, settings_in="environment")  # the choices
     return settings
 
 

@@ -135,7 +135,7 @@ def settings(
         values = {o.name: given.get(o.name, o.default) for o in route.options}
         for o in route.options:
             if o.choices is not None and values[o.name] not in o.choices:
-                raise ValueError(f"{o.name} must be one of {o.choices}, got {values[o.name]!r}")
+                raise ValueError(f"{o.where(values[o.name], settings_in)}: expected one of {', '.join(o.choices)}")
             if reads_media is False and values[o.name] in o.media_only:
                 others = [c for c in o.choices or () if c not in o.media_only]
                 raise ValueError(

@@ -142,7 +142,7 @@ def clip_from_label(label: Any, where: str, modalities: frozenset[str] | set[str
                     f"'{where}' is a media path, but this reward model reads {' and '.join(sorted(modalities))}: "
                     "name the sample id, or give an object with 'video' and 'audio'",
                 )
-            return {next(iter(wanted)): text, "sample_id": text}
+            return {next(iter(wanted)): text, "sample_id": _layout_sample_id(text)}
         ref = {"sample_id": text}
     sample = ref.get("sample_id")
     if isinstance(sample, str) and sample and not ref.get("video") and not ref.get("audio"):
@@ -151,6 +151,18 @@ def clip_from_label(label: Any, where: str, modalities: frozenset[str] | set[str
         if "audio" in modalities and not audio_from_video:
             ref["audio"] = f"{AUDIO_SUBDIR}/{sample}{AUDIO_SUFFIX}"
     return ref
+
+
+def _layout_sample_id(path: str) -> str:
+    """The sample id a media path names: ``s1`` for the media root's layout (``video/s1.mp4``, ``audio/s1.wav``,
+    `emoreward.data.media`), as the id form ``"s1"`` names the same clip; any other path is its own name."""
+    for subdir, suffix in ((VIDEO_SUBDIR, VIDEO_SUFFIX), (AUDIO_SUBDIR, AUDIO_SUFFIX)):
+        head, tail = f"{subdir}/", suffix
+        if path.startswith(head) and path.endswith(tail) and len(path) > len(head) + len(tail):
+            inner = path[len(head) : -len(tail)]
+            if "/" not in inner and "\\" not in inner:
+                return inner
+    return path
 
 
 def _media_type(name: str) -> bool:
