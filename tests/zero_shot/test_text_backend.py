@@ -131,3 +131,39 @@ def test_length_sorted_batches_and_shared_prefix_give_the_same_answers(tiny_back
     ids = [tiny_backend._prompt_ids(r) for r in reqs]
     n = TransformersTextBackend.shared_prefix_length(ids)
     assert all(i[:n] == ids[0][:n] for i in ids) and len({i[n] for i in ids}) > 1
+
+
+def test_label_log_probabilities_equal_whole_sequence_scoring():
+    """`continuation_logprobs` runs the prompt once and the longer labels on its cache: each label's log-probability
+    equals the sum read off one forward of prompt + label alone (hand-summed here), for one-token and longer labels,
+    within float32's rounding of other matrix shapes (1e-5 nats)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from zero_shot.backends.hf_common import continuation_logprobs
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=50,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=64,
+        )  # fmt: skip
+    ).eval()
+    prompt = [3, 17, 5, 9, 22, 41, 8]
+    labels = [[11], [12], [13, 30], [14, 31, 7], [12]]
+
+    def whole(label):
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=torch.tensor([prompt + label])).logits[0].float(), dim=-1)
+        return sum(float(logp[len(prompt) - 1 + k, t]) for k, t in enumerate(label))
+
+    got = continuation_logprobs(model, prompt, labels, "cpu")
+    assert got == pytest.approx([whole(label) for label in labels], abs=1e-5)
+    assert got[1] == got[4]  # one label, one number, wherever it stands
+    assert continuation_logprobs(model, prompt, labels[:2], "cpu") == got[:2]  # one-token labels: the prompt alone
+    with pytest.raises(ValueError, match="at least one token"):
+        continuation_logprobs(model, prompt, [[11], []], "cpu")

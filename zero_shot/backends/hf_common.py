@@ -124,29 +124,41 @@ def label_continuations(tokenizer, prompt: str, separator: str, labels) -> tuple
 
 
 def continuation_logprobs(model, prompt_ids: list[int], continuations: list[list[int]], device) -> list[float]:
-    """Sum of token log-probabilities of each continuation after the prompt (one batched forward).
+    """Sum of token log-probabilities of each continuation after the prompt: the prompt runs once (its last
+    position gives every continuation's first token), and only continuations longer than one token run again, as one
+    right-padded batch on the prompt's KV cache. A verdict label is one token for most tokenizers (``" 1"``, ``" 2"``,
+    ``" tie"``), so a verdict costs one forward of the prompt, not one per label.
 
     Args:
-        prompt_ids: token ids of the prompt, length P.
+        prompt_ids: token ids of the prompt, length P >= 1.
         continuations: token ids of each candidate answer (non-empty).
 
     Returns:
         one log-probability (nats) per continuation.
+
+    Raises:
+        ValueError: an empty prompt or continuation.
     """
-    if any(not c for c in continuations):
-        raise ValueError("every continuation needs at least one token")
-    seqs = [prompt_ids + c for c in continuations]
-    width = max(len(s) for s in seqs)
-    ids = torch.zeros((len(seqs), width), dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)] = torch.tensor(s)
-        mask[i, : len(s)] = 1
+    if not prompt_ids or any(not c for c in continuations):
+        raise ValueError("the prompt and every continuation need at least one token")
+    longer = [c for c in continuations if len(c) > 1]
+    ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
     with torch.inference_mode():
-        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
-    logp = torch.log_softmax(logits, dim=-1)
-    out = []
-    for i, c in enumerate(continuations):
-        positions = range(len(prompt_ids) - 1, len(prompt_ids) - 1 + len(c))
-        out.append(float(sum(logp[i, p, t] for p, t in zip(positions, c))))
-    return out
+        out = model(input_ids=ids, use_cache=bool(longer))
+        first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
+        logps = [float(first[c[0]]) for c in continuations]
+        if longer:  # tokens 2.. of each longer continuation, read after its first token on the prompt's cache
+            cache = out.past_key_values
+            cache.batch_repeat_interleave(len(longer))
+            width = max(len(c) for c in longer) - 1
+            rest = torch.zeros((len(longer), width), dtype=torch.long)
+            mask = torch.zeros((len(longer), len(prompt_ids) + width), dtype=torch.long)
+            mask[:, : len(prompt_ids)] = 1
+            for i, c in enumerate(longer):
+                rest[i, : len(c) - 1] = torch.tensor(c[:-1])
+                mask[i, len(prompt_ids) : len(prompt_ids) + len(c) - 1] = 1
+            logits = model(input_ids=rest.to(device), attention_mask=mask.to(device), past_key_values=cache).logits
+            logp = torch.log_softmax(logits.float(), dim=-1)
+            extra = {id(c): float(sum(logp[i, k, c[k + 1]] for k in range(len(c) - 1))) for i, c in enumerate(longer)}
+            logps = [lp + extra.get(id(c), 0.0) for lp, c in zip(logps, continuations)]
+    return logps

@@ -472,8 +472,10 @@ class MultimodalBackend:
         return dict(inputs), conts
 
     def _score(self, request: ChatRequest) -> Generation:
-        """p(label) over `request.score_labels` from the labels' token log-probabilities after the prompt (one forward
-        per label: the media tensors are the prompt's; the LM head reads only the label's positions)."""
+        """p(label) over `request.score_labels` from the labels' token log-probabilities after the prompt: one forward
+        of the prompt with its media when every label is one token (each label read at the prompt's last position),
+        else one forward per label (the media tensors are the prompt's; the LM head reads only the label's
+        positions)."""
         labels = request.score_labels or ()
         try:
             inputs, conts = self.verdict_sequences(request, labels)
@@ -481,7 +483,11 @@ class MultimodalBackend:
             return Generation(error=f"MediaError: {err}")
         n_prompt = int(inputs["input_ids"].shape[1])
         try:
-            logps = [float(label_logprobs(self.model, with_continuation(inputs, c), n_prompt)[0]) for c in conts]
+            if all(len(c) == 1 for c in conts):
+                last = next_token_logprobs(self.model, inputs)[0]
+                logps = [float(last[c[0]]) for c in conts]
+            else:
+                logps = [float(label_logprobs(self.model, with_continuation(inputs, c), n_prompt)[0]) for c in conts]
             verdict, probs = verdict_from_logits(logps, labels)
         except Exception as err:  # noqa: BLE001 - a failed call is counted by the runner
             return Generation.failed(err)
@@ -548,16 +554,32 @@ def label_logprobs(model, inputs: dict, n_prompt: int) -> torch.Tensor:
             no padding after a row's label.
     Returns:
         `torch.Tensor` of shape `(B,)`, nats."""
+    logp, targets = _head_logprobs(model, inputs, slice(n_prompt - 1, -1)), inputs["input_ids"][:, n_prompt:]
+    return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1).sum(dim=1)
+
+
+def next_token_logprobs(model, inputs: dict) -> torch.Tensor:
+    """The log-probability of every vocabulary token after the last position of each row of `inputs` (a prompt's
+    processor output, `input_ids` of shape `(B, P)`, no padding after it): what a one-token label is read from, by
+    `label_logprobs`'s reading of the backbone and LM head.
+
+    Returns:
+        `torch.Tensor` of shape `(B, V)`, nats, float32."""
+    return _head_logprobs(model, inputs, slice(-1, None))[:, 0]
+
+
+def _head_logprobs(model, inputs: dict, positions: slice) -> torch.Tensor:
+    """Log-softmax (float32, on the CPU) of the LM head at `positions` of the language backbone's last hidden states
+    (`model.base_model` with the media merged), shape `(B, len(positions), V)`."""
     device = model.device
     kwargs = {k: (v.to(device) if hasattr(v, "to") else v) for k, v in inputs.items()}
     for key in ("pixel_values_videos", "input_features", "pixel_values"):
         if key in kwargs and torch.is_floating_point(kwargs[key]):
             kwargs[key] = kwargs[key].to(model.dtype)
     with torch.inference_mode():
-        hidden = model.base_model(**kwargs, use_cache=False).last_hidden_state[:, n_prompt - 1 : -1]
+        hidden = model.base_model(**kwargs, use_cache=False).last_hidden_state[:, positions]
         logits = model.get_output_embeddings()(hidden).float()
-    targets = kwargs["input_ids"][:, n_prompt:]
-    return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1).sum(dim=1).cpu()
+    return torch.log_softmax(logits, dim=-1).cpu()
 
 
 def identity_base(cfg) -> str:
