@@ -166,6 +166,7 @@ def test_training_text_is_the_scored_text(tmp_path, family):
     the media, system, media files, answer prefix, labels); each collated SFT row is the scored sequence with the
     verdict appended, the loss on the verdict tokens only; DPO rows pair it with each wrong verdict."""
     import dataclasses
+    import math
 
     import torch
 
@@ -209,15 +210,16 @@ def test_training_text_is_the_scored_text(tmp_path, family):
         assert batch["labels"][row, n - len(cont) : n].tolist() == cont
         assert (batch["labels"][row, : n - len(cont)] == -100).all() and (batch["labels"][row, n:] == -100).all()
         assert processor.tokenizer.decode(cont).strip() == label
-    # one-token labels are read from one forward of the prompt: each equals the label scored as a whole sequence
-    from zero_shot.backends.multimodal import label_logprobs, next_token_logprobs
+    # the labels are read from one forward of the prompt and their shared stem: each equals the label scored alone
+    from zero_shot.backends.multimodal import label_logprobs
 
     inputs, conts = backend.verdict_sequences(sft[0][0], ("1", "2", "tie"))
-    assert all(len(c) == 1 for c in conts)
     n_prompt = int(inputs["input_ids"].shape[1])
     whole = [float(label_logprobs(model, with_continuation(inputs, c), n_prompt)[0]) for c in conts]
-    once = next_token_logprobs(model, inputs)[0]
-    assert [float(once[c[0]]) for c in conts] == pytest.approx(whole, abs=1e-5)
+    [generation] = backend.generate([dataclasses.replace(sft[0][0], score_labels=("1", "2", "tie"))], None)
+    shared = [math.log(generation.probs[label]) for label in ("1", "2", "tie")]  # softmax over the three
+    total = torch.logsumexp(torch.tensor(whole, dtype=torch.float64), dim=0).item()
+    assert shared == pytest.approx([w - total for w in whole], abs=1e-5)
     media_key = "feature_attention_mask" if family == "qwen2-audio" else "video_grid_thw"
     assert batch[media_key].shape[0] == 2  # one clip per row
     pairs_batch = MediaVerdictCollator(backend, dpo, mode="dpo", max_length=config.max_length)([{"index": 0}])

@@ -134,9 +134,10 @@ def test_length_sorted_batches_and_shared_prefix_give_the_same_answers(tiny_back
 
 
 def test_label_log_probabilities_equal_whole_sequence_scoring():
-    """`continuation_logprobs` runs the prompt once and the longer labels on its cache: each label's log-probability
-    equals the sum read off one forward of prompt + label alone (hand-summed here), for one-token and longer labels,
-    within float32's rounding of other matrix shapes (1e-5 nats)."""
+    """`continuation_logprobs` reads every label sharing a stem from one forward (`shared_reads`): each label's
+    log-probability equals the sum read off one forward of prompt + label alone (hand-summed here), for one-token
+    and longer labels, within float32's rounding of other matrix shapes (1e-5 nats); it makes as many forwards as
+    there are stems no other stem extends."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from zero_shot.backends.hf_common import continuation_logprobs
@@ -161,9 +162,17 @@ def test_label_log_probabilities_equal_whole_sequence_scoring():
             logp = torch.log_softmax(model(input_ids=torch.tensor([prompt + label])).logits[0].float(), dim=-1)
         return sum(float(logp[len(prompt) - 1 + k, t]) for k, t in enumerate(label))
 
+    calls = []
+    model.register_forward_pre_hook(
+        lambda module, args, kwargs: calls.append(kwargs["input_ids"].shape), with_kwargs=True
+    )
     got = continuation_logprobs(model, prompt, labels, "cpu")
+    assert calls == [(1, len(prompt) + 2), (1, len(prompt) + 1)]  # stems (14, 31) and (13,); () is read from both
     assert got == pytest.approx([whole(label) for label in labels], abs=1e-5)
     assert got[1] == got[4]  # one label, one number, wherever it stands
-    assert continuation_logprobs(model, prompt, labels[:2], "cpu") == got[:2]  # one-token labels: the prompt alone
+    calls.clear()
+    smollm2 = [[216, 33], [216, 34], [15805 % 50]]  # SmolLM2's " 1", " 2" (space + digit), " tie"
+    continuation_logprobs(model, prompt, [[c % 50 for c in label] for label in smollm2], "cpu")
+    assert calls == [(1, len(prompt) + 1)]  # one forward per verdict
     with pytest.raises(ValueError, match="at least one token"):
         continuation_logprobs(model, prompt, [[11], []], "cpu")

@@ -124,10 +124,8 @@ def label_continuations(tokenizer, prompt: str, separator: str, labels) -> tuple
 
 
 def continuation_logprobs(model, prompt_ids: list[int], continuations: list[list[int]], device) -> list[float]:
-    """Sum of token log-probabilities of each continuation after the prompt: the prompt runs once (its last
-    position gives every continuation's first token), and only continuations longer than one token run again, as one
-    right-padded batch on the prompt's KV cache. A verdict label is one token for most tokenizers (``" 1"``, ``" 2"``,
-    ``" tie"``), so a verdict costs one forward of the prompt, not one per label.
+    """Sum of token log-probabilities of each continuation after the prompt (`shared_reads`: one forward of the
+    prompt and the longest label stem, for labels that share it).
 
     Args:
         prompt_ids: token ids of the prompt, length P >= 1.
@@ -139,26 +137,46 @@ def continuation_logprobs(model, prompt_ids: list[int], continuations: list[list
     Raises:
         ValueError: an empty prompt or continuation.
     """
-    if not prompt_ids or any(not c for c in continuations):
-        raise ValueError("the prompt and every continuation need at least one token")
-    longer = [c for c in continuations if len(c) > 1]
-    ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
-    with torch.inference_mode():
-        out = model(input_ids=ids, use_cache=bool(longer))
-        first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
-        logps = [float(first[c[0]]) for c in continuations]
-        if longer:  # tokens 2.. of each longer continuation, read after its first token on the prompt's cache
-            cache = out.past_key_values
-            cache.batch_repeat_interleave(len(longer))
-            width = max(len(c) for c in longer) - 1
-            rest = torch.zeros((len(longer), width), dtype=torch.long)
-            mask = torch.zeros((len(longer), len(prompt_ids) + width), dtype=torch.long)
-            mask[:, : len(prompt_ids)] = 1
-            for i, c in enumerate(longer):
-                rest[i, : len(c) - 1] = torch.tensor(c[:-1])
-                mask[i, len(prompt_ids) : len(prompt_ids) + len(c) - 1] = 1
-            logits = model(input_ids=rest.to(device), attention_mask=mask.to(device), past_key_values=cache).logits
-            logp = torch.log_softmax(logits.float(), dim=-1)
-            extra = {id(c): float(sum(logp[i, k, c[k + 1]] for k in range(len(c) - 1))) for i, c in enumerate(longer)}
-            logps = [lp + extra.get(id(c), 0.0) for lp, c in zip(logps, continuations)]
-    return logps
+    if not prompt_ids:
+        raise ValueError("the prompt needs at least one token")
+
+    def read(stem: list[int]) -> torch.Tensor:
+        ids = torch.tensor([prompt_ids + stem], dtype=torch.long, device=device)
+        with torch.inference_mode():
+            logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 :].float()
+        return torch.log_softmax(logits, dim=-1)
+
+    return shared_reads(read, continuations)
+
+
+def shared_reads(read, continuations: list[list[int]]) -> list[float]:
+    """Each continuation's summed log-probability after a prompt, from as few forwards as the labels allow: a forward
+    of the prompt followed by a stem gives the next-token distribution after every prefix of that stem, so every
+    label whose tokens but the last are a prefix of the stem is read from it. One-token labels (``" tie"``) need the
+    prompt alone; labels sharing a first token (SmolLM2's ``" 1"`` = space, ``1``) one forward with that token.
+    Exact: the same causal computation as scoring each label as a whole sequence (the only change is the matrices'
+    shapes, within float32's rounding).
+
+    Args:
+        read: stem (token ids, length S) -> log-probabilities after the prompt and each prefix of the stem, shape
+            `(S + 1, V)`: row k after prompt + stem[:k].
+        continuations: token ids of each label (non-empty).
+
+    Returns:
+        one log-probability (nats) per continuation.
+
+    Raises:
+        ValueError: an empty continuation."""
+    if any(not c for c in continuations):
+        raise ValueError("every continuation needs at least one token")
+    stems: list[tuple[int, ...]] = []
+    for stem in sorted({tuple(c[:-1]) for c in continuations}, key=len, reverse=True):
+        if not any(longer[: len(stem)] == stem for longer in stems):  # the stems no other stem extends
+            stems.append(stem)
+    out: dict[int, float] = {}
+    for stem in stems:
+        logp = read(list(stem))
+        for i, c in enumerate(continuations):
+            if i not in out and tuple(c[:-1]) == stem[: len(c) - 1]:
+                out[i] = float(sum(logp[k, t] for k, t in enumerate(c)))
+    return [out[i] for i in range(len(continuations))]

@@ -25,6 +25,7 @@ from zero_shot.backends.hf_common import (
     pick_device,
     pick_dtype,
     resolve_model_path,
+    shared_reads,
     timed_generate,
     weights_precision,
 )
@@ -473,9 +474,8 @@ class MultimodalBackend:
 
     def _score(self, request: ChatRequest) -> Generation:
         """p(label) over `request.score_labels` from the labels' token log-probabilities after the prompt: one forward
-        of the prompt with its media when every label is one token (each label read at the prompt's last position),
-        else one forward per label (the media tensors are the prompt's; the LM head reads only the label's
-        positions)."""
+        of the prompt with its media and the labels' shared stem (`hf_common.shared_reads`; the LM head reads only
+        the label positions)."""
         labels = request.score_labels or ()
         try:
             inputs, conts = self.verdict_sequences(request, labels)
@@ -483,11 +483,10 @@ class MultimodalBackend:
             return Generation(error=f"MediaError: {err}")
         n_prompt = int(inputs["input_ids"].shape[1])
         try:
-            if all(len(c) == 1 for c in conts):
-                last = next_token_logprobs(self.model, inputs)[0]
-                logps = [float(last[c[0]]) for c in conts]
-            else:
-                logps = [float(label_logprobs(self.model, with_continuation(inputs, c), n_prompt)[0]) for c in conts]
+            logps = shared_reads(
+                lambda stem: _head_logprobs(self.model, with_continuation(inputs, stem), slice(n_prompt - 1, None))[0],
+                conts,
+            )
             verdict, probs = verdict_from_logits(logps, labels)
         except Exception as err:  # noqa: BLE001 - a failed call is counted by the runner
             return Generation.failed(err)
@@ -556,16 +555,6 @@ def label_logprobs(model, inputs: dict, n_prompt: int) -> torch.Tensor:
         `torch.Tensor` of shape `(B,)`, nats."""
     logp, targets = _head_logprobs(model, inputs, slice(n_prompt - 1, -1)), inputs["input_ids"][:, n_prompt:]
     return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1).sum(dim=1)
-
-
-def next_token_logprobs(model, inputs: dict) -> torch.Tensor:
-    """The log-probability of every vocabulary token after the last position of each row of `inputs` (a prompt's
-    processor output, `input_ids` of shape `(B, P)`, no padding after it): what a one-token label is read from, by
-    `label_logprobs`'s reading of the backbone and LM head.
-
-    Returns:
-        `torch.Tensor` of shape `(B, V)`, nats, float32."""
-    return _head_logprobs(model, inputs, slice(-1, None))[:, 0]
 
 
 def _head_logprobs(model, inputs: dict, positions: slice) -> torch.Tensor:
