@@ -285,7 +285,7 @@ def classify_rewards(reply: dict, n: int, url: str) -> np.ndarray:
 
     Raises:
         RuntimeError: the reply does not answer each input exactly once (indices other than 0..n-1, repeated or
-            missing)."""
+            missing), or a result's ``probs`` is not one number."""
     data = reply.get("data") if isinstance(reply, dict) else None
     data = data if isinstance(data, list) else []
     got = [d.get("index") if isinstance(d, dict) else None for d in data]
@@ -295,7 +295,16 @@ def classify_rewards(reply: dict, n: int, url: str) -> np.ndarray:
         )
     out = np.empty(n, dtype=np.float64)
     for d in data:
-        out[d["index"]] = float(d["probs"][0])
+        probs = d.get("probs")
+        if not isinstance(probs, list) or len(probs) != 1 or isinstance(probs[0], bool):
+            raise RuntimeError(
+                f"{url}/classify returned {probs!r} as the scores of input {d['index']}: expected one number (the "
+                "export's one-label value head; is the server serving another model?)"
+            )
+        try:
+            out[d["index"]] = float(probs[0])
+        except (TypeError, ValueError):
+            raise RuntimeError(f"{url}/classify returned {probs[0]!r} as the reward of input {d['index']}") from None
     return out
 
 

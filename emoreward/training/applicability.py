@@ -42,6 +42,12 @@ _RESUME = (
     "the run resumes by its own run identity: rerun the same command into the same output_dir and {what} "
     "(another run's work is refused); a named checkpoint is never read"
 )
+# TrainingArguments' evaluation-during-training fields: a judge recipe has no evaluation set in its stages
+_EVALUATION = (
+    "eval_strategy", "eval_steps", "eval_delay", "eval_accumulation_steps", "eval_on_start", "include_for_metrics",
+    "metric_for_best_model", "greater_is_better", "load_best_model_at_end", "per_device_eval_batch_size",
+    "prediction_loss_only", "eval_do_concat_batches", "batch_eval_metrics", "eval_use_gather_object", "eval_packing",
+)  # fmt: skip
 NEVER = Condition(False, (), "")  # `why` filled per field group: the pipeline overrides the field whatever it says
 
 
@@ -156,8 +162,17 @@ JUDGE_FIELDS = FieldTable(
         **dict.fromkeys(
             ("save_strategy", "save_steps", "save_total_limit", "save_only_model", "save_on_each_node"), "checkpoints"
         ),
+        **dict.fromkeys(_EVALUATION, "evaluation"),
+        "chat_template_path": "chat_template",
     },
     lambda config: {
+        "evaluation": NEVER._replace(
+            why="a judge is evaluated on its held-out folds by the shared harness after training, never during it "
+            "(there is no evaluation set in the SFT or DPO stage)"
+        ),
+        "chat_template": NEVER._replace(
+            why="a judge learns on the text it is scored on: its backbone's own chat template (scoring reads no other)"
+        ),
         "hub": _hub(config),
         "resume": NEVER._replace(why=_RESUME.format(what="its finished folds and final judge are reused")),
         "checkpoints": NEVER._replace(
@@ -196,6 +211,29 @@ def field_layer(config: Any, name: str) -> int:
     if origin.startswith(f"{recipe}, line"):
         return RECIPE if value != default else DEFAULT
     return COMMAND
+
+
+def check_recipe_numbers(config: Any) -> None:
+    """What every recipe kind refuses before any field is read: a non-finite number in any field (NaN compares
+    false, so ``lora_dropout: nan`` or ``max_grad_norm: nan`` would switch a feature off and write invalid JSON), a
+    recipe that trains nothing (``cv_folds`` <= 1 without ``final_fit``) and one that trains zero steps.
+
+    Raises:
+        ValueError: one line naming the field."""
+    import math
+
+    for f in fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{f.name}={value}: expected a finite number")
+    if config.cv_folds <= 1 and not config.final_fit:
+        raise ValueError(f"cv_folds={config.cv_folds} and final_fit=false: the recipe trains nothing")
+    if config.max_steps <= 0 and not config.num_train_epochs > 0:
+        # transformers would run zero optimizer steps and save the untrained model
+        raise ValueError(
+            f"num_train_epochs={config.num_train_epochs} (with max_steps={config.max_steps}) trains zero steps: "
+            "set num_train_epochs > 0 or max_steps > 0"
+        )
 
 
 def inapplicable_fields(config: Any) -> dict[str, str]:
@@ -240,6 +278,7 @@ __all__ = [
     "DPO_SHARED_FIELDS",
     "JUDGE_FIELDS",
     "NEVER",
+    "check_recipe_numbers",
     "RECIPE",
     "REWARD_FIELDS",
     "SFT_ONLY_FIELDS",

@@ -19,7 +19,7 @@ from typing import Any, Literal, get_args
 from trl import RewardConfig, TrlParser
 
 from emoreward.models.backbones import BACKBONES, BackboneSpec, get_backbone, registered_names
-from emoreward.training.applicability import REWARD_FIELDS, FieldTable, check_fields_apply
+from emoreward.training.applicability import REWARD_FIELDS, FieldTable, check_fields_apply, check_recipe_numbers
 from emoreward.training.bf16 import apply_training_bf16
 from emoreward.training.fit_workers import parse_fit_workers
 from emoreward.training.parsing import (
@@ -318,6 +318,7 @@ class EmoRewardConfig(RewardConfig):
         return MediaOptions(self.media_root, self.fps, self.max_frames, self.use_audio_in_video)
 
     def __post_init__(self):
+        check_recipe_numbers(self)  # finite numbers, something to train: before any field is read
         for name, literal in (
             ("ties", TieMode),
             ("truncation", TruncationMode),
@@ -343,14 +344,6 @@ class EmoRewardConfig(RewardConfig):
             raise ValueError(f"cv_folds must be >= 0, got {self.cv_folds}")
         self.fit_workers = parse_fit_workers(self.fit_workers)
         self.controlled_negatives = negative_kinds(self.controlled_negatives)
-        if self.cv_folds <= 1 and not self.final_fit:
-            raise ValueError(f"cv_folds={self.cv_folds} and final_fit=false: the recipe trains nothing")
-        if self.max_steps <= 0 and not (self.num_train_epochs > 0 and math.isfinite(self.num_train_epochs)):
-            # transformers would run zero optimizer steps and save the untrained value head
-            raise ValueError(
-                f"num_train_epochs={self.num_train_epochs} (with max_steps={self.max_steps}) trains zero steps: "
-                "set num_train_epochs > 0 or max_steps > 0"
-            )
         if self.lora_r <= 0:
             raise ValueError(f"lora_r must be > 0, got {self.lora_r}")
         for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",

@@ -11,7 +11,7 @@ from typing import ClassVar, Literal
 import yaml
 from trl import SFTConfig
 
-from emoreward.training.applicability import JUDGE_FIELDS, FieldTable, check_fields_apply
+from emoreward.training.applicability import JUDGE_FIELDS, FieldTable, check_fields_apply, check_recipe_numbers
 
 
 @dataclass
@@ -84,6 +84,7 @@ class JudgeTrainConfig(SFTConfig):
     def __post_init__(self):
         from emoreward.training.bf16 import apply_training_bf16
 
+        check_recipe_numbers(self)  # finite numbers, something to train: the reward recipe's rule
         apply_training_bf16(self)  # use_cpu as given kept for the run identity
         super().__post_init__()
         if self.cv_folds < 0 or self.cv_folds == 1:

@@ -217,6 +217,23 @@ TRAIN = [
      ["hub_strategy='checkpoint' does not apply with push_to_hub=False"]),
     ("judge-hub-private-without-push", "recipe: judge\nbf16: false\n", ["--set", "hub_private_repo=true"],
      ["hub_private_repo=True does not apply with push_to_hub=False"]),
+    # a judge is evaluated on its held-out folds after training and learns on its backbone's own chat template
+    ("judge-eval-steps", "recipe: judge\nbf16: false\n", ["--eval_steps", "7"],
+     ["eval_steps=7.0 does not apply to this recipe: a judge is evaluated on its held-out folds"]),
+    ("judge-eval-strategy", "recipe: judge\nbf16: false\n", ["--eval_strategy", "steps"],
+     ["eval_strategy='steps' does not apply to this recipe"]),
+    ("judge-chat-template-path", "recipe: judge\nbf16: false\n", ["--chat_template_path", "t"],
+     ["chat_template_path='t' does not apply to this recipe: a judge learns on the text it is scored on"]),
+    # numbers every recipe kind refuses: non-finite, or nothing to train
+    ("judge-nan-dropout", "recipe: judge\nbf16: false\n", ["--lora_dropout", "nan"],
+     ["lora_dropout=nan: expected a finite number"]),
+    ("judge-inf-epochs", "recipe: judge\nbf16: false\n", ["--num_train_epochs", "inf"],
+     ["num_train_epochs=inf: expected a finite number"]),
+    ("nan-max-grad-norm", "", ["--max_grad_norm", "nan"], ["max_grad_norm=nan: expected a finite number"]),
+    ("judge-trains-nothing", "recipe: judge\nbf16: false\n", ["--cv_folds", "0", "--final_fit", "false"],
+     ["cv_folds=0 and final_fit=false: the recipe trains nothing"]),
+    ("judge-zero-epochs", "recipe: judge\nbf16: false\n", ["--num_train_epochs", "0"],
+     ["num_train_epochs=0.0 (with max_steps=-1) trains zero steps"]),
 ]  # fmt: skip
 
 

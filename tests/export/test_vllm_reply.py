@@ -19,3 +19,12 @@ def test_a_reply_that_does_not_answer_each_input_once_is_refused(indices):
     reply = {"data": [{"index": i, "probs": [1.0]} for i in indices]}
     with pytest.raises(RuntimeError, match=r"http://x/classify returned results with indices .* for 3 inputs"):
         classify_rewards(reply, 3, "http://x")
+
+
+@pytest.mark.parametrize("probs", [None, [], [0.3, 0.7], ["x"], [True], 0.5])
+def test_a_result_that_is_not_one_score_is_refused(probs):
+    """A one-label export's result is one number: a missing, empty, two-class or non-numeric ``probs`` is refused
+    (a two-class reply gave exit 0 with its first class as the reward)."""
+    reply = {"data": [{"index": 0, "probs": probs}]} if probs is not None else {"data": [{"index": 0}]}
+    with pytest.raises(RuntimeError, match=r"http://x/classify returned"):
+        classify_rewards(reply, 1, "http://x")
