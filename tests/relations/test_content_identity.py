@@ -547,6 +547,23 @@ VARIED = {
     "save_total_limit": 2,
     "save_only_model": True,
     "save_on_each_node": True,
+    # a judge's evaluation-during-training fields and chat template path (never apply to a judge recipe)
+    "eval_strategy": "steps",
+    "eval_steps": 7.0,
+    "eval_delay": 3.0,
+    "eval_accumulation_steps": 2,
+    "eval_on_start": True,
+    "include_for_metrics": ["loss"],
+    "metric_for_best_model": "loss",
+    "greater_is_better": True,
+    "load_best_model_at_end": True,
+    "per_device_eval_batch_size": 3,
+    "prediction_loss_only": True,
+    "eval_do_concat_batches": False,
+    "batch_eval_metrics": True,
+    "eval_use_gather_object": True,
+    "eval_packing": False,
+    "chat_template_path": "template",
 }
 NOT_RESULT = NOT_RESULT_FIELDS & set(VARIED)  # the one classification (wandb_project, wandb_log_model)
 # a folder counted by the content of the files read from it (`run_identity.media_content`): another folder holding no
@@ -582,6 +599,7 @@ def test_the_run_identity_holds_the_recipe_fields_that_apply(tmp_path, monkeypat
     condition holds, and leaves it unchanged where it does not (a recipe default of LoRA rank under use_peft false
     or of the tie parameter under ties drop computes nothing), for both recipe kinds."""
     from emoreward.data import PreferencePair
+    from emoreward.training.applicability import inapplicable_fields
     from emoreward.training.config import with_fields
     from emoreward.training.run_identity import run_identity
 
@@ -592,7 +610,8 @@ def test_the_run_identity_holds_the_recipe_fields_that_apply(tmp_path, monkeypat
         for name in type(applies).FIELD_APPLIES.fields:
             base = run_identity(applies, pairs)["fingerprint"]
             changed = run_identity(with_fields(applies, **{name: VARIED[name]}), pairs)["fingerprint"]
-            assert (changed == base) is (name in NOT_RESULT | BY_CONTENT), name
+            never = name in inapplicable_fields(applies)  # `applicability.NEVER`: no recipe of the class reads it
+            assert (changed == base) is (name in NOT_RESULT | BY_CONTENT or never), name
             base = run_identity(unused, pairs)["fingerprint"]
             assert run_identity(with_fields(unused, **{name: VARIED[name]}), pairs)["fingerprint"] == base, name
 
