@@ -218,6 +218,9 @@ def test_emoreward_train_runs_a_judge_recipe(tmp_path, base_chat_model, capsys):
     report = json.loads((out / "report.json").read_text())
     assert report["recipe"] == "judge" and len(report["cross_validation"]["folds"]) == 2
     assert report["folds_trained"] == 2 and report["folds_reused"] == 0
+    # the counts and the annotators' agreement of the reward report: 16 pairs of 16 samples, one label each
+    assert (report["n_pairs"], report["n_samples"], report["n_records"]) == (16, 16, 16)
+    assert report["annotators"]["n_repeated"] == 0 and report["annotators"]["n_labels"] == 16
     assert (out / "model" / "judge.yaml").exists() and (out / "model" / "finished.json").exists()
     printed = capsys.readouterr().out
     assert "length baseline" in printed

@@ -605,6 +605,9 @@ def run_judge_training(config: JudgeTrainConfig, *, log=print) -> dict:
         "config": public_config(config),
         "train_file": str(config.train_file),
         "n_pairs": len(pairs),
+        "n_samples": loaded.n_samples,  # the counts and the annotators' agreement the reward report gives
+        "n_records": loaded.n_records,
+        "annotators": loaded.agreement.to_dict(),
         "wandb_mode": wandb_mode,
         "distributed": distributed_setup(config),
     }
