@@ -35,7 +35,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--n", type=int, default=16, help="first N EmoPrefer pairs, both orders (default 16)")
     parser.add_argument("--judge", default=JUDGE, help=f"a logit judge's name or YAML (default {JUDGE})")
     parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's own choice)")
-    parser.add_argument("--repeats", type=int, default=2, help="jobs per mechanism, A B B A order; medians reported")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=2,
+        help="jobs per mechanism, A B B A; the lower median reported (of two: the faster)",
+    )
     parser.add_argument("--json", default="benchmark_verdicts.json", help="where the results go")
     return parser.parse_args()
 
