@@ -182,3 +182,28 @@ def test_rank_report_keeps_long_names_apart_and_escapes_pipes():
     assert long_a in w_header and long_b in w_header and "x\\|y" in w_header
     assert not any("| x|y |" in line for line in lines)
     assert sum(line.startswith("| x\\|y |") for line in lines) == 1  # its W row
+
+
+def test_a_judge_and_a_reward_model_find_the_same_layout_file(tmp_path):
+    """The media root's MER layout is spelled once (`emoreward.data.media.layout_path`): a pair naming no media
+    file reads `video/<id>.mp4` and `audio/<id>.wav` for a reward model (`resolve_paths`) and for a judge
+    (`zero_shot.strategies.resolve_media`); a clip under another suffix is neither's (the judge then judges the
+    text, the reward model refuses naming the layout file), and a layout path names its sample id."""
+    from emoreward.data import PreferencePair
+    from emoreward.data.media import layout_path, layout_sample_id, resolve_paths
+    from zero_shot.strategies import resolve_media
+
+    for kind in ("video", "audio"):
+        (tmp_path / kind).mkdir()
+        (tmp_path / layout_path("s1", kind)).write_bytes(b"x")
+    (tmp_path / "video" / "s2.avi").write_bytes(b"x")
+    options = MediaOptions(media_root=str(tmp_path))
+    judge = resolve_media(PreferencePair("s1", "a", "b", "1"), tmp_path)
+    reward = resolve_paths("s1", PreferencePair("s1", "a", "b", "1").media, options, need_video=True, need_audio=True)
+    assert (judge.video, judge.audio) == (str(reward[0]), str(reward[1]))
+    assert reward == (tmp_path / "video" / "s1.mp4", tmp_path / "audio" / "s1.wav")
+    assert resolve_media(PreferencePair("s2", "a", "b", "1"), tmp_path) is None
+    with pytest.raises(MediaError, match=r"video/s2\.mp4"):
+        resolve_paths("s2", PreferencePair("s2", "a", "b", "1").media, options, need_video=True, need_audio=False)
+    assert [layout_sample_id(layout_path("s1", k)) for k in ("video", "audio")] == ["s1", "s1"]
+    assert layout_sample_id("clips/s1.mp4") == "clips/s1.mp4" and layout_sample_id("video/a/b.mp4") == "video/a/b.mp4"

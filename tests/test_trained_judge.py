@@ -315,12 +315,21 @@ def test_every_judge_field_is_an_option_of_train(tmp_path, base_chat_model, caps
     prompts = short_prompts(tmp_path)
     path = recipe(tmp_path, base_chat_model, num_train_epochs=1, train_file=str(train), prompts="x")
     argv = ["train", "--config", str(path), "--prompts", str(prompts), "--ties", "drop", "--dpo_epochs", "1",
-            "--dpo_beta", "0.2"]  # fmt: skip
+            "--dpo_beta", "0.2", "--cv_folds", "2"]  # fmt: skip
     assert main(argv) == 0, capsys.readouterr().err
     report = json.loads((tmp_path / "out" / "report.json").read_text())
+    # each fold counts the gold ties it dropped from its training pairs, in its report and its log line, as a reward
+    # recipe's fold does
+    printed = capsys.readouterr().out
+    for fold in report["cross_validation"]["folds"]:
+        dropped = n_ties - fold["label_counts"].get("tie", 0)
+        assert fold["exclusions"]["excluded"]["tie_dropped"] == dropped
+        assert fold["exclusions"]["n_kept"] == fold["n_train"] - dropped
+        line = f"{fold['n_train'] - dropped} of {fold['n_train']} pairs used for training; left out: {dropped} tie_"
+        assert line in printed
     assert report["config"]["ties"] == "drop" and report["config"]["dpo_beta"] == 0.2
     assert report["config"]["prompts"] == str(prompts)  # the option over the recipe's value
-    assert report["final"]["ties_dropped"] == n_ties
+    assert report["final"]["exclusions"]["excluded"]["tie_dropped"] == n_ties
     assert report["final"]["sft_rows"] == 2 * (16 - n_ties)  # both orders of each non-tie pair
     assert report["final"]["dpo_rows"] == 2 * (16 - n_ties)  # one wrong verdict per non-tie order
     # --help says both: a judge recipe's types with its --config, the judge fields' group without
@@ -466,3 +475,81 @@ def test_the_smollm2_judge_recipe_trains_its_real_gguf_weights(tmp_path, capsys)
     model = tmp_path / "out" / "model"
     assert (model / "judge.yaml").exists() and (model / "finished.json").exists()
     assert "quantization_config" not in json.loads((model / "config.json").read_text())
+
+
+@pytest.mark.parametrize("stage", ["SFT", "DPO"])
+def test_a_pairs_two_orders_share_every_batch(stage, tmp_path, base_chat_model):
+    """`orders_together` (default): every batch TRL's collator builds holds both orders of each of its pairs, so
+    its "1" and "2" targets balance; an epoch's order depends on (seed, epoch) alone. Without it, TRL's random
+    sampler splits them (the relation fails when the sampler is bypassed)."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from emoreward.training.judge import (
+        PAIR_COLUMN,
+        JudgeDPOTrainer,
+        JudgeSFTTrainer,
+        OrdersTogetherSampler,
+        dpo_arguments,
+        preference_examples,
+        sft_arguments,
+        verdict_examples,
+    )  # fmt: skip
+    from emoreward.training.judge_config import JudgeTrainConfig
+    from zero_shot.prompts import load_prompts
+
+    tok = AutoTokenizer.from_pretrained(base_chat_model)
+    prompts = load_prompts(str(short_prompts(tmp_path)))
+    pairs = synthetic_pairs(8)
+    config = JudgeTrainConfig(
+        model_name_or_path=str(base_chat_model), output_dir=str(tmp_path / "out"), per_device_train_batch_size=4,
+        report_to=[], seed=5, use_cpu=True, max_length=512,
+    )  # fmt: skip
+    if stage == "SFT":
+        rows, trainer_class = verdict_examples(pairs, prompts, tok)[0], JudgeSFTTrainer
+        args = sft_arguments(config, output_dir=str(tmp_path / "sft"), save_strategy="no")
+    else:
+        rows, trainer_class = preference_examples(pairs, prompts, tok), JudgeDPOTrainer
+        args = dpo_arguments(config, output_dir=str(tmp_path / "dpo"), save_strategy="no")
+    assert [r[PAIR_COLUMN] for r in rows] == [k // 2 for k in range(2 * len(pairs))]  # no tie: a row per order
+    answers = [r.get("completion", r.get("chosen")).strip() for r in rows]
+
+    def batches(together: bool) -> list[list[int]]:
+        model = AutoModelForCausalLM.from_pretrained(base_chat_model)
+        trainer = trainer_class(
+            model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
+            orders_together=together,
+        )  # fmt: skip
+        loader = trainer.get_train_dataloader()
+        seen = [list(b) for b in loader.batch_sampler]
+        if together:  # what the collator builds is those rows: the targets of each batch balance
+            for batch, indices in zip(loader, seen):
+                key = "labels" if stage == "SFT" else "completion_mask"
+                assert batch[key].shape[0] == len(indices) * (1 if stage == "SFT" else 2)
+        return seen
+
+    together = batches(True)
+    assert sorted(i for b in together for i in b) == list(range(len(rows)))  # each row once per epoch
+    for batch in together:
+        assert sorted(rows[i][PAIR_COLUMN] for i in batch) == sorted(2 * [rows[i][PAIR_COLUMN] for i in batch[::2]])
+        assert sorted(answers[i] for i in batch) == ["1", "1", "2", "2"]
+    assert together == batches(True)  # the seed decides
+    apart = batches(False)
+    assert any(len({rows[i][PAIR_COLUMN] for i in b}) > 2 for b in apart)  # TRL's shuffle splits the orders
+    sampler = OrdersTogetherSampler([r[PAIR_COLUMN] for r in rows], seed=5)
+    first = list(sampler)
+    sampler.set_epoch(1)
+    assert list(sampler) != first and sorted(sampler) == sorted(first)
+    sampler.set_epoch(0)
+    assert list(sampler) == first == [i for b in together for i in b]
+
+
+def test_a_sampler_field_is_refused_where_the_orders_are_drawn_together(tmp_path, base_chat_model):
+    from emoreward.training.judge_config import JudgeTrainConfig
+
+    with pytest.raises(ValueError, match=r"packing=True does not apply with orders_together=True"):
+        JudgeTrainConfig(model_name_or_path=str(base_chat_model), output_dir=str(tmp_path), packing=True)
+    JudgeTrainConfig(
+        model_name_or_path=str(base_chat_model), output_dir=str(tmp_path), orders_together=False,
+        train_sampling_strategy="sequential",
+    )  # fmt: skip

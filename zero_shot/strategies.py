@@ -142,22 +142,22 @@ def load_references(path: str | Path) -> dict[str, str]:
 
 def resolve_media(pair: PreferencePair, media_root: str | Path | None) -> MediaInput | None:
     """The pair's media as files: paths relative to `media_root`; with no media columns, the MER layout
-    `media_root/video/<sample>.mp4` and `media_root/audio/<sample>.wav` when those files exist."""
+    (`emoreward.data.media.layout_path`: `media_root/video/<sample>.mp4`, `media_root/audio/<sample>.wav`, the
+    files a reward model reads) when those files exist."""
+    from emoreward.data.media import layout_path
+
     root = Path(media_root) if media_root else None
 
-    def find(value: str | None, folder: str, suffixes: tuple[str, ...]) -> str | None:
+    def find(value: str | None, kind: str) -> str | None:
         if value:
             path = Path(value)
             return str(root / path if root and not path.is_absolute() else path)
-        if root:
-            for suffix in suffixes:
-                candidate = root / folder / f"{pair.sample_id}{suffix}"
-                if candidate.exists():
-                    return str(candidate)
+        if root and (root / layout_path(pair.sample_id, kind)).exists():
+            return str(root / layout_path(pair.sample_id, kind))
         return None
 
-    video = find(pair.media.video, "video", (".mp4", ".avi", ".mkv", ".webm"))
-    audio = find(pair.media.audio, "audio", (".wav", ".flac", ".mp3"))
+    video = find(pair.media.video, "video")
+    audio = find(pair.media.audio, "audio")
     if video is None and audio is None:
         return None
     return MediaInput(video=video, audio=audio, sample_id=pair.sample_id)

@@ -21,8 +21,29 @@ import numpy as np
 from emoreward.data.context import MediaRef
 
 
-VIDEO_SUBDIR, VIDEO_SUFFIX = "video", ".mp4"
-AUDIO_SUBDIR, AUDIO_SUFFIX = "audio", ".wav"
+# the media root's MER layout: each medium's folder and file suffix (`layout_path`, `layout_sample_id`)
+LAYOUT = {"video": ("video", ".mp4"), "audio": ("audio", ".wav")}
+
+
+def layout_path(sample_id: str, kind: str) -> str:
+    """A sample's file of medium `kind` (``"video"`` / ``"audio"``) in the media root's MER layout, relative to the
+    root: ``video/<id>.mp4``, ``audio/<id>.wav``. The one spelling of the layout: the reward models' media
+    (`resolve_paths`), the zero-shot and trained judges' (`zero_shot.strategies.resolve_media`), the dataset
+    cache's file stamps and the OpenRLHF clip labels all use it."""
+    folder, suffix = LAYOUT[kind]
+    return f"{folder}/{sample_id}{suffix}"
+
+
+def layout_sample_id(path: str) -> str:
+    """The sample id a media path names: ``s1`` for a path of the MER layout (``video/s1.mp4``, ``audio/s1.wav``,
+    `layout_path`), so the path and the id name the same clip; any other path is its own name."""
+    for folder, suffix in LAYOUT.values():
+        head = f"{folder}/"
+        if path.startswith(head) and path.endswith(suffix) and len(path) > len(head) + len(suffix):
+            inner = path[len(head) : -len(suffix)]
+            if "/" not in inner and "\\" not in inner:
+                return inner
+    return path
 
 
 class MediaError(ValueError):
@@ -152,25 +173,21 @@ def resolve_paths(
     Raises:
         MediaError: a needed file is not given, not found or empty."""
 
-    def locate(given: str | None, subdir: str, suffix: str, what: str) -> Path:
+    def locate(given: str | None, what: str) -> Path:
         if given:
             path = Path(given)
             if not path.is_absolute() and options.media_root:
                 path = Path(options.media_root) / path
         elif options.media_root:
-            path = Path(options.media_root) / subdir / f"{sample_id}{suffix}"
+            path = Path(options.media_root) / layout_path(sample_id, what)
         else:
             raise MediaError(sample_id, None, f"no {what} file: the pair gives none and no media_root is set")
         return check_file(sample_id, path, what)
 
-    video = (
-        locate(ref.video, VIDEO_SUBDIR, VIDEO_SUFFIX, "video")
-        if need_video or (need_audio and options.use_audio_in_video)
-        else None
-    )
+    video = locate(ref.video, "video") if need_video or (need_audio and options.use_audio_in_video) else None
     audio = None
     if need_audio:
-        audio = video if options.use_audio_in_video else locate(ref.audio, AUDIO_SUBDIR, AUDIO_SUFFIX, "audio")
+        audio = video if options.use_audio_in_video else locate(ref.audio, "audio")
     return (video if need_video else None), audio
 
 

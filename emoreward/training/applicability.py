@@ -164,6 +164,7 @@ JUDGE_FIELDS = FieldTable(
         ),
         **dict.fromkeys(_EVALUATION, "evaluation"),
         "chat_template_path": "chat_template",
+        **dict.fromkeys(("train_sampling_strategy", "packing"), "sampler"),
     },
     lambda config: {
         "evaluation": NEVER._replace(
@@ -185,6 +186,11 @@ JUDGE_FIELDS = FieldTable(
         ),
         "wandb": _wandb(config),
         "dpo": Condition(config.dpo_epochs > 0, ("dpo_epochs",), "the judge trains by SFT alone, no DPO stage"),
+        "sampler": Condition(
+            not config.orders_together,
+            ("orders_together",),
+            "the rows are drawn a pair at a time, both orders together (training.judge.OrdersTogetherSampler)",
+        ),
     },
 )
 

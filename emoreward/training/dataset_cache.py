@@ -54,16 +54,13 @@ def encoding_settings(model: RewardModel, config: EmoRewardConfig) -> Hashable:
 def _media_stamp(model: RewardModel, pair: PreferencePair) -> tuple:
     """Sizes and modification times of the files a media pair may read (missing files: None): the pair's own
     paths and the media root's layout (`emoreward.data.media.resolve_paths`)."""
-    from emoreward.data.media import AUDIO_SUBDIR, AUDIO_SUFFIX, VIDEO_SUBDIR, VIDEO_SUFFIX
+    from emoreward.data.media import layout_path
 
     root = getattr(model, "media_root", None)
     stamps = []
     candidates = [pair.media.video, pair.media.audio]
     if root:
-        candidates += [
-            os.path.join(root, VIDEO_SUBDIR, f"{pair.sample_id}{VIDEO_SUFFIX}"),
-            os.path.join(root, AUDIO_SUBDIR, f"{pair.sample_id}{AUDIO_SUFFIX}"),
-        ]
+        candidates += [os.path.join(root, layout_path(pair.sample_id, kind)) for kind in ("video", "audio")]
     for path in candidates:
         if path and root and not os.path.isabs(path):
             path = os.path.join(root, path)

@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from trl import DPOTrainer, SFTTrainer
 
 from emoreward.data import PreferencePair
 from emoreward.models.base import TRAINED_JUDGE_FILE, check_finite_weights
 from emoreward.training.config import public_config, with_fields
 from emoreward.training.distributed import distributed_setup, wait_for_everyone
 from emoreward.training.judge_config import JudgeTrainConfig
+from emoreward.training.preprocess import ExclusionReport
 from emoreward.training.provenance import write_training_data
 from emoreward.utils.io import atomic_write_json, atomic_write_text
 
@@ -29,28 +31,39 @@ logger = logging.getLogger(__name__)
 JUDGE_FILE = TRAINED_JUDGE_FILE  # a trained judge's definition, in its folder (its one owner: `models.base`)
 PROMPTS_FILE = "prompts.yaml"  # the prompt set it was trained with, beside it
 WRONG = {"1": ("2",), "2": ("1",), "tie": ("1", "2")}  # DPO: the verdicts a label's right one is preferred to
+# each training row's pair (its position in `training_orders` // 2), what `OrdersTogetherSampler` keeps together
+PAIR_COLUMN = "pair_index"
 
 
 def training_orders(
     pairs: list[PreferencePair], *, ties: str = "train"
-) -> tuple[list[tuple[PreferencePair, str]], int]:
+) -> tuple[list[tuple[PreferencePair, str]], list[str]]:
     """What a judge trains on: each labelled pair in both orders (``(pair, "as given")``, ``(swapped, "swapped")``),
     so position carries no signal; gold ties left out with ``ties="drop"``.
 
     Returns:
-        (the ordered pairs, number of gold ties dropped).
+        (the ordered pairs, the sample ids of the gold ties dropped).
 
     Raises:
         ValueError: an unlabelled pair (names its row)."""
-    orders, dropped = [], 0
+    orders, dropped = [], []
     for pair in pairs:
         if pair.label is None:
             raise ValueError(f"row {pair.row}: pair {pair.sample_id!r} has no label; a judge trains on labelled pairs")
         if pair.label == "tie" and ties == "drop":
-            dropped += 1
+            dropped.append(pair.sample_id)
             continue
         orders += [(pair, "as given"), (pair.swapped(), "swapped")]
     return orders, dropped
+
+
+def judge_exclusions(pairs: list[PreferencePair], *, ties: str = "train") -> ExclusionReport:
+    """The pairs a judge leaves out of its training (`training_orders`: gold ties with ``ties="drop"``), counted as
+    the reward recipes count theirs (reason ``tie_dropped``): what a fold's ``exclusions`` and log line report."""
+    dropped = training_orders(pairs, ties=ties)[1]
+    return ExclusionReport(
+        n_input=len(pairs), n_kept=len(pairs) - len(dropped), excluded={"tie_dropped": dropped} if dropped else {}
+    )
 
 
 def verdict_examples(
@@ -66,21 +79,23 @@ def verdict_examples(
     Raises:
         ValueError: an unlabelled pair (names its row)."""
     orders, dropped = training_orders(pairs, ties=ties)
-    rows = []
-    for ordered, _ in orders:
+    rows: list[dict] = []
+    for k, (ordered, _) in enumerate(orders):
         prompt, sep = judge_prompt(ordered, prompts, tokenizer)
-        rows.append({"prompt": prompt, "completion": sep + ordered.label})  # "1" / "2" / "tie": the parser's
-    return rows, dropped
+        rows.append({"prompt": prompt, "completion": sep + ordered.label, PAIR_COLUMN: k // 2})  # the parser's label
+    return rows, len(dropped)
 
 
 def preference_examples(pairs: list[PreferencePair], prompts: Any, tokenizer: Any, *, ties: str = "train") -> list:
-    """DPO rows ``{"prompt", "chosen", "rejected"}``: for each pair of `training_orders`, the right verdict against
-    each wrong one."""
+    """DPO rows ``{"prompt", "chosen", "rejected", "pair_index"}``: for each pair of `training_orders`, the right
+    verdict against each wrong one."""
     rows = []
-    for ordered, _ in training_orders(pairs, ties=ties)[0]:
+    for k, (ordered, _) in enumerate(training_orders(pairs, ties=ties)[0]):
         prompt, sep = judge_prompt(ordered, prompts, tokenizer)
         for wrong in WRONG[ordered.label]:
-            rows.append({"prompt": prompt, "chosen": sep + ordered.label, "rejected": sep + wrong})
+            rows.append(
+                {"prompt": prompt, "chosen": sep + ordered.label, "rejected": sep + wrong, PAIR_COLUMN: k // 2}
+            )
     return rows
 
 
@@ -254,19 +269,19 @@ def judge_request(pair: PreferencePair, prompts: Any, backend: Any, media_root: 
 def media_verdict_examples(
     pairs: list[PreferencePair], prompts: Any, backend: Any, *, media_root: str | None = None, ties: str = "train"
 ) -> tuple[list[tuple], list[tuple], int]:
-    """A multimodal judge's SFT and DPO examples: ``(request, label)`` and ``(request, chosen, rejected)`` for each
-    labelled pair in both orders (`judge_request`; labels as `verdict_examples` / `preference_examples` give them),
-    and the number of gold ties dropped with ``ties="drop"``.
+    """A multimodal judge's SFT and DPO examples: ``(request, label, pair_index)`` and ``(request, chosen, rejected,
+    pair_index)`` for each labelled pair in both orders (`judge_request`; labels and pair indices as
+    `verdict_examples` / `preference_examples` give them), and the number of gold ties dropped with ``ties="drop"``.
 
     Raises:
         ValueError: an unlabelled pair (names its row)."""
     orders, dropped = training_orders(pairs, ties=ties)
     sft, dpo = [], []
-    for ordered, _ in orders:
+    for k, (ordered, _) in enumerate(orders):
         request = judge_request(ordered, prompts, backend, media_root)
-        sft.append((request, ordered.label))
-        dpo += [(request, ordered.label, wrong) for wrong in WRONG[ordered.label]]
-    return sft, dpo, dropped
+        sft.append((request, ordered.label, k // 2))
+        dpo += [(request, ordered.label, wrong, k // 2) for wrong in WRONG[ordered.label]]
+    return sft, dpo, len(dropped)
 
 
 def check_judge_media(config: JudgeTrainConfig, pairs: list[PreferencePair]) -> None:
@@ -313,7 +328,7 @@ class MediaVerdictCollator:
 
         examples = [self.examples[int(r["index"])] for r in rows]
         if self.mode == "sft":
-            seqs = [self._sequence(request, label) for request, label in examples]
+            seqs = [self._sequence(e[0], e[1]) for e in examples]
         else:
             seqs = [self._sequence(e[0], e[1]) for e in examples] + [self._sequence(e[0], e[2]) for e in examples]
         width = max(int(row["input_ids"].shape[1]) for row, _ in seqs)
@@ -349,14 +364,14 @@ def fit_judge(
     `judge.yaml`).
 
     Returns:
-        ``{"sft_rows", "dpo_rows", "ties_dropped", "train_seconds", "train_log"}``; with `keep_model`, also
+        ``{"sft_rows", "dpo_rows", "exclusions", "train_seconds", "train_log"}`` (`exclusions`:
+        `judge_exclusions`, the gold ties dropped); with `keep_model`, also
         ``"model"`` and ``"processing_class"`` (the merged model in memory, for checks against the saved folder).
 
     Raises:
         ValueError: no pair to train on (all dropped), an unlabelled pair, or a text judge's sequence longer than
             ``max_length`` (`check_text_verdict_lengths`, before any training)."""
     from transformers import set_seed
-    from trl import DPOTrainer, SFTTrainer
 
     from zero_shot.prompts import load_prompts
 
@@ -372,8 +387,9 @@ def fit_judge(
         sft, dpo, dropped = media_verdict_examples(
             pairs, prompts, backend, media_root=config.media_root, ties=config.ties
         )
-        rows = [{"index": i} for i in range(len(sft))]
-        dpo_rows = [{"index": i, "images": []} for i in range(len(dpo))] if config.dpo_epochs > 0 else []
+        rows = [{"index": i, PAIR_COLUMN: e[-1]} for i, e in enumerate(sft)]
+        dpo_rows = [{"index": i, "images": [], PAIR_COLUMN: e[-1]} for i, e in enumerate(dpo)]
+        dpo_rows = dpo_rows if config.dpo_epochs > 0 else []
         collators = {
             "sft": MediaVerdictCollator(backend, sft, mode="sft", max_length=config.max_length),
             "dpo": MediaVerdictCollator(backend, dpo, mode="dpo", max_length=config.max_length),
@@ -390,7 +406,7 @@ def fit_judge(
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="emoreward-judge-") as scratch:  # the trainers save nothing themselves
         args = sft_arguments(config, output_dir=str(Path(scratch) / "sft"), save_strategy="no", **media)
-        model, log = _stage(SFTTrainer, model, args, rows, tokenizer, config, collators.get("sft"))
+        model, log = _stage(JudgeSFTTrainer, model, args, rows, tokenizer, config, collators.get("sft"))
         if dpo_rows:
             dpo_args = dpo_arguments(
                 config,
@@ -398,7 +414,9 @@ def fit_judge(
                 save_strategy="no",
                 **({"remove_unused_columns": False} if media else {}),
             )
-            model, dpo_log = _stage(DPOTrainer, model, dpo_args, dpo_rows, tokenizer, config, collators.get("dpo"))
+            model, dpo_log = _stage(
+                JudgeDPOTrainer, model, dpo_args, dpo_rows, tokenizer, config, collators.get("dpo")
+            )
             log += [{**entry, "stage": "dpo"} for entry in dpo_log]
     seconds = time.perf_counter() - start
     check_finite_weights(model, f"{config.run_name or 'judge'}: the trained judge")  # never saved when broken
@@ -409,7 +427,7 @@ def fit_judge(
     result = {
         "sft_rows": len(rows),
         "dpo_rows": len(dpo_rows),
-        "ties_dropped": dropped,
+        "exclusions": judge_exclusions(pairs, ties=config.ties).to_dict(),  # as a reward model's report counts them
         "train_seconds": seconds,
         "train_log": log,
     }
@@ -442,16 +460,77 @@ def dpo_arguments(config: JudgeTrainConfig, **stage: Any):
     return DPOConfig(**{**values, **stage})
 
 
+class OrdersTogetherSampler:
+    """A shuffle of a judge's training rows that keeps each pair's rows next to each other: the pairs (``groups``:
+    each row's pair, `PAIR_COLUMN`) in an order drawn from a generator seeded with ``seed + epoch`` (`set_epoch` is
+    called before every epoch), each pair's rows in their own order (as given, then swapped). With an even batch size
+    every SFT batch holds both orders of each of its pairs, so its "1" and "2" targets balance and no batch rewards
+    one answer position over the other (TRL's random sampler puts the two orders in different batches: a batch of
+    16 holds about 8 +- 2 "2" answers, and Adam follows that tilt). The order of an epoch depends on the seed,
+    the epoch and the rows' pairs alone.
+
+    Args:
+        groups: each row's pair index, length ``len(dataset)``.
+        seed: `data_seed`, else `seed`."""
+
+    def __init__(self, groups: list[int], *, seed: int):
+        by_pair: dict[int, list[int]] = {}
+        for row, pair in enumerate(groups):
+            by_pair.setdefault(int(pair), []).append(row)
+        self.pairs, self.n_rows, self.seed, self.epoch = list(by_pair.values()), len(groups), int(seed), 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return self.n_rows
+
+    def __iter__(self):
+        import torch
+
+        generator = torch.Generator()
+        generator.manual_seed(self.seed + self.epoch)
+        for k in torch.randperm(len(self.pairs), generator=generator).tolist():
+            yield from self.pairs[k]
+
+
+class OrdersTogether:
+    """Mixin of the judge's SFT and DPO trainers: with ``orders_together`` the training rows are drawn by
+    `OrdersTogetherSampler` from their `PAIR_COLUMN` (read from the prepared dataset, so TRL's own filtering or
+    shuffling keeps each row's pair); without it, TRL's sampler (``train_sampling_strategy``)."""
+
+    def __init__(self, *args, orders_together: bool = True, **kwargs):
+        self.orders_together = orders_together
+        super().__init__(*args, **kwargs)
+
+    def _get_train_sampler(self, train_dataset=None):
+        if not self.orders_together:
+            return super()._get_train_sampler(train_dataset)
+        dataset = self.train_dataset  # before the Trainer drops the columns the model does not take
+        if PAIR_COLUMN not in dataset.column_names:
+            raise ValueError(f"orders_together: the training rows have no {PAIR_COLUMN!r} column")
+        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        return OrdersTogetherSampler(dataset[PAIR_COLUMN], seed=seed)
+
+
+class JudgeSFTTrainer(OrdersTogether, SFTTrainer):
+    """TRL's `SFTTrainer` drawing a pair's two orders together (`OrdersTogether`)."""
+
+
+class JudgeDPOTrainer(OrdersTogether, DPOTrainer):
+    """TRL's `DPOTrainer` drawing a pair's rows together (`OrdersTogether`)."""
+
+
 def _stage(
     trainer_class, model, args, rows: list[dict], tokenizer, config: JudgeTrainConfig, collator=None
 ) -> tuple[Any, list]:
-    """One TRL stage (`SFTTrainer` or `DPOTrainer`) on ``rows`` with a fresh LoRA (merged into the weights after, so
-    the next stage, or the saved judge, is a plain causal LM): (the model, the stage's log history). `collator`:
-    a multimodal judge's (`MediaVerdictCollator`), None for TRL's own. A NaN loss or gradient norm stops the stage
+    """One TRL stage (`JudgeSFTTrainer` or `JudgeDPOTrainer`: a pair's orders drawn together with
+    ``orders_together``) on ``rows`` with a fresh LoRA (merged into the weights after, so the next stage, or the
+    saved judge, is a plain causal LM): (the model, the stage's log history). `collator`: a multimodal judge's
+    (`MediaVerdictCollator`), None for TRL's own. A NaN loss or gradient norm stops the stage
     (`DivergenceGuard`, naming the run, the stage and its learning-rate field); the callbacks are the reward
     trainer's (`set_up_callbacks`: no dict printed per logging step)."""
     from datasets import Dataset
-    from trl import DPOTrainer
 
     from emoreward.training.trainer import set_up_callbacks
 
@@ -463,6 +542,7 @@ def _stage(
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
         peft_config=_peft_config(config) if config.use_peft else None,
+        orders_together=config.orders_together,
         **({"data_collator": collator} if collator is not None else {}),
     )
     set_up_callbacks(trainer, f"{config.run_name or 'judge'} ({stage})", rate_field)  # a diverged stage: nothing saved
@@ -615,8 +695,9 @@ def run_judge_training(config: JudgeTrainConfig, *, log=print) -> dict:
     def fit(train: list[PreferencePair], fold_dir: Path, name: str) -> FitResult:
         record = fit_judge(config, train, fold_dir / "judge")
         return FitResult(
-            fold_dir / "judge", None, record["train_seconds"], record["train_log"], 0.0, torch.get_num_threads()
-        )
+            fold_dir / "judge", judge_exclusions(train, ties=config.ties), record["train_seconds"],
+            record["train_log"], 0.0, torch.get_num_threads(),
+        )  # fmt: skip
 
     def evaluate(folder: Path, test: list[PreferencePair]) -> dict:
         negatives = generate_negatives(test).negatives  # of the held-out pairs only
@@ -664,7 +745,10 @@ def _silent(*_args, **_kwargs) -> None:
 __all__ = [
     "JUDGE_FILE",
     "JudgeTrainConfig",
+    "JudgeDPOTrainer",
+    "JudgeSFTTrainer",
     "MediaVerdictCollator",
+    "OrdersTogetherSampler",
     "check_judge_lengths",
     "check_judge_media",
     "check_text_verdict_lengths",
@@ -672,6 +756,7 @@ __all__ = [
     "dpo_arguments",
     "evaluate_trained_judge",
     "fit_judge",
+    "judge_exclusions",
     "judge_request",
     "load_chat_tokenizer",
     "media_verdict_examples",

@@ -56,6 +56,13 @@ class JudgeTrainConfig(SFTConfig):
     ties: Literal["train", "drop"] = field(
         default="train", metadata={"help": "gold ties: train the judge to answer tie, or drop them (counted)"}
     )
+    orders_together: bool = field(
+        default=True,
+        metadata={
+            "help": "draw each pair's two orders into the same batch (an even per_device_train_batch_size): the "
+            "targets balance, no batch rewards one answer position; false: TRL's sampler (train_sampling_strategy)"
+        },
+    )
     # preference optimisation
     dpo_epochs: float = field(default=0.0, metadata={"help": "DPO epochs after SFT (0: SFT only)"})
     dpo_beta: float = field(default=0.1, metadata={"help": "DPO's beta"})

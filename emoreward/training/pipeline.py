@@ -84,7 +84,7 @@ class FitResult:
     """One fitted reward model and what happened while fitting it."""
 
     model: RewardModel  # or, for a judge recipe, the trained judge's folder (`emoreward.training.judge`)
-    exclusions: ExclusionReport | None  # None: a judge recipe (its dropped ties are in its own record)
+    exclusions: ExclusionReport  # a judge recipe's: `training.judge.judge_exclusions`
     train_seconds: float
     log_history: list[dict]
     tie_threshold: float
@@ -350,7 +350,7 @@ def run_fold(
         fold=job.k,
         train_seconds=result.train_seconds,
         train_threads=result.train_threads,
-        exclusions=result.exclusions.to_dict() if result.exclusions is not None else None,
+        exclusions=result.exclusions.to_dict(),
         n_train=len(train),
         n_train_negatives=result.n_negatives,
     )
@@ -365,7 +365,7 @@ def run_fold(
         f"(length baseline {_num(h['length_baseline'].get('two_class_waf'))}), "
         f"length-debiased ACC {_num(h['judge'].get('length_debiased_acc'))}, trained {result.train_seconds:.0f}s; "
         + (f"{len(train)} human pairs + {result.n_negatives} controlled negatives; " if result.n_negatives else "")
-        + (result.exclusions.summary() if result.exclusions is not None else f"{len(train)} pairs")
+        + result.exclusions.summary()
     )
     return evaluation, line
 

@@ -195,7 +195,7 @@ def test_training_text_is_the_scored_text(tmp_path, family):
     assert all(abs(sum(p) - 1) < 1e-6 for p in probs)
     sent = [dataclasses.replace(r, seed=0) for r in recorder.requests]  # a logit verdict draws nothing
     sent = sent[:N_PAIRS] + sent[N_PAIRS:]  # normal order, then swapped
-    assert [r for r, _ in sft] == [sent[i // 2 + (i % 2) * N_PAIRS] for i in range(2 * N_PAIRS)]
+    assert [e[0] for e in sft] == [sent[i // 2 + (i % 2) * N_PAIRS] for i in range(2 * N_PAIRS)]
     assert sent[0].media.video.endswith("video/c0.mp4") and "Subtitle: oh" in sent[0].prompt
     hint = {"qwen2.5-omni-thinker": "You see and hear", "qwen2-audio": "You hear"}.get(family, "You see the clip")
     assert sent[0].prompt.startswith(hint)
@@ -395,7 +395,7 @@ def test_a_pair_without_media_trains_beside_pairs_with_media(tmp_path):
     model, processor = load_chat_model(config)
     backend = media_backend(config, model, processor)
     sft, _, _ = media_verdict_examples(pairs, load_prompts(config.prompts), backend, media_root=config.media_root)
-    text_only = next(i for i, (request, _) in enumerate(sft) if request.media is None)
+    text_only = next(i for i, (request, *_) in enumerate(sft) if request.media is None)
     assert sft[text_only][0].prompt.startswith("Subtitle: oh")  # the media hint for text: none
     batch = MediaVerdictCollator(backend, sft, mode="sft", max_length=None)([{"index": 0}, {"index": text_only}])
     for row, index in enumerate((0, text_only)):

@@ -14,7 +14,7 @@ from typing import Any
 
 from emoreward.data.context import openrlhf_context
 from emoreward.data.errors import DataError
-from emoreward.data.media import AUDIO_SUBDIR, AUDIO_SUFFIX, VIDEO_SUBDIR, VIDEO_SUFFIX
+from emoreward.data.media import layout_path, layout_sample_id
 from emoreward.export.length_monitor import per_sample
 from emoreward.export.serve.batching import Job
 from emoreward.export.serve.protocol import RequestError
@@ -142,27 +142,15 @@ def clip_from_label(label: Any, where: str, modalities: frozenset[str] | set[str
                     f"'{where}' is a media path, but this reward model reads {' and '.join(sorted(modalities))}: "
                     "name the sample id, or give an object with 'video' and 'audio'",
                 )
-            return {next(iter(wanted)): text, "sample_id": _layout_sample_id(text)}
+            return {next(iter(wanted)): text, "sample_id": layout_sample_id(text)}
         ref = {"sample_id": text}
     sample = ref.get("sample_id")
     if isinstance(sample, str) and sample and not ref.get("video") and not ref.get("audio"):
         if "video" in modalities or ("audio" in modalities and audio_from_video):
-            ref["video"] = f"{VIDEO_SUBDIR}/{sample}{VIDEO_SUFFIX}"
+            ref["video"] = layout_path(sample, "video")
         if "audio" in modalities and not audio_from_video:
-            ref["audio"] = f"{AUDIO_SUBDIR}/{sample}{AUDIO_SUFFIX}"
+            ref["audio"] = layout_path(sample, "audio")
     return ref
-
-
-def _layout_sample_id(path: str) -> str:
-    """The sample id a media path names: ``s1`` for the media root's layout (``video/s1.mp4``, ``audio/s1.wav``,
-    `emoreward.data.media`), as the id form ``"s1"`` names the same clip; any other path is its own name."""
-    for subdir, suffix in ((VIDEO_SUBDIR, VIDEO_SUFFIX), (AUDIO_SUBDIR, AUDIO_SUFFIX)):
-        head, tail = f"{subdir}/", suffix
-        if path.startswith(head) and path.endswith(tail) and len(path) > len(head) + len(tail):
-            inner = path[len(head) : -len(tail)]
-            if "/" not in inner and "\\" not in inner:
-                return inner
-    return path
 
 
 def _media_type(name: str) -> bool:
