@@ -113,6 +113,7 @@ VARIED = {
     "num_train_epochs": 3.0,
     "packing": True,
     "completion_only_loss": False,
+    "orders_together": False,  # TRL's sampler: train_sampling_strategy and packing apply
 }
 
 

@@ -226,6 +226,7 @@ RESULT_FIELDS = frozenset(
         "dpo_epochs",
         "dpo_beta",
         "dpo_learning_rate",
+        "orders_together",
     }
 )
 

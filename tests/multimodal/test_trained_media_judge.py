@@ -202,7 +202,7 @@ def test_training_text_is_the_scored_text(tmp_path, family):
 
     collator = MediaVerdictCollator(backend, sft, mode="sft", max_length=config.max_length)
     batch = collator([{"index": 0}, {"index": 1}])
-    for row, (request, label) in enumerate(sft[:2]):
+    for row, (request, label, _) in enumerate(sft[:2]):
         inputs, (cont,) = backend.verdict_sequences(request, (label,))
         scored = with_continuation(inputs, cont)["input_ids"][0]
         n = len(scored)
