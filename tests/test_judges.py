@@ -276,14 +276,3 @@ def test_judge_draws_no_progress_bar_when_stderr_is_not_a_terminal(tmp_path, cap
     assert emoreward_main(argv) == 0
     err = capsys.readouterr().err
     assert "judge scripted-judge" not in err and "call/s" not in err and "%|" not in err
-
-
-def test_a_repeated_strategy_is_run_once():
-    """`--strategy S2 S1 S2` is `--strategy S2 S1` (a repeated value is the same work: done, warned about and
-    reported once); an unknown one is still refused by its choices."""
-    from emoreward.cli.main import build_parser
-
-    args, _ = build_parser().parse_known_args(["judge", "--judge", "x", "--strategy", "S2", "S1", "S2"])
-    assert args.strategy == ["S2", "S1"]
-    with pytest.raises(SystemExit):
-        build_parser().parse_known_args(["judge", "--strategy", "S1", "S9"])

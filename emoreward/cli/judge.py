@@ -14,7 +14,7 @@ import argparse
 from emoreward.cli.evaluate import APPLIES as APPLIES  # evaluate and judge: one table
 from emoreward.cli.evaluate import add_controlled_options, add_tie_policy
 from emoreward.cli.evaluate import run as run  # the one implementation of evaluate and judge
-from emoreward.cli.options import UniqueValues, positive_int
+from emoreward.cli.options import positive_int
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,10 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="a judge name registered in configs/judges/, the path of a judge YAML, or a reward-model directory "
         "(one deterministic run, as `emoreward evaluate --model DIR`)",
     )
-    p.add_argument(
-        "--strategy", nargs="+", default=["S1"], choices=["S1", "S2", "S3", "S4"], action=UniqueValues,
-        help="strategies to run (each once)",
-    )  # fmt: skip
+    p.add_argument("--strategy", nargs="+", default=["S1"], choices=["S1", "S2", "S3", "S4"], help="strategies to run")
     p.add_argument(
         "--data",
         default="emoprefer",

@@ -76,14 +76,6 @@ def _integer(text: str, low: int, high: int | None = None) -> int:
 MAX_COUNT = 2**31 - 1
 
 
-class UniqueValues(argparse.Action):
-    """argparse action of a list option (``nargs="+"``): each value once, in the order first given
-    (``--strategy S1 S1 S2`` is ``--strategy S1 S2``: a repeated value is the same work, done and reported once)."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, list(dict.fromkeys(values)))
-
-
 def positive_int(text: str) -> int:
     """argparse type: an integer in ``[1, MAX_COUNT]`` (a batch size, a count of resamples or runs)."""
     value = _integer(text, 1)
@@ -403,5 +395,4 @@ __all__ = [
     "positive_int",
     "bounded_int",
     "quiet_libraries",
-    "UniqueValues",
 ]

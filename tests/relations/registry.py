@@ -157,8 +157,7 @@ REGISTRY: dict[str, dict[str, tuple[str, ...] | str]] = {
     "judge": {
         "*": ("permutation", "duplication", "accounting", "separation"),
         "--judge": ("content_identity", "numeric_health"),  # a reward-model folder: its rewards checked as evaluate's
-        "--strategy": "a judge setting: each strategy is tested in tests/zero_shot; a repeated one runs once "
-        "(tests/test_judges.py)",
+        "--strategy": "a judge setting: each strategy is tested in tests/zero_shot",
         "--data": ("permutation", "duplication"),
         "--output": ("output_closure",),
         "--runs": ("accounting",),

@@ -564,6 +564,9 @@ VARIED = {
     "eval_use_gather_object": True,
     "eval_packing": False,
     "chat_template_path": "template",
+    # a judge's sampler fields (apply with orders_together: false)
+    "train_sampling_strategy": "sequential",
+    "packing": True,
 }
 NOT_RESULT = NOT_RESULT_FIELDS & set(VARIED)  # the one classification (wandb_project, wandb_log_model)
 # a folder counted by the content of the files read from it (`run_identity.media_content`): another folder holding no
@@ -588,7 +591,7 @@ def _recipes(tmp_path):
     return [
         (EmoRewardConfig(**common, **applies), EmoRewardConfig(**common, use_peft=False, cv_folds=0, report_to=[])),
         (JudgeTrainConfig(**common, model_name_or_path="org/chat", dpo_epochs=1.0, report_to=["wandb"], push_to_hub=True,
-                          family="qwen2.5-omni-thinker", min_pixels=1000, max_pixels=100000),
+                          family="qwen2.5-omni-thinker", min_pixels=1000, max_pixels=100000, orders_together=False),
          JudgeTrainConfig(**common, model_name_or_path="org/chat", use_peft=False, report_to=[])),
     ]  # fmt: skip
 
