@@ -64,8 +64,14 @@ class CommandParser(argparse.ArgumentParser):
             self.given_args = list(args)
         self._populated()
         parsed, extras = super().parse_known_args(args, namespace)
-        if self.populate is None and getattr(self, "_command_parser", False):  # what "given" means: not the default
+        if self.populate is None and getattr(self, "_command_parser", False):  # what "given" means (check_applicable)
             parsed._defaults = {a.dest: a.default for a in self._actions if a.dest != argparse.SUPPRESS}
+            tokens = [t for t in (args or []) if isinstance(t, str) and t.startswith("-")]
+            parsed._given = {
+                a.dest
+                for a in self._actions
+                if a.option_strings and any(t == o or t.startswith(o + "=") for t in tokens for o in a.option_strings)
+            }  # the options on the command line, at any value (their default included)
         return parsed, extras
 
     def format_help(self) -> str:

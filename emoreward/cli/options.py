@@ -321,8 +321,9 @@ def check_applicable(args: argparse.Namespace, table: dict[str, str], facts: dic
             Where telling costs work (reading the data), "whether it holds" may be a function of no arguments,
             called only when an option of that condition is given.
 
-    An option counts as given when its value differs from its parser default (``args._defaults``, recorded by the
-    command parser; without it nothing is checked).
+    An option counts as given when it is on the command line, at any value (``args._given``, recorded by the
+    command parser: ``--tie-model davidson`` is given although davidson is the default), or its value differs from
+    its parser default (``args._defaults``; without it nothing is checked).
 
     Raises:
         ValueError: one line naming the options and why they cannot apply.
@@ -330,9 +331,12 @@ def check_applicable(args: argparse.Namespace, table: dict[str, str], facts: dic
     defaults = getattr(args, "_defaults", None)
     if defaults is None:
         return
+    on_line = getattr(args, "_given", set())
     given: dict[str, list[str]] = {}
     for dest, condition in table.items():
-        if condition != ALWAYS and dest in defaults and getattr(args, dest, None) != defaults[dest]:
+        if condition == ALWAYS or dest not in defaults:
+            continue
+        if dest in on_line or getattr(args, dest, None) != defaults[dest]:
             given.setdefault(condition, []).append("--" + dest.replace("_", "-"))
     for condition, options in given.items():
         holds, refusal = facts[condition]

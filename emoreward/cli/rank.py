@@ -177,7 +177,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     z.add_argument("--runs", type=positive_int, default=1, help="repeated runs per pair and order")
     z.add_argument("--no-swap", action="store_true", help="judge the normal order only")
     z.add_argument("--combine", choices=["each", "consensus"], default="each",
-                   help="'each' verdict is a record, or one 'consensus' record per pair (disagreement = tie)")
+                   help="'each' verdict is a record, or one 'consensus' record per pair and run (of its two "
+                   "orders; disagreement = tie)")
     # fmt: on
 
 
@@ -191,6 +192,11 @@ def check_rank_options(args: argparse.Namespace) -> None:
         raise ValueError("--method hierarchical ranks the --hierarchical groups: give --hierarchical 'A,B|C,D' or K")
     if args.hierarchical and args.method not in ("full", "hierarchical"):
         raise ValueError(f"--hierarchical is a --method full option; {args.method} picks its own pairs")
+    if args.hierarchical and args.method == "full" and "method" in getattr(args, "_given", ()):
+        raise ValueError(
+            "--method full judges every pair of models and --hierarchical only the within-group and the group "
+            "winners' pairs: give --method hierarchical, or leave --method out"
+        )
     check_applicable(args, APPLIES, applicability_facts(args))
     inputs = named_input_paths(args, RANK_OUTPUTS)  # files and folders: no output inside a model folder
     for option in RANK_OUTPUTS:

@@ -63,7 +63,7 @@ class EmotionReward:
             multimodal model looks for ``<media_root>/video/<sample_id>.mp4`` (``audio/<sample_id>.wav``).
         on_unused_media (`"warn"`, `"error"` or `"ignore"`): a text-only model given video / audio paths warns once
             (default), raises ValueError, or says nothing.
-        batch_size (`int`): sequences per forward pass.
+        batch_size (`int`): sequences per forward pass, >= 1 (`models.base.check_batch_size`, checked first).
         scale (`float`): multiply rewards by this (e.g. to weigh this reward against others); finite (ValueError).
         name (`str`, *optional*): the name GRPOTrainer logs the reward under (``rewards/<name>/mean``); default
             ``emotion_reward_<8 hex>``, the model's content identity (`default_reward_name`): two functions of two
@@ -98,6 +98,9 @@ class EmotionReward:
             )
         if on_unused_media not in ("warn", "error", "ignore"):
             raise ValueError(f"on_unused_media must be 'warn', 'error' or 'ignore', got {on_unused_media!r}")
+        from emoreward.models.base import check_batch_size
+
+        batch_size = check_batch_size(batch_size)  # the scoring routes' one rule, before the model is loaded
         if isinstance(model, (str, Path)):
             from emoreward.models.loading import DEFAULT_ENGINE, open_reward_model
 

@@ -69,6 +69,19 @@ def broadcast_contexts(
         raise ValueError(f"contexts: {err}") from None
 
 
+def check_batch_size(batch_size: Any, where: str = "batch_size") -> int | None:
+    """A scoring batch size as every Python route takes it: None (the model's default) or an integer >= 1 (not a
+    bool, not a float); the command-line options (`positive_int`) and `EMOREWARD_RM_BATCH_SIZE` refuse the same.
+
+    Raises:
+        ValueError: naming `where` and the value."""
+    if batch_size is None:
+        return None
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"{where}={batch_size!r}: expected an integer >= 1 (or None: the model's default)")
+    return int(batch_size)
+
+
 def scoring_inputs(
     descriptions: Sequence[str], contexts: Sequence[RewardContext | str | None] | RewardContext | str | None
 ) -> tuple[list[str], list[RewardContext]]:
@@ -469,7 +482,9 @@ class RewardModelBase:
             ValueError: a missing (None, NaN) or non-text description, naming its position, or contexts whose
                 number is not `N` or of another type (`scoring_inputs`, before any model work); what the model's
                 `score_contexts` raises.
-            NonFiniteRewardError: a reward is NaN or infinite (`check_finite_rewards`)."""
+            NonFiniteRewardError: a reward is NaN or infinite (`check_finite_rewards`); ValueError: a batch size
+                that is not None or an integer >= 1 (`check_batch_size`)."""
+        batch_size = check_batch_size(batch_size)
         descriptions, contexts = scoring_inputs(descriptions, contexts)
         info = self.score_contexts(descriptions, contexts, batch_size=batch_size, **options)
         check_finite_rewards(self, info.rewards, descriptions, contexts)
@@ -532,6 +547,7 @@ def load_reward_model(directory: str | Path, **kwargs: Any) -> RewardModel:
 
 
 __all__ = [
+    "check_batch_size",
     "SETTINGS_FILE",
     "TRAINED_JUDGE_FILE",
     "TRAINING_DATA_FILE",

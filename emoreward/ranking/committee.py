@@ -37,10 +37,14 @@ whatever the order, a reward model) -> verdict, INVALID included (an INVALID ver
 
 @dataclass
 class MemberRun:
-    """One member's verdicts on the table (`MemberVerdicts`) and what they cost (the keys of a single judge's)."""
+    """One member's verdicts on the table (`MemberVerdicts`), what they cost (the keys of a single judge's) and, for a
+    member that can count them (a reward model), the descriptions it cut to its length limit per model
+    (``n_truncated``, as `truncation_counts`; None: cannot count) with that limit (``max_length``, tokens)."""
 
     verdicts: dict[PairKey, dict[Any, Verdict]]
     cost: dict[str, Any]
+    n_truncated: dict[str, int] | None = None
+    max_length: int | None = None
 
 
 @dataclass
@@ -153,13 +157,15 @@ def reward_model_member(
     score cache, the verdict of each score difference), one per pair (slot ``None``)."""
     from emoreward.models.precision import precision_record
     from emoreward.ranking.rank import scoring_cost
-    from emoreward.ranking.scoring import records_from_scores, score_table
+    from emoreward.ranking.scoring import records_from_scores, score_table, truncation_counts
 
     threshold = model.settings.tie_threshold if tie_threshold is None else tie_threshold
     scores = score_table(model, table, cache, batch_size=batch_size)
     records = records_from_scores(scores, threshold)
     cost = {**scoring_cost(scores, records), "tie_threshold": threshold, "precision": precision_record(model)}
-    return MemberRun({(r.sample, r.item_a, r.item_b): {None: r.outcome} for r in records}, cost)
+    verdicts = {(r.sample, r.item_a, r.item_b): {None: r.outcome} for r in records}
+    limit = getattr(getattr(model, "settings", None), "max_length", None)
+    return MemberRun(verdicts, cost, truncation_counts(scores), limit)
 
 
 def judge_member(
@@ -202,13 +208,20 @@ def rank_with_committee(
     }
     info = dict(committee or {})
     info["verdicts"] = votes.counts
+    for m, run in members.items():  # what each member cut, where it can count (a reward model)
+        cost["members"][m] = {**cost["members"][m], "n_truncated": run.n_truncated, "max_length": run.max_length}
+    counted = [run for run in members.values() if run.n_truncated is not None]
+    limits = {run.max_length for run in counted}
     meta = {
         "tie_model": fits.ties.estimate.model,
         "n_samples": table.n_samples,
         "n_models": table.n_models,
         "committee": info,
+        "max_length": limits.pop() if len(limits) == 1 else None,  # the members' one limit, where they share it
     }
-    report = fits.report(table.models, table.lengths(), cost, meta)
+    # per model, the most descriptions a member cut (None: no member can count): the warning of a single judge's
+    n_truncated = {m: max(run.n_truncated.get(m, 0) for run in counted) for m in table.models} if counted else None
+    report = fits.report(table.models, table.lengths(), cost, meta, n_truncated=n_truncated)
     report.warnings = ranking_warnings(report) + committee_warnings(weights, info)
     return report
 

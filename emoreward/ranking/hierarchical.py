@@ -29,10 +29,11 @@ class HierarchicalResult:
         groups (`list[list[str]]`): the groups as given.
         group_results (`list[BTResult]`): the within-group fit of each group (``None`` for a one-item group).
         final (`BTResult`): the fit over the group winners.
-        winner (`str`): the best item overall (``final.ranking[0]``).
+        winner (`str`): the best item overall (`_top` of the final fit).
         n_comparisons (`int`): records used in all stages together.
-        warnings (`list[str]`): a stage whose top two scores are equal (its pick between them is arbitrary), one
-            sentence each; a report lists them with its other warnings.
+        warnings (`list[str]`): a stage whose top two scores are equal (its pick between them is by content order,
+            not by the judgements), one sentence each; a report lists them with its other warnings.
+        group_winners (`list[str]`): the winner of each group, in group order (`_top` of its fit).
     """
 
     groups: list[list[str]]
@@ -41,11 +42,7 @@ class HierarchicalResult:
     winner: str
     n_comparisons: int
     warnings: list[str] = field(default_factory=list)
-
-    @property
-    def group_winners(self) -> list[str]:
-        """The winner of each group, in group order."""
-        return [g[0] if res is None else res.ranking[0] for g, res in zip(self.groups, self.group_results)]
+    group_winners: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict of every stage."""
@@ -64,6 +61,7 @@ def rank_hierarchical(
     records: Iterable[PairwiseRecord] | RecordsFn,
     groups: Sequence[Sequence[str]],
     fit_fn: FitFn = fit_binarized_bradley_terry,
+    order: Sequence[str] | None = None,
 ) -> HierarchicalResult:
     """EMER-Ranker's hierarchical comparison (EMER-Ranker, section 5).
 
@@ -77,6 +75,9 @@ def rank_hierarchical(
             requested item pairs, called once per group and once for the final.
         groups (`Sequence[Sequence[str]]`): at least two disjoint, non-empty groups of item names.
         fit_fn (`Callable[[PairwiseCounts], BTResult]`): the fit of every stage (default: binarized W).
+        order (`Sequence[str]`, optional): every item, in the order that breaks a tie at the top of a stage (a
+            description table's `models`, in the order of their content, so renaming the models changes no pick);
+            default: the items' names.
 
     Returns:
         `HierarchicalResult` with per-group fits, the final fit over the group winners and the overall winner.
@@ -95,6 +96,7 @@ def rank_hierarchical(
         raise ValueError(f"rank_hierarchical: groups must be disjoint, got {groups}")
     pool = None if callable(records) else list(records)
     n_used = 0
+    rank = {item: k for k, item in enumerate(order if order is not None else sorted(flat))}
 
     def stage(stage_items: list[str]) -> BTResult:
         nonlocal n_used
@@ -115,18 +117,23 @@ def rank_hierarchical(
     for g in groups:
         res = stage(g) if len(g) > 1 else None
         group_results.append(res)
-        winners.append(g[0] if res is None else _top(res, f"group {g}", notes))
+        winners.append(g[0] if res is None else _top(res, f"group {g}", notes, rank))
     final = stage(winners)
-    return HierarchicalResult(groups, group_results, final, _top(final, "final stage", notes), n_used, notes)
+    winner = _top(final, "final stage", notes, rank)
+    return HierarchicalResult(groups, group_results, final, winner, n_used, notes, winners)
 
 
-def _top(result: BTResult, where: str, notes: list[str]) -> str:
-    """Best item; a sentence in ``notes`` when the top two scores are equal (the order between them is arbitrary)."""
-    order = np.sort(result.scores)[::-1]
-    if order.size > 1 and order[0] - order[1] < SCORE_TOLERANCE:
-        tied = [m for m, v in zip(result.items, result.scores) if order[0] - v < SCORE_TOLERANCE]
-        notes.append(
-            f"hierarchical scheme, {where}: {', '.join(map(repr, tied))} have equal scores at the top; "
-            f"{result.ranking[0]!r} was picked (an arbitrary choice between them)."
-        )
-    return result.ranking[0]
+def _top(result: BTResult, where: str, notes: list[str], rank: dict[str, int]) -> str:
+    """Best item; between items whose scores are equal at the top, the first in `rank` (the content order), with a
+    sentence in ``notes`` (the judgements do not decide between them)."""
+    best = float(np.max(result.scores))
+    tied = [m for m, v in zip(result.items, result.scores) if best - v < SCORE_TOLERANCE]
+    if len(tied) == 1:
+        return tied[0]
+    pick = min(tied, key=lambda m: (rank.get(m, len(rank)), m))
+    notes.append(
+        f"hierarchical scheme, {where}: {', '.join(map(repr, sorted(tied, key=lambda m: (rank.get(m, len(rank)), m))))} "
+        f"have equal scores at the top; {pick!r} was picked by the order of the models' content (the judgements do "
+        "not decide between them)."
+    )
+    return pick

@@ -175,7 +175,7 @@ class Hierarchical(Method):
             records.extend(got)
             return got
 
-        result = rank_hierarchical(stage, self.groups)
+        result = rank_hierarchical(stage, self.groups, order=table.models)  # a tie at the top: content order
         report = queries_report(table, answer, asked, records, fit, result.group_winners, result)
         annotator.finish(report, answer)
         return report

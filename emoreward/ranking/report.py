@@ -58,7 +58,8 @@ class RankingReport:
         paper (`BootstrapCI` or `None`): EmoPrefer's appendix-F fit when ``ties`` is another tie model.
         reward_effects (`RewardEffects` or `None`): the fit on the raw reward differences (reward-model judges).
         n_truncated (`dict[str, int]` or `None`): per model, descriptions cut to the judge's length limit
-            (:func:`truncation_counts`); ``None`` when the judge does not say.
+            (:func:`truncation_counts`); for a committee, the most any member cut (each member's count in
+            ``cost["members"]``); ``None`` when no judge says.
         warnings (`list[str]`): :func:`ranking_warnings`.
         controlled (`ControlledFit` or `None`): the length-controlled fit (`emoreward.ranking.length_control`).
     """

@@ -63,6 +63,10 @@ RANK = [
     ("bpa-alpha", "rm", ["--method", "bpa", "--alpha", "0.1"], "--alpha is a --method full option"),
     ("bpa-tie-model", "rm", ["--method", "bpa", "--tie-model", "rao-kupper"], "--tie-model is a --method full option"),
     ("bpa-no-length-control", "rm", ["--method", "bpa", "--no-length-control"], "--no-length-control is a --method full"),
+    # given at its default value: still given (it was accepted and ignored, exit 0)
+    ("bpa-tie-model-default", "rm", ["--method", "bpa", "--tie-model", "davidson"], "--tie-model is a --method full"),
+    ("bpa-n-boot-default", "rm", ["--method", "bpa", "--n-boot=1000"], "--n-boot is a --method full option"),
+    ("full-hierarchical", "rm", ["--method", "full", "--hierarchical", "2"], "--method full judges every pair of"),
     # a cache folder with no cache: the option pair refused in this direction too (it was ignored with exit 0)
     ("no-cache-cache-dir", "rm", ["--no-cache"], "--cache-dir applies where a cache is kept; --no-cache keeps none"),
     ("full-budget", "rm", ["--budget", "5"], "--budget is a --method bpa option"),  # the direction refused before

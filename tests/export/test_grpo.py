@@ -70,6 +70,17 @@ def test_media_columns_and_errors(reward_model):
     assert completion_text([{"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}]) == "a\nb"
 
 
+@pytest.mark.parametrize("batch_size", [0, -3, 2.5, True, "8"])
+def test_a_batch_size_that_is_no_positive_integer_is_refused_on_every_python_route(reward_model, batch_size):
+    """`EmotionReward(batch_size=...)` (before any model work) and `score` / `score_info` refuse what the
+    command-line options and EMOREWARD_RM_BATCH_SIZE refuse (0 meant the default, -3 one per batch, 2.5 was taken)."""
+    with pytest.raises(ValueError, match=r"batch_size=.*expected an integer >= 1"):
+        EmotionReward(reward_model, batch_size=batch_size)
+    with pytest.raises(ValueError, match=r"batch_size=.*expected an integer >= 1"):
+        reward_model.score(["calm"], batch_size=batch_size)
+    assert reward_model.score(["calm"], batch_size=np.int64(1)).shape == (1,)
+
+
 def test_long_completions_are_counted_and_warned_once(reward_model, caplog):
     import copy
     import dataclasses

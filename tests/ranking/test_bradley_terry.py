@@ -389,6 +389,32 @@ def test_rank_hierarchical_static_records_and_function():
         rank_hierarchical(records, [items])
 
 
+def test_a_tie_at_the_top_of_a_stage_is_broken_by_content_order_not_by_name():
+    """alpha and beta split their comparisons evenly and both beat gamma: the group's two top scores are equal. The
+    pick follows `order` (a table's models in the order of their content), so renaming the models changes no pick and
+    no score (it followed the names: a renamed twin sent the other model to the final)."""
+    from emoreward.ranking.records import PairwiseRecord
+
+    def records(names):
+        a, b, c, d = names
+        out = [PairwiseRecord(a, b, "1" if k % 2 else "2", sample=f"s{k}") for k in range(8)]
+        out += [PairwiseRecord(x, c, "1" if k < 6 else "2", sample=f"s{k}") for k in range(8) for x in (a, b)]
+        return out + [PairwiseRecord(d, x, "1" if k < 5 else "2", sample=f"s{k}") for k in range(8) for x in (a, b)]
+
+    original, renamed = ["alpha", "beta", "gamma", "delta"], ["zz1", "aa2", "mm3", "bb4"]
+    picks = {}
+    for names in (original, renamed):
+        a, b, c, d = names
+        for order in ([b, a, c, d], [a, b, c, d]):
+            result = rank_hierarchical(records(names), [[a, b, c], [d]], order=order)
+            picks[(names[0], order[0])] = (result.group_winners, result.winner, sorted(result.final.scores))
+            assert result.group_winners[0] == order[0]
+            assert any(f"{order[0]!r} was picked by the order of the models' content" in w for w in result.warnings)
+    assert picks[("alpha", "beta")][0] == ["beta", "delta"] and picks[("zz1", "aa2")][0] == ["aa2", "bb4"]
+    assert picks[("alpha", "beta")][2] == picks[("zz1", "aa2")][2]  # the same scores under the renaming
+    assert picks[("alpha", "alpha")][2] == picks[("zz1", "zz1")][2]
+
+
 # ---------------------------------------------------------------------------------------------------------- plots
 
 

@@ -208,6 +208,19 @@ def test_empty_and_truncated_descriptions_are_counted_and_reported(tmp_path, tin
     assert truncation_counts(scores)["delta"] == int(model.score_info(texts).truncated.sum()) == 6
     again = score_table(model, table, ScoreCache(tmp_path / "cache.jsonl"))  # from the cache alone
     assert again.n_scored == 0 and truncation_counts(again) == truncation_counts(scores)
+    # a committee of reward models counts what its members cut: each member's count, the most any member cut, and
+    # the warning a single judge's report gives
+    from emoreward.ranking.committee import MemberRun, rank_with_committee, reward_model_member
+
+    members = {"rm": reward_model_member(model, table), "rm2": reward_model_member(model, table)}
+    committee = rank_with_committee(members, {"rm": 1.0, "rm2": 1.0}, table, n_boot=5)
+    assert committee.n_truncated == report["n_truncated"]
+    assert committee.cost["members"]["rm2"]["n_truncated"] == report["n_truncated"]
+    assert "6 descriptions are longer than the judge reads (32 tokens) and were cut when scored: delta 6." in (
+        committee.warnings
+    )
+    uncounted = {"rm": MemberRun(members["rm"].verdicts, dict(members["rm"].cost))}  # a judge that cannot count
+    assert rank_with_committee(uncounted, {"rm": 1.0}, table, n_boot=5).n_truncated is None
 
 
 def test_report_for_scores_without_truncation_flags(tmp_path, tiny_rm_dir):
