@@ -5,6 +5,7 @@ with LoRA through TRL raise the gold verdict's probability, the saved folder is 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -547,11 +548,27 @@ def test_a_pairs_two_orders_share_every_batch(stage, tmp_path, base_chat_model):
     assert list(sampler) == first == [i for b in together for i in b]
 
 
-def test_a_sampler_field_is_refused_where_the_orders_are_drawn_together(tmp_path, base_chat_model):
+def test_a_sampler_field_is_refused_where_the_orders_are_drawn_together(tmp_path, base_chat_model, capsys):
+    """TRL's sampler fields, and an odd batch x accumulation (a pair's two orders could not share a step), are refused
+    with orders_together, in Python and through `emoreward train` (exit 2, one line, nothing written)."""
+    from emoreward.cli.main import main
     from emoreward.training.judge_config import JudgeTrainConfig
 
     with pytest.raises(ValueError, match=r"packing=True does not apply with orders_together=True"):
         JudgeTrainConfig(model_name_or_path=str(base_chat_model), output_dir=str(tmp_path), packing=True)
+    odd = "needs an even per_device_train_batch_size x gradient_accumulation_steps (got 3 x 1)"
+    with pytest.raises(ValueError, match=re.escape(odd)):
+        JudgeTrainConfig(
+            model_name_or_path=str(base_chat_model), output_dir=str(tmp_path), per_device_train_batch_size=3
+        )
+    JudgeTrainConfig(
+        model_name_or_path=str(base_chat_model), output_dir=str(tmp_path), per_device_train_batch_size=1,
+        gradient_accumulation_steps=16,
+    )  # fmt: skip  # both orders in one optimizer step (the Omni recipe's setting)
+    path = recipe(tmp_path, base_chat_model, train_file=str(write_pairs(tmp_path)))
+    assert main(["train", "--config", str(path), "--per_device_train_batch_size", "3"]) == 2
+    assert odd in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
     JudgeTrainConfig(
         model_name_or_path=str(base_chat_model), output_dir=str(tmp_path), orders_together=False,
         train_sampling_strategy="sequential",

@@ -463,9 +463,11 @@ def dpo_arguments(config: JudgeTrainConfig, **stage: Any):
 class OrdersTogetherSampler:
     """A shuffle of a judge's training rows that keeps each pair's rows next to each other: the pairs (``groups``:
     each row's pair, `PAIR_COLUMN`) in an order drawn from a generator seeded with ``seed + epoch`` (`set_epoch` is
-    called before every epoch), each pair's rows in their own order (as given, then swapped). With an even batch size
-    every SFT batch holds both orders of each of its pairs, so its "1" and "2" targets balance and no batch rewards
-    one answer position over the other (TRL's random sampler puts the two orders in different batches: a batch of
+    called before every epoch), each pair's rows in their own order (as given, then swapped). An optimizer step takes
+    a contiguous run of rows (batches are dealt to processes in turn), so with an even batch size x accumulation (the
+    recipe refuses an odd one) every SFT step holds both orders of each of its pairs, and with an even batch size
+    every batch does: the "1" and "2" targets balance and no step rewards one answer position over the other (in
+    DPO a gold tie's four rows may straddle two batches, each half balanced on its own) (TRL's random sampler puts the two orders in different batches: a batch of
     16 holds about 8 +- 2 "2" answers, and Adam follows that tilt). The order of an epoch depends on the seed,
     the epoch and the rows' pairs alone.
 

@@ -59,8 +59,9 @@ class JudgeTrainConfig(SFTConfig):
     orders_together: bool = field(
         default=True,
         metadata={
-            "help": "draw each pair's two orders into the same batch (an even per_device_train_batch_size): the "
-            "targets balance, no batch rewards one answer position; false: TRL's sampler (train_sampling_strategy)"
+            "help": "draw each pair's two orders side by side, into one optimizer step (one batch with an even "
+            "per_device_train_batch_size): the targets balance, no step rewards one answer position; false: TRL's "
+            "sampler (train_sampling_strategy)"
         },
     )
     # preference optimisation
@@ -96,6 +97,14 @@ class JudgeTrainConfig(SFTConfig):
         super().__post_init__()
         if self.cv_folds < 0 or self.cv_folds == 1:
             raise ValueError(f"cv_folds must be 0 or at least 2, got {self.cv_folds}")
+        step = self.per_device_train_batch_size * self.gradient_accumulation_steps
+        if self.orders_together and step % 2:
+            raise ValueError(
+                f"orders_together=True draws both orders of a pair into one optimizer step, which needs an even "
+                f"per_device_train_batch_size x gradient_accumulation_steps (got {self.per_device_train_batch_size} "
+                f"x {self.gradient_accumulation_steps}): make one of them even, or set orders_together=false "
+                "(TRL's sampler)"
+            )
         if self.ties not in ("train", "drop"):
             raise ValueError(f"ties={self.ties!r} is not one of ['train', 'drop'] (a judge answers tie or skips it)")
         if self.dpo_epochs < 0 or self.dpo_beta <= 0:
