@@ -130,10 +130,9 @@ def _top(result: BTResult, where: str, notes: list[str], rank: dict[str, int]) -
     tied = [m for m, v in zip(result.items, result.scores) if best - v < SCORE_TOLERANCE]
     if len(tied) == 1:
         return tied[0]
-    pick = min(tied, key=lambda m: (rank.get(m, len(rank)), m))
+    tied.sort(key=lambda m: (rank.get(m, len(rank)), m))
     notes.append(
-        f"hierarchical scheme, {where}: {', '.join(map(repr, sorted(tied, key=lambda m: (rank.get(m, len(rank)), m))))} "
-        f"have equal scores at the top; {pick!r} was picked by the order of the models' content (the judgements do "
-        "not decide between them)."
+        f"hierarchical scheme, {where}: {', '.join(map(repr, tied))} have equal scores at the top; {tied[0]!r} was "
+        "picked by the order of the models' content (the judgements do not decide between them)."
     )
-    return pick
+    return tied[0]

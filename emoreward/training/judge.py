@@ -327,10 +327,9 @@ class MediaVerdictCollator:
         import torch
 
         examples = [self.examples[int(r["index"])] for r in rows]
-        if self.mode == "sft":
-            seqs = [self._sequence(e[0], e[1]) for e in examples]
-        else:
-            seqs = [self._sequence(e[0], e[1]) for e in examples] + [self._sequence(e[0], e[2]) for e in examples]
+        seqs = [self._sequence(e[0], e[1]) for e in examples]  # the target (SFT) or the chosen verdict (DPO)
+        if self.mode != "sft":
+            seqs += [self._sequence(e[0], e[2]) for e in examples]  # then every rejected one
         width = max(int(row["input_ids"].shape[1]) for row, _ in seqs)
         pad_id = self.backend.tokenizer.pad_token_id
         out: dict = {}
@@ -466,10 +465,10 @@ class OrdersTogetherSampler:
     called before every epoch), each pair's rows in their own order (as given, then swapped). An optimizer step takes
     a contiguous run of rows (batches are dealt to processes in turn), so with an even batch size x accumulation (the
     recipe refuses an odd one) every SFT step holds both orders of each of its pairs, and with an even batch size
-    every batch does: the "1" and "2" targets balance and no step rewards one answer position over the other (in
-    DPO a gold tie's four rows may straddle two batches, each half balanced on its own) (TRL's random sampler puts the two orders in different batches: a batch of
-    16 holds about 8 +- 2 "2" answers, and Adam follows that tilt). The order of an epoch depends on the seed,
-    the epoch and the rows' pairs alone.
+    every batch does: the "1" and "2" targets balance and no step rewards one answer position over the other. In
+    DPO a gold tie's four rows may straddle two batches, each half balanced on its own. TRL's random sampler puts
+    the two orders in different batches (a batch of 16 holds about 8 +- 2 "2" answers, and Adam follows that tilt).
+    The order of an epoch depends on the seed, the epoch and the rows' pairs alone.
 
     Args:
         groups: each row's pair index, length ``len(dataset)``.
