@@ -65,8 +65,37 @@ def test_section_counts_ties_as_stated_and_puts_the_length_judge_beside():
     assert "**IN-SAMPLE: 2 of 3 negatives**" in text
     assert text.split("| emotion_flip |")[1].split("\n")[0].endswith(" 2 |")
     assert text.split("| all kinds |")[1].split("\n")[0].endswith(" 2 |")
-    with pytest.raises(ValueError, match="2 flags for 3 negatives"):
+    with pytest.raises(ValueError, match="in_sample: 2 values for 3 negatives"):
         controlled_section([flip, cue, same], normal, swapped, "hand", in_sample=[True, False])
+
+
+def test_a_reward_models_order_with_no_tie_threshold_is_counted_beside_its_verdicts():
+    flip = make_negative("a", "She is happy.", "emotion_flip", 7, 12, "sad")
+    cue = make_negative("b", "He is smiling.", "evidence_contradiction", 6, 13, "frowning", modality="face")
+    same = make_negative("c", "She is calm.", "emotion_flip", 7, 11, "cool")
+    # the calibrated threshold made the first two ties; their margins still order them: +0.01 right, -0.02 wrong;
+    # the third is right by 0.5, and a NaN margin (unreadable media) is invalid, not a preference
+    normal, swapped = [["tie", "tie", "1"]], [["tie", "tie", "1"]]
+    section = controlled_section([flip, cue, same], normal, swapped, "hand", margins=[0.01, -0.02, 0.5])
+    flips = section["kinds"]["emotion_flip"]["judge"]
+    assert flips["rate"] == 50.0 and flips["ties"] == 1
+    assert flips["no_tie_threshold"]["prefers_original"] == 2 and flips["no_tie_threshold"]["rate"] == 100.0
+    assert section["kinds"]["evidence_contradiction"]["judge"]["no_tie_threshold"]["rate"] == 0.0
+    ordered = section["all"]["judge"]["no_tie_threshold"]
+    assert ordered["prefers_original"] == 2 and ordered["ci95"] == pytest.approx(list(wilson_interval(2, 3)))
+    text = controlled_markdown(section)
+    assert "No tie threshold:" in text and "| no tie threshold |" in text
+    assert text.split("| emotion_flip | 2 | 50.0 [")[1].split(" | ")[2].startswith("100.0 [")
+    nan = controlled_section([flip], [["invalid"]], [], "hand", margins=[float("nan")])
+    assert (
+        nan["all"]["judge"]["no_tie_threshold"]["invalid"] == 1
+        and nan["all"]["judge"]["no_tie_threshold"]["rate"] == 0.0
+    )
+    # a generative judge has no margins: no such figure, no such column
+    plain = controlled_section([flip, cue, same], normal, swapped, "hand")
+    assert "no_tie_threshold" not in plain["all"]["judge"] and "no tie threshold" not in controlled_markdown(plain)
+    with pytest.raises(ValueError, match="margins: 2 values for 3 negatives"):
+        controlled_section([flip, cue, same], normal, swapped, "hand", margins=[0.1, 0.2])
 
 
 def pairs_file(path):
@@ -115,6 +144,19 @@ def test_evaluate_reports_the_section_from_generated_negatives_and_a_file(model_
         if of_kind:  # a reward model is swap-consistent by construction
             assert row["judge"]["swap_consistency"] == 100.0
             assert row["judge"]["swapped_order"]["rate"] == row["judge"]["rate"]
+    # the reward's own order, from rewards the model gives the same texts (scored here again)
+    # (other batches: equal within the precision's bound, `reward_tolerance`, so margins inside it may go either way)
+    from emoreward.models import load_reward_model
+    from emoreward.models.precision import model_precision_name, reward_tolerance
+
+    model = load_reward_model(str(model_dir))
+    originals, edited = model.score([n.original for n in negatives]), model.score([n.negative for n in negatives])
+    margins = originals - edited
+    tol = 2 * reward_tolerance(
+        model_precision_name(model), magnitude=float(max(abs(originals).max(), abs(edited).max()))
+    )
+    got = section["all"]["judge"]["no_tie_threshold"]["prefers_original"]
+    assert sum(margins > tol) <= got <= sum(margins > -tol) and sum(margins > tol) > 0
     markdown = (tmp_path / "report.md").read_text()
     assert "### Controlled errors" in markdown and "### Controlled errors" in capsys.readouterr().out
     assert f"| all kinds | {len(negatives)} | {section['all']['judge']['rate']:.1f} [" in markdown
@@ -174,11 +216,14 @@ def test_pooled_folds_equal_the_section_of_all_negatives():
         make_negative("d", "A slight smile.", "intensity_mismatch", 2, 8, "strong"),
     ]
     normal, swapped = [["1", "tie", "2", "1"]], [["1", "2", "2", "invalid"]]
-    whole = controlled_section(negs, normal, swapped, "x")
-    parts = [controlled_section(negs[:2], [normal[0][:2]], [swapped[0][:2]], "x"),
-             controlled_section(negs[2:], [normal[0][2:]], [swapped[0][2:]], "x")]  # fmt: skip
+    margins = [0.3, -0.1, 0.0, float("nan")]  # a reward model's: its order with no tie threshold pools too
+    whole = controlled_section(negs, normal, swapped, "x", margins=margins)
+    parts = [controlled_section(negs[:2], [normal[0][:2]], [swapped[0][:2]], "x", margins=margins[:2]),
+             controlled_section(negs[2:], [normal[0][2:]], [swapped[0][2:]], "x", margins=margins[2:])]  # fmt: skip
     pooled = pool_sections(parts, "x")
     assert rounded(pooled["kinds"]) == rounded(whole["kinds"]) and rounded(pooled["all"]) == rounded(whole["all"])
+    assert pooled["all"]["judge"]["no_tie_threshold"] == whole["all"]["judge"]["no_tie_threshold"]
+    assert [whole["all"]["judge"]["no_tie_threshold"][k] for k in ("prefers_original", "ties", "invalid")] == [1, 1, 1]
     assert pooled["n_negatives"] == 4 and pooled["n_sections"] == 2
     flags = [True, False, False, True]  # in-sample counts add up too; one unknown part makes the pool unknown
     whole = controlled_section(negs, normal, swapped, "x", flags)
@@ -213,3 +258,33 @@ def test_the_section_counts_distinct_negatives_as_the_pair_loader_identifies_the
     assert section["n_negatives"] == 4 and section["all"]["n"] == 4
     for row in section["kinds"].values():
         assert row["n"] == 1 and [round(x, 1) for x in row["judge"]["ci95"]] in ([0.0, 79.3], [20.7, 100.0])
+
+
+def test_an_edit_is_its_substitution_and_new_edits_are_counted_apart():
+    from emoreward.evaluation.controlled import new_edit_flags, pool_sections
+
+    happy = make_negative("a", "She is happy.", "emotion_flip", 7, 12, "sad")
+    happy_too = make_negative("b", "Happy, he laughs.", "emotion_flip", 0, 5, "Sad")  # the same words, other case
+    glad = make_negative("c", "She is glad.", "emotion_flip", 7, 11, "sad")  # another word replaced
+    quiet = make_negative("d", "He is smiling. He is quiet.", "modality_omission", 14, 27, "", modality="voice")
+    quiet_too = make_negative("e", "She smiles. Her voice is soft.", "modality_omission", 11, 30, "", modality="voice")
+    assert happy.edit() == happy_too.edit() != glad.edit() and quiet.edit() == quiet_too.edit()
+    negatives = [happy_too, glad, quiet_too]
+    assert new_edit_flags(negatives, {happy.edit_key(), quiet.edit_key()}) == [False, True, False]
+    assert new_edit_flags(negatives, frozenset()) is None  # trained on no negatives: nothing to tell apart
+    # the section over the new edits alone: glad -> sad, judged "1" and ordered the right way
+    normal, swapped = [["tie", "1", "1"]], [["tie", "1", "1"]]
+    flags = [False, True, False]
+    section = controlled_section(negatives, normal, swapped, "x", margins=[0.1, 0.2, 0.3], new_edit=flags)
+    new = section["kinds"]["emotion_flip"]["new_edits"]
+    assert new["n"] == 1 and new["judge"]["rate"] == 100.0 and new["judge"]["no_tie_threshold"]["rate"] == 100.0
+    assert new["length_judge"]["prefers_original"] == 1  # glad -> sad: the original is longer
+    assert section["all"]["new_edits"]["n"] == 1 and section["kinds"]["modality_omission"]["new_edits"]["n"] == 0
+    assert section["kinds"]["emotion_flip"]["judge"]["rate"] == 50.0  # the whole kind: the tie counts against
+    text = controlled_markdown(section)
+    assert "| emotion_flip | 1 | 100.0 [" in text.split("Edits no negative the judge trained on made")[1]
+    parts = [controlled_section(negatives[:1], [["tie"]], [["tie"]], "x", margins=[0.1], new_edit=flags[:1]),
+             controlled_section(negatives[1:], [["1", "1"]], [["1", "1"]], "x", margins=[0.2, 0.3],
+                                new_edit=flags[1:])]  # fmt: skip
+    assert rounded(pool_sections(parts, "x")["all"]) == rounded(section["all"])
+    assert "new_edits" not in controlled_section(negatives, normal, swapped, "x")["all"]

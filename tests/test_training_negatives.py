@@ -108,6 +108,26 @@ def test_train_with_controlled_negatives_end_to_end(tiny_bert_dir, tmp_path, cap
     assert all(f["n_train"] == 12 and f["n_train_negatives"] > 0 for f in folds)  # the human pairs, then the negatives
     assert f"12 human pairs + {folds[0]['n_train_negatives']} controlled negatives" in capsys.readouterr().out
     assert synthetic_pairs  # the tiny recipe's pairs: preferred descriptions with emotion words
+    # each fold's held-out negatives are flagged new where no training negative of that fold made their edit: the
+    # counts recomputed from the fold's own pairs (its held-out samples are the ones it scored)
+    from emoreward.data.pairs import load_pairs
+    from emoreward.evaluation.controlled import new_edit_flags
+
+    recipe_config = load_config(recipe)
+    pairs = load_pairs(recipe_config.train_file)
+    for fold in folds:
+        held = set(fold["pair_rewards"]["sample_id"])
+        test = [p for p in pairs if p.sample_id in held]
+        trained = training_pairs(recipe_config, [p for p in pairs if p.sample_id not in held]).edits
+        negatives = generate_negatives(test).negatives
+        flags = new_edit_flags(negatives, trained)
+        section = fold["controlled_errors"]
+        assert section["all"]["new_edits"]["n"] == sum(flags) and section["n_negatives"] == len(negatives)
+        for kind, row in section["kinds"].items():
+            assert row["new_edits"]["n"] == sum(f for f, n in zip(flags, negatives) if n.kind == kind)
+    pooled = report["cross_validation"]["controlled_errors"]
+    assert pooled["all"]["new_edits"]["n"] == sum(f["controlled_errors"]["all"]["new_edits"]["n"] for f in folds)
+    assert "Edits no negative the judge trained on made" in (tmp_path / "out" / "report.md").read_text()
 
 
 def test_negatives_match_by_content_not_sample_id_and_a_foreign_file_is_refused(tmp_path):
@@ -187,3 +207,12 @@ def test_evaluate_flags_the_negatives_a_model_trained_on(tiny_bert_dir, tmp_path
     assert main(argv) == 0
     own = json.loads((tmp_path / "t.json").read_text())
     assert own["n_in_sample_pairs"] == 24 and own["controlled_errors"]["n_in_sample"] == n
+    # the record keeps the negatives' edits: the very negatives it trained on make no new edit; of the new pairs'
+    # negatives, those whose edit none of them made are counted apart (recomputed here from the two files)
+    assert record["negative_edits"] == sorted({t.edit_key() for t in trained})
+    assert own["controlled_errors"]["all"]["new_edits"]["n"] == 0
+    from emoreward.data.negatives import generate_negatives
+
+    theirs = generate_negatives([*new, holding]).negatives  # what `evaluate --data held.csv` generated
+    expected = sum(t.edit_key() not in set(record["negative_edits"]) for t in theirs)
+    assert fresh["all"]["new_edits"]["n"] == expected > 0

@@ -263,9 +263,9 @@ def run_zero_shot(
             cost.add("pairs", **_calls_since(stats, *mark))
             results[strategy] = result
             if controlled is not None:
-                negatives, source, flags = ControlledSet(*controlled)
+                negatives, source, flags, new_edit = ControlledSet(*controlled)
                 sections[strategy] = controlled_errors(
-                    judge, negatives, source=source, runs=runs, swap=swap, in_sample=flags
+                    judge, negatives, source=source, runs=runs, swap=swap, in_sample=flags, new_edit=new_edit
                 )
             summary = summarize(result, strategy, tie_policy, media_by_id=bool(media_root))
             if judge.greedy and runs > 1:

@@ -109,20 +109,19 @@ def in_sample_check(args: argparse.Namespace, spec: str, pairs: list, controlled
 
     Returns:
         `(n_in_sample, note, controlled)`: the in-sample pairs (0 without a record), the report's line about them,
-        and `controlled` as a `ControlledSet` carrying each negative's flag (None: `--no-controlled-negatives`)."""
+        and `controlled` as a `ControlledSet` carrying each negative's flags (None: `--no-controlled-negatives`)."""
     from emoreward.evaluation.controlled import ControlledSet
     from emoreward.training.provenance import TRAINING_DATA_FILE, check_in_sample, read_training_data
 
     negatives, source = controlled if controlled is not None else (None, None)
-    negative_pairs = None if negatives is None else [n.pair(i + 1) for i, n in enumerate(negatives)]
     check = check_in_sample(
-        read_training_data(spec), str(Path(spec) / TRAINING_DATA_FILE), pairs, args.data, negative_pairs, source
+        read_training_data(spec), str(Path(spec) / TRAINING_DATA_FILE), pairs, args.data, negatives, source
     )
     for line in check.warnings:
         print(f"emoreward {_command(args)}: warning: {line}", file=sys.stderr)
     if controlled is None:
         return check.n_in_sample, check.note, None
-    return check.n_in_sample, check.note, ControlledSet(negatives, source, check.negative_flags)
+    return check.n_in_sample, check.note, ControlledSet(negatives, source, check.negative_flags, check.new_edit)
 
 
 # the zero-shot options of `judge` with their defaults: a reward model has no use for them

@@ -5,6 +5,7 @@ is the whole evaluation of a reward model on labelled pairs. See docs/evaluation
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -71,18 +72,27 @@ def run_judge(judge: Judge, pairs: Sequence[PreferencePair], *, swap: bool = Tru
 
 
 def controlled_errors(judge: Judge, negatives: Sequence[Negative], *, source: str, runs: int = 1,
-                      swap: bool = True, in_sample: Sequence[bool] | None = None) -> dict:  # fmt: skip
+                      swap: bool = True, in_sample: Sequence[bool] | None = None,
+                      new_edit: Sequence[bool] | None = None) -> dict:  # fmt: skip
     """Judge every negative as the pair (original, negative) in normal and swapped order (`run_judge`) and
-    build the section (`controlled.controlled_section`, with the negatives' `in_sample` flags); a judge of either
-    kind (a reward model, a zero-shot or trained generative judge).
+    build the section (`controlled.controlled_section`, with the negatives' `in_sample` and `new_edit` flags and, for a judge
+    whose judgements carry rewards, the margins r(original) - r(negative)); a judge of either kind (a reward model, a
+    zero-shot or trained generative judge).
 
     Raises:
         ValueError: the judge returns the wrong number of judgements."""
     if not negatives:
-        return controlled_section([], [[]], [[]] if swap else [], source, [] if in_sample is not None else None)
+        return controlled_section([], [[]], [[]] if swap else [], source, [] if in_sample is not None else None,
+                                  new_edit=[] if new_edit is not None else None)  # fmt: skip
     pairs = [n.pair(i + 1) for i, n in enumerate(negatives)]
     result = run_judge(judge, pairs, swap=swap, runs=runs)
-    return controlled_section(negatives, _verdicts(result.normal), _verdicts(result.swapped), source, in_sample)
+    first = result.normal[0]
+    # a reward model's judgements carry both rewards (none where its media could not be read: NaN, an invalid
+    # verdict): its order with no tie threshold (`controlled.margin_verdict`); a generative judge's carry none
+    margins = None if all(j.reward_1 is None for j in first) else [
+        math.nan if j.reward_1 is None or j.reward_2 is None else j.reward_1 - j.reward_2 for j in first]  # fmt: skip
+    return controlled_section(negatives, _verdicts(result.normal), _verdicts(result.swapped), source, in_sample,
+                              margins, new_edit)  # fmt: skip
 
 
 def _verdicts(runs: list[list[Judgement]]) -> list[list[str]]:
@@ -286,8 +296,9 @@ def evaluate_reward_judge(
     mark = time.perf_counter()
     if controlled is not None:
         scored = judge.n_scored
-        negatives, source, in_sample = ControlledSet(*controlled)
-        evaluation["controlled_errors"] = controlled_errors(judge, negatives, source=source, in_sample=in_sample)
+        negatives, source, in_sample, new_edit = ControlledSet(*controlled)
+        evaluation["controlled_errors"] = controlled_errors(judge, negatives, source=source, in_sample=in_sample,
+                                                            new_edit=new_edit)  # fmt: skip
         evaluation["controlled_errors"]["n_descriptions_scored"] = judge.n_scored - scored
         cost.add("controlled_negatives", scored=judge.n_scored - scored, seconds=time.perf_counter() - mark)
     evaluation["cost"] = cost.record()  # the cost line and the JSON from these values (`cost.cost_line`)

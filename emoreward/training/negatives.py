@@ -16,11 +16,13 @@ from emoreward.data.pairs import description_content
 
 @dataclass(frozen=True)
 class TrainingPairs:
-    """`pairs` (the human pairs, then the negatives' pairs), `n_human`, and the negatives used per kind."""
+    """`pairs` (the human pairs, then the negatives' pairs), `n_human`, the negatives used per kind and their
+    `edits` (`Negative.edit_key`: what a held-out negative's edit is looked up in)."""
 
     pairs: list[PreferencePair]
     n_human: int
     per_kind: dict[str, int] = field(default_factory=dict)
+    edits: frozenset = frozenset()
 
     def summary(self) -> str:
         if not self.per_kind:
@@ -69,7 +71,8 @@ def training_pairs(config, pairs: list[PreferencePair], *, require_match: bool =
         negatives = generate_negatives(pairs, kinds=kinds, media_by_id=by_id).negatives
     per_kind = Counter(n.kind for n in negatives)
     extra = [n.pair(row=len(pairs) + k + 1) for k, n in enumerate(negatives)]
-    return TrainingPairs([*pairs, *extra], len(pairs), {k: per_kind[k] for k in kinds})
+    return TrainingPairs([*pairs, *extra], len(pairs), {k: per_kind[k] for k in kinds},
+                         frozenset(n.edit_key() for n in negatives))  # fmt: skip
 
 
 __all__ = ["TrainingPairs", "training_pairs"]

@@ -25,7 +25,7 @@ from transformers import set_seed
 from emoreward.data import PreferencePair, load_pairs, read_pairs
 from emoreward.data.negatives import generate_negatives, rules_source
 from emoreward.data.pairs import canonical_pairs, sample_groups
-from emoreward.evaluation.controlled import ControlledSet, controlled_markdown, pool_sections
+from emoreward.evaluation.controlled import ControlledSet, controlled_markdown, new_edit_flags, pool_sections
 from emoreward.evaluation.harness import evaluate_model
 from emoreward.evaluation.judge import RewardModelJudge
 from emoreward.evaluation.metrics import calibrate_tie_threshold
@@ -90,6 +90,7 @@ class FitResult:
     tie_threshold: float
     train_threads: int = 1  # torch threads of the training loop (its rounding depends on them: a fact of the run)
     n_negatives: int = 0  # controlled negatives trained on beside the human pairs (`training.negatives`)
+    trained_edits: frozenset = frozenset()  # their edits (`Negative.edit`): which held-out edits are new to the model
 
 
 def fit_reward_model(
@@ -187,7 +188,7 @@ def fit_reward_model(
         threshold = calibrate_tie_threshold((r1 - r2)[ok], [p.label for p, k in zip(pairs, ok) if k])
     model.settings.tie_threshold = threshold
     n_negatives = len(trained_on.pairs) - trained_on.n_human
-    return FitResult(model, exclusions, seconds, trainer_log, threshold, threads, n_negatives)
+    return FitResult(model, exclusions, seconds, trainer_log, threshold, threads, n_negatives, trained_on.edits)
 
 
 def _last_checkpoint(output_dir: str | Path) -> tuple[str | None, list[str]]:
@@ -308,19 +309,23 @@ def _default_fit(config: EmoRewardConfig) -> Callable[[list[PreferencePair], Pat
 
 
 def _default_evaluate(
-    config: EmoRewardConfig, controlled: ControlledSet | None = None
+    config: EmoRewardConfig, controlled: ControlledSet | None = None, trained_edits: frozenset = frozenset()
 ) -> Callable[[RewardModel, list[PreferencePair]], dict]:
     """The pipeline's evaluation of a model on `test` pairs, with the controlled-error section of `controlled` (default:
-    the rules engine's negatives of `test`, with no in-sample flags: held-out pairs)."""
+    the rules engine's negatives of `test`, with no in-sample flags: held-out pairs; flagged new where their edit is
+    none of `trained_edits`, the edits of the negatives the model trained on)."""
+
+    def held_out(test: list[PreferencePair]) -> ControlledSet:
+        negatives = generate_negatives(test, media_by_id=config.media_root is not None).negatives
+        return ControlledSet(negatives, CONTROLLED_SOURCE, None, new_edit_flags(negatives, trained_edits))
+
     return lambda model, test: evaluate_model(
         model,
         test,
         tie_policy=config.two_class_tie_policy,
         batch_size=config.score_batch_size,
         media_errors=config.media_errors,
-        controlled=controlled
-        if controlled is not None
-        else (generate_negatives(test, media_by_id=config.media_root is not None).negatives, CONTROLLED_SOURCE),
+        controlled=controlled if controlled is not None else held_out(test),
         media_by_id=config.media_root is not None,
     )
 
@@ -345,7 +350,7 @@ def run_fold(
     if wandb_enabled(config):
         start_wandb_run(config, name=run_name, job_type="fold", group=group, kind="cv-fold")
     result = (fit or _default_fit(config))(train, job.fold_dir, run_name)
-    evaluation = (evaluate or _default_evaluate(config))(result.model, test)
+    evaluation = (evaluate or _default_evaluate(config, trained_edits=result.trained_edits))(result.model, test)
     evaluation.update(
         fold=job.k,
         train_seconds=result.train_seconds,
@@ -600,9 +605,8 @@ def run_training(config: EmoRewardConfig, *, log=print, warn: Callable[[str], No
         if eval_check is not None:
             negatives, check = eval_check
             source = rules_source(str(config.eval_file))  # as `evaluate` names them
-            evaluation = _default_evaluate(config, ControlledSet(negatives, source, check.negative_flags))(
-                model, eval_pairs
-            )
+            controlled = ControlledSet(negatives, source, check.negative_flags, check.new_edit)
+            evaluation = _default_evaluate(config, controlled)(model, eval_pairs)
             evaluation["n_in_sample_pairs"] = check.n_in_sample  # as `evaluate` counts them on the saved model
             report["eval_file"] = {"path": str(config.eval_file), "evaluation": evaluation, "in_sample": check.note}
             title = (
@@ -647,7 +651,7 @@ def eval_file_check(
         str(Path(config.output_dir) / "model" / TRAINING_DATA_FILE),
         eval_pairs,
         config.eval_file,
-        [n.pair(i + 1) for i, n in enumerate(negatives)],
+        negatives,
         rules_source(str(config.eval_file)),
     )
     return negatives, check
@@ -655,12 +659,14 @@ def eval_file_check(
 
 def final_training_data(config: EmoRewardConfig, pairs: list[PreferencePair]) -> dict:
     """What the final model trains on, as `provenance.write_training_data` / `training_record` take it: the source,
-    the human `pairs` and the controlled negatives' pairs (their controlled section is flagged in-sample too)."""
+    the human `pairs`, the controlled negatives' pairs (their controlled section is flagged in-sample too) and their
+    edits (an edit no training negative made is counted apart)."""
     trained = training_pairs(config, pairs)
     return {
         "source": config.train_file,
         "pairs": pairs,
         "negatives": trained.pairs[trained.n_human :],
+        "edits": trained.edits,
         "media_by_id": config.media_root is not None,
     }
 

@@ -7,7 +7,7 @@ library. See docs/evaluation.md.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,6 +18,7 @@ from emoreward.utils.io import atomic_write_json, read_json_or_none
 
 if TYPE_CHECKING:
     from emoreward.data import PreferencePair
+    from emoreward.data.negatives import Negative
 
 
 KEY_SCHEME = "content"  # `pair_key` of the records written now
@@ -62,15 +63,17 @@ def write_training_data(
     pairs: Sequence[PreferencePair],
     *,
     negatives: Sequence[PreferencePair] = (),
+    edits: Iterable[str] = (),
     media_by_id: bool = False,
 ) -> Path:
     """Record what the model (or trained judge) saved in `directory` was trained on (atomic write of
     `training_data.json`): the human `pairs` and the controlled `negatives`' pairs (original over negative,
-    `training.negatives`), one key per pair and per description in its context; ``media_by_id``: the model read clips
-    by sample id (a media root was given). The one writer of the record, for both kinds of trained judge."""
+    `training.negatives`), one key per pair and per description in its context, the negatives' `edits`
+    (`Negative.edit_key`); ``media_by_id``: the model read clips by sample id (a media root was given). The one writer of
+    the record, for both kinds of trained judge."""
     return atomic_write_json(
         Path(directory) / TRAINING_DATA_FILE,
-        training_record(source, pairs, negatives=negatives, media_by_id=media_by_id),
+        training_record(source, pairs, negatives=negatives, edits=edits, media_by_id=media_by_id),
         indent=None,
     )
 
@@ -80,12 +83,15 @@ def training_record(
     pairs: Sequence[PreferencePair],
     *,
     negatives: Sequence[PreferencePair] = (),
+    edits: Iterable[str] = (),
     media_by_id: bool = False,
 ) -> dict:
     """The content of `training_data.json` for a model trained on `pairs` and `negatives` (`write_training_data`):
-    `train_file`, counts, the key scheme and the sorted pair and description keys. `train` builds it before any
-    fold trains, to check its `eval_file` (`check_in_sample`) as `evaluate` checks the saved model."""
+    `train_file`, counts, the key scheme and the sorted pair and description keys, and with `edits` (the negatives'
+    `Negative.edit_key`s) those, sorted (`negative_edits`). `train` builds it before any fold trains, to check its `eval_file`
+    (`check_in_sample`) as `evaluate` checks the saved model."""
     trained = [*pairs, *negatives]
+    edit_keys = sorted(set(edits))
     return {
         "train_file": str(source),
         "n_pairs": len(pairs),
@@ -100,6 +106,7 @@ def training_record(
                 for d in (p.description_1, p.description_2)
             }
         ),
+        **({"negative_edits": edit_keys} if edit_keys else {}),
     }
 
 
@@ -152,12 +159,16 @@ class InSampleCheck:
         note (`str`): the report's line about them, starting ``"IN-SAMPLE: "`` when there is any.
         warnings (`tuple` of `str`): the lines to warn with (without the program's name), empty when none.
         negative_flags (`list` of `bool` or `None`): per controlled negative, whether it is in-sample; None without a
-            record or without negatives."""
+            record or without negatives.
+        new_edit (`list` of `bool` or `None`): per controlled negative, whether no negative the judge trained on made
+            its edit (`Negative.edit`); None without a record of the edits (a judge trained on none, an earlier
+            record) or without negatives."""
 
     n_in_sample: int
     note: str
     warnings: tuple[str, ...]
     negative_flags: list[bool] | None
+    new_edit: list[bool] | None = None
 
 
 def check_in_sample(
@@ -165,13 +176,16 @@ def check_in_sample(
     record_name: str,
     pairs: Sequence[PreferencePair],
     data: str | Path,
-    negatives: Sequence[PreferencePair] | None = None,
+    negatives: Sequence[Negative] | None = None,
     negatives_source: str | None = None,
 ) -> InSampleCheck:
-    """The in-sample check of an evaluation of `pairs` (read from `data`) and their controlled `negatives` (each
-    negative's pair, from `negatives_source`), for the judge of training-data `record` (`read_training_data` of a
-    saved model: `evaluate`, `judge`; `training_record` of the run: `train`'s `eval_file`), named `record_name` in
-    the lines: one rule and one wording for every command."""
+    """The in-sample check of an evaluation of `pairs` (read from `data`) and their controlled `negatives` (from
+    `negatives_source`; each judged as its `Negative.pair`), for the judge of training-data `record`
+    (`read_training_data` of a saved model: `evaluate`, `judge`; `training_record` of the run: `train`'s
+    `eval_file`), named `record_name` in the lines: one rule and one wording for every command; with the record's
+    edits, which negatives make an edit no training negative made (`InSampleCheck.new_edit`)."""
+    from emoreward.evaluation.controlled import new_edit_flags
+
     flags = record_flags(record, pairs)
     where = f"{record_name}: {None if record is None else record.get('train_file')}"
     n_in_sample = sum(flags or ())
@@ -183,7 +197,11 @@ def check_in_sample(
     if n_in_sample:
         warnings.append(note)
         note = f"IN-SAMPLE: {note}"
-    neg_flags = None if flags is None or negatives is None else record_flags(record, negatives)
+    negative_pairs = None if negatives is None else [n.pair(i + 1) for i, n in enumerate(negatives)]
+    neg_flags = None if flags is None or negative_pairs is None else record_flags(record, negative_pairs)
+    new_edit = (
+        None if record is None or negatives is None else new_edit_flags(negatives, record.get("negative_edits") or ())
+    )
     n_neg = sum(neg_flags or ())
     if n_neg:
         warnings.append(
@@ -191,7 +209,7 @@ def check_in_sample(
             f"judge was trained on, or edits of descriptions it was trained on ({where}): their shares in the "
             "controlled-error section overstate how it does on new descriptions"
         )
-    return InSampleCheck(n_in_sample, note, tuple(warnings), neg_flags)
+    return InSampleCheck(n_in_sample, note, tuple(warnings), neg_flags, new_edit)
 
 
 def in_sample_pairs(model_dir: str | Path, pairs: Sequence[PreferencePair]) -> tuple[int, str | None]:

@@ -84,6 +84,21 @@ class Negative:
         Two negatives with one key are one pair to every reader: one is written, read and counted."""
         return pair_content(self.pair(), media_by_id=media_by_id)
 
+    def edit(self) -> tuple:
+        """What the edit did, wherever it did it: ``(kind, modality, original_span, replacement)`` with both spans
+        case-folded (`identity_text`), so two negatives with one edit teach a judge one substitution (happy -> sad in
+        two descriptions); a modality omission is ``(kind, modality, "", "")`` (which sentences it dropped is the
+        description's). The controlled-error section counts apart the edits no training negative made (`edit_key`)."""
+        if self.kind == "modality_omission":
+            return (self.kind, self.modality, "", "")
+        return (self.kind, self.modality, identity_text(self.original_span).casefold(),
+                identity_text(self.replacement).casefold())  # fmt: skip
+
+    def edit_key(self) -> str:
+        """16 hex digits identifying `edit()`: what a training-data record keeps of the negatives a judge trained on
+        (`training.negatives.TrainingPairs.edits`), and what a held-out negative's edit is looked up by."""
+        return hashlib.sha1(repr(self.edit()).encode("utf-8")).hexdigest()[:16]
+
     def _record(self) -> tuple:
         m = self.media
         return (self.sample_id, m.video or "", m.audio or "", identity_text(m.subtitle or ""),
