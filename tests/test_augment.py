@@ -126,6 +126,7 @@ def test_csv_and_jsonl_hold_the_same_negatives_and_reruns_are_byte_identical(tmp
         ("span_end", 9999, "span_end'.*outside description_1"),
         ("length_change", 5, "length_change'.*changes the length by -2"),
         ("label", "2", "label'.*label is 1"),
+        ("modality", "face", "modality'.*a emotion_flip has no modality"),  # only cue and omission kinds have one
     ],
 )
 def test_reader_checks_every_edit(tmp_path, field, value, message):

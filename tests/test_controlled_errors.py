@@ -168,6 +168,11 @@ def test_evaluate_reports_the_section_from_generated_negatives_and_a_file(model_
     assert from_file["kinds"] == section["kinds"] and from_file["source"] == f"file {tmp_path / 'neg.csv'}"
     assert main([*argv, "--no-controlled-negatives"]) == 0
     assert "controlled_errors" not in json.loads(report2.read_text())
+    # no negatives at all: a reward model's section still has its order's figure (n 0), as every fold's must to pool
+    (tmp_path / "empty.jsonl").write_text("", encoding="utf-8")
+    assert main([*argv, "--controlled-negatives", str(tmp_path / "empty.jsonl")]) == 0
+    empty = json.loads(report2.read_text())["controlled_errors"]
+    assert empty["n_negatives"] == 0 and empty["all"]["judge"]["no_tie_threshold"]["n"] == 0
 
 
 def test_judge_scores_both_orders_and_the_length_judge_agrees_with_itself(tmp_path, capsys):
@@ -269,9 +274,22 @@ def test_an_edit_is_its_substitution_and_new_edits_are_counted_apart():
     quiet = make_negative("d", "He is smiling. He is quiet.", "modality_omission", 14, 27, "", modality="voice")
     quiet_too = make_negative("e", "She smiles. Her voice is soft.", "modality_omission", 11, 30, "", modality="voice")
     assert happy.edit() == happy_too.edit() != glad.edit() and quiet.edit() == quiet_too.edit()
+    assert happy.edit() == ("emotion_flip", "happy", "sad") and glad.edit() == ("emotion_flip", "glad", "sad")
+    # an edit is the words changed, read from the two texts: a span recorded wider (the comma, the space before it)
+    # or a cue relabelled to another modality is the same edit
+    wide = make_negative("f", "She is happy, then calm.", "emotion_flip", 6, 13, " sad,")
+    assert wide.edit() == happy.edit() and wide.edit_key() == happy.edit_key()
+    face = make_negative("g", "He is smiling, warmly.", "evidence_contradiction", 6, 13, "frowning", modality="face")
+    voice = make_negative(
+        "h", "He is smiling, warmly.", "evidence_contradiction", 6, 14, "frowning,", modality="voice"
+    )
+    assert face.edit() == voice.edit() == ("evidence_contradiction", "smiling", "frowning")
     negatives = [happy_too, glad, quiet_too]
     assert new_edit_flags(negatives, {happy.edit_key(), quiet.edit_key()}) == [False, True, False]
-    assert new_edit_flags(negatives, frozenset()) is None  # trained on no negatives: nothing to tell apart
+    assert new_edit_flags(negatives, None) is None  # trained on no negatives: nothing to tell apart
+    assert new_edit_flags(negatives, set()) == [True, True, True]  # negatives asked, none written: every edit new
+    # a negative the judge trained on (that very pair) is never new, whatever its record says of the edit
+    assert new_edit_flags(negatives, {happy.edit_key()}, trained=[False, True, False]) == [False, False, True]
     # the section over the new edits alone: glad -> sad, judged "1" and ordered the right way
     normal, swapped = [["tie", "1", "1"]], [["tie", "1", "1"]]
     flags = [False, True, False]

@@ -11,11 +11,10 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from emoreward.data.negatives.records import KINDS, Negative, canonical_negatives, make_negative
+from emoreward.data.negatives.records import KINDS, Negative, canonical_negatives, make_negative, one_span
 from emoreward.data.negatives.rules import (
     Generated,
     load_lexicon,
-    one_span,
     rule_negatives,
     sentence_modalities,
     sentences,
@@ -84,7 +83,7 @@ def verify_edit(plan: EditPlan, answer: str) -> tuple[Negative | None, str]:
     """Check an edit against its plan: `(negative, "accepted")` or `(None, reason)`.
 
     Rejected: an empty or unchanged answer; a change more than `OUTSIDE_BOUND` characters outside the planned span
-    (the one enclosing span of every change, `rules.one_span`); an edit that fails its kind's check (emotion flip:
+    (the one enclosing span of every change, `records.one_span`); an edit that fails its kind's check (emotion flip:
     the span's new text names the lexicon's opposite of the planned word or a word whose opposite it is; intensity:
     a modifier of the other end of the scale; evidence: the cue table's reversal; omission: no sentence carrying only
     that modality's evidence is left)."""

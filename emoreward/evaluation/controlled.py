@@ -32,15 +32,20 @@ class ControlledSet(NamedTuple):
     new_edit: Sequence[bool] | None = None
 
 
-def new_edit_flags(negatives: Sequence[Negative], trained_edits: Collection[str]) -> list[bool] | None:
-    """Per negative, whether its edit (`Negative.edit`: the same substitution anywhere, case aside) is none of
-    `trained_edits` (the `Negative.edit_key`s of the negatives a judge trained on: `training.negatives.TrainingPairs.
-    edits`, a training-data record's `negative_edits`); None when it trained on none. A judge trained on one lexicon's edits may have learned its words, not the errors: its
+def new_edit_flags(negatives: Sequence[Negative], trained_edits: Collection[str] | None,
+                   trained: Sequence[bool] | None = None) -> list[bool] | None:  # fmt: skip
+    """Per negative, whether its edit (`Negative.edit`: the same words replaced by the same words, case aside) is
+    none of `trained_edits` (the `Negative.edit_key`s of the negatives a judge trained on: `training.negatives.
+    TrainingPairs.edits`, a training-data record's `negative_edits`) and, with `trained` (per negative, whether the
+    judge trained on that very pair), a negative it trained on never is; None when it trained on no negatives
+    (`trained_edits` None). A judge trained on one lexicon's edits may have learned its words, not the errors: its
     share on new edits is the nearer guide to edits another process writes (docs/evaluation.md)."""
-    if not trained_edits:
+    if trained_edits is None:
         return None
-    trained = set(trained_edits)
-    return [n.edit_key() not in trained for n in negatives]
+    if trained is not None and len(trained) != len(negatives):
+        raise ValueError(f"trained: {len(trained)} flags for {len(negatives)} negatives")
+    made = set(trained_edits)
+    return [n.edit_key() not in made and not (trained is not None and trained[i]) for i, n in enumerate(negatives)]
 
 
 def wilson_interval(k: float, n: int, z: float = Z95) -> tuple[float, float] | None:
@@ -169,7 +174,7 @@ def _sum_known(counts: list[int | None]) -> int | None:
 
 def _pool_judge(judges: list[dict]) -> dict:
     judge = {**_pool_share(judges)}
-    if all("no_tie_threshold" in j for j in judges):
+    if all("no_tie_threshold" in j for j in judges):  # one judge's sections: all of a reward model's have it
         judge["no_tie_threshold"] = _pool_share([j["no_tie_threshold"] for j in judges])
     return judge
 

@@ -75,22 +75,21 @@ def controlled_errors(judge: Judge, negatives: Sequence[Negative], *, source: st
                       swap: bool = True, in_sample: Sequence[bool] | None = None,
                       new_edit: Sequence[bool] | None = None) -> dict:  # fmt: skip
     """Judge every negative as the pair (original, negative) in normal and swapped order (`run_judge`) and
-    build the section (`controlled.controlled_section`, with the negatives' `in_sample` and `new_edit` flags and, for a judge
-    whose judgements carry rewards, the margins r(original) - r(negative)); a judge of either kind (a reward model, a
-    zero-shot or trained generative judge).
+    build the section (`controlled.controlled_section`, with the negatives' `in_sample` and `new_edit` flags and, for a
+    reward model (`RewardModelJudge`), the margins r(original) - r(negative)); a judge of either kind (a reward model,
+    a zero-shot or trained generative judge).
 
     Raises:
         ValueError: the judge returns the wrong number of judgements."""
+    rewards = isinstance(judge, RewardModelJudge)  # a reward model: its order with no tie threshold too
     if not negatives:
         return controlled_section([], [[]], [[]] if swap else [], source, [] if in_sample is not None else None,
-                                  new_edit=[] if new_edit is not None else None)  # fmt: skip
+                                  [] if rewards else None, [] if new_edit is not None else None)  # fmt: skip
     pairs = [n.pair(i + 1) for i, n in enumerate(negatives)]
     result = run_judge(judge, pairs, swap=swap, runs=runs)
-    first = result.normal[0]
-    # a reward model's judgements carry both rewards (none where its media could not be read: NaN, an invalid
-    # verdict): its order with no tie threshold (`controlled.margin_verdict`); a generative judge's carry none
-    margins = None if all(j.reward_1 is None for j in first) else [
-        math.nan if j.reward_1 is None or j.reward_2 is None else j.reward_1 - j.reward_2 for j in first]  # fmt: skip
+    # r(original) - r(negative) (`controlled.margin_verdict`); NaN where its media could not be read (no rewards)
+    margins = [math.nan if j.reward_1 is None or j.reward_2 is None else j.reward_1 - j.reward_2
+               for j in result.normal[0]] if rewards else None  # fmt: skip
     return controlled_section(negatives, _verdicts(result.normal), _verdicts(result.swapped), source, in_sample,
                               margins, new_edit)  # fmt: skip
 

@@ -22,7 +22,7 @@ class TrainingPairs:
     pairs: list[PreferencePair]
     n_human: int
     per_kind: dict[str, int] = field(default_factory=dict)
-    edits: frozenset = frozenset()
+    edits: frozenset | None = None  # None: no negatives asked
 
     def summary(self) -> str:
         if not self.per_kind:

@@ -90,7 +90,7 @@ class FitResult:
     tie_threshold: float
     train_threads: int = 1  # torch threads of the training loop (its rounding depends on them: a fact of the run)
     n_negatives: int = 0  # controlled negatives trained on beside the human pairs (`training.negatives`)
-    trained_edits: frozenset = frozenset()  # their edits (`Negative.edit`): which held-out edits are new to the model
+    trained_edits: frozenset | None = None  # their edits (`Negative.edit_key`; None: none asked): which are new
 
 
 def fit_reward_model(
@@ -309,7 +309,7 @@ def _default_fit(config: EmoRewardConfig) -> Callable[[list[PreferencePair], Pat
 
 
 def _default_evaluate(
-    config: EmoRewardConfig, controlled: ControlledSet | None = None, trained_edits: frozenset = frozenset()
+    config: EmoRewardConfig, controlled: ControlledSet | None = None, trained_edits: frozenset | None = None
 ) -> Callable[[RewardModel, list[PreferencePair]], dict]:
     """The pipeline's evaluation of a model on `test` pairs, with the controlled-error section of `controlled` (default:
     the rules engine's negatives of `test`, with no in-sample flags: held-out pairs; flagged new where their edit is

@@ -63,7 +63,7 @@ def write_training_data(
     pairs: Sequence[PreferencePair],
     *,
     negatives: Sequence[PreferencePair] = (),
-    edits: Iterable[str] = (),
+    edits: Iterable[str] | None = None,
     media_by_id: bool = False,
 ) -> Path:
     """Record what the model (or trained judge) saved in `directory` was trained on (atomic write of
@@ -83,7 +83,7 @@ def training_record(
     pairs: Sequence[PreferencePair],
     *,
     negatives: Sequence[PreferencePair] = (),
-    edits: Iterable[str] = (),
+    edits: Iterable[str] | None = None,
     media_by_id: bool = False,
 ) -> dict:
     """The content of `training_data.json` for a model trained on `pairs` and `negatives` (`write_training_data`):
@@ -91,7 +91,7 @@ def training_record(
     `Negative.edit_key`s) those, sorted (`negative_edits`). `train` builds it before any fold trains, to check its `eval_file`
     (`check_in_sample`) as `evaluate` checks the saved model."""
     trained = [*pairs, *negatives]
-    edit_keys = sorted(set(edits))
+    edit_keys = None if edits is None else sorted(set(edits))
     return {
         "train_file": str(source),
         "n_pairs": len(pairs),
@@ -106,7 +106,7 @@ def training_record(
                 for d in (p.description_1, p.description_2)
             }
         ),
-        **({"negative_edits": edit_keys} if edit_keys else {}),
+        **({"negative_edits": edit_keys} if edit_keys is not None else {}),  # negatives were asked
     }
 
 
@@ -122,10 +122,12 @@ def read_training_data(model_dir: str | Path) -> dict | None:
     return record
 
 
-def record_flags(record: dict | None, pairs: Sequence[PreferencePair]) -> list[bool] | None:
+def record_flags(
+    record: dict | None, pairs: Sequence[PreferencePair], *, pairs_only: bool = False
+) -> list[bool] | None:
     """Per pair of `pairs`, whether the model of training-data `record` (`training_record`, `read_training_data`)
-    was trained on it, or on a pair sharing a description with it in its context (a pair of a training sample; a
-    controlled negative of a training description); None without a record (unknown)."""
+    was trained on it, or (unless `pairs_only`) on a pair sharing a description with it in its context (a pair of a
+    training sample; a controlled negative of a training description); None without a record (unknown)."""
     if record is None:
         return None
     trained = set(record["pair_keys"])
@@ -136,7 +138,9 @@ def record_flags(record: dict | None, pairs: Sequence[PreferencePair]) -> list[b
     def seen(p: PreferencePair) -> bool:
         if pair_key(p, scheme, media_by_id=by_id) in trained:
             return True
-        return any(description_key(p, d, media_by_id=by_id) in texts for d in (p.description_1, p.description_2))
+        return not pairs_only and any(
+            description_key(p, d, media_by_id=by_id) in texts for d in (p.description_1, p.description_2)
+        )
 
     return [seen(p) for p in pairs]
 
@@ -199,9 +203,8 @@ def check_in_sample(
         note = f"IN-SAMPLE: {note}"
     negative_pairs = None if negatives is None else [n.pair(i + 1) for i, n in enumerate(negatives)]
     neg_flags = None if flags is None or negative_pairs is None else record_flags(record, negative_pairs)
-    new_edit = (
-        None if record is None or negatives is None else new_edit_flags(negatives, record.get("negative_edits") or ())
-    )
+    new_edit = None if record is None or negatives is None else new_edit_flags(
+        negatives, record.get("negative_edits"), record_flags(record, negative_pairs, pairs_only=True))  # fmt: skip
     n_neg = sum(neg_flags or ())
     if n_neg:
         warnings.append(

@@ -25,6 +25,7 @@ from emoreward.data.values import is_missing
 
 Kind = Literal["emotion_flip", "intensity_mismatch", "evidence_contradiction", "modality_omission"]
 KINDS: tuple[str, ...] = ("emotion_flip", "intensity_mismatch", "evidence_contradiction", "modality_omission")
+MODAL_KINDS: tuple[str, ...] = ("evidence_contradiction", "modality_omission")  # the kinds that have a modality
 MODALITIES: tuple[str, ...] = ("face", "voice", "posture", "words")
 ENGINES: tuple[str, ...] = ("rules", "llm")
 CONTEXT_COLUMNS = ("video", "audio", "subtitle")
@@ -85,14 +86,15 @@ class Negative:
         return pair_content(self.pair(), media_by_id=media_by_id)
 
     def edit(self) -> tuple:
-        """What the edit did, wherever it did it: ``(kind, modality, original_span, replacement)`` with both spans
-        case-folded (`identity_text`), so two negatives with one edit teach a judge one substitution (happy -> sad in
-        two descriptions); a modality omission is ``(kind, modality, "", "")`` (which sentences it dropped is the
-        description's). The controlled-error section counts apart the edits no training negative made (`edit_key`)."""
+        """What the edit did, wherever it did it, read from the two texts alone: ``(kind, words replaced, words put
+        in)``, the changed span (`one_span`) widened to whole words and case-folded, so two negatives with one edit
+        teach a judge one substitution (happy -> sad in two descriptions, however wide a span the file records and
+        whatever punctuation beside it); a modality omission is ``(kind, modality)`` (which sentences it dropped is
+        the description's). The controlled-error section counts apart the edits no training negative made
+        (`edit_key`)."""
         if self.kind == "modality_omission":
-            return (self.kind, self.modality, "", "")
-        return (self.kind, self.modality, identity_text(self.original_span).casefold(),
-                identity_text(self.replacement).casefold())  # fmt: skip
+            return (self.kind, self.modality)
+        return (self.kind, *changed_words(identity_text(self.original), identity_text(self.negative)))
 
     def edit_key(self) -> str:
         """16 hex digits identifying `edit()`: what a training-data record keeps of the negatives a judge trained on
@@ -105,8 +107,39 @@ class Negative:
                 identity_text(self.original), identity_text(self.negative), KINDS.index(self.kind), self.engine)  # fmt: skip
 
     def sort_key(self) -> tuple:
-        """The content order every output is written in (the record's fields, then the edit)."""
-        return (*self._record(), self.span_start, self.span_end, self.replacement)
+        """The content order every output, and a fit's training negatives, come in: the texts and the edit first,
+        names (media paths, the sample id) last, so a renamed file trains on its negatives in the same order."""
+        sample_id, video, audio, subtitle, *texts = self._record()
+        return (*texts, subtitle, self.span_start, self.span_end, self.replacement, video, audio, sample_id)
+
+
+def one_span(original: str, edited: str) -> tuple[int, int, str]:
+    """The one span of `original` that `edited` changed: `(start, end, replacement)` past the common prefix and
+    suffix (so that ``original[:start] + replacement + original[end:] == edited``)."""
+    prefix = 0
+    limit = min(len(original), len(edited))
+    while prefix < limit and original[prefix] == edited[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < limit - prefix and original[-1 - suffix] == edited[-1 - suffix]:
+        suffix += 1
+    return prefix, len(original) - suffix, edited[prefix : len(edited) - suffix]
+
+
+def changed_words(original: str, edited: str) -> tuple[str, str]:
+    """The words `edited` changed in `original`, case-folded: `one_span` widened to whole words on both sides (so
+    ``glad`` -> ``sad`` is those two words, not ``gl`` -> ``s``), without the spaces and punctuation around them."""
+    start, end, _ = one_span(original, edited)
+    suffix = len(original) - end
+    while start > 0 and original[start - 1].isalnum():
+        start -= 1
+    while suffix > 0 and original[len(original) - suffix].isalnum():
+        suffix -= 1
+
+    def words(text: str) -> str:
+        return " ".join("".join(c if c.isalnum() else " " for c in text).split()).casefold()
+
+    return words(original[start : len(original) - suffix]), words(edited[start : len(edited) - suffix])
 
 
 def make_negative(
@@ -245,6 +278,10 @@ def read_negatives(path: str | Path, *, media_by_id: bool = False) -> list[Negat
         modality = _str(rec, "modality", source, row, required=False)
         if modality is not None and modality not in MODALITIES:
             raise DataError(source, row, "modality", f"unknown modality {modality!r}; known: {list(MODALITIES)}")
+        if modality is not None and kind not in MODAL_KINDS:
+            raise DataError(
+                source, row, "modality", f"a {kind} has no modality (only {list(MODAL_KINDS)}); got {modality!r}"
+            )
         engine = _str(rec, "engine", source, row)
         if engine not in ENGINES:
             raise DataError(source, row, "engine", f"unknown engine {engine!r}; known: {list(ENGINES)}")
@@ -279,11 +316,14 @@ __all__ = [
     "ENGINES",
     "KINDS",
     "MODALITIES",
+    "MODAL_KINDS",
     "Negative",
     "canonical_negatives",
+    "changed_words",
     "file_format",
     "make_negative",
     "negative_rows",
     "negatives_text",
+    "one_span",
     "read_negatives",
 ]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 from emoreward.data.context import MediaRef
-from emoreward.data.negatives.records import KINDS, MODALITIES, Negative, canonical_negatives, make_negative
+from emoreward.data.negatives.records import KINDS, MODALITIES, Negative, canonical_negatives, make_negative, one_span
 from emoreward.data.pairs import PreferencePair, description_content
 from emoreward.data.text import normal_text
 
@@ -157,19 +157,6 @@ def modality_omission(text: str, lex: Lexicon) -> tuple[int, int, str, str] | No
     return None
 
 
-def one_span(original: str, edited: str) -> tuple[int, int, str]:
-    """The one span of `original` that `edited` changed: `(start, end, replacement)` past the common prefix and
-    suffix (so that ``original[:start] + replacement + original[end:] == edited``)."""
-    prefix = 0
-    limit = min(len(original), len(edited))
-    while prefix < limit and original[prefix] == edited[prefix]:
-        prefix += 1
-    suffix = 0
-    while suffix < limit - prefix and original[-1 - suffix] == edited[-1 - suffix]:
-        suffix += 1
-    return prefix, len(original) - suffix, edited[prefix : len(edited) - suffix]
-
-
 def rule_negatives(sample_id: str, description: str, media: MediaRef | None = None,
                    kinds: Iterable[str] = KINDS) -> tuple[list[Negative], list[tuple[str, str]]]:  # fmt: skip
     """The rules engine on one description: at most one negative per kind, and `(kind, reason)` for each kind it
@@ -303,7 +290,6 @@ __all__ = [
     "load_lexicon",
     "match_case",
     "modality_omission",
-    "one_span",
     "rules_source",
     "rule_negatives",
     "sentence_modalities",
