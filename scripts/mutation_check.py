@@ -58,6 +58,14 @@ MUTATIONS = (
         "normal_text returns its input",
     ),
     Mutation(
+        "renaming and normal forms",
+        "emoreward/data/negatives/records.py",
+        "return (*texts, subtitle, self.span_start, self.span_end, self.replacement, video, audio, sample_id)",
+        "return (sample_id, video, audio, subtitle, *texts, self.span_start, self.span_end, self.replacement)",
+        "tests/relations/test_renaming.py",
+        "controlled negatives ordered by sample id (a renamed file trains other batches)",
+    ),
+    Mutation(
         "subset commutation",
         "emoreward/data/tables.py",
         "        models, samples = canonical_order(keep_m, keep_s, descriptions, media)\n",

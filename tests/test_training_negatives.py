@@ -50,21 +50,6 @@ def test_a_fit_trains_on_its_pairs_and_the_negatives_of_their_preferred_descript
     assert plain.pairs == pairs and plain.summary() == "6 human pairs"
 
 
-def test_renamed_and_shuffled_pairs_train_on_the_same_negatives_in_the_same_order(tmp_path):
-    import dataclasses
-    import random
-
-    pairs = emotional_pairs(8)
-    renamed = [dataclasses.replace(p, sample_id=f"zz{9 - int(p.sample_id[1:])}") for p in pairs]
-    random.Random(3).shuffle(renamed)
-    recipe = config(tmp_path, controlled_negatives=["all"])
-    got = [
-        training_pairs(recipe, sorted(ps, key=lambda p: (p.description_1, p.description_2))) for ps in (pairs, renamed)
-    ]
-    texts = [[(p.description_1, p.description_2) for p in g.pairs[g.n_human :]] for g in got]
-    assert texts[0] == texts[1] and len(texts[0]) > 8 and got[0].edits == got[1].edits
-
-
 def test_negatives_from_a_file_train_only_the_fit_of_their_samples(tmp_path):
     everything = emotional_pairs(8)
     file = tmp_path / "negatives.jsonl"

@@ -424,3 +424,27 @@ def test_identical_descriptions_are_counted_in_their_identity_form():
     pairs = [PreferencePair(name, text, other, "tie") for name, other in forms.items()]
     pairs.append(PreferencePair("different", text, text + " Puis triste.", "1"))
     assert identical_descriptions(pairs) == ["same", "nfd", "crlf", "padded"]
+
+
+def test_renamed_and_shuffled_pairs_train_on_the_same_controlled_negatives_in_the_same_order(tmp_path):
+    """A fit's controlled negatives come in the order of their content (`Negative.sort_key`), not of the sample ids:
+    a renamed file trains the same batches (before: sorted by sample id, another model)."""
+    import dataclasses
+
+    import yaml
+    from test_training_negatives import emotional_pairs
+
+    from emoreward.training.config import load_config
+    from emoreward.training.negatives import training_pairs
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump({"model_name_or_path": "minilm", "report_to": ["none"],
+                                      "controlled_negatives": ["all"]}))  # fmt: skip
+    pairs = emotional_pairs(8)
+    renamed = [dataclasses.replace(p, sample_id=f"zz{9 - int(p.sample_id[1:])}") for p in pairs]
+    random.Random(3).shuffle(renamed)
+    config = load_config(recipe)
+    by_content = [sorted(ps, key=lambda p: (p.description_1, p.description_2)) for ps in (pairs, renamed)]
+    got = [training_pairs(config, ps) for ps in by_content]  # the pipeline hands a fit its pairs in content order
+    texts = [[(p.description_1, p.description_2) for p in g.pairs[g.n_human :]] for g in got]
+    assert texts[0] == texts[1] and len(texts[0]) > 8 and got[0].edits == got[1].edits
