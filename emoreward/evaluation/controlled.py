@@ -1,7 +1,8 @@
 """The controlled-error section of every report (issue 38): per kind of controlled negative, the share where a judge
 prefers the original, with a Wilson interval, in both orders with swap consistency, beside the length judge (prefers
-the longer) and random (50%); for a reward model also the share its reward orders the right way with no tie threshold. Reward models and zero-shot judges alike (judged by `harness.controlled_errors`). See
-docs/evaluation.md, "Controlled errors".
+the longer) and random (50%); for a reward model also its reward's own order (no tie threshold), and for a judge
+trained on negatives the same over the edits none of them made. Reward models and zero-shot judges alike (judged by
+`harness.controlled_errors`). See docs/evaluation.md, "Controlled errors".
 """
 
 from __future__ import annotations
