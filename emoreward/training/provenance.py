@@ -69,8 +69,8 @@ def write_training_data(
     """Record what the model (or trained judge) saved in `directory` was trained on (atomic write of
     `training_data.json`): the human `pairs` and the controlled `negatives`' pairs (original over negative,
     `training.negatives`), one key per pair and per description in its context, the negatives' `edits`
-    (`Negative.edit_key`); ``media_by_id``: the model read clips by sample id (a media root was given). The one writer of
-    the record, for both kinds of trained judge."""
+    (`Negative.edit_key`); ``media_by_id``: the model read clips by sample id (a media root was given). The one
+    writer of the record, for both kinds of trained judge."""
     return atomic_write_json(
         Path(directory) / TRAINING_DATA_FILE,
         training_record(source, pairs, negatives=negatives, edits=edits, media_by_id=media_by_id),
@@ -88,8 +88,8 @@ def training_record(
 ) -> dict:
     """The content of `training_data.json` for a model trained on `pairs` and `negatives` (`write_training_data`):
     `train_file`, counts, the key scheme and the sorted pair and description keys, and with `edits` (the negatives'
-    `Negative.edit_key`s) those, sorted (`negative_edits`). `train` builds it before any fold trains, to check its `eval_file`
-    (`check_in_sample`) as `evaluate` checks the saved model."""
+    `Negative.edit_key`s) those, sorted (`negative_edits`). `train` builds it before any fold trains, to check its
+    `eval_file` (`check_in_sample`) as `evaluate` checks the saved model."""
     trained = [*pairs, *negatives]
     edit_keys = None if edits is None else sorted(set(edits))
     return {
